@@ -1,0 +1,49 @@
+# ntask: PGXS build, tests and helpers.  See README.md.
+
+EXTENSION = ntask
+MODULE_big = ntask
+OBJS = \
+	src/ntask.o \
+	src/spi_util.o \
+	src/digest.o \
+	src/queue.o \
+	src/guard.o \
+	src/enqueue.o \
+	src/claim.o \
+	src/lease.o \
+	src/transition.o \
+	src/repair.o
+DATA = $(wildcard ntask--*.sql)
+PGFILEDESC = "ntask - durable tasks with leases and fencing tokens"
+
+PG_CPPFLAGS = -I$(srcdir)/src -std=c11
+
+
+REGRESS = setup enqueue claim transition budget replay_cancel guard errors stats
+REGRESS_OPTS = --temp-instance=./tmp_check_regress --temp-config=$(srcdir)/test/ntask.conf
+
+ISOLATION = takeover_w1_w2 claim_skip_locked enqueue_same_key cancel_vs_transition
+ISOLATION_OPTS = --temp-instance=./tmp_check_iso --temp-config=$(srcdir)/test/ntask.conf
+
+TAP_TESTS = 1
+
+EXTRA_CLEAN = output_iso results tmp_check tmp_check_regress tmp_check_iso \
+	regression.diffs regression.out log
+
+PG_CONFIG ?= pg_config
+PGXS := $(shell $(PG_CONFIG) --pgxs)
+include $(PGXS)
+
+# pgindent layout with ntask's own typedefs (Debian package pg-bsd-indent)
+INDENT ?= pg_bsd_indent
+indent:
+	$(INDENT) -bad -bap -bbb -bc -bl -cli1 -cp33 -cdb -nce -d0 -di12 -nfc1 \
+		-i4 -l79 -lp -lpl -nip -npro -sac -tpg -ts4 -U$(srcdir)/typedefs.list \
+		$(srcdir)/src/*.c $(srcdir)/src/*.h
+	rm -f $(srcdir)/src/*.BAK
+
+.PHONY: indent demo test
+demo:
+	sh $(srcdir)/scripts/demo.sh
+test:
+	sh $(srcdir)/scripts/test.sh

@@ -1,0 +1,167 @@
+/*-------------------------------------------------------------------------
+ *
+ * lease.c
+ *	  ntask_heartbeat and ntask_invoked: what a worker says while it holds
+ *	  a lease.
+ *
+ * Fencing: a task row holds the token of its latest attempt; an attempt
+ * row is "open" (ended_at IS NULL) exactly while that attempt holds the
+ * lease.  Claim takeover, transition and cancel close it, all by updating
+ * the attempt row, so the attempt row is where ntask_invoked serializes
+ * against them: an invocation recorded before the takeover makes the
+ * taken-over attempt's outcome unknown; one after it is stale.
+ *
+ * IDENTIFICATION
+ *	  src/lease.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "ntask.h"
+
+#include "catalog/pg_type.h"
+#include "utils/builtins.h"
+
+PG_FUNCTION_INFO_V1(ntask_heartbeat);
+PG_FUNCTION_INFO_V1(ntask_invoked);
+
+static NtaskPlan lease_token_plan = {
+	"task token lookup",
+	"SELECT t.token FROM ntask.task t WHERE t.task_id OPERATOR(pg_catalog.=) $1",
+	1, {INT8OID}
+};
+
+static NtaskPlan lease_heartbeat_plan = {
+	"heartbeat",
+	"UPDATE ntask.task t SET "
+	"  lease_until = pg_catalog.now() OPERATOR(pg_catalog.+) coalesce($3, q.lease), "
+	"  due_at = pg_catalog.now() OPERATOR(pg_catalog.+) coalesce($3, q.lease), "
+	"  updated_at = pg_catalog.now() "
+	"FROM ntask.queue q "
+	"WHERE t.task_id OPERATOR(pg_catalog.=) $1 "
+	"  AND t.token OPERATOR(pg_catalog.=) $2 "
+	"  AND t.state OPERATOR(pg_catalog.=) 'leased' "
+	"  AND q.queue OPERATOR(pg_catalog.=) t.queue "
+	"RETURNING t.lease_until",
+	3, {INT8OID, INT8OID, INTERVALOID}
+};
+
+static NtaskPlan lease_invoked_plan = {
+	"invoked",
+	"UPDATE ntask.attempt a SET invoked_at = pg_catalog.now() "
+	"WHERE a.task_id OPERATOR(pg_catalog.=) $1 "
+	"  AND a.token OPERATOR(pg_catalog.=) $2 "
+	"  AND a.ended_at IS NULL AND a.invoked_at IS NULL",
+	2, {INT8OID, INT8OID}
+};
+
+static NtaskPlan lease_attempt_plan = {
+	"attempt lookup",
+	"SELECT a.ended_at IS NULL AND a.invoked_at IS NOT NULL "
+	"FROM ntask.attempt a "
+	"WHERE a.task_id OPERATOR(pg_catalog.=) $1 "
+	"  AND a.token OPERATOR(pg_catalog.=) $2",
+	2, {INT8OID, INT8OID}
+};
+
+/*
+ * NtaskCheckTokenIssued
+ *		Raise P0002 when the task does not exist, NT003 when token was never
+ *		issued for it (above the task's current token, or below 1).  Runs
+ *		inside the caller's SPI connection.
+ */
+void
+NtaskCheckTokenIssued(int64 task_id, int64 token)
+{
+	Datum		values[1];
+	int64		current;
+
+	values[0] = Int64GetDatum(task_id);
+	if (NtaskExecPlan(&lease_token_plan, values, NULL, SPI_OK_SELECT) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_NO_DATA_FOUND),
+				 errmsg("ntask: task %lld does not exist", (long long) task_id)));
+	current = NtaskGetInt64(0, 1);
+	if (token < 1 || token > current)
+		ereport(ERROR,
+				(errcode(ERRCODE_NTASK_TOKEN_NOT_ISSUED),
+				 errmsg("ntask: token %lld was never issued for task %lld",
+						(long long) token, (long long) task_id),
+				 errdetail("The task's latest token is %lld.", (long long) current)));
+}
+
+/*
+ * ntask_heartbeat(task_id, token, lease DEFAULT NULL) RETURNS timestamptz
+ *		Extend the lease held by token to now() + lease (the queue's lease
+ *		when NULL).  Returns the new lease_until, or NULL when token no
+ *		longer holds the task (taken over, finished or canceled): the worker
+ *		must stop.  A lease that expired but was not yet taken over is
+ *		still the token's and is extended.
+ */
+Datum
+ntask_heartbeat(PG_FUNCTION_ARGS)
+{
+	int64		task_id = NtaskArgInt64(fcinfo, 0, "task_id");
+	int64		token = NtaskArgInt64(fcinfo, 1, "token");
+	Datum		values[3];
+	char		nulls[3] = {' ', ' ', ' '};
+	Datum		result = (Datum) 0;
+	bool		found;
+
+	if (!PG_ARGISNULL(2))
+		NtaskCheckPositiveInterval(PG_GETARG_INTERVAL_P(2), "lease");
+	values[0] = Int64GetDatum(task_id);
+	values[1] = Int64GetDatum(token);
+	values[2] = PG_ARGISNULL(2) ? (Datum) 0 : PG_GETARG_DATUM(2);
+	nulls[2] = PG_ARGISNULL(2) ? 'n' : ' ';
+
+	SPI_connect();
+	found = NtaskExecPlan(&lease_heartbeat_plan, values, nulls,
+						  SPI_OK_UPDATE_RETURNING) == 1;
+	if (found)
+	{
+		bool		isnull;
+
+		result = NtaskGetDatum(0, 1, &isnull);	/* by value: survives SPI_finish */
+	}
+	else
+		NtaskCheckTokenIssued(task_id, token);
+	SPI_finish();
+
+	if (!found)
+		PG_RETURN_NULL();
+	PG_RETURN_DATUM(result);
+}
+
+/*
+ * ntask_invoked(task_id, token) RETURNS text
+ *		Record that the attempt is about to make its external call, so a
+ *		crash from here on leaves an outcome the ledger calls unknown.
+ *		Returns 'applied', 'duplicate' (already recorded for this open
+ *		attempt) or 'stale' (the attempt is closed: do not call out).
+ */
+Datum
+ntask_invoked(PG_FUNCTION_ARGS)
+{
+	int64		task_id = NtaskArgInt64(fcinfo, 0, "task_id");
+	int64		token = NtaskArgInt64(fcinfo, 1, "token");
+	Datum		values[2];
+	const char *result;
+
+	values[0] = Int64GetDatum(task_id);
+	values[1] = Int64GetDatum(token);
+
+	SPI_connect();
+	if (NtaskExecPlan(&lease_invoked_plan, values, NULL, SPI_OK_UPDATE) == 1)
+		result = "applied";
+	else
+	{
+		NtaskCheckTokenIssued(task_id, token);
+		if (NtaskExecPlan(&lease_attempt_plan, values, NULL, SPI_OK_SELECT) == 1 &&
+			NtaskGetBool(0, 1))
+			result = "duplicate";
+		else
+			result = "stale";
+	}
+	SPI_finish();
+	PG_RETURN_TEXT_P(cstring_to_text(result));
+}

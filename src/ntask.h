@@ -1,0 +1,107 @@
+/*-------------------------------------------------------------------------
+ *
+ * ntask.h
+ *	  Shared declarations of the ntask extension: SQLSTATEs, GUCs, the saved
+ *	  SPI plan helper, argument checks, and the entry points each .c file
+ *	  exports to the others.
+ *
+ * Exported internals use the NtaskXxx() prefix; SQL-callable C symbols
+ * equal their SQL names (ntask_claim, ...).  File-local statics use a short
+ * per-file prefix.
+ *
+ * IDENTIFICATION
+ *	  src/ntask.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef NTASK_H
+#define NTASK_H
+
+#include "postgres.h"
+
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "utils/jsonb.h"
+#include "utils/timestamp.h"
+
+/*
+ * ntask's own SQLSTATEs (class NT).  Standard codes are used wherever one
+ * fits (42704 unknown queue, P0002 unknown task, 22023 bad argument,
+ * 22004 NULL argument, 22001 value too long); docs/errors.md lists all.
+ */
+#define ERRCODE_NTASK_KEY_CONFLICT			MAKE_SQLSTATE('N','T','0','0','1')
+#define ERRCODE_NTASK_INVALID_TASK_STATE	MAKE_SQLSTATE('N','T','0','0','2')
+#define ERRCODE_NTASK_TOKEN_NOT_ISSUED		MAKE_SQLSTATE('N','T','0','0','3')
+#define ERRCODE_NTASK_DIGEST_VERSION		MAKE_SQLSTATE('N','T','0','0','4')
+#define ERRCODE_NTASK_GUARD_ANSWER			MAKE_SQLSTATE('N','T','0','0','5')
+
+/* limits on caller-supplied values */
+#define NTASK_MAX_KEY_LEN		512		/* task_key, bytes */
+#define NTASK_MAX_NAME_LEN		200		/* worker, actor, outcome, stage */
+#define NTASK_MAX_REASON_LEN	2000	/* audit reasons */
+#define NTASK_MAX_CLAIM			1000	/* max_tasks per ntask_claim call */
+
+/* the digest algorithm ntask writes today (see digest.c) */
+#define NTASK_DIGEST_VERSION	1
+#define NTASK_DIGEST_LEN		32
+
+/* GUCs (ntask.c) */
+extern bool ntask_backoff_jitter;
+
+/*
+ * A statement prepared once per backend with SPI_prepare + SPI_keepplan.
+ * Declared as a static in the file that owns the SQL; "plan" starts NULL.
+ */
+#define NTASK_PLAN_MAX_ARGS 16
+typedef struct NtaskPlan
+{
+	const char *name;			/* for error messages */
+	const char *sql;
+	int			nargs;
+	Oid			argtypes[NTASK_PLAN_MAX_ARGS];
+	SPIPlanPtr	plan;
+} NtaskPlan;
+
+/* spi_util.c */
+extern int	NtaskExecPlan(NtaskPlan *p, Datum *values, const char *nulls,
+						  int expected_rc);
+extern Datum NtaskGetDatum(int row, int col, bool *isnull);
+extern text *NtaskGetText(int row, int col);
+extern char *NtaskGetCString(int row, int col);
+extern int64 NtaskGetInt64(int row, int col);
+extern int32 NtaskGetInt32(int row, int col);
+extern bool NtaskGetBool(int row, int col);
+extern text *NtaskArgText(FunctionCallInfo fcinfo, int argno,
+						  const char *argname, int maxlen);
+extern int64 NtaskArgInt64(FunctionCallInfo fcinfo, int argno,
+						   const char *argname);
+extern void NtaskCheckPositiveInterval(Interval *iv, const char *argname);
+extern void NtaskAudit(const char *actor, const char *action, int64 task_id,
+					   const char *queue, const char *reason,
+					   const char *from_state, const char *to_state);
+
+/* digest.c */
+extern bytea *NtaskDigest(Jsonb *jb, int version);
+
+/* guard.c */
+typedef enum NtaskGuardVerdict
+{
+	NTASK_GUARD_PROCEED,
+	NTASK_GUARD_SKIP,
+	NTASK_GUARD_CANCEL
+} NtaskGuardVerdict;
+
+extern NtaskGuardVerdict NtaskRunGuard(Oid guard, text *task_key, Jsonb *payload,
+									   char **reason);
+
+/* lease.c */
+extern void NtaskCheckTokenIssued(int64 task_id, int64 token);
+
+/* repair.c */
+extern void NtaskFinishTask(int64 task_id, const char *to_state,
+							 const char *reason, const char *attempt_result);
+
+/* transition.c */
+extern TimestampTz NtaskBackoff(int attempt, Interval *base, Interval *max);
+
+#endif							/* NTASK_H */

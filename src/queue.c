@@ -1,0 +1,238 @@
+/*-------------------------------------------------------------------------
+ *
+ * queue.c
+ *	  ntask_queue_set and ntask_queue_clear_guard: per-queue policy.
+ *
+ * A queue row holds the budget (max_attempts including the first, total
+ * deadline), the default lease, the backoff curve, an optional guard and
+ * an optional dispatch target.  Tasks copy max_attempts and the deadline
+ * at enqueue, so a policy change never rewrites the budget of a task that
+ * is already in flight.  Policy changes are audited.
+ *
+ * IDENTIFICATION
+ *	  src/queue.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "ntask.h"
+
+#include "access/htup_details.h"
+#include "catalog/pg_proc.h"
+#include "catalog/pg_type.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "utils/acl.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
+#include "utils/regproc.h"
+#include "utils/syscache.h"
+
+PG_FUNCTION_INFO_V1(ntask_queue_set);
+PG_FUNCTION_INFO_V1(ntask_queue_clear_guard);
+
+static NtaskPlan queue_insert_plan = {
+	"queue insert",
+	"INSERT INTO ntask.queue (queue) VALUES ($1) "
+	"ON CONFLICT (queue) DO NOTHING",
+	1, {TEXTOID}
+};
+
+static NtaskPlan queue_update_plan = {
+	"queue update",
+	"UPDATE ntask.queue q SET "
+	"  max_attempts = coalesce($2, q.max_attempts), "
+	"  total_deadline = coalesce($3, q.total_deadline), "
+	"  lease = coalesce($4, q.lease), "
+	"  backoff_base = coalesce($5, q.backoff_base), "
+	"  backoff_max = coalesce($6, q.backoff_max), "
+	"  guard = coalesce($7, q.guard), "
+	"  target = coalesce($8, q.target), "
+	"  retention = coalesce($9, q.retention), "
+	"  updated_at = pg_catalog.now() "
+	"WHERE q.queue OPERATOR(pg_catalog.=) $1 "
+	"RETURNING q.*, "
+	"  (q.backoff_max OPERATOR(pg_catalog.>=) q.backoff_base) AS backoff_ok",
+	9, {TEXTOID, INT4OID, INTERVALOID, INTERVALOID, INTERVALOID, INTERVALOID,
+	REGPROCEDUREOID, JSONBOID, INTERVALOID}
+};
+
+static NtaskPlan queue_clear_guard_plan = {
+	"queue clear guard",
+	"UPDATE ntask.queue SET guard = NULL, updated_at = pg_catalog.now() "
+	"WHERE queue OPERATOR(pg_catalog.=) $1",
+	1, {TEXTOID}
+};
+
+static void queue_check_name(text *name);
+static void queue_check_guard(Oid guard);
+
+/*
+ * queue_check_name
+ *		Queue names are 1-63 characters of [A-Za-z0-9_.:-]; anything else
+ *		raises 22023 before the table's CHECK would.
+ */
+static void
+queue_check_name(text *name)
+{
+	const char *s = VARDATA_ANY(name);
+	int			len = VARSIZE_ANY_EXHDR(name);
+	int			i;
+
+	for (i = 0; i < len; i++)
+	{
+		char		c = s[i];
+
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+			  (c >= '0' && c <= '9') || c == '_' || c == '.' || c == ':' ||
+			  c == '-'))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("ntask: invalid queue name \"%s\"",
+							text_to_cstring(name)),
+					 errhint("Use 1 to 63 letters, digits, '_', '.', ':' or '-'.")));
+	}
+}
+
+/*
+ * queue_check_guard
+ *		A guard must be a function (task_key text, payload jsonb) RETURNS
+ *		text that the current user may execute; anything else raises 22023
+ *		(42501 for a missing EXECUTE privilege).
+ */
+static void
+queue_check_guard(Oid guard)
+{
+	HeapTuple	tup;
+	Form_pg_proc proc;
+	bool		ok;
+
+	tup = SearchSysCache1(PROCOID, ObjectIdGetDatum(guard));
+	if (!HeapTupleIsValid(tup))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_FUNCTION),
+				 errmsg("ntask: guard function %u does not exist", guard)));
+	proc = (Form_pg_proc) GETSTRUCT(tup);
+	ok = proc->prokind == PROKIND_FUNCTION &&
+		!proc->proretset &&
+		proc->prorettype == TEXTOID &&
+		proc->pronargs == 2 &&
+		proc->proargtypes.values[0] == TEXTOID &&
+		proc->proargtypes.values[1] == JSONBOID;
+	ReleaseSysCache(tup);
+	if (!ok)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ntask: guard %s has the wrong signature",
+						format_procedure(guard)),
+				 errhint("A guard is a function (task_key text, payload jsonb) RETURNS text "
+						 "answering 'proceed', 'skip[: reason]' or 'cancel[: reason]'.")));
+	if (pg_proc_aclcheck(guard, GetUserId(), ACL_EXECUTE) != ACLCHECK_OK)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("ntask: permission denied for guard %s",
+						format_procedure(guard))));
+}
+
+/*
+ * ntask_queue_set(queue, max_attempts, total_deadline, lease, backoff_base,
+ *				   backoff_max, guard, target, retention) RETURNS SETOF ntask.queue
+ *		Create the queue or update the given fields (NULL keeps the current
+ *		value, or the table default for a new queue).  Returns the row.
+ *		Takes the queue row's lock until the caller's transaction ends.
+ */
+Datum
+ntask_queue_set(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	text	   *queue = NtaskArgText(fcinfo, 0, "queue", 63);
+	Datum		values[9];
+	char		nulls[9];
+	int			i;
+	char	   *qname;
+
+	queue_check_name(queue);
+	if (!PG_ARGISNULL(1) &&
+		(PG_GETARG_INT32(1) < 1 || PG_GETARG_INT32(1) > 1000))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ntask: max_attempts must be between 1 and 1000"),
+				 errdetail("max_attempts counts every attempt, including the first.")));
+	if (!PG_ARGISNULL(2))
+		NtaskCheckPositiveInterval(PG_GETARG_INTERVAL_P(2), "total_deadline");
+	if (!PG_ARGISNULL(3))
+		NtaskCheckPositiveInterval(PG_GETARG_INTERVAL_P(3), "lease");
+	if (!PG_ARGISNULL(4))
+		NtaskCheckPositiveInterval(PG_GETARG_INTERVAL_P(4), "backoff_base");
+	if (!PG_ARGISNULL(5))
+		NtaskCheckPositiveInterval(PG_GETARG_INTERVAL_P(5), "backoff_max");
+	if (!PG_ARGISNULL(6))
+		queue_check_guard(PG_GETARG_OID(6));
+	if (!PG_ARGISNULL(7))
+	{
+		Jsonb	   *target = PG_GETARG_JSONB_P(7);
+
+		if (!JB_ROOT_IS_OBJECT(target))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("ntask: target must be a JSON object")));
+	}
+	if (!PG_ARGISNULL(8))
+		NtaskCheckPositiveInterval(PG_GETARG_INTERVAL_P(8), "retention");
+
+	for (i = 0; i < 9; i++)
+	{
+		values[i] = PG_ARGISNULL(i) ? (Datum) 0 : PG_GETARG_DATUM(i);
+		nulls[i] = PG_ARGISNULL(i) ? 'n' : ' ';
+	}
+	values[0] = PointerGetDatum(queue);
+	qname = text_to_cstring(queue);
+
+	InitMaterializedSRF(fcinfo, 0);
+	SPI_connect();
+	NtaskExecPlan(&queue_insert_plan, values, NULL, SPI_OK_INSERT);
+	if (NtaskExecPlan(&queue_update_plan, values, nulls,
+					  SPI_OK_UPDATE_RETURNING) != 1)
+		elog(ERROR, "ntask: queue \"%s\" vanished during update", qname);
+	if (!NtaskGetBool(0, SPI_tuptable->tupdesc->natts))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ntask: backoff_max must not be less than backoff_base")));
+	{
+		Datum		rowvals[16];
+		bool		rownulls[16];
+		int			natts = rsinfo->setDesc->natts;
+
+		Assert(natts < 16 && natts < SPI_tuptable->tupdesc->natts);
+		for (i = 0; i < natts; i++)
+			rowvals[i] = NtaskGetDatum(0, i + 1, &rownulls[i]);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc,
+							 rowvals, rownulls);
+	}
+	NtaskAudit(GetUserNameFromId(GetUserId(), false), "queue_set", 0, qname,
+			   "policy updated", NULL, NULL);
+	SPI_finish();
+	return (Datum) 0;
+}
+
+/*
+ * ntask_queue_clear_guard(queue text) RETURNS void
+ *		Remove a queue's guard.  Unknown queue: 42704.
+ */
+Datum
+ntask_queue_clear_guard(PG_FUNCTION_ARGS)
+{
+	text	   *queue = NtaskArgText(fcinfo, 0, "queue", 63);
+	Datum		values[1];
+	char	   *qname = text_to_cstring(queue);
+
+	values[0] = PointerGetDatum(queue);
+	SPI_connect();
+	if (NtaskExecPlan(&queue_clear_guard_plan, values, NULL, SPI_OK_UPDATE) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("ntask: queue \"%s\" does not exist", qname)));
+	NtaskAudit(GetUserNameFromId(GetUserId(), false), "queue_clear_guard", 0,
+			   qname, "guard removed", NULL, NULL);
+	SPI_finish();
+	PG_RETURN_VOID();
+}

@@ -1,0 +1,250 @@
+/*-------------------------------------------------------------------------
+ *
+ * repair.c
+ *	  Administrative actions: ntask_replay, ntask_cancel,
+ *	  ntask_repair_assign, and NtaskFinishTask (shared with claim's guard).
+ *
+ * Every action locks the task row first (FOR UPDATE), checks the state it
+ * starts from, and writes an ntask.audit row in the same transaction, so
+ * the action and its audit record commit together or not at all.
+ *
+ * Cancel of a leased task closes the open attempt (result canceled); the
+ * worker's token is then stale for ntask_transition and ntask_invoked.
+ * Replay re-runs the queue's guard, then grants a fresh budget: attempts
+ * keep counting (the ledger is never rewritten) and max_attempts becomes
+ * attempts + the queue's max_attempts; the deadline restarts from now.
+ *
+ * IDENTIFICATION
+ *	  src/repair.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "ntask.h"
+
+#include "catalog/pg_type.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+
+PG_FUNCTION_INFO_V1(ntask_replay);
+PG_FUNCTION_INFO_V1(ntask_cancel);
+PG_FUNCTION_INFO_V1(ntask_repair_assign);
+
+static NtaskPlan rep_lock_plan = {
+	"admin lock",
+	"SELECT t.state, t.queue, t.task_key, t.payload, q.guard "
+	"FROM ntask.task t JOIN ntask.queue q "
+	"  ON q.queue OPERATOR(pg_catalog.=) t.queue "
+	"WHERE t.task_id OPERATOR(pg_catalog.=) $1 FOR UPDATE OF t",
+	1, {INT8OID}
+};
+
+static NtaskPlan rep_finish_plan = {
+	"finish task",
+	"WITH closed AS ( "
+	"  UPDATE ntask.attempt a SET ended_at = pg_catalog.now(), result = $4, "
+	"    outcome_known = (a.invoked_at IS NULL) "
+	"  WHERE a.task_id OPERATOR(pg_catalog.=) $1 AND a.ended_at IS NULL "
+	"  RETURNING (a.invoked_at IS NOT NULL) AS was_invoked "
+	") "
+	"UPDATE ntask.task t SET state = $2, reason = $3, due_at = NULL, "
+	"  lease_owner = NULL, lease_until = NULL, "
+	"  finished_at = pg_catalog.now(), updated_at = pg_catalog.now(), "
+	"  unknown_attempts = t.unknown_attempts OPERATOR(pg_catalog.+) "
+	"    (SELECT pg_catalog.count(*) FROM closed c WHERE c.was_invoked)::integer "
+	"WHERE t.task_id OPERATOR(pg_catalog.=) $1",
+	4, {INT8OID, TEXTOID, TEXTOID, TEXTOID}
+};
+
+static NtaskPlan rep_replay_plan = {
+	"replay",
+	"UPDATE ntask.task t SET state = 'ready', "
+	"  run_at = pg_catalog.now(), due_at = pg_catalog.now(), "
+	"  max_attempts = t.attempts OPERATOR(pg_catalog.+) q.max_attempts, "
+	"  deadline = pg_catalog.now() OPERATOR(pg_catalog.+) q.total_deadline, "
+	"  reason = NULL, repair_owner = NULL, repair_next_action = NULL, "
+	"  finished_at = NULL, updated_at = pg_catalog.now() "
+	"FROM ntask.queue q "
+	"WHERE t.task_id OPERATOR(pg_catalog.=) $1 "
+	"  AND q.queue OPERATOR(pg_catalog.=) t.queue",
+	1, {INT8OID}
+};
+
+static NtaskPlan rep_assign_plan = {
+	"repair assign",
+	"UPDATE ntask.task SET repair_owner = $2, repair_next_action = $3, "
+	"  updated_at = pg_catalog.now() "
+	"WHERE task_id OPERATOR(pg_catalog.=) $1",
+	3, {INT8OID, TEXTOID, TEXTOID}
+};
+
+static char *rep_lock(int64 task_id);
+static void rep_wrong_state(int64 task_id, const char *state, const char *action,
+							const char *needed);
+
+/*
+ * rep_lock
+ *		Lock the task row; returns its state (palloc'd).  P0002 if missing.
+ *		SPI_tuptable then holds (state, queue, task_key, payload, guard).
+ */
+static char *
+rep_lock(int64 task_id)
+{
+	Datum		values[1];
+
+	values[0] = Int64GetDatum(task_id);
+	if (NtaskExecPlan(&rep_lock_plan, values, NULL, SPI_OK_SELECT) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_NO_DATA_FOUND),
+				 errmsg("ntask: task %lld does not exist", (long long) task_id)));
+	return NtaskGetCString(0, 1);
+}
+
+/* rep_wrong_state: raise NT002 for an action not allowed in state. */
+static void
+rep_wrong_state(int64 task_id, const char *state, const char *action,
+				const char *needed)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_NTASK_INVALID_TASK_STATE),
+			 errmsg("ntask: cannot %s task %lld in state %s",
+					action, (long long) task_id, state),
+			 errdetail("Only %s tasks can be %s.", needed,
+					   strcmp(action, "replay") == 0 ? "replayed" :
+					   strcmp(action, "cancel") == 0 ? "canceled" : "assigned")));
+}
+
+/*
+ * NtaskFinishTask
+ *		Move a task the caller has locked to a terminal state with a reason,
+ *		closing its open attempt (if any) with attempt_result; an attempt
+ *		that had been invoked is counted as an unknown outcome.
+ */
+void
+NtaskFinishTask(int64 task_id, const char *to_state, const char *reason,
+				const char *attempt_result)
+{
+	Datum		values[4];
+
+	values[0] = Int64GetDatum(task_id);
+	values[1] = CStringGetTextDatum(to_state);
+	values[2] = CStringGetTextDatum(reason);
+	values[3] = CStringGetTextDatum(attempt_result);
+	NtaskExecPlan(&rep_finish_plan, values, NULL, SPI_OK_UPDATE);
+}
+
+/*
+ * ntask_cancel(task_id, actor, reason) RETURNS text
+ *		Cancel an unfinished task (ready, retry_wait, leased or
+ *		repair_required).  Returns 'applied', or 'duplicate' when it was
+ *		already canceled.  succeeded/skipped tasks raise NT002.
+ */
+Datum
+ntask_cancel(PG_FUNCTION_ARGS)
+{
+	int64		task_id = NtaskArgInt64(fcinfo, 0, "task_id");
+	char	   *actor = text_to_cstring(NtaskArgText(fcinfo, 1, "actor", NTASK_MAX_NAME_LEN));
+	char	   *reason = text_to_cstring(NtaskArgText(fcinfo, 2, "reason", NTASK_MAX_REASON_LEN));
+	char	   *state;
+	char	   *queue;
+	const char *result = "applied";
+
+	SPI_connect();
+	state = rep_lock(task_id);
+	queue = NtaskGetCString(0, 2);
+	if (strcmp(state, "canceled") == 0)
+		result = "duplicate";
+	else if (strcmp(state, "succeeded") == 0 || strcmp(state, "skipped") == 0)
+		rep_wrong_state(task_id, state, "cancel", "unfinished or repair_required");
+	else
+	{
+		NtaskFinishTask(task_id, "canceled", reason, "canceled");
+		NtaskAudit(actor, "cancel", task_id, queue, reason, state, "canceled");
+	}
+	SPI_finish();
+	PG_RETURN_TEXT_P(cstring_to_text(result));
+}
+
+/*
+ * ntask_replay(task_id, actor, reason) RETURNS text
+ *		Audited replay of a repair_required task.  The queue's guard runs
+ *		first: skip/cancel finish the task instead (and say so).  Returns the
+ *		task's new state: ready, skipped or canceled.  Other states: NT002.
+ */
+Datum
+ntask_replay(PG_FUNCTION_ARGS)
+{
+	int64		task_id = NtaskArgInt64(fcinfo, 0, "task_id");
+	char	   *actor = text_to_cstring(NtaskArgText(fcinfo, 1, "actor", NTASK_MAX_NAME_LEN));
+	char	   *reason = text_to_cstring(NtaskArgText(fcinfo, 2, "reason", NTASK_MAX_REASON_LEN));
+	char	   *state;
+	char	   *queue;
+	const char *to_state = "ready";
+	bool		isnull;
+	Datum		guard;
+	Datum		values[1];
+
+	SPI_connect();
+	state = rep_lock(task_id);
+	queue = NtaskGetCString(0, 2);
+	if (strcmp(state, "repair_required") != 0)
+		rep_wrong_state(task_id, state, "replay", "repair_required");
+
+	guard = NtaskGetDatum(0, 5, &isnull);
+	if (!isnull)
+	{
+		char	   *why;
+		NtaskGuardVerdict v;
+
+		v = NtaskRunGuard(DatumGetObjectId(guard),
+						  DatumGetTextPP(NtaskGetDatum(0, 3, &isnull)),
+						  DatumGetJsonbP(NtaskGetDatum(0, 4, &isnull)), &why);
+		if (v != NTASK_GUARD_PROCEED)
+		{
+			to_state = v == NTASK_GUARD_SKIP ? "skipped" : "canceled";
+			NtaskFinishTask(task_id, to_state,
+							why ? why : psprintf("guard: %s on replay",
+												 v == NTASK_GUARD_SKIP ? "skip" : "cancel"),
+							"guard");
+		}
+	}
+	if (strcmp(to_state, "ready") == 0)
+	{
+		values[0] = Int64GetDatum(task_id);
+		NtaskExecPlan(&rep_replay_plan, values, NULL, SPI_OK_UPDATE);
+	}
+	NtaskAudit(actor, "replay", task_id, queue, reason, state, to_state);
+	SPI_finish();
+	PG_RETURN_TEXT_P(cstring_to_text(to_state));
+}
+
+/*
+ * ntask_repair_assign(task_id, owner, next_action) RETURNS void
+ *		Record who owns a repair_required task and what they will do next.
+ *		Audited with the current database user as actor.
+ */
+Datum
+ntask_repair_assign(PG_FUNCTION_ARGS)
+{
+	int64		task_id = NtaskArgInt64(fcinfo, 0, "task_id");
+	text	   *owner = NtaskArgText(fcinfo, 1, "owner", NTASK_MAX_NAME_LEN);
+	text	   *next = NtaskArgText(fcinfo, 2, "next_action", NTASK_MAX_REASON_LEN);
+	char	   *state;
+	char	   *queue;
+	Datum		values[3];
+
+	SPI_connect();
+	state = rep_lock(task_id);
+	queue = NtaskGetCString(0, 2);
+	if (strcmp(state, "repair_required") != 0)
+		rep_wrong_state(task_id, state, "assign", "repair_required");
+	values[0] = Int64GetDatum(task_id);
+	values[1] = PointerGetDatum(owner);
+	values[2] = PointerGetDatum(next);
+	NtaskExecPlan(&rep_assign_plan, values, NULL, SPI_OK_UPDATE);
+	NtaskAudit(GetUserNameFromId(GetUserId(), false), "repair_assign", task_id,
+			   queue, psprintf("owner %s: %s", text_to_cstring(owner),
+							   text_to_cstring(next)),
+			   state, state);
+	SPI_finish();
+	PG_RETURN_VOID();
+}

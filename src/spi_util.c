@@ -1,0 +1,221 @@
+/*-------------------------------------------------------------------------
+ *
+ * spi_util.c
+ *	  The one SPI pattern ntask uses (saved plans in statics, every return
+ *	  code checked), result accessors, argument checks shared by the SQL
+ *	  entry points, and the audit writer.
+ *
+ * All functions here run inside an SPI connection opened by the caller;
+ * values they return live in the current (SPI procedure) memory context
+ * unless noted.
+ *
+ * IDENTIFICATION
+ *	  src/spi_util.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "ntask.h"
+
+#include "catalog/pg_type.h"
+#include "utils/builtins.h"
+
+static NtaskPlan spi_audit_plan = {
+	"audit insert",
+	"INSERT INTO ntask.audit (actor, action, task_id, queue, reason, "
+	"                         from_state, to_state) "
+	"VALUES ($1, $2, $3, $4, $5, $6, $7)",
+	7, {TEXTOID, TEXTOID, INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID}
+};
+
+/*
+ * NtaskExecPlan
+ *		Prepare p once per backend (SPI_prepare + SPI_keepplan), execute it
+ *		with the given parameters, and check the return code.
+ *
+ * nulls follows SPI conventions (' ' not null, 'n' null) and may be NULL.
+ * Raises an internal error when SPI returns anything but expected_rc.
+ * Returns SPI_processed.  Results are in SPI_tuptable.
+ */
+int
+NtaskExecPlan(NtaskPlan *p, Datum *values, const char *nulls, int expected_rc)
+{
+	int			rc;
+
+	if (p->plan == NULL)
+	{
+		SPIPlanPtr	plan = SPI_prepare(p->sql, p->nargs, p->argtypes);
+
+		if (plan == NULL)
+			elog(ERROR, "ntask: could not prepare %s: %s",
+				 p->name, SPI_result_code_string(SPI_result));
+		if (SPI_keepplan(plan) != 0)
+			elog(ERROR, "ntask: could not keep plan %s", p->name);
+		p->plan = plan;
+	}
+
+	rc = SPI_execute_plan(p->plan, values, nulls, false, 0);
+	if (rc != expected_rc)
+		elog(ERROR, "ntask: %s failed: %s", p->name, SPI_result_code_string(rc));
+	return (int) SPI_processed;
+}
+
+/*
+ * NtaskGetDatum
+ *		Column col (1-based) of row of the last SPI result.
+ */
+Datum
+NtaskGetDatum(int row, int col, bool *isnull)
+{
+	Assert(SPI_tuptable != NULL && row < (int) SPI_tuptable->numvals);
+	return SPI_getbinval(SPI_tuptable->vals[row], SPI_tuptable->tupdesc,
+						 col, isnull);
+}
+
+/* NtaskGetText: a text column, or NULL for SQL NULL. */
+text *
+NtaskGetText(int row, int col)
+{
+	bool		isnull;
+	Datum		d = NtaskGetDatum(row, col, &isnull);
+
+	return isnull ? NULL : DatumGetTextPP(d);
+}
+
+/* NtaskGetCString: a text column as a palloc'd C string, or NULL. */
+char *
+NtaskGetCString(int row, int col)
+{
+	text	   *t = NtaskGetText(row, col);
+
+	return t ? text_to_cstring(t) : NULL;
+}
+
+/* NtaskGetInt64: a bigint column; SQL NULL reads as 0. */
+int64
+NtaskGetInt64(int row, int col)
+{
+	bool		isnull;
+	Datum		d = NtaskGetDatum(row, col, &isnull);
+
+	return isnull ? 0 : DatumGetInt64(d);
+}
+
+/* NtaskGetInt32: an integer column; SQL NULL reads as 0. */
+int32
+NtaskGetInt32(int row, int col)
+{
+	bool		isnull;
+	Datum		d = NtaskGetDatum(row, col, &isnull);
+
+	return isnull ? 0 : DatumGetInt32(d);
+}
+
+/* NtaskGetBool: a boolean column; SQL NULL reads as false. */
+bool
+NtaskGetBool(int row, int col)
+{
+	bool		isnull;
+	Datum		d = NtaskGetDatum(row, col, &isnull);
+
+	return isnull ? false : DatumGetBool(d);
+}
+
+/*
+ * NtaskArgText
+ *		Fetch a required text argument: NULL raises 22004, an empty string
+ *		22023, more than maxlen bytes 22001.
+ */
+text *
+NtaskArgText(FunctionCallInfo fcinfo, int argno, const char *argname, int maxlen)
+{
+	text	   *t;
+	int			len;
+
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("ntask: %s must not be NULL", argname)));
+	t = PG_GETARG_TEXT_PP(argno);
+	len = VARSIZE_ANY_EXHDR(t);
+	if (len == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ntask: %s must not be empty", argname)));
+	if (len > maxlen)
+		ereport(ERROR,
+				(errcode(ERRCODE_STRING_DATA_RIGHT_TRUNCATION),
+				 errmsg("ntask: %s is too long", argname),
+				 errdetail("It is %d bytes; the limit is %d.", len, maxlen)));
+	return t;
+}
+
+/*
+ * NtaskArgInt64
+ *		Fetch a required bigint argument; NULL raises 22004.
+ */
+int64
+NtaskArgInt64(FunctionCallInfo fcinfo, int argno, const char *argname)
+{
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("ntask: %s must not be NULL", argname)));
+	return PG_GETARG_INT64(argno);
+}
+
+/*
+ * NtaskCheckPositiveInterval
+ *		Raise 22023 unless iv is strictly positive and finite-sized
+ *		(at most 10 years; a longer lease or deadline is a typo).
+ */
+void
+NtaskCheckPositiveInterval(Interval *iv, const char *argname)
+{
+	Interval	zero = {0};
+	Interval	ten_years = {0};
+
+	ten_years.month = 120;
+	if (DatumGetBool(DirectFunctionCall2(interval_le,
+										 IntervalPGetDatum(iv),
+										 IntervalPGetDatum(&zero))))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ntask: %s must be a positive interval", argname)));
+	if (DatumGetBool(DirectFunctionCall2(interval_gt,
+										 IntervalPGetDatum(iv),
+										 IntervalPGetDatum(&ten_years))))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ntask: %s must not exceed 10 years", argname)));
+}
+
+/*
+ * NtaskAudit
+ *		Append one row to ntask.audit in the caller's transaction, so the
+ *		audit record commits or rolls back with the action it describes.
+ */
+void
+NtaskAudit(const char *actor, const char *action, int64 task_id,
+		   const char *queue, const char *reason,
+		   const char *from_state, const char *to_state)
+{
+	Datum		values[7];
+	char		nulls[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
+
+	values[0] = CStringGetTextDatum(actor);
+	values[1] = CStringGetTextDatum(action);
+	values[2] = Int64GetDatum(task_id);
+	if (task_id == 0)
+		nulls[2] = 'n';
+	values[3] = queue ? CStringGetTextDatum(queue) : (Datum) 0;
+	if (queue == NULL)
+		nulls[3] = 'n';
+	values[4] = CStringGetTextDatum(reason);
+	values[5] = from_state ? CStringGetTextDatum(from_state) : (Datum) 0;
+	if (from_state == NULL)
+		nulls[5] = 'n';
+	values[6] = to_state ? CStringGetTextDatum(to_state) : (Datum) 0;
+	if (to_state == NULL)
+		nulls[6] = 'n';
+	NtaskExecPlan(&spi_audit_plan, values, nulls, SPI_OK_INSERT);
+}
