@@ -1,0 +1,22 @@
+#!/bin/sh
+# scripts/deps.sh: install the Debian 12 packages ntask needs to build and
+# test, if any is missing.  Needs root (or sudo).
+set -eu
+PKGS="make gcc postgresql-15 postgresql-server-dev-15 postgresql-15-cron libcurl4-openssl-dev libipc-run-perl"
+missing=""
+for p in $PKGS; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+echo "ntask: installing$missing"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+# the server package must not create and start a default cluster: the tests
+# run their own throwaway clusters on their own ports
+if [ ! -e /etc/postgresql-common/createcluster.conf ] || ! grep -q '^create_main_cluster = false' /etc/postgresql-common/createcluster.conf; then
+	$SUDO mkdir -p /etc/postgresql-common
+	echo "create_main_cluster = false" | $SUDO tee -a /etc/postgresql-common/createcluster.conf >/dev/null
+fi
+$SUDO apt-get install -y -qq $missing >/dev/null
