@@ -50,8 +50,9 @@ static NtaskPlan queue_update_plan = {
 	"  retention = coalesce($9, q.retention), "
 	"  updated_at = pg_catalog.now() "
 	"WHERE q.queue OPERATOR(pg_catalog.=) $1 "
-	"RETURNING q.*, "
-	"  (q.backoff_max OPERATOR(pg_catalog.>=) q.backoff_base) AS backoff_ok",
+	"  AND coalesce($6, q.backoff_max) OPERATOR(pg_catalog.>=) "
+	"      coalesce($5, q.backoff_base) "
+	"RETURNING q.*",
 	9, {TEXTOID, INT4OID, INTERVALOID, INTERVALOID, INTERVALOID, INTERVALOID,
 	REGPROCEDUREOID, JSONBOID, INTERVALOID}
 };
@@ -190,10 +191,9 @@ ntask_queue_set(PG_FUNCTION_ARGS)
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
 	NtaskExecPlan(&queue_insert_plan, values, NULL, SPI_OK_INSERT);
+	/* the row exists now, so no row back means the backoff check failed */
 	if (NtaskExecPlan(&queue_update_plan, values, nulls,
 					  SPI_OK_UPDATE_RETURNING) != 1)
-		elog(ERROR, "ntask: queue \"%s\" vanished during update", qname);
-	if (!NtaskGetBool(0, SPI_tuptable->tupdesc->natts))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("ntask: backoff_max must not be less than backoff_base")));
@@ -202,7 +202,7 @@ ntask_queue_set(PG_FUNCTION_ARGS)
 		bool		rownulls[16];
 		int			natts = rsinfo->setDesc->natts;
 
-		Assert(natts < 16 && natts < SPI_tuptable->tupdesc->natts);
+		Assert(natts < 16 && natts == SPI_tuptable->tupdesc->natts);
 		for (i = 0; i < natts; i++)
 			rowvals[i] = NtaskGetDatum(0, i + 1, &rownulls[i]);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc,

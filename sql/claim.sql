@@ -1,0 +1,64 @@
+-- claim: leases, fencing tokens, ledger, takeover of expired leases
+SELECT queue FROM ntask_queue_set('work', max_attempts => 3, lease => '30 seconds');
+SELECT count(*) FROM (
+  SELECT ntask_enqueue('work', 'job-' || i, jsonb_build_object('i', i), priority => CASE WHEN i = 4 THEN 10 ELSE 0 END)
+  FROM generate_series(1, 5) i) s;
+SELECT created FROM ntask_enqueue('work', 'job-later', run_at => now() + interval '1 hour');
+-- priority first, then due time, then task_id
+SELECT task_key, payload, attempt, token, prior_outcome,
+       lease_until - now() AS lease
+FROM ntask_claim('work', 'W1', max_tasks => 2);
+-- the default max_tasks is 1; the lease comes from the argument
+SELECT task_key, attempt, token, lease_until - now() AS lease
+FROM ntask_claim('work', 'W1', lease => '2 minutes');
+-- batch claims stop at the due tasks: job-later is not due
+SELECT task_key, attempt, token FROM ntask_claim('work', 'W2', max_tasks => 10);
+SELECT count(*) FROM ntask_claim('work', 'W2', max_tasks => 10);
+SELECT task_key, state, attempts, token, lease_owner FROM ntask.task WHERE queue = 'work' ORDER BY task_key;
+-- one attempt row per claim, open until the attempt ends
+SELECT t.task_key, a.token, a.attempt, a.worker, a.invoked_at IS NOT NULL AS invoked,
+       a.ended_at IS NOT NULL AS ended, a.result
+FROM ntask.attempt a JOIN ntask.task t USING (task_id)
+WHERE t.queue = 'work' ORDER BY t.task_key, a.token;
+
+-- heartbeat extends the lease of the current token
+SELECT task_id AS j1 FROM ntask.task WHERE task_key = 'job-1' \gset
+SELECT ntask_heartbeat(:j1, 1, '10 minutes') - now() AS extended;
+SELECT ntask_heartbeat(:j1, 1) - now() AS queue_default;
+SELECT lease_until > now() + interval '29 seconds' AS extended, due_at = lease_until AS due_is_lease FROM ntask.task WHERE task_id = :j1;
+
+-- ntask_invoked marks the attempt as (possibly) having an effect
+SELECT ntask_invoked(:j1, 1);
+SELECT ntask_invoked(:j1, 1);
+
+-- takeover: expire W1's lease by claiming with a tiny lease
+SELECT queue FROM ntask_queue_set('n9', max_attempts => 3);
+SELECT task_id AS n9 FROM ntask_enqueue('n9', 'notify:u-b:d-b1:m-9:v1') \gset
+SELECT task_key, attempt, token, prior_outcome FROM ntask_claim('n9', 'W1', lease => '1 millisecond');
+SELECT ntask_invoked(:n9, 1);
+SELECT pg_sleep(0.01);
+-- W2 takes over with token 2; W1 had invoked, so the outcome is unknown
+SELECT task_key, attempt, token, prior_outcome FROM ntask_claim('n9', 'W2');
+SELECT token, attempt, worker, result, outcome_known FROM ntask.attempt WHERE task_id = :n9 ORDER BY token;
+SELECT state, token, attempts, unknown_attempts, last_error_class, last_error_stage FROM ntask.task WHERE task_id = :n9;
+-- W1's lease is gone: heartbeat says NULL, invoked says stale
+SELECT ntask_heartbeat(:n9, 1) IS NULL AS lost;
+SELECT ntask_invoked(:n9, 1);
+-- a takeover of an attempt that never invoked keeps its outcome known
+SELECT task_id AS n10 FROM ntask_enqueue('n9', 'notify:u-b:d-b1:m-10:v1') \gset
+SELECT token FROM ntask_claim('n9', 'W1', lease => '1 millisecond');
+SELECT pg_sleep(0.01);
+SELECT task_key, token, prior_outcome FROM ntask_claim('n9', 'W2');
+SELECT token, result, outcome_known FROM ntask.attempt WHERE task_id = :n10 ORDER BY token;
+
+-- nothing to claim: zero rows, no error
+SELECT count(*) FROM ntask_claim('n9', 'W3');
+
+-- the claim uses the ready-set index (finished rows are not in it)
+SET enable_seqscan = off;
+EXPLAIN (COSTS OFF)
+SELECT t.task_id FROM ntask.task t
+WHERE t.queue = 'work' AND t.due_at <= now()
+ORDER BY t.priority DESC, t.due_at, t.task_id
+LIMIT 1 FOR UPDATE SKIP LOCKED;
+RESET enable_seqscan;

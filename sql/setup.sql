@@ -1,0 +1,19 @@
+-- setup: install ntask and check the catalog it creates
+CREATE EXTENSION ntask;
+SELECT extversion FROM pg_extension WHERE extname = 'ntask';
+SHOW ntask.backoff_jitter;
+-- every object the extension creates
+SELECT pg_describe_object(classid, objid, 0) AS object
+FROM pg_depend
+WHERE refclassid = 'pg_extension'::regclass
+  AND refobjid = (SELECT oid FROM pg_extension WHERE extname = 'ntask')
+  AND deptype = 'e'
+ORDER BY 1;
+-- every function and view is documented
+SELECT p.proname FROM pg_proc p
+JOIN pg_depend d ON d.objid = p.oid AND d.deptype = 'e'
+ AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'ntask')
+WHERE obj_description(p.oid, 'pg_proc') IS NULL;
+SELECT c.relname FROM pg_class c
+WHERE c.relnamespace = 'ntask'::regnamespace AND c.relkind IN ('r', 'v')
+  AND obj_description(c.oid, 'pg_class') IS NULL;
