@@ -184,7 +184,9 @@ SELECT * FROM ntask_claim('e', 'W1', 'many');
 SELECT * FROM ntask_enqueue('e', 'k', priority => 'high');
 \echo :SQLSTATE
 -- direct writes that would break the state machine are refused by constraints
+\set VERBOSITY terse
 UPDATE ntask.task SET state = 'leased' WHERE task_id = :k;
 \echo :SQLSTATE
 UPDATE ntask.task SET state = 'finished' WHERE task_id = :k;
 \echo :SQLSTATE
+\set VERBOSITY default
