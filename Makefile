@@ -34,15 +34,7 @@ PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
-# pgindent layout with ntask's own typedefs (Debian package pg-bsd-indent)
-INDENT ?= pg_bsd_indent
-indent:
-	$(INDENT) -bad -bap -bbb -bc -bl -cli1 -cp33 -cdb -nce -d0 -di12 -nfc1 \
-		-i4 -l79 -lp -lpl -nip -npro -sac -tpg -ts4 -U$(srcdir)/typedefs.list \
-		$(srcdir)/src/*.c $(srcdir)/src/*.h
-	rm -f $(srcdir)/src/*.BAK
-
-.PHONY: indent demo test
+.PHONY: demo test
 demo:
 	sh $(srcdir)/scripts/demo.sh
 test:
