@@ -13,6 +13,9 @@ sh scripts/deps.sh || exit 1
 make -s clean >/dev/null 2>&1
 make -s PG_CFLAGS="-Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers" || exit 1
 $SUDO make -s install >/dev/null || exit 1
+# the test clusters run as postgres and write into this tree; give it back
+# to its owner afterwards (git refuses a tree owned by someone else)
+owner=$(stat -c %u:%g .)
 $SUDO chown -R postgres .
 
 $SUDO runuser -u postgres -- make installcheck 2>&1 | tee test.log
@@ -28,6 +31,8 @@ if [ $rc -ne 0 ]; then
 		[ -f "$f" ] && { echo "=== $f (tail)"; tail -n 40 "$f"; }
 	done
 fi
+
+$SUDO chown -R "$owner" .
 
 # one summary line of counts over the three suites
 regress_ok=$(grep -cE '^(ok|test) .*( ok|\.\.\. ok)' test.log || true)
