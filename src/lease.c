@@ -77,16 +77,9 @@ NtaskCheckTokenIssued(int64 task_id, int64 token)
 
 	values[0] = Int64GetDatum(task_id);
 	if (NtaskExecPlan(&lease_token_plan, values, NULL, SPI_OK_SELECT) == 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_NO_DATA_FOUND),
-				 errmsg("ntask: task %lld does not exist", (long long) task_id)));
+		NtaskTaskNotFound(task_id);
 	current = NtaskGetInt64(0, 1);
-	if (token < 1 || token > current)
-		ereport(ERROR,
-				(errcode(ERRCODE_NTASK_TOKEN_NOT_ISSUED),
-				 errmsg("ntask: token %lld was never issued for task %lld",
-						(long long) token, (long long) task_id),
-				 errdetail("The task's latest token is %lld.", (long long) current)));
+	NtaskCheckTokenRange(task_id, token, current);
 }
 
 /*

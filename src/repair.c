@@ -93,9 +93,7 @@ rep_lock(int64 task_id)
 
 	values[0] = Int64GetDatum(task_id);
 	if (NtaskExecPlan(&rep_lock_plan, values, NULL, SPI_OK_SELECT) == 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_NO_DATA_FOUND),
-				 errmsg("ntask: task %lld does not exist", (long long) task_id)));
+		NtaskTaskNotFound(task_id);
 	return NtaskGetCString(0, 1);
 }
 

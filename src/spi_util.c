@@ -164,6 +164,35 @@ NtaskArgInt64(FunctionCallInfo fcinfo, int argno, const char *argname)
 }
 
 /*
+ * NtaskTaskNotFound
+ *		Raise P0002 for an unknown task_id.
+ */
+void
+NtaskTaskNotFound(int64 task_id)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_NO_DATA_FOUND),
+			 errmsg("ntask: task %lld does not exist", (long long) task_id)));
+}
+
+/*
+ * NtaskCheckTokenRange
+ *		Raise NT003 unless 1 <= token <= current, the task's latest token.
+ *		A token outside that range was never issued: a caller bug, never a
+ *		race (races yield stale).
+ */
+void
+NtaskCheckTokenRange(int64 task_id, int64 token, int64 current)
+{
+	if (token < 1 || token > current)
+		ereport(ERROR,
+				(errcode(ERRCODE_NTASK_TOKEN_NOT_ISSUED),
+				 errmsg("ntask: token %lld was never issued for task %lld",
+						(long long) token, (long long) task_id),
+				 errdetail("The task's latest token is %lld.", (long long) current)));
+}
+
+/*
  * NtaskCheckPositiveInterval
  *		Raise 22023 unless iv is strictly positive and finite-sized
  *		(at most 10 years; a longer lease or deadline is a typo).

@@ -224,17 +224,10 @@ ntask_transition(PG_FUNCTION_ARGS)
 	values[0] = Int64GetDatum(task_id);
 	values[1] = Int64GetDatum(token);
 	if (NtaskExecPlan(&tr_lock_plan, values, NULL, SPI_OK_SELECT) == 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_NO_DATA_FOUND),
-				 errmsg("ntask: task %lld does not exist", (long long) task_id)));
+		NtaskTaskNotFound(task_id);
 	state = NtaskGetCString(0, 1);
 	current = NtaskGetInt64(0, 2);
-	if (token < 1 || token > current)
-		ereport(ERROR,
-				(errcode(ERRCODE_NTASK_TOKEN_NOT_ISSUED),
-				 errmsg("ntask: token %lld was never issued for task %lld",
-						(long long) token, (long long) task_id),
-				 errdetail("The task's latest token is %lld.", (long long) current)));
+	NtaskCheckTokenRange(task_id, token, current);
 
 	if (token == current && strcmp(state, "leased") == 0)
 	{
