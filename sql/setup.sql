@@ -17,3 +17,14 @@ WHERE obj_description(p.oid, 'pg_proc') IS NULL;
 SELECT c.relname FROM pg_class c
 WHERE c.relnamespace = 'ntask'::regnamespace AND c.relkind IN ('r', 'v')
   AND obj_description(c.oid, 'pg_class') IS NULL;
+-- the saved plans survive DROP EXTENSION / CREATE EXTENSION in one session
+SELECT queue FROM ntask_queue_set('tmp');
+SELECT created FROM ntask_enqueue('tmp', 'a');
+SELECT token FROM ntask_claim('tmp', 'W1');
+DROP EXTENSION ntask;
+CREATE EXTENSION ntask;
+SELECT queue FROM ntask_queue_set('tmp');
+SELECT created FROM ntask_enqueue('tmp', 'a');
+SELECT task_key, token FROM ntask_claim('tmp', 'W1');
+DROP EXTENSION ntask;
+CREATE EXTENSION ntask;
