@@ -11,6 +11,9 @@ SELECT * FROM ntask_transition(:t1, 1, 'succeeded', outcome => 'provider_accepte
 SELECT result, state FROM ntask_transition(:t1, 1, 'succeeded', outcome => 'provider_accepted');
 -- the same token asking for something else: conflict
 SELECT result, state FROM ntask_transition(:t1, 1, 'retry_wait');
+-- a different outcome label is a different transition too
+SELECT result, state FROM ntask_transition(:t1, 1, 'succeeded', outcome => 'device_received');
+SELECT result, state FROM ntask_transition(:t1, 1, 'succeeded');
 SELECT state, outcome, finished_at IS NOT NULL AS finished, due_at, lease_owner FROM ntask.task WHERE task_id = :t1;
 SELECT token, result, requested, outcome, outcome_known FROM ntask.attempt WHERE task_id = :t1;
 -- succeeded without a label says completed
@@ -18,6 +21,7 @@ SELECT task_id AS t2 FROM ntask_enqueue('tr', 't2') \gset
 SELECT token FROM ntask_claim('tr', 'W1');
 SELECT result, state FROM ntask_transition(:t2, 1, 'succeeded');
 SELECT outcome FROM ntask.task WHERE task_id = :t2;
+SELECT result FROM ntask_transition(:t2, 1, 'succeeded', outcome => 'completed');
 
 -- transient failure: retry_wait with exponential backoff (jitter off in tests)
 SELECT task_id AS t3 FROM ntask_enqueue('tr', 't3') \gset

@@ -12,6 +12,7 @@
  *								   moves (budget and deadline enforced)
  *	otherwise, look at the attempt of this token:
  *	  it asked for this same transition		-> duplicate
+ *	  (same to_state, error class and outcome label)
  *	  it asked for a different one			-> conflict
  *	  it never asked (taken over, canceled)	-> stale
  *
@@ -74,7 +75,7 @@ static NtaskPlan tr_apply_plan = {
 
 static NtaskPlan tr_attempt_plan = {
 	"transition attempt lookup",
-	"SELECT a.requested, a.error_class FROM ntask.attempt a "
+	"SELECT a.requested, a.error_class, a.outcome FROM ntask.attempt a "
 	"WHERE a.task_id OPERATOR(pg_catalog.=) $1 "
 	"  AND a.token OPERATOR(pg_catalog.=) $2",
 	2, {INT8OID, INT8OID}
@@ -83,6 +84,16 @@ static NtaskPlan tr_attempt_plan = {
 static const char *tr_check_args(const char *to_state, const char **error_class,
 								 bool has_outcome, bool has_retry_at);
 static int64 tr_interval_usecs(Interval *iv);
+static bool tr_same(const char *a, const char *b);
+
+/* tr_same: two optional strings are equal (both NULL counts as equal). */
+static bool
+tr_same(const char *a, const char *b)
+{
+	if (a == NULL || b == NULL)
+		return a == b;
+	return strcmp(a, b) == 0;
+}
 
 /*
  * tr_interval_usecs
@@ -296,10 +307,12 @@ ntask_transition(PG_FUNCTION_ARGS)
 		{
 			char	   *req = NtaskGetCString(0, 1);
 			char	   *cls = NtaskGetCString(0, 2);
+			char	   *out = NtaskGetCString(0, 3);
 
+			if (strcmp(to_state, "succeeded") == 0 && outcome == NULL)
+				outcome = "completed";
 			if (strcmp(req, to_state) == 0 &&
-				((cls == NULL && error_class == NULL) ||
-				 (cls != NULL && error_class != NULL && strcmp(cls, error_class) == 0)))
+				tr_same(cls, error_class) && tr_same(out, outcome))
 				result = "duplicate";
 			else
 				result = "conflict";
