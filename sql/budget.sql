@@ -63,3 +63,10 @@ SELECT deadline - run_at AS window FROM ntask.task WHERE task_id = :d4;
 -- a policy change does not rewrite the budget of existing tasks
 SELECT max_attempts FROM ntask_queue_set('d', max_attempts => 2);
 SELECT max_attempts FROM ntask.task WHERE task_id = :d4;
+-- the worker's detail cannot hide why ntask sent a task to repair
+SELECT queue FROM ntask_queue_set('one', max_attempts => 1);
+SELECT task_id AS o1 FROM ntask_enqueue('one', 'once') \gset
+SELECT token FROM ntask_claim('one', 'W1');
+SELECT result, state FROM ntask_transition(:o1, 1, 'retry_wait', detail => '{"reason": "http 503"}');
+SELECT t.reason, a.detail FROM ntask.task t JOIN ntask.attempt a USING (task_id) WHERE task_id = :o1;
+SELECT reason FROM ntask.repair_queue WHERE task_id = :o1;

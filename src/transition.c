@@ -62,15 +62,16 @@ static NtaskPlan tr_apply_plan = {
 	"  last_error_class = coalesce($5, last_error_class), "
 	"  last_error_stage = coalesce($6, last_error_stage), "
 	"  outcome = $8, "
-	"  reason = coalesce($10 OPERATOR(pg_catalog.->>) 'reason', $12), "
+	"  reason = CASE WHEN $13 "
+	"    THEN coalesce($10 OPERATOR(pg_catalog.->>) 'reason', $12) ELSE $12 END, "
 	"  unknown_attempts = unknown_attempts OPERATOR(pg_catalog.+) "
 	"    CASE WHEN $7 THEN 0 ELSE 1 END, "
 	"  finished_at = CASE WHEN $11 IS NULL THEN pg_catalog.now() END, "
 	"  updated_at = pg_catalog.now() "
 	"WHERE task_id OPERATOR(pg_catalog.=) $1 "
 	"RETURNING state, run_at",
-	12, {INT8OID, INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, BOOLOID,
-	TEXTOID, TIMESTAMPTZOID, JSONBOID, TIMESTAMPTZOID, TEXTOID}
+	13, {INT8OID, INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, BOOLOID,
+	TEXTOID, TIMESTAMPTZOID, JSONBOID, TIMESTAMPTZOID, TEXTOID, BOOLOID}
 };
 
 static NtaskPlan tr_attempt_plan = {
@@ -220,8 +221,8 @@ ntask_transition(PG_FUNCTION_ARGS)
 	const char *result;
 	Datum		out[3];
 	bool		outnulls[3] = {false, false, false};
-	Datum		values[12];
-	char		nulls[12];
+	Datum		values[13];
+	char		nulls[13];
 	bool		isnull;
 	char	   *state;
 	int64		current;
@@ -246,6 +247,7 @@ ntask_transition(PG_FUNCTION_ARGS)
 		int32		max_attempts = NtaskGetInt32(0, 4);
 		TimestampTz deadline = DatumGetTimestampTz(NtaskGetDatum(0, 5, &isnull));
 		const char *final = to_state;
+		bool		engine_reason = false;	/* ntask's own reason wins */
 		TimestampTz next = 0;
 		bool		known = error_class == NULL || strcmp(error_class, "unknown") != 0;
 
@@ -263,11 +265,13 @@ ntask_transition(PG_FUNCTION_ARGS)
 			{
 				final = "repair_required";
 				reason = "budget_exhausted";
+				engine_reason = true;
 			}
 			else if (next >= deadline)
 			{
 				final = "repair_required";
 				reason = "deadline_exceeded";
+				engine_reason = true;
 			}
 		}
 		if (strcmp(to_state, "succeeded") == 0 && outcome == NULL)
@@ -291,6 +295,8 @@ ntask_transition(PG_FUNCTION_ARGS)
 		nulls[10] = strcmp(final, "retry_wait") == 0 ? ' ' : 'n';
 		values[11] = reason ? CStringGetTextDatum(reason) : (Datum) 0;
 		nulls[11] = reason ? ' ' : 'n';
+		/* detail->>'reason' may name why, unless ntask enforced the budget */
+		values[12] = BoolGetDatum(reason != NULL && !engine_reason);
 		if (NtaskExecPlan(&tr_apply_plan, values, nulls,
 						  SPI_OK_UPDATE_RETURNING) != 1)
 			elog(ERROR, "ntask: locked task %lld vanished", (long long) task_id);
