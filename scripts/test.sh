@@ -3,25 +3,45 @@
 # Debian 12 machine (as root or with sudo): installs missing packages,
 # builds with warnings as errors, installs, then runs pg_regress, the
 # isolation specs and the TAP tests as the postgres user, each on its own
-# throwaway cluster under this tree.  Prints one summary line at the end.
+# throwaway cluster under this tree.  Every suite runs even if an earlier
+# one failed.  Ends with one summary line: "ntask: N passed, M failed".
 set -u
 cd "$(dirname "$0")/.."
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+if [ "$(id -u)" -eq 0 ]; then
+	AS_PG="runuser -u postgres --"
+else
+	AS_PG="sudo -u postgres --"
+fi
 
 sh scripts/deps.sh || exit 1
 make -s clean >/dev/null 2>&1
 make -s PG_CFLAGS="-Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers" || exit 1
 $SUDO make -s install >/dev/null || exit 1
+
 # the test clusters run as postgres and write into this tree; give it back
 # to its owner afterwards (git refuses a tree owned by someone else)
 owner=$(stat -c %u:%g .)
 $SUDO chown -R postgres .
+trap '$SUDO chown -R "$owner" .' EXIT
 
-$SUDO runuser -u postgres -- make installcheck 2>&1 | tee test.log
-rc=$?
-# make's status, not tee's
-grep -q "^make: \*\*\*" test.log && rc=1
+rc=0
+: >test.log
+suite()
+{
+	name=$1
+	shift
+	echo "=== $name"
+	$AS_PG make "$@" >"test-$name.log" 2>&1
+	s=$?
+	cat "test-$name.log"
+	cat "test-$name.log" >>test.log
+	[ $s -eq 0 ] || rc=1
+}
+suite regress installcheck ISOLATION= TAP_TESTS=
+suite isolation installcheck REGRESS= TAP_TESTS=
+suite tap prove_installcheck
 
 if [ $rc -ne 0 ]; then
 	for f in regression.diffs output_iso/regression.diffs; do
@@ -32,13 +52,17 @@ if [ $rc -ne 0 ]; then
 	done
 fi
 
-$SUDO chown -R "$owner" .
-
-# one summary line of counts over the three suites
-regress_ok=$(grep -cE '^(ok|test) .*( ok|\.\.\. ok)' test.log || true)
-passed=$(grep -E '^ *ok [0-9]+ ' test.log | wc -l)
-failed=$(grep -E '^ *not ok [0-9]+ ' test.log | wc -l)
-sql_ok=$(grep -E '^(test|ok) +[a-z_0-9]+ +\.\.\. ok|^     [a-z_0-9]+ +\.\.\. ok|^(test |permutation )?[a-z_0-9]+ +\.\.\. ok' test.log | wc -l)
-sql_fail=$(grep -E '\.\.\. FAILED' test.log | wc -l)
-echo "ntask: $((passed + sql_ok)) passed, $((failed + sql_fail)) failed"
+# counts: pg_regress / isolation lines "... ok" / "... FAILED", TAP subtests
+sql_ok=$(grep -cE '\.\.\. ok' test.log)
+sql_failed=$(grep -cE '\.\.\. FAILED' test.log)
+tap_total=$(sed -n 's/.*Files=[0-9]*, Tests=\([0-9]*\),.*/\1/p' test.log | head -n 1)
+tap_failed=$(sed -n 's/.*Failed \([0-9]*\)\/[0-9]* subtests.*/\1/p' test.log | awk '{s+=$1} END {print s+0}')
+tap_total=${tap_total:-0}
+if grep -q '^Result: FAIL' test-tap.log && [ "$tap_failed" -eq 0 ]; then
+	tap_failed=1				# a test script died before counting
+fi
+passed=$((sql_ok + tap_total - tap_failed))
+failed=$((sql_failed + tap_failed))
+[ $rc -eq 0 ] || [ $failed -gt 0 ] || failed=1
+echo "ntask: $passed passed, $failed failed"
 exit $rc

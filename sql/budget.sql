@@ -1,4 +1,6 @@
 -- budget: max attempts including the first, and a total deadline
+-- task ids start at 4000 here, so this file's output does not depend on the others
+SELECT setval('ntask.task_task_id_seq', 4000, false) AS first_task_id;
 SELECT queue FROM ntask_queue_set('b', max_attempts => 3, backoff_base => '1 second', total_deadline => '1 day');
 -- three attempts, each failing transiently: the third retry request is refused
 SELECT task_id AS n9 FROM ntask_enqueue('b', 'notify:u-b:d-b1:m-9:v1') \gset

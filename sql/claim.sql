@@ -1,4 +1,6 @@
 -- claim: leases, fencing tokens, ledger, takeover of expired leases
+-- task ids start at 2000 here, so this file's output does not depend on the others
+SELECT setval('ntask.task_task_id_seq', 2000, false) AS first_task_id;
 SELECT queue FROM ntask_queue_set('work', max_attempts => 3, lease => '30 seconds');
 SELECT count(*) FROM (
   SELECT ntask_enqueue('work', 'job-' || i, jsonb_build_object('i', i), priority => CASE WHEN i = 4 THEN 10 ELSE 0 END)

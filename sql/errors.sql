@@ -1,4 +1,6 @@
 -- errors: every hostile input gets a clear error and a fitting SQLSTATE
+-- task ids start at 7000 here, so this file's output does not depend on the others
+SELECT setval('ntask.task_task_id_seq', 7000, false) AS first_task_id;
 SELECT queue FROM ntask_queue_set('e0');
 -- queue_set
 SELECT * FROM ntask_queue_set(NULL);

@@ -1,4 +1,6 @@
 -- guard: a per-queue check before hand-out (and before replay)
+-- task ids start at 6000 here, so this file's output does not depend on the others
+SELECT setval('ntask.task_task_id_seq', 6000, false) AS first_task_id;
 CREATE TABLE msg (id text PRIMARY KEY, version int NOT NULL);
 CREATE TABLE member (conv text, user_id text, PRIMARY KEY (conv, user_id));
 INSERT INTO msg VALUES ('m-9', 1), ('m-10', 1), ('m-11', 1);

@@ -1,4 +1,6 @@
 -- replay and cancel: audited administrative actions
+-- task ids start at 5000 here, so this file's output does not depend on the others
+SELECT setval('ntask.task_task_id_seq', 5000, false) AS first_task_id;
 SELECT queue FROM ntask_queue_set('rc', max_attempts => 2);
 SELECT task_id AS r1 FROM ntask_enqueue('rc', 'broken') \gset
 SELECT token FROM ntask_claim('rc', 'W1');

@@ -1,4 +1,6 @@
 -- stats: ntask.queue_stats and ntask.repair_queue
+-- task ids start at 8000 here, so this file's output does not depend on the others
+SELECT setval('ntask.task_task_id_seq', 8000, false) AS first_task_id;
 SELECT queue FROM ntask_queue_set('st', max_attempts => 2);
 SELECT count(*) FROM (SELECT ntask_enqueue('st', 'st-' || i) FROM generate_series(1, 6) i) s;
 SELECT task_id AS s1 FROM ntask.task WHERE task_key = 'st-1' \gset

@@ -1,4 +1,6 @@
 -- transition: applied / duplicate / conflict / stale, per BRIEF
+-- task ids start at 3000 here, so this file's output does not depend on the others
+SELECT setval('ntask.task_task_id_seq', 3000, false) AS first_task_id;
 SELECT queue FROM ntask_queue_set('tr', max_attempts => 5, backoff_base => '10 seconds',
                                   backoff_max => '1 minute', total_deadline => '1 day');
 SELECT task_id AS t1 FROM ntask_enqueue('tr', 't1') \gset
