@@ -41,7 +41,7 @@ suite()
 }
 suite regress installcheck ISOLATION= TAP_TESTS=
 suite isolation installcheck REGRESS= TAP_TESTS=
-suite tap prove_installcheck
+suite tap installcheck REGRESS= ISOLATION=
 
 if [ $rc -ne 0 ]; then
 	for f in regression.diffs output_iso/regression.diffs; do
