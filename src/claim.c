@@ -3,27 +3,33 @@
  * claim.c
  *	  ntask_claim: hand out due tasks under a lease with a new fencing token.
  *
- * One statement does the work for a queue without a guard:
+ * One round of a claim is at most three statements, each simple enough
+ * that its generic plan cannot go wrong (no joins: every row is reached by
+ * primary key or by the ready-set index):
  *
- *	cand	SELECT ... WHERE queue = $1 AND due_at <= now()
- *			ORDER BY priority DESC, due_at, task_id LIMIT n
+ *	pick	SELECT ... WHERE queue = $1 AND due_at <= now()
+ *			ORDER BY priority DESC, due_at, task_id LIMIT 1000
  *			FOR UPDATE SKIP LOCKED		(task_due_idx; finished rows are
- *										 not in that index)
- *	closed	close the open attempt of every candidate whose lease expired
- *			(result lease_expired; outcome known only if never invoked)
- *	upd		leased, token + 1, attempts + 1, lease_until / due_at = now() +
- *			lease; or repair_required when the budget (attempts >=
- *			max_attempts) or the deadline is spent
- *	ins		one ntask.attempt row per leased task
+ *										 not in that index), executed with
+ *			an SPI row count of n: only the n rows returned are locked, and
+ *			the constant LIMIT keeps the generic plan an index scan
+ *	close	only when a picked task was leased (its lease expired): close
+ *			that open attempt (result lease_expired; outcome known only if
+ *			it was never invoked)
+ *	lease	UPDATE ... WHERE task_id = ANY($ids): leased, token + 1,
+ *			attempts + 1, lease_until = due_at = now() + lease; or
+ *			repair_required when the budget (attempts >= max_attempts) or the
+ *			deadline is spent; plus one ntask.attempt row per leased task
  *
- * Tasks diverted to repair are not handed out; the loop then claims again
- * for the remaining slots (bounded).  With a guard, the candidates are
- * locked first, the guard runs for each, skip/cancel answers finish the
- * task with the reason, and the same statement leases the rest by id.
+ * With a guard, the guard runs for each picked task between pick and lease;
+ * skip/cancel answers finish the task with the guard's reason.  Tasks
+ * diverted to repair or finished by the guard are not handed out; the claim
+ * then looks again for the remaining slots (at most CLAIM_MAX_ROUNDS).
  *
- * Locks: row locks on the claimed task rows only, held until the caller's
- * (short) transaction commits.  Never call this in a transaction that then
- * does the work.  Expects READ COMMITTED (the default).
+ * Locks: row locks on the picked task rows (never waits for them: SKIP
+ * LOCKED), then the open attempt rows of taken-over tasks, held until the
+ * caller's short transaction commits.  Never call this in a transaction
+ * that then does the work.  Expects READ COMMITTED (the default).
  *
  * IDENTIFICATION
  *	  src/claim.c
@@ -39,77 +45,6 @@
 
 PG_FUNCTION_INFO_V1(ntask_claim);
 
-/* budget test, evaluated on the locked candidate row */
-#define CLAIM_SPENT \
-	"(t.attempts OPERATOR(pg_catalog.>=) t.max_attempts " \
-	" OR pg_catalog.now() OPERATOR(pg_catalog.>=) t.deadline) AS spent "
-
-#define CLAIM_CAND_SCAN \
-	"SELECT t.task_id, t.state AS old_state, t.token AS old_token, " \
-	CLAIM_SPENT \
-	"FROM ntask.task t " \
-	"WHERE t.queue OPERATOR(pg_catalog.=) $1 " \
-	"  AND t.due_at OPERATOR(pg_catalog.<=) pg_catalog.now() " \
-	"ORDER BY t.priority DESC, t.due_at, t.task_id " \
-	"LIMIT $2 FOR UPDATE SKIP LOCKED"
-
-#define CLAIM_CAND_IDS \
-	"SELECT t.task_id, t.state AS old_state, t.token AS old_token, " \
-	CLAIM_SPENT \
-	"FROM ntask.task t " \
-	"WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($5) " \
-	"  AND t.due_at IS NOT NULL " \
-	"FOR UPDATE"
-
-#define CLAIM_BODY \
-	"), closed AS ( " \
-	"  UPDATE ntask.attempt a SET ended_at = pg_catalog.now(), " \
-	"    result = 'lease_expired', outcome_known = (a.invoked_at IS NULL) " \
-	"  FROM cand c " \
-	"  WHERE c.old_state OPERATOR(pg_catalog.=) 'leased' " \
-	"    AND a.task_id OPERATOR(pg_catalog.=) c.task_id " \
-	"    AND a.token OPERATOR(pg_catalog.=) c.old_token " \
-	"    AND a.ended_at IS NULL " \
-	"  RETURNING a.task_id, (a.invoked_at IS NOT NULL) AS was_invoked " \
-	"), upd AS ( " \
-	"  UPDATE ntask.task t SET " \
-	"    state = CASE WHEN c.spent THEN 'repair_required' ELSE 'leased' END, " \
-	"    token = t.token OPERATOR(pg_catalog.+) CASE WHEN c.spent THEN 0 ELSE 1 END, " \
-	"    attempts = t.attempts OPERATOR(pg_catalog.+) CASE WHEN c.spent THEN 0 ELSE 1 END, " \
-	"    lease_owner = CASE WHEN c.spent THEN NULL ELSE $3 END, " \
-	"    lease_until = CASE WHEN c.spent THEN NULL " \
-	"      ELSE pg_catalog.now() OPERATOR(pg_catalog.+) $4 END, " \
-	"    due_at = CASE WHEN c.spent THEN NULL " \
-	"      ELSE pg_catalog.now() OPERATOR(pg_catalog.+) $4 END, " \
-	"    unknown_attempts = t.unknown_attempts OPERATOR(pg_catalog.+) " \
-	"      CASE WHEN cl.was_invoked THEN 1 ELSE 0 END, " \
-	"    last_error_class = CASE WHEN cl.task_id IS NULL THEN t.last_error_class " \
-	"      WHEN cl.was_invoked THEN 'unknown' ELSE 'transient' END, " \
-	"    last_error_stage = CASE WHEN cl.task_id IS NULL THEN t.last_error_stage " \
-	"      ELSE 'lease_expired' END, " \
-	"    reason = CASE WHEN NOT c.spent THEN t.reason " \
-	"      WHEN t.attempts OPERATOR(pg_catalog.>=) t.max_attempts THEN 'budget_exhausted' " \
-	"      ELSE 'deadline_exceeded' END, " \
-	"    finished_at = CASE WHEN c.spent THEN pg_catalog.now() END, " \
-	"    updated_at = pg_catalog.now() " \
-	"  FROM cand c LEFT JOIN closed cl ON cl.task_id OPERATOR(pg_catalog.=) c.task_id " \
-	"  WHERE t.task_id OPERATOR(pg_catalog.=) c.task_id " \
-	"  RETURNING t.task_id, t.task_key, t.payload, t.attempts, t.token, " \
-	"    t.lease_until, t.unknown_attempts, t.state " \
-	"), ins AS ( " \
-	"  INSERT INTO ntask.attempt (task_id, token, attempt, worker) " \
-	"  SELECT u.task_id, u.token, u.attempts, $3 FROM upd u " \
-	"  WHERE u.state OPERATOR(pg_catalog.=) 'leased' " \
-	") " \
-	"SELECT u.task_id, u.task_key, u.payload, u.attempts, u.token, u.lease_until, " \
-	"  CASE WHEN u.unknown_attempts OPERATOR(pg_catalog.>) 0 THEN 'unknown' END, " \
-	"  u.state OPERATOR(pg_catalog.=) 'leased' " \
-	"FROM upd u ORDER BY u.task_id"
-
-/* columns of the lease statements' result */
-#define CLAIM_NCOLS 7			/* handed to the caller */
-#define CLAIM_COL_LEASED 8		/* false: diverted to repair_required */
-
 static NtaskPlan claim_queue_plan = {
 	"claim queue lookup",
 	"SELECT q.lease, q.guard FROM ntask.queue q "
@@ -117,109 +52,203 @@ static NtaskPlan claim_queue_plan = {
 	1, {TEXTOID}
 };
 
-static NtaskPlan claim_scan_plan = {
-	"claim",
-	"WITH cand AS (" CLAIM_CAND_SCAN CLAIM_BODY,
-	4, {TEXTOID, INT4OID, TEXTOID, INTERVALOID}
-};
-
-static NtaskPlan claim_ids_plan = {
-	"claim by id",
-	"WITH cand AS (" CLAIM_CAND_IDS CLAIM_BODY,
-	5, {TEXTOID, INT4OID, TEXTOID, INTERVALOID, INT8ARRAYOID}
-};
-
 static NtaskPlan claim_pick_plan = {
-	"claim pick for guard",
-	"SELECT t.task_id, t.task_key, t.payload FROM ntask.task t "
+	"claim pick",
+	"SELECT t.task_id, t.state OPERATOR(pg_catalog.=) 'leased', "
+	"  t.task_key, t.payload "
+	"FROM ntask.task t "
 	"WHERE t.queue OPERATOR(pg_catalog.=) $1 "
 	"  AND t.due_at OPERATOR(pg_catalog.<=) pg_catalog.now() "
 	"ORDER BY t.priority DESC, t.due_at, t.task_id "
-	"LIMIT $2 FOR UPDATE SKIP LOCKED",
-	2, {TEXTOID, INT4OID}
+	"LIMIT " CppAsString2(NTASK_MAX_CLAIM) " FOR UPDATE SKIP LOCKED",
+	1, {TEXTOID}
 };
 
-/* at most this many rounds when tasks are diverted to repair */
-#define CLAIM_MAX_ROUNDS 10
+/* the one open attempt of each task whose lease expired */
+static NtaskPlan claim_close_plan = {
+	"claim close expired attempts",
+	"UPDATE ntask.attempt a SET ended_at = pg_catalog.now(), "
+	"  result = 'lease_expired', outcome_known = (a.invoked_at IS NULL) "
+	"WHERE a.task_id OPERATOR(pg_catalog.=) ANY ($1) AND a.ended_at IS NULL "
+	"RETURNING a.task_id, (a.invoked_at IS NOT NULL)",
+	1, {INT8ARRAYOID}
+};
 
-static int	claim_emit(ReturnSetInfo *rsinfo, int nrows, int *diverted);
-static Datum claim_guarded_ids(Oid guard, Datum *values, int *picked,
-							   int *nids);
+/* budget test on the (locked) task row */
+#define CLAIM_SPENT \
+	"(t.attempts OPERATOR(pg_catalog.>=) t.max_attempts " \
+	" OR pg_catalog.now() OPERATOR(pg_catalog.>=) t.deadline)"
 
 /*
- * claim_emit
- *		Copy the leased rows of the last lease statement into the result
- *		tuplestore.  Returns how many were leased; *diverted counts rows sent
- *		to repair_required instead.
+ * $1 ids to lease, $2 worker, $3 lease, $4 ids taken over (their attempt
+ * was just closed), $5 of those, the ones whose attempt had been invoked.
  */
-static int
-claim_emit(ReturnSetInfo *rsinfo, int nrows, int *diverted)
+static NtaskPlan claim_lease_plan = {
+	"claim lease",
+	"WITH upd AS ( "
+	"  UPDATE ntask.task t SET "
+	"    state = CASE WHEN " CLAIM_SPENT " THEN 'repair_required' ELSE 'leased' END, "
+	"    reason = CASE WHEN NOT " CLAIM_SPENT " THEN t.reason "
+	"      WHEN t.attempts OPERATOR(pg_catalog.>=) t.max_attempts THEN 'budget_exhausted' "
+	"      ELSE 'deadline_exceeded' END, "
+	"    token = t.token OPERATOR(pg_catalog.+) CASE WHEN " CLAIM_SPENT " THEN 0 ELSE 1 END, "
+	"    attempts = t.attempts OPERATOR(pg_catalog.+) CASE WHEN " CLAIM_SPENT " THEN 0 ELSE 1 END, "
+	"    lease_owner = CASE WHEN " CLAIM_SPENT " THEN NULL ELSE $2 END, "
+	"    lease_until = CASE WHEN " CLAIM_SPENT " THEN NULL "
+	"      ELSE pg_catalog.now() OPERATOR(pg_catalog.+) $3 END, "
+	"    due_at = CASE WHEN " CLAIM_SPENT " THEN NULL "
+	"      ELSE pg_catalog.now() OPERATOR(pg_catalog.+) $3 END, "
+	"    finished_at = CASE WHEN " CLAIM_SPENT " THEN pg_catalog.now() END, "
+	"    unknown_attempts = t.unknown_attempts OPERATOR(pg_catalog.+) "
+	"      CASE WHEN t.task_id OPERATOR(pg_catalog.=) ANY ($5) THEN 1 ELSE 0 END, "
+	"    last_error_class = CASE WHEN t.task_id OPERATOR(pg_catalog.<>) ALL ($4) "
+	"      THEN t.last_error_class "
+	"      WHEN t.task_id OPERATOR(pg_catalog.=) ANY ($5) THEN 'unknown' "
+	"      ELSE 'transient' END, "
+	"    last_error_stage = CASE WHEN t.task_id OPERATOR(pg_catalog.<>) ALL ($4) "
+	"      THEN t.last_error_stage ELSE 'lease_expired' END, "
+	"    updated_at = pg_catalog.now() "
+	"  WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1) "
+	"  RETURNING t.task_id, t.task_key, t.payload, t.attempts, t.token, "
+	"    t.lease_until, t.unknown_attempts, t.state "
+	"), ins AS ( "
+	"  INSERT INTO ntask.attempt (task_id, token, attempt, worker) "
+	"  SELECT u.task_id, u.token, u.attempts, $2 FROM upd u "
+	"  WHERE u.state OPERATOR(pg_catalog.=) 'leased' "
+	") "
+	"SELECT u.task_id, u.task_key, u.payload, u.attempts, u.token, u.lease_until, "
+	"  CASE WHEN u.unknown_attempts OPERATOR(pg_catalog.>) 0 THEN 'unknown' END, "
+	"  u.state OPERATOR(pg_catalog.=) 'leased' "
+	"FROM upd u ORDER BY u.task_id",
+	5, {INT8ARRAYOID, TEXTOID, INTERVALOID, INT8ARRAYOID, INT8ARRAYOID}
+};
+
+/* columns of claim_lease_plan's result */
+#define CLAIM_NCOLS 7			/* handed to the caller */
+#define CLAIM_COL_LEASED 8		/* false: diverted to repair_required */
+
+/* at most this many rounds when tasks are diverted to repair or the guard */
+#define CLAIM_MAX_ROUNDS 10
+
+static Datum claim_array(Datum *elems, int n);
+static int	claim_round(ReturnSetInfo *rsinfo, text *queue, int want,
+						Datum worker, Datum lease, Oid guard, bool *more);
+
+/* claim_array: a bigint[] Datum of n int64 Datums (palloc'd). */
+static Datum
+claim_array(Datum *elems, int n)
 {
-	int			leased = 0;
-	int			r;
-
-	*diverted = 0;
-	for (r = 0; r < nrows; r++)
-	{
-		Datum		vals[CLAIM_NCOLS];
-		bool		nulls[CLAIM_NCOLS];
-		int			c;
-
-		if (!NtaskGetBool(r, CLAIM_COL_LEASED))
-		{
-			(*diverted)++;
-			continue;
-		}
-		for (c = 0; c < CLAIM_NCOLS; c++)
-			vals[c] = NtaskGetDatum(r, c + 1, &nulls[c]);
-		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, vals, nulls);
-		leased++;
-	}
-	return leased;
+	return PointerGetDatum(construct_array(elems, n, INT8OID, sizeof(int64),
+										   true, TYPALIGN_DOUBLE));
 }
 
 /*
- * claim_guarded_ids
- *		Lock up to values[1] due tasks of queue values[0], run the guard on
- *		each, finish skip/cancel answers, and return the ids the guard let
- *		through as a bigint[] Datum (*nids of them); *picked is the number
- *		of candidates locked.
+ * claim_round
+ *		Pick up to want due tasks, run the guard, close expired attempts,
+ *		lease the rest, and put the leased ones into the result tuplestore.
+ *		Returns how many were leased.  *more is set when another round could
+ *		find more (some picked tasks were not handed out and the pick was
+ *		full).  All SPI results stay in the caller's SPI connection.
  */
-static Datum
-claim_guarded_ids(Oid guard, Datum *values, int *picked, int *nids)
+static int
+claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
+			Datum lease, Oid guard, bool *more)
 {
-	int			n = NtaskExecPlan(&claim_pick_plan, values, NULL, SPI_OK_SELECT);
-	SPITupleTable *pick = SPI_tuptable;
-	Datum	   *ids = palloc(sizeof(Datum) * Max(n, 1));
+	Datum		values[5];
+	SPITupleTable *pick;
+	int			npicked;
+	Datum	   *ids;
+	Datum	   *taken;
+	Datum	   *invoked;
+	int			nids = 0;
+	int			ntaken = 0;
+	int			ninvoked = 0;
+	int			nrows;
+	int			leased = 0;
 	int			r;
 
-	*picked = n;
-	*nids = 0;
-	for (r = 0; r < n; r++)
-	{
-		bool		isnull;
-		int64		task_id;
-		text	   *key;
-		Jsonb	   *payload;
-		char	   *reason;
-		NtaskGuardVerdict v;
+	/* a constant LIMIT for the plan; the executor stops at want rows */
+	values[0] = PointerGetDatum(queue);
+	npicked = NtaskExecPlanCount(&claim_pick_plan, values, NULL,
+								 SPI_OK_SELECT, want);
+	pick = SPI_tuptable;
+	*more = false;
+	if (npicked == 0)
+		return 0;
 
-		SPI_tuptable = pick;	/* NtaskGet* read SPI_tuptable */
-		task_id = DatumGetInt64(NtaskGetDatum(r, 1, &isnull));
-		key = DatumGetTextPP(NtaskGetDatum(r, 2, &isnull));
-		payload = DatumGetJsonbP(NtaskGetDatum(r, 3, &isnull));
-		v = NtaskRunGuard(guard, key, payload, &reason);
-		if (v == NTASK_GUARD_PROCEED)
-			ids[(*nids)++] = Int64GetDatum(task_id);
-		else
-			NtaskFinishTask(task_id,
-							v == NTASK_GUARD_SKIP ? "skipped" : "canceled",
-							reason ? reason : (v == NTASK_GUARD_SKIP ?
-											   "guard: skip" : "guard: cancel"),
-							"guard");
+	ids = palloc(sizeof(Datum) * npicked);
+	taken = palloc(sizeof(Datum) * npicked);
+	invoked = palloc(sizeof(Datum) * npicked);
+	for (r = 0; r < npicked; r++)
+	{
+		int64		task_id;
+		bool		was_leased;
+
+		SPI_tuptable = pick;	/* the guard may run SPI statements */
+		task_id = NtaskGetInt64(r, 1);
+		was_leased = NtaskGetBool(r, 2);
+		if (OidIsValid(guard))
+		{
+			bool		isnull;
+			char	   *reason;
+			NtaskGuardVerdict v;
+
+			v = NtaskRunGuard(guard,
+							  DatumGetTextPP(NtaskGetDatum(r, 3, &isnull)),
+							  DatumGetJsonbP(NtaskGetDatum(r, 4, &isnull)),
+							  &reason);
+			if (v != NTASK_GUARD_PROCEED)
+			{
+				const char *to = v == NTASK_GUARD_SKIP ? "skipped" : "canceled";
+
+				NtaskFinishTask(task_id, to,
+								reason ? reason : psprintf("guard: %s", to),
+								"guard");
+				continue;
+			}
+		}
+		ids[nids++] = Int64GetDatum(task_id);
+		if (was_leased)
+			taken[ntaken++] = Int64GetDatum(task_id);
 	}
-	return PointerGetDatum(construct_array(ids, *nids, INT8OID,
-										   sizeof(int64), true, TYPALIGN_DOUBLE));
+
+	if (ntaken > 0)
+	{
+		int			nclosed;
+
+		values[0] = claim_array(taken, ntaken);
+		nclosed = NtaskExecPlan(&claim_close_plan, values, NULL,
+								SPI_OK_UPDATE_RETURNING);
+		for (r = 0; r < nclosed; r++)
+			if (NtaskGetBool(r, 2))
+				invoked[ninvoked++] = Int64GetDatum(NtaskGetInt64(r, 1));
+	}
+
+	if (nids > 0)
+	{
+		values[0] = claim_array(ids, nids);
+		values[1] = worker;
+		values[2] = lease;
+		values[3] = claim_array(taken, ntaken);
+		values[4] = claim_array(invoked, ninvoked);
+		nrows = NtaskExecPlan(&claim_lease_plan, values, NULL, SPI_OK_SELECT);
+		for (r = 0; r < nrows; r++)
+		{
+			Datum		vals[CLAIM_NCOLS];
+			bool		nulls[CLAIM_NCOLS];
+			int			c;
+
+			if (!NtaskGetBool(r, CLAIM_COL_LEASED))
+				continue;		/* diverted to repair_required */
+			for (c = 0; c < CLAIM_NCOLS; c++)
+				vals[c] = NtaskGetDatum(r, c + 1, &nulls[c]);
+			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, vals, nulls);
+			leased++;
+		}
+	}
+
+	*more = npicked == want && leased < want;
+	return leased;
 }
 
 /*
@@ -236,15 +265,16 @@ claim_guarded_ids(Oid guard, Datum *values, int *picked, int *nids)
 Datum
 ntask_claim(PG_FUNCTION_ARGS)
 {
-	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	text	   *queue = NtaskArgText(fcinfo, 0, "queue", 63);
 	text	   *worker = NtaskArgText(fcinfo, 1, "worker", NTASK_MAX_NAME_LEN);
 	int32		max_tasks;
-	Datum		values[5];
+	Datum		values[1];
+	Datum		lease;
 	bool		isnull;
 	Oid			guard;
 	int			got = 0;
 	int			round;
+	bool		more = true;
 
 	if (PG_ARGISNULL(2))
 		ereport(ERROR,
@@ -266,40 +296,15 @@ ntask_claim(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("ntask: queue \"%s\" does not exist", text_to_cstring(queue))));
-	values[3] = PG_ARGISNULL(3) ? NtaskGetDatum(0, 1, &isnull) : PG_GETARG_DATUM(3);
+	lease = PG_ARGISNULL(3) ? NtaskGetDatum(0, 1, &isnull) : PG_GETARG_DATUM(3);
 	guard = DatumGetObjectId(NtaskGetDatum(0, 2, &isnull));
 	if (isnull)
 		guard = InvalidOid;
-	values[2] = PointerGetDatum(worker);
 
-	for (round = 0; round < CLAIM_MAX_ROUNDS && got < max_tasks; round++)
-	{
-		int			n;
-		int			diverted;
-
-		int			want = max_tasks - got;
-
-		values[1] = Int32GetDatum(want);
-		if (OidIsValid(guard))
-		{
-			int			picked;
-			int			nids;
-
-			values[4] = claim_guarded_ids(guard, values, &picked, &nids);
-			n = nids == 0 ? 0 :
-				NtaskExecPlan(&claim_ids_plan, values, NULL, SPI_OK_SELECT);
-			got += claim_emit(rsinfo, n, &diverted);
-			if (picked < want)
-				break;			/* no more due tasks */
-		}
-		else
-		{
-			n = NtaskExecPlan(&claim_scan_plan, values, NULL, SPI_OK_SELECT);
-			got += claim_emit(rsinfo, n, &diverted);
-			if (diverted == 0)
-				break;			/* every candidate was leased */
-		}
-	}
+	for (round = 0; round < CLAIM_MAX_ROUNDS && got < max_tasks && more; round++)
+		got += claim_round((ReturnSetInfo *) fcinfo->resultinfo, queue,
+						   max_tasks - got, PointerGetDatum(worker), lease,
+						   guard, &more);
 
 	SPI_finish();
 	return (Datum) 0;

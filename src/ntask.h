@@ -65,6 +65,8 @@ typedef struct NtaskPlan
 /* spi_util.c */
 extern int	NtaskExecPlan(NtaskPlan *p, Datum *values, const char *nulls,
 						  int expected_rc);
+extern int	NtaskExecPlanCount(NtaskPlan *p, Datum *values, const char *nulls,
+							   int expected_rc, long count);
 extern Datum NtaskGetDatum(int row, int col, bool *isnull);
 extern text *NtaskGetText(int row, int col);
 extern char *NtaskGetCString(int row, int col);

@@ -29,7 +29,8 @@ static NtaskPlan spi_audit_plan = {
 
 /*
  * NtaskExecPlan
- *		Prepare p once per backend (SPI_prepare + SPI_keepplan), execute it
+ *		Prepare p once per backend (SPI_prepare_cursor with a forced generic
+ *		plan, then SPI_keepplan), execute it
  *		with the given parameters, and check the return code.
  *
  * nulls follows SPI conventions (' ' not null, 'n' null) and may be NULL.
@@ -39,11 +40,32 @@ static NtaskPlan spi_audit_plan = {
 int
 NtaskExecPlan(NtaskPlan *p, Datum *values, const char *nulls, int expected_rc)
 {
+	return NtaskExecPlanCount(p, values, nulls, expected_rc, 0);
+}
+
+/*
+ * NtaskExecPlanCount
+ *		NtaskExecPlan that stops the executor after count rows (0: all).  A
+ *		locking SELECT locks only the rows it returns, so a statement may
+ *		carry a generous constant LIMIT (which its generic plan is costed
+ *		for) while each call fetches and locks just what it needs.
+ */
+int
+NtaskExecPlanCount(NtaskPlan *p, Datum *values, const char *nulls,
+				   int expected_rc, long count)
+{
 	int			rc;
 
 	if (p->plan == NULL)
 	{
-		SPIPlanPtr	plan = SPI_prepare(p->sql, p->nargs, p->argtypes);
+		/*
+		 * Always a generic plan: these statements are short and keyed on
+		 * indexes, and letting the plancache try custom plans first makes
+		 * it replan on every call whenever it judges LIMIT $n generically
+		 * too costly.
+		 */
+		SPIPlanPtr	plan = SPI_prepare_cursor(p->sql, p->nargs, p->argtypes,
+											  CURSOR_OPT_GENERIC_PLAN);
 
 		if (plan == NULL)
 			elog(ERROR, "ntask: could not prepare %s: %s",
@@ -53,7 +75,7 @@ NtaskExecPlan(NtaskPlan *p, Datum *values, const char *nulls, int expected_rc)
 		p->plan = plan;
 	}
 
-	rc = SPI_execute_plan(p->plan, values, nulls, false, 0);
+	rc = SPI_execute_plan(p->plan, values, nulls, false, count);
 	if (rc != expected_rc)
 		elog(ERROR, "ntask: %s failed: %s", p->name, SPI_result_code_string(rc));
 	return (int) SPI_processed;
