@@ -192,3 +192,9 @@ UPDATE ntask.task SET state = 'leased' WHERE task_id = :k;
 UPDATE ntask.task SET state = 'finished' WHERE task_id = :k;
 \echo :SQLSTATE
 \set VERBOSITY default
+-- a queue that still has tasks cannot be deleted or renamed
+DELETE FROM ntask.queue WHERE queue = 'e';
+\echo :SQLSTATE
+UPDATE ntask.queue SET queue = 'e2' WHERE queue = 'e';
+\echo :SQLSTATE
+DELETE FROM ntask.queue WHERE queue = 'e0';
