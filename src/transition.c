@@ -4,8 +4,12 @@
  *	  ntask_transition: the fenced, conditional end of an attempt, and the
  *	  retry backoff.
  *
- * The task row is locked (FOR UPDATE) first; that lock serializes the
- * transition against claim takeover, cancel and replay.  Then:
+ * Every to_state but retry_wait is first tried as one conditional
+ * statement (task row: token = $token AND state = leased; attempt row:
+ * still open), which locks the task row, then the attempt row.  When that
+ * matches nothing, or for retry_wait, the task row is locked (FOR UPDATE)
+ * and the call classified; that lock serializes it against claim takeover,
+ * cancel and replay:
  *
  *	token > task.token			-> NT003 (never issued)
  *	token = task.token, leased	-> applied: the attempt is closed, the task
@@ -54,7 +58,7 @@ static NtaskPlan tr_apply_plan = {
 	"    requested = $4, error_class = $5, error_stage = $6, "
 	"    outcome_known = $7, outcome = $8, retry_at = $9, detail = $10 "
 	"  WHERE task_id OPERATOR(pg_catalog.=) $1 "
-	"    AND token OPERATOR(pg_catalog.=) $2 "
+	"    AND token OPERATOR(pg_catalog.=) $2 AND ended_at IS NULL "
 	") "
 	"UPDATE ntask.task SET state = $3, "
 	"  run_at = coalesce($11, run_at), due_at = $11, "
@@ -69,6 +73,8 @@ static NtaskPlan tr_apply_plan = {
 	"  finished_at = CASE WHEN $11 IS NULL THEN pg_catalog.now() END, "
 	"  updated_at = pg_catalog.now() "
 	"WHERE task_id OPERATOR(pg_catalog.=) $1 "
+	"  AND token OPERATOR(pg_catalog.=) $2 "
+	"  AND state OPERATOR(pg_catalog.=) 'leased' "
 	"RETURNING state, run_at",
 	13, {INT8OID, INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, BOOLOID,
 	TEXTOID, TIMESTAMPTZOID, JSONBOID, TIMESTAMPTZOID, TEXTOID, BOOLOID}
@@ -82,6 +88,23 @@ static NtaskPlan tr_attempt_plan = {
 	2, {INT8OID, INT8OID}
 };
 
+/* one ntask_transition call's arguments, after validation */
+typedef struct TrCall
+{
+	int64		task_id;
+	int64		token;
+	const char *to_state;
+	const char *error_class;	/* with defaults filled in */
+	const char *outcome;		/* "completed" for a bare succeeded */
+	const char *stage;
+	Datum		detail;
+	bool		detail_null;
+	Datum		retry_at;
+	bool		retry_at_null;
+} TrCall;
+
+static bool tr_apply(TrCall *c, const char *final, TimestampTz next,
+					 const char *reason, bool engine_reason);
 static const char *tr_check_args(const char *to_state, const char **error_class,
 								 bool has_outcome, bool has_retry_at);
 static int64 tr_interval_usecs(Interval *iv);
@@ -196,67 +219,126 @@ tr_check_args(const char *to_state, const char **error_class,
 }
 
 /*
+ * tr_apply
+ *		Run tr_apply_plan: close the attempt and move the task to final, but
+ *		only if token still holds the lease (the statement is conditional, so
+ *		it is safe without a prior lock).  Returns true if it applied; then
+ *		SPI_tuptable holds (state, run_at).  has_next: final is retry_wait
+ *		and next is its run_at.
+ */
+static bool
+tr_apply(TrCall *c, const char *final, TimestampTz next, const char *reason,
+		 bool engine_reason)
+{
+	Datum		values[13];
+	char		nulls[13];
+
+	memset(nulls, ' ', sizeof(nulls));
+	values[0] = Int64GetDatum(c->task_id);
+	values[1] = Int64GetDatum(c->token);
+	values[2] = CStringGetTextDatum(final);
+	values[3] = CStringGetTextDatum(c->to_state);
+	values[4] = c->error_class ? CStringGetTextDatum(c->error_class) : (Datum) 0;
+	nulls[4] = c->error_class ? ' ' : 'n';
+	values[5] = c->stage ? CStringGetTextDatum(c->stage) : (Datum) 0;
+	nulls[5] = c->stage ? ' ' : 'n';
+	values[6] = BoolGetDatum(c->error_class == NULL ||
+							 strcmp(c->error_class, "unknown") != 0);
+	values[7] = c->outcome ? CStringGetTextDatum(c->outcome) : (Datum) 0;
+	nulls[7] = c->outcome ? ' ' : 'n';
+	values[8] = c->retry_at;
+	nulls[8] = c->retry_at_null ? 'n' : ' ';
+	values[9] = c->detail;
+	nulls[9] = c->detail_null ? 'n' : ' ';
+	values[10] = TimestampTzGetDatum(next);
+	nulls[10] = strcmp(final, "retry_wait") == 0 ? ' ' : 'n';
+	values[11] = reason ? CStringGetTextDatum(reason) : (Datum) 0;
+	nulls[11] = reason ? ' ' : 'n';
+	/* detail->>'reason' may name why, unless ntask enforced the budget */
+	values[12] = BoolGetDatum(reason != NULL && !engine_reason);
+	return NtaskExecPlan(&tr_apply_plan, values, nulls,
+						 SPI_OK_UPDATE_RETURNING) == 1;
+}
+
+/*
  * ntask_transition(task_id, token, to_state, error_class, detail, retry_at,
  *					outcome, error_stage)
  *		RETURNS TABLE(result text, state text, run_at timestamptz)
  *
  * One row: result is applied, duplicate, conflict or stale (see the file
- * header); state and run_at are the task's after the call.  Takes the task
- * row lock until the caller's transaction ends.
+ * header); state and run_at are the task's after the call.
+ *
+ * Fast path: a to_state whose effect does not depend on the budget
+ * (everything but retry_wait) is applied by one conditional statement.
+ * Otherwise, or when that statement matched nothing, the task row is locked
+ * and the call classified.  Either way the task row lock is held until the
+ * caller's transaction ends.
  */
 Datum
 ntask_transition(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	int64		task_id = NtaskArgInt64(fcinfo, 0, "task_id");
-	int64		token = NtaskArgInt64(fcinfo, 1, "token");
-	char	   *to_state = text_to_cstring(NtaskArgText(fcinfo, 2, "to_state", 64));
-	const char *error_class = PG_ARGISNULL(3) ? NULL :
-		text_to_cstring(NtaskArgText(fcinfo, 3, "error_class", 64));
-	const char *outcome = PG_ARGISNULL(6) ? NULL :
-		text_to_cstring(NtaskArgText(fcinfo, 6, "outcome", NTASK_MAX_NAME_LEN));
-	const char *stage = PG_ARGISNULL(7) ? NULL :
-		text_to_cstring(NtaskArgText(fcinfo, 7, "error_stage", NTASK_MAX_NAME_LEN));
+	TrCall		c;
 	const char *reason;
-	const char *result;
+	const char *result = NULL;
 	Datum		out[3];
 	bool		outnulls[3] = {false, false, false};
-	Datum		values[13];
-	char		nulls[13];
+	Datum		values[2];
 	bool		isnull;
-	char	   *state;
-	int64		current;
+	bool		retry;
 
-	reason = tr_check_args(to_state, &error_class, outcome != NULL,
-						   !PG_ARGISNULL(5));
+	c.task_id = NtaskArgInt64(fcinfo, 0, "task_id");
+	c.token = NtaskArgInt64(fcinfo, 1, "token");
+	c.to_state = text_to_cstring(NtaskArgText(fcinfo, 2, "to_state", 64));
+	c.error_class = PG_ARGISNULL(3) ? NULL :
+		text_to_cstring(NtaskArgText(fcinfo, 3, "error_class", 64));
+	c.detail = PG_ARGISNULL(4) ? (Datum) 0 : PG_GETARG_DATUM(4);
+	c.detail_null = PG_ARGISNULL(4);
+	c.retry_at = PG_ARGISNULL(5) ? (Datum) 0 : PG_GETARG_DATUM(5);
+	c.retry_at_null = PG_ARGISNULL(5);
+	c.outcome = PG_ARGISNULL(6) ? NULL :
+		text_to_cstring(NtaskArgText(fcinfo, 6, "outcome", NTASK_MAX_NAME_LEN));
+	c.stage = PG_ARGISNULL(7) ? NULL :
+		text_to_cstring(NtaskArgText(fcinfo, 7, "error_stage", NTASK_MAX_NAME_LEN));
+
+	reason = tr_check_args(c.to_state, &c.error_class, c.outcome != NULL,
+						   !c.retry_at_null);
+	if (strcmp(c.to_state, "succeeded") == 0 && c.outcome == NULL)
+		c.outcome = "completed";
+	retry = strcmp(c.to_state, "retry_wait") == 0;
 
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
 
-	values[0] = Int64GetDatum(task_id);
-	values[1] = Int64GetDatum(token);
-	if (NtaskExecPlan(&tr_lock_plan, values, NULL, SPI_OK_SELECT) == 0)
-		NtaskTaskNotFound(task_id);
-	state = NtaskGetCString(0, 1);
-	current = NtaskGetInt64(0, 2);
-	NtaskCheckTokenRange(task_id, token, current);
-
-	if (token == current && strcmp(state, "leased") == 0)
+	if (!retry && tr_apply(&c, c.to_state, 0, reason, false))
+		result = "applied";
+	else
 	{
-		int32		attempts = NtaskGetInt32(0, 3);
-		int32		max_attempts = NtaskGetInt32(0, 4);
-		TimestampTz deadline = DatumGetTimestampTz(NtaskGetDatum(0, 5, &isnull));
-		const char *final = to_state;
-		bool		engine_reason = false;	/* ntask's own reason wins */
-		TimestampTz next = 0;
-		bool		known = error_class == NULL || strcmp(error_class, "unknown") != 0;
+		char	   *state;
+		int64		current;
 
-		if (strcmp(to_state, "retry_wait") == 0)
+		values[0] = Int64GetDatum(c.task_id);
+		values[1] = Int64GetDatum(c.token);
+		if (NtaskExecPlan(&tr_lock_plan, values, NULL, SPI_OK_SELECT) == 0)
+			NtaskTaskNotFound(c.task_id);
+		state = NtaskGetCString(0, 1);
+		current = NtaskGetInt64(0, 2);
+		NtaskCheckTokenRange(c.task_id, c.token, current);
+
+		if (c.token == current && strcmp(state, "leased") == 0)
 		{
+			/* a retry_wait, decided against the budget of the locked row */
+			int32		attempts = NtaskGetInt32(0, 3);
+			int32		max_attempts = NtaskGetInt32(0, 4);
+			TimestampTz deadline = DatumGetTimestampTz(NtaskGetDatum(0, 5, &isnull));
 			TimestampTz now = GetCurrentTransactionStartTimestamp();
+			TimestampTz next;
+			const char *final = c.to_state;
+			bool		engine_reason = false;
 
-			if (!PG_ARGISNULL(5))
-				next = Max(PG_GETARG_TIMESTAMPTZ(5), now);
+			Assert(retry);
+			if (!c.retry_at_null)
+				next = Max(DatumGetTimestampTz(c.retry_at), now);
 			else
 				next = NtaskBackoff(attempts,
 									DatumGetIntervalP(NtaskGetDatum(0, 6, &isnull)),
@@ -273,60 +355,39 @@ ntask_transition(PG_FUNCTION_ARGS)
 				reason = "deadline_exceeded";
 				engine_reason = true;
 			}
+			if (!tr_apply(&c, final, next, reason, engine_reason))
+				elog(ERROR, "ntask: locked task %lld did not take its transition",
+					 (long long) c.task_id);
+			result = "applied";
 		}
-		if (strcmp(to_state, "succeeded") == 0 && outcome == NULL)
-			outcome = "completed";
+		else
+		{
+			out[1] = PointerGetDatum(NtaskGetText(0, 1));
+			out[2] = NtaskGetDatum(0, 8, &outnulls[2]);
+			if (NtaskExecPlan(&tr_attempt_plan, values, NULL, SPI_OK_SELECT) == 1 &&
+				NtaskGetText(0, 1) != NULL)
+			{
+				char	   *req = NtaskGetCString(0, 1);
+				char	   *cls = NtaskGetCString(0, 2);
+				char	   *outc = NtaskGetCString(0, 3);
 
-		memset(nulls, ' ', sizeof(nulls));
-		values[2] = CStringGetTextDatum(final);
-		values[3] = CStringGetTextDatum(to_state);
-		values[4] = error_class ? CStringGetTextDatum(error_class) : (Datum) 0;
-		nulls[4] = error_class ? ' ' : 'n';
-		values[5] = stage ? CStringGetTextDatum(stage) : (Datum) 0;
-		nulls[5] = stage ? ' ' : 'n';
-		values[6] = BoolGetDatum(known);
-		values[7] = outcome ? CStringGetTextDatum(outcome) : (Datum) 0;
-		nulls[7] = outcome ? ' ' : 'n';
-		values[8] = PG_ARGISNULL(5) ? (Datum) 0 : PG_GETARG_DATUM(5);
-		nulls[8] = PG_ARGISNULL(5) ? 'n' : ' ';
-		values[9] = PG_ARGISNULL(4) ? (Datum) 0 : PG_GETARG_DATUM(4);
-		nulls[9] = PG_ARGISNULL(4) ? 'n' : ' ';
-		values[10] = TimestampTzGetDatum(next);
-		nulls[10] = strcmp(final, "retry_wait") == 0 ? ' ' : 'n';
-		values[11] = reason ? CStringGetTextDatum(reason) : (Datum) 0;
-		nulls[11] = reason ? ' ' : 'n';
-		/* detail->>'reason' may name why, unless ntask enforced the budget */
-		values[12] = BoolGetDatum(reason != NULL && !engine_reason);
-		if (NtaskExecPlan(&tr_apply_plan, values, nulls,
-						  SPI_OK_UPDATE_RETURNING) != 1)
-			elog(ERROR, "ntask: locked task %lld vanished", (long long) task_id);
-		result = "applied";
+				if (strcmp(req, c.to_state) == 0 &&
+					tr_same(cls, c.error_class) && tr_same(outc, c.outcome))
+					result = "duplicate";
+				else
+					result = "conflict";
+			}
+			else
+				result = "stale";
+		}
+	}
+
+	if (strcmp(result, "applied") == 0)
+	{
+		/* tr_apply_plan returned (state, run_at) */
 		out[1] = PointerGetDatum(NtaskGetText(0, 1));
 		out[2] = NtaskGetDatum(0, 2, &outnulls[2]);
 	}
-	else
-	{
-		out[1] = PointerGetDatum(NtaskGetText(0, 1));
-		out[2] = NtaskGetDatum(0, 8, &outnulls[2]);
-		if (NtaskExecPlan(&tr_attempt_plan, values, NULL, SPI_OK_SELECT) == 1 &&
-			NtaskGetText(0, 1) != NULL)
-		{
-			char	   *req = NtaskGetCString(0, 1);
-			char	   *cls = NtaskGetCString(0, 2);
-			char	   *out = NtaskGetCString(0, 3);
-
-			if (strcmp(to_state, "succeeded") == 0 && outcome == NULL)
-				outcome = "completed";
-			if (strcmp(req, to_state) == 0 &&
-				tr_same(cls, error_class) && tr_same(out, outcome))
-				result = "duplicate";
-			else
-				result = "conflict";
-		}
-		else
-			result = "stale";
-	}
-
 	out[0] = CStringGetTextDatum(result);
 	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, outnulls);
 	SPI_finish();
