@@ -45,22 +45,24 @@
 
 PG_FUNCTION_INFO_V1(ntask_claim);
 
+/* only asked when nothing was due: is the queue unknown, or just idle? */
 static NtaskPlan claim_queue_plan = {
 	"claim queue lookup",
-	"SELECT q.lease, q.guard FROM ntask.queue q "
-	"WHERE q.queue OPERATOR(pg_catalog.=) $1",
+	"SELECT 1 FROM ntask.queue q WHERE q.queue OPERATOR(pg_catalog.=) $1",
 	1, {TEXTOID}
 };
 
+/* the queue's lease and guard come along with every picked row */
 static NtaskPlan claim_pick_plan = {
 	"claim pick",
 	"SELECT t.task_id, t.state OPERATOR(pg_catalog.=) 'leased', "
-	"  t.task_key, t.payload "
-	"FROM ntask.task t "
+	"  t.task_key, t.payload, q.lease, q.guard "
+	"FROM ntask.task t JOIN ntask.queue q "
+	"  ON q.queue OPERATOR(pg_catalog.=) t.queue "
 	"WHERE t.queue OPERATOR(pg_catalog.=) $1 "
 	"  AND t.due_at OPERATOR(pg_catalog.<=) pg_catalog.now() "
 	"ORDER BY t.priority DESC, t.due_at, t.task_id "
-	"LIMIT " CppAsString2(NTASK_MAX_CLAIM) " FOR UPDATE SKIP LOCKED",
+	"LIMIT " CppAsString2(NTASK_MAX_CLAIM) " FOR UPDATE OF t SKIP LOCKED",
 	1, {TEXTOID}
 };
 
@@ -132,7 +134,7 @@ static NtaskPlan claim_lease_plan = {
 
 static Datum claim_array(Datum *elems, int n);
 static int	claim_round(ReturnSetInfo *rsinfo, text *queue, int want,
-						Datum worker, Datum lease, Oid guard, bool *more);
+						Datum worker, Datum lease_arg, bool *more);
 
 /* claim_array: a bigint[] Datum of n int64 Datums (palloc'd). */
 static Datum
@@ -146,14 +148,19 @@ claim_array(Datum *elems, int n)
  * claim_round
  *		Pick up to want due tasks, run the guard, close expired attempts,
  *		lease the rest, and put the leased ones into the result tuplestore.
- *		Returns how many were leased.  *more is set when another round could
- *		find more (some picked tasks were not handed out and the pick was
- *		full).  All SPI results stay in the caller's SPI connection.
+ *		lease_arg is the caller's lease, or 0 for the queue's.  Returns how
+ *		many were leased, or -1 if nothing was due.  *more is set when
+ *		another round could find more (some picked tasks were not handed out
+ *		and the pick was full).  All SPI results stay in the caller's SPI
+ *		connection.
  */
 static int
 claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
-			Datum lease, Oid guard, bool *more)
+			Datum lease_arg, bool *more)
 {
+	Datum		lease;
+	Oid			guard;
+	bool		isnull;
 	Datum		values[5];
 	SPITupleTable *pick;
 	int			npicked;
@@ -174,7 +181,11 @@ claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
 	pick = SPI_tuptable;
 	*more = false;
 	if (npicked == 0)
-		return 0;
+		return -1;
+	lease = lease_arg ? lease_arg : NtaskGetDatum(0, 5, &isnull);
+	guard = DatumGetObjectId(NtaskGetDatum(0, 6, &isnull));
+	if (isnull)
+		guard = InvalidOid;
 
 	ids = palloc(sizeof(Datum) * npicked);
 	taken = palloc(sizeof(Datum) * npicked);
@@ -189,7 +200,6 @@ claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
 		was_leased = NtaskGetBool(r, 2);
 		if (OidIsValid(guard))
 		{
-			bool		isnull;
 			char	   *reason;
 			NtaskGuardVerdict v;
 
@@ -269,9 +279,6 @@ ntask_claim(PG_FUNCTION_ARGS)
 	text	   *worker = NtaskArgText(fcinfo, 1, "worker", NTASK_MAX_NAME_LEN);
 	int32		max_tasks;
 	Datum		values[1];
-	Datum		lease;
-	bool		isnull;
-	Oid			guard;
 	int			got = 0;
 	int			round;
 	bool		more = true;
@@ -291,20 +298,26 @@ ntask_claim(PG_FUNCTION_ARGS)
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
 
-	values[0] = PointerGetDatum(queue);
-	if (NtaskExecPlan(&claim_queue_plan, values, NULL, SPI_OK_SELECT) == 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_OBJECT),
-				 errmsg("ntask: queue \"%s\" does not exist", text_to_cstring(queue))));
-	lease = PG_ARGISNULL(3) ? NtaskGetDatum(0, 1, &isnull) : PG_GETARG_DATUM(3);
-	guard = DatumGetObjectId(NtaskGetDatum(0, 2, &isnull));
-	if (isnull)
-		guard = InvalidOid;
-
 	for (round = 0; round < CLAIM_MAX_ROUNDS && got < max_tasks && more; round++)
-		got += claim_round((ReturnSetInfo *) fcinfo->resultinfo, queue,
-						   max_tasks - got, PointerGetDatum(worker), lease,
-						   guard, &more);
+	{
+		int			n = claim_round((ReturnSetInfo *) fcinfo->resultinfo,
+									queue, max_tasks - got,
+									PointerGetDatum(worker),
+									PG_ARGISNULL(3) ? (Datum) 0 : PG_GETARG_DATUM(3),
+									&more);
+
+		if (n < 0 && round == 0)
+		{
+			/* nothing due: an idle queue, or no such queue at all? */
+			values[0] = PointerGetDatum(queue);
+			if (NtaskExecPlan(&claim_queue_plan, values, NULL, SPI_OK_SELECT) == 0)
+				ereport(ERROR,
+						(errcode(ERRCODE_UNDEFINED_OBJECT),
+						 errmsg("ntask: queue \"%s\" does not exist",
+								text_to_cstring(queue))));
+		}
+		got += Max(n, 0);
+	}
 
 	SPI_finish();
 	return (Datum) 0;
