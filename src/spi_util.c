@@ -18,6 +18,7 @@
 
 #include "catalog/pg_type.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 
 static NtaskPlan spi_audit_plan = {
 	"audit insert",
@@ -55,6 +56,7 @@ NtaskExecPlanCount(NtaskPlan *p, Datum *values, const char *nulls,
 				   int expected_rc, long count)
 {
 	int			rc;
+	int			save_nestlevel;
 
 	if (p->plan == NULL)
 	{
@@ -75,7 +77,19 @@ NtaskExecPlanCount(NtaskPlan *p, Datum *values, const char *nulls,
 		p->plan = plan;
 	}
 
+	/*
+	 * The generic plan is built (or rebuilt after an invalidation) inside
+	 * SPI_execute_plan, and then kept.  Built while a table was small or
+	 * freshly analyzed as empty, it would be a sequential scan that stays
+	 * in use as the table grows (every statement here reaches its rows by
+	 * an index).  So plan with enable_seqscan off, as a function's SET
+	 * clause would; an error unwinds the setting with the transaction.
+	 */
+	save_nestlevel = NewGUCNestLevel();
+	(void) set_config_option("enable_seqscan", "off", PGC_USERSET,
+							 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
 	rc = SPI_execute_plan(p->plan, values, nulls, false, count);
+	AtEOXact_GUC(true, save_nestlevel);
 	if (rc != expected_rc)
 		elog(ERROR, "ntask: %s failed: %s", p->name, SPI_result_code_string(rc));
 	return (int) SPI_processed;
