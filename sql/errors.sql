@@ -62,6 +62,10 @@ SELECT * FROM ntask_enqueue('nope', 'k');
 \echo :SQLSTATE
 SELECT * FROM ntask_enqueue('e', 'k', '{bad json');
 \echo :SQLSTATE
+SELECT * FROM ntask_enqueue('e', 'k', run_at => 'infinity');
+\echo :SQLSTATE
+SELECT * FROM ntask_enqueue('e', 'k', run_at => '-infinity');
+\echo :SQLSTATE
 -- claim
 SELECT * FROM ntask_claim(NULL, 'W1');
 \echo :SQLSTATE
@@ -135,6 +139,8 @@ SELECT * FROM ntask_transition(:k, 1, 'canceled', 'unknown');
 SELECT * FROM ntask_transition(:k, 1, 'retry_wait', outcome => 'provider_accepted');
 \echo :SQLSTATE
 SELECT * FROM ntask_transition(:k, 1, 'succeeded', retry_at => now());
+\echo :SQLSTATE
+SELECT * FROM ntask_transition(:k, 1, 'retry_wait', retry_at => 'infinity');
 \echo :SQLSTATE
 SELECT * FROM ntask_transition(:k, 1, 'succeeded', outcome => '');
 \echo :SQLSTATE

@@ -93,6 +93,10 @@ ntask_enqueue(PG_FUNCTION_ARGS)
 				 errmsg("ntask: priority must not be NULL")));
 	if (!PG_ARGISNULL(4))
 		(void) NtaskArgText(fcinfo, 4, "partition_key", NTASK_MAX_KEY_LEN);
+	if (!PG_ARGISNULL(3) && TIMESTAMP_NOT_FINITE(PG_GETARG_TIMESTAMPTZ(3)))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ntask: run_at must be a finite timestamp")));
 	payload = PG_GETARG_JSONB_P(2);
 	digest = NtaskDigest(payload, NTASK_DIGEST_VERSION);
 

@@ -303,6 +303,10 @@ ntask_transition(PG_FUNCTION_ARGS)
 
 	reason = tr_check_args(c.to_state, &c.error_class, c.outcome != NULL,
 						   !c.retry_at_null);
+	if (!c.retry_at_null && TIMESTAMP_NOT_FINITE(DatumGetTimestampTz(c.retry_at)))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ntask: retry_at must be a finite timestamp")));
 	if (strcmp(c.to_state, "succeeded") == 0 && c.outcome == NULL)
 		c.outcome = "completed";
 	retry = strcmp(c.to_state, "retry_wait") == 0;
