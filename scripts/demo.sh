@@ -8,14 +8,7 @@ set -eu
 cd "$(dirname "$0")/.."
 
 PORT=55440
-SUDO=""
-[ "$(id -u)" -eq 0 ] || SUDO="sudo"
-# run a command as the postgres OS user (the server refuses to run as root)
-if [ "$(id -u)" -eq 0 ]; then
-	AS_PG="runuser -u postgres --"
-else
-	AS_PG="sudo -u postgres --"
-fi
+. scripts/lib.sh
 
 sh scripts/deps.sh
 make -s

@@ -7,13 +7,7 @@
 # one failed.  Ends with one summary line: "ntask: N passed, M failed".
 set -u
 cd "$(dirname "$0")/.."
-SUDO=""
-[ "$(id -u)" -eq 0 ] || SUDO="sudo"
-if [ "$(id -u)" -eq 0 ]; then
-	AS_PG="runuser -u postgres --"
-else
-	AS_PG="sudo -u postgres --"
-fi
+. scripts/lib.sh
 
 sh scripts/deps.sh || exit 1
 make -s clean >/dev/null 2>&1
