@@ -129,6 +129,46 @@ COMMENT ON TABLE ntask.attempt IS 'ntask: ledger, one row per attempt (claim); r
 COMMENT ON COLUMN ntask.attempt.requested IS 'the to_state this token asked for in ntask_transition (NULL if it never did)';
 COMMENT ON COLUMN ntask.attempt.result IS 'how the attempt ended: the task state it produced, or lease_expired / canceled';
 
+/*
+ * Commit receipts (three-state protocol): written by ntask_receipt in the
+ * caller's business transaction, keyed by (task_id, token), with the
+ * canonical digest of what was committed.
+ */
+CREATE TABLE ntask.receipt (
+	task_id			bigint NOT NULL,
+	token			bigint NOT NULL,
+	payload_digest	bytea NOT NULL,
+	digest_version	smallint NOT NULL,
+	committed_at	timestamptz NOT NULL DEFAULT now(),
+	db_user			name NOT NULL DEFAULT current_user,
+	PRIMARY KEY (task_id, token)
+);
+COMMENT ON TABLE ntask.receipt IS 'ntask: commit receipts, one per (task, token) that committed a business write; see ntask_receipt()';
+
+/*
+ * General monotonic fences (ntask_fence): the watermark of a target such as
+ * a config document applied to a host, and a receipt per applied token.
+ */
+CREATE TABLE ntask.fence (
+	fence_key		text PRIMARY KEY,
+	token			bigint NOT NULL,
+	payload_digest	bytea NOT NULL,
+	digest_version	smallint NOT NULL,
+	updated_at		timestamptz NOT NULL DEFAULT now()
+);
+COMMENT ON TABLE ntask.fence IS 'ntask: current watermark (token) and content digest per fence key; see ntask_fence()';
+
+CREATE TABLE ntask.fence_receipt (
+	fence_key		text NOT NULL,
+	token			bigint NOT NULL,
+	payload_digest	bytea NOT NULL,
+	digest_version	smallint NOT NULL,
+	applied_at		timestamptz NOT NULL DEFAULT now(),
+	db_user			name NOT NULL DEFAULT current_user,
+	PRIMARY KEY (fence_key, token)
+);
+COMMENT ON TABLE ntask.fence_receipt IS 'ntask: one row per token that advanced a fence';
+
 CREATE TABLE ntask.audit (
 	audit_id		bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
 	at				timestamptz NOT NULL DEFAULT now(),
@@ -148,6 +188,9 @@ SELECT pg_catalog.pg_extension_config_dump('ntask.queue', '');
 SELECT pg_catalog.pg_extension_config_dump('ntask.task', '');
 SELECT pg_catalog.pg_extension_config_dump('ntask.attempt', '');
 SELECT pg_catalog.pg_extension_config_dump('ntask.audit', '');
+SELECT pg_catalog.pg_extension_config_dump('ntask.receipt', '');
+SELECT pg_catalog.pg_extension_config_dump('ntask.fence', '');
+SELECT pg_catalog.pg_extension_config_dump('ntask.fence_receipt', '');
 SELECT pg_catalog.pg_extension_config_dump('ntask.task_task_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('ntask.audit_audit_id_seq', '');
 
@@ -314,3 +357,17 @@ AS 'MODULE_PATHNAME', 'ntask_digest'
 LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 COMMENT ON FUNCTION @extschema@.ntask_digest(jsonb, integer) IS
 'ntask: canonical digest of a jsonb value (version 1: SHA-256 of the canonical form); key order, whitespace and numeric scale do not matter';
+
+CREATE FUNCTION @extschema@.ntask_receipt(task_id bigint, token bigint, payload jsonb)
+RETURNS text
+AS 'MODULE_PATHNAME', 'ntask_receipt'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.ntask_receipt(bigint, bigint, jsonb) IS
+'ntask: commit receipt, called in the business transaction: applied, duplicate (same token, same content), conflict (same token, different content) or stale (no receipt and the task moved past the token)';
+
+CREATE FUNCTION @extschema@.ntask_fence(fence_key text, token bigint, payload jsonb)
+RETURNS text
+AS 'MODULE_PATHNAME', 'ntask_fence'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.ntask_fence(text, bigint, jsonb) IS
+'ntask: monotonic fence: a token above the watermark advances it (applied); equal with the same content is a duplicate, with different content a conflict; below is stale';

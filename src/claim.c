@@ -119,7 +119,10 @@ static NtaskPlan claim_lease_plan = {
 	"  WHERE u.state OPERATOR(pg_catalog.=) 'leased' "
 	") "
 	"SELECT u.task_id, u.task_key, u.payload, u.attempts, u.token, u.lease_until, "
-	"  CASE WHEN u.unknown_attempts OPERATOR(pg_catalog.>) 0 THEN 'unknown' END, "
+	"  CASE WHEN EXISTS (SELECT 1 FROM ntask.receipt r "
+	"                    WHERE r.task_id OPERATOR(pg_catalog.=) u.task_id) "
+	"    THEN 'committed' "
+	"    WHEN u.unknown_attempts OPERATOR(pg_catalog.>) 0 THEN 'unknown' END, "
 	"  u.state OPERATOR(pg_catalog.=) 'leased' "
 	"FROM upd u ORDER BY u.task_id",
 	5, {INT8ARRAYOID, TEXTOID, INTERVALOID, INT8ARRAYOID, INT8ARRAYOID}
@@ -267,8 +270,9 @@ claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
  *					  prior_outcome)
  *
  * Leases up to max_tasks due tasks (ready, retry_wait whose run_at passed,
- * or leased whose lease expired) to worker.  prior_outcome is 'unknown'
- * when an earlier attempt of the task may have had an effect, else NULL.
+ * or leased whose lease expired) to worker.  prior_outcome is 'committed'
+ * when an earlier attempt left a commit receipt (ntask_receipt), else
+ * 'unknown' when an earlier attempt may have had an effect, else NULL.
  * Errors: unknown queue 42704; NULL argument 22004; max_tasks outside
  * 1..1000 or a non-positive lease 22023.
  */

@@ -132,15 +132,10 @@ ntask_enqueue(PG_FUNCTION_ARGS)
 		if (NtaskExecPlan(&enq_existing_plan, values, NULL, SPI_OK_SELECT) == 1)
 		{
 			bool		isnull;
-			bytea	   *old_digest = DatumGetByteaPP(NtaskGetDatum(0, 3, &isnull));
-			int			old_version = NtaskGetInt32(0, 4);
-			bytea	   *cmp = digest;
 
-			if (old_version != NTASK_DIGEST_VERSION)
-				cmp = NtaskDigest(payload, old_version);	/* fails closed */
-			if (VARSIZE_ANY_EXHDR(old_digest) != VARSIZE_ANY_EXHDR(cmp) ||
-				memcmp(VARDATA_ANY(old_digest), VARDATA_ANY(cmp),
-					   VARSIZE_ANY_EXHDR(cmp)) != 0)
+			if (!NtaskSameDigest(payload, digest,
+								 DatumGetByteaPP(NtaskGetDatum(0, 3, &isnull)),
+								 NtaskGetInt32(0, 4)))
 				ereport(ERROR,
 						(errcode(ERRCODE_NTASK_KEY_CONFLICT),
 						 errmsg("ntask: task key \"%s\" already exists in queue \"%s\" with a different payload",

@@ -87,6 +87,10 @@ extern void NtaskAudit(const char *actor, const char *action, int64 task_id,
 /* digest.c */
 extern bytea *NtaskDigest(Jsonb *jb, int version);
 
+/* receipt.c */
+extern bool NtaskSameDigest(Jsonb *payload, bytea *current_digest,
+							bytea *stored, int stored_version);
+
 /* guard.c */
 typedef enum NtaskGuardVerdict
 {

@@ -1,0 +1,116 @@
+/*-------------------------------------------------------------------------
+ *
+ * fence.c
+ *	  ntask_fence: a general monotonic fence with content digests.
+ *
+ * A fence guards a target that must only move forward, such as a config
+ * document applied to a host (fence_key 'config:doc-7:host-3', token = the
+ * published version).  Called in the same transaction as the write to the
+ * target:
+ *
+ *	token > watermark					-> applied: the watermark and digest
+ *										   advance, a fence_receipt is kept
+ *	token = watermark, same digest		-> duplicate
+ *	token = watermark, other digest		-> conflict
+ *	token < watermark					-> stale
+ *
+ * Check and write are one statement: INSERT ... ON CONFLICT DO UPDATE ...
+ * WHERE fence.token < EXCLUDED.token.  It locks the fence row whether or
+ * not the WHERE passes, so concurrent callers of one fence serialize on it
+ * until their transactions end: a version 2 that got 'applied' holds the
+ * row while its business write runs, a version 3 waits, then applies; a
+ * version 2 arriving after version 3 committed is stale.
+ *
+ * IDENTIFICATION
+ *	  src/fence.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "ntask.h"
+
+#include "catalog/pg_type.h"
+#include "utils/builtins.h"
+
+PG_FUNCTION_INFO_V1(ntask_fence);
+
+static NtaskPlan fence_advance_plan = {
+	"fence advance",
+	"WITH f AS ( "
+	"  INSERT INTO ntask.fence AS f (fence_key, token, payload_digest, digest_version) "
+	"  VALUES ($1, $2, $3, $4) "
+	"  ON CONFLICT (fence_key) DO UPDATE SET token = EXCLUDED.token, "
+	"    payload_digest = EXCLUDED.payload_digest, "
+	"    digest_version = EXCLUDED.digest_version, updated_at = pg_catalog.now() "
+	"  WHERE f.token OPERATOR(pg_catalog.<) EXCLUDED.token "
+	"  RETURNING f.fence_key, f.token, f.payload_digest, f.digest_version "
+	") "
+	"INSERT INTO ntask.fence_receipt (fence_key, token, payload_digest, digest_version) "
+	"SELECT * FROM f RETURNING 1",
+	4, {TEXTOID, INT8OID, BYTEAOID, INT2OID}
+};
+
+/* the row is already locked by the failed ON CONFLICT DO UPDATE */
+static NtaskPlan fence_current_plan = {
+	"fence lookup",
+	"SELECT f.token, f.payload_digest, f.digest_version FROM ntask.fence f "
+	"WHERE f.fence_key OPERATOR(pg_catalog.=) $1",
+	1, {TEXTOID}
+};
+
+/*
+ * ntask_fence(fence_key text, token bigint, payload jsonb) RETURNS text
+ *		See the file header.  Errors: NULL argument 22004; empty key 22023;
+ *		key over 512 bytes 22001; token below 1 22023; a stored digest of an
+ *		unknown version NT004.  Locks the fence row until the caller's
+ *		transaction ends.
+ */
+Datum
+ntask_fence(PG_FUNCTION_ARGS)
+{
+	text	   *key = NtaskArgText(fcinfo, 0, "fence_key", NTASK_MAX_KEY_LEN);
+	int64		token = NtaskArgInt64(fcinfo, 1, "token");
+	Jsonb	   *payload;
+	bytea	   *digest;
+	Datum		values[4];
+	const char *result;
+	int64		watermark;
+	bool		isnull;
+
+	if (token < 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ntask: token must be positive")));
+	if (PG_ARGISNULL(2))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("ntask: payload must not be NULL")));
+	payload = PG_GETARG_JSONB_P(2);
+	digest = NtaskDigest(payload, NTASK_DIGEST_VERSION);
+
+	values[0] = PointerGetDatum(key);
+	values[1] = Int64GetDatum(token);
+	values[2] = PointerGetDatum(digest);
+	values[3] = Int16GetDatum(NTASK_DIGEST_VERSION);
+
+	SPI_connect();
+	if (NtaskExecPlan(&fence_advance_plan, values, NULL,
+					  SPI_OK_INSERT_RETURNING) == 1)
+		result = "applied";
+	else
+	{
+		if (NtaskExecPlan(&fence_current_plan, values, NULL, SPI_OK_SELECT) != 1)
+			elog(ERROR, "ntask: fence \"%s\" neither advanced nor found",
+				 text_to_cstring(key));
+		watermark = NtaskGetInt64(0, 1);
+		if (token < watermark)
+			result = "stale";
+		else if (NtaskSameDigest(payload, digest,
+								 DatumGetByteaPP(NtaskGetDatum(0, 2, &isnull)),
+								 NtaskGetInt32(0, 3)))
+			result = "duplicate";
+		else
+			result = "conflict";
+	}
+	SPI_finish();
+	PG_RETURN_TEXT_P(cstring_to_text(result));
+}

@@ -1,0 +1,142 @@
+/*-------------------------------------------------------------------------
+ *
+ * receipt.c
+ *	  ntask_receipt: the three-state commit receipt, written in the caller's
+ *	  business transaction, and the digest comparison it shares with
+ *	  ntask_fence.
+ *
+ * Leases decide who should keep trying; receipts prove what was committed.
+ * A worker calls ntask_receipt(task_id, token, payload) in the same
+ * transaction as its business write:
+ *
+ *	no receipt, token still the task's latest and not closed by someone
+ *	else (takeover, cancel)					-> applied (receipt inserted)
+ *	receipt of this token, same digest		-> duplicate (a retry after a
+ *											   lost commit response)
+ *	receipt of this token, other digest		-> conflict (first one kept)
+ *	no receipt, the task moved past token	-> stale
+ *
+ * The insert is INSERT ... ON CONFLICT DO NOTHING RETURNING, so a duplicate
+ * never raises inside the caller's transaction.  The task row is locked
+ * FOR SHARE first: until the business transaction ends, a claim skips the
+ * task (SKIP LOCKED) instead of taking it over, so the fence cannot move
+ * between the check and the commit.  A takeover that follows sees the
+ * receipt (prior_outcome = 'committed').
+ *
+ * IDENTIFICATION
+ *	  src/receipt.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "ntask.h"
+
+#include "catalog/pg_type.h"
+#include "utils/builtins.h"
+
+PG_FUNCTION_INFO_V1(ntask_receipt);
+
+/* the task's fence, and whether this token's attempt was closed by another */
+static NtaskPlan rcpt_lock_plan = {
+	"receipt task lock",
+	"SELECT t.token, "
+	"  EXISTS (SELECT 1 FROM ntask.attempt a "
+	"          WHERE a.task_id OPERATOR(pg_catalog.=) t.task_id "
+	"            AND a.token OPERATOR(pg_catalog.=) $2 "
+	"            AND a.ended_at IS NOT NULL AND a.requested IS NULL) "
+	"FROM ntask.task t WHERE t.task_id OPERATOR(pg_catalog.=) $1 "
+	"FOR SHARE OF t",
+	2, {INT8OID, INT8OID}
+};
+
+static NtaskPlan rcpt_insert_plan = {
+	"receipt insert",
+	"INSERT INTO ntask.receipt (task_id, token, payload_digest, digest_version) "
+	"VALUES ($1, $2, $3, $4) "
+	"ON CONFLICT (task_id, token) DO NOTHING RETURNING 1",
+	4, {INT8OID, INT8OID, BYTEAOID, INT2OID}
+};
+
+static NtaskPlan rcpt_existing_plan = {
+	"receipt lookup",
+	"SELECT r.payload_digest, r.digest_version FROM ntask.receipt r "
+	"WHERE r.task_id OPERATOR(pg_catalog.=) $1 "
+	"  AND r.token OPERATOR(pg_catalog.=) $2",
+	2, {INT8OID, INT8OID}
+};
+
+/*
+ * NtaskSameDigest
+ *		Does payload have the digest stored with the given version?  The
+ *		digest is recomputed under the stored version (current_digest, of
+ *		NTASK_DIGEST_VERSION, is reused when the versions match); a version
+ *		this build does not know fails closed with NT004.
+ */
+bool
+NtaskSameDigest(Jsonb *payload, bytea *current_digest, bytea *stored,
+				int stored_version)
+{
+	bytea	   *cmp = current_digest;
+
+	if (stored_version != NTASK_DIGEST_VERSION)
+		cmp = NtaskDigest(payload, stored_version);
+	return VARSIZE_ANY_EXHDR(stored) == VARSIZE_ANY_EXHDR(cmp) &&
+		memcmp(VARDATA_ANY(stored), VARDATA_ANY(cmp),
+			   VARSIZE_ANY_EXHDR(cmp)) == 0;
+}
+
+/*
+ * ntask_receipt(task_id bigint, token bigint, payload jsonb) RETURNS text
+ *		See the file header.  Errors: NULL argument 22004; unknown task
+ *		P0002; a token never issued NT003; a stored receipt of an unknown
+ *		digest version NT004.  Locks the task row FOR SHARE until the
+ *		caller's transaction ends.
+ */
+Datum
+ntask_receipt(PG_FUNCTION_ARGS)
+{
+	int64		task_id = NtaskArgInt64(fcinfo, 0, "task_id");
+	int64		token = NtaskArgInt64(fcinfo, 1, "token");
+	Jsonb	   *payload;
+	bytea	   *digest;
+	Datum		values[4];
+	bool		stale;
+	const char *result;
+
+	if (PG_ARGISNULL(2))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("ntask: payload must not be NULL")));
+	payload = PG_GETARG_JSONB_P(2);
+	digest = NtaskDigest(payload, NTASK_DIGEST_VERSION);
+
+	values[0] = Int64GetDatum(task_id);
+	values[1] = Int64GetDatum(token);
+	values[2] = PointerGetDatum(digest);
+	values[3] = Int16GetDatum(NTASK_DIGEST_VERSION);
+
+	SPI_connect();
+	if (NtaskExecPlan(&rcpt_lock_plan, values, NULL, SPI_OK_SELECT) == 0)
+		NtaskTaskNotFound(task_id);
+	NtaskCheckTokenRange(task_id, token, NtaskGetInt64(0, 1));
+	stale = token < NtaskGetInt64(0, 1) || NtaskGetBool(0, 2);
+
+	if (!stale &&
+		NtaskExecPlan(&rcpt_insert_plan, values, NULL, SPI_OK_INSERT_RETURNING) == 1)
+		result = "applied";
+	else if (NtaskExecPlan(&rcpt_existing_plan, values, NULL, SPI_OK_SELECT) == 1)
+	{
+		bool		isnull;
+
+		result = NtaskSameDigest(payload, digest,
+								 DatumGetByteaPP(NtaskGetDatum(0, 1, &isnull)),
+								 NtaskGetInt32(0, 2)) ? "duplicate" : "conflict";
+	}
+	else
+	{
+		/* no receipt; only possible when stale (else the insert applied) */
+		Assert(stale);
+		result = "stale";
+	}
+	SPI_finish();
+	PG_RETURN_TEXT_P(cstring_to_text(result));
+}
