@@ -89,10 +89,10 @@ BEGIN
 	END IF;
 	RETURN r;
 END $$;
-SELECT publish('doc-7', 'host-3', 2, '{"max_conn": 100}');
+SELECT publish('doc-7', 'host-3', 1, '{"max_conn": 100}');
 SELECT publish('doc-7', 'host-3', 3, '{"max_conn": 200}');
 -- a late version 2 is stale; the watermark and the content stay at 3
-SELECT publish('doc-7', 'host-3', 2, '{"max_conn": 100}');
+SELECT publish('doc-7', 'host-3', 2, '{"max_conn": 150}');
 -- the same version and content again: duplicate; other content: conflict
 SELECT publish('doc-7', 'host-3', 3, '{ "max_conn" : 200 }');
 SELECT publish('doc-7', 'host-3', 3, '{"max_conn": 250}');
@@ -124,3 +124,8 @@ SELECT ntask_fence('f', 1, NULL);
 UPDATE ntask.fence SET digest_version = 9 WHERE fence_key = 'config:doc-7:host-3';
 SELECT ntask_fence('config:doc-7:host-3', 3, '{"max_conn": 200}');
 \echo :SQLSTATE
+-- an older token that did apply once is a duplicate, not stale (lost response, late retry)
+UPDATE ntask.fence SET digest_version = 1 WHERE fence_key = 'config:doc-7:host-3';
+SELECT ntask_fence('config:doc-7:host-3', 1, '{"max_conn": 100}');
+SELECT ntask_fence('config:doc-7:host-3', 1, '{"max_conn": 101}');
+SELECT ntask_fence('config:doc-7:host-3', 2, '{"max_conn": 150}');

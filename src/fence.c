@@ -12,7 +12,10 @@
  *										   advance, a fence_receipt is kept
  *	token = watermark, same digest		-> duplicate
  *	token = watermark, other digest		-> conflict
- *	token < watermark					-> stale
+ *	token < watermark, but it advanced the fence once (a fence_receipt):
+ *	same digest -> duplicate, other -> conflict (a retry after a lost
+ *	response, answered as ntask_receipt would)
+ *	token < watermark otherwise			-> stale
  *
  * Check and write are one statement: INSERT ... ON CONFLICT DO UPDATE ...
  * WHERE fence.token < EXCLUDED.token.  It locks the fence row whether or
@@ -55,6 +58,15 @@ static NtaskPlan fence_current_plan = {
 	"SELECT f.token, f.payload_digest, f.digest_version FROM ntask.fence f "
 	"WHERE f.fence_key OPERATOR(pg_catalog.=) $1",
 	1, {TEXTOID}
+};
+
+/* an older token that did advance the fence once */
+static NtaskPlan fence_receipt_plan = {
+	"fence receipt lookup",
+	"SELECT r.payload_digest, r.digest_version FROM ntask.fence_receipt r "
+	"WHERE r.fence_key OPERATOR(pg_catalog.=) $1 "
+	"  AND r.token OPERATOR(pg_catalog.=) $2",
+	2, {TEXTOID, INT8OID}
 };
 
 /*
@@ -103,7 +115,15 @@ ntask_fence(PG_FUNCTION_ARGS)
 				 text_to_cstring(key));
 		watermark = NtaskGetInt64(0, 1);
 		if (token < watermark)
-			result = "stale";
+		{
+			/* stale, unless this token applied once (a late retry) */
+			if (NtaskExecPlan(&fence_receipt_plan, values, NULL, SPI_OK_SELECT) == 0)
+				result = "stale";
+			else
+				result = NtaskSameDigest(payload, digest,
+										 DatumGetByteaPP(NtaskGetDatum(0, 1, &isnull)),
+										 NtaskGetInt32(0, 2)) ? "duplicate" : "conflict";
+		}
 		else if (NtaskSameDigest(payload, digest,
 								 DatumGetByteaPP(NtaskGetDatum(0, 2, &isnull)),
 								 NtaskGetInt32(0, 3)))
