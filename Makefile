@@ -14,19 +14,22 @@ OBJS = \
 	src/transition.o \
 	src/repair.o \
 	src/receipt.o \
-	src/fence.o
+	src/fence.o \
+	src/cron.o
 DATA = $(wildcard ntask--*.sql)
 PGFILEDESC = "ntask - durable tasks with leases and fencing tokens"
 
 PG_CPPFLAGS = -I$(srcdir)/src -std=c11
 
 
-REGRESS = setup enqueue claim transition budget replay_cancel guard errors stats receipt
+REGRESS = setup enqueue claim transition budget replay_cancel guard errors stats receipt \
+	cron schedule
 REGRESS_OPTS = --temp-instance=./tmp_check_regress --temp-config=$(srcdir)/test/ntask.conf
 
 ISOLATION = takeover_w1_w2 claim_skip_locked enqueue_same_key cancel_vs_transition \
 	receipt_lost_response_same_token receipt_same_token_different_content \
-	receipt_stale_after_takeover fence_v2_after_v3 fence_reverse_delivery
+	receipt_stale_after_takeover fence_v2_after_v3 fence_reverse_delivery \
+	schedule_fire_same_slot
 ISOLATION_OPTS = --temp-instance=./tmp_check_iso --temp-config=$(srcdir)/test/ntask.conf
 
 TAP_TESTS = 1

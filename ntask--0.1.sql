@@ -371,3 +371,283 @@ AS 'MODULE_PATHNAME', 'ntask_fence'
 LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION @extschema@.ntask_fence(text, bigint, jsonb) IS
 'ntask: monotonic fence: a token above the watermark advances it (applied); equal with the same content is a duplicate, with different content a conflict; below is stale';
+
+-- API: public (schedules; see docs/design.md "Schedules")
+
+CREATE FUNCTION @extschema@.ntask_cron_next(expr text, after timestamptz, timezone text DEFAULT 'UTC')
+RETURNS timestamptz
+AS 'MODULE_PATHNAME', 'ntask_cron_next'
+LANGUAGE C STABLE PARALLEL SAFE;
+COMMENT ON FUNCTION @extschema@.ntask_cron_next(text, timestamptz, text) IS
+'ntask: the first firing time of a 5-field cron expression strictly after a timestamp, evaluated in a time zone';
+
+CREATE FUNCTION @extschema@.ntask_cron_prev(expr text, at timestamptz, timezone text DEFAULT 'UTC')
+RETURNS timestamptz
+AS 'MODULE_PATHNAME', 'ntask_cron_prev'
+LANGUAGE C STABLE PARALLEL SAFE;
+COMMENT ON FUNCTION @extschema@.ntask_cron_prev(text, timestamptz, text) IS
+'ntask: the latest firing time of a 5-field cron expression at or before a timestamp, evaluated in a time zone';
+
+CREATE TABLE ntask.schedule (
+	name			text PRIMARY KEY
+		CHECK (name ~ '^[A-Za-z0-9_.:-]{1,63}$'),
+	cron			text NOT NULL,
+	queue			text NOT NULL,
+	payload			jsonb NOT NULL DEFAULT '{}',
+	overlap			text NOT NULL DEFAULT 'skip'
+		CHECK (overlap IN ('skip', 'allow', 'buffer_one')),
+	catchup			interval NOT NULL DEFAULT '1 hour'
+		CHECK (catchup >= '0'::interval),
+	timezone		text NOT NULL DEFAULT 'UTC',
+	cron_job		text,
+	last_slot		timestamptz,
+	created_at		timestamptz NOT NULL DEFAULT now(),
+	updated_at		timestamptz NOT NULL DEFAULT now()
+);
+COMMENT ON TABLE ntask.schedule IS 'ntask: schedules fired by pg_cron; each slot becomes one task keyed <name>:<slot in UTC>';
+
+CREATE TABLE ntask.schedule_slot (
+	id				bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+	schedule		text NOT NULL,
+	slot			timestamptz NOT NULL,
+	fired_at		timestamptz NOT NULL DEFAULT now(),
+	task_id			bigint,
+	outcome			text NOT NULL
+		CHECK (outcome IN ('enqueued', 'duplicate', 'skipped', 'missed',
+						   'caught_up', 'rerun')),
+	reason			text
+);
+CREATE INDEX schedule_slot_idx ON ntask.schedule_slot (schedule, slot);
+COMMENT ON TABLE ntask.schedule_slot IS 'ntask: what happened to every slot of every schedule: enqueued, duplicate, skipped (overlap), missed (beyond catch-up), caught_up, rerun';
+
+SELECT pg_catalog.pg_extension_config_dump('ntask.schedule', '');
+SELECT pg_catalog.pg_extension_config_dump('ntask.schedule_slot', '');
+SELECT pg_catalog.pg_extension_config_dump('ntask.schedule_slot_id_seq', '');
+
+/*
+ * ntask.slot_key: the task key of a slot, <name>:<slot in ISO 8601 UTC>.
+ */
+CREATE FUNCTION ntask.slot_key(name text, slot timestamptz) RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT name || ':' || to_char(slot AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') $$;
+COMMENT ON FUNCTION ntask.slot_key(text, timestamptz) IS 'ntask: task key of a schedule slot: <name>:<slot in ISO 8601 UTC>';
+
+/*
+ * ntask.fire_slot: enqueue (or record) one slot of a locked schedule.
+ * outcome_if_new is enqueued, caught_up or rerun; key_suffix makes a
+ * deliberate second run of a slot a new key.
+ */
+CREATE FUNCTION ntask.fire_slot(s ntask.schedule, slot timestamptz, outcome_if_new text,
+								key_suffix text DEFAULT NULL,
+								OUT task_id bigint, OUT outcome text, OUT reason text)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	key text := ntask.slot_key(s.name, slot)
+				|| CASE WHEN key_suffix IS NULL THEN '' ELSE ':rerun:' || key_suffix END;
+	next_slot timestamptz := @extschema@.ntask_cron_next(s.cron, slot, s.timezone);
+	busy record;
+	e record;
+BEGIN
+	-- a slot that already has its task: any number of firings make one task
+	SELECT t.task_id INTO task_id FROM ntask.task t
+	WHERE t.queue OPERATOR(pg_catalog.=) s.queue AND t.task_key OPERATOR(pg_catalog.=) key;
+	IF FOUND THEN
+		outcome := 'duplicate';
+		reason := 'slot already has task ' || task_id;
+	ELSE
+		-- overlap policy: unfinished tasks of earlier slots
+		SELECT count(*) AS n,
+			   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.<>) 'leased') AS waiting,
+			   min(ss.slot) AS first_slot
+		INTO busy
+		FROM ntask.schedule_slot ss JOIN ntask.task t ON t.task_id OPERATOR(pg_catalog.=) ss.task_id
+		WHERE ss.schedule OPERATOR(pg_catalog.=) s.name
+		  AND ss.slot OPERATOR(pg_catalog.<) fire_slot.slot
+		  AND t.state OPERATOR(pg_catalog.=) ANY ('{ready,leased,retry_wait}');
+		IF key_suffix IS NULL AND busy.n > 0 AND
+		   (s.overlap = 'skip' OR (s.overlap = 'buffer_one' AND busy.waiting > 0)) THEN
+			outcome := 'skipped';
+			reason := format('overlap %s: slot %s still unfinished', s.overlap,
+							 ntask.slot_key(s.name, busy.first_slot));
+		ELSE
+			SELECT * INTO e FROM @extschema@.ntask_enqueue(s.queue, key, s.payload);
+			task_id := e.task_id;
+			outcome := CASE WHEN e.created THEN outcome_if_new ELSE 'duplicate' END;
+			-- retries of a slot never cross into the next slot
+			UPDATE ntask.task t SET deadline = LEAST(t.deadline, next_slot)
+			WHERE t.task_id OPERATOR(pg_catalog.=) e.task_id AND e.created;
+		END IF;
+	END IF;
+	INSERT INTO ntask.schedule_slot (schedule, slot, task_id, outcome, reason)
+	VALUES (s.name, slot, task_id, outcome, reason);
+END $$;
+COMMENT ON FUNCTION ntask.fire_slot(ntask.schedule, timestamptz, text, text) IS 'ntask: internal: enqueue or record one slot of a locked schedule';
+
+CREATE FUNCTION @extschema@.ntask_fire(name text, slot timestamptz DEFAULT NULL, rerun text DEFAULT NULL)
+RETURNS TABLE (fired_slot timestamptz, task_id bigint, outcome text, reason text)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	s ntask.schedule;
+	cur timestamptz;
+	missed timestamptz;
+	n integer := 0;
+	r record;
+BEGIN
+	IF name IS NULL THEN
+		RAISE EXCEPTION 'ntask: name must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	-- the schedule row lock serializes concurrent firings of one schedule
+	SELECT * INTO s FROM ntask.schedule sc WHERE sc.name OPERATOR(pg_catalog.=) ntask_fire.name FOR UPDATE;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'ntask: schedule "%" does not exist', name USING ERRCODE = 'undefined_object';
+	END IF;
+
+	IF ntask_fire.slot IS NOT NULL THEN
+		-- a manual (re-)run of a given slot
+		IF @extschema@.ntask_cron_prev(s.cron, ntask_fire.slot, s.timezone) OPERATOR(pg_catalog.<>) ntask_fire.slot THEN
+			RAISE EXCEPTION 'ntask: % is not a slot of schedule "%"', ntask_fire.slot, s.name
+				USING ERRCODE = 'invalid_parameter_value',
+					  HINT = format('Its cron expression is "%s" in time zone %s.', s.cron, s.timezone);
+		END IF;
+		IF rerun IS NOT NULL AND (rerun = '' OR length(rerun) > 63) THEN
+			RAISE EXCEPTION 'ntask: rerun must be 1 to 63 characters' USING ERRCODE = 'invalid_parameter_value';
+		END IF;
+		SELECT * INTO r FROM ntask.fire_slot(s, ntask_fire.slot,
+			CASE WHEN rerun IS NULL THEN 'enqueued' ELSE 'rerun' END, rerun);
+		fired_slot := ntask_fire.slot; task_id := r.task_id; outcome := r.outcome; reason := r.reason;
+		RETURN NEXT;
+		UPDATE ntask.schedule sc SET last_slot = GREATEST(sc.last_slot, ntask_fire.slot), updated_at = now()
+		WHERE sc.name OPERATOR(pg_catalog.=) s.name;
+		RETURN;
+	END IF;
+	IF rerun IS NOT NULL THEN
+		RAISE EXCEPTION 'ntask: rerun needs an explicit slot' USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+
+	cur := @extschema@.ntask_cron_prev(s.cron, now(), s.timezone);
+	IF s.last_slot IS NOT NULL AND cur OPERATOR(pg_catalog.<=) s.last_slot THEN
+		RETURN;				-- no new slot since the last firing
+	END IF;
+
+	-- catch up missed slots since the last fired one, within the window
+	IF s.last_slot IS NOT NULL THEN
+		missed := @extschema@.ntask_cron_next(s.cron, s.last_slot, s.timezone);
+		WHILE missed OPERATOR(pg_catalog.<) cur LOOP
+			n := n + 1;
+			IF missed OPERATOR(pg_catalog.>=) cur - s.catchup THEN
+				SELECT * INTO r FROM ntask.fire_slot(s, missed, 'caught_up');
+				fired_slot := missed; task_id := r.task_id; outcome := r.outcome; reason := r.reason;
+			ELSIF n > 1000 THEN
+				-- do not write one row per minute for a week of downtime
+				INSERT INTO ntask.schedule_slot (schedule, slot, outcome, reason)
+				VALUES (s.name, missed, 'missed',
+						'beyond the catch-up window; later missed slots up to '
+						|| ntask.slot_key(s.name, cur) || ' not listed');
+				fired_slot := missed; task_id := NULL; outcome := 'missed'; reason := 'beyond the catch-up window';
+				RETURN NEXT;
+				missed := GREATEST(cur - s.catchup, missed);
+				missed := @extschema@.ntask_cron_prev(s.cron, missed, s.timezone);
+				missed := @extschema@.ntask_cron_next(s.cron, missed, s.timezone);
+				n := -1000000;
+				CONTINUE;
+			ELSE
+				INSERT INTO ntask.schedule_slot (schedule, slot, outcome, reason)
+				VALUES (s.name, missed, 'missed', 'beyond the catch-up window of ' || s.catchup);
+				fired_slot := missed; task_id := NULL; outcome := 'missed'; reason := 'beyond the catch-up window of ' || s.catchup;
+			END IF;
+			RETURN NEXT;
+			missed := @extschema@.ntask_cron_next(s.cron, missed, s.timezone);
+		END LOOP;
+	END IF;
+
+	SELECT * INTO r FROM ntask.fire_slot(s, cur, 'enqueued');
+	fired_slot := cur; task_id := r.task_id; outcome := r.outcome; reason := r.reason;
+	RETURN NEXT;
+	UPDATE ntask.schedule sc SET last_slot = cur, updated_at = now() WHERE sc.name OPERATOR(pg_catalog.=) s.name;
+END $$;
+COMMENT ON FUNCTION @extschema@.ntask_fire(text, timestamptz, text) IS
+'ntask: fire a schedule: enqueue the latest slot (key <name>:<slot UTC>) and catch up missed slots within the window; with slot, (re-)run that slot (a repeat is a duplicate); with rerun, a deliberate second run under a new key';
+
+CREATE FUNCTION @extschema@.ntask_schedule(name text, cron text, queue text, payload jsonb DEFAULT '{}',
+										   overlap text DEFAULT 'skip', catchup interval DEFAULT '1 hour',
+										   timezone text DEFAULT 'UTC')
+RETURNS ntask.schedule
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	s ntask.schedule;
+	job text := 'ntask:' || name;
+	cmd text := format('SELECT * FROM %I.ntask_fire(%L)', '@extschema@', name);
+	cron_expr text;
+BEGIN
+	IF name IS NULL OR cron IS NULL OR queue IS NULL OR payload IS NULL
+	   OR overlap IS NULL OR catchup IS NULL OR timezone IS NULL THEN
+		RAISE EXCEPTION 'ntask: ntask_schedule arguments must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	IF name !~ '^[A-Za-z0-9_.:-]{1,63}$' THEN
+		RAISE EXCEPTION 'ntask: invalid schedule name "%"', name
+			USING ERRCODE = 'invalid_parameter_value', HINT = 'Use 1 to 63 letters, digits, ''_'', ''.'', '':'' or ''-''.';
+	END IF;
+	IF overlap NOT IN ('skip', 'allow', 'buffer_one') THEN
+		RAISE EXCEPTION 'ntask: unknown overlap policy "%"', overlap
+			USING ERRCODE = 'invalid_parameter_value', HINT = 'Use skip, allow or buffer_one.';
+	END IF;
+	IF catchup < '0'::interval THEN
+		RAISE EXCEPTION 'ntask: catchup must not be negative' USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	IF NOT EXISTS (SELECT 1 FROM ntask.queue q WHERE q.queue OPERATOR(pg_catalog.=) ntask_schedule.queue) THEN
+		RAISE EXCEPTION 'ntask: queue "%" does not exist', queue USING ERRCODE = 'undefined_object';
+	END IF;
+	PERFORM @extschema@.ntask_cron_next(cron, now(), timezone);	-- validates both
+
+	INSERT INTO ntask.schedule AS sc (name, cron, queue, payload, overlap, catchup, timezone)
+	VALUES (name, cron, queue, payload, overlap, catchup, timezone)
+	ON CONFLICT ON CONSTRAINT schedule_pkey DO UPDATE SET cron = EXCLUDED.cron, queue = EXCLUDED.queue,
+		payload = EXCLUDED.payload, overlap = EXCLUDED.overlap, catchup = EXCLUDED.catchup,
+		timezone = EXCLUDED.timezone, updated_at = now()
+	RETURNING * INTO s;
+
+	-- pg_cron evaluates its expressions in GMT: a UTC schedule is handed
+	-- over as is, any other is fired every minute (a firing with no new
+	-- slot does nothing)
+	cron_expr := CASE WHEN timezone IN ('UTC', 'GMT', 'Etc/UTC') THEN cron ELSE '* * * * *' END;
+	IF to_regprocedure('cron.schedule_in_database(text,text,text,text,text,boolean)') IS NOT NULL THEN
+		EXECUTE 'SELECT cron.schedule_in_database($1, $2, $3, current_database())'
+			USING job, cron_expr, cmd;
+		UPDATE ntask.schedule sc SET cron_job = job WHERE sc.name OPERATOR(pg_catalog.=) ntask_schedule.name
+		RETURNING * INTO s;
+	ELSE
+		RAISE NOTICE 'ntask: pg_cron is not installed in this database; schedule "%" is stored but nothing fires it', name
+			USING HINT = format('In pg_cron''s database run: SELECT cron.schedule_in_database(%L, %L, %L, %L);',
+								job, cron_expr, cmd, current_database());
+	END IF;
+	RETURN s;
+END $$;
+COMMENT ON FUNCTION @extschema@.ntask_schedule(text, text, text, jsonb, text, interval, text) IS
+'ntask: create or replace a schedule and register its pg_cron job (ntask:<name>) calling ntask_fire(name)';
+
+CREATE FUNCTION @extschema@.ntask_unschedule(name text)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	s ntask.schedule;
+BEGIN
+	DELETE FROM ntask.schedule sc WHERE sc.name OPERATOR(pg_catalog.=) ntask_unschedule.name RETURNING * INTO s;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'ntask: schedule "%" does not exist', name USING ERRCODE = 'undefined_object';
+	END IF;
+	IF s.cron_job IS NOT NULL AND to_regprocedure('cron.unschedule(name)') IS NOT NULL THEN
+		EXECUTE 'SELECT cron.unschedule($1::name)' USING s.cron_job;
+	END IF;
+	RETURN true;
+END $$;
+COMMENT ON FUNCTION @extschema@.ntask_unschedule(text) IS
+'ntask: remove a schedule and its pg_cron job; its slot history and tasks stay';

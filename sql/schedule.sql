@@ -1,0 +1,104 @@
+-- schedule: one task per slot, overlap policies, retries bounded by the next slot, catch-up
+-- (pg_cron is not loaded in this test instance: ntask_schedule stores the
+-- schedule and says how to register it; t/002_schedule_pg_cron.pl fires for real)
+SELECT setval('ntask.task_task_id_seq', 10000, false) AS first_task_id;
+SELECT queue FROM ntask_queue_set('stmt', max_attempts => 5, total_deadline => '7 days');
+SELECT name, cron, queue, overlap, catchup, timezone, cron_job, last_slot
+FROM ntask_schedule('statement:t1', '0 2 * * *', 'stmt', '{"tenant": "t1"}');
+-- a firing of a given slot: the key names the slot
+SELECT fired_slot, outcome FROM ntask_fire('statement:t1', '2026-11-28 02:00+00');
+SELECT task_key, payload, deadline FROM ntask.task WHERE queue = 'stmt';
+-- retries never cross into the next slot: the deadline is capped at the next slot
+SELECT deadline = '2026-11-29 02:00+00' AS capped_at_next_slot FROM ntask.task WHERE queue = 'stmt';
+-- the same slot again (double firing, manual re-run): a duplicate, still one task
+SELECT fired_slot, outcome, reason FROM ntask_fire('statement:t1', '2026-11-28 02:00+00');
+SELECT count(*) FROM ntask.task WHERE queue = 'stmt';
+-- a deliberate second run needs an explicit suffix and is recorded as such
+SELECT fired_slot, outcome FROM ntask_fire('statement:t1', '2026-11-28 02:00+00', rerun => 'fix-1');
+SELECT fired_slot, outcome FROM ntask_fire('statement:t1', '2026-11-28 02:00+00', rerun => 'fix-1');
+SELECT task_key FROM ntask.task WHERE queue = 'stmt' ORDER BY task_id;
+-- a time that is not a slot of the schedule
+SELECT * FROM ntask_fire('statement:t1', '2026-11-28 02:30+00');
+\echo :SQLSTATE
+
+-- overlap skip: the previous slot's task is unfinished
+SELECT queue FROM ntask_queue_set('ov');
+SELECT name FROM ntask_schedule('skipper', '*/10 * * * *', 'ov', overlap => 'skip');
+SELECT outcome FROM ntask_fire('skipper', '2026-11-28 10:00+00');
+SELECT outcome, reason FROM ntask_fire('skipper', '2026-11-28 10:10+00');
+-- finish the 10:00 task, then the next slot runs
+SELECT result FROM ntask_claim('ov', 'W1') c, ntask_transition(c.task_id, c.token, 'succeeded') t;
+SELECT outcome FROM ntask_fire('skipper', '2026-11-28 10:20+00');
+-- allow: concurrent slots both enqueue
+SELECT name FROM ntask_schedule('allower', '*/10 * * * *', 'ov', overlap => 'allow');
+SELECT outcome FROM ntask_fire('allower', '2026-11-28 10:00+00');
+SELECT outcome FROM ntask_fire('allower', '2026-11-28 10:10+00');
+-- buffer_one: one slot may wait behind a running one, no more
+SELECT name FROM ntask_schedule('buffer', '*/10 * * * *', 'ov', overlap => 'buffer_one');
+SELECT outcome FROM ntask_fire('buffer', '2026-11-28 10:00+00');
+SELECT outcome, reason FROM ntask_fire('buffer', '2026-11-28 10:10+00');
+UPDATE ntask.task SET state = 'leased', lease_owner = 'W9', due_at = now() + interval '1 hour'
+WHERE task_key = 'buffer:2026-11-28T10:00:00Z';
+SELECT outcome FROM ntask_fire('buffer', '2026-11-28 10:20+00');
+SELECT outcome, reason FROM ntask_fire('buffer', '2026-11-28 10:30+00');
+
+-- catch-up after downtime: the last fired slot was 5 minutes ago
+SELECT queue FROM ntask_queue_set('cu');
+SELECT name FROM ntask_schedule('minutely', '* * * * *', 'cu', overlap => 'allow', catchup => '2 minutes 30 seconds');
+BEGIN;
+UPDATE ntask.schedule SET last_slot = ntask_cron_prev('* * * * *', now()) - interval '5 minutes'
+WHERE name = 'minutely';
+SELECT ntask_cron_prev('* * * * *', now()) - f.fired_slot AS before_current, f.outcome, f.task_id IS NOT NULL AS has_task
+FROM ntask_fire('minutely') f;
+COMMIT;
+-- firing again in the same minute does nothing new
+BEGIN;
+UPDATE ntask.schedule SET last_slot = ntask_cron_prev('* * * * *', now()) WHERE name = 'minutely';
+SELECT count(*) FROM ntask_fire('minutely');
+COMMIT;
+SELECT outcome, count(*) FROM ntask.schedule_slot WHERE schedule = 'minutely' GROUP BY outcome ORDER BY outcome;
+SELECT count(*) AS tasks, count(DISTINCT task_key) AS keys FROM ntask.task WHERE queue = 'cu';
+
+-- time zones: a schedule at 02:30 Berlin time
+SELECT name, timezone FROM ntask_schedule('berlin', '30 2 * * *', 'cu', timezone => 'Europe/Berlin');
+SELECT fired_slot, outcome FROM ntask_fire('berlin', '2026-11-28 01:30+00');
+SELECT task_key FROM ntask.task WHERE task_key LIKE 'berlin:%';
+
+-- the history
+SELECT schedule, slot, outcome, task_id IS NOT NULL AS has_task
+FROM ntask.schedule_slot WHERE schedule IN ('statement:t1', 'skipper', 'buffer') ORDER BY id;
+
+-- unschedule keeps the history and the tasks
+SELECT ntask_unschedule('allower');
+SELECT count(*) FROM ntask.schedule_slot WHERE schedule = 'allower';
+
+-- hostile input
+SELECT * FROM ntask_schedule(NULL, '* * * * *', 'ov');
+\echo :SQLSTATE
+SELECT * FROM ntask_schedule('x', NULL, 'ov');
+\echo :SQLSTATE
+SELECT * FROM ntask_schedule('bad name', '* * * * *', 'ov');
+\echo :SQLSTATE
+SELECT * FROM ntask_schedule('x', '* * * *', 'ov');
+\echo :SQLSTATE
+SELECT * FROM ntask_schedule('x', '61 * * * *', 'ov');
+\echo :SQLSTATE
+SELECT * FROM ntask_schedule('x', '* * * * *', 'nope');
+\echo :SQLSTATE
+SELECT * FROM ntask_schedule('x', '* * * * *', 'ov', overlap => 'queue');
+\echo :SQLSTATE
+SELECT * FROM ntask_schedule('x', '* * * * *', 'ov', catchup => '-1 hour');
+\echo :SQLSTATE
+SELECT * FROM ntask_schedule('x', '* * * * *', 'ov', timezone => 'Mars/Olympus');
+\echo :SQLSTATE
+SELECT * FROM ntask_fire(NULL);
+\echo :SQLSTATE
+SELECT * FROM ntask_fire('nope');
+\echo :SQLSTATE
+SELECT * FROM ntask_fire('skipper', rerun => 'x');
+\echo :SQLSTATE
+SELECT * FROM ntask_fire('skipper', '2026-11-28 10:00+00', rerun => '');
+\echo :SQLSTATE
+SELECT ntask_unschedule('nope');
+\echo :SQLSTATE
+SELECT count(*) FROM ntask.schedule WHERE name = 'x';

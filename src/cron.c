@@ -1,0 +1,708 @@
+/*-------------------------------------------------------------------------
+ *
+ * cron.c
+ *	  ntask_cron_next / ntask_cron_prev: a standard 5-field cron evaluator
+ *	  that is explicit about the schedule's time zone.
+ *
+ * An expression is "minute hour day-of-month month day-of-week", fields
+ * separated by spaces or tabs, or one of the aliases @yearly (@annually),
+ * @monthly, @weekly, @daily (@midnight), @hourly.  @reboot has no clock
+ * time and is rejected.  Each field is a comma list of items
+ *
+ *	*   N   N-M   * /S   N-M/S   N/S (N to the field's maximum, step S)
+ *
+ * (read "* /S" without the space, which a C comment cannot show), with
+ * minute 0-59, hour 0-23, day-of-month 1-31, month 1-12 or jan-dec,
+ * day-of-week 0-7 (0 and 7 are Sunday) or sun-sat; names are
+ * case-insensitive and allowed in ranges ("mon-fri").  Ranges do not wrap
+ * ("5-1" is an error), except that in day-of-week a range ending in Sunday
+ * (0 or sun) after a later day runs to 7 ("fri-sun" = 5-7).  In
+ * day-of-week, "*" and "N/S" run to 6, so Sunday is not counted twice.
+ *
+ * Day-of-month and day-of-week follow Vixie cron: when either field starts
+ * with "*" (so "* /2" too), a day must match both; when both are
+ * restricted, a day matches when either does ("0 0 13 * fri" fires on
+ * every 13th and every Friday).
+ *
+ * Time zone: the fields are read as wall-clock time in the schedule's
+ * zone (default UTC), looked up with pg_tzset().  Across DST changes:
+ *	- a local time that does not exist (the spring-forward gap) does not
+ *	  fire: "30 2 * * *" in Europe/Berlin skips 2026-03-29;
+ *	- a local time that occurs twice (fall-back) fires once, at its first
+ *	  occurrence.  This applies to every minute of the repeated hour, so
+ *	  "* /15 * * * *" is silent during the second pass of that hour.
+ * Local -> UTC is done here (cron_local_to_utc) rather than with
+ * DetermineTimeZoneOffset, which resolves an ambiguous time to its later
+ * occurrence; we want the earlier one.
+ *
+ * Search: candidates are walked in local calendar order, skipping whole
+ * months, days and hours that cannot match, so a yearly schedule costs a
+ * few hundred steps, not a minute-by-minute scan.  Mapping a local time to
+ * its first occurrence is monotonic, so the first candidate past "after"
+ * (the last one at or before "at") is the answer.  An expression whose
+ * days can never exist ("0 0 30 2 *") is rejected up front; the search is
+ * also bounded to 401 years (the Gregorian calendar repeats every 400),
+ * past which it reports that the expression never fires.
+ *
+ * Errors: invalid expression, unknown zone, infinite timestamp -> 22023;
+ * NULL -> 22004; expression over 200 bytes -> 22001; a firing time outside
+ * the timestamptz range -> 22008.
+ *
+ * IDENTIFICATION
+ *	  src/cron.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "ntask.h"
+
+#include "pgtime.h"
+#include "utils/builtins.h"
+#include "utils/datetime.h"
+
+PG_FUNCTION_INFO_V1(ntask_cron_next);
+PG_FUNCTION_INFO_V1(ntask_cron_prev);
+
+#define CRON_MAX_EXPR_LEN	200
+#define CRON_SEARCH_YEARS	401
+#define CRON_MIN_YEAR		(-4713)		/* timestamptz starts in 4714 BC */
+#define CRON_MAX_YEAR		294276		/* and ends at 294277-01-01 */
+
+#define CRON_IS_SPACE(c)	((c) == ' ' || (c) == '\t')
+#define CRON_IS_DIGIT(c)	((c) >= '0' && (c) <= '9')
+#define CRON_IS_ALPHA(c)	(((c) >= 'a' && (c) <= 'z') || ((c) >= 'A' && (c) <= 'Z'))
+#define CRON_BIT(v)			(UINT64CONST(1) << (v))
+
+/* a parsed expression: bit v set when value v matches */
+typedef struct CronSpec
+{
+	uint64		minute;
+	uint64		hour;
+	uint64		dom;
+	uint64		month;
+	uint64		dow;			/* 0-6, Sunday = 0 */
+	bool		dom_star;		/* field starts with '*' */
+	bool		dow_star;
+} CronSpec;
+
+/* a local wall-clock minute */
+typedef struct CronLocal
+{
+	int			year;
+	int			mon;			/* 1-12 */
+	int			mday;			/* 1-31 */
+	int			hour;
+	int			min;
+} CronLocal;
+
+typedef struct CronField
+{
+	const char *name;
+	int			min;
+	int			max;
+	int			star_max;		/* upper end of '*' and 'N/S' */
+	const char *const *names;	/* 3-letter names for min..star_max */
+} CronField;
+
+static const char *const cron_month_names[] = {
+	"jan", "feb", "mar", "apr", "may", "jun",
+	"jul", "aug", "sep", "oct", "nov", "dec", NULL
+};
+static const char *const cron_dow_names[] = {
+	"sun", "mon", "tue", "wed", "thu", "fri", "sat", NULL
+};
+
+static const CronField cron_fields[5] = {
+	{"minute", 0, 59, 59, NULL},
+	{"hour", 0, 23, 23, NULL},
+	{"day-of-month", 1, 31, 31, NULL},
+	{"month", 1, 12, 12, cron_month_names},
+	{"day-of-week", 0, 7, 6, cron_dow_names}
+};
+
+static const struct
+{
+	const char *alias;
+	const char *expr;
+}			cron_aliases[] = {
+	{"@yearly", "0 0 1 1 *"},
+	{"@annually", "0 0 1 1 *"},
+	{"@monthly", "0 0 1 * *"},
+	{"@weekly", "0 0 * * 0"},
+	{"@daily", "0 0 * * *"},
+	{"@midnight", "0 0 * * *"},
+	{"@hourly", "0 * * * *"}
+};
+
+static void cron_invalid(const char *expr, const char *field,
+						 const char *fmt,...) pg_attribute_printf(3, 4)
+			pg_attribute_noreturn();
+static void cron_bad_char(const char *expr, const CronField *f, char c)
+			pg_attribute_noreturn();
+static int	cron_number(const char **pp);
+static int	cron_value(const char *expr, const CronField *f, const char **pp);
+static uint64 cron_parse_field(const char *expr, const CronField *f,
+							   const char *field);
+static void cron_parse(const char *expr, CronSpec *spec);
+static void cron_check_fires(const char *expr, const CronSpec *spec);
+static int	cron_days_in_month(int year, int mon);
+static bool cron_day_matches(const CronSpec *spec, int year, int mon, int mday);
+static bool cron_search_forward(const CronSpec *spec, CronLocal *c, int ylimit);
+static bool cron_search_backward(const CronSpec *spec, CronLocal *c, int ylimit);
+static long cron_gmtoff(const pg_tz *tz, pg_time_t t);
+static pg_time_t cron_wall_seconds(const CronLocal *c);
+static void cron_split_wall(pg_time_t wall, CronLocal *c);
+static bool cron_local_to_utc(const pg_tz *tz, const CronLocal *c,
+							  pg_time_t *result);
+static pg_time_t cron_floor_seconds(TimestampTz ts);
+static void cron_out_of_range(const char *expr) pg_attribute_noreturn();
+static TimestampTz cron_eval(FunctionCallInfo fcinfo, bool forward);
+
+/*
+ * cron_invalid
+ *		Raise 22023 for an invalid expression; the detail names the field
+ *		(NULL for the expression as a whole) and why.
+ */
+static void
+cron_invalid(const char *expr, const char *field, const char *fmt,...)
+{
+	char		why[256];
+	va_list		ap;
+
+	va_start(ap, fmt);
+	pg_vsnprintf(why, sizeof(why), fmt, ap);
+	va_end(ap);
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg("ntask: invalid cron expression \"%s\"", expr),
+			 field ? errdetail("%s field: %s", field, why)
+			 : errdetail("%s", why),
+			 errhint("A cron expression is \"minute hour day-of-month month day-of-week\" or an alias such as @daily.")));
+	pg_unreachable();
+}
+
+/* cron_bad_char: raise 22023 for an unexpected character in field f. */
+static void
+cron_bad_char(const char *expr, const CronField *f, char c)
+{
+	if ((unsigned char) c >= 0x20 && (unsigned char) c < 0x7f)
+		cron_invalid(expr, f->name, "unexpected character \"%c\"", c);
+	cron_invalid(expr, f->name, "unexpected byte 0x%02x", (unsigned char) c);
+}
+
+/* cron_number: read digits at *pp (capped at 100000: out of any range). */
+static int
+cron_number(const char **pp)
+{
+	int			v = 0;
+
+	for (; CRON_IS_DIGIT(**pp); (*pp)++)
+		if (v < 100000)
+			v = v * 10 + (**pp - '0');
+	return v;
+}
+
+/*
+ * cron_value
+ *		Read one number or name at *pp, advance past it and return its value,
+ *		checked against the field's range.
+ */
+static int
+cron_value(const char *expr, const CronField *f, const char **pp)
+{
+	const char *p = *pp;
+	const char *start = p;
+	int			v;
+
+	if (CRON_IS_DIGIT(*p))
+	{
+		v = cron_number(&p);
+		if (v < f->min || v > f->max)
+			cron_invalid(expr, f->name, "%.*s is out of range %d-%d",
+						 (int) (p - start), start, f->min, f->max);
+	}
+	else if (CRON_IS_ALPHA(*p))
+	{
+		int			i;
+
+		while (CRON_IS_ALPHA(*p))
+			p++;
+		if (f->names == NULL)
+			cron_invalid(expr, f->name, "\"%.*s\" is not a number",
+						 (int) (p - start), start);
+		for (i = 0; f->names[i] != NULL; i++)
+			if (p - start == 3 && pg_strncasecmp(start, f->names[i], 3) == 0)
+				break;
+		if (f->names[i] == NULL)
+			cron_invalid(expr, f->name, "unknown name \"%.*s\" (use %s-%s)",
+						 (int) (p - start), start, f->names[0],
+						 f->names[f->star_max - f->min]);
+		v = i + f->min;
+	}
+	else if (*p == '\0' || *p == '-' || *p == '/' || *p == ',')
+		cron_invalid(expr, f->name, "a number is missing");
+	else
+		cron_bad_char(expr, f, *p);
+	*pp = p;
+	return v;
+}
+
+/*
+ * cron_parse_field
+ *		Parse one field (a NUL-terminated comma list) into a value bitmask.
+ */
+static uint64
+cron_parse_field(const char *expr, const CronField *f, const char *field)
+{
+	uint64		bits = 0;
+	const char *p = field;
+
+	for (;;)
+	{
+		const char *item = p;
+		int			lo,
+					hi,
+					step = 1,
+					v;
+
+		if (*p == '*')
+		{
+			p++;
+			lo = f->min;
+			hi = f->star_max;
+		}
+		else
+		{
+			lo = hi = cron_value(expr, f, &p);
+			if (*p == '-')
+			{
+				p++;
+				hi = cron_value(expr, f, &p);
+				if (hi == 0 && lo > 0 && f->max == 7)
+					hi = 7;		/* day-of-week "fri-sun" */
+				if (lo > hi)
+					cron_invalid(expr, f->name,
+								 "range \"%.*s\" is reversed (ranges do not wrap)",
+								 (int) (p - item), item);
+			}
+			else if (*p == '/')
+				hi = Max(lo, f->star_max);	/* N/S: N to the maximum */
+		}
+		if (*p == '/')
+		{
+			p++;
+			if (!CRON_IS_DIGIT(*p))
+				cron_invalid(expr, f->name, "a step is missing after \"/\"");
+			step = cron_number(&p);
+			if (step < 1 || step > f->star_max - f->min + 1)
+				cron_invalid(expr, f->name, "step %d is out of range 1-%d",
+							 step, f->star_max - f->min + 1);
+		}
+		if (*p != ',' && *p != '\0')
+			cron_bad_char(expr, f, *p);
+		for (v = lo; v <= hi; v += step)
+			bits |= CRON_BIT(v);
+		if (*p == '\0')
+			break;
+		p++;					/* past ',' */
+		if (*p == '\0' || *p == ',')
+			cron_invalid(expr, f->name, "empty item in list");
+	}
+	return bits;
+}
+
+/*
+ * cron_parse
+ *		Parse expr (an alias or five fields) into spec, or raise 22023.
+ */
+static void
+cron_parse(const char *expr, CronSpec *spec)
+{
+	const char *s = expr;
+	const char *end;
+	char	   *fields[5];
+	int			nfields = 0;
+	int			i;
+	char	   *trimmed;
+
+	while (CRON_IS_SPACE(*s))
+		s++;
+	end = s + strlen(s);
+	while (end > s && CRON_IS_SPACE(end[-1]))
+		end--;
+	trimmed = pnstrdup(s, end - s);
+
+	if (trimmed[0] == '@')
+	{
+		for (i = 0; i < (int) lengthof(cron_aliases); i++)
+			if (pg_strcasecmp(trimmed, cron_aliases[i].alias) == 0)
+				break;
+		if (i < (int) lengthof(cron_aliases))
+			trimmed = pstrdup(cron_aliases[i].expr);
+		else if (pg_strcasecmp(trimmed, "@reboot") == 0)
+			cron_invalid(expr, NULL,
+						 "@reboot fires at server start, not at a clock time, so it has no next or previous firing time.");
+		else
+			cron_invalid(expr, NULL,
+						 "Unknown alias \"%s\"; use @yearly, @annually, @monthly, @weekly, @daily, @midnight or @hourly.",
+						 trimmed);
+	}
+
+	/* split on runs of blanks; fields[] point into trimmed */
+	s = trimmed;
+	while (*s != '\0')
+	{
+		const char *f = s;
+
+		while (*s != '\0' && !CRON_IS_SPACE(*s))
+			s++;
+		if (nfields < 5)
+			fields[nfields] = pnstrdup(f, s - f);
+		nfields++;
+		while (CRON_IS_SPACE(*s))
+			s++;
+	}
+	if (nfields != 5)
+		cron_invalid(expr, NULL,
+					 "Expected 5 fields (minute hour day-of-month month day-of-week), found %d.",
+					 nfields);
+
+	spec->minute = cron_parse_field(expr, &cron_fields[0], fields[0]);
+	spec->hour = cron_parse_field(expr, &cron_fields[1], fields[1]);
+	spec->dom = cron_parse_field(expr, &cron_fields[2], fields[2]);
+	spec->month = cron_parse_field(expr, &cron_fields[3], fields[3]);
+	spec->dow = cron_parse_field(expr, &cron_fields[4], fields[4]);
+	if (spec->dow & CRON_BIT(7))
+		spec->dow = (spec->dow | 1) & ~CRON_BIT(7);
+	spec->dom_star = (fields[2][0] == '*');
+	spec->dow_star = (fields[4][0] == '*');
+	cron_check_fires(expr, spec);
+}
+
+/*
+ * cron_check_fires
+ *		Reject an expression whose days never exist, such as "0 0 30 2 *".
+ *		Only the day-of-month-alone case can fail: a restricted day-of-week
+ *		hits every month, and a day-of-month starting with '*' includes 1.
+ *		(With the AND rule every day/weekday pair recurs within 400 years.)
+ */
+static void
+cron_check_fires(const char *expr, const CronSpec *spec)
+{
+	static const int max_days[13] = {0, 31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+	int			m;
+
+	if (spec->dom_star || !spec->dow_star)
+		return;
+	for (m = 1; m <= 12; m++)
+		if ((spec->month & CRON_BIT(m)) &&
+			(spec->dom & (CRON_BIT(max_days[m] + 1) - 2)))
+			return;
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg("ntask: cron expression \"%s\" never fires", expr),
+			 errdetail("No month in the month field has any of the days in the day-of-month field.")));
+}
+
+/* cron_days_in_month: 28-31 for the proleptic Gregorian calendar. */
+static int
+cron_days_in_month(int year, int mon)
+{
+	return day_tab[isleap(year) ? 1 : 0][mon - 1];
+}
+
+/* cron_day_matches: the day-of-month / day-of-week rule (see header). */
+static bool
+cron_day_matches(const CronSpec *spec, int year, int mon, int mday)
+{
+	bool		dom_ok = (spec->dom & CRON_BIT(mday)) != 0;
+	bool		dow_ok = (spec->dow & CRON_BIT(j2day(date2j(year, mon, mday)))) != 0;
+
+	if (spec->dom_star || spec->dow_star)
+		return dom_ok && dow_ok;
+	return dom_ok || dow_ok;
+}
+
+/*
+ * cron_search_forward
+ *		Move *c to the first local minute >= *c (fields may overflow by one,
+ *		e.g. min = 60) that the spec matches.  False once the year passes
+ *		ylimit.
+ */
+static bool
+cron_search_forward(const CronSpec *spec, CronLocal *c, int ylimit)
+{
+	for (;;)
+	{
+		if (c->min > 59)
+			c->min = 0, c->hour++;
+		if (c->hour > 23)
+			c->hour = 0, c->mday++;
+		if (c->mday > cron_days_in_month(c->year, c->mon))
+			c->mday = 1, c->mon++;
+		if (c->mon > 12)
+			c->mon = 1, c->year++;
+		if (c->year > ylimit)
+			return false;
+
+		if (!(spec->month & CRON_BIT(c->mon)))
+			c->mon++, c->mday = 1, c->hour = 0, c->min = 0;
+		else if (!cron_day_matches(spec, c->year, c->mon, c->mday))
+			c->mday++, c->hour = 0, c->min = 0;
+		else if (!(spec->hour & CRON_BIT(c->hour)))
+			c->hour++, c->min = 0;
+		else if (!(spec->minute & CRON_BIT(c->min)))
+			c->min++;
+		else
+			return true;
+	}
+}
+
+/*
+ * cron_search_backward
+ *		Move *c to the last local minute <= *c (fields may underflow by one,
+ *		e.g. min = -1) that the spec matches.  False once the year drops
+ *		below ylimit.
+ */
+static bool
+cron_search_backward(const CronSpec *spec, CronLocal *c, int ylimit)
+{
+	for (;;)
+	{
+		if (c->min < 0)
+			c->min = 59, c->hour--;
+		if (c->hour < 0)
+			c->hour = 23, c->mday--;
+		if (c->mon < 1 || c->mday < 1)
+		{
+			if (c->mday < 1)
+				c->mon--;
+			if (c->mon < 1)
+				c->mon = 12, c->year--;
+			c->mday = cron_days_in_month(c->year, c->mon);
+		}
+		if (c->year < ylimit)
+			return false;
+
+		if (!(spec->month & CRON_BIT(c->mon)))
+			c->mon--, c->mday = 31, c->hour = 23, c->min = 59;
+		else if (!cron_day_matches(spec, c->year, c->mon, c->mday))
+			c->mday--, c->hour = 23, c->min = 59;
+		else if (!(spec->hour & CRON_BIT(c->hour)))
+			c->hour--, c->min = 59;
+		else if (!(spec->minute & CRON_BIT(c->min)))
+			c->min--;
+		else
+			return true;
+
+		/* after "mon--", clamp the day to that month (mday = 31 above) */
+		if (c->mon >= 1 && c->mday > cron_days_in_month(c->year, c->mon))
+			c->mday = cron_days_in_month(c->year, c->mon);
+	}
+}
+
+/* cron_gmtoff: the zone's UTC offset (seconds east) at instant t. */
+static long
+cron_gmtoff(const pg_tz *tz, pg_time_t t)
+{
+	struct pg_tm *tm = pg_localtime(&t, tz);
+
+	if (tm == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATETIME_VALUE_OUT_OF_RANGE),
+				 errmsg("ntask: timestamp out of range")));
+	return tm->tm_gmtoff;
+}
+
+/* cron_wall_seconds: a local minute as seconds since 1970-01-01 00:00 local. */
+static pg_time_t
+cron_wall_seconds(const CronLocal *c)
+{
+	return ((pg_time_t) (date2j(c->year, c->mon, c->mday) - UNIX_EPOCH_JDATE))
+		* SECS_PER_DAY + c->hour * SECS_PER_HOUR + c->min * SECS_PER_MINUTE;
+}
+
+/* cron_split_wall: the inverse of cron_wall_seconds, truncating to a minute. */
+static void
+cron_split_wall(pg_time_t wall, CronLocal *c)
+{
+	pg_time_t	days = wall / SECS_PER_DAY;
+	pg_time_t	secs = wall % SECS_PER_DAY;
+
+	if (secs < 0)
+		days--, secs += SECS_PER_DAY;
+	j2date((int) (days + UNIX_EPOCH_JDATE), &c->year, &c->mon, &c->mday);
+	c->hour = (int) (secs / SECS_PER_HOUR);
+	c->min = (int) (secs % SECS_PER_HOUR) / SECS_PER_MINUTE;
+}
+
+/*
+ * cron_local_to_utc
+ *		The first instant whose wall-clock time in tz is *c, or false when
+ *		*c falls in a gap.  An instant u shows wall time w iff the offset at
+ *		u is w - u; we try every offset seen within 30 hours of w (more than
+ *		any zone's offset) and keep the earliest instant that checks out.
+ */
+static bool
+cron_local_to_utc(const pg_tz *tz, const CronLocal *c, pg_time_t *result)
+{
+	pg_time_t	wall = cron_wall_seconds(c);
+	long		prev_off = LONG_MIN;
+	pg_time_t	best = 0;
+	bool		found = false;
+	int			h;
+
+	for (h = -30; h <= 30; h += 6)
+	{
+		long		off = cron_gmtoff(tz, wall + h * SECS_PER_HOUR);
+		pg_time_t	u = wall - off;
+
+		if (off == prev_off)
+			continue;
+		prev_off = off;
+		if (cron_gmtoff(tz, u) == off && (!found || u < best))
+		{
+			best = u;
+			found = true;
+		}
+	}
+	*result = best;
+	return found;
+}
+
+/* cron_floor_seconds: a timestamptz as Unix seconds, rounded down. */
+static pg_time_t
+cron_floor_seconds(TimestampTz ts)
+{
+	pg_time_t	secs = ts / USECS_PER_SEC;
+
+	if (ts % USECS_PER_SEC < 0)
+		secs--;
+	return secs + (pg_time_t) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * SECS_PER_DAY;
+}
+
+/* cron_out_of_range: raise 22008, the answer is outside timestamptz. */
+static void
+cron_out_of_range(const char *expr)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_DATETIME_VALUE_OUT_OF_RANGE),
+			 errmsg("ntask: cron expression \"%s\" has no firing time within the timestamptz range",
+					expr)));
+}
+
+/*
+ * cron_eval
+ *		Shared body of ntask_cron_next (forward) and ntask_cron_prev.
+ *		Arguments: expr text, a timestamptz, timezone text.
+ */
+static TimestampTz
+cron_eval(FunctionCallInfo fcinfo, bool forward)
+{
+	const char *tsname = forward ? "after" : "at";
+	text	   *expr_t = NtaskArgText(fcinfo, 0, "expr", CRON_MAX_EXPR_LEN);
+	text	   *tz_t = NtaskArgText(fcinfo, 2, "timezone", TZ_STRLEN_MAX);
+	char	   *expr = text_to_cstring(expr_t);
+	char	   *tzname = text_to_cstring(tz_t);
+	TimestampTz ts;
+	pg_tz	   *tz;
+	CronSpec	spec;
+	CronLocal	c;
+	pg_time_t	secs,
+				u;
+	long		maxoff;
+	int			ylimit;
+	int			h;
+
+	if (PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("ntask: %s must not be NULL", tsname)));
+	ts = PG_GETARG_TIMESTAMPTZ(1);
+	if (TIMESTAMP_NOT_FINITE(ts))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ntask: %s must be a finite timestamp", tsname)));
+
+	cron_parse(expr, &spec);
+
+	tz = pg_tzset(tzname);
+	if (tz == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ntask: unknown time zone \"%s\"", tzname),
+				 errhint("Use a name from pg_timezone_names, such as 'UTC' or 'Europe/Berlin'.")));
+
+	/*
+	 * Forward: every local minute up to local(ts) first occurs at or before
+	 * ts, so start one minute later.  Backward: in a repeated hour, later
+	 * wall times than local(ts) may already have occurred, so start from
+	 * the largest wall time seen in the 30 hours before ts.
+	 */
+	secs = cron_floor_seconds(ts);
+	maxoff = cron_gmtoff(tz, secs);
+	if (!forward)
+		for (h = 1; h <= 30; h++)
+			maxoff = Max(maxoff, cron_gmtoff(tz, secs - h * SECS_PER_HOUR));
+	if (secs + maxoff < -(pg_time_t) UNIX_EPOCH_JDATE * SECS_PER_DAY)
+		cron_out_of_range(expr);	/* before Julian day 0 */
+	cron_split_wall(secs + maxoff, &c);
+	if (forward)
+		c.min++;
+	ylimit = forward ? Min(c.year + CRON_SEARCH_YEARS, CRON_MAX_YEAR)
+		: Max(c.year - CRON_SEARCH_YEARS, CRON_MIN_YEAR);
+
+	for (;;)
+	{
+		bool		ok = forward ? cron_search_forward(&spec, &c, ylimit)
+			: cron_search_backward(&spec, &c, ylimit);
+
+		if (!ok)
+		{
+			if (ylimit == CRON_MAX_YEAR || ylimit == CRON_MIN_YEAR)
+				cron_out_of_range(expr);
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("ntask: cron expression \"%s\" never fires", expr),
+					 errdetail("No firing time in time zone \"%s\" within %d years %s %s.",
+							   tzname, CRON_SEARCH_YEARS,
+							   forward ? "after" : "before",
+							   timestamptz_to_str(ts))));
+		}
+		if (cron_local_to_utc(tz, &c, &u))
+		{
+			TimestampTz r = time_t_to_timestamptz(u);
+
+			if (!IS_VALID_TIMESTAMP(r))
+				cron_out_of_range(expr);
+			if (forward ? r > ts : r <= ts)
+				return r;
+		}
+		/* a gap, or not yet past ts: try the next candidate minute */
+		if (forward)
+			c.min++;
+		else
+			c.min--;
+	}
+}
+
+/*
+ * ntask_cron_next(expr text, after timestamptz, timezone text DEFAULT 'UTC')
+ *		RETURNS timestamptz
+ *		The first firing time strictly after "after".
+ */
+Datum
+ntask_cron_next(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_TIMESTAMPTZ(cron_eval(fcinfo, true));
+}
+
+/*
+ * ntask_cron_prev(expr text, at timestamptz, timezone text DEFAULT 'UTC')
+ *		RETURNS timestamptz
+ *		The latest firing time at or before "at".
+ */
+Datum
+ntask_cron_prev(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_TIMESTAMPTZ(cron_eval(fcinfo, false));
+}
