@@ -1,6 +1,8 @@
 -- schedule: one task per slot, overlap policies, retries bounded by the next slot, catch-up
 -- (pg_cron is not loaded in this test instance: ntask_schedule stores the
 -- schedule and says how to register it; t/002_schedule_pg_cron.pl fires for real)
+-- terse: the NOTICE's hint names the test database, which differs between runners
+\set VERBOSITY terse
 SELECT setval('ntask.task_task_id_seq', 10000, false) AS first_task_id;
 SELECT queue FROM ntask_queue_set('stmt', max_attempts => 5, total_deadline => '7 days');
 SELECT name, cron, queue, overlap, catchup, timezone, cron_job, last_slot
@@ -102,3 +104,4 @@ SELECT * FROM ntask_fire('skipper', '2026-11-28 10:00+00', rerun => '');
 SELECT ntask_unschedule('nope');
 \echo :SQLSTATE
 SELECT count(*) FROM ntask.schedule WHERE name = 'x';
+\set VERBOSITY default
