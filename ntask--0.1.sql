@@ -399,6 +399,7 @@ CREATE TABLE ntask.schedule (
 	catchup			interval NOT NULL DEFAULT '1 hour'
 		CHECK (catchup >= '0'::interval),
 	timezone		text NOT NULL DEFAULT 'UTC',
+	bound_to_next_slot boolean NOT NULL DEFAULT true,
 	cron_job		text,
 	last_slot		timestamptz,
 	created_at		timestamptz NOT NULL DEFAULT now(),
@@ -476,9 +477,11 @@ BEGIN
 			SELECT * INTO e FROM @extschema@.ntask_enqueue(s.queue, key, s.payload);
 			task_id := e.task_id;
 			outcome := CASE WHEN e.created THEN outcome_if_new ELSE 'duplicate' END;
-			-- retries of a slot never cross into the next slot
+			-- retries of a slot never cross into the next slot (unless the
+			-- schedule says otherwise: then the queue's total_deadline rules)
 			UPDATE ntask.task t SET deadline = LEAST(t.deadline, next_slot)
-			WHERE t.task_id OPERATOR(pg_catalog.=) e.task_id AND e.created;
+			WHERE t.task_id OPERATOR(pg_catalog.=) e.task_id AND e.created
+			  AND s.bound_to_next_slot;
 		END IF;
 	END IF;
 	INSERT INTO ntask.schedule_slot (schedule, slot, task_id, outcome, reason)
@@ -575,7 +578,7 @@ COMMENT ON FUNCTION @extschema@.ntask_fire(text, timestamptz, text) IS
 
 CREATE FUNCTION @extschema@.ntask_schedule(name text, cron text, queue text, payload jsonb DEFAULT '{}',
 										   overlap text DEFAULT 'skip', catchup interval DEFAULT '1 hour',
-										   timezone text DEFAULT 'UTC')
+										   timezone text DEFAULT 'UTC', bound_to_next_slot boolean DEFAULT true)
 RETURNS ntask.schedule
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -587,7 +590,7 @@ DECLARE
 	cron_expr text;
 BEGIN
 	IF name IS NULL OR cron IS NULL OR queue IS NULL OR payload IS NULL
-	   OR overlap IS NULL OR catchup IS NULL OR timezone IS NULL THEN
+	   OR overlap IS NULL OR catchup IS NULL OR timezone IS NULL OR bound_to_next_slot IS NULL THEN
 		RAISE EXCEPTION 'ntask: ntask_schedule arguments must not be NULL' USING ERRCODE = 'null_value_not_allowed';
 	END IF;
 	IF name !~ '^[A-Za-z0-9_.:-]{1,63}$' THEN
@@ -606,11 +609,13 @@ BEGIN
 	END IF;
 	PERFORM @extschema@.ntask_cron_next(cron, now(), timezone);	-- validates both
 
-	INSERT INTO ntask.schedule AS sc (name, cron, queue, payload, overlap, catchup, timezone)
-	VALUES (name, cron, queue, payload, overlap, catchup, timezone)
+	INSERT INTO ntask.schedule AS sc (name, cron, queue, payload, overlap, catchup, timezone,
+									  bound_to_next_slot)
+	VALUES (name, cron, queue, payload, overlap, catchup, timezone, bound_to_next_slot)
 	ON CONFLICT ON CONSTRAINT schedule_pkey DO UPDATE SET cron = EXCLUDED.cron, queue = EXCLUDED.queue,
 		payload = EXCLUDED.payload, overlap = EXCLUDED.overlap, catchup = EXCLUDED.catchup,
-		timezone = EXCLUDED.timezone, updated_at = now()
+		timezone = EXCLUDED.timezone, bound_to_next_slot = EXCLUDED.bound_to_next_slot,
+		updated_at = now()
 	RETURNING * INTO s;
 
 	-- pg_cron evaluates its expressions in GMT: a UTC schedule is handed
@@ -629,7 +634,7 @@ BEGIN
 	END IF;
 	RETURN s;
 END $$;
-COMMENT ON FUNCTION @extschema@.ntask_schedule(text, text, text, jsonb, text, interval, text) IS
+COMMENT ON FUNCTION @extschema@.ntask_schedule(text, text, text, jsonb, text, interval, text, boolean) IS
 'ntask: create or replace a schedule and register its pg_cron job (ntask:<name>) calling ntask_fire(name)';
 
 CREATE FUNCTION @extschema@.ntask_unschedule(name text)

@@ -15,6 +15,10 @@ SELECT deadline = '2026-11-29 02:00+00' AS capped_at_next_slot FROM ntask.task W
 -- the same slot again (double firing, manual re-run): a duplicate, still one task
 SELECT fired_slot, outcome, reason FROM ntask_fire('statement:t1', '2026-11-28 02:00+00');
 SELECT count(*) FROM ntask.task WHERE queue = 'stmt';
+-- a schedule may let retries run past the next slot (the queue's total_deadline rules)
+SELECT name, bound_to_next_slot FROM ntask_schedule('weekly', '0 3 * * mon', 'stmt', bound_to_next_slot => false);
+SELECT fired_slot, outcome FROM ntask_fire('weekly', '2026-11-23 03:00+00');
+SELECT deadline - created_at AS window FROM ntask.task WHERE task_key = 'weekly:2026-11-23T03:00:00Z';
 -- a deliberate second run needs an explicit suffix and is recorded as such
 SELECT fired_slot, outcome FROM ntask_fire('statement:t1', '2026-11-28 02:00+00', rerun => 'fix-1');
 SELECT fired_slot, outcome FROM ntask_fire('statement:t1', '2026-11-28 02:00+00', rerun => 'fix-1');

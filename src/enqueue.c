@@ -82,11 +82,6 @@ ntask_enqueue(PG_FUNCTION_ARGS)
 	bool		outnulls[3] = {false, false, false};
 	int			tries;
 
-	if (PG_ARGISNULL(2))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("ntask: payload must not be NULL"),
-				 errhint("Use '{}' for a task without a payload.")));
 	if (PG_ARGISNULL(5))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
@@ -97,7 +92,7 @@ ntask_enqueue(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("ntask: run_at must be a finite timestamp")));
-	payload = PG_GETARG_JSONB_P(2);
+	payload = NtaskArgJsonb(fcinfo, 2, "payload");
 	digest = NtaskDigest(payload, NTASK_DIGEST_VERSION);
 
 	values[0] = PointerGetDatum(queue);

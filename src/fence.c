@@ -92,11 +92,7 @@ ntask_fence(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("ntask: token must be positive")));
-	if (PG_ARGISNULL(2))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("ntask: payload must not be NULL")));
-	payload = PG_GETARG_JSONB_P(2);
+	payload = NtaskArgJsonb(fcinfo, 2, "payload");
 	digest = NtaskDigest(payload, NTASK_DIGEST_VERSION);
 
 	values[0] = PointerGetDatum(key);

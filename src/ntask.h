@@ -77,6 +77,8 @@ extern text *NtaskArgText(FunctionCallInfo fcinfo, int argno,
 						  const char *argname, int maxlen);
 extern int64 NtaskArgInt64(FunctionCallInfo fcinfo, int argno,
 						   const char *argname);
+extern Jsonb *NtaskArgJsonb(FunctionCallInfo fcinfo, int argno,
+							const char *argname);
 extern void NtaskCheckPositiveInterval(Interval *iv, const char *argname);
 extern void NtaskTaskNotFound(int64 task_id) pg_attribute_noreturn();
 extern void NtaskCheckTokenRange(int64 task_id, int64 token, int64 current);

@@ -102,11 +102,7 @@ ntask_receipt(PG_FUNCTION_ARGS)
 	bool		stale;
 	const char *result;
 
-	if (PG_ARGISNULL(2))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("ntask: payload must not be NULL")));
-	payload = PG_GETARG_JSONB_P(2);
+	payload = NtaskArgJsonb(fcinfo, 2, "payload");
 	digest = NtaskDigest(payload, NTASK_DIGEST_VERSION);
 
 	values[0] = Int64GetDatum(task_id);

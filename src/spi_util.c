@@ -186,6 +186,21 @@ NtaskArgText(FunctionCallInfo fcinfo, int argno, const char *argname, int maxlen
 }
 
 /*
+ * NtaskArgJsonb
+ *		Fetch a required jsonb argument; NULL raises 22004.
+ */
+Jsonb *
+NtaskArgJsonb(FunctionCallInfo fcinfo, int argno, const char *argname)
+{
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("ntask: %s must not be NULL", argname),
+				 errhint("Use '{}' for an empty payload.")));
+	return PG_GETARG_JSONB_P(argno);
+}
+
+/*
  * NtaskArgInt64
  *		Fetch a required bigint argument; NULL raises 22004.
  */
