@@ -45,13 +45,6 @@
 
 PG_FUNCTION_INFO_V1(ntask_claim);
 
-/* only asked when nothing was due: is the queue unknown, or just idle? */
-static NtaskPlan claim_queue_plan = {
-	"claim queue lookup",
-	"SELECT 1 FROM ntask.queue q WHERE q.queue OPERATOR(pg_catalog.=) $1",
-	1, {TEXTOID}
-};
-
 /* the queue's lease and guard come along with every picked row */
 static NtaskPlan claim_pick_plan = {
 	"claim pick",
@@ -282,7 +275,6 @@ ntask_claim(PG_FUNCTION_ARGS)
 	text	   *queue = NtaskArgText(fcinfo, 0, "queue", 63);
 	text	   *worker = NtaskArgText(fcinfo, 1, "worker", NTASK_MAX_NAME_LEN);
 	int32		max_tasks;
-	Datum		values[1];
 	int			got = 0;
 	int			round;
 	bool		more = true;
@@ -310,16 +302,9 @@ ntask_claim(PG_FUNCTION_ARGS)
 									PG_ARGISNULL(3) ? (Datum) 0 : PG_GETARG_DATUM(3),
 									&more);
 
+		/* nothing due: an idle queue, or no such queue at all? */
 		if (n < 0 && round == 0)
-		{
-			/* nothing due: an idle queue, or no such queue at all? */
-			values[0] = PointerGetDatum(queue);
-			if (NtaskExecPlan(&claim_queue_plan, values, NULL, SPI_OK_SELECT) == 0)
-				ereport(ERROR,
-						(errcode(ERRCODE_UNDEFINED_OBJECT),
-						 errmsg("ntask: queue \"%s\" does not exist",
-								text_to_cstring(queue))));
-		}
+			NtaskCheckQueueExists(queue);
 		got += Max(n, 0);
 	}
 

@@ -53,12 +53,6 @@ static NtaskPlan enq_existing_plan = {
 	2, {TEXTOID, TEXTOID}
 };
 
-static NtaskPlan enq_queue_exists_plan = {
-	"enqueue queue check",
-	"SELECT 1 FROM ntask.queue q WHERE q.queue OPERATOR(pg_catalog.=) $1",
-	1, {TEXTOID}
-};
-
 /*
  * ntask_enqueue(queue, task_key, payload, run_at, partition_key, priority)
  *		RETURNS TABLE(task_id bigint, created boolean, state text)
@@ -142,12 +136,7 @@ ntask_enqueue(PG_FUNCTION_ARGS)
 			out[2] = PointerGetDatum(NtaskGetText(0, 2));
 			break;
 		}
-		if (NtaskExecPlan(&enq_queue_exists_plan, values, NULL, SPI_OK_SELECT) == 0)
-			ereport(ERROR,
-					(errcode(ERRCODE_UNDEFINED_OBJECT),
-					 errmsg("ntask: queue \"%s\" does not exist",
-							text_to_cstring(queue)),
-					 errhint("Create it with ntask_queue_set().")));
+		NtaskCheckQueueExists(queue);
 		if (tries > 0)
 			elog(ERROR, "ntask: enqueue of \"%s\" found neither a new nor an existing task",
 				 text_to_cstring(key));

@@ -24,6 +24,8 @@
 PG_FUNCTION_INFO_V1(ntask_heartbeat);
 PG_FUNCTION_INFO_V1(ntask_invoked);
 
+static void lease_check_token(int64 task_id, int64 token);
+
 static NtaskPlan lease_token_plan = {
 	"task token lookup",
 	"SELECT t.token FROM ntask.task t WHERE t.task_id OPERATOR(pg_catalog.=) $1",
@@ -64,13 +66,13 @@ static NtaskPlan lease_attempt_plan = {
 };
 
 /*
- * NtaskCheckTokenIssued
+ * lease_check_token
  *		Raise P0002 when the task does not exist, NT003 when token was never
  *		issued for it (above the task's current token, or below 1).  Runs
  *		inside the caller's SPI connection.
  */
-void
-NtaskCheckTokenIssued(int64 task_id, int64 token)
+static void
+lease_check_token(int64 task_id, int64 token)
 {
 	Datum		values[1];
 	int64		current;
@@ -117,7 +119,7 @@ ntask_heartbeat(PG_FUNCTION_ARGS)
 		result = NtaskGetDatum(0, 1, &isnull);	/* by value: survives SPI_finish */
 	}
 	else
-		NtaskCheckTokenIssued(task_id, token);
+		lease_check_token(task_id, token);
 	SPI_finish();
 
 	if (!found)
@@ -148,7 +150,7 @@ ntask_invoked(PG_FUNCTION_ARGS)
 		result = "applied";
 	else
 	{
-		NtaskCheckTokenIssued(task_id, token);
+		lease_check_token(task_id, token);
 		if (NtaskExecPlan(&lease_attempt_plan, values, NULL, SPI_OK_SELECT) == 1 &&
 			NtaskGetBool(0, 1))
 			result = "duplicate";

@@ -89,6 +89,10 @@ extern void NtaskAudit(const char *actor, const char *action, int64 task_id,
 /* digest.c */
 extern bytea *NtaskDigest(Jsonb *jb, int version);
 
+/* queue.c */
+extern void NtaskQueueNotFound(const char *queue) pg_attribute_noreturn();
+extern void NtaskCheckQueueExists(text *queue);
+
 /* receipt.c */
 extern bool NtaskSameDigest(Jsonb *payload, bytea *current_digest,
 							bytea *stored, int stored_version);
@@ -104,14 +108,8 @@ typedef enum NtaskGuardVerdict
 extern NtaskGuardVerdict NtaskRunGuard(Oid guard, text *task_key, Jsonb *payload,
 									   char **reason);
 
-/* lease.c */
-extern void NtaskCheckTokenIssued(int64 task_id, int64 token);
-
 /* repair.c */
 extern void NtaskFinishTask(int64 task_id, const char *to_state,
 							 const char *reason, const char *attempt_result);
-
-/* transition.c */
-extern TimestampTz NtaskBackoff(int attempt, Interval *base, Interval *max);
 
 #endif							/* NTASK_H */

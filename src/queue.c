@@ -57,6 +57,12 @@ static NtaskPlan queue_update_plan = {
 	REGPROCEDUREOID, JSONBOID, INTERVALOID}
 };
 
+static NtaskPlan queue_exists_plan = {
+	"queue lookup",
+	"SELECT 1 FROM ntask.queue q WHERE q.queue OPERATOR(pg_catalog.=) $1",
+	1, {TEXTOID}
+};
+
 static NtaskPlan queue_clear_guard_plan = {
 	"queue clear guard",
 	"UPDATE ntask.queue SET guard = NULL, updated_at = pg_catalog.now() "
@@ -132,6 +138,35 @@ queue_check_guard(Oid guard)
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 				 errmsg("ntask: permission denied for guard %s",
 						format_procedure(guard))));
+}
+
+/*
+ * NtaskQueueNotFound
+ *		Raise 42704 for an unknown queue.
+ */
+void
+NtaskQueueNotFound(const char *queue)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_UNDEFINED_OBJECT),
+			 errmsg("ntask: queue \"%s\" does not exist", queue),
+			 errhint("Create it with ntask_queue_set().")));
+}
+
+/*
+ * NtaskCheckQueueExists
+ *		Raise 42704 unless the queue exists.  Runs inside the caller's SPI
+ *		connection; only asked off the hot path (when a statement that
+ *		joins ntask.queue found nothing).
+ */
+void
+NtaskCheckQueueExists(text *queue)
+{
+	Datum		values[1];
+
+	values[0] = PointerGetDatum(queue);
+	if (NtaskExecPlan(&queue_exists_plan, values, NULL, SPI_OK_SELECT) == 0)
+		NtaskQueueNotFound(text_to_cstring(queue));
 }
 
 /*
@@ -228,9 +263,7 @@ ntask_queue_clear_guard(PG_FUNCTION_ARGS)
 	values[0] = PointerGetDatum(queue);
 	SPI_connect();
 	if (NtaskExecPlan(&queue_clear_guard_plan, values, NULL, SPI_OK_UPDATE) == 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_OBJECT),
-				 errmsg("ntask: queue \"%s\" does not exist", qname)));
+		NtaskQueueNotFound(qname);
 	NtaskAudit(GetUserNameFromId(GetUserId(), false), "queue_clear_guard", 0,
 			   qname, "guard removed", NULL, NULL);
 	SPI_finish();

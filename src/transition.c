@@ -108,6 +108,7 @@ static bool tr_apply(TrCall *c, const char *final, TimestampTz next,
 static const char *tr_check_args(const char *to_state, const char **error_class,
 								 bool has_outcome, bool has_retry_at);
 static int64 tr_interval_usecs(Interval *iv);
+static TimestampTz tr_backoff(int attempt, Interval *base, Interval *max);
 static bool tr_same(const char *a, const char *b);
 
 /* tr_same: two optional strings are equal (both NULL counts as equal). */
@@ -132,13 +133,13 @@ tr_interval_usecs(Interval *iv)
 }
 
 /*
- * NtaskBackoff
+ * tr_backoff
  *		When the retry after the given attempt (1-based) is due:
  *		now() + min(base * 2^(attempt-1), max), with equal jitter (half the
  *		delay fixed, half random) unless ntask.backoff_jitter is off.
  */
-TimestampTz
-NtaskBackoff(int attempt, Interval *base, Interval *max)
+static TimestampTz
+tr_backoff(int attempt, Interval *base, Interval *max)
 {
 	double		b = (double) tr_interval_usecs(base);
 	double		m = (double) tr_interval_usecs(max);
@@ -344,7 +345,7 @@ ntask_transition(PG_FUNCTION_ARGS)
 			if (!c.retry_at_null)
 				next = Max(DatumGetTimestampTz(c.retry_at), now);
 			else
-				next = NtaskBackoff(attempts,
+				next = tr_backoff(attempts,
 									DatumGetIntervalP(NtaskGetDatum(0, 6, &isnull)),
 									DatumGetIntervalP(NtaskGetDatum(0, 7, &isnull)));
 			if (attempts >= max_attempts)
