@@ -15,15 +15,22 @@ OBJS = \
 	src/repair.o \
 	src/receipt.o \
 	src/fence.o \
-	src/cron.o
+	src/cron.o \
+	src/cron_parse.o \
+	src/http_parse.o \
+	src/target.o \
+	src/housekeeping.o \
+	src/dispatch.o \
+	src/worker.o
 DATA = $(wildcard ntask--*.sql)
 PGFILEDESC = "ntask - durable tasks with leases and fencing tokens"
 
 PG_CPPFLAGS = -I$(srcdir)/src -std=c11
+SHLIB_LINK = -lcurl
 
 
 REGRESS = setup enqueue claim transition budget replay_cancel guard errors stats receipt \
-	cron schedule
+	cron schedule housekeeping http_target upgrade
 REGRESS_OPTS = --temp-instance=./tmp_check_regress --temp-config=$(srcdir)/test/ntask.conf
 
 ISOLATION = takeover_w1_w2 claim_skip_locked enqueue_same_key cancel_vs_transition \

@@ -116,6 +116,7 @@ ntask_enqueue(PG_FUNCTION_ARGS)
 			out[0] = Int64GetDatum(NtaskGetInt64(0, 1));
 			out[1] = BoolGetDatum(true);
 			out[2] = PointerGetDatum(NtaskGetText(0, 2));
+			NtaskWakeWorkerAtCommit();	/* it may be an http task */
 			break;
 		}
 		if (NtaskExecPlan(&enq_existing_plan, values, NULL, SPI_OK_SELECT) == 1)

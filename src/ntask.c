@@ -6,8 +6,9 @@
  * ntask keeps durable tasks in the application's database and hands them
  * to workers under leases with fencing tokens.  This file owns only
  * start-up; each SQL function lives in the file named after its area
- * (enqueue.c, claim.c, transition.c, ...).  The background worker
- * registers here once it exists (issue: background worker).
+ * (enqueue.c, claim.c, transition.c, ...), the background worker in
+ * worker.c (housekeeping.c, dispatch.c).  docs/worker.md describes the
+ * worker's GUCs.
  *
  * IDENTIFICATION
  *	  src/ntask.c
@@ -16,6 +17,8 @@
  */
 #include "ntask.h"
 
+#include "miscadmin.h"
+#include "storage/ipc.h"
 #include "utils/guc.h"
 
 PG_MODULE_MAGIC;
@@ -23,12 +26,45 @@ PG_MODULE_MAGIC;
 /* ntask.backoff_jitter: randomise retry delays (tests turn it off) */
 bool		ntask_backoff_jitter = true;
 
+/* the background worker and HTTP dispatch (docs/worker.md) */
+char	   *ntask_database = NULL;
+bool		ntask_worker_enabled = true;
+int			ntask_naptime_ms = 1000;
+int			ntask_http_max_inflight = 64;
+char	   *ntask_http_allowed_hosts = NULL;
+int			ntask_http_connect_timeout_ms = 5000;
+int			ntask_http_max_response_bytes = 65536;
+int			ntask_http_retry_after_max = 3600;
+
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+
 void		_PG_init(void);
+static void ntask_shmem_request(void);
+static void ntask_shmem_startup(void);
+
+static void
+ntask_shmem_request(void)
+{
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+	NtaskShmemRequest();
+}
+
+static void
+ntask_shmem_startup(void)
+{
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+	NtaskShmemStartup();
+}
 
 /*
  * _PG_init
- *		Define the GUCs.  Safe to run both from shared_preload_libraries and
- *		on first use in a backend.
+ *		Define the GUCs; when loaded by shared_preload_libraries, also ask
+ *		for the worker's shared memory and register the worker.  Safe to
+ *		run on first use in a backend too (then there is no worker and
+ *		enqueue does not wake anything).
  */
 void
 _PG_init(void)
@@ -44,5 +80,91 @@ _PG_init(void)
 							 0,
 							 NULL, NULL, NULL);
 
+	DefineCustomStringVariable("ntask.database",
+							   "Database the ntask background worker connects to.",
+							   NULL,
+							   &ntask_database,
+							   "postgres",
+							   PGC_POSTMASTER,
+							   0,
+							   NULL, NULL, NULL);
+
+	DefineCustomBoolVariable("ntask.worker",
+							 "Start the ntask background worker.",
+							 "Needs shared_preload_libraries = 'ntask'.",
+							 &ntask_worker_enabled,
+							 true,
+							 PGC_POSTMASTER,
+							 0,
+							 NULL, NULL, NULL);
+
+	DefineCustomIntVariable("ntask.naptime",
+							"Interval between the worker's housekeeping and due-task checks.",
+							"An enqueue wakes the worker at commit; retries "
+							"that become due are seen within one naptime.",
+							&ntask_naptime_ms,
+							1000, 10, 3600 * 1000,
+							PGC_SIGHUP,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("ntask.http_max_inflight",
+							"Maximum HTTP requests the worker has in flight, all queues together.",
+							NULL,
+							&ntask_http_max_inflight,
+							64, 1, 1000,
+							PGC_SIGHUP,
+							0,
+							NULL, NULL, NULL);
+
+	DefineCustomStringVariable("ntask.http_allowed_hosts",
+							   "Hosts the worker may send HTTP requests to.",
+							   "Comma-separated host names or addresses, exact "
+							   "match; '*' allows any host.  Empty (the default) "
+							   "allows none: such tasks go to repair_required.",
+							   &ntask_http_allowed_hosts,
+							   "",
+							   PGC_SIGHUP,
+							   0,
+							   NULL, NULL, NULL);
+
+	DefineCustomIntVariable("ntask.http_connect_timeout_ms",
+							"Connect timeout of the worker's HTTP requests.",
+							NULL,
+							&ntask_http_connect_timeout_ms,
+							5000, 1, 600000,
+							PGC_SIGHUP,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("ntask.http_max_response_bytes",
+							"Response bytes read before the worker cuts a transfer.",
+							"The response is classified by its status; the "
+							"body is never stored.",
+							&ntask_http_max_response_bytes,
+							65536, 0, 64 * 1024 * 1024,
+							PGC_SIGHUP,
+							GUC_UNIT_BYTE,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("ntask.http_retry_after_max",
+							"Cap on a provider's Retry-After, in seconds.",
+							NULL,
+							&ntask_http_retry_after_max,
+							3600, 0, 7 * 86400,
+							PGC_SIGHUP,
+							GUC_UNIT_S,
+							NULL, NULL, NULL);
+
 	MarkGUCPrefixReserved("ntask");
+
+	if (!process_shared_preload_libraries_in_progress)
+		return;
+
+	prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = ntask_shmem_request;
+	prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = ntask_shmem_startup;
+	if (ntask_worker_enabled)
+		NtaskWorkerRegister();
 }

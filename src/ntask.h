@@ -45,8 +45,16 @@
 #define NTASK_DIGEST_VERSION	1
 #define NTASK_DIGEST_LEN		32
 
-/* GUCs (ntask.c) */
+/* GUCs (ntask.c; docs/worker.md lists the worker's) */
 extern bool ntask_backoff_jitter;
+extern char *ntask_database;
+extern bool ntask_worker_enabled;
+extern int	ntask_naptime_ms;
+extern int	ntask_http_max_inflight;
+extern char *ntask_http_allowed_hosts;
+extern int	ntask_http_connect_timeout_ms;
+extern int	ntask_http_max_response_bytes;
+extern int	ntask_http_retry_after_max;
 
 /*
  * A statement prepared once per backend with SPI_prepare + SPI_keepplan.
@@ -107,6 +115,44 @@ typedef enum NtaskGuardVerdict
 
 extern NtaskGuardVerdict NtaskRunGuard(Oid guard, text *task_key, Jsonb *payload,
 									   char **reason);
+
+/* worker.c */
+extern void NtaskWorkerRegister(void);
+extern void NtaskShmemRequest(void);
+extern void NtaskShmemStartup(void);
+extern void NtaskWakeWorkerAtCommit(void);
+extern void NtaskWorkerCount(const char *counter, int64 n);
+extern void NtaskWorkerSetInFlight(int n);
+extern void NtaskWorkerError(const char *msg);
+extern bool NtaskWorkerRunXact(void (*fn) (void *arg), void *arg,
+							   const char *what);
+
+/* housekeeping.c: counts[] = expired, repaired, pruned */
+extern void NtaskHousekeep(int max_rows, bool deadlines, int64 *counts);
+
+/* target.c: a queue's http target, parsed and checked */
+typedef struct NtaskHttpTarget
+{
+	char	   *url;
+	char	   *host;			/* lower-case, no brackets */
+	bool		put;			/* PUT instead of POST */
+	int			timeout_ms;
+	int			max_inflight;	/* 0: only the GUC limits it */
+	char	   *reconcile_url;	/* NULL: none */
+	bool		has_content_type;
+	int			nheaders;
+	char	  **headers;		/* "Name: value" lines */
+} NtaskHttpTarget;
+
+extern bool NtaskTargetIsHttp(Jsonb *target);
+extern NtaskHttpTarget *NtaskParseHttpTarget(Jsonb *target);
+
+/* dispatch.c (runs only in the background worker) */
+extern void NtaskDispatchInit(const char *schema);
+extern bool NtaskDispatchTick(bool claim);
+extern int	NtaskDispatchInFlight(void);
+extern void NtaskDispatchPoll(int timeout_ms);
+extern void NtaskDispatchRefreshQueues(void);
 
 /* repair.c */
 extern void NtaskFinishTask(int64 task_id, const char *to_state,

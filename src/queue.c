@@ -16,6 +16,8 @@
  */
 #include "ntask.h"
 
+#include "http_parse.h"
+
 #include "access/htup_details.h"
 #include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
@@ -211,6 +213,16 @@ ntask_queue_set(PG_FUNCTION_ARGS)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("ntask: target must be a JSON object")));
+		if (NtaskTargetIsHttp(target))
+		{
+			NtaskHttpTarget *t = NtaskParseHttpTarget(target);
+
+			if (!ntask_host_allowed(t->host, ntask_http_allowed_hosts))
+				ereport(WARNING,
+						(errmsg("ntask: host \"%s\" is not in ntask.http_allowed_hosts", t->host),
+						 errdetail("The worker sends nothing to it: its tasks go to repair_required at stage config."),
+						 errhint("Add it to ntask.http_allowed_hosts in postgresql.conf and reload.")));
+		}
 	}
 	if (!PG_ARGISNULL(8))
 		NtaskCheckPositiveInterval(PG_GETARG_INTERVAL_P(8), "retention");

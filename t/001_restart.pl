@@ -29,6 +29,7 @@ $node->init;
 $node->append_conf('postgresql.conf', qq{
 shared_preload_libraries = 'ntask'
 ntask.backoff_jitter = off
+ntask.worker = off
 });
 $node->start;
 

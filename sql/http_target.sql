@@ -1,0 +1,65 @@
+-- http_target: a queue's http target is checked by ntask_queue_set
+-- (docs/worker.md "Dispatch"); this cluster allows no host, so a valid
+-- target is stored with a WARNING
+\set VERBOSITY terse
+SHOW ntask.http_allowed_hosts;
+SELECT queue, target FROM ntask_queue_set('ht',
+	target => '{"type": "http", "url": "http://127.0.0.1:9/send"}');
+SELECT queue, target FROM ntask_queue_set('ht2', target => '{"type": "http",
+	"url": "https://push.example/v1/send", "method": "PUT", "timeout_ms": 2500,
+	"headers": {"Authorization": "Bearer x", "Content-Type": "application/json; charset=utf-8"},
+	"reconcile_url": "https://push.example/v1/status", "max_inflight": 8}');
+SELECT (target->>'timeout_ms')::int AS timeout_ms FROM ntask.queue WHERE queue = 'ht2';
+-- IPv6 literal
+SELECT queue FROM ntask_queue_set('ht3', target => '{"type": "http", "url": "http://[::1]:8080/x"}');
+-- a target of another type belongs to external workers and is stored as given
+SELECT queue, target FROM ntask_queue_set('ext', target => '{"type": "sql", "anything": [1, 2]}');
+-- every problem is named, SQLSTATE 22023
+SELECT * FROM ntask_queue_set('bad', target => '{"type": "http"}');
+\echo :SQLSTATE
+SELECT * FROM ntask_queue_set('bad', target => '{"type": "http", "url": "ftp://h/x"}');
+\echo :SQLSTATE
+SELECT * FROM ntask_queue_set('bad', target => '{"type": "http", "url": "http://user:pw@h/x"}');
+\echo :SQLSTATE
+SELECT * FROM ntask_queue_set('bad', target => '{"type": "http", "url": "http://h:0/x"}');
+\echo :SQLSTATE
+SELECT * FROM ntask_queue_set('bad', target => '{"type": "http", "url": "http://h:65536/x"}');
+\echo :SQLSTATE
+SELECT * FROM ntask_queue_set('bad', target => '{"type": "http", "url": "http://h x/"}');
+\echo :SQLSTATE
+SELECT * FROM ntask_queue_set('bad', target => '{"type": "http", "url": 42}');
+\echo :SQLSTATE
+SELECT * FROM ntask_queue_set('bad', target => '{"type": "http", "url": "http:///x"}');
+\echo :SQLSTATE
+SELECT * FROM ntask_queue_set('bad', target => '{"type": "http", "url": "http://h/", "method": "GET"}');
+\echo :SQLSTATE
+SELECT * FROM ntask_queue_set('bad', target => '{"type": "http", "url": "http://h/", "timeout_ms": 0}');
+\echo :SQLSTATE
+SELECT * FROM ntask_queue_set('bad', target => '{"type": "http", "url": "http://h/", "timeout_ms": 600001}');
+\echo :SQLSTATE
+SELECT * FROM ntask_queue_set('bad', target => '{"type": "http", "url": "http://h/", "timeout_ms": "5"}');
+\echo :SQLSTATE
+SELECT * FROM ntask_queue_set('bad', target => '{"type": "http", "url": "http://h/", "max_inflight": 1001}');
+\echo :SQLSTATE
+SELECT * FROM ntask_queue_set('bad', target => '{"type": "http", "url": "http://h/", "headers": ["a"]}');
+\echo :SQLSTATE
+SELECT * FROM ntask_queue_set('bad', target => '{"type": "http", "url": "http://h/", "headers": {"X-A": "a\r\nX-Injected: 1"}}');
+\echo :SQLSTATE
+SELECT * FROM ntask_queue_set('bad', target => '{"type": "http", "url": "http://h/", "headers": {"X A": "a"}}');
+\echo :SQLSTATE
+SELECT * FROM ntask_queue_set('bad', target => '{"type": "http", "url": "http://h/", "headers": {"X-A": 1}}');
+\echo :SQLSTATE
+SELECT * FROM ntask_queue_set('bad', target => '{"type": "http", "url": "http://h/", "headers": {"Idempotency-Key": "mine"}}');
+\echo :SQLSTATE
+SELECT * FROM ntask_queue_set('bad', target => '{"type": "http", "url": "http://h/", "headers": {"ntask-attempt": "9"}}');
+\echo :SQLSTATE
+SELECT * FROM ntask_queue_set('bad', target => '{"type": "http", "url": "http://h/", "headers": {"Host": "evil"}}');
+\echo :SQLSTATE
+SELECT * FROM ntask_queue_set('bad', target => '{"type": "http", "url": "http://h/", "reconcile_url": "gopher://h/"}');
+\echo :SQLSTATE
+SELECT * FROM ntask_queue_set('bad', target => '{"type": "http", "url": "http://h/", "retries": 3}');
+\echo :SQLSTATE
+SELECT * FROM ntask_queue_set('bad', target => ('{"type": "http", "url": "http://h/' || repeat('a', 2100) || '"}')::jsonb);
+\echo :SQLSTATE
+-- nothing was stored for the refused targets
+SELECT count(*) FROM ntask.queue WHERE queue = 'bad';

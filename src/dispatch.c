@@ -1,0 +1,796 @@
+/*-------------------------------------------------------------------------
+ *
+ * dispatch.c
+ *	  HTTP dispatch in the background worker: claim due tasks of http
+ *	  queues, mark them invoked, send them with the libcurl multi interface,
+ *	  classify what came back and record it with ntask_transition.
+ *
+ * A request moves through four lists (docs/worker.md "Dispatch"):
+ *
+ *	claim		(transaction)	ntask_claim -> dq_to_invoke, or dq_running
+ *								for a reconcile GET, or dq_finished for a
+ *								task that must not be sent (host not
+ *								allowed, key unusable as a header)
+ *	invoke		(transaction)	ntask_invoked for dq_to_invoke; committed
+ *								before the first byte leaves -> dq_running
+ *	send		(no transaction) curl; a finished transfer is classified ->
+ *								dq_finished (or, a reconcile answered 404,
+ *								back to dq_to_invoke)
+ *	record		(transaction)	ntask_transition for dq_finished
+ *
+ * Every request has its own memory context and curl easy handle; nothing
+ * it owns outlives it.  If a transaction fails, the requests it was about
+ * are dropped: their leases expire and housekeeping releases them (an
+ * invoked attempt then counts as outcome unknown), so a failure here can
+ * delay a task but never record it as not sent when it may have left.
+ *
+ * IDENTIFICATION
+ *	  src/dispatch.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "ntask.h"
+
+#include <curl/curl.h>
+#include <time.h>
+
+#include "catalog/pg_type.h"
+#include "http_parse.h"
+#include "lib/stringinfo.h"
+#include "utils/builtins.h"
+#include "utils/json.h"
+#include "utils/memutils.h"
+
+#define DQ_WORKER_NAME "ntask worker"
+#define DQ_QUEUE_LEN 64
+
+typedef enum DqKind
+{
+	DQ_SEND,
+	DQ_RECONCILE
+} DqKind;
+
+/* one task on its way out (or back) */
+typedef struct DqReq
+{
+	struct DqReq *next;
+	MemoryContext cxt;
+	char		queue[DQ_QUEUE_LEN];
+	NtaskHttpTarget *target;
+	int64		task_id;
+	int64		token;
+	int32		attempt;
+	char	   *task_key;
+	char	   *body;
+	DqKind		kind;
+	bool		confirmed;		/* ntask_invoked answered applied/duplicate */
+	CURL	   *easy;
+	struct curl_slist *hdrs;
+	int64		received;
+	int64		retry_after_s;	/* -1: none */
+	/* the classification, for ntask_transition */
+	const char *to_state;
+	const char *error_class;
+	const char *stage;
+	const char *outcome;
+	char	   *detail;			/* jsonb text */
+	const char *counter;		/* worker_stats counter */
+} DqReq;
+
+/* an http queue as of the last refresh */
+typedef struct DqQueue
+{
+	char		name[DQ_QUEUE_LEN];
+	Jsonb	   *target;
+	int64		lease_ms;
+	int			max_inflight;
+	int			timeout_ms;
+} DqQueue;
+
+static MemoryContext dq_cxt = NULL;
+static MemoryContext dq_queues_cxt = NULL;
+static DqQueue *dq_queues = NULL;
+static int	dq_nqueues = 0;
+static CURLM *dq_multi = NULL;
+
+static DqReq *dq_claimed = NULL;	/* claimed, not yet committed */
+static DqReq *dq_to_invoke = NULL;
+static DqReq *dq_running = NULL;
+static DqReq *dq_finished = NULL;
+static int	dq_nrunning = 0;
+static bool dq_more = false;	/* the last claim was full: look again */
+
+static NtaskPlan dq_claim_plan = {
+	"worker claim", NULL, 3, {TEXTOID, INT4OID, INTERVALOID}
+};
+static NtaskPlan dq_invoked_plan = {
+	"worker invoked", NULL, 2, {INT8ARRAYOID, INT8ARRAYOID}
+};
+static NtaskPlan dq_transition_plan = {
+	"worker transition", NULL, 8,
+	{INT8OID, INT8OID, TEXTOID, TEXTOID, JSONBOID, TIMESTAMPTZOID, TEXTOID, TEXTOID}
+};
+static NtaskPlan dq_queues_plan = {
+	"worker queues",
+	"SELECT q.queue, q.target, "
+	"  (EXTRACT(EPOCH FROM q.lease) OPERATOR(pg_catalog.*) 1000)::int8 "
+	"FROM ntask.queue q "
+	"WHERE (q.target OPERATOR(pg_catalog.->>) 'type') OPERATOR(pg_catalog.=) 'http' "
+	"ORDER BY q.queue",
+	0, {InvalidOid}
+};
+
+static int	dq_inflight_of(const char *queue);
+static void dq_free(DqReq *r);
+static void dq_push(DqReq **list, DqReq *r);
+static void dq_finish(DqReq *r, const char *to_state, const char *error_class,
+					  const char *stage, const char *outcome, char *detail,
+					  const char *counter);
+static void dq_claim_step(void *arg);
+static void dq_claim(void);
+static void dq_invoke_step(void *arg);
+static void dq_record_step(void *arg);
+static void dq_queues_step(void *arg);
+static bool dq_start(DqReq *r);
+static void dq_classify(DqReq *r, CURLcode code);
+static void dq_flush(void);
+static size_t dq_write_cb(char *ptr, size_t size, size_t nmemb, void *userdata);
+static size_t dq_header_cb(char *buf, size_t size, size_t nitems, void *userdata);
+static char *dq_curl_detail(CURLcode code);
+
+/*
+ * NtaskDispatchInit
+ *		Once per worker, after the extension was found in schema: curl,
+ *		memory, and the statements (they call the API functions by their
+ *		schema-qualified names).
+ */
+void
+NtaskDispatchInit(const char *schema)
+{
+	const char *s = quote_identifier(schema);
+	MemoryContext old;
+
+	if (dq_cxt != NULL)
+		return;
+	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
+		ereport(FATAL, (errmsg("ntask worker: curl_global_init failed")));
+	dq_multi = curl_multi_init();
+	if (dq_multi == NULL)
+		ereport(FATAL, (errmsg("ntask worker: curl_multi_init failed")));
+
+	dq_cxt = AllocSetContextCreate(TopMemoryContext, "ntask dispatch",
+								   ALLOCSET_DEFAULT_SIZES);
+	dq_queues_cxt = AllocSetContextCreate(dq_cxt, "ntask dispatch queues",
+										  ALLOCSET_SMALL_SIZES);
+	old = MemoryContextSwitchTo(dq_cxt);
+	dq_claim_plan.sql = psprintf(
+		"SELECT c.task_id, c.task_key, c.payload::text, c.attempt, c.token, "
+		"  c.prior_outcome "
+		"FROM %s.ntask_claim($1, '" DQ_WORKER_NAME "', $2, $3) c", s);
+	dq_invoked_plan.sql = psprintf(
+		"SELECT i.id, %s.ntask_invoked(i.id, i.tok) "
+		"FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2)) AS i(id, tok)", s);
+	dq_transition_plan.sql = psprintf(
+		"SELECT r.result FROM %s.ntask_transition($1, $2, $3, $4, $5, $6, $7, $8) r",
+		s);
+	MemoryContextSwitchTo(old);
+}
+
+static int
+dq_inflight_of(const char *queue)
+{
+	int			n = 0;
+	DqReq	   *r;
+
+	for (r = dq_running; r; r = r->next)
+		n += strcmp(r->queue, queue) == 0;
+	for (r = dq_to_invoke; r; r = r->next)
+		n += strcmp(r->queue, queue) == 0;
+	return n;
+}
+
+int
+NtaskDispatchInFlight(void)
+{
+	int			n = 0;
+	DqReq	   *r;
+
+	for (r = dq_to_invoke; r; r = r->next)
+		n++;
+	for (r = dq_finished; r; r = r->next)
+		n++;
+	return n + dq_nrunning;
+}
+
+static void
+dq_push(DqReq **list, DqReq *r)
+{
+	r->next = *list;
+	*list = r;
+}
+
+static void
+dq_free(DqReq *r)
+{
+	if (r->easy)
+		curl_easy_cleanup(r->easy);
+	if (r->hdrs)
+		curl_slist_free_all(r->hdrs);
+	MemoryContextDelete(r->cxt);
+}
+
+/* dq_finish: classify r and put it on dq_finished */
+static void
+dq_finish(DqReq *r, const char *to_state, const char *error_class,
+		  const char *stage, const char *outcome, char *detail,
+		  const char *counter)
+{
+	r->to_state = to_state;
+	r->error_class = error_class;
+	r->stage = stage;
+	r->outcome = outcome;
+	r->detail = detail;
+	r->counter = counter;
+	dq_push(&dq_finished, r);
+}
+
+/* ---- queues ---- */
+
+static void
+dq_queues_step(void *arg)
+{
+	int			n = NtaskExecPlan(&dq_queues_plan, NULL, NULL, SPI_OK_SELECT);
+	int			i;
+	MemoryContext old;
+
+	MemoryContextReset(dq_queues_cxt);
+	dq_queues = NULL;
+	dq_nqueues = 0;
+	old = MemoryContextSwitchTo(dq_queues_cxt);
+	dq_queues = palloc0(sizeof(DqQueue) * Max(n, 1));
+	for (i = 0; i < n; i++)
+	{
+		DqQueue    *q = &dq_queues[dq_nqueues];
+		bool		isnull;
+		char	   *name = NtaskGetCString(i, 1);
+		Jsonb	   *target = DatumGetJsonbPCopy(NtaskGetDatum(i, 2, &isnull));
+		MemoryContext probe = AllocSetContextCreate(CurrentMemoryContext,
+													"ntask target check",
+													ALLOCSET_SMALL_SIZES);
+		MemoryContext inner = MemoryContextSwitchTo(probe);
+		NtaskHttpTarget *t;
+
+		/* a target written around ntask_queue_set may be bad: skip it */
+		PG_TRY();
+		{
+			t = NtaskParseHttpTarget(target);
+			q->timeout_ms = t->timeout_ms;
+			q->max_inflight = t->max_inflight;
+		}
+		PG_CATCH();
+		{
+			MemoryContextSwitchTo(inner);
+			FlushErrorState();
+			ereport(LOG,
+					(errmsg("ntask worker: queue \"%s\" has an invalid http target; not dispatching it",
+							name)));
+			MemoryContextDelete(probe);
+			continue;
+		}
+		PG_END_TRY();
+		MemoryContextSwitchTo(inner);
+		MemoryContextDelete(probe);
+		strlcpy(q->name, name, DQ_QUEUE_LEN);
+		q->target = target;
+		q->lease_ms = Max(NtaskGetInt64(i, 3),
+						  (int64) q->timeout_ms + ntask_http_connect_timeout_ms + 1000);
+		dq_nqueues++;
+	}
+	MemoryContextSwitchTo(old);
+}
+
+/* NtaskDispatchRefreshQueues: reread the http queues (every tick) */
+void
+NtaskDispatchRefreshQueues(void)
+{
+	(void) NtaskWorkerRunXact(dq_queues_step, NULL, "ntask dispatch: read queues");
+}
+
+/* ---- claim ---- */
+
+static void
+dq_claim_step(void *arg)
+{
+	int			qi;
+	int			free_slots = ntask_http_max_inflight - (NtaskDispatchInFlight());
+
+	dq_more = false;
+	for (qi = 0; qi < dq_nqueues && free_slots > 0; qi++)
+	{
+		DqQueue    *q = &dq_queues[qi];
+		int			want = free_slots;
+		Datum		values[3];
+		Interval   *lease = palloc0(sizeof(Interval));
+		int			n;
+		int			i;
+
+		if (q->max_inflight > 0)
+			want = Min(want, q->max_inflight - dq_inflight_of(q->name));
+		want = Min(want, NTASK_MAX_CLAIM);
+		if (want <= 0)
+			continue;
+		lease->time = q->lease_ms * 1000;
+		values[0] = CStringGetTextDatum(q->name);
+		values[1] = Int32GetDatum(want);
+		values[2] = IntervalPGetDatum(lease);
+		n = NtaskExecPlan(&dq_claim_plan, values, NULL, SPI_OK_SELECT);
+		if (n == want)
+			dq_more = true;
+		free_slots -= n;
+
+		for (i = 0; i < n; i++)
+		{
+			MemoryContext cxt = AllocSetContextCreate(dq_cxt, "ntask request",
+													  ALLOCSET_SMALL_SIZES);
+			MemoryContext old = MemoryContextSwitchTo(cxt);
+			DqReq	   *r = palloc0(sizeof(DqReq));
+			char	   *prior;
+
+			r->cxt = cxt;
+			strlcpy(r->queue, q->name, DQ_QUEUE_LEN);
+			r->target = NtaskParseHttpTarget(q->target);
+			r->task_id = NtaskGetInt64(i, 1);
+			r->task_key = NtaskGetCString(i, 2);
+			r->body = NtaskGetCString(i, 3);
+			r->attempt = NtaskGetInt32(i, 4);
+			r->token = NtaskGetInt64(i, 5);
+			prior = NtaskGetCString(i, 6);
+			r->retry_after_s = -1;
+			MemoryContextSwitchTo(old);
+
+			r->kind = (prior != NULL && strcmp(prior, "unknown") == 0 &&
+					   r->target->reconcile_url != NULL) ? DQ_RECONCILE : DQ_SEND;
+			dq_push(&dq_claimed, r);
+		}
+	}
+}
+
+/*
+ * dq_claim
+ *		Claim (one transaction), then, only once the claim has committed,
+ *		route each claimed task: not sendable -> dq_finished, reconcile ->
+ *		started at once (a GET, not an effect), send -> dq_to_invoke.
+ */
+static void
+dq_claim(void)
+{
+	DqReq	   *r;
+	DqReq	   *next;
+	bool		ok;
+
+	dq_claimed = NULL;
+	ok = NtaskWorkerRunXact(dq_claim_step, NULL, "ntask dispatch: claim");
+	for (r = dq_claimed; r; r = next)
+	{
+		next = r->next;
+		if (!ok)
+		{
+			dq_more = false;
+			dq_free(r);			/* rolled back: the task was never ours */
+		}
+		else if (!ntask_host_allowed(r->target->host, ntask_http_allowed_hosts))
+			dq_finish(r, "repair_required", "permanent", "config", NULL,
+					  "{\"reason\": \"host not in ntask.http_allowed_hosts\"}",
+					  "permanent");
+		else if (!ntask_header_value_ok(r->task_key, strlen(r->task_key)))
+			dq_finish(r, "repair_required", "permanent", "config", NULL,
+					  "{\"reason\": \"task_key is not a valid header value\"}",
+					  "permanent");
+		else if (r->kind == DQ_RECONCILE)
+		{
+			if (!dq_start(r))
+				dq_free(r);		/* its lease expires; nothing was sent */
+		}
+		else
+			dq_push(&dq_to_invoke, r);
+	}
+	dq_claimed = NULL;
+}
+
+/* ---- invoke ---- */
+
+static void
+dq_invoke_step(void *arg)
+{
+	DqReq	   *list = dq_to_invoke;
+	DqReq	   *r;
+	int			n = 0;
+	int			i;
+	Datum	   *ids;
+	Datum	   *toks;
+	Datum		values[2];
+
+	for (r = list; r; r = r->next)
+		n++;
+	ids = palloc(sizeof(Datum) * n);
+	toks = palloc(sizeof(Datum) * n);
+	i = 0;
+	for (r = list; r; r = r->next, i++)
+	{
+		ids[i] = Int64GetDatum(r->task_id);
+		toks[i] = Int64GetDatum(r->token);
+	}
+	values[0] = PointerGetDatum(construct_array(ids, n, INT8OID, 8, true, TYPALIGN_DOUBLE));
+	values[1] = PointerGetDatum(construct_array(toks, n, INT8OID, 8, true, TYPALIGN_DOUBLE));
+	n = NtaskExecPlan(&dq_invoked_plan, values, NULL, SPI_OK_SELECT);
+
+	/* the ones that may be sent: applied, or duplicate (already ours) */
+	for (r = list; r; r = r->next)
+		r->confirmed = false;
+	for (i = 0; i < n; i++)
+	{
+		int64		id = NtaskGetInt64(i, 1);
+		char	   *res = NtaskGetCString(i, 2);
+
+		for (r = list; r; r = r->next)
+			if (r->task_id == id && strcmp(res, "stale") != 0)
+				r->confirmed = true;
+	}
+}
+
+/* ---- send ---- */
+
+static size_t
+dq_write_cb(char *ptr, size_t size, size_t nmemb, void *userdata)
+{
+	DqReq	   *r = (DqReq *) userdata;
+
+	r->received += (int64) (size * nmemb);
+	if (r->received > ntask_http_max_response_bytes)
+		return 0;				/* cut the transfer; the status is known */
+	return size * nmemb;
+}
+
+static size_t
+dq_header_cb(char *buf, size_t size, size_t nitems, void *userdata)
+{
+	DqReq	   *r = (DqReq *) userdata;
+	size_t		len = size * nitems;
+
+	if (len > 12 && pg_strncasecmp(buf, "retry-after:", 12) == 0)
+	{
+		size_t		vlen = len - 12;
+
+		while (vlen > 0 && (buf[12 + vlen - 1] == '\r' || buf[12 + vlen - 1] == '\n'))
+			vlen--;
+		r->retry_after_s = ntask_parse_retry_after(buf + 12, vlen,
+												   (int64_t) time(NULL),
+												   ntask_http_retry_after_max);
+	}
+	return len;
+}
+
+/*
+ * dq_start
+ *		Build r's curl handle and add it to the multi handle.  False (and
+ *		nothing started) if curl refuses; the caller drops r, whose lease
+ *		then expires.
+ */
+static bool
+dq_start(DqReq *r)
+{
+	CURL	   *e = curl_easy_init();
+	NtaskHttpTarget *t = r->target;
+	char		line[128];
+	int			i;
+	bool		ok = true;
+
+	if (e == NULL)
+		return false;
+	r->easy = e;
+	r->received = 0;
+	r->retry_after_s = -1;
+
+#define DQ_SET(opt, val) (ok = ok && curl_easy_setopt(e, opt, val) == CURLE_OK)
+	DQ_SET(CURLOPT_PRIVATE, r);
+	DQ_SET(CURLOPT_NOSIGNAL, 1L);
+	DQ_SET(CURLOPT_PROTOCOLS_STR, "http,https");
+	DQ_SET(CURLOPT_FOLLOWLOCATION, 0L);
+	DQ_SET(CURLOPT_SSL_VERIFYPEER, 1L);
+	DQ_SET(CURLOPT_SSL_VERIFYHOST, 2L);
+	DQ_SET(CURLOPT_PROXY, "");	/* never an environment proxy */
+	DQ_SET(CURLOPT_CONNECTTIMEOUT_MS, (long) ntask_http_connect_timeout_ms);
+	DQ_SET(CURLOPT_TIMEOUT_MS, (long) t->timeout_ms);
+	DQ_SET(CURLOPT_WRITEFUNCTION, dq_write_cb);
+	DQ_SET(CURLOPT_WRITEDATA, r);
+	DQ_SET(CURLOPT_HEADERFUNCTION, dq_header_cb);
+	DQ_SET(CURLOPT_HEADERDATA, r);
+	DQ_SET(CURLOPT_USERAGENT, "ntask/0.2");
+
+	/* curl copies header lines; r->task_key was checked for CR/LF */
+	snprintf(line, sizeof(line), "NTask-Attempt: %d", r->attempt);
+	r->hdrs = curl_slist_append(r->hdrs, line);
+	snprintf(line, sizeof(line), "NTask-Task-Id: " INT64_FORMAT, r->task_id);
+	r->hdrs = curl_slist_append(r->hdrs, line);
+	{
+		MemoryContext old = MemoryContextSwitchTo(r->cxt);
+		char	   *key = psprintf("Idempotency-Key: %s", r->task_key);
+
+		r->hdrs = curl_slist_append(r->hdrs, key);
+		MemoryContextSwitchTo(old);
+	}
+	if (r->kind == DQ_SEND)
+	{
+		r->hdrs = curl_slist_append(r->hdrs, "Expect:");
+		if (!t->has_content_type)
+			r->hdrs = curl_slist_append(r->hdrs, "Content-Type: application/json");
+		for (i = 0; i < t->nheaders; i++)
+			r->hdrs = curl_slist_append(r->hdrs, t->headers[i]);
+		DQ_SET(CURLOPT_URL, t->url);
+		DQ_SET(CURLOPT_POSTFIELDSIZE, (long) strlen(r->body));
+		DQ_SET(CURLOPT_POSTFIELDS, r->body);
+		if (t->put)
+			DQ_SET(CURLOPT_CUSTOMREQUEST, "PUT");
+	}
+	else
+	{
+		for (i = 0; i < t->nheaders; i++)
+			r->hdrs = curl_slist_append(r->hdrs, t->headers[i]);
+		DQ_SET(CURLOPT_URL, t->reconcile_url);
+		DQ_SET(CURLOPT_HTTPGET, 1L);
+	}
+	ok = ok && r->hdrs != NULL;
+	DQ_SET(CURLOPT_HTTPHEADER, r->hdrs);
+#undef DQ_SET
+
+	if (!ok || curl_multi_add_handle(dq_multi, e) != CURLM_OK)
+	{
+		ereport(LOG,
+				(errmsg("ntask worker: could not start a transfer for task " INT64_FORMAT,
+						r->task_id)));
+		return false;
+	}
+	dq_push(&dq_running, r);
+	dq_nrunning++;
+	if (r->kind == DQ_SEND)
+		NtaskWorkerCount("dispatched", 1);
+	return true;
+}
+
+static char *
+dq_curl_detail(CURLcode code)
+{
+	StringInfoData buf;
+
+	initStringInfo(&buf);
+	appendStringInfo(&buf, "{\"curl_code\": %d, \"curl_error\": ", (int) code);
+	escape_json(&buf, curl_easy_strerror(code));
+	appendStringInfoChar(&buf, '}');
+	return buf.data;
+}
+
+/*
+ * dq_classify
+ *		r's transfer ended with code: decide what it means (the table in
+ *		docs/worker.md) and queue it for recording, or for sending after a
+ *		reconcile that found nothing.
+ */
+static void
+dq_classify(DqReq *r, CURLcode code)
+{
+	long		status = 0;
+	curl_off_t	pretransfer = 0;
+	long		request_size = 0;
+	MemoryContext old = MemoryContextSwitchTo(r->cxt);
+	char	   *detail;
+	bool		not_sent;
+
+	curl_easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE, &status);
+	curl_easy_getinfo(r->easy, CURLINFO_PRETRANSFER_TIME_T, &pretransfer);
+	curl_easy_getinfo(r->easy, CURLINFO_REQUEST_SIZE, &request_size);
+	curl_multi_remove_handle(dq_multi, r->easy);
+	curl_easy_cleanup(r->easy);
+	r->easy = NULL;
+	curl_slist_free_all(r->hdrs);
+	r->hdrs = NULL;
+
+	/*
+	 * Nothing left this host: failures of name resolution, connect or the
+	 * TLS handshake, or a transfer that never reached curl's pre-transfer
+	 * point and wrote no request byte.  Anything else may have been seen
+	 * by the provider.
+	 */
+	not_sent = code == CURLE_COULDNT_RESOLVE_HOST ||
+		code == CURLE_COULDNT_RESOLVE_PROXY ||
+		code == CURLE_COULDNT_CONNECT ||
+		code == CURLE_SSL_CONNECT_ERROR ||
+		code == CURLE_PEER_FAILED_VERIFICATION ||
+		code == CURLE_SSL_CERTPROBLEM ||
+		code == CURLE_SSL_CACERT_BADFILE ||
+		(pretransfer == 0 && request_size == 0);
+
+	if (status > 0)
+		detail = r->retry_after_s >= 0 ?
+			psprintf("{\"http_status\": %ld, \"retry_after_s\": " INT64_FORMAT "}",
+					 status, (int64) r->retry_after_s) :
+			psprintf("{\"http_status\": %ld}", status);
+	else
+		detail = dq_curl_detail(code);
+	MemoryContextSwitchTo(old);
+
+	if (r->kind == DQ_RECONCILE)
+	{
+		if (status == 200)
+			dq_finish(r, "succeeded", NULL, NULL, "provider_reconciled", detail,
+					  "reconciled");
+		else if (status == 404)
+		{
+			r->kind = DQ_SEND;	/* the provider never saw it: send now */
+			dq_push(&dq_to_invoke, r);
+		}
+		else
+			dq_finish(r, "retry_wait", "transient", "reconcile", NULL, detail,
+					  "transient");
+		return;
+	}
+
+	if (status > 0)
+	{
+		/* a response arrived: its status decides, whatever curl says after */
+		switch (ntask_http_classify(status))
+		{
+			case NTASK_HTTP_ACCEPTED:
+				dq_finish(r, "succeeded", NULL, NULL, "provider_accepted", detail,
+						  "accepted");
+				break;
+			case NTASK_HTTP_TRANSIENT:
+				dq_finish(r, "retry_wait", "transient", "http_status", NULL, detail,
+						  "transient");
+				break;
+			case NTASK_HTTP_PERMANENT:
+				dq_finish(r, "repair_required", "permanent", "http_status", NULL,
+						  detail, "permanent");
+				break;
+		}
+	}
+	else if (not_sent)
+		dq_finish(r, "retry_wait", "transient", "connect", NULL, detail,
+				  "transient");
+	else
+		dq_finish(r, "retry_wait", "unknown", "response", NULL, detail,
+				  "unknown");
+}
+
+/* ---- record ---- */
+
+static void
+dq_record_step(void *arg)
+{
+	DqReq	   *r;
+
+	for (r = dq_finished; r; r = r->next)
+	{
+		Datum		values[8];
+		char		nulls[8];
+		bool		retry = strcmp(r->to_state, "retry_wait") == 0 &&
+			r->retry_after_s >= 0;
+
+		memset(nulls, ' ', sizeof(nulls));
+		values[0] = Int64GetDatum(r->task_id);
+		values[1] = Int64GetDatum(r->token);
+		values[2] = CStringGetTextDatum(r->to_state);
+		values[3] = r->error_class ? CStringGetTextDatum(r->error_class) : (Datum) 0;
+		nulls[3] = r->error_class ? ' ' : 'n';
+		values[4] = DirectFunctionCall1(jsonb_in, CStringGetDatum(r->detail));
+		values[5] = retry ?
+			TimestampTzGetDatum(GetCurrentTimestamp() +
+								r->retry_after_s * USECS_PER_SEC) : (Datum) 0;
+		nulls[5] = retry ? ' ' : 'n';
+		values[6] = r->outcome ? CStringGetTextDatum(r->outcome) : (Datum) 0;
+		nulls[6] = r->outcome ? ' ' : 'n';
+		values[7] = r->stage ? CStringGetTextDatum(r->stage) : (Datum) 0;
+		nulls[7] = r->stage ? ' ' : 'n';
+		(void) NtaskExecPlan(&dq_transition_plan, values, nulls, SPI_OK_SELECT);
+	}
+}
+
+/*
+ * dq_flush
+ *		Move requests along: invoke what waits for it, start what was
+ *		invoked, record what finished.  Each step is one transaction.
+ */
+static void
+dq_flush(void)
+{
+	DqReq	   *r;
+	DqReq	   *next;
+
+	if (dq_to_invoke)
+	{
+		DqReq	   *list = dq_to_invoke;
+		bool		ok = NtaskWorkerRunXact(dq_invoke_step, NULL,
+											"ntask dispatch: invoked");
+
+		dq_to_invoke = NULL;
+		for (r = list; r; r = next)
+		{
+			next = r->next;
+			if (ok && r->confirmed && dq_start(r))
+				continue;
+			dq_free(r);			/* stale, or not recorded: never send */
+		}
+	}
+	if (dq_finished)
+	{
+		DqReq	   *list = dq_finished;
+		bool		ok = NtaskWorkerRunXact(dq_record_step, NULL,
+											"ntask dispatch: record results");
+
+		dq_finished = NULL;
+		for (r = list; r; r = next)
+		{
+			next = r->next;
+			if (ok)
+				NtaskWorkerCount(r->counter, 1);
+			dq_free(r);
+		}
+	}
+	NtaskWorkerSetInFlight(dq_nrunning);
+}
+
+/*
+ * NtaskDispatchTick
+ *		Claim due http tasks when asked to (woken, or a tick) or when the
+ *		last claim was full, then move requests along.  Returns true when
+ *		a claim was full and there is room for more: call again at once.
+ */
+bool
+NtaskDispatchTick(bool claim)
+{
+	if (dq_cxt == NULL)
+		return false;
+	if ((claim || dq_more) && dq_nqueues > 0 &&
+		NtaskDispatchInFlight() < ntask_http_max_inflight)
+		dq_claim();
+	else
+		dq_more = false;
+	dq_flush();
+	return dq_more && NtaskDispatchInFlight() < ntask_http_max_inflight;
+}
+
+/*
+ * NtaskDispatchPoll
+ *		Let curl work for up to timeout_ms, classify finished transfers and
+ *		record them.
+ */
+void
+NtaskDispatchPoll(int timeout_ms)
+{
+	int			running = 0;
+	int			left;
+	CURLMsg    *msg;
+
+	if (dq_multi == NULL || dq_nrunning == 0)
+		return;
+	(void) curl_multi_poll(dq_multi, NULL, 0, timeout_ms, NULL);
+	(void) curl_multi_perform(dq_multi, &running);
+	while ((msg = curl_multi_info_read(dq_multi, &left)) != NULL)
+	{
+		DqReq	   *r = NULL;
+		DqReq	  **p;
+
+		if (msg->msg != CURLMSG_DONE)
+			continue;
+		curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **) &r);
+		for (p = &dq_running; *p; p = &(*p)->next)
+			if (*p == r)
+			{
+				*p = r->next;
+				dq_nrunning--;
+				break;
+			}
+		dq_classify(r, msg->data.result);
+		dq_more = true;			/* room again: more may be due */
+	}
+	dq_flush();
+}

@@ -1,0 +1,269 @@
+/*-------------------------------------------------------------------------
+ *
+ * housekeeping.c
+ *	  ntask_housekeeping: rescue expired leases, enforce deadlines of tasks
+ *	  nobody claims, prune finished tasks past their queue's retention.
+ *
+ * The background worker runs this every ntask.naptime; without the worker
+ * (no shared_preload_libraries) an operator can run it from pg_cron.
+ * Every statement reaches its rows through a partial index that holds only
+ * the rows it looks for, so an idle round is three index probes per queue:
+ *
+ *	expired leases	task_lease_idx (lease_until) WHERE state = 'leased'
+ *	deadlines		task_due_idx (only unfinished rows); run by the worker
+ *					once a minute, as it visits every unfinished row
+ *	retention		task_finished_idx (queue, finished_at)
+ *					WHERE state IN (succeeded, canceled, skipped)
+ *
+ * Rows are picked FOR UPDATE SKIP LOCKED, so a round never waits for a
+ * worker's transaction and two rounds (worker and pg_cron) never block
+ * each other.  Like claim, an expired lease is closed with result
+ * lease_expired, its outcome known only if the attempt was never invoked.
+ *
+ * IDENTIFICATION
+ *	  src/housekeeping.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "ntask.h"
+
+#include "catalog/pg_type.h"
+#include "funcapi.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+
+PG_FUNCTION_INFO_V1(ntask_housekeeping);
+
+static NtaskPlan hk_expired_plan = {
+	"housekeeping pick expired leases",
+	"SELECT t.task_id FROM ntask.task t "
+	"WHERE t.state OPERATOR(pg_catalog.=) 'leased' "
+	"  AND t.lease_until OPERATOR(pg_catalog.<) pg_catalog.now() "
+	"ORDER BY t.lease_until LIMIT 100000 FOR UPDATE SKIP LOCKED",
+	0, {InvalidOid}
+};
+
+static NtaskPlan hk_close_plan = {
+	"housekeeping close expired attempts",
+	"UPDATE ntask.attempt a SET ended_at = pg_catalog.now(), "
+	"  result = 'lease_expired', outcome_known = (a.invoked_at IS NULL) "
+	"WHERE a.task_id OPERATOR(pg_catalog.=) ANY ($1) AND a.ended_at IS NULL "
+	"  AND a.invoked_at IS NOT NULL "
+	"RETURNING a.task_id",
+	1, {INT8ARRAYOID}
+};
+
+static NtaskPlan hk_close_rest_plan = {
+	"housekeeping close never-invoked attempts",
+	"UPDATE ntask.attempt a SET ended_at = pg_catalog.now(), "
+	"  result = 'lease_expired', outcome_known = true "
+	"WHERE a.task_id OPERATOR(pg_catalog.=) ANY ($1) AND a.ended_at IS NULL",
+	1, {INT8ARRAYOID}
+};
+
+#define HK_SPENT \
+	"(t.attempts OPERATOR(pg_catalog.>=) t.max_attempts " \
+	" OR pg_catalog.now() OPERATOR(pg_catalog.>=) t.deadline)"
+
+/* $1 expired task ids, $2 those whose attempt had been invoked */
+static NtaskPlan hk_release_plan = {
+	"housekeeping release expired leases",
+	"UPDATE ntask.task t SET "
+	"  state = CASE WHEN " HK_SPENT " THEN 'repair_required' ELSE 'retry_wait' END, "
+	"  reason = CASE WHEN NOT " HK_SPENT " THEN t.reason "
+	"    WHEN t.attempts OPERATOR(pg_catalog.>=) t.max_attempts THEN 'budget_exhausted' "
+	"    ELSE 'deadline_exceeded' END, "
+	"  run_at = CASE WHEN " HK_SPENT " THEN t.run_at ELSE pg_catalog.now() END, "
+	"  due_at = CASE WHEN " HK_SPENT " THEN NULL ELSE pg_catalog.now() END, "
+	"  finished_at = CASE WHEN " HK_SPENT " THEN pg_catalog.now() END, "
+	"  lease_owner = NULL, lease_until = NULL, "
+	"  unknown_attempts = t.unknown_attempts OPERATOR(pg_catalog.+) "
+	"    CASE WHEN t.task_id OPERATOR(pg_catalog.=) ANY ($2) THEN 1 ELSE 0 END, "
+	"  last_error_class = CASE WHEN t.task_id OPERATOR(pg_catalog.=) ANY ($2) "
+	"    THEN 'unknown' ELSE 'transient' END, "
+	"  last_error_stage = 'lease_expired', "
+	"  updated_at = pg_catalog.now() "
+	"WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1) "
+	"  AND t.state OPERATOR(pg_catalog.=) 'leased' "
+	"RETURNING t.state OPERATOR(pg_catalog.=) 'repair_required'",
+	2, {INT8ARRAYOID, INT8ARRAYOID}
+};
+
+/* unleased unfinished tasks past their deadline (visits task_due_idx) */
+static NtaskPlan hk_deadline_plan = {
+	"housekeeping deadlines",
+	"WITH d AS ( "
+	"  SELECT t.task_id FROM ntask.task t "
+	"  WHERE t.due_at IS NOT NULL "
+	"    AND t.state OPERATOR(pg_catalog.<>) 'leased' "
+	"    AND t.deadline OPERATOR(pg_catalog.<=) pg_catalog.now() "
+	"  LIMIT $1 FOR UPDATE SKIP LOCKED "
+	") "
+	"UPDATE ntask.task t SET state = 'repair_required', "
+	"  reason = 'deadline_exceeded', due_at = NULL, "
+	"  finished_at = pg_catalog.now(), updated_at = pg_catalog.now() "
+	"FROM d WHERE t.task_id OPERATOR(pg_catalog.=) d.task_id",
+	1, {INT4OID}
+};
+
+static NtaskPlan hk_queues_plan = {
+	"housekeeping queues",
+	"SELECT q.queue, q.retention FROM ntask.queue q ORDER BY q.queue",
+	0, {InvalidOid}
+};
+
+static NtaskPlan hk_prune_pick_plan = {
+	"housekeeping pick finished tasks",
+	"SELECT t.task_id FROM ntask.task t "
+	"WHERE t.queue OPERATOR(pg_catalog.=) $1 "
+	"  AND t.state OPERATOR(pg_catalog.=) ANY ('{succeeded,canceled,skipped}') "
+	"  AND t.finished_at OPERATOR(pg_catalog.<) "
+	"      (pg_catalog.now() OPERATOR(pg_catalog.-) $2) "
+	"ORDER BY t.finished_at LIMIT 100000 FOR UPDATE SKIP LOCKED",
+	2, {TEXTOID, INTERVALOID}
+};
+
+static NtaskPlan hk_prune_attempts_plan = {
+	"housekeeping prune attempts",
+	"DELETE FROM ntask.attempt a WHERE a.task_id OPERATOR(pg_catalog.=) ANY ($1)",
+	1, {INT8ARRAYOID}
+};
+
+static NtaskPlan hk_prune_receipts_plan = {
+	"housekeeping prune receipts",
+	"DELETE FROM ntask.receipt r WHERE r.task_id OPERATOR(pg_catalog.=) ANY ($1)",
+	1, {INT8ARRAYOID}
+};
+
+static NtaskPlan hk_prune_tasks_plan = {
+	"housekeeping prune tasks",
+	"DELETE FROM ntask.task t WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1)",
+	1, {INT8ARRAYOID}
+};
+
+static Datum hk_ids(int n, Datum **elems_out);
+
+/*
+ * hk_ids
+ *		The first column (bigint) of the n rows of the last SPI result as a
+ *		bigint[] Datum; *elems_out (if not NULL) gets the elements.
+ */
+static Datum
+hk_ids(int n, Datum **elems_out)
+{
+	Datum	   *elems = palloc(sizeof(Datum) * Max(n, 1));
+	int			r;
+
+	for (r = 0; r < n; r++)
+		elems[r] = Int64GetDatum(NtaskGetInt64(r, 1));
+	if (elems_out)
+		*elems_out = elems;
+	return PointerGetDatum(construct_array(elems, n, INT8OID, sizeof(int64),
+										   true, TYPALIGN_DOUBLE));
+}
+
+/*
+ * NtaskHousekeep
+ *		One round, at most max_rows rows per step (per queue for pruning),
+ *		in the caller's SPI connection and transaction.  counts[0] leases
+ *		released, counts[1] tasks moved to repair_required (spent budget or
+ *		deadline), counts[2] finished tasks deleted.
+ */
+void
+NtaskHousekeep(int max_rows, bool deadlines, int64 *counts)
+{
+	Datum		values[2];
+	int			n;
+	int			r;
+
+	counts[0] = counts[1] = counts[2] = 0;
+
+	/* 1. expired leases */
+	n = NtaskExecPlanCount(&hk_expired_plan, NULL, NULL, SPI_OK_SELECT, max_rows);
+	if (n > 0)
+	{
+		Datum		ids = hk_ids(n, NULL);
+		int			ninv;
+
+		values[0] = ids;
+		ninv = NtaskExecPlan(&hk_close_plan, values, NULL, SPI_OK_UPDATE_RETURNING);
+		values[1] = hk_ids(ninv, NULL);
+		(void) NtaskExecPlan(&hk_close_rest_plan, values, NULL, SPI_OK_UPDATE);
+		n = NtaskExecPlan(&hk_release_plan, values, NULL, SPI_OK_UPDATE_RETURNING);
+		counts[0] = n;
+		for (r = 0; r < n; r++)
+			if (NtaskGetBool(r, 1))
+				counts[1]++;
+	}
+
+	/* 2. deadlines of tasks nobody claims */
+	if (deadlines)
+	{
+		values[0] = Int32GetDatum(max_rows);
+		counts[1] += NtaskExecPlan(&hk_deadline_plan, values, NULL, SPI_OK_UPDATE);
+	}
+
+	/* 3. retention, queue by queue */
+	{
+		SPITupleTable *queues;
+		int			nq = NtaskExecPlan(&hk_queues_plan, NULL, NULL, SPI_OK_SELECT);
+		int			q;
+
+		queues = SPI_tuptable;
+		for (q = 0; q < nq; q++)
+		{
+			bool		isnull;
+			Datum		ids;
+
+			SPI_tuptable = queues;
+			values[0] = NtaskGetDatum(q, 1, &isnull);
+			values[1] = NtaskGetDatum(q, 2, &isnull);
+			n = NtaskExecPlanCount(&hk_prune_pick_plan, values, NULL,
+								   SPI_OK_SELECT, max_rows);
+			if (n == 0)
+				continue;
+			ids = hk_ids(n, NULL);
+			values[0] = ids;
+			(void) NtaskExecPlan(&hk_prune_attempts_plan, values, NULL, SPI_OK_DELETE);
+			(void) NtaskExecPlan(&hk_prune_receipts_plan, values, NULL, SPI_OK_DELETE);
+			counts[2] += NtaskExecPlan(&hk_prune_tasks_plan, values, NULL, SPI_OK_DELETE);
+		}
+	}
+}
+
+/*
+ * ntask_housekeeping(max_rows int DEFAULT 1000, deadlines bool DEFAULT true)
+ *		RETURNS TABLE(expired bigint, repaired bigint, pruned bigint)
+ *
+ * Errors: max_rows NULL 22004 or outside 1..100000 22023.
+ */
+Datum
+ntask_housekeeping(PG_FUNCTION_ARGS)
+{
+	TupleDesc	tupdesc;
+	Datum		values[3];
+	bool		nulls[3] = {false, false, false};
+	int64		counts[3];
+	int32		max_rows;
+
+	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("ntask: max_rows and deadlines must not be NULL")));
+	max_rows = PG_GETARG_INT32(0);
+	if (max_rows < 1 || max_rows > 100000)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ntask: max_rows must be between 1 and 100000")));
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "ntask: return type must be a row type");
+
+	SPI_connect();
+	NtaskHousekeep(max_rows, PG_GETARG_BOOL(1), counts);
+	SPI_finish();
+
+	values[0] = Int64GetDatum(counts[0]);
+	values[1] = Int64GetDatum(counts[1]);
+	values[2] = Int64GetDatum(counts[2]);
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
+}

@@ -1,0 +1,202 @@
+/*-------------------------------------------------------------------------
+ *
+ * target.c
+ *	  A queue's http target: parse and check the jsonb once, the same way
+ *	  for ntask_queue_set (which refuses a bad target) and for the worker
+ *	  (which sends to it).
+ *
+ *	  {"type": "http", "url": "https://...", "method": "POST" | "PUT",
+ *	   "timeout_ms": 1..600000, "headers": {"Name": "value", ...},
+ *	   "reconcile_url": "https://...", "max_inflight": 1..1000}
+ *
+ * Only "type" and "url" are required.  Unknown keys are refused (a typo
+ * must not silently drop a setting).  Header names must be HTTP tokens,
+ * values free of CR, LF and other controls, and the headers ntask sets
+ * itself are refused (http_parse.c).  Targets of another "type" belong to
+ * external workers and are stored as given.
+ *
+ * IDENTIFICATION
+ *	  src/target.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "ntask.h"
+
+#include "http_parse.h"
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
+
+#define TG_HOST_MAX 256
+
+static void tg_error(const char *msg, const char *detail) pg_attribute_noreturn();
+static char *tg_string(JsonbValue *v, const char *key);
+static int	tg_int(JsonbValue *v, const char *key, int lo, int hi);
+static char *tg_url(JsonbValue *v, const char *key, char **host);
+
+static void
+tg_error(const char *msg, const char *detail)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg("ntask: invalid http target: %s", msg),
+			 detail ? errdetail("%s", detail) : 0,
+			 errhint("See docs/worker.md for the target format.")));
+}
+
+static char *
+tg_string(JsonbValue *v, const char *key)
+{
+	if (v->type != jbvString)
+		tg_error(psprintf("\"%s\" must be a string", key), NULL);
+	return pnstrdup(v->val.string.val, v->val.string.len);
+}
+
+static int
+tg_int(JsonbValue *v, const char *key, int lo, int hi)
+{
+	int64		n;
+
+	if (v->type != jbvNumeric)
+		tg_error(psprintf("\"%s\" must be a number", key), NULL);
+	n = DatumGetInt64(DirectFunctionCall1(numeric_int8,
+										  NumericGetDatum(v->val.numeric)));
+	if (n < lo || n > hi)
+		tg_error(psprintf("\"%s\" must be between %d and %d", key, lo, hi), NULL);
+	return (int) n;
+}
+
+/* tg_url: an http(s) URL without user info; *host gets its host */
+static char *
+tg_url(JsonbValue *v, const char *key, char **host)
+{
+	char	   *url = tg_string(v, key);
+	char		buf[TG_HOST_MAX];
+	bool		https;
+
+	if (strlen(url) > 2048)
+		tg_error(psprintf("\"%s\" is longer than 2048 bytes", key), NULL);
+	if (!ntask_url_host(url, strlen(url), buf, sizeof(buf), &https))
+		tg_error(psprintf("\"%s\" is not an http:// or https:// URL with a host", key),
+				 "User info (credentials), spaces and control characters are not allowed; put credentials in \"headers\".");
+	*host = pstrdup(buf);
+	return url;
+}
+
+/* NtaskTargetIsHttp: target is an object whose "type" is "http". */
+bool
+NtaskTargetIsHttp(Jsonb *target)
+{
+	JsonbValue	v;
+
+	if (target == NULL || !JB_ROOT_IS_OBJECT(target))
+		return false;
+	if (getKeyJsonValueFromContainer(&target->root, "type", 4, &v) == NULL)
+		return false;
+	return v.type == jbvString && v.val.string.len == 4 &&
+		memcmp(v.val.string.val, "http", 4) == 0;
+}
+
+/*
+ * NtaskParseHttpTarget
+ *		The checked target (palloc'd in the current context).  ERROR 22023
+ *		naming the first problem.
+ */
+NtaskHttpTarget *
+NtaskParseHttpTarget(Jsonb *target)
+{
+	NtaskHttpTarget *t = palloc0(sizeof(NtaskHttpTarget));
+	JsonbIterator *it;
+	JsonbIteratorToken tok;
+	JsonbValue	k,
+				v;
+	bool		has_url = false;
+
+	t->timeout_ms = 10000;
+	it = JsonbIteratorInit(&target->root);
+	tok = JsonbIteratorNext(&it, &v, true);
+	if (tok != WJB_BEGIN_OBJECT)
+		tg_error("the target must be a JSON object", NULL);
+	while ((tok = JsonbIteratorNext(&it, &k, true)) == WJB_KEY)
+	{
+		char	   *key = pnstrdup(k.val.string.val, k.val.string.len);
+
+		tok = JsonbIteratorNext(&it, &v, true);
+		Assert(tok == WJB_VALUE);
+		if (strcmp(key, "type") == 0)
+		{
+			if (strcmp(tg_string(&v, key), "http") != 0)
+				tg_error("\"type\" must be \"http\"", NULL);
+		}
+		else if (strcmp(key, "url") == 0)
+		{
+			t->url = tg_url(&v, key, &t->host);
+			has_url = true;
+		}
+		else if (strcmp(key, "reconcile_url") == 0)
+		{
+			char	   *host;
+
+			t->reconcile_url = tg_url(&v, key, &host);
+		}
+		else if (strcmp(key, "method") == 0)
+		{
+			char	   *m = tg_string(&v, key);
+
+			if (strcmp(m, "PUT") == 0)
+				t->put = true;
+			else if (strcmp(m, "POST") != 0)
+				tg_error("\"method\" must be \"POST\" or \"PUT\"", NULL);
+		}
+		else if (strcmp(key, "timeout_ms") == 0)
+			t->timeout_ms = tg_int(&v, key, 1, 600000);
+		else if (strcmp(key, "max_inflight") == 0)
+			t->max_inflight = tg_int(&v, key, 1, 1000);
+		else if (strcmp(key, "headers") == 0)
+		{
+			JsonbIterator *hit;
+			JsonbValue	hk,
+						hv;
+			int			cap = 8;
+
+			if (v.type != jbvBinary || !JsonContainerIsObject(v.val.binary.data))
+				tg_error("\"headers\" must be an object of strings", NULL);
+			t->headers = palloc(sizeof(char *) * cap);
+			hit = JsonbIteratorInit(v.val.binary.data);
+			(void) JsonbIteratorNext(&hit, &hv, true);
+			while (JsonbIteratorNext(&hit, &hk, true) == WJB_KEY)
+			{
+				char	   *name = pnstrdup(hk.val.string.val, hk.val.string.len);
+
+				(void) JsonbIteratorNext(&hit, &hv, true);
+				if (!ntask_header_name_ok(name, strlen(name)))
+					tg_error("a header name is not an HTTP token", NULL);
+				if (ntask_header_reserved(name, strlen(name)))
+					tg_error(psprintf("header \"%s\" is set by ntask", name),
+							 "ntask sends Idempotency-Key, NTask-Attempt and NTask-Task-Id itself and manages Host, Content-Length, Transfer-Encoding, Connection and Expect.");
+				if (hv.type != jbvString)
+					tg_error(psprintf("the value of header \"%s\" must be a string", name), NULL);
+				if (memchr(hv.val.string.val, '\0', hv.val.string.len) != NULL ||
+					!ntask_header_value_ok(hv.val.string.val, hv.val.string.len))
+					tg_error(psprintf("the value of header \"%s\" contains a control character or is too long", name),
+							 "CR, LF, NUL and other control characters but tab are not allowed; at most 8192 bytes.");
+				if (pg_strcasecmp(name, "content-type") == 0)
+					t->has_content_type = true;
+				if (t->nheaders == 100)
+					tg_error("more than 100 headers", NULL);
+				if (t->nheaders == cap)
+				{
+					cap *= 2;
+					t->headers = repalloc(t->headers, sizeof(char *) * cap);
+				}
+				t->headers[t->nheaders++] =
+					psprintf("%s: %.*s", name, (int) hv.val.string.len, hv.val.string.val);
+			}
+		}
+		else
+			tg_error(psprintf("unknown key \"%s\"", key),
+					 "Known keys: type, url, method, timeout_ms, headers, reconcile_url, max_inflight.");
+	}
+	if (!has_url)
+		tg_error("\"url\" is required", NULL);
+	return t;
+}
