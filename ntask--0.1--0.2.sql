@@ -49,3 +49,126 @@ COMMENT ON FUNCTION @extschema@.ntask_worker_stats() IS
 CREATE VIEW ntask.worker_stats AS
 SELECT * FROM @extschema@.ntask_worker_stats();
 COMMENT ON VIEW ntask.worker_stats IS 'ntask: the background worker: pid, state, last tick, HTTP requests dispatched / accepted / transient / permanent / unknown / reconciled, in flight, leases released, tasks sent to repair, rows pruned, last error (counters restart with the server; ntask.attempt is the durable record)';
+
+-- Privileges (docs/design.md "Privileges")
+--
+-- Three NOLOGIN roles, created if missing (roles belong to the cluster, so
+-- DROP EXTENSION leaves them): grant them to your application roles.
+--   ntask_producer  enqueue
+--   ntask_worker    claim, heartbeat, invoked, transition, receipt, fence
+--   ntask_admin     everything above, queue policy, replay, cancel, repair
+--                   assignment, schedules, housekeeping; reads the tables
+-- The API functions run their statements as the extension's owner (the
+-- role that owns schema ntask), so these roles need no rights on the
+-- tables; nobody else can read a payload.  A queue may further restrict
+-- enqueue and claim to a role (ntask_queue_set_roles).
+
+DO $$
+BEGIN
+	IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'ntask_producer') THEN
+		CREATE ROLE ntask_producer NOLOGIN;
+	END IF;
+	IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'ntask_worker') THEN
+		CREATE ROLE ntask_worker NOLOGIN;
+	END IF;
+	IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'ntask_admin') THEN
+		CREATE ROLE ntask_admin NOLOGIN;
+	END IF;
+	IF NOT pg_catalog.pg_has_role('ntask_admin', 'ntask_producer', 'MEMBER') THEN
+		GRANT ntask_producer TO ntask_admin;
+	END IF;
+	IF NOT pg_catalog.pg_has_role('ntask_admin', 'ntask_worker', 'MEMBER') THEN
+		GRANT ntask_worker TO ntask_admin;
+	END IF;
+END $$;
+
+ALTER TABLE ntask.queue
+	ADD COLUMN producer_role regrole,
+	ADD COLUMN worker_role regrole;
+COMMENT ON COLUMN ntask.queue.producer_role IS 'when set, only roles with its privileges may enqueue into the queue';
+COMMENT ON COLUMN ntask.queue.worker_role IS 'when set, only roles with its privileges may claim from the queue';
+
+-- who called ntask, even though its statements run as the owner
+CREATE FUNCTION ntask.caller_name() RETURNS name
+AS 'MODULE_PATHNAME', 'ntask_caller_name'
+LANGUAGE C STABLE;
+COMMENT ON FUNCTION ntask.caller_name() IS 'ntask: the role that called the ntask API function running now (default of the db_user columns)';
+ALTER TABLE ntask.audit ALTER COLUMN db_user SET DEFAULT ntask.caller_name();
+ALTER TABLE ntask.receipt ALTER COLUMN db_user SET DEFAULT ntask.caller_name();
+ALTER TABLE ntask.fence_receipt ALTER COLUMN db_user SET DEFAULT ntask.caller_name();
+
+CREATE FUNCTION @extschema@.ntask_queue_set_roles(queue text, producer_role regrole,
+												  worker_role regrole)
+RETURNS void
+AS 'MODULE_PATHNAME', 'ntask_queue_set_roles'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.ntask_queue_set_roles(text, regrole, regrole) IS
+'ntask: restrict enqueue (producer_role) and claim (worker_role) of one queue to roles with those roles'' privileges; NULL lifts the restriction; audited';
+
+-- schedules are plpgsql over ntask's tables: they run as the owner too,
+-- with the search_path they already pin
+ALTER FUNCTION ntask.fire_slot(ntask.schedule, timestamptz, text, text) SECURITY DEFINER;
+ALTER FUNCTION @extschema@.ntask_fire(text, timestamptz, text) SECURITY DEFINER;
+ALTER FUNCTION @extschema@.ntask_schedule(text, text, text, jsonb, text, interval, text, boolean) SECURITY DEFINER;
+ALTER FUNCTION @extschema@.ntask_unschedule(text) SECURITY DEFINER;
+
+-- nothing for PUBLIC: every function is granted to the role that needs it
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA ntask FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION
+	@extschema@.ntask_queue_set(text, integer, interval, interval, interval, interval, regprocedure, jsonb, interval),
+	@extschema@.ntask_queue_clear_guard(text),
+	@extschema@.ntask_queue_set_roles(text, regrole, regrole),
+	@extschema@.ntask_enqueue(text, text, jsonb, timestamptz, text, integer),
+	@extschema@.ntask_claim(text, text, integer, interval),
+	@extschema@.ntask_heartbeat(bigint, bigint, interval),
+	@extschema@.ntask_invoked(bigint, bigint),
+	@extschema@.ntask_transition(bigint, bigint, text, text, jsonb, timestamptz, text, text),
+	@extschema@.ntask_replay(bigint, text, text),
+	@extschema@.ntask_cancel(bigint, text, text),
+	@extschema@.ntask_repair_assign(bigint, text, text),
+	@extschema@.ntask_digest(jsonb, integer),
+	@extschema@.ntask_receipt(bigint, bigint, jsonb),
+	@extschema@.ntask_fence(text, bigint, jsonb),
+	@extschema@.ntask_cron_next(text, timestamptz, text),
+	@extschema@.ntask_cron_prev(text, timestamptz, text),
+	@extschema@.ntask_fire(text, timestamptz, text),
+	@extschema@.ntask_schedule(text, text, text, jsonb, text, interval, text, boolean),
+	@extschema@.ntask_unschedule(text),
+	@extschema@.ntask_housekeeping(integer, boolean),
+	@extschema@.ntask_worker_stats()
+FROM PUBLIC;
+
+GRANT EXECUTE ON FUNCTION
+	@extschema@.ntask_enqueue(text, text, jsonb, timestamptz, text, integer),
+	@extschema@.ntask_digest(jsonb, integer)
+TO ntask_producer;
+
+GRANT EXECUTE ON FUNCTION
+	@extschema@.ntask_claim(text, text, integer, interval),
+	@extschema@.ntask_heartbeat(bigint, bigint, interval),
+	@extschema@.ntask_invoked(bigint, bigint),
+	@extschema@.ntask_transition(bigint, bigint, text, text, jsonb, timestamptz, text, text),
+	@extschema@.ntask_receipt(bigint, bigint, jsonb),
+	@extschema@.ntask_fence(text, bigint, jsonb),
+	@extschema@.ntask_digest(jsonb, integer)
+TO ntask_worker;
+
+GRANT EXECUTE ON FUNCTION
+	@extschema@.ntask_queue_set(text, integer, interval, interval, interval, interval, regprocedure, jsonb, interval),
+	@extschema@.ntask_queue_clear_guard(text),
+	@extschema@.ntask_queue_set_roles(text, regrole, regrole),
+	@extschema@.ntask_replay(bigint, text, text),
+	@extschema@.ntask_cancel(bigint, text, text),
+	@extschema@.ntask_repair_assign(bigint, text, text),
+	@extschema@.ntask_cron_next(text, timestamptz, text),
+	@extschema@.ntask_cron_prev(text, timestamptz, text),
+	@extschema@.ntask_fire(text, timestamptz, text),
+	@extschema@.ntask_schedule(text, text, text, jsonb, text, interval, text, boolean),
+	@extschema@.ntask_unschedule(text),
+	@extschema@.ntask_housekeeping(integer, boolean),
+	@extschema@.ntask_worker_stats()
+TO ntask_admin;
+
+-- admins read everything (tables and views); others read nothing
+GRANT USAGE ON SCHEMA ntask TO ntask_admin;
+GRANT SELECT ON ALL TABLES IN SCHEMA ntask TO ntask_admin;

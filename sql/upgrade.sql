@@ -10,12 +10,19 @@ DROP EXTENSION ntask;
 CREATE EXTENSION ntask VERSION '0.1';
 SELECT extversion FROM pg_extension WHERE extname = 'ntask';
 SELECT setval('ntask.task_task_id_seq', 15000, false) AS first_task_id;
--- work in flight across the upgrade
+-- the 0.2 library refuses to work on the 0.1 objects, with a clear hint
 SELECT queue FROM ntask_queue_set('up');
-SELECT task_id AS u FROM ntask_enqueue('up', 'u1', '{"m": 9}') \gset
-SELECT attempt, token FROM ntask_claim('up', 'W1');
+\echo :SQLSTATE
+-- work in flight across the upgrade (written as the 0.1 library would have)
+INSERT INTO ntask.queue (queue) VALUES ('up');
+INSERT INTO ntask.task (queue, task_key, payload, payload_digest, digest_version,
+						run_at, due_at, max_attempts, deadline)
+VALUES ('up', 'u1', '{"m": 9}', ntask_digest('{"m": 9}'), 1, now(), now(), 3,
+		now() + interval '1 day');
 ALTER EXTENSION ntask UPDATE;
 SELECT extversion FROM pg_extension WHERE extname = 'ntask';
+SELECT task_id AS u, attempt, token FROM ntask_claim('up', 'W1') \gset
+SELECT :u AS task_id, :attempt AS attempt, :token AS token;
 SELECT result, state FROM ntask_transition(:u, 1, 'succeeded');
 SELECT created, state FROM ntask_enqueue('up', 'u1', '{"m": 9}');
 -- the same objects as a fresh 0.2 installation, in both directions

@@ -54,9 +54,11 @@ static NtaskPlan claim_pick_plan = {
 	"  ON q.queue OPERATOR(pg_catalog.=) t.queue "
 	"WHERE t.queue OPERATOR(pg_catalog.=) $1 "
 	"  AND t.due_at OPERATOR(pg_catalog.<=) pg_catalog.now() "
+	"  AND (q.worker_role IS NULL "
+	"       OR pg_catalog.pg_has_role($2, q.worker_role, 'USAGE')) "
 	"ORDER BY t.priority DESC, t.due_at, t.task_id "
 	"LIMIT " CppAsString2(NTASK_MAX_CLAIM) " FOR UPDATE OF t SKIP LOCKED",
-	1, {TEXTOID}
+	2, {TEXTOID, OIDOID}
 };
 
 /* the one open attempt of each task whose lease expired */
@@ -172,6 +174,7 @@ claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
 
 	/* a constant LIMIT for the plan; the executor stops at want rows */
 	values[0] = PointerGetDatum(queue);
+	values[1] = ObjectIdGetDatum(NtaskCaller());
 	npicked = NtaskExecPlanCount(&claim_pick_plan, values, NULL,
 								 SPI_OK_SELECT, want);
 	pick = SPI_tuptable;
@@ -302,9 +305,9 @@ ntask_claim(PG_FUNCTION_ARGS)
 									PG_ARGISNULL(3) ? (Datum) 0 : PG_GETARG_DATUM(3),
 									&more);
 
-		/* nothing due: an idle queue, or no such queue at all? */
+		/* nothing due: an idle queue, no right to it, or no such queue? */
 		if (n < 0 && round == 0)
-			NtaskCheckQueueExists(queue);
+			NtaskCheckQueueRight(queue, false);
 		got += Max(n, 0);
 	}
 

@@ -38,10 +38,12 @@ static NtaskPlan enq_insert_plan = {
 	"  q.max_attempts, "
 	"  GREATEST(pg_catalog.now(), $8) OPERATOR(pg_catalog.+) q.total_deadline "
 	"FROM ntask.queue q WHERE q.queue OPERATOR(pg_catalog.=) $1 "
+	"  AND (q.producer_role IS NULL "
+	"       OR pg_catalog.pg_has_role($9, q.producer_role, 'USAGE')) "
 	"ON CONFLICT (queue, task_key) DO NOTHING "
 	"RETURNING t.task_id, t.state",
-	8, {TEXTOID, TEXTOID, JSONBOID, BYTEAOID, INT2OID, TEXTOID, INT4OID,
-	TIMESTAMPTZOID}
+	9, {TEXTOID, TEXTOID, JSONBOID, BYTEAOID, INT2OID, TEXTOID, INT4OID,
+	TIMESTAMPTZOID, OIDOID}
 };
 
 static NtaskPlan enq_existing_plan = {
@@ -70,8 +72,8 @@ ntask_enqueue(PG_FUNCTION_ARGS)
 	text	   *key = NtaskArgText(fcinfo, 1, "task_key", NTASK_MAX_KEY_LEN);
 	Jsonb	   *payload;
 	bytea	   *digest;
-	Datum		values[8];
-	char		nulls[8] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	Datum		values[9];
+	char		nulls[9] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
 	Datum		out[3];
 	bool		outnulls[3] = {false, false, false};
 	int			tries;
@@ -99,6 +101,7 @@ ntask_enqueue(PG_FUNCTION_ARGS)
 	values[6] = PG_GETARG_DATUM(5);
 	values[7] = PG_ARGISNULL(3) ? (Datum) 0 : PG_GETARG_DATUM(3);
 	nulls[7] = PG_ARGISNULL(3) ? 'n' : ' ';
+	values[8] = ObjectIdGetDatum(NtaskCaller());
 
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
@@ -119,6 +122,8 @@ ntask_enqueue(PG_FUNCTION_ARGS)
 			NtaskWakeWorkerAtCommit();	/* it may be an http task */
 			break;
 		}
+		/* nothing inserted: no queue, no right, or the key exists */
+		NtaskCheckQueueRight(queue, true);
 		if (NtaskExecPlan(&enq_existing_plan, values, NULL, SPI_OK_SELECT) == 1)
 		{
 			bool		isnull;
@@ -137,7 +142,6 @@ ntask_enqueue(PG_FUNCTION_ARGS)
 			out[2] = PointerGetDatum(NtaskGetText(0, 2));
 			break;
 		}
-		NtaskCheckQueueExists(queue);
 		if (tries > 0)
 			elog(ERROR, "ntask: enqueue of \"%s\" found neither a new nor an existing task",
 				 text_to_cstring(key));

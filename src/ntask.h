@@ -35,6 +35,9 @@
 #define ERRCODE_NTASK_DIGEST_VERSION		MAKE_SQLSTATE('N','T','0','0','4')
 #define ERRCODE_NTASK_GUARD_ANSWER			MAKE_SQLSTATE('N','T','0','0','5')
 
+/* the SQL objects this library is written for (ntask.control default_version) */
+#define NTASK_VERSION			"0.2"
+
 /* limits on caller-supplied values */
 #define NTASK_MAX_KEY_LEN		512		/* task_key, bytes */
 #define NTASK_MAX_NAME_LEN		200		/* worker, actor, outcome, stage */
@@ -90,6 +93,7 @@ extern Jsonb *NtaskArgJsonb(FunctionCallInfo fcinfo, int argno,
 extern void NtaskCheckPositiveInterval(Interval *iv, const char *argname);
 extern void NtaskTaskNotFound(int64 task_id) pg_attribute_noreturn();
 extern void NtaskCheckTokenRange(int64 task_id, int64 token, int64 current);
+extern Oid	NtaskCaller(void);
 extern void NtaskAudit(const char *actor, const char *action, int64 task_id,
 					   const char *queue, const char *reason,
 					   const char *from_state, const char *to_state);
@@ -99,7 +103,7 @@ extern bytea *NtaskDigest(Jsonb *jb, int version);
 
 /* queue.c */
 extern void NtaskQueueNotFound(const char *queue) pg_attribute_noreturn();
-extern void NtaskCheckQueueExists(text *queue);
+extern void NtaskCheckQueueRight(text *queue, bool producer);
 
 /* receipt.c */
 extern bool NtaskSameDigest(Jsonb *payload, bytea *current_digest,

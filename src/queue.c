@@ -30,6 +30,7 @@
 #include "utils/syscache.h"
 
 PG_FUNCTION_INFO_V1(ntask_queue_set);
+PG_FUNCTION_INFO_V1(ntask_queue_set_roles);
 PG_FUNCTION_INFO_V1(ntask_queue_clear_guard);
 
 static NtaskPlan queue_insert_plan = {
@@ -59,10 +60,22 @@ static NtaskPlan queue_update_plan = {
 	REGPROCEDUREOID, JSONBOID, INTERVALOID}
 };
 
-static NtaskPlan queue_exists_plan = {
-	"queue lookup",
-	"SELECT 1 FROM ntask.queue q WHERE q.queue OPERATOR(pg_catalog.=) $1",
-	1, {TEXTOID}
+/* $2: the caller; true when the queue restricts this right to a role it lacks */
+static NtaskPlan queue_right_plan = {
+	"queue right",
+	"SELECT (CASE WHEN $3 THEN q.producer_role ELSE q.worker_role END) IS NOT NULL "
+	"  AND NOT pg_catalog.pg_has_role($2, "
+	"    CASE WHEN $3 THEN q.producer_role ELSE q.worker_role END, 'USAGE') "
+	"FROM ntask.queue q WHERE q.queue OPERATOR(pg_catalog.=) $1",
+	3, {TEXTOID, OIDOID, BOOLOID}
+};
+
+static NtaskPlan queue_roles_plan = {
+	"queue roles",
+	"UPDATE ntask.queue q SET producer_role = $2, worker_role = $3, "
+	"  updated_at = pg_catalog.now() "
+	"WHERE q.queue OPERATOR(pg_catalog.=) $1 RETURNING 1",
+	3, {TEXTOID, REGROLEOID, REGROLEOID}
 };
 
 static NtaskPlan queue_clear_guard_plan = {
@@ -156,19 +169,64 @@ NtaskQueueNotFound(const char *queue)
 }
 
 /*
- * NtaskCheckQueueExists
- *		Raise 42704 unless the queue exists.  Runs inside the caller's SPI
- *		connection; only asked off the hot path (when a statement that
- *		joins ntask.queue found nothing).
+ * NtaskCheckQueueRight
+ *		Raise 42704 for an unknown queue, 42501 if the queue names a
+ *		producer_role (producer) or worker_role (!producer) the caller does
+ *		not have the privileges of.  Callers ask before they reveal anything
+ *		about the queue's tasks: a refused enqueue of an existing key gets
+ *		the same error as one of a new key.
  */
 void
-NtaskCheckQueueExists(text *queue)
+NtaskCheckQueueRight(text *queue, bool producer)
 {
-	Datum		values[1];
+	Datum		values[3];
 
 	values[0] = PointerGetDatum(queue);
-	if (NtaskExecPlan(&queue_exists_plan, values, NULL, SPI_OK_SELECT) == 0)
+	values[1] = ObjectIdGetDatum(NtaskCaller());
+	values[2] = BoolGetDatum(producer);
+	if (NtaskExecPlan(&queue_right_plan, values, NULL, SPI_OK_SELECT) == 0)
 		NtaskQueueNotFound(text_to_cstring(queue));
+	if (NtaskGetBool(0, 1))
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("ntask: permission denied to %s queue \"%s\"",
+						producer ? "enqueue into" : "claim from",
+						text_to_cstring(queue)),
+				 errhint("The queue's %s must be granted to the role (ntask_queue_set_roles).",
+						 producer ? "producer_role" : "worker_role")));
+}
+
+/*
+ * ntask_queue_set_roles(queue, producer_role regrole, worker_role regrole)
+ *		Restrict who may enqueue into (producer_role) and claim from
+ *		(worker_role) a queue, beyond the EXECUTE rights of ntask_producer
+ *		and ntask_worker; NULL lifts a restriction.  Audited.
+ */
+Datum
+ntask_queue_set_roles(PG_FUNCTION_ARGS)
+{
+	text	   *queue = NtaskArgText(fcinfo, 0, "queue", 63);
+	Datum		values[3];
+	char		nulls[3] = {' ', ' ', ' '};
+	char	   *qname = text_to_cstring(queue);
+
+	values[0] = PointerGetDatum(queue);
+	values[1] = PG_ARGISNULL(1) ? (Datum) 0 : PG_GETARG_DATUM(1);
+	nulls[1] = PG_ARGISNULL(1) ? 'n' : ' ';
+	values[2] = PG_ARGISNULL(2) ? (Datum) 0 : PG_GETARG_DATUM(2);
+	nulls[2] = PG_ARGISNULL(2) ? 'n' : ' ';
+	SPI_connect();
+	if (NtaskExecPlan(&queue_roles_plan, values, nulls, SPI_OK_UPDATE_RETURNING) == 0)
+		NtaskQueueNotFound(qname);
+	NtaskAudit(GetUserNameFromId(GetUserId(), false), "queue_set_roles", 0, qname,
+			   psprintf("producer_role %s, worker_role %s",
+						PG_ARGISNULL(1) ? "none" :
+						GetUserNameFromId(PG_GETARG_OID(1), false),
+						PG_ARGISNULL(2) ? "none" :
+						GetUserNameFromId(PG_GETARG_OID(2), false)),
+			   NULL, NULL);
+	SPI_finish();
+	PG_RETURN_VOID();
 }
 
 /*

@@ -16,9 +16,21 @@
  */
 #include "ntask.h"
 
+#include "catalog/pg_namespace.h"
 #include "catalog/pg_type.h"
+#include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
+#include "utils/syscache.h"
+
+PG_FUNCTION_INFO_V1(ntask_caller_name);
+
+/* the role that called into ntask while a statement runs as the owner */
+static Oid	spi_caller = InvalidOid;
+
+static Oid	spi_owner(void);
+static void spi_prepare(NtaskPlan *p);
+static void spi_check_version(void);
 
 static NtaskPlan spi_audit_plan = {
 	"audit insert",
@@ -33,6 +45,13 @@ static NtaskPlan spi_audit_plan = {
  *		Prepare p once per backend (SPI_prepare_cursor with a forced generic
  *		plan, then SPI_keepplan), execute it
  *		with the given parameters, and check the return code.
+ *
+ * The statement runs as the owner of schema ntask (the role that created
+ * the extension), like the body of a SECURITY DEFINER function: callers
+ * hold only EXECUTE on the API functions (see "Privileges" in
+ * docs/design.md), never rights on the tables.  The caller's identity
+ * stays available to the statement as ntask.caller_name() (the db_user
+ * columns) and is what the C code checks queue rights against.
  *
  * nulls follows SPI conventions (' ' not null, 'n' null) and may be NULL.
  * Raises an internal error when SPI returns anything but expected_rc.
@@ -55,27 +74,11 @@ int
 NtaskExecPlanCount(NtaskPlan *p, Datum *values, const char *nulls,
 				   int expected_rc, long count)
 {
-	int			rc;
+	volatile int rc = 0;
+	Oid			save_userid;
+	int			save_sec_context;
+	Oid			save_caller;
 	int			save_nestlevel;
-
-	if (p->plan == NULL)
-	{
-		/*
-		 * Always a generic plan: these statements are short and keyed on
-		 * indexes, and letting the plancache try custom plans first makes
-		 * it replan on every call whenever it judges LIMIT $n generically
-		 * too costly.
-		 */
-		SPIPlanPtr	plan = SPI_prepare_cursor(p->sql, p->nargs, p->argtypes,
-											  CURSOR_OPT_GENERIC_PLAN);
-
-		if (plan == NULL)
-			elog(ERROR, "ntask: could not prepare %s: %s",
-				 p->name, SPI_result_code_string(SPI_result));
-		if (SPI_keepplan(plan) != 0)
-			elog(ERROR, "ntask: could not keep plan %s", p->name);
-		p->plan = plan;
-	}
 
 	/*
 	 * The generic plan is built (or rebuilt after an invalidation) inside
@@ -84,15 +87,80 @@ NtaskExecPlanCount(NtaskPlan *p, Datum *values, const char *nulls,
 	 * in use as the table grows (every statement here reaches its rows by
 	 * an index).  So plan with enable_seqscan off, as a function's SET
 	 * clause would; an error unwinds the setting with the transaction.
+	 * Parse analysis (prepare, and re-analysis after an invalidation) and
+	 * execution both run as the owner.
 	 */
 	save_nestlevel = NewGUCNestLevel();
 	(void) set_config_option("enable_seqscan", "off", PGC_USERSET,
 							 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
-	rc = SPI_execute_plan(p->plan, values, nulls, false, count);
+	GetUserIdAndSecContext(&save_userid, &save_sec_context);
+	save_caller = spi_caller;
+	spi_caller = save_userid;
+	SetUserIdAndSecContext(spi_owner(),
+						   save_sec_context | SECURITY_LOCAL_USERID_CHANGE);
+	PG_TRY();
+	{
+		if (p->plan == NULL)
+			spi_prepare(p);
+		rc = SPI_execute_plan(p->plan, values, nulls, false, count);
+	}
+	PG_FINALLY();
+	{
+		SetUserIdAndSecContext(save_userid, save_sec_context);
+		spi_caller = save_caller;
+	}
+	PG_END_TRY();
 	AtEOXact_GUC(true, save_nestlevel);
 	if (rc != expected_rc)
 		elog(ERROR, "ntask: %s failed: %s", p->name, SPI_result_code_string(rc));
 	return (int) SPI_processed;
+}
+
+/*
+ * spi_check_version
+ *		The statements are written for this library's SQL objects.  After
+ *		a new library is installed and before ALTER EXTENSION ntask UPDATE,
+ *		say so instead of failing on a missing column.
+ */
+static void
+spi_check_version(void)
+{
+	char	   *v = NULL;
+
+	if (SPI_execute("SELECT extversion FROM pg_catalog.pg_extension "
+					"WHERE extname OPERATOR(pg_catalog.=) 'ntask'",
+					true, 1) == SPI_OK_SELECT && SPI_processed == 1)
+		v = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+	if (v == NULL || strcmp(v, NTASK_VERSION) != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("ntask: the library is version %s but the extension in this database is version %s",
+						NTASK_VERSION, v ? v : "(none)"),
+				 errhint("Run ALTER EXTENSION ntask UPDATE.")));
+}
+
+/*
+ * spi_prepare
+ *		Prepare p and keep the plan for the life of the backend.  Always a
+ *		generic plan: these statements are short and keyed on indexes, and
+ *		letting the plancache try custom plans first makes it replan on
+ *		every call whenever it judges LIMIT $n generically too costly.
+ */
+static void
+spi_prepare(NtaskPlan *p)
+{
+	SPIPlanPtr	plan;
+
+	spi_check_version();
+	plan = SPI_prepare_cursor(p->sql, p->nargs, p->argtypes,
+							  CURSOR_OPT_GENERIC_PLAN);
+
+	if (plan == NULL)
+		elog(ERROR, "ntask: could not prepare %s: %s",
+			 p->name, SPI_result_code_string(SPI_result));
+	if (SPI_keepplan(plan) != 0)
+		elog(ERROR, "ntask: could not keep plan %s", p->name);
+	p->plan = plan;
 }
 
 /*
@@ -298,4 +366,49 @@ NtaskAudit(const char *actor, const char *action, int64 task_id,
 	if (to_state == NULL)
 		nulls[6] = 'n';
 	NtaskExecPlan(&spi_audit_plan, values, nulls, SPI_OK_INSERT);
+}
+
+/*
+ * spi_owner
+ *		The owner of schema ntask: the role whose rights ntask's statements
+ *		run with.  A syscache lookup, cheap enough per statement, and right
+ *		after DROP/CREATE EXTENSION in the same session.
+ */
+static Oid
+spi_owner(void)
+{
+	HeapTuple	tup = SearchSysCache1(NAMESPACENAME, CStringGetDatum("ntask"));
+	Oid			owner;
+
+	if (!HeapTupleIsValid(tup))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_SCHEMA),
+				 errmsg("ntask: schema \"ntask\" does not exist"),
+				 errhint("CREATE EXTENSION ntask in this database.")));
+	owner = ((Form_pg_namespace) GETSTRUCT(tup))->nspowner;
+	ReleaseSysCache(tup);
+	return owner;
+}
+
+/*
+ * NtaskCaller
+ *		The role that called the API function: the current user, or, while
+ *		a statement of ours runs as the owner, the user from before.
+ */
+Oid
+NtaskCaller(void)
+{
+	return OidIsValid(spi_caller) ? spi_caller : GetUserId();
+}
+
+/*
+ * ntask.caller_name() RETURNS name
+ *		The default of the db_user columns (audit, receipt, fence_receipt):
+ *		who called ntask, not the owner its statements run as.
+ */
+Datum
+ntask_caller_name(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_DATUM(DirectFunctionCall1(namein,
+										CStringGetDatum(GetUserNameFromId(NtaskCaller(), false))));
 }

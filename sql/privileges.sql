@@ -1,0 +1,106 @@
+-- privileges: EXECUTE only for ntask_producer / ntask_worker / ntask_admin,
+-- statements run as the extension's owner, per-queue producer_role and
+-- worker_role (docs/design.md "Privileges")
+SELECT setval('ntask.task_task_id_seq', 16000, false) AS first_task_id;
+CREATE ROLE regress_nobody;
+CREATE ROLE regress_app_a IN ROLE ntask_producer;
+CREATE ROLE regress_app_b IN ROLE ntask_producer;
+CREATE ROLE regress_worker IN ROLE ntask_worker;
+CREATE ROLE regress_ops IN ROLE ntask_admin;
+CREATE ROLE regress_pa_workers;
+
+-- nothing is executable by PUBLIC
+SELECT p.oid::regprocedure AS public_function
+FROM pg_proc p
+JOIN pg_depend d ON d.objid = p.oid AND d.deptype = 'e'
+ AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'ntask')
+WHERE has_function_privilege('regress_nobody', p.oid, 'EXECUTE');
+-- who may execute what
+SELECT p.proname,
+	   has_function_privilege('ntask_producer', p.oid, 'EXECUTE') AS producer,
+	   has_function_privilege('ntask_worker', p.oid, 'EXECUTE') AS worker,
+	   has_function_privilege('ntask_admin', p.oid, 'EXECUTE') AS admin
+FROM pg_proc p
+JOIN pg_depend d ON d.objid = p.oid AND d.deptype = 'e'
+ AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'ntask')
+WHERE p.proname LIKE 'ntask\_%'
+ORDER BY 1;
+-- the SECURITY DEFINER functions pin their search_path
+SELECT p.oid::regprocedure AS definer, p.proconfig
+FROM pg_proc p
+JOIN pg_depend d ON d.objid = p.oid AND d.deptype = 'e'
+ AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'ntask')
+WHERE p.prosecdef ORDER BY 1;
+
+SELECT queue FROM ntask_queue_set('pa');
+SELECT ntask_queue_set_roles('pa', 'regress_app_a', NULL);
+SELECT task_id AS t1 FROM ntask_enqueue('pa', 'secret-1', '{"pin": 1234}') \gset
+
+-- a role without ntask's roles can do nothing and read nothing
+SET ROLE regress_nobody;
+SELECT * FROM ntask_enqueue('pa', 'x');
+\echo :SQLSTATE
+SELECT * FROM ntask_claim('pa', 'w');
+\echo :SQLSTATE
+SELECT ntask_replay(:t1, 'me', 'because');
+\echo :SQLSTATE
+SELECT payload FROM ntask.task;
+\echo :SQLSTATE
+SELECT * FROM ntask.repair_queue;
+\echo :SQLSTATE
+RESET ROLE;
+
+-- a producer without the queue's producer_role learns nothing about its
+-- tasks: the same error for an existing key (same or other payload) and a new one
+SET ROLE regress_app_b;
+SELECT * FROM ntask_enqueue('pa', 'secret-1', '{"pin": 1234}');
+\echo :SQLSTATE
+SELECT * FROM ntask_enqueue('pa', 'secret-1', '{"pin": 0}');
+\echo :SQLSTATE
+SELECT * FROM ntask_enqueue('pa', 'new-key');
+\echo :SQLSTATE
+-- a producer cannot claim or read
+SELECT * FROM ntask_claim('pa', 'w');
+\echo :SQLSTATE
+SELECT payload FROM ntask.task;
+\echo :SQLSTATE
+RESET ROLE;
+
+-- with the queue's role, the duplicate answers as usual
+SET ROLE regress_app_a;
+SELECT created, state FROM ntask_enqueue('pa', 'secret-1', '{"pin": 1234}');
+SELECT * FROM ntask_enqueue('pa', 'secret-1', '{"pin": 0}');
+\echo :SQLSTATE
+SELECT created FROM ntask_enqueue('pa', 'a-2');
+RESET ROLE;
+
+-- worker_role: a worker without it cannot claim (and gets no payload)
+SELECT ntask_queue_set_roles('pa', 'regress_app_a', 'regress_pa_workers');
+SET ROLE regress_worker;
+SELECT * FROM ntask_claim('pa', 'w1');
+\echo :SQLSTATE
+RESET ROLE;
+GRANT regress_pa_workers TO regress_worker;
+SET ROLE regress_worker;
+SELECT task_key, token, payload FROM ntask_claim('pa', 'w1');
+SELECT ntask_receipt(:t1, 1, '{"sent": true}');
+SELECT result, state FROM ntask_transition(:t1, 1, 'succeeded');
+-- workers do not administer
+SELECT ntask_cancel(:t1, 'w1', 'no');
+\echo :SQLSTATE
+SELECT * FROM ntask_queue_set('pa', max_attempts => 1);
+\echo :SQLSTATE
+RESET ROLE;
+
+-- an admin reads the tables and acts; records name the caller, not the owner
+SET ROLE regress_ops;
+SELECT task_key, state FROM ntask.task WHERE queue = 'pa' ORDER BY 1;
+SELECT ntask_cancel(task_id, 'ops', 'not needed') FROM ntask.task
+WHERE queue = 'pa' AND task_key = 'a-2';
+SELECT count(*) AS stats_rows FROM ntask.worker_stats;
+RESET ROLE;
+SELECT db_user, action FROM ntask.audit WHERE queue = 'pa' ORDER BY audit_id;
+SELECT r.db_user FROM ntask.receipt r WHERE r.task_id = :t1;
+
+DROP ROLE regress_nobody, regress_app_a, regress_app_b, regress_worker,
+	regress_ops, regress_pa_workers;
