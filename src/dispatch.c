@@ -260,6 +260,8 @@ dq_queues_step(void *arg)
 		MemoryContext inner = MemoryContextSwitchTo(probe);
 		NtaskHttpTarget *t;
 
+		volatile bool valid = true;
+
 		/* a target written around ntask_queue_set may be bad: skip it */
 		PG_TRY();
 		{
@@ -271,15 +273,18 @@ dq_queues_step(void *arg)
 		{
 			MemoryContextSwitchTo(inner);
 			FlushErrorState();
-			ereport(LOG,
-					(errmsg("ntask worker: queue \"%s\" has an invalid http target; not dispatching it",
-							name)));
-			MemoryContextDelete(probe);
-			continue;
+			valid = false;
 		}
 		PG_END_TRY();
 		MemoryContextSwitchTo(inner);
 		MemoryContextDelete(probe);
+		if (!valid)
+		{
+			ereport(LOG,
+					(errmsg("ntask worker: queue \"%s\" has an invalid http target; not dispatching it",
+							name)));
+			continue;
+		}
 		strlcpy(q->name, name, DQ_QUEUE_LEN);
 		q->target = target;
 		q->lease_ms = Max(NtaskGetInt64(i, 3),

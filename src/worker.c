@@ -317,6 +317,21 @@ wk_housekeeping(bool deadlines)
 		NtaskWorkerCount("repaired", n[1]);
 		NtaskWorkerCount("pruned", n[2]);
 	}
+	else
+	{
+		char	   *schema = NULL;
+
+		/* DROP EXTENSION: start over (the restart waits for it again) */
+		(void) NtaskWorkerRunXact(wk_extension_schema_step, &schema,
+								  "ntask worker: look for the extension");
+		if (schema == NULL)
+		{
+			ereport(LOG,
+					(errmsg("ntask worker: extension ntask is gone from database \"%s\"; restarting",
+							ntask_database)));
+			proc_exit(1);
+		}
+	}
 }
 
 /*
