@@ -172,3 +172,20 @@ TO ntask_admin;
 -- admins read everything (tables and views); others read nothing
 GRANT USAGE ON SCHEMA ntask TO ntask_admin;
 GRANT SELECT ON ALL TABLES IN SCHEMA ntask TO ntask_admin;
+
+-- Schedules: a catch-up window is at most 7 days, so one firing after a
+-- long outage enqueues a bounded number of slots (10080 for a
+-- once-a-minute schedule); older missed slots are recorded as missed.
+DO $$
+DECLARE
+	n integer;
+BEGIN
+	UPDATE ntask.schedule SET catchup = interval '7 days', updated_at = now()
+	WHERE catchup > interval '7 days';
+	GET DIAGNOSTICS n = ROW_COUNT;
+	IF n > 0 THEN
+		RAISE NOTICE 'ntask: % schedule(s) had a catch-up window over 7 days; set to 7 days', n;
+	END IF;
+END $$;
+ALTER TABLE ntask.schedule ADD CONSTRAINT schedule_catchup_at_most_7_days
+	CHECK (catchup <= interval '7 days');

@@ -37,6 +37,13 @@ suite regress installcheck ISOLATION= TAP_TESTS=
 suite isolation installcheck REGRESS= TAP_TESTS=
 suite tap installcheck REGRESS= ISOLATION=
 
+# the C parsers under libFuzzer with ASan and UBSan, 20 s each (as root:
+# it only builds and runs test binaries under fuzz/build)
+echo "=== fuzz"
+sh fuzz/ci.sh >test-fuzz.log 2>&1 || rc=1
+cat test-fuzz.log
+cat test-fuzz.log >>test.log
+
 if [ $rc -ne 0 ]; then
 	for f in regression.diffs output_iso/regression.diffs; do
 		[ -f "$f" ] && { echo "=== $f"; cat "$f"; }
@@ -55,8 +62,10 @@ tap_total=${tap_total:-0}
 if grep -q '^Result: FAIL' test-tap.log && [ "$tap_failed" -eq 0 ]; then
 	tap_failed=1				# a test script died before counting
 fi
-passed=$((sql_ok + tap_total - tap_failed))
-failed=$((sql_failed + tap_failed))
+fuzz_ok=$(sed -n 's/^fuzz: \([0-9]*\) harnesses, [0-9]* execs, 0 crashes$/\1/p' test-fuzz.log)
+fuzz_failed=$(sed -n 's/^fuzz: [0-9]* harnesses, [0-9]* execs, \([1-9][0-9]*\) crashes$/\1/p' test-fuzz.log)
+passed=$((sql_ok + tap_total - tap_failed + ${fuzz_ok:-0}))
+failed=$((sql_failed + tap_failed + ${fuzz_failed:-0}))
 [ $rc -eq 0 ] || [ $failed -gt 0 ] || failed=1
 echo "ntask: $passed passed, $failed failed"
 exit $rc

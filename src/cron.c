@@ -44,6 +44,10 @@
  * also bounded to 401 years (the Gregorian calendar repeats every 400),
  * past which it reports that the expression never fires.
  *
+ * Parsing is in cron_parse.c (pure C, no PostgreSQL headers, so it is
+ * fuzzed on its own under fuzz/); this file reports its errors and does
+ * the time zone work and the search.
+ *
  * Errors: invalid expression, unknown zone, infinite timestamp -> 22023;
  * NULL -> 22004; expression over 200 bytes -> 22001; a firing time outside
  * the timestamptz range -> 22008.
@@ -54,6 +58,7 @@
  *-------------------------------------------------------------------------
  */
 #include "ntask.h"
+#include "cron_parse.h"
 
 #include "pgtime.h"
 #include "utils/builtins.h"
@@ -62,27 +67,15 @@
 PG_FUNCTION_INFO_V1(ntask_cron_next);
 PG_FUNCTION_INFO_V1(ntask_cron_prev);
 
-#define CRON_MAX_EXPR_LEN	200
+#define CRON_MAX_EXPR_LEN	NTASK_CRON_MAX_EXPR_LEN
 #define CRON_SEARCH_YEARS	401
 #define CRON_MIN_YEAR		(-4713)		/* timestamptz starts in 4714 BC */
 #define CRON_MAX_YEAR		294276		/* and ends at 294277-01-01 */
 
-#define CRON_IS_SPACE(c)	((c) == ' ' || (c) == '\t')
-#define CRON_IS_DIGIT(c)	((c) >= '0' && (c) <= '9')
-#define CRON_IS_ALPHA(c)	(((c) >= 'a' && (c) <= 'z') || ((c) >= 'A' && (c) <= 'Z'))
 #define CRON_BIT(v)			(UINT64CONST(1) << (v))
 
-/* a parsed expression: bit v set when value v matches */
-typedef struct CronSpec
-{
-	uint64		minute;
-	uint64		hour;
-	uint64		dom;
-	uint64		month;
-	uint64		dow;			/* 0-6, Sunday = 0 */
-	bool		dom_star;		/* field starts with '*' */
-	bool		dow_star;
-} CronSpec;
+/* a parsed expression (cron_parse.h): bit v set when value v matches */
+typedef NtaskCronSpec CronSpec;
 
 /* a local wall-clock minute */
 typedef struct CronLocal
@@ -94,56 +87,7 @@ typedef struct CronLocal
 	int			min;
 } CronLocal;
 
-typedef struct CronField
-{
-	const char *name;
-	int			min;
-	int			max;
-	int			star_max;		/* upper end of '*' and 'N/S' */
-	const char *const *names;	/* 3-letter names for min..star_max */
-} CronField;
-
-static const char *const cron_month_names[] = {
-	"jan", "feb", "mar", "apr", "may", "jun",
-	"jul", "aug", "sep", "oct", "nov", "dec", NULL
-};
-static const char *const cron_dow_names[] = {
-	"sun", "mon", "tue", "wed", "thu", "fri", "sat", NULL
-};
-
-static const CronField cron_fields[5] = {
-	{"minute", 0, 59, 59, NULL},
-	{"hour", 0, 23, 23, NULL},
-	{"day-of-month", 1, 31, 31, NULL},
-	{"month", 1, 12, 12, cron_month_names},
-	{"day-of-week", 0, 7, 6, cron_dow_names}
-};
-
-static const struct
-{
-	const char *alias;
-	const char *expr;
-}			cron_aliases[] = {
-	{"@yearly", "0 0 1 1 *"},
-	{"@annually", "0 0 1 1 *"},
-	{"@monthly", "0 0 1 * *"},
-	{"@weekly", "0 0 * * 0"},
-	{"@daily", "0 0 * * *"},
-	{"@midnight", "0 0 * * *"},
-	{"@hourly", "0 * * * *"}
-};
-
-static void cron_invalid(const char *expr, const char *field,
-						 const char *fmt,...) pg_attribute_printf(3, 4)
-			pg_attribute_noreturn();
-static void cron_bad_char(const char *expr, const CronField *f, char c)
-			pg_attribute_noreturn();
-static int	cron_number(const char **pp);
-static int	cron_value(const char *expr, const CronField *f, const char **pp);
-static uint64 cron_parse_field(const char *expr, const CronField *f,
-							   const char *field);
 static void cron_parse(const char *expr, CronSpec *spec);
-static void cron_check_fires(const char *expr, const CronSpec *spec);
 static int	cron_days_in_month(int year, int mon);
 static bool cron_day_matches(const CronSpec *spec, int year, int mon, int mday);
 static bool cron_search_forward(const CronSpec *spec, CronLocal *c, int ylimit);
@@ -158,249 +102,37 @@ static void cron_out_of_range(const char *expr) pg_attribute_noreturn();
 static TimestampTz cron_eval(FunctionCallInfo fcinfo, bool forward);
 
 /*
- * cron_invalid
- *		Raise 22023 for an invalid expression; the detail names the field
- *		(NULL for the expression as a whole) and why.
- */
-static void
-cron_invalid(const char *expr, const char *field, const char *fmt,...)
-{
-	char		why[256];
-	va_list		ap;
-
-	va_start(ap, fmt);
-	pg_vsnprintf(why, sizeof(why), fmt, ap);
-	va_end(ap);
-	ereport(ERROR,
-			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-			 errmsg("ntask: invalid cron expression \"%s\"", expr),
-			 field ? errdetail("%s field: %s", field, why)
-			 : errdetail("%s", why),
-			 errhint("A cron expression is \"minute hour day-of-month month day-of-week\" or an alias such as @daily.")));
-	pg_unreachable();
-}
-
-/* cron_bad_char: raise 22023 for an unexpected character in field f. */
-static void
-cron_bad_char(const char *expr, const CronField *f, char c)
-{
-	if ((unsigned char) c >= 0x20 && (unsigned char) c < 0x7f)
-		cron_invalid(expr, f->name, "unexpected character \"%c\"", c);
-	cron_invalid(expr, f->name, "unexpected byte 0x%02x", (unsigned char) c);
-}
-
-/* cron_number: read digits at *pp (capped at 100000: out of any range). */
-static int
-cron_number(const char **pp)
-{
-	int			v = 0;
-
-	for (; CRON_IS_DIGIT(**pp); (*pp)++)
-		if (v < 100000)
-			v = v * 10 + (**pp - '0');
-	return v;
-}
-
-/*
- * cron_value
- *		Read one number or name at *pp, advance past it and return its value,
- *		checked against the field's range.
- */
-static int
-cron_value(const char *expr, const CronField *f, const char **pp)
-{
-	const char *p = *pp;
-	const char *start = p;
-	int			v;
-
-	if (CRON_IS_DIGIT(*p))
-	{
-		v = cron_number(&p);
-		if (v < f->min || v > f->max)
-			cron_invalid(expr, f->name, "%.*s is out of range %d-%d",
-						 (int) (p - start), start, f->min, f->max);
-	}
-	else if (CRON_IS_ALPHA(*p))
-	{
-		int			i;
-
-		while (CRON_IS_ALPHA(*p))
-			p++;
-		if (f->names == NULL)
-			cron_invalid(expr, f->name, "\"%.*s\" is not a number",
-						 (int) (p - start), start);
-		for (i = 0; f->names[i] != NULL; i++)
-			if (p - start == 3 && pg_strncasecmp(start, f->names[i], 3) == 0)
-				break;
-		if (f->names[i] == NULL)
-			cron_invalid(expr, f->name, "unknown name \"%.*s\" (use %s-%s)",
-						 (int) (p - start), start, f->names[0],
-						 f->names[f->star_max - f->min]);
-		v = i + f->min;
-	}
-	else if (*p == '\0' || *p == '-' || *p == '/' || *p == ',')
-		cron_invalid(expr, f->name, "a number is missing");
-	else
-		cron_bad_char(expr, f, *p);
-	*pp = p;
-	return v;
-}
-
-/*
- * cron_parse_field
- *		Parse one field (a NUL-terminated comma list) into a value bitmask.
- */
-static uint64
-cron_parse_field(const char *expr, const CronField *f, const char *field)
-{
-	uint64		bits = 0;
-	const char *p = field;
-
-	for (;;)
-	{
-		const char *item = p;
-		int			lo,
-					hi,
-					step = 1,
-					v;
-
-		if (*p == '*')
-		{
-			p++;
-			lo = f->min;
-			hi = f->star_max;
-		}
-		else
-		{
-			lo = hi = cron_value(expr, f, &p);
-			if (*p == '-')
-			{
-				p++;
-				hi = cron_value(expr, f, &p);
-				if (hi == 0 && lo > 0 && f->max == 7)
-					hi = 7;		/* day-of-week "fri-sun" */
-				if (lo > hi)
-					cron_invalid(expr, f->name,
-								 "range \"%.*s\" is reversed (ranges do not wrap)",
-								 (int) (p - item), item);
-			}
-			else if (*p == '/')
-				hi = Max(lo, f->star_max);	/* N/S: N to the maximum */
-		}
-		if (*p == '/')
-		{
-			p++;
-			if (!CRON_IS_DIGIT(*p))
-				cron_invalid(expr, f->name, "a step is missing after \"/\"");
-			step = cron_number(&p);
-			if (step < 1 || step > f->star_max - f->min + 1)
-				cron_invalid(expr, f->name, "step %d is out of range 1-%d",
-							 step, f->star_max - f->min + 1);
-		}
-		if (*p != ',' && *p != '\0')
-			cron_bad_char(expr, f, *p);
-		for (v = lo; v <= hi; v += step)
-			bits |= CRON_BIT(v);
-		if (*p == '\0')
-			break;
-		p++;					/* past ',' */
-		if (*p == '\0' || *p == ',')
-			cron_invalid(expr, f->name, "empty item in list");
-	}
-	return bits;
-}
-
-/*
  * cron_parse
- *		Parse expr (an alias or five fields) into spec, or raise 22023.
+ *		Parse expr (an alias or five fields) into spec with the pure parser
+ *		(cron_parse.c), or raise 22023: an invalid expression, with the
+ *		field (if any) and the reason in the detail, or one whose days never
+ *		exist, such as "0 0 30 2 *".
  */
 static void
 cron_parse(const char *expr, CronSpec *spec)
 {
-	const char *s = expr;
-	const char *end;
-	char	   *fields[5];
-	int			nfields = 0;
-	int			i;
-	char	   *trimmed;
+	NtaskCronError err;
 
-	while (CRON_IS_SPACE(*s))
-		s++;
-	end = s + strlen(s);
-	while (end > s && CRON_IS_SPACE(end[-1]))
-		end--;
-	trimmed = pnstrdup(s, end - s);
-
-	if (trimmed[0] == '@')
+	switch (ntask_cron_parse(expr, strlen(expr), spec, &err))
 	{
-		for (i = 0; i < (int) lengthof(cron_aliases); i++)
-			if (pg_strcasecmp(trimmed, cron_aliases[i].alias) == 0)
-				break;
-		if (i < (int) lengthof(cron_aliases))
-			trimmed = pstrdup(cron_aliases[i].expr);
-		else if (pg_strcasecmp(trimmed, "@reboot") == 0)
-			cron_invalid(expr, NULL,
-						 "@reboot fires at server start, not at a clock time, so it has no next or previous firing time.");
-		else
-			cron_invalid(expr, NULL,
-						 "Unknown alias \"%s\"; use @yearly, @annually, @monthly, @weekly, @daily, @midnight or @hourly.",
-						 trimmed);
-	}
-
-	/* split on runs of blanks; fields[] point into trimmed */
-	s = trimmed;
-	while (*s != '\0')
-	{
-		const char *f = s;
-
-		while (*s != '\0' && !CRON_IS_SPACE(*s))
-			s++;
-		if (nfields < 5)
-			fields[nfields] = pnstrdup(f, s - f);
-		nfields++;
-		while (CRON_IS_SPACE(*s))
-			s++;
-	}
-	if (nfields != 5)
-		cron_invalid(expr, NULL,
-					 "Expected 5 fields (minute hour day-of-month month day-of-week), found %d.",
-					 nfields);
-
-	spec->minute = cron_parse_field(expr, &cron_fields[0], fields[0]);
-	spec->hour = cron_parse_field(expr, &cron_fields[1], fields[1]);
-	spec->dom = cron_parse_field(expr, &cron_fields[2], fields[2]);
-	spec->month = cron_parse_field(expr, &cron_fields[3], fields[3]);
-	spec->dow = cron_parse_field(expr, &cron_fields[4], fields[4]);
-	if (spec->dow & CRON_BIT(7))
-		spec->dow = (spec->dow | 1) & ~CRON_BIT(7);
-	spec->dom_star = (fields[2][0] == '*');
-	spec->dow_star = (fields[4][0] == '*');
-	cron_check_fires(expr, spec);
-}
-
-/*
- * cron_check_fires
- *		Reject an expression whose days never exist, such as "0 0 30 2 *".
- *		Only the day-of-month-alone case can fail: a restricted day-of-week
- *		hits every month, and a day-of-month starting with '*' includes 1.
- *		(With the AND rule every day/weekday pair recurs within 400 years.)
- */
-static void
-cron_check_fires(const char *expr, const CronSpec *spec)
-{
-	static const int max_days[13] = {0, 31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
-	int			m;
-
-	if (spec->dom_star || !spec->dow_star)
-		return;
-	for (m = 1; m <= 12; m++)
-		if ((spec->month & CRON_BIT(m)) &&
-			(spec->dom & (CRON_BIT(max_days[m] + 1) - 2)))
+		case NTASK_CRON_OK:
 			return;
-	ereport(ERROR,
-			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-			 errmsg("ntask: cron expression \"%s\" never fires", expr),
-			 errdetail("No month in the month field has any of the days in the day-of-month field.")));
+		case NTASK_CRON_NEVER_FIRES:
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("ntask: cron expression \"%s\" never fires", expr),
+					 errdetail("%s", err.detail)));
+			break;
+		case NTASK_CRON_INVALID:
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("ntask: invalid cron expression \"%s\"", expr),
+					 err.field ? errdetail("%s field: %s", err.field, err.detail)
+					 : errdetail("%s", err.detail),
+					 errhint("A cron expression is \"minute hour day-of-month month day-of-week\" or an alias such as @daily.")));
+			break;
+	}
+	elog(ERROR, "ntask: unexpected cron parser status");
 }
 
 /* cron_days_in_month: 28-31 for the proleptic Gregorian calendar. */
