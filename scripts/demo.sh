@@ -27,6 +27,7 @@ cleanup()
 			$AS_PG "$BINDIR/pg_ctl" -D "$PGDATA_DIR" -m immediate -w stop >/dev/null 2>&1 ||
 			true
 	fi
+	[ -n "${PROVIDER_PID:-}" ] && kill "$PROVIDER_PID" 2>/dev/null
 	$SUDO rm -rf "$TMP"
 	exit $rc
 }
@@ -47,6 +48,9 @@ $AS_PG sh -c "cat >> '$PGDATA_DIR/postgresql.conf'" <<CONF
 
 # ntask demo
 shared_preload_libraries = 'ntask'
+ntask.naptime = '200ms'
+ntask.http_allowed_hosts = '127.0.0.1'
+ntask.http_connect_timeout_ms = 1000
 port = $PORT
 listen_addresses = ''
 unix_socket_directories = '$TMP'
@@ -67,5 +71,33 @@ if [ "$rc" -ne 0 ]; then
 	$SUDO tail -n 30 "$TMP/server.log" >&2
 	exit "$rc"
 fi
+
+# the provider path: a loopback fault-injecting provider (t/provider.py);
+# N9's first request is accepted and never answered
+python3 t/provider.py --lifetime 120 0 >"$TMP/provider.port" 2>"$TMP/provider.log" &
+PROVIDER_PID=$!
+i=0
+while [ ! -s "$TMP/provider.port" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+PROVIDER_PORT=$(head -n 1 "$TMP/provider.port")
+provider()
+{
+	python3 -c 'import sys, urllib.request as u
+r = u.Request("http://127.0.0.1:%s%s" % (sys.argv[1], sys.argv[2]),
+              data=sys.argv[3].encode() if len(sys.argv) > 3 else None,
+              headers={"Content-Type": "application/json"})
+print(u.urlopen(r, timeout=5).read().decode())' "$PROVIDER_PORT" "$@"
+}
+provider /_admin/rules '{"rules": {"notify:u-b:d-b1:m-9": [{"mode": "hang", "hang_ms": 5000}, {"status": 200}]}}' >/dev/null
+$AS_PG "$BINDIR/psql" -X -q -h "$TMP" -p "$PORT" -U postgres -d postgres \
+	-v ON_ERROR_STOP=1 -v provider_port="$PROVIDER_PORT" -f - <demo/n9_http.sql 2>&1 || rc=$?
+if [ "$rc" -ne 0 ]; then
+	echo "ntask demo: FAILED (psql exit $rc); server log tail:" >&2
+	$SUDO tail -n 30 "$TMP/server.log" >&2
+	exit "$rc"
+fi
+echo "--- what the provider saw for N9: two requests, one effect (the second was deduplicated)"
+provider '/_admin/stats?key=notify:u-b:d-b1:m-9:v1' | python3 -c 'import json, sys
+k = json.load(sys.stdin)["keys"]["notify:u-b:d-b1:m-9:v1"]
+print("requests=%d effects=%d duplicates=%d NTask-Attempt headers=%s" % (k["requests"], k["effects"], k["duplicates"], k["attempts"]))'
 echo
 echo "ntask demo: done"

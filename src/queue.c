@@ -271,6 +271,7 @@ ntask_queue_set(PG_FUNCTION_ARGS)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("ntask: target must be a JSON object")));
+		NtaskWakeWorkerAtCommit();	/* let it reread the target */
 		if (NtaskTargetIsHttp(target))
 		{
 			NtaskHttpTarget *t = NtaskParseHttpTarget(target);

@@ -344,6 +344,7 @@ ntask_worker_main(Datum arg)
 	char	   *schema = NULL;
 	TimestampTz next_tick = 0;
 	TimestampTz next_deadline_sweep = 0;
+	TimestampTz next_refresh = 0;
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
@@ -409,6 +410,7 @@ ntask_worker_main(Datum arg)
 			if (deadlines)
 				next_deadline_sweep = now + 60 * USECS_PER_SEC;
 			NtaskDispatchRefreshQueues();
+			next_refresh = now + 100 * 1000;
 			next_tick = now + (TimestampTz) ntask_naptime_ms * 1000;
 			woken = true;		/* look for due tasks every tick */
 		}
@@ -432,7 +434,20 @@ ntask_worker_main(Datum arg)
 		}
 		if (rc & WL_LATCH_SET)
 		{
+			TimestampTz woke = GetCurrentTimestamp();
+
 			ResetLatch(MyLatch);
+
+			/*
+			 * An enqueue (or a queue change) committed: the queue may be new
+			 * since the last tick, so reread the http queues, at most every
+			 * 100 ms however fast enqueues come.
+			 */
+			if (woke >= next_refresh)
+			{
+				NtaskDispatchRefreshQueues();
+				next_refresh = woke + 100 * 1000;
+			}
 			(void) NtaskDispatchTick(true);
 		}
 	}

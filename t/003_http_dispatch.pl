@@ -1,0 +1,479 @@
+
+# Copyright (c) ntask contributors
+
+# t/003_http_dispatch.pl: the background worker's HTTP dispatch against a
+# real (loopback) provider, t/provider.py, that injects faults per
+# Idempotency-Key prefix.
+#
+# One queue per case, all enqueued at once and dispatched concurrently:
+#   ok-      2xx: succeeded / provider_accepted, the request's headers and body
+#   put-     method PUT and a target Content-Type: sent once, as given
+#   r500-    500 then 200: transient (http_status) then succeeded, same key
+#   ra-      429 with Retry-After: 2: the retry waits 2 s, not the 100 ms backoff
+#   bad-     400: repair_required, permanent, stage http_status
+#   hang-    accept-then-hang, timeout_ms 800: unknown (outcome not known),
+#            the retry carries the same key, the provider has one effect
+#   drop-    accept-then-drop with a reconcile_url: the next attempt asks
+#            GET /status and records provider_reconciled; nothing re-sent
+#   lost-    drop *without* effect, reconcile_url: /status says 404, so the
+#            next attempt is invoked and sends
+#   rfail-   drop, then /status answers 503 once: transient at stage
+#            reconcile, then provider_reconciled
+#   b503-    always 503, max_attempts 3: budget_exhausted after 3 attempts
+#   refused- a closed port: transient at stage connect, outcome known
+#   deny-    a host not in ntask.http_allowed_hosts: repair_required at stage
+#            config; the provider sees nothing
+# then ntask.worker_stats against the ledger, and the latch: with
+# ntask.naptime = 60s an enqueue is dispatched at once (within 20 s), also
+# into a queue created since the worker's last tick.
+#
+# No fixed sleeps: the test polls the database (poll_query_until) or the
+# provider's /_admin/stats with a wall-clock bound.
+
+use strict;
+use warnings;
+
+use FindBin;
+use HTTP::Tiny;
+use JSON::PP;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time usleep);
+
+my $json = JSON::PP->new->canonical;
+my $http = HTTP::Tiny->new(timeout => 10, proxy => undef, http_proxy => undef);
+
+# ---------------------------------------------------------------------
+# The provider: 127.0.0.1 only, exits with us (parent death) or on TERM
+# ---------------------------------------------------------------------
+
+my $provider_log = "$PostgreSQL::Test::Utils::log_path/provider_003.log";
+my $provider_pid = open(my $provider_fh, '-|', '/usr/bin/python3',
+	"$FindBin::Bin/provider.py", '--log', $provider_log, '0')
+  or die "cannot start t/provider.py: $!";
+my $pport = <$provider_fh>;
+die "t/provider.py did not print its port" unless defined $pport && $pport =~ /^\d+$/;
+chomp $pport;
+END { kill 'TERM', $provider_pid if $provider_pid; }
+note "provider on 127.0.0.1:$pport, log $provider_log";
+
+# prov(method, path, body): call the provider's admin API, decode JSON
+sub prov
+{
+	my ($method, $path, $body) = @_;
+	my $r = $http->request($method, "http://127.0.0.1:$pport$path",
+		defined $body
+		? { content => $json->encode($body),
+			headers => { 'Content-Type' => 'application/json' } }
+		: {});
+	die "provider $method $path: $r->{status} $r->{content}" unless $r->{success};
+	return $json->decode($r->{content});
+}
+
+# pkeys(prefix): provider records of the keys starting with prefix
+sub pkeys
+{
+	my ($prefix) = @_;
+	return prov('GET', "/_admin/stats?prefix=$prefix")->{keys};
+}
+
+# wait_for(what, seconds, sub): poll sub every 50 ms until true, wall clock
+sub wait_for
+{
+	my ($what, $seconds, $cond) = @_;
+	my $end = time + $seconds;
+	while (time < $end)
+	{
+		return 1 if $cond->();
+		usleep(50_000);
+	}
+	diag "timed out after $seconds s waiting for: $what";
+	return 0;
+}
+
+# header(req, name): values of a header (case-insensitive) in a recorded request
+sub header
+{
+	my ($req, $name) = @_;
+	return map { $_->[1] } grep { lc($_->[0]) eq lc($name) } @{ $req->{headers} };
+}
+
+# ---------------------------------------------------------------------
+# The node
+# ---------------------------------------------------------------------
+
+my $node = PostgreSQL::Test::Cluster->new('dispatch');
+$node->init;
+$node->append_conf('postgresql.conf', qq{
+shared_preload_libraries = 'ntask'
+ntask.database = 'postgres'
+ntask.naptime = '100ms'
+ntask.http_allowed_hosts = '127.0.0.1'
+ntask.http_connect_timeout_ms = 1000
+ntask.backoff_jitter = off
+});
+$node->start;
+
+sub sql
+{
+	my ($sql) = @_;
+	return $node->safe_psql('postgres', $sql);
+}
+
+ok( $node->poll_query_until('postgres',
+		q{SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'ntask worker'}, '1'),
+	'one ntask worker runs before the extension exists');
+sql(q{CREATE EXTENSION ntask});
+my $worker_pid = sql(q{SELECT pid FROM pg_stat_activity WHERE backend_type = 'ntask worker'});
+is( sql(q{SELECT application_name FROM pg_stat_activity WHERE backend_type = 'ntask worker'}),
+	'ntask worker', 'its application_name is ntask worker');
+ok( $node->poll_query_until('postgres',
+		qq{SELECT pid = $worker_pid AND state <> 'waiting_for_extension' FROM ntask.worker_stats}),
+	'ntask.worker_stats: the worker found the extension');
+my $stats0 = sql(q{SELECT last_tick FROM ntask.worker_stats});
+
+# ---------------------------------------------------------------------
+# Targets the queue API must refuse (CR/LF, owned headers, bad URL)
+# ---------------------------------------------------------------------
+
+sql(q{
+	CREATE FUNCTION try_sql(s text) RETURNS text LANGUAGE plpgsql AS $$
+	BEGIN EXECUTE s; RETURN 'ok';
+	EXCEPTION WHEN others THEN RETURN SQLSTATE; END $$});
+
+my %bad_target = (
+	'a header value with CR LF' =>
+	  qq{{"type":"http","url":"http://127.0.0.1:$pport/send","headers":{"X-Test":"a\\r\\nX-Evil: 1"}}},
+	'a header value with LF' =>
+	  qq{{"type":"http","url":"http://127.0.0.1:$pport/send","headers":{"X-Test":"a\\nb"}}},
+	'a header name that is not a token' =>
+	  qq{{"type":"http","url":"http://127.0.0.1:$pport/send","headers":{"X Test":"a"}}},
+	'Idempotency-Key set by the target' =>
+	  qq{{"type":"http","url":"http://127.0.0.1:$pport/send","headers":{"idempotency-key":"x"}}},
+	'an NTask- header set by the target' =>
+	  qq{{"type":"http","url":"http://127.0.0.1:$pport/send","headers":{"NTask-Attempt":"9"}}},
+	'a non-http url' => q{{"type":"http","url":"ftp://127.0.0.1/x"}},
+	'credentials in the url' => qq{{"type":"http","url":"http://u:p\@127.0.0.1:$pport/send"}},
+	'timeout_ms 0' => qq{{"type":"http","url":"http://127.0.0.1:$pport/send","timeout_ms":0}},
+	'method GET' => qq{{"type":"http","url":"http://127.0.0.1:$pport/send","method":"GET"}});
+for my $what (sort keys %bad_target)
+{
+	is( sql(qq{SELECT try_sql(\$s\$SELECT ntask_queue_set('badq', target => \$t\$$bad_target{$what}\$t\$::jsonb)\$s\$)}),
+		'22023', "ntask_queue_set refuses $what (22023)");
+}
+
+# ---------------------------------------------------------------------
+# Queues and provider rules, one per case
+# ---------------------------------------------------------------------
+
+my $refused_port = PostgreSQL::Test::Cluster::get_free_port();    # nothing listens
+my $send    = "http://127.0.0.1:$pport/send";
+my $status  = "http://127.0.0.1:$pport/status";
+
+# queue(name, max_attempts, target overrides)
+sub queue
+{
+	my ($q, $max_attempts, %t) = @_;
+	my $target = $json->encode({
+		type => 'http', url => $send, timeout_ms => 1000,
+		headers => { 'X-Test' => 'a' }, %t });
+	sql(qq{SELECT queue FROM ntask_queue_set('$q', max_attempts => $max_attempts,
+		lease => '2 s', backoff_base => '100 ms', backoff_max => '1 s',
+		target => \$t\$$target\$t\$::jsonb)});
+}
+
+queue('q_ok',      3);
+queue('q_put',     3, method => 'PUT',
+	headers => { 'Content-Type' => 'application/vnd.ntask-test+json', 'X-Other' => 'b c' });
+queue('q_500',     3);
+queue('q_429',     3);
+queue('q_400',     3);
+queue('q_hang',    3, timeout_ms => 800);
+queue('q_drop',    3, reconcile_url => $status);
+queue('q_lost',    3, reconcile_url => $status);
+queue('q_rfail',   4, reconcile_url => $status);
+queue('q_budget',  3);
+queue('q_refused', 2, url => "http://127.0.0.1:$refused_port/send");
+queue('q_deny',    3, url => "http://localhost:$pport/send");
+
+prov('POST', '/_admin/rules', {
+	rules => {
+		'r500-' => [ { status => 500 }, { status => 200 } ],
+		'ra-'   => [ { status => 429, retry_after => '2' }, { status => 200 } ],
+		'bad-'  => [ { status => 400 } ],
+		'hang-' => [ { mode => 'hang', hang_ms => 30000 } ],
+		'drop-' => [ { mode => 'drop' } ],
+		'lost-' => [ { mode => 'drop', effect => JSON::PP::false }, { status => 200 } ],
+		'rfail-' => { seq => [ { mode => 'drop' } ],
+					  reconcile => [ { status => 503 }, { status => 200 } ] },
+		'b503-' => [ { status => 503 } ],
+	} });
+
+my %cases = (
+	q_ok => 'ok-1', q_put => 'put-1', q_500 => 'r500-1', q_429 => 'ra-1',
+	q_400 => 'bad-1', q_hang => 'hang-1', q_drop => 'drop-1', q_lost => 'lost-1',
+	q_rfail => 'rfail-1', q_budget => 'b503-1', q_refused => 'refused-1',
+	q_deny => 'deny-1');
+my $values = join(', ',
+	map { "('$_', '$cases{$_}', jsonb_build_object('msg', 'hello', 'key', '$cases{$_}', 'n', 1, 'nested', jsonb_build_object('a', jsonb_build_array(1, 2.5, 'x'))))" }
+	  sort keys %cases);
+is( sql(qq{
+		SELECT count(*) FILTER (WHERE e.created)
+		FROM (VALUES $values) v(q, k, p), ntask_enqueue(v.q, v.k, v.p) e}),
+	scalar(keys %cases),
+	'one task per case enqueued');
+
+my %id = map { $cases{$_} => sql("SELECT task_id FROM ntask.task WHERE task_key = '$cases{$_}'") } keys %cases;
+
+ok( $node->poll_query_until('postgres', q{
+		SELECT count(*) FROM ntask.task
+		WHERE state NOT IN ('succeeded', 'repair_required', 'canceled', 'skipped')}, '0'),
+	'every task reached a final state');
+
+# the task row: state|attempts|outcome|reason|last_error_class|last_error_stage|unknown_attempts
+sub task_row
+{
+	my ($key) = @_;
+	return sql(qq{SELECT concat_ws('|', state, attempts, coalesce(outcome, '-'), coalesce(reason, '-'),
+		coalesce(last_error_class, '-'), coalesce(last_error_stage, '-'), unknown_attempts)
+		FROM ntask.task WHERE task_key = '$key'});
+}
+
+# the ledger of a task: one line per attempt:
+# attempt|token|result|error_class|error_stage|outcome_known|outcome|invoked|http_status
+# (http_status from detail, for failed attempts only: '-' when absent)
+sub ledger
+{
+	my ($key) = @_;
+	return sql(qq{SELECT string_agg(concat_ws('|', a.attempt, a.token, a.result,
+			coalesce(a.error_class, '-'), coalesce(a.error_stage, '-'), a.outcome_known,
+			coalesce(a.outcome, '-'), (a.invoked_at IS NOT NULL),
+			CASE WHEN a.error_class IS NULL THEN '' ELSE coalesce(a.detail->>'http_status', '-') END),
+			E'\n' ORDER BY a.attempt)
+		FROM ntask.attempt a JOIN ntask.task t USING (task_id) WHERE t.task_key = '$key'});
+}
+
+# ---------------------------------------------------------------------
+# 2xx
+# ---------------------------------------------------------------------
+
+is(task_row('ok-1'), 'succeeded|1|provider_accepted|-|-|-|0', 'ok-1: succeeded, provider_accepted');
+is(ledger('ok-1'), '1|1|succeeded|-|-|t|provider_accepted|t|',
+	'ok-1: one attempt, invoked before sending, outcome known');
+is(sql(q{SELECT worker FROM ntask.attempt WHERE task_id = } . $id{'ok-1'}),
+	'ntask worker', 'ok-1: the attempt was made by the ntask worker');
+{
+	my $k = pkeys('ok-')->{'ok-1'};
+	is($k->{requests}, 1, 'ok-1: the provider saw one request');
+	is($k->{effects},  1, 'ok-1: ... and one effect');
+	my $r = $k->{reqs}[0];
+	is($r->{method}, 'POST', 'ok-1: POST');
+	is($r->{path},   '/send', 'ok-1: to the target url');
+	is_deeply([ header($r, 'Idempotency-Key') ], ['ok-1'], 'ok-1: Idempotency-Key is the task key');
+	is_deeply([ header($r, 'NTask-Attempt') ], ['1'], 'ok-1: NTask-Attempt 1');
+	is_deeply([ header($r, 'NTask-Task-Id') ], [ $id{'ok-1'} ], 'ok-1: NTask-Task-Id is the task id');
+	is_deeply([ header($r, 'Content-Type') ], ['application/json'], 'ok-1: Content-Type application/json, once');
+	is_deeply([ header($r, 'X-Test') ], ['a'], 'ok-1: the target header X-Test');
+	is(scalar(grep { $_->[0] =~ /[\r\n\0]/ || $_->[1] =~ /[\r\n\0]/ } @{ $r->{headers} }),
+		0, 'ok-1: no CR, LF or NUL in any header');
+	is_deeply($json->decode($r->{body}),
+		$json->decode(sql(q{SELECT payload FROM ntask.task WHERE task_key = 'ok-1'})),
+		'ok-1: the body is the payload as JSON');
+}
+{
+	my $r = pkeys('put-')->{'put-1'}{reqs}[0];
+	is($r->{method}, 'PUT', 'put-1: method PUT');
+	is_deeply([ header($r, 'Content-Type') ], ['application/vnd.ntask-test+json'],
+		"put-1: the target's Content-Type replaces the default, sent once");
+	is_deeply([ header($r, 'X-Other') ], ['b c'], 'put-1: a second target header');
+	is_deeply([ header($r, 'Idempotency-Key') ], ['put-1'], 'put-1: Idempotency-Key');
+	is(task_row('put-1'), 'succeeded|1|provider_accepted|-|-|-|0', 'put-1: succeeded');
+}
+
+# ---------------------------------------------------------------------
+# Transient statuses
+# ---------------------------------------------------------------------
+
+is(ledger('r500-1'),
+	"1|1|retry_wait|transient|http_status|t|-|t|500\n2|2|succeeded|-|-|t|provider_accepted|t|",
+	'r500-1: 500 is transient at http_status (outcome known), then succeeded');
+{
+	my $k = pkeys('r500-')->{'r500-1'};
+	is_deeply([ map { (header($_, 'Idempotency-Key'))[0] } @{ $k->{reqs} } ],
+		[ 'r500-1', 'r500-1' ], 'r500-1: both attempts carry the same Idempotency-Key');
+	is_deeply($k->{attempts}, [ '1', '2' ], 'r500-1: NTask-Attempt 1 then 2');
+	is($k->{effects}, 1, 'r500-1: one effect');
+}
+
+is(ledger('ra-1'),
+	"1|1|retry_wait|transient|http_status|t|-|t|429\n2|2|succeeded|-|-|t|provider_accepted|t|",
+	'ra-1: 429 is transient, then succeeded');
+is( sql(q{
+		SELECT a1.detail->>'retry_after_s',
+			   extract(epoch FROM a1.retry_at - a1.ended_at) BETWEEN 1.9 AND 3,
+			   extract(epoch FROM a2.claimed_at - a1.ended_at) >= 1.9
+		FROM ntask.attempt a1 JOIN ntask.attempt a2 ON a2.task_id = a1.task_id AND a2.attempt = 2
+		WHERE a1.task_id = } . $id{'ra-1'} . q{ AND a1.attempt = 1}),
+	'2|t|t',
+	'ra-1: Retry-After 2 honoured: retry_at 2 s after attempt 1 ended, attempt 2 not claimed before it (backoff alone: 100 ms)');
+
+# ---------------------------------------------------------------------
+# Permanent status
+# ---------------------------------------------------------------------
+
+is(task_row('bad-1'), 'repair_required|1|-|permanent_error|permanent|http_status|0',
+	'bad-1: 400 is permanent: repair_required at stage http_status');
+is(ledger('bad-1'), '1|1|repair_required|permanent|http_status|t|-|t|400',
+	'bad-1: one attempt, outcome known');
+is(pkeys('bad-')->{'bad-1'}{requests}, 1, 'bad-1: not retried');
+
+# ---------------------------------------------------------------------
+# Unknown outcomes: hang (timeout) and drop
+# ---------------------------------------------------------------------
+
+is(ledger('hang-1'),
+	"1|1|retry_wait|unknown|response|f|-|t|-\n2|2|succeeded|-|-|t|provider_accepted|t|",
+	'hang-1: a timeout after sending is unknown (outcome_known false), then succeeded');
+is(task_row('hang-1'), 'succeeded|2|provider_accepted|-|unknown|response|1', 'hang-1: unknown_attempts 1');
+{
+	my $k = pkeys('hang-')->{'hang-1'};
+	is($k->{effects},    1, 'hang-1: the provider counts ONE effect');
+	is($k->{requests},   2, 'hang-1: two requests (no reconcile_url: the retry re-sends)');
+	is($k->{duplicates}, 1, 'hang-1: the re-send was deduplicated by its Idempotency-Key');
+	is_deeply([ map { (header($_, 'Idempotency-Key'))[0] } @{ $k->{reqs} } ],
+		[ 'hang-1', 'hang-1' ], 'hang-1: same Idempotency-Key on both attempts');
+	is($k->{reqs}[0]{end}, 'client_closed', 'hang-1: the worker closed the hanging connection');
+	cmp_ok($k->{reqs}[0]{ended} - $k->{reqs}[0]{t}, '<', 5,
+		'hang-1: ... after its timeout_ms (800 ms), not after the hang (30 s)');
+}
+
+is(ledger('drop-1'),
+	"1|1|retry_wait|unknown|response|f|-|t|-\n2|2|succeeded|-|-|t|provider_reconciled|f|",
+	'drop-1: dropped connection is unknown; the next attempt reconciles (not invoked)');
+is(task_row('drop-1'), 'succeeded|2|provider_reconciled|-|unknown|response|1',
+	'drop-1: succeeded with outcome provider_reconciled');
+{
+	my $k = pkeys('drop-')->{'drop-1'};
+	is($k->{requests},      1, 'drop-1: one request with effect');
+	is($k->{effects},       1, 'drop-1: one effect');
+	is($k->{duplicates},    0, 'drop-1: zero re-sends');
+	is($k->{status_checks}, 1, 'drop-1: one GET /status');
+	my ($st) = grep { $_->{kind} eq 'status' } @{ $k->{reqs} };
+	is($st->{method}, 'GET', 'drop-1: the reconcile request is a GET');
+	is_deeply([ header($st, 'Idempotency-Key') ], ['drop-1'], 'drop-1: ... with the Idempotency-Key');
+}
+
+is(ledger('lost-1'),
+	"1|1|retry_wait|unknown|response|f|-|t|-\n2|2|succeeded|-|-|t|provider_accepted|t|",
+	'lost-1: /status said 404, so attempt 2 was invoked and sent');
+{
+	my $k = pkeys('lost-')->{'lost-1'};
+	is_deeply([ map { $_->{kind} } @{ $k->{reqs} } ], [ 'send', 'status', 'send' ],
+		'lost-1: send, reconcile, send');
+	is($k->{effects}, 1, 'lost-1: one effect');
+}
+
+is(ledger('rfail-1'),
+	"1|1|retry_wait|unknown|response|f|-|t|-\n"
+	  . "2|2|retry_wait|transient|reconcile|t|-|f|503\n"
+	  . "3|3|succeeded|-|-|t|provider_reconciled|f|",
+	'rfail-1: a reconcile answering 503 is transient at stage reconcile, then reconciled');
+{
+	my $k = pkeys('rfail-')->{'rfail-1'};
+	is($k->{requests},      1, 'rfail-1: one send');
+	is($k->{status_checks}, 2, 'rfail-1: two reconcile requests');
+}
+
+# ---------------------------------------------------------------------
+# Budget, connection refused, host not allowed
+# ---------------------------------------------------------------------
+
+is(task_row('b503-1'), 'repair_required|3|-|budget_exhausted|transient|http_status|0',
+	'b503-1: always 503 with max_attempts 3: repair_required, budget_exhausted');
+is(sql(q{SELECT count(*), string_agg(result, ',' ORDER BY attempt) FROM ntask.attempt WHERE task_id = } . $id{'b503-1'}),
+	'3|retry_wait,retry_wait,repair_required', 'b503-1: exactly 3 attempts');
+is_deeply(pkeys('b503-')->{'b503-1'}{attempts}, [ '1', '2', '3' ], 'b503-1: the provider saw attempts 1, 2, 3');
+
+is( sql(q{
+		SELECT concat_ws('|', result, error_class, error_stage, outcome_known)
+		FROM ntask.attempt WHERE attempt = 1 AND task_id = } . $id{'refused-1'}),
+	'retry_wait|transient|connect|t',
+	'refused-1: connection refused is transient at stage connect, outcome known');
+is(sql(q{SELECT detail->>'curl_code' FROM ntask.attempt WHERE attempt = 1 AND task_id = } . $id{'refused-1'}),
+	'7', 'refused-1: detail names the curl error (CURLE_COULDNT_CONNECT, docs/worker.md)');
+is(task_row('refused-1'), 'repair_required|2|-|budget_exhausted|transient|connect|0',
+	'refused-1: budget of 2 spent, no unknown attempts');
+
+is( sql(q{
+		SELECT concat_ws('|', t.state, t.last_error_class, t.last_error_stage, a.outcome_known, t.attempts)
+		FROM ntask.task t JOIN ntask.attempt a USING (task_id) WHERE t.task_key = 'deny-1'}),
+	'repair_required|permanent|config|t|1',
+	'deny-1: host not allowed: repair_required, permanent at stage config');
+is(scalar(keys %{ pkeys('deny-') }), 0, 'deny-1: the provider saw nothing');
+is(prov('GET', '/_admin/stats')->{totals}{no_key}, 0, 'no request without an Idempotency-Key');
+
+# ---------------------------------------------------------------------
+# worker_stats against the ledger
+# ---------------------------------------------------------------------
+
+ok( $node->poll_query_until('postgres',
+		qq{SELECT last_tick > '$stats0' FROM ntask.worker_stats}),
+	'worker_stats.last_tick moves');
+is( sql(q{
+		SELECT w.pid = p.pid, w.in_flight
+		FROM ntask.worker_stats w, pg_stat_activity p WHERE p.backend_type = 'ntask worker'}),
+	't|0', 'worker_stats: pid of the worker, nothing in flight');
+my $totals = prov('GET', '/_admin/stats')->{totals};
+is( sql(qq{
+		SELECT w.dispatched >= $totals->{requests}, w.dispatched = l.invoked,
+			   w.accepted = l.accepted, w.reconciled = l.reconciled,
+			   w.transient = l.transient, w.permanent = l.permanent, w.unknown = l.unknown
+		FROM ntask.worker_stats w,
+			 (SELECT count(*) FILTER (WHERE invoked_at IS NOT NULL) AS invoked,
+					 count(*) FILTER (WHERE outcome = 'provider_accepted') AS accepted,
+					 count(*) FILTER (WHERE outcome = 'provider_reconciled') AS reconciled,
+					 count(*) FILTER (WHERE error_class = 'transient') AS transient,
+					 count(*) FILTER (WHERE error_class = 'permanent') AS permanent,
+					 count(*) FILTER (WHERE error_class = 'unknown') AS unknown
+			  FROM ntask.attempt) l}),
+	't|t|t|t|t|t|t',
+	'worker_stats counters match the ledger (dispatched: every request the provider saw, one per invoked attempt)');
+note 'worker_stats: ' . sql(q{SELECT row_to_json(w) FROM ntask.worker_stats w});
+
+# ---------------------------------------------------------------------
+# Wake at commit: with a 60 s naptime an enqueue is still sent at once
+# ---------------------------------------------------------------------
+
+sql(q{ALTER SYSTEM SET ntask.naptime = '60s'});
+$node->reload;
+ok( $node->poll_query_until('postgres',
+		q{SELECT now() - last_tick > interval '2 s' FROM ntask.worker_stats}),
+	'after the reload the worker naps (no tick for 2 s)');
+
+# wake-1: a queue the worker already knows
+my $t0 = time;
+sql(q{SELECT state FROM ntask_enqueue('q_ok', 'wake-1', '{"wake": 1}')});
+ok( wait_for('the provider to see wake-1', 20,
+		sub { my $k = pkeys('wake-')->{'wake-1'}; $k && $k->{requests} >= 1 }),
+	'the enqueue woke the worker: the provider saw wake-1 within 20 s (naptime 60 s)');
+note sprintf('wake-1 reached the provider %.2f s after the enqueue', time - $t0);
+ok( $node->poll_query_until('postgres',
+		q{SELECT state = 'succeeded' FROM ntask.task WHERE task_key = 'wake-1'}),
+	'wake-1 succeeded');
+is( sql(q{
+		SELECT a.claimed_at - t.created_at < interval '20 s'
+		FROM ntask.task t JOIN ntask.attempt a USING (task_id) WHERE t.task_key = 'wake-1'}),
+	't', 'ledger: wake-1 claimed well within the 60 s naptime of its enqueue');
+
+# wake-2: a queue created while the worker naps
+queue('q_wake', 3);
+$t0 = time;
+sql(q{SELECT state FROM ntask_enqueue('q_wake', 'wake-2', '{"wake": 2}')});
+ok( wait_for('the provider to see wake-2', 20,
+		sub { my $k = pkeys('wake-')->{'wake-2'}; $k && $k->{requests} >= 1 }),
+	'an enqueue into a queue created since the last tick is dispatched at once too');
+note sprintf('wake-2: %.2f s after the enqueue', time - $t0);
+
+$node->stop;
+done_testing();
