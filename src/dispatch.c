@@ -526,6 +526,16 @@ dq_start(DqReq *r)
 	}
 	if (r->kind == DQ_SEND)
 	{
+		/*
+		 * A new connection for every send, closed afterwards.  On a reused
+		 * connection that dies without an answer, libcurl silently sends
+		 * the request again on a fresh one ("Connection died, retrying a
+		 * fresh connect"): a second request inside one attempt, whose
+		 * answer would then be recorded as if the first had never left.
+		 * libcurl has no switch for that retry; it only happens on reuse.
+		 */
+		DQ_SET(CURLOPT_FRESH_CONNECT, 1L);
+		DQ_SET(CURLOPT_FORBID_REUSE, 1L);
 		r->hdrs = curl_slist_append(r->hdrs, "Expect:");
 		if (!t->has_content_type)
 			r->hdrs = curl_slist_append(r->hdrs, "Content-Type: application/json");

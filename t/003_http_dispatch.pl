@@ -475,5 +475,33 @@ ok( wait_for('the provider to see wake-2', 20,
 	'an enqueue into a queue created since the last tick is dispatched at once too');
 note sprintf('wake-2: %.2f s after the enqueue', time - $t0);
 
+# ---------------------------------------------------------------------
+# One request per attempt, also when a kept-alive connection dies: after a
+# successful send, the next send to the same provider is accepted and the
+# connection dropped without an answer.  libcurl would resend it on a fresh
+# connection by itself if the connection had been reused (found by the
+# chaos suite); the attempt must be unknown and the provider must have seen
+# exactly one request.
+# ---------------------------------------------------------------------
+sql(q{ALTER SYSTEM RESET ntask.naptime});    # retries are seen at the tick
+$node->reload;
+queue('q_reuse', 3);
+prov('POST', '/_admin/rules', { rules => {
+	'reuse-b' => [ { mode => 'drop' }, { status => 200 } ] } });
+sql(q{SELECT state FROM ntask_enqueue('q_reuse', 'reuse-a', '{"n": 1}')});
+ok( $node->poll_query_until('postgres',
+		q{SELECT state FROM ntask.task WHERE task_key = 'reuse-a'}, 'succeeded'),
+	'reuse-a: delivered first');
+sql(q{SELECT state FROM ntask_enqueue('q_reuse', 'reuse-b', '{"n": 2}')});
+ok( $node->poll_query_until('postgres',
+		q{SELECT state FROM ntask.task WHERE task_key = 'reuse-b'}, 'succeeded'),
+	'reuse-b: delivered in the end');
+is( sql(q{SELECT string_agg(concat_ws('/', a.attempt, a.error_class, a.error_stage, a.outcome_known), ',' ORDER BY a.token)
+		FROM ntask.attempt a JOIN ntask.task t USING (task_id) WHERE t.task_key = 'reuse-b'}),
+	'1/unknown/response/f,2/t',
+	'reuse-b: the dropped attempt is unknown, the second one succeeded');
+is_deeply(pkeys('reuse-b')->{'reuse-b'}{attempts}, [ '1', '2' ],
+	'reuse-b: the provider saw one request per attempt (NTask-Attempt 1, then 2)');
+
 $node->stop;
 done_testing();
