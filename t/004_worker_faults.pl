@@ -37,40 +37,16 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time usleep);
 
+use lib $FindBin::Bin;
+use NtaskProvider;
+
 my $json = JSON::PP->new->canonical;
-my $http = HTTP::Tiny->new(timeout => 10, proxy => undef, http_proxy => undef);
 
 # ---------------------------------------------------------------------
 # The provider
 # ---------------------------------------------------------------------
 
-my $provider_log = "$PostgreSQL::Test::Utils::log_path/provider_004.log";
-my $provider_pid = open(my $provider_fh, '-|', '/usr/bin/python3',
-	"$FindBin::Bin/provider.py", '--log', $provider_log, '0')
-  or die "cannot start t/provider.py: $!";
-my $pport = <$provider_fh>;
-die "t/provider.py did not print its port" unless defined $pport && $pport =~ /^\d+$/;
-chomp $pport;
-END { kill 'TERM', $provider_pid if $provider_pid; }
-note "provider on 127.0.0.1:$pport, log $provider_log";
-
-sub prov
-{
-	my ($method, $path, $body) = @_;
-	my $r = $http->request($method, "http://127.0.0.1:$pport$path",
-		defined $body
-		? { content => $json->encode($body),
-			headers => { 'Content-Type' => 'application/json' } }
-		: {});
-	die "provider $method $path: $r->{status} $r->{content}" unless $r->{success};
-	return $json->decode($r->{content});
-}
-
-sub pkeys
-{
-	my ($prefix) = @_;
-	return prov('GET', "/_admin/stats?prefix=$prefix")->{keys};
-}
+my $pport = NtaskProvider::start('004');
 
 # number of /send requests the provider saw for keys with this prefix
 sub psends
@@ -79,19 +55,6 @@ sub psends
 	my $n = 0;
 	$n += $_->{requests} for values %{ pkeys($prefix) };
 	return $n;
-}
-
-sub wait_for
-{
-	my ($what, $seconds, $cond) = @_;
-	my $end = time + $seconds;
-	while (time < $end)
-	{
-		return 1 if $cond->();
-		usleep(50_000);
-	}
-	diag "timed out after $seconds s waiting for: $what";
-	return 0;
 }
 
 # ---------------------------------------------------------------------
