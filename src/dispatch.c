@@ -342,6 +342,8 @@ dq_claim_step(void *arg)
 			char	   *prior;
 
 			r->cxt = cxt;
+			r->kind = DQ_SEND;
+			dq_push(&dq_claimed, r);	/* freed by dq_claim if this fails */
 			strlcpy(r->queue, q->name, DQ_QUEUE_LEN);
 			r->target = NtaskParseHttpTarget(q->target);
 			r->task_id = NtaskGetInt64(i, 1);
@@ -353,9 +355,9 @@ dq_claim_step(void *arg)
 			r->retry_after_s = -1;
 			MemoryContextSwitchTo(old);
 
-			r->kind = (prior != NULL && strcmp(prior, "unknown") == 0 &&
-					   r->target->reconcile_url != NULL) ? DQ_RECONCILE : DQ_SEND;
-			dq_push(&dq_claimed, r);
+			if (prior != NULL && strcmp(prior, "unknown") == 0 &&
+				r->target->reconcile_url != NULL)
+				r->kind = DQ_RECONCILE;
 		}
 	}
 }
