@@ -374,6 +374,9 @@ ntask_worker_main(Datum arg)
 		{
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
+			/* a shorter ntask.naptime takes effect now, not at the old tick */
+			next_tick = Min(next_tick, GetCurrentTimestamp() +
+							(TimestampTz) ntask_naptime_ms * 1000);
 		}
 
 		if (schema == NULL)
