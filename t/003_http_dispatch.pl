@@ -65,14 +65,7 @@ sub header
 
 my $node = PostgreSQL::Test::Cluster->new('dispatch');
 $node->init;
-$node->append_conf('postgresql.conf', qq{
-shared_preload_libraries = 'ntask'
-ntask.database = 'postgres'
-ntask.naptime = '100ms'
-ntask.http_allowed_hosts = '127.0.0.1'
-ntask.http_connect_timeout_ms = 1000
-ntask.backoff_jitter = off
-});
+$node->append_conf('postgresql.conf', $worker_conf);
 $node->start;
 
 sub sql

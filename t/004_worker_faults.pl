@@ -61,15 +61,7 @@ sub psends
 # The node (also the primary of case 4)
 # ---------------------------------------------------------------------
 
-my $ntask_conf = qq{
-restart_after_crash = on
-shared_preload_libraries = 'ntask'
-ntask.database = 'postgres'
-ntask.naptime = '100ms'
-ntask.http_allowed_hosts = '127.0.0.1'
-ntask.http_connect_timeout_ms = 1000
-ntask.backoff_jitter = off
-};
+my $ntask_conf = "restart_after_crash = on\n" . $worker_conf;
 my $node = PostgreSQL::Test::Cluster->new('primary');
 $node->init(allows_streaming => 1);
 $node->append_conf('postgresql.conf', $ntask_conf);

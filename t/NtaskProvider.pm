@@ -27,7 +27,17 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time usleep);
 
-our @EXPORT = qw(prov pkeys wait_for);
+our @EXPORT = qw(prov pkeys wait_for $worker_conf);
+
+# postgresql.conf lines for a node whose worker dispatches to the provider
+our $worker_conf = q{
+shared_preload_libraries = 'ntask'
+ntask.database = 'postgres'
+ntask.naptime = '100ms'
+ntask.http_allowed_hosts = '127.0.0.1'
+ntask.http_connect_timeout_ms = 1000
+ntask.backoff_jitter = off
+};
 
 my $json = JSON::PP->new->canonical;
 my $http = HTTP::Tiny->new(timeout => 10, proxy => undef, http_proxy => undef);
