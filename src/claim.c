@@ -40,7 +40,6 @@
 
 #include "catalog/pg_type.h"
 #include "funcapi.h"
-#include "utils/array.h"
 #include "utils/builtins.h"
 
 PG_FUNCTION_INFO_V1(ntask_claim);
@@ -130,16 +129,34 @@ static NtaskPlan claim_lease_plan = {
 /* at most this many rounds when tasks are diverted to repair or the guard */
 #define CLAIM_MAX_ROUNDS 10
 
-static Datum claim_array(Datum *elems, int n);
 static int	claim_round(ReturnSetInfo *rsinfo, text *queue, int want,
 						Datum worker, Datum lease_arg, bool *more);
 
-/* claim_array: a bigint[] Datum of n int64 Datums (palloc'd). */
-static Datum
-claim_array(Datum *elems, int n)
+/*
+ * NtaskCloseExpiredAttempts
+ *		Close the open attempt of each task in task_ids (bigint[]) whose
+ *		lease expired, with result lease_expired; its outcome is known only
+ *		if it was never invoked.  Returns the bigint[] of the tasks whose
+ *		attempt had been invoked.  Shared by claim takeover and
+ *		housekeeping; the caller holds the task rows' locks.
+ */
+Datum
+NtaskCloseExpiredAttempts(Datum task_ids)
 {
-	return PointerGetDatum(construct_array(elems, n, INT8OID, sizeof(int64),
-										   true, TYPALIGN_DOUBLE));
+	Datum		values[1];
+	Datum	   *invoked;
+	int			ninvoked = 0;
+	int			nclosed;
+	int			r;
+
+	values[0] = task_ids;
+	nclosed = NtaskExecPlan(&claim_close_plan, values, NULL,
+							SPI_OK_UPDATE_RETURNING);
+	invoked = palloc(sizeof(Datum) * Max(nclosed, 1));
+	for (r = 0; r < nclosed; r++)
+		if (NtaskGetBool(r, 2))
+			invoked[ninvoked++] = Int64GetDatum(NtaskGetInt64(r, 1));
+	return NtaskInt8Array(invoked, ninvoked);
 }
 
 /*
@@ -164,10 +181,9 @@ claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
 	int			npicked;
 	Datum	   *ids;
 	Datum	   *taken;
-	Datum	   *invoked;
+	Datum		invoked_ids;
 	int			nids = 0;
 	int			ntaken = 0;
-	int			ninvoked = 0;
 	int			nrows;
 	int			leased = 0;
 	int			r;
@@ -188,7 +204,6 @@ claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
 
 	ids = palloc(sizeof(Datum) * npicked);
 	taken = palloc(sizeof(Datum) * npicked);
-	invoked = palloc(sizeof(Datum) * npicked);
 	for (r = 0; r < npicked; r++)
 	{
 		int64		task_id;
@@ -221,25 +236,17 @@ claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
 			taken[ntaken++] = Int64GetDatum(task_id);
 	}
 
-	if (ntaken > 0)
-	{
-		int			nclosed;
-
-		values[0] = claim_array(taken, ntaken);
-		nclosed = NtaskExecPlan(&claim_close_plan, values, NULL,
-								SPI_OK_UPDATE_RETURNING);
-		for (r = 0; r < nclosed; r++)
-			if (NtaskGetBool(r, 2))
-				invoked[ninvoked++] = Int64GetDatum(NtaskGetInt64(r, 1));
-	}
+	invoked_ids = ntaken > 0 ?
+		NtaskCloseExpiredAttempts(NtaskInt8Array(taken, ntaken)) :
+		NtaskInt8Array(NULL, 0);
 
 	if (nids > 0)
 	{
-		values[0] = claim_array(ids, nids);
+		values[0] = NtaskInt8Array(ids, nids);
 		values[1] = worker;
 		values[2] = lease;
-		values[3] = claim_array(taken, ntaken);
-		values[4] = claim_array(invoked, ninvoked);
+		values[3] = NtaskInt8Array(taken, ntaken);
+		values[4] = invoked_ids;
 		nrows = NtaskExecPlan(&claim_lease_plan, values, NULL, SPI_OK_SELECT);
 		for (r = 0; r < nrows; r++)
 		{

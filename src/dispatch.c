@@ -74,7 +74,7 @@ typedef struct DqReq
 	const char *stage;
 	const char *outcome;
 	char	   *detail;			/* jsonb text */
-	const char *counter;		/* worker_stats counter */
+	NtaskCounter counter;		/* worker_stats counter */
 } DqReq;
 
 /* an http queue as of the last refresh */
@@ -125,7 +125,7 @@ static void dq_free(DqReq *r);
 static void dq_push(DqReq **list, DqReq *r);
 static void dq_finish(DqReq *r, const char *to_state, const char *error_class,
 					  const char *stage, const char *outcome, char *detail,
-					  const char *counter);
+					  NtaskCounter counter);
 static void dq_claim_step(void *arg);
 static void dq_claim(void);
 static void dq_invoke_step(void *arg);
@@ -223,7 +223,7 @@ dq_free(DqReq *r)
 static void
 dq_finish(DqReq *r, const char *to_state, const char *error_class,
 		  const char *stage, const char *outcome, char *detail,
-		  const char *counter)
+		  NtaskCounter counter)
 {
 	r->to_state = to_state;
 	r->error_class = error_class;
@@ -388,11 +388,11 @@ dq_claim(void)
 		else if (!ntask_host_allowed(r->target->host, ntask_http_allowed_hosts))
 			dq_finish(r, "repair_required", "permanent", "config", NULL,
 					  "{\"reason\": \"host not in ntask.http_allowed_hosts\"}",
-					  "permanent");
+					  NTASK_COUNT_PERMANENT);
 		else if (!ntask_header_value_ok(r->task_key, strlen(r->task_key)))
 			dq_finish(r, "repair_required", "permanent", "config", NULL,
 					  "{\"reason\": \"task_key is not a valid header value\"}",
-					  "permanent");
+					  NTASK_COUNT_PERMANENT);
 		else if (r->kind == DQ_RECONCILE)
 		{
 			if (!dq_start(r))
@@ -427,8 +427,8 @@ dq_invoke_step(void *arg)
 		ids[i] = Int64GetDatum(r->task_id);
 		toks[i] = Int64GetDatum(r->token);
 	}
-	values[0] = PointerGetDatum(construct_array(ids, n, INT8OID, 8, true, TYPALIGN_DOUBLE));
-	values[1] = PointerGetDatum(construct_array(toks, n, INT8OID, 8, true, TYPALIGN_DOUBLE));
+	values[0] = NtaskInt8Array(ids, n);
+	values[1] = NtaskInt8Array(toks, n);
 	n = NtaskExecPlan(&dq_invoked_plan, values, NULL, SPI_OK_SELECT);
 
 	/* the ones that may be sent: applied, or duplicate (already ours) */
@@ -570,7 +570,7 @@ dq_start(DqReq *r)
 	dq_push(&dq_running, r);
 	dq_nrunning++;
 	if (r->kind == DQ_SEND)
-		NtaskWorkerCount("dispatched", 1);
+		NtaskWorkerCount(NTASK_COUNT_DISPATCHED, 1);
 	return true;
 }
 
@@ -639,7 +639,7 @@ dq_classify(DqReq *r, CURLcode code)
 	{
 		if (status == 200)
 			dq_finish(r, "succeeded", NULL, NULL, "provider_reconciled", detail,
-					  "reconciled");
+					  NTASK_COUNT_RECONCILED);
 		else if (status == 404)
 		{
 			r->kind = DQ_SEND;	/* the provider never saw it: send now */
@@ -647,7 +647,7 @@ dq_classify(DqReq *r, CURLcode code)
 		}
 		else
 			dq_finish(r, "retry_wait", "transient", "reconcile", NULL, detail,
-					  "transient");
+					  NTASK_COUNT_TRANSIENT);
 		return;
 	}
 
@@ -658,24 +658,24 @@ dq_classify(DqReq *r, CURLcode code)
 		{
 			case NTASK_HTTP_ACCEPTED:
 				dq_finish(r, "succeeded", NULL, NULL, "provider_accepted", detail,
-						  "accepted");
+						  NTASK_COUNT_ACCEPTED);
 				break;
 			case NTASK_HTTP_TRANSIENT:
 				dq_finish(r, "retry_wait", "transient", "http_status", NULL, detail,
-						  "transient");
+						  NTASK_COUNT_TRANSIENT);
 				break;
 			case NTASK_HTTP_PERMANENT:
 				dq_finish(r, "repair_required", "permanent", "http_status", NULL,
-						  detail, "permanent");
+						  detail, NTASK_COUNT_PERMANENT);
 				break;
 		}
 	}
 	else if (not_sent)
 		dq_finish(r, "retry_wait", "transient", "connect", NULL, detail,
-				  "transient");
+				  NTASK_COUNT_TRANSIENT);
 	else
 		dq_finish(r, "retry_wait", "unknown", "response", NULL, detail,
-				  "unknown");
+				  NTASK_COUNT_UNKNOWN);
 }
 
 /* ---- record ---- */

@@ -29,7 +29,6 @@
 
 #include "catalog/pg_type.h"
 #include "funcapi.h"
-#include "utils/array.h"
 #include "utils/builtins.h"
 
 PG_FUNCTION_INFO_V1(ntask_housekeeping);
@@ -41,24 +40,6 @@ static NtaskPlan hk_expired_plan = {
 	"  AND t.lease_until OPERATOR(pg_catalog.<) pg_catalog.now() "
 	"ORDER BY t.lease_until LIMIT 100000 FOR UPDATE SKIP LOCKED",
 	0, {InvalidOid}
-};
-
-static NtaskPlan hk_close_plan = {
-	"housekeeping close expired attempts",
-	"UPDATE ntask.attempt a SET ended_at = pg_catalog.now(), "
-	"  result = 'lease_expired', outcome_known = (a.invoked_at IS NULL) "
-	"WHERE a.task_id OPERATOR(pg_catalog.=) ANY ($1) AND a.ended_at IS NULL "
-	"  AND a.invoked_at IS NOT NULL "
-	"RETURNING a.task_id",
-	1, {INT8ARRAYOID}
-};
-
-static NtaskPlan hk_close_rest_plan = {
-	"housekeeping close never-invoked attempts",
-	"UPDATE ntask.attempt a SET ended_at = pg_catalog.now(), "
-	"  result = 'lease_expired', outcome_known = true "
-	"WHERE a.task_id OPERATOR(pg_catalog.=) ANY ($1) AND a.ended_at IS NULL",
-	1, {INT8ARRAYOID}
 };
 
 #define HK_SPENT \
@@ -141,27 +122,6 @@ static NtaskPlan hk_prune_tasks_plan = {
 	1, {INT8ARRAYOID}
 };
 
-static Datum hk_ids(int n, Datum **elems_out);
-
-/*
- * hk_ids
- *		The first column (bigint) of the n rows of the last SPI result as a
- *		bigint[] Datum; *elems_out (if not NULL) gets the elements.
- */
-static Datum
-hk_ids(int n, Datum **elems_out)
-{
-	Datum	   *elems = palloc(sizeof(Datum) * Max(n, 1));
-	int			r;
-
-	for (r = 0; r < n; r++)
-		elems[r] = Int64GetDatum(NtaskGetInt64(r, 1));
-	if (elems_out)
-		*elems_out = elems;
-	return PointerGetDatum(construct_array(elems, n, INT8OID, sizeof(int64),
-										   true, TYPALIGN_DOUBLE));
-}
-
 /*
  * NtaskHousekeep
  *		One round, at most max_rows rows per step (per queue for pruning),
@@ -182,13 +142,8 @@ NtaskHousekeep(int max_rows, bool deadlines, int64 *counts)
 	n = NtaskExecPlanCount(&hk_expired_plan, NULL, NULL, SPI_OK_SELECT, max_rows);
 	if (n > 0)
 	{
-		Datum		ids = hk_ids(n, NULL);
-		int			ninv;
-
-		values[0] = ids;
-		ninv = NtaskExecPlan(&hk_close_plan, values, NULL, SPI_OK_UPDATE_RETURNING);
-		values[1] = hk_ids(ninv, NULL);
-		(void) NtaskExecPlan(&hk_close_rest_plan, values, NULL, SPI_OK_UPDATE);
+		values[0] = NtaskResultIds(n);
+		values[1] = NtaskCloseExpiredAttempts(values[0]);
 		n = NtaskExecPlan(&hk_release_plan, values, NULL, SPI_OK_UPDATE_RETURNING);
 		counts[0] = n;
 		for (r = 0; r < n; r++)
@@ -213,7 +168,6 @@ NtaskHousekeep(int max_rows, bool deadlines, int64 *counts)
 		for (q = 0; q < nq; q++)
 		{
 			bool		isnull;
-			Datum		ids;
 
 			SPI_tuptable = queues;
 			values[0] = NtaskGetDatum(q, 1, &isnull);
@@ -222,8 +176,7 @@ NtaskHousekeep(int max_rows, bool deadlines, int64 *counts)
 								   SPI_OK_SELECT, max_rows);
 			if (n == 0)
 				continue;
-			ids = hk_ids(n, NULL);
-			values[0] = ids;
+			values[0] = NtaskResultIds(n);
 			(void) NtaskExecPlan(&hk_prune_attempts_plan, values, NULL, SPI_OK_DELETE);
 			(void) NtaskExecPlan(&hk_prune_receipts_plan, values, NULL, SPI_OK_DELETE);
 			counts[2] += NtaskExecPlan(&hk_prune_tasks_plan, values, NULL, SPI_OK_DELETE);

@@ -78,6 +78,8 @@ extern int	NtaskExecPlan(NtaskPlan *p, Datum *values, const char *nulls,
 						  int expected_rc);
 extern int	NtaskExecPlanCount(NtaskPlan *p, Datum *values, const char *nulls,
 							   int expected_rc, long count);
+extern Datum NtaskInt8Array(Datum *elems, int n);
+extern Datum NtaskResultIds(int n);
 extern Datum NtaskGetDatum(int row, int col, bool *isnull);
 extern text *NtaskGetText(int row, int col);
 extern char *NtaskGetCString(int row, int col);
@@ -125,7 +127,22 @@ extern void NtaskWorkerRegister(void);
 extern void NtaskShmemRequest(void);
 extern void NtaskShmemStartup(void);
 extern void NtaskWakeWorkerAtCommit(void);
-extern void NtaskWorkerCount(const char *counter, int64 n);
+/* ntask.worker_stats counters, in the view's column order */
+typedef enum NtaskCounter
+{
+	NTASK_COUNT_DISPATCHED,
+	NTASK_COUNT_ACCEPTED,
+	NTASK_COUNT_TRANSIENT,
+	NTASK_COUNT_PERMANENT,
+	NTASK_COUNT_UNKNOWN,
+	NTASK_COUNT_RECONCILED,
+	NTASK_COUNT_EXPIRED_LEASES,
+	NTASK_COUNT_REPAIRED,
+	NTASK_COUNT_PRUNED,
+	NTASK_NCOUNTERS
+} NtaskCounter;
+
+extern void NtaskWorkerCount(NtaskCounter counter, int64 n);
 extern void NtaskWorkerSetInFlight(int n);
 extern void NtaskWorkerError(const char *msg);
 extern bool NtaskWorkerRunXact(void (*fn) (void *arg), void *arg,
@@ -157,6 +174,9 @@ extern bool NtaskDispatchTick(bool claim);
 extern int	NtaskDispatchInFlight(void);
 extern void NtaskDispatchPoll(int timeout_ms);
 extern void NtaskDispatchRefreshQueues(void);
+
+/* claim.c */
+extern Datum NtaskCloseExpiredAttempts(Datum task_ids);
 
 /* repair.c */
 extern void NtaskFinishTask(int64 task_id, const char *to_state,

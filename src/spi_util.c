@@ -17,6 +17,7 @@
 #include "ntask.h"
 
 #include "catalog/pg_namespace.h"
+#include "utils/array.h"
 #include "catalog/pg_type.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
@@ -161,6 +162,26 @@ spi_prepare(NtaskPlan *p)
 	if (SPI_keepplan(plan) != 0)
 		elog(ERROR, "ntask: could not keep plan %s", p->name);
 	p->plan = plan;
+}
+
+/* NtaskInt8Array: a bigint[] Datum of n int64 Datums (palloc'd). */
+Datum
+NtaskInt8Array(Datum *elems, int n)
+{
+	return PointerGetDatum(construct_array(elems, n, INT8OID, sizeof(int64),
+										   true, TYPALIGN_DOUBLE));
+}
+
+/* NtaskResultIds: column 1 (bigint) of the n rows of the last SPI result, as a bigint[] */
+Datum
+NtaskResultIds(int n)
+{
+	Datum	   *elems = palloc(sizeof(Datum) * Max(n, 1));
+	int			r;
+
+	for (r = 0; r < n; r++)
+		elems[r] = Int64GetDatum(NtaskGetInt64(r, 1));
+	return NtaskInt8Array(elems, n);
 }
 
 /*

@@ -58,12 +58,6 @@ PGDLLEXPORT void ntask_worker_main(Datum arg);
 #define WK_STATE_LEN 32
 #define WK_ERROR_LEN 256
 
-/* counters shown by ntask.worker_stats, in this order */
-static const char *const wk_counter_names[] = {
-	"dispatched", "accepted", "transient", "permanent", "unknown",
-	"reconciled", "expired_leases", "repaired", "pruned"
-};
-#define WK_NCOUNTERS lengthof(wk_counter_names)
 
 typedef struct NtaskWorkerShared
 {
@@ -73,7 +67,7 @@ typedef struct NtaskWorkerShared
 	char		state[WK_STATE_LEN];
 	TimestampTz started_at;
 	TimestampTz last_tick;
-	int64		counters[WK_NCOUNTERS];
+	int64		counters[NTASK_NCOUNTERS];	/* NtaskCounter order */
 	int			in_flight;
 	char		last_error[WK_ERROR_LEN];
 	TimestampTz last_error_at;
@@ -184,20 +178,12 @@ wk_xact_callback(XactEvent event, void *arg)
 
 /* NtaskWorkerCount: add n to one of the worker_stats counters. */
 void
-NtaskWorkerCount(const char *counter, int64 n)
+NtaskWorkerCount(NtaskCounter counter, int64 n)
 {
-	int			i;
-
 	if (wk_shared == NULL || n == 0)
 		return;
-	for (i = 0; i < (int) WK_NCOUNTERS; i++)
-		if (strcmp(wk_counter_names[i], counter) == 0)
-			break;
-	Assert(i < (int) WK_NCOUNTERS);
-	if (i >= (int) WK_NCOUNTERS)
-		return;
 	SpinLockAcquire(&wk_shared->mutex);
-	wk_shared->counters[i] += n;
+	wk_shared->counters[counter] += n;
 	SpinLockRelease(&wk_shared->mutex);
 }
 
@@ -313,9 +299,9 @@ wk_housekeeping(bool deadlines)
 
 	if (NtaskWorkerRunXact(wk_housekeeping_step, n, "ntask housekeeping"))
 	{
-		NtaskWorkerCount("expired_leases", n[0]);
-		NtaskWorkerCount("repaired", n[1]);
-		NtaskWorkerCount("pruned", n[2]);
+		NtaskWorkerCount(NTASK_COUNT_EXPIRED_LEASES, n[0]);
+		NtaskWorkerCount(NTASK_COUNT_REPAIRED, n[1]);
+		NtaskWorkerCount(NTASK_COUNT_PRUNED, n[2]);
 	}
 	else
 	{
@@ -512,10 +498,10 @@ ntask_worker_stats(PG_FUNCTION_ARGS)
 	nulls[c++] = copy.started_at == 0;
 	values[c] = TimestampTzGetDatum(copy.last_tick);
 	nulls[c++] = copy.last_tick == 0;
-	for (i = 0; i < 6; i++)		/* dispatched .. reconciled */
+	for (i = NTASK_COUNT_DISPATCHED; i <= NTASK_COUNT_RECONCILED; i++)
 		values[c++] = Int64GetDatum(copy.counters[i]);
 	values[c++] = Int32GetDatum(copy.in_flight);
-	for (i = 6; i < (int) WK_NCOUNTERS; i++)	/* expired_leases .. pruned */
+	for (i = NTASK_COUNT_EXPIRED_LEASES; i < NTASK_NCOUNTERS; i++)
 		values[c++] = Int64GetDatum(copy.counters[i]);
 	values[c] = CStringGetTextDatum(copy.last_error);
 	nulls[c++] = copy.last_error[0] == '\0';
