@@ -74,9 +74,10 @@ check_classify(long status)
 
 	if (status >= 200 && status <= 299)
 		FUZZ_CHECK(k == NTASK_HTTP_ACCEPTED);
-	else if (status == 408 || status == 425 || status == 429 ||
-			 (status >= 500 && status <= 599))
+	else if (status == 408 || status == 425 || status == 429 || status == 503)
 		FUZZ_CHECK(k == NTASK_HTTP_TRANSIENT);
+	else if (status >= 500 && status <= 599)
+		FUZZ_CHECK(k == NTASK_HTTP_UNKNOWN);
 	else
 		FUZZ_CHECK(k == NTASK_HTTP_PERMANENT);
 }

@@ -38,21 +38,105 @@ SELECT action, reason, from_state, to_state FROM ntask.audit WHERE task_id = :g9
 CREATE FUNCTION bad_guard(bigint) RETURNS text LANGUAGE sql AS $$ SELECT 'proceed' $$;
 SELECT queue FROM ntask_queue_set('g', guard => 'bad_guard(bigint)');
 \echo :SQLSTATE
--- a guard that answers nonsense stops the claim with a clear error
+-- a guard that fails (nonsense, NULL, an error, a lost EXECUTE right) does
+-- not stop its queue: that task goes to repair_required with reason
+-- guard_error, the error text in the audit log, and the claim goes on
 CREATE FUNCTION silly_guard(text, jsonb) RETURNS text LANGUAGE sql AS $$ SELECT 'maybe' $$;
 CREATE FUNCTION null_guard(text, jsonb) RETURNS text LANGUAGE sql AS $$ SELECT NULL::text $$;
+CREATE FUNCTION boom_guard(k text, p jsonb) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+  IF p ? 'boom' THEN RAISE EXCEPTION 'boom on %', k; END IF;
+  RETURN 'proceed';
+END $$;
 SELECT queue FROM ntask_queue_set('g2', guard => 'silly_guard(text, jsonb)');
 SELECT created FROM ntask_enqueue('g2', 'x');
 SELECT * FROM ntask_claim('g2', 'W1');
 \echo :SQLSTATE
 SELECT queue FROM ntask_queue_set('g2', guard => 'null_guard(text, jsonb)');
+SELECT created FROM ntask_enqueue('g2', 'y');
 SELECT * FROM ntask_claim('g2', 'W1');
 \echo :SQLSTATE
--- the failed claims changed nothing
-SELECT state, attempts, token FROM ntask.task WHERE queue = 'g2';
--- remove the guard: the task is handed out
+SELECT task_key, state, reason, attempts, token, last_error_class, last_error_stage
+FROM ntask.task WHERE queue = 'g2' ORDER BY task_key;
+SELECT t.task_key, a.actor, a.action, a.reason, a.from_state, a.to_state
+FROM ntask.audit a JOIN ntask.task t USING (task_id)
+WHERE t.queue = 'g2' ORDER BY a.audit_id;
+SELECT task_key, reason, last_error_stage FROM ntask.repair_queue WHERE queue = 'g2' ORDER BY 1;
+-- one task whose guard raises does not keep the next one from being handed out
+SELECT queue FROM ntask_queue_set('g2', guard => 'boom_guard(text, jsonb)');
+SELECT created FROM ntask_enqueue('g2', 'z-boom', '{"boom": 1}', priority => 5);
+SELECT created FROM ntask_enqueue('g2', 'z-fine', '{}');
+SELECT task_key, token FROM ntask_claim('g2', 'W1', max_tasks => 5);
+SELECT task_key, state, reason FROM ntask.task WHERE queue = 'g2' AND task_key LIKE 'z-%' ORDER BY 1;
+SELECT a.reason FROM ntask.audit a JOIN ntask.task t USING (task_id)
+WHERE t.task_key = 'z-boom' AND a.action = 'guard_error';
+-- the guard is stored by name, schema-qualified, and is a dependency: it
+-- cannot be dropped or renamed while a queue uses it
+SELECT guard FROM ntask.queue WHERE queue = 'g2';
+DROP FUNCTION boom_guard(text, jsonb);
+\echo :SQLSTATE
+ALTER FUNCTION boom_guard(text, jsonb) RENAME TO boom_guard2;
+\echo :SQLSTATE
+CREATE SCHEMA guards;
+ALTER FUNCTION boom_guard(text, jsonb) SET SCHEMA guards;
+\echo :SQLSTATE
+DROP SCHEMA guards;
+-- remove the guard: replayed, the tasks are handed out
 SELECT ntask_queue_clear_guard('g2');
 SELECT guard FROM ntask.queue WHERE queue = 'g2';
-SELECT task_key, token FROM ntask_claim('g2', 'W1');
+SELECT ntask_replay(task_id, 'alice', 'guard fixed') FROM ntask.task
+WHERE queue = 'g2' AND state = 'repair_required' ORDER BY task_id;
+SELECT task_key, token FROM ntask_claim('g2', 'W1', max_tasks => 5) ORDER BY task_key;
 SELECT ntask_queue_clear_guard('nope');
 \echo :SQLSTATE
+DROP FUNCTION boom_guard(text, jsonb);
+
+-- a guard runs as its owner, never as the claimer, in a restricted security
+-- context and with search_path pinned to pg_catalog, its schema, pg_temp
+CREATE ROLE regress_guard_admin;
+GRANT ntask_admin TO regress_guard_admin;
+CREATE ROLE regress_guard_worker;
+GRANT ntask_worker TO regress_guard_worker;
+CREATE SCHEMA regress_gs AUTHORIZATION regress_guard_admin;
+CREATE TABLE public.guard_seen (who name, sp text, k text);
+GRANT INSERT ON public.guard_seen TO regress_guard_admin;
+SET ROLE regress_guard_admin;
+CREATE FUNCTION regress_gs.whoami(k text, p jsonb) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+  INSERT INTO public.guard_seen VALUES (current_user, current_setting('search_path'), k);
+  IF p ? 'escalate' THEN EXECUTE 'ALTER ROLE regress_guard_admin SUPERUSER'; END IF;
+  IF p ? 'setrole' THEN EXECUTE 'SET ROLE NONE'; END IF;
+  RETURN 'proceed';
+END $$;
+SELECT queue, guard FROM ntask_queue_set('g3', guard => 'regress_gs.whoami(text, jsonb)');
+RESET ROLE;
+SELECT created FROM ntask_enqueue('g3', 'w-1');
+SELECT created FROM ntask_enqueue('g3', 'w-esc', '{"escalate": true}');
+SELECT created FROM ntask_enqueue('g3', 'w-role', '{"setrole": true}');
+SET ROLE regress_guard_worker;
+SET search_path = public, pg_catalog;
+SELECT task_key, token FROM ntask_claim('g3', 'W1', max_tasks => 5);
+RESET ROLE;
+RESET search_path;
+SELECT who, sp, k FROM public.guard_seen ORDER BY k;
+SELECT rolsuper FROM pg_roles WHERE rolname = 'regress_guard_admin';
+SELECT t.task_key, t.state, t.reason, a.reason AS error
+FROM ntask.task t JOIN ntask.audit a USING (task_id)
+WHERE t.queue = 'g3' AND a.action = 'guard_error' ORDER BY 1;
+-- whoever sets a guard must have its owner's privileges (it runs as them)
+CREATE FUNCTION su_guard(text, jsonb) RETURNS text LANGUAGE sql AS $$ SELECT 'proceed' $$;
+SET ROLE regress_guard_admin;
+SELECT queue FROM ntask_queue_set('g3', guard => 'su_guard(text, jsonb)');
+\echo :SQLSTATE
+RESET ROLE;
+-- a guard whose owner lost EXECUTE on it is a guard_error, not a bypass
+REVOKE EXECUTE ON FUNCTION regress_gs.whoami(text, jsonb) FROM PUBLIC, regress_guard_admin;
+SELECT created FROM ntask_enqueue('g3', 'w-noexec');
+SELECT task_key FROM ntask_claim('g3', 'W1');
+SELECT t.state, a.reason FROM ntask.task t JOIN ntask.audit a USING (task_id)
+WHERE t.task_key = 'w-noexec' AND a.action = 'guard_error';
+SELECT ntask_queue_clear_guard('g3');
+DROP FUNCTION su_guard(text, jsonb);
+DROP SCHEMA regress_gs CASCADE;
+DROP TABLE public.guard_seen;
+DROP ROLE regress_guard_admin, regress_guard_worker;

@@ -102,5 +102,65 @@ RESET ROLE;
 SELECT db_user, action FROM ntask.audit WHERE queue = 'pa' ORDER BY audit_id;
 SELECT r.db_user FROM ntask.receipt r WHERE r.task_id = :t1;
 
+-- worker_role covers every call that takes a task id and a token, not only
+-- claim: a worker of another queue cannot finish, heartbeat, invoke or
+-- receipt a task of pa, even holding its current token, and learns nothing
+-- (42501 before the token is checked)
+CREATE ROLE regress_other_worker IN ROLE ntask_worker;
+SELECT task_id AS t3 FROM ntask_enqueue('pa', 'a-3') \gset
+SET ROLE regress_worker;
+SELECT task_key, token FROM ntask_claim('pa', 'w1');
+RESET ROLE;
+SET ROLE regress_other_worker;
+SELECT * FROM ntask_transition(:t3, 1, 'succeeded');
+\echo :SQLSTATE
+SELECT * FROM ntask_transition(:t3, 99, 'succeeded');
+\echo :SQLSTATE
+SELECT ntask_heartbeat(:t3, 1, '10 years');
+\echo :SQLSTATE
+SELECT ntask_invoked(:t3, 1);
+\echo :SQLSTATE
+SELECT ntask_receipt(:t3, 1, '{"sent": true}');
+\echo :SQLSTATE
+RESET ROLE;
+-- nothing changed: the lease holder still finishes
+SELECT state, token, (lease_until < now() + interval '1 hour') AS short_lease
+FROM ntask.task WHERE task_id = :t3;
+SELECT count(*) AS receipts FROM ntask.receipt WHERE task_id = :t3;
+SET ROLE regress_worker;
+SELECT ntask_invoked(:t3, 1);
+SELECT ntask_heartbeat(:t3, 1) IS NOT NULL AS extended;
+SELECT result, state FROM ntask_transition(:t3, 1, 'succeeded');
+RESET ROLE;
+
+-- fence grants: keys under a registered prefix belong to a role; other keys
+-- stay open to every worker; the longest prefix decides
+SET ROLE regress_ops;
+SELECT ntask_fence_grant('cfg:tenant-a:', 'regress_pa_workers');
+SELECT ntask_fence_grant('cfg:tenant-a:public:', 'ntask_worker');
+RESET ROLE;
+SET ROLE regress_other_worker;
+SELECT ntask_fence('cfg:tenant-a:host-1', 9223372036854775807, '{}');
+\echo :SQLSTATE
+SELECT ntask_fence('cfg:tenant-a:public:x', 1, '{}');
+SELECT ntask_fence('cfg:tenant-b:host-1', 1, '{}');
+RESET ROLE;
+SET ROLE regress_worker;
+SELECT ntask_fence('cfg:tenant-a:host-1', 1, '{}');
+RESET ROLE;
+SET ROLE regress_worker;
+SELECT ntask_fence_grant('cfg:', 'regress_worker');
+\echo :SQLSTATE
+RESET ROLE;
+SELECT prefix, role FROM ntask.fence_grant ORDER BY prefix;
+SELECT ntask_fence_grant('cfg:tenant-a:public:', NULL);
+SELECT prefix, role FROM ntask.fence_grant ORDER BY prefix;
+SELECT ntask_fence_grant('', 'regress_worker');
+\echo :SQLSTATE
+SELECT ntask_fence_grant(NULL, 'regress_worker');
+\echo :SQLSTATE
+SELECT action, reason FROM ntask.audit WHERE action = 'fence_grant' ORDER BY audit_id;
+SELECT ntask_fence_grant('cfg:tenant-a:', NULL);
+
 DROP ROLE regress_nobody, regress_app_a, regress_app_b, regress_worker,
-	regress_ops, regress_pa_workers;
+	regress_ops, regress_pa_workers, regress_other_worker;

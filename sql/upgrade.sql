@@ -1,11 +1,38 @@
--- upgrade: ALTER EXTENSION ntask UPDATE from 0.1 keeps the data and ends
--- with exactly the objects of a fresh installation
+-- upgrade: ALTER EXTENSION ntask UPDATE from 0.1 and from 0.2 keeps the
+-- data and ends with exactly the objects of a fresh installation: the same
+-- member objects, and the same columns, indexes and constraints
 CREATE TEMP TABLE fresh AS
 SELECT pg_describe_object(classid, objid, 0) AS object
 FROM pg_depend
 WHERE refclassid = 'pg_extension'::regclass
   AND refobjid = (SELECT oid FROM pg_extension WHERE extname = 'ntask')
   AND deptype = 'e';
+CREATE FUNCTION pg_temp.ntask_shape() RETURNS TABLE (item text) LANGUAGE sql AS $$
+  SELECT format('column %s.%s %s%s%s', c.relname, a.attname, format_type(a.atttypid, a.atttypmod),
+                CASE WHEN a.attnotnull THEN ' not null' ELSE '' END,
+                coalesce(' default ' || pg_get_expr(d.adbin, d.adrelid), ''))
+  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+  JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+  LEFT JOIN pg_attrdef d ON d.adrelid = c.oid AND d.adnum = a.attnum
+  WHERE n.nspname = 'ntask' AND c.relkind IN ('r', 'v')
+  UNION ALL
+  SELECT 'index ' || pg_get_indexdef(i.indexrelid)
+  FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid
+  JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'ntask'
+  UNION ALL
+  SELECT format('constraint %s %s', co.conrelid::regclass, pg_get_constraintdef(co.oid))
+  FROM pg_constraint co JOIN pg_namespace n ON n.oid = co.connamespace
+  WHERE n.nspname = 'ntask'
+  UNION ALL
+  SELECT format('function %s %s %s', p.oid::regprocedure, p.prosecdef, p.proconfig)
+  FROM pg_proc p JOIN pg_depend dp ON dp.objid = p.oid AND dp.classid = 'pg_proc'::regclass
+  WHERE dp.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'ntask') AND dp.deptype = 'e'
+  UNION ALL
+  SELECT format('grant %s %s', p.oid::regprocedure, p.proacl)
+  FROM pg_proc p JOIN pg_depend dp ON dp.objid = p.oid AND dp.classid = 'pg_proc'::regclass
+  WHERE dp.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'ntask') AND dp.deptype = 'e'
+$$;
+CREATE TEMP TABLE fresh_shape AS SELECT * FROM pg_temp.ntask_shape();
 DROP EXTENSION ntask;
 CREATE EXTENSION ntask VERSION '0.1';
 SELECT extversion FROM pg_extension WHERE extname = 'ntask';
@@ -41,3 +68,47 @@ WHERE refclassid = 'pg_extension'::regclass
   AND deptype = 'e';
 SELECT count(*) AS housekeeping_indexes FROM pg_indexes
 WHERE schemaname = 'ntask' AND indexname IN ('task_lease_idx', 'task_finished_idx');
+SELECT item AS shape_only_after_upgrade FROM pg_temp.ntask_shape()
+EXCEPT SELECT item FROM fresh_shape;
+SELECT item AS shape_only_in_fresh FROM fresh_shape
+EXCEPT SELECT item FROM pg_temp.ntask_shape();
+
+-- from 0.2: a guarded queue (its guard a regprocedure then) keeps its guard,
+-- now stored as schema-qualified text, and the guard still decides
+DROP EXTENSION ntask;
+CREATE EXTENSION ntask VERSION '0.2';
+SELECT setval('ntask.task_task_id_seq', 15100, false) AS first_task_id;
+CREATE FUNCTION upg_guard(task_key text, payload jsonb) RETURNS text
+LANGUAGE sql AS $$ SELECT CASE WHEN payload ? 'stale' THEN 'skip: stale' ELSE 'proceed' END $$;
+INSERT INTO ntask.queue (queue, guard) VALUES ('ug', 'upg_guard(text,jsonb)');
+INSERT INTO ntask.task (queue, task_key, payload, payload_digest, digest_version,
+						run_at, due_at, max_attempts, deadline)
+SELECT 'ug', k, p, ntask_digest(p), 1, now(), now(), 3, now() + interval '1 day'
+FROM (VALUES ('g1', '{}'::jsonb), ('g2', '{"stale": 1}'::jsonb)) v(k, p);
+ALTER EXTENSION ntask UPDATE;
+SELECT extversion FROM pg_extension WHERE extname = 'ntask';
+SELECT queue, guard, pg_typeof(guard) FROM ntask.queue WHERE queue = 'ug';
+SELECT task_key, token FROM ntask_claim('ug', 'W1', max_tasks => 10);
+SELECT task_key, state, reason FROM ntask.task WHERE queue = 'ug' ORDER BY task_key;
+SELECT pg_describe_object(classid, objid, 0) AS only_after_upgrade_from_02
+FROM pg_depend
+WHERE refclassid = 'pg_extension'::regclass
+  AND refobjid = (SELECT oid FROM pg_extension WHERE extname = 'ntask')
+  AND deptype = 'e'
+EXCEPT SELECT object FROM fresh;
+SELECT object AS only_in_fresh_02 FROM fresh
+EXCEPT
+SELECT pg_describe_object(classid, objid, 0)
+FROM pg_depend
+WHERE refclassid = 'pg_extension'::regclass
+  AND refobjid = (SELECT oid FROM pg_extension WHERE extname = 'ntask')
+  AND deptype = 'e';
+SELECT item AS shape_only_after_upgrade_from_02 FROM pg_temp.ntask_shape()
+EXCEPT SELECT item FROM fresh_shape;
+SELECT item AS shape_only_in_fresh_02 FROM fresh_shape
+EXCEPT SELECT item FROM pg_temp.ntask_shape();
+-- the guard is a dependency now: it cannot be dropped while a queue uses it
+DROP FUNCTION upg_guard(text, jsonb);
+\echo :SQLSTATE
+SELECT ntask_queue_clear_guard('ug');
+DROP FUNCTION upg_guard(text, jsonb);

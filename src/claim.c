@@ -38,6 +38,8 @@
  */
 #include "ntask.h"
 
+#include "access/xact.h"
+#include "access/xlog.h"
 #include "catalog/pg_type.h"
 #include "funcapi.h"
 #include "utils/builtins.h"
@@ -77,7 +79,8 @@ static NtaskPlan claim_close_plan = {
 
 /*
  * $1 ids to lease, $2 worker, $3 lease, $4 ids taken over (their attempt
- * was just closed), $5 of those, the ones whose attempt had been invoked.
+ * was just closed), $5 of those, the ones whose attempt had been invoked,
+ * $6 the lowest token this timeline may issue (claim_token_floor).
  */
 static NtaskPlan claim_lease_plan = {
 	"claim lease",
@@ -87,7 +90,8 @@ static NtaskPlan claim_lease_plan = {
 	"    reason = CASE WHEN NOT " CLAIM_SPENT " THEN t.reason "
 	"      WHEN t.attempts OPERATOR(pg_catalog.>=) t.max_attempts THEN 'budget_exhausted' "
 	"      ELSE 'deadline_exceeded' END, "
-	"    token = t.token OPERATOR(pg_catalog.+) CASE WHEN " CLAIM_SPENT " THEN 0 ELSE 1 END, "
+	"    token = CASE WHEN " CLAIM_SPENT " THEN t.token "
+	"      ELSE GREATEST(t.token OPERATOR(pg_catalog.+) 1, $6) END, "
 	"    attempts = t.attempts OPERATOR(pg_catalog.+) CASE WHEN " CLAIM_SPENT " THEN 0 ELSE 1 END, "
 	"    lease_owner = CASE WHEN " CLAIM_SPENT " THEN NULL ELSE $2 END, "
 	"    lease_until = CASE WHEN " CLAIM_SPENT " THEN NULL "
@@ -119,7 +123,7 @@ static NtaskPlan claim_lease_plan = {
 	"    WHEN u.unknown_attempts OPERATOR(pg_catalog.>) 0 THEN 'unknown' END, "
 	"  u.state OPERATOR(pg_catalog.=) 'leased' "
 	"FROM upd u ORDER BY u.task_id",
-	5, {INT8ARRAYOID, TEXTOID, INTERVALOID, INT8ARRAYOID, INT8ARRAYOID}
+	6, {INT8ARRAYOID, TEXTOID, INTERVALOID, INT8ARRAYOID, INT8ARRAYOID, INT8OID}
 };
 
 /* columns of claim_lease_plan's result */
@@ -131,6 +135,25 @@ static NtaskPlan claim_lease_plan = {
 
 static int	claim_round(ReturnSetInfo *rsinfo, text *queue, int want,
 						Datum worker, Datum lease_arg, bool *more);
+static int64 claim_token_floor(void);
+
+/*
+ * claim_token_floor
+ *		The lowest token a claim on this WAL timeline may issue:
+ *		((timeline - 1) << 48) + 1.  On timeline 1 that is 1, so tokens are
+ *		1, 2, 3, ...; after a promotion every token is above any token an
+ *		older timeline can have issued, even one whose claim never reached
+ *		the new primary (failover to an asynchronous standby).  2^48 claims
+ *		of one task per timeline are far beyond any budget.
+ */
+static int64
+claim_token_floor(void)
+{
+	int64		tli = (int64) GetWALInsertionTimeLine();
+
+	tli = Min(Max(tli, 1), 32767);
+	return ((tli - 1) << 48) + 1;
+}
 
 /*
  * NtaskCloseExpiredAttempts
@@ -174,9 +197,9 @@ claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
 			Datum lease_arg, bool *more)
 {
 	Datum		lease;
-	Oid			guard;
+	char	   *guard;
 	bool		isnull;
-	Datum		values[5];
+	Datum		values[6];
 	SPITupleTable *pick;
 	int			npicked;
 	Datum	   *ids;
@@ -198,9 +221,7 @@ claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
 	if (npicked == 0)
 		return -1;
 	lease = lease_arg ? lease_arg : NtaskGetDatum(0, 5, &isnull);
-	guard = DatumGetObjectId(NtaskGetDatum(0, 6, &isnull));
-	if (isnull)
-		guard = InvalidOid;
+	guard = NtaskGetCString(0, 6);
 
 	ids = palloc(sizeof(Datum) * npicked);
 	taken = palloc(sizeof(Datum) * npicked);
@@ -212,7 +233,7 @@ claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
 		SPI_tuptable = pick;	/* the guard may run SPI statements */
 		task_id = NtaskGetInt64(r, 1);
 		was_leased = NtaskGetBool(r, 2);
-		if (OidIsValid(guard))
+		if (guard != NULL)
 		{
 			char	   *reason;
 			NtaskGuardVerdict v;
@@ -220,14 +241,27 @@ claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
 			v = NtaskRunGuard(guard,
 							  DatumGetTextPP(NtaskGetDatum(r, 3, &isnull)),
 							  DatumGetJsonbP(NtaskGetDatum(r, 4, &isnull)),
-							  &reason);
+							  &reason, true);
+			if (v == NTASK_GUARD_ERROR)
+			{
+				/*
+				 * The guard could not decide: the task needs a human, the
+				 * queue goes on.  The error text is in the audit log.
+				 */
+				NtaskFinishTask(task_id, "repair_required", "guard_error",
+								"guard_error", "permanent", "guard");
+				NtaskAudit(TextDatumGetCString(worker), "guard_error", task_id,
+						   text_to_cstring(queue), reason,
+						   was_leased ? "leased" : "ready", "repair_required");
+				continue;
+			}
 			if (v != NTASK_GUARD_PROCEED)
 			{
 				const char *to = v == NTASK_GUARD_SKIP ? "skipped" : "canceled";
 
 				NtaskFinishTask(task_id, to,
 								reason ? reason : psprintf("guard: %s", to),
-								"guard");
+								"guard", NULL, NULL);
 				continue;
 			}
 		}
@@ -247,6 +281,7 @@ claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
 		values[2] = lease;
 		values[3] = NtaskInt8Array(taken, ntaken);
 		values[4] = invoked_ids;
+		values[5] = Int64GetDatum(claim_token_floor());
 		nrows = NtaskExecPlan(&claim_lease_plan, values, NULL, SPI_OK_SELECT);
 		for (r = 0; r < nrows; r++)
 		{
@@ -317,6 +352,16 @@ ntask_claim(PG_FUNCTION_ARGS)
 			NtaskCheckQueueRight(queue, false);
 		got += Max(n, 0);
 	}
+
+	/*
+	 * A token handed out must stay handed out: if this commit were
+	 * acknowledged and then lost (synchronous_commit = off and a crash),
+	 * the next claim would issue the same token to another worker.  So the
+	 * commit of a transaction that leased a task is flushed whatever the
+	 * session's synchronous_commit says.
+	 */
+	if (got > 0)
+		ForceSyncCommit();
 
 	SPI_finish();
 	return (Datum) 0;

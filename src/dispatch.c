@@ -31,15 +31,24 @@
  */
 #include "ntask.h"
 
+#include <arpa/inet.h>
 #include <curl/curl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <time.h>
 
+#include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "http_parse.h"
 #include "lib/stringinfo.h"
 #include "utils/builtins.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "storage/latch.h"
 #include "utils/json.h"
 #include "utils/memutils.h"
+#include "utils/resowner.h"
+#include "utils/timestamp.h"
 
 #define DQ_WORKER_NAME "ntask worker"
 #define DQ_QUEUE_LEN 64
@@ -64,6 +73,11 @@ typedef struct DqReq
 	char	   *body;
 	DqKind		kind;
 	bool		confirmed;		/* ntask_invoked answered applied/duplicate */
+	bool		reconciled;		/* a reconcile GET answered 404 first */
+	int64		lease_ms;		/* the queue's lease, for a heartbeat */
+	char	   *refused_addr;	/* connect refused: this address */
+	int			record_tries;	/* failed attempts to record the result */
+	TimestampTz next_record;	/* do not try again before */
 	CURL	   *easy;
 	struct curl_slist *hdrs;
 	int64		received;
@@ -100,20 +114,29 @@ static DqReq *dq_finished = NULL;
 static int	dq_nrunning = 0;
 static bool dq_more = false;	/* the last claim was full: look again */
 
+/*
+ * The worker calls the SQL API as itself (ntask.worker_role), like any
+ * external worker: as_caller plans, so EXECUTE rights and each queue's
+ * worker_role are checked against that role.
+ */
 static NtaskPlan dq_claim_plan = {
-	"worker claim", NULL, 3, {TEXTOID, INT4OID, INTERVALOID}
+	"worker claim", NULL, 3, {TEXTOID, INT4OID, INTERVALOID}, true
 };
 static NtaskPlan dq_invoked_plan = {
-	"worker invoked", NULL, 2, {INT8ARRAYOID, INT8ARRAYOID}
+	"worker invoked", NULL, 2, {INT8ARRAYOID, INT8ARRAYOID}, true
+};
+static NtaskPlan dq_heartbeat_plan = {
+	"worker heartbeat", NULL, 3, {INT8OID, INT8OID, INTERVALOID}, true
 };
 static NtaskPlan dq_transition_plan = {
 	"worker transition", NULL, 8,
-	{INT8OID, INT8OID, TEXTOID, TEXTOID, JSONBOID, TIMESTAMPTZOID, TEXTOID, TEXTOID}
+	{INT8OID, INT8OID, TEXTOID, TEXTOID, JSONBOID, TIMESTAMPTZOID, TEXTOID, TEXTOID},
+	true
 };
 static NtaskPlan dq_queues_plan = {
 	"worker queues",
 	"SELECT q.queue, q.target, "
-	"  (EXTRACT(EPOCH FROM q.lease) OPERATOR(pg_catalog.*) 1000)::int8 "
+	"  (EXTRACT(EPOCH FROM q.lease) OPERATOR(pg_catalog.*) 1000)::pg_catalog.int8 "
 	"FROM ntask.queue q "
 	"WHERE (q.target OPERATOR(pg_catalog.->>) 'type') OPERATOR(pg_catalog.=) 'http' "
 	"ORDER BY q.queue",
@@ -127,7 +150,11 @@ static void dq_finish(DqReq *r, const char *to_state, const char *error_class,
 					  const char *stage, const char *outcome, char *detail,
 					  NtaskCounter counter);
 static void dq_claim_step(void *arg);
+static void dq_route(DqReq *r);
 static void dq_claim(void);
+static void dq_record_one(DqReq *r);
+static curl_socket_t dq_open_socket(void *clientp, curlsocktype purpose,
+									struct curl_sockaddr *address);
 static void dq_invoke_step(void *arg);
 static void dq_record_step(void *arg);
 static void dq_queues_step(void *arg);
@@ -164,9 +191,11 @@ NtaskDispatchInit(const char *schema)
 										  ALLOCSET_SMALL_SIZES);
 	old = MemoryContextSwitchTo(dq_cxt);
 	dq_claim_plan.sql = psprintf(
-		"SELECT c.task_id, c.task_key, c.payload::text, c.attempt, c.token, "
+		"SELECT c.task_id, c.task_key, c.payload::pg_catalog.text, c.attempt, c.token, "
 		"  c.prior_outcome "
 		"FROM %s.ntask_claim($1, '" DQ_WORKER_NAME "', $2, $3) c", s);
+	dq_heartbeat_plan.sql = psprintf(
+		"SELECT %s.ntask_heartbeat($1, $2, $3) IS NOT NULL", s);
 	dq_invoked_plan.sql = psprintf(
 		"SELECT i.id, %s.ntask_invoked(i.id, i.tok) "
 		"FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2)) AS i(id, tok)", s);
@@ -303,105 +332,124 @@ NtaskDispatchRefreshQueues(void)
 
 /* ---- claim ---- */
 
+/* dq_claim_step: claim for the queue *(int *) arg, in its own transaction */
 static void
 dq_claim_step(void *arg)
 {
-	int			qi;
+	DqQueue    *q = &dq_queues[*(int *) arg];
 	int			free_slots = ntask_http_max_inflight - (NtaskDispatchInFlight());
+	int			want = free_slots;
+	Datum		values[3];
+	Interval   *lease = palloc0(sizeof(Interval));
+	int			n;
+	int			i;
 
-	dq_more = false;
-	for (qi = 0; qi < dq_nqueues && free_slots > 0; qi++)
+	if (q->max_inflight > 0)
+		want = Min(want, q->max_inflight - dq_inflight_of(q->name));
+	want = Min(want, NTASK_MAX_CLAIM);
+	if (want <= 0)
+		return;
+	lease->time = q->lease_ms * 1000;
+	values[0] = CStringGetTextDatum(q->name);
+	values[1] = Int32GetDatum(want);
+	values[2] = IntervalPGetDatum(lease);
+	n = NtaskExecPlan(&dq_claim_plan, values, NULL, SPI_OK_SELECT);
+	if (n == want)
+		dq_more = true;
+
+	for (i = 0; i < n; i++)
 	{
-		DqQueue    *q = &dq_queues[qi];
-		int			want = free_slots;
-		Datum		values[3];
-		Interval   *lease = palloc0(sizeof(Interval));
-		int			n;
-		int			i;
+		MemoryContext cxt = AllocSetContextCreate(dq_cxt, "ntask request",
+												  ALLOCSET_SMALL_SIZES);
+		MemoryContext old = MemoryContextSwitchTo(cxt);
+		DqReq	   *r = palloc0(sizeof(DqReq));
+		char	   *prior;
 
-		if (q->max_inflight > 0)
-			want = Min(want, q->max_inflight - dq_inflight_of(q->name));
-		want = Min(want, NTASK_MAX_CLAIM);
-		if (want <= 0)
-			continue;
-		lease->time = q->lease_ms * 1000;
-		values[0] = CStringGetTextDatum(q->name);
-		values[1] = Int32GetDatum(want);
-		values[2] = IntervalPGetDatum(lease);
-		n = NtaskExecPlan(&dq_claim_plan, values, NULL, SPI_OK_SELECT);
-		if (n == want)
-			dq_more = true;
-		free_slots -= n;
+		r->cxt = cxt;
+		r->kind = DQ_SEND;
+		dq_push(&dq_claimed, r);	/* freed by dq_claim if this fails */
+		strlcpy(r->queue, q->name, DQ_QUEUE_LEN);
+		r->target = NtaskParseHttpTarget(q->target);
+		r->lease_ms = q->lease_ms;
+		r->task_id = NtaskGetInt64(i, 1);
+		r->task_key = NtaskGetCString(i, 2);
+		r->body = NtaskGetCString(i, 3);
+		r->attempt = NtaskGetInt32(i, 4);
+		r->token = NtaskGetInt64(i, 5);
+		prior = NtaskGetCString(i, 6);
+		r->retry_after_s = -1;
+		MemoryContextSwitchTo(old);
 
-		for (i = 0; i < n; i++)
-		{
-			MemoryContext cxt = AllocSetContextCreate(dq_cxt, "ntask request",
-													  ALLOCSET_SMALL_SIZES);
-			MemoryContext old = MemoryContextSwitchTo(cxt);
-			DqReq	   *r = palloc0(sizeof(DqReq));
-			char	   *prior;
-
-			r->cxt = cxt;
-			r->kind = DQ_SEND;
-			dq_push(&dq_claimed, r);	/* freed by dq_claim if this fails */
-			strlcpy(r->queue, q->name, DQ_QUEUE_LEN);
-			r->target = NtaskParseHttpTarget(q->target);
-			r->task_id = NtaskGetInt64(i, 1);
-			r->task_key = NtaskGetCString(i, 2);
-			r->body = NtaskGetCString(i, 3);
-			r->attempt = NtaskGetInt32(i, 4);
-			r->token = NtaskGetInt64(i, 5);
-			prior = NtaskGetCString(i, 6);
-			r->retry_after_s = -1;
-			MemoryContextSwitchTo(old);
-
-			if (prior != NULL && strcmp(prior, "unknown") == 0 &&
-				r->target->reconcile_url != NULL)
-				r->kind = DQ_RECONCILE;
-		}
+		if (prior != NULL && strcmp(prior, "unknown") == 0 &&
+			r->target->reconcile_url != NULL)
+			r->kind = DQ_RECONCILE;
 	}
 }
 
 /*
+ * dq_route
+ *		A claim committed: route each task it handed out.  Not sendable ->
+ *		dq_finished, reconcile -> started at once (a GET, not an effect),
+ *		send -> dq_to_invoke.
+ */
+static void
+dq_route(DqReq *r)
+{
+	if (!ntask_host_allowed(r->target->host, ntask_http_allowed_hosts))
+		dq_finish(r, "repair_required", "permanent", "config", NULL,
+				  "{\"reason\": \"host not in ntask.http_allowed_hosts\"}",
+				  NTASK_COUNT_PERMANENT);
+	else if (!ntask_header_value_ok(r->task_key, strlen(r->task_key)))
+		dq_finish(r, "repair_required", "permanent", "config", NULL,
+				  "{\"reason\": \"task_key is not a valid header value\"}",
+				  NTASK_COUNT_PERMANENT);
+	else if (r->kind == DQ_RECONCILE &&
+			 !ntask_host_allowed(r->target->reconcile_host, ntask_http_allowed_hosts))
+		dq_finish(r, "repair_required", "permanent", "config", NULL,
+				  "{\"reason\": \"reconcile_url host not in ntask.http_allowed_hosts\"}",
+				  NTASK_COUNT_PERMANENT);
+	else if (r->kind == DQ_RECONCILE)
+	{
+		if (!dq_start(r))
+			dq_free(r);			/* its lease expires; nothing was sent */
+	}
+	else
+		dq_push(&dq_to_invoke, r);
+}
+
+/*
  * dq_claim
- *		Claim (one transaction), then, only once the claim has committed,
- *		route each claimed task: not sendable -> dq_finished, reconcile ->
- *		started at once (a GET, not an effect), send -> dq_to_invoke.
+ *		Claim queue by queue, each in its own transaction, so a queue whose
+ *		claim fails (a lock timeout, a missing worker_role grant) does not
+ *		stop the others; then, only once a claim has committed, route what
+ *		it handed out.
  */
 static void
 dq_claim(void)
 {
-	DqReq	   *r;
-	DqReq	   *next;
-	bool		ok;
+	int			qi;
 
-	dq_claimed = NULL;
-	ok = NtaskWorkerRunXact(dq_claim_step, NULL, "ntask dispatch: claim");
-	for (r = dq_claimed; r; r = next)
+	dq_more = false;
+	for (qi = 0; qi < dq_nqueues; qi++)
 	{
-		next = r->next;
-		if (!ok)
+		DqReq	   *r;
+		DqReq	   *next;
+		bool		ok;
+
+		if (NtaskDispatchInFlight() >= ntask_http_max_inflight)
+			break;
+		dq_claimed = NULL;
+		ok = NtaskWorkerRunXact(dq_claim_step, &qi, "ntask dispatch: claim");
+		for (r = dq_claimed; r; r = next)
 		{
-			dq_more = false;
-			dq_free(r);			/* rolled back: the task was never ours */
+			next = r->next;
+			if (!ok)
+				dq_free(r);		/* rolled back: the task was never ours */
+			else
+				dq_route(r);
 		}
-		else if (!ntask_host_allowed(r->target->host, ntask_http_allowed_hosts))
-			dq_finish(r, "repair_required", "permanent", "config", NULL,
-					  "{\"reason\": \"host not in ntask.http_allowed_hosts\"}",
-					  NTASK_COUNT_PERMANENT);
-		else if (!ntask_header_value_ok(r->task_key, strlen(r->task_key)))
-			dq_finish(r, "repair_required", "permanent", "config", NULL,
-					  "{\"reason\": \"task_key is not a valid header value\"}",
-					  NTASK_COUNT_PERMANENT);
-		else if (r->kind == DQ_RECONCILE)
-		{
-			if (!dq_start(r))
-				dq_free(r);		/* its lease expires; nothing was sent */
-		}
-		else
-			dq_push(&dq_to_invoke, r);
+		dq_claimed = NULL;
 	}
-	dq_claimed = NULL;
 }
 
 /* ---- invoke ---- */
@@ -418,22 +466,41 @@ dq_invoke_step(void *arg)
 	Datum		values[2];
 
 	for (r = list; r; r = r->next)
+	{
+		r->confirmed = false;
 		n++;
+	}
 	ids = palloc(sizeof(Datum) * n);
 	toks = palloc(sizeof(Datum) * n);
 	i = 0;
-	for (r = list; r; r = r->next, i++)
+	for (r = list; r; r = r->next)
 	{
+		/*
+		 * A reconcile GET took time: extend the lease before the send, and
+		 * send nothing for a task that is no longer ours.
+		 */
+		if (r->reconciled)
+		{
+			Interval   *lease = palloc0(sizeof(Interval));
+			Datum		hv[3];
+
+			lease->time = r->lease_ms * 1000;
+			hv[0] = Int64GetDatum(r->task_id);
+			hv[1] = Int64GetDatum(r->token);
+			hv[2] = IntervalPGetDatum(lease);
+			(void) NtaskExecPlan(&dq_heartbeat_plan, hv, NULL, SPI_OK_SELECT);
+			if (!NtaskGetBool(0, 1))
+				continue;		/* stays unconfirmed: never sent */
+		}
 		ids[i] = Int64GetDatum(r->task_id);
 		toks[i] = Int64GetDatum(r->token);
+		i++;
 	}
-	values[0] = NtaskInt8Array(ids, n);
-	values[1] = NtaskInt8Array(toks, n);
+	values[0] = NtaskInt8Array(ids, i);
+	values[1] = NtaskInt8Array(toks, i);
 	n = NtaskExecPlan(&dq_invoked_plan, values, NULL, SPI_OK_SELECT);
 
 	/* the ones that may be sent: applied, or duplicate (already ours) */
-	for (r = list; r; r = r->next)
-		r->confirmed = false;
 	for (i = 0; i < n; i++)
 	{
 		int64		id = NtaskGetInt64(i, 1);
@@ -512,7 +579,9 @@ dq_start(DqReq *r)
 	DQ_SET(CURLOPT_WRITEDATA, r);
 	DQ_SET(CURLOPT_HEADERFUNCTION, dq_header_cb);
 	DQ_SET(CURLOPT_HEADERDATA, r);
-	DQ_SET(CURLOPT_USERAGENT, "ntask/0.2");
+	DQ_SET(CURLOPT_USERAGENT, "ntask/" NTASK_VERSION);
+	DQ_SET(CURLOPT_OPENSOCKETFUNCTION, dq_open_socket);
+	DQ_SET(CURLOPT_OPENSOCKETDATA, r);
 
 	/* curl copies header lines; r->task_key was checked for CR/LF */
 	snprintf(line, sizeof(line), "NTask-Attempt: %d", r->attempt);
@@ -572,6 +641,55 @@ dq_start(DqReq *r)
 	if (r->kind == DQ_SEND)
 		NtaskWorkerCount(NTASK_COUNT_DISPATCHED, 1);
 	return true;
+}
+
+/*
+ * dq_open_socket
+ *		curl's socket opener: refuse link-local addresses (169.254.0.0/16,
+ *		where cloud metadata services answer, fe80::/10) and the IPv6
+ *		metadata address fd00:ec2::254, whatever name led there (a listed
+ *		host that resolves to one, by mistake or DNS rebinding), unless the
+ *		address itself is an entry of ntask.http_allowed_hosts.  Nothing is
+ *		sent on a refused connection; the task goes to repair at stage
+ *		config.
+ */
+static curl_socket_t
+dq_open_socket(void *clientp, curlsocktype purpose, struct curl_sockaddr *address)
+{
+	DqReq	   *r = (DqReq *) clientp;
+	char		text[INET6_ADDRSTRLEN];
+	bool		refuse = false;
+
+	text[0] = '\0';
+	if (address->family == AF_INET)
+	{
+		struct sockaddr_in *in = (struct sockaddr_in *) &address->addr;
+		uint32		a = ntohl(in->sin_addr.s_addr);
+
+		refuse = (a >> 16) == ((169u << 8) | 254u);
+		inet_ntop(AF_INET, &in->sin_addr, text, sizeof(text));
+	}
+	else if (address->family == AF_INET6)
+	{
+		struct sockaddr_in6 *in6 = (struct sockaddr_in6 *) &address->addr;
+		const unsigned char *b = in6->sin6_addr.s6_addr;
+		static const unsigned char ec2[16] = {0xfd, 0x00, 0x0e, 0xc2, 0, 0, 0, 0,
+		0, 0, 0, 0, 0, 0, 0x02, 0x54};
+
+		refuse = (b[0] == 0xfe && (b[1] & 0xc0) == 0x80) ||
+			memcmp(b, ec2, 16) == 0 ||
+			(IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr) && b[12] == 169 && b[13] == 254);
+		inet_ntop(AF_INET6, &in6->sin6_addr, text, sizeof(text));
+	}
+	if (refuse && !ntask_host_listed(text, ntask_http_allowed_hosts))
+	{
+		MemoryContext old = MemoryContextSwitchTo(r->cxt);
+
+		r->refused_addr = pstrdup(text);
+		MemoryContextSwitchTo(old);
+		return CURL_SOCKET_BAD;
+	}
+	return socket(address->family, address->socktype, address->protocol);
 }
 
 static char *
@@ -643,6 +761,7 @@ dq_classify(DqReq *r, CURLcode code)
 		else if (status == 404)
 		{
 			r->kind = DQ_SEND;	/* the provider never saw it: send now */
+			r->reconciled = true;	/* after a heartbeat */
 			dq_push(&dq_to_invoke, r);
 		}
 		else
@@ -651,7 +770,22 @@ dq_classify(DqReq *r, CURLcode code)
 		return;
 	}
 
-	if (status > 0)
+	if (r->refused_addr != NULL)
+	{
+		/* nothing was sent: the connection was never opened */
+		StringInfoData buf;
+
+		old = MemoryContextSwitchTo(r->cxt);
+		initStringInfo(&buf);
+		appendStringInfoString(&buf, "{\"reason\": ");
+		escape_json(&buf, psprintf("host %s resolved to %s, a link-local or metadata address not listed in ntask.http_allowed_hosts",
+								   r->target->host, r->refused_addr));
+		appendStringInfoChar(&buf, '}');
+		MemoryContextSwitchTo(old);
+		dq_finish(r, "repair_required", "permanent", "config", NULL, buf.data,
+				  NTASK_COUNT_PERMANENT);
+	}
+	else if (status > 0)
 	{
 		/* a response arrived: its status decides, whatever curl says after */
 		switch (ntask_http_classify(status))
@@ -663,6 +797,11 @@ dq_classify(DqReq *r, CURLcode code)
 			case NTASK_HTTP_TRANSIENT:
 				dq_finish(r, "retry_wait", "transient", "http_status", NULL, detail,
 						  NTASK_COUNT_TRANSIENT);
+				break;
+			case NTASK_HTTP_UNKNOWN:
+				/* 500/502/504: the request arrived; it may have had effect */
+				dq_finish(r, "retry_wait", "unknown", "response", NULL, detail,
+						  NTASK_COUNT_UNKNOWN);
 				break;
 			case NTASK_HTTP_PERMANENT:
 				dq_finish(r, "repair_required", "permanent", "http_status", NULL,
@@ -680,35 +819,98 @@ dq_classify(DqReq *r, CURLcode code)
 
 /* ---- record ---- */
 
+/* dq_record_one: ntask_transition for one finished request */
+static void
+dq_record_one(DqReq *r)
+{
+	Datum		values[8];
+	char		nulls[8];
+	bool		retry = strcmp(r->to_state, "retry_wait") == 0 &&
+		r->retry_after_s >= 0;
+
+	memset(nulls, ' ', sizeof(nulls));
+	values[0] = Int64GetDatum(r->task_id);
+	values[1] = Int64GetDatum(r->token);
+	values[2] = CStringGetTextDatum(r->to_state);
+	values[3] = r->error_class ? CStringGetTextDatum(r->error_class) : (Datum) 0;
+	nulls[3] = r->error_class ? ' ' : 'n';
+	values[4] = DirectFunctionCall1(jsonb_in, CStringGetDatum(r->detail));
+	values[5] = retry ?
+		TimestampTzGetDatum(GetCurrentTimestamp() +
+							r->retry_after_s * USECS_PER_SEC) : (Datum) 0;
+	nulls[5] = retry ? ' ' : 'n';
+	values[6] = r->outcome ? CStringGetTextDatum(r->outcome) : (Datum) 0;
+	nulls[6] = r->outcome ? ' ' : 'n';
+	values[7] = r->stage ? CStringGetTextDatum(r->stage) : (Datum) 0;
+	nulls[7] = r->stage ? ' ' : 'n';
+	(void) NtaskExecPlan(&dq_transition_plan, values, nulls, SPI_OK_SELECT);
+}
+
+/*
+ * dq_record_step
+ *		Record every finished request that is due for it, each in its own
+ *		subtransaction: one that fails (a lock timeout behind someone's open
+ *		transaction, anything else) is rolled back alone and tried again
+ *		later; the others commit.  r->record_tries counts failures (0: it
+ *		was recorded).
+ */
 static void
 dq_record_step(void *arg)
 {
+	TimestampTz now = GetCurrentTimestamp();
 	DqReq	   *r;
 
 	for (r = dq_finished; r; r = r->next)
 	{
-		Datum		values[8];
-		char		nulls[8];
-		bool		retry = strcmp(r->to_state, "retry_wait") == 0 &&
-			r->retry_after_s >= 0;
+		MemoryContext oldcxt = CurrentMemoryContext;
+		ResourceOwner oldowner = CurrentResourceOwner;
 
-		memset(nulls, ' ', sizeof(nulls));
-		values[0] = Int64GetDatum(r->task_id);
-		values[1] = Int64GetDatum(r->token);
-		values[2] = CStringGetTextDatum(r->to_state);
-		values[3] = r->error_class ? CStringGetTextDatum(r->error_class) : (Datum) 0;
-		nulls[3] = r->error_class ? ' ' : 'n';
-		values[4] = DirectFunctionCall1(jsonb_in, CStringGetDatum(r->detail));
-		values[5] = retry ?
-			TimestampTzGetDatum(GetCurrentTimestamp() +
-								r->retry_after_s * USECS_PER_SEC) : (Datum) 0;
-		nulls[5] = retry ? ' ' : 'n';
-		values[6] = r->outcome ? CStringGetTextDatum(r->outcome) : (Datum) 0;
-		nulls[6] = r->outcome ? ' ' : 'n';
-		values[7] = r->stage ? CStringGetTextDatum(r->stage) : (Datum) 0;
-		nulls[7] = r->stage ? ' ' : 'n';
-		(void) NtaskExecPlan(&dq_transition_plan, values, nulls, SPI_OK_SELECT);
+		if (r->next_record > now)
+			continue;
+		BeginInternalSubTransaction(NULL);
+		MemoryContextSwitchTo(oldcxt);
+		PG_TRY();
+		{
+			dq_record_one(r);
+			ReleaseCurrentSubTransaction();
+			MemoryContextSwitchTo(oldcxt);
+			CurrentResourceOwner = oldowner;
+			r->record_tries = 0;
+			r->next_record = -1;	/* recorded */
+		}
+		PG_CATCH();
+		{
+			ErrorData  *edata;
+
+			MemoryContextSwitchTo(oldcxt);
+			edata = CopyErrorData();
+			FlushErrorState();
+			RollbackAndReleaseCurrentSubTransaction();
+			MemoryContextSwitchTo(oldcxt);
+			CurrentResourceOwner = oldowner;
+			r->record_tries++;
+			r->next_record = now + (TimestampTz) Min(r->record_tries, 10) * 500 * 1000;
+			NtaskWorkerError(edata->message);
+			ereport(LOG,
+					(errmsg("ntask worker: recording the result of task " INT64_FORMAT " failed (try %d): %s",
+							r->task_id, r->record_tries, edata->message)));
+			FreeErrorData(edata);
+		}
+		PG_END_TRY();
 	}
+}
+
+/* dq_record_due: some finished request may be recorded now */
+static bool
+dq_record_due(void)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	DqReq	   *r;
+
+	for (r = dq_finished; r; r = r->next)
+		if (r->next_record <= now)
+			return true;
+	return false;
 }
 
 /*
@@ -737,19 +939,36 @@ dq_flush(void)
 			dq_free(r);			/* stale, or not recorded: never send */
 		}
 	}
-	if (dq_finished)
+	if (dq_finished && dq_record_due())
 	{
 		DqReq	   *list = dq_finished;
 		bool		ok = NtaskWorkerRunXact(dq_record_step, NULL,
 											"ntask dispatch: record results");
 
+		/*
+		 * Recorded ones are done.  A result that could not be recorded is
+		 * kept and tried again, for as long as its lease lasts: after that
+		 * the lease is released by housekeeping (as unknown if it was
+		 * invoked), and a late record would be stale anyway.
+		 */
 		dq_finished = NULL;
 		for (r = list; r; r = next)
 		{
 			next = r->next;
-			if (ok)
+			if (ok && r->next_record < 0)
+			{
 				NtaskWorkerCount(r->counter, 1);
-			dq_free(r);
+				dq_free(r);
+			}
+			else if (!ok || (int64) r->record_tries * 500 > r->lease_ms + 5000)
+			{
+				ereport(LOG,
+						(errmsg("ntask worker: giving up recording the result of task " INT64_FORMAT "; its lease will expire",
+								r->task_id)));
+				dq_free(r);
+			}
+			else
+				dq_push(&dq_finished, r);
 		}
 	}
 	NtaskWorkerSetInFlight(dq_nrunning);
@@ -787,8 +1006,16 @@ NtaskDispatchPoll(int timeout_ms)
 	int			left;
 	CURLMsg    *msg;
 
-	if (dq_multi == NULL || dq_nrunning == 0)
+	if (dq_multi == NULL)
 		return;
+	if (dq_nrunning == 0)
+	{
+		/* only results waiting to be recorded again: nap, then retry */
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 timeout_ms, PG_WAIT_EXTENSION);
+		dq_flush();
+		return;
+	}
 	(void) curl_multi_poll(dq_multi, NULL, 0, timeout_ms, NULL);
 	(void) curl_multi_perform(dq_multi, &running);
 	while ((msg = curl_multi_info_read(dq_multi, &left)) != NULL)

@@ -32,9 +32,38 @@
 #include "ntask.h"
 
 #include "catalog/pg_type.h"
+#include "miscadmin.h"
 #include "utils/builtins.h"
 
 PG_FUNCTION_INFO_V1(ntask_fence);
+PG_FUNCTION_INFO_V1(ntask_fence_grant);
+
+/*
+ * The grant of the longest registered prefix of the key: true when the
+ * caller lacks its role.  No row: the key is not restricted.
+ */
+static NtaskPlan fence_right_plan = {
+	"fence right",
+	"SELECT NOT pg_catalog.pg_has_role($2, g.role, 'USAGE') "
+	"FROM ntask.fence_grant g "
+	"WHERE pg_catalog.starts_with($1, g.prefix) "
+	"ORDER BY pg_catalog.length(g.prefix) DESC LIMIT 1",
+	2, {TEXTOID, OIDOID}
+};
+
+static NtaskPlan fence_grant_set_plan = {
+	"fence grant set",
+	"INSERT INTO ntask.fence_grant AS g (prefix, role) VALUES ($1, $2) "
+	"ON CONFLICT (prefix) DO UPDATE SET role = EXCLUDED.role, "
+	"  granted_at = pg_catalog.now()",
+	2, {TEXTOID, REGROLEOID}
+};
+
+static NtaskPlan fence_grant_drop_plan = {
+	"fence grant drop",
+	"DELETE FROM ntask.fence_grant g WHERE g.prefix OPERATOR(pg_catalog.=) $1",
+	1, {TEXTOID}
+};
 
 static NtaskPlan fence_advance_plan = {
 	"fence advance",
@@ -72,8 +101,9 @@ static NtaskPlan fence_receipt_plan = {
 /*
  * ntask_fence(fence_key text, token bigint, payload jsonb) RETURNS text
  *		See the file header.  Errors: NULL argument 22004; empty key 22023;
- *		key over 512 bytes 22001; token below 1 22023; a stored digest of an
- *		unknown version NT004.  Locks the fence row until the caller's
+ *		key over 512 bytes 22001; token below 1 22023; the key falls under a
+ *		fence grant (ntask_fence_grant) whose role the caller lacks 42501;
+ *		a stored digest of an unknown version NT004.  Locks the fence row until the caller's
  *		transaction ends.
  */
 Datum
@@ -101,6 +131,19 @@ ntask_fence(PG_FUNCTION_ARGS)
 	values[3] = Int16GetDatum(NTASK_DIGEST_VERSION);
 
 	SPI_connect();
+	{
+		Datum		rv[2];
+
+		rv[0] = PointerGetDatum(key);
+		rv[1] = ObjectIdGetDatum(NtaskCaller());
+		if (NtaskExecPlan(&fence_right_plan, rv, NULL, SPI_OK_SELECT) == 1 &&
+			NtaskGetBool(0, 1))
+			ereport(ERROR,
+					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+					 errmsg("ntask: permission denied for fence \"%s\"",
+							text_to_cstring(key)),
+					 errhint("A fence grant (ntask_fence_grant) restricts keys with this prefix to a role.")));
+	}
 	if (NtaskExecPlan(&fence_advance_plan, values, NULL,
 					  SPI_OK_INSERT_RETURNING) == 1)
 		result = "applied";
@@ -129,4 +172,33 @@ ntask_fence(PG_FUNCTION_ARGS)
 	}
 	SPI_finish();
 	PG_RETURN_TEXT_P(cstring_to_text(result));
+}
+
+/*
+ * ntask_fence_grant(prefix text, role regrole) RETURNS void
+ *		Restrict every fence key that starts with prefix (the longest
+ *		registered prefix of a key decides) to members of role; a NULL role
+ *		removes the grant.  Keys under no grant are open to every
+ *		ntask_worker.  Audited.  Errors: NULL or empty prefix 22004/22023.
+ */
+Datum
+ntask_fence_grant(PG_FUNCTION_ARGS)
+{
+	text	   *prefix = NtaskArgText(fcinfo, 0, "prefix", NTASK_MAX_KEY_LEN);
+	Datum		values[2];
+
+	values[0] = PointerGetDatum(prefix);
+	values[1] = PG_ARGISNULL(1) ? (Datum) 0 : PG_GETARG_DATUM(1);
+	SPI_connect();
+	if (PG_ARGISNULL(1))
+		NtaskExecPlan(&fence_grant_drop_plan, values, NULL, SPI_OK_DELETE);
+	else
+		NtaskExecPlan(&fence_grant_set_plan, values, NULL, SPI_OK_INSERT);
+	NtaskAudit(GetUserNameFromId(GetUserId(), false), "fence_grant", 0, NULL,
+			   psprintf("prefix %s: %s", text_to_cstring(prefix),
+						PG_ARGISNULL(1) ? "open to every worker" :
+						GetUserNameFromId(PG_GETARG_OID(1), false)),
+			   NULL, NULL);
+	SPI_finish();
+	PG_RETURN_VOID();
 }

@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * guard.c
- *	  Calling a queue's guard function and parsing its answer.
+ *	  Resolving, checking and calling a queue's guard function.
  *
  * A guard is (task_key text, payload jsonb) RETURNS text.  It runs in the
  * claiming (or replaying) transaction while that transaction holds the
@@ -10,6 +10,23 @@
  * 'proceed', 'skip' or 'cancel', optionally followed by ':' and a reason
  * that is recorded on the task.  Anything else raises NT005.
  *
+ * The queue stores the guard as a schema-qualified signature text
+ * ("public.notify_guard(text,jsonb)"), never as an OID or regprocedure:
+ * pg_upgrade refuses regprocedure columns, and OIDs do not survive a dump.
+ * It is resolved at every use; an event trigger (ntask--0.2--0.3.sql)
+ * refuses to drop or rename a function some queue uses, and a guard that
+ * does not resolve anyway (event triggers disabled) is an error of that
+ * task, not of the queue.
+ *
+ * Rights: the guard runs as its own owner, never as the caller of the
+ * claim (the background worker, or any worker role), under
+ * SECURITY_RESTRICTED_OPERATION and with search_path pinned to
+ * pg_catalog, the guard's own schema, pg_temp, the way PostgreSQL runs
+ * index expressions: a guard written by an ntask_admin can do what that
+ * admin can do and nothing more, and cannot change session state (SET
+ * ROLE, SET SESSION AUTHORIZATION, temporary objects) of the process that
+ * calls it.  The owner needs EXECUTE on the function.
+ *
  * IDENTIFICATION
  *	  src/guard.c
  *
@@ -17,10 +34,25 @@
  */
 #include "ntask.h"
 
+#include "access/htup_details.h"
+#include "access/xact.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_collation.h"
+#include "catalog/pg_proc.h"
+#include "catalog/pg_type.h"
+#include "miscadmin.h"
+#include "utils/acl.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
 #include "utils/regproc.h"
+#include "utils/resowner.h"
+#include "utils/syscache.h"
 
 static bool guard_word(const char *answer, const char *word, char **reason);
+static NtaskGuardVerdict guard_call(Oid guard, text *task_key, Jsonb *payload,
+									char **reason);
 
 /*
  * guard_word
@@ -49,27 +81,135 @@ guard_word(const char *answer, const char *word, char **reason)
 }
 
 /*
- * NtaskRunGuard
- *		Call guard(task_key, payload) and classify the answer.  *reason gets
- *		the answer's reason (palloc'd in the current context) or NULL.
- *		A NULL or unrecognised answer raises NT005 naming the function.
+ * NtaskGuardName
+ *		The text a queue stores for guard, a function the caller checked to
+ *		be (text, jsonb): "schema.name(text,jsonb)", schema-qualified, read
+ *		back by NtaskResolveGuard with search_path pinned.
  */
-NtaskGuardVerdict
-NtaskRunGuard(Oid guard, text *task_key, Jsonb *payload, char **reason)
+char *
+NtaskGuardName(Oid guard)
+{
+	char	   *name = get_func_name(guard);
+	char	   *nsp = get_namespace_name(get_func_namespace(guard));
+
+	if (name == NULL || nsp == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_FUNCTION),
+				 errmsg("ntask: guard function %u does not exist", guard)));
+	return psprintf("%s(text,jsonb)", quote_qualified_identifier(nsp, name));
+}
+
+/*
+ * NtaskResolveGuard
+ *		The function a stored guard name ("schema.name(text,jsonb)") means
+ *		now.  Looked up in the catalogs directly: the caller of the claim
+ *		needs no USAGE on the guard's schema (the guard runs as its owner),
+ *		and no search_path is involved.  42883 when it does not resolve
+ *		(dropped or renamed behind ntask's back).
+ */
+Oid
+NtaskResolveGuard(const char *name)
+{
+	static const char suffix[] = "(text,jsonb)";
+	size_t		len = strlen(name);
+	Oid			guard = InvalidOid;
+
+	if (len > sizeof(suffix) - 1 &&
+		strcmp(name + len - (sizeof(suffix) - 1), suffix) == 0)
+	{
+		char	   *qualified = pnstrdup(name, len - (sizeof(suffix) - 1));
+		List	   *names = stringToQualifiedNameList(qualified);
+		char	   *nspname;
+		char	   *proname;
+
+		DeconstructQualifiedName(names, &nspname, &proname);
+		if (nspname != NULL)
+		{
+			Oid			nsp = get_namespace_oid(nspname, true);
+			Oid			argtypes[2] = {TEXTOID, JSONBOID};
+			oidvector  *args = buildoidvector(argtypes, 2);
+
+			if (OidIsValid(nsp))
+				guard = GetSysCacheOid3(PROCNAMEARGSNSP, Anum_pg_proc_oid,
+										CStringGetDatum(proname),
+										PointerGetDatum(args),
+										ObjectIdGetDatum(nsp));
+		}
+	}
+	if (!OidIsValid(guard))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_FUNCTION),
+				 errmsg("ntask: guard function %s does not exist", name),
+				 errhint("Set the queue's guard again with ntask_queue_set, or remove it with ntask_queue_clear_guard.")));
+	return guard;
+}
+
+/*
+ * guard_call
+ *		Call guard(task_key, payload) as the guard's owner in a restricted
+ *		security context, and classify the answer.  Raises on any problem.
+ */
+static NtaskGuardVerdict
+guard_call(Oid guard, text *task_key, Jsonb *payload, char **reason)
 {
 	LOCAL_FCINFO(gcinfo, 2);
 	FmgrInfo	flinfo;
-	Datum		result;
+	volatile Datum result = (Datum) 0;
 	char	   *answer;
+	HeapTuple	tup;
+	Oid			owner;
+	Oid			nsp;
+	Oid			save_userid;
+	int			save_sec_context;
+	int			save_nestlevel;
+	volatile bool isnull = true;
 
-	fmgr_info(guard, &flinfo);
-	InitFunctionCallInfoData(*gcinfo, &flinfo, 2, InvalidOid, NULL, NULL);
-	gcinfo->args[0].value = PointerGetDatum(task_key);
-	gcinfo->args[0].isnull = false;
-	gcinfo->args[1].value = JsonbPGetDatum(payload);
-	gcinfo->args[1].isnull = false;
-	result = FunctionCallInvoke(gcinfo);
-	if (gcinfo->isnull)
+	tup = SearchSysCache1(PROCOID, ObjectIdGetDatum(guard));
+	if (!HeapTupleIsValid(tup))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_FUNCTION),
+				 errmsg("ntask: guard function %u does not exist", guard)));
+	owner = ((Form_pg_proc) GETSTRUCT(tup))->proowner;
+	nsp = ((Form_pg_proc) GETSTRUCT(tup))->pronamespace;
+	ReleaseSysCache(tup);
+	if (pg_proc_aclcheck(guard, owner, ACL_EXECUTE) != ACLCHECK_OK)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("ntask: the owner of guard %s may not execute it",
+						format_procedure(guard))));
+
+	GetUserIdAndSecContext(&save_userid, &save_sec_context);
+	save_nestlevel = NewGUCNestLevel();
+	PG_TRY();
+	{
+		char	   *nspname = get_namespace_name(nsp);
+
+		SetUserIdAndSecContext(owner, save_sec_context |
+							   SECURITY_LOCAL_USERID_CHANGE |
+							   SECURITY_RESTRICTED_OPERATION);
+		(void) set_config_option("search_path",
+								 psprintf("pg_catalog, %s, pg_temp",
+										  quote_identifier(nspname ? nspname : "pg_catalog")),
+								 PGC_USERSET, PGC_S_SESSION,
+								 GUC_ACTION_SAVE, true, 0, false);
+		fmgr_info(guard, &flinfo);
+		InitFunctionCallInfoData(*gcinfo, &flinfo, 2, DEFAULT_COLLATION_OID,
+								 NULL, NULL);
+		gcinfo->args[0].value = PointerGetDatum(task_key);
+		gcinfo->args[0].isnull = false;
+		gcinfo->args[1].value = JsonbPGetDatum(payload);
+		gcinfo->args[1].isnull = false;
+		result = FunctionCallInvoke(gcinfo);
+		isnull = gcinfo->isnull;
+	}
+	PG_FINALLY();
+	{
+		SetUserIdAndSecContext(save_userid, save_sec_context);
+	}
+	PG_END_TRY();
+	AtEOXact_GUC(true, save_nestlevel);
+
+	if (isnull)
 		ereport(ERROR,
 				(errcode(ERRCODE_NTASK_GUARD_ANSWER),
 				 errmsg("ntask: guard %s returned NULL", format_procedure(guard)),
@@ -88,4 +228,63 @@ NtaskRunGuard(Oid guard, text *task_key, Jsonb *payload, char **reason)
 					format_procedure(guard), answer),
 			 errhint("A guard answers 'proceed', 'skip[: reason]' or 'cancel[: reason]'.")));
 	pg_unreachable();
+}
+
+/*
+ * NtaskRunGuard
+ *		Resolve and call the guard stored as name, classify the answer.
+ *		*reason gets the answer's reason (palloc'd in the current context)
+ *		or NULL.
+ *
+ *		With catch_errors (claim), the call runs in a subtransaction: any
+ *		error (the guard raised, returned NULL or nonsense, does not resolve,
+ *		its owner lost EXECUTE) is rolled back and reported as
+ *		NTASK_GUARD_ERROR with the message in *reason, so one bad guard
+ *		never stops its queue.  Without (replay), errors propagate to the
+ *		operator who asked.
+ */
+NtaskGuardVerdict
+NtaskRunGuard(const char *name, text *task_key, Jsonb *payload,
+			  char **reason, bool catch_errors)
+{
+	MemoryContext oldcxt = CurrentMemoryContext;
+	ResourceOwner oldowner = CurrentResourceOwner;
+	SPITupleTable *save_tuptable = SPI_tuptable;
+	volatile NtaskGuardVerdict v = NTASK_GUARD_ERROR;
+	char	   *volatile why = NULL;
+
+	if (!catch_errors)
+		return guard_call(NtaskResolveGuard(name), task_key, payload, reason);
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(oldcxt);
+	PG_TRY();
+	{
+		char	   *r = NULL;
+
+		v = guard_call(NtaskResolveGuard(name), task_key, payload, &r);
+		why = r;
+		ReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(oldcxt);
+		CurrentResourceOwner = oldowner;
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(oldcxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(oldcxt);
+		CurrentResourceOwner = oldowner;
+		v = NTASK_GUARD_ERROR;
+		why = psprintf("%s (SQLSTATE %s)", edata->message,
+					   unpack_sql_state(edata->sqlerrcode));
+		FreeErrorData(edata);
+	}
+	PG_END_TRY();
+	SPI_tuptable = save_tuptable;
+	*reason = why;
+	return v;
 }

@@ -10,10 +10,14 @@
  * the rows it looks for, so an idle round is three index probes per queue:
  *
  *	expired leases	task_lease_idx (lease_until) WHERE state = 'leased'
- *	deadlines		task_due_idx (only unfinished rows); run by the worker
- *					once a minute, as it visits every unfinished row
+ *	deadlines		task_deadline_idx (deadline) WHERE due_at IS NOT NULL
+ *					AND state <> 'leased': only past-deadline rows are
+ *					visited, so the worker sweeps every tick
  *	retention		task_finished_idx (queue, finished_at)
  *					WHERE state IN (succeeded, canceled, skipped)
+ *	history			audit (at), schedule_slot (fired_at), fence_receipt
+ *					(applied_at), after ntask.audit_retention and
+ *					ntask.history_retention
  *
  * Rows are picked FOR UPDATE SKIP LOCKED, so a round never waits for a
  * worker's transaction and two rounds (worker and pg_cron) never block
@@ -70,7 +74,7 @@ static NtaskPlan hk_release_plan = {
 	2, {INT8ARRAYOID, INT8ARRAYOID}
 };
 
-/* unleased unfinished tasks past their deadline (visits task_due_idx) */
+/* unleased unfinished tasks past their deadline (task_deadline_idx) */
 static NtaskPlan hk_deadline_plan = {
 	"housekeeping deadlines",
 	"WITH d AS ( "
@@ -85,6 +89,44 @@ static NtaskPlan hk_deadline_plan = {
 	"  finished_at = pg_catalog.now(), updated_at = pg_catalog.now() "
 	"FROM d WHERE t.task_id OPERATOR(pg_catalog.=) d.task_id",
 	1, {INT4OID}
+};
+
+/* history: $1 retention, $2 at most this many rows */
+static NtaskPlan hk_prune_audit_plan = {
+	"housekeeping prune audit",
+	"DELETE FROM ntask.audit a WHERE a.audit_id OPERATOR(pg_catalog.=) ANY (ARRAY( "
+	"  SELECT x.audit_id FROM ntask.audit x "
+	"  WHERE x.at OPERATOR(pg_catalog.<) (pg_catalog.now() OPERATOR(pg_catalog.-) $1) "
+	"  ORDER BY x.at LIMIT $2))",
+	2, {INTERVALOID, INT4OID}
+};
+
+/* a slot whose task is still unfinished stays: overlap decisions read it */
+static NtaskPlan hk_prune_slots_plan = {
+	"housekeeping prune schedule slots",
+	"DELETE FROM ntask.schedule_slot s WHERE s.id OPERATOR(pg_catalog.=) ANY (ARRAY( "
+	"  SELECT x.id FROM ntask.schedule_slot x "
+	"  WHERE x.fired_at OPERATOR(pg_catalog.<) (pg_catalog.now() OPERATOR(pg_catalog.-) $1) "
+	"    AND NOT EXISTS (SELECT 1 FROM ntask.task t "
+	"                    WHERE t.task_id OPERATOR(pg_catalog.=) x.task_id "
+	"                      AND t.due_at IS NOT NULL) "
+	"  ORDER BY x.fired_at LIMIT $2))",
+	2, {INTERVALOID, INT4OID}
+};
+
+/* the receipt of a fence's current watermark stays */
+static NtaskPlan hk_prune_fence_plan = {
+	"housekeeping prune fence receipts",
+	"DELETE FROM ntask.fence_receipt r USING ( "
+	"  SELECT x.fence_key, x.token FROM ntask.fence_receipt x "
+	"  WHERE x.applied_at OPERATOR(pg_catalog.<) (pg_catalog.now() OPERATOR(pg_catalog.-) $1) "
+	"    AND NOT EXISTS (SELECT 1 FROM ntask.fence f "
+	"                    WHERE f.fence_key OPERATOR(pg_catalog.=) x.fence_key "
+	"                      AND f.token OPERATOR(pg_catalog.=) x.token) "
+	"  ORDER BY x.applied_at LIMIT $2) d "
+	"WHERE r.fence_key OPERATOR(pg_catalog.=) d.fence_key "
+	"  AND r.token OPERATOR(pg_catalog.=) d.token",
+	2, {INTERVALOID, INT4OID}
 };
 
 static NtaskPlan hk_queues_plan = {
@@ -121,6 +163,22 @@ static NtaskPlan hk_prune_tasks_plan = {
 	"DELETE FROM ntask.task t WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1)",
 	1, {INT8ARRAYOID}
 };
+
+/* hk_prune_history: run one history DELETE with a retention in seconds */
+static void
+hk_prune_history(NtaskPlan *plan, int retention_s, int max_rows)
+{
+	Interval   *iv;
+	Datum		values[2];
+
+	if (retention_s <= 0)
+		return;
+	iv = palloc0(sizeof(Interval));
+	iv->time = (int64) retention_s * USECS_PER_SEC;
+	values[0] = IntervalPGetDatum(iv);
+	values[1] = Int32GetDatum(max_rows);
+	(void) NtaskExecPlan(plan, values, NULL, SPI_OK_DELETE);
+}
 
 /*
  * NtaskHousekeep
@@ -182,6 +240,11 @@ NtaskHousekeep(int max_rows, bool deadlines, int64 *counts)
 			counts[2] += NtaskExecPlan(&hk_prune_tasks_plan, values, NULL, SPI_OK_DELETE);
 		}
 	}
+
+	/* 4. history: audit, schedule slots, fence receipts (0: keep forever) */
+	hk_prune_history(&hk_prune_audit_plan, ntask_audit_retention_s, max_rows);
+	hk_prune_history(&hk_prune_slots_plan, ntask_history_retention_s, max_rows);
+	hk_prune_history(&hk_prune_fence_plan, ntask_history_retention_s, max_rows);
 }
 
 /*

@@ -32,9 +32,16 @@ ntask_http_classify(long status)
 {
 	if (status >= 200 && status <= 299)
 		return NTASK_HTTP_ACCEPTED;
-	if (status == 408 || status == 425 || status == 429 ||
-		(status >= 500 && status <= 599))
+	if (status == 408 || status == 425 || status == 429 || status == 503)
 		return NTASK_HTTP_TRANSIENT;
+
+	/*
+	 * 500, 502, 504 and the rest of 5xx: a server or gateway failed after
+	 * the request reached it; the upstream may have committed (a gateway
+	 * timeout after the upstream's commit).  Not proof of "no effect".
+	 */
+	if (status >= 500 && status <= 599)
+		return NTASK_HTTP_UNKNOWN;
 	return NTASK_HTTP_PERMANENT;
 }
 
@@ -387,8 +394,24 @@ ntask_url_host(const char *url, size_t len, char *host, size_t hostsz,
 	return true;
 }
 
+static bool hp_host_in_list(const char *host, const char *allowlist,
+							bool wildcard);
+
 bool
 ntask_host_allowed(const char *host, const char *allowlist)
+{
+	return hp_host_in_list(host, allowlist, true);
+}
+
+bool
+ntask_host_listed(const char *host, const char *allowlist)
+{
+	return hp_host_in_list(host, allowlist, false);
+}
+
+/* hp_host_in_list: host is an entry of the list (or '*' is, if wildcard) */
+static bool
+hp_host_in_list(const char *host, const char *allowlist, bool wildcard)
 {
 	const char *p = allowlist;
 	size_t		hlen = strlen(host);
@@ -411,7 +434,11 @@ ntask_host_allowed(const char *host, const char *allowlist)
 		while (e > b && (e[-1] == ' ' || e[-1] == '\t'))
 			e--;
 		if (e - b == 1 && b[0] == '*')
-			return true;
+		{
+			if (wildcard)
+				return true;
+			continue;
+		}
 		if (e - b >= 2 && b[0] == '[' && e[-1] == ']')
 			b++, e--;
 		n = (size_t) (e - b);

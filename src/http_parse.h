@@ -26,7 +26,8 @@
 typedef enum NtaskHttpClass
 {
 	NTASK_HTTP_ACCEPTED,		/* 2xx */
-	NTASK_HTTP_TRANSIENT,		/* 408, 425, 429, 5xx */
+	NTASK_HTTP_TRANSIENT,		/* 408, 425, 429, 503: nothing was done */
+	NTASK_HTTP_UNKNOWN,			/* 500, 502, 504, other 5xx: maybe done */
 	NTASK_HTTP_PERMANENT		/* anything else */
 } NtaskHttpClass;
 
@@ -69,5 +70,7 @@ extern bool ntask_url_host(const char *url, size_t len, char *host,
  * "[::1]" and "::1" are the same entry.  An empty list allows nothing.
  */
 extern bool ntask_host_allowed(const char *host, const char *allowlist);
+/* the same, but '*' does not count: the host itself is an entry */
+extern bool ntask_host_listed(const char *host, const char *allowlist);
 
 #endif							/* NTASK_HTTP_PARSE_H */

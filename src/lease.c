@@ -28,8 +28,10 @@ static void lease_check_token(int64 task_id, int64 token);
 
 static NtaskPlan lease_token_plan = {
 	"task token lookup",
-	"SELECT t.token FROM ntask.task t WHERE t.task_id OPERATOR(pg_catalog.=) $1",
-	1, {INT8OID}
+	"SELECT t.token, " NTASK_WORKER_RIGHT("q", "2") " "
+	"FROM ntask.task t JOIN ntask.queue q ON q.queue OPERATOR(pg_catalog.=) t.queue "
+	"WHERE t.task_id OPERATOR(pg_catalog.=) $1",
+	2, {INT8OID, OIDOID}
 };
 
 static NtaskPlan lease_heartbeat_plan = {
@@ -43,8 +45,9 @@ static NtaskPlan lease_heartbeat_plan = {
 	"  AND t.token OPERATOR(pg_catalog.=) $2 "
 	"  AND t.state OPERATOR(pg_catalog.=) 'leased' "
 	"  AND q.queue OPERATOR(pg_catalog.=) t.queue "
+	"  AND " NTASK_WORKER_RIGHT("q", "4") " "
 	"RETURNING t.lease_until",
-	3, {INT8OID, INT8OID, INTERVALOID}
+	4, {INT8OID, INT8OID, INTERVALOID, OIDOID}
 };
 
 static NtaskPlan lease_invoked_plan = {
@@ -52,8 +55,12 @@ static NtaskPlan lease_invoked_plan = {
 	"UPDATE ntask.attempt a SET invoked_at = pg_catalog.now() "
 	"WHERE a.task_id OPERATOR(pg_catalog.=) $1 "
 	"  AND a.token OPERATOR(pg_catalog.=) $2 "
-	"  AND a.ended_at IS NULL AND a.invoked_at IS NULL",
-	2, {INT8OID, INT8OID}
+	"  AND a.ended_at IS NULL AND a.invoked_at IS NULL "
+	"  AND EXISTS (SELECT 1 FROM ntask.task t JOIN ntask.queue q "
+	"                ON q.queue OPERATOR(pg_catalog.=) t.queue "
+	"              WHERE t.task_id OPERATOR(pg_catalog.=) a.task_id "
+	"                AND " NTASK_WORKER_RIGHT("q", "3") ")",
+	3, {INT8OID, INT8OID, OIDOID}
 };
 
 static NtaskPlan lease_attempt_plan = {
@@ -67,19 +74,23 @@ static NtaskPlan lease_attempt_plan = {
 
 /*
  * lease_check_token
- *		Raise P0002 when the task does not exist, NT003 when token was never
- *		issued for it (above the task's current token, or below 1).  Runs
- *		inside the caller's SPI connection.
+ *		Raise P0002 when the task does not exist, 42501 when the caller lacks
+ *		its queue's worker_role, NT003 when token was never issued for it
+ *		(above the task's current token, or below 1).  Runs inside the
+ *		caller's SPI connection.
  */
 static void
 lease_check_token(int64 task_id, int64 token)
 {
-	Datum		values[1];
+	Datum		values[2];
 	int64		current;
 
 	values[0] = Int64GetDatum(task_id);
+	values[1] = ObjectIdGetDatum(NtaskCaller());
 	if (NtaskExecPlan(&lease_token_plan, values, NULL, SPI_OK_SELECT) == 0)
 		NtaskTaskNotFound(task_id);
+	if (!NtaskGetBool(0, 2))
+		NtaskTaskRightDenied(task_id);
 	current = NtaskGetInt64(0, 1);
 	NtaskCheckTokenRange(task_id, token, current);
 }
@@ -97,9 +108,9 @@ ntask_heartbeat(PG_FUNCTION_ARGS)
 {
 	int64		task_id = NtaskArgInt64(fcinfo, 0, "task_id");
 	int64		token = NtaskArgInt64(fcinfo, 1, "token");
-	Datum		values[3];
-	char		nulls[3] = {' ', ' ', ' '};
-	Datum		result = (Datum) 0;
+	Datum		values[4];
+	char		nulls[4] = {' ', ' ', ' ', ' '};
+	TimestampTz result = 0;
 	bool		found;
 
 	if (!PG_ARGISNULL(2))
@@ -108,6 +119,7 @@ ntask_heartbeat(PG_FUNCTION_ARGS)
 	values[1] = Int64GetDatum(token);
 	values[2] = PG_ARGISNULL(2) ? (Datum) 0 : PG_GETARG_DATUM(2);
 	nulls[2] = PG_ARGISNULL(2) ? 'n' : ' ';
+	values[3] = ObjectIdGetDatum(NtaskCaller());
 
 	SPI_connect();
 	found = NtaskExecPlan(&lease_heartbeat_plan, values, nulls,
@@ -116,7 +128,8 @@ ntask_heartbeat(PG_FUNCTION_ARGS)
 	{
 		bool		isnull;
 
-		result = NtaskGetDatum(0, 1, &isnull);	/* by value: survives SPI_finish */
+		/* copied out of the SPI result before SPI_finish frees it */
+		result = DatumGetTimestampTz(NtaskGetDatum(0, 1, &isnull));
 	}
 	else
 		lease_check_token(task_id, token);
@@ -124,7 +137,7 @@ ntask_heartbeat(PG_FUNCTION_ARGS)
 
 	if (!found)
 		PG_RETURN_NULL();
-	PG_RETURN_DATUM(result);
+	PG_RETURN_TIMESTAMPTZ(result);
 }
 
 /*
@@ -139,11 +152,12 @@ ntask_invoked(PG_FUNCTION_ARGS)
 {
 	int64		task_id = NtaskArgInt64(fcinfo, 0, "task_id");
 	int64		token = NtaskArgInt64(fcinfo, 1, "token");
-	Datum		values[2];
+	Datum		values[3];
 	const char *result;
 
 	values[0] = Int64GetDatum(task_id);
 	values[1] = Int64GetDatum(token);
+	values[2] = ObjectIdGetDatum(NtaskCaller());
 
 	SPI_connect();
 	if (NtaskExecPlan(&lease_invoked_plan, values, NULL, SPI_OK_UPDATE) == 1)

@@ -35,6 +35,13 @@ char	   *ntask_http_allowed_hosts = NULL;
 int			ntask_http_connect_timeout_ms = 5000;
 int			ntask_http_max_response_bytes = 65536;
 int			ntask_http_retry_after_max = 3600;
+char	   *ntask_worker_role = NULL;
+int			ntask_worker_lock_timeout_ms = 1000;
+int			ntask_worker_statement_timeout_ms = 30000;
+
+/* housekeeping of history tables (0: keep forever) */
+int			ntask_audit_retention_s = 90 * 86400;
+int			ntask_history_retention_s = 30 * 86400;
 
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
@@ -152,6 +159,55 @@ _PG_init(void)
 							NULL,
 							&ntask_http_retry_after_max,
 							3600, 0, 7 * 86400,
+							PGC_SIGHUP,
+							GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	DefineCustomStringVariable("ntask.worker_role",
+							   "Role the ntask background worker connects as.",
+							   "Must exist, be able to log in and not be a "
+							   "superuser; CREATE EXTENSION ntask creates the "
+							   "default, ntask_bgworker (a member of ntask_worker).",
+							   &ntask_worker_role,
+							   "ntask_bgworker",
+							   PGC_POSTMASTER,
+							   0,
+							   NULL, NULL, NULL);
+
+	DefineCustomIntVariable("ntask.worker_lock_timeout",
+							"lock_timeout of the background worker's statements.",
+							"A row lock held by someone else's open transaction "
+							"makes one step fail and retry, never stalls the worker.",
+							&ntask_worker_lock_timeout_ms,
+							1000, 1, 600000,
+							PGC_SIGHUP,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("ntask.worker_statement_timeout",
+							"statement_timeout of each of the background worker's transactions.",
+							NULL,
+							&ntask_worker_statement_timeout_ms,
+							30000, 100, 3600 * 1000,
+							PGC_SIGHUP,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("ntask.audit_retention",
+							"Age after which housekeeping deletes ntask.audit rows.",
+							"0 keeps them forever.",
+							&ntask_audit_retention_s,
+							90 * 86400, 0, INT_MAX,
+							PGC_SIGHUP,
+							GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("ntask.history_retention",
+							"Age after which housekeeping deletes schedule slots and fence receipts.",
+							"A slot whose task is unfinished and the receipt of a "
+							"fence's current watermark are kept; 0 keeps all.",
+							&ntask_history_retention_s,
+							30 * 86400, 0, INT_MAX,
 							PGC_SIGHUP,
 							GUC_UNIT_S,
 							NULL, NULL, NULL);

@@ -36,7 +36,7 @@
 #define ERRCODE_NTASK_GUARD_ANSWER			MAKE_SQLSTATE('N','T','0','0','5')
 
 /* the SQL objects this library is written for (ntask.control default_version) */
-#define NTASK_VERSION			"0.2"
+#define NTASK_VERSION			"0.3"
 
 /* limits on caller-supplied values */
 #define NTASK_MAX_KEY_LEN		512		/* task_key, bytes */
@@ -58,6 +58,11 @@ extern char *ntask_http_allowed_hosts;
 extern int	ntask_http_connect_timeout_ms;
 extern int	ntask_http_max_response_bytes;
 extern int	ntask_http_retry_after_max;
+extern char *ntask_worker_role;
+extern int	ntask_worker_lock_timeout_ms;
+extern int	ntask_worker_statement_timeout_ms;
+extern int	ntask_audit_retention_s;
+extern int	ntask_history_retention_s;
 
 /*
  * A statement prepared once per backend with SPI_prepare + SPI_keepplan.
@@ -70,6 +75,7 @@ typedef struct NtaskPlan
 	const char *sql;
 	int			nargs;
 	Oid			argtypes[NTASK_PLAN_MAX_ARGS];
+	bool		as_caller;		/* run as the caller, not the owner */
 	SPIPlanPtr	plan;
 } NtaskPlan;
 
@@ -106,6 +112,17 @@ extern bytea *NtaskDigest(Jsonb *jb, int version);
 /* queue.c */
 extern void NtaskQueueNotFound(const char *queue) pg_attribute_noreturn();
 extern void NtaskCheckQueueRight(text *queue, bool producer);
+extern void NtaskTaskRightDenied(int64 task_id) pg_attribute_noreturn();
+
+/*
+ * SQL: true when the caller (parameter $n, an oid) may act as a worker on
+ * the tasks of queue row q: the queue has no worker_role, or the caller has
+ * its privileges.  Checked by every function that takes a task id and a
+ * token (transition, heartbeat, invoked, receipt), not only by claim.
+ */
+#define NTASK_WORKER_RIGHT(q, n) \
+	"(" q ".worker_role IS NULL OR pg_catalog.pg_has_role($" n ", " \
+	q ".worker_role, 'USAGE'))"
 
 /* receipt.c */
 extern bool NtaskSameDigest(Jsonb *payload, bytea *current_digest,
@@ -116,11 +133,15 @@ typedef enum NtaskGuardVerdict
 {
 	NTASK_GUARD_PROCEED,
 	NTASK_GUARD_SKIP,
-	NTASK_GUARD_CANCEL
+	NTASK_GUARD_CANCEL,
+	NTASK_GUARD_ERROR			/* raised; *reason holds the message */
 } NtaskGuardVerdict;
 
-extern NtaskGuardVerdict NtaskRunGuard(Oid guard, text *task_key, Jsonb *payload,
-									   char **reason);
+extern NtaskGuardVerdict NtaskRunGuard(const char *name, text *task_key,
+									   Jsonb *payload, char **reason,
+									   bool catch_errors);
+extern char *NtaskGuardName(Oid guard);
+extern Oid	NtaskResolveGuard(const char *name);
 
 /* worker.c */
 extern void NtaskWorkerRegister(void);
@@ -160,6 +181,7 @@ typedef struct NtaskHttpTarget
 	int			timeout_ms;
 	int			max_inflight;	/* 0: only the GUC limits it */
 	char	   *reconcile_url;	/* NULL: none */
+	char	   *reconcile_host; /* its host, as host */
 	bool		has_content_type;
 	int			nheaders;
 	char	  **headers;		/* "Name: value" lines */
@@ -180,6 +202,7 @@ extern Datum NtaskCloseExpiredAttempts(Datum task_ids);
 
 /* repair.c */
 extern void NtaskFinishTask(int64 task_id, const char *to_state,
-							 const char *reason, const char *attempt_result);
+							 const char *reason, const char *attempt_result,
+							 const char *error_class, const char *stage);
 
 #endif							/* NTASK_H */

@@ -57,7 +57,7 @@ static NtaskPlan queue_update_plan = {
 	"      coalesce($5, q.backoff_base) "
 	"RETURNING q.*",
 	9, {TEXTOID, INT4OID, INTERVALOID, INTERVALOID, INTERVALOID, INTERVALOID,
-	REGPROCEDUREOID, JSONBOID, INTERVALOID}
+	TEXTOID, JSONBOID, INTERVALOID}
 };
 
 /* $2: the caller; true when the queue restricts this right to a role it lacks */
@@ -86,7 +86,8 @@ static NtaskPlan queue_clear_guard_plan = {
 };
 
 static void queue_check_name(text *name);
-static void queue_check_guard(Oid guard);
+static char *queue_check_guard(Oid guard);
+static void queue_warn_host(const char *what, const char *host);
 
 /*
  * queue_check_name
@@ -118,15 +119,18 @@ queue_check_name(text *name)
 /*
  * queue_check_guard
  *		A guard must be a function (task_key text, payload jsonb) RETURNS
- *		text that the current user may execute; anything else raises 22023
- *		(42501 for a missing EXECUTE privilege).
+ *		text (else 22023), owned by a role whose privileges the current user
+ *		has, and executable by the current user (else 42501): a guard runs
+ *		as its owner (guard.c), so whoever sets it must already hold those
+ *		rights.  Returns the name to store (schema-qualified).
  */
-static void
+static char *
 queue_check_guard(Oid guard)
 {
 	HeapTuple	tup;
 	Form_pg_proc proc;
 	bool		ok;
+	Oid			owner;
 
 	tup = SearchSysCache1(PROCOID, ObjectIdGetDatum(guard));
 	if (!HeapTupleIsValid(tup))
@@ -140,6 +144,7 @@ queue_check_guard(Oid guard)
 		proc->pronargs == 2 &&
 		proc->proargtypes.values[0] == TEXTOID &&
 		proc->proargtypes.values[1] == JSONBOID;
+	owner = proc->proowner;
 	ReleaseSysCache(tup);
 	if (!ok)
 		ereport(ERROR,
@@ -148,11 +153,34 @@ queue_check_guard(Oid guard)
 						format_procedure(guard)),
 				 errhint("A guard is a function (task_key text, payload jsonb) RETURNS text "
 						 "answering 'proceed', 'skip[: reason]' or 'cancel[: reason]'.")));
+	if (!has_privs_of_role(GetUserId(), owner))
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("ntask: must have the privileges of the owner of guard %s",
+						format_procedure(guard)),
+				 errdetail("A guard runs with the rights of its owner, %s.",
+						   GetUserNameFromId(owner, false))));
 	if (pg_proc_aclcheck(guard, GetUserId(), ACL_EXECUTE) != ACLCHECK_OK)
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 				 errmsg("ntask: permission denied for guard %s",
 						format_procedure(guard))));
+	return NtaskGuardName(guard);
+}
+
+/*
+ * queue_warn_host
+ *		A target host the allowlist does not name is stored (the list is a
+ *		server setting and may change), with a WARNING saying what happens.
+ */
+static void
+queue_warn_host(const char *what, const char *host)
+{
+	if (!ntask_host_allowed(host, ntask_http_allowed_hosts))
+		ereport(WARNING,
+				(errmsg("ntask: %s host \"%s\" is not in ntask.http_allowed_hosts", what, host),
+				 errdetail("The worker sends nothing to it: its tasks go to repair_required at stage config."),
+				 errhint("Add it to ntask.http_allowed_hosts in postgresql.conf and reload.")));
 }
 
 /*
@@ -194,6 +222,21 @@ NtaskCheckQueueRight(text *queue, bool producer)
 						text_to_cstring(queue)),
 				 errhint("The queue's %s must be granted to the role (ntask_queue_set_roles).",
 						 producer ? "producer_role" : "worker_role")));
+}
+
+/*
+ * NtaskTaskRightDenied
+ *		Raise 42501 for a task of a queue whose worker_role the caller
+ *		lacks.  Raised before anything about the task (state, token) is
+ *		revealed.
+ */
+void
+NtaskTaskRightDenied(int64 task_id)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+			 errmsg("ntask: permission denied for task %lld", (long long) task_id),
+			 errhint("The task's queue restricts its workers to its worker_role (ntask_queue_set_roles).")));
 }
 
 /*
@@ -245,6 +288,7 @@ ntask_queue_set(PG_FUNCTION_ARGS)
 	char		nulls[9];
 	int			i;
 	char	   *qname;
+	char	   *guard_name = NULL;
 
 	queue_check_name(queue);
 	if (!PG_ARGISNULL(1) &&
@@ -262,7 +306,7 @@ ntask_queue_set(PG_FUNCTION_ARGS)
 	if (!PG_ARGISNULL(5))
 		NtaskCheckPositiveInterval(PG_GETARG_INTERVAL_P(5), "backoff_max");
 	if (!PG_ARGISNULL(6))
-		queue_check_guard(PG_GETARG_OID(6));
+		guard_name = queue_check_guard(PG_GETARG_OID(6));
 	if (!PG_ARGISNULL(7))
 	{
 		Jsonb	   *target = PG_GETARG_JSONB_P(7);
@@ -276,11 +320,9 @@ ntask_queue_set(PG_FUNCTION_ARGS)
 		{
 			NtaskHttpTarget *t = NtaskParseHttpTarget(target);
 
-			if (!ntask_host_allowed(t->host, ntask_http_allowed_hosts))
-				ereport(WARNING,
-						(errmsg("ntask: host \"%s\" is not in ntask.http_allowed_hosts", t->host),
-						 errdetail("The worker sends nothing to it: its tasks go to repair_required at stage config."),
-						 errhint("Add it to ntask.http_allowed_hosts in postgresql.conf and reload.")));
+			queue_warn_host("url", t->host);
+			if (t->reconcile_url)
+				queue_warn_host("reconcile_url", t->reconcile_host);
 		}
 	}
 	if (!PG_ARGISNULL(8))
@@ -292,6 +334,8 @@ ntask_queue_set(PG_FUNCTION_ARGS)
 		nulls[i] = PG_ARGISNULL(i) ? 'n' : ' ';
 	}
 	values[0] = PointerGetDatum(queue);
+	if (guard_name)
+		values[6] = CStringGetTextDatum(guard_name);
 	qname = text_to_cstring(queue);
 
 	InitMaterializedSRF(fcinfo, 0);
@@ -304,13 +348,24 @@ ntask_queue_set(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("ntask: backoff_max must not be less than backoff_base")));
 	{
-		Datum		rowvals[16];
-		bool		rownulls[16];
 		int			natts = rsinfo->setDesc->natts;
+		Datum	   *rowvals = palloc(sizeof(Datum) * natts);
+		bool	   *rownulls = palloc(sizeof(bool) * natts);
+		int			col = 0;
 
-		Assert(natts < 16 && natts == SPI_tuptable->tupdesc->natts);
+		/* the row type keeps dropped columns (0.3 replaced guard); skip them */
 		for (i = 0; i < natts; i++)
-			rowvals[i] = NtaskGetDatum(0, i + 1, &rownulls[i]);
+		{
+			if (TupleDescAttr(rsinfo->setDesc, i)->attisdropped)
+			{
+				rowvals[i] = (Datum) 0;
+				rownulls[i] = true;
+				continue;
+			}
+			if (++col > SPI_tuptable->tupdesc->natts)
+				elog(ERROR, "ntask: ntask.queue has fewer columns than its row type");
+			rowvals[i] = NtaskGetDatum(0, col, &rownulls[i]);
+		}
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc,
 							 rowvals, rownulls);
 	}

@@ -18,10 +18,13 @@
  *
  * The insert is INSERT ... ON CONFLICT DO NOTHING RETURNING, so a duplicate
  * never raises inside the caller's transaction.  The task row is locked
- * FOR SHARE first: until the business transaction ends, a claim skips the
- * task (SKIP LOCKED) instead of taking it over, so the fence cannot move
- * between the check and the commit.  A takeover that follows sees the
- * receipt (prior_outcome = 'committed').
+ * FOR NO KEY UPDATE first: until the business transaction ends, a claim
+ * skips the task (SKIP LOCKED) instead of taking it over, so the fence
+ * cannot move between the check and the commit.  A takeover that follows
+ * sees the receipt (prior_outcome = 'committed').  The lock is exclusive
+ * (not FOR SHARE) so that two business transactions of one task queue up
+ * behind each other instead of both holding a shared lock and then
+ * deadlocking in their transitions; the second sees the first's receipt.
  *
  * IDENTIFICATION
  *	  src/receipt.c
@@ -35,16 +38,34 @@
 
 PG_FUNCTION_INFO_V1(ntask_receipt);
 
-/* the task's fence, and whether this token's attempt was closed by another */
+/*
+ * The task row, locked: its token and state are those of the latest
+ * committed version (a lock that waited re-reads the row).  Nothing else
+ * is decided here: a subquery in this statement would still see the
+ * statement's snapshot from before the wait (a cancel that committed
+ * meanwhile), so the attempt is read by the next statement.
+ */
 static NtaskPlan rcpt_lock_plan = {
 	"receipt task lock",
-	"SELECT t.token, "
-	"  EXISTS (SELECT 1 FROM ntask.attempt a "
-	"          WHERE a.task_id OPERATOR(pg_catalog.=) t.task_id "
-	"            AND a.token OPERATOR(pg_catalog.=) $2 "
-	"            AND a.ended_at IS NOT NULL AND a.requested IS NULL) "
-	"FROM ntask.task t WHERE t.task_id OPERATOR(pg_catalog.=) $1 "
-	"FOR SHARE OF t",
+	"SELECT t.token, " NTASK_WORKER_RIGHT("q", "2") " "
+	"FROM ntask.task t JOIN ntask.queue q ON q.queue OPERATOR(pg_catalog.=) t.queue "
+	"WHERE t.task_id OPERATOR(pg_catalog.=) $1 "
+	"FOR NO KEY UPDATE OF t",
+	2, {INT8OID, OIDOID}
+};
+
+/*
+ * Whether this token's attempt was closed by someone else (takeover,
+ * cancel, guard, expiry): closed without a transition it asked for.  A new
+ * statement, so a new snapshot: it sees every change committed before the
+ * lock above was granted, and nothing can close the attempt while the lock
+ * is held (claim skips the row, cancel and housekeeping wait or skip).
+ */
+static NtaskPlan rcpt_closed_plan = {
+	"receipt attempt closed",
+	"SELECT a.ended_at IS NOT NULL AND a.requested IS NULL FROM ntask.attempt a "
+	"WHERE a.task_id OPERATOR(pg_catalog.=) $1 "
+	"  AND a.token OPERATOR(pg_catalog.=) $2",
 	2, {INT8OID, INT8OID}
 };
 
@@ -87,9 +108,9 @@ NtaskSameDigest(Jsonb *payload, bytea *current_digest, bytea *stored,
 /*
  * ntask_receipt(task_id bigint, token bigint, payload jsonb) RETURNS text
  *		See the file header.  Errors: NULL argument 22004; unknown task
- *		P0002; a token never issued NT003; a stored receipt of an unknown
- *		digest version NT004.  Locks the task row FOR SHARE until the
- *		caller's transaction ends.
+ *		P0002; no right to the task's queue 42501; a token never issued
+ *		NT003; a stored receipt of an unknown digest version NT004.  Locks
+ *		the task row (FOR NO KEY UPDATE) until the caller's transaction ends.
  */
 Datum
 ntask_receipt(PG_FUNCTION_ARGS)
@@ -99,6 +120,7 @@ ntask_receipt(PG_FUNCTION_ARGS)
 	Jsonb	   *payload;
 	bytea	   *digest;
 	Datum		values[4];
+	Datum		lockvals[2];
 	bool		stale;
 	const char *result;
 
@@ -110,11 +132,19 @@ ntask_receipt(PG_FUNCTION_ARGS)
 	values[2] = PointerGetDatum(digest);
 	values[3] = Int16GetDatum(NTASK_DIGEST_VERSION);
 
+	lockvals[0] = values[0];
+	lockvals[1] = ObjectIdGetDatum(NtaskCaller());
+
 	SPI_connect();
-	if (NtaskExecPlan(&rcpt_lock_plan, values, NULL, SPI_OK_SELECT) == 0)
+	if (NtaskExecPlan(&rcpt_lock_plan, lockvals, NULL, SPI_OK_SELECT) == 0)
 		NtaskTaskNotFound(task_id);
+	if (!NtaskGetBool(0, 2))
+		NtaskTaskRightDenied(task_id);
 	NtaskCheckTokenRange(task_id, token, NtaskGetInt64(0, 1));
-	stale = token < NtaskGetInt64(0, 1) || NtaskGetBool(0, 2);
+	stale = token < NtaskGetInt64(0, 1);
+	if (!stale)
+		stale = NtaskExecPlan(&rcpt_closed_plan, values, NULL, SPI_OK_SELECT) == 1 &&
+			NtaskGetBool(0, 1);
 
 	if (!stale &&
 		NtaskExecPlan(&rcpt_insert_plan, values, NULL, SPI_OK_INSERT_RETURNING) == 1)

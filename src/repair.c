@@ -49,10 +49,12 @@ static NtaskPlan rep_finish_plan = {
 	"UPDATE ntask.task t SET state = $2, reason = $3, due_at = NULL, "
 	"  lease_owner = NULL, lease_until = NULL, "
 	"  finished_at = pg_catalog.now(), updated_at = pg_catalog.now(), "
+	"  last_error_class = coalesce($5, t.last_error_class), "
+	"  last_error_stage = coalesce($6, t.last_error_stage), "
 	"  unknown_attempts = t.unknown_attempts OPERATOR(pg_catalog.+) "
 	"    (SELECT pg_catalog.count(*) FROM closed c WHERE c.was_invoked)::integer "
 	"WHERE t.task_id OPERATOR(pg_catalog.=) $1",
-	4, {INT8OID, TEXTOID, TEXTOID, TEXTOID}
+	6, {INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID}
 };
 
 static NtaskPlan rep_replay_plan = {
@@ -115,19 +117,26 @@ rep_wrong_state(int64 task_id, const char *state, const char *action,
  * NtaskFinishTask
  *		Move a task the caller has locked to a terminal state with a reason,
  *		closing its open attempt (if any) with attempt_result; an attempt
- *		that had been invoked is counted as an unknown outcome.
+ *		that had been invoked is counted as an unknown outcome.  error_class
+ *		and stage, when not NULL, become the task's last error.
  */
 void
 NtaskFinishTask(int64 task_id, const char *to_state, const char *reason,
-				const char *attempt_result)
+				const char *attempt_result, const char *error_class,
+				const char *stage)
 {
-	Datum		values[4];
+	Datum		values[6];
+	char		nulls[6] = {' ', ' ', ' ', ' ', ' ', ' '};
 
 	values[0] = Int64GetDatum(task_id);
 	values[1] = CStringGetTextDatum(to_state);
 	values[2] = CStringGetTextDatum(reason);
 	values[3] = CStringGetTextDatum(attempt_result);
-	NtaskExecPlan(&rep_finish_plan, values, NULL, SPI_OK_UPDATE);
+	values[4] = error_class ? CStringGetTextDatum(error_class) : (Datum) 0;
+	nulls[4] = error_class ? ' ' : 'n';
+	values[5] = stage ? CStringGetTextDatum(stage) : (Datum) 0;
+	nulls[5] = stage ? ' ' : 'n';
+	NtaskExecPlan(&rep_finish_plan, values, nulls, SPI_OK_UPDATE);
 }
 
 /*
@@ -155,7 +164,7 @@ ntask_cancel(PG_FUNCTION_ARGS)
 		rep_wrong_state(task_id, state, "cancel", "unfinished or repair_required");
 	else
 	{
-		NtaskFinishTask(task_id, "canceled", reason, "canceled");
+		NtaskFinishTask(task_id, "canceled", reason, "canceled", NULL, NULL);
 		NtaskAudit(actor, "cancel", task_id, queue, reason, state, "canceled");
 	}
 	SPI_finish();
@@ -178,7 +187,7 @@ ntask_replay(PG_FUNCTION_ARGS)
 	char	   *queue;
 	const char *to_state = "ready";
 	bool		isnull;
-	Datum		guard;
+	char	   *guard;
 	Datum		values[1];
 
 	SPI_connect();
@@ -187,22 +196,24 @@ ntask_replay(PG_FUNCTION_ARGS)
 	if (strcmp(state, "repair_required") != 0)
 		rep_wrong_state(task_id, state, "replay", "repair_required");
 
-	guard = NtaskGetDatum(0, 5, &isnull);
-	if (!isnull)
+	guard = NtaskGetCString(0, 5);
+	if (guard != NULL)
 	{
 		char	   *why;
 		NtaskGuardVerdict v;
 
-		v = NtaskRunGuard(DatumGetObjectId(guard),
+		/* an operator asked: a guard error is theirs to see, not caught */
+		v = NtaskRunGuard(guard,
 						  DatumGetTextPP(NtaskGetDatum(0, 3, &isnull)),
-						  DatumGetJsonbP(NtaskGetDatum(0, 4, &isnull)), &why);
+						  DatumGetJsonbP(NtaskGetDatum(0, 4, &isnull)), &why,
+						  false);
 		if (v != NTASK_GUARD_PROCEED)
 		{
 			to_state = v == NTASK_GUARD_SKIP ? "skipped" : "canceled";
 			NtaskFinishTask(task_id, to_state,
 							why ? why : psprintf("guard: %s on replay",
 												 v == NTASK_GUARD_SKIP ? "skip" : "cancel"),
-							"guard");
+							"guard", NULL, NULL);
 		}
 	}
 	if (strcmp(to_state, "ready") == 0)

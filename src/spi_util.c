@@ -79,6 +79,7 @@ NtaskExecPlanCount(NtaskPlan *p, Datum *values, const char *nulls,
 	Oid			save_userid;
 	int			save_sec_context;
 	Oid			save_caller;
+	volatile Oid owner = InvalidOid;
 	int			save_nestlevel;
 
 	/*
@@ -87,20 +88,32 @@ NtaskExecPlanCount(NtaskPlan *p, Datum *values, const char *nulls,
 	 * freshly analyzed as empty, it would be a sequential scan that stays
 	 * in use as the table grows (every statement here reaches its rows by
 	 * an index).  So plan with enable_seqscan off, as a function's SET
-	 * clause would; an error unwinds the setting with the transaction.
-	 * Parse analysis (prepare, and re-analysis after an invalidation) and
-	 * execution both run as the owner.
+	 * clause would; an error unwinds the settings with the transaction.
+	 * search_path is pinned the same way: the statement runs as the owner,
+	 * and a caller's search_path must never decide which type, cast or
+	 * function a name in it means.  Parse analysis (prepare, and
+	 * re-analysis after an invalidation) and execution both run as the
+	 * owner.  A plan marked as_caller (the worker's calls of the API
+	 * functions) runs as the caller, with only search_path pinned.
 	 */
+	if (!p->as_caller)
+		owner = spi_owner();	/* may raise: nothing is changed yet */
 	save_nestlevel = NewGUCNestLevel();
-	(void) set_config_option("enable_seqscan", "off", PGC_USERSET,
+	(void) set_config_option("search_path", "pg_catalog, pg_temp", PGC_USERSET,
 							 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+	if (!p->as_caller)
+		(void) set_config_option("enable_seqscan", "off", PGC_USERSET,
+								 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
 	GetUserIdAndSecContext(&save_userid, &save_sec_context);
 	save_caller = spi_caller;
-	spi_caller = save_userid;
-	SetUserIdAndSecContext(spi_owner(),
-						   save_sec_context | SECURITY_LOCAL_USERID_CHANGE);
 	PG_TRY();
 	{
+		if (!p->as_caller)
+		{
+			spi_caller = save_userid;
+			SetUserIdAndSecContext(owner,
+								   save_sec_context | SECURITY_LOCAL_USERID_CHANGE);
+		}
 		if (p->plan == NULL)
 			spi_prepare(p);
 		rc = SPI_execute_plan(p->plan, values, nulls, false, count);
@@ -329,7 +342,7 @@ NtaskCheckTokenRange(int64 task_id, int64 token, int64 current)
 				(errcode(ERRCODE_NTASK_TOKEN_NOT_ISSUED),
 				 errmsg("ntask: token %lld was never issued for task %lld",
 						(long long) token, (long long) task_id),
-				 errdetail("The task's latest token is %lld.", (long long) current)));
+				 errhint("Use the token ntask_claim returned for this attempt.")));
 }
 
 /*

@@ -134,9 +134,7 @@ NtaskParseHttpTarget(Jsonb *target)
 		}
 		else if (strcmp(key, "reconcile_url") == 0)
 		{
-			char	   *host;
-
-			t->reconcile_url = tg_url(&v, key, &host);
+			t->reconcile_url = tg_url(&v, key, &t->reconcile_host);
 		}
 		else if (strcmp(key, "method") == 0)
 		{

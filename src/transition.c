@@ -44,40 +44,51 @@ PG_FUNCTION_INFO_V1(ntask_transition);
 static NtaskPlan tr_lock_plan = {
 	"transition lock",
 	"SELECT t.state, t.token, t.attempts, t.max_attempts, t.deadline, "
-	"  q.backoff_base, q.backoff_max, t.run_at "
+	"  q.backoff_base, q.backoff_max, t.run_at, " NTASK_WORKER_RIGHT("q", "2") " "
 	"FROM ntask.task t JOIN ntask.queue q "
 	"  ON q.queue OPERATOR(pg_catalog.=) t.queue "
 	"WHERE t.task_id OPERATOR(pg_catalog.=) $1 FOR UPDATE OF t",
-	1, {INT8OID}
+	2, {INT8OID, OIDOID}
 };
 
+/*
+ * The task row first (locked by the UPDATE), then its attempt row: the
+ * attempt is closed only if the task moved, and only for a caller with the
+ * queue's worker_role.
+ */
 static NtaskPlan tr_apply_plan = {
 	"transition apply",
-	"WITH a AS ( "
-	"  UPDATE ntask.attempt SET ended_at = pg_catalog.now(), result = $3, "
+	"WITH upd AS ( "
+	"  UPDATE ntask.task t SET state = $3, "
+	"    run_at = coalesce($11, t.run_at), due_at = $11, "
+	"    lease_owner = NULL, lease_until = NULL, "
+	"    last_error_class = coalesce($5, t.last_error_class), "
+	"    last_error_stage = coalesce($6, t.last_error_stage), "
+	"    outcome = $8, "
+	"    reason = CASE WHEN $13 "
+	"      THEN coalesce($10 OPERATOR(pg_catalog.->>) 'reason', $12) ELSE $12 END, "
+	"    unknown_attempts = t.unknown_attempts OPERATOR(pg_catalog.+) "
+	"      CASE WHEN $7 THEN 0 ELSE 1 END, "
+	"    finished_at = CASE WHEN $11 IS NULL THEN pg_catalog.now() END, "
+	"    updated_at = pg_catalog.now() "
+	"  WHERE t.task_id OPERATOR(pg_catalog.=) $1 "
+	"    AND t.token OPERATOR(pg_catalog.=) $2 "
+	"    AND t.state OPERATOR(pg_catalog.=) 'leased' "
+	"    AND EXISTS (SELECT 1 FROM ntask.queue q "
+	"                WHERE q.queue OPERATOR(pg_catalog.=) t.queue "
+	"                  AND " NTASK_WORKER_RIGHT("q", "14") ") "
+	"  RETURNING t.task_id, t.state, t.run_at "
+	"), att AS ( "
+	"  UPDATE ntask.attempt a SET ended_at = pg_catalog.now(), result = $3, "
 	"    requested = $4, error_class = $5, error_stage = $6, "
 	"    outcome_known = $7, outcome = $8, retry_at = $9, detail = $10 "
-	"  WHERE task_id OPERATOR(pg_catalog.=) $1 "
-	"    AND token OPERATOR(pg_catalog.=) $2 AND ended_at IS NULL "
+	"  FROM upd "
+	"  WHERE a.task_id OPERATOR(pg_catalog.=) upd.task_id "
+	"    AND a.token OPERATOR(pg_catalog.=) $2 AND a.ended_at IS NULL "
 	") "
-	"UPDATE ntask.task SET state = $3, "
-	"  run_at = coalesce($11, run_at), due_at = $11, "
-	"  lease_owner = NULL, lease_until = NULL, "
-	"  last_error_class = coalesce($5, last_error_class), "
-	"  last_error_stage = coalesce($6, last_error_stage), "
-	"  outcome = $8, "
-	"  reason = CASE WHEN $13 "
-	"    THEN coalesce($10 OPERATOR(pg_catalog.->>) 'reason', $12) ELSE $12 END, "
-	"  unknown_attempts = unknown_attempts OPERATOR(pg_catalog.+) "
-	"    CASE WHEN $7 THEN 0 ELSE 1 END, "
-	"  finished_at = CASE WHEN $11 IS NULL THEN pg_catalog.now() END, "
-	"  updated_at = pg_catalog.now() "
-	"WHERE task_id OPERATOR(pg_catalog.=) $1 "
-	"  AND token OPERATOR(pg_catalog.=) $2 "
-	"  AND state OPERATOR(pg_catalog.=) 'leased' "
-	"RETURNING state, run_at",
-	13, {INT8OID, INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, BOOLOID,
-	TEXTOID, TIMESTAMPTZOID, JSONBOID, TIMESTAMPTZOID, TEXTOID, BOOLOID}
+	"SELECT upd.state, upd.run_at FROM upd",
+	14, {INT8OID, INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, BOOLOID,
+	TEXTOID, TIMESTAMPTZOID, JSONBOID, TIMESTAMPTZOID, TEXTOID, BOOLOID, OIDOID}
 };
 
 static NtaskPlan tr_attempt_plan = {
@@ -231,8 +242,8 @@ static bool
 tr_apply(TrCall *c, const char *final, TimestampTz next, const char *reason,
 		 bool engine_reason)
 {
-	Datum		values[13];
-	char		nulls[13];
+	Datum		values[14];
+	char		nulls[14];
 
 	memset(nulls, ' ', sizeof(nulls));
 	values[0] = Int64GetDatum(c->task_id);
@@ -257,8 +268,8 @@ tr_apply(TrCall *c, const char *final, TimestampTz next, const char *reason,
 	nulls[11] = reason ? ' ' : 'n';
 	/* detail->>'reason' may name why, unless ntask enforced the budget */
 	values[12] = BoolGetDatum(reason != NULL && !engine_reason);
-	return NtaskExecPlan(&tr_apply_plan, values, nulls,
-						 SPI_OK_UPDATE_RETURNING) == 1;
+	values[13] = ObjectIdGetDatum(NtaskCaller());
+	return NtaskExecPlan(&tr_apply_plan, values, nulls, SPI_OK_SELECT) == 1;
 }
 
 /*
@@ -323,9 +334,12 @@ ntask_transition(PG_FUNCTION_ARGS)
 		int64		current;
 
 		values[0] = Int64GetDatum(c.task_id);
-		values[1] = Int64GetDatum(c.token);
+		values[1] = ObjectIdGetDatum(NtaskCaller());
 		if (NtaskExecPlan(&tr_lock_plan, values, NULL, SPI_OK_SELECT) == 0)
 			NtaskTaskNotFound(c.task_id);
+		if (!NtaskGetBool(0, 9))
+			NtaskTaskRightDenied(c.task_id);
+		values[1] = Int64GetDatum(c.token);
 		state = NtaskGetCString(0, 1);
 		current = NtaskGetInt64(0, 2);
 		NtaskCheckTokenRange(c.task_id, c.token, current);
