@@ -140,3 +140,14 @@ DROP FUNCTION su_guard(text, jsonb);
 DROP SCHEMA regress_gs CASCADE;
 DROP TABLE public.guard_seen;
 DROP ROLE regress_guard_admin, regress_guard_worker;
+
+-- a guard is called with the default collation: text comparisons work
+CREATE FUNCTION coll_guard(k text, p jsonb) RETURNS text LANGUAGE sql AS $$
+  SELECT CASE WHEN k > 'm' THEN 'skip: late in the alphabet' ELSE 'proceed' END $$;
+SELECT queue FROM ntask_queue_set('g4', guard => 'coll_guard(text, jsonb)');
+SELECT created FROM ntask_enqueue('g4', 'a-first');
+SELECT created FROM ntask_enqueue('g4', 'z-last');
+SELECT task_key FROM ntask_claim('g4', 'W1', max_tasks => 5);
+SELECT task_key, state, reason FROM ntask.task WHERE queue = 'g4' ORDER BY 1;
+SELECT ntask_queue_clear_guard('g4');
+DROP FUNCTION coll_guard(text, jsonb);

@@ -93,3 +93,38 @@ SELECT * FROM ntask_housekeeping(10, NULL);
 
 -- the worker's view has one row whatever the worker is doing
 SELECT count(*) AS rows FROM ntask.worker_stats;
+
+-- history: audit rows, schedule slots and fence receipts older than their
+-- retention are pruned; a fence's current watermark receipt and a slot
+-- whose task is unfinished stay; 0 keeps everything
+SELECT ntask_fence('hk:f1', 1, '{"v": 1}'), ntask_fence('hk:f1', 2, '{"v": 2}');
+UPDATE ntask.fence_receipt SET applied_at = now() - interval '40 days' WHERE fence_key = 'hk:f1';
+INSERT INTO ntask.audit (actor, action, reason, at)
+VALUES ('hk', 'test_old', 'old', now() - interval '100 days'),
+	   ('hk', 'test_new', 'new', now() - interval '1 day');
+SELECT queue FROM ntask_queue_set('hkq');
+SELECT task_id AS hk_open FROM ntask_enqueue('hkq', 'open-slot') \gset
+INSERT INTO ntask.schedule_slot (schedule, slot, fired_at, task_id, outcome)
+VALUES ('hk', now() - interval '40 days', now() - interval '40 days', :hk_open, 'enqueued'),
+	   ('hk', now() - interval '39 days', now() - interval '39 days', NULL, 'missed'),
+	   ('hk', now() - interval '1 day', now() - interval '1 day', NULL, 'missed');
+SET ntask.audit_retention = 0;
+SET ntask.history_retention = 0;
+SELECT pruned FROM ntask_housekeeping();
+SELECT count(*) AS old_audit_kept FROM ntask.audit WHERE action = 'test_old';
+RESET ntask.audit_retention;
+RESET ntask.history_retention;
+SHOW ntask.audit_retention;
+SHOW ntask.history_retention;
+SELECT pruned FROM ntask_housekeeping();
+SELECT action FROM ntask.audit WHERE action LIKE 'test_%' ORDER BY action;
+SELECT token FROM ntask.fence_receipt WHERE fence_key = 'hk:f1' ORDER BY token;
+SELECT outcome, task_id IS NOT NULL AS has_task FROM ntask.schedule_slot
+WHERE schedule = 'hk' ORDER BY slot;
+-- only a superuser may change them for a session
+CREATE ROLE regress_hk_admin IN ROLE ntask_admin;
+SET ROLE regress_hk_admin;
+SET ntask.audit_retention = 0;
+\echo :SQLSTATE
+RESET ROLE;
+DROP ROLE regress_hk_admin;

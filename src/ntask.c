@@ -198,7 +198,7 @@ _PG_init(void)
 							"0 keeps them forever.",
 							&ntask_audit_retention_s,
 							90 * 86400, 0, INT_MAX,
-							PGC_SIGHUP,
+							PGC_SUSET,
 							GUC_UNIT_S,
 							NULL, NULL, NULL);
 
@@ -208,7 +208,7 @@ _PG_init(void)
 							"fence's current watermark are kept; 0 keeps all.",
 							&ntask_history_retention_s,
 							30 * 86400, 0, INT_MAX,
-							PGC_SIGHUP,
+							PGC_SUSET,
 							GUC_UNIT_S,
 							NULL, NULL, NULL);
 

@@ -22,6 +22,8 @@
  *							leases, deadlines, retention) and a look for
  *							due http tasks
  *	latch set				an enqueue committed: look for due http tasks
+ *							(queues reread at most every 100 ms; a wake
+ *							inside that window rereads when it ends)
  *	transfers in flight		curl is polled in slices of at most 10 ms, the
  *							latch and interrupts are checked between slices
  *
@@ -581,6 +583,7 @@ ntask_worker_main(Datum arg)
 {
 	TimestampTz next_tick = 0;
 	TimestampTz next_refresh = 0;
+	bool		refresh_pending = false;
 	Oid			roleoid;
 	pid_t		other;
 
@@ -673,9 +676,18 @@ ntask_worker_main(Datum arg)
 			SpinLockRelease(&wk_shared->mutex);
 			wk_housekeeping();
 			NtaskDispatchRefreshQueues();
+			refresh_pending = false;
 			next_refresh = now + 100 * 1000;
 			next_tick = now + (TimestampTz) ntask_naptime_ms * 1000;
 			woken = true;		/* look for due tasks every tick */
+		}
+		else if (refresh_pending && now >= next_refresh)
+		{
+			/* a wake-up came within 100 ms of the last refresh: do it now */
+			NtaskDispatchRefreshQueues();
+			refresh_pending = false;
+			next_refresh = now + 100 * 1000;
+			woken = true;
 		}
 
 		/* look for work if woken, ticking, or the last claim was full */
@@ -690,7 +702,8 @@ ntask_worker_main(Datum arg)
 		}
 		else
 		{
-			long		wait_ms = (long) ((next_tick - GetCurrentTimestamp()) / 1000);
+			TimestampTz until = refresh_pending ? Min(next_tick, next_refresh) : next_tick;
+			long		wait_ms = (long) ((until - GetCurrentTimestamp()) / 1000);
 
 			rc = WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						   Max(wait_ms, 0) + 1, PG_WAIT_EXTENSION);
@@ -709,8 +722,11 @@ ntask_worker_main(Datum arg)
 			if (woke >= next_refresh)
 			{
 				NtaskDispatchRefreshQueues();
+				refresh_pending = false;
 				next_refresh = woke + 100 * 1000;
 			}
+			else
+				refresh_pending = true; /* deferred, never dropped */
 			(void) NtaskDispatchTick(true);
 		}
 	}

@@ -8,7 +8,8 @@
 # One queue per case, all enqueued at once and dispatched concurrently:
 #   ok-      2xx: succeeded / provider_accepted, the request's headers and body
 #   put-     method PUT and a target Content-Type: sent once, as given
-#   r500-    500 then 200: transient (http_status) then succeeded, same key
+#   r500-    500 then 200: unknown (stage response: the server may have acted)
+#            then succeeded, same key, one effect
 #   ra-      429 with Retry-After: 2: the retry waits 2 s, not the 100 ms backoff
 #   bad-     400: repair_required, permanent, stage http_status
 #   hang-    accept-then-hang, timeout_ms 800: unknown (outcome not known),
@@ -75,9 +76,16 @@ sub sql
 }
 
 ok( $node->poll_query_until('postgres',
-		q{SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'ntask worker'}, '1'),
-	'one ntask worker runs before the extension exists');
+		q{SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'ntask launcher'}, '1'),
+	'the ntask launcher runs before the extension exists');
+is(sql(q{SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'ntask worker'}),
+	'0', '... and starts no worker while its role (created by CREATE EXTENSION) is missing');
 sql(q{CREATE EXTENSION ntask});
+ok( $node->poll_query_until('postgres',
+		q{SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'ntask worker'}, '1'),
+	'after CREATE EXTENSION one ntask worker runs');
+is( sql(q{SELECT usename FROM pg_stat_activity WHERE backend_type = 'ntask worker'}),
+	'ntask_bgworker', 'it runs as ntask_bgworker, not as a superuser');
 my $worker_pid = sql(q{SELECT pid FROM pg_stat_activity WHERE backend_type = 'ntask worker'});
 is( sql(q{SELECT application_name FROM pg_stat_activity WHERE backend_type = 'ntask worker'}),
 	'ntask worker', 'its application_name is ntask worker');
@@ -249,8 +257,8 @@ is(sql(q{SELECT worker FROM ntask.attempt WHERE task_id = } . $id{'ok-1'}),
 # ---------------------------------------------------------------------
 
 is(ledger('r500-1'),
-	"1|1|retry_wait|transient|http_status|t|-|t|500\n2|2|succeeded|-|-|t|provider_accepted|t|",
-	'r500-1: 500 is transient at http_status (outcome known), then succeeded');
+	"1|1|retry_wait|unknown|response|f|-|t|500\n2|2|succeeded|-|-|t|provider_accepted|t|",
+	'r500-1: 500 is unknown at stage response (outcome not known: it may have had an effect), then succeeded');
 {
 	my $k = pkeys('r500-')->{'r500-1'};
 	is_deeply([ map { (header($_, 'Idempotency-Key'))[0] } @{ $k->{reqs} } ],
