@@ -64,3 +64,18 @@ WHERE t.queue = 'work' AND t.due_at <= now()
 ORDER BY t.priority DESC, t.due_at, t.task_id
 LIMIT 1 FOR UPDATE SKIP LOCKED;
 RESET enable_seqscan;
+
+-- priorities are walked highest first; a priority whose tasks are not yet
+-- due (scheduled later, in backoff) is passed over, not scanned, and the
+-- order inside a priority is by due time
+SELECT queue FROM ntask_queue_set('prio');
+SELECT count(*) FROM (SELECT ntask_enqueue('prio', 'later-' || i, '{}', now() + interval '1 hour', NULL, 9)
+					  FROM generate_series(1, 50) i) s;
+SELECT created FROM ntask_enqueue('prio', 'p0-old', '{}', now() - interval '2 minutes', NULL, 0);
+SELECT created FROM ntask_enqueue('prio', 'p0-new', '{}', now() - interval '1 minute', NULL, 0);
+SELECT created FROM ntask_enqueue('prio', 'p5-due', '{}', now() - interval '1 second', NULL, 5);
+SELECT created FROM ntask_enqueue('prio', 'p-1', '{}', NULL, NULL, -1);
+SELECT task_key FROM ntask_claim('prio', 'W1', max_tasks => 1);
+SELECT task_key FROM ntask_claim('prio', 'W1', max_tasks => 1);
+SELECT task_key FROM ntask_claim('prio', 'W1', max_tasks => 10) ORDER BY task_key;
+SELECT count(*) AS still_scheduled FROM ntask.task WHERE queue = 'prio' AND state = 'ready';

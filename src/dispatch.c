@@ -664,21 +664,15 @@ dq_open_socket(void *clientp, curlsocktype purpose, struct curl_sockaddr *addres
 	if (address->family == AF_INET)
 	{
 		struct sockaddr_in *in = (struct sockaddr_in *) &address->addr;
-		uint32		a = ntohl(in->sin_addr.s_addr);
 
-		refuse = (a >> 16) == ((169u << 8) | 254u);
+		refuse = ntask_addr_refused(4, (const unsigned char *) &in->sin_addr);
 		inet_ntop(AF_INET, &in->sin_addr, text, sizeof(text));
 	}
 	else if (address->family == AF_INET6)
 	{
 		struct sockaddr_in6 *in6 = (struct sockaddr_in6 *) &address->addr;
-		const unsigned char *b = in6->sin6_addr.s6_addr;
-		static const unsigned char ec2[16] = {0xfd, 0x00, 0x0e, 0xc2, 0, 0, 0, 0,
-		0, 0, 0, 0, 0, 0, 0x02, 0x54};
 
-		refuse = (b[0] == 0xfe && (b[1] & 0xc0) == 0x80) ||
-			memcmp(b, ec2, 16) == 0 ||
-			(IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr) && b[12] == 169 && b[13] == 254);
+		refuse = ntask_addr_refused(6, in6->sin6_addr.s6_addr);
 		inet_ntop(AF_INET6, &in6->sin6_addr, text, sizeof(text));
 	}
 	if (refuse && !ntask_host_listed(text, ntask_http_allowed_hosts))

@@ -451,3 +451,21 @@ hp_host_in_list(const char *host, const char *allowlist, bool wildcard)
 	}
 	return false;
 }
+
+bool
+ntask_addr_refused(int family, const unsigned char *a)
+{
+	static const unsigned char ec2[16] = {0xfd, 0x00, 0x0e, 0xc2, 0, 0, 0, 0,
+	0, 0, 0, 0, 0, 0, 0x02, 0x54};
+	static const unsigned char mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+
+	if (family == 4)
+		return a[0] == 169 && a[1] == 254;
+	if (family != 6)
+		return false;
+	if (a[0] == 0xfe && (a[1] & 0xc0) == 0x80)
+		return true;			/* fe80::/10 */
+	if (memcmp(a, ec2, 16) == 0)
+		return true;			/* fd00:ec2::254 */
+	return memcmp(a, mapped, 12) == 0 && a[12] == 169 && a[13] == 254;
+}

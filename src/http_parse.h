@@ -73,4 +73,13 @@ extern bool ntask_host_allowed(const char *host, const char *allowlist);
 /* the same, but '*' does not count: the host itself is an entry */
 extern bool ntask_host_listed(const char *host, const char *allowlist);
 
+/*
+ * An address the worker never connects to unless the allowlist names it
+ * literally: link-local (169.254.0.0/16, where cloud metadata services
+ * answer; fe80::/10), the IPv6 metadata address fd00:ec2::254, and IPv4
+ * link-local mapped into IPv6.  family is 4 (a: 4 bytes, network order) or
+ * 6 (a: 16 bytes); anything else is not refused.
+ */
+extern bool ntask_addr_refused(int family, const unsigned char *a);
+
 #endif							/* NTASK_HTTP_PARSE_H */

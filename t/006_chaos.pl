@@ -753,17 +753,33 @@ is(query1(q{SELECT count(*) FROM ntask.task
 	0, 'every task is terminal or in repair with a reason');
 is(query1('SELECT count(*) FROM ntask.task WHERE attempts > max_attempts'),
 	0, 'no task has more attempts than its budget');
+# Tokens: 1, 2, 3, ... per task on one timeline; a claim after the
+# promotion jumps to the new timeline's range (((timeline - 1) << 48) + 1
+# and up), so across the whole run tokens strictly increase with the
+# attempt number, by exactly 1 except where the high bits (the timeline)
+# grow.
 is(query1(q{
 		SELECT count(*) FROM ntask.task t
-		LEFT JOIN (SELECT task_id, count(*) AS n, min(token) AS lo, max(token) AS hi,
+		LEFT JOIN (SELECT task_id, count(*) AS n, max(token) AS hi,
 						  count(*) FILTER (WHERE ended_at IS NULL) AS open,
-						  count(DISTINCT attempt) AS na, max(attempt) AS ma
-				   FROM ntask.attempt GROUP BY task_id) a USING (task_id)
+						  count(DISTINCT attempt) AS na, max(attempt) AS ma,
+						  count(*) FILTER (WHERE NOT step_ok) AS bad_steps
+				   FROM (SELECT a.*,
+								CASE WHEN lag(token) OVER w IS NULL
+									 THEN token OPERATOR(pg_catalog.&) ((1::bigint << 48) - 1) = 1
+									 ELSE token = lag(token) OVER w + 1
+										  OR (token >> 48) > (lag(token) OVER w >> 48)
+								END AS step_ok
+						 FROM ntask.attempt a
+						 WINDOW w AS (PARTITION BY task_id ORDER BY attempt)) s
+				   GROUP BY task_id) a USING (task_id)
 		WHERE coalesce(a.n, 0) <> t.attempts OR coalesce(a.hi, 0) <> t.token
-		   OR (a.n > 0 AND (a.lo <> 1 OR a.na <> a.n OR a.ma <> a.n))
+		   OR (a.n > 0 AND (a.bad_steps > 0 OR a.na <> a.n OR a.ma <> a.n))
 		   OR coalesce(a.open, 0) <> 0}),
 	0,
-	'ledger: one attempt row per attempt, tokens 1..token without gaps, none open');
+	'ledger: one attempt row per attempt, tokens +1 per attempt (a jump only into a newer timeline), none open');
+is(query1(q{SELECT count(*) FROM ntask.attempt WHERE (token >> 48) > 0}) > 0 ? 1 : 0, 1,
+	'some attempts after the promotion carry timeline-2 tokens (>= 2^48 + 1)');
 
 my %by_state = map { ("$_->[0]/$_->[1]" => $_->[2]) } @{ rows(q{
 	SELECT queue, state || coalesce(':' || reason, ''), count(*)
