@@ -30,6 +30,8 @@
 #   5. search_path: with ALTER DATABASE ... SET search_path = evil, ... and
 #      look-alike types, functions and operators in schema evil, a restarted
 #      worker dispatches without ever calling them.
+#   8. DROP EXTENSION and CREATE EXTENSION into another schema: a fresh
+#      worker replaces the old one and dispatches the new schema's tasks.
 #   7. ntask.worker_role naming a superuser: the launcher refuses ("must not
 #      be a superuser"), no worker runs.
 # (Case 6 runs before 5 so that the search_path traps cannot touch it.)
@@ -641,6 +643,33 @@ case_start('5 search_path');
 			evil.now(), evil.lower(pg_catalog.text), evil.int8(pg_catalog.numeric);
 		DROP DOMAIN evil.text, evil.int8, evil.jsonb;
 	});
+}
+
+# ---------------------------------------------------------------------
+# 8. DROP EXTENSION, then CREATE EXTENSION into another schema: the worker
+#    notices the new extension (another OID) at its next tick, exits, and
+#    the launcher starts a fresh one that calls the API in the new schema
+#    (0.2 kept calling public.ntask_claim, which no longer existed)
+# ---------------------------------------------------------------------
+
+case_start('8 extension recreated elsewhere');
+{
+	my $pid_before = worker_pid();
+	sql(q{DROP EXTENSION ntask CASCADE});
+	sql(q{CREATE SCHEMA other; CREATE EXTENSION ntask SCHEMA other});
+	ok( poll('a new worker after the extension was recreated', 20,
+			qq{SELECT count(*) = 1 AND bool_and(pid <> $pid_before) FROM pg_stat_activity
+			   WHERE backend_type = 'ntask worker'}),
+		'a fresh worker replaced the one that served the dropped extension');
+	my $target = $json->encode({ type => 'http', url => $send, timeout_ms => 1000 });
+	sql(qq{SELECT queue FROM other.ntask_queue_set('moved', lease => '2 s',
+		target => \$t\$$target\$t\$::jsonb)});
+	sql(q{SELECT count(*) FROM other.ntask_enqueue('moved', 'moved-1', '{}')});
+	ok(poll('moved-1 succeeded', 20,
+			q{SELECT state = 'succeeded' FROM ntask.task WHERE task_key = 'moved-1'}),
+		'a task of the recreated extension (schema other) is dispatched');
+	is(sql(q{SELECT count(*) FROM ntask.attempt a JOIN ntask.task t USING (task_id)
+			 WHERE t.task_key = 'moved-1'}), '1', 'moved-1: one attempt');
 }
 
 # ---------------------------------------------------------------------
