@@ -69,6 +69,16 @@ CREATE EVENT TRIGGER ntask_guard_ddl ON ddl_command_end
 	EXECUTE FUNCTION ntask.guard_ddl_check();
 REVOKE ALL ON FUNCTION ntask.guard_ddl_check() FROM PUBLIC;
 
+-- The leased rows, for housekeeping's expired-lease pick.  Its predicate is
+-- lease_until IS NOT NULL (set exactly while leased), not state = 'leased':
+-- a partial index whose predicate the hot statements' "state = 'leased'"
+-- implies was a candidate for their generic plans (transition, heartbeat:
+-- task_id = $1 AND state = 'leased'), which could then scan every leased
+-- row instead of one primary-key probe.
+DROP INDEX ntask.task_lease_idx;
+CREATE INDEX task_lease_idx ON ntask.task (lease_until)
+	WHERE lease_until IS NOT NULL;
+
 -- The deadline sweep reads only past-deadline rows (every tick, not once a
 -- minute over every unfinished row).
 CREATE INDEX task_deadline_idx ON ntask.task (deadline)

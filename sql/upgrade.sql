@@ -1,12 +1,14 @@
 -- upgrade: ALTER EXTENSION ntask UPDATE from 0.1 and from 0.2 keeps the
 -- data and ends with exactly the objects of a fresh installation: the same
 -- member objects, and the same columns, indexes and constraints
-CREATE TEMP TABLE fresh AS
-SELECT pg_describe_object(classid, objid, 0) AS object
-FROM pg_depend
-WHERE refclassid = 'pg_extension'::regclass
-  AND refobjid = (SELECT oid FROM pg_extension WHERE extname = 'ntask')
-  AND deptype = 'e';
+CREATE FUNCTION pg_temp.ntask_members() RETURNS TABLE (object text) LANGUAGE sql AS $$
+  SELECT pg_describe_object(classid, objid, 0)
+  FROM pg_depend
+  WHERE refclassid = 'pg_extension'::regclass
+    AND refobjid = (SELECT oid FROM pg_extension WHERE extname = 'ntask')
+    AND deptype = 'e'
+$$;
+CREATE TEMP TABLE fresh AS SELECT * FROM pg_temp.ntask_members();
 CREATE FUNCTION pg_temp.ntask_shape() RETURNS TABLE (item text) LANGUAGE sql AS $$
   SELECT format('column %s.%s %s%s%s', c.relname, a.attname, format_type(a.atttypid, a.atttypmod),
                 CASE WHEN a.attnotnull THEN ' not null' ELSE '' END,
@@ -53,19 +55,10 @@ SELECT :u AS task_id, :attempt AS attempt, :token AS token;
 SELECT result, state FROM ntask_transition(:u, 1, 'succeeded');
 SELECT created, state FROM ntask_enqueue('up', 'u1', '{"m": 9}');
 -- the same objects as a fresh 0.2 installation, in both directions
-SELECT pg_describe_object(classid, objid, 0) AS only_after_upgrade
-FROM pg_depend
-WHERE refclassid = 'pg_extension'::regclass
-  AND refobjid = (SELECT oid FROM pg_extension WHERE extname = 'ntask')
-  AND deptype = 'e'
+SELECT object AS only_after_upgrade FROM pg_temp.ntask_members()
 EXCEPT SELECT object FROM fresh;
 SELECT object AS only_in_fresh FROM fresh
-EXCEPT
-SELECT pg_describe_object(classid, objid, 0)
-FROM pg_depend
-WHERE refclassid = 'pg_extension'::regclass
-  AND refobjid = (SELECT oid FROM pg_extension WHERE extname = 'ntask')
-  AND deptype = 'e';
+EXCEPT SELECT object FROM pg_temp.ntask_members();
 SELECT count(*) AS housekeeping_indexes FROM pg_indexes
 WHERE schemaname = 'ntask' AND indexname IN ('task_lease_idx', 'task_finished_idx');
 SELECT item AS shape_only_after_upgrade FROM pg_temp.ntask_shape()
@@ -90,19 +83,10 @@ SELECT extversion FROM pg_extension WHERE extname = 'ntask';
 SELECT queue, guard, pg_typeof(guard) FROM ntask.queue WHERE queue = 'ug';
 SELECT task_key, token FROM ntask_claim('ug', 'W1', max_tasks => 10);
 SELECT task_key, state, reason FROM ntask.task WHERE queue = 'ug' ORDER BY task_key;
-SELECT pg_describe_object(classid, objid, 0) AS only_after_upgrade_from_02
-FROM pg_depend
-WHERE refclassid = 'pg_extension'::regclass
-  AND refobjid = (SELECT oid FROM pg_extension WHERE extname = 'ntask')
-  AND deptype = 'e'
+SELECT object AS only_after_upgrade_from_02 FROM pg_temp.ntask_members()
 EXCEPT SELECT object FROM fresh;
 SELECT object AS only_in_fresh_02 FROM fresh
-EXCEPT
-SELECT pg_describe_object(classid, objid, 0)
-FROM pg_depend
-WHERE refclassid = 'pg_extension'::regclass
-  AND refobjid = (SELECT oid FROM pg_extension WHERE extname = 'ntask')
-  AND deptype = 'e';
+EXCEPT SELECT object FROM pg_temp.ntask_members();
 SELECT item AS shape_only_after_upgrade_from_02 FROM pg_temp.ntask_shape()
 EXCEPT SELECT item FROM fresh_shape;
 SELECT item AS shape_only_in_fresh_02 FROM fresh_shape

@@ -47,7 +47,6 @@
 #include "storage/latch.h"
 #include "utils/json.h"
 #include "utils/memutils.h"
-#include "utils/resowner.h"
 #include "utils/timestamp.h"
 
 #define DQ_WORKER_NAME "ntask worker"
@@ -152,7 +151,7 @@ static void dq_finish(DqReq *r, const char *to_state, const char *error_class,
 static void dq_claim_step(void *arg);
 static void dq_route(DqReq *r);
 static void dq_claim(void);
-static void dq_record_one(DqReq *r);
+static void dq_record_one(void *arg);
 static curl_socket_t dq_open_socket(void *clientp, curlsocktype purpose,
 									struct curl_sockaddr *address);
 static void dq_invoke_step(void *arg);
@@ -813,10 +812,11 @@ dq_classify(DqReq *r, CURLcode code)
 
 /* ---- record ---- */
 
-/* dq_record_one: ntask_transition for one finished request */
+/* dq_record_one: ntask_transition for one finished request (a DqReq *) */
 static void
-dq_record_one(DqReq *r)
+dq_record_one(void *arg)
 {
+	DqReq	   *r = (DqReq *) arg;
 	Datum		values[8];
 	char		nulls[8];
 	bool		retry = strcmp(r->to_state, "retry_wait") == 0 &&
@@ -856,41 +856,23 @@ dq_record_step(void *arg)
 
 	for (r = dq_finished; r; r = r->next)
 	{
-		MemoryContext oldcxt = CurrentMemoryContext;
-		ResourceOwner oldowner = CurrentResourceOwner;
+		ErrorData  *edata;
 
 		if (r->next_record > now)
 			continue;
-		BeginInternalSubTransaction(NULL);
-		MemoryContextSwitchTo(oldcxt);
-		PG_TRY();
+		if (NtaskTrySubxact(dq_record_one, r, &edata))
 		{
-			dq_record_one(r);
-			ReleaseCurrentSubTransaction();
-			MemoryContextSwitchTo(oldcxt);
-			CurrentResourceOwner = oldowner;
 			r->record_tries = 0;
 			r->next_record = -1;	/* recorded */
+			continue;
 		}
-		PG_CATCH();
-		{
-			ErrorData  *edata;
-
-			MemoryContextSwitchTo(oldcxt);
-			edata = CopyErrorData();
-			FlushErrorState();
-			RollbackAndReleaseCurrentSubTransaction();
-			MemoryContextSwitchTo(oldcxt);
-			CurrentResourceOwner = oldowner;
-			r->record_tries++;
-			r->next_record = now + (TimestampTz) Min(r->record_tries, 10) * 500 * 1000;
-			NtaskWorkerError(edata->message);
-			ereport(LOG,
-					(errmsg("ntask worker: recording the result of task " INT64_FORMAT " failed (try %d): %s",
-							r->task_id, r->record_tries, edata->message)));
-			FreeErrorData(edata);
-		}
-		PG_END_TRY();
+		r->record_tries++;
+		r->next_record = now + (TimestampTz) Min(r->record_tries, 10) * 500 * 1000;
+		NtaskWorkerError(edata->message);
+		ereport(LOG,
+				(errmsg("ntask worker: recording the result of task " INT64_FORMAT " failed (try %d): %s",
+						r->task_id, r->record_tries, edata->message)));
+		FreeErrorData(edata);
 	}
 }
 

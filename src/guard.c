@@ -35,7 +35,6 @@
 #include "ntask.h"
 
 #include "access/htup_details.h"
-#include "access/xact.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_collation.h"
 #include "catalog/pg_proc.h"
@@ -45,9 +44,7 @@
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
-#include "utils/memutils.h"
 #include "utils/regproc.h"
-#include "utils/resowner.h"
 #include "utils/syscache.h"
 
 static bool guard_word(const char *answer, const char *word, char **reason);
@@ -243,48 +240,46 @@ guard_call(Oid guard, text *task_key, Jsonb *payload, char **reason)
  *		never stops its queue.  Without (replay), errors propagate to the
  *		operator who asked.
  */
+/* one guard call, for NtaskTrySubxact */
+typedef struct GuardCall
+{
+	const char *name;
+	text	   *task_key;
+	Jsonb	   *payload;
+	char	   *reason;
+	NtaskGuardVerdict verdict;
+} GuardCall;
+
+static void
+guard_call_step(void *arg)
+{
+	GuardCall  *c = (GuardCall *) arg;
+
+	c->verdict = guard_call(NtaskResolveGuard(c->name), c->task_key, c->payload,
+							&c->reason);
+}
+
 NtaskGuardVerdict
 NtaskRunGuard(const char *name, text *task_key, Jsonb *payload,
 			  char **reason, bool catch_errors)
 {
-	MemoryContext oldcxt = CurrentMemoryContext;
-	ResourceOwner oldowner = CurrentResourceOwner;
-	SPITupleTable *save_tuptable = SPI_tuptable;
-	volatile NtaskGuardVerdict v = NTASK_GUARD_ERROR;
-	char	   *volatile why = NULL;
+	GuardCall	c;
+	ErrorData  *edata;
 
+	c.name = name;
+	c.task_key = task_key;
+	c.payload = payload;
+	c.reason = NULL;
+	c.verdict = NTASK_GUARD_ERROR;
 	if (!catch_errors)
-		return guard_call(NtaskResolveGuard(name), task_key, payload, reason);
-
-	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(oldcxt);
-	PG_TRY();
+		guard_call_step(&c);
+	else if (!NtaskTrySubxact(guard_call_step, &c, &edata))
 	{
-		char	   *r = NULL;
-
-		v = guard_call(NtaskResolveGuard(name), task_key, payload, &r);
-		why = r;
-		ReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(oldcxt);
-		CurrentResourceOwner = oldowner;
-	}
-	PG_CATCH();
-	{
-		ErrorData  *edata;
-
-		MemoryContextSwitchTo(oldcxt);
-		edata = CopyErrorData();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(oldcxt);
-		CurrentResourceOwner = oldowner;
-		v = NTASK_GUARD_ERROR;
-		why = psprintf("%s (SQLSTATE %s)", edata->message,
-					   unpack_sql_state(edata->sqlerrcode));
+		c.verdict = NTASK_GUARD_ERROR;
+		c.reason = psprintf("%s (SQLSTATE %s)", edata->message,
+							unpack_sql_state(edata->sqlerrcode));
 		FreeErrorData(edata);
 	}
-	PG_END_TRY();
-	SPI_tuptable = save_tuptable;
-	*reason = why;
-	return v;
+	*reason = c.reason;
+	return c.verdict;
 }

@@ -9,7 +9,7 @@
  * Every statement reaches its rows through a partial index that holds only
  * the rows it looks for, so an idle round is three index probes per queue:
  *
- *	expired leases	task_lease_idx (lease_until) WHERE state = 'leased'
+ *	expired leases	task_lease_idx (lease_until) WHERE lease_until IS NOT NULL
  *	deadlines		task_deadline_idx (deadline) WHERE due_at IS NOT NULL
  *					AND state <> 'leased': only past-deadline rows are
  *					visited, so the worker sweeps every tick

@@ -102,6 +102,7 @@ extern void NtaskCheckPositiveInterval(Interval *iv, const char *argname);
 extern void NtaskTaskNotFound(int64 task_id) pg_attribute_noreturn();
 extern void NtaskCheckTokenRange(int64 task_id, int64 token, int64 current);
 extern Oid	NtaskCaller(void);
+extern bool NtaskTrySubxact(void (*fn) (void *arg), void *arg, ErrorData **edata);
 extern void NtaskAudit(const char *actor, const char *action, int64 task_id,
 					   const char *queue, const char *reason,
 					   const char *from_state, const char *to_state);

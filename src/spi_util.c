@@ -16,12 +16,15 @@
  */
 #include "ntask.h"
 
+#include "access/xact.h"
 #include "catalog/pg_namespace.h"
 #include "utils/array.h"
 #include "catalog/pg_type.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/resowner.h"
 #include "utils/syscache.h"
 
 PG_FUNCTION_INFO_V1(ntask_caller_name);
@@ -445,4 +448,46 @@ ntask_caller_name(PG_FUNCTION_ARGS)
 {
 	PG_RETURN_DATUM(DirectFunctionCall1(namein,
 										CStringGetDatum(GetUserNameFromId(NtaskCaller(), false))));
+}
+
+/*
+ * NtaskTrySubxact
+ *		Run fn(arg) in a subtransaction of the current transaction (the way
+ *		PL/pgSQL runs an EXCEPTION block).  True when it completed; false
+ *		when it raised: the subtransaction (and whatever fn did) is rolled
+ *		back, and the error is copied into *edata, allocated in the calling
+ *		memory context, and cleared.  Row locks and SPI state of the outer
+ *		transaction are kept; SPI_tuptable is restored.
+ */
+bool
+NtaskTrySubxact(void (*fn) (void *arg), void *arg, ErrorData **edata)
+{
+	MemoryContext oldcxt = CurrentMemoryContext;
+	ResourceOwner oldowner = CurrentResourceOwner;
+	SPITupleTable *save_tuptable = SPI_tuptable;
+	volatile bool ok = true;
+
+	*edata = NULL;
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(oldcxt);
+	PG_TRY();
+	{
+		fn(arg);
+		ReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(oldcxt);
+		CurrentResourceOwner = oldowner;
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(oldcxt);
+		*edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(oldcxt);
+		CurrentResourceOwner = oldowner;
+		ok = false;
+	}
+	PG_END_TRY();
+	SPI_tuptable = save_tuptable;
+	return ok;
 }

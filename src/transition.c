@@ -54,7 +54,9 @@ static NtaskPlan tr_lock_plan = {
 /*
  * The task row first (locked by the UPDATE), then its attempt row: the
  * attempt is closed only if the task moved, and only for a caller with the
- * queue's worker_role.
+ * queue's worker_role.  Both rows are reached by primary key (the attempt
+ * by ($1, $2), with "the task moved" as a one-time filter: a join with the
+ * CTE would let the generic plan scan attempt_pkey by token alone).
  */
 static NtaskPlan tr_apply_plan = {
 	"transition apply",
@@ -82,9 +84,9 @@ static NtaskPlan tr_apply_plan = {
 	"  UPDATE ntask.attempt a SET ended_at = pg_catalog.now(), result = $3, "
 	"    requested = $4, error_class = $5, error_stage = $6, "
 	"    outcome_known = $7, outcome = $8, retry_at = $9, detail = $10 "
-	"  FROM upd "
-	"  WHERE a.task_id OPERATOR(pg_catalog.=) upd.task_id "
+	"  WHERE a.task_id OPERATOR(pg_catalog.=) $1 "
 	"    AND a.token OPERATOR(pg_catalog.=) $2 AND a.ended_at IS NULL "
+	"    AND EXISTS (SELECT 1 FROM upd) "
 	") "
 	"SELECT upd.state, upd.run_at FROM upd",
 	14, {INT8OID, INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, BOOLOID,
