@@ -1,4 +1,4 @@
-/* ntask--0.2--0.3.sql: hardening (issue 11); the rest of 0.3 adds to it */
+/* ntask--0.2--0.3.sql: hardening (issue 11), the first hour (issue 20); the rest of 0.3 adds to it */
 
 -- complain if script is sourced in psql, rather than via ALTER EXTENSION
 \echo Use "ALTER EXTENSION ntask UPDATE TO '0.3'" to load this file. \quit
@@ -110,3 +110,255 @@ COMMENT ON FUNCTION @extschema@.ntask_fence_grant(text, regrole) IS
 'ntask: restrict fence keys starting with prefix to members of role (NULL removes the restriction); the longest registered prefix of a key decides; audited';
 REVOKE ALL ON FUNCTION @extschema@.ntask_fence_grant(text, regrole) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION @extschema@.ntask_fence_grant(text, regrole) TO ntask_admin;
+
+-- ---------------------------------------------------------------------
+-- Issue 20: what a new user hits in the first hour
+-- ---------------------------------------------------------------------
+
+-- Without the library preloaded there is no background worker: say so at
+-- CREATE EXTENSION (every SQL function works; ntask_housekeeping can run
+-- from pg_cron).
+DO $$
+BEGIN
+	IF NOT ('ntask' OPERATOR(pg_catalog.=) ANY (pg_catalog.string_to_array(
+			pg_catalog.replace(pg_catalog.current_setting('shared_preload_libraries'), ' ', ''), ','))) THEN
+		RAISE WARNING 'ntask: the library is not in shared_preload_libraries, so no background worker runs'
+			USING DETAIL = 'Expired leases are rescued only by ntask_claim and ntask_housekeeping(), deadlines only by ntask_housekeeping(), and http queues are not dispatched.',
+				  HINT = 'Add ntask to shared_preload_libraries and restart, or run SELECT ntask_housekeeping() from pg_cron.';
+	END IF;
+END $$;
+
+-- Targets: a type the worker does not know is refused by ntask_queue_set
+-- now (22023); say which existing queues have one.
+DO $$
+DECLARE
+	q record;
+BEGIN
+	FOR q IN SELECT qq.queue, qq.target OPERATOR(pg_catalog.->>) 'type' AS type FROM ntask.queue qq
+			 WHERE qq.target IS NOT NULL
+			   AND coalesce(qq.target OPERATOR(pg_catalog.->>) 'type', '') OPERATOR(pg_catalog.<>) ALL ('{http,external}')
+			 ORDER BY qq.queue LOOP
+		RAISE NOTICE 'ntask: queue "%" has a target of type "%", which 0.3 does not accept; nothing dispatches it', q.queue, coalesce(q.type, '(none)')
+			USING HINT = 'Use {"type": "external", ...} for a target your own workers read, or "http" for the background worker.';
+	END LOOP;
+END $$;
+
+-- queue_stats.unknown_attempts: attempts with an unknown outcome of the
+-- tasks that are not finished (a task that succeeded since is no longer a
+-- question; one in repair is)
+CREATE OR REPLACE VIEW ntask.queue_stats AS
+SELECT q.queue,
+	   coalesce(s.ready, 0) AS ready,
+	   coalesce(s.leased, 0) AS leased,
+	   coalesce(s.retry_wait, 0) AS retry_wait,
+	   coalesce(s.succeeded, 0) AS succeeded,
+	   coalesce(s.repair_required, 0) AS repair_required,
+	   coalesce(s.canceled, 0) AS canceled,
+	   coalesce(s.skipped, 0) AS skipped,
+	   pg_catalog.now() OPERATOR(pg_catalog.-) s.oldest_ready AS oldest_ready_age,
+	   pg_catalog.now() OPERATOR(pg_catalog.-) s.oldest_unfinished AS oldest_unfinished_age,
+	   coalesce(s.unknown_attempts, 0) AS unknown_attempts,
+	   coalesce(s.repair_required, 0) AS repair_count
+FROM ntask.queue q
+LEFT JOIN (
+	SELECT t.queue,
+		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'ready') AS ready,
+		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'leased') AS leased,
+		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'retry_wait') AS retry_wait,
+		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'succeeded') AS succeeded,
+		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'repair_required') AS repair_required,
+		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'canceled') AS canceled,
+		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'skipped') AS skipped,
+		   min(t.run_at) FILTER (WHERE t.state OPERATOR(pg_catalog.=) ANY ('{ready,retry_wait}')
+								 AND t.run_at OPERATOR(pg_catalog.<=) pg_catalog.now()) AS oldest_ready,
+		   min(t.created_at) FILTER (WHERE t.due_at IS NOT NULL) AS oldest_unfinished,
+		   sum(t.unknown_attempts) FILTER (WHERE t.state OPERATOR(pg_catalog.<>) ALL ('{succeeded,canceled,skipped}')) AS unknown_attempts
+	FROM ntask.task t
+	GROUP BY t.queue
+) s ON s.queue OPERATOR(pg_catalog.=) q.queue;
+COMMENT ON VIEW ntask.queue_stats IS 'ntask: per queue, tasks per state, oldest due-and-ready age, oldest unfinished age, attempts whose outcome is unknown of unfinished tasks (incl. repair_required), repair count';
+
+-- schedules: a caught-up slot gets a deadline it can meet, slots caught
+-- up by one firing do not skip each other or the current slot, and a
+-- firing that finds no new slot returns a duplicate row
+CREATE OR REPLACE FUNCTION ntask.fire_slot(s ntask.schedule, slot timestamptz, outcome_if_new text,
+								key_suffix text DEFAULT NULL,
+								OUT task_id bigint, OUT outcome text, OUT reason text)
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	key text := ntask.slot_key(s.name, slot)
+				|| CASE WHEN key_suffix IS NULL THEN '' ELSE ':rerun:' || key_suffix END;
+	next_slot timestamptz := @extschema@.ntask_cron_next(s.cron, slot, s.timezone);
+	busy record;
+	e record;
+BEGIN
+	-- a slot that already has its task: any number of firings make one task
+	SELECT t.task_id INTO task_id FROM ntask.task t
+	WHERE t.queue OPERATOR(pg_catalog.=) s.queue AND t.task_key OPERATOR(pg_catalog.=) key;
+	IF FOUND THEN
+		outcome := 'duplicate';
+		reason := 'slot already has task ' || task_id;
+	ELSE
+		-- overlap policy: unfinished tasks of earlier slots
+		SELECT count(*) AS n,
+			   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.<>) 'leased') AS waiting,
+			   min(ss.slot) AS first_slot
+		INTO busy
+		FROM ntask.schedule_slot ss JOIN ntask.task t ON t.task_id OPERATOR(pg_catalog.=) ss.task_id
+		WHERE ss.schedule OPERATOR(pg_catalog.=) s.name
+		  AND ss.slot OPERATOR(pg_catalog.<) fire_slot.slot
+		  AND t.state OPERATOR(pg_catalog.=) ANY ('{ready,leased,retry_wait}')
+		  -- slots caught up by this same firing do not hold the others back
+		  AND ss.fired_at OPERATOR(pg_catalog.<) pg_catalog.now();
+		IF key_suffix IS NULL AND busy.n > 0 AND
+		   (s.overlap = 'skip' OR (s.overlap = 'buffer_one' AND busy.waiting > 0)) THEN
+			outcome := 'skipped';
+			reason := format('overlap %s: slot %s still unfinished', s.overlap,
+							 ntask.slot_key(s.name, busy.first_slot));
+		ELSE
+			SELECT * INTO e FROM @extschema@.ntask_enqueue(s.queue, key, s.payload);
+			task_id := e.task_id;
+			outcome := CASE WHEN e.created THEN outcome_if_new ELSE 'duplicate' END;
+			-- retries of a slot never cross into the next slot (unless the
+			-- schedule says otherwise: then the queue's total_deadline rules)
+			-- a caught-up slot is late by definition: it gets one slot period
+			-- from now, not a deadline (the next slot) that has passed already
+			UPDATE ntask.task t SET deadline = LEAST(t.deadline,
+				CASE WHEN outcome_if_new = 'caught_up'
+					 THEN GREATEST(next_slot, pg_catalog.now() OPERATOR(pg_catalog.+)
+								   (next_slot OPERATOR(pg_catalog.-) slot))
+					 ELSE next_slot END)
+			WHERE t.task_id OPERATOR(pg_catalog.=) e.task_id AND e.created
+			  AND s.bound_to_next_slot;
+		END IF;
+	END IF;
+	INSERT INTO ntask.schedule_slot (schedule, slot, task_id, outcome, reason)
+	VALUES (s.name, slot, task_id, outcome, reason);
+END $$;
+
+CREATE OR REPLACE FUNCTION @extschema@.ntask_fire(name text, slot timestamptz DEFAULT NULL, rerun text DEFAULT NULL)
+RETURNS TABLE (fired_slot timestamptz, task_id bigint, outcome text, reason text)
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	s ntask.schedule;
+	cur timestamptz;
+	missed timestamptz;
+	n integer := 0;
+	r record;
+BEGIN
+	IF name IS NULL THEN
+		RAISE EXCEPTION 'ntask: name must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	-- the schedule row lock serializes concurrent firings of one schedule
+	SELECT * INTO s FROM ntask.schedule sc WHERE sc.name OPERATOR(pg_catalog.=) ntask_fire.name FOR UPDATE;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'ntask: schedule "%" does not exist', name USING ERRCODE = 'undefined_object';
+	END IF;
+
+	IF ntask_fire.slot IS NOT NULL THEN
+		-- a manual (re-)run of a given slot
+		IF @extschema@.ntask_cron_prev(s.cron, ntask_fire.slot, s.timezone) OPERATOR(pg_catalog.<>) ntask_fire.slot THEN
+			RAISE EXCEPTION 'ntask: % is not a slot of schedule "%"', ntask_fire.slot, s.name
+				USING ERRCODE = 'invalid_parameter_value',
+					  HINT = format('Its cron expression is "%s" in time zone %s.', s.cron, s.timezone);
+		END IF;
+		IF rerun IS NOT NULL AND (rerun = '' OR length(rerun) > 63) THEN
+			RAISE EXCEPTION 'ntask: rerun must be 1 to 63 characters' USING ERRCODE = 'invalid_parameter_value';
+		END IF;
+		SELECT * INTO r FROM ntask.fire_slot(s, ntask_fire.slot,
+			CASE WHEN rerun IS NULL THEN 'enqueued' ELSE 'rerun' END, rerun);
+		fired_slot := ntask_fire.slot; task_id := r.task_id; outcome := r.outcome; reason := r.reason;
+		RETURN NEXT;
+		UPDATE ntask.schedule sc SET last_slot = GREATEST(sc.last_slot, ntask_fire.slot), updated_at = now()
+		WHERE sc.name OPERATOR(pg_catalog.=) s.name;
+		RETURN;
+	END IF;
+	IF rerun IS NOT NULL THEN
+		RAISE EXCEPTION 'ntask: rerun needs an explicit slot' USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+
+	cur := @extschema@.ntask_cron_prev(s.cron, now(), s.timezone);
+	IF s.last_slot IS NOT NULL AND cur OPERATOR(pg_catalog.<=) s.last_slot THEN
+		-- no new slot since the last firing: say so (nothing is recorded)
+		fired_slot := cur;
+		SELECT ss.task_id INTO task_id FROM ntask.schedule_slot ss
+		WHERE ss.schedule OPERATOR(pg_catalog.=) s.name AND ss.slot OPERATOR(pg_catalog.=) cur
+		ORDER BY ss.id DESC LIMIT 1;
+		outcome := 'duplicate';
+		reason := 'no new slot since the last firing';
+		RETURN NEXT;
+		RETURN;
+	END IF;
+
+	-- catch up missed slots since the last fired one, within the window
+	IF s.last_slot IS NOT NULL THEN
+		missed := @extschema@.ntask_cron_next(s.cron, s.last_slot, s.timezone);
+		WHILE missed OPERATOR(pg_catalog.<) cur LOOP
+			n := n + 1;
+			IF missed OPERATOR(pg_catalog.>=) cur - s.catchup THEN
+				SELECT * INTO r FROM ntask.fire_slot(s, missed, 'caught_up');
+				fired_slot := missed; task_id := r.task_id; outcome := r.outcome; reason := r.reason;
+			ELSIF n > 1000 THEN
+				-- do not write one row per minute for a week of downtime
+				INSERT INTO ntask.schedule_slot (schedule, slot, outcome, reason)
+				VALUES (s.name, missed, 'missed',
+						'beyond the catch-up window; later missed slots up to '
+						|| ntask.slot_key(s.name, cur) || ' not listed');
+				fired_slot := missed; task_id := NULL; outcome := 'missed'; reason := 'beyond the catch-up window';
+				RETURN NEXT;
+				missed := GREATEST(cur - s.catchup, missed);
+				missed := @extschema@.ntask_cron_prev(s.cron, missed, s.timezone);
+				missed := @extschema@.ntask_cron_next(s.cron, missed, s.timezone);
+				n := -1000000;
+				CONTINUE;
+			ELSE
+				INSERT INTO ntask.schedule_slot (schedule, slot, outcome, reason)
+				VALUES (s.name, missed, 'missed', 'beyond the catch-up window of ' || s.catchup);
+				fired_slot := missed; task_id := NULL; outcome := 'missed'; reason := 'beyond the catch-up window of ' || s.catchup;
+			END IF;
+			RETURN NEXT;
+			missed := @extschema@.ntask_cron_next(s.cron, missed, s.timezone);
+		END LOOP;
+	END IF;
+
+	SELECT * INTO r FROM ntask.fire_slot(s, cur, 'enqueued');
+	fired_slot := cur; task_id := r.task_id; outcome := r.outcome; reason := r.reason;
+	RETURN NEXT;
+	UPDATE ntask.schedule sc SET last_slot = cur, updated_at = now() WHERE sc.name OPERATOR(pg_catalog.=) s.name;
+END $$;
+
+-- ntask_worker_stats(): which database the worker serves
+DROP VIEW ntask.worker_stats;
+DROP FUNCTION @extschema@.ntask_worker_stats();
+CREATE FUNCTION @extschema@.ntask_worker_stats(
+	OUT pid integer, OUT state text, OUT started_at timestamptz,
+	OUT last_tick timestamptz, OUT dispatched bigint, OUT accepted bigint,
+	OUT transient bigint, OUT permanent bigint, OUT unknown bigint,
+	OUT reconciled bigint, OUT in_flight integer, OUT expired_leases bigint,
+	OUT repaired bigint, OUT pruned bigint, OUT last_error text,
+	OUT last_error_at timestamptz, OUT database name)
+RETURNS record
+AS 'MODULE_PATHNAME', 'ntask_worker_stats'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.ntask_worker_stats() IS
+'ntask: the background worker''s counters since server start (shared memory), and the database it serves; see ntask.worker_stats';
+CREATE VIEW ntask.worker_stats AS
+SELECT * FROM @extschema@.ntask_worker_stats();
+COMMENT ON VIEW ntask.worker_stats IS 'ntask: the background worker: pid, state, last tick, HTTP requests dispatched / accepted / transient / permanent / unknown / reconciled, in flight, leases released, tasks sent to repair, rows pruned, last error, the database it serves (ntask.database; counters restart with the server; ntask.attempt is the durable record)';
+REVOKE ALL ON FUNCTION @extschema@.ntask_worker_stats() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.ntask_worker_stats() TO ntask_admin;
+GRANT SELECT ON ntask.worker_stats TO ntask_admin;
+
+-- ntask_release: hand a leased task back
+CREATE FUNCTION @extschema@.ntask_release(task_id bigint, token bigint, delay interval DEFAULT NULL)
+RETURNS text
+AS 'MODULE_PATHNAME', 'ntask_release'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.ntask_release(bigint, bigint, interval) IS
+'ntask: hand a leased task back: ready again at once or after delay; an attempt never invoked does not count against the budget, an invoked one counts with its outcome unknown; returns applied, duplicate, conflict or stale';
+REVOKE ALL ON FUNCTION @extschema@.ntask_release(bigint, bigint, interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.ntask_release(bigint, bigint, interval) TO ntask_worker;

@@ -12,8 +12,18 @@ SELECT queue, target FROM ntask_queue_set('ht2', target => '{"type": "http",
 SELECT (target->>'timeout_ms')::int AS timeout_ms FROM ntask.queue WHERE queue = 'ht2';
 -- IPv6 literal
 SELECT queue FROM ntask_queue_set('ht3', target => '{"type": "http", "url": "http://[::1]:8080/x"}');
--- a target of another type belongs to external workers and is stored as given
-SELECT queue, target FROM ntask_queue_set('ext', target => '{"type": "sql", "anything": [1, 2]}');
+-- a target of type external belongs to your own workers and is stored as given
+SELECT queue, target FROM ntask_queue_set('ext', target => '{"type": "external", "anything": [1, 2]}');
+-- any other type, another spelling or none is refused: nobody would take the tasks
+SELECT * FROM ntask_queue_set('badtype', target => '{"type": "HTTP", "url": "http://127.0.0.1:9/send"}');
+\echo :SQLSTATE
+SELECT * FROM ntask_queue_set('badtype', target => '{"url": "http://127.0.0.1:9/send"}');
+\echo :SQLSTATE
+SELECT * FROM ntask_queue_set('badtype', target => '{"type": "sql"}');
+\echo :SQLSTATE
+SELECT * FROM ntask_queue_set('badtype', target => '{"type": 1}');
+\echo :SQLSTATE
+SELECT count(*) AS created FROM ntask.queue WHERE queue = 'badtype';
 -- every problem is named, SQLSTATE 22023
 SELECT * FROM ntask_queue_set('bad', target => '{"type": "http"}');
 \echo :SQLSTATE

@@ -75,6 +75,22 @@ SELECT ntask_receipt(:r1, 5, '{}');
 SELECT ntask_receipt(:r1, 0, '{}');
 \echo :SQLSTATE
 
+-- a committed receipt is the known outcome: an invoked attempt whose
+-- receipt committed is closed with outcome_known, by a lease expiry as by
+-- an "unknown" transition, and does not count as an unknown outcome
+SELECT task_id AS r5 FROM ntask_enqueue('rep', 'report:receipt-known') \gset
+SELECT task_id AS r6 FROM ntask_enqueue('rep', 'report:receipt-known-2') \gset
+SELECT count(*) FROM ntask_claim('rep', 'W1', 2, lease => '1 millisecond');
+SELECT ntask_invoked(:r5, 1), ntask_invoked(:r6, 1);
+SELECT ntask_receipt(:r5, 1, '{"sent": 5}'), ntask_receipt(:r6, 1, '{"sent": 6}');
+SELECT result FROM ntask_transition(:r6, 1, 'retry_wait', 'unknown');
+SELECT pg_sleep(0.01);
+SELECT expired FROM ntask_housekeeping();
+SELECT t.task_key, a.result, a.outcome_known, t.unknown_attempts
+FROM ntask.attempt a JOIN ntask.task t USING (task_id)
+WHERE a.task_id IN (:r5, :r6) ORDER BY t.task_key;
+SELECT task_key, prior_outcome FROM ntask_claim('rep', 'W2', 2) ORDER BY task_key;
+
 -- ntask_fence: a rollout table written under a monotonic fence
 CREATE TABLE rollout (doc text, host text, version bigint, content jsonb, PRIMARY KEY (doc, host));
 CREATE FUNCTION publish(doc text, host text, version bigint, content jsonb) RETURNS text

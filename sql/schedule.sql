@@ -57,13 +57,32 @@ WHERE name = 'minutely';
 SELECT ntask_cron_prev('* * * * *', now()) - f.fired_slot AS before_current, f.outcome, f.task_id IS NOT NULL AS has_task
 FROM ntask_fire('minutely') f;
 COMMIT;
--- firing again in the same minute does nothing new
+-- firing again in the same minute does nothing new, and says so in one
+-- duplicate row (nothing is recorded)
 BEGIN;
 UPDATE ntask.schedule SET last_slot = ntask_cron_prev('* * * * *', now()) WHERE name = 'minutely';
-SELECT count(*) FROM ntask_fire('minutely');
+SELECT f.fired_slot = ntask_cron_prev('* * * * *', now()) AS current_slot, f.outcome, f.reason
+FROM ntask_fire('minutely') f;
 COMMIT;
 SELECT outcome, count(*) FROM ntask.schedule_slot WHERE schedule = 'minutely' GROUP BY outcome ORDER BY outcome;
 SELECT count(*) AS tasks, count(DISTINCT task_key) AS keys FROM ntask.task WHERE queue = 'cu';
+
+-- catch-up with overlap skip: the caught-up slot gets a deadline it can
+-- meet (one period from now, not the next slot, which has passed), and it
+-- does not make the current slot "overlap": both are enqueued
+SELECT queue FROM ntask_queue_set('cu2');
+SELECT name FROM ntask_schedule('skipcu', '* * * * *', 'cu2', overlap => 'skip', catchup => '10 minutes');
+BEGIN;
+UPDATE ntask.schedule SET last_slot = ntask_cron_prev('* * * * *', now()) - interval '2 minutes'
+WHERE name = 'skipcu';
+SELECT ntask_cron_prev('* * * * *', now()) - f.fired_slot AS before_current, f.outcome
+FROM ntask_fire('skipcu') f;
+SELECT ntask_cron_prev('* * * * *', now()) - ss.slot AS before_current, ss.outcome,
+	   t.state, t.deadline > now() AS deadline_ahead,
+	   t.deadline <= now() + interval '1 minute' AS within_one_period
+FROM ntask.schedule_slot ss JOIN ntask.task t USING (task_id)
+WHERE ss.schedule = 'skipcu' ORDER BY ss.slot;
+COMMIT;
 
 -- time zones: a schedule at 02:30 Berlin time
 SELECT name, timezone FROM ntask_schedule('berlin', '30 2 * * *', 'cu', timezone => 'Europe/Berlin');

@@ -27,3 +27,18 @@ SELECT task_key, reason, attempts, first_attempt_at IS NOT NULL AS has_first,
 FROM ntask.repair_queue WHERE queue = 'st';
 SELECT count(*) AS payload_columns FROM information_schema.columns
 WHERE table_schema = 'ntask' AND table_name = 'repair_queue' AND column_name LIKE '%payload%';
+-- unknown_attempts counts the unknown outcomes of unfinished tasks only: a
+-- task that succeeded after an unknown attempt is no longer a question
+SELECT queue FROM ntask_queue_set('st2', backoff_base => '1 millisecond', backoff_max => '1 millisecond');
+SELECT task_id AS u1 FROM ntask_enqueue('st2', 'u1') \gset
+SELECT count(*) FROM ntask_claim('st2', 'W1');
+SELECT ntask_invoked(:u1, 1);
+SELECT result FROM ntask_transition(:u1, 1, 'retry_wait', 'unknown');
+SELECT unknown_attempts FROM ntask.queue_stats WHERE queue = 'st2';
+SELECT pg_sleep(0.01);
+SELECT count(*) FROM ntask_claim('st2', 'W1');
+SELECT result FROM ntask_transition(:u1, 2, 'succeeded');
+SELECT unknown_attempts AS after_success FROM ntask.queue_stats WHERE queue = 'st2';
+SELECT unknown_attempts AS task_keeps_its_count FROM ntask.task WHERE task_id = :u1;
+-- the worker's view names the database it serves
+SELECT database FROM ntask.worker_stats;

@@ -81,7 +81,7 @@ static NtaskPlan claim_pick_plan = {
 	"  FROM ntask.task t "
 	"  WHERE t.queue OPERATOR(pg_catalog.=) $1 "
 	"    AND t.priority OPERATOR(pg_catalog.=) pr.p "
-	"    AND t.due_at OPERATOR(pg_catalog.<=) pg_catalog.now() "
+	"    AND t.due_at OPERATOR(pg_catalog.<=) pg_catalog.statement_timestamp() "
 	"  ORDER BY t.due_at, t.task_id "
 	"  LIMIT " CppAsString2(NTASK_MAX_CLAIM) " FOR UPDATE OF t SKIP LOCKED) x "
 	"WHERE q.queue OPERATOR(pg_catalog.=) $1 AND pr.p IS NOT NULL "
@@ -89,20 +89,24 @@ static NtaskPlan claim_pick_plan = {
 	2, {TEXTOID, OIDOID}
 };
 
-/* the one open attempt of each task whose lease expired */
+/*
+ * The one open attempt of each task whose lease expired.  Its outcome is
+ * known if it was never invoked, or if it committed a receipt (the receipt
+ * is the outcome); the second column says "unknown".
+ */
 static NtaskPlan claim_close_plan = {
 	"claim close expired attempts",
-	"UPDATE ntask.attempt a SET ended_at = pg_catalog.now(), "
-	"  result = 'lease_expired', outcome_known = (a.invoked_at IS NULL) "
+	"UPDATE ntask.attempt a SET ended_at = pg_catalog.statement_timestamp(), "
+	"  result = 'lease_expired', outcome_known = (a.invoked_at IS NULL " NTASK_RECEIPT_OF("a") ") "
 	"WHERE a.task_id OPERATOR(pg_catalog.=) ANY ($1) AND a.ended_at IS NULL "
-	"RETURNING a.task_id, (a.invoked_at IS NOT NULL)",
+	"RETURNING a.task_id, NOT a.outcome_known",
 	1, {INT8ARRAYOID}
 };
 
 /* budget test on the (locked) task row */
 #define CLAIM_SPENT \
 	"(t.attempts OPERATOR(pg_catalog.>=) t.max_attempts " \
-	" OR pg_catalog.now() OPERATOR(pg_catalog.>=) t.deadline)"
+	" OR pg_catalog.statement_timestamp() OPERATOR(pg_catalog.>=) t.deadline)"
 
 /*
  * $1 ids to lease, $2 worker, $3 lease, $4 ids taken over (their attempt
@@ -122,10 +126,10 @@ static NtaskPlan claim_lease_plan = {
 	"    attempts = t.attempts OPERATOR(pg_catalog.+) CASE WHEN " CLAIM_SPENT " THEN 0 ELSE 1 END, "
 	"    lease_owner = CASE WHEN " CLAIM_SPENT " THEN NULL ELSE $2 END, "
 	"    lease_until = CASE WHEN " CLAIM_SPENT " THEN NULL "
-	"      ELSE pg_catalog.now() OPERATOR(pg_catalog.+) $3 END, "
+	"      ELSE pg_catalog.statement_timestamp() OPERATOR(pg_catalog.+) $3 END, "
 	"    due_at = CASE WHEN " CLAIM_SPENT " THEN NULL "
-	"      ELSE pg_catalog.now() OPERATOR(pg_catalog.+) $3 END, "
-	"    finished_at = CASE WHEN " CLAIM_SPENT " THEN pg_catalog.now() END, "
+	"      ELSE pg_catalog.statement_timestamp() OPERATOR(pg_catalog.+) $3 END, "
+	"    finished_at = CASE WHEN " CLAIM_SPENT " THEN pg_catalog.statement_timestamp() END, "
 	"    unknown_attempts = t.unknown_attempts OPERATOR(pg_catalog.+) "
 	"      CASE WHEN t.task_id OPERATOR(pg_catalog.=) ANY ($5) THEN 1 ELSE 0 END, "
 	"    last_error_class = CASE WHEN t.task_id OPERATOR(pg_catalog.<>) ALL ($4) "
@@ -134,13 +138,14 @@ static NtaskPlan claim_lease_plan = {
 	"      ELSE 'transient' END, "
 	"    last_error_stage = CASE WHEN t.task_id OPERATOR(pg_catalog.<>) ALL ($4) "
 	"      THEN t.last_error_stage ELSE 'lease_expired' END, "
-	"    updated_at = pg_catalog.now() "
+	"    updated_at = pg_catalog.statement_timestamp() "
 	"  WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1) "
 	"  RETURNING t.task_id, t.task_key, t.payload, t.attempts, t.token, "
 	"    t.lease_until, t.unknown_attempts, t.state "
 	"), ins AS ( "
-	"  INSERT INTO ntask.attempt (task_id, token, attempt, worker) "
-	"  SELECT u.task_id, u.token, u.attempts, $2 FROM upd u "
+	"  INSERT INTO ntask.attempt (task_id, token, attempt, worker, claimed_at) "
+	"  SELECT u.task_id, u.token, u.attempts, $2, pg_catalog.statement_timestamp() "
+	"  FROM upd u "
 	"  WHERE u.state OPERATOR(pg_catalog.=) 'leased' "
 	") "
 	"SELECT u.task_id, u.task_key, u.payload, u.attempts, u.token, u.lease_until, "
@@ -161,7 +166,9 @@ static NtaskPlan claim_lease_plan = {
 #define CLAIM_MAX_ROUNDS 10
 
 static int	claim_round(ReturnSetInfo *rsinfo, text *queue, int want,
-						Datum worker, Datum lease_arg, bool *more);
+						Datum worker, Datum lease_arg, bool *more,
+						int64 *lease_usecs);
+static void claim_warn_old_xact(int64 lease_usecs);
 static int64 claim_token_floor(void);
 
 /*
@@ -183,11 +190,34 @@ claim_token_floor(void)
 }
 
 /*
+ * claim_warn_old_xact
+ *		Leases count from the claim statement's start, not the transaction's
+ *		(a lease computed from an old transaction start could be over before
+ *		it is handed out).  But nobody sees the claim before the transaction
+ *		commits: when the transaction is already older than half the lease,
+ *		say so (SQLSTATE 01000), since the lease is running while it stays
+ *		open and the work is meant to run after the commit.
+ */
+static void
+claim_warn_old_xact(int64 lease_usecs)
+{
+	TimestampTz xact = GetCurrentTransactionStartTimestamp();
+	TimestampTz stmt = GetCurrentStatementStartTimestamp();
+
+	if (lease_usecs > 0 && stmt - xact > lease_usecs / 2)
+		ereport(NOTICE,
+				(errmsg("ntask: this claim runs in a transaction older than half its lease"),
+				 errdetail("The lease counts from the claim statement, and runs while the transaction stays open; the transaction began %.1f s before the claim.",
+						   (double) (stmt - xact) / USECS_PER_SEC),
+				 errhint("Claim in its own short transaction and commit before doing the work.")));
+}
+
+/*
  * NtaskCloseExpiredAttempts
  *		Close the open attempt of each task in task_ids (bigint[]) whose
- *		lease expired, with result lease_expired; its outcome is known only
- *		if it was never invoked.  Returns the bigint[] of the tasks whose
- *		attempt had been invoked.  Shared by claim takeover and
+ *		lease expired, with result lease_expired; its outcome is known if it
+ *		was never invoked or committed a receipt.  Returns the bigint[] of
+ *		the tasks whose attempt's outcome is unknown.  Shared by claim takeover and
  *		housekeeping; the caller holds the task rows' locks.
  */
 Datum
@@ -221,7 +251,7 @@ NtaskCloseExpiredAttempts(Datum task_ids)
  */
 static int
 claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
-			Datum lease_arg, bool *more)
+			Datum lease_arg, bool *more, int64 *lease_usecs)
 {
 	Datum		lease;
 	char	   *guard;
@@ -248,6 +278,12 @@ claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
 	if (npicked == 0)
 		return -1;
 	lease = lease_arg ? lease_arg : NtaskGetDatum(0, 5, &isnull);
+	{
+		Interval   *iv = DatumGetIntervalP(lease);
+
+		*lease_usecs = iv->time + (int64) iv->day * USECS_PER_DAY +
+			(int64) iv->month * DAYS_PER_MONTH * USECS_PER_DAY;
+	}
 	guard = NtaskGetCString(0, 6);
 
 	ids = palloc(sizeof(Datum) * npicked);
@@ -350,6 +386,7 @@ ntask_claim(PG_FUNCTION_ARGS)
 	int			got = 0;
 	int			round;
 	bool		more = true;
+	int64		lease_usecs = 0;
 
 	if (PG_ARGISNULL(2))
 		ereport(ERROR,
@@ -372,7 +409,7 @@ ntask_claim(PG_FUNCTION_ARGS)
 									queue, max_tasks - got,
 									PointerGetDatum(worker),
 									PG_ARGISNULL(3) ? (Datum) 0 : PG_GETARG_DATUM(3),
-									&more);
+									&more, &lease_usecs);
 
 		/* nothing due: an idle queue, no right to it, or no such queue? */
 		if (n < 0 && round == 0)
@@ -388,7 +425,10 @@ ntask_claim(PG_FUNCTION_ARGS)
 	 * session's synchronous_commit says.
 	 */
 	if (got > 0)
+	{
 		ForceSyncCommit();
+		claim_warn_old_xact(lease_usecs);
+	}
 
 	SPI_finish();
 	return (Datum) 0;

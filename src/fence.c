@@ -55,7 +55,7 @@ static NtaskPlan fence_grant_set_plan = {
 	"fence grant set",
 	"INSERT INTO ntask.fence_grant AS g (prefix, role) VALUES ($1, $2) "
 	"ON CONFLICT (prefix) DO UPDATE SET role = EXCLUDED.role, "
-	"  granted_at = pg_catalog.now()",
+	"  granted_at = pg_catalog.statement_timestamp()",
 	2, {TEXTOID, REGROLEOID}
 };
 
@@ -72,7 +72,7 @@ static NtaskPlan fence_advance_plan = {
 	"  VALUES ($1, $2, $3, $4) "
 	"  ON CONFLICT (fence_key) DO UPDATE SET token = EXCLUDED.token, "
 	"    payload_digest = EXCLUDED.payload_digest, "
-	"    digest_version = EXCLUDED.digest_version, updated_at = pg_catalog.now() "
+	"    digest_version = EXCLUDED.digest_version, updated_at = pg_catalog.statement_timestamp() "
 	"  WHERE f.token OPERATOR(pg_catalog.<) EXCLUDED.token "
 	"  RETURNING f.fence_key, f.token, f.payload_digest, f.digest_version "
 	") "

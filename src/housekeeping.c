@@ -41,14 +41,14 @@ static NtaskPlan hk_expired_plan = {
 	"housekeeping pick expired leases",
 	"SELECT t.task_id FROM ntask.task t "
 	"WHERE t.state OPERATOR(pg_catalog.=) 'leased' "
-	"  AND t.lease_until OPERATOR(pg_catalog.<) pg_catalog.now() "
+	"  AND t.lease_until OPERATOR(pg_catalog.<) pg_catalog.statement_timestamp() "
 	"ORDER BY t.lease_until LIMIT 100000 FOR UPDATE SKIP LOCKED",
 	0, {InvalidOid}
 };
 
 #define HK_SPENT \
 	"(t.attempts OPERATOR(pg_catalog.>=) t.max_attempts " \
-	" OR pg_catalog.now() OPERATOR(pg_catalog.>=) t.deadline)"
+	" OR pg_catalog.statement_timestamp() OPERATOR(pg_catalog.>=) t.deadline)"
 
 /* $1 expired task ids, $2 those whose attempt had been invoked */
 static NtaskPlan hk_release_plan = {
@@ -58,16 +58,16 @@ static NtaskPlan hk_release_plan = {
 	"  reason = CASE WHEN NOT " HK_SPENT " THEN t.reason "
 	"    WHEN t.attempts OPERATOR(pg_catalog.>=) t.max_attempts THEN 'budget_exhausted' "
 	"    ELSE 'deadline_exceeded' END, "
-	"  run_at = CASE WHEN " HK_SPENT " THEN t.run_at ELSE pg_catalog.now() END, "
-	"  due_at = CASE WHEN " HK_SPENT " THEN NULL ELSE pg_catalog.now() END, "
-	"  finished_at = CASE WHEN " HK_SPENT " THEN pg_catalog.now() END, "
+	"  run_at = CASE WHEN " HK_SPENT " THEN t.run_at ELSE pg_catalog.statement_timestamp() END, "
+	"  due_at = CASE WHEN " HK_SPENT " THEN NULL ELSE pg_catalog.statement_timestamp() END, "
+	"  finished_at = CASE WHEN " HK_SPENT " THEN pg_catalog.statement_timestamp() END, "
 	"  lease_owner = NULL, lease_until = NULL, "
 	"  unknown_attempts = t.unknown_attempts OPERATOR(pg_catalog.+) "
 	"    CASE WHEN t.task_id OPERATOR(pg_catalog.=) ANY ($2) THEN 1 ELSE 0 END, "
 	"  last_error_class = CASE WHEN t.task_id OPERATOR(pg_catalog.=) ANY ($2) "
 	"    THEN 'unknown' ELSE 'transient' END, "
 	"  last_error_stage = 'lease_expired', "
-	"  updated_at = pg_catalog.now() "
+	"  updated_at = pg_catalog.statement_timestamp() "
 	"WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1) "
 	"  AND t.state OPERATOR(pg_catalog.=) 'leased' "
 	"RETURNING t.state OPERATOR(pg_catalog.=) 'repair_required'",
@@ -81,12 +81,12 @@ static NtaskPlan hk_deadline_plan = {
 	"  SELECT t.task_id FROM ntask.task t "
 	"  WHERE t.due_at IS NOT NULL "
 	"    AND t.state OPERATOR(pg_catalog.<>) 'leased' "
-	"    AND t.deadline OPERATOR(pg_catalog.<=) pg_catalog.now() "
+	"    AND t.deadline OPERATOR(pg_catalog.<=) pg_catalog.statement_timestamp() "
 	"  LIMIT $1 FOR UPDATE SKIP LOCKED "
 	") "
 	"UPDATE ntask.task t SET state = 'repair_required', "
 	"  reason = 'deadline_exceeded', due_at = NULL, "
-	"  finished_at = pg_catalog.now(), updated_at = pg_catalog.now() "
+	"  finished_at = pg_catalog.statement_timestamp(), updated_at = pg_catalog.statement_timestamp() "
 	"FROM d WHERE t.task_id OPERATOR(pg_catalog.=) d.task_id",
 	1, {INT4OID}
 };
@@ -96,7 +96,7 @@ static NtaskPlan hk_prune_audit_plan = {
 	"housekeeping prune audit",
 	"DELETE FROM ntask.audit a WHERE a.audit_id OPERATOR(pg_catalog.=) ANY (ARRAY( "
 	"  SELECT x.audit_id FROM ntask.audit x "
-	"  WHERE x.at OPERATOR(pg_catalog.<) (pg_catalog.now() OPERATOR(pg_catalog.-) $1) "
+	"  WHERE x.at OPERATOR(pg_catalog.<) (pg_catalog.statement_timestamp() OPERATOR(pg_catalog.-) $1) "
 	"  ORDER BY x.at LIMIT $2))",
 	2, {INTERVALOID, INT4OID}
 };
@@ -106,7 +106,7 @@ static NtaskPlan hk_prune_slots_plan = {
 	"housekeeping prune schedule slots",
 	"DELETE FROM ntask.schedule_slot s WHERE s.id OPERATOR(pg_catalog.=) ANY (ARRAY( "
 	"  SELECT x.id FROM ntask.schedule_slot x "
-	"  WHERE x.fired_at OPERATOR(pg_catalog.<) (pg_catalog.now() OPERATOR(pg_catalog.-) $1) "
+	"  WHERE x.fired_at OPERATOR(pg_catalog.<) (pg_catalog.statement_timestamp() OPERATOR(pg_catalog.-) $1) "
 	"    AND NOT EXISTS (SELECT 1 FROM ntask.task t "
 	"                    WHERE t.task_id OPERATOR(pg_catalog.=) x.task_id "
 	"                      AND t.due_at IS NOT NULL) "
@@ -119,7 +119,7 @@ static NtaskPlan hk_prune_fence_plan = {
 	"housekeeping prune fence receipts",
 	"DELETE FROM ntask.fence_receipt r USING ( "
 	"  SELECT x.fence_key, x.token FROM ntask.fence_receipt x "
-	"  WHERE x.applied_at OPERATOR(pg_catalog.<) (pg_catalog.now() OPERATOR(pg_catalog.-) $1) "
+	"  WHERE x.applied_at OPERATOR(pg_catalog.<) (pg_catalog.statement_timestamp() OPERATOR(pg_catalog.-) $1) "
 	"    AND NOT EXISTS (SELECT 1 FROM ntask.fence f "
 	"                    WHERE f.fence_key OPERATOR(pg_catalog.=) x.fence_key "
 	"                      AND f.token OPERATOR(pg_catalog.=) x.token) "
@@ -141,7 +141,7 @@ static NtaskPlan hk_prune_pick_plan = {
 	"WHERE t.queue OPERATOR(pg_catalog.=) $1 "
 	"  AND t.state OPERATOR(pg_catalog.=) ANY ('{succeeded,canceled,skipped}') "
 	"  AND t.finished_at OPERATOR(pg_catalog.<) "
-	"      (pg_catalog.now() OPERATOR(pg_catalog.-) $2) "
+	"      (pg_catalog.statement_timestamp() OPERATOR(pg_catalog.-) $2) "
 	"ORDER BY t.finished_at LIMIT 100000 FOR UPDATE SKIP LOCKED",
 	2, {TEXTOID, INTERVALOID}
 };

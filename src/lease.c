@@ -1,8 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * lease.c
- *	  ntask_heartbeat and ntask_invoked: what a worker says while it holds
- *	  a lease.
+ *	  ntask_heartbeat, ntask_invoked and ntask_release: what a worker says
+ *	  while it holds a lease.
  *
  * Fencing: a task row holds the token of its latest attempt; an attempt
  * row is "open" (ended_at IS NULL) exactly while that attempt holds the
@@ -23,6 +23,7 @@
 
 PG_FUNCTION_INFO_V1(ntask_heartbeat);
 PG_FUNCTION_INFO_V1(ntask_invoked);
+PG_FUNCTION_INFO_V1(ntask_release);
 
 static void lease_check_token(int64 task_id, int64 token);
 
@@ -37,9 +38,9 @@ static NtaskPlan lease_token_plan = {
 static NtaskPlan lease_heartbeat_plan = {
 	"heartbeat",
 	"UPDATE ntask.task t SET "
-	"  lease_until = pg_catalog.now() OPERATOR(pg_catalog.+) coalesce($3, q.lease), "
-	"  due_at = pg_catalog.now() OPERATOR(pg_catalog.+) coalesce($3, q.lease), "
-	"  updated_at = pg_catalog.now() "
+	"  lease_until = pg_catalog.statement_timestamp() OPERATOR(pg_catalog.+) coalesce($3, q.lease), "
+	"  due_at = pg_catalog.statement_timestamp() OPERATOR(pg_catalog.+) coalesce($3, q.lease), "
+	"  updated_at = pg_catalog.statement_timestamp() "
 	"FROM ntask.queue q "
 	"WHERE t.task_id OPERATOR(pg_catalog.=) $1 "
 	"  AND t.token OPERATOR(pg_catalog.=) $2 "
@@ -52,7 +53,7 @@ static NtaskPlan lease_heartbeat_plan = {
 
 static NtaskPlan lease_invoked_plan = {
 	"invoked",
-	"UPDATE ntask.attempt a SET invoked_at = pg_catalog.now() "
+	"UPDATE ntask.attempt a SET invoked_at = pg_catalog.statement_timestamp() "
 	"WHERE a.task_id OPERATOR(pg_catalog.=) $1 "
 	"  AND a.token OPERATOR(pg_catalog.=) $2 "
 	"  AND a.ended_at IS NULL AND a.invoked_at IS NULL "
@@ -168,6 +169,139 @@ ntask_invoked(PG_FUNCTION_ARGS)
 		if (NtaskExecPlan(&lease_attempt_plan, values, NULL, SPI_OK_SELECT) == 1 &&
 			NtaskGetBool(0, 1))
 			result = "duplicate";
+		else
+			result = "stale";
+	}
+	SPI_finish();
+	PG_RETURN_TEXT_P(cstring_to_text(result));
+}
+
+/*
+ * Release: the holder hands the task back.  Task row first (the UPDATE
+ * locks it; only the current token of a leased task, only with the queue's
+ * worker_role), then, only if it moved, the open attempt.  An attempt that
+ * was never invoked gives its attempt back (max_attempts + 1: the ledger
+ * keeps the row, the budget is not spent); an invoked one counts, and its
+ * outcome is unknown.  $3: the delay (0 for at once), $4: the caller.
+ */
+static NtaskPlan lease_release_plan = {
+	"release",
+	"WITH upd AS ( "
+	"  UPDATE ntask.task t SET state = 'ready', "
+	"    run_at = pg_catalog.statement_timestamp() OPERATOR(pg_catalog.+) $3, "
+	"    due_at = pg_catalog.statement_timestamp() OPERATOR(pg_catalog.+) $3, "
+	"    lease_owner = NULL, lease_until = NULL, "
+	"    max_attempts = t.max_attempts OPERATOR(pg_catalog.+) "
+	"      CASE WHEN a.invoked_at IS NULL THEN 1 ELSE 0 END, "
+	"    unknown_attempts = t.unknown_attempts OPERATOR(pg_catalog.+) "
+	"      CASE WHEN a.invoked_at IS NULL " NTASK_RECEIPT_OF("a") " THEN 0 ELSE 1 END, "
+	"    last_error_class = CASE WHEN a.invoked_at IS NULL THEN t.last_error_class "
+	"      ELSE 'unknown' END, "
+	"    last_error_stage = CASE WHEN a.invoked_at IS NULL THEN t.last_error_stage "
+	"      ELSE 'released' END, "
+	"    updated_at = pg_catalog.statement_timestamp() "
+	"  FROM ntask.attempt a "
+	"  WHERE t.task_id OPERATOR(pg_catalog.=) $1 "
+	"    AND t.token OPERATOR(pg_catalog.=) $2 "
+	"    AND t.state OPERATOR(pg_catalog.=) 'leased' "
+	"    AND a.task_id OPERATOR(pg_catalog.=) $1 "
+	"    AND a.token OPERATOR(pg_catalog.=) $2 AND a.ended_at IS NULL "
+	"    AND EXISTS (SELECT 1 FROM ntask.queue q "
+	"                WHERE q.queue OPERATOR(pg_catalog.=) t.queue "
+	"                  AND " NTASK_WORKER_RIGHT("q", "4") ") "
+	"  RETURNING t.run_at "
+	"), att AS ( "
+	"  UPDATE ntask.attempt a SET ended_at = pg_catalog.statement_timestamp(), "
+	"    result = 'released', requested = 'released', "
+	"    outcome_known = (a.invoked_at IS NULL " NTASK_RECEIPT_OF("a") "), "
+	"    retry_at = (SELECT upd.run_at FROM upd) "
+	"  WHERE a.task_id OPERATOR(pg_catalog.=) $1 "
+	"    AND a.token OPERATOR(pg_catalog.=) $2 AND a.ended_at IS NULL "
+	"    AND EXISTS (SELECT 1 FROM upd) "
+	") "
+	"SELECT 1 FROM upd",
+	4, {INT8OID, INT8OID, INTERVALOID, OIDOID}
+};
+
+/* not applied: what this token did with its attempt, under the task lock */
+static NtaskPlan lease_release_lock_plan = {
+	"release lock",
+	"SELECT t.token, " NTASK_WORKER_RIGHT("q", "2") " "
+	"FROM ntask.task t JOIN ntask.queue q ON q.queue OPERATOR(pg_catalog.=) t.queue "
+	"WHERE t.task_id OPERATOR(pg_catalog.=) $1 FOR UPDATE OF t",
+	2, {INT8OID, OIDOID}
+};
+
+static NtaskPlan lease_requested_plan = {
+	"release attempt lookup",
+	"SELECT a.requested FROM ntask.attempt a "
+	"WHERE a.task_id OPERATOR(pg_catalog.=) $1 "
+	"  AND a.token OPERATOR(pg_catalog.=) $2",
+	2, {INT8OID, INT8OID}
+};
+
+/*
+ * ntask_release(task_id, token, delay interval DEFAULT NULL) RETURNS text
+ *		Hand a leased task back (a worker shutting down, or "snooze"): the
+ *		attempt ends with result 'released'; the task is ready again at
+ *		once, or after delay.  Never invoked: the attempt does not count
+ *		against the budget (the deadline still runs).  Invoked: it counts,
+ *		with its outcome unknown (prior_outcome 'unknown' for the next
+ *		claim).  Returns 'applied'; 'duplicate' when this token already
+ *		released; 'conflict' when it already made a transition; 'stale' when
+ *		the task moved on.  Errors: as ntask_transition (P0002, 42501,
+ *		NT003, 22004); a negative or over-10-years delay 22023.
+ */
+Datum
+ntask_release(PG_FUNCTION_ARGS)
+{
+	int64		task_id = NtaskArgInt64(fcinfo, 0, "task_id");
+	int64		token = NtaskArgInt64(fcinfo, 1, "token");
+	Interval   *delay = palloc0(sizeof(Interval));
+	Datum		values[4];
+	const char *result;
+
+	if (!PG_ARGISNULL(2))
+	{
+		Interval   *d = PG_GETARG_INTERVAL_P(2);
+		Interval	zero = {0};
+
+		if (DatumGetBool(DirectFunctionCall2(interval_lt, IntervalPGetDatum(d),
+											 IntervalPGetDatum(&zero))))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("ntask: delay must not be negative")));
+		if (DatumGetBool(DirectFunctionCall2(interval_gt, IntervalPGetDatum(d),
+											 IntervalPGetDatum(&zero))))
+			NtaskCheckPositiveInterval(d, "delay");
+		delay = d;
+	}
+	values[0] = Int64GetDatum(task_id);
+	values[1] = Int64GetDatum(token);
+	values[2] = IntervalPGetDatum(delay);
+	values[3] = ObjectIdGetDatum(NtaskCaller());
+
+	SPI_connect();
+	if (NtaskExecPlan(&lease_release_plan, values, NULL, SPI_OK_SELECT) == 1)
+	{
+		result = "applied";
+		NtaskWakeWorkerAtCommit();	/* it may be an http task, due now */
+	}
+	else
+	{
+		Datum		lv[2];
+
+		lv[0] = values[0];
+		lv[1] = values[3];
+		if (NtaskExecPlan(&lease_release_lock_plan, lv, NULL, SPI_OK_SELECT) == 0)
+			NtaskTaskNotFound(task_id);
+		if (!NtaskGetBool(0, 2))
+			NtaskTaskRightDenied(task_id);
+		NtaskCheckTokenRange(task_id, token, NtaskGetInt64(0, 1));
+		if (NtaskExecPlan(&lease_requested_plan, values, NULL, SPI_OK_SELECT) == 1 &&
+			NtaskGetText(0, 1) != NULL)
+			result = strcmp(NtaskGetCString(0, 1), "released") == 0 ?
+				"duplicate" : "conflict";
 		else
 			result = "stale";
 	}

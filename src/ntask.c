@@ -76,6 +76,16 @@ ntask_shmem_startup(void)
 void
 _PG_init(void)
 {
+	/*
+	 * The worker's settings can only take effect at server start.  Loaded
+	 * later (the first call of an ntask function in a server that does not
+	 * preload it), defining a PGC_POSTMASTER variable would be FATAL:
+	 * define them as reload-time settings instead, which nothing reads
+	 * then, since there is no worker.  Every SQL function works either way.
+	 */
+	GucContext	pm_context = process_shared_preload_libraries_in_progress ?
+		PGC_POSTMASTER : PGC_SIGHUP;
+
 	DefineCustomBoolVariable("ntask.backoff_jitter",
 							 "Randomise retry delays (equal jitter).",
 							 "When off, a transient failure waits exactly "
@@ -92,7 +102,7 @@ _PG_init(void)
 							   NULL,
 							   &ntask_database,
 							   "postgres",
-							   PGC_POSTMASTER,
+							   pm_context,
 							   0,
 							   NULL, NULL, NULL);
 
@@ -101,7 +111,7 @@ _PG_init(void)
 							 "Needs shared_preload_libraries = 'ntask'.",
 							 &ntask_worker_enabled,
 							 true,
-							 PGC_POSTMASTER,
+							 pm_context,
 							 0,
 							 NULL, NULL, NULL);
 
@@ -170,7 +180,7 @@ _PG_init(void)
 							   "default, ntask_bgworker (a member of ntask_worker).",
 							   &ntask_worker_role,
 							   "ntask_bgworker",
-							   PGC_POSTMASTER,
+							   pm_context,
 							   0,
 							   NULL, NULL, NULL);
 

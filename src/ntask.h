@@ -116,6 +116,15 @@ extern void NtaskCheckQueueRight(text *queue, bool producer);
 extern void NtaskTaskRightDenied(int64 task_id) pg_attribute_noreturn();
 
 /*
+ * SQL: " OR <the attempt row a committed a receipt>", for the outcome_known
+ * of an attempt being closed: a committed receipt is a known outcome.
+ */
+#define NTASK_RECEIPT_OF(a) \
+	" OR EXISTS (SELECT 1 FROM ntask.receipt r " \
+	"  WHERE r.task_id OPERATOR(pg_catalog.=) " a ".task_id " \
+	"    AND r.token OPERATOR(pg_catalog.=) " a ".token)"
+
+/*
  * SQL: true when the caller (parameter $n, an oid) may act as a worker on
  * the tasks of queue row q: the queue has no worker_role, or the caller has
  * its privileges.  Checked by every function that takes a task id and a
@@ -189,6 +198,7 @@ typedef struct NtaskHttpTarget
 } NtaskHttpTarget;
 
 extern bool NtaskTargetIsHttp(Jsonb *target);
+extern void NtaskCheckTargetType(Jsonb *target);
 extern NtaskHttpTarget *NtaskParseHttpTarget(Jsonb *target);
 
 /* dispatch.c (runs only in the background worker) */

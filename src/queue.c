@@ -51,7 +51,7 @@ static NtaskPlan queue_update_plan = {
 	"  guard = coalesce($7, q.guard), "
 	"  target = coalesce($8, q.target), "
 	"  retention = coalesce($9, q.retention), "
-	"  updated_at = pg_catalog.now() "
+	"  updated_at = pg_catalog.statement_timestamp() "
 	"WHERE q.queue OPERATOR(pg_catalog.=) $1 "
 	"  AND coalesce($6, q.backoff_max) OPERATOR(pg_catalog.>=) "
 	"      coalesce($5, q.backoff_base) "
@@ -73,14 +73,14 @@ static NtaskPlan queue_right_plan = {
 static NtaskPlan queue_roles_plan = {
 	"queue roles",
 	"UPDATE ntask.queue q SET producer_role = $2, worker_role = $3, "
-	"  updated_at = pg_catalog.now() "
+	"  updated_at = pg_catalog.statement_timestamp() "
 	"WHERE q.queue OPERATOR(pg_catalog.=) $1 RETURNING 1",
 	3, {TEXTOID, REGROLEOID, REGROLEOID}
 };
 
 static NtaskPlan queue_clear_guard_plan = {
 	"queue clear guard",
-	"UPDATE ntask.queue SET guard = NULL, updated_at = pg_catalog.now() "
+	"UPDATE ntask.queue SET guard = NULL, updated_at = pg_catalog.statement_timestamp() "
 	"WHERE queue OPERATOR(pg_catalog.=) $1",
 	1, {TEXTOID}
 };
@@ -315,6 +315,7 @@ ntask_queue_set(PG_FUNCTION_ARGS)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("ntask: target must be a JSON object")));
+		NtaskCheckTargetType(target);
 		NtaskWakeWorkerAtCommit();	/* let it reread the target */
 		if (NtaskTargetIsHttp(target))
 		{

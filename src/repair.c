@@ -41,14 +41,14 @@ static NtaskPlan rep_lock_plan = {
 static NtaskPlan rep_finish_plan = {
 	"finish task",
 	"WITH closed AS ( "
-	"  UPDATE ntask.attempt a SET ended_at = pg_catalog.now(), result = $4, "
-	"    outcome_known = (a.invoked_at IS NULL) "
+	"  UPDATE ntask.attempt a SET ended_at = pg_catalog.statement_timestamp(), result = $4, "
+	"    outcome_known = (a.invoked_at IS NULL " NTASK_RECEIPT_OF("a") ") "
 	"  WHERE a.task_id OPERATOR(pg_catalog.=) $1 AND a.ended_at IS NULL "
-	"  RETURNING (a.invoked_at IS NOT NULL) AS was_invoked "
+	"  RETURNING NOT a.outcome_known AS was_invoked "
 	") "
 	"UPDATE ntask.task t SET state = $2, reason = $3, due_at = NULL, "
 	"  lease_owner = NULL, lease_until = NULL, "
-	"  finished_at = pg_catalog.now(), updated_at = pg_catalog.now(), "
+	"  finished_at = pg_catalog.statement_timestamp(), updated_at = pg_catalog.statement_timestamp(), "
 	"  last_error_class = coalesce($5, t.last_error_class), "
 	"  last_error_stage = coalesce($6, t.last_error_stage), "
 	"  unknown_attempts = t.unknown_attempts OPERATOR(pg_catalog.+) "
@@ -60,11 +60,11 @@ static NtaskPlan rep_finish_plan = {
 static NtaskPlan rep_replay_plan = {
 	"replay",
 	"UPDATE ntask.task t SET state = 'ready', "
-	"  run_at = pg_catalog.now(), due_at = pg_catalog.now(), "
+	"  run_at = pg_catalog.statement_timestamp(), due_at = pg_catalog.statement_timestamp(), "
 	"  max_attempts = t.attempts OPERATOR(pg_catalog.+) q.max_attempts, "
-	"  deadline = pg_catalog.now() OPERATOR(pg_catalog.+) q.total_deadline, "
+	"  deadline = pg_catalog.statement_timestamp() OPERATOR(pg_catalog.+) q.total_deadline, "
 	"  reason = NULL, repair_owner = NULL, repair_next_action = NULL, "
-	"  finished_at = NULL, updated_at = pg_catalog.now() "
+	"  finished_at = NULL, updated_at = pg_catalog.statement_timestamp() "
 	"FROM ntask.queue q "
 	"WHERE t.task_id OPERATOR(pg_catalog.=) $1 "
 	"  AND q.queue OPERATOR(pg_catalog.=) t.queue",
@@ -74,7 +74,7 @@ static NtaskPlan rep_replay_plan = {
 static NtaskPlan rep_assign_plan = {
 	"repair assign",
 	"UPDATE ntask.task SET repair_owner = $2, repair_next_action = $3, "
-	"  updated_at = pg_catalog.now() "
+	"  updated_at = pg_catalog.statement_timestamp() "
 	"WHERE task_id OPERATOR(pg_catalog.=) $1",
 	3, {INT8OID, TEXTOID, TEXTOID}
 };

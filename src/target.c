@@ -12,8 +12,8 @@
  * Only "type" and "url" are required.  Unknown keys are refused (a typo
  * must not silently drop a setting).  Header names must be HTTP tokens,
  * values free of CR, LF and other controls, and the headers ntask sets
- * itself are refused (http_parse.c).  Targets of another "type" belong to
- * external workers and are stored as given.
+ * itself are refused (http_parse.c).  Targets of type "external" belong to
+ * external workers and are stored as given; any other type is refused.
  *
  * IDENTIFICATION
  *	  src/target.c
@@ -80,6 +80,40 @@ tg_url(JsonbValue *v, const char *key, char **host)
 				 "User info (credentials), spaces and control characters are not allowed; put credentials in \"headers\".");
 	*host = pstrdup(buf);
 	return url;
+}
+
+/*
+ * NtaskCheckTargetType
+ *		A target names its type: "http" (the background worker dispatches
+ *		it) or "external" (your own workers read it; its other keys are
+ *		yours).  Anything else, a missing type, or another spelling
+ *		("HTTP") would leave the queue's tasks waiting forever with no one
+ *		to take them, so it is refused (22023).
+ */
+void
+NtaskCheckTargetType(Jsonb *target)
+{
+	JsonbValue	v;
+	char	   *type;
+
+	if (getKeyJsonValueFromContainer(&target->root, "type", 4, &v) == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ntask: target has no \"type\""),
+				 errhint("Use {\"type\": \"http\", \"url\": ...} for the background worker, or {\"type\": \"external\", ...} for your own workers.")));
+	if (v.type != jbvString)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ntask: target \"type\" must be a string")));
+	type = pnstrdup(v.val.string.val, v.val.string.len);
+	if (strcmp(type, "http") == 0 || strcmp(type, "external") == 0)
+		return;
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg("ntask: unknown target type \"%s\"", type),
+			 pg_strcasecmp(type, "http") == 0 || pg_strcasecmp(type, "external") == 0 ?
+			 errhint("Target types are lower case: \"http\" or \"external\".") :
+			 errhint("Known types: \"http\" (dispatched by the background worker) and \"external\" (read by your own workers).")));
 }
 
 /* NtaskTargetIsHttp: target is an object whose "type" is "http". */

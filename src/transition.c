@@ -44,7 +44,8 @@ PG_FUNCTION_INFO_V1(ntask_transition);
 static NtaskPlan tr_lock_plan = {
 	"transition lock",
 	"SELECT t.state, t.token, t.attempts, t.max_attempts, t.deadline, "
-	"  q.backoff_base, q.backoff_max, t.run_at, " NTASK_WORKER_RIGHT("q", "2") " "
+	"  q.backoff_base, q.backoff_max, "
+	"  CASE WHEN t.due_at IS NOT NULL THEN t.run_at END, " NTASK_WORKER_RIGHT("q", "2") " "
 	"FROM ntask.task t JOIN ntask.queue q "
 	"  ON q.queue OPERATOR(pg_catalog.=) t.queue "
 	"WHERE t.task_id OPERATOR(pg_catalog.=) $1 FOR UPDATE OF t",
@@ -70,20 +71,26 @@ static NtaskPlan tr_apply_plan = {
 	"    reason = CASE WHEN $13 "
 	"      THEN coalesce($10 OPERATOR(pg_catalog.->>) 'reason', $12) ELSE $12 END, "
 	"    unknown_attempts = t.unknown_attempts OPERATOR(pg_catalog.+) "
-	"      CASE WHEN $7 THEN 0 ELSE 1 END, "
-	"    finished_at = CASE WHEN $11 IS NULL THEN pg_catalog.now() END, "
-	"    updated_at = pg_catalog.now() "
+	"      CASE WHEN $7 THEN 0 WHEN EXISTS (SELECT 1 FROM ntask.receipt r "
+	"        WHERE r.task_id OPERATOR(pg_catalog.=) $1 "
+	"          AND r.token OPERATOR(pg_catalog.=) $2) THEN 0 ELSE 1 END, "
+	"    finished_at = CASE WHEN $11 IS NULL THEN pg_catalog.statement_timestamp() END, "
+	"    updated_at = pg_catalog.statement_timestamp() "
 	"  WHERE t.task_id OPERATOR(pg_catalog.=) $1 "
 	"    AND t.token OPERATOR(pg_catalog.=) $2 "
 	"    AND t.state OPERATOR(pg_catalog.=) 'leased' "
 	"    AND EXISTS (SELECT 1 FROM ntask.queue q "
 	"                WHERE q.queue OPERATOR(pg_catalog.=) t.queue "
 	"                  AND " NTASK_WORKER_RIGHT("q", "14") ") "
-	"  RETURNING t.task_id, t.state, t.run_at "
+	"  RETURNING t.task_id, t.state, "
+	"    CASE WHEN t.due_at IS NOT NULL THEN t.run_at END AS run_at "
 	"), att AS ( "
-	"  UPDATE ntask.attempt a SET ended_at = pg_catalog.now(), result = $3, "
+	"  UPDATE ntask.attempt a SET ended_at = pg_catalog.statement_timestamp(), result = $3, "
 	"    requested = $4, error_class = $5, error_stage = $6, "
-	"    outcome_known = $7, outcome = $8, retry_at = $9, detail = $10 "
+	"    outcome_known = CASE WHEN $7 THEN true ELSE EXISTS (SELECT 1 FROM ntask.receipt r "
+	"      WHERE r.task_id OPERATOR(pg_catalog.=) $1 "
+	"        AND r.token OPERATOR(pg_catalog.=) $2) END, "
+	"    outcome = $8, retry_at = $9, detail = $10 "
 	"  WHERE a.task_id OPERATOR(pg_catalog.=) $1 "
 	"    AND a.token OPERATOR(pg_catalog.=) $2 AND a.ended_at IS NULL "
 	"    AND EXISTS (SELECT 1 FROM upd) "
@@ -148,7 +155,7 @@ tr_interval_usecs(Interval *iv)
 /*
  * tr_backoff
  *		When the retry after the given attempt (1-based) is due:
- *		now() + min(base * 2^(attempt-1), max), with equal jitter (half the
+ *		statement start + min(base * 2^(attempt-1), max), with equal jitter (half the
  *		delay fixed, half random) unless ntask.backoff_jitter is off.
  */
 static TimestampTz
@@ -162,7 +169,7 @@ tr_backoff(int attempt, Interval *base, Interval *max)
 		delay = m;
 	if (ntask_backoff_jitter)
 		delay = delay / 2.0 + pg_prng_double(&pg_global_prng_state) * delay / 2.0;
-	return GetCurrentTransactionStartTimestamp() + (int64) delay;
+	return GetCurrentStatementStartTimestamp() + (int64) delay;
 }
 
 /*
@@ -352,7 +359,7 @@ ntask_transition(PG_FUNCTION_ARGS)
 			int32		attempts = NtaskGetInt32(0, 3);
 			int32		max_attempts = NtaskGetInt32(0, 4);
 			TimestampTz deadline = DatumGetTimestampTz(NtaskGetDatum(0, 5, &isnull));
-			TimestampTz now = GetCurrentTransactionStartTimestamp();
+			TimestampTz now = GetCurrentStatementStartTimestamp();
 			TimestampTz next;
 			const char *final = c.to_state;
 			bool		engine_reason = false;

@@ -751,7 +751,7 @@ wk_exit(int code, Datum arg)
  * ntask_worker_stats() RETURNS TABLE(pid, state, started_at, last_tick,
  *		dispatched, accepted, transient, permanent, unknown, reconciled,
  *		in_flight, expired_leases, repaired, pruned, last_error,
- *		last_error_at)
+ *		last_error_at, database)
  *
  * One row from shared memory; all NULL but state when ntask is not in
  * shared_preload_libraries.
@@ -760,8 +760,8 @@ Datum
 ntask_worker_stats(PG_FUNCTION_ARGS)
 {
 	TupleDesc	tupdesc;
-	Datum		values[16];
-	bool		nulls[16];
+	Datum		values[17];
+	bool		nulls[17];
 	NtaskWorkerShared copy;
 	int			c = 0;
 	int			i;
@@ -797,6 +797,7 @@ ntask_worker_stats(PG_FUNCTION_ARGS)
 	nulls[c++] = copy.last_error[0] == '\0';
 	values[c] = TimestampTzGetDatum(copy.last_error_at);
 	nulls[c++] = copy.last_error_at == 0;
-	Assert(c == 16);
+	values[c++] = DirectFunctionCall1(namein, CStringGetDatum(ntask_database));
+	Assert(c == 17);
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
 }

@@ -15,6 +15,9 @@
 # scenarios, not the timing):
 #
 #   worker_kill     SIGKILL an external worker (a new one takes its place)
+#   worker_term     SIGTERM a worker that has just claimed a task: it hands
+#                   the task back with ntask_release and exits 0 (a new one
+#                   takes its place); the task is done by someone else
 #   worker_stop     SIGSTOP a worker between its claim and its receipt,
 #                   until its lease expired and its attempt was closed,
 #                   then SIGCONT: its receipt must come back 'stale'
@@ -419,8 +422,8 @@ sub tick
 # The fault plan
 # ---------------------------------------------------------------------
 
-my @fault_types = qw(worker_kill worker_stop bgworker_kill server_restart promote);
-my %per_type = (worker_kill => 3, worker_stop => 2, bgworker_kill => 2,
+my @fault_types = qw(worker_kill worker_term worker_stop bgworker_kill server_restart promote);
+my %per_type = (worker_kill => 3, worker_term => 1, worker_stop => 2, bgworker_kill => 2,
 	server_restart => 2);
 if ($long)
 {
@@ -446,6 +449,7 @@ note sprintf('fault plan: %s',
 my %fault_count = map { $_ => 0 } @fault_types;
 my @fault_log;
 my @stop_expect;	# {name, tid, tok}: a stopped worker's late write
+my @term_expect;	# {name, tid, tok}: a task a SIGTERMed worker handed back
 my @failures;		# things that went wrong during the run
 my $promoted = 0;
 
@@ -509,6 +513,38 @@ sub fault_worker_kill
 	$w->{killed} = 1;
 	kill 'KILL', $w->{pid};
 	log_fault('worker_kill', "$slot.$w->{inc} (pid $w->{pid}) while \"$st\"");
+	return 1;
+}
+
+# worker_term: hold a live worker right after its next claim (SLOT.hold),
+# then SIGTERM it: it must hand the task back (ntask_release) and exit 0
+sub fault_worker_term
+{
+	my @slots = live_slots();
+	return 0 unless @slots;
+	my $slot = $slots[ int(rand(@slots)) ];
+	my $w = $worker{$slot};
+	open my $fh, '>', "$rundir/$slot.hold" or die "$rundir/$slot.hold: $!";
+	close $fh;
+	my ($tid, $tok);
+	my $until = time + 20;
+	while (time < $until)
+	{
+		if (read_status($slot) =~ /^held (\d+) (\d+)/) { ($tid, $tok) = ($1, $2); last; }
+		tick();
+		sleep 0.02;
+	}
+	if (!defined $tid)
+	{
+		unlink "$rundir/$slot.hold";
+		push @failures, "worker_term: $slot claimed nothing within 20 s";
+		return 1;
+	}
+	$w->{killed} = 1;	# reaped and replaced like a killed worker
+	kill 'TERM', $w->{pid};
+	unlink "$rundir/$slot.hold";
+	push @term_expect, { name => "$slot.$w->{inc}", tid => $tid, tok => $tok };
+	log_fault('worker_term', "$slot.$w->{inc} (pid $w->{pid}) holding task $tid token $tok");
 	return 1;
 }
 
@@ -676,6 +712,7 @@ while (1)
 		my $done =
 			$f->{type} eq 'worker_stop' ? ($stopf ? 0 : fault_worker_stop_start())
 		  : $f->{type} eq 'worker_kill'    ? fault_worker_kill()
+		  : $f->{type} eq 'worker_term'    ? ($stopf ? 0 : fault_worker_term())
 		  : $f->{type} eq 'bgworker_kill'  ? fault_bgworker_kill()
 		  : $f->{type} eq 'server_restart' ? fault_server_restart()
 		  :                                  fault_promote();
@@ -869,6 +906,15 @@ for my $x (@stop_expect)
 	ok((@$seen && $seen->[0] =~ /^(receipt:stale|transition:\w+:stale)/),
 		"the stopped worker $x->{name}: its late write for task $x->{tid} token $x->{tok} was rejected")
 	  or diag('after SIGCONT it saw: ' . join(', ', @$seen));
+}
+for my $x (@term_expect)
+{
+	my $log = slurp_file("$rundir/" . (split /\./, $x->{name})[0] . '.log');
+	ok($log =~ /^\S+ \Q$x->{name}\E handed_back $x->{tid} $x->{tok} applied$/m,
+		"the SIGTERMed worker $x->{name} handed task $x->{tid} token $x->{tok} back (ntask_release applied)");
+	is(query1(q{SELECT result || '/' || outcome_known FROM ntask.attempt WHERE task_id = ? AND token = ?},
+			$x->{tid}, $x->{tok}),
+		'released/true', "... its attempt ended released, outcome known (never invoked)");
 }
 my $stale = $stale_receipts + $stale_transitions;
 

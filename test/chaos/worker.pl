@@ -21,6 +21,11 @@
 #                    "business T K", "transition T K"
 #   SLOT.log         one line per event: "<epoch> <name> <event> <task> <token> <info>"
 #
+# SIGTERM is a graceful stop: a task claimed but not yet worked is handed
+# back with ntask_release (it is due again at once and, never invoked, does
+# not spend its attempt), one being worked is finished, then the worker
+# exits 0.
+#
 # Connection errors (server crash, immediate restart, failover) are
 # retried with the same task and token: the receipt makes the business
 # step idempotent ('duplicate' after a commit whose response was lost) and
@@ -135,9 +140,13 @@ sub retrying
 connect_db();
 event('start', undef, undef, $$);
 
+my $stopping = 0;
+$SIG{TERM} = sub { $stopping = 1; };
+
 my $idle_since;
 while (1)
 {
+	last if $stopping;
 	phase('idle');
 	my ($tid, $tok, $payload, $prior) = retrying('claim', undef, undef, sub {
 		my $row = $dbh->selectrow_arrayref(
@@ -163,8 +172,19 @@ while (1)
 		phase("held $tid $tok");
 		event('held', $tid, $tok);
 		my $until = time + 120;
-		sleep 0.01 while -e "$dir/$slot.hold" && time < $until;
-		event('released', $tid, $tok);
+		sleep 0.01 while -e "$dir/$slot.hold" && time < $until && !$stopping;
+		event('released', $tid, $tok) unless $stopping;
+	}
+
+	# asked to stop before the work began: hand the task back
+	if ($stopping)
+	{
+		phase("handing back $tid $tok");
+		my ($r) = retrying('release', $tid, $tok, sub {
+			return $dbh->selectrow_array(q{SELECT ntask_release(?, ?)}, undef, $tid, $tok);
+		});
+		event('handed_back', $tid, $tok, $r);
+		last;
 	}
 
 	if (defined $prior && $prior eq 'committed')
@@ -222,6 +242,6 @@ while (1)
 }
 
 phase('exited');
-event('exit', undef, undef, 'stop');
+event('exit', undef, undef, $stopping ? 'sigterm' : 'stop');
 disconnect();
 exit 0;

@@ -1,0 +1,93 @@
+
+# Copyright (c) ntask contributors
+
+# t/010_first_hour.pl: what a new user meets first (issue 20).
+#
+#   1. Without shared_preload_libraries: CREATE EXTENSION warns that no
+#      background worker runs, and then every SQL function works in the
+#      same session (0.2: the first C call defined PGC_POSTMASTER GUCs after
+#      start-up and the session died with FATAL); ntask.worker_stats says
+#      "not preloaded"; the log has no FATAL.
+#   2. With the worker: an unclaimed task past its deadline is sent to
+#      repair_required (deadline_exceeded) within a few ticks (0.2 swept
+#      deadlines once a minute), and ntask.worker_stats names the database.
+#
+# No fixed sleeps: poll_query_until with its default bound.
+
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+# ---------------------------------------------------------------------
+# 1. No preload
+# ---------------------------------------------------------------------
+
+my $plain = PostgreSQL::Test::Cluster->new('no_preload');
+$plain->init;
+$plain->append_conf('postgresql.conf', "ntask.backoff_jitter = off\n");
+$plain->start;
+
+my ($rc, $out, $err) = $plain->psql('postgres', q{
+	CREATE EXTENSION ntask;
+	SELECT count(*) FROM ntask_queue_set('q', lease => '1 minute');
+	SELECT created FROM ntask_enqueue('q', 'k1', '{"a": 1}');
+	SELECT task_key || ':' || token FROM ntask_claim('q', 'W1');
+	SELECT result FROM ntask_transition(1, 1, 'succeeded');
+	SELECT expired || '/' || repaired || '/' || pruned FROM ntask_housekeeping();
+	SELECT state FROM ntask.worker_stats;
+	SHOW ntask.database;
+	SELECT 'still connected';
+}, on_error_stop => 1);
+is($rc, 0, 'no preload: CREATE EXTENSION and the SQL API in one session exit 0');
+like($err, qr/WARNING:  ntask: the library is not in shared_preload_libraries, so no background worker runs/,
+	'no preload: CREATE EXTENSION warns that no background worker runs');
+is($out, "1\nt\nk1:1\napplied\n0/0/0\nnot preloaded\npostgres\nstill connected",
+	'no preload: enqueue, claim, transition, housekeeping, worker_stats and SHOW work in the same session');
+unlike($err, qr/FATAL/, 'no preload: no FATAL reached the client');
+ok(!$plain->log_contains(qr/FATAL/), 'no preload: no FATAL in the server log');
+$plain->stop;
+
+# ---------------------------------------------------------------------
+# 2. Deadlines are enforced within a few ticks
+# ---------------------------------------------------------------------
+
+my $node = PostgreSQL::Test::Cluster->new('deadlines');
+$node->init;
+$node->append_conf('postgresql.conf', q{
+shared_preload_libraries = 'ntask'
+ntask.database = 'postgres'
+ntask.naptime = '200ms'
+});
+$node->start;
+$node->safe_psql('postgres', q{CREATE EXTENSION ntask});
+ok( $node->poll_query_until('postgres',
+		q{SELECT state = 'running' FROM ntask.worker_stats}),
+	'deadlines: the worker runs');
+is($node->safe_psql('postgres', q{SELECT database FROM ntask.worker_stats}),
+	'postgres', 'worker_stats names the database the worker serves');
+
+# tasks of a queue no worker claims (no http target), with a deadline 2 s
+# from now: only housekeeping's deadline sweep can move them
+$node->safe_psql('postgres', q{
+	SELECT count(*) FROM ntask_queue_set('dq', total_deadline => '2 seconds');
+	SELECT count(*) FROM ntask_enqueue('dq', 'late-1', '{}');
+	SELECT count(*) FROM ntask_enqueue('dq', 'late-2', '{}');
+});
+my $deadline = $node->safe_psql('postgres',
+	q{SELECT max(deadline) FROM ntask.task WHERE queue = 'dq'});
+ok( $node->poll_query_until('postgres',
+		q{SELECT count(*) = 2 FROM ntask.task
+		  WHERE queue = 'dq' AND state = 'repair_required' AND reason = 'deadline_exceeded'}),
+	'deadlines: both tasks went to repair_required (deadline_exceeded) without a claim');
+my $late = $node->safe_psql('postgres', qq{
+	SELECT extract(epoch FROM max(finished_at) - '$deadline'::timestamptz)::numeric(6,1)
+	FROM ntask.task WHERE queue = 'dq'});
+cmp_ok($late, '<', 30,
+	"deadlines: enforced $late s after the deadline (ntask.naptime 200 ms; 0.2 swept once a minute)");
+note "deadline enforced $late s late";
+$node->stop;
+
+done_testing();
