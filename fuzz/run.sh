@@ -27,9 +27,8 @@ export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
 
 # name  parser source  max input length
 harnesses="cron:cron_parse.c:512
-retry_after:http_parse.c:128
 http_header:http_parse.c:1024
-url_host:http_parse.c:2048"
+allowlist:http_parse.c:1024"
 
 mkdir -p "$build" || exit 2
 for line in $harnesses; do

@@ -73,3 +73,37 @@ SELECT * FROM ntask_queue_set('bad', target => ('{"type": "http", "url": "http:/
 \echo :SQLSTATE
 -- nothing was stored for the refused targets
 SELECT count(*) FROM ntask.queue WHERE queue = 'bad';
+
+-- URLs are parsed by libcurl's URL API, the parser the transfer uses: the
+-- host in each WARNING (one per accepted URL, in row order) is the host
+-- ntask checks against the allowlist and curl would connect to.  Where a
+-- naive parser and libcurl disagree:
+SET client_min_messages = warning;
+CREATE FUNCTION pg_temp.try_url(u text) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+	msg text;
+BEGIN
+	PERFORM * FROM ntask_queue_set('urlq', target => jsonb_build_object('type', 'http', 'url', u));
+	RETURN 'accepted';
+EXCEPTION WHEN others THEN
+	GET STACKED DIAGNOSTICS msg = MESSAGE_TEXT;
+	RETURN SQLSTATE || ' ' || msg;
+END $$;
+SELECT u AS url, pg_temp.try_url(u) AS result FROM (VALUES
+	('http://allowed.example@evil.example/'),
+	('http://evil.example\@allowed.example/'),
+	('http://allowed.example.evil.example/'),
+	('http://[::1]/'),
+	('http://2130706433/'),
+	('http://0x7f.1/'),
+	('HTTP://ALLOWED.EXAMPLE./'),
+	('http://%61llowed.example/'),
+	('http://[fe80::1%25eth0]/'),
+	('http://allowed.example\evil/'),
+	('http://xn--nxasmq6b.example/'),
+	('http://ÄÖ.example/'),
+	('http://allowed.example#@evil.example/'),
+	('http://h:0/'),
+	('http:///allowed.example'),
+	('gopher://allowed.example/')) v(u);
+RESET client_min_messages;

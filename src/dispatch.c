@@ -75,6 +75,7 @@ typedef struct DqReq
 	bool		reconciled;		/* a reconcile GET answered 404 first */
 	int64		lease_ms;		/* the queue's lease, for a heartbeat */
 	char	   *refused_addr;	/* connect refused: this address */
+	CURLU	   *curlu;			/* the URL being fetched, as curl parsed it */
 	int			record_tries;	/* failed attempts to record the result */
 	TimestampTz next_record;	/* do not try again before */
 	CURL	   *easy;
@@ -158,10 +159,10 @@ static void dq_invoke_step(void *arg);
 static void dq_record_step(void *arg);
 static void dq_queues_step(void *arg);
 static bool dq_start(DqReq *r);
+static bool dq_set_url(DqReq *r, const char *url);
 static void dq_classify(DqReq *r, CURLcode code);
 static void dq_flush(void);
 static size_t dq_write_cb(char *ptr, size_t size, size_t nmemb, void *userdata);
-static size_t dq_header_cb(char *buf, size_t size, size_t nitems, void *userdata);
 static char *dq_curl_detail(CURLcode code);
 
 /*
@@ -242,6 +243,8 @@ dq_free(DqReq *r)
 {
 	if (r->easy)
 		curl_easy_cleanup(r->easy);
+	if (r->curlu)
+		curl_url_cleanup(r->curlu);
 	if (r->hdrs)
 		curl_slist_free_all(r->hdrs);
 	MemoryContextDelete(r->cxt);
@@ -524,23 +527,21 @@ dq_write_cb(char *ptr, size_t size, size_t nmemb, void *userdata)
 	return size * nmemb;
 }
 
-static size_t
-dq_header_cb(char *buf, size_t size, size_t nitems, void *userdata)
+/*
+ * dq_set_url
+ *		Give curl the URL as a parsed handle (CURLOPT_CURLU), parsed by the
+ *		same URL API target.c checked the host with: the host checked
+ *		against ntask.http_allowed_hosts is the host curl connects to.
+ */
+static bool
+dq_set_url(DqReq *r, const char *url)
 {
-	DqReq	   *r = (DqReq *) userdata;
-	size_t		len = size * nitems;
-
-	if (len > 12 && pg_strncasecmp(buf, "retry-after:", 12) == 0)
-	{
-		size_t		vlen = len - 12;
-
-		while (vlen > 0 && (buf[12 + vlen - 1] == '\r' || buf[12 + vlen - 1] == '\n'))
-			vlen--;
-		r->retry_after_s = ntask_parse_retry_after(buf + 12, vlen,
-												   (int64_t) time(NULL),
-												   ntask_http_retry_after_max);
-	}
-	return len;
+	if (r->curlu)
+		curl_url_cleanup(r->curlu);
+	r->curlu = curl_url();
+	return r->curlu != NULL &&
+		curl_url_set(r->curlu, CURLUPART_URL, url, 0) == CURLUE_OK &&
+		curl_easy_setopt(r->easy, CURLOPT_CURLU, r->curlu) == CURLE_OK;
 }
 
 /*
@@ -576,8 +577,6 @@ dq_start(DqReq *r)
 	DQ_SET(CURLOPT_TIMEOUT_MS, (long) t->timeout_ms);
 	DQ_SET(CURLOPT_WRITEFUNCTION, dq_write_cb);
 	DQ_SET(CURLOPT_WRITEDATA, r);
-	DQ_SET(CURLOPT_HEADERFUNCTION, dq_header_cb);
-	DQ_SET(CURLOPT_HEADERDATA, r);
 	DQ_SET(CURLOPT_USERAGENT, "ntask/" NTASK_VERSION);
 	DQ_SET(CURLOPT_OPENSOCKETFUNCTION, dq_open_socket);
 	DQ_SET(CURLOPT_OPENSOCKETDATA, r);
@@ -611,7 +610,7 @@ dq_start(DqReq *r)
 			r->hdrs = curl_slist_append(r->hdrs, "Content-Type: application/json");
 		for (i = 0; i < t->nheaders; i++)
 			r->hdrs = curl_slist_append(r->hdrs, t->headers[i]);
-		DQ_SET(CURLOPT_URL, t->url);
+		ok = ok && dq_set_url(r, t->url);
 		DQ_SET(CURLOPT_POSTFIELDSIZE, (long) strlen(r->body));
 		DQ_SET(CURLOPT_POSTFIELDS, r->body);
 		if (t->put)
@@ -621,7 +620,7 @@ dq_start(DqReq *r)
 	{
 		for (i = 0; i < t->nheaders; i++)
 			r->hdrs = curl_slist_append(r->hdrs, t->headers[i]);
-		DQ_SET(CURLOPT_URL, t->reconcile_url);
+		ok = ok && dq_set_url(r, t->reconcile_url);
 		DQ_SET(CURLOPT_HTTPGET, 1L);
 	}
 	ok = ok && r->hdrs != NULL;
@@ -644,41 +643,44 @@ dq_start(DqReq *r)
 
 /*
  * dq_open_socket
- *		curl's socket opener: refuse link-local addresses (169.254.0.0/16,
- *		where cloud metadata services answer, fe80::/10) and the IPv6
- *		metadata address fd00:ec2::254, whatever name led there (a listed
- *		host that resolves to one, by mistake or DNS rebinding), unless the
- *		address itself is an entry of ntask.http_allowed_hosts.  Nothing is
- *		sent on a refused connection; the task goes to repair at stage
- *		config.
+ *		curl's socket opener, called for every address curl is about to
+ *		connect to: refuse loopback, link-local (169.254.0.0/16: cloud
+ *		metadata), private, shared and unique-local addresses, whatever
+ *		name led there (a listed host that resolves to one, by mistake or
+ *		DNS rebinding), unless ntask.http_allowed_hosts names the address or
+ *		a range holding it (http_parse.c).  Nothing is sent on a refused
+ *		connection; the task goes to repair at stage config, naming the host
+ *		and the address.
  */
 static curl_socket_t
 dq_open_socket(void *clientp, curlsocktype purpose, struct curl_sockaddr *address)
 {
 	DqReq	   *r = (DqReq *) clientp;
 	char		text[INET6_ADDRSTRLEN];
-	bool		refuse = false;
+	bool		permitted = false;
 
 	text[0] = '\0';
 	if (address->family == AF_INET)
 	{
 		struct sockaddr_in *in = (struct sockaddr_in *) &address->addr;
 
-		refuse = ntask_addr_refused(4, (const unsigned char *) &in->sin_addr);
+		permitted = ntask_addr_permitted(4, (const unsigned char *) &in->sin_addr,
+										 ntask_http_allowed_hosts);
 		inet_ntop(AF_INET, &in->sin_addr, text, sizeof(text));
 	}
 	else if (address->family == AF_INET6)
 	{
 		struct sockaddr_in6 *in6 = (struct sockaddr_in6 *) &address->addr;
 
-		refuse = ntask_addr_refused(6, in6->sin6_addr.s6_addr);
+		permitted = ntask_addr_permitted(6, in6->sin6_addr.s6_addr,
+										 ntask_http_allowed_hosts);
 		inet_ntop(AF_INET6, &in6->sin6_addr, text, sizeof(text));
 	}
-	if (refuse && !ntask_host_listed(text, ntask_http_allowed_hosts))
+	if (!permitted)
 	{
 		MemoryContext old = MemoryContextSwitchTo(r->cxt);
 
-		r->refused_addr = pstrdup(text);
+		r->refused_addr = pstrdup(text[0] ? text : "(not IPv4 or IPv6)");
 		MemoryContextSwitchTo(old);
 		return CURL_SOCKET_BAD;
 	}
@@ -716,9 +718,20 @@ dq_classify(DqReq *r, CURLcode code)
 	curl_easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE, &status);
 	curl_easy_getinfo(r->easy, CURLINFO_PRETRANSFER_TIME_T, &pretransfer);
 	curl_easy_getinfo(r->easy, CURLINFO_REQUEST_SIZE, &request_size);
+	{
+		/* libcurl parses Retry-After (seconds or an HTTP-date); 0: none */
+		curl_off_t	ra = 0;
+
+		r->retry_after_s = -1;
+		if (curl_easy_getinfo(r->easy, CURLINFO_RETRY_AFTER, &ra) == CURLE_OK && ra > 0)
+			r->retry_after_s = Min((int64) ra, (int64) ntask_http_retry_after_max);
+	}
 	curl_multi_remove_handle(dq_multi, r->easy);
 	curl_easy_cleanup(r->easy);
 	r->easy = NULL;
+	if (r->curlu)
+		curl_url_cleanup(r->curlu);
+	r->curlu = NULL;
 	curl_slist_free_all(r->hdrs);
 	r->hdrs = NULL;
 
@@ -771,7 +784,7 @@ dq_classify(DqReq *r, CURLcode code)
 		old = MemoryContextSwitchTo(r->cxt);
 		initStringInfo(&buf);
 		appendStringInfoString(&buf, "{\"reason\": ");
-		escape_json(&buf, psprintf("host %s resolved to %s, a link-local or metadata address not listed in ntask.http_allowed_hosts",
+		escape_json(&buf, psprintf("host %s resolved to %s, a loopback, link-local, private or unique-local address that ntask.http_allowed_hosts does not list",
 								   r->target->host, r->refused_addr));
 		appendStringInfoChar(&buf, '}');
 		MemoryContextSwitchTo(old);

@@ -1,7 +1,9 @@
 /*-------------------------------------------------------------------------
  *
  * http_parse.c
- *	  Pure-C parsers used by HTTP dispatch (see http_parse.h).  No PostgreSQL
+ *	  Pure-C checks used by HTTP dispatch (see http_parse.h): header names
+ *	  and values, the status classification, the allowlist.  URLs and
+ *	  Retry-After are parsed by libcurl itself (target.c, dispatch.c).  No PostgreSQL
  *	  headers: fuzz/ links this file on its own under ASan and UBSan.
  *
  * IDENTIFICATION
@@ -11,15 +13,14 @@
  */
 #include "http_parse.h"
 
+#include <arpa/inet.h>
 #include <string.h>
 
 static int	hp_lower(int c);
-static bool hp_digits(const char *s, size_t len, int64_t max, int64_t *out);
-static int	hp_month(const char *s);
-static bool hp_time(const char *s, int *h, int *m, int *sec);
-static int64_t hp_days_from_civil(int64_t y, int m, int d);
-static bool hp_make_time(int64_t y, int mon, int d, int h, int mi, int s,
-						 int64_t *out);
+static bool hp_special(int family, const unsigned char *a);
+static bool hp_in_prefix(const unsigned char *a, const unsigned char *net, int bits);
+static bool hp_entry_covers(const char *e, size_t n, int family,
+							const unsigned char *a);
 
 static int
 hp_lower(int c)
@@ -43,201 +44,6 @@ ntask_http_classify(long status)
 	if (status >= 500 && status <= 599)
 		return NTASK_HTTP_UNKNOWN;
 	return NTASK_HTTP_PERMANENT;
-}
-
-/* hp_digits: all of s[0..len) are digits and the value is <= max */
-static bool
-hp_digits(const char *s, size_t len, int64_t max, int64_t *out)
-{
-	int64_t		v = 0;
-	size_t		i;
-
-	if (len == 0)
-		return false;
-	for (i = 0; i < len; i++)
-	{
-		if (s[i] < '0' || s[i] > '9')
-			return false;
-		if (v > (max - (s[i] - '0')) / 10)
-			return false;		/* would exceed max */
-		v = v * 10 + (s[i] - '0');
-	}
-	*out = v;
-	return true;
-}
-
-/* hp_month: "Jan".."Dec" (case-sensitive, as HTTP-date requires) -> 1..12 */
-static int
-hp_month(const char *s)
-{
-	static const char *const months = "JanFebMarAprMayJunJulAugSepOctNovDec";
-	int			i;
-
-	for (i = 0; i < 12; i++)
-		if (memcmp(s, months + 3 * i, 3) == 0)
-			return i + 1;
-	return 0;
-}
-
-/* hp_time: "HH:MM:SS" (exactly 8 characters at s) */
-static bool
-hp_time(const char *s, int *h, int *m, int *sec)
-{
-	int64_t		a,
-				b,
-				c;
-
-	if (s[2] != ':' || s[5] != ':')
-		return false;
-	if (!hp_digits(s, 2, 23, &a) || !hp_digits(s + 3, 2, 59, &b) ||
-		!hp_digits(s + 6, 2, 60, &c))
-		return false;
-	*h = (int) a;
-	*m = (int) b;
-	*sec = (int) (c == 60 ? 59 : c);	/* a leap second counts as :59 */
-	return true;
-}
-
-/* days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant) */
-static int64_t
-hp_days_from_civil(int64_t y, int m, int d)
-{
-	int64_t		era;
-	int64_t		yoe,
-				doy,
-				doe;
-
-	y -= m <= 2;
-	era = (y >= 0 ? y : y - 399) / 400;
-	yoe = y - era * 400;
-	doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
-	doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-	return era * 146097 + doe - 719468;
-}
-
-static bool
-hp_make_time(int64_t y, int mon, int d, int h, int mi, int s, int64_t *out)
-{
-	static const int mdays[] = {31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
-	bool		leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
-
-	if (y < 1900 || y > 9999 || mon < 1 || mon > 12 || d < 1 ||
-		d > mdays[mon - 1] || (mon == 2 && d == 29 && !leap))
-		return false;
-	*out = hp_days_from_civil(y, mon, d) * 86400 + h * 3600 + mi * 60 + s;
-	return true;
-}
-
-/*
- * ntask_parse_http_date
- *	  IMF-fixdate	"Sun, 06 Nov 1994 08:49:37 GMT"		(29 bytes)
- *	  RFC 850		"Sunday, 06-Nov-94 08:49:37 GMT"
- *	  asctime		"Sun Nov  6 08:49:37 1994"			(24 bytes)
- * The day name is checked for shape only; a two-digit RFC 850 year is read
- * as 19xx/20xx by RFC 9110's 50-year rule relative to 2000.
- */
-bool
-ntask_parse_http_date(const char *v, size_t len, int64_t *unix_out)
-{
-	int			h,
-				mi,
-				s,
-				mon;
-	int64_t		d,
-				y;
-	const char *comma;
-	size_t		i;
-
-	if (len < 24 || len > 40)
-		return false;
-	for (i = 0; i < len; i++)
-		if ((unsigned char) v[i] < 0x20 || (unsigned char) v[i] > 0x7e)
-			return false;
-
-	if (len == 29 && v[3] == ',')
-	{
-		/* IMF-fixdate */
-		if (v[4] != ' ' || v[7] != ' ' || v[11] != ' ' || v[16] != ' ' ||
-			v[25] != ' ' || memcmp(v + 26, "GMT", 3) != 0)
-			return false;
-		if (!hp_digits(v + 5, 2, 31, &d) || (mon = hp_month(v + 8)) == 0 ||
-			!hp_digits(v + 12, 4, 9999, &y) || !hp_time(v + 17, &h, &mi, &s))
-			return false;
-		return hp_make_time(y, mon, (int) d, h, mi, s, unix_out);
-	}
-	if (len == 24 && v[3] == ' ')
-	{
-		/* asctime: day of month is " 6" or "16" */
-		if (v[7] != ' ' || v[10] != ' ' || v[19] != ' ')
-			return false;
-		if ((mon = hp_month(v + 4)) == 0 || !hp_time(v + 11, &h, &mi, &s) ||
-			!hp_digits(v + 20, 4, 9999, &y))
-			return false;
-		if (v[8] == ' ' ? !hp_digits(v + 9, 1, 9, &d) : !hp_digits(v + 8, 2, 31, &d))
-			return false;
-		return hp_make_time(y, mon, (int) d, h, mi, s, unix_out);
-	}
-	comma = memchr(v, ',', len);
-	if (comma != NULL && comma - v >= 6 && comma - v <= 9 &&
-		len - (size_t) (comma - v) == 24)
-	{
-		/* RFC 850: ", 06-Nov-94 08:49:37 GMT" after the day name */
-		const char *p = comma + 1;
-
-		if (p[0] != ' ' || p[3] != '-' || p[7] != '-' || p[10] != ' ' ||
-			p[19] != ' ' || memcmp(p + 20, "GMT", 3) != 0)
-			return false;
-		if (!hp_digits(p + 1, 2, 31, &d) || (mon = hp_month(p + 4)) == 0 ||
-			!hp_digits(p + 8, 2, 99, &y) || !hp_time(p + 11, &h, &mi, &s))
-			return false;
-		y += y < 50 ? 2000 : 1900;
-		return hp_make_time(y, mon, (int) d, h, mi, s, unix_out);
-	}
-	return false;
-}
-
-int64_t
-ntask_parse_retry_after(const char *value, size_t len, int64_t now_unix,
-						int64_t max_seconds)
-{
-	int64_t		secs;
-	int64_t		at;
-	uint64_t	diff;
-
-	/* optional whitespace around the field value */
-	while (len > 0 && (value[0] == ' ' || value[0] == '\t'))
-		value++, len--;
-	while (len > 0 && (value[len - 1] == ' ' || value[len - 1] == '\t'))
-		len--;
-	if (max_seconds < 0)
-		max_seconds = 0;
-	if (len > 0 && value[0] >= '0' && value[0] <= '9')
-	{
-		/* delay-seconds: accept any length of digits, cap the value */
-		size_t		i;
-
-		secs = 0;
-		for (i = 0; i < len; i++)
-		{
-			int			d = value[i] - '0';
-
-			if (d < 0 || d > 9)
-				return -1;
-			/* secs * 10 + d > max_seconds, asked without overflowing */
-			if (d > max_seconds || secs > (max_seconds - d) / 10)
-				secs = max_seconds;
-			else
-				secs = secs * 10 + d;
-		}
-		return secs;
-	}
-	if (!ntask_parse_http_date(value, len, &at))
-		return -1;
-	if (at <= now_unix)
-		return 0;
-	/* at > now_unix, so the difference is exact as an unsigned number */
-	diff = (uint64_t) at - (uint64_t) now_unix;
-	return diff > (uint64_t) max_seconds ? max_seconds : (int64_t) diff;
 }
 
 bool
@@ -305,95 +111,6 @@ ntask_header_reserved(const char *name, size_t len)
 	return false;
 }
 
-bool
-ntask_url_host(const char *url, size_t len, char *host, size_t hostsz,
-			   bool *https)
-{
-	size_t		i,
-				start,
-				end,
-				hstart,
-				hend;
-
-	if (hostsz == 0)
-		return false;
-	host[0] = '\0';
-	for (i = 0; i < len; i++)
-		if ((unsigned char) url[i] <= 0x20 || (unsigned char) url[i] == 0x7f)
-			return false;		/* controls, spaces, NUL */
-
-	if (len >= 7 && hp_lower(url[0]) == 'h' && hp_lower(url[1]) == 't' &&
-		hp_lower(url[2]) == 't' && hp_lower(url[3]) == 'p' &&
-		memcmp(url + 4, "://", 3) == 0)
-	{
-		*https = false;
-		start = 7;
-	}
-	else if (len >= 8 && hp_lower(url[0]) == 'h' && hp_lower(url[1]) == 't' &&
-			 hp_lower(url[2]) == 't' && hp_lower(url[3]) == 'p' &&
-			 hp_lower(url[4]) == 's' && memcmp(url + 5, "://", 3) == 0)
-	{
-		*https = true;
-		start = 8;
-	}
-	else
-		return false;
-
-	/* the authority ends at the first '/', '?' or '#' */
-	for (end = start; end < len; end++)
-		if (url[end] == '/' || url[end] == '?' || url[end] == '#')
-			break;
-	for (i = start; i < end; i++)
-		if (url[i] == '@' || url[i] == '\\')
-			return false;		/* user info, or a parser-confusion attempt */
-
-	if (start < end && url[start] == '[')
-	{
-		/* IPv6 literal */
-		hstart = start + 1;
-		for (hend = hstart; hend < end && url[hend] != ']'; hend++)
-		{
-			char		c = url[hend];
-
-			if (!((c >= '0' && c <= '9') || (hp_lower(c) >= 'a' && hp_lower(c) <= 'f') ||
-				  c == ':' || c == '.'))
-				return false;
-		}
-		if (hend >= end || hend == hstart)
-			return false;
-		i = hend + 1;
-	}
-	else
-	{
-		hstart = start;
-		for (hend = hstart; hend < end && url[hend] != ':'; hend++)
-		{
-			char		c = url[hend];
-
-			if (!((c >= '0' && c <= '9') || (hp_lower(c) >= 'a' && hp_lower(c) <= 'z') ||
-				  c == '-' || c == '.' || c == '_'))
-				return false;
-		}
-		if (hend == hstart)
-			return false;
-		i = hend;
-	}
-	if (i < end)
-	{
-		int64_t		port;
-
-		if (url[i] != ':' || !hp_digits(url + i + 1, end - i - 1, 65535, &port) ||
-			port == 0)
-			return false;
-	}
-	if (hend - hstart + 1 > hostsz)
-		return false;
-	for (i = hstart; i < hend; i++)
-		host[i - hstart] = (char) hp_lower(url[i]);
-	host[hend - hstart] = '\0';
-	return true;
-}
-
 static bool hp_host_in_list(const char *host, const char *allowlist,
 							bool wildcard);
 
@@ -414,10 +131,16 @@ static bool
 hp_host_in_list(const char *host, const char *allowlist, bool wildcard)
 {
 	const char *p = allowlist;
+	unsigned char addr[16];
+	int			family = 0;
 	size_t		hlen = strlen(host);
 
 	if (p == NULL || hlen == 0)
 		return false;
+	if (inet_pton(AF_INET, host, addr) == 1)
+		family = 4;
+	else if (inet_pton(AF_INET6, host, addr) == 1)
+		family = 6;
 	while (*p)
 	{
 		const char *e;
@@ -442,6 +165,9 @@ hp_host_in_list(const char *host, const char *allowlist, bool wildcard)
 		if (e - b >= 2 && b[0] == '[' && e[-1] == ']')
 			b++, e--;
 		n = (size_t) (e - b);
+		if (family != 0 && memchr(b, '/', n) != NULL &&
+			hp_entry_covers(b, n, family, addr))
+			return true;		/* an address host inside a listed range */
 		if (n != hlen || n == 0)
 			continue;
 		for (i = 0; i < n && hp_lower(b[i]) == host[i]; i++)
@@ -452,20 +178,135 @@ hp_host_in_list(const char *host, const char *allowlist, bool wildcard)
 	return false;
 }
 
-bool
-ntask_addr_refused(int family, const unsigned char *a)
+/*
+ * hp_special
+ *		Addresses that are not the public internet: loopback, unspecified
+ *		("this network"), link-local (cloud metadata), private, shared
+ *		(CGNAT), IPv6 unique-local (which holds the metadata address
+ *		fd00:ec2::254); an IPv4-mapped IPv6 address is judged by its IPv4
+ *		part.  a is 4 or 16 bytes in network order.
+ */
+static bool
+hp_special(int family, const unsigned char *a)
 {
-	static const unsigned char ec2[16] = {0xfd, 0x00, 0x0e, 0xc2, 0, 0, 0, 0,
-	0, 0, 0, 0, 0, 0, 0x02, 0x54};
 	static const unsigned char mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+	static const unsigned char zero[16] = {0};
 
 	if (family == 4)
-		return a[0] == 169 && a[1] == 254;
+		return a[0] == 127 || a[0] == 0 || a[0] == 10 ||
+			(a[0] == 169 && a[1] == 254) ||
+			(a[0] == 172 && (a[1] & 0xf0) == 16) ||
+			(a[0] == 192 && a[1] == 168) ||
+			(a[0] == 100 && (a[1] & 0xc0) == 64);
 	if (family != 6)
-		return false;
+		return true;			/* unknown: never without an entry */
+	if (memcmp(a, mapped, 12) == 0)
+		return hp_special(4, a + 12);
+	if (memcmp(a, zero, 15) == 0 && (a[15] == 0 || a[15] == 1))
+		return true;			/* :: and ::1 */
 	if (a[0] == 0xfe && (a[1] & 0xc0) == 0x80)
 		return true;			/* fe80::/10 */
-	if (memcmp(a, ec2, 16) == 0)
-		return true;			/* fd00:ec2::254 */
-	return memcmp(a, mapped, 12) == 0 && a[12] == 169 && a[13] == 254;
+	return (a[0] & 0xfe) == 0xfc;	/* fc00::/7 */
+}
+
+/* hp_in_prefix: the first bits of a and net agree */
+static bool
+hp_in_prefix(const unsigned char *a, const unsigned char *net, int bits)
+{
+	int			i;
+
+	for (i = 0; bits >= 8; i++, bits -= 8)
+		if (a[i] != net[i])
+			return false;
+	return bits == 0 || ((a[i] ^ net[i]) & (0xff << (8 - bits)) & 0xff) == 0;
+}
+
+/*
+ * hp_entry_covers
+ *		Whether one allowlist entry e[0..n) (no brackets, no spaces) is the
+ *		address a, or a CIDR range ("10.0.0.0/8", "fd00::/8") holding it.
+ *		IPv4 entries also cover the IPv4-mapped IPv6 form of their
+ *		addresses.
+ */
+static bool
+hp_entry_covers(const char *e, size_t n, int family, const unsigned char *a)
+{
+	char		buf[64];
+	unsigned char net[16];
+	const char *slash;
+	int			bits;
+	int			efam;
+	static const unsigned char mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+
+	if (n == 0 || n >= sizeof(buf))
+		return false;
+	memcpy(buf, e, n);
+	buf[n] = '\0';
+	slash = strchr(buf, '/');
+	if (slash)
+	{
+		const char *d = slash + 1;
+
+		if (*d == '\0' || strlen(d) > 3)
+			return false;
+		bits = 0;
+		for (; *d; d++)
+		{
+			if (*d < '0' || *d > '9')
+				return false;
+			bits = bits * 10 + (*d - '0');
+		}
+		buf[slash - buf] = '\0';
+	}
+	else
+		bits = -1;
+	if (inet_pton(AF_INET, buf, net) == 1)
+		efam = 4;
+	else if (inet_pton(AF_INET6, buf, net) == 1)
+		efam = 6;
+	else
+		return false;
+	if (bits < 0)
+		bits = efam == 4 ? 32 : 128;
+	if (bits > (efam == 4 ? 32 : 128))
+		return false;
+	if (efam == family)
+		return hp_in_prefix(a, net, bits);
+	if (efam == 4 && family == 6 && memcmp(a, mapped, 12) == 0)
+		return hp_in_prefix(a + 12, net, bits);
+	return false;
+}
+
+bool
+ntask_addr_permitted(int family, const unsigned char *a, const char *allowlist)
+{
+	const char *p = allowlist;
+
+	if (family == 4 || family == 6)
+	{
+		if (!hp_special(family, a))
+			return true;
+	}
+	if (p == NULL)
+		return false;
+	while (*p)
+	{
+		const char *b;
+		const char *e;
+
+		while (*p == ' ' || *p == '\t' || *p == ',')
+			p++;
+		b = p;
+		while (*p && *p != ',')
+			p++;
+		e = p;
+		while (e > b && (e[-1] == ' ' || e[-1] == '\t'))
+			e--;
+		if (e - b >= 2 && b[0] == '[' && e[-1] == ']')
+			b++, e--;
+		if ((family == 4 || family == 6) &&
+			hp_entry_covers(b, (size_t) (e - b), family, a))
+			return true;
+	}
+	return false;
 }

@@ -1,9 +1,9 @@
 /*-------------------------------------------------------------------------
  *
  * http_parse.h
- *	  Pure-C parsers for HTTP dispatch: Retry-After, header names and
- *	  values, the host of a target URL, the host allowlist and the status
- *	  classification.
+ *	  Pure-C checks for HTTP dispatch: header names and values, the host
+ *	  allowlist, the connected-address check and the status
+ *	  classification.  URLs and Retry-After are libcurl's.
  *
  * Nothing here includes postgres.h, allocates or reports errors: every
  * function takes (pointer, length) input of any content and answers with a
@@ -33,18 +33,6 @@ typedef enum NtaskHttpClass
 
 extern NtaskHttpClass ntask_http_classify(long status);
 
-/*
- * Retry-After (RFC 9110 10.2.3): delay-seconds or an HTTP-date (IMF-fixdate,
- * RFC 850 or asctime form).  Returns the delay in seconds relative to
- * now_unix (0 for a date in the past), or -1 if the value is not valid.
- * Delays above max_seconds are capped to max_seconds.
- */
-extern int64_t ntask_parse_retry_after(const char *value, size_t len,
-									   int64_t now_unix, int64_t max_seconds);
-
-/* an HTTP-date as Unix seconds; false if not valid */
-extern bool ntask_parse_http_date(const char *value, size_t len, int64_t *unix_out);
-
 /* a header field name: 1..256 token characters (RFC 9110 5.6.2) */
 extern bool ntask_header_name_ok(const char *name, size_t len);
 
@@ -56,30 +44,27 @@ extern bool ntask_header_value_ok(const char *value, size_t len);
 extern bool ntask_header_reserved(const char *name, size_t len);
 
 /*
- * The host of an http:// or https:// URL, lower-cased, without brackets for
- * IPv6 literals, into host[hostsz].  Rejects user info (credentials do not
- * belong in a URL), control characters and spaces, an empty or over-long
- * host and a port outside 1..65535.  Returns false on any of these.
- */
-extern bool ntask_url_host(const char *url, size_t len, char *host,
-						   size_t hostsz, bool *https);
-
-/*
- * Whether host (as returned by ntask_url_host) is in the comma-separated
- * allowlist: exact, case-insensitive matches; "*" allows every host;
- * "[::1]" and "::1" are the same entry.  An empty list allows nothing.
+ * Whether host (as libcurl's URL API reports it, lower-cased, no brackets,
+ * no trailing dot: target.c) is in the comma-separated allowlist: exact,
+ * case-insensitive matches; "*" allows every host name; "[::1]" and "::1"
+ * are the same entry; an address host is also allowed by a CIDR entry
+ * ("10.0.0.0/8") that holds it.  An empty list allows nothing.
  */
 extern bool ntask_host_allowed(const char *host, const char *allowlist);
 /* the same, but '*' does not count: the host itself is an entry */
 extern bool ntask_host_listed(const char *host, const char *allowlist);
 
 /*
- * An address the worker never connects to unless the allowlist names it
- * literally: link-local (169.254.0.0/16, where cloud metadata services
- * answer; fe80::/10), the IPv6 metadata address fd00:ec2::254, and IPv4
- * link-local mapped into IPv6.  family is 4 (a: 4 bytes, network order) or
- * 6 (a: 16 bytes); anything else is not refused.
+ * Whether the worker may connect to address a (family 4: 4 bytes, 6: 16
+ * bytes, network order), whatever name led there: a public address, yes
+ * (its host name passed the allowlist already); loopback, unspecified,
+ * link-local (169.254.0.0/16, cloud metadata; fe80::/10), private (10/8,
+ * 172.16/12, 192.168/16), shared (100.64/10), unique-local (fc00::/7, with
+ * the metadata address fd00:ec2::254) and IPv4-mapped forms of these, only
+ * when an allowlist entry is that address or a CIDR range holding it ("*"
+ * does not count).  Any other family: no.
  */
-extern bool ntask_addr_refused(int family, const unsigned char *a);
+extern bool ntask_addr_permitted(int family, const unsigned char *a,
+								 const char *allowlist);
 
 #endif							/* NTASK_HTTP_PARSE_H */

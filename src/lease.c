@@ -223,15 +223,7 @@ static NtaskPlan lease_release_plan = {
 	4, {INT8OID, INT8OID, INTERVALOID, OIDOID}
 };
 
-/* not applied: what this token did with its attempt, under the task lock */
-static NtaskPlan lease_release_lock_plan = {
-	"release lock",
-	"SELECT t.token, " NTASK_WORKER_RIGHT("q", "2") " "
-	"FROM ntask.task t JOIN ntask.queue q ON q.queue OPERATOR(pg_catalog.=) t.queue "
-	"WHERE t.task_id OPERATOR(pg_catalog.=) $1 FOR UPDATE OF t",
-	2, {INT8OID, OIDOID}
-};
-
+/* not applied: what this token did with its attempt */
 static NtaskPlan lease_requested_plan = {
 	"release attempt lookup",
 	"SELECT a.requested FROM ntask.attempt a "
@@ -289,15 +281,7 @@ ntask_release(PG_FUNCTION_ARGS)
 	}
 	else
 	{
-		Datum		lv[2];
-
-		lv[0] = values[0];
-		lv[1] = values[3];
-		if (NtaskExecPlan(&lease_release_lock_plan, lv, NULL, SPI_OK_SELECT) == 0)
-			NtaskTaskNotFound(task_id);
-		if (!NtaskGetBool(0, 2))
-			NtaskTaskRightDenied(task_id);
-		NtaskCheckTokenRange(task_id, token, NtaskGetInt64(0, 1));
+		lease_check_token(task_id, token);
 		if (NtaskExecPlan(&lease_requested_plan, values, NULL, SPI_OK_SELECT) == 1 &&
 			NtaskGetText(0, 1) != NULL)
 			result = strcmp(NtaskGetCString(0, 1), "released") == 0 ?

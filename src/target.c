@@ -22,11 +22,12 @@
  */
 #include "ntask.h"
 
+#include <curl/curl.h>
+
 #include "http_parse.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
 
-#define TG_HOST_MAX 256
 
 static void tg_error(const char *msg, const char *detail) pg_attribute_noreturn();
 static char *tg_string(JsonbValue *v, const char *key);
@@ -65,20 +66,109 @@ tg_int(JsonbValue *v, const char *key, int lo, int hi)
 	return (int) n;
 }
 
-/* tg_url: an http(s) URL without user info; *host gets its host */
+/* tg_has: the parsed URL has this part (user, password, zone id) */
+static bool
+tg_has(CURLU *h, CURLUPart what)
+{
+	char	   *x = NULL;
+	CURLUcode	rc = curl_url_get(h, what, &x, 0);
+
+	if (x)
+		curl_free(x);
+	return rc == CURLUE_OK;
+}
+
+/*
+ * tg_url
+ *		An http(s) URL as libcurl parses it (its URL API: the parser the
+ *		transfer uses, so the host checked against the allowlist is the host
+ *		connected to); *host gets that host, lower-cased, without brackets
+ *		and without one trailing dot.  Refused (22023): what curl refuses, a
+ *		scheme other than http/https, user info (credentials belong in
+ *		"headers"; "a@b" hides the real host from a reader), an IPv6 zone
+ *		id, a host that is not ASCII (write IDN hosts in punycode), port 0.
+ */
 static char *
 tg_url(JsonbValue *v, const char *key, char **host)
 {
 	char	   *url = tg_string(v, key);
-	char		buf[TG_HOST_MAX];
-	bool		https;
+	CURLU	   *h;
+	CURLUcode	rc;
+	char	   *part = NULL;
+	const char *problem = NULL;
+	const char *detail = NULL;
+	char	   *out = NULL;
 
 	if (strlen(url) > 2048)
 		tg_error(psprintf("\"%s\" is longer than 2048 bytes", key), NULL);
-	if (!ntask_url_host(url, strlen(url), buf, sizeof(buf), &https))
-		tg_error(psprintf("\"%s\" is not an http:// or https:// URL with a host", key),
-				 "User info (credentials), spaces and control characters are not allowed; put credentials in \"headers\".");
-	*host = pstrdup(buf);
+	h = curl_url();
+	if (h == NULL)
+		elog(ERROR, "ntask: out of memory in curl_url");
+	rc = curl_url_set(h, CURLUPART_URL, url, 0);
+	if (rc != CURLUE_OK)
+	{
+		problem = "is not a URL libcurl accepts";
+		detail = curl_url_strerror(rc);
+	}
+	else if (strstr(url, ":///") != NULL &&
+			 strstr(url, ":///") == strstr(url, "://"))
+	{
+		/* curl reads "http:///x" as host x; a reader sees no host at all */
+		problem = "has no host";
+	}
+	else if (curl_url_get(h, CURLUPART_SCHEME, &part, 0) != CURLUE_OK ||
+			 (strcmp(part, "http") != 0 && strcmp(part, "https") != 0))
+		problem = "is not an http:// or https:// URL";
+	else if (tg_has(h, CURLUPART_USER) || tg_has(h, CURLUPART_PASSWORD))
+	{
+		problem = "has user info";
+		detail = "Credentials belong in \"headers\"; in a URL, \"a@b\" sends the request to b.";
+	}
+	else if (tg_has(h, CURLUPART_ZONEID))
+		problem = "has an IPv6 zone id";
+	else
+	{
+		char	   *port = NULL;
+
+		if (part)
+			curl_free(part);
+		part = NULL;
+		if (curl_url_get(h, CURLUPART_PORT, &port, 0) == CURLUE_OK &&
+			strcmp(port, "0") == 0)
+			problem = "has port 0";
+		if (port)
+			curl_free(port);
+		if (problem == NULL &&
+			curl_url_get(h, CURLUPART_HOST, &part, 0) == CURLUE_OK &&
+			part[0] != '\0')
+		{
+			size_t		n = strlen(part);
+			size_t		i;
+			const char *b = part;
+
+			if (n >= 2 && part[0] == '[' && part[n - 1] == ']')
+				b++, n -= 2;
+			else if (n >= 2 && part[n - 1] == '.')
+				n--;			/* "host." is the same DNS name as "host" */
+			out = pnstrdup(b, n);
+			for (i = 0; out[i]; i++)
+			{
+				unsigned char c = (unsigned char) out[i];
+
+				if (c >= 0x80 || c <= 0x20)
+					problem = "has a host that is not ASCII (write IDN names in punycode)";
+				out[i] = (char) pg_ascii_tolower(c);
+			}
+		}
+		else if (problem == NULL)
+			problem = "has no host";
+	}
+	if (part)
+		curl_free(part);
+	curl_url_cleanup(h);
+	if (problem)
+		tg_error(psprintf("\"%s\" %s", key, problem), detail);
+	*host = out;
 	return url;
 }
 

@@ -32,6 +32,9 @@
 #      worker dispatches without ever calling them.
 #   8. DROP EXTENSION and CREATE EXTENSION into another schema: a fresh
 #      worker replaces the old one and dispatches the new schema's tasks.
+#   9. The connected address: localhost on the allowlist but not 127.0.0.1
+#      is refused at connect time (stage config, nothing sent); listing the
+#      address lets it through.
 #   7. ntask.worker_role naming a superuser: the launcher refuses ("must not
 #      be a superuser"), no worker runs.
 # (Case 6 runs before 5 so that the search_path traps cannot touch it.)
@@ -129,6 +132,15 @@ sub poll
 		});
 	diag "last answer: '$last', expected '$expected'" unless $ok;
 	return $ok;
+}
+
+# sleep_until_reload: wait until a reload reached the worker (its next tick
+# after pg_reload_conf processes SIGHUP; two ticks are plenty)
+sub sleep_until_reload
+{
+	my $t = sql(q{SELECT last_tick FROM ntask.worker_stats});
+	poll('two worker ticks', 10,
+		qq{SELECT last_tick > '$t'::timestamptz + interval '150 ms' FROM ntask.worker_stats});
 }
 
 sub worker_pid
@@ -643,6 +655,43 @@ case_start('5 search_path');
 			evil.now(), evil.lower(pg_catalog.text), evil.int8(pg_catalog.numeric);
 		DROP DOMAIN evil.text, evil.int8, evil.jsonb;
 	});
+}
+
+# ---------------------------------------------------------------------
+# 9. The connected address is checked (issue 19): a name on the allowlist
+#    that resolves to loopback (localhost) is refused at connect time
+#    unless the allowlist names the address itself; nothing reaches the
+#    provider; listing 127.0.0.1 (and ::1) lets the same target through.
+# ---------------------------------------------------------------------
+
+case_start('9 connected address');
+{
+	my $lh = "http://localhost:$pport/send";
+	my $target = $json->encode({ type => 'http', url => $lh, timeout_ms => 1000 });
+	sql(q{ALTER SYSTEM SET ntask.http_allowed_hosts = 'localhost'});
+	sql(q{SELECT pg_reload_conf()});
+	sleep_until_reload();
+	sql(qq{SELECT queue FROM ntask_queue_set('lhq', lease => '2 s', max_attempts => 2,
+		target => \$t\$$target\$t\$::jsonb)});
+	enqueue('lhq', 'lh-1');
+	ok(poll('lh-1 refused at stage config', 20,
+			q{SELECT state = 'repair_required' AND last_error_stage = 'config'
+			  FROM ntask.task WHERE task_key = 'lh-1'}),
+		'a listed name that resolves to loopback is refused: repair_required at stage config');
+	like(sql(q{SELECT a.detail->>'reason' FROM ntask.attempt a JOIN ntask.task t USING (task_id)
+			   WHERE t.task_key = 'lh-1' ORDER BY a.attempt DESC LIMIT 1}),
+		qr/^host localhost resolved to (127\.0\.0\.1|::1), a loopback/,
+		'lh-1: the reason names the host and the refused address');
+	is(scalar(keys %{ pkeys('lh-') }), 0, 'lh-1: nothing reached the provider');
+	sql(q{ALTER SYSTEM SET ntask.http_allowed_hosts = 'localhost, 127.0.0.1, ::1'});
+	sql(q{SELECT pg_reload_conf()});
+	sleep_until_reload();
+	enqueue('lhq', 'lh-2');
+	ok(poll('lh-2 succeeded', 20,
+			q{SELECT state = 'succeeded' FROM ntask.task WHERE task_key = 'lh-2'}),
+		'with 127.0.0.1 (and ::1) listed the same target is reached');
+	sql(q{ALTER SYSTEM RESET ntask.http_allowed_hosts});
+	sql(q{SELECT pg_reload_conf()});
 }
 
 # ---------------------------------------------------------------------
