@@ -528,10 +528,17 @@ sub fault_worker_term
 	close $fh;
 	my ($tid, $tok);
 	my $until = time + 20;
+	my $trickle = 0;
 	while (time < $until)
 	{
 		if (read_status($slot) =~ /^held (\d+) (\d+)/) { ($tid, $tok) = ($1, $2); last; }
 		tick();
+		if (time - $trickle > 0.3 && $enqueued < $ntasks)
+		{
+			# the workload is held back while faults are pending: let one in
+			enqueue_upto($enqueued + 1);
+			$trickle = time;
+		}
 		sleep 0.02;
 	}
 	if (!defined $tid)
