@@ -40,14 +40,19 @@ PG_FUNCTION_INFO_V1(ntask_fence_grant);
 
 /*
  * The grant of the longest registered prefix of the key: true when the
- * caller lacks its role.  No row: the key is not restricted.
+ * caller lacks its role.  No row: the key is not restricted.  The key's
+ * prefixes are probed in fence_grant's primary key (one probe per length,
+ * keys are at most 512 bytes): a "starts_with(key, prefix)" filter would be
+ * a sequential scan, which with enable_seqscan off carries a cost high
+ * enough to JIT-compile the statement on every call.
  */
 static NtaskPlan fence_right_plan = {
 	"fence right",
 	"SELECT NOT pg_catalog.pg_has_role($2, g.role, 'USAGE') "
-	"FROM ntask.fence_grant g "
-	"WHERE pg_catalog.starts_with($1, g.prefix) "
-	"ORDER BY pg_catalog.length(g.prefix) DESC LIMIT 1",
+	"FROM pg_catalog.generate_series(pg_catalog.length($1), 1, -1) AS n(len) "
+	"JOIN ntask.fence_grant g "
+	"  ON g.prefix OPERATOR(pg_catalog.=) pg_catalog.\"left\"($1, n.len) "
+	"ORDER BY n.len DESC LIMIT 1",
 	2, {TEXTOID, OIDOID}
 };
 

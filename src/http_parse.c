@@ -18,6 +18,7 @@
 
 static int	hp_lower(int c);
 static bool hp_special(int family, const unsigned char *a);
+static const char *hp_next_entry(const char *p, const char **b, const char **e);
 static bool hp_in_prefix(const unsigned char *a, const unsigned char *net, int bits);
 static bool hp_entry_covers(const char *e, size_t n, int family,
 							const unsigned char *a);
@@ -126,6 +127,25 @@ ntask_host_listed(const char *host, const char *allowlist)
 	return hp_host_in_list(host, allowlist, false);
 }
 
+/*
+ * hp_next_entry
+ *		The next entry of a comma-separated list at p: [*b, *e) without the
+ *		blanks around it (possibly empty).  Returns where the rest begins.
+ */
+static const char *
+hp_next_entry(const char *p, const char **b, const char **e)
+{
+	while (*p == ' ' || *p == '\t' || *p == ',')
+		p++;
+	*b = p;
+	while (*p && *p != ',')
+		p++;
+	*e = p;
+	while (*e > *b && ((*e)[-1] == ' ' || (*e)[-1] == '\t'))
+		(*e)--;
+	return p;
+}
+
 /* hp_host_in_list: host is an entry of the list (or '*' is, if wildcard) */
 static bool
 hp_host_in_list(const char *host, const char *allowlist, bool wildcard)
@@ -148,14 +168,7 @@ hp_host_in_list(const char *host, const char *allowlist, bool wildcard)
 		size_t		n,
 					i;
 
-		while (*p == ' ' || *p == '\t' || *p == ',')
-			p++;
-		b = p;
-		while (*p && *p != ',')
-			p++;
-		e = p;
-		while (e > b && (e[-1] == ' ' || e[-1] == '\t'))
-			e--;
+		p = hp_next_entry(p, &b, &e);
 		if (e - b == 1 && b[0] == '*')
 		{
 			if (wildcard)
@@ -294,14 +307,7 @@ ntask_addr_permitted(int family, const unsigned char *a, const char *allowlist)
 		const char *b;
 		const char *e;
 
-		while (*p == ' ' || *p == '\t' || *p == ',')
-			p++;
-		b = p;
-		while (*p && *p != ',')
-			p++;
-		e = p;
-		while (e > b && (e[-1] == ' ' || e[-1] == '\t'))
-			e--;
+		p = hp_next_entry(p, &b, &e);
 		if (e - b >= 2 && b[0] == '[' && e[-1] == ']')
 			b++, e--;
 		if ((family == 4 || family == 6) &&
