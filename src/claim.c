@@ -278,12 +278,7 @@ claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
 	if (npicked == 0)
 		return -1;
 	lease = lease_arg ? lease_arg : NtaskGetDatum(0, 5, &isnull);
-	{
-		Interval   *iv = DatumGetIntervalP(lease);
-
-		*lease_usecs = iv->time + (int64) iv->day * USECS_PER_DAY +
-			(int64) iv->month * DAYS_PER_MONTH * USECS_PER_DAY;
-	}
+	*lease_usecs = NtaskIntervalUsecs(DatumGetIntervalP(lease));
 	guard = NtaskGetCString(0, 6);
 
 	ids = palloc(sizeof(Datum) * npicked);

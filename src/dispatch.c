@@ -342,7 +342,6 @@ dq_claim_step(void *arg)
 	int			free_slots = ntask_http_max_inflight - (NtaskDispatchInFlight());
 	int			want = free_slots;
 	Datum		values[3];
-	Interval   *lease = palloc0(sizeof(Interval));
 	int			n;
 	int			i;
 
@@ -351,10 +350,9 @@ dq_claim_step(void *arg)
 	want = Min(want, NTASK_MAX_CLAIM);
 	if (want <= 0)
 		return;
-	lease->time = q->lease_ms * 1000;
 	values[0] = CStringGetTextDatum(q->name);
 	values[1] = Int32GetDatum(want);
-	values[2] = IntervalPGetDatum(lease);
+	values[2] = IntervalPGetDatum(NtaskUsecsInterval(q->lease_ms * 1000));
 	n = NtaskExecPlan(&dq_claim_plan, values, NULL, SPI_OK_SELECT);
 	if (n == want)
 		dq_more = true;
@@ -483,13 +481,11 @@ dq_invoke_step(void *arg)
 		 */
 		if (r->reconciled)
 		{
-			Interval   *lease = palloc0(sizeof(Interval));
 			Datum		hv[3];
 
-			lease->time = r->lease_ms * 1000;
 			hv[0] = Int64GetDatum(r->task_id);
 			hv[1] = Int64GetDatum(r->token);
-			hv[2] = IntervalPGetDatum(lease);
+			hv[2] = IntervalPGetDatum(NtaskUsecsInterval(r->lease_ms * 1000));
 			(void) NtaskExecPlan(&dq_heartbeat_plan, hv, NULL, SPI_OK_SELECT);
 			if (!NtaskGetBool(0, 1))
 				continue;		/* stays unconfirmed: never sent */

@@ -168,14 +168,11 @@ static NtaskPlan hk_prune_tasks_plan = {
 static void
 hk_prune_history(NtaskPlan *plan, int retention_s, int max_rows)
 {
-	Interval   *iv;
 	Datum		values[2];
 
 	if (retention_s <= 0)
 		return;
-	iv = palloc0(sizeof(Interval));
-	iv->time = (int64) retention_s * USECS_PER_SEC;
-	values[0] = IntervalPGetDatum(iv);
+	values[0] = IntervalPGetDatum(NtaskUsecsInterval((int64) retention_s * USECS_PER_SEC));
 	values[1] = Int32GetDatum(max_rows);
 	(void) NtaskExecPlan(plan, values, NULL, SPI_OK_DELETE);
 }

@@ -249,7 +249,7 @@ ntask_release(PG_FUNCTION_ARGS)
 {
 	int64		task_id = NtaskArgInt64(fcinfo, 0, "task_id");
 	int64		token = NtaskArgInt64(fcinfo, 1, "token");
-	Interval   *delay = palloc0(sizeof(Interval));
+	Interval   *delay = NtaskUsecsInterval(0);
 	Datum		values[4];
 	const char *result;
 

@@ -102,6 +102,8 @@ extern void NtaskCheckPositiveInterval(Interval *iv, const char *argname);
 extern void NtaskTaskNotFound(int64 task_id) pg_attribute_noreturn();
 extern void NtaskCheckTokenRange(int64 task_id, int64 token, int64 current);
 extern Oid	NtaskCaller(void);
+extern int64 NtaskIntervalUsecs(const Interval *iv);
+extern Interval *NtaskUsecsInterval(int64 usecs);
 extern bool NtaskTrySubxact(void (*fn) (void *arg), void *arg, ErrorData **edata);
 extern void NtaskAudit(const char *actor, const char *action, int64 task_id,
 					   const char *queue, const char *reason,

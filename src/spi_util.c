@@ -451,6 +451,28 @@ ntask_caller_name(PG_FUNCTION_ARGS)
 }
 
 /*
+ * NtaskIntervalUsecs
+ *		An interval as microseconds, a month counting 30 days: for lease and
+ *		backoff arithmetic, never for calendar arithmetic.
+ */
+int64
+NtaskIntervalUsecs(const Interval *iv)
+{
+	return iv->time + (int64) iv->day * USECS_PER_DAY +
+		(int64) iv->month * DAYS_PER_MONTH * USECS_PER_DAY;
+}
+
+/* NtaskUsecsInterval: a palloc'd interval of usecs microseconds (no days) */
+Interval *
+NtaskUsecsInterval(int64 usecs)
+{
+	Interval   *iv = palloc0(sizeof(Interval));
+
+	iv->time = usecs;
+	return iv;
+}
+
+/*
  * NtaskTrySubxact
  *		Run fn(arg) in a subtransaction of the current transaction (the way
  *		PL/pgSQL runs an EXCEPTION block).  True when it completed; false

@@ -127,7 +127,6 @@ static bool tr_apply(TrCall *c, const char *final, TimestampTz next,
 					 const char *reason, bool engine_reason);
 static const char *tr_check_args(const char *to_state, const char **error_class,
 								 bool has_outcome, bool has_retry_at);
-static int64 tr_interval_usecs(Interval *iv);
 static TimestampTz tr_backoff(int attempt, Interval *base, Interval *max);
 static bool tr_same(const char *a, const char *b);
 
@@ -141,18 +140,6 @@ tr_same(const char *a, const char *b)
 }
 
 /*
- * tr_interval_usecs
- *		An interval as microseconds (a month counts 30 days), for backoff
- *		arithmetic only.
- */
-static int64
-tr_interval_usecs(Interval *iv)
-{
-	return iv->time + (int64) iv->day * USECS_PER_DAY +
-		(int64) iv->month * DAYS_PER_MONTH * USECS_PER_DAY;
-}
-
-/*
  * tr_backoff
  *		When the retry after the given attempt (1-based) is due:
  *		statement start + min(base * 2^(attempt-1), max), with equal jitter (half the
@@ -161,8 +148,8 @@ tr_interval_usecs(Interval *iv)
 static TimestampTz
 tr_backoff(int attempt, Interval *base, Interval *max)
 {
-	double		b = (double) tr_interval_usecs(base);
-	double		m = (double) tr_interval_usecs(max);
+	double		b = (double) NtaskIntervalUsecs(base);
+	double		m = (double) NtaskIntervalUsecs(max);
 	double		delay = b * pow(2.0, (double) Min(Max(attempt, 1) - 1, 60));
 
 	if (delay > m)
