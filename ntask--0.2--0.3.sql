@@ -362,3 +362,59 @@ COMMENT ON FUNCTION @extschema@.ntask_release(bigint, bigint, interval) IS
 'ntask: hand a leased task back: ready again at once or after delay; an attempt never invoked does not count against the budget, an invoked one counts with its outcome unknown; returns applied, duplicate, conflict or stale';
 REVOKE ALL ON FUNCTION @extschema@.ntask_release(bigint, bigint, interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION @extschema@.ntask_release(bigint, bigint, interval) TO ntask_worker;
+
+-- issue 12: batch calls and one commit per task
+CREATE FUNCTION @extschema@.ntask_enqueue_many(
+	queue text,
+	task_keys text[],
+	payloads jsonb[],
+	run_at timestamptz DEFAULT NULL,
+	partition_keys text[] DEFAULT NULL,
+	priority integer DEFAULT 0)
+RETURNS TABLE (task_id bigint, created boolean, state text)
+AS 'MODULE_PATHNAME', 'ntask_enqueue_many'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.ntask_enqueue_many(text, text[], jsonb[], timestamptz, text[], integer) IS
+'ntask: ntask_enqueue for each (task_keys[i], payloads[i], partition_keys[i]) in one statement; one row per element in input order; a key repeated in the call gives the same task (created only the first time), with a different payload NT001';
+REVOKE ALL ON FUNCTION @extschema@.ntask_enqueue_many(text, text[], jsonb[], timestamptz, text[], integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.ntask_enqueue_many(text, text[], jsonb[], timestamptz, text[], integer) TO ntask_producer;
+
+CREATE FUNCTION @extschema@.ntask_transition_many(
+	task_ids bigint[],
+	tokens bigint[],
+	to_state text,
+	error_class text DEFAULT NULL,
+	detail jsonb DEFAULT NULL,
+	retry_at timestamptz DEFAULT NULL,
+	outcome text DEFAULT NULL,
+	error_stage text DEFAULT NULL)
+RETURNS TABLE (task_id bigint, result text, state text, run_at timestamptz)
+AS 'MODULE_PATHNAME', 'ntask_transition_many'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.ntask_transition_many(bigint[], bigint[], text, text, jsonb, timestamptz, text, text) IS
+'ntask: ntask_transition for each (task_ids[i], tokens[i]) with one to_state, in one statement; one row per element in input order, each applied, duplicate, conflict or stale exactly as ntask_transition; a task_id given twice raises 22023';
+REVOKE ALL ON FUNCTION @extschema@.ntask_transition_many(bigint[], bigint[], text, text, jsonb, timestamptz, text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.ntask_transition_many(bigint[], bigint[], text, text, jsonb, timestamptz, text, text) TO ntask_worker;
+
+CREATE FUNCTION @extschema@.ntask_transition_and_claim(
+	finish_task_id bigint,
+	finish_token bigint,
+	to_state text,
+	queue text,
+	worker text,
+	max_tasks integer DEFAULT 1,
+	outcome text DEFAULT NULL,
+	error_class text DEFAULT NULL,
+	detail jsonb DEFAULT NULL,
+	retry_at timestamptz DEFAULT NULL,
+	error_stage text DEFAULT NULL,
+	lease interval DEFAULT NULL)
+RETURNS TABLE (task_id bigint, task_key text, payload jsonb, attempt integer,
+			   token bigint, lease_until timestamptz, prior_outcome text,
+			   finish_result text, finish_state text, finish_run_at timestamptz)
+AS 'MODULE_PATHNAME', 'ntask_transition_and_claim'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.ntask_transition_and_claim(bigint, bigint, text, text, text, integer, text, text, jsonb, timestamptz, text, interval) IS
+'ntask: ntask_transition of the task a worker holds, then ntask_claim of the next, in one statement; every row carries the transition''s answer (finish_result, finish_state, finish_run_at), and when nothing is claimed one row with the claim columns NULL still does';
+REVOKE ALL ON FUNCTION @extschema@.ntask_transition_and_claim(bigint, bigint, text, text, text, integer, text, text, jsonb, timestamptz, text, interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.ntask_transition_and_claim(bigint, bigint, text, text, text, integer, text, text, jsonb, timestamptz, text, interval) TO ntask_worker;

@@ -59,6 +59,9 @@ SELECT * FROM ntask_enqueue('pa', 'secret-1', '{"pin": 0}');
 \echo :SQLSTATE
 SELECT * FROM ntask_enqueue('pa', 'new-key');
 \echo :SQLSTATE
+-- the batch form answers the same
+SELECT * FROM ntask_enqueue_many('pa', ARRAY['secret-1', 'new-key'], ARRAY['{"pin": 1234}', '{}']::jsonb[]);
+\echo :SQLSTATE
 -- a producer cannot claim or read
 SELECT * FROM ntask_claim('pa', 'w');
 \echo :SQLSTATE
@@ -107,6 +110,7 @@ SELECT r.db_user FROM ntask.receipt r WHERE r.task_id = :t1;
 -- receipt a task of pa, even holding its current token, and learns nothing
 -- (42501 before the token is checked)
 CREATE ROLE regress_other_worker IN ROLE ntask_worker;
+SELECT queue FROM ntask_queue_set('pb');
 SELECT task_id AS t3 FROM ntask_enqueue('pa', 'a-3') \gset
 SET ROLE regress_worker;
 SELECT task_key, token FROM ntask_claim('pa', 'w1');
@@ -115,6 +119,12 @@ SET ROLE regress_other_worker;
 SELECT * FROM ntask_transition(:t3, 1, 'succeeded');
 \echo :SQLSTATE
 SELECT * FROM ntask_transition(:t3, 99, 'succeeded');
+\echo :SQLSTATE
+SELECT * FROM ntask_transition_many(ARRAY[:t3], ARRAY[1], 'succeeded');
+\echo :SQLSTATE
+SELECT * FROM ntask_transition_many(ARRAY[:t3], ARRAY[1], 'retry_wait');
+\echo :SQLSTATE
+SELECT * FROM ntask_transition_and_claim(:t3, 1, 'succeeded', 'pb', 'w2');
 \echo :SQLSTATE
 SELECT ntask_heartbeat(:t3, 1, '10 years');
 \echo :SQLSTATE

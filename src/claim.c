@@ -161,13 +161,15 @@ static NtaskPlan claim_lease_plan = {
 /* columns of claim_lease_plan's result */
 #define CLAIM_NCOLS 7			/* handed to the caller */
 #define CLAIM_COL_LEASED 8		/* false: diverted to repair_required */
+#define CLAIM_MAX_EXTRA 4		/* columns a caller may append (NtaskClaimInto) */
 
 /* at most this many rounds when tasks are diverted to repair or the guard */
 #define CLAIM_MAX_ROUNDS 10
 
 static int	claim_round(ReturnSetInfo *rsinfo, text *queue, int want,
 						Datum worker, Datum lease_arg, bool *more,
-						int64 *lease_usecs);
+						int64 *lease_usecs, Datum *extra, bool *extranulls,
+						int nextra);
 static void claim_warn_old_xact(int64 lease_usecs);
 static int64 claim_token_floor(void);
 
@@ -246,12 +248,14 @@ NtaskCloseExpiredAttempts(Datum task_ids)
  *		lease_arg is the caller's lease, or 0 for the queue's.  Returns how
  *		many were leased, or -1 if nothing was due.  *more is set when
  *		another round could find more (some picked tasks were not handed out
- *		and the pick was full).  All SPI results stay in the caller's SPI
+ *		and the pick was full).  Each result row gets the nextra columns of
+ *		extra appended.  All SPI results stay in the caller's SPI
  *		connection.
  */
 static int
 claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
-			Datum lease_arg, bool *more, int64 *lease_usecs)
+			Datum lease_arg, bool *more, int64 *lease_usecs, Datum *extra,
+			bool *extranulls, int nextra)
 {
 	Datum		lease;
 	char	   *guard;
@@ -343,14 +347,19 @@ claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
 		nrows = NtaskExecPlan(&claim_lease_plan, values, NULL, SPI_OK_SELECT);
 		for (r = 0; r < nrows; r++)
 		{
-			Datum		vals[CLAIM_NCOLS];
-			bool		nulls[CLAIM_NCOLS];
+			Datum		vals[CLAIM_NCOLS + CLAIM_MAX_EXTRA];
+			bool		nulls[CLAIM_NCOLS + CLAIM_MAX_EXTRA];
 			int			c;
 
 			if (!NtaskGetBool(r, CLAIM_COL_LEASED))
 				continue;		/* diverted to repair_required */
 			for (c = 0; c < CLAIM_NCOLS; c++)
 				vals[c] = NtaskGetDatum(r, c + 1, &nulls[c]);
+			for (c = 0; c < nextra; c++)
+			{
+				vals[CLAIM_NCOLS + c] = extra[c];
+				nulls[CLAIM_NCOLS + c] = extranulls[c];
+			}
 			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, vals, nulls);
 			leased++;
 		}
@@ -361,50 +370,53 @@ claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
 }
 
 /*
- * ntask_claim(queue, worker, max_tasks, lease)
- *		RETURNS TABLE(task_id, task_key, payload, attempt, token, lease_until,
- *					  prior_outcome)
- *
- * Leases up to max_tasks due tasks (ready, retry_wait whose run_at passed,
- * or leased whose lease expired) to worker.  prior_outcome is 'committed'
- * when an earlier attempt left a commit receipt (ntask_receipt), else
- * 'unknown' when an earlier attempt may have had an effect, else NULL.
- * Errors: unknown queue 42704; NULL argument 22004; max_tasks outside
- * 1..1000 or a non-positive lease 22023.
+ * NtaskCheckClaimArgs
+ *		Validate a claim's max_tasks (required, 1..NTASK_MAX_CLAIM) and lease
+ *		(NULL or positive) arguments, given their positions.
  */
-Datum
-ntask_claim(PG_FUNCTION_ARGS)
+void
+NtaskCheckClaimArgs(FunctionCallInfo fcinfo, int a_max_tasks, int a_lease)
 {
-	text	   *queue = NtaskArgText(fcinfo, 0, "queue", 63);
-	text	   *worker = NtaskArgText(fcinfo, 1, "worker", NTASK_MAX_NAME_LEN);
 	int32		max_tasks;
+
+	if (PG_ARGISNULL(a_max_tasks))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("ntask: max_tasks must not be NULL")));
+	max_tasks = PG_GETARG_INT32(a_max_tasks);
+	if (max_tasks < 1 || max_tasks > NTASK_MAX_CLAIM)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ntask: max_tasks must be between 1 and %d", NTASK_MAX_CLAIM)));
+	if (!PG_ARGISNULL(a_lease))
+		NtaskCheckPositiveInterval(PG_GETARG_INTERVAL_P(a_lease), "lease");
+}
+
+/*
+ * NtaskClaimInto
+ *		The body of a claim, inside the caller's SPI connection: lease up to
+ *		max_tasks due tasks of queue to worker (lease_arg: the caller's
+ *		lease, or 0 for the queue's) and put one row per leased task into
+ *		rsinfo's tuplestore, ntask_claim's columns followed by the nextra
+ *		columns of extra (at most CLAIM_MAX_EXTRA).  Returns how many were
+ *		leased; when that is more than zero, the commit is made durable.
+ */
+int
+NtaskClaimInto(ReturnSetInfo *rsinfo, text *queue, text *worker, int max_tasks,
+			   Datum lease_arg, Datum *extra, bool *extranulls, int nextra)
+{
 	int			got = 0;
 	int			round;
 	bool		more = true;
 	int64		lease_usecs = 0;
 
-	if (PG_ARGISNULL(2))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("ntask: max_tasks must not be NULL")));
-	max_tasks = PG_GETARG_INT32(2);
-	if (max_tasks < 1 || max_tasks > NTASK_MAX_CLAIM)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("ntask: max_tasks must be between 1 and %d", NTASK_MAX_CLAIM)));
-	if (!PG_ARGISNULL(3))
-		NtaskCheckPositiveInterval(PG_GETARG_INTERVAL_P(3), "lease");
-
-	InitMaterializedSRF(fcinfo, 0);
-	SPI_connect();
-
+	Assert(nextra >= 0 && nextra <= CLAIM_MAX_EXTRA);
 	for (round = 0; round < CLAIM_MAX_ROUNDS && got < max_tasks && more; round++)
 	{
-		int			n = claim_round((ReturnSetInfo *) fcinfo->resultinfo,
-									queue, max_tasks - got,
-									PointerGetDatum(worker),
-									PG_ARGISNULL(3) ? (Datum) 0 : PG_GETARG_DATUM(3),
-									&more, &lease_usecs);
+		int			n = claim_round(rsinfo, queue, max_tasks - got,
+									PointerGetDatum(worker), lease_arg,
+									&more, &lease_usecs, extra, extranulls,
+									nextra);
 
 		/* nothing due: an idle queue, no right to it, or no such queue? */
 		if (n < 0 && round == 0)
@@ -424,7 +436,34 @@ ntask_claim(PG_FUNCTION_ARGS)
 		ForceSyncCommit();
 		claim_warn_old_xact(lease_usecs);
 	}
+	return got;
+}
 
+/*
+ * ntask_claim(queue, worker, max_tasks, lease)
+ *		RETURNS TABLE(task_id, task_key, payload, attempt, token, lease_until,
+ *					  prior_outcome)
+ *
+ * Leases up to max_tasks due tasks (ready, retry_wait whose run_at passed,
+ * or leased whose lease expired) to worker.  prior_outcome is 'committed'
+ * when an earlier attempt left a commit receipt (ntask_receipt), else
+ * 'unknown' when an earlier attempt may have had an effect, else NULL.
+ * Errors: unknown queue 42704; NULL argument 22004; max_tasks outside
+ * 1..1000 or a non-positive lease 22023.
+ */
+Datum
+ntask_claim(PG_FUNCTION_ARGS)
+{
+	text	   *queue = NtaskArgText(fcinfo, 0, "queue", 63);
+	text	   *worker = NtaskArgText(fcinfo, 1, "worker", NTASK_MAX_NAME_LEN);
+
+	NtaskCheckClaimArgs(fcinfo, 2, 3);
+	InitMaterializedSRF(fcinfo, 0);
+	SPI_connect();
+	(void) NtaskClaimInto((ReturnSetInfo *) fcinfo->resultinfo, queue, worker,
+						  PG_GETARG_INT32(2),
+						  PG_ARGISNULL(3) ? (Datum) 0 : PG_GETARG_DATUM(3),
+						  NULL, NULL, 0);
 	SPI_finish();
 	return (Datum) 0;
 }

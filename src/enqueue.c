@@ -24,9 +24,11 @@
 
 #include "catalog/pg_type.h"
 #include "funcapi.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 
 PG_FUNCTION_INFO_V1(ntask_enqueue);
+PG_FUNCTION_INFO_V1(ntask_enqueue_many);
 
 static NtaskPlan enq_insert_plan = {
 	"enqueue insert",
@@ -148,6 +150,388 @@ ntask_enqueue(PG_FUNCTION_ARGS)
 	}
 
 	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, outnulls);
+	SPI_finish();
+	return (Datum) 0;
+}
+
+/*
+ * The insert of ntask_enqueue_many: enq_insert_plan over arrays, one row
+ * per distinct key, in the order of each key's first appearance (so task
+ * ids follow the input).  $2 keys, $3 payloads, $4 digests, $6 partition
+ * keys (NULL: none); the other parameters as in enq_insert_plan.
+ */
+static NtaskPlan enq_many_insert_plan = {
+	"enqueue many insert",
+	"INSERT INTO ntask.task AS t (queue, task_key, payload, payload_digest, "
+	"  digest_version, partition_key, priority, run_at, due_at, max_attempts, "
+	"  deadline) "
+	"SELECT q.queue, i.k, i.p, i.d, $5, i.pk, $7, "
+	"  coalesce($8, pg_catalog.statement_timestamp()), coalesce($8, pg_catalog.statement_timestamp()), "
+	"  q.max_attempts, "
+	"  GREATEST(pg_catalog.statement_timestamp(), $8) OPERATOR(pg_catalog.+) q.total_deadline "
+	"FROM ntask.queue q, "
+	"  ROWS FROM (pg_catalog.unnest($2), pg_catalog.unnest($3), "
+	"             pg_catalog.unnest($4), pg_catalog.unnest($6)) "
+	"    WITH ORDINALITY AS i(k, p, d, pk, n) "
+	"WHERE q.queue OPERATOR(pg_catalog.=) $1 "
+	"  AND (q.producer_role IS NULL "
+	"       OR pg_catalog.pg_has_role($9, q.producer_role, 'USAGE')) "
+	"ORDER BY i.n "
+	"ON CONFLICT (queue, task_key) DO NOTHING "
+	"RETURNING t.task_key, t.task_id, t.state",
+	9, {TEXTOID, TEXTARRAYOID, JSONBARRAYOID, BYTEAARRAYOID, INT2OID,
+	TEXTARRAYOID, INT4OID, TIMESTAMPTZOID, OIDOID}
+};
+
+static NtaskPlan enq_many_existing_plan = {
+	"enqueue many lookup",
+	"SELECT t.task_key, t.task_id, t.state, t.payload_digest, t.digest_version "
+	"FROM ntask.task t "
+	"WHERE t.queue OPERATOR(pg_catalog.=) $1 "
+	"  AND t.task_key OPERATOR(pg_catalog.=) ANY ($2)",
+	2, {TEXTOID, TEXTARRAYOID}
+};
+
+/* one distinct key of an ntask_enqueue_many call */
+typedef struct EnqKey
+{
+	text	   *key;
+	Jsonb	   *payload;		/* of its first appearance */
+	bytea	   *digest;
+	Datum		partition_key;
+	bool		partition_null;
+	int			first;			/* position of its first appearance */
+	bool		resolved;		/* task_id and state are set */
+	bool		created;
+	int64		task_id;
+	Datum		state;			/* text, in an SPI result */
+} EnqKey;
+
+/* one element of the call: its key's EnqKey */
+typedef struct EnqItem
+{
+	int			pos;
+	text	   *key;
+	EnqKey	   *group;
+} EnqItem;
+
+/* enq_text_cmp: byte order of two keys */
+static int
+enq_text_cmp(text *a, text *b)
+{
+	int			la = VARSIZE_ANY_EXHDR(a);
+	int			lb = VARSIZE_ANY_EXHDR(b);
+	int			c = memcmp(VARDATA_ANY(a), VARDATA_ANY(b), Min(la, lb));
+
+	if (c != 0)
+		return c;
+	return la < lb ? -1 : la > lb ? 1 : 0;
+}
+
+/* enq_item_cmp: qsort order of EnqItems, by key, then position */
+static int
+enq_item_cmp(const void *a, const void *b)
+{
+	const EnqItem *x = (const EnqItem *) a;
+	const EnqItem *y = (const EnqItem *) b;
+	int			c = enq_text_cmp(x->key, y->key);
+
+	if (c != 0)
+		return c;
+	return x->pos < y->pos ? -1 : x->pos > y->pos ? 1 : 0;
+}
+
+/* enq_first_cmp: qsort order of EnqKey pointers, by first appearance */
+static int
+enq_first_cmp(const void *a, const void *b)
+{
+	int			x = (*(EnqKey *const *) a)->first;
+	int			y = (*(EnqKey *const *) b)->first;
+
+	return x < y ? -1 : x > y ? 1 : 0;
+}
+
+/* enq_find: the EnqKey of key among the n keys of bykey (sorted by key) */
+static EnqKey *
+enq_find(EnqKey *bykey, int n, text *key)
+{
+	int			lo = 0;
+	int			hi = n;
+
+	while (lo < hi)
+	{
+		int			mid = lo + (hi - lo) / 2;
+		int			c = enq_text_cmp(bykey[mid].key, key);
+
+		if (c == 0)
+			return &bykey[mid];
+		if (c < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return NULL;
+}
+
+/* enq_conflict: raise NT001 for key */
+static void
+enq_conflict(text *key, text *queue, bool in_call)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_NTASK_KEY_CONFLICT),
+			 errmsg("ntask: task key \"%s\" already exists in queue \"%s\" with a different payload",
+					text_to_cstring(key), text_to_cstring(queue)),
+			 in_call ?
+			 errdetail("The key appears twice in this call with different payloads.") :
+			 errdetail("A task key names one logical piece of work; its payload cannot change."),
+			 errhint("Use a new key for a new business version (for example a :v2 suffix).")));
+}
+
+/*
+ * enq_many_round
+ *		Insert the keys of pending (in first-appearance order) that are not
+ *		resolved yet, then read the existing tasks of those the insert
+ *		skipped and compare their payloads.  Returns how many stay
+ *		unresolved (a task that vanished between the two statements).
+ */
+static int
+enq_many_round(text *queue, EnqKey *bykey, int nkeys, EnqKey **pending,
+			   int npending, Datum *args, char *argnulls)
+{
+	Datum	   *keys = palloc(sizeof(Datum) * npending);
+	Datum	   *payloads = palloc(sizeof(Datum) * npending);
+	Datum	   *digests = palloc(sizeof(Datum) * npending);
+	Datum	   *pks = palloc(sizeof(Datum) * npending);
+	bool	   *pknulls = palloc(sizeof(bool) * npending);
+	int			dims[1];
+	int			lbs[1] = {1};
+	int			n = 0;
+	int			nrows;
+	int			r;
+	int			i;
+
+	for (i = 0; i < npending; i++)
+	{
+		if (pending[i]->resolved)
+			continue;
+		keys[n] = PointerGetDatum(pending[i]->key);
+		payloads[n] = JsonbPGetDatum(pending[i]->payload);
+		digests[n] = PointerGetDatum(pending[i]->digest);
+		pks[n] = pending[i]->partition_key;
+		pknulls[n] = pending[i]->partition_null;
+		n++;
+	}
+	if (n == 0)
+		return 0;
+	dims[0] = n;
+	args[1] = PointerGetDatum(construct_array(keys, n, TEXTOID, -1, false, TYPALIGN_INT));
+	args[2] = PointerGetDatum(construct_array(payloads, n, JSONBOID, -1, false, TYPALIGN_INT));
+	args[3] = PointerGetDatum(construct_array(digests, n, BYTEAOID, -1, false, TYPALIGN_INT));
+	args[5] = PointerGetDatum(construct_md_array(pks, pknulls, 1, dims, lbs,
+												 TEXTOID, -1, false, TYPALIGN_INT));
+
+	nrows = NtaskExecPlan(&enq_many_insert_plan, args, argnulls,
+						  SPI_OK_INSERT_RETURNING);
+	for (r = 0; r < nrows; r++)
+	{
+		EnqKey	   *k = enq_find(bykey, nkeys, NtaskGetText(r, 1));
+
+		if (k == NULL || k->resolved)
+			elog(ERROR, "ntask: enqueue inserted a key it was not asked for");
+		k->resolved = k->created = true;
+		k->task_id = NtaskGetInt64(r, 2);
+		k->state = PointerGetDatum(NtaskGetText(r, 3));
+	}
+	if (nrows > 0)
+		NtaskWakeWorkerAtCommit();	/* they may be http tasks */
+	if (nrows == n)
+		return 0;
+
+	/* some keys were not inserted: no queue, no right, or they exist */
+	NtaskCheckQueueRight(queue, true);
+	nrows = NtaskExecPlan(&enq_many_existing_plan, args, NULL, SPI_OK_SELECT);
+	for (r = 0; r < nrows; r++)
+	{
+		EnqKey	   *k = enq_find(bykey, nkeys, NtaskGetText(r, 1));
+		bool		isnull;
+
+		if (k == NULL || k->resolved)
+			continue;			/* inserted just now */
+		if (!NtaskSameDigest(k->payload, k->digest,
+							 DatumGetByteaPP(NtaskGetDatum(r, 4, &isnull)),
+							 NtaskGetInt32(r, 5)))
+			enq_conflict(k->key, queue, false);
+		k->resolved = true;
+		k->task_id = NtaskGetInt64(r, 2);
+		k->state = PointerGetDatum(NtaskGetText(r, 3));
+	}
+	n = 0;
+	for (i = 0; i < npending; i++)
+		n += pending[i]->resolved ? 0 : 1;
+	return n;
+}
+
+/*
+ * ntask_enqueue_many(queue, task_keys, payloads, run_at, partition_keys,
+ *					  priority)
+ *		RETURNS TABLE(task_id bigint, created boolean, state text)
+ *
+ * ntask_enqueue for each (task_keys[i], payloads[i], partition_keys[i])
+ * with the same queue, run_at and priority, in one call: one row per
+ * element, in input order, as ntask_enqueue would answer it called in
+ * that order.  So a key repeated inside the call with an equal payload
+ * gives the same task twice (created only for its first appearance); with
+ * a different payload it raises NT001, as does a key that exists with a
+ * different payload.  New tasks get ids in input order.
+ *
+ * Errors: NULL queue, array or element (partition_keys may be NULL, or
+ * hold NULLs) 22004; arrays of different lengths, more than one
+ * dimension, more than NTASK_MAX_BATCH elements, an empty key 22023; a
+ * key over 512 bytes 22001; and the errors of ntask_enqueue, which fail
+ * the whole call.
+ */
+Datum
+ntask_enqueue_many(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	text	   *queue = NtaskArgText(fcinfo, 0, "queue", 63);
+	Datum	   *keyd;
+	Datum	   *payd;
+	Datum	   *pkd = NULL;
+	bool	   *pknull = NULL;
+	int			n;
+	int			nkeys = 0;
+	int			npending;
+	EnqItem    *items;
+	EnqItem   **bypos;
+	EnqKey	   *bykey;
+	EnqKey	  **byfirst;
+	Datum		args[9];
+	char		argnulls[9] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	int			round;
+	int			i;
+
+	n = NtaskArgArray(fcinfo, 1, "task_keys", TEXTOID, false, &keyd, NULL);
+	if (NtaskArgArray(fcinfo, 2, "payloads", JSONBOID, false, &payd, NULL) != n)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ntask: task_keys and payloads must have the same length")));
+	if (!PG_ARGISNULL(4) &&
+		NtaskArgArray(fcinfo, 4, "partition_keys", TEXTOID, true, &pkd, &pknull) != n)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ntask: partition_keys must be NULL or as long as task_keys")));
+	if (PG_ARGISNULL(5))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("ntask: priority must not be NULL")));
+	if (!PG_ARGISNULL(3) && TIMESTAMP_NOT_FINITE(PG_GETARG_TIMESTAMPTZ(3)))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ntask: run_at must be a finite timestamp")));
+
+	/* check every element, then group equal keys (by key, then position) */
+	items = palloc(sizeof(EnqItem) * Max(n, 1));
+	for (i = 0; i < n; i++)
+	{
+		int			len;
+
+		items[i].pos = i;
+		items[i].key = DatumGetTextPP(keyd[i]);
+		len = VARSIZE_ANY_EXHDR(items[i].key);
+		if (len == 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("ntask: task_keys[%d] must not be empty", i + 1)));
+		if (len > NTASK_MAX_KEY_LEN)
+			ereport(ERROR,
+					(errcode(ERRCODE_STRING_DATA_RIGHT_TRUNCATION),
+					 errmsg("ntask: task_keys[%d] is too long", i + 1),
+					 errdetail("It is %d bytes; the limit is %d.", len, NTASK_MAX_KEY_LEN)));
+		if (pkd && !pknull[i] && VARSIZE_ANY_EXHDR(DatumGetTextPP(pkd[i])) == 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("ntask: partition_keys[%d] must not be empty", i + 1),
+					 errhint("Use NULL for no partition key.")));
+		if (pkd && !pknull[i] &&
+			VARSIZE_ANY_EXHDR(DatumGetTextPP(pkd[i])) > NTASK_MAX_KEY_LEN)
+			ereport(ERROR,
+					(errcode(ERRCODE_STRING_DATA_RIGHT_TRUNCATION),
+					 errmsg("ntask: partition_keys[%d] is too long", i + 1),
+					 errdetail("The limit is %d bytes.", NTASK_MAX_KEY_LEN)));
+	}
+	qsort(items, n, sizeof(EnqItem), enq_item_cmp);
+	bykey = palloc(sizeof(EnqKey) * Max(n, 1));
+	for (i = 0; i < n; i++)
+	{
+		EnqItem    *it = &items[i];
+		Jsonb	   *payload = DatumGetJsonbP(payd[it->pos]);
+		bytea	   *digest = NtaskDigest(payload, NTASK_DIGEST_VERSION);
+
+		if (i > 0 && enq_text_cmp(it->key, items[i - 1].key) == 0)
+		{
+			EnqKey	   *k = items[i - 1].group;
+
+			if (VARSIZE(digest) != VARSIZE(k->digest) ||
+				memcmp(VARDATA(digest), VARDATA(k->digest),
+					   VARSIZE(digest) - VARHDRSZ) != 0)
+				enq_conflict(it->key, queue, true);
+			it->group = k;
+			continue;
+		}
+		it->group = &bykey[nkeys++];
+		memset(it->group, 0, sizeof(EnqKey));
+		it->group->key = it->key;
+		it->group->payload = payload;
+		it->group->digest = digest;
+		it->group->first = it->pos;
+		it->group->partition_null = pkd == NULL || pknull[it->pos];
+		it->group->partition_key = it->group->partition_null ? (Datum) 0 : pkd[it->pos];
+	}
+	byfirst = palloc(sizeof(EnqKey *) * Max(nkeys, 1));
+	for (i = 0; i < nkeys; i++)
+		byfirst[i] = &bykey[i];
+	qsort(byfirst, nkeys, sizeof(EnqKey *), enq_first_cmp);
+
+	InitMaterializedSRF(fcinfo, 0);
+	SPI_connect();
+
+	args[0] = PointerGetDatum(queue);
+	args[4] = Int16GetDatum(NTASK_DIGEST_VERSION);
+	args[6] = PG_GETARG_DATUM(5);
+	args[7] = PG_ARGISNULL(3) ? (Datum) 0 : PG_GETARG_DATUM(3);
+	argnulls[7] = PG_ARGISNULL(3) ? 'n' : ' ';
+	args[8] = ObjectIdGetDatum(NtaskCaller());
+
+	/*
+	 * A second round only runs if a task with one of the keys vanished
+	 * between the insert and the lookup (retention pruning of a finished
+	 * task), which at most happens once.
+	 */
+	npending = nkeys;
+	for (round = 0; npending > 0; round++)
+	{
+		if (round == 2)
+			elog(ERROR, "ntask: enqueue found neither a new nor an existing task for %d keys",
+				 npending);
+		npending = enq_many_round(queue, bykey, nkeys, byfirst, nkeys, args,
+								  argnulls);
+	}
+
+	bypos = palloc(sizeof(EnqItem *) * Max(n, 1));
+	for (i = 0; i < n; i++)
+		bypos[items[i].pos] = &items[i];
+	for (i = 0; i < n; i++)
+	{
+		EnqKey	   *k = bypos[i]->group;
+		Datum		out[3];
+		bool		outnulls[3] = {false, false, false};
+
+		out[0] = Int64GetDatum(k->task_id);
+		out[1] = BoolGetDatum(k->created && k->first == i);
+		out[2] = k->state;
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, outnulls);
+	}
 	SPI_finish();
 	return (Datum) 0;
 }

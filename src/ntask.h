@@ -21,6 +21,7 @@
 
 #include "executor/spi.h"
 #include "fmgr.h"
+#include "nodes/execnodes.h"
 #include "utils/jsonb.h"
 #include "utils/timestamp.h"
 
@@ -43,6 +44,7 @@
 #define NTASK_MAX_NAME_LEN		200		/* worker, actor, outcome, stage */
 #define NTASK_MAX_REASON_LEN	2000	/* audit reasons */
 #define NTASK_MAX_CLAIM			1000	/* max_tasks per ntask_claim call */
+#define NTASK_MAX_BATCH			10000	/* elements per *_many call */
 
 /* the digest algorithm ntask writes today (see digest.c) */
 #define NTASK_DIGEST_VERSION	1
@@ -96,6 +98,8 @@ extern text *NtaskArgText(FunctionCallInfo fcinfo, int argno,
 						  const char *argname, int maxlen);
 extern int64 NtaskArgInt64(FunctionCallInfo fcinfo, int argno,
 						   const char *argname);
+extern int	NtaskArgArray(FunctionCallInfo fcinfo, int argno, const char *argname,
+						  Oid elmtype, bool nulls_ok, Datum **elems, bool **nulls);
 extern Jsonb *NtaskArgJsonb(FunctionCallInfo fcinfo, int argno,
 							const char *argname);
 extern void NtaskCheckPositiveInterval(Interval *iv, const char *argname);
@@ -212,6 +216,11 @@ extern void NtaskDispatchRefreshQueues(void);
 
 /* claim.c */
 extern Datum NtaskCloseExpiredAttempts(Datum task_ids);
+extern void NtaskCheckClaimArgs(FunctionCallInfo fcinfo, int a_max_tasks,
+								int a_lease);
+extern int	NtaskClaimInto(ReturnSetInfo *rsinfo, text *queue, text *worker,
+						   int max_tasks, Datum lease_arg, Datum *extra,
+						   bool *extranulls, int nextra);
 
 /* repair.c */
 extern void NtaskFinishTask(int64 task_id, const char *to_state,

@@ -23,6 +23,7 @@
 #include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
+#include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/resowner.h"
 #include "utils/syscache.h"
@@ -288,6 +289,55 @@ NtaskArgText(FunctionCallInfo fcinfo, int argno, const char *argname, int maxlen
 				 errmsg("ntask: %s is too long", argname),
 				 errdetail("It is %d bytes; the limit is %d.", len, maxlen)));
 	return t;
+}
+
+/*
+ * NtaskArgArray
+ *		Fetch a one-dimensional array argument of elmtype for a batch call.
+ *		NULL raises 22004; more than one dimension, or more than
+ *		NTASK_MAX_BATCH elements, 22023; a NULL element 22004 unless
+ *		nulls_ok (then *nulls says which, else *nulls may be NULL).  Returns
+ *		the element count (0 for an empty array).
+ */
+int
+NtaskArgArray(FunctionCallInfo fcinfo, int argno, const char *argname,
+			  Oid elmtype, bool nulls_ok, Datum **elems, bool **nulls)
+{
+	ArrayType  *arr;
+	int16		typlen;
+	bool		typbyval;
+	char		typalign;
+	bool	   *isnull;
+	int			n;
+	int			i;
+
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("ntask: %s must not be NULL", argname)));
+	arr = PG_GETARG_ARRAYTYPE_P(argno);
+	if (ARR_NDIM(arr) > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ntask: %s must be a one-dimensional array", argname)));
+	if (ArrayGetNItems(ARR_NDIM(arr), ARR_DIMS(arr)) > NTASK_MAX_BATCH)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ntask: %s has more than %d elements", argname,
+						NTASK_MAX_BATCH),
+				 errhint("Split the batch.")));
+	get_typlenbyvalalign(elmtype, &typlen, &typbyval, &typalign);
+	deconstruct_array(arr, elmtype, typlen, typbyval, typalign,
+					  elems, &isnull, &n);
+	if (!nulls_ok)
+		for (i = 0; i < n; i++)
+			if (isnull[i])
+				ereport(ERROR,
+						(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+						 errmsg("ntask: %s[%d] must not be NULL", argname, i + 1)));
+	if (nulls)
+		*nulls = isnull;
+	return n;
 }
 
 /*

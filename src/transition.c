@@ -40,6 +40,8 @@
 #include "utils/builtins.h"
 
 PG_FUNCTION_INFO_V1(ntask_transition);
+PG_FUNCTION_INFO_V1(ntask_transition_many);
+PG_FUNCTION_INFO_V1(ntask_transition_and_claim);
 
 static NtaskPlan tr_lock_plan = {
 	"transition lock",
@@ -108,6 +110,55 @@ static NtaskPlan tr_attempt_plan = {
 	2, {INT8OID, INT8OID}
 };
 
+/*
+ * The conditional statement of ntask_transition_many for every to_state but
+ * retry_wait: tr_apply_plan for a whole batch.  $1/$2 are the tasks and
+ * their tokens, sorted by task_id, so the rows are locked in that order
+ * (a nested loop over the arrays, each task and attempt by primary key).
+ * $3 to_state, $4 error_class, $5 error_stage, $6 the outcome is known
+ * (error_class is not unknown), $7 outcome, $8 detail, $9 reason, $10
+ * detail->>'reason' may name the reason, $11 the caller.
+ */
+static NtaskPlan tr_many_plan = {
+	"transition many",
+	"WITH upd AS ( "
+	"  UPDATE ntask.task t SET state = $3, due_at = NULL, "
+	"    lease_owner = NULL, lease_until = NULL, "
+	"    last_error_class = coalesce($4, t.last_error_class), "
+	"    last_error_stage = coalesce($5, t.last_error_stage), "
+	"    outcome = $7, "
+	"    reason = CASE WHEN $10 "
+	"      THEN coalesce($8 OPERATOR(pg_catalog.->>) 'reason', $9) ELSE $9 END, "
+	"    unknown_attempts = t.unknown_attempts OPERATOR(pg_catalog.+) "
+	"      CASE WHEN $6 THEN 0 WHEN EXISTS (SELECT 1 FROM ntask.receipt r "
+	"        WHERE r.task_id OPERATOR(pg_catalog.=) t.task_id "
+	"          AND r.token OPERATOR(pg_catalog.=) t.token) THEN 0 ELSE 1 END, "
+	"    finished_at = pg_catalog.statement_timestamp(), "
+	"    updated_at = pg_catalog.statement_timestamp() "
+	"  FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2)) AS i(task_id, token) "
+	"  WHERE t.task_id OPERATOR(pg_catalog.=) i.task_id "
+	"    AND t.token OPERATOR(pg_catalog.=) i.token "
+	"    AND t.state OPERATOR(pg_catalog.=) 'leased' "
+	"    AND EXISTS (SELECT 1 FROM ntask.queue q "
+	"                WHERE q.queue OPERATOR(pg_catalog.=) t.queue "
+	"                  AND " NTASK_WORKER_RIGHT("q", "11") ") "
+	"  RETURNING t.task_id, t.token, t.state "
+	"), att AS ( "
+	"  UPDATE ntask.attempt a SET ended_at = pg_catalog.statement_timestamp(), result = $3, "
+	"    requested = $3, error_class = $4, error_stage = $5, "
+	"    outcome_known = CASE WHEN $6 THEN true ELSE EXISTS (SELECT 1 FROM ntask.receipt r "
+	"      WHERE r.task_id OPERATOR(pg_catalog.=) a.task_id "
+	"        AND r.token OPERATOR(pg_catalog.=) a.token) END, "
+	"    outcome = $7, retry_at = NULL, detail = $8 "
+	"  FROM upd "
+	"  WHERE a.task_id OPERATOR(pg_catalog.=) upd.task_id "
+	"    AND a.token OPERATOR(pg_catalog.=) upd.token AND a.ended_at IS NULL "
+	") "
+	"SELECT upd.task_id, upd.state FROM upd",
+	11, {INT8ARRAYOID, INT8ARRAYOID, TEXTOID, TEXTOID, TEXTOID, BOOLOID,
+	TEXTOID, JSONBOID, TEXTOID, BOOLOID, OIDOID}
+};
+
 /* one ntask_transition call's arguments, after validation */
 typedef struct TrCall
 {
@@ -122,6 +173,15 @@ typedef struct TrCall
 	Datum		retry_at;
 	bool		retry_at_null;
 } TrCall;
+
+/* one transition's answer: the row ntask_transition returns */
+typedef struct TrOut
+{
+	const char *result;			/* applied, duplicate, conflict, stale */
+	Datum		state;			/* text */
+	Datum		run_at;
+	bool		run_at_null;
+} TrOut;
 
 static bool tr_apply(TrCall *c, const char *final, TimestampTz next,
 					 const char *reason, bool engine_reason);
@@ -269,95 +329,89 @@ tr_apply(TrCall *c, const char *final, TimestampTz next, const char *reason,
 }
 
 /*
- * ntask_transition(task_id, token, to_state, error_class, detail, retry_at,
- *					outcome, error_stage)
- *		RETURNS TABLE(result text, state text, run_at timestamptz)
- *
- * One row: result is applied, duplicate, conflict or stale (see the file
- * header); state and run_at are the task's after the call.
- *
- * Fast path: a to_state whose effect does not depend on the budget
- * (everything but retry_wait) is applied by one conditional statement.
- * Otherwise, or when that statement matched nothing, the task row is locked
- * and the call classified.  Either way the task row lock is held until the
- * caller's transaction ends.
+ * tr_init
+ *		Fill c's attempt-independent fields from the call's arguments, given
+ *		their positions (a_retry_at and a_stage may be -1: not an argument
+ *		of this function), and validate them.  Returns the default reason.
  */
-Datum
-ntask_transition(PG_FUNCTION_ARGS)
+static const char *
+tr_init(TrCall *c, FunctionCallInfo fcinfo, int a_to_state, int a_error_class,
+		int a_detail, int a_retry_at, int a_outcome, int a_stage)
 {
-	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	TrCall		c;
 	const char *reason;
-	const char *result = NULL;
-	Datum		out[3];
-	bool		outnulls[3] = {false, false, false};
-	Datum		values[2];
-	bool		isnull;
-	bool		retry;
 
-	c.task_id = NtaskArgInt64(fcinfo, 0, "task_id");
-	c.token = NtaskArgInt64(fcinfo, 1, "token");
-	c.to_state = text_to_cstring(NtaskArgText(fcinfo, 2, "to_state", 64));
-	c.error_class = PG_ARGISNULL(3) ? NULL :
-		text_to_cstring(NtaskArgText(fcinfo, 3, "error_class", 64));
-	c.detail = PG_ARGISNULL(4) ? (Datum) 0 : PG_GETARG_DATUM(4);
-	c.detail_null = PG_ARGISNULL(4);
-	c.retry_at = PG_ARGISNULL(5) ? (Datum) 0 : PG_GETARG_DATUM(5);
-	c.retry_at_null = PG_ARGISNULL(5);
-	c.outcome = PG_ARGISNULL(6) ? NULL :
-		text_to_cstring(NtaskArgText(fcinfo, 6, "outcome", NTASK_MAX_NAME_LEN));
-	c.stage = PG_ARGISNULL(7) ? NULL :
-		text_to_cstring(NtaskArgText(fcinfo, 7, "error_stage", NTASK_MAX_NAME_LEN));
+	c->to_state = text_to_cstring(NtaskArgText(fcinfo, a_to_state, "to_state", 64));
+	c->error_class = PG_ARGISNULL(a_error_class) ? NULL :
+		text_to_cstring(NtaskArgText(fcinfo, a_error_class, "error_class", 64));
+	c->detail_null = PG_ARGISNULL(a_detail);
+	c->detail = c->detail_null ? (Datum) 0 : PG_GETARG_DATUM(a_detail);
+	c->retry_at_null = a_retry_at < 0 || PG_ARGISNULL(a_retry_at);
+	c->retry_at = c->retry_at_null ? (Datum) 0 : PG_GETARG_DATUM(a_retry_at);
+	c->outcome = PG_ARGISNULL(a_outcome) ? NULL :
+		text_to_cstring(NtaskArgText(fcinfo, a_outcome, "outcome", NTASK_MAX_NAME_LEN));
+	c->stage = a_stage < 0 || PG_ARGISNULL(a_stage) ? NULL :
+		text_to_cstring(NtaskArgText(fcinfo, a_stage, "error_stage", NTASK_MAX_NAME_LEN));
 
-	reason = tr_check_args(c.to_state, &c.error_class, c.outcome != NULL,
-						   !c.retry_at_null);
-	if (!c.retry_at_null && TIMESTAMP_NOT_FINITE(DatumGetTimestampTz(c.retry_at)))
+	reason = tr_check_args(c->to_state, &c->error_class, c->outcome != NULL,
+						   !c->retry_at_null);
+	if (!c->retry_at_null && TIMESTAMP_NOT_FINITE(DatumGetTimestampTz(c->retry_at)))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("ntask: retry_at must be a finite timestamp")));
-	if (strcmp(c.to_state, "succeeded") == 0 && c.outcome == NULL)
-		c.outcome = "completed";
-	retry = strcmp(c.to_state, "retry_wait") == 0;
+	if (strcmp(c->to_state, "succeeded") == 0 && c->outcome == NULL)
+		c->outcome = "completed";
+	return reason;
+}
 
-	InitMaterializedSRF(fcinfo, 0);
-	SPI_connect();
+/*
+ * tr_locked
+ *		The classifying path of one transition: lock the task row, then
+ *		apply (a retry_wait decided against the budget of the locked row, or
+ *		any to_state whose conditional statement did not match before the
+ *		lock but matches now) or classify the call as duplicate, conflict or
+ *		stale.  Raises P0002 for an unknown task, NT003 for a token never
+ *		issued, 42501 without the queue's worker_role.  The Datums in *o
+ *		live in SPI results, valid until SPI_finish.
+ */
+static void
+tr_locked(TrCall *c, const char *reason, TrOut *o)
+{
+	Datum		values[2];
+	bool		isnull;
+	char	   *state;
+	int64		current;
 
-	if (!retry && tr_apply(&c, c.to_state, 0, reason, false))
-		result = "applied";
-	else
+	values[0] = Int64GetDatum(c->task_id);
+	values[1] = ObjectIdGetDatum(NtaskCaller());
+	if (NtaskExecPlan(&tr_lock_plan, values, NULL, SPI_OK_SELECT) == 0)
+		NtaskTaskNotFound(c->task_id);
+	if (!NtaskGetBool(0, 9))
+		NtaskTaskRightDenied(c->task_id);
+	values[1] = Int64GetDatum(c->token);
+	state = NtaskGetCString(0, 1);
+	current = NtaskGetInt64(0, 2);
+	NtaskCheckTokenRange(c->task_id, c->token, current);
+
+	if (c->token == current && strcmp(state, "leased") == 0)
 	{
-		char	   *state;
-		int64		current;
+		const char *final = c->to_state;
+		TimestampTz next = 0;
+		bool		engine_reason = false;
 
-		values[0] = Int64GetDatum(c.task_id);
-		values[1] = ObjectIdGetDatum(NtaskCaller());
-		if (NtaskExecPlan(&tr_lock_plan, values, NULL, SPI_OK_SELECT) == 0)
-			NtaskTaskNotFound(c.task_id);
-		if (!NtaskGetBool(0, 9))
-			NtaskTaskRightDenied(c.task_id);
-		values[1] = Int64GetDatum(c.token);
-		state = NtaskGetCString(0, 1);
-		current = NtaskGetInt64(0, 2);
-		NtaskCheckTokenRange(c.task_id, c.token, current);
-
-		if (c.token == current && strcmp(state, "leased") == 0)
+		if (strcmp(c->to_state, "retry_wait") == 0)
 		{
 			/* a retry_wait, decided against the budget of the locked row */
 			int32		attempts = NtaskGetInt32(0, 3);
 			int32		max_attempts = NtaskGetInt32(0, 4);
 			TimestampTz deadline = DatumGetTimestampTz(NtaskGetDatum(0, 5, &isnull));
 			TimestampTz now = GetCurrentStatementStartTimestamp();
-			TimestampTz next;
-			const char *final = c.to_state;
-			bool		engine_reason = false;
 
-			Assert(retry);
-			if (!c.retry_at_null)
-				next = Max(DatumGetTimestampTz(c.retry_at), now);
+			if (!c->retry_at_null)
+				next = Max(DatumGetTimestampTz(c->retry_at), now);
 			else
 				next = tr_backoff(attempts,
-									DatumGetIntervalP(NtaskGetDatum(0, 6, &isnull)),
-									DatumGetIntervalP(NtaskGetDatum(0, 7, &isnull)));
+								  DatumGetIntervalP(NtaskGetDatum(0, 6, &isnull)),
+								  DatumGetIntervalP(NtaskGetDatum(0, 7, &isnull)));
 			if (attempts >= max_attempts)
 			{
 				final = "repair_required";
@@ -370,41 +424,326 @@ ntask_transition(PG_FUNCTION_ARGS)
 				reason = "deadline_exceeded";
 				engine_reason = true;
 			}
-			if (!tr_apply(&c, final, next, reason, engine_reason))
-				elog(ERROR, "ntask: locked task %lld did not take its transition",
-					 (long long) c.task_id);
-			result = "applied";
 		}
-		else
-		{
-			out[1] = PointerGetDatum(NtaskGetText(0, 1));
-			out[2] = NtaskGetDatum(0, 8, &outnulls[2]);
-			if (NtaskExecPlan(&tr_attempt_plan, values, NULL, SPI_OK_SELECT) == 1 &&
-				NtaskGetText(0, 1) != NULL)
-			{
-				char	   *req = NtaskGetCString(0, 1);
-				char	   *cls = NtaskGetCString(0, 2);
-				char	   *outc = NtaskGetCString(0, 3);
-
-				if (strcmp(req, c.to_state) == 0 &&
-					tr_same(cls, c.error_class) && tr_same(outc, c.outcome))
-					result = "duplicate";
-				else
-					result = "conflict";
-			}
-			else
-				result = "stale";
-		}
-	}
-
-	if (strcmp(result, "applied") == 0)
-	{
+		if (!tr_apply(c, final, next, reason, engine_reason))
+			elog(ERROR, "ntask: locked task %lld did not take its transition",
+				 (long long) c->task_id);
 		/* tr_apply_plan returned (state, run_at) */
-		out[1] = PointerGetDatum(NtaskGetText(0, 1));
-		out[2] = NtaskGetDatum(0, 2, &outnulls[2]);
+		o->result = "applied";
+		o->state = PointerGetDatum(NtaskGetText(0, 1));
+		o->run_at = NtaskGetDatum(0, 2, &o->run_at_null);
+		return;
 	}
-	out[0] = CStringGetTextDatum(result);
+
+	o->state = PointerGetDatum(NtaskGetText(0, 1));
+	o->run_at = NtaskGetDatum(0, 8, &o->run_at_null);
+	if (NtaskExecPlan(&tr_attempt_plan, values, NULL, SPI_OK_SELECT) == 1 &&
+		NtaskGetText(0, 1) != NULL)
+	{
+		char	   *req = NtaskGetCString(0, 1);
+		char	   *cls = NtaskGetCString(0, 2);
+		char	   *outc = NtaskGetCString(0, 3);
+
+		if (strcmp(req, c->to_state) == 0 &&
+			tr_same(cls, c->error_class) && tr_same(outc, c->outcome))
+			o->result = "duplicate";
+		else
+			o->result = "conflict";
+	}
+	else
+		o->result = "stale";
+}
+
+/*
+ * tr_one
+ *		One transition, inside the caller's SPI connection: the conditional
+ *		statement first (every to_state but retry_wait, whose effect depends
+ *		on the budget), else the locked path.
+ */
+static void
+tr_one(TrCall *c, const char *reason, TrOut *o)
+{
+	if (strcmp(c->to_state, "retry_wait") != 0 &&
+		tr_apply(c, c->to_state, 0, reason, false))
+	{
+		o->result = "applied";
+		o->state = PointerGetDatum(NtaskGetText(0, 1));
+		o->run_at = NtaskGetDatum(0, 2, &o->run_at_null);
+		return;
+	}
+	tr_locked(c, reason, o);
+}
+
+/*
+ * ntask_transition(task_id, token, to_state, error_class, detail, retry_at,
+ *					outcome, error_stage)
+ *		RETURNS TABLE(result text, state text, run_at timestamptz)
+ *
+ * One row: result is applied, duplicate, conflict or stale (see the file
+ * header); state and run_at are the task's after the call.  Either way the
+ * task row lock is held until the caller's transaction ends.
+ */
+Datum
+ntask_transition(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	TrCall		c;
+	TrOut		o;
+	const char *reason;
+	Datum		out[3];
+	bool		outnulls[3] = {false, false, false};
+
+	c.task_id = NtaskArgInt64(fcinfo, 0, "task_id");
+	c.token = NtaskArgInt64(fcinfo, 1, "token");
+	reason = tr_init(&c, fcinfo, 2, 3, 4, 5, 6, 7);
+
+	InitMaterializedSRF(fcinfo, 0);
+	SPI_connect();
+	tr_one(&c, reason, &o);
+	out[0] = CStringGetTextDatum(o.result);
+	out[1] = o.state;
+	out[2] = o.run_at;
+	outnulls[2] = o.run_at_null;
 	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, outnulls);
+	SPI_finish();
+	return (Datum) 0;
+}
+
+/* one element of an ntask_transition_many call */
+typedef struct TrItem
+{
+	int64		task_id;
+	int64		token;
+	int			pos;			/* in the input arrays */
+	bool		done;			/* o is filled in */
+	TrOut		o;
+} TrItem;
+
+/* tr_item_cmp: qsort order of TrItems, by task_id */
+static int
+tr_item_cmp(const void *a, const void *b)
+{
+	int64		x = ((const TrItem *) a)->task_id;
+	int64		y = ((const TrItem *) b)->task_id;
+
+	return x < y ? -1 : x > y ? 1 : 0;
+}
+
+/*
+ * tr_many_apply
+ *		The conditional statement of a batch (to_state is not retry_wait):
+ *		every item whose token still holds its lease is applied at once;
+ *		those get done = true.  items are sorted by task_id.
+ */
+static void
+tr_many_apply(TrCall *c, const char *reason, TrItem *items, int n)
+{
+	Datum	   *ids = palloc(sizeof(Datum) * n);
+	Datum	   *toks = palloc(sizeof(Datum) * n);
+	Datum		values[12];
+	char		nulls[12];
+	int			nrows;
+	int			i;
+	int			r;
+
+	for (i = 0; i < n; i++)
+	{
+		ids[i] = Int64GetDatum(items[i].task_id);
+		toks[i] = Int64GetDatum(items[i].token);
+	}
+	memset(nulls, ' ', sizeof(nulls));
+	values[0] = NtaskInt8Array(ids, n);
+	values[1] = NtaskInt8Array(toks, n);
+	values[2] = CStringGetTextDatum(c->to_state);
+	values[3] = c->error_class ? CStringGetTextDatum(c->error_class) : (Datum) 0;
+	nulls[3] = c->error_class ? ' ' : 'n';
+	values[4] = c->stage ? CStringGetTextDatum(c->stage) : (Datum) 0;
+	nulls[4] = c->stage ? ' ' : 'n';
+	values[5] = BoolGetDatum(c->error_class == NULL ||
+							 strcmp(c->error_class, "unknown") != 0);
+	values[6] = c->outcome ? CStringGetTextDatum(c->outcome) : (Datum) 0;
+	nulls[6] = c->outcome ? ' ' : 'n';
+	values[7] = c->detail;
+	nulls[7] = c->detail_null ? 'n' : ' ';
+	values[8] = reason ? CStringGetTextDatum(reason) : (Datum) 0;
+	nulls[8] = reason ? ' ' : 'n';
+	values[9] = BoolGetDatum(reason != NULL);
+	values[10] = ObjectIdGetDatum(NtaskCaller());
+	nrows = NtaskExecPlan(&tr_many_plan, values, nulls, SPI_OK_SELECT);
+
+	for (r = 0; r < nrows; r++)
+	{
+		TrItem		key;
+		TrItem	   *it;
+
+		key.task_id = NtaskGetInt64(r, 1);
+		it = bsearch(&key, items, n, sizeof(TrItem), tr_item_cmp);
+		if (it == NULL)
+			elog(ERROR, "ntask: transition of task %lld that was not asked for",
+				 (long long) key.task_id);
+		it->done = true;
+		it->o.result = "applied";
+		it->o.state = PointerGetDatum(NtaskGetText(r, 2));
+		it->o.run_at = (Datum) 0;
+		it->o.run_at_null = true;	/* a finished task has no next run */
+	}
+}
+
+/*
+ * ntask_transition_many(task_ids, tokens, to_state, error_class, detail,
+ *						 retry_at, outcome, error_stage)
+ *		RETURNS TABLE(task_id bigint, result text, state text,
+ *					  run_at timestamptz)
+ *
+ * ntask_transition for each (task_ids[i], tokens[i]) with the same
+ * to_state and arguments, in one call: one row per element, in input
+ * order, with exactly the result ntask_transition would give.  The tasks
+ * are locked in task_id order (two batches never deadlock on each other).
+ * For every to_state but retry_wait the tasks whose token still holds the
+ * lease are applied by one statement; the rest, and every element of a
+ * retry_wait batch (its budget and backoff are per task), go one by one
+ * through ntask_transition's locked path.
+ *
+ * Errors: a NULL array or element 22004; arrays of different lengths,
+ * more than one dimension, more than NTASK_MAX_BATCH elements, or a
+ * task_id given twice 22023; and any error ntask_transition raises for one
+ * element (unknown task P0002, token never issued NT003, no right 42501),
+ * which fails the whole call.
+ */
+Datum
+ntask_transition_many(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	TrCall		c;
+	const char *reason;
+	Datum	   *ids;
+	Datum	   *toks;
+	int			n;
+	TrItem	   *items;
+	TrItem	  **byPos;
+	int			i;
+
+	n = NtaskArgArray(fcinfo, 0, "task_ids", INT8OID, false, &ids, NULL);
+	if (NtaskArgArray(fcinfo, 1, "tokens", INT8OID, false, &toks, NULL) != n)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ntask: task_ids and tokens must have the same length")));
+	reason = tr_init(&c, fcinfo, 2, 3, 4, 5, 6, 7);
+
+	items = palloc0(sizeof(TrItem) * Max(n, 1));
+	for (i = 0; i < n; i++)
+	{
+		items[i].task_id = DatumGetInt64(ids[i]);
+		items[i].token = DatumGetInt64(toks[i]);
+		items[i].pos = i;
+	}
+	qsort(items, n, sizeof(TrItem), tr_item_cmp);
+	for (i = 1; i < n; i++)
+		if (items[i].task_id == items[i - 1].task_id)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("ntask: task %lld appears more than once in task_ids",
+							(long long) items[i].task_id),
+					 errdetail("Each element of a batch ends one attempt; an attempt ends once.")));
+
+	InitMaterializedSRF(fcinfo, 0);
+	SPI_connect();
+
+	if (n > 0 && strcmp(c.to_state, "retry_wait") != 0)
+		tr_many_apply(&c, reason, items, n);
+	for (i = 0; i < n; i++)
+	{
+		if (items[i].done)
+			continue;
+		c.task_id = items[i].task_id;
+		c.token = items[i].token;
+		tr_locked(&c, reason, &items[i].o);
+		items[i].done = true;
+	}
+
+	byPos = palloc(sizeof(TrItem *) * Max(n, 1));
+	for (i = 0; i < n; i++)
+		byPos[items[i].pos] = &items[i];
+	for (i = 0; i < n; i++)
+	{
+		TrItem	   *it = byPos[i];
+		Datum		out[4];
+		bool		outnulls[4] = {false, false, false, false};
+
+		out[0] = Int64GetDatum(it->task_id);
+		out[1] = CStringGetTextDatum(it->o.result);
+		out[2] = it->o.state;
+		out[3] = it->o.run_at;
+		outnulls[3] = it->o.run_at_null;
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, outnulls);
+	}
+	SPI_finish();
+	return (Datum) 0;
+}
+
+/*
+ * ntask_transition_and_claim(finish_task_id, finish_token, to_state, queue,
+ *							  worker, max_tasks, outcome, error_class,
+ *							  detail, retry_at, error_stage, lease)
+ *		RETURNS TABLE(ntask_claim's columns, finish_result text,
+ *					  finish_state text, finish_run_at timestamptz)
+ *
+ * A worker's loop in one round trip and one commit: ntask_transition of
+ * the task it holds, then ntask_claim of the next ones.  Every row carries
+ * the transition's answer (finish_*), and when nothing was claimed there
+ * is still one row, with the claim's columns NULL, so the answer is never
+ * lost.  The claim runs whatever the answer (a stale or conflicting finish
+ * says nothing about the next task), and the answer is on every row it
+ * hands out.  An error of either half (bad arguments, unknown task,
+ * unknown queue, ...) fails the whole call: nothing is finished and
+ * nothing claimed.
+ */
+Datum
+ntask_transition_and_claim(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	TrCall		c;
+	TrOut		o;
+	const char *reason;
+	text	   *queue;
+	text	   *worker;
+	Datum		extra[3];
+	bool		extranulls[3] = {false, false, false};
+
+	c.task_id = NtaskArgInt64(fcinfo, 0, "finish_task_id");
+	c.token = NtaskArgInt64(fcinfo, 1, "finish_token");
+	queue = NtaskArgText(fcinfo, 3, "queue", 63);
+	worker = NtaskArgText(fcinfo, 4, "worker", NTASK_MAX_NAME_LEN);
+	NtaskCheckClaimArgs(fcinfo, 5, 11);
+	reason = tr_init(&c, fcinfo, 2, 7, 8, 9, 6, 10);
+
+	InitMaterializedSRF(fcinfo, 0);
+	SPI_connect();
+	tr_one(&c, reason, &o);
+	extra[0] = CStringGetTextDatum(o.result);
+	extra[1] = o.state;
+	extra[2] = o.run_at;
+	extranulls[2] = o.run_at_null;
+	if (NtaskClaimInto(rsinfo, queue, worker, PG_GETARG_INT32(5),
+					   PG_ARGISNULL(11) ? (Datum) 0 : PG_GETARG_DATUM(11),
+					   extra, extranulls, 3) == 0)
+	{
+		Datum		out[10];
+		bool		outnulls[10];
+		int			k;
+
+		for (k = 0; k < 7; k++)
+		{
+			out[k] = (Datum) 0;
+			outnulls[k] = true;
+		}
+		for (k = 0; k < 3; k++)
+		{
+			out[7 + k] = extra[k];
+			outnulls[7 + k] = extranulls[k];
+		}
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, outnulls);
+	}
 	SPI_finish();
 	return (Datum) 0;
 }
