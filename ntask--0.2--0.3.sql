@@ -418,3 +418,23 @@ COMMENT ON FUNCTION @extschema@.ntask_transition_and_claim(bigint, bigint, text,
 'ntask: ntask_transition of the task a worker holds, then ntask_claim of the next, in one statement; every row carries the transition''s answer (finish_result, finish_state, finish_run_at), and when nothing is claimed one row with the claim columns NULL still does';
 REVOKE ALL ON FUNCTION @extschema@.ntask_transition_and_claim(bigint, bigint, text, text, text, integer, text, text, jsonb, timestamptz, text, interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION @extschema@.ntask_transition_and_claim(bigint, bigint, text, text, text, integer, text, text, jsonb, timestamptz, text, interval) TO ntask_worker;
+
+-- issue 12: the task row's three CHECK constraints become one C call (see
+-- ntask_task_row_valid in src/transition.c: the SQL form was read back from
+-- its node tree by every statement that writes ntask.task)
+CREATE FUNCTION ntask.task_row_valid(state text, due_at timestamptz, lease_owner text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'ntask_task_row_valid'
+LANGUAGE C IMMUTABLE PARALLEL SAFE;
+COMMENT ON FUNCTION ntask.task_row_valid(text, timestamptz, text) IS
+'ntask: the task row invariants (CHECK task_row_valid): a known state, due_at NULL exactly when finished, lease_owner set exactly while leased';
+REVOKE ALL ON FUNCTION ntask.task_row_valid(text, timestamptz, text) FROM PUBLIC;
+ALTER TABLE ntask.task
+	DROP CONSTRAINT task_state_check,
+	DROP CONSTRAINT task_check,
+	DROP CONSTRAINT task_check1,
+	ADD CONSTRAINT task_row_valid CHECK (ntask.task_row_valid(state, due_at, lease_owner));
+
+-- attempts are inserted at claim and updated once when the attempt ends:
+-- room on the page lets that update be HOT (no new index entry)
+ALTER TABLE ntask.attempt SET (fillfactor = 50);

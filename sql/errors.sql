@@ -197,6 +197,16 @@ UPDATE ntask.task SET state = 'leased' WHERE task_id = :k;
 \echo :SQLSTATE
 UPDATE ntask.task SET state = 'finished' WHERE task_id = :k;
 \echo :SQLSTATE
+-- (the task is finished by now: a due time or a lease owner would be a lie)
+UPDATE ntask.task SET due_at = now() WHERE task_id = :k;
+\echo :SQLSTATE
+UPDATE ntask.task SET lease_owner = 'me' WHERE task_id = :k;
+\echo :SQLSTATE
+-- the invariant itself, case by case (state, due_at, lease_owner)
+SELECT s, d IS NOT NULL AS due, o, ntask.task_row_valid(s, d, o) AS valid
+FROM unnest(ARRAY['ready', 'leased', 'leased', 'retry_wait', 'succeeded', 'succeeded', 'skipped', 'bogus', NULL],
+			ARRAY['2030-01-01', '2030-01-01', '2030-01-01', NULL, NULL, '2030-01-01', NULL, '2030-01-01', '2030-01-01']::timestamptz[],
+			ARRAY[NULL, 'w', NULL, NULL, NULL, NULL, 'w', NULL, NULL]) AS u(s, d, o);
 \set VERBOSITY default
 -- a queue that still has tasks cannot be deleted or renamed
 DELETE FROM ntask.queue WHERE queue = 'e';

@@ -747,3 +747,45 @@ ntask_transition_and_claim(PG_FUNCTION_ARGS)
 	SPI_finish();
 	return (Datum) 0;
 }
+
+/*
+ * ntask.task_row_valid(state, due_at, lease_owner) RETURNS boolean
+ *
+ * The state machine's row invariants, as one CHECK constraint of
+ * ntask.task: state is one of the seven states; due_at is NULL exactly
+ * for the finished states; lease_owner is set exactly while leased.  In C
+ * because a CHECK constraint's expression is read back from its stored
+ * node tree by every statement that writes the table: the three SQL
+ * CHECKs this replaces (IN lists of text constants, 3.7 kB of node text)
+ * were 5.7% of the CPU of an enqueue under pgbench (perf), this call's
+ * tree is three Vars.
+ */
+PG_FUNCTION_INFO_V1(ntask_task_row_valid);
+
+Datum
+ntask_task_row_valid(PG_FUNCTION_ARGS)
+{
+	static const char *const states[] = {
+		"ready", "leased", "retry_wait", "succeeded", "repair_required",
+		"canceled", "skipped"
+	};
+	text	   *t;
+	int			len;
+	int			i;
+	int			which = -1;
+	bool		finished;
+
+	if (PG_ARGISNULL(0))
+		PG_RETURN_BOOL(false);
+	t = PG_GETARG_TEXT_PP(0);
+	len = VARSIZE_ANY_EXHDR(t);
+	for (i = 0; i < (int) lengthof(states); i++)
+		if ((int) strlen(states[i]) == len &&
+			memcmp(VARDATA_ANY(t), states[i], len) == 0)
+			which = i;
+	if (which < 0)
+		PG_RETURN_BOOL(false);
+	finished = which >= 3;
+	PG_RETURN_BOOL(PG_ARGISNULL(1) == finished &&
+				   (which == 1) == !PG_ARGISNULL(2));
+}
