@@ -905,6 +905,28 @@ for my $f (glob "$rundir/w*.log")
 	}
 }
 is(join(', ', @lost_claims), '', "every claim a worker was told of is in the ledger ($claims claims)");
+# every style of worker loop (test/chaos/worker.pl: plain two calls,
+# ntask_transition_and_claim, ntask_transition_many) finished tasks
+{
+	my (%style_of, %done_by);
+	for my $f (glob "$rundir/w*.log")
+	{
+		open my $fh, '<', $f or die;
+		while (my $line = <$fh>)
+		{
+			my (undef, $name, $e, undef, undef, $info) = split / /, $line;
+			next unless defined $info;
+			$style_of{$name} = $1 if $e eq 'start' && $line =~ / (plain|tc|many)$/;
+			$done_by{ $style_of{$name} // '?' }++
+			  if $e eq 'transition' && $info =~ /^succeeded:applied:/;
+		}
+	}
+	for my $style (qw(plain tc many))
+	{
+		cmp_ok($done_by{$style} // 0, '>', 0,
+			"workers of style $style finished tasks (" . ($done_by{$style} // 0) . ")");
+	}
+}
 is(join(', ', @stale_leak), '', 'every stale write left nothing behind');
 is(join(', ', @conflicts), '', 'no conflict answer');
 for my $x (@stop_expect)

@@ -26,10 +26,23 @@
 # not spend its attempt), one being worked is finished, then the worker
 # exits 0.
 #
+# Three styles of the same loop, chosen from the seed so that every run
+# has workers of each (logged in the "start" event):
+#   plain  ntask_claim of 1, ntask_transition per task
+#   tc     the finish of a task and the claim of the next in one call,
+#          ntask_transition_and_claim (a finish that is still pending when
+#          the worker stops is sent with ntask_transition)
+#   many   ntask_claim of up to 3, one business transaction per task, and
+#          the succeeded ones finished together by ntask_transition_many
+# A retry_wait is always sent at once with ntask_transition.
+#
 # Connection errors (server crash, immediate restart, failover) are
 # retried with the same task and token: the receipt makes the business
 # step idempotent ('duplicate' after a commit whose response was lost) and
-# ntask_transition answers 'duplicate' for a repeated transition.
+# ntask_transition answers 'duplicate' for a repeated transition.  A
+# repeated ntask_transition_and_claim is a duplicate finish and a new
+# claim; a claim whose answer was lost is never worked and its lease runs
+# out (never invoked, so its attempt's outcome is known).
 
 use strict;
 use warnings;
@@ -138,22 +151,100 @@ sub retrying
 }
 
 connect_db();
-event('start', undef, undef, $$);
+my $style = (qw(plain tc many))[$seed % 3];
+event('start', undef, undef, "$$ $style");
 
 my $stopping = 0;
 $SIG{TERM} = sub { $stopping = 1; };
+
+my @pending;	# [tid, tok]: worked, 'succeeded' not yet sent (tc, many)
+my @claimed;	# [tid, tok, payload, prior]: claimed, not yet worked
+
+# the rows of a claim: ([tid, tok, payload, prior], ...)
+sub claim_rows
+{
+	my ($n) = @_;
+	return retrying('claim', undef, undef, sub {
+		my $rows = $dbh->selectall_arrayref(
+			q{SELECT task_id, token, payload::text, prior_outcome
+			  FROM ntask_claim(?, ?, ?, '2 seconds') ORDER BY task_id},
+			undef, $queue, $name, $n);
+		return @$rows;
+	});
+}
+
+# send the pending finishes with ntask_transition_many
+sub finish_many
+{
+	return unless @pending;
+	my @ids = map { $_->[0] } @pending;
+	my @toks = map { $_->[1] } @pending;
+	phase('transition ' . join(',', @ids));
+	my @rows = retrying('transition', $ids[0], $toks[0], sub {
+		my $rows = $dbh->selectall_arrayref(
+			q{SELECT task_id, result, state FROM ntask_transition_many(?::bigint[], ?::bigint[],
+				'succeeded', outcome => 'business_committed')},
+			undef, '{' . join(',', @ids) . '}', '{' . join(',', @toks) . '}');
+		return @$rows;
+	});
+	die "worker $name: transition_many answered " . scalar(@rows) . " rows for " . scalar(@ids) . "\n"
+	  unless @rows == @ids;
+	for my $i (0 .. $#rows)
+	{
+		die "worker $name: transition_many rows out of order\n" unless $rows[$i][0] == $ids[$i];
+		event('transition', $ids[$i], $toks[$i], "succeeded:$rows[$i][1]:$rows[$i][2]");
+	}
+	@pending = ();
+}
+
+# send the one pending finish alone (plain, or tc when stopping)
+sub finish_one
+{
+	my ($tid, $tok) = @{ shift @pending };
+	phase("transition $tid $tok");
+	my ($res, $st) = retrying('transition', $tid, $tok, sub {
+		my $row = $dbh->selectrow_arrayref(
+			q{SELECT result, state FROM ntask_transition(?, ?, 'succeeded',
+				outcome => 'business_committed')}, undef, $tid, $tok);
+		return @$row;
+	});
+	event('transition', $tid, $tok, "succeeded:$res:$st");
+}
+
+# the next task to work: from this worker's claimed list, or claimed now
+# (tc: finishing the pending task in the same call)
+sub next_task
+{
+	return @{ shift @claimed } if @claimed;
+	if ($style eq 'tc' && @pending)
+	{
+		my ($ftid, $ftok) = @{ shift @pending };
+		phase("transition $ftid $ftok");
+		my @rows = retrying('transition', $ftid, $ftok, sub {
+			my $rows = $dbh->selectall_arrayref(
+				q{SELECT task_id, token, payload::text, prior_outcome,
+						 finish_result, finish_state
+				  FROM ntask_transition_and_claim(?, ?, 'succeeded', ?, ?,
+					outcome => 'business_committed', lease => '2 seconds')},
+				undef, $ftid, $ftok, $queue, $name);
+			return @$rows;
+		});
+		die "worker $name: transition_and_claim answered no row\n" unless @rows;
+		event('transition', $ftid, $ftok, "succeeded:$rows[0][4]:$rows[0][5]");
+		@claimed = map { [ @$_[0 .. 3] ] } grep { defined $_->[0] } @rows;
+		return @claimed ? @{ shift @claimed } : ();
+	}
+	finish_many() if $style eq 'many';
+	@claimed = claim_rows($style eq 'many' ? 3 : 1);
+	return @claimed ? @{ shift @claimed } : ();
+}
 
 my $idle_since;
 while (1)
 {
 	last if $stopping;
 	phase('idle');
-	my ($tid, $tok, $payload, $prior) = retrying('claim', undef, undef, sub {
-		my $row = $dbh->selectrow_arrayref(
-			q{SELECT task_id, token, payload::text, prior_outcome
-			  FROM ntask_claim(?, ?, 1, '2 seconds')}, undef, $queue, $name);
-		return $row ? @$row : ();
-	});
+	my ($tid, $tok, $payload, $prior) = next_task();
 	if (!defined $tid)
 	{
 		last if -e "$dir/stop";
@@ -176,14 +267,20 @@ while (1)
 		event('released', $tid, $tok) unless $stopping;
 	}
 
-	# asked to stop before the work began: hand the task back
+	# asked to stop before the work began: hand the task back (and the
+	# others this worker claimed and has not worked)
 	if ($stopping)
 	{
-		phase("handing back $tid $tok");
-		my ($r) = retrying('release', $tid, $tok, sub {
-			return $dbh->selectrow_array(q{SELECT ntask_release(?, ?)}, undef, $tid, $tok);
-		});
-		event('handed_back', $tid, $tok, $r);
+		for my $t ([ $tid, $tok ], @claimed)
+		{
+			my ($htid, $htok) = @$t;
+			phase("handing back $htid $htok");
+			my ($r) = retrying('release', $htid, $htok, sub {
+				return $dbh->selectrow_array(q{SELECT ntask_release(?, ?)}, undef, $htid, $htok);
+			});
+			event('handed_back', $htid, $htok, $r);
+		}
+		@claimed = ();
 		last;
 	}
 
@@ -231,14 +328,18 @@ while (1)
 		next if $receipt eq 'stale' || $receipt eq 'conflict';
 	}
 
-	phase("transition $tid $tok");
-	my ($res, $st) = retrying('transition', $tid, $tok, sub {
-		my $row = $dbh->selectrow_arrayref(
-			q{SELECT result, state FROM ntask_transition(?, ?, 'succeeded',
-				outcome => 'business_committed')}, undef, $tid, $tok);
-		return @$row;
-	});
-	event('transition', $tid, $tok, "succeeded:$res:$st");
+	push @pending, [ $tid, $tok ];
+	finish_one() if $style eq 'plain';
+}
+
+# what is still pending goes out before the worker exits
+if ($style eq 'many')
+{
+	finish_many();
+}
+else
+{
+	finish_one() while @pending;
 }
 
 phase('exited');
