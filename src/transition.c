@@ -38,6 +38,7 @@
 #include "common/pg_prng.h"
 #include "funcapi.h"
 #include "utils/builtins.h"
+#include "utils/datum.h"
 
 PG_FUNCTION_INFO_V1(ntask_transition);
 PG_FUNCTION_INFO_V1(ntask_transition_many);
@@ -364,14 +365,33 @@ tr_init(TrCall *c, FunctionCallInfo fcinfo, int a_to_state, int a_error_class,
 }
 
 /*
+ * tr_answer
+ *		Fill *o from row 0 of the last SPI result: its state from column
+ *		state_col and its run_at from run_at_col, copied into the current
+ *		memory context; result (may be NULL: set later).  The last result
+ *		is freed, so a batch of many elements does not keep one SPI result
+ *		per statement until the end.
+ */
+static void
+tr_answer(TrOut *o, const char *result, int state_col, int run_at_col)
+{
+	bool		isnull;
+
+	o->result = result;
+	o->state = datumCopy(NtaskGetDatum(0, state_col, &isnull), false, -1);
+	o->run_at = NtaskGetDatum(0, run_at_col, &o->run_at_null);	/* by value */
+	SPI_freetuptable(SPI_tuptable);
+}
+
+/*
  * tr_locked
  *		The classifying path of one transition: lock the task row, then
  *		apply (a retry_wait decided against the budget of the locked row, or
  *		any to_state whose conditional statement did not match before the
  *		lock but matches now) or classify the call as duplicate, conflict or
  *		stale.  Raises P0002 for an unknown task, NT003 for a token never
- *		issued, 42501 without the queue's worker_role.  The Datums in *o
- *		live in SPI results, valid until SPI_finish.
+ *		issued, 42501 without the queue's worker_role.  *o is copied out of
+ *		the SPI results, which are freed.
  */
 static void
 tr_locked(TrCall *c, const char *reason, TrOut *o)
@@ -380,11 +400,13 @@ tr_locked(TrCall *c, const char *reason, TrOut *o)
 	bool		isnull;
 	char	   *state;
 	int64		current;
+	SPITupleTable *lock_tt;
 
 	values[0] = Int64GetDatum(c->task_id);
 	values[1] = ObjectIdGetDatum(NtaskCaller());
 	if (NtaskExecPlan(&tr_lock_plan, values, NULL, SPI_OK_SELECT) == 0)
 		NtaskTaskNotFound(c->task_id);
+	lock_tt = SPI_tuptable;
 	if (!NtaskGetBool(0, 9))
 		NtaskTaskRightDenied(c->task_id);
 	values[1] = Int64GetDatum(c->token);
@@ -428,15 +450,13 @@ tr_locked(TrCall *c, const char *reason, TrOut *o)
 		if (!tr_apply(c, final, next, reason, engine_reason))
 			elog(ERROR, "ntask: locked task %lld did not take its transition",
 				 (long long) c->task_id);
-		/* tr_apply_plan returned (state, run_at) */
-		o->result = "applied";
-		o->state = PointerGetDatum(NtaskGetText(0, 1));
-		o->run_at = NtaskGetDatum(0, 2, &o->run_at_null);
+		tr_answer(o, "applied", 1, 2);
+		SPI_freetuptable(lock_tt);
 		return;
 	}
 
-	o->state = PointerGetDatum(NtaskGetText(0, 1));
-	o->run_at = NtaskGetDatum(0, 8, &o->run_at_null);
+	o->state = datumCopy(NtaskGetDatum(0, 1, &isnull), false, -1);
+	o->run_at = NtaskGetDatum(0, 8, &o->run_at_null);	/* by value */
 	if (NtaskExecPlan(&tr_attempt_plan, values, NULL, SPI_OK_SELECT) == 1 &&
 		NtaskGetText(0, 1) != NULL)
 	{
@@ -452,6 +472,8 @@ tr_locked(TrCall *c, const char *reason, TrOut *o)
 	}
 	else
 		o->result = "stale";
+	SPI_freetuptable(SPI_tuptable);
+	SPI_freetuptable(lock_tt);
 }
 
 /*
@@ -466,9 +488,7 @@ tr_one(TrCall *c, const char *reason, TrOut *o)
 	if (strcmp(c->to_state, "retry_wait") != 0 &&
 		tr_apply(c, c->to_state, 0, reason, false))
 	{
-		o->result = "applied";
-		o->state = PointerGetDatum(NtaskGetText(0, 1));
-		o->run_at = NtaskGetDatum(0, 2, &o->run_at_null);
+		tr_answer(o, "applied", 1, 2);
 		return;
 	}
 	tr_locked(c, reason, o);
