@@ -121,6 +121,21 @@ static DqReq *dq_finished = NULL;
 static int	dq_nrunning = 0;
 static bool dq_more = false;	/* the last claim was full: look again */
 
+/* a socket curl asked to be watched (dq_socket_cb) */
+typedef struct DqSock
+{
+	curl_socket_t fd;
+	int			what;			/* CURL_POLL_IN, _OUT or _INOUT */
+} DqSock;
+
+#define DQ_WAIT_EVENTS 64
+
+static DqSock *dq_socks = NULL;
+static int	dq_nsocks = 0;
+static int	dq_maxsocks = 0;
+static bool dq_socks_changed = true;	/* dq_wes must be built again */
+static WaitEventSet *dq_wes = NULL;
+
 /*
  * The worker calls the SQL API as itself (ntask.worker_role), like any
  * external worker: as_caller plans, so EXECUTE rights and each queue's
@@ -181,6 +196,10 @@ static void dq_classify(DqReq *r, CURLcode code);
 static void dq_flush(void);
 static size_t dq_write_cb(char *ptr, size_t size, size_t nmemb, void *userdata);
 static char *dq_curl_detail(CURLcode code);
+static int	dq_socket_cb(CURL *easy, curl_socket_t fd, int what, void *userp,
+						 void *socketp);
+static void dq_build_wait_set(void);
+static void dq_done(void);
 
 /*
  * NtaskDispatchInit
@@ -206,6 +225,10 @@ NtaskDispatchInit(const char *schema)
 								   ALLOCSET_DEFAULT_SIZES);
 	dq_queues_cxt = AllocSetContextCreate(dq_cxt, "ntask dispatch queues",
 										  ALLOCSET_SMALL_SIZES);
+	dq_maxsocks = 16;
+	dq_socks = MemoryContextAlloc(dq_cxt, sizeof(DqSock) * dq_maxsocks);
+	if (curl_multi_setopt(dq_multi, CURLMOPT_SOCKETFUNCTION, dq_socket_cb) != CURLM_OK)
+		ereport(FATAL, (errmsg("ntask worker: CURLMOPT_SOCKETFUNCTION failed")));
 	old = MemoryContextSwitchTo(dq_cxt);
 	dq_claim_plan.sql = psprintf(
 		"SELECT c.task_id, c.task_key, c.payload::pg_catalog.text, c.attempt, c.token, "
@@ -1186,30 +1209,86 @@ NtaskDispatchTick(bool claim)
 	return dq_more && NtaskDispatchInFlight() < ntask_http_max_inflight;
 }
 
+/* ---- waiting: curl's sockets and the latch in one WaitEventSet ---- */
+
 /*
- * NtaskDispatchPoll
- *		Let curl work for up to timeout_ms, classify finished transfers and
- *		record them.
+ * dq_socket_cb
+ *		CURLMOPT_SOCKETFUNCTION: curl says which of its sockets to watch for
+ *		what (CURL_POLL_IN / OUT / INOUT) or to forget (CURL_POLL_REMOVE,
+ *		called before curl closes it).  Kept in dq_socks; the wait set is
+ *		rebuilt from it before the next wait.
  */
-void
-NtaskDispatchPoll(int timeout_ms)
+static int
+dq_socket_cb(CURL *easy, curl_socket_t fd, int what, void *userp, void *socketp)
 {
-	int			running = 0;
+	int			i;
+
+	for (i = 0; i < dq_nsocks; i++)
+		if (dq_socks[i].fd == fd)
+			break;
+	if (what == CURL_POLL_REMOVE)
+	{
+		if (i < dq_nsocks)
+			dq_socks[i] = dq_socks[--dq_nsocks];
+	}
+	else if (i < dq_nsocks)
+		dq_socks[i].what = what;
+	else
+	{
+		if (dq_nsocks == dq_maxsocks)
+		{
+			dq_maxsocks *= 2;
+			dq_socks = repalloc(dq_socks, sizeof(DqSock) * dq_maxsocks);
+		}
+		dq_socks[dq_nsocks].fd = fd;
+		dq_socks[dq_nsocks].what = what;
+		dq_nsocks++;
+	}
+	dq_socks_changed = true;
+	return 0;
+}
+
+/*
+ * dq_build_wait_set
+ *		The wait set: the latch, postmaster death and every socket curl
+ *		watches.  PostgreSQL 15 cannot remove an event from a set, so it is
+ *		built again whenever curl's sockets changed.
+ */
+static void
+dq_build_wait_set(void)
+{
+	int			i;
+
+	if (dq_wes != NULL)
+		FreeWaitEventSet(dq_wes);
+	dq_wes = CreateWaitEventSet(dq_cxt, dq_nsocks + 2);
+	(void) AddWaitEventToSet(dq_wes, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
+	(void) AddWaitEventToSet(dq_wes, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
+	for (i = 0; i < dq_nsocks; i++)
+	{
+		uint32		events = 0;
+
+		if (dq_socks[i].what & CURL_POLL_IN)
+			events |= WL_SOCKET_READABLE;
+		if (dq_socks[i].what & CURL_POLL_OUT)
+			events |= WL_SOCKET_WRITEABLE;
+		if (events != 0)
+			(void) AddWaitEventToSet(dq_wes, events, dq_socks[i].fd, NULL, NULL);
+	}
+	dq_socks_changed = false;
+}
+
+/*
+ * dq_done
+ *		Classify every transfer curl has finished (it goes to dq_finished,
+ *		or to dq_to_invoke after a reconcile that found nothing).
+ */
+static void
+dq_done(void)
+{
 	int			left;
 	CURLMsg    *msg;
 
-	if (dq_multi == NULL)
-		return;
-	if (dq_nrunning == 0)
-	{
-		/* only results waiting to be recorded again: nap, then retry */
-		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 timeout_ms, PG_WAIT_EXTENSION);
-		dq_flush();
-		return;
-	}
-	(void) curl_multi_poll(dq_multi, NULL, 0, timeout_ms, NULL);
-	(void) curl_multi_perform(dq_multi, &running);
 	while ((msg = curl_multi_info_read(dq_multi, &left)) != NULL)
 	{
 		DqReq	   *r = NULL;
@@ -1228,5 +1307,69 @@ NtaskDispatchPoll(int timeout_ms)
 		dq_classify(r, msg->data.result);
 		dq_more = true;			/* room again: more may be due */
 	}
+}
+
+/*
+ * NtaskDispatchWait
+ *		Sleep until the latch is set, one of curl's sockets is ready,
+ *		curl's next timeout (curl_multi_timeout), a result waiting to be
+ *		recorded again is due, or timeout_ms; exits if the postmaster
+ *		dies.  Then let curl act on what is ready, classify the finished
+ *		transfers and record them.  Returns WL_LATCH_SET if the latch was
+ *		set (not reset: the caller does that), else 0.
+ */
+int
+NtaskDispatchWait(long timeout_ms)
+{
+	WaitEvent	events[DQ_WAIT_EVENTS];
+	TimestampTz now = GetCurrentTimestamp();
+	long		curl_ms = -1;
+	int			running = 0;
+	int			rc = 0;
+	int			nev;
+	int			i;
+	DqReq	   *r;
+
+	if (dq_multi == NULL)
+		return WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 timeout_ms, PG_WAIT_EXTENSION) & WL_LATCH_SET;
+
+	/* results waiting to be recorded again: wake when the first is due */
+	for (r = dq_finished; r; r = r->next)
+		if (r->next_record > 0)
+			timeout_ms = Min(timeout_ms,
+							 Max((long) ((r->next_record - now + 999) / 1000), 0));
+	if (dq_nrunning > 0 && curl_multi_timeout(dq_multi, &curl_ms) == CURLM_OK &&
+		curl_ms >= 0)
+		timeout_ms = Min(timeout_ms, curl_ms);
+
+	if (dq_wes == NULL || dq_socks_changed)
+		dq_build_wait_set();
+	nev = WaitEventSetWait(dq_wes, Max(timeout_ms, 0), events, lengthof(events),
+						   PG_WAIT_EXTENSION);
+	for (i = 0; i < nev; i++)
+	{
+		int			flags = 0;
+
+		if (events[i].events & WL_LATCH_SET)
+		{
+			rc = WL_LATCH_SET;
+			continue;
+		}
+		if (events[i].events & WL_SOCKET_READABLE)
+			flags |= CURL_CSELECT_IN;
+		if (events[i].events & WL_SOCKET_WRITEABLE)
+			flags |= CURL_CSELECT_OUT;
+		if (flags != 0)
+			(void) curl_multi_socket_action(dq_multi, events[i].fd, flags, &running);
+	}
+
+	/* curl's timeouts (a new transfer to start, connect or total timeouts) */
+	if (dq_nrunning > 0 && curl_multi_timeout(dq_multi, &curl_ms) == CURLM_OK &&
+		curl_ms == 0)
+		(void) curl_multi_socket_action(dq_multi, CURL_SOCKET_TIMEOUT, 0, &running);
+
+	dq_done();
 	dq_flush();
+	return rc;
 }

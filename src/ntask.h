@@ -219,7 +219,7 @@ extern NtaskHttpTarget *NtaskParseHttpTarget(Jsonb *target);
 extern void NtaskDispatchInit(const char *schema);
 extern bool NtaskDispatchTick(bool claim);
 extern int	NtaskDispatchInFlight(void);
-extern void NtaskDispatchPoll(int timeout_ms);
+extern int	NtaskDispatchWait(long timeout_ms);
 extern void NtaskDispatchRefreshQueues(void);
 
 /* claim.c */

@@ -26,8 +26,11 @@
  *	latch set				an enqueue committed: look for due http tasks
  *							(queues reread at most every 100 ms; a wake
  *							inside that window rereads when it ends)
- *	transfers in flight		curl is polled in slices of at most 10 ms, the
- *							latch and interrupts are checked between slices
+ *	transfers in flight		one WaitEventSet holds the latch and curl's
+ *							sockets (CURLMOPT_SOCKETFUNCTION), with curl's
+ *							next timeout as its timeout: a response is
+ *							handled as soon as it arrives, a wake-up at
+ *							once, and an idle worker sleeps
  *
  * Each database step is its own short transaction; none is open while
  * curl runs.  An ERROR in a step is caught, logged, counted in
@@ -35,8 +38,8 @@
  * rolled back, so at worst an attempt stays open until its lease expires
  * (and an invoked one then counts as outcome unknown).
  *
- * SIGTERM uses die(): the next CHECK_FOR_INTERRUPTS (at most 10 ms away
- * while transfers are in flight) exits; in-flight transfers are dropped.
+ * SIGTERM uses die(), which sets the latch: the wait returns at once and
+ * the next CHECK_FOR_INTERRUPTS exits; in-flight transfers are dropped.
  *
  * IDENTIFICATION
  *	  src/worker.c
@@ -488,19 +491,16 @@ ntask_worker_main(Datum arg)
 		if (NtaskDispatchTick(woken))
 			continue;			/* more may be due at once */
 
-		if (NtaskDispatchInFlight() > 0)
-		{
-			NtaskDispatchPoll(10);
-			rc = WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						   0, PG_WAIT_EXTENSION);
-		}
-		else
+		/*
+		 * Sleep until the latch is set, a transfer has something to do
+		 * (curl's sockets and timeouts are in the same wait), a result is
+		 * due to be recorded again, or the next tick or deferred refresh.
+		 */
 		{
 			TimestampTz until = refresh_pending ? Min(next_tick, next_refresh) : next_tick;
 			long		wait_ms = (long) ((until - GetCurrentTimestamp()) / 1000);
 
-			rc = WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						   Max(wait_ms, 0) + 1, PG_WAIT_EXTENSION);
+			rc = NtaskDispatchWait(Max(wait_ms, 0) + 1);
 		}
 		if (rc & WL_LATCH_SET)
 		{
