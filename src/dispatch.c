@@ -1316,7 +1316,7 @@ dq_done(void)
  *		recorded again is due, or timeout_ms; exits if the postmaster
  *		dies.  Then let curl act on what is ready, classify the finished
  *		transfers and record them.  Returns WL_LATCH_SET if the latch was
- *		set (not reset: the caller does that), else 0.
+ *		set (the caller resets it, if this has not already), else 0.
  */
 int
 NtaskDispatchWait(long timeout_ms)
@@ -1347,6 +1347,20 @@ NtaskDispatchWait(long timeout_ms)
 		dq_build_wait_set();
 	nev = WaitEventSetWait(dq_wes, Max(timeout_ms, 0), events, lengthof(events),
 						   PG_WAIT_EXTENSION);
+
+	/*
+	 * A set latch is reported alone, before any socket is looked at: under
+	 * a steady stream of wake-ups the sockets would never get their turn.
+	 * So reset it (the caller acts on WL_LATCH_SET after this returns, so
+	 * no wake-up is lost) and look at the sockets once more, not waiting.
+	 */
+	if (nev == 1 && (events[0].events & WL_LATCH_SET) && dq_nsocks > 0)
+	{
+		ResetLatch(MyLatch);
+		rc = WL_LATCH_SET;
+		nev = WaitEventSetWait(dq_wes, 0, events, lengthof(events),
+							   PG_WAIT_EXTENSION);
+	}
 	for (i = 0; i < nev; i++)
 	{
 		int			flags = 0;
