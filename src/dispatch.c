@@ -57,6 +57,7 @@
 #include "utils/timestamp.h"
 
 #define DQ_WORKER_NAME "ntask worker"
+#define DQ_KEEPALIVE_MAX_IDLE_S 4	/* keep_alive: reuse idle connections */
 #define DQ_QUEUE_LEN 64
 
 typedef enum DqKind
@@ -88,6 +89,7 @@ typedef struct DqReq
 	CURL	   *easy;
 	struct curl_slist *hdrs;
 	int64		received;
+	size_t		body_sent;		/* bytes of body given to curl (dq_read_cb) */
 	int64		retry_after_s;	/* -1: none */
 	/* the classification, for ntask_transition */
 	const char *to_state;
@@ -195,6 +197,7 @@ static bool dq_set_url(DqReq *r, const char *url);
 static void dq_classify(DqReq *r, CURLcode code);
 static void dq_flush(void);
 static size_t dq_write_cb(char *ptr, size_t size, size_t nmemb, void *userdata);
+static size_t dq_read_cb(char *buf, size_t size, size_t nitems, void *userdata);
 static char *dq_curl_detail(CURLcode code);
 static int	dq_socket_cb(CURL *easy, curl_socket_t fd, int what, void *userp,
 						 void *socketp);
@@ -635,6 +638,23 @@ dq_write_cb(char *ptr, size_t size, size_t nmemb, void *userdata)
 }
 
 /*
+ * dq_read_cb
+ *		CURLOPT_READFUNCTION: the request body, once.  There is no seek
+ *		callback, so libcurl cannot rewind it: see dq_start.
+ */
+static size_t
+dq_read_cb(char *buf, size_t size, size_t nitems, void *userdata)
+{
+	DqReq	   *r = (DqReq *) userdata;
+	size_t		len = strlen(r->body) - r->body_sent;
+
+	len = Min(len, size * nitems);
+	memcpy(buf, r->body + r->body_sent, len);
+	r->body_sent += len;
+	return len;
+}
+
+/*
  * dq_set_url
  *		Give curl the URL as a parsed handle (CURLOPT_CURLU), parsed by the
  *		same URL API target.c checked the host with: the host checked
@@ -703,23 +723,45 @@ dq_start(DqReq *r)
 	if (r->kind == DQ_SEND)
 	{
 		/*
-		 * A new connection for every send, closed afterwards.  On a reused
-		 * connection that dies without an answer, libcurl silently sends
-		 * the request again on a fresh one ("Connection died, retrying a
-		 * fresh connect"): a second request inside one attempt, whose
-		 * answer would then be recorded as if the first had never left.
-		 * libcurl has no switch for that retry; it only happens on reuse.
+		 * On a reused connection that dies without an answer, libcurl
+		 * sends the request again on a fresh one ("Connection died,
+		 * retrying a fresh connect"): a second request inside one attempt,
+		 * whose answer would then be recorded as if the first had never
+		 * left.  libcurl 7.88 has no switch for that retry, but before it
+		 * resends a body it has begun to send it must rewind it, and a body
+		 * given by a read callback without a seek callback cannot be
+		 * rewound: the transfer fails instead (CURLE_SEND_FAIL_REWIND,
+		 * classified unknown).  A retry with no body byte sent resends a
+		 * request the provider cannot have acted on (it never had its
+		 * body; a payload is never empty).  So a target with "keep_alive"
+		 * reuses connections; the others still get a new connection for
+		 * every send, closed afterwards.
 		 */
-		DQ_SET(CURLOPT_FRESH_CONNECT, 1L);
-		DQ_SET(CURLOPT_FORBID_REUSE, 1L);
+		if (!t->keep_alive)
+		{
+			DQ_SET(CURLOPT_FRESH_CONNECT, 1L);
+			DQ_SET(CURLOPT_FORBID_REUSE, 1L);
+		}
+		else
+		{
+			/*
+			 * A connection idle for longer is not reused: most servers
+			 * close idle connections after 5 s or more, and one closed
+			 * while the request goes out makes its outcome unknown.
+			 */
+			DQ_SET(CURLOPT_MAXAGE_CONN, (long) DQ_KEEPALIVE_MAX_IDLE_S);
+		}
 		r->hdrs = curl_slist_append(r->hdrs, "Expect:");
 		if (!t->has_content_type)
 			r->hdrs = curl_slist_append(r->hdrs, "Content-Type: application/json");
 		for (i = 0; i < t->nheaders; i++)
 			r->hdrs = curl_slist_append(r->hdrs, t->headers[i]);
 		ok = ok && dq_set_url(r, t->url);
-		DQ_SET(CURLOPT_POSTFIELDSIZE, (long) strlen(r->body));
-		DQ_SET(CURLOPT_POSTFIELDS, r->body);
+		r->body_sent = 0;
+		DQ_SET(CURLOPT_POST, 1L);
+		DQ_SET(CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t) strlen(r->body));
+		DQ_SET(CURLOPT_READFUNCTION, dq_read_cb);
+		DQ_SET(CURLOPT_READDATA, r);
 		if (t->put)
 			DQ_SET(CURLOPT_CUSTOMREQUEST, "PUT");
 	}
@@ -846,16 +888,21 @@ dq_classify(DqReq *r, CURLcode code)
 	 * Nothing left this host: failures of name resolution, connect or the
 	 * TLS handshake, or a transfer that never reached curl's pre-transfer
 	 * point and wrote no request byte.  Anything else may have been seen
-	 * by the provider.
+	 * by the provider, in particular a body libcurl refused to send again
+	 * on a fresh connection (CURLE_SEND_FAIL_REWIND, see dq_start).  And
+	 * once libcurl has read any of the body, the request may have gone
+	 * out whatever the code says: on a reused connection that died,
+	 * libcurl connects again, and that connect can fail too.
 	 */
-	not_sent = code == CURLE_COULDNT_RESOLVE_HOST ||
-		code == CURLE_COULDNT_RESOLVE_PROXY ||
-		code == CURLE_COULDNT_CONNECT ||
-		code == CURLE_SSL_CONNECT_ERROR ||
-		code == CURLE_PEER_FAILED_VERIFICATION ||
-		code == CURLE_SSL_CERTPROBLEM ||
-		code == CURLE_SSL_CACERT_BADFILE ||
-		(pretransfer == 0 && request_size == 0);
+	not_sent = r->body_sent == 0 && code != CURLE_SEND_FAIL_REWIND &&
+		(code == CURLE_COULDNT_RESOLVE_HOST ||
+		 code == CURLE_COULDNT_RESOLVE_PROXY ||
+		 code == CURLE_COULDNT_CONNECT ||
+		 code == CURLE_SSL_CONNECT_ERROR ||
+		 code == CURLE_PEER_FAILED_VERIFICATION ||
+		 code == CURLE_SSL_CERTPROBLEM ||
+		 code == CURLE_SSL_CACERT_BADFILE ||
+		 (pretransfer == 0 && request_size == 0));
 
 	if (status > 0)
 		detail = r->retry_after_s >= 0 ?

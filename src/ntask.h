@@ -204,6 +204,7 @@ typedef struct NtaskHttpTarget
 	bool		put;			/* PUT instead of POST */
 	int			timeout_ms;
 	int			max_inflight;	/* 0: only the GUC limits it */
+	bool		keep_alive;		/* sends may reuse connections */
 	char	   *reconcile_url;	/* NULL: none */
 	char	   *reconcile_host; /* its host, as host */
 	bool		has_content_type;
