@@ -20,6 +20,7 @@ OBJS = \
 	src/http_parse.o \
 	src/target.o \
 	src/housekeeping.o \
+	src/worker_shared.o \
 	src/dispatch.o \
 	src/worker.o
 DATA = $(wildcard ntask--*.sql)

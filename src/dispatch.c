@@ -7,16 +7,22 @@
  *
  * A request moves through four lists (docs/worker.md "Dispatch"):
  *
- *	claim		(transaction)	ntask_claim -> dq_to_invoke, or dq_running
- *								for a reconcile GET, or dq_finished for a
+ *	claim		(transaction)	ntask_claim, and in the same transaction
+ *								ntask_invoked for every task to be sent;
+ *								once committed -> dq_running (sent at once,
+ *								or a reconcile GET), or dq_finished for a
  *								task that must not be sent (host not
  *								allowed, key unusable as a header)
- *	invoke		(transaction)	ntask_invoked for dq_to_invoke; committed
- *								before the first byte leaves -> dq_running
+ *	invoke		(transaction)	a reconcile answered 404: ntask_heartbeat
+ *								and ntask_invoked for dq_to_invoke;
+ *								committed before the first byte leaves ->
+ *								dq_running
  *	send		(no transaction) curl; a finished transfer is classified ->
  *								dq_finished (or, a reconcile answered 404,
- *								back to dq_to_invoke)
- *	record		(transaction)	ntask_transition for dq_finished
+ *								to dq_to_invoke)
+ *	record		(transaction)	ntask_transition for dq_finished, all in
+ *								one statement (one subtransaction per
+ *								result if that statement fails)
  *
  * Every request has its own memory context and curl easy handle; nothing
  * it owns outlives it.  If a transaction fails, the requests it was about
@@ -41,6 +47,7 @@
 #include "catalog/pg_type.h"
 #include "http_parse.h"
 #include "lib/stringinfo.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "miscadmin.h"
 #include "pgstat.h"
@@ -50,6 +57,7 @@
 #include "utils/timestamp.h"
 
 #define DQ_WORKER_NAME "ntask worker"
+#define DQ_KEEPALIVE_MAX_IDLE_S 4	/* keep_alive: reuse idle connections */
 #define DQ_QUEUE_LEN 64
 
 typedef enum DqKind
@@ -81,6 +89,7 @@ typedef struct DqReq
 	CURL	   *easy;
 	struct curl_slist *hdrs;
 	int64		received;
+	size_t		body_sent;		/* bytes of body given to curl (dq_read_cb) */
 	int64		retry_after_s;	/* -1: none */
 	/* the classification, for ntask_transition */
 	const char *to_state;
@@ -114,6 +123,21 @@ static DqReq *dq_finished = NULL;
 static int	dq_nrunning = 0;
 static bool dq_more = false;	/* the last claim was full: look again */
 
+/* a socket curl asked to be watched (dq_socket_cb) */
+typedef struct DqSock
+{
+	curl_socket_t fd;
+	int			what;			/* CURL_POLL_IN, _OUT or _INOUT */
+} DqSock;
+
+#define DQ_WAIT_EVENTS 64
+
+static DqSock *dq_socks = NULL;
+static int	dq_nsocks = 0;
+static int	dq_maxsocks = 0;
+static bool dq_socks_changed = true;	/* dq_wes must be built again */
+static WaitEventSet *dq_wes = NULL;
+
 /*
  * The worker calls the SQL API as itself (ntask.worker_role), like any
  * external worker: as_caller plans, so EXECUTE rights and each queue's
@@ -133,6 +157,12 @@ static NtaskPlan dq_transition_plan = {
 	{INT8OID, INT8OID, TEXTOID, TEXTOID, JSONBOID, TIMESTAMPTZOID, TEXTOID, TEXTOID},
 	true
 };
+static NtaskPlan dq_transition_many_plan = {
+	"worker transition batch", NULL, 8,
+	{INT8ARRAYOID, INT8ARRAYOID, TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID,
+	TIMESTAMPTZARRAYOID, TEXTARRAYOID, TEXTARRAYOID},
+	true
+};
 static NtaskPlan dq_queues_plan = {
 	"worker queues",
 	"SELECT q.queue, q.target, "
@@ -150,9 +180,13 @@ static void dq_finish(DqReq *r, const char *to_state, const char *error_class,
 					  const char *stage, const char *outcome, char *detail,
 					  NtaskCounter counter);
 static void dq_claim_step(void *arg);
+static bool dq_sendable(DqReq *r);
+static void dq_mark_invoked(DqReq **reqs, int n);
 static void dq_route(DqReq *r);
 static void dq_claim(void);
 static void dq_record_one(void *arg);
+static void dq_record_batch(void *arg);
+static TimestampTz dq_retry_at(DqReq *r);
 static curl_socket_t dq_open_socket(void *clientp, curlsocktype purpose,
 									struct curl_sockaddr *address);
 static void dq_invoke_step(void *arg);
@@ -163,7 +197,12 @@ static bool dq_set_url(DqReq *r, const char *url);
 static void dq_classify(DqReq *r, CURLcode code);
 static void dq_flush(void);
 static size_t dq_write_cb(char *ptr, size_t size, size_t nmemb, void *userdata);
+static size_t dq_read_cb(char *buf, size_t size, size_t nitems, void *userdata);
 static char *dq_curl_detail(CURLcode code);
+static int	dq_socket_cb(CURL *easy, curl_socket_t fd, int what, void *userp,
+						 void *socketp);
+static void dq_build_wait_set(void);
+static void dq_done(void);
 
 /*
  * NtaskDispatchInit
@@ -189,6 +228,10 @@ NtaskDispatchInit(const char *schema)
 								   ALLOCSET_DEFAULT_SIZES);
 	dq_queues_cxt = AllocSetContextCreate(dq_cxt, "ntask dispatch queues",
 										  ALLOCSET_SMALL_SIZES);
+	dq_maxsocks = 16;
+	dq_socks = MemoryContextAlloc(dq_cxt, sizeof(DqSock) * dq_maxsocks);
+	if (curl_multi_setopt(dq_multi, CURLMOPT_SOCKETFUNCTION, dq_socket_cb) != CURLM_OK)
+		ereport(FATAL, (errmsg("ntask worker: CURLMOPT_SOCKETFUNCTION failed")));
 	old = MemoryContextSwitchTo(dq_cxt);
 	dq_claim_plan.sql = psprintf(
 		"SELECT c.task_id, c.task_key, c.payload::pg_catalog.text, c.attempt, c.token, "
@@ -201,6 +244,15 @@ NtaskDispatchInit(const char *schema)
 		"FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2)) AS i(id, tok)", s);
 	dq_transition_plan.sql = psprintf(
 		"SELECT r.result FROM %s.ntask_transition($1, $2, $3, $4, $5, $6, $7, $8) r",
+		s);
+	dq_transition_many_plan.sql = psprintf(
+		"SELECT r.result "
+		"FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2), "
+		"  pg_catalog.unnest($3), pg_catalog.unnest($4), pg_catalog.unnest($5), "
+		"  pg_catalog.unnest($6), pg_catalog.unnest($7), pg_catalog.unnest($8)) "
+		"  AS i(id, tok, st, ec, det, ra, oc, sg), "
+		"LATERAL %s.ntask_transition(i.id, i.tok, i.st, i.ec, i.det::pg_catalog.jsonb, "
+		"  i.ra, i.oc, i.sg) r",
 		s);
 	MemoryContextSwitchTo(old);
 }
@@ -250,11 +302,11 @@ dq_free(DqReq *r)
 	MemoryContextDelete(r->cxt);
 }
 
-/* dq_finish: classify r and put it on dq_finished */
+/* dq_set_result: what ntask_transition is to record for r */
 static void
-dq_finish(DqReq *r, const char *to_state, const char *error_class,
-		  const char *stage, const char *outcome, char *detail,
-		  NtaskCounter counter)
+dq_set_result(DqReq *r, const char *to_state, const char *error_class,
+			  const char *stage, const char *outcome, char *detail,
+			  NtaskCounter counter)
 {
 	r->to_state = to_state;
 	r->error_class = error_class;
@@ -262,6 +314,15 @@ dq_finish(DqReq *r, const char *to_state, const char *error_class,
 	r->outcome = outcome;
 	r->detail = detail;
 	r->counter = counter;
+}
+
+/* dq_finish: classify r and put it on dq_finished */
+static void
+dq_finish(DqReq *r, const char *to_state, const char *error_class,
+		  const char *stage, const char *outcome, char *detail,
+		  NtaskCounter counter)
+{
+	dq_set_result(r, to_state, error_class, stage, outcome, detail, counter);
 	dq_push(&dq_finished, r);
 }
 
@@ -334,7 +395,14 @@ NtaskDispatchRefreshQueues(void)
 
 /* ---- claim ---- */
 
-/* dq_claim_step: claim for the queue *(int *) arg, in its own transaction */
+/*
+ * dq_claim_step
+ *		Claim for the queue *(int *) arg, in its own transaction, and mark
+ *		the tasks that will be sent invoked in the same transaction: once it
+ *		has committed they may be sent (the invoked mark is durable before
+ *		the first byte leaves), and a crash before the commit leaves
+ *		nothing claimed.
+ */
 static void
 dq_claim_step(void *arg)
 {
@@ -344,6 +412,9 @@ dq_claim_step(void *arg)
 	Datum		values[3];
 	int			n;
 	int			i;
+	DqReq	  **send;
+	int			nsend = 0;
+	DqReq	   *r;
 
 	if (q->max_inflight > 0)
 		want = Min(want, q->max_inflight - dq_inflight_of(q->name));
@@ -384,37 +455,96 @@ dq_claim_step(void *arg)
 			r->target->reconcile_url != NULL)
 			r->kind = DQ_RECONCILE;
 	}
+
+	/* the ones to send now: invoked, in this transaction */
+	send = palloc(sizeof(DqReq *) * Max(n, 1));
+	for (r = dq_claimed; r; r = r->next)
+		if (dq_sendable(r) && r->kind == DQ_SEND)
+			send[nsend++] = r;
+	if (nsend > 0)
+		dq_mark_invoked(send, nsend);
+}
+
+/*
+ * dq_sendable
+ *		May r be sent (or reconciled)?  If not, set the result to record
+ *		for it (repair, nothing was sent) and return false.
+ */
+static bool
+dq_sendable(DqReq *r)
+{
+	if (!ntask_host_allowed(r->target->host, ntask_http_allowed_hosts))
+		dq_set_result(r, "repair_required", "permanent", "config", NULL,
+					  "{\"reason\": \"host not in ntask.http_allowed_hosts\"}",
+					  NTASK_COUNT_PERMANENT);
+	else if (!ntask_header_value_ok(r->task_key, strlen(r->task_key)))
+		dq_set_result(r, "repair_required", "permanent", "config", NULL,
+					  "{\"reason\": \"task_key is not a valid header value\"}",
+					  NTASK_COUNT_PERMANENT);
+	else if (r->kind == DQ_RECONCILE &&
+			 !ntask_host_allowed(r->target->reconcile_host, ntask_http_allowed_hosts))
+		dq_set_result(r, "repair_required", "permanent", "config", NULL,
+					  "{\"reason\": \"reconcile_url host not in ntask.http_allowed_hosts\"}",
+					  NTASK_COUNT_PERMANENT);
+	else
+		return true;
+	return false;
+}
+
+/*
+ * dq_mark_invoked
+ *		ntask_invoked for reqs[0..n-1], in one statement; sets confirmed
+ *		on those that may be sent (applied, or duplicate: already ours).
+ */
+static void
+dq_mark_invoked(DqReq **reqs, int n)
+{
+	Datum	   *ids = palloc(sizeof(Datum) * n);
+	Datum	   *toks = palloc(sizeof(Datum) * n);
+	Datum		values[2];
+	int			rows;
+	int			i;
+	int			j;
+
+	for (i = 0; i < n; i++)
+	{
+		reqs[i]->confirmed = false;
+		ids[i] = Int64GetDatum(reqs[i]->task_id);
+		toks[i] = Int64GetDatum(reqs[i]->token);
+	}
+	values[0] = NtaskInt8Array(ids, n);
+	values[1] = NtaskInt8Array(toks, n);
+	rows = NtaskExecPlan(&dq_invoked_plan, values, NULL, SPI_OK_SELECT);
+	for (i = 0; i < rows; i++)
+	{
+		int64		id = NtaskGetInt64(i, 1);
+		char	   *res = NtaskGetCString(i, 2);
+
+		for (j = 0; j < n; j++)
+			if (reqs[j]->task_id == id && strcmp(res, "stale") != 0)
+				reqs[j]->confirmed = true;
+	}
 }
 
 /*
  * dq_route
- *		A claim committed: route each task it handed out.  Not sendable ->
- *		dq_finished, reconcile -> started at once (a GET, not an effect),
- *		send -> dq_to_invoke.
+ *		A claim (with its invoked marks) committed: route each task it
+ *		handed out.  Not sendable -> dq_finished, reconcile -> started at
+ *		once (a GET, not an effect), send -> started if its invoked mark
+ *		was confirmed, else dropped (its lease expires; nothing was sent).
  */
 static void
 dq_route(DqReq *r)
 {
-	if (!ntask_host_allowed(r->target->host, ntask_http_allowed_hosts))
-		dq_finish(r, "repair_required", "permanent", "config", NULL,
-				  "{\"reason\": \"host not in ntask.http_allowed_hosts\"}",
-				  NTASK_COUNT_PERMANENT);
-	else if (!ntask_header_value_ok(r->task_key, strlen(r->task_key)))
-		dq_finish(r, "repair_required", "permanent", "config", NULL,
-				  "{\"reason\": \"task_key is not a valid header value\"}",
-				  NTASK_COUNT_PERMANENT);
-	else if (r->kind == DQ_RECONCILE &&
-			 !ntask_host_allowed(r->target->reconcile_host, ntask_http_allowed_hosts))
-		dq_finish(r, "repair_required", "permanent", "config", NULL,
-				  "{\"reason\": \"reconcile_url host not in ntask.http_allowed_hosts\"}",
-				  NTASK_COUNT_PERMANENT);
-	else if (r->kind == DQ_RECONCILE)
+	if (r->to_state != NULL)
+		dq_push(&dq_finished, r);	/* dq_sendable said no */
+	else if (r->kind == DQ_RECONCILE || r->confirmed)
 	{
 		if (!dq_start(r))
 			dq_free(r);			/* its lease expires; nothing was sent */
 	}
 	else
-		dq_push(&dq_to_invoke, r);
+		dq_free(r);
 }
 
 /*
@@ -454,31 +584,29 @@ dq_claim(void)
 
 /* ---- invoke ---- */
 
+/*
+ * dq_invoke_step
+ *		For dq_to_invoke (tasks whose reconcile GET answered 404): renew the
+ *		lease (the GET took time; send nothing for a task that is no longer
+ *		ours), then mark them invoked, in one transaction committed before
+ *		any of them is sent.
+ */
 static void
 dq_invoke_step(void *arg)
 {
-	DqReq	   *list = dq_to_invoke;
 	DqReq	   *r;
+	DqReq	  **reqs;
 	int			n = 0;
-	int			i;
-	Datum	   *ids;
-	Datum	   *toks;
-	Datum		values[2];
 
-	for (r = list; r; r = r->next)
+	for (r = dq_to_invoke; r; r = r->next)
 	{
 		r->confirmed = false;
 		n++;
 	}
-	ids = palloc(sizeof(Datum) * n);
-	toks = palloc(sizeof(Datum) * n);
-	i = 0;
-	for (r = list; r; r = r->next)
+	reqs = palloc(sizeof(DqReq *) * Max(n, 1));
+	n = 0;
+	for (r = dq_to_invoke; r; r = r->next)
 	{
-		/*
-		 * A reconcile GET took time: extend the lease before the send, and
-		 * send nothing for a task that is no longer ours.
-		 */
 		if (r->reconciled)
 		{
 			Datum		hv[3];
@@ -490,24 +618,10 @@ dq_invoke_step(void *arg)
 			if (!NtaskGetBool(0, 1))
 				continue;		/* stays unconfirmed: never sent */
 		}
-		ids[i] = Int64GetDatum(r->task_id);
-		toks[i] = Int64GetDatum(r->token);
-		i++;
+		reqs[n++] = r;
 	}
-	values[0] = NtaskInt8Array(ids, i);
-	values[1] = NtaskInt8Array(toks, i);
-	n = NtaskExecPlan(&dq_invoked_plan, values, NULL, SPI_OK_SELECT);
-
-	/* the ones that may be sent: applied, or duplicate (already ours) */
-	for (i = 0; i < n; i++)
-	{
-		int64		id = NtaskGetInt64(i, 1);
-		char	   *res = NtaskGetCString(i, 2);
-
-		for (r = list; r; r = r->next)
-			if (r->task_id == id && strcmp(res, "stale") != 0)
-				r->confirmed = true;
-	}
+	if (n > 0)
+		dq_mark_invoked(reqs, n);
 }
 
 /* ---- send ---- */
@@ -521,6 +635,23 @@ dq_write_cb(char *ptr, size_t size, size_t nmemb, void *userdata)
 	if (r->received > ntask_http_max_response_bytes)
 		return 0;				/* cut the transfer; the status is known */
 	return size * nmemb;
+}
+
+/*
+ * dq_read_cb
+ *		CURLOPT_READFUNCTION: the request body, once.  There is no seek
+ *		callback, so libcurl cannot rewind it: see dq_start.
+ */
+static size_t
+dq_read_cb(char *buf, size_t size, size_t nitems, void *userdata)
+{
+	DqReq	   *r = (DqReq *) userdata;
+	size_t		len = strlen(r->body) - r->body_sent;
+
+	len = Min(len, size * nitems);
+	memcpy(buf, r->body + r->body_sent, len);
+	r->body_sent += len;
+	return len;
 }
 
 /*
@@ -592,23 +723,45 @@ dq_start(DqReq *r)
 	if (r->kind == DQ_SEND)
 	{
 		/*
-		 * A new connection for every send, closed afterwards.  On a reused
-		 * connection that dies without an answer, libcurl silently sends
-		 * the request again on a fresh one ("Connection died, retrying a
-		 * fresh connect"): a second request inside one attempt, whose
-		 * answer would then be recorded as if the first had never left.
-		 * libcurl has no switch for that retry; it only happens on reuse.
+		 * On a reused connection that dies without an answer, libcurl
+		 * sends the request again on a fresh one ("Connection died,
+		 * retrying a fresh connect"): a second request inside one attempt,
+		 * whose answer would then be recorded as if the first had never
+		 * left.  libcurl 7.88 has no switch for that retry, but before it
+		 * resends a body it has begun to send it must rewind it, and a body
+		 * given by a read callback without a seek callback cannot be
+		 * rewound: the transfer fails instead (CURLE_SEND_FAIL_REWIND,
+		 * classified unknown).  A retry with no body byte sent resends a
+		 * request the provider cannot have acted on (it never had its
+		 * body; a payload is never empty).  So a target with "keep_alive"
+		 * reuses connections; the others still get a new connection for
+		 * every send, closed afterwards.
 		 */
-		DQ_SET(CURLOPT_FRESH_CONNECT, 1L);
-		DQ_SET(CURLOPT_FORBID_REUSE, 1L);
+		if (!t->keep_alive)
+		{
+			DQ_SET(CURLOPT_FRESH_CONNECT, 1L);
+			DQ_SET(CURLOPT_FORBID_REUSE, 1L);
+		}
+		else
+		{
+			/*
+			 * A connection idle for longer is not reused: most servers
+			 * close idle connections after 5 s or more, and one closed
+			 * while the request goes out makes its outcome unknown.
+			 */
+			DQ_SET(CURLOPT_MAXAGE_CONN, (long) DQ_KEEPALIVE_MAX_IDLE_S);
+		}
 		r->hdrs = curl_slist_append(r->hdrs, "Expect:");
 		if (!t->has_content_type)
 			r->hdrs = curl_slist_append(r->hdrs, "Content-Type: application/json");
 		for (i = 0; i < t->nheaders; i++)
 			r->hdrs = curl_slist_append(r->hdrs, t->headers[i]);
 		ok = ok && dq_set_url(r, t->url);
-		DQ_SET(CURLOPT_POSTFIELDSIZE, (long) strlen(r->body));
-		DQ_SET(CURLOPT_POSTFIELDS, r->body);
+		r->body_sent = 0;
+		DQ_SET(CURLOPT_POST, 1L);
+		DQ_SET(CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t) strlen(r->body));
+		DQ_SET(CURLOPT_READFUNCTION, dq_read_cb);
+		DQ_SET(CURLOPT_READDATA, r);
 		if (t->put)
 			DQ_SET(CURLOPT_CUSTOMREQUEST, "PUT");
 	}
@@ -735,16 +888,21 @@ dq_classify(DqReq *r, CURLcode code)
 	 * Nothing left this host: failures of name resolution, connect or the
 	 * TLS handshake, or a transfer that never reached curl's pre-transfer
 	 * point and wrote no request byte.  Anything else may have been seen
-	 * by the provider.
+	 * by the provider, in particular a body libcurl refused to send again
+	 * on a fresh connection (CURLE_SEND_FAIL_REWIND, see dq_start).  And
+	 * once libcurl has read any of the body, the request may have gone
+	 * out whatever the code says: on a reused connection that died,
+	 * libcurl connects again, and that connect can fail too.
 	 */
-	not_sent = code == CURLE_COULDNT_RESOLVE_HOST ||
-		code == CURLE_COULDNT_RESOLVE_PROXY ||
-		code == CURLE_COULDNT_CONNECT ||
-		code == CURLE_SSL_CONNECT_ERROR ||
-		code == CURLE_PEER_FAILED_VERIFICATION ||
-		code == CURLE_SSL_CERTPROBLEM ||
-		code == CURLE_SSL_CACERT_BADFILE ||
-		(pretransfer == 0 && request_size == 0);
+	not_sent = r->body_sent == 0 && code != CURLE_SEND_FAIL_REWIND &&
+		(code == CURLE_COULDNT_RESOLVE_HOST ||
+		 code == CURLE_COULDNT_RESOLVE_PROXY ||
+		 code == CURLE_COULDNT_CONNECT ||
+		 code == CURLE_SSL_CONNECT_ERROR ||
+		 code == CURLE_PEER_FAILED_VERIFICATION ||
+		 code == CURLE_SSL_CERTPROBLEM ||
+		 code == CURLE_SSL_CACERT_BADFILE ||
+		 (pretransfer == 0 && request_size == 0));
 
 	if (status > 0)
 		detail = r->retry_after_s >= 0 ?
@@ -828,8 +986,7 @@ dq_record_one(void *arg)
 	DqReq	   *r = (DqReq *) arg;
 	Datum		values[8];
 	char		nulls[8];
-	bool		retry = strcmp(r->to_state, "retry_wait") == 0 &&
-		r->retry_after_s >= 0;
+	TimestampTz retry_at = dq_retry_at(r);
 
 	memset(nulls, ' ', sizeof(nulls));
 	values[0] = Int64GetDatum(r->task_id);
@@ -838,10 +995,8 @@ dq_record_one(void *arg)
 	values[3] = r->error_class ? CStringGetTextDatum(r->error_class) : (Datum) 0;
 	nulls[3] = r->error_class ? ' ' : 'n';
 	values[4] = DirectFunctionCall1(jsonb_in, CStringGetDatum(r->detail));
-	values[5] = retry ?
-		TimestampTzGetDatum(GetCurrentTimestamp() +
-							r->retry_after_s * USECS_PER_SEC) : (Datum) 0;
-	nulls[5] = retry ? ' ' : 'n';
+	values[5] = TimestampTzGetDatum(retry_at);
+	nulls[5] = retry_at != 0 ? ' ' : 'n';
 	values[6] = r->outcome ? CStringGetTextDatum(r->outcome) : (Datum) 0;
 	nulls[6] = r->outcome ? ' ' : 'n';
 	values[7] = r->stage ? CStringGetTextDatum(r->stage) : (Datum) 0;
@@ -849,26 +1004,148 @@ dq_record_one(void *arg)
 	(void) NtaskExecPlan(&dq_transition_plan, values, nulls, SPI_OK_SELECT);
 }
 
+/* a round's results to record in one statement */
+typedef struct DqBatch
+{
+	DqReq	  **reqs;
+	int			n;
+} DqBatch;
+
+/* dq_text_array: a text[] of vals[0..n-1], a NULL pointer a NULL element */
+static Datum
+dq_text_array(const char **vals, int n)
+{
+	Datum	   *elems = palloc(sizeof(Datum) * n);
+	bool	   *nulls = palloc(sizeof(bool) * n);
+	int			dims[1] = {n};
+	int			lbs[1] = {1};
+	int			i;
+
+	for (i = 0; i < n; i++)
+	{
+		nulls[i] = vals[i] == NULL;
+		elems[i] = nulls[i] ? (Datum) 0 : CStringGetTextDatum(vals[i]);
+	}
+	return PointerGetDatum(construct_md_array(elems, nulls, 1, dims, lbs,
+											  TEXTOID, -1, false, TYPALIGN_INT));
+}
+
+/* dq_retry_at: the retry_at to record for r, or 0 for none */
+static TimestampTz
+dq_retry_at(DqReq *r)
+{
+	if (strcmp(r->to_state, "retry_wait") == 0 && r->retry_after_s >= 0)
+		return GetCurrentTimestamp() + r->retry_after_s * USECS_PER_SEC;
+	return 0;
+}
+
+/*
+ * dq_record_batch
+ *		ntask_transition for every request of the DqBatch arg, in one
+ *		statement (the same calls dq_record_one makes, one per row).  Any
+ *		error fails the whole statement; the caller then records them one
+ *		by one.
+ */
+static void
+dq_record_batch(void *arg)
+{
+	DqBatch    *b = (DqBatch *) arg;
+	int			n = b->n;
+	Datum	   *ids = palloc(sizeof(Datum) * n);
+	Datum	   *toks = palloc(sizeof(Datum) * n);
+	Datum	   *ras = palloc(sizeof(Datum) * n);
+	bool	   *ra_nulls = palloc(sizeof(bool) * n);
+	const char **st = palloc(sizeof(char *) * n);
+	const char **ec = palloc(sizeof(char *) * n);
+	const char **det = palloc(sizeof(char *) * n);
+	const char **oc = palloc(sizeof(char *) * n);
+	const char **sg = palloc(sizeof(char *) * n);
+	int			dims[1] = {n};
+	int			lbs[1] = {1};
+	Datum		values[8];
+	int			i;
+	int			rows;
+
+	for (i = 0; i < n; i++)
+	{
+		DqReq	   *r = b->reqs[i];
+		TimestampTz ra = dq_retry_at(r);
+
+		ids[i] = Int64GetDatum(r->task_id);
+		toks[i] = Int64GetDatum(r->token);
+		ras[i] = TimestampTzGetDatum(ra);
+		ra_nulls[i] = ra == 0;
+		st[i] = r->to_state;
+		ec[i] = r->error_class;
+		det[i] = r->detail;
+		oc[i] = r->outcome;
+		sg[i] = r->stage;
+	}
+	values[0] = NtaskInt8Array(ids, n);
+	values[1] = NtaskInt8Array(toks, n);
+	values[2] = dq_text_array(st, n);
+	values[3] = dq_text_array(ec, n);
+	values[4] = dq_text_array(det, n);
+	values[5] = PointerGetDatum(construct_md_array(ras, ra_nulls, 1, dims, lbs,
+												   TIMESTAMPTZOID, sizeof(TimestampTz),
+												   FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+	values[6] = dq_text_array(oc, n);
+	values[7] = dq_text_array(sg, n);
+	rows = NtaskExecPlan(&dq_transition_many_plan, values, NULL, SPI_OK_SELECT);
+	if (rows != n)
+		elog(ERROR, "ntask: worker transition batch answered %d rows for %d results",
+			 rows, n);
+}
+
 /*
  * dq_record_step
- *		Record every finished request that is due for it, each in its own
- *		subtransaction: one that fails (a lock timeout behind someone's open
- *		transaction, anything else) is rolled back alone and tried again
- *		later; the others commit.  r->record_tries counts failures (0: it
- *		was recorded).
+ *		Record every finished request that is due for it: all in one
+ *		statement (dq_record_batch) in a subtransaction.  If that fails,
+ *		each in its own subtransaction instead: one that fails (a lock
+ *		timeout behind someone's open transaction, anything else) is rolled
+ *		back alone and tried again later; the others commit.
+ *		r->record_tries counts failures (0: it was recorded).
  */
 static void
 dq_record_step(void *arg)
 {
 	TimestampTz now = GetCurrentTimestamp();
 	DqReq	   *r;
+	DqBatch		batch;
+	ErrorData  *edata;
+	int			i;
 
+	batch.n = 0;
 	for (r = dq_finished; r; r = r->next)
-	{
-		ErrorData  *edata;
+		batch.n++;
+	batch.reqs = palloc(sizeof(DqReq *) * Max(batch.n, 1));
+	batch.n = 0;
+	for (r = dq_finished; r; r = r->next)
+		if (r->next_record <= now)
+			batch.reqs[batch.n++] = r;
+	if (batch.n == 0)
+		return;
 
-		if (r->next_record > now)
-			continue;
+	if (batch.n > 1)
+	{
+		if (NtaskTrySubxact(dq_record_batch, &batch, &edata))
+		{
+			for (i = 0; i < batch.n; i++)
+			{
+				batch.reqs[i]->record_tries = 0;
+				batch.reqs[i]->next_record = -1;	/* recorded */
+			}
+			return;
+		}
+		ereport(LOG,
+				(errmsg("ntask worker: recording %d results in one statement failed, recording them one by one: %s",
+						batch.n, edata->message)));
+		FreeErrorData(edata);
+	}
+
+	for (i = 0; i < batch.n; i++)
+	{
+		r = batch.reqs[i];
 		if (NtaskTrySubxact(dq_record_one, r, &edata))
 		{
 			r->record_tries = 0;
@@ -979,30 +1256,86 @@ NtaskDispatchTick(bool claim)
 	return dq_more && NtaskDispatchInFlight() < ntask_http_max_inflight;
 }
 
+/* ---- waiting: curl's sockets and the latch in one WaitEventSet ---- */
+
 /*
- * NtaskDispatchPoll
- *		Let curl work for up to timeout_ms, classify finished transfers and
- *		record them.
+ * dq_socket_cb
+ *		CURLMOPT_SOCKETFUNCTION: curl says which of its sockets to watch for
+ *		what (CURL_POLL_IN / OUT / INOUT) or to forget (CURL_POLL_REMOVE,
+ *		called before curl closes it).  Kept in dq_socks; the wait set is
+ *		rebuilt from it before the next wait.
  */
-void
-NtaskDispatchPoll(int timeout_ms)
+static int
+dq_socket_cb(CURL *easy, curl_socket_t fd, int what, void *userp, void *socketp)
 {
-	int			running = 0;
+	int			i;
+
+	for (i = 0; i < dq_nsocks; i++)
+		if (dq_socks[i].fd == fd)
+			break;
+	if (what == CURL_POLL_REMOVE)
+	{
+		if (i < dq_nsocks)
+			dq_socks[i] = dq_socks[--dq_nsocks];
+	}
+	else if (i < dq_nsocks)
+		dq_socks[i].what = what;
+	else
+	{
+		if (dq_nsocks == dq_maxsocks)
+		{
+			dq_maxsocks *= 2;
+			dq_socks = repalloc(dq_socks, sizeof(DqSock) * dq_maxsocks);
+		}
+		dq_socks[dq_nsocks].fd = fd;
+		dq_socks[dq_nsocks].what = what;
+		dq_nsocks++;
+	}
+	dq_socks_changed = true;
+	return 0;
+}
+
+/*
+ * dq_build_wait_set
+ *		The wait set: the latch, postmaster death and every socket curl
+ *		watches.  PostgreSQL 15 cannot remove an event from a set, so it is
+ *		built again whenever curl's sockets changed.
+ */
+static void
+dq_build_wait_set(void)
+{
+	int			i;
+
+	if (dq_wes != NULL)
+		FreeWaitEventSet(dq_wes);
+	dq_wes = CreateWaitEventSet(dq_cxt, dq_nsocks + 2);
+	(void) AddWaitEventToSet(dq_wes, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
+	(void) AddWaitEventToSet(dq_wes, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
+	for (i = 0; i < dq_nsocks; i++)
+	{
+		uint32		events = 0;
+
+		if (dq_socks[i].what & CURL_POLL_IN)
+			events |= WL_SOCKET_READABLE;
+		if (dq_socks[i].what & CURL_POLL_OUT)
+			events |= WL_SOCKET_WRITEABLE;
+		if (events != 0)
+			(void) AddWaitEventToSet(dq_wes, events, dq_socks[i].fd, NULL, NULL);
+	}
+	dq_socks_changed = false;
+}
+
+/*
+ * dq_done
+ *		Classify every transfer curl has finished (it goes to dq_finished,
+ *		or to dq_to_invoke after a reconcile that found nothing).
+ */
+static void
+dq_done(void)
+{
 	int			left;
 	CURLMsg    *msg;
 
-	if (dq_multi == NULL)
-		return;
-	if (dq_nrunning == 0)
-	{
-		/* only results waiting to be recorded again: nap, then retry */
-		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 timeout_ms, PG_WAIT_EXTENSION);
-		dq_flush();
-		return;
-	}
-	(void) curl_multi_poll(dq_multi, NULL, 0, timeout_ms, NULL);
-	(void) curl_multi_perform(dq_multi, &running);
 	while ((msg = curl_multi_info_read(dq_multi, &left)) != NULL)
 	{
 		DqReq	   *r = NULL;
@@ -1021,5 +1354,83 @@ NtaskDispatchPoll(int timeout_ms)
 		dq_classify(r, msg->data.result);
 		dq_more = true;			/* room again: more may be due */
 	}
+}
+
+/*
+ * NtaskDispatchWait
+ *		Sleep until the latch is set, one of curl's sockets is ready,
+ *		curl's next timeout (curl_multi_timeout), a result waiting to be
+ *		recorded again is due, or timeout_ms; exits if the postmaster
+ *		dies.  Then let curl act on what is ready, classify the finished
+ *		transfers and record them.  Returns WL_LATCH_SET if the latch was
+ *		set (the caller resets it, if this has not already), else 0.
+ */
+int
+NtaskDispatchWait(long timeout_ms)
+{
+	WaitEvent	events[DQ_WAIT_EVENTS];
+	TimestampTz now = GetCurrentTimestamp();
+	long		curl_ms = -1;
+	int			running = 0;
+	int			rc = 0;
+	int			nev;
+	int			i;
+	DqReq	   *r;
+
+	if (dq_multi == NULL)
+		return WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 timeout_ms, PG_WAIT_EXTENSION) & WL_LATCH_SET;
+
+	/* results waiting to be recorded again: wake when the first is due */
+	for (r = dq_finished; r; r = r->next)
+		if (r->next_record > 0)
+			timeout_ms = Min(timeout_ms,
+							 Max((long) ((r->next_record - now + 999) / 1000), 0));
+	if (dq_nrunning > 0 && curl_multi_timeout(dq_multi, &curl_ms) == CURLM_OK &&
+		curl_ms >= 0)
+		timeout_ms = Min(timeout_ms, curl_ms);
+
+	if (dq_wes == NULL || dq_socks_changed)
+		dq_build_wait_set();
+	nev = WaitEventSetWait(dq_wes, Max(timeout_ms, 0), events, lengthof(events),
+						   PG_WAIT_EXTENSION);
+
+	/*
+	 * A set latch is reported alone, before any socket is looked at: under
+	 * a steady stream of wake-ups the sockets would never get their turn.
+	 * So reset it (the caller acts on WL_LATCH_SET after this returns, so
+	 * no wake-up is lost) and look at the sockets once more, not waiting.
+	 */
+	if (nev == 1 && (events[0].events & WL_LATCH_SET) && dq_nsocks > 0)
+	{
+		ResetLatch(MyLatch);
+		rc = WL_LATCH_SET;
+		nev = WaitEventSetWait(dq_wes, 0, events, lengthof(events),
+							   PG_WAIT_EXTENSION);
+	}
+	for (i = 0; i < nev; i++)
+	{
+		int			flags = 0;
+
+		if (events[i].events & WL_LATCH_SET)
+		{
+			rc = WL_LATCH_SET;
+			continue;
+		}
+		if (events[i].events & WL_SOCKET_READABLE)
+			flags |= CURL_CSELECT_IN;
+		if (events[i].events & WL_SOCKET_WRITEABLE)
+			flags |= CURL_CSELECT_OUT;
+		if (flags != 0)
+			(void) curl_multi_socket_action(dq_multi, events[i].fd, flags, &running);
+	}
+
+	/* curl's timeouts (a new transfer to start, connect or total timeouts) */
+	if (dq_nrunning > 0 && curl_multi_timeout(dq_multi, &curl_ms) == CURLM_OK &&
+		curl_ms == 0)
+		(void) curl_multi_socket_action(dq_multi, CURL_SOCKET_TIMEOUT, 0, &running);
+
+	dq_done();
 	dq_flush();
+	return rc;
 }

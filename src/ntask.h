@@ -159,11 +159,23 @@ extern NtaskGuardVerdict NtaskRunGuard(const char *name, text *task_key,
 extern char *NtaskGuardName(Oid guard);
 extern Oid	NtaskResolveGuard(const char *name);
 
-/* worker.c */
+/* worker.c: the launcher and the loop */
 extern void NtaskWorkerRegister(void);
+
+/*
+ * worker_shared.c: the worker's shared state, counters, wake-at-commit and
+ * transaction helper (used by worker.c, dispatch.c and the SQL functions
+ * that wake the worker; it calls neither of the first two)
+ */
 extern void NtaskShmemRequest(void);
 extern void NtaskShmemStartup(void);
 extern void NtaskWakeWorkerAtCommit(void);
+extern pid_t NtaskWorkerRunningPid(void);
+extern pid_t NtaskWorkerTakeSlot(void);
+extern void NtaskWorkerReleaseSlot(void);
+extern void NtaskWorkerSetState(const char *state);
+extern void NtaskWorkerNotStarted(const char *problem);
+extern void NtaskWorkerSetLastTick(TimestampTz now);
 /* ntask.worker_stats counters, in the view's column order */
 typedef enum NtaskCounter
 {
@@ -196,6 +208,7 @@ typedef struct NtaskHttpTarget
 	bool		put;			/* PUT instead of POST */
 	int			timeout_ms;
 	int			max_inflight;	/* 0: only the GUC limits it */
+	bool		keep_alive;		/* sends may reuse connections */
 	char	   *reconcile_url;	/* NULL: none */
 	char	   *reconcile_host; /* its host, as host */
 	bool		has_content_type;
@@ -211,7 +224,7 @@ extern NtaskHttpTarget *NtaskParseHttpTarget(Jsonb *target);
 extern void NtaskDispatchInit(const char *schema);
 extern bool NtaskDispatchTick(bool claim);
 extern int	NtaskDispatchInFlight(void);
-extern void NtaskDispatchPoll(int timeout_ms);
+extern int	NtaskDispatchWait(long timeout_ms);
 extern void NtaskDispatchRefreshQueues(void);
 
 /* claim.c */

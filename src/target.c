@@ -7,7 +7,8 @@
  *
  *	  {"type": "http", "url": "https://...", "method": "POST" | "PUT",
  *	   "timeout_ms": 1..600000, "headers": {"Name": "value", ...},
- *	   "reconcile_url": "https://...", "max_inflight": 1..1000}
+ *	   "reconcile_url": "https://...", "max_inflight": 1..1000,
+ *	   "keep_alive": true | false}
  *
  * Only "type" and "url" are required.  Unknown keys are refused (a typo
  * must not silently drop a setting).  Header names must be HTTP tokens,
@@ -32,6 +33,7 @@
 static void tg_error(const char *msg, const char *detail) pg_attribute_noreturn();
 static char *tg_string(JsonbValue *v, const char *key);
 static int	tg_int(JsonbValue *v, const char *key, int lo, int hi);
+static bool tg_bool(JsonbValue *v, const char *key);
 static char *tg_url(JsonbValue *v, const char *key, char **host);
 
 static void
@@ -50,6 +52,15 @@ tg_string(JsonbValue *v, const char *key)
 	if (v->type != jbvString)
 		tg_error(psprintf("\"%s\" must be a string", key), NULL);
 	return pnstrdup(v->val.string.val, v->val.string.len);
+}
+
+/* tg_bool: a JSON boolean, else an error */
+static bool
+tg_bool(JsonbValue *v, const char *key)
+{
+	if (v->type != jbvBool)
+		tg_error(psprintf("\"%s\" must be true or false", key), NULL);
+	return v->val.boolean;
 }
 
 static int
@@ -273,6 +284,8 @@ NtaskParseHttpTarget(Jsonb *target)
 			t->timeout_ms = tg_int(&v, key, 1, 600000);
 		else if (strcmp(key, "max_inflight") == 0)
 			t->max_inflight = tg_int(&v, key, 1, 1000);
+		else if (strcmp(key, "keep_alive") == 0)
+			t->keep_alive = tg_bool(&v, key);
 		else if (strcmp(key, "headers") == 0)
 		{
 			JsonbIterator *hit;
@@ -316,7 +329,7 @@ NtaskParseHttpTarget(Jsonb *target)
 		}
 		else
 			tg_error(psprintf("unknown key \"%s\"", key),
-					 "Known keys: type, url, method, timeout_ms, headers, reconcile_url, max_inflight.");
+					 "Known keys: type, url, method, timeout_ms, headers, reconcile_url, max_inflight, keep_alive.");
 	}
 	if (!has_url)
 		tg_error("\"url\" is required", NULL);

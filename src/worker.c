@@ -1,9 +1,11 @@
 /*-------------------------------------------------------------------------
  *
  * worker.c
- *	  The ntask background worker: the launcher, registration, shared
- *	  state, the main loop, wake-at-commit and the ntask.worker_stats
- *	  counters.
+ *	  The ntask background worker: the launcher, registration and the
+ *	  main loop.  The shared state, the worker_stats counters, the
+ *	  wake-at-commit and the transaction helper are in worker_shared.c;
+ *	  HTTP dispatch is in dispatch.c (worker.c -> dispatch.c ->
+ *	  worker_shared.c).
  *
  * Two processes (docs/worker.md "Identity"):
  *
@@ -24,8 +26,11 @@
  *	latch set				an enqueue committed: look for due http tasks
  *							(queues reread at most every 100 ms; a wake
  *							inside that window rereads when it ends)
- *	transfers in flight		curl is polled in slices of at most 10 ms, the
- *							latch and interrupts are checked between slices
+ *	transfers in flight		one WaitEventSet holds the latch and curl's
+ *							sockets (CURLMOPT_SOCKETFUNCTION), with curl's
+ *							next timeout as its timeout: a response is
+ *							handled as soon as it arrives, a wake-up at
+ *							once, and an idle worker sleeps
  *
  * Each database step is its own short transaction; none is open while
  * curl runs.  An ERROR in a step is caught, logged, counted in
@@ -33,8 +38,8 @@
  * rolled back, so at worst an attempt stays open until its lease expires
  * (and an invoked one then counts as outcome unknown).
  *
- * SIGTERM uses die(): the next CHECK_FOR_INTERRUPTS (at most 10 ms away
- * while transfers are in flight) exits; in-flight transfers are dropped.
+ * SIGTERM uses die(), which sets the latch: the wait returns at once and
+ * the next CHECK_FOR_INTERRUPTS exits; in-flight transfers are dropped.
  *
  * IDENTIFICATION
  *	  src/worker.c
@@ -75,34 +80,8 @@
 #include "utils/timeout.h"
 #include "utils/timestamp.h"
 
-PG_FUNCTION_INFO_V1(ntask_worker_stats);
-
 PGDLLEXPORT void ntask_worker_main(Datum arg);
 PGDLLEXPORT void ntask_launcher_main(Datum arg);
-
-#define WK_STATE_LEN 32
-#define WK_ERROR_LEN 256
-
-
-typedef struct NtaskWorkerShared
-{
-	slock_t		mutex;
-	pid_t		pid;			/* 0: not running */
-	Latch	   *latch;			/* the worker's latch, for wake-at-commit */
-	char		state[WK_STATE_LEN];
-	TimestampTz started_at;
-	TimestampTz last_tick;
-	int64		counters[NTASK_NCOUNTERS];	/* NtaskCounter order */
-	int			in_flight;
-	char		last_error[WK_ERROR_LEN];
-	TimestampTz last_error_at;
-} NtaskWorkerShared;
-
-static NtaskWorkerShared *wk_shared = NULL;
-
-/* this backend enqueued in the current transaction: wake at commit */
-static bool wk_wake_pending = false;
-static bool wk_callback_registered = false;
 
 /* what the worker knows of the extension it serves */
 typedef struct WkExtension
@@ -120,36 +99,12 @@ typedef struct WkTick
 
 static WkExtension wk_ext;
 
-static void wk_xact_callback(XactEvent event, void *arg);
-static void wk_set_state(const char *state);
 static void wk_extension_step(void *arg);
 static void wk_housekeeping(void);
 static void wk_pin_settings(void);
 static void wk_exit(int code, Datum arg);
 static bool wk_launcher_check(Oid *dboid, Oid *roleoid, char *problem,
 							  size_t len);
-
-void
-NtaskShmemRequest(void)
-{
-	RequestAddinShmemSpace(MAXALIGN(sizeof(NtaskWorkerShared)));
-}
-
-void
-NtaskShmemStartup(void)
-{
-	bool		found;
-
-	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
-	wk_shared = ShmemInitStruct("ntask worker", sizeof(NtaskWorkerShared), &found);
-	if (!found)
-	{
-		memset(wk_shared, 0, sizeof(NtaskWorkerShared));
-		SpinLockInit(&wk_shared->mutex);
-		strlcpy(wk_shared->state, "not started", WK_STATE_LEN);
-	}
-	LWLockRelease(AddinShmemInitLock);
-}
 
 /*
  * NtaskWorkerRegister
@@ -280,9 +235,7 @@ ntask_launcher_main(Datum arg)
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
 		}
-		SpinLockAcquire(&wk_shared->mutex);
-		running = wk_shared->pid;
-		SpinLockRelease(&wk_shared->mutex);
+		running = NtaskWorkerRunningPid();
 		if (running != 0 || !wk_launcher_check(&dboid, &roleoid, problem,
 											   sizeof(problem)))
 		{
@@ -292,11 +245,7 @@ ntask_launcher_main(Datum arg)
 				ereport(LOG,
 						(errmsg("ntask launcher: %s; the worker is not started", problem)));
 				strlcpy(last_problem, problem, sizeof(last_problem));
-				SpinLockAcquire(&wk_shared->mutex);
-				strlcpy(wk_shared->state, "not started", WK_STATE_LEN);
-				strlcpy(wk_shared->last_error, problem, WK_ERROR_LEN);
-				wk_shared->last_error_at = GetCurrentTimestamp();
-				SpinLockRelease(&wk_shared->mutex);
+				NtaskWorkerNotStarted(problem);
 			}
 			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 							 Max(ntask_naptime_ms, 100), PG_WAIT_EXTENSION);
@@ -346,99 +295,6 @@ ntask_launcher_main(Datum arg)
 }
 
 /*
- * NtaskWakeWorkerAtCommit
- *		Called by enqueue: set the worker's latch when this transaction
- *		commits (never before: the worker would not see the task yet).  No
- *		lock, no pg_notify; a no-op without shared_preload_libraries.
- */
-void
-NtaskWakeWorkerAtCommit(void)
-{
-	if (wk_shared == NULL)
-		return;
-	if (!wk_callback_registered)
-	{
-		RegisterXactCallback(wk_xact_callback, NULL);
-		wk_callback_registered = true;
-	}
-	wk_wake_pending = true;
-}
-
-static void
-wk_xact_callback(XactEvent event, void *arg)
-{
-	Latch	   *latch;
-
-	switch (event)
-	{
-		case XACT_EVENT_COMMIT:
-		case XACT_EVENT_PARALLEL_COMMIT:
-			if (!wk_wake_pending)
-				break;
-			wk_wake_pending = false;
-			SpinLockAcquire(&wk_shared->mutex);
-			latch = wk_shared->latch;
-			SpinLockRelease(&wk_shared->mutex);
-			if (latch != NULL)
-				SetLatch(latch);
-			break;
-		case XACT_EVENT_ABORT:
-		case XACT_EVENT_PARALLEL_ABORT:
-		case XACT_EVENT_PREPARE:
-			wk_wake_pending = false;
-			break;
-		default:
-			break;
-	}
-}
-
-/* NtaskWorkerCount: add n to one of the worker_stats counters. */
-void
-NtaskWorkerCount(NtaskCounter counter, int64 n)
-{
-	if (wk_shared == NULL || n == 0)
-		return;
-	SpinLockAcquire(&wk_shared->mutex);
-	wk_shared->counters[counter] += n;
-	SpinLockRelease(&wk_shared->mutex);
-}
-
-void
-NtaskWorkerSetInFlight(int n)
-{
-	if (wk_shared == NULL)
-		return;
-	SpinLockAcquire(&wk_shared->mutex);
-	wk_shared->in_flight = n;
-	SpinLockRelease(&wk_shared->mutex);
-}
-
-/*
- * NtaskWorkerError
- *		Remember the last error for worker_stats (the message only: callers
- *		never put header values or bodies into it).
- */
-void
-NtaskWorkerError(const char *msg)
-{
-	if (wk_shared == NULL)
-		return;
-	SpinLockAcquire(&wk_shared->mutex);
-	strlcpy(wk_shared->last_error, msg, WK_ERROR_LEN);
-	wk_shared->last_error_at = GetCurrentTimestamp();
-	SpinLockRelease(&wk_shared->mutex);
-}
-
-static void
-wk_set_state(const char *state)
-{
-	SpinLockAcquire(&wk_shared->mutex);
-	strlcpy(wk_shared->state, state, WK_STATE_LEN);
-	SpinLockRelease(&wk_shared->mutex);
-	pgstat_report_activity(STATE_IDLE, state);
-}
-
-/*
  * wk_extension_step
  *		*(WkExtension *) arg = ntask's extension OID and the schema of its
  *		API functions, or InvalidOid if ntask is not installed here.
@@ -480,55 +336,6 @@ wk_pin_settings(void)
 	snprintf(buf, sizeof(buf), "%d", ntask_worker_lock_timeout_ms);
 	SetConfigOption("lock_timeout", buf, PGC_SUSET, PGC_S_OVERRIDE);
 	SetConfigOption("statement_timeout", "0", PGC_SUSET, PGC_S_OVERRIDE);
-}
-
-/*
- * NtaskWorkerRunXact
- *		Run fn(arg) in its own transaction with an SPI connection and a
- *		snapshot, and commit.  An ERROR is caught: logged as "ntask worker:
- *		<what> failed", remembered for worker_stats, the transaction rolled
- *		back; returns false then.  Never leaves a transaction open.
- */
-bool
-NtaskWorkerRunXact(void (*fn) (void *arg), void *arg, const char *what)
-{
-	MemoryContext oldcxt = CurrentMemoryContext;
-	volatile bool ok = true;
-
-	SetCurrentStatementStartTimestamp();
-	PG_TRY();
-	{
-		/* statement_timeout is not armed by anything else in a bgworker */
-		enable_timeout_after(STATEMENT_TIMEOUT, ntask_worker_statement_timeout_ms);
-		StartTransactionCommand();
-		SPI_connect();
-		PushActiveSnapshot(GetTransactionSnapshot());
-		pgstat_report_activity(STATE_RUNNING, what);
-		fn(arg);
-		PopActiveSnapshot();
-		SPI_finish();
-		CommitTransactionCommand();
-		disable_timeout(STATEMENT_TIMEOUT, false);
-	}
-	PG_CATCH();
-	{
-		ErrorData  *edata;
-
-		disable_timeout(STATEMENT_TIMEOUT, false);
-		MemoryContextSwitchTo(oldcxt);
-		edata = CopyErrorData();
-		FlushErrorState();
-		AbortCurrentTransaction();
-		NtaskWorkerError(edata->message);
-		ereport(LOG,
-				(errmsg("ntask worker: %s failed: %s", what, edata->message)));
-		FreeErrorData(edata);
-		ok = false;
-	}
-	PG_END_TRY();
-	MemoryContextSwitchTo(oldcxt);
-	pgstat_report_activity(STATE_IDLE, NULL);
-	return ok;
 }
 
 static void
@@ -596,15 +403,7 @@ ntask_worker_main(Datum arg)
 	pgstat_report_appname("ntask worker");
 	wk_pin_settings();
 
-	SpinLockAcquire(&wk_shared->mutex);
-	other = wk_shared->pid;
-	if (other == 0)
-	{
-		wk_shared->pid = MyProcPid;
-		wk_shared->latch = MyLatch;
-		wk_shared->started_at = GetCurrentTimestamp();
-	}
-	SpinLockRelease(&wk_shared->mutex);
+	other = NtaskWorkerTakeSlot();
 	if (other != 0)
 	{
 		ereport(LOG,
@@ -653,12 +452,12 @@ ntask_worker_main(Datum arg)
 			if (OidIsValid(wk_ext.oid))
 			{
 				NtaskDispatchInit(wk_ext.schema);
-				wk_set_state("running");
+				NtaskWorkerSetState("running");
 				next_tick = 0;
 			}
 			else
 			{
-				wk_set_state("waiting_for_extension");
+				NtaskWorkerSetState("waiting_for_extension");
 				rc = WaitLatch(MyLatch,
 							   WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 							   ntask_naptime_ms, PG_WAIT_EXTENSION);
@@ -671,9 +470,7 @@ ntask_worker_main(Datum arg)
 		woken = false;
 		if (now >= next_tick)
 		{
-			SpinLockAcquire(&wk_shared->mutex);
-			wk_shared->last_tick = now;
-			SpinLockRelease(&wk_shared->mutex);
+			NtaskWorkerSetLastTick(now);
 			wk_housekeeping();
 			NtaskDispatchRefreshQueues();
 			refresh_pending = false;
@@ -694,19 +491,16 @@ ntask_worker_main(Datum arg)
 		if (NtaskDispatchTick(woken))
 			continue;			/* more may be due at once */
 
-		if (NtaskDispatchInFlight() > 0)
-		{
-			NtaskDispatchPoll(10);
-			rc = WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						   0, PG_WAIT_EXTENSION);
-		}
-		else
+		/*
+		 * Sleep until the latch is set, a transfer has something to do
+		 * (curl's sockets and timeouts are in the same wait), a result is
+		 * due to be recorded again, or the next tick or deferred refresh.
+		 */
 		{
 			TimestampTz until = refresh_pending ? Min(next_tick, next_refresh) : next_tick;
 			long		wait_ms = (long) ((until - GetCurrentTimestamp()) / 1000);
 
-			rc = WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						   Max(wait_ms, 0) + 1, PG_WAIT_EXTENSION);
+			rc = NtaskDispatchWait(Max(wait_ms, 0) + 1);
 		}
 		if (rc & WL_LATCH_SET)
 		{
@@ -739,65 +533,5 @@ ntask_worker_main(Datum arg)
 static void
 wk_exit(int code, Datum arg)
 {
-	SpinLockAcquire(&wk_shared->mutex);
-	wk_shared->pid = 0;
-	wk_shared->latch = NULL;
-	wk_shared->in_flight = 0;
-	strlcpy(wk_shared->state, "stopped", WK_STATE_LEN);
-	SpinLockRelease(&wk_shared->mutex);
-}
-
-/*
- * ntask_worker_stats() RETURNS TABLE(pid, state, started_at, last_tick,
- *		dispatched, accepted, transient, permanent, unknown, reconciled,
- *		in_flight, expired_leases, repaired, pruned, last_error,
- *		last_error_at, database)
- *
- * One row from shared memory; all NULL but state when ntask is not in
- * shared_preload_libraries.
- */
-Datum
-ntask_worker_stats(PG_FUNCTION_ARGS)
-{
-	TupleDesc	tupdesc;
-	Datum		values[17];
-	bool		nulls[17];
-	NtaskWorkerShared copy;
-	int			c = 0;
-	int			i;
-
-	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
-		elog(ERROR, "ntask: return type must be a row type");
-	memset(nulls, 0, sizeof(nulls));
-
-	if (wk_shared == NULL)
-	{
-		memset(nulls, true, sizeof(nulls));
-		nulls[1] = false;
-		values[1] = CStringGetTextDatum("not preloaded");
-		PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
-	}
-	SpinLockAcquire(&wk_shared->mutex);
-	memcpy(&copy, wk_shared, sizeof(copy));
-	SpinLockRelease(&wk_shared->mutex);
-
-	values[c] = Int32GetDatum(copy.pid);
-	nulls[c++] = copy.pid == 0;
-	values[c++] = CStringGetTextDatum(copy.state);
-	values[c] = TimestampTzGetDatum(copy.started_at);
-	nulls[c++] = copy.started_at == 0;
-	values[c] = TimestampTzGetDatum(copy.last_tick);
-	nulls[c++] = copy.last_tick == 0;
-	for (i = NTASK_COUNT_DISPATCHED; i <= NTASK_COUNT_RECONCILED; i++)
-		values[c++] = Int64GetDatum(copy.counters[i]);
-	values[c++] = Int32GetDatum(copy.in_flight);
-	for (i = NTASK_COUNT_EXPIRED_LEASES; i < NTASK_NCOUNTERS; i++)
-		values[c++] = Int64GetDatum(copy.counters[i]);
-	values[c] = CStringGetTextDatum(copy.last_error);
-	nulls[c++] = copy.last_error[0] == '\0';
-	values[c] = TimestampTzGetDatum(copy.last_error_at);
-	nulls[c++] = copy.last_error_at == 0;
-	values[c++] = DirectFunctionCall1(namein, CStringGetDatum(ntask_database));
-	Assert(c == 17);
-	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
+	NtaskWorkerReleaseSlot();
 }

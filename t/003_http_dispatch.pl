@@ -463,6 +463,54 @@ is( sql(q{SELECT string_agg(concat_ws('/', a.attempt, a.error_class, a.error_sta
 	'reuse-b: the dropped attempt is unknown, the second one succeeded');
 is_deeply(pkeys('reuse-b')->{'reuse-b'}{attempts}, [ '1', '2' ],
 	'reuse-b: the provider saw one request per attempt (NTask-Attempt 1, then 2)');
+{
+	my $k = pkeys('reuse-');
+	isnt($k->{'reuse-a'}{reqs}[0]{peer}, $k->{'reuse-b'}{reqs}[0]{peer},
+		'reuse: without keep_alive every send has its own connection');
+}
+
+# ---------------------------------------------------------------------
+# keep_alive: a target that opts in reuses connections, and a reused
+# connection that dies without an answer still gives one request per
+# attempt: libcurl would resend the request, but it cannot rewind the body
+# (read callback, no seek callback), so the transfer fails instead and the
+# attempt is unknown.
+# ---------------------------------------------------------------------
+{
+	my ($rc, $out, $err) = $node->psql('postgres',
+		q{SELECT ntask_queue_set('q_badkeep', target => '{"type": "http", "url": "http://127.0.0.1/", "keep_alive": "yes"}')});
+	like($err, qr/"keep_alive" must be true or false/, 'keep_alive: a non-boolean is refused');
+}
+queue('q_keep', 3, keep_alive => JSON::PP::true);
+prov('POST', '/_admin/rules', { rules => {
+	'keep-b' => [ { mode => 'drop' }, { status => 200 } ] } });
+for my $key ('keep-a1', 'keep-a2')
+{
+	sql(qq{SELECT state FROM ntask_enqueue('q_keep', '$key', '{"n": 1}')});
+	ok( $node->poll_query_until('postgres',
+			qq{SELECT state FROM ntask.task WHERE task_key = '$key'}, 'succeeded'),
+		"keep_alive: $key delivered");
+}
+sql(q{SELECT state FROM ntask_enqueue('q_keep', 'keep-b', '{"n": 2}')});
+ok( $node->poll_query_until('postgres',
+		q{SELECT state FROM ntask.task WHERE task_key = 'keep-b'}, 'succeeded'),
+	'keep_alive: keep-b delivered in the end');
+{
+	my $k = pkeys('keep-');
+	is($k->{'keep-a2'}{reqs}[0]{peer}, $k->{'keep-a1'}{reqs}[0]{peer},
+		'keep_alive: keep-a2 went over keep-a1\'s connection');
+	is($k->{'keep-b'}{reqs}[0]{peer}, $k->{'keep-a1'}{reqs}[0]{peer},
+		'keep_alive: keep-b attempt 1 went over the same kept-alive connection');
+	is_deeply($k->{'keep-b'}{attempts}, [ '1', '2' ],
+		'keep_alive: the provider saw one request per attempt (NTask-Attempt 1, then 2)');
+}
+is( sql(q{SELECT string_agg(concat_ws('/', a.attempt, a.error_class, a.error_stage, a.outcome_known), ',' ORDER BY a.token)
+		FROM ntask.attempt a JOIN ntask.task t USING (task_id) WHERE t.task_key = 'keep-b'}),
+	'1/unknown/response/f,2/t',
+	'keep_alive: the attempt whose connection died is unknown (not resent), the second one succeeded');
+is( sql(q{SELECT detail->>'curl_code' FROM ntask.attempt a JOIN ntask.task t USING (task_id)
+		WHERE t.task_key = 'keep-b' AND a.attempt = 1}),
+	'65', 'keep_alive: ... ended by CURLE_SEND_FAIL_REWIND (65): libcurl refused to send it again');
 
 $node->stop;
 done_testing();

@@ -21,6 +21,11 @@
 #      cancel on an in-flight task (never committed) does not keep other
 #      queues from being dispatched (ntask.worker_lock_timeout = 200ms);
 #      after its ROLLBACK the held task finishes too.
+#  3b. The same lock inside a batched record: four tasks of one queue
+#      answered together, one of them locked; the worker records a round's
+#      results in one statement, which fails on the lock, and falls back to
+#      one subtransaction per result: the other three are recorded, the
+#      locked one after the ROLLBACK, each with one effect.
 #   4. pg_cancel_backend on the idle worker: it survives (same pid, no
 #      FATAL) and goes on dispatching.
 #   6. HTTP status classification: 500, 502, 504 are unknown at stage
@@ -501,6 +506,45 @@ ok(poll('hold-1 to succeed', 20, q{SELECT state FROM ntask.task WHERE task_key =
 	'row lock: after the ROLLBACK hold-1 finishes (succeeded)');
 is(pkeys('hold-')->{'hold-1'}{effects}, 1, 'row lock: hold-1 had one effect at the provider');
 cancel_leftovers('hold', 'free');
+
+# ---------------------------------------------------------------------
+# 3b. One locked row in a batched record does not lose the others
+# ---------------------------------------------------------------------
+
+case_start('3b batched record');
+queue('batch', timeout_ms => 4000);
+prov('POST', '/_admin/rules',
+	{ rules => { 'batch-' => [ { status => 200, delay_ms => 2500 } ] } });
+my @batch = map { "batch-$_" } 1 .. 4;
+enqueue('batch', @batch);
+ok( wait_for('the provider to receive the 4 batch tasks', 10,
+		sub { my $k = pkeys('batch-'); 4 == grep { $k->{$_} && $k->{$_}{requests} >= 1 } @batch }),
+	'batched record: 4 tasks in flight (the provider holds its answers 2.5 s)');
+my $b1_id = id('batch-1');
+my $bgb = $node->background_psql('postgres', on_error_stop => 0, timeout => 120);
+$bgb->query('BEGIN');
+is($bgb->query(qq{SELECT ntask_cancel($b1_id, 'ops', 'hold')}), 'applied',
+	'batched record: an open transaction cancels batch-1 (not committed: the row stays locked)');
+my $log_off_b = -s $node->logfile;
+ok( poll('batch-2..4 to succeed', 15,
+		q{SELECT count(*) FROM ntask.task WHERE task_key IN ('batch-2', 'batch-3', 'batch-4')
+		  AND state = 'succeeded' AND outcome = 'provider_accepted'}, '3'),
+	'batched record: the 3 unlocked tasks are recorded while batch-1 is locked');
+is(sql(q{SELECT state FROM ntask.task WHERE task_key = 'batch-1'}), 'leased',
+	'batched record: batch-1 is still leased (its record waits for the lock)');
+{
+	my $log = slurp_file($node->logfile, $log_off_b);
+	my $fell_back = $log =~ /recording \d+ results in one statement failed, recording them one by one/;
+	note 'batched record: the round was recorded '
+	  . ($fell_back ? 'by the batch, then one by one after it failed' : 'without a failed batch (answers came apart)');
+}
+$bgb->query('ROLLBACK');
+$bgb->quit;
+ok(poll('batch-1 to succeed', 20, q{SELECT state FROM ntask.task WHERE task_key = 'batch-1'}, 'succeeded'),
+	'batched record: after the ROLLBACK batch-1 finishes (succeeded)');
+is(scalar(grep { $_->{effects} == 1 } values %{ pkeys('batch-') }), 4,
+	'batched record: the provider has one effect per task');
+cancel_leftovers('batch');
 
 # ---------------------------------------------------------------------
 # 4. pg_cancel_backend on the idle worker does not kill it

@@ -51,7 +51,8 @@ Per key the stats hold: requests, effects (0 or 1), duplicates, effect_at,
 attempts (NTask-Attempt values in arrival order), task_ids, status_checks,
 and reqs: one entry per request with arrival time, method, path, headers
 (name/value pairs as received), body, what was done and when the connection
-ended.
+ended; a send's entry also has "peer", the client's port (the same port:
+the same connection).
 """
 
 import argparse
@@ -371,7 +372,7 @@ class Handler(BaseHTTPRequestHandler):
             rec["attempts"].append(self.headers.get("NTask-Attempt"))
             rec["task_ids"].append(self.headers.get("NTask-Task-Id"))
             entry = {"t": now, "method": self.command, "path": self.path,
-                     "kind": "send",
+                     "kind": "send", "peer": self.client_address[1],
                      "headers": [[k, v] for k, v in self.headers.items()],
                      "body": body.decode("utf-8", "replace"),
                      "mode": None, "answer": None, "effect": False,
