@@ -436,6 +436,16 @@ ok( wait_for('the provider to see wake-2', 20,
 	'an enqueue into a queue created since the last tick is dispatched at once too');
 note sprintf('wake-2: %.2f s after the enqueue', time - $t0);
 
+# wake-3, wake-4: a batch enqueue wakes it too (the enqueue wakes the worker
+# only for http queues; this is the batch form of that check)
+$t0 = time;
+sql(q{SELECT count(*) FROM ntask_enqueue_many('q_wake', ARRAY['wake-3', 'wake-4'],
+	ARRAY['{"wake": 3}', '{"wake": 4}']::jsonb[])});
+ok( wait_for('the provider to see wake-3 and wake-4', 20,
+		sub { my $k = pkeys('wake-'); $k->{'wake-3'} && $k->{'wake-4'} }),
+	'an ntask_enqueue_many into an http queue is dispatched at once');
+note sprintf('wake-3/4: %.2f s after the enqueue', time - $t0);
+
 # ---------------------------------------------------------------------
 # One request per attempt, also when a kept-alive connection dies: after a
 # successful send, the next send to the same provider is accepted and the
