@@ -247,7 +247,10 @@ sub hostile_for
 	if ($type =~ /\[\]$/)
 	{
 		push @v, q{'{}'}, q{'{NULL}'}, q{'{0,-1,9223372036854775807}'},
-		  "(SELECT array_agg(g) FROM generate_series(1, 100000) g)::$type";
+		  "(SELECT array_agg(g) FROM generate_series(1, 100000) g)::$type",
+		  "(SELECT array_agg(g) FROM generate_series(1, 10000) g)::$type",
+		  "'{{1,2},{3,4}}'::$type", "'{7,7}'::$type", "'{7,NULL,8}'::$type",
+		  "'[0:1]={7,8}'::$type";
 	}
 	my $isrow = $node->safe_psql('postgres',
 		"SELECT typrelid <> 0 FROM pg_type WHERE oid = " . lit($type) . "::regtype");
@@ -269,8 +272,14 @@ sub hostile_for
 	'timestamp with time zone' => q{'2026-01-01 00:00+00'},
 	'jsonb' => q{'{}'},
 	'boolean' => 'true',
+	'bigint[]' => 'ARRAY[7]::bigint[]',
+	'text[]' => q{ARRAY['k-new']},
+	'jsonb[]' => q{ARRAY['{}']::jsonb[]},
 );
 my %sane_by_name = (
+	task_ids => 'ARRAY[7, 8]::bigint[]', tokens => 'ARRAY[1, 1]::bigint[]',
+	task_keys => q{ARRAY['k-new', 'k-new2']}, payloads => q{ARRAY['{}', '{"n": 2}']::jsonb[]},
+	finish_task_id => '9', finish_token => '1',
 	queue => q{'q'}, worker => q{'w'}, task_key => q{'k-new'},
 	task_id => '7', token => '1', to_state => q{'succeeded'},
 	actor => q{'a'}, reason => q{'r'}, owner => q{'o'}, next_action => q{'n'},
@@ -286,7 +295,7 @@ sub sane
 	my $name = $f->{names}[$i];
 	# a value by parameter name where the type is one those values fit
 	return $sane_by_name{$name}
-	  if defined $sane_by_name{$name} && $type =~ /^(text|bigint|integer)$/;
+	  if defined $sane_by_name{$name} && $type =~ /^(text|bigint|integer|jsonb)(\[\])?$/;
 	return $sane_by_type{$type} // "NULL::$type";
 }
 
