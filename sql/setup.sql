@@ -28,3 +28,10 @@ SELECT created FROM ntask_enqueue('tmp', 'a');
 SELECT task_key, token FROM ntask_claim('tmp', 'W1');
 DROP EXTENSION ntask;
 CREATE EXTENSION ntask;
+-- queue names, task keys and partition keys compare as bytes (COLLATE "C")
+SELECT attrelid::regclass AS rel, attname, attcollation::regcollation AS collation
+FROM pg_attribute
+WHERE attrelid IN ('ntask.queue'::regclass, 'ntask.task'::regclass, 'ntask.schedule'::regclass,
+				   'ntask.audit'::regclass)
+  AND attname IN ('queue', 'task_key', 'partition_key')
+ORDER BY 1, 2;
