@@ -1,7 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * enqueue.c
- *	  ntask_enqueue: idempotent enqueue on (queue, task_key).
+ *	  ntask_enqueue: idempotent enqueue on (queue, task_key), and its batch
+ *	  form ntask_enqueue_many (docs/design.md "Batches").
  *
  * The insert is INSERT ... SELECT FROM ntask.queue ... ON CONFLICT DO
  * NOTHING RETURNING, so the happy path is one statement and a duplicate

@@ -2,7 +2,9 @@
  *
  * transition.c
  *	  ntask_transition: the fenced, conditional end of an attempt, and the
- *	  retry backoff.
+ *	  retry backoff; its batch form ntask_transition_many and the worker's
+ *	  one-call loop ntask_transition_and_claim (docs/design.md "Batches");
+ *	  the task row check ntask.task_row_valid.
  *
  * Every to_state but retry_wait is first tried as one conditional
  * statement (task row: token = $token AND state = leased; attempt row:
