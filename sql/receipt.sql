@@ -49,6 +49,12 @@ SELECT token, prior_outcome FROM ntask_claim('rep2', 'W3');
 -- W1's receipt stays stale; W2's retry of its own receipt is still a duplicate
 SELECT ntask_receipt(:r3, 1, '{"rows": 1}');
 SELECT ntask_receipt(:r3, 2, '{"rows": 1}');
+-- one business commit per task: W3 holds the task now, but W2's receipt
+-- is the task's; W3's receipt is a duplicate (same content: do not write
+-- again) or a conflict (other content), and writes no receipt of its own
+SELECT ntask_receipt(:r3, 3, '{"rows": 1}');
+SELECT ntask_receipt(:r3, 3, '{"rows": 2}');
+SELECT token FROM ntask.receipt WHERE task_id = :r3 ORDER BY token;
 -- a canceled task's token is stale for receipts too
 SELECT task_id AS r4 FROM ntask_enqueue('rep2', 'report:2026-12-02') \gset
 SELECT token FROM ntask_claim('rep2', 'W1');

@@ -9,12 +9,19 @@
  * A worker calls ntask_receipt(task_id, token, payload) in the same
  * transaction as its business write:
  *
- *	no receipt, token still the task's latest and not closed by someone
- *	else (takeover, cancel)					-> applied (receipt inserted)
- *	receipt of this token, same digest		-> duplicate (a retry after a
- *											   lost commit response)
- *	receipt of this token, other digest		-> conflict (first one kept)
- *	no receipt, the task moved past token	-> stale
+ *	token still the task's latest and not closed by someone else
+ *	(takeover, cancel):
+ *	  no receipt of the task yet			-> applied (receipt inserted)
+ *	  a receipt of the task, of this token or an earlier one (W1 committed,
+ *	  stalled, W2 took over):
+ *		same digest							-> duplicate (nothing written:
+ *											   one business commit per task)
+ *		other digest						-> conflict (the first one kept)
+ *	the task moved past token:
+ *	  a receipt of this token				-> duplicate / conflict as above
+ *											   (a retry after a lost commit
+ *											   response)
+ *	  none									-> stale
  *
  * The insert is INSERT ... ON CONFLICT DO NOTHING RETURNING, so a duplicate
  * never raises inside the caller's transaction.  The task row is locked
@@ -80,6 +87,19 @@ static NtaskPlan rcpt_insert_plan = {
 	4, {INT8OID, INT8OID, BYTEAOID, INT2OID}
 };
 
+/*
+ * The task's first receipt, whatever its token: a later attempt of a task
+ * whose business write was committed must not commit it again.  Read by
+ * a new statement after the lock, like rcpt_closed_plan.
+ */
+static NtaskPlan rcpt_task_plan = {
+	"receipt of the task",
+	"SELECT r.payload_digest, r.digest_version FROM ntask.receipt r "
+	"WHERE r.task_id OPERATOR(pg_catalog.=) $1 "
+	"ORDER BY r.token LIMIT 1",
+	1, {INT8OID}
+};
+
 static NtaskPlan rcpt_existing_plan = {
 	"receipt lookup",
 	"SELECT r.payload_digest, r.digest_version FROM ntask.receipt r "
@@ -106,6 +126,17 @@ NtaskSameDigest(Jsonb *payload, bytea *current_digest, bytea *stored,
 	return VARSIZE_ANY_EXHDR(stored) == VARSIZE_ANY_EXHDR(cmp) &&
 		memcmp(VARDATA_ANY(stored), VARDATA_ANY(cmp),
 			   VARSIZE_ANY_EXHDR(cmp)) == 0;
+}
+
+/* rcpt_compare: duplicate or conflict against the receipt in row 0 */
+static const char *
+rcpt_compare(Jsonb *payload, bytea *digest)
+{
+	bool		isnull;
+
+	return NtaskSameDigest(payload, digest,
+						   DatumGetByteaPP(NtaskGetDatum(0, 1, &isnull)),
+						   NtaskGetInt32(0, 2)) ? "duplicate" : "conflict";
 }
 
 /*
@@ -149,17 +180,18 @@ ntask_receipt(PG_FUNCTION_ARGS)
 		stale = NtaskExecPlan(&rcpt_closed_plan, values, NULL, SPI_OK_SELECT) == 1 &&
 			NtaskGetBool(0, 1);
 
-	if (!stale &&
-		NtaskExecPlan(&rcpt_insert_plan, values, NULL, SPI_OK_INSERT_RETURNING) == 1)
+	/*
+	 * The token holds the task: compare with the task's receipt, of any
+	 * token, if there is one; else write this one.  A stale token: only
+	 * its own receipt (a retry after a lost commit response) answers.
+	 */
+	if (!stale && NtaskExecPlan(&rcpt_task_plan, values, NULL, SPI_OK_SELECT) == 1)
+		result = rcpt_compare(payload, digest);
+	else if (!stale &&
+			 NtaskExecPlan(&rcpt_insert_plan, values, NULL, SPI_OK_INSERT_RETURNING) == 1)
 		result = "applied";
 	else if (NtaskExecPlan(&rcpt_existing_plan, values, NULL, SPI_OK_SELECT) == 1)
-	{
-		bool		isnull;
-
-		result = NtaskSameDigest(payload, digest,
-								 DatumGetByteaPP(NtaskGetDatum(0, 1, &isnull)),
-								 NtaskGetInt32(0, 2)) ? "duplicate" : "conflict";
-	}
+		result = rcpt_compare(payload, digest);
 	else
 	{
 		/* no receipt; only possible when stale (else the insert applied) */
