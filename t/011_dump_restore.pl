@@ -1,0 +1,212 @@
+
+# Copyright (c) ntask contributors
+
+# t/011_dump_restore.pl: pg_dump of a database using ntask, restored with
+# pg_restore into a fresh cluster, keeps every task, attempt, receipt,
+# fence, schedule slot and audit row, and the restored database goes on
+# where the old one stopped (issue 16, "Dump and restore").
+#
+# The source database has a guarded queue and tasks in every state: one
+# succeeded with a commit receipt, one in retry_wait whose attempt was
+# invoked and is unknown, one in repair_required with an owner, one leased
+# (1 ms lease, so expired by the time it is restored), one ready that the
+# guard will skip, one ready, one canceled; a fence at token 5 and a
+# schedule with one fired slot.  `pg_dump -Fc` of it is restored into a new
+# cluster (the roles are created there first: pg_dump does not carry
+# roles).  Checked on the restored side:
+#   - tasks, the attempt ledger, receipts, fences, schedule slots, audit and
+#     queue policies are the same rows;
+#   - the sequences continue: a new task gets an id above every old one;
+#   - tokens continue above the old ones: the expired lease is taken over
+#     with the next token and the old token is stale; the unknown attempt
+#     is reported as prior_outcome 'unknown', the committed one 'committed';
+#   - the guard still runs (the edited task is skipped); the fence refuses
+#     an older token and applies a newer one; firing the old slot again
+#     makes no second task;
+#   - ALTER EXTENSION ntask UPDATE is a no-op.
+
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $conf = qq{
+shared_preload_libraries = 'ntask'
+ntask.worker = off
+ntask.backoff_jitter = off
+};
+
+my $src = PostgreSQL::Test::Cluster->new('src');
+$src->init;
+$src->append_conf('postgresql.conf', $conf);
+$src->start;
+
+sub sql
+{
+	my ($node, $sql) = @_;
+	return $node->safe_psql('postgres', $sql);
+}
+
+# what the restore must carry over unchanged
+sub snapshot
+{
+	my ($node) = @_;
+	my %s;
+	$s{tasks} = sql($node, q{
+		SELECT string_agg(concat_ws(':', task_id, queue, task_key, state, token, attempts,
+									max_attempts, unknown_attempts, payload, payload_digest,
+									run_at, due_at, deadline, lease_owner, lease_until,
+									reason, repair_owner, repair_next_action, outcome,
+									created_at, finished_at),
+						  ',' ORDER BY task_id)
+		FROM ntask.task});
+	$s{ledger} = sql($node, q{
+		SELECT string_agg(concat_ws('/', task_id, token, attempt, worker, claimed_at,
+									invoked_at, ended_at, result, requested, error_class,
+									outcome_known, outcome, retry_at, detail),
+						  ',' ORDER BY task_id, token)
+		FROM ntask.attempt});
+	$s{receipts} = sql($node, q{
+		SELECT string_agg(concat_ws('/', task_id, token, payload_digest, digest_version),
+						  ',' ORDER BY task_id, token)
+		FROM ntask.receipt});
+	$s{fences} = sql($node, q{
+		SELECT string_agg(to_jsonb(f)::text, ',' ORDER BY f.fence_key) FROM ntask.fence f});
+	$s{fence_receipts} = sql($node, q{
+		SELECT count(*) || ':' || coalesce(max(token), 0) FROM ntask.fence_receipt});
+	$s{slots} = sql($node, q{
+		SELECT string_agg(concat_ws('/', schedule, slot, task_id, outcome), ','
+						  ORDER BY schedule, slot)
+		FROM ntask.schedule_slot});
+	$s{schedules} = sql($node, q{
+		SELECT string_agg(concat_ws('/', name, cron, queue, overlap, catchup), ',' ORDER BY name)
+		FROM ntask.schedule});
+	$s{audit} = sql($node, q{
+		SELECT string_agg(concat_ws('/', audit_id, at, actor, action, task_id, queue, reason),
+						  ',' ORDER BY audit_id)
+		FROM ntask.audit});
+	$s{queues} = sql($node, q{
+		SELECT string_agg(to_jsonb(q)::text, ',' ORDER BY q.queue) FROM ntask.queue q});
+	$s{msg} = sql($node, q{SELECT string_agg(id || '=' || version, ',' ORDER BY id) FROM public.msg});
+	return \%s;
+}
+
+# ---------------------------------------------------------------------
+# The source database: every state
+# ---------------------------------------------------------------------
+
+sql($src, q{CREATE ROLE ntask_dr_worker});
+sql($src, q{CREATE EXTENSION ntask});
+sql($src, q{
+	CREATE TABLE public.msg (id text PRIMARY KEY, version int NOT NULL);
+	INSERT INTO public.msg SELECT 'm' || g, 1 FROM generate_series(1, 8) g;
+	CREATE FUNCTION public.dr_guard(task_key text, payload jsonb) RETURNS text
+	LANGUAGE sql STABLE AS $$
+	  SELECT CASE WHEN (SELECT version FROM public.msg WHERE id = payload->>'msg')
+					   <> (payload->>'v')::int
+				  THEN 'skip: edited' ELSE 'proceed' END
+	$$;});
+sql($src, q{
+	SELECT count(*) FROM ntask_queue_set('dq', max_attempts => 5, lease => '1 hour',
+										 guard => 'dr_guard(text, jsonb)');
+	SELECT count(*) FROM ntask_queue_set('rq');
+	SELECT ntask_queue_set_roles('rq', NULL, 'ntask_dr_worker');});
+
+# one task per state, enqueued in this order (ids 1..7)
+sql($src, q{
+	SELECT count(*) FROM ntask_enqueue_many('dq',
+		ARRAY['t-done', 't-unknown', 't-repair', 't-leased', 't-edited', 't-ready', 't-canceled'],
+		ARRAY(SELECT jsonb_build_object('msg', 'm' || g, 'v', 1) FROM generate_series(1, 7) g))});
+sub tid { my ($node, $key) = @_; return sql($node, "SELECT task_id FROM ntask.task WHERE task_key = '$key'"); }
+
+# claim the first four (ids order) with token 1
+is(sql($src, q{SELECT string_agg(task_key, ',' ORDER BY task_key) FROM ntask_claim('dq', 'W1', 4)}),
+	't-done,t-leased,t-repair,t-unknown', 'W1 claims four tasks');
+my ($done, $unknown, $repair, $leased) = map { tid($src, $_) } qw(t-done t-unknown t-repair t-leased);
+is(sql($src, qq{SELECT ntask_receipt($done, 1, '{"sent": 1}')}), 'applied', 't-done: receipt committed');
+is(sql($src, qq{SELECT result FROM ntask_transition($done, 1, 'succeeded', outcome => 'sent')}),
+	'applied', 't-done succeeded');
+is(sql($src, qq{SELECT ntask_invoked($unknown, 1)}), 'applied', 't-unknown invoked');
+is(sql($src, qq{SELECT state FROM ntask_transition($unknown, 1, 'retry_wait', 'unknown', retry_at => now())}),
+	'retry_wait', 't-unknown in retry_wait, outcome unknown, due now');
+is(sql($src, qq{SELECT state FROM ntask_transition($repair, 1, 'repair_required', 'permanent', '{"http": 400}')}),
+	'repair_required', 't-repair needs a human');
+sql($src, qq{SELECT ntask_repair_assign($repair, 'oncall', 'fix the device token')});
+# t-leased: its lease ends at once (the new cluster will take it over)
+is(sql($src, qq{SELECT ntask_heartbeat($leased, 1, '1 millisecond') IS NOT NULL}), 't',
+	't-leased: lease shortened to 1 ms');
+is(sql($src, q{SELECT ntask_cancel(task_id, 'ops', 'withdrawn') FROM ntask.task WHERE task_key = 't-canceled'}),
+	'applied', 't-canceled canceled');
+sql($src, q{UPDATE public.msg SET version = 2 WHERE id = 'm5'});	# t-edited's message
+is(sql($src, q{SELECT ntask_fence('cfg:h1', 5, '{"v": 5}')}), 'applied', 'fence cfg:h1 at token 5');
+sql($src, q{SELECT count(*) FROM ntask_queue_set('sq'); SELECT count(*) FROM ntask_schedule('s', '*/5 * * * *', 'sq')});
+my $slot = sql($src, q{SELECT fired_slot FROM ntask_fire('s') WHERE outcome = 'enqueued'});
+ok($slot ne '', "schedule s fired slot $slot");
+
+my $before = snapshot($src);
+my $maxid = sql($src, q{SELECT max(task_id) FROM ntask.task});
+
+# ---------------------------------------------------------------------
+# pg_dump, then pg_restore into a fresh cluster
+# ---------------------------------------------------------------------
+
+my $dump = PostgreSQL::Test::Utils::tempdir . '/ntask.dump';
+command_ok([ 'pg_dump', '-Fc', '-f', $dump, '-h', $src->host, '-p', $src->port, 'postgres' ],
+	'pg_dump -Fc of the database');
+
+my $dst = PostgreSQL::Test::Cluster->new('dst');
+$dst->init;
+$dst->append_conf('postgresql.conf', $conf);
+$dst->start;
+sql($dst, q{CREATE ROLE ntask_dr_worker});
+command_ok([ 'pg_restore', '--exit-on-error', '-d', 'postgres', '-h', $dst->host, '-p', $dst->port, $dump ],
+	'pg_restore into a fresh cluster exits 0');
+
+my $after = snapshot($dst);
+for my $k (sort keys %$before)
+{
+	ok(length($before->{$k} // '') > 0, "source: $k is not empty");
+	is($after->{$k}, $before->{$k}, "restored: $k unchanged");
+}
+note "tasks before the dump: $before->{tasks}";
+is(sql($dst, q{SELECT extversion FROM pg_extension WHERE extname = 'ntask'}), '0.3',
+	'restored: extension 0.3');
+
+# ---------------------------------------------------------------------
+# The restored database goes on where the old one stopped
+# ---------------------------------------------------------------------
+
+ok(sql($dst, q{SELECT task_id FROM ntask_enqueue('dq', 't-new', jsonb_build_object('msg', 'm8', 'v', 1))}) > $maxid,
+	'a new task gets an id above every restored one');
+# the claim: the expired lease is taken over with token 2; the unknown
+# retry comes with prior_outcome unknown; the edited task is skipped by the
+# guard; the ready ones get token 1
+is( sql($dst, q{
+		SELECT string_agg(task_key || ':' || token || ':' || coalesce(prior_outcome, '-'),
+						  ',' ORDER BY task_key)
+		FROM ntask_claim('dq', 'W2', 10)}),
+	't-leased:2:-,t-new:1:-,t-ready:1:-,t-unknown:2:unknown',
+	'restored: takeover with the next token (never invoked: known), the unknown retry reported, the guard still runs');
+is(sql($dst, q{SELECT state || ':' || coalesce(reason, '-') FROM ntask.task WHERE task_key = 't-edited'}),
+	'skipped:edited', 'restored: the guard skipped the edited task');
+is(sql($dst, qq{SELECT result FROM ntask_transition($leased, 1, 'succeeded')}), 'stale',
+	'restored: the token from before the restore is stale');
+is(sql($dst, qq{SELECT result FROM ntask_transition($leased, 2, 'succeeded')}), 'applied',
+	'restored: the new token applies');
+is(sql($dst, qq{SELECT ntask_receipt($done, 1, '{"sent": 1}')}), 'duplicate',
+	'restored: the committed receipt is still there (duplicate)');
+is(sql($dst, q{SELECT ntask_fence('cfg:h1', 4, '{"v": 4}')}), 'stale', 'restored: the fence refuses token 4');
+is(sql($dst, q{SELECT ntask_fence('cfg:h1', 6, '{"v": 6}')}), 'applied', 'restored: the fence applies token 6');
+is(sql($dst, qq{SELECT string_agg(outcome, ',') FROM ntask_fire('s', '$slot')}), 'duplicate',
+	'restored: firing the old slot again makes no second task');
+is(sql($dst, qq{SELECT count(*) FROM ntask.task WHERE queue = 'sq'}),
+	1, 'restored: one task for the slot');
+sql($dst, q{ALTER EXTENSION ntask UPDATE});
+is(sql($dst, q{SELECT extversion FROM pg_extension WHERE extname = 'ntask'}), '0.3',
+	'ALTER EXTENSION ntask UPDATE on the restored database is a no-op');
+
+$src->stop;
+$dst->stop;
+done_testing();
