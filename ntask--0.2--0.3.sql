@@ -143,40 +143,8 @@ BEGIN
 	END LOOP;
 END $$;
 
--- queue_stats.unknown_attempts: attempts with an unknown outcome of the
--- tasks that are not finished (a task that succeeded since is no longer a
--- question; one in repair is)
-CREATE OR REPLACE VIEW ntask.queue_stats AS
-SELECT q.queue,
-	   coalesce(s.ready, 0) AS ready,
-	   coalesce(s.leased, 0) AS leased,
-	   coalesce(s.retry_wait, 0) AS retry_wait,
-	   coalesce(s.succeeded, 0) AS succeeded,
-	   coalesce(s.repair_required, 0) AS repair_required,
-	   coalesce(s.canceled, 0) AS canceled,
-	   coalesce(s.skipped, 0) AS skipped,
-	   pg_catalog.now() OPERATOR(pg_catalog.-) s.oldest_ready AS oldest_ready_age,
-	   pg_catalog.now() OPERATOR(pg_catalog.-) s.oldest_unfinished AS oldest_unfinished_age,
-	   coalesce(s.unknown_attempts, 0) AS unknown_attempts,
-	   coalesce(s.repair_required, 0) AS repair_count
-FROM ntask.queue q
-LEFT JOIN (
-	SELECT t.queue,
-		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'ready') AS ready,
-		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'leased') AS leased,
-		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'retry_wait') AS retry_wait,
-		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'succeeded') AS succeeded,
-		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'repair_required') AS repair_required,
-		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'canceled') AS canceled,
-		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'skipped') AS skipped,
-		   min(t.run_at) FILTER (WHERE t.state OPERATOR(pg_catalog.=) ANY ('{ready,retry_wait}')
-								 AND t.run_at OPERATOR(pg_catalog.<=) pg_catalog.now()) AS oldest_ready,
-		   min(t.created_at) FILTER (WHERE t.due_at IS NOT NULL) AS oldest_unfinished,
-		   sum(t.unknown_attempts) FILTER (WHERE t.state OPERATOR(pg_catalog.<>) ALL ('{succeeded,canceled,skipped}')) AS unknown_attempts
-	FROM ntask.task t
-	GROUP BY t.queue
-) s ON s.queue OPERATOR(pg_catalog.=) q.queue;
-COMMENT ON VIEW ntask.queue_stats IS 'ntask: per queue, tasks per state, oldest due-and-ready age, oldest unfinished age, attempts whose outcome is unknown of unfinished tasks (incl. repair_required), repair count';
+-- queue_stats.unknown_attempts now counts unfinished tasks only: the view
+-- is recreated with that definition below, with the COLLATE "C" change
 
 -- schedules: a caught-up slot gets a deadline it can meet, slots caught
 -- up by one firing do not skip each other or the current slot, and a
@@ -464,6 +432,9 @@ ALTER TABLE ntask.schedule ALTER COLUMN queue TYPE text COLLATE "C";
 ALTER TABLE ntask.audit ALTER COLUMN queue TYPE text COLLATE "C";
 CREATE TRIGGER queue_delete_check BEFORE DELETE OR UPDATE OF queue ON ntask.queue
 	FOR EACH ROW EXECUTE FUNCTION ntask.queue_delete_check();
+-- queue_stats.unknown_attempts: attempts with an unknown outcome of the
+-- tasks that are not finished (a task that succeeded since is no longer a
+-- question; one in repair is)
 CREATE VIEW ntask.queue_stats AS
 SELECT q.queue,
 	   coalesce(s.ready, 0) AS ready,

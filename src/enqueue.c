@@ -485,9 +485,7 @@ ntask_enqueue_many(PG_FUNCTION_ARGS)
 		{
 			EnqKey	   *k = items[i - 1].group;
 
-			if (VARSIZE(digest) != VARSIZE(k->digest) ||
-				memcmp(VARDATA(digest), VARDATA(k->digest),
-					   VARSIZE(digest) - VARHDRSZ) != 0)
+			if (!NtaskSameDigest(payload, digest, k->digest, NTASK_DIGEST_VERSION))
 				enq_conflict(it->key, queue, true);
 			it->group = k;
 			continue;

@@ -297,6 +297,26 @@ tr_check_args(const char *to_state, const char **error_class,
  *		SPI_tuptable holds (state, run_at).  has_next: final is retry_wait
  *		and next is its run_at.
  */
+/*
+ * tr_attempt_args
+ *		The four parameters both transition statements take in a row:
+ *		error_class, error_stage, "the outcome is known" (error_class is not
+ *		unknown) and outcome, into values[0..3] / nulls[0..3].
+ */
+static void
+tr_attempt_args(TrCall *c, Datum *values, char *nulls)
+{
+	values[0] = c->error_class ? CStringGetTextDatum(c->error_class) : (Datum) 0;
+	nulls[0] = c->error_class ? ' ' : 'n';
+	values[1] = c->stage ? CStringGetTextDatum(c->stage) : (Datum) 0;
+	nulls[1] = c->stage ? ' ' : 'n';
+	values[2] = BoolGetDatum(c->error_class == NULL ||
+							 strcmp(c->error_class, "unknown") != 0);
+	nulls[2] = ' ';
+	values[3] = c->outcome ? CStringGetTextDatum(c->outcome) : (Datum) 0;
+	nulls[3] = c->outcome ? ' ' : 'n';
+}
+
 static bool
 tr_apply(TrCall *c, const char *final, TimestampTz next, const char *reason,
 		 bool engine_reason)
@@ -309,14 +329,7 @@ tr_apply(TrCall *c, const char *final, TimestampTz next, const char *reason,
 	values[1] = Int64GetDatum(c->token);
 	values[2] = CStringGetTextDatum(final);
 	values[3] = CStringGetTextDatum(c->to_state);
-	values[4] = c->error_class ? CStringGetTextDatum(c->error_class) : (Datum) 0;
-	nulls[4] = c->error_class ? ' ' : 'n';
-	values[5] = c->stage ? CStringGetTextDatum(c->stage) : (Datum) 0;
-	nulls[5] = c->stage ? ' ' : 'n';
-	values[6] = BoolGetDatum(c->error_class == NULL ||
-							 strcmp(c->error_class, "unknown") != 0);
-	values[7] = c->outcome ? CStringGetTextDatum(c->outcome) : (Datum) 0;
-	nulls[7] = c->outcome ? ' ' : 'n';
+	tr_attempt_args(c, &values[4], &nulls[4]);
 	values[8] = c->retry_at;
 	nulls[8] = c->retry_at_null ? 'n' : ' ';
 	values[9] = c->detail;
@@ -334,8 +347,7 @@ tr_apply(TrCall *c, const char *final, TimestampTz next, const char *reason,
 /*
  * tr_init
  *		Fill c's attempt-independent fields from the call's arguments, given
- *		their positions (a_retry_at and a_stage may be -1: not an argument
- *		of this function), and validate them.  Returns the default reason.
+ *		their positions, and validate them.  Returns the default reason.
  */
 static const char *
 tr_init(TrCall *c, FunctionCallInfo fcinfo, int a_to_state, int a_error_class,
@@ -348,11 +360,11 @@ tr_init(TrCall *c, FunctionCallInfo fcinfo, int a_to_state, int a_error_class,
 		text_to_cstring(NtaskArgText(fcinfo, a_error_class, "error_class", 64));
 	c->detail_null = PG_ARGISNULL(a_detail);
 	c->detail = c->detail_null ? (Datum) 0 : PG_GETARG_DATUM(a_detail);
-	c->retry_at_null = a_retry_at < 0 || PG_ARGISNULL(a_retry_at);
+	c->retry_at_null = PG_ARGISNULL(a_retry_at);
 	c->retry_at = c->retry_at_null ? (Datum) 0 : PG_GETARG_DATUM(a_retry_at);
 	c->outcome = PG_ARGISNULL(a_outcome) ? NULL :
 		text_to_cstring(NtaskArgText(fcinfo, a_outcome, "outcome", NTASK_MAX_NAME_LEN));
-	c->stage = a_stage < 0 || PG_ARGISNULL(a_stage) ? NULL :
+	c->stage = PG_ARGISNULL(a_stage) ? NULL :
 		text_to_cstring(NtaskArgText(fcinfo, a_stage, "error_stage", NTASK_MAX_NAME_LEN));
 
 	reason = tr_check_args(c->to_state, &c->error_class, c->outcome != NULL,
@@ -577,14 +589,7 @@ tr_many_apply(TrCall *c, const char *reason, TrItem *items, int n)
 	values[0] = NtaskInt8Array(ids, n);
 	values[1] = NtaskInt8Array(toks, n);
 	values[2] = CStringGetTextDatum(c->to_state);
-	values[3] = c->error_class ? CStringGetTextDatum(c->error_class) : (Datum) 0;
-	nulls[3] = c->error_class ? ' ' : 'n';
-	values[4] = c->stage ? CStringGetTextDatum(c->stage) : (Datum) 0;
-	nulls[4] = c->stage ? ' ' : 'n';
-	values[5] = BoolGetDatum(c->error_class == NULL ||
-							 strcmp(c->error_class, "unknown") != 0);
-	values[6] = c->outcome ? CStringGetTextDatum(c->outcome) : (Datum) 0;
-	nulls[6] = c->outcome ? ' ' : 'n';
+	tr_attempt_args(c, &values[3], &nulls[3]);
 	values[7] = c->detail;
 	nulls[7] = c->detail_null ? 'n' : ' ';
 	values[8] = reason ? CStringGetTextDatum(reason) : (Datum) 0;
