@@ -21,6 +21,8 @@ OBJS = \
 	src/target.o \
 	src/housekeeping.o \
 	src/worker_shared.o \
+	src/wait.o \
+	src/result.o \
 	src/dispatch.o \
 	src/worker.o
 DATA = $(wildcard ntask--*.sql)
@@ -30,7 +32,7 @@ PG_CPPFLAGS = -I$(srcdir)/src -std=c11
 SHLIB_LINK = -lcurl
 
 
-REGRESS = setup enqueue claim transition budget replay_cancel release batch guard errors stats receipt \
+REGRESS = setup enqueue claim transition budget replay_cancel release batch result wait guard errors stats receipt \
 	cron schedule housekeeping http_target privileges upgrade
 REGRESS_OPTS = --temp-instance=./tmp_check_regress --temp-config=$(srcdir)/test/ntask.conf
 
@@ -38,7 +40,8 @@ ISOLATION = takeover_w1_w2 claim_skip_locked enqueue_same_key cancel_vs_transiti
 	receipt_lost_response_same_token receipt_same_token_different_content \
 	receipt_stale_after_takeover receipt_vs_cancel fence_v2_after_v3 fence_reverse_delivery \
 	schedule_fire_same_slot transition_many_vs_takeover transition_and_claim_takeover \
-	transition_many_lock_order receipt_second_token_after_commit
+	transition_many_lock_order receipt_second_token_after_commit claim_wait_woken_by_enqueue \
+	claim_wait_two_waiters
 ISOLATION_OPTS = --temp-instance=./tmp_check_iso --temp-config=$(srcdir)/test/ntask.conf
 
 TAP_TESTS = 1

@@ -486,3 +486,145 @@ LEFT JOIN LATERAL (
 WHERE t.state OPERATOR(pg_catalog.=) 'repair_required';
 COMMENT ON VIEW ntask.repair_queue IS 'ntask: redacted summary of tasks that need a human (no payload): reason, attempts, first/last attempt, last error, known vs unknown outcomes, owner, next action';
 GRANT SELECT ON ntask.queue_stats, ntask.repair_queue TO ntask_admin;
+
+-- issue 17: waiting claims, stored results, replay of a retried request
+-- (docs/design.md "Waiting claims", "Results and replay").  The functions
+-- whose arguments or columns grow are dropped and created again with the
+-- old ones first, so calls by position and reads by column name keep
+-- working; their grants are the 0.2 grants.
+ALTER TABLE ntask.task ADD COLUMN result jsonb;
+COMMENT ON COLUMN ntask.task.result IS 'what the succeeded attempt stored (ntask_transition result => ...; at most ntask.max_result_bytes); returned to a duplicate ntask_enqueue and by ntask_result; pruned with the task';
+
+DROP FUNCTION @extschema@.ntask_claim(text, text, integer, interval);
+CREATE FUNCTION @extschema@.ntask_claim(
+	queue text,
+	worker text,
+	max_tasks integer DEFAULT 1,
+	lease interval DEFAULT NULL,
+	wait interval DEFAULT NULL)
+RETURNS TABLE (task_id bigint, task_key text, payload jsonb, attempt integer,
+			   token bigint, lease_until timestamptz, prior_outcome text)
+AS 'MODULE_PATHNAME', 'ntask_claim'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.ntask_claim(text, text, integer, interval, interval) IS
+'ntask: lease up to max_tasks due tasks (FOR UPDATE SKIP LOCKED), taking over expired leases; each gets a new fencing token and counts an attempt; tasks whose budget is spent go to repair_required instead; with wait, when nothing is due, sleeps until work of the queue is committed or comes due (at most wait, cut to ntask.max_wait), holding no lock';
+REVOKE ALL ON FUNCTION @extschema@.ntask_claim(text, text, integer, interval, interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.ntask_claim(text, text, integer, interval, interval) TO ntask_worker;
+
+DROP FUNCTION @extschema@.ntask_transition(bigint, bigint, text, text, jsonb, timestamptz, text, text);
+CREATE FUNCTION @extschema@.ntask_transition(
+	task_id bigint,
+	token bigint,
+	to_state text,
+	error_class text DEFAULT NULL,
+	detail jsonb DEFAULT NULL,
+	retry_at timestamptz DEFAULT NULL,
+	outcome text DEFAULT NULL,
+	error_stage text DEFAULT NULL,
+	result jsonb DEFAULT NULL)
+RETURNS TABLE (result text, state text, run_at timestamptz)
+AS 'MODULE_PATHNAME', 'ntask_transition'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.ntask_transition(bigint, bigint, text, text, jsonb, timestamptz, text, text, jsonb) IS
+'ntask: fenced end of an attempt: applied, duplicate (same token, same transition), conflict (same token, different transition) or stale (the task moved on); a succeeded may store a result (at most ntask.max_result_bytes)';
+REVOKE ALL ON FUNCTION @extschema@.ntask_transition(bigint, bigint, text, text, jsonb, timestamptz, text, text, jsonb) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.ntask_transition(bigint, bigint, text, text, jsonb, timestamptz, text, text, jsonb) TO ntask_worker;
+
+DROP FUNCTION @extschema@.ntask_enqueue(text, text, jsonb, timestamptz, text, integer);
+CREATE FUNCTION @extschema@.ntask_enqueue(
+	queue text,
+	task_key text,
+	payload jsonb DEFAULT '{}',
+	run_at timestamptz DEFAULT NULL,
+	partition_key text DEFAULT NULL,
+	priority integer DEFAULT 0)
+RETURNS TABLE (task_id bigint, created boolean, state text, outcome text, result jsonb)
+AS 'MODULE_PATHNAME', 'ntask_enqueue'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.ntask_enqueue(text, text, jsonb, timestamptz, text, integer) IS
+'ntask: idempotent enqueue on (queue, task_key); a duplicate returns the existing task with created = false and its outcome and stored result (after the producer right is checked), the same key with a different payload raises SQLSTATE NT001';
+REVOKE ALL ON FUNCTION @extschema@.ntask_enqueue(text, text, jsonb, timestamptz, text, integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.ntask_enqueue(text, text, jsonb, timestamptz, text, integer) TO ntask_producer;
+
+DROP FUNCTION @extschema@.ntask_enqueue_many(text, text[], jsonb[], timestamptz, text[], integer);
+CREATE FUNCTION @extschema@.ntask_enqueue_many(
+	queue text,
+	task_keys text[],
+	payloads jsonb[],
+	run_at timestamptz DEFAULT NULL,
+	partition_keys text[] DEFAULT NULL,
+	priority integer DEFAULT 0)
+RETURNS TABLE (task_id bigint, created boolean, state text, outcome text, result jsonb)
+AS 'MODULE_PATHNAME', 'ntask_enqueue_many'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.ntask_enqueue_many(text, text[], jsonb[], timestamptz, text[], integer) IS
+'ntask: ntask_enqueue for each (task_keys[i], payloads[i], partition_keys[i]) in one statement; one row per element in input order; a key repeated in the call gives the same task (created only the first time), with a different payload NT001';
+REVOKE ALL ON FUNCTION @extschema@.ntask_enqueue_many(text, text[], jsonb[], timestamptz, text[], integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.ntask_enqueue_many(text, text[], jsonb[], timestamptz, text[], integer) TO ntask_producer;
+
+DROP FUNCTION @extschema@.ntask_transition_many(bigint[], bigint[], text, text, jsonb, timestamptz, text, text);
+CREATE FUNCTION @extschema@.ntask_transition_many(
+	task_ids bigint[],
+	tokens bigint[],
+	to_state text,
+	error_class text DEFAULT NULL,
+	detail jsonb DEFAULT NULL,
+	retry_at timestamptz DEFAULT NULL,
+	outcome text DEFAULT NULL,
+	error_stage text DEFAULT NULL,
+	results jsonb[] DEFAULT NULL)
+RETURNS TABLE (task_id bigint, result text, state text, run_at timestamptz)
+AS 'MODULE_PATHNAME', 'ntask_transition_many'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.ntask_transition_many(bigint[], bigint[], text, text, jsonb, timestamptz, text, text, jsonb[]) IS
+'ntask: ntask_transition for each (task_ids[i], tokens[i], results[i]) with one to_state, in one statement; one row per element in input order, each applied, duplicate, conflict or stale exactly as ntask_transition; a task_id given twice raises 22023';
+REVOKE ALL ON FUNCTION @extschema@.ntask_transition_many(bigint[], bigint[], text, text, jsonb, timestamptz, text, text, jsonb[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.ntask_transition_many(bigint[], bigint[], text, text, jsonb, timestamptz, text, text, jsonb[]) TO ntask_worker;
+
+DROP FUNCTION @extschema@.ntask_transition_and_claim(bigint, bigint, text, text, text, integer, text, text, jsonb, timestamptz, text, interval);
+CREATE FUNCTION @extschema@.ntask_transition_and_claim(
+	finish_task_id bigint,
+	finish_token bigint,
+	to_state text,
+	queue text,
+	worker text,
+	max_tasks integer DEFAULT 1,
+	outcome text DEFAULT NULL,
+	error_class text DEFAULT NULL,
+	detail jsonb DEFAULT NULL,
+	retry_at timestamptz DEFAULT NULL,
+	error_stage text DEFAULT NULL,
+	lease interval DEFAULT NULL,
+	result jsonb DEFAULT NULL)
+RETURNS TABLE (task_id bigint, task_key text, payload jsonb, attempt integer,
+			   token bigint, lease_until timestamptz, prior_outcome text,
+			   finish_result text, finish_state text, finish_run_at timestamptz)
+AS 'MODULE_PATHNAME', 'ntask_transition_and_claim'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.ntask_transition_and_claim(bigint, bigint, text, text, text, integer, text, text, jsonb, timestamptz, text, interval, jsonb) IS
+'ntask: ntask_transition of the task a worker holds, then ntask_claim of the next, in one statement; every row carries the transition''s answer (finish_result, finish_state, finish_run_at), and when nothing is claimed one row with the claim columns NULL still does';
+REVOKE ALL ON FUNCTION @extschema@.ntask_transition_and_claim(bigint, bigint, text, text, text, integer, text, text, jsonb, timestamptz, text, interval, jsonb) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.ntask_transition_and_claim(bigint, bigint, text, text, text, integer, text, text, jsonb, timestamptz, text, interval, jsonb) TO ntask_worker;
+
+CREATE FUNCTION @extschema@.ntask_result(queue text, task_key text)
+RETURNS TABLE (state text, outcome text, result jsonb, finished_at timestamptz)
+AS 'MODULE_PATHNAME', 'ntask_result'
+LANGUAGE C STABLE;
+COMMENT ON FUNCTION @extschema@.ntask_result(text, text) IS
+'ntask: for producers: the state, outcome, stored result and finish time of the task (queue, task_key); no row when there is none; the producer right on the queue is checked first (42501, whether or not the key exists)';
+REVOKE ALL ON FUNCTION @extschema@.ntask_result(text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.ntask_result(text, text) TO ntask_producer;
+
+CREATE FUNCTION @extschema@.ntask_waiters(
+	OUT pid integer, OUT queue text, OUT max_tasks integer,
+	OUT since timestamptz, OUT wait_until timestamptz, OUT woken boolean)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'ntask_waiters'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.ntask_waiters() IS
+'ntask: the waiting claims of the server (shared memory): backend pid, queue, max_tasks, since, until when, woken by a commit since its last look';
+CREATE VIEW ntask.waiters AS SELECT * FROM @extschema@.ntask_waiters();
+COMMENT ON VIEW ntask.waiters IS 'ntask: the waiting claims (ntask_claim wait => ...) of the server, one row per waiting backend';
+REVOKE ALL ON FUNCTION @extschema@.ntask_waiters() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.ntask_waiters() TO ntask_admin;
+GRANT SELECT ON ntask.waiters TO ntask_admin;

@@ -206,6 +206,8 @@ claim_warn_old_xact(int64 lease_usecs)
 	TimestampTz xact = GetCurrentTransactionStartTimestamp();
 	TimestampTz stmt = GetCurrentStatementStartTimestamp();
 
+	/* a waiting claim's own wait is not work done in the transaction */
+	stmt -= NtaskClaimWaitedUsecs;
 	if (lease_usecs > 0 && stmt - xact > lease_usecs / 2)
 		ereport(NOTICE,
 				(errmsg("ntask: this claim runs in a transaction older than half its lease"),
@@ -435,12 +437,15 @@ NtaskClaimInto(ReturnSetInfo *rsinfo, text *queue, text *worker, int max_tasks,
 	{
 		ForceSyncCommit();
 		claim_warn_old_xact(lease_usecs);
+		/* a takeover may claim these when their leases run out */
+		NtaskWakeWaitersAtCommit(text_to_cstring(queue), 0,
+								 GetCurrentStatementStartTimestamp() + lease_usecs);
 	}
 	return got;
 }
 
 /*
- * ntask_claim(queue, worker, max_tasks, lease)
+ * ntask_claim(queue, worker, max_tasks, lease, wait)
  *		RETURNS TABLE(task_id, task_key, payload, attempt, token, lease_until,
  *					  prior_outcome)
  *
@@ -448,22 +453,44 @@ NtaskClaimInto(ReturnSetInfo *rsinfo, text *queue, text *worker, int max_tasks,
  * or leased whose lease expired) to worker.  prior_outcome is 'committed'
  * when an earlier attempt left a commit receipt (ntask_receipt), else
  * 'unknown' when an earlier attempt may have had an effect, else NULL.
+ * With wait (a positive interval, cut to ntask.max_wait) and nothing due,
+ * it waits for work of the queue to be committed (wait.c) and returns
+ * what it then claims, or no row when the wait ran out.
  * Errors: unknown queue 42704; NULL argument 22004; max_tasks outside
- * 1..1000 or a non-positive lease 22023.
+ * 1..1000, a non-positive lease or a negative wait 22023; a wait in
+ * REPEATABLE READ, SERIALIZABLE or after a write in the transaction 25000.
  */
 Datum
 ntask_claim(PG_FUNCTION_ARGS)
 {
 	text	   *queue = NtaskArgText(fcinfo, 0, "queue", 63);
 	text	   *worker = NtaskArgText(fcinfo, 1, "worker", NTASK_MAX_NAME_LEN);
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	Datum		lease = PG_ARGISNULL(3) ? (Datum) 0 : PG_GETARG_DATUM(3);
+	int64		wait_usecs = 0;
 
 	NtaskCheckClaimArgs(fcinfo, 2, 3);
+	/* the wait argument is absent while the SQL objects are still 0.2 */
+	if (PG_NARGS() > 4 && !PG_ARGISNULL(4))
+	{
+		Interval   *w = PG_GETARG_INTERVAL_P(4);
+
+		if (w->month < 0 || w->day < 0 || w->time < 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("ntask: wait must not be negative")));
+		/* anything over a day is over ntask.max_wait's maximum: no overflow */
+		wait_usecs = (w->month > 0 || w->day > 0) ? USECS_PER_DAY :
+			Min(w->time, USECS_PER_DAY);
+	}
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
-	(void) NtaskClaimInto((ReturnSetInfo *) fcinfo->resultinfo, queue, worker,
-						  PG_GETARG_INT32(2),
-						  PG_ARGISNULL(3) ? (Datum) 0 : PG_GETARG_DATUM(3),
-						  NULL, NULL, 0);
+	if (wait_usecs > 0)
+		(void) NtaskClaimWait(rsinfo, queue, worker, PG_GETARG_INT32(2), lease,
+							  wait_usecs);
+	else
+		(void) NtaskClaimInto(rsinfo, queue, worker, PG_GETARG_INT32(2), lease,
+							  NULL, NULL, 0);
 	SPI_finish();
 	return (Datum) 0;
 }

@@ -62,7 +62,8 @@ static NtaskPlan enq_insert_plan = {
 
 static NtaskPlan enq_existing_plan = {
 	"enqueue lookup",
-	"SELECT t.task_id, t.state, t.payload_digest, t.digest_version "
+	"SELECT t.task_id, t.state, t.payload_digest, t.digest_version, "
+	"  t.outcome, t.result "
 	"FROM ntask.task t "
 	"WHERE t.queue OPERATOR(pg_catalog.=) $1 "
 	"  AND t.task_key OPERATOR(pg_catalog.=) $2",
@@ -70,13 +71,55 @@ static NtaskPlan enq_existing_plan = {
 };
 
 /*
+ * enq_wake_waiters
+ *		n new tasks of queue, to run at run_at (NULL: now): waiting claims
+ *		are woken at commit, or told when the tasks come due.
+ */
+static void
+enq_wake_waiters(text *queue, int n, Datum run_at, bool run_at_null)
+{
+	TimestampTz at;
+
+	if (n <= 0)
+		return;
+	at = run_at_null ? 0 : DatumGetTimestampTz(run_at);
+	if (at <= GetCurrentStatementStartTimestamp())
+		NtaskWakeWaitersAtCommit(text_to_cstring(queue), n, 0);
+	else
+		NtaskWakeWaitersAtCommit(text_to_cstring(queue), 0, at);
+}
+
+/*
+ * enq_put
+ *		One output row of ntask_enqueue or ntask_enqueue_many: task_id,
+ *		created, state, outcome, result.  Before ALTER EXTENSION UPDATE to
+ *		0.3 the SQL definition has only the first three (and the first
+ *		statement prepared says the extension needs the update).
+ */
+static void
+enq_put(ReturnSetInfo *rsinfo, Datum *out, bool *outnulls)
+{
+	if (rsinfo->setDesc->natts < 5)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("ntask: the SQL definition of this function is older than the library"),
+				 errhint("Run ALTER EXTENSION ntask UPDATE.")));
+	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, outnulls);
+}
+
+/*
  * ntask_enqueue(queue, task_key, payload, run_at, partition_key, priority)
- *		RETURNS TABLE(task_id bigint, created boolean, state text)
+ *		RETURNS TABLE(task_id bigint, created boolean, state text,
+ *					  outcome text, result jsonb)
  *
  * One row: the new task (created = true) or the existing task with the same
- * key and an equal payload (created = false).  Errors: unknown queue 42704;
- * same key, different payload NT001; NULL required argument 22004; empty
- * key 22023; key over 512 bytes 22001.
+ * key and an equal payload (created = false).  A duplicate also returns
+ * the existing task's outcome and stored result (ntask_transition result
+ * => ...), so a retried request gets the answer of the first run; only
+ * after the producer right on the queue is checked (42501 otherwise, the
+ * same whether or not the key exists, nothing revealed).  Errors: unknown
+ * queue 42704; same key, different payload NT001; NULL required argument
+ * 22004; empty key 22023; key over 512 bytes 22001.
  */
 Datum
 ntask_enqueue(PG_FUNCTION_ARGS)
@@ -88,8 +131,8 @@ ntask_enqueue(PG_FUNCTION_ARGS)
 	bytea	   *digest;
 	Datum		values[9];
 	char		nulls[9] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
-	Datum		out[3];
-	bool		outnulls[3] = {false, false, false};
+	Datum		out[5];
+	bool		outnulls[5] = {false, false, false, true, true};
 	int			tries;
 
 	if (PG_ARGISNULL(5))
@@ -135,6 +178,7 @@ ntask_enqueue(PG_FUNCTION_ARGS)
 			out[2] = PointerGetDatum(NtaskGetText(0, 2));
 			if (NtaskGetBool(0, 3))
 				NtaskWakeWorkerAtCommit();	/* an http task */
+			enq_wake_waiters(queue, 1, values[7], nulls[7] == 'n');
 			break;
 		}
 		/* nothing inserted: no queue, no right, or the key exists */
@@ -155,6 +199,9 @@ ntask_enqueue(PG_FUNCTION_ARGS)
 			out[0] = Int64GetDatum(NtaskGetInt64(0, 1));
 			out[1] = BoolGetDatum(false);
 			out[2] = PointerGetDatum(NtaskGetText(0, 2));
+			/* the replay of a retried request: what the first run stored */
+			out[3] = NtaskGetDatum(0, 5, &outnulls[3]);
+			out[4] = NtaskGetDatum(0, 6, &outnulls[4]);
 			break;
 		}
 		if (tries > 0)
@@ -162,7 +209,7 @@ ntask_enqueue(PG_FUNCTION_ARGS)
 				 text_to_cstring(key));
 	}
 
-	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, outnulls);
+	enq_put(rsinfo, out, outnulls);
 	SPI_finish();
 	return (Datum) 0;
 }
@@ -198,7 +245,8 @@ static NtaskPlan enq_many_insert_plan = {
 
 static NtaskPlan enq_many_existing_plan = {
 	"enqueue many lookup",
-	"SELECT t.task_key, t.task_id, t.state, t.payload_digest, t.digest_version "
+	"SELECT t.task_key, t.task_id, t.state, t.payload_digest, t.digest_version, "
+	"  t.outcome, t.result "
 	"FROM ntask.task t "
 	"WHERE t.queue OPERATOR(pg_catalog.=) $1 "
 	"  AND t.task_key OPERATOR(pg_catalog.=) ANY ($2)",
@@ -218,6 +266,10 @@ typedef struct EnqKey
 	bool		created;
 	int64		task_id;
 	Datum		state;			/* text, in an SPI result */
+	Datum		outcome;		/* an existing task's, in an SPI result */
+	bool		outcome_null;
+	Datum		result;
+	bool		result_null;
 } EnqKey;
 
 /* one element of the call: its key's EnqKey */
@@ -354,9 +406,11 @@ enq_many_round(text *queue, EnqKey *bykey, int nkeys, EnqKey **pending,
 		k->resolved = k->created = true;
 		k->task_id = NtaskGetInt64(r, 2);
 		k->state = PointerGetDatum(NtaskGetText(r, 3));
+		k->outcome_null = k->result_null = true;
 	}
 	if (nrows > 0 && NtaskGetBool(0, 4))
 		NtaskWakeWorkerAtCommit();	/* http tasks */
+	enq_wake_waiters(queue, nrows, args[7], argnulls[7] == 'n');
 	if (nrows == n)
 		return 0;
 
@@ -377,6 +431,8 @@ enq_many_round(text *queue, EnqKey *bykey, int nkeys, EnqKey **pending,
 		k->resolved = true;
 		k->task_id = NtaskGetInt64(r, 2);
 		k->state = PointerGetDatum(NtaskGetText(r, 3));
+		k->outcome = NtaskGetDatum(r, 6, &k->outcome_null);
+		k->result = NtaskGetDatum(r, 7, &k->result_null);
 	}
 	n = 0;
 	for (i = 0; i < npending; i++)
@@ -387,7 +443,8 @@ enq_many_round(text *queue, EnqKey *bykey, int nkeys, EnqKey **pending,
 /*
  * ntask_enqueue_many(queue, task_keys, payloads, run_at, partition_keys,
  *					  priority)
- *		RETURNS TABLE(task_id bigint, created boolean, state text)
+ *		RETURNS TABLE(task_id bigint, created boolean, state text,
+ *					  outcome text, result jsonb)
  *
  * ntask_enqueue for each (task_keys[i], payloads[i], partition_keys[i])
  * with the same queue, run_at and priority, in one call: one row per
@@ -535,13 +592,20 @@ ntask_enqueue_many(PG_FUNCTION_ARGS)
 	for (i = 0; i < n; i++)
 	{
 		EnqKey	   *k = bypos[i]->group;
-		Datum		out[3];
-		bool		outnulls[3] = {false, false, false};
+		Datum		out[5];
+		bool		outnulls[5] = {false, false, false, true, true};
 
 		out[0] = Int64GetDatum(k->task_id);
 		out[1] = BoolGetDatum(k->created && k->first == i);
 		out[2] = k->state;
-		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, outnulls);
+		if (!k->created)
+		{
+			out[3] = k->outcome;
+			outnulls[3] = k->outcome_null;
+			out[4] = k->result;
+			outnulls[4] = k->result_null;
+		}
+		enq_put(rsinfo, out, outnulls);
 	}
 	SPI_finish();
 	return (Datum) 0;

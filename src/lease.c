@@ -209,7 +209,7 @@ static NtaskPlan lease_release_plan = {
 	"    AND EXISTS (SELECT 1 FROM ntask.queue q "
 	"                WHERE q.queue OPERATOR(pg_catalog.=) t.queue "
 	"                  AND " NTASK_WORKER_RIGHT("q", "4") ") "
-	"  RETURNING t.run_at "
+	"  RETURNING t.run_at, t.queue "
 	"), att AS ( "
 	"  UPDATE ntask.attempt a SET ended_at = pg_catalog.statement_timestamp(), "
 	"    result = 'released', requested = 'released', "
@@ -219,7 +219,7 @@ static NtaskPlan lease_release_plan = {
 	"    AND a.token OPERATOR(pg_catalog.=) $2 AND a.ended_at IS NULL "
 	"    AND EXISTS (SELECT 1 FROM upd) "
 	") "
-	"SELECT 1 FROM upd",
+	"SELECT upd.queue, upd.run_at FROM upd",
 	4, {INT8OID, INT8OID, INTERVALOID, OIDOID}
 };
 
@@ -276,8 +276,15 @@ ntask_release(PG_FUNCTION_ARGS)
 	SPI_connect();
 	if (NtaskExecPlan(&lease_release_plan, values, NULL, SPI_OK_SELECT) == 1)
 	{
+		bool		isnull;
+		TimestampTz run_at = DatumGetTimestampTz(NtaskGetDatum(0, 2, &isnull));
+
 		result = "applied";
 		NtaskWakeWorkerAtCommit();	/* it may be an http task, due now */
+		if (run_at <= GetCurrentStatementStartTimestamp())
+			NtaskWakeWaitersAtCommit(NtaskGetCString(0, 1), 1, 0);
+		else
+			NtaskWakeWaitersAtCommit(NtaskGetCString(0, 1), 0, run_at);
 	}
 	else
 	{

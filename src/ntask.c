@@ -43,6 +43,10 @@ int			ntask_worker_statement_timeout_ms = 30000;
 int			ntask_audit_retention_s = 90 * 86400;
 int			ntask_history_retention_s = 30 * 86400;
 
+/* the waiting claim's cap and the stored result's (wait.c, result.c) */
+int			ntask_max_wait_ms = 30000;
+int			ntask_max_result_bytes = 65536;
+
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
@@ -56,6 +60,7 @@ ntask_shmem_request(void)
 	if (prev_shmem_request_hook)
 		prev_shmem_request_hook();
 	NtaskShmemRequest();
+	NtaskWaitShmemRequest();
 }
 
 static void
@@ -64,6 +69,7 @@ ntask_shmem_startup(void)
 	if (prev_shmem_startup_hook)
 		prev_shmem_startup_hook();
 	NtaskShmemStartup();
+	NtaskWaitShmemStartup();
 }
 
 /*
@@ -220,6 +226,25 @@ _PG_init(void)
 							30 * 86400, 0, INT_MAX,
 							PGC_SUSET,
 							GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("ntask.max_wait",
+							"Longest wait of a waiting ntask_claim (wait => ...).",
+							"A longer wait is cut to this; the waiting statement "
+							"holds its snapshot (the vacuum horizon) that long.",
+							&ntask_max_wait_ms,
+							30000, 0, 3600 * 1000,
+							PGC_SUSET,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("ntask.max_result_bytes",
+							"Largest result a succeeded task may store (ntask_transition result => ...).",
+							"A larger result is refused with SQLSTATE 54000.",
+							&ntask_max_result_bytes,
+							65536, 0, 64 * 1024 * 1024,
+							PGC_SUSET,
+							GUC_UNIT_BYTE,
 							NULL, NULL, NULL);
 
 	MarkGUCPrefixReserved("ntask");

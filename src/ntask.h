@@ -65,6 +65,8 @@ extern int	ntask_worker_lock_timeout_ms;
 extern int	ntask_worker_statement_timeout_ms;
 extern int	ntask_audit_retention_s;
 extern int	ntask_history_retention_s;
+extern int	ntask_max_wait_ms;
+extern int	ntask_max_result_bytes;
 
 /*
  * A statement prepared once per backend with SPI_prepare + SPI_keepplan.
@@ -234,6 +236,18 @@ extern void NtaskCheckClaimArgs(FunctionCallInfo fcinfo, int a_max_tasks,
 extern int	NtaskClaimInto(ReturnSetInfo *rsinfo, text *queue, text *worker,
 						   int max_tasks, Datum lease_arg, Datum *extra,
 						   bool *extranulls, int nextra);
+
+/* wait.c: the waiting claim and the wake-at-commit of waiters */
+extern int64 NtaskClaimWaitedUsecs;
+extern void NtaskWaitShmemRequest(void);
+extern void NtaskWaitShmemStartup(void);
+extern void NtaskWakeWaitersAtCommit(const char *queue, int ndue,
+									 TimestampTz later);
+extern int	NtaskClaimWait(ReturnSetInfo *rsinfo, text *queue, text *worker,
+						   int max_tasks, Datum lease_arg, int64 wait_usecs);
+
+/* result.c: stored results */
+extern Datum NtaskArgResult(FunctionCallInfo fcinfo, int argno, bool *isnull);
 
 /* repair.c */
 extern void NtaskFinishTask(int64 task_id, const char *to_state,

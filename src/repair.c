@@ -220,6 +220,7 @@ ntask_replay(PG_FUNCTION_ARGS)
 	{
 		values[0] = Int64GetDatum(task_id);
 		NtaskExecPlan(&rep_replay_plan, values, NULL, SPI_OK_UPDATE);
+		NtaskWakeWaitersAtCommit(queue, 1, 0);
 	}
 	NtaskAudit(actor, "replay", task_id, queue, reason, state, to_state);
 	SPI_finish();

@@ -39,6 +39,7 @@
 #include "catalog/pg_type.h"
 #include "common/pg_prng.h"
 #include "funcapi.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
 
@@ -50,7 +51,8 @@ static NtaskPlan tr_lock_plan = {
 	"transition lock",
 	"SELECT t.state, t.token, t.attempts, t.max_attempts, t.deadline, "
 	"  q.backoff_base, q.backoff_max, "
-	"  CASE WHEN t.due_at IS NOT NULL THEN t.run_at END, " NTASK_WORKER_RIGHT("q", "2") " "
+	"  CASE WHEN t.due_at IS NOT NULL THEN t.run_at END, " NTASK_WORKER_RIGHT("q", "2") ", "
+	"  t.result, t.queue "
 	"FROM ntask.task t JOIN ntask.queue q "
 	"  ON q.queue OPERATOR(pg_catalog.=) t.queue "
 	"WHERE t.task_id OPERATOR(pg_catalog.=) $1 FOR UPDATE OF t",
@@ -72,7 +74,7 @@ static NtaskPlan tr_apply_plan = {
 	"    lease_owner = NULL, lease_until = NULL, "
 	"    last_error_class = coalesce($5, t.last_error_class), "
 	"    last_error_stage = coalesce($6, t.last_error_stage), "
-	"    outcome = $8, "
+	"    outcome = $8, result = $15, "
 	"    reason = CASE WHEN $13 "
 	"      THEN coalesce($10 OPERATOR(pg_catalog.->>) 'reason', $12) ELSE $12 END, "
 	"    unknown_attempts = t.unknown_attempts OPERATOR(pg_catalog.+) "
@@ -101,8 +103,9 @@ static NtaskPlan tr_apply_plan = {
 	"    AND EXISTS (SELECT 1 FROM upd) "
 	") "
 	"SELECT upd.state, upd.run_at FROM upd",
-	14, {INT8OID, INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, BOOLOID,
-	TEXTOID, TIMESTAMPTZOID, JSONBOID, TIMESTAMPTZOID, TEXTOID, BOOLOID, OIDOID}
+	15, {INT8OID, INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, BOOLOID,
+	TEXTOID, TIMESTAMPTZOID, JSONBOID, TIMESTAMPTZOID, TEXTOID, BOOLOID, OIDOID,
+	JSONBOID}
 };
 
 static NtaskPlan tr_attempt_plan = {
@@ -120,7 +123,8 @@ static NtaskPlan tr_attempt_plan = {
  * (a nested loop over the arrays, each task and attempt by primary key).
  * $3 to_state, $4 error_class, $5 error_stage, $6 the outcome is known
  * (error_class is not unknown), $7 outcome, $8 detail, $9 reason, $10
- * detail->>'reason' may name the reason, $11 the caller.
+ * detail->>'reason' may name the reason, $11 the caller, $12 the results
+ * (in the order of $1).
  */
 static NtaskPlan tr_many_plan = {
 	"transition many",
@@ -129,7 +133,7 @@ static NtaskPlan tr_many_plan = {
 	"    lease_owner = NULL, lease_until = NULL, "
 	"    last_error_class = coalesce($4, t.last_error_class), "
 	"    last_error_stage = coalesce($5, t.last_error_stage), "
-	"    outcome = $7, "
+	"    outcome = $7, result = i.result, "
 	"    reason = CASE WHEN $10 "
 	"      THEN coalesce($8 OPERATOR(pg_catalog.->>) 'reason', $9) ELSE $9 END, "
 	"    unknown_attempts = t.unknown_attempts OPERATOR(pg_catalog.+) "
@@ -138,7 +142,8 @@ static NtaskPlan tr_many_plan = {
 	"          AND r.token OPERATOR(pg_catalog.=) t.token) THEN 0 ELSE 1 END, "
 	"    finished_at = pg_catalog.statement_timestamp(), "
 	"    updated_at = pg_catalog.statement_timestamp() "
-	"  FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2)) AS i(task_id, token) "
+	"  FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2), pg_catalog.unnest($12)) "
+	"    AS i(task_id, token, result) "
 	"  WHERE t.task_id OPERATOR(pg_catalog.=) i.task_id "
 	"    AND t.token OPERATOR(pg_catalog.=) i.token "
 	"    AND t.state OPERATOR(pg_catalog.=) 'leased' "
@@ -158,8 +163,8 @@ static NtaskPlan tr_many_plan = {
 	"    AND a.token OPERATOR(pg_catalog.=) upd.token AND a.ended_at IS NULL "
 	") "
 	"SELECT upd.task_id, upd.state FROM upd",
-	11, {INT8ARRAYOID, INT8ARRAYOID, TEXTOID, TEXTOID, TEXTOID, BOOLOID,
-	TEXTOID, JSONBOID, TEXTOID, BOOLOID, OIDOID}
+	12, {INT8ARRAYOID, INT8ARRAYOID, TEXTOID, TEXTOID, TEXTOID, BOOLOID,
+	TEXTOID, JSONBOID, TEXTOID, BOOLOID, OIDOID, JSONBARRAYOID}
 };
 
 /* one ntask_transition call's arguments, after validation */
@@ -175,6 +180,8 @@ typedef struct TrCall
 	bool		detail_null;
 	Datum		retry_at;
 	bool		retry_at_null;
+	Datum		result;			/* jsonb, only with succeeded */
+	bool		result_null;
 } TrCall;
 
 /* one transition's answer: the row ntask_transition returns */
@@ -192,6 +199,28 @@ static const char *tr_check_args(const char *to_state, const char **error_class,
 								 bool has_outcome, bool has_retry_at);
 static TimestampTz tr_backoff(int attempt, Interval *base, Interval *max);
 static bool tr_same(const char *a, const char *b);
+
+/* tr_result_not_allowed: a result given with a to_state other than succeeded */
+static void
+tr_result_not_allowed(void)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg("ntask: a result is only stored with to_state succeeded")));
+}
+
+/*
+ * tr_same_result
+ *		The result a duplicate succeeded asks to store equals the one stored
+ *		(both NULL counts as equal).
+ */
+static bool
+tr_same_result(TrCall *c, Datum stored, bool stored_null)
+{
+	if (c->result_null || stored_null)
+		return c->result_null == stored_null;
+	return DatumGetBool(DirectFunctionCall2(jsonb_eq, c->result, stored));
+}
 
 /* tr_same: two optional strings are equal (both NULL counts as equal). */
 static bool
@@ -321,8 +350,8 @@ static bool
 tr_apply(TrCall *c, const char *final, TimestampTz next, const char *reason,
 		 bool engine_reason)
 {
-	Datum		values[14];
-	char		nulls[14];
+	Datum		values[15];
+	char		nulls[15];
 
 	memset(nulls, ' ', sizeof(nulls));
 	values[0] = Int64GetDatum(c->task_id);
@@ -341,17 +370,20 @@ tr_apply(TrCall *c, const char *final, TimestampTz next, const char *reason,
 	/* detail->>'reason' may name why, unless ntask enforced the budget */
 	values[12] = BoolGetDatum(reason != NULL && !engine_reason);
 	values[13] = ObjectIdGetDatum(NtaskCaller());
+	values[14] = c->result;
+	nulls[14] = c->result_null ? 'n' : ' ';
 	return NtaskExecPlan(&tr_apply_plan, values, nulls, SPI_OK_SELECT) == 1;
 }
 
 /*
  * tr_init
  *		Fill c's attempt-independent fields from the call's arguments, given
- *		their positions, and validate them.  Returns the default reason.
+ *		their positions, and validate them (a_result < 0: the call has no
+ *		result argument; it is NULL).  Returns the default reason.
  */
 static const char *
 tr_init(TrCall *c, FunctionCallInfo fcinfo, int a_to_state, int a_error_class,
-		int a_detail, int a_retry_at, int a_outcome, int a_stage)
+		int a_detail, int a_retry_at, int a_outcome, int a_stage, int a_result)
 {
 	const char *reason;
 
@@ -367,8 +399,15 @@ tr_init(TrCall *c, FunctionCallInfo fcinfo, int a_to_state, int a_error_class,
 	c->stage = PG_ARGISNULL(a_stage) ? NULL :
 		text_to_cstring(NtaskArgText(fcinfo, a_stage, "error_stage", NTASK_MAX_NAME_LEN));
 
+	c->result_null = true;
+	c->result = a_result < 0 ? (Datum) 0 :
+		NtaskArgResult(fcinfo, a_result, &c->result_null);
+
 	reason = tr_check_args(c->to_state, &c->error_class, c->outcome != NULL,
 						   !c->retry_at_null);
+	if (a_result >= 0 && PG_NARGS() > a_result && !PG_ARGISNULL(a_result) &&
+		strcmp(c->to_state, "succeeded") != 0)
+		tr_result_not_allowed();
 	if (!c->retry_at_null && TIMESTAMP_NOT_FINITE(DatumGetTimestampTz(c->retry_at)))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -415,6 +454,8 @@ tr_locked(TrCall *c, const char *reason, TrOut *o)
 	char	   *state;
 	int64		current;
 	SPITupleTable *lock_tt;
+	Datum		stored;
+	bool		stored_null;
 
 	values[0] = Int64GetDatum(c->task_id);
 	values[1] = ObjectIdGetDatum(NtaskCaller());
@@ -461,6 +502,8 @@ tr_locked(TrCall *c, const char *reason, TrOut *o)
 				engine_reason = true;
 			}
 		}
+		if (strcmp(final, "retry_wait") == 0)
+			NtaskWakeWaitersAtCommit(NtaskGetCString(0, 11), 0, next);
 		if (!tr_apply(c, final, next, reason, engine_reason))
 			elog(ERROR, "ntask: locked task %lld did not take its transition",
 				 (long long) c->task_id);
@@ -471,6 +514,7 @@ tr_locked(TrCall *c, const char *reason, TrOut *o)
 
 	o->state = datumCopy(NtaskGetDatum(0, 1, &isnull), false, -1);
 	o->run_at = NtaskGetDatum(0, 8, &o->run_at_null);	/* by value */
+	stored = NtaskGetDatum(0, 10, &stored_null);
 	if (NtaskExecPlan(&tr_attempt_plan, values, NULL, SPI_OK_SELECT) == 1 &&
 		NtaskGetText(0, 1) != NULL)
 	{
@@ -478,8 +522,14 @@ tr_locked(TrCall *c, const char *reason, TrOut *o)
 		char	   *cls = NtaskGetCString(0, 2);
 		char	   *outc = NtaskGetCString(0, 3);
 
+		/*
+		 * A succeeded of the task's current token stored its result on the
+		 * task: a repeat must ask for the same result to be a duplicate.
+		 */
 		if (strcmp(req, c->to_state) == 0 &&
-			tr_same(cls, c->error_class) && tr_same(outc, c->outcome))
+			tr_same(cls, c->error_class) && tr_same(outc, c->outcome) &&
+			(strcmp(c->to_state, "succeeded") != 0 || c->token != current ||
+			 tr_same_result(c, stored, stored_null)))
 			o->result = "duplicate";
 		else
 			o->result = "conflict";
@@ -510,7 +560,7 @@ tr_one(TrCall *c, const char *reason, TrOut *o)
 
 /*
  * ntask_transition(task_id, token, to_state, error_class, detail, retry_at,
- *					outcome, error_stage)
+ *					outcome, error_stage, result)
  *		RETURNS TABLE(result text, state text, run_at timestamptz)
  *
  * One row: result is applied, duplicate, conflict or stale (see the file
@@ -529,7 +579,7 @@ ntask_transition(PG_FUNCTION_ARGS)
 
 	c.task_id = NtaskArgInt64(fcinfo, 0, "task_id");
 	c.token = NtaskArgInt64(fcinfo, 1, "token");
-	reason = tr_init(&c, fcinfo, 2, 3, 4, 5, 6, 7);
+	reason = tr_init(&c, fcinfo, 2, 3, 4, 5, 6, 7, 8);
 
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
@@ -549,6 +599,8 @@ typedef struct TrItem
 	int64		task_id;
 	int64		token;
 	int			pos;			/* in the input arrays */
+	Datum		result;			/* results[pos] */
+	bool		result_null;
 	bool		done;			/* o is filled in */
 	TrOut		o;
 } TrItem;
@@ -574,6 +626,10 @@ tr_many_apply(TrCall *c, const char *reason, TrItem *items, int n)
 {
 	Datum	   *ids = palloc(sizeof(Datum) * n);
 	Datum	   *toks = palloc(sizeof(Datum) * n);
+	Datum	   *res = palloc(sizeof(Datum) * n);
+	bool	   *resnulls = palloc(sizeof(bool) * n);
+	int			dims[1] = {n};
+	int			lbs[1] = {1};
 	Datum		values[12];
 	char		nulls[12];
 	int			nrows;
@@ -584,6 +640,8 @@ tr_many_apply(TrCall *c, const char *reason, TrItem *items, int n)
 	{
 		ids[i] = Int64GetDatum(items[i].task_id);
 		toks[i] = Int64GetDatum(items[i].token);
+		res[i] = items[i].result;
+		resnulls[i] = items[i].result_null;
 	}
 	memset(nulls, ' ', sizeof(nulls));
 	values[0] = NtaskInt8Array(ids, n);
@@ -596,6 +654,9 @@ tr_many_apply(TrCall *c, const char *reason, TrItem *items, int n)
 	nulls[8] = reason ? ' ' : 'n';
 	values[9] = BoolGetDatum(reason != NULL);
 	values[10] = ObjectIdGetDatum(NtaskCaller());
+	values[11] = PointerGetDatum(construct_md_array(res, resnulls, 1, dims, lbs,
+													JSONBOID, -1, false,
+													TYPALIGN_INT));
 	nrows = NtaskExecPlan(&tr_many_plan, values, nulls, SPI_OK_SELECT);
 
 	for (r = 0; r < nrows; r++)
@@ -617,8 +678,46 @@ tr_many_apply(TrCall *c, const char *reason, TrItem *items, int n)
 }
 
 /*
+ * tr_many_results
+ *		The results argument of ntask_transition_many at argno: NULL (returns
+ *		0), or an array as long as the batch whose elements may be NULL,
+ *		each within ntask.max_result_bytes, only with to_state succeeded.
+ *		Returns the number of elements.
+ */
+static int
+tr_many_results(FunctionCallInfo fcinfo, int argno, int n, const char *to_state,
+				Datum **elems, bool **nulls)
+{
+	int			i;
+
+	if (PG_NARGS() <= argno || PG_ARGISNULL(argno))
+		return 0;
+	if (strcmp(to_state, "succeeded") != 0)
+		tr_result_not_allowed();
+	if (NtaskArgArray(fcinfo, argno, "results", JSONBOID, true, elems, nulls) != n)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ntask: results must be NULL or as long as task_ids")));
+	for (i = 0; i < n; i++)
+	{
+		Size		size;
+
+		if ((*nulls)[i])
+			continue;
+		(*elems)[i] = PointerGetDatum(PG_DETOAST_DATUM((*elems)[i]));
+		size = VARSIZE(DatumGetPointer((*elems)[i]));
+		if (size > (Size) ntask_max_result_bytes)
+			ereport(ERROR,
+					(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+					 errmsg("ntask: results[%d] is %zu bytes, more than ntask.max_result_bytes (%d)",
+							i + 1, size, ntask_max_result_bytes)));
+	}
+	return n;
+}
+
+/*
  * ntask_transition_many(task_ids, tokens, to_state, error_class, detail,
- *						 retry_at, outcome, error_stage)
+ *						 retry_at, outcome, error_stage, results)
  *		RETURNS TABLE(task_id bigint, result text, state text,
  *					  run_at timestamptz)
  *
@@ -648,6 +747,9 @@ ntask_transition_many(PG_FUNCTION_ARGS)
 	int			n;
 	TrItem	   *items;
 	TrItem	  **byPos;
+	Datum	   *resd = NULL;
+	bool	   *resnull = NULL;
+	int			nres;
 	int			i;
 
 	n = NtaskArgArray(fcinfo, 0, "task_ids", INT8OID, false, &ids, NULL);
@@ -655,7 +757,8 @@ ntask_transition_many(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("ntask: task_ids and tokens must have the same length")));
-	reason = tr_init(&c, fcinfo, 2, 3, 4, 5, 6, 7);
+	reason = tr_init(&c, fcinfo, 2, 3, 4, 5, 6, 7, -1);
+	nres = tr_many_results(fcinfo, 8, n, c.to_state, &resd, &resnull);
 
 	items = palloc0(sizeof(TrItem) * Max(n, 1));
 	for (i = 0; i < n; i++)
@@ -663,6 +766,8 @@ ntask_transition_many(PG_FUNCTION_ARGS)
 		items[i].task_id = DatumGetInt64(ids[i]);
 		items[i].token = DatumGetInt64(toks[i]);
 		items[i].pos = i;
+		items[i].result_null = nres == 0 || resnull[i];
+		items[i].result = items[i].result_null ? (Datum) 0 : resd[i];
 	}
 	qsort(items, n, sizeof(TrItem), tr_item_cmp);
 	for (i = 1; i < n; i++)
@@ -684,6 +789,8 @@ ntask_transition_many(PG_FUNCTION_ARGS)
 			continue;
 		c.task_id = items[i].task_id;
 		c.token = items[i].token;
+		c.result = items[i].result;
+		c.result_null = items[i].result_null;
 		tr_locked(&c, reason, &items[i].o);
 		items[i].done = true;
 	}
@@ -711,7 +818,7 @@ ntask_transition_many(PG_FUNCTION_ARGS)
 /*
  * ntask_transition_and_claim(finish_task_id, finish_token, to_state, queue,
  *							  worker, max_tasks, outcome, error_class,
- *							  detail, retry_at, error_stage, lease)
+ *							  detail, retry_at, error_stage, lease, result)
  *		RETURNS TABLE(ntask_claim's columns, finish_result text,
  *					  finish_state text, finish_run_at timestamptz)
  *
@@ -742,7 +849,7 @@ ntask_transition_and_claim(PG_FUNCTION_ARGS)
 	queue = NtaskArgText(fcinfo, 3, "queue", 63);
 	worker = NtaskArgText(fcinfo, 4, "worker", NTASK_MAX_NAME_LEN);
 	NtaskCheckClaimArgs(fcinfo, 5, 11);
-	reason = tr_init(&c, fcinfo, 2, 7, 8, 9, 6, 10);
+	reason = tr_init(&c, fcinfo, 2, 7, 8, 9, 6, 10, 12);
 
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();

@@ -1,0 +1,74 @@
+-- wait: the waiting claim in one session (two-session behaviour is in the
+-- isolation specs claim_wait_*; interruptions in TAP 012); task ids start
+-- at 22000 here
+SELECT setval('ntask.task_task_id_seq', 22000, false) AS first_task_id;
+SELECT queue FROM ntask_queue_set('wq', max_attempts => 3);
+
+-- work is due: a waiting claim returns it at once
+SELECT task_id FROM ntask_enqueue('wq', 'w:1');
+SELECT task_id, token FROM ntask_claim('wq', 'W1', wait => '10 seconds');
+-- nothing due: it waits the whole wait and returns no row
+SELECT clock_timestamp() AS t0 \gset
+SELECT count(*) FROM ntask_claim('wq', 'W1', wait => '300 milliseconds');
+SELECT clock_timestamp() - :'t0'::timestamptz >= interval '300 milliseconds' AS waited;
+-- its slot is gone afterwards
+SELECT count(*) FROM ntask.waiters;
+-- work that comes due during the wait (a future run_at) is claimed when
+-- it comes due, without a commit to wake it
+SELECT task_id FROM ntask_enqueue('wq', 'w:2', run_at => clock_timestamp() + interval '300 milliseconds');
+SELECT task_id, token FROM ntask_claim('wq', 'W1', wait => '10 seconds');
+-- the lease counts from the look that took the task, not the statement start
+SELECT task_id FROM ntask_enqueue('wq', 'w:3', run_at => clock_timestamp() + interval '400 milliseconds');
+SELECT clock_timestamp() AS t1 \gset
+SELECT lease_until - :'t1'::timestamptz > interval '30 seconds' + interval '350 milliseconds' AS lease_from_look
+FROM ntask_claim('wq', 'W1', lease => '30 seconds', wait => '10 seconds');
+-- ntask.max_wait cuts a longer wait
+SET ntask.max_wait = '200ms';
+SELECT clock_timestamp() AS t2 \gset
+SELECT count(*) FROM ntask_claim('wq', 'W1', wait => '1 hour');
+SELECT clock_timestamp() - :'t2'::timestamptz < interval '5 seconds' AS cut;
+RESET ntask.max_wait;
+-- a zero wait is a plain claim
+SELECT count(*) FROM ntask_claim('wq', 'W1', wait => '0');
+
+-- a wait holds no lock: after a waiting claim that found nothing, this
+-- transaction holds no lock on ntask's tables
+BEGIN;
+SELECT count(*) FROM ntask_claim('wq', 'W1', wait => '100 milliseconds');
+SELECT count(*) AS ntask_locks FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
+WHERE l.pid = pg_backend_pid() AND c.relnamespace = 'ntask'::regnamespace;
+COMMIT;
+-- a claim that found tasks keeps their locks (they are leased in this transaction)
+SELECT task_id FROM ntask_enqueue('wq', 'w:4');
+BEGIN;
+SELECT task_id FROM ntask_claim('wq', 'W1', wait => '1 second');
+SELECT count(*) > 0 AS holds_task_lock FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
+WHERE l.pid = pg_backend_pid() AND c.relname = 'task';
+COMMIT;
+
+-- refused where it cannot work
+BEGIN ISOLATION LEVEL REPEATABLE READ;
+SELECT * FROM ntask_claim('wq', 'W1', wait => '1 second');
+ROLLBACK;
+BEGIN;
+SELECT task_id FROM ntask_enqueue('wq', 'w:5');
+SELECT * FROM ntask_claim('wq', 'W1', wait => '1 second');
+ROLLBACK;
+SELECT * FROM ntask_claim('wq', 'W1', wait => '-1 second');
+SELECT * FROM ntask_claim('no_such_queue', 'W1', wait => '1 second');
+-- statement_timeout ends the wait at once, and frees the slot
+SET statement_timeout = '200ms';
+SELECT * FROM ntask_claim('wq', 'W1', wait => '10 seconds');
+RESET statement_timeout;
+SELECT count(*) FROM ntask.waiters;
+-- a waiting claim without the queue's worker right is refused before it waits
+CREATE ROLE regress_w_worker IN ROLE ntask_worker;
+CREATE ROLE regress_w_team;
+SELECT ntask_queue_set_roles('wq', NULL, 'regress_w_team');
+SET ROLE regress_w_worker;
+SELECT * FROM ntask_claim('wq', 'W9', wait => '10 seconds');
+-- ntask.waiters is for admins
+SELECT * FROM ntask.waiters;
+RESET ROLE;
+SELECT ntask_queue_set_roles('wq', NULL, NULL);
+DROP ROLE regress_w_worker, regress_w_team;

@@ -1,0 +1,98 @@
+/*-------------------------------------------------------------------------
+ *
+ * result.c
+ *	  Stored results: the size check of a succeeded task's result
+ *	  (ntask_transition and its batch and combined forms store it), and
+ *	  ntask_result, a producer's read of a task's state, outcome and result
+ *	  by its business key (docs/design.md "Results and replay").
+ *
+ * A result is read under the producer's rule, the same as a duplicate
+ * ntask_enqueue: the queue's producer_role is checked before anything
+ * about the key is looked up, so a caller without the right gets the same
+ * 42501 whether or not the key exists, and nothing of the task.
+ *
+ * IDENTIFICATION
+ *	  src/result.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "ntask.h"
+
+#include "catalog/pg_type.h"
+#include "funcapi.h"
+#include "utils/builtins.h"
+
+PG_FUNCTION_INFO_V1(ntask_result);
+
+static NtaskPlan result_read_plan = {
+	"result read",
+	"SELECT t.state, t.outcome, t.result, t.finished_at FROM ntask.task t "
+	"WHERE t.queue OPERATOR(pg_catalog.=) $1 "
+	"  AND t.task_key OPERATOR(pg_catalog.=) $2",
+	2, {TEXTOID, TEXTOID}
+};
+
+/*
+ * NtaskArgResult
+ *		The result argument at argno (jsonb, may be NULL; absent when the
+ *		SQL definition is older than the library), checked against
+ *		ntask.max_result_bytes (54000 when larger).  Returns it detoasted.
+ */
+Datum
+NtaskArgResult(FunctionCallInfo fcinfo, int argno, bool *isnull)
+{
+	Jsonb	   *jb;
+	Size		size;
+
+	*isnull = true;
+	if (PG_NARGS() <= argno || PG_ARGISNULL(argno))
+		return (Datum) 0;
+	jb = PG_GETARG_JSONB_P(argno);
+	size = VARSIZE(jb);
+	if (size > (Size) ntask_max_result_bytes)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("ntask: result is %zu bytes, more than ntask.max_result_bytes (%d)",
+						size, ntask_max_result_bytes),
+				 errhint("Store a large result elsewhere and keep a reference to it in the result.")));
+	*isnull = false;
+	return JsonbPGetDatum(jb);
+}
+
+/*
+ * ntask_result(queue text, task_key text)
+ *		RETURNS TABLE(state text, outcome text, result jsonb,
+ *					  finished_at timestamptz)
+ *
+ * For producers: the task of (queue, task_key), or no row when there is
+ * none (never enqueued, or pruned by retention).  result is the one its
+ * succeeded attempt stored (NULL otherwise); outcome is the succeeded
+ * attempt's label.  Errors: unknown queue 42704; no producer right on the
+ * queue 42501, raised before the key is looked up; NULL argument 22004.
+ */
+Datum
+ntask_result(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	text	   *queue = NtaskArgText(fcinfo, 0, "queue", 63);
+	text	   *key = NtaskArgText(fcinfo, 1, "task_key", NTASK_MAX_KEY_LEN);
+	Datum		values[2];
+
+	InitMaterializedSRF(fcinfo, 0);
+	SPI_connect();
+	NtaskCheckQueueRight(queue, true);
+	values[0] = PointerGetDatum(queue);
+	values[1] = PointerGetDatum(key);
+	if (NtaskExecPlan(&result_read_plan, values, NULL, SPI_OK_SELECT) == 1)
+	{
+		Datum		out[4];
+		bool		nulls[4];
+		int			c;
+
+		for (c = 0; c < 4; c++)
+			out[c] = NtaskGetDatum(0, c + 1, &nulls[c]);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, nulls);
+	}
+	SPI_finish();
+	return (Datum) 0;
+}
