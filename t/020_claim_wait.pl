@@ -1,0 +1,197 @@
+
+# Copyright (c) ntask contributors
+
+# t/020_claim_wait.pl: waiting claims (ntask_claim wait => ..., issue 17)
+# interrupted and in numbers.
+#
+#   1. pg_cancel_backend ends a waiting claim at once; the session stays
+#      usable; its waiter slot is freed and it holds no lock.
+#   2. SIGTERM of the waiting backend: it exits at once; slot freed.
+#   3. A fast shutdown with a claim waiting does not wait for the wait.
+#   4. Postmaster death (SIGKILL): the waiting backend exits at once.
+#   5. Eight waiters, one commit with one task: one claims it, seven keep
+#      waiting; one commit with seven tasks: the seven claim one each.
+#
+# The waits are 120 s; "at once" is checked as "well before the wait would
+# have ended" (the bound is not a speed measurement; bench/wait measures).
+
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time);
+
+my $node = PostgreSQL::Test::Cluster->new('claim_wait');
+$node->init;
+$node->append_conf('postgresql.conf', q{
+shared_preload_libraries = 'ntask'
+ntask.worker = off
+ntask.max_wait = '10min'
+});
+$node->start;
+$node->safe_psql('postgres', q{
+	CREATE EXTENSION ntask;
+	SELECT count(*) FROM ntask_queue_set('wq', max_attempts => 3);
+});
+
+# a session that has started a waiting claim; returns (session, pid)
+sub start_waiter
+{
+	my ($wait, $max) = @_;
+	$max //= 1;
+	my $bs = $node->background_psql('postgres', on_error_stop => 0);
+	my $pid = $bs->query_safe('SELECT pg_backend_pid()');
+	chomp $pid;
+	$bs->query_until(qr/start/, qq{\\echo start
+SELECT 'got:' || task_key FROM ntask_claim('wq', 'W$pid', $max, wait => '$wait');
+\\echo done
+});
+	return ($bs, $pid);
+}
+
+# wait for a started claim to end; returns (stdout, stderr)
+sub finish_waiter
+{
+	my ($bs) = @_;
+	pump_until($bs->{run}, $bs->{timeout}, \$bs->{stdout}, qr/done/);
+	my ($out, $err) = ($bs->{stdout}, $bs->{stderr});
+	$bs->{stdout} = $bs->{stderr} = '';
+	return ($out, $err);
+}
+
+sub waiting
+{
+	return $node->safe_psql('postgres', 'SELECT count(*) FROM ntask.waiters');
+}
+
+sub wait_for_waiters
+{
+	my ($n) = @_;
+	return $node->poll_query_until('postgres',
+		"SELECT count(*) = $n FROM ntask.waiters");
+}
+
+# ---------------------------------------------------------------------
+# 1. Query cancel
+# ---------------------------------------------------------------------
+{
+	my ($bs, $pid) = start_waiter('120 seconds');
+	ok(wait_for_waiters(1), 'cancel: the claim is waiting');
+	my $t0 = time;
+	$node->safe_psql('postgres', "SELECT pg_cancel_backend($pid)");
+	my ($out, $err) = finish_waiter($bs);
+	my $took = time - $t0;
+	like($err, qr/canceling statement due to user request/, 'cancel: the claim ends with the cancel');
+	ok($took < 60, sprintf('cancel: it ended at once (%.2f s of a 120 s wait)', $took));
+	is(waiting(), '0', 'cancel: no waiter slot is left');
+	is($node->safe_psql('postgres', qq{
+		SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
+		WHERE l.pid = $pid AND c.relnamespace = 'ntask'::regnamespace}),
+		'0', 'cancel: the session holds no lock on ntask tables');
+	# the session is usable: a task enqueued now is claimed by it
+	$node->safe_psql('postgres', q{SELECT created FROM ntask_enqueue('wq', 'after-cancel')});
+	is($bs->query_safe(q{SELECT task_key FROM ntask_claim('wq', 'W', wait => '5 seconds')}),
+		'after-cancel', 'cancel: the same session claims again');
+	$bs->quit;
+}
+
+# ---------------------------------------------------------------------
+# 2. SIGTERM of the waiting backend
+# ---------------------------------------------------------------------
+{
+	my ($bs, $pid) = start_waiter('120 seconds');
+	ok(wait_for_waiters(1), 'sigterm: the claim is waiting');
+	my $t0 = time;
+	kill 'TERM', $pid;
+	ok($node->poll_query_until('postgres',
+		"SELECT count(*) = 0 FROM pg_stat_activity WHERE pid = $pid"),
+		'sigterm: the backend exited');
+	my $took = time - $t0;
+	ok($took < 60, sprintf('sigterm: at once (%.2f s of a 120 s wait)', $took));
+	is(waiting(), '0', 'sigterm: no waiter slot is left');
+	is($node->safe_psql('postgres', "SELECT count(*) FROM pg_locks WHERE pid = $pid"),
+		'0', 'sigterm: no lock of the backend is left');
+	$bs->{run}->kill_kill;
+	# a new waiter in the freed slot is woken by a commit as usual
+	my ($bs2, $pid2) = start_waiter('120 seconds');
+	ok(wait_for_waiters(1), 'sigterm: a new claim waits');
+	$node->safe_psql('postgres', q{SELECT created FROM ntask_enqueue('wq', 'after-term')});
+	my ($out) = finish_waiter($bs2);
+	like($out, qr/got:after-term/, 'sigterm: the next waiter is woken by the next commit');
+	$bs2->quit;
+}
+
+# ---------------------------------------------------------------------
+# 3. Fast shutdown while a claim waits
+# ---------------------------------------------------------------------
+{
+	my ($bs, $pid) = start_waiter('120 seconds');
+	ok(wait_for_waiters(1), 'shutdown: the claim is waiting');
+	my $t0 = time;
+	$node->stop('fast');
+	my $took = time - $t0;
+	ok($took < 60, sprintf('shutdown: a fast shutdown did not wait for the wait (%.2f s)', $took));
+	$bs->{run}->kill_kill;
+	$node->start;
+	is(waiting(), '0', 'shutdown: no waiter after the restart');
+}
+
+# ---------------------------------------------------------------------
+# 4. Postmaster death
+# ---------------------------------------------------------------------
+{
+	my ($bs, $pid) = start_waiter('120 seconds');
+	ok(wait_for_waiters(1), 'postmaster death: the claim is waiting');
+	my $t0 = time;
+	$node->kill9;
+	my $gone = 0;
+	for (1 .. 600)
+	{
+		if (!kill(0, $pid)) { $gone = 1; last; }
+		select(undef, undef, undef, 0.1);
+	}
+	my $took = time - $t0;
+	ok($gone && $took < 60,
+		sprintf('postmaster death: the waiting backend exited (%.2f s of a 120 s wait)', $took));
+	$bs->{run}->kill_kill;
+	$node->start;
+	is(waiting(), '0', 'postmaster death: no waiter after the restart');
+}
+
+# ---------------------------------------------------------------------
+# 5. Eight waiters: a commit wakes as many as its tasks need
+# ---------------------------------------------------------------------
+{
+	$node->safe_psql('postgres', q{
+		SELECT count(*) FROM ntask.task t,
+			LATERAL ntask_transition(t.task_id, t.token, 'succeeded') x
+		WHERE t.state = 'leased'});
+	my @w = map { [ start_waiter('120 seconds') ] } 1 .. 8;
+	ok(wait_for_waiters(8), 'eight waiters are waiting');
+	$node->safe_psql('postgres', q{SELECT created FROM ntask_enqueue('wq', 'one')});
+	ok($node->poll_query_until('postgres',
+		q{SELECT count(*) = 1 FROM ntask.task WHERE task_key = 'one' AND state = 'leased'}),
+		'one task: it is claimed');
+	# the winner leaves; the seven others stay asleep
+	ok(wait_for_waiters(7), 'one task: seven claims keep waiting');
+	$node->safe_psql('postgres', q{
+		SELECT count(*) FROM ntask_enqueue_many('wq',
+			ARRAY['s1', 's2', 's3', 's4', 's5', 's6', 's7'],
+			array_fill('{}'::jsonb, ARRAY[7]))});
+	my %got;
+	for my $x (@w)
+	{
+		my ($out) = finish_waiter($x->[0]);
+		$got{$1}++ while $out =~ /got:(\S+)/g;
+		$x->[0]->quit;
+	}
+	is(join(',', sort keys %got), 'one,s1,s2,s3,s4,s5,s6,s7',
+		'seven tasks in one commit: the seven waiters claimed one each');
+	ok(!grep({ $_ != 1 } values %got), 'no task was handed out twice');
+	is(waiting(), '0', 'no waiter slot is left');
+}
+
+$node->stop;
+done_testing();
