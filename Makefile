@@ -41,7 +41,7 @@ ISOLATION = takeover_w1_w2 claim_skip_locked enqueue_same_key cancel_vs_transiti
 	receipt_stale_after_takeover receipt_vs_cancel fence_v2_after_v3 fence_reverse_delivery \
 	schedule_fire_same_slot transition_many_vs_takeover transition_and_claim_takeover \
 	transition_many_lock_order receipt_second_token_after_commit claim_wait_woken_by_enqueue \
-	claim_wait_two_waiters
+	claim_wait_two_waiters notify_at_commit
 ISOLATION_OPTS = --temp-instance=./tmp_check_iso --temp-config=$(srcdir)/test/ntask.conf
 
 TAP_TESTS = 1

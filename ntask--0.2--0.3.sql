@@ -628,3 +628,28 @@ COMMENT ON VIEW ntask.waiters IS 'ntask: the waiting claims (ntask_claim wait =>
 REVOKE ALL ON FUNCTION @extschema@.ntask_waiters() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION @extschema@.ntask_waiters() TO ntask_admin;
 GRANT SELECT ON ntask.waiters TO ntask_admin;
+
+-- issue 17: NOTIFY ntask_<queue> at the commit of an enqueue, for drivers
+-- built around LISTEN (a pooler in transaction mode drops LISTEN: README
+-- "Waiting for work")
+ALTER TABLE ntask.queue ADD COLUMN notify boolean NOT NULL DEFAULT false;
+COMMENT ON COLUMN ntask.queue.notify IS 'NOTIFY ntask_<queue> (no payload) at the commit of a transaction that enqueued into the queue; once per transaction';
+DROP FUNCTION @extschema@.ntask_queue_set(text, integer, interval, interval, interval, interval, regprocedure, jsonb, interval);
+CREATE FUNCTION @extschema@.ntask_queue_set(
+	queue text,
+	max_attempts integer DEFAULT NULL,
+	total_deadline interval DEFAULT NULL,
+	lease interval DEFAULT NULL,
+	backoff_base interval DEFAULT NULL,
+	backoff_max interval DEFAULT NULL,
+	guard regprocedure DEFAULT NULL,
+	target jsonb DEFAULT NULL,
+	retention interval DEFAULT NULL,
+	notify boolean DEFAULT NULL)
+RETURNS SETOF ntask.queue
+AS 'MODULE_PATHNAME', 'ntask_queue_set'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.ntask_queue_set(text, integer, interval, interval, interval, interval, regprocedure, jsonb, interval, boolean) IS
+'ntask: create or update a queue''s policy; NULL arguments keep the current value (or the default for a new queue); returns the resulting row';
+REVOKE ALL ON FUNCTION @extschema@.ntask_queue_set(text, integer, interval, interval, interval, interval, regprocedure, jsonb, interval, boolean) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.ntask_queue_set(text, integer, interval, interval, interval, interval, regprocedure, jsonb, interval, boolean) TO ntask_admin;

@@ -72,3 +72,11 @@ SELECT * FROM ntask.waiters;
 RESET ROLE;
 SELECT ntask_queue_set_roles('wq', NULL, NULL);
 DROP ROLE regress_w_worker, regress_w_team;
+
+-- notify => true: NOTIFY ntask_<queue> at commit (notify_at_commit spec);
+-- the channel name limits the queue name
+SELECT queue, notify FROM ntask_queue_set('wq', notify => true);
+SELECT queue, notify FROM ntask_queue_set('wq', max_attempts => 4);
+SELECT queue, notify FROM ntask_queue_set('wq', notify => false);
+SELECT queue FROM ntask_queue_set(repeat('q', 58), notify => true);
+SELECT queue, notify FROM ntask_queue_set(repeat('q', 57), notify => true);

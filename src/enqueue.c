@@ -24,6 +24,7 @@
 #include "ntask.h"
 
 #include "catalog/pg_type.h"
+#include "commands/async.h"
 #include "funcapi.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
@@ -32,15 +33,20 @@ PG_FUNCTION_INFO_V1(ntask_enqueue);
 PG_FUNCTION_INFO_V1(ntask_enqueue_many);
 
 /*
- * SQL: is queue $1 an http queue (the background worker dispatches its
- * tasks)?  An InitPlan, evaluated once per statement.  Only then is the
- * worker woken at commit: a wake-up of a sleeping worker is a signal and a
- * pass of its loop, 4.5% of an enqueue's CPU under pgbench (perf) for
- * queues the worker has nothing to do with.
+ * SQL: what a commit of new tasks of queue $1 must do besides: bit 1, the
+ * queue is an http queue (the background worker dispatches its tasks);
+ * bit 2, its policy says notify (NOTIFY ntask_<queue>).  An InitPlan,
+ * evaluated once per statement.  Only an http queue wakes the worker at
+ * commit: a wake-up of a sleeping worker is a signal and a pass of its
+ * loop, 4.5% of an enqueue's CPU under pgbench (perf) for queues the
+ * worker has nothing to do with.
  */
-#define ENQ_HTTP_QUEUE \
-	"(SELECT hq.target OPERATOR(pg_catalog.->>) 'type' OPERATOR(pg_catalog.=) 'http' " \
+#define ENQ_QUEUE_FLAGS \
+	"(SELECT CASE WHEN hq.target OPERATOR(pg_catalog.->>) 'type' OPERATOR(pg_catalog.=) 'http' " \
+	"   THEN 1 ELSE 0 END OPERATOR(pg_catalog.+) CASE WHEN hq.notify THEN 2 ELSE 0 END " \
 	" FROM ntask.queue hq WHERE hq.queue OPERATOR(pg_catalog.=) $1)"
+#define ENQ_HTTP	1
+#define ENQ_NOTIFY	2
 
 static NtaskPlan enq_insert_plan = {
 	"enqueue insert",
@@ -55,7 +61,7 @@ static NtaskPlan enq_insert_plan = {
 	"  AND (q.producer_role IS NULL "
 	"       OR pg_catalog.pg_has_role($9, q.producer_role, 'USAGE')) "
 	"ON CONFLICT (queue, task_key) DO NOTHING "
-	"RETURNING t.task_id, t.state, " ENQ_HTTP_QUEUE,
+	"RETURNING t.task_id, t.state, " ENQ_QUEUE_FLAGS,
 	9, {TEXTOID, TEXTOID, JSONBOID, BYTEAOID, INT2OID, TEXTOID, INT4OID,
 	TIMESTAMPTZOID, OIDOID}
 };
@@ -87,6 +93,18 @@ enq_wake_waiters(text *queue, int n, Datum run_at, bool run_at_null)
 		NtaskWakeWaitersAtCommit(text_to_cstring(queue), n, 0);
 	else
 		NtaskWakeWaitersAtCommit(text_to_cstring(queue), 0, at);
+}
+
+/*
+ * enq_notify
+ *		NOTIFY ntask_<queue> at commit (queue policy notify): one
+ *		notification per committing transaction and queue, however many
+ *		tasks it enqueued (PostgreSQL folds equal notifications).
+ */
+static void
+enq_notify(text *queue)
+{
+	Async_Notify(psprintf("ntask_%s", text_to_cstring(queue)), NULL);
 }
 
 /*
@@ -176,8 +194,10 @@ ntask_enqueue(PG_FUNCTION_ARGS)
 			out[0] = Int64GetDatum(NtaskGetInt64(0, 1));
 			out[1] = BoolGetDatum(true);
 			out[2] = PointerGetDatum(NtaskGetText(0, 2));
-			if (NtaskGetBool(0, 3))
+			if (NtaskGetInt32(0, 3) & ENQ_HTTP)
 				NtaskWakeWorkerAtCommit();	/* an http task */
+			if (NtaskGetInt32(0, 3) & ENQ_NOTIFY)
+				enq_notify(queue);
 			enq_wake_waiters(queue, 1, values[7], nulls[7] == 'n');
 			break;
 		}
@@ -238,7 +258,7 @@ static NtaskPlan enq_many_insert_plan = {
 	"       OR pg_catalog.pg_has_role($9, q.producer_role, 'USAGE')) "
 	"ORDER BY i.n "
 	"ON CONFLICT (queue, task_key) DO NOTHING "
-	"RETURNING t.task_key, t.task_id, t.state, " ENQ_HTTP_QUEUE,
+	"RETURNING t.task_key, t.task_id, t.state, " ENQ_QUEUE_FLAGS,
 	9, {TEXTOID, TEXTARRAYOID, JSONBARRAYOID, BYTEAARRAYOID, INT2OID,
 	TEXTARRAYOID, INT4OID, TIMESTAMPTZOID, OIDOID}
 };
@@ -408,8 +428,10 @@ enq_many_round(text *queue, EnqKey *bykey, int nkeys, EnqKey **pending,
 		k->state = PointerGetDatum(NtaskGetText(r, 3));
 		k->outcome_null = k->result_null = true;
 	}
-	if (nrows > 0 && NtaskGetBool(0, 4))
+	if (nrows > 0 && (NtaskGetInt32(0, 4) & ENQ_HTTP))
 		NtaskWakeWorkerAtCommit();	/* http tasks */
+	if (nrows > 0 && (NtaskGetInt32(0, 4) & ENQ_NOTIFY))
+		enq_notify(queue);
 	enq_wake_waiters(queue, nrows, args[7], argnulls[7] == 'n');
 	if (nrows == n)
 		return 0;

@@ -51,13 +51,14 @@ static NtaskPlan queue_update_plan = {
 	"  guard = coalesce($7, q.guard), "
 	"  target = coalesce($8, q.target), "
 	"  retention = coalesce($9, q.retention), "
+	"  notify = coalesce($10, q.notify), "
 	"  updated_at = pg_catalog.statement_timestamp() "
 	"WHERE q.queue OPERATOR(pg_catalog.=) $1 "
 	"  AND coalesce($6, q.backoff_max) OPERATOR(pg_catalog.>=) "
 	"      coalesce($5, q.backoff_base) "
 	"RETURNING q.*",
-	9, {TEXTOID, INT4OID, INTERVALOID, INTERVALOID, INTERVALOID, INTERVALOID,
-	TEXTOID, JSONBOID, INTERVALOID}
+	10, {TEXTOID, INT4OID, INTERVALOID, INTERVALOID, INTERVALOID, INTERVALOID,
+	TEXTOID, JSONBOID, INTERVALOID, BOOLOID}
 };
 
 /* $2: the caller; true when the queue restricts this right to a role it lacks */
@@ -274,7 +275,8 @@ ntask_queue_set_roles(PG_FUNCTION_ARGS)
 
 /*
  * ntask_queue_set(queue, max_attempts, total_deadline, lease, backoff_base,
- *				   backoff_max, guard, target, retention) RETURNS SETOF ntask.queue
+ *				   backoff_max, guard, target, retention, notify)
+ *		RETURNS SETOF ntask.queue
  *		Create the queue or update the given fields (NULL keeps the current
  *		value, or the table default for a new queue).  Returns the row.
  *		Takes the queue row's lock until the caller's transaction ends.
@@ -284,8 +286,9 @@ ntask_queue_set(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	text	   *queue = NtaskArgText(fcinfo, 0, "queue", 63);
-	Datum		values[9];
-	char		nulls[9];
+	Datum		values[10];
+	char		nulls[10];
+	int			nargs = Min(PG_NARGS(), 10);	/* 9 before the 0.3 update */
 	int			i;
 	char	   *qname;
 	char	   *guard_name = NULL;
@@ -328,11 +331,22 @@ ntask_queue_set(PG_FUNCTION_ARGS)
 	}
 	if (!PG_ARGISNULL(8))
 		NtaskCheckPositiveInterval(PG_GETARG_INTERVAL_P(8), "retention");
+	/* the channel is "ntask_<queue>", and a channel name has at most 63 bytes */
+	if (nargs > 9 && !PG_ARGISNULL(9) && PG_GETARG_BOOL(9) &&
+		VARSIZE_ANY_EXHDR(queue) > NAMEDATALEN - 1 - 6)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ntask: notify needs a queue name of at most %d bytes",
+						NAMEDATALEN - 1 - 6),
+				 errdetail("The channel is \"ntask_\" followed by the queue name, and a channel name has at most %d bytes.",
+						   NAMEDATALEN - 1)));
 
-	for (i = 0; i < 9; i++)
+	for (i = 0; i < 10; i++)
 	{
-		values[i] = PG_ARGISNULL(i) ? (Datum) 0 : PG_GETARG_DATUM(i);
-		nulls[i] = PG_ARGISNULL(i) ? 'n' : ' ';
+		bool		isnull = i >= nargs || PG_ARGISNULL(i);
+
+		values[i] = isnull ? (Datum) 0 : PG_GETARG_DATUM(i);
+		nulls[i] = isnull ? 'n' : ' ';
 	}
 	values[0] = PointerGetDatum(queue);
 	if (guard_name)
