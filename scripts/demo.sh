@@ -100,4 +100,23 @@ provider '/_admin/stats?key=notify:u-b:d-b1:m-9:v1' | python3 -c 'import json, s
 k = json.load(sys.stdin)["keys"]["notify:u-b:d-b1:m-9:v1"]
 print("requests=%d effects=%d duplicates=%d NTask-Attempt headers=%s" % (k["requests"], k["effects"], k["duplicates"], k["attempts"]))'
 echo
+# part 3: a waiting worker and seed 002's replay (demo/worker_wait.sql);
+# the producer enqueues one second after the worker starts waiting
+$AS_PG "$BINDIR/psql" -X -q -h "$TMP" -p "$PORT" -U postgres -d postgres -v ON_ERROR_STOP=1 <<'SQL' >/dev/null
+CREATE ROLE demo_app IN ROLE ntask_producer;
+CREATE ROLE demo_exporters;
+GRANT demo_exporters TO demo_app;
+SELECT queue FROM ntask_queue_set('exports', max_attempts => 3);
+SELECT ntask_queue_set_roles('exports', 'demo_exporters', NULL);
+SQL
+( sleep 1; $AS_PG "$BINDIR/psql" -X -q -h "$TMP" -p "$PORT" -U postgres -d postgres -c \
+	"SET ROLE demo_app; SELECT created FROM ntask_enqueue('exports', 'export:u-1:2026-12', '{\"user\": \"u-1\", \"month\": \"2026-12\"}')" >/dev/null ) &
+$AS_PG "$BINDIR/psql" -X -q -h "$TMP" -p "$PORT" -U postgres -d postgres \
+	-v ON_ERROR_STOP=1 -f - <demo/worker_wait.sql 2>&1 || rc=$?
+wait
+if [ "$rc" -ne 0 ]; then
+	echo "ntask demo: FAILED (psql exit $rc) in demo/worker_wait.sql" >&2
+	exit "$rc"
+fi
+echo
 echo "ntask demo: done"

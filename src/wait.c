@@ -445,6 +445,7 @@ nw_look(ReturnSetInfo *rsinfo, text *queue, text *worker, int max_tasks,
 	MemoryContext oldcxt = CurrentMemoryContext;
 	ResourceOwner oldowner = CurrentResourceOwner;
 	volatile int got = 0;
+	volatile bool in_subxact = true;
 
 	*wrote = false;
 	*next_due = 0;
@@ -456,7 +457,10 @@ nw_look(ReturnSetInfo *rsinfo, text *queue, text *worker, int max_tasks,
 							 NULL, NULL, 0);
 		*wrote = GetCurrentTransactionIdIfAny() != InvalidTransactionId;
 		if (got > 0 || *wrote)
+		{
+			in_subxact = false;
 			ReleaseCurrentSubTransaction();
+		}
 		else
 		{
 			Datum		values[1];
@@ -467,6 +471,7 @@ nw_look(ReturnSetInfo *rsinfo, text *queue, text *worker, int max_tasks,
 			NtaskExecPlan(&nw_next_due_plan, values, NULL, SPI_OK_SELECT);
 			d = NtaskGetDatum(0, 1, &isnull);
 			*next_due = isnull ? 0 : DatumGetTimestampTz(d);
+			in_subxact = false;
 			RollbackAndReleaseCurrentSubTransaction();
 		}
 		MemoryContextSwitchTo(oldcxt);
@@ -479,7 +484,8 @@ nw_look(ReturnSetInfo *rsinfo, text *queue, text *worker, int max_tasks,
 		MemoryContextSwitchTo(oldcxt);
 		edata = CopyErrorData();
 		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
+		if (in_subxact)
+			RollbackAndReleaseCurrentSubTransaction();
 		MemoryContextSwitchTo(oldcxt);
 		CurrentResourceOwner = oldowner;
 		ReThrowError(edata);

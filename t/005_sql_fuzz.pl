@@ -361,7 +361,11 @@ sub run_batch
 {
 	my ($batch) = @_;    # [ [func, sql], ... ]
 	my $first = scalar @calls;
-	my $script = "SET statement_timeout = '10s';\nSET client_min_messages = warning;\n"
+	# a waiting claim (ntask_claim wait => ...) with nothing due waits up to
+	# ntask.max_wait: cut to 20 ms, so hostile waits show their errors and
+	# valid ones return, without running into statement_timeout
+	my $script = "SET statement_timeout = '10s';\nSET ntask.max_wait = '20ms';\n"
+	  . "SET client_min_messages = warning;\n"
 	  . "\\set VERBOSITY verbose\n\\o /dev/null\n";
 	for my $i (0 .. $#$batch)
 	{
