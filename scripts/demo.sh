@@ -27,7 +27,7 @@ cleanup()
 			$AS_PG "$BINDIR/pg_ctl" -D "$PGDATA_DIR" -m immediate -w stop >/dev/null 2>&1 ||
 			true
 	fi
-	[ -n "${PROVIDER_PID:-}" ] && kill "$PROVIDER_PID" 2>/dev/null
+	[ -z "${PROVIDER_PID:-}" ] || kill "$PROVIDER_PID" 2>/dev/null || true
 	$SUDO rm -rf "$TMP"
 	exit $rc
 }
@@ -111,9 +111,10 @@ SELECT ntask_queue_set_roles('exports', 'demo_exporters', NULL);
 SQL
 ( sleep 1; $AS_PG "$BINDIR/psql" -X -q -h "$TMP" -p "$PORT" -U postgres -d postgres -c \
 	"SET ROLE demo_app; SELECT created FROM ntask_enqueue('exports', 'export:u-1:2026-12', '{\"user\": \"u-1\", \"month\": \"2026-12\"}')" >/dev/null ) &
+PRODUCER_PID=$!
 $AS_PG "$BINDIR/psql" -X -q -h "$TMP" -p "$PORT" -U postgres -d postgres \
 	-v ON_ERROR_STOP=1 -f - <demo/worker_wait.sql 2>&1 || rc=$?
-wait
+wait "$PRODUCER_PID" || true
 if [ "$rc" -ne 0 ]; then
 	echo "ntask demo: FAILED (psql exit $rc) in demo/worker_wait.sql" >&2
 	exit "$rc"
