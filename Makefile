@@ -23,6 +23,7 @@ OBJS = \
 	src/worker_shared.o \
 	src/wait.o \
 	src/result.o \
+	src/saga.o \
 	src/dispatch.o \
 	src/worker.o
 DATA = $(wildcard ntask--*.sql)
@@ -32,7 +33,7 @@ PG_CPPFLAGS = -I$(srcdir)/src -std=c11
 SHLIB_LINK = -lcurl
 
 
-REGRESS = setup enqueue claim transition budget replay_cancel release batch result wait guard errors stats receipt \
+REGRESS = setup enqueue claim transition budget replay_cancel release batch result wait saga guard errors stats receipt \
 	cron schedule housekeeping http_target privileges upgrade
 REGRESS_OPTS = --temp-instance=./tmp_check_regress --temp-config=$(srcdir)/test/ntask.conf
 
@@ -41,7 +42,8 @@ ISOLATION = takeover_w1_w2 claim_skip_locked enqueue_same_key cancel_vs_transiti
 	receipt_stale_after_takeover receipt_vs_cancel fence_v2_after_v3 fence_reverse_delivery \
 	schedule_fire_same_slot transition_many_vs_takeover transition_and_claim_takeover \
 	transition_many_lock_order receipt_second_token_after_commit claim_wait_woken_by_enqueue \
-	claim_wait_two_waiters notify_at_commit
+	claim_wait_two_waiters notify_at_commit saga_step_vs_cancel saga_stale_step_worker \
+	saga_double_start
 ISOLATION_OPTS = --temp-instance=./tmp_check_iso --temp-config=$(srcdir)/test/ntask.conf
 
 TAP_TESTS = 1

@@ -653,3 +653,88 @@ COMMENT ON FUNCTION @extschema@.ntask_queue_set(text, integer, interval, interva
 'ntask: create or update a queue''s policy; NULL arguments keep the current value (or the default for a new queue); returns the resulting row';
 REVOKE ALL ON FUNCTION @extschema@.ntask_queue_set(text, integer, interval, interval, interval, interval, regprocedure, jsonb, interval, boolean) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION @extschema@.ntask_queue_set(text, integer, interval, interval, interval, interval, regprocedure, jsonb, interval, boolean) TO ntask_admin;
+
+-- issue 14: sagas (docs/design.md "Sagas").  Every step is an ordinary task
+-- of its queue with task_key '<saga_key>:<step name>' (its compensation
+-- '<saga_key>:<step name>:compensate') and saga_id set; a trigger on the
+-- task's state moves the saga in the same transaction as the step's change.
+CREATE TABLE ntask.saga (
+	saga_id			bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+	saga_key		text COLLATE "C" NOT NULL UNIQUE,
+	steps			jsonb NOT NULL,
+	steps_digest	bytea NOT NULL,
+	digest_version	smallint NOT NULL,
+	nsteps			integer NOT NULL CHECK (nsteps BETWEEN 1 AND 100),
+	state			text NOT NULL DEFAULT 'running'
+		CHECK (state IN ('running', 'succeeded', 'compensating', 'compensated', 'manual_review')),
+	current_step	integer NOT NULL DEFAULT 1,
+	failed_step		integer,
+	reason			text,
+	started_by		text NOT NULL,
+	started_at		timestamptz NOT NULL DEFAULT now(),
+	updated_at		timestamptz NOT NULL DEFAULT now(),
+	finished_at		timestamptz
+);
+COMMENT ON TABLE ntask.saga IS 'ntask: one row per saga (ntask_saga_start): its definition, state running/succeeded/compensating/compensated/manual_review, the step running or being compensated (current_step), the forward step that failed, why';
+CREATE TABLE ntask.saga_step (
+	saga_id		bigint NOT NULL REFERENCES ntask.saga ON DELETE CASCADE,
+	step_no		integer NOT NULL,
+	kind		text NOT NULL CHECK (kind IN ('forward', 'compensate')),
+	name		text NOT NULL,
+	queue		text COLLATE "C" NOT NULL,
+	task_id		bigint NOT NULL,
+	state		text NOT NULL,
+	PRIMARY KEY (saga_id, step_no, kind)
+);
+CREATE UNIQUE INDEX saga_step_task_idx ON ntask.saga_step (task_id);
+COMMENT ON TABLE ntask.saga_step IS 'ntask: the tasks of a saga, forward and compensation, with the last state seen of each (kept when retention prunes the task)';
+ALTER TABLE ntask.task ADD COLUMN saga_id bigint;
+COMMENT ON COLUMN ntask.task.saga_id IS 'the saga this task is a step (or compensation) of; NULL for ordinary tasks';
+
+CREATE FUNCTION ntask.saga_step_changed() RETURNS trigger
+AS 'MODULE_PATHNAME', 'ntask_saga_step_changed'
+LANGUAGE C;
+COMMENT ON FUNCTION ntask.saga_step_changed() IS 'ntask: moves a saga when one of its step tasks changes state (next step, compensation, end), in the same transaction';
+REVOKE ALL ON FUNCTION ntask.saga_step_changed() FROM PUBLIC;
+CREATE TRIGGER saga_step_changed AFTER UPDATE OF state ON ntask.task
+	FOR EACH ROW WHEN (NEW.saga_id IS NOT NULL AND NEW.state IS DISTINCT FROM OLD.state)
+	EXECUTE FUNCTION ntask.saga_step_changed();
+
+CREATE FUNCTION @extschema@.ntask_saga_start(saga_key text, steps jsonb, actor text DEFAULT NULL)
+RETURNS TABLE (saga_id bigint, created boolean, state text)
+AS 'MODULE_PATHNAME', 'ntask_saga_start'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.ntask_saga_start(text, jsonb, text) IS
+'ntask: start a saga (idempotent on saga_key: the same definition returns the existing saga, another raises NT001); steps is an array of {"name", "queue", "payload", "compensate": {"queue", "payload"}}; step 1 is enqueued in the caller''s transaction';
+REVOKE ALL ON FUNCTION @extschema@.ntask_saga_start(text, jsonb, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.ntask_saga_start(text, jsonb, text) TO ntask_producer;
+
+CREATE FUNCTION @extschema@.ntask_saga_cancel(saga_id bigint, actor text, reason text)
+RETURNS text
+AS 'MODULE_PATHNAME', 'ntask_saga_cancel'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.ntask_saga_cancel(bigint, text, text) IS
+'ntask: audited cancel of a running saga: its running step is canceled (that worker''s token goes stale), then the steps that succeeded are compensated; returns the saga''s state';
+REVOKE ALL ON FUNCTION @extschema@.ntask_saga_cancel(bigint, text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.ntask_saga_cancel(bigint, text, text) TO ntask_admin;
+
+CREATE FUNCTION @extschema@.ntask_saga_resume(saga_id bigint, actor text, reason text)
+RETURNS text
+AS 'MODULE_PATHNAME', 'ntask_saga_resume'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.ntask_saga_resume(bigint, text, text) IS
+'ntask: audited resume of a saga in manual_review: its failed compensation gets a fresh budget and the compensation goes on; returns the saga''s state';
+REVOKE ALL ON FUNCTION @extschema@.ntask_saga_resume(bigint, text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.ntask_saga_resume(bigint, text, text) TO ntask_admin;
+
+CREATE VIEW ntask.saga_status AS
+SELECT s.saga_id, s.saga_key, s.state AS saga_state, s.current_step, s.failed_step,
+	   st.step_no, st.name, st.kind, st.queue, st.task_id,
+	   coalesce(t.state, st.state) AS task_state, t.attempts, t.max_attempts,
+	   t.unknown_attempts, t.last_error_class, t.reason AS task_reason,
+	   s.reason AS saga_reason, s.started_at, s.updated_at, s.finished_at
+FROM ntask.saga s
+JOIN ntask.saga_step st ON st.saga_id = s.saga_id
+LEFT JOIN ntask.task t ON t.task_id = st.task_id;
+COMMENT ON VIEW ntask.saga_status IS 'ntask: every saga''s steps in order (forward, then its compensation), each with its task''s state, attempts and unknown outcomes (no payload)';
+GRANT SELECT ON ntask.saga, ntask.saga_step, ntask.saga_status TO ntask_admin;

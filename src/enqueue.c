@@ -126,6 +126,58 @@ enq_put(ReturnSetInfo *rsinfo, Datum *out, bool *outnulls)
 }
 
 /*
+ * The insert of a saga's step (NtaskEnqueueStep): the queue's budget, due
+ * now, saga_id set; no producer check (ntask_saga_start checked every
+ * queue of the definition).
+ */
+static NtaskPlan enq_step_plan = {
+	"enqueue saga step",
+	"INSERT INTO ntask.task AS t (queue, task_key, payload, payload_digest, "
+	"  digest_version, run_at, due_at, max_attempts, deadline, saga_id) "
+	"SELECT q.queue, $2, $3, $4, $5, pg_catalog.statement_timestamp(), "
+	"  pg_catalog.statement_timestamp(), q.max_attempts, "
+	"  pg_catalog.statement_timestamp() OPERATOR(pg_catalog.+) q.total_deadline, $6 "
+	"FROM ntask.queue q WHERE q.queue OPERATOR(pg_catalog.=) $1 "
+	"ON CONFLICT (queue, task_key) DO NOTHING "
+	"RETURNING t.task_id, " ENQ_QUEUE_FLAGS,
+	6, {TEXTOID, TEXTOID, JSONBOID, BYTEAOID, INT2OID, INT8OID}
+};
+
+/*
+ * NtaskEnqueueStep
+ *		Enqueue one task of saga saga_id, due now, inside the caller's SPI
+ *		connection, waking the worker and waiting claims at commit as an
+ *		enqueue does.  Returns its task_id, or -1 when the key is taken (or
+ *		the queue is gone).
+ */
+int64
+NtaskEnqueueStep(const char *queue, const char *key, Jsonb *payload,
+				 int64 saga_id)
+{
+	Datum		values[6];
+	int32		flags;
+	int64		task_id;
+	text	   *q = cstring_to_text(queue);
+
+	values[0] = PointerGetDatum(q);
+	values[1] = CStringGetTextDatum(key);
+	values[2] = JsonbPGetDatum(payload);
+	values[3] = PointerGetDatum(NtaskDigest(payload, NTASK_DIGEST_VERSION));
+	values[4] = Int16GetDatum(NTASK_DIGEST_VERSION);
+	values[5] = Int64GetDatum(saga_id);
+	if (NtaskExecPlan(&enq_step_plan, values, NULL, SPI_OK_INSERT_RETURNING) != 1)
+		return -1;
+	task_id = NtaskGetInt64(0, 1);
+	flags = NtaskGetInt32(0, 2);
+	if (flags & ENQ_HTTP)
+		NtaskWakeWorkerAtCommit();
+	if (flags & ENQ_NOTIFY)
+		enq_notify(q);
+	NtaskWakeWaitersAtCommit(queue, 1, 0);
+	return task_id;
+}
+
+/*
  * ntask_enqueue(queue, task_key, payload, run_at, partition_key, priority)
  *		RETURNS TABLE(task_id bigint, created boolean, state text,
  *					  outcome text, result jsonb)

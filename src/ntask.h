@@ -249,9 +249,14 @@ extern int	NtaskClaimWait(ReturnSetInfo *rsinfo, text *queue, text *worker,
 /* result.c: stored results */
 extern Datum NtaskArgResult(FunctionCallInfo fcinfo, int argno, bool *isnull);
 
+/* enqueue.c */
+extern int64 NtaskEnqueueStep(const char *queue, const char *key,
+							  Jsonb *payload, int64 saga_id);
+
 /* repair.c */
 extern void NtaskFinishTask(int64 task_id, const char *to_state,
 							 const char *reason, const char *attempt_result,
 							 const char *error_class, const char *stage);
+extern Datum ntask_replay(PG_FUNCTION_ARGS);
 
 #endif							/* NTASK_H */
