@@ -688,6 +688,9 @@ CREATE TABLE ntask.saga_step (
 );
 CREATE UNIQUE INDEX saga_step_task_idx ON ntask.saga_step (task_id);
 COMMENT ON TABLE ntask.saga_step IS 'ntask: the tasks of a saga, forward and compensation, with the last state seen of each (kept when retention prunes the task)';
+SELECT pg_catalog.pg_extension_config_dump('ntask.saga', '');
+SELECT pg_catalog.pg_extension_config_dump('ntask.saga_step', '');
+SELECT pg_catalog.pg_extension_config_dump('ntask.saga_saga_id_seq', '');
 ALTER TABLE ntask.task ADD COLUMN saga_id bigint;
 COMMENT ON COLUMN ntask.task.saga_id IS 'the saga this task is a step (or compensation) of; NULL for ordinary tasks';
 

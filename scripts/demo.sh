@@ -119,5 +119,12 @@ if [ "$rc" -ne 0 ]; then
 	echo "ntask demo: FAILED (psql exit $rc) in demo/worker_wait.sql" >&2
 	exit "$rc"
 fi
+# part 4: an order saga that is compensated (demo/saga.sql)
+$AS_PG "$BINDIR/psql" -X -q -h "$TMP" -p "$PORT" -U postgres -d postgres \
+	-v ON_ERROR_STOP=1 -f - <demo/saga.sql 2>&1 || rc=$?
+if [ "$rc" -ne 0 ]; then
+	echo "ntask demo: FAILED (psql exit $rc) in demo/saga.sql" >&2
+	exit "$rc"
+fi
 echo
 echo "ntask demo: done"

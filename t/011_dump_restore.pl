@@ -59,7 +59,7 @@ sub snapshot
 									max_attempts, unknown_attempts, payload, payload_digest,
 									run_at, due_at, deadline, lease_owner, lease_until,
 									reason, repair_owner, repair_next_action, outcome,
-									created_at, finished_at),
+									created_at, finished_at, result, saga_id),
 						  ',' ORDER BY task_id)
 		FROM ntask.task});
 	$s{ledger} = sql($node, q{
@@ -89,6 +89,15 @@ sub snapshot
 		FROM ntask.audit});
 	$s{queues} = sql($node, q{
 		SELECT string_agg(to_jsonb(q)::text, ',' ORDER BY q.queue) FROM ntask.queue q});
+	$s{sagas} = sql($node, q{
+		SELECT string_agg(concat_ws('/', saga_id, saga_key, state, current_step, failed_step,
+									steps_digest, started_at),
+						  ',' ORDER BY saga_id)
+		FROM ntask.saga});
+	$s{saga_steps} = sql($node, q{
+		SELECT string_agg(concat_ws('/', saga_id, step_no, kind, name, task_id, state),
+						  ',' ORDER BY saga_id, step_no, kind)
+		FROM ntask.saga_step});
 	$s{msg} = sql($node, q{SELECT string_agg(id || '=' || version, ',' ORDER BY id) FROM public.msg});
 	return \%s;
 }
@@ -126,7 +135,8 @@ is(sql($src, q{SELECT string_agg(task_key, ',' ORDER BY task_key) FROM ntask_cla
 	't-done,t-leased,t-repair,t-unknown', 'W1 claims four tasks');
 my ($done, $unknown, $repair, $leased) = map { tid($src, $_) } qw(t-done t-unknown t-repair t-leased);
 is(sql($src, qq{SELECT ntask_receipt($done, 1, '{"sent": 1}')}), 'applied', 't-done: receipt committed');
-is(sql($src, qq{SELECT result FROM ntask_transition($done, 1, 'succeeded', outcome => 'sent')}),
+is(sql($src, qq{SELECT result FROM ntask_transition($done, 1, 'succeeded', outcome => 'sent',
+	result => '{"provider_id": "p-1"}')}),
 	'applied', 't-done succeeded');
 is(sql($src, qq{SELECT ntask_invoked($unknown, 1)}), 'applied', 't-unknown invoked');
 is(sql($src, qq{SELECT state FROM ntask_transition($unknown, 1, 'retry_wait', 'unknown', retry_at => now())}),
@@ -144,6 +154,16 @@ is(sql($src, q{SELECT ntask_fence('cfg:h1', 5, '{"v": 5}')}), 'applied', 'fence 
 sql($src, q{SELECT count(*) FROM ntask_queue_set('sq'); SELECT count(*) FROM ntask_schedule('s', '*/5 * * * *', 'sq')});
 my $slot = sql($src, q{SELECT fired_slot FROM ntask_fire('s') WHERE outcome = 'enqueued'});
 ok($slot ne '', "schedule s fired slot $slot");
+
+# a saga whose first step is done and whose second is enqueued
+sql($src, q{
+	SELECT count(*) FROM ntask_queue_set('gq');
+	SELECT count(*) FROM ntask_saga_start('o-1', '[
+		{"name": "a", "queue": "gq", "compensate": {"queue": "gq"}},
+		{"name": "b", "queue": "gq"}]');
+	SELECT count(*) FROM ntask_claim('gq', 'W') c, ntask_transition(c.task_id, c.token, 'succeeded') r;});
+is(sql($src, q{SELECT state || ':' || current_step FROM ntask.saga}), 'running:2',
+	'saga o-1 is at its second step');
 
 my $before = snapshot($src);
 my $maxid = sql($src, q{SELECT max(task_id) FROM ntask.task});
@@ -203,6 +223,12 @@ is(sql($dst, qq{SELECT string_agg(outcome, ',') FROM ntask_fire('s', '$slot')}),
 	'restored: firing the old slot again makes no second task');
 is(sql($dst, qq{SELECT count(*) FROM ntask.task WHERE queue = 'sq'}),
 	1, 'restored: one task for the slot');
+is(sql($dst, q{SELECT created || ':' || result FROM ntask_enqueue('dq', 't-done', jsonb_build_object('msg', 'm1', 'v', 1))}),
+	'false:{"provider_id": "p-1"}', 'restored: a retried request gets the stored result');
+is(sql($dst, q{SELECT r.result FROM ntask_claim('gq', 'W') c, ntask_transition(c.task_id, c.token, 'succeeded') r}),
+	'applied', 'restored: the saga\'s second step succeeds');
+is(sql($dst, q{SELECT state FROM ntask.saga WHERE saga_key = 'o-1'}), 'succeeded',
+	'restored: the saga trigger moves the restored saga to succeeded');
 sql($dst, q{ALTER EXTENSION ntask UPDATE});
 is(sql($dst, q{SELECT extversion FROM pg_extension WHERE extname = 'ntask'}), '0.3',
 	'ALTER EXTENSION ntask UPDATE on the restored database is a no-op');
