@@ -2,7 +2,7 @@
 # scripts/deps.sh: install the Debian 12 packages ntask needs to build and
 # test, if any is missing.  Needs root (or sudo).
 set -eu
-PKGS="make gcc postgresql-15 postgresql-server-dev-15 postgresql-15-cron libcurl4-openssl-dev libipc-run-perl libdbd-pg-perl python3 clang"
+PKGS="make gcc postgresql-15 postgresql-server-dev-15 postgresql-15-cron libcurl4-openssl-dev libipc-run-perl libdbd-pg-perl python3 clang pgbouncer"
 missing=""
 for p in $PKGS; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
@@ -19,4 +19,16 @@ if [ ! -e /etc/postgresql-common/createcluster.conf ] || ! grep -q '^create_main
 	$SUDO mkdir -p /etc/postgresql-common
 	echo "create_main_cluster = false" | $SUDO tee -a /etc/postgresql-common/createcluster.conf >/dev/null
 fi
-$SUDO apt-get install -y -qq $missing >/dev/null
+# daemons the tests start themselves (pgbouncer, the exporter) must not be
+# started by their packages: if nothing says otherwise, refuse service
+# starts for the duration of the install (policy-rc.d, exit 101)
+policy=""
+if [ ! -e /usr/sbin/policy-rc.d ]; then
+	printf '#!/bin/sh\nexit 101\n' | $SUDO tee /usr/sbin/policy-rc.d >/dev/null
+	$SUDO chmod 755 /usr/sbin/policy-rc.d
+	policy=1
+fi
+rc=0
+$SUDO apt-get install -y -qq $missing >/dev/null || rc=$?
+[ -n "$policy" ] && $SUDO rm -f /usr/sbin/policy-rc.d
+exit $rc
