@@ -738,3 +738,99 @@ COMMENT ON FUNCTION @extschema@.ntask_explain(bigint, boolean) IS
 'ntask: one time-ordered record of a task for on-call: first what it is waiting for, in words, then the enqueue, every attempt (claimed, invoked, ended with result, error class and stage, outcome known or unknown, HTTP status), receipts, audited replays, cancels, repair assignments and guard errors, and the end; the payload only with include_payload';
 REVOKE ALL ON FUNCTION @extschema@.ntask_explain(bigint, boolean) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION @extschema@.ntask_explain(bigint, boolean) TO ntask_admin;
+
+-- ---------------------------------------------------------------------
+-- issue 15: metrics (metrics/queries.yaml, README "Metrics and dashboards")
+-- ---------------------------------------------------------------------
+-- Per-queue counters for Prometheus must never go down, but housekeeping
+-- deletes finished tasks after their queue's retention.  What a deleted
+-- task had counted is added here, by a statement-level trigger on DELETE
+-- (housekeeping deletes a batch per statement), in the same transaction as
+-- the delete: counters = what the live rows say + what was pruned.  TRUNCATE
+-- fires no DELETE trigger (a TRUNCATE of ntask.task is not a prune).
+CREATE TABLE ntask.queue_pruned (
+	queue			text COLLATE "C" PRIMARY KEY,
+	tasks			bigint NOT NULL DEFAULT 0,
+	attempts		bigint NOT NULL DEFAULT 0,
+	unknown_attempts bigint NOT NULL DEFAULT 0,
+	succeeded		bigint NOT NULL DEFAULT 0,
+	canceled		bigint NOT NULL DEFAULT 0,
+	skipped			bigint NOT NULL DEFAULT 0,
+	updated_at		timestamptz NOT NULL DEFAULT now()
+);
+COMMENT ON TABLE ntask.queue_pruned IS 'ntask: per queue, what the tasks deleted so far (retention) had counted: tasks, attempts, unknown attempts, succeeded, canceled, skipped; keeps ntask.queue_metrics counters monotonic';
+SELECT pg_catalog.pg_extension_config_dump('ntask.queue_pruned', '');
+
+CREATE FUNCTION ntask.count_pruned() RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	INSERT INTO ntask.queue_pruned AS p (queue, tasks, attempts, unknown_attempts,
+										 succeeded, canceled, skipped, updated_at)
+	SELECT o.queue, count(*), sum(o.attempts), sum(o.unknown_attempts),
+		   count(*) FILTER (WHERE o.state OPERATOR(pg_catalog.=) 'succeeded'),
+		   count(*) FILTER (WHERE o.state OPERATOR(pg_catalog.=) 'canceled'),
+		   count(*) FILTER (WHERE o.state OPERATOR(pg_catalog.=) 'skipped'),
+		   pg_catalog.now()
+	FROM pruned o
+	GROUP BY o.queue
+	ON CONFLICT (queue) DO UPDATE SET
+		tasks = p.tasks OPERATOR(pg_catalog.+) EXCLUDED.tasks,
+		attempts = p.attempts OPERATOR(pg_catalog.+) EXCLUDED.attempts,
+		unknown_attempts = p.unknown_attempts OPERATOR(pg_catalog.+) EXCLUDED.unknown_attempts,
+		succeeded = p.succeeded OPERATOR(pg_catalog.+) EXCLUDED.succeeded,
+		canceled = p.canceled OPERATOR(pg_catalog.+) EXCLUDED.canceled,
+		skipped = p.skipped OPERATOR(pg_catalog.+) EXCLUDED.skipped,
+		updated_at = EXCLUDED.updated_at;
+	RETURN NULL;
+END $$;
+COMMENT ON FUNCTION ntask.count_pruned() IS 'ntask: trigger: adds what deleted tasks had counted to ntask.queue_pruned';
+REVOKE ALL ON FUNCTION ntask.count_pruned() FROM PUBLIC;
+CREATE TRIGGER task_count_pruned AFTER DELETE ON ntask.task
+	REFERENCING OLD TABLE AS pruned
+	FOR EACH STATEMENT EXECUTE FUNCTION ntask.count_pruned();
+
+-- per queue: expired leases not yet taken over (a gauge) and the counters,
+-- monotonic across retention (attempts = claims that handed a task out)
+CREATE VIEW ntask.queue_metrics AS
+SELECT q.queue,
+	   coalesce(s.leases_expired, 0) AS leases_expired,
+	   coalesce(s.tasks, 0) OPERATOR(pg_catalog.+) coalesce(p.tasks, 0) AS enqueued_total,
+	   coalesce(s.attempts, 0) OPERATOR(pg_catalog.+) coalesce(p.attempts, 0) AS claims_total,
+	   coalesce(s.unknown_attempts, 0) OPERATOR(pg_catalog.+) coalesce(p.unknown_attempts, 0) AS unknown_outcomes_total,
+	   coalesce(s.succeeded, 0) OPERATOR(pg_catalog.+) coalesce(p.succeeded, 0) AS succeeded_total,
+	   coalesce(s.canceled, 0) OPERATOR(pg_catalog.+) coalesce(p.canceled, 0) AS canceled_total,
+	   coalesce(s.skipped, 0) OPERATOR(pg_catalog.+) coalesce(p.skipped, 0) AS skipped_total
+FROM ntask.queue q
+LEFT JOIN (
+	SELECT t.queue,
+		   count(*) AS tasks,
+		   sum(t.attempts) AS attempts,
+		   sum(t.unknown_attempts) AS unknown_attempts,
+		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'succeeded') AS succeeded,
+		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'canceled') AS canceled,
+		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'skipped') AS skipped,
+		   count(*) FILTER (WHERE t.lease_until OPERATOR(pg_catalog.<) pg_catalog.now()) AS leases_expired
+	FROM ntask.task t
+	GROUP BY t.queue
+) s ON s.queue OPERATOR(pg_catalog.=) q.queue
+LEFT JOIN ntask.queue_pruned p ON p.queue OPERATOR(pg_catalog.=) q.queue;
+COMMENT ON VIEW ntask.queue_metrics IS 'ntask: per queue, leases expired and not yet taken over, and counters that never go down (tasks deleted by retention still count): enqueued, claims (attempts handed out), attempts with an unknown outcome, succeeded, canceled, skipped';
+
+-- ntask_monitor: reads the statistics views, nothing else (no payloads, no
+-- task rows): the role a metrics exporter logs in with
+DO $$
+BEGIN
+	IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'ntask_monitor') THEN
+		CREATE ROLE ntask_monitor NOLOGIN;
+	END IF;
+	IF NOT pg_catalog.pg_has_role('ntask_admin', 'ntask_monitor', 'MEMBER') THEN
+		GRANT ntask_monitor TO ntask_admin;
+	END IF;
+END $$;
+GRANT USAGE ON SCHEMA ntask TO ntask_monitor;
+GRANT USAGE ON SCHEMA @extschema@ TO ntask_monitor;
+GRANT SELECT ON ntask.queue_stats, ntask.queue_metrics, ntask.worker_stats TO ntask_monitor;
+GRANT SELECT ON ntask.queue_metrics, ntask.queue_pruned TO ntask_admin;
+GRANT EXECUTE ON FUNCTION @extschema@.ntask_worker_stats() TO ntask_monitor;

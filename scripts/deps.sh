@@ -2,7 +2,7 @@
 # scripts/deps.sh: install the Debian 12 packages ntask needs to build and
 # test, if any is missing.  Needs root (or sudo).
 set -eu
-PKGS="make gcc postgresql-15 postgresql-server-dev-15 postgresql-15-cron libcurl4-openssl-dev libipc-run-perl libdbd-pg-perl python3 clang pgbouncer"
+PKGS="make gcc postgresql-15 postgresql-server-dev-15 postgresql-15-cron libcurl4-openssl-dev libipc-run-perl libdbd-pg-perl python3 clang pgbouncer prometheus-postgres-exporter"
 missing=""
 for p in $PKGS; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
