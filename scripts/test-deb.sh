@@ -55,10 +55,11 @@ version=$(dpkg-parsechangelog -l debian/changelog -S Version)
 deb="$TMP/postgresql-15-ntask_${version}_amd64.deb"
 [ -f "$deb" ] || fail "no $(basename "$deb"); built: $(ls "$TMP"/*.deb 2>/dev/null)"
 echo "ntask deb: built $(basename "$deb") ($(stat -c %s "$deb") bytes)"
-dpkg-deb -c "$deb" | awk '{print $6}' | grep -E 'ntask(\.so|\.control|--0\.3\.sql|--0\.2--0\.3\.sql)$' | sed 's/^/  /'
+list=$(dpkg-deb -c "$deb" | awk '{print $6}')
+echo "$list" | grep -E 'ntask(\.so|\.control|--0\.3\.sql|--0\.2--0\.3\.sql)$' | sed 's/^/  /'
 for f in usr/lib/postgresql/15/lib/ntask.so usr/share/postgresql/15/extension/ntask.control \
 	usr/share/postgresql/15/extension/ntask--0.1.sql usr/share/postgresql/15/extension/ntask--0.2--0.3.sql; do
-	dpkg-deb -c "$deb" | grep -q "\./$f\$" || fail "$f is not in the package"
+	echo "$list" | grep -qx "\./$f" || fail "$f is not in the package"
 done
 dpkg-deb -f "$deb" Depends | grep -q postgresql-15 || fail "the package does not depend on postgresql-15"
 
