@@ -35,14 +35,16 @@ use strict;
 use warnings;
 
 use DBI;
-use IPC::Run;
+use FindBin;
+use lib $FindBin::Bin;
+use NtaskBouncer;
 use POSIX ();
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time sleep);
 
-my $PGBOUNCER = '/usr/sbin/pgbouncer';
+my $PGBOUNCER = $NtaskBouncer::PGBOUNCER;
 my $NTASKS = 600;
 my $POOL = 2;
 my @WORKERS = (
@@ -72,39 +74,11 @@ $node->safe_psql('postgres', q{
 						   backend_pid int NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp());
 });
 
-# pgbouncer: loopback only, a free port, no unix socket, trust for the
-# users in its userlist, transaction pooling
-my $dir = PostgreSQL::Test::Utils::tempdir('pgbouncer');
-my $bport = PostgreSQL::Test::Cluster::get_free_port();
-my $pghost = $node->host;
-my $pgport = $node->port;
-my $user = getpwuid($<);
-open my $ul, '>', "$dir/userlist.txt" or die;
-print $ul qq{"$user" ""\n};
-close $ul;
-open my $cf, '>', "$dir/pgbouncer.ini" or die;
-print $cf <<"INI";
-[databases]
-postgres = host=$pghost port=$pgport dbname=postgres pool_size=$POOL
-shared1 = host=$pghost port=$pgport dbname=postgres pool_size=1
-
-[pgbouncer]
-listen_addr = 127.0.0.1
-listen_port = $bport
-unix_socket_dir =
-auth_type = trust
-auth_file = $dir/userlist.txt
-admin_users = $user
-pool_mode = transaction
-default_pool_size = $POOL
-max_client_conn = 50
-logfile = $dir/pgbouncer.log
-pidfile = $dir/pgbouncer.pid
-INI
-close $cf;
-my ($bout, $berr) = ('', '');
-my $bouncer = IPC::Run::start([ $PGBOUNCER, "$dir/pgbouncer.ini" ],
-	'>', \$bout, '2>', \$berr);
+# pgbouncer (t/NtaskBouncer.pm): loopback only, a free port, no unix
+# socket, trust for the users in its userlist, transaction pooling
+my $bouncer = NtaskBouncer::start($node, postgres => $POOL, shared1 => 1);
+my ($bport, $user) = ($bouncer->{port}, $bouncer->{user});
+my $dir = PostgreSQL::Test::Utils::tempdir('workers');	# the workers' summaries
 
 sub bconnect
 {
@@ -122,7 +96,7 @@ while (!$dbh && time < $until)
 	sleep 0.1 unless $dbh;
 }
 ok($dbh, "connected through pgbouncer on 127.0.0.1:$bport")
-  or BAIL_OUT("pgbouncer did not come up: $berr");
+  or BAIL_OUT("pgbouncer did not come up: $bouncer->{err}");
 
 # pgbouncer's console says what mode it pools in
 my $admin = bconnect('pgbouncer');
@@ -351,7 +325,6 @@ diag(sprintf('012_pgbouncer: %d tasks through pgbouncer (transaction pooling, %d
 	  $NTASKS, $POOL, scalar(@WORKERS), $secs, $n7, $n11, $NTASKS, $backends));
 note "$_: $said{$_}" for sort keys %said;
 
-$bouncer->signal('TERM');
-$bouncer->finish;
+NtaskBouncer::stop($bouncer);
 $node->stop;
 done_testing();

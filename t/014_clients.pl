@@ -10,7 +10,9 @@
 # permanent (400: repair_required), unknown (the provider takes effect and
 # the answer is lost on the first attempt: the next attempt must reconcile
 # and not call again), slow (6 s of work under a 5 s lease: only heartbeats
-# keep it).  Two workers per language drain them over TCP on 127.0.0.1.
+# keep it).  Two workers per language drain them over TCP on 127.0.0.1,
+# the first directly, the second through pgbouncer in transaction pooling
+# mode (t/NtaskBouncer.pm; 2 server connections for the three).
 # Mid-run one Python worker is SIGKILLed (its lease runs out and another
 # worker takes its task over, reconciling or finding the receipt) and one
 # Node worker gets SIGTERM (it must stop at once and cleanly, abandoning
@@ -26,7 +28,8 @@
 #     unknown first attempts recorded with their error class; the slow
 #     tasks held by one attempt (heartbeats worked); the killed worker's
 #     open attempt, if any, ended lease_expired and nothing else did;
-#   - each language finished tasks; the SIGTERMed Node worker exited 0 and
+#   - each language finished tasks, also through pgbouncer (whose console
+#     counted the transactions); the SIGTERMed Node worker exited 0 and
 #     left nothing leased; at the end SIGTERM stops the rest (Python and
 #     Node 0, Java 143 = the JVM's status after a handled SIGTERM).
 
@@ -34,7 +37,9 @@ use strict;
 use warnings;
 
 use FindBin;
+use lib $FindBin::Bin;
 use IPC::Run;
+use NtaskBouncer;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -91,15 +96,22 @@ sql(qq{SELECT count(*) FROM ntask_enqueue_many('examples',
 my $jdir = PostgreSQL::Test::Utils::tempdir('java');
 ok(system('javac', '-d', $jdir, "$root/examples/java/Worker.java") == 0, 'javac Worker.java');
 
+# the second worker of each language goes through pgbouncer in transaction
+# pooling mode (2 server connections for the three of them)
+my $bouncer = NtaskBouncer::start($node, postgres => 2);
+my $bport = $bouncer->{port};
 my $logdir = $PostgreSQL::Test::Utils::log_path;
-my %cmd = (
-	'py-1' => [ $PY, "$root/examples/python/worker.py", "host=127.0.0.1 port=$port dbname=postgres user=$user", 'py-1' ],
-	'py-2' => [ $PY, "$root/examples/python/worker.py", "host=127.0.0.1 port=$port dbname=postgres user=$user", 'py-2' ],
-	'node-1' => [ 'node', "$root/examples/node/worker.js", "postgresql://$user\@127.0.0.1:$port/postgres", 'node-1' ],
-	'node-2' => [ 'node', "$root/examples/node/worker.js", "postgresql://$user\@127.0.0.1:$port/postgres", 'node-2' ],
-	'java-1' => [ 'java', '-cp', "$jdir:$JDBC", 'Worker', "jdbc:postgresql://127.0.0.1:$port/postgres?user=$user&prepareThreshold=0", 'java-1' ],
-	'java-2' => [ 'java', '-cp', "$jdir:$JDBC", 'Worker', "jdbc:postgresql://127.0.0.1:$port/postgres?user=$user&prepareThreshold=0", 'java-2' ],
-);
+my %cmd;
+for my $i (1, 2)
+{
+	my $p = $i == 1 ? $port : $bport;
+	$cmd{"py-$i"} = [ $PY, "$root/examples/python/worker.py",
+		"host=127.0.0.1 port=$p dbname=postgres user=$user", "py-$i" ];
+	$cmd{"node-$i"} = [ 'node', "$root/examples/node/worker.js",
+		"postgresql://$user\@127.0.0.1:$p/postgres", "node-$i" ];
+	$cmd{"java-$i"} = [ 'java', '-cp', "$jdir:$JDBC", 'Worker',
+		"jdbc:postgresql://127.0.0.1:$p/postgres?user=$user&prepareThreshold=0", "java-$i" ];
+}
 my (%h, %err);
 my $t0 = time;
 for my $w (sort keys %cmd)
@@ -227,6 +239,16 @@ is(sql(q{SELECT count(*) FROM ntask.attempt WHERE ended_at IS NULL}), 0, 'no att
 my $by_lang = sql(q{SELECT string_agg(l, ',' ORDER BY l) FROM (
 		SELECT DISTINCT split_part(worker, '-', 1) AS l FROM ntask.attempt WHERE result = 'succeeded') s});
 is($by_lang, 'java,node,py', 'workers of each language finished tasks');
+my $through = sql(q{SELECT string_agg(l, ',' ORDER BY l) FROM (
+		SELECT DISTINCT split_part(worker, '-', 1) AS l FROM ntask.attempt
+		WHERE result = 'succeeded' AND worker LIKE '%-2') s});
+is($through, 'java,node,py', 'the workers behind pgbouncer (transaction pooling) of each language finished tasks');
+my $stats = '';
+IPC::Run::run([ 'psql', '-X', '-At', '-F', ' ', '-h', '127.0.0.1', '-p', $bport, '-U', $user,
+	'-d', 'pgbouncer', '-c', 'SHOW STATS' ], '>', \$stats, '2>', \my $serr);
+my ($xacts) = $stats =~ /^postgres (\d+)/m;
+cmp_ok($xacts // 0, '>', 1000, 'pgbouncer counted ' . ($xacts // 0) . ' transactions of the postgres pool');
+NtaskBouncer::stop($bouncer);
 my $per = sql(q{SELECT string_agg(worker || '=' || n, ' ' ORDER BY worker) FROM (
 		SELECT worker, count(*) n FROM ntask.attempt WHERE result = 'succeeded' GROUP BY worker) s});
 
