@@ -741,3 +741,350 @@ JOIN ntask.saga_step st ON st.saga_id = s.saga_id
 LEFT JOIN ntask.task t ON t.task_id = st.task_id;
 COMMENT ON VIEW ntask.saga_status IS 'ntask: every saga''s steps in order (forward, then its compensation), each with its task''s state, attempts and unknown outcomes (no payload)';
 GRANT SELECT ON ntask.saga, ntask.saga_step, ntask.saga_status TO ntask_admin;
+-- ---------------------------------------------------------------------
+-- issue 15: ntask_explain
+-- ---------------------------------------------------------------------
+-- One time-ordered record of a task for on-call (README "ntask_explain").
+-- Read only: it reads the tables an ntask_admin may read (SECURITY
+-- INVOKER, EXECUTE granted to ntask_admin only, so anyone else gets 42501).
+
+-- who enqueued a task: the caller of ntask_enqueue / ntask_enqueue_many,
+-- as the db_user columns record it (ntask.caller_name()).  Added without a
+-- default first, so existing rows stay NULL and the table is not rewritten.
+ALTER TABLE ntask.task ADD COLUMN enqueued_by text;
+ALTER TABLE ntask.task ALTER COLUMN enqueued_by SET DEFAULT ntask.caller_name();
+COMMENT ON COLUMN ntask.task.enqueued_by IS 'the role that called ntask_enqueue (NULL for tasks enqueued before 0.3)';
+
+-- a point in time for people, whatever DateStyle says: 2026-12-01 10:02:13+00
+-- (the session's TimeZone)
+CREATE FUNCTION ntask.explain_ts(ts timestamptz) RETURNS text
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT to_char(ts, 'YYYY-MM-DD HH24:MI:SSOF') $$;
+COMMENT ON FUNCTION ntask.explain_ts(timestamptz) IS 'ntask: a point in time for ntask_explain, 2026-12-01 10:02:13+00 in the session''s TimeZone';
+REVOKE ALL ON FUNCTION ntask.explain_ts(timestamptz) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION ntask.explain_ts(timestamptz) TO ntask_admin;
+
+-- a duration in words for people: "4 s", "3 min 20 s", "2 h 5 min", "3 days 4 h"
+CREATE FUNCTION ntask.explain_age(d interval) RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+SELECT CASE
+	WHEN s IS NULL THEN NULL
+	WHEN s < 0 THEN '-' || ntask.explain_age(-d)
+	WHEN s < 120 THEN round(s, CASE WHEN s < 10 THEN 1 ELSE 0 END)::text || ' s'
+	WHEN s < 7200 THEN floor(s / 60)::text || ' min ' || floor(s::bigint % 60)::text || ' s'
+	WHEN s < 172800 THEN floor(s / 3600)::text || ' h ' || floor((s::bigint % 3600) / 60)::text || ' min'
+	ELSE floor(s / 86400)::text || ' days ' || floor((s::bigint % 86400) / 3600)::text || ' h'
+END
+FROM (SELECT extract(epoch FROM d) AS s) x
+$$;
+COMMENT ON FUNCTION ntask.explain_age(interval) IS 'ntask: a duration in words for ntask_explain ("4 s", "3 min 20 s", "2 h 5 min", "3 days 4 h")';
+REVOKE ALL ON FUNCTION ntask.explain_age(interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION ntask.explain_age(interval) TO ntask_admin;
+
+CREATE FUNCTION @extschema@.ntask_explain(task_id bigint, include_payload boolean DEFAULT false)
+RETURNS TABLE (at timestamptz, event text, token bigint, actor text, detail text)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+	t ntask.task;
+	q ntask.queue;
+	a ntask.attempt;		-- the latest attempt, if any
+	n timestamptz := pg_catalog.now();
+	is_http boolean;
+	last_err text;
+	prior text;
+	words text;
+	fin_actor text;
+	fin_by text;
+BEGIN
+	IF ntask_explain.task_id IS NULL THEN
+		RAISE EXCEPTION 'ntask: task_id must not be NULL' USING ERRCODE = '22004';
+	END IF;
+	IF ntask_explain.include_payload IS NULL THEN
+		RAISE EXCEPTION 'ntask: include_payload must not be NULL' USING ERRCODE = '22004';
+	END IF;
+	SELECT * INTO t FROM ntask.task x WHERE x.task_id OPERATOR(pg_catalog.=) ntask_explain.task_id;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'ntask: task % does not exist', ntask_explain.task_id USING ERRCODE = 'P0002';
+	END IF;
+	SELECT * INTO q FROM ntask.queue x WHERE x.queue OPERATOR(pg_catalog.=) t.queue;
+	SELECT * INTO a FROM ntask.attempt x WHERE x.task_id OPERATOR(pg_catalog.=) t.task_id
+	ORDER BY x.token DESC LIMIT 1;
+	is_http := q.target->>'type' OPERATOR(pg_catalog.=) 'http';
+
+	-- the last error in words: class, then the HTTP status, curl's error or the stage
+	SELECT x.error_class || coalesce(' ' || coalesce('HTTP ' || (x.detail->>'http_status'),
+													  x.detail->>'curl_error', x.error_stage), '')
+	INTO last_err
+	FROM ntask.attempt x
+	WHERE x.task_id OPERATOR(pg_catalog.=) t.task_id AND x.error_class IS NOT NULL
+	ORDER BY x.token DESC LIMIT 1;
+
+	-- what the next claim will report as prior_outcome
+	-- (the same rule as ntask_claim's)
+	IF EXISTS (SELECT 1 FROM ntask.receipt r WHERE r.task_id OPERATOR(pg_catalog.=) t.task_id) THEN
+		prior := 'prior_outcome committed: a receipt exists, the next attempt must not redo the business write';
+	ELSIF t.unknown_attempts OPERATOR(pg_catalog.>) 0 THEN
+		prior := format('prior_outcome unknown: %s earlier attempt(s) may have had an effect, the next attempt reconciles first',
+						t.unknown_attempts);
+	END IF;
+
+	-- who finished it: the worker whose attempt ended then, an audited
+	-- action, the guard (skip or cancel at claim), else ntask itself
+	-- (budget, deadline, lease expiry)
+	IF t.finished_at IS NOT NULL THEN
+		SELECT x.worker, 'attempt ' || x.attempt INTO fin_actor, fin_by FROM ntask.attempt x
+		WHERE x.task_id OPERATOR(pg_catalog.=) t.task_id AND x.ended_at OPERATOR(pg_catalog.=) t.finished_at
+		  AND x.requested IS NOT NULL AND x.requested OPERATOR(pg_catalog.<>) 'released'
+		ORDER BY x.token DESC LIMIT 1;
+		IF fin_actor IS NULL THEN
+			SELECT x.actor, 'ntask_' || x.action INTO fin_actor, fin_by FROM ntask.audit x
+			WHERE x.task_id OPERATOR(pg_catalog.=) t.task_id AND x.to_state OPERATOR(pg_catalog.=) t.state
+			ORDER BY x.audit_id DESC LIMIT 1;
+		END IF;
+		IF fin_actor IS NULL AND t.state OPERATOR(pg_catalog.=) ANY ('{skipped,canceled}') THEN
+			fin_actor := 'guard';
+			fin_by := 'the guard at claim';
+		END IF;
+		IF fin_actor IS NULL THEN
+			fin_actor := 'ntask';
+			fin_by := CASE WHEN t.reason OPERATOR(pg_catalog.=) ANY ('{budget_exhausted,deadline_exceeded}')
+						   THEN 'the budget check' ELSE 'ntask' END;
+		END IF;
+	END IF;
+
+	words := CASE t.state
+		WHEN 'ready' THEN
+			CASE WHEN t.run_at OPERATOR(pg_catalog.>) n THEN
+				format('ready, not due until %s (in %s); then attempt %s of %s',
+					   ntask.explain_ts(t.run_at), ntask.explain_age(t.run_at OPERATOR(pg_catalog.-) n),
+					   t.attempts + 1, t.max_attempts)
+			ELSE
+				format('ready since %s (%s), waiting for %s to claim it (attempt %s of %s)',
+					   ntask.explain_ts(t.run_at), ntask.explain_age(n OPERATOR(pg_catalog.-) t.run_at),
+					   CASE WHEN is_http THEN 'the background worker' ELSE 'a worker' END,
+					   t.attempts + 1, t.max_attempts)
+			END
+		WHEN 'retry_wait' THEN
+			CASE WHEN t.run_at OPERATOR(pg_catalog.>) n THEN
+				format('retry_wait until %s (in %s; attempt %s of %s, last error %s)',
+					   ntask.explain_ts(t.run_at), ntask.explain_age(t.run_at OPERATOR(pg_catalog.-) n),
+					   t.attempts + 1, t.max_attempts, coalesce(last_err, 'none recorded'))
+			ELSE
+				format('retry_wait, due since %s (%s), waiting for %s to claim it (attempt %s of %s, last error %s)',
+					   ntask.explain_ts(t.run_at), ntask.explain_age(n OPERATOR(pg_catalog.-) t.run_at),
+					   CASE WHEN is_http THEN 'the background worker' ELSE 'a worker' END,
+					   t.attempts + 1, t.max_attempts, coalesce(last_err, 'none recorded'))
+			END
+		WHEN 'leased' THEN
+			format('leased by %s until %s, %s (attempt %s of %s, token %s, %s)',
+				   t.lease_owner, ntask.explain_ts(t.lease_until),
+				   CASE
+					   WHEN t.lease_until OPERATOR(pg_catalog.<) n THEN
+						   format('not heartbeating: expired %s ago, the next claim or housekeeping takes it over',
+								  ntask.explain_age(n OPERATOR(pg_catalog.-) t.lease_until))
+					   WHEN t.updated_at OPERATOR(pg_catalog.>) a.claimed_at THEN
+						   format('heartbeating (last %s ago)', ntask.explain_age(n OPERATOR(pg_catalog.-) t.updated_at))
+					   ELSE
+						   format('not heartbeating (no heartbeat since the claim %s ago)',
+								  ntask.explain_age(n OPERATOR(pg_catalog.-) a.claimed_at))
+				   END,
+				   t.attempts, t.max_attempts, t.token,
+				   CASE WHEN a.invoked_at IS NULL THEN 'not invoked yet'
+						ELSE format('invoked %s ago: if it ends without a report its outcome is unknown',
+									ntask.explain_age(n OPERATOR(pg_catalog.-) a.invoked_at)) END)
+		WHEN 'repair_required' THEN
+			format('repair_required: %s, owner %s%s (%s of %s attempts, %s with unknown outcome)',
+				   t.reason, coalesce(t.repair_owner, 'none assigned'),
+				   coalesce(', next: ' || t.repair_next_action, ''),
+				   t.attempts, t.max_attempts,
+				   (SELECT count(*) FROM ntask.attempt x
+					WHERE x.task_id OPERATOR(pg_catalog.=) t.task_id AND NOT x.outcome_known))
+		WHEN 'succeeded' THEN
+			format('succeeded (%s) at %s after %s attempt(s): waiting for nothing',
+				   t.outcome, ntask.explain_ts(t.finished_at), t.attempts)
+		WHEN 'canceled' THEN
+			format('canceled at %s by %s: %s', ntask.explain_ts(t.finished_at), fin_actor, t.reason)
+		WHEN 'skipped' THEN
+			format('skipped at %s by %s: %s', ntask.explain_ts(t.finished_at), fin_actor, t.reason)
+	END;
+	IF t.state OPERATOR(pg_catalog.=) ANY ('{ready,retry_wait}') THEN
+		IF prior IS NOT NULL THEN
+			words := words || '; ' || prior;
+		END IF;
+		IF q.guard IS NOT NULL THEN
+			words := words || '; the guard ' || q.guard || ' decides at claim';
+		END IF;
+		words := words || format('; deadline %s', ntask.explain_ts(t.deadline));
+	END IF;
+
+	at := n; event := 'now'; token := t.token; actor := NULL; detail := words;
+	RETURN NEXT;
+
+	RETURN QUERY
+	SELECT e.at, e.event, e.token, e.actor, e.detail
+	FROM (
+		-- the enqueue
+		SELECT t.created_at AS at, 0 AS ord, 0::bigint AS tok, 'enqueued' AS event,
+			   NULL::bigint AS token, t.enqueued_by AS actor,
+			   format('queue %s, key %s, payload digest %s (digest v%s), priority %s%s%s',
+					  t.queue, t.task_key,
+					  pg_catalog.encode(t.payload_digest, 'hex'), t.digest_version, t.priority,
+					  coalesce(', partition ' || t.partition_key, ''),
+					  CASE WHEN is_http THEN ', Idempotency-Key ' || t.task_key ELSE '' END) AS detail
+		UNION ALL
+		-- the payload itself, only when asked
+		SELECT t.created_at, 1, 0, 'payload', NULL, NULL, t.payload::text
+		WHERE ntask_explain.include_payload
+		UNION ALL
+		-- every attempt: claimed, invoked, ended
+		SELECT x.claimed_at, 2, x.token, 'claimed', x.token, x.worker,
+			   format('attempt %s of %s claimed', x.attempt, t.max_attempts)
+		FROM ntask.attempt x WHERE x.task_id OPERATOR(pg_catalog.=) t.task_id
+		UNION ALL
+		SELECT x.invoked_at, 3, x.token, 'invoked', x.token, x.worker,
+			   format('attempt %s invoked: about to call out', x.attempt)
+		FROM ntask.attempt x WHERE x.task_id OPERATOR(pg_catalog.=) t.task_id AND x.invoked_at IS NOT NULL
+		UNION ALL
+		SELECT t.updated_at, 4, t.token, 'heartbeat', t.token, t.lease_owner,
+			   format('last heartbeat: lease until %s', ntask.explain_ts(t.lease_until))
+		WHERE t.state OPERATOR(pg_catalog.=) 'leased' AND t.updated_at OPERATOR(pg_catalog.>) a.claimed_at
+		UNION ALL
+		SELECT x.ended_at, 6, x.token, 'ended', x.token, x.worker,
+			   format('attempt %s ended: %s%s%s, outcome %s%s%s%s',
+					  x.attempt, x.result,
+					  CASE WHEN x.requested IS NOT NULL AND x.requested OPERATOR(pg_catalog.<>) x.result
+						   THEN ' (asked for ' || x.requested || ')' ELSE '' END,
+					  coalesce(', error ' || x.error_class || coalesce(' at ' || x.error_stage, ''), ''),
+					  CASE WHEN x.outcome_known THEN 'known' ELSE 'unknown' END,
+					  coalesce(' (' || x.outcome || ')', ''),
+					  coalesce(', retry at ' || ntask.explain_ts(x.retry_at), ''),
+					  coalesce(', ' || CASE WHEN x.detail ? 'http_status' THEN 'HTTP ' || (x.detail->>'http_status') || ' ' ELSE '' END
+							   || x.detail::text, ''))
+		FROM ntask.attempt x WHERE x.task_id OPERATOR(pg_catalog.=) t.task_id AND x.ended_at IS NOT NULL
+		UNION ALL
+		-- receipts (the business commit)
+		SELECT r.committed_at, 5, r.token, 'receipt', r.token, r.db_user::text,
+			   format('receipt committed by token %s, content digest %s (digest v%s)',
+					  r.token, pg_catalog.encode(r.payload_digest, 'hex'), r.digest_version)
+		FROM ntask.receipt r WHERE r.task_id OPERATOR(pg_catalog.=) t.task_id
+		UNION ALL
+		-- audited actions: cancel, replay, repair_assign, guard_error
+		SELECT u.at, 7, u.audit_id, u.action, NULL, u.actor || CASE WHEN u.db_user::text OPERATOR(pg_catalog.<>) u.actor THEN ' (' || u.db_user || ')' ELSE '' END,
+			   format('%s%s: %s', u.action,
+					  coalesce(' ' || u.from_state || ' -> ' || u.to_state, ''), u.reason)
+		FROM ntask.audit u WHERE u.task_id OPERATOR(pg_catalog.=) t.task_id
+		UNION ALL
+		-- the end
+		SELECT t.finished_at, 8, 0, 'finished', t.token, fin_actor,
+			   format('%s by %s%s%s', t.state, fin_by, coalesce(': ' || t.reason, ''), coalesce(' (' || t.outcome || ')', ''))
+		WHERE t.finished_at IS NOT NULL
+	) e
+	ORDER BY e.at, e.ord, e.tok;
+END
+$$;
+COMMENT ON FUNCTION @extschema@.ntask_explain(bigint, boolean) IS
+'ntask: one time-ordered record of a task for on-call: first what it is waiting for, in words, then the enqueue, every attempt (claimed, invoked, ended with result, error class and stage, outcome known or unknown, HTTP status), receipts, audited replays, cancels, repair assignments and guard errors, and the end; the payload only with include_payload';
+REVOKE ALL ON FUNCTION @extschema@.ntask_explain(bigint, boolean) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.ntask_explain(bigint, boolean) TO ntask_admin;
+
+-- ---------------------------------------------------------------------
+-- issue 15: metrics (metrics/queries.yaml, README "Metrics and dashboards")
+-- ---------------------------------------------------------------------
+-- Per-queue counters for Prometheus must never go down, but housekeeping
+-- deletes finished tasks after their queue's retention.  What a deleted
+-- task had counted is added here, by a statement-level trigger on DELETE
+-- (housekeeping deletes a batch per statement), in the same transaction as
+-- the delete: counters = what the live rows say + what was pruned.  TRUNCATE
+-- fires no DELETE trigger (a TRUNCATE of ntask.task is not a prune).
+CREATE TABLE ntask.queue_pruned (
+	queue			text COLLATE "C" PRIMARY KEY,
+	tasks			bigint NOT NULL DEFAULT 0,
+	attempts		bigint NOT NULL DEFAULT 0,
+	unknown_attempts bigint NOT NULL DEFAULT 0,
+	succeeded		bigint NOT NULL DEFAULT 0,
+	canceled		bigint NOT NULL DEFAULT 0,
+	skipped			bigint NOT NULL DEFAULT 0,
+	updated_at		timestamptz NOT NULL DEFAULT now()
+);
+COMMENT ON TABLE ntask.queue_pruned IS 'ntask: per queue, what the tasks deleted so far (retention) had counted: tasks, attempts, unknown attempts, succeeded, canceled, skipped; keeps ntask.queue_metrics counters monotonic';
+SELECT pg_catalog.pg_extension_config_dump('ntask.queue_pruned', '');
+
+CREATE FUNCTION ntask.count_pruned() RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	INSERT INTO ntask.queue_pruned AS p (queue, tasks, attempts, unknown_attempts,
+										 succeeded, canceled, skipped, updated_at)
+	SELECT o.queue, count(*), sum(o.attempts), sum(o.unknown_attempts),
+		   count(*) FILTER (WHERE o.state OPERATOR(pg_catalog.=) 'succeeded'),
+		   count(*) FILTER (WHERE o.state OPERATOR(pg_catalog.=) 'canceled'),
+		   count(*) FILTER (WHERE o.state OPERATOR(pg_catalog.=) 'skipped'),
+		   pg_catalog.now()
+	FROM pruned o
+	GROUP BY o.queue
+	ON CONFLICT (queue) DO UPDATE SET
+		tasks = p.tasks OPERATOR(pg_catalog.+) EXCLUDED.tasks,
+		attempts = p.attempts OPERATOR(pg_catalog.+) EXCLUDED.attempts,
+		unknown_attempts = p.unknown_attempts OPERATOR(pg_catalog.+) EXCLUDED.unknown_attempts,
+		succeeded = p.succeeded OPERATOR(pg_catalog.+) EXCLUDED.succeeded,
+		canceled = p.canceled OPERATOR(pg_catalog.+) EXCLUDED.canceled,
+		skipped = p.skipped OPERATOR(pg_catalog.+) EXCLUDED.skipped,
+		updated_at = EXCLUDED.updated_at;
+	RETURN NULL;
+END $$;
+COMMENT ON FUNCTION ntask.count_pruned() IS 'ntask: trigger: adds what deleted tasks had counted to ntask.queue_pruned';
+REVOKE ALL ON FUNCTION ntask.count_pruned() FROM PUBLIC;
+CREATE TRIGGER task_count_pruned AFTER DELETE ON ntask.task
+	REFERENCING OLD TABLE AS pruned
+	FOR EACH STATEMENT EXECUTE FUNCTION ntask.count_pruned();
+
+-- per queue: expired leases not yet taken over (a gauge) and the counters,
+-- monotonic across retention (attempts = claims that handed a task out)
+CREATE VIEW ntask.queue_metrics AS
+SELECT q.queue,
+	   coalesce(s.leases_expired, 0) AS leases_expired,
+	   coalesce(s.tasks, 0) OPERATOR(pg_catalog.+) coalesce(p.tasks, 0) AS enqueued_total,
+	   coalesce(s.attempts, 0) OPERATOR(pg_catalog.+) coalesce(p.attempts, 0) AS claims_total,
+	   coalesce(s.unknown_attempts, 0) OPERATOR(pg_catalog.+) coalesce(p.unknown_attempts, 0) AS unknown_outcomes_total,
+	   coalesce(s.succeeded, 0) OPERATOR(pg_catalog.+) coalesce(p.succeeded, 0) AS succeeded_total,
+	   coalesce(s.canceled, 0) OPERATOR(pg_catalog.+) coalesce(p.canceled, 0) AS canceled_total,
+	   coalesce(s.skipped, 0) OPERATOR(pg_catalog.+) coalesce(p.skipped, 0) AS skipped_total
+FROM ntask.queue q
+LEFT JOIN (
+	SELECT t.queue,
+		   count(*) AS tasks,
+		   sum(t.attempts) AS attempts,
+		   sum(t.unknown_attempts) AS unknown_attempts,
+		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'succeeded') AS succeeded,
+		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'canceled') AS canceled,
+		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'skipped') AS skipped,
+		   count(*) FILTER (WHERE t.lease_until OPERATOR(pg_catalog.<) pg_catalog.now()) AS leases_expired
+	FROM ntask.task t
+	GROUP BY t.queue
+) s ON s.queue OPERATOR(pg_catalog.=) q.queue
+LEFT JOIN ntask.queue_pruned p ON p.queue OPERATOR(pg_catalog.=) q.queue;
+COMMENT ON VIEW ntask.queue_metrics IS 'ntask: per queue, leases expired and not yet taken over, and counters that never go down (tasks deleted by retention still count): enqueued, claims (attempts handed out), attempts with an unknown outcome, succeeded, canceled, skipped';
+
+-- ntask_monitor: reads the statistics views, nothing else (no payloads, no
+-- task rows): the role a metrics exporter logs in with
+DO $$
+BEGIN
+	IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'ntask_monitor') THEN
+		CREATE ROLE ntask_monitor NOLOGIN;
+	END IF;
+	IF NOT pg_catalog.pg_has_role('ntask_admin', 'ntask_monitor', 'MEMBER') THEN
+		GRANT ntask_monitor TO ntask_admin;
+	END IF;
+END $$;
+GRANT USAGE ON SCHEMA ntask TO ntask_monitor;
+GRANT USAGE ON SCHEMA @extschema@ TO ntask_monitor;
+GRANT SELECT ON ntask.queue_stats, ntask.queue_metrics, ntask.worker_stats TO ntask_monitor;
+GRANT SELECT ON ntask.queue_metrics, ntask.queue_pruned TO ntask_admin;
+GRANT EXECUTE ON FUNCTION @extschema@.ntask_worker_stats() TO ntask_monitor;

@@ -32,3 +32,13 @@ SELECT token, attempt, worker, invoked_at IS NOT NULL AS invoked, result,
 FROM ntask.attempt WHERE task_id = :n9h ORDER BY token;
 SELECT task_key, state, outcome, attempts, unknown_attempts FROM ntask.task WHERE task_id = :n9h;
 SELECT dispatched, accepted, transient, permanent, unknown FROM ntask.worker_stats;
+
+\echo
+\echo '=== On call: "where is N9 and why is it (not) done?" ntask_explain, one record per task'
+\echo '--- N9 in the SQL worker path (queue push)'
+SELECT to_char(e.at, 'HH24:MI:SS.MS') AS at, e.event, e.token, e.actor, e.detail
+FROM ntask.task t, ntask_explain(t.task_id) e
+WHERE t.queue = 'push' AND t.task_key = 'notify:u-b:d-b1:m-9:v1';
+\echo '--- N9 in the HTTP path (queue push_http)'
+SELECT to_char(at, 'HH24:MI:SS.MS') AS at, event, token, actor, detail
+FROM ntask_explain(:n9h);

@@ -1,22 +1,50 @@
 #!/bin/sh
 # scripts/deps.sh: install the Debian 12 packages ntask needs to build and
-# test, if any is missing.  Needs root (or sudo).
+# test, if any is missing, and node-postgres for examples/node (npm
+# registry).  Needs root (or sudo).  Run from the top of the tree.
 set -eu
-PKGS="make gcc postgresql-15 postgresql-server-dev-15 postgresql-15-cron libcurl4-openssl-dev libipc-run-perl libdbd-pg-perl python3 clang"
+PKGS="make gcc postgresql-15 postgresql-server-dev-15 postgresql-15-cron libcurl4-openssl-dev libipc-run-perl libdbd-pg-perl python3 clang pgbouncer prometheus-postgres-exporter python3-psycopg libpostgresql-jdbc-java default-jdk-headless"
+# the Debian package build (scripts/test-deb.sh, NTASK_TEST_DEB=1)
+[ "${NTASK_TEST_DEB:-0}" = 1 ] && PKGS="$PKGS postgresql-server-dev-all debhelper dpkg-dev"
+# Node.js: Debian's nodejs and npm, unless a node (and npm) is already
+# installed some other way (the nodesource nodejs package brings its own npm
+# and conflicts with Debian's)
+command -v node >/dev/null 2>&1 || PKGS="$PKGS nodejs"
+command -v npm >/dev/null 2>&1 || PKGS="$PKGS npm"
 missing=""
 for p in $PKGS; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
 done
-[ -z "$missing" ] && exit 0
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-echo "ntask: installing$missing"
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-# the server package must not create and start a default cluster: the tests
-# run their own throwaway clusters on their own ports
-if [ ! -e /etc/postgresql-common/createcluster.conf ] || ! grep -q '^create_main_cluster = false' /etc/postgresql-common/createcluster.conf; then
-	$SUDO mkdir -p /etc/postgresql-common
-	echo "create_main_cluster = false" | $SUDO tee -a /etc/postgresql-common/createcluster.conf >/dev/null
+if [ -n "$missing" ]; then
+	echo "ntask: installing$missing"
+	export DEBIAN_FRONTEND=noninteractive
+	$SUDO apt-get update -qq
+	# the server package must not create and start a default cluster: the tests
+	# run their own throwaway clusters on their own ports
+	if [ ! -e /etc/postgresql-common/createcluster.conf ] || ! grep -q '^create_main_cluster = false' /etc/postgresql-common/createcluster.conf; then
+		$SUDO mkdir -p /etc/postgresql-common
+		echo "create_main_cluster = false" | $SUDO tee -a /etc/postgresql-common/createcluster.conf >/dev/null
+	fi
+	# daemons the tests start themselves (pgbouncer, the exporter) must not be
+	# started by their packages: if nothing says otherwise, refuse service
+	# starts for the duration of the install (policy-rc.d, exit 101)
+	policy=""
+	if [ ! -e /usr/sbin/policy-rc.d ]; then
+		printf '#!/bin/sh\nexit 101\n' | $SUDO tee /usr/sbin/policy-rc.d >/dev/null
+		$SUDO chmod 755 /usr/sbin/policy-rc.d
+		policy=1
+	fi
+	rc=0
+	$SUDO apt-get install -y -qq $missing >/dev/null || rc=$?
+	[ -z "$policy" ] || $SUDO rm -f /usr/sbin/policy-rc.d
+	[ $rc -eq 0 ] || exit $rc
 fi
-$SUDO apt-get install -y -qq $missing >/dev/null
+# node-postgres for the Node.js example worker (TAP 014_clients), from the
+# npm registry at the version in examples/node/package-lock.json
+if [ -f examples/node/package-lock.json ] && [ ! -d examples/node/node_modules/pg ]; then
+	echo "ntask: npm ci in examples/node"
+	(cd examples/node && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+fi
+exit 0

@@ -44,6 +44,17 @@ sh fuzz/ci.sh >test-fuzz.log 2>&1 || rc=1
 cat test-fuzz.log
 cat test-fuzz.log >>test.log
 
+# the Debian package (about a minute, so only with NTASK_TEST_DEB=1): build
+# it, unpack it into a PostgreSQL copy without the source build, one round
+deb_ok=0
+deb_failed=0
+if [ "${NTASK_TEST_DEB:-0}" = 1 ]; then
+	echo "=== deb"
+	$SUDO sh scripts/test-deb.sh >test-deb.log 2>&1 || rc=1
+	cat test-deb.log
+	if grep -q '^ntask deb: ok' test-deb.log; then deb_ok=1; else deb_failed=1; fi
+fi
+
 if [ $rc -ne 0 ]; then
 	for f in regression.diffs output_iso/regression.diffs; do
 		[ -f "$f" ] && { echo "=== $f"; cat "$f"; }
@@ -64,8 +75,8 @@ if grep -q '^Result: FAIL' test-tap.log && [ "$tap_failed" -eq 0 ]; then
 fi
 fuzz_ok=$(sed -n 's/^fuzz: \([0-9]*\) harnesses, [0-9]* execs, 0 crashes$/\1/p' test-fuzz.log)
 fuzz_failed=$(sed -n 's/^fuzz: [0-9]* harnesses, [0-9]* execs, \([1-9][0-9]*\) crashes$/\1/p' test-fuzz.log)
-passed=$((sql_ok + tap_total - tap_failed + ${fuzz_ok:-0}))
-failed=$((sql_failed + tap_failed + ${fuzz_failed:-0}))
+passed=$((sql_ok + tap_total - tap_failed + ${fuzz_ok:-0} + deb_ok))
+failed=$((sql_failed + tap_failed + ${fuzz_failed:-0} + deb_failed))
 [ $rc -eq 0 ] || [ $failed -gt 0 ] || failed=1
 echo "ntask: $passed passed, $failed failed"
 exit $rc

@@ -1,0 +1,66 @@
+
+# Copyright (c) ntask contributors
+
+# t/015_packaging.pl: the packaging metadata agrees with the extension
+# (issue 15, README "Installing from a package").  No server needed.
+#   - META.json (PGXN) parses, has the fields PGXN requires, and its
+#     version is the control file's default_version;
+#   - debian/changelog's version is that version too; debian/control is
+#     debian/control.in for every version in debian/pgversions (what
+#     pg_buildext updatecontrol writes); debian/rules builds with pg_buildext
+#     (dh --with pgxs_loop);
+#   - every install script the Makefile installs is named in the
+#     extension's update chain up to default_version.
+# The package build itself is scripts/test-deb.sh (NTASK_TEST_DEB=1).
+
+use strict;
+use warnings;
+
+use FindBin;
+use JSON::PP;
+use Test::More;
+
+my $root = "$FindBin::Bin/..";
+sub slurp
+{
+	my ($f) = @_;
+	open my $fh, '<', "$root/$f" or die "$f: $!";
+	local $/;
+	return <$fh>;
+}
+
+my ($default) = slurp('ntask.control') =~ /^default_version\s*=\s*'([^']+)'/m;
+ok(defined $default, "ntask.control: default_version $default");
+
+my $meta = eval { JSON::PP->new->decode(slurp('META.json')) };
+ok($meta, 'META.json parses');
+my @missing = grep { !defined $meta->{$_} } qw(name abstract version maintainer license provides meta-spec);
+is(join(',', @missing), '', 'META.json has name, abstract, version, maintainer, license, provides, meta-spec');
+is($meta->{name}, 'ntask', 'META.json names ntask');
+like($meta->{version}, qr/^\d+\.\d+\.\d+$/, 'META.json version is semantic (x.y.z)');
+is(join('.', (split /\./, $meta->{version})[0, 1]), $default, 'META.json version is default_version');
+is($meta->{provides}{ntask}{version}, $meta->{version}, 'META.json provides ntask at that version');
+ok(-f "$root/$meta->{provides}{ntask}{file}", "META.json provides.ntask.file $meta->{provides}{ntask}{file} exists");
+
+my ($deb_version) = slurp('debian/changelog') =~ /^ntask \(([^)]+)\)/;
+is($deb_version, $default, "debian/changelog: version $deb_version");
+my @pgv = split /\s+/, slurp('debian/pgversions');
+is(join(',', @pgv), '15', 'debian/pgversions: 15');
+my $in = slurp('debian/control.in');
+my ($src, $pkg) = split /\n(?=Package: )/, $in, 2;
+my $want = $src . join('', map { my $p = $pkg; $p =~ s/PGVERSION/$_/g; "\n$p" } @pgv);
+is(slurp('debian/control'), $want, 'debian/control is debian/control.in for each version (pg_buildext updatecontrol)');
+like(slurp('debian/rules'), qr/dh \$\@ --with pgxs_loop/, 'debian/rules builds with pg_buildext (pgxs_loop)');
+ok(-x "$root/debian/rules", 'debian/rules is executable');
+
+# the update chain reaches default_version from the first install script
+my @scripts = map { s{.*/}{}r } glob("$root/ntask--*.sql");
+my ($base) = grep { /^ntask--[^-]+\.sql$/ } @scripts;
+my %step = map { /^ntask--(.+)--(.+)\.sql$/ ? ($1 => $2) : () } @scripts;
+my ($v) = $base =~ /^ntask--(.+)\.sql$/;
+my @chain = ($v);
+push @chain, $v = $step{$v} while exists $step{$v};
+is($chain[-1], $default, 'the install scripts chain ' . join(' -> ', @chain) . " reaches $default");
+is(scalar(@chain), scalar(@scripts), 'every install script is on that chain');
+
+done_testing();
