@@ -29,7 +29,8 @@
 # backends (so statements of one worker did move between server
 # connections); both protocols did work.  And the caveat: a session-level
 # SET of an ntask GUC made by one client is seen by another client that
-# shares the server connection, a SET LOCAL is not.
+# shares the server connection, a SET LOCAL is not.  Last, a waiting claim
+# (wait => ...) through pgbouncer is woken by an enqueue through it.
 
 use strict;
 use warnings;
@@ -275,8 +276,8 @@ is(q1(q{SELECT count(*) FROM business b JOIN ntask.task t USING (task_id)
 		 WHERE t.token = b.token}),
 	$NTASKS, 'each business row has its receipt, under the task\'s last token');
 is(q1(q{SELECT string_agg(result || ':' || n, ' ' ORDER BY result) FROM (
-		 SELECT result, count(*) AS n FROM ntask.attempt a JOIN ntask.task t USING (task_id)
-		 WHERE t.queue = 'pb' GROUP BY result) s}),
+		 SELECT a.result, count(*) AS n FROM ntask.attempt a JOIN ntask.task t USING (task_id)
+		 WHERE t.queue = 'pb' GROUP BY a.result) s}),
 	"released:$n11 retry_wait:$n7 succeeded:$NTASKS",
 	"the ledger: $NTASKS succeeded, $n7 transient retries, $n11 handed back");
 is(q1(q{SELECT count(*) FROM ntask.attempt WHERE result = 'released' AND NOT outcome_known}),
@@ -317,6 +318,27 @@ my ($leaked) = $c2->selectrow_array('SHOW ntask.backoff_jitter');
 is($leaked, 'off',
 	'a session-level SET by one client is seen by another client of the same server connection');
 $c1->do('RESET ntask.backoff_jitter');
+
+# ---------------------------------------------------------------------
+# a waiting claim through pgbouncer: it holds one server connection while
+# it waits, and an enqueue through the other one wakes it at its commit
+# ---------------------------------------------------------------------
+$node->safe_psql('postgres', q{SELECT count(*) FROM ntask_queue_set('pbw')});
+my $wpid = fork() // die "fork: $!";
+if ($wpid == 0)
+{
+	my $w = bconnect('postgres');
+	my $t0 = time;
+	my ($k) = $w->selectrow_array(
+		q{SELECT task_key FROM ntask_claim('pbw', 'W-wait', wait => '60 seconds')});
+	# _exit: the parent's DBI handles, inherited, must not be closed here
+	POSIX::_exit(defined $k && $k eq 'wake-me' && time - $t0 < 30 ? 0 : 1);
+}
+ok($node->poll_query_until('postgres', q{SELECT count(*) = 1 FROM ntask.waiters WHERE queue = 'pbw'}),
+	'a waiting claim through pgbouncer is asleep');
+$c1->do(q{SELECT created FROM ntask_enqueue('pbw', 'wake-me')});
+waitpid($wpid, 0);
+is($? >> 8, 0, 'an enqueue through pgbouncer woke it, and it claimed the task well before its wait ran out');
 $_->disconnect for $c1, $c2, $admin, $dbh;
 
 diag(sprintf('012_pgbouncer: %d tasks through pgbouncer (transaction pooling, %d server connections) '
