@@ -622,9 +622,9 @@ RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'ntask_waiters'
 LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION @extschema@.ntask_waiters() IS
-'ntask: the waiting claims of the server (shared memory): backend pid, queue, max_tasks, since, until when, woken by a commit since its last look';
+'ntask: the waiting claims of this database (shared memory): backend pid, queue, max_tasks, since, until when, woken by a commit since its last look';
 CREATE VIEW ntask.waiters AS SELECT * FROM @extschema@.ntask_waiters();
-COMMENT ON VIEW ntask.waiters IS 'ntask: the waiting claims (ntask_claim wait => ...) of the server, one row per waiting backend';
+COMMENT ON VIEW ntask.waiters IS 'ntask: the waiting claims (ntask_claim wait => ...) of this database, one row per waiting backend';
 REVOKE ALL ON FUNCTION @extschema@.ntask_waiters() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION @extschema@.ntask_waiters() TO ntask_admin;
 GRANT SELECT ON ntask.waiters TO ntask_admin;

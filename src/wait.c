@@ -74,6 +74,7 @@ typedef struct NwSlot
 	bool		woken;			/* a commit woke it since its last look */
 	int			max_tasks;
 	pid_t		pid;
+	Oid			dboid;			/* queues are per database */
 	uint64		seq;			/* registration order: oldest is woken first */
 	TimestampTz since;
 	TimestampTz until;			/* the end of the wait */
@@ -172,6 +173,13 @@ NtaskWaitShmemStartup(void)
 
 /* ---- waking ---- */
 
+/* nw_of_queue: slot s waits for queue of this backend's database */
+static inline bool
+nw_of_queue(NwSlot *s, const char *queue)
+{
+	return s->in_use && s->dboid == MyDatabaseId && strcmp(s->queue, queue) == 0;
+}
+
 /* nw_oldest: the oldest waiting slot of queue (not woken, if unwoken) */
 static NwSlot *
 nw_oldest(const char *queue, bool unwoken)
@@ -183,7 +191,7 @@ nw_oldest(const char *queue, bool unwoken)
 	{
 		NwSlot	   *s = &nw_shared->slots[i];
 
-		if (!s->in_use || (unwoken && s->woken) || strcmp(s->queue, queue) != 0)
+		if (!nw_of_queue(s, queue) || (unwoken && s->woken))
 			continue;
 		if (best == NULL || s->seq < best->seq)
 			best = s;
@@ -217,7 +225,7 @@ nw_wake_locked(const char *queue, int ndue, TimestampTz later)
 		for (i = 0; i < nw_shared->nslots; i++)
 		{
 			s = &nw_shared->slots[i];
-			if (!s->in_use || strcmp(s->queue, queue) != 0 ||
+			if (!nw_of_queue(s, queue) ||
 				(s->hint != 0 && s->hint <= later) || s->until <= later)
 				continue;
 			if (best == NULL || s->seq < best->seq)
@@ -348,6 +356,7 @@ nw_register(const char *queue, int max_tasks, TimestampTz until)
 	s->woken = false;
 	s->max_tasks = max_tasks;
 	s->pid = MyProcPid;
+	s->dboid = MyDatabaseId;
 	s->seq = nw_shared->next_seq++;
 	s->since = GetCurrentTimestamp();
 	s->until = until;
@@ -603,9 +612,10 @@ NtaskClaimWait(ReturnSetInfo *rsinfo, text *queue, text *worker, int max_tasks,
 /*
  * ntask_waiters() RETURNS TABLE(pid, queue, max_tasks, since, wait_until,
  *								 woken)
- *		The waiting claims of the server, for the view ntask.waiters
- *		(admin).  A slot is held only while a claim waits: none is left
- *		behind by a canceled, terminated or crashed waiter.
+ *		The waiting claims of this database, for the view ntask.waiters
+ *		(admin; the slots are shared by the server's databases, a queue
+ *		name belongs to one).  A slot is held only while a claim waits:
+ *		none is left behind by a canceled, terminated or crashed waiter.
  */
 Datum
 ntask_waiters(PG_FUNCTION_ARGS)
@@ -623,7 +633,7 @@ ntask_waiters(PG_FUNCTION_ARGS)
 		Datum		v[6];
 		bool		n[6] = {false, false, false, false, false, false};
 
-		if (!s->in_use)
+		if (!s->in_use || s->dboid != MyDatabaseId)
 			continue;
 		v[0] = Int32GetDatum(s->pid);
 		v[1] = CStringGetTextDatum(s->queue);

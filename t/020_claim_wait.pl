@@ -11,6 +11,8 @@
 #   4. Postmaster death (SIGKILL): the waiting backend exits at once.
 #   5. Eight waiters, one commit with one task: one claims it, seven keep
 #      waiting; one commit with seven tasks: the seven claim one each.
+#   6. Two databases with a queue of the same name: a commit wakes a waiter
+#      of its own database, not an older one of the other.
 #
 # The waits are 120 s; "at once" is checked as "well before the wait would
 # have ended" (the bound is not a speed measurement; bench/wait measures).
@@ -191,6 +193,40 @@ sub wait_for_waiters
 		'seven tasks in one commit: the seven waiters claimed one each');
 	ok(!grep({ $_ != 1 } values %got), 'no task was handed out twice');
 	is(waiting(), '0', 'no waiter slot is left');
+}
+
+# ---------------------------------------------------------------------
+# 6. Queues are per database: an older waiter on a queue of the same name
+#    in another database is not woken in place of this database's one
+# ---------------------------------------------------------------------
+{
+	$node->safe_psql('postgres', 'CREATE DATABASE other');
+	$node->safe_psql('other', q{
+		CREATE EXTENSION ntask;
+		SELECT count(*) FROM ntask_queue_set('wq');
+	});
+	my $ob = $node->background_psql('other', on_error_stop => 0);
+	$ob->query_until(qr/start/, qq{\\echo start
+SELECT 'got:' || task_key FROM ntask_claim('wq', 'W-other', 1, wait => '120 seconds');
+\\echo done
+});
+	ok($node->poll_query_until('other', 'SELECT count(*) = 1 FROM ntask.waiters'),
+		'databases: a claim waits on wq in database other');
+	is(waiting(), '0', 'databases: ntask.waiters of postgres does not show it');
+	my ($bs, $pid) = start_waiter('120 seconds');
+	ok(wait_for_waiters(1), 'databases: a younger claim waits on wq in postgres');
+	my $t0 = time;
+	$node->safe_psql('postgres', q{SELECT created FROM ntask_enqueue('wq', 'db-postgres')});
+	my ($out) = finish_waiter($bs);
+	like($out, qr/got:db-postgres/, 'databases: the commit in postgres woke the waiter in postgres');
+	ok(time - $t0 < 60, sprintf('databases: at once (%.2f s)', time - $t0));
+	is($node->safe_psql('other', 'SELECT count(*) FROM ntask.waiters'), '1',
+		'databases: the waiter in other still waits');
+	$node->safe_psql('other', q{SELECT created FROM ntask_enqueue('wq', 'db-other')});
+	($out) = finish_waiter($ob);
+	like($out, qr/got:db-other/, 'databases: a commit in other wakes it');
+	$bs->quit;
+	$ob->quit;
 }
 
 $node->stop;
