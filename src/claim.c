@@ -85,8 +85,122 @@ static NtaskPlan claim_pick_plan = {
 	"  ORDER BY t.due_at, t.task_id "
 	"  LIMIT " CppAsString2(NTASK_MAX_CLAIM) " FOR UPDATE OF t SKIP LOCKED) x "
 	"WHERE q.queue OPERATOR(pg_catalog.=) $1 AND pr.p IS NOT NULL "
+	"  AND (q.fairness OPERATOR(pg_catalog.=) 'none' OR $3) "
 	"  AND " NTASK_WORKER_RIGHT("q", "2"),
+	3, {TEXTOID, OIDOID, BOOLOID}
+};
+
+/*
+ * When the plain pick found nothing: does the queue exist, may the caller
+ * claim from it, and is it fair?  (The first round of an idle claim asked
+ * the first two before fairness existed, so a queue without fairness runs
+ * as many statements as before.)
+ */
+static NtaskPlan claim_queue_plan = {
+	"claim queue",
+	"SELECT q.fairness OPERATOR(pg_catalog.=) 'partition', "
+	"  NOT " NTASK_WORKER_RIGHT("q", "2") " "
+	"FROM ntask.queue q WHERE q.queue OPERATOR(pg_catalog.=) $1",
 	2, {TEXTOID, OIDOID}
+};
+
+/*
+ * The turn lock of a partition key: a transaction-level advisory lock on
+ * a 64-bit hash of (queue, key), taken with pg_try_advisory_xact_lock only
+ * (never waited for).  A claim giving a key its turn holds it until its
+ * transaction ends, so concurrent claims pass that key by in their first
+ * pass.  A hash collision (with another key, or with an application's
+ * advisory lock of the same number) only makes a key skip one first pass.
+ */
+#define CLAIM_TURN_LOCK(pk) \
+	"pg_catalog.hashtextextended(" pk ", pg_catalog.hashtext($1))"
+
+/*
+ * The pick of a fair queue (fairness = 'partition', docs/design.md
+ * "Fairness"): the partition keys that have unfinished tasks (a loose
+ * index scan of task_partition_due_idx, one descent per key), ordered by
+ * when each last had a turn (ntask.partition.last_served; never: first,
+ * then by key), and from each in that order its due tasks by priority,
+ * due time and id, at most ceil(want / keys) of them, locked with SKIP
+ * LOCKED.  The executor is stopped after want rows ($3), so only the keys
+ * visited are probed and only the rows returned are locked (a nested loop
+ * over the sorted keys).  A key whose due tasks are all locked by other
+ * claims (or that has none due) yields nothing and the next key is tried.
+ * With $4 (the first pass) a key whose turn lock another claim holds (it
+ * is giving that key a turn right now) is passed by; the second pass ($4
+ * false) takes any key, so a queue with one busy key still serves every
+ * claimer.  Column 7 is the key.
+ */
+static NtaskPlan claim_fair_pick_plan = {
+	"claim fair pick",
+	"WITH RECURSIVE k(pk) AS ( "
+	"  (SELECT t.partition_key FROM ntask.task t "
+	"   WHERE t.queue OPERATOR(pg_catalog.=) $1 AND t.due_at IS NOT NULL "
+	"     AND t.partition_key IS NOT NULL "
+	"   ORDER BY t.partition_key LIMIT 1) "
+	"  UNION ALL "
+	"  SELECT (SELECT t.partition_key FROM ntask.task t "
+	"          WHERE t.queue OPERATOR(pg_catalog.=) $1 AND t.due_at IS NOT NULL "
+	"            AND t.partition_key IS NOT NULL "
+	"            AND t.partition_key OPERATOR(pg_catalog.>) k.pk "
+	"          ORDER BY t.partition_key LIMIT 1) "
+	"  FROM k WHERE k.pk IS NOT NULL "
+	"), o AS ( "
+	"  SELECT k.pk, (SELECT p.last_served FROM ntask.partition p "
+	"                WHERE p.queue OPERATOR(pg_catalog.=) $1 "
+	"                  AND p.partition_key OPERATOR(pg_catalog.=) k.pk) AS ls, "
+	"    pg_catalog.count(*) OVER () AS n "
+	"  FROM k WHERE k.pk IS NOT NULL "
+	"  ORDER BY 2 NULLS FIRST, 1 "
+	") "
+	"SELECT x.task_id, x.was_leased, x.task_key, x.payload, q.lease, q.guard, o.pk "
+	"FROM ntask.queue q, o, LATERAL ( "
+	"  SELECT t.task_id, t.state OPERATOR(pg_catalog.=) 'leased' AS was_leased, "
+	"    t.task_key, t.payload "
+	"  FROM ntask.task t "
+	"  WHERE t.queue OPERATOR(pg_catalog.=) $1 "
+	"    AND t.partition_key OPERATOR(pg_catalog.=) o.pk "
+	"    AND t.partition_key IS NOT NULL AND t.due_at IS NOT NULL "
+	"    AND t.due_at OPERATOR(pg_catalog.<=) pg_catalog.statement_timestamp() "
+	"  ORDER BY t.priority DESC, t.due_at, t.task_id "
+	"  LIMIT (($3 OPERATOR(pg_catalog.+) o.n OPERATOR(pg_catalog.-) 1) "
+	"         OPERATOR(pg_catalog./) o.n) "
+	"  FOR UPDATE OF t SKIP LOCKED) x "
+	"WHERE q.queue OPERATOR(pg_catalog.=) $1 "
+	"  AND q.fairness OPERATOR(pg_catalog.=) 'partition' "
+	"  AND " NTASK_WORKER_RIGHT("q", "2") " "
+	"  AND (NOT $4 OR pg_catalog.pg_try_advisory_xact_lock(" CLAIM_TURN_LOCK("o.pk") "))",
+	4, {TEXTOID, OIDOID, INT8OID, BOOLOID}
+};
+
+/*
+ * The keys ($2) that just had a turn: last_served = now.  A key's row
+ * locked by another claim (which is giving it a turn at this moment) is
+ * skipped, never waited for: that claim sets it.  A key seen for the first
+ * time gets its row, inserted only by the claim that holds the key's turn
+ * lock (so ON CONFLICT never waits for another claim's insert: a claim
+ * without the lock leaves the insert to the one that has it).
+ */
+static NtaskPlan claim_served_plan = {
+	"claim partitions served",
+	"WITH l AS ( "
+	"  SELECT p.ctid FROM ntask.partition p "
+	"  WHERE p.queue OPERATOR(pg_catalog.=) $1 "
+	"    AND p.partition_key OPERATOR(pg_catalog.=) ANY ($2) "
+	"  FOR UPDATE SKIP LOCKED "
+	"), u AS ( "
+	"  UPDATE ntask.partition p SET last_served = pg_catalog.clock_timestamp() "
+	"  FROM l WHERE p.ctid OPERATOR(pg_catalog.=) l.ctid "
+	") "
+	"INSERT INTO ntask.partition (queue, partition_key, last_served) "
+	"SELECT $1, s.k, pg_catalog.clock_timestamp() "
+	"FROM pg_catalog.unnest($2) s(k) "
+	"WHERE NOT EXISTS (SELECT 1 FROM ntask.partition p "
+	"                  WHERE p.queue OPERATOR(pg_catalog.=) $1 "
+	"                    AND p.partition_key OPERATOR(pg_catalog.=) s.k) "
+	"  AND pg_catalog.pg_try_advisory_xact_lock(" CLAIM_TURN_LOCK("s.k") ") "
+	"ON CONFLICT (queue, partition_key) DO NOTHING",
+	2, {TEXTOID, TEXTARRAYOID}
 };
 
 /*
@@ -169,7 +283,8 @@ static NtaskPlan claim_lease_plan = {
 static int	claim_round(ReturnSetInfo *rsinfo, text *queue, int want,
 						Datum worker, Datum lease_arg, bool *more,
 						int64 *lease_usecs, Datum *extra, bool *extranulls,
-						int nextra);
+						int nextra, int *fair);
+static int	claim_pick(text *queue, int want, int *fair);
 static void claim_warn_old_xact(int64 lease_usecs);
 static int64 claim_token_floor(void);
 
@@ -244,6 +359,68 @@ NtaskCloseExpiredAttempts(Datum task_ids)
 }
 
 /*
+ * claim_pick
+ *		Pick (lock) up to want due tasks of queue, in the queue's order.
+ *		*fair is -1 while the queue's fairness is unknown, then 0 (none) or
+ *		1 (partition).  The plain pick runs first while *fair is not 1 (it
+ *		finds nothing in a fair queue); when it finds nothing and *fair is
+ *		unknown, one statement checks the queue (42704 if unknown, 42501
+ *		without the right) and tells its fairness.  A fair queue runs the
+ *		fair pick's first pass (keys no other claim is serving), then its
+ *		second (any key), and, when both find nothing, the plain pick once more
+ *		(a task enqueued without a key by a transaction that read the
+ *		queue before it turned fair keeps NULL: it is served when no
+ *		partition has due work).  Returns the number of rows picked, in
+ *		SPI_tuptable: columns 1-6 of claim_pick_plan, plus the key as
+ *		column 7 for a fair pick.
+ */
+static int
+claim_pick(text *queue, int want, int *fair)
+{
+	Datum		values[4];
+	int			n;
+
+	values[0] = PointerGetDatum(queue);
+	values[1] = ObjectIdGetDatum(NtaskCaller());
+	if (*fair != 1)
+	{
+		/* a constant LIMIT for the plan; the executor stops at want rows */
+		values[2] = BoolGetDatum(false);
+		n = NtaskExecPlanCount(&claim_pick_plan, values, NULL,
+							   SPI_OK_SELECT, want);
+		if (n > 0)
+		{
+			*fair = 0;
+			return n;
+		}
+		if (*fair == 0)
+			return 0;
+		/* nothing due: an idle queue, no right to it, no such queue, or fair */
+		if (NtaskExecPlan(&claim_queue_plan, values, NULL, SPI_OK_SELECT) == 0)
+			NtaskQueueNotFound(text_to_cstring(queue));
+		if (NtaskGetBool(0, 2))
+			NtaskCheckQueueRight(queue, false); /* raises 42501 */
+		*fair = NtaskGetBool(0, 1) ? 1 : 0;
+		if (*fair == 0)
+			return 0;
+	}
+	values[2] = Int64GetDatum(want);
+	values[3] = BoolGetDatum(true);
+	n = NtaskExecPlanCount(&claim_fair_pick_plan, values, NULL,
+						   SPI_OK_SELECT, want);
+	if (n > 0)
+		return n;
+	values[3] = BoolGetDatum(false);
+	n = NtaskExecPlanCount(&claim_fair_pick_plan, values, NULL,
+						   SPI_OK_SELECT, want);
+	if (n > 0)
+		return n;
+	values[2] = BoolGetDatum(true);
+	return NtaskExecPlanCount(&claim_pick_plan, values, NULL,
+							  SPI_OK_SELECT, want);
+}
+
+/*
  * claim_round
  *		Pick up to want due tasks, run the guard, close expired attempts,
  *		lease the rest, and put the leased ones into the result tuplestore.
@@ -257,7 +434,7 @@ NtaskCloseExpiredAttempts(Datum task_ids)
 static int
 claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
 			Datum lease_arg, bool *more, int64 *lease_usecs, Datum *extra,
-			bool *extranulls, int nextra)
+			bool *extranulls, int nextra, int *fair)
 {
 	Datum		lease;
 	char	   *guard;
@@ -268,17 +445,16 @@ claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
 	Datum	   *ids;
 	Datum	   *taken;
 	Datum		invoked_ids;
+	Datum	   *keys;
+	int			nkeys = 0;
+	bool		fair_pick;
 	int			nids = 0;
 	int			ntaken = 0;
 	int			nrows;
 	int			leased = 0;
 	int			r;
 
-	/* a constant LIMIT for the plan; the executor stops at want rows */
-	values[0] = PointerGetDatum(queue);
-	values[1] = ObjectIdGetDatum(NtaskCaller());
-	npicked = NtaskExecPlanCount(&claim_pick_plan, values, NULL,
-								 SPI_OK_SELECT, want);
+	npicked = claim_pick(queue, want, fair);
 	pick = SPI_tuptable;
 	*more = false;
 	if (npicked == 0)
@@ -289,6 +465,8 @@ claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
 
 	ids = palloc(sizeof(Datum) * npicked);
 	taken = palloc(sizeof(Datum) * npicked);
+	keys = palloc(sizeof(Datum) * npicked);
+	fair_pick = pick->tupdesc->natts >= 7;
 	for (r = 0; r < npicked; r++)
 	{
 		int64		task_id;
@@ -297,6 +475,9 @@ claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
 		SPI_tuptable = pick;	/* the guard may run SPI statements */
 		task_id = NtaskGetInt64(r, 1);
 		was_leased = NtaskGetBool(r, 2);
+		/* a turn is a turn, whatever the guard then says */
+		if (fair_pick)
+			keys[nkeys++] = NtaskGetDatum(r, 7, &isnull);
 		if (guard != NULL)
 		{
 			char	   *reason;
@@ -334,6 +515,14 @@ claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
 			taken[ntaken++] = Int64GetDatum(task_id);
 	}
 
+	if (nkeys > 0)
+	{
+		values[0] = PointerGetDatum(queue);
+		values[1] = PointerGetDatum(construct_array(keys, nkeys, TEXTOID,
+													-1, false, TYPALIGN_INT));
+		NtaskExecPlan(&claim_served_plan, values, NULL, SPI_OK_INSERT);
+	}
+
 	invoked_ids = ntaken > 0 ?
 		NtaskCloseExpiredAttempts(NtaskInt8Array(taken, ntaken)) :
 		NtaskInt8Array(NULL, 0);
@@ -367,7 +556,8 @@ claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
 		}
 	}
 
-	*more = npicked == want && leased < want;
+	/* a fair pick takes at most ceil(want / keys) per key: look again */
+	*more = (npicked == want || fair_pick) && leased < want;
 	return leased;
 }
 
@@ -411,6 +601,7 @@ NtaskClaimInto(ReturnSetInfo *rsinfo, text *queue, text *worker, int max_tasks,
 	int			round;
 	bool		more = true;
 	int64		lease_usecs = 0;
+	int			fair = -1;
 
 	Assert(nextra >= 0 && nextra <= CLAIM_MAX_EXTRA);
 	for (round = 0; round < CLAIM_MAX_ROUNDS && got < max_tasks && more; round++)
@@ -418,11 +609,8 @@ NtaskClaimInto(ReturnSetInfo *rsinfo, text *queue, text *worker, int max_tasks,
 		int			n = claim_round(rsinfo, queue, max_tasks - got,
 									PointerGetDatum(worker), lease_arg,
 									&more, &lease_usecs, extra, extranulls,
-									nextra);
+									nextra, &fair);
 
-		/* nothing due: an idle queue, no right to it, or no such queue? */
-		if (n < 0 && round == 0)
-			NtaskCheckQueueRight(queue, false);
 		got += Max(n, 0);
 	}
 
