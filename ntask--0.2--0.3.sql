@@ -1090,22 +1090,13 @@ GRANT SELECT ON ntask.queue_metrics, ntask.queue_pruned TO ntask_admin;
 GRANT EXECUTE ON FUNCTION @extschema@.ntask_worker_stats() TO ntask_monitor;
 
 -- issue 13: fairness and flow control (docs/design.md "Fairness").
--- fairness => 'partition': claims rotate across the partition keys that
--- have due work, the one served longest ago first (ntask.partition keeps
--- when each key last had a turn; tasks without a key are one partition,
--- stored with partition_key '').
+-- fairness => 'partition': claims serve the partition keys that have due
+-- work round robin in key order, starting after the key of the latest turn
+-- (a cursor per queue in shared memory, src/fair.c); tasks without a key
+-- are one partition, stored with partition_key ''.
 ALTER TABLE ntask.queue ADD COLUMN fairness text NOT NULL DEFAULT 'none'
 	CHECK (fairness IN ('none', 'partition'));
-COMMENT ON COLUMN ntask.queue.fairness IS 'claim order across partition keys: none (priority, then due time, over the whole queue) or partition (the key served longest ago first; priority orders within a key)';
-
-CREATE TABLE ntask.partition (
-	queue			text NOT NULL,
-	partition_key	text COLLATE "C" NOT NULL,
-	last_served		timestamptz NOT NULL,
-	PRIMARY KEY (queue, partition_key)
-);
-COMMENT ON TABLE ntask.partition IS 'ntask: rotation state of a fair queue, one row per partition key that has had a turn ('''' is the tasks enqueued without a key); written by claims, never waited on (a row locked by another claim is left to that claim)';
-GRANT SELECT ON ntask.partition TO ntask_admin;
+COMMENT ON COLUMN ntask.queue.fairness IS 'claim order across partition keys: none (priority, then due time, over the whole queue) or partition (round robin over the keys with due work, in key order; priority orders within a key)';
 
 -- The per-key heads of a fair queue.  In a fair queue a task enqueued
 -- without a key is stored with partition_key '' (enqueue refuses an empty

@@ -36,27 +36,36 @@ SELECT partition_key FROM ntask.task WHERE task_key = 'keyless-2';
 SELECT created FROM ntask_enqueue('fair', 'empty', '{}', partition_key => '');
 \echo :SQLSTATE
 
--- one claim at a time: each key with due work gets a turn before any gets
--- a second; a key that never had a turn goes first (keys in C order), then
--- the one served longest ago.  Within a key: priority, due time, id.
+-- one claim at a time: round robin over the keys with due work in key
+-- order (C collation), each key one turn before any gets a second; a fresh
+-- cursor starts after '' (so the keyless partition '' is last in the first
+-- round).  Within a key: priority, due time, id.
 SELECT created FROM ntask_enqueue('fair', 'n9-urgent', '{}', partition_key => 'c-a', priority => 5);
 SELECT string_agg(k, ' ' ORDER BY n) AS handed_out FROM (
   SELECT n, (SELECT c.task_key FROM ntask_claim('fair', 'fw' || n, lease => '1 hour') c) AS k
   FROM generate_series(1, 11) n) s;
-SELECT partition_key, last_served IS NOT NULL AS served FROM ntask.partition
-WHERE queue = 'fair' ORDER BY last_served;
 -- nothing left
 SELECT count(*) FROM ntask_claim('fair', 'fw');
 
--- priority does not win across keys: a key's high-priority task waits for
--- the keys served before its key
+-- priority does not win across keys: the last turn went to c-g, so the
+-- round goes on after c-g (wrapping to b), and c-g's priority-100 task
+-- waits for b's turn
 SELECT created FROM ntask_enqueue('fair', 'b-low', '{}', partition_key => 'b');
 SELECT created FROM ntask_enqueue('fair', 'c-g-high', '{}', partition_key => 'c-g', priority => 100);
 SELECT string_agg(k, ' ' ORDER BY n) AS handed_out FROM (
   SELECT n, (SELECT c.task_key FROM ntask_claim('fair', 'fw' || n, lease => '1 hour') c) AS k
   FROM generate_series(1, 2) n) s;
+-- a key added before the cursor waits for the round to come around; one
+-- after it is next
+SELECT created FROM ntask_enqueue('fair', 'a-1', '{}', partition_key => 'a');
+SELECT created FROM ntask_enqueue('fair', 'd-1', '{}', partition_key => 'd');
+SELECT created FROM ntask_enqueue('fair', 'c-g-next', '{}', partition_key => 'c-g');
+SELECT string_agg(k, ' ' ORDER BY n) AS handed_out FROM (
+  SELECT n, (SELECT c.task_key FROM ntask_claim('fair', 'fw' || n, lease => '1 hour') c) AS k
+  FROM generate_series(1, 3) n) s;
 
--- a batch claim: at most ceil(n / keys) per key, then another look for the rest
+-- a batch claim: one task per key around the round, then the rest split
+-- over the keys that had work (at most ceil(rest / keys) each)
 SELECT count(*) FROM (
   SELECT ntask_enqueue('fair', 'batch-' || k || '-' || i, '{}', partition_key => 'k' || k)
   FROM generate_series(1, 3) k, generate_series(1, 4) i) s;
@@ -64,7 +73,7 @@ SELECT partition_key, count(*) FROM ntask_claim('fair', 'fw', max_tasks => 6) c
 JOIN ntask.task t USING (task_id) GROUP BY 1 ORDER BY 1;
 SELECT partition_key, count(*) FROM ntask_claim('fair', 'fw', max_tasks => 5) c
 JOIN ntask.task t USING (task_id) GROUP BY 1 ORDER BY 1;
--- one key left with due work: a batch takes all of it
+-- a batch bigger than what is due takes all of it (k3 has one left, solo three)
 SELECT count(*) FROM (SELECT ntask_enqueue('fair', 'solo-' || i, '{}', partition_key => 'solo')
   FROM generate_series(1, 3) i) s;
 SELECT count(*) AS one_key_batch FROM ntask_claim('fair', 'fw', max_tasks => 10);

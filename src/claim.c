@@ -40,6 +40,7 @@
 
 #include "access/xact.h"
 #include "access/xlog.h"
+#include "catalog/pg_collation.h"
 #include "catalog/pg_type.h"
 #include "funcapi.h"
 #include "utils/builtins.h"
@@ -115,93 +116,83 @@ static NtaskPlan claim_queue_plan = {
 #define CLAIM_TURN_LOCK(pk) \
 	"pg_catalog.hashtextextended(" pk ", pg_catalog.hashtext($1))"
 
+/* the next key after k (a step of the loose scan), at most $6 when b */
+#define CLAIM_NEXT_KEY(k, cond) \
+	"(SELECT t.partition_key FROM ntask.task t " \
+	" WHERE t.queue OPERATOR(pg_catalog.=) $1 AND t.due_at IS NOT NULL " \
+	"   AND t.partition_key IS NOT NULL " \
+	"   AND t.partition_key OPERATOR(pg_catalog.>) " k cond " " \
+	" ORDER BY t.partition_key LIMIT 1)"
+
 /*
  * The pick of a fair queue (fairness = 'partition', docs/design.md
- * "Fairness"): the partition keys that have unfinished tasks (a loose
- * index scan of task_partition_due_idx, one descent per key), ordered by
- * when each last had a turn (ntask.partition.last_served; never: first,
- * then by key), and from each in that order its due tasks by priority,
- * due time and id, at most ceil(want / keys) of them, locked with SKIP
- * LOCKED.  The executor is stopped after want rows ($3), so only the keys
+ * "Fairness"): round robin over the partition keys in key order (C
+ * collation), starting after $5, the key that had the latest turn (fair.c)
+ * and wrapping around: first the keys after $5 (k1), then those up to it
+ * (k2), each a loose index scan of task_partition_due_idx (one descent per
+ * key, evaluated only as far as the claim needs).  From each key its due
+ * tasks by priority, due time and id, at most $3 of them, locked with SKIP
+ * LOCKED.  The executor is stopped after the rows wanted, so only the keys
  * visited are probed and only the rows returned are locked (a nested loop
- * over the sorted keys).  A key whose due tasks are all locked by other
- * claims (or that has none due) yields nothing and the next key is tried.
- * With $4 (the first pass) a key whose turn lock another claim holds (it
- * is giving that key a turn right now) is passed by; the second pass ($4
- * false) takes any key, so a queue with one busy key still serves every
- * claimer.  Column 7 is the key.
+ * over the keys in order).  A key with nothing due, or whose due tasks are
+ * all locked by other claims, yields nothing: the next key is tried, and a
+ * claim walks past every such key between the cursor and the next key
+ * with work.  With $4 (the first pass) a key whose turn lock another claim
+ * holds (it is giving that key a turn right now) is passed by; the second
+ * pass ($4 false) takes any key, so a queue with one busy key still serves
+ * every claimer.  Column 7 is the key.
  */
 static NtaskPlan claim_fair_pick_plan = {
 	"claim fair pick",
-	"WITH RECURSIVE k(pk) AS ( "
+	"WITH RECURSIVE k1(pk) AS ( "
+	"  " CLAIM_NEXT_KEY("$5", "") " "
+	"  UNION ALL "
+	"  SELECT " CLAIM_NEXT_KEY("k1.pk", "") " FROM k1 WHERE k1.pk IS NOT NULL "
+	"), k2(pk) AS ( "
 	"  (SELECT t.partition_key FROM ntask.task t "
 	"   WHERE t.queue OPERATOR(pg_catalog.=) $1 AND t.due_at IS NOT NULL "
 	"     AND t.partition_key IS NOT NULL "
+	"     AND t.partition_key OPERATOR(pg_catalog.<=) $5 "
 	"   ORDER BY t.partition_key LIMIT 1) "
 	"  UNION ALL "
-	"  SELECT (SELECT t.partition_key FROM ntask.task t "
-	"          WHERE t.queue OPERATOR(pg_catalog.=) $1 AND t.due_at IS NOT NULL "
-	"            AND t.partition_key IS NOT NULL "
-	"            AND t.partition_key OPERATOR(pg_catalog.>) k.pk "
-	"          ORDER BY t.partition_key LIMIT 1) "
-	"  FROM k WHERE k.pk IS NOT NULL "
-	"), o AS ( "
-	"  SELECT k.pk, (SELECT p.last_served FROM ntask.partition p "
-	"                WHERE p.queue OPERATOR(pg_catalog.=) $1 "
-	"                  AND p.partition_key OPERATOR(pg_catalog.=) k.pk) AS ls, "
-	"    pg_catalog.count(*) OVER () AS n "
-	"  FROM k WHERE k.pk IS NOT NULL "
-	"  ORDER BY 2 NULLS FIRST, 1 "
+	"  SELECT " CLAIM_NEXT_KEY("k2.pk", " AND t.partition_key OPERATOR(pg_catalog.<=) $5")
+	"  FROM k2 WHERE k2.pk IS NOT NULL "
+	"), k AS ( "
+	"  SELECT k1.pk FROM k1 WHERE k1.pk IS NOT NULL "
+	"  UNION ALL "
+	"  SELECT k2.pk FROM k2 WHERE k2.pk IS NOT NULL "
 	") "
-	"SELECT x.task_id, x.was_leased, x.task_key, x.payload, q.lease, q.guard, o.pk "
-	"FROM ntask.queue q, o, LATERAL ( "
+	"SELECT x.task_id, x.was_leased, x.task_key, x.payload, q.lease, q.guard, k.pk "
+	"FROM ntask.queue q, k, LATERAL ( "
 	"  SELECT t.task_id, t.state OPERATOR(pg_catalog.=) 'leased' AS was_leased, "
 	"    t.task_key, t.payload "
 	"  FROM ntask.task t "
 	"  WHERE t.queue OPERATOR(pg_catalog.=) $1 "
-	"    AND t.partition_key OPERATOR(pg_catalog.=) o.pk "
+	"    AND t.partition_key OPERATOR(pg_catalog.=) k.pk "
 	"    AND t.partition_key IS NOT NULL AND t.due_at IS NOT NULL "
 	"    AND t.due_at OPERATOR(pg_catalog.<=) pg_catalog.statement_timestamp() "
 	"  ORDER BY t.priority DESC, t.due_at, t.task_id "
-	"  LIMIT (($3 OPERATOR(pg_catalog.+) o.n OPERATOR(pg_catalog.-) 1) "
-	"         OPERATOR(pg_catalog./) o.n) "
-	"  FOR UPDATE OF t SKIP LOCKED) x "
+	"  LIMIT $3 FOR UPDATE OF t SKIP LOCKED) x "
 	"WHERE q.queue OPERATOR(pg_catalog.=) $1 "
 	"  AND q.fairness OPERATOR(pg_catalog.=) 'partition' "
 	"  AND " NTASK_WORKER_RIGHT("q", "2") " "
-	"  AND (NOT $4 OR pg_catalog.pg_try_advisory_xact_lock(" CLAIM_TURN_LOCK("o.pk") "))",
-	4, {TEXTOID, OIDOID, INT8OID, BOOLOID}
+	"  AND (NOT $4 OR pg_catalog.pg_try_advisory_xact_lock(" CLAIM_TURN_LOCK("k.pk") "))",
+	5, {TEXTOID, OIDOID, INT4OID, BOOLOID, TEXTOID}
 };
 
 /*
- * The keys ($2) that just had a turn: last_served = now.  A key's row
- * locked by another claim (which is giving it a turn at this moment) is
- * skipped, never waited for: that claim sets it.  A key seen for the first
- * time gets its row, inserted only by the claim that holds the key's turn
- * lock (so ON CONFLICT never waits for another claim's insert: a claim
- * without the lock leaves the insert to the one that has it).
+ * What a claim knows about its queue's order across rounds: mode -1 while
+ * the fairness is unknown, 0 none, 1 partition; per, the most a fair pick
+ * takes from one key (1 in the first round, so each key gets a turn before
+ * any gets a second; after a round that went around every key with work
+ * and still left the claim short, the rest split over the keys that had
+ * some).
  */
-static NtaskPlan claim_served_plan = {
-	"claim partitions served",
-	"WITH l AS ( "
-	"  SELECT p.ctid FROM ntask.partition p "
-	"  WHERE p.queue OPERATOR(pg_catalog.=) $1 "
-	"    AND p.partition_key OPERATOR(pg_catalog.=) ANY ($2) "
-	"  FOR UPDATE SKIP LOCKED "
-	"), u AS ( "
-	"  UPDATE ntask.partition p SET last_served = pg_catalog.clock_timestamp() "
-	"  FROM l WHERE p.ctid OPERATOR(pg_catalog.=) l.ctid "
-	") "
-	"INSERT INTO ntask.partition (queue, partition_key, last_served) "
-	"SELECT $1, s.k, pg_catalog.clock_timestamp() "
-	"FROM pg_catalog.unnest($2) s(k) "
-	"WHERE NOT EXISTS (SELECT 1 FROM ntask.partition p "
-	"                  WHERE p.queue OPERATOR(pg_catalog.=) $1 "
-	"                    AND p.partition_key OPERATOR(pg_catalog.=) s.k) "
-	"  AND pg_catalog.pg_try_advisory_xact_lock(" CLAIM_TURN_LOCK("s.k") ") "
-	"ON CONFLICT (queue, partition_key) DO NOTHING",
-	2, {TEXTOID, TEXTARRAYOID}
-};
+typedef struct ClaimOrder
+{
+	int			mode;
+	int			per;
+} ClaimOrder;
 
 /*
  * The one open attempt of each task whose lease expired.  Its outcome is
@@ -283,8 +274,8 @@ static NtaskPlan claim_lease_plan = {
 static int	claim_round(ReturnSetInfo *rsinfo, text *queue, int want,
 						Datum worker, Datum lease_arg, bool *more,
 						int64 *lease_usecs, Datum *extra, bool *extranulls,
-						int nextra, int *fair);
-static int	claim_pick(text *queue, int want, int *fair);
+						int nextra, ClaimOrder *order);
+static int	claim_pick(text *queue, int want, ClaimOrder *order);
 static void claim_warn_old_xact(int64 lease_usecs);
 static int64 claim_token_floor(void);
 
@@ -361,28 +352,30 @@ NtaskCloseExpiredAttempts(Datum task_ids)
 /*
  * claim_pick
  *		Pick (lock) up to want due tasks of queue, in the queue's order.
- *		*fair is -1 while the queue's fairness is unknown, then 0 (none) or
- *		1 (partition).  The plain pick runs first while *fair is not 1 (it
- *		finds nothing in a fair queue); when it finds nothing and *fair is
+ *		The plain pick runs first while order->mode is not 1 (it finds
+ *		nothing in a fair queue); when it finds nothing and the mode is
  *		unknown, one statement checks the queue (42704 if unknown, 42501
  *		without the right) and tells its fairness.  A fair queue runs the
  *		fair pick's first pass (keys no other claim is serving), then its
- *		second (any key), and, when both find nothing, the plain pick once more
- *		(a task enqueued without a key by a transaction that read the
- *		queue before it turned fair keeps NULL: it is served when no
- *		partition has due work).  Returns the number of rows picked, in
+ *		second (any key), and, when both find nothing, the plain pick once
+ *		more (a task enqueued without a key by a transaction that read the
+ *		queue before it turned fair keeps NULL: it is served when no key
+ *		has due work).  A fair pick moves the queue's cursor (fair.c) to
+ *		the last key it picked from.  Returns the number of rows picked, in
  *		SPI_tuptable: columns 1-6 of claim_pick_plan, plus the key as
  *		column 7 for a fair pick.
  */
 static int
-claim_pick(text *queue, int want, int *fair)
+claim_pick(text *queue, int want, ClaimOrder *order)
 {
-	Datum		values[4];
+	Datum		values[5];
 	int			n;
+	char	   *qname;
+	bool		isnull;
 
 	values[0] = PointerGetDatum(queue);
 	values[1] = ObjectIdGetDatum(NtaskCaller());
-	if (*fair != 1)
+	if (order->mode != 1)
 	{
 		/* a constant LIMIT for the plan; the executor stops at want rows */
 		values[2] = BoolGetDatum(false);
@@ -390,31 +383,37 @@ claim_pick(text *queue, int want, int *fair)
 							   SPI_OK_SELECT, want);
 		if (n > 0)
 		{
-			*fair = 0;
+			order->mode = 0;
 			return n;
 		}
-		if (*fair == 0)
+		if (order->mode == 0)
 			return 0;
 		/* nothing due: an idle queue, no right to it, no such queue, or fair */
 		if (NtaskExecPlan(&claim_queue_plan, values, NULL, SPI_OK_SELECT) == 0)
 			NtaskQueueNotFound(text_to_cstring(queue));
 		if (NtaskGetBool(0, 2))
 			NtaskCheckQueueRight(queue, false); /* raises 42501 */
-		*fair = NtaskGetBool(0, 1) ? 1 : 0;
-		if (*fair == 0)
+		order->mode = NtaskGetBool(0, 1) ? 1 : 0;
+		if (order->mode == 0)
 			return 0;
 	}
-	values[2] = Int64GetDatum(want);
+	qname = text_to_cstring(queue);
+	values[2] = Int32GetDatum(order->per);
+	values[4] = PointerGetDatum(NtaskFairCursor(qname));
 	values[3] = BoolGetDatum(true);
 	n = NtaskExecPlanCount(&claim_fair_pick_plan, values, NULL,
 						   SPI_OK_SELECT, want);
+	if (n == 0)
+	{
+		values[3] = BoolGetDatum(false);
+		n = NtaskExecPlanCount(&claim_fair_pick_plan, values, NULL,
+							   SPI_OK_SELECT, want);
+	}
 	if (n > 0)
+	{
+		NtaskFairAdvance(qname, DatumGetTextPP(NtaskGetDatum(n - 1, 7, &isnull)));
 		return n;
-	values[3] = BoolGetDatum(false);
-	n = NtaskExecPlanCount(&claim_fair_pick_plan, values, NULL,
-						   SPI_OK_SELECT, want);
-	if (n > 0)
-		return n;
+	}
 	values[2] = BoolGetDatum(true);
 	return NtaskExecPlanCount(&claim_pick_plan, values, NULL,
 							  SPI_OK_SELECT, want);
@@ -434,7 +433,7 @@ claim_pick(text *queue, int want, int *fair)
 static int
 claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
 			Datum lease_arg, bool *more, int64 *lease_usecs, Datum *extra,
-			bool *extranulls, int nextra, int *fair)
+			bool *extranulls, int nextra, ClaimOrder *order)
 {
 	Datum		lease;
 	char	   *guard;
@@ -445,16 +444,15 @@ claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
 	Datum	   *ids;
 	Datum	   *taken;
 	Datum		invoked_ids;
-	Datum	   *keys;
-	int			nkeys = 0;
 	bool		fair_pick;
+	int			nkeys = 0;
 	int			nids = 0;
 	int			ntaken = 0;
 	int			nrows;
 	int			leased = 0;
 	int			r;
 
-	npicked = claim_pick(queue, want, fair);
+	npicked = claim_pick(queue, want, order);
 	pick = SPI_tuptable;
 	*more = false;
 	if (npicked == 0)
@@ -465,7 +463,6 @@ claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
 
 	ids = palloc(sizeof(Datum) * npicked);
 	taken = palloc(sizeof(Datum) * npicked);
-	keys = palloc(sizeof(Datum) * npicked);
 	fair_pick = pick->tupdesc->natts >= 7;
 	for (r = 0; r < npicked; r++)
 	{
@@ -475,9 +472,12 @@ claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
 		SPI_tuptable = pick;	/* the guard may run SPI statements */
 		task_id = NtaskGetInt64(r, 1);
 		was_leased = NtaskGetBool(r, 2);
-		/* a turn is a turn, whatever the guard then says */
-		if (fair_pick)
-			keys[nkeys++] = NtaskGetDatum(r, 7, &isnull);
+		/* keys in this pick (rows of one key are adjacent) */
+		if (fair_pick &&
+			(r == 0 || !DatumGetBool(DirectFunctionCall2Coll(texteq, C_COLLATION_OID,
+															 NtaskGetDatum(r, 7, &isnull),
+															 NtaskGetDatum(r - 1, 7, &isnull)))))
+			nkeys++;
 		if (guard != NULL)
 		{
 			char	   *reason;
@@ -515,14 +515,6 @@ claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
 			taken[ntaken++] = Int64GetDatum(task_id);
 	}
 
-	if (nkeys > 0)
-	{
-		values[0] = PointerGetDatum(queue);
-		values[1] = PointerGetDatum(construct_array(keys, nkeys, TEXTOID,
-													-1, false, TYPALIGN_INT));
-		NtaskExecPlan(&claim_served_plan, values, NULL, SPI_OK_INSERT);
-	}
-
 	invoked_ids = ntaken > 0 ?
 		NtaskCloseExpiredAttempts(NtaskInt8Array(taken, ntaken)) :
 		NtaskInt8Array(NULL, 0);
@@ -556,8 +548,13 @@ claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
 		}
 	}
 
-	/* a fair pick takes at most ceil(want / keys) per key: look again */
-	*more = (npicked == want || fair_pick) && leased < want;
+	*more = npicked == want && leased < want;
+	if (fair_pick && npicked < want && leased < want)
+	{
+		/* went around every key with work: split the rest over them */
+		order->per = (want - leased + nkeys - 1) / nkeys;
+		*more = true;
+	}
 	return leased;
 }
 
@@ -601,7 +598,7 @@ NtaskClaimInto(ReturnSetInfo *rsinfo, text *queue, text *worker, int max_tasks,
 	int			round;
 	bool		more = true;
 	int64		lease_usecs = 0;
-	int			fair = -1;
+	ClaimOrder	order = {-1, 1};
 
 	Assert(nextra >= 0 && nextra <= CLAIM_MAX_EXTRA);
 	for (round = 0; round < CLAIM_MAX_ROUNDS && got < max_tasks && more; round++)
@@ -609,7 +606,7 @@ NtaskClaimInto(ReturnSetInfo *rsinfo, text *queue, text *worker, int max_tasks,
 		int			n = claim_round(rsinfo, queue, max_tasks - got,
 									PointerGetDatum(worker), lease_arg,
 									&more, &lease_usecs, extra, extranulls,
-									nextra, &fair);
+									nextra, &order);
 
 		got += Max(n, 0);
 	}

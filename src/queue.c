@@ -393,6 +393,8 @@ ntask_queue_set(PG_FUNCTION_ARGS)
 
 		NtaskExecPlan(&queue_fair_keyless_plan, values, NULL, SPI_OK_UPDATE);
 		SPI_tuptable = row;
+		/* the round starts again at the first key (fair.c) */
+		NtaskFairAdvance(qname, cstring_to_text(""));
 	}
 	{
 		int			natts = rsinfo->setDesc->natts;
