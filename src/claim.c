@@ -21,13 +21,22 @@
  *			repair_required when the budget (attempts >= max_attempts) or the
  *			deadline is spent; plus one ntask.attempt row per leased task
  *
+ * A fair queue (fairness = 'partition', docs/design.md "Fairness") picks
+ * differently: round robin over its partition keys from a cursor (fair.c),
+ * one loose index scan of task_partition_due_idx, the due tasks of each key
+ * in turn (claim_pick).  The plain pick finds nothing there, and its empty
+ * first round asks for the fairness in the statement that checks the
+ * queue and the right, so a queue without fairness runs what it ran
+ * before.
+ *
  * With a guard, the guard runs for each picked task between pick and lease;
  * skip/cancel answers finish the task with the guard's reason.  Tasks
  * diverted to repair or finished by the guard are not handed out; the claim
  * then looks again for the remaining slots (at most CLAIM_MAX_ROUNDS).
  *
  * Locks: row locks on the picked task rows (never waits for them: SKIP
- * LOCKED), then the open attempt rows of taken-over tasks, held until the
+ * LOCKED; a fair pick also tries, never waits for, an advisory turn lock
+ * per key it serves), then the open attempt rows of taken-over tasks, held until the
  * caller's short transaction commits.  Never call this in a transaction
  * that then does the work.  Expects READ COMMITTED (the default).
  *
