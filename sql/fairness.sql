@@ -78,6 +78,25 @@ SELECT count(*) FROM (SELECT ntask_enqueue('fair', 'solo-' || i, '{}', partition
   FROM generate_series(1, 3) i) s;
 SELECT count(*) AS one_key_batch FROM ntask_claim('fair', 'fw', max_tasks => 10);
 
+-- a batch of more than 32 goes by the cursor alone (no turn locks): still
+-- one per key around the round
+SELECT count(*) FROM (SELECT ntask_enqueue('fair', 'wide-' || i, '{}', partition_key => 'w' || lpad(i::text, 2, '0'))
+  FROM generate_series(1, 40) i) s;
+BEGIN;
+SELECT count(*) AS tasks, count(DISTINCT t.partition_key) AS keys
+FROM ntask_claim('fair', 'fw', max_tasks => 40) c JOIN ntask.task t USING (task_id);
+SELECT count(*) AS turn_locks FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid();
+COMMIT;
+-- a small claim holds one turn lock per key it served, until it commits
+SELECT count(*) FROM (SELECT ntask_enqueue('fair', 'small-' || i, '{}', partition_key => 's' || i)
+  FROM generate_series(1, 3) i) s;
+BEGIN;
+SELECT count(*) AS tasks FROM ntask_claim('fair', 'fw', max_tasks => 2);
+SELECT count(*) AS turn_locks FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid();
+COMMIT;
+SELECT count(*) AS turn_locks_after_commit FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid();
+SELECT count(*) AS left FROM ntask_claim('fair', 'fw', max_tasks => 2);
+
 -- an expired lease is due again in its key's turn (takeover), not before
 SELECT created FROM ntask_enqueue('fair', 'exp', '{}', partition_key => 'exp');
 SELECT task_key, token FROM ntask_claim('fair', 'fw1', lease => '1 hour');

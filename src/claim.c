@@ -149,7 +149,12 @@ static NtaskPlan claim_queue_plan = {
  * with work.  With $4 (the first pass) a key whose turn lock another claim
  * holds (it is giving that key a turn right now) is passed by; the second
  * pass ($4 false) takes any key, so a queue with one busy key still serves
- * every claimer.  Column 7 is the key.
+ * every claimer.  Only keys with due work are try-locked (the CASE keeps
+ * the lock from being tried on keys walked past), and only by claims of
+ * at most CLAIM_TURN_MAX tasks, so a claim holds at most about that many
+ * turn locks plus the keys it found all taken (the shared lock table is
+ * max_locks_per_transaction per connection); a bigger batch goes by the
+ * cursor alone.  Column 7 is the key.
  */
 static NtaskPlan claim_fair_pick_plan = {
 	"claim fair pick",
@@ -185,9 +190,17 @@ static NtaskPlan claim_fair_pick_plan = {
 	"WHERE q.queue OPERATOR(pg_catalog.=) $1 "
 	"  AND q.fairness OPERATOR(pg_catalog.=) 'partition' "
 	"  AND " NTASK_WORKER_RIGHT("q", "2") " "
-	"  AND (NOT $4 OR pg_catalog.pg_try_advisory_xact_lock(" CLAIM_TURN_LOCK("k.pk") "))",
+	"  AND (NOT $4 OR CASE WHEN EXISTS (SELECT 1 FROM ntask.task d "
+	"    WHERE d.queue OPERATOR(pg_catalog.=) $1 "
+	"      AND d.partition_key OPERATOR(pg_catalog.=) k.pk "
+	"      AND d.partition_key IS NOT NULL AND d.due_at IS NOT NULL "
+	"      AND d.due_at OPERATOR(pg_catalog.<=) pg_catalog.statement_timestamp()) "
+	"    THEN pg_catalog.pg_try_advisory_xact_lock(" CLAIM_TURN_LOCK("k.pk") ") END)",
 	5, {TEXTOID, OIDOID, INT4OID, BOOLOID, TEXTOID}
 };
+
+/* claims of more tasks than this take no turn locks (see above) */
+#define CLAIM_TURN_MAX 32
 
 /*
  * What a claim knows about its queue's order across rounds: mode -1 while
@@ -409,10 +422,10 @@ claim_pick(text *queue, int want, ClaimOrder *order)
 	qname = text_to_cstring(queue);
 	values[2] = Int32GetDatum(order->per);
 	values[4] = PointerGetDatum(NtaskFairCursor(qname));
-	values[3] = BoolGetDatum(true);
+	values[3] = BoolGetDatum(want <= CLAIM_TURN_MAX);
 	n = NtaskExecPlanCount(&claim_fair_pick_plan, values, NULL,
 						   SPI_OK_SELECT, want);
-	if (n == 0)
+	if (n == 0 && want <= CLAIM_TURN_MAX)
 	{
 		values[3] = BoolGetDatum(false);
 		n = NtaskExecPlanCount(&claim_fair_pick_plan, values, NULL,
