@@ -1088,3 +1088,42 @@ GRANT USAGE ON SCHEMA @extschema@ TO ntask_monitor;
 GRANT SELECT ON ntask.queue_stats, ntask.queue_metrics, ntask.worker_stats TO ntask_monitor;
 GRANT SELECT ON ntask.queue_metrics, ntask.queue_pruned TO ntask_admin;
 GRANT EXECUTE ON FUNCTION @extschema@.ntask_worker_stats() TO ntask_monitor;
+
+-- issue 13: fairness and flow control (docs/design.md "Fairness").
+-- fairness => 'partition': claims serve the partition keys that have due
+-- work round robin in key order, starting after the key of the latest turn
+-- (a cursor per queue in shared memory, src/fair.c); tasks without a key
+-- are one partition, stored with partition_key ''.
+ALTER TABLE ntask.queue ADD COLUMN fairness text NOT NULL DEFAULT 'none'
+	CHECK (fairness IN ('none', 'partition'));
+COMMENT ON COLUMN ntask.queue.fairness IS 'claim order across partition keys: none (priority, then due time, over the whole queue) or partition (round robin over the keys with due work, in key order; priority orders within a key)';
+
+-- The per-key heads of a fair queue.  In a fair queue a task enqueued
+-- without a key is stored with partition_key '' (enqueue refuses an empty
+-- key, so '' means "none"); tasks of other queues keep NULL and are not in
+-- this index, so a queue without keys pays nothing for it.
+CREATE INDEX task_partition_due_idx
+	ON ntask.task (queue, partition_key, priority DESC, due_at, task_id)
+	WHERE due_at IS NOT NULL AND partition_key IS NOT NULL;
+
+DROP FUNCTION @extschema@.ntask_queue_set(text, integer, interval, interval, interval, interval, regprocedure, jsonb, interval, boolean);
+CREATE FUNCTION @extschema@.ntask_queue_set(
+	queue text,
+	max_attempts integer DEFAULT NULL,
+	total_deadline interval DEFAULT NULL,
+	lease interval DEFAULT NULL,
+	backoff_base interval DEFAULT NULL,
+	backoff_max interval DEFAULT NULL,
+	guard regprocedure DEFAULT NULL,
+	target jsonb DEFAULT NULL,
+	retention interval DEFAULT NULL,
+	notify boolean DEFAULT NULL,
+	fairness text DEFAULT NULL)
+RETURNS SETOF ntask.queue
+AS 'MODULE_PATHNAME', 'ntask_queue_set'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.ntask_queue_set(text, integer, interval, interval, interval, interval, regprocedure, jsonb, interval, boolean, text) IS
+'ntask: create or update a queue''s policy; NULL arguments keep the current value (or the default for a new queue); returns the resulting row';
+REVOKE ALL ON FUNCTION @extschema@.ntask_queue_set(text, integer, interval, interval, interval, interval, regprocedure, jsonb, interval, boolean, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.ntask_queue_set(text, integer, interval, interval, interval, interval, regprocedure, jsonb, interval, boolean, text) TO ntask_admin;
+-- end of issue 13

@@ -21,13 +21,22 @@
  *			repair_required when the budget (attempts >= max_attempts) or the
  *			deadline is spent; plus one ntask.attempt row per leased task
  *
+ * A fair queue (fairness = 'partition', docs/design.md "Fairness") picks
+ * differently: round robin over its partition keys from a cursor (fair.c),
+ * one loose index scan of task_partition_due_idx, the due tasks of each key
+ * in turn (claim_pick).  The plain pick finds nothing there, and its empty
+ * first round asks for the fairness in the statement that checks the
+ * queue and the right, so a queue without fairness runs what it ran
+ * before.
+ *
  * With a guard, the guard runs for each picked task between pick and lease;
  * skip/cancel answers finish the task with the guard's reason.  Tasks
  * diverted to repair or finished by the guard are not handed out; the claim
  * then looks again for the remaining slots (at most CLAIM_MAX_ROUNDS).
  *
  * Locks: row locks on the picked task rows (never waits for them: SKIP
- * LOCKED), then the open attempt rows of taken-over tasks, held until the
+ * LOCKED; a fair pick also tries, never waits for, an advisory turn lock
+ * per key it serves), then the open attempt rows of taken-over tasks, held until the
  * caller's short transaction commits.  Never call this in a transaction
  * that then does the work.  Expects READ COMMITTED (the default).
  *
@@ -40,6 +49,7 @@
 
 #include "access/xact.h"
 #include "access/xlog.h"
+#include "catalog/pg_collation.h"
 #include "catalog/pg_type.h"
 #include "funcapi.h"
 #include "utils/builtins.h"
@@ -85,9 +95,126 @@ static NtaskPlan claim_pick_plan = {
 	"  ORDER BY t.due_at, t.task_id "
 	"  LIMIT " CppAsString2(NTASK_MAX_CLAIM) " FOR UPDATE OF t SKIP LOCKED) x "
 	"WHERE q.queue OPERATOR(pg_catalog.=) $1 AND pr.p IS NOT NULL "
+	"  AND (q.fairness OPERATOR(pg_catalog.=) 'none' OR $3) "
 	"  AND " NTASK_WORKER_RIGHT("q", "2"),
+	3, {TEXTOID, OIDOID, BOOLOID}
+};
+
+/*
+ * When the plain pick found nothing: does the queue exist, may the caller
+ * claim from it, and is it fair?  (The first round of an idle claim asked
+ * the first two before fairness existed, so a queue without fairness runs
+ * as many statements as before.)
+ */
+static NtaskPlan claim_queue_plan = {
+	"claim queue",
+	"SELECT q.fairness OPERATOR(pg_catalog.=) 'partition', "
+	"  NOT " NTASK_WORKER_RIGHT("q", "2") " "
+	"FROM ntask.queue q WHERE q.queue OPERATOR(pg_catalog.=) $1",
 	2, {TEXTOID, OIDOID}
 };
+
+/*
+ * The turn lock of a partition key: a transaction-level advisory lock on
+ * a 64-bit hash of (queue, key), taken with pg_try_advisory_xact_lock only
+ * (never waited for).  A claim giving a key its turn holds it until its
+ * transaction ends, so concurrent claims pass that key by in their first
+ * pass.  A hash collision (with another key, or with an application's
+ * advisory lock of the same number) only makes a key skip one first pass.
+ */
+#define CLAIM_TURN_LOCK(pk) \
+	"pg_catalog.hashtextextended(" pk ", pg_catalog.hashtext($1))"
+
+/* the next key after k (a step of the loose scan), at most $6 when b */
+#define CLAIM_NEXT_KEY(k, cond) \
+	"(SELECT t.partition_key FROM ntask.task t " \
+	" WHERE t.queue OPERATOR(pg_catalog.=) $1 AND t.due_at IS NOT NULL " \
+	"   AND t.partition_key IS NOT NULL " \
+	"   AND t.partition_key OPERATOR(pg_catalog.>) " k cond " " \
+	" ORDER BY t.partition_key LIMIT 1)"
+
+/*
+ * The pick of a fair queue (fairness = 'partition', docs/design.md
+ * "Fairness"): round robin over the partition keys in key order (C
+ * collation), starting after $5, the key that had the latest turn (fair.c)
+ * and wrapping around: first the keys after $5 (k1), then those up to it
+ * (k2), each a loose index scan of task_partition_due_idx (one descent per
+ * key, evaluated only as far as the claim needs).  From each key its due
+ * tasks by priority, due time and id, at most $3 of them, locked with SKIP
+ * LOCKED.  The executor is stopped after the rows wanted, so only the keys
+ * visited are probed and only the rows returned are locked (a nested loop
+ * over the keys in order).  A key with nothing due, or whose due tasks are
+ * all locked by other claims, yields nothing: the next key is tried, and a
+ * claim walks past every such key between the cursor and the next key
+ * with work.  With $4 (the first pass) a key whose turn lock another claim
+ * holds (it is giving that key a turn right now) is passed by; the second
+ * pass ($4 false) takes any key, so a queue with one busy key still serves
+ * every claimer.  Only keys with due work are try-locked (the CASE keeps
+ * the lock from being tried on keys walked past), and only by claims of
+ * at most CLAIM_TURN_MAX tasks, so a claim holds at most about that many
+ * turn locks plus the keys it found all taken (the shared lock table is
+ * max_locks_per_transaction per connection); a bigger batch goes by the
+ * cursor alone.  Column 7 is the key.
+ */
+static NtaskPlan claim_fair_pick_plan = {
+	"claim fair pick",
+	"WITH RECURSIVE k1(pk) AS ( "
+	"  " CLAIM_NEXT_KEY("$5", "") " "
+	"  UNION ALL "
+	"  SELECT " CLAIM_NEXT_KEY("k1.pk", "") " FROM k1 WHERE k1.pk IS NOT NULL "
+	"), k2(pk) AS ( "
+	"  (SELECT t.partition_key FROM ntask.task t "
+	"   WHERE t.queue OPERATOR(pg_catalog.=) $1 AND t.due_at IS NOT NULL "
+	"     AND t.partition_key IS NOT NULL "
+	"     AND t.partition_key OPERATOR(pg_catalog.<=) $5 "
+	"   ORDER BY t.partition_key LIMIT 1) "
+	"  UNION ALL "
+	"  SELECT " CLAIM_NEXT_KEY("k2.pk", " AND t.partition_key OPERATOR(pg_catalog.<=) $5")
+	"  FROM k2 WHERE k2.pk IS NOT NULL "
+	"), k AS ( "
+	"  SELECT k1.pk FROM k1 WHERE k1.pk IS NOT NULL "
+	"  UNION ALL "
+	"  SELECT k2.pk FROM k2 WHERE k2.pk IS NOT NULL "
+	") "
+	"SELECT x.task_id, x.was_leased, x.task_key, x.payload, q.lease, q.guard, k.pk "
+	"FROM ntask.queue q, k, LATERAL ( "
+	"  SELECT t.task_id, t.state OPERATOR(pg_catalog.=) 'leased' AS was_leased, "
+	"    t.task_key, t.payload "
+	"  FROM ntask.task t "
+	"  WHERE t.queue OPERATOR(pg_catalog.=) $1 "
+	"    AND t.partition_key OPERATOR(pg_catalog.=) k.pk "
+	"    AND t.partition_key IS NOT NULL AND t.due_at IS NOT NULL "
+	"    AND t.due_at OPERATOR(pg_catalog.<=) pg_catalog.statement_timestamp() "
+	"  ORDER BY t.priority DESC, t.due_at, t.task_id "
+	"  LIMIT $3 FOR UPDATE OF t SKIP LOCKED) x "
+	"WHERE q.queue OPERATOR(pg_catalog.=) $1 "
+	"  AND q.fairness OPERATOR(pg_catalog.=) 'partition' "
+	"  AND " NTASK_WORKER_RIGHT("q", "2") " "
+	"  AND (NOT $4 OR CASE WHEN EXISTS (SELECT 1 FROM ntask.task d "
+	"    WHERE d.queue OPERATOR(pg_catalog.=) $1 "
+	"      AND d.partition_key OPERATOR(pg_catalog.=) k.pk "
+	"      AND d.partition_key IS NOT NULL AND d.due_at IS NOT NULL "
+	"      AND d.due_at OPERATOR(pg_catalog.<=) pg_catalog.statement_timestamp()) "
+	"    THEN pg_catalog.pg_try_advisory_xact_lock(" CLAIM_TURN_LOCK("k.pk") ") END)",
+	5, {TEXTOID, OIDOID, INT4OID, BOOLOID, TEXTOID}
+};
+
+/* claims of more tasks than this take no turn locks (see above) */
+#define CLAIM_TURN_MAX 32
+
+/*
+ * What a claim knows about its queue's order across rounds: mode -1 while
+ * the fairness is unknown, 0 none, 1 partition; per, the most a fair pick
+ * takes from one key (1 in the first round, so each key gets a turn before
+ * any gets a second; after a round that went around every key with work
+ * and still left the claim short, the rest split over the keys that had
+ * some).
+ */
+typedef struct ClaimOrder
+{
+	int			mode;
+	int			per;
+} ClaimOrder;
 
 /*
  * The one open attempt of each task whose lease expired.  Its outcome is
@@ -169,7 +296,8 @@ static NtaskPlan claim_lease_plan = {
 static int	claim_round(ReturnSetInfo *rsinfo, text *queue, int want,
 						Datum worker, Datum lease_arg, bool *more,
 						int64 *lease_usecs, Datum *extra, bool *extranulls,
-						int nextra);
+						int nextra, ClaimOrder *order);
+static int	claim_pick(text *queue, int want, ClaimOrder *order);
 static void claim_warn_old_xact(int64 lease_usecs);
 static int64 claim_token_floor(void);
 
@@ -244,6 +372,76 @@ NtaskCloseExpiredAttempts(Datum task_ids)
 }
 
 /*
+ * claim_pick
+ *		Pick (lock) up to want due tasks of queue, in the queue's order.
+ *		The plain pick runs first while order->mode is not 1 (it finds
+ *		nothing in a fair queue); when it finds nothing and the mode is
+ *		unknown, one statement checks the queue (42704 if unknown, 42501
+ *		without the right) and tells its fairness.  A fair queue runs the
+ *		fair pick's first pass (keys no other claim is serving), then its
+ *		second (any key), and, when both find nothing, the plain pick once
+ *		more (a task enqueued without a key by a transaction that read the
+ *		queue before it turned fair keeps NULL: it is served when no key
+ *		has due work).  A fair pick moves the queue's cursor (fair.c) to
+ *		the last key it picked from.  Returns the number of rows picked, in
+ *		SPI_tuptable: columns 1-6 of claim_pick_plan, plus the key as
+ *		column 7 for a fair pick.
+ */
+static int
+claim_pick(text *queue, int want, ClaimOrder *order)
+{
+	Datum		values[5];
+	int			n;
+	char	   *qname;
+	bool		isnull;
+
+	values[0] = PointerGetDatum(queue);
+	values[1] = ObjectIdGetDatum(NtaskCaller());
+	if (order->mode != 1)
+	{
+		/* a constant LIMIT for the plan; the executor stops at want rows */
+		values[2] = BoolGetDatum(false);
+		n = NtaskExecPlanCount(&claim_pick_plan, values, NULL,
+							   SPI_OK_SELECT, want);
+		if (n > 0)
+		{
+			order->mode = 0;
+			return n;
+		}
+		if (order->mode == 0)
+			return 0;
+		/* nothing due: an idle queue, no right to it, no such queue, or fair */
+		if (NtaskExecPlan(&claim_queue_plan, values, NULL, SPI_OK_SELECT) == 0)
+			NtaskQueueNotFound(text_to_cstring(queue));
+		if (NtaskGetBool(0, 2))
+			NtaskCheckQueueRight(queue, false); /* raises 42501 */
+		order->mode = NtaskGetBool(0, 1) ? 1 : 0;
+		if (order->mode == 0)
+			return 0;
+	}
+	qname = text_to_cstring(queue);
+	values[2] = Int32GetDatum(order->per);
+	values[4] = PointerGetDatum(NtaskFairCursor(qname));
+	values[3] = BoolGetDatum(want <= CLAIM_TURN_MAX);
+	n = NtaskExecPlanCount(&claim_fair_pick_plan, values, NULL,
+						   SPI_OK_SELECT, want);
+	if (n == 0 && want <= CLAIM_TURN_MAX)
+	{
+		values[3] = BoolGetDatum(false);
+		n = NtaskExecPlanCount(&claim_fair_pick_plan, values, NULL,
+							   SPI_OK_SELECT, want);
+	}
+	if (n > 0)
+	{
+		NtaskFairAdvance(qname, DatumGetTextPP(NtaskGetDatum(n - 1, 7, &isnull)));
+		return n;
+	}
+	values[2] = BoolGetDatum(true);
+	return NtaskExecPlanCount(&claim_pick_plan, values, NULL,
+							  SPI_OK_SELECT, want);
+}
+
+/*
  * claim_round
  *		Pick up to want due tasks, run the guard, close expired attempts,
  *		lease the rest, and put the leased ones into the result tuplestore.
@@ -257,7 +455,7 @@ NtaskCloseExpiredAttempts(Datum task_ids)
 static int
 claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
 			Datum lease_arg, bool *more, int64 *lease_usecs, Datum *extra,
-			bool *extranulls, int nextra)
+			bool *extranulls, int nextra, ClaimOrder *order)
 {
 	Datum		lease;
 	char	   *guard;
@@ -268,17 +466,15 @@ claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
 	Datum	   *ids;
 	Datum	   *taken;
 	Datum		invoked_ids;
+	bool		fair_pick;
+	int			nkeys = 0;
 	int			nids = 0;
 	int			ntaken = 0;
 	int			nrows;
 	int			leased = 0;
 	int			r;
 
-	/* a constant LIMIT for the plan; the executor stops at want rows */
-	values[0] = PointerGetDatum(queue);
-	values[1] = ObjectIdGetDatum(NtaskCaller());
-	npicked = NtaskExecPlanCount(&claim_pick_plan, values, NULL,
-								 SPI_OK_SELECT, want);
+	npicked = claim_pick(queue, want, order);
 	pick = SPI_tuptable;
 	*more = false;
 	if (npicked == 0)
@@ -289,6 +485,7 @@ claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
 
 	ids = palloc(sizeof(Datum) * npicked);
 	taken = palloc(sizeof(Datum) * npicked);
+	fair_pick = pick->tupdesc->natts >= 7;
 	for (r = 0; r < npicked; r++)
 	{
 		int64		task_id;
@@ -297,6 +494,12 @@ claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
 		SPI_tuptable = pick;	/* the guard may run SPI statements */
 		task_id = NtaskGetInt64(r, 1);
 		was_leased = NtaskGetBool(r, 2);
+		/* keys in this pick (rows of one key are adjacent) */
+		if (fair_pick &&
+			(r == 0 || !DatumGetBool(DirectFunctionCall2Coll(texteq, C_COLLATION_OID,
+															 NtaskGetDatum(r, 7, &isnull),
+															 NtaskGetDatum(r - 1, 7, &isnull)))))
+			nkeys++;
 		if (guard != NULL)
 		{
 			char	   *reason;
@@ -368,6 +571,12 @@ claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
 	}
 
 	*more = npicked == want && leased < want;
+	if (fair_pick && npicked < want && leased < want)
+	{
+		/* went around every key with work: split the rest over them */
+		order->per = (want - leased + nkeys - 1) / nkeys;
+		*more = true;
+	}
 	return leased;
 }
 
@@ -411,6 +620,7 @@ NtaskClaimInto(ReturnSetInfo *rsinfo, text *queue, text *worker, int max_tasks,
 	int			round;
 	bool		more = true;
 	int64		lease_usecs = 0;
+	ClaimOrder	order = {-1, 1};
 
 	Assert(nextra >= 0 && nextra <= CLAIM_MAX_EXTRA);
 	for (round = 0; round < CLAIM_MAX_ROUNDS && got < max_tasks && more; round++)
@@ -418,11 +628,8 @@ NtaskClaimInto(ReturnSetInfo *rsinfo, text *queue, text *worker, int max_tasks,
 		int			n = claim_round(rsinfo, queue, max_tasks - got,
 									PointerGetDatum(worker), lease_arg,
 									&more, &lease_usecs, extra, extranulls,
-									nextra);
+									nextra, &order);
 
-		/* nothing due: an idle queue, no right to it, or no such queue? */
-		if (n < 0 && round == 0)
-			NtaskCheckQueueRight(queue, false);
 		got += Max(n, 0);
 	}
 

@@ -48,12 +48,22 @@ PG_FUNCTION_INFO_V1(ntask_enqueue_many);
 #define ENQ_HTTP	1
 #define ENQ_NOTIFY	2
 
+/*
+ * The partition key a new task is stored with: the caller's, or, in a
+ * queue with fairness (issue 13), '' for "no key" (a key nobody can pass:
+ * keys must not be empty), so the keyless tasks of a fair queue are one
+ * partition of task_partition_due_idx like any other.  The queue row is
+ * already read by the insert, so this costs nothing in other queues.
+ */
+#define ENQ_PARTITION(pk) \
+	"coalesce(" pk ", CASE WHEN q.fairness OPERATOR(pg_catalog.<>) 'none' THEN '' END)"
+
 static NtaskPlan enq_insert_plan = {
 	"enqueue insert",
 	"INSERT INTO ntask.task AS t (queue, task_key, payload, payload_digest, "
 	"  digest_version, partition_key, priority, run_at, due_at, max_attempts, "
 	"  deadline) "
-	"SELECT q.queue, $2, $3, $4, $5, $6, $7, "
+	"SELECT q.queue, $2, $3, $4, $5, " ENQ_PARTITION("$6") ", $7, "
 	"  coalesce($8, pg_catalog.statement_timestamp()), coalesce($8, pg_catalog.statement_timestamp()), "
 	"  q.max_attempts, "
 	"  GREATEST(pg_catalog.statement_timestamp(), $8) OPERATOR(pg_catalog.+) q.total_deadline "
@@ -133,8 +143,9 @@ enq_put(ReturnSetInfo *rsinfo, Datum *out, bool *outnulls)
 static NtaskPlan enq_step_plan = {
 	"enqueue saga step",
 	"INSERT INTO ntask.task AS t (queue, task_key, payload, payload_digest, "
-	"  digest_version, run_at, due_at, max_attempts, deadline, saga_id) "
-	"SELECT q.queue, $2, $3, $4, $5, pg_catalog.statement_timestamp(), "
+	"  digest_version, partition_key, run_at, due_at, max_attempts, deadline, saga_id) "
+	"SELECT q.queue, $2, $3, $4, $5, " ENQ_PARTITION("NULL::text") ", "
+	"  pg_catalog.statement_timestamp(), "
 	"  pg_catalog.statement_timestamp(), q.max_attempts, "
 	"  pg_catalog.statement_timestamp() OPERATOR(pg_catalog.+) q.total_deadline, $6 "
 	"FROM ntask.queue q WHERE q.queue OPERATOR(pg_catalog.=) $1 "
@@ -297,7 +308,7 @@ static NtaskPlan enq_many_insert_plan = {
 	"INSERT INTO ntask.task AS t (queue, task_key, payload, payload_digest, "
 	"  digest_version, partition_key, priority, run_at, due_at, max_attempts, "
 	"  deadline) "
-	"SELECT q.queue, i.k, i.p, i.d, $5, i.pk, $7, "
+	"SELECT q.queue, i.k, i.p, i.d, $5, " ENQ_PARTITION("i.pk") ", $7, "
 	"  coalesce($8, pg_catalog.statement_timestamp()), coalesce($8, pg_catalog.statement_timestamp()), "
 	"  q.max_attempts, "
 	"  GREATEST(pg_catalog.statement_timestamp(), $8) OPERATOR(pg_catalog.+) q.total_deadline "

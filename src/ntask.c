@@ -61,6 +61,7 @@ ntask_shmem_request(void)
 		prev_shmem_request_hook();
 	NtaskShmemRequest();
 	NtaskWaitShmemRequest();
+	NtaskFairShmemRequest();
 }
 
 static void
@@ -70,6 +71,7 @@ ntask_shmem_startup(void)
 		prev_shmem_startup_hook();
 	NtaskShmemStartup();
 	NtaskWaitShmemStartup();
+	NtaskFairShmemStartup();
 }
 
 /*

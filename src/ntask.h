@@ -241,6 +241,12 @@ extern int	NtaskClaimInto(ReturnSetInfo *rsinfo, text *queue, text *worker,
 extern int64 NtaskClaimWaitedUsecs;
 extern void NtaskWaitShmemRequest(void);
 extern void NtaskWaitShmemStartup(void);
+
+/* fair.c */
+extern void NtaskFairShmemRequest(void);
+extern void NtaskFairShmemStartup(void);
+extern text *NtaskFairCursor(const char *queue);
+extern void NtaskFairAdvance(const char *queue, text *key);
 extern void NtaskWakeWaitersAtCommit(const char *queue, int ndue,
 									 TimestampTz later);
 extern int	NtaskClaimWait(ReturnSetInfo *rsinfo, text *queue, text *worker,

@@ -52,13 +52,14 @@ static NtaskPlan queue_update_plan = {
 	"  target = coalesce($8, q.target), "
 	"  retention = coalesce($9, q.retention), "
 	"  notify = coalesce($10, q.notify), "
+	"  fairness = coalesce($11, q.fairness), "
 	"  updated_at = pg_catalog.statement_timestamp() "
 	"WHERE q.queue OPERATOR(pg_catalog.=) $1 "
 	"  AND coalesce($6, q.backoff_max) OPERATOR(pg_catalog.>=) "
 	"      coalesce($5, q.backoff_base) "
 	"RETURNING q.*",
-	10, {TEXTOID, INT4OID, INTERVALOID, INTERVALOID, INTERVALOID, INTERVALOID,
-	TEXTOID, JSONBOID, INTERVALOID, BOOLOID}
+	11, {TEXTOID, INT4OID, INTERVALOID, INTERVALOID, INTERVALOID, INTERVALOID,
+	TEXTOID, JSONBOID, INTERVALOID, BOOLOID, TEXTOID}
 };
 
 /* $2: the caller; true when the queue restricts this right to a role it lacks */
@@ -77,6 +78,19 @@ static NtaskPlan queue_roles_plan = {
 	"  updated_at = pg_catalog.statement_timestamp() "
 	"WHERE q.queue OPERATOR(pg_catalog.=) $1 RETURNING 1",
 	3, {TEXTOID, REGROLEOID, REGROLEOID}
+};
+
+/*
+ * A queue turning fair: its unfinished tasks without a key join the
+ * keyless partition '' (enqueue stores '' from now on, ENQ_PARTITION).
+ * Waits for the row locks of claims in progress (short transactions).
+ */
+static NtaskPlan queue_fair_keyless_plan = {
+	"queue fair keyless",
+	"UPDATE ntask.task t SET partition_key = '' "
+	"WHERE t.queue OPERATOR(pg_catalog.=) $1 AND t.partition_key IS NULL "
+	"  AND t.due_at IS NOT NULL",
+	1, {TEXTOID}
 };
 
 static NtaskPlan queue_clear_guard_plan = {
@@ -275,7 +289,7 @@ ntask_queue_set_roles(PG_FUNCTION_ARGS)
 
 /*
  * ntask_queue_set(queue, max_attempts, total_deadline, lease, backoff_base,
- *				   backoff_max, guard, target, retention, notify)
+ *				   backoff_max, guard, target, retention, notify, fairness)
  *		RETURNS SETOF ntask.queue
  *		Create the queue or update the given fields (NULL keeps the current
  *		value, or the table default for a new queue).  Returns the row.
@@ -286,9 +300,9 @@ ntask_queue_set(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	text	   *queue = NtaskArgText(fcinfo, 0, "queue", 63);
-	Datum		values[10];
-	char		nulls[10];
-	int			nargs = Min(PG_NARGS(), 10);	/* 9 before the 0.3 update */
+	Datum		values[11];
+	char		nulls[11];
+	int			nargs = Min(PG_NARGS(), 11);	/* 9 before the 0.3 update */
 	int			i;
 	char	   *qname;
 	char	   *guard_name = NULL;
@@ -341,7 +355,17 @@ ntask_queue_set(PG_FUNCTION_ARGS)
 				 errdetail("The channel is \"ntask_\" followed by the queue name, and a channel name has at most %d bytes.",
 						   NAMEDATALEN - 1)));
 
-	for (i = 0; i < 10; i++)
+	if (nargs > 10 && !PG_ARGISNULL(10))
+	{
+		char	   *f = text_to_cstring(PG_GETARG_TEXT_PP(10));
+
+		if (strcmp(f, "none") != 0 && strcmp(f, "partition") != 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("ntask: fairness must be 'none' or 'partition', not \"%s\"", f)));
+	}
+
+	for (i = 0; i < 11; i++)
 	{
 		bool		isnull = i >= nargs || PG_ARGISNULL(i);
 
@@ -362,6 +386,16 @@ ntask_queue_set(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("ntask: backoff_max must not be less than backoff_base")));
+	if (nargs > 10 && !PG_ARGISNULL(10) &&
+		strcmp(text_to_cstring(PG_GETARG_TEXT_PP(10)), "partition") == 0)
+	{
+		SPITupleTable *row = SPI_tuptable;
+
+		NtaskExecPlan(&queue_fair_keyless_plan, values, NULL, SPI_OK_UPDATE);
+		SPI_tuptable = row;
+		/* the round starts again at the first key (fair.c) */
+		NtaskFairAdvance(qname, cstring_to_text(""));
+	}
 	{
 		int			natts = rsinfo->setDesc->natts;
 		Datum	   *rowvals = palloc(sizeof(Datum) * natts);
