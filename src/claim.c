@@ -73,17 +73,7 @@ PG_FUNCTION_INFO_V1(ntask_claim);
  */
 static NtaskPlan claim_pick_plan = {
 	"claim pick",
-	"WITH RECURSIVE pr(p) AS ( "
-	"  (SELECT t.priority FROM ntask.task t "
-	"   WHERE t.queue OPERATOR(pg_catalog.=) $1 AND t.due_at IS NOT NULL "
-	"   ORDER BY t.priority DESC LIMIT 1) "
-	"  UNION ALL "
-	"  SELECT (SELECT t.priority FROM ntask.task t "
-	"          WHERE t.queue OPERATOR(pg_catalog.=) $1 AND t.due_at IS NOT NULL "
-	"            AND t.priority OPERATOR(pg_catalog.<) pr.p "
-	"          ORDER BY t.priority DESC LIMIT 1) "
-	"  FROM pr WHERE pr.p IS NOT NULL "
-	") "
+	NTASK_PRIORITY_WALK
 	"SELECT x.task_id, x.was_leased, x.task_key, x.payload, q.lease, q.guard "
 	"FROM ntask.queue q, pr, LATERAL ( "
 	"  SELECT t.task_id, t.state OPERATOR(pg_catalog.=) 'leased' AS was_leased, "

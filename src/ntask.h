@@ -133,6 +133,25 @@ extern void NtaskTaskRightDenied(int64 task_id) pg_attribute_noreturn();
 	"    AND r.token OPERATOR(pg_catalog.=) " a ".token)"
 
 /*
+ * SQL: "WITH RECURSIVE pr(p)": the priorities of queue $1 that have
+ * unfinished tasks, highest first, one descent of task_due_idx each (a
+ * loose index scan; see claim.c's pick).  Shared by the claim's pick and
+ * the waiting claim's next-due lookup (wait.c).
+ */
+#define NTASK_PRIORITY_WALK \
+	"WITH RECURSIVE pr(p) AS ( " \
+	"  (SELECT t.priority FROM ntask.task t " \
+	"   WHERE t.queue OPERATOR(pg_catalog.=) $1 AND t.due_at IS NOT NULL " \
+	"   ORDER BY t.priority DESC LIMIT 1) " \
+	"  UNION ALL " \
+	"  SELECT (SELECT t.priority FROM ntask.task t " \
+	"          WHERE t.queue OPERATOR(pg_catalog.=) $1 AND t.due_at IS NOT NULL " \
+	"            AND t.priority OPERATOR(pg_catalog.<) pr.p " \
+	"          ORDER BY t.priority DESC LIMIT 1) " \
+	"  FROM pr WHERE pr.p IS NOT NULL " \
+	") "
+
+/*
  * SQL: true when the caller (parameter $n, an oid) may act as a worker on
  * the tasks of queue row q: the queue has no worker_role, or the caller has
  * its privileges.  Checked by every function that takes a task id and a

@@ -120,17 +120,7 @@ int64		NtaskClaimWaitedUsecs = 0;
  */
 static NtaskPlan nw_next_due_plan = {
 	"wait next due",
-	"WITH RECURSIVE pr(p) AS ( "
-	"  (SELECT t.priority FROM ntask.task t "
-	"   WHERE t.queue OPERATOR(pg_catalog.=) $1 AND t.due_at IS NOT NULL "
-	"   ORDER BY t.priority DESC LIMIT 1) "
-	"  UNION ALL "
-	"  SELECT (SELECT t.priority FROM ntask.task t "
-	"          WHERE t.queue OPERATOR(pg_catalog.=) $1 AND t.due_at IS NOT NULL "
-	"            AND t.priority OPERATOR(pg_catalog.<) pr.p "
-	"          ORDER BY t.priority DESC LIMIT 1) "
-	"  FROM pr WHERE pr.p IS NOT NULL "
-	") "
+	NTASK_PRIORITY_WALK
 	"SELECT pg_catalog.min(x.due_at) FROM pr, LATERAL ( "
 	"  SELECT t.due_at FROM ntask.task t "
 	"  WHERE t.queue OPERATOR(pg_catalog.=) $1 "
