@@ -2,7 +2,8 @@
  *
  * fair.c
  *	  The rotation cursor of fair queues (fairness => 'partition', issue
- *	  13): per queue, the partition key that had the latest turn.
+ *	  13): per database and queue, the partition key that had the latest
+ *	  turn.
  *
  * A fair claim serves the partition keys that have due work round robin in
  * key order (C collation), starting after the cursor and wrapping around
@@ -28,6 +29,7 @@
  */
 #include "ntask.h"
 
+#include "miscadmin.h"
 #include "storage/ipc.h"
 #include "storage/lwlock.h"
 #include "storage/shmem.h"
@@ -39,6 +41,7 @@
 typedef struct FairSlot
 {
 	uint64		used;			/* last use (FairShared.clock); 0: free */
+	Oid			dboid;			/* a queue name belongs to one database */
 	int			keylen;
 	char		queue[FAIR_QUEUE_LEN];
 	char		key[NTASK_MAX_KEY_LEN + 1];
@@ -95,7 +98,7 @@ fair_find(const char *queue, bool create)
 	{
 		FairSlot   *s = &fair_shared->slots[i];
 
-		if (s->used != 0 && strcmp(s->queue, queue) == 0)
+		if (s->used != 0 && s->dboid == MyDatabaseId && strcmp(s->queue, queue) == 0)
 			return s;
 		if (lru == NULL || s->used < lru->used)
 			lru = s;
@@ -103,6 +106,7 @@ fair_find(const char *queue, bool create)
 	if (!create)
 		return NULL;
 	strlcpy(lru->queue, queue, FAIR_QUEUE_LEN);
+	lru->dboid = MyDatabaseId;
 	lru->keylen = 0;
 	lru->key[0] = '\0';
 	return lru;
