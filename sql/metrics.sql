@@ -1,8 +1,8 @@
 -- metrics: ntask.queue_metrics (metrics/queries.yaml reads it): expired
 -- leases, and per-queue counters that retention does not lower; the
 -- ntask_monitor role reads the statistics views and nothing else
--- task ids start at 9500 here, so this file's output does not depend on the others
-SELECT setval('ntask.task_task_id_seq', 9500, false) AS first_task_id;
+-- task ids start at 26000 here, so this file's output does not depend on the others
+SELECT setval('ntask.task_task_id_seq', 26000, false) AS first_task_id;
 SELECT queue FROM ntask_queue_set('mt', max_attempts => 3, retention => '1 millisecond',
                                   backoff_base => '1 hour', backoff_max => '1 hour');
 SELECT count(*) FROM ntask_enqueue_many('mt', ARRAY['a', 'b', 'c', 'd', 'e'],
