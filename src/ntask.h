@@ -272,6 +272,7 @@ extern int	NtaskClaimWait(ReturnSetInfo *rsinfo, text *queue, text *worker,
 						   int max_tasks, Datum lease_arg, int64 wait_usecs);
 
 /* result.c: stored results */
+extern void NtaskCheckResult(Jsonb *jb, int element);
 extern Datum NtaskArgResult(FunctionCallInfo fcinfo, int argno, bool *isnull);
 
 /* enqueue.c */

@@ -33,28 +33,40 @@ static NtaskPlan result_read_plan = {
 };
 
 /*
+ * NtaskCheckResult
+ *		A result to store (detoasted) within ntask.max_result_bytes, else
+ *		54000; element > 0 names it as results[element] of a batch.
+ */
+void
+NtaskCheckResult(Jsonb *jb, int element)
+{
+	Size		size = VARSIZE(jb);
+
+	if (size > (Size) ntask_max_result_bytes)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("ntask: %s is %zu bytes, more than ntask.max_result_bytes (%d)",
+						element > 0 ? psprintf("results[%d]", element) : "result",
+						size, ntask_max_result_bytes),
+				 errhint("Store a large result elsewhere and keep a reference to it in the result.")));
+}
+
+/*
  * NtaskArgResult
  *		The result argument at argno (jsonb, may be NULL; absent when the
- *		SQL definition is older than the library), checked against
- *		ntask.max_result_bytes (54000 when larger).  Returns it detoasted.
+ *		SQL definition is older than the library), checked with
+ *		NtaskCheckResult.  Returns it detoasted.
  */
 Datum
 NtaskArgResult(FunctionCallInfo fcinfo, int argno, bool *isnull)
 {
 	Jsonb	   *jb;
-	Size		size;
 
 	*isnull = true;
 	if (PG_NARGS() <= argno || PG_ARGISNULL(argno))
 		return (Datum) 0;
 	jb = PG_GETARG_JSONB_P(argno);
-	size = VARSIZE(jb);
-	if (size > (Size) ntask_max_result_bytes)
-		ereport(ERROR,
-				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-				 errmsg("ntask: result is %zu bytes, more than ntask.max_result_bytes (%d)",
-						size, ntask_max_result_bytes),
-				 errhint("Store a large result elsewhere and keep a reference to it in the result.")));
+	NtaskCheckResult(jb, 0);
 	*isnull = false;
 	return JsonbPGetDatum(jb);
 }

@@ -700,17 +700,10 @@ tr_many_results(FunctionCallInfo fcinfo, int argno, int n, const char *to_state,
 				 errmsg("ntask: results must be NULL or as long as task_ids")));
 	for (i = 0; i < n; i++)
 	{
-		Size		size;
-
 		if ((*nulls)[i])
 			continue;
 		(*elems)[i] = PointerGetDatum(PG_DETOAST_DATUM((*elems)[i]));
-		size = VARSIZE(DatumGetPointer((*elems)[i]));
-		if (size > (Size) ntask_max_result_bytes)
-			ereport(ERROR,
-					(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-					 errmsg("ntask: results[%d] is %zu bytes, more than ntask.max_result_bytes (%d)",
-							i + 1, size, ntask_max_result_bytes)));
+		NtaskCheckResult(DatumGetJsonbP((*elems)[i]), i + 1);
 	}
 	return n;
 }
