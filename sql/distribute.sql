@@ -1,0 +1,13 @@
+-- distribute: ntask_distribute (issue 18) on a plain install.  The Citus
+-- layout itself is tested by t/022_citus.pl (NTASK_CITUS=1).
+\set VERBOSITY default
+-- without Citus it refuses, and changes nothing
+SELECT * FROM ntask_distribute();
+SELECT * FROM ntask_distribute(8);
+-- the distribution column exists and is 0 on every row of a plain install
+SELECT count(*) FROM ntask_queue_set('dist_q');
+SELECT created FROM ntask_enqueue('dist_q', 'd1', '{}');
+SELECT t.shard, t.task_id >> 48 AS high_bits FROM ntask.task t WHERE t.queue = 'dist_q';
+SELECT conname, pg_get_constraintdef(oid) FROM pg_constraint
+WHERE conrelid = 'ntask.task'::regclass AND contype IN ('p', 'u') ORDER BY 1;
+SELECT ntask_cancel((SELECT task_id FROM ntask.task WHERE queue = 'dist_q'), 'regress', 'test done');
