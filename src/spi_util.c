@@ -152,15 +152,42 @@ NtaskExecPlanCount(NtaskPlan *p, Datum *values, const char *nulls,
  *		a new library is installed and before ALTER EXTENSION ntask UPDATE,
  *		say so instead of failing on a missing column.
  */
+/*
+ * Whether ntask.task is a Citus distributed table here (ntask_distribute):
+ * found by spi_check_version before each prepare.  Citus plans a
+ * statement over a distributed table only once its parameters are known
+ * (a generic plan fails with "could not create distributed plan",
+ * docs/scaling.md "Scaling out with Citus"), so there every statement is
+ * prepared for custom plans.  A plain install, and a database that has
+ * Citus but a local ntask, keep the forced generic plans.
+ */
+static bool spi_distributed = false;
+
 static void
 spi_check_version(void)
 {
 	char	   *v = NULL;
+	char	   *c = NULL;
 
-	if (SPI_execute("SELECT extversion FROM pg_catalog.pg_extension "
+	if (SPI_execute("SELECT extversion, "
+					"  pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL "
+					"FROM pg_catalog.pg_extension "
 					"WHERE extname OPERATOR(pg_catalog.=) 'ntask'",
 					true, 1) == SPI_OK_SELECT && SPI_processed == 1)
+	{
 		v = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+		c = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
+	}
+	spi_distributed = false;
+	if (c != NULL && c[0] == 't' &&
+		SPI_execute("SELECT EXISTS (SELECT FROM pg_catalog.pg_dist_partition p "
+					"  WHERE p.logicalrelid OPERATOR(pg_catalog.=) "
+					"        'ntask.task'::pg_catalog.regclass)",
+					true, 1) == SPI_OK_SELECT && SPI_processed == 1)
+	{
+		c = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+		spi_distributed = (c != NULL && c[0] == 't');
+	}
 	if (v == NULL || strcmp(v, NTASK_VERSION) != 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
@@ -171,10 +198,11 @@ spi_check_version(void)
 
 /*
  * spi_prepare
- *		Prepare p and keep the plan for the life of the backend.  Always a
- *		generic plan: these statements are short and keyed on indexes, and
- *		letting the plancache try custom plans first makes it replan on
- *		every call whenever it judges LIMIT $n generically too costly.
+ *		Prepare p and keep the plan for the life of the backend.  A generic
+ *		plan (except on a distributed install, spi_distributed): these
+ *		statements are short and keyed on indexes, and letting the plancache
+ *		try custom plans first makes it replan on every call whenever it
+ *		judges LIMIT $n generically too costly.
  */
 static void
 spi_prepare(NtaskPlan *p)
@@ -183,6 +211,7 @@ spi_prepare(NtaskPlan *p)
 
 	spi_check_version();
 	plan = SPI_prepare_cursor(p->sql, p->nargs, p->argtypes,
+							  spi_distributed ? CURSOR_OPT_CUSTOM_PLAN :
 							  CURSOR_OPT_GENERIC_PLAN);
 
 	if (plan == NULL)
