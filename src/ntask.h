@@ -72,7 +72,7 @@ extern int	ntask_max_result_bytes;
  * A statement prepared once per backend with SPI_prepare + SPI_keepplan.
  * Declared as a static in the file that owns the SQL; "plan" starts NULL.
  */
-#define NTASK_PLAN_MAX_ARGS 16
+#define NTASK_PLAN_MAX_ARGS 24
 typedef struct NtaskPlan
 {
 	const char *name;			/* for error messages */
