@@ -10,6 +10,7 @@ OBJS = \
 	src/guard.o \
 	src/enqueue.o \
 	src/fair.o \
+	src/limit.o \
 	src/claim.o \
 	src/lease.o \
 	src/transition.o \

@@ -266,6 +266,15 @@ extern void NtaskFairShmemRequest(void);
 extern void NtaskFairShmemStartup(void);
 extern text *NtaskFairCursor(const char *queue);
 extern void NtaskFairAdvance(const char *queue, text *key);
+
+/* limit.c: token buckets of rate limits */
+extern void NtaskLimitShmemRequest(void);
+extern void NtaskLimitShmemStartup(void);
+extern bool NtaskLimitAvailable(void);
+extern bool NtaskLimitTake(const char *queue, int qn, int64 qper_usecs,
+						   const char *key, int keylen, int kn,
+						   int64 kper_usecs, TimestampTz now,
+						   TimestampTz *next);
 extern void NtaskWakeWaitersAtCommit(const char *queue, int ndue,
 									 TimestampTz later);
 extern int	NtaskClaimWait(ReturnSetInfo *rsinfo, text *queue, text *worker,
