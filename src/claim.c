@@ -190,7 +190,9 @@ static NtaskPlan claim_queue_plan = {
  * at most CLAIM_TURN_MAX tasks, so a claim holds at most about that many
  * turn locks plus the keys it found all taken (the shared lock table is
  * max_locks_per_transaction per connection); a bigger batch goes by the
- * cursor alone.  Column 7 is the key.
+ * cursor alone.  $6 are keys a limit held back earlier in this claim
+ * (claim_limit): they are passed by.  Column 7 says whether the queue has
+ * limits, column 8 is the key.
  */
 /*
  * The keys of a fair queue from the cursor $5 on, wrapping around (see
@@ -234,13 +236,14 @@ static NtaskPlan claim_fair_pick_plan = {
 	"WHERE q.queue OPERATOR(pg_catalog.=) $1 "
 	"  AND q.fairness OPERATOR(pg_catalog.=) 'partition' AND NOT q.ordered "
 	"  AND " NTASK_WORKER_RIGHT("q", "2") " "
+	"  AND k.pk OPERATOR(pg_catalog.<>) ALL ($6) "
 	"  AND (NOT $4 OR CASE WHEN EXISTS (SELECT 1 FROM ntask.task d "
 	"    WHERE d.queue OPERATOR(pg_catalog.=) $1 "
 	"      AND d.partition_key OPERATOR(pg_catalog.=) k.pk "
 	"      AND d.partition_key IS NOT NULL AND d.due_at IS NOT NULL "
 	"      AND d.due_at OPERATOR(pg_catalog.<=) pg_catalog.statement_timestamp()) "
 	"    THEN pg_catalog.pg_try_advisory_xact_lock(" CLAIM_TURN_LOCK("k.pk") ") END)",
-	5, {TEXTOID, OIDOID, INT4OID, BOOLOID, TEXTOID}
+	6, {TEXTOID, OIDOID, INT4OID, BOOLOID, TEXTOID, TEXTARRAYOID}
 };
 
 /*
@@ -275,8 +278,9 @@ static NtaskPlan claim_ordered_pick_plan = {
 	"  FOR UPDATE OF t SKIP LOCKED) x "
 	"WHERE q.queue OPERATOR(pg_catalog.=) $1 "
 	"  AND q.fairness OPERATOR(pg_catalog.=) 'partition' AND q.ordered "
-	"  AND " NTASK_WORKER_RIGHT("q", "2"),
-	5, {TEXTOID, OIDOID, INT4OID, BOOLOID, TEXTOID}
+	"  AND " NTASK_WORKER_RIGHT("q", "2") " "
+	"  AND k.pk OPERATOR(pg_catalog.<>) ALL ($6)",
+	6, {TEXTOID, OIDOID, INT4OID, BOOLOID, TEXTOID, TEXTARRAYOID}
 };
 
 /*
@@ -338,7 +342,9 @@ static NtaskPlan claim_inflight_plan = {
  * short, the rest split over the keys that had some); turns, a per-key
  * cap or order: only keys whose turn lock this claim holds are served.
  * The limits (policy) are read when the first pick says the queue has
- * some; held is set when a limit kept a picked task back.
+ * some; held is set when a queue-wide limit kept a picked task back (the
+ * claim looks no further: the held rows stay locked by it), held_keys
+ * collects the keys a per-key limit held back (later rounds pass them).
  */
 typedef struct ClaimOrder
 {
@@ -353,6 +359,7 @@ typedef struct ClaimOrder
 	int64		rate_per;
 	int			partition_rate_n;
 	int64		partition_rate_per;
+	List	   *held_keys;		/* text *: keys a per-key limit held back */
 } ClaimOrder;
 
 /*
@@ -510,6 +517,20 @@ NtaskCloseExpiredAttempts(Datum task_ids)
 	return NtaskInt8Array(invoked, ninvoked);
 }
 
+/* claim_held_keys: order->held_keys as a text[] */
+static Datum
+claim_held_keys(ClaimOrder *order)
+{
+	int			n = list_length(order->held_keys);
+	Datum	   *elems = palloc(sizeof(Datum) * Max(n, 1));
+	ListCell   *lc;
+	int			i = 0;
+
+	foreach(lc, order->held_keys)
+		elems[i++] = PointerGetDatum(lfirst(lc));
+	return PointerGetDatum(construct_array(elems, n, TEXTOID, -1, false, TYPALIGN_INT));
+}
+
 /*
  * claim_pick
  *		Pick (lock) up to want due tasks of queue, in the queue's order.
@@ -531,7 +552,7 @@ NtaskCloseExpiredAttempts(Datum task_ids)
 static int
 claim_pick(text *queue, int want, ClaimOrder *order)
 {
-	Datum		values[5];
+	Datum		values[6];
 	int			n;
 	char	   *qname;
 	bool		isnull;
@@ -565,6 +586,7 @@ claim_pick(text *queue, int want, ClaimOrder *order)
 	values[2] = Int32GetDatum(order->per);
 	values[4] = PointerGetDatum(NtaskFairCursor(qname));
 	values[3] = BoolGetDatum(order->turns || want <= CLAIM_TURN_MAX);
+	values[5] = claim_held_keys(order);
 	fair = order->mode == 2 ? &claim_ordered_pick_plan : &claim_fair_pick_plan;
 	n = NtaskExecPlanCount(fair, values, NULL, SPI_OK_SELECT, want);
 	/* a per-key cap or order is kept by the turn locks: no second pass */
@@ -595,6 +617,15 @@ claim_text_eq(Datum a, bool anull, Datum b, bool bnull)
 	tb = DatumGetTextPP(b);
 	return VARSIZE_ANY_EXHDR(ta) == VARSIZE_ANY_EXHDR(tb) &&
 		memcmp(VARDATA_ANY(ta), VARDATA_ANY(tb), VARSIZE_ANY_EXHDR(ta)) == 0;
+}
+
+/* claim_hold_key: later rounds of this claim pass key k by */
+static void
+claim_hold_key(ClaimOrder *order, Datum k, bool isnull)
+{
+	if (!isnull)
+		order->held_keys = lappend(order->held_keys,
+								   DatumGetTextPCopy(k));
 }
 
 /*
@@ -698,7 +729,10 @@ claim_limit(text *queue, SPITupleTable *pick, int npicked, bool fair_pick,
 			int			p;
 
 			if (order->max_inflight > 0 && total + kept >= order->max_inflight)
+			{
 				keep[r] = false;
+				order->held = true;
+			}
 			else if (fair_pick && order->partition_max_inflight > 0)
 			{
 				Datum		k = NtaskGetDatum(r, CLAIM_PICK_KEY, &isnull);
@@ -712,7 +746,10 @@ claim_limit(text *queue, SPITupleTable *pick, int npicked, bool fair_pick,
 						same++;
 				}
 				if (perkey[r] + same >= order->partition_max_inflight)
+				{
 					keep[r] = false;
+					claim_hold_key(order, k, isnull);
+				}
 			}
 			if (keep[r])
 				kept++;
@@ -729,6 +766,7 @@ claim_limit(text *queue, SPITupleTable *pick, int npicked, bool fair_pick,
 		{
 			text	   *k = NULL;
 			TimestampTz next;
+			int			empty;
 
 			if (!keep[r])
 				continue;
@@ -738,19 +776,22 @@ claim_limit(text *queue, SPITupleTable *pick, int npicked, bool fair_pick,
 
 				k = isnull ? NULL : DatumGetTextPP(kd);
 			}
-			if (!NtaskLimitTake(qname, order->rate_n, order->rate_per,
-								k ? VARDATA_ANY(k) : NULL,
-								k ? VARSIZE_ANY_EXHDR(k) : 0,
-								order->partition_rate_n, order->partition_rate_per,
-								now, &next))
+			empty = NtaskLimitTake(qname, order->rate_n, order->rate_per,
+								   k ? VARDATA_ANY(k) : NULL,
+								   k ? VARSIZE_ANY_EXHDR(k) : 0,
+								   order->partition_rate_n, order->partition_rate_per,
+								   now, &next);
+			if (empty != 0)
 			{
 				keep[r] = false;
 				kept--;
+				if (empty == NTASK_LIMIT_QUEUE)
+					order->held = true;
+				else
+					claim_hold_key(order, PointerGetDatum(k), false);
 			}
 		}
 	}
-	if (kept < npicked)
-		order->held = true;
 	SPI_tuptable = pick;
 	return kept;
 }
@@ -780,6 +821,7 @@ claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
 	Datum	   *ids;
 	Datum	   *taken;
 	bool	   *keep;
+	int			nheld;
 	Datum		invoked_ids;
 	bool		fair_pick;
 	int			nkeys = 0;
@@ -789,6 +831,7 @@ claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
 	int			leased = 0;
 	int			r;
 
+	nheld = list_length(order->held_keys);
 	npicked = claim_pick(queue, want, order);
 	pick = SPI_tuptable;
 	*more = false;
@@ -893,8 +936,10 @@ claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
 	}
 
 	*more = npicked == want && leased < want;
-	if (order->held || order->mode == 2)
-		*more = false;			/* held rows stay locked; a head per key */
+	if (order->held)
+		*more = false;			/* held rows stay locked: look no further */
+	else if (order->mode == 2)
+		*more = list_length(order->held_keys) > nheld && leased < want;
 	else if (fair_pick && npicked < want && leased < want)
 	{
 		/* went around every key with work: split the rest over them */

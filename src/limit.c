@@ -152,17 +152,19 @@ NtaskLimitAvailable(void)
  * NtaskLimitTake
  *		Take one token from the queue's bucket (qn per qper_usecs; qn 0: the
  *		queue has no limit) and, when key is not NULL, one from the key's
- *		bucket (kn per kper_usecs), both or neither.  Returns true when
- *		taken.  When not, *next is when the missing token will be there.
+ *		bucket (kn per kper_usecs), both or neither.  Returns 0 when taken,
+ *		else NTASK_LIMIT_QUEUE when the queue's bucket is empty (whatever
+ *		the key's holds) or NTASK_LIMIT_KEY when only the key's is; then
+ *		*next is when the missing token will be there.
  */
-bool
+int
 NtaskLimitTake(const char *queue, int qn, int64 qper_usecs,
 			   const char *key, int keylen, int kn, int64 kper_usecs,
 			   TimestampTz now, TimestampTz *next)
 {
 	LimitSlot  *qs = NULL;
 	LimitSlot  *ks = NULL;
-	bool		ok = true;
+	int			empty = 0;
 
 	Assert(limit_shared != NULL);
 	*next = 0;
@@ -173,7 +175,7 @@ NtaskLimitTake(const char *queue, int qn, int64 qper_usecs,
 		limit_refill(qs, qn, qper_usecs, now);
 		if (qs->tokens < 1.0)
 		{
-			ok = false;
+			empty = NTASK_LIMIT_QUEUE;
 			*next = now + (TimestampTz) ((1.0 - qs->tokens) * qper_usecs / qn) + 1;
 		}
 	}
@@ -185,11 +187,12 @@ NtaskLimitTake(const char *queue, int qn, int64 qper_usecs,
 		{
 			TimestampTz at = now + (TimestampTz) ((1.0 - ks->tokens) * kper_usecs / kn) + 1;
 
-			ok = false;
+			if (empty == 0)
+				empty = NTASK_LIMIT_KEY;
 			*next = Max(*next, at);
 		}
 	}
-	if (ok)
+	if (empty == 0)
 	{
 		if (qs)
 			qs->tokens -= 1.0;
@@ -197,5 +200,5 @@ NtaskLimitTake(const char *queue, int qn, int64 qper_usecs,
 			ks->tokens -= 1.0;
 	}
 	LWLockRelease(limit_shared->lock);
-	return ok;
+	return empty;
 }

@@ -271,7 +271,9 @@ extern void NtaskFairAdvance(const char *queue, text *key);
 extern void NtaskLimitShmemRequest(void);
 extern void NtaskLimitShmemStartup(void);
 extern bool NtaskLimitAvailable(void);
-extern bool NtaskLimitTake(const char *queue, int qn, int64 qper_usecs,
+#define NTASK_LIMIT_QUEUE	1
+#define NTASK_LIMIT_KEY		2
+extern int	NtaskLimitTake(const char *queue, int qn, int64 qper_usecs,
 						   const char *key, int keylen, int kn,
 						   int64 kper_usecs, TimestampTz now,
 						   TimestampTz *next);
