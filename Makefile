@@ -35,7 +35,7 @@ PG_CPPFLAGS = -I$(srcdir)/src -std=c11
 SHLIB_LINK = -lcurl
 
 
-REGRESS = setup enqueue claim fairness transition budget replay_cancel release batch result wait saga guard errors stats receipt \
+REGRESS = setup enqueue claim fairness flow transition budget replay_cancel release batch result wait saga guard errors stats receipt \
 	cron schedule housekeeping http_target privileges explain metrics upgrade
 REGRESS_OPTS = --temp-instance=./tmp_check_regress --temp-config=$(srcdir)/test/ntask.conf
 
