@@ -31,22 +31,22 @@ static NtaskPlan lease_token_plan = {
 	"task token lookup",
 	"SELECT t.token, " NTASK_WORKER_RIGHT("q", "2") " "
 	"FROM ntask.task t JOIN ntask.queue q ON q.queue OPERATOR(pg_catalog.=) t.queue "
-	"WHERE t.task_id OPERATOR(pg_catalog.=) $1",
+	"WHERE t.task_id OPERATOR(pg_catalog.=) $1" NTASK_SHARD_OF("t", "$1"),
 	2, {INT8OID, OIDOID}
 };
 
 static NtaskPlan lease_heartbeat_plan = {
 	"heartbeat",
 	"UPDATE ntask.task t SET "
-	"  lease_until = pg_catalog.statement_timestamp() OPERATOR(pg_catalog.+) coalesce($3, q.lease), "
-	"  due_at = pg_catalog.statement_timestamp() OPERATOR(pg_catalog.+) coalesce($3, q.lease), "
-	"  updated_at = pg_catalog.statement_timestamp() "
-	"FROM ntask.queue q "
-	"WHERE t.task_id OPERATOR(pg_catalog.=) $1 "
+	"  lease_until = n.ts OPERATOR(pg_catalog.+) coalesce($3, q.lease), "
+	"  due_at = n.ts OPERATOR(pg_catalog.+) coalesce($3, q.lease), "
+	"  updated_at = n.ts "
+	"FROM ntask.queue q, " NTASK_NOW " "
+	"WHERE t.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("t", "$1")
 	"  AND t.token OPERATOR(pg_catalog.=) $2 "
 	"  AND t.state OPERATOR(pg_catalog.=) 'leased' "
 	"  AND q.queue OPERATOR(pg_catalog.=) t.queue "
-	"  AND " NTASK_WORKER_RIGHT("q", "4") " "
+	"  AND " NTASK_WORKER_RIGHT_SUB("q", "4") " "
 	"RETURNING t.lease_until",
 	4, {INT8OID, INT8OID, INTERVALOID, OIDOID}
 };
@@ -54,12 +54,13 @@ static NtaskPlan lease_heartbeat_plan = {
 static NtaskPlan lease_invoked_plan = {
 	"invoked",
 	"UPDATE ntask.attempt a SET invoked_at = pg_catalog.statement_timestamp() "
-	"WHERE a.task_id OPERATOR(pg_catalog.=) $1 "
+	"WHERE a.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("a", "$1")
 	"  AND a.token OPERATOR(pg_catalog.=) $2 "
 	"  AND a.ended_at IS NULL AND a.invoked_at IS NULL "
 	"  AND EXISTS (SELECT 1 FROM ntask.task t JOIN ntask.queue q "
 	"                ON q.queue OPERATOR(pg_catalog.=) t.queue "
 	"              WHERE t.task_id OPERATOR(pg_catalog.=) a.task_id "
+	"                AND t.shard OPERATOR(pg_catalog.=) a.shard "
 	"                AND " NTASK_WORKER_RIGHT("q", "3") ")",
 	3, {INT8OID, INT8OID, OIDOID}
 };
@@ -68,7 +69,7 @@ static NtaskPlan lease_attempt_plan = {
 	"attempt lookup",
 	"SELECT a.ended_at IS NULL AND a.invoked_at IS NOT NULL "
 	"FROM ntask.attempt a "
-	"WHERE a.task_id OPERATOR(pg_catalog.=) $1 "
+	"WHERE a.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("a", "$1")
 	"  AND a.token OPERATOR(pg_catalog.=) $2",
 	2, {INT8OID, INT8OID}
 };
@@ -201,10 +202,11 @@ static NtaskPlan lease_release_plan = {
 	"      ELSE 'released' END, "
 	"    updated_at = pg_catalog.statement_timestamp() "
 	"  FROM ntask.attempt a "
-	"  WHERE t.task_id OPERATOR(pg_catalog.=) $1 "
+	"  WHERE t.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("t", "$1")
 	"    AND t.token OPERATOR(pg_catalog.=) $2 "
 	"    AND t.state OPERATOR(pg_catalog.=) 'leased' "
-	"    AND a.task_id OPERATOR(pg_catalog.=) $1 "
+	"    AND a.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("a", "$1")
+	"    AND a.shard OPERATOR(pg_catalog.=) t.shard "
 	"    AND a.token OPERATOR(pg_catalog.=) $2 AND a.ended_at IS NULL "
 	"    AND EXISTS (SELECT 1 FROM ntask.queue q "
 	"                WHERE q.queue OPERATOR(pg_catalog.=) t.queue "
@@ -215,7 +217,7 @@ static NtaskPlan lease_release_plan = {
 	"    result = 'released', requested = 'released', "
 	"    outcome_known = (a.invoked_at IS NULL " NTASK_RECEIPT_OF("a") "), "
 	"    retry_at = (SELECT upd.run_at FROM upd) "
-	"  WHERE a.task_id OPERATOR(pg_catalog.=) $1 "
+	"  WHERE a.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("a", "$1")
 	"    AND a.token OPERATOR(pg_catalog.=) $2 AND a.ended_at IS NULL "
 	"    AND EXISTS (SELECT 1 FROM upd) "
 	") "
@@ -227,7 +229,7 @@ static NtaskPlan lease_release_plan = {
 static NtaskPlan lease_requested_plan = {
 	"release attempt lookup",
 	"SELECT a.requested FROM ntask.attempt a "
-	"WHERE a.task_id OPERATOR(pg_catalog.=) $1 "
+	"WHERE a.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("a", "$1")
 	"  AND a.token OPERATOR(pg_catalog.=) $2",
 	2, {INT8OID, INT8OID}
 };

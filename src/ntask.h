@@ -124,12 +124,37 @@ extern void NtaskCheckQueueRight(text *queue, bool producer);
 extern void NtaskTaskRightDenied(int64 task_id) pg_attribute_noreturn();
 
 /*
+ * SQL: " AND <alias>.shard = <task id> >> 48": the routing predicate of a
+ * statement by task id on a Citus install (docs/scaling.md "Scaling out
+ * with Citus"), where it makes the statement one router query on the node
+ * of the task's shard.  On a plain install every task id is below 2^48 and
+ * every shard 0, so it holds for every row the task id finds: one more
+ * comparison on the row the primary key reached.
+ */
+#define NTASK_SHARD_OF(alias, id) \
+	" AND " alias ".shard OPERATOR(pg_catalog.=) " \
+	"((" id " OPERATOR(pg_catalog.>>) 48)::pg_catalog.int2) "
+/*
+ * SQL: the statement timestamp as a one-row subquery "n(ts)" of a FROM
+ * list, for an UPDATE that adds it to a column (now + q.lease).  Citus
+ * refuses a stable function next to a column reference in an UPDATE ("STABLE
+ * functions used in UPDATE queries cannot be called with column
+ * references"), but not this form; PostgreSQL pulls the subquery up, so
+ * the plan is the one of pg_catalog.statement_timestamp() in place.
+ */
+#define NTASK_NOW "(SELECT pg_catalog.statement_timestamp() AS ts) n"
+/* the shard value itself, for an insert (0 on a plain install) */
+#define NTASK_SHARD_VALUE(id) \
+	"((" id " OPERATOR(pg_catalog.>>) 48)::pg_catalog.int2)"
+
+/*
  * SQL: " OR <the attempt row a committed a receipt>", for the outcome_known
  * of an attempt being closed: a committed receipt is a known outcome.
  */
 #define NTASK_RECEIPT_OF(a) \
 	" OR EXISTS (SELECT 1 FROM ntask.receipt r " \
 	"  WHERE r.task_id OPERATOR(pg_catalog.=) " a ".task_id " \
+	"    AND r.shard OPERATOR(pg_catalog.=) " a ".shard " \
 	"    AND r.token OPERATOR(pg_catalog.=) " a ".token)"
 
 /*
@@ -160,6 +185,15 @@ extern void NtaskTaskRightDenied(int64 task_id) pg_attribute_noreturn();
 #define NTASK_WORKER_RIGHT(q, n) \
 	"(" q ".worker_role IS NULL OR pg_catalog.pg_has_role($" n ", " \
 	q ".worker_role, 'USAGE'))"
+/*
+ * The same test for the WHERE clause of an UPDATE of a task table: Citus
+ * refuses a stable function with a column reference there (pg_has_role of
+ * q.worker_role), not inside a scalar subquery.  The subquery is evaluated
+ * only for a queue that has a worker_role.
+ */
+#define NTASK_WORKER_RIGHT_SUB(q, n) \
+	"(" q ".worker_role IS NULL OR (SELECT pg_catalog.pg_has_role($" n ", " \
+	q ".worker_role, 'USAGE')))"
 
 /* receipt.c */
 extern bool NtaskSameDigest(Jsonb *payload, bytea *current_digest,

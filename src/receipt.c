@@ -56,7 +56,7 @@ static NtaskPlan rcpt_lock_plan = {
 	"receipt task lock",
 	"SELECT t.token, " NTASK_WORKER_RIGHT("q", "2") " "
 	"FROM ntask.task t JOIN ntask.queue q ON q.queue OPERATOR(pg_catalog.=) t.queue "
-	"WHERE t.task_id OPERATOR(pg_catalog.=) $1 "
+	"WHERE t.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("t", "$1")
 	"FOR NO KEY UPDATE OF t",
 	2, {INT8OID, OIDOID}
 };
@@ -74,16 +74,16 @@ static NtaskPlan rcpt_closed_plan = {
 	"SELECT a.ended_at IS NOT NULL "
 	"  AND (a.requested IS NULL OR a.requested OPERATOR(pg_catalog.=) 'released') "
 	"FROM ntask.attempt a "
-	"WHERE a.task_id OPERATOR(pg_catalog.=) $1 "
+	"WHERE a.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("a", "$1")
 	"  AND a.token OPERATOR(pg_catalog.=) $2",
 	2, {INT8OID, INT8OID}
 };
 
 static NtaskPlan rcpt_insert_plan = {
 	"receipt insert",
-	"INSERT INTO ntask.receipt (task_id, token, payload_digest, digest_version) "
-	"VALUES ($1, $2, $3, $4) "
-	"ON CONFLICT (task_id, token) DO NOTHING RETURNING 1",
+	"INSERT INTO ntask.receipt (task_id, shard, token, payload_digest, digest_version) "
+	"VALUES ($1, " NTASK_SHARD_VALUE("$1") ", $2, $3, $4) "
+	"ON CONFLICT ON CONSTRAINT receipt_pkey DO NOTHING RETURNING 1",
 	4, {INT8OID, INT8OID, BYTEAOID, INT2OID}
 };
 
@@ -95,7 +95,7 @@ static NtaskPlan rcpt_insert_plan = {
 static NtaskPlan rcpt_task_plan = {
 	"receipt of the task",
 	"SELECT r.payload_digest, r.digest_version FROM ntask.receipt r "
-	"WHERE r.task_id OPERATOR(pg_catalog.=) $1 "
+	"WHERE r.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("r", "$1")
 	"ORDER BY r.token LIMIT 1",
 	1, {INT8OID}
 };
@@ -103,7 +103,7 @@ static NtaskPlan rcpt_task_plan = {
 static NtaskPlan rcpt_existing_plan = {
 	"receipt lookup",
 	"SELECT r.payload_digest, r.digest_version FROM ntask.receipt r "
-	"WHERE r.task_id OPERATOR(pg_catalog.=) $1 "
+	"WHERE r.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("r", "$1")
 	"  AND r.token OPERATOR(pg_catalog.=) $2",
 	2, {INT8OID, INT8OID}
 };

@@ -55,7 +55,8 @@ static NtaskPlan tr_lock_plan = {
 	"  t.result, t.queue "
 	"FROM ntask.task t JOIN ntask.queue q "
 	"  ON q.queue OPERATOR(pg_catalog.=) t.queue "
-	"WHERE t.task_id OPERATOR(pg_catalog.=) $1 FOR UPDATE OF t",
+	"WHERE t.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("t", "$1")
+	"FOR UPDATE OF t",
 	2, {INT8OID, OIDOID}
 };
 
@@ -79,11 +80,12 @@ static NtaskPlan tr_apply_plan = {
 	"      THEN coalesce($10 OPERATOR(pg_catalog.->>) 'reason', $12) ELSE $12 END, "
 	"    unknown_attempts = t.unknown_attempts OPERATOR(pg_catalog.+) "
 	"      CASE WHEN $7 THEN 0 WHEN EXISTS (SELECT 1 FROM ntask.receipt r "
-	"        WHERE r.task_id OPERATOR(pg_catalog.=) $1 "
+	"        WHERE r.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("r", "$1")
 	"          AND r.token OPERATOR(pg_catalog.=) $2) THEN 0 ELSE 1 END, "
-	"    finished_at = CASE WHEN $11 IS NULL THEN pg_catalog.statement_timestamp() END, "
-	"    updated_at = pg_catalog.statement_timestamp() "
-	"  WHERE t.task_id OPERATOR(pg_catalog.=) $1 "
+	"    finished_at = CASE WHEN $11 IS NULL THEN n.ts END, "
+	"    updated_at = n.ts "
+	"  FROM " NTASK_NOW " "
+	"  WHERE t.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("t", "$1")
 	"    AND t.token OPERATOR(pg_catalog.=) $2 "
 	"    AND t.state OPERATOR(pg_catalog.=) 'leased' "
 	"    AND EXISTS (SELECT 1 FROM ntask.queue q "
@@ -95,10 +97,10 @@ static NtaskPlan tr_apply_plan = {
 	"  UPDATE ntask.attempt a SET ended_at = pg_catalog.statement_timestamp(), result = $3, "
 	"    requested = $4, error_class = $5, error_stage = $6, "
 	"    outcome_known = CASE WHEN $7 THEN true ELSE EXISTS (SELECT 1 FROM ntask.receipt r "
-	"      WHERE r.task_id OPERATOR(pg_catalog.=) $1 "
+	"      WHERE r.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("r", "$1")
 	"        AND r.token OPERATOR(pg_catalog.=) $2) END, "
 	"    outcome = $8, retry_at = $9, detail = $10 "
-	"  WHERE a.task_id OPERATOR(pg_catalog.=) $1 "
+	"  WHERE a.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("a", "$1")
 	"    AND a.token OPERATOR(pg_catalog.=) $2 AND a.ended_at IS NULL "
 	"    AND EXISTS (SELECT 1 FROM upd) "
 	") "
@@ -111,7 +113,7 @@ static NtaskPlan tr_apply_plan = {
 static NtaskPlan tr_attempt_plan = {
 	"transition attempt lookup",
 	"SELECT a.requested, a.error_class, a.outcome FROM ntask.attempt a "
-	"WHERE a.task_id OPERATOR(pg_catalog.=) $1 "
+	"WHERE a.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("a", "$1")
 	"  AND a.token OPERATOR(pg_catalog.=) $2",
 	2, {INT8OID, INT8OID}
 };
