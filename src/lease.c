@@ -38,17 +38,17 @@ static NtaskPlan lease_token_plan = {
 static NtaskPlan lease_heartbeat_plan = {
 	"heartbeat",
 	"UPDATE ntask.task t SET "
-	"  lease_until = n.ts OPERATOR(pg_catalog.+) coalesce($3, q.lease), "
-	"  due_at = n.ts OPERATOR(pg_catalog.+) coalesce($3, q.lease), "
-	"  updated_at = n.ts "
-	"FROM ntask.queue q, " NTASK_NOW " "
+	"  lease_until = $5 OPERATOR(pg_catalog.+) coalesce($3, q.lease), "
+	"  due_at = $5 OPERATOR(pg_catalog.+) coalesce($3, q.lease), "
+	"  updated_at = $5 "
+	"FROM ntask.queue q "
 	"WHERE t.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("t", "$1")
 	"  AND t.token OPERATOR(pg_catalog.=) $2 "
 	"  AND t.state OPERATOR(pg_catalog.=) 'leased' "
 	"  AND q.queue OPERATOR(pg_catalog.=) t.queue "
 	"  AND " NTASK_WORKER_RIGHT_SUB("q", "4") " "
 	"RETURNING t.lease_until",
-	4, {INT8OID, INT8OID, INTERVALOID, OIDOID}
+	5, {INT8OID, INT8OID, INTERVALOID, OIDOID, TIMESTAMPTZOID}
 };
 
 static NtaskPlan lease_invoked_plan = {
@@ -110,8 +110,8 @@ ntask_heartbeat(PG_FUNCTION_ARGS)
 {
 	int64		task_id = NtaskArgInt64(fcinfo, 0, "task_id");
 	int64		token = NtaskArgInt64(fcinfo, 1, "token");
-	Datum		values[4];
-	char		nulls[4] = {' ', ' ', ' ', ' '};
+	Datum		values[5];
+	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
 	TimestampTz result = 0;
 	bool		found;
 
@@ -122,6 +122,7 @@ ntask_heartbeat(PG_FUNCTION_ARGS)
 	values[2] = PG_ARGISNULL(2) ? (Datum) 0 : PG_GETARG_DATUM(2);
 	nulls[2] = PG_ARGISNULL(2) ? 'n' : ' ';
 	values[3] = ObjectIdGetDatum(NtaskCaller());
+	values[4] = NtaskStatementTs();
 
 	SPI_connect();
 	found = NtaskExecPlan(&lease_heartbeat_plan, values, nulls,

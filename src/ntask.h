@@ -135,14 +135,19 @@ extern void NtaskTaskRightDenied(int64 task_id) pg_attribute_noreturn();
 	" AND " alias ".shard OPERATOR(pg_catalog.=) " \
 	"((" id " OPERATOR(pg_catalog.>>) 48)::pg_catalog.int2) "
 /*
- * SQL: the statement timestamp as a one-row subquery "n(ts)" of a FROM
- * list, for an UPDATE that adds it to a column (now + q.lease).  Citus
- * refuses a stable function next to a column reference in an UPDATE ("STABLE
- * functions used in UPDATE queries cannot be called with column
- * references"), but not this form; PostgreSQL pulls the subquery up, so
- * the plan is the one of pg_catalog.statement_timestamp() in place.
+ * An UPDATE of a task table that adds the statement timestamp to a column
+ * (now + q.lease) or has it in a CASE gets it as a parameter,
+ * NtaskStatementTs(): Citus refuses "STABLE functions used in UPDATE
+ * queries cannot be called with column references" and "non-IMMUTABLE
+ * functions are not allowed in CASE or COALESCE statements" on a
+ * distributed table.  It is the value pg_catalog.statement_timestamp()
+ * returns in the statement (the caller's statement start).  The sum of
+ * a timestamp and an interval column is itself a stable operator: it stays
+ * in a subquery (replay's deadline) or behind coalesce (the heartbeat's
+ * lease), which Citus accepts.
  */
-#define NTASK_NOW "(SELECT pg_catalog.statement_timestamp() AS ts) n"
+#define NtaskStatementTs() TimestampTzGetDatum(GetCurrentStatementStartTimestamp())
+
 /* the shard value itself, for an insert (0 on a plain install) */
 #define NTASK_SHARD_VALUE(id) \
 	"((" id " OPERATOR(pg_catalog.>>) 48)::pg_catalog.int2)"

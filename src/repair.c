@@ -34,7 +34,8 @@ static NtaskPlan rep_lock_plan = {
 	"SELECT t.state, t.queue, t.task_key, t.payload, q.guard "
 	"FROM ntask.task t JOIN ntask.queue q "
 	"  ON q.queue OPERATOR(pg_catalog.=) t.queue "
-	"WHERE t.task_id OPERATOR(pg_catalog.=) $1 FOR UPDATE OF t",
+	"WHERE t.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("t", "$1")
+	"FOR UPDATE OF t",
 	1, {INT8OID}
 };
 
@@ -43,7 +44,8 @@ static NtaskPlan rep_finish_plan = {
 	"WITH closed AS ( "
 	"  UPDATE ntask.attempt a SET ended_at = pg_catalog.statement_timestamp(), result = $4, "
 	"    outcome_known = (a.invoked_at IS NULL " NTASK_RECEIPT_OF("a") ") "
-	"  WHERE a.task_id OPERATOR(pg_catalog.=) $1 AND a.ended_at IS NULL "
+	"  WHERE a.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("a", "$1")
+	"    AND a.ended_at IS NULL "
 	"  RETURNING NOT a.outcome_known AS was_invoked "
 	") "
 	"UPDATE ntask.task t SET state = $2, reason = $3, due_at = NULL, "
@@ -53,7 +55,7 @@ static NtaskPlan rep_finish_plan = {
 	"  last_error_stage = coalesce($6, t.last_error_stage), "
 	"  unknown_attempts = t.unknown_attempts OPERATOR(pg_catalog.+) "
 	"    (SELECT pg_catalog.count(*) FROM closed c WHERE c.was_invoked)::integer "
-	"WHERE t.task_id OPERATOR(pg_catalog.=) $1",
+	"WHERE t.task_id OPERATOR(pg_catalog.=) $1" NTASK_SHARD_OF("t", "$1"),
 	6, {INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID}
 };
 
@@ -62,20 +64,21 @@ static NtaskPlan rep_replay_plan = {
 	"UPDATE ntask.task t SET state = 'ready', "
 	"  run_at = pg_catalog.statement_timestamp(), due_at = pg_catalog.statement_timestamp(), "
 	"  max_attempts = t.attempts OPERATOR(pg_catalog.+) q.max_attempts, "
-	"  deadline = pg_catalog.statement_timestamp() OPERATOR(pg_catalog.+) q.total_deadline, "
+	"  deadline = (SELECT $2 OPERATOR(pg_catalog.+) d.total_deadline "
+	"              FROM ntask.queue d WHERE d.queue OPERATOR(pg_catalog.=) t.queue), "
 	"  reason = NULL, repair_owner = NULL, repair_next_action = NULL, "
 	"  finished_at = NULL, updated_at = pg_catalog.statement_timestamp() "
 	"FROM ntask.queue q "
-	"WHERE t.task_id OPERATOR(pg_catalog.=) $1 "
+	"WHERE t.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("t", "$1")
 	"  AND q.queue OPERATOR(pg_catalog.=) t.queue",
-	1, {INT8OID}
+	2, {INT8OID, TIMESTAMPTZOID}
 };
 
 static NtaskPlan rep_assign_plan = {
 	"repair assign",
-	"UPDATE ntask.task SET repair_owner = $2, repair_next_action = $3, "
+	"UPDATE ntask.task t SET repair_owner = $2, repair_next_action = $3, "
 	"  updated_at = pg_catalog.statement_timestamp() "
-	"WHERE task_id OPERATOR(pg_catalog.=) $1",
+	"WHERE t.task_id OPERATOR(pg_catalog.=) $1" NTASK_SHARD_OF("t", "$1"),
 	3, {INT8OID, TEXTOID, TEXTOID}
 };
 
@@ -188,7 +191,7 @@ ntask_replay(PG_FUNCTION_ARGS)
 	const char *to_state = "ready";
 	bool		isnull;
 	char	   *guard;
-	Datum		values[1];
+	Datum		values[2];
 
 	SPI_connect();
 	state = rep_lock(task_id);
@@ -219,6 +222,7 @@ ntask_replay(PG_FUNCTION_ARGS)
 	if (strcmp(to_state, "ready") == 0)
 	{
 		values[0] = Int64GetDatum(task_id);
+		values[1] = NtaskStatementTs();
 		NtaskExecPlan(&rep_replay_plan, values, NULL, SPI_OK_UPDATE);
 		NtaskWakeWaitersAtCommit(queue, 1, 0);
 	}

@@ -82,9 +82,8 @@ static NtaskPlan tr_apply_plan = {
 	"      CASE WHEN $7 THEN 0 WHEN EXISTS (SELECT 1 FROM ntask.receipt r "
 	"        WHERE r.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("r", "$1")
 	"          AND r.token OPERATOR(pg_catalog.=) $2) THEN 0 ELSE 1 END, "
-	"    finished_at = CASE WHEN $11 IS NULL THEN n.ts END, "
-	"    updated_at = n.ts "
-	"  FROM " NTASK_NOW " "
+	"    finished_at = CASE WHEN $11 IS NULL THEN $16 END, "
+	"    updated_at = $16 "
 	"  WHERE t.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("t", "$1")
 	"    AND t.token OPERATOR(pg_catalog.=) $2 "
 	"    AND t.state OPERATOR(pg_catalog.=) 'leased' "
@@ -105,9 +104,9 @@ static NtaskPlan tr_apply_plan = {
 	"    AND EXISTS (SELECT 1 FROM upd) "
 	") "
 	"SELECT upd.state, upd.run_at FROM upd",
-	15, {INT8OID, INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, BOOLOID,
+	16, {INT8OID, INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, BOOLOID,
 	TEXTOID, TIMESTAMPTZOID, JSONBOID, TIMESTAMPTZOID, TEXTOID, BOOLOID, OIDOID,
-	JSONBOID}
+	JSONBOID, TIMESTAMPTZOID}
 };
 
 static NtaskPlan tr_attempt_plan = {
@@ -352,8 +351,8 @@ static bool
 tr_apply(TrCall *c, const char *final, TimestampTz next, const char *reason,
 		 bool engine_reason)
 {
-	Datum		values[15];
-	char		nulls[15];
+	Datum		values[16];
+	char		nulls[16];
 
 	memset(nulls, ' ', sizeof(nulls));
 	values[0] = Int64GetDatum(c->task_id);
@@ -374,6 +373,7 @@ tr_apply(TrCall *c, const char *final, TimestampTz next, const char *reason,
 	values[13] = ObjectIdGetDatum(NtaskCaller());
 	values[14] = c->result;
 	nulls[14] = c->result_null ? 'n' : ' ';
+	values[15] = NtaskStatementTs();
 	return NtaskExecPlan(&tr_apply_plan, values, nulls, SPI_OK_SELECT) == 1;
 }
 
