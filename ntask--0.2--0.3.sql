@@ -1228,6 +1228,16 @@ COMMENT ON COLUMN ntask.task.shard IS 'distribution column of a Citus install (0
 COMMENT ON COLUMN ntask.attempt.shard IS 'the task''s shard (co-location with ntask.task on a Citus install)';
 COMMENT ON COLUMN ntask.receipt.shard IS 'the task''s shard (co-location with ntask.task on a Citus install)';
 
+-- The shard values a distributed install uses, one per Citus shard of
+-- ntask.task (the smallest smallint that hashes into it), so that tasks
+-- spread over every shard and a claimer's round visits each shard once.
+-- Empty on a plain install; filled by ntask_distribute.
+CREATE TABLE ntask.shard_map (
+	shard			smallint PRIMARY KEY
+);
+COMMENT ON TABLE ntask.shard_map IS 'ntask: the shard values of a Citus install, one per shard of ntask.task (empty on a plain install)';
+REVOKE ALL ON ntask.shard_map FROM PUBLIC;
+
 /*
  * ntask_distribute: turn an installed, empty ntask on a Citus coordinator
  * into the distributed layout (docs/scaling.md "Scaling out with Citus"):
@@ -1321,13 +1331,25 @@ BEGIN
 
 	PERFORM pg_catalog.create_reference_table(x.rel)
 	FROM (VALUES ('ntask.queue'::regclass), ('ntask.breaker'), ('ntask.queue_pruned'),
-				 ('ntask.schedule'), ('ntask.schedule_slot'), ('ntask.fence_grant')) x(rel);
+				 ('ntask.schedule'), ('ntask.schedule_slot'), ('ntask.fence_grant'),
+				 ('ntask.shard_map')) x(rel);
 	PERFORM pg_catalog.create_distributed_table('ntask.task', 'shard', shard_count => shard_count);
 	PERFORM pg_catalog.create_distributed_table('ntask.attempt', 'shard', colocate_with => 'ntask.task');
 	PERFORM pg_catalog.create_distributed_table('ntask.receipt', 'shard', colocate_with => 'ntask.task');
 	PERFORM pg_catalog.create_distributed_table('ntask.fence', 'fence_key', shard_count => shard_count);
 	PERFORM pg_catalog.create_distributed_table('ntask.fence_receipt', 'fence_key', colocate_with => 'ntask.fence');
 	PERFORM pg_catalog.create_distributed_table('ntask.audit', 'audit_id', shard_count => shard_count);
+	-- one shard value per shard of ntask.task, the smallest hashing into it
+	INSERT INTO ntask.shard_map (shard)
+	SELECT pg_catalog.min(v)::smallint
+	FROM pg_catalog.generate_series(0, 32767) v
+	GROUP BY pg_catalog.get_shard_id_for_distribution_column('ntask.task', v::smallint);
+	IF (SELECT pg_catalog.count(*) FROM ntask.shard_map) <>
+	   (SELECT pg_catalog.count(*) FROM pg_catalog.pg_dist_shard s
+		WHERE s.logicalrelid = 'ntask.task'::regclass) THEN
+		RAISE EXCEPTION 'ntask: could not find a shard value for every shard of ntask.task'
+			USING ERRCODE = 'internal_error';
+	END IF;
 	-- the rows copied into shards (queue policy, its audit) stay behind in
 	-- the coordinator's own tables unless removed
 	PERFORM pg_catalog.truncate_local_data_after_distributing_table(x.rel)

@@ -49,10 +49,12 @@
 
 #include "access/xact.h"
 #include "access/xlog.h"
+#include "common/pg_prng.h"
 #include "catalog/pg_collation.h"
 #include "catalog/pg_type.h"
 #include "funcapi.h"
 #include "utils/builtins.h"
+#include "utils/timestamp.h"
 
 PG_FUNCTION_INFO_V1(ntask_claim);
 
@@ -80,25 +82,41 @@ PG_FUNCTION_INFO_V1(ntask_claim);
 	"(q.max_inflight IS NOT NULL OR q.partition_max_inflight IS NOT NULL " \
 	" OR q.ordered OR q.rate_n IS NOT NULL OR q.partition_rate_n IS NOT NULL)"
 
+#define CLAIM_PICK(pred) \
+	NTASK_PRIORITY_WALK_ON(pred) \
+	"SELECT x.task_id, x.was_leased, x.task_key, x.payload, q.lease, q.guard, " \
+	"  " CLAIM_LIMITED " " \
+	"FROM ntask.queue q, pr, LATERAL ( " \
+	"  SELECT t.task_id, t.state OPERATOR(pg_catalog.=) 'leased' AS was_leased, " \
+	"    t.task_key, t.payload " \
+	"  FROM ntask.task t " \
+	"  WHERE t.queue OPERATOR(pg_catalog.=) $1 " pred \
+	"    AND t.priority OPERATOR(pg_catalog.=) pr.p " \
+	"    AND t.due_at OPERATOR(pg_catalog.<=) pg_catalog.statement_timestamp() " \
+	"  ORDER BY t.due_at, t.task_id " \
+	"  LIMIT " CppAsString2(NTASK_MAX_CLAIM) " FOR UPDATE OF t SKIP LOCKED) x " \
+	"WHERE q.queue OPERATOR(pg_catalog.=) $1 AND pr.p IS NOT NULL " \
+	"  AND q.fairness OPERATOR(pg_catalog.=) 'none' " \
+	"  AND " NTASK_WORKER_RIGHT("q", "2")
+
 static NtaskPlan claim_pick_plan = {
 	"claim pick",
-	NTASK_PRIORITY_WALK
-	"SELECT x.task_id, x.was_leased, x.task_key, x.payload, q.lease, q.guard, "
-	"  " CLAIM_LIMITED " "
-	"FROM ntask.queue q, pr, LATERAL ( "
-	"  SELECT t.task_id, t.state OPERATOR(pg_catalog.=) 'leased' AS was_leased, "
-	"    t.task_key, t.payload "
-	"  FROM ntask.task t "
-	"  WHERE t.queue OPERATOR(pg_catalog.=) $1 "
-	"    AND t.priority OPERATOR(pg_catalog.=) pr.p "
-	"    AND t.due_at OPERATOR(pg_catalog.<=) pg_catalog.statement_timestamp() "
-	"  ORDER BY t.due_at, t.task_id "
-	"  LIMIT " CppAsString2(NTASK_MAX_CLAIM) " FOR UPDATE OF t SKIP LOCKED) x "
-	"WHERE q.queue OPERATOR(pg_catalog.=) $1 AND pr.p IS NOT NULL "
-	"  AND q.fairness OPERATOR(pg_catalog.=) 'none' "
-	"  AND " NTASK_WORKER_RIGHT("q", "2"),
+	CLAIM_PICK(""),
 	2, {TEXTOID, OIDOID}
 };
+
+/*
+ * The pick of a distributed install (docs/scaling.md "Claims across
+ * shards"): the same within shard $3, one router statement.
+ */
+static NtaskPlan claim_pick_shard_plan = {
+	"claim pick (one shard)",
+	CLAIM_PICK(" AND t.shard OPERATOR(pg_catalog.=) $3 "),
+	3, {TEXTOID, OIDOID, INT2OID}
+};
+
+/* where this backend's next claim on a distributed install starts */
+static int	claim_shard_cursor = -1;
 
 /*
  * The last resort of a fair queue whose keys gave nothing: a task enqueued
@@ -367,24 +385,34 @@ typedef struct ClaimOrder
  * known if it was never invoked, or if it committed a receipt (the receipt
  * is the outcome); the second column says "unknown".
  */
+/*
+ * The tasks of one claim round are of one shard (the pick's): the shard of
+ * the first id routes the statement (always true on a plain install).
+ */
+#define CLAIM_SHARD_OF_IDS(alias) NTASK_SHARD_OF(alias, "$1[1]")
+
 static NtaskPlan claim_close_plan = {
 	"claim close expired attempts",
 	"UPDATE ntask.attempt a SET ended_at = pg_catalog.statement_timestamp(), "
 	"  result = 'lease_expired', outcome_known = (a.invoked_at IS NULL " NTASK_RECEIPT_OF("a") ") "
-	"WHERE a.task_id OPERATOR(pg_catalog.=) ANY ($1) AND a.ended_at IS NULL "
+	"WHERE a.task_id OPERATOR(pg_catalog.=) ANY ($1) " CLAIM_SHARD_OF_IDS("a")
+	"  AND a.ended_at IS NULL "
 	"RETURNING a.task_id, NOT a.outcome_known",
 	1, {INT8ARRAYOID}
 };
 
-/* budget test on the (locked) task row */
+/* budget test on the (locked) task row; $7 the statement timestamp */
 #define CLAIM_SPENT \
 	"(t.attempts OPERATOR(pg_catalog.>=) t.max_attempts " \
-	" OR pg_catalog.statement_timestamp() OPERATOR(pg_catalog.>=) t.deadline)"
+	" OR $7 OPERATOR(pg_catalog.>=) t.deadline)"
 
 /*
  * $1 ids to lease, $2 worker, $3 lease, $4 ids taken over (their attempt
  * was just closed), $5 of those, the ones whose attempt had been invoked,
- * $6 the lowest token this timeline may issue (claim_token_floor).
+ * $6 the lowest token this timeline may issue (claim_token_floor), $7 the
+ * statement timestamp and $8 the lease's end ($7 + $3), both parameters:
+ * Citus refuses a stable function (statement_timestamp(), timestamptz +
+ * interval) in a CASE of an UPDATE of a distributed table.
  */
 static NtaskPlan claim_lease_plan = {
 	"claim lease",
@@ -399,10 +427,10 @@ static NtaskPlan claim_lease_plan = {
 	"    attempts = t.attempts OPERATOR(pg_catalog.+) CASE WHEN " CLAIM_SPENT " THEN 0 ELSE 1 END, "
 	"    lease_owner = CASE WHEN " CLAIM_SPENT " THEN NULL ELSE $2 END, "
 	"    lease_until = CASE WHEN " CLAIM_SPENT " THEN NULL "
-	"      ELSE pg_catalog.statement_timestamp() OPERATOR(pg_catalog.+) $3 END, "
+	"      ELSE $8 END, "
 	"    due_at = CASE WHEN " CLAIM_SPENT " THEN NULL "
-	"      ELSE pg_catalog.statement_timestamp() OPERATOR(pg_catalog.+) $3 END, "
-	"    finished_at = CASE WHEN " CLAIM_SPENT " THEN pg_catalog.statement_timestamp() END, "
+	"      ELSE $8 END, "
+	"    finished_at = CASE WHEN " CLAIM_SPENT " THEN $7 END, "
 	"    unknown_attempts = t.unknown_attempts OPERATOR(pg_catalog.+) "
 	"      CASE WHEN t.task_id OPERATOR(pg_catalog.=) ANY ($5) THEN 1 ELSE 0 END, "
 	"    last_error_class = CASE WHEN t.task_id OPERATOR(pg_catalog.<>) ALL ($4) "
@@ -411,24 +439,26 @@ static NtaskPlan claim_lease_plan = {
 	"      ELSE 'transient' END, "
 	"    last_error_stage = CASE WHEN t.task_id OPERATOR(pg_catalog.<>) ALL ($4) "
 	"      THEN t.last_error_stage ELSE 'lease_expired' END, "
-	"    updated_at = pg_catalog.statement_timestamp() "
-	"  WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1) "
+	"    updated_at = $7 "
+	"  WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1) " CLAIM_SHARD_OF_IDS("t")
 	"  RETURNING t.task_id, t.task_key, t.payload, t.attempts, t.token, "
-	"    t.lease_until, t.unknown_attempts, t.state "
+	"    t.lease_until, t.unknown_attempts, t.state, t.shard, "
+	"    EXISTS (SELECT 1 FROM ntask.receipt r "
+	"            WHERE r.task_id OPERATOR(pg_catalog.=) t.task_id "
+	"              AND r.shard OPERATOR(pg_catalog.=) t.shard) AS committed "
 	"), ins AS ( "
-	"  INSERT INTO ntask.attempt (task_id, token, attempt, worker, claimed_at) "
-	"  SELECT u.task_id, u.token, u.attempts, $2, pg_catalog.statement_timestamp() "
+	"  INSERT INTO ntask.attempt (task_id, shard, token, attempt, worker, claimed_at) "
+	"  SELECT u.task_id, u.shard, u.token, u.attempts, $2, $7 "
 	"  FROM upd u "
 	"  WHERE u.state OPERATOR(pg_catalog.=) 'leased' "
 	") "
 	"SELECT u.task_id, u.task_key, u.payload, u.attempts, u.token, u.lease_until, "
-	"  CASE WHEN EXISTS (SELECT 1 FROM ntask.receipt r "
-	"                    WHERE r.task_id OPERATOR(pg_catalog.=) u.task_id) "
-	"    THEN 'committed' "
+	"  CASE WHEN u.committed THEN 'committed' "
 	"    WHEN u.unknown_attempts OPERATOR(pg_catalog.>) 0 THEN 'unknown' END, "
 	"  u.state OPERATOR(pg_catalog.=) 'leased' "
 	"FROM upd u ORDER BY u.task_id",
-	6, {INT8ARRAYOID, TEXTOID, INTERVALOID, INT8ARRAYOID, INT8ARRAYOID, INT8OID}
+	8, {INT8ARRAYOID, TEXTOID, INTERVALOID, INT8ARRAYOID, INT8ARRAYOID, INT8OID,
+	TIMESTAMPTZOID, TIMESTAMPTZOID}
 };
 
 /* columns of claim_lease_plan's result */
@@ -560,6 +590,48 @@ claim_pick(text *queue, int want, ClaimOrder *order)
 
 	values[0] = PointerGetDatum(queue);
 	values[1] = ObjectIdGetDatum(NtaskCaller());
+	if (order->mode < 1 && NtaskShardCount() > 0)
+	{
+		int			nshards = NtaskShardCount();
+		int			k;
+
+		/*
+		 * A distributed install: one shard at a time, from this backend's
+		 * cursor (random at first), until one has due work; the next pick
+		 * starts after it, so every shard gets its turn.
+		 */
+		if (claim_shard_cursor < 0)
+			claim_shard_cursor = (int) (pg_prng_uint32(&pg_global_prng_state) % nshards);
+		for (k = 0; k < nshards; k++)
+		{
+			int			i = (claim_shard_cursor + k) % nshards;
+
+			values[2] = Int16GetDatum(NtaskShardValue(i));
+			n = NtaskExecPlanCount(&claim_pick_shard_plan, values, NULL,
+								   SPI_OK_SELECT, want);
+			if (n > 0)
+			{
+				claim_shard_cursor = (i + 1) % nshards;
+				order->mode = 0;
+				return n;
+			}
+		}
+		if (order->mode == 0)
+			return 0;
+		/* nothing due in any shard: as below */
+		if (NtaskExecPlan(&claim_queue_plan, values, NULL, SPI_OK_SELECT) == 0)
+			NtaskQueueNotFound(text_to_cstring(queue));
+		if (NtaskGetBool(0, 2))
+			NtaskCheckQueueRight(queue, false); /* raises 42501 */
+		if (NtaskGetBool(0, 1))
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("ntask: queue \"%s\" is fair or ordered, which a distributed install does not support yet",
+							text_to_cstring(queue)),
+					 errhint("See docs/scaling.md \"Scaling out with Citus\".")));
+		order->mode = 0;
+		return 0;
+	}
 	if (order->mode < 1)
 	{
 		/* a constant LIMIT for the plan; the executor stops at want rows */
@@ -815,7 +887,7 @@ claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
 	Datum		lease;
 	char	   *guard;
 	bool		isnull;
-	Datum		values[6];
+	Datum		values[8];
 	SPITupleTable *pick;
 	int			npicked;
 	Datum	   *ids;
@@ -914,6 +986,8 @@ claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
 		values[3] = NtaskInt8Array(taken, ntaken);
 		values[4] = invoked_ids;
 		values[5] = Int64GetDatum(claim_token_floor());
+		values[6] = NtaskStatementTs();
+		values[7] = DirectFunctionCall2(timestamptz_pl_interval, values[6], lease);
 		nrows = NtaskExecPlan(&claim_lease_plan, values, NULL, SPI_OK_SELECT);
 		for (r = 0; r < nrows; r++)
 		{
@@ -936,6 +1010,9 @@ claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
 	}
 
 	*more = npicked == want && leased < want;
+	/* a distributed install: the next round looks in the next shards */
+	if (npicked > 0 && leased < want && NtaskShardCount() > 0)
+		*more = true;
 	if (order->held)
 		*more = false;			/* held rows stay locked: look no further */
 	else if (order->mode == 2)

@@ -58,26 +58,54 @@ PG_FUNCTION_INFO_V1(ntask_enqueue_many);
 #define ENQ_PARTITION(pk) \
 	"coalesce(" pk ", CASE WHEN q.fairness OPERATOR(pg_catalog.<>) 'none' THEN '' END)"
 
+/*
+ * The new task's id: the sequence of the identity column, with the shard
+ * in the high bits (docs/scaling.md "Task ids and tokens"); on a plain
+ * install the shard is 0 and this is what the identity default draws.
+ * The arbiter is named (ON CONFLICT ON CONSTRAINT) because a distributed
+ * install widens it by shard (ntask_distribute).
+ */
+#define ENQ_TASK_ID(shard) \
+	"((" shard "::pg_catalog.int8 OPERATOR(pg_catalog.<<) 48) OPERATOR(pg_catalog.|) " \
+	"pg_catalog.nextval('ntask.task_task_id_seq'::pg_catalog.regclass))"
+
 /* a task of an ordered queue joins the order index (task_ordered_idx) */
 #define ENQ_ORDERED "CASE WHEN q.ordered THEN true END"
 
+#define ENQ_INSERT \
+	"INSERT INTO ntask.task AS t (task_id, shard, queue, task_key, payload, " \
+	"  payload_digest, digest_version, partition_key, priority, run_at, due_at, " \
+	"  max_attempts, deadline, ordered) " \
+	"OVERRIDING SYSTEM VALUE " \
+	"SELECT " ENQ_TASK_ID("$10") ", $10, q.queue, $2, $3, $4, $5, " ENQ_PARTITION("$6") ", $7, " \
+	"  coalesce($8, pg_catalog.statement_timestamp()), coalesce($8, pg_catalog.statement_timestamp()), " \
+	"  q.max_attempts, " \
+	"  GREATEST(pg_catalog.statement_timestamp(), $8) OPERATOR(pg_catalog.+) q.total_deadline, " \
+	"  " ENQ_ORDERED " " \
+	"FROM ntask.queue q WHERE q.queue OPERATOR(pg_catalog.=) $1 " \
+	"  AND (q.producer_role IS NULL " \
+	"       OR pg_catalog.pg_has_role($9, q.producer_role, 'USAGE')) " \
+	"ON CONFLICT ON CONSTRAINT task_queue_task_key_key DO NOTHING "
+
 static NtaskPlan enq_insert_plan = {
 	"enqueue insert",
-	"INSERT INTO ntask.task AS t (queue, task_key, payload, payload_digest, "
-	"  digest_version, partition_key, priority, run_at, due_at, max_attempts, "
-	"  deadline, ordered) "
-	"SELECT q.queue, $2, $3, $4, $5, " ENQ_PARTITION("$6") ", $7, "
-	"  coalesce($8, pg_catalog.statement_timestamp()), coalesce($8, pg_catalog.statement_timestamp()), "
-	"  q.max_attempts, "
-	"  GREATEST(pg_catalog.statement_timestamp(), $8) OPERATOR(pg_catalog.+) q.total_deadline, "
-	"  " ENQ_ORDERED " "
-	"FROM ntask.queue q WHERE q.queue OPERATOR(pg_catalog.=) $1 "
-	"  AND (q.producer_role IS NULL "
-	"       OR pg_catalog.pg_has_role($9, q.producer_role, 'USAGE')) "
-	"ON CONFLICT (queue, task_key) DO NOTHING "
+	ENQ_INSERT
 	"RETURNING t.task_id, t.state, " ENQ_QUEUE_FLAGS,
-	9, {TEXTOID, TEXTOID, JSONBOID, BYTEAOID, INT2OID, TEXTOID, INT4OID,
-	TIMESTAMPTZOID, OIDOID}
+	10, {TEXTOID, TEXTOID, JSONBOID, BYTEAOID, INT2OID, TEXTOID, INT4OID,
+	TIMESTAMPTZOID, OIDOID, INT2OID}
+};
+
+/*
+ * The same on a distributed install: Citus cannot run a RETURNING list
+ * with a subquery of another table on the shard (it loses the subquery's
+ * parameter), so the queue's flags are read by the statement around it.
+ */
+static NtaskPlan enq_insert_dist_plan = {
+	"enqueue insert (distributed)",
+	"WITH ins AS (" ENQ_INSERT "RETURNING t.task_id, t.state) "
+	"SELECT ins.task_id, ins.state, " ENQ_QUEUE_FLAGS " FROM ins",
+	10, {TEXTOID, TEXTOID, JSONBOID, BYTEAOID, INT2OID, TEXTOID, INT4OID,
+	TIMESTAMPTZOID, OIDOID, INT2OID}
 };
 
 static NtaskPlan enq_existing_plan = {
@@ -86,8 +114,10 @@ static NtaskPlan enq_existing_plan = {
 	"  t.outcome, t.result "
 	"FROM ntask.task t "
 	"WHERE t.queue OPERATOR(pg_catalog.=) $1 "
-	"  AND t.task_key OPERATOR(pg_catalog.=) $2",
-	2, {TEXTOID, TEXTOID}
+	"  AND t.task_key OPERATOR(pg_catalog.=) $2 "
+	"  AND t.shard OPERATOR(pg_catalog.=) $10",
+	10, {TEXTOID, TEXTOID, JSONBOID, BYTEAOID, INT2OID, TEXTOID, INT4OID,
+	TIMESTAMPTZOID, OIDOID, INT2OID}
 };
 
 /*
@@ -216,8 +246,8 @@ ntask_enqueue(PG_FUNCTION_ARGS)
 	text	   *key = NtaskArgText(fcinfo, 1, "task_key", NTASK_MAX_KEY_LEN);
 	Jsonb	   *payload;
 	bytea	   *digest;
-	Datum		values[9];
-	char		nulls[9] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	Datum		values[10];
+	char		nulls[10] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
 	Datum		out[5];
 	bool		outnulls[5] = {false, false, false, true, true};
 	int			tries;
@@ -249,6 +279,9 @@ ntask_enqueue(PG_FUNCTION_ARGS)
 
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
+	/* the shard: of the partition key, or of the task key without one */
+	values[9] = Int16GetDatum(NtaskShardFor(queue, PG_ARGISNULL(4) ? key :
+											PG_GETARG_TEXT_PP(4)));
 
 	/*
 	 * Insert, else read the existing row.  The loop only repeats if a task
@@ -257,8 +290,9 @@ ntask_enqueue(PG_FUNCTION_ARGS)
 	 */
 	for (tries = 0;; tries++)
 	{
-		if (NtaskExecPlan(&enq_insert_plan, values, nulls,
-						  SPI_OK_INSERT_RETURNING) == 1)
+		if ((NtaskShardCount() == 0 ?
+			 NtaskExecPlan(&enq_insert_plan, values, nulls, SPI_OK_INSERT_RETURNING) :
+			 NtaskExecPlan(&enq_insert_dist_plan, values, nulls, SPI_OK_SELECT)) == 1)
 		{
 			out[0] = Int64GetDatum(NtaskGetInt64(0, 1));
 			out[1] = BoolGetDatum(true);
@@ -272,7 +306,7 @@ ntask_enqueue(PG_FUNCTION_ARGS)
 		}
 		/* nothing inserted: no queue, no right, or the key exists */
 		NtaskCheckQueueRight(queue, true);
-		if (NtaskExecPlan(&enq_existing_plan, values, NULL, SPI_OK_SELECT) == 1)
+		if (NtaskExecPlan(&enq_existing_plan, values, nulls, SPI_OK_SELECT) == 1)
 		{
 			bool		isnull;
 
@@ -309,28 +343,32 @@ ntask_enqueue(PG_FUNCTION_ARGS)
  * ids follow the input).  $2 keys, $3 payloads, $4 digests, $6 partition
  * keys (NULL: none); the other parameters as in enq_insert_plan.
  */
+#define ENQ_MANY_INSERT \
+	"INSERT INTO ntask.task AS t (task_id, shard, queue, task_key, payload, " \
+	"  payload_digest, digest_version, partition_key, priority, run_at, due_at, " \
+	"  max_attempts, deadline, ordered) " \
+	"OVERRIDING SYSTEM VALUE " \
+	"SELECT " ENQ_TASK_ID("i.s") ", i.s, q.queue, i.k, i.p, i.d, $5, " ENQ_PARTITION("i.pk") ", $7, " \
+	"  coalesce($8, pg_catalog.statement_timestamp()), coalesce($8, pg_catalog.statement_timestamp()), " \
+	"  q.max_attempts, " \
+	"  GREATEST(pg_catalog.statement_timestamp(), $8) OPERATOR(pg_catalog.+) q.total_deadline, " \
+	"  " ENQ_ORDERED " " \
+	"FROM ntask.queue q, " \
+	"  ROWS FROM (pg_catalog.unnest($2), pg_catalog.unnest($3), " \
+	"             pg_catalog.unnest($4), pg_catalog.unnest($6), pg_catalog.unnest($10)) " \
+	"    WITH ORDINALITY AS i(k, p, d, pk, s, n) " \
+	"WHERE q.queue OPERATOR(pg_catalog.=) $1 " \
+	"  AND (q.producer_role IS NULL " \
+	"       OR pg_catalog.pg_has_role($9, q.producer_role, 'USAGE')) " \
+	"ORDER BY i.n " \
+	"ON CONFLICT ON CONSTRAINT task_queue_task_key_key DO NOTHING "
+
 static NtaskPlan enq_many_insert_plan = {
 	"enqueue many insert",
-	"INSERT INTO ntask.task AS t (queue, task_key, payload, payload_digest, "
-	"  digest_version, partition_key, priority, run_at, due_at, max_attempts, "
-	"  deadline, ordered) "
-	"SELECT q.queue, i.k, i.p, i.d, $5, " ENQ_PARTITION("i.pk") ", $7, "
-	"  coalesce($8, pg_catalog.statement_timestamp()), coalesce($8, pg_catalog.statement_timestamp()), "
-	"  q.max_attempts, "
-	"  GREATEST(pg_catalog.statement_timestamp(), $8) OPERATOR(pg_catalog.+) q.total_deadline, "
-	"  " ENQ_ORDERED " "
-	"FROM ntask.queue q, "
-	"  ROWS FROM (pg_catalog.unnest($2), pg_catalog.unnest($3), "
-	"             pg_catalog.unnest($4), pg_catalog.unnest($6)) "
-	"    WITH ORDINALITY AS i(k, p, d, pk, n) "
-	"WHERE q.queue OPERATOR(pg_catalog.=) $1 "
-	"  AND (q.producer_role IS NULL "
-	"       OR pg_catalog.pg_has_role($9, q.producer_role, 'USAGE')) "
-	"ORDER BY i.n "
-	"ON CONFLICT (queue, task_key) DO NOTHING "
+	ENQ_MANY_INSERT
 	"RETURNING t.task_key, t.task_id, t.state, " ENQ_QUEUE_FLAGS,
-	9, {TEXTOID, TEXTARRAYOID, JSONBARRAYOID, BYTEAARRAYOID, INT2OID,
-	TEXTARRAYOID, INT4OID, TIMESTAMPTZOID, OIDOID}
+	10, {TEXTOID, TEXTARRAYOID, JSONBARRAYOID, BYTEAARRAYOID, INT2OID,
+	TEXTARRAYOID, INT4OID, TIMESTAMPTZOID, OIDOID, INT2ARRAYOID}
 };
 
 static NtaskPlan enq_many_existing_plan = {
@@ -442,6 +480,10 @@ enq_conflict(text *key, text *queue, bool in_call)
 			 errhint("Use a new key for a new business version (for example a :v2 suffix).")));
 }
 
+static int	enq_many_round_dist(text *queue, EnqKey *bykey, int nkeys,
+								EnqKey **pending, int npending, Datum *args,
+								char *argnulls, Datum *shards);
+
 /*
  * enq_many_round
  *		Insert the keys of pending (in first-appearance order) that are not
@@ -458,6 +500,7 @@ enq_many_round(text *queue, EnqKey *bykey, int nkeys, EnqKey **pending,
 	Datum	   *digests = palloc(sizeof(Datum) * npending);
 	Datum	   *pks = palloc(sizeof(Datum) * npending);
 	bool	   *pknulls = palloc(sizeof(bool) * npending);
+	Datum	   *shards = palloc(sizeof(Datum) * npending);
 	int			dims[1];
 	int			lbs[1] = {1};
 	int			n = 0;
@@ -474,6 +517,10 @@ enq_many_round(text *queue, EnqKey *bykey, int nkeys, EnqKey **pending,
 		digests[n] = PointerGetDatum(pending[i]->digest);
 		pks[n] = pending[i]->partition_key;
 		pknulls[n] = pending[i]->partition_null;
+		/* the shard: of the partition key, or of the task key without one */
+		shards[n] = Int16GetDatum(NtaskShardFor(queue, pending[i]->partition_null ?
+												pending[i]->key :
+												DatumGetTextPP(pending[i]->partition_key)));
 		n++;
 	}
 	if (n == 0)
@@ -485,6 +532,11 @@ enq_many_round(text *queue, EnqKey *bykey, int nkeys, EnqKey **pending,
 	args[5] = PointerGetDatum(construct_md_array(pks, pknulls, 1, dims, lbs,
 												 TEXTOID, -1, false, TYPALIGN_INT));
 
+	args[9] = PointerGetDatum(construct_array(shards, n, INT2OID, sizeof(int16), true,
+											  TYPALIGN_SHORT));
+	if (NtaskShardCount() > 0)
+		return enq_many_round_dist(queue, bykey, nkeys, pending, npending,
+								   args, argnulls, shards);
 	nrows = NtaskExecPlan(&enq_many_insert_plan, args, argnulls,
 						  SPI_OK_INSERT_RETURNING);
 	for (r = 0; r < nrows; r++)
@@ -533,6 +585,89 @@ enq_many_round(text *queue, EnqKey *bykey, int nkeys, EnqKey **pending,
 }
 
 /*
+ * enq_many_round_dist
+ *		enq_many_round on a distributed install: Citus inserts nothing from
+ *		an INSERT ... SELECT joining the queue with the unnested arrays
+ *		(found with 12.1.6: it returns INSERT 0 0), so each pending key is
+ *		one routed single enqueue (enq_insert_dist_plan), then the keys not
+ *		inserted are read as on one node.  shards: the pending keys' shards,
+ *		in the order of the unresolved ones.
+ */
+static int
+enq_many_round_dist(text *queue, EnqKey *bykey, int nkeys, EnqKey **pending,
+					int npending, Datum *args, char *argnulls, Datum *shards)
+{
+	Datum		vals[10];
+	char		nulls[10];
+	int			inserted = 0;
+	int			missing = 0;
+	int			flags = 0;
+	int			n = 0;
+	int			nrows;
+	int			r;
+	int			i;
+
+	memcpy(nulls, argnulls, sizeof(nulls));
+	vals[0] = args[0];
+	vals[4] = args[4];
+	vals[6] = args[6];
+	vals[7] = args[7];
+	vals[8] = args[8];
+	for (i = 0; i < npending; i++)
+	{
+		EnqKey	   *k = pending[i];
+
+		if (k->resolved)
+			continue;
+		vals[1] = PointerGetDatum(k->key);
+		vals[2] = JsonbPGetDatum(k->payload);
+		vals[3] = PointerGetDatum(k->digest);
+		vals[5] = k->partition_key;
+		nulls[5] = k->partition_null ? 'n' : ' ';
+		vals[9] = shards[n++];
+		if (NtaskExecPlan(&enq_insert_dist_plan, vals, nulls, SPI_OK_SELECT) == 1)
+		{
+			k->resolved = k->created = true;
+			k->task_id = NtaskGetInt64(0, 1);
+			k->state = PointerGetDatum(NtaskGetText(0, 2));
+			k->outcome_null = k->result_null = true;
+			flags = NtaskGetInt32(0, 3);
+			inserted++;
+		}
+		else
+			missing++;
+	}
+	if (inserted > 0 && (flags & ENQ_HTTP))
+		NtaskWakeWorkerAtCommit();
+	if (inserted > 0 && (flags & ENQ_NOTIFY))
+		enq_notify(queue);
+	enq_wake_waiters(queue, inserted, args[7], argnulls[7] == 'n');
+	if (missing == 0)
+		return 0;
+	NtaskCheckQueueRight(queue, true);
+	nrows = NtaskExecPlan(&enq_many_existing_plan, args, NULL, SPI_OK_SELECT);
+	for (r = 0; r < nrows; r++)
+	{
+		EnqKey	   *k = enq_find(bykey, nkeys, NtaskGetText(r, 1));
+		bool		isnull;
+
+		if (k == NULL || k->resolved)
+			continue;
+		if (!NtaskSameDigest(k->payload, k->digest,
+							 DatumGetByteaPP(NtaskGetDatum(r, 4, &isnull)),
+							 NtaskGetInt32(r, 5)))
+			enq_conflict(k->key, queue, false);
+		k->resolved = true;
+		k->task_id = NtaskGetInt64(r, 2);
+		k->state = PointerGetDatum(NtaskGetText(r, 3));
+		k->outcome = NtaskGetDatum(r, 6, &k->outcome_null);
+		k->result = NtaskGetDatum(r, 7, &k->result_null);
+		missing--;
+	}
+	return missing;
+}
+
+/*
  * ntask_enqueue_many(queue, task_keys, payloads, run_at, partition_keys,
  *					  priority)
  *		RETURNS TABLE(task_id bigint, created boolean, state text,
@@ -568,8 +703,8 @@ ntask_enqueue_many(PG_FUNCTION_ARGS)
 	EnqItem   **bypos;
 	EnqKey	   *bykey;
 	EnqKey	  **byfirst;
-	Datum		args[9];
-	char		argnulls[9] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	Datum		args[10];
+	char		argnulls[10] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
 	int			round;
 	int			i;
 

@@ -148,6 +148,11 @@ extern void NtaskTaskRightDenied(int64 task_id) pg_attribute_noreturn();
  */
 #define NtaskStatementTs() TimestampTzGetDatum(GetCurrentStatementStartTimestamp())
 
+/* spi_util.c: the shard values of a distributed install (0 on a plain one) */
+extern int	NtaskShardCount(void);
+extern int16 NtaskShardValue(int i);
+extern int16 NtaskShardFor(text *queue, text *key);
+
 /* the shard value itself, for an insert (0 on a plain install) */
 #define NTASK_SHARD_VALUE(id) \
 	"((" id " OPERATOR(pg_catalog.>>) 48)::pg_catalog.int2)"
@@ -168,14 +173,16 @@ extern void NtaskTaskRightDenied(int64 task_id) pg_attribute_noreturn();
  * loose index scan; see claim.c's pick).  Shared by the claim's pick and
  * the waiting claim's next-due lookup (wait.c).
  */
-#define NTASK_PRIORITY_WALK \
+#define NTASK_PRIORITY_WALK NTASK_PRIORITY_WALK_ON("")
+/* the same within one shard: pred is " AND t.shard ... " (claim.c) */
+#define NTASK_PRIORITY_WALK_ON(pred) \
 	"WITH RECURSIVE pr(p) AS ( " \
 	"  (SELECT t.priority FROM ntask.task t " \
-	"   WHERE t.queue OPERATOR(pg_catalog.=) $1 AND t.due_at IS NOT NULL " \
+	"   WHERE t.queue OPERATOR(pg_catalog.=) $1 AND t.due_at IS NOT NULL " pred \
 	"   ORDER BY t.priority DESC LIMIT 1) " \
 	"  UNION ALL " \
 	"  SELECT (SELECT t.priority FROM ntask.task t " \
-	"          WHERE t.queue OPERATOR(pg_catalog.=) $1 AND t.due_at IS NOT NULL " \
+	"          WHERE t.queue OPERATOR(pg_catalog.=) $1 AND t.due_at IS NOT NULL " pred \
 	"            AND t.priority OPERATOR(pg_catalog.<) pr.p " \
 	"          ORDER BY t.priority DESC LIMIT 1) " \
 	"  FROM pr WHERE pr.p IS NOT NULL " \

@@ -16,6 +16,8 @@
  */
 #include "ntask.h"
 
+#include "common/hashfn.h"
+
 #include "access/xact.h"
 #include "catalog/pg_namespace.h"
 #include "utils/array.h"
@@ -603,4 +605,65 @@ NtaskTrySubxact(void (*fn) (void *arg), void *arg, ErrorData **edata)
 	PG_END_TRY();
 	SPI_tuptable = save_tuptable;
 	return ok;
+}
+
+/*
+ * The shard values of a distributed install (ntask.shard_map, filled by
+ * ntask_distribute; empty on a plain install), read once per backend by
+ * the first enqueue or claim.  A backend that started before
+ * ntask_distribute keeps what it read: reconnect after distributing.
+ */
+static NtaskPlan spi_shard_map_plan = {
+	"shard map",
+	"SELECT s.shard FROM ntask.shard_map s ORDER BY s.shard",
+	0, {InvalidOid}
+};
+static int	spi_nshards = -1;
+static int16 *spi_shards = NULL;
+
+/* NtaskShardCount: how many shard values (0: a plain install); in SPI */
+int
+NtaskShardCount(void)
+{
+	if (spi_nshards < 0)
+	{
+		int			n = NtaskExecPlan(&spi_shard_map_plan, NULL, NULL, SPI_OK_SELECT);
+		int16	   *v = MemoryContextAlloc(TopMemoryContext, sizeof(int16) * Max(n, 1));
+		int			i;
+
+		for (i = 0; i < n; i++)
+			v[i] = (int16) NtaskGetInt32(i, 1);
+		spi_shards = v;
+		spi_nshards = n;
+	}
+	return spi_nshards;
+}
+
+/* NtaskShardValue: the i-th shard value, 0 <= i < NtaskShardCount() */
+int16
+NtaskShardValue(int i)
+{
+	Assert(i >= 0 && i < spi_nshards);
+	return spi_shards[i];
+}
+
+/*
+ * NtaskShardFor
+ *		The shard of a task of queue keyed by key (its partition key, or
+ *		its task key without one): a hash of both over the shard values,
+ *		so that an enqueue of the same key reaches the shard of the first
+ *		(docs/scaling.md "The distribution column, decided").  0 on a plain
+ *		install.  In SPI.
+ */
+int16
+NtaskShardFor(text *queue, text *key)
+{
+	uint32		h;
+
+	if (NtaskShardCount() == 0)
+		return 0;
+	h = hash_bytes((const unsigned char *) VARDATA_ANY(queue), VARSIZE_ANY_EXHDR(queue));
+	h = hash_combine(h, hash_bytes((const unsigned char *) VARDATA_ANY(key),
+								   VARSIZE_ANY_EXHDR(key)));
+	return spi_shards[h % (uint32) spi_nshards];
 }
