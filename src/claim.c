@@ -82,7 +82,7 @@ PG_FUNCTION_INFO_V1(ntask_claim);
 	"(q.max_inflight IS NOT NULL OR q.partition_max_inflight IS NOT NULL " \
 	" OR q.ordered OR q.rate_n IS NOT NULL OR q.partition_rate_n IS NOT NULL)"
 
-#define CLAIM_PICK(pred) \
+#define CLAIM_PICK(pred, limit) \
 	NTASK_PRIORITY_WALK_ON(pred) \
 	"SELECT x.task_id, x.was_leased, x.task_key, x.payload, q.lease, q.guard, " \
 	"  " CLAIM_LIMITED " " \
@@ -94,25 +94,30 @@ PG_FUNCTION_INFO_V1(ntask_claim);
 	"    AND t.priority OPERATOR(pg_catalog.=) pr.p " \
 	"    AND t.due_at OPERATOR(pg_catalog.<=) pg_catalog.statement_timestamp() " \
 	"  ORDER BY t.due_at, t.task_id " \
-	"  LIMIT " CppAsString2(NTASK_MAX_CLAIM) " FOR UPDATE OF t SKIP LOCKED) x " \
+	"  LIMIT " limit " FOR UPDATE OF t SKIP LOCKED) x " \
 	"WHERE q.queue OPERATOR(pg_catalog.=) $1 AND pr.p IS NOT NULL " \
 	"  AND q.fairness OPERATOR(pg_catalog.=) 'none' " \
 	"  AND " NTASK_WORKER_RIGHT("q", "2")
 
 static NtaskPlan claim_pick_plan = {
 	"claim pick",
-	CLAIM_PICK(""),
+	CLAIM_PICK("", CppAsString2(NTASK_MAX_CLAIM)),
 	2, {TEXTOID, OIDOID}
 };
 
 /*
  * The pick of a distributed install (docs/scaling.md "Claims across
- * shards"): the same within shard $3, one router statement.
+ * shards"): the same within shard $3, one router statement, with the
+ * claim's own count as the LIMIT: the worker runs the statement whole (the
+ * executor's stop after n rows does not reach it), so the constant LIMIT
+ * would lock up to that many rows there until the claim commits, and
+ * every concurrent claim would find the shard taken (measured: 68 instead
+ * of hundreds of claims/s, bench/citus).
  */
 static NtaskPlan claim_pick_shard_plan = {
 	"claim pick (one shard)",
-	CLAIM_PICK(" AND t.shard OPERATOR(pg_catalog.=) $3 "),
-	3, {TEXTOID, OIDOID, INT2OID}
+	CLAIM_PICK(" AND t.shard OPERATOR(pg_catalog.=) $3 ", "$4"),
+	4, {TEXTOID, OIDOID, INT2OID, INT4OID}
 };
 
 /* where this backend's next claim on a distributed install starts */
@@ -386,19 +391,35 @@ typedef struct ClaimOrder
  * is the outcome); the second column says "unknown".
  */
 /*
- * The tasks of one claim round are of one shard (the pick's): the shard of
- * the first id routes the statement (always true on a plain install).
+ * The tasks of one claim round are of one shard (the pick's), passed as a
+ * parameter (claim_ids_shard): Citus prunes to one shard only by a
+ * constant, not by an expression of the id array.  0 on a plain install.
  */
-#define CLAIM_SHARD_OF_IDS(alias) NTASK_SHARD_OF(alias, "$1[1]")
+#define CLAIM_SHARD_IS(alias, n) \
+	" AND " alias ".shard OPERATOR(pg_catalog.=) $" n " "
+
+/* claim_ids_shard: the shard of the tasks in a bigint[] of one shard */
+static int16
+claim_ids_shard(Datum ids)
+{
+	ArrayType  *a = DatumGetArrayTypeP(ids);
+	Datum	   *elems;
+	bool	   *nulls;
+	int			n;
+
+	deconstruct_array(a, INT8OID, sizeof(int64), true, TYPALIGN_DOUBLE,
+					  &elems, &nulls, &n);
+	return n > 0 ? (int16) (DatumGetInt64(elems[0]) >> 48) : 0;
+}
 
 static NtaskPlan claim_close_plan = {
 	"claim close expired attempts",
 	"UPDATE ntask.attempt a SET ended_at = pg_catalog.statement_timestamp(), "
 	"  result = 'lease_expired', outcome_known = (a.invoked_at IS NULL " NTASK_RECEIPT_OF("a") ") "
-	"WHERE a.task_id OPERATOR(pg_catalog.=) ANY ($1) " CLAIM_SHARD_OF_IDS("a")
+	"WHERE a.task_id OPERATOR(pg_catalog.=) ANY ($1) " CLAIM_SHARD_IS("a", "2")
 	"  AND a.ended_at IS NULL "
 	"RETURNING a.task_id, NOT a.outcome_known",
-	1, {INT8ARRAYOID}
+	2, {INT8ARRAYOID, INT2OID}
 };
 
 /* budget test on the (locked) task row; $7 the statement timestamp */
@@ -409,7 +430,8 @@ static NtaskPlan claim_close_plan = {
 /*
  * $1 ids to lease, $2 worker, $3 lease, $4 ids taken over (their attempt
  * was just closed), $5 of those, the ones whose attempt had been invoked,
- * $6 the lowest token this timeline may issue (claim_token_floor), $7 the
+ * $6 the lowest token this timeline may issue (claim_token_floor), $9 the
+ * tasks' shard (claim_ids_shard), $7 the
  * statement timestamp and $8 the lease's end ($7 + $3), both parameters:
  * Citus refuses a stable function (statement_timestamp(), timestamptz +
  * interval) in a CASE of an UPDATE of a distributed table.
@@ -440,7 +462,7 @@ static NtaskPlan claim_lease_plan = {
 	"    last_error_stage = CASE WHEN t.task_id OPERATOR(pg_catalog.<>) ALL ($4) "
 	"      THEN t.last_error_stage ELSE 'lease_expired' END, "
 	"    updated_at = $7 "
-	"  WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1) " CLAIM_SHARD_OF_IDS("t")
+	"  WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1) " CLAIM_SHARD_IS("t", "9")
 	"  RETURNING t.task_id, t.task_key, t.payload, t.attempts, t.token, "
 	"    t.lease_until, t.unknown_attempts, t.state, t.shard, "
 	"    EXISTS (SELECT 1 FROM ntask.receipt r "
@@ -457,8 +479,8 @@ static NtaskPlan claim_lease_plan = {
 	"    WHEN u.unknown_attempts OPERATOR(pg_catalog.>) 0 THEN 'unknown' END, "
 	"  u.state OPERATOR(pg_catalog.=) 'leased' "
 	"FROM upd u ORDER BY u.task_id",
-	8, {INT8ARRAYOID, TEXTOID, INTERVALOID, INT8ARRAYOID, INT8ARRAYOID, INT8OID,
-	TIMESTAMPTZOID, TIMESTAMPTZOID}
+	9, {INT8ARRAYOID, TEXTOID, INTERVALOID, INT8ARRAYOID, INT8ARRAYOID, INT8OID,
+	TIMESTAMPTZOID, TIMESTAMPTZOID, INT2OID}
 };
 
 /* columns of claim_lease_plan's result */
@@ -531,13 +553,15 @@ claim_warn_old_xact(int64 lease_usecs)
 Datum
 NtaskCloseExpiredAttempts(Datum task_ids)
 {
-	Datum		values[1];
+	Datum		values[2];
 	Datum	   *invoked;
 	int			ninvoked = 0;
 	int			nclosed;
 	int			r;
 
+	/* of one shard: one claim round's, or any on a plain install (all 0) */
 	values[0] = task_ids;
+	values[1] = Int16GetDatum(claim_ids_shard(task_ids));
 	nclosed = NtaskExecPlan(&claim_close_plan, values, NULL,
 							SPI_OK_UPDATE_RETURNING);
 	invoked = palloc(sizeof(Datum) * Max(nclosed, 1));
@@ -607,6 +631,7 @@ claim_pick(text *queue, int want, ClaimOrder *order)
 			int			i = (claim_shard_cursor + k) % nshards;
 
 			values[2] = Int16GetDatum(NtaskShardValue(i));
+			values[3] = Int32GetDatum(want);
 			n = NtaskExecPlanCount(&claim_pick_shard_plan, values, NULL,
 								   SPI_OK_SELECT, want);
 			if (n > 0)
@@ -887,7 +912,7 @@ claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
 	Datum		lease;
 	char	   *guard;
 	bool		isnull;
-	Datum		values[8];
+	Datum		values[9];
 	SPITupleTable *pick;
 	int			npicked;
 	Datum	   *ids;
@@ -988,6 +1013,7 @@ claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
 		values[5] = Int64GetDatum(claim_token_floor());
 		values[6] = NtaskStatementTs();
 		values[7] = DirectFunctionCall2(timestamptz_pl_interval, values[6], lease);
+		values[8] = Int16GetDatum(claim_ids_shard(values[0]));
 		nrows = NtaskExecPlan(&claim_lease_plan, values, NULL, SPI_OK_SELECT);
 		for (r = 0; r < nrows; r++)
 		{
