@@ -47,6 +47,7 @@
  */
 #include "ntask.h"
 
+#include "access/htup_details.h"
 #include "access/xact.h"
 #include "access/xlog.h"
 #include "common/pg_prng.h"
@@ -436,32 +437,35 @@ static NtaskPlan claim_close_plan = {
  * Citus refuses a stable function (statement_timestamp(), timestamptz +
  * interval) in a CASE of an UPDATE of a distributed table.
  */
+#define CLAIM_LEASE_SET \
+	"    state = CASE WHEN " CLAIM_SPENT " THEN 'repair_required' ELSE 'leased' END, " \
+	"    reason = CASE WHEN NOT " CLAIM_SPENT " THEN t.reason " \
+	"      WHEN t.attempts OPERATOR(pg_catalog.>=) t.max_attempts THEN 'budget_exhausted' " \
+	"      ELSE 'deadline_exceeded' END, " \
+	"    token = CASE WHEN " CLAIM_SPENT " THEN t.token " \
+	"      ELSE GREATEST(t.token OPERATOR(pg_catalog.+) 1, $6) END, " \
+	"    attempts = t.attempts OPERATOR(pg_catalog.+) CASE WHEN " CLAIM_SPENT " THEN 0 ELSE 1 END, " \
+	"    lease_owner = CASE WHEN " CLAIM_SPENT " THEN NULL ELSE $2 END, " \
+	"    lease_until = CASE WHEN " CLAIM_SPENT " THEN NULL " \
+	"      ELSE $8 END, " \
+	"    due_at = CASE WHEN " CLAIM_SPENT " THEN NULL " \
+	"      ELSE $8 END, " \
+	"    finished_at = CASE WHEN " CLAIM_SPENT " THEN $7 END, " \
+	"    unknown_attempts = t.unknown_attempts OPERATOR(pg_catalog.+) " \
+	"      CASE WHEN t.task_id OPERATOR(pg_catalog.=) ANY ($5) THEN 1 ELSE 0 END, " \
+	"    last_error_class = CASE WHEN t.task_id OPERATOR(pg_catalog.<>) ALL ($4) " \
+	"      THEN t.last_error_class " \
+	"      WHEN t.task_id OPERATOR(pg_catalog.=) ANY ($5) THEN 'unknown' " \
+	"      ELSE 'transient' END, " \
+	"    last_error_stage = CASE WHEN t.task_id OPERATOR(pg_catalog.<>) ALL ($4) " \
+	"      THEN t.last_error_stage ELSE 'lease_expired' END, " \
+	"    updated_at = $7 "
+
 static NtaskPlan claim_lease_plan = {
 	"claim lease",
 	"WITH upd AS ( "
 	"  UPDATE ntask.task t SET "
-	"    state = CASE WHEN " CLAIM_SPENT " THEN 'repair_required' ELSE 'leased' END, "
-	"    reason = CASE WHEN NOT " CLAIM_SPENT " THEN t.reason "
-	"      WHEN t.attempts OPERATOR(pg_catalog.>=) t.max_attempts THEN 'budget_exhausted' "
-	"      ELSE 'deadline_exceeded' END, "
-	"    token = CASE WHEN " CLAIM_SPENT " THEN t.token "
-	"      ELSE GREATEST(t.token OPERATOR(pg_catalog.+) 1, $6) END, "
-	"    attempts = t.attempts OPERATOR(pg_catalog.+) CASE WHEN " CLAIM_SPENT " THEN 0 ELSE 1 END, "
-	"    lease_owner = CASE WHEN " CLAIM_SPENT " THEN NULL ELSE $2 END, "
-	"    lease_until = CASE WHEN " CLAIM_SPENT " THEN NULL "
-	"      ELSE $8 END, "
-	"    due_at = CASE WHEN " CLAIM_SPENT " THEN NULL "
-	"      ELSE $8 END, "
-	"    finished_at = CASE WHEN " CLAIM_SPENT " THEN $7 END, "
-	"    unknown_attempts = t.unknown_attempts OPERATOR(pg_catalog.+) "
-	"      CASE WHEN t.task_id OPERATOR(pg_catalog.=) ANY ($5) THEN 1 ELSE 0 END, "
-	"    last_error_class = CASE WHEN t.task_id OPERATOR(pg_catalog.<>) ALL ($4) "
-	"      THEN t.last_error_class "
-	"      WHEN t.task_id OPERATOR(pg_catalog.=) ANY ($5) THEN 'unknown' "
-	"      ELSE 'transient' END, "
-	"    last_error_stage = CASE WHEN t.task_id OPERATOR(pg_catalog.<>) ALL ($4) "
-	"      THEN t.last_error_stage ELSE 'lease_expired' END, "
-	"    updated_at = $7 "
+	CLAIM_LEASE_SET
 	"  WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1) " CLAIM_SHARD_IS("t", "9")
 	"  RETURNING t.task_id, t.task_key, t.payload, t.attempts, t.token, "
 	"    t.lease_until, t.unknown_attempts, t.state, t.shard, "
@@ -483,6 +487,43 @@ static NtaskPlan claim_lease_plan = {
 	TIMESTAMPTZOID, TIMESTAMPTZOID, INT2OID}
 };
 
+/*
+ * claim_lease_plan on a distributed install, in two steps: Citus cannot
+ * route an UPDATE whose rows feed an INSERT in the same statement (it
+ * plans the CTE apart and fans the UPDATE out to every shard with a
+ * two-phase commit), so the update returns the rows the caller gets (same
+ * columns) and each leased task's attempt is one routed insert after it
+ * (claim_attempt_plan); a receipt makes the prior outcome 'committed'
+ * (claim_receipts_plan, read first: a RETURNING subquery keeps Citus from
+ * routing the update).  Rows are not sorted by task id here.
+ */
+static NtaskPlan claim_lease_dist_plan = {
+	"claim lease (distributed)",
+	"UPDATE ntask.task t SET "
+	CLAIM_LEASE_SET
+	"WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1) " CLAIM_SHARD_IS("t", "9")
+	"RETURNING t.task_id, t.task_key, t.payload, t.attempts, t.token, t.lease_until, "
+	"  CASE WHEN t.unknown_attempts OPERATOR(pg_catalog.>) 0 THEN 'unknown' END, "
+	"  t.state OPERATOR(pg_catalog.=) 'leased'",
+	9, {INT8ARRAYOID, TEXTOID, INTERVALOID, INT8ARRAYOID, INT8ARRAYOID, INT8OID,
+	TIMESTAMPTZOID, TIMESTAMPTZOID, INT2OID}
+};
+
+/* of the tasks $1 (of shard $2), those with a receipt (prior 'committed') */
+static NtaskPlan claim_receipts_plan = {
+	"claim receipts (distributed)",
+	"SELECT DISTINCT r.task_id FROM ntask.receipt r "
+	"WHERE r.task_id OPERATOR(pg_catalog.=) ANY ($1) " CLAIM_SHARD_IS("r", "2"),
+	2, {INT8ARRAYOID, INT2OID}
+};
+
+static NtaskPlan claim_attempt_plan = {
+	"claim attempt (distributed)",
+	"INSERT INTO ntask.attempt (task_id, shard, token, attempt, worker, claimed_at) "
+	"VALUES ($1, " NTASK_SHARD_VALUE("$1") ", $2, $3, $4, $5)",
+	5, {INT8OID, INT8OID, INT4OID, TEXTOID, TIMESTAMPTZOID}
+};
+
 /* columns of claim_lease_plan's result */
 #define CLAIM_NCOLS 7			/* handed to the caller */
 #define CLAIM_COL_LEASED 8		/* false: diverted to repair_required */
@@ -498,6 +539,38 @@ static int	claim_round(ReturnSetInfo *rsinfo, text *queue, int want,
 static int	claim_pick(text *queue, int want, ClaimOrder *order);
 static void claim_warn_old_xact(int64 lease_usecs);
 static int64 claim_token_floor(void);
+
+/*
+ * claim_mark_committed
+ *		In the rows of claim_lease_dist_plan, the prior outcome (column 7)
+ *		of a task that has a receipt is 'committed', as claim_lease_plan says.
+ */
+static void
+claim_mark_committed(SPITupleTable *rows, int nrows, int64 *rcpt, int nrcpt)
+{
+	int			r;
+	int			k;
+
+	for (r = 0; r < nrows && nrcpt > 0; r++)
+	{
+		bool		isnull;
+		int64		id = DatumGetInt64(SPI_getbinval(rows->vals[r], rows->tupdesc, 1, &isnull));
+
+		for (k = 0; k < nrcpt; k++)
+			if (rcpt[k] == id)
+			{
+				Datum		v[CLAIM_COL_LEASED];
+				bool		n[CLAIM_COL_LEASED];
+				bool		repl[CLAIM_COL_LEASED] = {0};
+
+				v[6] = CStringGetTextDatum("committed");
+				n[6] = false;
+				repl[6] = true;
+				rows->vals[r] = heap_modify_tuple(rows->vals[r], rows->tupdesc, v, n, repl);
+				break;
+			}
+	}
+}
 
 /*
  * claim_token_floor
@@ -1014,7 +1087,41 @@ claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
 		values[6] = NtaskStatementTs();
 		values[7] = DirectFunctionCall2(timestamptz_pl_interval, values[6], lease);
 		values[8] = Int16GetDatum(claim_ids_shard(values[0]));
-		nrows = NtaskExecPlan(&claim_lease_plan, values, NULL, SPI_OK_SELECT);
+		if (NtaskShardCount() == 0)
+			nrows = NtaskExecPlan(&claim_lease_plan, values, NULL, SPI_OK_SELECT);
+		else
+		{
+			SPITupleTable *leased_rows;
+			Datum		rv[2];
+			int			nrcpt;
+			int64	   *rcpt;
+
+			rv[0] = values[0];
+			rv[1] = values[8];
+			nrcpt = NtaskExecPlan(&claim_receipts_plan, rv, NULL, SPI_OK_SELECT);
+			rcpt = palloc(sizeof(int64) * Max(nrcpt, 1));
+			for (r = 0; r < nrcpt; r++)
+				rcpt[r] = NtaskGetInt64(r, 1);
+			nrows = NtaskExecPlan(&claim_lease_dist_plan, values, NULL,
+								  SPI_OK_UPDATE_RETURNING);
+			leased_rows = SPI_tuptable;
+			claim_mark_committed(leased_rows, nrows, rcpt, nrcpt);
+			for (r = 0; r < nrows; r++)
+			{
+				Datum		av[5];
+
+				SPI_tuptable = leased_rows;
+				if (!NtaskGetBool(r, CLAIM_COL_LEASED))
+					continue;
+				av[0] = Int64GetDatum(NtaskGetInt64(r, 1));
+				av[1] = Int64GetDatum(NtaskGetInt64(r, 5));
+				av[2] = Int32GetDatum(NtaskGetInt32(r, 4));
+				av[3] = worker;
+				av[4] = values[6];
+				(void) NtaskExecPlan(&claim_attempt_plan, av, NULL, SPI_OK_INSERT);
+			}
+			SPI_tuptable = leased_rows;
+		}
 		for (r = 0; r < nrows; r++)
 		{
 			Datum		vals[CLAIM_NCOLS + CLAIM_MAX_EXTRA];

@@ -326,7 +326,7 @@ for my $w (1 .. 3)
 		my ($stalled, $stale, $errors) = (0, 0, 0);
 		my $report = sub {
 			open my $fh, '>', "$tmp/X$w" or die;
-			print $fh "$stale $errors\n";
+			print $fh "$stale $errors $stalled\n";
 			close $fh;
 		};
 		while (time < $deadline)
@@ -344,9 +344,14 @@ for my $w (1 .. 3)
 					return;
 				}
 				my ($id, $tok, $prior) = @{ $rows->[0] };
-				# a worker stalls past its lease now and then (a takeover):
-				# X1 on its first task always, anyone on 5% of them
-				select(undef, undef, undef, 3.5) if ($w == 1 && !$stalled++) || rand() < 0.05;
+				# a worker stalls past its lease (a takeover): X1 on its first
+				# task for longer than the others need to drain the rest (its
+				# expired lease is due after every older ready task of its
+				# shard), anyone on 5% of them for 3.5 s (taken over if
+				# someone gets to it in time)
+				$stalled++;
+				if ($w == 1 && $stalled == 1) { select(undef, undef, undef, 9); }
+				elsif (rand() < 0.05) { select(undef, undef, undef, 3.5); }
 				$dbh->begin_work;
 				my $r = $dbh->selectrow_array("SELECT ntask_receipt(?, ?, '{}')", undef, $id, $tok);
 				if ($r eq 'applied')
@@ -380,7 +385,12 @@ for my $w (1 .. 3)
 	}
 	push @kids, $pid;
 }
-sleep 4;
+# stop the node while the drain is under way: after the first 50 tasks
+for (1 .. 300)
+{
+	last if $q->("SELECT count(*) FROM ntask.task WHERE queue = 'chaos' AND state = 'succeeded'") >= 50;
+	select(undef, undef, undef, 0.1);
+}
 my $victim = $w2;
 $victim->stop('immediate');
 note('worker node ' . $victim->name . ' stopped with -m immediate');
@@ -414,9 +424,10 @@ my ($stale, $errors) = (0, 0);
 for my $w (1 .. 3)
 {
 	open my $fh, '<', "$tmp/X$w" or die "worker X$w left no report";
-	my ($s1, $e1) = split ' ', <$fh>;
+	my ($s1, $e1, $st1) = split ' ', <$fh>;
 	$stale += $s1;
 	$errors += $e1;
+	note("chaos: X$w: $s1 stale, $e1 failed calls, $st1 claims");
 }
 note("chaos: $takeovers takeovers, $stale stale writes rejected, $errors calls failed while the node was down");
 cmp_ok($takeovers, '>=', 1, 'chaos: leases were taken over');
