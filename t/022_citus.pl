@@ -13,15 +13,19 @@
 #      a second time; on an empty install it makes the layout: task,
 #      attempt and receipt hash-distributed by shard and co-located, their
 #      shards on both workers, the policy tables reference tables;
-#   3. the routing rule of the design holds in the real planner: a
-#      statement by task_id with shard = task_id >> 48 is one task on one
-#      node (a router query), without it every shard is visited;
+#   3. the routing rule in the real planner: a statement by task_id with
+#      shard = task_id >> 48 is one task on one node, without it every
+#      shard is visited;
 #   4. a worker node stopped with pg_ctl -m immediate takes its shards
 #      away until it is restarted, and loses no committed row;
-#   5. what the C API does on the layout today (docs/scaling.md "Scaling
-#      out with Citus", "What blocks the API"): Citus refuses the generic
-#      plans ntask prepares.  This part pins the documented limit, so that
-#      the day it changes the docs are changed with it.
+#   5. the core story through the API across shards: idempotent enqueue,
+#      claims over every shard, receipts, a W1/W2 takeover with every W1
+#      write rejected, budgets, replay, release, cancel, tokens 1..n;
+#   6. a mini chaos run: three external workers (DBD::Pg) drain 200 tasks
+#      with their business rows co-located with the receipts, stalls past
+#      the lease, a worker node stopped with -m immediate while they run:
+#      0 lost, 0 duplicated, every stale write rejected, tokens monotonic;
+#   7. what does not run on a distributed install yet (docs/scaling.md).
 
 use strict;
 use warnings;
