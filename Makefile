@@ -25,6 +25,7 @@ OBJS = \
 	src/wait.o \
 	src/result.o \
 	src/saga.o \
+	src/breaker.o \
 	src/dispatch.o \
 	src/worker.o
 DATA = $(wildcard ntask--*.sql)
