@@ -87,7 +87,8 @@ static int	br_nevents = 0;
 static NtaskPlan br_load_plan = {
 	"worker breaker load",
 	"SELECT q.queue, q.breaker_failures, "
-	"  (EXTRACT(EPOCH FROM q.breaker_cooldown) OPERATOR(pg_catalog.*) 1000000)::pg_catalog.int8, "
+	"  (LEAST(EXTRACT(EPOCH FROM q.breaker_cooldown), 315576000) "
+	"   OPERATOR(pg_catalog.*) 1000000)::pg_catalog.int8, "
 	"  b.state, b.failures, b.opened_at, b.open_until, b.changed_at, "
 	"  (q.breaker_failures IS NOT NULL AND "
 	"   (q.target OPERATOR(pg_catalog.->>) 'type') OPERATOR(pg_catalog.=) 'http') "
