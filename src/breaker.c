@@ -23,8 +23,9 @@
  * ntask.audit row per change of state; a state change is also logged once.
  * A queue seen for the first time (every queue, when the worker starts) is
  * loaded from ntask.breaker, so a breaker that was open when the worker
- * stopped stays open until its open_until.  A closed breaker with no
- * failures is not written again: a healthy queue costs nothing here.
+ * stopped stays open until its open_until.  A new failure count of a
+ * closed breaker is written at most once a second; a closed breaker with
+ * no failures is not written again: a healthy queue costs nothing here.
  *
  * Only the worker's claims are held back: ntask_claim called by anyone
  * else does not look at the breaker.
@@ -83,6 +84,10 @@ static int	br_n = 0;
 static int	br_max = 0;
 static BrEvent *br_events = NULL;
 static int	br_nevents = 0;
+static TimestampTz br_last_sync = 0;
+
+/* a change of the failure count alone is written at most this often */
+#define BR_COUNT_SYNC_MS 1000
 
 static NtaskPlan br_load_plan = {
 	"worker breaker load",
@@ -495,20 +500,31 @@ br_sync_step(void *arg)
 
 /*
  * NtaskBreakerSync
- *		Outside a transaction: write what changed, in one short
- *		transaction.  If that fails it is tried again after the next round;
- *		the state in memory goes on deciding meanwhile.
+ *		Outside a transaction, after each round: write what changed, in
+ *		one short transaction.  If that fails it is tried again after the
+ *		next round; the state in memory goes on deciding meanwhile.
  */
 void
 NtaskBreakerSync(void)
 {
 	int			i;
-	bool		any = br_nevents > 0;
+	bool		any = false;
+	TimestampTz now = GetCurrentTimestamp();
 
 	for (i = 0; i < br_n && !any; i++)
 		any = br_entries[i].dirty;
-	if (!any)
+	if (!any && br_nevents == 0)
 		return;
+
+	/*
+	 * A change of state is written at once; a new failure count alone (a
+	 * closed breaker counting) at most every BR_COUNT_SYNC_MS, so a target
+	 * that fails now and then does not cost a commit per round.
+	 */
+	if (br_nevents == 0 &&
+		!TimestampDifferenceExceeds(br_last_sync, now, BR_COUNT_SYNC_MS))
+		return;
+	br_last_sync = now;
 	if (!NtaskWorkerRunXact(br_sync_step, NULL, "ntask dispatch: breaker state"))
 		return;
 	for (i = 0; i < br_n; i++)

@@ -17,7 +17,10 @@
 #      nothing until open_until (every request after the restart arrives
 #      at or after it), then probes and closes.  An external worker's
 #      ntask_claim is not held back by the breaker.
-#   5. Connect errors (a port nobody listens on) count as failures too.
+#   5. Connect errors (a port nobody listens on) count as failures too;
+#      breaker_failures => 0 turns the breaker off and the queue is sent again.
+#   6. Any answer but 408/425/429/5xx (here a 404 and a 200) resets the
+#      count: four failures, never three in a row, never open.
 #
 # The queue has max_inflight 1, so failures come one at a time and the
 # count at which the breaker opens is exact.  No fixed sleeps decide a
@@ -294,6 +297,32 @@ is(sql(q{SELECT count(*) FROM ntask.breaker_stats WHERE queue = 'brk3'}), '0',
 ok($node->poll_query_until('postgres', qq{SELECT count(*) > 2 FROM ntask.attempt a
 		JOIN ntask.task t USING (task_id) WHERE t.queue = 'brk3'}),
 	'case 5: ... and dispatches the queue again');
+
+# ---------------------------------------------------------------------
+# 6. a sign of life resets the count: 503, 503, 404 (the target is up, the
+#    task goes to repair), then 503, 503, 200: four failures, never three
+#    in a row, so the breaker (breaker_failures 3) never opens
+# ---------------------------------------------------------------------
+
+prov('POST', '/_admin/rules', { rules => {
+	's-01' => [ { status => 503 }, { status => 503 }, { status => 404 } ],
+	's-02' => [ { status => 503 }, { status => 503 }, { status => 200 } ] } });
+queue('brk4', $url, 3, '1 hour');
+my $opened_before = wstat('breaker_opened');
+enqueue('brk4', 's-', 1, 1);
+ok($node->poll_query_until('postgres',
+		q{SELECT state = 'repair_required' FROM ntask.task WHERE task_key = 's-01'}),
+	'case 6: the first task ends in repair after 503, 503, 404');
+enqueue('brk4', 's-', 2, 2);
+ok($node->poll_query_until('postgres',
+		q{SELECT state = 'succeeded' FROM ntask.task WHERE task_key = 's-02'}),
+	'case 6: the second succeeds after 503, 503, 200');
+is(psends('s-'), 6, 'case 6: six requests, four of them failures');
+is(brk('brk4', 'state'), 'closed', 'case 6: the breaker never opened');
+is(wstat('breaker_opened'), $opened_before, 'case 6: breaker_opened unchanged');
+ok($node->poll_query_until('postgres',
+		q{SELECT failures = 0 FROM ntask.breaker WHERE queue = 'brk4'}),
+	'case 6: the stored count is back to 0 (it was written while counting)');
 
 $node->stop;
 done_testing();
