@@ -149,9 +149,8 @@ br_parse_state(const char *s)
  *		Move e to state to: logged once, audited with the next write.
  */
 static void
-br_change(BrEntry *e, BrState to, const char *reason)
+br_change(BrEntry *e, BrState to, TimestampTz now, const char *reason)
 {
-	TimestampTz now = GetCurrentTimestamp();
 	BrEvent    *ev;
 
 	if (to == BR_OPEN)
@@ -190,9 +189,9 @@ br_open(BrEntry *e, const char *why)
 {
 	char		reason[256];
 	char		until[64];
+	TimestampTz now = GetCurrentTimestamp();
 
-	strlcpy(until, timestamptz_to_str(GetCurrentTimestamp() + e->cooldown_us),
-			sizeof(until));
+	strlcpy(until, timestamptz_to_str(now + e->cooldown_us), sizeof(until));
 	if (e->state == BR_HALF_OPEN)
 		snprintf(reason, sizeof(reason),
 				 "the probe failed (%s); nothing is sent to its target until %s",
@@ -201,7 +200,7 @@ br_open(BrEntry *e, const char *why)
 		snprintf(reason, sizeof(reason),
 				 "%d consecutive failures (the last: %s); nothing is sent to its target until %s",
 				 e->failures, why, until);
-	br_change(e, BR_OPEN, reason);
+	br_change(e, BR_OPEN, now, reason);
 }
 
 /*
@@ -315,7 +314,7 @@ br_due(void)
 	for (i = 0; i < br_n; i++)
 		if (br_entries[i].state == BR_OPEN && br_entries[i].open_until <= now)
 		{
-			br_change(&br_entries[i], BR_HALF_OPEN,
+			br_change(&br_entries[i], BR_HALF_OPEN, now,
 					  "the cooldown is over; one probe request decides");
 			any = true;
 		}
@@ -454,7 +453,7 @@ NtaskBreakerObserve(const char *queue, long http_status, int curl_code,
 				char		reason[128];
 
 				snprintf(reason, sizeof(reason), "the probe was answered (%s)", why);
-				br_change(e, BR_CLOSED, reason);
+				br_change(e, BR_CLOSED, GetCurrentTimestamp(), reason);
 			}
 			break;
 		case BR_OPEN:
