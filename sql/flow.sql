@@ -158,6 +158,30 @@ SELECT count(*) FROM ntask_enqueue_many('prate', ARRAY['f-p1','f-p2','f-q1','f-q
 SELECT task_key FROM ntask_claim('prate', 'w', 4);
 SELECT task_key FROM ntask_claim('prate', 'w', 4);
 
+-- retry_share: while first attempts are due, retries get at most that
+-- share of the hand-outs; with none due, retries take everything
+SELECT retry_share FROM ntask_queue_set('rs', retry_share => 0.25, max_attempts => 5);
+SELECT count(*) FROM ntask_enqueue_many('rs', array(SELECT 'f-R' || i FROM generate_series(1, 3) i),
+	array_fill('{}'::jsonb, ARRAY[3]));
+SELECT count(*) FROM ntask_claim('rs', 'w', 3);
+SELECT count(*) FROM ntask.task t, ntask_transition(t.task_id, t.token, 'retry_wait',
+	error_class => 'transient') r WHERE t.queue = 'rs';
+-- the retries are due first (an hour ago), then six first attempts
+UPDATE ntask.task SET run_at = now() - interval '1 hour', due_at = now() - interval '1 hour'
+WHERE queue = 'rs';
+SELECT count(*) FROM ntask_enqueue_many('rs', array(SELECT 'f-F' || i FROM generate_series(1, 6) i),
+	array_fill('{}'::jsonb, ARRAY[6]));
+-- one task per claim: counting the three first attempts above, retries
+-- stay at a quarter of the queue's hand-outs (3 of 12)
+SELECT string_agg(k, ' ' ORDER BY n) AS hand_outs FROM (
+	SELECT n, (SELECT task_key FROM ntask_claim('rs', 'w' || n)) AS k
+	FROM generate_series(1, 9) n) s;
+SELECT state, count(*), sum(attempts) FROM ntask.task WHERE queue = 'rs' GROUP BY 1 ORDER BY 1;
+-- 1 turns it off; it does not go with ordered
+SELECT retry_share FROM ntask_queue_set('rs', retry_share => 1);
+SELECT * FROM ntask_queue_set('fl', fairness => 'partition', ordered => true, retry_share => 0.5);
+\echo :SQLSTATE
+
 -- partition_stats reads only unfinished tasks and those in repair
 SELECT queue, partition_key, ready, scheduled, retry_wait, leased, repair_required,
 	   oldest_due_age_s >= 0 AS has_due

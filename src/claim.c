@@ -78,26 +78,28 @@ PG_FUNCTION_INFO_V1(ntask_claim);
  */
 #define CLAIM_LIMITED \
 	"(q.max_inflight IS NOT NULL OR q.partition_max_inflight IS NOT NULL " \
-	" OR q.ordered OR q.rate_n IS NOT NULL OR q.partition_rate_n IS NOT NULL)"
+	" OR q.ordered OR q.rate_n IS NOT NULL OR q.partition_rate_n IS NOT NULL " \
+	" OR q.retry_share OPERATOR(pg_catalog.<) 1)"
 
 static NtaskPlan claim_pick_plan = {
 	"claim pick",
 	NTASK_PRIORITY_WALK
 	"SELECT x.task_id, x.was_leased, x.task_key, x.payload, q.lease, q.guard, "
-	"  " CLAIM_LIMITED " "
+	"  " CLAIM_LIMITED ", x.retry "
 	"FROM ntask.queue q, pr, LATERAL ( "
 	"  SELECT t.task_id, t.state OPERATOR(pg_catalog.=) 'leased' AS was_leased, "
-	"    t.task_key, t.payload "
+	"    t.task_key, t.payload, t.attempts OPERATOR(pg_catalog.>) 0 AS retry "
 	"  FROM ntask.task t "
 	"  WHERE t.queue OPERATOR(pg_catalog.=) $1 "
 	"    AND t.priority OPERATOR(pg_catalog.=) pr.p "
 	"    AND t.due_at OPERATOR(pg_catalog.<=) pg_catalog.statement_timestamp() "
+	"    AND (NOT $3 OR t.attempts OPERATOR(pg_catalog.=) 0) "
 	"  ORDER BY t.due_at, t.task_id "
 	"  LIMIT " CppAsString2(NTASK_MAX_CLAIM) " FOR UPDATE OF t SKIP LOCKED) x "
 	"WHERE q.queue OPERATOR(pg_catalog.=) $1 AND pr.p IS NOT NULL "
 	"  AND q.fairness OPERATOR(pg_catalog.=) 'none' "
 	"  AND " NTASK_WORKER_RIGHT("q", "2"),
-	2, {TEXTOID, OIDOID}
+	3, {TEXTOID, OIDOID, BOOLOID}
 };
 
 /*
@@ -113,10 +115,10 @@ static NtaskPlan claim_pick_plan = {
 static NtaskPlan claim_keyless_pick_plan = {
 	"claim keyless pick",
 	"SELECT x.task_id, x.was_leased, x.task_key, x.payload, q.lease, q.guard, "
-	"  " CLAIM_LIMITED " "
+	"  " CLAIM_LIMITED ", x.retry "
 	"FROM ntask.queue q, LATERAL ( "
 	"  SELECT t.task_id, t.state OPERATOR(pg_catalog.=) 'leased' AS was_leased, "
-	"    t.task_key, t.payload "
+	"    t.task_key, t.payload, t.attempts OPERATOR(pg_catalog.>) 0 AS retry "
 	"  FROM ntask.task t "
 	"  WHERE t.task_id OPERATOR(pg_catalog.=) ANY (ARRAY( "
 	"      SELECT d.task_id FROM ( "
@@ -128,11 +130,12 @@ static NtaskPlan claim_keyless_pick_plan = {
 	"      WHERE d.partition_key IS NULL)) "
 	"    AND t.partition_key IS NULL "
 	"    AND t.due_at OPERATOR(pg_catalog.<=) pg_catalog.statement_timestamp() "
+	"    AND (NOT $3 OR t.attempts OPERATOR(pg_catalog.=) 0) "
 	"  ORDER BY t.priority DESC, t.due_at, t.task_id "
 	"  FOR UPDATE OF t SKIP LOCKED) x "
 	"WHERE q.queue OPERATOR(pg_catalog.=) $1 "
 	"  AND " NTASK_WORKER_RIGHT("q", "2"),
-	2, {TEXTOID, OIDOID}
+	3, {TEXTOID, OIDOID, BOOLOID}
 };
 
 /*
@@ -222,15 +225,16 @@ static NtaskPlan claim_fair_pick_plan = {
 	"claim fair pick",
 	CLAIM_KEY_WALK
 	"SELECT x.task_id, x.was_leased, x.task_key, x.payload, q.lease, q.guard, "
-	"  " CLAIM_LIMITED ", k.pk "
+	"  " CLAIM_LIMITED ", x.retry, k.pk "
 	"FROM ntask.queue q, k, LATERAL ( "
 	"  SELECT t.task_id, t.state OPERATOR(pg_catalog.=) 'leased' AS was_leased, "
-	"    t.task_key, t.payload "
+	"    t.task_key, t.payload, t.attempts OPERATOR(pg_catalog.>) 0 AS retry "
 	"  FROM ntask.task t "
 	"  WHERE t.queue OPERATOR(pg_catalog.=) $1 "
 	"    AND t.partition_key OPERATOR(pg_catalog.=) k.pk "
 	"    AND t.partition_key IS NOT NULL AND t.due_at IS NOT NULL "
 	"    AND t.due_at OPERATOR(pg_catalog.<=) pg_catalog.statement_timestamp() "
+	"    AND (NOT $7 OR t.attempts OPERATOR(pg_catalog.=) 0) "
 	"  ORDER BY t.priority DESC, t.due_at, t.task_id "
 	"  LIMIT $3 FOR UPDATE OF t SKIP LOCKED) x "
 	"WHERE q.queue OPERATOR(pg_catalog.=) $1 "
@@ -243,7 +247,7 @@ static NtaskPlan claim_fair_pick_plan = {
 	"      AND d.partition_key IS NOT NULL AND d.due_at IS NOT NULL "
 	"      AND d.due_at OPERATOR(pg_catalog.<=) pg_catalog.statement_timestamp()) "
 	"    THEN pg_catalog.pg_try_advisory_xact_lock(" CLAIM_TURN_LOCK("k.pk") ") END)",
-	6, {TEXTOID, OIDOID, INT4OID, BOOLOID, TEXTOID, TEXTARRAYOID}
+	7, {TEXTOID, OIDOID, INT4OID, BOOLOID, TEXTOID, TEXTARRAYOID, BOOLOID}
 };
 
 /*
@@ -262,10 +266,10 @@ static NtaskPlan claim_ordered_pick_plan = {
 	"claim ordered pick",
 	CLAIM_KEY_WALK
 	"SELECT x.task_id, x.was_leased, x.task_key, x.payload, q.lease, q.guard, "
-	"  true, k.pk "
+	"  true, x.retry, k.pk "
 	"FROM ntask.queue q, k, LATERAL ( "
 	"  SELECT t.task_id, t.state OPERATOR(pg_catalog.=) 'leased' AS was_leased, "
-	"    t.task_key, t.payload "
+	"    t.task_key, t.payload, t.attempts OPERATOR(pg_catalog.>) 0 AS retry "
 	"  FROM ntask.task t "
 	"  WHERE t.task_id OPERATOR(pg_catalog.=) (SELECT h.task_id FROM ntask.task h "
 	"      WHERE h.queue OPERATOR(pg_catalog.=) $1 "
@@ -280,7 +284,7 @@ static NtaskPlan claim_ordered_pick_plan = {
 	"  AND q.fairness OPERATOR(pg_catalog.=) 'partition' AND q.ordered "
 	"  AND " NTASK_WORKER_RIGHT("q", "2") " "
 	"  AND k.pk OPERATOR(pg_catalog.<>) ALL ($6)",
-	6, {TEXTOID, OIDOID, INT4OID, BOOLOID, TEXTOID, TEXTARRAYOID}
+	7, {TEXTOID, OIDOID, INT4OID, BOOLOID, TEXTOID, TEXTARRAYOID, BOOLOID}
 };
 
 /*
@@ -292,7 +296,8 @@ static NtaskPlan claim_policy_plan = {
 	"SELECT q.max_inflight, q.partition_max_inflight, q.ordered, "
 	"  q.rate_n, (pg_catalog.date_part('epoch', q.rate_per) OPERATOR(pg_catalog.*) 1000000)::bigint, "
 	"  q.partition_rate_n, "
-	"  (pg_catalog.date_part('epoch', q.partition_rate_per) OPERATOR(pg_catalog.*) 1000000)::bigint "
+	"  (pg_catalog.date_part('epoch', q.partition_rate_per) OPERATOR(pg_catalog.*) 1000000)::bigint, "
+	"  coalesce(q.retry_share, 1) "
 	"FROM ntask.queue q WHERE q.queue OPERATOR(pg_catalog.=) $1",
 	1, {TEXTOID}
 };
@@ -326,9 +331,13 @@ static NtaskPlan claim_inflight_plan = {
 	1, {TEXTOID}
 };
 
-/* columns of a pick: 7 says the queue has limits, 8 the key (fair picks) */
+/*
+ * columns of a pick: 7 says the queue has limits, 8 that the task is a
+ * retry (an attempt was made), 9 the key (fair and ordered picks)
+ */
 #define CLAIM_PICK_LIMITED 7
-#define CLAIM_PICK_KEY 8
+#define CLAIM_PICK_RETRY 8
+#define CLAIM_PICK_KEY 9
 
 /* claims of more tasks than this take no turn locks (see above) */
 #define CLAIM_TURN_MAX 32
@@ -360,6 +369,9 @@ typedef struct ClaimOrder
 	int			partition_rate_n;
 	int64		partition_rate_per;
 	List	   *held_keys;		/* text *: keys a per-key limit held back */
+	float4		retry_share;	/* 1: no share */
+	bool		fresh_only;		/* retries over their share were held back */
+	bool		share_off;		/* no first attempt is due: retries take all */
 } ClaimOrder;
 
 /*
@@ -552,7 +564,7 @@ claim_held_keys(ClaimOrder *order)
 static int
 claim_pick(text *queue, int want, ClaimOrder *order)
 {
-	Datum		values[6];
+	Datum		values[7];
 	int			n;
 	char	   *qname;
 	bool		isnull;
@@ -560,6 +572,7 @@ claim_pick(text *queue, int want, ClaimOrder *order)
 
 	values[0] = PointerGetDatum(queue);
 	values[1] = ObjectIdGetDatum(NtaskCaller());
+	values[2] = BoolGetDatum(order->fresh_only);
 	if (order->mode < 1)
 	{
 		/* a constant LIMIT for the plan; the executor stops at want rows */
@@ -587,6 +600,7 @@ claim_pick(text *queue, int want, ClaimOrder *order)
 	values[4] = PointerGetDatum(NtaskFairCursor(qname));
 	values[3] = BoolGetDatum(order->turns || want <= CLAIM_TURN_MAX);
 	values[5] = claim_held_keys(order);
+	values[6] = BoolGetDatum(order->fresh_only);
 	fair = order->mode == 2 ? &claim_ordered_pick_plan : &claim_fair_pick_plan;
 	n = NtaskExecPlanCount(fair, values, NULL, SPI_OK_SELECT, want);
 	/* a per-key cap or order is kept by the turn locks: no second pass */
@@ -600,6 +614,7 @@ claim_pick(text *queue, int want, ClaimOrder *order)
 		NtaskFairAdvance(qname, DatumGetTextPP(NtaskGetDatum(n - 1, CLAIM_PICK_KEY, &isnull)));
 		return n;
 	}
+	values[2] = BoolGetDatum(order->fresh_only);
 	return NtaskExecPlanCount(&claim_keyless_pick_plan, values, NULL,
 							  SPI_OK_SELECT, want);
 }
@@ -667,12 +682,13 @@ claim_limit(text *queue, SPITupleTable *pick, int npicked, bool fair_pick,
 		order->rate_per = NtaskGetInt64(0, 5);
 		order->partition_rate_n = NtaskGetInt32(0, 6);
 		order->partition_rate_per = NtaskGetInt64(0, 7);
+		order->retry_share = DatumGetFloat4(NtaskGetDatum(0, 8, &isnull));
 		order->policy_read = true;
-		if ((order->rate_n > 0 || order->partition_rate_n > 0) &&
-			!NtaskLimitAvailable())
+		if ((order->rate_n > 0 || order->partition_rate_n > 0 ||
+			 order->retry_share < 1.0f) && !NtaskLimitAvailable())
 			ereport(ERROR,
 					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-					 errmsg("ntask: queue \"%s\" has a rate limit, which needs ntask in shared_preload_libraries",
+					 errmsg("ntask: queue \"%s\" has a rate limit or a retry share, which needs ntask in shared_preload_libraries",
 							text_to_cstring(queue))));
 	}
 	for (r = 0; r < npicked; r++)
@@ -756,6 +772,31 @@ claim_limit(text *queue, SPITupleTable *pick, int npicked, bool fair_pick,
 		}
 	}
 
+	/*
+	 * The retries' share: while first attempts are due, a retry goes only
+	 * while retries have had at most retry_share of the queue's recent
+	 * hand-outs (limit.c); one held back makes the next rounds look for
+	 * first attempts only, and when those find none, retries take all.
+	 */
+	if (order->retry_share < 1.0f && !order->share_off && order->mode != 2)
+	{
+		char	   *qname = text_to_cstring(queue);
+
+		SPI_tuptable = pick;
+		for (r = 0; r < npicked; r++)
+		{
+			if (!keep[r])
+				continue;
+			if (!NtaskShareTake(qname, order->retry_share,
+								NtaskGetBool(r, CLAIM_PICK_RETRY)))
+			{
+				keep[r] = false;
+				kept--;
+				order->fresh_only = true;
+			}
+		}
+	}
+
 	if (order->rate_n > 0 || (order->partition_rate_n > 0 && fair_pick))
 	{
 		TimestampTz now = GetCurrentStatementStartTimestamp();
@@ -835,6 +876,14 @@ claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
 	npicked = claim_pick(queue, want, order);
 	pick = SPI_tuptable;
 	*more = false;
+	if (npicked == 0 && order->fresh_only)
+	{
+		/* no first attempt is due: the held retries may go after all */
+		order->fresh_only = false;
+		order->share_off = true;
+		*more = true;
+		return 0;
+	}
 	if (npicked == 0)
 		return -1;
 	lease = lease_arg ? lease_arg : NtaskGetDatum(0, 5, &isnull);
@@ -938,6 +987,8 @@ claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
 	*more = npicked == want && leased < want;
 	if (order->held)
 		*more = false;			/* held rows stay locked: look no further */
+	else if (order->fresh_only && leased < want)
+		*more = true;			/* look for first attempts */
 	else if (order->mode == 2)
 		*more = list_length(order->held_keys) > nheld && leased < want;
 	else if (fair_pick && npicked < want && leased < want)
@@ -990,6 +1041,8 @@ NtaskClaimInto(ReturnSetInfo *rsinfo, text *queue, text *worker, int max_tasks,
 	bool		more = true;
 	int64		lease_usecs = 0;
 	ClaimOrder	order = {-1, 1};	/* the rest zero */
+
+	order.retry_share = 1.0f;
 
 	Assert(nextra >= 0 && nextra <= CLAIM_MAX_EXTRA);
 	for (round = 0; round < CLAIM_MAX_ROUNDS && got < max_tasks && more; round++)

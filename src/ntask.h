@@ -277,6 +277,7 @@ extern int	NtaskLimitTake(const char *queue, int qn, int64 qper_usecs,
 						   const char *key, int keylen, int kn,
 						   int64 kper_usecs, TimestampTz now,
 						   TimestampTz *next);
+extern bool NtaskShareTake(const char *queue, float4 share, bool retry);
 extern void NtaskWakeWaitersAtCommit(const char *queue, int ndue,
 									 TimestampTz later);
 extern int	NtaskClaimWait(ReturnSetInfo *rsinfo, text *queue, text *worker,

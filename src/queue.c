@@ -74,7 +74,8 @@ static NtaskPlan queue_update_plan = {
 	"    ELSE NULLIF($18, 0) END, "
 	"  partition_rate_per = CASE WHEN $18 IS NULL THEN q.partition_rate_per "
 	"    WHEN $18 OPERATOR(pg_catalog.=) 0 THEN NULL ELSE $19 END, "
-	"  retry_share = coalesce($20, q.retry_share), "
+	"  retry_share = CASE WHEN $20 IS NULL THEN q.retry_share "
+	"    WHEN $20 OPERATOR(pg_catalog.>=) 1 THEN NULL ELSE $20 END, "
 	"  breaker_failures = CASE WHEN $21 IS NULL THEN q.breaker_failures "
 	"    ELSE NULLIF($21, 0) END, "
 	"  breaker_cooldown = coalesce($22, q.breaker_cooldown), "
@@ -404,6 +405,12 @@ queue_check_flow(void)
 	bool		fair = strcmp(NtaskGetCString(0, SPI_fnumber(d, "fairness")), "partition") == 0;
 	const char *opt = NULL;
 
+	if (DatumGetBool(NtaskGetDatum(0, SPI_fnumber(d, "ordered"), &isnull)) &&
+		(NtaskGetDatum(0, SPI_fnumber(d, "retry_share"), &isnull), !isnull))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ntask: retry_share does not apply to an ordered queue"),
+				 errdetail("An ordered queue hands out only the head of each key, retry or not.")));
 	if (fair)
 		return;
 	if (DatumGetBool(NtaskGetDatum(0, SPI_fnumber(d, "ordered"), &isnull)))
