@@ -122,6 +122,19 @@ static NtaskPlan queue_fair_keyless_plan = {
 };
 
 /*
+ * Before a queue turns ordered: wait for every transaction writing tasks
+ * (enqueues in progress may have read the queue row as it was, and would
+ * store unordered tasks the order index never sees), and keep new writers
+ * out until this transaction commits; their statements then read the
+ * queue row as it is now.  SHARE mode does not conflict with itself.
+ */
+static NtaskPlan queue_ordered_lock_plan = {
+	"queue ordered lock",
+	"LOCK TABLE ntask.task IN SHARE MODE",
+	0, {InvalidOid}
+};
+
+/*
  * A queue turning ordered: its unfinished tasks (and those in repair, which
  * may block their key) join the order index (task_ordered_idx).
  */
@@ -555,6 +568,8 @@ ntask_queue_set(PG_FUNCTION_ARGS)
 
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
+	if (nargs > 13 && !PG_ARGISNULL(13) && PG_GETARG_BOOL(13))
+		NtaskExecPlan(&queue_ordered_lock_plan, NULL, NULL, SPI_OK_UTILITY);
 	NtaskExecPlan(&queue_insert_plan, values, NULL, SPI_OK_INSERT);
 	/* the row exists now, so no row back means the backoff check failed */
 	if (NtaskExecPlan(&queue_update_plan, values, nulls,
