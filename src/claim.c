@@ -57,6 +57,16 @@
 PG_FUNCTION_INFO_V1(ntask_claim);
 
 /*
+ * Column 7 of every pick: does the queue limit its hand-outs (caps, order,
+ * rate limits; docs/design.md "Flow control")?  Then claim_limit decides
+ * which of the picked tasks may go.
+ */
+#define CLAIM_LIMITED \
+	"(q.max_inflight IS NOT NULL OR q.partition_max_inflight IS NOT NULL " \
+	" OR q.ordered OR q.rate_n IS NOT NULL OR q.partition_rate_n IS NOT NULL " \
+	" OR q.retry_share OPERATOR(pg_catalog.<) 1)"
+
+/*
  * The queue's lease and guard come along with every picked row.
  *
  * Priorities are walked one at a time, highest first (a loose index scan:
@@ -71,16 +81,6 @@ PG_FUNCTION_INFO_V1(ntask_claim);
  * priorities are not even looked up when the first one fills the claim.
  * Rows come out in pr order (a nested loop over the CTE).
  */
-/*
- * Column 7 of every pick: does the queue limit its hand-outs (caps, order,
- * rate limits; docs/design.md "Flow control")?  Then claim_limit decides
- * which of the picked tasks may go.
- */
-#define CLAIM_LIMITED \
-	"(q.max_inflight IS NOT NULL OR q.partition_max_inflight IS NOT NULL " \
-	" OR q.ordered OR q.rate_n IS NOT NULL OR q.partition_rate_n IS NOT NULL " \
-	" OR q.retry_share OPERATOR(pg_catalog.<) 1)"
-
 static NtaskPlan claim_pick_plan = {
 	"claim pick",
 	NTASK_PRIORITY_WALK
@@ -173,33 +173,8 @@ static NtaskPlan claim_queue_plan = {
 	" ORDER BY t.partition_key LIMIT 1)"
 
 /*
- * The pick of a fair queue (fairness = 'partition', docs/design.md
- * "Fairness"): round robin over the partition keys in key order (C
- * collation), starting after $5, the key that had the latest turn (fair.c)
- * and wrapping around: first the keys after $5 (k1), then those up to it
- * (k2), each a loose index scan of task_partition_due_idx (one descent per
- * key, evaluated only as far as the claim needs).  From each key its due
- * tasks by priority, due time and id, at most $3 of them, locked with SKIP
- * LOCKED.  The executor is stopped after the rows wanted, so only the keys
- * visited are probed and only the rows returned are locked (a nested loop
- * over the keys in order).  A key with nothing due, or whose due tasks are
- * all locked by other claims, yields nothing: the next key is tried, and a
- * claim walks past every such key between the cursor and the next key
- * with work.  With $4 (the first pass) a key whose turn lock another claim
- * holds (it is giving that key a turn right now) is passed by; the second
- * pass ($4 false) takes any key, so a queue with one busy key still serves
- * every claimer.  Only keys with due work are try-locked (the CASE keeps
- * the lock from being tried on keys walked past), and only by claims of
- * at most CLAIM_TURN_MAX tasks, so a claim holds at most about that many
- * turn locks plus the keys it found all taken (the shared lock table is
- * max_locks_per_transaction per connection); a bigger batch goes by the
- * cursor alone.  $6 are keys a limit held back earlier in this claim
- * (claim_limit): they are passed by.  Column 7 says whether the queue has
- * limits, column 8 is the key.
- */
-/*
  * The keys of a fair queue from the cursor $5 on, wrapping around (see
- * above): the CTE k.
+ * the fair pick below): the CTE k.
  */
 #define CLAIM_KEY_WALK \
 	"WITH RECURSIVE k1(pk) AS ( " \
@@ -221,6 +196,33 @@ static NtaskPlan claim_queue_plan = {
 	"  SELECT k2.pk FROM k2 WHERE k2.pk IS NOT NULL " \
 	") "
 
+/*
+ * The pick of a fair queue (fairness = 'partition', docs/design.md
+ * "Fairness"): round robin over the partition keys in key order (C
+ * collation), starting after $5, the key that had the latest turn (fair.c)
+ * and wrapping around: first the keys after $5 (k1), then those up to it
+ * (k2), each a loose index scan of task_partition_due_idx (one descent per
+ * key, evaluated only as far as the claim needs).  From each key its due
+ * tasks by priority, due time and id, at most $3 of them, locked with SKIP
+ * LOCKED.  The executor is stopped after the rows wanted, so only the keys
+ * visited are probed and only the rows returned are locked (a nested loop
+ * over the keys in order).  A key with nothing due, or whose due tasks are
+ * all locked by other claims, yields nothing: the next key is tried, and a
+ * claim walks past every such key between the cursor and the next key
+ * with work.  With $4 (the first pass) a key whose turn lock another claim
+ * holds (it is giving that key a turn right now) is passed by; the second
+ * pass ($4 false) takes any key, so a queue with one busy key still serves
+ * every claimer.  Only keys with due work are try-locked (the CASE keeps
+ * the lock from being tried on keys walked past), and only by claims of
+ * at most CLAIM_TURN_MAX tasks, so a claim holds at most about that many
+ * turn locks plus the keys it found all taken (the shared lock table is
+ * max_locks_per_transaction per connection); a bigger batch goes by the
+ * cursor alone (a queue with a per-key cap takes them whatever the
+ * claim's size: at most one per key visited).  $6 are keys a limit held
+ * back earlier in this claim (claim_limit): they are passed by.  With $7
+ * only first attempts are picked (the retries' share, claim_limit).
+ * Columns: CLAIM_PICK_LIMITED, CLAIM_PICK_RETRY, CLAIM_PICK_KEY.
+ */
 static NtaskPlan claim_fair_pick_plan = {
 	"claim fair pick",
 	CLAIM_KEY_WALK
@@ -558,8 +560,8 @@ claim_held_keys(ClaimOrder *order)
  *		the fair one, and a queue with a per-key cap or order only the
  *		first pass.  A fair pick moves the queue's cursor (fair.c) to
  *		the last key it picked from.  Returns the number of rows picked, in
- *		SPI_tuptable: columns 1-7 of claim_pick_plan, plus the key as
- *		column 8 (CLAIM_PICK_KEY) for a fair or ordered pick.
+ *		SPI_tuptable: columns 1-8 of claim_pick_plan, plus the key as
+ *		column 9 (CLAIM_PICK_KEY) for a fair or ordered pick.
  */
 static int
 claim_pick(text *queue, int want, ClaimOrder *order)
