@@ -1188,6 +1188,31 @@ COMMENT ON FUNCTION @extschema@.ntask_queue_set(text, integer, interval, interva
 'ntask: create or update a queue''s policy; NULL arguments keep the current value (or the default for a new queue); 0 (caps, breaker_failures) or ''none'' (rate limits) turns an option off; returns the resulting row';
 REVOKE ALL ON FUNCTION @extschema@.ntask_queue_set(text, integer, interval, interval, interval, interval, regprocedure, jsonb, interval, boolean, text, integer, integer, boolean, boolean, text, text, real, integer, interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION @extschema@.ntask_queue_set(text, integer, interval, interval, interval, interval, regprocedure, jsonb, interval, boolean, text, integer, integer, boolean, boolean, text, text, real, integer, interval) TO ntask_admin;
+
+-- Per queue and partition key: what is waiting, running and stuck.  Reads
+-- only the unfinished tasks (task_due_idx's rows) and those in repair
+-- (task_repair_idx), never the finished history, so its cost is the size
+-- of the backlog, not of the table.  Tasks without a key are the row with
+-- partition_key NULL ('' in a fair queue).
+CREATE VIEW ntask.partition_stats AS
+SELECT t.queue, t.partition_key,
+	   pg_catalog.count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'ready'
+			AND t.due_at OPERATOR(pg_catalog.<=) pg_catalog.now()) AS ready,
+	   pg_catalog.count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'ready'
+			AND t.due_at OPERATOR(pg_catalog.>) pg_catalog.now()) AS scheduled,
+	   pg_catalog.count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'retry_wait') AS retry_wait,
+	   pg_catalog.count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'leased') AS leased,
+	   pg_catalog.count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'repair_required') AS repair_required,
+	   pg_catalog.sum(t.unknown_attempts) FILTER (WHERE t.state OPERATOR(pg_catalog.<>) 'repair_required')::bigint AS unknown_attempts,
+	   pg_catalog.date_part('epoch', pg_catalog.now() OPERATOR(pg_catalog.-)
+			pg_catalog.min(t.due_at) FILTER (WHERE t.state OPERATOR(pg_catalog.<>) 'leased'
+				AND t.due_at OPERATOR(pg_catalog.<=) pg_catalog.now())) AS oldest_due_age_s
+FROM ntask.task t
+WHERE t.due_at IS NOT NULL OR t.state OPERATOR(pg_catalog.=) 'repair_required'
+GROUP BY t.queue, t.partition_key;
+COMMENT ON VIEW ntask.partition_stats IS 'ntask: per queue and partition key: due, scheduled, retrying, leased and repair counts, attempts with unknown outcome of unfinished tasks, and the age of the oldest due task (s)';
+REVOKE ALL ON ntask.partition_stats FROM PUBLIC;
+GRANT SELECT ON ntask.partition_stats TO ntask_admin, ntask_monitor;
 -- end of issue 13
 
 -- issue 13, the circuit breaker of http queues (src/breaker.c,

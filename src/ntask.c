@@ -62,6 +62,7 @@ ntask_shmem_request(void)
 	NtaskShmemRequest();
 	NtaskWaitShmemRequest();
 	NtaskFairShmemRequest();
+	NtaskLimitShmemRequest();
 }
 
 static void
@@ -72,6 +73,7 @@ ntask_shmem_startup(void)
 	NtaskShmemStartup();
 	NtaskWaitShmemStartup();
 	NtaskFairShmemStartup();
+	NtaskLimitShmemStartup();
 }
 
 /*
