@@ -21,6 +21,8 @@
 #      breaker_failures => 0 turns the breaker off and the queue is sent again.
 #   6. Any answer but 408/425/429/5xx (here a 404 and a 200) resets the
 #      count: four failures, never three in a row, never open.
+#   7. With 4 in flight: what was running when it opened finishes and is
+#      recorded; nothing new starts.
 #
 # The queue has max_inflight 1, so failures come one at a time and the
 # count at which the breaker opens is exact.  No fixed sleeps decide a
@@ -89,9 +91,9 @@ sub rule
 
 sub queue
 {
-	my ($q, $url, $failures, $cooldown) = @_;
+	my ($q, $url, $failures, $cooldown, $inflight) = @_;
 	my $target = $json->encode({ type => 'http', url => $url,
-		timeout_ms => 1500, max_inflight => 1 });
+		timeout_ms => 1500, max_inflight => $inflight // 1 });
 	sql(qq{SELECT queue FROM ntask_queue_set('$q', max_attempts => 100,
 		backoff_base => '50 ms', backoff_max => '100 ms', lease => '5 s',
 		breaker_failures => $failures, breaker_cooldown => '$cooldown',
@@ -331,6 +333,26 @@ is(wstat('breaker_opened'), $opened_before, 'case 6: breaker_opened unchanged');
 ok($node->poll_query_until('postgres',
 		q{SELECT failures = 0 FROM ntask.breaker WHERE queue = 'brk4'}),
 	'case 6: the stored count is back to 0 (it was written while counting)');
+
+# ---------------------------------------------------------------------
+# 7. several in flight: the transfers already running when it opens finish,
+#    nothing new starts (at most breaker_failures + max_inflight - 1
+#    requests reach a failing target)
+# ---------------------------------------------------------------------
+
+rule('m-', { status => 503, delay_ms => 100 });
+queue('brk5', $url, 3, '1 hour', 4);
+enqueue('brk5', 'm-', 1, 12);
+ok($node->poll_query_until('postgres',
+		q{SELECT state = 'open' FROM ntask.breaker_stats WHERE queue = 'brk5'}),
+	'case 7: 4 in flight: the breaker opens');
+ok($node->poll_query_until('postgres', q{SELECT count(*) = 0 FROM ntask.task
+		WHERE queue = 'brk5' AND state = 'leased'}),
+	'case 7: the transfers in flight when it opened are recorded');
+my $n7 = psends('m-');
+ok($n7 >= 3 && $n7 <= 3 + 4 - 1, "case 7: $n7 requests reached the target (3..6)");
+is(attempts('brk5'), $n7, 'case 7: one attempt per request');
+quiet_for('m-', 1.0, 'case 7: open');
 
 $node->stop;
 done_testing();
