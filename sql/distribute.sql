@@ -1,5 +1,5 @@
 -- distribute: ntask_distribute (issue 18) on a plain install.  The Citus
--- layout itself is tested by t/022_citus.pl (NTASK_CITUS=1).
+-- layout itself is tested by t/023_citus.pl (NTASK_CITUS=1).
 \set VERBOSITY default
 -- without Citus it refuses, and changes nothing
 SELECT * FROM ntask_distribute();

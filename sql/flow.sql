@@ -79,11 +79,12 @@ SELECT count(*) FROM ntask_enqueue_many('cap', ARRAY['f-c1','f-c2','f-c3','f-c4'
 SELECT task_key FROM ntask_claim('cap', 'w', 4);
 SELECT task_key FROM ntask_claim('cap', 'w', 4);
 SELECT task_key, state, attempts FROM ntask.task WHERE queue = 'cap' ORDER BY task_id;
+SELECT substring(detail FROM 'held back: [^;]*') FROM ntask_explain(tk('f-c3')) WHERE event = 'now';
 SELECT fin('f-c1');
 SELECT task_key FROM ntask_claim('cap', 'w', 4);
 -- an expired lease is not in flight: its task can be taken over (and is)
-UPDATE ntask.task SET lease_until = now() - interval '1 second',
-	due_at = now() - interval '1 second' WHERE task_key = 'f-c2';
+UPDATE ntask.task SET lease_until = now() - interval '1 day',
+	due_at = now() - interval '1 day' WHERE task_key = 'f-c2';
 SELECT task_key, token FROM ntask_claim('cap', 'w', 4);
 
 -- partition_max_inflight: per key; other keys go on
@@ -92,6 +93,7 @@ SELECT count(*) FROM ntask_enqueue_many('pcap', ARRAY['f-a1','f-a2','f-b1','f-b2
 	array_fill('{}'::jsonb, ARRAY[4]), partition_keys => ARRAY['a','a','b','b']);
 SELECT task_key FROM ntask_claim('pcap', 'w', 4);
 SELECT task_key FROM ntask_claim('pcap', 'w', 4);
+SELECT substring(detail FROM 'held back: [^;]*') FROM ntask_explain(tk('f-a2')) WHERE event = 'now';
 SELECT fin('f-b1');
 SELECT task_key FROM ntask_claim('pcap', 'w', 4);
 
@@ -130,6 +132,8 @@ SELECT count(*) FROM ntask_enqueue_many('dev', ARRAY['f-E12','f-E13'],
 	array_fill('{}'::jsonb, ARRAY[2]), partition_keys => ARRAY['d-b1','d-b1']);
 SELECT state FROM ntask_transition(tk('f-E11'), 1, 'repair_required', error_class => 'permanent');
 SELECT task_key FROM ntask_claim('dev', 'w', 10);
+-- on-call sees why E12 waits
+SELECT substring(detail FROM 'held back: [^;]*') FROM ntask_explain(tk('f-E12')) WHERE event = 'now';
 SELECT ordered_skip_repair FROM ntask_queue_set('dev', ordered_skip_repair => true);
 SELECT task_key FROM ntask_claim('dev', 'w', 10);
 SELECT fin('f-E12');
@@ -157,6 +161,30 @@ SELECT count(*) FROM ntask_enqueue_many('prate', ARRAY['f-p1','f-p2','f-q1','f-q
 	array_fill('{}'::jsonb, ARRAY[4]), partition_keys => ARRAY['p','p','q','q']);
 SELECT task_key FROM ntask_claim('prate', 'w', 4);
 SELECT task_key FROM ntask_claim('prate', 'w', 4);
+
+-- retry_share: while first attempts are due, retries get at most that
+-- share of the hand-outs; with none due, retries take everything
+SELECT retry_share FROM ntask_queue_set('rs', retry_share => 0.25, max_attempts => 5);
+SELECT count(*) FROM ntask_enqueue_many('rs', array(SELECT 'f-R' || i FROM generate_series(1, 3) i),
+	array_fill('{}'::jsonb, ARRAY[3]));
+SELECT count(*) FROM ntask_claim('rs', 'w', 3);
+SELECT count(*) FROM ntask.task t, ntask_transition(t.task_id, t.token, 'retry_wait',
+	error_class => 'transient') r WHERE t.queue = 'rs';
+-- the retries are due first (an hour ago), then six first attempts
+UPDATE ntask.task SET run_at = now() - interval '1 hour', due_at = now() - interval '1 hour'
+WHERE queue = 'rs';
+SELECT count(*) FROM ntask_enqueue_many('rs', array(SELECT 'f-F' || i FROM generate_series(1, 6) i),
+	array_fill('{}'::jsonb, ARRAY[6]));
+-- one task per claim: counting the three first attempts above, retries
+-- stay at a quarter of the queue's hand-outs (3 of 12)
+SELECT string_agg(k, ' ' ORDER BY n) AS hand_outs FROM (
+	SELECT n, (SELECT task_key FROM ntask_claim('rs', 'w' || n)) AS k
+	FROM generate_series(1, 9) n) s;
+SELECT state, count(*), sum(attempts) FROM ntask.task WHERE queue = 'rs' GROUP BY 1 ORDER BY 1;
+-- 1 turns it off; it does not go with ordered
+SELECT retry_share FROM ntask_queue_set('rs', retry_share => 1);
+SELECT * FROM ntask_queue_set('fl', fairness => 'partition', ordered => true, retry_share => 0.5);
+\echo :SQLSTATE
 
 -- partition_stats reads only unfinished tasks and those in repair
 SELECT queue, partition_key, ready, scheduled, retry_wait, leased, repair_required,

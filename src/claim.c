@@ -60,6 +60,19 @@
 PG_FUNCTION_INFO_V1(ntask_claim);
 
 /*
+ * Columns 7-14 of every pick: the queue's flow control (docs/design.md
+ * "Flow control"; the rate intervals in microseconds).  When any is set,
+ * claim_limit decides which of the picked tasks may go; they come with the
+ * pick so that a limited claim reads the queue row once, in the pick.
+ */
+#define CLAIM_POLICY \
+	"q.max_inflight, q.partition_max_inflight, q.ordered, q.rate_n, " \
+	"(pg_catalog.date_part('epoch', q.rate_per) OPERATOR(pg_catalog.*) 1000000)::bigint, " \
+	"q.partition_rate_n, " \
+	"(pg_catalog.date_part('epoch', q.partition_rate_per) OPERATOR(pg_catalog.*) 1000000)::bigint, " \
+	"q.retry_share"
+
+/*
  * The queue's lease and guard come along with every picked row.
  *
  * Priorities are walked one at a time, highest first (a loose index scan:
@@ -74,26 +87,18 @@ PG_FUNCTION_INFO_V1(ntask_claim);
  * priorities are not even looked up when the first one fills the claim.
  * Rows come out in pr order (a nested loop over the CTE).
  */
-/*
- * Column 7 of every pick: does the queue limit its hand-outs (caps, order,
- * rate limits; docs/design.md "Flow control")?  Then claim_limit decides
- * which of the picked tasks may go.
- */
-#define CLAIM_LIMITED \
-	"(q.max_inflight IS NOT NULL OR q.partition_max_inflight IS NOT NULL " \
-	" OR q.ordered OR q.rate_n IS NOT NULL OR q.partition_rate_n IS NOT NULL)"
-
 #define CLAIM_PICK(pred, limit) \
 	NTASK_PRIORITY_WALK_ON(pred) \
 	"SELECT x.task_id, x.was_leased, x.task_key, x.payload, q.lease, q.guard, " \
-	"  " CLAIM_LIMITED " " \
+	"  " CLAIM_POLICY ", x.retry " \
 	"FROM ntask.queue q, pr, LATERAL ( " \
 	"  SELECT t.task_id, t.state OPERATOR(pg_catalog.=) 'leased' AS was_leased, " \
-	"    t.task_key, t.payload " \
+	"    t.task_key, t.payload, t.attempts OPERATOR(pg_catalog.>) 0 AS retry " \
 	"  FROM ntask.task t " \
 	"  WHERE t.queue OPERATOR(pg_catalog.=) $1 " pred \
 	"    AND t.priority OPERATOR(pg_catalog.=) pr.p " \
 	"    AND t.due_at OPERATOR(pg_catalog.<=) pg_catalog.statement_timestamp() " \
+	"    AND (NOT $3 OR t.attempts OPERATOR(pg_catalog.=) 0) " \
 	"  ORDER BY t.due_at, t.task_id " \
 	"  LIMIT " limit " FOR UPDATE OF t SKIP LOCKED) x " \
 	"WHERE q.queue OPERATOR(pg_catalog.=) $1 AND pr.p IS NOT NULL " \
@@ -103,12 +108,12 @@ PG_FUNCTION_INFO_V1(ntask_claim);
 static NtaskPlan claim_pick_plan = {
 	"claim pick",
 	CLAIM_PICK("", CppAsString2(NTASK_MAX_CLAIM)),
-	2, {TEXTOID, OIDOID}
+	3, {TEXTOID, OIDOID, BOOLOID}
 };
 
 /*
  * The pick of a distributed install (docs/scaling.md "Claims across
- * shards"): the same within shard $3, one router statement, with the
+ * shards"): the same within shard $4, one router statement, with the
  * claim's own count as the LIMIT: the worker runs the statement whole (the
  * executor's stop after n rows does not reach it), so the constant LIMIT
  * would lock up to that many rows there until the claim commits, and
@@ -117,8 +122,8 @@ static NtaskPlan claim_pick_plan = {
  */
 static NtaskPlan claim_pick_shard_plan = {
 	"claim pick (one shard)",
-	CLAIM_PICK(" AND t.shard OPERATOR(pg_catalog.=) $3 ", "$4"),
-	4, {TEXTOID, OIDOID, INT2OID, INT4OID}
+	CLAIM_PICK(" AND t.shard OPERATOR(pg_catalog.=) $4 ", "$5"),
+	5, {TEXTOID, OIDOID, BOOLOID, INT2OID, INT4OID}
 };
 
 /* where this backend's next claim on a distributed install starts */
@@ -137,10 +142,10 @@ static int	claim_shard_cursor = -1;
 static NtaskPlan claim_keyless_pick_plan = {
 	"claim keyless pick",
 	"SELECT x.task_id, x.was_leased, x.task_key, x.payload, q.lease, q.guard, "
-	"  " CLAIM_LIMITED " "
+	"  " CLAIM_POLICY ", x.retry "
 	"FROM ntask.queue q, LATERAL ( "
 	"  SELECT t.task_id, t.state OPERATOR(pg_catalog.=) 'leased' AS was_leased, "
-	"    t.task_key, t.payload "
+	"    t.task_key, t.payload, t.attempts OPERATOR(pg_catalog.>) 0 AS retry "
 	"  FROM ntask.task t "
 	"  WHERE t.task_id OPERATOR(pg_catalog.=) ANY (ARRAY( "
 	"      SELECT d.task_id FROM ( "
@@ -152,11 +157,12 @@ static NtaskPlan claim_keyless_pick_plan = {
 	"      WHERE d.partition_key IS NULL)) "
 	"    AND t.partition_key IS NULL "
 	"    AND t.due_at OPERATOR(pg_catalog.<=) pg_catalog.statement_timestamp() "
+	"    AND (NOT $3 OR t.attempts OPERATOR(pg_catalog.=) 0) "
 	"  ORDER BY t.priority DESC, t.due_at, t.task_id "
 	"  FOR UPDATE OF t SKIP LOCKED) x "
 	"WHERE q.queue OPERATOR(pg_catalog.=) $1 "
 	"  AND " NTASK_WORKER_RIGHT("q", "2"),
-	2, {TEXTOID, OIDOID}
+	3, {TEXTOID, OIDOID, BOOLOID}
 };
 
 /*
@@ -194,33 +200,8 @@ static NtaskPlan claim_queue_plan = {
 	" ORDER BY t.partition_key LIMIT 1)"
 
 /*
- * The pick of a fair queue (fairness = 'partition', docs/design.md
- * "Fairness"): round robin over the partition keys in key order (C
- * collation), starting after $5, the key that had the latest turn (fair.c)
- * and wrapping around: first the keys after $5 (k1), then those up to it
- * (k2), each a loose index scan of task_partition_due_idx (one descent per
- * key, evaluated only as far as the claim needs).  From each key its due
- * tasks by priority, due time and id, at most $3 of them, locked with SKIP
- * LOCKED.  The executor is stopped after the rows wanted, so only the keys
- * visited are probed and only the rows returned are locked (a nested loop
- * over the keys in order).  A key with nothing due, or whose due tasks are
- * all locked by other claims, yields nothing: the next key is tried, and a
- * claim walks past every such key between the cursor and the next key
- * with work.  With $4 (the first pass) a key whose turn lock another claim
- * holds (it is giving that key a turn right now) is passed by; the second
- * pass ($4 false) takes any key, so a queue with one busy key still serves
- * every claimer.  Only keys with due work are try-locked (the CASE keeps
- * the lock from being tried on keys walked past), and only by claims of
- * at most CLAIM_TURN_MAX tasks, so a claim holds at most about that many
- * turn locks plus the keys it found all taken (the shared lock table is
- * max_locks_per_transaction per connection); a bigger batch goes by the
- * cursor alone.  $6 are keys a limit held back earlier in this claim
- * (claim_limit): they are passed by.  Column 7 says whether the queue has
- * limits, column 8 is the key.
- */
-/*
  * The keys of a fair queue from the cursor $5 on, wrapping around (see
- * above): the CTE k.
+ * the fair pick below): the CTE k.
  */
 #define CLAIM_KEY_WALK \
 	"WITH RECURSIVE k1(pk) AS ( " \
@@ -242,19 +223,47 @@ static NtaskPlan claim_queue_plan = {
 	"  SELECT k2.pk FROM k2 WHERE k2.pk IS NOT NULL " \
 	") "
 
+/*
+ * The pick of a fair queue (fairness = 'partition', docs/design.md
+ * "Fairness"): round robin over the partition keys in key order (C
+ * collation), starting after $5, the key that had the latest turn (fair.c)
+ * and wrapping around: first the keys after $5 (k1), then those up to it
+ * (k2), each a loose index scan of task_partition_due_idx (one descent per
+ * key, evaluated only as far as the claim needs).  From each key its due
+ * tasks by priority, due time and id, at most $3 of them, locked with SKIP
+ * LOCKED.  The executor is stopped after the rows wanted, so only the keys
+ * visited are probed and only the rows returned are locked (a nested loop
+ * over the keys in order).  A key with nothing due, or whose due tasks are
+ * all locked by other claims, yields nothing: the next key is tried, and a
+ * claim walks past every such key between the cursor and the next key
+ * with work.  With $4 (the first pass) a key whose turn lock another claim
+ * holds (it is giving that key a turn right now) is passed by; the second
+ * pass ($4 false) takes any key, so a queue with one busy key still serves
+ * every claimer.  Only keys with due work are try-locked (the CASE keeps
+ * the lock from being tried on keys walked past), and only by claims of
+ * at most CLAIM_TURN_MAX tasks, so a claim holds at most about that many
+ * turn locks plus the keys it found all taken (the shared lock table is
+ * max_locks_per_transaction per connection); a bigger batch goes by the
+ * cursor alone (a queue with a per-key cap takes them whatever the
+ * claim's size: at most one per key visited).  $6 are keys a limit held
+ * back earlier in this claim (claim_limit): they are passed by.  With $7
+ * only first attempts are picked (the retries' share, claim_limit).
+ * Columns: CLAIM_PICK_POLICY.., CLAIM_PICK_RETRY, CLAIM_PICK_KEY.
+ */
 static NtaskPlan claim_fair_pick_plan = {
 	"claim fair pick",
 	CLAIM_KEY_WALK
 	"SELECT x.task_id, x.was_leased, x.task_key, x.payload, q.lease, q.guard, "
-	"  " CLAIM_LIMITED ", k.pk "
+	"  " CLAIM_POLICY ", x.retry, k.pk "
 	"FROM ntask.queue q, k, LATERAL ( "
 	"  SELECT t.task_id, t.state OPERATOR(pg_catalog.=) 'leased' AS was_leased, "
-	"    t.task_key, t.payload "
+	"    t.task_key, t.payload, t.attempts OPERATOR(pg_catalog.>) 0 AS retry "
 	"  FROM ntask.task t "
 	"  WHERE t.queue OPERATOR(pg_catalog.=) $1 "
 	"    AND t.partition_key OPERATOR(pg_catalog.=) k.pk "
 	"    AND t.partition_key IS NOT NULL AND t.due_at IS NOT NULL "
 	"    AND t.due_at OPERATOR(pg_catalog.<=) pg_catalog.statement_timestamp() "
+	"    AND (NOT $7 OR t.attempts OPERATOR(pg_catalog.=) 0) "
 	"  ORDER BY t.priority DESC, t.due_at, t.task_id "
 	"  LIMIT $3 FOR UPDATE OF t SKIP LOCKED) x "
 	"WHERE q.queue OPERATOR(pg_catalog.=) $1 "
@@ -267,7 +276,7 @@ static NtaskPlan claim_fair_pick_plan = {
 	"      AND d.partition_key IS NOT NULL AND d.due_at IS NOT NULL "
 	"      AND d.due_at OPERATOR(pg_catalog.<=) pg_catalog.statement_timestamp()) "
 	"    THEN pg_catalog.pg_try_advisory_xact_lock(" CLAIM_TURN_LOCK("k.pk") ") END)",
-	6, {TEXTOID, OIDOID, INT4OID, BOOLOID, TEXTOID, TEXTARRAYOID}
+	7, {TEXTOID, OIDOID, INT4OID, BOOLOID, TEXTOID, TEXTARRAYOID, BOOLOID}
 };
 
 /*
@@ -286,10 +295,10 @@ static NtaskPlan claim_ordered_pick_plan = {
 	"claim ordered pick",
 	CLAIM_KEY_WALK
 	"SELECT x.task_id, x.was_leased, x.task_key, x.payload, q.lease, q.guard, "
-	"  true, k.pk "
+	"  " CLAIM_POLICY ", x.retry, k.pk "
 	"FROM ntask.queue q, k, LATERAL ( "
 	"  SELECT t.task_id, t.state OPERATOR(pg_catalog.=) 'leased' AS was_leased, "
-	"    t.task_key, t.payload "
+	"    t.task_key, t.payload, t.attempts OPERATOR(pg_catalog.>) 0 AS retry "
 	"  FROM ntask.task t "
 	"  WHERE t.task_id OPERATOR(pg_catalog.=) (SELECT h.task_id FROM ntask.task h "
 	"      WHERE h.queue OPERATOR(pg_catalog.=) $1 "
@@ -304,21 +313,7 @@ static NtaskPlan claim_ordered_pick_plan = {
 	"  AND q.fairness OPERATOR(pg_catalog.=) 'partition' AND q.ordered "
 	"  AND " NTASK_WORKER_RIGHT("q", "2") " "
 	"  AND k.pk OPERATOR(pg_catalog.<>) ALL ($6)",
-	6, {TEXTOID, OIDOID, INT4OID, BOOLOID, TEXTOID, TEXTARRAYOID}
-};
-
-/*
- * A limited queue's policy (claim_limit), read once per claim.  The rate
- * intervals come as microseconds.
- */
-static NtaskPlan claim_policy_plan = {
-	"claim policy",
-	"SELECT q.max_inflight, q.partition_max_inflight, q.ordered, "
-	"  q.rate_n, (pg_catalog.date_part('epoch', q.rate_per) OPERATOR(pg_catalog.*) 1000000)::bigint, "
-	"  q.partition_rate_n, "
-	"  (pg_catalog.date_part('epoch', q.partition_rate_per) OPERATOR(pg_catalog.*) 1000000)::bigint "
-	"FROM ntask.queue q WHERE q.queue OPERATOR(pg_catalog.=) $1",
-	1, {TEXTOID}
+	7, {TEXTOID, OIDOID, INT4OID, BOOLOID, TEXTOID, TEXTARRAYOID, BOOLOID}
 };
 
 /*
@@ -350,9 +345,14 @@ static NtaskPlan claim_inflight_plan = {
 	1, {TEXTOID}
 };
 
-/* columns of a pick: 7 says the queue has limits, 8 the key (fair picks) */
-#define CLAIM_PICK_LIMITED 7
-#define CLAIM_PICK_KEY 8
+/*
+ * columns of a pick: 7-14 the queue's flow control (CLAIM_POLICY), 15
+ * whether the task is a retry (an attempt was made), 16 the key (fair and
+ * ordered picks)
+ */
+#define CLAIM_PICK_POLICY 7
+#define CLAIM_PICK_RETRY 15
+#define CLAIM_PICK_KEY 16
 
 /* claims of more tasks than this take no turn locks (see above) */
 #define CLAIM_TURN_MAX 32
@@ -365,8 +365,7 @@ static NtaskPlan claim_inflight_plan = {
  * round that went around every key with work and still left the claim
  * short, the rest split over the keys that had some); turns, a per-key
  * cap or order: only keys whose turn lock this claim holds are served.
- * The limits (policy) are read when the first pick says the queue has
- * some; held is set when a queue-wide limit kept a picked task back (the
+ * The limits (policy) come with each pick; held is set when a queue-wide limit kept a picked task back (the
  * claim looks no further: the held rows stay locked by it), held_keys
  * collects the keys a per-key limit held back (later rounds pass them).
  */
@@ -375,7 +374,6 @@ typedef struct ClaimOrder
 	int			mode;
 	int			per;
 	bool		turns;
-	bool		policy_read;
 	bool		held;
 	int			max_inflight;	/* 0: none */
 	int			partition_max_inflight; /* 0: none; 1 when ordered */
@@ -384,6 +382,9 @@ typedef struct ClaimOrder
 	int			partition_rate_n;
 	int64		partition_rate_per;
 	List	   *held_keys;		/* text *: keys a per-key limit held back */
+	float4		retry_share;	/* 1: no share */
+	bool		fresh_only;		/* retries over their share were held back */
+	bool		share_off;		/* no first attempt is due: retries take all */
 } ClaimOrder;
 
 /*
@@ -673,13 +674,13 @@ claim_held_keys(ClaimOrder *order)
  *		the fair one, and a queue with a per-key cap or order only the
  *		first pass.  A fair pick moves the queue's cursor (fair.c) to
  *		the last key it picked from.  Returns the number of rows picked, in
- *		SPI_tuptable: columns 1-7 of claim_pick_plan, plus the key as
- *		column 8 (CLAIM_PICK_KEY) for a fair or ordered pick.
+ *		SPI_tuptable: columns 1-8 of claim_pick_plan, plus the key as
+ *		column 9 (CLAIM_PICK_KEY) for a fair or ordered pick.
  */
 static int
 claim_pick(text *queue, int want, ClaimOrder *order)
 {
-	Datum		values[6];
+	Datum		values[7];
 	int			n;
 	char	   *qname;
 	bool		isnull;
@@ -687,6 +688,7 @@ claim_pick(text *queue, int want, ClaimOrder *order)
 
 	values[0] = PointerGetDatum(queue);
 	values[1] = ObjectIdGetDatum(NtaskCaller());
+	values[2] = BoolGetDatum(order->fresh_only);
 	if (order->mode < 1 && NtaskShardCount() > 0)
 	{
 		int			nshards = NtaskShardCount();
@@ -703,8 +705,8 @@ claim_pick(text *queue, int want, ClaimOrder *order)
 		{
 			int			i = (claim_shard_cursor + k) % nshards;
 
-			values[2] = Int16GetDatum(NtaskShardValue(i));
-			values[3] = Int32GetDatum(want);
+			values[3] = Int16GetDatum(NtaskShardValue(i));
+			values[4] = Int32GetDatum(want);
 			n = NtaskExecPlanCount(&claim_pick_shard_plan, values, NULL,
 								   SPI_OK_SELECT, want);
 			if (n > 0)
@@ -757,6 +759,7 @@ claim_pick(text *queue, int want, ClaimOrder *order)
 	values[4] = PointerGetDatum(NtaskFairCursor(qname));
 	values[3] = BoolGetDatum(order->turns || want <= CLAIM_TURN_MAX);
 	values[5] = claim_held_keys(order);
+	values[6] = BoolGetDatum(order->fresh_only);
 	fair = order->mode == 2 ? &claim_ordered_pick_plan : &claim_fair_pick_plan;
 	n = NtaskExecPlanCount(fair, values, NULL, SPI_OK_SELECT, want);
 	/* a per-key cap or order is kept by the turn locks: no second pass */
@@ -770,6 +773,7 @@ claim_pick(text *queue, int want, ClaimOrder *order)
 		NtaskFairAdvance(qname, DatumGetTextPP(NtaskGetDatum(n - 1, CLAIM_PICK_KEY, &isnull)));
 		return n;
 	}
+	values[2] = BoolGetDatum(order->fresh_only);
 	return NtaskExecPlanCount(&claim_keyless_pick_plan, values, NULL,
 							  SPI_OK_SELECT, want);
 }
@@ -787,6 +791,37 @@ claim_text_eq(Datum a, bool anull, Datum b, bool bnull)
 	tb = DatumGetTextPP(b);
 	return VARSIZE_ANY_EXHDR(ta) == VARSIZE_ANY_EXHDR(tb) &&
 		memcmp(VARDATA_ANY(ta), VARDATA_ANY(tb), VARSIZE_ANY_EXHDR(ta)) == 0;
+}
+
+/*
+ * claim_read_policy
+ *		The queue's flow control from the pick's first row (columns
+ *		CLAIM_PICK_POLICY..) into order; true when the queue has any.
+ */
+static bool
+claim_read_policy(text *queue, ClaimOrder *order)
+{
+	int			c = CLAIM_PICK_POLICY;
+	bool		isnull;
+	Datum		share;
+
+	order->max_inflight = NtaskGetInt32(0, c);
+	order->partition_max_inflight = NtaskGetBool(0, c + 2) ? 1 : NtaskGetInt32(0, c + 1);
+	order->rate_n = NtaskGetInt32(0, c + 3);
+	order->rate_per = NtaskGetInt64(0, c + 4);
+	order->partition_rate_n = NtaskGetInt32(0, c + 5);
+	order->partition_rate_per = NtaskGetInt64(0, c + 6);
+	share = NtaskGetDatum(0, c + 7, &isnull);
+	order->retry_share = isnull ? 1.0f : DatumGetFloat4(share);
+	if ((order->rate_n > 0 || order->partition_rate_n > 0 ||
+		 order->retry_share < 1.0f) && !NtaskLimitAvailable())
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("ntask: queue \"%s\" has a rate limit or a retry share, which needs ntask in shared_preload_libraries",
+						text_to_cstring(queue))));
+	return order->max_inflight > 0 || order->partition_max_inflight > 0 ||
+		order->rate_n > 0 || order->partition_rate_n > 0 ||
+		order->retry_share < 1.0f;
 }
 
 /* claim_hold_key: later rounds of this claim pass key k by */
@@ -828,23 +863,6 @@ claim_limit(text *queue, SPITupleTable *pick, int npicked, bool fair_pick,
 	bool		isnull;
 
 	values[0] = PointerGetDatum(queue);
-	if (!order->policy_read)
-	{
-		(void) NtaskExecPlan(&claim_policy_plan, values, NULL, SPI_OK_SELECT);
-		order->max_inflight = NtaskGetInt32(0, 1);
-		order->partition_max_inflight = NtaskGetBool(0, 3) ? 1 : NtaskGetInt32(0, 2);
-		order->rate_n = NtaskGetInt32(0, 4);
-		order->rate_per = NtaskGetInt64(0, 5);
-		order->partition_rate_n = NtaskGetInt32(0, 6);
-		order->partition_rate_per = NtaskGetInt64(0, 7);
-		order->policy_read = true;
-		if ((order->rate_n > 0 || order->partition_rate_n > 0) &&
-			!NtaskLimitAvailable())
-			ereport(ERROR,
-					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-					 errmsg("ntask: queue \"%s\" has a rate limit, which needs ntask in shared_preload_libraries",
-							text_to_cstring(queue))));
-	}
 	for (r = 0; r < npicked; r++)
 		keep[r] = true;
 	kept = npicked;
@@ -923,6 +941,31 @@ claim_limit(text *queue, SPITupleTable *pick, int npicked, bool fair_pick,
 			}
 			if (keep[r])
 				kept++;
+		}
+	}
+
+	/*
+	 * The retries' share: while first attempts are due, a retry goes only
+	 * while retries have had at most retry_share of the queue's recent
+	 * hand-outs (limit.c); one held back makes the next rounds look for
+	 * first attempts only, and when those find none, retries take all.
+	 */
+	if (order->retry_share < 1.0f && !order->share_off && order->mode != 2)
+	{
+		char	   *qname = text_to_cstring(queue);
+
+		SPI_tuptable = pick;
+		for (r = 0; r < npicked; r++)
+		{
+			if (!keep[r])
+				continue;
+			if (!NtaskShareTake(qname, order->retry_share,
+								NtaskGetBool(r, CLAIM_PICK_RETRY)))
+			{
+				keep[r] = false;
+				kept--;
+				order->fresh_only = true;
+			}
 		}
 	}
 
@@ -1005,6 +1048,14 @@ claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
 	npicked = claim_pick(queue, want, order);
 	pick = SPI_tuptable;
 	*more = false;
+	if (npicked == 0 && order->fresh_only)
+	{
+		/* no first attempt is due: the held retries may go after all */
+		order->fresh_only = false;
+		order->share_off = true;
+		*more = true;
+		return 0;
+	}
 	if (npicked == 0)
 		return -1;
 	lease = lease_arg ? lease_arg : NtaskGetDatum(0, 5, &isnull);
@@ -1015,7 +1066,7 @@ claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
 	taken = palloc(sizeof(Datum) * npicked);
 	keep = palloc(sizeof(bool) * npicked);
 	fair_pick = pick->tupdesc->natts >= CLAIM_PICK_KEY;
-	if (NtaskGetBool(0, CLAIM_PICK_LIMITED))
+	if (claim_read_policy(queue, order))
 		(void) claim_limit(queue, pick, npicked, fair_pick, order, keep);
 	else
 		memset(keep, true, sizeof(bool) * npicked);
@@ -1148,6 +1199,8 @@ claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
 		*more = true;
 	if (order->held)
 		*more = false;			/* held rows stay locked: look no further */
+	else if (order->fresh_only && leased < want)
+		*more = true;			/* look for first attempts */
 	else if (order->mode == 2)
 		*more = list_length(order->held_keys) > nheld && leased < want;
 	else if (fair_pick && npicked < want && leased < want)
@@ -1200,6 +1253,8 @@ NtaskClaimInto(ReturnSetInfo *rsinfo, text *queue, text *worker, int max_tasks,
 	bool		more = true;
 	int64		lease_usecs = 0;
 	ClaimOrder	order = {-1, 1};	/* the rest zero */
+
+	order.retry_share = 1.0f;
 
 	Assert(nextra >= 0 && nextra <= CLAIM_MAX_EXTRA);
 	for (round = 0; round < CLAIM_MAX_ROUNDS && got < max_tasks && more; round++)

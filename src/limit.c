@@ -20,6 +20,9 @@
  * least recently used is forgotten), a bucket starts again full, so at
  * most one extra burst of n can go out.  docs/design.md "Flow control".
  *
+ * The same table keeps, per queue with a retry share, how many first
+ * attempts and retries it handed out lately (NtaskShareTake).
+ *
  * IDENTIFICATION
  *	  src/limit.c
  *
@@ -50,11 +53,29 @@ typedef struct LimitSlot
 	TimestampTz refilled_at;
 } LimitSlot;
 
+/*
+ * The recent hand-outs of a queue with a retry share: first attempts and
+ * retries, halved whenever they pass SHARE_WINDOW together, so the share
+ * follows the last few hundred hand-outs.
+ */
+#define SHARE_SLOTS		64
+#define SHARE_WINDOW	200.0
+
+typedef struct ShareSlot
+{
+	uint64		used;
+	Oid			dboid;
+	char		queue[LIMIT_QUEUE_LEN];
+	double		fresh;
+	double		retry;
+} ShareSlot;
+
 typedef struct LimitShared
 {
 	LWLock	   *lock;
 	uint64		clock;
 	LimitSlot	slots[LIMIT_SLOTS];
+	ShareSlot	shares[SHARE_SLOTS];
 } LimitShared;
 
 static LimitShared *limit_shared = NULL;
@@ -201,4 +222,60 @@ NtaskLimitTake(const char *queue, int qn, int64 qper_usecs,
 	}
 	LWLockRelease(limit_shared->lock);
 	return empty;
+}
+
+/*
+ * NtaskShareTake
+ *		May a task go, in a queue whose retries get at most share of the
+ *		hand-outs while first attempts are due?  A first attempt always may;
+ *		a retry may when, counting it, retries have had at most share of
+ *		the queue's recent hand-outs.  Counts what it allows.  The caller
+ *		stops asking once no first attempt is due (then retries take all,
+ *		uncounted).
+ */
+bool
+NtaskShareTake(const char *queue, float4 share, bool retry)
+{
+	ShareSlot  *s = NULL;
+	ShareSlot  *lru = NULL;
+	bool		ok;
+	int			i;
+
+	Assert(limit_shared != NULL);
+	LWLockAcquire(limit_shared->lock, LW_EXCLUSIVE);
+	for (i = 0; i < SHARE_SLOTS; i++)
+	{
+		ShareSlot  *c = &limit_shared->shares[i];
+
+		if (c->used != 0 && c->dboid == MyDatabaseId && strcmp(c->queue, queue) == 0)
+		{
+			s = c;
+			break;
+		}
+		if (lru == NULL || c->used < lru->used)
+			lru = c;
+	}
+	if (s == NULL)
+	{
+		s = lru;
+		s->dboid = MyDatabaseId;
+		strlcpy(s->queue, queue, LIMIT_QUEUE_LEN);
+		s->fresh = s->retry = 0;
+	}
+	s->used = ++limit_shared->clock;
+	ok = !retry || s->retry + 1.0 <= share * (s->fresh + s->retry + 1.0) + 1e-9;
+	if (ok)
+	{
+		if (retry)
+			s->retry += 1.0;
+		else
+			s->fresh += 1.0;
+		if (s->fresh + s->retry > SHARE_WINDOW)
+		{
+			s->fresh /= 2;
+			s->retry /= 2;
+		}
+	}
+	LWLockRelease(limit_shared->lock);
+	return ok;
 }

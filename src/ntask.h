@@ -255,6 +255,11 @@ typedef enum NtaskCounter
 	NTASK_COUNT_EXPIRED_LEASES,
 	NTASK_COUNT_REPAIRED,
 	NTASK_COUNT_PRUNED,
+	/* after last_error, last_error_at and database in the view */
+	NTASK_COUNT_BREAKER_OPENED,
+	NTASK_COUNT_BREAKER_CLOSED,
+	NTASK_COUNT_BREAKER_PROBES,
+	NTASK_COUNT_BREAKER_SKIPS,
 	NTASK_NCOUNTERS
 } NtaskCounter;
 
@@ -294,6 +299,16 @@ extern int	NtaskDispatchInFlight(void);
 extern int	NtaskDispatchWait(long timeout_ms);
 extern void NtaskDispatchRefreshQueues(void);
 
+/* breaker.c: the circuit breaker of http queues (dispatch only) */
+extern void NtaskBreakerLoad(void);
+extern bool NtaskBreakerProbeDue(void);
+extern long NtaskBreakerWaitMs(void);
+extern int	NtaskBreakerClaimLimit(const char *queue, int inflight);
+extern void NtaskBreakerSent(const char *queue);
+extern void NtaskBreakerObserve(const char *queue, long http_status,
+								int curl_code, bool refused);
+extern void NtaskBreakerSync(void);
+
 /* claim.c */
 extern Datum NtaskCloseExpiredAttempts(Datum task_ids);
 extern void NtaskCheckClaimArgs(FunctionCallInfo fcinfo, int a_max_tasks,
@@ -323,6 +338,7 @@ extern int	NtaskLimitTake(const char *queue, int qn, int64 qper_usecs,
 						   const char *key, int keylen, int kn,
 						   int64 kper_usecs, TimestampTz now,
 						   TimestampTz *next);
+extern bool NtaskShareTake(const char *queue, float4 share, bool retry);
 extern void NtaskWakeWaitersAtCommit(const char *queue, int ndue,
 									 TimestampTz later);
 extern int	NtaskClaimWait(ReturnSetInfo *rsinfo, text *queue, text *worker,

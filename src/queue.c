@@ -74,7 +74,8 @@ static NtaskPlan queue_update_plan = {
 	"    ELSE NULLIF($18, 0) END, "
 	"  partition_rate_per = CASE WHEN $18 IS NULL THEN q.partition_rate_per "
 	"    WHEN $18 OPERATOR(pg_catalog.=) 0 THEN NULL ELSE $19 END, "
-	"  retry_share = coalesce($20, q.retry_share), "
+	"  retry_share = CASE WHEN $20 IS NULL THEN q.retry_share "
+	"    WHEN $20 OPERATOR(pg_catalog.>=) 1 THEN NULL ELSE $20 END, "
 	"  breaker_failures = CASE WHEN $21 IS NULL THEN q.breaker_failures "
 	"    ELSE NULLIF($21, 0) END, "
 	"  breaker_cooldown = coalesce($22, q.breaker_cooldown), "
@@ -118,6 +119,19 @@ static NtaskPlan queue_fair_keyless_plan = {
 	"WHERE t.queue OPERATOR(pg_catalog.=) $1 AND t.partition_key IS NULL "
 	"  AND t.due_at IS NOT NULL",
 	1, {TEXTOID}
+};
+
+/*
+ * Before a queue turns ordered: wait for every transaction writing tasks
+ * (enqueues in progress may have read the queue row as it was, and would
+ * store unordered tasks the order index never sees), and keep new writers
+ * out until this transaction commits; their statements then read the
+ * queue row as it is now.  SHARE mode does not conflict with itself.
+ */
+static NtaskPlan queue_ordered_lock_plan = {
+	"queue ordered lock",
+	"LOCK TABLE ntask.task IN SHARE MODE",
+	0, {InvalidOid}
 };
 
 /*
@@ -404,6 +418,12 @@ queue_check_flow(void)
 	bool		fair = strcmp(NtaskGetCString(0, SPI_fnumber(d, "fairness")), "partition") == 0;
 	const char *opt = NULL;
 
+	if (DatumGetBool(NtaskGetDatum(0, SPI_fnumber(d, "ordered"), &isnull)) &&
+		(NtaskGetDatum(0, SPI_fnumber(d, "retry_share"), &isnull), !isnull))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ntask: retry_share does not apply to an ordered queue"),
+				 errdetail("An ordered queue hands out only the head of each key, retry or not.")));
 	if (fair)
 		return;
 	if (DatumGetBool(NtaskGetDatum(0, SPI_fnumber(d, "ordered"), &isnull)))
@@ -515,6 +535,9 @@ ntask_queue_set(PG_FUNCTION_ARGS)
 	}
 	if (nargs > 19 && !PG_ARGISNULL(19))
 		NtaskCheckPositiveInterval(PG_GETARG_INTERVAL_P(19), "breaker_cooldown");
+	/* the worker rereads an http queue's breaker at once, not next tick */
+	if ((nargs > 18 && !PG_ARGISNULL(18)) || (nargs > 19 && !PG_ARGISNULL(19)))
+		NtaskWakeWorkerAtCommit();
 
 	/* arguments 0..14 are parameters 1..15; then the rates take two each */
 	for (i = 0; i < QUEUE_NPARAMS; i++)
@@ -548,6 +571,8 @@ ntask_queue_set(PG_FUNCTION_ARGS)
 
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
+	if (nargs > 13 && !PG_ARGISNULL(13) && PG_GETARG_BOOL(13))
+		NtaskExecPlan(&queue_ordered_lock_plan, NULL, NULL, SPI_OK_UTILITY);
 	NtaskExecPlan(&queue_insert_plan, values, NULL, SPI_OK_INSERT);
 	/* the row exists now, so no row back means the backoff check failed */
 	if (NtaskExecPlan(&queue_update_plan, values, nulls,

@@ -1,7 +1,7 @@
 
 # Copyright (c) ntask contributors
 
-# t/022_citus.pl: ntask on a Citus cluster (issue 18), opt-in with
+# t/023_citus.pl: ntask on a Citus cluster (issue 18), opt-in with
 # NTASK_CITUS=1 (it builds Citus from the vendored tarball when the
 # PostgreSQL under test has none; see t/NtaskCitus.pm).
 #
