@@ -455,6 +455,11 @@ $q->("SELECT count(*) FROM ntask_enqueue('fair', 'f1', '{}', partition_key => 'p
 ($rc, $out, $stderr) = $co->psql('postgres', "SELECT * FROM ntask_claim('fair', 'W1')");
 like($stderr, qr/is fair or ordered, which a distributed install does not support yet/,
 	'a fair queue is refused on a distributed install');
+$q->("SELECT count(*) FROM ntask_queue_set('capped', max_inflight => 2)");
+$q->("SELECT count(*) FROM ntask_enqueue('capped', 'c1', '{}')");
+($rc, $out, $stderr) = $co->psql('postgres', "SELECT * FROM ntask_claim('capped', 'W1')");
+like($stderr, qr/has flow control .* which a distributed install does not support yet/,
+	'a capped queue is refused on a distributed install');
 is($q->(q{SELECT count(*) > 0 FROM ntask_explain(} . $a2 . q{)}), 't', 'ntask_explain runs');
 is($q->(q{SELECT succeeded FROM ntask.queue_stats WHERE queue = 'chaos'}), '200',
 	'ntask.queue_stats runs');
