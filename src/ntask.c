@@ -32,7 +32,7 @@ bool		ntask_backoff_jitter = true;
 /* the background worker and HTTP dispatch (docs/worker.md) */
 char	   *ntask_database = NULL;
 bool		ntask_worker_enabled = true;
-int			ntask_max_databases = 8;
+int			ntask_max_databases = 4;
 int			ntask_naptime_ms = 1000;
 int			ntask_http_max_inflight = 64;
 char	   *ntask_http_allowed_hosts = NULL;
@@ -213,7 +213,7 @@ _PG_init(void)
 							"(max_worker_processes); a further database with "
 							"ntask gets none, and one WARNING says so.",
 							&ntask_max_databases,
-							8, 1, 256,
+							4, 1, 256,
 							pm_context,
 							0,
 							NULL, NULL, NULL);
