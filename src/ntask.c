@@ -17,11 +17,13 @@
  */
 #include "ntask.h"
 
+#include "commands/dbcommands.h"
 #include "commands/defrem.h"
 #include "miscadmin.h"
 #include "nodes/parsenodes.h"
 #include "storage/ipc.h"
 #include "tcop/utility.h"
+#include "utils/acl.h"
 #include "utils/guc.h"
 
 PG_MODULE_MAGIC;
@@ -104,6 +106,25 @@ ntask_db_option(List *options, const char *name)
 }
 
 /*
+ * ntask_hold_database
+ *		NtaskWorkerHoldDatabase(name), but only for the database's owner (or
+ *		a superuser): the statement's own permission check comes after this
+ *		hook, and a user who may not drop a database must not be able to
+ *		stop its worker by trying.
+ */
+static void
+ntask_hold_database(const char *name)
+{
+	Oid			dboid;
+
+	if (name == NULL)
+		return;
+	dboid = get_database_oid(name, true);
+	if (OidIsValid(dboid) && pg_database_ownercheck(dboid, GetUserId()))
+		NtaskWorkerHoldDatabase(name);
+}
+
+/*
  * ntask_process_utility
  *		Two kinds of statement matter to the workers (docs/worker.md "One
  *		worker per database"):
@@ -127,19 +148,19 @@ ntask_process_utility(PlannedStmt *pstmt, const char *queryString,
 	switch (nodeTag(stmt))
 	{
 		case T_DropdbStmt:
-			NtaskWorkerHoldDatabase(((DropdbStmt *) stmt)->dbname);
+			ntask_hold_database(((DropdbStmt *) stmt)->dbname);
 			break;
 		case T_RenameStmt:
 			if (((RenameStmt *) stmt)->renameType == OBJECT_DATABASE)
-				NtaskWorkerHoldDatabase(((RenameStmt *) stmt)->subname);
+				ntask_hold_database(((RenameStmt *) stmt)->subname);
 			break;
 		case T_AlterDatabaseStmt:
 			if (ntask_db_option(((AlterDatabaseStmt *) stmt)->options, "tablespace"))
-				NtaskWorkerHoldDatabase(((AlterDatabaseStmt *) stmt)->dbname);
+				ntask_hold_database(((AlterDatabaseStmt *) stmt)->dbname);
 			break;
 		case T_CreatedbStmt:
-			NtaskWorkerHoldDatabase(ntask_db_option(((CreatedbStmt *) stmt)->options,
-													"template"));
+			ntask_hold_database(ntask_db_option(((CreatedbStmt *) stmt)->options,
+												"template"));
 			break;
 		case T_CreateExtensionStmt:
 			if (strcmp(((CreateExtensionStmt *) stmt)->extname, "ntask") == 0)

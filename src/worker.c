@@ -509,6 +509,20 @@ ntask_launcher_main(Datum arg)
 				freed = true;
 			}
 		}
+		/* ntask.database set, but no such database (that qualifies): say so once */
+		{
+			static bool warned_missing = false;
+			bool		any = false;
+
+			for (d = 0; d < ndbs; d++)
+				any |= dbs[d].seen;
+			if (ntask_database[0] != '\0' && !any && !warned_missing)
+				ereport(LOG,
+						(errmsg("ntask launcher: database \"%s\" (ntask.database) does not exist, refuses connections, is a template or does not grant CONNECT to the worker role; no worker is started",
+								ntask_database)));
+			warned_missing = ntask_database[0] != '\0' && !any;
+		}
+
 		/* forget databases that are gone */
 		for (d = 0; d < ndbs;)
 		{

@@ -15,7 +15,8 @@
 #      no worker, worker_stats says why
 #   6. DROP EXTENSION in db1 stops its worker (not started again), and the
 #      place it frees goes to db3
-#   7. DROP DATABASE db2 (no FORCE) succeeds at once, its worker gone
+#   7. DROP DATABASE db2 (no FORCE) succeeds at once, its worker gone; tried
+#      by a non-owner, it fails and leaves the worker alone
 #   8. ntask.database = 'db3' set explicitly: only db3 gets a worker
 #
 # Polls with a wall-clock bound; no fixed sleeps but the two "stays so"
@@ -203,9 +204,20 @@ is(workers(), 'db2:ntask worker db2:ntask_bgworker,db3:ntask worker db3:ntask_bg
 # 7. DROP DATABASE db2, without FORCE, while its worker runs
 # ---------------------------------------------------------------------
 
+# a user who may not drop db2 cannot stop its worker by trying
+my ($pid2) = sql('postgres', q{SELECT pid FROM pg_stat_activity
+	WHERE backend_type = 'ntask worker' AND datname = 'db2'});
+sql('postgres', 'CREATE ROLE mallory LOGIN');
+my ($rc, $out, $err) = $node->psql('postgres', 'DROP DATABASE db2',
+	extra_params => [ '-U', 'mallory' ]);
+like($err, qr/must be owner of database db2/, 'DROP DATABASE db2 by a non-owner fails');
+usleep(1_000_000);
+is( sql('postgres', qq{SELECT count(*) FROM pg_stat_activity WHERE pid = $pid2}), '1',
+	'... and the worker of db2 still runs (the hook stops it only for the owner)');
+
 $log_off = -s $node->logfile;
 $t0 = time;
-my ($rc, $out, $err) = $node->psql('postgres', 'DROP DATABASE db2');
+($rc, $out, $err) = $node->psql('postgres', 'DROP DATABASE db2');
 my $drop_s = time - $t0;
 is($rc, 0, 'DROP DATABASE db2 succeeds while db2 had a worker') or diag $err;
 cmp_ok($drop_s, '<', 4, 'it did not wait out the 5 s PostgreSQL gives other sessions to leave');
