@@ -10,6 +10,7 @@ OBJS = \
 	src/guard.o \
 	src/enqueue.o \
 	src/fair.o \
+	src/limit.o \
 	src/claim.o \
 	src/lease.o \
 	src/transition.o \
@@ -34,7 +35,7 @@ PG_CPPFLAGS = -I$(srcdir)/src -std=c11
 SHLIB_LINK = -lcurl
 
 
-REGRESS = setup enqueue claim fairness transition budget replay_cancel release batch result wait saga guard errors stats receipt \
+REGRESS = setup enqueue claim fairness flow transition budget replay_cancel release batch result wait saga guard errors stats receipt \
 	cron schedule housekeeping http_target privileges explain metrics upgrade
 REGRESS_OPTS = --temp-instance=./tmp_check_regress --temp-config=$(srcdir)/test/ntask.conf
 
@@ -44,7 +45,8 @@ ISOLATION = takeover_w1_w2 claim_skip_locked enqueue_same_key cancel_vs_transiti
 	schedule_fire_same_slot transition_many_vs_takeover transition_and_claim_takeover \
 	transition_many_lock_order receipt_second_token_after_commit claim_wait_woken_by_enqueue \
 	claim_wait_two_waiters notify_at_commit saga_step_vs_cancel saga_stale_step_worker \
-	saga_double_start fair_concurrent_turns
+	saga_double_start fair_concurrent_turns partition_inflight_limit ordered_key_one_in_flight \
+	ordered_takeover rate_limit_concurrent ordered_switch_vs_enqueue
 ISOLATION_OPTS = --temp-instance=./tmp_check_iso --temp-config=$(srcdir)/test/ntask.conf
 
 TAP_TESTS = 1

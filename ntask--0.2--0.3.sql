@@ -1106,6 +1106,59 @@ CREATE INDEX task_partition_due_idx
 	ON ntask.task (queue, partition_key, priority DESC, due_at, task_id)
 	WHERE due_at IS NOT NULL AND partition_key IS NOT NULL;
 
+-- Flow control (docs/design.md "Flow control"): caps on leased tasks, per
+-- key FIFO, token buckets, the retries' share of a claim, and the circuit
+-- breaker of http targets.  NULL (or false) is "off": a queue with every
+-- option off claims exactly as before.
+ALTER TABLE ntask.queue
+	ADD COLUMN max_inflight integer CHECK (max_inflight > 0),
+	ADD COLUMN partition_max_inflight integer CHECK (partition_max_inflight > 0),
+	ADD COLUMN ordered boolean NOT NULL DEFAULT false,
+	ADD COLUMN ordered_skip_repair boolean NOT NULL DEFAULT false,
+	ADD COLUMN rate_n integer CHECK (rate_n > 0),
+	ADD COLUMN rate_per interval CHECK (rate_per > '0'),
+	ADD COLUMN partition_rate_n integer CHECK (partition_rate_n > 0),
+	ADD COLUMN partition_rate_per interval CHECK (partition_rate_per > '0'),
+	ADD COLUMN retry_share real CHECK (retry_share >= 0 AND retry_share <= 1),
+	ADD COLUMN breaker_failures integer CHECK (breaker_failures > 0),
+	ADD COLUMN breaker_cooldown interval NOT NULL DEFAULT '30 seconds'
+		CHECK (breaker_cooldown > '0'),
+	ADD CHECK ((rate_n IS NULL) = (rate_per IS NULL)),
+	ADD CHECK ((partition_rate_n IS NULL) = (partition_rate_per IS NULL));
+COMMENT ON COLUMN ntask.queue.max_inflight IS 'at most this many tasks of the queue leased at once (NULL: no cap)';
+COMMENT ON COLUMN ntask.queue.partition_max_inflight IS 'at most this many tasks of one partition key leased at once (NULL: no cap; needs fairness partition)';
+COMMENT ON COLUMN ntask.queue.ordered IS 'per-key FIFO: a task is handed out only when every earlier task of its key is finished (needs fairness partition)';
+COMMENT ON COLUMN ntask.queue.ordered_skip_repair IS 'with ordered: later tasks of a key may pass a head in repair_required (default: it blocks its key)';
+COMMENT ON COLUMN ntask.queue.rate_n IS 'token bucket of the queue: at most rate_n hand-outs per rate_per (ntask_queue_set rate_limit => ''n/interval'')';
+COMMENT ON COLUMN ntask.queue.partition_rate_n IS 'token bucket per partition key: at most partition_rate_n hand-outs per partition_rate_per';
+COMMENT ON COLUMN ntask.queue.retry_share IS 'when first attempts are due, retries get at most this share of the hand-outs (NULL or 1: no limit)';
+COMMENT ON COLUMN ntask.queue.breaker_failures IS 'http targets: consecutive transient failures that open the circuit breaker (NULL: no breaker)';
+COMMENT ON COLUMN ntask.queue.breaker_cooldown IS 'how long an open breaker sends nothing before one probe';
+
+-- Tasks of an ordered queue carry ordered = true (set at enqueue, or for
+-- the unfinished tasks when the queue turns ordered); the order index
+-- holds them while unfinished or in repair, so the head of a key is one
+-- descent.  Other tasks keep NULL and cost nothing.
+ALTER TABLE ntask.task ADD COLUMN ordered boolean;
+CREATE INDEX task_ordered_idx ON ntask.task (queue, partition_key, task_id)
+	WHERE ordered AND (due_at IS NOT NULL OR state = 'repair_required');
+
+-- The circuit breaker of each http queue (the worker's dispatch): one row
+-- per queue with a breaker that has seen a failure.
+CREATE TABLE ntask.breaker (
+	queue		text PRIMARY KEY REFERENCES ntask.queue ON DELETE CASCADE,
+	state		text NOT NULL DEFAULT 'closed'
+		CHECK (state IN ('closed', 'open', 'half_open')),
+	failures	integer NOT NULL DEFAULT 0,
+	opened_at	timestamptz,
+	open_until	timestamptz,
+	changed_at	timestamptz NOT NULL DEFAULT now()
+);
+COMMENT ON TABLE ntask.breaker IS 'ntask: circuit breaker state of http queues (written by the background worker)';
+SELECT pg_catalog.pg_extension_config_dump('ntask.breaker', '');
+REVOKE ALL ON ntask.breaker FROM PUBLIC;
+GRANT SELECT ON ntask.breaker TO ntask_admin, ntask_monitor;
+
 DROP FUNCTION @extschema@.ntask_queue_set(text, integer, interval, interval, interval, interval, regprocedure, jsonb, interval, boolean);
 CREATE FUNCTION @extschema@.ntask_queue_set(
 	queue text,
@@ -1118,12 +1171,46 @@ CREATE FUNCTION @extschema@.ntask_queue_set(
 	target jsonb DEFAULT NULL,
 	retention interval DEFAULT NULL,
 	notify boolean DEFAULT NULL,
-	fairness text DEFAULT NULL)
+	fairness text DEFAULT NULL,
+	max_inflight integer DEFAULT NULL,
+	partition_max_inflight integer DEFAULT NULL,
+	ordered boolean DEFAULT NULL,
+	ordered_skip_repair boolean DEFAULT NULL,
+	rate_limit text DEFAULT NULL,
+	partition_rate_limit text DEFAULT NULL,
+	retry_share real DEFAULT NULL,
+	breaker_failures integer DEFAULT NULL,
+	breaker_cooldown interval DEFAULT NULL)
 RETURNS SETOF ntask.queue
 AS 'MODULE_PATHNAME', 'ntask_queue_set'
 LANGUAGE C VOLATILE;
-COMMENT ON FUNCTION @extschema@.ntask_queue_set(text, integer, interval, interval, interval, interval, regprocedure, jsonb, interval, boolean, text) IS
-'ntask: create or update a queue''s policy; NULL arguments keep the current value (or the default for a new queue); returns the resulting row';
-REVOKE ALL ON FUNCTION @extschema@.ntask_queue_set(text, integer, interval, interval, interval, interval, regprocedure, jsonb, interval, boolean, text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION @extschema@.ntask_queue_set(text, integer, interval, interval, interval, interval, regprocedure, jsonb, interval, boolean, text) TO ntask_admin;
+COMMENT ON FUNCTION @extschema@.ntask_queue_set(text, integer, interval, interval, interval, interval, regprocedure, jsonb, interval, boolean, text, integer, integer, boolean, boolean, text, text, real, integer, interval) IS
+'ntask: create or update a queue''s policy; NULL arguments keep the current value (or the default for a new queue); 0 (caps, breaker_failures) or ''none'' (rate limits) turns an option off; returns the resulting row';
+REVOKE ALL ON FUNCTION @extschema@.ntask_queue_set(text, integer, interval, interval, interval, interval, regprocedure, jsonb, interval, boolean, text, integer, integer, boolean, boolean, text, text, real, integer, interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.ntask_queue_set(text, integer, interval, interval, interval, interval, regprocedure, jsonb, interval, boolean, text, integer, integer, boolean, boolean, text, text, real, integer, interval) TO ntask_admin;
+
+-- Per queue and partition key: what is waiting, running and stuck.  Reads
+-- only the unfinished tasks (task_due_idx's rows) and those in repair
+-- (task_repair_idx), never the finished history, so its cost is the size
+-- of the backlog, not of the table.  Tasks without a key are the row with
+-- partition_key NULL ('' in a fair queue).
+CREATE VIEW ntask.partition_stats AS
+SELECT t.queue, t.partition_key,
+	   pg_catalog.count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'ready'
+			AND t.due_at OPERATOR(pg_catalog.<=) pg_catalog.now()) AS ready,
+	   pg_catalog.count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'ready'
+			AND t.due_at OPERATOR(pg_catalog.>) pg_catalog.now()) AS scheduled,
+	   pg_catalog.count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'retry_wait') AS retry_wait,
+	   pg_catalog.count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'leased') AS leased,
+	   pg_catalog.count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'repair_required') AS repair_required,
+	   pg_catalog.sum(t.unknown_attempts) FILTER (WHERE t.state OPERATOR(pg_catalog.<>) 'repair_required')::bigint AS unknown_attempts,
+	   pg_catalog.date_part('epoch', pg_catalog.now() OPERATOR(pg_catalog.-)
+			pg_catalog.min(t.due_at) FILTER (WHERE t.state OPERATOR(pg_catalog.<>) 'leased'
+				AND t.due_at OPERATOR(pg_catalog.<=) pg_catalog.now())) AS oldest_due_age_s
+FROM ntask.task t
+WHERE t.due_at IS NOT NULL OR t.state OPERATOR(pg_catalog.=) 'repair_required'
+GROUP BY t.queue, t.partition_key;
+COMMENT ON VIEW ntask.partition_stats IS 'ntask: per queue and partition key: due, scheduled, retrying, leased and repair counts, attempts with unknown outcome of unfinished tasks, and the age of the oldest due task (s)';
+REVOKE ALL ON ntask.partition_stats FROM PUBLIC;
+GRANT SELECT ON ntask.partition_stats TO ntask_admin, ntask_monitor;
 -- end of issue 13

@@ -126,5 +126,12 @@ if [ "$rc" -ne 0 ]; then
 	echo "ntask demo: FAILED (psql exit $rc) in demo/saga.sql" >&2
 	exit "$rc"
 fi
+# part 5: fairness and per-device order (demo/flow.sql)
+$AS_PG "$BINDIR/psql" -X -q -h "$TMP" -p "$PORT" -U postgres -d postgres \
+	-v ON_ERROR_STOP=1 -f - <demo/flow.sql 2>&1 || rc=$?
+if [ "$rc" -ne 0 ]; then
+	echo "ntask demo: FAILED (psql exit $rc) in demo/flow.sql" >&2
+	exit "$rc"
+fi
 echo
 echo "ntask demo: done"

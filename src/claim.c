@@ -57,6 +57,16 @@
 PG_FUNCTION_INFO_V1(ntask_claim);
 
 /*
+ * Column 7 of every pick: does the queue limit its hand-outs (caps, order,
+ * rate limits; docs/design.md "Flow control")?  Then claim_limit decides
+ * which of the picked tasks may go.
+ */
+#define CLAIM_LIMITED \
+	"(q.max_inflight IS NOT NULL OR q.partition_max_inflight IS NOT NULL " \
+	" OR q.ordered OR q.rate_n IS NOT NULL OR q.partition_rate_n IS NOT NULL " \
+	" OR q.retry_share OPERATOR(pg_catalog.<) 1)"
+
+/*
  * The queue's lease and guard come along with every picked row.
  *
  * Priorities are walked one at a time, highest first (a loose index scan:
@@ -74,18 +84,56 @@ PG_FUNCTION_INFO_V1(ntask_claim);
 static NtaskPlan claim_pick_plan = {
 	"claim pick",
 	NTASK_PRIORITY_WALK
-	"SELECT x.task_id, x.was_leased, x.task_key, x.payload, q.lease, q.guard "
+	"SELECT x.task_id, x.was_leased, x.task_key, x.payload, q.lease, q.guard, "
+	"  " CLAIM_LIMITED ", x.retry "
 	"FROM ntask.queue q, pr, LATERAL ( "
 	"  SELECT t.task_id, t.state OPERATOR(pg_catalog.=) 'leased' AS was_leased, "
-	"    t.task_key, t.payload "
+	"    t.task_key, t.payload, t.attempts OPERATOR(pg_catalog.>) 0 AS retry "
 	"  FROM ntask.task t "
 	"  WHERE t.queue OPERATOR(pg_catalog.=) $1 "
 	"    AND t.priority OPERATOR(pg_catalog.=) pr.p "
 	"    AND t.due_at OPERATOR(pg_catalog.<=) pg_catalog.statement_timestamp() "
+	"    AND (NOT $3 OR t.attempts OPERATOR(pg_catalog.=) 0) "
 	"  ORDER BY t.due_at, t.task_id "
 	"  LIMIT " CppAsString2(NTASK_MAX_CLAIM) " FOR UPDATE OF t SKIP LOCKED) x "
 	"WHERE q.queue OPERATOR(pg_catalog.=) $1 AND pr.p IS NOT NULL "
-	"  AND (q.fairness OPERATOR(pg_catalog.=) 'none' OR $3) "
+	"  AND q.fairness OPERATOR(pg_catalog.=) 'none' "
+	"  AND " NTASK_WORKER_RIGHT("q", "2"),
+	3, {TEXTOID, OIDOID, BOOLOID}
+};
+
+/*
+ * The last resort of a fair queue whose keys gave nothing: a task enqueued
+ * without a key by a transaction that read the queue before it turned fair
+ * keeps NULL (no key, so no turn).  Such tasks are looked for among the
+ * queue's first CLAIM_KEYLESS_LOOK due tasks in the plain order only, so a
+ * queue whose keys are all blocked (ordered heads, caps) does not walk its
+ * whole backlog on every claim; they are old, so they come to the front.
+ */
+#define CLAIM_KEYLESS_LOOK 100
+
+static NtaskPlan claim_keyless_pick_plan = {
+	"claim keyless pick",
+	"SELECT x.task_id, x.was_leased, x.task_key, x.payload, q.lease, q.guard, "
+	"  " CLAIM_LIMITED ", x.retry "
+	"FROM ntask.queue q, LATERAL ( "
+	"  SELECT t.task_id, t.state OPERATOR(pg_catalog.=) 'leased' AS was_leased, "
+	"    t.task_key, t.payload, t.attempts OPERATOR(pg_catalog.>) 0 AS retry "
+	"  FROM ntask.task t "
+	"  WHERE t.task_id OPERATOR(pg_catalog.=) ANY (ARRAY( "
+	"      SELECT d.task_id FROM ( "
+	"        SELECT d.task_id, d.partition_key FROM ntask.task d "
+	"        WHERE d.queue OPERATOR(pg_catalog.=) $1 AND d.due_at IS NOT NULL "
+	"          AND d.due_at OPERATOR(pg_catalog.<=) pg_catalog.statement_timestamp() "
+	"        ORDER BY d.priority DESC, d.due_at, d.task_id "
+	"        LIMIT " CppAsString2(CLAIM_KEYLESS_LOOK) ") d "
+	"      WHERE d.partition_key IS NULL)) "
+	"    AND t.partition_key IS NULL "
+	"    AND t.due_at OPERATOR(pg_catalog.<=) pg_catalog.statement_timestamp() "
+	"    AND (NOT $3 OR t.attempts OPERATOR(pg_catalog.=) 0) "
+	"  ORDER BY t.priority DESC, t.due_at, t.task_id "
+	"  FOR UPDATE OF t SKIP LOCKED) x "
+	"WHERE q.queue OPERATOR(pg_catalog.=) $1 "
 	"  AND " NTASK_WORKER_RIGHT("q", "2"),
 	3, {TEXTOID, OIDOID, BOOLOID}
 };
@@ -99,7 +147,8 @@ static NtaskPlan claim_pick_plan = {
 static NtaskPlan claim_queue_plan = {
 	"claim queue",
 	"SELECT q.fairness OPERATOR(pg_catalog.=) 'partition', "
-	"  NOT " NTASK_WORKER_RIGHT("q", "2") " "
+	"  NOT " NTASK_WORKER_RIGHT("q", "2") ", q.ordered, "
+	"  q.ordered OR q.partition_max_inflight IS NOT NULL "
 	"FROM ntask.queue q WHERE q.queue OPERATOR(pg_catalog.=) $1",
 	2, {TEXTOID, OIDOID}
 };
@@ -124,6 +173,30 @@ static NtaskPlan claim_queue_plan = {
 	" ORDER BY t.partition_key LIMIT 1)"
 
 /*
+ * The keys of a fair queue from the cursor $5 on, wrapping around (see
+ * the fair pick below): the CTE k.
+ */
+#define CLAIM_KEY_WALK \
+	"WITH RECURSIVE k1(pk) AS ( " \
+	"  " CLAIM_NEXT_KEY("$5", "") " " \
+	"  UNION ALL " \
+	"  SELECT " CLAIM_NEXT_KEY("k1.pk", "") " FROM k1 WHERE k1.pk IS NOT NULL " \
+	"), k2(pk) AS ( " \
+	"  (SELECT t.partition_key FROM ntask.task t " \
+	"   WHERE t.queue OPERATOR(pg_catalog.=) $1 AND t.due_at IS NOT NULL " \
+	"     AND t.partition_key IS NOT NULL " \
+	"     AND t.partition_key OPERATOR(pg_catalog.<=) $5 " \
+	"   ORDER BY t.partition_key LIMIT 1) " \
+	"  UNION ALL " \
+	"  SELECT " CLAIM_NEXT_KEY("k2.pk", " AND t.partition_key OPERATOR(pg_catalog.<=) $5") \
+	"  FROM k2 WHERE k2.pk IS NOT NULL " \
+	"), k AS ( " \
+	"  SELECT k1.pk FROM k1 WHERE k1.pk IS NOT NULL " \
+	"  UNION ALL " \
+	"  SELECT k2.pk FROM k2 WHERE k2.pk IS NOT NULL " \
+	") "
+
+/*
  * The pick of a fair queue (fairness = 'partition', docs/design.md
  * "Fairness"): round robin over the partition keys in key order (C
  * collation), starting after $5, the key that had the latest turn (fair.c)
@@ -144,66 +217,163 @@ static NtaskPlan claim_queue_plan = {
  * at most CLAIM_TURN_MAX tasks, so a claim holds at most about that many
  * turn locks plus the keys it found all taken (the shared lock table is
  * max_locks_per_transaction per connection); a bigger batch goes by the
- * cursor alone.  Column 7 is the key.
+ * cursor alone (a queue with a per-key cap takes them whatever the
+ * claim's size: at most one per key visited).  $6 are keys a limit held
+ * back earlier in this claim (claim_limit): they are passed by.  With $7
+ * only first attempts are picked (the retries' share, claim_limit).
+ * Columns: CLAIM_PICK_LIMITED, CLAIM_PICK_RETRY, CLAIM_PICK_KEY.
  */
 static NtaskPlan claim_fair_pick_plan = {
 	"claim fair pick",
-	"WITH RECURSIVE k1(pk) AS ( "
-	"  " CLAIM_NEXT_KEY("$5", "") " "
-	"  UNION ALL "
-	"  SELECT " CLAIM_NEXT_KEY("k1.pk", "") " FROM k1 WHERE k1.pk IS NOT NULL "
-	"), k2(pk) AS ( "
-	"  (SELECT t.partition_key FROM ntask.task t "
-	"   WHERE t.queue OPERATOR(pg_catalog.=) $1 AND t.due_at IS NOT NULL "
-	"     AND t.partition_key IS NOT NULL "
-	"     AND t.partition_key OPERATOR(pg_catalog.<=) $5 "
-	"   ORDER BY t.partition_key LIMIT 1) "
-	"  UNION ALL "
-	"  SELECT " CLAIM_NEXT_KEY("k2.pk", " AND t.partition_key OPERATOR(pg_catalog.<=) $5")
-	"  FROM k2 WHERE k2.pk IS NOT NULL "
-	"), k AS ( "
-	"  SELECT k1.pk FROM k1 WHERE k1.pk IS NOT NULL "
-	"  UNION ALL "
-	"  SELECT k2.pk FROM k2 WHERE k2.pk IS NOT NULL "
-	") "
-	"SELECT x.task_id, x.was_leased, x.task_key, x.payload, q.lease, q.guard, k.pk "
+	CLAIM_KEY_WALK
+	"SELECT x.task_id, x.was_leased, x.task_key, x.payload, q.lease, q.guard, "
+	"  " CLAIM_LIMITED ", x.retry, k.pk "
 	"FROM ntask.queue q, k, LATERAL ( "
 	"  SELECT t.task_id, t.state OPERATOR(pg_catalog.=) 'leased' AS was_leased, "
-	"    t.task_key, t.payload "
+	"    t.task_key, t.payload, t.attempts OPERATOR(pg_catalog.>) 0 AS retry "
 	"  FROM ntask.task t "
 	"  WHERE t.queue OPERATOR(pg_catalog.=) $1 "
 	"    AND t.partition_key OPERATOR(pg_catalog.=) k.pk "
 	"    AND t.partition_key IS NOT NULL AND t.due_at IS NOT NULL "
 	"    AND t.due_at OPERATOR(pg_catalog.<=) pg_catalog.statement_timestamp() "
+	"    AND (NOT $7 OR t.attempts OPERATOR(pg_catalog.=) 0) "
 	"  ORDER BY t.priority DESC, t.due_at, t.task_id "
 	"  LIMIT $3 FOR UPDATE OF t SKIP LOCKED) x "
 	"WHERE q.queue OPERATOR(pg_catalog.=) $1 "
-	"  AND q.fairness OPERATOR(pg_catalog.=) 'partition' "
+	"  AND q.fairness OPERATOR(pg_catalog.=) 'partition' AND NOT q.ordered "
 	"  AND " NTASK_WORKER_RIGHT("q", "2") " "
+	"  AND k.pk OPERATOR(pg_catalog.<>) ALL ($6) "
 	"  AND (NOT $4 OR CASE WHEN EXISTS (SELECT 1 FROM ntask.task d "
 	"    WHERE d.queue OPERATOR(pg_catalog.=) $1 "
 	"      AND d.partition_key OPERATOR(pg_catalog.=) k.pk "
 	"      AND d.partition_key IS NOT NULL AND d.due_at IS NOT NULL "
 	"      AND d.due_at OPERATOR(pg_catalog.<=) pg_catalog.statement_timestamp()) "
 	"    THEN pg_catalog.pg_try_advisory_xact_lock(" CLAIM_TURN_LOCK("k.pk") ") END)",
-	5, {TEXTOID, OIDOID, INT4OID, BOOLOID, TEXTOID}
+	7, {TEXTOID, OIDOID, INT4OID, BOOLOID, TEXTOID, TEXTARRAYOID, BOOLOID}
 };
+
+/*
+ * The pick of an ordered queue (ordered => true, docs/design.md "Flow
+ * control"): the same walk over keys, and from each key only its head, the
+ * task with the lowest id among the key's unfinished tasks and those in
+ * repair (task_ordered_idx; with ordered_skip_repair the ones in repair are
+ * passed), if it is due and this claim gets the key's turn lock (tried
+ * only for a due head, before the row lock).  A head that is leased,
+ * waiting for its retry, scheduled for later or in repair blocks its key
+ * and only its key.  The turn lock, held to commit, makes the in-flight
+ * count claim_limit reads afterwards (in a new snapshot) exact: no other
+ * claim can lease a task of the key meanwhile.
+ */
+static NtaskPlan claim_ordered_pick_plan = {
+	"claim ordered pick",
+	CLAIM_KEY_WALK
+	"SELECT x.task_id, x.was_leased, x.task_key, x.payload, q.lease, q.guard, "
+	"  true, x.retry, k.pk "
+	"FROM ntask.queue q, k, LATERAL ( "
+	"  SELECT t.task_id, t.state OPERATOR(pg_catalog.=) 'leased' AS was_leased, "
+	"    t.task_key, t.payload, t.attempts OPERATOR(pg_catalog.>) 0 AS retry "
+	"  FROM ntask.task t "
+	"  WHERE t.task_id OPERATOR(pg_catalog.=) (SELECT h.task_id FROM ntask.task h "
+	"      WHERE h.queue OPERATOR(pg_catalog.=) $1 "
+	"        AND h.partition_key OPERATOR(pg_catalog.=) k.pk AND h.ordered "
+	"        AND (h.due_at IS NOT NULL OR h.state OPERATOR(pg_catalog.=) 'repair_required') "
+	"        AND NOT (q.ordered_skip_repair AND h.state OPERATOR(pg_catalog.=) 'repair_required') "
+	"      ORDER BY h.task_id LIMIT 1) "
+	"    AND CASE WHEN t.due_at OPERATOR(pg_catalog.<=) pg_catalog.statement_timestamp() "
+	"      THEN pg_catalog.pg_try_advisory_xact_lock(" CLAIM_TURN_LOCK("k.pk") ") END "
+	"  FOR UPDATE OF t SKIP LOCKED) x "
+	"WHERE q.queue OPERATOR(pg_catalog.=) $1 "
+	"  AND q.fairness OPERATOR(pg_catalog.=) 'partition' AND q.ordered "
+	"  AND " NTASK_WORKER_RIGHT("q", "2") " "
+	"  AND k.pk OPERATOR(pg_catalog.<>) ALL ($6)",
+	7, {TEXTOID, OIDOID, INT4OID, BOOLOID, TEXTOID, TEXTARRAYOID, BOOLOID}
+};
+
+/*
+ * A limited queue's policy (claim_limit), read once per claim.  The rate
+ * intervals come as microseconds.
+ */
+static NtaskPlan claim_policy_plan = {
+	"claim policy",
+	"SELECT q.max_inflight, q.partition_max_inflight, q.ordered, "
+	"  q.rate_n, (pg_catalog.date_part('epoch', q.rate_per) OPERATOR(pg_catalog.*) 1000000)::bigint, "
+	"  q.partition_rate_n, "
+	"  (pg_catalog.date_part('epoch', q.partition_rate_per) OPERATOR(pg_catalog.*) 1000000)::bigint, "
+	"  coalesce(q.retry_share, 1) "
+	"FROM ntask.queue q WHERE q.queue OPERATOR(pg_catalog.=) $1",
+	1, {TEXTOID}
+};
+
+/*
+ * The queue's cap lock (max_inflight): a transaction-level advisory lock,
+ * only tried, held to commit by the claim that holds it, so the count that
+ * follows in a new snapshot is exact.
+ */
+static NtaskPlan claim_cap_lock_plan = {
+	"claim cap lock",
+	"SELECT pg_catalog.pg_try_advisory_xact_lock("
+	"  pg_catalog.hashtextextended($1, 1851880299))",
+	1, {TEXTOID}
+};
+
+/*
+ * The queue's leased tasks whose lease has not run out, per partition key.
+ * Through task_lease_idx (the queue test is kept out of the index's reach,
+ * so no plan walks the queue's backlog in task_due_idx): it reads every
+ * lease of the database that is still running, so it costs what is in
+ * flight, not what is queued.
+ */
+static NtaskPlan claim_inflight_plan = {
+	"claim in flight",
+	"SELECT t.partition_key, pg_catalog.count(*)::integer FROM ntask.task t "
+	"WHERE t.lease_until OPERATOR(pg_catalog.>) pg_catalog.statement_timestamp() "
+	"  AND (t.queue OPERATOR(pg_catalog.=) $1) IS TRUE "
+	"  AND t.state OPERATOR(pg_catalog.=) 'leased' "
+	"GROUP BY t.partition_key",
+	1, {TEXTOID}
+};
+
+/*
+ * columns of a pick: 7 says the queue has limits, 8 that the task is a
+ * retry (an attempt was made), 9 the key (fair and ordered picks)
+ */
+#define CLAIM_PICK_LIMITED 7
+#define CLAIM_PICK_RETRY 8
+#define CLAIM_PICK_KEY 9
 
 /* claims of more tasks than this take no turn locks (see above) */
 #define CLAIM_TURN_MAX 32
 
 /*
  * What a claim knows about its queue's order across rounds: mode -1 while
- * the fairness is unknown, 0 none, 1 partition; per, the most a fair pick
- * takes from one key (1 in the first round, so each key gets a turn before
- * any gets a second; after a round that went around every key with work
- * and still left the claim short, the rest split over the keys that had
- * some).
+ * the fairness is unknown, 0 none, 1 partition, 2 ordered (partition, one
+ * head per key); per, the most a fair pick takes from one key (1 in the
+ * first round, so each key gets a turn before any gets a second; after a
+ * round that went around every key with work and still left the claim
+ * short, the rest split over the keys that had some); turns, a per-key
+ * cap or order: only keys whose turn lock this claim holds are served.
+ * The limits (policy) are read when the first pick says the queue has
+ * some; held is set when a queue-wide limit kept a picked task back (the
+ * claim looks no further: the held rows stay locked by it), held_keys
+ * collects the keys a per-key limit held back (later rounds pass them).
  */
 typedef struct ClaimOrder
 {
 	int			mode;
 	int			per;
+	bool		turns;
+	bool		policy_read;
+	bool		held;
+	int			max_inflight;	/* 0: none */
+	int			partition_max_inflight; /* 0: none; 1 when ordered */
+	int			rate_n;			/* 0: none */
+	int64		rate_per;
+	int			partition_rate_n;
+	int64		partition_rate_per;
+	List	   *held_keys;		/* text *: keys a per-key limit held back */
+	float4		retry_share;	/* 1: no share */
+	bool		fresh_only;		/* retries over their share were held back */
+	bool		share_off;		/* no first attempt is due: retries take all */
 } ClaimOrder;
 
 /*
@@ -361,6 +531,20 @@ NtaskCloseExpiredAttempts(Datum task_ids)
 	return NtaskInt8Array(invoked, ninvoked);
 }
 
+/* claim_held_keys: order->held_keys as a text[] */
+static Datum
+claim_held_keys(ClaimOrder *order)
+{
+	int			n = list_length(order->held_keys);
+	Datum	   *elems = palloc(sizeof(Datum) * Max(n, 1));
+	ListCell   *lc;
+	int			i = 0;
+
+	foreach(lc, order->held_keys)
+		elems[i++] = PointerGetDatum(lfirst(lc));
+	return PointerGetDatum(construct_array(elems, n, TEXTOID, -1, false, TYPALIGN_INT));
+}
+
 /*
  * claim_pick
  *		Pick (lock) up to want due tasks of queue, in the queue's order.
@@ -369,28 +553,31 @@ NtaskCloseExpiredAttempts(Datum task_ids)
  *		unknown, one statement checks the queue (42704 if unknown, 42501
  *		without the right) and tells its fairness.  A fair queue runs the
  *		fair pick's first pass (keys no other claim is serving), then its
- *		second (any key), and, when both find nothing, the plain pick once
- *		more (a task enqueued without a key by a transaction that read the
- *		queue before it turned fair keeps NULL: it is served when no key
- *		has due work).  A fair pick moves the queue's cursor (fair.c) to
+ *		second (any key), and, when both find nothing, the keyless pick (a
+ *		task enqueued without a key by a transaction that read the queue
+ *		before it turned fair keeps NULL: it is served when no key gives
+ *		a task).  An ordered queue runs the ordered pick instead of
+ *		the fair one, and a queue with a per-key cap or order only the
+ *		first pass.  A fair pick moves the queue's cursor (fair.c) to
  *		the last key it picked from.  Returns the number of rows picked, in
- *		SPI_tuptable: columns 1-6 of claim_pick_plan, plus the key as
- *		column 7 for a fair pick.
+ *		SPI_tuptable: columns 1-8 of claim_pick_plan, plus the key as
+ *		column 9 (CLAIM_PICK_KEY) for a fair or ordered pick.
  */
 static int
 claim_pick(text *queue, int want, ClaimOrder *order)
 {
-	Datum		values[5];
+	Datum		values[7];
 	int			n;
 	char	   *qname;
 	bool		isnull;
+	NtaskPlan  *fair;
 
 	values[0] = PointerGetDatum(queue);
 	values[1] = ObjectIdGetDatum(NtaskCaller());
-	if (order->mode != 1)
+	values[2] = BoolGetDatum(order->fresh_only);
+	if (order->mode < 1)
 	{
 		/* a constant LIMIT for the plan; the executor stops at want rows */
-		values[2] = BoolGetDatum(false);
 		n = NtaskExecPlanCount(&claim_pick_plan, values, NULL,
 							   SPI_OK_SELECT, want);
 		if (n > 0)
@@ -405,30 +592,251 @@ claim_pick(text *queue, int want, ClaimOrder *order)
 			NtaskQueueNotFound(text_to_cstring(queue));
 		if (NtaskGetBool(0, 2))
 			NtaskCheckQueueRight(queue, false); /* raises 42501 */
-		order->mode = NtaskGetBool(0, 1) ? 1 : 0;
+		order->mode = !NtaskGetBool(0, 1) ? 0 : NtaskGetBool(0, 3) ? 2 : 1;
+		order->turns = NtaskGetBool(0, 4);
 		if (order->mode == 0)
 			return 0;
 	}
 	qname = text_to_cstring(queue);
 	values[2] = Int32GetDatum(order->per);
 	values[4] = PointerGetDatum(NtaskFairCursor(qname));
-	values[3] = BoolGetDatum(want <= CLAIM_TURN_MAX);
-	n = NtaskExecPlanCount(&claim_fair_pick_plan, values, NULL,
-						   SPI_OK_SELECT, want);
-	if (n == 0 && want <= CLAIM_TURN_MAX)
+	values[3] = BoolGetDatum(order->turns || want <= CLAIM_TURN_MAX);
+	values[5] = claim_held_keys(order);
+	values[6] = BoolGetDatum(order->fresh_only);
+	fair = order->mode == 2 ? &claim_ordered_pick_plan : &claim_fair_pick_plan;
+	n = NtaskExecPlanCount(fair, values, NULL, SPI_OK_SELECT, want);
+	/* a per-key cap or order is kept by the turn locks: no second pass */
+	if (n == 0 && want <= CLAIM_TURN_MAX && !order->turns)
 	{
 		values[3] = BoolGetDatum(false);
-		n = NtaskExecPlanCount(&claim_fair_pick_plan, values, NULL,
-							   SPI_OK_SELECT, want);
+		n = NtaskExecPlanCount(fair, values, NULL, SPI_OK_SELECT, want);
 	}
 	if (n > 0)
 	{
-		NtaskFairAdvance(qname, DatumGetTextPP(NtaskGetDatum(n - 1, 7, &isnull)));
+		NtaskFairAdvance(qname, DatumGetTextPP(NtaskGetDatum(n - 1, CLAIM_PICK_KEY, &isnull)));
 		return n;
 	}
-	values[2] = BoolGetDatum(true);
-	return NtaskExecPlanCount(&claim_pick_plan, values, NULL,
+	values[2] = BoolGetDatum(order->fresh_only);
+	return NtaskExecPlanCount(&claim_keyless_pick_plan, values, NULL,
 							  SPI_OK_SELECT, want);
+}
+
+/* claim_text_eq: two text Datums (possibly NULL) hold the same bytes */
+static bool
+claim_text_eq(Datum a, bool anull, Datum b, bool bnull)
+{
+	text	   *ta;
+	text	   *tb;
+
+	if (anull || bnull)
+		return anull && bnull;
+	ta = DatumGetTextPP(a);
+	tb = DatumGetTextPP(b);
+	return VARSIZE_ANY_EXHDR(ta) == VARSIZE_ANY_EXHDR(tb) &&
+		memcmp(VARDATA_ANY(ta), VARDATA_ANY(tb), VARSIZE_ANY_EXHDR(ta)) == 0;
+}
+
+/* claim_hold_key: later rounds of this claim pass key k by */
+static void
+claim_hold_key(ClaimOrder *order, Datum k, bool isnull)
+{
+	if (!isnull)
+		order->held_keys = lappend(order->held_keys,
+								   DatumGetTextPCopy(k));
+}
+
+/*
+ * claim_limit
+ *		Which of the npicked tasks of pick a limited queue may hand out
+ *		(keep[r]); returns how many.  In this order (docs/design.md "Flow
+ *		control"):
+ *
+ *		caps	max_inflight: the queue's cap lock is tried (a claim holding it
+ *				is deciding; this one hands out nothing and says held);
+ *				partition_max_inflight, or 1 for an ordered queue: the key's
+ *				turn lock is already held (the pick took it).  Then the
+ *				leases still running are counted in a new snapshot, which
+ *				sees every lease committed before the lock was taken, and
+ *				the picked tasks are kept in pick order while they fit.
+ *		rates	one token of the queue's bucket and of the key's (limit.c)
+ *				per kept task, in pick order; a task without tokens stays.
+ *
+ *		A task kept back stays as it is (due, no attempt, no budget); its
+ *		row lock is held until the claim's transaction ends, so the claim
+ *		looks no further (order->held).
+ */
+static int
+claim_limit(text *queue, SPITupleTable *pick, int npicked, bool fair_pick,
+			ClaimOrder *order, bool *keep)
+{
+	Datum		values[1];
+	int			kept = 0;
+	int			r;
+	bool		isnull;
+
+	values[0] = PointerGetDatum(queue);
+	if (!order->policy_read)
+	{
+		(void) NtaskExecPlan(&claim_policy_plan, values, NULL, SPI_OK_SELECT);
+		order->max_inflight = NtaskGetInt32(0, 1);
+		order->partition_max_inflight = NtaskGetBool(0, 3) ? 1 : NtaskGetInt32(0, 2);
+		order->rate_n = NtaskGetInt32(0, 4);
+		order->rate_per = NtaskGetInt64(0, 5);
+		order->partition_rate_n = NtaskGetInt32(0, 6);
+		order->partition_rate_per = NtaskGetInt64(0, 7);
+		order->retry_share = DatumGetFloat4(NtaskGetDatum(0, 8, &isnull));
+		order->policy_read = true;
+		if ((order->rate_n > 0 || order->partition_rate_n > 0 ||
+			 order->retry_share < 1.0f) && !NtaskLimitAvailable())
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("ntask: queue \"%s\" has a rate limit or a retry share, which needs ntask in shared_preload_libraries",
+							text_to_cstring(queue))));
+	}
+	for (r = 0; r < npicked; r++)
+		keep[r] = true;
+	kept = npicked;
+
+	if (order->max_inflight > 0 || order->partition_max_inflight > 0)
+	{
+		SPITupleTable *counts;
+		int			nrows;
+		int			total = 0;
+		int		   *perkey = palloc0(sizeof(int) * npicked);
+
+		if (order->max_inflight > 0)
+		{
+			(void) NtaskExecPlan(&claim_cap_lock_plan, values, NULL, SPI_OK_SELECT);
+			if (!NtaskGetBool(0, 1))
+			{
+				for (r = 0; r < npicked; r++)
+					keep[r] = false;
+				order->held = true;
+				SPI_tuptable = pick;
+				return 0;
+			}
+		}
+		nrows = NtaskExecPlan(&claim_inflight_plan, values, NULL, SPI_OK_SELECT);
+		counts = SPI_tuptable;
+		for (r = 0; r < nrows; r++)
+			total += NtaskGetInt32(r, 2);
+		/* the leases running for each picked task's key */
+		if (fair_pick && order->partition_max_inflight > 0)
+			for (r = 0; r < npicked; r++)
+			{
+				Datum		k;
+				bool		knull;
+				int			c;
+
+				SPI_tuptable = pick;
+				k = NtaskGetDatum(r, CLAIM_PICK_KEY, &knull);
+				SPI_tuptable = counts;
+				for (c = 0; c < nrows; c++)
+				{
+					Datum		ck = NtaskGetDatum(c, 1, &isnull);
+
+					if (claim_text_eq(k, knull, ck, isnull))
+						perkey[r] = NtaskGetInt32(c, 2);
+				}
+			}
+		SPI_tuptable = pick;
+		kept = 0;
+		for (r = 0; r < npicked; r++)
+		{
+			int			same = 0;	/* kept before r with r's key */
+			int			p;
+
+			if (order->max_inflight > 0 && total + kept >= order->max_inflight)
+			{
+				keep[r] = false;
+				order->held = true;
+			}
+			else if (fair_pick && order->partition_max_inflight > 0)
+			{
+				Datum		k = NtaskGetDatum(r, CLAIM_PICK_KEY, &isnull);
+
+				for (p = 0; p < r; p++)
+				{
+					bool		pnull;
+
+					if (keep[p] &&
+						claim_text_eq(k, isnull, NtaskGetDatum(p, CLAIM_PICK_KEY, &pnull), pnull))
+						same++;
+				}
+				if (perkey[r] + same >= order->partition_max_inflight)
+				{
+					keep[r] = false;
+					claim_hold_key(order, k, isnull);
+				}
+			}
+			if (keep[r])
+				kept++;
+		}
+	}
+
+	/*
+	 * The retries' share: while first attempts are due, a retry goes only
+	 * while retries have had at most retry_share of the queue's recent
+	 * hand-outs (limit.c); one held back makes the next rounds look for
+	 * first attempts only, and when those find none, retries take all.
+	 */
+	if (order->retry_share < 1.0f && !order->share_off && order->mode != 2)
+	{
+		char	   *qname = text_to_cstring(queue);
+
+		SPI_tuptable = pick;
+		for (r = 0; r < npicked; r++)
+		{
+			if (!keep[r])
+				continue;
+			if (!NtaskShareTake(qname, order->retry_share,
+								NtaskGetBool(r, CLAIM_PICK_RETRY)))
+			{
+				keep[r] = false;
+				kept--;
+				order->fresh_only = true;
+			}
+		}
+	}
+
+	if (order->rate_n > 0 || (order->partition_rate_n > 0 && fair_pick))
+	{
+		TimestampTz now = GetCurrentStatementStartTimestamp();
+		char	   *qname = text_to_cstring(queue);
+
+		SPI_tuptable = pick;
+		for (r = 0; r < npicked; r++)
+		{
+			text	   *k = NULL;
+			TimestampTz next;
+			int			empty;
+
+			if (!keep[r])
+				continue;
+			if (fair_pick && order->partition_rate_n > 0)
+			{
+				Datum		kd = NtaskGetDatum(r, CLAIM_PICK_KEY, &isnull);
+
+				k = isnull ? NULL : DatumGetTextPP(kd);
+			}
+			empty = NtaskLimitTake(qname, order->rate_n, order->rate_per,
+								   k ? VARDATA_ANY(k) : NULL,
+								   k ? VARSIZE_ANY_EXHDR(k) : 0,
+								   order->partition_rate_n, order->partition_rate_per,
+								   now, &next);
+			if (empty != 0)
+			{
+				keep[r] = false;
+				kept--;
+				if (empty == NTASK_LIMIT_QUEUE)
+					order->held = true;
+				else
+					claim_hold_key(order, PointerGetDatum(k), false);
+			}
+		}
+	}
+	SPI_tuptable = pick;
+	return kept;
 }
 
 /*
@@ -455,6 +863,8 @@ claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
 	int			npicked;
 	Datum	   *ids;
 	Datum	   *taken;
+	bool	   *keep;
+	int			nheld;
 	Datum		invoked_ids;
 	bool		fair_pick;
 	int			nkeys = 0;
@@ -464,9 +874,18 @@ claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
 	int			leased = 0;
 	int			r;
 
+	nheld = list_length(order->held_keys);
 	npicked = claim_pick(queue, want, order);
 	pick = SPI_tuptable;
 	*more = false;
+	if (npicked == 0 && order->fresh_only)
+	{
+		/* no first attempt is due: the held retries may go after all */
+		order->fresh_only = false;
+		order->share_off = true;
+		*more = true;
+		return 0;
+	}
 	if (npicked == 0)
 		return -1;
 	lease = lease_arg ? lease_arg : NtaskGetDatum(0, 5, &isnull);
@@ -475,7 +894,12 @@ claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
 
 	ids = palloc(sizeof(Datum) * npicked);
 	taken = palloc(sizeof(Datum) * npicked);
-	fair_pick = pick->tupdesc->natts >= 7;
+	keep = palloc(sizeof(bool) * npicked);
+	fair_pick = pick->tupdesc->natts >= CLAIM_PICK_KEY;
+	if (NtaskGetBool(0, CLAIM_PICK_LIMITED))
+		(void) claim_limit(queue, pick, npicked, fair_pick, order, keep);
+	else
+		memset(keep, true, sizeof(bool) * npicked);
 	for (r = 0; r < npicked; r++)
 	{
 		int64		task_id;
@@ -487,9 +911,11 @@ claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
 		/* keys in this pick (rows of one key are adjacent) */
 		if (fair_pick &&
 			(r == 0 || !DatumGetBool(DirectFunctionCall2Coll(texteq, C_COLLATION_OID,
-															 NtaskGetDatum(r, 7, &isnull),
-															 NtaskGetDatum(r - 1, 7, &isnull)))))
+															 NtaskGetDatum(r, CLAIM_PICK_KEY, &isnull),
+															 NtaskGetDatum(r - 1, CLAIM_PICK_KEY, &isnull)))))
 			nkeys++;
+		if (!keep[r])
+			continue;			/* held back by a limit (claim_limit) */
 		if (guard != NULL)
 		{
 			char	   *reason;
@@ -561,7 +987,13 @@ claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
 	}
 
 	*more = npicked == want && leased < want;
-	if (fair_pick && npicked < want && leased < want)
+	if (order->held)
+		*more = false;			/* held rows stay locked: look no further */
+	else if (order->fresh_only && leased < want)
+		*more = true;			/* look for first attempts */
+	else if (order->mode == 2)
+		*more = list_length(order->held_keys) > nheld && leased < want;
+	else if (fair_pick && npicked < want && leased < want)
 	{
 		/* went around every key with work: split the rest over them */
 		order->per = (want - leased + nkeys - 1) / nkeys;
@@ -610,7 +1042,9 @@ NtaskClaimInto(ReturnSetInfo *rsinfo, text *queue, text *worker, int max_tasks,
 	int			round;
 	bool		more = true;
 	int64		lease_usecs = 0;
-	ClaimOrder	order = {-1, 1};
+	ClaimOrder	order = {-1, 1};	/* the rest zero */
+
+	order.retry_share = 1.0f;
 
 	Assert(nextra >= 0 && nextra <= CLAIM_MAX_EXTRA);
 	for (round = 0; round < CLAIM_MAX_ROUNDS && got < max_tasks && more; round++)

@@ -58,15 +58,19 @@ PG_FUNCTION_INFO_V1(ntask_enqueue_many);
 #define ENQ_PARTITION(pk) \
 	"coalesce(" pk ", CASE WHEN q.fairness OPERATOR(pg_catalog.<>) 'none' THEN '' END)"
 
+/* a task of an ordered queue joins the order index (task_ordered_idx) */
+#define ENQ_ORDERED "CASE WHEN q.ordered THEN true END"
+
 static NtaskPlan enq_insert_plan = {
 	"enqueue insert",
 	"INSERT INTO ntask.task AS t (queue, task_key, payload, payload_digest, "
 	"  digest_version, partition_key, priority, run_at, due_at, max_attempts, "
-	"  deadline) "
+	"  deadline, ordered) "
 	"SELECT q.queue, $2, $3, $4, $5, " ENQ_PARTITION("$6") ", $7, "
 	"  coalesce($8, pg_catalog.statement_timestamp()), coalesce($8, pg_catalog.statement_timestamp()), "
 	"  q.max_attempts, "
-	"  GREATEST(pg_catalog.statement_timestamp(), $8) OPERATOR(pg_catalog.+) q.total_deadline "
+	"  GREATEST(pg_catalog.statement_timestamp(), $8) OPERATOR(pg_catalog.+) q.total_deadline, "
+	"  " ENQ_ORDERED " "
 	"FROM ntask.queue q WHERE q.queue OPERATOR(pg_catalog.=) $1 "
 	"  AND (q.producer_role IS NULL "
 	"       OR pg_catalog.pg_has_role($9, q.producer_role, 'USAGE')) "
@@ -143,11 +147,13 @@ enq_put(ReturnSetInfo *rsinfo, Datum *out, bool *outnulls)
 static NtaskPlan enq_step_plan = {
 	"enqueue saga step",
 	"INSERT INTO ntask.task AS t (queue, task_key, payload, payload_digest, "
-	"  digest_version, partition_key, run_at, due_at, max_attempts, deadline, saga_id) "
+	"  digest_version, partition_key, run_at, due_at, max_attempts, deadline, saga_id, "
+	"  ordered) "
 	"SELECT q.queue, $2, $3, $4, $5, " ENQ_PARTITION("NULL::text") ", "
 	"  pg_catalog.statement_timestamp(), "
 	"  pg_catalog.statement_timestamp(), q.max_attempts, "
-	"  pg_catalog.statement_timestamp() OPERATOR(pg_catalog.+) q.total_deadline, $6 "
+	"  pg_catalog.statement_timestamp() OPERATOR(pg_catalog.+) q.total_deadline, $6, "
+	"  " ENQ_ORDERED " "
 	"FROM ntask.queue q WHERE q.queue OPERATOR(pg_catalog.=) $1 "
 	"ON CONFLICT (queue, task_key) DO NOTHING "
 	"RETURNING t.task_id, " ENQ_QUEUE_FLAGS,
@@ -307,11 +313,12 @@ static NtaskPlan enq_many_insert_plan = {
 	"enqueue many insert",
 	"INSERT INTO ntask.task AS t (queue, task_key, payload, payload_digest, "
 	"  digest_version, partition_key, priority, run_at, due_at, max_attempts, "
-	"  deadline) "
+	"  deadline, ordered) "
 	"SELECT q.queue, i.k, i.p, i.d, $5, " ENQ_PARTITION("i.pk") ", $7, "
 	"  coalesce($8, pg_catalog.statement_timestamp()), coalesce($8, pg_catalog.statement_timestamp()), "
 	"  q.max_attempts, "
-	"  GREATEST(pg_catalog.statement_timestamp(), $8) OPERATOR(pg_catalog.+) q.total_deadline "
+	"  GREATEST(pg_catalog.statement_timestamp(), $8) OPERATOR(pg_catalog.+) q.total_deadline, "
+	"  " ENQ_ORDERED " "
 	"FROM ntask.queue q, "
 	"  ROWS FROM (pg_catalog.unnest($2), pg_catalog.unnest($3), "
 	"             pg_catalog.unnest($4), pg_catalog.unnest($6)) "

@@ -73,6 +73,7 @@ ntask_shmem_request(void)
 	NtaskShmemRequest();
 	NtaskWaitShmemRequest();
 	NtaskFairShmemRequest();
+	NtaskLimitShmemRequest();
 }
 
 static void
@@ -83,6 +84,7 @@ ntask_shmem_startup(void)
 	NtaskShmemStartup();
 	NtaskWaitShmemStartup();
 	NtaskFairShmemStartup();
+	NtaskLimitShmemStartup();
 }
 
 /*

@@ -73,7 +73,7 @@ extern int	ntask_max_result_bytes;
  * A statement prepared once per backend with SPI_prepare + SPI_keepplan.
  * Declared as a static in the file that owns the SQL; "plan" starts NULL.
  */
-#define NTASK_PLAN_MAX_ARGS 16
+#define NTASK_PLAN_MAX_ARGS 24
 typedef struct NtaskPlan
 {
 	const char *name;			/* for error messages */
@@ -288,6 +288,18 @@ extern void NtaskFairShmemRequest(void);
 extern void NtaskFairShmemStartup(void);
 extern text *NtaskFairCursor(const char *queue);
 extern void NtaskFairAdvance(const char *queue, text *key);
+
+/* limit.c: token buckets of rate limits */
+extern void NtaskLimitShmemRequest(void);
+extern void NtaskLimitShmemStartup(void);
+extern bool NtaskLimitAvailable(void);
+#define NTASK_LIMIT_QUEUE	1
+#define NTASK_LIMIT_KEY		2
+extern int	NtaskLimitTake(const char *queue, int qn, int64 qper_usecs,
+						   const char *key, int keylen, int kn,
+						   int64 kper_usecs, TimestampTz now,
+						   TimestampTz *next);
+extern bool NtaskShareTake(const char *queue, float4 share, bool retry);
 extern void NtaskWakeWaitersAtCommit(const char *queue, int ndue,
 									 TimestampTz later);
 extern int	NtaskClaimWait(ReturnSetInfo *rsinfo, text *queue, text *worker,

@@ -28,6 +28,9 @@
 #include "utils/lsyscache.h"
 #include "utils/regproc.h"
 #include "utils/syscache.h"
+#include "utils/timestamp.h"
+
+#include <errno.h>
 
 PG_FUNCTION_INFO_V1(ntask_queue_set);
 PG_FUNCTION_INFO_V1(ntask_queue_set_roles);
@@ -39,6 +42,13 @@ static NtaskPlan queue_insert_plan = {
 	"ON CONFLICT (queue) DO NOTHING",
 	1, {TEXTOID}
 };
+
+/*
+ * Parameters of queue_update_plan: the 20 arguments of ntask_queue_set,
+ * with each rate limit as two (count, interval; count 0 for 'none').
+ */
+#define QUEUE_NARGS 20
+#define QUEUE_NPARAMS 22
 
 static NtaskPlan queue_update_plan = {
 	"queue update",
@@ -53,13 +63,31 @@ static NtaskPlan queue_update_plan = {
 	"  retention = coalesce($9, q.retention), "
 	"  notify = coalesce($10, q.notify), "
 	"  fairness = coalesce($11, q.fairness), "
+	"  max_inflight = CASE WHEN $12 IS NULL THEN q.max_inflight ELSE NULLIF($12, 0) END, "
+	"  partition_max_inflight = CASE WHEN $13 IS NULL THEN q.partition_max_inflight "
+	"    ELSE NULLIF($13, 0) END, "
+	"  ordered = coalesce($14, q.ordered), "
+	"  ordered_skip_repair = coalesce($15, q.ordered_skip_repair), "
+	"  rate_n = CASE WHEN $16 IS NULL THEN q.rate_n ELSE NULLIF($16, 0) END, "
+	"  rate_per = CASE WHEN $16 IS NULL THEN q.rate_per WHEN $16 OPERATOR(pg_catalog.=) 0 THEN NULL ELSE $17 END, "
+	"  partition_rate_n = CASE WHEN $18 IS NULL THEN q.partition_rate_n "
+	"    ELSE NULLIF($18, 0) END, "
+	"  partition_rate_per = CASE WHEN $18 IS NULL THEN q.partition_rate_per "
+	"    WHEN $18 OPERATOR(pg_catalog.=) 0 THEN NULL ELSE $19 END, "
+	"  retry_share = CASE WHEN $20 IS NULL THEN q.retry_share "
+	"    WHEN $20 OPERATOR(pg_catalog.>=) 1 THEN NULL ELSE $20 END, "
+	"  breaker_failures = CASE WHEN $21 IS NULL THEN q.breaker_failures "
+	"    ELSE NULLIF($21, 0) END, "
+	"  breaker_cooldown = coalesce($22, q.breaker_cooldown), "
 	"  updated_at = pg_catalog.statement_timestamp() "
 	"WHERE q.queue OPERATOR(pg_catalog.=) $1 "
 	"  AND coalesce($6, q.backoff_max) OPERATOR(pg_catalog.>=) "
 	"      coalesce($5, q.backoff_base) "
 	"RETURNING q.*",
-	11, {TEXTOID, INT4OID, INTERVALOID, INTERVALOID, INTERVALOID, INTERVALOID,
-	TEXTOID, JSONBOID, INTERVALOID, BOOLOID, TEXTOID}
+	QUEUE_NPARAMS, {TEXTOID, INT4OID, INTERVALOID, INTERVALOID, INTERVALOID, INTERVALOID,
+		TEXTOID, JSONBOID, INTERVALOID, BOOLOID, TEXTOID,
+		INT4OID, INT4OID, BOOLOID, BOOLOID, INT4OID, INTERVALOID, INT4OID,
+	INTERVALOID, FLOAT4OID, INT4OID, INTERVALOID}
 };
 
 /* $2: the caller; true when the queue restricts this right to a role it lacks */
@@ -90,6 +118,31 @@ static NtaskPlan queue_fair_keyless_plan = {
 	"UPDATE ntask.task t SET partition_key = '' "
 	"WHERE t.queue OPERATOR(pg_catalog.=) $1 AND t.partition_key IS NULL "
 	"  AND t.due_at IS NOT NULL",
+	1, {TEXTOID}
+};
+
+/*
+ * Before a queue turns ordered: wait for every transaction writing tasks
+ * (enqueues in progress may have read the queue row as it was, and would
+ * store unordered tasks the order index never sees), and keep new writers
+ * out until this transaction commits; their statements then read the
+ * queue row as it is now.  SHARE mode does not conflict with itself.
+ */
+static NtaskPlan queue_ordered_lock_plan = {
+	"queue ordered lock",
+	"LOCK TABLE ntask.task IN SHARE MODE",
+	0, {InvalidOid}
+};
+
+/*
+ * A queue turning ordered: its unfinished tasks (and those in repair, which
+ * may block their key) join the order index (task_ordered_idx).
+ */
+static NtaskPlan queue_ordered_plan = {
+	"queue ordered",
+	"UPDATE ntask.task t SET ordered = true "
+	"WHERE t.queue OPERATOR(pg_catalog.=) $1 AND t.ordered IS NOT TRUE "
+	"  AND (t.due_at IS NOT NULL OR t.state OPERATOR(pg_catalog.=) 'repair_required')",
 	1, {TEXTOID}
 };
 
@@ -288,8 +341,111 @@ ntask_queue_set_roles(PG_FUNCTION_ARGS)
 }
 
 /*
+ * queue_check_cap
+ *		A cap argument (max_inflight, partition_max_inflight,
+ *		breaker_failures): 0 turns it off, otherwise 1..max.
+ */
+static void
+queue_check_cap(FunctionCallInfo fcinfo, int arg, const char *name, int max)
+{
+	int32		v;
+
+	if (PG_NARGS() <= arg || PG_ARGISNULL(arg))
+		return;
+	v = PG_GETARG_INT32(arg);
+	if (v < 0 || v > max)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ntask: %s must be between 0 (off) and %d, not %d",
+						name, max, v)));
+}
+
+/*
+ * queue_parse_rate
+ *		A rate limit argument, '<n>/<interval>' (e.g. '50/1 second') or
+ *		'none': sets *n (0 for none) and *per.  n is 1..1000000; the
+ *		interval is positive, at most a day, and has no months (a month
+ *		has no fixed length).  Anything else is 22023.
+ */
+static void
+queue_parse_rate(text *arg, const char *name, int32 *n, Datum *per)
+{
+	char	   *s = text_to_cstring(arg);
+	char	   *slash = strchr(s, '/');
+	char	   *end;
+	long		v;
+	Interval   *iv;
+
+	*n = 0;
+	*per = (Datum) 0;
+	if (pg_strcasecmp(s, "none") == 0)
+		return;
+	if (slash == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ntask: %s must be '<n>/<interval>' or 'none', not \"%s\"", name, s),
+				 errhint("For example '50/1 second' or '1000/1 minute'.")));
+	*slash = '\0';
+	errno = 0;
+	v = strtol(s, &end, 10);
+	if (end == s || *end != '\0' || errno != 0 || v < 1 || v > 1000000)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ntask: the count of %s must be an integer between 1 and 1000000, not \"%s\"", name, s)));
+	iv = DatumGetIntervalP(DirectFunctionCall3(interval_in, CStringGetDatum(slash + 1),
+											   ObjectIdGetDatum(InvalidOid),
+											   Int32GetDatum(-1)));
+	if (iv->month != 0 || iv->day < 0 || iv->time < 0 ||
+		(iv->day == 0 && iv->time == 0) ||
+		(int64) iv->day * USECS_PER_DAY + iv->time > USECS_PER_DAY)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ntask: the interval of %s must be positive and at most 1 day, without months", name)));
+	*n = (int32) v;
+	*per = IntervalPGetDatum(iv);
+}
+
+/*
+ * queue_check_flow
+ *		After the update: the per-key options need the per-key walk of a
+ *		fair queue (docs/design.md "Flow control").
+ */
+static void
+queue_check_flow(void)
+{
+	TupleDesc	d = SPI_tuptable->tupdesc;
+	bool		isnull;
+	bool		fair = strcmp(NtaskGetCString(0, SPI_fnumber(d, "fairness")), "partition") == 0;
+	const char *opt = NULL;
+
+	if (DatumGetBool(NtaskGetDatum(0, SPI_fnumber(d, "ordered"), &isnull)) &&
+		(NtaskGetDatum(0, SPI_fnumber(d, "retry_share"), &isnull), !isnull))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ntask: retry_share does not apply to an ordered queue"),
+				 errdetail("An ordered queue hands out only the head of each key, retry or not.")));
+	if (fair)
+		return;
+	if (DatumGetBool(NtaskGetDatum(0, SPI_fnumber(d, "ordered"), &isnull)))
+		opt = "ordered";
+	else if ((NtaskGetDatum(0, SPI_fnumber(d, "partition_max_inflight"), &isnull), !isnull))
+		opt = "partition_max_inflight";
+	else if ((NtaskGetDatum(0, SPI_fnumber(d, "partition_rate_n"), &isnull), !isnull))
+		opt = "partition_rate_limit";
+	if (opt)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ntask: %s needs fairness => 'partition'", opt),
+				 errdetail("Per-key options are enforced by the claim's walk over partition keys, which only a fair queue makes."),
+				 errhint("Pass fairness => 'partition' in the same call.")));
+}
+
+/*
  * ntask_queue_set(queue, max_attempts, total_deadline, lease, backoff_base,
- *				   backoff_max, guard, target, retention, notify, fairness)
+ *				   backoff_max, guard, target, retention, notify, fairness,
+ *				   max_inflight, partition_max_inflight, ordered,
+ *				   ordered_skip_repair, rate_limit, partition_rate_limit,
+ *				   retry_share, breaker_failures, breaker_cooldown)
  *		RETURNS SETOF ntask.queue
  *		Create the queue or update the given fields (NULL keeps the current
  *		value, or the table default for a new queue).  Returns the row.
@@ -300,9 +456,9 @@ ntask_queue_set(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	text	   *queue = NtaskArgText(fcinfo, 0, "queue", 63);
-	Datum		values[11];
-	char		nulls[11];
-	int			nargs = Min(PG_NARGS(), 11);	/* 9 before the 0.3 update */
+	Datum		values[QUEUE_NPARAMS];
+	char		nulls[QUEUE_NPARAMS];
+	int			nargs = Min(PG_NARGS(), QUEUE_NARGS);	/* 9 before the 0.3 update */
 	int			i;
 	char	   *qname;
 	char	   *guard_name = NULL;
@@ -365,12 +521,45 @@ ntask_queue_set(PG_FUNCTION_ARGS)
 					 errmsg("ntask: fairness must be 'none' or 'partition', not \"%s\"", f)));
 	}
 
-	for (i = 0; i < 11; i++)
+	queue_check_cap(fcinfo, 11, "max_inflight", 1000000);
+	queue_check_cap(fcinfo, 12, "partition_max_inflight", 1000000);
+	queue_check_cap(fcinfo, 18, "breaker_failures", 1000);
+	if (nargs > 17 && !PG_ARGISNULL(17))
 	{
-		bool		isnull = i >= nargs || PG_ARGISNULL(i);
+		float4		share = PG_GETARG_FLOAT4(17);
 
-		values[i] = isnull ? (Datum) 0 : PG_GETARG_DATUM(i);
-		nulls[i] = isnull ? 'n' : ' ';
+		if (!(share >= 0.0f && share <= 1.0f))	/* NaN too */
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("ntask: retry_share must be between 0 and 1")));
+	}
+	if (nargs > 19 && !PG_ARGISNULL(19))
+		NtaskCheckPositiveInterval(PG_GETARG_INTERVAL_P(19), "breaker_cooldown");
+
+	/* arguments 0..14 are parameters 1..15; then the rates take two each */
+	for (i = 0; i < QUEUE_NPARAMS; i++)
+		nulls[i] = 'n';
+	for (i = 0; i < nargs; i++)
+	{
+		int			p = i < 15 ? i : i == 15 ? 15 : i == 16 ? 17 : i + 2;
+		bool		isnull = PG_ARGISNULL(i);
+
+		if (i == 15 || i == 16)
+		{
+			int32		n;
+
+			if (isnull)
+				continue;
+			queue_parse_rate(PG_GETARG_TEXT_PP(i),
+							 i == 15 ? "rate_limit" : "partition_rate_limit",
+							 &n, &values[p + 1]);
+			values[p] = Int32GetDatum(n);
+			nulls[p] = ' ';
+			nulls[p + 1] = n > 0 ? ' ' : 'n';
+			continue;
+		}
+		values[p] = isnull ? (Datum) 0 : PG_GETARG_DATUM(i);
+		nulls[p] = isnull ? 'n' : ' ';
 	}
 	values[0] = PointerGetDatum(queue);
 	if (guard_name)
@@ -379,6 +568,8 @@ ntask_queue_set(PG_FUNCTION_ARGS)
 
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
+	if (nargs > 13 && !PG_ARGISNULL(13) && PG_GETARG_BOOL(13))
+		NtaskExecPlan(&queue_ordered_lock_plan, NULL, NULL, SPI_OK_UTILITY);
 	NtaskExecPlan(&queue_insert_plan, values, NULL, SPI_OK_INSERT);
 	/* the row exists now, so no row back means the backoff check failed */
 	if (NtaskExecPlan(&queue_update_plan, values, nulls,
@@ -386,6 +577,14 @@ ntask_queue_set(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("ntask: backoff_max must not be less than backoff_base")));
+	queue_check_flow();
+	if (nargs > 13 && !PG_ARGISNULL(13) && PG_GETARG_BOOL(13))
+	{
+		SPITupleTable *row = SPI_tuptable;
+
+		NtaskExecPlan(&queue_ordered_plan, values, NULL, SPI_OK_UPDATE);
+		SPI_tuptable = row;
+	}
 	if (nargs > 10 && !PG_ARGISNULL(10) &&
 		strcmp(text_to_cstring(PG_GETARG_TEXT_PP(10)), "partition") == 0)
 	{
