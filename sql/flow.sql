@@ -82,8 +82,8 @@ SELECT task_key, state, attempts FROM ntask.task WHERE queue = 'cap' ORDER BY ta
 SELECT fin('f-c1');
 SELECT task_key FROM ntask_claim('cap', 'w', 4);
 -- an expired lease is not in flight: its task can be taken over (and is)
-UPDATE ntask.task SET lease_until = now() - interval '1 second',
-	due_at = now() - interval '1 second' WHERE task_key = 'f-c2';
+UPDATE ntask.task SET lease_until = now() - interval '1 day',
+	due_at = now() - interval '1 day' WHERE task_key = 'f-c2';
 SELECT task_key, token FROM ntask_claim('cap', 'w', 4);
 
 -- partition_max_inflight: per key; other keys go on

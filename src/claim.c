@@ -57,14 +57,17 @@
 PG_FUNCTION_INFO_V1(ntask_claim);
 
 /*
- * Column 7 of every pick: does the queue limit its hand-outs (caps, order,
- * rate limits; docs/design.md "Flow control")?  Then claim_limit decides
- * which of the picked tasks may go.
+ * Columns 7-14 of every pick: the queue's flow control (docs/design.md
+ * "Flow control"; the rate intervals in microseconds).  When any is set,
+ * claim_limit decides which of the picked tasks may go; they come with the
+ * pick so that a limited claim reads the queue row once, in the pick.
  */
-#define CLAIM_LIMITED \
-	"(q.max_inflight IS NOT NULL OR q.partition_max_inflight IS NOT NULL " \
-	" OR q.ordered OR q.rate_n IS NOT NULL OR q.partition_rate_n IS NOT NULL " \
-	" OR q.retry_share OPERATOR(pg_catalog.<) 1)"
+#define CLAIM_POLICY \
+	"q.max_inflight, q.partition_max_inflight, q.ordered, q.rate_n, " \
+	"(pg_catalog.date_part('epoch', q.rate_per) OPERATOR(pg_catalog.*) 1000000)::bigint, " \
+	"q.partition_rate_n, " \
+	"(pg_catalog.date_part('epoch', q.partition_rate_per) OPERATOR(pg_catalog.*) 1000000)::bigint, " \
+	"q.retry_share"
 
 /*
  * The queue's lease and guard come along with every picked row.
@@ -85,7 +88,7 @@ static NtaskPlan claim_pick_plan = {
 	"claim pick",
 	NTASK_PRIORITY_WALK
 	"SELECT x.task_id, x.was_leased, x.task_key, x.payload, q.lease, q.guard, "
-	"  " CLAIM_LIMITED ", x.retry "
+	"  " CLAIM_POLICY ", x.retry "
 	"FROM ntask.queue q, pr, LATERAL ( "
 	"  SELECT t.task_id, t.state OPERATOR(pg_catalog.=) 'leased' AS was_leased, "
 	"    t.task_key, t.payload, t.attempts OPERATOR(pg_catalog.>) 0 AS retry "
@@ -115,7 +118,7 @@ static NtaskPlan claim_pick_plan = {
 static NtaskPlan claim_keyless_pick_plan = {
 	"claim keyless pick",
 	"SELECT x.task_id, x.was_leased, x.task_key, x.payload, q.lease, q.guard, "
-	"  " CLAIM_LIMITED ", x.retry "
+	"  " CLAIM_POLICY ", x.retry "
 	"FROM ntask.queue q, LATERAL ( "
 	"  SELECT t.task_id, t.state OPERATOR(pg_catalog.=) 'leased' AS was_leased, "
 	"    t.task_key, t.payload, t.attempts OPERATOR(pg_catalog.>) 0 AS retry "
@@ -221,13 +224,13 @@ static NtaskPlan claim_queue_plan = {
  * claim's size: at most one per key visited).  $6 are keys a limit held
  * back earlier in this claim (claim_limit): they are passed by.  With $7
  * only first attempts are picked (the retries' share, claim_limit).
- * Columns: CLAIM_PICK_LIMITED, CLAIM_PICK_RETRY, CLAIM_PICK_KEY.
+ * Columns: CLAIM_PICK_POLICY.., CLAIM_PICK_RETRY, CLAIM_PICK_KEY.
  */
 static NtaskPlan claim_fair_pick_plan = {
 	"claim fair pick",
 	CLAIM_KEY_WALK
 	"SELECT x.task_id, x.was_leased, x.task_key, x.payload, q.lease, q.guard, "
-	"  " CLAIM_LIMITED ", x.retry, k.pk "
+	"  " CLAIM_POLICY ", x.retry, k.pk "
 	"FROM ntask.queue q, k, LATERAL ( "
 	"  SELECT t.task_id, t.state OPERATOR(pg_catalog.=) 'leased' AS was_leased, "
 	"    t.task_key, t.payload, t.attempts OPERATOR(pg_catalog.>) 0 AS retry "
@@ -268,7 +271,7 @@ static NtaskPlan claim_ordered_pick_plan = {
 	"claim ordered pick",
 	CLAIM_KEY_WALK
 	"SELECT x.task_id, x.was_leased, x.task_key, x.payload, q.lease, q.guard, "
-	"  true, x.retry, k.pk "
+	"  " CLAIM_POLICY ", x.retry, k.pk "
 	"FROM ntask.queue q, k, LATERAL ( "
 	"  SELECT t.task_id, t.state OPERATOR(pg_catalog.=) 'leased' AS was_leased, "
 	"    t.task_key, t.payload, t.attempts OPERATOR(pg_catalog.>) 0 AS retry "
@@ -287,21 +290,6 @@ static NtaskPlan claim_ordered_pick_plan = {
 	"  AND " NTASK_WORKER_RIGHT("q", "2") " "
 	"  AND k.pk OPERATOR(pg_catalog.<>) ALL ($6)",
 	7, {TEXTOID, OIDOID, INT4OID, BOOLOID, TEXTOID, TEXTARRAYOID, BOOLOID}
-};
-
-/*
- * A limited queue's policy (claim_limit), read once per claim.  The rate
- * intervals come as microseconds.
- */
-static NtaskPlan claim_policy_plan = {
-	"claim policy",
-	"SELECT q.max_inflight, q.partition_max_inflight, q.ordered, "
-	"  q.rate_n, (pg_catalog.date_part('epoch', q.rate_per) OPERATOR(pg_catalog.*) 1000000)::bigint, "
-	"  q.partition_rate_n, "
-	"  (pg_catalog.date_part('epoch', q.partition_rate_per) OPERATOR(pg_catalog.*) 1000000)::bigint, "
-	"  coalesce(q.retry_share, 1) "
-	"FROM ntask.queue q WHERE q.queue OPERATOR(pg_catalog.=) $1",
-	1, {TEXTOID}
 };
 
 /*
@@ -334,12 +322,13 @@ static NtaskPlan claim_inflight_plan = {
 };
 
 /*
- * columns of a pick: 7 says the queue has limits, 8 that the task is a
- * retry (an attempt was made), 9 the key (fair and ordered picks)
+ * columns of a pick: 7-14 the queue's flow control (CLAIM_POLICY), 15
+ * whether the task is a retry (an attempt was made), 16 the key (fair and
+ * ordered picks)
  */
-#define CLAIM_PICK_LIMITED 7
-#define CLAIM_PICK_RETRY 8
-#define CLAIM_PICK_KEY 9
+#define CLAIM_PICK_POLICY 7
+#define CLAIM_PICK_RETRY 15
+#define CLAIM_PICK_KEY 16
 
 /* claims of more tasks than this take no turn locks (see above) */
 #define CLAIM_TURN_MAX 32
@@ -352,8 +341,7 @@ static NtaskPlan claim_inflight_plan = {
  * round that went around every key with work and still left the claim
  * short, the rest split over the keys that had some); turns, a per-key
  * cap or order: only keys whose turn lock this claim holds are served.
- * The limits (policy) are read when the first pick says the queue has
- * some; held is set when a queue-wide limit kept a picked task back (the
+ * The limits (policy) come with each pick; held is set when a queue-wide limit kept a picked task back (the
  * claim looks no further: the held rows stay locked by it), held_keys
  * collects the keys a per-key limit held back (later rounds pass them).
  */
@@ -362,7 +350,6 @@ typedef struct ClaimOrder
 	int			mode;
 	int			per;
 	bool		turns;
-	bool		policy_read;
 	bool		held;
 	int			max_inflight;	/* 0: none */
 	int			partition_max_inflight; /* 0: none; 1 when ordered */
@@ -636,6 +623,37 @@ claim_text_eq(Datum a, bool anull, Datum b, bool bnull)
 		memcmp(VARDATA_ANY(ta), VARDATA_ANY(tb), VARSIZE_ANY_EXHDR(ta)) == 0;
 }
 
+/*
+ * claim_read_policy
+ *		The queue's flow control from the pick's first row (columns
+ *		CLAIM_PICK_POLICY..) into order; true when the queue has any.
+ */
+static bool
+claim_read_policy(text *queue, ClaimOrder *order)
+{
+	int			c = CLAIM_PICK_POLICY;
+	bool		isnull;
+	Datum		share;
+
+	order->max_inflight = NtaskGetInt32(0, c);
+	order->partition_max_inflight = NtaskGetBool(0, c + 2) ? 1 : NtaskGetInt32(0, c + 1);
+	order->rate_n = NtaskGetInt32(0, c + 3);
+	order->rate_per = NtaskGetInt64(0, c + 4);
+	order->partition_rate_n = NtaskGetInt32(0, c + 5);
+	order->partition_rate_per = NtaskGetInt64(0, c + 6);
+	share = NtaskGetDatum(0, c + 7, &isnull);
+	order->retry_share = isnull ? 1.0f : DatumGetFloat4(share);
+	if ((order->rate_n > 0 || order->partition_rate_n > 0 ||
+		 order->retry_share < 1.0f) && !NtaskLimitAvailable())
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("ntask: queue \"%s\" has a rate limit or a retry share, which needs ntask in shared_preload_libraries",
+						text_to_cstring(queue))));
+	return order->max_inflight > 0 || order->partition_max_inflight > 0 ||
+		order->rate_n > 0 || order->partition_rate_n > 0 ||
+		order->retry_share < 1.0f;
+}
+
 /* claim_hold_key: later rounds of this claim pass key k by */
 static void
 claim_hold_key(ClaimOrder *order, Datum k, bool isnull)
@@ -675,24 +693,6 @@ claim_limit(text *queue, SPITupleTable *pick, int npicked, bool fair_pick,
 	bool		isnull;
 
 	values[0] = PointerGetDatum(queue);
-	if (!order->policy_read)
-	{
-		(void) NtaskExecPlan(&claim_policy_plan, values, NULL, SPI_OK_SELECT);
-		order->max_inflight = NtaskGetInt32(0, 1);
-		order->partition_max_inflight = NtaskGetBool(0, 3) ? 1 : NtaskGetInt32(0, 2);
-		order->rate_n = NtaskGetInt32(0, 4);
-		order->rate_per = NtaskGetInt64(0, 5);
-		order->partition_rate_n = NtaskGetInt32(0, 6);
-		order->partition_rate_per = NtaskGetInt64(0, 7);
-		order->retry_share = DatumGetFloat4(NtaskGetDatum(0, 8, &isnull));
-		order->policy_read = true;
-		if ((order->rate_n > 0 || order->partition_rate_n > 0 ||
-			 order->retry_share < 1.0f) && !NtaskLimitAvailable())
-			ereport(ERROR,
-					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-					 errmsg("ntask: queue \"%s\" has a rate limit or a retry share, which needs ntask in shared_preload_libraries",
-							text_to_cstring(queue))));
-	}
 	for (r = 0; r < npicked; r++)
 		keep[r] = true;
 	kept = npicked;
@@ -896,7 +896,7 @@ claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
 	taken = palloc(sizeof(Datum) * npicked);
 	keep = palloc(sizeof(bool) * npicked);
 	fair_pick = pick->tupdesc->natts >= CLAIM_PICK_KEY;
-	if (NtaskGetBool(0, CLAIM_PICK_LIMITED))
+	if (claim_read_policy(queue, order))
 		(void) claim_limit(queue, pick, npicked, fair_pick, order, keep);
 	else
 		memset(keep, true, sizeof(bool) * npicked);
