@@ -26,6 +26,7 @@ OBJS = \
 	src/wait.o \
 	src/result.o \
 	src/saga.o \
+	src/breaker.o \
 	src/dispatch.o \
 	src/worker.o
 DATA = $(wildcard ntask--*.sql)
@@ -36,7 +37,7 @@ SHLIB_LINK = -lcurl
 
 
 REGRESS = setup enqueue claim fairness flow transition budget replay_cancel release batch result wait saga guard errors stats receipt \
-	cron schedule housekeeping http_target privileges explain metrics upgrade
+	cron schedule housekeeping http_target breaker privileges explain metrics upgrade
 REGRESS_OPTS = --temp-instance=./tmp_check_regress --temp-config=$(srcdir)/test/ntask.conf
 
 ISOLATION = takeover_w1_w2 claim_skip_locked enqueue_same_key cancel_vs_transition \

@@ -920,6 +920,40 @@ BEGIN
 		IF q.guard IS NOT NULL THEN
 			words := words || '; the guard ' || q.guard || ' decides at claim';
 		END IF;
+		-- flow control (issue 13): what holds a due task back
+		IF t.run_at OPERATOR(pg_catalog.<=) n THEN
+			words := words || coalesce((
+				SELECT CASE
+					WHEN h.task_id IS NOT NULL THEN
+						format('; held back: behind task %s (%s, %s), the head of its key in an ordered queue',
+							   h.task_id, h.task_key, h.state)
+					WHEN q.partition_max_inflight IS NOT NULL
+						 AND l.key_n OPERATOR(pg_catalog.>=) q.partition_max_inflight THEN
+						format('; held back: its key has %s of %s leases in flight',
+							   l.key_n, q.partition_max_inflight)
+					WHEN q.max_inflight IS NOT NULL
+						 AND l.queue_n OPERATOR(pg_catalog.>=) q.max_inflight THEN
+						format('; held back: the queue has %s of %s leases in flight',
+							   l.queue_n, q.max_inflight)
+					WHEN q.rate_n IS NOT NULL OR q.partition_rate_n IS NOT NULL THEN
+						format('; the queue has a rate limit (%s): it goes when a token is free',
+							   concat_ws(', ', q.rate_n || ' per ' || q.rate_per,
+										 q.partition_rate_n || ' per ' || q.partition_rate_per || ' per key'))
+					END
+				FROM (SELECT count(*) FILTER (WHERE x.partition_key IS NOT DISTINCT FROM t.partition_key) AS key_n,
+							 count(*) AS queue_n
+					  FROM ntask.task x
+					  WHERE x.queue OPERATOR(pg_catalog.=) t.queue AND x.state OPERATOR(pg_catalog.=) 'leased'
+						AND x.lease_until OPERATOR(pg_catalog.>) n) l
+				LEFT JOIN LATERAL (
+					SELECT x.task_id, x.task_key, x.state FROM ntask.task x
+					WHERE q.ordered AND x.queue OPERATOR(pg_catalog.=) t.queue
+					  AND x.partition_key OPERATOR(pg_catalog.=) t.partition_key AND x.ordered
+					  AND (x.due_at IS NOT NULL OR x.state OPERATOR(pg_catalog.=) 'repair_required')
+					  AND NOT (q.ordered_skip_repair AND x.state OPERATOR(pg_catalog.=) 'repair_required')
+					  AND x.task_id OPERATOR(pg_catalog.<) t.task_id
+					ORDER BY x.task_id LIMIT 1) h ON true), '');
+		END IF;
 		words := words || format('; deadline %s', ntask.explain_ts(t.deadline));
 	END IF;
 
@@ -1214,3 +1248,59 @@ COMMENT ON VIEW ntask.partition_stats IS 'ntask: per queue and partition key: du
 REVOKE ALL ON ntask.partition_stats FROM PUBLIC;
 GRANT SELECT ON ntask.partition_stats TO ntask_admin, ntask_monitor;
 -- end of issue 13
+
+-- issue 13, the circuit breaker of http queues (src/breaker.c,
+-- docs/worker.md "Circuit breaker"): ntask.worker_stats counts its changes
+-- and probes; ntask.breaker_stats shows each breaker.
+DROP VIEW ntask.worker_stats;
+DROP FUNCTION @extschema@.ntask_worker_stats();
+CREATE FUNCTION @extschema@.ntask_worker_stats(
+	OUT pid integer, OUT state text, OUT started_at timestamptz,
+	OUT last_tick timestamptz, OUT dispatched bigint, OUT accepted bigint,
+	OUT transient bigint, OUT permanent bigint, OUT unknown bigint,
+	OUT reconciled bigint, OUT in_flight integer, OUT expired_leases bigint,
+	OUT repaired bigint, OUT pruned bigint, OUT last_error text,
+	OUT last_error_at timestamptz, OUT database name,
+	OUT breaker_opened bigint, OUT breaker_closed bigint,
+	OUT breaker_probes bigint, OUT breaker_skips bigint)
+RETURNS record
+AS 'MODULE_PATHNAME', 'ntask_worker_stats'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.ntask_worker_stats() IS
+'ntask: the background worker''s counters since server start (shared memory), and the database it serves; see ntask.worker_stats';
+CREATE VIEW ntask.worker_stats AS
+SELECT * FROM @extschema@.ntask_worker_stats();
+COMMENT ON VIEW ntask.worker_stats IS 'ntask: the background worker: pid, state, last tick, HTTP requests dispatched / accepted / transient / permanent / unknown / reconciled, in flight, leases released, tasks sent to repair, rows pruned, last error, the database it serves (ntask.database), circuit breakers opened / closed, probes sent, claims not made because a breaker was open (counters restart with the server; ntask.attempt is the durable record)';
+REVOKE ALL ON FUNCTION @extschema@.ntask_worker_stats() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.ntask_worker_stats() TO ntask_admin, ntask_monitor;
+GRANT SELECT ON ntask.worker_stats TO ntask_admin, ntask_monitor;
+
+-- One row per http queue with a breaker (breaker_failures set): closed
+-- with no failures until the worker has seen one.  held counts the tasks
+-- the worker is not sending because of it (due now, not leased), only
+-- while it is not closed: a count over the queue's due tasks
+-- (task_due_idx), so it costs what the backlog costs while open, and
+-- nothing while closed.
+CREATE VIEW ntask.breaker_stats AS
+SELECT q.queue,
+	   coalesce(b.state, 'closed') AS state,
+	   coalesce(b.failures, 0) AS failures,
+	   q.breaker_failures AS failure_threshold,
+	   q.breaker_cooldown AS cooldown,
+	   b.opened_at,
+	   b.open_until,
+	   b.changed_at,
+	   CASE WHEN coalesce(b.state, 'closed') OPERATOR(pg_catalog.=) 'closed' THEN 0::pg_catalog.int8
+			ELSE (SELECT pg_catalog.count(*) FROM ntask.task t
+				  WHERE t.queue OPERATOR(pg_catalog.=) q.queue
+					AND t.due_at IS NOT NULL
+					AND t.state OPERATOR(pg_catalog.<>) 'leased'
+					AND t.due_at OPERATOR(pg_catalog.<=) pg_catalog.now())
+	   END AS held
+FROM ntask.queue q
+LEFT JOIN ntask.breaker b ON b.queue OPERATOR(pg_catalog.=) q.queue
+WHERE q.breaker_failures IS NOT NULL
+  AND (q.target OPERATOR(pg_catalog.->>) 'type') OPERATOR(pg_catalog.=) 'http';
+COMMENT ON VIEW ntask.breaker_stats IS 'ntask: the circuit breaker of each http queue that has one: state (closed, open, half_open), consecutive failures, threshold, cooldown, when it last opened, until when it sends nothing, the last change of state, tasks due and held back while not closed (the worker''s dispatch only; ntask_claim by SQL ignores it)';
+REVOKE ALL ON ntask.breaker_stats FROM PUBLIC;
+GRANT SELECT ON ntask.breaker_stats TO ntask_admin, ntask_monitor;

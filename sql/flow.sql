@@ -79,6 +79,7 @@ SELECT count(*) FROM ntask_enqueue_many('cap', ARRAY['f-c1','f-c2','f-c3','f-c4'
 SELECT task_key FROM ntask_claim('cap', 'w', 4);
 SELECT task_key FROM ntask_claim('cap', 'w', 4);
 SELECT task_key, state, attempts FROM ntask.task WHERE queue = 'cap' ORDER BY task_id;
+SELECT substring(detail FROM 'held back: [^;]*') FROM ntask_explain(tk('f-c3')) WHERE event = 'now';
 SELECT fin('f-c1');
 SELECT task_key FROM ntask_claim('cap', 'w', 4);
 -- an expired lease is not in flight: its task can be taken over (and is)
@@ -92,6 +93,7 @@ SELECT count(*) FROM ntask_enqueue_many('pcap', ARRAY['f-a1','f-a2','f-b1','f-b2
 	array_fill('{}'::jsonb, ARRAY[4]), partition_keys => ARRAY['a','a','b','b']);
 SELECT task_key FROM ntask_claim('pcap', 'w', 4);
 SELECT task_key FROM ntask_claim('pcap', 'w', 4);
+SELECT substring(detail FROM 'held back: [^;]*') FROM ntask_explain(tk('f-a2')) WHERE event = 'now';
 SELECT fin('f-b1');
 SELECT task_key FROM ntask_claim('pcap', 'w', 4);
 
@@ -130,6 +132,8 @@ SELECT count(*) FROM ntask_enqueue_many('dev', ARRAY['f-E12','f-E13'],
 	array_fill('{}'::jsonb, ARRAY[2]), partition_keys => ARRAY['d-b1','d-b1']);
 SELECT state FROM ntask_transition(tk('f-E11'), 1, 'repair_required', error_class => 'permanent');
 SELECT task_key FROM ntask_claim('dev', 'w', 10);
+-- on-call sees why E12 waits
+SELECT substring(detail FROM 'held back: [^;]*') FROM ntask_explain(tk('f-E12')) WHERE event = 'now';
 SELECT ordered_skip_repair FROM ntask_queue_set('dev', ordered_skip_repair => true);
 SELECT task_key FROM ntask_claim('dev', 'w', 10);
 SELECT fin('f-E12');

@@ -108,6 +108,7 @@ typedef struct DqQueue
 	int64		lease_ms;
 	int			max_inflight;
 	int			timeout_ms;
+	int			breaker_limit;	/* NtaskBreakerClaimLimit, for the claim */
 } DqQueue;
 
 static MemoryContext dq_cxt = NULL;
@@ -384,6 +385,7 @@ dq_queues_step(void *arg)
 		dq_nqueues++;
 	}
 	MemoryContextSwitchTo(old);
+	NtaskBreakerLoad();			/* the breakers of these queues (breaker.c) */
 }
 
 /* NtaskDispatchRefreshQueues: reread the http queues (every tick) */
@@ -418,6 +420,8 @@ dq_claim_step(void *arg)
 
 	if (q->max_inflight > 0)
 		want = Min(want, q->max_inflight - dq_inflight_of(q->name));
+	if (q->breaker_limit >= 0)
+		want = Min(want, q->breaker_limit); /* a half-open breaker's probe */
 	want = Min(want, NTASK_MAX_CLAIM);
 	if (want <= 0)
 		return;
@@ -568,6 +572,12 @@ dq_claim(void)
 
 		if (NtaskDispatchInFlight() >= ntask_http_max_inflight)
 			break;
+		/* an open breaker: claim nothing, send nothing, spend nothing */
+		dq_queues[qi].breaker_limit =
+			NtaskBreakerClaimLimit(dq_queues[qi].name,
+								   dq_inflight_of(dq_queues[qi].name));
+		if (dq_queues[qi].breaker_limit == 0)
+			continue;
 		dq_claimed = NULL;
 		ok = NtaskWorkerRunXact(dq_claim_step, &qi, "ntask dispatch: claim");
 		for (r = dq_claimed; r; r = next)
@@ -787,6 +797,7 @@ dq_start(DqReq *r)
 	dq_nrunning++;
 	if (r->kind == DQ_SEND)
 		NtaskWorkerCount(NTASK_COUNT_DISPATCHED, 1);
+	NtaskBreakerSent(r->queue);
 	return true;
 }
 
@@ -875,6 +886,7 @@ dq_classify(DqReq *r, CURLcode code)
 		if (curl_easy_getinfo(r->easy, CURLINFO_RETRY_AFTER, &ra) == CURLE_OK && ra > 0)
 			r->retry_after_s = Min((int64) ra, (int64) ntask_http_retry_after_max);
 	}
+	NtaskBreakerObserve(r->queue, status, (int) code, r->refused_addr != NULL);
 	curl_multi_remove_handle(dq_multi, r->easy);
 	curl_easy_cleanup(r->easy);
 	r->easy = NULL;
@@ -1233,6 +1245,7 @@ dq_flush(void)
 				dq_push(&dq_finished, r);
 		}
 	}
+	NtaskBreakerSync();			/* breaker changes of this round */
 	NtaskWorkerSetInFlight(dq_nrunning);
 }
 
@@ -1247,6 +1260,8 @@ NtaskDispatchTick(bool claim)
 {
 	if (dq_cxt == NULL)
 		return false;
+	if (NtaskBreakerProbeDue())
+		claim = true;			/* a breaker turned half-open: probe */
 	if ((claim || dq_more) && dq_nqueues > 0 &&
 		NtaskDispatchInFlight() < ntask_http_max_inflight)
 		dq_claim();
@@ -1389,6 +1404,13 @@ NtaskDispatchWait(long timeout_ms)
 	if (dq_nrunning > 0 && curl_multi_timeout(dq_multi, &curl_ms) == CURLM_OK &&
 		curl_ms >= 0)
 		timeout_ms = Min(timeout_ms, curl_ms);
+	{
+		/* the end of an open breaker's cooldown: wake to probe */
+		long		br_ms = NtaskBreakerWaitMs();
+
+		if (br_ms >= 0)
+			timeout_ms = Min(timeout_ms, br_ms);
+	}
 
 	if (dq_wes == NULL || dq_socks_changed)
 		dq_build_wait_set();

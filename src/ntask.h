@@ -231,6 +231,11 @@ typedef enum NtaskCounter
 	NTASK_COUNT_EXPIRED_LEASES,
 	NTASK_COUNT_REPAIRED,
 	NTASK_COUNT_PRUNED,
+	/* after last_error, last_error_at and database in the view */
+	NTASK_COUNT_BREAKER_OPENED,
+	NTASK_COUNT_BREAKER_CLOSED,
+	NTASK_COUNT_BREAKER_PROBES,
+	NTASK_COUNT_BREAKER_SKIPS,
 	NTASK_NCOUNTERS
 } NtaskCounter;
 
@@ -269,6 +274,16 @@ extern bool NtaskDispatchTick(bool claim);
 extern int	NtaskDispatchInFlight(void);
 extern int	NtaskDispatchWait(long timeout_ms);
 extern void NtaskDispatchRefreshQueues(void);
+
+/* breaker.c: the circuit breaker of http queues (dispatch only) */
+extern void NtaskBreakerLoad(void);
+extern bool NtaskBreakerProbeDue(void);
+extern long NtaskBreakerWaitMs(void);
+extern int	NtaskBreakerClaimLimit(const char *queue, int inflight);
+extern void NtaskBreakerSent(const char *queue);
+extern void NtaskBreakerObserve(const char *queue, long http_status,
+								int curl_code, bool refused);
+extern void NtaskBreakerSync(void);
 
 /* claim.c */
 extern Datum NtaskCloseExpiredAttempts(Datum task_ids);

@@ -535,6 +535,9 @@ ntask_queue_set(PG_FUNCTION_ARGS)
 	}
 	if (nargs > 19 && !PG_ARGISNULL(19))
 		NtaskCheckPositiveInterval(PG_GETARG_INTERVAL_P(19), "breaker_cooldown");
+	/* the worker rereads an http queue's breaker at once, not next tick */
+	if ((nargs > 18 && !PG_ARGISNULL(18)) || (nargs > 19 && !PG_ARGISNULL(19)))
+		NtaskWakeWorkerAtCommit();
 
 	/* arguments 0..14 are parameters 1..15; then the rates take two each */
 	for (i = 0; i < QUEUE_NPARAMS; i++)

@@ -625,7 +625,8 @@ NtaskWorkerRunXact(void (*fn) (void *arg), void *arg, const char *what)
  * ntask_worker_stats() RETURNS TABLE(pid, state, started_at, last_tick,
  *		dispatched, accepted, transient, permanent, unknown, reconciled,
  *		in_flight, expired_leases, repaired, pruned, last_error,
- *		last_error_at, database)
+ *		last_error_at, database, breaker_opened, breaker_closed,
+ *		breaker_probes, breaker_skips)
  *
  * One row: the worker of the current database, from shared memory.  Where
  * no worker serves this database, state is "not started" and last_error
@@ -637,8 +638,8 @@ Datum
 ntask_worker_stats(PG_FUNCTION_ARGS)
 {
 	TupleDesc	tupdesc;
-	Datum		values[17];
-	bool		nulls[17];
+	Datum		values[21];
+	bool		nulls[21];
 	NtaskDbSlot copy;
 	bool		found = false;
 	int			c = 0;
@@ -705,7 +706,7 @@ ntask_worker_stats(PG_FUNCTION_ARGS)
 	for (i = NTASK_COUNT_DISPATCHED; i <= NTASK_COUNT_RECONCILED; i++)
 		values[c++] = Int64GetDatum(copy.counters[i]);
 	values[c++] = Int32GetDatum(copy.in_flight);
-	for (i = NTASK_COUNT_EXPIRED_LEASES; i < NTASK_NCOUNTERS; i++)
+	for (i = NTASK_COUNT_EXPIRED_LEASES; i <= NTASK_COUNT_PRUNED; i++)
 		values[c++] = Int64GetDatum(copy.counters[i]);
 	values[c] = CStringGetTextDatum(copy.last_error);
 	nulls[c++] = copy.last_error[0] == '\0';
@@ -713,6 +714,8 @@ ntask_worker_stats(PG_FUNCTION_ARGS)
 	nulls[c++] = copy.last_error_at == 0;
 	values[c] = DirectFunctionCall1(namein, CStringGetDatum(dbname ? dbname : ""));
 	nulls[c++] = dbname == NULL;
-	Assert(c == 17);
+	for (i = NTASK_COUNT_BREAKER_OPENED; i < NTASK_NCOUNTERS; i++)
+		values[c++] = Int64GetDatum(copy.counters[i]);
+	Assert(c == 21);
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
 }

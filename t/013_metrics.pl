@@ -60,7 +60,7 @@ ok($node->poll_query_until('postgres', q{SELECT state = 'running' FROM ntask.wor
 # the http queue: 2 accepted, 1 refused for good
 # ---------------------------------------------------------------------
 prov('POST', '/_admin/rules', { rules => { 'mh:bad' => [ { status => 400 } ] } });
-sql(qq{SELECT count(*) FROM ntask_queue_set('mh', max_attempts => 3,
+sql(qq{SELECT count(*) FROM ntask_queue_set('mh', max_attempts => 3, breaker_failures => 5,
 	target => '{"type": "http", "url": "http://127.0.0.1:$pport/send", "timeout_ms": 2000}')});
 sql(q{SELECT count(*) FROM ntask_enqueue_many('mh', ARRAY['mh:ok1', 'mh:ok2', 'mh:bad'],
 	ARRAY['{}', '{}', '{}']::jsonb[])});
@@ -205,6 +205,13 @@ is(join(' ', map { "$_=" . ($m->{"ntask_worker_$_"} // 'missing') }
 	'running=1 in_flight=0 dispatched_total=3 accepted_total=2 permanent_total=1 transient_total=0 '
 	  . 'unknown_total=0 reconciled_total=0 expired_leases_total=1',
 	'worker: running, 3 dispatched (2 accepted, 1 permanent), 1 expired lease released');
+is(join(' ', map { "$_=" . ($m->{"ntask_$_"} // 'missing') }
+		qw(worker_breaker_opened_total worker_breaker_closed_total worker_breaker_probes_total
+		   worker_breaker_skips_total), map { "breaker_$_\{queue=\"mh\"}" } qw(open failures held)),
+	'worker_breaker_opened_total=0 worker_breaker_closed_total=0 worker_breaker_probes_total=0 '
+	  . 'worker_breaker_skips_total=0 breaker_open{queue="mh"}=0 breaker_failures{queue="mh"}=0 '
+	  . 'breaker_held{queue="mh"}=0',
+	'breaker: the counters, and mh\'s breaker closed (a 400 is a sign of life, not a failure)');
 my $tick = $m->{ntask_worker_last_tick_age_seconds} // -1;
 ok($tick >= 0 && $tick < 10, "the worker's last loop was $tick s ago");
 

@@ -103,7 +103,7 @@ sub connect_db
 			close $fh;
 		}
 		chomp $conn;
-		# "host port", or a libpq keyword list (t/017_patroni: several
+		# "host port", or a libpq keyword list (t/018_patroni: several
 		# hosts with target_session_attrs=read-write)
 		my ($host, $port) = $conn =~ /=/ ? (undef, $conn) : split / /, $conn;
 		if (defined $port)

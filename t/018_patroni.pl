@@ -1,7 +1,7 @@
 
 # Copyright (c) ntask contributors
 
-# t/017_patroni.pl: ntask under Patroni (opt-in: NTASK_PATRONI=1; needs the
+# t/018_patroni.pl: ntask under Patroni (opt-in: NTASK_PATRONI=1; needs the
 # Debian packages etcd-server and patroni).
 #
 # One etcd member and three PostgreSQL 15 nodes under Patroni on loopback
@@ -51,7 +51,7 @@ use lib $FindBin::Bin;
 use NtaskProvider;
 
 my $json = JSON::PP->new->canonical;
-my $pport = NtaskProvider::start('017');
+my $pport = NtaskProvider::start('018');
 my $bindir = `pg_config --bindir`;
 chomp $bindir;
 my $base = "$PostgreSQL::Test::Utils::tmp_check/patroni";
