@@ -784,6 +784,17 @@ COMMENT ON FUNCTION ntask.explain_age(interval) IS 'ntask: a duration in words f
 REVOKE ALL ON FUNCTION ntask.explain_age(interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION ntask.explain_age(interval) TO ntask_admin;
 
+-- when the next token of a queue's (and a key's) rate bucket is there,
+-- from shared memory (src/limit.c); for ntask_explain
+CREATE FUNCTION ntask.limit_next(queue text, partition_key text, qn integer, qper_us bigint,
+								 kn integer, kper_us bigint)
+RETURNS timestamptz
+AS 'MODULE_PATHNAME', 'ntask_limit_next'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION ntask.limit_next(text, text, integer, bigint, integer, bigint) IS 'ntask: when the next token of the rate buckets of a queue (qn per qper_us) and of its key (kn per kper_us) is there; now when both have one; NULL without shared memory';
+REVOKE ALL ON FUNCTION ntask.limit_next(text, text, integer, bigint, integer, bigint) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION ntask.limit_next(text, text, integer, bigint, integer, bigint) TO ntask_admin;
+
 CREATE FUNCTION @extschema@.ntask_explain(task_id bigint, include_payload boolean DEFAULT false)
 RETURNS TABLE (at timestamptz, event text, token bigint, actor text, detail text)
 LANGUAGE plpgsql STABLE
@@ -936,9 +947,12 @@ BEGIN
 						format('; held back: the queue has %s of %s leases in flight',
 							   l.queue_n, q.max_inflight)
 					WHEN q.rate_n IS NOT NULL OR q.partition_rate_n IS NOT NULL THEN
-						format('; the queue has a rate limit (%s): it goes when a token is free',
+						format('; the queue has a rate limit (%s): the next token %s',
 							   concat_ws(', ', q.rate_n || ' per ' || q.rate_per,
-										 q.partition_rate_n || ' per ' || q.partition_rate_per || ' per key'))
+										 q.partition_rate_n || ' per ' || q.partition_rate_per || ' per key'),
+							   CASE WHEN r.next_at IS NULL THEN 'is unknown (no shared memory)'
+									WHEN r.next_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp() THEN 'is free now'
+									ELSE 'comes in ' || ntask.explain_age(r.next_at OPERATOR(pg_catalog.-) pg_catalog.clock_timestamp()) END)
 					END
 				FROM (SELECT count(*) FILTER (WHERE x.partition_key IS NOT DISTINCT FROM t.partition_key) AS key_n,
 							 count(*) AS queue_n
@@ -952,7 +966,14 @@ BEGIN
 					  AND (x.due_at IS NOT NULL OR x.state OPERATOR(pg_catalog.=) 'repair_required')
 					  AND NOT (q.ordered_skip_repair AND x.state OPERATOR(pg_catalog.=) 'repair_required')
 					  AND x.task_id OPERATOR(pg_catalog.<) t.task_id
-					ORDER BY x.task_id LIMIT 1) h ON true), '');
+					ORDER BY x.task_id LIMIT 1) h ON true
+				LEFT JOIN LATERAL (
+					SELECT ntask.limit_next(t.queue, t.partition_key,
+						coalesce(q.rate_n, 0),
+						coalesce((pg_catalog.date_part('epoch', q.rate_per) OPERATOR(pg_catalog.*) 1000000)::bigint, 0),
+						coalesce(q.partition_rate_n, 0),
+						coalesce((pg_catalog.date_part('epoch', q.partition_rate_per) OPERATOR(pg_catalog.*) 1000000)::bigint, 0)) AS next_at
+					WHERE q.rate_n IS NOT NULL OR q.partition_rate_n IS NOT NULL) r ON true), '');
 		END IF;
 		words := words || format('; deadline %s', ntask.explain_ts(t.deadline));
 	END IF;

@@ -154,6 +154,9 @@ SELECT count(*) FROM ntask_enqueue_many('rate', ARRAY['f-r1','f-r2','f-r3','f-r4
 SELECT task_key FROM ntask_claim('rate', 'w', 5);
 SELECT task_key FROM ntask_claim('rate', 'w', 5);
 SELECT state, count(*), sum(attempts) FROM ntask.task WHERE queue = 'rate' GROUP BY 1 ORDER BY 1;
+-- on-call sees when the next token comes (within the hour's refill of 20 min)
+SELECT regexp_replace(substring(detail FROM 'the queue has a rate limit[^;]*'), '\d+ min \d+ s', 'N min N s')
+FROM ntask_explain(tk('f-r4')) WHERE event = 'now';
 -- partition_rate_limit: per key
 SELECT partition_rate_n FROM ntask_queue_set('prate', fairness => 'partition',
 	partition_rate_limit => '1/1 hour');

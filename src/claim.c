@@ -70,6 +70,18 @@ PG_FUNCTION_INFO_V1(ntask_claim);
 	"q.retry_share"
 
 /*
+ * The queue's cap lock (max_inflight), taken by every pick of a queue with
+ * a cap: a transaction-level advisory lock, only tried, held to commit by
+ * the claim that holds it.  A pick that does not get it picks nothing (the
+ * test is on the queue row, before any task is looked at).  The in-flight
+ * count claim_limit reads after the pick, in a new snapshot, is then
+ * exact: no other claim can lease a task of the queue meanwhile.
+ */
+#define CLAIM_CAP_LOCK \
+	"(q.max_inflight IS NULL OR pg_catalog.pg_try_advisory_xact_lock(" \
+	" pg_catalog.hashtextextended($1, 1851880299)))"
+
+/*
  * The queue's lease and guard come along with every picked row.
  *
  * Priorities are walked one at a time, highest first (a loose index scan:
@@ -101,7 +113,7 @@ static NtaskPlan claim_pick_plan = {
 	"  LIMIT " CppAsString2(NTASK_MAX_CLAIM) " FOR UPDATE OF t SKIP LOCKED) x "
 	"WHERE q.queue OPERATOR(pg_catalog.=) $1 AND pr.p IS NOT NULL "
 	"  AND q.fairness OPERATOR(pg_catalog.=) 'none' "
-	"  AND " NTASK_WORKER_RIGHT("q", "2"),
+	"  AND " NTASK_WORKER_RIGHT("q", "2") " AND " CLAIM_CAP_LOCK,
 	3, {TEXTOID, OIDOID, BOOLOID}
 };
 
@@ -137,7 +149,7 @@ static NtaskPlan claim_keyless_pick_plan = {
 	"  ORDER BY t.priority DESC, t.due_at, t.task_id "
 	"  FOR UPDATE OF t SKIP LOCKED) x "
 	"WHERE q.queue OPERATOR(pg_catalog.=) $1 "
-	"  AND " NTASK_WORKER_RIGHT("q", "2"),
+	"  AND " NTASK_WORKER_RIGHT("q", "2") " AND " CLAIM_CAP_LOCK,
 	3, {TEXTOID, OIDOID, BOOLOID}
 };
 
@@ -244,7 +256,7 @@ static NtaskPlan claim_fair_pick_plan = {
 	"  LIMIT $3 FOR UPDATE OF t SKIP LOCKED) x "
 	"WHERE q.queue OPERATOR(pg_catalog.=) $1 "
 	"  AND q.fairness OPERATOR(pg_catalog.=) 'partition' AND NOT q.ordered "
-	"  AND " NTASK_WORKER_RIGHT("q", "2") " "
+	"  AND " NTASK_WORKER_RIGHT("q", "2") " AND " CLAIM_CAP_LOCK " "
 	"  AND k.pk OPERATOR(pg_catalog.<>) ALL ($6) "
 	"  AND (NOT $4 OR CASE WHEN EXISTS (SELECT 1 FROM ntask.task d "
 	"    WHERE d.queue OPERATOR(pg_catalog.=) $1 "
@@ -287,21 +299,9 @@ static NtaskPlan claim_ordered_pick_plan = {
 	"  FOR UPDATE OF t SKIP LOCKED) x "
 	"WHERE q.queue OPERATOR(pg_catalog.=) $1 "
 	"  AND q.fairness OPERATOR(pg_catalog.=) 'partition' AND q.ordered "
-	"  AND " NTASK_WORKER_RIGHT("q", "2") " "
+	"  AND " NTASK_WORKER_RIGHT("q", "2") " AND " CLAIM_CAP_LOCK " "
 	"  AND k.pk OPERATOR(pg_catalog.<>) ALL ($6)",
 	7, {TEXTOID, OIDOID, INT4OID, BOOLOID, TEXTOID, TEXTARRAYOID, BOOLOID}
-};
-
-/*
- * The queue's cap lock (max_inflight): a transaction-level advisory lock,
- * only tried, held to commit by the claim that holds it, so the count that
- * follows in a new snapshot is exact.
- */
-static NtaskPlan claim_cap_lock_plan = {
-	"claim cap lock",
-	"SELECT pg_catalog.pg_try_advisory_xact_lock("
-	"  pg_catalog.hashtextextended($1, 1851880299))",
-	1, {TEXTOID}
 };
 
 /*
@@ -669,10 +669,10 @@ claim_hold_key(ClaimOrder *order, Datum k, bool isnull)
  *		(keep[r]); returns how many.  In this order (docs/design.md "Flow
  *		control"):
  *
- *		caps	max_inflight: the queue's cap lock is tried (a claim holding it
- *				is deciding; this one hands out nothing and says held);
+ *		caps	max_inflight: the queue's cap lock is held (the pick took it;
+ *				a pick that could not picked nothing, CLAIM_CAP_LOCK);
  *				partition_max_inflight, or 1 for an ordered queue: the key's
- *				turn lock is already held (the pick took it).  Then the
+ *				turn lock is held (the pick took it too).  Then the
  *				leases still running are counted in a new snapshot, which
  *				sees every lease committed before the lock was taken, and
  *				the picked tasks are kept in pick order while they fit.
@@ -704,18 +704,6 @@ claim_limit(text *queue, SPITupleTable *pick, int npicked, bool fair_pick,
 		int			total = 0;
 		int		   *perkey = palloc0(sizeof(int) * npicked);
 
-		if (order->max_inflight > 0)
-		{
-			(void) NtaskExecPlan(&claim_cap_lock_plan, values, NULL, SPI_OK_SELECT);
-			if (!NtaskGetBool(0, 1))
-			{
-				for (r = 0; r < npicked; r++)
-					keep[r] = false;
-				order->held = true;
-				SPI_tuptable = pick;
-				return 0;
-			}
-		}
 		nrows = NtaskExecPlan(&claim_inflight_plan, values, NULL, SPI_OK_SELECT);
 		counts = SPI_tuptable;
 		for (r = 0; r < nrows; r++)

@@ -35,6 +35,7 @@
 #include "storage/ipc.h"
 #include "storage/lwlock.h"
 #include "storage/shmem.h"
+#include "utils/builtins.h"
 #include "utils/timestamp.h"
 
 #define LIMIT_SLOTS		1024	/* buckets in use at a time */
@@ -278,4 +279,52 @@ NtaskShareTake(const char *queue, float4 share, bool retry)
 	}
 	LWLockRelease(limit_shared->lock);
 	return ok;
+}
+
+/*
+ * ntask.limit_next(queue text, partition_key text, qn, qper, kn, kper)
+ *		RETURNS timestamptz
+ *		When the next token of the queue's bucket (qn per qper) and, with a
+ *		key, of the key's bucket (kn per kper) is there: now when both have
+ *		one (or have not been used yet, so are full), else the later of the
+ *		two refills.  NULL without shared memory.  Looks only: takes nothing.
+ *		For ntask_explain (an admin's view of why a due task waits).
+ */
+PG_FUNCTION_INFO_V1(ntask_limit_next);
+
+Datum
+ntask_limit_next(PG_FUNCTION_ARGS)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz at = now;
+	char	   *queue;
+	text	   *key = PG_ARGISNULL(1) ? NULL : PG_GETARG_TEXT_PP(1);
+	int			i;
+
+	if (limit_shared == NULL || PG_ARGISNULL(0))
+		PG_RETURN_NULL();
+	queue = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	LWLockAcquire(limit_shared->lock, LW_SHARED);
+	for (i = 0; i < LIMIT_SLOTS; i++)
+	{
+		LimitSlot  *s = &limit_shared->slots[i];
+		int			n;
+		int64		per;
+		double		tokens;
+
+		if (s->used == 0 || s->dboid != MyDatabaseId || strcmp(s->queue, queue) != 0)
+			continue;
+		if (s->has_key && (key == NULL || s->keylen != (int) VARSIZE_ANY_EXHDR(key) ||
+						   memcmp(s->key, VARDATA_ANY(key), s->keylen) != 0))
+			continue;
+		n = PG_GETARG_INT32(s->has_key ? 4 : 2);
+		per = PG_GETARG_INT64(s->has_key ? 5 : 3);
+		if (n <= 0 || per <= 0)
+			continue;
+		tokens = Min(s->tokens + (double) (now - s->refilled_at) * n / (double) per, n);
+		if (tokens < 1.0)
+			at = Max(at, now + (TimestampTz) ((1.0 - tokens) * per / n) + 1);
+	}
+	LWLockRelease(limit_shared->lock);
+	PG_RETURN_TIMESTAMPTZ(at);
 }
