@@ -1,7 +1,7 @@
 -- the circuit breaker of http queues (issue 13): the SQL side.  The worker
 -- side (opening, probing, closing, restarts) is TAP t/017_breaker.pl.
--- task ids start at 31000 here, so this file's output does not depend on the others
-SELECT setval('ntask.task_task_id_seq', 31000, false) AS first_task_id;
+-- task ids start at 32000 here, so this file's output does not depend on the others
+SELECT setval('ntask.task_task_id_seq', 32000, false) AS first_task_id;
 SELECT queue, breaker_failures, breaker_cooldown
 FROM ntask_queue_set('brk', lease => '1 minute',
 	target => '{"type": "http", "url": "http://push.example/v1/send"}');
