@@ -6,6 +6,8 @@ set -eu
 PKGS="make gcc postgresql-15 postgresql-server-dev-15 postgresql-15-cron libcurl4-openssl-dev libipc-run-perl libdbd-pg-perl python3 clang pgbouncer prometheus-postgres-exporter python3-psycopg libpostgresql-jdbc-java default-jdk-headless"
 # the Debian package build (scripts/test-deb.sh, NTASK_TEST_DEB=1)
 [ "${NTASK_TEST_DEB:-0}" = 1 ] && PKGS="$PKGS postgresql-server-dev-all debhelper dpkg-dev"
+# the Patroni failover test (t/018_patroni.pl, NTASK_PATRONI=1; docs/ha.md)
+[ "${NTASK_PATRONI:-0}" = 1 ] && PKGS="$PKGS etcd-server patroni"
 # Node.js: Debian's nodejs and npm, unless a node (and npm) is already
 # installed some other way (the nodesource nodejs package brings its own npm
 # and conflicts with Debian's)

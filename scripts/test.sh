@@ -35,6 +35,9 @@ suite()
 }
 suite regress installcheck ISOLATION= TAP_TESTS=
 suite isolation installcheck REGRESS= TAP_TESTS=
+# NTASK_CHAOS_LONG=1 and NTASK_PATRONI=1 reach the TAP files through the
+# environment (t/006_chaos.pl's long mode; t/018_patroni.pl, 1.5-2 min,
+# etcd and three Patroni nodes: docs/ha.md; without it, one skip line)
 suite tap installcheck REGRESS= ISOLATION=
 
 # the C parsers under libFuzzer with ASan and UBSan, 20 s each (as root:

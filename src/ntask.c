@@ -17,8 +17,13 @@
  */
 #include "ntask.h"
 
+#include "commands/dbcommands.h"
+#include "commands/defrem.h"
 #include "miscadmin.h"
+#include "nodes/parsenodes.h"
 #include "storage/ipc.h"
+#include "tcop/utility.h"
+#include "utils/acl.h"
 #include "utils/guc.h"
 
 PG_MODULE_MAGIC;
@@ -29,6 +34,7 @@ bool		ntask_backoff_jitter = true;
 /* the background worker and HTTP dispatch (docs/worker.md) */
 char	   *ntask_database = NULL;
 bool		ntask_worker_enabled = true;
+int			ntask_max_databases = 4;
 int			ntask_naptime_ms = 1000;
 int			ntask_http_max_inflight = 64;
 char	   *ntask_http_allowed_hosts = NULL;
@@ -49,10 +55,15 @@ int			ntask_max_result_bytes = 65536;
 
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+static ProcessUtility_hook_type prev_process_utility_hook = NULL;
 
 void		_PG_init(void);
 static void ntask_shmem_request(void);
 static void ntask_shmem_startup(void);
+static void ntask_process_utility(PlannedStmt *pstmt, const char *queryString,
+								  bool readOnlyTree, ProcessUtilityContext context,
+								  ParamListInfo params, QueryEnvironment *queryEnv,
+								  DestReceiver *dest, QueryCompletion *qc);
 
 static void
 ntask_shmem_request(void)
@@ -74,6 +85,98 @@ ntask_shmem_startup(void)
 	NtaskWaitShmemStartup();
 	NtaskFairShmemStartup();
 	NtaskLimitShmemStartup();
+}
+
+/*
+ * ntask_db_option
+ *		The string value of option name in a CREATE / ALTER DATABASE option
+ *		list, NULL if absent.
+ */
+static const char *
+ntask_db_option(List *options, const char *name)
+{
+	ListCell   *lc;
+
+	foreach(lc, options)
+	{
+		DefElem    *d = lfirst_node(DefElem, lc);
+
+		if (strcmp(d->defname, name) == 0 && d->arg != NULL)
+			return defGetString(d);
+	}
+	return NULL;
+}
+
+/*
+ * ntask_hold_database
+ *		NtaskWorkerHoldDatabase(name), but only for the database's owner (or
+ *		a superuser): the statement's own permission check comes after this
+ *		hook, and a user who may not drop a database must not be able to
+ *		stop its worker by trying.
+ */
+static void
+ntask_hold_database(const char *name)
+{
+	Oid			dboid;
+
+	if (name == NULL)
+		return;
+	dboid = get_database_oid(name, true);
+	if (OidIsValid(dboid) && pg_database_ownercheck(dboid, GetUserId()))
+		NtaskWorkerHoldDatabase(name);
+}
+
+/*
+ * ntask_process_utility
+ *		Two kinds of statement matter to the workers (docs/worker.md "One
+ *		worker per database"):
+ *
+ *		- DROP DATABASE, ALTER DATABASE RENAME / SET TABLESPACE and CREATE
+ *		  DATABASE ... TEMPLATE need their database without other sessions:
+ *		  before they run, the worker (or probe) in it is stopped and none
+ *		  is started there for a while, so they do not wait 5 s and fail
+ *		  with "being accessed by other users".
+ *		- CREATE EXTENSION ntask: at commit the launcher is woken to look
+ *		  for databases to serve now, not at its next periodic probe.
+ */
+static void
+ntask_process_utility(PlannedStmt *pstmt, const char *queryString,
+					  bool readOnlyTree, ProcessUtilityContext context,
+					  ParamListInfo params, QueryEnvironment *queryEnv,
+					  DestReceiver *dest, QueryCompletion *qc)
+{
+	Node	   *stmt = pstmt->utilityStmt;
+
+	switch (nodeTag(stmt))
+	{
+		case T_DropdbStmt:
+			ntask_hold_database(((DropdbStmt *) stmt)->dbname);
+			break;
+		case T_RenameStmt:
+			if (((RenameStmt *) stmt)->renameType == OBJECT_DATABASE)
+				ntask_hold_database(((RenameStmt *) stmt)->subname);
+			break;
+		case T_AlterDatabaseStmt:
+			if (ntask_db_option(((AlterDatabaseStmt *) stmt)->options, "tablespace"))
+				ntask_hold_database(((AlterDatabaseStmt *) stmt)->dbname);
+			break;
+		case T_CreatedbStmt:
+			ntask_hold_database(ntask_db_option(((CreatedbStmt *) stmt)->options,
+												"template"));
+			break;
+		case T_CreateExtensionStmt:
+			if (strcmp(((CreateExtensionStmt *) stmt)->extname, "ntask") == 0)
+				NtaskWakeLauncherAtCommit();
+			break;
+		default:
+			break;
+	}
+	if (prev_process_utility_hook)
+		prev_process_utility_hook(pstmt, queryString, readOnlyTree, context,
+								  params, queryEnv, dest, qc);
+	else
+		standard_ProcessUtility(pstmt, queryString, readOnlyTree, context,
+								params, queryEnv, dest, qc);
 }
 
 /*
@@ -108,10 +211,12 @@ _PG_init(void)
 							 NULL, NULL, NULL);
 
 	DefineCustomStringVariable("ntask.database",
-							   "Database the ntask background worker connects to.",
-							   NULL,
+							   "The only database an ntask background worker serves; empty: every database with ntask installed.",
+							   "Empty (the default): the launcher starts one worker "
+							   "per database where the extension is installed, up "
+							   "to ntask.max_databases.",
 							   &ntask_database,
-							   "postgres",
+							   "",
 							   pm_context,
 							   0,
 							   NULL, NULL, NULL);
@@ -124,6 +229,17 @@ _PG_init(void)
 							 pm_context,
 							 0,
 							 NULL, NULL, NULL);
+
+	DefineCustomIntVariable("ntask.max_databases",
+							"Most databases that get an ntask background worker.",
+							"Each takes a background worker slot "
+							"(max_worker_processes); a further database with "
+							"ntask gets none, and one WARNING says so.",
+							&ntask_max_databases,
+							4, 1, 256,
+							pm_context,
+							0,
+							NULL, NULL, NULL);
 
 	DefineCustomIntVariable("ntask.naptime",
 							"Interval between the worker's housekeeping and due-task checks.",
@@ -260,6 +376,8 @@ _PG_init(void)
 	shmem_request_hook = ntask_shmem_request;
 	prev_shmem_startup_hook = shmem_startup_hook;
 	shmem_startup_hook = ntask_shmem_startup;
+	prev_process_utility_hook = ProcessUtility_hook;
+	ProcessUtility_hook = ntask_process_utility;
 	if (ntask_worker_enabled)
 		NtaskWorkerRegister();
 }

@@ -54,6 +54,7 @@
 extern bool ntask_backoff_jitter;
 extern char *ntask_database;
 extern bool ntask_worker_enabled;
+extern int	ntask_max_databases;
 extern int	ntask_naptime_ms;
 extern int	ntask_http_max_inflight;
 extern char *ntask_http_allowed_hosts;
@@ -237,11 +238,32 @@ extern void NtaskWorkerRegister(void);
 extern void NtaskShmemRequest(void);
 extern void NtaskShmemStartup(void);
 extern void NtaskWakeWorkerAtCommit(void);
-extern pid_t NtaskWorkerRunningPid(void);
-extern pid_t NtaskWorkerTakeSlot(void);
+extern void NtaskWakeLauncherAtCommit(void);
+extern void NtaskWorkerHoldDatabase(const char *dbname);
+extern int	NtaskWorkerSlots(void);
+
+/* what a probe (or a worker) saw in its database */
+#define NTASK_PROBE_NONE		0	/* nothing yet: it could not connect? */
+#define NTASK_PROBE_INSTALLED	1
+#define NTASK_PROBE_ABSENT		2
+
+/* a DDL that needs its database alone holds workers off that long */
+#define NTASK_HOLD_MS			10000
+
+extern void NtaskLauncherAttach(void);
+extern void NtaskLauncherDetach(void);
+extern uint32 NtaskLauncherProbeGeneration(void);
+extern void NtaskLauncherSetProblem(const char *problem, int nserving);
+extern void NtaskSlotBind(int i, Oid dboid, const char *dbname, bool serving);
+extern void NtaskSlotServe(int i);
+extern void NtaskSlotRename(int i, const char *dbname);
+extern void NtaskSlotFree(int i);
+extern pid_t NtaskSlotPid(int i);
+extern Oid	NtaskSlotPeek(int i, int *probe, TimestampTz *hold_until);
+extern pid_t NtaskWorkerTakeSlot(int i);
 extern void NtaskWorkerReleaseSlot(void);
+extern void NtaskWorkerSetProbe(int probe);
 extern void NtaskWorkerSetState(const char *state);
-extern void NtaskWorkerNotStarted(const char *problem);
 extern void NtaskWorkerSetLastTick(TimestampTz now);
 /* ntask.worker_stats counters, in the view's column order */
 typedef enum NtaskCounter

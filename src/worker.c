@@ -97,20 +97,67 @@ typedef struct WkTick
 	WkExtension ext;			/* the extension as seen in that step */
 } WkTick;
 
+/* what the launcher passes to a worker or probe in bgw_extra */
+typedef struct WkStart
+{
+	Oid			roleoid;
+	int			slot;
+	bool		probe;
+} WkStart;
+
+/* the launcher's view of one database (launcher-local memory) */
+typedef enum WkDbStatus
+{
+	WKDB_UNKNOWN,				/* never probed */
+	WKDB_ABSENT,				/* no ntask there (or the probe failed) */
+	WKDB_OVER,					/* ntask there, but no place left */
+	WKDB_BOUND					/* a slot is bound to it */
+} WkDbStatus;
+
+typedef struct WkDb
+{
+	Oid			oid;
+	char		name[NAMEDATALEN];
+	WkDbStatus	status;
+	TimestampTz next_probe;
+	bool		warned;			/* the max_databases WARNING was given */
+	bool		seen;			/* in the last pg_database scan */
+} WkDb;
+
+/* the launcher's handle of what runs in each slot */
+typedef struct WkSlot
+{
+	BackgroundWorkerHandle *handle; /* NULL: nothing started */
+	bool		probe;
+	TimestampTz started;
+	TimestampTz restart_at;		/* a serving slot's worker stopped */
+} WkSlot;
+
 static WkExtension wk_ext;
+static char wk_dbname[NAMEDATALEN];
 
 static void wk_extension_step(void *arg);
 static void wk_housekeeping(void);
 static void wk_pin_settings(void);
 static void wk_exit(int code, Datum arg);
-static bool wk_launcher_check(Oid *dboid, Oid *roleoid, char *problem,
-							  size_t len);
+static void wk_launcher_exit(int code, Datum arg);
+
+/*
+ * A database without ntask (or with it, but over ntask.max_databases) is
+ * probed again after ten naptimes, at least 1 s, at most 60 s.  CREATE
+ * EXTENSION ntask wakes the launcher at once.
+ */
+static long
+wk_probe_interval_ms(void)
+{
+	return Min(Max(10L * ntask_naptime_ms, 1000L), 60000L);
+}
 
 /*
  * NtaskWorkerRegister
  *		Register the launcher (from _PG_init under shared_preload_libraries).
  *		It starts only once recovery has finished: a standby has none, a
- *		promoted standby starts one, and it starts the worker.
+ *		promoted standby starts one, and it starts the workers.
  */
 void
 NtaskWorkerRegister(void)
@@ -129,18 +176,28 @@ NtaskWorkerRegister(void)
 }
 
 /*
- * wk_launcher_check
- *		Can the worker start?  Looks up ntask.database and ntask.worker_role
- *		in the shared catalogs.  False with a sentence in problem if not.
+ * wk_launcher_scan
+ *		Read ntask.worker_role and the databases a worker may serve from the
+ *		shared catalogs.  Marks every entry of dbs seen or not, appends new
+ *		ones.  False with a sentence in problem if the role will not do.
+ *
+ *		A database qualifies when it allows connections, is not a template
+ *		(a session in it would make CREATE DATABASE ... TEMPLATE fail), is
+ *		named by ntask.database if that is set, and grants CONNECT to
+ *		PUBLIC or to the worker role directly (the default ACL does; CREATE
+ *		EXTENSION grants it to the role): a probe of any other would only
+ *		fail to connect, each time.
  */
 static bool
-wk_launcher_check(Oid *dboid, Oid *roleoid, char *problem, size_t len)
+wk_launcher_scan(Oid *roleoid, WkDb **dbs, int *ndbs, int *maxdbs,
+				 char *problem, size_t len)
 {
 	Relation	rel;
 	TableScanDesc scan;
 	HeapTuple	tup;
 	bool		super = false;
 	bool		login = false;
+	int			i;
 
 	/*
 	 * Connected to no database, only the shared catalogs can be read, and
@@ -148,23 +205,12 @@ wk_launcher_check(Oid *dboid, Oid *roleoid, char *problem, size_t len)
 	 * (the logical replication launcher reads pg_subscription the same
 	 * way).  Both catalogs are small.
 	 */
-	*dboid = InvalidOid;
 	*roleoid = InvalidOid;
 	problem[0] = '\0';
+	for (i = 0; i < *ndbs; i++)
+		(*dbs)[i].seen = false;
 	StartTransactionCommand();
 	(void) GetTransactionSnapshot();
-
-	rel = table_open(DatabaseRelationId, AccessShareLock);
-	scan = table_beginscan_catalog(rel, 0, NULL);
-	while ((tup = heap_getnext(scan, ForwardScanDirection)) != NULL)
-	{
-		Form_pg_database d = (Form_pg_database) GETSTRUCT(tup);
-
-		if (strcmp(NameStr(d->datname), ntask_database) == 0)
-			*dboid = d->oid;
-	}
-	table_endscan(scan);
-	table_close(rel, AccessShareLock);
 
 	rel = table_open(AuthIdRelationId, AccessShareLock);
 	scan = table_beginscan_catalog(rel, 0, NULL);
@@ -181,12 +227,65 @@ wk_launcher_check(Oid *dboid, Oid *roleoid, char *problem, size_t len)
 	}
 	table_endscan(scan);
 	table_close(rel, AccessShareLock);
+
+	rel = table_open(DatabaseRelationId, AccessShareLock);
+	scan = table_beginscan_catalog(rel, 0, NULL);
+	while ((tup = heap_getnext(scan, ForwardScanDirection)) != NULL)
+	{
+		Form_pg_database d = (Form_pg_database) GETSTRUCT(tup);
+		bool		isnull;
+		Datum		acld;
+		bool		connect = true;
+
+		if (!d->datallowconn || d->datistemplate)
+			continue;
+		if (ntask_database[0] != '\0' && strcmp(NameStr(d->datname), ntask_database) != 0)
+			continue;
+		acld = heap_getattr(tup, Anum_pg_database_datacl, RelationGetDescr(rel), &isnull);
+		if (!isnull && OidIsValid(*roleoid))
+		{
+			Acl		   *acl = DatumGetAclPCopy(acld);
+			AclItem    *items;
+			int			k;
+
+			/* an aclitem[] is one-dimensional without NULLs (check_acl) */
+			connect = false;
+			if (ARR_NDIM(acl) == 1 && !ARR_HASNULL(acl))
+			{
+				items = (AclItem *) (((char *) acl) + ARR_OVERHEAD_NONULLS(1));
+				for (k = 0; k < ACL_NUM(acl); k++)
+					if ((items[k].ai_grantee == ACL_ID_PUBLIC ||
+						 items[k].ai_grantee == *roleoid) &&
+						(ACLITEM_GET_PRIVS(items[k]) & ACL_CONNECT))
+						connect = true;
+			}
+			pfree(acl);
+		}
+		if (!connect)
+			continue;
+		for (i = 0; i < *ndbs; i++)
+			if ((*dbs)[i].oid == d->oid)
+				break;
+		if (i == *ndbs)
+		{
+			if (*ndbs == *maxdbs)
+			{
+				*maxdbs *= 2;
+				*dbs = repalloc(*dbs, sizeof(WkDb) * *maxdbs);
+			}
+			memset(&(*dbs)[i], 0, sizeof(WkDb));
+			(*dbs)[i].oid = d->oid;
+			(*dbs)[i].status = WKDB_UNKNOWN;
+			(*ndbs)++;
+		}
+		strlcpy((*dbs)[i].name, NameStr(d->datname), NAMEDATALEN);
+		(*dbs)[i].seen = true;
+	}
+	table_endscan(scan);
+	table_close(rel, AccessShareLock);
 	CommitTransactionCommand();
 
-	if (!OidIsValid(*dboid))
-		snprintf(problem, len, "database \"%s\" (ntask.database) does not exist",
-				 ntask_database);
-	else if (!OidIsValid(*roleoid))
+	if (!OidIsValid(*roleoid))
 		snprintf(problem, len,
 				 "role \"%s\" (ntask.worker_role) does not exist; CREATE EXTENSION ntask creates ntask_bgworker",
 				 ntask_worker_role);
@@ -201,14 +300,73 @@ wk_launcher_check(Oid *dboid, Oid *roleoid, char *problem, size_t len)
 }
 
 /*
+ * wk_launch
+ *		Start a probe or the worker in slot i for database db.  False (and
+ *		the caller retries later) when no background worker slot is free.
+ */
+static bool
+wk_launch(WkSlot *ls, int i, WkDb *db, Oid roleoid, bool probe)
+{
+	BackgroundWorker bgw;
+	WkStart		start;
+	static bool warned_slots = false;
+
+	memset(&bgw, 0, sizeof(bgw));
+	bgw.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	bgw.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	bgw.bgw_restart_time = BGW_NEVER_RESTART;
+	strlcpy(bgw.bgw_library_name, "ntask", BGW_MAXLEN);
+	strlcpy(bgw.bgw_function_name, "ntask_worker_main", BGW_MAXLEN);
+	snprintf(bgw.bgw_name, BGW_MAXLEN, "ntask %s %s", probe ? "probe" : "worker",
+			 db->name);
+	strlcpy(bgw.bgw_type, probe ? "ntask probe" : "ntask worker", BGW_MAXLEN);
+	bgw.bgw_main_arg = ObjectIdGetDatum(db->oid);
+	memset(&start, 0, sizeof(start));
+	start.roleoid = roleoid;
+	start.slot = i;
+	start.probe = probe;
+	StaticAssertStmt(sizeof(WkStart) <= BGW_EXTRALEN, "WkStart fits bgw_extra");
+	memcpy(bgw.bgw_extra, &start, sizeof(start));
+	bgw.bgw_notify_pid = MyProcPid;
+
+	if (!RegisterDynamicBackgroundWorker(&bgw, &ls[i].handle))
+	{
+		ls[i].handle = NULL;
+		if (!warned_slots)
+			ereport(LOG,
+					(errmsg("ntask launcher: no free background worker slot for the %s of database \"%s\"",
+							probe ? "probe" : "worker", db->name),
+					 errhint("Raise max_worker_processes.")));
+		warned_slots = true;
+		return false;
+	}
+	warned_slots = false;
+	ls[i].probe = probe;
+	ls[i].started = GetCurrentTimestamp();
+	return true;
+}
+
+/*
  * ntask_launcher_main
- *		Entry point of the launcher: start the worker as ntask.worker_role,
- *		wait for it to stop, start it again.  Runs no SQL and no user code.
+ *		Entry point of the launcher (docs/worker.md "One worker per
+ *		database"): find the databases a worker may serve, probe each
+ *		for the extension with a short-lived "ntask probe", start an
+ *		"ntask worker" where it is installed (at most ntask.max_databases),
+ *		start a stopped one again, stop one whose database is gone.  Runs
+ *		no SQL and no user code; never waits for a worker in a blocking
+ *		call (it polls the handles when the postmaster reports a start or
+ *		a stop, bgw_notify_pid, or its latch times out).
  */
 void
 ntask_launcher_main(Datum arg)
 {
 	char		last_problem[256] = "";
+	int			nslots = NtaskWorkerSlots();
+	WkSlot	   *ls;
+	WkDb	   *dbs;
+	int			ndbs = 0;
+	int			maxdbs = 16;
+	uint32		generation;
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
@@ -216,18 +374,57 @@ ntask_launcher_main(Datum arg)
 	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
 	pgstat_report_appname("ntask launcher");
 
+	ls = MemoryContextAllocZero(TopMemoryContext, sizeof(WkSlot) * nslots);
+	dbs = MemoryContextAllocZero(TopMemoryContext, sizeof(WkDb) * maxdbs);
+
+	/*
+	 * Slots of a launcher that exited before this one (an ERROR; a crash
+	 * would have reset shared memory): their workers run without a
+	 * handle.  Stop them, wait (at most 10 s) until they are gone, and
+	 * start afresh, so that no database ever has two workers.
+	 */
+	for (int i = 0; i < nslots; i++)
+	{
+		pid_t		pid = NtaskSlotPid(i);
+
+		if (pid != 0)
+			(void) kill(pid, SIGTERM);
+	}
+	for (int round = 0; round < 100; round++)
+	{
+		bool		left = false;
+
+		for (int i = 0; i < nslots; i++)
+		{
+			pid_t		pid = NtaskSlotPid(i);
+
+			if (pid != 0 && kill(pid, 0) == 0)
+				left = true;
+		}
+		if (!left)
+			break;
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 100, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
+	for (int i = 0; i < nslots; i++)
+		NtaskSlotFree(i);
+	NtaskLauncherAttach();
+	on_shmem_exit(wk_launcher_exit, (Datum) 0);
+	generation = NtaskLauncherProbeGeneration();
+
 	for (;;)
 	{
 		char		problem[256];
-		Oid			dboid;
 		Oid			roleoid;
-		pid_t		running;
-		BackgroundWorker bgw;
-		BackgroundWorkerHandle *handle;
-		BgwHandleStatus status;
-		pid_t		pid;
-		TimestampTz started;
-		long		pause_ms;
+		TimestampTz now;
+		int			nserving = 0;
+		int			i;
+		int			d;
+		uint32		g;
+		bool		freed = false;
+		MemoryContext oldcxt;
 
 		CHECK_FOR_INTERRUPTS();
 		if (ConfigReloadPending)
@@ -235,63 +432,216 @@ ntask_launcher_main(Datum arg)
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
 		}
-		running = NtaskWorkerRunningPid();
-		if (running != 0 || !wk_launcher_check(&dboid, &roleoid, problem,
-											   sizeof(problem)))
+		now = GetCurrentTimestamp();
+
+		oldcxt = MemoryContextSwitchTo(TopMemoryContext);
+		(void) wk_launcher_scan(&roleoid, &dbs, &ndbs, &maxdbs, problem,
+								sizeof(problem));
+		MemoryContextSwitchTo(oldcxt);
+
+		/* 1. reap what stopped */
+		for (i = 0; i < nslots; i++)
 		{
-			/* a worker from an earlier launcher still runs, or it cannot */
-			if (running == 0 && strcmp(problem, last_problem) != 0)
+			pid_t		pid;
+			int			probe;
+			TimestampTz hold;
+			Oid			dboid;
+
+			if (ls[i].handle == NULL)
+				continue;
+			if (GetBackgroundWorkerPid(ls[i].handle, &pid) != BGWH_STOPPED)
+				continue;
+			pfree(ls[i].handle);
+			ls[i].handle = NULL;
+			dboid = NtaskSlotPeek(i, &probe, &hold);
+			for (d = 0; d < ndbs; d++)
+				if (dbs[d].oid == dboid)
+					break;
+			if (ls[i].probe || probe == NTASK_PROBE_ABSENT)
 			{
-				ereport(LOG,
-						(errmsg("ntask launcher: %s; the worker is not started", problem)));
-				strlcpy(last_problem, problem, sizeof(last_problem));
-				NtaskWorkerNotStarted(problem);
+				/*
+				 * A probe ended, or the worker saw the extension dropped:
+				 * an installed database keeps the slot (it becomes the
+				 * worker's below), any other frees it.
+				 */
+				if (ls[i].probe && probe == NTASK_PROBE_INSTALLED && d < ndbs &&
+					dbs[d].seen)
+					continue;	/* served below */
+				NtaskSlotFree(i);
+				freed = true;
+				if (d < ndbs)
+				{
+					dbs[d].status = WKDB_ABSENT;
+					dbs[d].next_probe = TimestampTzPlusMilliseconds(now, wk_probe_interval_ms());
+				}
 			}
-			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-							 Max(ntask_naptime_ms, 100), PG_WAIT_EXTENSION);
-			ResetLatch(MyLatch);
-			continue;
+			else
+			{
+				/* the worker stopped: start it again, not at once if it ran briefly */
+				ls[i].restart_at = TimestampTzPlusMilliseconds(now,
+															   TimestampDifferenceExceeds(ls[i].started, now, 5000) ? 100 : 5000);
+			}
 		}
-		last_problem[0] = '\0';
 
-		memset(&bgw, 0, sizeof(bgw));
-		bgw.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
-		bgw.bgw_start_time = BgWorkerStart_RecoveryFinished;
-		bgw.bgw_restart_time = BGW_NEVER_RESTART;
-		strlcpy(bgw.bgw_library_name, "ntask", BGW_MAXLEN);
-		strlcpy(bgw.bgw_function_name, "ntask_worker_main", BGW_MAXLEN);
-		strlcpy(bgw.bgw_name, "ntask worker", BGW_MAXLEN);
-		strlcpy(bgw.bgw_type, "ntask worker", BGW_MAXLEN);
-		bgw.bgw_main_arg = ObjectIdGetDatum(dboid);
-		memcpy(bgw.bgw_extra, &roleoid, sizeof(Oid));
-		bgw.bgw_notify_pid = MyProcPid;
-
-		started = GetCurrentTimestamp();
-		if (!RegisterDynamicBackgroundWorker(&bgw, &handle))
+		/* 2. slots whose database no longer qualifies: stop, then free */
+		for (i = 0; i < nslots; i++)
 		{
-			ereport(LOG,
-					(errmsg("ntask launcher: no free background worker slot for the worker"),
-					 errhint("Raise max_worker_processes.")));
-			pause_ms = 5000;
+			int			probe;
+			TimestampTz hold;
+			Oid			dboid = NtaskSlotPeek(i, &probe, &hold);
+
+			if (!OidIsValid(dboid))
+				continue;
+			for (d = 0; d < ndbs; d++)
+				if (dbs[d].oid == dboid)
+					break;
+			if (d < ndbs && dbs[d].seen)
+			{
+				dbs[d].status = WKDB_BOUND;
+				NtaskSlotRename(i, dbs[d].name);
+				continue;
+			}
+			if (ls[i].handle != NULL)
+				TerminateBackgroundWorker(ls[i].handle);	/* reaped later */
+			else
+			{
+				NtaskSlotFree(i);
+				freed = true;
+			}
+		}
+		/* ntask.database set, but no such database (that qualifies): say so once */
+		{
+			static bool warned_missing = false;
+			bool		any = false;
+
+			for (d = 0; d < ndbs; d++)
+				any |= dbs[d].seen;
+			if (ntask_database[0] != '\0' && !any && !warned_missing)
+				ereport(LOG,
+						(errmsg("ntask launcher: database \"%s\" (ntask.database) does not exist, refuses connections, is a template or does not grant CONNECT to the worker role; no worker is started",
+								ntask_database)));
+			warned_missing = ntask_database[0] != '\0' && !any;
+		}
+
+		/* forget databases that are gone */
+		for (d = 0; d < ndbs;)
+		{
+			if (!dbs[d].seen)
+				dbs[d] = dbs[--ndbs];
+			else
+				d++;
+		}
+
+		/* CREATE EXTENSION ntask committed, or a place came free: probe now */
+		g = NtaskLauncherProbeGeneration();
+		for (d = 0; d < ndbs; d++)
+			if ((g != generation && dbs[d].status == WKDB_ABSENT) ||
+				(freed && dbs[d].status == WKDB_OVER))
+				dbs[d].next_probe = 0;
+		generation = g;
+
+		if (!OidIsValid(roleoid) || problem[0] != '\0')
+		{
+			/* nothing new starts; what runs goes on */
+			if (strcmp(problem, last_problem) != 0)
+				ereport(LOG,
+						(errmsg("ntask launcher: %s; no worker is started", problem)));
+			strlcpy(last_problem, problem, sizeof(last_problem));
 		}
 		else
+			last_problem[0] = '\0';
+
+		for (i = 0; i < nslots; i++)
 		{
-			status = WaitForBackgroundWorkerStartup(handle, &pid);
-			if (status == BGWH_POSTMASTER_DIED)
-				proc_exit(1);
-			if (status == BGWH_STARTED)
-				status = WaitForBackgroundWorkerShutdown(handle);
-			if (status == BGWH_POSTMASTER_DIED)
-				proc_exit(1);
-			pfree(handle);
-			/* a worker that stops at once (cannot connect?) is not rushed */
-			pause_ms = TimestampDifferenceExceeds(started, GetCurrentTimestamp(), 5000) ?
-				100 : 5000;
+			int			probe;
+			TimestampTz hold;
+			Oid			dboid = NtaskSlotPeek(i, &probe, &hold);
+
+			if (OidIsValid(dboid) && !(ls[i].handle != NULL && ls[i].probe) &&
+				!(ls[i].handle == NULL && ls[i].probe && probe == NTASK_PROBE_INSTALLED))
+				nserving++;
 		}
+
+		if (last_problem[0] == '\0')
+		{
+			for (i = 0; i < nslots; i++)
+			{
+				int			probe;
+				TimestampTz hold;
+				Oid			dboid = NtaskSlotPeek(i, &probe, &hold);
+
+				if (!OidIsValid(dboid) || ls[i].handle != NULL || hold > now)
+					continue;
+				for (d = 0; d < ndbs; d++)
+					if (dbs[d].oid == dboid)
+						break;
+				if (d == ndbs)
+					continue;
+				if (ls[i].probe)
+				{
+					/* 3. a probe found ntask: the worker's place, if one is left */
+					if (nserving >= ntask_max_databases)
+					{
+						if (!dbs[d].warned)
+							ereport(WARNING,
+									(errmsg("ntask launcher: database \"%s\" has ntask, but ntask.max_databases (%d) databases already have a worker; it gets none",
+											dbs[d].name, ntask_max_databases),
+									 errhint("Raise ntask.max_databases (needs a restart), or drop the extension where it is not used.")));
+						dbs[d].warned = true;
+						dbs[d].status = WKDB_OVER;
+						dbs[d].next_probe = TimestampTzPlusMilliseconds(now, wk_probe_interval_ms());
+						NtaskSlotFree(i);
+						ls[i].probe = false;
+						continue;
+					}
+					NtaskSlotServe(i);
+					ls[i].probe = false;
+					dbs[d].warned = false;
+					nserving++;
+					ls[i].restart_at = 0;
+				}
+				/* 4. start the worker (new, or again after it stopped) */
+				if (now >= ls[i].restart_at)
+					(void) wk_launch(ls, i, &dbs[d], roleoid, false);
+			}
+
+			/* 5. probe the databases no slot is bound to, when due */
+			for (d = 0; d < ndbs; d++)
+			{
+				if (dbs[d].status == WKDB_BOUND || dbs[d].next_probe > now)
+					continue;
+				for (i = 0; i < nslots; i++)
+				{
+					int			probe;
+					TimestampTz hold;
+
+					if (!OidIsValid(NtaskSlotPeek(i, &probe, &hold)) && ls[i].handle == NULL)
+						break;
+				}
+				if (i == nslots)
+					break;		/* every slot busy: at the next round */
+				NtaskSlotBind(i, dbs[d].oid, dbs[d].name, false);
+				if (!wk_launch(ls, i, &dbs[d], roleoid, true))
+				{
+					NtaskSlotFree(i);
+					break;
+				}
+				dbs[d].status = WKDB_BOUND;
+			}
+		}
+		NtaskLauncherSetProblem(last_problem, nserving);
+
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 pause_ms, PG_WAIT_EXTENSION);
+						 Min(Max(ntask_naptime_ms, 100), 1000), PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
 	}
+}
+
+/* wk_launcher_exit: on_shmem_exit of the launcher */
+static void
+wk_launcher_exit(int code, Datum arg)
+{
+	NtaskLauncherDetach();
 }
 
 /*
@@ -373,9 +723,17 @@ wk_housekeeping(void)
 	}
 	if (t.ext.oid != wk_ext.oid)
 	{
+		if (!OidIsValid(t.ext.oid))
+		{
+			NtaskWorkerSetProbe(NTASK_PROBE_ABSENT);
+			ereport(LOG,
+					(errmsg("ntask worker: extension ntask was dropped in database \"%s\"; exiting",
+							wk_dbname)));
+			proc_exit(0);
+		}
 		ereport(LOG,
-				(errmsg("ntask worker: extension ntask was dropped or recreated in database \"%s\"; restarting",
-						ntask_database)));
+				(errmsg("ntask worker: extension ntask was recreated in database \"%s\"; restarting",
+						wk_dbname)));
 		proc_exit(1);
 	}
 }
@@ -391,31 +749,61 @@ ntask_worker_main(Datum arg)
 	TimestampTz next_tick = 0;
 	TimestampTz next_refresh = 0;
 	bool		refresh_pending = false;
-	Oid			roleoid;
+	WkStart		start;
 	pid_t		other;
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
 
-	memcpy(&roleoid, MyBgworkerEntry->bgw_extra, sizeof(Oid));
-	BackgroundWorkerInitializeConnectionByOid(DatumGetObjectId(arg), roleoid, 0);
-	pgstat_report_appname("ntask worker");
+	memcpy(&start, MyBgworkerEntry->bgw_extra, sizeof(start));
+	BackgroundWorkerInitializeConnectionByOid(DatumGetObjectId(arg), start.roleoid, 0);
+	pgstat_report_appname(start.probe ? "ntask probe" : "ntask worker");
 	wk_pin_settings();
 
-	other = NtaskWorkerTakeSlot();
+	other = NtaskWorkerTakeSlot(start.slot);
 	if (other != 0)
 	{
-		ereport(LOG,
-				(errmsg("ntask worker: another worker (pid %d) is running; exiting",
-						(int) other)));
+		if (other > 0)
+			ereport(LOG,
+					(errmsg("ntask worker: another worker (pid %d) is running in this database; exiting",
+							(int) other)));
 		proc_exit(0);
 	}
 	on_shmem_exit(wk_exit, (Datum) 0);
 
+	StartTransactionCommand();
+	{
+		char	   *name = get_database_name(MyDatabaseId);
+
+		strlcpy(wk_dbname, name ? name : "?", NAMEDATALEN);
+	}
+	CommitTransactionCommand();
+
+	/*
+	 * A probe looks for the extension, says what it saw and exits; the
+	 * launcher starts the worker where it is installed.
+	 */
+	(void) NtaskWorkerRunXact(wk_extension_step, &wk_ext,
+							  "ntask worker: look for the extension");
+	if (start.probe || !OidIsValid(wk_ext.oid))
+	{
+		NtaskWorkerSetProbe(OidIsValid(wk_ext.oid) ? NTASK_PROBE_INSTALLED :
+							NTASK_PROBE_ABSENT);
+		proc_exit(0);
+	}
+
+	{
+		char		appname[NAMEDATALEN];
+
+		snprintf(appname, sizeof(appname), "ntask worker %s", wk_dbname);
+		pgstat_report_appname(appname);
+	}
+	NtaskDispatchInit(wk_ext.schema);
+	NtaskWorkerSetState("running");
 	ereport(LOG,
 			(errmsg("ntask worker started in database \"%s\" as role \"%s\"",
-					ntask_database, ntask_worker_role)));
+					wk_dbname, ntask_worker_role)));
 
 	for (;;)
 	{
@@ -443,27 +831,6 @@ ntask_worker_main(Datum arg)
 			/* a shorter ntask.naptime takes effect now, not at the old tick */
 			next_tick = Min(next_tick, GetCurrentTimestamp() +
 							(TimestampTz) ntask_naptime_ms * 1000);
-		}
-
-		if (!OidIsValid(wk_ext.oid))
-		{
-			(void) NtaskWorkerRunXact(wk_extension_step, &wk_ext,
-									  "ntask worker: look for the extension");
-			if (OidIsValid(wk_ext.oid))
-			{
-				NtaskDispatchInit(wk_ext.schema);
-				NtaskWorkerSetState("running");
-				next_tick = 0;
-			}
-			else
-			{
-				NtaskWorkerSetState("waiting_for_extension");
-				rc = WaitLatch(MyLatch,
-							   WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-							   ntask_naptime_ms, PG_WAIT_EXTENSION);
-				ResetLatch(MyLatch);
-				continue;
-			}
 		}
 
 		now = GetCurrentTimestamp();

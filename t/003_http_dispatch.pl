@@ -88,7 +88,7 @@ is( sql(q{SELECT usename FROM pg_stat_activity WHERE backend_type = 'ntask worke
 	'ntask_bgworker', 'it runs as ntask_bgworker, not as a superuser');
 my $worker_pid = sql(q{SELECT pid FROM pg_stat_activity WHERE backend_type = 'ntask worker'});
 is( sql(q{SELECT application_name FROM pg_stat_activity WHERE backend_type = 'ntask worker'}),
-	'ntask worker', 'its application_name is ntask worker');
+	'ntask worker postgres', 'its application_name is ntask worker and its database');
 ok( $node->poll_query_until('postgres',
 		qq{SELECT pid = $worker_pid AND state <> 'waiting_for_extension' FROM ntask.worker_stats}),
 	'ntask.worker_stats: the worker found the extension');

@@ -317,7 +317,7 @@ ok( poll('an ntask worker as ntask_bgworker', 15,
 is( sql(q{SELECT string_agg(usename::text, ',') FROM pg_stat_activity WHERE backend_type = 'ntask worker'}),
 	'ntask_bgworker', 'identity: the worker runs as ntask_bgworker');
 is( sql(q{SELECT string_agg(application_name, ',') FROM pg_stat_activity WHERE backend_type = 'ntask worker'}),
-	'ntask worker', 'identity: its application_name is ntask worker');
+	'ntask worker postgres', 'identity: its application_name is ntask worker and its database');
 # not an assertion (the spec of 0.3 does not name it): wait for the worker
 # to find the extension before the cases start
 wait_for('the worker to find the extension', 10,

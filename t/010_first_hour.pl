@@ -44,7 +44,7 @@ my ($rc, $out, $err) = $plain->psql('postgres', q{
 is($rc, 0, 'no preload: CREATE EXTENSION and the SQL API in one session exit 0');
 like($err, qr/WARNING:  ntask: the library is not in shared_preload_libraries, so no background worker runs/,
 	'no preload: CREATE EXTENSION warns that no background worker runs');
-is($out, "1\nt\nk1:1\napplied\n0/0/0\nnot preloaded\npostgres\nstill connected",
+is($out, "1\nt\nk1:1\napplied\n0/0/0\nnot preloaded\n\nstill connected",
 	'no preload: enqueue, claim, transition, housekeeping, worker_stats and SHOW work in the same session');
 unlike($err, qr/FATAL/, 'no preload: no FATAL reached the client');
 ok(!$plain->log_contains(qr/FATAL/), 'no preload: no FATAL in the server log');

@@ -13,7 +13,8 @@
 # again: an earlier token already committed the business row.
 #
 # Files in RUNDIR (the chaos driver owns them except the last two):
-#   conn             "host port" of the current primary (rewritten on failover)
+#   conn             "host port" of the current primary (rewritten on failover),
+#                    or a libpq keyword list with ";" between keywords
 #   stop             exists: exit when idle
 #   SLOT.hold        exists: after the next claim, stop before the receipt,
 #                    announce "held TASK TOKEN" and wait until it is removed
@@ -102,11 +103,14 @@ sub connect_db
 			close $fh;
 		}
 		chomp $conn;
-		my ($host, $port) = split / /, $conn;
+		# "host port", or a libpq keyword list (t/018_patroni: several
+		# hosts with target_session_attrs=read-write)
+		my ($host, $port) = $conn =~ /=/ ? (undef, $conn) : split / /, $conn;
 		if (defined $port)
 		{
+			my $dsn = defined $host ? "dbname=postgres;host=$host;port=$port" : $conn;
 			$dbh = eval {
-				DBI->connect("dbi:Pg:dbname=postgres;host=$host;port=$port",
+				DBI->connect("dbi:Pg:$dsn",
 					'', '',
 					{ RaiseError => 1, PrintError => 0, AutoCommit => 1,
 					  pg_server_prepare => 0 });
@@ -114,7 +118,8 @@ sub connect_db
 			if ($dbh)
 			{
 				$dbh->do("SET application_name = 'chaos $name'");
-				event('connected', undef, undef, $port);
+				event('connected', undef, undef, defined $host ? $port
+					  : $dbh->selectrow_array('SELECT inet_server_port()'));
 				return;
 			}
 		}
