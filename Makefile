@@ -59,6 +59,12 @@ PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
+# every object includes ntask.h: a change of it (a struct, an enum) must
+# rebuild them all, or a stale object crashes the backend
+$(OBJS): src/ntask.h
+src/cron.o src/cron_parse.o: src/cron_parse.h
+src/http_parse.o src/queue.o src/target.o src/dispatch.o: src/http_parse.h
+
 .PHONY: demo test
 demo:
 	sh $(srcdir)/scripts/demo.sh
