@@ -485,6 +485,60 @@ static int	enq_many_round_dist(text *queue, EnqKey *bykey, int nkeys,
 								char *argnulls, Datum *shards);
 
 /*
+ * enq_many_signal
+ *		After a batch inserted n tasks (flags: ENQ_QUEUE_FLAGS of the queue):
+ *		wake the worker for an http queue, NOTIFY for a notify queue, and
+ *		the waiting claims.
+ */
+static void
+enq_many_signal(text *queue, int n, int flags, Datum run_at, bool run_at_null)
+{
+	if (n > 0 && (flags & ENQ_HTTP))
+		NtaskWakeWorkerAtCommit();	/* http tasks */
+	if (n > 0 && (flags & ENQ_NOTIFY))
+		enq_notify(queue);
+	enq_wake_waiters(queue, n, run_at, run_at_null);
+}
+
+/*
+ * enq_many_read_existing
+ *		Some keys of a batch were not inserted: no queue (42704), no right
+ *		(42501), or they exist.  Reads the existing tasks of the batch's
+ *		keys (args as enq_many_existing_plan takes them) and resolves each
+ *		unresolved key to its task, NT001 when its payload differs.
+ *		Returns how many keys it resolved.
+ */
+static int
+enq_many_read_existing(text *queue, EnqKey *bykey, int nkeys, Datum *args)
+{
+	int			nrows;
+	int			resolved = 0;
+	int			r;
+
+	NtaskCheckQueueRight(queue, true);
+	nrows = NtaskExecPlan(&enq_many_existing_plan, args, NULL, SPI_OK_SELECT);
+	for (r = 0; r < nrows; r++)
+	{
+		EnqKey	   *k = enq_find(bykey, nkeys, NtaskGetText(r, 1));
+		bool		isnull;
+
+		if (k == NULL || k->resolved)
+			continue;			/* inserted just now */
+		if (!NtaskSameDigest(k->payload, k->digest,
+							 DatumGetByteaPP(NtaskGetDatum(r, 4, &isnull)),
+							 NtaskGetInt32(r, 5)))
+			enq_conflict(k->key, queue, false);
+		k->resolved = true;
+		k->task_id = NtaskGetInt64(r, 2);
+		k->state = PointerGetDatum(NtaskGetText(r, 3));
+		k->outcome = NtaskGetDatum(r, 6, &k->outcome_null);
+		k->result = NtaskGetDatum(r, 7, &k->result_null);
+		resolved++;
+	}
+	return resolved;
+}
+
+/*
  * enq_many_round
  *		Insert the keys of pending (in first-appearance order) that are not
  *		resolved yet, then read the existing tasks of those the insert
@@ -550,34 +604,13 @@ enq_many_round(text *queue, EnqKey *bykey, int nkeys, EnqKey **pending,
 		k->state = PointerGetDatum(NtaskGetText(r, 3));
 		k->outcome_null = k->result_null = true;
 	}
-	if (nrows > 0 && (NtaskGetInt32(0, 4) & ENQ_HTTP))
-		NtaskWakeWorkerAtCommit();	/* http tasks */
-	if (nrows > 0 && (NtaskGetInt32(0, 4) & ENQ_NOTIFY))
-		enq_notify(queue);
-	enq_wake_waiters(queue, nrows, args[7], argnulls[7] == 'n');
+	enq_many_signal(queue, nrows, nrows > 0 ? NtaskGetInt32(0, 4) : 0,
+					args[7], argnulls[7] == 'n');
 	if (nrows == n)
 		return 0;
 
 	/* some keys were not inserted: no queue, no right, or they exist */
-	NtaskCheckQueueRight(queue, true);
-	nrows = NtaskExecPlan(&enq_many_existing_plan, args, NULL, SPI_OK_SELECT);
-	for (r = 0; r < nrows; r++)
-	{
-		EnqKey	   *k = enq_find(bykey, nkeys, NtaskGetText(r, 1));
-		bool		isnull;
-
-		if (k == NULL || k->resolved)
-			continue;			/* inserted just now */
-		if (!NtaskSameDigest(k->payload, k->digest,
-							 DatumGetByteaPP(NtaskGetDatum(r, 4, &isnull)),
-							 NtaskGetInt32(r, 5)))
-			enq_conflict(k->key, queue, false);
-		k->resolved = true;
-		k->task_id = NtaskGetInt64(r, 2);
-		k->state = PointerGetDatum(NtaskGetText(r, 3));
-		k->outcome = NtaskGetDatum(r, 6, &k->outcome_null);
-		k->result = NtaskGetDatum(r, 7, &k->result_null);
-	}
+	(void) enq_many_read_existing(queue, bykey, nkeys, args);
 	n = 0;
 	for (i = 0; i < npending; i++)
 		n += pending[i]->resolved ? 0 : 1;
@@ -603,8 +636,6 @@ enq_many_round_dist(text *queue, EnqKey *bykey, int nkeys, EnqKey **pending,
 	int			missing = 0;
 	int			flags = 0;
 	int			n = 0;
-	int			nrows;
-	int			r;
 	int			i;
 
 	memcpy(nulls, argnulls, sizeof(nulls));
@@ -637,34 +668,10 @@ enq_many_round_dist(text *queue, EnqKey *bykey, int nkeys, EnqKey **pending,
 		else
 			missing++;
 	}
-	if (inserted > 0 && (flags & ENQ_HTTP))
-		NtaskWakeWorkerAtCommit();
-	if (inserted > 0 && (flags & ENQ_NOTIFY))
-		enq_notify(queue);
-	enq_wake_waiters(queue, inserted, args[7], argnulls[7] == 'n');
+	enq_many_signal(queue, inserted, flags, args[7], argnulls[7] == 'n');
 	if (missing == 0)
 		return 0;
-	NtaskCheckQueueRight(queue, true);
-	nrows = NtaskExecPlan(&enq_many_existing_plan, args, NULL, SPI_OK_SELECT);
-	for (r = 0; r < nrows; r++)
-	{
-		EnqKey	   *k = enq_find(bykey, nkeys, NtaskGetText(r, 1));
-		bool		isnull;
-
-		if (k == NULL || k->resolved)
-			continue;
-		if (!NtaskSameDigest(k->payload, k->digest,
-							 DatumGetByteaPP(NtaskGetDatum(r, 4, &isnull)),
-							 NtaskGetInt32(r, 5)))
-			enq_conflict(k->key, queue, false);
-		k->resolved = true;
-		k->task_id = NtaskGetInt64(r, 2);
-		k->state = PointerGetDatum(NtaskGetText(r, 3));
-		k->outcome = NtaskGetDatum(r, 6, &k->outcome_null);
-		k->result = NtaskGetDatum(r, 7, &k->result_null);
-		missing--;
-	}
-	return missing;
+	return missing - enq_many_read_existing(queue, bykey, nkeys, args);
 }
 
 /*
