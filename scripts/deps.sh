@@ -8,6 +8,8 @@ PKGS="make gcc postgresql-15 postgresql-server-dev-15 postgresql-15-cron libcurl
 [ "${NTASK_TEST_DEB:-0}" = 1 ] && PKGS="$PKGS postgresql-server-dev-all debhelper dpkg-dev"
 # the Patroni failover test (t/018_patroni.pl, NTASK_PATRONI=1; docs/ha.md)
 [ "${NTASK_PATRONI:-0}" = 1 ] && PKGS="$PKGS etcd-server patroni"
+# building Citus for t/023_citus.pl (NTASK_CITUS=1; scripts/citus.sh)
+[ "${NTASK_CITUS:-0}" = 1 ] && PKGS="$PKGS liblz4-dev libzstd-dev libkrb5-dev"
 # Node.js: Debian's nodejs and npm, unless a node (and npm) is already
 # installed some other way (the nodesource nodejs package brings its own npm
 # and conflicts with Debian's)

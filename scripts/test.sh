@@ -38,6 +38,11 @@ suite isolation installcheck REGRESS= TAP_TESTS=
 # NTASK_CHAOS_LONG=1 and NTASK_PATRONI=1 reach the TAP files through the
 # environment (t/006_chaos.pl's long mode; t/018_patroni.pl, 1.5-2 min,
 # etcd and three Patroni nodes: docs/ha.md; without it, one skip line)
+# NTASK_CITUS=1: t/023_citus.pl needs Citus installed, which only root can
+# do (scripts/citus.sh builds it from ../shared/vendor, about 2 minutes)
+if [ "${NTASK_CITUS:-0}" = 1 ]; then
+	$SUDO sh scripts/citus.sh || rc=1
+fi
 suite tap installcheck REGRESS= ISOLATION=
 
 # the C parsers under libFuzzer with ASan and UBSan, 20 s each (as root:

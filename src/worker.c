@@ -88,6 +88,7 @@ typedef struct WkExtension
 {
 	Oid			oid;			/* InvalidOid: not installed */
 	char		schema[NAMEDATALEN];
+	bool		distributed;	/* ntask.task is distributed by Citus */
 } WkExtension;
 
 /* one housekeeping step's input and output */
@@ -647,7 +648,8 @@ wk_launcher_exit(int code, Datum arg)
 /*
  * wk_extension_step
  *		*(WkExtension *) arg = ntask's extension OID and the schema of its
- *		API functions, or InvalidOid if ntask is not installed here.
+ *		API functions, or InvalidOid if ntask is not installed here; and
+ *		whether ntask_distribute made it a Citus layout.
  */
 static void
 wk_extension_step(void *arg)
@@ -667,6 +669,19 @@ wk_extension_step(void *arg)
 		ext->oid = DatumGetObjectId(NtaskGetDatum(0, 1, &isnull));
 		strlcpy(ext->schema, nsp, NAMEDATALEN);
 	}
+	ext->distributed = false;
+	if (OidIsValid(ext->oid) &&
+		SPI_execute("SELECT pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL",
+					true, 1) == SPI_OK_SELECT && SPI_processed == 1 &&
+		NtaskGetBool(0, 1) &&
+		SPI_execute("SELECT EXISTS (SELECT FROM pg_catalog.pg_dist_partition p "
+					"  JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) p.logicalrelid "
+					"  JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace "
+					"  WHERE n.nspname OPERATOR(pg_catalog.=) 'ntask' "
+					"    AND c.relname OPERATOR(pg_catalog.=) 'task')",
+					true, 1) == SPI_OK_SELECT && SPI_processed == 1)
+		ext->distributed = NtaskGetBool(0, 1);	/* the catalogs only: the
+												 * role has no USAGE on ntask */
 }
 
 /*
@@ -712,7 +727,10 @@ wk_housekeeping(void)
 	WkTick		t;
 
 	memset(&t, 0, sizeof(t));
-	if (!NtaskWorkerRunXact(wk_housekeeping_step, &t, "ntask housekeeping"))
+	if (wk_ext.distributed)
+		(void) NtaskWorkerRunXact(wk_extension_step, &t.ext,
+								  "ntask worker: look for the extension");
+	else if (!NtaskWorkerRunXact(wk_housekeeping_step, &t, "ntask housekeeping"))
 		(void) NtaskWorkerRunXact(wk_extension_step, &t.ext,
 								  "ntask worker: look for the extension");
 	else
@@ -720,6 +738,14 @@ wk_housekeeping(void)
 		NtaskWorkerCount(NTASK_COUNT_EXPIRED_LEASES, t.counts[0]);
 		NtaskWorkerCount(NTASK_COUNT_REPAIRED, t.counts[1]);
 		NtaskWorkerCount(NTASK_COUNT_PRUNED, t.counts[2]);
+	}
+	if (OidIsValid(t.ext.oid) && t.ext.oid == wk_ext.oid &&
+		t.ext.distributed != wk_ext.distributed)
+	{
+		ereport(LOG,
+				(errmsg("ntask worker: ntask in database \"%s\" was distributed with Citus; restarting",
+						wk_dbname)));
+		proc_exit(1);
 	}
 	if (t.ext.oid != wk_ext.oid)
 	{
@@ -800,10 +826,28 @@ ntask_worker_main(Datum arg)
 		pgstat_report_appname(appname);
 	}
 	NtaskDispatchInit(wk_ext.schema);
-	NtaskWorkerSetState("running");
-	ereport(LOG,
-			(errmsg("ntask worker started in database \"%s\" as role \"%s\"",
-					wk_dbname, ntask_worker_role)));
+	if (wk_ext.distributed)
+	{
+		/*
+		 * Housekeeping and dispatch are not written for the distributed
+		 * layout yet (docs/scaling.md "Scaling out with Citus"): their
+		 * set-based statements would fail on every tick.  The worker stays,
+		 * says so once, and only watches the extension (DROP EXTENSION
+		 * still stops it); expired leases are taken over by claims.
+		 */
+		NtaskWorkerSetState("idle: distributed");
+		ereport(WARNING,
+				(errmsg("ntask worker: ntask in database \"%s\" is distributed with Citus; the worker does not serve a distributed install: no housekeeping, no http dispatch",
+						wk_dbname),
+				 errhint("Set ntask.worker = off on every node of the cluster; expired leases are taken over by the next claim.")));
+	}
+	else
+	{
+		NtaskWorkerSetState("running");
+		ereport(LOG,
+				(errmsg("ntask worker started in database \"%s\" as role \"%s\"",
+						wk_dbname, ntask_worker_role)));
+	}
 
 	for (;;)
 	{
@@ -839,13 +883,14 @@ ntask_worker_main(Datum arg)
 		{
 			NtaskWorkerSetLastTick(now);
 			wk_housekeeping();
-			NtaskDispatchRefreshQueues();
+			if (!wk_ext.distributed)
+				NtaskDispatchRefreshQueues();
 			refresh_pending = false;
 			next_refresh = now + 100 * 1000;
 			next_tick = now + (TimestampTz) ntask_naptime_ms * 1000;
 			woken = true;		/* look for due tasks every tick */
 		}
-		else if (refresh_pending && now >= next_refresh)
+		else if (refresh_pending && now >= next_refresh && !wk_ext.distributed)
 		{
 			/* a wake-up came within 100 ms of the last refresh: do it now */
 			NtaskDispatchRefreshQueues();
@@ -855,7 +900,7 @@ ntask_worker_main(Datum arg)
 		}
 
 		/* look for work if woken, ticking, or the last claim was full */
-		if (NtaskDispatchTick(woken))
+		if (!wk_ext.distributed && NtaskDispatchTick(woken))
 			continue;			/* more may be due at once */
 
 		/*
@@ -880,7 +925,9 @@ ntask_worker_main(Datum arg)
 			 * since the last tick, so reread the http queues, at most every
 			 * 100 ms however fast enqueues come.
 			 */
-			if (woke >= next_refresh)
+			if (wk_ext.distributed)
+				;				/* nothing to dispatch */
+			else if (woke >= next_refresh)
 			{
 				NtaskDispatchRefreshQueues();
 				refresh_pending = false;
@@ -888,7 +935,8 @@ ntask_worker_main(Datum arg)
 			}
 			else
 				refresh_pending = true; /* deferred, never dropped */
-			(void) NtaskDispatchTick(true);
+			if (!wk_ext.distributed)
+				(void) NtaskDispatchTick(true);
 		}
 	}
 }

@@ -35,6 +35,7 @@ use lib $FindBin::Bin;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use Time::HiRes qw(sleep);
 use POSIX ();
 
 if (!$ENV{NTASK_CITUS})
@@ -463,6 +464,28 @@ like($stderr, qr/has flow control .* which a distributed install does not suppor
 is($q->(q{SELECT count(*) > 0 FROM ntask_explain(} . $a2 . q{)}), 't', 'ntask_explain runs');
 is($q->(q{SELECT succeeded FROM ntask.queue_stats WHERE queue = 'chaos'}), '200',
 	'ntask.queue_stats runs');
+
+# 8. the background worker on a distributed install: it stays, says once
+# that it does not serve the layout, and runs no housekeeping or dispatch
+# (whose statements Citus refuses, as above), instead of failing each tick
+$co->append_conf('postgresql.conf', "ntask.worker = on\nntask.naptime = '200ms'\n");
+my $log_from = -s $co->logfile;
+$co->restart;
+my $state = '';
+for (1 .. 100)
+{
+	$state = $co->safe_psql('postgres', 'SELECT state FROM ntask.worker_stats');
+	last if $state eq 'idle: distributed';
+	sleep 0.1;
+}
+is($state, 'idle: distributed', 'the background worker idles on a distributed install');
+sleep 2;						# about ten ticks
+my $log = substr(PostgreSQL::Test::Utils::slurp_file($co->logfile), $log_from);
+my @warned = ($log =~ /is distributed with Citus; the worker does not serve a distributed install/g);
+is(scalar @warned, 1, 'it says so once, not every tick');
+unlike($log, qr/ntask worker: .* failed/, 'no step of the worker failed (none of housekeeping or dispatch ran)');
+$co->append_conf('postgresql.conf', "ntask.worker = off\n");
+$co->restart;
 
 NtaskCitus::stop($c);
 done_testing();
