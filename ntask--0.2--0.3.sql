@@ -804,7 +804,7 @@ AS $$
 DECLARE
 	t ntask.task;
 	q ntask.queue;
-	a ntask.attempt;		-- the latest attempt, if any
+	a ntask.attempt_all;	-- the latest attempt, if any (the open one included)
 	n timestamptz := pg_catalog.now();
 	is_http boolean;
 	last_err text;
@@ -824,7 +824,7 @@ BEGIN
 		RAISE EXCEPTION 'ntask: task % does not exist', ntask_explain.task_id USING ERRCODE = 'P0002';
 	END IF;
 	SELECT * INTO q FROM ntask.queue x WHERE x.queue OPERATOR(pg_catalog.=) t.queue;
-	SELECT * INTO a FROM ntask.attempt x WHERE x.task_id OPERATOR(pg_catalog.=) t.task_id
+	SELECT * INTO a FROM ntask.attempt_all x WHERE x.task_id OPERATOR(pg_catalog.=) t.task_id
 	ORDER BY x.token DESC LIMIT 1;
 	is_http := q.target->>'type' OPERATOR(pg_catalog.=) 'http';
 
@@ -832,7 +832,7 @@ BEGIN
 	SELECT x.error_class || coalesce(' ' || coalesce('HTTP ' || (x.detail->>'http_status'),
 													  x.detail->>'curl_error', x.error_stage), '')
 	INTO last_err
-	FROM ntask.attempt x
+	FROM ntask.attempt_all x
 	WHERE x.task_id OPERATOR(pg_catalog.=) t.task_id AND x.error_class IS NOT NULL
 	ORDER BY x.token DESC LIMIT 1;
 
@@ -849,7 +849,7 @@ BEGIN
 	-- action, the guard (skip or cancel at claim), else ntask itself
 	-- (budget, deadline, lease expiry)
 	IF t.finished_at IS NOT NULL THEN
-		SELECT x.worker, 'attempt ' || x.attempt INTO fin_actor, fin_by FROM ntask.attempt x
+		SELECT x.worker, 'attempt ' || x.attempt INTO fin_actor, fin_by FROM ntask.attempt_all x
 		WHERE x.task_id OPERATOR(pg_catalog.=) t.task_id AND x.ended_at OPERATOR(pg_catalog.=) t.finished_at
 		  AND x.requested IS NOT NULL AND x.requested OPERATOR(pg_catalog.<>) 'released'
 		ORDER BY x.token DESC LIMIT 1;
@@ -914,7 +914,7 @@ BEGIN
 				   t.reason, coalesce(t.repair_owner, 'none assigned'),
 				   coalesce(', next: ' || t.repair_next_action, ''),
 				   t.attempts, t.max_attempts,
-				   (SELECT count(*) FROM ntask.attempt x
+				   (SELECT count(*) FROM ntask.attempt_all x
 					WHERE x.task_id OPERATOR(pg_catalog.=) t.task_id AND NOT x.outcome_known))
 		WHEN 'succeeded' THEN
 			format('succeeded (%s) at %s after %s attempt(s): waiting for nothing',
@@ -1000,11 +1000,11 @@ BEGIN
 		-- every attempt: claimed, invoked, ended
 		SELECT x.claimed_at, 2, x.token, 'claimed', x.token, x.worker,
 			   format('attempt %s of %s claimed', x.attempt, t.max_attempts)
-		FROM ntask.attempt x WHERE x.task_id OPERATOR(pg_catalog.=) t.task_id
+		FROM ntask.attempt_all x WHERE x.task_id OPERATOR(pg_catalog.=) t.task_id
 		UNION ALL
 		SELECT x.invoked_at, 3, x.token, 'invoked', x.token, x.worker,
 			   format('attempt %s invoked: about to call out', x.attempt)
-		FROM ntask.attempt x WHERE x.task_id OPERATOR(pg_catalog.=) t.task_id AND x.invoked_at IS NOT NULL
+		FROM ntask.attempt_all x WHERE x.task_id OPERATOR(pg_catalog.=) t.task_id AND x.invoked_at IS NOT NULL
 		UNION ALL
 		SELECT t.updated_at, 4, t.token, 'heartbeat', t.token, t.lease_owner,
 			   format('last heartbeat: lease until %s', ntask.explain_ts(t.lease_until))
@@ -1021,7 +1021,7 @@ BEGIN
 					  coalesce(', retry at ' || ntask.explain_ts(x.retry_at), ''),
 					  coalesce(', ' || CASE WHEN x.detail ? 'http_status' THEN 'HTTP ' || (x.detail->>'http_status') || ' ' ELSE '' END
 							   || x.detail::text, ''))
-		FROM ntask.attempt x WHERE x.task_id OPERATOR(pg_catalog.=) t.task_id AND x.ended_at IS NOT NULL
+		FROM ntask.attempt_all x WHERE x.task_id OPERATOR(pg_catalog.=) t.task_id AND x.ended_at IS NOT NULL
 		UNION ALL
 		-- receipts (the business commit)
 		SELECT r.committed_at, 5, r.token, 'receipt', r.token, r.db_user::text,
@@ -1481,3 +1481,40 @@ COMMENT ON FUNCTION @extschema@.ntask_distribute(integer) IS
 'ntask: on a Citus coordinator, distribute an empty ntask (task, attempt, receipt by shard, co-located; policy tables as reference tables); returns the layout';
 REVOKE ALL ON FUNCTION @extschema@.ntask_distribute(integer) FROM PUBLIC;
 -- end of issue 18
+
+-- issue 12: the write-once attempt ledger (docs/design.md "ntask.attempt").
+-- A running attempt lives on its task row (token, attempts, lease_owner,
+-- claimed_at, invoked_at) and its ntask.attempt row is written once, when
+-- it ends: one heap insert per attempt instead of an insert at the claim and
+-- an update at the end.  ntask.attempt_all shows both.  Open attempts of an
+-- upgraded install move onto their task rows.
+ALTER TABLE ntask.task ADD COLUMN claimed_at timestamptz,
+	ADD COLUMN invoked_at timestamptz;
+COMMENT ON COLUMN ntask.task.claimed_at IS 'when the task''s latest attempt was claimed (the running one while state = leased; its ntask.attempt row is written when it ends)';
+COMMENT ON COLUMN ntask.task.invoked_at IS 'when the latest attempt was marked invoked (ntask_invoked), if it was';
+UPDATE ntask.task t SET claimed_at = a.claimed_at, invoked_at = a.invoked_at
+FROM ntask.attempt a
+WHERE a.task_id = t.task_id AND a.shard = t.shard AND a.token = t.token
+  AND a.ended_at IS NULL AND t.state = 'leased';
+DELETE FROM ntask.attempt a USING ntask.task t
+WHERE a.task_id = t.task_id AND a.shard = t.shard AND a.token = t.token
+  AND a.ended_at IS NULL AND t.state = 'leased';
+-- rows are no longer updated: pages may fill
+ALTER TABLE ntask.attempt RESET (fillfactor);
+COMMENT ON TABLE ntask.attempt IS 'ntask: one row per ended attempt, written once when it ends (the running attempt of a leased task is on its task row; ntask.attempt_all shows both)';
+
+CREATE VIEW ntask.attempt_all AS
+SELECT a.task_id, a.token, a.attempt, a.worker, a.claimed_at, a.invoked_at,
+	   a.ended_at, a.result, a.requested, a.error_class, a.error_stage,
+	   a.outcome_known, a.outcome, a.retry_at, a.detail, a.shard
+FROM ntask.attempt a
+UNION ALL
+SELECT t.task_id, t.token, t.attempts, t.lease_owner,
+	   coalesce(t.claimed_at, t.updated_at), t.invoked_at,
+	   NULL::timestamptz, NULL::text, NULL::text, NULL::text, NULL::text,
+	   NULL::boolean, NULL::text, NULL::timestamptz, NULL::jsonb, t.shard
+FROM ntask.task t
+WHERE t.state = 'leased';
+COMMENT ON VIEW ntask.attempt_all IS 'ntask: every attempt: the ended ones (ntask.attempt) and the running one of each leased task (from its task row; ended_at and result NULL)';
+GRANT SELECT ON ntask.attempt_all TO ntask_admin;
+-- end of issue 12

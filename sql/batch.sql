@@ -91,7 +91,7 @@ SELECT result, state FROM ntask_transition(:e1, 1, 'canceled');
 -- the ledger equals what one ntask_transition per task writes
 SELECT t.task_key, t.state, t.outcome, t.reason, t.unknown_attempts, t.lease_owner, t.due_at IS NULL AS no_due, t.finished_at IS NOT NULL AS finished,
 	   a.result, a.requested, a.outcome, a.outcome_known, a.ended_at IS NOT NULL AS ended
-FROM ntask.task t JOIN ntask.attempt a USING (task_id) WHERE t.queue = 'bt' ORDER BY t.task_key, a.token;
+FROM ntask.task t JOIN ntask.attempt_all a USING (task_id) WHERE t.queue = 'bt' ORDER BY t.task_key, a.token;
 
 -- retry_wait batches run each task's budget and backoff: e4 (attempt 1 of
 -- 2) waits; claimed again it is on its last attempt and a retry sends it
@@ -108,7 +108,7 @@ UPDATE ntask.task SET run_at = now(), due_at = now() WHERE task_id = :e7;
 SELECT task_key, token FROM ntask_claim('bt', 'W1', 10) ORDER BY task_key;
 SELECT result, state FROM ntask_transition_many(ARRAY[:e7], ARRAY[2], 'repair_required', 'unknown', '{"reason": "timeout"}');
 SELECT state, reason, unknown_attempts, last_error_class FROM ntask.task WHERE task_id = :e7;
-SELECT token, result, outcome_known FROM ntask.attempt WHERE task_id = :e7 ORDER BY token;
+SELECT token, result, outcome_known FROM ntask.attempt_all WHERE task_id = :e7 ORDER BY token;
 
 -- hostile input
 SELECT * FROM ntask_transition_many(ARRAY[:e1, :e1], ARRAY[1, 1], 'succeeded');
@@ -177,5 +177,5 @@ SELECT task_key, token, finish_result, finish_state
 FROM ntask_transition_and_claim(:c3, 1, 'succeeded', 'bt2', 'W2');
 SELECT task_key, state, outcome, attempts, token, lease_owner FROM ntask.task
 WHERE queue = 'bt2' AND task_key LIKE 'c%' ORDER BY task_key;
-SELECT t.task_key, a.token, a.worker, a.result, a.requested FROM ntask.attempt a JOIN ntask.task t USING (task_id)
+SELECT t.task_key, a.token, a.worker, a.result, a.requested FROM ntask.attempt_all a JOIN ntask.task t USING (task_id)
 WHERE t.queue = 'bt2' ORDER BY t.task_key, a.token;

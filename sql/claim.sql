@@ -17,11 +17,16 @@ FROM ntask_claim('work', 'W1', lease => '2 minutes');
 SELECT task_key, attempt, token FROM ntask_claim('work', 'W2', max_tasks => 10);
 SELECT count(*) FROM ntask_claim('work', 'W2', max_tasks => 10);
 SELECT task_key, state, attempts, token, lease_owner FROM ntask.task WHERE queue = 'work' ORDER BY task_key;
--- one attempt row per claim, open until the attempt ends
+-- one attempt per claim, open until the attempt ends: on the task row
+-- (ntask.attempt_all shows it), its ntask.attempt row written when it ends
 SELECT t.task_key, a.token, a.attempt, a.worker, a.invoked_at IS NOT NULL AS invoked,
        a.ended_at IS NOT NULL AS ended, a.result
-FROM ntask.attempt a JOIN ntask.task t USING (task_id)
+FROM ntask.attempt_all a JOIN ntask.task t USING (task_id)
 WHERE t.queue = 'work' ORDER BY t.task_key, a.token;
+SELECT count(*) AS ledger_rows_of_open_attempts
+FROM ntask.attempt a JOIN ntask.task t USING (task_id) WHERE t.queue = 'work';
+SELECT count(*) AS leased, count(*) FILTER (WHERE claimed_at < lease_until AND invoked_at IS NULL) AS open_on_row
+FROM ntask.task WHERE queue = 'work' AND state = 'leased';
 
 -- heartbeat extends the lease of the current token
 SELECT task_id AS j1 FROM ntask.task WHERE task_key = 'job-1' \gset
@@ -41,7 +46,7 @@ SELECT ntask_invoked(:n9, 1);
 SELECT pg_sleep(0.01);
 -- W2 takes over with token 2; W1 had invoked, so the outcome is unknown
 SELECT task_key, attempt, token, prior_outcome FROM ntask_claim('n9', 'W2');
-SELECT token, attempt, worker, result, outcome_known FROM ntask.attempt WHERE task_id = :n9 ORDER BY token;
+SELECT token, attempt, worker, result, outcome_known FROM ntask.attempt_all WHERE task_id = :n9 ORDER BY token;
 SELECT state, token, attempts, unknown_attempts, last_error_class, last_error_stage FROM ntask.task WHERE task_id = :n9;
 -- W1's lease is gone: heartbeat says NULL, invoked says stale
 SELECT ntask_heartbeat(:n9, 1) IS NULL AS lost;
@@ -51,7 +56,7 @@ SELECT task_id AS n10 FROM ntask_enqueue('n9', 'notify:u-b:d-b1:m-10:v1') \gset
 SELECT token FROM ntask_claim('n9', 'W1', lease => '1 millisecond');
 SELECT pg_sleep(0.01);
 SELECT task_key, token, prior_outcome FROM ntask_claim('n9', 'W2');
-SELECT token, result, outcome_known FROM ntask.attempt WHERE task_id = :n10 ORDER BY token;
+SELECT token, result, outcome_known FROM ntask.attempt_all WHERE task_id = :n10 ORDER BY token;
 
 -- nothing to claim: zero rows, no error
 SELECT count(*) FROM ntask_claim('n9', 'W3');

@@ -12,7 +12,7 @@ SELECT ntask_release(:r1, 1);
 SELECT state, attempts, max_attempts, token, unknown_attempts, run_at <= now() + interval '1 second' AS due_now
 FROM ntask.task WHERE task_id = :r1;
 SELECT token, attempt, result, requested, outcome_known, ended_at IS NOT NULL AS closed
-FROM ntask.attempt WHERE task_id = :r1;
+FROM ntask.attempt_all WHERE task_id = :r1;
 -- the same call again: duplicate; a transition of that token: conflict
 SELECT ntask_release(:r1, 1);
 SELECT result, state FROM ntask_transition(:r1, 1, 'succeeded');
@@ -28,7 +28,7 @@ SELECT state, attempts, max_attempts, unknown_attempts, last_error_class, last_e
 	   run_at > now() + interval '59 minutes' AS delayed
 FROM ntask.task WHERE task_id = :r2;
 SELECT result, outcome_known, retry_at > now() + interval '59 minutes' AS retry_at_is_run_at
-FROM ntask.attempt WHERE task_id = :r2 AND token = 1;
+FROM ntask.attempt_all WHERE task_id = :r2 AND token = 1;
 SELECT count(*) AS claimable_now FROM ntask_claim('rel', 'W3') WHERE task_id = :r2;
 -- a release after a transition of the same token: conflict; the old token
 -- that released it: still a duplicate
@@ -81,7 +81,7 @@ SELECT pg_sleep(0.6);
 SELECT lease_until > statement_timestamp() + interval '0.9 seconds' AS lease_from_statement
 FROM ntask_claim('rel', 'W5', lease => '1 second');
 SELECT claimed_at > now() + interval '0.5 seconds' AS claimed_at_is_clock
-FROM ntask.attempt WHERE worker = 'W5';
+FROM ntask.attempt_all WHERE worker = 'W5';
 COMMIT;
 \set VERBOSITY default
 -- a stale token (the task was taken over) gets stale

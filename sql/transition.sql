@@ -17,7 +17,7 @@ SELECT result, state FROM ntask_transition(:t1, 1, 'retry_wait');
 SELECT result, state FROM ntask_transition(:t1, 1, 'succeeded', outcome => 'device_received');
 SELECT result, state FROM ntask_transition(:t1, 1, 'succeeded');
 SELECT state, outcome, finished_at IS NOT NULL AS finished, due_at, lease_owner FROM ntask.task WHERE task_id = :t1;
-SELECT token, result, requested, outcome, outcome_known FROM ntask.attempt WHERE task_id = :t1;
+SELECT token, result, requested, outcome, outcome_known FROM ntask.attempt_all WHERE task_id = :t1;
 -- succeeded without a label says completed
 SELECT task_id AS t2 FROM ntask_enqueue('tr', 't2') \gset
 SELECT token FROM ntask_claim('tr', 'W1');
@@ -47,7 +47,7 @@ SELECT result, state, run_at - now() AS backoff FROM ntask_transition(:t3, 4, 'r
 UPDATE ntask.task SET run_at = now(), due_at = now() WHERE task_id = :t3;
 SELECT attempt, token FROM ntask_claim('tr', 'W2');
 SELECT result, state FROM ntask_transition(:t3, 5, 'succeeded');
-SELECT token, result, requested, error_class, error_stage, detail FROM ntask.attempt WHERE task_id = :t3 ORDER BY token;
+SELECT token, result, requested, error_class, error_stage, detail FROM ntask.attempt_all WHERE task_id = :t3 ORDER BY token;
 -- an explicit retry_at wins over the backoff
 SELECT task_id AS t4 FROM ntask_enqueue('tr', 't4') \gset
 SELECT token FROM ntask_claim('tr', 'W1');
@@ -74,7 +74,7 @@ SELECT ntask_invoked(:t6, 1);
 SELECT result, state FROM ntask_transition(:t6, 1, 'retry_wait', 'unknown', error_stage => 'response_lost');
 UPDATE ntask.task SET run_at = now(), due_at = now() WHERE task_id = :t6;
 SELECT task_key, attempt, token, prior_outcome FROM ntask_claim('tr', 'W2');
-SELECT token, result, error_class, outcome_known FROM ntask.attempt WHERE task_id = :t6 ORDER BY token;
+SELECT token, result, error_class, outcome_known FROM ntask.attempt_all WHERE task_id = :t6 ORDER BY token;
 -- the duplicate check compares the effective class too
 SELECT result FROM ntask_transition(:t6, 1, 'retry_wait', 'unknown');
 SELECT result FROM ntask_transition(:t6, 1, 'retry_wait', 'transient');

@@ -13,13 +13,15 @@
  *			(task_due_idx; finished rows are not in that index), executed
  *			with an SPI row count of n: only the n rows returned are locked,
  *			and the constant LIMIT keeps the generic plan an index scan
- *	close	only when a picked task was leased (its lease expired): close
- *			that open attempt (result lease_expired; outcome known only if
- *			it was never invoked)
+ *	close	only when a picked task was leased (its lease expired): write
+ *			the ledger row of that attempt from the task row (result
+ *			lease_expired; outcome known only if it was never invoked)
  *	lease	UPDATE ... WHERE task_id = ANY($ids): leased, token + 1,
  *			attempts + 1, lease_until = due_at = now() + lease; or
  *			repair_required when the budget (attempts >= max_attempts) or the
- *			deadline is spent; plus one ntask.attempt row per leased task
+ *			deadline is spent; the new attempt lives on the task row
+ *			(claimed_at, invoked_at) until it ends, when its ntask.attempt
+ *			row is written once (write-once ledger, docs/design.md)
  *
  * A fair queue (fairness = 'partition', docs/design.md "Fairness") picks
  * differently: round robin over its partition keys from a cursor (fair.c),
@@ -416,11 +418,15 @@ claim_ids_shard(Datum ids)
 
 static NtaskPlan claim_close_plan = {
 	"claim close expired attempts",
-	"UPDATE ntask.attempt a SET ended_at = pg_catalog.statement_timestamp(), "
-	"  result = 'lease_expired', outcome_known = (a.invoked_at IS NULL " NTASK_RECEIPT_OF("a") ") "
-	"WHERE a.task_id OPERATOR(pg_catalog.=) ANY ($1) " CLAIM_SHARD_IS("a", "2")
-	"  AND a.ended_at IS NULL "
-	"RETURNING a.task_id, NOT a.outcome_known",
+	"INSERT INTO ntask.attempt (task_id, shard, token, attempt, worker, claimed_at, "
+	"  invoked_at, ended_at, result, outcome_known) "
+	"SELECT t.task_id, t.shard, t.token, t.attempts, t.lease_owner, "
+	"  coalesce(t.claimed_at, t.updated_at), t.invoked_at, pg_catalog.statement_timestamp(), "
+	"  'lease_expired', (t.invoked_at IS NULL " NTASK_RECEIPT_OF("t") ") "
+	"FROM ntask.task t "
+	"WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1) " CLAIM_SHARD_IS("t", "2")
+	"  AND t.state OPERATOR(pg_catalog.=) 'leased' "
+	"RETURNING task_id, NOT outcome_known",
 	2, {INT8ARRAYOID, INT2OID}
 };
 
@@ -460,6 +466,8 @@ static NtaskPlan claim_close_plan = {
 	"      ELSE 'transient' END, " \
 	"    last_error_stage = CASE WHEN t.task_id OPERATOR(pg_catalog.<>) ALL ($4) " \
 	"      THEN t.last_error_stage ELSE 'lease_expired' END, " \
+	"    claimed_at = CASE WHEN " CLAIM_SPENT " THEN t.claimed_at ELSE $7 END, " \
+	"    invoked_at = CASE WHEN " CLAIM_SPENT " THEN t.invoked_at END, " \
 	"    updated_at = $7 "
 
 static NtaskPlan claim_lease_plan = {
@@ -473,11 +481,6 @@ static NtaskPlan claim_lease_plan = {
 	"    EXISTS (SELECT 1 FROM ntask.receipt r "
 	"            WHERE r.task_id OPERATOR(pg_catalog.=) t.task_id "
 	"              AND r.shard OPERATOR(pg_catalog.=) t.shard) AS committed "
-	"), ins AS ( "
-	"  INSERT INTO ntask.attempt (task_id, shard, token, attempt, worker, claimed_at) "
-	"  SELECT u.task_id, u.shard, u.token, u.attempts, $2, $7 "
-	"  FROM upd u "
-	"  WHERE u.state OPERATOR(pg_catalog.=) 'leased' "
 	") "
 	"SELECT u.task_id, u.task_key, u.payload, u.attempts, u.token, u.lease_until, "
 	"  CASE WHEN u.committed THEN 'committed' "
@@ -489,14 +492,10 @@ static NtaskPlan claim_lease_plan = {
 };
 
 /*
- * claim_lease_plan on a distributed install, in two steps: Citus cannot
- * route an UPDATE whose rows feed an INSERT in the same statement (it
- * plans the CTE apart and fans the UPDATE out to every shard with a
- * two-phase commit), so the update returns the rows the caller gets (same
- * columns) and each leased task's attempt is one routed insert after it
- * (claim_attempt_plan); a receipt makes the prior outcome 'committed'
- * (claim_receipts_plan, read first: a RETURNING subquery keeps Citus from
- * routing the update).  Rows are not sorted by task id here.
+ * claim_lease_plan on a distributed install: the update returns the rows
+ * the caller gets (same columns); a receipt makes the prior outcome
+ * 'committed' (claim_receipts_plan, read first: a RETURNING subquery keeps
+ * Citus from routing the update).  Rows are not sorted by task id here.
  */
 static NtaskPlan claim_lease_dist_plan = {
 	"claim lease (distributed)",
@@ -518,12 +517,6 @@ static NtaskPlan claim_receipts_plan = {
 	2, {INT8ARRAYOID, INT2OID}
 };
 
-static NtaskPlan claim_attempt_plan = {
-	"claim attempt (distributed)",
-	"INSERT INTO ntask.attempt (task_id, shard, token, attempt, worker, claimed_at) "
-	"VALUES ($1, " NTASK_SHARD_VALUE("$1") ", $2, $3, $4, $5)",
-	5, {INT8OID, INT8OID, INT4OID, TEXTOID, TIMESTAMPTZOID}
-};
 
 /* columns of claim_lease_plan's result */
 #define CLAIM_NCOLS 7			/* handed to the caller */
@@ -619,7 +612,9 @@ claim_warn_old_xact(int64 lease_usecs)
 /*
  * NtaskCloseExpiredAttempts
  *		Close the open attempt of each task in task_ids (bigint[]) whose
- *		lease expired, with result lease_expired; its outcome is known if it
+ *		lease expired, with result lease_expired: write its ledger row from
+ *		the task row, which still holds it (write-once ledger: an attempt
+ *		is written when it ends); its outcome is known if it
  *		was never invoked or committed a receipt.  Returns the bigint[] of
  *		the tasks whose attempt's outcome is unknown.  Shared by claim takeover and
  *		housekeeping; the caller holds the task rows' locks.
@@ -637,7 +632,7 @@ NtaskCloseExpiredAttempts(Datum task_ids)
 	values[0] = task_ids;
 	values[1] = Int16GetDatum(claim_ids_shard(task_ids));
 	nclosed = NtaskExecPlan(&claim_close_plan, values, NULL,
-							SPI_OK_UPDATE_RETURNING);
+							SPI_OK_INSERT_RETURNING);
 	invoked = palloc(sizeof(Datum) * Max(nclosed, 1));
 	for (r = 0; r < nclosed; r++)
 		if (NtaskGetBool(r, 2))
@@ -1163,20 +1158,6 @@ claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
 								  SPI_OK_UPDATE_RETURNING);
 			leased_rows = SPI_tuptable;
 			claim_mark_committed(leased_rows, nrows, rcpt, nrcpt);
-			for (r = 0; r < nrows; r++)
-			{
-				Datum		av[5];
-
-				SPI_tuptable = leased_rows;
-				if (!NtaskGetBool(r, CLAIM_COL_LEASED))
-					continue;
-				av[0] = Int64GetDatum(NtaskGetInt64(r, 1));
-				av[1] = Int64GetDatum(NtaskGetInt64(r, 5));
-				av[2] = Int32GetDatum(NtaskGetInt32(r, 4));
-				av[3] = worker;
-				av[4] = values[6];
-				(void) NtaskExecPlan(&claim_attempt_plan, av, NULL, SPI_OK_INSERT);
-			}
 			SPI_tuptable = leased_rows;
 		}
 		for (r = 0; r < nrows; r++)

@@ -51,26 +51,28 @@ static NtaskPlan lease_heartbeat_plan = {
 	5, {INT8OID, INT8OID, INTERVALOID, OIDOID, TIMESTAMPTZOID}
 };
 
+/*
+ * The open attempt lives on the task row until it ends (write-once
+ * ledger): invoked_at is set there, on the token's leased row.
+ */
 static NtaskPlan lease_invoked_plan = {
 	"invoked",
-	"UPDATE ntask.attempt a SET invoked_at = pg_catalog.statement_timestamp() "
-	"WHERE a.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("a", "$1")
-	"  AND a.token OPERATOR(pg_catalog.=) $2 "
-	"  AND a.ended_at IS NULL AND a.invoked_at IS NULL "
-	"  AND EXISTS (SELECT 1 FROM ntask.task t JOIN ntask.queue q "
-	"                ON q.queue OPERATOR(pg_catalog.=) t.queue "
-	"              WHERE t.task_id OPERATOR(pg_catalog.=) a.task_id "
-	"                AND t.shard OPERATOR(pg_catalog.=) a.shard "
-	"                AND " NTASK_WORKER_RIGHT("q", "3") ")",
+	"UPDATE ntask.task t SET invoked_at = pg_catalog.statement_timestamp() "
+	"FROM ntask.queue q "
+	"WHERE t.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("t", "$1")
+	"  AND t.token OPERATOR(pg_catalog.=) $2 "
+	"  AND t.state OPERATOR(pg_catalog.=) 'leased' AND t.invoked_at IS NULL "
+	"  AND q.queue OPERATOR(pg_catalog.=) t.queue "
+	"  AND " NTASK_WORKER_RIGHT_SUB("q", "3"),
 	3, {INT8OID, INT8OID, OIDOID}
 };
 
 static NtaskPlan lease_attempt_plan = {
 	"attempt lookup",
-	"SELECT a.ended_at IS NULL AND a.invoked_at IS NOT NULL "
-	"FROM ntask.attempt a "
-	"WHERE a.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("a", "$1")
-	"  AND a.token OPERATOR(pg_catalog.=) $2",
+	"SELECT t.state OPERATOR(pg_catalog.=) 'leased' AND t.invoked_at IS NOT NULL "
+	"FROM ntask.task t "
+	"WHERE t.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("t", "$1")
+	"  AND t.token OPERATOR(pg_catalog.=) $2",
 	2, {INT8OID, INT8OID}
 };
 
@@ -181,7 +183,8 @@ ntask_invoked(PG_FUNCTION_ARGS)
 /*
  * Release: the holder hands the task back.  Task row first (the UPDATE
  * locks it; only the current token of a leased task, only with the queue's
- * worker_role), then, only if it moved, the open attempt.  An attempt that
+ * worker_role), then, only if it moved, the attempt's ledger row, written
+ * from the task row (o: the row before this statement, for the worker).  An attempt that
  * was never invoked gives its attempt back (max_attempts + 1: the ledger
  * keeps the row, the budget is not spent); an invoked one counts, and its
  * outcome is unknown.  $3: the delay (0 for at once), $4: the caller.
@@ -194,33 +197,32 @@ static NtaskPlan lease_release_plan = {
 	"    due_at = pg_catalog.statement_timestamp() OPERATOR(pg_catalog.+) $3, "
 	"    lease_owner = NULL, lease_until = NULL, "
 	"    max_attempts = t.max_attempts OPERATOR(pg_catalog.+) "
-	"      CASE WHEN a.invoked_at IS NULL THEN 1 ELSE 0 END, "
+	"      CASE WHEN t.invoked_at IS NULL THEN 1 ELSE 0 END, "
 	"    unknown_attempts = t.unknown_attempts OPERATOR(pg_catalog.+) "
-	"      CASE WHEN a.invoked_at IS NULL " NTASK_RECEIPT_OF("a") " THEN 0 ELSE 1 END, "
-	"    last_error_class = CASE WHEN a.invoked_at IS NULL THEN t.last_error_class "
+	"      CASE WHEN t.invoked_at IS NULL " NTASK_RECEIPT_OF("t") " THEN 0 ELSE 1 END, "
+	"    last_error_class = CASE WHEN t.invoked_at IS NULL THEN t.last_error_class "
 	"      ELSE 'unknown' END, "
-	"    last_error_stage = CASE WHEN a.invoked_at IS NULL THEN t.last_error_stage "
+	"    last_error_stage = CASE WHEN t.invoked_at IS NULL THEN t.last_error_stage "
 	"      ELSE 'released' END, "
 	"    updated_at = pg_catalog.statement_timestamp() "
-	"  FROM ntask.attempt a "
 	"  WHERE t.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("t", "$1")
 	"    AND t.token OPERATOR(pg_catalog.=) $2 "
 	"    AND t.state OPERATOR(pg_catalog.=) 'leased' "
-	"    AND a.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("a", "$1")
-	"    AND a.shard OPERATOR(pg_catalog.=) t.shard "
-	"    AND a.token OPERATOR(pg_catalog.=) $2 AND a.ended_at IS NULL "
 	"    AND EXISTS (SELECT 1 FROM ntask.queue q "
 	"                WHERE q.queue OPERATOR(pg_catalog.=) t.queue "
 	"                  AND " NTASK_WORKER_RIGHT("q", "4") ") "
-	"  RETURNING t.run_at, t.queue "
+	"  RETURNING t.run_at, t.queue, t.task_id, t.shard, t.token, t.attempts, "
+	"    t.claimed_at, t.invoked_at "
 	"), att AS ( "
-	"  UPDATE ntask.attempt a SET ended_at = pg_catalog.statement_timestamp(), "
-	"    result = 'released', requested = 'released', "
-	"    outcome_known = (a.invoked_at IS NULL " NTASK_RECEIPT_OF("a") "), "
-	"    retry_at = (SELECT upd.run_at FROM upd) "
-	"  WHERE a.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("a", "$1")
-	"    AND a.token OPERATOR(pg_catalog.=) $2 AND a.ended_at IS NULL "
-	"    AND EXISTS (SELECT 1 FROM upd) "
+	"  INSERT INTO ntask.attempt (task_id, shard, token, attempt, worker, claimed_at, "
+	"    invoked_at, ended_at, result, requested, outcome_known, retry_at) "
+	"  SELECT u.task_id, u.shard, u.token, u.attempts, o.lease_owner, "
+	"    coalesce(u.claimed_at, o.updated_at), u.invoked_at, "
+	"    pg_catalog.statement_timestamp(), 'released', 'released', "
+	"    (u.invoked_at IS NULL " NTASK_RECEIPT_OF("u") "), u.run_at "
+	"  FROM upd u JOIN ntask.task o ON o.task_id OPERATOR(pg_catalog.=) u.task_id "
+	"    AND o.shard OPERATOR(pg_catalog.=) u.shard "
+	"  WHERE o.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("o", "$1")
 	") "
 	"SELECT upd.queue, upd.run_at FROM upd",
 	4, {INT8OID, INT8OID, INTERVALOID, OIDOID}

@@ -42,11 +42,16 @@ static NtaskPlan rep_lock_plan = {
 static NtaskPlan rep_finish_plan = {
 	"finish task",
 	"WITH closed AS ( "
-	"  UPDATE ntask.attempt a SET ended_at = pg_catalog.statement_timestamp(), result = $4, "
-	"    outcome_known = (a.invoked_at IS NULL " NTASK_RECEIPT_OF("a") ") "
-	"  WHERE a.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("a", "$1")
-	"    AND a.ended_at IS NULL "
-	"  RETURNING NOT a.outcome_known AS was_invoked "
+	"  INSERT INTO ntask.attempt (task_id, shard, token, attempt, worker, claimed_at, "
+	"    invoked_at, ended_at, result, outcome_known) "
+	"  SELECT o.task_id, o.shard, o.token, o.attempts, o.lease_owner, "
+	"    coalesce(o.claimed_at, o.updated_at), o.invoked_at, "
+	"    pg_catalog.statement_timestamp(), $4, "
+	"    (o.invoked_at IS NULL " NTASK_RECEIPT_OF("o") ") "
+	"  FROM ntask.task o "
+	"  WHERE o.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("o", "$1")
+	"    AND o.state OPERATOR(pg_catalog.=) 'leased' "
+	"  RETURNING NOT outcome_known AS was_invoked "
 	") "
 	"UPDATE ntask.task t SET state = $2, reason = $3, due_at = NULL, "
 	"  lease_owner = NULL, lease_until = NULL, "

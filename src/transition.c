@@ -61,11 +61,12 @@ static NtaskPlan tr_lock_plan = {
 };
 
 /*
- * The task row first (locked by the UPDATE), then its attempt row: the
- * attempt is closed only if the task moved, and only for a caller with the
- * queue's worker_role.  Both rows are reached by primary key (the attempt
- * by ($1, $2), with "the task moved" as a one-time filter: a join with the
- * CTE would let the generic plan scan attempt_pkey by token alone).
+ * The task row first (locked by tr_lock_plan, moved by the UPDATE), then
+ * the attempt's ledger row, written once, now that it ends, only if the
+ * task moved and only for a caller with the queue's worker_role.  Its
+ * claimed_at and invoked_at are the task row's (the UPDATE's RETURNING: the
+ * row it moved); the worker is lease_owner as the statement's snapshot saw
+ * it (o, reached by primary key), which a token does not change.
  */
 static NtaskPlan tr_apply_plan = {
 	"transition apply",
@@ -91,17 +92,22 @@ static NtaskPlan tr_apply_plan = {
 	"                WHERE q.queue OPERATOR(pg_catalog.=) t.queue "
 	"                  AND " NTASK_WORKER_RIGHT("q", "14") ") "
 	"  RETURNING t.task_id, t.state, "
-	"    CASE WHEN t.due_at IS NOT NULL THEN t.run_at END AS run_at "
+	"    CASE WHEN t.due_at IS NOT NULL THEN t.run_at END AS run_at, "
+	"    t.shard, t.token, t.attempts, t.claimed_at, t.invoked_at "
 	"), att AS ( "
-	"  UPDATE ntask.attempt a SET ended_at = pg_catalog.statement_timestamp(), result = $3, "
-	"    requested = $4, error_class = $5, error_stage = $6, "
-	"    outcome_known = CASE WHEN $7 THEN true ELSE EXISTS (SELECT 1 FROM ntask.receipt r "
+	"  INSERT INTO ntask.attempt (task_id, shard, token, attempt, worker, claimed_at, "
+	"    invoked_at, ended_at, result, requested, error_class, error_stage, "
+	"    outcome_known, outcome, retry_at, detail) "
+	"  SELECT u.task_id, u.shard, u.token, u.attempts, o.lease_owner, "
+	"    coalesce(u.claimed_at, o.updated_at), u.invoked_at, "
+	"    pg_catalog.statement_timestamp(), $3, $4, $5, $6, "
+	"    CASE WHEN $7 THEN true ELSE EXISTS (SELECT 1 FROM ntask.receipt r "
 	"      WHERE r.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("r", "$1")
 	"        AND r.token OPERATOR(pg_catalog.=) $2) END, "
-	"    outcome = $8, retry_at = $9, detail = $10 "
-	"  WHERE a.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("a", "$1")
-	"    AND a.token OPERATOR(pg_catalog.=) $2 AND a.ended_at IS NULL "
-	"    AND EXISTS (SELECT 1 FROM upd) "
+	"    $8, $9, $10 "
+	"  FROM upd u JOIN ntask.task o ON o.task_id OPERATOR(pg_catalog.=) u.task_id "
+	"    AND o.shard OPERATOR(pg_catalog.=) u.shard "
+	"  WHERE o.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("o", "$1")
 	") "
 	"SELECT upd.state, upd.run_at FROM upd",
 	16, {INT8OID, INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, BOOLOID,
@@ -151,17 +157,21 @@ static NtaskPlan tr_many_plan = {
 	"    AND EXISTS (SELECT 1 FROM ntask.queue q "
 	"                WHERE q.queue OPERATOR(pg_catalog.=) t.queue "
 	"                  AND " NTASK_WORKER_RIGHT("q", "11") ") "
-	"  RETURNING t.task_id, t.token, t.state "
+	"  RETURNING t.task_id, t.token, t.state, t.shard, t.attempts, t.claimed_at, "
+	"    t.invoked_at "
 	"), att AS ( "
-	"  UPDATE ntask.attempt a SET ended_at = pg_catalog.statement_timestamp(), result = $3, "
-	"    requested = $3, error_class = $4, error_stage = $5, "
-	"    outcome_known = CASE WHEN $6 THEN true ELSE EXISTS (SELECT 1 FROM ntask.receipt r "
-	"      WHERE r.task_id OPERATOR(pg_catalog.=) a.task_id "
-	"        AND r.token OPERATOR(pg_catalog.=) a.token) END, "
-	"    outcome = $7, retry_at = NULL, detail = $8 "
-	"  FROM upd "
-	"  WHERE a.task_id OPERATOR(pg_catalog.=) upd.task_id "
-	"    AND a.token OPERATOR(pg_catalog.=) upd.token AND a.ended_at IS NULL "
+	"  INSERT INTO ntask.attempt (task_id, shard, token, attempt, worker, claimed_at, "
+	"    invoked_at, ended_at, result, requested, error_class, error_stage, "
+	"    outcome_known, outcome, retry_at, detail) "
+	"  SELECT u.task_id, u.shard, u.token, u.attempts, o.lease_owner, "
+	"    coalesce(u.claimed_at, o.updated_at), u.invoked_at, "
+	"    pg_catalog.statement_timestamp(), $3, $3, $4, $5, "
+	"    CASE WHEN $6 THEN true ELSE EXISTS (SELECT 1 FROM ntask.receipt r "
+	"      WHERE r.task_id OPERATOR(pg_catalog.=) u.task_id "
+	"        AND r.token OPERATOR(pg_catalog.=) u.token) END, "
+	"    $7, NULL, $8 "
+	"  FROM upd u JOIN ntask.task o ON o.task_id OPERATOR(pg_catalog.=) u.task_id "
+	"    AND o.shard OPERATOR(pg_catalog.=) u.shard "
 	") "
 	"SELECT upd.task_id, upd.state FROM upd",
 	12, {INT8ARRAYOID, INT8ARRAYOID, TEXTOID, TEXTOID, TEXTOID, BOOLOID,
