@@ -56,7 +56,7 @@ FROM ntask_enqueue('push', 'notify:u-b:d-b1:m-9:v1',
 SELECT task_id, task_key, attempt, token, prior_outcome,
 	   lease_until - now() AS lease
 FROM ntask_claim('push', 'W1');
-SELECT token AS w1_token FROM ntask.attempt
+SELECT token AS w1_token FROM ntask.attempt_all
 WHERE task_id = :n9 AND worker = 'W1' \gset
 
 \echo
@@ -73,7 +73,7 @@ SELECT FROM pg_sleep(1.2) \g /dev/null
 SELECT task_id, task_key, attempt, token, prior_outcome,
 	   lease_until - now() AS lease
 FROM ntask_claim('push', 'W2', lease => '30 seconds');
-SELECT token AS w2_token FROM ntask.attempt
+SELECT token AS w2_token FROM ntask.attempt_all
 WHERE task_id = :n9 AND worker = 'W2' \gset
 
 \echo
@@ -98,7 +98,7 @@ FROM ntask_transition(:n9, :w2_token, 'retry_wait', 'transient',
 SELECT task_id, task_key, attempt, token, prior_outcome,
 	   lease_until - now() AS lease
 FROM ntask_claim('push', 'W3', lease => '30 seconds');
-SELECT token AS w3_token FROM ntask.attempt
+SELECT token AS w3_token FROM ntask.attempt_all
 WHERE task_id = :n9 AND worker = 'W3' \gset
 SELECT ntask_invoked(:n9, :w3_token) AS w3_invoked;
 SELECT result, state
@@ -171,7 +171,7 @@ FROM ntask.task ORDER BY task_id;
 \echo '--- the attempt ledger (one row per claim; invoked = the call may have left)'
 SELECT task_id, token, attempt, worker, result, requested, error_class,
 	   outcome_known, invoked_at IS NOT NULL AS invoked
-FROM ntask.attempt ORDER BY task_id, token;
+FROM ntask.attempt_all ORDER BY task_id, token;
 
 \echo '--- ntask.queue_stats'
 SELECT queue, ready, leased, retry_wait, succeeded, repair_required, canceled,

@@ -29,7 +29,7 @@ END $$;
 \echo '--- attempt 2 went out under the same Idempotency-Key and was accepted'
 SELECT token, attempt, worker, invoked_at IS NOT NULL AS invoked, result,
 	   error_class, error_stage, outcome_known, outcome, detail->>'http_status' AS http
-FROM ntask.attempt WHERE task_id = :n9h ORDER BY token;
+FROM ntask.attempt_all WHERE task_id = :n9h ORDER BY token;
 SELECT task_key, state, outcome, attempts, unknown_attempts FROM ntask.task WHERE task_id = :n9h;
 SELECT dispatched, accepted, transient, permanent, unknown FROM ntask.worker_stats;
 

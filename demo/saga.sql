@@ -30,5 +30,5 @@ SELECT step_no, name, kind, task_state, attempts, unknown_attempts, saga_state
 FROM ntask.saga_status WHERE saga_id = :order_saga ORDER BY step_no, kind DESC;
 \echo '--- the ledger says why'
 SELECT t.task_key, a.token, a.result, a.error_class, a.outcome, a.detail->>'reason' AS why
-FROM ntask.attempt a JOIN ntask.task t USING (task_id)
+FROM ntask.attempt_all a JOIN ntask.task t USING (task_id)
 WHERE t.saga_id = :order_saga ORDER BY a.ended_at;

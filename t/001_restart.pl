@@ -75,16 +75,16 @@ sub snapshot
 						  attempts || ':' || unknown_attempts || ':' ||
 						  coalesce(reason, '-'), ',' ORDER BY task_id)
 		FROM ntask.task});
-	$s{ledger_count} = sql('SELECT count(*) FROM ntask.attempt');
+	$s{ledger_count} = sql('SELECT count(*) FROM ntask.attempt_all');
 	$s{open_attempts} =
-	  sql('SELECT count(*) FROM ntask.attempt WHERE ended_at IS NULL');
+	  sql('SELECT count(*) FROM ntask.attempt_all WHERE ended_at IS NULL');
 	$s{ledger} = sql(q{
 		SELECT md5(string_agg(concat_ws('/', task_id, token, attempt, worker,
 									   claimed_at, invoked_at, ended_at, result,
 									   requested, error_class, outcome_known,
 									   outcome, retry_at),
 							  ',' ORDER BY task_id, token))
-		FROM ntask.attempt});
+		FROM ntask.attempt_all});
 	$s{audit} = sql(q{
 		SELECT count(*) || ':' || md5(string_agg(concat_ws('/', audit_id, actor,
 														   action, task_id, reason),
@@ -235,7 +235,7 @@ SKIP:
 		'0', 'uncommitted enqueue did not survive the crash');
 	is( sql(q{
 			SELECT t.state, t.token, a.ended_at IS NULL, a.requested IS NULL
-			FROM ntask.task t JOIN ntask.attempt a USING (task_id, token)
+			FROM ntask.task t JOIN ntask.attempt_all a USING (task_id, token)
 			WHERE t.task_key = 'k-057'}),
 		'leased|2|t|t',
 		'uncommitted transition did not survive: k-057 still leased by token 2, attempt open');
@@ -270,7 +270,7 @@ is(sql(q{SELECT task_key, attempt, token, prior_outcome FROM ntask_claim('rq', '
 	'takeover after the restart: token 2 -> 3, attempt 3, prior outcome unknown');
 is( sql(q{
 		SELECT result, outcome_known, invoked_at IS NOT NULL
-		FROM ntask.attempt WHERE task_id = } . id('k-056') . q{ AND token = 2}),
+		FROM ntask.attempt_all WHERE task_id = } . id('k-056') . q{ AND token = 2}),
 	'lease_expired|f|t',
 	'ledger: the taken-over attempt was invoked and its outcome is unknown');
 is(sql(q{SELECT result FROM ntask_transition(} . id('k-056') . q{, 2, 'succeeded')}),

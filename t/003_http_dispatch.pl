@@ -212,7 +212,7 @@ sub ledger
 			coalesce(a.outcome, '-'), (a.invoked_at IS NOT NULL),
 			CASE WHEN a.error_class IS NULL THEN '' ELSE coalesce(a.detail->>'http_status', '-') END),
 			E'\n' ORDER BY a.attempt)
-		FROM ntask.attempt a JOIN ntask.task t USING (task_id) WHERE t.task_key = '$key'});
+		FROM ntask.attempt_all a JOIN ntask.task t USING (task_id) WHERE t.task_key = '$key'});
 }
 
 # ---------------------------------------------------------------------
@@ -222,7 +222,7 @@ sub ledger
 is(task_row('ok-1'), 'succeeded|1|provider_accepted|-|-|-|0', 'ok-1: succeeded, provider_accepted');
 is(ledger('ok-1'), '1|1|succeeded|-|-|t|provider_accepted|t|',
 	'ok-1: one attempt, invoked before sending, outcome known');
-is(sql(q{SELECT worker FROM ntask.attempt WHERE task_id = } . $id{'ok-1'}),
+is(sql(q{SELECT worker FROM ntask.attempt_all WHERE task_id = } . $id{'ok-1'}),
 	'ntask worker', 'ok-1: the attempt was made by the ntask worker');
 {
 	my $k = pkeys('ok-')->{'ok-1'};
@@ -274,7 +274,7 @@ is( sql(q{
 		SELECT a1.detail->>'retry_after_s',
 			   extract(epoch FROM a1.retry_at - a1.ended_at) BETWEEN 1.9 AND 3,
 			   extract(epoch FROM a2.claimed_at - a1.ended_at) >= 1.9
-		FROM ntask.attempt a1 JOIN ntask.attempt a2 ON a2.task_id = a1.task_id AND a2.attempt = 2
+		FROM ntask.attempt_all a1 JOIN ntask.attempt_all a2 ON a2.task_id = a1.task_id AND a2.attempt = 2
 		WHERE a1.task_id = } . $id{'ra-1'} . q{ AND a1.attempt = 1}),
 	'2|t|t',
 	'ra-1: Retry-After 2 honoured: retry_at 2 s after attempt 1 ended, attempt 2 not claimed before it (backoff alone: 100 ms)');
@@ -352,23 +352,23 @@ is(ledger('rfail-1'),
 
 is(task_row('b503-1'), 'repair_required|3|-|budget_exhausted|transient|http_status|0',
 	'b503-1: always 503 with max_attempts 3: repair_required, budget_exhausted');
-is(sql(q{SELECT count(*), string_agg(result, ',' ORDER BY attempt) FROM ntask.attempt WHERE task_id = } . $id{'b503-1'}),
+is(sql(q{SELECT count(*), string_agg(result, ',' ORDER BY attempt) FROM ntask.attempt_all WHERE task_id = } . $id{'b503-1'}),
 	'3|retry_wait,retry_wait,repair_required', 'b503-1: exactly 3 attempts');
 is_deeply(pkeys('b503-')->{'b503-1'}{attempts}, [ '1', '2', '3' ], 'b503-1: the provider saw attempts 1, 2, 3');
 
 is( sql(q{
 		SELECT concat_ws('|', result, error_class, error_stage, outcome_known)
-		FROM ntask.attempt WHERE attempt = 1 AND task_id = } . $id{'refused-1'}),
+		FROM ntask.attempt_all WHERE attempt = 1 AND task_id = } . $id{'refused-1'}),
 	'retry_wait|transient|connect|t',
 	'refused-1: connection refused is transient at stage connect, outcome known');
-is(sql(q{SELECT detail->>'curl_code' FROM ntask.attempt WHERE attempt = 1 AND task_id = } . $id{'refused-1'}),
+is(sql(q{SELECT detail->>'curl_code' FROM ntask.attempt_all WHERE attempt = 1 AND task_id = } . $id{'refused-1'}),
 	'7', 'refused-1: detail names the curl error (CURLE_COULDNT_CONNECT, docs/worker.md)');
 is(task_row('refused-1'), 'repair_required|2|-|budget_exhausted|transient|connect|0',
 	'refused-1: budget of 2 spent, no unknown attempts');
 
 is( sql(q{
 		SELECT concat_ws('|', t.state, t.last_error_class, t.last_error_stage, a.outcome_known, t.attempts)
-		FROM ntask.task t JOIN ntask.attempt a USING (task_id) WHERE t.task_key = 'deny-1'}),
+		FROM ntask.task t JOIN ntask.attempt_all a USING (task_id) WHERE t.task_key = 'deny-1'}),
 	'repair_required|permanent|config|t|1',
 	'deny-1: host not allowed: repair_required, permanent at stage config');
 is(scalar(keys %{ pkeys('deny-') }), 0, 'deny-1: the provider saw nothing');
@@ -397,7 +397,7 @@ is( sql(qq{
 					 count(*) FILTER (WHERE error_class = 'transient') AS transient,
 					 count(*) FILTER (WHERE error_class = 'permanent') AS permanent,
 					 count(*) FILTER (WHERE error_class = 'unknown') AS unknown
-			  FROM ntask.attempt) l}),
+			  FROM ntask.attempt_all) l}),
 	't|t|t|t|t|t|t',
 	'worker_stats counters match the ledger (dispatched: every request the provider saw, one per invoked attempt)');
 note 'worker_stats: ' . sql(q{SELECT row_to_json(w) FROM ntask.worker_stats w});
@@ -424,7 +424,7 @@ ok( $node->poll_query_until('postgres',
 	'wake-1 succeeded');
 is( sql(q{
 		SELECT a.claimed_at - t.created_at < interval '20 s'
-		FROM ntask.task t JOIN ntask.attempt a USING (task_id) WHERE t.task_key = 'wake-1'}),
+		FROM ntask.task t JOIN ntask.attempt_all a USING (task_id) WHERE t.task_key = 'wake-1'}),
 	't', 'ledger: wake-1 claimed well within the 60 s naptime of its enqueue');
 
 # wake-2: a queue created while the worker naps
@@ -468,7 +468,7 @@ ok( $node->poll_query_until('postgres',
 		q{SELECT state FROM ntask.task WHERE task_key = 'reuse-b'}, 'succeeded'),
 	'reuse-b: delivered in the end');
 is( sql(q{SELECT string_agg(concat_ws('/', a.attempt, a.error_class, a.error_stage, a.outcome_known), ',' ORDER BY a.token)
-		FROM ntask.attempt a JOIN ntask.task t USING (task_id) WHERE t.task_key = 'reuse-b'}),
+		FROM ntask.attempt_all a JOIN ntask.task t USING (task_id) WHERE t.task_key = 'reuse-b'}),
 	'1/unknown/response/f,2/t',
 	'reuse-b: the dropped attempt is unknown, the second one succeeded');
 is_deeply(pkeys('reuse-b')->{'reuse-b'}{attempts}, [ '1', '2' ],
@@ -515,10 +515,10 @@ ok( $node->poll_query_until('postgres',
 		'keep_alive: the provider saw one request per attempt (NTask-Attempt 1, then 2)');
 }
 is( sql(q{SELECT string_agg(concat_ws('/', a.attempt, a.error_class, a.error_stage, a.outcome_known), ',' ORDER BY a.token)
-		FROM ntask.attempt a JOIN ntask.task t USING (task_id) WHERE t.task_key = 'keep-b'}),
+		FROM ntask.attempt_all a JOIN ntask.task t USING (task_id) WHERE t.task_key = 'keep-b'}),
 	'1/unknown/response/f,2/t',
 	'keep_alive: the attempt whose connection died is unknown (not resent), the second one succeeded');
-is( sql(q{SELECT detail->>'curl_code' FROM ntask.attempt a JOIN ntask.task t USING (task_id)
+is( sql(q{SELECT detail->>'curl_code' FROM ntask.attempt_all a JOIN ntask.task t USING (task_id)
 		WHERE t.task_key = 'keep-b' AND a.attempt = 1}),
 	'65', 'keep_alive: ... ended by CURLE_SEND_FAIL_REWIND (65): libcurl refused to send it again');
 

@@ -115,7 +115,7 @@ sub check_invariants
 			   count(a.*) FILTER (WHERE a.invoked_at IS NOT NULL),
 			   coalesce(string_agg(a.attempt::text, ',' ORDER BY a.attempt)
 						FILTER (WHERE a.invoked_at IS NOT NULL), '')
-		FROM ntask.task t LEFT JOIN ntask.attempt a USING (task_id)
+		FROM ntask.task t LEFT JOIN ntask.attempt_all a USING (task_id)
 		WHERE t.queue = '$q' GROUP BY t.task_key, t.state, t.unknown_attempts});
 
 	my (@sent_uninvoked, @bad_attempt_no, @lost, @too_many_resends, @repeated_attempt_no);
@@ -147,12 +147,12 @@ sub check_invariants
 	is( $n->safe_psql('postgres', qq{
 			SELECT count(*) FROM ntask.task t
 			WHERE t.queue = '$q' AND (
-				t.token <> (SELECT max(a.token) FROM ntask.attempt a WHERE a.task_id = t.task_id)
-				OR t.attempts <> (SELECT count(*) FROM ntask.attempt a WHERE a.task_id = t.task_id)
-				OR EXISTS (SELECT 1 FROM ntask.attempt a1 JOIN ntask.attempt a2
+				t.token <> (SELECT max(a.token) FROM ntask.attempt_all a WHERE a.task_id = t.task_id)
+				OR t.attempts <> (SELECT count(*) FROM ntask.attempt_all a WHERE a.task_id = t.task_id)
+				OR EXISTS (SELECT 1 FROM ntask.attempt_all a1 JOIN ntask.attempt_all a2
 						   ON a2.task_id = a1.task_id AND a2.attempt > a1.attempt
 						   WHERE a1.task_id = t.task_id AND a2.token <= a1.token)
-				OR EXISTS (SELECT 1 FROM ntask.attempt a
+				OR EXISTS (SELECT 1 FROM ntask.attempt_all a
 						   WHERE a.task_id = t.task_id AND a.ended_at IS NULL))}),
 		'0',
 		"$what: per task, attempt tokens strictly increase, task.token is the latest, no attempt left open");
@@ -184,7 +184,7 @@ is($node->safe_psql('postgres',
 		q{SELECT count(*), count(*) FILTER (WHERE state = 'succeeded') FROM ntask.task WHERE queue = 'kq'}),
 	'20|20', 'kill: 20 tasks, all succeeded (none lost)');
 cmp_ok( $node->safe_psql('postgres', q{
-		SELECT count(*) FROM ntask.attempt a JOIN ntask.task t USING (task_id)
+		SELECT count(*) FROM ntask.attempt_all a JOIN ntask.task t USING (task_id)
 		WHERE t.queue = 'kq' AND a.result = 'lease_expired' AND a.invoked_at IS NOT NULL
 		  AND NOT a.outcome_known}),
 	'>=', 1, 'kill: the crash hit invoked transfers (their leases expired, outcome unknown)');
@@ -219,7 +219,7 @@ is( $node->safe_psql('postgres',
 		q{SELECT count(*) FROM ntask.task WHERE queue = 'iq' AND state = 'succeeded'}),
 	'15', 'immediate: ... in fact all succeeded (budget 5)');
 cmp_ok( $node->safe_psql('postgres', q{
-		SELECT count(*) FROM ntask.attempt a JOIN ntask.task t USING (task_id)
+		SELECT count(*) FROM ntask.attempt_all a JOIN ntask.task t USING (task_id)
 		WHERE t.queue = 'iq' AND a.result = 'lease_expired' AND NOT a.outcome_known}),
 	'>=', 1, 'immediate: in-flight attempts were rescued as unknown');
 check_invariants($node, 'iq', 'imm-', 'immediate');
@@ -244,7 +244,7 @@ ok( wait_for('the provider to see the hanging connections closed', 10,
 		sub { 3 == grep { $_->{reqs}[0]{end} && $_->{reqs}[0]{end} eq 'client_closed' } values %{ pkeys('term-') } }),
 	'sigterm: the hanging connections were closed by the client');
 is( $node->safe_psql('postgres', q{
-		SELECT count(*) FROM ntask.task t JOIN ntask.attempt a USING (task_id, token)
+		SELECT count(*) FROM ntask.task t JOIN ntask.attempt_all a USING (task_id, token)
 		WHERE t.queue = 'tq' AND t.state = 'leased' AND a.ended_at IS NULL
 		  AND a.invoked_at IS NOT NULL}),
 	'3', 'sigterm: nothing recorded for the dropped transfers (leased, attempts open and invoked)');
@@ -261,7 +261,7 @@ is( $node->safe_psql('postgres', q{
 ok(all_final($node, 'tq'), 'sigterm: rescued and finished');
 is( $node->safe_psql('postgres', q{
 		SELECT string_agg(DISTINCT concat_ws('|', t.state, a.result, a.outcome_known), ',')
-		FROM ntask.task t JOIN ntask.attempt a ON a.task_id = t.task_id AND a.attempt = 1
+		FROM ntask.task t JOIN ntask.attempt_all a ON a.task_id = t.task_id AND a.attempt = 1
 		WHERE t.queue = 'tq'}),
 	'succeeded|lease_expired|f', 'sigterm: attempt 1 rescued as unknown, then succeeded');
 check_invariants($node, 'tq', 'term-', 'sigterm');

@@ -676,7 +676,7 @@ sub fault_worker_stop_step
 	my $w = $worker{ $stopf->{slot} };
 	# stopped: continue once the lease expired and the attempt was closed
 	my $closed = try_query1(
-		q{SELECT ended_at IS NOT NULL FROM ntask.attempt WHERE task_id = ? AND token = ?},
+		q{SELECT ended_at IS NOT NULL FROM ntask.attempt_all WHERE task_id = ? AND token = ?},
 		$stopf->{tid}, $stopf->{tok});
 	my $waited = time - $stopf->{t};
 	if (($closed && $waited > $lease_s + 0.5) || $waited > 60)
@@ -814,7 +814,7 @@ is(query1(q{
 									 ELSE token = lag(token) OVER w + 1
 										  OR (token >> 48) > (lag(token) OVER w >> 48)
 								END AS step_ok
-						 FROM ntask.attempt a
+						 FROM ntask.attempt_all a
 						 WINDOW w AS (PARTITION BY task_id ORDER BY attempt)) s
 				   GROUP BY task_id) a USING (task_id)
 		WHERE coalesce(a.n, 0) <> t.attempts OR coalesce(a.hi, 0) <> t.token
@@ -822,7 +822,7 @@ is(query1(q{
 		   OR coalesce(a.open, 0) <> 0}),
 	0,
 	'ledger: one attempt row per attempt, tokens +1 per attempt (a jump only into a newer timeline), none open');
-is(query1(q{SELECT count(*) FROM ntask.attempt WHERE (token >> 48) > 0}) > 0 ? 1 : 0, 1,
+is(query1(q{SELECT count(*) FROM ntask.attempt_all WHERE (token >> 48) > 0}) > 0 ? 1 : 0, 1,
 	'some attempts after the promotion carry timeline-2 tokens (>= 2^48 + 1)');
 
 my %by_state = map { ("$_->[0]/$_->[1]" => $_->[2]) } @{ rows(q{
@@ -854,7 +854,7 @@ is(query1(q{SELECT count(*) FROM (SELECT task_id FROM ntask.receipt
 # included), every stale answer left nothing behind
 my %attempt;
 for my $r (@{ rows(q{SELECT a.task_id, a.token, coalesce(a.result, '-'),
-						   coalesce(a.requested, '-') FROM ntask.attempt a
+						   coalesce(a.requested, '-') FROM ntask.attempt_all a
 					 JOIN ntask.task t USING (task_id) WHERE t.queue = 'sq'}) })
 {
 	$attempt{"$r->[0]/$r->[1]"} = [ $r->[2], $r->[3] ];
@@ -941,7 +941,7 @@ for my $x (@term_expect)
 	my $log = slurp_file("$rundir/" . (split /\./, $x->{name})[0] . '.log');
 	ok($log =~ /^\S+ \Q$x->{name}\E handed_back $x->{tid} $x->{tok} applied$/m,
 		"the SIGTERMed worker $x->{name} handed task $x->{tid} token $x->{tok} back (ntask_release applied)");
-	is(query1(q{SELECT result || '/' || outcome_known FROM ntask.attempt WHERE task_id = ? AND token = ?},
+	is(query1(q{SELECT result || '/' || outcome_known FROM ntask.attempt_all WHERE task_id = ? AND token = ?},
 			$x->{tid}, $x->{tok}),
 		'released/true', "... its attempt ended released, outcome known (never invoked)");
 }
@@ -978,7 +978,7 @@ my $hq_attempts = rows(q{
 		   coalesce(a.error_class, '-'), coalesce(a.error_stage, '-'),
 		   coalesce(a.outcome_known::text, '-'), coalesce(a.outcome, '-'),
 		   coalesce(a.detail->>'http_status', '-')
-	FROM ntask.attempt a JOIN ntask.task t USING (task_id)
+	FROM ntask.attempt_all a JOIN ntask.task t USING (task_id)
 	WHERE t.queue = 'hq'});
 my %hq_attempt = map { ("$_->[0]/$_->[1]" => $_) } @$hq_attempts;
 

@@ -209,7 +209,7 @@ for my $round (1 .. $ROUNDS)
 # the ledger: exactly one attempt row per token handed out
 my %ledger = map { $_ => 1 } split /\n/,
   $node->safe_psql('postgres',
-	q{SELECT a.task_id || ':' || a.token FROM ntask.attempt a
+	q{SELECT a.task_id || ':' || a.token FROM ntask.attempt_all a
 	  JOIN ntask.task t USING (task_id) WHERE t.queue = 'dq'});
 my %seen;
 my @dup = grep { $seen{$_}++ == 1 } @issued;

@@ -220,7 +220,7 @@ sub attempt_row
 {
 	my ($key, $n) = @_;
 	return sql(qq{SELECT concat_ws('|', coalesce(a.error_class, '-'), coalesce(a.error_stage, '-'), a.outcome_known)
-		FROM ntask.attempt a JOIN ntask.task t USING (task_id)
+		FROM ntask.attempt_all a JOIN ntask.task t USING (task_id)
 		WHERE t.task_key = '$key' AND a.attempt = $n});
 }
 
@@ -722,7 +722,7 @@ case_start('9 connected address');
 			q{SELECT state = 'repair_required' AND last_error_stage = 'config'
 			  FROM ntask.task WHERE task_key = 'lh-1'}),
 		'a listed name that resolves to loopback is refused: repair_required at stage config');
-	like(sql(q{SELECT a.detail->>'reason' FROM ntask.attempt a JOIN ntask.task t USING (task_id)
+	like(sql(q{SELECT a.detail->>'reason' FROM ntask.attempt_all a JOIN ntask.task t USING (task_id)
 			   WHERE t.task_key = 'lh-1' ORDER BY a.attempt DESC LIMIT 1}),
 		qr/^host localhost resolved to (127\.0\.0\.1|::1), a loopback/,
 		'lh-1: the reason names the host and the refused address');
@@ -761,7 +761,7 @@ case_start('8 extension recreated elsewhere');
 	ok(poll('moved-1 succeeded', 20,
 			q{SELECT state = 'succeeded' FROM ntask.task WHERE task_key = 'moved-1'}),
 		'a task of the recreated extension (schema other) is dispatched');
-	is(sql(q{SELECT count(*) FROM ntask.attempt a JOIN ntask.task t USING (task_id)
+	is(sql(q{SELECT count(*) FROM ntask.attempt_all a JOIN ntask.task t USING (task_id)
 			 WHERE t.task_key = 'moved-1'}), '1', 'moved-1: one attempt');
 }
 

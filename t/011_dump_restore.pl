@@ -59,7 +59,7 @@ sub snapshot
 									max_attempts, unknown_attempts, payload, payload_digest,
 									run_at, due_at, deadline, lease_owner, lease_until,
 									reason, repair_owner, repair_next_action, outcome,
-									created_at, finished_at, result, saga_id),
+									created_at, finished_at, result, saga_id, claimed_at, invoked_at),
 						  ',' ORDER BY task_id)
 		FROM ntask.task});
 	$s{ledger} = sql($node, q{

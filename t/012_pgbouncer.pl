@@ -276,11 +276,11 @@ is(q1(q{SELECT count(*) FROM business b JOIN ntask.task t USING (task_id)
 		 WHERE t.token = b.token}),
 	$NTASKS, 'each business row has its receipt, under the task\'s last token');
 is(q1(q{SELECT string_agg(result || ':' || n, ' ' ORDER BY result) FROM (
-		 SELECT a.result, count(*) AS n FROM ntask.attempt a JOIN ntask.task t USING (task_id)
+		 SELECT a.result, count(*) AS n FROM ntask.attempt_all a JOIN ntask.task t USING (task_id)
 		 WHERE t.queue = 'pb' GROUP BY a.result) s}),
 	"released:$n11 retry_wait:$n7 succeeded:$NTASKS",
 	"the ledger: $NTASKS succeeded, $n7 transient retries, $n11 handed back");
-is(q1(q{SELECT count(*) FROM ntask.attempt WHERE result = 'released' AND NOT outcome_known}),
+is(q1(q{SELECT count(*) FROM ntask.attempt_all WHERE result = 'released' AND NOT outcome_known}),
 	$n11, 'the handed-back attempts were invoked: their outcome is unknown in the ledger');
 is(q1(q{SELECT count(*) FROM ntask.task WHERE queue = 'pb' AND unknown_attempts = 1}),
 	$n11, '... and their tasks carry one unknown attempt each');

@@ -205,42 +205,42 @@ is(sql(q{SELECT count(*) || ':' || coalesce(max(calls), 0) FROM example_provider
 is(sql(q{SELECT count(*) FROM example_provider p JOIN ntask.task t USING (task_id)
 		 WHERE t.payload->>'kind' = 'permanent'}), 0, 'the provider never took effect for a permanent task');
 is(sql(q{SELECT count(*) FROM ntask.task t
-		 WHERE t.state = 'succeeded' AND (SELECT count(*) FROM ntask.attempt a
+		 WHERE t.state = 'succeeded' AND (SELECT count(*) FROM ntask.attempt_all a
 		   WHERE a.task_id = t.task_id AND a.result = 'succeeded') <> 1}), 0,
 	'the ledger: exactly one succeeded attempt per succeeded task');
 is(sql(q{SELECT count(*) FROM ntask.task t WHERE t.payload->>'kind' = 'transient'
-		 AND EXISTS (SELECT 1 FROM ntask.attempt a WHERE a.task_id = t.task_id
+		 AND EXISTS (SELECT 1 FROM ntask.attempt_all a WHERE a.task_id = t.task_id
 					 AND a.attempt = 1 AND (a.result = 'retry_wait' AND a.error_class = 'transient'
 											AND a.outcome_known
 											OR a.result = 'lease_expired' AND a.worker = 'py-1'))}),
 	$count{transient}, "the ledger: the $count{transient} transient tasks failed their first attempt as transient, outcome known (or it was the killed worker's)");
 is(sql(q{SELECT count(*) FROM ntask.task t WHERE t.payload->>'kind' = 'unknown'
-		 AND EXISTS (SELECT 1 FROM ntask.attempt a WHERE a.task_id = t.task_id
+		 AND EXISTS (SELECT 1 FROM ntask.attempt_all a WHERE a.task_id = t.task_id
 					 AND NOT a.outcome_known
 					 AND (a.result = 'retry_wait' AND a.error_class = 'unknown' AND a.error_stage = 'response_lost'
 						  OR a.result = 'lease_expired' AND a.worker = 'py-1'))}),
 	$count{unknown}, "the ledger: each of the $count{unknown} unknown tasks has an attempt recorded unknown (response_lost, or the killed worker's)");
 is(sql(q{SELECT count(*) FROM example_provider p JOIN example_business b USING (task_id)
 		 JOIN ntask.task t USING (task_id)
-		 JOIN ntask.attempt a ON a.task_id = p.task_id AND a.token = p.token
+		 JOIN ntask.attempt_all a ON a.task_id = p.task_id AND a.token = p.token
 		 WHERE t.payload->>'kind' = 'unknown' AND NOT a.outcome_known
 		   AND p.token < b.token AND b.provider_token = p.token}),
 	$count{unknown}, 'each unknown task: the attempt that called is unknown in the ledger, a later one reconciled and committed');
 is(sql(q{SELECT count(*) FROM ntask.task t WHERE t.payload->>'kind' = 'slow'
-		 AND (SELECT count(*) FROM ntask.attempt a WHERE a.task_id = t.task_id
+		 AND (SELECT count(*) FROM ntask.attempt_all a WHERE a.task_id = t.task_id
 			  AND a.result = 'lease_expired' AND a.worker <> 'py-1') = 0}),
 	$count{slow}, "the $count{slow} slow tasks (6 s under a 5 s lease) were never taken over from a live worker");
-is(sql(q{SELECT count(*) FROM ntask.attempt a JOIN ntask.task t USING (task_id)
+is(sql(q{SELECT count(*) FROM ntask.attempt_all a JOIN ntask.task t USING (task_id)
 		 WHERE t.queue = 'examples' AND a.result = 'lease_expired' AND a.worker <> 'py-1'}), 0,
 	'only the killed worker lost a lease');
-my $py1_lost = sql(q{SELECT count(*) FROM ntask.attempt WHERE worker = 'py-1' AND result = 'lease_expired'});
+my $py1_lost = sql(q{SELECT count(*) FROM ntask.attempt_all WHERE worker = 'py-1' AND result = 'lease_expired'});
 cmp_ok($py1_lost, '<=', 1, "the killed worker's open attempt ($py1_lost) was taken over");
-is(sql(q{SELECT count(*) FROM ntask.attempt WHERE ended_at IS NULL}), 0, 'no attempt left open');
+is(sql(q{SELECT count(*) FROM ntask.attempt_all WHERE ended_at IS NULL}), 0, 'no attempt left open');
 my $by_lang = sql(q{SELECT string_agg(l, ',' ORDER BY l) FROM (
-		SELECT DISTINCT split_part(worker, '-', 1) AS l FROM ntask.attempt WHERE result = 'succeeded') s});
+		SELECT DISTINCT split_part(worker, '-', 1) AS l FROM ntask.attempt_all WHERE result = 'succeeded') s});
 is($by_lang, 'java,node,py', 'workers of each language finished tasks');
 my $through = sql(q{SELECT string_agg(l, ',' ORDER BY l) FROM (
-		SELECT DISTINCT split_part(worker, '-', 1) AS l FROM ntask.attempt
+		SELECT DISTINCT split_part(worker, '-', 1) AS l FROM ntask.attempt_all
 		WHERE result = 'succeeded' AND worker LIKE '%-2') s});
 is($through, 'java,node,py', 'the workers behind pgbouncer (transaction pooling) of each language finished tasks');
 my $stats = '';
@@ -250,7 +250,7 @@ my ($xacts) = $stats =~ /^postgres (\d+)/m;
 cmp_ok($xacts // 0, '>', 1000, 'pgbouncer counted ' . ($xacts // 0) . ' transactions of the postgres pool');
 NtaskBouncer::stop($bouncer);
 my $per = sql(q{SELECT string_agg(worker || '=' || n, ' ' ORDER BY worker) FROM (
-		SELECT worker, count(*) n FROM ntask.attempt WHERE result = 'succeeded' GROUP BY worker) s});
+		SELECT worker, count(*) n FROM ntask.attempt_all WHERE result = 'succeeded' GROUP BY worker) s});
 
 diag(sprintf('014_clients: %d tasks (%s) by Python, Node and Java workers in %.1f s, '
 	  . 'py-1 SIGKILLed, node-1 SIGTERMed (stopped in %.1f s); %d business rows, '

@@ -132,7 +132,7 @@ for my $db (qw(db1 db2))
 {
 	ok( $node->poll_query_until($db, q{
 			SELECT t.state = 'retry_wait' AND a.result = 'lease_expired'
-			FROM ntask.task t JOIN ntask.attempt a USING (task_id)
+			FROM ntask.task t JOIN ntask.attempt_all a USING (task_id)
 			WHERE t.task_key = current_database() || '-lease'}),
 		"$db: its worker rescued the expired lease (attempt lease_expired, task retry_wait)");
 	is(sql($db, q{SELECT expired_leases FROM ntask.worker_stats}), '1',

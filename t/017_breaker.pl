@@ -110,7 +110,7 @@ sub enqueue
 sub attempts
 {
 	my ($q) = @_;
-	return sql(qq{SELECT count(*) FROM ntask.attempt a JOIN ntask.task t USING (task_id)
+	return sql(qq{SELECT count(*) FROM ntask.attempt_all a JOIN ntask.task t USING (task_id)
 		WHERE t.queue = '$q'});
 }
 
@@ -294,7 +294,7 @@ ok($node->poll_query_until('postgres',
 		q{SELECT state = 'open' FROM ntask.breaker_stats WHERE queue = 'brk3'}),
 	'case 5: connection refused twice opens the breaker');
 is(sql(q{SELECT count(*), count(*) FILTER (WHERE a.error_stage = 'connect')
-		FROM ntask.attempt a JOIN ntask.task t USING (task_id) WHERE t.queue = 'brk3'}),
+		FROM ntask.attempt_all a JOIN ntask.task t USING (task_id) WHERE t.queue = 'brk3'}),
 	'2|2', 'case 5: two attempts, both connect errors');
 
 # turning the breaker off forgets it and sends again
@@ -304,7 +304,7 @@ ok($node->poll_query_until('postgres',
 	'case 5: breaker_failures => 0: the worker forgets the breaker');
 is(sql(q{SELECT count(*) FROM ntask.breaker_stats WHERE queue = 'brk3'}), '0',
 	'case 5: ... and breaker_stats no longer lists the queue');
-ok($node->poll_query_until('postgres', qq{SELECT count(*) > 2 FROM ntask.attempt a
+ok($node->poll_query_until('postgres', qq{SELECT count(*) > 2 FROM ntask.attempt_all a
 		JOIN ntask.task t USING (task_id) WHERE t.queue = 'brk3'}),
 	'case 5: ... and dispatches the queue again');
 

@@ -50,7 +50,7 @@ $node->safe_psql('postgres', q{
 		SELECT t.queue, t.partition_key AS k, o.task_id, o.token, o.seen_at AS s,
 			   least(o.lease_until, coalesce(a.ended_at, 'infinity')) AS e
 		FROM obs o JOIN ntask.task t USING (task_id)
-		JOIN ntask.attempt a ON a.task_id = o.task_id AND a.token = o.token;
+		JOIN ntask.attempt_all a ON a.task_id = o.task_id AND a.token = o.token;
 });
 
 my $dir = PostgreSQL::Test::Utils::tempdir;
@@ -116,7 +116,7 @@ is($node->safe_psql('postgres',
 		"SELECT count(*) FILTER (WHERE state = 'succeeded') || '/' || count(*) FROM ntask.task WHERE queue = 'ord'"),
 	'180/180', 'ordered: every task succeeded');
 my $takeovers = $node->safe_psql('postgres', q{
-	SELECT count(*) FROM ntask.attempt a JOIN ntask.task t USING (task_id)
+	SELECT count(*) FROM ntask.attempt_all a JOIN ntask.task t USING (task_id)
 	WHERE t.queue = 'ord' AND a.result = 'lease_expired'});
 cmp_ok($takeovers, '>', 0, "ordered: leases ran out and were taken over ($takeovers)");
 # the finish of each task (its succeeded attempt's ended_at: the real
@@ -125,7 +125,7 @@ cmp_ok($takeovers, '>', 0, "ordered: leases ran out and were taken over ($takeov
 is($node->safe_psql('postgres', q{
 	WITH fin AS (
 		SELECT t.partition_key AS k, t.task_id,
-			   (SELECT a.ended_at FROM ntask.attempt a WHERE a.task_id = t.task_id
+			   (SELECT a.ended_at FROM ntask.attempt_all a WHERE a.task_id = t.task_id
 				AND a.result = 'succeeded') AS done,
 			   (SELECT min(o.seen_at) FROM obs o WHERE o.task_id = t.task_id) AS first
 		FROM ntask.task t WHERE t.queue = 'ord'),
