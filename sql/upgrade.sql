@@ -78,7 +78,29 @@ INSERT INTO ntask.task (queue, task_key, payload, payload_digest, digest_version
 						run_at, due_at, max_attempts, deadline)
 SELECT 'ug', k, p, ntask_digest(p), 1, now(), now(), 3, now() + interval '1 day'
 FROM (VALUES ('g1', '{}'::jsonb), ('g2', '{"stale": 1}'::jsonb)) v(k, p);
+-- a running attempt across the upgrade, as the 0.2 library wrote it: an
+-- open ntask.attempt row (0.3 keeps it on the task row, write-once ledger)
+INSERT INTO ntask.queue (queue) VALUES ('ul');
+INSERT INTO ntask.task (queue, task_key, payload, payload_digest, digest_version,
+						run_at, due_at, max_attempts, deadline, state, token,
+						attempts, lease_owner, lease_until)
+VALUES ('ul', 'l1', '{}', ntask_digest('{}'), 1, now(), now() + interval '1 hour', 3,
+		now() + interval '1 day', 'leased', 1, 1, 'W0', now() + interval '1 hour');
+INSERT INTO ntask.attempt (task_id, token, attempt, worker, claimed_at, invoked_at)
+SELECT task_id, 1, 1, 'W0', '2026-01-01 00:00:00+00', '2026-01-01 00:00:01+00'
+FROM ntask.task WHERE task_key = 'l1';
+SELECT task_id AS l1 FROM ntask.task WHERE task_key = 'l1' \gset
 ALTER EXTENSION ntask UPDATE;
+-- the open attempt moved onto its task row; the holder finishes it
+SELECT claimed_at = '2026-01-01 00:00:00+00' AS claimed_kept,
+	   invoked_at = '2026-01-01 00:00:01+00' AS invoked_kept
+FROM ntask.task WHERE task_id = :l1;
+SELECT count(*) AS open_ledger_rows FROM ntask.attempt WHERE ended_at IS NULL;
+SELECT worker, token, ended_at IS NULL AS running FROM ntask.attempt_all WHERE task_id = :l1;
+SELECT result FROM ntask_transition(:l1, 1, 'succeeded');
+SELECT worker, token, result, claimed_at = '2026-01-01 00:00:00+00' AS claimed_kept,
+	   invoked_at = '2026-01-01 00:00:01+00' AS invoked_kept, outcome_known
+FROM ntask.attempt WHERE task_id = :l1;
 SELECT extversion FROM pg_extension WHERE extname = 'ntask';
 SELECT queue, guard, pg_typeof(guard) FROM ntask.queue WHERE queue = 'ug';
 SELECT task_key, token FROM ntask_claim('ug', 'W1', max_tasks => 10);
