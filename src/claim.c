@@ -418,7 +418,7 @@ claim_ids_shard(Datum ids)
 
 static NtaskPlan claim_close_plan = {
 	"claim close expired attempts",
-	"INSERT INTO ntask.attempt (task_id, shard, token, attempt, worker, claimed_at, "
+	"INSERT INTO ntask.attempt AS a (task_id, shard, token, attempt, worker, claimed_at, "
 	"  invoked_at, ended_at, result, outcome_known) "
 	"SELECT t.task_id, t.shard, t.token, t.attempts, t.lease_owner, "
 	"  coalesce(t.claimed_at, t.updated_at), t.invoked_at, pg_catalog.statement_timestamp(), "
@@ -426,7 +426,7 @@ static NtaskPlan claim_close_plan = {
 	"FROM ntask.task t "
 	"WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1) " CLAIM_SHARD_IS("t", "2")
 	"  AND t.state OPERATOR(pg_catalog.=) 'leased' "
-	"RETURNING task_id, NOT outcome_known",
+	"RETURNING a.task_id, NOT a.outcome_known",
 	2, {INT8ARRAYOID, INT2OID}
 };
 

@@ -184,7 +184,8 @@ ntask_invoked(PG_FUNCTION_ARGS)
  * Release: the holder hands the task back.  Task row first (the UPDATE
  * locks it; only the current token of a leased task, only with the queue's
  * worker_role), then, only if it moved, the attempt's ledger row, written
- * from the task row (o: the row before this statement, for the worker).  An attempt that
+ * from the task row (o: the row as the statement's snapshot saw it, for
+ * the worker and claimed_at; see tr_apply_plan).  An attempt that
  * was never invoked gives its attempt back (max_attempts + 1: the ledger
  * keeps the row, the budget is not spent); an invoked one counts, and its
  * outcome is unknown.  $3: the delay (0 for at once), $4: the caller.
@@ -205,24 +206,26 @@ static NtaskPlan lease_release_plan = {
 	"    last_error_stage = CASE WHEN t.invoked_at IS NULL THEN t.last_error_stage "
 	"      ELSE 'released' END, "
 	"    updated_at = pg_catalog.statement_timestamp() "
+	"  FROM ntask.task o "
 	"  WHERE t.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("t", "$1")
 	"    AND t.token OPERATOR(pg_catalog.=) $2 "
 	"    AND t.state OPERATOR(pg_catalog.=) 'leased' "
+	"    AND o.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("o", "$1")
 	"    AND EXISTS (SELECT 1 FROM ntask.queue q "
 	"                WHERE q.queue OPERATOR(pg_catalog.=) t.queue "
 	"                  AND " NTASK_WORKER_RIGHT("q", "4") ") "
 	"  RETURNING t.run_at, t.queue, t.task_id, t.shard, t.token, t.attempts, "
-	"    t.claimed_at, t.invoked_at "
+	"    coalesce(o.claimed_at, o.updated_at) AS claimed_at, t.invoked_at, "
+	"    o.lease_owner AS worker "
 	"), att AS ( "
 	"  INSERT INTO ntask.attempt (task_id, shard, token, attempt, worker, claimed_at, "
 	"    invoked_at, ended_at, result, requested, outcome_known, retry_at) "
-	"  SELECT u.task_id, u.shard, u.token, u.attempts, o.lease_owner, "
-	"    coalesce(u.claimed_at, o.updated_at), u.invoked_at, "
-	"    pg_catalog.statement_timestamp(), 'released', 'released', "
-	"    (u.invoked_at IS NULL " NTASK_RECEIPT_OF("u") "), u.run_at "
-	"  FROM upd u JOIN ntask.task o ON o.task_id OPERATOR(pg_catalog.=) u.task_id "
-	"    AND o.shard OPERATOR(pg_catalog.=) u.shard "
-	"  WHERE o.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("o", "$1")
+	"  SELECT u.task_id, u.shard, u.token, u.attempts, u.worker, u.claimed_at, "
+	"    u.invoked_at, pg_catalog.statement_timestamp(), 'released', 'released', "
+	"    (u.invoked_at IS NULL OR EXISTS (SELECT 1 FROM ntask.receipt r "
+	"      WHERE r.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("r", "$1")
+	"        AND r.token OPERATOR(pg_catalog.=) $2)), u.run_at "
+	"  FROM upd u "
 	") "
 	"SELECT upd.queue, upd.run_at FROM upd",
 	4, {INT8OID, INT8OID, INTERVALOID, OIDOID}

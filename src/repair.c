@@ -42,7 +42,7 @@ static NtaskPlan rep_lock_plan = {
 static NtaskPlan rep_finish_plan = {
 	"finish task",
 	"WITH closed AS ( "
-	"  INSERT INTO ntask.attempt (task_id, shard, token, attempt, worker, claimed_at, "
+	"  INSERT INTO ntask.attempt AS a (task_id, shard, token, attempt, worker, claimed_at, "
 	"    invoked_at, ended_at, result, outcome_known) "
 	"  SELECT o.task_id, o.shard, o.token, o.attempts, o.lease_owner, "
 	"    coalesce(o.claimed_at, o.updated_at), o.invoked_at, "
@@ -51,7 +51,7 @@ static NtaskPlan rep_finish_plan = {
 	"  FROM ntask.task o "
 	"  WHERE o.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("o", "$1")
 	"    AND o.state OPERATOR(pg_catalog.=) 'leased' "
-	"  RETURNING NOT outcome_known AS was_invoked "
+	"  RETURNING NOT a.outcome_known AS was_invoked "
 	") "
 	"UPDATE ntask.task t SET state = $2, reason = $3, due_at = NULL, "
 	"  lease_owner = NULL, lease_until = NULL, "

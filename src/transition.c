@@ -64,9 +64,11 @@ static NtaskPlan tr_lock_plan = {
  * The task row first (locked by tr_lock_plan, moved by the UPDATE), then
  * the attempt's ledger row, written once, now that it ends, only if the
  * task moved and only for a caller with the queue's worker_role.  Its
- * claimed_at and invoked_at are the task row's (the UPDATE's RETURNING: the
- * row it moved); the worker is lease_owner as the statement's snapshot saw
- * it (o, reached by primary key), which a token does not change.
+ * invoked_at is the moved row's (RETURNING); its worker and claimed_at,
+ * which the UPDATE clears or keeps and a token does not change, come from
+ * o, the same row joined by primary key as the statement's snapshot saw
+ * it: RETURNING shows only new values, and a CTE reading ntask.task after
+ * the UPDATE sees the new row on Citus, which runs the CTEs one by one.
  */
 static NtaskPlan tr_apply_plan = {
 	"transition apply",
@@ -85,29 +87,29 @@ static NtaskPlan tr_apply_plan = {
 	"          AND r.token OPERATOR(pg_catalog.=) $2) THEN 0 ELSE 1 END, "
 	"    finished_at = CASE WHEN $11 IS NULL THEN $16 END, "
 	"    updated_at = $16 "
+	"  FROM ntask.task o "
 	"  WHERE t.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("t", "$1")
 	"    AND t.token OPERATOR(pg_catalog.=) $2 "
 	"    AND t.state OPERATOR(pg_catalog.=) 'leased' "
+	"    AND o.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("o", "$1")
 	"    AND EXISTS (SELECT 1 FROM ntask.queue q "
 	"                WHERE q.queue OPERATOR(pg_catalog.=) t.queue "
 	"                  AND " NTASK_WORKER_RIGHT("q", "14") ") "
 	"  RETURNING t.task_id, t.state, "
 	"    CASE WHEN t.due_at IS NOT NULL THEN t.run_at END AS run_at, "
-	"    t.shard, t.token, t.attempts, t.claimed_at, t.invoked_at "
+	"    t.shard, t.token, t.attempts, coalesce(o.claimed_at, o.updated_at) AS claimed_at, "
+	"    t.invoked_at, o.lease_owner AS worker "
 	"), att AS ( "
 	"  INSERT INTO ntask.attempt (task_id, shard, token, attempt, worker, claimed_at, "
 	"    invoked_at, ended_at, result, requested, error_class, error_stage, "
 	"    outcome_known, outcome, retry_at, detail) "
-	"  SELECT u.task_id, u.shard, u.token, u.attempts, o.lease_owner, "
-	"    coalesce(u.claimed_at, o.updated_at), u.invoked_at, "
-	"    pg_catalog.statement_timestamp(), $3, $4, $5, $6, "
+	"  SELECT u.task_id, u.shard, u.token, u.attempts, u.worker, u.claimed_at, "
+	"    u.invoked_at, pg_catalog.statement_timestamp(), $3, $4, $5, $6, "
 	"    CASE WHEN $7 THEN true ELSE EXISTS (SELECT 1 FROM ntask.receipt r "
 	"      WHERE r.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("r", "$1")
 	"        AND r.token OPERATOR(pg_catalog.=) $2) END, "
 	"    $8, $9, $10 "
-	"  FROM upd u JOIN ntask.task o ON o.task_id OPERATOR(pg_catalog.=) u.task_id "
-	"    AND o.shard OPERATOR(pg_catalog.=) u.shard "
-	"  WHERE o.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("o", "$1")
+	"  FROM upd u "
 	") "
 	"SELECT upd.state, upd.run_at FROM upd",
 	16, {INT8OID, INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, BOOLOID,
@@ -150,28 +152,28 @@ static NtaskPlan tr_many_plan = {
 	"    finished_at = pg_catalog.statement_timestamp(), "
 	"    updated_at = pg_catalog.statement_timestamp() "
 	"  FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2), pg_catalog.unnest($12)) "
-	"    AS i(task_id, token, result) "
+	"    AS i(task_id, token, result), ntask.task o "
 	"  WHERE t.task_id OPERATOR(pg_catalog.=) i.task_id "
 	"    AND t.token OPERATOR(pg_catalog.=) i.token "
 	"    AND t.state OPERATOR(pg_catalog.=) 'leased' "
+	"    AND o.task_id OPERATOR(pg_catalog.=) i.task_id AND o.shard OPERATOR(pg_catalog.=) t.shard "
 	"    AND EXISTS (SELECT 1 FROM ntask.queue q "
 	"                WHERE q.queue OPERATOR(pg_catalog.=) t.queue "
 	"                  AND " NTASK_WORKER_RIGHT("q", "11") ") "
-	"  RETURNING t.task_id, t.token, t.state, t.shard, t.attempts, t.claimed_at, "
-	"    t.invoked_at "
+	"  RETURNING t.task_id, t.token, t.state, t.shard, t.attempts, "
+	"    coalesce(o.claimed_at, o.updated_at) AS claimed_at, t.invoked_at, "
+	"    o.lease_owner AS worker "
 	"), att AS ( "
 	"  INSERT INTO ntask.attempt (task_id, shard, token, attempt, worker, claimed_at, "
 	"    invoked_at, ended_at, result, requested, error_class, error_stage, "
 	"    outcome_known, outcome, retry_at, detail) "
-	"  SELECT u.task_id, u.shard, u.token, u.attempts, o.lease_owner, "
-	"    coalesce(u.claimed_at, o.updated_at), u.invoked_at, "
-	"    pg_catalog.statement_timestamp(), $3, $3, $4, $5, "
+	"  SELECT u.task_id, u.shard, u.token, u.attempts, u.worker, u.claimed_at, "
+	"    u.invoked_at, pg_catalog.statement_timestamp(), $3, $3, $4, $5, "
 	"    CASE WHEN $6 THEN true ELSE EXISTS (SELECT 1 FROM ntask.receipt r "
 	"      WHERE r.task_id OPERATOR(pg_catalog.=) u.task_id "
 	"        AND r.token OPERATOR(pg_catalog.=) u.token) END, "
 	"    $7, NULL, $8 "
-	"  FROM upd u JOIN ntask.task o ON o.task_id OPERATOR(pg_catalog.=) u.task_id "
-	"    AND o.shard OPERATOR(pg_catalog.=) u.shard "
+	"  FROM upd u "
 	") "
 	"SELECT upd.task_id, upd.state FROM upd",
 	12, {INT8ARRAYOID, INT8ARRAYOID, TEXTOID, TEXTOID, TEXTOID, BOOLOID,
