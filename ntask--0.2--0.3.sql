@@ -501,15 +501,16 @@ CREATE FUNCTION @extschema@.ntask_claim(
 	worker text,
 	max_tasks integer DEFAULT 1,
 	lease interval DEFAULT NULL,
-	wait interval DEFAULT NULL)
+	wait interval DEFAULT NULL,
+	invoked boolean DEFAULT false)
 RETURNS TABLE (task_id bigint, task_key text, payload jsonb, attempt integer,
 			   token bigint, lease_until timestamptz, prior_outcome text)
 AS 'MODULE_PATHNAME', 'ntask_claim'
 LANGUAGE C VOLATILE;
-COMMENT ON FUNCTION @extschema@.ntask_claim(text, text, integer, interval, interval) IS
-'ntask: lease up to max_tasks due tasks (FOR UPDATE SKIP LOCKED), taking over expired leases; each gets a new fencing token and counts an attempt; tasks whose budget is spent go to repair_required instead; with wait, when nothing is due, sleeps until work of the queue is committed or comes due (at most wait, cut to ntask.max_wait), holding no lock';
-REVOKE ALL ON FUNCTION @extschema@.ntask_claim(text, text, integer, interval, interval) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION @extschema@.ntask_claim(text, text, integer, interval, interval) TO ntask_worker;
+COMMENT ON FUNCTION @extschema@.ntask_claim(text, text, integer, interval, interval, boolean) IS
+'ntask: lease up to max_tasks due tasks (FOR UPDATE SKIP LOCKED), taking over expired leases; each gets a new fencing token and counts an attempt; tasks whose budget is spent go to repair_required instead; with wait, when nothing is due, sleeps until work of the queue is committed or comes due (at most wait, cut to ntask.max_wait), holding no lock; with invoked, each leased attempt is marked invoked in the same statement (as ntask_invoked)';
+REVOKE ALL ON FUNCTION @extschema@.ntask_claim(text, text, integer, interval, interval, boolean) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.ntask_claim(text, text, integer, interval, interval, boolean) TO ntask_worker;
 
 DROP FUNCTION @extschema@.ntask_transition(bigint, bigint, text, text, jsonb, timestamptz, text, text);
 CREATE FUNCTION @extschema@.ntask_transition(

@@ -84,3 +84,22 @@ SELECT task_key FROM ntask_claim('prio', 'W1', max_tasks => 1);
 SELECT task_key FROM ntask_claim('prio', 'W1', max_tasks => 1);
 SELECT task_key FROM ntask_claim('prio', 'W1', max_tasks => 10) ORDER BY task_key;
 SELECT count(*) AS still_scheduled FROM ntask.task WHERE queue = 'prio' AND state = 'ready';
+
+-- invoked => true: the lease itself marks each attempt invoked, as
+-- ntask_invoked in the same transaction would (a worker that calls out at
+-- once saves a statement per task); a takeover then knows the outcome is
+-- unknown.  NULL is refused.
+SELECT queue FROM ntask_queue_set('inv', lease => '1 millisecond');
+SELECT count(*) FROM (SELECT ntask_enqueue('inv', 'i' || g, '{}') FROM generate_series(1, 2) g) s;
+SELECT task_key, token FROM ntask_claim('inv', 'W1', 2, invoked => true) ORDER BY task_key;
+SELECT t.task_key, a.invoked_at = a.claimed_at AS invoked_at_claim, a.ended_at IS NULL AS running
+FROM ntask.attempt_all a JOIN ntask.task t USING (task_id) WHERE t.queue = 'inv' ORDER BY 1;
+SELECT ntask_invoked(task_id, 1) FROM ntask.task WHERE queue = 'inv' AND task_key = 'i1';
+SELECT pg_sleep(0.01);
+SELECT task_key, token, prior_outcome FROM ntask_claim('inv', 'W2', 2) ORDER BY task_key;
+SELECT t.task_key, a.token, a.result, a.outcome_known, a.invoked_at IS NOT NULL AS invoked
+FROM ntask.attempt_all a JOIN ntask.task t USING (task_id) WHERE t.queue = 'inv' ORDER BY 1, 2;
+\set VERBOSITY terse
+SELECT count(*) FROM ntask_claim('inv', 'W1', invoked => NULL);
+\echo :SQLSTATE
+\set VERBOSITY default

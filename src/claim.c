@@ -387,6 +387,7 @@ typedef struct ClaimOrder
 	float4		retry_share;	/* 1: no share */
 	bool		fresh_only;		/* retries over their share were held back */
 	bool		share_off;		/* no first attempt is due: retries take all */
+	bool		invoked;		/* mark the leased attempts invoked (ntask_claim invoked => true) */
 } ClaimOrder;
 
 /*
@@ -467,7 +468,7 @@ static NtaskPlan claim_close_plan = {
 	"    last_error_stage = CASE WHEN t.task_id OPERATOR(pg_catalog.<>) ALL ($4) " \
 	"      THEN t.last_error_stage ELSE 'lease_expired' END, " \
 	"    claimed_at = CASE WHEN " CLAIM_SPENT " THEN t.claimed_at ELSE $7 END, " \
-	"    invoked_at = CASE WHEN " CLAIM_SPENT " THEN t.invoked_at END, " \
+	"    invoked_at = CASE WHEN " CLAIM_SPENT " THEN t.invoked_at WHEN $10 THEN $7 END, " \
 	"    updated_at = $7 "
 
 static NtaskPlan claim_lease_plan = {
@@ -487,8 +488,8 @@ static NtaskPlan claim_lease_plan = {
 	"    WHEN u.unknown_attempts OPERATOR(pg_catalog.>) 0 THEN 'unknown' END, "
 	"  u.state OPERATOR(pg_catalog.=) 'leased' "
 	"FROM upd u ORDER BY u.task_id",
-	9, {INT8ARRAYOID, TEXTOID, INTERVALOID, INT8ARRAYOID, INT8ARRAYOID, INT8OID,
-	TIMESTAMPTZOID, TIMESTAMPTZOID, INT2OID}
+	10, {INT8ARRAYOID, TEXTOID, INTERVALOID, INT8ARRAYOID, INT8ARRAYOID, INT8OID,
+	TIMESTAMPTZOID, TIMESTAMPTZOID, INT2OID, BOOLOID}
 };
 
 /*
@@ -505,8 +506,8 @@ static NtaskPlan claim_lease_dist_plan = {
 	"RETURNING t.task_id, t.task_key, t.payload, t.attempts, t.token, t.lease_until, "
 	"  CASE WHEN t.unknown_attempts OPERATOR(pg_catalog.>) 0 THEN 'unknown' END, "
 	"  t.state OPERATOR(pg_catalog.=) 'leased'",
-	9, {INT8ARRAYOID, TEXTOID, INTERVALOID, INT8ARRAYOID, INT8ARRAYOID, INT8OID,
-	TIMESTAMPTZOID, TIMESTAMPTZOID, INT2OID}
+	10, {INT8ARRAYOID, TEXTOID, INTERVALOID, INT8ARRAYOID, INT8ARRAYOID, INT8OID,
+	TIMESTAMPTZOID, TIMESTAMPTZOID, INT2OID, BOOLOID}
 };
 
 /* of the tasks $1 (of shard $2), those with a receipt (prior 'committed') */
@@ -1029,7 +1030,7 @@ claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
 	Datum		lease;
 	char	   *guard;
 	bool		isnull;
-	Datum		values[9];
+	Datum		values[10];
 	SPITupleTable *pick;
 	int			npicked;
 	Datum	   *ids;
@@ -1139,6 +1140,7 @@ claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
 		values[6] = NtaskStatementTs();
 		values[7] = DirectFunctionCall2(timestamptz_pl_interval, values[6], lease);
 		values[8] = Int16GetDatum(claim_ids_shard(values[0]));
+		values[9] = BoolGetDatum(order->invoked);
 		if (NtaskShardCount() == 0)
 			nrows = NtaskExecPlan(&claim_lease_plan, values, NULL, SPI_OK_SELECT);
 		else
@@ -1233,7 +1235,8 @@ NtaskCheckClaimArgs(FunctionCallInfo fcinfo, int a_max_tasks, int a_lease)
  */
 int
 NtaskClaimInto(ReturnSetInfo *rsinfo, text *queue, text *worker, int max_tasks,
-			   Datum lease_arg, Datum *extra, bool *extranulls, int nextra)
+			   Datum lease_arg, bool invoked, Datum *extra, bool *extranulls,
+			   int nextra)
 {
 	int			got = 0;
 	int			round;
@@ -1242,6 +1245,7 @@ NtaskClaimInto(ReturnSetInfo *rsinfo, text *queue, text *worker, int max_tasks,
 	ClaimOrder	order = {-1, 1};	/* the rest zero */
 
 	order.retry_share = 1.0f;
+	order.invoked = invoked;
 
 	Assert(nextra >= 0 && nextra <= CLAIM_MAX_EXTRA);
 	for (round = 0; round < CLAIM_MAX_ROUNDS && got < max_tasks && more; round++)
@@ -1273,7 +1277,7 @@ NtaskClaimInto(ReturnSetInfo *rsinfo, text *queue, text *worker, int max_tasks,
 }
 
 /*
- * ntask_claim(queue, worker, max_tasks, lease, wait)
+ * ntask_claim(queue, worker, max_tasks, lease, wait, invoked)
  *		RETURNS TABLE(task_id, task_key, payload, attempt, token, lease_until,
  *					  prior_outcome)
  *
@@ -1283,7 +1287,10 @@ NtaskClaimInto(ReturnSetInfo *rsinfo, text *queue, text *worker, int max_tasks,
  * 'unknown' when an earlier attempt may have had an effect, else NULL.
  * With wait (a positive interval, cut to ntask.max_wait) and nothing due,
  * it waits for work of the queue to be committed (wait.c) and returns
- * what it then claims, or no row when the wait ran out.
+ * what it then claims, or no row when the wait ran out.  With invoked,
+ * every attempt it leases is marked invoked in the lease itself, as if
+ * ntask_invoked had been called for it in the same transaction (one
+ * statement less per task for a worker that calls out at once).
  * Errors: unknown queue 42704; NULL argument 22004; max_tasks outside
  * 1..1000, a non-positive lease or a negative wait 22023; a wait in
  * REPEATABLE READ, SERIALIZABLE or after a write in the transaction 25000.
@@ -1296,8 +1303,18 @@ ntask_claim(PG_FUNCTION_ARGS)
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	Datum		lease = PG_ARGISNULL(3) ? (Datum) 0 : PG_GETARG_DATUM(3);
 	int64		wait_usecs = 0;
+	bool		invoked = false;
 
 	NtaskCheckClaimArgs(fcinfo, 2, 3);
+	/* invoked: absent while the SQL objects are older than 0.3 */
+	if (PG_NARGS() > 5)
+	{
+		if (PG_ARGISNULL(5))
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("ntask: invoked must not be NULL")));
+		invoked = PG_GETARG_BOOL(5);
+	}
 	/* the wait argument is absent while the SQL objects are still 0.2 */
 	if (PG_NARGS() > 4 && !PG_ARGISNULL(4))
 	{
@@ -1315,10 +1332,10 @@ ntask_claim(PG_FUNCTION_ARGS)
 	SPI_connect();
 	if (wait_usecs > 0)
 		(void) NtaskClaimWait(rsinfo, queue, worker, PG_GETARG_INT32(2), lease,
-							  wait_usecs);
+							  invoked, wait_usecs);
 	else
 		(void) NtaskClaimInto(rsinfo, queue, worker, PG_GETARG_INT32(2), lease,
-							  NULL, NULL, 0);
+							  invoked, NULL, NULL, 0);
 	SPI_finish();
 	return (Datum) 0;
 }

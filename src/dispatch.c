@@ -145,7 +145,7 @@ static WaitEventSet *dq_wes = NULL;
  * worker_role are checked against that role.
  */
 static NtaskPlan dq_claim_plan = {
-	"worker claim", NULL, 3, {TEXTOID, INT4OID, INTERVALOID}, true
+	"worker claim", NULL, 4, {TEXTOID, INT4OID, INTERVALOID, BOOLOID}, true
 };
 static NtaskPlan dq_invoked_plan = {
 	"worker invoked", NULL, 2, {INT8ARRAYOID, INT8ARRAYOID}, true
@@ -237,7 +237,7 @@ NtaskDispatchInit(const char *schema)
 	dq_claim_plan.sql = psprintf(
 		"SELECT c.task_id, c.task_key, c.payload::pg_catalog.text, c.attempt, c.token, "
 		"  c.prior_outcome "
-		"FROM %s.ntask_claim($1, '" DQ_WORKER_NAME "', $2, $3) c", s);
+		"FROM %s.ntask_claim($1, '" DQ_WORKER_NAME "', $2, $3, invoked => $4) c", s);
 	dq_heartbeat_plan.sql = psprintf(
 		"SELECT %s.ntask_heartbeat($1, $2, $3) IS NOT NULL", s);
 	dq_invoked_plan.sql = psprintf(
@@ -411,7 +411,9 @@ dq_claim_step(void *arg)
 	DqQueue    *q = &dq_queues[*(int *) arg];
 	int			free_slots = ntask_http_max_inflight - (NtaskDispatchInFlight());
 	int			want = free_slots;
-	Datum		values[3];
+	Datum		values[4];
+	NtaskHttpTarget *target;
+	bool		at_claim;
 	int			n;
 	int			i;
 	DqReq	  **send;
@@ -428,6 +430,19 @@ dq_claim_step(void *arg)
 	values[0] = CStringGetTextDatum(q->name);
 	values[1] = Int32GetDatum(want);
 	values[2] = IntervalPGetDatum(NtaskUsecsInterval(q->lease_ms * 1000));
+
+	/*
+	 * Every task claimed will be sent when the queue's host is allowed and
+	 * it has no reconcile_url (a task whose prior outcome is unknown is then
+	 * reconciled first, not sent): the claim marks them invoked itself, one
+	 * statement less per round.  A task whose key is no valid header value
+	 * is then recorded as a permanent failure of an invoked attempt, with a
+	 * known outcome (the detail says nothing was sent).
+	 */
+	target = NtaskParseHttpTarget(q->target);
+	at_claim = target->reconcile_url == NULL &&
+		ntask_host_allowed(target->host, ntask_http_allowed_hosts);
+	values[3] = BoolGetDatum(at_claim);
 	n = NtaskExecPlan(&dq_claim_plan, values, NULL, SPI_OK_SELECT);
 	if (n == want)
 		dq_more = true;
@@ -465,7 +480,12 @@ dq_claim_step(void *arg)
 	for (r = dq_claimed; r; r = r->next)
 		if (dq_sendable(r) && r->kind == DQ_SEND)
 			send[nsend++] = r;
-	if (nsend > 0)
+	if (at_claim)
+	{
+		for (i = 0; i < nsend; i++)
+			send[i]->confirmed = true;	/* the claim marked them */
+	}
+	else if (nsend > 0)
 		dq_mark_invoked(send, nsend);
 }
 

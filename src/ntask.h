@@ -336,8 +336,8 @@ extern Datum NtaskCloseExpiredAttempts(Datum task_ids);
 extern void NtaskCheckClaimArgs(FunctionCallInfo fcinfo, int a_max_tasks,
 								int a_lease);
 extern int	NtaskClaimInto(ReturnSetInfo *rsinfo, text *queue, text *worker,
-						   int max_tasks, Datum lease_arg, Datum *extra,
-						   bool *extranulls, int nextra);
+						   int max_tasks, Datum lease_arg, bool invoked,
+						   Datum *extra, bool *extranulls, int nextra);
 
 /* wait.c: the waiting claim and the wake-at-commit of waiters */
 extern int64 NtaskClaimWaitedUsecs;
@@ -364,7 +364,8 @@ extern bool NtaskShareTake(const char *queue, float4 share, bool retry);
 extern void NtaskWakeWaitersAtCommit(const char *queue, int ndue,
 									 TimestampTz later);
 extern int	NtaskClaimWait(ReturnSetInfo *rsinfo, text *queue, text *worker,
-						   int max_tasks, Datum lease_arg, int64 wait_usecs);
+						   int max_tasks, Datum lease_arg, bool invoked,
+						   int64 wait_usecs);
 
 /* result.c: stored results */
 extern void NtaskCheckResult(Jsonb *jb, int element);

@@ -866,7 +866,7 @@ ntask_transition_and_claim(PG_FUNCTION_ARGS)
 	extra[2] = o.run_at;
 	extranulls[2] = o.run_at_null;
 	if (NtaskClaimInto(rsinfo, queue, worker, PG_GETARG_INT32(5),
-					   PG_ARGISNULL(11) ? (Datum) 0 : PG_GETARG_DATUM(11),
+					   PG_ARGISNULL(11) ? (Datum) 0 : PG_GETARG_DATUM(11), false,
 					   extra, extranulls, 3) == 0)
 	{
 		Datum		out[10];

@@ -439,7 +439,7 @@ nw_exit(int code, Datum arg)
  */
 static int
 nw_look(ReturnSetInfo *rsinfo, text *queue, text *worker, int max_tasks,
-		Datum lease_arg, bool *wrote, TimestampTz *next_due)
+		Datum lease_arg, bool invoked, bool *wrote, TimestampTz *next_due)
 {
 	MemoryContext oldcxt = CurrentMemoryContext;
 	ResourceOwner oldowner = CurrentResourceOwner;
@@ -453,7 +453,7 @@ nw_look(ReturnSetInfo *rsinfo, text *queue, text *worker, int max_tasks,
 	PG_TRY();
 	{
 		got = NtaskClaimInto(rsinfo, queue, worker, max_tasks, lease_arg,
-							 NULL, NULL, 0);
+							 invoked, NULL, NULL, 0);
 		*wrote = GetCurrentTransactionIdIfAny() != InvalidTransactionId;
 		if (got > 0 || *wrote)
 		{
@@ -510,7 +510,7 @@ nw_look(ReturnSetInfo *rsinfo, text *queue, text *worker, int max_tasks,
  */
 int
 NtaskClaimWait(ReturnSetInfo *rsinfo, text *queue, text *worker, int max_tasks,
-			   Datum lease_arg, int64 wait_usecs)
+			   Datum lease_arg, bool invoked, int64 wait_usecs)
 {
 	char	   *qname = text_to_cstring(queue);
 	TimestampTz start;
@@ -558,7 +558,7 @@ NtaskClaimWait(ReturnSetInfo *rsinfo, text *queue, text *worker, int max_tasks,
 
 			ResetLatch(MyLatch);
 			hint = nw_rearm(now);
-			got = nw_look(rsinfo, queue, worker, max_tasks, lease_arg,
+			got = nw_look(rsinfo, queue, worker, max_tasks, lease_arg, invoked,
 						  &wrote, &next_due);
 			if (got > 0 || wrote)
 				break;

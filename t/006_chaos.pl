@@ -988,7 +988,14 @@ my $not_sent_checked = 0;
 for my $key (sort keys %hq_task)
 {
 	my $pk = $pkeys->{$key} // { effects => 0, duplicates => 0 };
-	push @hq_lost, $key if $hq_task{$key} eq 'succeeded' && $pk->{effects} != 1;
+	if ($hq_task{$key} eq 'succeeded' && $pk->{effects} != 1)
+	{
+		push @hq_lost, $key;
+		# what the provider saw of it, for the failure's diagnosis
+		diag("lost $key: provider requests "
+			  . join('; ', map { "$_->{kind} $_->{method} " . ($_->{answer} // $_->{end} // '-') }
+				  @{ $pk->{reqs} // [] }));
+	}
 	push @hq_dups, "$key ($pk->{effects} effects, $pk->{duplicates} sends after the effect)"
 	  if $pk->{effects} > 1 || $pk->{duplicates} > 0;
 }

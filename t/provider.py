@@ -34,7 +34,8 @@ POST /send (any path that is not /status or /_admin/...; POST or PUT)
         body         response body (default {"ok":true})
 GET /status (the reconcile endpoint): 200 if the request's Idempotency-Key
     has an effect, else 404.  A rule may carry "reconcile": [actions] to
-    answer /status differently (e.g. 503).
+    answer /status differently (e.g. 503, a delay); a scripted 2xx answer
+    is still 200 only if the key has an effect, else 404.
 
 Admin (JSON):
     POST /_admin/rules   {"default": RULE, "rules": {"prefix": RULE, ...},
@@ -353,6 +354,13 @@ class Handler(BaseHTTPRequestHandler):
             entry["end"] = "answered"
             self.answer_json(status, {"effect": has_effect})
             return
+        if action.get("mode", "respond") == "respond" and \
+                200 <= int(action.get("status", 200)) < 300:
+            # a scripted success still tells the truth: the provider never
+            # says "done" for a key whose request never reached it (a
+            # worker killed between its invoked commit and the send, or a
+            # lease that ran out first, is then resent, not "reconciled")
+            action = dict(action, status=200 if has_effect else 404)
         self.perform(action, entry, is_status=True)
 
     # ---- the send endpoint
