@@ -293,6 +293,8 @@ extern bool NtaskWorkerRunXact(void (*fn) (void *arg), void *arg,
 
 /* housekeeping.c: counts[] = expired, repaired, pruned */
 extern void NtaskHousekeep(int max_rows, bool deadlines, int64 *counts);
+extern void NtaskHousekeepShard(int16 shard, int max_rows, bool deadlines, int64 *counts);
+extern void NtaskHousekeepHistoryDist(int max_rows);
 
 /* target.c: a queue's http target, parsed and checked */
 typedef struct NtaskHttpTarget

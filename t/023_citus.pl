@@ -442,9 +442,7 @@ cmp_ok($errors, '>=', 1, 'chaos: the stopped node made calls fail');
 # 7. what is not routed yet: Citus refuses these functions' statements
 my @limits = (
 	[ "SELECT * FROM ntask_fence('f1', 1, '{}')",
-	  qr/functions used in the DO UPDATE SET clause of INSERTs on distributed tables must be marked IMMUTABLE/, 'fence' ],
-	[ "SELECT * FROM ntask_housekeeping()",
-	  qr/could not run distributed query with FOR UPDATE/, 'housekeeping' ]);
+	  qr/functions used in the DO UPDATE SET clause of INSERTs on distributed tables must be marked IMMUTABLE/, 'fence' ]);
 for my $l (@limits)
 {
 	my ($sql, $re, $what) = @$l;
@@ -465,27 +463,159 @@ is($q->(q{SELECT count(*) > 0 FROM ntask_explain(} . $a2 . q{)}), 't', 'ntask_ex
 is($q->(q{SELECT succeeded FROM ntask.queue_stats WHERE queue = 'chaos'}), '200',
 	'ntask.queue_stats runs');
 
-# 8. the background worker on a distributed install: it stays, says once
-# that it does not serve the layout, and runs no housekeeping or dispatch
-# (whose statements Citus refuses, as above), instead of failing each tick
-$co->append_conf('postgresql.conf', "ntask.worker = on\nntask.naptime = '200ms'\n");
-my $log_from = -s $co->logfile;
-$co->restart;
-my $state = '';
-for (1 .. 100)
+# 8. housekeeping on a distributed install: every sweep once per shard
+# value, each statement routed to the shard's node.  First as the SQL
+# function, in the caller's transaction: expired leases of a spent budget
+# go to repair_required, on both workers' shards.
+my $claim_all = sub {
+	my ($queue, $n) = @_;
+	my @got;
+	for (1 .. 20)
+	{
+		push @got, split /\n/,
+		  $q->("SELECT task_id FROM ntask_claim('$queue', 'gone', $n)");
+		last if @got >= $n;
+	}
+	return @got;
+};
+my $nodes_of = sub {
+	$q->(qq{SELECT count(DISTINCT p.nodeport) FROM ntask.task t
+		JOIN pg_dist_shard_placement p
+		  ON p.shardid = get_shard_id_for_distribution_column('ntask.task', t.shard)
+		WHERE t.queue = '$_[0]'});
+};
+$q->(q{SELECT count(*) FROM ntask_queue_set('hk', lease => '1 second', max_attempts => 1);
+	SELECT count(*) FROM generate_series(1, 8) i, ntask_enqueue('hk', 'hk' || i, '{}')});
+is($nodes_of->('hk'), '2', 'housekeeping: the hk tasks are on both workers');
+is(scalar($claim_all->('hk', 8)), 8, 'housekeeping: 8 tasks claimed, their budget spent by the claim');
+sleep 1.5;
+my ($expired, $repaired) = split /\|/,
+  $q->(q{SELECT expired || '|' || repaired FROM ntask_housekeeping()});
+cmp_ok($expired, '>=', 8, "ntask_housekeeping() runs on a distributed install ($expired expired leases released)");
+is($q->(q{SELECT count(*) FROM ntask.task t JOIN ntask.attempt a ON a.task_id = t.task_id AND a.shard = t.shard
+	WHERE t.queue = 'hk' AND t.state = 'repair_required' AND t.reason = 'budget_exhausted'
+	  AND t.lease_until IS NULL AND a.result = 'lease_expired'}), '8',
+	'housekeeping: the 8 expired leases of a spent budget are repair_required, their attempts lease_expired');
+is($q->(q{SELECT count(*) FROM ntask.task WHERE state = 'leased' AND lease_until < now()}), '0',
+	'housekeeping: no expired lease is left on any shard');
+
+# Then the background worker: on the coordinator it sweeps every shard and
+# dispatches http queues; on the worker nodes it idles (their ntask.task
+# is distributed through Citus' metadata sync, but their group is not 0).
+# Set up with the workers off: a deadline nobody meets, finished tasks past
+# a 1 s retention, an http queue.
+require NtaskProvider;
+my $pport = NtaskProvider::start('023');
+$q->(q{SELECT count(*) FROM ntask_queue_set('dl', total_deadline => '1 second');
+	SELECT count(*) FROM generate_series(1, 8) i, ntask_enqueue('dl', 'dl' || i, '{}');
+	SELECT count(*) FROM ntask_queue_set('ret', retention => '1 second');
+	SELECT count(*) FROM generate_series(1, 8) i, ntask_enqueue('ret', 'ret' || i, '{}');});
+is($nodes_of->('dl'), '2', 'deadline: the dl tasks are on both workers');
+is($nodes_of->('ret'), '2', 'retention: the ret tasks are on both workers');
+my @ret = $claim_all->('ret', 8);
+is(scalar(@ret), 8, 'retention: 8 tasks claimed');
+is(join(',', map { $q->("SELECT result FROM ntask_transition($_, 1, 'succeeded')") } @ret),
+	join(',', ('applied') x 8), 'retention: all 8 succeeded');
+my $ret_ids = join(',', @ret);
+$q->(qq{SELECT count(*) FROM ntask_queue_set('push', lease => '5 seconds',
+	target => '{"type": "http", "url": "http://127.0.0.1:$pport/send", "timeout_ms": 2000}')});
+
+my $wconf = "ntask.worker = on\nntask.naptime = '200ms'\n"
+  . "ntask.http_allowed_hosts = '127.0.0.1'\nntask.http_connect_timeout_ms = 1000\n";
+my %log_from;
+for my $n ($w1, $w2, $co)
 {
-	$state = $co->safe_psql('postgres', 'SELECT state FROM ntask.worker_stats');
-	last if $state eq 'idle: distributed';
-	sleep 0.1;
+	$n->append_conf('postgresql.conf', $wconf);
+	$log_from{ $n->name } = -s $n->logfile;
+	$n->restart;
 }
-is($state, 'idle: distributed', 'the background worker idles on a distributed install');
-sleep 2;						# about ten ticks
-my $log = substr(PostgreSQL::Test::Utils::slurp_file($co->logfile), $log_from);
-my @warned = ($log =~ /is distributed with Citus; the worker does not serve a distributed install/g);
-is(scalar @warned, 1, 'it says so once, not every tick');
-unlike($log, qr/ntask worker: .* failed/, 'no step of the worker failed (none of housekeeping or dispatch ran)');
-$co->append_conf('postgresql.conf', "ntask.worker = off\n");
-$co->restart;
+my $state_of = sub {
+	my ($n, $want) = @_;
+	my $st = '';
+	for (1 .. 100)
+	{
+		$st = $n->safe_psql('postgres', 'SELECT state FROM ntask.worker_stats');
+		last if $st eq $want;
+		sleep 0.1;
+	}
+	return $st;
+};
+is($state_of->($co, 'running'), 'running', 'the coordinator\'s worker runs on a distributed install');
+for my $w ($w1, $w2)
+{
+	is($state_of->($w, 'idle: citus worker node'), 'idle: citus worker node',
+		'the worker of worker node ' . $w->name . ' idles');
+}
+
+my $poll = sub {
+	my ($sql, $want, $secs) = @_;
+	my $got = '';
+	for (1 .. $secs * 10)
+	{
+		$got = $q->($sql);
+		last if $got eq $want;
+		sleep 0.1;
+	}
+	return $got;
+};
+is($poll->(q{SELECT count(*) FROM ntask.task WHERE queue = 'dl'
+	AND state = 'repair_required' AND reason = 'deadline_exceeded' AND finished_at IS NOT NULL}, '8', 20),
+	'8', 'deadline: the worker sent the 8 unclaimed tasks past their deadline to repair_required on both workers');
+is($poll->(qq{SELECT count(*) FROM ntask.task WHERE task_id IN ($ret_ids)}, '0', 20), '0',
+	'retention: the worker pruned the 8 finished tasks on both workers\' shards');
+is($q->(qq{SELECT count(*) FROM ntask.attempt WHERE task_id IN ($ret_ids)}), '0',
+	'retention: and their attempts');
+is($q->(q{SELECT count(*) FROM ntask.task WHERE queue = 'chaos'}), '200',
+	'retention: tasks within their retention stay');
+
+# HTTP dispatch by the coordinator's worker: claimed shard by shard, each
+# result recorded by task id on its shard
+my $np = 16;
+$q->(qq{SELECT count(*) FROM generate_series(1, $np) i,
+	ntask_enqueue('push', 'cz-' || i, jsonb_build_object('i', i))});
+is($nodes_of->('push'), '2', 'dispatch: the push tasks are on both workers');
+is($poll->(q{SELECT count(*) FROM ntask.task WHERE queue = 'push' AND state = 'succeeded'}, "$np", 30),
+	"$np", "dispatch: all $np http tasks sent and succeeded");
+my $keys = NtaskProvider::pkeys('cz-');
+is(scalar(grep { $keys->{$_}{requests} == 1 && $keys->{$_}{effects} == 1 } keys %$keys), $np,
+	"dispatch: the sink saw each of the $np keys exactly once");
+is($q->(q{SELECT count(*) || '/' || count(*) FILTER (WHERE a.token = 1 AND a.attempt = 1
+		AND a.result = 'succeeded' AND a.invoked_at IS NOT NULL AND a.ended_at IS NOT NULL
+		AND a.worker = 'ntask worker')
+	FROM ntask.attempt a JOIN ntask.task t ON t.task_id = a.task_id AND t.shard = a.shard
+	WHERE t.queue = 'push'}), "$np/$np",
+	'dispatch: the ledger has one attempt per task, token 1, invoked, succeeded, by the worker');
+is($q->(q{SELECT (dispatched >= 16 AND accepted >= 16)::text || ' ' || coalesce(last_error, '-')
+	FROM ntask.worker_stats}), 'true -', 'dispatch: worker_stats counts them, no error');
+
+# lease rescue by the worker: an external worker claims and goes away; the
+# worker releases the expired leases on both workers' shards (retry_wait,
+# the attempt closed as lease_expired), as on one node
+$q->(q{SELECT count(*) FROM ntask_queue_set('resc', lease => '1 second', max_attempts => 3);
+	SELECT count(*) FROM generate_series(1, 8) i, ntask_enqueue('resc', 'resc' || i, '{}')});
+is($nodes_of->('resc'), '2', 'lease rescue: the resc tasks are on both workers');
+is(scalar($claim_all->('resc', 8)), 8, 'lease rescue: an external worker claims 8 tasks and goes away');
+is($poll->(q{SELECT count(*) FROM ntask.task t JOIN ntask.attempt a ON a.task_id = t.task_id AND a.shard = t.shard
+	WHERE t.queue = 'resc' AND t.state = 'retry_wait' AND t.lease_until IS NULL
+	  AND a.result = 'lease_expired' AND a.ended_at IS NOT NULL}, '8', 20), '8',
+	'lease rescue: the worker released the 8 expired leases (retry_wait, attempts lease_expired)');
+
+# about ten ticks more: nothing fails every tick, anywhere
+sleep 2;
+for my $n ($co, $w1, $w2)
+{
+	my $log = substr(PostgreSQL::Test::Utils::slurp_file($n->logfile), $log_from{ $n->name });
+	unlike($log, qr/ntask worker: .* failed|ERROR:/,
+		'no step of the worker failed and nothing logged an ERROR on ' . $n->name);
+}
+for my $w ($w1, $w2)
+{
+	my $log = substr(PostgreSQL::Test::Utils::slurp_file($w->logfile), $log_from{ $w->name });
+	my @said = ($log =~ /this node is a worker node; the coordinator's ntask worker serves the cluster/g);
+	is(scalar @said, 1, 'worker node ' . $w->name . ' says once that it idles');
+}
+is($co->safe_psql('postgres', q{SELECT expired_leases >= 8 AND repaired >= 8 AND pruned >= 8
+	FROM ntask.worker_stats}), 't', 'worker_stats counts the sweeps (leases, repairs, pruned rows)');
 
 NtaskCitus::stop($c);
 done_testing();
