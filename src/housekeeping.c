@@ -287,6 +287,36 @@ static NtaskPlan hk_audit_delete_dist_plan = {
 	1, {INT8ARRAYOID}
 };
 
+/*
+ * The schedule slots of a distributed install (a reference table): the
+ * oldest past the retention read on the coordinator, the unfinished tasks
+ * among theirs looked up by id, the others' slots deleted (a write of the
+ * reference table on every node: only when there is something to prune).
+ * Citus refuses the plain statement's NOT EXISTS ("correlated subqueries
+ * are not supported when the FROM clause contains a reference table"),
+ * and plans a LEFT JOIN by pulling every unfinished task to the
+ * coordinator.
+ */
+static NtaskPlan hk_slots_pick_dist_plan = {
+	"housekeeping pick schedule slots (distributed)",
+	"SELECT x.id, x.task_id FROM ntask.schedule_slot x "
+	"WHERE x.fired_at OPERATOR(pg_catalog.<) $1 ORDER BY x.fired_at LIMIT $2",
+	2, {TIMESTAMPTZOID, INT4OID}
+};
+
+static NtaskPlan hk_slots_busy_dist_plan = {
+	"housekeeping unfinished tasks of schedule slots (distributed)",
+	"SELECT t.task_id FROM ntask.task t "
+	"WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1) AND t.due_at IS NOT NULL",
+	1, {INT8ARRAYOID}
+};
+
+static NtaskPlan hk_slots_delete_dist_plan = {
+	"housekeeping prune schedule slots (distributed)",
+	"DELETE FROM ntask.schedule_slot s WHERE s.id OPERATOR(pg_catalog.=) ANY ($1)",
+	1, {INT8ARRAYOID}
+};
+
 /* hk_before: the statement timestamp minus retention */
 static Datum
 hk_before(Datum retention)
@@ -371,11 +401,78 @@ NtaskHousekeepShard(int16 shard, int max_rows, bool deadlines, int64 *counts)
 	}
 }
 
+/* hk_retention_before: the statement timestamp minus retention_s seconds */
+static Datum
+hk_retention_before(int retention_s)
+{
+	return hk_before(IntervalPGetDatum(NtaskUsecsInterval((int64) retention_s *
+														  USECS_PER_SEC)));
+}
+
+/* hk_prune_slots_dist: the schedule slots of a distributed install */
+static void
+hk_prune_slots_dist(int max_rows)
+{
+	Datum		values[2];
+	Datum	   *ids;
+	int64	   *slot_task;		/* each slot's task, 0 for none */
+	Datum	   *tasks;
+	int64	   *busy;
+	int			n;
+	int			nt = 0;
+	int			nbusy = 0;
+	int			ndel = 0;
+	int			r;
+	int			b;
+
+	values[0] = hk_retention_before(ntask_history_retention_s);
+	values[1] = Int32GetDatum(max_rows);
+	n = NtaskExecPlan(&hk_slots_pick_dist_plan, values, NULL, SPI_OK_SELECT);
+	if (n == 0)
+		return;
+	ids = palloc(sizeof(Datum) * n);
+	slot_task = palloc(sizeof(int64) * n);
+	tasks = palloc(sizeof(Datum) * n);
+	for (r = 0; r < n; r++)
+	{
+		bool		isnull;
+		Datum		t = NtaskGetDatum(r, 2, &isnull);
+
+		ids[r] = Int64GetDatum(NtaskGetInt64(r, 1));
+		slot_task[r] = isnull ? 0 : DatumGetInt64(t);
+		if (!isnull)
+			tasks[nt++] = t;
+	}
+	busy = palloc(sizeof(int64) * Max(nt, 1));
+	if (nt > 0)
+	{
+		values[0] = NtaskInt8Array(tasks, nt);
+		nbusy = NtaskExecPlan(&hk_slots_busy_dist_plan, values, NULL, SPI_OK_SELECT);
+		for (r = 0; r < nbusy; r++)
+			busy[r] = NtaskGetInt64(r, 1);
+	}
+	/* the slots whose task is unfinished stay: overlap decisions read them */
+	for (r = 0; r < n; r++)
+	{
+		bool		keep = false;
+
+		for (b = 0; b < nbusy && !keep; b++)
+			keep = slot_task[r] != 0 && slot_task[r] == busy[b];
+		if (!keep)
+			ids[ndel++] = ids[r];
+	}
+	if (ndel > 0)
+	{
+		values[0] = NtaskInt8Array(ids, ndel);
+		(void) NtaskExecPlan(&hk_slots_delete_dist_plan, values, NULL, SPI_OK_DELETE);
+	}
+}
+
 /*
  * NtaskHousekeepHistoryDist
- *		The history step of a distributed install: the audit only.  Fences
- *		and schedules do not run there (docs/scaling.md), so fence_receipt
- *		and schedule_slot hold nothing to prune.  In SPI.
+ *		The history step of a distributed install: the audit and the
+ *		schedule slots.  Fences do not run there (docs/scaling.md), so
+ *		fence_receipt holds nothing to prune.  In SPI.
  */
 void
 NtaskHousekeepHistoryDist(int max_rows)
@@ -383,10 +480,11 @@ NtaskHousekeepHistoryDist(int max_rows)
 	Datum		values[2];
 	int			n;
 
+	if (ntask_history_retention_s > 0)
+		hk_prune_slots_dist(max_rows);
 	if (ntask_audit_retention_s <= 0)
 		return;
-	values[0] = hk_before(IntervalPGetDatum(NtaskUsecsInterval((int64) ntask_audit_retention_s *
-																 USECS_PER_SEC)));
+	values[0] = hk_retention_before(ntask_audit_retention_s);
 	values[1] = Int32GetDatum(max_rows);
 	n = NtaskExecPlan(&hk_audit_pick_dist_plan, values, NULL, SPI_OK_SELECT);
 	if (n == 0)

@@ -20,12 +20,19 @@
 #      away until it is restarted, and loses no committed row;
 #   5. the core story through the API across shards: idempotent enqueue,
 #      claims over every shard, receipts, a W1/W2 takeover with every W1
-#      write rejected, budgets, replay, release, cancel, tokens 1..n;
+#      write rejected, budgets, replay, release, cancel, a schedule slot
+#      (ntask_fire), tokens 1..n;
 #   6. a mini chaos run: three external workers (DBD::Pg) drain 200 tasks
 #      with their business rows co-located with the receipts, stalls past
 #      the lease, a worker node stopped with -m immediate while they run:
 #      0 lost, 0 duplicated, every stale write rejected, tokens monotonic;
-#   7. what does not run on a distributed install yet (docs/scaling.md).
+#   7. what does not run on a distributed install yet (docs/scaling.md);
+#   8. housekeeping and the background worker: ntask_housekeeping() and the
+#      coordinator's worker sweep every shard (expired leases, spent
+#      budgets, deadlines, retention, history), the worker dispatches an
+#      http queue over the shards to a loopback sink (each key once, the
+#      ledger right), pg_cron fires a schedule on the coordinator, the
+#      worker nodes' workers idle, nothing fails every tick.
 
 use strict;
 use warnings;
@@ -292,6 +299,40 @@ is($q->("SELECT token FROM ntask_claim('budget', 'W1')"), '3', 'b1: token 3 afte
 is($q->("SELECT ntask_release($b1, 3)"), 'applied', 'b1: released');
 is($q->("SELECT ntask_cancel($b1, 'ops', 'done')"), 'applied', 'b1: canceled');
 
+# a schedule slot: ntask_fire makes one task per slot (its key the slot's
+# key, so its shard is the key's), capped at the next slot; firing again
+# is a duplicate, a rerun is a second task (pg_cron fires it in part 8)
+$q->("SELECT count(*) FROM ntask_queue_set('sched', lease => '30 seconds')");
+is($q->("SELECT name FROM ntask_schedule('daily', '0 0 * * *', 'sched')"), 'daily',
+	'schedule: created (a reference table row; pg_cron is not in this database yet)');
+my ($sid, $sslot, $sout) = split /\|/,
+  $q->("SELECT task_id || '|' || fired_slot || '|' || outcome FROM ntask_fire('daily')");
+is($sout, 'enqueued', 'schedule: the slot fired: enqueued');
+is($q->(qq{SELECT task_key = 'daily:' || to_char(fired_slot AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')
+	  AND deadline = ntask_cron_next('0 0 * * *', fired_slot)
+	FROM ntask.task t, (SELECT '$sslot'::timestamptz AS fired_slot) f
+	WHERE t.task_id = $sid AND t.shard = ($sid >> 48)}), 't',
+	'schedule: the slot key, and the deadline capped at the next slot');
+is($q->("SELECT outcome || ' ' || task_id FROM ntask_fire('daily')"), "duplicate $sid",
+	'schedule: fired again: duplicate (no new slot), the same task');
+is($q->("SELECT outcome || ' ' || task_id FROM ntask_fire('daily', '$sslot')"), "duplicate $sid",
+	'schedule: the slot fired by hand: duplicate, the same task');
+my $stok = '';
+for (1 .. 20)
+{
+	$stok = $q->("SELECT task_id || ':' || token FROM ntask_claim('sched', 'W1')");
+	last if $stok ne '';
+}
+is($stok, "$sid:1", 'schedule: the slot\'s task claimed from its shard');
+is($q->("SELECT result FROM ntask_transition($sid, 1, 'succeeded')"), 'applied',
+	'schedule: the slot\'s task succeeded');
+my ($rid, $rout) = split /\|/,
+  $q->("SELECT task_id || '|' || outcome FROM ntask_fire('daily', '$sslot', rerun => 'fix-1')");
+is($rout, 'rerun', 'schedule: a rerun of the slot');
+isnt($rid, $sid, 'schedule: the rerun is a second task');
+is($q->("SELECT string_agg(outcome, ',' ORDER BY id) FROM ntask.schedule_slot WHERE schedule = 'daily'"),
+	'enqueued,duplicate,rerun', 'schedule: the slot history (no new slot records nothing)');
+
 # tokens per task on each task's own shard: 1..n, no gaps, no repeats
 is($q->(q{
 	SELECT count(*) FROM (
@@ -520,8 +561,22 @@ my $ret_ids = join(',', @ret);
 $q->(qq{SELECT count(*) FROM ntask_queue_set('push', lease => '5 seconds',
 	target => '{"type": "http", "url": "http://127.0.0.1:$pport/send", "timeout_ms": 2000}')});
 
+# history past its retention: the audit of part 5 (replay, cancel) and the
+# slots of 'daily', one of which (the rerun) has an unfinished task
+cmp_ok($q->(q{SELECT count(*) FROM ntask.audit}), '>=', 1, 'history: the audit has rows');
+$q->(q{UPDATE ntask.audit SET at = now() - interval '400 days';
+	UPDATE ntask.schedule_slot SET fired_at = now() - interval '400 days' WHERE schedule = 'daily'});
+
 my $wconf = "ntask.worker = on\nntask.naptime = '200ms'\n"
   . "ntask.http_allowed_hosts = '127.0.0.1'\nntask.http_connect_timeout_ms = 1000\n";
+# pg_cron on the coordinator (where ntask_fire runs), when it is installed
+my $sharedir = `$ENV{PG_CONFIG} --sharedir` if $ENV{PG_CONFIG};
+$sharedir = `pg_config --sharedir` unless $sharedir;
+chomp $sharedir;
+my $have_cron = -f "$sharedir/extension/pg_cron.control";
+$co->append_conf('postgresql.conf',
+	"shared_preload_libraries = 'citus,ntask,pg_cron'\ncron.database_name = 'postgres'\n")
+  if $have_cron;
 my %log_from;
 for my $n ($w1, $w2, $co)
 {
@@ -547,6 +602,16 @@ for my $w ($w1, $w2)
 		'the worker of worker node ' . $w->name . ' idles');
 }
 
+# a schedule fired by pg_cron on the coordinator (pg_cron is created there
+# only: Citus would propagate CREATE EXTENSION to the workers, which do not
+# preload it); checked at the end of this part, after the next minute
+if ($have_cron)
+{
+	$q->(q{SET citus.enable_ddl_propagation = off; CREATE EXTENSION pg_cron;
+		SELECT count(*) FROM ntask_queue_set('cronq');
+		SELECT count(*) FROM ntask_schedule('minutely', '* * * * *', 'cronq')});
+}
+
 my $poll = sub {
 	my ($sql, $want, $secs) = @_;
 	my $got = '';
@@ -567,6 +632,10 @@ is($q->(qq{SELECT count(*) FROM ntask.attempt WHERE task_id IN ($ret_ids)}), '0'
 	'retention: and their attempts');
 is($q->(q{SELECT count(*) FROM ntask.task WHERE queue = 'chaos'}), '200',
 	'retention: tasks within their retention stay');
+is($poll->(q{SELECT count(*) FROM ntask.audit WHERE at < now() - interval '300 days'}, '0', 20), '0',
+	'history: the worker pruned the audit past ntask.audit_retention');
+is($poll->(q{SELECT string_agg(outcome, ',') FROM ntask.schedule_slot WHERE schedule = 'daily'}, 'rerun', 20),
+	'rerun', 'history: and the schedule slots past ntask.history_retention but the one whose task is unfinished');
 
 # HTTP dispatch by the coordinator's worker: claimed shard by shard, each
 # result recorded by task id on its shard
@@ -599,6 +668,18 @@ is($poll->(q{SELECT count(*) FROM ntask.task t JOIN ntask.attempt a ON a.task_id
 	WHERE t.queue = 'resc' AND t.state = 'retry_wait' AND t.lease_until IS NULL
 	  AND a.result = 'lease_expired' AND a.ended_at IS NOT NULL}, '8', 20), '8',
 	'lease rescue: the worker released the 8 expired leases (retry_wait, attempts lease_expired)');
+
+SKIP:
+{
+	skip 'pg_cron is not installed', 2 unless $have_cron;
+	is($q->(q{SELECT cron_job FROM ntask.schedule WHERE name = 'minutely'}), 'ntask:minutely',
+		'schedule: ntask_schedule registered its pg_cron job on the coordinator');
+	is($poll->(q{SELECT count(*) FROM ntask.schedule_slot s JOIN ntask.task t
+		  ON t.task_id = s.task_id AND t.shard = (s.task_id >> 48)
+		WHERE s.schedule = 'minutely' AND s.outcome = 'enqueued' AND t.queue = 'cronq'
+		  AND t.task_key = ntask.slot_key('minutely', s.slot) LIMIT 1}, '1', 75), '1',
+		'schedule: pg_cron fired the schedule on the coordinator: its slot\'s task is in its shard');
+}
 
 # about ten ticks more: nothing fails every tick, anywhere
 sleep 2;
