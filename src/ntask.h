@@ -351,6 +351,8 @@ extern void NtaskFairShmemRequest(void);
 extern void NtaskFairShmemStartup(void);
 extern text *NtaskFairCursor(const char *queue);
 extern void NtaskFairAdvance(const char *queue, text *key);
+extern text *NtaskFairCursorShard(const char *queue, int16 shard);
+extern void NtaskFairAdvanceShard(const char *queue, int16 shard, text *key);
 
 /* limit.c: token buckets of rate limits */
 extern void NtaskLimitShmemRequest(void);

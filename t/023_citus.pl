@@ -481,6 +481,12 @@ cmp_ok($stale, '>=', 1, 'chaos: stale writes happened, and were rejected');
 cmp_ok($errors, '>=', 1, 'chaos: the stopped node made calls fail');
 
 # 7. what is not routed yet: Citus refuses these functions' statements
+my $nodes_of_q = sub {
+	$q->(qq{SELECT count(DISTINCT p.nodeport) FROM ntask.task t
+		JOIN pg_dist_shard_placement p
+		  ON p.shardid = get_shard_id_for_distribution_column('ntask.task', t.shard)
+		WHERE t.queue = '$_[0]'});
+};
 my @limits = (
 	[ "SELECT * FROM ntask_fence('f1', 1, '{}')",
 	  qr/functions used in the DO UPDATE SET clause of INSERTs on distributed tables must be marked IMMUTABLE/, 'fence' ]);
@@ -490,11 +496,72 @@ for my $l (@limits)
 	($rc, $out, $stderr) = $co->psql('postgres', "\\set VERBOSITY verbose\n$sql");
 	like($stderr, $re, "not routed yet (documented): ntask_$what refused by Citus");
 }
-$q->("SELECT count(*) FROM ntask_queue_set('fair', fairness => 'partition')");
-$q->("SELECT count(*) FROM ntask_enqueue('fair', 'f1', '{}', partition_key => 'p1')");
-($rc, $out, $stderr) = $co->psql('postgres', "SELECT * FROM ntask_claim('fair', 'W1')");
-like($stderr, qr/is fair or ordered, which a distributed install does not support yet/,
-	'a fair queue is refused on a distributed install');
+
+# fair, ordered and per-key-capped queues: a key lives in one shard, so
+# each holds per shard (docs/scaling.md "Fairness, limits, ordering and
+# sagas across shards").  Fairness: a hot key with 6 tasks and 5 keys with
+# one each; six claims of one (one session: one shard cursor) serve every
+# key once before the hot key gets a second turn.
+my $keyof = q{JOIN ntask.task t ON t.task_id = c.task_id AND t.shard = (c.task_id >> 48)::smallint};
+$q->(q{SELECT count(*) FROM ntask_queue_set('fair', fairness => 'partition');
+	SELECT count(*) FROM generate_series(1, 6) i, ntask_enqueue('fair', 'hot' || i, '{}', partition_key => 'hot');
+	SELECT count(*) FROM generate_series(1, 5) i, ntask_enqueue('fair', 'k' || i, '{}', partition_key => 'k' || i)});
+is($nodes_of_q->('fair'), '2', 'fair: the keys are on both workers');
+my @turns = split /\n/, $q->(join('', map {
+	"SELECT t.partition_key FROM ntask_claim('fair', 'W1', 1) c $keyof;\n" } 1 .. 6));
+is(join(',', sort @turns), 'hot,k1,k2,k3,k4,k5',
+	'fair: six claims serve each of the six keys once (the hot key waits its turn): ' . join(',', @turns));
+is($q->(qq{SELECT count(*) FROM ntask_claim('fair', 'W1', 20) c $keyof WHERE t.partition_key = 'hot'}), '5',
+	'fair: then the hot key\'s other five');
+
+# per-key order across a takeover: an ordered queue hands out only the
+# head of each key; W1's heads expire and W2 takes the same heads over
+# (token 2), never a later task of the key; W1's writes are stale
+$q->(q{SELECT count(*) FROM ntask_queue_set('ord', fairness => 'partition', ordered => true,
+		lease => '1 second', max_attempts => 5);
+	SELECT count(*) FROM generate_series(1, 3) i, ntask_enqueue('ord', 'a' || i, '{}', partition_key => 'A');
+	SELECT count(*) FROM generate_series(1, 3) i, ntask_enqueue('ord', 'b' || i, '{}', partition_key => 'B')});
+my $claim_keys = sub {
+	my ($w) = @_;
+	my @got;
+	for (1 .. 4)
+	{
+		push @got, split /\n/, $q->(join('', map {
+			"SELECT t.task_key || ':' || c.token FROM ntask_claim('ord', '$w', 10) c $keyof;\n" } 1 .. 3));
+	}
+	return join(',', sort @got);
+};
+is($claim_keys->('W1'), 'a1:1,b1:1', 'ordered: W1 gets only the head of each key');
+my %oid = map { split /\|/ } split /\n/,
+  $q->(q{SELECT task_key || '|' || task_id FROM ntask.task WHERE queue = 'ord'});
+sleep 1.5;
+is($claim_keys->('W2'), 'a1:2,b1:2', 'ordered: after the lease runs out W2 takes the same heads over, token 2');
+is($q->("SELECT result FROM ntask_transition($oid{a1}, 1, 'succeeded')"), 'stale',
+	'ordered: W1\'s late transition of a1 is stale');
+is($q->("SELECT result FROM ntask_transition($oid{a1}, 2, 'succeeded')"), 'applied',
+	'ordered: W2 finishes a1');
+is($q->("SELECT result FROM ntask_transition($oid{b1}, 2, 'succeeded')"), 'applied', 'ordered: and b1');
+is($claim_keys->('W2'), 'a2:1,b2:1', 'ordered: the next heads are a2 and b2');
+is($q->("SELECT string_agg(result, ',') FROM (SELECT (ntask_transition(id, 1, 'succeeded')).result
+	FROM unnest(ARRAY[$oid{a2}, $oid{b2}]::bigint[]) id) x"), 'applied,applied', 'ordered: both finished');
+is($claim_keys->('W2'), 'a3:1,b3:1', 'ordered: then a3 and b3, the last of each key');
+is($q->(q{SELECT string_agg(task_key, ',' ORDER BY s) FROM (
+	SELECT t.task_key, min(a.claimed_at) AS s FROM ntask.attempt a
+	JOIN ntask.task t ON t.task_id = a.task_id AND t.shard = a.shard
+	WHERE t.queue = 'ord' AND t.partition_key = 'A' GROUP BY t.task_key) x}), 'a1,a2,a3',
+	'ordered: key A\'s tasks were first handed out in their order, across the takeover');
+
+# a per-key cap holds within the key's shard; a queue-wide cap is refused
+$q->(q{SELECT count(*) FROM ntask_queue_set('capk', fairness => 'partition', partition_max_inflight => 2);
+	SELECT count(*) FROM generate_series(1, 5) i, ntask_enqueue('capk', 'p' || i, '{}', partition_key => 'P')});
+$q->(join('', map { "SELECT count(*) FROM ntask_claim('capk', 'W1', 5);\n" } 1 .. 4));
+is($q->(q{SELECT count(*) FROM ntask.task WHERE queue = 'capk' AND state = 'leased'}), '2',
+	'per-key cap: at most 2 of the key in flight after four claims of 5');
+$q->(q{SELECT count(*) FROM ntask_queue_set('capq', fairness => 'partition', max_inflight => 2);
+	SELECT count(*) FROM ntask_enqueue('capq', 'c1', '{}', partition_key => 'C')});
+($rc, $out, $stderr) = $co->psql('postgres', "\\set VERBOSITY verbose\nSELECT * FROM ntask_claim('capq', 'W1')");
+like($stderr, qr/0A000: ntask: queue "capq" has flow control \(a queue-wide cap, rate limits or a retry share\), which a distributed install does not support yet/,
+	'a queue-wide cap on a fair queue is refused on a distributed install (0A000)');
 $q->("SELECT count(*) FROM ntask_queue_set('capped', max_inflight => 2)");
 $q->("SELECT count(*) FROM ntask_enqueue('capped', 'c1', '{}')");
 ($rc, $out, $stderr) = $co->psql('postgres', "SELECT * FROM ntask_claim('capped', 'W1')");
