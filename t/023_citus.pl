@@ -367,6 +367,11 @@ for my $w (1 .. 3)
 	die "fork: $!" unless defined $pid;
 	if ($pid == 0)
 	{
+		# a stall sequence of its own: the parent's rand() (free port
+		# picking) seeded the generator before the fork, so without this
+		# every worker stalled on the same claims, and at times all of them
+		# slept through the whole outage below and no call failed
+		srand($$ ^ time);
 		require DBI;
 		my $dbh;
 		my ($stalled, $stale, $errors) = (0, 0, 0);
@@ -440,7 +445,7 @@ for (1 .. 300)
 my $victim = $w2;
 $victim->stop('immediate');
 note('worker node ' . $victim->name . ' stopped with -m immediate');
-sleep 3;
+sleep 5;						# longer than a worker's 3.5 s stall
 $victim->start;
 note('worker node restarted');
 waitpid($_, 0) for @kids;
