@@ -770,5 +770,30 @@ for my $w ($w1, $w2)
 is($co->safe_psql('postgres', q{SELECT expired_leases >= 8 AND repaired >= 8 AND pruned >= 8
 	FROM ntask.worker_stats}), 't', 'worker_stats counts the sweeps (leases, repairs, pruned rows)');
 
+# a worker node down: the coordinator's worker sweeps each shard in its
+# own transaction, so the shards of the node still up are swept on time
+# while the down node's steps fail (logged) until it is back
+$q->(q{SELECT count(*) FROM ntask_queue_set('dl2', total_deadline => '1 second');
+	SELECT count(*) FROM generate_series(1, 8) i, ntask_enqueue('dl2', 'dl2-' || i, '{}')});
+is($nodes_of->('dl2'), '2', 'node down: the dl2 tasks are on both workers');
+my $up_shards = $q->(q{SELECT string_agg(s.shard::text, ',') FROM ntask.shard_map s
+	JOIN pg_dist_shard_placement p
+	  ON p.shardid = get_shard_id_for_distribution_column('ntask.task', s.shard)
+	WHERE p.nodeport = } . $w1->port);
+my $on_up = $q->(qq{SELECT count(*) FROM ntask.task WHERE queue = 'dl2' AND shard IN ($up_shards)});
+cmp_ok($on_up, '>=', 1, "node down: $on_up of the 8 tasks are on " . $w1->name);
+$log_from{ $co->name } = -s $co->logfile;
+$w2->stop('immediate');
+is($poll->(qq{SELECT count(*) FROM ntask.task WHERE queue = 'dl2' AND shard IN ($up_shards)
+	AND state = 'repair_required' AND reason = 'deadline_exceeded'}, $on_up, 20), $on_up,
+	'node down: the deadlines on the node still up are enforced while ' . $w2->name . ' is down');
+$w2->start;
+is($poll->(q{SELECT count(*) FROM ntask.task WHERE queue = 'dl2'
+	AND state = 'repair_required' AND reason = 'deadline_exceeded'}, '8', 30), '8',
+	'node down: once it is back, the rest too');
+my $downlog = substr(PostgreSQL::Test::Utils::slurp_file($co->logfile), $log_from{ $co->name });
+like($downlog, qr/ntask worker: ntask housekeeping of a shard failed/,
+	'node down: the down node\'s shard steps failed, logged');
+
 NtaskCitus::stop($c);
 done_testing();
