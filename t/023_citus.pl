@@ -26,13 +26,17 @@
 #      with their business rows co-located with the receipts, stalls past
 #      the lease, a worker node stopped with -m immediate while they run:
 #      0 lost, 0 duplicated, every stale write rejected, tokens monotonic;
-#   7. what does not run on a distributed install yet (docs/scaling.md);
+#   7. what does not run on a distributed install yet (docs/scaling.md):
+#      fences, queue-wide caps; and what runs per shard: a fair queue
+#      serves every key once before a hot key's second turn, an ordered
+#      queue keeps per-key order across a W1/W2 takeover, a per-key cap;
 #   8. housekeeping and the background worker: ntask_housekeeping() and the
 #      coordinator's worker sweep every shard (expired leases, spent
 #      budgets, deadlines, retention, history), the worker dispatches an
 #      http queue over the shards to a loopback sink (each key once, the
 #      ledger right), pg_cron fires a schedule on the coordinator, the
-#      worker nodes' workers idle, nothing fails every tick.
+#      worker nodes' workers idle, nothing fails every tick; with a
+#      worker node down the other node's shards are still swept.
 
 use strict;
 use warnings;
