@@ -1519,3 +1519,131 @@ WHERE t.state = 'leased';
 COMMENT ON VIEW ntask.attempt_all IS 'ntask: every attempt: the ended ones (ntask.attempt) and the running one of each leased task (from its task row; ended_at and result NULL)';
 GRANT SELECT ON ntask.attempt_all TO ntask_admin;
 -- end of issue 12
+-- issue 18, second part: schedules on a distributed install.  The same
+-- functions with two statements Citus refused rewritten (docs/scaling.md
+-- "Schedules"): ntask_schedule's upsert sets updated_at from EXCLUDED (the
+-- column's default, now(), the same value), fire_slot computes the
+-- slot's deadline cap before its UPDATE and reaches the task by its shard.
+CREATE OR REPLACE FUNCTION ntask.fire_slot(s ntask.schedule, slot timestamptz, outcome_if_new text,
+								key_suffix text DEFAULT NULL,
+								OUT task_id bigint, OUT outcome text, OUT reason text)
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	key text := ntask.slot_key(s.name, slot)
+				|| CASE WHEN key_suffix IS NULL THEN '' ELSE ':rerun:' || key_suffix END;
+	next_slot timestamptz := @extschema@.ntask_cron_next(s.cron, slot, s.timezone);
+	busy record;
+	e record;
+	cap timestamptz;
+BEGIN
+	-- a slot that already has its task: any number of firings make one task
+	SELECT t.task_id INTO task_id FROM ntask.task t
+	WHERE t.queue OPERATOR(pg_catalog.=) s.queue AND t.task_key OPERATOR(pg_catalog.=) key;
+	IF FOUND THEN
+		outcome := 'duplicate';
+		reason := 'slot already has task ' || task_id;
+	ELSE
+		-- overlap policy: unfinished tasks of earlier slots
+		SELECT count(*) AS n,
+			   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.<>) 'leased') AS waiting,
+			   min(ss.slot) AS first_slot
+		INTO busy
+		FROM ntask.schedule_slot ss JOIN ntask.task t ON t.task_id OPERATOR(pg_catalog.=) ss.task_id
+		WHERE ss.schedule OPERATOR(pg_catalog.=) s.name
+		  AND ss.slot OPERATOR(pg_catalog.<) fire_slot.slot
+		  AND t.state OPERATOR(pg_catalog.=) ANY ('{ready,leased,retry_wait}')
+		  -- slots caught up by this same firing do not hold the others back
+		  AND ss.fired_at OPERATOR(pg_catalog.<) pg_catalog.now();
+		IF key_suffix IS NULL AND busy.n > 0 AND
+		   (s.overlap = 'skip' OR (s.overlap = 'buffer_one' AND busy.waiting > 0)) THEN
+			outcome := 'skipped';
+			reason := format('overlap %s: slot %s still unfinished', s.overlap,
+							 ntask.slot_key(s.name, busy.first_slot));
+		ELSE
+			SELECT * INTO e FROM @extschema@.ntask_enqueue(s.queue, key, s.payload);
+			task_id := e.task_id;
+			outcome := CASE WHEN e.created THEN outcome_if_new ELSE 'duplicate' END;
+			-- retries of a slot never cross into the next slot (unless the
+			-- schedule says otherwise: then the queue's total_deadline rules)
+			-- a caught-up slot is late by definition: it gets one slot period
+			-- from now, not a deadline (the next slot) that has passed already
+			-- (the new deadline computed first and the task reached by its
+			-- shard: Citus refuses now() in a CASE of an UPDATE of a
+			-- distributed table, and a statement by task id alone visits
+			-- every shard; on a plain install shard = task_id >> 48 = 0)
+			IF e.created AND s.bound_to_next_slot THEN
+				cap := CASE WHEN outcome_if_new = 'caught_up'
+							THEN GREATEST(next_slot, pg_catalog.now() OPERATOR(pg_catalog.+)
+										  (next_slot OPERATOR(pg_catalog.-) slot))
+							ELSE next_slot END;
+				UPDATE ntask.task t SET deadline = LEAST(t.deadline, cap)
+				WHERE t.task_id OPERATOR(pg_catalog.=) e.task_id
+				  AND t.shard OPERATOR(pg_catalog.=) (e.task_id OPERATOR(pg_catalog.>>) 48)::pg_catalog.int2;
+			END IF;
+		END IF;
+	END IF;
+	INSERT INTO ntask.schedule_slot (schedule, slot, task_id, outcome, reason)
+	VALUES (s.name, slot, task_id, outcome, reason);
+END $$;
+
+CREATE OR REPLACE FUNCTION @extschema@.ntask_schedule(name text, cron text, queue text, payload jsonb DEFAULT '{}',
+										   overlap text DEFAULT 'skip', catchup interval DEFAULT '1 hour',
+										   timezone text DEFAULT 'UTC', bound_to_next_slot boolean DEFAULT true)
+RETURNS ntask.schedule
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	s ntask.schedule;
+	job text := 'ntask:' || name;
+	cmd text := format('SELECT * FROM %I.ntask_fire(%L)', '@extschema@', name);
+	cron_expr text;
+BEGIN
+	IF name IS NULL OR cron IS NULL OR queue IS NULL OR payload IS NULL
+	   OR overlap IS NULL OR catchup IS NULL OR timezone IS NULL OR bound_to_next_slot IS NULL THEN
+		RAISE EXCEPTION 'ntask: ntask_schedule arguments must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	IF name !~ '^[A-Za-z0-9_.:-]{1,63}$' THEN
+		RAISE EXCEPTION 'ntask: invalid schedule name "%"', name
+			USING ERRCODE = 'invalid_parameter_value', HINT = 'Use 1 to 63 letters, digits, ''_'', ''.'', '':'' or ''-''.';
+	END IF;
+	IF overlap NOT IN ('skip', 'allow', 'buffer_one') THEN
+		RAISE EXCEPTION 'ntask: unknown overlap policy "%"', overlap
+			USING ERRCODE = 'invalid_parameter_value', HINT = 'Use skip, allow or buffer_one.';
+	END IF;
+	IF catchup < '0'::interval THEN
+		RAISE EXCEPTION 'ntask: catchup must not be negative' USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	IF NOT EXISTS (SELECT 1 FROM ntask.queue q WHERE q.queue OPERATOR(pg_catalog.=) ntask_schedule.queue) THEN
+		RAISE EXCEPTION 'ntask: queue "%" does not exist', queue USING ERRCODE = 'undefined_object';
+	END IF;
+	PERFORM @extschema@.ntask_cron_next(cron, now(), timezone);	-- validates both
+
+	INSERT INTO ntask.schedule AS sc (name, cron, queue, payload, overlap, catchup, timezone,
+									  bound_to_next_slot)
+	VALUES (name, cron, queue, payload, overlap, catchup, timezone, bound_to_next_slot)
+	ON CONFLICT ON CONSTRAINT schedule_pkey DO UPDATE SET cron = EXCLUDED.cron, queue = EXCLUDED.queue,
+		payload = EXCLUDED.payload, overlap = EXCLUDED.overlap, catchup = EXCLUDED.catchup,
+		timezone = EXCLUDED.timezone, bound_to_next_slot = EXCLUDED.bound_to_next_slot,
+		updated_at = EXCLUDED.updated_at	-- its default, now(): Citus refuses a function in DO UPDATE SET
+	RETURNING * INTO s;
+
+	-- pg_cron evaluates its expressions in GMT: a UTC schedule is handed
+	-- over as is, any other is fired every minute (a firing with no new
+	-- slot does nothing)
+	cron_expr := CASE WHEN timezone IN ('UTC', 'GMT', 'Etc/UTC') THEN cron ELSE '* * * * *' END;
+	IF to_regprocedure('cron.schedule_in_database(text,text,text,text,text,boolean)') IS NOT NULL THEN
+		EXECUTE 'SELECT cron.schedule_in_database($1, $2, $3, current_database())'
+			USING job, cron_expr, cmd;
+		UPDATE ntask.schedule sc SET cron_job = job WHERE sc.name OPERATOR(pg_catalog.=) ntask_schedule.name
+		RETURNING * INTO s;
+	ELSE
+		RAISE NOTICE 'ntask: pg_cron is not installed in this database; schedule "%" is stored but nothing fires it', name
+			USING HINT = format('In pg_cron''s database run: SELECT cron.schedule_in_database(%L, %L, %L, %L);',
+								job, cron_expr, cmd, current_database());
+	END IF;
+	RETURN s;
+END $$;
+-- end of issue 18, second part

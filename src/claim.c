@@ -205,10 +205,14 @@ static NtaskPlan claim_queue_plan = {
 #define CLAIM_TURN_LOCK(pk) \
 	"pg_catalog.hashtextextended(" pk ", pg_catalog.hashtext($1))"
 
-/* the next key after k (a step of the loose scan), at most $6 when b */
-#define CLAIM_NEXT_KEY(k, cond) \
+/*
+ * the next key after k (a step of the loose scan), at most $6 when b; pred
+ * is the shard predicate of a distributed install's pick ("" on a plain one)
+ */
+#define CLAIM_NEXT_KEY(k, cond) CLAIM_NEXT_KEY_ON("", k, cond)
+#define CLAIM_NEXT_KEY_ON(pred, k, cond) \
 	"(SELECT t.partition_key FROM ntask.task t " \
-	" WHERE t.queue OPERATOR(pg_catalog.=) $1 AND t.due_at IS NOT NULL " \
+	" WHERE t.queue OPERATOR(pg_catalog.=) $1 AND t.due_at IS NOT NULL " pred \
 	"   AND t.partition_key IS NOT NULL " \
 	"   AND t.partition_key OPERATOR(pg_catalog.>) " k cond " " \
 	" ORDER BY t.partition_key LIMIT 1)"
@@ -217,19 +221,20 @@ static NtaskPlan claim_queue_plan = {
  * The keys of a fair queue from the cursor $5 on, wrapping around (see
  * the fair pick below): the CTE k.
  */
-#define CLAIM_KEY_WALK \
+#define CLAIM_KEY_WALK CLAIM_KEY_WALK_ON("")
+#define CLAIM_KEY_WALK_ON(pred) \
 	"WITH RECURSIVE k1(pk) AS ( " \
-	"  " CLAIM_NEXT_KEY("$5", "") " " \
+	"  " CLAIM_NEXT_KEY_ON(pred, "$5", "") " " \
 	"  UNION ALL " \
-	"  SELECT " CLAIM_NEXT_KEY("k1.pk", "") " FROM k1 WHERE k1.pk IS NOT NULL " \
+	"  SELECT " CLAIM_NEXT_KEY_ON(pred, "k1.pk", "") " FROM k1 WHERE k1.pk IS NOT NULL " \
 	"), k2(pk) AS ( " \
 	"  (SELECT t.partition_key FROM ntask.task t " \
-	"   WHERE t.queue OPERATOR(pg_catalog.=) $1 AND t.due_at IS NOT NULL " \
+	"   WHERE t.queue OPERATOR(pg_catalog.=) $1 AND t.due_at IS NOT NULL " pred \
 	"     AND t.partition_key IS NOT NULL " \
 	"     AND t.partition_key OPERATOR(pg_catalog.<=) $5 " \
 	"   ORDER BY t.partition_key LIMIT 1) " \
 	"  UNION ALL " \
-	"  SELECT " CLAIM_NEXT_KEY("k2.pk", " AND t.partition_key OPERATOR(pg_catalog.<=) $5") \
+	"  SELECT " CLAIM_NEXT_KEY_ON(pred, "k2.pk", " AND t.partition_key OPERATOR(pg_catalog.<=) $5") \
 	"  FROM k2 WHERE k2.pk IS NOT NULL " \
 	"), k AS ( " \
 	"  SELECT k1.pk FROM k1 WHERE k1.pk IS NOT NULL " \
@@ -264,33 +269,53 @@ static NtaskPlan claim_queue_plan = {
  * only first attempts are picked (the retries' share, claim_limit).
  * Columns: CLAIM_PICK_POLICY.., CLAIM_PICK_RETRY, CLAIM_PICK_KEY.
  */
+#define CLAIM_FAIR_PICK(pred, dpred, tail) \
+	CLAIM_KEY_WALK_ON(pred) \
+	"SELECT x.task_id, x.was_leased, x.task_key, x.payload, q.lease, q.guard, " \
+	"  " CLAIM_POLICY ", x.retry, k.pk " \
+	"FROM ntask.queue q, k, LATERAL ( " \
+	"  SELECT t.task_id, t.state OPERATOR(pg_catalog.=) 'leased' AS was_leased, " \
+	"    t.task_key, t.payload, t.attempts OPERATOR(pg_catalog.>) 0 AS retry " \
+	"  FROM ntask.task t " \
+	"  WHERE t.queue OPERATOR(pg_catalog.=) $1 " pred \
+	"    AND t.partition_key OPERATOR(pg_catalog.=) k.pk " \
+	"    AND t.partition_key IS NOT NULL AND t.due_at IS NOT NULL " \
+	"    AND t.due_at OPERATOR(pg_catalog.<=) pg_catalog.statement_timestamp() " \
+	"    AND (NOT $7 OR t.attempts OPERATOR(pg_catalog.=) 0) " \
+	"  ORDER BY t.priority DESC, t.due_at, t.task_id " \
+	"  LIMIT $3 FOR UPDATE OF t SKIP LOCKED) x " \
+	"WHERE q.queue OPERATOR(pg_catalog.=) $1 " \
+	"  AND q.fairness OPERATOR(pg_catalog.=) 'partition' AND NOT q.ordered " \
+	"  AND " NTASK_WORKER_RIGHT("q", "2") " AND " CLAIM_CAP_LOCK " " \
+	"  AND k.pk OPERATOR(pg_catalog.<>) ALL ($6) " \
+	"  AND (NOT $4 OR CASE WHEN EXISTS (SELECT 1 FROM ntask.task d " \
+	"    WHERE d.queue OPERATOR(pg_catalog.=) $1 " dpred \
+	"      AND d.partition_key OPERATOR(pg_catalog.=) k.pk " \
+	"      AND d.partition_key IS NOT NULL AND d.due_at IS NOT NULL " \
+	"      AND d.due_at OPERATOR(pg_catalog.<=) pg_catalog.statement_timestamp()) " \
+	"    THEN pg_catalog.pg_try_advisory_xact_lock(" CLAIM_TURN_LOCK("k.pk") ") END)" tail
+
 static NtaskPlan claim_fair_pick_plan = {
 	"claim fair pick",
-	CLAIM_KEY_WALK
-	"SELECT x.task_id, x.was_leased, x.task_key, x.payload, q.lease, q.guard, "
-	"  " CLAIM_POLICY ", x.retry, k.pk "
-	"FROM ntask.queue q, k, LATERAL ( "
-	"  SELECT t.task_id, t.state OPERATOR(pg_catalog.=) 'leased' AS was_leased, "
-	"    t.task_key, t.payload, t.attempts OPERATOR(pg_catalog.>) 0 AS retry "
-	"  FROM ntask.task t "
-	"  WHERE t.queue OPERATOR(pg_catalog.=) $1 "
-	"    AND t.partition_key OPERATOR(pg_catalog.=) k.pk "
-	"    AND t.partition_key IS NOT NULL AND t.due_at IS NOT NULL "
-	"    AND t.due_at OPERATOR(pg_catalog.<=) pg_catalog.statement_timestamp() "
-	"    AND (NOT $7 OR t.attempts OPERATOR(pg_catalog.=) 0) "
-	"  ORDER BY t.priority DESC, t.due_at, t.task_id "
-	"  LIMIT $3 FOR UPDATE OF t SKIP LOCKED) x "
-	"WHERE q.queue OPERATOR(pg_catalog.=) $1 "
-	"  AND q.fairness OPERATOR(pg_catalog.=) 'partition' AND NOT q.ordered "
-	"  AND " NTASK_WORKER_RIGHT("q", "2") " AND " CLAIM_CAP_LOCK " "
-	"  AND k.pk OPERATOR(pg_catalog.<>) ALL ($6) "
-	"  AND (NOT $4 OR CASE WHEN EXISTS (SELECT 1 FROM ntask.task d "
-	"    WHERE d.queue OPERATOR(pg_catalog.=) $1 "
-	"      AND d.partition_key OPERATOR(pg_catalog.=) k.pk "
-	"      AND d.partition_key IS NOT NULL AND d.due_at IS NOT NULL "
-	"      AND d.due_at OPERATOR(pg_catalog.<=) pg_catalog.statement_timestamp()) "
-	"    THEN pg_catalog.pg_try_advisory_xact_lock(" CLAIM_TURN_LOCK("k.pk") ") END)",
+	CLAIM_FAIR_PICK("", "", ""),
 	7, {TEXTOID, OIDOID, INT4OID, BOOLOID, TEXTOID, TEXTARRAYOID, BOOLOID}
+};
+
+/*
+ * The fair pick of a distributed install, within shard $8 (each scan of
+ * the key walk says so: Citus plans a recursive CTE only with a filter on
+ * the distribution column), one router statement, with the claim's count
+ * as its LIMIT $9: the shard's node runs the statement whole (the
+ * executor's stop after n rows does not reach it), and without the LIMIT
+ * it would lock a task of every key of the shard and take every key's
+ * turn lock.  The turn locks are taken on the shard's node, in the claim's
+ * transaction: every task of a key is in that shard.
+ */
+#define CLAIM_SHARD_PRED(alias) " AND " alias ".shard OPERATOR(pg_catalog.=) $8 "
+static NtaskPlan claim_fair_pick_shard_plan = {
+	"claim fair pick (one shard)",
+	CLAIM_FAIR_PICK(CLAIM_SHARD_PRED("t"), CLAIM_SHARD_PRED("d"), " LIMIT $9"),
+	9, {TEXTOID, OIDOID, INT4OID, BOOLOID, TEXTOID, TEXTARRAYOID, BOOLOID, INT2OID, INT4OID}
 };
 
 /*
@@ -305,29 +330,39 @@ static NtaskPlan claim_fair_pick_plan = {
  * count claim_limit reads afterwards (in a new snapshot) exact: no other
  * claim can lease a task of the key meanwhile.
  */
+#define CLAIM_ORDERED_PICK(pred, hpred, tail) \
+	CLAIM_KEY_WALK_ON(pred) \
+	"SELECT x.task_id, x.was_leased, x.task_key, x.payload, q.lease, q.guard, " \
+	"  " CLAIM_POLICY ", x.retry, k.pk " \
+	"FROM ntask.queue q, k, LATERAL ( " \
+	"  SELECT t.task_id, t.state OPERATOR(pg_catalog.=) 'leased' AS was_leased, " \
+	"    t.task_key, t.payload, t.attempts OPERATOR(pg_catalog.>) 0 AS retry " \
+	"  FROM ntask.task t " \
+	"  WHERE t.task_id OPERATOR(pg_catalog.=) (SELECT h.task_id FROM ntask.task h " \
+	"      WHERE h.queue OPERATOR(pg_catalog.=) $1 " hpred \
+	"        AND h.partition_key OPERATOR(pg_catalog.=) k.pk AND h.ordered " \
+	"        AND (h.due_at IS NOT NULL OR h.state OPERATOR(pg_catalog.=) 'repair_required') " \
+	"        AND NOT (q.ordered_skip_repair AND h.state OPERATOR(pg_catalog.=) 'repair_required') " \
+	"      ORDER BY h.task_id LIMIT 1) " pred \
+	"    AND CASE WHEN t.due_at OPERATOR(pg_catalog.<=) pg_catalog.statement_timestamp() " \
+	"      THEN pg_catalog.pg_try_advisory_xact_lock(" CLAIM_TURN_LOCK("k.pk") ") END " \
+	"  FOR UPDATE OF t SKIP LOCKED) x " \
+	"WHERE q.queue OPERATOR(pg_catalog.=) $1 " \
+	"  AND q.fairness OPERATOR(pg_catalog.=) 'partition' AND q.ordered " \
+	"  AND " NTASK_WORKER_RIGHT("q", "2") " AND " CLAIM_CAP_LOCK " " \
+	"  AND k.pk OPERATOR(pg_catalog.<>) ALL ($6)" tail
+
 static NtaskPlan claim_ordered_pick_plan = {
 	"claim ordered pick",
-	CLAIM_KEY_WALK
-	"SELECT x.task_id, x.was_leased, x.task_key, x.payload, q.lease, q.guard, "
-	"  " CLAIM_POLICY ", x.retry, k.pk "
-	"FROM ntask.queue q, k, LATERAL ( "
-	"  SELECT t.task_id, t.state OPERATOR(pg_catalog.=) 'leased' AS was_leased, "
-	"    t.task_key, t.payload, t.attempts OPERATOR(pg_catalog.>) 0 AS retry "
-	"  FROM ntask.task t "
-	"  WHERE t.task_id OPERATOR(pg_catalog.=) (SELECT h.task_id FROM ntask.task h "
-	"      WHERE h.queue OPERATOR(pg_catalog.=) $1 "
-	"        AND h.partition_key OPERATOR(pg_catalog.=) k.pk AND h.ordered "
-	"        AND (h.due_at IS NOT NULL OR h.state OPERATOR(pg_catalog.=) 'repair_required') "
-	"        AND NOT (q.ordered_skip_repair AND h.state OPERATOR(pg_catalog.=) 'repair_required') "
-	"      ORDER BY h.task_id LIMIT 1) "
-	"    AND CASE WHEN t.due_at OPERATOR(pg_catalog.<=) pg_catalog.statement_timestamp() "
-	"      THEN pg_catalog.pg_try_advisory_xact_lock(" CLAIM_TURN_LOCK("k.pk") ") END "
-	"  FOR UPDATE OF t SKIP LOCKED) x "
-	"WHERE q.queue OPERATOR(pg_catalog.=) $1 "
-	"  AND q.fairness OPERATOR(pg_catalog.=) 'partition' AND q.ordered "
-	"  AND " NTASK_WORKER_RIGHT("q", "2") " AND " CLAIM_CAP_LOCK " "
-	"  AND k.pk OPERATOR(pg_catalog.<>) ALL ($6)",
+	CLAIM_ORDERED_PICK("", "", ""),
 	7, {TEXTOID, OIDOID, INT4OID, BOOLOID, TEXTOID, TEXTARRAYOID, BOOLOID}
+};
+
+/* the ordered pick of a distributed install, as the fair one above */
+static NtaskPlan claim_ordered_pick_shard_plan = {
+	"claim ordered pick (one shard)",
+	CLAIM_ORDERED_PICK(CLAIM_SHARD_PRED("t"), CLAIM_SHARD_PRED("h"), " LIMIT $9"),
+	9, {TEXTOID, OIDOID, INT4OID, BOOLOID, TEXTOID, TEXTARRAYOID, BOOLOID, INT2OID, INT4OID}
 };
 
 /*
@@ -345,6 +380,22 @@ static NtaskPlan claim_inflight_plan = {
 	"  AND t.state OPERATOR(pg_catalog.=) 'leased' "
 	"GROUP BY t.partition_key",
 	1, {TEXTOID}
+};
+
+/*
+ * The same within shard $2 on a distributed install: the picked keys are
+ * of one shard, and all their tasks are in it (per-key caps and order hold
+ * per shard; queue-wide caps are refused there).
+ */
+static NtaskPlan claim_inflight_shard_plan = {
+	"claim in flight (one shard)",
+	"SELECT t.partition_key, pg_catalog.count(*)::integer FROM ntask.task t "
+	"WHERE t.shard OPERATOR(pg_catalog.=) $2 "
+	"  AND t.lease_until OPERATOR(pg_catalog.>) pg_catalog.statement_timestamp() "
+	"  AND (t.queue OPERATOR(pg_catalog.=) $1) IS TRUE "
+	"  AND t.state OPERATOR(pg_catalog.=) 'leased' "
+	"GROUP BY t.partition_key",
+	2, {TEXTOID, INT2OID}
 };
 
 /*
@@ -673,10 +724,43 @@ claim_held_keys(ClaimOrder *order)
  *		SPI_tuptable: columns 1-8 of claim_pick_plan, plus the key as
  *		column 9 (CLAIM_PICK_KEY) for a fair or ordered pick.
  */
+/*
+ * claim_dist_policy
+ *		On a distributed install, refuse a picked queue's flow control that
+ *		counts in one node's shared memory or advisory locks, across every
+ *		shard: the queue-wide cap, rate limits and the retries' share.  Per
+ *		key caps and order (per_key) hold within the key's shard.  The
+ *		pick's first row is in SPI_tuptable.
+ */
+static void
+claim_dist_policy(text *queue, bool per_key)
+{
+	int			c;
+
+	for (c = CLAIM_PICK_POLICY; c < CLAIM_PICK_RETRY; c++)
+	{
+		bool		isnull;
+
+		if (c == CLAIM_PICK_POLICY + 2)
+			continue;			/* ordered: a boolean */
+		if (per_key && c == CLAIM_PICK_POLICY + 1)
+			continue;			/* partition_max_inflight */
+		(void) NtaskGetDatum(0, c, &isnull);
+		if (!isnull)
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("ntask: queue \"%s\" has flow control (%s), which a distributed install does not support yet",
+							text_to_cstring(queue),
+							per_key ? "a queue-wide cap, rate limits or a retry share" :
+							"caps, rate limits or a retry share"),
+					 errhint("See docs/scaling.md \"Scaling out with Citus\".")));
+	}
+}
+
 static int
 claim_pick(text *queue, int want, ClaimOrder *order)
 {
-	Datum		values[7];
+	Datum		values[9];
 	int			n;
 	char	   *qname;
 	bool		isnull;
@@ -707,44 +791,35 @@ claim_pick(text *queue, int want, ClaimOrder *order)
 								   SPI_OK_SELECT, want);
 			if (n > 0)
 			{
-				int			c;
-
 				/*
 				 * Caps, rate limits and retry shares count in one node's
 				 * shared memory and advisory locks: not across shards.
 				 */
-				for (c = CLAIM_PICK_POLICY; c < CLAIM_PICK_RETRY; c++)
-				{
-					bool		isnull;
-
-					(void) NtaskGetDatum(0, c, &isnull);
-					if (!isnull && c != CLAIM_PICK_POLICY + 2)	/* ordered: boolean */
-						ereport(ERROR,
-								(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-								 errmsg("ntask: queue \"%s\" has flow control (caps, rate limits or a retry share), which a distributed install does not support yet",
-										text_to_cstring(queue)),
-								 errhint("See docs/scaling.md \"Scaling out with Citus\".")));
-				}
+				claim_dist_policy(queue, false);
 				claim_shard_cursor = (i + 1) % nshards;
 				order->mode = 0;
 				return n;
 			}
+			if (order->mode < 0)
+			{
+				/*
+				 * The first shard has nothing due and the queue is not
+				 * known yet (the plain pick finds nothing in a fair
+				 * queue): check it now, as below, rather than after a
+				 * probe of every shard.
+				 */
+				if (NtaskExecPlan(&claim_queue_plan, values, NULL, SPI_OK_SELECT) == 0)
+					NtaskQueueNotFound(text_to_cstring(queue));
+				if (NtaskGetBool(0, 2))
+					NtaskCheckQueueRight(queue, false); /* raises 42501 */
+				order->mode = !NtaskGetBool(0, 1) ? 0 : NtaskGetBool(0, 3) ? 2 : 1;
+				order->turns = NtaskGetBool(0, 4);
+				if (order->mode != 0)
+					break;		/* fair or ordered: the per-shard pick below */
+			}
 		}
 		if (order->mode == 0)
 			return 0;
-		/* nothing due in any shard: as below */
-		if (NtaskExecPlan(&claim_queue_plan, values, NULL, SPI_OK_SELECT) == 0)
-			NtaskQueueNotFound(text_to_cstring(queue));
-		if (NtaskGetBool(0, 2))
-			NtaskCheckQueueRight(queue, false); /* raises 42501 */
-		if (NtaskGetBool(0, 1))
-			ereport(ERROR,
-					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-					 errmsg("ntask: queue \"%s\" is fair or ordered, which a distributed install does not support yet",
-							text_to_cstring(queue)),
-					 errhint("See docs/scaling.md \"Scaling out with Citus\".")));
-		order->mode = 0;
-		return 0;
 	}
 	if (order->mode < 1)
 	{
@@ -770,10 +845,51 @@ claim_pick(text *queue, int want, ClaimOrder *order)
 	}
 	qname = text_to_cstring(queue);
 	values[2] = Int32GetDatum(order->per);
-	values[4] = PointerGetDatum(NtaskFairCursor(qname));
 	values[3] = BoolGetDatum(order->turns || want <= CLAIM_TURN_MAX);
 	values[5] = claim_held_keys(order);
 	values[6] = BoolGetDatum(order->fresh_only);
+	if (NtaskShardCount() > 0)
+	{
+		int			nshards = NtaskShardCount();
+		int			k;
+
+		/*
+		 * A distributed install: the fair or ordered pick within one shard
+		 * at a time (a key lives in one shard), from the backend's shard
+		 * cursor, each shard with its own key cursor.  Keyless tasks of a
+		 * fair queue (the last resort below) are not looked for there.
+		 */
+		fair = order->mode == 2 ? &claim_ordered_pick_shard_plan :
+			&claim_fair_pick_shard_plan;
+		if (claim_shard_cursor < 0)
+			claim_shard_cursor = (int) (pg_prng_uint32(&pg_global_prng_state) % nshards);
+		for (k = 0; k < nshards; k++)
+		{
+			int			i = (claim_shard_cursor + k) % nshards;
+			int16		sv = NtaskShardValue(i);
+
+			values[3] = BoolGetDatum(order->turns || want <= CLAIM_TURN_MAX);
+			values[4] = PointerGetDatum(NtaskFairCursorShard(qname, sv));
+			values[7] = Int16GetDatum(sv);
+			values[8] = Int32GetDatum(want);
+			n = NtaskExecPlanCount(fair, values, NULL, SPI_OK_SELECT, want);
+			if (n == 0 && want <= CLAIM_TURN_MAX && !order->turns)
+			{
+				values[3] = BoolGetDatum(false);
+				n = NtaskExecPlanCount(fair, values, NULL, SPI_OK_SELECT, want);
+			}
+			if (n > 0)
+			{
+				claim_dist_policy(queue, true);
+				NtaskFairAdvanceShard(qname, sv,
+									  DatumGetTextPP(NtaskGetDatum(n - 1, CLAIM_PICK_KEY, &isnull)));
+				claim_shard_cursor = (i + 1) % nshards;
+				return n;
+			}
+		}
+		return 0;
+	}
+	values[4] = PointerGetDatum(NtaskFairCursor(qname));
 	fair = order->mode == 2 ? &claim_ordered_pick_plan : &claim_fair_pick_plan;
 	n = NtaskExecPlanCount(fair, values, NULL, SPI_OK_SELECT, want);
 	/* a per-key cap or order is kept by the turn locks: no second pass */
@@ -888,7 +1004,18 @@ claim_limit(text *queue, SPITupleTable *pick, int npicked, bool fair_pick,
 		int			total = 0;
 		int		   *perkey = palloc0(sizeof(int) * npicked);
 
-		nrows = NtaskExecPlan(&claim_inflight_plan, values, NULL, SPI_OK_SELECT);
+		if (NtaskShardCount() > 0)
+		{
+			Datum		sv[2];
+
+			/* the picked tasks' shard: their keys' tasks are all there */
+			SPI_tuptable = pick;
+			sv[0] = values[0];
+			sv[1] = Int16GetDatum((int16) (NtaskGetInt64(0, 1) >> 48));
+			nrows = NtaskExecPlan(&claim_inflight_shard_plan, sv, NULL, SPI_OK_SELECT);
+		}
+		else
+			nrows = NtaskExecPlan(&claim_inflight_plan, values, NULL, SPI_OK_SELECT);
 		counts = SPI_tuptable;
 		for (r = 0; r < nrows; r++)
 			total += NtaskGetInt32(r, 2);

@@ -42,6 +42,7 @@ typedef struct FairSlot
 {
 	uint64		used;			/* last use (FairShared.clock); 0: free */
 	Oid			dboid;			/* a queue name belongs to one database */
+	int16		shard;			/* a distributed install: one cursor per shard */
 	int			keylen;
 	char		queue[FAIR_QUEUE_LEN];
 	char		key[NTASK_MAX_KEY_LEN + 1];
@@ -56,7 +57,7 @@ typedef struct FairShared
 
 static FairShared *fair_shared = NULL;
 
-static FairSlot *fair_find(const char *queue, bool create);
+static FairSlot *fair_find(const char *queue, int16 shard, bool create);
 
 /* NtaskFairShmemRequest: reserve the cursors (shmem_request time) */
 void
@@ -89,7 +90,7 @@ NtaskFairShmemStartup(void)
  *		holds the lock (exclusive when create).
  */
 static FairSlot *
-fair_find(const char *queue, bool create)
+fair_find(const char *queue, int16 shard, bool create)
 {
 	FairSlot   *lru = NULL;
 	int			i;
@@ -98,7 +99,8 @@ fair_find(const char *queue, bool create)
 	{
 		FairSlot   *s = &fair_shared->slots[i];
 
-		if (s->used != 0 && s->dboid == MyDatabaseId && strcmp(s->queue, queue) == 0)
+		if (s->used != 0 && s->dboid == MyDatabaseId && s->shard == shard &&
+			strcmp(s->queue, queue) == 0)
 			return s;
 		if (lru == NULL || s->used < lru->used)
 			lru = s;
@@ -107,6 +109,7 @@ fair_find(const char *queue, bool create)
 		return NULL;
 	strlcpy(lru->queue, queue, FAIR_QUEUE_LEN);
 	lru->dboid = MyDatabaseId;
+	lru->shard = shard;
 	lru->keylen = 0;
 	lru->key[0] = '\0';
 	return lru;
@@ -123,13 +126,29 @@ fair_find(const char *queue, bool create)
 text *
 NtaskFairCursor(const char *queue)
 {
+	return NtaskFairCursorShard(queue, 0);
+}
+
+/*
+ * NtaskFairCursorShard
+ *		The cursor of queue within one shard of a distributed install
+ *		(docs/scaling.md "Fairness, limits, ordering and sagas across
+ *		shards"): the keys of a shard go round among themselves, since a
+ *		claim walks one shard's keys; one cursor for the whole queue would
+ *		jump to other shards' keys between two turns of a shard and starve
+ *		the keys of a shard that sort after them.  Shard 0 is the plain
+ *		install's one cursor.
+ */
+text *
+NtaskFairCursorShard(const char *queue, int16 shard)
+{
 	FairSlot   *s;
 	text	   *t = NULL;
 
 	if (fair_shared == NULL)
 		return cstring_to_text("");
 	LWLockAcquire(fair_shared->lock, LW_SHARED);
-	s = fair_find(queue, false);
+	s = fair_find(queue, shard, false);
 	if (s != NULL)
 		t = cstring_to_text_with_len(s->key, s->keylen);
 	LWLockRelease(fair_shared->lock);
@@ -144,13 +163,20 @@ NtaskFairCursor(const char *queue)
 void
 NtaskFairAdvance(const char *queue, text *key)
 {
+	NtaskFairAdvanceShard(queue, 0, key);
+}
+
+/* NtaskFairAdvanceShard: NtaskFairAdvance within one shard */
+void
+NtaskFairAdvanceShard(const char *queue, int16 shard, text *key)
+{
 	FairSlot   *s;
 	int			len = Min(VARSIZE_ANY_EXHDR(key), NTASK_MAX_KEY_LEN);
 
 	if (fair_shared == NULL)
 		return;
 	LWLockAcquire(fair_shared->lock, LW_EXCLUSIVE);
-	s = fair_find(queue, true);
+	s = fair_find(queue, shard, true);
 	memcpy(s->key, VARDATA_ANY(key), len);
 	s->key[len] = '\0';
 	s->keylen = len;

@@ -34,6 +34,7 @@
 #include "catalog/pg_type.h"
 #include "funcapi.h"
 #include "utils/builtins.h"
+#include "utils/timestamp.h"
 
 PG_FUNCTION_INFO_V1(ntask_housekeeping);
 
@@ -164,6 +165,334 @@ static NtaskPlan hk_prune_tasks_plan = {
 	1, {INT8ARRAYOID}
 };
 
+/*
+ * The sweeps of one shard of a distributed install (docs/scaling.md
+ * "Background worker, housekeeping and dispatch"): each statement a router
+ * query on the node of shard $1 (Citus refuses FOR UPDATE over every
+ * shard).  The statement timestamp is a parameter where an UPDATE has it
+ * in a CASE or next to a column (NtaskStatementTs()), and the row count
+ * is the LIMIT: the shard's node runs the statement whole, so the
+ * executor's stop after max_rows rows does not reach it.
+ */
+static NtaskPlan hk_expired_shard_plan = {
+	"housekeeping pick expired leases (one shard)",
+	"SELECT t.task_id FROM ntask.task t "
+	"WHERE t.shard OPERATOR(pg_catalog.=) $1 "
+	"  AND t.state OPERATOR(pg_catalog.=) 'leased' "
+	"  AND t.lease_until OPERATOR(pg_catalog.<) $2 "
+	"ORDER BY t.lease_until LIMIT $3 FOR UPDATE SKIP LOCKED",
+	3, {INT2OID, TIMESTAMPTZOID, INT4OID}
+};
+
+#define HK_SPENT_TS \
+	"(t.attempts OPERATOR(pg_catalog.>=) t.max_attempts " \
+	" OR $3 OPERATOR(pg_catalog.>=) t.deadline)"
+
+/* hk_release_plan within shard $4, $3 the statement timestamp */
+static NtaskPlan hk_release_shard_plan = {
+	"housekeeping release expired leases (one shard)",
+	"UPDATE ntask.task t SET "
+	"  state = CASE WHEN " HK_SPENT_TS " THEN 'repair_required' ELSE 'retry_wait' END, "
+	"  reason = CASE WHEN NOT " HK_SPENT_TS " THEN t.reason "
+	"    WHEN t.attempts OPERATOR(pg_catalog.>=) t.max_attempts THEN 'budget_exhausted' "
+	"    ELSE 'deadline_exceeded' END, "
+	"  run_at = CASE WHEN " HK_SPENT_TS " THEN t.run_at ELSE $3 END, "
+	"  due_at = CASE WHEN " HK_SPENT_TS " THEN NULL ELSE $3 END, "
+	"  finished_at = CASE WHEN " HK_SPENT_TS " THEN $3 END, "
+	"  lease_owner = NULL, lease_until = NULL, "
+	"  unknown_attempts = t.unknown_attempts OPERATOR(pg_catalog.+) "
+	"    CASE WHEN t.task_id OPERATOR(pg_catalog.=) ANY ($2) THEN 1 ELSE 0 END, "
+	"  last_error_class = CASE WHEN t.task_id OPERATOR(pg_catalog.=) ANY ($2) "
+	"    THEN 'unknown' ELSE 'transient' END, "
+	"  last_error_stage = 'lease_expired', "
+	"  updated_at = $3 "
+	"WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1) "
+	"  AND t.shard OPERATOR(pg_catalog.=) $4 "
+	"  AND t.state OPERATOR(pg_catalog.=) 'leased' "
+	"RETURNING t.state OPERATOR(pg_catalog.=) 'repair_required'",
+	4, {INT8ARRAYOID, INT8ARRAYOID, TIMESTAMPTZOID, INT2OID}
+};
+
+/* hk_deadline_plan's pick and its update, apart (Citus plans a CTE apart) */
+static NtaskPlan hk_deadline_pick_shard_plan = {
+	"housekeeping pick deadlines (one shard)",
+	"SELECT t.task_id FROM ntask.task t "
+	"WHERE t.shard OPERATOR(pg_catalog.=) $1 "
+	"  AND t.due_at IS NOT NULL "
+	"  AND t.state OPERATOR(pg_catalog.<>) 'leased' "
+	"  AND t.deadline OPERATOR(pg_catalog.<=) $2 "
+	"LIMIT $3 FOR UPDATE SKIP LOCKED",
+	3, {INT2OID, TIMESTAMPTZOID, INT4OID}
+};
+
+static NtaskPlan hk_deadline_set_shard_plan = {
+	"housekeeping deadlines (one shard)",
+	"UPDATE ntask.task t SET state = 'repair_required', "
+	"  reason = 'deadline_exceeded', due_at = NULL, "
+	"  finished_at = $2, updated_at = $2 "
+	"WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1) "
+	"  AND t.shard OPERATOR(pg_catalog.=) $3",
+	3, {INT8ARRAYOID, TIMESTAMPTZOID, INT2OID}
+};
+
+/* $1 queue, $2 shard, $3 finished before (statement timestamp - retention) */
+static NtaskPlan hk_prune_pick_shard_plan = {
+	"housekeeping pick finished tasks (one shard)",
+	"SELECT t.task_id FROM ntask.task t "
+	"WHERE t.shard OPERATOR(pg_catalog.=) $2 "
+	"  AND t.queue OPERATOR(pg_catalog.=) $1 "
+	"  AND t.state OPERATOR(pg_catalog.=) ANY ('{succeeded,canceled,skipped}') "
+	"  AND t.finished_at OPERATOR(pg_catalog.<) $3 "
+	"ORDER BY t.finished_at LIMIT $4 FOR UPDATE SKIP LOCKED",
+	4, {TEXTOID, INT2OID, TIMESTAMPTZOID, INT4OID}
+};
+
+static NtaskPlan hk_prune_attempts_shard_plan = {
+	"housekeeping prune attempts (one shard)",
+	"DELETE FROM ntask.attempt a WHERE a.task_id OPERATOR(pg_catalog.=) ANY ($1) "
+	"  AND a.shard OPERATOR(pg_catalog.=) $2",
+	2, {INT8ARRAYOID, INT2OID}
+};
+
+static NtaskPlan hk_prune_receipts_shard_plan = {
+	"housekeeping prune receipts (one shard)",
+	"DELETE FROM ntask.receipt r WHERE r.task_id OPERATOR(pg_catalog.=) ANY ($1) "
+	"  AND r.shard OPERATOR(pg_catalog.=) $2",
+	2, {INT8ARRAYOID, INT2OID}
+};
+
+static NtaskPlan hk_prune_tasks_shard_plan = {
+	"housekeeping prune tasks (one shard)",
+	"DELETE FROM ntask.task t WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1) "
+	"  AND t.shard OPERATOR(pg_catalog.=) $2",
+	2, {INT8ARRAYOID, INT2OID}
+};
+
+/*
+ * The audit of a distributed install (hash by audit_id): the oldest rows
+ * past the retention read over every shard (read-only: no two-phase
+ * commit), then deleted by id only when there are any, so that an idle
+ * tick writes on no node.
+ */
+static NtaskPlan hk_audit_pick_dist_plan = {
+	"housekeeping pick audit (distributed)",
+	"SELECT x.audit_id FROM ntask.audit x "
+	"WHERE x.at OPERATOR(pg_catalog.<) $1 ORDER BY x.at LIMIT $2",
+	2, {TIMESTAMPTZOID, INT4OID}
+};
+
+static NtaskPlan hk_audit_delete_dist_plan = {
+	"housekeeping prune audit (distributed)",
+	"DELETE FROM ntask.audit a WHERE a.audit_id OPERATOR(pg_catalog.=) ANY ($1)",
+	1, {INT8ARRAYOID}
+};
+
+/*
+ * The schedule slots of a distributed install (a reference table): the
+ * oldest past the retention read on the coordinator, the unfinished tasks
+ * among theirs looked up by id, the others' slots deleted (a write of the
+ * reference table on every node: only when there is something to prune).
+ * Citus refuses the plain statement's NOT EXISTS ("correlated subqueries
+ * are not supported when the FROM clause contains a reference table"),
+ * and plans a LEFT JOIN by pulling every unfinished task to the
+ * coordinator.
+ */
+static NtaskPlan hk_slots_pick_dist_plan = {
+	"housekeeping pick schedule slots (distributed)",
+	"SELECT x.id, x.task_id FROM ntask.schedule_slot x "
+	"WHERE x.fired_at OPERATOR(pg_catalog.<) $1 ORDER BY x.fired_at LIMIT $2",
+	2, {TIMESTAMPTZOID, INT4OID}
+};
+
+static NtaskPlan hk_slots_busy_dist_plan = {
+	"housekeeping unfinished tasks of schedule slots (distributed)",
+	"SELECT t.task_id FROM ntask.task t "
+	"WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1) AND t.due_at IS NOT NULL",
+	1, {INT8ARRAYOID}
+};
+
+static NtaskPlan hk_slots_delete_dist_plan = {
+	"housekeeping prune schedule slots (distributed)",
+	"DELETE FROM ntask.schedule_slot s WHERE s.id OPERATOR(pg_catalog.=) ANY ($1)",
+	1, {INT8ARRAYOID}
+};
+
+/* hk_before: the statement timestamp minus retention */
+static Datum
+hk_before(Datum retention)
+{
+	return DirectFunctionCall2(timestamptz_mi_interval, NtaskStatementTs(), retention);
+}
+
+/*
+ * NtaskHousekeepShard
+ *		One round over one shard of a distributed install, as NtaskHousekeep
+ *		does it over a plain install's tasks (its steps 1-3), each statement
+ *		routed to the shard's node.  Adds to counts[0..2].  In SPI.
+ */
+void
+NtaskHousekeepShard(int16 shard, int max_rows, bool deadlines, int64 *counts)
+{
+	Datum		values[4];
+	Datum		ts = NtaskStatementTs();
+	int			n;
+	int			r;
+
+	/* 1. expired leases */
+	values[0] = Int16GetDatum(shard);
+	values[1] = ts;
+	values[2] = Int32GetDatum(max_rows);
+	n = NtaskExecPlan(&hk_expired_shard_plan, values, NULL, SPI_OK_SELECT);
+	if (n > 0)
+	{
+		values[0] = NtaskResultIds(n);
+		values[1] = NtaskCloseExpiredAttempts(values[0]);
+		values[2] = ts;
+		values[3] = Int16GetDatum(shard);
+		n = NtaskExecPlan(&hk_release_shard_plan, values, NULL, SPI_OK_UPDATE_RETURNING);
+		counts[0] += n;
+		for (r = 0; r < n; r++)
+			if (NtaskGetBool(r, 1))
+				counts[1]++;
+	}
+
+	/* 2. deadlines of tasks nobody claims */
+	if (deadlines)
+	{
+		values[0] = Int16GetDatum(shard);
+		values[1] = ts;
+		values[2] = Int32GetDatum(max_rows);
+		n = NtaskExecPlan(&hk_deadline_pick_shard_plan, values, NULL, SPI_OK_SELECT);
+		if (n > 0)
+		{
+			values[0] = NtaskResultIds(n);
+			values[1] = ts;
+			values[2] = Int16GetDatum(shard);
+			counts[1] += NtaskExecPlan(&hk_deadline_set_shard_plan, values, NULL,
+									   SPI_OK_UPDATE);
+		}
+	}
+
+	/* 3. retention, queue by queue (the queues: a reference table) */
+	{
+		SPITupleTable *queues;
+		int			nq = NtaskExecPlan(&hk_queues_plan, NULL, NULL, SPI_OK_SELECT);
+		int			q;
+
+		queues = SPI_tuptable;
+		for (q = 0; q < nq; q++)
+		{
+			bool		isnull;
+
+			SPI_tuptable = queues;
+			values[0] = NtaskGetDatum(q, 1, &isnull);
+			values[1] = Int16GetDatum(shard);
+			values[2] = hk_before(NtaskGetDatum(q, 2, &isnull));
+			values[3] = Int32GetDatum(max_rows);
+			n = NtaskExecPlan(&hk_prune_pick_shard_plan, values, NULL, SPI_OK_SELECT);
+			if (n == 0)
+				continue;
+			values[0] = NtaskResultIds(n);
+			values[1] = Int16GetDatum(shard);
+			(void) NtaskExecPlan(&hk_prune_attempts_shard_plan, values, NULL, SPI_OK_DELETE);
+			(void) NtaskExecPlan(&hk_prune_receipts_shard_plan, values, NULL, SPI_OK_DELETE);
+			counts[2] += NtaskExecPlan(&hk_prune_tasks_shard_plan, values, NULL, SPI_OK_DELETE);
+		}
+	}
+}
+
+/* hk_retention_before: the statement timestamp minus retention_s seconds */
+static Datum
+hk_retention_before(int retention_s)
+{
+	return hk_before(IntervalPGetDatum(NtaskUsecsInterval((int64) retention_s *
+														  USECS_PER_SEC)));
+}
+
+/* hk_prune_slots_dist: the schedule slots of a distributed install */
+static void
+hk_prune_slots_dist(int max_rows)
+{
+	Datum		values[2];
+	Datum	   *ids;
+	int64	   *slot_task;		/* each slot's task, 0 for none */
+	Datum	   *tasks;
+	int64	   *busy;
+	int			n;
+	int			nt = 0;
+	int			nbusy = 0;
+	int			ndel = 0;
+	int			r;
+	int			b;
+
+	values[0] = hk_retention_before(ntask_history_retention_s);
+	values[1] = Int32GetDatum(max_rows);
+	n = NtaskExecPlan(&hk_slots_pick_dist_plan, values, NULL, SPI_OK_SELECT);
+	if (n == 0)
+		return;
+	ids = palloc(sizeof(Datum) * n);
+	slot_task = palloc(sizeof(int64) * n);
+	tasks = palloc(sizeof(Datum) * n);
+	for (r = 0; r < n; r++)
+	{
+		bool		isnull;
+		Datum		t = NtaskGetDatum(r, 2, &isnull);
+
+		ids[r] = Int64GetDatum(NtaskGetInt64(r, 1));
+		slot_task[r] = isnull ? 0 : DatumGetInt64(t);
+		if (!isnull)
+			tasks[nt++] = t;
+	}
+	busy = palloc(sizeof(int64) * Max(nt, 1));
+	if (nt > 0)
+	{
+		values[0] = NtaskInt8Array(tasks, nt);
+		nbusy = NtaskExecPlan(&hk_slots_busy_dist_plan, values, NULL, SPI_OK_SELECT);
+		for (r = 0; r < nbusy; r++)
+			busy[r] = NtaskGetInt64(r, 1);
+	}
+	/* the slots whose task is unfinished stay: overlap decisions read them */
+	for (r = 0; r < n; r++)
+	{
+		bool		keep = false;
+
+		for (b = 0; b < nbusy && !keep; b++)
+			keep = slot_task[r] != 0 && slot_task[r] == busy[b];
+		if (!keep)
+			ids[ndel++] = ids[r];
+	}
+	if (ndel > 0)
+	{
+		values[0] = NtaskInt8Array(ids, ndel);
+		(void) NtaskExecPlan(&hk_slots_delete_dist_plan, values, NULL, SPI_OK_DELETE);
+	}
+}
+
+/*
+ * NtaskHousekeepHistoryDist
+ *		The history step of a distributed install: the audit and the
+ *		schedule slots.  Fences do not run there (docs/scaling.md), so
+ *		fence_receipt holds nothing to prune.  In SPI.
+ */
+void
+NtaskHousekeepHistoryDist(int max_rows)
+{
+	Datum		values[2];
+	int			n;
+
+	if (ntask_history_retention_s > 0)
+		hk_prune_slots_dist(max_rows);
+	if (ntask_audit_retention_s <= 0)
+		return;
+	values[0] = hk_retention_before(ntask_audit_retention_s);
+	values[1] = Int32GetDatum(max_rows);
+	n = NtaskExecPlan(&hk_audit_pick_dist_plan, values, NULL, SPI_OK_SELECT);
+	if (n == 0)
+		return;
+	values[0] = NtaskResultIds(n);
+	(void) NtaskExecPlan(&hk_audit_delete_dist_plan, values, NULL, SPI_OK_DELETE);
+}
+
 /* hk_prune_history: run one history DELETE with a retention in seconds */
 static void
 hk_prune_history(NtaskPlan *plan, int retention_s, int max_rows)
@@ -192,6 +521,17 @@ NtaskHousekeep(int max_rows, bool deadlines, int64 *counts)
 	int			r;
 
 	counts[0] = counts[1] = counts[2] = 0;
+
+	/* a distributed install: every sweep once per shard value, routed */
+	if (NtaskShardCount() > 0)
+	{
+		int			i;
+
+		for (i = 0; i < NtaskShardCount(); i++)
+			NtaskHousekeepShard(NtaskShardValue(i), max_rows, deadlines, counts);
+		NtaskHousekeepHistoryDist(max_rows);
+		return;
+	}
 
 	/* 1. expired leases */
 	n = NtaskExecPlanCount(&hk_expired_plan, NULL, NULL, SPI_OK_SELECT, max_rows);

@@ -293,6 +293,8 @@ extern bool NtaskWorkerRunXact(void (*fn) (void *arg), void *arg,
 
 /* housekeeping.c: counts[] = expired, repaired, pruned */
 extern void NtaskHousekeep(int max_rows, bool deadlines, int64 *counts);
+extern void NtaskHousekeepShard(int16 shard, int max_rows, bool deadlines, int64 *counts);
+extern void NtaskHousekeepHistoryDist(int max_rows);
 
 /* target.c: a queue's http target, parsed and checked */
 typedef struct NtaskHttpTarget
@@ -349,6 +351,8 @@ extern void NtaskFairShmemRequest(void);
 extern void NtaskFairShmemStartup(void);
 extern text *NtaskFairCursor(const char *queue);
 extern void NtaskFairAdvance(const char *queue, text *key);
+extern text *NtaskFairCursorShard(const char *queue, int16 shard);
+extern void NtaskFairAdvanceShard(const char *queue, int16 shard, text *key);
 
 /* limit.c: token buckets of rate limits */
 extern void NtaskLimitShmemRequest(void);

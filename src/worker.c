@@ -89,6 +89,7 @@ typedef struct WkExtension
 	Oid			oid;			/* InvalidOid: not installed */
 	char		schema[NAMEDATALEN];
 	bool		distributed;	/* ntask.task is distributed by Citus */
+	bool		coordinator;	/* and this node is the Citus coordinator */
 } WkExtension;
 
 /* one housekeeping step's input and output */
@@ -97,6 +98,14 @@ typedef struct WkTick
 	int64		counts[3];		/* expired, repaired, pruned */
 	WkExtension ext;			/* the extension as seen in that step */
 } WkTick;
+
+/* one shard's housekeeping step on a distributed install */
+typedef struct WkShardTick
+{
+	int			i;				/* the shard value's index in ntask.shard_map */
+	int			n;				/* how many shard values */
+	int64		counts[3];		/* expired, repaired, pruned */
+} WkShardTick;
 
 /* what the launcher passes to a worker or probe in bgw_extra */
 typedef struct WkStart
@@ -135,6 +144,7 @@ typedef struct WkSlot
 } WkSlot;
 
 static WkExtension wk_ext;
+static bool wk_idle = false;	/* a Citus worker node: no housekeeping, no dispatch */
 static char wk_dbname[NAMEDATALEN];
 
 static void wk_extension_step(void *arg);
@@ -682,6 +692,18 @@ wk_extension_step(void *arg)
 					true, 1) == SPI_OK_SELECT && SPI_processed == 1)
 		ext->distributed = NtaskGetBool(0, 1);	/* the catalogs only: the
 												 * role has no USAGE on ntask */
+
+	/*
+	 * The coordinator is group 0 (pg_dist_local_group, readable by every
+	 * role); a worker node has its own group from citus_add_node, and sees
+	 * the distributed table through Citus' metadata sync.
+	 */
+	ext->coordinator = false;
+	if (ext->distributed &&
+		SPI_execute("SELECT l.groupid OPERATOR(pg_catalog.=) 0 "
+					"FROM pg_catalog.pg_dist_local_group l",
+					true, 1) == SPI_OK_SELECT && SPI_processed == 1)
+		ext->coordinator = NtaskGetBool(0, 1);
 }
 
 /*
@@ -701,6 +723,67 @@ wk_pin_settings(void)
 	snprintf(buf, sizeof(buf), "%d", ntask_worker_lock_timeout_ms);
 	SetConfigOption("lock_timeout", buf, PGC_SUSET, PGC_S_OVERRIDE);
 	SetConfigOption("statement_timeout", "0", PGC_SUSET, PGC_S_OVERRIDE);
+}
+
+/* wk_shard_count_step: how many shard values (ntask.shard_map) */
+static void
+wk_shard_count_step(void *arg)
+{
+	((WkShardTick *) arg)->n = NtaskShardCount();
+}
+
+/* wk_shard_step: the sweeps of one shard, its own transaction */
+static void
+wk_shard_step(void *arg)
+{
+	WkShardTick *s = (WkShardTick *) arg;
+
+	if (s->i < NtaskShardCount())
+		NtaskHousekeepShard(NtaskShardValue(s->i), 1000, true, s->counts);
+}
+
+/* wk_history_dist_step: the history step of a distributed install */
+static void
+wk_history_dist_step(void *arg)
+{
+	WkTick	   *t = (WkTick *) arg;
+
+	NtaskHousekeepHistoryDist(1000);
+	wk_extension_step(&t->ext);
+}
+
+/*
+ * wk_housekeeping_dist
+ *		The coordinator's round on a distributed install: one transaction
+ *		per shard value, each statement routed to the shard's node, so a
+ *		worker node that is down fails the steps of its own shards only
+ *		(logged, retried next tick) and no transaction holds row locks on
+ *		several nodes (nor needs two-phase commit) but the history step's.
+ *		Then the history and the extension check, in one more transaction.
+ */
+static void
+wk_housekeeping_dist(WkTick *t)
+{
+	WkShardTick s;
+	int			i;
+
+	memset(&s, 0, sizeof(s));
+	if (!NtaskWorkerRunXact(wk_shard_count_step, &s, "ntask housekeeping: shard map"))
+		s.n = 0;
+	for (i = 0; i < s.n; i++)
+	{
+		s.i = i;
+		s.counts[0] = s.counts[1] = s.counts[2] = 0;
+		if (NtaskWorkerRunXact(wk_shard_step, &s, "ntask housekeeping of a shard"))
+		{
+			t->counts[0] += s.counts[0];
+			t->counts[1] += s.counts[1];
+			t->counts[2] += s.counts[2];
+		}
+	}
+	if (!NtaskWorkerRunXact(wk_history_dist_step, t, "ntask housekeeping: history"))
+		(void) NtaskWorkerRunXact(wk_extension_step, &t->ext,
+								  "ntask worker: look for the extension");
 }
 
 static void
@@ -727,9 +810,16 @@ wk_housekeeping(void)
 	WkTick		t;
 
 	memset(&t, 0, sizeof(t));
-	if (wk_ext.distributed)
+	if (wk_ext.distributed && !wk_ext.coordinator)
 		(void) NtaskWorkerRunXact(wk_extension_step, &t.ext,
 								  "ntask worker: look for the extension");
+	else if (wk_ext.distributed)
+	{
+		wk_housekeeping_dist(&t);
+		NtaskWorkerCount(NTASK_COUNT_EXPIRED_LEASES, t.counts[0]);
+		NtaskWorkerCount(NTASK_COUNT_REPAIRED, t.counts[1]);
+		NtaskWorkerCount(NTASK_COUNT_PRUNED, t.counts[2]);
+	}
 	else if (!NtaskWorkerRunXact(wk_housekeeping_step, &t, "ntask housekeeping"))
 		(void) NtaskWorkerRunXact(wk_extension_step, &t.ext,
 								  "ntask worker: look for the extension");
@@ -740,7 +830,8 @@ wk_housekeeping(void)
 		NtaskWorkerCount(NTASK_COUNT_PRUNED, t.counts[2]);
 	}
 	if (OidIsValid(t.ext.oid) && t.ext.oid == wk_ext.oid &&
-		t.ext.distributed != wk_ext.distributed)
+		(t.ext.distributed != wk_ext.distributed ||
+		 t.ext.coordinator != wk_ext.coordinator))
 	{
 		ereport(LOG,
 				(errmsg("ntask worker: ntask in database \"%s\" was distributed with Citus; restarting",
@@ -826,20 +917,21 @@ ntask_worker_main(Datum arg)
 		pgstat_report_appname(appname);
 	}
 	NtaskDispatchInit(wk_ext.schema);
-	if (wk_ext.distributed)
+	wk_idle = wk_ext.distributed && !wk_ext.coordinator;
+	if (wk_idle)
 	{
 		/*
-		 * Housekeeping and dispatch are not written for the distributed
-		 * layout yet (docs/scaling.md "Scaling out with Citus"): their
-		 * set-based statements would fail on every tick.  The worker stays,
-		 * says so once, and only watches the extension (DROP EXTENSION
-		 * still stops it); expired leases are taken over by claims.
+		 * A Citus worker node (docs/scaling.md "Background worker,
+		 * housekeeping and dispatch"): the coordinator's worker sweeps
+		 * every shard and dispatches, since clients, task ids and claims
+		 * go through the coordinator.  This one stays, says so once, and
+		 * only watches the extension (DROP EXTENSION still stops it).
 		 */
-		NtaskWorkerSetState("idle: distributed");
-		ereport(WARNING,
-				(errmsg("ntask worker: ntask in database \"%s\" is distributed with Citus; the worker does not serve a distributed install: no housekeeping, no http dispatch",
+		NtaskWorkerSetState("idle: citus worker node");
+		ereport(LOG,
+				(errmsg("ntask worker: ntask in database \"%s\" is distributed with Citus and this node is a worker node; the coordinator's ntask worker serves the cluster",
 						wk_dbname),
-				 errhint("Set ntask.worker = off on every node of the cluster; expired leases are taken over by the next claim.")));
+				 errhint("Set ntask.worker = off on the worker nodes to spare the background worker slot.")));
 	}
 	else
 	{
@@ -883,14 +975,14 @@ ntask_worker_main(Datum arg)
 		{
 			NtaskWorkerSetLastTick(now);
 			wk_housekeeping();
-			if (!wk_ext.distributed)
+			if (!wk_idle)
 				NtaskDispatchRefreshQueues();
 			refresh_pending = false;
 			next_refresh = now + 100 * 1000;
 			next_tick = now + (TimestampTz) ntask_naptime_ms * 1000;
 			woken = true;		/* look for due tasks every tick */
 		}
-		else if (refresh_pending && now >= next_refresh && !wk_ext.distributed)
+		else if (refresh_pending && now >= next_refresh && !wk_idle)
 		{
 			/* a wake-up came within 100 ms of the last refresh: do it now */
 			NtaskDispatchRefreshQueues();
@@ -900,7 +992,7 @@ ntask_worker_main(Datum arg)
 		}
 
 		/* look for work if woken, ticking, or the last claim was full */
-		if (!wk_ext.distributed && NtaskDispatchTick(woken))
+		if (!wk_idle && NtaskDispatchTick(woken))
 			continue;			/* more may be due at once */
 
 		/*
@@ -925,7 +1017,7 @@ ntask_worker_main(Datum arg)
 			 * since the last tick, so reread the http queues, at most every
 			 * 100 ms however fast enqueues come.
 			 */
-			if (wk_ext.distributed)
+			if (wk_idle)
 				;				/* nothing to dispatch */
 			else if (woke >= next_refresh)
 			{
@@ -935,7 +1027,7 @@ ntask_worker_main(Datum arg)
 			}
 			else
 				refresh_pending = true; /* deferred, never dropped */
-			if (!wk_ext.distributed)
+			if (!wk_idle)
 				(void) NtaskDispatchTick(true);
 		}
 	}

@@ -20,12 +20,23 @@
 #      away until it is restarted, and loses no committed row;
 #   5. the core story through the API across shards: idempotent enqueue,
 #      claims over every shard, receipts, a W1/W2 takeover with every W1
-#      write rejected, budgets, replay, release, cancel, tokens 1..n;
+#      write rejected, budgets, replay, release, cancel, a schedule slot
+#      (ntask_fire), tokens 1..n;
 #   6. a mini chaos run: three external workers (DBD::Pg) drain 200 tasks
 #      with their business rows co-located with the receipts, stalls past
 #      the lease, a worker node stopped with -m immediate while they run:
 #      0 lost, 0 duplicated, every stale write rejected, tokens monotonic;
-#   7. what does not run on a distributed install yet (docs/scaling.md).
+#   7. what does not run on a distributed install yet (docs/scaling.md):
+#      fences, queue-wide caps; and what runs per shard: a fair queue
+#      serves every key once before a hot key's second turn, an ordered
+#      queue keeps per-key order across a W1/W2 takeover, a per-key cap;
+#   8. housekeeping and the background worker: ntask_housekeeping() and the
+#      coordinator's worker sweep every shard (expired leases, spent
+#      budgets, deadlines, retention, history), the worker dispatches an
+#      http queue over the shards to a loopback sink (each key once, the
+#      ledger right), pg_cron fires a schedule on the coordinator, the
+#      worker nodes' workers idle, nothing fails every tick; with a
+#      worker node down the other node's shards are still swept.
 
 use strict;
 use warnings;
@@ -292,11 +303,45 @@ is($q->("SELECT token FROM ntask_claim('budget', 'W1')"), '3', 'b1: token 3 afte
 is($q->("SELECT ntask_release($b1, 3)"), 'applied', 'b1: released');
 is($q->("SELECT ntask_cancel($b1, 'ops', 'done')"), 'applied', 'b1: canceled');
 
+# a schedule slot: ntask_fire makes one task per slot (its key the slot's
+# key, so its shard is the key's), capped at the next slot; firing again
+# is a duplicate, a rerun is a second task (pg_cron fires it in part 8)
+$q->("SELECT count(*) FROM ntask_queue_set('sched', lease => '30 seconds')");
+is($q->("SELECT name FROM ntask_schedule('daily', '0 0 * * *', 'sched')"), 'daily',
+	'schedule: created (a reference table row; pg_cron is not in this database yet)');
+my ($sid, $sslot, $sout) = split /\|/,
+  $q->("SELECT task_id || '|' || fired_slot || '|' || outcome FROM ntask_fire('daily')");
+is($sout, 'enqueued', 'schedule: the slot fired: enqueued');
+is($q->(qq{SELECT task_key = 'daily:' || to_char(fired_slot AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')
+	  AND deadline = ntask_cron_next('0 0 * * *', fired_slot)
+	FROM ntask.task t, (SELECT '$sslot'::timestamptz AS fired_slot) f
+	WHERE t.task_id = $sid AND t.shard = ($sid >> 48)}), 't',
+	'schedule: the slot key, and the deadline capped at the next slot');
+is($q->("SELECT outcome || ' ' || task_id FROM ntask_fire('daily')"), "duplicate $sid",
+	'schedule: fired again: duplicate (no new slot), the same task');
+is($q->("SELECT outcome || ' ' || task_id FROM ntask_fire('daily', '$sslot')"), "duplicate $sid",
+	'schedule: the slot fired by hand: duplicate, the same task');
+my $stok = '';
+for (1 .. 20)
+{
+	$stok = $q->("SELECT task_id || ':' || token FROM ntask_claim('sched', 'W1')");
+	last if $stok ne '';
+}
+is($stok, "$sid:1", 'schedule: the slot\'s task claimed from its shard');
+is($q->("SELECT result FROM ntask_transition($sid, 1, 'succeeded')"), 'applied',
+	'schedule: the slot\'s task succeeded');
+my ($rid, $rout) = split /\|/,
+  $q->("SELECT task_id || '|' || outcome FROM ntask_fire('daily', '$sslot', rerun => 'fix-1')");
+is($rout, 'rerun', 'schedule: a rerun of the slot');
+isnt($rid, $sid, 'schedule: the rerun is a second task');
+is($q->("SELECT string_agg(outcome, ',' ORDER BY id) FROM ntask.schedule_slot WHERE schedule = 'daily'"),
+	'enqueued,duplicate,rerun', 'schedule: the slot history (no new slot records nothing)');
+
 # tokens per task on each task's own shard: 1..n, no gaps, no repeats
 is($q->(q{
 	SELECT count(*) FROM (
 		SELECT a.task_id, array_agg(a.token ORDER BY a.token) AS t, count(*) AS n
-		FROM ntask.attempt a GROUP BY a.task_id) x
+		FROM ntask.attempt_all a GROUP BY a.task_id) x
 	WHERE t <> (SELECT array_agg(g::bigint ORDER BY g) FROM generate_series(1, n) g)}), '0',
 	'attempt tokens are 1..n for every task');
 is($q->("SELECT count(*) FROM ntask.attempt a JOIN ntask.task t ON t.task_id = a.task_id AND t.shard = a.shard"),
@@ -326,6 +371,11 @@ for my $w (1 .. 3)
 	die "fork: $!" unless defined $pid;
 	if ($pid == 0)
 	{
+		# a stall sequence of its own: the parent's rand() (free port
+		# picking) seeded the generator before the fork, so without this
+		# every worker stalled on the same claims, and at times all of them
+		# slept through the whole outage below and no call failed
+		srand($$ ^ time);
 		require DBI;
 		my $dbh;
 		my ($stalled, $stale, $errors) = (0, 0, 0);
@@ -399,7 +449,7 @@ for (1 .. 300)
 my $victim = $w2;
 $victim->stop('immediate');
 note('worker node ' . $victim->name . ' stopped with -m immediate');
-sleep 3;
+sleep 5;						# longer than a worker's 3.5 s stall
 $victim->start;
 note('worker node restarted');
 waitpid($_, 0) for @kids;
@@ -415,15 +465,15 @@ is($q->(q{
 is($q->(q{
 	SELECT count(*) FROM (
 		SELECT a.task_id, array_agg(a.token ORDER BY a.token) AS t, count(*) AS n
-		FROM ntask.attempt a JOIN ntask.task k ON k.task_id = a.task_id AND k.shard = a.shard
+		FROM ntask.attempt_all a JOIN ntask.task k ON k.task_id = a.task_id AND k.shard = a.shard
 		WHERE k.queue = 'chaos' GROUP BY a.task_id) x
 	WHERE t <> (SELECT array_agg(g::bigint ORDER BY g) FROM generate_series(1, n) g)}), '0',
 	'chaos: tokens monotonic (1..n) per task');
 is($q->(q{
-	SELECT count(*) FROM ntask.attempt a JOIN ntask.task k ON k.task_id = a.task_id AND k.shard = a.shard
+	SELECT count(*) FROM ntask.attempt_all a JOIN ntask.task k ON k.task_id = a.task_id AND k.shard = a.shard
 	WHERE k.queue = 'chaos' AND a.result = 'succeeded' AND a.token <> k.token}), '0',
 	'chaos: only the latest token of a task made it succeed (every stale write rejected)');
-my $takeovers = $q->(q{SELECT count(*) FROM ntask.attempt a JOIN ntask.task k
+my $takeovers = $q->(q{SELECT count(*) FROM ntask.attempt_all a JOIN ntask.task k
 	ON k.task_id = a.task_id AND k.shard = a.shard WHERE k.queue = 'chaos' AND a.token > 1});
 my ($stale, $errors) = (0, 0);
 for my $w (1 .. 3)
@@ -440,22 +490,87 @@ cmp_ok($stale, '>=', 1, 'chaos: stale writes happened, and were rejected');
 cmp_ok($errors, '>=', 1, 'chaos: the stopped node made calls fail');
 
 # 7. what is not routed yet: Citus refuses these functions' statements
+my $nodes_of_q = sub {
+	$q->(qq{SELECT count(DISTINCT p.nodeport) FROM ntask.task t
+		JOIN pg_dist_shard_placement p
+		  ON p.shardid = get_shard_id_for_distribution_column('ntask.task', t.shard)
+		WHERE t.queue = '$_[0]'});
+};
 my @limits = (
 	[ "SELECT * FROM ntask_fence('f1', 1, '{}')",
-	  qr/functions used in the DO UPDATE SET clause of INSERTs on distributed tables must be marked IMMUTABLE/, 'fence' ],
-	[ "SELECT * FROM ntask_housekeeping()",
-	  qr/could not run distributed query with FOR UPDATE/, 'housekeeping' ]);
+	  qr/functions used in the DO UPDATE SET clause of INSERTs on distributed tables must be marked IMMUTABLE/, 'fence' ]);
 for my $l (@limits)
 {
 	my ($sql, $re, $what) = @$l;
 	($rc, $out, $stderr) = $co->psql('postgres', "\\set VERBOSITY verbose\n$sql");
 	like($stderr, $re, "not routed yet (documented): ntask_$what refused by Citus");
 }
-$q->("SELECT count(*) FROM ntask_queue_set('fair', fairness => 'partition')");
-$q->("SELECT count(*) FROM ntask_enqueue('fair', 'f1', '{}', partition_key => 'p1')");
-($rc, $out, $stderr) = $co->psql('postgres', "SELECT * FROM ntask_claim('fair', 'W1')");
-like($stderr, qr/is fair or ordered, which a distributed install does not support yet/,
-	'a fair queue is refused on a distributed install');
+
+# fair, ordered and per-key-capped queues: a key lives in one shard, so
+# each holds per shard (docs/scaling.md "Fairness, limits, ordering and
+# sagas across shards").  Fairness: a hot key with 6 tasks and 5 keys with
+# one each; six claims of one (one session: one shard cursor) serve every
+# key once before the hot key gets a second turn.
+my $keyof = q{JOIN ntask.task t ON t.task_id = c.task_id AND t.shard = (c.task_id >> 48)::smallint};
+$q->(q{SELECT count(*) FROM ntask_queue_set('fair', fairness => 'partition');
+	SELECT count(*) FROM generate_series(1, 6) i, ntask_enqueue('fair', 'hot' || i, '{}', partition_key => 'hot');
+	SELECT count(*) FROM generate_series(1, 5) i, ntask_enqueue('fair', 'k' || i, '{}', partition_key => 'k' || i)});
+is($nodes_of_q->('fair'), '2', 'fair: the keys are on both workers');
+my @turns = split /\n/, $q->(join('', map {
+	"SELECT t.partition_key FROM ntask_claim('fair', 'W1', 1) c $keyof;\n" } 1 .. 6));
+is(join(',', sort @turns), 'hot,k1,k2,k3,k4,k5',
+	'fair: six claims serve each of the six keys once (the hot key waits its turn): ' . join(',', @turns));
+is($q->(qq{SELECT count(*) FROM ntask_claim('fair', 'W1', 20) c $keyof WHERE t.partition_key = 'hot'}), '5',
+	'fair: then the hot key\'s other five');
+
+# per-key order across a takeover: an ordered queue hands out only the
+# head of each key; W1's heads expire and W2 takes the same heads over
+# (token 2), never a later task of the key; W1's writes are stale
+$q->(q{SELECT count(*) FROM ntask_queue_set('ord', fairness => 'partition', ordered => true,
+		lease => '1 second', max_attempts => 5);
+	SELECT count(*) FROM generate_series(1, 3) i, ntask_enqueue('ord', 'a' || i, '{}', partition_key => 'A');
+	SELECT count(*) FROM generate_series(1, 3) i, ntask_enqueue('ord', 'b' || i, '{}', partition_key => 'B')});
+my $claim_keys = sub {
+	my ($w) = @_;
+	my @got;
+	for (1 .. 4)
+	{
+		push @got, split /\n/, $q->(join('', map {
+			"SELECT t.task_key || ':' || c.token FROM ntask_claim('ord', '$w', 10) c $keyof;\n" } 1 .. 3));
+	}
+	return join(',', sort @got);
+};
+is($claim_keys->('W1'), 'a1:1,b1:1', 'ordered: W1 gets only the head of each key');
+my %oid = map { split /\|/ } split /\n/,
+  $q->(q{SELECT task_key || '|' || task_id FROM ntask.task WHERE queue = 'ord'});
+sleep 1.5;
+is($claim_keys->('W2'), 'a1:2,b1:2', 'ordered: after the lease runs out W2 takes the same heads over, token 2');
+is($q->("SELECT result FROM ntask_transition($oid{a1}, 1, 'succeeded')"), 'stale',
+	'ordered: W1\'s late transition of a1 is stale');
+is($q->("SELECT result FROM ntask_transition($oid{a1}, 2, 'succeeded')"), 'applied',
+	'ordered: W2 finishes a1');
+is($q->("SELECT result FROM ntask_transition($oid{b1}, 2, 'succeeded')"), 'applied', 'ordered: and b1');
+is($claim_keys->('W2'), 'a2:1,b2:1', 'ordered: the next heads are a2 and b2');
+is($q->("SELECT string_agg(result, ',') FROM (SELECT (ntask_transition(id, 1, 'succeeded')).result
+	FROM unnest(ARRAY[$oid{a2}, $oid{b2}]::bigint[]) id) x"), 'applied,applied', 'ordered: both finished');
+is($claim_keys->('W2'), 'a3:1,b3:1', 'ordered: then a3 and b3, the last of each key');
+is($q->(q{SELECT string_agg(task_key, ',' ORDER BY s) FROM (
+	SELECT t.task_key, min(a.claimed_at) AS s FROM ntask.attempt_all a
+	JOIN ntask.task t ON t.task_id = a.task_id AND t.shard = a.shard
+	WHERE t.queue = 'ord' AND t.partition_key = 'A' GROUP BY t.task_key) x}), 'a1,a2,a3',
+	'ordered: key A\'s tasks were first handed out in their order, across the takeover');
+
+# a per-key cap holds within the key's shard; a queue-wide cap is refused
+$q->(q{SELECT count(*) FROM ntask_queue_set('capk', fairness => 'partition', partition_max_inflight => 2);
+	SELECT count(*) FROM generate_series(1, 5) i, ntask_enqueue('capk', 'p' || i, '{}', partition_key => 'P')});
+$q->(join('', map { "SELECT count(*) FROM ntask_claim('capk', 'W1', 5);\n" } 1 .. 4));
+is($q->(q{SELECT count(*) FROM ntask.task WHERE queue = 'capk' AND state = 'leased'}), '2',
+	'per-key cap: at most 2 of the key in flight after four claims of 5');
+$q->(q{SELECT count(*) FROM ntask_queue_set('capq', fairness => 'partition', max_inflight => 2);
+	SELECT count(*) FROM ntask_enqueue('capq', 'c1', '{}', partition_key => 'C')});
+($rc, $out, $stderr) = $co->psql('postgres', "\\set VERBOSITY verbose\nSELECT * FROM ntask_claim('capq', 'W1')");
+like($stderr, qr/0A000: ntask: queue "capq" has flow control \(a queue-wide cap, rate limits or a retry share\), which a distributed install does not support yet/,
+	'a queue-wide cap on a fair queue is refused on a distributed install (0A000)');
 $q->("SELECT count(*) FROM ntask_queue_set('capped', max_inflight => 2)");
 $q->("SELECT count(*) FROM ntask_enqueue('capped', 'c1', '{}')");
 ($rc, $out, $stderr) = $co->psql('postgres', "SELECT * FROM ntask_claim('capped', 'W1')");
@@ -465,27 +580,224 @@ is($q->(q{SELECT count(*) > 0 FROM ntask_explain(} . $a2 . q{)}), 't', 'ntask_ex
 is($q->(q{SELECT succeeded FROM ntask.queue_stats WHERE queue = 'chaos'}), '200',
 	'ntask.queue_stats runs');
 
-# 8. the background worker on a distributed install: it stays, says once
-# that it does not serve the layout, and runs no housekeeping or dispatch
-# (whose statements Citus refuses, as above), instead of failing each tick
-$co->append_conf('postgresql.conf', "ntask.worker = on\nntask.naptime = '200ms'\n");
-my $log_from = -s $co->logfile;
-$co->restart;
-my $state = '';
-for (1 .. 100)
+# 8. housekeeping on a distributed install: every sweep once per shard
+# value, each statement routed to the shard's node.  First as the SQL
+# function, in the caller's transaction: expired leases of a spent budget
+# go to repair_required, on both workers' shards.
+my $claim_all = sub {
+	my ($queue, $n) = @_;
+	my @got;
+	for (1 .. 20)
+	{
+		push @got, split /\n/,
+		  $q->("SELECT task_id FROM ntask_claim('$queue', 'gone', $n)");
+		last if @got >= $n;
+	}
+	return @got;
+};
+my $nodes_of = sub {
+	$q->(qq{SELECT count(DISTINCT p.nodeport) FROM ntask.task t
+		JOIN pg_dist_shard_placement p
+		  ON p.shardid = get_shard_id_for_distribution_column('ntask.task', t.shard)
+		WHERE t.queue = '$_[0]'});
+};
+$q->(q{SELECT count(*) FROM ntask_queue_set('hk', lease => '1 second', max_attempts => 1);
+	SELECT count(*) FROM generate_series(1, 8) i, ntask_enqueue('hk', 'hk' || i, '{}')});
+is($nodes_of->('hk'), '2', 'housekeeping: the hk tasks are on both workers');
+is(scalar($claim_all->('hk', 8)), 8, 'housekeeping: 8 tasks claimed, their budget spent by the claim');
+sleep 1.5;
+my ($expired, $repaired) = split /\|/,
+  $q->(q{SELECT expired || '|' || repaired FROM ntask_housekeeping()});
+cmp_ok($expired, '>=', 8, "ntask_housekeeping() runs on a distributed install ($expired expired leases released)");
+is($q->(q{SELECT count(*) FROM ntask.task t JOIN ntask.attempt_all a ON a.task_id = t.task_id AND a.shard = t.shard
+	WHERE t.queue = 'hk' AND t.state = 'repair_required' AND t.reason = 'budget_exhausted'
+	  AND t.lease_until IS NULL AND a.result = 'lease_expired'}), '8',
+	'housekeeping: the 8 expired leases of a spent budget are repair_required, their attempts lease_expired');
+is($q->(q{SELECT count(*) FROM ntask.task WHERE state = 'leased' AND lease_until < now()}), '0',
+	'housekeeping: no expired lease is left on any shard');
+
+# Then the background worker: on the coordinator it sweeps every shard and
+# dispatches http queues; on the worker nodes it idles (their ntask.task
+# is distributed through Citus' metadata sync, but their group is not 0).
+# Set up with the workers off: a deadline nobody meets, finished tasks past
+# a 1 s retention, an http queue.
+require NtaskProvider;
+my $pport = NtaskProvider::start('023');
+$q->(q{SELECT count(*) FROM ntask_queue_set('dl', total_deadline => '1 second');
+	SELECT count(*) FROM generate_series(1, 8) i, ntask_enqueue('dl', 'dl' || i, '{}');
+	SELECT count(*) FROM ntask_queue_set('ret', retention => '1 second');
+	SELECT count(*) FROM generate_series(1, 8) i, ntask_enqueue('ret', 'ret' || i, '{}');});
+is($nodes_of->('dl'), '2', 'deadline: the dl tasks are on both workers');
+is($nodes_of->('ret'), '2', 'retention: the ret tasks are on both workers');
+my @ret = $claim_all->('ret', 8);
+is(scalar(@ret), 8, 'retention: 8 tasks claimed');
+is(join(',', map { $q->("SELECT result FROM ntask_transition($_, 1, 'succeeded')") } @ret),
+	join(',', ('applied') x 8), 'retention: all 8 succeeded');
+my $ret_ids = join(',', @ret);
+$q->(qq{SELECT count(*) FROM ntask_queue_set('push', lease => '5 seconds',
+	target => '{"type": "http", "url": "http://127.0.0.1:$pport/send", "timeout_ms": 2000}')});
+
+# history past its retention: the audit of part 5 (replay, cancel) and the
+# slots of 'daily', one of which (the rerun) has an unfinished task
+cmp_ok($q->(q{SELECT count(*) FROM ntask.audit}), '>=', 1, 'history: the audit has rows');
+$q->(q{UPDATE ntask.audit SET at = now() - interval '400 days';
+	UPDATE ntask.schedule_slot SET fired_at = now() - interval '400 days' WHERE schedule = 'daily'});
+
+my $wconf = "ntask.worker = on\nntask.naptime = '200ms'\n"
+  . "ntask.http_allowed_hosts = '127.0.0.1'\nntask.http_connect_timeout_ms = 1000\n";
+# pg_cron on the coordinator (where ntask_fire runs), when it is installed
+my $sharedir = `$ENV{PG_CONFIG} --sharedir` if $ENV{PG_CONFIG};
+$sharedir = `pg_config --sharedir` unless $sharedir;
+chomp $sharedir;
+my $have_cron = -f "$sharedir/extension/pg_cron.control";
+$co->append_conf('postgresql.conf',
+	"shared_preload_libraries = 'citus,ntask,pg_cron'\ncron.database_name = 'postgres'\n")
+  if $have_cron;
+my %log_from;
+for my $n ($w1, $w2, $co)
 {
-	$state = $co->safe_psql('postgres', 'SELECT state FROM ntask.worker_stats');
-	last if $state eq 'idle: distributed';
-	sleep 0.1;
+	$n->append_conf('postgresql.conf', $wconf);
+	$log_from{ $n->name } = -s $n->logfile;
+	$n->restart;
 }
-is($state, 'idle: distributed', 'the background worker idles on a distributed install');
-sleep 2;						# about ten ticks
-my $log = substr(PostgreSQL::Test::Utils::slurp_file($co->logfile), $log_from);
-my @warned = ($log =~ /is distributed with Citus; the worker does not serve a distributed install/g);
-is(scalar @warned, 1, 'it says so once, not every tick');
-unlike($log, qr/ntask worker: .* failed/, 'no step of the worker failed (none of housekeeping or dispatch ran)');
-$co->append_conf('postgresql.conf', "ntask.worker = off\n");
-$co->restart;
+my $state_of = sub {
+	my ($n, $want) = @_;
+	my $st = '';
+	for (1 .. 100)
+	{
+		$st = $n->safe_psql('postgres', 'SELECT state FROM ntask.worker_stats');
+		last if $st eq $want;
+		sleep 0.1;
+	}
+	return $st;
+};
+is($state_of->($co, 'running'), 'running', 'the coordinator\'s worker runs on a distributed install');
+for my $w ($w1, $w2)
+{
+	is($state_of->($w, 'idle: citus worker node'), 'idle: citus worker node',
+		'the worker of worker node ' . $w->name . ' idles');
+}
+
+# a schedule fired by pg_cron on the coordinator (pg_cron is created there
+# only: Citus would propagate CREATE EXTENSION to the workers, which do not
+# preload it); checked at the end of this part, after the next minute
+if ($have_cron)
+{
+	$q->(q{SET citus.enable_ddl_propagation = off; CREATE EXTENSION pg_cron;
+		SELECT count(*) FROM ntask_queue_set('cronq');
+		SELECT count(*) FROM ntask_schedule('minutely', '* * * * *', 'cronq')});
+}
+
+my $poll = sub {
+	my ($sql, $want, $secs) = @_;
+	my $got = '';
+	for (1 .. $secs * 10)
+	{
+		$got = $q->($sql);
+		last if $got eq $want;
+		sleep 0.1;
+	}
+	return $got;
+};
+is($poll->(q{SELECT count(*) FROM ntask.task WHERE queue = 'dl'
+	AND state = 'repair_required' AND reason = 'deadline_exceeded' AND finished_at IS NOT NULL}, '8', 20),
+	'8', 'deadline: the worker sent the 8 unclaimed tasks past their deadline to repair_required on both workers');
+is($poll->(qq{SELECT count(*) FROM ntask.task WHERE task_id IN ($ret_ids)}, '0', 20), '0',
+	'retention: the worker pruned the 8 finished tasks on both workers\' shards');
+is($q->(qq{SELECT count(*) FROM ntask.attempt_all WHERE task_id IN ($ret_ids)}), '0',
+	'retention: and their attempts');
+is($q->(q{SELECT count(*) FROM ntask.task WHERE queue = 'chaos'}), '200',
+	'retention: tasks within their retention stay');
+is($poll->(q{SELECT count(*) FROM ntask.audit WHERE at < now() - interval '300 days'}, '0', 20), '0',
+	'history: the worker pruned the audit past ntask.audit_retention');
+is($poll->(q{SELECT string_agg(outcome, ',') FROM ntask.schedule_slot WHERE schedule = 'daily'}, 'rerun', 20),
+	'rerun', 'history: and the schedule slots past ntask.history_retention but the one whose task is unfinished');
+
+# HTTP dispatch by the coordinator's worker: claimed shard by shard, each
+# result recorded by task id on its shard
+my $np = 16;
+$q->(qq{SELECT count(*) FROM generate_series(1, $np) i,
+	ntask_enqueue('push', 'cz-' || i, jsonb_build_object('i', i))});
+is($nodes_of->('push'), '2', 'dispatch: the push tasks are on both workers');
+is($poll->(q{SELECT count(*) FROM ntask.task WHERE queue = 'push' AND state = 'succeeded'}, "$np", 30),
+	"$np", "dispatch: all $np http tasks sent and succeeded");
+my $keys = NtaskProvider::pkeys('cz-');
+is(scalar(grep { $keys->{$_}{requests} == 1 && $keys->{$_}{effects} == 1 } keys %$keys), $np,
+	"dispatch: the sink saw each of the $np keys exactly once");
+is($q->(q{SELECT count(*) || '/' || count(*) FILTER (WHERE a.token = 1 AND a.attempt = 1
+		AND a.result = 'succeeded' AND a.invoked_at IS NOT NULL AND a.ended_at IS NOT NULL
+		AND a.worker = 'ntask worker')
+	FROM ntask.attempt_all a JOIN ntask.task t ON t.task_id = a.task_id AND t.shard = a.shard
+	WHERE t.queue = 'push'}), "$np/$np",
+	'dispatch: the ledger has one attempt per task, token 1, invoked, succeeded, by the worker');
+is($q->(q{SELECT (dispatched >= 16 AND accepted >= 16)::text || ' ' || coalesce(last_error, '-')
+	FROM ntask.worker_stats}), 'true -', 'dispatch: worker_stats counts them, no error');
+
+# lease rescue by the worker: an external worker claims and goes away; the
+# worker releases the expired leases on both workers' shards (retry_wait,
+# the attempt closed as lease_expired), as on one node
+$q->(q{SELECT count(*) FROM ntask_queue_set('resc', lease => '1 second', max_attempts => 3);
+	SELECT count(*) FROM generate_series(1, 8) i, ntask_enqueue('resc', 'resc' || i, '{}')});
+is($nodes_of->('resc'), '2', 'lease rescue: the resc tasks are on both workers');
+is(scalar($claim_all->('resc', 8)), 8, 'lease rescue: an external worker claims 8 tasks and goes away');
+is($poll->(q{SELECT count(*) FROM ntask.task t JOIN ntask.attempt_all a ON a.task_id = t.task_id AND a.shard = t.shard
+	WHERE t.queue = 'resc' AND t.state = 'retry_wait' AND t.lease_until IS NULL
+	  AND a.result = 'lease_expired' AND a.ended_at IS NOT NULL}, '8', 20), '8',
+	'lease rescue: the worker released the 8 expired leases (retry_wait, attempts lease_expired)');
+
+SKIP:
+{
+	skip 'pg_cron is not installed', 2 unless $have_cron;
+	is($q->(q{SELECT cron_job FROM ntask.schedule WHERE name = 'minutely'}), 'ntask:minutely',
+		'schedule: ntask_schedule registered its pg_cron job on the coordinator');
+	is($poll->(q{SELECT count(*) FROM ntask.schedule_slot s JOIN ntask.task t
+		  ON t.task_id = s.task_id AND t.shard = (s.task_id >> 48)
+		WHERE s.schedule = 'minutely' AND s.outcome = 'enqueued' AND t.queue = 'cronq'
+		  AND t.task_key = ntask.slot_key('minutely', s.slot) LIMIT 1}, '1', 75), '1',
+		'schedule: pg_cron fired the schedule on the coordinator: its slot\'s task is in its shard');
+}
+
+# about ten ticks more: nothing fails every tick, anywhere
+sleep 2;
+for my $n ($co, $w1, $w2)
+{
+	my $log = substr(PostgreSQL::Test::Utils::slurp_file($n->logfile), $log_from{ $n->name });
+	unlike($log, qr/ntask worker: .* failed|ERROR:/,
+		'no step of the worker failed and nothing logged an ERROR on ' . $n->name);
+}
+for my $w ($w1, $w2)
+{
+	my $log = substr(PostgreSQL::Test::Utils::slurp_file($w->logfile), $log_from{ $w->name });
+	my @said = ($log =~ /this node is a worker node; the coordinator's ntask worker serves the cluster/g);
+	is(scalar @said, 1, 'worker node ' . $w->name . ' says once that it idles');
+}
+is($co->safe_psql('postgres', q{SELECT expired_leases >= 8 AND repaired >= 8 AND pruned >= 8
+	FROM ntask.worker_stats}), 't', 'worker_stats counts the sweeps (leases, repairs, pruned rows)');
+
+# a worker node down: the coordinator's worker sweeps each shard in its
+# own transaction, so the shards of the node still up are swept on time
+# while the down node's steps fail (logged) until it is back
+$q->(q{SELECT count(*) FROM ntask_queue_set('dl2', total_deadline => '1 second');
+	SELECT count(*) FROM generate_series(1, 8) i, ntask_enqueue('dl2', 'dl2-' || i, '{}')});
+is($nodes_of->('dl2'), '2', 'node down: the dl2 tasks are on both workers');
+my $up_shards = $q->(q{SELECT string_agg(s.shard::text, ',') FROM ntask.shard_map s
+	JOIN pg_dist_shard_placement p
+	  ON p.shardid = get_shard_id_for_distribution_column('ntask.task', s.shard)
+	WHERE p.nodeport = } . $w1->port);
+my $on_up = $q->(qq{SELECT count(*) FROM ntask.task WHERE queue = 'dl2' AND shard IN ($up_shards)});
+cmp_ok($on_up, '>=', 1, "node down: $on_up of the 8 tasks are on " . $w1->name);
+$log_from{ $co->name } = -s $co->logfile;
+$w2->stop('immediate');
+is($poll->(qq{SELECT count(*) FROM ntask.task WHERE queue = 'dl2' AND shard IN ($up_shards)
+	AND state = 'repair_required' AND reason = 'deadline_exceeded'}, $on_up, 20), $on_up,
+	'node down: the deadlines on the node still up are enforced while ' . $w2->name . ' is down');
+$w2->start;
+is($poll->(q{SELECT count(*) FROM ntask.task WHERE queue = 'dl2'
+	AND state = 'repair_required' AND reason = 'deadline_exceeded'}, '8', 30), '8',
+	'node down: once it is back, the rest too');
+my $downlog = substr(PostgreSQL::Test::Utils::slurp_file($co->logfile), $log_from{ $co->name });
+like($downlog, qr/ntask worker: ntask housekeeping of a shard failed/,
+	'node down: the down node\'s shard steps failed, logged');
 
 NtaskCitus::stop($c);
 done_testing();
