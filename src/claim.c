@@ -243,6 +243,18 @@ static NtaskPlan claim_queue_plan = {
 	") "
 
 /*
+ * The head of the fair and the ordered pick: per key k of the key walk,
+ * a LATERAL choice of its task(s) and the queue's policy columns.
+ */
+#define CLAIM_KEYED_PICK_HEAD \
+	"SELECT x.task_id, x.was_leased, x.task_key, x.payload, q.lease, q.guard, " \
+	"  " CLAIM_POLICY ", x.retry, k.pk " \
+	"FROM ntask.queue q, k, LATERAL ( " \
+	"  SELECT t.task_id, t.state OPERATOR(pg_catalog.=) 'leased' AS was_leased, " \
+	"    t.task_key, t.payload, t.attempts OPERATOR(pg_catalog.>) 0 AS retry " \
+	"  FROM ntask.task t "
+
+/*
  * The pick of a fair queue (fairness = 'partition', docs/design.md
  * "Fairness"): round robin over the partition keys in key order (C
  * collation), starting after $5, the key that had the latest turn (fair.c)
@@ -271,12 +283,7 @@ static NtaskPlan claim_queue_plan = {
  */
 #define CLAIM_FAIR_PICK(pred, dpred, tail) \
 	CLAIM_KEY_WALK_ON(pred) \
-	"SELECT x.task_id, x.was_leased, x.task_key, x.payload, q.lease, q.guard, " \
-	"  " CLAIM_POLICY ", x.retry, k.pk " \
-	"FROM ntask.queue q, k, LATERAL ( " \
-	"  SELECT t.task_id, t.state OPERATOR(pg_catalog.=) 'leased' AS was_leased, " \
-	"    t.task_key, t.payload, t.attempts OPERATOR(pg_catalog.>) 0 AS retry " \
-	"  FROM ntask.task t " \
+	CLAIM_KEYED_PICK_HEAD \
 	"  WHERE t.queue OPERATOR(pg_catalog.=) $1 " pred \
 	"    AND t.partition_key OPERATOR(pg_catalog.=) k.pk " \
 	"    AND t.partition_key IS NOT NULL AND t.due_at IS NOT NULL " \
@@ -332,12 +339,7 @@ static NtaskPlan claim_fair_pick_shard_plan = {
  */
 #define CLAIM_ORDERED_PICK(pred, hpred, tail) \
 	CLAIM_KEY_WALK_ON(pred) \
-	"SELECT x.task_id, x.was_leased, x.task_key, x.payload, q.lease, q.guard, " \
-	"  " CLAIM_POLICY ", x.retry, k.pk " \
-	"FROM ntask.queue q, k, LATERAL ( " \
-	"  SELECT t.task_id, t.state OPERATOR(pg_catalog.=) 'leased' AS was_leased, " \
-	"    t.task_key, t.payload, t.attempts OPERATOR(pg_catalog.>) 0 AS retry " \
-	"  FROM ntask.task t " \
+	CLAIM_KEYED_PICK_HEAD \
 	"  WHERE t.task_id OPERATOR(pg_catalog.=) (SELECT h.task_id FROM ntask.task h " \
 	"      WHERE h.queue OPERATOR(pg_catalog.=) $1 " hpred \
 	"        AND h.partition_key OPERATOR(pg_catalog.=) k.pk AND h.ordered " \
