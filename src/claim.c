@@ -759,6 +759,24 @@ claim_dist_policy(text *queue, bool per_key)
 	}
 }
 
+/*
+ * claim_read_mode
+ *		A pick found nothing: read the queue (claim_queue_plan; values as
+ *		the pick's), raise 42704 when there is no such queue and 42501
+ *		without its worker_role, and set order->mode (0 plain, 1 fair, 2
+ *		ordered) and order->turns.
+ */
+static void
+claim_read_mode(text *queue, Datum *values, ClaimOrder *order)
+{
+	if (NtaskExecPlan(&claim_queue_plan, values, NULL, SPI_OK_SELECT) == 0)
+		NtaskQueueNotFound(text_to_cstring(queue));
+	if (NtaskGetBool(0, 2))
+		NtaskCheckQueueRight(queue, false); /* raises 42501 */
+	order->mode = !NtaskGetBool(0, 1) ? 0 : NtaskGetBool(0, 3) ? 2 : 1;
+	order->turns = NtaskGetBool(0, 4);
+}
+
 static int
 claim_pick(text *queue, int want, ClaimOrder *order)
 {
@@ -810,12 +828,7 @@ claim_pick(text *queue, int want, ClaimOrder *order)
 				 * queue): check it now, as below, rather than after a
 				 * probe of every shard.
 				 */
-				if (NtaskExecPlan(&claim_queue_plan, values, NULL, SPI_OK_SELECT) == 0)
-					NtaskQueueNotFound(text_to_cstring(queue));
-				if (NtaskGetBool(0, 2))
-					NtaskCheckQueueRight(queue, false); /* raises 42501 */
-				order->mode = !NtaskGetBool(0, 1) ? 0 : NtaskGetBool(0, 3) ? 2 : 1;
-				order->turns = NtaskGetBool(0, 4);
+				claim_read_mode(queue, values, order);
 				if (order->mode != 0)
 					break;		/* fair or ordered: the per-shard pick below */
 			}
@@ -836,12 +849,7 @@ claim_pick(text *queue, int want, ClaimOrder *order)
 		if (order->mode == 0)
 			return 0;
 		/* nothing due: an idle queue, no right to it, no such queue, or fair */
-		if (NtaskExecPlan(&claim_queue_plan, values, NULL, SPI_OK_SELECT) == 0)
-			NtaskQueueNotFound(text_to_cstring(queue));
-		if (NtaskGetBool(0, 2))
-			NtaskCheckQueueRight(queue, false); /* raises 42501 */
-		order->mode = !NtaskGetBool(0, 1) ? 0 : NtaskGetBool(0, 3) ? 2 : 1;
-		order->turns = NtaskGetBool(0, 4);
+		claim_read_mode(queue, values, order);
 		if (order->mode == 0)
 			return 0;
 	}
