@@ -129,7 +129,9 @@ static NtaskPlan tr_attempt_plan = {
  * The conditional statement of ntask_transition_many for every to_state but
  * retry_wait: tr_apply_plan for a whole batch.  $1/$2 are the tasks and
  * their tokens, sorted by task_id, so the rows are locked in that order
- * (a nested loop over the arrays, each task and attempt by primary key).
+ * (a nested loop over the arrays, each task reached by primary key, also as
+ * o, the row as the snapshot saw it, for the ledger row's worker and
+ * claimed_at; see tr_apply_plan; the attempt's row is inserted).
  * $3 to_state, $4 error_class, $5 error_stage, $6 the outcome is known
  * (error_class is not unknown), $7 outcome, $8 detail, $9 reason, $10
  * detail->>'reason' may name the reason, $11 the caller, $12 the results
