@@ -254,7 +254,11 @@ while (1)
 	{
 		last if -e "$dir/stop";
 		exit 3 if getppid() != $ppid;
-		sleep 0.03;
+		# an idle poll of 20-40 ms, not a fixed 30: pollers with one fixed
+		# period lock into step, and the one just behind another then
+		# loses every race for a trickled task (worker_term once waited
+		# 20 s for a claim of w3 while the three others took 40 tasks)
+		sleep 0.02 + rand(0.02);
 		next;
 	}
 	event('claim', $tid, $tok, $prior // 'none');
