@@ -21,7 +21,7 @@
  *	  connection cache (keep-alive), the same headers and body shape as the
  *	  ntask worker sends.  Prints "requests N ok N elapsed_s X rate X".
  *
- *   sink worker URL CONC CONNINFO plain|ntask|ntask-async QUEUE
+ *   sink worker URL CONC CONNINFO plain|ntask|ntask-async|ntask-claim-invoked QUEUE
  *	  A worker outside the database: one libpq connection and one libcurl
  *	  multi handle, the loop of the ntask worker (claim up to CONC - in
  *	  flight in one transaction, [ntask: mark them invoked in a second],
@@ -35,6 +35,9 @@
  *			   and the record: the invoked commit flushes the claim before
  *			   it; a record lost in a crash leaves an invoked attempt, i.e.
  *			   outcome unknown, as a crash during the transfer does)
+ *		ntask-claim-invoked: as ntask, but the claim marks its tasks
+ *			   invoked (ntask_claim(..., invoked => true)): no second
+ *			   transaction
  *	  Prints "requests N ok N elapsed_s X rate X".
  *
  *   sink watch CONNINFO ACCEPTED TIMEOUT_S
@@ -582,6 +585,7 @@ worker(const char *url, int conc, const char *conninfo, const char *mode, const 
 {
 	int			ntask = strncmp(mode, "ntask", 5) == 0;
 	int			async = strcmp(mode, "ntask-async") == 0;
+	int			claim_invoked = strcmp(mode, "ntask-claim-invoked") == 0;
 	PGconn	   *db = PQconnectdb(conninfo);
 	CURLM	   *m;
 	Req		  **done = calloc(conc, sizeof(Req *));
@@ -602,6 +606,13 @@ worker(const char *url, int conc, const char *conninfo, const char *mode, const 
 			"FROM ntask_claim($1, 'bench external', $2::int, interval '30 seconds') c";
 		invoked_sql = "SELECT count(*) FROM unnest($1::bigint[], $2::bigint[]) u(i, t), "
 			"LATERAL ntask_invoked(u.i, u.t) x WHERE x <> 'stale'";
+		if (claim_invoked)
+		{
+			claim_sql = "SELECT c.task_id, c.token, c.task_key, c.payload::text, c.attempt "
+				"FROM ntask_claim($1, 'bench external', $2::int, interval '30 seconds', "
+				"invoked => true) c";
+			invoked_sql = NULL;
+		}
 		complete_sql = "SELECT count(*) FROM unnest($1::bigint[], $2::bigint[]) u(i, t), "
 			"LATERAL ntask_transition(u.i, u.t, 'succeeded', NULL, '{\"http_status\": 200}', "
 			"NULL, 'provider_accepted') x";
@@ -646,7 +657,7 @@ worker(const char *url, int conc, const char *conninfo, const char *mode, const 
 				r->body = strdup(PQgetvalue(res, i, 3));
 				claimed[i] = r;
 			}
-			if (n > 0 && ntask)
+			if (n > 0 && ntask && invoked_sql != NULL)
 			{
 				char	   *ids = int_array(claimed, n, 0), *toks = int_array(claimed, n, 1);
 				const char *v2[2] = {ids, toks};
@@ -875,14 +886,15 @@ main(int argc, char **argv)
 		return load(argv[2], atol(argv[3]), atoi(argv[4]));
 	if (argc == 7 && strcmp(argv[1], "worker") == 0 &&
 		(strcmp(argv[5], "plain") == 0 || strcmp(argv[5], "ntask") == 0 ||
-		 strcmp(argv[5], "ntask-async") == 0))
+		 strcmp(argv[5], "ntask-async") == 0 ||
+		 strcmp(argv[5], "ntask-claim-invoked") == 0))
 		return worker(argv[2], atoi(argv[3]), argv[4], argv[5], argv[6]);
 	if (argc == 5 && strcmp(argv[1], "watch") == 0)
 		return watch(argv[2], atoll(argv[3]), atof(argv[4]));
 	fprintf(stderr,
 			"usage: sink serve PORT DUMPFILE\n"
 			"       sink load URL N CONC\n"
-			"       sink worker URL CONC CONNINFO plain|ntask|ntask-async QUEUE\n"
+			"       sink worker URL CONC CONNINFO plain|ntask|ntask-async|ntask-claim-invoked QUEUE\n"
 			"       sink watch CONNINFO ACCEPTED TIMEOUT_S\n");
 	return 2;
 }
