@@ -496,8 +496,14 @@ static NtaskPlan claim_close_plan = {
  * tasks' shard (claim_ids_shard), $7 the
  * statement timestamp and $8 the lease's end ($7 + $3), both parameters:
  * Citus refuses a stable function (statement_timestamp(), timestamptz +
- * interval) in a CASE of an UPDATE of a distributed table.
+ * interval) in a CASE of an UPDATE of a distributed table.  $10: mark the
+ * leased attempts invoked (ntask_claim's invoked).  CLAIM_LEASE_ARGS: their
+ * types, for the plain and the distributed lease statement.
  */
+#define CLAIM_LEASE_ARGS \
+	10, {INT8ARRAYOID, TEXTOID, INTERVALOID, INT8ARRAYOID, INT8ARRAYOID, INT8OID, \
+	TIMESTAMPTZOID, TIMESTAMPTZOID, INT2OID, BOOLOID}
+
 #define CLAIM_LEASE_SET \
 	"    state = CASE WHEN " CLAIM_SPENT " THEN 'repair_required' ELSE 'leased' END, " \
 	"    reason = CASE WHEN NOT " CLAIM_SPENT " THEN t.reason " \
@@ -541,8 +547,7 @@ static NtaskPlan claim_lease_plan = {
 	"    WHEN u.unknown_attempts OPERATOR(pg_catalog.>) 0 THEN 'unknown' END, "
 	"  u.state OPERATOR(pg_catalog.=) 'leased' "
 	"FROM upd u ORDER BY u.task_id",
-	10, {INT8ARRAYOID, TEXTOID, INTERVALOID, INT8ARRAYOID, INT8ARRAYOID, INT8OID,
-	TIMESTAMPTZOID, TIMESTAMPTZOID, INT2OID, BOOLOID}
+	CLAIM_LEASE_ARGS
 };
 
 /*
@@ -559,8 +564,7 @@ static NtaskPlan claim_lease_dist_plan = {
 	"RETURNING t.task_id, t.task_key, t.payload, t.attempts, t.token, t.lease_until, "
 	"  CASE WHEN t.unknown_attempts OPERATOR(pg_catalog.>) 0 THEN 'unknown' END, "
 	"  t.state OPERATOR(pg_catalog.=) 'leased'",
-	10, {INT8ARRAYOID, TEXTOID, INTERVALOID, INT8ARRAYOID, INT8ARRAYOID, INT8OID,
-	TIMESTAMPTZOID, TIMESTAMPTZOID, INT2OID, BOOLOID}
+	CLAIM_LEASE_ARGS
 };
 
 /* of the tasks $1 (of shard $2), those with a receipt (prior 'committed') */
