@@ -164,6 +164,11 @@ static NtaskPlan dq_transition_many_plan = {
 	TIMESTAMPTZARRAYOID, TEXTARRAYOID, TEXTARRAYOID},
 	true
 };
+static NtaskPlan dq_transition_group_plan = {
+	"worker transition group", NULL, 7,
+	{INT8ARRAYOID, INT8ARRAYOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID},
+	true
+};
 static NtaskPlan dq_queues_plan = {
 	"worker queues",
 	"SELECT q.queue, q.target, "
@@ -254,6 +259,11 @@ NtaskDispatchInit(const char *schema)
 		"  AS i(id, tok, st, ec, det, ra, oc, sg), "
 		"LATERAL %s.ntask_transition(i.id, i.tok, i.st, i.ec, i.det::pg_catalog.jsonb, "
 		"  i.ra, i.oc, i.sg) r",
+		s);
+	dq_transition_group_plan.sql = psprintf(
+		"SELECT r.result "
+		"FROM %s.ntask_transition_many($1, $2, $3, $4, $5::pg_catalog.jsonb, "
+		"  NULL::pg_catalog.timestamptz, $6, $7) r",
 		s);
 	MemoryContextSwitchTo(old);
 }
@@ -1071,18 +1081,81 @@ dq_retry_at(DqReq *r)
 	return 0;
 }
 
+/* dq_streq: equal strings, or both NULL */
+static bool
+dq_streq(const char *a, const char *b)
+{
+	return a == b || (a != NULL && b != NULL && strcmp(a, b) == 0);
+}
+
 /*
- * dq_record_batch
- *		ntask_transition for every request of the DqBatch arg, in one
- *		statement (the same calls dq_record_one makes, one per row).  Any
- *		error fails the whole statement; the caller then records them one
- *		by one.
+ * dq_same_record
+ *		May a and b be recorded by one ntask_transition_many call?  The same
+ *		transition with the same arguments (a round's successes usually
+ *		are), not retry_wait (its retry_at is per request, and a batch of
+ *		it is applied task by task anyway), and not the same task.
+ */
+static bool
+dq_same_record(DqReq *a, DqReq *b)
+{
+	return strcmp(a->to_state, "retry_wait") != 0 &&
+		a->task_id != b->task_id &&
+		strcmp(a->to_state, b->to_state) == 0 &&
+		dq_streq(a->error_class, b->error_class) &&
+		dq_streq(a->stage, b->stage) &&
+		dq_streq(a->outcome, b->outcome) &&
+		dq_streq(a->detail, b->detail);
+}
+
+/*
+ * dq_record_group
+ *		ntask_transition_many for reqs[0..n-1], which dq_same_record found
+ *		alike: one set-based statement instead of n calls.
  */
 static void
-dq_record_batch(void *arg)
+dq_record_group(DqReq **reqs, int n)
 {
-	DqBatch    *b = (DqBatch *) arg;
-	int			n = b->n;
+	DqReq	   *r = reqs[0];
+	Datum	   *ids = palloc(sizeof(Datum) * n);
+	Datum	   *toks = palloc(sizeof(Datum) * n);
+	Datum		values[7];
+	char		nulls[7];
+	int			i;
+	int			rows;
+
+	for (i = 0; i < n; i++)
+	{
+		ids[i] = Int64GetDatum(reqs[i]->task_id);
+		toks[i] = Int64GetDatum(reqs[i]->token);
+	}
+	memset(nulls, ' ', sizeof(nulls));
+	values[0] = NtaskInt8Array(ids, n);
+	values[1] = NtaskInt8Array(toks, n);
+	values[2] = CStringGetTextDatum(r->to_state);
+#define DQ_OPT_TEXT(k, v) \
+	do { \
+		values[k] = (v) ? CStringGetTextDatum(v) : (Datum) 0; \
+		nulls[k] = (v) ? ' ' : 'n'; \
+	} while (0)
+	DQ_OPT_TEXT(3, r->error_class);
+	DQ_OPT_TEXT(4, r->detail);
+	DQ_OPT_TEXT(5, r->outcome);
+	DQ_OPT_TEXT(6, r->stage);
+#undef DQ_OPT_TEXT
+	rows = NtaskExecPlan(&dq_transition_group_plan, values, nulls, SPI_OK_SELECT);
+	if (rows != n)
+		elog(ERROR, "ntask: worker transition group answered %d rows for %d results",
+			 rows, n);
+}
+
+/*
+ * dq_record_rows
+ *		ntask_transition for reqs[0..n-1], one call per row of one
+ *		statement (the same calls dq_record_one makes).
+ */
+static void
+dq_record_rows(DqReq **reqs, int n)
+{
 	Datum	   *ids = palloc(sizeof(Datum) * n);
 	Datum	   *toks = palloc(sizeof(Datum) * n);
 	Datum	   *ras = palloc(sizeof(Datum) * n);
@@ -1100,7 +1173,7 @@ dq_record_batch(void *arg)
 
 	for (i = 0; i < n; i++)
 	{
-		DqReq	   *r = b->reqs[i];
+		DqReq	   *r = reqs[i];
 		TimestampTz ra = dq_retry_at(r);
 
 		ids[i] = Int64GetDatum(r->task_id);
@@ -1127,6 +1200,61 @@ dq_record_batch(void *arg)
 	if (rows != n)
 		elog(ERROR, "ntask: worker transition batch answered %d rows for %d results",
 			 rows, n);
+}
+
+/*
+ * dq_record_batch
+ *		Record every request of the DqBatch arg in as few statements as it
+ *		takes: each group of two or more alike results (dq_same_record)
+ *		with one ntask_transition_many, the rest with one statement of
+ *		ntask_transition calls.  Each element gets exactly the answer its
+ *		own ntask_transition would give.  On a distributed install every
+ *		result is its own routed ntask_transition (a batch would be a
+ *		multi-shard statement).  Any error fails the whole step; the caller
+ *		then records them one by one.
+ */
+static void
+dq_record_batch(void *arg)
+{
+	DqBatch    *b = (DqBatch *) arg;
+	int			n = b->n;
+	bool	   *taken = palloc0(sizeof(bool) * n);
+	DqReq	  **group = palloc(sizeof(DqReq *) * n);
+	DqReq	  **rest = palloc(sizeof(DqReq *) * n);
+	int			nrest = 0;
+	bool		grouping = NtaskShardCount() == 0;
+	int			i;
+	int			j;
+
+	for (i = 0; i < n; i++)
+	{
+		int			ng = 0;
+
+		if (taken[i])
+			continue;
+		taken[i] = true;
+		group[ng++] = b->reqs[i];
+		for (j = i + 1; grouping && j < n; j++)
+		{
+			int			k;
+
+			if (taken[j] || !dq_same_record(b->reqs[i], b->reqs[j]))
+				continue;
+			for (k = 0; k < ng; k++)
+				if (group[k]->task_id == b->reqs[j]->task_id)
+					break;
+			if (k < ng)
+				continue;		/* a task twice: the second goes on its own */
+			taken[j] = true;
+			group[ng++] = b->reqs[j];
+		}
+		if (ng > 1)
+			dq_record_group(group, ng);
+		else
+			rest[nrest++] = group[0];
+	}
+	if (nrest > 0)
+		dq_record_rows(rest, nrest);
 }
 
 /*
