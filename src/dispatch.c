@@ -201,7 +201,9 @@ static void dq_queues_step(void *arg);
 static bool dq_start(DqReq *r);
 static bool dq_set_url(DqReq *r, const char *url);
 static void dq_classify(DqReq *r, CURLcode code);
-static void dq_flush(void);
+static void dq_flush(bool record);
+static void dq_recorded(bool ok);
+static bool dq_record_due(void);
 static size_t dq_write_cb(char *ptr, size_t size, size_t nmemb, void *userdata);
 static size_t dq_read_cb(char *buf, size_t size, size_t nitems, void *userdata);
 static char *dq_curl_detail(CURLcode code);
@@ -281,16 +283,26 @@ dq_inflight_of(const char *queue)
 	return n;
 }
 
+/*
+ * NtaskDispatchInFlight
+ *		Requests that hold a slot of ntask.http_max_inflight: running,
+ *		waiting to be invoked, or finished with a result that failed to be
+ *		recorded and waits to be tried again.  A result due to be recorded
+ *		now does not count: the next claim's transaction records it before
+ *		it claims (dq_claim), and if that transaction fails, the claim is
+ *		rolled back with it.
+ */
 int
 NtaskDispatchInFlight(void)
 {
+	TimestampTz now = GetCurrentTimestamp();
 	int			n = 0;
 	DqReq	   *r;
 
 	for (r = dq_to_invoke; r; r = r->next)
 		n++;
 	for (r = dq_finished; r; r = r->next)
-		n++;
+		n += r->next_record > now;
 	return n + dq_nrunning;
 }
 
@@ -581,17 +593,58 @@ dq_route(DqReq *r)
 		dq_free(r);
 }
 
+/* one claim transaction of dq_claim */
+typedef struct DqClaimXact
+{
+	int			qi;				/* the queue, in dq_queues */
+	bool		record;			/* record the due results first */
+	bool		claimed;		/* the claim step completed */
+} DqClaimXact;
+
+/*
+ * dq_claim_xact
+ *		The claim of one queue; the first of a round also records the
+ *		results due (dq_record_step, in subtransactions of its own), so a
+ *		round is one commit.  Then the claim runs in a subtransaction: a
+ *		claim that fails (a lock timeout, a missing worker_role grant) is
+ *		logged and rolled back alone, and the results still commit.
+ */
+static void
+dq_claim_xact(void *arg)
+{
+	DqClaimXact *x = (DqClaimXact *) arg;
+	ErrorData  *edata;
+
+	if (!x->record)
+	{
+		dq_claim_step(&x->qi);
+		x->claimed = true;
+		return;
+	}
+	dq_record_step(NULL);
+	if (NtaskTrySubxact(dq_claim_step, &x->qi, &edata))
+	{
+		x->claimed = true;
+		return;
+	}
+	NtaskWorkerError(edata->message);
+	ereport(LOG,
+			(errmsg("ntask worker: ntask dispatch: claim failed: %s", edata->message)));
+	FreeErrorData(edata);
+}
+
 /*
  * dq_claim
  *		Claim queue by queue, each in its own transaction, so a queue whose
- *		claim fails (a lock timeout, a missing worker_role grant) does not
- *		stop the others; then, only once a claim has committed, route what
- *		it handed out.
+ *		claim fails does not stop the others; the first transaction also
+ *		records the round's results (dq_claim_xact).  Only once a claim has
+ *		committed, route what it handed out.
  */
 static void
 dq_claim(void)
 {
 	int			qi;
+	bool		record = dq_finished != NULL && dq_record_due();
 
 	dq_more = false;
 	for (qi = 0; qi < dq_nqueues; qi++)
@@ -599,6 +652,7 @@ dq_claim(void)
 		DqReq	   *r;
 		DqReq	   *next;
 		bool		ok;
+		DqClaimXact x;
 
 		if (NtaskDispatchInFlight() >= ntask_http_max_inflight)
 			break;
@@ -609,11 +663,19 @@ dq_claim(void)
 		if (dq_queues[qi].breaker_limit == 0)
 			continue;
 		dq_claimed = NULL;
-		ok = NtaskWorkerRunXact(dq_claim_step, &qi, "ntask dispatch: claim");
+		x.qi = qi;
+		x.record = record;
+		x.claimed = false;
+		ok = NtaskWorkerRunXact(dq_claim_xact, &x,
+								record ? "ntask dispatch: record results and claim" :
+								"ntask dispatch: claim");
+		if (record)
+			dq_recorded(ok);
+		record = false;
 		for (r = dq_claimed; r; r = next)
 		{
 			next = r->next;
-			if (!ok)
+			if (!ok || !x.claimed)
 				dq_free(r);		/* rolled back: the task was never ours */
 			else
 				dq_route(r);
@@ -1338,10 +1400,11 @@ dq_record_due(void)
 /*
  * dq_flush
  *		Move requests along: invoke what waits for it, start what was
- *		invoked, record what finished.  Each step is one transaction.
+ *		invoked, and, if record, record what finished.  Each step is one
+ *		transaction.
  */
 static void
-dq_flush(void)
+dq_flush(bool record)
 {
 	DqReq	   *r;
 	DqReq	   *next;
@@ -1361,40 +1424,47 @@ dq_flush(void)
 			dq_free(r);			/* stale, or not recorded: never send */
 		}
 	}
-	if (dq_finished && dq_record_due())
-	{
-		DqReq	   *list = dq_finished;
-		bool		ok = NtaskWorkerRunXact(dq_record_step, NULL,
-											"ntask dispatch: record results");
-
-		/*
-		 * Recorded ones are done.  A result that could not be recorded is
-		 * kept and tried again, for as long as its lease lasts: after that
-		 * the lease is released by housekeeping (as unknown if it was
-		 * invoked), and a late record would be stale anyway.
-		 */
-		dq_finished = NULL;
-		for (r = list; r; r = next)
-		{
-			next = r->next;
-			if (ok && r->next_record < 0)
-			{
-				NtaskWorkerCount(r->counter, 1);
-				dq_free(r);
-			}
-			else if (!ok || (int64) r->record_tries * 500 > r->lease_ms + 5000)
-			{
-				ereport(LOG,
-						(errmsg("ntask worker: giving up recording the result of task " INT64_FORMAT "; its lease will expire",
-								r->task_id)));
-				dq_free(r);
-			}
-			else
-				dq_push(&dq_finished, r);
-		}
-	}
+	if (record && dq_finished && dq_record_due())
+		dq_recorded(NtaskWorkerRunXact(dq_record_step, NULL,
+									   "ntask dispatch: record results"));
 	NtaskBreakerSync();			/* breaker changes of this round */
 	NtaskWorkerSetInFlight(dq_nrunning);
+}
+
+/*
+ * dq_recorded
+ *		After a transaction that ran dq_record_step (committed if ok):
+ *		recorded ones are done.  A result that could not be recorded is
+ *		kept and tried again, for as long as its lease lasts: after that
+ *		the lease is released by housekeeping (as unknown if it was
+ *		invoked), and a late record would be stale anyway.
+ */
+static void
+dq_recorded(bool ok)
+{
+	DqReq	   *list = dq_finished;
+	DqReq	   *r;
+	DqReq	   *next;
+
+	dq_finished = NULL;
+	for (r = list; r; r = next)
+	{
+		next = r->next;
+		if (ok && r->next_record < 0)
+		{
+			NtaskWorkerCount(r->counter, 1);
+			dq_free(r);
+		}
+		else if (!ok || (int64) r->record_tries * 500 > r->lease_ms + 5000)
+		{
+			ereport(LOG,
+					(errmsg("ntask worker: giving up recording the result of task " INT64_FORMAT "; its lease will expire",
+							r->task_id)));
+			dq_free(r);
+		}
+		else
+			dq_push(&dq_finished, r);
+	}
 }
 
 /*
@@ -1415,7 +1485,7 @@ NtaskDispatchTick(bool claim)
 		dq_claim();
 	else
 		dq_more = false;
-	dq_flush();
+	dq_flush(true);				/* what the claim did not record */
 	return dq_more && NtaskDispatchInFlight() < ntask_http_max_inflight;
 }
 
@@ -1601,6 +1671,11 @@ NtaskDispatchWait(long timeout_ms)
 		(void) curl_multi_socket_action(dq_multi, CURL_SOCKET_TIMEOUT, 0, &running);
 
 	dq_done();
-	dq_flush();
+
+	/*
+	 * Record now only if no claim follows: NtaskDispatchTick, which the
+	 * worker's loop calls next, records them in its claim's transaction.
+	 */
+	dq_flush(!(dq_more && dq_nqueues > 0));
 	return rc;
 }

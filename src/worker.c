@@ -1003,7 +1003,19 @@ ntask_worker_main(Datum arg)
 		{
 			TimestampTz until = refresh_pending ? Min(next_tick, next_refresh) : next_tick;
 			long		wait_ms = (long) ((until - GetCurrentTimestamp()) / 1000);
+			long		stats_ms;
 
+			/*
+			 * Report this process's table and function statistics, as a
+			 * backend does before it waits for a command: a background
+			 * worker's are otherwise kept until it exits, so autovacuum
+			 * would not count the dead rows of its claims, transitions and
+			 * retention.  At most once a second (PGSTAT_MIN_INTERVAL); what
+			 * is left pending shortens this wait.
+			 */
+			stats_ms = pgstat_report_stat(false);
+			if (stats_ms > 0)
+				wait_ms = Min(wait_ms, stats_ms);
 			rc = NtaskDispatchWait(Max(wait_ms, 0) + 1);
 		}
 		if (rc & WL_LATCH_SET)

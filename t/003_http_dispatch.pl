@@ -66,7 +66,7 @@ sub header
 
 my $node = PostgreSQL::Test::Cluster->new('dispatch');
 $node->init;
-$node->append_conf('postgresql.conf', $worker_conf);
+$node->append_conf('postgresql.conf', $worker_conf . "track_functions = 'all'\n");
 $node->start;
 
 sub sql
@@ -143,6 +143,38 @@ sub queue
 		lease => '2 s', backoff_base => '100 ms', backoff_max => '1 s',
 		target => \$t\$$target\$t\$::jsonb)});
 }
+
+# ---------------------------------------------------------------------
+# A round's alike results are recorded by one ntask_transition_many call
+# (dispatch.c dq_record_batch), not one ntask_transition per task.  40 tasks
+# to a host that is not allowed are claimed by one claim (one enqueue
+# statement, one commit) and none is sent, so all 40 results are in one
+# round and alike.  This runs first: no task was recorded before, so the
+# worker's function statistics (track_functions = all; the worker reports
+# them before it waits) count this round only.
+# ---------------------------------------------------------------------
+queue('q_denyb', 3, url => "http://localhost:$pport/send");
+is( sql(q{SELECT count(*) FROM ntask_enqueue_many('q_denyb',
+		(SELECT array_agg('denyb-' || g) FROM generate_series(1, 40) g),
+		(SELECT array_agg(jsonb_build_object('n', g)) FROM generate_series(1, 40) g))
+		WHERE created}),
+	'40', 'batch record: 40 tasks enqueued in one statement');
+ok( $node->poll_query_until('postgres', q{
+		SELECT count(*) FROM ntask.task WHERE queue = 'q_denyb' AND state = 'repair_required'}, '40'),
+	'batch record: all 40 reached repair_required');
+is( sql(q{SELECT count(*) FROM ntask.attempt a JOIN ntask.task t USING (task_id)
+		WHERE t.queue = 'q_denyb' AND a.attempt = 1 AND a.result = 'repair_required'
+		  AND a.error_class = 'permanent' AND a.error_stage = 'config' AND a.outcome_known
+		  AND a.detail->>'reason' = 'host not in ntask.http_allowed_hosts'
+		  AND t.attempts = 1 AND t.last_error_stage = 'config'}),
+	'40', 'batch record: each has its own ledger row with the worker\'s class, stage and detail');
+ok( $node->poll_query_until('postgres', q{
+		SELECT coalesce(sum(calls) FILTER (WHERE funcname = 'ntask_transition_many'), 0)
+		  || '/' || coalesce(sum(calls) FILTER (WHERE funcname = 'ntask_transition'), 0)
+		FROM pg_stat_user_functions}, '1/0'),
+	'batch record: the worker recorded the 40 results with one ntask_transition_many call and no ntask_transition')
+  or diag(sql(q{SELECT string_agg(funcname || '=' || calls, ' ') FROM pg_stat_user_functions}));
+is(scalar(keys %{ pkeys('denyb-') }), 0, 'batch record: the provider saw nothing');
 
 queue('q_ok',      3);
 queue('q_put',     3, method => 'PUT',
@@ -521,6 +553,45 @@ is( sql(q{SELECT string_agg(concat_ws('/', a.attempt, a.error_class, a.error_sta
 is( sql(q{SELECT detail->>'curl_code' FROM ntask.attempt_all a JOIN ntask.task t USING (task_id)
 		WHERE t.task_key = 'keep-b' AND a.attempt = 1}),
 	'65', 'keep_alive: ... ended by CURLE_SEND_FAIL_REWIND (65): libcurl refused to send it again');
+
+# ---------------------------------------------------------------------
+# One commit per round: the first claim of a round also records the
+# round's results (dispatch.c dq_claim_xact).  A claim that fails there
+# (here: q_a_denied sorts first and has a worker_role the worker lacks, so
+# its every claim raises 42501) is rolled back alone; the results recorded
+# before it in the same transaction still commit.  Were they rolled back
+# with it, every task would be sent again when its lease expired (attempt 2,
+# outcome unknown).
+# ---------------------------------------------------------------------
+sql(q{CREATE ROLE ntask_t_nobody NOLOGIN});
+queue('a_denied', 3);
+sql(q{SELECT ntask_queue_set_roles('a_denied', NULL, 'ntask_t_nobody')});
+queue('q_round', 3);
+my $log_pos = -s $node->logfile;
+is( sql(q{SELECT count(*) FROM ntask_enqueue_many('q_round',
+		(SELECT array_agg('round-' || g) FROM generate_series(1, 20) g),
+		(SELECT array_agg(jsonb_build_object('n', g)) FROM generate_series(1, 20) g))
+		WHERE created}),
+	'20', 'one commit per round: 20 tasks enqueued beside a queue whose claim fails');
+ok( $node->poll_query_until('postgres', q{
+		SELECT count(*) FROM ntask.task WHERE queue = 'q_round' AND state = 'succeeded'}, '20'),
+	'one commit per round: all 20 succeeded');
+is( sql(q{SELECT count(*) || '/' || sum(t.attempts) || '/' || sum(t.unknown_attempts)
+		FROM ntask.task t WHERE t.queue = 'q_round'}),
+	'20/20/0', 'one commit per round: one attempt each, none unknown');
+{
+	my $k = pkeys('round-');
+	is( scalar(grep { @{ $k->{$_}{reqs} } == 1 } keys %$k), 20,
+		'one commit per round: the provider saw exactly one request per task');
+}
+ok( wait_for('the failed claim in the log', 30, sub {
+		my $log = slurp_file($node->logfile, $log_pos);
+		return $log =~ /ntask worker: ntask dispatch: claim failed: .*permission denied/;
+	}),
+	'one commit per round: meanwhile the claim of a_denied failed with a permission error, and was logged');
+unlike(slurp_file($node->logfile, $log_pos), qr/giving up recording the result/,
+	'one commit per round: no result was given up');
+sql(q{DELETE FROM ntask.queue WHERE queue = 'a_denied'});
 
 $node->stop;
 done_testing();
