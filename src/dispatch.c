@@ -20,9 +20,15 @@
  *	send		(no transaction) curl; a finished transfer is classified ->
  *								dq_finished (or, a reconcile answered 404,
  *								to dq_to_invoke)
- *	record		(transaction)	ntask_transition for dq_finished, all in
- *								one statement (one subtransaction per
- *								result if that statement fails)
+ *	record		(transaction)	ntask_transition for dq_finished: alike
+ *								results with one ntask_transition_many,
+ *								the rest in one statement (one
+ *								subtransaction per result if that
+ *								fails); done by the round's first claim
+ *								transaction, before it claims (the claim
+ *								in a subtransaction), so a round is one
+ *								commit; by a transaction of its own when
+ *								no claim follows
  *
  * Every request has its own memory context and curl easy handle; nothing
  * it owns outlives it.  If a transaction fails, the requests it was about
