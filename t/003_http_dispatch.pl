@@ -154,14 +154,26 @@ sub queue
 # them before it waits) count this round only.
 # ---------------------------------------------------------------------
 queue('q_denyb', 3, url => "http://localhost:$pport/send");
-is( sql(q{SELECT count(*) FROM ntask_enqueue_many('q_denyb',
-		(SELECT array_agg('denyb-' || g) FROM generate_series(1, 40) g),
-		(SELECT array_agg(jsonb_build_object('n', g)) FROM generate_series(1, 40) g))
-		WHERE created}),
-	'40', 'batch record: 40 tasks enqueued in one statement');
-ok( $node->poll_query_until('postgres', q{
-		SELECT count(*) FROM ntask.task WHERE queue = 'q_denyb' AND state = 'repair_required'}, '40'),
-	'batch record: all 40 reached repair_required');
+# enqueue_keys(queue, prefix, n): n tasks prefix1..prefixn in one statement
+sub enqueue_keys
+{
+	my ($q, $prefix, $n) = @_;
+	return sql(qq{SELECT count(*) FROM ntask_enqueue_many('$q',
+		(SELECT array_agg('$prefix' || g) FROM generate_series(1, $n) g),
+		(SELECT array_agg(jsonb_build_object('n', g)) FROM generate_series(1, $n) g))
+		WHERE created});
+}
+
+# reached(queue, state, n): poll until n tasks of queue are in state
+sub reached
+{
+	my ($q, $state, $n) = @_;
+	return $node->poll_query_until('postgres',
+		qq{SELECT count(*) FROM ntask.task WHERE queue = '$q' AND state = '$state'}, $n);
+}
+
+is(enqueue_keys('q_denyb', 'denyb-', 40), '40', 'batch record: 40 tasks enqueued in one statement');
+ok(reached('q_denyb', 'repair_required', 40), 'batch record: all 40 reached repair_required');
 is( sql(q{SELECT count(*) FROM ntask.attempt a JOIN ntask.task t USING (task_id)
 		WHERE t.queue = 'q_denyb' AND a.attempt = 1 AND a.result = 'repair_required'
 		  AND a.error_class = 'permanent' AND a.error_stage = 'config' AND a.outcome_known
@@ -568,14 +580,9 @@ queue('a_denied', 3);
 sql(q{SELECT ntask_queue_set_roles('a_denied', NULL, 'ntask_t_nobody')});
 queue('q_round', 3);
 my $log_pos = -s $node->logfile;
-is( sql(q{SELECT count(*) FROM ntask_enqueue_many('q_round',
-		(SELECT array_agg('round-' || g) FROM generate_series(1, 20) g),
-		(SELECT array_agg(jsonb_build_object('n', g)) FROM generate_series(1, 20) g))
-		WHERE created}),
-	'20', 'one commit per round: 20 tasks enqueued beside a queue whose claim fails');
-ok( $node->poll_query_until('postgres', q{
-		SELECT count(*) FROM ntask.task WHERE queue = 'q_round' AND state = 'succeeded'}, '20'),
-	'one commit per round: all 20 succeeded');
+is(enqueue_keys('q_round', 'round-', 20), '20',
+	'one commit per round: 20 tasks enqueued beside a queue whose claim fails');
+ok(reached('q_round', 'succeeded', 20), 'one commit per round: all 20 succeeded');
 is( sql(q{SELECT count(*) || '/' || sum(t.attempts) || '/' || sum(t.unknown_attempts)
 		FROM ntask.task t WHERE t.queue = 'q_round'}),
 	'20/20/0', 'one commit per round: one attempt each, none unknown');
