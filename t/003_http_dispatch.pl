@@ -188,6 +188,40 @@ ok( $node->poll_query_until('postgres', q{
   or diag(sql(q{SELECT string_agg(funcname || '=' || calls, ' ') FROM pg_stat_user_functions}));
 is(scalar(keys %{ pkeys('denyb-') }), 0, 'batch record: the provider saw nothing');
 
+# A grouped statement that fails (here a trigger on the ledger refuses
+# denyc-3's row while fail_flag has a row) is rolled back, and the round's
+# results are recorded one by one: the other nine commit in that round, and
+# denyc-3 is tried again until the trigger lets it pass.
+sql(q{
+	CREATE TABLE fail_flag (on_key text);
+	INSERT INTO fail_flag VALUES ('denyc-3');
+	CREATE FUNCTION fail_one() RETURNS trigger LANGUAGE plpgsql AS $$
+	BEGIN
+		IF EXISTS (SELECT 1 FROM public.fail_flag f JOIN ntask.task t ON t.task_key = f.on_key
+		           WHERE t.task_id = NEW.task_id) THEN
+			RAISE EXCEPTION 'injected failure for %', NEW.task_id;
+		END IF;
+		RETURN NEW;
+	END $$;
+	CREATE TRIGGER fail_one BEFORE INSERT ON ntask.attempt FOR EACH ROW EXECUTE FUNCTION fail_one();
+	GRANT SELECT ON fail_flag TO PUBLIC});
+my $fail_pos = -s $node->logfile;
+queue('q_denyc', 3, url => "http://localhost:$pport/send");
+is(enqueue_keys('q_denyc', 'denyc-', 10), '10', 'failed group: 10 tasks enqueued in one statement');
+ok(reached('q_denyc', 'repair_required', 9), 'failed group: the other 9 are recorded');
+ok( wait_for('the fallback in the log', 30, sub {
+		slurp_file($node->logfile, $fail_pos) =~
+		  /recording 10 results in one statement failed, recording them one by one: injected failure/;
+	}),
+	'failed group: the grouped statement failed and the worker fell back to one by one (logged)');
+is( sql(q{SELECT string_agg(t.task_key || ':' || t.state || ':' || t.attempts, ',' ORDER BY t.task_id)
+		FROM ntask.task t WHERE t.queue = 'q_denyc' AND t.task_key <> 'denyc-3'}),
+	join(',', map { "denyc-$_:repair_required:1" } grep { $_ != 3 } 1 .. 10),
+	'failed group: each of the other 9 in one attempt');
+sql(q{DELETE FROM fail_flag});
+ok(reached('q_denyc', 'repair_required', 10), 'failed group: denyc-3 is recorded once the trigger lets it pass');
+sql(q{DROP TRIGGER fail_one ON ntask.attempt; DROP FUNCTION fail_one(); DROP TABLE fail_flag});
+
 queue('q_ok',      3);
 queue('q_put',     3, method => 'PUT',
 	headers => { 'Content-Type' => 'application/vnd.ntask-test+json', 'X-Other' => 'b c' });
