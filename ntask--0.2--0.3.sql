@@ -148,64 +148,9 @@ END $$;
 
 -- schedules: a caught-up slot gets a deadline it can meet, slots caught
 -- up by one firing do not skip each other or the current slot, and a
--- firing that finds no new slot returns a duplicate row
-CREATE OR REPLACE FUNCTION ntask.fire_slot(s ntask.schedule, slot timestamptz, outcome_if_new text,
-								key_suffix text DEFAULT NULL,
-								OUT task_id bigint, OUT outcome text, OUT reason text)
-LANGUAGE plpgsql SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-	key text := ntask.slot_key(s.name, slot)
-				|| CASE WHEN key_suffix IS NULL THEN '' ELSE ':rerun:' || key_suffix END;
-	next_slot timestamptz := @extschema@.ntask_cron_next(s.cron, slot, s.timezone);
-	busy record;
-	e record;
-BEGIN
-	-- a slot that already has its task: any number of firings make one task
-	SELECT t.task_id INTO task_id FROM ntask.task t
-	WHERE t.queue OPERATOR(pg_catalog.=) s.queue AND t.task_key OPERATOR(pg_catalog.=) key;
-	IF FOUND THEN
-		outcome := 'duplicate';
-		reason := 'slot already has task ' || task_id;
-	ELSE
-		-- overlap policy: unfinished tasks of earlier slots
-		SELECT count(*) AS n,
-			   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.<>) 'leased') AS waiting,
-			   min(ss.slot) AS first_slot
-		INTO busy
-		FROM ntask.schedule_slot ss JOIN ntask.task t ON t.task_id OPERATOR(pg_catalog.=) ss.task_id
-		WHERE ss.schedule OPERATOR(pg_catalog.=) s.name
-		  AND ss.slot OPERATOR(pg_catalog.<) fire_slot.slot
-		  AND t.state OPERATOR(pg_catalog.=) ANY ('{ready,leased,retry_wait}')
-		  -- slots caught up by this same firing do not hold the others back
-		  AND ss.fired_at OPERATOR(pg_catalog.<) pg_catalog.now();
-		IF key_suffix IS NULL AND busy.n > 0 AND
-		   (s.overlap = 'skip' OR (s.overlap = 'buffer_one' AND busy.waiting > 0)) THEN
-			outcome := 'skipped';
-			reason := format('overlap %s: slot %s still unfinished', s.overlap,
-							 ntask.slot_key(s.name, busy.first_slot));
-		ELSE
-			SELECT * INTO e FROM @extschema@.ntask_enqueue(s.queue, key, s.payload);
-			task_id := e.task_id;
-			outcome := CASE WHEN e.created THEN outcome_if_new ELSE 'duplicate' END;
-			-- retries of a slot never cross into the next slot (unless the
-			-- schedule says otherwise: then the queue's total_deadline rules)
-			-- a caught-up slot is late by definition: it gets one slot period
-			-- from now, not a deadline (the next slot) that has passed already
-			UPDATE ntask.task t SET deadline = LEAST(t.deadline,
-				CASE WHEN outcome_if_new = 'caught_up'
-					 THEN GREATEST(next_slot, pg_catalog.now() OPERATOR(pg_catalog.+)
-								   (next_slot OPERATOR(pg_catalog.-) slot))
-					 ELSE next_slot END)
-			WHERE t.task_id OPERATOR(pg_catalog.=) e.task_id AND e.created
-			  AND s.bound_to_next_slot;
-		END IF;
-	END IF;
-	INSERT INTO ntask.schedule_slot (schedule, slot, task_id, outcome, reason)
-	VALUES (s.name, slot, task_id, outcome, reason);
-END $$;
-
+-- firing that finds no new slot returns a duplicate row (ntask.fire_slot,
+-- which ntask_fire calls, is defined once, further down, with the issue
+-- 18 changes)
 CREATE OR REPLACE FUNCTION @extschema@.ntask_fire(name text, slot timestamptz DEFAULT NULL, rerun text DEFAULT NULL)
 RETURNS TABLE (fired_slot timestamptz, task_id bigint, outcome text, reason text)
 LANGUAGE plpgsql SECURITY DEFINER
@@ -1519,11 +1464,13 @@ WHERE t.state = 'leased';
 COMMENT ON VIEW ntask.attempt_all IS 'ntask: every attempt: the ended ones (ntask.attempt) and the running one of each leased task (from its task row; ended_at and result NULL)';
 GRANT SELECT ON ntask.attempt_all TO ntask_admin;
 -- end of issue 12
--- issue 18, second part: schedules on a distributed install.  The same
--- functions with two statements Citus refused rewritten (docs/scaling.md
--- "Schedules"): ntask_schedule's upsert sets updated_at from EXCLUDED (the
--- column's default, now(), the same value), fire_slot computes the
--- slot's deadline cap before its UPDATE and reaches the task by its shard.
+-- issue 18, second part: schedules on a distributed install, with two
+-- statements Citus refused rewritten (docs/scaling.md "Schedules"):
+-- ntask_schedule's upsert sets updated_at from EXCLUDED (the column's
+-- default, now(), the same value), fire_slot computes the slot's deadline
+-- cap before its UPDATE and reaches the task by its shard.  This is
+-- fire_slot's only definition in this script (its schedule changes are
+-- described above ntask_fire).
 CREATE OR REPLACE FUNCTION ntask.fire_slot(s ntask.schedule, slot timestamptz, outcome_if_new text,
 								key_suffix text DEFAULT NULL,
 								OUT task_id bigint, OUT outcome text, OUT reason text)
