@@ -1463,6 +1463,16 @@ FROM ntask.task t
 WHERE t.state = 'leased';
 COMMENT ON VIEW ntask.attempt_all IS 'ntask: every attempt: the ended ones (ntask.attempt) and the running one of each leased task (from its task row; ended_at and result NULL)';
 GRANT SELECT ON ntask.attempt_all TO ntask_admin;
+
+-- issue 12: the claim's walk over priorities reads the priorities other
+-- than 0 here, and tries priority 0 without looking it up first (its tasks
+-- are never in this index).  A queue whose tasks all have the default
+-- priority then walks its range of task_due_idx once per claim instead of
+-- twice: that range starts with the entries of the tasks claimed since the
+-- last vacuum, dead but still there, and every forward scan of it steps
+-- over all of them.  Tasks of priority 0 never enter this index.
+CREATE INDEX task_priority_idx ON ntask.task (queue, priority DESC)
+	WHERE due_at IS NOT NULL AND priority <> 0;
 -- end of issue 12
 -- issue 18, second part: schedules on a distributed install, with two
 -- statements Citus refused rewritten (docs/scaling.md "Schedules"):

@@ -85,6 +85,40 @@ SELECT task_key FROM ntask_claim('prio', 'W1', max_tasks => 1);
 SELECT task_key FROM ntask_claim('prio', 'W1', max_tasks => 10) ORDER BY task_key;
 SELECT count(*) AS still_scheduled FROM ntask.task WHERE queue = 'prio' AND state = 'ready';
 
+-- the walk reads the priorities other than 0 from task_priority_idx and
+-- tries 0 in its place: positive ones first, then 0, then negative ones,
+-- with or without tasks at 0; tasks of priority 0 are not in that index
+SELECT queue FROM ntask_queue_set('prio2');
+SELECT count(*) FROM (SELECT ntask_enqueue('prio2', 'p' || p || '-' || i, '{}', now() - make_interval(secs => i), NULL, p)
+					  FROM unnest(ARRAY[-3, -1, 7, 2]) p, generate_series(1, 2) i) s;
+CREATE TEMP TABLE prio2_seen (n serial, task_key text);
+DO $$ BEGIN
+	FOR i IN 1 .. 9 LOOP
+		INSERT INTO prio2_seen (task_key) SELECT task_key FROM ntask_claim('prio2', 'W1');
+	END LOOP;
+END $$;
+SELECT string_agg(task_key, ' ' ORDER BY n) AS claim_order, count(*) FROM prio2_seen;
+SELECT count(*) FROM (SELECT ntask_enqueue('prio2', 'z' || p, '{}', NULL, NULL, p)
+					  FROM unnest(ARRAY[0, -5, 1]) p) s;
+TRUNCATE prio2_seen;
+DO $$ BEGIN
+	FOR i IN 1 .. 3 LOOP
+		INSERT INTO prio2_seen (task_key) SELECT task_key FROM ntask_claim('prio2', 'W1');
+	END LOOP;
+END $$;
+SELECT string_agg(task_key, ' ' ORDER BY n) AS claim_order FROM prio2_seen;
+SET enable_seqscan = off;
+SET plan_cache_mode = force_generic_plan;
+PREPARE walk_step(text) AS
+SELECT t.priority FROM ntask.task t
+WHERE t.queue = $1 AND t.due_at IS NOT NULL AND t.priority <> 0
+ORDER BY t.priority DESC LIMIT 1;
+EXPLAIN (COSTS OFF) EXECUTE walk_step('prio2');
+DEALLOCATE walk_step;
+RESET plan_cache_mode;
+RESET enable_seqscan;
+DROP TABLE prio2_seen;
+
 -- invoked => true: the lease itself marks each attempt invoked, as
 -- ntask_invoked in the same transaction would (a worker that calls out at
 -- once saves a statement per task); a takeover then knows the outcome is

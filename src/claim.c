@@ -90,9 +90,10 @@ PG_FUNCTION_INFO_V1(ntask_claim);
  * The queue's lease and guard come along with every picked row.
  *
  * Priorities are walked one at a time, highest first (a loose index scan:
- * each step of pr is one descent of task_due_idx to the next lower
- * priority that has unfinished tasks), and within a priority the due rows
- * are a range of the same index.  A single ORDER BY priority DESC, due_at
+ * each step is one descent of task_priority_idx to the next lower priority
+ * other than 0 that has unfinished tasks; 0 is tried in its place without
+ * a lookup, NTASK_PRIORITY_WALK), and within a priority the due rows are a
+ * range of task_due_idx.  A single ORDER BY priority DESC, due_at
  * scan would walk every not-yet-due entry of a higher priority (tasks
  * scheduled for later, retries in backoff) on every claim: 20k future tasks
  * at priority 5 made a claim of priority-0 work 7x slower (pgbench,

@@ -169,24 +169,38 @@ extern int16 NtaskShardFor(text *queue, text *key);
 	"    AND r.token OPERATOR(pg_catalog.=) " a ".token)"
 
 /*
- * SQL: "WITH RECURSIVE pr(p)": the priorities of queue $1 that have
- * unfinished tasks, highest first, one descent of task_due_idx each (a
- * loose index scan; see claim.c's pick).  Shared by the claim's pick and
- * the waiting claim's next-due lookup (wait.c).
+ * SQL: "WITH RECURSIVE ... pr(p)": the priorities of queue $1 to try,
+ * highest first: those other than 0 that have unfinished tasks (a loose
+ * index scan of task_priority_idx, one descent per priority; see claim.c's
+ * pick), and 0 in its place between the positive and the negative ones,
+ * always, without a lookup.  Tasks of priority 0 are not in that index, so
+ * a queue that leaves every task at the default priority looks up nothing
+ * here: the pick's own scan of priority 0 in task_due_idx is then the only
+ * walk over the entries of the tasks claimed since the last vacuum (dead,
+ * still in the index, at the front of the range), not the second.  pr is
+ * read in order (an Append), so when the first priority fills the claim
+ * the later ones are not looked up.  Shared by the claim's pick and the
+ * waiting claim's next-due lookup (wait.c).
  */
 #define NTASK_PRIORITY_WALK NTASK_PRIORITY_WALK_ON("")
 /* the same within one shard: pred is " AND t.shard ... " (claim.c) */
 #define NTASK_PRIORITY_WALK_ON(pred) \
-	"WITH RECURSIVE pr(p) AS ( " \
+	"WITH RECURSIVE nz(p) AS ( " \
 	"  (SELECT t.priority FROM ntask.task t " \
-	"   WHERE t.queue OPERATOR(pg_catalog.=) $1 AND t.due_at IS NOT NULL " pred \
+	"   WHERE t.queue OPERATOR(pg_catalog.=) $1 AND t.due_at IS NOT NULL " \
+	"     AND t.priority OPERATOR(pg_catalog.<>) 0 " pred \
 	"   ORDER BY t.priority DESC LIMIT 1) " \
 	"  UNION ALL " \
 	"  SELECT (SELECT t.priority FROM ntask.task t " \
-	"          WHERE t.queue OPERATOR(pg_catalog.=) $1 AND t.due_at IS NOT NULL " pred \
-	"            AND t.priority OPERATOR(pg_catalog.<) pr.p " \
+	"          WHERE t.queue OPERATOR(pg_catalog.=) $1 AND t.due_at IS NOT NULL " \
+	"            AND t.priority OPERATOR(pg_catalog.<>) 0 " pred \
+	"            AND t.priority OPERATOR(pg_catalog.<) nz.p " \
 	"          ORDER BY t.priority DESC LIMIT 1) " \
-	"  FROM pr WHERE pr.p IS NOT NULL " \
+	"  FROM nz WHERE nz.p IS NOT NULL " \
+	"), pr(p) AS ( " \
+	"  SELECT nz.p FROM nz WHERE nz.p OPERATOR(pg_catalog.>) 0 " \
+	"  UNION ALL SELECT 0 " \
+	"  UNION ALL SELECT nz.p FROM nz WHERE nz.p OPERATOR(pg_catalog.<) 0 " \
 	") "
 
 /*
