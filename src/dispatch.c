@@ -1090,6 +1090,14 @@ dq_classify(DqReq *r, CURLcode code)
 /* ---- record ---- */
 
 /* dq_record_one: ntask_transition for one finished request (a DqReq *) */
+/* dq_opt_text: parameter k of values/nulls is the text v, or NULL */
+static void
+dq_opt_text(Datum *values, char *nulls, int k, const char *v)
+{
+	values[k] = v ? CStringGetTextDatum(v) : (Datum) 0;
+	nulls[k] = v ? ' ' : 'n';
+}
+
 static void
 dq_record_one(void *arg)
 {
@@ -1102,15 +1110,12 @@ dq_record_one(void *arg)
 	values[0] = Int64GetDatum(r->task_id);
 	values[1] = Int64GetDatum(r->token);
 	values[2] = CStringGetTextDatum(r->to_state);
-	values[3] = r->error_class ? CStringGetTextDatum(r->error_class) : (Datum) 0;
-	nulls[3] = r->error_class ? ' ' : 'n';
+	dq_opt_text(values, nulls, 3, r->error_class);
 	values[4] = DirectFunctionCall1(jsonb_in, CStringGetDatum(r->detail));
 	values[5] = TimestampTzGetDatum(retry_at);
 	nulls[5] = retry_at != 0 ? ' ' : 'n';
-	values[6] = r->outcome ? CStringGetTextDatum(r->outcome) : (Datum) 0;
-	nulls[6] = r->outcome ? ' ' : 'n';
-	values[7] = r->stage ? CStringGetTextDatum(r->stage) : (Datum) 0;
-	nulls[7] = r->stage ? ' ' : 'n';
+	dq_opt_text(values, nulls, 6, r->outcome);
+	dq_opt_text(values, nulls, 7, r->stage);
 	(void) NtaskExecPlan(&dq_transition_plan, values, nulls, SPI_OK_SELECT);
 }
 
@@ -1161,13 +1166,13 @@ dq_streq(const char *a, const char *b)
  *		May a and b be recorded by one ntask_transition_many call?  The same
  *		transition with the same arguments (a round's successes usually
  *		are), not retry_wait (its retry_at is per request, and a batch of
- *		it is applied task by task anyway), and not the same task.
+ *		it is applied task by task anyway).  A task goes into a group at
+ *		most once: dq_record_batch's scan sees to that.
  */
 static bool
 dq_same_record(DqReq *a, DqReq *b)
 {
 	return strcmp(a->to_state, "retry_wait") != 0 &&
-		a->task_id != b->task_id &&
 		strcmp(a->to_state, b->to_state) == 0 &&
 		dq_streq(a->error_class, b->error_class) &&
 		dq_streq(a->stage, b->stage) &&
@@ -1200,16 +1205,10 @@ dq_record_group(DqReq **reqs, int n)
 	values[0] = NtaskInt8Array(ids, n);
 	values[1] = NtaskInt8Array(toks, n);
 	values[2] = CStringGetTextDatum(r->to_state);
-#define DQ_OPT_TEXT(k, v) \
-	do { \
-		values[k] = (v) ? CStringGetTextDatum(v) : (Datum) 0; \
-		nulls[k] = (v) ? ' ' : 'n'; \
-	} while (0)
-	DQ_OPT_TEXT(3, r->error_class);
-	DQ_OPT_TEXT(4, r->detail);
-	DQ_OPT_TEXT(5, r->outcome);
-	DQ_OPT_TEXT(6, r->stage);
-#undef DQ_OPT_TEXT
+	dq_opt_text(values, nulls, 3, r->error_class);
+	dq_opt_text(values, nulls, 4, r->detail);
+	dq_opt_text(values, nulls, 5, r->outcome);
+	dq_opt_text(values, nulls, 6, r->stage);
 	rows = NtaskExecPlan(&dq_transition_group_plan, values, nulls, SPI_OK_SELECT);
 	if (rows != n)
 		elog(ERROR, "ntask: worker transition group answered %d rows for %d results",
