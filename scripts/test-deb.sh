@@ -58,7 +58,7 @@ echo "ntask deb: built $(basename "$deb") ($(stat -c %s "$deb") bytes)"
 list=$(dpkg-deb -c "$deb" | awk '{print $6}')
 echo "$list" | grep -E 'ntask(\.so|\.control|--0\.3\.sql|--0\.2--0\.3\.sql)$' | sed 's/^/  /'
 for f in usr/lib/postgresql/15/lib/ntask.so usr/share/postgresql/15/extension/ntask.control \
-	usr/share/postgresql/15/extension/ntask--0.1.sql usr/share/postgresql/15/extension/ntask--0.2--0.3.sql; do
+	usr/share/postgresql/15/extension/ntask--0.1.sql usr/share/postgresql/15/extension/ntask--0.2--0.3.sql usr/share/postgresql/15/extension/ntask--0.3--1.0.0.sql; do
 	echo "$list" | grep -qx "\./$f" || fail "$f is not in the package"
 done
 dpkg-deb -f "$deb" Depends | grep -q postgresql-15 || fail "the package does not depend on postgresql-15"
@@ -112,7 +112,7 @@ SELECT 'worker ' || state FROM ntask.worker_stats;
 SQL
 ) || fail "psql: $out"
 echo "$out" | sed 's/^/  /'
-expect="version 0.3
+expect="version 1.0.0
 library ntask
 1
 enqueued true

@@ -191,8 +191,8 @@ for my $k (sort keys %$before)
 	is($after->{$k}, $before->{$k}, "restored: $k unchanged");
 }
 note "tasks before the dump: $before->{tasks}";
-is(sql($dst, q{SELECT extversion FROM pg_extension WHERE extname = 'ntask'}), '0.3',
-	'restored: extension 0.3');
+is(sql($dst, q{SELECT extversion FROM pg_extension WHERE extname = 'ntask'}), '1.0.0',
+	'restored: extension 1.0.0');
 
 # ---------------------------------------------------------------------
 # The restored database goes on where the old one stopped
@@ -230,7 +230,7 @@ is(sql($dst, q{SELECT r.result FROM ntask_claim('gq', 'W') c, ntask_transition(c
 is(sql($dst, q{SELECT state FROM ntask.saga WHERE saga_key = 'o-1'}), 'succeeded',
 	'restored: the saga trigger moves the restored saga to succeeded');
 sql($dst, q{ALTER EXTENSION ntask UPDATE});
-is(sql($dst, q{SELECT extversion FROM pg_extension WHERE extname = 'ntask'}), '0.3',
+is(sql($dst, q{SELECT extversion FROM pg_extension WHERE extname = 'ntask'}), '1.0.0',
 	'ALTER EXTENSION ntask UPDATE on the restored database is a no-op');
 
 $src->stop;
