@@ -214,3 +214,11 @@ DELETE FROM ntask.queue WHERE queue = 'e';
 UPDATE ntask.queue SET queue = 'e2' WHERE queue = 'e';
 \echo :SQLSTATE
 DELETE FROM ntask.queue WHERE queue = 'e0';
+-- an error inside one of ntask's own statements is reported without the
+-- statement's text (no "SQL statement ..." context line, no QUERY line):
+-- here its re-analysis after a column it reads was renamed
+SELECT task_id FROM ntask_claim('e', 'W1');
+BEGIN;
+ALTER TABLE ntask.queue RENAME COLUMN lease TO lease_renamed;
+SELECT task_id FROM ntask_claim('e', 'W1');
+ROLLBACK;

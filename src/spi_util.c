@@ -38,6 +38,7 @@ static Oid	spi_caller = InvalidOid;
 static Oid	spi_owner(void);
 static void spi_prepare(NtaskPlan *p);
 static void spi_check_version(void);
+static void spi_rethrow_without_statement(NtaskPlan *p) pg_attribute_noreturn();
 
 static NtaskPlan spi_audit_plan = {
 	"audit insert",
@@ -136,16 +137,75 @@ NtaskExecPlanCount(NtaskPlan *p, Datum *values, const char *nulls,
 			spi_prepare(p);
 		rc = SPI_execute_plan(p->plan, values, nulls, false, count);
 	}
-	PG_FINALLY();
+	PG_CATCH();
 	{
 		SetUserIdAndSecContext(save_userid, save_sec_context);
 		spi_caller = save_caller;
+		spi_rethrow_without_statement(p);
 	}
 	PG_END_TRY();
+	SetUserIdAndSecContext(save_userid, save_sec_context);
+	spi_caller = save_caller;
 	AtEOXact_GUC(true, save_nestlevel);
 	if (rc != expected_rc)
 		elog(ERROR, "ntask: %s failed: %s", p->name, SPI_result_code_string(rc));
 	return (int) SPI_processed;
+}
+
+/*
+ * spi_rethrow_without_statement
+ *		Re-raise the error being handled without the text of ntask's own
+ *		statement p: SPI adds it as a context line ("SQL statement ...") and,
+ *		for an error at parse analysis, as the internal query.  Those
+ *		hundreds of characters of internal SQL tell a user nothing (the
+ *		message, detail and hint say what went wrong) and would make the
+ *		statement text part of what users see.  The other context lines (a
+ *		PL/pgSQL function of the user's, an outer statement) are kept.
+ *		Called in PG_CATCH, only on the error path.
+ */
+static void
+spi_rethrow_without_statement(NtaskPlan *p)
+{
+	MemoryContext oldcxt = MemoryContextSwitchTo(TopTransactionContext);
+	ErrorData  *edata;
+	char	   *line;
+
+	/* an error while aborting, or out of memory: leave it as it is */
+	if (!IsTransactionState())
+	{
+		MemoryContextSwitchTo(oldcxt);
+		PG_RE_THROW();
+	}
+	edata = CopyErrorData();
+	FlushErrorState();
+	if (edata->internalquery != NULL && strcmp(edata->internalquery, p->sql) == 0)
+	{
+		edata->internalquery = NULL;
+		edata->internalpos = 0;
+	}
+	line = psprintf("SQL statement \"%s\"", p->sql);
+	if (edata->context != NULL)
+	{
+		char	   *at = strstr(edata->context, line);
+
+		if (at != NULL)
+		{
+			StringInfoData buf;
+			const char *rest = at + strlen(line);
+
+			/* the line and its separator: "\n" after it, else before it */
+			initStringInfo(&buf);
+			if (*rest == '\n')
+				rest++;
+			else if (at > edata->context && at[-1] == '\n')
+				at--;
+			appendBinaryStringInfo(&buf, edata->context, at - edata->context);
+			appendStringInfoString(&buf, rest);
+			edata->context = buf.len > 0 ? buf.data : NULL;
+		}
+	}
+	MemoryContextSwitchTo(oldcxt);
+	ReThrowError(edata);
 }
 
 /*
