@@ -258,12 +258,9 @@ NtaskFairAdvanceShard(const char *queue, int16 shard, text *key)
 	fair_id(&id, queue, shard);
 	fair_set(fair_local_entry(&id, true), VARDATA_ANY(key), len);
 	LWLockAcquire(fair_shared->lock, LW_EXCLUSIVE);
-	s = (FairSlot *) hash_search(fair_hash, &id, HASH_FIND, NULL);
-	if (s == NULL && hash_get_num_entries(fair_hash) >= ntask_fair_cursor_slots &&
-		now >= fair_shared->evict_after)
-		fair_shared->evict_after = NtaskShmemEvict(fair_hash, now, fair_idle_at, NULL);
-	if (s == NULL && hash_get_num_entries(fair_hash) < ntask_fair_cursor_slots)
-		s = (FairSlot *) hash_search(fair_hash, &id, HASH_ENTER_NULL, &found);
+	s = (FairSlot *) NtaskShmemEnter(fair_hash, &id, ntask_fair_cursor_slots, now,
+									 &fair_shared->evict_after, fair_idle_at,
+									 NULL, &found);
 	if (s != NULL)
 	{
 		fair_set(s, VARDATA_ANY(key), len);

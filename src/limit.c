@@ -171,6 +171,35 @@ NtaskShmemEvict(HTAB *htab, TimestampTz now,
 }
 
 /*
+ * NtaskShmemEnter
+ *		The entry of id in htab, a shared table of at most slots entries
+ *		(its lock held exclusively); *found says whether it was there.  A
+ *		new entry is made when there is room, after removing the entries
+ *		evictable by now (NtaskShmemEvict, but for keep) if the table is
+ *		full and *evict_after has come; NULL when there is still none.
+ */
+void *
+NtaskShmemEnter(HTAB *htab, const void *id, int slots, TimestampTz now,
+				TimestampTz *evict_after,
+				TimestampTz (*evictable_at) (void *entry), void *keep,
+				bool *found)
+{
+	void	   *e = hash_search(htab, id, HASH_FIND, found);
+
+	if (e != NULL)
+		return e;
+	if (hash_get_num_entries(htab) >= slots)
+	{
+		if (now < *evict_after)
+			return NULL;
+		*evict_after = NtaskShmemEvict(htab, now, evictable_at, keep);
+		if (hash_get_num_entries(htab) >= slots)
+			return NULL;
+	}
+	return hash_search(htab, id, HASH_ENTER_NULL, found);
+}
+
+/*
  * NtaskShmemFullLog
  *		True when a "table is full" LOG is due (at most one a minute per
  *		table); records now as its time.  Caller holds the table's lock
@@ -218,20 +247,11 @@ limit_find(const char *queue, const char *key, int keylen, int n,
 	id.keylen = key ? Min(keylen, NTASK_MAX_KEY_LEN) : -1;
 	if (key)
 		memcpy(id.key, key, id.keylen);
-	s = (LimitSlot *) hash_search(limit_hash, &id, HASH_FIND, NULL);
-	if (s != NULL)
+	s = (LimitSlot *) NtaskShmemEnter(limit_hash, &id, ntask_rate_limit_slots, now,
+									  &limit_shared->evict_after, limit_full_at,
+									  keep, &found);
+	if (s == NULL || found)
 		return s;
-	if (hash_get_num_entries(limit_hash) >= ntask_rate_limit_slots)
-	{
-		if (now < limit_shared->evict_after)
-			return NULL;
-		limit_shared->evict_after = NtaskShmemEvict(limit_hash, now, limit_full_at, keep);
-		if (hash_get_num_entries(limit_hash) >= ntask_rate_limit_slots)
-			return NULL;
-	}
-	s = (LimitSlot *) hash_search(limit_hash, &id, HASH_ENTER_NULL, &found);
-	if (s == NULL)
-		return NULL;
 	s->n = n;
 	s->per_usecs = per_usecs;
 	s->tokens = n;
@@ -394,16 +414,11 @@ NtaskShareTake(const char *queue, float4 share, bool retry)
 	id.dboid = MyDatabaseId;
 	strlcpy(id.queue, queue, LIMIT_QUEUE_LEN);
 	LWLockAcquire(limit_shared->lock, LW_EXCLUSIVE);
-	s = (ShareSlot *) hash_search(share_hash, &id, HASH_FIND, NULL);
-	if (s == NULL && hash_get_num_entries(share_hash) >= ntask_rate_limit_slots &&
-		now >= limit_shared->share_evict_after)
-		limit_shared->share_evict_after = NtaskShmemEvict(share_hash, now, share_idle_at, NULL);
-	if (s == NULL && hash_get_num_entries(share_hash) < ntask_rate_limit_slots)
-	{
-		s = (ShareSlot *) hash_search(share_hash, &id, HASH_ENTER_NULL, &found);
-		if (s != NULL)
-			s->fresh = s->retry = 0;
-	}
+	s = (ShareSlot *) NtaskShmemEnter(share_hash, &id, ntask_rate_limit_slots, now,
+									  &limit_shared->share_evict_after,
+									  share_idle_at, NULL, &found);
+	if (s != NULL && !found)
+		s->fresh = s->retry = 0;
 	if (s == NULL)
 	{
 		ok = !retry;

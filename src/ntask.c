@@ -376,7 +376,7 @@ _PG_init(void)
 							"A bucket's slot goes to another key only once it has "
 							"refilled; while every slot holds a bucket that has "
 							"not, tasks needing a new bucket are held back (a LOG "
-							"says so).  About 700 bytes of shared memory per slot.",
+							"says so).  About 750 bytes of shared memory per slot.",
 							&ntask_rate_limit_slots,
 							4096, 16, 1024 * 1024,
 							pm_context,
@@ -387,7 +387,7 @@ _PG_init(void)
 							"Rotation cursors of fair queues (per database, queue and shard) kept at a time.",
 							"Beyond them a claim resumes from its session's or a "
 							"shared hashed cursor, never always at the first key.  "
-							"About 1.3 kB of shared memory per slot.",
+							"About 1.2 kB of shared memory per slot.",
 							&ntask_fair_cursor_slots,
 							1024, 4, 1024 * 1024,
 							pm_context,

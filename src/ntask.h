@@ -385,6 +385,10 @@ extern bool NtaskShareTake(const char *queue, float4 share, bool retry);
 extern TimestampTz NtaskShmemEvict(HTAB *htab, TimestampTz now,
 								   TimestampTz (*evictable_at) (void *entry),
 								   void *keep);
+extern void *NtaskShmemEnter(HTAB *htab, const void *id, int slots,
+							 TimestampTz now, TimestampTz *evict_after,
+							 TimestampTz (*evictable_at) (void *entry),
+							 void *keep, bool *found);
 extern bool NtaskShmemFullLog(TimestampTz *logged_at, TimestampTz now);
 extern void NtaskWakeWaitersAtCommit(const char *queue, int ndue,
 									 TimestampTz later);
