@@ -10,18 +10,25 @@
  * budget).  A task of a partition key with its own bucket needs a token of
  * both its key's bucket and the queue's, taken together or not at all.
  *
- * The buckets live in shared memory, one table of LIMIT_SLOTS buckets per
- * cluster under one LWLock (taken exclusively for the few microseconds of
- * a take), so concurrent claims never hand out more tokens than a bucket
- * has: the take is atomic, and a claim never waits for another claim's
- * transaction.  A token taken by a claim whose transaction then rolls
- * back is lost, so the limit errs on the slow side.  Not durable: after a
- * restart, or when more buckets are in use than the table holds (the
- * least recently used is forgotten), a bucket starts again full, so at
- * most one extra burst of n can go out.  docs/design.md "Flow control".
+ * The buckets live in shared memory, a hash table of
+ * ntask.rate_limit_slots buckets per cluster under one LWLock (taken
+ * exclusively for the few microseconds of a take), so concurrent claims
+ * never hand out more tokens than a bucket has: the take is atomic, and a
+ * claim never waits for another claim's transaction.  A token taken by a
+ * claim whose transaction then rolls back is lost, so the limit errs on
+ * the slow side.  Not durable: after a restart a bucket starts again full,
+ * so at most one extra burst of n can go out.
  *
- * The same table keeps, per queue with a retry share, how many first
- * attempts and retries it handed out lately (NtaskShareTake).
+ * A bucket is forgotten only when, refilled to now, it is full: a new
+ * bucket starts full, so forgetting it loses nothing.  When every slot
+ * holds a bucket that is not full, a task that needs a new bucket is held
+ * back (as if its bucket were empty) until one refills, and a LOG (at
+ * most one a minute) says the table is full; a bucket is never reset.
+ * docs/design.md "Flow control".
+ *
+ * A second table of as many slots keeps, per queue with a retry share,
+ * how many first attempts and retries it handed out lately
+ * (NtaskShareTake).
  *
  * IDENTIFICATION
  *	  src/limit.c
@@ -30,7 +37,8 @@
  */
 #include "ntask.h"
 
-#include "common/hashfn.h"
+#include <math.h>
+
 #include "miscadmin.h"
 #include "storage/ipc.h"
 #include "storage/lwlock.h"
@@ -38,18 +46,22 @@
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
-#define LIMIT_SLOTS		1024	/* buckets in use at a time */
 #define LIMIT_QUEUE_LEN	64		/* queue names: 63 bytes + NUL */
+
+/* a bucket's identity; zeroed before it is filled in (the hash is of all) */
+typedef struct LimitKey
+{
+	Oid			dboid;
+	int32		keylen;			/* -1: the queue's own bucket */
+	char		queue[LIMIT_QUEUE_LEN];
+	char		key[NTASK_MAX_KEY_LEN];
+} LimitKey;
 
 typedef struct LimitSlot
 {
-	uint64		used;			/* last use (LimitShared.clock); 0: free */
-	uint32		hash;			/* of (database, queue, key) */
-	Oid			dboid;
-	bool		has_key;		/* false: the queue's own bucket */
-	int			keylen;
-	char		queue[LIMIT_QUEUE_LEN];
-	char		key[NTASK_MAX_KEY_LEN];
+	LimitKey	id;
+	int			n;				/* the limit of the bucket's latest take */
+	int64		per_usecs;
 	double		tokens;
 	TimestampTz refilled_at;
 } LimitSlot;
@@ -57,16 +69,23 @@ typedef struct LimitSlot
 /*
  * The recent hand-outs of a queue with a retry share: first attempts and
  * retries, halved whenever they pass SHARE_WINDOW together, so the share
- * follows the last few hundred hand-outs.
+ * follows the last few hundred hand-outs.  Counters not used for
+ * SHARE_FORGET_USECS (no first attempt was due in the queue all that
+ * while) may give their slot to another queue.
  */
-#define SHARE_SLOTS		64
 #define SHARE_WINDOW	200.0
+#define SHARE_FORGET_USECS	(60 * USECS_PER_SEC)
+
+typedef struct ShareKey
+{
+	Oid			dboid;
+	char		queue[LIMIT_QUEUE_LEN];
+} ShareKey;
 
 typedef struct ShareSlot
 {
-	uint64		used;
-	Oid			dboid;
-	char		queue[LIMIT_QUEUE_LEN];
+	ShareKey	id;
+	TimestampTz used_at;
 	double		fresh;
 	double		retry;
 } ShareSlot;
@@ -74,18 +93,24 @@ typedef struct ShareSlot
 typedef struct LimitShared
 {
 	LWLock	   *lock;
-	uint64		clock;
-	LimitSlot	slots[LIMIT_SLOTS];
-	ShareSlot	shares[SHARE_SLOTS];
+	TimestampTz evict_after;	/* no bucket is full before (lower bound) */
+	TimestampTz share_evict_after;
+	TimestampTz logged_at;		/* the latest "table is full" LOG */
+	TimestampTz share_logged_at;
+	uint64		held;			/* tasks held back for want of a slot */
 } LimitShared;
 
 static LimitShared *limit_shared = NULL;
+static HTAB *limit_hash = NULL;
+static HTAB *share_hash = NULL;
 
 /* NtaskLimitShmemRequest: reserve the buckets (shmem_request time) */
 void
 NtaskLimitShmemRequest(void)
 {
 	RequestAddinShmemSpace(MAXALIGN(sizeof(LimitShared)));
+	RequestAddinShmemSpace(hash_estimate_size(ntask_rate_limit_slots, sizeof(LimitSlot)));
+	RequestAddinShmemSpace(hash_estimate_size(ntask_rate_limit_slots, sizeof(ShareSlot)));
 	RequestNamedLWLockTranche("ntask_limit", 1);
 }
 
@@ -94,6 +119,7 @@ void
 NtaskLimitShmemStartup(void)
 {
 	bool		found;
+	HASHCTL		info;
 
 	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
 	limit_shared = ShmemInitStruct("ntask limit", sizeof(LimitShared), &found);
@@ -102,47 +128,135 @@ NtaskLimitShmemStartup(void)
 		memset(limit_shared, 0, sizeof(LimitShared));
 		limit_shared->lock = &(GetNamedLWLockTranche("ntask_limit"))->lock;
 	}
+	info.keysize = sizeof(LimitKey);
+	info.entrysize = sizeof(LimitSlot);
+	limit_hash = ShmemInitHash("ntask limit buckets",
+							   ntask_rate_limit_slots, ntask_rate_limit_slots,
+							   &info, HASH_ELEM | HASH_BLOBS);
+	info.keysize = sizeof(ShareKey);
+	info.entrysize = sizeof(ShareSlot);
+	share_hash = ShmemInitHash("ntask limit shares",
+							   ntask_rate_limit_slots, ntask_rate_limit_slots,
+							   &info, HASH_ELEM | HASH_BLOBS);
 	LWLockRelease(AddinShmemInitLock);
+}
+
+/*
+ * NtaskShmemEvict
+ *		Remove from a full shared hash table (its lock held exclusively)
+ *		every entry but keep whose evictable_at is not after now.  Returns
+ *		the earliest evictable_at among the entries left (DT_NOEND when
+ *		none): until then a new scan cannot remove anything, so a caller
+ *		that keeps it does not scan the table on every miss.
+ */
+TimestampTz
+NtaskShmemEvict(HTAB *htab, TimestampTz now,
+				TimestampTz (*evictable_at) (void *entry), void *keep)
+{
+	HASH_SEQ_STATUS seq;
+	void	   *e;
+	TimestampTz next = DT_NOEND;
+
+	hash_seq_init(&seq, htab);
+	while ((e = hash_seq_search(&seq)) != NULL)
+	{
+		TimestampTz at = evictable_at(e);
+
+		if (e != keep && at <= now)
+			hash_search(htab, e, HASH_REMOVE, NULL);
+		else if (e != keep)
+			next = Min(next, at);
+	}
+	return next;
+}
+
+/*
+ * NtaskShmemEnter
+ *		The entry of id in htab, a shared table of at most slots entries
+ *		(its lock held exclusively); *found says whether it was there.  A
+ *		new entry is made when there is room, after removing the entries
+ *		evictable by now (NtaskShmemEvict, but for keep) if the table is
+ *		full and *evict_after has come; NULL when there is still none.
+ */
+void *
+NtaskShmemEnter(HTAB *htab, const void *id, int slots, TimestampTz now,
+				TimestampTz *evict_after,
+				TimestampTz (*evictable_at) (void *entry), void *keep,
+				bool *found)
+{
+	void	   *e = hash_search(htab, id, HASH_FIND, found);
+
+	if (e != NULL)
+		return e;
+	if (hash_get_num_entries(htab) >= slots)
+	{
+		if (now < *evict_after)
+			return NULL;
+		*evict_after = NtaskShmemEvict(htab, now, evictable_at, keep);
+		if (hash_get_num_entries(htab) >= slots)
+			return NULL;
+	}
+	return hash_search(htab, id, HASH_ENTER_NULL, found);
+}
+
+/*
+ * NtaskShmemFullLog
+ *		True when a "table is full" LOG is due (at most one a minute per
+ *		table); records now as its time.  Caller holds the table's lock
+ *		exclusively, and logs after releasing it.
+ */
+bool
+NtaskShmemFullLog(TimestampTz *logged_at, TimestampTz now)
+{
+	if (*logged_at != 0 && now - *logged_at < 60 * USECS_PER_SEC)
+		return false;
+	*logged_at = now;
+	return true;
+}
+
+/* limit_full_at: when the bucket, refilled, holds n tokens again */
+static TimestampTz
+limit_full_at(void *entry)
+{
+	LimitSlot  *s = (LimitSlot *) entry;
+
+	if (s->n <= 0 || s->tokens >= s->n)
+		return s->refilled_at;
+	return s->refilled_at +
+		(TimestampTz) ceil((s->n - s->tokens) * (double) s->per_usecs / s->n);
 }
 
 /*
  * limit_find
  *		The bucket of (this database, queue, key), created full (n tokens)
- *		in the least recently used slot if it has none.  Caller holds the
- *		lock exclusively.
+ *		if it has none.  NULL when the table is full and no bucket in it is
+ *		full (forgetting one would hand out its tokens again); keep is not
+ *		forgotten.  Caller holds the lock exclusively.
  */
 static LimitSlot *
 limit_find(const char *queue, const char *key, int keylen, int n,
-		   TimestampTz now)
+		   int64 per_usecs, TimestampTz now, LimitSlot *keep)
 {
-	uint32		h = hash_bytes((const unsigned char *) queue, strlen(queue));
-	LimitSlot  *lru = NULL;
-	int			i;
+	LimitKey	id;
+	LimitSlot  *s;
+	bool		found;
 
-	h = hash_combine(h, MyDatabaseId);
-	if (key != NULL)
-		h = hash_combine(h, hash_bytes((const unsigned char *) key, keylen));
-	for (i = 0; i < LIMIT_SLOTS; i++)
-	{
-		LimitSlot  *s = &limit_shared->slots[i];
-
-		if (s->used != 0 && s->hash == h && s->dboid == MyDatabaseId &&
-			s->has_key == (key != NULL) && strcmp(s->queue, queue) == 0 &&
-			(key == NULL || (s->keylen == keylen && memcmp(s->key, key, keylen) == 0)))
-			return s;
-		if (lru == NULL || s->used < lru->used)
-			lru = s;
-	}
-	lru->hash = h;
-	lru->dboid = MyDatabaseId;
-	lru->has_key = key != NULL;
-	strlcpy(lru->queue, queue, LIMIT_QUEUE_LEN);
-	lru->keylen = key ? Min(keylen, NTASK_MAX_KEY_LEN) : 0;
+	memset(&id, 0, sizeof(id));
+	id.dboid = MyDatabaseId;
+	strlcpy(id.queue, queue, LIMIT_QUEUE_LEN);
+	id.keylen = key ? Min(keylen, NTASK_MAX_KEY_LEN) : -1;
 	if (key)
-		memcpy(lru->key, key, lru->keylen);
-	lru->tokens = n;
-	lru->refilled_at = now;
-	return lru;
+		memcpy(id.key, key, id.keylen);
+	s = (LimitSlot *) NtaskShmemEnter(limit_hash, &id, ntask_rate_limit_slots, now,
+									  &limit_shared->evict_after, limit_full_at,
+									  keep, &found);
+	if (s == NULL || found)
+		return s;
+	s->n = n;
+	s->per_usecs = per_usecs;
+	s->tokens = n;
+	s->refilled_at = now;
+	return s;
 }
 
 /* limit_refill: add what the time since the last refill earned */
@@ -156,7 +270,17 @@ limit_refill(LimitSlot *s, int n, int64 per_usecs, TimestampTz now)
 	}
 	if (s->tokens > n)
 		s->tokens = n;
-	s->used = ++limit_shared->clock;
+	s->n = n;
+	s->per_usecs = per_usecs;
+	limit_shared->evict_after = Min(limit_shared->evict_after, limit_full_at(s));
+}
+
+/* limit_taken: a token went; the bucket is full again later */
+static void
+limit_taken(LimitSlot *s)
+{
+	s->tokens -= 1.0;
+	limit_shared->evict_after = Min(limit_shared->evict_after, limit_full_at(s));
 }
 
 /*
@@ -177,7 +301,8 @@ NtaskLimitAvailable(void)
  *		bucket (kn per kper_usecs), both or neither.  Returns 0 when taken,
  *		else NTASK_LIMIT_QUEUE when the queue's bucket is empty (whatever
  *		the key's holds) or NTASK_LIMIT_KEY when only the key's is; then
- *		*next is when the missing token will be there.
+ *		*next is when the missing token will be there.  A bucket that the
+ *		full table has no slot for counts as empty.
  */
 int
 NtaskLimitTake(const char *queue, int qn, int64 qper_usecs,
@@ -187,42 +312,79 @@ NtaskLimitTake(const char *queue, int qn, int64 qper_usecs,
 	LimitSlot  *qs = NULL;
 	LimitSlot  *ks = NULL;
 	int			empty = 0;
+	bool		log_full = false;
+	TimestampTz slot_at = 0;
 
 	Assert(limit_shared != NULL);
 	*next = 0;
 	LWLockAcquire(limit_shared->lock, LW_EXCLUSIVE);
 	if (qn > 0)
 	{
-		qs = limit_find(queue, NULL, 0, qn, now);
-		limit_refill(qs, qn, qper_usecs, now);
-		if (qs->tokens < 1.0)
-		{
+		qs = limit_find(queue, NULL, 0, qn, qper_usecs, now, NULL);
+		if (qs == NULL)
 			empty = NTASK_LIMIT_QUEUE;
-			*next = now + (TimestampTz) ((1.0 - qs->tokens) * qper_usecs / qn) + 1;
+		else
+		{
+			limit_refill(qs, qn, qper_usecs, now);
+			if (qs->tokens < 1.0)
+			{
+				empty = NTASK_LIMIT_QUEUE;
+				*next = now + (TimestampTz) ((1.0 - qs->tokens) * qper_usecs / qn) + 1;
+			}
 		}
 	}
-	if (key != NULL && kn > 0)
+	if (key != NULL && kn > 0 && (qn <= 0 || qs != NULL))
 	{
-		ks = limit_find(queue, key, keylen, kn, now);
-		limit_refill(ks, kn, kper_usecs, now);
-		if (ks->tokens < 1.0)
+		ks = limit_find(queue, key, keylen, kn, kper_usecs, now, qs);
+		if (ks == NULL)
 		{
-			TimestampTz at = now + (TimestampTz) ((1.0 - ks->tokens) * kper_usecs / kn) + 1;
-
 			if (empty == 0)
 				empty = NTASK_LIMIT_KEY;
-			*next = Max(*next, at);
 		}
+		else
+		{
+			limit_refill(ks, kn, kper_usecs, now);
+			if (ks->tokens < 1.0)
+			{
+				TimestampTz at = now + (TimestampTz) ((1.0 - ks->tokens) * kper_usecs / kn) + 1;
+
+				if (empty == 0)
+					empty = NTASK_LIMIT_KEY;
+				*next = Max(*next, at);
+			}
+		}
+	}
+	if ((qn > 0 && qs == NULL) || (key != NULL && kn > 0 && ks == NULL))
+	{
+		/* no slot: held until a bucket has refilled */
+		slot_at = Max(limit_shared->evict_after, now + 1);
+		*next = Max(*next, slot_at);
+		limit_shared->held++;
+		log_full = NtaskShmemFullLog(&limit_shared->logged_at, now);
 	}
 	if (empty == 0)
 	{
 		if (qs)
-			qs->tokens -= 1.0;
+			limit_taken(qs);
 		if (ks)
-			ks->tokens -= 1.0;
+			limit_taken(ks);
 	}
 	LWLockRelease(limit_shared->lock);
+	if (log_full)
+		ereport(LOG,
+				(errmsg("ntask: the rate-limit table is full (%d buckets, none refilled): a task of queue \"%s\" is held back",
+						ntask_rate_limit_slots, queue),
+				 errdetail("A bucket gives its slot to another only once it has refilled; a slot is free again at %s.",
+						   timestamptz_to_str(slot_at)),
+				 errhint("Raise ntask.rate_limit_slots (needs a restart).")));
 	return empty;
+}
+
+/* share_idle_at: when a queue's share counters may be forgotten */
+static TimestampTz
+share_idle_at(void *entry)
+{
+	return ((ShareSlot *) entry)->used_at + SHARE_FORGET_USECS;
 }
 
 /*
@@ -232,38 +394,47 @@ NtaskLimitTake(const char *queue, int qn, int64 qper_usecs,
  *		a retry may when, counting it, retries have had at most share of
  *		the queue's recent hand-outs.  Counts what it allows.  The caller
  *		stops asking once no first attempt is due (then retries take all,
- *		uncounted).
+ *		uncounted).  When the table is full of counters used within the
+ *		last minute, the queue's are not kept: the answer is that of a
+ *		queue with no hand-outs yet (a first attempt goes, a retry waits
+ *		for the first attempts, or for none to be due).
  */
 bool
 NtaskShareTake(const char *queue, float4 share, bool retry)
 {
-	ShareSlot  *s = NULL;
-	ShareSlot  *lru = NULL;
+	ShareKey	id;
+	ShareSlot  *s;
+	bool		found;
 	bool		ok;
-	int			i;
+	bool		log_full = false;
+	TimestampTz now = GetCurrentTimestamp();
 
 	Assert(limit_shared != NULL);
+	memset(&id, 0, sizeof(id));
+	id.dboid = MyDatabaseId;
+	strlcpy(id.queue, queue, LIMIT_QUEUE_LEN);
 	LWLockAcquire(limit_shared->lock, LW_EXCLUSIVE);
-	for (i = 0; i < SHARE_SLOTS; i++)
-	{
-		ShareSlot  *c = &limit_shared->shares[i];
-
-		if (c->used != 0 && c->dboid == MyDatabaseId && strcmp(c->queue, queue) == 0)
-		{
-			s = c;
-			break;
-		}
-		if (lru == NULL || c->used < lru->used)
-			lru = c;
-	}
+	s = (ShareSlot *) NtaskShmemEnter(share_hash, &id, ntask_rate_limit_slots, now,
+									  &limit_shared->share_evict_after,
+									  share_idle_at, NULL, &found);
+	if (s != NULL && !found)
+		s->fresh = s->retry = 0;
 	if (s == NULL)
 	{
-		s = lru;
-		s->dboid = MyDatabaseId;
-		strlcpy(s->queue, queue, LIMIT_QUEUE_LEN);
-		s->fresh = s->retry = 0;
+		ok = !retry;
+		if (retry)
+			log_full = NtaskShmemFullLog(&limit_shared->share_logged_at, now);
+		LWLockRelease(limit_shared->lock);
+		if (log_full)
+			ereport(LOG,
+					(errmsg("ntask: the retry-share table is full (%d queues used within a minute): a retry of queue \"%s\" waits for the first attempts",
+							ntask_rate_limit_slots, queue),
+					 errhint("Raise ntask.rate_limit_slots (needs a restart).")));
+		return ok;
 	}
-	s->used = ++limit_shared->clock;
+	s->used_at = now;
+	limit_shared->share_evict_after = Min(limit_shared->share_evict_after,
+										  share_idle_at(s));
 	ok = !retry || s->retry + 1.0 <= share * (s->fresh + s->retry + 1.0) + 1e-9;
 	if (ok)
 	{
@@ -299,26 +470,38 @@ ntask_limit_next(PG_FUNCTION_ARGS)
 	TimestampTz at = now;
 	char	   *queue;
 	text	   *key = PG_ARGISNULL(1) ? NULL : PG_GETARG_TEXT_PP(1);
+	LimitKey	id;
 	int			i;
 
 	if (limit_shared == NULL || PG_ARGISNULL(0))
 		PG_RETURN_NULL();
 	queue = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	memset(&id, 0, sizeof(id));
+	id.dboid = MyDatabaseId;
+	strlcpy(id.queue, queue, LIMIT_QUEUE_LEN);
 	LWLockAcquire(limit_shared->lock, LW_SHARED);
-	for (i = 0; i < LIMIT_SLOTS; i++)
+	for (i = 0; i < 2; i++)
 	{
-		LimitSlot  *s = &limit_shared->slots[i];
+		LimitSlot  *s;
 		int			n;
 		int64		per;
 		double		tokens;
 
-		if (s->used == 0 || s->dboid != MyDatabaseId || strcmp(s->queue, queue) != 0)
+		/* the queue's bucket, then the key's */
+		if (i == 1)
+		{
+			if (key == NULL)
+				break;
+			id.keylen = Min(VARSIZE_ANY_EXHDR(key), NTASK_MAX_KEY_LEN);
+			memcpy(id.key, VARDATA_ANY(key), id.keylen);
+		}
+		else
+			id.keylen = -1;
+		s = (LimitSlot *) hash_search(limit_hash, &id, HASH_FIND, NULL);
+		if (s == NULL)
 			continue;
-		if (s->has_key && (key == NULL || s->keylen != (int) VARSIZE_ANY_EXHDR(key) ||
-						   memcmp(s->key, VARDATA_ANY(key), s->keylen) != 0))
-			continue;
-		n = PG_GETARG_INT32(s->has_key ? 4 : 2);
-		per = PG_GETARG_INT64(s->has_key ? 5 : 3);
+		n = PG_GETARG_INT32(i == 1 ? 4 : 2);
+		per = PG_GETARG_INT64(i == 1 ? 5 : 3);
 		if (n <= 0 || per <= 0)
 			continue;
 		tokens = Min(s->tokens + (double) (now - s->refilled_at) * n / (double) per, n);

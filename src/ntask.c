@@ -53,6 +53,10 @@ int			ntask_history_retention_s = 30 * 86400;
 int			ntask_max_wait_ms = 30000;
 int			ntask_max_result_bytes = 65536;
 
+/* the sizes of flow control's shared-memory tables (limit.c, fair.c) */
+int			ntask_rate_limit_slots = 4096;
+int			ntask_fair_cursor_slots = 1024;
+
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 static ProcessUtility_hook_type prev_process_utility_hook = NULL;
@@ -365,6 +369,29 @@ _PG_init(void)
 							65536, 0, 64 * 1024 * 1024,
 							PGC_SUSET,
 							GUC_UNIT_BYTE,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("ntask.rate_limit_slots",
+							"Token buckets of rate-limited queues and keys kept at a time, and as many retry-share counters.",
+							"A bucket's slot goes to another key only once it has "
+							"refilled; while every slot holds a bucket that has "
+							"not, tasks needing a new bucket are held back (a LOG "
+							"says so).  About 750 bytes of shared memory per slot.",
+							&ntask_rate_limit_slots,
+							4096, 16, 1024 * 1024,
+							pm_context,
+							0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("ntask.fair_cursor_slots",
+							"Rotation cursors of fair queues (per database, queue and shard) kept at a time.",
+							"Beyond them a claim resumes from its session's or a "
+							"shared hashed cursor, never always at the first key.  "
+							"About 1.2 kB of shared memory per slot.",
+							&ntask_fair_cursor_slots,
+							1024, 4, 1024 * 1024,
+							pm_context,
+							0,
 							NULL, NULL, NULL);
 
 	MarkGUCPrefixReserved("ntask");

@@ -22,6 +22,7 @@
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "nodes/execnodes.h"
+#include "utils/hsearch.h"
 #include "utils/jsonb.h"
 #include "utils/timestamp.h"
 
@@ -68,6 +69,8 @@ extern int	ntask_audit_retention_s;
 extern int	ntask_history_retention_s;
 extern int	ntask_max_wait_ms;
 extern int	ntask_max_result_bytes;
+extern int	ntask_rate_limit_slots;
+extern int	ntask_fair_cursor_slots;
 
 /*
  * A statement prepared once per backend with SPI_prepare + SPI_keepplan.
@@ -379,6 +382,14 @@ extern int	NtaskLimitTake(const char *queue, int qn, int64 qper_usecs,
 						   int64 kper_usecs, TimestampTz now,
 						   TimestampTz *next);
 extern bool NtaskShareTake(const char *queue, float4 share, bool retry);
+extern TimestampTz NtaskShmemEvict(HTAB *htab, TimestampTz now,
+								   TimestampTz (*evictable_at) (void *entry),
+								   void *keep);
+extern void *NtaskShmemEnter(HTAB *htab, const void *id, int slots,
+							 TimestampTz now, TimestampTz *evict_after,
+							 TimestampTz (*evictable_at) (void *entry),
+							 void *keep, bool *found);
+extern bool NtaskShmemFullLog(TimestampTz *logged_at, TimestampTz now);
 extern void NtaskWakeWaitersAtCommit(const char *queue, int ndue,
 									 TimestampTz later);
 extern int	NtaskClaimWait(ReturnSetInfo *rsinfo, text *queue, text *worker,
