@@ -212,6 +212,7 @@ SET client_min_messages = error;
 ALTER SYSTEM SET ntask.http_allowed_hosts = '127.0.0.1';
 ALTER SYSTEM SET ntask.naptime = '200ms';
 SELECT pg_reload_conf();
+SELECT pg_sleep(0.5);	-- the reload reaches this session before ntask_queue_set checks a host
 CREATE EXTENSION ntask;
 SELECT queue FROM ntask_queue_set('vg', max_attempts => 3, backoff_base => '100 ms',
 	backoff_max => '1 s', lease => '20 s', target => '{"type": "http",
@@ -223,8 +224,11 @@ SELECT queue FROM ntask_queue_set('vg_put', max_attempts => 2, backoff_base => '
 	"headers": {"Content-Type": "application/json; charset=utf-8"}}');
 SELECT queue FROM ntask_queue_set('vg_refused', max_attempts => 2, backoff_base => '100 ms',
 	target => '{"type": "http", "url": "http://127.0.0.1:1/send", "timeout_ms": 1000}');
-SELECT queue FROM ntask_queue_set('vg_deny', max_attempts => 2,
-	target => '{"type": "http", "url": "http://localhost:$pport/send"}');
+-- a host not allowed is refused by ntask_queue_set: store it as a target
+-- set before the list changed would be
+SELECT queue FROM ntask_queue_set('vg_deny', max_attempts => 2);
+UPDATE ntask.queue SET target = '{"type": "http", "url": "http://localhost:$pport/send"}'
+WHERE queue = 'vg_deny';
 SELECT count(*) FROM (
 	SELECT ntask_enqueue('vg', k, jsonb_build_object('k', k, 'n', n))
 	FROM unnest(ARRAY['ok-1', 'ok-2', 'ok-3', 'r500-1', 'ra-1', 'bad-1', 'big-1',

@@ -108,6 +108,48 @@ SELECT task_id AS g1 FROM ntask_enqueue('ex', 'notify:u-b:d-b1:m-9:v1-stale', '{
 SELECT count(*) FROM ntask_claim('ex', 'W6');
 SELECT event, actor, detail FROM pg_temp.ex(:g1) WHERE event IN ('now', 'finished');
 
+-- issue 30.5: on http queues the words say what the worker will really do.
+-- An unknown prior outcome without a reconcile_url: the worker sends again
+-- (it does not reconcile); with one: it asks the reconcile_url first.
+SELECT queue FROM ntask_queue_set('exw', max_attempts => 3, lease => '1 minute',
+	target => '{"type": "http", "url": "https://push.example/v1/send"}');
+SELECT queue FROM ntask_queue_set('exr', max_attempts => 3, lease => '1 minute',
+	target => '{"type": "http", "url": "https://push.example/v1/send", "method": "PUT",
+	            "reconcile_url": "https://push.example/v1/status"}');
+CREATE FUNCTION pg_temp.unknown_once(q text, k text) RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+	c record;
+BEGIN
+	PERFORM ntask_enqueue(q, k, '{}');
+	SELECT * INTO c FROM ntask_claim(q, 'W7');
+	PERFORM ntask_invoked(c.task_id, c.token);
+	PERFORM ntask_transition(c.task_id, c.token, 'retry_wait', 'unknown', error_stage => 'response',
+	                         retry_at => now() - interval '1 second');
+	RETURN c.task_id;
+END $$;
+SELECT pg_temp.unknown_once('exw', 'w1') AS w1 \gset
+SELECT pg_temp.unknown_once('exr', 'r1') AS r1 \gset
+SELECT detail FROM pg_temp.ex(:w1) WHERE event = 'now';
+SELECT detail FROM pg_temp.ex(:r1) WHERE event = 'now';
+-- a due task of a queue whose circuit breaker is open (as the worker
+-- writes it) is held by the breaker, not waiting for a claim; half open,
+-- it waits for the probe
+SELECT breaker_failures FROM ntask_queue_set('exw', breaker_failures => 3, breaker_cooldown => '10 minutes');
+SELECT task_id AS w2 FROM ntask_enqueue('exw', 'w2', '{}') \gset
+INSERT INTO ntask.breaker (queue, state, failures, opened_at, open_until, changed_at)
+VALUES ('exw', 'open', 3, now() - interval '1 minute', now() + interval '9 minutes', now() - interval '1 minute');
+SELECT detail FROM pg_temp.ex(:w2) WHERE event = 'now';
+SELECT e.detail LIKE '%open until ' || to_char(b.open_until, 'YYYY-MM-DD HH24:MI:SSOF') || '%' AS names_open_until
+FROM ntask_explain(:w2) e, ntask.breaker b WHERE b.queue = 'exw' AND e.event = 'now';
+UPDATE ntask.breaker SET state = 'half_open', changed_at = now() WHERE queue = 'exw';
+SELECT detail FROM pg_temp.ex(:w2) WHERE event = 'now';
+-- an open breaker whose cooldown has passed: the next tick probes
+UPDATE ntask.breaker SET state = 'open', open_until = now() - interval '1 second' WHERE queue = 'exw';
+SELECT detail FROM pg_temp.ex(:w2) WHERE event = 'now';
+-- a closed breaker adds nothing
+UPDATE ntask.breaker SET state = 'closed', failures = 1 WHERE queue = 'exw';
+SELECT detail FROM pg_temp.ex(:w2) WHERE event = 'now';
+
 -- only ntask_admin may explain; bad arguments
 SET ROLE regress_ex_jobs;
 SELECT count(*) FROM ntask_explain(:s1);

@@ -1,6 +1,7 @@
 -- http_target: a queue's http target is checked by ntask_queue_set
--- (docs/worker.md "Dispatch"); this cluster allows no host, so a valid
--- target is stored with a WARNING
+-- (docs/worker.md "Dispatch"); this cluster allows push.example,
+-- allowed.example and 127.0.0.1 (test/ntask.conf): a target at any other
+-- host is refused (22023), naming the host
 \set VERBOSITY terse
 SHOW ntask.http_allowed_hosts;
 SELECT queue, target FROM ntask_queue_set('ht',
@@ -75,9 +76,9 @@ SELECT * FROM ntask_queue_set('bad', target => ('{"type": "http", "url": "http:/
 SELECT count(*) FROM ntask.queue WHERE queue = 'bad';
 
 -- URLs are parsed by libcurl's URL API, the parser the transfer uses: the
--- host in each WARNING (one per accepted URL, in row order) is the host
--- ntask checks against the allowlist and curl would connect to.  Where a
--- naive parser and libcurl disagree:
+-- host named in each refusal is the host ntask checks against the
+-- allowlist and curl would connect to.  Where a naive parser and libcurl
+-- disagree:
 SET client_min_messages = warning;
 CREATE FUNCTION pg_temp.try_url(u text) RETURNS text LANGUAGE plpgsql AS $$
 DECLARE
@@ -107,3 +108,26 @@ SELECT u AS url, pg_temp.try_url(u) AS result FROM (VALUES
 	('http:///allowed.example'),
 	('gopher://allowed.example/')) v(u);
 RESET client_min_messages;
+
+-- issue 30.7: a host the allowlist does not name is refused, not stored
+-- with a WARNING (its tasks would all go to repair within a tick); the
+-- reconcile_url's host too.  Nothing is stored.
+SELECT * FROM ntask_queue_set('ht4', target => '{"type": "http", "url": "https://not-listed.example/x"}');
+\echo :SQLSTATE
+SELECT * FROM ntask_queue_set('ht4', target => '{"type": "http", "url": "https://push.example/x",
+	"reconcile_url": "https://not-listed.example/status"}');
+\echo :SQLSTATE
+SELECT count(*) AS ht4_created FROM ntask.queue WHERE queue = 'ht4';
+SELECT target->>'url' AS ht2_kept FROM ntask.queue WHERE queue = 'ht2';
+-- a target is removed with JSON null or {}; SQL NULL keeps it
+SELECT queue, target FROM ntask_queue_set('ht2', target => 'null');
+SELECT queue, target FROM ntask_queue_set('ext', target => '{}');
+SELECT queue, target FROM ntask_queue_set('ht', max_attempts => 4);
+SELECT queue, target IS NULL AS removed FROM ntask_queue_set('ht', target => 'null');
+SELECT queue, target FROM ntask_queue_set('ht2', target => '{"type": "external"}');
+-- other non-objects are still refused
+SELECT * FROM ntask_queue_set('ht2', target => '[]');
+\echo :SQLSTATE
+SELECT * FROM ntask_queue_set('ht2', target => '"none"');
+\echo :SQLSTATE
+SELECT target FROM ntask.queue WHERE queue = 'ht2';

@@ -902,8 +902,10 @@ dq_start(DqReq *r)
 /*
  * dq_open_socket
  *		curl's socket opener, called for every address curl is about to
- *		connect to: refuse loopback, link-local (169.254.0.0/16: cloud
- *		metadata), private, shared and unique-local addresses, whatever
+ *		connect to: refuse every address that is not global unicast
+ *		(loopback, link-local with 169.254.169.254, private, shared,
+ *		unique-local, reserved, multicast, the IANA special-purpose blocks
+ *		and IPv6 forms of such IPv4 addresses: http_parse.c), whatever
  *		name led there (a listed host that resolves to one, by mistake or
  *		DNS rebinding), unless ntask.http_allowed_hosts names the address or
  *		a range holding it (http_parse.c).  Nothing is sent on a refused
@@ -977,11 +979,16 @@ dq_classify(DqReq *r, CURLcode code)
 	curl_easy_getinfo(r->easy, CURLINFO_PRETRANSFER_TIME_T, &pretransfer);
 	curl_easy_getinfo(r->easy, CURLINFO_REQUEST_SIZE, &request_size);
 	{
-		/* libcurl parses Retry-After (seconds or an HTTP-date); 0: none */
+		/*
+		 * libcurl parses Retry-After (seconds or an HTTP-date); 0: none.
+		 * ntask.http_retry_after_max = 0 ignores it: the queue's backoff
+		 * decides, as without the header (not a retry at once).
+		 */
 		curl_off_t	ra = 0;
 
 		r->retry_after_s = -1;
-		if (curl_easy_getinfo(r->easy, CURLINFO_RETRY_AFTER, &ra) == CURLE_OK && ra > 0)
+		if (ntask_http_retry_after_max > 0 &&
+			curl_easy_getinfo(r->easy, CURLINFO_RETRY_AFTER, &ra) == CURLE_OK && ra > 0)
 			r->retry_after_s = Min((int64) ra, (int64) ntask_http_retry_after_max);
 	}
 	NtaskBreakerObserve(r->queue, status, (int) code, r->refused_addr != NULL);
@@ -1048,7 +1055,7 @@ dq_classify(DqReq *r, CURLcode code)
 		old = MemoryContextSwitchTo(r->cxt);
 		initStringInfo(&buf);
 		appendStringInfoString(&buf, "{\"reason\": ");
-		escape_json(&buf, psprintf("host %s resolved to %s, a loopback, link-local, private or unique-local address that ntask.http_allowed_hosts does not list",
+		escape_json(&buf, psprintf("host %s resolved to %s, a loopback, link-local, private, unique-local or other special-purpose address that ntask.http_allowed_hosts does not list",
 								   r->target->host, r->refused_addr));
 		appendStringInfoChar(&buf, '}');
 		MemoryContextSwitchTo(old);

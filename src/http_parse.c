@@ -192,34 +192,105 @@ hp_host_in_list(const char *host, const char *allowlist, bool wildcard)
 }
 
 /*
+ * The IPv4 blocks that are not the public internet: the IANA IPv4
+ * Special-Purpose Address Registry's entries that are not globally
+ * reachable (192.0.0.9 and .10, globally reachable, go with the rest of
+ * 192.0.0.0/24: 192.0.0.192 is a cloud metadata address), the deprecated
+ * 6to4 relay anycast block, multicast and the reserved 240.0.0.0/4 (with
+ * the broadcast address).
+ */
+static const struct
+{
+	unsigned char net[4];
+	int			bits;
+}			hp_special4[] = {
+	{{0, 0, 0, 0}, 8},			/* "this network" */
+	{{10, 0, 0, 0}, 8},			/* private */
+	{{100, 64, 0, 0}, 10},		/* shared (CGNAT) */
+	{{127, 0, 0, 0}, 8},		/* loopback */
+	{{169, 254, 0, 0}, 16},		/* link-local, cloud metadata */
+	{{172, 16, 0, 0}, 12},		/* private */
+	{{192, 0, 0, 0}, 24},		/* IETF protocol assignments */
+	{{192, 0, 2, 0}, 24},		/* documentation (TEST-NET-1) */
+	{{192, 88, 99, 0}, 24},		/* 6to4 relay anycast (deprecated) */
+	{{192, 168, 0, 0}, 16},		/* private */
+	{{198, 18, 0, 0}, 15},		/* benchmarking */
+	{{198, 51, 100, 0}, 24},	/* documentation (TEST-NET-2) */
+	{{203, 0, 113, 0}, 24},		/* documentation (TEST-NET-3) */
+	{{224, 0, 0, 0}, 4},		/* multicast */
+	{{240, 0, 0, 0}, 4},		/* reserved, broadcast */
+};
+
+/*
+ * The IPv6 blocks inside global unicast (2000::/3) that are not the public
+ * internet (IANA IPv6 Special-Purpose Address Registry); everything outside
+ * 2000::/3 is not global unicast either (hp_special).
+ */
+static const struct
+{
+	unsigned char net[16];
+	int			bits;
+}			hp_special6[] = {
+	{{0x20, 0x01}, 23},			/* IETF protocol assignments, Teredo */
+	{{0x20, 0x01, 0x0d, 0xb8}, 32}, /* documentation */
+	{{0x3f, 0xff}, 20},			/* documentation */
+};
+
+/*
+ * hp_embedded4
+ *		The IPv4 address an IPv6 address carries, or NULL: IPv4-mapped
+ *		(::ffff:0:0/96), NAT64 (64:ff9b::/96, RFC 6052) and 6to4
+ *		(2002::/16, the address in bits 16..47).  Such an address reaches
+ *		the IPv4 host (through the kernel, a translator or a relay), so it
+ *		is judged as that host.
+ */
+static const unsigned char *
+hp_embedded4(const unsigned char *a)
+{
+	static const unsigned char mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+	static const unsigned char nat64[12] = {0, 0x64, 0xff, 0x9b, 0, 0, 0, 0, 0, 0, 0, 0};
+
+	if (memcmp(a, mapped, 12) == 0 || memcmp(a, nat64, 12) == 0)
+		return a + 12;
+	if (a[0] == 0x20 && a[1] == 0x02)
+		return a + 2;
+	return NULL;
+}
+
+/*
  * hp_special
- *		Addresses that are not the public internet: loopback, unspecified
- *		("this network"), link-local (cloud metadata), private, shared
- *		(CGNAT), IPv6 unique-local (which holds the metadata address
- *		fd00:ec2::254); an IPv4-mapped IPv6 address is judged by its IPv4
- *		part.  a is 4 or 16 bytes in network order.
+ *		Addresses that are not the public internet (hp_special4, and for
+ *		IPv6: whatever lies outside global unicast 2000::/3, which holds
+ *		::, ::1, the IPv4-compatible ::/96, the local-use NAT64 prefix
+ *		64:ff9b:1::/48, discard-only 100::/64, unique-local fc00::/7 with
+ *		the metadata address fd00:ec2::254, link-local fe80::/10 and
+ *		multicast ff00::/8; then hp_special6).  An IPv6 address that
+ *		carries an IPv4 address (hp_embedded4) is judged by it.  a is 4 or
+ *		16 bytes in network order.
  */
 static bool
 hp_special(int family, const unsigned char *a)
 {
-	static const unsigned char mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-	static const unsigned char zero[16] = {0};
+	const unsigned char *v4;
+	size_t		i;
 
 	if (family == 4)
-		return a[0] == 127 || a[0] == 0 || a[0] == 10 ||
-			(a[0] == 169 && a[1] == 254) ||
-			(a[0] == 172 && (a[1] & 0xf0) == 16) ||
-			(a[0] == 192 && a[1] == 168) ||
-			(a[0] == 100 && (a[1] & 0xc0) == 64);
+	{
+		for (i = 0; i < sizeof(hp_special4) / sizeof(hp_special4[0]); i++)
+			if (hp_in_prefix(a, hp_special4[i].net, hp_special4[i].bits))
+				return true;
+		return false;
+	}
 	if (family != 6)
 		return true;			/* unknown: never without an entry */
-	if (memcmp(a, mapped, 12) == 0)
-		return hp_special(4, a + 12);
-	if (memcmp(a, zero, 15) == 0 && (a[15] == 0 || a[15] == 1))
-		return true;			/* :: and ::1 */
-	if (a[0] == 0xfe && (a[1] & 0xc0) == 0x80)
-		return true;			/* fe80::/10 */
-	return (a[0] & 0xfe) == 0xfc;	/* fc00::/7 */
+	if ((v4 = hp_embedded4(a)) != NULL)
+		return hp_special(4, v4);
+	if ((a[0] & 0xe0) != 0x20)
+		return true;			/* outside 2000::/3 */
+	for (i = 0; i < sizeof(hp_special6) / sizeof(hp_special6[0]); i++)
+		if (hp_in_prefix(a, hp_special6[i].net, hp_special6[i].bits))
+			return true;
+	return false;
 }
 
 /* hp_in_prefix: the first bits of a and net agree */

@@ -57,12 +57,14 @@ extern bool ntask_host_listed(const char *host, const char *allowlist);
 /*
  * Whether the worker may connect to address a (family 4: 4 bytes, 6: 16
  * bytes, network order), whatever name led there: a public address, yes
- * (its host name passed the allowlist already); loopback, unspecified,
- * link-local (169.254.0.0/16, cloud metadata; fe80::/10), private (10/8,
- * 172.16/12, 192.168/16), shared (100.64/10), unique-local (fc00::/7, with
- * the metadata address fd00:ec2::254) and IPv4-mapped forms of these, only
- * when an allowlist entry is that address or a CIDR range holding it ("*"
- * does not count).  Any other family: no.
+ * (its host name passed the allowlist already); an address that is not
+ * global unicast (the IANA special-purpose blocks: loopback, unspecified,
+ * link-local with the metadata addresses 169.254.169.254, 192.0.0.192 and
+ * fd00:ec2::254, private, shared, benchmarking, documentation, reserved,
+ * multicast; every IPv6 address outside 2000::/3), and an IPv6 address
+ * carrying such an IPv4 address (mapped, NAT64 64:ff9b::/96, 6to4
+ * 2002::/16), only when an allowlist entry is that address or a CIDR range
+ * holding it ("*" does not count).  Any other family: no.
  */
 extern bool ntask_addr_permitted(int family, const unsigned char *a,
 								 const char *allowlist);

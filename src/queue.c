@@ -59,7 +59,9 @@ static NtaskPlan queue_update_plan = {
 	"  backoff_base = coalesce($5, q.backoff_base), "
 	"  backoff_max = coalesce($6, q.backoff_max), "
 	"  guard = coalesce($7, q.guard), "
-	"  target = coalesce($8, q.target), "
+	"  target = CASE WHEN $8 IS NULL THEN q.target "
+	"    WHEN $8 OPERATOR(pg_catalog.=) 'null'::pg_catalog.jsonb "
+	"      OR $8 OPERATOR(pg_catalog.=) '{}'::pg_catalog.jsonb THEN NULL ELSE $8 END, "
 	"  retention = coalesce($9, q.retention), "
 	"  notify = coalesce($10, q.notify), "
 	"  fairness = coalesce($11, q.fairness), "
@@ -155,7 +157,9 @@ static NtaskPlan queue_clear_guard_plan = {
 
 static void queue_check_name(text *name);
 static char *queue_check_guard(Oid guard);
-static void queue_warn_host(const char *what, const char *host);
+static void queue_check_host(const char *what, const char *host);
+static void queue_warn_not_preloaded(const char *what, const char *detail);
+static bool queue_target_removed(Jsonb *target);
 
 /*
  * queue_check_name
@@ -237,18 +241,57 @@ queue_check_guard(Oid guard)
 }
 
 /*
- * queue_warn_host
- *		A target host the allowlist does not name is stored (the list is a
- *		server setting and may change), with a WARNING saying what happens.
+ * queue_check_host
+ *		A target host the allowlist does not name is refused (22023): the
+ *		worker would send every task of the queue to repair_required at
+ *		stage config within a tick.  The list is a server setting: a host
+ *		taken off it later still sends the queue's tasks to repair
+ *		(docs/worker.md "Dispatch").
  */
 static void
-queue_warn_host(const char *what, const char *host)
+queue_check_host(const char *what, const char *host)
 {
 	if (!ntask_host_allowed(host, ntask_http_allowed_hosts))
-		ereport(WARNING,
-				(errmsg("ntask: %s host \"%s\" is not in ntask.http_allowed_hosts", what, host),
-				 errdetail("The worker sends nothing to it: its tasks go to repair_required at stage config."),
-				 errhint("Add it to ntask.http_allowed_hosts in postgresql.conf and reload.")));
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ntask: %s host \"%s\" is not in ntask.http_allowed_hosts", what, host),
+				 errdetail("The worker would send nothing to it: every task of the queue would go to repair_required at stage config."),
+				 errhint("Add it to ntask.http_allowed_hosts in postgresql.conf and reload, then set the target.")));
+}
+
+/*
+ * queue_target_removed
+ *		target is JSON null or an empty object: ntask_queue_set removes the
+ *		queue's target (SQL NULL keeps it, as for every argument).
+ */
+static bool
+queue_target_removed(Jsonb *target)
+{
+	JsonbValue	scalar;
+
+	if (JB_ROOT_IS_SCALAR(target))
+		return JsonbExtractScalar(&target->root, &scalar) &&
+			scalar.type == jbvNull;
+	return JB_ROOT_IS_OBJECT(target) && JB_ROOT_COUNT(target) == 0;
+}
+
+/*
+ * queue_warn_not_preloaded
+ *		Without ntask in shared_preload_libraries no background worker runs
+ *		and there is no shared memory: say so when a queue is given a
+ *		setting that needs them, in the words of CREATE EXTENSION's warning
+ *		(ntask--0.2--0.3.sql, issue 20).  The setting is stored: it acts
+ *		once the library is preloaded.
+ */
+static void
+queue_warn_not_preloaded(const char *what, const char *detail)
+{
+	if (NtaskLimitAvailable())
+		return;
+	ereport(WARNING,
+			(errmsg("ntask: the library is not in shared_preload_libraries, so %s", what),
+			 errdetail("%s", detail),
+			 errhint("Add ntask to shared_preload_libraries and restart.")));
 }
 
 /*
@@ -484,19 +527,26 @@ ntask_queue_set(PG_FUNCTION_ARGS)
 	{
 		Jsonb	   *target = PG_GETARG_JSONB_P(7);
 
-		if (!JB_ROOT_IS_OBJECT(target))
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("ntask: target must be a JSON object")));
-		NtaskCheckTargetType(target);
 		NtaskWakeWorkerAtCommit();	/* let it reread the target */
-		if (NtaskTargetIsHttp(target))
+		/* JSON null and {} remove the target (queue_update_plan) */
+		if (!queue_target_removed(target))
 		{
-			NtaskHttpTarget *t = NtaskParseHttpTarget(target);
+			if (!JB_ROOT_IS_OBJECT(target))
+				ereport(ERROR,
+						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						 errmsg("ntask: target must be a JSON object"),
+						 errhint("Pass 'null' or '{}' to remove the target.")));
+			NtaskCheckTargetType(target);
+			if (NtaskTargetIsHttp(target))
+			{
+				NtaskHttpTarget *t = NtaskParseHttpTarget(target);
 
-			queue_warn_host("url", t->host);
-			if (t->reconcile_url)
-				queue_warn_host("reconcile_url", t->reconcile_host);
+				queue_check_host("url", t->host);
+				if (t->reconcile_url)
+					queue_check_host("reconcile_url", t->reconcile_host);
+				queue_warn_not_preloaded("no background worker dispatches the http target",
+										 "The queue's tasks wait until a worker of your own claims them.");
+			}
 		}
 	}
 	if (!PG_ARGISNULL(8))
@@ -564,6 +614,13 @@ ntask_queue_set(PG_FUNCTION_ARGS)
 		values[p] = isnull ? (Datum) 0 : PG_GETARG_DATUM(i);
 		nulls[p] = isnull ? 'n' : ' ';
 	}
+	/* a rate limit (parsed above: count 0 is 'none') or a retry share */
+	if ((nulls[15] == ' ' && DatumGetInt32(values[15]) > 0) ||
+		(nulls[17] == ' ' && DatumGetInt32(values[17]) > 0) ||
+		(nargs > 17 && !PG_ARGISNULL(17) && PG_GETARG_FLOAT4(17) < 1.0f))
+		queue_warn_not_preloaded("the rate limit or retry share cannot be enforced",
+								 "ntask_claim refuses a queue with a rate limit or a retry share (SQLSTATE 55000) until ntask is preloaded.");
+
 	values[0] = PointerGetDatum(queue);
 	if (guard_name)
 		values[6] = CStringGetTextDatum(guard_name);

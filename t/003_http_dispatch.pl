@@ -144,6 +144,22 @@ sub queue
 		target => \$t\$$target\$t\$::jsonb)});
 }
 
+# stored_target(name, max_attempts, target overrides): a queue whose target
+# names a host the allowlist does not (localhost): ntask_queue_set refuses
+# it (issue 30.7), so it is written around it, as a target stored before
+# the list changed is
+sub stored_target
+{
+	my ($q, $max_attempts, %t) = @_;
+	my $target = $json->encode({
+		type => 'http', url => "http://localhost:$pport/send", timeout_ms => 1000,
+		headers => { 'X-Test' => 'a' }, %t });
+	is( sql(qq{SELECT try_sql(\$s\$SELECT ntask_queue_set('$q', target => \$t\$$target\$t\$::jsonb)\$s\$)}),
+		'22023', "$q: ntask_queue_set refuses a host not in ntask.http_allowed_hosts (22023)");
+	queue($q, $max_attempts);
+	sql(qq{UPDATE ntask.queue SET target = \$t\$$target\$t\$::jsonb WHERE queue = '$q'});
+}
+
 # ---------------------------------------------------------------------
 # A round's alike results are recorded by one ntask_transition_many call
 # (dispatch.c dq_record_batch), not one ntask_transition per task.  40 tasks
@@ -153,7 +169,7 @@ sub queue
 # worker's function statistics (track_functions = all; the worker reports
 # them before it waits) count this round only.
 # ---------------------------------------------------------------------
-queue('q_denyb', 3, url => "http://localhost:$pport/send");
+stored_target('q_denyb', 3);
 # enqueue_keys(queue, prefix, n): n tasks prefix1..prefixn in one statement
 sub enqueue_keys
 {
@@ -206,7 +222,7 @@ sql(q{
 	CREATE TRIGGER fail_one BEFORE INSERT ON ntask.attempt FOR EACH ROW EXECUTE FUNCTION fail_one();
 	GRANT SELECT ON fail_flag TO PUBLIC});
 my $fail_pos = -s $node->logfile;
-queue('q_denyc', 3, url => "http://localhost:$pport/send");
+stored_target('q_denyc', 3);
 is(enqueue_keys('q_denyc', 'denyc-', 10), '10', 'failed group: 10 tasks enqueued in one statement');
 ok(reached('q_denyc', 'repair_required', 9), 'failed group: the other 9 are recorded');
 ok( wait_for('the fallback in the log', 30, sub {
@@ -234,7 +250,7 @@ queue('q_lost',    3, reconcile_url => $status);
 queue('q_rfail',   4, reconcile_url => $status);
 queue('q_budget',  3);
 queue('q_refused', 2, url => "http://127.0.0.1:$refused_port/send");
-queue('q_deny',    3, url => "http://localhost:$pport/send");
+stored_target('q_deny', 3);
 
 prov('POST', '/_admin/rules', {
 	rules => {
@@ -633,6 +649,40 @@ ok( wait_for('the failed claim in the log', 30, sub {
 unlike(slurp_file($node->logfile, $log_pos), qr/giving up recording the result/,
 	'one commit per round: no result was given up');
 sql(q{DELETE FROM ntask.queue WHERE queue = 'a_denied'});
+
+# ---------------------------------------------------------------------
+# issue 29.7: ntask.http_retry_after_max = 0 ignores Retry-After: the
+# queue's backoff (3 s here) decides, as without the header (the attempt
+# records no retry_at of its own); it is not a retry at once
+# (Min(Retry-After, 0) was: retry_after_s 0, retry_at = its end).
+# ---------------------------------------------------------------------
+{
+	my $t = sql(q{SELECT last_tick FROM ntask.worker_stats});
+	sql(q{ALTER SYSTEM SET ntask.http_retry_after_max = 0});
+	sql(q{SELECT pg_reload_conf()});
+	ok( $node->poll_query_until('postgres',
+			qq{SELECT last_tick > '$t'::timestamptz + interval '300 ms' FROM ntask.worker_stats}),
+		'retry_after_max 0: the worker ticked after the reload');
+	queue('q_ra0', 3);
+	sql(q{SELECT count(*) FROM ntask_queue_set('q_ra0', backoff_base => '3 s', backoff_max => '3 s')});
+	prov('POST', '/_admin/rules',
+		{ rules => { 'ra0-' => [ { status => 429, retry_after => '1' }, { status => 200 } ] } });
+	sql(q{SELECT count(*) FROM ntask_enqueue('q_ra0', 'ra0-1', '{}')});
+	ok( $node->poll_query_until('postgres',
+			q{SELECT state FROM ntask.task WHERE task_key = 'ra0-1'}, 'succeeded'),
+		'retry_after_max 0: ra0-1 succeeded on its second attempt');
+	is( sql(q{
+			SELECT coalesce(a1.detail->>'retry_after_s', 'none'),
+				   a1.retry_at IS NULL,
+				   extract(epoch FROM a2.claimed_at - a1.ended_at) >= 2.8
+			FROM ntask.attempt_all a1 JOIN ntask.attempt_all a2 ON a2.task_id = a1.task_id AND a2.attempt = 2
+			JOIN ntask.task t ON t.task_id = a1.task_id
+			WHERE t.task_key = 'ra0-1' AND a1.attempt = 1}),
+		'none|t|t',
+		'retry_after_max 0: Retry-After ignored, the 3 s backoff decides (not a retry at once, not the header\'s 1 s)');
+	sql(q{ALTER SYSTEM RESET ntask.http_retry_after_max});
+	sql(q{SELECT pg_reload_conf()});
+}
 
 $node->stop;
 done_testing();

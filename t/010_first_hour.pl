@@ -48,6 +48,35 @@ is($out, "1\nt\nk1:1\napplied\n0/0/0\nnot preloaded\n\nstill connected",
 	'no preload: enqueue, claim, transition, housekeeping, worker_stats and SHOW work in the same session');
 unlike($err, qr/FATAL/, 'no preload: no FATAL reached the client');
 ok(!$plain->log_contains(qr/FATAL/), 'no preload: no FATAL in the server log');
+
+# issue 30.8: an http target and a rate limit need the preload; ntask_queue_set
+# stores them, with the warning CREATE EXTENSION gives, and none for the rest
+($rc, $out, $err) = $plain->psql('postgres', q{
+	SELECT count(*) FROM ntask_queue_set('q', max_attempts => 4);
+	SELECT count(*) FROM ntask_queue_set('q', target => '{"type": "external"}');
+}, on_error_stop => 1);
+is($rc . '|' . $err, '0|', 'no preload: a queue without an http target or a rate limit: no warning');
+$plain->append_conf('postgresql.conf', "ntask.http_allowed_hosts = 'push.example'\n");
+$plain->restart;
+($rc, $out, $err) = $plain->psql('postgres', q{
+	SELECT target->>'url' FROM ntask_queue_set('h', target => '{"type": "http", "url": "https://push.example/x"}');
+}, on_error_stop => 1);
+is($rc . '|' . $out, '0|https://push.example/x', 'no preload: the http target is stored');
+like($err, qr/WARNING:  ntask: the library is not in shared_preload_libraries, so no background worker dispatches the http target/,
+	'no preload: ntask_queue_set warns that no background worker dispatches the http target');
+for my $arg (q{rate_limit => '5/1 second'}, q{partition_rate_limit => '1/1 second', fairness => 'partition'},
+	q{retry_share => 0.5})
+{
+	($rc, $out, $err) = $plain->psql('postgres',
+		qq{SELECT count(*) FROM ntask_queue_set('r', $arg)}, on_error_stop => 1);
+	is($rc . '|' . $out, '0|1', "no preload: $arg is stored");
+	like($err, qr/WARNING:  ntask: the library is not in shared_preload_libraries, so the rate limit or retry share cannot be enforced/,
+		"no preload: ntask_queue_set($arg) warns");
+}
+($rc, $out, $err) = $plain->psql('postgres',
+	q{SELECT count(*) FROM ntask_queue_set('r', rate_limit => 'none', partition_rate_limit => 'none', retry_share => 1)},
+	on_error_stop => 1);
+is($rc . '|' . $err, '0|', 'no preload: turning them off does not warn');
 $plain->stop;
 
 # ---------------------------------------------------------------------
