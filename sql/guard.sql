@@ -71,15 +71,16 @@ SELECT task_key, state, reason FROM ntask.task WHERE queue = 'g2' AND task_key L
 SELECT a.reason FROM ntask.audit a JOIN ntask.task t USING (task_id)
 WHERE t.task_key = 'z-boom' AND a.action = 'guard_error';
 -- the guard is stored by name, schema-qualified, and is a dependency: it
--- cannot be dropped or renamed while a queue uses it
+-- cannot be dropped while a queue uses it (a rename or move is not
+-- refused: the guard then does not resolve, see below)
 SELECT guard FROM ntask.queue WHERE queue = 'g2';
 DROP FUNCTION boom_guard(text, jsonb);
 \echo :SQLSTATE
-ALTER FUNCTION boom_guard(text, jsonb) RENAME TO boom_guard2;
-\echo :SQLSTATE
 CREATE SCHEMA guards;
 ALTER FUNCTION boom_guard(text, jsonb) SET SCHEMA guards;
-\echo :SQLSTATE
+ALTER FUNCTION guards.boom_guard(text, jsonb) RENAME TO boom_guard2;
+ALTER FUNCTION guards.boom_guard2(text, jsonb) RENAME TO boom_guard;
+ALTER FUNCTION guards.boom_guard(text, jsonb) SET SCHEMA public;
 DROP SCHEMA guards;
 -- remove the guard: replayed, the tasks are handed out
 SELECT ntask_queue_clear_guard('g2');
@@ -151,3 +152,168 @@ SELECT task_key FROM ntask_claim('g4', 'W1', max_tasks => 5);
 SELECT task_key, state, reason FROM ntask.task WHERE queue = 'g4' ORDER BY 1;
 SELECT ntask_queue_clear_guard('g4');
 DROP FUNCTION coll_guard(text, jsonb);
+
+-- issue 29.3: a guard in a temporary schema is refused (after its session
+-- ends, whoever next gets that pg_temp_N could define a function of that
+-- name); so is a function that belongs to an extension
+CREATE FUNCTION pg_temp.tmp_guard(text, jsonb) RETURNS text LANGUAGE sql AS $$ SELECT 'proceed' $$;
+SELECT queue FROM ntask_queue_set('g5', guard => 'pg_temp.tmp_guard(text, jsonb)');
+\echo :SQLSTATE
+CREATE EXTENSION pg_trgm;
+CREATE FUNCTION ext_guard(text, jsonb) RETURNS text LANGUAGE sql AS $$ SELECT 'proceed' $$;
+ALTER EXTENSION pg_trgm ADD FUNCTION ext_guard(text, jsonb);
+SELECT queue FROM ntask_queue_set('g5', guard => 'ext_guard(text, jsonb)');
+\echo :SQLSTATE
+ALTER EXTENSION pg_trgm DROP FUNCTION ext_guard(text, jsonb);
+-- a guard that joins an extension later is refused at use, and
+-- DROP EXTENSION that would drop it is refused
+SELECT queue, guard, guard_owner = current_user AS owner_recorded
+FROM ntask_queue_set('g5', guard => 'ext_guard(text, jsonb)');
+ALTER EXTENSION pg_trgm ADD FUNCTION ext_guard(text, jsonb);
+SELECT created FROM ntask_enqueue('g5', 'e-1');
+SELECT task_key FROM ntask_claim('g5', 'W1');
+SELECT t.state, t.reason, a.reason AS error FROM ntask.task t JOIN ntask.audit a USING (task_id)
+WHERE t.queue = 'g5' AND a.action = 'guard_error';
+DROP EXTENSION pg_trgm;
+\echo :SQLSTATE
+ALTER EXTENSION pg_trgm DROP FUNCTION ext_guard(text, jsonb);
+-- a guard whose body depends on an extension: DROP EXTENSION ... CASCADE
+-- would drop it, and is refused; one that owns nothing of a guard is not
+CREATE FUNCTION trgm_guard(k text, p jsonb) RETURNS text LANGUAGE sql
+BEGIN ATOMIC
+  SELECT CASE WHEN public.similarity(k, 'spam') > 0.5 THEN 'skip: spam' ELSE 'proceed' END;
+END;
+SELECT queue FROM ntask_queue_set('g5', guard => 'trgm_guard(text, jsonb)');
+DROP EXTENSION pg_trgm CASCADE;
+\echo :SQLSTATE
+SELECT queue, guard FROM ntask_queue_set('g5', guard => 'ext_guard(text, jsonb)');
+DROP EXTENSION pg_trgm CASCADE;
+SELECT to_regprocedure('trgm_guard(text,jsonb)') AS trgm_guard_left;
+
+-- issue 29.3: the guard's owner is recorded; a function of the guard's name
+-- with another owner (defined after the guard was dropped behind ntask's
+-- back) is refused at use: the task goes to repair, audited
+CREATE ROLE regress_guard_owner;
+GRANT ntask_admin TO regress_guard_owner;
+CREATE ROLE regress_guard_other;
+CREATE SCHEMA regress_gs2;
+GRANT USAGE, CREATE ON SCHEMA regress_gs2 TO regress_guard_owner, regress_guard_other;
+CREATE TABLE public.guard_hijacked (k text);
+GRANT INSERT ON public.guard_hijacked TO regress_guard_other;
+SET ROLE regress_guard_owner;
+CREATE FUNCTION regress_gs2.own_guard(k text, p jsonb) RETURNS text LANGUAGE sql AS $$ SELECT 'proceed' $$;
+SELECT queue, guard FROM ntask_queue_set('g6', guard => 'regress_gs2.own_guard(text, jsonb)');
+RESET ROLE;
+SELECT guard_owner FROM ntask.queue WHERE queue = 'g6';
+-- event triggers off: the drop is not seen
+SET session_replication_role = replica;
+DROP FUNCTION regress_gs2.own_guard(text, jsonb);
+RESET session_replication_role;
+-- a guard that no longer resolves blocks no unrelated DDL: a function of
+-- the same name in another schema, a rename of another function
+CREATE FUNCTION public.own_guard(text, jsonb) RETURNS text LANGUAGE sql AS $$ SELECT 'x' $$;
+ALTER FUNCTION public.own_guard(text, jsonb) RENAME TO own_guard2;
+DROP FUNCTION public.own_guard2(text, jsonb);
+CREATE TABLE public.guard_unrelated (a int);
+DROP TABLE public.guard_unrelated;
+-- another role defines a function of the guard's name
+SET ROLE regress_guard_other;
+CREATE FUNCTION regress_gs2.own_guard(k text, p jsonb) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+  INSERT INTO public.guard_hijacked VALUES (k);
+  RETURN 'cancel: hijacked';
+END $$;
+RESET ROLE;
+SELECT created FROM ntask_enqueue('g6', 'h-1', '{"secret": 1}');
+SELECT task_key FROM ntask_claim('g6', 'W1');
+SELECT count(*) AS hijacked FROM public.guard_hijacked;
+SELECT t.state, t.reason, a.actor, a.reason AS error
+FROM ntask.task t JOIN ntask.audit a USING (task_id)
+WHERE t.queue = 'g6' AND a.action = 'guard_error';
+-- at replay the refusal goes to the operator
+SELECT ntask_replay(task_id, 'alice', 'try again') FROM ntask.task WHERE queue = 'g6';
+\echo :SQLSTATE
+-- renaming or moving a guard is not refused: the guard then does not
+-- resolve, and its tasks go to repair (it fails closed)
+SELECT ntask_queue_clear_guard('g6');
+SELECT guard, guard_owner FROM ntask.queue WHERE queue = 'g6';
+DROP FUNCTION regress_gs2.own_guard(text, jsonb);
+SET ROLE regress_guard_owner;
+CREATE FUNCTION regress_gs2.own_guard(k text, p jsonb) RETURNS text LANGUAGE sql AS $$ SELECT 'proceed' $$;
+SELECT queue FROM ntask_queue_set('g6', guard => 'regress_gs2.own_guard(text, jsonb)');
+ALTER FUNCTION regress_gs2.own_guard(text, jsonb) RENAME TO own_guard_old;
+RESET ROLE;
+SELECT created FROM ntask_enqueue('g6', 'h-2');
+SELECT task_key FROM ntask_claim('g6', 'W1');
+SELECT t.state, a.reason AS error FROM ntask.task t JOIN ntask.audit a USING (task_id)
+WHERE t.task_key = 'h-2' AND a.action = 'guard_error';
+-- dropping a guard in use is refused, also by DROP SCHEMA ... CASCADE and
+-- DROP OWNED
+ALTER FUNCTION regress_gs2.own_guard_old(text, jsonb) RENAME TO own_guard;
+DROP FUNCTION regress_gs2.own_guard(text, jsonb);
+\echo :SQLSTATE
+DROP SCHEMA regress_gs2 CASCADE;
+\echo :SQLSTATE
+DROP OWNED BY regress_guard_owner;
+\echo :SQLSTATE
+SELECT ntask_queue_clear_guard('g6');
+DROP SCHEMA regress_gs2 CASCADE;
+DROP TABLE public.guard_hijacked;
+DROP ROLE regress_guard_owner, regress_guard_other;
+
+-- issue 29.6: a cancel or statement timeout during a guard aborts the
+-- claim (57014) and sends no task to repair
+CREATE FUNCTION slow_guard(k text, p jsonb) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+  PERFORM pg_sleep(30);
+  RETURN 'proceed';
+END $$;
+SELECT queue FROM ntask_queue_set('g7', guard => 'slow_guard(text, jsonb)');
+SELECT created FROM ntask_enqueue('g7', 's-1');
+SET statement_timeout = '1s';
+SELECT task_key FROM ntask_claim('g7', 'W1');
+\echo :SQLSTATE
+RESET statement_timeout;
+SELECT task_key, state, reason, attempts FROM ntask.task WHERE queue = 'g7';
+SELECT count(*) AS guard_errors FROM ntask.audit a JOIN ntask.task t USING (task_id)
+WHERE t.queue = 'g7' AND a.action = 'guard_error';
+-- a guard that runs into a lock timeout (or a deadlock) leaves its task
+-- due; the claim hands out the others
+CREATE FUNCTION busy_guard(k text, p jsonb) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+  IF p ? 'busy' THEN
+    RAISE EXCEPTION 'could not obtain lock on row' USING ERRCODE = 'lock_not_available';
+  END IF;
+  IF p ? 'deadlock' THEN
+    RAISE EXCEPTION 'deadlock detected' USING ERRCODE = 'deadlock_detected';
+  END IF;
+  RETURN 'proceed';
+END $$;
+SELECT queue FROM ntask_queue_set('g7', guard => 'busy_guard(text, jsonb)');
+SELECT created FROM ntask_enqueue('g7', 'b-busy', '{"busy": 1}', priority => 5);
+SELECT created FROM ntask_enqueue('g7', 'b-dead', '{"deadlock": 1}', priority => 5);
+SELECT created FROM ntask_enqueue('g7', 'b-fine');
+SELECT task_key FROM ntask_claim('g7', 'W1', max_tasks => 5) ORDER BY 1;
+SELECT task_key, state, reason, attempts FROM ntask.task WHERE queue = 'g7' ORDER BY 1;
+SELECT count(*) AS guard_errors FROM ntask.audit a JOIN ntask.task t USING (task_id)
+WHERE t.queue = 'g7' AND a.action = 'guard_error';
+-- a guard's SET (session or local) does not outlive its call
+CREATE FUNCTION set_guard(k text, p jsonb) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+  PERFORM set_config('work_mem', '1234kB', false);
+  SET application_name = 'set by a guard';
+  RETURN 'proceed';
+END $$;
+SELECT queue FROM ntask_queue_set('g7', guard => 'set_guard(text, jsonb)');
+SELECT created FROM ntask_enqueue('g7', 'c-1');
+SET work_mem = '4MB';
+SET application_name = 'guard regress';
+SELECT task_key FROM ntask_claim('g7', 'W1', max_tasks => 5) ORDER BY 1;
+SHOW work_mem;
+SHOW application_name;
+RESET work_mem;
+RESET application_name;
+SELECT ntask_queue_clear_guard('g7');
+DROP FUNCTION slow_guard(text, jsonb);
+DROP FUNCTION busy_guard(text, jsonb);
+DROP FUNCTION set_guard(text, jsonb);

@@ -103,6 +103,8 @@ SELECT worker, token, result, claimed_at = '2026-01-01 00:00:00+00' AS claimed_k
 FROM ntask.attempt WHERE task_id = :l1;
 SELECT extversion FROM pg_extension WHERE extname = 'ntask';
 SELECT queue, guard, pg_typeof(guard) FROM ntask.queue WHERE queue = 'ug';
+-- 1.0: the guard's owner is recorded from the function it resolves to
+SELECT guard_owner = current_user AS guard_owner_backfilled FROM ntask.queue WHERE queue = 'ug';
 SELECT task_key, token FROM ntask_claim('ug', 'W1', max_tasks => 10);
 SELECT task_key, state, reason FROM ntask.task WHERE queue = 'ug' ORDER BY task_key;
 SELECT object AS only_after_upgrade_from_02 FROM pg_temp.ntask_members()

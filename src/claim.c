@@ -1171,6 +1171,8 @@ claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
 {
 	Datum		lease;
 	char	   *guard;
+	char	   *guard_owner = NULL;
+	bool		guard_busy = false;
 	bool		isnull;
 	Datum		values[10];
 	SPITupleTable *pick;
@@ -1205,6 +1207,12 @@ claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
 	lease = lease_arg ? lease_arg : NtaskGetDatum(0, 5, &isnull);
 	*lease_usecs = NtaskIntervalUsecs(DatumGetIntervalP(lease));
 	guard = NtaskGetCString(0, 6);
+	if (guard != NULL)
+	{
+		/* the guard with the owner recorded with it, from one row */
+		guard = NtaskQueueGuard(queue, &guard_owner);
+		SPI_tuptable = pick;
+	}
 
 	ids = palloc(sizeof(Datum) * npicked);
 	taken = palloc(sizeof(Datum) * npicked);
@@ -1235,10 +1243,20 @@ claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
 			char	   *reason;
 			NtaskGuardVerdict v;
 
-			v = NtaskRunGuard(guard,
+			v = NtaskRunGuard(guard, guard_owner,
 							  DatumGetTextPP(NtaskGetDatum(r, 3, &isnull)),
 							  DatumGetJsonbP(NtaskGetDatum(r, 4, &isnull)),
 							  &reason, true);
+			if (v == NTASK_GUARD_BUSY)
+			{
+				/*
+				 * Something the guard reads was locked (lock timeout,
+				 * deadlock): the task stays due for a later claim; this one
+				 * looks no further (another round would pick it again).
+				 */
+				guard_busy = true;
+				continue;
+			}
 			if (v == NTASK_GUARD_ERROR)
 			{
 				/*
@@ -1328,8 +1346,9 @@ claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
 	/* a distributed install: the next round looks in the next shards */
 	if (npicked > 0 && leased < want && NtaskShardCount() > 0)
 		*more = true;
-	if (order->held)
-		*more = false;			/* held rows stay locked: look no further */
+	if (order->held || guard_busy)
+		*more = false;			/* held rows stay locked, a busy guard's task
+								 * is due still: look no further */
 	else if (order->fresh_only && leased < want)
 		*more = true;			/* look for first attempts */
 	else if (order->mode == 2)

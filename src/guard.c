@@ -13,10 +13,16 @@
  * The queue stores the guard as a schema-qualified signature text
  * ("public.notify_guard(text,jsonb)"), never as an OID or regprocedure:
  * pg_upgrade refuses regprocedure columns, and OIDs do not survive a dump.
- * It is resolved at every use; an event trigger (ntask--0.2--0.3.sql)
- * refuses to drop or rename a function some queue uses, and a guard that
- * does not resolve anyway (event triggers disabled) is an error of that
- * task, not of the queue.
+ * It is resolved at every use, so the name alone cannot be trusted: the
+ * queue also records the role that owned the function when the guard was
+ * set (guard_owner), and the function the name resolves to is used only
+ * when it still has that owner and is neither in a temporary schema nor
+ * part of an extension (NtaskCheckGuardHome; the same is required to set
+ * it).  Otherwise, or when it does not resolve (renamed, moved, dropped
+ * with event triggers off), that is an error of that task, not of the
+ * queue.  An event trigger (ntask_guard_ddl, on sql_drop) refuses a
+ * command that drops a function some queue uses; it looks only at what
+ * that command drops.
  *
  * Rights: the guard runs as its own owner, never as the caller of the
  * claim (the background worker, or any worker role), under
@@ -25,7 +31,13 @@
  * index expressions: a guard written by an ntask_admin can do what that
  * admin can do and nothing more, and cannot change session state (SET
  * ROLE, SET SESSION AUTHORIZATION, temporary objects) of the process that
- * calls it.  The owner needs EXECUTE on the function.
+ * calls it.  The owner needs EXECUTE on the function.  Whatever settings
+ * the guard changes (SET, set_config, session-level or local) are undone
+ * when it returns.
+ *
+ * A cancel or statement timeout during a guard is never caught: it aborts
+ * the claim (57014).  A lock timeout or deadlock in a guard leaves that
+ * task due (NTASK_GUARD_BUSY) instead of sending it to repair.
  *
  * IDENTIFICATION
  *	  src/guard.c
@@ -35,10 +47,12 @@
 #include "ntask.h"
 
 #include "access/htup_details.h"
+#include "catalog/dependency.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_collation.h"
 #include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
+#include "commands/extension.h"
 #include "miscadmin.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
@@ -48,8 +62,17 @@
 #include "utils/syscache.h"
 
 static bool guard_word(const char *answer, const char *word, char **reason);
-static NtaskGuardVerdict guard_call(Oid guard, text *task_key, Jsonb *payload,
+static NtaskGuardVerdict guard_call(Oid guard, const char *owner_name,
+									text *task_key, Jsonb *payload,
 									char **reason);
+
+/* a queue's guard and the owner recorded with it, read from one row */
+static NtaskPlan guard_queue_plan = {
+	"guard of queue",
+	"SELECT q.guard, q.guard_owner::pg_catalog.text FROM ntask.queue q "
+	"WHERE q.queue OPERATOR(pg_catalog.=) $1",
+	1, {TEXTOID}
+};
 
 /*
  * guard_word
@@ -142,12 +165,64 @@ NtaskResolveGuard(const char *name)
 }
 
 /*
+ * NtaskCheckGuardHome
+ *		A guard (in schema nsp) must not live in a temporary schema (once its
+ *		session ends, whoever next gets that pg_temp_N could define a
+ *		function of its name, and it is dropped without any DDL event) nor
+ *		belong to an extension (an extension's update or drop replaces or
+ *		removes it behind the queue's back).  22023 otherwise.  Checked when
+ *		the guard is set and at every use.
+ */
+void
+NtaskCheckGuardHome(Oid guard, Oid nsp)
+{
+	Oid			ext = getExtensionOfObject(ProcedureRelationId, guard);
+
+	if (isAnyTempNamespace(nsp))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ntask: guard function %s is in a temporary schema",
+						quote_identifier(get_func_name(guard))),
+				 errhint("Create the guard function in a permanent schema.")));
+	if (OidIsValid(ext))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ntask: guard %s belongs to extension \"%s\"",
+						format_procedure(guard),
+						get_extension_name(ext)),
+				 errhint("A guard is a function of its own; it may call the extension's functions.")));
+}
+
+/*
+ * NtaskQueueGuard
+ *		The stored guard of queue (NULL when it has none) and in *owner the
+ *		role recorded with it (NULL when none was), from one read of the
+ *		queue row.  In SPI; changes SPI_tuptable.
+ */
+char *
+NtaskQueueGuard(text *queue, char **owner)
+{
+	Datum		values[1];
+
+	values[0] = PointerGetDatum(queue);
+	*owner = NULL;
+	if (NtaskExecPlan(&guard_queue_plan, values, NULL, SPI_OK_SELECT) == 0)
+		return NULL;
+	*owner = NtaskGetCString(0, 2);
+	return NtaskGetCString(0, 1);
+}
+
+/*
  * guard_call
  *		Call guard(task_key, payload) as the guard's owner in a restricted
- *		security context, and classify the answer.  Raises on any problem.
+ *		security context, and classify the answer.  owner_name is the role
+ *		recorded when the guard was set: a function with another owner (one
+ *		defined under the guard's name after it was renamed or dropped) is
+ *		refused (42501).  Raises on any problem.
  */
 static NtaskGuardVerdict
-guard_call(Oid guard, text *task_key, Jsonb *payload, char **reason)
+guard_call(Oid guard, const char *owner_name, text *task_key, Jsonb *payload,
+		   char **reason)
 {
 	LOCAL_FCINFO(gcinfo, 2);
 	FmgrInfo	flinfo;
@@ -169,6 +244,24 @@ guard_call(Oid guard, text *task_key, Jsonb *payload, char **reason)
 	owner = ((Form_pg_proc) GETSTRUCT(tup))->proowner;
 	nsp = ((Form_pg_proc) GETSTRUCT(tup))->pronamespace;
 	ReleaseSysCache(tup);
+	NtaskCheckGuardHome(guard, nsp);
+	if (owner_name == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("ntask: guard %s has no recorded owner",
+						format_procedure(guard)),
+				 errhint("Set the queue's guard again with ntask_queue_set.")));
+	{
+		char	   *actual = GetUserNameFromId(owner, true);
+
+		if (actual == NULL || strcmp(actual, owner_name) != 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+					 errmsg("ntask: guard %s is owned by %s, not by %s, its owner when it was set",
+							format_procedure(guard),
+							actual ? actual : "an unknown role", owner_name),
+					 errhint("If this function is meant to be the guard, set it again with ntask_queue_set.")));
+	}
 	if (pg_proc_aclcheck(guard, owner, ACL_EXECUTE) != ACLCHECK_OK)
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
@@ -204,7 +297,8 @@ guard_call(Oid guard, text *task_key, Jsonb *payload, char **reason)
 		SetUserIdAndSecContext(save_userid, save_sec_context);
 	}
 	PG_END_TRY();
-	AtEOXact_GUC(true, save_nestlevel);
+	/* undo every setting the guard changed, not only search_path */
+	AtEOXact_GUC(false, save_nestlevel);
 
 	if (isnull)
 		ereport(ERROR,
@@ -233,17 +327,22 @@ guard_call(Oid guard, text *task_key, Jsonb *payload, char **reason)
  *		*reason gets the answer's reason (palloc'd in the current context)
  *		or NULL.
  *
- *		With catch_errors (claim), the call runs in a subtransaction: any
+ *		With catch_errors (claim), the call runs in a subtransaction: an
  *		error (the guard raised, returned NULL or nonsense, does not resolve,
- *		its owner lost EXECUTE) is rolled back and reported as
- *		NTASK_GUARD_ERROR with the message in *reason, so one bad guard
- *		never stops its queue.  Without (replay), errors propagate to the
- *		operator who asked.
+ *		has another owner, its owner lost EXECUTE) is rolled back and
+ *		reported as NTASK_GUARD_ERROR with the message in *reason, so one bad
+ *		guard never stops its queue; a lock timeout or deadlock is
+ *		NTASK_GUARD_BUSY (the task is fine, something it reads was busy);
+ *		a cancel or statement timeout (57014) is raised again: it is meant
+ *		for the whole statement, and caught here it would leave the rest of
+ *		the claim with no timeout.  Without catch_errors (replay), errors
+ *		propagate to the operator who asked.
  */
 /* one guard call, for NtaskTrySubxact */
 typedef struct GuardCall
 {
 	const char *name;
+	const char *owner;
 	text	   *task_key;
 	Jsonb	   *payload;
 	char	   *reason;
@@ -255,18 +354,19 @@ guard_call_step(void *arg)
 {
 	GuardCall  *c = (GuardCall *) arg;
 
-	c->verdict = guard_call(NtaskResolveGuard(c->name), c->task_key, c->payload,
-							&c->reason);
+	c->verdict = guard_call(NtaskResolveGuard(c->name), c->owner, c->task_key,
+							c->payload, &c->reason);
 }
 
 NtaskGuardVerdict
-NtaskRunGuard(const char *name, text *task_key, Jsonb *payload,
-			  char **reason, bool catch_errors)
+NtaskRunGuard(const char *name, const char *owner, text *task_key,
+			  Jsonb *payload, char **reason, bool catch_errors)
 {
 	GuardCall	c;
 	ErrorData  *edata;
 
 	c.name = name;
+	c.owner = owner;
 	c.task_key = task_key;
 	c.payload = payload;
 	c.reason = NULL;
@@ -275,7 +375,11 @@ NtaskRunGuard(const char *name, text *task_key, Jsonb *payload,
 		guard_call_step(&c);
 	else if (!NtaskTrySubxact(guard_call_step, &c, &edata))
 	{
-		c.verdict = NTASK_GUARD_ERROR;
+		if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED)
+			ReThrowError(edata);
+		c.verdict = edata->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE ||
+			edata->sqlerrcode == ERRCODE_T_R_DEADLOCK_DETECTED ?
+			NTASK_GUARD_BUSY : NTASK_GUARD_ERROR;
 		c.reason = psprintf("%s (SQLSTATE %s)", edata->message,
 							unpack_sql_state(edata->sqlerrcode));
 		FreeErrorData(edata);

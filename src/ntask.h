@@ -235,14 +235,17 @@ typedef enum NtaskGuardVerdict
 	NTASK_GUARD_PROCEED,
 	NTASK_GUARD_SKIP,
 	NTASK_GUARD_CANCEL,
-	NTASK_GUARD_ERROR			/* raised; *reason holds the message */
+	NTASK_GUARD_ERROR,			/* raised; *reason holds the message */
+	NTASK_GUARD_BUSY			/* a lock timeout or deadlock: leave it due */
 } NtaskGuardVerdict;
 
-extern NtaskGuardVerdict NtaskRunGuard(const char *name, text *task_key,
-									   Jsonb *payload, char **reason,
-									   bool catch_errors);
+extern NtaskGuardVerdict NtaskRunGuard(const char *name, const char *owner,
+									   text *task_key, Jsonb *payload,
+									   char **reason, bool catch_errors);
 extern char *NtaskGuardName(Oid guard);
 extern Oid	NtaskResolveGuard(const char *name);
+extern void NtaskCheckGuardHome(Oid guard, Oid nsp);
+extern char *NtaskQueueGuard(text *queue, char **owner);
 
 /* worker.c: the launcher and the loop */
 extern void NtaskWorkerRegister(void);

@@ -150,13 +150,22 @@ static NtaskPlan queue_ordered_plan = {
 
 static NtaskPlan queue_clear_guard_plan = {
 	"queue clear guard",
-	"UPDATE ntask.queue SET guard = NULL, updated_at = pg_catalog.statement_timestamp() "
+	"UPDATE ntask.queue SET guard = NULL, guard_owner = NULL, "
+	"  updated_at = pg_catalog.statement_timestamp() "
 	"WHERE queue OPERATOR(pg_catalog.=) $1",
 	1, {TEXTOID}
 };
 
+/* a new guard and its owner, always together (guard.c checks the owner) */
+static NtaskPlan queue_set_guard_plan = {
+	"queue set guard",
+	"UPDATE ntask.queue SET guard = $2, guard_owner = $3 "
+	"WHERE queue OPERATOR(pg_catalog.=) $1",
+	3, {TEXTOID, TEXTOID, NAMEOID}
+};
+
 static void queue_check_name(text *name);
-static char *queue_check_guard(Oid guard);
+static char *queue_check_guard(Oid guard, char **owner_name);
 static void queue_check_host(const char *what, const char *host);
 static void queue_warn_not_preloaded(const char *what, const char *detail);
 static bool queue_target_removed(Jsonb *target);
@@ -191,18 +200,21 @@ queue_check_name(text *name)
 /*
  * queue_check_guard
  *		A guard must be a function (task_key text, payload jsonb) RETURNS
- *		text (else 22023), owned by a role whose privileges the current user
- *		has, and executable by the current user (else 42501): a guard runs
- *		as its owner (guard.c), so whoever sets it must already hold those
- *		rights.  Returns the name to store (schema-qualified).
+ *		text, neither in a temporary schema nor part of an extension (else
+ *		22023), owned by a role whose privileges the current user has, and
+ *		executable by the current user (else 42501): a guard runs as its
+ *		owner (guard.c), so whoever sets it must already hold those rights.
+ *		Returns the name to store (schema-qualified), and in *owner_name its
+ *		owner, stored with it and checked at every use.
  */
 static char *
-queue_check_guard(Oid guard)
+queue_check_guard(Oid guard, char **owner_name)
 {
 	HeapTuple	tup;
 	Form_pg_proc proc;
 	bool		ok;
 	Oid			owner;
+	Oid			nsp;
 
 	tup = SearchSysCache1(PROCOID, ObjectIdGetDatum(guard));
 	if (!HeapTupleIsValid(tup))
@@ -217,6 +229,7 @@ queue_check_guard(Oid guard)
 		proc->proargtypes.values[0] == TEXTOID &&
 		proc->proargtypes.values[1] == JSONBOID;
 	owner = proc->proowner;
+	nsp = proc->pronamespace;
 	ReleaseSysCache(tup);
 	if (!ok)
 		ereport(ERROR,
@@ -225,6 +238,7 @@ queue_check_guard(Oid guard)
 						format_procedure(guard)),
 				 errhint("A guard is a function (task_key text, payload jsonb) RETURNS text "
 						 "answering 'proceed', 'skip[: reason]' or 'cancel[: reason]'.")));
+	NtaskCheckGuardHome(guard, nsp);
 	if (!has_privs_of_role(GetUserId(), owner))
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
@@ -237,6 +251,7 @@ queue_check_guard(Oid guard)
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 				 errmsg("ntask: permission denied for guard %s",
 						format_procedure(guard))));
+	*owner_name = GetUserNameFromId(owner, false);
 	return NtaskGuardName(guard);
 }
 
@@ -505,6 +520,7 @@ ntask_queue_set(PG_FUNCTION_ARGS)
 	int			i;
 	char	   *qname;
 	char	   *guard_name = NULL;
+	char	   *guard_owner = NULL;
 
 	queue_check_name(queue);
 	if (!PG_ARGISNULL(1) &&
@@ -522,7 +538,7 @@ ntask_queue_set(PG_FUNCTION_ARGS)
 	if (!PG_ARGISNULL(5))
 		NtaskCheckPositiveInterval(PG_GETARG_INTERVAL_P(5), "backoff_max");
 	if (!PG_ARGISNULL(6))
-		guard_name = queue_check_guard(PG_GETARG_OID(6));
+		guard_name = queue_check_guard(PG_GETARG_OID(6), &guard_owner);
 	if (!PG_ARGISNULL(7))
 	{
 		Jsonb	   *target = PG_GETARG_JSONB_P(7);
@@ -631,6 +647,15 @@ ntask_queue_set(PG_FUNCTION_ARGS)
 	if (nargs > 13 && !PG_ARGISNULL(13) && PG_GETARG_BOOL(13))
 		NtaskExecPlan(&queue_ordered_lock_plan, NULL, NULL, SPI_OK_UTILITY);
 	NtaskExecPlan(&queue_insert_plan, values, NULL, SPI_OK_INSERT);
+	if (guard_name)
+	{
+		Datum		gv[3];
+
+		gv[0] = values[0];
+		gv[1] = values[6];
+		gv[2] = DirectFunctionCall1(namein, CStringGetDatum(guard_owner));
+		NtaskExecPlan(&queue_set_guard_plan, gv, NULL, SPI_OK_UPDATE);
+	}
 	/* the row exists now, so no row back means the backoff check failed */
 	if (NtaskExecPlan(&queue_update_plan, values, nulls,
 					  SPI_OK_UPDATE_RETURNING) != 1)

@@ -31,7 +31,8 @@ PG_FUNCTION_INFO_V1(ntask_repair_assign);
 
 static NtaskPlan rep_lock_plan = {
 	"admin lock",
-	"SELECT t.state, t.queue, t.task_key, t.payload, q.guard "
+	"SELECT t.state, t.queue, t.task_key, t.payload, q.guard, "
+	"  q.guard_owner::pg_catalog.text "
 	"FROM ntask.task t JOIN ntask.queue q "
 	"  ON q.queue OPERATOR(pg_catalog.=) t.queue "
 	"WHERE t.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("t", "$1")
@@ -211,7 +212,7 @@ ntask_replay(PG_FUNCTION_ARGS)
 		NtaskGuardVerdict v;
 
 		/* an operator asked: a guard error is theirs to see, not caught */
-		v = NtaskRunGuard(guard,
+		v = NtaskRunGuard(guard, NtaskGetCString(0, 6),
 						  DatumGetTextPP(NtaskGetDatum(0, 3, &isnull)),
 						  DatumGetJsonbP(NtaskGetDatum(0, 4, &isnull)), &why,
 						  false);
