@@ -19,6 +19,7 @@ OBJS = \
 	src/fence.o \
 	src/cron.o \
 	src/cron_parse.o \
+	src/drop.o \
 	src/http_parse.o \
 	src/target.o \
 	src/housekeeping.o \

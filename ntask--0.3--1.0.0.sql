@@ -296,4 +296,57 @@ BEGIN
 	RETURN s;
 END $$;
 
+-- 30.4: DROP EXTENSION ntask unschedules ntask's pg_cron jobs (else they
+-- fail every minute) and warns about the unfinished tasks it drops.  A
+-- trigger of its own (ntask_guard_ddl is the guards'); see src/drop.c for
+-- why it reads the statement on ddl_command_start.
+CREATE FUNCTION ntask.drop_cleanup() RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	t record;
+	jobs integer := 0;
+BEGIN
+	-- the jobs ntask_schedule registered in this database (by id: the
+	-- dropping role need not be the one that owns them)
+	IF to_regprocedure('cron.unschedule(bigint)') IS NOT NULL
+	   AND to_regclass('cron.job') IS NOT NULL THEN
+		EXECUTE 'SELECT count(cron.unschedule(j.jobid))::integer FROM cron.job j
+				 WHERE j.database OPERATOR(pg_catalog.=) pg_catalog.current_database()
+				   AND j.jobname OPERATOR(pg_catalog.=) ANY (
+					   SELECT s.cron_job FROM ntask.schedule s WHERE s.cron_job IS NOT NULL)'
+		INTO jobs;
+	END IF;
+	IF jobs > 0 THEN
+		RAISE NOTICE 'ntask: unscheduled % pg_cron job(s) of ntask schedules', jobs;
+	END IF;
+	IF EXISTS (SELECT 1 FROM ntask.schedule s WHERE s.cron_job IS NULL) THEN
+		RAISE NOTICE 'ntask: schedules registered by hand in pg_cron''s database (jobs named ntask:<name>) must be unscheduled there';
+	END IF;
+
+	SELECT count(*) FILTER (WHERE tt.state OPERATOR(pg_catalog.=) ANY ('{ready,leased,retry_wait}')) AS unfinished,
+		   count(*) FILTER (WHERE tt.state OPERATOR(pg_catalog.=) 'repair_required') AS repair,
+		   max(tt.task_id) AS max_id
+	INTO t FROM ntask.task tt;
+	IF t.unfinished > 0 OR t.repair > 0 THEN
+		RAISE WARNING 'ntask: DROP EXTENSION ntask drops % unfinished task(s) and % awaiting repair', t.unfinished, t.repair
+			USING DETAIL = format('The highest task id was %s; a new CREATE EXTENSION ntask numbers tasks from 1 again.', t.max_id),
+				  HINT = format('To keep task ids unique after re-creating it: SELECT setval(''ntask.task_task_id_seq'', %s);', t.max_id);
+	END IF;
+END $$;
+COMMENT ON FUNCTION ntask.drop_cleanup() IS
+'ntask: internal: before DROP EXTENSION ntask: unschedule its pg_cron jobs, warn about unfinished tasks and the task id sequence';
+REVOKE ALL ON FUNCTION ntask.drop_cleanup() FROM PUBLIC;
+
+CREATE FUNCTION ntask.drop_extension_check() RETURNS event_trigger
+AS 'MODULE_PATHNAME', 'ntask_drop_extension_check'
+LANGUAGE C;
+COMMENT ON FUNCTION ntask.drop_extension_check() IS
+'ntask: event trigger: before DROP EXTENSION ntask, run ntask.drop_cleanup()';
+REVOKE ALL ON FUNCTION ntask.drop_extension_check() FROM PUBLIC;
+CREATE EVENT TRIGGER ntask_drop_extension ON ddl_command_start
+	WHEN TAG IN ('DROP EXTENSION')
+	EXECUTE FUNCTION ntask.drop_extension_check();
+
 -- end of issue 30
