@@ -48,3 +48,48 @@ INSERT INTO message VALUES ('m-10', 'hello');
 SELECT created FROM ntask_enqueue('push', 'notify:u-b:d-b1:m-10:v1', '{"msg": "m-10"}');
 COMMIT;
 SELECT m.id, t.state FROM message m JOIN ntask.task t ON t.payload->>'msg' = m.id;
+
+-- issue 30.6: payloads are at most ntask.max_payload_bytes (1 MB by
+-- default), checked on the stored (detoasted) jsonb, 54000 beyond it
+SHOW ntask.max_payload_bytes;
+SELECT created FROM ntask_enqueue('push', 'big-1', jsonb_build_object('blob', repeat('x', 2 * 1024 * 1024)));
+\echo :SQLSTATE
+SELECT count(*) FROM ntask_enqueue_many('push', ARRAY['big-2', 'big-3'],
+	ARRAY['{}'::jsonb, jsonb_build_object('blob', repeat('x', 2 * 1024 * 1024))]);
+\echo :SQLSTATE
+SELECT count(*) FROM ntask.task WHERE task_key LIKE 'big-%';
+-- just under the limit is fine; a smaller limit applies at once
+SELECT created FROM ntask_enqueue('push', 'big-ok', jsonb_build_object('blob', repeat('x', 1000 * 1000)));
+SET ntask.max_payload_bytes = '1kB';
+SELECT created FROM ntask_enqueue('push', 'big-4', jsonb_build_object('blob', repeat('x', 2000)));
+\echo :SQLSTATE
+-- a duplicate of a stored payload that is now over the limit is refused too
+SELECT created FROM ntask_enqueue('push', 'big-ok', jsonb_build_object('blob', repeat('x', 1000 * 1000)));
+\echo :SQLSTATE
+SELECT * FROM ntask_saga_start('big-saga', ('[{"name": "a", "queue": "push", "payload": {"blob": "' || repeat('x', 2000) || '"}}]')::jsonb);
+\echo :SQLSTATE
+SELECT * FROM ntask_saga_start('big-saga', ('[{"name": "a", "queue": "push", "compensate": {"queue": "push", "payload": {"blob": "' || repeat('x', 2000) || '"}}}]')::jsonb);
+\echo :SQLSTATE
+\set VERBOSITY terse
+SELECT name FROM ntask_schedule('big-schedule', '0 2 * * *', 'push', jsonb_build_object('blob', repeat('x', 2000)));
+\echo :SQLSTATE
+\set VERBOSITY default
+RESET ntask.max_payload_bytes;
+-- any JSON value is a payload: objects, arrays, scalars, JSON null
+-- (SQL NULL is refused, 22004)
+SELECT v.k, e.created
+FROM (VALUES ('json-array', '[1, 2]'::jsonb), ('json-string', '"x"'), ('json-number', '42'),
+			 ('json-null', 'null')) v(k, p),
+	 LATERAL ntask_enqueue('push', v.k, v.p) e ORDER BY v.k;
+SELECT task_key, jsonb_typeof(payload) FROM ntask.task WHERE task_key LIKE 'json-%' ORDER BY 1;
+SELECT created FROM ntask_enqueue('push', 'sql-null', NULL);
+\echo :SQLSTATE
+
+-- issue 30.9: notify => true sends NOTIFY ntask_<queue> with the queue name
+-- as is: for a mixed-case name LISTEN needs the channel quoted (unquoted,
+-- PostgreSQL folds it to lower case and hears nothing)
+SELECT queue, notify FROM ntask_queue_set('Orders', notify => true);
+LISTEN ntask_Orders;
+LISTEN "ntask_Orders";
+SELECT pg_listening_channels() AS channel ORDER BY 1;
+UNLISTEN *;

@@ -1,7 +1,11 @@
 -- housekeeping: expired leases, deadlines and retention (ntask_housekeeping,
 -- which the background worker runs every ntask.naptime)
 -- a fresh extension, so the counts below are this file's alone
+-- (quietly: what earlier tests left behind is not this file's business;
+-- the drop's own warning is tested in TAP 002_schedule_pg_cron)
+SET client_min_messages = error;
 DROP EXTENSION ntask;
+RESET client_min_messages;
 CREATE EXTENSION ntask;
 SELECT setval('ntask.task_task_id_seq', 13000, false) AS first_task_id;
 SELECT queue FROM ntask_queue_set('hk', max_attempts => 2, backoff_base => '1 second');

@@ -48,9 +48,11 @@ WHERE task_key = 'buffer:2026-11-28T10:00:00Z';
 SELECT outcome FROM ntask_fire('buffer', '2026-11-28 10:20+00');
 SELECT outcome, reason FROM ntask_fire('buffer', '2026-11-28 10:30+00');
 
--- catch-up after downtime: the last fired slot was 5 minutes ago
+-- catch-up after downtime: the last fired slot was 5 minutes ago; the
+-- window (2 minutes) is measured from now, so the slot 2 minutes before the
+-- current one (older than 2 minutes by the time it fires) is missed
 SELECT queue FROM ntask_queue_set('cu');
-SELECT name FROM ntask_schedule('minutely', '* * * * *', 'cu', overlap => 'allow', catchup => '2 minutes 30 seconds');
+SELECT name FROM ntask_schedule('minutely', '* * * * *', 'cu', overlap => 'allow', catchup => '2 minutes');
 BEGIN;
 UPDATE ntask.schedule SET last_slot = ntask_cron_prev('* * * * *', now()) - interval '5 minutes'
 WHERE name = 'minutely';
@@ -88,6 +90,86 @@ COMMIT;
 SELECT name, timezone FROM ntask_schedule('berlin', '30 2 * * *', 'cu', timezone => 'Europe/Berlin');
 SELECT fired_slot, outcome FROM ntask_fire('berlin', '2026-11-28 01:30+00');
 SELECT task_key FROM ntask.task WHERE task_key LIKE 'berlin:%';
+
+-- issue 30.2: a new schedule's first firing is its next slot.  A non-UTC
+-- schedule is fired every minute: created at 04:35 Berlin time, its first
+-- firing must not enqueue today's 02:00 (the same schedule in UTC waits)
+BEGIN;
+SELECT name FROM ntask_schedule('nightly-report', '0 2 * * *', 'cu', timezone => 'Europe/Berlin',
+								catchup => '5 minutes');
+SELECT f.fired_slot = ntask_cron_prev('0 2 * * *', now(), 'Europe/Berlin') AS latest_slot,
+	   f.outcome, f.task_id IS NULL AS no_task, f.reason
+FROM ntask_fire('nightly-report') f;
+SELECT count(*) AS tasks FROM ntask.task WHERE task_key LIKE 'nightly-report:%';
+COMMIT;
+-- a schedule that never fired under an older version (last_slot NULL):
+-- slots before it was created do not fire either
+BEGIN;
+UPDATE ntask.schedule SET last_slot = NULL, created_at = now()
+WHERE name = 'nightly-report';
+SELECT f.outcome, f.task_id IS NULL AS no_task FROM ntask_fire('nightly-report') f;
+COMMIT;
+-- replacing a schedule with another cron expression: its first firing is
+-- the next slot of the new expression, no catch-up of the new expression's
+-- past slots
+BEGIN;
+SELECT name FROM ntask_schedule('nightly-report', '* * * * *', 'cu', timezone => 'Europe/Berlin',
+								catchup => '1 hour');
+SELECT f.outcome, f.task_id IS NULL AS no_task FROM ntask_fire('nightly-report') f;
+COMMIT;
+SELECT count(*) AS slots_recorded FROM ntask.schedule_slot WHERE schedule = 'nightly-report';
+
+-- catchup bounds the latest slot too: after an outage longer than catchup
+-- nothing late is enqueued, and missed rows say so.  An hourly schedule
+-- whose slot was 30 minutes ago, last fired two hours before that:
+SELECT format('%s * * * *', extract(minute FROM now() - interval '30 minutes')::int) AS late_cron \gset
+BEGIN;
+SELECT name FROM ntask_schedule('late', :'late_cron', 'cu', overlap => 'allow', catchup => '5 minutes');
+UPDATE ntask.schedule SET last_slot = ntask_cron_prev(:'late_cron', now()) - interval '2 hours'
+WHERE name = 'late';
+SELECT ntask_cron_prev(:'late_cron', now()) - f.fired_slot AS before_current, f.outcome,
+	   f.task_id IS NULL AS no_task, f.reason
+FROM ntask_fire('late') f;
+SELECT last_slot = ntask_cron_prev(:'late_cron', now()) AS last_slot_advanced
+FROM ntask.schedule WHERE name = 'late';
+-- firing again: nothing new
+SELECT f.outcome, f.task_id IS NULL AS no_task FROM ntask_fire('late') f;
+COMMIT;
+-- within catchup (an hour) the same late slot is enqueued, and the slot
+-- before it, 90 minutes old, is missed (the window is measured from now)
+BEGIN;
+SELECT name FROM ntask_schedule('late', :'late_cron', 'cu', overlap => 'allow', catchup => '1 hour');
+UPDATE ntask.schedule SET last_slot = ntask_cron_prev(:'late_cron', now()) - interval '2 hours'
+WHERE name = 'late';
+SELECT ntask_cron_prev(:'late_cron', now()) - f.fired_slot AS before_current, f.outcome,
+	   f.task_id IS NULL AS no_task
+FROM ntask_fire('late') f;
+COMMIT;
+SELECT count(*) AS late_tasks FROM ntask.task WHERE task_key LIKE 'late:%';
+
+-- a DST gap that skips a slot leaves a missed row: 02:30 Berlin time does
+-- not exist on 2026-03-29 (the clocks go from 02:00 to 03:00 at 01:00 UTC).
+-- ntask.fire_due(name, at) is ntask_fire(name) as of a given time.
+SET TIME ZONE 'UTC';
+SELECT * FROM ntask.cron_gaps('30 2 * * *', '2026-03-27 00:00+00', '2026-04-30 00:00+00', 'Europe/Berlin');
+SELECT count(*) AS minutes_in_gap, min(local_time), max(local_time), min(slot) = max(slot) AS one_instant
+FROM ntask.cron_gaps('* * * * *', '2026-03-29 00:00+00', '2026-03-29 02:00+00', 'Europe/Berlin');
+SELECT count(*) AS utc_has_no_gap FROM ntask.cron_gaps('* * * * *', '2026-03-29 00:00+00', '2026-03-29 02:00+00', 'UTC');
+SELECT count(*) AS autumn_has_no_gap FROM ntask.cron_gaps('30 2 * * *', '2026-10-24 00:00+00', '2026-10-27 00:00+00', 'Europe/Berlin');
+-- a gap before "after" or after "upto" is not listed
+SELECT count(*) AS outside FROM ntask.cron_gaps('30 2 * * *', '2026-03-29 01:00+00', '2026-03-30 00:00+00', 'Europe/Berlin');
+SELECT count(*) AS outside FROM ntask.cron_gaps('30 2 * * *', '2026-03-28 00:00+00', '2026-03-29 00:59+00', 'Europe/Berlin');
+SELECT name FROM ntask_schedule('dst', '30 2 * * *', 'cu', timezone => 'Europe/Berlin', catchup => '2 hours');
+UPDATE ntask.schedule SET last_slot = '2026-03-28 01:30+00' WHERE name = 'dst';
+-- at 03:05 Berlin time on the 29th: the skipped 02:30 is recorded as missed
+SELECT * FROM ntask.fire_due('dst', '2026-03-29 01:05+00');
+SELECT last_slot FROM ntask.schedule WHERE name = 'dst';
+-- later that day: nothing new, and the gap is not recorded twice
+SELECT fired_slot, outcome, reason FROM ntask.fire_due('dst', '2026-03-29 12:00+00');
+-- the next day's 02:30 (00:30 UTC) fires as usual, nothing caught up
+SELECT fired_slot, outcome FROM ntask.fire_due('dst', '2026-03-30 00:30:10+00');
+SELECT slot, outcome, task_id IS NOT NULL AS has_task FROM ntask.schedule_slot WHERE schedule = 'dst' ORDER BY id;
+RESET TIME ZONE;
 
 -- the history
 SELECT schedule, slot, outcome, task_id IS NOT NULL AS has_task

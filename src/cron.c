@@ -48,6 +48,10 @@
  * fuzzed on its own under fuzz/); this file reports its errors and does
  * the time zone work and the search.
  *
+ * ntask.cron_gaps lists the local times the expression matches that a
+ * spring-forward gap skipped, so ntask_fire can record them as missed
+ * instead of leaving no trace of the slot.
+ *
  * Errors: invalid expression, unknown zone, infinite timestamp -> 22023;
  * NULL -> 22004; expression over 200 bytes -> 22001; a firing time outside
  * the timestamptz range -> 22008.
@@ -60,12 +64,15 @@
 #include "ntask.h"
 #include "cron_parse.h"
 
+#include "funcapi.h"
+
 #include "pgtime.h"
 #include "utils/builtins.h"
 #include "utils/datetime.h"
 
 PG_FUNCTION_INFO_V1(ntask_cron_next);
 PG_FUNCTION_INFO_V1(ntask_cron_prev);
+PG_FUNCTION_INFO_V1(ntask_cron_gaps);
 
 #define CRON_MAX_EXPR_LEN	NTASK_CRON_MAX_EXPR_LEN
 #define CRON_SEARCH_YEARS	401
@@ -100,6 +107,7 @@ static bool cron_local_to_utc(const pg_tz *tz, const CronLocal *c,
 static pg_time_t cron_floor_seconds(TimestampTz ts);
 static void cron_out_of_range(const char *expr) pg_attribute_noreturn();
 static TimestampTz cron_eval(FunctionCallInfo fcinfo, bool forward);
+static pg_time_t cron_gap_instant(const pg_tz *tz, const CronLocal *c);
 
 /*
  * cron_parse
@@ -327,14 +335,48 @@ cron_out_of_range(const char *expr)
  *		Shared body of ntask_cron_next (forward) and ntask_cron_prev.
  *		Arguments: expr text, a timestamptz, timezone text.
  */
+/*
+ * cron_args
+ *		The arguments every cron function takes: the expression (argument
+ *		0, parsed into *spec), a finite timestamp (argument tsarg, named
+ *		tsname in errors) and the time zone (argument tzarg).
+ */
+static void
+cron_args(FunctionCallInfo fcinfo, int tsarg, const char *tsname, int tzarg,
+		  char **expr, CronSpec *spec, TimestampTz *ts, char **tzname,
+		  pg_tz **tz)
+{
+	text	   *expr_t = NtaskArgText(fcinfo, 0, "expr", CRON_MAX_EXPR_LEN);
+	text	   *tz_t = NtaskArgText(fcinfo, tzarg, "timezone", TZ_STRLEN_MAX);
+
+	*expr = text_to_cstring(expr_t);
+	*tzname = text_to_cstring(tz_t);
+	if (PG_ARGISNULL(tsarg))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("ntask: %s must not be NULL", tsname)));
+	*ts = PG_GETARG_TIMESTAMPTZ(tsarg);
+	if (TIMESTAMP_NOT_FINITE(*ts))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ntask: %s must be a finite timestamp", tsname)));
+
+	cron_parse(*expr, spec);
+
+	*tz = pg_tzset(*tzname);
+	if (*tz == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ntask: unknown time zone \"%s\"", *tzname),
+				 errhint("Use a name from pg_timezone_names, such as 'UTC' or 'Europe/Berlin'.")));
+}
+
 static TimestampTz
 cron_eval(FunctionCallInfo fcinfo, bool forward)
 {
 	const char *tsname = forward ? "after" : "at";
-	text	   *expr_t = NtaskArgText(fcinfo, 0, "expr", CRON_MAX_EXPR_LEN);
-	text	   *tz_t = NtaskArgText(fcinfo, 2, "timezone", TZ_STRLEN_MAX);
-	char	   *expr = text_to_cstring(expr_t);
-	char	   *tzname = text_to_cstring(tz_t);
+	char	   *expr;
+	char	   *tzname;
 	TimestampTz ts;
 	pg_tz	   *tz;
 	CronSpec	spec;
@@ -345,24 +387,7 @@ cron_eval(FunctionCallInfo fcinfo, bool forward)
 	int			ylimit;
 	int			h;
 
-	if (PG_ARGISNULL(1))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("ntask: %s must not be NULL", tsname)));
-	ts = PG_GETARG_TIMESTAMPTZ(1);
-	if (TIMESTAMP_NOT_FINITE(ts))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("ntask: %s must be a finite timestamp", tsname)));
-
-	cron_parse(expr, &spec);
-
-	tz = pg_tzset(tzname);
-	if (tz == NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("ntask: unknown time zone \"%s\"", tzname),
-				 errhint("Use a name from pg_timezone_names, such as 'UTC' or 'Europe/Berlin'.")));
+	cron_args(fcinfo, 1, tsname, 2, &expr, &spec, &ts, &tzname, &tz);
 
 	/*
 	 * Forward: every local minute up to local(ts) first occurs at or before
@@ -437,4 +462,119 @@ Datum
 ntask_cron_prev(PG_FUNCTION_ARGS)
 {
 	PG_RETURN_TIMESTAMPTZ(cron_eval(fcinfo, false));
+}
+
+/*
+ * cron_gap_instant
+ *		For a local minute *c that a spring-forward gap skipped: the instant
+ *		the clock jumped over it (the transition), found by bisection
+ *		between the instants that would show *c under the offsets after and
+ *		before the gap (real zones change their offset at most once a day).
+ */
+static pg_time_t
+cron_gap_instant(const pg_tz *tz, const CronLocal *c)
+{
+	pg_time_t	wall = cron_wall_seconds(c);
+	long		before = cron_gmtoff(tz, wall - SECS_PER_DAY);
+	long		after = cron_gmtoff(tz, wall + SECS_PER_DAY);
+	pg_time_t	lo = wall - after;	/* still shows the old offset */
+	pg_time_t	hi = wall - before; /* already shows the new one */
+
+	if (after <= before || cron_gmtoff(tz, hi) == before)
+		return hi;
+	while (hi - lo > 1)
+	{
+		pg_time_t	mid = lo + (hi - lo) / 2;
+
+		if (cron_gmtoff(tz, mid) == before)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	return hi;
+}
+
+/*
+ * ntask.cron_gaps(expr text, after timestamptz, upto timestamptz,
+ *				   timezone text)
+ *		RETURNS TABLE (slot timestamptz, local_time timestamp)
+ *		The local times the expression matches that do not exist in the
+ *		zone (a spring-forward gap), whose gap began in (after, upto]: slot
+ *		is that instant (when the clock jumped over the local time).  The
+ *		walk visits the matching local minutes in between, so callers keep
+ *		the range short (ntask_fire: at most 8 days).
+ */
+Datum
+ntask_cron_gaps(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	char	   *expr;
+	char	   *tzname;
+	TimestampTz after;
+	TimestampTz upto;
+	pg_tz	   *tz;
+	CronSpec	spec;
+	CronLocal	c;
+	pg_time_t	secs,
+				upto_secs;
+	int			ylimit;
+
+	cron_args(fcinfo, 1, "after", 3, &expr, &spec, &after, &tzname, &tz);
+	if (PG_ARGISNULL(2))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("ntask: upto must not be NULL")));
+	upto = PG_GETARG_TIMESTAMPTZ(2);
+	if (TIMESTAMP_NOT_FINITE(upto))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ntask: upto must be a finite timestamp")));
+
+	InitMaterializedSRF(fcinfo, 0);
+	if (upto <= after)
+		return (Datum) 0;
+
+	/* the first local minute after "after", as in cron_eval (forward) */
+	secs = cron_floor_seconds(after);
+	upto_secs = cron_floor_seconds(upto);
+	cron_split_wall(secs + cron_gmtoff(tz, secs), &c);
+	c.min++;
+	ylimit = Min(c.year + CRON_SEARCH_YEARS, CRON_MAX_YEAR);
+
+	while (cron_search_forward(&spec, &c, ylimit))
+	{
+		pg_time_t	u;
+
+		if (cron_local_to_utc(tz, &c, &u))
+		{
+			if (u > upto_secs)
+				break;
+		}
+		else
+		{
+			Datum		values[2];
+			bool		nulls[2] = {false, false};
+			Timestamp	local;
+			struct pg_tm tm;
+
+			u = cron_gap_instant(tz, &c);
+			if (u > upto_secs)
+				break;
+			memset(&tm, 0, sizeof(tm));
+			tm.tm_year = c.year;
+			tm.tm_mon = c.mon;
+			tm.tm_mday = c.mday;
+			tm.tm_hour = c.hour;
+			tm.tm_min = c.min;
+			if (tm2timestamp(&tm, 0, NULL, &local) != 0)
+				cron_out_of_range(expr);
+			values[0] = TimestampTzGetDatum(time_t_to_timestamptz(u));
+			values[1] = TimestampGetDatum(local);
+			if (time_t_to_timestamptz(u) > after)
+				tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc,
+									 values, nulls);
+		}
+		c.min++;
+	}
+	return (Datum) 0;
 }

@@ -140,6 +140,40 @@ enq_wake_waiters(text *queue, int n, Datum run_at, bool run_at_null)
 }
 
 /*
+ * NtaskCheckPayload
+ *		A payload to store (detoasted) within ntask.max_payload_bytes, else
+ *		54000.  The message names it what, or what[element]suffix when
+ *		element > 0 ("payloads[3]", "steps[2].compensate.payload"; built
+ *		only then, a batch checks every element).  A payload is any JSON
+ *		value; its size is the only limit.
+ */
+void
+NtaskCheckPayload(Jsonb *jb, const char *what, int element, const char *suffix)
+{
+	Size		size = VARSIZE(jb);
+
+	if (size > (Size) ntask_max_payload_bytes)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("ntask: %s is %zu bytes, more than ntask.max_payload_bytes (%d)",
+						element > 0 ? psprintf("%s[%d]%s", what, element, suffix ? suffix : "") : what,
+						size, ntask_max_payload_bytes),
+				 errhint("Store large data elsewhere and keep a reference to it in the payload.")));
+}
+
+/*
+ * ntask.check_payload(payload jsonb, what text) RETURNS void
+ *		NtaskCheckPayload for the SQL functions (ntask_schedule).
+ */
+PG_FUNCTION_INFO_V1(ntask_check_payload);
+Datum
+ntask_check_payload(PG_FUNCTION_ARGS)
+{
+	NtaskCheckPayload(PG_GETARG_JSONB_P(0), text_to_cstring(PG_GETARG_TEXT_PP(1)), 0, NULL);
+	PG_RETURN_VOID();
+}
+
+/*
  * enq_notify
  *		NOTIFY ntask_<queue> at commit (queue policy notify): one
  *		notification per committing transaction and queue, however many
@@ -263,6 +297,7 @@ ntask_enqueue(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("ntask: run_at must be a finite timestamp")));
 	payload = NtaskArgJsonb(fcinfo, 2, "payload");
+	NtaskCheckPayload(payload, "payload", 0, NULL);
 	digest = NtaskDigest(payload, NTASK_DIGEST_VERSION);
 
 	values[0] = PointerGetDatum(queue);
@@ -770,7 +805,10 @@ ntask_enqueue_many(PG_FUNCTION_ARGS)
 	{
 		EnqItem    *it = &items[i];
 		Jsonb	   *payload = DatumGetJsonbP(payd[it->pos]);
-		bytea	   *digest = NtaskDigest(payload, NTASK_DIGEST_VERSION);
+		bytea	   *digest;
+
+		NtaskCheckPayload(payload, "payloads", it->pos + 1, NULL);
+		digest = NtaskDigest(payload, NTASK_DIGEST_VERSION);
 
 		if (i > 0 && enq_text_cmp(it->key, items[i - 1].key) == 0)
 		{

@@ -52,6 +52,7 @@ int			ntask_history_retention_s = 30 * 86400;
 /* the waiting claim's cap and the stored result's (wait.c, result.c) */
 int			ntask_max_wait_ms = 30000;
 int			ntask_max_result_bytes = 65536;
+int			ntask_max_payload_bytes = 1024 * 1024;
 
 /* the sizes of flow control's shared-memory tables (limit.c, fair.c) */
 int			ntask_rate_limit_slots = 4096;
@@ -392,6 +393,15 @@ _PG_init(void)
 							1024, 4, 1024 * 1024,
 							pm_context,
 							0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("ntask.max_payload_bytes",
+							"Largest task payload (ntask_enqueue, ntask_enqueue_many, saga steps, schedules).",
+							"A larger payload is refused with SQLSTATE 54000.",
+							&ntask_max_payload_bytes,
+							1024 * 1024, 0, 256 * 1024 * 1024,
+							PGC_SUSET,
+							GUC_UNIT_BYTE,
 							NULL, NULL, NULL);
 
 	MarkGUCPrefixReserved("ntask");

@@ -71,6 +71,7 @@ extern int	ntask_max_wait_ms;
 extern int	ntask_max_result_bytes;
 extern int	ntask_rate_limit_slots;
 extern int	ntask_fair_cursor_slots;
+extern int	ntask_max_payload_bytes;
 
 /*
  * A statement prepared once per backend with SPI_prepare + SPI_keepplan.
@@ -404,6 +405,8 @@ extern void NtaskCheckResult(Jsonb *jb, int element);
 extern Datum NtaskArgResult(FunctionCallInfo fcinfo, int argno, bool *isnull);
 
 /* enqueue.c */
+extern void NtaskCheckPayload(Jsonb *jb, const char *what, int element,
+							  const char *suffix);
 extern int64 NtaskEnqueueStep(const char *queue, const char *key,
 							  Jsonb *payload, int64 saga_id);
 

@@ -263,6 +263,7 @@ saga_parse(Jsonb *steps, int *nsteps)
 				saga_bad(psprintf("name \"%s\" is used twice", out[i].name), i + 1);
 		out[i].queue = saga_string(c, "queue", i + 1, true);
 		out[i].payload = saga_payload(c, "payload");
+		NtaskCheckPayload(out[i].payload, "steps", i + 1, ".payload");
 		if (getKeyJsonValueFromContainer(c, "compensate", 10, &comp) != NULL)
 		{
 			if (comp.type != jbvBinary || !JsonContainerIsObject(comp.val.binary.data))
@@ -270,6 +271,7 @@ saga_parse(Jsonb *steps, int *nsteps)
 			saga_keys_only(comp.val.binary.data, comp_keys, i + 1, "compensate");
 			out[i].cqueue = saga_string(comp.val.binary.data, "queue", i + 1, true);
 			out[i].cpayload = saga_payload(comp.val.binary.data, "payload");
+			NtaskCheckPayload(out[i].cpayload, "steps", i + 1, ".compensate.payload");
 		}
 	}
 	*nsteps = n;

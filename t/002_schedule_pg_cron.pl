@@ -99,5 +99,55 @@ $node->safe_psql('postgres', q{SELECT ntask_unschedule('tick')});
 is($node->safe_psql('postgres', q{SELECT count(*) FROM cron.job WHERE jobname = 'ntask:tick'}),
 	'0', 'ntask_unschedule removed the pg_cron job');
 
+# issue 30.4: DROP EXTENSION ntask takes its pg_cron jobs with it (else
+# they fail every minute) and warns about the unfinished tasks it drops;
+# a pg_cron job of someone else stays
+$node->safe_psql('postgres', q{
+	SELECT cron_job FROM ntask_schedule('tock', '0 3 * * *', 'minutely');
+	SELECT cron_job FROM ntask_schedule('tock-berlin', '0 3 * * *', 'minutely', timezone => 'Europe/Berlin');
+	SELECT cron.schedule('not-ntask', '0 4 * * *', 'SELECT 1');
+	SELECT count(*) FROM ntask_enqueue_many('minutely',
+		ARRAY(SELECT 'open-' || i FROM generate_series(1, 15) i),
+		ARRAY(SELECT '{}'::jsonb FROM generate_series(1, 15)));
+});
+my $open = $node->safe_psql('postgres',
+	q{SELECT count(*) FROM ntask.task WHERE state IN ('ready', 'leased', 'retry_wait')});
+my $max_id = $node->safe_psql('postgres', q{SELECT max(task_id) FROM ntask.task});
+is($node->safe_psql('postgres', q{SELECT count(*) FROM cron.job WHERE jobname LIKE 'ntask:%'}),
+	'2', 'two ntask jobs before the drop');
+
+# a DROP that fails (a dependent view, no CASCADE) keeps the jobs
+$node->safe_psql('postgres', q{CREATE VIEW open_tasks AS SELECT task_id FROM ntask.task});
+my ($rc, $out, $err) = $node->psql('postgres', 'DROP EXTENSION ntask');
+isnt($rc, 0, 'DROP EXTENSION without CASCADE fails on the dependent view');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM cron.job WHERE jobname LIKE 'ntask:%'}),
+	'2', 'a failed drop keeps the jobs');
+
+($rc, $out, $err) = $node->psql('postgres', 'DROP EXTENSION ntask CASCADE');
+is($rc, 0, 'DROP EXTENSION ntask CASCADE');
+like($err, qr/WARNING:  ntask: DROP EXTENSION ntask drops $open unfinished task\(s\)/,
+	"the drop warns about the $open unfinished tasks");
+like($err, qr/highest task id was $max_id/, 'and names the highest task id');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM cron.job WHERE jobname LIKE 'ntask:%'}),
+	'0', 'DROP EXTENSION ntask removed its pg_cron jobs');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM cron.job WHERE jobname = 'not-ntask'}),
+	'1', 'another pg_cron job stays');
+
+# dropping another extension does not touch ntask's jobs
+$node->safe_psql('postgres', q{
+	CREATE EXTENSION ntask;
+	SELECT queue FROM ntask_queue_set('minutely');
+	SELECT cron_job FROM ntask_schedule('tock', '0 3 * * *', 'minutely');
+	CREATE EXTENSION IF NOT EXISTS pg_trgm;
+	DROP EXTENSION pg_trgm;
+});
+is($node->safe_psql('postgres', q{SELECT count(*) FROM cron.job WHERE jobname = 'ntask:tock'}),
+	'1', 'DROP EXTENSION of another extension keeps ntask jobs');
+# task ids start at 1 again after a re-create (documented; the WARNING's
+# hint says how to move the sequence past the old ids)
+is($node->safe_psql('postgres',
+		q{SELECT task_id FROM ntask_enqueue('minutely', 'after-recreate')}),
+	'1', 'a re-created extension numbers tasks from 1');
+
 $node->stop;
 done_testing();
