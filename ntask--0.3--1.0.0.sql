@@ -16,6 +16,29 @@
 
 
 -- issue 29.2: cap and turn locks
+--
+-- A queue's cap lock (max_inflight) and a partition key's turn lock (fair
+-- and ordered picks, per-key caps) were advisory locks, which any role that
+-- can connect could take and hold (pg_advisory_lock, the keys computed with
+-- hashtextextended or read from pg_locks), stalling a capped queue or a
+-- key.  They are now locks of a locktag class of ntask's own (src/
+-- claim_lock.c), which no SQL advisory function can take; these two
+-- functions are the only way to them, and nobody is granted them: the
+-- claim's statements run as the extension's owner.  docs/design.md "Who
+-- may block a claim".
+CREATE FUNCTION ntask.claim_cap_lock(queue text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'ntask_claim_cap_lock'
+LANGUAGE C STRICT VOLATILE;
+COMMENT ON FUNCTION ntask.claim_cap_lock(text) IS 'ntask: try the cap lock of a queue with max_inflight, held to the end of the transaction (claims only; not granted to any role)';
+REVOKE ALL ON FUNCTION ntask.claim_cap_lock(text) FROM PUBLIC;
+
+CREATE FUNCTION ntask.claim_turn_lock(queue text, partition_key text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'ntask_claim_turn_lock'
+LANGUAGE C STRICT VOLATILE;
+COMMENT ON FUNCTION ntask.claim_turn_lock(text, text) IS 'ntask: try the turn lock of a partition key of a queue, held to the end of the transaction (claims only; not granted to any role)';
+REVOKE ALL ON FUNCTION ntask.claim_turn_lock(text, text) FROM PUBLIC;
 
 -- end of issue 29.2
 

@@ -31,6 +31,14 @@ FROM pg_proc p
 JOIN pg_depend d ON d.objid = p.oid AND d.deptype = 'e'
  AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'ntask')
 WHERE p.prosecdef ORDER BY 1;
+-- the cap and turn locks are ntask's alone: no role may take them (issue 29.2)
+SELECT p.oid::regprocedure AS lock_function,
+	   has_function_privilege('ntask_producer', p.oid, 'EXECUTE') AS producer,
+	   has_function_privilege('ntask_worker', p.oid, 'EXECUTE') AS worker,
+	   has_function_privilege('ntask_admin', p.oid, 'EXECUTE') AS admin
+FROM pg_proc p
+WHERE p.pronamespace = 'ntask'::regnamespace AND p.proname LIKE 'claim\_%\_lock'
+ORDER BY 1;
 
 SELECT queue FROM ntask_queue_set('pa');
 SELECT ntask_queue_set_roles('pa', 'regress_app_a', NULL);

@@ -37,7 +37,7 @@
  * then looks again for the remaining slots (at most CLAIM_MAX_ROUNDS).
  *
  * Locks: row locks on the picked task rows (never waits for them: SKIP
- * LOCKED; a fair pick also tries, never waits for, an advisory turn lock
+ * LOCKED; a fair pick also tries, never waits for, a turn lock
  * per key it serves), then the open attempt rows of taken-over tasks, held until the
  * caller's short transaction commits.  Never call this in a transaction
  * that then does the work.  Expects READ COMMITTED (the default).
@@ -76,15 +76,18 @@ PG_FUNCTION_INFO_V1(ntask_claim);
 
 /*
  * The queue's cap lock (max_inflight), taken by every pick of a queue with
- * a cap: a transaction-level advisory lock, only tried, held to commit by
- * the claim that holds it.  A pick that does not get it picks nothing (the
- * test is on the queue row, before any task is looked at).  The in-flight
- * count claim_limit reads after the pick, in a new snapshot, is then
- * exact: no other claim can lease a task of the queue meanwhile.
+ * a cap: a transaction-level lock only ntask can take (claim_lock.c: no
+ * other role can hold it to stall the queue), only tried, held to commit
+ * by the claim that holds it.  A pick that does not get it picks nothing
+ * (the test is on the queue row, before any task is looked at; a queue
+ * without a cap never calls it).  The in-flight count claim_limit reads
+ * after the pick, in a new snapshot, is then exact: no other claim can
+ * lease a task of the queue meanwhile.  Its argument is the queue row's
+ * column, not $1, so that no planner (Citus' coordinator evaluation of
+ * a routed statement included) can call it once for the statement.
  */
 #define CLAIM_CAP_LOCK \
-	"(q.max_inflight IS NULL OR pg_catalog.pg_try_advisory_xact_lock(" \
-	" pg_catalog.hashtextextended($1, 1851880299)))"
+	"(q.max_inflight IS NULL OR ntask.claim_cap_lock(q.queue))"
 
 /*
  * The queue's lease and guard come along with every picked row.
@@ -196,15 +199,15 @@ static NtaskPlan claim_queue_plan = {
 };
 
 /*
- * The turn lock of a partition key: a transaction-level advisory lock on
- * a 64-bit hash of (queue, key), taken with pg_try_advisory_xact_lock only
- * (never waited for).  A claim giving a key its turn holds it until its
- * transaction ends, so concurrent claims pass that key by in their first
- * pass.  A hash collision (with another key, or with an application's
- * advisory lock of the same number) only makes a key skip one first pass.
+ * Try the turn lock of partition key pk: a transaction-level lock on a
+ * 64-bit hash of (queue, key) that only ntask can take (claim_lock.c),
+ * only tried (never waited for).  A claim giving a key its turn holds it
+ * until its transaction ends, so concurrent claims pass that key by in
+ * their first pass.  A hash collision (with another key) only makes a key
+ * skip one first pass; no other role's lock can.
  */
 #define CLAIM_TURN_LOCK(pk) \
-	"pg_catalog.hashtextextended(" pk ", pg_catalog.hashtext($1))"
+	"ntask.claim_turn_lock($1, " pk ")"
 
 /*
  * the next key after k (a step of the loose scan), at most $6 when b; pred
@@ -301,7 +304,7 @@ static NtaskPlan claim_queue_plan = {
 	"      AND d.partition_key OPERATOR(pg_catalog.=) k.pk " \
 	"      AND d.partition_key IS NOT NULL AND d.due_at IS NOT NULL " \
 	"      AND d.due_at OPERATOR(pg_catalog.<=) pg_catalog.statement_timestamp()) " \
-	"    THEN pg_catalog.pg_try_advisory_xact_lock(" CLAIM_TURN_LOCK("k.pk") ") END)" tail
+	"    THEN " CLAIM_TURN_LOCK("k.pk") " END)" tail
 
 static NtaskPlan claim_fair_pick_plan = {
 	"claim fair pick",
@@ -348,7 +351,7 @@ static NtaskPlan claim_fair_pick_shard_plan = {
 	"        AND NOT (q.ordered_skip_repair AND h.state OPERATOR(pg_catalog.=) 'repair_required') " \
 	"      ORDER BY h.task_id LIMIT 1) " pred \
 	"    AND CASE WHEN t.due_at OPERATOR(pg_catalog.<=) pg_catalog.statement_timestamp() " \
-	"      THEN pg_catalog.pg_try_advisory_xact_lock(" CLAIM_TURN_LOCK("k.pk") ") END " \
+	"      THEN " CLAIM_TURN_LOCK("k.pk") " END " \
 	"  FOR UPDATE OF t SKIP LOCKED) x " \
 	"WHERE q.queue OPERATOR(pg_catalog.=) $1 " \
 	"  AND q.fairness OPERATOR(pg_catalog.=) 'partition' AND q.ordered " \
@@ -734,8 +737,9 @@ claim_held_keys(ClaimOrder *order)
 /*
  * claim_dist_policy
  *		On a distributed install, refuse a picked queue's flow control that
- *		counts in one node's shared memory or advisory locks, across every
- *		shard: the queue-wide cap, rate limits and the retries' share.  Per
+ *		counts in one node's shared memory or lock table (the cap lock),
+ *		across every shard: the queue-wide cap, rate limits and the
+ *		retries' share.  Per
  *		key caps and order (per_key) hold within the key's shard.  The
  *		pick's first row is in SPI_tuptable.
  */
@@ -818,7 +822,7 @@ claim_pick(text *queue, int want, ClaimOrder *order)
 			{
 				/*
 				 * Caps, rate limits and retry shares count in one node's
-				 * shared memory and advisory locks: not across shards.
+				 * shared memory and lock table: not across shards.
 				 */
 				claim_dist_policy(queue, false);
 				claim_shard_cursor = (i + 1) % nshards;
