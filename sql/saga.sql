@@ -41,6 +41,12 @@ SELECT state, current_step, failed_step, reason FROM ntask.saga WHERE saga_key =
 SELECT * FROM work('stock', 'succeeded');
 SELECT * FROM steps WHERE saga_key = 'order-2';
 SELECT state, reason FROM ntask.saga WHERE saga_key = 'order-2';
+-- issue 30.3: nothing is left to do, so nothing is red: the failed step is
+-- canceled (saga_compensated) in the transaction that compensated the saga
+SELECT task_key, state, reason FROM ntask.task WHERE task_key LIKE 'order-2:%' ORDER BY task_id;
+SELECT count(*) AS order_2_in_repair FROM ntask.repair_queue WHERE task_key LIKE 'order-2:%';
+SELECT actor, action, reason, from_state, to_state FROM ntask.audit
+WHERE task_id = (SELECT task_id FROM ntask.task WHERE task_key = 'order-2:charge');
 
 -- step 2 times out after sending (unknown), then its budget is spent:
 -- it may have charged, so its refund runs first, then step 1's release
@@ -64,9 +70,12 @@ SELECT state, current_step, reason FROM ntask.saga WHERE saga_key = 'order-4';
 SELECT task_key, reason FROM ntask.repair_queue WHERE task_key LIKE 'order-4:%';
 -- the failed compensation is not replayed behind the saga's back
 SELECT ntask_replay(t.task_id, 'alice', 'retry') FROM ntask.task t WHERE t.task_key = 'order-4:reserve:compensate';
+-- nor is the failed forward step (its hint says what to do instead)
+SELECT ntask_replay(t.task_id, 'alice', 'retry') FROM ntask.task t WHERE t.task_key = 'order-4:charge';
 SELECT ntask_saga_resume(saga_id, 'alice', 'stock service fixed') FROM ntask.saga WHERE saga_key = 'order-4';
 SELECT * FROM work('stock', 'succeeded');
 SELECT state FROM ntask.saga WHERE saga_key = 'order-4';
+SELECT task_key, state, reason FROM ntask.task WHERE task_key LIKE 'order-4:%' ORDER BY task_id;
 SELECT ntask_saga_resume(saga_id, 'alice', 'again') FROM ntask.saga WHERE saga_key = 'order-4';
 
 -- cancel: the running step's token goes stale, the done steps are compensated

@@ -25,6 +25,8 @@
  *									   commit receipt), latest first, one at a
  *									   time; none: compensated
  *	compensation succeeded/skipped	-> the next one, or compensated
+ *	compensated						-> the failed step, if in repair_required,
+ *									   is canceled (saga_compensated, audited)
  *	compensation repair_required/canceled
  *									-> manual_review (ntask_saga_resume)
  *
@@ -137,6 +139,19 @@ static NtaskPlan saga_maybe_effect_plan = {
 	"  SELECT 1 FROM ntask.receipt r WHERE r.task_id OPERATOR(pg_catalog.=) t.task_id), "
 	"  t.reason "
 	"FROM ntask.task t WHERE t.task_id OPERATOR(pg_catalog.=) $1",
+	1, {INT8OID}
+};
+
+/*
+ * the failed forward step, still in repair, of a saga just compensated;
+ * SKIP LOCKED: a session that holds it (an operator's cancel) locked the
+ * task before the saga, and that order must not be turned around here
+ */
+static NtaskPlan saga_failed_lock_plan = {
+	"saga failed step lock",
+	"SELECT t.queue FROM ntask.task t "
+	"WHERE t.task_id OPERATOR(pg_catalog.=) $1 "
+	"  AND t.state OPERATOR(pg_catalog.=) 'repair_required' FOR UPDATE SKIP LOCKED",
 	1, {INT8OID}
 };
 
@@ -345,6 +360,40 @@ saga_step_state(int64 saga_id, int step_no, const char *kind)
 }
 
 /*
+ * saga_close_failed
+ *		The saga is compensated: nothing is left to do for its failed
+ *		forward step, so it leaves the repair queue (issue 30.3).  A step
+ *		in repair_required is canceled with reason saga_compensated, in
+ *		this transaction, and audited; its error stays on the row and in
+ *		the saga's reason.  A step that was canceled is left as it is.
+ */
+static void
+saga_close_failed(int64 saga_id, const char *saga_key, int failed)
+{
+	Datum		values[3];
+	int64		task_id;
+	char	   *queue;
+
+	if (failed <= 0)
+		return;
+	values[0] = Int64GetDatum(saga_id);
+	values[1] = Int32GetDatum(failed);
+	values[2] = CStringGetTextDatum("forward");
+	if (NtaskExecPlan(&saga_step_task_plan, values, NULL, SPI_OK_SELECT) != 1)
+		return;
+	task_id = NtaskGetInt64(0, 1);
+	values[0] = Int64GetDatum(task_id);
+	if (NtaskExecPlan(&saga_failed_lock_plan, values, NULL, SPI_OK_SELECT) != 1)
+		return;					/* not in repair, or being changed right now */
+	queue = NtaskGetCString(0, 1);
+	NtaskFinishTask(task_id, "canceled", "saga_compensated", "canceled", NULL, NULL);
+	NtaskAudit("ntask saga", "cancel", task_id, queue,
+			   psprintf("saga_compensated: saga %s (%lld) is compensated", saga_key,
+						(long long) saga_id),
+			   "repair_required", "canceled");
+}
+
+/*
  * saga_compensate_from
  *		Start the compensation of the latest step at or before from that
  *		needs one: the failed step itself when from is it (the caller
@@ -379,6 +428,7 @@ saga_compensate_from(int64 saga_id, const char *saga_key, SagaStep *steps,
 		return;
 	}
 	saga_set(saga_id, "compensated", 0, failed, reason);
+	saga_close_failed(saga_id, saga_key, failed);
 }
 
 /* ---- the trigger ---- */
@@ -434,13 +484,19 @@ saga_on_change(int64 task_id, int64 saga_id, const char *old_state,
 	/* a replay of a saga's task: only ntask_saga_resume may do that */
 	if (replay)
 	{
-		if (!saga_resuming || forward || step_no != current ||
+		if (forward)
+			ereport(ERROR,
+					(errcode(ERRCODE_NTASK_INVALID_TASK_STATE),
+					 errmsg("ntask: task %lld is a forward step of saga %lld (%s)",
+							(long long) task_id, (long long) saga_id, sstate),
+					 errhint("A saga's failed step is not retried: the saga compensates and then cancels it (saga_compensated); start a new saga to do the work again.")));
+		if (!saga_resuming || step_no != current ||
 			strcmp(sstate, "manual_review") != 0)
 			ereport(ERROR,
 					(errcode(ERRCODE_NTASK_INVALID_TASK_STATE),
-					 errmsg("ntask: task %lld is a step of saga %lld", (long long) task_id,
-							(long long) saga_id),
-					 errhint("A saga's failed compensation is resumed with ntask_saga_resume.")));
+					 errmsg("ntask: task %lld is a compensation of saga %lld (%s)",
+							(long long) task_id, (long long) saga_id, sstate),
+					 errhint("A saga's failed compensation is resumed with ntask_saga_resume once the saga is in manual_review.")));
 		saga_set(saga_id, "compensating", current, 0, NULL);
 		return;
 	}
