@@ -36,6 +36,31 @@
 
 
 -- issue 29.8: saga keys
+-- A saga key is scoped by the queues its definition names (forward and
+-- compensation): unique on (saga_key, scope).  ntask_saga_start answers
+-- created = false or NT001 only from a saga whose scope the caller has the
+-- producer right on every queue of; a saga it cannot see is as if the key
+-- were free (docs/design.md "Sagas"), so a producer of one queue neither
+-- learns nor squats the keys of another's.
+CREATE FUNCTION ntask.saga_scope(steps jsonb) RETURNS text[]
+LANGUAGE sql IMMUTABLE PARALLEL SAFE STRICT
+AS $$
+	SELECT pg_catalog.array_agg(x.q ORDER BY x.q)
+	FROM (SELECT DISTINCT (v.q COLLATE "C") AS q
+		  FROM pg_catalog.jsonb_array_elements(steps) e(step),
+			   LATERAL (VALUES (e.step OPERATOR(pg_catalog.->>) 'queue'),
+							   ((e.step OPERATOR(pg_catalog.->) 'compensate')
+									OPERATOR(pg_catalog.->>) 'queue')) v(q)
+		  WHERE v.q IS NOT NULL) x
+$$;
+COMMENT ON FUNCTION ntask.saga_scope(jsonb) IS 'ntask: the queues a saga definition names (forward and compensation), distinct, in byte order: the scope of its saga_key';
+REVOKE ALL ON FUNCTION ntask.saga_scope(jsonb) FROM PUBLIC;
+ALTER TABLE ntask.saga ADD COLUMN scope text[] COLLATE "C";
+UPDATE ntask.saga SET scope = ntask.saga_scope(steps);
+ALTER TABLE ntask.saga ALTER COLUMN scope SET NOT NULL,
+	DROP CONSTRAINT saga_saga_key_key,
+	ADD CONSTRAINT saga_key_scope_key UNIQUE (saga_key, scope);
+COMMENT ON COLUMN ntask.saga.scope IS 'the queues the definition names (ntask.saga_scope): the saga_key is unique within it, and only a producer with the right on all of them sees the saga from ntask_saga_start';
 
 -- end of issue 29.8
 

@@ -127,5 +127,29 @@ RESET ROLE;
 SELECT count(*) AS no_order_7 FROM ntask.saga WHERE saga_key = 'order-7';
 SELECT ntask_queue_set_roles('payment', NULL, NULL);
 DROP ROLE regress_s_app, regress_s_pay;
+-- issue 29.8: a saga key is scoped by the queues of its definition.  A
+-- producer without the producer right on a stored definition's queues gets
+-- the answer of a free key (it learns nothing, squats nothing); one with
+-- the rights on all of them gets what it always got
+CREATE ROLE regress_s_a IN ROLE ntask_producer;
+CREATE ROLE regress_s_b IN ROLE ntask_producer;
+SELECT queue FROM ntask_queue_set('saga_a');
+SELECT queue FROM ntask_queue_set('saga_b');
+SELECT ntask_queue_set_roles('saga_a', 'regress_s_a', NULL);
+SELECT ntask_queue_set_roles('saga_b', 'regress_s_b', NULL);
+SET ROLE regress_s_a;
+SELECT created, state FROM ntask_saga_start('shared-key', '[{"name": "s1", "queue": "saga_a"}]');
+SET ROLE regress_s_b;
+SELECT created, state FROM ntask_saga_start('shared-key', '[{"name": "s1", "queue": "saga_b"}]');
+SELECT created, state FROM ntask_saga_start('shared-key', '[{"name": "s1", "queue": "saga_b"}]');
+SELECT created, state FROM ntask_saga_start('shared-key', '[{"name": "s1", "queue": "saga_b", "payload": {"v": 2}}]');
+RESET ROLE;
+SELECT created, state FROM ntask_saga_start('shared-key', '[{"name": "s1", "queue": "saga_a"}]');
+SELECT created, state FROM ntask_saga_start('shared-key', '[{"name": "s1", "queue": "stock"}]');
+SELECT saga_key, scope, started_by FROM ntask.saga WHERE saga_key = 'shared-key' ORDER BY saga_id;
+SELECT queue, task_key FROM ntask.task WHERE task_key LIKE 'shared-key:%' ORDER BY task_id;
+SELECT ntask_queue_set_roles('saga_a', NULL, NULL);
+SELECT ntask_queue_set_roles('saga_b', NULL, NULL);
+DROP ROLE regress_s_a, regress_s_b;
 DROP VIEW steps;
 DROP FUNCTION work(text, text, text, boolean);

@@ -71,16 +71,28 @@ static bool saga_resuming = false;
 static NtaskPlan saga_insert_plan = {
 	"saga insert",
 	"INSERT INTO ntask.saga (saga_key, steps, steps_digest, digest_version, "
-	"  nsteps, started_by) VALUES ($1, $2, $3, $4, $5, $6) "
-	"ON CONFLICT (saga_key) DO NOTHING RETURNING saga_id, state",
+	"  nsteps, started_by, scope) VALUES ($1, $2, $3, $4, $5, $6, ntask.saga_scope($2)) "
+	"ON CONFLICT (saga_key, scope) DO NOTHING RETURNING saga_id, state",
 	6, {TEXTOID, JSONBOID, BYTEAOID, INT2OID, INT4OID, TEXTOID}
 };
 
+/*
+ * The sagas of a key the caller may see: those of whose scope it has the
+ * producer right on every queue (the test of NtaskCheckQueueRight; a queue
+ * dropped since restricts nobody).  The one of the caller's own scope
+ * first: it is the only one a definition can be the same as.
+ */
 static NtaskPlan saga_existing_plan = {
 	"saga lookup",
 	"SELECT s.saga_id, s.state, s.steps_digest, s.digest_version "
-	"FROM ntask.saga s WHERE s.saga_key OPERATOR(pg_catalog.=) $1",
-	1, {TEXTOID}
+	"FROM ntask.saga s WHERE s.saga_key OPERATOR(pg_catalog.=) $1 "
+	"  AND NOT EXISTS (SELECT 1 FROM ntask.queue q "
+	"    WHERE q.queue OPERATOR(pg_catalog.=) ANY (s.scope) "
+	"      AND q.producer_role IS NOT NULL "
+	"      AND NOT pg_catalog.pg_has_role($3, q.producer_role, 'USAGE')) "
+	"ORDER BY s.scope OPERATOR(pg_catalog.=) ntask.saga_scope($2) DESC, s.saga_id "
+	"LIMIT 1",
+	3, {TEXTOID, JSONBOID, OIDOID}
 };
 
 static NtaskPlan saga_lock_plan = {
@@ -600,7 +612,10 @@ ntask_saga_step_changed(PG_FUNCTION_ARGS)
  * (forward and compensation: 42704 unknown, 42501 without it), checked
  * before anything is written or revealed.  The same saga_key again with
  * the same definition (canonical digest) returns the existing saga
- * (created = false); with another definition NT001.  Errors: 22004 NULL,
+ * (created = false); with another definition NT001.  Only a saga the
+ * caller may see answers so: one of whose queues (its scope) the caller
+ * lacks the producer right on is as if the key were free, and the new
+ * saga has a scope of its own (issue 29.8).  Errors: 22004 NULL,
  * 22023 a bad definition, 22001 a saga_key over 300 bytes.
  */
 Datum
@@ -615,6 +630,8 @@ ntask_saga_start(PG_FUNCTION_ARGS)
 	int			nsteps;
 	bytea	   *digest;
 	Datum		values[6];
+	Datum		existing[3];
+	int			found;
 	Datum		out[3];
 	bool		outnulls[3] = {false, false, false};
 	int			i;
@@ -638,13 +655,24 @@ ntask_saga_start(PG_FUNCTION_ARGS)
 			NtaskCheckQueueRight(cstring_to_text(steps[i].cqueue), true);
 	}
 
+	/*
+	 * A saga of this key the caller may see answers (created = false or
+	 * NT001); one it may not see is as if the key were free, and the new
+	 * saga gets its own scope.  The insert's conflict can only be a saga of
+	 * the caller's own scope committed since the look: looked up again.
+	 */
+	existing[0] = PointerGetDatum(key);
+	existing[1] = JsonbPGetDatum(def);
+	existing[2] = ObjectIdGetDatum(NtaskCaller());
 	values[0] = PointerGetDatum(key);
 	values[1] = JsonbPGetDatum(def);
 	values[2] = PointerGetDatum(digest);
 	values[3] = Int16GetDatum(NTASK_DIGEST_VERSION);
 	values[4] = Int32GetDatum(nsteps);
 	values[5] = CStringGetTextDatum(actor);
-	if (NtaskExecPlan(&saga_insert_plan, values, NULL, SPI_OK_INSERT_RETURNING) == 1)
+	found = NtaskExecPlan(&saga_existing_plan, existing, NULL, SPI_OK_SELECT);
+	if (found == 0 &&
+		NtaskExecPlan(&saga_insert_plan, values, NULL, SPI_OK_INSERT_RETURNING) == 1)
 	{
 		int64		saga_id = NtaskGetInt64(0, 1);
 
@@ -665,7 +693,8 @@ ntask_saga_start(PG_FUNCTION_ARGS)
 	{
 		bool		isnull;
 
-		if (NtaskExecPlan(&saga_existing_plan, values, NULL, SPI_OK_SELECT) != 1)
+		if (found == 0 &&
+			NtaskExecPlan(&saga_existing_plan, existing, NULL, SPI_OK_SELECT) != 1)
 			elog(ERROR, "ntask: saga \"%s\" neither inserted nor found", saga_key);
 		if (!NtaskSameDigest(def, digest, DatumGetByteaPP(NtaskGetDatum(0, 3, &isnull)),
 							 NtaskGetInt32(0, 4)))
