@@ -66,6 +66,16 @@ COMMENT ON COLUMN ntask.saga.scope IS 'the queues the definition names (ntask.sa
 
 
 -- issue 29.10 and the suspicions: upgrade grants, schedules, results
+-- RULE for every section of this file (29.10): users build on ntask, and an
+-- update must keep it.  Never DROP a public view: CREATE OR REPLACE VIEW with
+-- the same columns (names, types, collations), new ones only at the end.
+-- Never DROP a public function whose signature can stay: CREATE OR REPLACE.
+-- Where the arguments or result columns truly change, an overload must not
+-- make old calls ambiguous; otherwise drop it the way ntask--0.2--0.3.sql
+-- does (refuse, naming them, when user objects depend on it; carry the
+-- users' GRANTs and REVOKEs over and keep them out of pg_init_privs): copy
+-- its upgrade_* helpers here, dropping them at the end of the file.
+-- regress "upgrade" keeps a user view, a user function and a grant.
 
 -- end of issue 29.10
 
