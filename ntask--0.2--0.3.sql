@@ -10,6 +10,122 @@
  * same (regress "upgrade").
  */
 
+/*
+ * Issue 29.10: this update keeps what users built on ntask.  No public view
+ * is dropped: one whose body must change is first replaced by a stub with
+ * the same columns (ntask.upgrade_view_stub), so views, grants and comments
+ * on it survive, then replaced by its new body (new columns only at the
+ * end).  A function whose arguments or result columns change cannot be
+ * replaced, so ntask.upgrade_drop_function drops it after refusing, with
+ * a message naming them, when user objects depend on it (a view calling it,
+ * a BEGIN ATOMIC function), and after saving its grants; once the new
+ * function has its own grants, ntask.upgrade_restore_acl applies the grants
+ * and revokes users had made on the old one (and leaves them out of
+ * pg_init_privs, so pg_dump still dumps them).  The helpers are dropped at
+ * the end of this script.  README "Upgrading".
+ */
+CREATE TABLE ntask.upgrade_acl (proname name PRIMARY KEY, acl aclitem[], initprivs aclitem[]);
+
+-- the objects outside the extension that depend on an object (a view for
+-- its rewrite rule), described; NULL when none
+CREATE FUNCTION ntask.upgrade_user_dependents(cls oid, obj oid, sub integer DEFAULT 0)
+RETURNS text LANGUAGE sql STABLE AS $$
+	SELECT pg_catalog.string_agg(DISTINCT pg_catalog.pg_describe_object(x.classid, x.objid, 0), ', ')
+	FROM (SELECT CASE WHEN d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_rewrite'::pg_catalog.regclass
+					  THEN 'pg_catalog.pg_class'::pg_catalog.regclass::pg_catalog.oid ELSE d.classid END AS classid,
+				 CASE WHEN d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_rewrite'::pg_catalog.regclass
+					  THEN (SELECT r.ev_class FROM pg_catalog.pg_rewrite r WHERE r.oid OPERATOR(pg_catalog.=) d.objid)
+					  ELSE d.objid END AS objid
+		  FROM pg_catalog.pg_depend d
+		  WHERE d.refclassid OPERATOR(pg_catalog.=) cls AND d.refobjid OPERATOR(pg_catalog.=) obj
+			AND (sub OPERATOR(pg_catalog.=) 0 OR d.refobjsubid OPERATOR(pg_catalog.=) sub)
+			AND d.deptype OPERATOR(pg_catalog.=) 'n'
+			-- views (their rules) and functions (BEGIN ATOMIC): a table's own
+			-- constraints, indexes and triggers go with the table
+			AND d.classid OPERATOR(pg_catalog.=) ANY (ARRAY['pg_catalog.pg_rewrite'::pg_catalog.regclass,
+														   'pg_catalog.pg_proc'::pg_catalog.regclass]::pg_catalog.oid[])) x
+	WHERE x.objid IS DISTINCT FROM obj
+	  AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_depend e
+					  WHERE e.classid OPERATOR(pg_catalog.=) x.classid
+						AND e.objid OPERATOR(pg_catalog.=) x.objid
+						AND e.deptype OPERATOR(pg_catalog.=) 'e')
+$$;
+
+-- refuse, naming them, when user objects depend on what must be dropped
+CREATE FUNCTION ntask.upgrade_refuse(what text, deps text, why text) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+	IF deps IS NOT NULL THEN
+		RAISE EXCEPTION 'ntask: cannot update: % depend(s) on %, which this update must %', deps, what, why
+			USING ERRCODE = 'dependent_objects_still_exist',
+				  HINT = 'Save and drop the objects named, run ALTER EXTENSION ntask UPDATE again, then create them again (README "Upgrading").';
+	END IF;
+END $$;
+
+CREATE FUNCTION ntask.upgrade_view_stub(v regclass) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+	EXECUTE pg_catalog.format('CREATE OR REPLACE VIEW %s AS SELECT %s WHERE false', v,
+		(SELECT pg_catalog.string_agg(pg_catalog.format('NULL::%s%s AS %I',
+					pg_catalog.format_type(a.atttypid, a.atttypmod),
+					CASE WHEN a.attcollation OPERATOR(pg_catalog.<>) 0 THEN
+						(SELECT pg_catalog.format(' COLLATE %I.%I', n.nspname, c.collname)
+						 FROM pg_catalog.pg_collation c JOIN pg_catalog.pg_namespace n
+							ON n.oid OPERATOR(pg_catalog.=) c.collnamespace
+						 WHERE c.oid OPERATOR(pg_catalog.=) a.attcollation) ELSE '' END,
+					a.attname), ', ' ORDER BY a.attnum)
+		 FROM pg_catalog.pg_attribute a
+		 WHERE a.attrelid OPERATOR(pg_catalog.=) v AND a.attnum OPERATOR(pg_catalog.>) 0
+		   AND NOT a.attisdropped));
+END $$;
+
+CREATE FUNCTION ntask.upgrade_drop_function(fn text) RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+	f regprocedure := fn::regprocedure;
+BEGIN
+	PERFORM ntask.upgrade_refuse('function ' || f::text,
+		ntask.upgrade_user_dependents('pg_catalog.pg_proc'::regclass, f),
+		'drop and create again (its arguments or result columns change)');
+	INSERT INTO ntask.upgrade_acl AS u
+	SELECT p.proname, coalesce(p.proacl, pg_catalog.acldefault('f', p.proowner)), i.initprivs
+	FROM pg_catalog.pg_proc p
+	LEFT JOIN pg_catalog.pg_init_privs i ON i.objoid OPERATOR(pg_catalog.=) p.oid
+		AND i.classoid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::regclass AND i.objsubid OPERATOR(pg_catalog.=) 0
+	WHERE p.oid OPERATOR(pg_catalog.=) f
+	ON CONFLICT (proname) DO UPDATE SET acl = EXCLUDED.acl, initprivs = EXCLUDED.initprivs;
+	EXECUTE pg_catalog.format('DROP FUNCTION %s', f);
+END $$;
+
+CREATE FUNCTION ntask.upgrade_restore_acl(fn text) RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+	f regprocedure := fn::regprocedure;
+	u record;
+	g record;
+	mine aclitem[];
+BEGIN
+	SELECT a.* INTO u FROM ntask.upgrade_acl a JOIN pg_catalog.pg_proc p
+		ON p.proname OPERATOR(pg_catalog.=) a.proname WHERE p.oid OPERATOR(pg_catalog.=) f;
+	IF NOT FOUND OR u.initprivs IS NULL THEN
+		RETURN;
+	END IF;
+	SELECT p.proacl INTO mine FROM pg_catalog.pg_proc p WHERE p.oid OPERATOR(pg_catalog.=) f;
+	FOR g IN
+		SELECT x.grantee, x.is_grantable, true AS grant FROM pg_catalog.aclexplode(u.acl) x
+		EXCEPT SELECT y.grantee, y.is_grantable, true FROM pg_catalog.aclexplode(u.initprivs) y
+		UNION ALL
+		(SELECT y.grantee, y.is_grantable, false FROM pg_catalog.aclexplode(u.initprivs) y
+		 EXCEPT SELECT x.grantee, x.is_grantable, false FROM pg_catalog.aclexplode(u.acl) x)
+	LOOP
+		EXECUTE pg_catalog.format(CASE WHEN g.grant THEN 'GRANT EXECUTE ON FUNCTION %s TO %s%s'
+									   ELSE 'REVOKE EXECUTE ON FUNCTION %s FROM %s' END,
+			f, CASE WHEN g.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC' ELSE g.grantee::regrole::text END,
+			CASE WHEN g.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+	END LOOP;
+	-- the users' grants are not the extension's: pg_dump dumps them
+	UPDATE pg_catalog.pg_init_privs i SET initprivs = mine
+	WHERE i.objoid OPERATOR(pg_catalog.=) f AND i.classoid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::regclass
+	  AND i.objsubid OPERATOR(pg_catalog.=) 0;
+END $$;
+
 -- The background worker's role (docs/worker.md "Identity").  The launcher
 -- starts the worker as ntask.worker_role, by default this role: it can log
 -- in (background workers of PostgreSQL 15 can only connect as a LOGIN
@@ -245,8 +361,8 @@ BEGIN
 END $$;
 
 -- ntask_worker_stats(): which database the worker serves
-DROP VIEW ntask.worker_stats;
-DROP FUNCTION @extschema@.ntask_worker_stats();
+SELECT ntask.upgrade_view_stub('ntask.worker_stats');
+SELECT ntask.upgrade_drop_function('@extschema@.ntask_worker_stats()');
 CREATE FUNCTION @extschema@.ntask_worker_stats(
 	OUT pid integer, OUT state text, OUT started_at timestamptz,
 	OUT last_tick timestamptz, OUT dispatched bigint, OUT accepted bigint,
@@ -259,11 +375,12 @@ AS 'MODULE_PATHNAME', 'ntask_worker_stats'
 LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION @extschema@.ntask_worker_stats() IS
 'ntask: the background worker''s counters since server start (shared memory), and the database it serves; see ntask.worker_stats';
-CREATE VIEW ntask.worker_stats AS
+CREATE OR REPLACE VIEW ntask.worker_stats AS
 SELECT * FROM @extschema@.ntask_worker_stats();
 COMMENT ON VIEW ntask.worker_stats IS 'ntask: the background worker: pid, state, last tick, HTTP requests dispatched / accepted / transient / permanent / unknown / reconciled, in flight, leases released, tasks sent to repair, rows pruned, last error, the database it serves (ntask.database; counters restart with the server; ntask.attempt is the durable record)';
 REVOKE ALL ON FUNCTION @extschema@.ntask_worker_stats() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION @extschema@.ntask_worker_stats() TO ntask_admin;
+SELECT ntask.upgrade_restore_acl('@extschema@.ntask_worker_stats()');
 GRANT SELECT ON ntask.worker_stats TO ntask_admin;
 
 -- ntask_release: hand a leased task back
@@ -365,8 +482,18 @@ ALTER TABLE ntask.attempt SET (fillfactor = 50);
 -- column's collation rewrites the table and rebuilds its indexes; the two
 -- views and the trigger that use these columns are recreated as they were
 -- (same definitions, comments and grants).
-DROP VIEW ntask.queue_stats;
-DROP VIEW ntask.repair_queue;
+-- (user views over these columns would make the ALTER fail: named first)
+SELECT ntask.upgrade_refuse(pg_catalog.pg_describe_object('pg_catalog.pg_class'::pg_catalog.regclass,
+								a.attrelid, a.attnum),
+		ntask.upgrade_user_dependents('pg_catalog.pg_class'::pg_catalog.regclass, a.attrelid, a.attnum),
+		'change to COLLATE "C"')
+FROM pg_catalog.pg_attribute a
+WHERE (a.attrelid, a.attname) IN (('ntask.queue'::pg_catalog.regclass, 'queue'),
+		('ntask.task'::pg_catalog.regclass, 'queue'), ('ntask.task'::pg_catalog.regclass, 'task_key'),
+		('ntask.task'::pg_catalog.regclass, 'partition_key'),
+		('ntask.schedule'::pg_catalog.regclass, 'queue'), ('ntask.audit'::pg_catalog.regclass, 'queue'));
+SELECT ntask.upgrade_view_stub('ntask.queue_stats');
+SELECT ntask.upgrade_view_stub('ntask.repair_queue');
 DROP TRIGGER queue_delete_check ON ntask.queue;
 ALTER TABLE ntask.queue ALTER COLUMN queue TYPE text COLLATE "C";
 ALTER TABLE ntask.task
@@ -380,8 +507,8 @@ CREATE TRIGGER queue_delete_check BEFORE DELETE OR UPDATE OF queue ON ntask.queu
 -- queue_stats.unknown_attempts: attempts with an unknown outcome of the
 -- tasks that are not finished (a task that succeeded since is no longer a
 -- question; one in repair is)
-CREATE VIEW ntask.queue_stats AS
-SELECT q.queue,
+CREATE OR REPLACE VIEW ntask.queue_stats AS
+SELECT q.queue COLLATE "default" AS queue,
 	   coalesce(s.ready, 0) AS ready,
 	   coalesce(s.leased, 0) AS leased,
 	   coalesce(s.retry_wait, 0) AS retry_wait,
@@ -411,8 +538,9 @@ LEFT JOIN (
 	GROUP BY t.queue
 ) s ON s.queue OPERATOR(pg_catalog.=) q.queue;
 COMMENT ON VIEW ntask.queue_stats IS 'ntask: per queue, tasks per state, oldest due-and-ready age, oldest unfinished age, attempts whose outcome is unknown of unfinished tasks (incl. repair_required), repair count';
-CREATE VIEW ntask.repair_queue AS
-SELECT t.task_id, t.queue, t.task_key, t.reason, t.attempts,
+CREATE OR REPLACE VIEW ntask.repair_queue AS
+SELECT t.task_id, t.queue COLLATE "default" AS queue, t.task_key COLLATE "default" AS task_key,
+	   t.reason, t.attempts,
 	   a.first_attempt_at, a.last_attempt_at,
 	   t.last_error_class, t.last_error_stage,
 	   coalesce(a.known_outcomes, 0) AS known_outcomes,
@@ -440,7 +568,7 @@ GRANT SELECT ON ntask.queue_stats, ntask.repair_queue TO ntask_admin;
 ALTER TABLE ntask.task ADD COLUMN result jsonb;
 COMMENT ON COLUMN ntask.task.result IS 'what the succeeded attempt stored (ntask_transition result => ...; at most ntask.max_result_bytes); returned to a duplicate ntask_enqueue and by ntask_result; pruned with the task';
 
-DROP FUNCTION @extschema@.ntask_claim(text, text, integer, interval);
+SELECT ntask.upgrade_drop_function('@extschema@.ntask_claim(text, text, integer, interval)');
 CREATE FUNCTION @extschema@.ntask_claim(
 	queue text,
 	worker text,
@@ -456,8 +584,9 @@ COMMENT ON FUNCTION @extschema@.ntask_claim(text, text, integer, interval, inter
 'ntask: lease up to max_tasks due tasks (FOR UPDATE SKIP LOCKED), taking over expired leases; each gets a new fencing token and counts an attempt; tasks whose budget is spent go to repair_required instead; with wait, when nothing is due, sleeps until work of the queue is committed or comes due (at most wait, cut to ntask.max_wait), holding no lock; with invoked, each leased attempt is marked invoked in the same statement (as ntask_invoked)';
 REVOKE ALL ON FUNCTION @extschema@.ntask_claim(text, text, integer, interval, interval, boolean) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION @extschema@.ntask_claim(text, text, integer, interval, interval, boolean) TO ntask_worker;
+SELECT ntask.upgrade_restore_acl('@extschema@.ntask_claim(text, text, integer, interval, interval, boolean)');
 
-DROP FUNCTION @extschema@.ntask_transition(bigint, bigint, text, text, jsonb, timestamptz, text, text);
+SELECT ntask.upgrade_drop_function('@extschema@.ntask_transition(bigint, bigint, text, text, jsonb, timestamptz, text, text)');
 CREATE FUNCTION @extschema@.ntask_transition(
 	task_id bigint,
 	token bigint,
@@ -475,8 +604,9 @@ COMMENT ON FUNCTION @extschema@.ntask_transition(bigint, bigint, text, text, jso
 'ntask: fenced end of an attempt: applied, duplicate (same token, same transition), conflict (same token, different transition) or stale (the task moved on); a succeeded may store a result (at most ntask.max_result_bytes)';
 REVOKE ALL ON FUNCTION @extschema@.ntask_transition(bigint, bigint, text, text, jsonb, timestamptz, text, text, jsonb) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION @extschema@.ntask_transition(bigint, bigint, text, text, jsonb, timestamptz, text, text, jsonb) TO ntask_worker;
+SELECT ntask.upgrade_restore_acl('@extschema@.ntask_transition(bigint, bigint, text, text, jsonb, timestamptz, text, text, jsonb)');
 
-DROP FUNCTION @extschema@.ntask_enqueue(text, text, jsonb, timestamptz, text, integer);
+SELECT ntask.upgrade_drop_function('@extschema@.ntask_enqueue(text, text, jsonb, timestamptz, text, integer)');
 CREATE FUNCTION @extschema@.ntask_enqueue(
 	queue text,
 	task_key text,
@@ -491,8 +621,9 @@ COMMENT ON FUNCTION @extschema@.ntask_enqueue(text, text, jsonb, timestamptz, te
 'ntask: idempotent enqueue on (queue, task_key); a duplicate returns the existing task with created = false and its outcome and stored result (after the producer right is checked), the same key with a different payload raises SQLSTATE NT001';
 REVOKE ALL ON FUNCTION @extschema@.ntask_enqueue(text, text, jsonb, timestamptz, text, integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION @extschema@.ntask_enqueue(text, text, jsonb, timestamptz, text, integer) TO ntask_producer;
+SELECT ntask.upgrade_restore_acl('@extschema@.ntask_enqueue(text, text, jsonb, timestamptz, text, integer)');
 
-DROP FUNCTION @extschema@.ntask_enqueue_many(text, text[], jsonb[], timestamptz, text[], integer);
+SELECT ntask.upgrade_drop_function('@extschema@.ntask_enqueue_many(text, text[], jsonb[], timestamptz, text[], integer)');
 CREATE FUNCTION @extschema@.ntask_enqueue_many(
 	queue text,
 	task_keys text[],
@@ -507,8 +638,9 @@ COMMENT ON FUNCTION @extschema@.ntask_enqueue_many(text, text[], jsonb[], timest
 'ntask: ntask_enqueue for each (task_keys[i], payloads[i], partition_keys[i]) in one statement; one row per element in input order; a key repeated in the call gives the same task (created only the first time), with a different payload NT001';
 REVOKE ALL ON FUNCTION @extschema@.ntask_enqueue_many(text, text[], jsonb[], timestamptz, text[], integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION @extschema@.ntask_enqueue_many(text, text[], jsonb[], timestamptz, text[], integer) TO ntask_producer;
+SELECT ntask.upgrade_restore_acl('@extschema@.ntask_enqueue_many(text, text[], jsonb[], timestamptz, text[], integer)');
 
-DROP FUNCTION @extschema@.ntask_transition_many(bigint[], bigint[], text, text, jsonb, timestamptz, text, text);
+SELECT ntask.upgrade_drop_function('@extschema@.ntask_transition_many(bigint[], bigint[], text, text, jsonb, timestamptz, text, text)');
 CREATE FUNCTION @extschema@.ntask_transition_many(
 	task_ids bigint[],
 	tokens bigint[],
@@ -526,8 +658,9 @@ COMMENT ON FUNCTION @extschema@.ntask_transition_many(bigint[], bigint[], text, 
 'ntask: ntask_transition for each (task_ids[i], tokens[i], results[i]) with one to_state, in one statement; one row per element in input order, each applied, duplicate, conflict or stale exactly as ntask_transition; a task_id given twice raises 22023';
 REVOKE ALL ON FUNCTION @extschema@.ntask_transition_many(bigint[], bigint[], text, text, jsonb, timestamptz, text, text, jsonb[]) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION @extschema@.ntask_transition_many(bigint[], bigint[], text, text, jsonb, timestamptz, text, text, jsonb[]) TO ntask_worker;
+SELECT ntask.upgrade_restore_acl('@extschema@.ntask_transition_many(bigint[], bigint[], text, text, jsonb, timestamptz, text, text, jsonb[])');
 
-DROP FUNCTION @extschema@.ntask_transition_and_claim(bigint, bigint, text, text, text, integer, text, text, jsonb, timestamptz, text, interval);
+SELECT ntask.upgrade_drop_function('@extschema@.ntask_transition_and_claim(bigint, bigint, text, text, text, integer, text, text, jsonb, timestamptz, text, interval)');
 CREATE FUNCTION @extschema@.ntask_transition_and_claim(
 	finish_task_id bigint,
 	finish_token bigint,
@@ -551,6 +684,7 @@ COMMENT ON FUNCTION @extschema@.ntask_transition_and_claim(bigint, bigint, text,
 'ntask: ntask_transition of the task a worker holds, then ntask_claim of the next, in one statement; every row carries the transition''s answer (finish_result, finish_state, finish_run_at), and when nothing is claimed one row with the claim columns NULL still does';
 REVOKE ALL ON FUNCTION @extschema@.ntask_transition_and_claim(bigint, bigint, text, text, text, integer, text, text, jsonb, timestamptz, text, interval, jsonb) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION @extschema@.ntask_transition_and_claim(bigint, bigint, text, text, text, integer, text, text, jsonb, timestamptz, text, interval, jsonb) TO ntask_worker;
+SELECT ntask.upgrade_restore_acl('@extschema@.ntask_transition_and_claim(bigint, bigint, text, text, text, integer, text, text, jsonb, timestamptz, text, interval, jsonb)');
 
 CREATE FUNCTION @extschema@.ntask_result(queue text, task_key text)
 RETURNS TABLE (state text, outcome text, result jsonb, finished_at timestamptz)
@@ -580,7 +714,7 @@ GRANT SELECT ON ntask.waiters TO ntask_admin;
 -- "Waiting for work")
 ALTER TABLE ntask.queue ADD COLUMN notify boolean NOT NULL DEFAULT false;
 COMMENT ON COLUMN ntask.queue.notify IS 'NOTIFY ntask_<queue> (no payload) at the commit of a transaction that enqueued into the queue; once per transaction';
-DROP FUNCTION @extschema@.ntask_queue_set(text, integer, interval, interval, interval, interval, regprocedure, jsonb, interval);
+SELECT ntask.upgrade_drop_function('@extschema@.ntask_queue_set(text, integer, interval, interval, interval, interval, regprocedure, jsonb, interval)');
 CREATE FUNCTION @extschema@.ntask_queue_set(
 	queue text,
 	max_attempts integer DEFAULT NULL,
@@ -599,6 +733,7 @@ COMMENT ON FUNCTION @extschema@.ntask_queue_set(text, integer, interval, interva
 'ntask: create or update a queue''s policy; NULL arguments keep the current value (or the default for a new queue); returns the resulting row';
 REVOKE ALL ON FUNCTION @extschema@.ntask_queue_set(text, integer, interval, interval, interval, interval, regprocedure, jsonb, interval, boolean) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION @extschema@.ntask_queue_set(text, integer, interval, interval, interval, interval, regprocedure, jsonb, interval, boolean) TO ntask_admin;
+SELECT ntask.upgrade_restore_acl('@extschema@.ntask_queue_set(text, integer, interval, interval, interval, interval, regprocedure, jsonb, interval, boolean)');
 
 -- issue 14: sagas (docs/design.md "Sagas").  Every step is an ordinary task
 -- of its queue with task_key '<saga_key>:<step name>' (its compensation
@@ -1160,7 +1295,7 @@ SELECT pg_catalog.pg_extension_config_dump('ntask.breaker', '');
 REVOKE ALL ON ntask.breaker FROM PUBLIC;
 GRANT SELECT ON ntask.breaker TO ntask_admin, ntask_monitor;
 
-DROP FUNCTION @extschema@.ntask_queue_set(text, integer, interval, interval, interval, interval, regprocedure, jsonb, interval, boolean);
+SELECT ntask.upgrade_drop_function('@extschema@.ntask_queue_set(text, integer, interval, interval, interval, interval, regprocedure, jsonb, interval, boolean)');
 CREATE FUNCTION @extschema@.ntask_queue_set(
 	queue text,
 	max_attempts integer DEFAULT NULL,
@@ -1189,6 +1324,7 @@ COMMENT ON FUNCTION @extschema@.ntask_queue_set(text, integer, interval, interva
 'ntask: create or update a queue''s policy; NULL arguments keep the current value (or the default for a new queue); 0 (caps, breaker_failures) or ''none'' (rate limits) turns an option off; returns the resulting row';
 REVOKE ALL ON FUNCTION @extschema@.ntask_queue_set(text, integer, interval, interval, interval, interval, regprocedure, jsonb, interval, boolean, text, integer, integer, boolean, boolean, text, text, real, integer, interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION @extschema@.ntask_queue_set(text, integer, interval, interval, interval, interval, regprocedure, jsonb, interval, boolean, text, integer, integer, boolean, boolean, text, text, real, integer, interval) TO ntask_admin;
+SELECT ntask.upgrade_restore_acl('@extschema@.ntask_queue_set(text, integer, interval, interval, interval, interval, regprocedure, jsonb, interval, boolean, text, integer, integer, boolean, boolean, text, text, real, integer, interval)');
 
 -- Per queue and partition key: what is waiting, running and stuck.  Reads
 -- only the unfinished tasks (task_due_idx's rows) and those in repair
@@ -1219,8 +1355,8 @@ GRANT SELECT ON ntask.partition_stats TO ntask_admin, ntask_monitor;
 -- issue 13, the circuit breaker of http queues (src/breaker.c,
 -- docs/worker.md "Circuit breaker"): ntask.worker_stats counts its changes
 -- and probes; ntask.breaker_stats shows each breaker.
-DROP VIEW ntask.worker_stats;
-DROP FUNCTION @extschema@.ntask_worker_stats();
+SELECT ntask.upgrade_view_stub('ntask.worker_stats');
+SELECT ntask.upgrade_drop_function('@extschema@.ntask_worker_stats()');
 CREATE FUNCTION @extschema@.ntask_worker_stats(
 	OUT pid integer, OUT state text, OUT started_at timestamptz,
 	OUT last_tick timestamptz, OUT dispatched bigint, OUT accepted bigint,
@@ -1235,11 +1371,12 @@ AS 'MODULE_PATHNAME', 'ntask_worker_stats'
 LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION @extschema@.ntask_worker_stats() IS
 'ntask: the background worker''s counters since server start (shared memory), and the database it serves; see ntask.worker_stats';
-CREATE VIEW ntask.worker_stats AS
+CREATE OR REPLACE VIEW ntask.worker_stats AS
 SELECT * FROM @extschema@.ntask_worker_stats();
 COMMENT ON VIEW ntask.worker_stats IS 'ntask: the background worker: pid, state, last tick, HTTP requests dispatched / accepted / transient / permanent / unknown / reconciled, in flight, leases released, tasks sent to repair, rows pruned, last error, the database it serves (ntask.database), circuit breakers opened / closed, probes sent, claims not made because a breaker was open (counters restart with the server; ntask.attempt is the durable record)';
 REVOKE ALL ON FUNCTION @extschema@.ntask_worker_stats() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION @extschema@.ntask_worker_stats() TO ntask_admin, ntask_monitor;
+SELECT ntask.upgrade_restore_acl('@extschema@.ntask_worker_stats()');
 GRANT SELECT ON ntask.worker_stats TO ntask_admin, ntask_monitor;
 
 -- One row per http queue with a breaker (breaker_failures set): closed
@@ -1604,3 +1741,11 @@ BEGIN
 	RETURN s;
 END $$;
 -- end of issue 18, second part
+
+-- issue 29.10: the update's helpers go
+DROP FUNCTION ntask.upgrade_restore_acl(text);
+DROP FUNCTION ntask.upgrade_drop_function(text);
+DROP FUNCTION ntask.upgrade_view_stub(regclass);
+DROP FUNCTION ntask.upgrade_refuse(text, text, text);
+DROP FUNCTION ntask.upgrade_user_dependents(oid, oid, integer);
+DROP TABLE ntask.upgrade_acl;

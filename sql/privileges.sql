@@ -180,5 +180,33 @@ SELECT ntask_fence_grant(NULL, 'regress_worker');
 SELECT action, reason FROM ntask.audit WHERE action = 'fence_grant' ORDER BY audit_id;
 SELECT ntask_fence_grant('cfg:tenant-a:', NULL);
 
+-- issue 29 (suspicion): a schedule enqueues through the SECURITY DEFINER
+-- ntask_fire, past the queue's producer_role; so ntask_schedule checks
+-- the producer right of the role that sets the schedule, and records it
+-- (set_by).  The fired tasks' enqueued_by is the extension's owner (README
+-- "Schedules").
+CREATE ROLE regress_sched_admin IN ROLE ntask_admin;
+CREATE ROLE regress_sched_producers;
+SELECT queue FROM ntask_queue_set('psq');
+SELECT ntask_queue_set_roles('psq', 'regress_sched_producers', NULL);
+SET client_min_messages = warning;
+SET ROLE regress_sched_admin;
+\set SHOW_CONTEXT never
+SELECT name FROM ntask_schedule('psq-nightly', '0 2 * * *', 'psq');
+\echo :SQLSTATE
+\set SHOW_CONTEXT errors
+RESET ROLE;
+GRANT regress_sched_producers TO regress_sched_admin;
+SET ROLE regress_sched_admin;
+SELECT name, set_by FROM ntask_schedule('psq-nightly', '0 2 * * *', 'psq');
+SELECT outcome FROM ntask_fire('psq-nightly', '2026-11-28 02:00+00');
+RESET ROLE;
+RESET client_min_messages;
+SELECT task_key, enqueued_by = (SELECT nspowner::regrole::name FROM pg_namespace WHERE nspname = 'ntask') AS by_owner
+FROM ntask.task WHERE queue = 'psq';
+SELECT ntask_unschedule('psq-nightly');
+SELECT ntask_queue_set_roles('psq', NULL, NULL);
+DROP ROLE regress_sched_admin, regress_sched_producers;
+
 DROP ROLE regress_nobody, regress_app_a, regress_app_b, regress_worker,
 	regress_ops, regress_pa_workers, regress_other_worker;

@@ -95,6 +95,15 @@ SELECT * FROM ntask_enqueue('exports', 'export:never', '{}');
 SELECT * FROM ntask_result('exports', 'export:u-1:2026-12');
 SELECT * FROM ntask_result('exports', 'export:never');
 RESET ROLE;
+-- the key and the payload digest are idempotency checks, not an access
+-- boundary: any role with the queue's producer right that knows a key reads
+-- its result (README "Results"); a different payload gets NT001, no result
+CREATE ROLE regress_r_peer IN ROLE ntask_producer, regress_r_exporters;
+SET ROLE regress_r_peer;
+SELECT state, outcome, result FROM ntask_result('exports', 'export:u-1:2026-12');
+SELECT * FROM ntask_enqueue('exports', 'export:u-1:2026-12', '{"guess": true}');
+RESET ROLE;
+DROP ROLE regress_r_peer;
 -- revoked right: the app that succeeded once is refused now
 REVOKE regress_r_exporters FROM regress_r_app;
 SET ROLE regress_r_app;

@@ -41,6 +41,12 @@ SELECT state, current_step, failed_step, reason FROM ntask.saga WHERE saga_key =
 SELECT * FROM work('stock', 'succeeded');
 SELECT * FROM steps WHERE saga_key = 'order-2';
 SELECT state, reason FROM ntask.saga WHERE saga_key = 'order-2';
+-- issue 30.3: nothing is left to do, so nothing is red: the failed step is
+-- canceled (saga_compensated) in the transaction that compensated the saga
+SELECT task_key, state, reason FROM ntask.task WHERE task_key LIKE 'order-2:%' ORDER BY task_id;
+SELECT count(*) AS order_2_in_repair FROM ntask.repair_queue WHERE task_key LIKE 'order-2:%';
+SELECT actor, action, reason, from_state, to_state FROM ntask.audit
+WHERE task_id = (SELECT task_id FROM ntask.task WHERE task_key = 'order-2:charge');
 
 -- step 2 times out after sending (unknown), then its budget is spent:
 -- it may have charged, so its refund runs first, then step 1's release
@@ -64,9 +70,12 @@ SELECT state, current_step, reason FROM ntask.saga WHERE saga_key = 'order-4';
 SELECT task_key, reason FROM ntask.repair_queue WHERE task_key LIKE 'order-4:%';
 -- the failed compensation is not replayed behind the saga's back
 SELECT ntask_replay(t.task_id, 'alice', 'retry') FROM ntask.task t WHERE t.task_key = 'order-4:reserve:compensate';
+-- nor is the failed forward step (its hint says what to do instead)
+SELECT ntask_replay(t.task_id, 'alice', 'retry') FROM ntask.task t WHERE t.task_key = 'order-4:charge';
 SELECT ntask_saga_resume(saga_id, 'alice', 'stock service fixed') FROM ntask.saga WHERE saga_key = 'order-4';
 SELECT * FROM work('stock', 'succeeded');
 SELECT state FROM ntask.saga WHERE saga_key = 'order-4';
+SELECT task_key, state, reason FROM ntask.task WHERE task_key LIKE 'order-4:%' ORDER BY task_id;
 SELECT ntask_saga_resume(saga_id, 'alice', 'again') FROM ntask.saga WHERE saga_key = 'order-4';
 
 -- cancel: the running step's token goes stale, the done steps are compensated
@@ -118,5 +127,29 @@ RESET ROLE;
 SELECT count(*) AS no_order_7 FROM ntask.saga WHERE saga_key = 'order-7';
 SELECT ntask_queue_set_roles('payment', NULL, NULL);
 DROP ROLE regress_s_app, regress_s_pay;
+-- issue 29.8: a saga key is scoped by the queues of its definition.  A
+-- producer without the producer right on a stored definition's queues gets
+-- the answer of a free key (it learns nothing, squats nothing); one with
+-- the rights on all of them gets what it always got
+CREATE ROLE regress_s_a IN ROLE ntask_producer;
+CREATE ROLE regress_s_b IN ROLE ntask_producer;
+SELECT queue FROM ntask_queue_set('saga_a');
+SELECT queue FROM ntask_queue_set('saga_b');
+SELECT ntask_queue_set_roles('saga_a', 'regress_s_a', NULL);
+SELECT ntask_queue_set_roles('saga_b', 'regress_s_b', NULL);
+SET ROLE regress_s_a;
+SELECT created, state FROM ntask_saga_start('shared-key', '[{"name": "s1", "queue": "saga_a"}]');
+SET ROLE regress_s_b;
+SELECT created, state FROM ntask_saga_start('shared-key', '[{"name": "s1", "queue": "saga_b"}]');
+SELECT created, state FROM ntask_saga_start('shared-key', '[{"name": "s1", "queue": "saga_b"}]');
+SELECT created, state FROM ntask_saga_start('shared-key', '[{"name": "s1", "queue": "saga_b", "payload": {"v": 2}}]');
+RESET ROLE;
+SELECT created, state FROM ntask_saga_start('shared-key', '[{"name": "s1", "queue": "saga_a"}]');
+SELECT created, state FROM ntask_saga_start('shared-key', '[{"name": "s1", "queue": "stock"}]');
+SELECT saga_key, scope, started_by FROM ntask.saga WHERE saga_key = 'shared-key' ORDER BY saga_id;
+SELECT queue, task_key FROM ntask.task WHERE task_key LIKE 'shared-key:%' ORDER BY task_id;
+SELECT ntask_queue_set_roles('saga_a', NULL, NULL);
+SELECT ntask_queue_set_roles('saga_b', NULL, NULL);
+DROP ROLE regress_s_a, regress_s_b;
 DROP VIEW steps;
 DROP FUNCTION work(text, text, text, boolean);

@@ -124,3 +124,47 @@ DROP FUNCTION upg_guard(text, jsonb);
 \echo :SQLSTATE
 SELECT ntask_queue_clear_guard('ug');
 DROP FUNCTION upg_guard(text, jsonb);
+
+-- issue 29.10: what users built on ntask survives the update from 0.2: a
+-- view over an ntask view, a function calling an ntask function, grants on
+-- an ntask function (whose arguments change, so it is dropped and created
+-- again) and on an ntask view
+DROP EXTENSION ntask;
+CREATE EXTENSION ntask VERSION '0.2';
+CREATE ROLE regress_upg_app;
+GRANT EXECUTE ON FUNCTION ntask_claim(text, text, integer, interval) TO regress_upg_app;
+GRANT SELECT ON ntask.queue_stats TO regress_upg_app;
+CREATE VIEW upg_backlog AS SELECT queue, ready, repair_count FROM ntask.queue_stats;
+CREATE VIEW upg_workers AS SELECT pid, state FROM ntask.worker_stats;
+CREATE FUNCTION upg_submit(k text) RETURNS bigint LANGUAGE sql
+AS $$ SELECT task_id FROM ntask_enqueue('uv', k) $$;
+ALTER EXTENSION ntask UPDATE;
+SELECT extversion FROM pg_extension WHERE extname = 'ntask';
+SELECT queue FROM ntask_queue_set('uv');
+SELECT upg_submit('via-user-function') IS NOT NULL AS enqueued_by_user_function;
+SELECT queue, ready, repair_count FROM upg_backlog WHERE queue = 'uv';
+SELECT count(*) >= 0 AS user_view_over_worker_stats FROM upg_workers;
+SELECT has_function_privilege('regress_upg_app',
+	'ntask_claim(text, text, integer, interval, interval, boolean)', 'EXECUTE') AS app_may_claim,
+	   has_table_privilege('regress_upg_app', 'ntask.queue_stats', 'SELECT') AS app_may_read_stats;
+-- the carried grant is the user's, not the extension's: pg_dump dumps it
+SELECT count(*) AS carried_grant_in_init_privs
+FROM pg_init_privs i, aclexplode(i.initprivs) x
+WHERE i.objoid = 'ntask_claim(text, text, integer, interval, interval, boolean)'::regprocedure
+  AND x.grantee = 'regress_upg_app'::regrole;
+-- a user object the update cannot keep (a BEGIN ATOMIC function bound to a
+-- function the update must drop) is named, and nothing is changed
+DROP VIEW upg_backlog, upg_workers;
+DROP FUNCTION upg_submit(text);
+DROP EXTENSION ntask;
+CREATE EXTENSION ntask VERSION '0.2';
+CREATE FUNCTION upg_atomic() RETURNS SETOF bigint LANGUAGE sql
+BEGIN ATOMIC SELECT task_id FROM ntask_claim('uv', 'W'); END;
+\set SHOW_CONTEXT never
+ALTER EXTENSION ntask UPDATE;
+\set SHOW_CONTEXT errors
+SELECT extversion FROM pg_extension WHERE extname = 'ntask';
+DROP FUNCTION upg_atomic();
+ALTER EXTENSION ntask UPDATE;
+SELECT extversion FROM pg_extension WHERE extname = 'ntask';
+DROP ROLE regress_upg_app;

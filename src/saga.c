@@ -25,6 +25,8 @@
  *									   commit receipt), latest first, one at a
  *									   time; none: compensated
  *	compensation succeeded/skipped	-> the next one, or compensated
+ *	compensated						-> the failed step, if in repair_required,
+ *									   is canceled (saga_compensated, audited)
  *	compensation repair_required/canceled
  *									-> manual_review (ntask_saga_resume)
  *
@@ -69,16 +71,28 @@ static bool saga_resuming = false;
 static NtaskPlan saga_insert_plan = {
 	"saga insert",
 	"INSERT INTO ntask.saga (saga_key, steps, steps_digest, digest_version, "
-	"  nsteps, started_by) VALUES ($1, $2, $3, $4, $5, $6) "
-	"ON CONFLICT (saga_key) DO NOTHING RETURNING saga_id, state",
+	"  nsteps, started_by, scope) VALUES ($1, $2, $3, $4, $5, $6, ntask.saga_scope($2)) "
+	"ON CONFLICT (saga_key, scope) DO NOTHING RETURNING saga_id, state",
 	6, {TEXTOID, JSONBOID, BYTEAOID, INT2OID, INT4OID, TEXTOID}
 };
 
+/*
+ * The sagas of a key the caller may see: those of whose scope it has the
+ * producer right on every queue (the test of NtaskCheckQueueRight; a queue
+ * dropped since restricts nobody).  The one of the caller's own scope
+ * first: it is the only one a definition can be the same as.
+ */
 static NtaskPlan saga_existing_plan = {
 	"saga lookup",
 	"SELECT s.saga_id, s.state, s.steps_digest, s.digest_version "
-	"FROM ntask.saga s WHERE s.saga_key OPERATOR(pg_catalog.=) $1",
-	1, {TEXTOID}
+	"FROM ntask.saga s WHERE s.saga_key OPERATOR(pg_catalog.=) $1 "
+	"  AND NOT EXISTS (SELECT 1 FROM ntask.queue q "
+	"    WHERE q.queue OPERATOR(pg_catalog.=) ANY (s.scope) "
+	"      AND q.producer_role IS NOT NULL "
+	"      AND NOT pg_catalog.pg_has_role($3, q.producer_role, 'USAGE')) "
+	"ORDER BY s.scope OPERATOR(pg_catalog.=) ntask.saga_scope($2) DESC, s.saga_id "
+	"LIMIT 1",
+	3, {TEXTOID, JSONBOID, OIDOID}
 };
 
 static NtaskPlan saga_lock_plan = {
@@ -137,6 +151,19 @@ static NtaskPlan saga_maybe_effect_plan = {
 	"  SELECT 1 FROM ntask.receipt r WHERE r.task_id OPERATOR(pg_catalog.=) t.task_id), "
 	"  t.reason "
 	"FROM ntask.task t WHERE t.task_id OPERATOR(pg_catalog.=) $1",
+	1, {INT8OID}
+};
+
+/*
+ * the failed forward step, still in repair, of a saga just compensated;
+ * SKIP LOCKED: a session that holds it (an operator's cancel) locked the
+ * task before the saga, and that order must not be turned around here
+ */
+static NtaskPlan saga_failed_lock_plan = {
+	"saga failed step lock",
+	"SELECT t.queue FROM ntask.task t "
+	"WHERE t.task_id OPERATOR(pg_catalog.=) $1 "
+	"  AND t.state OPERATOR(pg_catalog.=) 'repair_required' FOR UPDATE SKIP LOCKED",
 	1, {INT8OID}
 };
 
@@ -347,6 +374,40 @@ saga_step_state(int64 saga_id, int step_no, const char *kind)
 }
 
 /*
+ * saga_close_failed
+ *		The saga is compensated: nothing is left to do for its failed
+ *		forward step, so it leaves the repair queue (issue 30.3).  A step
+ *		in repair_required is canceled with reason saga_compensated, in
+ *		this transaction, and audited; its error stays on the row and in
+ *		the saga's reason.  A step that was canceled is left as it is.
+ */
+static void
+saga_close_failed(int64 saga_id, const char *saga_key, int failed)
+{
+	Datum		values[3];
+	int64		task_id;
+	char	   *queue;
+
+	if (failed <= 0)
+		return;
+	values[0] = Int64GetDatum(saga_id);
+	values[1] = Int32GetDatum(failed);
+	values[2] = CStringGetTextDatum("forward");
+	if (NtaskExecPlan(&saga_step_task_plan, values, NULL, SPI_OK_SELECT) != 1)
+		return;
+	task_id = NtaskGetInt64(0, 1);
+	values[0] = Int64GetDatum(task_id);
+	if (NtaskExecPlan(&saga_failed_lock_plan, values, NULL, SPI_OK_SELECT) != 1)
+		return;					/* not in repair, or being changed right now */
+	queue = NtaskGetCString(0, 1);
+	NtaskFinishTask(task_id, "canceled", "saga_compensated", "canceled", NULL, NULL);
+	NtaskAudit("ntask saga", "cancel", task_id, queue,
+			   psprintf("saga_compensated: saga %s (%lld) is compensated", saga_key,
+						(long long) saga_id),
+			   "repair_required", "canceled");
+}
+
+/*
  * saga_compensate_from
  *		Start the compensation of the latest step at or before from that
  *		needs one: the failed step itself when from is it (the caller
@@ -381,6 +442,7 @@ saga_compensate_from(int64 saga_id, const char *saga_key, SagaStep *steps,
 		return;
 	}
 	saga_set(saga_id, "compensated", 0, failed, reason);
+	saga_close_failed(saga_id, saga_key, failed);
 }
 
 /* ---- the trigger ---- */
@@ -436,13 +498,19 @@ saga_on_change(int64 task_id, int64 saga_id, const char *old_state,
 	/* a replay of a saga's task: only ntask_saga_resume may do that */
 	if (replay)
 	{
-		if (!saga_resuming || forward || step_no != current ||
+		if (forward)
+			ereport(ERROR,
+					(errcode(ERRCODE_NTASK_INVALID_TASK_STATE),
+					 errmsg("ntask: task %lld is a forward step of saga %lld (%s)",
+							(long long) task_id, (long long) saga_id, sstate),
+					 errhint("A saga's failed step is not retried: the saga compensates and then cancels it (saga_compensated); start a new saga to do the work again.")));
+		if (!saga_resuming || step_no != current ||
 			strcmp(sstate, "manual_review") != 0)
 			ereport(ERROR,
 					(errcode(ERRCODE_NTASK_INVALID_TASK_STATE),
-					 errmsg("ntask: task %lld is a step of saga %lld", (long long) task_id,
-							(long long) saga_id),
-					 errhint("A saga's failed compensation is resumed with ntask_saga_resume.")));
+					 errmsg("ntask: task %lld is a compensation of saga %lld (%s)",
+							(long long) task_id, (long long) saga_id, sstate),
+					 errhint("A saga's failed compensation is resumed with ntask_saga_resume once the saga is in manual_review.")));
 		saga_set(saga_id, "compensating", current, 0, NULL);
 		return;
 	}
@@ -546,7 +614,10 @@ ntask_saga_step_changed(PG_FUNCTION_ARGS)
  * (forward and compensation: 42704 unknown, 42501 without it), checked
  * before anything is written or revealed.  The same saga_key again with
  * the same definition (canonical digest) returns the existing saga
- * (created = false); with another definition NT001.  Errors: 22004 NULL,
+ * (created = false); with another definition NT001.  Only a saga the
+ * caller may see answers so: one of whose queues (its scope) the caller
+ * lacks the producer right on is as if the key were free, and the new
+ * saga has a scope of its own (issue 29.8).  Errors: 22004 NULL,
  * 22023 a bad definition, 22001 a saga_key over 300 bytes.
  */
 Datum
@@ -561,6 +632,8 @@ ntask_saga_start(PG_FUNCTION_ARGS)
 	int			nsteps;
 	bytea	   *digest;
 	Datum		values[6];
+	Datum		existing[3];
+	int			found;
 	Datum		out[3];
 	bool		outnulls[3] = {false, false, false};
 	int			i;
@@ -584,13 +657,24 @@ ntask_saga_start(PG_FUNCTION_ARGS)
 			NtaskCheckQueueRight(cstring_to_text(steps[i].cqueue), true);
 	}
 
+	/*
+	 * A saga of this key the caller may see answers (created = false or
+	 * NT001); one it may not see is as if the key were free, and the new
+	 * saga gets its own scope.  The insert's conflict can only be a saga of
+	 * the caller's own scope committed since the look: looked up again.
+	 */
+	existing[0] = PointerGetDatum(key);
+	existing[1] = JsonbPGetDatum(def);
+	existing[2] = ObjectIdGetDatum(NtaskCaller());
 	values[0] = PointerGetDatum(key);
 	values[1] = JsonbPGetDatum(def);
 	values[2] = PointerGetDatum(digest);
 	values[3] = Int16GetDatum(NTASK_DIGEST_VERSION);
 	values[4] = Int32GetDatum(nsteps);
 	values[5] = CStringGetTextDatum(actor);
-	if (NtaskExecPlan(&saga_insert_plan, values, NULL, SPI_OK_INSERT_RETURNING) == 1)
+	found = NtaskExecPlan(&saga_existing_plan, existing, NULL, SPI_OK_SELECT);
+	if (found == 0 &&
+		NtaskExecPlan(&saga_insert_plan, values, NULL, SPI_OK_INSERT_RETURNING) == 1)
 	{
 		int64		saga_id = NtaskGetInt64(0, 1);
 
@@ -611,7 +695,8 @@ ntask_saga_start(PG_FUNCTION_ARGS)
 	{
 		bool		isnull;
 
-		if (NtaskExecPlan(&saga_existing_plan, values, NULL, SPI_OK_SELECT) != 1)
+		if (found == 0 &&
+			NtaskExecPlan(&saga_existing_plan, existing, NULL, SPI_OK_SELECT) != 1)
 			elog(ERROR, "ntask: saga \"%s\" neither inserted nor found", saga_key);
 		if (!NtaskSameDigest(def, digest, DatumGetByteaPP(NtaskGetDatum(0, 3, &isnull)),
 							 NtaskGetInt32(0, 4)))

@@ -31,6 +31,7 @@
 #include "utils/syscache.h"
 
 PG_FUNCTION_INFO_V1(ntask_caller_name);
+PG_FUNCTION_INFO_V1(ntask_outer_role);
 
 /* the role that called into ntask while a statement runs as the owner */
 static Oid	spi_caller = InvalidOid;
@@ -606,6 +607,21 @@ ntask_caller_name(PG_FUNCTION_ARGS)
 {
 	PG_RETURN_DATUM(DirectFunctionCall1(namein,
 										CStringGetDatum(GetUserNameFromId(NtaskCaller(), false))));
+}
+
+/*
+ * ntask.outer_role() RETURNS oid
+ *		The role the session is acting as (SET ROLE, else the session user),
+ *		whatever SECURITY DEFINER functions run now: who called the API from
+ *		outside.  For a trigger under a SECURITY DEFINER plpgsql function
+ *		(ntask_schedule), where current_user is the owner.  A SECURITY
+ *		DEFINER function of the application that calls ntask is seen as the
+ *		session's role, not its owner.
+ */
+Datum
+ntask_outer_role(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_OID(GetOuterUserId());
 }
 
 /*

@@ -132,8 +132,8 @@ is($node->safe_psql('postgres', q{
 is($node->safe_psql('postgres', q{
 	SELECT string_agg(name || '/' || kind || '/' || task_state, ',' ORDER BY step_no, kind DESC)
 	FROM ntask.saga_status WHERE saga_key = 'order-1'}),
-	'reserve/forward/succeeded,reserve/compensate/succeeded,charge/forward/repair_required',
-	'saga_status: reserve done and undone, charge failed, ship never started');
+	'reserve/forward/succeeded,reserve/compensate/succeeded,charge/forward/canceled',
+	'saga_status: reserve done and undone, charge failed and canceled once the saga was compensated, ship never started');
 
 $node->stop;
 done_testing();
