@@ -582,6 +582,20 @@ static NtaskPlan claim_receipts_plan = {
 #define CLAIM_COL_LEASED 8		/* false: diverted to repair_required */
 #define CLAIM_MAX_EXTRA 4		/* columns a caller may append (NtaskClaimInto) */
 
+/*
+ * What the last claim did besides leasing, for the waiting claim (wait.c):
+ * NtaskClaimWrites counts the claim statements that wrote (lease, repair
+ * diversion, closed attempts, guard finishes), so a look that wrote
+ * nothing is known without asking whether a transaction id was assigned
+ * (row locks assign one too); NtaskClaimHeldCap, a cap (max_inflight or
+ * a key's) held a picked task back, so a freed slot lets it go; and
+ * NtaskClaimHeldUntil, the earliest next token of a rate that held one
+ * back (0: none).  The last two are reset by each NtaskClaimInto.
+ */
+uint64		NtaskClaimWrites = 0;
+bool		NtaskClaimHeldCap = false;
+TimestampTz NtaskClaimHeldUntil = 0;
+
 /* at most this many rounds when tasks are diverted to repair or the guard */
 #define CLAIM_MAX_ROUNDS 10
 
@@ -1064,6 +1078,7 @@ claim_limit(text *queue, SPITupleTable *pick, int npicked, bool fair_pick,
 			{
 				keep[r] = false;
 				order->held = true;
+				NtaskClaimHeldCap = true;
 			}
 			else if (fair_pick && order->partition_max_inflight > 0)
 			{
@@ -1081,6 +1096,7 @@ claim_limit(text *queue, SPITupleTable *pick, int npicked, bool fair_pick,
 				{
 					keep[r] = false;
 					claim_hold_key(order, k, isnull);
+					NtaskClaimHeldCap = true;
 				}
 			}
 			if (keep[r])
@@ -1142,6 +1158,8 @@ claim_limit(text *queue, SPITupleTable *pick, int npicked, bool fair_pick,
 			{
 				keep[r] = false;
 				kept--;
+				if (NtaskClaimHeldUntil == 0 || next < NtaskClaimHeldUntil)
+					NtaskClaimHeldUntil = next;
 				if (empty == NTASK_LIMIT_QUEUE)
 					order->held = true;
 				else
@@ -1247,6 +1265,7 @@ claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
 				 */
 				NtaskFinishTask(task_id, "repair_required", "guard_error",
 								"guard_error", "permanent", "guard");
+				NtaskClaimWrites++;
 				NtaskAudit(TextDatumGetCString(worker), "guard_error", task_id,
 						   text_to_cstring(queue), reason,
 						   was_leased ? "leased" : "ready", "repair_required");
@@ -1259,6 +1278,7 @@ claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
 				NtaskFinishTask(task_id, to,
 								reason ? reason : psprintf("guard: %s", to),
 								"guard", NULL, NULL);
+				NtaskClaimWrites++;
 				continue;
 			}
 		}
@@ -1273,6 +1293,7 @@ claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
 
 	if (nids > 0)
 	{
+		NtaskClaimWrites++;		/* closes and leases (or diverts) nids rows */
 		values[0] = NtaskInt8Array(ids, nids);
 		values[1] = worker;
 		values[2] = lease;
@@ -1388,6 +1409,8 @@ NtaskClaimInto(ReturnSetInfo *rsinfo, text *queue, text *worker, int max_tasks,
 
 	order.retry_share = 1.0f;
 	order.invoked = invoked;
+	NtaskClaimHeldCap = false;
+	NtaskClaimHeldUntil = 0;
 
 	Assert(nextra >= 0 && nextra <= CLAIM_MAX_EXTRA);
 	for (round = 0; round < CLAIM_MAX_ROUNDS && got < max_tasks && more; round++)

@@ -357,6 +357,9 @@ extern int	NtaskClaimInto(ReturnSetInfo *rsinfo, text *queue, text *worker,
 
 /* wait.c: the waiting claim and the wake-at-commit of waiters */
 extern int64 NtaskClaimWaitedUsecs;
+extern uint64 NtaskClaimWrites;
+extern bool NtaskClaimHeldCap;
+extern TimestampTz NtaskClaimHeldUntil;
 extern void NtaskWaitShmemRequest(void);
 extern void NtaskWaitShmemStartup(void);
 
@@ -379,6 +382,7 @@ extern int	NtaskLimitTake(const char *queue, int qn, int64 qper_usecs,
 						   int64 kper_usecs, TimestampTz now,
 						   TimestampTz *next);
 extern bool NtaskShareTake(const char *queue, float4 share, bool retry);
+extern void NtaskWakeCappedAtCommit(const char *queue);
 extern void NtaskWakeWaitersAtCommit(const char *queue, int ndue,
 									 TimestampTz later);
 extern int	NtaskClaimWait(ReturnSetInfo *rsinfo, text *queue, text *worker,
