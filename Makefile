@@ -47,7 +47,7 @@ ISOLATION = takeover_w1_w2 claim_skip_locked enqueue_same_key cancel_vs_transiti
 	transition_many_lock_order receipt_second_token_after_commit claim_wait_woken_by_enqueue \
 	claim_wait_two_waiters notify_at_commit saga_step_vs_cancel saga_stale_step_worker \
 	saga_double_start fair_concurrent_turns partition_inflight_limit ordered_key_one_in_flight \
-	claim_wait_limited \
+	claim_wait_limited claim_repeatable_read \
 	ordered_takeover rate_limit_concurrent ordered_switch_vs_enqueue
 ISOLATION_OPTS = --temp-instance=./tmp_check_iso --temp-config=$(srcdir)/test/ntask.conf
 

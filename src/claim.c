@@ -40,7 +40,8 @@
  * LOCKED; a fair pick also tries, never waits for, an advisory turn lock
  * per key it serves), then the open attempt rows of taken-over tasks, held until the
  * caller's short transaction commits.  Never call this in a transaction
- * that then does the work.  Expects READ COMMITTED (the default).
+ * that then does the work.  Refused (25000) under REPEATABLE READ and
+ * SERIALIZABLE: the in-flight counts of caps need a statement snapshot.
  *
  * IDENTIFICATION
  *	  src/claim.c
@@ -1407,6 +1408,18 @@ NtaskClaimInto(ReturnSetInfo *rsinfo, text *queue, text *worker, int max_tasks,
 	int64		lease_usecs = 0;
 	ClaimOrder	order = {-1, 1};	/* the rest zero */
 
+	/*
+	 * Its decisions read the queue as of the statement: the in-flight
+	 * count behind caps and ordered keys, in a transaction snapshot, would
+	 * miss the leases committed since the transaction began (two in flight
+	 * under max_inflight => 1, spec claim_repeatable_read).
+	 */
+	if (IsolationUsesXactSnapshot())
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_TRANSACTION_STATE),
+				 errmsg("ntask: a claim needs READ COMMITTED"),
+				 errdetail("Under REPEATABLE READ or SERIALIZABLE its snapshot is the transaction's: caps and ordered keys would miss the leases committed since it began."),
+				 errhint("Claim in a READ COMMITTED transaction (the default).")));
 	order.retry_share = 1.0f;
 	order.invoked = invoked;
 	NtaskClaimHeldCap = false;
@@ -1457,8 +1470,8 @@ NtaskClaimInto(ReturnSetInfo *rsinfo, text *queue, text *worker, int max_tasks,
  * ntask_invoked had been called for it in the same transaction (one
  * statement less per task for a worker that calls out at once).
  * Errors: unknown queue 42704; NULL argument 22004; max_tasks outside
- * 1..1000, a non-positive lease or a negative wait 22023; a wait in
- * REPEATABLE READ, SERIALIZABLE or after a write in the transaction 25000.
+ * 1..1000, a non-positive lease or a negative wait 22023; REPEATABLE READ
+ * or SERIALIZABLE, or a wait after a write in the transaction 25000.
  */
 Datum
 ntask_claim(PG_FUNCTION_ARGS)
