@@ -29,15 +29,22 @@
  * end, the due time of the queue's next not-yet-due task (one index probe
  * per priority, the claim's own access path), and the hint.
  *
+ * A look on a queue with a queue-wide limit reads the limit first and
+ * does not pick while it holds everything back (nw_gated); a look whose
+ * picked tasks a limit held back is rolled back like an empty one, and
+ * the claim sleeps until the limit's next token, or, held by a cap, until
+ * a commit that ends a lease of the queue (NtaskWakeCappedAtCommit).
+ *
  * What a waiting claim holds while it sleeps: no row or relation lock
  * (every look runs in an internal subtransaction, rolled back when it
  * claimed nothing and wrote nothing, which releases the locks it took), no
- * transaction id (it refuses to run in a transaction that has one), and
+ * transaction id (it refuses to run in a transaction that has one; only a
+ * look that picked tasks a per-key limit then held back leaves one), and
  * the snapshot of its statement: the vacuum horizon is held for at most
  * the wait (ntask.max_wait, 30 s by default), as any statement that runs
  * that long holds it.  It ends at once on query cancel, statement_timeout,
- * pg_terminate_backend and postmaster death; its slot is freed on error
- * and at backend exit.
+ * pg_terminate_backend, postmaster death and a closed client connection;
+ * its slot is freed on error and at backend exit.
  *
  * IDENTIFICATION
  *	  src/wait.c
