@@ -102,3 +102,19 @@ FROM ntask_claim('wl', 'W1', wait => '300 milliseconds');
 SELECT pg_current_xact_id_if_assigned() IS NULL AS no_xid;
 SELECT count(*) AS claimed FROM ntask_claim('wl', 'W1', wait => '100 milliseconds');
 COMMIT;
+-- a cap set after this session's waiting claim read the queue and found no
+-- limit (it remembers that for the next one) is found by the look: the
+-- task held back is not kept locked, and the claim waits
+SELECT count(*) FROM ntask_claim('wq', 'W1', wait => '10 milliseconds');
+SELECT queue FROM ntask_queue_set('wq', max_inflight => 1);
+SELECT count(*) > 0 AS in_flight FROM ntask.task
+WHERE queue = 'wq' AND state = 'leased' AND lease_until > now();
+SELECT count(*) FROM ntask_enqueue('wq', 'w:6');
+BEGIN;
+SELECT count(*) AS claimed, clock_timestamp() - now() >= interval '300 milliseconds' AS waited
+FROM ntask_claim('wq', 'W1', wait => '300 milliseconds');
+SELECT count(*) AS ntask_locks FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
+WHERE l.pid = pg_backend_pid() AND c.relnamespace = 'ntask'::regnamespace;
+COMMIT;
+SELECT state FROM ntask.task WHERE task_key = 'w:6';
+SELECT queue FROM ntask_queue_set('wq', max_inflight => 0);

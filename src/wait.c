@@ -173,6 +173,15 @@ static NtaskPlan nw_gate_plan = {
 	2, {TEXTOID, OIDOID}
 };
 
+/*
+ * The last queue whose gate said it has no queue-wide limit: the waiting
+ * claims of a worker that loops on one queue skip the gate's statement.
+ * A limit set later is found by a look (its tasks held back, the look
+ * rolled back), which forgets this.
+ */
+static char nw_ungated[NW_QUEUE_LEN];
+static Oid	nw_ungated_db = InvalidOid;
+
 /* what a look that claimed nothing learned (nw_look) */
 typedef struct NwLook
 {
@@ -611,6 +620,8 @@ nw_gated(text *queue, bool *gate, NwLook *lk)
 	if (!NtaskGetBool(0, 1))
 	{
 		*gate = false;
+		text_to_cstring_buffer(queue, nw_ungated, NW_QUEUE_LEN);
+		nw_ungated_db = MyDatabaseId;
 		return false;
 	}
 	d = NtaskGetDatum(0, 2, &isnull);
@@ -785,8 +796,10 @@ NtaskClaimWait(ReturnSetInfo *rsinfo, text *queue, text *worker, int max_tasks,
 	nw_register(qname, max_tasks, until);
 	PG_TRY();
 	{
-		bool		gate = true;
+		bool		gate;
 		bool		capped = false;
+
+		gate = nw_ungated_db != MyDatabaseId || strcmp(nw_ungated, qname) != 0;
 
 		for (;;)
 		{
@@ -806,6 +819,12 @@ NtaskClaimWait(ReturnSetInfo *rsinfo, text *queue, text *worker, int max_tasks,
 			now = GetCurrentTimestamp();
 			if (now >= until)
 				break;
+			if ((lk.capped || lk.held_until != 0) && !gate)
+			{
+				/* a limit after all (set since the gate said none) */
+				gate = true;
+				nw_ungated_db = InvalidOid;
+			}
 			if (lk.capped != capped)
 			{
 				nw_set_capped(lk.capped);

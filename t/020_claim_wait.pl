@@ -17,6 +17,9 @@
 #      (the client socket is watched while it sleeps), leaves the wait and
 #      exits without claiming; a task enqueued next stays for a live worker,
 #      with attempts 0 (issue 30.1).
+#   8. COMMIT PREPARED of an enqueue wakes no waiter (the wake list lives
+#      in the preparing backend and is dropped at PREPARE): the waiter
+#      finds the task at its next look, here the end of its 3 s wait.
 #
 # The waits are 120 s; "at once" is checked as "well before the wait would
 # have ended" (the bound is not a speed measurement; bench/wait measures).
@@ -35,6 +38,7 @@ $node->append_conf('postgresql.conf', q{
 shared_preload_libraries = 'ntask'
 ntask.worker = off
 ntask.max_wait = '10min'
+max_prepared_transactions = 2
 });
 $node->start;
 $node->safe_psql('postgres', q{
@@ -273,6 +277,25 @@ SELECT 'got:' || task_key FROM ntask_claim('wq', 'W-other', 1, wait => '120 seco
 		'after-client-death:1', 'client death: a live worker claims it, first attempt');
 	like(slurp_file($node->logfile), qr/connection to client lost/,
 		'client death: the server log says why the backend left');
+}
+
+# ---------------------------------------------------------------------
+# 8. A prepared enqueue, committed later
+# ---------------------------------------------------------------------
+{
+	my ($bs, $pid) = start_waiter('3 seconds');
+	ok(wait_for_waiters(1), 'prepared: the claim is waiting');
+	my $t0 = time;
+	$node->safe_psql('postgres', q{
+		BEGIN;
+		SELECT created FROM ntask_enqueue('wq', 'prepared');
+		PREPARE TRANSACTION 'ntask_wait';
+		COMMIT PREPARED 'ntask_wait';});
+	my ($out) = finish_waiter($bs);
+	my $took = time - $t0;
+	like($out, qr/got:prepared/, 'prepared: the waiter claims the task');
+	ok($took > 1.5, sprintf('prepared: at its next look, not at the commit (%.2f s of a 3 s wait)', $took));
+	$bs->quit;
 }
 
 $node->stop;
