@@ -80,3 +80,41 @@ SELECT queue, notify FROM ntask_queue_set('wq', max_attempts => 4);
 SELECT queue, notify FROM ntask_queue_set('wq', notify => false);
 SELECT queue FROM ntask_queue_set(repeat('q', 58), notify => true);
 SELECT queue, notify FROM ntask_queue_set(repeat('q', 57), notify => true);
+
+-- issue 29.1: a limit that holds the due task back makes a waiting claim
+-- wait for the limit, not return at once: rate 1/1 second, the token spent
+-- on wl:1, wl:2 is due; the waiting claim takes wl:2 when the next token
+-- is there (about a second later), with no transaction id before that
+SELECT queue FROM ntask_queue_set('wl', rate_limit => '1/1 second');
+SELECT count(*) FROM ntask_enqueue_many('wl', ARRAY['wl:1', 'wl:2'], array_fill('{}'::jsonb, ARRAY[2]));
+SELECT task_key FROM ntask_claim('wl', 'W1');
+SELECT clock_timestamp() AS t5 \gset
+SELECT task_key FROM ntask_claim('wl', 'W1', wait => '10 seconds');
+SELECT clock_timestamp() - :'t5'::timestamptz BETWEEN interval '500 milliseconds' AND interval '5 seconds'
+	AS at_next_token;
+-- the same with max_inflight => 1: the wait runs out with nothing held, and
+-- a second waiting claim in the same transaction is not refused (no xid)
+SELECT queue FROM ntask_queue_set('wl', rate_limit => 'none', max_inflight => 1);
+SELECT count(*) FROM ntask_enqueue('wl', 'wl:3');
+BEGIN;
+SELECT count(*) AS claimed, clock_timestamp() - now() >= interval '300 milliseconds' AS waited
+FROM ntask_claim('wl', 'W1', wait => '300 milliseconds');
+SELECT pg_current_xact_id_if_assigned() IS NULL AS no_xid;
+SELECT count(*) AS claimed FROM ntask_claim('wl', 'W1', wait => '100 milliseconds');
+COMMIT;
+-- a cap set after this session's waiting claim read the queue and found no
+-- limit (it remembers that for the next one) is found by the look: the
+-- task held back is not kept locked, and the claim waits
+SELECT count(*) FROM ntask_claim('wq', 'W1', wait => '10 milliseconds');
+SELECT queue FROM ntask_queue_set('wq', max_inflight => 1);
+SELECT count(*) > 0 AS in_flight FROM ntask.task
+WHERE queue = 'wq' AND state = 'leased' AND lease_until > now();
+SELECT count(*) FROM ntask_enqueue('wq', 'w:6');
+BEGIN;
+SELECT count(*) AS claimed, clock_timestamp() - now() >= interval '300 milliseconds' AS waited
+FROM ntask_claim('wq', 'W1', wait => '300 milliseconds');
+SELECT count(*) AS ntask_locks FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
+WHERE l.pid = pg_backend_pid() AND c.relnamespace = 'ntask'::regnamespace;
+COMMIT;
+SELECT state FROM ntask.task WHERE task_key = 'w:6';
+SELECT queue FROM ntask_queue_set('wq', max_inflight => 0);

@@ -40,7 +40,8 @@
  * LOCKED; a fair pick also tries, never waits for, a turn lock
  * per key it serves), then the open attempt rows of taken-over tasks, held until the
  * caller's short transaction commits.  Never call this in a transaction
- * that then does the work.  Expects READ COMMITTED (the default).
+ * that then does the work.  Refused (25000) under REPEATABLE READ and
+ * SERIALIZABLE: the in-flight counts of caps need a statement snapshot.
  *
  * IDENTIFICATION
  *	  src/claim.c
@@ -585,6 +586,20 @@ static NtaskPlan claim_receipts_plan = {
 #define CLAIM_COL_LEASED 8		/* false: diverted to repair_required */
 #define CLAIM_MAX_EXTRA 4		/* columns a caller may append (NtaskClaimInto) */
 
+/*
+ * What the last claim did besides leasing, for the waiting claim (wait.c):
+ * NtaskClaimWrites counts the claim statements that wrote (lease, repair
+ * diversion, closed attempts, guard finishes), so a look that wrote
+ * nothing is known without asking whether a transaction id was assigned
+ * (row locks assign one too); NtaskClaimHeldCap, a cap (max_inflight or
+ * a key's) held a picked task back, so a freed slot lets it go; and
+ * NtaskClaimHeldUntil, the earliest next token of a rate that held one
+ * back (0: none).  The last two are reset by each NtaskClaimInto.
+ */
+uint64		NtaskClaimWrites = 0;
+bool		NtaskClaimHeldCap = false;
+TimestampTz NtaskClaimHeldUntil = 0;
+
 /* at most this many rounds when tasks are diverted to repair or the guard */
 #define CLAIM_MAX_ROUNDS 10
 
@@ -1068,6 +1083,7 @@ claim_limit(text *queue, SPITupleTable *pick, int npicked, bool fair_pick,
 			{
 				keep[r] = false;
 				order->held = true;
+				NtaskClaimHeldCap = true;
 			}
 			else if (fair_pick && order->partition_max_inflight > 0)
 			{
@@ -1085,6 +1101,7 @@ claim_limit(text *queue, SPITupleTable *pick, int npicked, bool fair_pick,
 				{
 					keep[r] = false;
 					claim_hold_key(order, k, isnull);
+					NtaskClaimHeldCap = true;
 				}
 			}
 			if (keep[r])
@@ -1146,6 +1163,8 @@ claim_limit(text *queue, SPITupleTable *pick, int npicked, bool fair_pick,
 			{
 				keep[r] = false;
 				kept--;
+				if (NtaskClaimHeldUntil == 0 || next < NtaskClaimHeldUntil)
+					NtaskClaimHeldUntil = next;
 				if (empty == NTASK_LIMIT_QUEUE)
 					order->held = true;
 				else
@@ -1269,6 +1288,7 @@ claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
 				 */
 				NtaskFinishTask(task_id, "repair_required", "guard_error",
 								"guard_error", "permanent", "guard");
+				NtaskClaimWrites++;
 				NtaskAudit(TextDatumGetCString(worker), "guard_error", task_id,
 						   text_to_cstring(queue), reason,
 						   was_leased ? "leased" : "ready", "repair_required");
@@ -1281,6 +1301,7 @@ claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
 				NtaskFinishTask(task_id, to,
 								reason ? reason : psprintf("guard: %s", to),
 								"guard", NULL, NULL);
+				NtaskClaimWrites++;
 				continue;
 			}
 		}
@@ -1295,6 +1316,7 @@ claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
 
 	if (nids > 0)
 	{
+		NtaskClaimWrites++;		/* closes and leases (or diverts) nids rows */
 		values[0] = NtaskInt8Array(ids, nids);
 		values[1] = worker;
 		values[2] = lease;
@@ -1409,8 +1431,22 @@ NtaskClaimInto(ReturnSetInfo *rsinfo, text *queue, text *worker, int max_tasks,
 	int64		lease_usecs = 0;
 	ClaimOrder	order = {-1, 1};	/* the rest zero */
 
+	/*
+	 * Its decisions read the queue as of the statement: the in-flight
+	 * count behind caps and ordered keys, in a transaction snapshot, would
+	 * miss the leases committed since the transaction began (two in flight
+	 * under max_inflight => 1, spec claim_repeatable_read).
+	 */
+	if (IsolationUsesXactSnapshot())
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_TRANSACTION_STATE),
+				 errmsg("ntask: a claim needs READ COMMITTED"),
+				 errdetail("Under REPEATABLE READ or SERIALIZABLE its snapshot is the transaction's: caps and ordered keys would miss the leases committed since it began."),
+				 errhint("Claim in a READ COMMITTED transaction (the default).")));
 	order.retry_share = 1.0f;
 	order.invoked = invoked;
+	NtaskClaimHeldCap = false;
+	NtaskClaimHeldUntil = 0;
 
 	Assert(nextra >= 0 && nextra <= CLAIM_MAX_EXTRA);
 	for (round = 0; round < CLAIM_MAX_ROUNDS && got < max_tasks && more; round++)
@@ -1457,8 +1493,8 @@ NtaskClaimInto(ReturnSetInfo *rsinfo, text *queue, text *worker, int max_tasks,
  * ntask_invoked had been called for it in the same transaction (one
  * statement less per task for a worker that calls out at once).
  * Errors: unknown queue 42704; NULL argument 22004; max_tasks outside
- * 1..1000, a non-positive lease or a negative wait 22023; a wait in
- * REPEATABLE READ, SERIALIZABLE or after a write in the transaction 25000.
+ * 1..1000, a non-positive lease or a negative wait 22023; REPEATABLE READ
+ * or SERIALIZABLE, or a wait after a write in the transaction 25000.
  */
 Datum
 ntask_claim(PG_FUNCTION_ARGS)

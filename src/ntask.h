@@ -364,6 +364,9 @@ extern int	NtaskClaimInto(ReturnSetInfo *rsinfo, text *queue, text *worker,
 
 /* wait.c: the waiting claim and the wake-at-commit of waiters */
 extern int64 NtaskClaimWaitedUsecs;
+extern uint64 NtaskClaimWrites;
+extern bool NtaskClaimHeldCap;
+extern TimestampTz NtaskClaimHeldUntil;
 extern void NtaskWaitShmemRequest(void);
 extern void NtaskWaitShmemStartup(void);
 
@@ -394,6 +397,7 @@ extern void *NtaskShmemEnter(HTAB *htab, const void *id, int slots,
 							 TimestampTz (*evictable_at) (void *entry),
 							 void *keep, bool *found);
 extern bool NtaskShmemFullLog(TimestampTz *logged_at, TimestampTz now);
+extern void NtaskWakeCappedAtCommit(const char *queue);
 extern void NtaskWakeWaitersAtCommit(const char *queue, int ndue,
 									 TimestampTz later);
 extern int	NtaskClaimWait(ReturnSetInfo *rsinfo, text *queue, text *worker,

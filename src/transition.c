@@ -518,8 +518,14 @@ tr_locked(TrCall *c, const char *reason, TrOut *o)
 				engine_reason = true;
 			}
 		}
-		if (strcmp(final, "retry_wait") == 0)
-			NtaskWakeWaitersAtCommit(NtaskGetCString(0, 11), 0, next);
+		{
+			char	   *queue = NtaskGetCString(0, 11);
+
+			if (strcmp(final, "retry_wait") == 0)
+				NtaskWakeWaitersAtCommit(queue, 0, next);
+			/* its slot is free: a claim waiting on the queue's cap may go */
+			NtaskWakeCappedAtCommit(queue);
+		}
 		if (!tr_apply(c, final, next, reason, engine_reason))
 			elog(ERROR, "ntask: locked task %lld did not take its transition",
 				 (long long) c->task_id);

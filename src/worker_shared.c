@@ -589,6 +589,8 @@ NtaskWorkerRunXact(void (*fn) (void *arg), void *arg, const char *what)
 		/* statement_timeout is not armed by anything else in a bgworker */
 		enable_timeout_after(STATEMENT_TIMEOUT, ntask_worker_statement_timeout_ms);
 		StartTransactionCommand();
+		/* whatever default_transaction_isolation says: a claim needs it */
+		XactIsoLevel = XACT_READ_COMMITTED;
 		SPI_connect();
 		PushActiveSnapshot(GetTransactionSnapshot());
 		pgstat_report_activity(STATE_RUNNING, what);

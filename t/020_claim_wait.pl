@@ -13,6 +13,13 @@
 #      waiting; one commit with seven tasks: the seven claim one each.
 #   6. Two databases with a queue of the same name: a commit wakes a waiter
 #      of its own database, not an older one of the other.
+#   7. The client dies (SIGKILL) while its claim waits: the backend notices
+#      (the client socket is watched while it sleeps), leaves the wait and
+#      exits without claiming; a task enqueued next stays for a live worker,
+#      with attempts 0 (issue 30.1).
+#   8. COMMIT PREPARED of an enqueue wakes no waiter (the wake list lives
+#      in the preparing backend and is dropped at PREPARE): the waiter
+#      finds the task at its next look, here the end of its 3 s wait.
 #
 # The waits are 120 s; "at once" is checked as "well before the wait would
 # have ended" (the bound is not a speed measurement; bench/wait measures).
@@ -31,6 +38,7 @@ $node->append_conf('postgresql.conf', q{
 shared_preload_libraries = 'ntask'
 ntask.worker = off
 ntask.max_wait = '10min'
+max_prepared_transactions = 2
 });
 $node->start;
 $node->safe_psql('postgres', q{
@@ -227,6 +235,67 @@ SELECT 'got:' || task_key FROM ntask_claim('wq', 'W-other', 1, wait => '120 seco
 	like($out, qr/got:db-other/, 'databases: a commit in other wakes it');
 	$bs->quit;
 	$ob->quit;
+}
+
+# ---------------------------------------------------------------------
+# 7. The client of a waiting claim is killed
+# ---------------------------------------------------------------------
+{
+	# nothing of wq leased: no lease runs out (and is taken over) meanwhile
+	$node->safe_psql('postgres', q{
+		SELECT count(*) FROM ntask.task t,
+			LATERAL ntask_transition(t.task_id, t.token, 'succeeded') x
+		WHERE t.state = 'leased'});
+	my ($bs, $pid) = start_waiter('120 seconds');
+	ok(wait_for_waiters(1), 'client death: the claim is waiting');
+	my $t0 = time;
+	$bs->{run}->signal('KILL');
+	eval { $bs->{run}->finish; };
+	# the backend must leave well before its 120 s wait would end
+	my $left = 0;
+	while (time - $t0 < 10)
+	{
+		if ($node->safe_psql('postgres',
+				"SELECT count(*) FROM pg_stat_activity WHERE pid = $pid") eq '0')
+		{
+			$left = 1;
+			last;
+		}
+		select(undef, undef, undef, 0.1);
+	}
+	ok($left, sprintf('client death: the waiting backend exited (%.2f s of a 120 s wait)',
+		time - $t0));
+	is(waiting(), '0', 'client death: no waiter slot is left');
+	$node->safe_psql('postgres', q{SELECT created FROM ntask_enqueue('wq', 'after-client-death')});
+	# give a dead waiter, were it still there, time to take the task
+	select(undef, undef, undef, 1.0);
+	is($node->safe_psql('postgres',
+			q{SELECT state || ':' || attempts FROM ntask.task WHERE task_key = 'after-client-death'}),
+		'ready:0', 'client death: the task enqueued next is not claimed by the dead client');
+	is($node->safe_psql('postgres',
+			q{SELECT task_key || ':' || attempt FROM ntask_claim('wq', 'live', wait => '5 seconds')}),
+		'after-client-death:1', 'client death: a live worker claims it, first attempt');
+	like(slurp_file($node->logfile), qr/connection to client lost/,
+		'client death: the server log says why the backend left');
+}
+
+# ---------------------------------------------------------------------
+# 8. A prepared enqueue, committed later
+# ---------------------------------------------------------------------
+{
+	my ($bs, $pid) = start_waiter('3 seconds');
+	ok(wait_for_waiters(1), 'prepared: the claim is waiting');
+	my $t0 = time;
+	$node->safe_psql('postgres', q{
+		BEGIN;
+		SELECT created FROM ntask_enqueue('wq', 'prepared');
+		PREPARE TRANSACTION 'ntask_wait';
+		COMMIT PREPARED 'ntask_wait';});
+	my ($out) = finish_waiter($bs);
+	my $took = time - $t0;
+	like($out, qr/got:prepared/, 'prepared: the waiter claims the task');
+	ok($took > 1.5, sprintf('prepared: at its next look, not at the commit (%.2f s of a 3 s wait)', $took));
+	$bs->quit;
 }
 
 $node->stop;
