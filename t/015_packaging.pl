@@ -38,7 +38,10 @@ my @missing = grep { !defined $meta->{$_} } qw(name abstract version maintainer 
 is(join(',', @missing), '', 'META.json has name, abstract, version, maintainer, license, provides, meta-spec');
 is($meta->{name}, 'ntask', 'META.json names ntask');
 like($meta->{version}, qr/^\d+\.\d+\.\d+$/, 'META.json version is semantic (x.y.z)');
-is(join('.', (split /\./, $meta->{version})[0, 1]), $default, 'META.json version is default_version');
+is($meta->{version}, $default, 'META.json version is default_version');
+is($meta->{license}, 'postgresql', 'META.json: the PostgreSQL licence');
+like(slurp('LICENSE'), qr/Copyright \(c\) \d{4}, The ntask authors/, 'LICENSE: the PostgreSQL licence, The ntask authors');
+like(slurp('debian/copyright'), qr/^License: PostgreSQL$/m, 'debian/copyright: the PostgreSQL licence');
 is($meta->{provides}{ntask}{version}, $meta->{version}, 'META.json provides ntask at that version');
 ok(-f "$root/$meta->{provides}{ntask}{file}", "META.json provides.ntask.file $meta->{provides}{ntask}{file} exists");
 
