@@ -4,7 +4,7 @@
 //   java -cp .:/usr/share/java/postgresql.jar Worker \
 //        "jdbc:postgresql://127.0.0.1/app?user=app_jobs&prepareThreshold=0" W-java-1 [queue]
 //
-// The loop (README "Using ntask from Python / Node / Java"):
+// The loop (docs/guide.md "Using ntask from Python / Node / Java"):
 //   1. claim one task in its own short transaction (autocommit);
 //   2. prior_outcome 'committed': an earlier attempt committed the business
 //      write, only report success; 'unknown': an earlier attempt may have

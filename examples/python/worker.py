@@ -3,7 +3,7 @@
 
     python3 worker.py "host=127.0.0.1 dbname=app user=app_jobs" W-py-1 [queue]
 
-The loop (README "Using ntask from Python / Node / Java"):
+The loop (docs/guide.md "Using ntask from Python / Node / Java"):
   1. claim one task in its own short transaction (autocommit);
   2. prior_outcome 'committed': an earlier attempt committed the business
      write, only report success; 'unknown': an earlier attempt may have
