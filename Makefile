@@ -25,6 +25,7 @@ OBJS = \
 	src/target.o \
 	src/housekeeping.o \
 	src/worker_shared.o \
+	src/waiter.o \
 	src/wait.o \
 	src/result.o \
 	src/saga.o \

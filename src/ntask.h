@@ -42,6 +42,8 @@
 
 /* limits on caller-supplied values */
 #define NTASK_MAX_KEY_LEN		512		/* task_key, bytes */
+#define NTASK_MAX_QUEUE_LEN		63		/* queue names (queue.c's check) */
+#define NTASK_QUEUE_BUF			(NTASK_MAX_QUEUE_LEN + 1)	/* a name and its NUL */
 #define NTASK_MAX_NAME_LEN		200		/* worker, actor, outcome, stage */
 #define NTASK_MAX_REASON_LEN	2000	/* audit reasons */
 #define NTASK_MAX_CLAIM			1000	/* max_tasks per ntask_claim call */
@@ -362,13 +364,23 @@ extern int	NtaskClaimInto(ReturnSetInfo *rsinfo, text *queue, text *worker,
 						   int max_tasks, Datum lease_arg, bool invoked,
 						   Datum *extra, bool *extranulls, int nextra);
 
-/* wait.c: the waiting claim and the wake-at-commit of waiters */
+/* wait.c: the waiting claim */
 extern int64 NtaskClaimWaitedUsecs;
 extern uint64 NtaskClaimWrites;
 extern bool NtaskClaimHeldCap;
 extern TimestampTz NtaskClaimHeldUntil;
+
+/* waiter.c: the waiter slots and the wake-at-commit of waiters */
 extern void NtaskWaitShmemRequest(void);
 extern void NtaskWaitShmemStartup(void);
+extern bool NtaskWaiterAvailable(void);
+extern bool NtaskWaiterBusy(void);
+extern void NtaskWaiterRegister(const char *queue, int max_tasks,
+								TimestampTz until);
+extern TimestampTz NtaskWaiterRearm(TimestampTz now);
+extern TimestampTz NtaskWaiterHint(bool *woken);
+extern void NtaskWaiterSetCapped(bool capped);
+extern void NtaskWaiterUnregister(bool filled);
 
 /* fair.c */
 extern void NtaskFairShmemRequest(void);
