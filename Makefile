@@ -13,6 +13,7 @@ OBJS = \
 	src/limit.o \
 	src/claim.o \
 	src/claim_lock.o \
+	src/attempt.o \
 	src/lease.o \
 	src/transition.o \
 	src/repair.o \

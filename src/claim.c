@@ -448,46 +448,8 @@ typedef struct ClaimOrder
 	bool		invoked;		/* mark the leased attempts invoked (ntask_claim invoked => true) */
 } ClaimOrder;
 
-/*
- * The one open attempt of each task whose lease expired.  Its outcome is
- * known if it was never invoked, or if it committed a receipt (the receipt
- * is the outcome); the second column says "unknown".
- */
-/*
- * The tasks of one claim round are of one shard (the pick's), passed as a
- * parameter (claim_ids_shard): Citus prunes to one shard only by a
- * constant, not by an expression of the id array.  0 on a plain install.
- */
-#define CLAIM_SHARD_IS(alias, n) \
-	" AND " alias ".shard OPERATOR(pg_catalog.=) $" n " "
 
-/* claim_ids_shard: the shard of the tasks in a bigint[] of one shard */
-static int16
-claim_ids_shard(Datum ids)
-{
-	ArrayType  *a = DatumGetArrayTypeP(ids);
-	Datum	   *elems;
-	bool	   *nulls;
-	int			n;
 
-	deconstruct_array(a, INT8OID, sizeof(int64), true, TYPALIGN_DOUBLE,
-					  &elems, &nulls, &n);
-	return n > 0 ? (int16) (DatumGetInt64(elems[0]) >> 48) : 0;
-}
-
-static NtaskPlan claim_close_plan = {
-	"claim close expired attempts",
-	"INSERT INTO ntask.attempt AS a (task_id, shard, token, attempt, worker, claimed_at, "
-	"  invoked_at, ended_at, result, outcome_known) "
-	"SELECT t.task_id, t.shard, t.token, t.attempts, t.lease_owner, "
-	"  coalesce(t.claimed_at, t.updated_at), t.invoked_at, pg_catalog.statement_timestamp(), "
-	"  'lease_expired', (t.invoked_at IS NULL " NTASK_RECEIPT_OF("t") ") "
-	"FROM ntask.task t "
-	"WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1) " CLAIM_SHARD_IS("t", "2")
-	"  AND t.state OPERATOR(pg_catalog.=) 'leased' "
-	"RETURNING a.task_id, NOT a.outcome_known",
-	2, {INT8ARRAYOID, INT2OID}
-};
 
 /* budget test on the (locked) task row; $7 the statement timestamp */
 #define CLAIM_SPENT \
@@ -498,7 +460,7 @@ static NtaskPlan claim_close_plan = {
  * $1 ids to lease, $2 worker, $3 lease, $4 ids taken over (their attempt
  * was just closed), $5 of those, the ones whose attempt had been invoked,
  * $6 the lowest token this timeline may issue (claim_token_floor), $9 the
- * tasks' shard (claim_ids_shard), $7 the
+ * tasks' shard (NtaskIdsShard), $7 the
  * statement timestamp and $8 the lease's end ($7 + $3), both parameters:
  * Citus refuses a stable function (statement_timestamp(), timestamptz +
  * interval) in a CASE of an UPDATE of a distributed table.  $10: mark the
@@ -540,7 +502,7 @@ static NtaskPlan claim_lease_plan = {
 	"WITH upd AS ( "
 	"  UPDATE ntask.task t SET "
 	CLAIM_LEASE_SET
-	"  WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1) " CLAIM_SHARD_IS("t", "9")
+	"  WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1) " NTASK_SHARD_IS("t", "9")
 	"  RETURNING t.task_id, t.task_key, t.payload, t.attempts, t.token, "
 	"    t.lease_until, t.unknown_attempts, t.state, t.shard, "
 	"    EXISTS (SELECT 1 FROM ntask.receipt r "
@@ -565,7 +527,7 @@ static NtaskPlan claim_lease_dist_plan = {
 	"claim lease (distributed)",
 	"UPDATE ntask.task t SET "
 	CLAIM_LEASE_SET
-	"WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1) " CLAIM_SHARD_IS("t", "9")
+	"WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1) " NTASK_SHARD_IS("t", "9")
 	"RETURNING t.task_id, t.task_key, t.payload, t.attempts, t.token, t.lease_until, "
 	"  CASE WHEN t.unknown_attempts OPERATOR(pg_catalog.>) 0 THEN 'unknown' END, "
 	"  t.state OPERATOR(pg_catalog.=) 'leased'",
@@ -576,7 +538,7 @@ static NtaskPlan claim_lease_dist_plan = {
 static NtaskPlan claim_receipts_plan = {
 	"claim receipts (distributed)",
 	"SELECT DISTINCT r.task_id FROM ntask.receipt r "
-	"WHERE r.task_id OPERATOR(pg_catalog.=) ANY ($1) " CLAIM_SHARD_IS("r", "2"),
+	"WHERE r.task_id OPERATOR(pg_catalog.=) ANY ($1) " NTASK_SHARD_IS("r", "2"),
 	2, {INT8ARRAYOID, INT2OID}
 };
 
@@ -686,36 +648,6 @@ claim_warn_old_xact(int64 lease_usecs)
 				 errhint("Claim in its own short transaction and commit before doing the work.")));
 }
 
-/*
- * NtaskCloseExpiredAttempts
- *		Close the open attempt of each task in task_ids (bigint[]) whose
- *		lease expired, with result lease_expired: write its ledger row from
- *		the task row, which still holds it (write-once ledger: an attempt
- *		is written when it ends); its outcome is known if it
- *		was never invoked or committed a receipt.  Returns the bigint[] of
- *		the tasks whose attempt's outcome is unknown.  Shared by claim takeover and
- *		housekeeping; the caller holds the task rows' locks.
- */
-Datum
-NtaskCloseExpiredAttempts(Datum task_ids)
-{
-	Datum		values[2];
-	Datum	   *invoked;
-	int			ninvoked = 0;
-	int			nclosed;
-	int			r;
-
-	/* of one shard: one claim round's, or any on a plain install (all 0) */
-	values[0] = task_ids;
-	values[1] = Int16GetDatum(claim_ids_shard(task_ids));
-	nclosed = NtaskExecPlan(&claim_close_plan, values, NULL,
-							SPI_OK_INSERT_RETURNING);
-	invoked = palloc(sizeof(Datum) * Max(nclosed, 1));
-	for (r = 0; r < nclosed; r++)
-		if (NtaskGetBool(r, 2))
-			invoked[ninvoked++] = Int64GetDatum(NtaskGetInt64(r, 1));
-	return NtaskInt8Array(invoked, ninvoked);
-}
 
 /* claim_held_keys: order->held_keys as a text[] */
 static Datum
@@ -1325,7 +1257,7 @@ claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
 		values[5] = Int64GetDatum(claim_token_floor());
 		values[6] = NtaskStatementTs();
 		values[7] = DirectFunctionCall2(timestamptz_pl_interval, values[6], lease);
-		values[8] = Int16GetDatum(claim_ids_shard(values[0]));
+		values[8] = Int16GetDatum(NtaskIdsShard(values[0]));
 		values[9] = BoolGetDatum(order->invoked);
 		if (NtaskShardCount() == 0)
 			nrows = NtaskExecPlan(&claim_lease_plan, values, NULL, SPI_OK_SELECT);

@@ -357,7 +357,6 @@ extern void NtaskBreakerObserve(const char *queue, long http_status,
 extern void NtaskBreakerSync(void);
 
 /* claim.c */
-extern Datum NtaskCloseExpiredAttempts(Datum task_ids);
 extern void NtaskCheckClaimArgs(FunctionCallInfo fcinfo, int a_max_tasks,
 								int a_lease);
 extern int	NtaskClaimInto(ReturnSetInfo *rsinfo, text *queue, text *worker,
@@ -427,9 +426,20 @@ extern int64 NtaskEnqueueStep(const char *queue, const char *key,
 							  Jsonb *payload, int64 saga_id);
 
 /* repair.c */
+extern Datum ntask_replay(PG_FUNCTION_ARGS);
+
+/*
+ * attempt.c: the ledger.  NTASK_SHARD_IS: " AND <alias>.shard = $<n>", the
+ * shard of a bigint[] of task ids of one shard (NtaskIdsShard), passed as
+ * a parameter: Citus prunes to one shard only by a constant, not by an
+ * expression of the id array.  0 on a plain install.
+ */
+#define NTASK_SHARD_IS(alias, n) \
+	" AND " alias ".shard OPERATOR(pg_catalog.=) $" n " "
+extern int16 NtaskIdsShard(Datum ids);
+extern Datum NtaskCloseExpiredAttempts(Datum task_ids);
 extern void NtaskFinishTask(int64 task_id, const char *to_state,
 							 const char *reason, const char *attempt_result,
 							 const char *error_class, const char *stage);
-extern Datum ntask_replay(PG_FUNCTION_ARGS);
 
 #endif							/* NTASK_H */
