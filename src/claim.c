@@ -1,7 +1,9 @@
 /*-------------------------------------------------------------------------
  *
  * claim.c
- *	  ntask_claim: hand out due tasks under a lease with a new fencing token.
+ *	  The claim (NtaskClaimInto): hand out due tasks under a lease with a
+ *	  new fencing token.  ntask_claim's entry point and the waiting claim
+ *	  are wait.c's; transition-and-claim is transition.c's.
  *
  * One round of a claim is at most three statements, each simple enough
  * that its generic plan cannot go wrong (no joins: every row is reached by
@@ -60,7 +62,6 @@
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
-PG_FUNCTION_INFO_V1(ntask_claim);
 
 /*
  * Columns 7-14 of every pick: the queue's flow control (docs/design.md
@@ -1407,68 +1408,4 @@ NtaskClaimInto(ReturnSetInfo *rsinfo, text *queue, text *worker, int max_tasks,
 								 GetCurrentStatementStartTimestamp() + lease_usecs);
 	}
 	return got;
-}
-
-/*
- * ntask_claim(queue, worker, max_tasks, lease, wait, invoked)
- *		RETURNS TABLE(task_id, task_key, payload, attempt, token, lease_until,
- *					  prior_outcome)
- *
- * Leases up to max_tasks due tasks (ready, retry_wait whose run_at passed,
- * or leased whose lease expired) to worker.  prior_outcome is 'committed'
- * when an earlier attempt left a commit receipt (ntask_receipt), else
- * 'unknown' when an earlier attempt may have had an effect, else NULL.
- * With wait (a positive interval, cut to ntask.max_wait) and nothing due,
- * it waits for work of the queue to be committed (wait.c) and returns
- * what it then claims, or no row when the wait ran out.  With invoked,
- * every attempt it leases is marked invoked in the lease itself, as if
- * ntask_invoked had been called for it in the same transaction (one
- * statement less per task for a worker that calls out at once).
- * Errors: unknown queue 42704; NULL argument 22004; max_tasks outside
- * 1..1000, a non-positive lease or a negative wait 22023; REPEATABLE READ
- * or SERIALIZABLE, or a wait after a write in the transaction 25000.
- */
-Datum
-ntask_claim(PG_FUNCTION_ARGS)
-{
-	text	   *queue = NtaskArgText(fcinfo, 0, "queue", 63);
-	text	   *worker = NtaskArgText(fcinfo, 1, "worker", NTASK_MAX_NAME_LEN);
-	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	Datum		lease = PG_ARGISNULL(3) ? (Datum) 0 : PG_GETARG_DATUM(3);
-	int64		wait_usecs = 0;
-	bool		invoked = false;
-
-	NtaskCheckClaimArgs(fcinfo, 2, 3);
-	/* invoked: absent while the SQL objects are older than 0.3 */
-	if (PG_NARGS() > 5)
-	{
-		if (PG_ARGISNULL(5))
-			ereport(ERROR,
-					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-					 errmsg("ntask: invoked must not be NULL")));
-		invoked = PG_GETARG_BOOL(5);
-	}
-	/* the wait argument is absent while the SQL objects are still 0.2 */
-	if (PG_NARGS() > 4 && !PG_ARGISNULL(4))
-	{
-		Interval   *w = PG_GETARG_INTERVAL_P(4);
-
-		if (w->month < 0 || w->day < 0 || w->time < 0)
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("ntask: wait must not be negative")));
-		/* anything over a day is over ntask.max_wait's maximum: no overflow */
-		wait_usecs = (w->month > 0 || w->day > 0) ? USECS_PER_DAY :
-			Min(w->time, USECS_PER_DAY);
-	}
-	InitMaterializedSRF(fcinfo, 0);
-	SPI_connect();
-	if (wait_usecs > 0)
-		(void) NtaskClaimWait(rsinfo, queue, worker, PG_GETARG_INT32(2), lease,
-							  invoked, wait_usecs);
-	else
-		(void) NtaskClaimInto(rsinfo, queue, worker, PG_GETARG_INT32(2), lease,
-							  invoked, NULL, NULL, 0);
-	SPI_finish();
-	return (Datum) 0;
 }
