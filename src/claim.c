@@ -549,29 +549,13 @@ static NtaskPlan claim_receipts_plan = {
 #define CLAIM_COL_LEASED 8		/* false: diverted to repair_required */
 #define CLAIM_MAX_EXTRA 4		/* columns a caller may append (NtaskClaimInto) */
 
-/*
- * What the last claim did besides leasing, for the waiting claim (wait.c):
- * NtaskClaimWrites counts the claim statements that wrote (lease, repair
- * diversion, closed attempts, guard finishes), so a look that wrote
- * nothing is known without asking whether a transaction id was assigned
- * (row locks assign one too); NtaskClaimHeldCap, a cap (max_inflight or
- * a key's) held a picked task back, so a freed slot lets it go; and
- * NtaskClaimHeldUntil, the earliest next token of a rate that held one
- * back (0: none).  The last two are reset by each NtaskClaimInto.
- */
-uint64		NtaskClaimWrites = 0;
-bool		NtaskClaimHeldCap = false;
-TimestampTz NtaskClaimHeldUntil = 0;
-
 /* at most this many rounds when tasks are diverted to repair or the guard */
 #define CLAIM_MAX_ROUNDS 10
 
-static int	claim_round(ReturnSetInfo *rsinfo, text *queue, int want,
-						Datum worker, Datum lease_arg, bool *more,
-						int64 *lease_usecs, Datum *extra, bool *extranulls,
-						int nextra, ClaimOrder *order);
+static int	claim_round(ClaimCall *call, int want, bool *more,
+						int64 *lease_usecs, ClaimOrder *order);
 static int	claim_pick(text *queue, int want, ClaimOrder *order);
-static void claim_warn_old_xact(int64 lease_usecs);
+static void claim_warn_old_xact(int64 lease_usecs, int64 waited_usecs);
 static int64 claim_token_floor(void);
 
 /*
@@ -634,13 +618,13 @@ claim_token_floor(void)
  *		open and the work is meant to run after the commit.
  */
 static void
-claim_warn_old_xact(int64 lease_usecs)
+claim_warn_old_xact(int64 lease_usecs, int64 waited_usecs)
 {
 	TimestampTz xact = GetCurrentTransactionStartTimestamp();
 	TimestampTz stmt = GetCurrentStatementStartTimestamp();
 
 	/* a waiting claim's own wait is not work done in the transaction */
-	stmt -= NtaskClaimWaitedUsecs;
+	stmt -= waited_usecs;
 	if (lease_usecs > 0 && stmt - xact > lease_usecs / 2)
 		ereport(NOTICE,
 				(errmsg("ntask: this claim runs in a transaction older than half its lease"),
@@ -951,9 +935,10 @@ claim_hold_key(ClaimOrder *order, Datum k, bool isnull)
  *		looks no further (order->held).
  */
 static int
-claim_limit(text *queue, SPITupleTable *pick, int npicked, bool fair_pick,
+claim_limit(ClaimCall *call, SPITupleTable *pick, int npicked, bool fair_pick,
 			ClaimOrder *order, bool *keep)
 {
+	text	   *queue = call->queue;
 	Datum		values[1];
 	int			kept = 0;
 	int			r;
@@ -1016,7 +1001,7 @@ claim_limit(text *queue, SPITupleTable *pick, int npicked, bool fair_pick,
 			{
 				keep[r] = false;
 				order->held = true;
-				NtaskClaimHeldCap = true;
+				call->held_cap = true;
 			}
 			else if (fair_pick && order->partition_max_inflight > 0)
 			{
@@ -1034,7 +1019,7 @@ claim_limit(text *queue, SPITupleTable *pick, int npicked, bool fair_pick,
 				{
 					keep[r] = false;
 					claim_hold_key(order, k, isnull);
-					NtaskClaimHeldCap = true;
+					call->held_cap = true;
 				}
 			}
 			if (keep[r])
@@ -1096,8 +1081,8 @@ claim_limit(text *queue, SPITupleTable *pick, int npicked, bool fair_pick,
 			{
 				keep[r] = false;
 				kept--;
-				if (NtaskClaimHeldUntil == 0 || next < NtaskClaimHeldUntil)
-					NtaskClaimHeldUntil = next;
+				if (call->held_until == 0 || next < call->held_until)
+					call->held_until = next;
 				if (empty == NTASK_LIMIT_QUEUE)
 					order->held = true;
 				else
@@ -1113,18 +1098,19 @@ claim_limit(text *queue, SPITupleTable *pick, int npicked, bool fair_pick,
  * claim_round
  *		Pick up to want due tasks, run the guard, close expired attempts,
  *		lease the rest, and put the leased ones into the result tuplestore.
- *		lease_arg is the caller's lease, or 0 for the queue's.  Returns how
+ *		call->lease is the caller's lease, or 0 for the queue's.  Returns how
  *		many were leased, or -1 if nothing was due.  *more is set when
  *		another round could find more (some picked tasks were not handed out
- *		and the pick was full).  Each result row gets the nextra columns of
- *		extra appended.  All SPI results stay in the caller's SPI
+ *		and the pick was full).  Each result row gets the call->nextra
+ *		columns of call->extra appended.  All SPI results stay in the caller's SPI
  *		connection.
  */
 static int
-claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
-			Datum lease_arg, bool *more, int64 *lease_usecs, Datum *extra,
-			bool *extranulls, int nextra, ClaimOrder *order)
+claim_round(ClaimCall *call, int want, bool *more, int64 *lease_usecs,
+			ClaimOrder *order)
 {
+	text	   *queue = call->queue;
+	Datum		worker = PointerGetDatum(call->worker);
 	Datum		lease;
 	char	   *guard;
 	char	   *guard_owner = NULL;
@@ -1160,7 +1146,7 @@ claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
 	}
 	if (npicked == 0)
 		return -1;
-	lease = lease_arg ? lease_arg : NtaskGetDatum(0, 5, &isnull);
+	lease = call->lease ? call->lease : NtaskGetDatum(0, 5, &isnull);
 	*lease_usecs = NtaskIntervalUsecs(DatumGetIntervalP(lease));
 	guard = NtaskGetCString(0, 6);
 	if (guard != NULL)
@@ -1175,7 +1161,7 @@ claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
 	keep = palloc(sizeof(bool) * npicked);
 	fair_pick = pick->tupdesc->natts >= CLAIM_PICK_KEY;
 	if (claim_read_policy(queue, order))
-		(void) claim_limit(queue, pick, npicked, fair_pick, order, keep);
+		(void) claim_limit(call, pick, npicked, fair_pick, order, keep);
 	else
 		memset(keep, true, sizeof(bool) * npicked);
 	for (r = 0; r < npicked; r++)
@@ -1221,7 +1207,7 @@ claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
 				 */
 				NtaskFinishTask(task_id, "repair_required", "guard_error",
 								"guard_error", "permanent", "guard");
-				NtaskClaimWrites++;
+				call->writes++;
 				NtaskAudit(TextDatumGetCString(worker), "guard_error", task_id,
 						   text_to_cstring(queue), reason,
 						   was_leased ? "leased" : "ready", "repair_required");
@@ -1234,7 +1220,7 @@ claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
 				NtaskFinishTask(task_id, to,
 								reason ? reason : psprintf("guard: %s", to),
 								"guard", NULL, NULL);
-				NtaskClaimWrites++;
+				call->writes++;
 				continue;
 			}
 		}
@@ -1249,7 +1235,7 @@ claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
 
 	if (nids > 0)
 	{
-		NtaskClaimWrites++;		/* closes and leases (or diverts) nids rows */
+		call->writes++;		/* closes and leases (or diverts) nids rows */
 		values[0] = NtaskInt8Array(ids, nids);
 		values[1] = worker;
 		values[2] = lease;
@@ -1291,12 +1277,13 @@ claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
 				continue;		/* diverted to repair_required */
 			for (c = 0; c < CLAIM_NCOLS; c++)
 				vals[c] = NtaskGetDatum(r, c + 1, &nulls[c]);
-			for (c = 0; c < nextra; c++)
+			for (c = 0; c < call->nextra; c++)
 			{
-				vals[CLAIM_NCOLS + c] = extra[c];
-				nulls[CLAIM_NCOLS + c] = extranulls[c];
+				vals[CLAIM_NCOLS + c] = call->extra[c];
+				nulls[CLAIM_NCOLS + c] = call->extranulls[c];
 			}
-			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, vals, nulls);
+			tuplestore_putvalues(call->rsinfo->setResult, call->rsinfo->setDesc,
+								 vals, nulls);
 			leased++;
 		}
 	}
@@ -1322,15 +1309,22 @@ claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
 }
 
 /*
- * NtaskCheckClaimArgs
- *		Validate a claim's max_tasks (required, 1..NTASK_MAX_CLAIM) and lease
- *		(NULL or positive) arguments, given their positions.
+ * NtaskClaimCallInit
+ *		Read and check a claim's queue, worker, max_tasks (required,
+ *		1..NTASK_MAX_CLAIM) and lease (NULL or positive) arguments, given
+ *		their positions, into c; the rest of c is zero (no extra columns,
+ *		not invoked, no wait).
  */
 void
-NtaskCheckClaimArgs(FunctionCallInfo fcinfo, int a_max_tasks, int a_lease)
+NtaskClaimCallInit(ClaimCall *c, FunctionCallInfo fcinfo, ReturnSetInfo *rsinfo,
+				   int a_queue, int a_worker, int a_max_tasks, int a_lease)
 {
 	int32		max_tasks;
 
+	memset(c, 0, sizeof(ClaimCall));
+	c->rsinfo = rsinfo;
+	c->queue = NtaskArgText(fcinfo, a_queue, "queue", NTASK_MAX_QUEUE_LEN);
+	c->worker = NtaskArgText(fcinfo, a_worker, "worker", NTASK_MAX_NAME_LEN);
 	if (PG_ARGISNULL(a_max_tasks))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
@@ -1342,21 +1336,22 @@ NtaskCheckClaimArgs(FunctionCallInfo fcinfo, int a_max_tasks, int a_lease)
 				 errmsg("ntask: max_tasks must be between 1 and %d", NTASK_MAX_CLAIM)));
 	if (!PG_ARGISNULL(a_lease))
 		NtaskCheckPositiveInterval(PG_GETARG_INTERVAL_P(a_lease), "lease");
+	c->max_tasks = max_tasks;
+	c->lease = PG_ARGISNULL(a_lease) ? (Datum) 0 : PG_GETARG_DATUM(a_lease);
 }
 
 /*
  * NtaskClaimInto
  *		The body of a claim, inside the caller's SPI connection: lease up to
- *		max_tasks due tasks of queue to worker (lease_arg: the caller's
- *		lease, or 0 for the queue's) and put one row per leased task into
- *		rsinfo's tuplestore, ntask_claim's columns followed by the nextra
- *		columns of extra (at most CLAIM_MAX_EXTRA).  Returns how many were
- *		leased; when that is more than zero, the commit is made durable.
+ *		c->max_tasks due tasks of c->queue to c->worker (c->lease: the
+ *		caller's lease, or 0 for the queue's) and put one row per leased
+ *		task into c->rsinfo's tuplestore, ntask_claim's columns followed by
+ *		the c->nextra columns of c->extra (at most CLAIM_MAX_EXTRA).
+ *		Returns how many were leased; when that is more than zero, the
+ *		commit is made durable.  Sets c's out fields.
  */
 int
-NtaskClaimInto(ReturnSetInfo *rsinfo, text *queue, text *worker, int max_tasks,
-			   Datum lease_arg, bool invoked, Datum *extra, bool *extranulls,
-			   int nextra)
+NtaskClaimInto(ClaimCall *c)
 {
 	int			got = 0;
 	int			round;
@@ -1377,17 +1372,15 @@ NtaskClaimInto(ReturnSetInfo *rsinfo, text *queue, text *worker, int max_tasks,
 				 errdetail("Under REPEATABLE READ or SERIALIZABLE its snapshot is the transaction's: caps and ordered keys would miss the leases committed since it began."),
 				 errhint("Claim in a READ COMMITTED transaction (the default).")));
 	order.retry_share = 1.0f;
-	order.invoked = invoked;
-	NtaskClaimHeldCap = false;
-	NtaskClaimHeldUntil = 0;
+	order.invoked = c->invoked;
+	c->held_cap = false;
+	c->held_until = 0;
 
-	Assert(nextra >= 0 && nextra <= CLAIM_MAX_EXTRA);
-	for (round = 0; round < CLAIM_MAX_ROUNDS && got < max_tasks && more; round++)
+	Assert(c->nextra >= 0 && c->nextra <= CLAIM_MAX_EXTRA);
+	for (round = 0; round < CLAIM_MAX_ROUNDS && got < c->max_tasks && more; round++)
 	{
-		int			n = claim_round(rsinfo, queue, max_tasks - got,
-									PointerGetDatum(worker), lease_arg,
-									&more, &lease_usecs, extra, extranulls,
-									nextra, &order);
+		int			n = claim_round(c, c->max_tasks - got, &more, &lease_usecs,
+									&order);
 
 		got += Max(n, 0);
 	}
@@ -1402,9 +1395,9 @@ NtaskClaimInto(ReturnSetInfo *rsinfo, text *queue, text *worker, int max_tasks,
 	if (got > 0)
 	{
 		ForceSyncCommit();
-		claim_warn_old_xact(lease_usecs);
+		claim_warn_old_xact(lease_usecs, c->waited_usecs);
 		/* a takeover may claim these when their leases run out */
-		NtaskWakeWaitersAtCommit(text_to_cstring(queue), 0,
+		NtaskWakeWaitersAtCommit(text_to_cstring(c->queue), 0,
 								 GetCurrentStatementStartTimestamp() + lease_usecs);
 	}
 	return got;

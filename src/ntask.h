@@ -357,17 +357,33 @@ extern void NtaskBreakerObserve(const char *queue, long http_status,
 extern void NtaskBreakerSync(void);
 
 /* claim.c */
-extern void NtaskCheckClaimArgs(FunctionCallInfo fcinfo, int a_max_tasks,
-								int a_lease);
-extern int	NtaskClaimInto(ReturnSetInfo *rsinfo, text *queue, text *worker,
-						   int max_tasks, Datum lease_arg, bool invoked,
-						   Datum *extra, bool *extranulls, int nextra);
 
-/* wait.c: the waiting claim */
-extern int64 NtaskClaimWaitedUsecs;
-extern uint64 NtaskClaimWrites;
-extern bool NtaskClaimHeldCap;
-extern TimestampTz NtaskClaimHeldUntil;
+/*
+ * A claim's arguments, read and checked once (NtaskClaimCallInit), and
+ * what the claim reports back to its caller (the waiting claim's look).
+ */
+typedef struct ClaimCall
+{
+	ReturnSetInfo *rsinfo;		/* the rows go into its tuplestore */
+	text	   *queue;
+	text	   *worker;
+	int			max_tasks;		/* 1..NTASK_MAX_CLAIM */
+	Datum		lease;			/* the caller's lease, or 0: the queue's */
+	bool		invoked;		/* mark the leased attempts invoked */
+	Datum	   *extra;			/* nextra columns appended to each row */
+	bool	   *extranulls;
+	int			nextra;			/* at most CLAIM_MAX_EXTRA (claim.c) */
+	int64		waited_usecs;	/* a waiting claim's wait so far (not work) */
+	/* out, set by each NtaskClaimInto */
+	uint64		writes;			/* statements that wrote (kept by the caller) */
+	bool		held_cap;		/* a cap held a picked task back */
+	TimestampTz held_until;		/* a rate held one back until then; 0: none */
+} ClaimCall;
+
+extern void NtaskClaimCallInit(ClaimCall *c, FunctionCallInfo fcinfo,
+							   ReturnSetInfo *rsinfo, int a_queue, int a_worker,
+							   int a_max_tasks, int a_lease);
+extern int	NtaskClaimInto(ClaimCall *c);
 
 /* waiter.c: the waiter slots and the wake-at-commit of waiters */
 extern void NtaskWaitShmemRequest(void);
@@ -411,9 +427,6 @@ extern bool NtaskShmemFullLog(TimestampTz *logged_at, TimestampTz now);
 extern void NtaskWakeCappedAtCommit(const char *queue);
 extern void NtaskWakeWaitersAtCommit(const char *queue, int ndue,
 									 TimestampTz later);
-extern int	NtaskClaimWait(ReturnSetInfo *rsinfo, text *queue, text *worker,
-						   int max_tasks, Datum lease_arg, bool invoked,
-						   int64 wait_usecs);
 
 /* result.c: stored results */
 extern void NtaskCheckResult(Jsonb *jb, int element);

@@ -63,9 +63,6 @@ PG_FUNCTION_INFO_V1(ntask_claim);
 
 /* a due task locked by another transaction: look again this often */
 #define NW_LOCKED_POLL_MS 100
-/* microseconds the current claim spent waiting (claim.c's old-xact notice) */
-int64		NtaskClaimWaitedUsecs = 0;
-
 /*
  * The earliest due time of the queue's not-yet-claimable work: per
  * priority, the first entry of task_due_idx (ready tasks due later, retries
@@ -176,12 +173,11 @@ nw_gated(text *queue, bool *gate, NwLook *lk)
  *		a limit held work back (the due tasks it held are not news); and
  *		the subtransaction is rolled back, which releases every lock the
  *		look took (the row locks of the tasks a limit held back too).
- *		Whether it wrote is what the claim counts (NtaskClaimWrites), not
+ *		Whether it wrote is what the claim counts (c->writes), not
  *		whether a transaction id was assigned: row locks assign one.
  */
 static int
-nw_look(ReturnSetInfo *rsinfo, text *queue, text *worker, int max_tasks,
-		Datum lease_arg, bool invoked, bool *gate, NwLook *lk)
+nw_look(ClaimCall *c, bool *gate, NwLook *lk)
 {
 	MemoryContext oldcxt = CurrentMemoryContext;
 	ResourceOwner oldowner = CurrentResourceOwner;
@@ -193,15 +189,14 @@ nw_look(ReturnSetInfo *rsinfo, text *queue, text *worker, int max_tasks,
 	MemoryContextSwitchTo(oldcxt);
 	PG_TRY();
 	{
-		uint64		writes = NtaskClaimWrites;
+		uint64		writes = c->writes;
 
-		if (!*gate || !nw_gated(queue, gate, lk))
+		if (!*gate || !nw_gated(c->queue, gate, lk))
 		{
-			got = NtaskClaimInto(rsinfo, queue, worker, max_tasks, lease_arg,
-								 invoked, NULL, NULL, 0);
-			lk->wrote = NtaskClaimWrites != writes;
-			lk->capped = NtaskClaimHeldCap;
-			lk->held_until = NtaskClaimHeldUntil;
+			got = NtaskClaimInto(c);
+			lk->wrote = c->writes != writes;
+			lk->capped = c->held_cap;
+			lk->held_until = c->held_until;
 		}
 		if (got > 0 || lk->wrote)
 		{
@@ -214,7 +209,7 @@ nw_look(ReturnSetInfo *rsinfo, text *queue, text *worker, int max_tasks,
 			bool		isnull;
 			Datum		d;
 
-			values[0] = PointerGetDatum(queue);
+			values[0] = PointerGetDatum(c->queue);
 			values[1] = TimestampTzGetDatum(lk->capped || lk->held_until != 0 ?
 											GetCurrentTimestamp() : DT_NOBEGIN);
 			NtaskExecPlan(&nw_next_due_plan, values, NULL, SPI_OK_SELECT);
@@ -272,7 +267,7 @@ nw_sleep(long timeout_ms)
 }
 
 /*
- * NtaskClaimWait
+ * nw_claim_wait
  *		ntask_claim with a wait: claim at once if work is due, else sleep
  *		until a commit makes work of queue due, its next task comes due, or
  *		wait (capped by ntask.max_wait) has passed, and look again.  Returns
@@ -286,11 +281,10 @@ nw_sleep(long timeout_ms)
  * each look after the first, so a lease counts from the look that took
  * it, not from the start of the wait.
  */
-int
-NtaskClaimWait(ReturnSetInfo *rsinfo, text *queue, text *worker, int max_tasks,
-			   Datum lease_arg, bool invoked, int64 wait_usecs)
+static int
+nw_claim_wait(ClaimCall *c, int64 wait_usecs)
 {
-	char	   *qname = text_to_cstring(queue);
+	char	   *qname = text_to_cstring(c->queue);
 	TimestampTz start;
 	TimestampTz until;
 	volatile int got = 0;
@@ -320,9 +314,9 @@ NtaskClaimWait(ReturnSetInfo *rsinfo, text *queue, text *worker, int max_tasks,
 	wait_usecs = Min(wait_usecs, (int64) ntask_max_wait_ms * 1000);
 	start = GetCurrentTimestamp();
 	until = start + wait_usecs;
-	NtaskClaimWaitedUsecs = 0;
+	c->waited_usecs = 0;
 
-	NtaskWaiterRegister(qname, max_tasks, until);
+	NtaskWaiterRegister(qname, c->max_tasks, until);
 	PG_TRY();
 	{
 		bool		gate;
@@ -341,8 +335,7 @@ NtaskClaimWait(ReturnSetInfo *rsinfo, text *queue, text *worker, int max_tasks,
 
 			ResetLatch(MyLatch);
 			hint = NtaskWaiterRearm(now);
-			got = nw_look(rsinfo, queue, worker, max_tasks, lease_arg, invoked,
-						  &gate, &lk);
+			got = nw_look(c, &gate, &lk);
 			if (got > 0 || lk.wrote)
 				break;
 			now = GetCurrentTimestamp();
@@ -388,13 +381,12 @@ NtaskClaimWait(ReturnSetInfo *rsinfo, text *queue, text *worker, int max_tasks,
 
 			/* the next look's leases count from the look */
 			SetCurrentStatementStartTimestamp();
-			NtaskClaimWaitedUsecs = GetCurrentTimestamp() - start;
+			c->waited_usecs = GetCurrentTimestamp() - start;
 		}
-		filled = got >= max_tasks;
+		filled = got >= c->max_tasks;
 	}
 	PG_FINALLY();
 	{
-		NtaskClaimWaitedUsecs = 0;
 		NtaskWaiterUnregister(filled);
 	}
 	PG_END_TRY();
@@ -423,14 +415,11 @@ NtaskClaimWait(ReturnSetInfo *rsinfo, text *queue, text *worker, int max_tasks,
 Datum
 ntask_claim(PG_FUNCTION_ARGS)
 {
-	text	   *queue = NtaskArgText(fcinfo, 0, "queue", 63);
-	text	   *worker = NtaskArgText(fcinfo, 1, "worker", NTASK_MAX_NAME_LEN);
-	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	Datum		lease = PG_ARGISNULL(3) ? (Datum) 0 : PG_GETARG_DATUM(3);
+	ClaimCall	c;
 	int64		wait_usecs = 0;
-	bool		invoked = false;
 
-	NtaskCheckClaimArgs(fcinfo, 2, 3);
+	NtaskClaimCallInit(&c, fcinfo, (ReturnSetInfo *) fcinfo->resultinfo,
+					   0, 1, 2, 3);
 	/* invoked: absent while the SQL objects are older than 0.3 */
 	if (PG_NARGS() > 5)
 	{
@@ -438,7 +427,7 @@ ntask_claim(PG_FUNCTION_ARGS)
 			ereport(ERROR,
 					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 					 errmsg("ntask: invoked must not be NULL")));
-		invoked = PG_GETARG_BOOL(5);
+		c.invoked = PG_GETARG_BOOL(5);
 	}
 	/* the wait argument is absent while the SQL objects are still 0.2 */
 	if (PG_NARGS() > 4 && !PG_ARGISNULL(4))
@@ -456,11 +445,9 @@ ntask_claim(PG_FUNCTION_ARGS)
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
 	if (wait_usecs > 0)
-		(void) NtaskClaimWait(rsinfo, queue, worker, PG_GETARG_INT32(2), lease,
-							  invoked, wait_usecs);
+		(void) nw_claim_wait(&c, wait_usecs);
 	else
-		(void) NtaskClaimInto(rsinfo, queue, worker, PG_GETARG_INT32(2), lease,
-							  invoked, NULL, NULL, 0);
+		(void) NtaskClaimInto(&c);
 	SPI_finish();
 	return (Datum) 0;
 }
