@@ -6,6 +6,7 @@ OBJS = \
 	src/ntask.o \
 	src/spi_util.o \
 	src/digest.o \
+	src/rights.o \
 	src/queue.o \
 	src/guard.o \
 	src/enqueue.o \

@@ -125,7 +125,7 @@ extern void NtaskAudit(const char *actor, const char *action, int64 task_id,
 /* digest.c */
 extern bytea *NtaskDigest(Jsonb *jb, int version);
 
-/* queue.c */
+/* rights.c */
 extern void NtaskQueueNotFound(const char *queue) pg_attribute_noreturn();
 extern void NtaskCheckQueueRight(text *queue, bool producer);
 extern void NtaskTaskRightDenied(int64 task_id) pg_attribute_noreturn();
@@ -250,9 +250,6 @@ extern Oid	NtaskResolveGuard(const char *name);
 extern void NtaskCheckGuardHome(Oid guard, Oid nsp);
 extern char *NtaskQueueGuard(text *queue, char **owner);
 
-/* worker.c: the launcher and the loop */
-extern void NtaskWorkerRegister(void);
-
 /*
  * worker_shared.c: the worker's shared state, counters, wake-at-commit and
  * transaction helper (used by worker.c, dispatch.c and the SQL functions
@@ -264,6 +261,7 @@ extern void NtaskWakeWorkerAtCommit(void);
 extern void NtaskWakeLauncherAtCommit(void);
 extern void NtaskWorkerHoldDatabase(const char *dbname);
 extern int	NtaskWorkerSlots(void);
+extern void NtaskWorkerRegister(void);
 
 /* what a probe (or a worker) saw in its database */
 #define NTASK_PROBE_NONE		0	/* nothing yet: it could not connect? */
