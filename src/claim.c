@@ -50,7 +50,9 @@
  *
  *-------------------------------------------------------------------------
  */
-#include "ntask.h"
+#include "postgres.h"
+
+#include "ntask_api.h"
 
 #include "access/htup_details.h"
 #include "access/xact.h"

@@ -41,7 +41,9 @@
  *
  *-------------------------------------------------------------------------
  */
-#include "ntask.h"
+#include "postgres.h"
+
+#include "ntask_worker.h"
 
 #include <arpa/inet.h>
 #include <curl/curl.h>

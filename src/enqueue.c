@@ -21,7 +21,9 @@
  *
  *-------------------------------------------------------------------------
  */
-#include "ntask.h"
+#include "postgres.h"
+
+#include "ntask_api.h"
 
 #include "catalog/pg_type.h"
 #include "commands/async.h"

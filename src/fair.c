@@ -36,7 +36,9 @@
  *
  *-------------------------------------------------------------------------
  */
-#include "ntask.h"
+#include "postgres.h"
+
+#include "ntask_base.h"
 
 #include "miscadmin.h"
 #include "storage/ipc.h"

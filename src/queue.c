@@ -14,7 +14,9 @@
  *
  *-------------------------------------------------------------------------
  */
-#include "ntask.h"
+#include "postgres.h"
+
+#include "ntask_api.h"
 
 #include "http_parse.h"
 

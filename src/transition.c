@@ -31,7 +31,9 @@
  *
  *-------------------------------------------------------------------------
  */
-#include "ntask.h"
+#include "postgres.h"
+
+#include "ntask_api.h"
 
 #include <math.h>
 

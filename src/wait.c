@@ -32,7 +32,9 @@
  *
  *-------------------------------------------------------------------------
  */
-#include "ntask.h"
+#include "postgres.h"
+
+#include "ntask_api.h"
 
 #include "access/xact.h"
 #include "catalog/pg_type.h"

@@ -33,7 +33,9 @@
  *
  *-------------------------------------------------------------------------
  */
-#include "ntask.h"
+#include "postgres.h"
+
+#include "ntask_base.h"
 
 #include "access/xact.h"
 #include "catalog/pg_type.h"

@@ -46,7 +46,9 @@
  *
  *-------------------------------------------------------------------------
  */
-#include "ntask.h"
+#include "postgres.h"
+
+#include "ntask_worker.h"
 
 #include "access/xact.h"
 #include "access/xlog.h"

@@ -1,23 +1,27 @@
 /*-------------------------------------------------------------------------
  *
- * ntask.h
- *	  Shared declarations of the ntask extension: SQLSTATEs, GUCs, the saved
- *	  SPI plan helper, argument checks, and the entry points each .c file
- *	  exports to the others.
+ * ntask_base.h
+ *	  Floor 2, the foundations: ntask's SQLSTATEs, limits and GUCs (module.c),
+ *	  the saved SPI plan and argument helpers (spi_util.c), the digest,
+ *	  the shared SQL fragments, and the shared-memory tables (fair.c,
+ *	  limit.c, waiter.c, worker_shared.c).
  *
  * Exported internals use the NtaskXxx() prefix; SQL-callable C symbols
  * equal their SQL names (ntask_claim, ...).  File-local statics use a short
  * per-file prefix.
  *
+ * The floors of src/ (docs/design.md "Floors"; scripts/check_layers.sh):
+ * a file includes the header of its floor, which includes the ones below;
+ * no file calls a file on a floor above it.  A .c file includes
+ * postgres.h first, then its floor's header.
+ *
  * IDENTIFICATION
- *	  src/ntask.h
+ *	  src/ntask_base.h
  *
  *-------------------------------------------------------------------------
  */
-#ifndef NTASK_H
-#define NTASK_H
-
-#include "postgres.h"
+#ifndef NTASK_BASE_H
+#define NTASK_BASE_H
 
 #include "executor/spi.h"
 #include "fmgr.h"
@@ -53,7 +57,7 @@
 #define NTASK_DIGEST_VERSION	1
 #define NTASK_DIGEST_LEN		32
 
-/* GUCs (ntask.c; docs/worker.md lists the worker's) */
+/* GUCs (module.c; docs/worker.md lists the worker's) */
 extern bool ntask_backoff_jitter;
 extern char *ntask_database;
 extern bool ntask_worker_enabled;
@@ -125,11 +129,6 @@ extern void NtaskAudit(const char *actor, const char *action, int64 task_id,
 /* digest.c */
 extern bytea *NtaskDigest(Jsonb *jb, int version);
 
-/* rights.c */
-extern void NtaskQueueNotFound(const char *queue) pg_attribute_noreturn();
-extern void NtaskCheckQueueRight(text *queue, bool producer);
-extern void NtaskTaskRightDenied(int64 task_id) pg_attribute_noreturn();
-
 /*
  * SQL: " AND <alias>.shard = <task id> >> 48": the routing predicate of a
  * statement by task id on a Citus install (docs/scaling.md "Scaling out
@@ -175,41 +174,6 @@ extern int16 NtaskShardFor(text *queue, text *key);
 	"    AND r.token OPERATOR(pg_catalog.=) " a ".token)"
 
 /*
- * SQL: "WITH RECURSIVE ... pr(p)": the priorities of queue $1 to try,
- * highest first: those other than 0 that have unfinished tasks (a loose
- * index scan of task_priority_idx, one descent per priority; see claim.c's
- * pick), and 0 in its place between the positive and the negative ones,
- * always, without a lookup.  Tasks of priority 0 are not in that index, so
- * a queue that leaves every task at the default priority looks up nothing
- * here: the pick's own scan of priority 0 in task_due_idx is then the only
- * walk over the entries of the tasks claimed since the last vacuum (dead,
- * still in the index, at the front of the range), not the second.  pr is
- * read in order (an Append), so when the first priority fills the claim
- * the later ones are not looked up.  Shared by the claim's pick and the
- * waiting claim's next-due lookup (wait.c).
- */
-#define NTASK_PRIORITY_WALK NTASK_PRIORITY_WALK_ON("")
-/* the same within one shard: pred is " AND t.shard ... " (claim.c) */
-#define NTASK_PRIORITY_WALK_ON(pred) \
-	"WITH RECURSIVE nz(p) AS ( " \
-	"  (SELECT t.priority FROM ntask.task t " \
-	"   WHERE t.queue OPERATOR(pg_catalog.=) $1 AND t.due_at IS NOT NULL " \
-	"     AND t.priority OPERATOR(pg_catalog.<>) 0 " pred \
-	"   ORDER BY t.priority DESC LIMIT 1) " \
-	"  UNION ALL " \
-	"  SELECT (SELECT t.priority FROM ntask.task t " \
-	"          WHERE t.queue OPERATOR(pg_catalog.=) $1 AND t.due_at IS NOT NULL " \
-	"            AND t.priority OPERATOR(pg_catalog.<>) 0 " pred \
-	"            AND t.priority OPERATOR(pg_catalog.<) nz.p " \
-	"          ORDER BY t.priority DESC LIMIT 1) " \
-	"  FROM nz WHERE nz.p IS NOT NULL " \
-	"), pr(p) AS ( " \
-	"  SELECT nz.p FROM nz WHERE nz.p OPERATOR(pg_catalog.>) 0 " \
-	"  UNION ALL SELECT 0 " \
-	"  UNION ALL SELECT nz.p FROM nz WHERE nz.p OPERATOR(pg_catalog.<) 0 " \
-	") "
-
-/*
  * SQL: true when the caller (parameter $n, an oid) may act as a worker on
  * the tasks of queue row q: the queue has no worker_role, or the caller has
  * its privileges.  Checked by every function that takes a task id and a
@@ -227,28 +191,6 @@ extern int16 NtaskShardFor(text *queue, text *key);
 #define NTASK_WORKER_RIGHT_SUB(q, n) \
 	"(" q ".worker_role IS NULL OR (SELECT pg_catalog.pg_has_role($" n ", " \
 	q ".worker_role, 'USAGE')))"
-
-/* receipt.c */
-extern bool NtaskSameDigest(Jsonb *payload, bytea *current_digest,
-							bytea *stored, int stored_version);
-
-/* guard.c */
-typedef enum NtaskGuardVerdict
-{
-	NTASK_GUARD_PROCEED,
-	NTASK_GUARD_SKIP,
-	NTASK_GUARD_CANCEL,
-	NTASK_GUARD_ERROR,			/* raised; *reason holds the message */
-	NTASK_GUARD_BUSY			/* a lock timeout or deadlock: leave it due */
-} NtaskGuardVerdict;
-
-extern NtaskGuardVerdict NtaskRunGuard(const char *name, const char *owner,
-									   text *task_key, Jsonb *payload,
-									   char **reason, bool catch_errors);
-extern char *NtaskGuardName(Oid guard);
-extern Oid	NtaskResolveGuard(const char *name);
-extern void NtaskCheckGuardHome(Oid guard, Oid nsp);
-extern char *NtaskQueueGuard(text *queue, char **owner);
 
 /*
  * worker_shared.c: the worker's shared state, counters, wake-at-commit and
@@ -312,77 +254,6 @@ extern void NtaskWorkerError(const char *msg);
 extern bool NtaskWorkerRunXact(void (*fn) (void *arg), void *arg,
 							   const char *what);
 
-/* housekeeping.c: counts[] = expired, repaired, pruned */
-extern void NtaskHousekeep(int max_rows, bool deadlines, int64 *counts);
-extern void NtaskHousekeepShard(int16 shard, int max_rows, bool deadlines, int64 *counts);
-extern void NtaskHousekeepHistoryDist(int max_rows);
-
-/* target.c: a queue's http target, parsed and checked */
-typedef struct NtaskHttpTarget
-{
-	char	   *url;
-	char	   *host;			/* lower-case, no brackets */
-	bool		put;			/* PUT instead of POST */
-	int			timeout_ms;
-	int			max_inflight;	/* 0: only the GUC limits it */
-	bool		keep_alive;		/* sends may reuse connections */
-	char	   *reconcile_url;	/* NULL: none */
-	char	   *reconcile_host; /* its host, as host */
-	bool		has_content_type;
-	int			nheaders;
-	char	  **headers;		/* "Name: value" lines */
-} NtaskHttpTarget;
-
-extern bool NtaskTargetIsHttp(Jsonb *target);
-extern void NtaskCheckTargetType(Jsonb *target);
-extern NtaskHttpTarget *NtaskParseHttpTarget(Jsonb *target);
-
-/* dispatch.c (runs only in the background worker) */
-extern void NtaskDispatchInit(const char *schema);
-extern bool NtaskDispatchTick(bool claim);
-extern int	NtaskDispatchInFlight(void);
-extern int	NtaskDispatchWait(long timeout_ms);
-extern void NtaskDispatchRefreshQueues(void);
-
-/* breaker.c: the circuit breaker of http queues (dispatch only) */
-extern void NtaskBreakerLoad(void);
-extern bool NtaskBreakerProbeDue(void);
-extern long NtaskBreakerWaitMs(void);
-extern int	NtaskBreakerClaimLimit(const char *queue, int inflight);
-extern void NtaskBreakerSent(const char *queue);
-extern void NtaskBreakerObserve(const char *queue, long http_status,
-								int curl_code, bool refused);
-extern void NtaskBreakerSync(void);
-
-/* claim.c */
-
-/*
- * A claim's arguments, read and checked once (NtaskClaimCallInit), and
- * what the claim reports back to its caller (the waiting claim's look).
- */
-typedef struct ClaimCall
-{
-	ReturnSetInfo *rsinfo;		/* the rows go into its tuplestore */
-	text	   *queue;
-	text	   *worker;
-	int			max_tasks;		/* 1..NTASK_MAX_CLAIM */
-	Datum		lease;			/* the caller's lease, or 0: the queue's */
-	bool		invoked;		/* mark the leased attempts invoked */
-	Datum	   *extra;			/* nextra columns appended to each row */
-	bool	   *extranulls;
-	int			nextra;			/* at most CLAIM_MAX_EXTRA (claim.c) */
-	int64		waited_usecs;	/* a waiting claim's wait so far (not work) */
-	/* out, set by each NtaskClaimInto */
-	uint64		writes;			/* statements that wrote (kept by the caller) */
-	bool		held_cap;		/* a cap held a picked task back */
-	TimestampTz held_until;		/* a rate held one back until then; 0: none */
-} ClaimCall;
-
-extern void NtaskClaimCallInit(ClaimCall *c, FunctionCallInfo fcinfo,
-							   ReturnSetInfo *rsinfo, int a_queue, int a_worker,
-							   int a_max_tasks, int a_lease);
-extern int	NtaskClaimInto(ClaimCall *c);
-
 /* waiter.c: the waiter slots and the wake-at-commit of waiters */
 extern void NtaskWaitShmemRequest(void);
 extern void NtaskWaitShmemStartup(void);
@@ -394,6 +265,9 @@ extern TimestampTz NtaskWaiterRearm(TimestampTz now);
 extern TimestampTz NtaskWaiterHint(bool *woken);
 extern void NtaskWaiterSetCapped(bool capped);
 extern void NtaskWaiterUnregister(bool filled);
+extern void NtaskWakeCappedAtCommit(const char *queue);
+extern void NtaskWakeWaitersAtCommit(const char *queue, int ndue,
+									 TimestampTz later);
 
 /* fair.c */
 extern void NtaskFairShmemRequest(void);
@@ -422,35 +296,5 @@ extern void *NtaskShmemEnter(HTAB *htab, const void *id, int slots,
 							 TimestampTz (*evictable_at) (void *entry),
 							 void *keep, bool *found);
 extern bool NtaskShmemFullLog(TimestampTz *logged_at, TimestampTz now);
-extern void NtaskWakeCappedAtCommit(const char *queue);
-extern void NtaskWakeWaitersAtCommit(const char *queue, int ndue,
-									 TimestampTz later);
 
-/* result.c: stored results */
-extern void NtaskCheckResult(Jsonb *jb, int element);
-extern Datum NtaskArgResult(FunctionCallInfo fcinfo, int argno, bool *isnull);
-
-/* enqueue.c */
-extern void NtaskCheckPayload(Jsonb *jb, const char *what, int element,
-							  const char *suffix);
-extern int64 NtaskEnqueueStep(const char *queue, const char *key,
-							  Jsonb *payload, int64 saga_id);
-
-/* repair.c */
-extern Datum ntask_replay(PG_FUNCTION_ARGS);
-
-/*
- * attempt.c: the ledger.  NTASK_SHARD_IS: " AND <alias>.shard = $<n>", the
- * shard of a bigint[] of task ids of one shard (NtaskIdsShard), passed as
- * a parameter: Citus prunes to one shard only by a constant, not by an
- * expression of the id array.  0 on a plain install.
- */
-#define NTASK_SHARD_IS(alias, n) \
-	" AND " alias ".shard OPERATOR(pg_catalog.=) $" n " "
-extern int16 NtaskIdsShard(Datum ids);
-extern Datum NtaskCloseExpiredAttempts(Datum task_ids);
-extern void NtaskFinishTask(int64 task_id, const char *to_state,
-							 const char *reason, const char *attempt_result,
-							 const char *error_class, const char *stage);
-
-#endif							/* NTASK_H */
+#endif							/* NTASK_BASE_H */
