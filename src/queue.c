@@ -311,7 +311,7 @@ queue_warn_not_preloaded(const char *what, const char *detail)
 Datum
 ntask_queue_set_roles(PG_FUNCTION_ARGS)
 {
-	text	   *queue = NtaskArgText(fcinfo, 0, "queue", 63);
+	text	   *queue = NtaskArgText(fcinfo, 0, "queue", NTASK_MAX_QUEUE_LEN);
 	Datum		values[3];
 	char		nulls[3] = {' ', ' ', ' '};
 	char	   *qname = text_to_cstring(queue);
@@ -450,7 +450,7 @@ Datum
 ntask_queue_set(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	text	   *queue = NtaskArgText(fcinfo, 0, "queue", 63);
+	text	   *queue = NtaskArgText(fcinfo, 0, "queue", NTASK_MAX_QUEUE_LEN);
 	Datum		values[QUEUE_NPARAMS];
 	char		nulls[QUEUE_NPARAMS];
 	int			nargs = Min(PG_NARGS(), QUEUE_NARGS);	/* 9 before the 0.3 update */
@@ -652,7 +652,7 @@ ntask_queue_set(PG_FUNCTION_ARGS)
 Datum
 ntask_queue_clear_guard(PG_FUNCTION_ARGS)
 {
-	text	   *queue = NtaskArgText(fcinfo, 0, "queue", 63);
+	text	   *queue = NtaskArgText(fcinfo, 0, "queue", NTASK_MAX_QUEUE_LEN);
 	Datum		values[1];
 	char	   *qname = text_to_cstring(queue);
 
