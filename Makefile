@@ -3,9 +3,10 @@
 EXTENSION = ntask
 MODULE_big = ntask
 OBJS = \
-	src/ntask.o \
+	src/module.o \
 	src/spi_util.o \
 	src/digest.o \
+	src/rights.o \
 	src/queue.o \
 	src/guard.o \
 	src/enqueue.o \
@@ -13,6 +14,7 @@ OBJS = \
 	src/limit.o \
 	src/claim.o \
 	src/claim_lock.o \
+	src/attempt.o \
 	src/lease.o \
 	src/transition.o \
 	src/repair.o \
@@ -25,6 +27,7 @@ OBJS = \
 	src/target.o \
 	src/housekeeping.o \
 	src/worker_shared.o \
+	src/waiter.o \
 	src/wait.o \
 	src/result.o \
 	src/saga.o \
@@ -58,15 +61,17 @@ TAP_TESTS = 1
 EXTRA_CLEAN = output_iso results tmp_check tmp_check_regress tmp_check_iso \
 	regression.diffs regression.out log
 
+override autodepend = yes
+
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
-# every object includes ntask.h: a change of it (a struct, an enum) must
-# rebuild them all, or a stale object crashes the backend
-$(OBJS): src/ntask.h
-src/cron.o src/cron_parse.o: src/cron_parse.h
-src/http_parse.o src/queue.o src/target.o src/dispatch.o: src/http_parse.h
+# A header change (a struct, an enum) must rebuild the objects that include
+# it, or a stale object crashes the backend: the compiler writes each
+# object's includes to .deps/ (PGXS's autodepend, on here whatever
+# PostgreSQL was configured with), so a change of a floor's header
+# (src/ntask_*.h) rebuilds that floor and the floors above it only.
 
 .PHONY: demo test
 demo:

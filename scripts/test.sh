@@ -10,6 +10,11 @@ cd "$(dirname "$0")/.."
 . scripts/lib.sh
 
 sh scripts/deps.sh || exit 1
+# the floors of src/ (docs/design.md "Floors"): one test, before the build
+layers_ok=0
+layers_failed=0
+echo "=== layers"
+if sh scripts/check_layers.sh; then layers_ok=1; else layers_failed=1; fi
 make -s clean >/dev/null 2>&1
 make -s PG_CFLAGS="-Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers" || exit 1
 $SUDO make -s install >/dev/null || exit 1
@@ -83,8 +88,8 @@ if grep -q '^Result: FAIL' test-tap.log && [ "$tap_failed" -eq 0 ]; then
 fi
 fuzz_ok=$(sed -n 's/^fuzz: \([0-9]*\) harnesses, [0-9]* execs, 0 crashes$/\1/p' test-fuzz.log)
 fuzz_failed=$(sed -n 's/^fuzz: [0-9]* harnesses, [0-9]* execs, \([1-9][0-9]*\) crashes$/\1/p' test-fuzz.log)
-passed=$((sql_ok + tap_total - tap_failed + ${fuzz_ok:-0} + deb_ok))
-failed=$((sql_failed + tap_failed + ${fuzz_failed:-0} + deb_failed))
+passed=$((sql_ok + tap_total - tap_failed + ${fuzz_ok:-0} + deb_ok + layers_ok))
+failed=$((sql_failed + tap_failed + ${fuzz_failed:-0} + deb_failed + layers_failed))
 [ $rc -eq 0 ] || [ $failed -gt 0 ] || failed=1
 echo "ntask: $passed passed, $failed failed"
 exit $rc

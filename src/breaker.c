@@ -35,14 +35,16 @@
  *
  *-------------------------------------------------------------------------
  */
-#include "ntask.h"
+#include "postgres.h"
+
+#include "ntask_worker.h"
 
 #include "catalog/pg_type.h"
 #include "utils/builtins.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
-#define BR_QUEUE_LEN 64			/* queue names are at most 63 bytes */
+#define BR_QUEUE_LEN NTASK_QUEUE_BUF
 #define BR_WHY_LEN 64
 #define BR_MAX_EVENTS 256		/* state changes waiting to be audited */
 

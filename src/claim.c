@@ -1,7 +1,9 @@
 /*-------------------------------------------------------------------------
  *
  * claim.c
- *	  ntask_claim: hand out due tasks under a lease with a new fencing token.
+ *	  The claim (NtaskClaimInto): hand out due tasks under a lease with a
+ *	  new fencing token.  ntask_claim's entry point and the waiting claim
+ *	  are wait.c's; transition-and-claim is transition.c's.
  *
  * One round of a claim is at most three statements, each simple enough
  * that its generic plan cannot go wrong (no joins: every row is reached by
@@ -48,7 +50,9 @@
  *
  *-------------------------------------------------------------------------
  */
-#include "ntask.h"
+#include "postgres.h"
+
+#include "ntask_api.h"
 
 #include "access/htup_details.h"
 #include "access/xact.h"
@@ -60,7 +64,6 @@
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
-PG_FUNCTION_INFO_V1(ntask_claim);
 
 /*
  * Columns 7-14 of every pick: the queue's flow control (docs/design.md
@@ -448,46 +451,8 @@ typedef struct ClaimOrder
 	bool		invoked;		/* mark the leased attempts invoked (ntask_claim invoked => true) */
 } ClaimOrder;
 
-/*
- * The one open attempt of each task whose lease expired.  Its outcome is
- * known if it was never invoked, or if it committed a receipt (the receipt
- * is the outcome); the second column says "unknown".
- */
-/*
- * The tasks of one claim round are of one shard (the pick's), passed as a
- * parameter (claim_ids_shard): Citus prunes to one shard only by a
- * constant, not by an expression of the id array.  0 on a plain install.
- */
-#define CLAIM_SHARD_IS(alias, n) \
-	" AND " alias ".shard OPERATOR(pg_catalog.=) $" n " "
 
-/* claim_ids_shard: the shard of the tasks in a bigint[] of one shard */
-static int16
-claim_ids_shard(Datum ids)
-{
-	ArrayType  *a = DatumGetArrayTypeP(ids);
-	Datum	   *elems;
-	bool	   *nulls;
-	int			n;
 
-	deconstruct_array(a, INT8OID, sizeof(int64), true, TYPALIGN_DOUBLE,
-					  &elems, &nulls, &n);
-	return n > 0 ? (int16) (DatumGetInt64(elems[0]) >> 48) : 0;
-}
-
-static NtaskPlan claim_close_plan = {
-	"claim close expired attempts",
-	"INSERT INTO ntask.attempt AS a (task_id, shard, token, attempt, worker, claimed_at, "
-	"  invoked_at, ended_at, result, outcome_known) "
-	"SELECT t.task_id, t.shard, t.token, t.attempts, t.lease_owner, "
-	"  coalesce(t.claimed_at, t.updated_at), t.invoked_at, pg_catalog.statement_timestamp(), "
-	"  'lease_expired', (t.invoked_at IS NULL " NTASK_RECEIPT_OF("t") ") "
-	"FROM ntask.task t "
-	"WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1) " CLAIM_SHARD_IS("t", "2")
-	"  AND t.state OPERATOR(pg_catalog.=) 'leased' "
-	"RETURNING a.task_id, NOT a.outcome_known",
-	2, {INT8ARRAYOID, INT2OID}
-};
 
 /* budget test on the (locked) task row; $7 the statement timestamp */
 #define CLAIM_SPENT \
@@ -498,7 +463,7 @@ static NtaskPlan claim_close_plan = {
  * $1 ids to lease, $2 worker, $3 lease, $4 ids taken over (their attempt
  * was just closed), $5 of those, the ones whose attempt had been invoked,
  * $6 the lowest token this timeline may issue (claim_token_floor), $9 the
- * tasks' shard (claim_ids_shard), $7 the
+ * tasks' shard (NtaskIdsShard), $7 the
  * statement timestamp and $8 the lease's end ($7 + $3), both parameters:
  * Citus refuses a stable function (statement_timestamp(), timestamptz +
  * interval) in a CASE of an UPDATE of a distributed table.  $10: mark the
@@ -540,7 +505,7 @@ static NtaskPlan claim_lease_plan = {
 	"WITH upd AS ( "
 	"  UPDATE ntask.task t SET "
 	CLAIM_LEASE_SET
-	"  WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1) " CLAIM_SHARD_IS("t", "9")
+	"  WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1) " NTASK_SHARD_IS("t", "9")
 	"  RETURNING t.task_id, t.task_key, t.payload, t.attempts, t.token, "
 	"    t.lease_until, t.unknown_attempts, t.state, t.shard, "
 	"    EXISTS (SELECT 1 FROM ntask.receipt r "
@@ -565,7 +530,7 @@ static NtaskPlan claim_lease_dist_plan = {
 	"claim lease (distributed)",
 	"UPDATE ntask.task t SET "
 	CLAIM_LEASE_SET
-	"WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1) " CLAIM_SHARD_IS("t", "9")
+	"WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1) " NTASK_SHARD_IS("t", "9")
 	"RETURNING t.task_id, t.task_key, t.payload, t.attempts, t.token, t.lease_until, "
 	"  CASE WHEN t.unknown_attempts OPERATOR(pg_catalog.>) 0 THEN 'unknown' END, "
 	"  t.state OPERATOR(pg_catalog.=) 'leased'",
@@ -576,7 +541,7 @@ static NtaskPlan claim_lease_dist_plan = {
 static NtaskPlan claim_receipts_plan = {
 	"claim receipts (distributed)",
 	"SELECT DISTINCT r.task_id FROM ntask.receipt r "
-	"WHERE r.task_id OPERATOR(pg_catalog.=) ANY ($1) " CLAIM_SHARD_IS("r", "2"),
+	"WHERE r.task_id OPERATOR(pg_catalog.=) ANY ($1) " NTASK_SHARD_IS("r", "2"),
 	2, {INT8ARRAYOID, INT2OID}
 };
 
@@ -586,29 +551,13 @@ static NtaskPlan claim_receipts_plan = {
 #define CLAIM_COL_LEASED 8		/* false: diverted to repair_required */
 #define CLAIM_MAX_EXTRA 4		/* columns a caller may append (NtaskClaimInto) */
 
-/*
- * What the last claim did besides leasing, for the waiting claim (wait.c):
- * NtaskClaimWrites counts the claim statements that wrote (lease, repair
- * diversion, closed attempts, guard finishes), so a look that wrote
- * nothing is known without asking whether a transaction id was assigned
- * (row locks assign one too); NtaskClaimHeldCap, a cap (max_inflight or
- * a key's) held a picked task back, so a freed slot lets it go; and
- * NtaskClaimHeldUntil, the earliest next token of a rate that held one
- * back (0: none).  The last two are reset by each NtaskClaimInto.
- */
-uint64		NtaskClaimWrites = 0;
-bool		NtaskClaimHeldCap = false;
-TimestampTz NtaskClaimHeldUntil = 0;
-
 /* at most this many rounds when tasks are diverted to repair or the guard */
 #define CLAIM_MAX_ROUNDS 10
 
-static int	claim_round(ReturnSetInfo *rsinfo, text *queue, int want,
-						Datum worker, Datum lease_arg, bool *more,
-						int64 *lease_usecs, Datum *extra, bool *extranulls,
-						int nextra, ClaimOrder *order);
+static int	claim_round(ClaimCall *call, int want, bool *more,
+						int64 *lease_usecs, ClaimOrder *order);
 static int	claim_pick(text *queue, int want, ClaimOrder *order);
-static void claim_warn_old_xact(int64 lease_usecs);
+static void claim_warn_old_xact(int64 lease_usecs, int64 waited_usecs);
 static int64 claim_token_floor(void);
 
 /*
@@ -671,13 +620,13 @@ claim_token_floor(void)
  *		open and the work is meant to run after the commit.
  */
 static void
-claim_warn_old_xact(int64 lease_usecs)
+claim_warn_old_xact(int64 lease_usecs, int64 waited_usecs)
 {
 	TimestampTz xact = GetCurrentTransactionStartTimestamp();
 	TimestampTz stmt = GetCurrentStatementStartTimestamp();
 
 	/* a waiting claim's own wait is not work done in the transaction */
-	stmt -= NtaskClaimWaitedUsecs;
+	stmt -= waited_usecs;
 	if (lease_usecs > 0 && stmt - xact > lease_usecs / 2)
 		ereport(NOTICE,
 				(errmsg("ntask: this claim runs in a transaction older than half its lease"),
@@ -686,36 +635,6 @@ claim_warn_old_xact(int64 lease_usecs)
 				 errhint("Claim in its own short transaction and commit before doing the work.")));
 }
 
-/*
- * NtaskCloseExpiredAttempts
- *		Close the open attempt of each task in task_ids (bigint[]) whose
- *		lease expired, with result lease_expired: write its ledger row from
- *		the task row, which still holds it (write-once ledger: an attempt
- *		is written when it ends); its outcome is known if it
- *		was never invoked or committed a receipt.  Returns the bigint[] of
- *		the tasks whose attempt's outcome is unknown.  Shared by claim takeover and
- *		housekeeping; the caller holds the task rows' locks.
- */
-Datum
-NtaskCloseExpiredAttempts(Datum task_ids)
-{
-	Datum		values[2];
-	Datum	   *invoked;
-	int			ninvoked = 0;
-	int			nclosed;
-	int			r;
-
-	/* of one shard: one claim round's, or any on a plain install (all 0) */
-	values[0] = task_ids;
-	values[1] = Int16GetDatum(claim_ids_shard(task_ids));
-	nclosed = NtaskExecPlan(&claim_close_plan, values, NULL,
-							SPI_OK_INSERT_RETURNING);
-	invoked = palloc(sizeof(Datum) * Max(nclosed, 1));
-	for (r = 0; r < nclosed; r++)
-		if (NtaskGetBool(r, 2))
-			invoked[ninvoked++] = Int64GetDatum(NtaskGetInt64(r, 1));
-	return NtaskInt8Array(invoked, ninvoked);
-}
 
 /* claim_held_keys: order->held_keys as a text[] */
 static Datum
@@ -1018,9 +937,10 @@ claim_hold_key(ClaimOrder *order, Datum k, bool isnull)
  *		looks no further (order->held).
  */
 static int
-claim_limit(text *queue, SPITupleTable *pick, int npicked, bool fair_pick,
+claim_limit(ClaimCall *call, SPITupleTable *pick, int npicked, bool fair_pick,
 			ClaimOrder *order, bool *keep)
 {
+	text	   *queue = call->queue;
 	Datum		values[1];
 	int			kept = 0;
 	int			r;
@@ -1083,7 +1003,7 @@ claim_limit(text *queue, SPITupleTable *pick, int npicked, bool fair_pick,
 			{
 				keep[r] = false;
 				order->held = true;
-				NtaskClaimHeldCap = true;
+				call->held_cap = true;
 			}
 			else if (fair_pick && order->partition_max_inflight > 0)
 			{
@@ -1101,7 +1021,7 @@ claim_limit(text *queue, SPITupleTable *pick, int npicked, bool fair_pick,
 				{
 					keep[r] = false;
 					claim_hold_key(order, k, isnull);
-					NtaskClaimHeldCap = true;
+					call->held_cap = true;
 				}
 			}
 			if (keep[r])
@@ -1163,8 +1083,8 @@ claim_limit(text *queue, SPITupleTable *pick, int npicked, bool fair_pick,
 			{
 				keep[r] = false;
 				kept--;
-				if (NtaskClaimHeldUntil == 0 || next < NtaskClaimHeldUntil)
-					NtaskClaimHeldUntil = next;
+				if (call->held_until == 0 || next < call->held_until)
+					call->held_until = next;
 				if (empty == NTASK_LIMIT_QUEUE)
 					order->held = true;
 				else
@@ -1180,18 +1100,19 @@ claim_limit(text *queue, SPITupleTable *pick, int npicked, bool fair_pick,
  * claim_round
  *		Pick up to want due tasks, run the guard, close expired attempts,
  *		lease the rest, and put the leased ones into the result tuplestore.
- *		lease_arg is the caller's lease, or 0 for the queue's.  Returns how
+ *		call->lease is the caller's lease, or 0 for the queue's.  Returns how
  *		many were leased, or -1 if nothing was due.  *more is set when
  *		another round could find more (some picked tasks were not handed out
- *		and the pick was full).  Each result row gets the nextra columns of
- *		extra appended.  All SPI results stay in the caller's SPI
+ *		and the pick was full).  Each result row gets the call->nextra
+ *		columns of call->extra appended.  All SPI results stay in the caller's SPI
  *		connection.
  */
 static int
-claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
-			Datum lease_arg, bool *more, int64 *lease_usecs, Datum *extra,
-			bool *extranulls, int nextra, ClaimOrder *order)
+claim_round(ClaimCall *call, int want, bool *more, int64 *lease_usecs,
+			ClaimOrder *order)
 {
+	text	   *queue = call->queue;
+	Datum		worker = PointerGetDatum(call->worker);
 	Datum		lease;
 	char	   *guard;
 	char	   *guard_owner = NULL;
@@ -1227,7 +1148,7 @@ claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
 	}
 	if (npicked == 0)
 		return -1;
-	lease = lease_arg ? lease_arg : NtaskGetDatum(0, 5, &isnull);
+	lease = call->lease ? call->lease : NtaskGetDatum(0, 5, &isnull);
 	*lease_usecs = NtaskIntervalUsecs(DatumGetIntervalP(lease));
 	guard = NtaskGetCString(0, 6);
 	if (guard != NULL)
@@ -1242,7 +1163,7 @@ claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
 	keep = palloc(sizeof(bool) * npicked);
 	fair_pick = pick->tupdesc->natts >= CLAIM_PICK_KEY;
 	if (claim_read_policy(queue, order))
-		(void) claim_limit(queue, pick, npicked, fair_pick, order, keep);
+		(void) claim_limit(call, pick, npicked, fair_pick, order, keep);
 	else
 		memset(keep, true, sizeof(bool) * npicked);
 	for (r = 0; r < npicked; r++)
@@ -1288,7 +1209,7 @@ claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
 				 */
 				NtaskFinishTask(task_id, "repair_required", "guard_error",
 								"guard_error", "permanent", "guard");
-				NtaskClaimWrites++;
+				call->writes++;
 				NtaskAudit(TextDatumGetCString(worker), "guard_error", task_id,
 						   text_to_cstring(queue), reason,
 						   was_leased ? "leased" : "ready", "repair_required");
@@ -1301,7 +1222,7 @@ claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
 				NtaskFinishTask(task_id, to,
 								reason ? reason : psprintf("guard: %s", to),
 								"guard", NULL, NULL);
-				NtaskClaimWrites++;
+				call->writes++;
 				continue;
 			}
 		}
@@ -1316,7 +1237,7 @@ claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
 
 	if (nids > 0)
 	{
-		NtaskClaimWrites++;		/* closes and leases (or diverts) nids rows */
+		call->writes++;		/* closes and leases (or diverts) nids rows */
 		values[0] = NtaskInt8Array(ids, nids);
 		values[1] = worker;
 		values[2] = lease;
@@ -1325,7 +1246,7 @@ claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
 		values[5] = Int64GetDatum(claim_token_floor());
 		values[6] = NtaskStatementTs();
 		values[7] = DirectFunctionCall2(timestamptz_pl_interval, values[6], lease);
-		values[8] = Int16GetDatum(claim_ids_shard(values[0]));
+		values[8] = Int16GetDatum(NtaskIdsShard(values[0]));
 		values[9] = BoolGetDatum(order->invoked);
 		if (NtaskShardCount() == 0)
 			nrows = NtaskExecPlan(&claim_lease_plan, values, NULL, SPI_OK_SELECT);
@@ -1358,12 +1279,13 @@ claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
 				continue;		/* diverted to repair_required */
 			for (c = 0; c < CLAIM_NCOLS; c++)
 				vals[c] = NtaskGetDatum(r, c + 1, &nulls[c]);
-			for (c = 0; c < nextra; c++)
+			for (c = 0; c < call->nextra; c++)
 			{
-				vals[CLAIM_NCOLS + c] = extra[c];
-				nulls[CLAIM_NCOLS + c] = extranulls[c];
+				vals[CLAIM_NCOLS + c] = call->extra[c];
+				nulls[CLAIM_NCOLS + c] = call->extranulls[c];
 			}
-			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, vals, nulls);
+			tuplestore_putvalues(call->rsinfo->setResult, call->rsinfo->setDesc,
+								 vals, nulls);
 			leased++;
 		}
 	}
@@ -1389,15 +1311,22 @@ claim_round(ReturnSetInfo *rsinfo, text *queue, int want, Datum worker,
 }
 
 /*
- * NtaskCheckClaimArgs
- *		Validate a claim's max_tasks (required, 1..NTASK_MAX_CLAIM) and lease
- *		(NULL or positive) arguments, given their positions.
+ * NtaskClaimCallInit
+ *		Read and check a claim's queue, worker, max_tasks (required,
+ *		1..NTASK_MAX_CLAIM) and lease (NULL or positive) arguments, given
+ *		their positions, into c; the rest of c is zero (no extra columns,
+ *		not invoked, no wait).
  */
 void
-NtaskCheckClaimArgs(FunctionCallInfo fcinfo, int a_max_tasks, int a_lease)
+NtaskClaimCallInit(ClaimCall *c, FunctionCallInfo fcinfo, ReturnSetInfo *rsinfo,
+				   int a_queue, int a_worker, int a_max_tasks, int a_lease)
 {
 	int32		max_tasks;
 
+	memset(c, 0, sizeof(ClaimCall));
+	c->rsinfo = rsinfo;
+	c->queue = NtaskArgText(fcinfo, a_queue, "queue", NTASK_MAX_QUEUE_LEN);
+	c->worker = NtaskArgText(fcinfo, a_worker, "worker", NTASK_MAX_NAME_LEN);
 	if (PG_ARGISNULL(a_max_tasks))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
@@ -1409,21 +1338,22 @@ NtaskCheckClaimArgs(FunctionCallInfo fcinfo, int a_max_tasks, int a_lease)
 				 errmsg("ntask: max_tasks must be between 1 and %d", NTASK_MAX_CLAIM)));
 	if (!PG_ARGISNULL(a_lease))
 		NtaskCheckPositiveInterval(PG_GETARG_INTERVAL_P(a_lease), "lease");
+	c->max_tasks = max_tasks;
+	c->lease = PG_ARGISNULL(a_lease) ? (Datum) 0 : PG_GETARG_DATUM(a_lease);
 }
 
 /*
  * NtaskClaimInto
  *		The body of a claim, inside the caller's SPI connection: lease up to
- *		max_tasks due tasks of queue to worker (lease_arg: the caller's
- *		lease, or 0 for the queue's) and put one row per leased task into
- *		rsinfo's tuplestore, ntask_claim's columns followed by the nextra
- *		columns of extra (at most CLAIM_MAX_EXTRA).  Returns how many were
- *		leased; when that is more than zero, the commit is made durable.
+ *		c->max_tasks due tasks of c->queue to c->worker (c->lease: the
+ *		caller's lease, or 0 for the queue's) and put one row per leased
+ *		task into c->rsinfo's tuplestore, ntask_claim's columns followed by
+ *		the c->nextra columns of c->extra (at most CLAIM_MAX_EXTRA).
+ *		Returns how many were leased; when that is more than zero, the
+ *		commit is made durable.  Sets c's out fields.
  */
 int
-NtaskClaimInto(ReturnSetInfo *rsinfo, text *queue, text *worker, int max_tasks,
-			   Datum lease_arg, bool invoked, Datum *extra, bool *extranulls,
-			   int nextra)
+NtaskClaimInto(ClaimCall *c)
 {
 	int			got = 0;
 	int			round;
@@ -1444,17 +1374,15 @@ NtaskClaimInto(ReturnSetInfo *rsinfo, text *queue, text *worker, int max_tasks,
 				 errdetail("Under REPEATABLE READ or SERIALIZABLE its snapshot is the transaction's: caps and ordered keys would miss the leases committed since it began."),
 				 errhint("Claim in a READ COMMITTED transaction (the default).")));
 	order.retry_share = 1.0f;
-	order.invoked = invoked;
-	NtaskClaimHeldCap = false;
-	NtaskClaimHeldUntil = 0;
+	order.invoked = c->invoked;
+	c->held_cap = false;
+	c->held_until = 0;
 
-	Assert(nextra >= 0 && nextra <= CLAIM_MAX_EXTRA);
-	for (round = 0; round < CLAIM_MAX_ROUNDS && got < max_tasks && more; round++)
+	Assert(c->nextra >= 0 && c->nextra <= CLAIM_MAX_EXTRA);
+	for (round = 0; round < CLAIM_MAX_ROUNDS && got < c->max_tasks && more; round++)
 	{
-		int			n = claim_round(rsinfo, queue, max_tasks - got,
-									PointerGetDatum(worker), lease_arg,
-									&more, &lease_usecs, extra, extranulls,
-									nextra, &order);
+		int			n = claim_round(c, c->max_tasks - got, &more, &lease_usecs,
+									&order);
 
 		got += Max(n, 0);
 	}
@@ -1469,74 +1397,10 @@ NtaskClaimInto(ReturnSetInfo *rsinfo, text *queue, text *worker, int max_tasks,
 	if (got > 0)
 	{
 		ForceSyncCommit();
-		claim_warn_old_xact(lease_usecs);
+		claim_warn_old_xact(lease_usecs, c->waited_usecs);
 		/* a takeover may claim these when their leases run out */
-		NtaskWakeWaitersAtCommit(text_to_cstring(queue), 0,
+		NtaskWakeWaitersAtCommit(text_to_cstring(c->queue), 0,
 								 GetCurrentStatementStartTimestamp() + lease_usecs);
 	}
 	return got;
-}
-
-/*
- * ntask_claim(queue, worker, max_tasks, lease, wait, invoked)
- *		RETURNS TABLE(task_id, task_key, payload, attempt, token, lease_until,
- *					  prior_outcome)
- *
- * Leases up to max_tasks due tasks (ready, retry_wait whose run_at passed,
- * or leased whose lease expired) to worker.  prior_outcome is 'committed'
- * when an earlier attempt left a commit receipt (ntask_receipt), else
- * 'unknown' when an earlier attempt may have had an effect, else NULL.
- * With wait (a positive interval, cut to ntask.max_wait) and nothing due,
- * it waits for work of the queue to be committed (wait.c) and returns
- * what it then claims, or no row when the wait ran out.  With invoked,
- * every attempt it leases is marked invoked in the lease itself, as if
- * ntask_invoked had been called for it in the same transaction (one
- * statement less per task for a worker that calls out at once).
- * Errors: unknown queue 42704; NULL argument 22004; max_tasks outside
- * 1..1000, a non-positive lease or a negative wait 22023; REPEATABLE READ
- * or SERIALIZABLE, or a wait after a write in the transaction 25000.
- */
-Datum
-ntask_claim(PG_FUNCTION_ARGS)
-{
-	text	   *queue = NtaskArgText(fcinfo, 0, "queue", 63);
-	text	   *worker = NtaskArgText(fcinfo, 1, "worker", NTASK_MAX_NAME_LEN);
-	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	Datum		lease = PG_ARGISNULL(3) ? (Datum) 0 : PG_GETARG_DATUM(3);
-	int64		wait_usecs = 0;
-	bool		invoked = false;
-
-	NtaskCheckClaimArgs(fcinfo, 2, 3);
-	/* invoked: absent while the SQL objects are older than 0.3 */
-	if (PG_NARGS() > 5)
-	{
-		if (PG_ARGISNULL(5))
-			ereport(ERROR,
-					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-					 errmsg("ntask: invoked must not be NULL")));
-		invoked = PG_GETARG_BOOL(5);
-	}
-	/* the wait argument is absent while the SQL objects are still 0.2 */
-	if (PG_NARGS() > 4 && !PG_ARGISNULL(4))
-	{
-		Interval   *w = PG_GETARG_INTERVAL_P(4);
-
-		if (w->month < 0 || w->day < 0 || w->time < 0)
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("ntask: wait must not be negative")));
-		/* anything over a day is over ntask.max_wait's maximum: no overflow */
-		wait_usecs = (w->month > 0 || w->day > 0) ? USECS_PER_DAY :
-			Min(w->time, USECS_PER_DAY);
-	}
-	InitMaterializedSRF(fcinfo, 0);
-	SPI_connect();
-	if (wait_usecs > 0)
-		(void) NtaskClaimWait(rsinfo, queue, worker, PG_GETARG_INT32(2), lease,
-							  invoked, wait_usecs);
-	else
-		(void) NtaskClaimInto(rsinfo, queue, worker, PG_GETARG_INT32(2), lease,
-							  invoked, NULL, NULL, 0);
-	SPI_finish();
-	return (Datum) 0;
 }

@@ -39,7 +39,9 @@
  *
  *-------------------------------------------------------------------------
  */
-#include "ntask.h"
+#include "postgres.h"
+
+#include "ntask_base.h"
 
 #include "common/hashfn.h"
 #include "miscadmin.h"

@@ -61,7 +61,9 @@
  *
  *-------------------------------------------------------------------------
  */
-#include "ntask.h"
+#include "postgres.h"
+
+#include "ntask_api.h"
 #include "cron_parse.h"
 
 #include "funcapi.h"

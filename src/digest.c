@@ -19,7 +19,9 @@
  *
  *-------------------------------------------------------------------------
  */
-#include "ntask.h"
+#include "postgres.h"
+
+#include "ntask_base.h"
 
 #include "common/cryptohash.h"
 #include "lib/stringinfo.h"

@@ -41,7 +41,9 @@
  *
  *-------------------------------------------------------------------------
  */
-#include "ntask.h"
+#include "postgres.h"
+
+#include "ntask_worker.h"
 
 #include <arpa/inet.h>
 #include <curl/curl.h>
@@ -64,7 +66,7 @@
 
 #define DQ_WORKER_NAME "ntask worker"
 #define DQ_KEEPALIVE_MAX_IDLE_S 4	/* keep_alive: reuse idle connections */
-#define DQ_QUEUE_LEN 64
+#define DQ_QUEUE_LEN NTASK_QUEUE_BUF
 
 typedef enum DqKind
 {

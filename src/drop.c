@@ -18,7 +18,9 @@
  *
  *-------------------------------------------------------------------------
  */
-#include "ntask.h"
+#include "postgres.h"
+
+#include "ntask_api.h"
 
 #include "commands/event_trigger.h"
 #include "nodes/parsenodes.h"

@@ -36,7 +36,9 @@
  *
  *-------------------------------------------------------------------------
  */
-#include "ntask.h"
+#include "postgres.h"
+
+#include "ntask_base.h"
 
 #include "miscadmin.h"
 #include "storage/ipc.h"
@@ -45,7 +47,7 @@
 #include "utils/builtins.h"
 #include "utils/memutils.h"
 
-#define FAIR_QUEUE_LEN	64		/* queue names: 63 bytes + NUL */
+#define FAIR_QUEUE_LEN	NTASK_QUEUE_BUF
 #define FAIR_FORGET_USECS	(60 * USECS_PER_SEC)
 #define FAIR_LOCAL_MAX	4096	/* a session's own cursors, at most */
 

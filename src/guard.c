@@ -44,7 +44,9 @@
  *
  *-------------------------------------------------------------------------
  */
-#include "ntask.h"
+#include "postgres.h"
+
+#include "ntask_task.h"
 
 #include "access/htup_details.h"
 #include "catalog/dependency.h"

@@ -29,7 +29,9 @@
  *
  *-------------------------------------------------------------------------
  */
-#include "ntask.h"
+#include "postgres.h"
+
+#include "ntask_worker.h"
 
 #include "catalog/pg_type.h"
 #include "funcapi.h"

@@ -16,7 +16,9 @@
  *
  *-------------------------------------------------------------------------
  */
-#include "ntask.h"
+#include "postgres.h"
+
+#include "ntask_task.h"
 
 #include "catalog/pg_type.h"
 #include "utils/builtins.h"

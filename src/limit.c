@@ -35,7 +35,9 @@
  *
  *-------------------------------------------------------------------------
  */
-#include "ntask.h"
+#include "postgres.h"
+
+#include "ntask_base.h"
 
 #include <math.h>
 
@@ -46,7 +48,7 @@
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
-#define LIMIT_QUEUE_LEN	64		/* queue names: 63 bytes + NUL */
+#define LIMIT_QUEUE_LEN	NTASK_QUEUE_BUF
 
 /* a bucket's identity; zeroed before it is filled in (the hash is of all) */
 typedef struct LimitKey

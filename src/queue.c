@@ -14,7 +14,9 @@
  *
  *-------------------------------------------------------------------------
  */
-#include "ntask.h"
+#include "postgres.h"
+
+#include "ntask_api.h"
 
 #include "http_parse.h"
 
@@ -93,15 +95,6 @@ static NtaskPlan queue_update_plan = {
 };
 
 /* $2: the caller; true when the queue restricts this right to a role it lacks */
-static NtaskPlan queue_right_plan = {
-	"queue right",
-	"SELECT (CASE WHEN $3 THEN q.producer_role ELSE q.worker_role END) IS NOT NULL "
-	"  AND NOT pg_catalog.pg_has_role($2, "
-	"    CASE WHEN $3 THEN q.producer_role ELSE q.worker_role END, 'USAGE') "
-	"FROM ntask.queue q WHERE q.queue OPERATOR(pg_catalog.=) $1",
-	3, {TEXTOID, OIDOID, BOOLOID}
-};
-
 static NtaskPlan queue_roles_plan = {
 	"queue roles",
 	"UPDATE ntask.queue q SET producer_role = $2, worker_role = $3, "
@@ -310,62 +303,6 @@ queue_warn_not_preloaded(const char *what, const char *detail)
 }
 
 /*
- * NtaskQueueNotFound
- *		Raise 42704 for an unknown queue.
- */
-void
-NtaskQueueNotFound(const char *queue)
-{
-	ereport(ERROR,
-			(errcode(ERRCODE_UNDEFINED_OBJECT),
-			 errmsg("ntask: queue \"%s\" does not exist", queue),
-			 errhint("Create it with ntask_queue_set().")));
-}
-
-/*
- * NtaskCheckQueueRight
- *		Raise 42704 for an unknown queue, 42501 if the queue names a
- *		producer_role (producer) or worker_role (!producer) the caller does
- *		not have the privileges of.  Callers ask before they reveal anything
- *		about the queue's tasks: a refused enqueue of an existing key gets
- *		the same error as one of a new key.
- */
-void
-NtaskCheckQueueRight(text *queue, bool producer)
-{
-	Datum		values[3];
-
-	values[0] = PointerGetDatum(queue);
-	values[1] = ObjectIdGetDatum(NtaskCaller());
-	values[2] = BoolGetDatum(producer);
-	if (NtaskExecPlan(&queue_right_plan, values, NULL, SPI_OK_SELECT) == 0)
-		NtaskQueueNotFound(text_to_cstring(queue));
-	if (NtaskGetBool(0, 1))
-		ereport(ERROR,
-				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("ntask: permission denied to %s queue \"%s\"",
-						producer ? "enqueue into" : "claim from",
-						text_to_cstring(queue)),
-				 errhint("The queue's %s must be granted to the role (ntask_queue_set_roles).",
-						 producer ? "producer_role" : "worker_role")));
-}
-
-/*
- * NtaskTaskRightDenied
- *		Raise 42501 for a task of a queue whose worker_role the caller
- *		lacks.  Raised before anything about the task (state, token) is
- *		revealed.
- */
-void
-NtaskTaskRightDenied(int64 task_id)
-{
-	ereport(ERROR,
-			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-			 errmsg("ntask: permission denied for task %lld", (long long) task_id),
-			 errhint("The task's queue restricts its workers to its worker_role (ntask_queue_set_roles).")));
-}
-
-/*
  * ntask_queue_set_roles(queue, producer_role regrole, worker_role regrole)
  *		Restrict who may enqueue into (producer_role) and claim from
  *		(worker_role) a queue, beyond the EXECUTE rights of ntask_producer
@@ -374,7 +311,7 @@ NtaskTaskRightDenied(int64 task_id)
 Datum
 ntask_queue_set_roles(PG_FUNCTION_ARGS)
 {
-	text	   *queue = NtaskArgText(fcinfo, 0, "queue", 63);
+	text	   *queue = NtaskArgText(fcinfo, 0, "queue", NTASK_MAX_QUEUE_LEN);
 	Datum		values[3];
 	char		nulls[3] = {' ', ' ', ' '};
 	char	   *qname = text_to_cstring(queue);
@@ -513,7 +450,7 @@ Datum
 ntask_queue_set(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	text	   *queue = NtaskArgText(fcinfo, 0, "queue", 63);
+	text	   *queue = NtaskArgText(fcinfo, 0, "queue", NTASK_MAX_QUEUE_LEN);
 	Datum		values[QUEUE_NPARAMS];
 	char		nulls[QUEUE_NPARAMS];
 	int			nargs = Min(PG_NARGS(), QUEUE_NARGS);	/* 9 before the 0.3 update */
@@ -715,7 +652,7 @@ ntask_queue_set(PG_FUNCTION_ARGS)
 Datum
 ntask_queue_clear_guard(PG_FUNCTION_ARGS)
 {
-	text	   *queue = NtaskArgText(fcinfo, 0, "queue", 63);
+	text	   *queue = NtaskArgText(fcinfo, 0, "queue", NTASK_MAX_QUEUE_LEN);
 	Datum		values[1];
 	char	   *qname = text_to_cstring(queue);
 

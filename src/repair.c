@@ -2,7 +2,7 @@
  *
  * repair.c
  *	  Administrative actions: ntask_replay, ntask_cancel,
- *	  ntask_repair_assign, and NtaskFinishTask (shared with claim's guard).
+ *	  and ntask_repair_assign (NtaskFinishTask is in attempt.c).
  *
  * Every action locks the task row first (FOR UPDATE), checks the state it
  * starts from, and writes an ntask.audit row in the same transaction, so
@@ -19,7 +19,9 @@
  *
  *-------------------------------------------------------------------------
  */
-#include "ntask.h"
+#include "postgres.h"
+
+#include "ntask_api.h"
 
 #include "catalog/pg_type.h"
 #include "miscadmin.h"
@@ -40,30 +42,6 @@ static NtaskPlan rep_lock_plan = {
 	1, {INT8OID}
 };
 
-static NtaskPlan rep_finish_plan = {
-	"finish task",
-	"WITH closed AS ( "
-	"  INSERT INTO ntask.attempt AS a (task_id, shard, token, attempt, worker, claimed_at, "
-	"    invoked_at, ended_at, result, outcome_known) "
-	"  SELECT o.task_id, o.shard, o.token, o.attempts, o.lease_owner, "
-	"    coalesce(o.claimed_at, o.updated_at), o.invoked_at, "
-	"    pg_catalog.statement_timestamp(), $4, "
-	"    (o.invoked_at IS NULL " NTASK_RECEIPT_OF("o") ") "
-	"  FROM ntask.task o "
-	"  WHERE o.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("o", "$1")
-	"    AND o.state OPERATOR(pg_catalog.=) 'leased' "
-	"  RETURNING NOT a.outcome_known AS was_invoked "
-	") "
-	"UPDATE ntask.task t SET state = $2, reason = $3, due_at = NULL, "
-	"  lease_owner = NULL, lease_until = NULL, "
-	"  finished_at = pg_catalog.statement_timestamp(), updated_at = pg_catalog.statement_timestamp(), "
-	"  last_error_class = coalesce($5, t.last_error_class), "
-	"  last_error_stage = coalesce($6, t.last_error_stage), "
-	"  unknown_attempts = t.unknown_attempts OPERATOR(pg_catalog.+) "
-	"    (SELECT pg_catalog.count(*) FROM closed c WHERE c.was_invoked)::integer "
-	"WHERE t.task_id OPERATOR(pg_catalog.=) $1" NTASK_SHARD_OF("t", "$1"),
-	6, {INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID}
-};
 
 static NtaskPlan rep_replay_plan = {
 	"replay",
@@ -122,31 +100,6 @@ rep_wrong_state(int64 task_id, const char *state, const char *action,
 					   strcmp(action, "cancel") == 0 ? "canceled" : "assigned")));
 }
 
-/*
- * NtaskFinishTask
- *		Move a task the caller has locked to a terminal state with a reason,
- *		closing its open attempt (if any) with attempt_result; an attempt
- *		that had been invoked is counted as an unknown outcome.  error_class
- *		and stage, when not NULL, become the task's last error.
- */
-void
-NtaskFinishTask(int64 task_id, const char *to_state, const char *reason,
-				const char *attempt_result, const char *error_class,
-				const char *stage)
-{
-	Datum		values[6];
-	char		nulls[6] = {' ', ' ', ' ', ' ', ' ', ' '};
-
-	values[0] = Int64GetDatum(task_id);
-	values[1] = CStringGetTextDatum(to_state);
-	values[2] = CStringGetTextDatum(reason);
-	values[3] = CStringGetTextDatum(attempt_result);
-	values[4] = error_class ? CStringGetTextDatum(error_class) : (Datum) 0;
-	nulls[4] = error_class ? ' ' : 'n';
-	values[5] = stage ? CStringGetTextDatum(stage) : (Datum) 0;
-	nulls[5] = stage ? ' ' : 'n';
-	NtaskExecPlan(&rep_finish_plan, values, nulls, SPI_OK_UPDATE);
-}
 
 /*
  * ntask_cancel(task_id, actor, reason) RETURNS text

@@ -16,7 +16,9 @@
  *
  *-------------------------------------------------------------------------
  */
-#include "ntask.h"
+#include "postgres.h"
+
+#include "ntask_task.h"
 
 #include "catalog/pg_type.h"
 #include "funcapi.h"
@@ -86,7 +88,7 @@ Datum
 ntask_result(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	text	   *queue = NtaskArgText(fcinfo, 0, "queue", 63);
+	text	   *queue = NtaskArgText(fcinfo, 0, "queue", NTASK_MAX_QUEUE_LEN);
 	text	   *key = NtaskArgText(fcinfo, 1, "task_key", NTASK_MAX_KEY_LEN);
 	Datum		values[2];
 

@@ -14,7 +14,9 @@
  *
  *-------------------------------------------------------------------------
  */
-#include "ntask.h"
+#include "postgres.h"
+
+#include "ntask_base.h"
 
 #include "common/hashfn.h"
 

@@ -21,7 +21,9 @@
  *
  *-------------------------------------------------------------------------
  */
-#include "ntask.h"
+#include "postgres.h"
+
+#include "ntask_task.h"
 
 #include <curl/curl.h>
 

@@ -31,7 +31,9 @@
  *
  *-------------------------------------------------------------------------
  */
-#include "ntask.h"
+#include "postgres.h"
+
+#include "ntask_api.h"
 
 #include <math.h>
 
@@ -854,16 +856,13 @@ ntask_transition_and_claim(PG_FUNCTION_ARGS)
 	TrCall		c;
 	TrOut		o;
 	const char *reason;
-	text	   *queue;
-	text	   *worker;
+	ClaimCall	cc;
 	Datum		extra[3];
 	bool		extranulls[3] = {false, false, false};
 
 	c.task_id = NtaskArgInt64(fcinfo, 0, "finish_task_id");
 	c.token = NtaskArgInt64(fcinfo, 1, "finish_token");
-	queue = NtaskArgText(fcinfo, 3, "queue", 63);
-	worker = NtaskArgText(fcinfo, 4, "worker", NTASK_MAX_NAME_LEN);
-	NtaskCheckClaimArgs(fcinfo, 5, 11);
+	NtaskClaimCallInit(&cc, fcinfo, rsinfo, 3, 4, 5, 11);
 	reason = tr_init(&c, fcinfo, 2, 7, 8, 9, 6, 10, 12);
 
 	InitMaterializedSRF(fcinfo, 0);
@@ -873,9 +872,10 @@ ntask_transition_and_claim(PG_FUNCTION_ARGS)
 	extra[1] = o.state;
 	extra[2] = o.run_at;
 	extranulls[2] = o.run_at_null;
-	if (NtaskClaimInto(rsinfo, queue, worker, PG_GETARG_INT32(5),
-					   PG_ARGISNULL(11) ? (Datum) 0 : PG_GETARG_DATUM(11), false,
-					   extra, extranulls, 3) == 0)
+	cc.extra = extra;
+	cc.extranulls = extranulls;
+	cc.nextra = 3;
+	if (NtaskClaimInto(&cc) == 0)
 	{
 		Datum		out[10];
 		bool		outnulls[10];

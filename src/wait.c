@@ -1,39 +1,20 @@
 /*-------------------------------------------------------------------------
  *
  * wait.c
- *	  The waiting claim: ntask_claim(..., wait => interval) sleeps on its
- *	  latch until work for its queue is committed, then claims it; the
- *	  wake-at-commit of the transactions that make work due; and the
- *	  ntask.waiters view (docs/design.md "Waiting claims").
+ *	  ntask_claim's entry point, and the waiting claim: ntask_claim(...,
+ *	  wait => interval) sleeps on its latch until work for its queue is
+ *	  committed, then claims it (docs/design.md "Waiting claims").  The
+ *	  pick and the lease are claim.c's (NtaskClaimInto).
  *
- * Shared memory holds one slot per backend that is waiting (at most
- * MaxBackends, one waiting claim per backend), behind one LWLock: queue
- * name, max_tasks, a FIFO sequence number, a "woken" flag, the end of the
- * wait and a hint of the earliest time known work becomes due.
- *
- * A transaction that makes tasks due in queue Q (enqueue, enqueue_many,
- * replay, release) or due later (an enqueue with a future run_at, a retry,
- * a claim's lease, which a takeover may claim when it runs out) notes it in
- * a backend-local list; at commit, after the commit is visible, it wakes
- * waiters of Q: oldest first, as many as the new due tasks need by their
- * max_tasks (not every waiter: no stampede), and it lowers the hint of the
- * oldest waiter whose next wake-up is later than the new due time.  A
- * woken waiter that fills its batch, or leaves with a wake-up it may not
- * have used, passes one wake-up on to the next waiter (the baton), so a
- * wake-up is never lost when a claimer that was not waiting took the task.
- *
- * A waiter registers before each look, and resets its latch before it: a
- * commit that happens before the look is seen by the look's snapshot (the
- * committer's wake runs after ProcArrayEndTransaction), one after it sets
- * the latch.  No timer scan: the sleep ends at the earliest of the wait's
- * end, the due time of the queue's next not-yet-due task (one index probe
- * per priority, the claim's own access path), and the hint.
+ * The waiter slots, the wake-at-commit of the transactions that make work
+ * due and the ntask.waiters view live in waiter.c; this file is the wait
+ * loop of one claim.
  *
  * A look on a queue with a queue-wide limit reads the limit first and
  * does not pick while it holds everything back (nw_gated); a look whose
  * picked tasks a limit held back is rolled back like an empty one, and
  * the claim sleeps until the limit's next token, or, held by a cap, until
- * a commit that ends a lease of the queue (NtaskWakeCappedAtCommit).
+ * a commit that ends a lease of the queue (NtaskWakeCappedAtCommit, waiter.c).
  *
  * What a waiting claim holds while it sleeps: no row or relation lock
  * (every look runs in an internal subtransaction, rolled back when it
@@ -51,7 +32,9 @@
  *
  *-------------------------------------------------------------------------
  */
-#include "ntask.h"
+#include "postgres.h"
+
+#include "ntask_api.h"
 
 #include "access/xact.h"
 #include "catalog/pg_type.h"
@@ -77,60 +60,11 @@
 #include "utils/memutils.h"
 #include "utils/resowner.h"
 
-PG_FUNCTION_INFO_V1(ntask_waiters);
 
-#define NW_QUEUE_LEN 64			/* queue names are at most 63 bytes */
+PG_FUNCTION_INFO_V1(ntask_claim);
 
 /* a due task locked by another transaction: look again this often */
 #define NW_LOCKED_POLL_MS 100
-
-typedef struct NwSlot
-{
-	bool		in_use;			/* a claim of this backend is waiting */
-	bool		woken;			/* a commit woke it since its last look */
-	bool		capped;			/* a cap held its work back: a freed slot wakes it */
-	int			max_tasks;
-	pid_t		pid;
-	Oid			dboid;			/* queues are per database */
-	uint64		seq;			/* registration order: oldest is woken first */
-	TimestampTz since;
-	TimestampTz until;			/* the end of the wait */
-	TimestampTz hint;			/* work known to be due then; 0: none */
-	Latch	   *latch;
-	char		queue[NW_QUEUE_LEN];
-} NwSlot;
-
-typedef struct NwShared
-{
-	LWLock	   *lock;
-	pg_atomic_uint32 nwaiting;	/* slots in use; read without the lock */
-	pg_atomic_uint32 ncapped;	/* slots with capped set; read without it */
-	uint64		next_seq;
-	int			nslots;
-	NwSlot		slots[FLEXIBLE_ARRAY_MEMBER];
-} NwShared;
-
-static NwShared *nw_shared = NULL;
-static int	nw_my_slot = -1;
-static bool nw_exit_registered = false;
-
-/* due work this transaction made, per queue: woken at commit */
-typedef struct NwPending
-{
-	char		queue[NW_QUEUE_LEN];
-	int			ndue;			/* tasks due now */
-	int			nfreed;			/* leases ended: slots of a cap freed */
-	TimestampTz later;			/* earliest later due time; 0: none */
-} NwPending;
-
-static NwPending *nw_pending = NULL;
-static int	nw_npending = 0;
-static int	nw_maxpending = 0;
-static bool nw_callback_registered = false;
-
-/* microseconds the current claim spent waiting (claim.c's old-xact notice) */
-int64		NtaskClaimWaitedUsecs = 0;
-
 /*
  * The earliest due time of the queue's not-yet-claimable work: per
  * priority, the first entry of task_due_idx (ready tasks due later, retries
@@ -179,7 +113,7 @@ static NtaskPlan nw_gate_plan = {
  * A limit set later is found by a look (its tasks held back, the look
  * rolled back), which forgets this.
  */
-static char nw_ungated[NW_QUEUE_LEN];
+static char nw_ungated[NTASK_QUEUE_BUF];
 static Oid	nw_ungated_db = InvalidOid;
 
 /* what a look that claimed nothing learned (nw_look) */
@@ -190,412 +124,6 @@ typedef struct NwLook
 	TimestampTz held_until;		/* a rate held due work back until then; 0 */
 	TimestampTz next_due;		/* the queue's next due time (see nw_look); 0 */
 } NwLook;
-
-static void nw_xact_callback(XactEvent event, void *arg);
-static void nw_exit(int code, Datum arg);
-
-/* NtaskWaitShmemRequest: reserve the waiter slots (shmem_request time) */
-void
-NtaskWaitShmemRequest(void)
-{
-	RequestAddinShmemSpace(MAXALIGN(offsetof(NwShared, slots) +
-									sizeof(NwSlot) * MaxBackends));
-	RequestNamedLWLockTranche("ntask_waiters", 1);
-}
-
-/* NtaskWaitShmemStartup: attach to (or create) the waiter slots */
-void
-NtaskWaitShmemStartup(void)
-{
-	bool		found;
-	Size		size = offsetof(NwShared, slots) + sizeof(NwSlot) * MaxBackends;
-
-	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
-	nw_shared = ShmemInitStruct("ntask waiters", size, &found);
-	if (!found)
-	{
-		memset(nw_shared, 0, size);
-		nw_shared->lock = &(GetNamedLWLockTranche("ntask_waiters"))->lock;
-		pg_atomic_init_u32(&nw_shared->nwaiting, 0);
-		pg_atomic_init_u32(&nw_shared->ncapped, 0);
-		nw_shared->nslots = MaxBackends;
-	}
-	LWLockRelease(AddinShmemInitLock);
-}
-
-/* ---- waking ---- */
-
-/* nw_of_queue: slot s waits for queue of this backend's database */
-static inline bool
-nw_of_queue(NwSlot *s, const char *queue)
-{
-	return s->in_use && s->dboid == MyDatabaseId && strcmp(s->queue, queue) == 0;
-}
-
-/* nw_oldest: the oldest waiting slot of queue (not woken, if unwoken) */
-static NwSlot *
-nw_oldest(const char *queue, bool unwoken)
-{
-	NwSlot	   *best = NULL;
-	int			i;
-
-	for (i = 0; i < nw_shared->nslots; i++)
-	{
-		NwSlot	   *s = &nw_shared->slots[i];
-
-		if (!nw_of_queue(s, queue) || (unwoken && s->woken))
-			continue;
-		if (best == NULL || s->seq < best->seq)
-			best = s;
-	}
-	return best;
-}
-
-/*
- * nw_wake_locked
- *		With the lock held exclusively: wake the oldest waiters of queue
- *		until their max_tasks cover ndue, and lower the hint of the oldest
- *		waiter that would otherwise sleep past later.  Latches are set under
- *		the lock (SetLatch never blocks).
- */
-static void
-nw_wake_locked(const char *queue, int ndue, TimestampTz later)
-{
-	NwSlot	   *s;
-
-	while (ndue > 0 && (s = nw_oldest(queue, true)) != NULL)
-	{
-		s->woken = true;
-		ndue -= Max(s->max_tasks, 1);
-		SetLatch(s->latch);
-	}
-	if (later != 0)
-	{
-		int			i;
-		NwSlot	   *best = NULL;
-
-		for (i = 0; i < nw_shared->nslots; i++)
-		{
-			s = &nw_shared->slots[i];
-			if (!nw_of_queue(s, queue) ||
-				(s->hint != 0 && s->hint <= later) || s->until <= later)
-				continue;
-			if (best == NULL || s->seq < best->seq)
-				best = s;
-		}
-		if (best != NULL)
-		{
-			best->hint = later;
-			SetLatch(best->latch);
-		}
-	}
-}
-
-/*
- * NtaskWakeWaitersAtCommit
- *		Note that this transaction makes ndue tasks of queue due now, and
- *		(later != 0) one due at later; waiting claims of the queue are woken
- *		when it commits (never before: they would not see the tasks).  A
- *		no-op without shared_preload_libraries.
- */
-static NwPending *
-nw_pending_of(const char *queue)
-{
-	NwPending  *p = NULL;
-	int			i;
-
-	if (!nw_callback_registered)
-	{
-		RegisterXactCallback(nw_xact_callback, NULL);
-		nw_callback_registered = true;
-	}
-	for (i = nw_npending - 1; i >= 0; i--)
-		if (strcmp(nw_pending[i].queue, queue) == 0)
-		{
-			p = &nw_pending[i];
-			break;
-		}
-	if (p == NULL)
-	{
-		if (nw_npending == nw_maxpending)
-		{
-			int			n = Max(8, nw_maxpending * 2);
-
-			nw_pending = nw_pending == NULL ?
-				MemoryContextAlloc(TopMemoryContext, sizeof(NwPending) * n) :
-				repalloc(nw_pending, sizeof(NwPending) * n);
-			nw_maxpending = n;
-		}
-		p = &nw_pending[nw_npending++];
-		strlcpy(p->queue, queue, NW_QUEUE_LEN);
-		p->ndue = 0;
-		p->nfreed = 0;
-		p->later = 0;
-	}
-	return p;
-}
-
-void
-NtaskWakeWaitersAtCommit(const char *queue, int ndue, TimestampTz later)
-{
-	NwPending  *p;
-
-	if (nw_shared == NULL || (ndue <= 0 && later == 0))
-		return;
-	p = nw_pending_of(queue);
-	p->ndue = Min(p->ndue + Max(ndue, 0), NTASK_MAX_BATCH);
-	if (later != 0 && (p->later == 0 || later < p->later))
-		p->later = later;
-}
-
-/*
- * NtaskWakeCappedAtCommit
- *		Note that this transaction ends a lease of queue (a transition, a
- *		release): at commit it wakes the oldest waiting claim of the queue
- *		that a cap held back (its slot may be free now).  Costs a look-up
- *		in a backend-local list; the commit does nothing more while no
- *		waiter is held by a cap.
- */
-void
-NtaskWakeCappedAtCommit(const char *queue)
-{
-	NwPending  *p;
-
-	if (nw_shared == NULL)
-		return;
-	p = nw_pending_of(queue);
-	p->nfreed = Min(p->nfreed + 1, NTASK_MAX_BATCH);
-}
-
-/*
- * nw_wake_capped_locked
- *		With the lock held exclusively: wake the nfreed oldest waiters of
- *		queue that a cap held back.
- */
-static void
-nw_wake_capped_locked(const char *queue, int nfreed)
-{
-	int			i;
-
-	while (nfreed-- > 0)
-	{
-		NwSlot	   *best = NULL;
-
-		for (i = 0; i < nw_shared->nslots; i++)
-		{
-			NwSlot	   *s = &nw_shared->slots[i];
-
-			if (!nw_of_queue(s, queue) || !s->capped || s->woken)
-				continue;
-			if (best == NULL || s->seq < best->seq)
-				best = s;
-		}
-		if (best == NULL)
-			break;
-		best->woken = true;
-		SetLatch(best->latch);
-	}
-}
-
-/* nw_xact_callback: at commit, wake the waiters of the noted queues */
-static void
-nw_xact_callback(XactEvent event, void *arg)
-{
-	int			i;
-
-	switch (event)
-	{
-		case XACT_EVENT_COMMIT:
-		case XACT_EVENT_PARALLEL_COMMIT:
-			if (nw_npending == 0)
-				break;
-
-			/*
-			 * The commit is visible (ProcArrayEndTransaction ran); a waiter
-			 * counted after this read looks with a snapshot that sees it.
-			 */
-			pg_memory_barrier();
-			if (pg_atomic_read_u32(&nw_shared->nwaiting) > 0)
-			{
-				bool		capped = pg_atomic_read_u32(&nw_shared->ncapped) > 0;
-				bool		need = false;
-
-				/* a transition's note alone: nothing to do unless a cap holds one */
-				for (i = 0; i < nw_npending && !need; i++)
-					need = nw_pending[i].ndue > 0 || nw_pending[i].later != 0 ||
-						(capped && nw_pending[i].nfreed > 0);
-				if (need)
-				{
-					LWLockAcquire(nw_shared->lock, LW_EXCLUSIVE);
-					for (i = 0; i < nw_npending; i++)
-					{
-						nw_wake_locked(nw_pending[i].queue, nw_pending[i].ndue,
-									   nw_pending[i].later);
-						if (capped && nw_pending[i].nfreed > 0)
-							nw_wake_capped_locked(nw_pending[i].queue,
-												  nw_pending[i].nfreed);
-					}
-					LWLockRelease(nw_shared->lock);
-				}
-			}
-			nw_npending = 0;
-			break;
-		case XACT_EVENT_ABORT:
-		case XACT_EVENT_PARALLEL_ABORT:
-		case XACT_EVENT_PREPARE:
-			nw_npending = 0;
-			break;
-		default:
-			break;
-	}
-}
-
-/* ---- the waiter ---- */
-
-/* nw_register: take a slot for this backend's waiting claim */
-static void
-nw_register(const char *queue, int max_tasks, TimestampTz until)
-{
-	int			i;
-	NwSlot	   *s = NULL;
-
-	if (!nw_exit_registered)
-	{
-		before_shmem_exit(nw_exit, (Datum) 0);
-		nw_exit_registered = true;
-	}
-	LWLockAcquire(nw_shared->lock, LW_EXCLUSIVE);
-	for (i = 0; i < nw_shared->nslots; i++)
-		if (!nw_shared->slots[i].in_use)
-		{
-			s = &nw_shared->slots[i];
-			nw_my_slot = i;
-			break;
-		}
-	if (s == NULL)
-	{
-		/* cannot happen: one slot per backend, one waiting claim each */
-		LWLockRelease(nw_shared->lock);
-		elog(ERROR, "ntask: no free waiter slot");
-	}
-	s->in_use = true;
-	s->woken = false;
-	s->capped = false;
-	s->max_tasks = max_tasks;
-	s->pid = MyProcPid;
-	s->dboid = MyDatabaseId;
-	s->seq = nw_shared->next_seq++;
-	s->since = GetCurrentTimestamp();
-	s->until = until;
-	s->hint = 0;
-	s->latch = MyLatch;
-	strlcpy(s->queue, queue, NW_QUEUE_LEN);
-	pg_atomic_fetch_add_u32(&nw_shared->nwaiting, 1);
-	LWLockRelease(nw_shared->lock);
-}
-
-/*
- * nw_rearm
- *		Before a look: clear the woken flag, drop a hint whose time has
- *		come (the look will see that work).  Returns the remaining hint.
- */
-static TimestampTz
-nw_rearm(TimestampTz now)
-{
-	NwSlot	   *s = &nw_shared->slots[nw_my_slot];
-	TimestampTz hint;
-
-	LWLockAcquire(nw_shared->lock, LW_EXCLUSIVE);
-	s->woken = false;
-	if (s->hint != 0 && s->hint <= now)
-		s->hint = 0;
-	hint = s->hint;
-	LWLockRelease(nw_shared->lock);
-	return hint;
-}
-
-/*
- * nw_hint
- *		The slot's current hint (a commit may have lowered it), and whether
- *		a commit woke it since its last look: then it looks again without
- *		sleeping, whether or not its latch is still set (a lock wait inside
- *		the look may have reset it).
- */
-static TimestampTz
-nw_hint(bool *woken)
-{
-	TimestampTz hint;
-
-	LWLockAcquire(nw_shared->lock, LW_SHARED);
-	hint = nw_shared->slots[nw_my_slot].hint;
-	*woken = nw_shared->slots[nw_my_slot].woken;
-	LWLockRelease(nw_shared->lock);
-	return hint;
-}
-
-/*
- * nw_set_capped
- *		Mark this waiter as held back by a cap (a commit that ends a lease
- *		of its queue wakes it), or no longer.
- */
-static void
-nw_set_capped(bool capped)
-{
-	NwSlot	   *s = &nw_shared->slots[nw_my_slot];
-
-	LWLockAcquire(nw_shared->lock, LW_EXCLUSIVE);
-	if (s->capped != capped)
-	{
-		s->capped = capped;
-		if (capped)
-			pg_atomic_fetch_add_u32(&nw_shared->ncapped, 1);
-		else
-			pg_atomic_fetch_sub_u32(&nw_shared->ncapped, 1);
-	}
-	LWLockRelease(nw_shared->lock);
-}
-
-/*
- * nw_unregister
- *		Free this backend's slot.  If a commit woke it since its last look,
- *		or (filled) it took a full batch, wake the next waiter of its queue:
- *		the wake-up may have been meant for work it did not take.
- */
-static void
-nw_unregister(bool filled)
-{
-	NwSlot	   *s;
-
-	if (nw_my_slot < 0 || nw_shared == NULL)
-		return;
-	s = &nw_shared->slots[nw_my_slot];
-	LWLockAcquire(nw_shared->lock, LW_EXCLUSIVE);
-	if (s->in_use)
-	{
-		char		queue[NW_QUEUE_LEN];
-		bool		forward = filled || s->woken;
-
-		strlcpy(queue, s->queue, NW_QUEUE_LEN);
-		s->in_use = false;
-		s->woken = false;
-		s->latch = NULL;
-		if (s->capped)
-			pg_atomic_fetch_sub_u32(&nw_shared->ncapped, 1);
-		s->capped = false;
-		pg_atomic_fetch_sub_u32(&nw_shared->nwaiting, 1);
-		if (forward)
-			nw_wake_locked(queue, 1, 0);
-	}
-	LWLockRelease(nw_shared->lock);
-	nw_my_slot = -1;
-}
-
-/* nw_exit: before_shmem_exit (FATAL, SIGTERM, postmaster death) */
-static void
-nw_exit(int code, Datum arg)
-{
-	nw_unregister(false);
-}
 
 /*
  * nw_gated
@@ -620,7 +148,7 @@ nw_gated(text *queue, bool *gate, NwLook *lk)
 	if (!NtaskGetBool(0, 1))
 	{
 		*gate = false;
-		text_to_cstring_buffer(queue, nw_ungated, NW_QUEUE_LEN);
+		text_to_cstring_buffer(queue, nw_ungated, NTASK_QUEUE_BUF);
 		nw_ungated_db = MyDatabaseId;
 		return false;
 	}
@@ -647,12 +175,11 @@ nw_gated(text *queue, bool *gate, NwLook *lk)
  *		a limit held work back (the due tasks it held are not news); and
  *		the subtransaction is rolled back, which releases every lock the
  *		look took (the row locks of the tasks a limit held back too).
- *		Whether it wrote is what the claim counts (NtaskClaimWrites), not
+ *		Whether it wrote is what the claim counts (c->writes), not
  *		whether a transaction id was assigned: row locks assign one.
  */
 static int
-nw_look(ReturnSetInfo *rsinfo, text *queue, text *worker, int max_tasks,
-		Datum lease_arg, bool invoked, bool *gate, NwLook *lk)
+nw_look(ClaimCall *c, bool *gate, NwLook *lk)
 {
 	MemoryContext oldcxt = CurrentMemoryContext;
 	ResourceOwner oldowner = CurrentResourceOwner;
@@ -664,15 +191,14 @@ nw_look(ReturnSetInfo *rsinfo, text *queue, text *worker, int max_tasks,
 	MemoryContextSwitchTo(oldcxt);
 	PG_TRY();
 	{
-		uint64		writes = NtaskClaimWrites;
+		uint64		writes = c->writes;
 
-		if (!*gate || !nw_gated(queue, gate, lk))
+		if (!*gate || !nw_gated(c->queue, gate, lk))
 		{
-			got = NtaskClaimInto(rsinfo, queue, worker, max_tasks, lease_arg,
-								 invoked, NULL, NULL, 0);
-			lk->wrote = NtaskClaimWrites != writes;
-			lk->capped = NtaskClaimHeldCap;
-			lk->held_until = NtaskClaimHeldUntil;
+			got = NtaskClaimInto(c);
+			lk->wrote = c->writes != writes;
+			lk->capped = c->held_cap;
+			lk->held_until = c->held_until;
 		}
 		if (got > 0 || lk->wrote)
 		{
@@ -685,7 +211,7 @@ nw_look(ReturnSetInfo *rsinfo, text *queue, text *worker, int max_tasks,
 			bool		isnull;
 			Datum		d;
 
-			values[0] = PointerGetDatum(queue);
+			values[0] = PointerGetDatum(c->queue);
 			values[1] = TimestampTzGetDatum(lk->capped || lk->held_until != 0 ?
 											GetCurrentTimestamp() : DT_NOBEGIN);
 			NtaskExecPlan(&nw_next_due_plan, values, NULL, SPI_OK_SELECT);
@@ -743,7 +269,7 @@ nw_sleep(long timeout_ms)
 }
 
 /*
- * NtaskClaimWait
+ * nw_claim_wait
  *		ntask_claim with a wait: claim at once if work is due, else sleep
  *		until a commit makes work of queue due, its next task comes due, or
  *		wait (capped by ntask.max_wait) has passed, and look again.  Returns
@@ -757,17 +283,16 @@ nw_sleep(long timeout_ms)
  * each look after the first, so a lease counts from the look that took
  * it, not from the start of the wait.
  */
-int
-NtaskClaimWait(ReturnSetInfo *rsinfo, text *queue, text *worker, int max_tasks,
-			   Datum lease_arg, bool invoked, int64 wait_usecs)
+static int
+nw_claim_wait(ClaimCall *c, int64 wait_usecs)
 {
-	char	   *qname = text_to_cstring(queue);
+	char	   *qname = text_to_cstring(c->queue);
 	TimestampTz start;
 	TimestampTz until;
 	volatile int got = 0;
 	volatile bool filled = false;
 
-	if (nw_shared == NULL)
+	if (!NtaskWaiterAvailable())
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("ntask: a waiting claim needs ntask in shared_preload_libraries"),
@@ -783,7 +308,7 @@ NtaskClaimWait(ReturnSetInfo *rsinfo, text *queue, text *worker, int max_tasks,
 				 errmsg("ntask: a waiting claim cannot run in a transaction that has written"),
 				 errdetail("It would hold that transaction's locks while it waits."),
 				 errhint("Commit first, or call ntask_claim without wait.")));
-	if (nw_my_slot >= 0)
+	if (NtaskWaiterBusy())
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("ntask: this session is already in a waiting claim")));
@@ -791,9 +316,9 @@ NtaskClaimWait(ReturnSetInfo *rsinfo, text *queue, text *worker, int max_tasks,
 	wait_usecs = Min(wait_usecs, (int64) ntask_max_wait_ms * 1000);
 	start = GetCurrentTimestamp();
 	until = start + wait_usecs;
-	NtaskClaimWaitedUsecs = 0;
+	c->waited_usecs = 0;
 
-	nw_register(qname, max_tasks, until);
+	NtaskWaiterRegister(qname, c->max_tasks, until);
 	PG_TRY();
 	{
 		bool		gate;
@@ -811,9 +336,8 @@ NtaskClaimWait(ReturnSetInfo *rsinfo, text *queue, text *worker, int max_tasks,
 			long		timeout_ms;
 
 			ResetLatch(MyLatch);
-			hint = nw_rearm(now);
-			got = nw_look(rsinfo, queue, worker, max_tasks, lease_arg, invoked,
-						  &gate, &lk);
+			hint = NtaskWaiterRearm(now);
+			got = nw_look(c, &gate, &lk);
 			if (got > 0 || lk.wrote)
 				break;
 			now = GetCurrentTimestamp();
@@ -827,7 +351,7 @@ NtaskClaimWait(ReturnSetInfo *rsinfo, text *queue, text *worker, int max_tasks,
 			}
 			if (lk.capped != capped)
 			{
-				nw_set_capped(lk.capped);
+				NtaskWaiterSetCapped(lk.capped);
 				capped = lk.capped;
 				/* a lease that ended before the mark woke nobody: look again */
 				if (capped)
@@ -851,7 +375,7 @@ NtaskClaimWait(ReturnSetInfo *rsinfo, text *queue, text *worker, int max_tasks,
 			}
 			else if (lk.next_due != 0)
 				wake = Min(wake, lk.next_due);
-			hint = nw_hint(&woken);
+			hint = NtaskWaiterHint(&woken);
 			if (hint != 0)
 				wake = Min(wake, hint);
 			timeout_ms = woken ? 0 : (long) ((Max(wake - now, 0) + 999) / 1000);
@@ -859,53 +383,73 @@ NtaskClaimWait(ReturnSetInfo *rsinfo, text *queue, text *worker, int max_tasks,
 
 			/* the next look's leases count from the look */
 			SetCurrentStatementStartTimestamp();
-			NtaskClaimWaitedUsecs = GetCurrentTimestamp() - start;
+			c->waited_usecs = GetCurrentTimestamp() - start;
 		}
-		filled = got >= max_tasks;
+		filled = got >= c->max_tasks;
 	}
 	PG_FINALLY();
 	{
-		NtaskClaimWaitedUsecs = 0;
-		nw_unregister(filled);
+		NtaskWaiterUnregister(filled);
 	}
 	PG_END_TRY();
 	return got;
 }
 
 /*
- * ntask_waiters() RETURNS TABLE(pid, queue, max_tasks, since, wait_until,
- *								 woken)
- *		The waiting claims of this database, for the view ntask.waiters
- *		(admin; the slots are shared by the server's databases, a queue
- *		name belongs to one).  A slot is held only while a claim waits:
- *		none is left behind by a canceled, terminated or crashed waiter.
+ * ntask_claim(queue, worker, max_tasks, lease, wait, invoked)
+ *		RETURNS TABLE(task_id, task_key, payload, attempt, token, lease_until,
+ *					  prior_outcome)
+ *
+ * Leases up to max_tasks due tasks (ready, retry_wait whose run_at passed,
+ * or leased whose lease expired) to worker.  prior_outcome is 'committed'
+ * when an earlier attempt left a commit receipt (ntask_receipt), else
+ * 'unknown' when an earlier attempt may have had an effect, else NULL.
+ * With wait (a positive interval, cut to ntask.max_wait) and nothing due,
+ * it waits for work of the queue to be committed (wait.c) and returns
+ * what it then claims, or no row when the wait ran out.  With invoked,
+ * every attempt it leases is marked invoked in the lease itself, as if
+ * ntask_invoked had been called for it in the same transaction (one
+ * statement less per task for a worker that calls out at once).
+ * Errors: unknown queue 42704; NULL argument 22004; max_tasks outside
+ * 1..1000, a non-positive lease or a negative wait 22023; REPEATABLE READ
+ * or SERIALIZABLE, or a wait after a write in the transaction 25000.
  */
 Datum
-ntask_waiters(PG_FUNCTION_ARGS)
+ntask_claim(PG_FUNCTION_ARGS)
 {
-	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	int			i;
+	ClaimCall	c;
+	int64		wait_usecs = 0;
 
-	InitMaterializedSRF(fcinfo, 0);
-	if (nw_shared == NULL)
-		return (Datum) 0;
-	LWLockAcquire(nw_shared->lock, LW_SHARED);
-	for (i = 0; i < nw_shared->nslots; i++)
+	NtaskClaimCallInit(&c, fcinfo, (ReturnSetInfo *) fcinfo->resultinfo,
+					   0, 1, 2, 3);
+	/* invoked: absent while the SQL objects are older than 0.3 */
+	if (PG_NARGS() > 5)
 	{
-		NwSlot	   *s = &nw_shared->slots[i];
-		Datum		v[6];
-		bool		n[6] = {false, false, false, false, false, false};
-
-		if (!s->in_use || s->dboid != MyDatabaseId)
-			continue;
-		v[0] = Int32GetDatum(s->pid);
-		v[1] = CStringGetTextDatum(s->queue);
-		v[2] = Int32GetDatum(s->max_tasks);
-		v[3] = TimestampTzGetDatum(s->since);
-		v[4] = TimestampTzGetDatum(s->until);
-		v[5] = BoolGetDatum(s->woken);
-		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, v, n);
+		if (PG_ARGISNULL(5))
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("ntask: invoked must not be NULL")));
+		c.invoked = PG_GETARG_BOOL(5);
 	}
-	LWLockRelease(nw_shared->lock);
+	/* the wait argument is absent while the SQL objects are still 0.2 */
+	if (PG_NARGS() > 4 && !PG_ARGISNULL(4))
+	{
+		Interval   *w = PG_GETARG_INTERVAL_P(4);
+
+		if (w->month < 0 || w->day < 0 || w->time < 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("ntask: wait must not be negative")));
+		/* anything over a day is over ntask.max_wait's maximum: no overflow */
+		wait_usecs = (w->month > 0 || w->day > 0) ? USECS_PER_DAY :
+			Min(w->time, USECS_PER_DAY);
+	}
+	InitMaterializedSRF(fcinfo, 0);
+	SPI_connect();
+	if (wait_usecs > 0)
+		(void) nw_claim_wait(&c, wait_usecs);
+	else
+		(void) NtaskClaimInto(&c);
+	SPI_finish();
 	return (Datum) 0;
 }

@@ -46,7 +46,9 @@
  *
  *-------------------------------------------------------------------------
  */
-#include "ntask.h"
+#include "postgres.h"
+
+#include "ntask_worker.h"
 
 #include "access/xact.h"
 #include "access/xlog.h"
@@ -162,28 +164,6 @@ static long
 wk_probe_interval_ms(void)
 {
 	return Min(Max(10L * ntask_naptime_ms, 1000L), 60000L);
-}
-
-/*
- * NtaskWorkerRegister
- *		Register the launcher (from _PG_init under shared_preload_libraries).
- *		It starts only once recovery has finished: a standby has none, a
- *		promoted standby starts one, and it starts the workers.
- */
-void
-NtaskWorkerRegister(void)
-{
-	BackgroundWorker bgw;
-
-	memset(&bgw, 0, sizeof(bgw));
-	bgw.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
-	bgw.bgw_start_time = BgWorkerStart_RecoveryFinished;
-	bgw.bgw_restart_time = 5;
-	strlcpy(bgw.bgw_library_name, "ntask", BGW_MAXLEN);
-	strlcpy(bgw.bgw_function_name, "ntask_launcher_main", BGW_MAXLEN);
-	strlcpy(bgw.bgw_name, "ntask launcher", BGW_MAXLEN);
-	strlcpy(bgw.bgw_type, "ntask launcher", BGW_MAXLEN);
-	RegisterBackgroundWorker(&bgw);
 }
 
 /*

@@ -19,12 +19,15 @@
  *
  *-------------------------------------------------------------------------
  */
-#include "ntask.h"
+#include "postgres.h"
+
+#include "ntask_base.h"
 
 #include "access/xact.h"
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "pgstat.h"
+#include "postmaster/bgworker.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
 #include "storage/lwlock.h"
@@ -720,4 +723,27 @@ ntask_worker_stats(PG_FUNCTION_ARGS)
 		values[c++] = Int64GetDatum(copy.counters[i]);
 	Assert(c == 21);
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
+}
+
+/*
+ * NtaskWorkerRegister
+ *		Register the launcher (from _PG_init under shared_preload_libraries),
+ *		by the name of its entry point (worker.c), which it does not call.
+ *		It starts only once recovery has finished: a standby has none, a
+ *		promoted standby starts one, and it starts the workers.
+ */
+void
+NtaskWorkerRegister(void)
+{
+	BackgroundWorker bgw;
+
+	memset(&bgw, 0, sizeof(bgw));
+	bgw.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	bgw.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	bgw.bgw_restart_time = 5;
+	strlcpy(bgw.bgw_library_name, "ntask", BGW_MAXLEN);
+	strlcpy(bgw.bgw_function_name, "ntask_launcher_main", BGW_MAXLEN);
+	strlcpy(bgw.bgw_name, "ntask launcher", BGW_MAXLEN);
+	strlcpy(bgw.bgw_type, "ntask launcher", BGW_MAXLEN);
+	RegisterBackgroundWorker(&bgw);
 }

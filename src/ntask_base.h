@@ -1,23 +1,27 @@
 /*-------------------------------------------------------------------------
  *
- * ntask.h
- *	  Shared declarations of the ntask extension: SQLSTATEs, GUCs, the saved
- *	  SPI plan helper, argument checks, and the entry points each .c file
- *	  exports to the others.
+ * ntask_base.h
+ *	  Floor 2, the foundations: ntask's SQLSTATEs, limits and GUCs (module.c),
+ *	  the saved SPI plan and argument helpers (spi_util.c), the digest,
+ *	  the shared SQL fragments, and the shared-memory tables (fair.c,
+ *	  limit.c, waiter.c, worker_shared.c).
  *
  * Exported internals use the NtaskXxx() prefix; SQL-callable C symbols
  * equal their SQL names (ntask_claim, ...).  File-local statics use a short
  * per-file prefix.
  *
+ * The floors of src/ (docs/design.md "Floors"; scripts/check_layers.sh):
+ * a file includes the header of its floor, which includes the ones below;
+ * no file calls a file on a floor above it.  A .c file includes
+ * postgres.h first, then its floor's header.
+ *
  * IDENTIFICATION
- *	  src/ntask.h
+ *	  src/ntask_base.h
  *
  *-------------------------------------------------------------------------
  */
-#ifndef NTASK_H
-#define NTASK_H
-
-#include "postgres.h"
+#ifndef NTASK_BASE_H
+#define NTASK_BASE_H
 
 #include "executor/spi.h"
 #include "fmgr.h"
@@ -42,6 +46,8 @@
 
 /* limits on caller-supplied values */
 #define NTASK_MAX_KEY_LEN		512		/* task_key, bytes */
+#define NTASK_MAX_QUEUE_LEN		63		/* queue names (queue.c's check) */
+#define NTASK_QUEUE_BUF			(NTASK_MAX_QUEUE_LEN + 1)	/* a name and its NUL */
 #define NTASK_MAX_NAME_LEN		200		/* worker, actor, outcome, stage */
 #define NTASK_MAX_REASON_LEN	2000	/* audit reasons */
 #define NTASK_MAX_CLAIM			1000	/* max_tasks per ntask_claim call */
@@ -51,7 +57,7 @@
 #define NTASK_DIGEST_VERSION	1
 #define NTASK_DIGEST_LEN		32
 
-/* GUCs (ntask.c; docs/worker.md lists the worker's) */
+/* GUCs (module.c; docs/worker.md lists the worker's) */
 extern bool ntask_backoff_jitter;
 extern char *ntask_database;
 extern bool ntask_worker_enabled;
@@ -123,11 +129,6 @@ extern void NtaskAudit(const char *actor, const char *action, int64 task_id,
 /* digest.c */
 extern bytea *NtaskDigest(Jsonb *jb, int version);
 
-/* queue.c */
-extern void NtaskQueueNotFound(const char *queue) pg_attribute_noreturn();
-extern void NtaskCheckQueueRight(text *queue, bool producer);
-extern void NtaskTaskRightDenied(int64 task_id) pg_attribute_noreturn();
-
 /*
  * SQL: " AND <alias>.shard = <task id> >> 48": the routing predicate of a
  * statement by task id on a Citus install (docs/scaling.md "Scaling out
@@ -173,41 +174,6 @@ extern int16 NtaskShardFor(text *queue, text *key);
 	"    AND r.token OPERATOR(pg_catalog.=) " a ".token)"
 
 /*
- * SQL: "WITH RECURSIVE ... pr(p)": the priorities of queue $1 to try,
- * highest first: those other than 0 that have unfinished tasks (a loose
- * index scan of task_priority_idx, one descent per priority; see claim.c's
- * pick), and 0 in its place between the positive and the negative ones,
- * always, without a lookup.  Tasks of priority 0 are not in that index, so
- * a queue that leaves every task at the default priority looks up nothing
- * here: the pick's own scan of priority 0 in task_due_idx is then the only
- * walk over the entries of the tasks claimed since the last vacuum (dead,
- * still in the index, at the front of the range), not the second.  pr is
- * read in order (an Append), so when the first priority fills the claim
- * the later ones are not looked up.  Shared by the claim's pick and the
- * waiting claim's next-due lookup (wait.c).
- */
-#define NTASK_PRIORITY_WALK NTASK_PRIORITY_WALK_ON("")
-/* the same within one shard: pred is " AND t.shard ... " (claim.c) */
-#define NTASK_PRIORITY_WALK_ON(pred) \
-	"WITH RECURSIVE nz(p) AS ( " \
-	"  (SELECT t.priority FROM ntask.task t " \
-	"   WHERE t.queue OPERATOR(pg_catalog.=) $1 AND t.due_at IS NOT NULL " \
-	"     AND t.priority OPERATOR(pg_catalog.<>) 0 " pred \
-	"   ORDER BY t.priority DESC LIMIT 1) " \
-	"  UNION ALL " \
-	"  SELECT (SELECT t.priority FROM ntask.task t " \
-	"          WHERE t.queue OPERATOR(pg_catalog.=) $1 AND t.due_at IS NOT NULL " \
-	"            AND t.priority OPERATOR(pg_catalog.<>) 0 " pred \
-	"            AND t.priority OPERATOR(pg_catalog.<) nz.p " \
-	"          ORDER BY t.priority DESC LIMIT 1) " \
-	"  FROM nz WHERE nz.p IS NOT NULL " \
-	"), pr(p) AS ( " \
-	"  SELECT nz.p FROM nz WHERE nz.p OPERATOR(pg_catalog.>) 0 " \
-	"  UNION ALL SELECT 0 " \
-	"  UNION ALL SELECT nz.p FROM nz WHERE nz.p OPERATOR(pg_catalog.<) 0 " \
-	") "
-
-/*
  * SQL: true when the caller (parameter $n, an oid) may act as a worker on
  * the tasks of queue row q: the queue has no worker_role, or the caller has
  * its privileges.  Checked by every function that takes a task id and a
@@ -226,31 +192,6 @@ extern int16 NtaskShardFor(text *queue, text *key);
 	"(" q ".worker_role IS NULL OR (SELECT pg_catalog.pg_has_role($" n ", " \
 	q ".worker_role, 'USAGE')))"
 
-/* receipt.c */
-extern bool NtaskSameDigest(Jsonb *payload, bytea *current_digest,
-							bytea *stored, int stored_version);
-
-/* guard.c */
-typedef enum NtaskGuardVerdict
-{
-	NTASK_GUARD_PROCEED,
-	NTASK_GUARD_SKIP,
-	NTASK_GUARD_CANCEL,
-	NTASK_GUARD_ERROR,			/* raised; *reason holds the message */
-	NTASK_GUARD_BUSY			/* a lock timeout or deadlock: leave it due */
-} NtaskGuardVerdict;
-
-extern NtaskGuardVerdict NtaskRunGuard(const char *name, const char *owner,
-									   text *task_key, Jsonb *payload,
-									   char **reason, bool catch_errors);
-extern char *NtaskGuardName(Oid guard);
-extern Oid	NtaskResolveGuard(const char *name);
-extern void NtaskCheckGuardHome(Oid guard, Oid nsp);
-extern char *NtaskQueueGuard(text *queue, char **owner);
-
-/* worker.c: the launcher and the loop */
-extern void NtaskWorkerRegister(void);
-
 /*
  * worker_shared.c: the worker's shared state, counters, wake-at-commit and
  * transaction helper (used by worker.c, dispatch.c and the SQL functions
@@ -262,6 +203,7 @@ extern void NtaskWakeWorkerAtCommit(void);
 extern void NtaskWakeLauncherAtCommit(void);
 extern void NtaskWorkerHoldDatabase(const char *dbname);
 extern int	NtaskWorkerSlots(void);
+extern void NtaskWorkerRegister(void);
 
 /* what a probe (or a worker) saw in its database */
 #define NTASK_PROBE_NONE		0	/* nothing yet: it could not connect? */
@@ -312,63 +254,20 @@ extern void NtaskWorkerError(const char *msg);
 extern bool NtaskWorkerRunXact(void (*fn) (void *arg), void *arg,
 							   const char *what);
 
-/* housekeeping.c: counts[] = expired, repaired, pruned */
-extern void NtaskHousekeep(int max_rows, bool deadlines, int64 *counts);
-extern void NtaskHousekeepShard(int16 shard, int max_rows, bool deadlines, int64 *counts);
-extern void NtaskHousekeepHistoryDist(int max_rows);
-
-/* target.c: a queue's http target, parsed and checked */
-typedef struct NtaskHttpTarget
-{
-	char	   *url;
-	char	   *host;			/* lower-case, no brackets */
-	bool		put;			/* PUT instead of POST */
-	int			timeout_ms;
-	int			max_inflight;	/* 0: only the GUC limits it */
-	bool		keep_alive;		/* sends may reuse connections */
-	char	   *reconcile_url;	/* NULL: none */
-	char	   *reconcile_host; /* its host, as host */
-	bool		has_content_type;
-	int			nheaders;
-	char	  **headers;		/* "Name: value" lines */
-} NtaskHttpTarget;
-
-extern bool NtaskTargetIsHttp(Jsonb *target);
-extern void NtaskCheckTargetType(Jsonb *target);
-extern NtaskHttpTarget *NtaskParseHttpTarget(Jsonb *target);
-
-/* dispatch.c (runs only in the background worker) */
-extern void NtaskDispatchInit(const char *schema);
-extern bool NtaskDispatchTick(bool claim);
-extern int	NtaskDispatchInFlight(void);
-extern int	NtaskDispatchWait(long timeout_ms);
-extern void NtaskDispatchRefreshQueues(void);
-
-/* breaker.c: the circuit breaker of http queues (dispatch only) */
-extern void NtaskBreakerLoad(void);
-extern bool NtaskBreakerProbeDue(void);
-extern long NtaskBreakerWaitMs(void);
-extern int	NtaskBreakerClaimLimit(const char *queue, int inflight);
-extern void NtaskBreakerSent(const char *queue);
-extern void NtaskBreakerObserve(const char *queue, long http_status,
-								int curl_code, bool refused);
-extern void NtaskBreakerSync(void);
-
-/* claim.c */
-extern Datum NtaskCloseExpiredAttempts(Datum task_ids);
-extern void NtaskCheckClaimArgs(FunctionCallInfo fcinfo, int a_max_tasks,
-								int a_lease);
-extern int	NtaskClaimInto(ReturnSetInfo *rsinfo, text *queue, text *worker,
-						   int max_tasks, Datum lease_arg, bool invoked,
-						   Datum *extra, bool *extranulls, int nextra);
-
-/* wait.c: the waiting claim and the wake-at-commit of waiters */
-extern int64 NtaskClaimWaitedUsecs;
-extern uint64 NtaskClaimWrites;
-extern bool NtaskClaimHeldCap;
-extern TimestampTz NtaskClaimHeldUntil;
+/* waiter.c: the waiter slots and the wake-at-commit of waiters */
 extern void NtaskWaitShmemRequest(void);
 extern void NtaskWaitShmemStartup(void);
+extern bool NtaskWaiterAvailable(void);
+extern bool NtaskWaiterBusy(void);
+extern void NtaskWaiterRegister(const char *queue, int max_tasks,
+								TimestampTz until);
+extern TimestampTz NtaskWaiterRearm(TimestampTz now);
+extern TimestampTz NtaskWaiterHint(bool *woken);
+extern void NtaskWaiterSetCapped(bool capped);
+extern void NtaskWaiterUnregister(bool filled);
+extern void NtaskWakeCappedAtCommit(const char *queue);
+extern void NtaskWakeWaitersAtCommit(const char *queue, int ndue,
+									 TimestampTz later);
 
 /* fair.c */
 extern void NtaskFairShmemRequest(void);
@@ -397,27 +296,5 @@ extern void *NtaskShmemEnter(HTAB *htab, const void *id, int slots,
 							 TimestampTz (*evictable_at) (void *entry),
 							 void *keep, bool *found);
 extern bool NtaskShmemFullLog(TimestampTz *logged_at, TimestampTz now);
-extern void NtaskWakeCappedAtCommit(const char *queue);
-extern void NtaskWakeWaitersAtCommit(const char *queue, int ndue,
-									 TimestampTz later);
-extern int	NtaskClaimWait(ReturnSetInfo *rsinfo, text *queue, text *worker,
-						   int max_tasks, Datum lease_arg, bool invoked,
-						   int64 wait_usecs);
 
-/* result.c: stored results */
-extern void NtaskCheckResult(Jsonb *jb, int element);
-extern Datum NtaskArgResult(FunctionCallInfo fcinfo, int argno, bool *isnull);
-
-/* enqueue.c */
-extern void NtaskCheckPayload(Jsonb *jb, const char *what, int element,
-							  const char *suffix);
-extern int64 NtaskEnqueueStep(const char *queue, const char *key,
-							  Jsonb *payload, int64 saga_id);
-
-/* repair.c */
-extern void NtaskFinishTask(int64 task_id, const char *to_state,
-							 const char *reason, const char *attempt_result,
-							 const char *error_class, const char *stage);
-extern Datum ntask_replay(PG_FUNCTION_ARGS);
-
-#endif							/* NTASK_H */
+#endif							/* NTASK_BASE_H */

@@ -1,7 +1,8 @@
 /*-------------------------------------------------------------------------
  *
- * ntask.c
- *	  Module entry: PG_MODULE_MAGIC, _PG_init and the ntask.* GUCs.
+ * module.c
+ *	  Module entry: PG_MODULE_MAGIC, _PG_init, the hooks and the ntask.*
+ *	  GUCs (floor 2: it calls only the foundations beside it).
  *
  * ntask keeps durable tasks in the application's database and hands them
  * to workers under leases with fencing tokens.  This file owns only
@@ -11,11 +12,13 @@
  * worker's GUCs.
  *
  * IDENTIFICATION
- *	  src/ntask.c
+ *	  src/module.c
  *
  *-------------------------------------------------------------------------
  */
-#include "ntask.h"
+#include "postgres.h"
+
+#include "ntask_base.h"
 
 #include "commands/dbcommands.h"
 #include "commands/defrem.h"

@@ -1,0 +1,140 @@
+/*-------------------------------------------------------------------------
+ *
+ * attempt.c
+ *	  Attempts and the ledger: closing a task's open attempt when its lease
+ *	  expired (NtaskCloseExpiredAttempts: claim takeover and housekeeping)
+ *	  and finishing a locked task (NtaskFinishTask: the claim's guard,
+ *	  cancel, saga compensation).
+ *
+ * The ledger (ntask.attempt) is write-once: an attempt's row is written
+ * when the attempt ends, from the task row, which holds the open attempt
+ * until then.
+ *
+ * IDENTIFICATION
+ *	  src/attempt.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "ntask_task.h"
+
+#include "catalog/pg_type.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
+
+/*
+ * The one open attempt of each task whose lease expired.  Its outcome is
+ * known if it was never invoked, or if it committed a receipt (the receipt
+ * is the outcome); the second column says "unknown".
+ */
+static NtaskPlan att_close_plan = {
+	"claim close expired attempts",
+	"INSERT INTO ntask.attempt AS a (task_id, shard, token, attempt, worker, claimed_at, "
+	"  invoked_at, ended_at, result, outcome_known) "
+	"SELECT t.task_id, t.shard, t.token, t.attempts, t.lease_owner, "
+	"  coalesce(t.claimed_at, t.updated_at), t.invoked_at, pg_catalog.statement_timestamp(), "
+	"  'lease_expired', (t.invoked_at IS NULL " NTASK_RECEIPT_OF("t") ") "
+	"FROM ntask.task t "
+	"WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1) " NTASK_SHARD_IS("t", "2")
+	"  AND t.state OPERATOR(pg_catalog.=) 'leased' "
+	"RETURNING a.task_id, NOT a.outcome_known",
+	2, {INT8ARRAYOID, INT2OID}
+};
+
+static NtaskPlan att_finish_plan = {
+	"finish task",
+	"WITH closed AS ( "
+	"  INSERT INTO ntask.attempt AS a (task_id, shard, token, attempt, worker, claimed_at, "
+	"    invoked_at, ended_at, result, outcome_known) "
+	"  SELECT o.task_id, o.shard, o.token, o.attempts, o.lease_owner, "
+	"    coalesce(o.claimed_at, o.updated_at), o.invoked_at, "
+	"    pg_catalog.statement_timestamp(), $4, "
+	"    (o.invoked_at IS NULL " NTASK_RECEIPT_OF("o") ") "
+	"  FROM ntask.task o "
+	"  WHERE o.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("o", "$1")
+	"    AND o.state OPERATOR(pg_catalog.=) 'leased' "
+	"  RETURNING NOT a.outcome_known AS was_invoked "
+	") "
+	"UPDATE ntask.task t SET state = $2, reason = $3, due_at = NULL, "
+	"  lease_owner = NULL, lease_until = NULL, "
+	"  finished_at = pg_catalog.statement_timestamp(), updated_at = pg_catalog.statement_timestamp(), "
+	"  last_error_class = coalesce($5, t.last_error_class), "
+	"  last_error_stage = coalesce($6, t.last_error_stage), "
+	"  unknown_attempts = t.unknown_attempts OPERATOR(pg_catalog.+) "
+	"    (SELECT pg_catalog.count(*) FROM closed c WHERE c.was_invoked)::integer "
+	"WHERE t.task_id OPERATOR(pg_catalog.=) $1" NTASK_SHARD_OF("t", "$1"),
+	6, {INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID}
+};
+
+/* NtaskIdsShard: the shard of the tasks in a bigint[] of one shard */
+int16
+NtaskIdsShard(Datum ids)
+{
+	ArrayType  *a = DatumGetArrayTypeP(ids);
+	Datum	   *elems;
+	bool	   *nulls;
+	int			n;
+
+	deconstruct_array(a, INT8OID, sizeof(int64), true, TYPALIGN_DOUBLE,
+					  &elems, &nulls, &n);
+	return n > 0 ? (int16) (DatumGetInt64(elems[0]) >> 48) : 0;
+}
+
+/*
+ * NtaskCloseExpiredAttempts
+ *		Close the open attempt of each task in task_ids (bigint[]) whose
+ *		lease expired, with result lease_expired: write its ledger row from
+ *		the task row, which still holds it (write-once ledger: an attempt
+ *		is written when it ends); its outcome is known if it
+ *		was never invoked or committed a receipt.  Returns the bigint[] of
+ *		the tasks whose attempt's outcome is unknown.  Shared by claim takeover and
+ *		housekeeping; the caller holds the task rows' locks.
+ */
+Datum
+NtaskCloseExpiredAttempts(Datum task_ids)
+{
+	Datum		values[2];
+	Datum	   *invoked;
+	int			ninvoked = 0;
+	int			nclosed;
+	int			r;
+
+	/* of one shard: one claim round's, or any on a plain install (all 0) */
+	values[0] = task_ids;
+	values[1] = Int16GetDatum(NtaskIdsShard(task_ids));
+	nclosed = NtaskExecPlan(&att_close_plan, values, NULL,
+							SPI_OK_INSERT_RETURNING);
+	invoked = palloc(sizeof(Datum) * Max(nclosed, 1));
+	for (r = 0; r < nclosed; r++)
+		if (NtaskGetBool(r, 2))
+			invoked[ninvoked++] = Int64GetDatum(NtaskGetInt64(r, 1));
+	return NtaskInt8Array(invoked, ninvoked);
+}
+
+/*
+ * NtaskFinishTask
+ *		Move a task the caller has locked to a terminal state with a reason,
+ *		closing its open attempt (if any) with attempt_result; an attempt
+ *		that had been invoked is counted as an unknown outcome.  error_class
+ *		and stage, when not NULL, become the task's last error.
+ */
+void
+NtaskFinishTask(int64 task_id, const char *to_state, const char *reason,
+				const char *attempt_result, const char *error_class,
+				const char *stage)
+{
+	Datum		values[6];
+	char		nulls[6] = {' ', ' ', ' ', ' ', ' ', ' '};
+
+	values[0] = Int64GetDatum(task_id);
+	values[1] = CStringGetTextDatum(to_state);
+	values[2] = CStringGetTextDatum(reason);
+	values[3] = CStringGetTextDatum(attempt_result);
+	values[4] = error_class ? CStringGetTextDatum(error_class) : (Datum) 0;
+	nulls[4] = error_class ? ' ' : 'n';
+	values[5] = stage ? CStringGetTextDatum(stage) : (Datum) 0;
+	nulls[5] = stage ? ' ' : 'n';
+	NtaskExecPlan(&att_finish_plan, values, nulls, SPI_OK_UPDATE);
+}

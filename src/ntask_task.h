@@ -1,0 +1,88 @@
+/*-------------------------------------------------------------------------
+ *
+ * ntask_task.h
+ *	  Floor 3, the task model: the ledger (attempt.c), who may act on a
+ *	  queue's tasks (rights.c), leases, fences, receipts, results, guards
+ *	  and the parse of a queue's target.
+ *
+ * The floors of src/ (docs/design.md "Floors"; scripts/check_layers.sh):
+ * a file includes the header of its floor, which includes the ones below;
+ * no file calls a file on a floor above it.  A .c file includes
+ * postgres.h first, then its floor's header.
+ *
+ * IDENTIFICATION
+ *	  src/ntask_task.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef NTASK_TASK_H
+#define NTASK_TASK_H
+
+#include "ntask_base.h"
+
+/* rights.c */
+extern void NtaskQueueNotFound(const char *queue) pg_attribute_noreturn();
+extern void NtaskCheckQueueRight(text *queue, bool producer);
+extern void NtaskTaskRightDenied(int64 task_id) pg_attribute_noreturn();
+
+/* receipt.c */
+extern bool NtaskSameDigest(Jsonb *payload, bytea *current_digest,
+							bytea *stored, int stored_version);
+
+/* guard.c */
+typedef enum NtaskGuardVerdict
+{
+	NTASK_GUARD_PROCEED,
+	NTASK_GUARD_SKIP,
+	NTASK_GUARD_CANCEL,
+	NTASK_GUARD_ERROR,			/* raised; *reason holds the message */
+	NTASK_GUARD_BUSY			/* a lock timeout or deadlock: leave it due */
+} NtaskGuardVerdict;
+
+extern NtaskGuardVerdict NtaskRunGuard(const char *name, const char *owner,
+									   text *task_key, Jsonb *payload,
+									   char **reason, bool catch_errors);
+extern char *NtaskGuardName(Oid guard);
+extern Oid	NtaskResolveGuard(const char *name);
+extern void NtaskCheckGuardHome(Oid guard, Oid nsp);
+extern char *NtaskQueueGuard(text *queue, char **owner);
+
+/* target.c: a queue's http target, parsed and checked */
+typedef struct NtaskHttpTarget
+{
+	char	   *url;
+	char	   *host;			/* lower-case, no brackets */
+	bool		put;			/* PUT instead of POST */
+	int			timeout_ms;
+	int			max_inflight;	/* 0: only the GUC limits it */
+	bool		keep_alive;		/* sends may reuse connections */
+	char	   *reconcile_url;	/* NULL: none */
+	char	   *reconcile_host; /* its host, as host */
+	bool		has_content_type;
+	int			nheaders;
+	char	  **headers;		/* "Name: value" lines */
+} NtaskHttpTarget;
+
+extern bool NtaskTargetIsHttp(Jsonb *target);
+extern void NtaskCheckTargetType(Jsonb *target);
+extern NtaskHttpTarget *NtaskParseHttpTarget(Jsonb *target);
+
+/* result.c: stored results */
+extern void NtaskCheckResult(Jsonb *jb, int element);
+extern Datum NtaskArgResult(FunctionCallInfo fcinfo, int argno, bool *isnull);
+
+/*
+ * attempt.c: the ledger.  NTASK_SHARD_IS: " AND <alias>.shard = $<n>", the
+ * shard of a bigint[] of task ids of one shard (NtaskIdsShard), passed as
+ * a parameter: Citus prunes to one shard only by a constant, not by an
+ * expression of the id array.  0 on a plain install.
+ */
+#define NTASK_SHARD_IS(alias, n) \
+	" AND " alias ".shard OPERATOR(pg_catalog.=) $" n " "
+extern int16 NtaskIdsShard(Datum ids);
+extern Datum NtaskCloseExpiredAttempts(Datum task_ids);
+extern void NtaskFinishTask(int64 task_id, const char *to_state,
+							 const char *reason, const char *attempt_result,
+							 const char *error_class, const char *stage);
+
+#endif							/* NTASK_TASK_H */
