@@ -34,7 +34,9 @@ OBJS = \
 	src/breaker.o \
 	src/dispatch.o \
 	src/worker.o
-DATA = $(wildcard ntask--*.sql)
+# the install script and the one upgrade path (test/frozen/ntask--0.3.sql,
+# its start, is installed only while scripts/test.sh runs)
+DATA = ntask--1.0.0.sql ntask--0.3--1.0.0.sql
 PGFILEDESC = "ntask - durable tasks with leases and fencing tokens"
 
 PG_CPPFLAGS = -I$(srcdir)/src -std=c11

@@ -4,10 +4,16 @@
 \echo Use "ALTER EXTENSION ntask UPDATE TO '1.0.0'" to load this file. \quit
 
 /*
+ * THE RULE: every later schema change goes into BOTH this file and
+ * ntask--1.0.0.sql, the complete install script a fresh CREATE EXTENSION
+ * runs.  Regress "upgrade" installs 0.3 (test/frozen/ntask--0.3.sql),
+ * updates it with this file and fails on any difference from a fresh
+ * 1.0.0: objects, columns and their order, defaults, constraints, indexes,
+ * triggers, comments, privileges, view definitions and every function's
+ * body.
+ *
  * One upgrade script for the whole 1.0 wave: each issue adds its part under
  * its own heading below (keep the headings: parallel work merges cleanly).
- * A fresh CREATE EXTENSION runs 0.1, 0.1--0.2, 0.2--0.3 and this script, so
- * new and upgraded installations are the same (regress "upgrade").
  */
 
 -- issue 29.1: waiting claims on limited queues
@@ -440,10 +446,10 @@ COMMENT ON COLUMN ntask.saga.scope IS 'the queues the definition names (ntask.sa
 -- the same columns (names, types, collations), new ones only at the end.
 -- Never DROP a public function whose signature can stay: CREATE OR REPLACE.
 -- Where the arguments or result columns truly change, an overload must not
--- make old calls ambiguous; otherwise drop it the way ntask--0.2--0.3.sql
--- does (refuse, naming them, when user objects depend on it; carry the
--- users' GRANTs and REVOKEs over and keep them out of pg_init_privs): copy
--- its upgrade_* helpers here, dropping them at the end of the file.
+-- make old calls ambiguous; otherwise drop it the way 0.2--0.3 did (refuse,
+-- naming them, when user objects depend on it; carry the users' GRANTs and
+-- REVOKEs over and keep them out of pg_init_privs): copy its upgrade_*
+-- helpers (in test/frozen/ntask--0.3.sql) here, dropping them at the end.
 -- regress "upgrade" keeps a user view, a user function and a grant.
 
 -- Suspicion (issue 29): ntask_fire and ntask.fire_slot are SECURITY

@@ -56,11 +56,14 @@ deb="$TMP/postgresql-15-ntask_${version}_amd64.deb"
 [ -f "$deb" ] || fail "no $(basename "$deb"); built: $(ls "$TMP"/*.deb 2>/dev/null)"
 echo "ntask deb: built $(basename "$deb") ($(stat -c %s "$deb") bytes)"
 list=$(dpkg-deb -c "$deb" | awk '{print $6}')
-echo "$list" | grep -E 'ntask(\.so|\.control|--0\.3\.sql|--0\.2--0\.3\.sql)$' | sed 's/^/  /'
+echo "$list" | grep -E 'ntask(\.so|\.control|--.*\.sql)$' | sed 's/^/  /'
 for f in usr/lib/postgresql/15/lib/ntask.so usr/share/postgresql/15/extension/ntask.control \
-	usr/share/postgresql/15/extension/ntask--0.1.sql usr/share/postgresql/15/extension/ntask--0.2--0.3.sql usr/share/postgresql/15/extension/ntask--0.3--1.0.0.sql; do
+	usr/share/postgresql/15/extension/ntask--1.0.0.sql usr/share/postgresql/15/extension/ntask--0.3--1.0.0.sql; do
 	echo "$list" | grep -qx "\./$f" || fail "$f is not in the package"
 done
+# issue 32: one install script and one upgrade script, nothing for 0.1-0.3
+extra=$(echo "$list" | grep -E '/ntask--.*\.sql$' | grep -vxE '\./usr/share/postgresql/15/extension/ntask--(1\.0\.0|0\.3--1\.0\.0)\.sql')
+[ -z "$extra" ] || fail "scripts of versions nobody installed are in the package: $extra"
 dpkg-deb -f "$deb" Depends | grep -q postgresql-15 || fail "the package does not depend on postgresql-15"
 
 # 2. a PostgreSQL 15 without any ntask file, then the package's files

@@ -190,18 +190,11 @@ enq_notify(text *queue)
 /*
  * enq_put
  *		One output row of ntask_enqueue or ntask_enqueue_many: task_id,
- *		created, state, outcome, result.  Before ALTER EXTENSION UPDATE to
- *		0.3 the SQL definition has only the first three (and the first
- *		statement prepared says the extension needs the update).
+ *		created, state, outcome, result.
  */
 static void
 enq_put(ReturnSetInfo *rsinfo, Datum *out, bool *outnulls)
 {
-	if (rsinfo->setDesc->natts < 5)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("ntask: the SQL definition of this function is older than the library"),
-				 errhint("Run ALTER EXTENSION ntask UPDATE.")));
 	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, outnulls);
 }
 

@@ -288,7 +288,7 @@ queue_target_removed(Jsonb *target)
  *		Without ntask in shared_preload_libraries no background worker runs
  *		and there is no shared memory: say so when a queue is given a
  *		setting that needs them, in the words of CREATE EXTENSION's warning
- *		(ntask--0.2--0.3.sql, issue 20).  The setting is stored: it acts
+ *		(since 0.3, issue 20).  The setting is stored: it acts
  *		once the library is preloaded.
  */
 static void
@@ -345,7 +345,7 @@ queue_check_cap(FunctionCallInfo fcinfo, int arg, const char *name, int max)
 {
 	int32		v;
 
-	if (PG_NARGS() <= arg || PG_ARGISNULL(arg))
+	if (PG_ARGISNULL(arg))
 		return;
 	v = PG_GETARG_INT32(arg);
 	if (v < 0 || v > max)
@@ -453,7 +453,6 @@ ntask_queue_set(PG_FUNCTION_ARGS)
 	text	   *queue = NtaskArgText(fcinfo, 0, "queue", NTASK_MAX_QUEUE_LEN);
 	Datum		values[QUEUE_NPARAMS];
 	char		nulls[QUEUE_NPARAMS];
-	int			nargs = Min(PG_NARGS(), QUEUE_NARGS);	/* 9 before the 0.3 update */
 	int			i;
 	char	   *qname;
 	char	   *guard_name = NULL;
@@ -505,7 +504,7 @@ ntask_queue_set(PG_FUNCTION_ARGS)
 	if (!PG_ARGISNULL(8))
 		NtaskCheckPositiveInterval(PG_GETARG_INTERVAL_P(8), "retention");
 	/* the channel is "ntask_<queue>", and a channel name has at most 63 bytes */
-	if (nargs > 9 && !PG_ARGISNULL(9) && PG_GETARG_BOOL(9) &&
+	if (!PG_ARGISNULL(9) && PG_GETARG_BOOL(9) &&
 		VARSIZE_ANY_EXHDR(queue) > NAMEDATALEN - 1 - 6)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -514,7 +513,7 @@ ntask_queue_set(PG_FUNCTION_ARGS)
 				 errdetail("The channel is \"ntask_\" followed by the queue name, and a channel name has at most %d bytes.",
 						   NAMEDATALEN - 1)));
 
-	if (nargs > 10 && !PG_ARGISNULL(10))
+	if (!PG_ARGISNULL(10))
 	{
 		char	   *f = text_to_cstring(PG_GETARG_TEXT_PP(10));
 
@@ -527,7 +526,7 @@ ntask_queue_set(PG_FUNCTION_ARGS)
 	queue_check_cap(fcinfo, 11, "max_inflight", 1000000);
 	queue_check_cap(fcinfo, 12, "partition_max_inflight", 1000000);
 	queue_check_cap(fcinfo, 18, "breaker_failures", 1000);
-	if (nargs > 17 && !PG_ARGISNULL(17))
+	if (!PG_ARGISNULL(17))
 	{
 		float4		share = PG_GETARG_FLOAT4(17);
 
@@ -536,16 +535,16 @@ ntask_queue_set(PG_FUNCTION_ARGS)
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("ntask: retry_share must be between 0 and 1")));
 	}
-	if (nargs > 19 && !PG_ARGISNULL(19))
+	if (!PG_ARGISNULL(19))
 		NtaskCheckPositiveInterval(PG_GETARG_INTERVAL_P(19), "breaker_cooldown");
 	/* the worker rereads an http queue's breaker at once, not next tick */
-	if ((nargs > 18 && !PG_ARGISNULL(18)) || (nargs > 19 && !PG_ARGISNULL(19)))
+	if ((!PG_ARGISNULL(18)) || (!PG_ARGISNULL(19)))
 		NtaskWakeWorkerAtCommit();
 
 	/* arguments 0..14 are parameters 1..15; then the rates take two each */
 	for (i = 0; i < QUEUE_NPARAMS; i++)
 		nulls[i] = 'n';
-	for (i = 0; i < nargs; i++)
+	for (i = 0; i < QUEUE_NARGS; i++)
 	{
 		int			p = i < 15 ? i : i == 15 ? 15 : i == 16 ? 17 : i + 2;
 		bool		isnull = PG_ARGISNULL(i);
@@ -570,7 +569,7 @@ ntask_queue_set(PG_FUNCTION_ARGS)
 	/* a rate limit (parsed above: count 0 is 'none') or a retry share */
 	if ((nulls[15] == ' ' && DatumGetInt32(values[15]) > 0) ||
 		(nulls[17] == ' ' && DatumGetInt32(values[17]) > 0) ||
-		(nargs > 17 && !PG_ARGISNULL(17) && PG_GETARG_FLOAT4(17) < 1.0f))
+		(!PG_ARGISNULL(17) && PG_GETARG_FLOAT4(17) < 1.0f))
 		queue_warn_not_preloaded("the rate limit or retry share cannot be enforced",
 								 "ntask_claim refuses a queue with a rate limit or a retry share (SQLSTATE 55000) until ntask is preloaded.");
 
@@ -581,7 +580,7 @@ ntask_queue_set(PG_FUNCTION_ARGS)
 
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
-	if (nargs > 13 && !PG_ARGISNULL(13) && PG_GETARG_BOOL(13))
+	if (!PG_ARGISNULL(13) && PG_GETARG_BOOL(13))
 		NtaskExecPlan(&queue_ordered_lock_plan, NULL, NULL, SPI_OK_UTILITY);
 	NtaskExecPlan(&queue_insert_plan, values, NULL, SPI_OK_INSERT);
 	if (guard_name)
@@ -600,14 +599,14 @@ ntask_queue_set(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("ntask: backoff_max must not be less than backoff_base")));
 	queue_check_flow();
-	if (nargs > 13 && !PG_ARGISNULL(13) && PG_GETARG_BOOL(13))
+	if (!PG_ARGISNULL(13) && PG_GETARG_BOOL(13))
 	{
 		SPITupleTable *row = SPI_tuptable;
 
 		NtaskExecPlan(&queue_ordered_plan, values, NULL, SPI_OK_UPDATE);
 		SPI_tuptable = row;
 	}
-	if (nargs > 10 && !PG_ARGISNULL(10) &&
+	if (!PG_ARGISNULL(10) &&
 		strcmp(text_to_cstring(PG_GETARG_TEXT_PP(10)), "partition") == 0)
 	{
 		SPITupleTable *row = SPI_tuptable;
@@ -623,7 +622,10 @@ ntask_queue_set(PG_FUNCTION_ARGS)
 		bool	   *rownulls = palloc(sizeof(bool) * natts);
 		int			col = 0;
 
-		/* the row type keeps dropped columns (0.3 replaced guard); skip them */
+		/*
+		 * the row type keeps dropped columns (an installation updated from
+		 * 0.3 keeps the guard column 0.3 replaced): skip them
+		 */
 		for (i = 0; i < natts; i++)
 		{
 			if (TupleDescAttr(rsinfo->setDesc, i)->attisdropped)

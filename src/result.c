@@ -55,8 +55,7 @@ NtaskCheckResult(Jsonb *jb, int element)
 
 /*
  * NtaskArgResult
- *		The result argument at argno (jsonb, may be NULL; absent when the
- *		SQL definition is older than the library), checked with
+ *		The result argument at argno (jsonb, may be NULL), checked with
  *		NtaskCheckResult.  Returns it detoasted.
  */
 Datum
@@ -65,7 +64,7 @@ NtaskArgResult(FunctionCallInfo fcinfo, int argno, bool *isnull)
 	Jsonb	   *jb;
 
 	*isnull = true;
-	if (PG_NARGS() <= argno || PG_ARGISNULL(argno))
+	if (PG_ARGISNULL(argno))
 		return (Datum) 0;
 	jb = PG_GETARG_JSONB_P(argno);
 	NtaskCheckResult(jb, 0);

@@ -423,7 +423,7 @@ tr_init(TrCall *c, FunctionCallInfo fcinfo, int a_to_state, int a_error_class,
 
 	reason = tr_check_args(c->to_state, &c->error_class, c->outcome != NULL,
 						   !c->retry_at_null);
-	if (a_result >= 0 && PG_NARGS() > a_result && !PG_ARGISNULL(a_result) &&
+	if (a_result >= 0 && !PG_ARGISNULL(a_result) &&
 		strcmp(c->to_state, "succeeded") != 0)
 		tr_result_not_allowed();
 	if (!c->retry_at_null && TIMESTAMP_NOT_FINITE(DatumGetTimestampTz(c->retry_at)))
@@ -714,7 +714,7 @@ tr_many_results(FunctionCallInfo fcinfo, int argno, int n, const char *to_state,
 {
 	int			i;
 
-	if (PG_NARGS() <= argno || PG_ARGISNULL(argno))
+	if (PG_ARGISNULL(argno))
 		return 0;
 	if (strcmp(to_state, "succeeded") != 0)
 		tr_result_not_allowed();

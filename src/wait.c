@@ -422,17 +422,12 @@ ntask_claim(PG_FUNCTION_ARGS)
 
 	NtaskClaimCallInit(&c, fcinfo, (ReturnSetInfo *) fcinfo->resultinfo,
 					   0, 1, 2, 3);
-	/* invoked: absent while the SQL objects are older than 0.3 */
-	if (PG_NARGS() > 5)
-	{
-		if (PG_ARGISNULL(5))
-			ereport(ERROR,
-					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-					 errmsg("ntask: invoked must not be NULL")));
-		c.invoked = PG_GETARG_BOOL(5);
-	}
-	/* the wait argument is absent while the SQL objects are still 0.2 */
-	if (PG_NARGS() > 4 && !PG_ARGISNULL(4))
+	if (PG_ARGISNULL(5))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("ntask: invoked must not be NULL")));
+	c.invoked = PG_GETARG_BOOL(5);
+	if (!PG_ARGISNULL(4))
 	{
 		Interval   *w = PG_GETARG_INTERVAL_P(4);
 

@@ -164,6 +164,34 @@ is( sql($old, q{
 	't-done:succeeded:1:1,t-edited:ready:0:0,t-fresh:ready:0:0,t-retry:retry_wait:1:1',
 	'old cluster: task states, tokens and attempts before the upgrade');
 
+# Issue 32: a database whose ntask was installed as 0.3 and updated to
+# 1.0.0 (the one upgrade path; its ntask.queue keeps the guard column 0.3
+# replaced, as a dropped column) upgrades too.  0.3 is installed from
+# test/frozen only while scripts/test.sh runs: without it, this part is
+# skipped.
+my $frozen = -f $old->config_data('--sharedir') . '/extension/ntask--0.3.sql';
+if ($frozen)
+{
+	sql($old, q{CREATE DATABASE upd});
+	$old->safe_psql('upd', q{
+		SET client_min_messages = error;
+		CREATE EXTENSION ntask VERSION '0.3';
+		ALTER EXTENSION ntask UPDATE;
+		SELECT count(*) FROM ntask_queue_set('u');
+		SELECT count(*) FROM ntask_enqueue('u', 'k1', '{"n": 1}');
+	});
+	is($old->safe_psql('upd', q{
+			SELECT extversion || ':' || count(*) FILTER (WHERE a.attisdropped)
+			FROM pg_extension e, pg_attribute a
+			WHERE e.extname = 'ntask' AND a.attrelid = 'ntask.queue'::regclass
+			GROUP BY extversion}),
+		'1.0.0:1', 'database upd: ntask 0.3 updated to 1.0.0, ntask.queue with its dropped column');
+}
+else
+{
+	note('test/frozen/ntask--0.3.sql is not installed (scripts/test.sh installs it): no updated database');
+}
+
 my $before = snapshot($old);
 my $ntasks = sql($old, q{SELECT count(*) FROM ntask.task});
 my $old_guard_oid =
@@ -281,6 +309,17 @@ is( sql($new, q{
 		FROM ntask.task WHERE queue = 'g'}),
 	't-done:succeeded:1,t-edited:skipped:0,t-fresh:succeeded:1,t-retry:succeeded:2',
 	'final states and tokens on the new cluster');
+
+if ($frozen)
+{
+	# the updated database: its queue row (dropped column skipped) and task
+	is($new->safe_psql('upd', q{
+			SELECT queue || ':' || max_attempts FROM ntask_queue_set('u', max_attempts => 5)}),
+		'u:5', 'database upd after pg_upgrade: ntask_queue_set returns its queue row');
+	is($new->safe_psql('upd', q{
+			SELECT task_key || ':' || token FROM ntask_claim('u', 'W')}),
+		'k1:1', 'database upd after pg_upgrade: its task is claimed');
+}
 
 note("pg_upgrade: check ok, upgrade ok, $ntasks tasks carried, guard resolves"
 	  . " ($guard, oid $old_guard_oid -> $new_guard_oid), ntask $extversion");

@@ -235,6 +235,39 @@ sql($dst, q{ALTER EXTENSION ntask UPDATE});
 is(sql($dst, q{SELECT extversion FROM pg_extension WHERE extname = 'ntask'}), '1.0.0',
 	'ALTER EXTENSION ntask UPDATE on the restored database is a no-op');
 
+# Issue 32: a database whose ntask was installed as 0.3 and updated to
+# 1.0.0 (the one upgrade path; ntask.queue keeps 0.3's dropped guard
+# column) dumps and restores into a fresh 1.0.0.  0.3 is installed from
+# test/frozen only while scripts/test.sh runs: without it, skipped.
+if (-f $src->config_data('--sharedir') . '/extension/ntask--0.3.sql')
+{
+	sql($src, q{CREATE DATABASE upd});
+	$src->safe_psql('upd', q{
+		SET client_min_messages = error;
+		CREATE EXTENSION ntask VERSION '0.3';
+		ALTER EXTENSION ntask UPDATE;
+		SELECT count(*) FROM ntask_queue_set('u', max_attempts => 4);
+		SELECT count(*) FROM ntask_enqueue('u', 'k1', '{"n": 1}');
+	});
+	my $updump = PostgreSQL::Test::Utils::tempdir . '/upd.dump';
+	command_ok([ 'pg_dump', '-Fc', '-f', $updump, '-h', $src->host, '-p', $src->port, 'upd' ],
+		'pg_dump -Fc of a database updated from 0.3');
+	sql($dst, q{CREATE DATABASE upd});
+	command_ok([ 'pg_restore', '--exit-on-error', '-d', 'upd', '-h', $dst->host, '-p', $dst->port, $updump ],
+		'pg_restore of the database updated from 0.3 exits 0');
+	is($dst->safe_psql('upd', q{
+			SELECT e.extversion || ':' || q.max_attempts || ':' || t.task_key || ':' || t.state
+			FROM pg_extension e, ntask.queue q JOIN ntask.task t ON t.queue = q.queue
+			WHERE e.extname = 'ntask'}),
+		'1.0.0:4:k1:ready', 'restored from the updated database: 1.0.0, its queue and its task');
+	is($dst->safe_psql('upd', q{SELECT task_key || ':' || token FROM ntask_claim('u', 'W')}),
+		'k1:1', 'restored from the updated database: its task is claimed');
+}
+else
+{
+	note('test/frozen/ntask--0.3.sql is not installed (scripts/test.sh installs it): no updated database');
+}
+
 $src->stop;
 $dst->stop;
 done_testing();

@@ -9,8 +9,10 @@
 #     debian/control.in for every version in debian/pgversions (what
 #     pg_buildext updatecontrol writes); debian/rules builds with pg_buildext
 #     (dh --with pgxs_loop);
-#   - every install script the Makefile installs is named in the
-#     extension's update chain up to default_version.
+#   - (issue 32) one install script, ntask--<default_version>.sql, which
+#     META.json provides; every upgrade script ends at default_version and
+#     starts from a version whose frozen install script the upgrade tests
+#     use (test/frozen/); the Makefile installs exactly these scripts.
 # The package build itself is scripts/test-deb.sh (NTASK_TEST_DEB=1).
 
 use strict;
@@ -56,14 +58,21 @@ is(slurp('debian/control'), $want, 'debian/control is debian/control.in for each
 like(slurp('debian/rules'), qr/dh \$\@ --with pgxs_loop/, 'debian/rules builds with pg_buildext (pgxs_loop)');
 ok(-x "$root/debian/rules", 'debian/rules is executable');
 
-# the update chain reaches default_version from the first install script
+# one install script, at default_version; upgrade scripts only to it, each
+# from a version the upgrade tests can install (test/frozen)
 my @scripts = map { s{.*/}{}r } glob("$root/ntask--*.sql");
-my ($base) = grep { /^ntask--[^-]+\.sql$/ } @scripts;
-my %step = map { /^ntask--(.+)--(.+)\.sql$/ ? ($1 => $2) : () } @scripts;
-my ($v) = $base =~ /^ntask--(.+)\.sql$/;
-my @chain = ($v);
-push @chain, $v = $step{$v} while exists $step{$v};
-is($chain[-1], $default, 'the install scripts chain ' . join(' -> ', @chain) . " reaches $default");
-is(scalar(@chain), scalar(@scripts), 'every install script is on that chain');
+my @base = grep { /^ntask--[^-]+\.sql$/ } @scripts;
+is(join(' ', @base), "ntask--$default.sql", "one install script, ntask--$default.sql");
+is($meta->{provides}{ntask}{file}, "ntask--$default.sql", 'META.json provides the install script');
+my @steps = grep { /^ntask--.+--.+\.sql$/ } @scripts;
+ok(@steps >= 1, 'an upgrade script: ' . join(' ', @steps));
+for my $s (@steps)
+{
+	my ($from, $to) = $s =~ /^ntask--(.+)--(.+)\.sql$/;
+	is($to, $default, "$s updates to $default");
+	ok(-f "$root/test/frozen/ntask--$from.sql", "$s starts from test/frozen/ntask--$from.sql");
+}
+my ($data) = slurp('Makefile') =~ /^DATA\s*=\s*(.*)$/m;
+is(join(' ', sort split ' ', $data), join(' ', sort @scripts), 'the Makefile installs exactly these scripts');
 
 done_testing();
