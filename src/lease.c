@@ -291,7 +291,7 @@ ntask_release(PG_FUNCTION_ARGS)
 
 		result = "applied";
 		NtaskWakeWorkerAtCommit();	/* it may be an http task, due now */
-		NtaskWakeCappedAtCommit(NtaskGetCString(0, 1));	/* a slot is free */
+		NtaskWakeCappedAtCommit(NtaskGetCString(0, 1), 1);	/* a slot is free */
 		if (run_at <= GetCurrentStatementStartTimestamp())
 			NtaskWakeWaitersAtCommit(NtaskGetCString(0, 1), 1, 0);
 		else
