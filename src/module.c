@@ -29,6 +29,8 @@
 #include "utils/acl.h"
 #include "utils/guc.h"
 
+#include "http_parse.h"
+
 PG_MODULE_MAGIC;
 
 /* ntask.backoff_jitter: randomise retry delays (tests turn it off) */
@@ -41,6 +43,7 @@ int			ntask_max_databases = 4;
 int			ntask_naptime_ms = 1000;
 int			ntask_http_max_inflight = 64;
 char	   *ntask_http_allowed_hosts = NULL;
+const NtaskHostList *ntask_http_allowed_list = NULL;
 int			ntask_http_connect_timeout_ms = 5000;
 int			ntask_http_max_response_bytes = 65536;
 int			ntask_http_retry_after_max = 3600;
@@ -72,6 +75,42 @@ static void ntask_process_utility(PlannedStmt *pstmt, const char *queryString,
 								  bool readOnlyTree, ProcessUtilityContext context,
 								  ParamListInfo params, QueryEnvironment *queryEnv,
 								  DestReceiver *dest, QueryCompletion *qc);
+
+/*
+ * ntask_check_allowed_hosts
+ *		GUC check hook of ntask.http_allowed_hosts: parse the list once,
+ *		here, into the GUC's extra (malloc'd, freed by guc.c), refusing an
+ *		entry that could never match (ntask_hostlist_parse); dispatch and
+ *		ntask_queue_set read the parsed list.
+ */
+static bool
+ntask_check_allowed_hosts(char **newval, void **extra, GucSource source)
+{
+	char		bad[128];
+	NtaskHostList *list = ntask_hostlist_parse(*newval, bad, sizeof(bad));
+
+	if (list == NULL && bad[0] == '\0')
+	{
+		GUC_check_errcode(ERRCODE_OUT_OF_MEMORY);
+		GUC_check_errmsg("out of memory");
+		return false;
+	}
+	if (list == NULL)
+	{
+		GUC_check_errdetail("Entry \"%s\" holds a \"/\" but is not an address range; a range is an IPv4 or IPv6 address, \"/\" and a prefix length, such as \"10.0.0.0/8\" or \"fd00::/8\".",
+							bad);
+		return false;
+	}
+	*extra = list;
+	return true;
+}
+
+/* ntask_assign_allowed_hosts: GUC assign hook, keeps the parsed list */
+static void
+ntask_assign_allowed_hosts(const char *newval, void *extra)
+{
+	ntask_http_allowed_list = (const NtaskHostList *) extra;
+}
 
 static void
 ntask_shmem_request(void)
@@ -277,7 +316,9 @@ _PG_init(void)
 							   "",
 							   PGC_SIGHUP,
 							   0,
-							   NULL, NULL, NULL);
+							   ntask_check_allowed_hosts,
+							   ntask_assign_allowed_hosts,
+							   NULL);
 
 	DefineCustomIntVariable("ntask.http_connect_timeout_ms",
 							"Connect timeout of the worker's HTTP requests.",
