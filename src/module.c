@@ -227,36 +227,12 @@ ntask_process_utility(PlannedStmt *pstmt, const char *queryString,
 }
 
 /*
- * _PG_init
- *		Define the GUCs; when loaded by shared_preload_libraries, also ask
- *		for the worker's shared memory and register the worker.  Safe to
- *		run on first use in a backend too (then there is no worker and
- *		enqueue does not wake anything).
+ * ntask_define_worker_gucs
+ *		The background worker's settings (docs/worker.md).
  */
-void
-_PG_init(void)
+static void
+ntask_define_worker_gucs(GucContext pm_context)
 {
-	/*
-	 * The worker's settings can only take effect at server start.  Loaded
-	 * later (the first call of an ntask function in a server that does not
-	 * preload it), defining a PGC_POSTMASTER variable would be FATAL:
-	 * define them as reload-time settings instead, which nothing reads
-	 * then, since there is no worker.  Every SQL function works either way.
-	 */
-	GucContext	pm_context = process_shared_preload_libraries_in_progress ?
-		PGC_POSTMASTER : PGC_SIGHUP;
-
-	DefineCustomBoolVariable("ntask.backoff_jitter",
-							 "Randomise retry delays (equal jitter).",
-							 "When off, a transient failure waits exactly "
-							 "min(backoff_base * 2^(attempt-1), backoff_max); "
-							 "meant for deterministic tests.",
-							 &ntask_backoff_jitter,
-							 true,
-							 PGC_USERSET,
-							 0,
-							 NULL, NULL, NULL);
-
 	DefineCustomStringVariable("ntask.database",
 							   "The only database an ntask background worker serves; empty: every database with ntask installed.",
 							   "Empty (the default): the launcher starts one worker "
@@ -298,6 +274,45 @@ _PG_init(void)
 							GUC_UNIT_MS,
 							NULL, NULL, NULL);
 
+	DefineCustomStringVariable("ntask.worker_role",
+							   "Role the ntask background worker connects as.",
+							   "Must exist, be able to log in and not be a "
+							   "superuser; CREATE EXTENSION ntask creates the "
+							   "default, ntask_bgworker (a member of ntask_worker).",
+							   &ntask_worker_role,
+							   "ntask_bgworker",
+							   pm_context,
+							   0,
+							   NULL, NULL, NULL);
+
+	DefineCustomIntVariable("ntask.worker_lock_timeout",
+							"lock_timeout of the background worker's statements.",
+							"A row lock held by someone else's open transaction "
+							"makes one step fail and retry, never stalls the worker.",
+							&ntask_worker_lock_timeout_ms,
+							1000, 1, 600000,
+							PGC_SIGHUP,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("ntask.worker_statement_timeout",
+							"statement_timeout of each of the background worker's transactions.",
+							NULL,
+							&ntask_worker_statement_timeout_ms,
+							30000, 100, 3600 * 1000,
+							PGC_SIGHUP,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+}
+
+/*
+ * ntask_define_http_gucs
+ *		HTTP dispatch's settings (docs/worker.md); the allowlist is parsed
+ *		where it is set (ntask_check_allowed_hosts).
+ */
+static void
+ntask_define_http_gucs(void)
+{
 	DefineCustomIntVariable("ntask.http_max_inflight",
 							"Maximum HTTP requests the worker has in flight, all queues together.",
 							NULL,
@@ -347,36 +362,26 @@ _PG_init(void)
 							PGC_SIGHUP,
 							GUC_UNIT_S,
 							NULL, NULL, NULL);
+}
 
-	DefineCustomStringVariable("ntask.worker_role",
-							   "Role the ntask background worker connects as.",
-							   "Must exist, be able to log in and not be a "
-							   "superuser; CREATE EXTENSION ntask creates the "
-							   "default, ntask_bgworker (a member of ntask_worker).",
-							   &ntask_worker_role,
-							   "ntask_bgworker",
-							   pm_context,
-							   0,
-							   NULL, NULL, NULL);
-
-	DefineCustomIntVariable("ntask.worker_lock_timeout",
-							"lock_timeout of the background worker's statements.",
-							"A row lock held by someone else's open transaction "
-							"makes one step fail and retry, never stalls the worker.",
-							&ntask_worker_lock_timeout_ms,
-							1000, 1, 600000,
-							PGC_SIGHUP,
-							GUC_UNIT_MS,
-							NULL, NULL, NULL);
-
-	DefineCustomIntVariable("ntask.worker_statement_timeout",
-							"statement_timeout of each of the background worker's transactions.",
-							NULL,
-							&ntask_worker_statement_timeout_ms,
-							30000, 100, 3600 * 1000,
-							PGC_SIGHUP,
-							GUC_UNIT_MS,
-							NULL, NULL, NULL);
+/*
+ * ntask_define_task_gucs
+ *		The SQL API's settings: retries, history retention, the waiting
+ *		claim, size caps and flow control's shared-memory tables.
+ */
+static void
+ntask_define_task_gucs(GucContext pm_context)
+{
+	DefineCustomBoolVariable("ntask.backoff_jitter",
+							 "Randomise retry delays (equal jitter).",
+							 "When off, a transient failure waits exactly "
+							 "min(backoff_base * 2^(attempt-1), backoff_max); "
+							 "meant for deterministic tests.",
+							 &ntask_backoff_jitter,
+							 true,
+							 PGC_USERSET,
+							 0,
+							 NULL, NULL, NULL);
 
 	DefineCustomIntVariable("ntask.audit_retention",
 							"Age after which housekeeping deletes ntask.audit rows.",
@@ -447,6 +452,34 @@ _PG_init(void)
 							PGC_SUSET,
 							GUC_UNIT_BYTE,
 							NULL, NULL, NULL);
+}
+
+/*
+ * _PG_init
+ *		Define the GUCs; when loaded by shared_preload_libraries, also ask
+ *		for the worker's shared memory and register the worker.  Safe to
+ *		run on first use in a backend too (then there is no worker and
+ *		enqueue does not wake anything).
+ */
+void
+_PG_init(void)
+{
+	/*
+	 * The worker's settings can only take effect at server start.  Loaded
+	 * later (the first call of an ntask function in a server that does not
+	 * preload it), defining a PGC_POSTMASTER variable would be FATAL:
+	 * define them as reload-time settings instead, which nothing reads
+	 * then, since there is no worker.  Every SQL function works either way.
+	 * (autoprewarm defines such settings only while preloading; here that
+	 * would make SHOW ntask.database fail without preload, which t/010
+	 * shows working.)
+	 */
+	GucContext	pm_context = process_shared_preload_libraries_in_progress ?
+		PGC_POSTMASTER : PGC_SIGHUP;
+
+	ntask_define_worker_gucs(pm_context);
+	ntask_define_http_gucs();
+	ntask_define_task_gucs(pm_context);
 
 	MarkGUCPrefixReserved("ntask");
 
