@@ -34,6 +34,52 @@
 int			LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 /*
+ * The checks on a list given as text, as ntask.http_allowed_hosts is: parsed
+ * (ntask_hostlist_parse, the GUC's check hook), then asked.  A list the
+ * parser refuses (an entry with '/' that is no address range, which could
+ * never match) answers as the empty list would.
+ */
+static NtaskHostList *
+parse_list(const char *text)
+{
+	char		bad[32];
+	NtaskHostList *list = ntask_hostlist_parse(text, bad, sizeof(bad));
+
+	FUZZ_CHECK(list != NULL || bad[0] != '\0');	/* refused, not lost */
+	return list;
+}
+
+static bool
+host_allowed(const char *host, const char *text)
+{
+	NtaskHostList *list = parse_list(text);
+	bool		r = ntask_host_allowed(host, list);
+
+	free(list);
+	return r;
+}
+
+static bool
+host_listed(const char *host, const char *text)
+{
+	NtaskHostList *list = parse_list(text);
+	bool		r = ntask_host_listed(host, list);
+
+	free(list);
+	return r;
+}
+
+static bool
+addr_permitted(int family, const unsigned char *a, const char *text)
+{
+	NtaskHostList *list = parse_list(text);
+	bool		r = ntask_addr_permitted(family, a, list);
+
+	free(list);
+	return r;
+}
+
+/*
  * ref_groups: the eight 16-bit groups of a printed IPv6 address (inet_ntop's
  * form: "::" once at most, a dotted IPv4 tail possible), parsed by hand.
  */
@@ -238,17 +284,29 @@ check_table(void)
 		int			family = strchr(cases[i].addr, ':') ? 6 : 4;
 
 		FUZZ_CHECK(inet_pton(family == 4 ? AF_INET : AF_INET6, cases[i].addr, a) == 1);
-		if (ntask_addr_permitted(family, a, cases[i].list) != cases[i].permitted)
+		if (addr_permitted(family, a, cases[i].list) != cases[i].permitted)
 		{
 			fprintf(stderr, "table: %s with \"%s\"\n", cases[i].addr, cases[i].list);
 			abort();
 		}
 	}
-	FUZZ_CHECK(ntask_host_allowed("10.1.2.3", "10.0.0.0/8"));
-	FUZZ_CHECK(!ntask_host_allowed("10.1.2.3", "11.0.0.0/8"));
-	FUZZ_CHECK(!ntask_host_allowed("push.example", "10.0.0.0/8"));
-	FUZZ_CHECK(ntask_host_allowed("::1", "[::1]"));
-	FUZZ_CHECK(!ntask_addr_permitted(5, (const unsigned char *) "abcdabcdabcdabcd", "*"));
+	/* issue 31: an entry with '/' that no address range reads is refused */
+	{
+		char		bad[8];
+		NtaskHostList *l;
+
+		FUZZ_CHECK(ntask_hostlist_parse("x, 10.0.0.0/33", bad, sizeof(bad)) == NULL &&
+				   strcmp(bad, "10.0.0.") == 0);	/* cut to 7 bytes */
+		FUZZ_CHECK(ntask_hostlist_parse("a/b", bad, sizeof(bad)) == NULL);
+		l = ntask_hostlist_parse(" , [::1], *, 10.0.0.0/8 ,", bad, sizeof(bad));
+		FUZZ_CHECK(l != NULL && l->n == 3);
+		free(l);
+	}
+	FUZZ_CHECK(host_allowed("10.1.2.3", "10.0.0.0/8"));
+	FUZZ_CHECK(!host_allowed("10.1.2.3", "11.0.0.0/8"));
+	FUZZ_CHECK(!host_allowed("push.example", "10.0.0.0/8"));
+	FUZZ_CHECK(host_allowed("::1", "[::1]"));
+	FUZZ_CHECK(!addr_permitted(5, (const unsigned char *) "abcdabcdabcdabcd", "*"));
 }
 
 static void
@@ -256,12 +314,12 @@ check_addr(int family, const unsigned char *a, const char *fuzzed)
 {
 	char		t[INET6_ADDRSTRLEN + 2];
 
-	FUZZ_CHECK(ntask_addr_permitted(family, a, "") == ref_public(family, a));
-	FUZZ_CHECK(ntask_addr_permitted(family, a, "") == ntask_addr_permitted(family, a, "*"));
+	FUZZ_CHECK(addr_permitted(family, a, "") == ref_public(family, a));
+	FUZZ_CHECK(addr_permitted(family, a, "") == addr_permitted(family, a, "*"));
 	inet_ntop(family == 4 ? AF_INET : AF_INET6, a, t, sizeof(t));
-	FUZZ_CHECK(ntask_addr_permitted(family, a, t));
-	FUZZ_CHECK(ntask_addr_permitted(family, a, family == 4 ? "0.0.0.0/0" : "::/0"));
-	(void) ntask_addr_permitted(family, a, fuzzed);
+	FUZZ_CHECK(addr_permitted(family, a, t));
+	FUZZ_CHECK(addr_permitted(family, a, family == 4 ? "0.0.0.0/0" : "::/0"));
+	(void) addr_permitted(family, a, fuzzed);
 }
 
 int
@@ -278,14 +336,14 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (hlen > 0 && memchr(host, '\0', hlen) == NULL && memchr(host, ',', hlen) == NULL &&
 		host[0] != ' ' && host[hlen - 1] != ' ' && host[0] != '\t' && host[hlen - 1] != '\t')
 	{
-		FUZZ_CHECK(ntask_host_allowed(host, "*"));
-		FUZZ_CHECK(ntask_host_allowed(host, " x.invalid , * "));
-		FUZZ_CHECK(!ntask_host_listed(host, "*"));
-		FUZZ_CHECK(!ntask_host_allowed(host, ""));
-		FUZZ_CHECK(!ntask_host_allowed(host, " , ,"));
+		FUZZ_CHECK(host_allowed(host, "*"));
+		FUZZ_CHECK(host_allowed(host, " x.invalid , * "));
+		FUZZ_CHECK(!host_listed(host, "*"));
+		FUZZ_CHECK(!host_allowed(host, ""));
+		FUZZ_CHECK(!host_allowed(host, " , ,"));
 	}
-	(void) ntask_host_allowed(host, list);
-	(void) ntask_host_listed(host, list);
+	(void) host_allowed(host, list);
+	(void) host_listed(host, list);
 
 	memset(a, 0, sizeof(a));
 	memcpy(a, data, size < 16 ? size : 16);

@@ -131,3 +131,16 @@ SELECT * FROM ntask_queue_set('ht2', target => '[]');
 SELECT * FROM ntask_queue_set('ht2', target => '"none"');
 \echo :SQLSTATE
 SELECT target FROM ntask.queue WHERE queue = 'ht2';
+-- issue 31: ntask.http_allowed_hosts is parsed where it is set; an entry
+-- with "/" that is not an address range (it could never match) is refused
+-- (a sighup setting: SET is refused anyway, ALTER SYSTEM checks the value)
+\set VERBOSITY default
+ALTER SYSTEM SET ntask.http_allowed_hosts = 'push.example, 10.0.0.0/33';
+ALTER SYSTEM SET ntask.http_allowed_hosts = '10.0.0/8, push.example';
+ALTER SYSTEM SET ntask.http_allowed_hosts = '[fd00::]/8';
+ALTER SYSTEM SET ntask.http_allowed_hosts = 'push.example/x';
+\set VERBOSITY terse
+-- host names, '*', addresses, bracketed ones, ranges, blanks and empty entries pass
+ALTER SYSTEM SET ntask.http_allowed_hosts = ' push.example, , *, 127.0.0.1, [::1], 10.0.0.0/8, [fd00::/8], ';
+ALTER SYSTEM RESET ntask.http_allowed_hosts;
+SHOW ntask.http_allowed_hosts;

@@ -471,7 +471,7 @@ dq_claim_step(void *arg)
 	 */
 	target = NtaskParseHttpTarget(q->target);
 	at_claim = target->reconcile_url == NULL &&
-		ntask_host_allowed(target->host, ntask_http_allowed_hosts);
+		ntask_host_allowed(target->host, ntask_http_allowed_list);
 	values[3] = BoolGetDatum(at_claim);
 	n = NtaskExecPlan(&dq_claim_plan, values, NULL, SPI_OK_SELECT);
 	if (n == want)
@@ -527,7 +527,7 @@ dq_claim_step(void *arg)
 static bool
 dq_sendable(DqReq *r)
 {
-	if (!ntask_host_allowed(r->target->host, ntask_http_allowed_hosts))
+	if (!ntask_host_allowed(r->target->host, ntask_http_allowed_list))
 		dq_set_result(r, "repair_required", "permanent", "config", NULL,
 					  "{\"reason\": \"host not in ntask.http_allowed_hosts\"}",
 					  NTASK_COUNT_PERMANENT);
@@ -536,7 +536,7 @@ dq_sendable(DqReq *r)
 					  "{\"reason\": \"task_key is not a valid header value\"}",
 					  NTASK_COUNT_PERMANENT);
 	else if (r->kind == DQ_RECONCILE &&
-			 !ntask_host_allowed(r->target->reconcile_host, ntask_http_allowed_hosts))
+			 !ntask_host_allowed(r->target->reconcile_host, ntask_http_allowed_list))
 		dq_set_result(r, "repair_required", "permanent", "config", NULL,
 					  "{\"reason\": \"reconcile_url host not in ntask.http_allowed_hosts\"}",
 					  NTASK_COUNT_PERMANENT);
@@ -927,7 +927,7 @@ dq_open_socket(void *clientp, curlsocktype purpose, struct curl_sockaddr *addres
 		struct sockaddr_in *in = (struct sockaddr_in *) &address->addr;
 
 		permitted = ntask_addr_permitted(4, (const unsigned char *) &in->sin_addr,
-										 ntask_http_allowed_hosts);
+										 ntask_http_allowed_list);
 		inet_ntop(AF_INET, &in->sin_addr, text, sizeof(text));
 	}
 	else if (address->family == AF_INET6)
@@ -935,7 +935,7 @@ dq_open_socket(void *clientp, curlsocktype purpose, struct curl_sockaddr *addres
 		struct sockaddr_in6 *in6 = (struct sockaddr_in6 *) &address->addr;
 
 		permitted = ntask_addr_permitted(6, in6->sin6_addr.s6_addr,
-										 ntask_http_allowed_hosts);
+										 ntask_http_allowed_list);
 		inet_ntop(AF_INET6, &in6->sin6_addr, text, sizeof(text));
 	}
 	if (!permitted)

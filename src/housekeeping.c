@@ -40,41 +40,85 @@
 
 PG_FUNCTION_INFO_V1(ntask_housekeeping);
 
+/*
+ * The most rows one step of a round takes (per queue for pruning), the
+ * upper bound of ntask_housekeeping's max_rows.  A plain install's locking
+ * picks carry it as a constant LIMIT (the generic plan is costed for it)
+ * and stop after max_rows rows (NtaskExecPlanCount).
+ */
+#define HK_MAX_ROWS 100000
+
+/*
+ * A statement of a plain install and its twin for one shard of a
+ * distributed install (docs/scaling.md "Background worker, housekeeping
+ * and dispatch") are written once: the shard's adds a predicate on
+ * t.shard (a router query on the node of that shard: Citus refuses FOR
+ * UPDATE over every shard), takes the statement timestamp as a parameter
+ * where an UPDATE has it in a CASE or next to a column (NtaskStatementTs())
+ * and its row count as the LIMIT (the shard's node runs the statement
+ * whole, so the executor's stop after max_rows rows does not reach it).
+ * HK_NOW is the plain install's statement timestamp.
+ */
+#define HK_NOW "pg_catalog.statement_timestamp()"
+
+/* leased tasks whose lease expired (task_lease_idx) */
+#define HK_EXPIRED_SQL(shard_and, now, limit) \
+	"SELECT t.task_id FROM ntask.task t " \
+	"WHERE " shard_and "t.state OPERATOR(pg_catalog.=) 'leased' " \
+	"  AND t.lease_until OPERATOR(pg_catalog.<) " now " " \
+	"ORDER BY t.lease_until LIMIT " limit " FOR UPDATE SKIP LOCKED"
+
 static NtaskPlan hk_expired_plan = {
 	"housekeeping pick expired leases",
-	"SELECT t.task_id FROM ntask.task t "
-	"WHERE t.state OPERATOR(pg_catalog.=) 'leased' "
-	"  AND t.lease_until OPERATOR(pg_catalog.<) pg_catalog.statement_timestamp() "
-	"ORDER BY t.lease_until LIMIT 100000 FOR UPDATE SKIP LOCKED",
+	HK_EXPIRED_SQL("", HK_NOW, CppAsString2(HK_MAX_ROWS)),
 	0, {InvalidOid}
 };
 
-#define HK_SPENT \
+/* $1 shard, $2 statement timestamp, $3 rows */
+static NtaskPlan hk_expired_shard_plan = {
+	"housekeeping pick expired leases (one shard)",
+	HK_EXPIRED_SQL("t.shard OPERATOR(pg_catalog.=) $1   AND ", "$2", "$3"),
+	3, {INT2OID, TIMESTAMPTZOID, INT4OID}
+};
+
+/* the attempt or the deadline is spent: to repair_required */
+#define HK_SPENT(now) \
 	"(t.attempts OPERATOR(pg_catalog.>=) t.max_attempts " \
-	" OR pg_catalog.statement_timestamp() OPERATOR(pg_catalog.>=) t.deadline)"
+	" OR " now " OPERATOR(pg_catalog.>=) t.deadline)"
+
+#define HK_RELEASE_SQL(now, shard_and) \
+	"UPDATE ntask.task t SET " \
+	"  state = CASE WHEN " HK_SPENT(now) " THEN 'repair_required' ELSE 'retry_wait' END, " \
+	"  reason = CASE WHEN NOT " HK_SPENT(now) " THEN t.reason " \
+	"    WHEN t.attempts OPERATOR(pg_catalog.>=) t.max_attempts THEN 'budget_exhausted' " \
+	"    ELSE 'deadline_exceeded' END, " \
+	"  run_at = CASE WHEN " HK_SPENT(now) " THEN t.run_at ELSE " now " END, " \
+	"  due_at = CASE WHEN " HK_SPENT(now) " THEN NULL ELSE " now " END, " \
+	"  finished_at = CASE WHEN " HK_SPENT(now) " THEN " now " END, " \
+	"  lease_owner = NULL, lease_until = NULL, " \
+	"  unknown_attempts = t.unknown_attempts OPERATOR(pg_catalog.+) " \
+	"    CASE WHEN t.task_id OPERATOR(pg_catalog.=) ANY ($2) THEN 1 ELSE 0 END, " \
+	"  last_error_class = CASE WHEN t.task_id OPERATOR(pg_catalog.=) ANY ($2) " \
+	"    THEN 'unknown' ELSE 'transient' END, " \
+	"  last_error_stage = 'lease_expired', " \
+	"  updated_at = " now " " \
+	"WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1) " \
+	shard_and \
+	"  AND t.state OPERATOR(pg_catalog.=) 'leased' " \
+	"RETURNING t.state OPERATOR(pg_catalog.=) 'repair_required'"
 
 /* $1 expired task ids, $2 those whose attempt had been invoked */
 static NtaskPlan hk_release_plan = {
 	"housekeeping release expired leases",
-	"UPDATE ntask.task t SET "
-	"  state = CASE WHEN " HK_SPENT " THEN 'repair_required' ELSE 'retry_wait' END, "
-	"  reason = CASE WHEN NOT " HK_SPENT " THEN t.reason "
-	"    WHEN t.attempts OPERATOR(pg_catalog.>=) t.max_attempts THEN 'budget_exhausted' "
-	"    ELSE 'deadline_exceeded' END, "
-	"  run_at = CASE WHEN " HK_SPENT " THEN t.run_at ELSE pg_catalog.statement_timestamp() END, "
-	"  due_at = CASE WHEN " HK_SPENT " THEN NULL ELSE pg_catalog.statement_timestamp() END, "
-	"  finished_at = CASE WHEN " HK_SPENT " THEN pg_catalog.statement_timestamp() END, "
-	"  lease_owner = NULL, lease_until = NULL, "
-	"  unknown_attempts = t.unknown_attempts OPERATOR(pg_catalog.+) "
-	"    CASE WHEN t.task_id OPERATOR(pg_catalog.=) ANY ($2) THEN 1 ELSE 0 END, "
-	"  last_error_class = CASE WHEN t.task_id OPERATOR(pg_catalog.=) ANY ($2) "
-	"    THEN 'unknown' ELSE 'transient' END, "
-	"  last_error_stage = 'lease_expired', "
-	"  updated_at = pg_catalog.statement_timestamp() "
-	"WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1) "
-	"  AND t.state OPERATOR(pg_catalog.=) 'leased' "
-	"RETURNING t.state OPERATOR(pg_catalog.=) 'repair_required'",
+	HK_RELEASE_SQL(HK_NOW, ""),
 	2, {INT8ARRAYOID, INT8ARRAYOID}
+};
+
+/* the same within shard $4, $3 the statement timestamp */
+static NtaskPlan hk_release_shard_plan = {
+	"housekeeping release expired leases (one shard)",
+	HK_RELEASE_SQL("$3", "  AND t.shard OPERATOR(pg_catalog.=) $4 "),
+	4, {INT8ARRAYOID, INT8ARRAYOID, TIMESTAMPTZOID, INT2OID}
 };
 
 /* unleased unfinished tasks past their deadline (task_deadline_idx) */
@@ -92,6 +136,31 @@ static NtaskPlan hk_deadline_plan = {
 	"  finished_at = pg_catalog.statement_timestamp(), updated_at = pg_catalog.statement_timestamp() "
 	"FROM d WHERE t.task_id OPERATOR(pg_catalog.=) d.task_id",
 	1, {INT4OID}
+};
+
+/*
+ * The same for one shard: the pick and the update apart (Citus plans a
+ * CTE apart), no common text.
+ */
+static NtaskPlan hk_deadline_pick_shard_plan = {
+	"housekeeping pick deadlines (one shard)",
+	"SELECT t.task_id FROM ntask.task t "
+	"WHERE t.shard OPERATOR(pg_catalog.=) $1 "
+	"  AND t.due_at IS NOT NULL "
+	"  AND t.state OPERATOR(pg_catalog.<>) 'leased' "
+	"  AND t.deadline OPERATOR(pg_catalog.<=) $2 "
+	"LIMIT $3 FOR UPDATE SKIP LOCKED",
+	3, {INT2OID, TIMESTAMPTZOID, INT4OID}
+};
+
+static NtaskPlan hk_deadline_set_shard_plan = {
+	"housekeeping deadlines (one shard)",
+	"UPDATE ntask.task t SET state = 'repair_required', "
+	"  reason = 'deadline_exceeded', due_at = NULL, "
+	"  finished_at = $2, updated_at = $2 "
+	"WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1) "
+	"  AND t.shard OPERATOR(pg_catalog.=) $3",
+	3, {INT8ARRAYOID, TIMESTAMPTZOID, INT2OID}
 };
 
 /* history: $1 retention, $2 at most this many rows */
@@ -138,135 +207,69 @@ static NtaskPlan hk_queues_plan = {
 	0, {InvalidOid}
 };
 
+/* finished tasks of queue $1 past its retention (task_finished_idx) */
+#define HK_PRUNE_PICK_SQL(shard_and, before, limit) \
+	"SELECT t.task_id FROM ntask.task t " \
+	"WHERE " shard_and "t.queue OPERATOR(pg_catalog.=) $1 " \
+	"  AND t.state OPERATOR(pg_catalog.=) ANY ('{succeeded,canceled,skipped}') " \
+	"  AND t.finished_at OPERATOR(pg_catalog.<) " before " " \
+	"ORDER BY t.finished_at LIMIT " limit " FOR UPDATE SKIP LOCKED"
+
+/* $2 the queue's retention */
 static NtaskPlan hk_prune_pick_plan = {
 	"housekeeping pick finished tasks",
-	"SELECT t.task_id FROM ntask.task t "
-	"WHERE t.queue OPERATOR(pg_catalog.=) $1 "
-	"  AND t.state OPERATOR(pg_catalog.=) ANY ('{succeeded,canceled,skipped}') "
-	"  AND t.finished_at OPERATOR(pg_catalog.<) "
-	"      (pg_catalog.statement_timestamp() OPERATOR(pg_catalog.-) $2) "
-	"ORDER BY t.finished_at LIMIT 100000 FOR UPDATE SKIP LOCKED",
+	HK_PRUNE_PICK_SQL("",
+					  "      (" HK_NOW " OPERATOR(pg_catalog.-) $2)",
+					  CppAsString2(HK_MAX_ROWS)),
 	2, {TEXTOID, INTERVALOID}
 };
 
-static NtaskPlan hk_prune_attempts_plan = {
-	"housekeeping prune attempts",
-	"DELETE FROM ntask.attempt a WHERE a.task_id OPERATOR(pg_catalog.=) ANY ($1)",
-	1, {INT8ARRAYOID}
-};
-
-static NtaskPlan hk_prune_receipts_plan = {
-	"housekeeping prune receipts",
-	"DELETE FROM ntask.receipt r WHERE r.task_id OPERATOR(pg_catalog.=) ANY ($1)",
-	1, {INT8ARRAYOID}
-};
-
-static NtaskPlan hk_prune_tasks_plan = {
-	"housekeeping prune tasks",
-	"DELETE FROM ntask.task t WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1)",
-	1, {INT8ARRAYOID}
-};
-
-/*
- * The sweeps of one shard of a distributed install (docs/scaling.md
- * "Background worker, housekeeping and dispatch"): each statement a router
- * query on the node of shard $1 (Citus refuses FOR UPDATE over every
- * shard).  The statement timestamp is a parameter where an UPDATE has it
- * in a CASE or next to a column (NtaskStatementTs()), and the row count
- * is the LIMIT: the shard's node runs the statement whole, so the
- * executor's stop after max_rows rows does not reach it.
- */
-static NtaskPlan hk_expired_shard_plan = {
-	"housekeeping pick expired leases (one shard)",
-	"SELECT t.task_id FROM ntask.task t "
-	"WHERE t.shard OPERATOR(pg_catalog.=) $1 "
-	"  AND t.state OPERATOR(pg_catalog.=) 'leased' "
-	"  AND t.lease_until OPERATOR(pg_catalog.<) $2 "
-	"ORDER BY t.lease_until LIMIT $3 FOR UPDATE SKIP LOCKED",
-	3, {INT2OID, TIMESTAMPTZOID, INT4OID}
-};
-
-#define HK_SPENT_TS \
-	"(t.attempts OPERATOR(pg_catalog.>=) t.max_attempts " \
-	" OR $3 OPERATOR(pg_catalog.>=) t.deadline)"
-
-/* hk_release_plan within shard $4, $3 the statement timestamp */
-static NtaskPlan hk_release_shard_plan = {
-	"housekeeping release expired leases (one shard)",
-	"UPDATE ntask.task t SET "
-	"  state = CASE WHEN " HK_SPENT_TS " THEN 'repair_required' ELSE 'retry_wait' END, "
-	"  reason = CASE WHEN NOT " HK_SPENT_TS " THEN t.reason "
-	"    WHEN t.attempts OPERATOR(pg_catalog.>=) t.max_attempts THEN 'budget_exhausted' "
-	"    ELSE 'deadline_exceeded' END, "
-	"  run_at = CASE WHEN " HK_SPENT_TS " THEN t.run_at ELSE $3 END, "
-	"  due_at = CASE WHEN " HK_SPENT_TS " THEN NULL ELSE $3 END, "
-	"  finished_at = CASE WHEN " HK_SPENT_TS " THEN $3 END, "
-	"  lease_owner = NULL, lease_until = NULL, "
-	"  unknown_attempts = t.unknown_attempts OPERATOR(pg_catalog.+) "
-	"    CASE WHEN t.task_id OPERATOR(pg_catalog.=) ANY ($2) THEN 1 ELSE 0 END, "
-	"  last_error_class = CASE WHEN t.task_id OPERATOR(pg_catalog.=) ANY ($2) "
-	"    THEN 'unknown' ELSE 'transient' END, "
-	"  last_error_stage = 'lease_expired', "
-	"  updated_at = $3 "
-	"WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1) "
-	"  AND t.shard OPERATOR(pg_catalog.=) $4 "
-	"  AND t.state OPERATOR(pg_catalog.=) 'leased' "
-	"RETURNING t.state OPERATOR(pg_catalog.=) 'repair_required'",
-	4, {INT8ARRAYOID, INT8ARRAYOID, TIMESTAMPTZOID, INT2OID}
-};
-
-/* hk_deadline_plan's pick and its update, apart (Citus plans a CTE apart) */
-static NtaskPlan hk_deadline_pick_shard_plan = {
-	"housekeeping pick deadlines (one shard)",
-	"SELECT t.task_id FROM ntask.task t "
-	"WHERE t.shard OPERATOR(pg_catalog.=) $1 "
-	"  AND t.due_at IS NOT NULL "
-	"  AND t.state OPERATOR(pg_catalog.<>) 'leased' "
-	"  AND t.deadline OPERATOR(pg_catalog.<=) $2 "
-	"LIMIT $3 FOR UPDATE SKIP LOCKED",
-	3, {INT2OID, TIMESTAMPTZOID, INT4OID}
-};
-
-static NtaskPlan hk_deadline_set_shard_plan = {
-	"housekeeping deadlines (one shard)",
-	"UPDATE ntask.task t SET state = 'repair_required', "
-	"  reason = 'deadline_exceeded', due_at = NULL, "
-	"  finished_at = $2, updated_at = $2 "
-	"WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1) "
-	"  AND t.shard OPERATOR(pg_catalog.=) $3",
-	3, {INT8ARRAYOID, TIMESTAMPTZOID, INT2OID}
-};
-
-/* $1 queue, $2 shard, $3 finished before (statement timestamp - retention) */
+/* $2 shard, $3 finished before (statement timestamp - retention), $4 rows */
 static NtaskPlan hk_prune_pick_shard_plan = {
 	"housekeeping pick finished tasks (one shard)",
-	"SELECT t.task_id FROM ntask.task t "
-	"WHERE t.shard OPERATOR(pg_catalog.=) $2 "
-	"  AND t.queue OPERATOR(pg_catalog.=) $1 "
-	"  AND t.state OPERATOR(pg_catalog.=) ANY ('{succeeded,canceled,skipped}') "
-	"  AND t.finished_at OPERATOR(pg_catalog.<) $3 "
-	"ORDER BY t.finished_at LIMIT $4 FOR UPDATE SKIP LOCKED",
+	HK_PRUNE_PICK_SQL("t.shard OPERATOR(pg_catalog.=) $2   AND ", "$3", "$4"),
 	4, {TEXTOID, INT2OID, TIMESTAMPTZOID, INT4OID}
+};
+
+/* the rows of tasks $1 in table (alias a), and of shard $2 */
+#define HK_PRUNE_SQL(table, a) \
+	"DELETE FROM ntask." table " " a " WHERE " a ".task_id OPERATOR(pg_catalog.=) ANY ($1)"
+#define HK_PRUNE_SHARD_SQL(table, a) \
+	HK_PRUNE_SQL(table, a) "   AND " a ".shard OPERATOR(pg_catalog.=) $2"
+
+static NtaskPlan hk_prune_attempts_plan = {
+	"housekeeping prune attempts",
+	HK_PRUNE_SQL("attempt", "a"),
+	1, {INT8ARRAYOID}
 };
 
 static NtaskPlan hk_prune_attempts_shard_plan = {
 	"housekeeping prune attempts (one shard)",
-	"DELETE FROM ntask.attempt a WHERE a.task_id OPERATOR(pg_catalog.=) ANY ($1) "
-	"  AND a.shard OPERATOR(pg_catalog.=) $2",
+	HK_PRUNE_SHARD_SQL("attempt", "a"),
 	2, {INT8ARRAYOID, INT2OID}
+};
+
+static NtaskPlan hk_prune_receipts_plan = {
+	"housekeeping prune receipts",
+	HK_PRUNE_SQL("receipt", "r"),
+	1, {INT8ARRAYOID}
 };
 
 static NtaskPlan hk_prune_receipts_shard_plan = {
 	"housekeeping prune receipts (one shard)",
-	"DELETE FROM ntask.receipt r WHERE r.task_id OPERATOR(pg_catalog.=) ANY ($1) "
-	"  AND r.shard OPERATOR(pg_catalog.=) $2",
+	HK_PRUNE_SHARD_SQL("receipt", "r"),
 	2, {INT8ARRAYOID, INT2OID}
+};
+
+static NtaskPlan hk_prune_tasks_plan = {
+	"housekeeping prune tasks",
+	HK_PRUNE_SQL("task", "t"),
+	1, {INT8ARRAYOID}
 };
 
 static NtaskPlan hk_prune_tasks_shard_plan = {
 	"housekeeping prune tasks (one shard)",
-	"DELETE FROM ntask.task t WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1) "
-	"  AND t.shard OPERATOR(pg_catalog.=) $2",
+	HK_PRUNE_SHARD_SQL("task", "t"),
 	2, {INT8ARRAYOID, INT2OID}
 };
 
@@ -319,11 +322,139 @@ static NtaskPlan hk_slots_delete_dist_plan = {
 	1, {INT8ARRAYOID}
 };
 
+/* where a round runs: a plain install, or one shard of a distributed one */
+typedef struct HkScope
+{
+	bool		sharded;
+	int16		shard;			/* if sharded */
+	Datum		ts;				/* the statement timestamp */
+	int			max_rows;		/* per step (per queue for pruning) */
+} HkScope;
+
+/*
+ * hk_expired
+ *		Step 1: release expired leases (closing their attempts); counts[0]
+ *		leases released, counts[1] tasks that went to repair_required.
+ */
+static void
+hk_expired(const HkScope *s, int64 *counts)
+{
+	Datum		values[4];
+	int			n;
+	int			r;
+
+	if (s->sharded)
+	{
+		values[0] = Int16GetDatum(s->shard);
+		values[1] = s->ts;
+		values[2] = Int32GetDatum(s->max_rows);
+		n = NtaskExecPlan(&hk_expired_shard_plan, values, NULL, SPI_OK_SELECT);
+	}
+	else
+		n = NtaskExecPlanCount(&hk_expired_plan, NULL, NULL, SPI_OK_SELECT,
+							   s->max_rows);
+	if (n == 0)
+		return;
+	values[0] = NtaskResultIds(n);
+	values[1] = NtaskCloseExpiredAttempts(values[0]);
+	values[2] = s->ts;			/* the shard's statement only */
+	values[3] = Int16GetDatum(s->shard);
+	n = NtaskExecPlan(s->sharded ? &hk_release_shard_plan : &hk_release_plan,
+					  values, NULL, SPI_OK_UPDATE_RETURNING);
+	counts[0] += n;
+	for (r = 0; r < n; r++)
+		if (NtaskGetBool(r, 1))
+			counts[1]++;
+}
+
+/* hk_deadlines: step 2, deadlines of tasks nobody claims; adds to counts[1] */
+static void
+hk_deadlines(const HkScope *s, int64 *counts)
+{
+	Datum		values[3];
+	int			n;
+
+	if (!s->sharded)
+	{
+		values[0] = Int32GetDatum(s->max_rows);
+		counts[1] += NtaskExecPlan(&hk_deadline_plan, values, NULL, SPI_OK_UPDATE);
+		return;
+	}
+	values[0] = Int16GetDatum(s->shard);
+	values[1] = s->ts;
+	values[2] = Int32GetDatum(s->max_rows);
+	n = NtaskExecPlan(&hk_deadline_pick_shard_plan, values, NULL, SPI_OK_SELECT);
+	if (n == 0)
+		return;
+	values[0] = NtaskResultIds(n);
+	values[1] = s->ts;
+	values[2] = Int16GetDatum(s->shard);
+	counts[1] += NtaskExecPlan(&hk_deadline_set_shard_plan, values, NULL, SPI_OK_UPDATE);
+}
+
 /* hk_before: the statement timestamp minus retention */
 static Datum
 hk_before(Datum retention)
 {
 	return DirectFunctionCall2(timestamptz_mi_interval, NtaskStatementTs(), retention);
+}
+
+/*
+ * hk_retention
+ *		Step 3: finished tasks past their queue's retention, queue by queue
+ *		(the queues: a reference table on a distributed install), with
+ *		their attempts and receipts; adds to counts[2].
+ */
+static void
+hk_retention(const HkScope *s, int64 *counts)
+{
+	SPITupleTable *queues;
+	int			nq = NtaskExecPlan(&hk_queues_plan, NULL, NULL, SPI_OK_SELECT);
+	int			q;
+
+	queues = SPI_tuptable;
+	for (q = 0; q < nq; q++)
+	{
+		Datum		values[4];
+		bool		isnull;
+		int			n;
+
+		SPI_tuptable = queues;
+		values[0] = NtaskGetDatum(q, 1, &isnull);
+		if (s->sharded)
+		{
+			values[1] = Int16GetDatum(s->shard);
+			values[2] = hk_before(NtaskGetDatum(q, 2, &isnull));
+			values[3] = Int32GetDatum(s->max_rows);
+			n = NtaskExecPlan(&hk_prune_pick_shard_plan, values, NULL, SPI_OK_SELECT);
+		}
+		else
+		{
+			values[1] = NtaskGetDatum(q, 2, &isnull);
+			n = NtaskExecPlanCount(&hk_prune_pick_plan, values, NULL,
+								   SPI_OK_SELECT, s->max_rows);
+		}
+		if (n == 0)
+			continue;
+		values[0] = NtaskResultIds(n);
+		values[1] = Int16GetDatum(s->shard);	/* the shard's statements only */
+		(void) NtaskExecPlan(s->sharded ? &hk_prune_attempts_shard_plan :
+							 &hk_prune_attempts_plan, values, NULL, SPI_OK_DELETE);
+		(void) NtaskExecPlan(s->sharded ? &hk_prune_receipts_shard_plan :
+							 &hk_prune_receipts_plan, values, NULL, SPI_OK_DELETE);
+		counts[2] += NtaskExecPlan(s->sharded ? &hk_prune_tasks_shard_plan :
+								   &hk_prune_tasks_plan, values, NULL, SPI_OK_DELETE);
+	}
+}
+
+/* hk_round: steps 1-3 of a round in scope s; adds to counts[0..2] */
+static void
+hk_round(const HkScope *s, bool deadlines, int64 *counts)
+{
+	hk_expired(s, counts);
+	if (deadlines)
+		hk_deadlines(s, counts);
+	hk_retention(s, counts);
 }
 
 /*
@@ -335,72 +466,13 @@ hk_before(Datum retention)
 void
 NtaskHousekeepShard(int16 shard, int max_rows, bool deadlines, int64 *counts)
 {
-	Datum		values[4];
-	Datum		ts = NtaskStatementTs();
-	int			n;
-	int			r;
+	HkScope		s;
 
-	/* 1. expired leases */
-	values[0] = Int16GetDatum(shard);
-	values[1] = ts;
-	values[2] = Int32GetDatum(max_rows);
-	n = NtaskExecPlan(&hk_expired_shard_plan, values, NULL, SPI_OK_SELECT);
-	if (n > 0)
-	{
-		values[0] = NtaskResultIds(n);
-		values[1] = NtaskCloseExpiredAttempts(values[0]);
-		values[2] = ts;
-		values[3] = Int16GetDatum(shard);
-		n = NtaskExecPlan(&hk_release_shard_plan, values, NULL, SPI_OK_UPDATE_RETURNING);
-		counts[0] += n;
-		for (r = 0; r < n; r++)
-			if (NtaskGetBool(r, 1))
-				counts[1]++;
-	}
-
-	/* 2. deadlines of tasks nobody claims */
-	if (deadlines)
-	{
-		values[0] = Int16GetDatum(shard);
-		values[1] = ts;
-		values[2] = Int32GetDatum(max_rows);
-		n = NtaskExecPlan(&hk_deadline_pick_shard_plan, values, NULL, SPI_OK_SELECT);
-		if (n > 0)
-		{
-			values[0] = NtaskResultIds(n);
-			values[1] = ts;
-			values[2] = Int16GetDatum(shard);
-			counts[1] += NtaskExecPlan(&hk_deadline_set_shard_plan, values, NULL,
-									   SPI_OK_UPDATE);
-		}
-	}
-
-	/* 3. retention, queue by queue (the queues: a reference table) */
-	{
-		SPITupleTable *queues;
-		int			nq = NtaskExecPlan(&hk_queues_plan, NULL, NULL, SPI_OK_SELECT);
-		int			q;
-
-		queues = SPI_tuptable;
-		for (q = 0; q < nq; q++)
-		{
-			bool		isnull;
-
-			SPI_tuptable = queues;
-			values[0] = NtaskGetDatum(q, 1, &isnull);
-			values[1] = Int16GetDatum(shard);
-			values[2] = hk_before(NtaskGetDatum(q, 2, &isnull));
-			values[3] = Int32GetDatum(max_rows);
-			n = NtaskExecPlan(&hk_prune_pick_shard_plan, values, NULL, SPI_OK_SELECT);
-			if (n == 0)
-				continue;
-			values[0] = NtaskResultIds(n);
-			values[1] = Int16GetDatum(shard);
-			(void) NtaskExecPlan(&hk_prune_attempts_shard_plan, values, NULL, SPI_OK_DELETE);
-			(void) NtaskExecPlan(&hk_prune_receipts_shard_plan, values, NULL, SPI_OK_DELETE);
-			counts[2] += NtaskExecPlan(&hk_prune_tasks_shard_plan, values, NULL, SPI_OK_DELETE);
-		}
-	}
+	s.sharded = true;
+	s.shard = shard;
+	s.ts = NtaskStatementTs();
+	s.max_rows = max_rows;
+	hk_round(&s, deadlines, counts);
 }
 
 /* hk_retention_before: the statement timestamp minus retention_s seconds */
@@ -518,9 +590,7 @@ hk_prune_history(NtaskPlan *plan, int retention_s, int max_rows)
 void
 NtaskHousekeep(int max_rows, bool deadlines, int64 *counts)
 {
-	Datum		values[2];
-	int			n;
-	int			r;
+	HkScope		s;
 
 	counts[0] = counts[1] = counts[2] = 0;
 
@@ -535,50 +605,12 @@ NtaskHousekeep(int max_rows, bool deadlines, int64 *counts)
 		return;
 	}
 
-	/* 1. expired leases */
-	n = NtaskExecPlanCount(&hk_expired_plan, NULL, NULL, SPI_OK_SELECT, max_rows);
-	if (n > 0)
-	{
-		values[0] = NtaskResultIds(n);
-		values[1] = NtaskCloseExpiredAttempts(values[0]);
-		n = NtaskExecPlan(&hk_release_plan, values, NULL, SPI_OK_UPDATE_RETURNING);
-		counts[0] = n;
-		for (r = 0; r < n; r++)
-			if (NtaskGetBool(r, 1))
-				counts[1]++;
-	}
-
-	/* 2. deadlines of tasks nobody claims */
-	if (deadlines)
-	{
-		values[0] = Int32GetDatum(max_rows);
-		counts[1] += NtaskExecPlan(&hk_deadline_plan, values, NULL, SPI_OK_UPDATE);
-	}
-
-	/* 3. retention, queue by queue */
-	{
-		SPITupleTable *queues;
-		int			nq = NtaskExecPlan(&hk_queues_plan, NULL, NULL, SPI_OK_SELECT);
-		int			q;
-
-		queues = SPI_tuptable;
-		for (q = 0; q < nq; q++)
-		{
-			bool		isnull;
-
-			SPI_tuptable = queues;
-			values[0] = NtaskGetDatum(q, 1, &isnull);
-			values[1] = NtaskGetDatum(q, 2, &isnull);
-			n = NtaskExecPlanCount(&hk_prune_pick_plan, values, NULL,
-								   SPI_OK_SELECT, max_rows);
-			if (n == 0)
-				continue;
-			values[0] = NtaskResultIds(n);
-			(void) NtaskExecPlan(&hk_prune_attempts_plan, values, NULL, SPI_OK_DELETE);
-			(void) NtaskExecPlan(&hk_prune_receipts_plan, values, NULL, SPI_OK_DELETE);
-			counts[2] += NtaskExecPlan(&hk_prune_tasks_plan, values, NULL, SPI_OK_DELETE);
-		}
-	}
+	/* 1-3. expired leases, deadlines, retention */
+	s.sharded = false;
+	s.shard = 0;
+	s.ts = NtaskStatementTs();
+	s.max_rows = max_rows;
+	hk_round(&s, deadlines, counts);
 
 	/* 4. history: audit, schedule slots, fence receipts (0: keep forever) */
 	hk_prune_history(&hk_prune_audit_plan, ntask_audit_retention_s, max_rows);
@@ -590,7 +622,7 @@ NtaskHousekeep(int max_rows, bool deadlines, int64 *counts)
  * ntask_housekeeping(max_rows int DEFAULT 1000, deadlines bool DEFAULT true)
  *		RETURNS TABLE(expired bigint, repaired bigint, pruned bigint)
  *
- * Errors: max_rows NULL 22004 or outside 1..100000 22023.
+ * Errors: max_rows NULL 22004 or outside 1..HK_MAX_ROWS (100000) 22023.
  */
 Datum
 ntask_housekeeping(PG_FUNCTION_ARGS)
@@ -606,10 +638,10 @@ ntask_housekeeping(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("ntask: max_rows and deadlines must not be NULL")));
 	max_rows = PG_GETARG_INT32(0);
-	if (max_rows < 1 || max_rows > 100000)
+	if (max_rows < 1 || max_rows > HK_MAX_ROWS)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("ntask: max_rows must be between 1 and 100000")));
+				 errmsg("ntask: max_rows must be between 1 and %d", HK_MAX_ROWS)));
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "ntask: return type must be a row type");
 

@@ -14,13 +14,15 @@
 #include "http_parse.h"
 
 #include <arpa/inet.h>
+#include <stdlib.h>
 #include <string.h>
 
 static int	hp_lower(int c);
 static bool hp_special(int family, const unsigned char *a);
 static const char *hp_next_entry(const char *p, const char **b, const char **e);
 static bool hp_in_prefix(const unsigned char *a, const unsigned char *net, int bits);
-static bool hp_entry_covers(const char *e, size_t n, int family,
+static bool hp_parse_addr(const char *e, size_t n, NtaskHostEntry *ent);
+static bool hp_entry_covers(const NtaskHostEntry *ent, int family,
 							const unsigned char *a);
 
 static int
@@ -112,19 +114,19 @@ ntask_header_reserved(const char *name, size_t len)
 	return false;
 }
 
-static bool hp_host_in_list(const char *host, const char *allowlist,
+static bool hp_host_in_list(const char *host, const NtaskHostList *list,
 							bool wildcard);
 
 bool
-ntask_host_allowed(const char *host, const char *allowlist)
+ntask_host_allowed(const char *host, const NtaskHostList *list)
 {
-	return hp_host_in_list(host, allowlist, true);
+	return hp_host_in_list(host, list, true);
 }
 
 bool
-ntask_host_listed(const char *host, const char *allowlist)
+ntask_host_listed(const char *host, const NtaskHostList *list)
 {
-	return hp_host_in_list(host, allowlist, false);
+	return hp_host_in_list(host, list, false);
 }
 
 /*
@@ -146,46 +148,97 @@ hp_next_entry(const char *p, const char **b, const char **e)
 	return p;
 }
 
+NtaskHostList *
+ntask_hostlist_parse(const char *text, char *bad, size_t bad_len)
+{
+	const char *p;
+	size_t		max = 1;
+	size_t		tlen;
+	NtaskHostList *list;
+	char	   *copy;
+
+	if (bad_len > 0)
+		bad[0] = '\0';
+	if (text == NULL)
+		text = "";
+	tlen = strlen(text);
+	for (p = text; *p; p++)
+		max += *p == ',';
+
+	/* one block: the header, the entries, the text they point into */
+	list = malloc(sizeof(NtaskHostList) + max * sizeof(NtaskHostEntry) + tlen + 1);
+	if (list == NULL)
+		return NULL;
+	copy = (char *) &list->e[max];
+	memcpy(copy, text, tlen + 1);
+	list->n = 0;
+	p = copy;
+	while (*p)
+	{
+		const char *b;
+		const char *e;
+		NtaskHostEntry *ent = &list->e[list->n];
+
+		p = hp_next_entry(p, &b, &e);
+		if (e == b)
+			continue;			/* an empty entry matches nothing */
+		memset(ent, 0, sizeof(*ent));
+		ent->star = e - b == 1 && b[0] == '*';
+		if (e - b >= 2 && b[0] == '[' && e[-1] == ']')
+			b++, e--;
+		ent->name = b;
+		ent->len = (size_t) (e - b);
+		ent->range = memchr(b, '/', ent->len) != NULL;
+		if (!hp_parse_addr(b, ent->len, ent) && ent->range)
+		{
+			if (bad_len > 0)
+			{
+				size_t		n = ent->len < bad_len - 1 ? ent->len : bad_len - 1;
+
+				memcpy(bad, b, n);
+				bad[n] = '\0';
+			}
+			free(list);
+			return NULL;
+		}
+		list->n++;
+	}
+	return list;
+}
+
 /* hp_host_in_list: host is an entry of the list (or '*' is, if wildcard) */
 static bool
-hp_host_in_list(const char *host, const char *allowlist, bool wildcard)
+hp_host_in_list(const char *host, const NtaskHostList *list, bool wildcard)
 {
-	const char *p = allowlist;
 	unsigned char addr[16];
 	int			family = 0;
 	size_t		hlen = strlen(host);
+	int			k;
 
-	if (p == NULL || hlen == 0)
+	if (list == NULL || hlen == 0)
 		return false;
 	if (inet_pton(AF_INET, host, addr) == 1)
 		family = 4;
 	else if (inet_pton(AF_INET6, host, addr) == 1)
 		family = 6;
-	while (*p)
+	for (k = 0; k < list->n; k++)
 	{
-		const char *e;
-		const char *b;
-		size_t		n,
-					i;
+		const NtaskHostEntry *ent = &list->e[k];
+		size_t		i;
 
-		p = hp_next_entry(p, &b, &e);
-		if (e - b == 1 && b[0] == '*')
+		if (ent->star)
 		{
 			if (wildcard)
 				return true;
 			continue;
 		}
-		if (e - b >= 2 && b[0] == '[' && e[-1] == ']')
-			b++, e--;
-		n = (size_t) (e - b);
-		if (family != 0 && memchr(b, '/', n) != NULL &&
-			hp_entry_covers(b, n, family, addr))
+		if (family != 0 && ent->range && hp_entry_covers(ent, family, addr))
 			return true;		/* an address host inside a listed range */
-		if (n != hlen || n == 0)
+		if (ent->len != hlen)
 			continue;
-		for (i = 0; i < n && hp_lower(b[i]) == host[i]; i++)
+		for (i = 0; i < ent->len && hp_lower(ent->name[i]) == host[i]; i++)
 			;
-		if (i == n)
+		if (i == ent->len)
 			return true;
 	}
 	return false;
@@ -306,22 +359,20 @@ hp_in_prefix(const unsigned char *a, const unsigned char *net, int bits)
 }
 
 /*
- * hp_entry_covers
- *		Whether one allowlist entry e[0..n) (no brackets, no spaces) is the
- *		address a, or a CIDR range ("10.0.0.0/8", "fd00::/8") holding it.
- *		IPv4 entries also cover the IPv4-mapped IPv6 form of their
- *		addresses.
+ * hp_parse_addr
+ *		Read one allowlist entry e[0..n) (no brackets, no spaces) as an
+ *		address or a CIDR range ("10.0.0.0/8", "fd00::/8") into ent's
+ *		family, net and bits.  False (family 0) if it is neither.
  */
 static bool
-hp_entry_covers(const char *e, size_t n, int family, const unsigned char *a)
+hp_parse_addr(const char *e, size_t n, NtaskHostEntry *ent)
 {
 	char		buf[64];
-	unsigned char net[16];
 	const char *slash;
 	int			bits;
 	int			efam;
-	static const unsigned char mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
 
+	ent->family = 0;
 	if (n == 0 || n >= sizeof(buf))
 		return false;
 	memcpy(buf, e, n);
@@ -344,9 +395,9 @@ hp_entry_covers(const char *e, size_t n, int family, const unsigned char *a)
 	}
 	else
 		bits = -1;
-	if (inet_pton(AF_INET, buf, net) == 1)
+	if (inet_pton(AF_INET, buf, ent->net) == 1)
 		efam = 4;
-	else if (inet_pton(AF_INET6, buf, net) == 1)
+	else if (inet_pton(AF_INET6, buf, ent->net) == 1)
 		efam = 6;
 	else
 		return false;
@@ -354,36 +405,46 @@ hp_entry_covers(const char *e, size_t n, int family, const unsigned char *a)
 		bits = efam == 4 ? 32 : 128;
 	if (bits > (efam == 4 ? 32 : 128))
 		return false;
-	if (efam == family)
-		return hp_in_prefix(a, net, bits);
-	if (efam == 4 && family == 6 && memcmp(a, mapped, 12) == 0)
-		return hp_in_prefix(a + 12, net, bits);
+	ent->family = efam;
+	ent->bits = bits;
+	return true;
+}
+
+/*
+ * hp_entry_covers
+ *		Whether one parsed allowlist entry is the address a, or a CIDR range
+ *		holding it.  IPv4 entries also cover the IPv4-mapped IPv6 form of
+ *		their addresses.
+ */
+static bool
+hp_entry_covers(const NtaskHostEntry *ent, int family, const unsigned char *a)
+{
+	static const unsigned char mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+
+	if (ent->family == 0)
+		return false;
+	if (ent->family == family)
+		return hp_in_prefix(a, ent->net, ent->bits);
+	if (ent->family == 4 && family == 6 && memcmp(a, mapped, 12) == 0)
+		return hp_in_prefix(a + 12, ent->net, ent->bits);
 	return false;
 }
 
 bool
-ntask_addr_permitted(int family, const unsigned char *a, const char *allowlist)
+ntask_addr_permitted(int family, const unsigned char *a, const NtaskHostList *list)
 {
-	const char *p = allowlist;
+	int			k;
 
 	if (family == 4 || family == 6)
 	{
 		if (!hp_special(family, a))
 			return true;
 	}
-	if (p == NULL)
+	if (list == NULL)
 		return false;
-	while (*p)
-	{
-		const char *b;
-		const char *e;
-
-		p = hp_next_entry(p, &b, &e);
-		if (e - b >= 2 && b[0] == '[' && e[-1] == ']')
-			b++, e--;
+	for (k = 0; k < list->n; k++)
 		if ((family == 4 || family == 6) &&
-			hp_entry_covers(b, (size_t) (e - b), family, a))
+			hp_entry_covers(&list->e[k], family, a))
 			return true;
-	}
 	return false;
 }

@@ -5,8 +5,9 @@
  *	  allowlist, the connected-address check and the status
  *	  classification.  URLs and Retry-After are libcurl's.
  *
- * Nothing here includes postgres.h, allocates or reports errors: every
- * function takes (pointer, length) input of any content and answers with a
+ * Nothing here includes postgres.h or reports errors, and only
+ * ntask_hostlist_parse allocates (one malloc'd block, as a GUC's extra
+ * must be): every function takes input of any content and answers with a
  * return code, so the same file links into the server module and into the
  * fuzz harnesses under fuzz/.
  *
@@ -43,16 +44,46 @@ extern bool ntask_header_value_ok(const char *value, size_t len);
 /* a header ntask sets itself and a target may not override */
 extern bool ntask_header_reserved(const char *name, size_t len);
 
+/* one entry of a parsed allowlist (ntask_hostlist_parse) */
+typedef struct NtaskHostEntry
+{
+	const char *name;			/* the entry, brackets stripped; len bytes */
+	size_t		len;
+	bool		star;			/* the entry is "*" */
+	bool		range;			/* it holds a '/' */
+	int			family;			/* 4, 6: an address or CIDR range; 0: not */
+	int			bits;			/* its prefix length */
+	unsigned char net[16];		/* its address, network order */
+} NtaskHostEntry;
+
+/* a parsed allowlist: its non-empty entries, in order */
+typedef struct NtaskHostList
+{
+	int			n;
+	NtaskHostEntry e[];
+} NtaskHostList;
+
+/*
+ * Parse a comma-separated allowlist (blanks around entries and empty
+ * entries are ignored) into one malloc'd block, to be freed with free().
+ * NULL when an entry holds a '/' but is not an address range ("10.0.0.0/8",
+ * "fd00::/8", optionally bracketed): such an entry could never match (no
+ * host holds a '/'); it is copied, cut to bad_len - 1 bytes, into bad.
+ * NULL with bad empty: out of memory.  A NULL list is the empty one.
+ */
+extern NtaskHostList *ntask_hostlist_parse(const char *text, char *bad,
+										   size_t bad_len);
+
 /*
  * Whether host (as libcurl's URL API reports it, lower-cased, no brackets,
- * no trailing dot: target.c) is in the comma-separated allowlist: exact,
- * case-insensitive matches; "*" allows every host name; "[::1]" and "::1"
- * are the same entry; an address host is also allowed by a CIDR entry
- * ("10.0.0.0/8") that holds it.  An empty list allows nothing.
+ * no trailing dot: target.c) is in the allowlist: exact, case-insensitive
+ * matches; "*" allows every host name; "[::1]" and "::1" are the same
+ * entry; an address host is also allowed by a CIDR entry ("10.0.0.0/8")
+ * that holds it.  An empty list allows nothing.
  */
-extern bool ntask_host_allowed(const char *host, const char *allowlist);
+extern bool ntask_host_allowed(const char *host, const NtaskHostList *list);
 /* the same, but '*' does not count: the host itself is an entry */
-extern bool ntask_host_listed(const char *host, const char *allowlist);
+extern bool ntask_host_listed(const char *host, const NtaskHostList *list);
 
 /*
  * Whether the worker may connect to address a (family 4: 4 bytes, 6: 16
@@ -67,6 +98,6 @@ extern bool ntask_host_listed(const char *host, const char *allowlist);
  * holding it ("*" does not count).  Any other family: no.
  */
 extern bool ntask_addr_permitted(int family, const unsigned char *a,
-								 const char *allowlist);
+								 const NtaskHostList *list);
 
 #endif							/* NTASK_HTTP_PARSE_H */

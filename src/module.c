@@ -29,6 +29,8 @@
 #include "utils/acl.h"
 #include "utils/guc.h"
 
+#include "http_parse.h"
+
 PG_MODULE_MAGIC;
 
 /* ntask.backoff_jitter: randomise retry delays (tests turn it off) */
@@ -41,6 +43,7 @@ int			ntask_max_databases = 4;
 int			ntask_naptime_ms = 1000;
 int			ntask_http_max_inflight = 64;
 char	   *ntask_http_allowed_hosts = NULL;
+const NtaskHostList *ntask_http_allowed_list = NULL;
 int			ntask_http_connect_timeout_ms = 5000;
 int			ntask_http_max_response_bytes = 65536;
 int			ntask_http_retry_after_max = 3600;
@@ -72,6 +75,42 @@ static void ntask_process_utility(PlannedStmt *pstmt, const char *queryString,
 								  bool readOnlyTree, ProcessUtilityContext context,
 								  ParamListInfo params, QueryEnvironment *queryEnv,
 								  DestReceiver *dest, QueryCompletion *qc);
+
+/*
+ * ntask_check_allowed_hosts
+ *		GUC check hook of ntask.http_allowed_hosts: parse the list once,
+ *		here, into the GUC's extra (malloc'd, freed by guc.c), refusing an
+ *		entry that could never match (ntask_hostlist_parse); dispatch and
+ *		ntask_queue_set read the parsed list.
+ */
+static bool
+ntask_check_allowed_hosts(char **newval, void **extra, GucSource source)
+{
+	char		bad[128];
+	NtaskHostList *list = ntask_hostlist_parse(*newval, bad, sizeof(bad));
+
+	if (list == NULL && bad[0] == '\0')
+	{
+		GUC_check_errcode(ERRCODE_OUT_OF_MEMORY);
+		GUC_check_errmsg("out of memory");
+		return false;
+	}
+	if (list == NULL)
+	{
+		GUC_check_errdetail("Entry \"%s\" holds a \"/\" but is not an address range; a range is an IPv4 or IPv6 address, \"/\" and a prefix length, such as \"10.0.0.0/8\" or \"fd00::/8\".",
+							bad);
+		return false;
+	}
+	*extra = list;
+	return true;
+}
+
+/* ntask_assign_allowed_hosts: GUC assign hook, keeps the parsed list */
+static void
+ntask_assign_allowed_hosts(const char *newval, void *extra)
+{
+	ntask_http_allowed_list = (const NtaskHostList *) extra;
+}
 
 static void
 ntask_shmem_request(void)
@@ -188,36 +227,12 @@ ntask_process_utility(PlannedStmt *pstmt, const char *queryString,
 }
 
 /*
- * _PG_init
- *		Define the GUCs; when loaded by shared_preload_libraries, also ask
- *		for the worker's shared memory and register the worker.  Safe to
- *		run on first use in a backend too (then there is no worker and
- *		enqueue does not wake anything).
+ * ntask_define_worker_gucs
+ *		The background worker's settings (docs/worker.md).
  */
-void
-_PG_init(void)
+static void
+ntask_define_worker_gucs(GucContext pm_context)
 {
-	/*
-	 * The worker's settings can only take effect at server start.  Loaded
-	 * later (the first call of an ntask function in a server that does not
-	 * preload it), defining a PGC_POSTMASTER variable would be FATAL:
-	 * define them as reload-time settings instead, which nothing reads
-	 * then, since there is no worker.  Every SQL function works either way.
-	 */
-	GucContext	pm_context = process_shared_preload_libraries_in_progress ?
-		PGC_POSTMASTER : PGC_SIGHUP;
-
-	DefineCustomBoolVariable("ntask.backoff_jitter",
-							 "Randomise retry delays (equal jitter).",
-							 "When off, a transient failure waits exactly "
-							 "min(backoff_base * 2^(attempt-1), backoff_max); "
-							 "meant for deterministic tests.",
-							 &ntask_backoff_jitter,
-							 true,
-							 PGC_USERSET,
-							 0,
-							 NULL, NULL, NULL);
-
 	DefineCustomStringVariable("ntask.database",
 							   "The only database an ntask background worker serves; empty: every database with ntask installed.",
 							   "Empty (the default): the launcher starts one worker "
@@ -259,54 +274,6 @@ _PG_init(void)
 							GUC_UNIT_MS,
 							NULL, NULL, NULL);
 
-	DefineCustomIntVariable("ntask.http_max_inflight",
-							"Maximum HTTP requests the worker has in flight, all queues together.",
-							NULL,
-							&ntask_http_max_inflight,
-							64, 1, 1000,
-							PGC_SIGHUP,
-							0,
-							NULL, NULL, NULL);
-
-	DefineCustomStringVariable("ntask.http_allowed_hosts",
-							   "Hosts the worker may send HTTP requests to.",
-							   "Comma-separated host names or addresses, exact "
-							   "match; '*' allows any host.  Empty (the default) "
-							   "allows none: such tasks go to repair_required.",
-							   &ntask_http_allowed_hosts,
-							   "",
-							   PGC_SIGHUP,
-							   0,
-							   NULL, NULL, NULL);
-
-	DefineCustomIntVariable("ntask.http_connect_timeout_ms",
-							"Connect timeout of the worker's HTTP requests.",
-							NULL,
-							&ntask_http_connect_timeout_ms,
-							5000, 1, 600000,
-							PGC_SIGHUP,
-							GUC_UNIT_MS,
-							NULL, NULL, NULL);
-
-	DefineCustomIntVariable("ntask.http_max_response_bytes",
-							"Response bytes read before the worker cuts a transfer.",
-							"The response is classified by its status; the "
-							"body is never stored.",
-							&ntask_http_max_response_bytes,
-							65536, 0, 64 * 1024 * 1024,
-							PGC_SIGHUP,
-							GUC_UNIT_BYTE,
-							NULL, NULL, NULL);
-
-	DefineCustomIntVariable("ntask.http_retry_after_max",
-							"Cap on a provider's Retry-After, in seconds.",
-							NULL,
-							&ntask_http_retry_after_max,
-							3600, 0, 7 * 86400,
-							PGC_SIGHUP,
-							GUC_UNIT_S,
-							NULL, NULL, NULL);
-
 	DefineCustomStringVariable("ntask.worker_role",
 							   "Role the ntask background worker connects as.",
 							   "Must exist, be able to log in and not be a "
@@ -336,6 +303,85 @@ _PG_init(void)
 							PGC_SIGHUP,
 							GUC_UNIT_MS,
 							NULL, NULL, NULL);
+}
+
+/*
+ * ntask_define_http_gucs
+ *		HTTP dispatch's settings (docs/worker.md); the allowlist is parsed
+ *		where it is set (ntask_check_allowed_hosts).
+ */
+static void
+ntask_define_http_gucs(void)
+{
+	DefineCustomIntVariable("ntask.http_max_inflight",
+							"Maximum HTTP requests the worker has in flight, all queues together.",
+							NULL,
+							&ntask_http_max_inflight,
+							64, 1, 1000,
+							PGC_SIGHUP,
+							0,
+							NULL, NULL, NULL);
+
+	DefineCustomStringVariable("ntask.http_allowed_hosts",
+							   "Hosts the worker may send HTTP requests to.",
+							   "Comma-separated host names or addresses, exact "
+							   "match; '*' allows any host.  Empty (the default) "
+							   "allows none: such tasks go to repair_required.",
+							   &ntask_http_allowed_hosts,
+							   "",
+							   PGC_SIGHUP,
+							   0,
+							   ntask_check_allowed_hosts,
+							   ntask_assign_allowed_hosts,
+							   NULL);
+
+	DefineCustomIntVariable("ntask.http_connect_timeout_ms",
+							"Connect timeout of the worker's HTTP requests.",
+							NULL,
+							&ntask_http_connect_timeout_ms,
+							5000, 1, 600000,
+							PGC_SIGHUP,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("ntask.http_max_response_bytes",
+							"Response bytes read before the worker cuts a transfer.",
+							"The response is classified by its status; the "
+							"body is never stored.",
+							&ntask_http_max_response_bytes,
+							65536, 0, 64 * 1024 * 1024,
+							PGC_SIGHUP,
+							GUC_UNIT_BYTE,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("ntask.http_retry_after_max",
+							"Cap on a provider's Retry-After, in seconds.",
+							NULL,
+							&ntask_http_retry_after_max,
+							3600, 0, 7 * 86400,
+							PGC_SIGHUP,
+							GUC_UNIT_S,
+							NULL, NULL, NULL);
+}
+
+/*
+ * ntask_define_task_gucs
+ *		The SQL API's settings: retries, history retention, the waiting
+ *		claim, size caps and flow control's shared-memory tables.
+ */
+static void
+ntask_define_task_gucs(GucContext pm_context)
+{
+	DefineCustomBoolVariable("ntask.backoff_jitter",
+							 "Randomise retry delays (equal jitter).",
+							 "When off, a transient failure waits exactly "
+							 "min(backoff_base * 2^(attempt-1), backoff_max); "
+							 "meant for deterministic tests.",
+							 &ntask_backoff_jitter,
+							 true,
+							 PGC_USERSET,
+							 0,
+							 NULL, NULL, NULL);
 
 	DefineCustomIntVariable("ntask.audit_retention",
 							"Age after which housekeeping deletes ntask.audit rows.",
@@ -406,6 +452,34 @@ _PG_init(void)
 							PGC_SUSET,
 							GUC_UNIT_BYTE,
 							NULL, NULL, NULL);
+}
+
+/*
+ * _PG_init
+ *		Define the GUCs; when loaded by shared_preload_libraries, also ask
+ *		for the worker's shared memory and register the worker.  Safe to
+ *		run on first use in a backend too (then there is no worker and
+ *		enqueue does not wake anything).
+ */
+void
+_PG_init(void)
+{
+	/*
+	 * The worker's settings can only take effect at server start.  Loaded
+	 * later (the first call of an ntask function in a server that does not
+	 * preload it), defining a PGC_POSTMASTER variable would be FATAL:
+	 * define them as reload-time settings instead, which nothing reads
+	 * then, since there is no worker.  Every SQL function works either way.
+	 * (autoprewarm defines such settings only while preloading; here that
+	 * would make SHOW ntask.database fail without preload, which t/010
+	 * shows working.)
+	 */
+	GucContext	pm_context = process_shared_preload_libraries_in_progress ?
+		PGC_POSTMASTER : PGC_SIGHUP;
+
+	ntask_define_worker_gucs(pm_context);
+	ntask_define_http_gucs();
+	ntask_define_task_gucs(pm_context);
 
 	MarkGUCPrefixReserved("ntask");
 

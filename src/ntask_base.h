@@ -65,6 +65,8 @@ extern int	ntask_max_databases;
 extern int	ntask_naptime_ms;
 extern int	ntask_http_max_inflight;
 extern char *ntask_http_allowed_hosts;
+/* its parsed form (the GUC's extra; http_parse.h), NULL: allows nothing */
+extern const struct NtaskHostList *ntask_http_allowed_list;
 extern int	ntask_http_connect_timeout_ms;
 extern int	ntask_http_max_response_bytes;
 extern int	ntask_http_retry_after_max;

@@ -259,7 +259,7 @@ queue_check_guard(Oid guard, char **owner_name)
 static void
 queue_check_host(const char *what, const char *host)
 {
-	if (!ntask_host_allowed(host, ntask_http_allowed_hosts))
+	if (!ntask_host_allowed(host, ntask_http_allowed_list))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("ntask: %s host \"%s\" is not in ntask.http_allowed_hosts", what, host),

@@ -337,43 +337,42 @@ wk_launch(WkSlot *ls, int i, WkDb *db, Oid roleoid, bool probe)
 	return true;
 }
 
-/*
- * ntask_launcher_main
- *		Entry point of the launcher (docs/worker.md "One worker per
- *		database"): find the databases a worker may serve, probe each
- *		for the extension with a short-lived "ntask probe", start an
- *		"ntask worker" where it is installed (at most ntask.max_databases),
- *		start a stopped one again, stop one whose database is gone.  Runs
- *		no SQL and no user code; never waits for a worker in a blocking
- *		call (it polls the handles when the postmaster reports a start or
- *		a stop, bgw_notify_pid, or its latch times out).
- */
-void
-ntask_launcher_main(Datum arg)
+/* the launcher's state between rounds (launcher-local memory) */
+typedef struct WkLauncher
 {
-	char		last_problem[256] = "";
-	int			nslots = NtaskWorkerSlots();
-	WkSlot	   *ls;
-	WkDb	   *dbs;
-	int			ndbs = 0;
-	int			maxdbs = 16;
-	uint32		generation;
+	WkSlot	   *ls;				/* what runs in each slot */
+	int			nslots;
+	WkDb	   *dbs;			/* the databases a worker may serve */
+	int			ndbs;
+	int			maxdbs;
+	uint32		generation;		/* NtaskLauncherProbeGeneration() seen */
+	char		last_problem[256];	/* logged; empty: none */
+	Oid			roleoid;		/* ntask.worker_role, this round */
+	TimestampTz now;			/* this round's time */
+} WkLauncher;
 
-	pqsignal(SIGHUP, SignalHandlerForConfigReload);
-	pqsignal(SIGTERM, die);
-	BackgroundWorkerUnblockSignals();
-	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
-	pgstat_report_appname("ntask launcher");
+/* wk_find_db: the index of database dboid in L->dbs, L->ndbs if absent */
+static int
+wk_find_db(WkLauncher *L, Oid dboid)
+{
+	int			d;
 
-	ls = MemoryContextAllocZero(TopMemoryContext, sizeof(WkSlot) * nslots);
-	dbs = MemoryContextAllocZero(TopMemoryContext, sizeof(WkDb) * maxdbs);
+	for (d = 0; d < L->ndbs; d++)
+		if (L->dbs[d].oid == dboid)
+			break;
+	return d;
+}
 
-	/*
-	 * Slots of a launcher that exited before this one (an ERROR; a crash
-	 * would have reset shared memory): their workers run without a
-	 * handle.  Stop them, wait (at most 10 s) until they are gone, and
-	 * start afresh, so that no database ever has two workers.
-	 */
+/*
+ * wk_launcher_stop_orphans
+ *		Slots of a launcher that exited before this one (an ERROR; a crash
+ *		would have reset shared memory): their workers run without a
+ *		handle.  Stop them, wait (at most 10 s) until they are gone, and
+ *		start afresh, so that no database ever has two workers.
+ */
+static void
+wk_launcher_stop_orphans(int nslots)
+{
 	for (int i = 0; i < nslots; i++)
 	{
 		pid_t		pid = NtaskSlotPid(i);
@@ -401,227 +400,335 @@ ntask_launcher_main(Datum arg)
 	}
 	for (int i = 0; i < nslots; i++)
 		NtaskSlotFree(i);
+}
+
+/*
+ * wk_launcher_reap
+ *		Phase 1: reap what stopped.  A probe that found ntask keeps its
+ *		slot (it becomes the worker's in wk_launcher_serve); a stopped
+ *		worker is started again later.  True if a slot came free.
+ */
+static bool
+wk_launcher_reap(WkLauncher *L)
+{
+	bool		freed = false;
+
+	for (int i = 0; i < L->nslots; i++)
+	{
+		WkSlot	   *sl = &L->ls[i];
+		pid_t		pid;
+		int			probe;
+		TimestampTz hold;
+		Oid			dboid;
+		int			d;
+
+		if (sl->handle == NULL)
+			continue;
+		if (GetBackgroundWorkerPid(sl->handle, &pid) != BGWH_STOPPED)
+			continue;
+		pfree(sl->handle);
+		sl->handle = NULL;
+		dboid = NtaskSlotPeek(i, &probe, &hold);
+		d = wk_find_db(L, dboid);
+		if (sl->probe || probe == NTASK_PROBE_ABSENT)
+		{
+			/*
+			 * A probe ended, or the worker saw the extension dropped: an
+			 * installed database keeps the slot (it becomes the worker's
+			 * below), any other frees it.
+			 */
+			if (sl->probe && probe == NTASK_PROBE_INSTALLED && d < L->ndbs &&
+				L->dbs[d].seen)
+				continue;		/* served below */
+			NtaskSlotFree(i);
+			freed = true;
+			if (d < L->ndbs)
+			{
+				L->dbs[d].status = WKDB_ABSENT;
+				L->dbs[d].next_probe = TimestampTzPlusMilliseconds(L->now,
+																   wk_probe_interval_ms());
+			}
+		}
+		else
+		{
+			/* the worker stopped: start it again, not at once if it ran briefly */
+			sl->restart_at = TimestampTzPlusMilliseconds(L->now,
+														 TimestampDifferenceExceeds(sl->started, L->now, 5000) ? 100 : 5000);
+		}
+	}
+	return freed;
+}
+
+/*
+ * wk_launcher_unbind
+ *		Phase 2: stop, then free, the slots whose database no longer
+ *		qualifies (mark the others' bound); say once when ntask.database
+ *		names no database that qualifies; forget the databases that are
+ *		gone.  True if a slot came free.
+ */
+static bool
+wk_launcher_unbind(WkLauncher *L)
+{
+	static bool warned_missing = false;
+	bool		freed = false;
+	bool		any = false;
+	int			d;
+
+	for (int i = 0; i < L->nslots; i++)
+	{
+		int			probe;
+		TimestampTz hold;
+		Oid			dboid = NtaskSlotPeek(i, &probe, &hold);
+
+		if (!OidIsValid(dboid))
+			continue;
+		d = wk_find_db(L, dboid);
+		if (d < L->ndbs && L->dbs[d].seen)
+		{
+			L->dbs[d].status = WKDB_BOUND;
+			NtaskSlotRename(i, L->dbs[d].name);
+			continue;
+		}
+		if (L->ls[i].handle != NULL)
+			TerminateBackgroundWorker(L->ls[i].handle); /* reaped later */
+		else
+		{
+			NtaskSlotFree(i);
+			freed = true;
+		}
+	}
+
+	for (d = 0; d < L->ndbs; d++)
+		any |= L->dbs[d].seen;
+	if (ntask_database[0] != '\0' && !any && !warned_missing)
+		ereport(LOG,
+				(errmsg("ntask launcher: database \"%s\" (ntask.database) does not exist, refuses connections, is a template or does not grant CONNECT to the worker role; no worker is started",
+						ntask_database)));
+	warned_missing = ntask_database[0] != '\0' && !any;
+
+	for (d = 0; d < L->ndbs;)
+	{
+		if (!L->dbs[d].seen)
+			L->dbs[d] = L->dbs[--L->ndbs];
+		else
+			d++;
+	}
+	return freed;
+}
+
+/*
+ * wk_launcher_note_problem
+ *		Log the role's problem once (while it lasts, nothing new starts;
+ *		what runs goes on).  True if there is none.
+ */
+static bool
+wk_launcher_note_problem(WkLauncher *L, const char *problem)
+{
+	if (!OidIsValid(L->roleoid) || problem[0] != '\0')
+	{
+		if (strcmp(problem, L->last_problem) != 0)
+			ereport(LOG,
+					(errmsg("ntask launcher: %s; no worker is started", problem)));
+		strlcpy(L->last_problem, problem, sizeof(L->last_problem));
+	}
+	else
+		L->last_problem[0] = '\0';
+	return L->last_problem[0] == '\0';
+}
+
+/* wk_launcher_serving: how many slots hold (or are about to hold) a worker */
+static int
+wk_launcher_serving(WkLauncher *L)
+{
+	int			nserving = 0;
+
+	for (int i = 0; i < L->nslots; i++)
+	{
+		WkSlot	   *sl = &L->ls[i];
+		int			probe;
+		TimestampTz hold;
+		Oid			dboid = NtaskSlotPeek(i, &probe, &hold);
+
+		if (OidIsValid(dboid) && !(sl->handle != NULL && sl->probe) &&
+			!(sl->handle == NULL && sl->probe && probe == NTASK_PROBE_INSTALLED))
+			nserving++;
+	}
+	return nserving;
+}
+
+/*
+ * wk_launcher_serve
+ *		Phases 3 and 4: a probe that found ntask gets the worker's place if
+ *		one is left (ntask.max_databases); then start the worker of each
+ *		serving slot that has none (new, or again after it stopped).
+ *		Returns how many slots serve.
+ */
+static int
+wk_launcher_serve(WkLauncher *L, int nserving)
+{
+	for (int i = 0; i < L->nslots; i++)
+	{
+		WkSlot	   *sl = &L->ls[i];
+		int			probe;
+		TimestampTz hold;
+		Oid			dboid = NtaskSlotPeek(i, &probe, &hold);
+		WkDb	   *db;
+		int			d;
+
+		if (!OidIsValid(dboid) || sl->handle != NULL || hold > L->now)
+			continue;
+		d = wk_find_db(L, dboid);
+		if (d == L->ndbs)
+			continue;
+		db = &L->dbs[d];
+		if (sl->probe)
+		{
+			/* 3. a probe found ntask: the worker's place, if one is left */
+			if (nserving >= ntask_max_databases)
+			{
+				if (!db->warned)
+					ereport(WARNING,
+							(errmsg("ntask launcher: database \"%s\" has ntask, but ntask.max_databases (%d) databases already have a worker; it gets none",
+									db->name, ntask_max_databases),
+							 errhint("Raise ntask.max_databases (needs a restart), or drop the extension where it is not used.")));
+				db->warned = true;
+				db->status = WKDB_OVER;
+				db->next_probe = TimestampTzPlusMilliseconds(L->now, wk_probe_interval_ms());
+				NtaskSlotFree(i);
+				sl->probe = false;
+				continue;
+			}
+			NtaskSlotServe(i);
+			sl->probe = false;
+			db->warned = false;
+			nserving++;
+			sl->restart_at = 0;
+		}
+		/* 4. start the worker (new, or again after it stopped) */
+		if (L->now >= sl->restart_at)
+			(void) wk_launch(L->ls, i, db, L->roleoid, false);
+	}
+	return nserving;
+}
+
+/*
+ * wk_launcher_probe
+ *		Phase 5: probe the databases no slot is bound to, when due, while
+ *		a slot is free (the others at the next round).
+ */
+static void
+wk_launcher_probe(WkLauncher *L)
+{
+	for (int d = 0; d < L->ndbs; d++)
+	{
+		int			i;
+
+		if (L->dbs[d].status == WKDB_BOUND || L->dbs[d].next_probe > L->now)
+			continue;
+		for (i = 0; i < L->nslots; i++)
+		{
+			int			probe;
+			TimestampTz hold;
+
+			if (!OidIsValid(NtaskSlotPeek(i, &probe, &hold)) && L->ls[i].handle == NULL)
+				break;
+		}
+		if (i == L->nslots)
+			break;				/* every slot busy: at the next round */
+		NtaskSlotBind(i, L->dbs[d].oid, L->dbs[d].name, false);
+		if (!wk_launch(L->ls, i, &L->dbs[d], L->roleoid, true))
+		{
+			NtaskSlotFree(i);
+			break;
+		}
+		L->dbs[d].status = WKDB_BOUND;
+	}
+}
+
+/*
+ * wk_launcher_round
+ *		One round: read the role and the databases, reap (1), unbind (2),
+ *		probe at once where CREATE EXTENSION ntask committed or a place
+ *		came free, and unless the role will not do, serve (3, 4) and probe
+ *		(5); then publish the problem and the count for ntask_worker_status.
+ */
+static void
+wk_launcher_round(WkLauncher *L)
+{
+	char		problem[256];
+	MemoryContext oldcxt;
+	bool		freed;
+	int			nserving;
+	uint32		g;
+
+	L->now = GetCurrentTimestamp();
+	oldcxt = MemoryContextSwitchTo(TopMemoryContext);
+	(void) wk_launcher_scan(&L->roleoid, &L->dbs, &L->ndbs, &L->maxdbs, problem,
+							sizeof(problem));
+	MemoryContextSwitchTo(oldcxt);
+
+	freed = wk_launcher_reap(L);
+	freed |= wk_launcher_unbind(L);
+
+	/* CREATE EXTENSION ntask committed, or a place came free: probe now */
+	g = NtaskLauncherProbeGeneration();
+	for (int d = 0; d < L->ndbs; d++)
+		if ((g != L->generation && L->dbs[d].status == WKDB_ABSENT) ||
+			(freed && L->dbs[d].status == WKDB_OVER))
+			L->dbs[d].next_probe = 0;
+	L->generation = g;
+
+	nserving = wk_launcher_serving(L);
+	if (wk_launcher_note_problem(L, problem))
+	{
+		nserving = wk_launcher_serve(L, nserving);
+		wk_launcher_probe(L);
+	}
+	NtaskLauncherSetProblem(L->last_problem, nserving);
+}
+
+/*
+ * ntask_launcher_main
+ *		Entry point of the launcher (docs/worker.md "One worker per
+ *		database"): find the databases a worker may serve, probe each
+ *		for the extension with a short-lived "ntask probe", start an
+ *		"ntask worker" where it is installed (at most ntask.max_databases),
+ *		start a stopped one again, stop one whose database is gone.  Runs
+ *		no SQL and no user code; never waits for a worker in a blocking
+ *		call (it polls the handles when the postmaster reports a start or
+ *		a stop, bgw_notify_pid, or its latch times out).
+ */
+void
+ntask_launcher_main(Datum arg)
+{
+	WkLauncher	L;
+
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
+	pgstat_report_appname("ntask launcher");
+
+	memset(&L, 0, sizeof(L));
+	L.nslots = NtaskWorkerSlots();
+	L.maxdbs = 16;
+	L.ls = MemoryContextAllocZero(TopMemoryContext, sizeof(WkSlot) * L.nslots);
+	L.dbs = MemoryContextAllocZero(TopMemoryContext, sizeof(WkDb) * L.maxdbs);
+
+	wk_launcher_stop_orphans(L.nslots);
 	NtaskLauncherAttach();
 	on_shmem_exit(wk_launcher_exit, (Datum) 0);
-	generation = NtaskLauncherProbeGeneration();
+	L.generation = NtaskLauncherProbeGeneration();
 
 	for (;;)
 	{
-		char		problem[256];
-		Oid			roleoid;
-		TimestampTz now;
-		int			nserving = 0;
-		int			i;
-		int			d;
-		uint32		g;
-		bool		freed = false;
-		MemoryContext oldcxt;
-
 		CHECK_FOR_INTERRUPTS();
 		if (ConfigReloadPending)
 		{
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
 		}
-		now = GetCurrentTimestamp();
-
-		oldcxt = MemoryContextSwitchTo(TopMemoryContext);
-		(void) wk_launcher_scan(&roleoid, &dbs, &ndbs, &maxdbs, problem,
-								sizeof(problem));
-		MemoryContextSwitchTo(oldcxt);
-
-		/* 1. reap what stopped */
-		for (i = 0; i < nslots; i++)
-		{
-			pid_t		pid;
-			int			probe;
-			TimestampTz hold;
-			Oid			dboid;
-
-			if (ls[i].handle == NULL)
-				continue;
-			if (GetBackgroundWorkerPid(ls[i].handle, &pid) != BGWH_STOPPED)
-				continue;
-			pfree(ls[i].handle);
-			ls[i].handle = NULL;
-			dboid = NtaskSlotPeek(i, &probe, &hold);
-			for (d = 0; d < ndbs; d++)
-				if (dbs[d].oid == dboid)
-					break;
-			if (ls[i].probe || probe == NTASK_PROBE_ABSENT)
-			{
-				/*
-				 * A probe ended, or the worker saw the extension dropped:
-				 * an installed database keeps the slot (it becomes the
-				 * worker's below), any other frees it.
-				 */
-				if (ls[i].probe && probe == NTASK_PROBE_INSTALLED && d < ndbs &&
-					dbs[d].seen)
-					continue;	/* served below */
-				NtaskSlotFree(i);
-				freed = true;
-				if (d < ndbs)
-				{
-					dbs[d].status = WKDB_ABSENT;
-					dbs[d].next_probe = TimestampTzPlusMilliseconds(now, wk_probe_interval_ms());
-				}
-			}
-			else
-			{
-				/* the worker stopped: start it again, not at once if it ran briefly */
-				ls[i].restart_at = TimestampTzPlusMilliseconds(now,
-															   TimestampDifferenceExceeds(ls[i].started, now, 5000) ? 100 : 5000);
-			}
-		}
-
-		/* 2. slots whose database no longer qualifies: stop, then free */
-		for (i = 0; i < nslots; i++)
-		{
-			int			probe;
-			TimestampTz hold;
-			Oid			dboid = NtaskSlotPeek(i, &probe, &hold);
-
-			if (!OidIsValid(dboid))
-				continue;
-			for (d = 0; d < ndbs; d++)
-				if (dbs[d].oid == dboid)
-					break;
-			if (d < ndbs && dbs[d].seen)
-			{
-				dbs[d].status = WKDB_BOUND;
-				NtaskSlotRename(i, dbs[d].name);
-				continue;
-			}
-			if (ls[i].handle != NULL)
-				TerminateBackgroundWorker(ls[i].handle);	/* reaped later */
-			else
-			{
-				NtaskSlotFree(i);
-				freed = true;
-			}
-		}
-		/* ntask.database set, but no such database (that qualifies): say so once */
-		{
-			static bool warned_missing = false;
-			bool		any = false;
-
-			for (d = 0; d < ndbs; d++)
-				any |= dbs[d].seen;
-			if (ntask_database[0] != '\0' && !any && !warned_missing)
-				ereport(LOG,
-						(errmsg("ntask launcher: database \"%s\" (ntask.database) does not exist, refuses connections, is a template or does not grant CONNECT to the worker role; no worker is started",
-								ntask_database)));
-			warned_missing = ntask_database[0] != '\0' && !any;
-		}
-
-		/* forget databases that are gone */
-		for (d = 0; d < ndbs;)
-		{
-			if (!dbs[d].seen)
-				dbs[d] = dbs[--ndbs];
-			else
-				d++;
-		}
-
-		/* CREATE EXTENSION ntask committed, or a place came free: probe now */
-		g = NtaskLauncherProbeGeneration();
-		for (d = 0; d < ndbs; d++)
-			if ((g != generation && dbs[d].status == WKDB_ABSENT) ||
-				(freed && dbs[d].status == WKDB_OVER))
-				dbs[d].next_probe = 0;
-		generation = g;
-
-		if (!OidIsValid(roleoid) || problem[0] != '\0')
-		{
-			/* nothing new starts; what runs goes on */
-			if (strcmp(problem, last_problem) != 0)
-				ereport(LOG,
-						(errmsg("ntask launcher: %s; no worker is started", problem)));
-			strlcpy(last_problem, problem, sizeof(last_problem));
-		}
-		else
-			last_problem[0] = '\0';
-
-		for (i = 0; i < nslots; i++)
-		{
-			int			probe;
-			TimestampTz hold;
-			Oid			dboid = NtaskSlotPeek(i, &probe, &hold);
-
-			if (OidIsValid(dboid) && !(ls[i].handle != NULL && ls[i].probe) &&
-				!(ls[i].handle == NULL && ls[i].probe && probe == NTASK_PROBE_INSTALLED))
-				nserving++;
-		}
-
-		if (last_problem[0] == '\0')
-		{
-			for (i = 0; i < nslots; i++)
-			{
-				int			probe;
-				TimestampTz hold;
-				Oid			dboid = NtaskSlotPeek(i, &probe, &hold);
-
-				if (!OidIsValid(dboid) || ls[i].handle != NULL || hold > now)
-					continue;
-				for (d = 0; d < ndbs; d++)
-					if (dbs[d].oid == dboid)
-						break;
-				if (d == ndbs)
-					continue;
-				if (ls[i].probe)
-				{
-					/* 3. a probe found ntask: the worker's place, if one is left */
-					if (nserving >= ntask_max_databases)
-					{
-						if (!dbs[d].warned)
-							ereport(WARNING,
-									(errmsg("ntask launcher: database \"%s\" has ntask, but ntask.max_databases (%d) databases already have a worker; it gets none",
-											dbs[d].name, ntask_max_databases),
-									 errhint("Raise ntask.max_databases (needs a restart), or drop the extension where it is not used.")));
-						dbs[d].warned = true;
-						dbs[d].status = WKDB_OVER;
-						dbs[d].next_probe = TimestampTzPlusMilliseconds(now, wk_probe_interval_ms());
-						NtaskSlotFree(i);
-						ls[i].probe = false;
-						continue;
-					}
-					NtaskSlotServe(i);
-					ls[i].probe = false;
-					dbs[d].warned = false;
-					nserving++;
-					ls[i].restart_at = 0;
-				}
-				/* 4. start the worker (new, or again after it stopped) */
-				if (now >= ls[i].restart_at)
-					(void) wk_launch(ls, i, &dbs[d], roleoid, false);
-			}
-
-			/* 5. probe the databases no slot is bound to, when due */
-			for (d = 0; d < ndbs; d++)
-			{
-				if (dbs[d].status == WKDB_BOUND || dbs[d].next_probe > now)
-					continue;
-				for (i = 0; i < nslots; i++)
-				{
-					int			probe;
-					TimestampTz hold;
-
-					if (!OidIsValid(NtaskSlotPeek(i, &probe, &hold)) && ls[i].handle == NULL)
-						break;
-				}
-				if (i == nslots)
-					break;		/* every slot busy: at the next round */
-				NtaskSlotBind(i, dbs[d].oid, dbs[d].name, false);
-				if (!wk_launch(ls, i, &dbs[d], roleoid, true))
-				{
-					NtaskSlotFree(i);
-					break;
-				}
-				dbs[d].status = WKDB_BOUND;
-			}
-		}
-		NtaskLauncherSetProblem(last_problem, nserving);
-
+		wk_launcher_round(&L);
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 Min(Max(ntask_naptime_ms, 100), 1000), PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
@@ -835,19 +942,30 @@ wk_housekeeping(void)
 	}
 }
 
-/*
- * ntask_worker_main
- *		Entry point of the worker, started by the launcher with the
- *		database OID as argument and the role OID in bgw_extra.
- */
-void
-ntask_worker_main(Datum arg)
+/* the worker loop's clock between rounds */
+typedef struct WkLoop
 {
-	TimestampTz next_tick = 0;
-	TimestampTz next_refresh = 0;
-	bool		refresh_pending = false;
+	TimestampTz next_tick;		/* housekeeping and a look for due tasks */
+	TimestampTz next_refresh;	/* the http queues reread at most so often */
+	bool		refresh_pending;	/* a wake-up came before next_refresh */
+} WkLoop;
+
+/* the http queues are reread at most every 100 ms however fast wakes come */
+#define WK_REFRESH_USECS (100 * 1000)
+
+/*
+ * wk_worker_start
+ *		Connect to the database as the role the launcher chose, take the
+ *		slot, look for the extension.  A probe says what it saw and exits
+ *		(the launcher starts the worker where it is installed); so does a
+ *		worker that finds no extension, or another worker in its place.
+ */
+static void
+wk_worker_start(Datum arg)
+{
 	WkStart		start;
 	pid_t		other;
+	char		appname[NAMEDATALEN];
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
@@ -877,10 +995,6 @@ ntask_worker_main(Datum arg)
 	}
 	CommitTransactionCommand();
 
-	/*
-	 * A probe looks for the extension, says what it saw and exits; the
-	 * launcher starts the worker where it is installed.
-	 */
 	(void) NtaskWorkerRunXact(wk_extension_step, &wk_ext,
 							  "ntask worker: look for the extension");
 	if (start.probe || !OidIsValid(wk_ext.oid))
@@ -890,12 +1004,8 @@ ntask_worker_main(Datum arg)
 		proc_exit(0);
 	}
 
-	{
-		char		appname[NAMEDATALEN];
-
-		snprintf(appname, sizeof(appname), "ntask worker %s", wk_dbname);
-		pgstat_report_appname(appname);
-	}
+	snprintf(appname, sizeof(appname), "ntask worker %s", wk_dbname);
+	pgstat_report_appname(appname);
 	NtaskDispatchInit(wk_ext.schema);
 	wk_idle = wk_ext.distributed && !wk_ext.coordinator;
 	if (wk_idle)
@@ -920,108 +1030,140 @@ ntask_worker_main(Datum arg)
 				(errmsg("ntask worker started in database \"%s\" as role \"%s\"",
 						wk_dbname, ntask_worker_role)));
 	}
+}
 
+/* wk_refresh: reread the http queues now */
+static void
+wk_refresh(WkLoop *w, TimestampTz now)
+{
+	NtaskDispatchRefreshQueues();
+	w->refresh_pending = false;
+	w->next_refresh = now + WK_REFRESH_USECS;
+}
+
+/*
+ * wk_worker_round
+ *		Interrupts and a reload, then the tick (housekeeping, the queues
+ *		reread) when due, or a deferred refresh, then a look for due http
+ *		tasks if woken, ticking, or the last claim was full.  True when
+ *		more may be due at once (no sleep).
+ */
+static bool
+wk_worker_round(WkLoop *w)
+{
+	TimestampTz now;
+	bool		woken = false;
+
+	/*
+	 * A query cancel (pg_cancel_backend) that reaches the worker while it
+	 * is between steps has nothing to cancel: outside a transaction it
+	 * would become FATAL and drop the transfers in flight.  During a step
+	 * it cancels that step (caught, rolled back, retried).
+	 */
+	if (QueryCancelPending)
+	{
+		QueryCancelPending = false;
+		ereport(LOG, (errmsg("ntask worker: query cancel ignored between steps")));
+	}
+	CHECK_FOR_INTERRUPTS();
+	if (ConfigReloadPending)
+	{
+		ConfigReloadPending = false;
+		ProcessConfigFile(PGC_SIGHUP);
+		wk_pin_settings();
+		/* a shorter ntask.naptime takes effect now, not at the old tick */
+		w->next_tick = Min(w->next_tick, GetCurrentTimestamp() +
+						   (TimestampTz) ntask_naptime_ms * 1000);
+	}
+
+	now = GetCurrentTimestamp();
+	if (now >= w->next_tick)
+	{
+		NtaskWorkerSetLastTick(now);
+		wk_housekeeping();
+		if (!wk_idle)
+			NtaskDispatchRefreshQueues();
+		w->refresh_pending = false;
+		w->next_refresh = now + WK_REFRESH_USECS;
+		w->next_tick = now + (TimestampTz) ntask_naptime_ms * 1000;
+		woken = true;			/* look for due tasks every tick */
+	}
+	else if (w->refresh_pending && now >= w->next_refresh && !wk_idle)
+	{
+		/* a wake-up came within 100 ms of the last refresh: do it now */
+		wk_refresh(w, now);
+		woken = true;
+	}
+
+	return !wk_idle && NtaskDispatchTick(woken);
+}
+
+/*
+ * wk_worker_sleep
+ *		Sleep until the latch is set, a transfer has something to do
+ *		(curl's sockets and timeouts are in the same wait), a result is due
+ *		to be recorded again, or the next tick or deferred refresh; on a
+ *		wake-up, reread the queues (or defer it) and look for due tasks.
+ */
+static void
+wk_worker_sleep(WkLoop *w)
+{
+	TimestampTz until = w->refresh_pending ? Min(w->next_tick, w->next_refresh) :
+		w->next_tick;
+	long		wait_ms = (long) ((until - GetCurrentTimestamp()) / 1000);
+	long		stats_ms;
+	int			rc;
+	TimestampTz woke;
+
+	/*
+	 * Report this process's table and function statistics, as a backend
+	 * does before it waits for a command: a background worker's are
+	 * otherwise kept until it exits, so autovacuum would not count the
+	 * dead rows of its claims, transitions and retention.  At most once a
+	 * second (PGSTAT_MIN_INTERVAL); what is left pending shortens this
+	 * wait.
+	 */
+	stats_ms = pgstat_report_stat(false);
+	if (stats_ms > 0)
+		wait_ms = Min(wait_ms, stats_ms);
+	rc = NtaskDispatchWait(Max(wait_ms, 0) + 1);
+	if (!(rc & WL_LATCH_SET))
+		return;
+
+	woke = GetCurrentTimestamp();
+	ResetLatch(MyLatch);
+
+	/*
+	 * An enqueue (or a queue change) committed: the queue may be new since
+	 * the last tick, so reread the http queues, at most every 100 ms
+	 * however fast enqueues come.
+	 */
+	if (wk_idle)
+		return;					/* nothing to dispatch */
+	if (woke >= w->next_refresh)
+		wk_refresh(w, woke);
+	else
+		w->refresh_pending = true;	/* deferred, never dropped */
+	(void) NtaskDispatchTick(true);
+}
+
+/*
+ * ntask_worker_main
+ *		Entry point of the worker, started by the launcher with the
+ *		database OID as argument and the role OID in bgw_extra.
+ */
+void
+ntask_worker_main(Datum arg)
+{
+	WkLoop		w;
+
+	wk_worker_start(arg);
+	memset(&w, 0, sizeof(w));
 	for (;;)
 	{
-		TimestampTz now;
-		bool		woken;
-		int			rc;
-
-		/*
-		 * A query cancel (pg_cancel_backend) that reaches the worker while
-		 * it is between steps has nothing to cancel: outside a transaction
-		 * it would become FATAL and drop the transfers in flight.  During a
-		 * step it cancels that step (caught, rolled back, retried).
-		 */
-		if (QueryCancelPending)
-		{
-			QueryCancelPending = false;
-			ereport(LOG, (errmsg("ntask worker: query cancel ignored between steps")));
-		}
-		CHECK_FOR_INTERRUPTS();
-		if (ConfigReloadPending)
-		{
-			ConfigReloadPending = false;
-			ProcessConfigFile(PGC_SIGHUP);
-			wk_pin_settings();
-			/* a shorter ntask.naptime takes effect now, not at the old tick */
-			next_tick = Min(next_tick, GetCurrentTimestamp() +
-							(TimestampTz) ntask_naptime_ms * 1000);
-		}
-
-		now = GetCurrentTimestamp();
-		woken = false;
-		if (now >= next_tick)
-		{
-			NtaskWorkerSetLastTick(now);
-			wk_housekeeping();
-			if (!wk_idle)
-				NtaskDispatchRefreshQueues();
-			refresh_pending = false;
-			next_refresh = now + 100 * 1000;
-			next_tick = now + (TimestampTz) ntask_naptime_ms * 1000;
-			woken = true;		/* look for due tasks every tick */
-		}
-		else if (refresh_pending && now >= next_refresh && !wk_idle)
-		{
-			/* a wake-up came within 100 ms of the last refresh: do it now */
-			NtaskDispatchRefreshQueues();
-			refresh_pending = false;
-			next_refresh = now + 100 * 1000;
-			woken = true;
-		}
-
-		/* look for work if woken, ticking, or the last claim was full */
-		if (!wk_idle && NtaskDispatchTick(woken))
+		if (wk_worker_round(&w))
 			continue;			/* more may be due at once */
-
-		/*
-		 * Sleep until the latch is set, a transfer has something to do
-		 * (curl's sockets and timeouts are in the same wait), a result is
-		 * due to be recorded again, or the next tick or deferred refresh.
-		 */
-		{
-			TimestampTz until = refresh_pending ? Min(next_tick, next_refresh) : next_tick;
-			long		wait_ms = (long) ((until - GetCurrentTimestamp()) / 1000);
-			long		stats_ms;
-
-			/*
-			 * Report this process's table and function statistics, as a
-			 * backend does before it waits for a command: a background
-			 * worker's are otherwise kept until it exits, so autovacuum
-			 * would not count the dead rows of its claims, transitions and
-			 * retention.  At most once a second (PGSTAT_MIN_INTERVAL); what
-			 * is left pending shortens this wait.
-			 */
-			stats_ms = pgstat_report_stat(false);
-			if (stats_ms > 0)
-				wait_ms = Min(wait_ms, stats_ms);
-			rc = NtaskDispatchWait(Max(wait_ms, 0) + 1);
-		}
-		if (rc & WL_LATCH_SET)
-		{
-			TimestampTz woke = GetCurrentTimestamp();
-
-			ResetLatch(MyLatch);
-
-			/*
-			 * An enqueue (or a queue change) committed: the queue may be new
-			 * since the last tick, so reread the http queues, at most every
-			 * 100 ms however fast enqueues come.
-			 */
-			if (wk_idle)
-				;				/* nothing to dispatch */
-			else if (woke >= next_refresh)
-			{
-				NtaskDispatchRefreshQueues();
-				refresh_pending = false;
-				next_refresh = woke + 100 * 1000;
-			}
-			else
-				refresh_pending = true; /* deferred, never dropped */
-			if (!wk_idle)
-				(void) NtaskDispatchTick(true);
-		}
+		wk_worker_sleep(&w);
 	}
 }
 
