@@ -593,6 +593,17 @@ claim_mark_committed(SPITupleTable *rows, int nrows, int64 *rcpt, int nrcpt)
 }
 
 /*
+ * A token carries the WAL timeline it was issued on in its high bits, from
+ * CLAIM_TIMELINE_SHIFT up (docs/scaling.md "Task ids and tokens").  The
+ * same bit as NTASK_SHARD_SHIFT, but of another number: a task id's shard
+ * bits and a token's timeline bits have nothing to do with each other.
+ * Timelines above CLAIM_MAX_TIMELINE count as that one: a higher one
+ * would overflow the sign bit.
+ */
+#define CLAIM_TIMELINE_SHIFT	48
+#define CLAIM_MAX_TIMELINE		((INT64CONST(1) << (63 - CLAIM_TIMELINE_SHIFT)) - 1)
+
+/*
  * claim_token_floor
  *		The lowest token a claim on this WAL timeline may issue:
  *		((timeline - 1) << 48) + 1.  On timeline 1 that is 1, so tokens are
@@ -606,8 +617,8 @@ claim_token_floor(void)
 {
 	int64		tli = (int64) GetWALInsertionTimeLine();
 
-	tli = Min(Max(tli, 1), 32767);
-	return ((tli - 1) << 48) + 1;
+	tli = Min(Max(tli, 1), CLAIM_MAX_TIMELINE);
+	return ((tli - 1) << CLAIM_TIMELINE_SHIFT) + 1;
 }
 
 /*
@@ -965,7 +976,7 @@ claim_limit(ClaimCall *call, SPITupleTable *pick, int npicked, bool fair_pick,
 			/* the picked tasks' shard: their keys' tasks are all there */
 			SPI_tuptable = pick;
 			sv[0] = values[0];
-			sv[1] = Int16GetDatum((int16) (NtaskGetInt64(0, 1) >> 48));
+			sv[1] = Int16GetDatum(NTASK_ID_SHARD(NtaskGetInt64(0, 1)));
 			nrows = NtaskExecPlan(&claim_inflight_shard_plan, sv, NULL, SPI_OK_SELECT);
 		}
 		else
