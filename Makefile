@@ -75,8 +75,16 @@ include $(PGXS)
 # PostgreSQL was configured with), so a change of a floor's header
 # (src/ntask_*.h) rebuilds that floor and the floors above it only.
 
-.PHONY: demo test
+.PHONY: demo test dist
 demo:
 	sh $(srcdir)/scripts/demo.sh
 test:
 	sh $(srcdir)/scripts/test.sh
+
+# a PGXN-ready archive of HEAD: ntask-<version>.zip with everything under
+# ntask-<version>/ (META.json at its top), as `pgxn bundle` makes it
+DIST_VERSION := $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" $(srcdir)/ntask.control)
+dist:
+	git -C $(srcdir) archive --format=zip --prefix=ntask-$(DIST_VERSION)/ \
+		-o $(CURDIR)/ntask-$(DIST_VERSION).zip HEAD
+

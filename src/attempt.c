@@ -64,7 +64,8 @@ static NtaskPlan att_finish_plan = {
 	"  last_error_stage = coalesce($6, t.last_error_stage), "
 	"  unknown_attempts = t.unknown_attempts OPERATOR(pg_catalog.+) "
 	"    (SELECT pg_catalog.count(*) FROM closed c WHERE c.was_invoked)::integer "
-	"WHERE t.task_id OPERATOR(pg_catalog.=) $1" NTASK_SHARD_OF("t", "$1"),
+	"WHERE t.task_id OPERATOR(pg_catalog.=) $1" NTASK_SHARD_OF("t", "$1")
+	"RETURNING t.queue, EXISTS (SELECT 1 FROM closed)",
 	6, {INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID}
 };
 
@@ -118,7 +119,9 @@ NtaskCloseExpiredAttempts(Datum task_ids)
  *		Move a task the caller has locked to a terminal state with a reason,
  *		closing its open attempt (if any) with attempt_result; an attempt
  *		that had been invoked is counted as an unknown outcome.  error_class
- *		and stage, when not NULL, become the task's last error.
+ *		and stage, when not NULL, become the task's last error.  A lease it
+ *		ends is noted for the queue's capped waiting claims (cancel, a
+ *		saga's cancel).  SPI_tuptable then holds (queue, a lease ended).
  */
 void
 NtaskFinishTask(int64 task_id, const char *to_state, const char *reason,
@@ -136,5 +139,7 @@ NtaskFinishTask(int64 task_id, const char *to_state, const char *reason,
 	nulls[4] = error_class ? ' ' : 'n';
 	values[5] = stage ? CStringGetTextDatum(stage) : (Datum) 0;
 	nulls[5] = stage ? ' ' : 'n';
-	NtaskExecPlan(&att_finish_plan, values, nulls, SPI_OK_UPDATE);
+	if (NtaskExecPlan(&att_finish_plan, values, nulls, SPI_OK_UPDATE_RETURNING) == 1 &&
+		NtaskGetBool(0, 2))
+		NtaskWakeCappedAtCommit(NtaskGetCString(0, 1), 1);	/* a slot is free */
 }

@@ -317,7 +317,7 @@ ntask_release(PG_FUNCTION_ARGS)
 
 		result = "applied";
 		NtaskWakeWorkerAtCommit();	/* it may be an http task, due now */
-		NtaskWakeCappedAtCommit(NtaskGetCString(0, LEASE_RELEASE_QUEUE));	/* a slot is free */
+		NtaskWakeCappedAtCommit(NtaskGetCString(0, LEASE_RELEASE_QUEUE), 1);	/* a slot is free */
 		if (run_at <= GetCurrentStatementStartTimestamp())
 			NtaskWakeWaitersAtCommit(NtaskGetCString(0, LEASE_RELEASE_QUEUE), 1, 0);
 		else

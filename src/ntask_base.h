@@ -275,7 +275,7 @@ extern TimestampTz NtaskWaiterRearm(TimestampTz now);
 extern TimestampTz NtaskWaiterHint(bool *woken);
 extern void NtaskWaiterSetCapped(bool capped);
 extern void NtaskWaiterUnregister(bool filled);
-extern void NtaskWakeCappedAtCommit(const char *queue);
+extern void NtaskWakeCappedAtCommit(const char *queue, int nfreed);
 extern void NtaskWakeWaitersAtCommit(const char *queue, int ndue,
 									 TimestampTz later);
 

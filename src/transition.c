@@ -123,7 +123,8 @@ typedef enum TrApplyArg
 typedef enum TrApplyCol
 {
 	TR_APPLY_STATE = 1,
-	TR_APPLY_RUN_AT
+	TR_APPLY_RUN_AT,
+	TR_APPLY_QUEUE
 } TrApplyCol;
 
 static NtaskPlan tr_apply_plan = {
@@ -154,7 +155,7 @@ static NtaskPlan tr_apply_plan = {
 	"  RETURNING t.task_id, t.state, "
 	"    CASE WHEN t.due_at IS NOT NULL THEN t.run_at END AS run_at, "
 	"    t.shard, t.token, t.attempts, coalesce(o.claimed_at, o.updated_at) AS claimed_at, "
-	"    t.invoked_at, o.lease_owner AS worker "
+	"    t.invoked_at, o.lease_owner AS worker, t.queue "
 	"), att AS ( "
 	"  INSERT INTO ntask.attempt (task_id, shard, token, attempt, worker, claimed_at, "
 	"    invoked_at, ended_at, result, requested, error_class, error_stage, "
@@ -167,7 +168,7 @@ static NtaskPlan tr_apply_plan = {
 	"    $8, $9, $10 "
 	"  FROM upd u "
 	") "
-	"SELECT upd.state, upd.run_at FROM upd",
+	"SELECT upd.state, upd.run_at, upd.queue FROM upd",
 	TR_APPLY_NARGS, {INT8OID, INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, BOOLOID,
 	TEXTOID, TIMESTAMPTZOID, JSONBOID, TIMESTAMPTZOID, TEXTOID, BOOLOID, OIDOID,
 	JSONBOID, TIMESTAMPTZOID}
@@ -219,7 +220,8 @@ typedef enum TrManyArg
 typedef enum TrManyCol
 {
 	TR_MANY_TASK_ID = 1,
-	TR_MANY_STATE
+	TR_MANY_STATE,
+	TR_MANY_QUEUE
 } TrManyCol;
 
 static NtaskPlan tr_many_plan = {
@@ -249,7 +251,7 @@ static NtaskPlan tr_many_plan = {
 	"                  AND " NTASK_WORKER_RIGHT("q", "11") ") "
 	"  RETURNING t.task_id, t.token, t.state, t.shard, t.attempts, "
 	"    coalesce(o.claimed_at, o.updated_at) AS claimed_at, t.invoked_at, "
-	"    o.lease_owner AS worker "
+	"    o.lease_owner AS worker, t.queue "
 	"), att AS ( "
 	"  INSERT INTO ntask.attempt (task_id, shard, token, attempt, worker, claimed_at, "
 	"    invoked_at, ended_at, result, requested, error_class, error_stage, "
@@ -262,7 +264,7 @@ static NtaskPlan tr_many_plan = {
 	"    $7, NULL, $8 "
 	"  FROM upd u "
 	") "
-	"SELECT upd.task_id, upd.state FROM upd",
+	"SELECT upd.task_id, upd.state, upd.queue FROM upd",
 	TR_MANY_NARGS, {INT8ARRAYOID, INT8ARRAYOID, TEXTOID, TEXTOID, TEXTOID, BOOLOID,
 	TEXTOID, JSONBOID, TEXTOID, BOOLOID, OIDOID, JSONBARRAYOID}
 };
@@ -423,8 +425,9 @@ tr_check_args(const char *to_state, const char **error_class,
  *		Run tr_apply_plan: close the attempt and move the task to final, but
  *		only if token still holds the lease (the statement is conditional, so
  *		it is safe without a prior lock).  Returns true if it applied; then
- *		SPI_tuptable holds (state, run_at).  has_next: final is retry_wait
- *		and next is its run_at.
+ *		SPI_tuptable holds (state, run_at, queue), and the lease's end is
+ *		noted for the queue's capped waiting claims (its slot is free).
+ *		has_next: final is retry_wait and next is its run_at.
  */
 /*
  * tr_attempt_args
@@ -488,7 +491,11 @@ tr_apply(TrCall *c, const char *final, TimestampTz next, const char *reason,
 	values[TR_APPLY_ARG_RESULT] = c->result;
 	nulls[TR_APPLY_ARG_RESULT] = c->result_null ? 'n' : ' ';
 	values[TR_APPLY_ARG_NOW] = NtaskStatementTs();
-	return NtaskExecPlan(&tr_apply_plan, values, nulls, SPI_OK_SELECT) == 1;
+	if (NtaskExecPlan(&tr_apply_plan, values, nulls, SPI_OK_SELECT) != 1)
+		return false;
+	/* its slot is free: a claim waiting on the queue's cap may go */
+	NtaskWakeCappedAtCommit(NtaskGetCString(0, TR_APPLY_QUEUE), 1);
+	return true;
 }
 
 /*
@@ -619,14 +626,8 @@ tr_locked(TrCall *c, const char *reason, TrOut *o)
 				engine_reason = true;
 			}
 		}
-		{
-			char	   *queue = NtaskGetCString(0, TR_LOCK_QUEUE);
-
-			if (strcmp(final, "retry_wait") == 0)
-				NtaskWakeWaitersAtCommit(queue, 0, next);
-			/* its slot is free: a claim waiting on the queue's cap may go */
-			NtaskWakeCappedAtCommit(queue);
-		}
+		if (strcmp(final, "retry_wait") == 0)
+			NtaskWakeWaitersAtCommit(NtaskGetCString(0, TR_LOCK_QUEUE), 0, next);
 		if (!tr_apply(c, final, next, reason, engine_reason))
 			elog(ERROR, "ntask: locked task %lld did not take its transition",
 				 (long long) c->task_id);
@@ -742,7 +743,10 @@ tr_item_cmp(const void *a, const void *b)
  * tr_many_apply
  *		The conditional statement of a batch (to_state is not retry_wait):
  *		every item whose token still holds its lease is applied at once;
- *		those get done = true.  items are sorted by task_id.
+ *		those get done = true.  items are sorted by task_id.  The leases
+ *		that ended are noted per queue for the queues' capped waiting
+ *		claims: once per run of rows of one queue (a batch is usually of
+ *		one queue), not once per row.
  */
 static void
 tr_many_apply(TrCall *c, const char *reason, TrItem *items, int n)
@@ -758,6 +762,8 @@ tr_many_apply(TrCall *c, const char *reason, TrItem *items, int n)
 	int			nrows;
 	int			i;
 	int			r;
+	text	   *run_queue = NULL;	/* the queue of the current run of rows */
+	int			run_len = 0;
 
 	for (i = 0; i < n; i++)
 	{
@@ -787,6 +793,19 @@ tr_many_apply(TrCall *c, const char *reason, TrItem *items, int n)
 	{
 		TrItem		key;
 		TrItem	   *it;
+		text	   *queue = NtaskGetText(r, TR_MANY_QUEUE);
+
+		if (run_queue == NULL ||
+			VARSIZE_ANY_EXHDR(queue) != VARSIZE_ANY_EXHDR(run_queue) ||
+			memcmp(VARDATA_ANY(queue), VARDATA_ANY(run_queue),
+				   VARSIZE_ANY_EXHDR(queue)) != 0)
+		{
+			if (run_queue != NULL)
+				NtaskWakeCappedAtCommit(text_to_cstring(run_queue), run_len);
+			run_queue = queue;
+			run_len = 0;
+		}
+		run_len++;
 
 		key.task_id = NtaskGetInt64(r, TR_MANY_TASK_ID);
 		it = bsearch(&key, items, n, sizeof(TrItem), tr_item_cmp);
@@ -799,6 +818,8 @@ tr_many_apply(TrCall *c, const char *reason, TrItem *items, int n)
 		it->o.run_at = (Datum) 0;
 		it->o.run_at_null = true;	/* a finished task has no next run */
 	}
+	if (run_queue != NULL)
+		NtaskWakeCappedAtCommit(text_to_cstring(run_queue), run_len);
 }
 
 /*

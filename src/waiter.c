@@ -268,21 +268,24 @@ NtaskWakeWaitersAtCommit(const char *queue, int ndue, TimestampTz later)
 
 /*
  * NtaskWakeCappedAtCommit
- *		Note that this transaction ends a lease of queue (a transition, a
- *		release): at commit it wakes the oldest waiting claim of the queue
- *		that a cap held back (its slot may be free now).  Costs a look-up
- *		in a backend-local list; the commit does nothing more while no
- *		waiter is held by a cap.
+ *		Note that this transaction ends nfreed leases of queue (a
+ *		transition, one call or a batch, a cancel, a release): at commit it
+ *		wakes as many of the oldest waiting claims of the queue that a cap
+ *		held back (their slots may be free now).  Every path that ends a
+ *		lease calls it, once per queue, not per task: it costs a look-up in
+ *		a backend-local list, and the commit does nothing more while no
+ *		waiter is held by a cap.  A lease that runs out needs no note: the
+ *		capped waiter sleeps until the queue's next due time, which is then.
  */
 void
-NtaskWakeCappedAtCommit(const char *queue)
+NtaskWakeCappedAtCommit(const char *queue, int nfreed)
 {
 	NwPending  *p;
 
-	if (nw_shared == NULL)
+	if (nw_shared == NULL || nfreed <= 0)
 		return;
 	p = nw_pending_of(queue);
-	p->nfreed = Min(p->nfreed + 1, NTASK_MAX_BATCH);
+	p->nfreed = Min(p->nfreed + nfreed, NTASK_MAX_BATCH);
 }
 
 /*

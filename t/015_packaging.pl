@@ -19,6 +19,7 @@ use strict;
 use warnings;
 
 use FindBin;
+use File::Temp;
 use JSON::PP;
 use Test::More;
 
@@ -74,5 +75,48 @@ for my $s (@steps)
 }
 my ($data) = slurp('Makefile') =~ /^DATA\s*=\s*(.*)$/m;
 is(join(' ', sort split ' ', $data), join(' ', sort @scripts), 'the Makefile installs exactly these scripts');
+
+# META.json against the PGXN Meta Spec 1.0.0 (https://pgxn.org/spec/):
+# its required keys, their forms, and the values the spec allows
+{
+	my @pgxn_licenses = qw(agpl_3 apache_1_1 apache_2_0 artistic_1 artistic_2 bsd
+	  freebsd gfdl_1_2 gfdl_1_3 gpl_1 gpl_2 gpl_3 lgpl_2_1 lgpl_3_0 mit mozilla_1_0
+	  mozilla_1_1 openssl perl_5 postgresql qpl_1_0 ssleay sun zlib open_source
+	  restricted unrestricted unknown);
+	my %lic = map { $_ => 1 } @pgxn_licenses;
+	my @bad;
+	push @bad, 'name' unless $meta->{name} =~ /^[A-Za-z0-9][A-Za-z0-9_.-]*$/;
+	push @bad, 'abstract' unless length($meta->{abstract} // '') > 0;
+	push @bad, 'maintainer' unless length(ref $meta->{maintainer} ? join('', @{ $meta->{maintainer} }) : $meta->{maintainer} // '') > 0;
+	push @bad, 'license' unless $lic{ ref $meta->{license} ? '' : $meta->{license} // '' };
+	push @bad, 'meta-spec' unless ($meta->{'meta-spec'}{version} // '') eq '1.0.0';
+	push @bad, 'release_status' unless ($meta->{release_status} // 'stable') =~ /^(stable|testing|unstable)$/;
+	for my $ext (keys %{ $meta->{provides} })
+	{
+		my $p = $meta->{provides}{$ext};
+		push @bad, "provides.$ext" unless defined $p->{file} && ($p->{version} // '') =~ /^\d+\.\d+\.\d+$/;
+	}
+	for my $phase (keys %{ $meta->{prereqs} // {} })
+	{
+		push @bad, "prereqs.$phase" unless $phase =~ /^(configure|build|test|runtime|develop)$/;
+		for my $rel (keys %{ $meta->{prereqs}{$phase} })
+		{
+			push @bad, "prereqs.$phase.$rel" unless $rel =~ /^(requires|recommends|suggests|conflicts)$/;
+		}
+	}
+	is(join(',', @bad), '', 'META.json follows the PGXN Meta Spec 1.0.0');
+}
+
+# make dist: a PGXN-ready zip of HEAD, everything under ntask-<version>/
+SKIP:
+{
+	skip 'not a git checkout', 2 unless -d "$root/.git" || -f "$root/.git";
+	my $tmp = File::Temp::tempdir(CLEANUP => 1);
+	my $out = `make -s -C '$root' dist CURDIR='$tmp' 2>&1`;
+	my $zip = "$tmp/ntask-$default.zip";
+	ok(-f $zip, "make dist writes ntask-$default.zip") or diag($out);
+	my $list = `python3 -m zipfile -l '$zip' 2>&1`;
+	like($list, qr{^ntask-\Q$default\E/META\.json\s}m, 'the archive has META.json at the top of ntask-<version>/');
+}
 
 done_testing();
