@@ -80,7 +80,7 @@ NtaskIdsShard(Datum ids)
 
 	deconstruct_array(a, INT8OID, sizeof(int64), true, TYPALIGN_DOUBLE,
 					  &elems, &nulls, &n);
-	return n > 0 ? (int16) (DatumGetInt64(elems[0]) >> 48) : 0;
+	return n > 0 ? NTASK_ID_SHARD(DatumGetInt64(elems[0])) : 0;
 }
 
 /*

@@ -66,8 +66,9 @@
 
 
 /*
- * Columns 7-14 of every pick: the queue's flow control (docs/design.md
- * "Flow control"; the rate intervals in microseconds).  When any is set,
+ * Columns CLAIM_PICK_MAX_INFLIGHT..CLAIM_PICK_RETRY_SHARE of every pick:
+ * the queue's flow control (docs/design.md "Flow control"; the rate
+ * intervals in microseconds).  When any is set,
  * claim_limit decides which of the picked tasks may go; they come with the
  * pick so that a limited claim reads the queue row once, in the pick.
  */
@@ -287,7 +288,7 @@ static NtaskPlan claim_queue_plan = {
  * claim's size: at most one per key visited).  $6 are keys a limit held
  * back earlier in this claim (claim_limit): they are passed by.  With $7
  * only first attempts are picked (the retries' share, claim_limit).
- * Columns: CLAIM_PICK_POLICY.., CLAIM_PICK_RETRY, CLAIM_PICK_KEY.
+ * Columns: ClaimPickCol, CLAIM_PICK_KEY included.
  */
 #define CLAIM_FAIR_PICK(pred, dpred, tail) \
 	CLAIM_KEY_WALK_ON(pred) \
@@ -409,21 +410,102 @@ static NtaskPlan claim_inflight_shard_plan = {
 };
 
 /*
- * columns of a pick: 7-14 the queue's flow control (CLAIM_POLICY), 15
- * whether the task is a retry (an attempt was made), 16 the key (fair and
- * ordered picks)
+ * The result columns of every pick (CLAIM_PICK and the keyless, fair and
+ * ordered ones): the task, the queue's lease and guard, the queue's flow
+ * control (CLAIM_POLICY), whether the task is a retry (an attempt was
+ * made), and, of a fair or ordered pick only, the task's key.  SPI
+ * attribute numbers, from 1.
  */
-#define CLAIM_PICK_POLICY 7
-#define CLAIM_PICK_RETRY 15
-#define CLAIM_PICK_KEY 16
+typedef enum ClaimPickCol
+{
+	CLAIM_PICK_TASK_ID = 1,
+	CLAIM_PICK_WAS_LEASED,		/* a takeover: its lease ran out */
+	CLAIM_PICK_TASK_KEY,
+	CLAIM_PICK_PAYLOAD,
+	CLAIM_PICK_LEASE,			/* the queue's */
+	CLAIM_PICK_GUARD,
+	/* CLAIM_POLICY */
+	CLAIM_PICK_MAX_INFLIGHT,
+	CLAIM_PICK_PARTITION_MAX_INFLIGHT,
+	CLAIM_PICK_ORDERED,
+	CLAIM_PICK_RATE_N,
+	CLAIM_PICK_RATE_PER,		/* microseconds */
+	CLAIM_PICK_PARTITION_RATE_N,
+	CLAIM_PICK_PARTITION_RATE_PER,	/* microseconds */
+	CLAIM_PICK_RETRY_SHARE,
+	CLAIM_PICK_RETRY,
+	CLAIM_PICK_KEY				/* fair and ordered picks only */
+} ClaimPickCol;
+
+/*
+ * The parameters of the plain picks (claim_pick_plan, the keyless one and
+ * the one of a shard): values[CLAIM_PICK_ARG_X] is $(X + 1).  The last two
+ * are the shard pick's only.
+ */
+typedef enum ClaimPickArg
+{
+	CLAIM_PICK_ARG_QUEUE,		/* $1 */
+	CLAIM_PICK_ARG_CALLER,		/* $2, for the worker_role */
+	CLAIM_PICK_ARG_FRESH_ONLY,	/* $3, first attempts only */
+	CLAIM_PICK_ARG_SHARD,		/* $4 */
+	CLAIM_PICK_ARG_LIMIT,		/* $5 */
+	CLAIM_PICK_NARGS
+} ClaimPickArg;
+
+/*
+ * The parameters of the fair and ordered picks (CLAIM_FAIR_PICK,
+ * CLAIM_ORDERED_PICK), the same way; the first two as the plain pick's.
+ * The last two are the shard picks' only.
+ */
+typedef enum ClaimKeyedArg
+{
+	CLAIM_KEYED_ARG_QUEUE,		/* $1 */
+	CLAIM_KEYED_ARG_CALLER,		/* $2 */
+	CLAIM_KEYED_ARG_PER,		/* $3, tasks per key */
+	CLAIM_KEYED_ARG_FIRST_PASS, /* $4, pass by keys another claim serves */
+	CLAIM_KEYED_ARG_CURSOR,		/* $5, the key that had the latest turn */
+	CLAIM_KEYED_ARG_HELD_KEYS,	/* $6, keys a limit held back */
+	CLAIM_KEYED_ARG_FRESH_ONLY, /* $7 */
+	CLAIM_KEYED_ARG_SHARD,		/* $8 */
+	CLAIM_KEYED_ARG_LIMIT,		/* $9 */
+	CLAIM_KEYED_NARGS
+} ClaimKeyedArg;
+
+/* the columns of claim_queue_plan */
+typedef enum ClaimQueueCol
+{
+	CLAIM_QUEUE_FAIR = 1,
+	CLAIM_QUEUE_DENIED,			/* the caller lacks the worker_role */
+	CLAIM_QUEUE_ORDERED,
+	CLAIM_QUEUE_TURNS			/* ordered or a per-key cap */
+} ClaimQueueCol;
+
+/* the columns of claim_inflight_plan (and of its shard twin) */
+typedef enum ClaimInflightCol
+{
+	CLAIM_INFLIGHT_KEY = 1,
+	CLAIM_INFLIGHT_COUNT
+} ClaimInflightCol;
 
 /* claims of more tasks than this take no turn locks (see above) */
 #define CLAIM_TURN_MAX 32
 
+/* what a claim knows of its queue's order (ClaimOrder.mode) */
+typedef enum ClaimMode
+{
+	CLAIM_MODE_UNKNOWN = -1,	/* not yet: the plain pick runs first */
+	CLAIM_MODE_PLAIN,			/* fairness none */
+	CLAIM_MODE_FAIR,			/* fairness partition */
+	CLAIM_MODE_ORDERED			/* partition, one head per key */
+} ClaimMode;
+
+/* a fair or an ordered queue: the keyed picks, not the plain one */
+#define CLAIM_KEYED(mode) \
+	((mode) == CLAIM_MODE_FAIR || (mode) == CLAIM_MODE_ORDERED)
+
 /*
- * What a claim knows about its queue's order across rounds: mode -1 while
- * the fairness is unknown, 0 none, 1 partition, 2 ordered (partition, one
- * head per key); per, the most a fair pick takes from one key (1 in the
+ * What a claim knows about its queue's order across rounds: mode (while
+ * unknown, the plain pick runs, which finds nothing in a fair queue); per, the most a fair pick takes from one key (1 in the
  * first round, so each key gets a turn before any gets a second; after a
  * round that went around every key with work and still left the claim
  * short, the rest split over the keys that had some); turns, a per-key
@@ -434,7 +516,7 @@ static NtaskPlan claim_inflight_shard_plan = {
  */
 typedef struct ClaimOrder
 {
-	int			mode;
+	ClaimMode	mode;
 	int			per;
 	bool		turns;
 	bool		held;
@@ -451,8 +533,19 @@ typedef struct ClaimOrder
 	bool		invoked;		/* mark the leased attempts invoked (ntask_claim invoked => true) */
 } ClaimOrder;
 
-
-
+/*
+ * The rows of one pick while a round works on them.  The guard, the limits
+ * and the lease run statements of their own, each of which replaces
+ * SPI_tuptable, so a reader of the picked rows makes rows current again
+ * first.
+ */
+typedef struct ClaimPicked
+{
+	SPITupleTable *rows;		/* columns ClaimPickCol */
+	int			n;
+	bool		keyed;			/* a fair or ordered pick: has CLAIM_PICK_KEY */
+	bool	   *keep;			/* per row: may be handed out (claim_limit) */
+} ClaimPicked;
 
 /* budget test on the (locked) task row; $7 the statement timestamp */
 #define CLAIM_SPENT \
@@ -470,8 +563,23 @@ typedef struct ClaimOrder
  * leased attempts invoked (ntask_claim's invoked).  CLAIM_LEASE_ARGS: their
  * types, for the plain and the distributed lease statement.
  */
+typedef enum ClaimLeaseArg
+{
+	CLAIM_LEASE_ARG_IDS,		/* $1 */
+	CLAIM_LEASE_ARG_WORKER,		/* $2 */
+	CLAIM_LEASE_ARG_LEASE,		/* $3 */
+	CLAIM_LEASE_ARG_TAKEN,		/* $4 */
+	CLAIM_LEASE_ARG_INVOKED_IDS,	/* $5 */
+	CLAIM_LEASE_ARG_TOKEN_FLOOR,	/* $6 */
+	CLAIM_LEASE_ARG_NOW,		/* $7 */
+	CLAIM_LEASE_ARG_LEASE_UNTIL,	/* $8 */
+	CLAIM_LEASE_ARG_SHARD,		/* $9 */
+	CLAIM_LEASE_ARG_INVOKED,	/* $10 */
+	CLAIM_LEASE_NARGS
+} ClaimLeaseArg;
+
 #define CLAIM_LEASE_ARGS \
-	10, {INT8ARRAYOID, TEXTOID, INTERVALOID, INT8ARRAYOID, INT8ARRAYOID, INT8OID, \
+	CLAIM_LEASE_NARGS, {INT8ARRAYOID, TEXTOID, INTERVALOID, INT8ARRAYOID, INT8ARRAYOID, INT8OID, \
 	TIMESTAMPTZOID, TIMESTAMPTZOID, INT2OID, BOOLOID}
 
 #define CLAIM_LEASE_SET \
@@ -537,7 +645,10 @@ static NtaskPlan claim_lease_dist_plan = {
 	CLAIM_LEASE_ARGS
 };
 
-/* of the tasks $1 (of shard $2), those with a receipt (prior 'committed') */
+/*
+ * of the tasks $1 (of shard $2), those with a receipt (prior 'committed');
+ * its parameters are the lease's first and ninth, its column the task id
+ */
 static NtaskPlan claim_receipts_plan = {
 	"claim receipts (distributed)",
 	"SELECT DISTINCT r.task_id FROM ntask.receipt r "
@@ -546,9 +657,23 @@ static NtaskPlan claim_receipts_plan = {
 };
 
 
-/* columns of claim_lease_plan's result */
-#define CLAIM_NCOLS 7			/* handed to the caller */
-#define CLAIM_COL_LEASED 8		/* false: diverted to repair_required */
+/*
+ * The columns of claim_lease_plan's result (and claim_lease_dist_plan's):
+ * ntask_claim's columns, then whether the task was leased.
+ */
+typedef enum ClaimCol
+{
+	CLAIM_COL_TASK_ID = 1,
+	CLAIM_COL_TASK_KEY,
+	CLAIM_COL_PAYLOAD,
+	CLAIM_COL_ATTEMPT,
+	CLAIM_COL_TOKEN,
+	CLAIM_COL_LEASE_UNTIL,
+	CLAIM_COL_PRIOR_OUTCOME,
+	CLAIM_COL_LEASED			/* false: diverted to repair_required */
+} ClaimCol;
+
+#define CLAIM_NCOLS CLAIM_COL_PRIOR_OUTCOME /* handed to the caller */
 #define CLAIM_MAX_EXTRA 4		/* columns a caller may append (NtaskClaimInto) */
 
 /* at most this many rounds when tasks are diverted to repair or the guard */
@@ -562,8 +687,8 @@ static int64 claim_token_floor(void);
 
 /*
  * claim_mark_committed
- *		In the rows of claim_lease_dist_plan, the prior outcome (column 7)
- *		of a task that has a receipt is 'committed', as claim_lease_plan says.
+ *		In the rows of claim_lease_dist_plan, the prior outcome of a task
+ *		that has a receipt is 'committed', as claim_lease_plan says.
  */
 static void
 claim_mark_committed(SPITupleTable *rows, int nrows, int64 *rcpt, int nrcpt)
@@ -574,7 +699,8 @@ claim_mark_committed(SPITupleTable *rows, int nrows, int64 *rcpt, int nrcpt)
 	for (r = 0; r < nrows && nrcpt > 0; r++)
 	{
 		bool		isnull;
-		int64		id = DatumGetInt64(SPI_getbinval(rows->vals[r], rows->tupdesc, 1, &isnull));
+		int64		id = DatumGetInt64(SPI_getbinval(rows->vals[r], rows->tupdesc,
+													 CLAIM_COL_TASK_ID, &isnull));
 
 		for (k = 0; k < nrcpt; k++)
 			if (rcpt[k] == id)
@@ -583,14 +709,25 @@ claim_mark_committed(SPITupleTable *rows, int nrows, int64 *rcpt, int nrcpt)
 				bool		n[CLAIM_COL_LEASED];
 				bool		repl[CLAIM_COL_LEASED] = {0};
 
-				v[6] = CStringGetTextDatum("committed");
-				n[6] = false;
-				repl[6] = true;
+				v[CLAIM_COL_PRIOR_OUTCOME - 1] = CStringGetTextDatum("committed");
+				n[CLAIM_COL_PRIOR_OUTCOME - 1] = false;
+				repl[CLAIM_COL_PRIOR_OUTCOME - 1] = true;
 				rows->vals[r] = heap_modify_tuple(rows->vals[r], rows->tupdesc, v, n, repl);
 				break;
 			}
 	}
 }
+
+/*
+ * A token carries the WAL timeline it was issued on in its high bits, from
+ * CLAIM_TIMELINE_SHIFT up (docs/scaling.md "Task ids and tokens").  The
+ * same bit as NTASK_SHARD_SHIFT, but of another number: a task id's shard
+ * bits and a token's timeline bits have nothing to do with each other.
+ * Timelines above CLAIM_MAX_TIMELINE count as that one: a higher one
+ * would overflow the sign bit.
+ */
+#define CLAIM_TIMELINE_SHIFT	48
+#define CLAIM_MAX_TIMELINE		((INT64CONST(1) << (63 - CLAIM_TIMELINE_SHIFT)) - 1)
 
 /*
  * claim_token_floor
@@ -606,8 +743,8 @@ claim_token_floor(void)
 {
 	int64		tli = (int64) GetWALInsertionTimeLine();
 
-	tli = Min(Max(tli, 1), 32767);
-	return ((tli - 1) << 48) + 1;
+	tli = Min(Max(tli, 1), CLAIM_MAX_TIMELINE);
+	return ((tli - 1) << CLAIM_TIMELINE_SHIFT) + 1;
 }
 
 /*
@@ -653,8 +790,8 @@ claim_held_keys(ClaimOrder *order)
 /*
  * claim_pick
  *		Pick (lock) up to want due tasks of queue, in the queue's order.
- *		The plain pick runs first while order->mode is not 1 (it finds
- *		nothing in a fair queue); when it finds nothing and the mode is
+ *		The plain pick runs first while the queue is not known to be fair
+ *		(it finds nothing in a fair queue); when it finds nothing and the mode is
  *		unknown, one statement checks the queue (42704 if unknown, 42501
  *		without the right) and tells its fairness.  A fair queue runs the
  *		fair pick's first pass (keys no other claim is serving), then its
@@ -665,8 +802,8 @@ claim_held_keys(ClaimOrder *order)
  *		the fair one, and a queue with a per-key cap or order only the
  *		first pass.  A fair pick moves the queue's cursor (fair.c) to
  *		the last key it picked from.  Returns the number of rows picked, in
- *		SPI_tuptable: columns 1-8 of claim_pick_plan, plus the key as
- *		column 9 (CLAIM_PICK_KEY) for a fair or ordered pick.
+ *		SPI_tuptable: the columns of ClaimPickCol, the key
+ *		(CLAIM_PICK_KEY) only for a fair or ordered pick.
  */
 /*
  * claim_dist_policy
@@ -682,14 +819,14 @@ claim_dist_policy(text *queue, bool per_key)
 {
 	int			c;
 
-	for (c = CLAIM_PICK_POLICY; c < CLAIM_PICK_RETRY; c++)
+	for (c = CLAIM_PICK_MAX_INFLIGHT; c <= CLAIM_PICK_RETRY_SHARE; c++)
 	{
 		bool		isnull;
 
-		if (c == CLAIM_PICK_POLICY + 2)
-			continue;			/* ordered: a boolean */
-		if (per_key && c == CLAIM_PICK_POLICY + 1)
-			continue;			/* partition_max_inflight */
+		if (c == CLAIM_PICK_ORDERED)
+			continue;			/* a boolean */
+		if (per_key && c == CLAIM_PICK_PARTITION_MAX_INFLIGHT)
+			continue;
 		(void) NtaskGetDatum(0, c, &isnull);
 		if (!isnull)
 			ereport(ERROR,
@@ -704,35 +841,36 @@ claim_dist_policy(text *queue, bool per_key)
 
 /*
  * claim_read_mode
- *		A pick found nothing: read the queue (claim_queue_plan; values as
- *		the pick's), raise 42704 when there is no such queue and 42501
- *		without its worker_role, and set order->mode (0 plain, 1 fair, 2
- *		ordered) and order->turns.
+ *		A pick found nothing: read the queue (claim_queue_plan; args as
+ *		the plain pick's, of which it uses the first two), raise 42704 when there is no such queue and 42501
+ *		without its worker_role, and set order->mode and order->turns.
  */
 static void
-claim_read_mode(text *queue, Datum *values, ClaimOrder *order)
+claim_read_mode(text *queue, Datum *args, ClaimOrder *order)
 {
-	if (NtaskExecPlan(&claim_queue_plan, values, NULL, SPI_OK_SELECT) == 0)
+	if (NtaskExecPlan(&claim_queue_plan, args, NULL, SPI_OK_SELECT) == 0)
 		NtaskQueueNotFound(text_to_cstring(queue));
-	if (NtaskGetBool(0, 2))
+	if (NtaskGetBool(0, CLAIM_QUEUE_DENIED))
 		NtaskCheckQueueRight(queue, false); /* raises 42501 */
-	order->mode = !NtaskGetBool(0, 1) ? 0 : NtaskGetBool(0, 3) ? 2 : 1;
-	order->turns = NtaskGetBool(0, 4);
+	order->mode = !NtaskGetBool(0, CLAIM_QUEUE_FAIR) ? CLAIM_MODE_PLAIN :
+		NtaskGetBool(0, CLAIM_QUEUE_ORDERED) ? CLAIM_MODE_ORDERED : CLAIM_MODE_FAIR;
+	order->turns = NtaskGetBool(0, CLAIM_QUEUE_TURNS);
 }
 
 static int
 claim_pick(text *queue, int want, ClaimOrder *order)
 {
-	Datum		values[9];
+	Datum		args[CLAIM_PICK_NARGS];
+	Datum		kargs[CLAIM_KEYED_NARGS];
 	int			n;
 	char	   *qname;
 	bool		isnull;
 	NtaskPlan  *fair;
 
-	values[0] = PointerGetDatum(queue);
-	values[1] = ObjectIdGetDatum(NtaskCaller());
-	values[2] = BoolGetDatum(order->fresh_only);
-	if (order->mode < 1 && NtaskShardCount() > 0)
+	args[CLAIM_PICK_ARG_QUEUE] = PointerGetDatum(queue);
+	args[CLAIM_PICK_ARG_CALLER] = ObjectIdGetDatum(NtaskCaller());
+	args[CLAIM_PICK_ARG_FRESH_ONLY] = BoolGetDatum(order->fresh_only);
+	if (!CLAIM_KEYED(order->mode) && NtaskShardCount() > 0)
 	{
 		int			nshards = NtaskShardCount();
 		int			k;
@@ -748,9 +886,9 @@ claim_pick(text *queue, int want, ClaimOrder *order)
 		{
 			int			i = (claim_shard_cursor + k) % nshards;
 
-			values[3] = Int16GetDatum(NtaskShardValue(i));
-			values[4] = Int32GetDatum(want);
-			n = NtaskExecPlanCount(&claim_pick_shard_plan, values, NULL,
+			args[CLAIM_PICK_ARG_SHARD] = Int16GetDatum(NtaskShardValue(i));
+			args[CLAIM_PICK_ARG_LIMIT] = Int32GetDatum(want);
+			n = NtaskExecPlanCount(&claim_pick_shard_plan, args, NULL,
 								   SPI_OK_SELECT, want);
 			if (n > 0)
 			{
@@ -760,10 +898,10 @@ claim_pick(text *queue, int want, ClaimOrder *order)
 				 */
 				claim_dist_policy(queue, false);
 				claim_shard_cursor = (i + 1) % nshards;
-				order->mode = 0;
+				order->mode = CLAIM_MODE_PLAIN;
 				return n;
 			}
-			if (order->mode < 0)
+			if (order->mode == CLAIM_MODE_UNKNOWN)
 			{
 				/*
 				 * The first shard has nothing due and the queue is not
@@ -771,36 +909,38 @@ claim_pick(text *queue, int want, ClaimOrder *order)
 				 * queue): check it now, as below, rather than after a
 				 * probe of every shard.
 				 */
-				claim_read_mode(queue, values, order);
-				if (order->mode != 0)
+				claim_read_mode(queue, args, order);
+				if (order->mode != CLAIM_MODE_PLAIN)
 					break;		/* fair or ordered: the per-shard pick below */
 			}
 		}
-		if (order->mode == 0)
+		if (order->mode == CLAIM_MODE_PLAIN)
 			return 0;
 	}
-	if (order->mode < 1)
+	if (!CLAIM_KEYED(order->mode))
 	{
 		/* a constant LIMIT for the plan; the executor stops at want rows */
-		n = NtaskExecPlanCount(&claim_pick_plan, values, NULL,
+		n = NtaskExecPlanCount(&claim_pick_plan, args, NULL,
 							   SPI_OK_SELECT, want);
 		if (n > 0)
 		{
-			order->mode = 0;
+			order->mode = CLAIM_MODE_PLAIN;
 			return n;
 		}
-		if (order->mode == 0)
+		if (order->mode == CLAIM_MODE_PLAIN)
 			return 0;
 		/* nothing due: an idle queue, no right to it, no such queue, or fair */
-		claim_read_mode(queue, values, order);
-		if (order->mode == 0)
+		claim_read_mode(queue, args, order);
+		if (order->mode == CLAIM_MODE_PLAIN)
 			return 0;
 	}
 	qname = text_to_cstring(queue);
-	values[2] = Int32GetDatum(order->per);
-	values[3] = BoolGetDatum(order->turns || want <= CLAIM_TURN_MAX);
-	values[5] = claim_held_keys(order);
-	values[6] = BoolGetDatum(order->fresh_only);
+	kargs[CLAIM_KEYED_ARG_QUEUE] = args[CLAIM_PICK_ARG_QUEUE];
+	kargs[CLAIM_KEYED_ARG_CALLER] = args[CLAIM_PICK_ARG_CALLER];
+	kargs[CLAIM_KEYED_ARG_PER] = Int32GetDatum(order->per);
+	kargs[CLAIM_KEYED_ARG_FIRST_PASS] = BoolGetDatum(order->turns || want <= CLAIM_TURN_MAX);
+	kargs[CLAIM_KEYED_ARG_HELD_KEYS] = claim_held_keys(order);
+	kargs[CLAIM_KEYED_ARG_FRESH_ONLY] = BoolGetDatum(order->fresh_only);
 	if (NtaskShardCount() > 0)
 	{
 		int			nshards = NtaskShardCount();
@@ -812,7 +952,7 @@ claim_pick(text *queue, int want, ClaimOrder *order)
 		 * cursor, each shard with its own key cursor.  Keyless tasks of a
 		 * fair queue (the last resort below) are not looked for there.
 		 */
-		fair = order->mode == 2 ? &claim_ordered_pick_shard_plan :
+		fair = order->mode == CLAIM_MODE_ORDERED ? &claim_ordered_pick_shard_plan :
 			&claim_fair_pick_shard_plan;
 		if (claim_shard_cursor < 0)
 			claim_shard_cursor = (int) (pg_prng_uint32(&pg_global_prng_state) % nshards);
@@ -821,15 +961,15 @@ claim_pick(text *queue, int want, ClaimOrder *order)
 			int			i = (claim_shard_cursor + k) % nshards;
 			int16		sv = NtaskShardValue(i);
 
-			values[3] = BoolGetDatum(order->turns || want <= CLAIM_TURN_MAX);
-			values[4] = PointerGetDatum(NtaskFairCursorShard(qname, sv));
-			values[7] = Int16GetDatum(sv);
-			values[8] = Int32GetDatum(want);
-			n = NtaskExecPlanCount(fair, values, NULL, SPI_OK_SELECT, want);
+			kargs[CLAIM_KEYED_ARG_FIRST_PASS] = BoolGetDatum(order->turns || want <= CLAIM_TURN_MAX);
+			kargs[CLAIM_KEYED_ARG_CURSOR] = PointerGetDatum(NtaskFairCursorShard(qname, sv));
+			kargs[CLAIM_KEYED_ARG_SHARD] = Int16GetDatum(sv);
+			kargs[CLAIM_KEYED_ARG_LIMIT] = Int32GetDatum(want);
+			n = NtaskExecPlanCount(fair, kargs, NULL, SPI_OK_SELECT, want);
 			if (n == 0 && want <= CLAIM_TURN_MAX && !order->turns)
 			{
-				values[3] = BoolGetDatum(false);
-				n = NtaskExecPlanCount(fair, values, NULL, SPI_OK_SELECT, want);
+				kargs[CLAIM_KEYED_ARG_FIRST_PASS] = BoolGetDatum(false);
+				n = NtaskExecPlanCount(fair, kargs, NULL, SPI_OK_SELECT, want);
 			}
 			if (n > 0)
 			{
@@ -842,22 +982,21 @@ claim_pick(text *queue, int want, ClaimOrder *order)
 		}
 		return 0;
 	}
-	values[4] = PointerGetDatum(NtaskFairCursor(qname));
-	fair = order->mode == 2 ? &claim_ordered_pick_plan : &claim_fair_pick_plan;
-	n = NtaskExecPlanCount(fair, values, NULL, SPI_OK_SELECT, want);
+	kargs[CLAIM_KEYED_ARG_CURSOR] = PointerGetDatum(NtaskFairCursor(qname));
+	fair = order->mode == CLAIM_MODE_ORDERED ? &claim_ordered_pick_plan : &claim_fair_pick_plan;
+	n = NtaskExecPlanCount(fair, kargs, NULL, SPI_OK_SELECT, want);
 	/* a per-key cap or order is kept by the turn locks: no second pass */
 	if (n == 0 && want <= CLAIM_TURN_MAX && !order->turns)
 	{
-		values[3] = BoolGetDatum(false);
-		n = NtaskExecPlanCount(fair, values, NULL, SPI_OK_SELECT, want);
+		kargs[CLAIM_KEYED_ARG_FIRST_PASS] = BoolGetDatum(false);
+		n = NtaskExecPlanCount(fair, kargs, NULL, SPI_OK_SELECT, want);
 	}
 	if (n > 0)
 	{
 		NtaskFairAdvance(qname, DatumGetTextPP(NtaskGetDatum(n - 1, CLAIM_PICK_KEY, &isnull)));
 		return n;
 	}
-	values[2] = BoolGetDatum(order->fresh_only);
-	return NtaskExecPlanCount(&claim_keyless_pick_plan, values, NULL,
+	return NtaskExecPlanCount(&claim_keyless_pick_plan, args, NULL,
 							  SPI_OK_SELECT, want);
 }
 
@@ -879,22 +1018,23 @@ claim_text_eq(Datum a, bool anull, Datum b, bool bnull)
 /*
  * claim_read_policy
  *		The queue's flow control from the pick's first row (columns
- *		CLAIM_PICK_POLICY..) into order; true when the queue has any.
+ *		CLAIM_PICK_MAX_INFLIGHT..CLAIM_PICK_RETRY_SHARE) into order; true
+ *		when the queue has any.
  */
 static bool
 claim_read_policy(text *queue, ClaimOrder *order)
 {
-	int			c = CLAIM_PICK_POLICY;
 	bool		isnull;
 	Datum		share;
 
-	order->max_inflight = NtaskGetInt32(0, c);
-	order->partition_max_inflight = NtaskGetBool(0, c + 2) ? 1 : NtaskGetInt32(0, c + 1);
-	order->rate_n = NtaskGetInt32(0, c + 3);
-	order->rate_per = NtaskGetInt64(0, c + 4);
-	order->partition_rate_n = NtaskGetInt32(0, c + 5);
-	order->partition_rate_per = NtaskGetInt64(0, c + 6);
-	share = NtaskGetDatum(0, c + 7, &isnull);
+	order->max_inflight = NtaskGetInt32(0, CLAIM_PICK_MAX_INFLIGHT);
+	order->partition_max_inflight = NtaskGetBool(0, CLAIM_PICK_ORDERED) ? 1 :
+		NtaskGetInt32(0, CLAIM_PICK_PARTITION_MAX_INFLIGHT);
+	order->rate_n = NtaskGetInt32(0, CLAIM_PICK_RATE_N);
+	order->rate_per = NtaskGetInt64(0, CLAIM_PICK_RATE_PER);
+	order->partition_rate_n = NtaskGetInt32(0, CLAIM_PICK_PARTITION_RATE_N);
+	order->partition_rate_per = NtaskGetInt64(0, CLAIM_PICK_PARTITION_RATE_PER);
+	share = NtaskGetDatum(0, CLAIM_PICK_RETRY_SHARE, &isnull);
 	order->retry_share = isnull ? 1.0f : DatumGetFloat4(share);
 	if ((order->rate_n > 0 || order->partition_rate_n > 0 ||
 		 order->retry_share < 1.0f) && !NtaskLimitAvailable())
@@ -918,8 +1058,8 @@ claim_hold_key(ClaimOrder *order, Datum k, bool isnull)
 
 /*
  * claim_limit
- *		Which of the npicked tasks of pick a limited queue may hand out
- *		(keep[r]); returns how many.  In this order (docs/design.md "Flow
+ *		Which of the picked tasks a limited queue may hand out
+ *		(pick->keep[r]); returns how many.  In this order (docs/design.md "Flow
  *		control"):
  *
  *		caps	max_inflight: the queue's cap lock is held (the pick took it;
@@ -937,16 +1077,16 @@ claim_hold_key(ClaimOrder *order, Datum k, bool isnull)
  *		looks no further (order->held).
  */
 static int
-claim_limit(ClaimCall *call, SPITupleTable *pick, int npicked, bool fair_pick,
-			ClaimOrder *order, bool *keep)
+claim_limit(ClaimCall *call, ClaimPicked *pick, ClaimOrder *order)
 {
 	text	   *queue = call->queue;
-	Datum		values[1];
+	int			npicked = pick->n;
+	bool		fair_pick = pick->keyed;
+	bool	   *keep = pick->keep;
 	int			kept = 0;
 	int			r;
 	bool		isnull;
 
-	values[0] = PointerGetDatum(queue);
 	for (r = 0; r < npicked; r++)
 		keep[r] = true;
 	kept = npicked;
@@ -958,21 +1098,22 @@ claim_limit(ClaimCall *call, SPITupleTable *pick, int npicked, bool fair_pick,
 		int			total = 0;
 		int		   *perkey = palloc0(sizeof(int) * npicked);
 
+		/* $1 the queue, $2 (of a shard) the picked tasks' shard */
+		Datum		args[2];
+
+		args[0] = PointerGetDatum(queue);
 		if (NtaskShardCount() > 0)
 		{
-			Datum		sv[2];
-
 			/* the picked tasks' shard: their keys' tasks are all there */
-			SPI_tuptable = pick;
-			sv[0] = values[0];
-			sv[1] = Int16GetDatum((int16) (NtaskGetInt64(0, 1) >> 48));
-			nrows = NtaskExecPlan(&claim_inflight_shard_plan, sv, NULL, SPI_OK_SELECT);
+			SPI_tuptable = pick->rows;
+			args[1] = Int16GetDatum(NTASK_ID_SHARD(NtaskGetInt64(0, CLAIM_PICK_TASK_ID)));
+			nrows = NtaskExecPlan(&claim_inflight_shard_plan, args, NULL, SPI_OK_SELECT);
 		}
 		else
-			nrows = NtaskExecPlan(&claim_inflight_plan, values, NULL, SPI_OK_SELECT);
+			nrows = NtaskExecPlan(&claim_inflight_plan, args, NULL, SPI_OK_SELECT);
 		counts = SPI_tuptable;
 		for (r = 0; r < nrows; r++)
-			total += NtaskGetInt32(r, 2);
+			total += NtaskGetInt32(r, CLAIM_INFLIGHT_COUNT);
 		/* the leases running for each picked task's key */
 		if (fair_pick && order->partition_max_inflight > 0)
 			for (r = 0; r < npicked; r++)
@@ -981,18 +1122,18 @@ claim_limit(ClaimCall *call, SPITupleTable *pick, int npicked, bool fair_pick,
 				bool		knull;
 				int			c;
 
-				SPI_tuptable = pick;
+				SPI_tuptable = pick->rows;
 				k = NtaskGetDatum(r, CLAIM_PICK_KEY, &knull);
 				SPI_tuptable = counts;
 				for (c = 0; c < nrows; c++)
 				{
-					Datum		ck = NtaskGetDatum(c, 1, &isnull);
+					Datum		ck = NtaskGetDatum(c, CLAIM_INFLIGHT_KEY, &isnull);
 
 					if (claim_text_eq(k, knull, ck, isnull))
-						perkey[r] = NtaskGetInt32(c, 2);
+						perkey[r] = NtaskGetInt32(c, CLAIM_INFLIGHT_COUNT);
 				}
 			}
-		SPI_tuptable = pick;
+		SPI_tuptable = pick->rows;
 		kept = 0;
 		for (r = 0; r < npicked; r++)
 		{
@@ -1035,11 +1176,12 @@ claim_limit(ClaimCall *call, SPITupleTable *pick, int npicked, bool fair_pick,
 	 * hand-outs (limit.c); one held back makes the next rounds look for
 	 * first attempts only, and when those find none, retries take all.
 	 */
-	if (order->retry_share < 1.0f && !order->share_off && order->mode != 2)
+	if (order->retry_share < 1.0f && !order->share_off &&
+		order->mode != CLAIM_MODE_ORDERED)
 	{
 		char	   *qname = text_to_cstring(queue);
 
-		SPI_tuptable = pick;
+		SPI_tuptable = pick->rows;
 		for (r = 0; r < npicked; r++)
 		{
 			if (!keep[r])
@@ -1059,7 +1201,7 @@ claim_limit(ClaimCall *call, SPITupleTable *pick, int npicked, bool fair_pick,
 		TimestampTz now = GetCurrentStatementStartTimestamp();
 		char	   *qname = text_to_cstring(queue);
 
-		SPI_tuptable = pick;
+		SPI_tuptable = pick->rows;
 		for (r = 0; r < npicked; r++)
 		{
 			text	   *k = NULL;
@@ -1092,7 +1234,7 @@ claim_limit(ClaimCall *call, SPITupleTable *pick, int npicked, bool fair_pick,
 			}
 		}
 	}
-	SPI_tuptable = pick;
+	SPI_tuptable = pick->rows;
 	return kept;
 }
 
@@ -1118,15 +1260,12 @@ claim_round(ClaimCall *call, int want, bool *more, int64 *lease_usecs,
 	char	   *guard_owner = NULL;
 	bool		guard_busy = false;
 	bool		isnull;
-	Datum		values[10];
-	SPITupleTable *pick;
-	int			npicked;
+	Datum		values[CLAIM_LEASE_NARGS];
+	ClaimPicked pick;
 	Datum	   *ids;
 	Datum	   *taken;
-	bool	   *keep;
 	int			nheld;
 	Datum		invoked_ids;
-	bool		fair_pick;
 	int			nkeys = 0;
 	int			nids = 0;
 	int			ntaken = 0;
@@ -1135,10 +1274,10 @@ claim_round(ClaimCall *call, int want, bool *more, int64 *lease_usecs,
 	int			r;
 
 	nheld = list_length(order->held_keys);
-	npicked = claim_pick(queue, want, order);
-	pick = SPI_tuptable;
+	pick.n = claim_pick(queue, want, order);
+	pick.rows = SPI_tuptable;
 	*more = false;
-	if (npicked == 0 && order->fresh_only)
+	if (pick.n == 0 && order->fresh_only)
 	{
 		/* no first attempt is due: the held retries may go after all */
 		order->fresh_only = false;
@@ -1146,41 +1285,41 @@ claim_round(ClaimCall *call, int want, bool *more, int64 *lease_usecs,
 		*more = true;
 		return 0;
 	}
-	if (npicked == 0)
+	if (pick.n == 0)
 		return -1;
-	lease = call->lease ? call->lease : NtaskGetDatum(0, 5, &isnull);
+	lease = call->lease ? call->lease : NtaskGetDatum(0, CLAIM_PICK_LEASE, &isnull);
 	*lease_usecs = NtaskIntervalUsecs(DatumGetIntervalP(lease));
-	guard = NtaskGetCString(0, 6);
+	guard = NtaskGetCString(0, CLAIM_PICK_GUARD);
 	if (guard != NULL)
 	{
 		/* the guard with the owner recorded with it, from one row */
 		guard = NtaskQueueGuard(queue, &guard_owner);
-		SPI_tuptable = pick;
+		SPI_tuptable = pick.rows;
 	}
 
-	ids = palloc(sizeof(Datum) * npicked);
-	taken = palloc(sizeof(Datum) * npicked);
-	keep = palloc(sizeof(bool) * npicked);
-	fair_pick = pick->tupdesc->natts >= CLAIM_PICK_KEY;
+	ids = palloc(sizeof(Datum) * pick.n);
+	taken = palloc(sizeof(Datum) * pick.n);
+	pick.keep = palloc(sizeof(bool) * pick.n);
+	pick.keyed = pick.rows->tupdesc->natts >= CLAIM_PICK_KEY;
 	if (claim_read_policy(queue, order))
-		(void) claim_limit(call, pick, npicked, fair_pick, order, keep);
+		(void) claim_limit(call, &pick, order);
 	else
-		memset(keep, true, sizeof(bool) * npicked);
-	for (r = 0; r < npicked; r++)
+		memset(pick.keep, true, sizeof(bool) * pick.n);
+	for (r = 0; r < pick.n; r++)
 	{
 		int64		task_id;
 		bool		was_leased;
 
-		SPI_tuptable = pick;	/* the guard may run SPI statements */
-		task_id = NtaskGetInt64(r, 1);
-		was_leased = NtaskGetBool(r, 2);
+		SPI_tuptable = pick.rows;	/* the guard may run SPI statements */
+		task_id = NtaskGetInt64(r, CLAIM_PICK_TASK_ID);
+		was_leased = NtaskGetBool(r, CLAIM_PICK_WAS_LEASED);
 		/* keys in this pick (rows of one key are adjacent) */
-		if (fair_pick &&
+		if (pick.keyed &&
 			(r == 0 || !DatumGetBool(DirectFunctionCall2Coll(texteq, C_COLLATION_OID,
 															 NtaskGetDatum(r, CLAIM_PICK_KEY, &isnull),
 															 NtaskGetDatum(r - 1, CLAIM_PICK_KEY, &isnull)))))
 			nkeys++;
-		if (!keep[r])
+		if (!pick.keep[r])
 			continue;			/* held back by a limit (claim_limit) */
 		if (guard != NULL)
 		{
@@ -1188,8 +1327,8 @@ claim_round(ClaimCall *call, int want, bool *more, int64 *lease_usecs,
 			NtaskGuardVerdict v;
 
 			v = NtaskRunGuard(guard, guard_owner,
-							  DatumGetTextPP(NtaskGetDatum(r, 3, &isnull)),
-							  DatumGetJsonbP(NtaskGetDatum(r, 4, &isnull)),
+							  DatumGetTextPP(NtaskGetDatum(r, CLAIM_PICK_TASK_KEY, &isnull)),
+							  DatumGetJsonbP(NtaskGetDatum(r, CLAIM_PICK_PAYLOAD, &isnull)),
 							  &reason, true);
 			if (v == NTASK_GUARD_BUSY)
 			{
@@ -1238,16 +1377,19 @@ claim_round(ClaimCall *call, int want, bool *more, int64 *lease_usecs,
 	if (nids > 0)
 	{
 		call->writes++;		/* closes and leases (or diverts) nids rows */
-		values[0] = NtaskInt8Array(ids, nids);
-		values[1] = worker;
-		values[2] = lease;
-		values[3] = NtaskInt8Array(taken, ntaken);
-		values[4] = invoked_ids;
-		values[5] = Int64GetDatum(claim_token_floor());
-		values[6] = NtaskStatementTs();
-		values[7] = DirectFunctionCall2(timestamptz_pl_interval, values[6], lease);
-		values[8] = Int16GetDatum(NtaskIdsShard(values[0]));
-		values[9] = BoolGetDatum(order->invoked);
+		values[CLAIM_LEASE_ARG_IDS] = NtaskInt8Array(ids, nids);
+		values[CLAIM_LEASE_ARG_WORKER] = worker;
+		values[CLAIM_LEASE_ARG_LEASE] = lease;
+		values[CLAIM_LEASE_ARG_TAKEN] = NtaskInt8Array(taken, ntaken);
+		values[CLAIM_LEASE_ARG_INVOKED_IDS] = invoked_ids;
+		values[CLAIM_LEASE_ARG_TOKEN_FLOOR] = Int64GetDatum(claim_token_floor());
+		values[CLAIM_LEASE_ARG_NOW] = NtaskStatementTs();
+		values[CLAIM_LEASE_ARG_LEASE_UNTIL] =
+			DirectFunctionCall2(timestamptz_pl_interval,
+								values[CLAIM_LEASE_ARG_NOW], lease);
+		values[CLAIM_LEASE_ARG_SHARD] =
+			Int16GetDatum(NtaskIdsShard(values[CLAIM_LEASE_ARG_IDS]));
+		values[CLAIM_LEASE_ARG_INVOKED] = BoolGetDatum(order->invoked);
 		if (NtaskShardCount() == 0)
 			nrows = NtaskExecPlan(&claim_lease_plan, values, NULL, SPI_OK_SELECT);
 		else
@@ -1257,12 +1399,12 @@ claim_round(ClaimCall *call, int want, bool *more, int64 *lease_usecs,
 			int			nrcpt;
 			int64	   *rcpt;
 
-			rv[0] = values[0];
-			rv[1] = values[8];
+			rv[0] = values[CLAIM_LEASE_ARG_IDS];
+			rv[1] = values[CLAIM_LEASE_ARG_SHARD];
 			nrcpt = NtaskExecPlan(&claim_receipts_plan, rv, NULL, SPI_OK_SELECT);
 			rcpt = palloc(sizeof(int64) * Max(nrcpt, 1));
 			for (r = 0; r < nrcpt; r++)
-				rcpt[r] = NtaskGetInt64(r, 1);
+				rcpt[r] = NtaskGetInt64(r, 1);	/* the task id */
 			nrows = NtaskExecPlan(&claim_lease_dist_plan, values, NULL,
 								  SPI_OK_UPDATE_RETURNING);
 			leased_rows = SPI_tuptable;
@@ -1278,7 +1420,7 @@ claim_round(ClaimCall *call, int want, bool *more, int64 *lease_usecs,
 			if (!NtaskGetBool(r, CLAIM_COL_LEASED))
 				continue;		/* diverted to repair_required */
 			for (c = 0; c < CLAIM_NCOLS; c++)
-				vals[c] = NtaskGetDatum(r, c + 1, &nulls[c]);
+				vals[c] = NtaskGetDatum(r, CLAIM_COL_TASK_ID + c, &nulls[c]);
 			for (c = 0; c < call->nextra; c++)
 			{
 				vals[CLAIM_NCOLS + c] = call->extra[c];
@@ -1290,18 +1432,18 @@ claim_round(ClaimCall *call, int want, bool *more, int64 *lease_usecs,
 		}
 	}
 
-	*more = npicked == want && leased < want;
+	*more = pick.n == want && leased < want;
 	/* a distributed install: the next round looks in the next shards */
-	if (npicked > 0 && leased < want && NtaskShardCount() > 0)
+	if (pick.n > 0 && leased < want && NtaskShardCount() > 0)
 		*more = true;
 	if (order->held || guard_busy)
 		*more = false;			/* held rows stay locked, a busy guard's task
 								 * is due still: look no further */
 	else if (order->fresh_only && leased < want)
 		*more = true;			/* look for first attempts */
-	else if (order->mode == 2)
+	else if (order->mode == CLAIM_MODE_ORDERED)
 		*more = list_length(order->held_keys) > nheld && leased < want;
-	else if (fair_pick && npicked < want && leased < want)
+	else if (pick.keyed && pick.n < want && leased < want)
 	{
 		/* went around every key with work: split the rest over them */
 		order->per = (want - leased + nkeys - 1) / nkeys;
@@ -1359,7 +1501,7 @@ NtaskClaimInto(ClaimCall *c)
 	int			round;
 	bool		more = true;
 	int64		lease_usecs = 0;
-	ClaimOrder	order = {-1, 1};	/* the rest zero */
+	ClaimOrder	order = {.mode = CLAIM_MODE_UNKNOWN, .per = 1};	/* the rest zero */
 
 	/*
 	 * Its decisions read the queue as of the statement: the in-flight

@@ -55,7 +55,15 @@ PG_FUNCTION_INFO_V1(ntask_claim_turn_lock);
 #define NTASK_LOCKTAG_CAP	0x4E54
 #define NTASK_LOCKTAG_TURN	0x4E55
 
-/* the cap lock's hash seed (the advisory key's, before issue 29) */
+/*
+ * The seed of the cap lock's hash of the queue name: the seed of the
+ * advisory key the cap lock was before issue 29
+ * (hashtextextended(queue, 1851880299)), kept on purpose.  Any constant
+ * would do for ntask (the class keeps the cap locks apart from the turn
+ * locks and from SQL advisory locks); with this one, spec
+ * claim_locks_unreachable takes the very key a role could compute from
+ * the old statement as an advisory lock and shows that it stalls no claim.
+ */
 #define NTASK_CAP_SEED		1851880299
 
 /*

@@ -68,7 +68,8 @@ PG_FUNCTION_INFO_V1(ntask_enqueue_many);
  * install widens it by shard (ntask_distribute).
  */
 #define ENQ_TASK_ID(shard) \
-	"((" shard "::pg_catalog.int8 OPERATOR(pg_catalog.<<) 48) OPERATOR(pg_catalog.|) " \
+	"((" shard "::pg_catalog.int8 OPERATOR(pg_catalog.<<) " \
+	CppAsString2(NTASK_SHARD_SHIFT) ") OPERATOR(pg_catalog.|) " \
 	"pg_catalog.nextval('ntask.task_task_id_seq'::pg_catalog.regclass))"
 
 /* a task of an ordered queue joins the order index (task_ordered_idx) */

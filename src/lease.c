@@ -29,6 +29,13 @@ PG_FUNCTION_INFO_V1(ntask_release);
 
 static void lease_check_token(int64 task_id, int64 token);
 
+/* lease_token_plan's columns ($1 the task, $2 the caller) */
+typedef enum LeaseTokenCol
+{
+	LEASE_TOKEN_TOKEN = 1,
+	LEASE_TOKEN_RIGHT			/* the caller has the worker_role */
+} LeaseTokenCol;
+
 static NtaskPlan lease_token_plan = {
 	"task token lookup",
 	"SELECT t.token, " NTASK_WORKER_RIGHT("q", "2") " "
@@ -36,6 +43,17 @@ static NtaskPlan lease_token_plan = {
 	"WHERE t.task_id OPERATOR(pg_catalog.=) $1" NTASK_SHARD_OF("t", "$1"),
 	2, {INT8OID, OIDOID}
 };
+
+/* lease_heartbeat_plan's parameters; its one column is the new lease_until */
+typedef enum LeaseHeartbeatArg
+{
+	LEASE_HB_ARG_TASK_ID,		/* $1 */
+	LEASE_HB_ARG_TOKEN,			/* $2 */
+	LEASE_HB_ARG_LEASE,			/* $3, NULL: the queue's */
+	LEASE_HB_ARG_CALLER,		/* $4 */
+	LEASE_HB_ARG_NOW,			/* $5 */
+	LEASE_HB_NARGS
+} LeaseHeartbeatArg;
 
 static NtaskPlan lease_heartbeat_plan = {
 	"heartbeat",
@@ -50,7 +68,7 @@ static NtaskPlan lease_heartbeat_plan = {
 	"  AND q.queue OPERATOR(pg_catalog.=) t.queue "
 	"  AND " NTASK_WORKER_RIGHT_SUB("q", "4") " "
 	"RETURNING t.lease_until",
-	5, {INT8OID, INT8OID, INTERVALOID, OIDOID, TIMESTAMPTZOID}
+	LEASE_HB_NARGS, {INT8OID, INT8OID, INTERVALOID, OIDOID, TIMESTAMPTZOID}
 };
 
 /*
@@ -95,9 +113,9 @@ lease_check_token(int64 task_id, int64 token)
 	values[1] = ObjectIdGetDatum(NtaskCaller());
 	if (NtaskExecPlan(&lease_token_plan, values, NULL, SPI_OK_SELECT) == 0)
 		NtaskTaskNotFound(task_id);
-	if (!NtaskGetBool(0, 2))
+	if (!NtaskGetBool(0, LEASE_TOKEN_RIGHT))
 		NtaskTaskRightDenied(task_id);
-	current = NtaskGetInt64(0, 1);
+	current = NtaskGetInt64(0, LEASE_TOKEN_TOKEN);
 	NtaskCheckTokenRange(task_id, token, current);
 }
 
@@ -114,19 +132,20 @@ ntask_heartbeat(PG_FUNCTION_ARGS)
 {
 	int64		task_id = NtaskArgInt64(fcinfo, 0, "task_id");
 	int64		token = NtaskArgInt64(fcinfo, 1, "token");
-	Datum		values[5];
-	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
+	Datum		values[LEASE_HB_NARGS];
+	char		nulls[LEASE_HB_NARGS];
 	TimestampTz result = 0;
 	bool		found;
 
 	if (!PG_ARGISNULL(2))
 		NtaskCheckPositiveInterval(PG_GETARG_INTERVAL_P(2), "lease");
-	values[0] = Int64GetDatum(task_id);
-	values[1] = Int64GetDatum(token);
-	values[2] = PG_ARGISNULL(2) ? (Datum) 0 : PG_GETARG_DATUM(2);
-	nulls[2] = PG_ARGISNULL(2) ? 'n' : ' ';
-	values[3] = ObjectIdGetDatum(NtaskCaller());
-	values[4] = NtaskStatementTs();
+	memset(nulls, ' ', sizeof(nulls));
+	values[LEASE_HB_ARG_TASK_ID] = Int64GetDatum(task_id);
+	values[LEASE_HB_ARG_TOKEN] = Int64GetDatum(token);
+	values[LEASE_HB_ARG_LEASE] = PG_ARGISNULL(2) ? (Datum) 0 : PG_GETARG_DATUM(2);
+	nulls[LEASE_HB_ARG_LEASE] = PG_ARGISNULL(2) ? 'n' : ' ';
+	values[LEASE_HB_ARG_CALLER] = ObjectIdGetDatum(NtaskCaller());
+	values[LEASE_HB_ARG_NOW] = NtaskStatementTs();
 
 	SPI_connect();
 	found = NtaskExecPlan(&lease_heartbeat_plan, values, nulls,
@@ -192,6 +211,13 @@ ntask_invoked(PG_FUNCTION_ARGS)
  * keeps the row, the budget is not spent); an invoked one counts, and its
  * outcome is unknown.  $3: the delay (0 for at once), $4: the caller.
  */
+/* lease_release_plan's columns (one row when it applied) */
+typedef enum LeaseReleaseCol
+{
+	LEASE_RELEASE_QUEUE = 1,
+	LEASE_RELEASE_RUN_AT
+} LeaseReleaseCol;
+
 static NtaskPlan lease_release_plan = {
 	"release",
 	"WITH upd AS ( "
@@ -287,15 +313,15 @@ ntask_release(PG_FUNCTION_ARGS)
 	if (NtaskExecPlan(&lease_release_plan, values, NULL, SPI_OK_SELECT) == 1)
 	{
 		bool		isnull;
-		TimestampTz run_at = DatumGetTimestampTz(NtaskGetDatum(0, 2, &isnull));
+		TimestampTz run_at = DatumGetTimestampTz(NtaskGetDatum(0, LEASE_RELEASE_RUN_AT, &isnull));
 
 		result = "applied";
 		NtaskWakeWorkerAtCommit();	/* it may be an http task, due now */
-		NtaskWakeCappedAtCommit(NtaskGetCString(0, 1), 1);	/* a slot is free */
+		NtaskWakeCappedAtCommit(NtaskGetCString(0, LEASE_RELEASE_QUEUE), 1);	/* a slot is free */
 		if (run_at <= GetCurrentStatementStartTimestamp())
-			NtaskWakeWaitersAtCommit(NtaskGetCString(0, 1), 1, 0);
+			NtaskWakeWaitersAtCommit(NtaskGetCString(0, LEASE_RELEASE_QUEUE), 1, 0);
 		else
-			NtaskWakeWaitersAtCommit(NtaskGetCString(0, 1), 0, run_at);
+			NtaskWakeWaitersAtCommit(NtaskGetCString(0, LEASE_RELEASE_QUEUE), 0, run_at);
 	}
 	else
 	{

@@ -132,6 +132,16 @@ extern void NtaskAudit(const char *actor, const char *action, int64 task_id,
 extern bytea *NtaskDigest(Jsonb *jb, int version);
 
 /*
+ * A task id carries its shard in its high bits, from NTASK_SHARD_SHIFT up
+ * (docs/scaling.md "Task ids and tokens"): shard << 48 | the sequence's
+ * value (enqueue.c), so the shard of a task id is id >> 48, an int2.  Not
+ * to be confused with the timeline bits of a token (claim.c,
+ * CLAIM_TIMELINE_SHIFT), which happen to start at the same bit.
+ */
+#define NTASK_SHARD_SHIFT		48
+#define NTASK_ID_SHARD(id)		((int16) ((id) >> NTASK_SHARD_SHIFT))
+
+/*
  * SQL: " AND <alias>.shard = <task id> >> 48": the routing predicate of a
  * statement by task id on a Citus install (docs/scaling.md "Scaling out
  * with Citus"), where it makes the statement one router query on the node
@@ -141,7 +151,7 @@ extern bytea *NtaskDigest(Jsonb *jb, int version);
  */
 #define NTASK_SHARD_OF(alias, id) \
 	" AND " alias ".shard OPERATOR(pg_catalog.=) " \
-	"((" id " OPERATOR(pg_catalog.>>) 48)::pg_catalog.int2) "
+	"((" id " OPERATOR(pg_catalog.>>) " CppAsString2(NTASK_SHARD_SHIFT) ")::pg_catalog.int2) "
 /*
  * An UPDATE of a task table that adds the statement timestamp to a column
  * (now + q.lease) or has it in a CASE gets it as a parameter,
@@ -163,7 +173,7 @@ extern int16 NtaskShardFor(text *queue, text *key);
 
 /* the shard value itself, for an insert (0 on a plain install) */
 #define NTASK_SHARD_VALUE(id) \
-	"((" id " OPERATOR(pg_catalog.>>) 48)::pg_catalog.int2)"
+	"((" id " OPERATOR(pg_catalog.>>) " CppAsString2(NTASK_SHARD_SHIFT) ")::pg_catalog.int2)"
 
 /*
  * SQL: " OR <the attempt row a committed a receipt>", for the outcome_known

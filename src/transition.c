@@ -49,6 +49,35 @@ PG_FUNCTION_INFO_V1(ntask_transition);
 PG_FUNCTION_INFO_V1(ntask_transition_many);
 PG_FUNCTION_INFO_V1(ntask_transition_and_claim);
 
+/*
+ * The statements' parameters and result columns by name: an argument enum
+ * indexes values[] (TR_X_ARG_Y is $(Y + 1)), a column enum is an SPI
+ * attribute number (from 1).
+ */
+
+/* tr_lock_plan: $1 the task, $2 the caller; the locked row */
+typedef enum TrLockArg
+{
+	TR_LOCK_ARG_TASK_ID,
+	TR_LOCK_ARG_CALLER,
+	TR_LOCK_NARGS
+} TrLockArg;
+
+typedef enum TrLockCol
+{
+	TR_LOCK_STATE = 1,
+	TR_LOCK_TOKEN,
+	TR_LOCK_ATTEMPTS,
+	TR_LOCK_MAX_ATTEMPTS,
+	TR_LOCK_DEADLINE,
+	TR_LOCK_BACKOFF_BASE,
+	TR_LOCK_BACKOFF_MAX,
+	TR_LOCK_RUN_AT,				/* NULL once finished */
+	TR_LOCK_RIGHT,				/* the caller has the worker_role */
+	TR_LOCK_RESULT,
+	TR_LOCK_QUEUE
+} TrLockCol;
+
 static NtaskPlan tr_lock_plan = {
 	"transition lock",
 	"SELECT t.state, t.token, t.attempts, t.max_attempts, t.deadline, "
@@ -59,7 +88,7 @@ static NtaskPlan tr_lock_plan = {
 	"  ON q.queue OPERATOR(pg_catalog.=) t.queue "
 	"WHERE t.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("t", "$1")
 	"FOR UPDATE OF t",
-	2, {INT8OID, OIDOID}
+	TR_LOCK_NARGS, {INT8OID, OIDOID}
 };
 
 /*
@@ -72,6 +101,32 @@ static NtaskPlan tr_lock_plan = {
  * it: RETURNING shows only new values, and a CTE reading ntask.task after
  * the UPDATE sees the new row on Citus, which runs the CTEs one by one.
  */
+typedef enum TrApplyArg
+{
+	TR_APPLY_ARG_TASK_ID,		/* $1 */
+	TR_APPLY_ARG_TOKEN,			/* $2 */
+	TR_APPLY_ARG_STATE,			/* $3, the state it goes to (final) */
+	TR_APPLY_ARG_REQUESTED,		/* $4, the to_state asked for */
+	TR_APPLY_ARG_ATTEMPT,		/* $5-$8, tr_attempt_args */
+	TR_APPLY_ARG_RETRY_AT = TR_APPLY_ARG_ATTEMPT + 4,	/* $9 */
+	TR_APPLY_ARG_DETAIL,		/* $10 */
+	TR_APPLY_ARG_NEXT,			/* $11, the next run (retry_wait) or NULL */
+	TR_APPLY_ARG_REASON,		/* $12 */
+	TR_APPLY_ARG_DETAIL_REASON, /* $13, detail->>'reason' may name why */
+	TR_APPLY_ARG_CALLER,		/* $14 */
+	TR_APPLY_ARG_RESULT,		/* $15 */
+	TR_APPLY_ARG_NOW,			/* $16 */
+	TR_APPLY_NARGS
+} TrApplyArg;
+
+/* tr_apply_plan's columns (one row when it applied) */
+typedef enum TrApplyCol
+{
+	TR_APPLY_STATE = 1,
+	TR_APPLY_RUN_AT,
+	TR_APPLY_QUEUE
+} TrApplyCol;
+
 static NtaskPlan tr_apply_plan = {
 	"transition apply",
 	"WITH upd AS ( "
@@ -114,10 +169,18 @@ static NtaskPlan tr_apply_plan = {
 	"  FROM upd u "
 	") "
 	"SELECT upd.state, upd.run_at, upd.queue FROM upd",
-	16, {INT8OID, INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, BOOLOID,
+	TR_APPLY_NARGS, {INT8OID, INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, BOOLOID,
 	TEXTOID, TIMESTAMPTZOID, JSONBOID, TIMESTAMPTZOID, TEXTOID, BOOLOID, OIDOID,
 	JSONBOID, TIMESTAMPTZOID}
 };
+
+/* the ledger row of an attempt: $1 task, $2 token (tr_lock_plan's values) */
+typedef enum TrAttemptCol
+{
+	TR_ATTEMPT_REQUESTED = 1,
+	TR_ATTEMPT_ERROR_CLASS,
+	TR_ATTEMPT_OUTCOME
+} TrAttemptCol;
 
 static NtaskPlan tr_attempt_plan = {
 	"transition attempt lookup",
@@ -139,6 +202,28 @@ static NtaskPlan tr_attempt_plan = {
  * detail->>'reason' may name the reason, $11 the caller, $12 the results
  * (in the order of $1).
  */
+typedef enum TrManyArg
+{
+	TR_MANY_ARG_TASK_IDS,		/* $1 */
+	TR_MANY_ARG_TOKENS,			/* $2 */
+	TR_MANY_ARG_STATE,			/* $3 */
+	TR_MANY_ARG_ATTEMPT,		/* $4-$7, tr_attempt_args */
+	TR_MANY_ARG_DETAIL = TR_MANY_ARG_ATTEMPT + 4,	/* $8 */
+	TR_MANY_ARG_REASON,			/* $9 */
+	TR_MANY_ARG_DETAIL_REASON,	/* $10 */
+	TR_MANY_ARG_CALLER,			/* $11 */
+	TR_MANY_ARG_RESULTS,		/* $12 */
+	TR_MANY_NARGS
+} TrManyArg;
+
+/* tr_many_plan's columns: one row per task it applied */
+typedef enum TrManyCol
+{
+	TR_MANY_TASK_ID = 1,
+	TR_MANY_STATE,
+	TR_MANY_QUEUE
+} TrManyCol;
+
 static NtaskPlan tr_many_plan = {
 	"transition many",
 	"WITH upd AS ( "
@@ -180,7 +265,7 @@ static NtaskPlan tr_many_plan = {
 	"  FROM upd u "
 	") "
 	"SELECT upd.task_id, upd.state, upd.queue FROM upd",
-	12, {INT8ARRAYOID, INT8ARRAYOID, TEXTOID, TEXTOID, TEXTOID, BOOLOID,
+	TR_MANY_NARGS, {INT8ARRAYOID, INT8ARRAYOID, TEXTOID, TEXTOID, TEXTOID, BOOLOID,
 	TEXTOID, JSONBOID, TEXTOID, BOOLOID, OIDOID, JSONBARRAYOID}
 };
 
@@ -348,53 +433,68 @@ tr_check_args(const char *to_state, const char **error_class,
  * tr_attempt_args
  *		The four parameters both transition statements take in a row:
  *		error_class, error_stage, "the outcome is known" (error_class is not
- *		unknown) and outcome, into values[0..3] / nulls[0..3].
+ *		unknown) and outcome, into values[0..3] / nulls[0..3]
+ *		(TrAttemptArg).
  */
+typedef enum TrAttemptArg
+{
+	TR_ATTEMPT_ARG_ERROR_CLASS,
+	TR_ATTEMPT_ARG_STAGE,
+	TR_ATTEMPT_ARG_KNOWN,
+	TR_ATTEMPT_ARG_OUTCOME,
+	TR_ATTEMPT_NARGS
+} TrAttemptArg;
+
+StaticAssertDecl(TR_APPLY_ARG_RETRY_AT - TR_APPLY_ARG_ATTEMPT == TR_ATTEMPT_NARGS &&
+				 TR_MANY_ARG_DETAIL - TR_MANY_ARG_ATTEMPT == TR_ATTEMPT_NARGS,
+				 "the attempt's parameters take TR_ATTEMPT_NARGS places");
+
 static void
 tr_attempt_args(TrCall *c, Datum *values, char *nulls)
 {
-	values[0] = c->error_class ? CStringGetTextDatum(c->error_class) : (Datum) 0;
-	nulls[0] = c->error_class ? ' ' : 'n';
-	values[1] = c->stage ? CStringGetTextDatum(c->stage) : (Datum) 0;
-	nulls[1] = c->stage ? ' ' : 'n';
-	values[2] = BoolGetDatum(c->error_class == NULL ||
-							 strcmp(c->error_class, "unknown") != 0);
-	nulls[2] = ' ';
-	values[3] = c->outcome ? CStringGetTextDatum(c->outcome) : (Datum) 0;
-	nulls[3] = c->outcome ? ' ' : 'n';
+	values[TR_ATTEMPT_ARG_ERROR_CLASS] =
+		c->error_class ? CStringGetTextDatum(c->error_class) : (Datum) 0;
+	nulls[TR_ATTEMPT_ARG_ERROR_CLASS] = c->error_class ? ' ' : 'n';
+	values[TR_ATTEMPT_ARG_STAGE] = c->stage ? CStringGetTextDatum(c->stage) : (Datum) 0;
+	nulls[TR_ATTEMPT_ARG_STAGE] = c->stage ? ' ' : 'n';
+	values[TR_ATTEMPT_ARG_KNOWN] = BoolGetDatum(c->error_class == NULL ||
+												strcmp(c->error_class, "unknown") != 0);
+	nulls[TR_ATTEMPT_ARG_KNOWN] = ' ';
+	values[TR_ATTEMPT_ARG_OUTCOME] = c->outcome ? CStringGetTextDatum(c->outcome) : (Datum) 0;
+	nulls[TR_ATTEMPT_ARG_OUTCOME] = c->outcome ? ' ' : 'n';
 }
 
 static bool
 tr_apply(TrCall *c, const char *final, TimestampTz next, const char *reason,
 		 bool engine_reason)
 {
-	Datum		values[16];
-	char		nulls[16];
+	Datum		values[TR_APPLY_NARGS];
+	char		nulls[TR_APPLY_NARGS];
 
 	memset(nulls, ' ', sizeof(nulls));
-	values[0] = Int64GetDatum(c->task_id);
-	values[1] = Int64GetDatum(c->token);
-	values[2] = CStringGetTextDatum(final);
-	values[3] = CStringGetTextDatum(c->to_state);
-	tr_attempt_args(c, &values[4], &nulls[4]);
-	values[8] = c->retry_at;
-	nulls[8] = c->retry_at_null ? 'n' : ' ';
-	values[9] = c->detail;
-	nulls[9] = c->detail_null ? 'n' : ' ';
-	values[10] = TimestampTzGetDatum(next);
-	nulls[10] = strcmp(final, "retry_wait") == 0 ? ' ' : 'n';
-	values[11] = reason ? CStringGetTextDatum(reason) : (Datum) 0;
-	nulls[11] = reason ? ' ' : 'n';
+	values[TR_APPLY_ARG_TASK_ID] = Int64GetDatum(c->task_id);
+	values[TR_APPLY_ARG_TOKEN] = Int64GetDatum(c->token);
+	values[TR_APPLY_ARG_STATE] = CStringGetTextDatum(final);
+	values[TR_APPLY_ARG_REQUESTED] = CStringGetTextDatum(c->to_state);
+	tr_attempt_args(c, &values[TR_APPLY_ARG_ATTEMPT], &nulls[TR_APPLY_ARG_ATTEMPT]);
+	values[TR_APPLY_ARG_RETRY_AT] = c->retry_at;
+	nulls[TR_APPLY_ARG_RETRY_AT] = c->retry_at_null ? 'n' : ' ';
+	values[TR_APPLY_ARG_DETAIL] = c->detail;
+	nulls[TR_APPLY_ARG_DETAIL] = c->detail_null ? 'n' : ' ';
+	values[TR_APPLY_ARG_NEXT] = TimestampTzGetDatum(next);
+	nulls[TR_APPLY_ARG_NEXT] = strcmp(final, "retry_wait") == 0 ? ' ' : 'n';
+	values[TR_APPLY_ARG_REASON] = reason ? CStringGetTextDatum(reason) : (Datum) 0;
+	nulls[TR_APPLY_ARG_REASON] = reason ? ' ' : 'n';
 	/* detail->>'reason' may name why, unless ntask enforced the budget */
-	values[12] = BoolGetDatum(reason != NULL && !engine_reason);
-	values[13] = ObjectIdGetDatum(NtaskCaller());
-	values[14] = c->result;
-	nulls[14] = c->result_null ? 'n' : ' ';
-	values[15] = NtaskStatementTs();
+	values[TR_APPLY_ARG_DETAIL_REASON] = BoolGetDatum(reason != NULL && !engine_reason);
+	values[TR_APPLY_ARG_CALLER] = ObjectIdGetDatum(NtaskCaller());
+	values[TR_APPLY_ARG_RESULT] = c->result;
+	nulls[TR_APPLY_ARG_RESULT] = c->result_null ? 'n' : ' ';
+	values[TR_APPLY_ARG_NOW] = NtaskStatementTs();
 	if (NtaskExecPlan(&tr_apply_plan, values, nulls, SPI_OK_SELECT) != 1)
 		return false;
 	/* its slot is free: a claim waiting on the queue's cap may go */
-	NtaskWakeCappedAtCommit(NtaskGetCString(0, 3), 1);
+	NtaskWakeCappedAtCommit(NtaskGetCString(0, TR_APPLY_QUEUE), 1);
 	return true;
 }
 
@@ -472,7 +572,7 @@ tr_answer(TrOut *o, const char *result, int state_col, int run_at_col)
 static void
 tr_locked(TrCall *c, const char *reason, TrOut *o)
 {
-	Datum		values[2];
+	Datum		values[TR_LOCK_NARGS];
 	bool		isnull;
 	char	   *state;
 	int64		current;
@@ -480,16 +580,17 @@ tr_locked(TrCall *c, const char *reason, TrOut *o)
 	Datum		stored;
 	bool		stored_null;
 
-	values[0] = Int64GetDatum(c->task_id);
-	values[1] = ObjectIdGetDatum(NtaskCaller());
+	values[TR_LOCK_ARG_TASK_ID] = Int64GetDatum(c->task_id);
+	values[TR_LOCK_ARG_CALLER] = ObjectIdGetDatum(NtaskCaller());
 	if (NtaskExecPlan(&tr_lock_plan, values, NULL, SPI_OK_SELECT) == 0)
 		NtaskTaskNotFound(c->task_id);
 	lock_tt = SPI_tuptable;
-	if (!NtaskGetBool(0, 9))
+	if (!NtaskGetBool(0, TR_LOCK_RIGHT))
 		NtaskTaskRightDenied(c->task_id);
+	/* the same array becomes tr_attempt_plan's: $1 task, $2 token */
 	values[1] = Int64GetDatum(c->token);
-	state = NtaskGetCString(0, 1);
-	current = NtaskGetInt64(0, 2);
+	state = NtaskGetCString(0, TR_LOCK_STATE);
+	current = NtaskGetInt64(0, TR_LOCK_TOKEN);
 	NtaskCheckTokenRange(c->task_id, c->token, current);
 
 	if (c->token == current && strcmp(state, "leased") == 0)
@@ -501,17 +602,17 @@ tr_locked(TrCall *c, const char *reason, TrOut *o)
 		if (strcmp(c->to_state, "retry_wait") == 0)
 		{
 			/* a retry_wait, decided against the budget of the locked row */
-			int32		attempts = NtaskGetInt32(0, 3);
-			int32		max_attempts = NtaskGetInt32(0, 4);
-			TimestampTz deadline = DatumGetTimestampTz(NtaskGetDatum(0, 5, &isnull));
+			int32		attempts = NtaskGetInt32(0, TR_LOCK_ATTEMPTS);
+			int32		max_attempts = NtaskGetInt32(0, TR_LOCK_MAX_ATTEMPTS);
+			TimestampTz deadline = DatumGetTimestampTz(NtaskGetDatum(0, TR_LOCK_DEADLINE, &isnull));
 			TimestampTz now = GetCurrentStatementStartTimestamp();
 
 			if (!c->retry_at_null)
 				next = Max(DatumGetTimestampTz(c->retry_at), now);
 			else
 				next = tr_backoff(attempts,
-								  DatumGetIntervalP(NtaskGetDatum(0, 6, &isnull)),
-								  DatumGetIntervalP(NtaskGetDatum(0, 7, &isnull)));
+								  DatumGetIntervalP(NtaskGetDatum(0, TR_LOCK_BACKOFF_BASE, &isnull)),
+								  DatumGetIntervalP(NtaskGetDatum(0, TR_LOCK_BACKOFF_MAX, &isnull)));
 			if (attempts >= max_attempts)
 			{
 				final = "repair_required";
@@ -526,24 +627,24 @@ tr_locked(TrCall *c, const char *reason, TrOut *o)
 			}
 		}
 		if (strcmp(final, "retry_wait") == 0)
-			NtaskWakeWaitersAtCommit(NtaskGetCString(0, 11), 0, next);
+			NtaskWakeWaitersAtCommit(NtaskGetCString(0, TR_LOCK_QUEUE), 0, next);
 		if (!tr_apply(c, final, next, reason, engine_reason))
 			elog(ERROR, "ntask: locked task %lld did not take its transition",
 				 (long long) c->task_id);
-		tr_answer(o, "applied", 1, 2);
+		tr_answer(o, "applied", TR_APPLY_STATE, TR_APPLY_RUN_AT);
 		SPI_freetuptable(lock_tt);
 		return;
 	}
 
-	o->state = datumCopy(NtaskGetDatum(0, 1, &isnull), false, -1);
-	o->run_at = NtaskGetDatum(0, 8, &o->run_at_null);	/* by value */
-	stored = NtaskGetDatum(0, 10, &stored_null);
+	o->state = datumCopy(NtaskGetDatum(0, TR_LOCK_STATE, &isnull), false, -1);
+	o->run_at = NtaskGetDatum(0, TR_LOCK_RUN_AT, &o->run_at_null);	/* by value */
+	stored = NtaskGetDatum(0, TR_LOCK_RESULT, &stored_null);
 	if (NtaskExecPlan(&tr_attempt_plan, values, NULL, SPI_OK_SELECT) == 1 &&
-		NtaskGetText(0, 1) != NULL)
+		NtaskGetText(0, TR_ATTEMPT_REQUESTED) != NULL)
 	{
-		char	   *req = NtaskGetCString(0, 1);
-		char	   *cls = NtaskGetCString(0, 2);
-		char	   *outc = NtaskGetCString(0, 3);
+		char	   *req = NtaskGetCString(0, TR_ATTEMPT_REQUESTED);
+		char	   *cls = NtaskGetCString(0, TR_ATTEMPT_ERROR_CLASS);
+		char	   *outc = NtaskGetCString(0, TR_ATTEMPT_OUTCOME);
 
 		/*
 		 * A succeeded of the task's current token stored its result on the
@@ -575,7 +676,7 @@ tr_one(TrCall *c, const char *reason, TrOut *o)
 	if (strcmp(c->to_state, "retry_wait") != 0 &&
 		tr_apply(c, c->to_state, 0, reason, false))
 	{
-		tr_answer(o, "applied", 1, 2);
+		tr_answer(o, "applied", TR_APPLY_STATE, TR_APPLY_RUN_AT);
 		return;
 	}
 	tr_locked(c, reason, o);
@@ -656,8 +757,8 @@ tr_many_apply(TrCall *c, const char *reason, TrItem *items, int n)
 	bool	   *resnulls = palloc(sizeof(bool) * n);
 	int			dims[1] = {n};
 	int			lbs[1] = {1};
-	Datum		values[12];
-	char		nulls[12];
+	Datum		values[TR_MANY_NARGS];
+	char		nulls[TR_MANY_NARGS];
 	int			nrows;
 	int			i;
 	int			r;
@@ -672,26 +773,27 @@ tr_many_apply(TrCall *c, const char *reason, TrItem *items, int n)
 		resnulls[i] = items[i].result_null;
 	}
 	memset(nulls, ' ', sizeof(nulls));
-	values[0] = NtaskInt8Array(ids, n);
-	values[1] = NtaskInt8Array(toks, n);
-	values[2] = CStringGetTextDatum(c->to_state);
-	tr_attempt_args(c, &values[3], &nulls[3]);
-	values[7] = c->detail;
-	nulls[7] = c->detail_null ? 'n' : ' ';
-	values[8] = reason ? CStringGetTextDatum(reason) : (Datum) 0;
-	nulls[8] = reason ? ' ' : 'n';
-	values[9] = BoolGetDatum(reason != NULL);
-	values[10] = ObjectIdGetDatum(NtaskCaller());
-	values[11] = PointerGetDatum(construct_md_array(res, resnulls, 1, dims, lbs,
-													JSONBOID, -1, false,
-													TYPALIGN_INT));
+	values[TR_MANY_ARG_TASK_IDS] = NtaskInt8Array(ids, n);
+	values[TR_MANY_ARG_TOKENS] = NtaskInt8Array(toks, n);
+	values[TR_MANY_ARG_STATE] = CStringGetTextDatum(c->to_state);
+	tr_attempt_args(c, &values[TR_MANY_ARG_ATTEMPT], &nulls[TR_MANY_ARG_ATTEMPT]);
+	values[TR_MANY_ARG_DETAIL] = c->detail;
+	nulls[TR_MANY_ARG_DETAIL] = c->detail_null ? 'n' : ' ';
+	values[TR_MANY_ARG_REASON] = reason ? CStringGetTextDatum(reason) : (Datum) 0;
+	nulls[TR_MANY_ARG_REASON] = reason ? ' ' : 'n';
+	values[TR_MANY_ARG_DETAIL_REASON] = BoolGetDatum(reason != NULL);
+	values[TR_MANY_ARG_CALLER] = ObjectIdGetDatum(NtaskCaller());
+	values[TR_MANY_ARG_RESULTS] =
+		PointerGetDatum(construct_md_array(res, resnulls, 1, dims, lbs,
+										   JSONBOID, -1, false,
+										   TYPALIGN_INT));
 	nrows = NtaskExecPlan(&tr_many_plan, values, nulls, SPI_OK_SELECT);
 
 	for (r = 0; r < nrows; r++)
 	{
 		TrItem		key;
 		TrItem	   *it;
-		text	   *queue = NtaskGetText(r, 3);
+		text	   *queue = NtaskGetText(r, TR_MANY_QUEUE);
 
 		if (run_queue == NULL ||
 			VARSIZE_ANY_EXHDR(queue) != VARSIZE_ANY_EXHDR(run_queue) ||
@@ -705,14 +807,14 @@ tr_many_apply(TrCall *c, const char *reason, TrItem *items, int n)
 		}
 		run_len++;
 
-		key.task_id = NtaskGetInt64(r, 1);
+		key.task_id = NtaskGetInt64(r, TR_MANY_TASK_ID);
 		it = bsearch(&key, items, n, sizeof(TrItem), tr_item_cmp);
 		if (it == NULL)
 			elog(ERROR, "ntask: transition of task %lld that was not asked for",
 				 (long long) key.task_id);
 		it->done = true;
 		it->o.result = "applied";
-		it->o.state = PointerGetDatum(NtaskGetText(r, 2));
+		it->o.state = PointerGetDatum(NtaskGetText(r, TR_MANY_STATE));
 		it->o.run_at = (Datum) 0;
 		it->o.run_at_null = true;	/* a finished task has no next run */
 	}

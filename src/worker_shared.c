@@ -639,12 +639,36 @@ NtaskWorkerRunXact(void (*fn) (void *arg), void *arg, const char *what)
  * another database, ntask.max_databases reached).  All NULL but state
  * when ntask is not in shared_preload_libraries.
  */
+
+/*
+ * The columns of ntask_worker_stats (0-based, values[] indexes), the
+ * counters in the runs of NtaskCounter that the view shows together.
+ */
+typedef enum WsStatCol
+{
+	WS_COL_PID,
+	WS_COL_STATE,
+	WS_COL_STARTED_AT,
+	WS_COL_LAST_TICK,
+	WS_COL_DISPATCHED,			/* NTASK_COUNT_DISPATCHED..RECONCILED */
+	WS_COL_IN_FLIGHT = WS_COL_DISPATCHED +
+	(NTASK_COUNT_RECONCILED - NTASK_COUNT_DISPATCHED + 1),
+	WS_COL_EXPIRED_LEASES,		/* NTASK_COUNT_EXPIRED_LEASES..PRUNED */
+	WS_COL_LAST_ERROR = WS_COL_EXPIRED_LEASES +
+	(NTASK_COUNT_PRUNED - NTASK_COUNT_EXPIRED_LEASES + 1),
+	WS_COL_LAST_ERROR_AT,
+	WS_COL_DATABASE,
+	WS_COL_BREAKER_OPENED,		/* NTASK_COUNT_BREAKER_OPENED.. */
+	WS_STAT_COLS = WS_COL_BREAKER_OPENED +
+	(NTASK_NCOUNTERS - NTASK_COUNT_BREAKER_OPENED)
+} WsStatCol;
+
 Datum
 ntask_worker_stats(PG_FUNCTION_ARGS)
 {
 	TupleDesc	tupdesc;
-	Datum		values[21];
-	bool		nulls[21];
+	Datum		values[WS_STAT_COLS];
+	bool		nulls[WS_STAT_COLS];
 	NtaskDbSlot copy;
 	bool		found = false;
 	int			c = 0;
@@ -658,8 +682,8 @@ ntask_worker_stats(PG_FUNCTION_ARGS)
 	if (ws_shared == NULL)
 	{
 		memset(nulls, true, sizeof(nulls));
-		nulls[1] = false;
-		values[1] = CStringGetTextDatum("not preloaded");
+		nulls[WS_COL_STATE] = false;
+		values[WS_COL_STATE] = CStringGetTextDatum("not preloaded");
 		PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
 	}
 	for (i = 0; i < NtaskWorkerSlots() && !found; i++)
@@ -721,7 +745,7 @@ ntask_worker_stats(PG_FUNCTION_ARGS)
 	nulls[c++] = dbname == NULL;
 	for (i = NTASK_COUNT_BREAKER_OPENED; i < NTASK_NCOUNTERS; i++)
 		values[c++] = Int64GetDatum(copy.counters[i]);
-	Assert(c == 21);
+	Assert(c == WS_STAT_COLS);
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
 }
 
