@@ -219,6 +219,21 @@ SELECT ntask_cron_prev('0 0 1 1 *', '4714-12-01 00:00:00+00 BC');
 SELECT ntask_cron_next(repeat(' ', 192) || '* * * * *', '2026-01-01');
 \echo :SQLSTATE
 SELECT ntask_cron_next(repeat(' ', 191) || '* * * * *', '2026-01-01') AS exactly_200_bytes;
+-- ntask.cron_gaps walks the matching minutes of its range, one by one: it
+-- is made for ntask.fire_due's ranges (at most 8 days) and refuses one over
+-- 31 days (22023).  Walking decades of minutes took longer than
+-- statement_timeout, and could not be interrupted: the call ended without
+-- error and the timeout canceled the session's next statement.
+SET statement_timeout = '2s';
+SELECT * FROM ntask.cron_gaps('* * * * *', '2000-01-01 00:00+00', '2026-01-01 00:00+00', 'UTC');
+\echo :SQLSTATE
+SELECT 'runs' AS the_next_statement;
+\echo :SQLSTATE
+SELECT * FROM ntask.cron_gaps('* * * * *', '2026-03-01 00:00+00', '2026-04-01 00:00:01+00', 'UTC');
+\echo :SQLSTATE
+SELECT count(*) AS minutes_in_gap FROM ntask.cron_gaps('* * * * *', '2026-03-01 00:00+00', '2026-04-01 00:00+00', 'Europe/Berlin');
+SELECT count(*) AS reversed FROM ntask.cron_gaps('* * * * *', '2026-01-01 00:00+00', '4714-11-24 00:00:00+00 BC', 'UTC');
+RESET statement_timeout;
 \set ON_ERROR_STOP 1
 RESET DateStyle;
 RESET TimeZone;

@@ -52,7 +52,8 @@
  * spring-forward gap skipped, so ntask_fire can record them as missed
  * instead of leaving no trace of the slot.
  *
- * Errors: invalid expression, unknown zone, infinite timestamp -> 22023;
+ * Errors: invalid expression, unknown zone, infinite timestamp, a
+ * cron_gaps range over 31 days -> 22023;
  * NULL -> 22004; expression over 200 bytes -> 22001; a firing time outside
  * the timestamptz range -> 22008.
  *
@@ -67,6 +68,7 @@
 #include "cron_parse.h"
 
 #include "funcapi.h"
+#include "miscadmin.h"
 
 #include "pgtime.h"
 #include "utils/builtins.h"
@@ -80,6 +82,14 @@ PG_FUNCTION_INFO_V1(ntask_cron_gaps);
 #define CRON_SEARCH_YEARS	401
 #define CRON_MIN_YEAR		(-4713)		/* timestamptz starts in 4714 BC */
 #define CRON_MAX_YEAR		294276		/* and ends at 294277-01-01 */
+
+/*
+ * cron_gaps walks every matching local minute of its range (a minute-by-
+ * minute expression: 1440 a day): ntask.fire_due asks for at most 8 days,
+ * a longer range than a month is refused rather than walked for minutes.
+ */
+#define CRON_GAPS_MAX_DAYS	31
+#define CRON_GAPS_MAX_RANGE ((int64) CRON_GAPS_MAX_DAYS * USECS_PER_DAY)
 
 #define CRON_BIT(v)			(UINT64CONST(1) << (v))
 
@@ -503,8 +513,8 @@ cron_gap_instant(const pg_tz *tz, const CronLocal *c)
  *		The local times the expression matches that do not exist in the
  *		zone (a spring-forward gap), whose gap began in (after, upto]: slot
  *		is that instant (when the clock jumped over the local time).  The
- *		walk visits the matching local minutes in between, so callers keep
- *		the range short (ntask_fire: at most 8 days).
+ *		walk visits the matching local minutes in between, so the range is
+ *		at most 31 days (22023; ntask_fire asks for at most 8).
  */
 Datum
 ntask_cron_gaps(PG_FUNCTION_ARGS)
@@ -532,6 +542,20 @@ ntask_cron_gaps(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("ntask: upto must be a finite timestamp")));
 
+	/* (upto - after can overflow: 4714 BC to 294276 AD) */
+	if (after < upto - CRON_GAPS_MAX_RANGE)
+	{
+		/* timestamptz_to_str returns a static buffer */
+		char	   *after_str = pstrdup(timestamptz_to_str(after));
+
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ntask: cron_gaps covers at most %d days",
+						CRON_GAPS_MAX_DAYS),
+				 errdetail("The range from %s to %s is longer.",
+						   after_str, timestamptz_to_str(upto))));
+	}
+
 	InitMaterializedSRF(fcinfo, 0);
 	if (upto <= after)
 		return (Datum) 0;
@@ -547,6 +571,8 @@ ntask_cron_gaps(PG_FUNCTION_ARGS)
 	{
 		pg_time_t	u;
 
+		/* unchecked, a cancel would hit the session's next statement */
+		CHECK_FOR_INTERRUPTS();
 		if (cron_local_to_utc(tz, &c, &u))
 		{
 			if (u > upto_secs)
