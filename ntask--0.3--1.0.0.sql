@@ -1,4 +1,5 @@
 /* ntask--0.3--1.0.0.sql: every schema change of the 1.0 wave (issues 29-36) */
+-- Copyright (c) 2026, The ntask authors; the PostgreSQL Licence (LICENSE)
 
 -- complain if script is sourced in psql, rather than via ALTER EXTENSION
 \echo Use "ALTER EXTENSION ntask UPDATE TO '1.0.0'" to load this file. \quit

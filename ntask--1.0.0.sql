@@ -1,4 +1,5 @@
 /* ntask--1.0.0.sql: the ntask 1.0.0 schema and SQL API, complete */
+-- Copyright (c) 2026, The ntask authors; the PostgreSQL Licence (LICENSE)
 
 -- complain if script is sourced in psql, rather than via CREATE EXTENSION
 \echo Use "CREATE EXTENSION ntask" to load this file. \quit

@@ -21,6 +21,8 @@
  *	- the fuzzed allowlist is evaluated for the host and the addresses
  *	  (no crash, no read past its end).
  *
+ * Copyright (c) 2026, The ntask authors; the PostgreSQL Licence (LICENSE)
+ *
  * IDENTIFICATION
  *	  fuzz/fuzz_allowlist.c
  *

@@ -15,6 +15,8 @@
  *	- printing the parsed sets back as lists and parsing that gives the
  *	  same sets.
  *
+ * Copyright (c) 2026, The ntask authors; the PostgreSQL Licence (LICENSE)
+ *
  * IDENTIFICATION
  *	  fuzz/fuzz_cron.c
  *

@@ -18,6 +18,8 @@
  *	  408/425/429/503 transient, other 5xx unknown, everything else
  *	  permanent.
  *
+ * Copyright (c) 2026, The ntask authors; the PostgreSQL Licence (LICENSE)
+ *
  * IDENTIFICATION
  *	  fuzz/fuzz_http_header.c
  *

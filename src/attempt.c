@@ -10,6 +10,8 @@
  * when the attempt ends, from the task row, which holds the open attempt
  * until then.
  *
+ * Copyright (c) 2026, The ntask authors; the PostgreSQL Licence (LICENSE)
+ *
  * IDENTIFICATION
  *	  src/attempt.c
  *

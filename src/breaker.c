@@ -30,6 +30,8 @@
  * Only the worker's claims are held back: ntask_claim called by anyone
  * else does not look at the breaker.
  *
+ * Copyright (c) 2026, The ntask authors; the PostgreSQL Licence (LICENSE)
+ *
  * IDENTIFICATION
  *	  src/breaker.c
  *

@@ -45,6 +45,8 @@
  * that then does the work.  Refused (25000) under REPEATABLE READ and
  * SERIALIZABLE: the in-flight counts of caps need a statement snapshot.
  *
+ * Copyright (c) 2026, The ntask authors; the PostgreSQL Licence (LICENSE)
+ *
  * IDENTIFICATION
  *	  src/claim.c
  *

@@ -34,6 +34,8 @@
  * advisory lock.  The classes are far from those Citus uses for its own
  * advisory locktags (4 and up, a few dozen at most).
  *
+ * Copyright (c) 2026, The ntask authors; the PostgreSQL Licence (LICENSE)
+ *
  * IDENTIFICATION
  *	  src/claim_lock.c
  *

@@ -57,6 +57,8 @@
  * NULL -> 22004; expression over 200 bytes -> 22001; a firing time outside
  * the timestamptz range -> 22008.
  *
+ * Copyright (c) 2026, The ntask authors; the PostgreSQL Licence (LICENSE)
+ *
  * IDENTIFICATION
  *	  src/cron.c
  *

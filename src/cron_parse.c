@@ -12,6 +12,8 @@
  * has always reported, so its regress output does not depend on where
  * the parser lives.
  *
+ * Copyright (c) 2026, The ntask authors; the PostgreSQL Licence (LICENSE)
+ *
  * IDENTIFICATION
  *	  src/cron_parse.c
  *

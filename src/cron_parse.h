@@ -11,6 +11,8 @@
  * links into the server module (cron.c turns the error into an ereport)
  * and into the fuzz harness fuzz/fuzz_cron.c.
  *
+ * Copyright (c) 2026, The ntask authors; the PostgreSQL Licence (LICENSE)
+ *
  * IDENTIFICATION
  *	  src/cron_parse.h
  *

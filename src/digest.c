@@ -14,6 +14,8 @@
  * build does not know fails closed (SQLSTATE NT004) rather than comparing
  * apples with pears.
  *
+ * Copyright (c) 2026, The ntask authors; the PostgreSQL Licence (LICENSE)
+ *
  * IDENTIFICATION
  *	  src/digest.c
  *

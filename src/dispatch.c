@@ -36,6 +36,8 @@
  * invoked attempt then counts as outcome unknown), so a failure here can
  * delay a task but never record it as not sent when it may have left.
  *
+ * Copyright (c) 2026, The ntask authors; the PostgreSQL Licence (LICENSE)
+ *
  * IDENTIFICATION
  *	  src/dispatch.c
  *

@@ -13,6 +13,8 @@
  * tasks the drop takes with it.  All of it is in the DROP's transaction:
  * a drop that fails (dependent objects without CASCADE) keeps the jobs.
  *
+ * Copyright (c) 2026, The ntask authors; the PostgreSQL Licence (LICENSE)
+ *
  * IDENTIFICATION
  *	  src/drop.c
  *

@@ -16,6 +16,8 @@
  * max(now, run_at) + total_deadline, so a policy change later does not
  * rewrite the budget of existing tasks.
  *
+ * Copyright (c) 2026, The ntask authors; the PostgreSQL Licence (LICENSE)
+ *
  * IDENTIFICATION
  *	  src/enqueue.c
  *

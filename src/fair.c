@@ -31,6 +31,8 @@
  * its next turn.  None of this changes more than who goes next, never the
  * round robin itself.
  *
+ * Copyright (c) 2026, The ntask authors; the PostgreSQL Licence (LICENSE)
+ *
  * IDENTIFICATION
  *	  src/fair.c
  *

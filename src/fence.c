@@ -24,6 +24,8 @@
  * row while its business write runs, a version 3 waits, then applies; a
  * version 2 arriving after version 3 committed is stale.
  *
+ * Copyright (c) 2026, The ntask authors; the PostgreSQL Licence (LICENSE)
+ *
  * IDENTIFICATION
  *	  src/fence.c
  *

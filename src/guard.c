@@ -39,6 +39,8 @@
  * the claim (57014).  A lock timeout or deadlock in a guard leaves that
  * task due (NTASK_GUARD_BUSY) instead of sending it to repair.
  *
+ * Copyright (c) 2026, The ntask authors; the PostgreSQL Licence (LICENSE)
+ *
  * IDENTIFICATION
  *	  src/guard.c
  *

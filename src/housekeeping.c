@@ -24,6 +24,8 @@
  * each other.  Like claim, an expired lease is closed with result
  * lease_expired, its outcome known only if the attempt was never invoked.
  *
+ * Copyright (c) 2026, The ntask authors; the PostgreSQL Licence (LICENSE)
+ *
  * IDENTIFICATION
  *	  src/housekeeping.c
  *

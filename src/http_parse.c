@@ -6,6 +6,8 @@
  *	  Retry-After are parsed by libcurl itself (target.c, dispatch.c).  No PostgreSQL
  *	  headers: fuzz/ links this file on its own under ASan and UBSan.
  *
+ * Copyright (c) 2026, The ntask authors; the PostgreSQL Licence (LICENSE)
+ *
  * IDENTIFICATION
  *	  src/http_parse.c
  *

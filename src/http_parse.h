@@ -11,6 +11,8 @@
  * return code, so the same file links into the server module and into the
  * fuzz harnesses under fuzz/.
  *
+ * Copyright (c) 2026, The ntask authors; the PostgreSQL Licence (LICENSE)
+ *
  * IDENTIFICATION
  *	  src/http_parse.h
  *

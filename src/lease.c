@@ -11,6 +11,8 @@
  * against them: an invocation recorded before the takeover makes the
  * taken-over attempt's outcome unknown; one after it is stale.
  *
+ * Copyright (c) 2026, The ntask authors; the PostgreSQL Licence (LICENSE)
+ *
  * IDENTIFICATION
  *	  src/lease.c
  *

@@ -30,6 +30,8 @@
  * how many first attempts and retries it handed out lately
  * (NtaskShareTake).
  *
+ * Copyright (c) 2026, The ntask authors; the PostgreSQL Licence (LICENSE)
+ *
  * IDENTIFICATION
  *	  src/limit.c
  *

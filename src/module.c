@@ -11,6 +11,8 @@
  * worker.c (housekeeping.c, dispatch.c).  docs/worker.md describes the
  * worker's GUCs.
  *
+ * Copyright (c) 2026, The ntask authors; the PostgreSQL Licence (LICENSE)
+ *
  * IDENTIFICATION
  *	  src/module.c
  *

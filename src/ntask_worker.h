@@ -10,6 +10,8 @@
  * no file calls a file on a floor above it.  A .c file includes
  * postgres.h first, then its floor's header.
  *
+ * Copyright (c) 2026, The ntask authors; the PostgreSQL Licence (LICENSE)
+ *
  * IDENTIFICATION
  *	  src/ntask_worker.h
  *

@@ -9,6 +9,8 @@
  * at enqueue, so a policy change never rewrites the budget of a task that
  * is already in flight.  Policy changes are audited.
  *
+ * Copyright (c) 2026, The ntask authors; the PostgreSQL Licence (LICENSE)
+ *
  * IDENTIFICATION
  *	  src/queue.c
  *

@@ -33,6 +33,8 @@
  * behind each other instead of both holding a shared lock and then
  * deadlocking in their transitions; the second sees the first's receipt.
  *
+ * Copyright (c) 2026, The ntask authors; the PostgreSQL Licence (LICENSE)
+ *
  * IDENTIFICATION
  *	  src/receipt.c
  *

@@ -14,6 +14,8 @@
  * keep counting (the ledger is never rewritten) and max_attempts becomes
  * attempts + the queue's max_attempts; the deadline restarts from now.
  *
+ * Copyright (c) 2026, The ntask authors; the PostgreSQL Licence (LICENSE)
+ *
  * IDENTIFICATION
  *	  src/repair.c
  *

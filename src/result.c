@@ -11,6 +11,8 @@
  * about the key is looked up, so a caller without the right gets the same
  * 42501 whether or not the key exists, and nothing of the task.
  *
+ * Copyright (c) 2026, The ntask authors; the PostgreSQL Licence (LICENSE)
+ *
  * IDENTIFICATION
  *	  src/result.c
  *

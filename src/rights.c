@@ -6,6 +6,8 @@
  *	  result, saga; lease, receipt, transition), and their errors.  The
  *	  roles are set by ntask_queue_set_roles (queue.c).
  *
+ * Copyright (c) 2026, The ntask authors; the PostgreSQL Licence (LICENSE)
+ *
  * IDENTIFICATION
  *	  src/rights.c
  *

@@ -30,6 +30,8 @@
  *	compensation repair_required/canceled
  *									-> manual_review (ntask_saga_resume)
  *
+ * Copyright (c) 2026, The ntask authors; the PostgreSQL Licence (LICENSE)
+ *
  * IDENTIFICATION
  *	  src/saga.c
  *

@@ -9,6 +9,8 @@
  * values they return live in the current (SPI procedure) memory context
  * unless noted.
  *
+ * Copyright (c) 2026, The ntask authors; the PostgreSQL Licence (LICENSE)
+ *
  * IDENTIFICATION
  *	  src/spi_util.c
  *

@@ -16,6 +16,8 @@
  * itself are refused (http_parse.c).  Targets of type "external" belong to
  * external workers and are stored as given; any other type is refused.
  *
+ * Copyright (c) 2026, The ntask authors; the PostgreSQL Licence (LICENSE)
+ *
  * IDENTIFICATION
  *	  src/target.c
  *

@@ -26,6 +26,8 @@
  * (including the first) reach max_attempts, or when the next run would
  * start at or after the task's deadline.
  *
+ * Copyright (c) 2026, The ntask authors; the PostgreSQL Licence (LICENSE)
+ *
  * IDENTIFICATION
  *	  src/transition.c
  *

@@ -27,6 +27,8 @@
  * pg_terminate_backend, postmaster death and a closed client connection;
  * its slot is freed on error and at backend exit.
  *
+ * Copyright (c) 2026, The ntask authors; the PostgreSQL Licence (LICENSE)
+ *
  * IDENTIFICATION
  *	  src/wait.c
  *

@@ -28,6 +28,8 @@
  * end, the due time of the queue's next not-yet-due task (one index probe
  * per priority, the claim's own access path), and the hint.
  *
+ * Copyright (c) 2026, The ntask authors; the PostgreSQL Licence (LICENSE)
+ *
  * IDENTIFICATION
  *	  src/waiter.c
  *

@@ -41,6 +41,8 @@
  * SIGTERM uses die(), which sets the latch: the wait returns at once and
  * the next CHECK_FOR_INTERRUPTS exits; in-flight transfers are dropped.
  *
+ * Copyright (c) 2026, The ntask authors; the PostgreSQL Licence (LICENSE)
+ *
  * IDENTIFICATION
  *	  src/worker.c
  *

@@ -14,6 +14,8 @@
  * The state is one small struct behind a spinlock: every access copies a
  * few fields in or out, never calls anything while holding it.
  *
+ * Copyright (c) 2026, The ntask authors; the PostgreSQL Licence (LICENSE)
+ *
  * IDENTIFICATION
  *	  src/worker_shared.c
  *

@@ -1,5 +1,5 @@
 
-# Copyright (c) ntask contributors
+# Copyright (c) 2026, The ntask authors; the PostgreSQL Licence (LICENSE)
 
 # t/001_restart.pl: an immediate shutdown (crash) loses nothing that was
 # committed and keeps nothing that was not.

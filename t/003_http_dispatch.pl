@@ -1,5 +1,5 @@
 
-# Copyright (c) ntask contributors
+# Copyright (c) 2026, The ntask authors; the PostgreSQL Licence (LICENSE)
 
 # t/003_http_dispatch.pl: the background worker's HTTP dispatch against a
 # real (loopback) provider, t/provider.py, that injects faults per

@@ -1,5 +1,5 @@
 
-# Copyright (c) ntask contributors
+# Copyright (c) 2026, The ntask authors; the PostgreSQL Licence (LICENSE)
 
 # t/004_worker_faults.pl: the background worker under faults, against the
 # loopback provider t/provider.py (idempotent by Idempotency-Key: a re-send

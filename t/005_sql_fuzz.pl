@@ -1,4 +1,4 @@
-# Copyright (c) ntask contributors
+# Copyright (c) 2026, The ntask authors; the PostgreSQL Licence (LICENSE)
 
 # t/005_sql_fuzz.pl: hostile input at the SQL level.
 #

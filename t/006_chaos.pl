@@ -1,5 +1,5 @@
 
-# Copyright (c) ntask contributors
+# Copyright (c) 2026, The ntask authors; the PostgreSQL Licence (LICENSE)
 
 # t/006_chaos.pl: a chaos run with invariants (issue 7; docs/chaos.md).
 #

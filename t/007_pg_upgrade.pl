@@ -1,5 +1,5 @@
 
-# Copyright (c) ntask contributors
+# Copyright (c) 2026, The ntask authors; the PostgreSQL Licence (LICENSE)
 
 # t/007_pg_upgrade.pl: a cluster using ntask passes `pg_upgrade --check`,
 # upgrades, and keeps every task, token and guard (issue 11, item 2).

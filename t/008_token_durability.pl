@@ -1,5 +1,5 @@
 
-# Copyright (c) ntask contributors
+# Copyright (c) 2026, The ntask authors; the PostgreSQL Licence (LICENSE)
 
 # t/008_token_durability.pl: a fencing token is never handed out twice,
 # not across a crash with asynchronous commit and not across a failover to

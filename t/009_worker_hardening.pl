@@ -1,5 +1,5 @@
 
-# Copyright (c) ntask contributors
+# Copyright (c) 2026, The ntask authors; the PostgreSQL Licence (LICENSE)
 
 # t/009_worker_hardening.pl: the background worker after the security
 # review (issue 11), against the loopback provider t/provider.py.

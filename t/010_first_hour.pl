@@ -1,5 +1,5 @@
 
-# Copyright (c) ntask contributors
+# Copyright (c) 2026, The ntask authors; the PostgreSQL Licence (LICENSE)
 
 # t/010_first_hour.pl: what a new user meets first (issue 20).
 #

@@ -1,5 +1,5 @@
 
-# Copyright (c) ntask contributors
+# Copyright (c) 2026, The ntask authors; the PostgreSQL Licence (LICENSE)
 
 # t/011_dump_restore.pl: pg_dump of a database using ntask, restored with
 # pg_restore into a fresh cluster, keeps every task, attempt, receipt,

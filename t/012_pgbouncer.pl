@@ -1,5 +1,5 @@
 
-# Copyright (c) ntask contributors
+# Copyright (c) 2026, The ntask authors; the PostgreSQL Licence (LICENSE)
 
 # t/012_pgbouncer.pl: the whole worker API through pgbouncer in
 # transaction pooling mode (issue 15, README "Connection poolers").

@@ -1,5 +1,5 @@
 
-# Copyright (c) ntask contributors
+# Copyright (c) 2026, The ntask authors; the PostgreSQL Licence (LICENSE)
 
 # t/013_metrics.pl: metrics/queries.yaml read by the real Prometheus
 # postgres_exporter (Debian prometheus-postgres-exporter, 0.11), scraped

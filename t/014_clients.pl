@@ -1,5 +1,5 @@
 
-# Copyright (c) ntask contributors
+# Copyright (c) 2026, The ntask authors; the PostgreSQL Licence (LICENSE)
 
 # t/014_clients.pl: the example workers in Python (psycopg 3), Node.js
 # (node-postgres) and Java (JDBC) run for real against a throwaway server

@@ -1,5 +1,5 @@
 
-# Copyright (c) ntask contributors
+# Copyright (c) 2026, The ntask authors; the PostgreSQL Licence (LICENSE)
 
 # t/015_packaging.pl: the packaging metadata agrees with the extension
 # (issue 15, README "Installing from a package").  No server needed.

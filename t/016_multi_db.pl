@@ -1,5 +1,5 @@
 
-# Copyright (c) ntask contributors
+# Copyright (c) 2026, The ntask authors; the PostgreSQL Licence (LICENSE)
 
 # t/016_multi_db.pl: one background worker per database (docs/worker.md
 # "One worker per database").  One cluster, ntask.database unset,

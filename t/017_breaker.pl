@@ -1,5 +1,5 @@
 
-# Copyright (c) ntask contributors
+# Copyright (c) 2026, The ntask authors; the PostgreSQL Licence (LICENSE)
 
 # t/017_breaker.pl: the circuit breaker of http queues (issue 13) against
 # the loopback provider t/provider.py, which counts every request it sees.

@@ -1,5 +1,5 @@
 
-# Copyright (c) ntask contributors
+# Copyright (c) 2026, The ntask authors; the PostgreSQL Licence (LICENSE)
 
 # t/018_patroni.pl: ntask under Patroni (opt-in: NTASK_PATRONI=1; needs the
 # Debian packages etcd-server and patroni).

@@ -1,5 +1,5 @@
 
-# Copyright (c) ntask contributors
+# Copyright (c) 2026, The ntask authors; the PostgreSQL Licence (LICENSE)
 
 # t/020_claim_wait.pl: waiting claims (ntask_claim wait => ..., issue 17)
 # interrupted and in numbers.

@@ -1,5 +1,5 @@
 
-# Copyright (c) ntask contributors
+# Copyright (c) 2026, The ntask authors; the PostgreSQL Licence (LICENSE)
 
 # t/022_flow_concurrency.pl: flow control (issue 13) under real
 # concurrency: eight pgbench clients claiming and finishing at once, and

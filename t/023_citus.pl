@@ -1,5 +1,5 @@
 
-# Copyright (c) ntask contributors
+# Copyright (c) 2026, The ntask authors; the PostgreSQL Licence (LICENSE)
 
 # t/023_citus.pl: ntask on a Citus cluster (issue 18), opt-in with
 # NTASK_CITUS=1 (it builds Citus from the vendored tarball when the

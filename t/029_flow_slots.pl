@@ -1,4 +1,4 @@
-# Copyright (c) ntask contributors
+# Copyright (c) 2026, The ntask authors; the PostgreSQL Licence (LICENSE)
 
 # t/029_flow_slots.pl: flow control's shared-memory tables when more
 # buckets, retry shares or fair cursors are in use than they have slots

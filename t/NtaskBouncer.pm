@@ -1,5 +1,5 @@
 
-# Copyright (c) ntask contributors
+# Copyright (c) 2026, The ntask authors; the PostgreSQL Licence (LICENSE)
 
 # t/NtaskBouncer.pm: start pgbouncer (Debian package) in transaction
 # pooling mode in front of a PostgreSQL::Test::Cluster node, for a TAP test.

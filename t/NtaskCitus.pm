@@ -1,5 +1,5 @@
 
-# Copyright (c) ntask contributors
+# Copyright (c) 2026, The ntask authors; the PostgreSQL Licence (LICENSE)
 
 # t/NtaskCitus.pm: a Citus cluster (a coordinator and N workers) on loopback
 # for a TAP test, each node a PostgreSQL::Test::Cluster with

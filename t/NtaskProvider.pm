@@ -1,5 +1,5 @@
 
-# Copyright (c) ntask contributors
+# Copyright (c) 2026, The ntask authors; the PostgreSQL Licence (LICENSE)
 
 # t/NtaskProvider.pm: start t/provider.py (the loopback fault-injecting
 # HTTP provider) for a TAP test and talk to its admin API.

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-# Copyright (c) ntask contributors
+# Copyright (c) 2026, The ntask authors; the PostgreSQL Licence (LICENSE)
 """t/provider.py: a loopback, fault-injecting HTTP provider for the TAP tests.
 
 Usage: provider.py [--log FILE] [--lifetime SECONDS] PORT
