@@ -64,7 +64,7 @@ include $(PGXS)
 
 # every object includes ntask.h: a change of it (a struct, an enum) must
 # rebuild them all, or a stale object crashes the backend
-$(OBJS): src/ntask.h
+$(OBJS): src/ntask.h src/compat.h
 src/cron.o src/cron_parse.o: src/cron_parse.h
 src/http_parse.o src/queue.o src/target.o src/dispatch.o: src/http_parse.h
 

@@ -19,6 +19,7 @@
 
 #include "postgres.h"
 
+#include "compat.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "nodes/execnodes.h"
@@ -110,7 +111,7 @@ extern int	NtaskArgArray(FunctionCallInfo fcinfo, int argno, const char *argname
 extern Jsonb *NtaskArgJsonb(FunctionCallInfo fcinfo, int argno,
 							const char *argname);
 extern void NtaskCheckPositiveInterval(Interval *iv, const char *argname);
-extern void NtaskTaskNotFound(int64 task_id) pg_attribute_noreturn();
+pg_noreturn extern void NtaskTaskNotFound(int64 task_id);
 extern void NtaskCheckTokenRange(int64 task_id, int64 token, int64 current);
 extern Oid	NtaskCaller(void);
 extern int64 NtaskIntervalUsecs(const Interval *iv);
@@ -124,9 +125,9 @@ extern void NtaskAudit(const char *actor, const char *action, int64 task_id,
 extern bytea *NtaskDigest(Jsonb *jb, int version);
 
 /* queue.c */
-extern void NtaskQueueNotFound(const char *queue) pg_attribute_noreturn();
+pg_noreturn extern void NtaskQueueNotFound(const char *queue);
 extern void NtaskCheckQueueRight(text *queue, bool producer);
-extern void NtaskTaskRightDenied(int64 task_id) pg_attribute_noreturn();
+pg_noreturn extern void NtaskTaskRightDenied(int64 task_id);
 
 /*
  * SQL: " AND <alias>.shard = <task id> >> 48": the routing predicate of a
