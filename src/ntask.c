@@ -17,6 +17,7 @@
  */
 #include "ntask.h"
 
+#include "catalog/pg_database.h"
 #include "commands/dbcommands.h"
 #include "commands/defrem.h"
 #include "miscadmin.h"
@@ -127,7 +128,7 @@ ntask_hold_database(const char *name)
 	if (name == NULL)
 		return;
 	dboid = get_database_oid(name, true);
-	if (OidIsValid(dboid) && pg_database_ownercheck(dboid, GetUserId()))
+	if (OidIsValid(dboid) && object_ownercheck(DatabaseRelationId, dboid, GetUserId()))
 		NtaskWorkerHoldDatabase(name);
 }
 
