@@ -88,9 +88,12 @@ version()
 		rc=1
 	fi
 
-	# counts: pg_regress / isolation lines "... ok" / "... FAILED", TAP subtests
-	sql_ok=$(grep -cE '\.\.\. ok' "test-pg$v.log")
-	sql_failed=$(grep -cE '\.\.\. FAILED' "test-pg$v.log")
+	# counts: pg_regress / isolation tests (15 prints "test x ... ok" or
+	# "... FAILED", 16+ "ok 3 - x" or "not ok 3 - x"), TAP subtests
+	sql_ok=$(cat "test-pg$v-regress.log" "test-pg$v-isolation.log" |
+		grep -cE '\.\.\. ok|^ok [0-9]+ ')
+	sql_failed=$(cat "test-pg$v-regress.log" "test-pg$v-isolation.log" |
+		grep -cE '\.\.\. FAILED|^not ok [0-9]+ ')
 	tap_total=$(sed -n 's/.*Files=[0-9]*, Tests=\([0-9]*\),.*/\1/p' "test-pg$v-tap.log" | head -n 1)
 	tap_failed=$(sed -n 's/.*Failed \([0-9]*\)\/[0-9]* subtests.*/\1/p' "test-pg$v-tap.log" | awk '{s+=$1} END {print s+0}')
 	tap_total=${tap_total:-0}
