@@ -2,6 +2,9 @@
 CREATE EXTENSION ntask;
 SELECT extversion FROM pg_extension WHERE extname = 'ntask';
 SHOW ntask.backoff_jitter;
+-- the prefix is reserved (MarkGUCPrefixReserved): a misspelt setting is
+-- refused, not kept as a placeholder
+SET ntask.no_such_setting = 1;
 -- every object the extension creates (18 also records the row types of
 -- its tables and views, and their arrays, as members: they come with their
 -- relation, so the list leaves them out on every version)
