@@ -794,3 +794,36 @@ CREATE EVENT TRIGGER ntask_drop_extension ON ddl_command_start
 	EXECUTE FUNCTION ntask.drop_extension_check();
 
 -- end of issue 30
+
+
+-- issue 32: PostgreSQL 15 and 18
+
+-- ntask_unschedule removed the pg_cron job through cron.unschedule(name),
+-- which pg_cron 1.5 replaced by cron.unschedule(text): with pg_cron 1.5+
+-- (1.6.7 on 18) the job stayed and fired ntask_fire for a schedule that no
+-- longer exists, every slot (t/002_schedule_pg_cron.pl).  By job id, as
+-- ntask.drop_cleanup() does: cron.unschedule(bigint) is in every pg_cron.
+CREATE OR REPLACE FUNCTION @extschema@.ntask_unschedule(name text)
+RETURNS boolean
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	s ntask.schedule;
+BEGIN
+	DELETE FROM ntask.schedule sc WHERE sc.name OPERATOR(pg_catalog.=) ntask_unschedule.name RETURNING * INTO s;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'ntask: schedule "%" does not exist', name USING ERRCODE = 'undefined_object';
+	END IF;
+	IF s.cron_job IS NOT NULL AND to_regprocedure('cron.unschedule(bigint)') IS NOT NULL
+	   AND to_regclass('cron.job') IS NOT NULL THEN
+		EXECUTE 'SELECT count(cron.unschedule(j.jobid)) FROM cron.job j
+				 WHERE j.jobname OPERATOR(pg_catalog.=) $1
+				   AND j.database OPERATOR(pg_catalog.=) pg_catalog.current_database()'
+			USING s.cron_job;
+	END IF;
+	RETURN true;
+END $$;
+
+-- end of issue 32

@@ -1365,8 +1365,12 @@ BEGIN
 	IF NOT FOUND THEN
 		RAISE EXCEPTION 'ntask: schedule "%" does not exist', name USING ERRCODE = 'undefined_object';
 	END IF;
-	IF s.cron_job IS NOT NULL AND to_regprocedure('cron.unschedule(name)') IS NOT NULL THEN
-		EXECUTE 'SELECT cron.unschedule($1::name)' USING s.cron_job;
+	IF s.cron_job IS NOT NULL AND to_regprocedure('cron.unschedule(bigint)') IS NOT NULL
+	   AND to_regclass('cron.job') IS NOT NULL THEN
+		EXECUTE 'SELECT count(cron.unschedule(j.jobid)) FROM cron.job j
+				 WHERE j.jobname OPERATOR(pg_catalog.=) $1
+				   AND j.database OPERATOR(pg_catalog.=) pg_catalog.current_database()'
+			USING s.cron_job;
 	END IF;
 	RETURN true;
 END $$;

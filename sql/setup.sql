@@ -2,12 +2,21 @@
 CREATE EXTENSION ntask;
 SELECT extversion FROM pg_extension WHERE extname = 'ntask';
 SHOW ntask.backoff_jitter;
--- every object the extension creates
+-- the prefix is reserved (MarkGUCPrefixReserved): a misspelt setting is
+-- refused, not kept as a placeholder
+SET ntask.no_such_setting = 1;
+-- every object the extension creates (18 also records the row types of
+-- its tables and views, and their arrays, as members: they come with their
+-- relation, so the list leaves them out on every version)
 SELECT pg_describe_object(classid, objid, 0) AS object
 FROM pg_depend
 WHERE refclassid = 'pg_extension'::regclass
   AND refobjid = (SELECT oid FROM pg_extension WHERE extname = 'ntask')
   AND deptype = 'e'
+  AND NOT (classid = 'pg_type'::regclass AND EXISTS (
+        SELECT FROM pg_type t JOIN pg_class c ON c.oid = t.typrelid
+        WHERE c.relkind <> 'c'
+          AND objid IN (t.oid, t.typarray)))
 ORDER BY 1;
 -- every function and view is documented
 SELECT p.proname FROM pg_proc p

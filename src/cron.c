@@ -119,7 +119,7 @@ static void cron_split_wall(pg_time_t wall, CronLocal *c);
 static bool cron_local_to_utc(const pg_tz *tz, const CronLocal *c,
 							  pg_time_t *result);
 static pg_time_t cron_floor_seconds(TimestampTz ts);
-static void cron_out_of_range(const char *expr) pg_attribute_noreturn();
+pg_noreturn static void cron_out_of_range(const char *expr);
 static TimestampTz cron_eval(FunctionCallInfo fcinfo, bool forward);
 static pg_time_t cron_gap_instant(const pg_tz *tz, const CronLocal *c);
 

@@ -484,9 +484,9 @@ dq_claim_step(void *arg)
 		MemoryContext cxt = AllocSetContextCreate(dq_cxt, "ntask request",
 												  ALLOCSET_SMALL_SIZES);
 		MemoryContext old = MemoryContextSwitchTo(cxt);
-		DqReq	   *r = palloc0(sizeof(DqReq));
 		char	   *prior;
 
+		r = palloc0(sizeof(DqReq));
 		r->cxt = cxt;
 		r->kind = DQ_SEND;
 		dq_push(&dq_claimed, r);	/* freed by dq_claim if this fails */
@@ -1557,7 +1557,7 @@ dq_build_wait_set(void)
 
 	if (dq_wes != NULL)
 		FreeWaitEventSet(dq_wes);
-	dq_wes = CreateWaitEventSet(dq_cxt, dq_nsocks + 2);
+	dq_wes = NtaskCreateWaitEventSet(dq_cxt, dq_nsocks + 2);
 	(void) AddWaitEventToSet(dq_wes, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
 	(void) AddWaitEventToSet(dq_wes, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
 	for (i = 0; i < dq_nsocks; i++)

@@ -142,7 +142,7 @@ NtaskResolveGuard(const char *name)
 		strcmp(name + len - (sizeof(suffix) - 1), suffix) == 0)
 	{
 		char	   *qualified = pnstrdup(name, len - (sizeof(suffix) - 1));
-		List	   *names = stringToQualifiedNameList(qualified);
+		List	   *names = stringToQualifiedNameList(qualified, NULL);
 		char	   *nspname;
 		char	   *proname;
 
@@ -266,7 +266,7 @@ guard_call(Oid guard, const char *owner_name, text *task_key, Jsonb *payload,
 							actual ? actual : "an unknown role", owner_name),
 					 errhint("If this function is meant to be the guard, set it again with ntask_queue_set.")));
 	}
-	if (pg_proc_aclcheck(guard, owner, ACL_EXECUTE) != ACLCHECK_OK)
+	if (object_aclcheck(ProcedureRelationId, guard, owner, ACL_EXECUTE) != ACLCHECK_OK)
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 				 errmsg("ntask: the owner of guard %s may not execute it",

@@ -22,6 +22,7 @@
 
 #include "ntask_base.h"
 
+#include "catalog/pg_database.h"
 #include "commands/dbcommands.h"
 #include "commands/defrem.h"
 #include "miscadmin.h"
@@ -171,7 +172,7 @@ ntask_hold_database(const char *name)
 	if (name == NULL)
 		return;
 	dboid = get_database_oid(name, true);
-	if (OidIsValid(dboid) && pg_database_ownercheck(dboid, GetUserId()))
+	if (OidIsValid(dboid) && object_ownercheck(DatabaseRelationId, dboid, GetUserId()))
 		NtaskWorkerHoldDatabase(name);
 }
 

@@ -25,6 +25,7 @@
 #ifndef NTASK_BASE_H
 #define NTASK_BASE_H
 
+#include "compat.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "nodes/execnodes.h"
@@ -120,7 +121,7 @@ extern int	NtaskArgArray(FunctionCallInfo fcinfo, int argno, const char *argname
 extern Jsonb *NtaskArgJsonb(FunctionCallInfo fcinfo, int argno,
 							const char *argname);
 extern void NtaskCheckPositiveInterval(Interval *iv, const char *argname);
-extern void NtaskTaskNotFound(int64 task_id) pg_attribute_noreturn();
+pg_noreturn extern void NtaskTaskNotFound(int64 task_id);
 extern void NtaskCheckTokenRange(int64 task_id, int64 token, int64 current);
 extern Oid	NtaskCaller(void);
 extern int64 NtaskIntervalUsecs(const Interval *iv);

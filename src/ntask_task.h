@@ -23,9 +23,9 @@
 #include "ntask_base.h"
 
 /* rights.c */
-extern void NtaskQueueNotFound(const char *queue) pg_attribute_noreturn();
+pg_noreturn extern void NtaskQueueNotFound(const char *queue);
 extern void NtaskCheckQueueRight(text *queue, bool producer);
-extern void NtaskTaskRightDenied(int64 task_id) pg_attribute_noreturn();
+pg_noreturn extern void NtaskTaskRightDenied(int64 task_id);
 
 /* receipt.c */
 extern bool NtaskSameDigest(Jsonb *payload, bytea *current_digest,

@@ -241,7 +241,7 @@ queue_check_guard(Oid guard, char **owner_name)
 						format_procedure(guard)),
 				 errdetail("A guard runs with the rights of its owner, %s.",
 						   GetUserNameFromId(owner, false))));
-	if (pg_proc_aclcheck(guard, GetUserId(), ACL_EXECUTE) != ACLCHECK_OK)
+	if (object_aclcheck(ProcedureRelationId, guard, GetUserId(), ACL_EXECUTE) != ACLCHECK_OK)
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 				 errmsg("ntask: permission denied for guard %s",

@@ -43,7 +43,7 @@ static Oid	spi_caller = InvalidOid;
 static Oid	spi_owner(void);
 static void spi_prepare(NtaskPlan *p);
 static void spi_check_version(void);
-static void spi_rethrow_without_statement(NtaskPlan *p) pg_attribute_noreturn();
+pg_noreturn static void spi_rethrow_without_statement(NtaskPlan *p);
 
 static NtaskPlan spi_audit_plan = {
 	"audit insert",

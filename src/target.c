@@ -34,7 +34,7 @@
 #include "utils/jsonb.h"
 
 
-static void tg_error(const char *msg, const char *detail) pg_attribute_noreturn();
+pg_noreturn static void tg_error(const char *msg, const char *detail);
 static char *tg_string(JsonbValue *v, const char *key);
 static int	tg_int(JsonbValue *v, const char *key, int lo, int hi);
 static bool tg_bool(JsonbValue *v, const char *key);

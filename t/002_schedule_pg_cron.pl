@@ -3,13 +3,14 @@
 
 # t/002_schedule_pg_cron.pl: a schedule fired for real by pg_cron.
 #
-# pg_cron (Debian's 1.4, minute granularity, GMT) runs ntask_fire every
+# pg_cron (Debian's 1.4 on 15, 1.6.7 on 18; minute granularity, GMT) runs ntask_fire every
 # minute for a '* * * * *' schedule.  The test waits (polling, never a
 # fixed sleep) until a slot is enqueued, stops the server across at least
 # one slot, starts it again, and checks that the next firing catches the
 # missed slot(s) up exactly once: one task per slot, no slot twice.
 #
-# Needs postgresql-15-cron; skipped when pg_cron is not installed.
+# Needs pg_cron (postgresql-15-cron on 15; scripts/pg18.sh builds 1.6.7
+# into 18); skipped when pg_cron is not installed.
 
 use strict;
 use warnings;
