@@ -77,6 +77,46 @@ PG_FUNCTION_INFO_V1(ntask_enqueue_many);
 /* a task of an ordered queue joins the order index (task_ordered_idx) */
 #define ENQ_ORDERED "CASE WHEN q.ordered THEN true END"
 
+/*
+ * The parameters of the single enqueue (enq_insert_plan, its distributed
+ * twin, enq_existing_plan) and of the batch (enq_many_insert_plan, where
+ * the key, payload, digest, partition key and shard are arrays; its
+ * lookup takes the first two): values[ENQ_ARG_X] is $(X + 1).
+ */
+typedef enum EnqArg
+{
+	ENQ_ARG_QUEUE,				/* $1 */
+	ENQ_ARG_KEY,				/* $2 */
+	ENQ_ARG_PAYLOAD,			/* $3 */
+	ENQ_ARG_DIGEST,				/* $4 */
+	ENQ_ARG_DIGEST_VERSION,		/* $5 */
+	ENQ_ARG_PARTITION_KEY,		/* $6, NULL: none */
+	ENQ_ARG_PRIORITY,			/* $7 */
+	ENQ_ARG_RUN_AT,				/* $8, NULL: now */
+	ENQ_ARG_CALLER,				/* $9, for the producer_role */
+	ENQ_ARG_SHARD,				/* $10 */
+	ENQ_NARGS
+} EnqArg;
+
+/* the columns of enq_insert_plan and of its distributed twin */
+typedef enum EnqInsertCol
+{
+	ENQ_INSERT_TASK_ID = 1,
+	ENQ_INSERT_STATE,
+	ENQ_INSERT_FLAGS			/* ENQ_QUEUE_FLAGS */
+} EnqInsertCol;
+
+/* the columns of enq_existing_plan */
+typedef enum EnqExistingCol
+{
+	ENQ_EXISTING_TASK_ID = 1,
+	ENQ_EXISTING_STATE,
+	ENQ_EXISTING_DIGEST,
+	ENQ_EXISTING_DIGEST_VERSION,
+	ENQ_EXISTING_OUTCOME,
+	ENQ_EXISTING_RESULT
+} EnqExistingCol;
+
 #define ENQ_INSERT \
 	"INSERT INTO ntask.task AS t (task_id, shard, queue, task_key, payload, " \
 	"  payload_digest, digest_version, partition_key, priority, run_at, due_at, " \
@@ -96,7 +136,7 @@ static NtaskPlan enq_insert_plan = {
 	"enqueue insert",
 	ENQ_INSERT
 	"RETURNING t.task_id, t.state, " ENQ_QUEUE_FLAGS,
-	10, {TEXTOID, TEXTOID, JSONBOID, BYTEAOID, INT2OID, TEXTOID, INT4OID,
+	ENQ_NARGS, {TEXTOID, TEXTOID, JSONBOID, BYTEAOID, INT2OID, TEXTOID, INT4OID,
 	TIMESTAMPTZOID, OIDOID, INT2OID}
 };
 
@@ -109,7 +149,7 @@ static NtaskPlan enq_insert_dist_plan = {
 	"enqueue insert (distributed)",
 	"WITH ins AS (" ENQ_INSERT "RETURNING t.task_id, t.state) "
 	"SELECT ins.task_id, ins.state, " ENQ_QUEUE_FLAGS " FROM ins",
-	10, {TEXTOID, TEXTOID, JSONBOID, BYTEAOID, INT2OID, TEXTOID, INT4OID,
+	ENQ_NARGS, {TEXTOID, TEXTOID, JSONBOID, BYTEAOID, INT2OID, TEXTOID, INT4OID,
 	TIMESTAMPTZOID, OIDOID, INT2OID}
 };
 
@@ -121,7 +161,7 @@ static NtaskPlan enq_existing_plan = {
 	"WHERE t.queue OPERATOR(pg_catalog.=) $1 "
 	"  AND t.task_key OPERATOR(pg_catalog.=) $2 "
 	"  AND t.shard OPERATOR(pg_catalog.=) $10",
-	10, {TEXTOID, TEXTOID, JSONBOID, BYTEAOID, INT2OID, TEXTOID, INT4OID,
+	ENQ_NARGS, {TEXTOID, TEXTOID, JSONBOID, BYTEAOID, INT2OID, TEXTOID, INT4OID,
 	TIMESTAMPTZOID, OIDOID, INT2OID}
 };
 
@@ -206,6 +246,23 @@ enq_put(ReturnSetInfo *rsinfo, Datum *out, bool *outnulls)
  * now, saga_id set; no producer check (ntask_saga_start checked every
  * queue of the definition).
  */
+typedef enum EnqStepArg
+{
+	ENQ_STEP_ARG_QUEUE,			/* $1 */
+	ENQ_STEP_ARG_KEY,			/* $2 */
+	ENQ_STEP_ARG_PAYLOAD,		/* $3 */
+	ENQ_STEP_ARG_DIGEST,		/* $4 */
+	ENQ_STEP_ARG_DIGEST_VERSION,	/* $5 */
+	ENQ_STEP_ARG_SAGA_ID,		/* $6 */
+	ENQ_STEP_NARGS
+} EnqStepArg;
+
+typedef enum EnqStepCol
+{
+	ENQ_STEP_TASK_ID = 1,
+	ENQ_STEP_FLAGS				/* ENQ_QUEUE_FLAGS */
+} EnqStepCol;
+
 static NtaskPlan enq_step_plan = {
 	"enqueue saga step",
 	"INSERT INTO ntask.task AS t (queue, task_key, payload, payload_digest, "
@@ -219,7 +276,7 @@ static NtaskPlan enq_step_plan = {
 	"FROM ntask.queue q WHERE q.queue OPERATOR(pg_catalog.=) $1 "
 	"ON CONFLICT (queue, task_key) DO NOTHING "
 	"RETURNING t.task_id, " ENQ_QUEUE_FLAGS,
-	6, {TEXTOID, TEXTOID, JSONBOID, BYTEAOID, INT2OID, INT8OID}
+	ENQ_STEP_NARGS, {TEXTOID, TEXTOID, JSONBOID, BYTEAOID, INT2OID, INT8OID}
 };
 
 /*
@@ -233,21 +290,21 @@ int64
 NtaskEnqueueStep(const char *queue, const char *key, Jsonb *payload,
 				 int64 saga_id)
 {
-	Datum		values[6];
+	Datum		values[ENQ_STEP_NARGS];
 	int32		flags;
 	int64		task_id;
 	text	   *q = cstring_to_text(queue);
 
-	values[0] = PointerGetDatum(q);
-	values[1] = CStringGetTextDatum(key);
-	values[2] = JsonbPGetDatum(payload);
-	values[3] = PointerGetDatum(NtaskDigest(payload, NTASK_DIGEST_VERSION));
-	values[4] = Int16GetDatum(NTASK_DIGEST_VERSION);
-	values[5] = Int64GetDatum(saga_id);
+	values[ENQ_STEP_ARG_QUEUE] = PointerGetDatum(q);
+	values[ENQ_STEP_ARG_KEY] = CStringGetTextDatum(key);
+	values[ENQ_STEP_ARG_PAYLOAD] = JsonbPGetDatum(payload);
+	values[ENQ_STEP_ARG_DIGEST] = PointerGetDatum(NtaskDigest(payload, NTASK_DIGEST_VERSION));
+	values[ENQ_STEP_ARG_DIGEST_VERSION] = Int16GetDatum(NTASK_DIGEST_VERSION);
+	values[ENQ_STEP_ARG_SAGA_ID] = Int64GetDatum(saga_id);
 	if (NtaskExecPlan(&enq_step_plan, values, NULL, SPI_OK_INSERT_RETURNING) != 1)
 		return -1;
-	task_id = NtaskGetInt64(0, 1);
-	flags = NtaskGetInt32(0, 2);
+	task_id = NtaskGetInt64(0, ENQ_STEP_TASK_ID);
+	flags = NtaskGetInt32(0, ENQ_STEP_FLAGS);
 	if (flags & ENQ_HTTP)
 		NtaskWakeWorkerAtCommit();
 	if (flags & ENQ_NOTIFY)
@@ -278,8 +335,8 @@ ntask_enqueue(PG_FUNCTION_ARGS)
 	text	   *key = NtaskArgText(fcinfo, 1, "task_key", NTASK_MAX_KEY_LEN);
 	Jsonb	   *payload;
 	bytea	   *digest;
-	Datum		values[10];
-	char		nulls[10] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	Datum		values[ENQ_NARGS];
+	char		nulls[ENQ_NARGS];
 	Datum		out[5];
 	bool		outnulls[5] = {false, false, false, true, true};
 	int			tries;
@@ -298,23 +355,24 @@ ntask_enqueue(PG_FUNCTION_ARGS)
 	NtaskCheckPayload(payload, "payload", 0, NULL);
 	digest = NtaskDigest(payload, NTASK_DIGEST_VERSION);
 
-	values[0] = PointerGetDatum(queue);
-	values[1] = PointerGetDatum(key);
-	values[2] = JsonbPGetDatum(payload);
-	values[3] = PointerGetDatum(digest);
-	values[4] = Int16GetDatum(NTASK_DIGEST_VERSION);
-	values[5] = PG_ARGISNULL(4) ? (Datum) 0 : PG_GETARG_DATUM(4);
-	nulls[5] = PG_ARGISNULL(4) ? 'n' : ' ';
-	values[6] = PG_GETARG_DATUM(5);
-	values[7] = PG_ARGISNULL(3) ? (Datum) 0 : PG_GETARG_DATUM(3);
-	nulls[7] = PG_ARGISNULL(3) ? 'n' : ' ';
-	values[8] = ObjectIdGetDatum(NtaskCaller());
+	memset(nulls, ' ', sizeof(nulls));
+	values[ENQ_ARG_QUEUE] = PointerGetDatum(queue);
+	values[ENQ_ARG_KEY] = PointerGetDatum(key);
+	values[ENQ_ARG_PAYLOAD] = JsonbPGetDatum(payload);
+	values[ENQ_ARG_DIGEST] = PointerGetDatum(digest);
+	values[ENQ_ARG_DIGEST_VERSION] = Int16GetDatum(NTASK_DIGEST_VERSION);
+	values[ENQ_ARG_PARTITION_KEY] = PG_ARGISNULL(4) ? (Datum) 0 : PG_GETARG_DATUM(4);
+	nulls[ENQ_ARG_PARTITION_KEY] = PG_ARGISNULL(4) ? 'n' : ' ';
+	values[ENQ_ARG_PRIORITY] = PG_GETARG_DATUM(5);
+	values[ENQ_ARG_RUN_AT] = PG_ARGISNULL(3) ? (Datum) 0 : PG_GETARG_DATUM(3);
+	nulls[ENQ_ARG_RUN_AT] = PG_ARGISNULL(3) ? 'n' : ' ';
+	values[ENQ_ARG_CALLER] = ObjectIdGetDatum(NtaskCaller());
 
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
 	/* the shard: of the partition key, or of the task key without one */
-	values[9] = Int16GetDatum(NtaskShardFor(queue, PG_ARGISNULL(4) ? key :
-											PG_GETARG_TEXT_PP(4)));
+	values[ENQ_ARG_SHARD] = Int16GetDatum(NtaskShardFor(queue, PG_ARGISNULL(4) ? key :
+														PG_GETARG_TEXT_PP(4)));
 
 	/*
 	 * Insert, else read the existing row.  The loop only repeats if a task
@@ -327,14 +385,15 @@ ntask_enqueue(PG_FUNCTION_ARGS)
 			 NtaskExecPlan(&enq_insert_plan, values, nulls, SPI_OK_INSERT_RETURNING) :
 			 NtaskExecPlan(&enq_insert_dist_plan, values, nulls, SPI_OK_SELECT)) == 1)
 		{
-			out[0] = Int64GetDatum(NtaskGetInt64(0, 1));
+			out[0] = Int64GetDatum(NtaskGetInt64(0, ENQ_INSERT_TASK_ID));
 			out[1] = BoolGetDatum(true);
-			out[2] = PointerGetDatum(NtaskGetText(0, 2));
-			if (NtaskGetInt32(0, 3) & ENQ_HTTP)
+			out[2] = PointerGetDatum(NtaskGetText(0, ENQ_INSERT_STATE));
+			if (NtaskGetInt32(0, ENQ_INSERT_FLAGS) & ENQ_HTTP)
 				NtaskWakeWorkerAtCommit();	/* an http task */
-			if (NtaskGetInt32(0, 3) & ENQ_NOTIFY)
+			if (NtaskGetInt32(0, ENQ_INSERT_FLAGS) & ENQ_NOTIFY)
 				enq_notify(queue);
-			enq_wake_waiters(queue, 1, values[7], nulls[7] == 'n');
+			enq_wake_waiters(queue, 1, values[ENQ_ARG_RUN_AT],
+							 nulls[ENQ_ARG_RUN_AT] == 'n');
 			break;
 		}
 		/* nothing inserted: no queue, no right, or the key exists */
@@ -344,20 +403,20 @@ ntask_enqueue(PG_FUNCTION_ARGS)
 			bool		isnull;
 
 			if (!NtaskSameDigest(payload, digest,
-								 DatumGetByteaPP(NtaskGetDatum(0, 3, &isnull)),
-								 NtaskGetInt32(0, 4)))
+								 DatumGetByteaPP(NtaskGetDatum(0, ENQ_EXISTING_DIGEST, &isnull)),
+								 NtaskGetInt32(0, ENQ_EXISTING_DIGEST_VERSION)))
 				ereport(ERROR,
 						(errcode(ERRCODE_NTASK_KEY_CONFLICT),
 						 errmsg("ntask: task key \"%s\" already exists in queue \"%s\" with a different payload",
 								text_to_cstring(key), text_to_cstring(queue)),
 						 errdetail("A task key names one logical piece of work; its payload cannot change."),
 						 errhint("Use a new key for a new business version (for example a :v2 suffix).")));
-			out[0] = Int64GetDatum(NtaskGetInt64(0, 1));
+			out[0] = Int64GetDatum(NtaskGetInt64(0, ENQ_EXISTING_TASK_ID));
 			out[1] = BoolGetDatum(false);
-			out[2] = PointerGetDatum(NtaskGetText(0, 2));
+			out[2] = PointerGetDatum(NtaskGetText(0, ENQ_EXISTING_STATE));
 			/* the replay of a retried request: what the first run stored */
-			out[3] = NtaskGetDatum(0, 5, &outnulls[3]);
-			out[4] = NtaskGetDatum(0, 6, &outnulls[4]);
+			out[3] = NtaskGetDatum(0, ENQ_EXISTING_OUTCOME, &outnulls[3]);
+			out[4] = NtaskGetDatum(0, ENQ_EXISTING_RESULT, &outnulls[4]);
 			break;
 		}
 		if (tries > 0)
@@ -396,13 +455,34 @@ ntask_enqueue(PG_FUNCTION_ARGS)
 	"ORDER BY i.n " \
 	"ON CONFLICT ON CONSTRAINT task_queue_task_key_key DO NOTHING "
 
+/* the columns of enq_many_insert_plan: one row per key it inserted */
+typedef enum EnqManyInsertCol
+{
+	ENQ_MANY_INSERT_KEY = 1,
+	ENQ_MANY_INSERT_TASK_ID,
+	ENQ_MANY_INSERT_STATE,
+	ENQ_MANY_INSERT_FLAGS		/* ENQ_QUEUE_FLAGS */
+} EnqManyInsertCol;
+
 static NtaskPlan enq_many_insert_plan = {
 	"enqueue many insert",
 	ENQ_MANY_INSERT
 	"RETURNING t.task_key, t.task_id, t.state, " ENQ_QUEUE_FLAGS,
-	10, {TEXTOID, TEXTARRAYOID, JSONBARRAYOID, BYTEAARRAYOID, INT2OID,
+	ENQ_NARGS, {TEXTOID, TEXTARRAYOID, JSONBARRAYOID, BYTEAARRAYOID, INT2OID,
 	TEXTARRAYOID, INT4OID, TIMESTAMPTZOID, OIDOID, INT2ARRAYOID}
 };
+
+/* the columns of enq_many_existing_plan (its parameters: EnqArg's first two) */
+typedef enum EnqManyExistingCol
+{
+	ENQ_MANY_EXISTING_KEY = 1,
+	ENQ_MANY_EXISTING_TASK_ID,
+	ENQ_MANY_EXISTING_STATE,
+	ENQ_MANY_EXISTING_DIGEST,
+	ENQ_MANY_EXISTING_DIGEST_VERSION,
+	ENQ_MANY_EXISTING_OUTCOME,
+	ENQ_MANY_EXISTING_RESULT
+} EnqManyExistingCol;
 
 static NtaskPlan enq_many_existing_plan = {
 	"enqueue many lookup",
@@ -552,20 +632,20 @@ enq_many_read_existing(text *queue, EnqKey *bykey, int nkeys, Datum *args)
 	nrows = NtaskExecPlan(&enq_many_existing_plan, args, NULL, SPI_OK_SELECT);
 	for (r = 0; r < nrows; r++)
 	{
-		EnqKey	   *k = enq_find(bykey, nkeys, NtaskGetText(r, 1));
+		EnqKey	   *k = enq_find(bykey, nkeys, NtaskGetText(r, ENQ_MANY_EXISTING_KEY));
 		bool		isnull;
 
 		if (k == NULL || k->resolved)
 			continue;			/* inserted just now */
 		if (!NtaskSameDigest(k->payload, k->digest,
-							 DatumGetByteaPP(NtaskGetDatum(r, 4, &isnull)),
-							 NtaskGetInt32(r, 5)))
+							 DatumGetByteaPP(NtaskGetDatum(r, ENQ_MANY_EXISTING_DIGEST, &isnull)),
+							 NtaskGetInt32(r, ENQ_MANY_EXISTING_DIGEST_VERSION)))
 			enq_conflict(k->key, queue, false);
 		k->resolved = true;
-		k->task_id = NtaskGetInt64(r, 2);
-		k->state = PointerGetDatum(NtaskGetText(r, 3));
-		k->outcome = NtaskGetDatum(r, 6, &k->outcome_null);
-		k->result = NtaskGetDatum(r, 7, &k->result_null);
+		k->task_id = NtaskGetInt64(r, ENQ_MANY_EXISTING_TASK_ID);
+		k->state = PointerGetDatum(NtaskGetText(r, ENQ_MANY_EXISTING_STATE));
+		k->outcome = NtaskGetDatum(r, ENQ_MANY_EXISTING_OUTCOME, &k->outcome_null);
+		k->result = NtaskGetDatum(r, ENQ_MANY_EXISTING_RESULT, &k->result_null);
 		resolved++;
 	}
 	return resolved;
@@ -613,14 +693,14 @@ enq_many_round(text *queue, EnqKey *bykey, int nkeys, EnqKey **pending,
 	if (n == 0)
 		return 0;
 	dims[0] = n;
-	args[1] = PointerGetDatum(construct_array(keys, n, TEXTOID, -1, false, TYPALIGN_INT));
-	args[2] = PointerGetDatum(construct_array(payloads, n, JSONBOID, -1, false, TYPALIGN_INT));
-	args[3] = PointerGetDatum(construct_array(digests, n, BYTEAOID, -1, false, TYPALIGN_INT));
-	args[5] = PointerGetDatum(construct_md_array(pks, pknulls, 1, dims, lbs,
-												 TEXTOID, -1, false, TYPALIGN_INT));
+	args[ENQ_ARG_KEY] = PointerGetDatum(construct_array(keys, n, TEXTOID, -1, false, TYPALIGN_INT));
+	args[ENQ_ARG_PAYLOAD] = PointerGetDatum(construct_array(payloads, n, JSONBOID, -1, false, TYPALIGN_INT));
+	args[ENQ_ARG_DIGEST] = PointerGetDatum(construct_array(digests, n, BYTEAOID, -1, false, TYPALIGN_INT));
+	args[ENQ_ARG_PARTITION_KEY] = PointerGetDatum(construct_md_array(pks, pknulls, 1, dims, lbs,
+																	 TEXTOID, -1, false, TYPALIGN_INT));
 
-	args[9] = PointerGetDatum(construct_array(shards, n, INT2OID, sizeof(int16), true,
-											  TYPALIGN_SHORT));
+	args[ENQ_ARG_SHARD] = PointerGetDatum(construct_array(shards, n, INT2OID, sizeof(int16), true,
+														  TYPALIGN_SHORT));
 	if (NtaskShardCount() > 0)
 		return enq_many_round_dist(queue, bykey, nkeys, pending, npending,
 								   args, argnulls, shards);
@@ -628,17 +708,17 @@ enq_many_round(text *queue, EnqKey *bykey, int nkeys, EnqKey **pending,
 						  SPI_OK_INSERT_RETURNING);
 	for (r = 0; r < nrows; r++)
 	{
-		EnqKey	   *k = enq_find(bykey, nkeys, NtaskGetText(r, 1));
+		EnqKey	   *k = enq_find(bykey, nkeys, NtaskGetText(r, ENQ_MANY_INSERT_KEY));
 
 		if (k == NULL || k->resolved)
 			elog(ERROR, "ntask: enqueue inserted a key it was not asked for");
 		k->resolved = k->created = true;
-		k->task_id = NtaskGetInt64(r, 2);
-		k->state = PointerGetDatum(NtaskGetText(r, 3));
+		k->task_id = NtaskGetInt64(r, ENQ_MANY_INSERT_TASK_ID);
+		k->state = PointerGetDatum(NtaskGetText(r, ENQ_MANY_INSERT_STATE));
 		k->outcome_null = k->result_null = true;
 	}
-	enq_many_signal(queue, nrows, nrows > 0 ? NtaskGetInt32(0, 4) : 0,
-					args[7], argnulls[7] == 'n');
+	enq_many_signal(queue, nrows, nrows > 0 ? NtaskGetInt32(0, ENQ_MANY_INSERT_FLAGS) : 0,
+					args[ENQ_ARG_RUN_AT], argnulls[ENQ_ARG_RUN_AT] == 'n');
 	if (nrows == n)
 		return 0;
 
@@ -663,8 +743,8 @@ static int
 enq_many_round_dist(text *queue, EnqKey *bykey, int nkeys, EnqKey **pending,
 					int npending, Datum *args, char *argnulls, Datum *shards)
 {
-	Datum		vals[10];
-	char		nulls[10];
+	Datum		vals[ENQ_NARGS];
+	char		nulls[ENQ_NARGS];
 	int			inserted = 0;
 	int			missing = 0;
 	int			flags = 0;
@@ -672,36 +752,37 @@ enq_many_round_dist(text *queue, EnqKey *bykey, int nkeys, EnqKey **pending,
 	int			i;
 
 	memcpy(nulls, argnulls, sizeof(nulls));
-	vals[0] = args[0];
-	vals[4] = args[4];
-	vals[6] = args[6];
-	vals[7] = args[7];
-	vals[8] = args[8];
+	vals[ENQ_ARG_QUEUE] = args[ENQ_ARG_QUEUE];
+	vals[ENQ_ARG_DIGEST_VERSION] = args[ENQ_ARG_DIGEST_VERSION];
+	vals[ENQ_ARG_PRIORITY] = args[ENQ_ARG_PRIORITY];
+	vals[ENQ_ARG_RUN_AT] = args[ENQ_ARG_RUN_AT];
+	vals[ENQ_ARG_CALLER] = args[ENQ_ARG_CALLER];
 	for (i = 0; i < npending; i++)
 	{
 		EnqKey	   *k = pending[i];
 
 		if (k->resolved)
 			continue;
-		vals[1] = PointerGetDatum(k->key);
-		vals[2] = JsonbPGetDatum(k->payload);
-		vals[3] = PointerGetDatum(k->digest);
-		vals[5] = k->partition_key;
-		nulls[5] = k->partition_null ? 'n' : ' ';
-		vals[9] = shards[n++];
+		vals[ENQ_ARG_KEY] = PointerGetDatum(k->key);
+		vals[ENQ_ARG_PAYLOAD] = JsonbPGetDatum(k->payload);
+		vals[ENQ_ARG_DIGEST] = PointerGetDatum(k->digest);
+		vals[ENQ_ARG_PARTITION_KEY] = k->partition_key;
+		nulls[ENQ_ARG_PARTITION_KEY] = k->partition_null ? 'n' : ' ';
+		vals[ENQ_ARG_SHARD] = shards[n++];
 		if (NtaskExecPlan(&enq_insert_dist_plan, vals, nulls, SPI_OK_SELECT) == 1)
 		{
 			k->resolved = k->created = true;
-			k->task_id = NtaskGetInt64(0, 1);
-			k->state = PointerGetDatum(NtaskGetText(0, 2));
+			k->task_id = NtaskGetInt64(0, ENQ_INSERT_TASK_ID);
+			k->state = PointerGetDatum(NtaskGetText(0, ENQ_INSERT_STATE));
 			k->outcome_null = k->result_null = true;
-			flags = NtaskGetInt32(0, 3);
+			flags = NtaskGetInt32(0, ENQ_INSERT_FLAGS);
 			inserted++;
 		}
 		else
 			missing++;
 	}
-	enq_many_signal(queue, inserted, flags, args[7], argnulls[7] == 'n');
+	enq_many_signal(queue, inserted, flags, args[ENQ_ARG_RUN_AT],
+					argnulls[ENQ_ARG_RUN_AT] == 'n');
 	if (missing == 0)
 		return 0;
 	return missing - enq_many_read_existing(queue, bykey, nkeys, args);
@@ -743,8 +824,8 @@ ntask_enqueue_many(PG_FUNCTION_ARGS)
 	EnqItem   **bypos;
 	EnqKey	   *bykey;
 	EnqKey	  **byfirst;
-	Datum		args[10];
-	char		argnulls[10] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	Datum		args[ENQ_NARGS];
+	char		argnulls[ENQ_NARGS];
 	int			round;
 	int			i;
 
@@ -834,12 +915,13 @@ ntask_enqueue_many(PG_FUNCTION_ARGS)
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
 
-	args[0] = PointerGetDatum(queue);
-	args[4] = Int16GetDatum(NTASK_DIGEST_VERSION);
-	args[6] = PG_GETARG_DATUM(5);
-	args[7] = PG_ARGISNULL(3) ? (Datum) 0 : PG_GETARG_DATUM(3);
-	argnulls[7] = PG_ARGISNULL(3) ? 'n' : ' ';
-	args[8] = ObjectIdGetDatum(NtaskCaller());
+	memset(argnulls, ' ', sizeof(argnulls));
+	args[ENQ_ARG_QUEUE] = PointerGetDatum(queue);
+	args[ENQ_ARG_DIGEST_VERSION] = Int16GetDatum(NTASK_DIGEST_VERSION);
+	args[ENQ_ARG_PRIORITY] = PG_GETARG_DATUM(5);
+	args[ENQ_ARG_RUN_AT] = PG_ARGISNULL(3) ? (Datum) 0 : PG_GETARG_DATUM(3);
+	argnulls[ENQ_ARG_RUN_AT] = PG_ARGISNULL(3) ? 'n' : ' ';
+	args[ENQ_ARG_CALLER] = ObjectIdGetDatum(NtaskCaller());
 
 	/*
 	 * A second round only runs if a task with one of the keys vanished
