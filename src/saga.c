@@ -72,12 +72,35 @@ typedef struct SagaStep
 /* set by ntask_saga_resume while it replays a failed compensation */
 static bool saga_resuming = false;
 
+/*
+ * The statements' parameters and result columns by name: an argument enum
+ * indexes values[] (SAGA_X_ARG_Y is $(Y + 1)), a column enum is an SPI
+ * attribute number (from 1).  The one-column statements keep column 1.
+ */
+
+typedef enum SagaInsertArg
+{
+	SAGA_INSERT_ARG_KEY,		/* $1 */
+	SAGA_INSERT_ARG_STEPS,		/* $2 */
+	SAGA_INSERT_ARG_DIGEST,		/* $3 */
+	SAGA_INSERT_ARG_DIGEST_VERSION, /* $4 */
+	SAGA_INSERT_ARG_NSTEPS,		/* $5 */
+	SAGA_INSERT_ARG_STARTED_BY, /* $6 */
+	SAGA_INSERT_NARGS
+} SagaInsertArg;
+
+typedef enum SagaInsertCol
+{
+	SAGA_INSERT_SAGA_ID = 1,
+	SAGA_INSERT_STATE
+} SagaInsertCol;
+
 static NtaskPlan saga_insert_plan = {
 	"saga insert",
 	"INSERT INTO ntask.saga (saga_key, steps, steps_digest, digest_version, "
 	"  nsteps, started_by, scope) VALUES ($1, $2, $3, $4, $5, $6, ntask.saga_scope($2)) "
 	"ON CONFLICT (saga_key, scope) DO NOTHING RETURNING saga_id, state",
-	6, {TEXTOID, JSONBOID, BYTEAOID, INT2OID, INT4OID, TEXTOID}
+	SAGA_INSERT_NARGS, {TEXTOID, JSONBOID, BYTEAOID, INT2OID, INT4OID, TEXTOID}
 };
 
 /*
@@ -86,6 +109,22 @@ static NtaskPlan saga_insert_plan = {
  * dropped since restricts nobody).  The one of the caller's own scope
  * first: it is the only one a definition can be the same as.
  */
+typedef enum SagaExistingArg
+{
+	SAGA_EXISTING_ARG_KEY,		/* $1 */
+	SAGA_EXISTING_ARG_STEPS,	/* $2, for its scope */
+	SAGA_EXISTING_ARG_CALLER,	/* $3 */
+	SAGA_EXISTING_NARGS
+} SagaExistingArg;
+
+typedef enum SagaExistingCol
+{
+	SAGA_EXISTING_SAGA_ID = 1,
+	SAGA_EXISTING_STATE,
+	SAGA_EXISTING_DIGEST,
+	SAGA_EXISTING_DIGEST_VERSION
+} SagaExistingCol;
+
 static NtaskPlan saga_existing_plan = {
 	"saga lookup",
 	"SELECT s.saga_id, s.state, s.steps_digest, s.digest_version "
@@ -96,8 +135,19 @@ static NtaskPlan saga_existing_plan = {
 	"      AND NOT pg_catalog.pg_has_role($3, q.producer_role, 'USAGE')) "
 	"ORDER BY s.scope OPERATOR(pg_catalog.=) ntask.saga_scope($2) DESC, s.saga_id "
 	"LIMIT 1",
-	3, {TEXTOID, JSONBOID, OIDOID}
+	SAGA_EXISTING_NARGS, {TEXTOID, JSONBOID, OIDOID}
 };
+
+/* saga_lock_plan's columns ($1 the saga) */
+typedef enum SagaLockCol
+{
+	SAGA_LOCK_STATE = 1,
+	SAGA_LOCK_CURRENT_STEP,
+	SAGA_LOCK_FAILED_STEP,		/* NULL: none */
+	SAGA_LOCK_NSTEPS,
+	SAGA_LOCK_STEPS,
+	SAGA_LOCK_SAGA_KEY
+} SagaLockCol;
 
 static NtaskPlan saga_lock_plan = {
 	"saga lock",
@@ -106,6 +156,13 @@ static NtaskPlan saga_lock_plan = {
 	1, {INT8OID}
 };
 
+/* saga_read_plan's columns ($1 the saga) */
+typedef enum SagaReadCol
+{
+	SAGA_READ_STATE = 1,
+	SAGA_READ_CURRENT_STEP
+} SagaReadCol;
+
 static NtaskPlan saga_read_plan = {
 	"saga read",
 	"SELECT s.state, s.current_step FROM ntask.saga s "
@@ -113,14 +170,31 @@ static NtaskPlan saga_read_plan = {
 	1, {INT8OID}
 };
 
+typedef enum SagaStepInsertArg
+{
+	SAGA_STEP_INSERT_ARG_SAGA_ID,	/* $1 */
+	SAGA_STEP_INSERT_ARG_STEP_NO,	/* $2 */
+	SAGA_STEP_INSERT_ARG_KIND,	/* $3, forward or compensate */
+	SAGA_STEP_INSERT_ARG_NAME,	/* $4 */
+	SAGA_STEP_INSERT_ARG_QUEUE, /* $5 */
+	SAGA_STEP_INSERT_ARG_TASK_ID,	/* $6 */
+	SAGA_STEP_INSERT_NARGS
+} SagaStepInsertArg;
+
 static NtaskPlan saga_step_insert_plan = {
 	"saga step insert",
 	"INSERT INTO ntask.saga_step (saga_id, step_no, kind, name, queue, task_id, state) "
 	"VALUES ($1, $2, $3, $4, $5, $6, 'ready')",
-	6, {INT8OID, INT4OID, TEXTOID, TEXTOID, TEXTOID, INT8OID}
+	SAGA_STEP_INSERT_NARGS, {INT8OID, INT4OID, TEXTOID, TEXTOID, TEXTOID, INT8OID}
 };
 
-/* the step a task is, and its last state, updated */
+/* the step a task is, and its last state, updated ($1 the task, $2 it) */
+typedef enum SagaStepSeenCol
+{
+	SAGA_STEP_SEEN_STEP_NO = 1,
+	SAGA_STEP_SEEN_KIND
+} SagaStepSeenCol;
+
 static NtaskPlan saga_step_seen_plan = {
 	"saga step seen",
 	"UPDATE ntask.saga_step st SET state = $2 "
@@ -129,13 +203,37 @@ static NtaskPlan saga_step_seen_plan = {
 	2, {INT8OID, TEXTOID}
 };
 
+typedef enum SagaStepTaskArg
+{
+	SAGA_STEP_TASK_ARG_SAGA_ID, /* $1 */
+	SAGA_STEP_TASK_ARG_STEP_NO, /* $2 */
+	SAGA_STEP_TASK_ARG_KIND,	/* $3 */
+	SAGA_STEP_TASK_NARGS
+} SagaStepTaskArg;
+
+typedef enum SagaStepTaskCol
+{
+	SAGA_STEP_TASK_TASK_ID = 1,
+	SAGA_STEP_TASK_STATE		/* the step's last state seen */
+} SagaStepTaskCol;
+
 static NtaskPlan saga_step_task_plan = {
 	"saga step task",
 	"SELECT st.task_id, st.state FROM ntask.saga_step st "
 	"WHERE st.saga_id OPERATOR(pg_catalog.=) $1 "
 	"  AND st.step_no OPERATOR(pg_catalog.=) $2 AND st.kind OPERATOR(pg_catalog.=) $3",
-	3, {INT8OID, INT4OID, TEXTOID}
+	SAGA_STEP_TASK_NARGS, {INT8OID, INT4OID, TEXTOID}
 };
+
+typedef enum SagaUpdateArg
+{
+	SAGA_UPDATE_ARG_SAGA_ID,	/* $1 */
+	SAGA_UPDATE_ARG_STATE,		/* $2 */
+	SAGA_UPDATE_ARG_CURRENT_STEP,	/* $3 */
+	SAGA_UPDATE_ARG_FAILED_STEP,	/* $4, NULL: unchanged */
+	SAGA_UPDATE_ARG_REASON,		/* $5, NULL: unchanged */
+	SAGA_UPDATE_NARGS
+} SagaUpdateArg;
 
 static NtaskPlan saga_update_plan = {
 	"saga update",
@@ -145,10 +243,16 @@ static NtaskPlan saga_update_plan = {
 	"  finished_at = CASE WHEN $2 OPERATOR(pg_catalog.=) ANY ('{succeeded,compensated}') "
 	"    THEN pg_catalog.statement_timestamp() END "
 	"WHERE s.saga_id OPERATOR(pg_catalog.=) $1",
-	5, {INT8OID, TEXTOID, INT4OID, INT4OID, TEXTOID}
+	SAGA_UPDATE_NARGS, {INT8OID, TEXTOID, INT4OID, INT4OID, TEXTOID}
 };
 
-/* may the failed step have taken effect? */
+/* may the failed step have taken effect? ($1 its task) */
+typedef enum SagaMaybeEffectCol
+{
+	SAGA_MAYBE_EFFECT = 1,
+	SAGA_MAYBE_REASON			/* the task's */
+} SagaMaybeEffectCol;
+
 static NtaskPlan saga_maybe_effect_plan = {
 	"saga step effect",
 	"SELECT t.unknown_attempts OPERATOR(pg_catalog.>) 0 OR EXISTS ( "
@@ -170,6 +274,13 @@ static NtaskPlan saga_failed_lock_plan = {
 	"  AND t.state OPERATOR(pg_catalog.=) 'repair_required' FOR UPDATE SKIP LOCKED",
 	1, {INT8OID}
 };
+
+/* saga_task_lock_plan's columns ($1 the task) */
+typedef enum SagaTaskLockCol
+{
+	SAGA_TASK_LOCK_STATE = 1,
+	SAGA_TASK_LOCK_QUEUE
+} SagaTaskLockCol;
 
 static NtaskPlan saga_task_lock_plan = {
 	"saga task lock",
@@ -329,18 +440,18 @@ saga_enqueue(int64 saga_id, const char *saga_key, SagaStep *steps, int step_no,
 	SagaStep   *s = &steps[step_no - 1];
 	const char *queue = compensate ? s->cqueue : s->queue;
 	int64		task_id;
-	Datum		values[6];
+	Datum		values[SAGA_STEP_INSERT_NARGS];
 
 	task_id = NtaskEnqueueStep(queue, saga_task_key(saga_key, s->name, compensate),
 							   compensate ? s->cpayload : s->payload, saga_id);
 	if (task_id < 0)
 		return false;
-	values[0] = Int64GetDatum(saga_id);
-	values[1] = Int32GetDatum(step_no);
-	values[2] = CStringGetTextDatum(compensate ? "compensate" : "forward");
-	values[3] = CStringGetTextDatum(s->name);
-	values[4] = CStringGetTextDatum(queue);
-	values[5] = Int64GetDatum(task_id);
+	values[SAGA_STEP_INSERT_ARG_SAGA_ID] = Int64GetDatum(saga_id);
+	values[SAGA_STEP_INSERT_ARG_STEP_NO] = Int32GetDatum(step_no);
+	values[SAGA_STEP_INSERT_ARG_KIND] = CStringGetTextDatum(compensate ? "compensate" : "forward");
+	values[SAGA_STEP_INSERT_ARG_NAME] = CStringGetTextDatum(s->name);
+	values[SAGA_STEP_INSERT_ARG_QUEUE] = CStringGetTextDatum(queue);
+	values[SAGA_STEP_INSERT_ARG_TASK_ID] = Int64GetDatum(task_id);
 	NtaskExecPlan(&saga_step_insert_plan, values, NULL, SPI_OK_INSERT);
 	return true;
 }
@@ -350,16 +461,17 @@ static void
 saga_set(int64 saga_id, const char *state, int current, int failed,
 		 const char *reason)
 {
-	Datum		values[5];
-	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
+	Datum		values[SAGA_UPDATE_NARGS];
+	char		nulls[SAGA_UPDATE_NARGS];
 
-	values[0] = Int64GetDatum(saga_id);
-	values[1] = CStringGetTextDatum(state);
-	values[2] = Int32GetDatum(current);
-	values[3] = Int32GetDatum(failed);
-	nulls[3] = failed > 0 ? ' ' : 'n';
-	values[4] = reason ? CStringGetTextDatum(reason) : (Datum) 0;
-	nulls[4] = reason ? ' ' : 'n';
+	memset(nulls, ' ', sizeof(nulls));
+	values[SAGA_UPDATE_ARG_SAGA_ID] = Int64GetDatum(saga_id);
+	values[SAGA_UPDATE_ARG_STATE] = CStringGetTextDatum(state);
+	values[SAGA_UPDATE_ARG_CURRENT_STEP] = Int32GetDatum(current);
+	values[SAGA_UPDATE_ARG_FAILED_STEP] = Int32GetDatum(failed);
+	nulls[SAGA_UPDATE_ARG_FAILED_STEP] = failed > 0 ? ' ' : 'n';
+	values[SAGA_UPDATE_ARG_REASON] = reason ? CStringGetTextDatum(reason) : (Datum) 0;
+	nulls[SAGA_UPDATE_ARG_REASON] = reason ? ' ' : 'n';
 	NtaskExecPlan(&saga_update_plan, values, nulls, SPI_OK_UPDATE);
 }
 
@@ -367,14 +479,14 @@ saga_set(int64 saga_id, const char *state, int current, int failed,
 static char *
 saga_step_state(int64 saga_id, int step_no, const char *kind)
 {
-	Datum		values[3];
+	Datum		values[SAGA_STEP_TASK_NARGS];
 
-	values[0] = Int64GetDatum(saga_id);
-	values[1] = Int32GetDatum(step_no);
-	values[2] = CStringGetTextDatum(kind);
+	values[SAGA_STEP_TASK_ARG_SAGA_ID] = Int64GetDatum(saga_id);
+	values[SAGA_STEP_TASK_ARG_STEP_NO] = Int32GetDatum(step_no);
+	values[SAGA_STEP_TASK_ARG_KIND] = CStringGetTextDatum(kind);
 	if (NtaskExecPlan(&saga_step_task_plan, values, NULL, SPI_OK_SELECT) != 1)
 		return NULL;
-	return NtaskGetCString(0, 2);
+	return NtaskGetCString(0, SAGA_STEP_TASK_STATE);
 }
 
 /*
@@ -388,18 +500,18 @@ saga_step_state(int64 saga_id, int step_no, const char *kind)
 static void
 saga_close_failed(int64 saga_id, const char *saga_key, int failed)
 {
-	Datum		values[3];
+	Datum		values[SAGA_STEP_TASK_NARGS];
 	int64		task_id;
 	char	   *queue;
 
 	if (failed <= 0)
 		return;
-	values[0] = Int64GetDatum(saga_id);
-	values[1] = Int32GetDatum(failed);
-	values[2] = CStringGetTextDatum("forward");
+	values[SAGA_STEP_TASK_ARG_SAGA_ID] = Int64GetDatum(saga_id);
+	values[SAGA_STEP_TASK_ARG_STEP_NO] = Int32GetDatum(failed);
+	values[SAGA_STEP_TASK_ARG_KIND] = CStringGetTextDatum("forward");
 	if (NtaskExecPlan(&saga_step_task_plan, values, NULL, SPI_OK_SELECT) != 1)
 		return;
-	task_id = NtaskGetInt64(0, 1);
+	task_id = NtaskGetInt64(0, SAGA_STEP_TASK_TASK_ID);
 	values[0] = Int64GetDatum(task_id);
 	if (NtaskExecPlan(&saga_failed_lock_plan, values, NULL, SPI_OK_SELECT) != 1)
 		return;					/* not in repair, or being changed right now */
@@ -484,20 +596,20 @@ saga_on_change(int64 task_id, int64 saga_id, const char *old_state,
 	values[0] = Int64GetDatum(saga_id);
 	if (NtaskExecPlan(&saga_lock_plan, values, NULL, SPI_OK_SELECT) != 1)
 		return;
-	sstate = NtaskGetCString(0, 1);
-	current = NtaskGetInt32(0, 2);
-	NtaskGetDatum(0, 3, &isnull);
-	failed = isnull ? 0 : NtaskGetInt32(0, 3);
-	nsteps = NtaskGetInt32(0, 4);
-	steps = saga_parse(DatumGetJsonbP(NtaskGetDatum(0, 5, &isnull)), &nsteps);
-	saga_key = NtaskGetCString(0, 6);
+	sstate = NtaskGetCString(0, SAGA_LOCK_STATE);
+	current = NtaskGetInt32(0, SAGA_LOCK_CURRENT_STEP);
+	NtaskGetDatum(0, SAGA_LOCK_FAILED_STEP, &isnull);
+	failed = isnull ? 0 : NtaskGetInt32(0, SAGA_LOCK_FAILED_STEP);
+	nsteps = NtaskGetInt32(0, SAGA_LOCK_NSTEPS);
+	steps = saga_parse(DatumGetJsonbP(NtaskGetDatum(0, SAGA_LOCK_STEPS, &isnull)), &nsteps);
+	saga_key = NtaskGetCString(0, SAGA_LOCK_SAGA_KEY);
 
 	values[0] = Int64GetDatum(task_id);
 	values[1] = CStringGetTextDatum(new_state);
 	if (NtaskExecPlan(&saga_step_seen_plan, values, NULL, SPI_OK_UPDATE_RETURNING) != 1)
 		return;
-	step_no = NtaskGetInt32(0, 1);
-	forward = strcmp(NtaskGetCString(0, 2), "forward") == 0;
+	step_no = NtaskGetInt32(0, SAGA_STEP_SEEN_STEP_NO);
+	forward = strcmp(NtaskGetCString(0, SAGA_STEP_SEEN_KIND), "forward") == 0;
 
 	/* a replay of a saga's task: only ntask_saga_resume may do that */
 	if (replay)
@@ -541,8 +653,8 @@ saga_on_change(int64 task_id, int64 saga_id, const char *old_state,
 
 			values[0] = Int64GetDatum(task_id);
 			NtaskExecPlan(&saga_maybe_effect_plan, values, NULL, SPI_OK_SELECT);
-			maybe = NtaskGetBool(0, 1);
-			why = NtaskGetCString(0, 2);
+			maybe = NtaskGetBool(0, SAGA_MAYBE_EFFECT);
+			why = NtaskGetCString(0, SAGA_MAYBE_REASON);
 			reason = psprintf("step %s %s%s%s%s", steps[step_no - 1].name, new_state,
 							  why ? " (" : "", why ? why : "", why ? ")" : "");
 			saga_compensate_from(saga_id, saga_key, steps,
@@ -635,8 +747,8 @@ ntask_saga_start(PG_FUNCTION_ARGS)
 	SagaStep   *steps;
 	int			nsteps;
 	bytea	   *digest;
-	Datum		values[6];
-	Datum		existing[3];
+	Datum		values[SAGA_INSERT_NARGS];
+	Datum		existing[SAGA_EXISTING_NARGS];
 	int			found;
 	Datum		out[3];
 	bool		outnulls[3] = {false, false, false};
@@ -667,20 +779,20 @@ ntask_saga_start(PG_FUNCTION_ARGS)
 	 * saga gets its own scope.  The insert's conflict can only be a saga of
 	 * the caller's own scope committed since the look: looked up again.
 	 */
-	existing[0] = PointerGetDatum(key);
-	existing[1] = JsonbPGetDatum(def);
-	existing[2] = ObjectIdGetDatum(NtaskCaller());
-	values[0] = PointerGetDatum(key);
-	values[1] = JsonbPGetDatum(def);
-	values[2] = PointerGetDatum(digest);
-	values[3] = Int16GetDatum(NTASK_DIGEST_VERSION);
-	values[4] = Int32GetDatum(nsteps);
-	values[5] = CStringGetTextDatum(actor);
+	existing[SAGA_EXISTING_ARG_KEY] = PointerGetDatum(key);
+	existing[SAGA_EXISTING_ARG_STEPS] = JsonbPGetDatum(def);
+	existing[SAGA_EXISTING_ARG_CALLER] = ObjectIdGetDatum(NtaskCaller());
+	values[SAGA_INSERT_ARG_KEY] = PointerGetDatum(key);
+	values[SAGA_INSERT_ARG_STEPS] = JsonbPGetDatum(def);
+	values[SAGA_INSERT_ARG_DIGEST] = PointerGetDatum(digest);
+	values[SAGA_INSERT_ARG_DIGEST_VERSION] = Int16GetDatum(NTASK_DIGEST_VERSION);
+	values[SAGA_INSERT_ARG_NSTEPS] = Int32GetDatum(nsteps);
+	values[SAGA_INSERT_ARG_STARTED_BY] = CStringGetTextDatum(actor);
 	found = NtaskExecPlan(&saga_existing_plan, existing, NULL, SPI_OK_SELECT);
 	if (found == 0 &&
 		NtaskExecPlan(&saga_insert_plan, values, NULL, SPI_OK_INSERT_RETURNING) == 1)
 	{
-		int64		saga_id = NtaskGetInt64(0, 1);
+		int64		saga_id = NtaskGetInt64(0, SAGA_INSERT_SAGA_ID);
 
 		if (!saga_enqueue(saga_id, saga_key, steps, 1, false))
 			ereport(ERROR,
@@ -702,15 +814,16 @@ ntask_saga_start(PG_FUNCTION_ARGS)
 		if (found == 0 &&
 			NtaskExecPlan(&saga_existing_plan, existing, NULL, SPI_OK_SELECT) != 1)
 			elog(ERROR, "ntask: saga \"%s\" neither inserted nor found", saga_key);
-		if (!NtaskSameDigest(def, digest, DatumGetByteaPP(NtaskGetDatum(0, 3, &isnull)),
-							 NtaskGetInt32(0, 4)))
+		if (!NtaskSameDigest(def, digest,
+							 DatumGetByteaPP(NtaskGetDatum(0, SAGA_EXISTING_DIGEST, &isnull)),
+							 NtaskGetInt32(0, SAGA_EXISTING_DIGEST_VERSION)))
 			ereport(ERROR,
 					(errcode(ERRCODE_NTASK_KEY_CONFLICT),
 					 errmsg("ntask: saga \"%s\" already exists with a different definition", saga_key),
 					 errhint("A saga key names one piece of business work; use a new key for a new version.")));
-		out[0] = Int64GetDatum(NtaskGetInt64(0, 1));
+		out[0] = Int64GetDatum(NtaskGetInt64(0, SAGA_EXISTING_SAGA_ID));
 		out[1] = BoolGetDatum(false);
-		out[2] = PointerGetDatum(NtaskGetText(0, 2));
+		out[2] = PointerGetDatum(NtaskGetText(0, SAGA_EXISTING_STATE));
 	}
 	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, outnulls);
 	SPI_finish();
@@ -750,7 +863,7 @@ ntask_saga_cancel(PG_FUNCTION_ARGS)
 	SPI_connect();
 	for (tries = 0; tries < SAGA_MAX_STEPS + 2; tries++)
 	{
-		Datum		values[3];
+		Datum		values[SAGA_STEP_TASK_NARGS];
 		int			current;
 		int64		task_id;
 		char	   *tstate;
@@ -759,25 +872,26 @@ ntask_saga_cancel(PG_FUNCTION_ARGS)
 		values[0] = Int64GetDatum(saga_id);
 		if (NtaskExecPlan(&saga_read_plan, values, NULL, SPI_OK_SELECT) != 1)
 			saga_not_found(saga_id);
-		state = NtaskGetCString(0, 1);
-		current = NtaskGetInt32(0, 2);
+		state = NtaskGetCString(0, SAGA_READ_STATE);
+		current = NtaskGetInt32(0, SAGA_READ_CURRENT_STEP);
 		if (strcmp(state, "succeeded") == 0)
 			ereport(ERROR,
 					(errcode(ERRCODE_NTASK_INVALID_TASK_STATE),
 					 errmsg("ntask: saga %lld has succeeded and cannot be canceled", (long long) saga_id)));
 		if (strcmp(state, "running") != 0)
 			break;
-		values[1] = Int32GetDatum(current);
-		values[2] = CStringGetTextDatum("forward");
+		values[SAGA_STEP_TASK_ARG_SAGA_ID] = Int64GetDatum(saga_id);
+		values[SAGA_STEP_TASK_ARG_STEP_NO] = Int32GetDatum(current);
+		values[SAGA_STEP_TASK_ARG_KIND] = CStringGetTextDatum("forward");
 		if (NtaskExecPlan(&saga_step_task_plan, values, NULL, SPI_OK_SELECT) != 1)
 			elog(ERROR, "ntask: saga %lld has no task for its step %d", (long long) saga_id, current);
-		task_id = NtaskGetInt64(0, 1);
+		task_id = NtaskGetInt64(0, SAGA_STEP_TASK_TASK_ID);
 		values[0] = Int64GetDatum(task_id);
 		if (NtaskExecPlan(&saga_task_lock_plan, values, NULL, SPI_OK_SELECT) != 1)
 			elog(ERROR, "ntask: saga %lld: its step task %lld is gone", (long long) saga_id,
 				 (long long) task_id);
-		tstate = NtaskGetCString(0, 1);
-		queue = NtaskGetCString(0, 2);
+		tstate = NtaskGetCString(0, SAGA_TASK_LOCK_STATE);
+		queue = NtaskGetCString(0, SAGA_TASK_LOCK_QUEUE);
 		if (strcmp(tstate, "succeeded") == 0 || strcmp(tstate, "skipped") == 0 ||
 			strcmp(tstate, "canceled") == 0 || strcmp(tstate, "repair_required") == 0)
 			continue;			/* it finished first: the saga moved; look again */
@@ -786,7 +900,7 @@ ntask_saga_cancel(PG_FUNCTION_ARGS)
 		NtaskAudit(actor, "saga_cancel", task_id, queue, reason, tstate, "canceled");
 		values[0] = Int64GetDatum(saga_id);
 		NtaskExecPlan(&saga_read_plan, values, NULL, SPI_OK_SELECT);
-		state = NtaskGetCString(0, 1);
+		state = NtaskGetCString(0, SAGA_READ_STATE);
 		break;
 	}
 	SPI_finish();
@@ -809,7 +923,7 @@ ntask_saga_resume(PG_FUNCTION_ARGS)
 	int64		saga_id = NtaskArgInt64(fcinfo, 0, "saga_id");
 	text	   *actor = NtaskArgText(fcinfo, 1, "actor", NTASK_MAX_NAME_LEN);
 	text	   *reason = NtaskArgText(fcinfo, 2, "reason", NTASK_MAX_REASON_LEN);
-	Datum		values[3];
+	Datum		values[SAGA_STEP_TASK_NARGS];
 	char	   *state;
 	int			current;
 	int64		task_id;
@@ -818,22 +932,23 @@ ntask_saga_resume(PG_FUNCTION_ARGS)
 	values[0] = Int64GetDatum(saga_id);
 	if (NtaskExecPlan(&saga_read_plan, values, NULL, SPI_OK_SELECT) != 1)
 		saga_not_found(saga_id);
-	state = NtaskGetCString(0, 1);
-	current = NtaskGetInt32(0, 2);
+	state = NtaskGetCString(0, SAGA_READ_STATE);
+	current = NtaskGetInt32(0, SAGA_READ_CURRENT_STEP);
 	if (strcmp(state, "manual_review") != 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_NTASK_INVALID_TASK_STATE),
 				 errmsg("ntask: saga %lld is %s, not manual_review", (long long) saga_id, state)));
-	values[1] = Int32GetDatum(current);
-	values[2] = CStringGetTextDatum("compensate");
+	values[SAGA_STEP_TASK_ARG_SAGA_ID] = Int64GetDatum(saga_id);
+	values[SAGA_STEP_TASK_ARG_STEP_NO] = Int32GetDatum(current);
+	values[SAGA_STEP_TASK_ARG_KIND] = CStringGetTextDatum("compensate");
 	if (NtaskExecPlan(&saga_step_task_plan, values, NULL, SPI_OK_SELECT) != 1 ||
-		strcmp(NtaskGetCString(0, 2), "repair_required") != 0)
+		strcmp(NtaskGetCString(0, SAGA_STEP_TASK_STATE), "repair_required") != 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_NTASK_INVALID_TASK_STATE),
 				 errmsg("ntask: saga %lld has no compensation in repair_required to resume",
 						(long long) saga_id),
 				 errhint("See ntask.saga_status for its steps.")));
-	task_id = NtaskGetInt64(0, 1);
+	task_id = NtaskGetInt64(0, SAGA_STEP_TASK_TASK_ID);
 
 	saga_resuming = true;
 	PG_TRY();
@@ -848,7 +963,7 @@ ntask_saga_resume(PG_FUNCTION_ARGS)
 	PG_END_TRY();
 	values[0] = Int64GetDatum(saga_id);
 	NtaskExecPlan(&saga_read_plan, values, NULL, SPI_OK_SELECT);
-	state = NtaskGetCString(0, 1);
+	state = NtaskGetCString(0, SAGA_READ_STATE);
 	SPI_finish();
 	PG_RETURN_TEXT_P(cstring_to_text(state));
 }
