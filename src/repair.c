@@ -33,6 +33,17 @@ PG_FUNCTION_INFO_V1(ntask_replay);
 PG_FUNCTION_INFO_V1(ntask_cancel);
 PG_FUNCTION_INFO_V1(ntask_repair_assign);
 
+/* rep_lock_plan's columns ($1 the task): the task row and its queue's guard */
+typedef enum RepLockCol
+{
+	REP_LOCK_STATE = 1,
+	REP_LOCK_QUEUE,
+	REP_LOCK_TASK_KEY,
+	REP_LOCK_PAYLOAD,
+	REP_LOCK_GUARD,				/* NULL: none */
+	REP_LOCK_GUARD_OWNER
+} RepLockCol;
+
 static NtaskPlan rep_lock_plan = {
 	"admin lock",
 	"SELECT t.state, t.queue, t.task_key, t.payload, q.guard, "
@@ -60,12 +71,20 @@ static NtaskPlan rep_replay_plan = {
 	2, {INT8OID, TIMESTAMPTZOID}
 };
 
+typedef enum RepAssignArg
+{
+	REP_ASSIGN_ARG_TASK_ID,		/* $1 */
+	REP_ASSIGN_ARG_OWNER,		/* $2 */
+	REP_ASSIGN_ARG_NEXT_ACTION, /* $3 */
+	REP_ASSIGN_NARGS
+} RepAssignArg;
+
 static NtaskPlan rep_assign_plan = {
 	"repair assign",
 	"UPDATE ntask.task t SET repair_owner = $2, repair_next_action = $3, "
 	"  updated_at = pg_catalog.statement_timestamp() "
 	"WHERE t.task_id OPERATOR(pg_catalog.=) $1" NTASK_SHARD_OF("t", "$1"),
-	3, {INT8OID, TEXTOID, TEXTOID}
+	REP_ASSIGN_NARGS, {INT8OID, TEXTOID, TEXTOID}
 };
 
 static char *rep_lock(int64 task_id);
@@ -75,7 +94,7 @@ static void rep_wrong_state(int64 task_id, const char *state, const char *action
 /*
  * rep_lock
  *		Lock the task row; returns its state (palloc'd).  P0002 if missing.
- *		SPI_tuptable then holds (state, queue, task_key, payload, guard).
+ *		SPI_tuptable then holds its row (RepLockCol).
  */
 static char *
 rep_lock(int64 task_id)
@@ -85,7 +104,7 @@ rep_lock(int64 task_id)
 	values[0] = Int64GetDatum(task_id);
 	if (NtaskExecPlan(&rep_lock_plan, values, NULL, SPI_OK_SELECT) == 0)
 		NtaskTaskNotFound(task_id);
-	return NtaskGetCString(0, 1);
+	return NtaskGetCString(0, REP_LOCK_STATE);
 }
 
 /* rep_wrong_state: raise NT002 for an action not allowed in state. */
@@ -121,7 +140,7 @@ ntask_cancel(PG_FUNCTION_ARGS)
 
 	SPI_connect();
 	state = rep_lock(task_id);
-	queue = NtaskGetCString(0, 2);
+	queue = NtaskGetCString(0, REP_LOCK_QUEUE);
 	if (strcmp(state, "canceled") == 0)
 		result = "duplicate";
 	else if (strcmp(state, "succeeded") == 0 || strcmp(state, "skipped") == 0)
@@ -156,20 +175,20 @@ ntask_replay(PG_FUNCTION_ARGS)
 
 	SPI_connect();
 	state = rep_lock(task_id);
-	queue = NtaskGetCString(0, 2);
+	queue = NtaskGetCString(0, REP_LOCK_QUEUE);
 	if (strcmp(state, "repair_required") != 0)
 		rep_wrong_state(task_id, state, "replay", "repair_required");
 
-	guard = NtaskGetCString(0, 5);
+	guard = NtaskGetCString(0, REP_LOCK_GUARD);
 	if (guard != NULL)
 	{
 		char	   *why;
 		NtaskGuardVerdict v;
 
 		/* an operator asked: a guard error is theirs to see, not caught */
-		v = NtaskRunGuard(guard, NtaskGetCString(0, 6),
-						  DatumGetTextPP(NtaskGetDatum(0, 3, &isnull)),
-						  DatumGetJsonbP(NtaskGetDatum(0, 4, &isnull)), &why,
+		v = NtaskRunGuard(guard, NtaskGetCString(0, REP_LOCK_GUARD_OWNER),
+						  DatumGetTextPP(NtaskGetDatum(0, REP_LOCK_TASK_KEY, &isnull)),
+						  DatumGetJsonbP(NtaskGetDatum(0, REP_LOCK_PAYLOAD, &isnull)), &why,
 						  false);
 		if (v != NTASK_GUARD_PROCEED)
 		{
@@ -205,16 +224,16 @@ ntask_repair_assign(PG_FUNCTION_ARGS)
 	text	   *next = NtaskArgText(fcinfo, 2, "next_action", NTASK_MAX_REASON_LEN);
 	char	   *state;
 	char	   *queue;
-	Datum		values[3];
+	Datum		values[REP_ASSIGN_NARGS];
 
 	SPI_connect();
 	state = rep_lock(task_id);
-	queue = NtaskGetCString(0, 2);
+	queue = NtaskGetCString(0, REP_LOCK_QUEUE);
 	if (strcmp(state, "repair_required") != 0)
 		rep_wrong_state(task_id, state, "assign", "repair_required");
-	values[0] = Int64GetDatum(task_id);
-	values[1] = PointerGetDatum(owner);
-	values[2] = PointerGetDatum(next);
+	values[REP_ASSIGN_ARG_TASK_ID] = Int64GetDatum(task_id);
+	values[REP_ASSIGN_ARG_OWNER] = PointerGetDatum(owner);
+	values[REP_ASSIGN_ARG_NEXT_ACTION] = PointerGetDatum(next);
 	NtaskExecPlan(&rep_assign_plan, values, NULL, SPI_OK_UPDATE);
 	NtaskAudit(GetUserNameFromId(GetUserId(), false), "repair_assign", task_id,
 			   queue, psprintf("owner %s: %s", text_to_cstring(owner),
