@@ -94,6 +94,13 @@ static NtaskPlan nw_next_due_plan = {
  * and no transaction id.  No row (no such queue, or no right to claim
  * from it): the look runs and raises the claim's error.
  */
+typedef enum NwGateCol
+{
+	NW_GATE_LIMITED = 1,		/* a queue-wide limit is set */
+	NW_GATE_CAPPED,				/* NULL: no cap */
+	NW_GATE_NEXT_TOKEN			/* NULL: no rate */
+} NwGateCol;
+
 static NtaskPlan nw_gate_plan = {
 	"wait gate",
 	"SELECT q.max_inflight IS NOT NULL OR q.rate_n IS NOT NULL, "
@@ -147,17 +154,17 @@ nw_gated(text *queue, bool *gate, NwLook *lk)
 	values[1] = ObjectIdGetDatum(NtaskCaller());
 	if (NtaskExecPlan(&nw_gate_plan, values, NULL, SPI_OK_SELECT) == 0)
 		return false;
-	if (!NtaskGetBool(0, 1))
+	if (!NtaskGetBool(0, NW_GATE_LIMITED))
 	{
 		*gate = false;
 		text_to_cstring_buffer(queue, nw_ungated, NTASK_QUEUE_BUF);
 		nw_ungated_db = MyDatabaseId;
 		return false;
 	}
-	d = NtaskGetDatum(0, 2, &isnull);
+	d = NtaskGetDatum(0, NW_GATE_CAPPED, &isnull);
 	if (!isnull && DatumGetBool(d))
 		lk->capped = held = true;
-	d = NtaskGetDatum(0, 3, &isnull);
+	d = NtaskGetDatum(0, NW_GATE_NEXT_TOKEN, &isnull);
 	if (!isnull && DatumGetTimestampTz(d) > GetCurrentTimestamp())
 	{
 		lk->held_until = DatumGetTimestampTz(d);
