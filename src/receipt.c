@@ -56,6 +56,12 @@ PG_FUNCTION_INFO_V1(ntask_receipt);
  * statement's snapshot from before the wait (a cancel that committed
  * meanwhile), so the attempt is read by the next statement.
  */
+typedef enum RcptLockCol
+{
+	RCPT_LOCK_TOKEN = 1,
+	RCPT_LOCK_RIGHT				/* the caller has the worker_role */
+} RcptLockCol;
+
 static NtaskPlan rcpt_lock_plan = {
 	"receipt task lock",
 	"SELECT t.token, " NTASK_WORKER_RIGHT("q", "2") " "
@@ -83,12 +89,25 @@ static NtaskPlan rcpt_closed_plan = {
 	2, {INT8OID, INT8OID}
 };
 
+/*
+ * The parameters of rcpt_insert_plan; rcpt_closed_plan, rcpt_task_plan
+ * and rcpt_existing_plan take the first one or two of the same values[].
+ */
+typedef enum RcptArg
+{
+	RCPT_ARG_TASK_ID,			/* $1 */
+	RCPT_ARG_TOKEN,				/* $2 */
+	RCPT_ARG_DIGEST,			/* $3 */
+	RCPT_ARG_DIGEST_VERSION,	/* $4 */
+	RCPT_NARGS
+} RcptArg;
+
 static NtaskPlan rcpt_insert_plan = {
 	"receipt insert",
 	"INSERT INTO ntask.receipt (task_id, shard, token, payload_digest, digest_version) "
 	"VALUES ($1, " NTASK_SHARD_VALUE("$1") ", $2, $3, $4) "
 	"ON CONFLICT ON CONSTRAINT receipt_pkey DO NOTHING RETURNING 1",
-	4, {INT8OID, INT8OID, BYTEAOID, INT2OID}
+	RCPT_NARGS, {INT8OID, INT8OID, BYTEAOID, INT2OID}
 };
 
 /*
@@ -96,6 +115,13 @@ static NtaskPlan rcpt_insert_plan = {
  * whose business write was committed must not commit it again.  Read by
  * a new statement after the lock, like rcpt_closed_plan.
  */
+/* the columns of rcpt_task_plan and rcpt_existing_plan: a stored receipt */
+typedef enum RcptDigestCol
+{
+	RCPT_DIGEST = 1,
+	RCPT_DIGEST_VERSION
+} RcptDigestCol;
+
 static NtaskPlan rcpt_task_plan = {
 	"receipt of the task",
 	"SELECT r.payload_digest, r.digest_version FROM ntask.receipt r "
@@ -139,8 +165,8 @@ rcpt_compare(Jsonb *payload, bytea *digest)
 	bool		isnull;
 
 	return NtaskSameDigest(payload, digest,
-						   DatumGetByteaPP(NtaskGetDatum(0, 1, &isnull)),
-						   NtaskGetInt32(0, 2)) ? "duplicate" : "conflict";
+						   DatumGetByteaPP(NtaskGetDatum(0, RCPT_DIGEST, &isnull)),
+						   NtaskGetInt32(0, RCPT_DIGEST_VERSION)) ? "duplicate" : "conflict";
 }
 
 /*
@@ -157,7 +183,7 @@ ntask_receipt(PG_FUNCTION_ARGS)
 	int64		token = NtaskArgInt64(fcinfo, 1, "token");
 	Jsonb	   *payload;
 	bytea	   *digest;
-	Datum		values[4];
+	Datum		values[RCPT_NARGS];
 	Datum		lockvals[2];
 	bool		stale;
 	const char *result;
@@ -165,21 +191,21 @@ ntask_receipt(PG_FUNCTION_ARGS)
 	payload = NtaskArgJsonb(fcinfo, 2, "payload");
 	digest = NtaskDigest(payload, NTASK_DIGEST_VERSION);
 
-	values[0] = Int64GetDatum(task_id);
-	values[1] = Int64GetDatum(token);
-	values[2] = PointerGetDatum(digest);
-	values[3] = Int16GetDatum(NTASK_DIGEST_VERSION);
+	values[RCPT_ARG_TASK_ID] = Int64GetDatum(task_id);
+	values[RCPT_ARG_TOKEN] = Int64GetDatum(token);
+	values[RCPT_ARG_DIGEST] = PointerGetDatum(digest);
+	values[RCPT_ARG_DIGEST_VERSION] = Int16GetDatum(NTASK_DIGEST_VERSION);
 
-	lockvals[0] = values[0];
+	lockvals[0] = values[RCPT_ARG_TASK_ID];
 	lockvals[1] = ObjectIdGetDatum(NtaskCaller());
 
 	SPI_connect();
 	if (NtaskExecPlan(&rcpt_lock_plan, lockvals, NULL, SPI_OK_SELECT) == 0)
 		NtaskTaskNotFound(task_id);
-	if (!NtaskGetBool(0, 2))
+	if (!NtaskGetBool(0, RCPT_LOCK_RIGHT))
 		NtaskTaskRightDenied(task_id);
-	NtaskCheckTokenRange(task_id, token, NtaskGetInt64(0, 1));
-	stale = token < NtaskGetInt64(0, 1);
+	NtaskCheckTokenRange(task_id, token, NtaskGetInt64(0, RCPT_LOCK_TOKEN));
+	stale = token < NtaskGetInt64(0, RCPT_LOCK_TOKEN);
 	if (!stale)
 		stale = NtaskExecPlan(&rcpt_closed_plan, values, NULL, SPI_OK_SELECT) == 1 &&
 			NtaskGetBool(0, 1);
