@@ -74,6 +74,19 @@ static NtaskPlan fence_grant_drop_plan = {
 	1, {TEXTOID}
 };
 
+/*
+ * The parameters of fence_advance_plan; fence_current_plan and
+ * fence_receipt_plan take the first one or two of the same values[].
+ */
+typedef enum FenceArg
+{
+	FENCE_ARG_KEY,				/* $1 */
+	FENCE_ARG_TOKEN,			/* $2 */
+	FENCE_ARG_DIGEST,			/* $3 */
+	FENCE_ARG_DIGEST_VERSION,	/* $4 */
+	FENCE_NARGS
+} FenceArg;
+
 static NtaskPlan fence_advance_plan = {
 	"fence advance",
 	"WITH f AS ( "
@@ -87,10 +100,17 @@ static NtaskPlan fence_advance_plan = {
 	") "
 	"INSERT INTO ntask.fence_receipt (fence_key, token, payload_digest, digest_version) "
 	"SELECT * FROM f RETURNING 1",
-	4, {TEXTOID, INT8OID, BYTEAOID, INT2OID}
+	FENCE_NARGS, {TEXTOID, INT8OID, BYTEAOID, INT2OID}
 };
 
 /* the row is already locked by the failed ON CONFLICT DO UPDATE */
+typedef enum FenceCurrentCol
+{
+	FENCE_CURRENT_TOKEN = 1,	/* the watermark */
+	FENCE_CURRENT_DIGEST,
+	FENCE_CURRENT_DIGEST_VERSION
+} FenceCurrentCol;
+
 static NtaskPlan fence_current_plan = {
 	"fence lookup",
 	"SELECT f.token, f.payload_digest, f.digest_version FROM ntask.fence f "
@@ -99,6 +119,12 @@ static NtaskPlan fence_current_plan = {
 };
 
 /* an older token that did advance the fence once */
+typedef enum FenceReceiptCol
+{
+	FENCE_RECEIPT_DIGEST = 1,
+	FENCE_RECEIPT_DIGEST_VERSION
+} FenceReceiptCol;
+
 static NtaskPlan fence_receipt_plan = {
 	"fence receipt lookup",
 	"SELECT r.payload_digest, r.digest_version FROM ntask.fence_receipt r "
@@ -122,7 +148,7 @@ ntask_fence(PG_FUNCTION_ARGS)
 	int64		token = NtaskArgInt64(fcinfo, 1, "token");
 	Jsonb	   *payload;
 	bytea	   *digest;
-	Datum		values[4];
+	Datum		values[FENCE_NARGS];
 	const char *result;
 	int64		watermark;
 	bool		isnull;
@@ -134,10 +160,10 @@ ntask_fence(PG_FUNCTION_ARGS)
 	payload = NtaskArgJsonb(fcinfo, 2, "payload");
 	digest = NtaskDigest(payload, NTASK_DIGEST_VERSION);
 
-	values[0] = PointerGetDatum(key);
-	values[1] = Int64GetDatum(token);
-	values[2] = PointerGetDatum(digest);
-	values[3] = Int16GetDatum(NTASK_DIGEST_VERSION);
+	values[FENCE_ARG_KEY] = PointerGetDatum(key);
+	values[FENCE_ARG_TOKEN] = Int64GetDatum(token);
+	values[FENCE_ARG_DIGEST] = PointerGetDatum(digest);
+	values[FENCE_ARG_DIGEST_VERSION] = Int16GetDatum(NTASK_DIGEST_VERSION);
 
 	SPI_connect();
 	{
@@ -161,7 +187,7 @@ ntask_fence(PG_FUNCTION_ARGS)
 		if (NtaskExecPlan(&fence_current_plan, values, NULL, SPI_OK_SELECT) != 1)
 			elog(ERROR, "ntask: fence \"%s\" neither advanced nor found",
 				 text_to_cstring(key));
-		watermark = NtaskGetInt64(0, 1);
+		watermark = NtaskGetInt64(0, FENCE_CURRENT_TOKEN);
 		if (token < watermark)
 		{
 			/* stale, unless this token applied once (a late retry) */
@@ -169,12 +195,12 @@ ntask_fence(PG_FUNCTION_ARGS)
 				result = "stale";
 			else
 				result = NtaskSameDigest(payload, digest,
-										 DatumGetByteaPP(NtaskGetDatum(0, 1, &isnull)),
-										 NtaskGetInt32(0, 2)) ? "duplicate" : "conflict";
+										 DatumGetByteaPP(NtaskGetDatum(0, FENCE_RECEIPT_DIGEST, &isnull)),
+										 NtaskGetInt32(0, FENCE_RECEIPT_DIGEST_VERSION)) ? "duplicate" : "conflict";
 		}
 		else if (NtaskSameDigest(payload, digest,
-								 DatumGetByteaPP(NtaskGetDatum(0, 2, &isnull)),
-								 NtaskGetInt32(0, 3)))
+								 DatumGetByteaPP(NtaskGetDatum(0, FENCE_CURRENT_DIGEST, &isnull)),
+								 NtaskGetInt32(0, FENCE_CURRENT_DIGEST_VERSION)))
 			result = "duplicate";
 		else
 			result = "conflict";
