@@ -29,8 +29,15 @@
 /*
  * The one open attempt of each task whose lease expired.  Its outcome is
  * known if it was never invoked, or if it committed a receipt (the receipt
- * is the outcome); the second column says "unknown".
+ * is the outcome); the second column says "unknown".  $1 the tasks, $2
+ * their shard.
  */
+typedef enum AttCloseCol
+{
+	ATT_CLOSE_TASK_ID = 1,
+	ATT_CLOSE_UNKNOWN			/* it was invoked, no receipt */
+} AttCloseCol;
+
 static NtaskPlan att_close_plan = {
 	"claim close expired attempts",
 	"INSERT INTO ntask.attempt AS a (task_id, shard, token, attempt, worker, claimed_at, "
@@ -44,6 +51,23 @@ static NtaskPlan att_close_plan = {
 	"RETURNING a.task_id, NOT a.outcome_known",
 	2, {INT8ARRAYOID, INT2OID}
 };
+
+typedef enum AttFinishArg
+{
+	ATT_FINISH_ARG_TASK_ID,		/* $1 */
+	ATT_FINISH_ARG_STATE,		/* $2 */
+	ATT_FINISH_ARG_REASON,		/* $3 */
+	ATT_FINISH_ARG_RESULT,		/* $4, the attempt's */
+	ATT_FINISH_ARG_ERROR_CLASS, /* $5, NULL: unchanged */
+	ATT_FINISH_ARG_STAGE,		/* $6, NULL: unchanged */
+	ATT_FINISH_NARGS
+} AttFinishArg;
+
+typedef enum AttFinishCol
+{
+	ATT_FINISH_QUEUE = 1,
+	ATT_FINISH_CLOSED			/* it closed an open attempt: a lease ended */
+} AttFinishCol;
 
 static NtaskPlan att_finish_plan = {
 	"finish task",
@@ -68,7 +92,7 @@ static NtaskPlan att_finish_plan = {
 	"    (SELECT pg_catalog.count(*) FROM closed c WHERE c.was_invoked)::integer "
 	"WHERE t.task_id OPERATOR(pg_catalog.=) $1" NTASK_SHARD_OF("t", "$1")
 	"RETURNING t.queue, EXISTS (SELECT 1 FROM closed)",
-	6, {INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID}
+	ATT_FINISH_NARGS, {INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID}
 };
 
 /* NtaskIdsShard: the shard of the tasks in a bigint[] of one shard */
@@ -111,8 +135,8 @@ NtaskCloseExpiredAttempts(Datum task_ids)
 							SPI_OK_INSERT_RETURNING);
 	invoked = palloc(sizeof(Datum) * Max(nclosed, 1));
 	for (r = 0; r < nclosed; r++)
-		if (NtaskGetBool(r, 2))
-			invoked[ninvoked++] = Int64GetDatum(NtaskGetInt64(r, 1));
+		if (NtaskGetBool(r, ATT_CLOSE_UNKNOWN))
+			invoked[ninvoked++] = Int64GetDatum(NtaskGetInt64(r, ATT_CLOSE_TASK_ID));
 	return NtaskInt8Array(invoked, ninvoked);
 }
 
@@ -123,25 +147,26 @@ NtaskCloseExpiredAttempts(Datum task_ids)
  *		that had been invoked is counted as an unknown outcome.  error_class
  *		and stage, when not NULL, become the task's last error.  A lease it
  *		ends is noted for the queue's capped waiting claims (cancel, a
- *		saga's cancel).  SPI_tuptable then holds (queue, a lease ended).
+ *		saga's cancel).  SPI_tuptable then holds its row (AttFinishCol).
  */
 void
 NtaskFinishTask(int64 task_id, const char *to_state, const char *reason,
 				const char *attempt_result, const char *error_class,
 				const char *stage)
 {
-	Datum		values[6];
-	char		nulls[6] = {' ', ' ', ' ', ' ', ' ', ' '};
+	Datum		values[ATT_FINISH_NARGS];
+	char		nulls[ATT_FINISH_NARGS];
 
-	values[0] = Int64GetDatum(task_id);
-	values[1] = CStringGetTextDatum(to_state);
-	values[2] = CStringGetTextDatum(reason);
-	values[3] = CStringGetTextDatum(attempt_result);
-	values[4] = error_class ? CStringGetTextDatum(error_class) : (Datum) 0;
-	nulls[4] = error_class ? ' ' : 'n';
-	values[5] = stage ? CStringGetTextDatum(stage) : (Datum) 0;
-	nulls[5] = stage ? ' ' : 'n';
+	memset(nulls, ' ', sizeof(nulls));
+	values[ATT_FINISH_ARG_TASK_ID] = Int64GetDatum(task_id);
+	values[ATT_FINISH_ARG_STATE] = CStringGetTextDatum(to_state);
+	values[ATT_FINISH_ARG_REASON] = CStringGetTextDatum(reason);
+	values[ATT_FINISH_ARG_RESULT] = CStringGetTextDatum(attempt_result);
+	values[ATT_FINISH_ARG_ERROR_CLASS] = error_class ? CStringGetTextDatum(error_class) : (Datum) 0;
+	nulls[ATT_FINISH_ARG_ERROR_CLASS] = error_class ? ' ' : 'n';
+	values[ATT_FINISH_ARG_STAGE] = stage ? CStringGetTextDatum(stage) : (Datum) 0;
+	nulls[ATT_FINISH_ARG_STAGE] = stage ? ' ' : 'n';
 	if (NtaskExecPlan(&att_finish_plan, values, nulls, SPI_OK_UPDATE_RETURNING) == 1 &&
-		NtaskGetBool(0, 2))
-		NtaskWakeCappedAtCommit(NtaskGetCString(0, 1), 1);	/* a slot is free */
+		NtaskGetBool(0, ATT_FINISH_CLOSED))
+		NtaskWakeCappedAtCommit(NtaskGetCString(0, ATT_FINISH_QUEUE), 1);	/* a slot is free */
 }
