@@ -78,4 +78,17 @@ object_ownercheck(Oid classid, Oid objectid, Oid roleid)
 #define NtaskCreateWaitEventSet(cxt, nevents) CreateWaitEventSet((cxt), (nevents))
 #endif
 
+/*
+ * A GUC's "extra" (check hooks): from 16 guc.c frees it with guc_free(),
+ * which is pfree() in its own memory context, so it must come from
+ * guc_malloc(); 15 frees it with free() (malloc).  A block from malloc()
+ * made the postmaster of 18 stop at start: "pfree called with invalid
+ * pointer" (TAP 003 on 18, ntask.http_allowed_hosts' check hook).
+ */
+#if PG_VERSION_NUM >= 160000
+#define NtaskGucMalloc(size) guc_malloc(LOG, (size))
+#else
+#define NtaskGucMalloc(size) malloc(size)
+#endif
+
 #endif							/* NTASK_COMPAT_H */

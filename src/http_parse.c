@@ -171,6 +171,7 @@ ntask_hostlist_parse(const char *text, char *bad, size_t bad_len)
 	list = malloc(sizeof(NtaskHostList) + max * sizeof(NtaskHostEntry) + tlen + 1);
 	if (list == NULL)
 		return NULL;
+	list->size = sizeof(NtaskHostList) + max * sizeof(NtaskHostEntry) + tlen + 1;
 	copy = (char *) &list->e[max];
 	memcpy(copy, text, tlen + 1);
 	list->n = 0;
@@ -206,6 +207,19 @@ ntask_hostlist_parse(const char *text, char *bad, size_t bad_len)
 		list->n++;
 	}
 	return list;
+}
+
+NtaskHostList *
+ntask_hostlist_move(const NtaskHostList *list, void *dst)
+{
+	NtaskHostList *copy = dst;
+	int			k;
+
+	memcpy(copy, list, list->size);
+	for (k = 0; k < copy->n; k++)
+		copy->e[k].name = (const char *) copy +
+			(list->e[k].name - (const char *) list);
+	return copy;
 }
 
 /* hp_host_in_list: host is an entry of the list (or '*' is, if wildcard) */

@@ -61,6 +61,7 @@ typedef struct NtaskHostEntry
 /* a parsed allowlist: its non-empty entries, in order */
 typedef struct NtaskHostList
 {
+	size_t		size;			/* of the whole block: header, entries, text */
 	int			n;
 	NtaskHostEntry e[];
 } NtaskHostList;
@@ -75,6 +76,13 @@ typedef struct NtaskHostList
  */
 extern NtaskHostList *ntask_hostlist_parse(const char *text, char *bad,
 										   size_t bad_len);
+
+/*
+ * Copy a parsed list into dst, a block of list->size bytes from another
+ * allocator (the entries point into the block's own copy of the text, so
+ * a plain memcpy would point into the old block).  Returns dst.
+ */
+extern NtaskHostList *ntask_hostlist_move(const NtaskHostList *list, void *dst);
 
 /*
  * Whether host (as libcurl's URL API reports it, lower-cased, no brackets,

@@ -82,7 +82,7 @@ static void ntask_process_utility(PlannedStmt *pstmt, const char *queryString,
 /*
  * ntask_check_allowed_hosts
  *		GUC check hook of ntask.http_allowed_hosts: parse the list once,
- *		here, into the GUC's extra (malloc'd, freed by guc.c), refusing an
+ *		here, into the GUC's extra (NtaskGucMalloc: guc.c frees it), refusing an
  *		entry that could never match (ntask_hostlist_parse); dispatch and
  *		ntask_queue_set read the parsed list.
  */
@@ -104,7 +104,17 @@ ntask_check_allowed_hosts(char **newval, void **extra, GucSource source)
 							bad);
 		return false;
 	}
-	*extra = list;
+	/* the extra must come from guc.c's allocator (compat.h) */
+	*extra = NtaskGucMalloc(list->size);
+	if (*extra == NULL)
+	{
+		free(list);
+		GUC_check_errcode(ERRCODE_OUT_OF_MEMORY);
+		GUC_check_errmsg("out of memory");
+		return false;
+	}
+	ntask_hostlist_move(list, *extra);
+	free(list);
 	return true;
 }
 

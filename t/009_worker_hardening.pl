@@ -588,7 +588,10 @@ queue($_) for qw(s500 s502 s503 s504);
 		target => \$t\$$target\$t\$::jsonb)});
 	ok($rc != 0 && $err =~ /ERROR:  ntask: reconcile_url host "localhost" is not in ntask.http_allowed_hosts/,
 		'status: ntask_queue_set refuses a reconcile_url outside ntask.http_allowed_hosts, naming the host');
-	queue('rdeny');
+	# made without a target first (an allowed one could be claimed with,
+	# read at the worker's previous tick), then given the stored one
+	sql(q{SELECT queue FROM ntask_queue_set('rdeny', max_attempts => 3,
+		lease => '2 s', backoff_base => '100 ms', backoff_max => '1 s')});
 	sql(qq{UPDATE ntask.queue SET target = \$t\$$target\$t\$::jsonb WHERE queue = 'rdeny'});
 }
 prov('POST', '/_admin/rules', {
