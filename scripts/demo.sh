@@ -4,17 +4,26 @@
 # installs ntask, starts a throwaway cluster (port 55440, socket in a temp
 # dir, no TCP) as the postgres user, runs demo/n9.sql, prints its output,
 # then stops the cluster and removes the temp dir, also on failure.
+# NTASK_PG=18 runs it on PostgreSQL 18 (scripts/pg18.sh builds it once).
 set -eu
 cd "$(dirname "$0")/.."
 
 PORT=55440
 . scripts/lib.sh
 
+# NTASK_PG=18: against PostgreSQL 18, built by scripts/pg18.sh (cached)
+NTASK_PG=${NTASK_PG:-15}
+export NTASK_PG
 sh scripts/deps.sh
-make -s
-$SUDO make -s install >/dev/null
+case $NTASK_PG in
+	15) PGC=${PG_CONFIG:-pg_config} ;;
+	18) PGC=$($SUDO sh scripts/pg18.sh | tail -n 1) ;;
+	*) echo "ntask demo: NTASK_PG=$NTASK_PG: 15 or 18" >&2; exit 2 ;;
+esac
+make -s PG_CONFIG="$PGC"
+$SUDO make -s PG_CONFIG="$PGC" install >/dev/null
 
-BINDIR=$(pg_config --bindir)
+BINDIR=$("$PGC" --bindir)
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/ntask-demo.XXXXXX")
 PGDATA_DIR="$TMP/data"
 
