@@ -194,16 +194,15 @@ SELECT queue FROM ntask_queue_set('statements', max_attempts => 3);
 SELECT name, cron, timezone, overlap, catchup
 FROM ntask_schedule('statement:t1', '0 2 * * *', 'statements', '{"tenant": "t1"}',
 					timezone => 'Europe/Berlin');
-\echo '--- the latest slot, fired: its key names the slot'
-SELECT fired_slot, outcome FROM ntask_fire('statement:t1');
-\echo '--- pg_cron fires again within the same slot: no new slot, nothing happens (no rows)'
-SELECT fired_slot, outcome FROM ntask_fire('statement:t1');
-\echo '--- an operator re-runs that slot by hand: still one task (duplicate)'
-SELECT f.fired_slot, f.outcome FROM ntask.schedule s, ntask_fire(s.name, s.last_slot) f
-WHERE s.name = 'statement:t1';
+\echo '--- a new schedule fires from its next slot on: firing it now enqueues nothing'
+SELECT fired_slot, outcome, reason FROM ntask_fire('statement:t1');
+\echo '--- an operator runs last night''s slot by hand: its key names the slot'
+SELECT ntask_cron_prev('0 2 * * *', now(), 'Europe/Berlin') AS slot \gset
+SELECT fired_slot, outcome FROM ntask_fire('statement:t1', :'slot');
+\echo '--- and again: still one task (duplicate)'
+SELECT fired_slot, outcome FROM ntask_fire('statement:t1', :'slot');
 \echo '--- a deliberate second run needs its own key suffix'
-SELECT f.fired_slot, f.outcome FROM ntask.schedule s, ntask_fire(s.name, s.last_slot, rerun => 'ticket-42') f
-WHERE s.name = 'statement:t1';
+SELECT fired_slot, outcome FROM ntask_fire('statement:t1', :'slot', rerun => 'ticket-42');
 SELECT task_key, state, deadline - created_at <= interval '1 day' AS retries_end_by_next_slot
 FROM ntask.task WHERE queue = 'statements' ORDER BY task_id;
 SELECT slot, outcome, task_id FROM ntask.schedule_slot ORDER BY id;

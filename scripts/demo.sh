@@ -20,6 +20,8 @@ case $NTASK_PG in
 	18) PGC=$($SUDO sh scripts/pg18.sh | tail -n 1) ;;
 	*) echo "ntask demo: NTASK_PG=$NTASK_PG: 15 or 18" >&2; exit 2 ;;
 esac
+# objects of another version's build must not be linked into this one
+make -s PG_CONFIG="$PGC" clean >/dev/null 2>&1
 make -s PG_CONFIG="$PGC"
 $SUDO make -s PG_CONFIG="$PGC" install >/dev/null
 
