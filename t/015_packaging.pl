@@ -21,16 +21,12 @@ use warnings;
 use FindBin;
 use File::Temp;
 use JSON::PP;
+use PostgreSQL::Test::Utils;
 use Test::More;
 
 my $root = "$FindBin::Bin/..";
-sub slurp
-{
-	my ($f) = @_;
-	open my $fh, '<', "$root/$f" or die "$f: $!";
-	local $/;
-	return <$fh>;
-}
+# a file of the tree, whole (PostgreSQL::Test::Utils' slurp_file)
+sub slurp { return slurp_file("$root/$_[0]"); }
 
 my ($default) = slurp('ntask.control') =~ /^default_version\s*=\s*'([^']+)'/m;
 ok(defined $default, "ntask.control: default_version $default");

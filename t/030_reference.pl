@@ -33,13 +33,8 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 
 my $root = "$FindBin::Bin/..";
-sub slurp
-{
-	my ($f) = @_;
-	open my $fh, '<', "$root/$f" or die "$f: $!";
-	local $/;
-	return <$fh>;
-}
+# a file of the tree, whole (PostgreSQL::Test::Utils' slurp_file)
+sub slurp { return slurp_file("$root/$_[0]"); }
 
 my $node = PostgreSQL::Test::Cluster->new('reference');
 $node->init;
