@@ -15,6 +15,7 @@ OBJS = \
 	src/claim.o \
 	src/claim_lock.o \
 	src/attempt.o \
+	src/context.o \
 	src/lease.o \
 	src/transition.o \
 	src/repair.o \

@@ -827,3 +827,456 @@ BEGIN
 END $$;
 
 -- end of issue 32
+
+
+-- issue 35.2: bulk actions by filter, with a dry run
+
+CREATE FUNCTION @extschema@.ntask_bulk(
+	queue text,
+	action text,
+	actor text,
+	reason text,
+	filter jsonb DEFAULT '{}',
+	dry_run boolean DEFAULT false,
+	run_at timestamptz DEFAULT NULL,
+	max_tasks integer DEFAULT 1000)
+RETURNS TABLE (matched bigint, changed bigint, remaining bigint, audit_id bigint)
+AS 'MODULE_PATHNAME', 'ntask_bulk'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.ntask_bulk(text, text, text, text, jsonb, boolean, timestamptz, integer) IS
+'ntask: cancel, replay or reschedule the tasks of a queue that match filter (keys state, reason, error_class, key_prefix, partition_key, older_than, newer_than), at most max_tasks of them, locked in task_id order skipping rows locked by others; returns how many matched, how many it changed, how many more match (remaining) and its audit row; dry_run changes nothing';
+
+CREATE PROCEDURE @extschema@.ntask_bulk_all(
+	queue text,
+	action text,
+	actor text,
+	reason text,
+	filter jsonb DEFAULT '{}',
+	run_at timestamptz DEFAULT NULL,
+	max_tasks integer DEFAULT 1000,
+	INOUT changed bigint DEFAULT NULL,
+	INOUT remaining bigint DEFAULT NULL,
+	INOUT chunks integer DEFAULT NULL)
+AS 'MODULE_PATHNAME', 'ntask_bulk_all'
+LANGUAGE C;
+COMMENT ON PROCEDURE @extschema@.ntask_bulk_all(text, text, text, text, jsonb, timestamptz, integer, bigint, bigint, integer) IS
+'ntask: ntask_bulk in chunks of max_tasks with a commit after each, until nothing matching remains (or a chunk changes nothing: rows locked by others); CALL it outside a transaction block (25001 inside one); returns the total changed, what remains and the number of chunks';
+REVOKE ALL ON FUNCTION @extschema@.ntask_bulk(text, text, text, text, jsonb, boolean, timestamptz, integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.ntask_bulk(text, text, text, text, jsonb, boolean, timestamptz, integer) TO ntask_admin;
+REVOKE ALL ON PROCEDURE @extschema@.ntask_bulk_all(text, text, text, text, jsonb, timestamptz, integer, bigint, bigint, integer) FROM PUBLIC;
+GRANT EXECUTE ON PROCEDURE @extschema@.ntask_bulk_all(text, text, text, text, jsonb, timestamptz, integer, bigint, bigint, integer) TO ntask_admin;
+
+-- end of issue 35.2
+
+
+-- issue 35.3: progress from the holder
+
+ALTER TABLE ntask.task ADD COLUMN progress jsonb, ADD COLUMN progress_at timestamptz;
+COMMENT ON COLUMN ntask.task.progress IS 'the latest progress the holder reported (ntask_heartbeat progress => ...; at most ntask.max_result_bytes); cleared by the claim of a new attempt, copied to ntask.attempt.progress when the attempt ends';
+COMMENT ON COLUMN ntask.task.progress_at IS 'when progress was reported';
+ALTER TABLE ntask.attempt ADD COLUMN progress jsonb;
+COMMENT ON COLUMN ntask.attempt.progress IS 'the last progress the attempt reported (ntask_heartbeat progress => ...), copied from the task row when it ended';
+
+-- every attempt, the ended ones and the running one of each leased task
+CREATE OR REPLACE VIEW ntask.attempt_all AS
+SELECT a.task_id, a.token, a.attempt, a.worker, a.claimed_at, a.invoked_at,
+	   a.ended_at, a.result, a.requested, a.error_class, a.error_stage,
+	   a.outcome_known, a.outcome, a.retry_at, a.detail, a.shard, a.progress
+FROM ntask.attempt a
+UNION ALL
+SELECT t.task_id, t.token, t.attempts, t.lease_owner,
+	   coalesce(t.claimed_at, t.updated_at), t.invoked_at,
+	   NULL::timestamptz, NULL::text, NULL::text, NULL::text, NULL::text,
+	   NULL::boolean, NULL::text, NULL::timestamptz, NULL::jsonb, t.shard, t.progress
+FROM ntask.task t
+WHERE t.state = 'leased';
+COMMENT ON VIEW ntask.attempt_all IS 'ntask: every attempt: the ended ones (ntask.attempt) and the running one of each leased task (from its task row; ended_at and result NULL)';
+
+-- the running attempts that reported progress (ntask_heartbeat progress =>
+-- ...), with its age; through task_lease_idx (leased rows only)
+CREATE VIEW ntask.task_progress AS
+SELECT t.task_id, t.queue, t.task_key, t.token, t.attempts AS attempt,
+	   t.lease_owner AS worker, t.lease_until, t.progress, t.progress_at,
+	   pg_catalog.now() OPERATOR(pg_catalog.-) t.progress_at AS progress_age
+FROM ntask.task t
+WHERE t.lease_until IS NOT NULL AND t.state OPERATOR(pg_catalog.=) 'leased'
+  AND t.progress IS NOT NULL;
+COMMENT ON VIEW ntask.task_progress IS 'ntask: the latest progress of each running attempt that reported one (ntask_heartbeat progress => ...), with its age';
+GRANT SELECT ON ntask.task_progress TO ntask_admin;
+
+DROP FUNCTION @extschema@.ntask_heartbeat(bigint, bigint, interval);
+CREATE FUNCTION @extschema@.ntask_heartbeat(
+	task_id bigint,
+	token bigint,
+	lease interval DEFAULT NULL,
+	progress jsonb DEFAULT NULL)
+RETURNS timestamptz
+AS 'MODULE_PATHNAME', 'ntask_heartbeat'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.ntask_heartbeat(bigint, bigint, interval, jsonb) IS
+'ntask: extend the lease of the current token, and with progress store it as the attempt''s latest progress (at most ntask.max_result_bytes); returns the new lease_until, or NULL when the token no longer holds the task (nothing is written)';
+REVOKE ALL ON FUNCTION @extschema@.ntask_heartbeat(bigint, bigint, interval, jsonb) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.ntask_heartbeat(bigint, bigint, interval, jsonb) TO ntask_worker;
+
+-- end of issue 35.3
+
+
+-- issue 35.6: trace context
+
+ALTER TABLE ntask.task ADD COLUMN traceparent text;
+COMMENT ON COLUMN ntask.task.traceparent IS 'W3C trace context of the enqueue (ntask_enqueue traceparent => ..., or the setting ntask.traceparent), validated; the claim and the HTTP dispatch hand it on with a span id per attempt';
+
+DROP FUNCTION @extschema@.ntask_enqueue(text, text, jsonb, timestamptz, text, integer);
+CREATE FUNCTION @extschema@.ntask_enqueue(
+	queue text,
+	task_key text,
+	payload jsonb DEFAULT '{}',
+	run_at timestamptz DEFAULT NULL,
+	partition_key text DEFAULT NULL,
+	priority integer DEFAULT 0,
+	traceparent text DEFAULT NULL)
+RETURNS TABLE (task_id bigint, created boolean, state text, outcome text, result jsonb)
+AS 'MODULE_PATHNAME', 'ntask_enqueue'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.ntask_enqueue(text, text, jsonb, timestamptz, text, integer, text) IS
+'ntask: idempotent enqueue on (queue, task_key); a duplicate returns the existing task with created = false and its outcome and stored result (after the producer right is checked), the same key with a different payload raises SQLSTATE NT001; traceparent (else the setting ntask.traceparent) is a W3C trace context stored with the task';
+
+DROP FUNCTION @extschema@.ntask_enqueue_many(text, text[], jsonb[], timestamptz, text[], integer);
+CREATE FUNCTION @extschema@.ntask_enqueue_many(
+	queue text,
+	task_keys text[],
+	payloads jsonb[],
+	run_at timestamptz DEFAULT NULL,
+	partition_keys text[] DEFAULT NULL,
+	priority integer DEFAULT 0,
+	traceparent text DEFAULT NULL)
+RETURNS TABLE (task_id bigint, created boolean, state text, outcome text, result jsonb)
+AS 'MODULE_PATHNAME', 'ntask_enqueue_many'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.ntask_enqueue_many(text, text[], jsonb[], timestamptz, text[], integer, text) IS
+'ntask: ntask_enqueue for each (task_keys[i], payloads[i], partition_keys[i]) in one statement; one row per element in input order; a key repeated in the call gives the same task (created only the first time), with a different payload NT001; every new task gets the traceparent (else the setting ntask.traceparent)';
+REVOKE ALL ON FUNCTION
+	@extschema@.ntask_enqueue(text, text, jsonb, timestamptz, text, integer, text),
+	@extschema@.ntask_enqueue_many(text, text[], jsonb[], timestamptz, text[], integer, text)
+FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION
+	@extschema@.ntask_enqueue(text, text, jsonb, timestamptz, text, integer, text),
+	@extschema@.ntask_enqueue_many(text, text[], jsonb[], timestamptz, text[], integer, text)
+TO ntask_producer;
+
+-- the claim's context column (docs/design.md "The claim's context column"):
+-- ntask_claim and ntask_transition_and_claim return one more column, last.
+-- DROP FUNCTION + CREATE FUNCTION would fail on a user's BEGIN ATOMIC
+-- function bound to them and lose the user's grants on them (issue 29.10,
+-- regress test upgrade), and PostgreSQL has no ALTER FUNCTION that adds a
+-- result column.  A function scan planned with fewer columns ignores the
+-- ones a function has gained since (nodeFunctionscan.c: "the function may
+-- now return more columns than it did when the plan was made"), so the
+-- column is appended to the functions' catalog rows in place (the update
+-- runs as a superuser: superuser = true): same OID, dependents and grants.
+UPDATE pg_catalog.pg_proc p
+SET proallargtypes = p.proallargtypes OPERATOR(pg_catalog.||) 'pg_catalog.jsonb'::pg_catalog.regtype::pg_catalog.oid,
+	proargmodes = p.proargmodes OPERATOR(pg_catalog.||) 't'::pg_catalog."char",
+	proargnames = p.proargnames OPERATOR(pg_catalog.||) 'context'::pg_catalog.text
+WHERE p.oid OPERATOR(pg_catalog.=) ANY (ARRAY[
+	'@extschema@.ntask_claim(text, text, integer, interval, interval, boolean)'::pg_catalog.regprocedure,
+	'@extschema@.ntask_transition_and_claim(bigint, bigint, text, text, text, integer, text, text, jsonb, timestamptz, text, interval, jsonb)'::pg_catalog.regprocedure]::pg_catalog.oid[])
+  AND NOT 'context'::pg_catalog.text OPERATOR(pg_catalog.=) ANY (p.proargnames);
+COMMENT ON FUNCTION @extschema@.ntask_claim(text, text, integer, interval, interval, boolean) IS
+'ntask: lease up to max_tasks due tasks (FOR UPDATE SKIP LOCKED), taking over expired leases; each gets a new fencing token and counts an attempt; tasks whose budget is spent go to repair_required instead; with wait, when nothing is due, sleeps until work of the queue is committed or comes due (at most wait, cut to ntask.max_wait), holding no lock; with invoked, each leased attempt is marked invoked in the same statement (as ntask_invoked); context is NULL or an object (traceparent: the enqueue''s trace context with a span id of this attempt)';
+COMMENT ON FUNCTION @extschema@.ntask_transition_and_claim(bigint, bigint, text, text, text, integer, text, text, jsonb, timestamptz, text, interval, jsonb) IS
+'ntask: ntask_transition of the task a worker holds, then ntask_claim of the next, in one statement; every row carries the transition''s answer (finish_result, finish_state, finish_run_at), and when nothing is claimed one row with the claim columns NULL still does; context as ntask_claim''s';
+
+-- ntask_explain shows the traceparent and the progress (35.3, 35.6)
+CREATE OR REPLACE FUNCTION @extschema@.ntask_explain(task_id bigint, include_payload boolean DEFAULT false)
+RETURNS TABLE (at timestamptz, event text, token bigint, actor text, detail text)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+	t ntask.task;
+	q ntask.queue;
+	a ntask.attempt_all;	-- the latest attempt, if any (the open one included)
+	n timestamptz := pg_catalog.now();
+	is_http boolean;
+	b ntask.breaker;		-- the queue's circuit breaker, if it has one
+	waiting text;			-- what a due task waits for
+	last_err text;
+	prior text;
+	words text;
+	fin_actor text;
+	fin_by text;
+BEGIN
+	IF ntask_explain.task_id IS NULL THEN
+		RAISE EXCEPTION 'ntask: task_id must not be NULL' USING ERRCODE = '22004';
+	END IF;
+	IF ntask_explain.include_payload IS NULL THEN
+		RAISE EXCEPTION 'ntask: include_payload must not be NULL' USING ERRCODE = '22004';
+	END IF;
+	SELECT * INTO t FROM ntask.task x WHERE x.task_id OPERATOR(pg_catalog.=) ntask_explain.task_id;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'ntask: task % does not exist', ntask_explain.task_id USING ERRCODE = 'P0002';
+	END IF;
+	SELECT * INTO q FROM ntask.queue x WHERE x.queue OPERATOR(pg_catalog.=) t.queue;
+	SELECT * INTO a FROM ntask.attempt_all x WHERE x.task_id OPERATOR(pg_catalog.=) t.task_id
+	ORDER BY x.token DESC LIMIT 1;
+	is_http := q.target->>'type' OPERATOR(pg_catalog.=) 'http';
+
+	-- what a due task waits for: a claim, or on an http queue whose circuit
+	-- breaker is not closed, the breaker (src/breaker.c: the worker claims
+	-- nothing of the queue while it is open, one probe when half open)
+	waiting := format('waiting for %s to claim it',
+					  CASE WHEN is_http THEN 'the background worker' ELSE 'a worker' END);
+	IF is_http AND q.breaker_failures IS NOT NULL THEN
+		SELECT * INTO b FROM ntask.breaker x WHERE x.queue OPERATOR(pg_catalog.=) t.queue;
+		IF b.state OPERATOR(pg_catalog.=) 'open' AND b.open_until OPERATOR(pg_catalog.>) n THEN
+			waiting := format('held by the circuit breaker of queue %s: open since %s after %s consecutive failures, open until %s (in %s); the background worker claims nothing of the queue until then, then sends one probe',
+							  t.queue, ntask.explain_ts(b.opened_at), b.failures,
+							  ntask.explain_ts(b.open_until), ntask.explain_age(b.open_until OPERATOR(pg_catalog.-) n));
+		ELSIF b.state OPERATOR(pg_catalog.=) 'open' THEN
+			waiting := format('held by the circuit breaker of queue %s: open until %s (passed %s ago); the background worker sends one probe of the queue at its next tick and the rest once the probe succeeds',
+							  t.queue, ntask.explain_ts(b.open_until), ntask.explain_age(n OPERATOR(pg_catalog.-) b.open_until));
+		ELSIF b.state OPERATOR(pg_catalog.=) 'half_open' THEN
+			waiting := format('held by the circuit breaker of queue %s: half open since %s; the background worker sends one probe of the queue and holds the rest until it succeeds',
+							  t.queue, ntask.explain_ts(b.changed_at));
+		END IF;
+	END IF;
+
+	-- the last error in words: class, then the HTTP status, curl's error or the stage
+	SELECT x.error_class || coalesce(' ' || coalesce('HTTP ' || (x.detail->>'http_status'),
+													  x.detail->>'curl_error', x.error_stage), '')
+	INTO last_err
+	FROM ntask.attempt_all x
+	WHERE x.task_id OPERATOR(pg_catalog.=) t.task_id AND x.error_class IS NOT NULL
+	ORDER BY x.token DESC LIMIT 1;
+
+	-- what the next claim will report as prior_outcome
+	-- (the same rule as ntask_claim's)
+	IF EXISTS (SELECT 1 FROM ntask.receipt r WHERE r.task_id OPERATOR(pg_catalog.=) t.task_id) THEN
+		prior := 'prior_outcome committed: a receipt exists, the next attempt must not redo the business write';
+	ELSIF t.unknown_attempts OPERATOR(pg_catalog.>) 0 THEN
+		-- on an http queue, what the worker does (dispatch.c dq_claim_step)
+		prior := format('prior_outcome unknown: %s earlier attempt(s) may have had an effect, %s',
+						t.unknown_attempts,
+						CASE WHEN NOT is_http THEN 'the next attempt reconciles first'
+							 WHEN q.target ? 'reconcile_url' THEN
+								 format('the background worker first asks the reconcile_url %s and sends again only if it answers 404',
+										q.target->>'reconcile_url')
+							 ELSE format('the target has no reconcile_url, so the background worker sends it again (%s with the same Idempotency-Key): the provider must deduplicate',
+										 coalesce(q.target->>'method', 'POST'))
+						END);
+	END IF;
+
+	-- who finished it: the worker whose attempt ended then, an audited
+	-- action, the guard (skip or cancel at claim), else ntask itself
+	-- (budget, deadline, lease expiry)
+	IF t.finished_at IS NOT NULL THEN
+		SELECT x.worker, 'attempt ' || x.attempt INTO fin_actor, fin_by FROM ntask.attempt_all x
+		WHERE x.task_id OPERATOR(pg_catalog.=) t.task_id AND x.ended_at OPERATOR(pg_catalog.=) t.finished_at
+		  AND x.requested IS NOT NULL AND x.requested OPERATOR(pg_catalog.<>) 'released'
+		ORDER BY x.token DESC LIMIT 1;
+		IF fin_actor IS NULL THEN
+			SELECT x.actor, 'ntask_' || x.action INTO fin_actor, fin_by FROM ntask.audit x
+			WHERE x.task_id OPERATOR(pg_catalog.=) t.task_id AND x.to_state OPERATOR(pg_catalog.=) t.state
+			ORDER BY x.audit_id DESC LIMIT 1;
+		END IF;
+		IF fin_actor IS NULL AND t.state OPERATOR(pg_catalog.=) ANY ('{skipped,canceled}') THEN
+			fin_actor := 'guard';
+			fin_by := 'the guard at claim';
+		END IF;
+		IF fin_actor IS NULL THEN
+			fin_actor := 'ntask';
+			fin_by := CASE WHEN t.reason OPERATOR(pg_catalog.=) ANY ('{budget_exhausted,deadline_exceeded}')
+						   THEN 'the budget check' ELSE 'ntask' END;
+		END IF;
+	END IF;
+
+	words := CASE t.state
+		WHEN 'ready' THEN
+			CASE WHEN t.run_at OPERATOR(pg_catalog.>) n THEN
+				format('ready, not due until %s (in %s); then attempt %s of %s',
+					   ntask.explain_ts(t.run_at), ntask.explain_age(t.run_at OPERATOR(pg_catalog.-) n),
+					   t.attempts + 1, t.max_attempts)
+			ELSE
+				format('ready since %s (%s), %s (attempt %s of %s)',
+					   ntask.explain_ts(t.run_at), ntask.explain_age(n OPERATOR(pg_catalog.-) t.run_at),
+					   waiting, t.attempts + 1, t.max_attempts)
+			END
+		WHEN 'retry_wait' THEN
+			CASE WHEN t.run_at OPERATOR(pg_catalog.>) n THEN
+				format('retry_wait until %s (in %s; attempt %s of %s, last error %s)',
+					   ntask.explain_ts(t.run_at), ntask.explain_age(t.run_at OPERATOR(pg_catalog.-) n),
+					   t.attempts + 1, t.max_attempts, coalesce(last_err, 'none recorded'))
+			ELSE
+				format('retry_wait, due since %s (%s), %s (attempt %s of %s, last error %s)',
+					   ntask.explain_ts(t.run_at), ntask.explain_age(n OPERATOR(pg_catalog.-) t.run_at),
+					   waiting, t.attempts + 1, t.max_attempts, coalesce(last_err, 'none recorded'))
+			END
+		WHEN 'leased' THEN
+			format('leased by %s until %s, %s (attempt %s of %s, token %s, %s)',
+				   t.lease_owner, ntask.explain_ts(t.lease_until),
+				   CASE
+					   WHEN t.lease_until OPERATOR(pg_catalog.<) n THEN
+						   format('not heartbeating: expired %s ago, the next claim or housekeeping takes it over',
+								  ntask.explain_age(n OPERATOR(pg_catalog.-) t.lease_until))
+					   WHEN t.updated_at OPERATOR(pg_catalog.>) a.claimed_at THEN
+						   format('heartbeating (last %s ago)', ntask.explain_age(n OPERATOR(pg_catalog.-) t.updated_at))
+					   ELSE
+						   format('not heartbeating (no heartbeat since the claim %s ago)',
+								  ntask.explain_age(n OPERATOR(pg_catalog.-) a.claimed_at))
+				   END,
+				   t.attempts, t.max_attempts, t.token,
+				   CASE WHEN a.invoked_at IS NULL THEN 'not invoked yet'
+						ELSE format('invoked %s ago: if it ends without a report its outcome is unknown',
+									ntask.explain_age(n OPERATOR(pg_catalog.-) a.invoked_at)) END)
+		WHEN 'repair_required' THEN
+			format('repair_required: %s, owner %s%s (%s of %s attempts, %s with unknown outcome)',
+				   t.reason, coalesce(t.repair_owner, 'none assigned'),
+				   coalesce(', next: ' || t.repair_next_action, ''),
+				   t.attempts, t.max_attempts,
+				   (SELECT count(*) FROM ntask.attempt_all x
+					WHERE x.task_id OPERATOR(pg_catalog.=) t.task_id AND NOT x.outcome_known))
+		WHEN 'succeeded' THEN
+			format('succeeded (%s) at %s after %s attempt(s): waiting for nothing',
+				   t.outcome, ntask.explain_ts(t.finished_at), t.attempts)
+		WHEN 'canceled' THEN
+			format('canceled at %s by %s: %s', ntask.explain_ts(t.finished_at), fin_actor, t.reason)
+		WHEN 'skipped' THEN
+			format('skipped at %s by %s: %s', ntask.explain_ts(t.finished_at), fin_actor, t.reason)
+	END;
+	-- the holder's latest progress (ntask_heartbeat progress => ...)
+	IF t.state OPERATOR(pg_catalog.=) 'leased' AND t.progress IS NOT NULL THEN
+		words := words || format('; progress %s, reported %s ago', t.progress::text,
+								 ntask.explain_age(n OPERATOR(pg_catalog.-) t.progress_at));
+	END IF;
+	IF t.state OPERATOR(pg_catalog.=) ANY ('{ready,retry_wait}') THEN
+		IF prior IS NOT NULL THEN
+			words := words || '; ' || prior;
+		END IF;
+		IF q.guard IS NOT NULL THEN
+			words := words || '; the guard ' || q.guard || ' decides at claim';
+		END IF;
+		-- flow control (issue 13): what holds a due task back
+		IF t.run_at OPERATOR(pg_catalog.<=) n THEN
+			words := words || coalesce((
+				SELECT CASE
+					WHEN h.task_id IS NOT NULL THEN
+						format('; held back: behind task %s (%s, %s), the head of its key in an ordered queue',
+							   h.task_id, h.task_key, h.state)
+					WHEN q.partition_max_inflight IS NOT NULL
+						 AND l.key_n OPERATOR(pg_catalog.>=) q.partition_max_inflight THEN
+						format('; held back: its key has %s of %s leases in flight',
+							   l.key_n, q.partition_max_inflight)
+					WHEN q.max_inflight IS NOT NULL
+						 AND l.queue_n OPERATOR(pg_catalog.>=) q.max_inflight THEN
+						format('; held back: the queue has %s of %s leases in flight',
+							   l.queue_n, q.max_inflight)
+					WHEN q.rate_n IS NOT NULL OR q.partition_rate_n IS NOT NULL THEN
+						format('; the queue has a rate limit (%s): the next token %s',
+							   concat_ws(', ', q.rate_n || ' per ' || q.rate_per,
+										 q.partition_rate_n || ' per ' || q.partition_rate_per || ' per key'),
+							   CASE WHEN r.next_at IS NULL THEN 'is unknown (no shared memory)'
+									WHEN r.next_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp() THEN 'is free now'
+									ELSE 'comes in ' || ntask.explain_age(r.next_at OPERATOR(pg_catalog.-) pg_catalog.clock_timestamp()) END)
+					END
+				FROM (SELECT count(*) FILTER (WHERE x.partition_key IS NOT DISTINCT FROM t.partition_key) AS key_n,
+							 count(*) AS queue_n
+					  FROM ntask.task x
+					  WHERE x.queue OPERATOR(pg_catalog.=) t.queue AND x.state OPERATOR(pg_catalog.=) 'leased'
+						AND x.lease_until OPERATOR(pg_catalog.>) n) l
+				LEFT JOIN LATERAL (
+					SELECT x.task_id, x.task_key, x.state FROM ntask.task x
+					WHERE q.ordered AND x.queue OPERATOR(pg_catalog.=) t.queue
+					  AND x.partition_key OPERATOR(pg_catalog.=) t.partition_key AND x.ordered
+					  AND (x.due_at IS NOT NULL OR x.state OPERATOR(pg_catalog.=) 'repair_required')
+					  AND NOT (q.ordered_skip_repair AND x.state OPERATOR(pg_catalog.=) 'repair_required')
+					  AND x.task_id OPERATOR(pg_catalog.<) t.task_id
+					ORDER BY x.task_id LIMIT 1) h ON true
+				LEFT JOIN LATERAL (
+					SELECT ntask.limit_next(t.queue, t.partition_key,
+						coalesce(q.rate_n, 0),
+						coalesce((pg_catalog.date_part('epoch', q.rate_per) OPERATOR(pg_catalog.*) 1000000)::bigint, 0),
+						coalesce(q.partition_rate_n, 0),
+						coalesce((pg_catalog.date_part('epoch', q.partition_rate_per) OPERATOR(pg_catalog.*) 1000000)::bigint, 0)) AS next_at
+					WHERE q.rate_n IS NOT NULL OR q.partition_rate_n IS NOT NULL) r ON true), '');
+		END IF;
+		words := words || format('; deadline %s', ntask.explain_ts(t.deadline));
+	END IF;
+
+	at := n; event := 'now'; token := t.token; actor := NULL; detail := words;
+	RETURN NEXT;
+
+	RETURN QUERY
+	SELECT e.at, e.event, e.token, e.actor, e.detail
+	FROM (
+		-- the enqueue
+		SELECT t.created_at AS at, 0 AS ord, 0::bigint AS tok, 'enqueued' AS event,
+			   NULL::bigint AS token, t.enqueued_by AS actor,
+			   format('queue %s, key %s, payload digest %s (digest v%s), priority %s%s%s%s',
+					  t.queue, t.task_key,
+					  pg_catalog.encode(t.payload_digest, 'hex'), t.digest_version, t.priority,
+					  coalesce(', partition ' || t.partition_key, ''),
+					  CASE WHEN is_http THEN ', Idempotency-Key ' || t.task_key ELSE '' END,
+					  coalesce(', traceparent ' || t.traceparent, '')) AS detail
+		UNION ALL
+		-- the payload itself, only when asked
+		SELECT t.created_at, 1, 0, 'payload', NULL, NULL, t.payload::text
+		WHERE ntask_explain.include_payload
+		UNION ALL
+		-- every attempt: claimed, invoked, ended
+		SELECT x.claimed_at, 2, x.token, 'claimed', x.token, x.worker,
+			   format('attempt %s of %s claimed', x.attempt, t.max_attempts)
+		FROM ntask.attempt_all x WHERE x.task_id OPERATOR(pg_catalog.=) t.task_id
+		UNION ALL
+		SELECT x.invoked_at, 3, x.token, 'invoked', x.token, x.worker,
+			   format('attempt %s invoked: about to call out', x.attempt)
+		FROM ntask.attempt_all x WHERE x.task_id OPERATOR(pg_catalog.=) t.task_id AND x.invoked_at IS NOT NULL
+		UNION ALL
+		SELECT t.updated_at, 4, t.token, 'heartbeat', t.token, t.lease_owner,
+			   format('last heartbeat: lease until %s', ntask.explain_ts(t.lease_until))
+		WHERE t.state OPERATOR(pg_catalog.=) 'leased' AND t.updated_at OPERATOR(pg_catalog.>) a.claimed_at
+		UNION ALL
+		SELECT t.progress_at, 4, t.token, 'progress', t.token, t.lease_owner,
+			   format('progress (%s ago): %s', ntask.explain_age(n OPERATOR(pg_catalog.-) t.progress_at),
+					  t.progress::text)
+		WHERE t.state OPERATOR(pg_catalog.=) 'leased' AND t.progress IS NOT NULL
+		UNION ALL
+		SELECT x.ended_at, 6, x.token, 'ended', x.token, x.worker,
+			   format('attempt %s ended: %s%s%s, outcome %s%s%s%s%s',
+					  x.attempt, x.result,
+					  CASE WHEN x.requested IS NOT NULL AND x.requested OPERATOR(pg_catalog.<>) x.result
+						   THEN ' (asked for ' || x.requested || ')' ELSE '' END,
+					  coalesce(', error ' || x.error_class || coalesce(' at ' || x.error_stage, ''), ''),
+					  CASE WHEN x.outcome_known THEN 'known' ELSE 'unknown' END,
+					  coalesce(' (' || x.outcome || ')', ''),
+					  coalesce(', retry at ' || ntask.explain_ts(x.retry_at), ''),
+					  coalesce(', ' || CASE WHEN x.detail ? 'http_status' THEN 'HTTP ' || (x.detail->>'http_status') || ' ' ELSE '' END
+							   || x.detail::text, ''),
+					  coalesce(', last progress ' || x.progress::text, ''))
+		FROM ntask.attempt_all x WHERE x.task_id OPERATOR(pg_catalog.=) t.task_id AND x.ended_at IS NOT NULL
+		UNION ALL
+		-- receipts (the business commit)
+		SELECT r.committed_at, 5, r.token, 'receipt', r.token, r.db_user::text,
+			   format('receipt committed by token %s, content digest %s (digest v%s)',
+					  r.token, pg_catalog.encode(r.payload_digest, 'hex'), r.digest_version)
+		FROM ntask.receipt r WHERE r.task_id OPERATOR(pg_catalog.=) t.task_id
+		UNION ALL
+		-- audited actions: cancel, replay, repair_assign, guard_error
+		SELECT u.at, 7, u.audit_id, u.action, NULL, u.actor || CASE WHEN u.db_user::text OPERATOR(pg_catalog.<>) u.actor THEN ' (' || u.db_user || ')' ELSE '' END,
+			   format('%s%s: %s', u.action,
+					  coalesce(' ' || u.from_state || ' -> ' || u.to_state, ''), u.reason)
+		FROM ntask.audit u WHERE u.task_id OPERATOR(pg_catalog.=) t.task_id
+		UNION ALL
+		-- the end
+		SELECT t.finished_at, 8, 0, 'finished', t.token, fin_actor,
+			   format('%s by %s%s%s', t.state, fin_by, coalesce(': ' || t.reason, ''), coalesce(' (' || t.outcome || ')', ''))
+		WHERE t.finished_at IS NOT NULL
+	) e
+	ORDER BY e.at, e.ord, e.tok;
+END
+$$;
+COMMENT ON FUNCTION @extschema@.ntask_explain(bigint, boolean) IS
+'ntask: one time-ordered record of a task for on-call: first what it is waiting for, in words, then the enqueue (with its traceparent), every attempt (claimed, invoked, progress, ended with result, error class and stage, outcome known or unknown, HTTP status, last progress), receipts, audited replays, cancels, repair assignments and guard errors, and the end; the payload only with include_payload';
+
+-- end of issue 35.6

@@ -257,6 +257,9 @@ CREATE TABLE ntask.task (
 	shard			smallint NOT NULL DEFAULT 0,
 	claimed_at		timestamptz,
 	invoked_at		timestamptz,
+	progress		jsonb,
+	progress_at		timestamptz,
+	traceparent		text,
 	UNIQUE (queue, task_key),
 	-- a known state, due_at NULL exactly when finished, lease_owner set
 	-- exactly while leased
@@ -271,6 +274,9 @@ COMMENT ON COLUMN ntask.task.enqueued_by IS 'the role that called ntask_enqueue 
 COMMENT ON COLUMN ntask.task.shard IS 'distribution column of a Citus install (0 on a plain one); task_id >> 48 there';
 COMMENT ON COLUMN ntask.task.claimed_at IS 'when the task''s latest attempt was claimed (the running one while state = leased; its ntask.attempt row is written when it ends)';
 COMMENT ON COLUMN ntask.task.invoked_at IS 'when the latest attempt was marked invoked (ntask_invoked), if it was';
+COMMENT ON COLUMN ntask.task.traceparent IS 'W3C trace context of the enqueue (ntask_enqueue traceparent => ..., or the setting ntask.traceparent), validated; the claim and the HTTP dispatch hand it on with a span id per attempt';
+COMMENT ON COLUMN ntask.task.progress IS 'the latest progress the holder reported (ntask_heartbeat progress => ...; at most ntask.max_result_bytes); cleared by the claim of a new attempt, copied to ntask.attempt.progress when the attempt ends';
+COMMENT ON COLUMN ntask.task.progress_at IS 'when progress was reported';
 
 /*
  * The ready set: only unfinished tasks are in this index, so a claim stays
@@ -334,12 +340,14 @@ CREATE TABLE ntask.attempt (
 	retry_at		timestamptz,
 	detail			jsonb,
 	shard			smallint NOT NULL DEFAULT 0,
+	progress		jsonb,
 	PRIMARY KEY (task_id, token)
 );
 COMMENT ON TABLE ntask.attempt IS 'ntask: one row per ended attempt, written once when it ends (the running attempt of a leased task is on its task row; ntask.attempt_all shows both)';
 COMMENT ON COLUMN ntask.attempt.requested IS 'the to_state this token asked for in ntask_transition (NULL if it never did)';
 COMMENT ON COLUMN ntask.attempt.result IS 'how the attempt ended: the task state it produced, or lease_expired / canceled';
 COMMENT ON COLUMN ntask.attempt.shard IS 'the task''s shard (co-location with ntask.task on a Citus install)';
+COMMENT ON COLUMN ntask.attempt.progress IS 'the last progress the attempt reported (ntask_heartbeat progress => ...), copied from the task row when it ended';
 
 /*
  * Commit receipts (three-state protocol): written by ntask_receipt in the
@@ -626,16 +634,27 @@ COMMENT ON VIEW ntask.repair_queue IS 'ntask: redacted summary of tasks that nee
 CREATE VIEW ntask.attempt_all AS
 SELECT a.task_id, a.token, a.attempt, a.worker, a.claimed_at, a.invoked_at,
 	   a.ended_at, a.result, a.requested, a.error_class, a.error_stage,
-	   a.outcome_known, a.outcome, a.retry_at, a.detail, a.shard
+	   a.outcome_known, a.outcome, a.retry_at, a.detail, a.shard, a.progress
 FROM ntask.attempt a
 UNION ALL
 SELECT t.task_id, t.token, t.attempts, t.lease_owner,
 	   coalesce(t.claimed_at, t.updated_at), t.invoked_at,
 	   NULL::timestamptz, NULL::text, NULL::text, NULL::text, NULL::text,
-	   NULL::boolean, NULL::text, NULL::timestamptz, NULL::jsonb, t.shard
+	   NULL::boolean, NULL::text, NULL::timestamptz, NULL::jsonb, t.shard, t.progress
 FROM ntask.task t
 WHERE t.state = 'leased';
 COMMENT ON VIEW ntask.attempt_all IS 'ntask: every attempt: the ended ones (ntask.attempt) and the running one of each leased task (from its task row; ended_at and result NULL)';
+
+-- the running attempts that reported progress (ntask_heartbeat progress =>
+-- ...), with its age; through task_lease_idx (leased rows only)
+CREATE VIEW ntask.task_progress AS
+SELECT t.task_id, t.queue, t.task_key, t.token, t.attempts AS attempt,
+	   t.lease_owner AS worker, t.lease_until, t.progress, t.progress_at,
+	   pg_catalog.now() OPERATOR(pg_catalog.-) t.progress_at AS progress_age
+FROM ntask.task t
+WHERE t.lease_until IS NOT NULL AND t.state OPERATOR(pg_catalog.=) 'leased'
+  AND t.progress IS NOT NULL;
+COMMENT ON VIEW ntask.task_progress IS 'ntask: the latest progress of each running attempt that reported one (ntask_heartbeat progress => ...), with its age';
 
 -- per queue: expired leases not yet taken over (a gauge) and the counters,
 -- monotonic across retention (attempts = claims that handed a task out)
@@ -814,12 +833,13 @@ CREATE FUNCTION @extschema@.ntask_enqueue(
 	payload jsonb DEFAULT '{}',
 	run_at timestamptz DEFAULT NULL,
 	partition_key text DEFAULT NULL,
-	priority integer DEFAULT 0)
+	priority integer DEFAULT 0,
+	traceparent text DEFAULT NULL)
 RETURNS TABLE (task_id bigint, created boolean, state text, outcome text, result jsonb)
 AS 'MODULE_PATHNAME', 'ntask_enqueue'
 LANGUAGE C VOLATILE;
-COMMENT ON FUNCTION @extschema@.ntask_enqueue(text, text, jsonb, timestamptz, text, integer) IS
-'ntask: idempotent enqueue on (queue, task_key); a duplicate returns the existing task with created = false and its outcome and stored result (after the producer right is checked), the same key with a different payload raises SQLSTATE NT001';
+COMMENT ON FUNCTION @extschema@.ntask_enqueue(text, text, jsonb, timestamptz, text, integer, text) IS
+'ntask: idempotent enqueue on (queue, task_key); a duplicate returns the existing task with created = false and its outcome and stored result (after the producer right is checked), the same key with a different payload raises SQLSTATE NT001; traceparent (else the setting ntask.traceparent) is a W3C trace context stored with the task';
 
 CREATE FUNCTION @extschema@.ntask_enqueue_many(
 	queue text,
@@ -827,12 +847,13 @@ CREATE FUNCTION @extschema@.ntask_enqueue_many(
 	payloads jsonb[],
 	run_at timestamptz DEFAULT NULL,
 	partition_keys text[] DEFAULT NULL,
-	priority integer DEFAULT 0)
+	priority integer DEFAULT 0,
+	traceparent text DEFAULT NULL)
 RETURNS TABLE (task_id bigint, created boolean, state text, outcome text, result jsonb)
 AS 'MODULE_PATHNAME', 'ntask_enqueue_many'
 LANGUAGE C VOLATILE;
-COMMENT ON FUNCTION @extschema@.ntask_enqueue_many(text, text[], jsonb[], timestamptz, text[], integer) IS
-'ntask: ntask_enqueue for each (task_keys[i], payloads[i], partition_keys[i]) in one statement; one row per element in input order; a key repeated in the call gives the same task (created only the first time), with a different payload NT001';
+COMMENT ON FUNCTION @extschema@.ntask_enqueue_many(text, text[], jsonb[], timestamptz, text[], integer, text) IS
+'ntask: ntask_enqueue for each (task_keys[i], payloads[i], partition_keys[i]) in one statement; one row per element in input order; a key repeated in the call gives the same task (created only the first time), with a different payload NT001; every new task gets the traceparent (else the setting ntask.traceparent)';
 
 CREATE FUNCTION @extschema@.ntask_result(queue text, task_key text)
 RETURNS TABLE (state text, outcome text, result jsonb, finished_at timestamptz)
@@ -852,21 +873,23 @@ CREATE FUNCTION @extschema@.ntask_claim(
 	wait interval DEFAULT NULL,
 	invoked boolean DEFAULT false)
 RETURNS TABLE (task_id bigint, task_key text, payload jsonb, attempt integer,
-			   token bigint, lease_until timestamptz, prior_outcome text)
+			   token bigint, lease_until timestamptz, prior_outcome text,
+			   context jsonb)
 AS 'MODULE_PATHNAME', 'ntask_claim'
 LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION @extschema@.ntask_claim(text, text, integer, interval, interval, boolean) IS
-'ntask: lease up to max_tasks due tasks (FOR UPDATE SKIP LOCKED), taking over expired leases; each gets a new fencing token and counts an attempt; tasks whose budget is spent go to repair_required instead; with wait, when nothing is due, sleeps until work of the queue is committed or comes due (at most wait, cut to ntask.max_wait), holding no lock; with invoked, each leased attempt is marked invoked in the same statement (as ntask_invoked)';
+'ntask: lease up to max_tasks due tasks (FOR UPDATE SKIP LOCKED), taking over expired leases; each gets a new fencing token and counts an attempt; tasks whose budget is spent go to repair_required instead; with wait, when nothing is due, sleeps until work of the queue is committed or comes due (at most wait, cut to ntask.max_wait), holding no lock; with invoked, each leased attempt is marked invoked in the same statement (as ntask_invoked); context is NULL or an object (traceparent: the enqueue''s trace context with a span id of this attempt)';
 
 CREATE FUNCTION @extschema@.ntask_heartbeat(
 	task_id bigint,
 	token bigint,
-	lease interval DEFAULT NULL)
+	lease interval DEFAULT NULL,
+	progress jsonb DEFAULT NULL)
 RETURNS timestamptz
 AS 'MODULE_PATHNAME', 'ntask_heartbeat'
 LANGUAGE C VOLATILE;
-COMMENT ON FUNCTION @extschema@.ntask_heartbeat(bigint, bigint, interval) IS
-'ntask: extend the lease of the current token; returns the new lease_until, or NULL when the token no longer holds the task';
+COMMENT ON FUNCTION @extschema@.ntask_heartbeat(bigint, bigint, interval, jsonb) IS
+'ntask: extend the lease of the current token, and with progress store it as the attempt''s latest progress (at most ntask.max_result_bytes); returns the new lease_until, or NULL when the token no longer holds the task (nothing is written)';
 
 CREATE FUNCTION @extschema@.ntask_invoked(task_id bigint, token bigint)
 RETURNS text
@@ -932,11 +955,12 @@ CREATE FUNCTION @extschema@.ntask_transition_and_claim(
 	result jsonb DEFAULT NULL)
 RETURNS TABLE (task_id bigint, task_key text, payload jsonb, attempt integer,
 			   token bigint, lease_until timestamptz, prior_outcome text,
-			   finish_result text, finish_state text, finish_run_at timestamptz)
+			   finish_result text, finish_state text, finish_run_at timestamptz,
+			   context jsonb)
 AS 'MODULE_PATHNAME', 'ntask_transition_and_claim'
 LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION @extschema@.ntask_transition_and_claim(bigint, bigint, text, text, text, integer, text, text, jsonb, timestamptz, text, interval, jsonb) IS
-'ntask: ntask_transition of the task a worker holds, then ntask_claim of the next, in one statement; every row carries the transition''s answer (finish_result, finish_state, finish_run_at), and when nothing is claimed one row with the claim columns NULL still does';
+'ntask: ntask_transition of the task a worker holds, then ntask_claim of the next, in one statement; every row carries the transition''s answer (finish_result, finish_state, finish_run_at), and when nothing is claimed one row with the claim columns NULL still does; context as ntask_claim''s';
 
 -- Repair and audited actions -----------------------------------------
 
@@ -953,6 +977,39 @@ AS 'MODULE_PATHNAME', 'ntask_cancel'
 LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION @extschema@.ntask_cancel(bigint, text, text) IS
 'ntask: audited cancel of an unfinished task; a leased task''s token becomes stale; returns applied or duplicate';
+
+CREATE FUNCTION @extschema@.ntask_bulk(
+	queue text,
+	action text,
+	actor text,
+	reason text,
+	filter jsonb DEFAULT '{}',
+	dry_run boolean DEFAULT false,
+	run_at timestamptz DEFAULT NULL,
+	max_tasks integer DEFAULT 1000)
+RETURNS TABLE (matched bigint, changed bigint, remaining bigint, audit_id bigint)
+AS 'MODULE_PATHNAME', 'ntask_bulk'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.ntask_bulk(text, text, text, text, jsonb, boolean, timestamptz, integer) IS
+'ntask: cancel, replay or reschedule the tasks of a queue that match filter (keys state, reason, error_class, key_prefix, partition_key, older_than, newer_than), at most max_tasks of them, locked in task_id order skipping rows locked by others; returns how many matched, how many it changed, how many more match (remaining) and its audit row; dry_run changes nothing';
+
+-- ntask_bulk until nothing remains, a commit after each chunk: CALL it
+-- outside a transaction block
+CREATE PROCEDURE @extschema@.ntask_bulk_all(
+	queue text,
+	action text,
+	actor text,
+	reason text,
+	filter jsonb DEFAULT '{}',
+	run_at timestamptz DEFAULT NULL,
+	max_tasks integer DEFAULT 1000,
+	INOUT changed bigint DEFAULT NULL,
+	INOUT remaining bigint DEFAULT NULL,
+	INOUT chunks integer DEFAULT NULL)
+AS 'MODULE_PATHNAME', 'ntask_bulk_all'
+LANGUAGE C;
+COMMENT ON PROCEDURE @extschema@.ntask_bulk_all(text, text, text, text, jsonb, timestamptz, integer, bigint, bigint, integer) IS
+'ntask: ntask_bulk in chunks of max_tasks with a commit after each, until nothing matching remains (or a chunk changes nothing: rows locked by others); CALL it outside a transaction block (25001 inside one); returns the total changed, what remains and the number of chunks';
 
 CREATE FUNCTION @extschema@.ntask_repair_assign(task_id bigint, owner text, next_action text)
 RETURNS void
@@ -1629,6 +1686,11 @@ BEGIN
 		WHEN 'skipped' THEN
 			format('skipped at %s by %s: %s', ntask.explain_ts(t.finished_at), fin_actor, t.reason)
 	END;
+	-- the holder's latest progress (ntask_heartbeat progress => ...)
+	IF t.state OPERATOR(pg_catalog.=) 'leased' AND t.progress IS NOT NULL THEN
+		words := words || format('; progress %s, reported %s ago', t.progress::text,
+								 ntask.explain_age(n OPERATOR(pg_catalog.-) t.progress_at));
+	END IF;
 	IF t.state OPERATOR(pg_catalog.=) ANY ('{ready,retry_wait}') THEN
 		IF prior IS NOT NULL THEN
 			words := words || '; ' || prior;
@@ -1692,11 +1754,12 @@ BEGIN
 		-- the enqueue
 		SELECT t.created_at AS at, 0 AS ord, 0::bigint AS tok, 'enqueued' AS event,
 			   NULL::bigint AS token, t.enqueued_by AS actor,
-			   format('queue %s, key %s, payload digest %s (digest v%s), priority %s%s%s',
+			   format('queue %s, key %s, payload digest %s (digest v%s), priority %s%s%s%s',
 					  t.queue, t.task_key,
 					  pg_catalog.encode(t.payload_digest, 'hex'), t.digest_version, t.priority,
 					  coalesce(', partition ' || t.partition_key, ''),
-					  CASE WHEN is_http THEN ', Idempotency-Key ' || t.task_key ELSE '' END) AS detail
+					  CASE WHEN is_http THEN ', Idempotency-Key ' || t.task_key ELSE '' END,
+					  coalesce(', traceparent ' || t.traceparent, '')) AS detail
 		UNION ALL
 		-- the payload itself, only when asked
 		SELECT t.created_at, 1, 0, 'payload', NULL, NULL, t.payload::text
@@ -1715,8 +1778,13 @@ BEGIN
 			   format('last heartbeat: lease until %s', ntask.explain_ts(t.lease_until))
 		WHERE t.state OPERATOR(pg_catalog.=) 'leased' AND t.updated_at OPERATOR(pg_catalog.>) a.claimed_at
 		UNION ALL
+		SELECT t.progress_at, 4, t.token, 'progress', t.token, t.lease_owner,
+			   format('progress (%s ago): %s', ntask.explain_age(n OPERATOR(pg_catalog.-) t.progress_at),
+					  t.progress::text)
+		WHERE t.state OPERATOR(pg_catalog.=) 'leased' AND t.progress IS NOT NULL
+		UNION ALL
 		SELECT x.ended_at, 6, x.token, 'ended', x.token, x.worker,
-			   format('attempt %s ended: %s%s%s, outcome %s%s%s%s',
+			   format('attempt %s ended: %s%s%s, outcome %s%s%s%s%s',
 					  x.attempt, x.result,
 					  CASE WHEN x.requested IS NOT NULL AND x.requested OPERATOR(pg_catalog.<>) x.result
 						   THEN ' (asked for ' || x.requested || ')' ELSE '' END,
@@ -1725,7 +1793,8 @@ BEGIN
 					  coalesce(' (' || x.outcome || ')', ''),
 					  coalesce(', retry at ' || ntask.explain_ts(x.retry_at), ''),
 					  coalesce(', ' || CASE WHEN x.detail ? 'http_status' THEN 'HTTP ' || (x.detail->>'http_status') || ' ' ELSE '' END
-							   || x.detail::text, ''))
+							   || x.detail::text, ''),
+					  coalesce(', last progress ' || x.progress::text, ''))
 		FROM ntask.attempt_all x WHERE x.task_id OPERATOR(pg_catalog.=) t.task_id AND x.ended_at IS NOT NULL
 		UNION ALL
 		-- receipts (the business commit)
@@ -1749,7 +1818,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION @extschema@.ntask_explain(bigint, boolean) IS
-'ntask: one time-ordered record of a task for on-call: first what it is waiting for, in words, then the enqueue, every attempt (claimed, invoked, ended with result, error class and stage, outcome known or unknown, HTTP status), receipts, audited replays, cancels, repair assignments and guard errors, and the end; the payload only with include_payload';
+'ntask: one time-ordered record of a task for on-call: first what it is waiting for, in words, then the enqueue (with its traceparent), every attempt (claimed, invoked, progress, ended with result, error class and stage, outcome known or unknown, HTTP status, last progress), receipts, audited replays, cancels, repair assignments and guard errors, and the end; the payload only with include_payload';
 
 -- Metrics ------------------------------------------------------------
 
@@ -2064,11 +2133,11 @@ REVOKE ALL ON FUNCTION
 	@extschema@.ntask_queue_set(text, integer, interval, interval, interval, interval, regprocedure, jsonb, interval, boolean, text, integer, integer, boolean, boolean, text, text, real, integer, interval),
 	@extschema@.ntask_queue_clear_guard(text),
 	@extschema@.ntask_queue_set_roles(text, regrole, regrole),
-	@extschema@.ntask_enqueue(text, text, jsonb, timestamptz, text, integer),
-	@extschema@.ntask_enqueue_many(text, text[], jsonb[], timestamptz, text[], integer),
+	@extschema@.ntask_enqueue(text, text, jsonb, timestamptz, text, integer, text),
+	@extschema@.ntask_enqueue_many(text, text[], jsonb[], timestamptz, text[], integer, text),
 	@extschema@.ntask_result(text, text),
 	@extschema@.ntask_claim(text, text, integer, interval, interval, boolean),
-	@extschema@.ntask_heartbeat(bigint, bigint, interval),
+	@extschema@.ntask_heartbeat(bigint, bigint, interval, jsonb),
 	@extschema@.ntask_invoked(bigint, bigint),
 	@extschema@.ntask_transition(bigint, bigint, text, text, jsonb, timestamptz, text, text, jsonb),
 	@extschema@.ntask_release(bigint, bigint, interval),
@@ -2077,6 +2146,7 @@ REVOKE ALL ON FUNCTION
 	@extschema@.ntask_replay(bigint, text, text),
 	@extschema@.ntask_cancel(bigint, text, text),
 	@extschema@.ntask_repair_assign(bigint, text, text),
+	@extschema@.ntask_bulk(text, text, text, text, jsonb, boolean, timestamptz, integer),
 	@extschema@.ntask_digest(jsonb, integer),
 	@extschema@.ntask_receipt(bigint, bigint, jsonb),
 	@extschema@.ntask_fence(text, bigint, jsonb),
@@ -2097,8 +2167,8 @@ REVOKE ALL ON FUNCTION
 FROM PUBLIC;
 
 GRANT EXECUTE ON FUNCTION
-	@extschema@.ntask_enqueue(text, text, jsonb, timestamptz, text, integer),
-	@extschema@.ntask_enqueue_many(text, text[], jsonb[], timestamptz, text[], integer),
+	@extschema@.ntask_enqueue(text, text, jsonb, timestamptz, text, integer, text),
+	@extschema@.ntask_enqueue_many(text, text[], jsonb[], timestamptz, text[], integer, text),
 	@extschema@.ntask_result(text, text),
 	@extschema@.ntask_saga_start(text, jsonb, text),
 	@extschema@.ntask_digest(jsonb, integer)
@@ -2106,7 +2176,7 @@ TO ntask_producer;
 
 GRANT EXECUTE ON FUNCTION
 	@extschema@.ntask_claim(text, text, integer, interval, interval, boolean),
-	@extschema@.ntask_heartbeat(bigint, bigint, interval),
+	@extschema@.ntask_heartbeat(bigint, bigint, interval, jsonb),
 	@extschema@.ntask_invoked(bigint, bigint),
 	@extschema@.ntask_transition(bigint, bigint, text, text, jsonb, timestamptz, text, text, jsonb),
 	@extschema@.ntask_release(bigint, bigint, interval),
@@ -2128,6 +2198,7 @@ GRANT EXECUTE ON FUNCTION
 	@extschema@.ntask_replay(bigint, text, text),
 	@extschema@.ntask_cancel(bigint, text, text),
 	@extschema@.ntask_repair_assign(bigint, text, text),
+	@extschema@.ntask_bulk(text, text, text, text, jsonb, boolean, timestamptz, integer),
 	@extschema@.ntask_fence_grant(text, regrole),
 	@extschema@.ntask_cron_next(text, timestamptz, text),
 	@extschema@.ntask_cron_prev(text, timestamptz, text),
@@ -2156,10 +2227,12 @@ GRANT SELECT ON
 	ntask.breaker,
 	ntask.queue_stats, ntask.repair_queue, ntask.attempt_all,
 	ntask.queue_metrics, ntask.partition_stats, ntask.breaker_stats,
-	ntask.saga_status, ntask.worker_stats, ntask.waiters
+	ntask.saga_status, ntask.worker_stats, ntask.waiters, ntask.task_progress
 TO ntask_admin;
 GRANT SELECT ON
 	ntask.queue_stats, ntask.queue_metrics, ntask.partition_stats,
 	ntask.breaker_stats, ntask.worker_stats, ntask.breaker
 TO ntask_monitor;
 REVOKE ALL ON ntask.shard_map FROM PUBLIC;
+REVOKE ALL ON PROCEDURE @extschema@.ntask_bulk_all(text, text, text, text, jsonb, timestamptz, integer, bigint, bigint, integer) FROM PUBLIC;
+GRANT EXECUTE ON PROCEDURE @extschema@.ntask_bulk_all(text, text, text, text, jsonb, timestamptz, integer, bigint, bigint, integer) TO ntask_admin;

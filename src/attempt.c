@@ -41,10 +41,10 @@ typedef enum AttCloseCol
 static NtaskPlan att_close_plan = {
 	"claim close expired attempts",
 	"INSERT INTO ntask.attempt AS a (task_id, shard, token, attempt, worker, claimed_at, "
-	"  invoked_at, ended_at, result, outcome_known) "
+	"  invoked_at, ended_at, result, outcome_known, progress) "
 	"SELECT t.task_id, t.shard, t.token, t.attempts, t.lease_owner, "
 	"  coalesce(t.claimed_at, t.updated_at), t.invoked_at, pg_catalog.statement_timestamp(), "
-	"  'lease_expired', (t.invoked_at IS NULL " NTASK_RECEIPT_OF("t") ") "
+	"  'lease_expired', (t.invoked_at IS NULL " NTASK_RECEIPT_OF("t") "), t.progress "
 	"FROM ntask.task t "
 	"WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1) " NTASK_SHARD_IS("t", "2")
 	"  AND t.state OPERATOR(pg_catalog.=) 'leased' "
@@ -73,11 +73,11 @@ static NtaskPlan att_finish_plan = {
 	"finish task",
 	"WITH closed AS ( "
 	"  INSERT INTO ntask.attempt AS a (task_id, shard, token, attempt, worker, claimed_at, "
-	"    invoked_at, ended_at, result, outcome_known) "
+	"    invoked_at, ended_at, result, outcome_known, progress) "
 	"  SELECT o.task_id, o.shard, o.token, o.attempts, o.lease_owner, "
 	"    coalesce(o.claimed_at, o.updated_at), o.invoked_at, "
 	"    pg_catalog.statement_timestamp(), $4, "
-	"    (o.invoked_at IS NULL " NTASK_RECEIPT_OF("o") ") "
+	"    (o.invoked_at IS NULL " NTASK_RECEIPT_OF("o") "), o.progress "
 	"  FROM ntask.task o "
 	"  WHERE o.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("o", "$1")
 	"    AND o.state OPERATOR(pg_catalog.=) 'leased' "

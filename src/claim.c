@@ -608,7 +608,17 @@ typedef enum ClaimLeaseArg
 	"      THEN t.last_error_stage ELSE 'lease_expired' END, " \
 	"    claimed_at = CASE WHEN " CLAIM_SPENT " THEN t.claimed_at ELSE $7 END, " \
 	"    invoked_at = CASE WHEN " CLAIM_SPENT " THEN t.invoked_at WHEN $10 THEN $7 END, " \
+	"    progress = NULL, progress_at = NULL, " \
 	"    updated_at = $7 "
+
+/*
+ * The lease statement's columns behind ClaimCol's CLAIM_COL_LEASED, for the
+ * context column (context.c): whether the task has any context, then what
+ * each key is built from.  A later key adds its column and a term of the
+ * first (docs/design.md "The claim's context column").
+ */
+#define CLAIM_CONTEXT_COLS(alias) \
+	alias "traceparent IS NOT NULL, " alias "traceparent"
 
 static NtaskPlan claim_lease_plan = {
 	"claim lease",
@@ -617,7 +627,7 @@ static NtaskPlan claim_lease_plan = {
 	CLAIM_LEASE_SET
 	"  WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1) " NTASK_SHARD_IS("t", "9")
 	"  RETURNING t.task_id, t.task_key, t.payload, t.attempts, t.token, "
-	"    t.lease_until, t.unknown_attempts, t.state, t.shard, "
+	"    t.lease_until, t.unknown_attempts, t.state, t.shard, t.traceparent, "
 	"    EXISTS (SELECT 1 FROM ntask.receipt r "
 	"            WHERE r.task_id OPERATOR(pg_catalog.=) t.task_id "
 	"              AND r.shard OPERATOR(pg_catalog.=) t.shard) AS committed "
@@ -625,7 +635,7 @@ static NtaskPlan claim_lease_plan = {
 	"SELECT u.task_id, u.task_key, u.payload, u.attempts, u.token, u.lease_until, "
 	"  CASE WHEN u.committed THEN 'committed' "
 	"    WHEN u.unknown_attempts OPERATOR(pg_catalog.>) 0 THEN 'unknown' END, "
-	"  u.state OPERATOR(pg_catalog.=) 'leased' "
+	"  u.state OPERATOR(pg_catalog.=) 'leased', " CLAIM_CONTEXT_COLS("u.") " "
 	"FROM upd u ORDER BY u.task_id",
 	CLAIM_LEASE_ARGS
 };
@@ -643,7 +653,7 @@ static NtaskPlan claim_lease_dist_plan = {
 	"WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1) " NTASK_SHARD_IS("t", "9")
 	"RETURNING t.task_id, t.task_key, t.payload, t.attempts, t.token, t.lease_until, "
 	"  CASE WHEN t.unknown_attempts OPERATOR(pg_catalog.>) 0 THEN 'unknown' END, "
-	"  t.state OPERATOR(pg_catalog.=) 'leased'",
+	"  t.state OPERATOR(pg_catalog.=) 'leased', " CLAIM_CONTEXT_COLS("t."),
 	CLAIM_LEASE_ARGS
 };
 
@@ -661,7 +671,8 @@ static NtaskPlan claim_receipts_plan = {
 
 /*
  * The columns of claim_lease_plan's result (and claim_lease_dist_plan's):
- * ntask_claim's columns, then whether the task was leased.
+ * ntask_claim's columns but context, then whether the task was leased,
+ * then CLAIM_CONTEXT_COLS (what claim_context builds context from).
  */
 typedef enum ClaimCol
 {
@@ -672,7 +683,9 @@ typedef enum ClaimCol
 	CLAIM_COL_TOKEN,
 	CLAIM_COL_LEASE_UNTIL,
 	CLAIM_COL_PRIOR_OUTCOME,
-	CLAIM_COL_LEASED			/* false: diverted to repair_required */
+	CLAIM_COL_LEASED,			/* false: diverted to repair_required */
+	CLAIM_COL_HAS_CONTEXT,		/* CLAIM_CONTEXT_COLS: any of the next */
+	CLAIM_COL_TRACEPARENT
 } ClaimCol;
 
 #define CLAIM_NCOLS CLAIM_COL_PRIOR_OUTCOME /* handed to the caller */
@@ -707,9 +720,9 @@ claim_mark_committed(SPITupleTable *rows, int nrows, int64 *rcpt, int nrcpt)
 		for (k = 0; k < nrcpt; k++)
 			if (rcpt[k] == id)
 			{
-				Datum		v[CLAIM_COL_LEASED];
-				bool		n[CLAIM_COL_LEASED];
-				bool		repl[CLAIM_COL_LEASED] = {0};
+				Datum		v[CLAIM_COL_TRACEPARENT];
+				bool		n[CLAIM_COL_TRACEPARENT];
+				bool		repl[CLAIM_COL_TRACEPARENT] = {0};
 
 				v[CLAIM_COL_PRIOR_OUTCOME - 1] = CStringGetTextDatum("committed");
 				n[CLAIM_COL_PRIOR_OUTCOME - 1] = false;
@@ -718,6 +731,22 @@ claim_mark_committed(SPITupleTable *rows, int nrows, int64 *rcpt, int nrcpt)
 				break;
 			}
 	}
+}
+
+/*
+ * claim_context
+ *		The context column of row r of the lease statement (ClaimCol), a
+ *		task that has some (CLAIM_COL_HAS_CONTEXT): context.c builds it.
+ */
+static Datum
+claim_context(int r, bool *isnull)
+{
+	NtaskContextIn in = {0};
+
+	in.task_id = NtaskGetInt64(r, CLAIM_COL_TASK_ID);
+	in.token = NtaskGetInt64(r, CLAIM_COL_TOKEN);
+	in.traceparent = NtaskGetCString(r, CLAIM_COL_TRACEPARENT);
+	return NtaskClaimContext(&in, isnull);
 }
 
 /*
@@ -1415,8 +1444,8 @@ claim_round(ClaimCall *call, int want, bool *more, int64 *lease_usecs,
 		}
 		for (r = 0; r < nrows; r++)
 		{
-			Datum		vals[CLAIM_NCOLS + CLAIM_MAX_EXTRA];
-			bool		nulls[CLAIM_NCOLS + CLAIM_MAX_EXTRA];
+			Datum		vals[CLAIM_NCOLS + CLAIM_MAX_EXTRA + 1];
+			bool		nulls[CLAIM_NCOLS + CLAIM_MAX_EXTRA + 1];
 			int			c;
 
 			if (!NtaskGetBool(r, CLAIM_COL_LEASED))
@@ -1428,6 +1457,12 @@ claim_round(ClaimCall *call, int want, bool *more, int64 *lease_usecs,
 				vals[CLAIM_NCOLS + c] = call->extra[c];
 				nulls[CLAIM_NCOLS + c] = call->extranulls[c];
 			}
+			/* the context column, last: one test for a task without one */
+			c = CLAIM_NCOLS + call->nextra;
+			vals[c] = (Datum) 0;
+			nulls[c] = true;
+			if (NtaskGetBool(r, CLAIM_COL_HAS_CONTEXT))
+				vals[c] = claim_context(r, &nulls[c]);
 			tuplestore_putvalues(call->rsinfo->setResult, call->rsinfo->setDesc,
 								 vals, nulls);
 			leased++;
@@ -1492,7 +1527,8 @@ NtaskClaimCallInit(ClaimCall *c, FunctionCallInfo fcinfo, ReturnSetInfo *rsinfo,
  *		c->max_tasks due tasks of c->queue to c->worker (c->lease: the
  *		caller's lease, or 0 for the queue's) and put one row per leased
  *		task into c->rsinfo's tuplestore, ntask_claim's columns followed by
- *		the c->nextra columns of c->extra (at most CLAIM_MAX_EXTRA).
+ *		the c->nextra columns of c->extra (at most CLAIM_MAX_EXTRA), then the
+ *		context column.
  *		Returns how many were leased; when that is more than zero, the
  *		commit is made durable.  Sets c's out fields.
  */

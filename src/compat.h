@@ -91,4 +91,11 @@ object_ownercheck(Oid classid, Oid objectid, Oid roleid)
 #define NtaskGucMalloc(size) malloc(size)
 #endif
 
+/* intervals can be infinite from 17 on */
+#if PG_VERSION_NUM >= 170000
+#define NtaskIntervalNotFinite(iv) INTERVAL_NOT_FINITE(iv)
+#else
+#define NtaskIntervalNotFinite(iv) false
+#endif
+
 #endif							/* NTASK_COMPAT_H */

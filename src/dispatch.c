@@ -88,6 +88,7 @@ typedef struct DqReq
 	int32		attempt;
 	char	   *task_key;
 	char	   *body;
+	char	   *traceparent;	/* this attempt's (the claim's context), or NULL */
 	DqKind		kind;
 	bool		confirmed;		/* ntask_invoked answered applied/duplicate */
 	bool		reconciled;		/* a reconcile GET answered 404 first */
@@ -253,7 +254,7 @@ NtaskDispatchInit(const char *schema)
 	old = MemoryContextSwitchTo(dq_cxt);
 	dq_claim_plan.sql = psprintf(
 		"SELECT c.task_id, c.task_key, c.payload::pg_catalog.text, c.attempt, c.token, "
-		"  c.prior_outcome "
+		"  c.prior_outcome, c.context OPERATOR(pg_catalog.->>) 'traceparent' "
 		"FROM %s.ntask_claim($1, '" DQ_WORKER_NAME "', $2, $3, invoked => $4) c", s);
 	dq_heartbeat_plan.sql = psprintf(
 		"SELECT %s.ntask_heartbeat($1, $2, $3) IS NOT NULL", s);
@@ -499,6 +500,7 @@ dq_claim_step(void *arg)
 		r->attempt = NtaskGetInt32(i, 4);
 		r->token = NtaskGetInt64(i, 5);
 		prior = NtaskGetCString(i, 6);
+		r->traceparent = NtaskGetCString(i, 7);
 		r->retry_after_s = -1;
 		MemoryContextSwitchTo(old);
 
@@ -784,6 +786,18 @@ dq_set_url(DqReq *r, const char *url)
 }
 
 /*
+ * dq_task_header
+ *		Whether a target's header line ("Name: value") is one the task sets
+ *		itself: traceparent, when the task has a trace context (a target's
+ *		own would make two).
+ */
+static bool
+dq_task_header(DqReq *r, const char *line)
+{
+	return r->traceparent != NULL && pg_strncasecmp(line, "traceparent:", 12) == 0;
+}
+
+/*
  * dq_start
  *		Build r's curl handle and add it to the multi handle.  False (and
  *		nothing started) if curl refuses; the caller drops r, whose lease
@@ -830,6 +844,10 @@ dq_start(DqReq *r)
 		char	   *key = psprintf("Idempotency-Key: %s", r->task_key);
 
 		r->hdrs = curl_slist_append(r->hdrs, key);
+		/* W3C Trace Context: the enqueue's trace, this attempt's span */
+		if (r->traceparent != NULL)
+			r->hdrs = curl_slist_append(r->hdrs,
+										psprintf("traceparent: %s", r->traceparent));
 		MemoryContextSwitchTo(old);
 	}
 	if (r->kind == DQ_SEND)
@@ -867,7 +885,8 @@ dq_start(DqReq *r)
 		if (!t->has_content_type)
 			r->hdrs = curl_slist_append(r->hdrs, "Content-Type: application/json");
 		for (i = 0; i < t->nheaders; i++)
-			r->hdrs = curl_slist_append(r->hdrs, t->headers[i]);
+			if (!dq_task_header(r, t->headers[i]))
+				r->hdrs = curl_slist_append(r->hdrs, t->headers[i]);
 		ok = ok && dq_set_url(r, t->url);
 		r->body_sent = 0;
 		DQ_SET(CURLOPT_POST, 1L);
@@ -880,7 +899,8 @@ dq_start(DqReq *r)
 	else
 	{
 		for (i = 0; i < t->nheaders; i++)
-			r->hdrs = curl_slist_append(r->hdrs, t->headers[i]);
+			if (!dq_task_header(r, t->headers[i]))
+				r->hdrs = curl_slist_append(r->hdrs, t->headers[i]);
 		ok = ok && dq_set_url(r, t->reconcile_url);
 		DQ_SET(CURLOPT_HTTPGET, 1L);
 	}

@@ -95,6 +95,7 @@ typedef enum EnqArg
 	ENQ_ARG_RUN_AT,				/* $8, NULL: now */
 	ENQ_ARG_CALLER,				/* $9, for the producer_role */
 	ENQ_ARG_SHARD,				/* $10 */
+	ENQ_ARG_TRACEPARENT,		/* $11, NULL: none */
 	ENQ_NARGS
 } EnqArg;
 
@@ -120,13 +121,13 @@ typedef enum EnqExistingCol
 #define ENQ_INSERT \
 	"INSERT INTO ntask.task AS t (task_id, shard, queue, task_key, payload, " \
 	"  payload_digest, digest_version, partition_key, priority, run_at, due_at, " \
-	"  max_attempts, deadline, ordered) " \
+	"  max_attempts, deadline, ordered, traceparent) " \
 	"OVERRIDING SYSTEM VALUE " \
 	"SELECT " ENQ_TASK_ID("$10") ", $10, q.queue, $2, $3, $4, $5, " ENQ_PARTITION("$6") ", $7, " \
 	"  coalesce($8, pg_catalog.statement_timestamp()), coalesce($8, pg_catalog.statement_timestamp()), " \
 	"  q.max_attempts, " \
 	"  GREATEST(pg_catalog.statement_timestamp(), $8) OPERATOR(pg_catalog.+) q.total_deadline, " \
-	"  " ENQ_ORDERED " " \
+	"  " ENQ_ORDERED ", $11 " \
 	"FROM ntask.queue q WHERE q.queue OPERATOR(pg_catalog.=) $1 " \
 	"  AND (q.producer_role IS NULL " \
 	"       OR pg_catalog.pg_has_role($9, q.producer_role, 'USAGE')) " \
@@ -137,7 +138,7 @@ static NtaskPlan enq_insert_plan = {
 	ENQ_INSERT
 	"RETURNING t.task_id, t.state, " ENQ_QUEUE_FLAGS,
 	ENQ_NARGS, {TEXTOID, TEXTOID, JSONBOID, BYTEAOID, INT2OID, TEXTOID, INT4OID,
-	TIMESTAMPTZOID, OIDOID, INT2OID}
+	TIMESTAMPTZOID, OIDOID, INT2OID, TEXTOID}
 };
 
 /*
@@ -150,7 +151,7 @@ static NtaskPlan enq_insert_dist_plan = {
 	"WITH ins AS (" ENQ_INSERT "RETURNING t.task_id, t.state) "
 	"SELECT ins.task_id, ins.state, " ENQ_QUEUE_FLAGS " FROM ins",
 	ENQ_NARGS, {TEXTOID, TEXTOID, JSONBOID, BYTEAOID, INT2OID, TEXTOID, INT4OID,
-	TIMESTAMPTZOID, OIDOID, INT2OID}
+	TIMESTAMPTZOID, OIDOID, INT2OID, TEXTOID}
 };
 
 static NtaskPlan enq_existing_plan = {
@@ -162,8 +163,42 @@ static NtaskPlan enq_existing_plan = {
 	"  AND t.task_key OPERATOR(pg_catalog.=) $2 "
 	"  AND t.shard OPERATOR(pg_catalog.=) $10",
 	ENQ_NARGS, {TEXTOID, TEXTOID, JSONBOID, BYTEAOID, INT2OID, TEXTOID, INT4OID,
-	TIMESTAMPTZOID, OIDOID, INT2OID}
+	TIMESTAMPTZOID, OIDOID, INT2OID, TEXTOID}
 };
+
+/*
+ * enq_traceparent
+ *		The trace context new tasks of this call are stored with: the
+ *		argument at argno when not NULL ('' for none), else the setting
+ *		ntask.traceparent ('' for none).  A malformed one is 22023.  Sets
+ *		*value and *null for the statement's $11.
+ */
+static void
+enq_traceparent(FunctionCallInfo fcinfo, int argno, Datum *value, char *null)
+{
+	const char *tp;
+	const char *why;
+
+	*null = 'n';
+	*value = (Datum) 0;
+	if (PG_NARGS() > argno && !PG_ARGISNULL(argno))
+	{
+		tp = text_to_cstring(PG_GETARG_TEXT_PP(argno));
+		if (tp[0] != '\0' && !NtaskTraceparentValid(tp, &why))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("ntask: traceparent \"%s\" is not a valid W3C trace context",
+							strlen(tp) > 80 ? psprintf("%.80s...", tp) : tp),
+					 errdetail("%s", why),
+					 errhint("Pass it as the traceparent header carries it, e.g. 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01, or NULL.")));
+	}
+	else
+		tp = ntask_traceparent;	/* checked by its check hook */
+	if (tp == NULL || tp[0] == '\0')
+		return;
+	*value = CStringGetTextDatum(tp);
+	*null = ' ';
+}
 
 /*
  * enq_wake_waiters
@@ -367,6 +402,7 @@ ntask_enqueue(PG_FUNCTION_ARGS)
 	values[ENQ_ARG_RUN_AT] = PG_ARGISNULL(3) ? (Datum) 0 : PG_GETARG_DATUM(3);
 	nulls[ENQ_ARG_RUN_AT] = PG_ARGISNULL(3) ? 'n' : ' ';
 	values[ENQ_ARG_CALLER] = ObjectIdGetDatum(NtaskCaller());
+	enq_traceparent(fcinfo, 6, &values[ENQ_ARG_TRACEPARENT], &nulls[ENQ_ARG_TRACEPARENT]);
 
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
@@ -438,13 +474,13 @@ ntask_enqueue(PG_FUNCTION_ARGS)
 #define ENQ_MANY_INSERT \
 	"INSERT INTO ntask.task AS t (task_id, shard, queue, task_key, payload, " \
 	"  payload_digest, digest_version, partition_key, priority, run_at, due_at, " \
-	"  max_attempts, deadline, ordered) " \
+	"  max_attempts, deadline, ordered, traceparent) " \
 	"OVERRIDING SYSTEM VALUE " \
 	"SELECT " ENQ_TASK_ID("i.s") ", i.s, q.queue, i.k, i.p, i.d, $5, " ENQ_PARTITION("i.pk") ", $7, " \
 	"  coalesce($8, pg_catalog.statement_timestamp()), coalesce($8, pg_catalog.statement_timestamp()), " \
 	"  q.max_attempts, " \
 	"  GREATEST(pg_catalog.statement_timestamp(), $8) OPERATOR(pg_catalog.+) q.total_deadline, " \
-	"  " ENQ_ORDERED " " \
+	"  " ENQ_ORDERED ", $11 " \
 	"FROM ntask.queue q, " \
 	"  ROWS FROM (pg_catalog.unnest($2), pg_catalog.unnest($3), " \
 	"             pg_catalog.unnest($4), pg_catalog.unnest($6), pg_catalog.unnest($10)) " \
@@ -469,7 +505,7 @@ static NtaskPlan enq_many_insert_plan = {
 	ENQ_MANY_INSERT
 	"RETURNING t.task_key, t.task_id, t.state, " ENQ_QUEUE_FLAGS,
 	ENQ_NARGS, {TEXTOID, TEXTARRAYOID, JSONBARRAYOID, BYTEAARRAYOID, INT2OID,
-	TEXTARRAYOID, INT4OID, TIMESTAMPTZOID, OIDOID, INT2ARRAYOID}
+	TEXTARRAYOID, INT4OID, TIMESTAMPTZOID, OIDOID, INT2ARRAYOID, TEXTOID}
 };
 
 /* the columns of enq_many_existing_plan (its parameters: EnqArg's first two) */
@@ -757,6 +793,7 @@ enq_many_round_dist(text *queue, EnqKey *bykey, int nkeys, EnqKey **pending,
 	vals[ENQ_ARG_PRIORITY] = args[ENQ_ARG_PRIORITY];
 	vals[ENQ_ARG_RUN_AT] = args[ENQ_ARG_RUN_AT];
 	vals[ENQ_ARG_CALLER] = args[ENQ_ARG_CALLER];
+	vals[ENQ_ARG_TRACEPARENT] = args[ENQ_ARG_TRACEPARENT];
 	for (i = 0; i < npending; i++)
 	{
 		EnqKey	   *k = pending[i];
@@ -922,6 +959,7 @@ ntask_enqueue_many(PG_FUNCTION_ARGS)
 	args[ENQ_ARG_RUN_AT] = PG_ARGISNULL(3) ? (Datum) 0 : PG_GETARG_DATUM(3);
 	argnulls[ENQ_ARG_RUN_AT] = PG_ARGISNULL(3) ? 'n' : ' ';
 	args[ENQ_ARG_CALLER] = ObjectIdGetDatum(NtaskCaller());
+	enq_traceparent(fcinfo, 6, &args[ENQ_ARG_TRACEPARENT], &argnulls[ENQ_ARG_TRACEPARENT]);
 
 	/*
 	 * A second round only runs if a task with one of the keys vanished

@@ -74,6 +74,29 @@ static NtaskPlan lease_heartbeat_plan = {
 };
 
 /*
+ * The heartbeat that reports progress ($6, checked against
+ * ntask.max_result_bytes): lease_heartbeat_plan that also stores it on the
+ * task row, fenced the same way (a stale token writes nothing).  A
+ * heartbeat without progress runs lease_heartbeat_plan, as before.
+ */
+static NtaskPlan lease_progress_plan = {
+	"heartbeat with progress",
+	"UPDATE ntask.task t SET "
+	"  lease_until = $5 OPERATOR(pg_catalog.+) coalesce($3, q.lease), "
+	"  due_at = $5 OPERATOR(pg_catalog.+) coalesce($3, q.lease), "
+	"  progress = $6, progress_at = $5, "
+	"  updated_at = $5 "
+	"FROM ntask.queue q "
+	"WHERE t.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("t", "$1")
+	"  AND t.token OPERATOR(pg_catalog.=) $2 "
+	"  AND t.state OPERATOR(pg_catalog.=) 'leased' "
+	"  AND q.queue OPERATOR(pg_catalog.=) t.queue "
+	"  AND " NTASK_WORKER_RIGHT_SUB("q", "4") " "
+	"RETURNING t.lease_until",
+	LEASE_HB_NARGS + 1, {INT8OID, INT8OID, INTERVALOID, OIDOID, TIMESTAMPTZOID, JSONBOID}
+};
+
+/*
  * The open attempt lives on the task row until it ends (write-once
  * ledger): invoked_at is set there, on the token's leased row.
  */
@@ -122,25 +145,42 @@ lease_check_token(int64 task_id, int64 token)
 }
 
 /*
- * ntask_heartbeat(task_id, token, lease DEFAULT NULL) RETURNS timestamptz
+ * ntask_heartbeat(task_id, token, lease DEFAULT NULL, progress DEFAULT NULL)
+ *		RETURNS timestamptz
  *		Extend the lease held by token to now() + lease (the queue's lease
- *		when NULL).  Returns the new lease_until, or NULL when token no
- *		longer holds the task (taken over, finished or canceled): the worker
- *		must stop.  A lease that expired but was not yet taken over is
- *		still the token's and is extended.
+ *		when NULL), and with progress store it as the attempt's latest
+ *		(progress, progress_at on the task row; at most
+ *		ntask.max_result_bytes, else 54000).  Returns the new lease_until,
+ *		or NULL when token no longer holds the task (taken over, finished
+ *		or canceled): the worker must stop, and nothing was written.  A
+ *		lease that expired but was not yet taken over is still the token's
+ *		and is extended.
  */
 Datum
 ntask_heartbeat(PG_FUNCTION_ARGS)
 {
 	int64		task_id = NtaskArgInt64(fcinfo, 0, "task_id");
 	int64		token = NtaskArgInt64(fcinfo, 1, "token");
-	Datum		values[LEASE_HB_NARGS];
-	char		nulls[LEASE_HB_NARGS];
+	Datum		values[LEASE_HB_NARGS + 1];
+	char		nulls[LEASE_HB_NARGS + 1];
 	TimestampTz result = 0;
 	bool		found;
+	bool		with_progress = PG_NARGS() > 3 && !PG_ARGISNULL(3);
 
 	if (!PG_ARGISNULL(2))
 		NtaskCheckPositiveInterval(PG_GETARG_INTERVAL_P(2), "lease");
+	if (with_progress)
+	{
+		Jsonb	   *p = PG_GETARG_JSONB_P(3);
+
+		if (VARSIZE(p) > (Size) ntask_max_result_bytes)
+			ereport(ERROR,
+					(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+					 errmsg("ntask: progress is %zu bytes, more than ntask.max_result_bytes (%d)",
+							(Size) VARSIZE(p), ntask_max_result_bytes),
+					 errhint("Report a small summary (counts, a phase); keep large data elsewhere.")));
+		values[LEASE_HB_NARGS] = JsonbPGetDatum(p);
+	}
 	memset(nulls, ' ', sizeof(nulls));
 	values[LEASE_HB_ARG_TASK_ID] = Int64GetDatum(task_id);
 	values[LEASE_HB_ARG_TOKEN] = Int64GetDatum(token);
@@ -150,8 +190,8 @@ ntask_heartbeat(PG_FUNCTION_ARGS)
 	values[LEASE_HB_ARG_NOW] = NtaskStatementTs();
 
 	SPI_connect();
-	found = NtaskExecPlan(&lease_heartbeat_plan, values, nulls,
-						  SPI_OK_UPDATE_RETURNING) == 1;
+	found = NtaskExecPlan(with_progress ? &lease_progress_plan : &lease_heartbeat_plan,
+						  values, nulls, SPI_OK_UPDATE_RETURNING) == 1;
 	if (found)
 	{
 		bool		isnull;
@@ -246,15 +286,15 @@ static NtaskPlan lease_release_plan = {
 	"                  AND " NTASK_WORKER_RIGHT("q", "4") ") "
 	"  RETURNING t.run_at, t.queue, t.task_id, t.shard, t.token, t.attempts, "
 	"    coalesce(o.claimed_at, o.updated_at) AS claimed_at, t.invoked_at, "
-	"    o.lease_owner AS worker "
+	"    o.lease_owner AS worker, o.progress "
 	"), att AS ( "
 	"  INSERT INTO ntask.attempt (task_id, shard, token, attempt, worker, claimed_at, "
-	"    invoked_at, ended_at, result, requested, outcome_known, retry_at) "
+	"    invoked_at, ended_at, result, requested, outcome_known, retry_at, progress) "
 	"  SELECT u.task_id, u.shard, u.token, u.attempts, u.worker, u.claimed_at, "
 	"    u.invoked_at, pg_catalog.statement_timestamp(), 'released', 'released', "
 	"    (u.invoked_at IS NULL OR EXISTS (SELECT 1 FROM ntask.receipt r "
 	"      WHERE r.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("r", "$1")
-	"        AND r.token OPERATOR(pg_catalog.=) $2)), u.run_at "
+	"        AND r.token OPERATOR(pg_catalog.=) $2)), u.run_at, u.progress "
 	"  FROM upd u "
 	") "
 	"SELECT upd.queue, upd.run_at FROM upd",

@@ -63,6 +63,9 @@ int			ntask_max_wait_ms = 30000;
 int			ntask_max_result_bytes = 65536;
 int			ntask_max_payload_bytes = 1024 * 1024;
 
+/* ntask.traceparent: the trace context of the session's enqueues ("": none) */
+char	   *ntask_traceparent = NULL;
+
 /* the sizes of flow control's shared-memory tables (limit.c, fair.c) */
 int			ntask_rate_limit_slots = 4096;
 int			ntask_fair_cursor_slots = 1024;
@@ -116,6 +119,80 @@ ntask_check_allowed_hosts(char **newval, void **extra, GucSource source)
 	ntask_hostlist_move(list, *extra);
 	free(list);
 	return true;
+}
+
+/*
+ * NtaskTraceparentValid
+ *		Whether tp is a W3C Trace Context traceparent ntask stores: version
+ *		00, a trace id of 32 lower-case hex digits not all zero, a parent id
+ *		of 16 not all zero, flags of 2, separated by '-' (55 characters).
+ *		Otherwise *why (when not NULL) says what is wrong, in a sentence.
+ */
+bool
+NtaskTraceparentValid(const char *tp, const char **why)
+{
+	static const struct
+	{
+		int			start;
+		int			len;
+		const char *name;
+	}			field[] = {{0, 2, "version"}, {3, 32, "trace id"}, {36, 16, "parent id"}, {53, 2, "flags"}};
+	const char *dummy;
+	int			f;
+
+	if (why == NULL)
+		why = &dummy;
+	if (strlen(tp) != NTASK_TRACEPARENT_LEN)
+	{
+		*why = "A traceparent is 55 characters: 00-<32 hex trace id>-<16 hex parent id>-<2 hex flags>.";
+		return false;
+	}
+	if (tp[2] != '-' || tp[35] != '-' || tp[52] != '-')
+	{
+		*why = "Its fields must be separated by \"-\" (00-<32 hex trace id>-<16 hex parent id>-<2 hex flags>).";
+		return false;
+	}
+	for (f = 0; f < (int) lengthof(field); f++)
+	{
+		bool		nonzero = false;
+		int			i;
+
+		for (i = field[f].start; i < field[f].start + field[f].len; i++)
+		{
+			char		c = tp[i];
+
+			if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')))
+			{
+				*why = psprintf("Its %s must be lower-case hex digits.", field[f].name);
+				return false;
+			}
+			nonzero |= c != '0';
+		}
+		if (f == 0 && strncmp(tp, "00", 2) != 0)
+		{
+			*why = "Only version 00 of W3C Trace Context is supported.";
+			return false;
+		}
+		if ((f == 1 || f == 2) && !nonzero)
+		{
+			*why = psprintf("Its %s must not be all zeros.", field[f].name);
+			return false;
+		}
+	}
+	return true;
+}
+
+/* ntask_check_traceparent: GUC check hook of ntask.traceparent ("" or valid) */
+static bool
+ntask_check_traceparent(char **newval, void **extra, GucSource source)
+{
+	const char *why;
+
+	if (*newval == NULL || (*newval)[0] == '\0' || NtaskTraceparentValid(*newval, &why))
+		return true;
+	GUC_check_errcode(ERRCODE_INVALID_PARAMETER_VALUE);
+	GUC_check_errdetail("%s", why);
+	return false;
 }
 
 /* ntask_assign_allowed_hosts: GUC assign hook, keeps the parsed list */
@@ -456,6 +533,17 @@ ntask_define_task_gucs(GucContext pm_context)
 							pm_context,
 							0,
 							NULL, NULL, NULL);
+
+	DefineCustomStringVariable("ntask.traceparent",
+							   "W3C Trace Context of the tasks this session enqueues.",
+							   "Stored with each task an ntask_enqueue or "
+							   "ntask_enqueue_many without a traceparent argument "
+							   "creates; empty: none.  Version 00, lower-case hex.",
+							   &ntask_traceparent,
+							   "",
+							   PGC_USERSET,
+							   0,
+							   ntask_check_traceparent, NULL, NULL);
 
 	DefineCustomIntVariable("ntask.max_payload_bytes",
 							"Largest task payload (ntask_enqueue, ntask_enqueue_many, saga steps, schedules).",

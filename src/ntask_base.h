@@ -83,6 +83,11 @@ extern int	ntask_max_result_bytes;
 extern int	ntask_rate_limit_slots;
 extern int	ntask_fair_cursor_slots;
 extern int	ntask_max_payload_bytes;
+extern char *ntask_traceparent;
+
+/* module.c: W3C Trace Context (version 00) */
+#define NTASK_TRACEPARENT_LEN	55
+extern bool NtaskTraceparentValid(const char *tp, const char **why);
 
 /*
  * A statement prepared once per backend with SPI_prepare + SPI_keepplan.

@@ -74,6 +74,22 @@ extern void NtaskCheckResult(Jsonb *jb, int element);
 extern Datum NtaskArgResult(FunctionCallInfo fcinfo, int argno, bool *isnull);
 
 /*
+ * context.c: the claim's context column.  What the lease statement
+ * returned for one leased task (NULL / 0: absent); issues 36.x add their
+ * keys' fields here.
+ */
+typedef struct NtaskContextIn
+{
+	int64		task_id;
+	int64		token;
+	const char *traceparent;	/* the enqueue's (task.traceparent) */
+} NtaskContextIn;
+
+extern Datum NtaskClaimContext(const NtaskContextIn *in, bool *isnull);
+extern uint64 NtaskSpanId(int64 task_id, int64 token);
+extern char *NtaskChildTraceparent(const char *tp, int64 task_id, int64 token);
+
+/*
  * attempt.c: the ledger.  NTASK_SHARD_IS: " AND <alias>.shard = $<n>", the
  * shard of a bigint[] of task ids of one shard (NtaskIdsShard), passed as
  * a parameter: Citus prunes to one shard only by a constant, not by an

@@ -26,8 +26,12 @@
 #include "ntask_api.h"
 
 #include "catalog/pg_type.h"
+#include "funcapi.h"
 #include "miscadmin.h"
+#include "nodes/parsenodes.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/json.h"
 
 PG_FUNCTION_INFO_V1(ntask_replay);
 PG_FUNCTION_INFO_V1(ntask_cancel);
@@ -123,6 +127,28 @@ rep_wrong_state(int64 task_id, const char *state, const char *action,
 
 
 /*
+ * rep_cancel
+ *		The body of ntask_cancel inside an SPI connection: lock the task,
+ *		cancel it when unfinished (closing a lease's attempt) and audit it.
+ *		Returns 'applied', or 'duplicate' when it was already canceled;
+ *		succeeded/skipped tasks raise NT002.  Shared with ntask_bulk.
+ */
+static const char *
+rep_cancel(int64 task_id, const char *actor, const char *reason)
+{
+	char	   *state = rep_lock(task_id);
+	char	   *queue = NtaskGetCString(0, REP_LOCK_QUEUE);
+
+	if (strcmp(state, "canceled") == 0)
+		return "duplicate";
+	if (strcmp(state, "succeeded") == 0 || strcmp(state, "skipped") == 0)
+		rep_wrong_state(task_id, state, "cancel", "unfinished or repair_required");
+	NtaskFinishTask(task_id, "canceled", reason, "canceled", NULL, NULL);
+	NtaskAudit(actor, "cancel", task_id, queue, reason, state, "canceled");
+	return "applied";
+}
+
+/*
  * ntask_cancel(task_id, actor, reason) RETURNS text
  *		Cancel an unfinished task (ready, retry_wait, leased or
  *		repair_required).  Returns 'applied', or 'duplicate' when it was
@@ -134,48 +160,31 @@ ntask_cancel(PG_FUNCTION_ARGS)
 	int64		task_id = NtaskArgInt64(fcinfo, 0, "task_id");
 	char	   *actor = text_to_cstring(NtaskArgText(fcinfo, 1, "actor", NTASK_MAX_NAME_LEN));
 	char	   *reason = text_to_cstring(NtaskArgText(fcinfo, 2, "reason", NTASK_MAX_REASON_LEN));
-	char	   *state;
-	char	   *queue;
-	const char *result = "applied";
+	const char *result;
 
 	SPI_connect();
-	state = rep_lock(task_id);
-	queue = NtaskGetCString(0, REP_LOCK_QUEUE);
-	if (strcmp(state, "canceled") == 0)
-		result = "duplicate";
-	else if (strcmp(state, "succeeded") == 0 || strcmp(state, "skipped") == 0)
-		rep_wrong_state(task_id, state, "cancel", "unfinished or repair_required");
-	else
-	{
-		NtaskFinishTask(task_id, "canceled", reason, "canceled", NULL, NULL);
-		NtaskAudit(actor, "cancel", task_id, queue, reason, state, "canceled");
-	}
+	result = rep_cancel(task_id, actor, reason);
 	SPI_finish();
 	PG_RETURN_TEXT_P(cstring_to_text(result));
 }
 
 /*
- * ntask_replay(task_id, actor, reason) RETURNS text
- *		Audited replay of a repair_required task.  The queue's guard runs
- *		first: skip/cancel finish the task instead (and say so).  Returns the
- *		task's new state: ready, skipped or canceled.  Other states: NT002.
+ * rep_replay
+ *		The body of ntask_replay inside an SPI connection: lock the task
+ *		(repair_required, else NT002), run the queue's guard (skip/cancel
+ *		finish the task instead), else grant a fresh budget and make it
+ *		ready; audited.  Returns the new state.  Shared with ntask_bulk.
  */
-Datum
-ntask_replay(PG_FUNCTION_ARGS)
+static const char *
+rep_replay(int64 task_id, const char *actor, const char *reason)
 {
-	int64		task_id = NtaskArgInt64(fcinfo, 0, "task_id");
-	char	   *actor = text_to_cstring(NtaskArgText(fcinfo, 1, "actor", NTASK_MAX_NAME_LEN));
-	char	   *reason = text_to_cstring(NtaskArgText(fcinfo, 2, "reason", NTASK_MAX_REASON_LEN));
-	char	   *state;
-	char	   *queue;
+	char	   *state = rep_lock(task_id);
+	char	   *queue = NtaskGetCString(0, REP_LOCK_QUEUE);
 	const char *to_state = "ready";
 	bool		isnull;
 	char	   *guard;
 	Datum		values[2];
 
-	SPI_connect();
-	state = rep_lock(task_id);
-	queue = NtaskGetCString(0, REP_LOCK_QUEUE);
 	if (strcmp(state, "repair_required") != 0)
 		rep_wrong_state(task_id, state, "replay", "repair_required");
 
@@ -207,6 +216,25 @@ ntask_replay(PG_FUNCTION_ARGS)
 		NtaskWakeWaitersAtCommit(queue, 1, 0);
 	}
 	NtaskAudit(actor, "replay", task_id, queue, reason, state, to_state);
+	return to_state;
+}
+
+/*
+ * ntask_replay(task_id, actor, reason) RETURNS text
+ *		Audited replay of a repair_required task.  The queue's guard runs
+ *		first: skip/cancel finish the task instead (and say so).  Returns the
+ *		task's new state: ready, skipped or canceled.  Other states: NT002.
+ */
+Datum
+ntask_replay(PG_FUNCTION_ARGS)
+{
+	int64		task_id = NtaskArgInt64(fcinfo, 0, "task_id");
+	char	   *actor = text_to_cstring(NtaskArgText(fcinfo, 1, "actor", NTASK_MAX_NAME_LEN));
+	char	   *reason = text_to_cstring(NtaskArgText(fcinfo, 2, "reason", NTASK_MAX_REASON_LEN));
+	const char *to_state;
+
+	SPI_connect();
+	to_state = rep_replay(task_id, actor, reason);
 	SPI_finish();
 	PG_RETURN_TEXT_P(cstring_to_text(to_state));
 }
@@ -241,4 +269,615 @@ ntask_repair_assign(PG_FUNCTION_ARGS)
 			   state, state);
 	SPI_finish();
 	PG_RETURN_VOID();
+}
+
+
+/* ---- ntask_bulk and ntask_bulk_all (issue 35.2) ---- */
+
+PG_FUNCTION_INFO_V1(ntask_bulk);
+PG_FUNCTION_INFO_V1(ntask_bulk_all);
+
+/*
+ * The parameters of bulk_count_plan and bulk_lock_plan: the queue, the
+ * states the action applies to (narrowed by the filter's), then one per
+ * filter key, NULL when the filter does not name it.
+ */
+typedef enum BulkArg
+{
+	BULK_ARG_QUEUE,				/* $1 */
+	BULK_ARG_STATES,			/* $2, text[] */
+	BULK_ARG_REASON,			/* $3 */
+	BULK_ARG_ERROR_CLASS,		/* $4 */
+	BULK_ARG_KEY_PREFIX,		/* $5 */
+	BULK_ARG_PARTITION_KEY,		/* $6 */
+	BULK_ARG_CREATED_BEFORE,	/* $7, now - older_than */
+	BULK_ARG_CREATED_AFTER,		/* $8, now - newer_than */
+	BULK_ARG_NOT_RUN_AT,		/* $9, reschedule: not already at run_at */
+	BULK_ARG_LIMIT,				/* $10, bulk_lock_plan only */
+	BULK_NARGS
+} BulkArg;
+
+#define BULK_ARG_TYPES \
+	BULK_NARGS, {TEXTOID, TEXTARRAYOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, \
+	TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT4OID}
+
+#define BULK_MATCH \
+	"FROM ntask.task t " \
+	"WHERE t.queue OPERATOR(pg_catalog.=) $1 " \
+	"  AND t.state OPERATOR(pg_catalog.=) ANY ($2) " \
+	"  AND ($3::pg_catalog.text IS NULL OR t.reason OPERATOR(pg_catalog.=) $3) " \
+	"  AND ($4::pg_catalog.text IS NULL OR t.last_error_class OPERATOR(pg_catalog.=) $4) " \
+	"  AND ($5::pg_catalog.text IS NULL OR pg_catalog.starts_with(t.task_key, $5)) " \
+	"  AND ($6::pg_catalog.text IS NULL OR t.partition_key OPERATOR(pg_catalog.=) $6) " \
+	"  AND ($7::pg_catalog.timestamptz IS NULL OR t.created_at OPERATOR(pg_catalog.<) $7) " \
+	"  AND ($8::pg_catalog.timestamptz IS NULL OR t.created_at OPERATOR(pg_catalog.>) $8) " \
+	"  AND ($9::pg_catalog.timestamptz IS NULL OR t.run_at OPERATOR(pg_catalog.<>) $9) "
+
+/* how many tasks match (no lock) */
+static NtaskPlan bulk_count_plan = {
+	"bulk count",
+	"SELECT pg_catalog.count(*) " BULK_MATCH
+	"  AND $10::pg_catalog.int4 IS NOT NULL",
+	BULK_ARG_TYPES
+};
+
+/*
+ * A chunk: at most $10 matching tasks, locked in task_id order (the lock
+ * order of docs/design.md), skipping rows another transaction holds (a
+ * holder's transition in flight): they stay matching, counted in
+ * remaining, so a bulk action never waits for a worker.
+ */
+static NtaskPlan bulk_lock_plan = {
+	"bulk lock",
+	"SELECT t.task_id " BULK_MATCH
+	"ORDER BY t.task_id LIMIT $10 FOR UPDATE OF t SKIP LOCKED",
+	BULK_ARG_TYPES
+};
+
+/* reschedule the locked tasks $1 to $2 (still ready or retry_wait) */
+static NtaskPlan bulk_reschedule_plan = {
+	"bulk reschedule",
+	"UPDATE ntask.task t SET run_at = $2, due_at = $2, "
+	"  updated_at = pg_catalog.statement_timestamp() "
+	"WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1) "
+	"  AND t.state OPERATOR(pg_catalog.=) ANY ('{ready,retry_wait}') "
+	"RETURNING t.task_id, t.state",
+	2, {INT8ARRAYOID, TIMESTAMPTZOID}
+};
+
+/* the call's own audit row: actor, action, queue, reason, detail */
+static NtaskPlan bulk_audit_plan = {
+	"bulk audit",
+	"INSERT INTO ntask.audit (actor, action, queue, reason, detail) "
+	"VALUES ($1, $2, $3, $4, $5) RETURNING audit_id",
+	5, {TEXTOID, TEXTOID, TEXTOID, TEXTOID, JSONBOID}
+};
+
+typedef enum BulkAction
+{
+	BULK_CANCEL,
+	BULK_REPLAY,
+	BULK_RESCHEDULE
+} BulkAction;
+
+/* the task states, and which each action applies to */
+static const struct
+{
+	const char *state;
+	bool		cancel;
+	bool		replay;
+	bool		reschedule;
+}			bulk_states[] = {
+	{"ready", true, false, true},
+	{"retry_wait", true, false, true},
+	{"leased", true, false, false},
+	{"repair_required", true, true, false},
+	{"succeeded", false, false, false},
+	{"canceled", false, false, false},
+	{"skipped", false, false, false},
+};
+
+/* one bulk call, its arguments checked */
+typedef struct BulkCall
+{
+	BulkAction	action;
+	const char *action_name;
+	char	   *queue;
+	char	   *actor;
+	char	   *reason;
+	Jsonb	   *filter;
+	bool		dry_run;
+	bool		has_run_at;
+	TimestampTz run_at;			/* reschedule: the new run_at */
+	int			max_tasks;
+	Datum		values[BULK_NARGS];
+	char		nulls[BULK_NARGS];
+} BulkCall;
+
+/* what one call did */
+typedef struct BulkOut
+{
+	int64		matched;
+	int64		changed;
+	int64		remaining;
+	int64		audit_id;
+} BulkOut;
+
+static bool
+bulk_applies(BulkAction a, int i)
+{
+	return a == BULK_CANCEL ? bulk_states[i].cancel :
+		a == BULK_REPLAY ? bulk_states[i].replay : bulk_states[i].reschedule;
+}
+
+pg_noreturn static void
+bulk_bad_filter(const char *key, const char *detail)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg("ntask: filter key \"%s\" %s", key, detail),
+			 errhint("filter keys: state (a state or an array of states), reason, error_class, key_prefix, partition_key (strings), older_than, newer_than (intervals as strings, e.g. \"1 hour\").")));
+}
+
+/* bulk_string: a filter value that must be a non-empty string */
+static char *
+bulk_string(const char *key, JsonbValue *v)
+{
+	if (v->type != jbvString)
+		bulk_bad_filter(key, "must be a string");
+	if (v->val.string.len == 0)
+		bulk_bad_filter(key, "must not be empty");
+	if (v->val.string.len > NTASK_MAX_REASON_LEN)
+		bulk_bad_filter(key, "is too long");
+	return pnstrdup(v->val.string.val, v->val.string.len);
+}
+
+/* the interval_in of bulk_interval, in a subtransaction */
+typedef struct BulkIntervalParse
+{
+	const char *text;
+	Interval   *iv;
+} BulkIntervalParse;
+
+static void
+bulk_interval_in(void *arg)
+{
+	BulkIntervalParse *p = (BulkIntervalParse *) arg;
+
+	p->iv = DatumGetIntervalP(DirectFunctionCall3(interval_in,
+												  CStringGetDatum(p->text),
+												  ObjectIdGetDatum(InvalidOid),
+												  Int32GetDatum(-1)));
+}
+
+/*
+ * bulk_interval
+ *		older_than / newer_than: a string holding a non-negative interval;
+ *		returns now - it, the created_at bound.
+ */
+static Datum
+bulk_interval(const char *key, JsonbValue *v, TimestampTz now)
+{
+	BulkIntervalParse p;
+	ErrorData  *edata;
+	Interval	zero = {0};
+
+	p.text = bulk_string(key, v);
+	if (!NtaskTrySubxact(bulk_interval_in, &p, &edata))
+		bulk_bad_filter(key, psprintf("is not an interval: %s", edata->message));
+	if (DatumGetBool(DirectFunctionCall2(interval_lt, IntervalPGetDatum(p.iv),
+										 IntervalPGetDatum(&zero))) ||
+		NtaskIntervalNotFinite(p.iv))
+		bulk_bad_filter(key, "must be a finite interval of zero or more");
+	return DirectFunctionCall2(timestamptz_mi_interval, TimestampTzGetDatum(now),
+							   IntervalPGetDatum(p.iv));
+}
+
+/*
+ * bulk_states_of
+ *		The filter's state value (a state or an array of states) into
+ *		want[] (indexes of bulk_states); each must be a known state the
+ *		action applies to.
+ */
+static void
+bulk_states_of(BulkCall *c, JsonbValue *v, bool *want)
+{
+	JsonbValue	one;
+	JsonbIterator *it = NULL;
+	JsonbIteratorToken tok;
+	int			n = 0;
+
+	if (v->type == jbvString)
+		one = *v;
+	else if (v->type == jbvBinary && JsonContainerIsArray(v->val.binary.data) &&
+			 !JsonContainerIsScalar(v->val.binary.data))
+		it = JsonbIteratorInit(v->val.binary.data);
+	else
+		bulk_bad_filter("state", "must be a state or an array of states");
+	for (;;)
+	{
+		JsonbValue *s = &one;
+		char	   *name;
+		int			i;
+
+		if (it != NULL)
+		{
+			tok = JsonbIteratorNext(&it, &one, true);
+			if (tok == WJB_DONE)
+				break;
+			if (tok != WJB_ELEM)
+				continue;
+		}
+		if (s->type != jbvString)
+			bulk_bad_filter("state", "must be a state or an array of states");
+		name = pnstrdup(s->val.string.val, s->val.string.len);
+		for (i = 0; i < (int) lengthof(bulk_states); i++)
+			if (strcmp(bulk_states[i].state, name) == 0)
+				break;
+		if (i == (int) lengthof(bulk_states))
+			bulk_bad_filter("state", psprintf("names an unknown state \"%s\"", name));
+		if (!bulk_applies(c->action, i))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("ntask: %s does not apply to tasks in state %s", c->action_name, name),
+					 errdetail("%s applies to %s.", c->action_name,
+							   c->action == BULK_CANCEL ? "ready, retry_wait, leased and repair_required tasks" :
+							   c->action == BULK_REPLAY ? "repair_required tasks" :
+							   "ready and retry_wait tasks")));
+		want[i] = true;
+		n++;
+		if (it == NULL)
+			break;
+	}
+	if (n == 0)
+		bulk_bad_filter("state", "must name at least one state");
+}
+
+/*
+ * bulk_parse_filter
+ *		Check the filter (an object of known keys, each of its type) and
+ *		set the statement's parameters from it.
+ */
+static void
+bulk_parse_filter(BulkCall *c, TimestampTz now)
+{
+	JsonbIterator *it;
+	JsonbIteratorToken tok;
+	JsonbValue	k;
+	JsonbValue	v;
+	bool		want[lengthof(bulk_states)] = {0};
+	bool		named_states = false;
+	Datum		states[lengthof(bulk_states)];
+	int			nstates = 0;
+	int			i;
+
+	if (!JB_ROOT_IS_OBJECT(c->filter) || JB_ROOT_IS_SCALAR(c->filter))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ntask: filter must be a JSON object"),
+				 errhint("For example '{\"state\": \"repair_required\", \"error_class\": \"transient\"}'; '{}' matches every task the action applies to.")));
+	memset(c->nulls, 'n', sizeof(c->nulls));
+	it = JsonbIteratorInit(&c->filter->root);
+	while ((tok = JsonbIteratorNext(&it, &k, true)) != WJB_DONE)
+	{
+		char	   *key;
+
+		if (tok != WJB_KEY)
+			continue;
+		key = pnstrdup(k.val.string.val, k.val.string.len);
+		tok = JsonbIteratorNext(&it, &v, true);
+		Assert(tok == WJB_VALUE);
+		if (strcmp(key, "state") == 0)
+		{
+			bulk_states_of(c, &v, want);
+			named_states = true;
+			continue;
+		}
+		if (v.type == jbvNull)
+			bulk_bad_filter(key, "must not be null (leave the key out)");
+		if (strcmp(key, "reason") == 0)
+			i = BULK_ARG_REASON;
+		else if (strcmp(key, "error_class") == 0)
+			i = BULK_ARG_ERROR_CLASS;
+		else if (strcmp(key, "key_prefix") == 0)
+			i = BULK_ARG_KEY_PREFIX;
+		else if (strcmp(key, "partition_key") == 0)
+			i = BULK_ARG_PARTITION_KEY;
+		else if (strcmp(key, "older_than") == 0)
+		{
+			c->values[BULK_ARG_CREATED_BEFORE] = bulk_interval(key, &v, now);
+			c->nulls[BULK_ARG_CREATED_BEFORE] = ' ';
+			continue;
+		}
+		else if (strcmp(key, "newer_than") == 0)
+		{
+			c->values[BULK_ARG_CREATED_AFTER] = bulk_interval(key, &v, now);
+			c->nulls[BULK_ARG_CREATED_AFTER] = ' ';
+			continue;
+		}
+		else
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("ntask: unknown filter key \"%s\"",
+							strlen(key) > 64 ? psprintf("%.64s...", key) : key),
+					 errhint("filter keys: state, reason, error_class, key_prefix, partition_key, older_than, newer_than.")));
+		c->values[i] = CStringGetTextDatum(bulk_string(key, &v));
+		c->nulls[i] = ' ';
+	}
+	for (i = 0; i < (int) lengthof(bulk_states); i++)
+		if (named_states ? want[i] : bulk_applies(c->action, i))
+			states[nstates++] = CStringGetTextDatum(bulk_states[i].state);
+	c->values[BULK_ARG_STATES] = PointerGetDatum(construct_array(states, nstates, TEXTOID,
+																 -1, false, TYPALIGN_INT));
+	c->nulls[BULK_ARG_STATES] = ' ';
+	if (c->action == BULK_RESCHEDULE)
+	{
+		c->values[BULK_ARG_NOT_RUN_AT] = TimestampTzGetDatum(c->run_at);
+		c->nulls[BULK_ARG_NOT_RUN_AT] = ' ';
+	}
+	c->values[BULK_ARG_LIMIT] = Int32GetDatum(c->max_tasks);
+	c->nulls[BULK_ARG_LIMIT] = ' ';
+}
+
+/*
+ * bulk_init
+ *		Read and check ntask_bulk's (or ntask_bulk_all's) arguments; the
+ *		positions of dry_run, run_at and max_tasks are given (dry_run < 0:
+ *		none).  The queue must exist (42704).  Runs inside SPI.
+ */
+static void
+bulk_init(BulkCall *c, FunctionCallInfo fcinfo, int a_dry_run, int a_run_at,
+		  int a_max_tasks, TimestampTz now)
+{
+	text	   *queue = NtaskArgText(fcinfo, 0, "queue", NTASK_MAX_QUEUE_LEN);
+	char	   *action = text_to_cstring(NtaskArgText(fcinfo, 1, "action", NTASK_MAX_NAME_LEN));
+
+	memset(c, 0, sizeof(BulkCall));
+	c->queue = text_to_cstring(queue);
+	c->actor = text_to_cstring(NtaskArgText(fcinfo, 2, "actor", NTASK_MAX_NAME_LEN));
+	c->reason = text_to_cstring(NtaskArgText(fcinfo, 3, "reason", NTASK_MAX_REASON_LEN));
+	c->filter = NtaskArgJsonb(fcinfo, 4, "filter");
+	if (strcmp(action, "cancel") == 0)
+		c->action = BULK_CANCEL;
+	else if (strcmp(action, "replay") == 0)
+		c->action = BULK_REPLAY;
+	else if (strcmp(action, "reschedule") == 0)
+		c->action = BULK_RESCHEDULE;
+	else
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ntask: unknown bulk action \"%s\"",
+						strlen(action) > 64 ? psprintf("%.64s...", action) : action),
+				 errhint("action is cancel, replay or reschedule.")));
+	c->action_name = c->action == BULK_CANCEL ? "cancel" :
+		c->action == BULK_REPLAY ? "replay" : "reschedule";
+	if (a_dry_run >= 0)
+	{
+		if (PG_ARGISNULL(a_dry_run))
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("ntask: dry_run must not be NULL")));
+		c->dry_run = PG_GETARG_BOOL(a_dry_run);
+	}
+	if (PG_ARGISNULL(a_max_tasks))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("ntask: max_tasks must not be NULL")));
+	c->max_tasks = PG_GETARG_INT32(a_max_tasks);
+	if (c->max_tasks < 1 || c->max_tasks > NTASK_MAX_BATCH)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ntask: max_tasks must be between 1 and %d", NTASK_MAX_BATCH)));
+	c->has_run_at = !PG_ARGISNULL(a_run_at);
+	if (c->has_run_at && c->action != BULK_RESCHEDULE)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ntask: run_at is for the action reschedule only")));
+	c->run_at = c->has_run_at ? PG_GETARG_TIMESTAMPTZ(a_run_at) : now;
+	if (TIMESTAMP_NOT_FINITE(c->run_at))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ntask: run_at must be a finite timestamp")));
+	NtaskCheckQueueRight(queue, false);	/* 42704 for an unknown queue */
+	bulk_parse_filter(c, now);
+	c->values[BULK_ARG_QUEUE] = PointerGetDatum(queue);
+	c->nulls[BULK_ARG_QUEUE] = ' ';
+}
+
+/* bulk_count: how many tasks match now */
+static int64
+bulk_count(BulkCall *c)
+{
+	bool		isnull;
+
+	NtaskExecPlan(&bulk_count_plan, c->values, c->nulls, SPI_OK_SELECT);
+	return DatumGetInt64(NtaskGetDatum(0, 1, &isnull));
+}
+
+/*
+ * bulk_chunk
+ *		One ntask_bulk call inside an SPI connection: count, lock a chunk,
+ *		act on each task as ntask_cancel / ntask_replay do (their audit row
+ *		each) or reschedule it, count what remains, and write the call's
+ *		audit row (filter, counts, dry_run).
+ */
+static void
+bulk_chunk(BulkCall *c, BulkOut *out)
+{
+	int64	   *ids;
+	int			n = 0;
+	int			i;
+	StringInfoData detail;
+
+	out->changed = 0;
+	out->matched = bulk_count(c);
+	if (!c->dry_run && out->matched > 0)
+	{
+		n = NtaskExecPlan(&bulk_lock_plan, c->values, c->nulls, SPI_OK_SELECT);
+		ids = palloc(sizeof(int64) * Max(n, 1));
+		for (i = 0; i < n; i++)
+			ids[i] = NtaskGetInt64(i, 1);
+		if (c->action == BULK_RESCHEDULE && n > 0)
+		{
+			Datum	   *d = palloc(sizeof(Datum) * n);
+			Datum		rv[2];
+			int			nrows;
+
+			for (i = 0; i < n; i++)
+				d[i] = Int64GetDatum(ids[i]);
+			rv[0] = NtaskInt8Array(d, n);
+			rv[1] = TimestampTzGetDatum(c->run_at);
+			nrows = NtaskExecPlan(&bulk_reschedule_plan, rv, NULL, SPI_OK_UPDATE_RETURNING);
+			{
+				SPITupleTable *rows = SPI_tuptable;
+
+				for (i = 0; i < nrows; i++)
+				{
+					char	   *state;
+
+					SPI_tuptable = rows;
+					state = NtaskGetCString(i, 2);
+					NtaskAudit(c->actor, "reschedule", NtaskGetInt64(i, 1), c->queue,
+							   c->reason, state, state);
+				}
+			}
+			out->changed = nrows;
+			if (nrows > 0)
+			{
+				NtaskWakeWorkerAtCommit();	/* it may be an http queue */
+				if (c->run_at <= GetCurrentStatementStartTimestamp())
+					NtaskWakeWaitersAtCommit(c->queue, nrows, 0);
+				else
+					NtaskWakeWaitersAtCommit(c->queue, 0, c->run_at);
+			}
+		}
+		else
+			for (i = 0; i < n; i++)
+			{
+				const char *r;
+
+				/* a connection per task: its rows (a payload each) go with it */
+				SPI_connect();
+				r = c->action == BULK_CANCEL ?
+					rep_cancel(ids[i], c->actor, c->reason) :
+					rep_replay(ids[i], c->actor, c->reason);
+				out->changed += strcmp(r, "duplicate") != 0;
+				SPI_finish();
+			}
+	}
+	out->remaining = out->changed > 0 ? bulk_count(c) : out->matched;
+	out->matched = Max(out->matched, out->changed);
+
+	initStringInfo(&detail);
+	appendStringInfo(&detail, "{\"filter\": %s, \"dry_run\": %s, \"matched\": " INT64_FORMAT
+					 ", \"changed\": " INT64_FORMAT ", \"remaining\": " INT64_FORMAT
+					 ", \"max_tasks\": %d",
+					 JsonbToCString(NULL, &c->filter->root, VARSIZE(c->filter)),
+					 c->dry_run ? "true" : "false", out->matched, out->changed,
+					 out->remaining, c->max_tasks);
+	if (c->action == BULK_RESCHEDULE)
+	{
+		appendStringInfoString(&detail, ", \"run_at\": ");
+		escape_json(&detail, timestamptz_to_str(c->run_at));
+	}
+	appendStringInfoChar(&detail, '}');
+	{
+		Datum		av[5];
+
+		av[0] = CStringGetTextDatum(c->actor);
+		av[1] = CStringGetTextDatum(psprintf("bulk_%s%s", c->action_name,
+											 c->dry_run ? "_dry_run" : ""));
+		av[2] = CStringGetTextDatum(c->queue);
+		av[3] = CStringGetTextDatum(c->reason);
+		av[4] = DirectFunctionCall1(jsonb_in, CStringGetDatum(detail.data));
+		NtaskExecPlan(&bulk_audit_plan, av, NULL, SPI_OK_INSERT_RETURNING);
+		out->audit_id = NtaskGetInt64(0, 1);
+	}
+}
+
+/*
+ * ntask_bulk(queue, action, actor, reason, filter, dry_run, run_at,
+ *			  max_tasks) RETURNS TABLE (matched, changed, remaining, audit_id)
+ *		Cancel, replay or reschedule (to run_at, NULL: now) at most
+ *		max_tasks tasks of queue that match filter; dry_run only counts.
+ *		Errors: unknown queue 42704; unknown action, filter key or state, a
+ *		filter value of the wrong type, a state the action does not apply
+ *		to, max_tasks outside 1..10000, run_at with another action 22023;
+ *		NULL arguments 22004; and what ntask_replay's guard raises.
+ */
+Datum
+ntask_bulk(PG_FUNCTION_ARGS)
+{
+	BulkCall	c;
+	BulkOut		out;
+	TupleDesc	tupdesc;
+	Datum		vals[4];
+	bool		nulls[4] = {false, false, false, false};
+
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "ntask: ntask_bulk must return a row");
+	tupdesc = BlessTupleDesc(tupdesc);
+	SPI_connect();
+	bulk_init(&c, fcinfo, 5, 6, 7, GetCurrentStatementStartTimestamp());
+	bulk_chunk(&c, &out);
+	SPI_finish();
+	vals[0] = Int64GetDatum(out.matched);
+	vals[1] = Int64GetDatum(out.changed);
+	vals[2] = Int64GetDatum(out.remaining);
+	vals[3] = Int64GetDatum(out.audit_id);
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, vals, nulls)));
+}
+
+/*
+ * CALL ntask_bulk_all(queue, action, actor, reason, filter, run_at,
+ *					   max_tasks, INOUT changed, INOUT remaining, INOUT chunks)
+ *		ntask_bulk again and again, committing after each chunk, until
+ *		nothing matching remains or a chunk changes nothing (the rest is
+ *		locked by others: remaining says how many).  A reschedule without
+ *		run_at moves every chunk to the CALL's start time (so a chunk does
+ *		not match again).  Only outside a transaction block (25001).
+ */
+Datum
+ntask_bulk_all(PG_FUNCTION_ARGS)
+{
+	BulkCall	c;
+	BulkOut		out;
+	int64		changed = 0;
+	int32		chunks = 0;
+	TupleDesc	tupdesc;
+	Datum		vals[3];
+	bool		nulls[3] = {false, false, false};
+	MemoryContext caller = CurrentMemoryContext;
+
+	if (fcinfo->context == NULL || !IsA(fcinfo->context, CallContext) ||
+		castNode(CallContext, fcinfo->context)->atomic)
+		ereport(ERROR,
+				(errcode(ERRCODE_ACTIVE_SQL_TRANSACTION),
+				 errmsg("ntask: ntask_bulk_all must be CALLed outside a transaction block"),
+				 errdetail("It commits after each chunk of max_tasks tasks."),
+				 errhint("CALL it on its own (autocommit), or call ntask_bulk once per chunk.")));
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "ntask: ntask_bulk_all must return a row");
+	tupdesc = BlessTupleDesc(tupdesc);
+
+	SPI_connect_ext(SPI_OPT_NONATOMIC);
+	bulk_init(&c, fcinfo, -1, 5, 6, GetCurrentStatementStartTimestamp());
+	for (;;)
+	{
+		CHECK_FOR_INTERRUPTS();
+		SPI_connect();			/* what a chunk read goes with it */
+		bulk_chunk(&c, &out);
+		SPI_finish();
+		changed += out.changed;
+		chunks++;
+		SPI_commit();
+		if (out.remaining == 0 || out.changed == 0)
+			break;
+	}
+	SPI_finish();
+	MemoryContextSwitchTo(caller);
+	vals[0] = Int64GetDatum(changed);
+	vals[1] = Int64GetDatum(out.remaining);
+	vals[2] = Int32GetDatum(chunks);
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, vals, nulls)));
 }

@@ -157,17 +157,17 @@ static NtaskPlan tr_apply_plan = {
 	"  RETURNING t.task_id, t.state, "
 	"    CASE WHEN t.due_at IS NOT NULL THEN t.run_at END AS run_at, "
 	"    t.shard, t.token, t.attempts, coalesce(o.claimed_at, o.updated_at) AS claimed_at, "
-	"    t.invoked_at, o.lease_owner AS worker, t.queue "
+	"    t.invoked_at, o.lease_owner AS worker, t.queue, o.progress "
 	"), att AS ( "
 	"  INSERT INTO ntask.attempt (task_id, shard, token, attempt, worker, claimed_at, "
 	"    invoked_at, ended_at, result, requested, error_class, error_stage, "
-	"    outcome_known, outcome, retry_at, detail) "
+	"    outcome_known, outcome, retry_at, detail, progress) "
 	"  SELECT u.task_id, u.shard, u.token, u.attempts, u.worker, u.claimed_at, "
 	"    u.invoked_at, pg_catalog.statement_timestamp(), $3, $4, $5, $6, "
 	"    CASE WHEN $7 THEN true ELSE EXISTS (SELECT 1 FROM ntask.receipt r "
 	"      WHERE r.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("r", "$1")
 	"        AND r.token OPERATOR(pg_catalog.=) $2) END, "
-	"    $8, $9, $10 "
+	"    $8, $9, $10, u.progress "
 	"  FROM upd u "
 	") "
 	"SELECT upd.state, upd.run_at, upd.queue FROM upd",
@@ -253,17 +253,17 @@ static NtaskPlan tr_many_plan = {
 	"                  AND " NTASK_WORKER_RIGHT("q", "11") ") "
 	"  RETURNING t.task_id, t.token, t.state, t.shard, t.attempts, "
 	"    coalesce(o.claimed_at, o.updated_at) AS claimed_at, t.invoked_at, "
-	"    o.lease_owner AS worker, t.queue "
+	"    o.lease_owner AS worker, t.queue, o.progress "
 	"), att AS ( "
 	"  INSERT INTO ntask.attempt (task_id, shard, token, attempt, worker, claimed_at, "
 	"    invoked_at, ended_at, result, requested, error_class, error_stage, "
-	"    outcome_known, outcome, retry_at, detail) "
+	"    outcome_known, outcome, retry_at, detail, progress) "
 	"  SELECT u.task_id, u.shard, u.token, u.attempts, u.worker, u.claimed_at, "
 	"    u.invoked_at, pg_catalog.statement_timestamp(), $3, $3, $4, $5, "
 	"    CASE WHEN $6 THEN true ELSE EXISTS (SELECT 1 FROM ntask.receipt r "
 	"      WHERE r.task_id OPERATOR(pg_catalog.=) u.task_id "
 	"        AND r.token OPERATOR(pg_catalog.=) u.token) END, "
-	"    $7, NULL, $8 "
+	"    $7, NULL, $8, u.progress "
 	"  FROM upd u "
 	") "
 	"SELECT upd.task_id, upd.state, upd.queue FROM upd",
@@ -1000,8 +1000,8 @@ ntask_transition_and_claim(PG_FUNCTION_ARGS)
 	cc.nextra = 3;
 	if (NtaskClaimInto(&cc) == 0)
 	{
-		Datum		out[10];
-		bool		outnulls[10];
+		Datum		out[11];
+		bool		outnulls[11];
 		int			k;
 
 		for (k = 0; k < 7; k++)
@@ -1014,6 +1014,8 @@ ntask_transition_and_claim(PG_FUNCTION_ARGS)
 			out[7 + k] = extra[k];
 			outnulls[7 + k] = extranulls[k];
 		}
+		out[10] = (Datum) 0;	/* context */
+		outnulls[10] = true;
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, outnulls);
 	}
 	SPI_finish();
