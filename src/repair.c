@@ -485,13 +485,17 @@ bulk_states_of(BulkCall *c, JsonbValue *v, bool *want)
 	JsonbValue	one;
 	JsonbIterator *it = NULL;
 	JsonbIteratorToken tok;
+	bool		array = false;
 	int			n = 0;
 
 	if (v->type == jbvString)
 		one = *v;
 	else if (v->type == jbvBinary && JsonContainerIsArray(v->val.binary.data) &&
 			 !JsonContainerIsScalar(v->val.binary.data))
+	{
 		it = JsonbIteratorInit(v->val.binary.data);
+		array = true;			/* (the iterator is NULL once done) */
+	}
 	else
 		bulk_bad_filter("state", "must be a state or an array of states");
 	for (;;)
@@ -500,7 +504,7 @@ bulk_states_of(BulkCall *c, JsonbValue *v, bool *want)
 		char	   *name;
 		int			i;
 
-		if (it != NULL)
+		if (array)
 		{
 			tok = JsonbIteratorNext(&it, &one, true);
 			if (tok == WJB_DONE)
@@ -526,7 +530,7 @@ bulk_states_of(BulkCall *c, JsonbValue *v, bool *want)
 							   "ready and retry_wait tasks")));
 		want[i] = true;
 		n++;
-		if (it == NULL)
+		if (!array)
 			break;
 	}
 	if (n == 0)
