@@ -19,6 +19,11 @@ SELECT task_id AS t2 FROM ntask_enqueue('tr', 't2', traceparent => '00-0af765191
 SELECT finish_result, task_key, context->>'traceparent' ~ '^00-0af7651916cd43dd8448eb211c80319c-[0-9a-f]{16}-00$' AS traced
 FROM ntask_transition_and_claim(:t1, 2, 'succeeded', 'tr', 'W2');
 SELECT finish_result, task_key, context FROM ntask_transition_and_claim(:t2, 1, 'succeeded', 'tr', 'W2');
+-- a trace context written into the table by hand is checked again: a
+-- malformed one hands nothing on
+SELECT task_id AS t3 FROM ntask_enqueue('tr', 't3') \gset
+UPDATE ntask.task SET traceparent = '00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01' WHERE task_id = :t3;
+SELECT task_key, context FROM ntask_claim('tr', 'W3');
 -- ntask_explain shows it
 SELECT detail ~ 'traceparent 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01' AS shown
 FROM ntask_explain(:t1) WHERE event = 'enqueued';

@@ -90,7 +90,8 @@ NtaskClaimContext(const NtaskContextIn *in, bool *isnull)
 	int			nkeys = 0;
 
 	(void) pushJsonbValue(&st, WJB_BEGIN_OBJECT, NULL);
-	if (in->traceparent != NULL && strlen(in->traceparent) == NTASK_TRACEPARENT_LEN)
+	/* as enqueue stored it; a row written by hand is checked again */
+	if (in->traceparent != NULL && NtaskTraceparentValid(in->traceparent, NULL))
 	{
 		ctx_add_string(&st, "traceparent",
 					   NtaskChildTraceparent(in->traceparent, in->task_id, in->token));
