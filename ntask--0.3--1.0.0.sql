@@ -827,3 +827,459 @@ BEGIN
 END $$;
 
 -- end of issue 32
+
+
+-- issue 35.1: pause and resume a queue; issue 35.5: a 429 that pauses its key
+
+ALTER TABLE ntask.queue
+	ADD COLUMN paused_at timestamptz,
+	ADD COLUMN paused_by text,
+	ADD COLUMN pause_reason text,
+	ADD COLUMN paused_until timestamptz,
+	ADD COLUMN on_rate_limited text NOT NULL DEFAULT 'retry'
+		CHECK (on_rate_limited IN ('retry', 'pause_key', 'pause_queue')),
+	ADD COLUMN keys_paused_until timestamptz;
+COMMENT ON COLUMN ntask.queue.paused_at IS 'set while an operator has paused the queue (ntask_queue_pause): no claim hands anything out';
+COMMENT ON COLUMN ntask.queue.paused_by IS 'who paused the queue (the actor of ntask_queue_pause)';
+COMMENT ON COLUMN ntask.queue.pause_reason IS 'why the queue was paused';
+COMMENT ON COLUMN ntask.queue.paused_until IS 'a pause that ends by itself: an http queue with on_rate_limited pause_queue got a 429/503 with Retry-After';
+COMMENT ON COLUMN ntask.queue.on_rate_limited IS 'http queues: what a 429 or 503 with Retry-After does: retry (the task only), pause_key (every task of its partition key until then), pause_queue (the whole queue until then)';
+COMMENT ON COLUMN ntask.queue.keys_paused_until IS 'the latest end of the queue''s key pauses (ntask.key_pause); the claim excludes paused keys only while it is in the future';
+
+CREATE TABLE ntask.key_pause (
+	queue			text COLLATE "C" NOT NULL REFERENCES ntask.queue ON DELETE CASCADE,
+	partition_key	text COLLATE "C" NOT NULL,
+	until			timestamptz NOT NULL,
+	reason			text NOT NULL,
+	set_at			timestamptz NOT NULL DEFAULT now(),
+	set_by			text NOT NULL,
+	shard			smallint NOT NULL DEFAULT 0,
+	PRIMARY KEY (queue, partition_key)
+);
+COMMENT ON TABLE ntask.key_pause IS 'ntask: partition keys of http queues held back until a provider''s Retry-After (on_rate_limited pause_key; written by the background worker)';
+SELECT pg_catalog.pg_extension_config_dump('ntask.key_pause', '');
+
+CREATE OR REPLACE VIEW ntask.queue_stats AS
+SELECT q.queue COLLATE "default" AS queue,
+	   coalesce(s.ready, 0) AS ready,
+	   coalesce(s.leased, 0) AS leased,
+	   coalesce(s.retry_wait, 0) AS retry_wait,
+	   coalesce(s.succeeded, 0) AS succeeded,
+	   coalesce(s.repair_required, 0) AS repair_required,
+	   coalesce(s.canceled, 0) AS canceled,
+	   coalesce(s.skipped, 0) AS skipped,
+	   pg_catalog.now() OPERATOR(pg_catalog.-) s.oldest_ready AS oldest_ready_age,
+	   pg_catalog.now() OPERATOR(pg_catalog.-) s.oldest_unfinished AS oldest_unfinished_age,
+	   coalesce(s.unknown_attempts, 0) AS unknown_attempts,
+	   coalesce(s.repair_required, 0) AS repair_count,
+	   q.paused_at IS NOT NULL
+		 OR coalesce(q.paused_until OPERATOR(pg_catalog.>) pg_catalog.now(), false) AS paused,
+	   q.paused_at, q.paused_by, q.pause_reason,
+	   CASE WHEN q.paused_until OPERATOR(pg_catalog.>) pg_catalog.now() THEN q.paused_until END AS paused_until,
+	   coalesce(kp.keys_paused, 0) AS keys_paused
+FROM ntask.queue q
+LEFT JOIN (
+	SELECT k.queue, count(*) AS keys_paused FROM ntask.key_pause k
+	WHERE k.until OPERATOR(pg_catalog.>) pg_catalog.now()
+	GROUP BY k.queue
+) kp ON kp.queue OPERATOR(pg_catalog.=) q.queue
+LEFT JOIN (
+	SELECT t.queue,
+		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'ready') AS ready,
+		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'leased') AS leased,
+		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'retry_wait') AS retry_wait,
+		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'succeeded') AS succeeded,
+		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'repair_required') AS repair_required,
+		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'canceled') AS canceled,
+		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'skipped') AS skipped,
+		   min(t.run_at) FILTER (WHERE t.state OPERATOR(pg_catalog.=) ANY ('{ready,retry_wait}')
+								 AND t.run_at OPERATOR(pg_catalog.<=) pg_catalog.now()) AS oldest_ready,
+		   min(t.created_at) FILTER (WHERE t.due_at IS NOT NULL) AS oldest_unfinished,
+		   sum(t.unknown_attempts) FILTER (WHERE t.state OPERATOR(pg_catalog.<>) ALL ('{succeeded,canceled,skipped}')) AS unknown_attempts
+	FROM ntask.task t
+	GROUP BY t.queue
+) s ON s.queue OPERATOR(pg_catalog.=) q.queue;
+COMMENT ON VIEW ntask.queue_stats IS 'ntask: per queue, tasks per state, oldest due-and-ready age, oldest unfinished age, attempts whose outcome is unknown of unfinished tasks (incl. repair_required), repair count, whether it is paused (by whom, since when, why, until when) and how many of its partition keys a rate limit holds back';
+
+CREATE OR REPLACE VIEW ntask.queue_metrics AS
+SELECT q.queue,
+	   coalesce(s.leases_expired, 0) AS leases_expired,
+	   coalesce(s.tasks, 0) OPERATOR(pg_catalog.+) coalesce(p.tasks, 0) AS enqueued_total,
+	   coalesce(s.attempts, 0) OPERATOR(pg_catalog.+) coalesce(p.attempts, 0) AS claims_total,
+	   coalesce(s.unknown_attempts, 0) OPERATOR(pg_catalog.+) coalesce(p.unknown_attempts, 0) AS unknown_outcomes_total,
+	   coalesce(s.succeeded, 0) OPERATOR(pg_catalog.+) coalesce(p.succeeded, 0) AS succeeded_total,
+	   coalesce(s.canceled, 0) OPERATOR(pg_catalog.+) coalesce(p.canceled, 0) AS canceled_total,
+	   coalesce(s.skipped, 0) OPERATOR(pg_catalog.+) coalesce(p.skipped, 0) AS skipped_total,
+	   CASE WHEN q.paused_at IS NOT NULL
+				 OR q.paused_until OPERATOR(pg_catalog.>) pg_catalog.now() THEN 1 ELSE 0 END AS paused,
+	   (SELECT count(*) FROM ntask.key_pause k
+		WHERE k.queue OPERATOR(pg_catalog.=) q.queue
+		  AND k.until OPERATOR(pg_catalog.>) pg_catalog.now()) AS keys_paused
+FROM ntask.queue q
+LEFT JOIN (
+	SELECT t.queue,
+		   count(*) AS tasks,
+		   sum(t.attempts) AS attempts,
+		   sum(t.unknown_attempts) AS unknown_attempts,
+		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'succeeded') AS succeeded,
+		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'canceled') AS canceled,
+		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'skipped') AS skipped,
+		   count(*) FILTER (WHERE t.lease_until OPERATOR(pg_catalog.<) pg_catalog.now()) AS leases_expired
+	FROM ntask.task t
+	GROUP BY t.queue
+) s ON s.queue OPERATOR(pg_catalog.=) q.queue
+LEFT JOIN ntask.queue_pruned p ON p.queue OPERATOR(pg_catalog.=) q.queue;
+COMMENT ON VIEW ntask.queue_metrics IS 'ntask: per queue, leases expired and not yet taken over, and counters that never go down (tasks deleted by retention still count): enqueued, claims (attempts handed out), attempts with an unknown outcome, succeeded, canceled, skipped; gauges paused (1 while paused) and keys_paused (partition keys a rate limit holds back)';
+
+-- on_rate_limited is appended to ntask_queue_set's arguments
+DROP FUNCTION @extschema@.ntask_queue_set(text, integer, interval, interval, interval, interval, regprocedure, jsonb, interval, boolean, text, integer, integer, boolean, boolean, text, text, real, integer, interval);
+CREATE FUNCTION @extschema@.ntask_queue_set(
+	queue text,
+	max_attempts integer DEFAULT NULL,
+	total_deadline interval DEFAULT NULL,
+	lease interval DEFAULT NULL,
+	backoff_base interval DEFAULT NULL,
+	backoff_max interval DEFAULT NULL,
+	guard regprocedure DEFAULT NULL,
+	target jsonb DEFAULT NULL,
+	retention interval DEFAULT NULL,
+	notify boolean DEFAULT NULL,
+	fairness text DEFAULT NULL,
+	max_inflight integer DEFAULT NULL,
+	partition_max_inflight integer DEFAULT NULL,
+	ordered boolean DEFAULT NULL,
+	ordered_skip_repair boolean DEFAULT NULL,
+	rate_limit text DEFAULT NULL,
+	partition_rate_limit text DEFAULT NULL,
+	retry_share real DEFAULT NULL,
+	breaker_failures integer DEFAULT NULL,
+	breaker_cooldown interval DEFAULT NULL,
+	on_rate_limited text DEFAULT NULL)
+RETURNS SETOF ntask.queue
+AS 'MODULE_PATHNAME', 'ntask_queue_set'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.ntask_queue_set(text, integer, interval, interval, interval, interval, regprocedure, jsonb, interval, boolean, text, integer, integer, boolean, boolean, text, text, real, integer, interval, text) IS
+'ntask: create or update a queue''s policy; NULL arguments keep the current value (or the default for a new queue); 0 (caps, breaker_failures) or ''none'' (rate limits) turns an option off, target => ''null'' (or ''{}'') removes the target; an http target''s hosts must be in ntask.http_allowed_hosts; on_rate_limited (http queues: retry, pause_key, pause_queue) says what a 429 or 503 with Retry-After does; returns the resulting row';
+
+CREATE FUNCTION @extschema@.ntask_queue_pause(queue text, actor text, reason text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'ntask_queue_pause'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.ntask_queue_pause(text, text, text) IS
+'ntask: pause a queue (audited, queue_pause): no claim (ntask_claim, ntask_transition_and_claim, the background worker''s dispatch) hands out its tasks until ntask_queue_resume; enqueues, schedules and leases already out go on; false (and nothing changes) when it is already paused';
+
+CREATE FUNCTION @extschema@.ntask_queue_resume(queue text, actor text, reason text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'ntask_queue_resume'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.ntask_queue_resume(text, text, text) IS
+'ntask: end a queue''s pause (audited, queue_resume): the operator''s, a rate limit''s (paused_until) and its key pauses; wakes its waiting claims at commit; false (and nothing changes) when nothing was paused';
+
+CREATE OR REPLACE FUNCTION @extschema@.ntask_explain(task_id bigint, include_payload boolean DEFAULT false)
+RETURNS TABLE (at timestamptz, event text, token bigint, actor text, detail text)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+	t ntask.task;
+	q ntask.queue;
+	a ntask.attempt_all;	-- the latest attempt, if any (the open one included)
+	n timestamptz := pg_catalog.now();
+	is_http boolean;
+	b ntask.breaker;		-- the queue's circuit breaker, if it has one
+	waiting text;			-- what a due task waits for
+	last_err text;
+	prior text;
+	words text;
+	fin_actor text;
+	fin_by text;
+BEGIN
+	IF ntask_explain.task_id IS NULL THEN
+		RAISE EXCEPTION 'ntask: task_id must not be NULL' USING ERRCODE = '22004';
+	END IF;
+	IF ntask_explain.include_payload IS NULL THEN
+		RAISE EXCEPTION 'ntask: include_payload must not be NULL' USING ERRCODE = '22004';
+	END IF;
+	SELECT * INTO t FROM ntask.task x WHERE x.task_id OPERATOR(pg_catalog.=) ntask_explain.task_id;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'ntask: task % does not exist', ntask_explain.task_id USING ERRCODE = 'P0002';
+	END IF;
+	SELECT * INTO q FROM ntask.queue x WHERE x.queue OPERATOR(pg_catalog.=) t.queue;
+	SELECT * INTO a FROM ntask.attempt_all x WHERE x.task_id OPERATOR(pg_catalog.=) t.task_id
+	ORDER BY x.token DESC LIMIT 1;
+	is_http := q.target->>'type' OPERATOR(pg_catalog.=) 'http';
+
+	-- what a due task waits for: a claim, or on an http queue whose circuit
+	-- breaker is not closed, the breaker (src/breaker.c: the worker claims
+	-- nothing of the queue while it is open, one probe when half open)
+	waiting := format('waiting for %s to claim it',
+					  CASE WHEN is_http THEN 'the background worker' ELSE 'a worker' END);
+	IF is_http AND q.breaker_failures IS NOT NULL THEN
+		SELECT * INTO b FROM ntask.breaker x WHERE x.queue OPERATOR(pg_catalog.=) t.queue;
+		IF b.state OPERATOR(pg_catalog.=) 'open' AND b.open_until OPERATOR(pg_catalog.>) n THEN
+			waiting := format('held by the circuit breaker of queue %s: open since %s after %s consecutive failures, open until %s (in %s); the background worker claims nothing of the queue until then, then sends one probe',
+							  t.queue, ntask.explain_ts(b.opened_at), b.failures,
+							  ntask.explain_ts(b.open_until), ntask.explain_age(b.open_until OPERATOR(pg_catalog.-) n));
+		ELSIF b.state OPERATOR(pg_catalog.=) 'open' THEN
+			waiting := format('held by the circuit breaker of queue %s: open until %s (passed %s ago); the background worker sends one probe of the queue at its next tick and the rest once the probe succeeds',
+							  t.queue, ntask.explain_ts(b.open_until), ntask.explain_age(n OPERATOR(pg_catalog.-) b.open_until));
+		ELSIF b.state OPERATOR(pg_catalog.=) 'half_open' THEN
+			waiting := format('held by the circuit breaker of queue %s: half open since %s; the background worker sends one probe of the queue and holds the rest until it succeeds',
+							  t.queue, ntask.explain_ts(b.changed_at));
+		END IF;
+	END IF;
+
+	-- the last error in words: class, then the HTTP status, curl's error or the stage
+	SELECT x.error_class || coalesce(' ' || coalesce('HTTP ' || (x.detail->>'http_status'),
+													  x.detail->>'curl_error', x.error_stage), '')
+	INTO last_err
+	FROM ntask.attempt_all x
+	WHERE x.task_id OPERATOR(pg_catalog.=) t.task_id AND x.error_class IS NOT NULL
+	ORDER BY x.token DESC LIMIT 1;
+
+	-- what the next claim will report as prior_outcome
+	-- (the same rule as ntask_claim's)
+	IF EXISTS (SELECT 1 FROM ntask.receipt r WHERE r.task_id OPERATOR(pg_catalog.=) t.task_id) THEN
+		prior := 'prior_outcome committed: a receipt exists, the next attempt must not redo the business write';
+	ELSIF t.unknown_attempts OPERATOR(pg_catalog.>) 0 THEN
+		-- on an http queue, what the worker does (dispatch.c dq_claim_step)
+		prior := format('prior_outcome unknown: %s earlier attempt(s) may have had an effect, %s',
+						t.unknown_attempts,
+						CASE WHEN NOT is_http THEN 'the next attempt reconciles first'
+							 WHEN q.target ? 'reconcile_url' THEN
+								 format('the background worker first asks the reconcile_url %s and sends again only if it answers 404',
+										q.target->>'reconcile_url')
+							 ELSE format('the target has no reconcile_url, so the background worker sends it again (%s with the same Idempotency-Key): the provider must deduplicate',
+										 coalesce(q.target->>'method', 'POST'))
+						END);
+	END IF;
+
+	-- who finished it: the worker whose attempt ended then, an audited
+	-- action, the guard (skip or cancel at claim), else ntask itself
+	-- (budget, deadline, lease expiry)
+	IF t.finished_at IS NOT NULL THEN
+		SELECT x.worker, 'attempt ' || x.attempt INTO fin_actor, fin_by FROM ntask.attempt_all x
+		WHERE x.task_id OPERATOR(pg_catalog.=) t.task_id AND x.ended_at OPERATOR(pg_catalog.=) t.finished_at
+		  AND x.requested IS NOT NULL AND x.requested OPERATOR(pg_catalog.<>) 'released'
+		ORDER BY x.token DESC LIMIT 1;
+		IF fin_actor IS NULL THEN
+			SELECT x.actor, 'ntask_' || x.action INTO fin_actor, fin_by FROM ntask.audit x
+			WHERE x.task_id OPERATOR(pg_catalog.=) t.task_id AND x.to_state OPERATOR(pg_catalog.=) t.state
+			ORDER BY x.audit_id DESC LIMIT 1;
+		END IF;
+		IF fin_actor IS NULL AND t.state OPERATOR(pg_catalog.=) ANY ('{skipped,canceled}') THEN
+			fin_actor := 'guard';
+			fin_by := 'the guard at claim';
+		END IF;
+		IF fin_actor IS NULL THEN
+			fin_actor := 'ntask';
+			fin_by := CASE WHEN t.reason OPERATOR(pg_catalog.=) ANY ('{budget_exhausted,deadline_exceeded}')
+						   THEN 'the budget check' ELSE 'ntask' END;
+		END IF;
+	END IF;
+
+	words := CASE t.state
+		WHEN 'ready' THEN
+			CASE WHEN t.run_at OPERATOR(pg_catalog.>) n THEN
+				format('ready, not due until %s (in %s); then attempt %s of %s',
+					   ntask.explain_ts(t.run_at), ntask.explain_age(t.run_at OPERATOR(pg_catalog.-) n),
+					   t.attempts + 1, t.max_attempts)
+			ELSE
+				format('ready since %s (%s), %s (attempt %s of %s)',
+					   ntask.explain_ts(t.run_at), ntask.explain_age(n OPERATOR(pg_catalog.-) t.run_at),
+					   waiting, t.attempts + 1, t.max_attempts)
+			END
+		WHEN 'retry_wait' THEN
+			CASE WHEN t.run_at OPERATOR(pg_catalog.>) n THEN
+				format('retry_wait until %s (in %s; attempt %s of %s, last error %s)',
+					   ntask.explain_ts(t.run_at), ntask.explain_age(t.run_at OPERATOR(pg_catalog.-) n),
+					   t.attempts + 1, t.max_attempts, coalesce(last_err, 'none recorded'))
+			ELSE
+				format('retry_wait, due since %s (%s), %s (attempt %s of %s, last error %s)',
+					   ntask.explain_ts(t.run_at), ntask.explain_age(n OPERATOR(pg_catalog.-) t.run_at),
+					   waiting, t.attempts + 1, t.max_attempts, coalesce(last_err, 'none recorded'))
+			END
+		WHEN 'leased' THEN
+			format('leased by %s until %s, %s (attempt %s of %s, token %s, %s)',
+				   t.lease_owner, ntask.explain_ts(t.lease_until),
+				   CASE
+					   WHEN t.lease_until OPERATOR(pg_catalog.<) n THEN
+						   format('not heartbeating: expired %s ago, the next claim or housekeeping takes it over',
+								  ntask.explain_age(n OPERATOR(pg_catalog.-) t.lease_until))
+					   WHEN t.updated_at OPERATOR(pg_catalog.>) a.claimed_at THEN
+						   format('heartbeating (last %s ago)', ntask.explain_age(n OPERATOR(pg_catalog.-) t.updated_at))
+					   ELSE
+						   format('not heartbeating (no heartbeat since the claim %s ago)',
+								  ntask.explain_age(n OPERATOR(pg_catalog.-) a.claimed_at))
+				   END,
+				   t.attempts, t.max_attempts, t.token,
+				   CASE WHEN a.invoked_at IS NULL THEN 'not invoked yet'
+						ELSE format('invoked %s ago: if it ends without a report its outcome is unknown',
+									ntask.explain_age(n OPERATOR(pg_catalog.-) a.invoked_at)) END)
+		WHEN 'repair_required' THEN
+			format('repair_required: %s, owner %s%s (%s of %s attempts, %s with unknown outcome)',
+				   t.reason, coalesce(t.repair_owner, 'none assigned'),
+				   coalesce(', next: ' || t.repair_next_action, ''),
+				   t.attempts, t.max_attempts,
+				   (SELECT count(*) FROM ntask.attempt_all x
+					WHERE x.task_id OPERATOR(pg_catalog.=) t.task_id AND NOT x.outcome_known))
+		WHEN 'succeeded' THEN
+			format('succeeded (%s) at %s after %s attempt(s): waiting for nothing',
+				   t.outcome, ntask.explain_ts(t.finished_at), t.attempts)
+		WHEN 'canceled' THEN
+			format('canceled at %s by %s: %s', ntask.explain_ts(t.finished_at), fin_actor, t.reason)
+		WHEN 'skipped' THEN
+			format('skipped at %s by %s: %s', ntask.explain_ts(t.finished_at), fin_actor, t.reason)
+	END;
+	IF t.state OPERATOR(pg_catalog.=) ANY ('{ready,retry_wait}') THEN
+		IF prior IS NOT NULL THEN
+			words := words || '; ' || prior;
+		END IF;
+		IF q.guard IS NOT NULL THEN
+			words := words || '; the guard ' || q.guard || ' decides at claim';
+		END IF;
+		-- a pause (issue 35.1, 35.5): the operator's, a rate limit's of the
+		-- queue, or of the task's key (on_rate_limited)
+		IF q.paused_at IS NOT NULL THEN
+			words := words || format('; held back: the queue is paused by %s since %s: %s',
+									 q.paused_by, ntask.explain_ts(q.paused_at), q.pause_reason);
+		ELSIF q.paused_until OPERATOR(pg_catalog.>) n THEN
+			words := words || format('; held back: the queue is paused until %s (in %s): a provider''s rate limit (HTTP 429 or 503 with Retry-After, on_rate_limited pause_queue)',
+									 ntask.explain_ts(q.paused_until), ntask.explain_age(q.paused_until OPERATOR(pg_catalog.-) n));
+		ELSIF q.keys_paused_until OPERATOR(pg_catalog.>) n AND t.partition_key IS NOT NULL THEN
+			words := words || coalesce((
+				SELECT format('; held back: its key %s is paused until %s (in %s): %s',
+							  k.partition_key, ntask.explain_ts(k.until),
+							  ntask.explain_age(k.until OPERATOR(pg_catalog.-) n), k.reason)
+				FROM ntask.key_pause k
+				WHERE k.queue OPERATOR(pg_catalog.=) t.queue
+				  AND k.partition_key OPERATOR(pg_catalog.=) t.partition_key
+				  AND k.until OPERATOR(pg_catalog.>) n), '');
+		END IF;
+		-- flow control (issue 13): what holds a due task back
+		IF t.run_at OPERATOR(pg_catalog.<=) n THEN
+			words := words || coalesce((
+				SELECT CASE
+					WHEN h.task_id IS NOT NULL THEN
+						format('; held back: behind task %s (%s, %s), the head of its key in an ordered queue',
+							   h.task_id, h.task_key, h.state)
+					WHEN q.partition_max_inflight IS NOT NULL
+						 AND l.key_n OPERATOR(pg_catalog.>=) q.partition_max_inflight THEN
+						format('; held back: its key has %s of %s leases in flight',
+							   l.key_n, q.partition_max_inflight)
+					WHEN q.max_inflight IS NOT NULL
+						 AND l.queue_n OPERATOR(pg_catalog.>=) q.max_inflight THEN
+						format('; held back: the queue has %s of %s leases in flight',
+							   l.queue_n, q.max_inflight)
+					WHEN q.rate_n IS NOT NULL OR q.partition_rate_n IS NOT NULL THEN
+						format('; the queue has a rate limit (%s): the next token %s',
+							   concat_ws(', ', q.rate_n || ' per ' || q.rate_per,
+										 q.partition_rate_n || ' per ' || q.partition_rate_per || ' per key'),
+							   CASE WHEN r.next_at IS NULL THEN 'is unknown (no shared memory)'
+									WHEN r.next_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp() THEN 'is free now'
+									ELSE 'comes in ' || ntask.explain_age(r.next_at OPERATOR(pg_catalog.-) pg_catalog.clock_timestamp()) END)
+					END
+				FROM (SELECT count(*) FILTER (WHERE x.partition_key IS NOT DISTINCT FROM t.partition_key) AS key_n,
+							 count(*) AS queue_n
+					  FROM ntask.task x
+					  WHERE x.queue OPERATOR(pg_catalog.=) t.queue AND x.state OPERATOR(pg_catalog.=) 'leased'
+						AND x.lease_until OPERATOR(pg_catalog.>) n) l
+				LEFT JOIN LATERAL (
+					SELECT x.task_id, x.task_key, x.state FROM ntask.task x
+					WHERE q.ordered AND x.queue OPERATOR(pg_catalog.=) t.queue
+					  AND x.partition_key OPERATOR(pg_catalog.=) t.partition_key AND x.ordered
+					  AND (x.due_at IS NOT NULL OR x.state OPERATOR(pg_catalog.=) 'repair_required')
+					  AND NOT (q.ordered_skip_repair AND x.state OPERATOR(pg_catalog.=) 'repair_required')
+					  AND x.task_id OPERATOR(pg_catalog.<) t.task_id
+					ORDER BY x.task_id LIMIT 1) h ON true
+				LEFT JOIN LATERAL (
+					SELECT ntask.limit_next(t.queue, t.partition_key,
+						coalesce(q.rate_n, 0),
+						coalesce((pg_catalog.date_part('epoch', q.rate_per) OPERATOR(pg_catalog.*) 1000000)::bigint, 0),
+						coalesce(q.partition_rate_n, 0),
+						coalesce((pg_catalog.date_part('epoch', q.partition_rate_per) OPERATOR(pg_catalog.*) 1000000)::bigint, 0)) AS next_at
+					WHERE q.rate_n IS NOT NULL OR q.partition_rate_n IS NOT NULL) r ON true), '');
+		END IF;
+		words := words || format('; deadline %s', ntask.explain_ts(t.deadline));
+	END IF;
+
+	at := n; event := 'now'; token := t.token; actor := NULL; detail := words;
+	RETURN NEXT;
+
+	RETURN QUERY
+	SELECT e.at, e.event, e.token, e.actor, e.detail
+	FROM (
+		-- the enqueue
+		SELECT t.created_at AS at, 0 AS ord, 0::bigint AS tok, 'enqueued' AS event,
+			   NULL::bigint AS token, t.enqueued_by AS actor,
+			   format('queue %s, key %s, payload digest %s (digest v%s), priority %s%s%s',
+					  t.queue, t.task_key,
+					  pg_catalog.encode(t.payload_digest, 'hex'), t.digest_version, t.priority,
+					  coalesce(', partition ' || t.partition_key, ''),
+					  CASE WHEN is_http THEN ', Idempotency-Key ' || t.task_key ELSE '' END) AS detail
+		UNION ALL
+		-- the payload itself, only when asked
+		SELECT t.created_at, 1, 0, 'payload', NULL, NULL, t.payload::text
+		WHERE ntask_explain.include_payload
+		UNION ALL
+		-- every attempt: claimed, invoked, ended
+		SELECT x.claimed_at, 2, x.token, 'claimed', x.token, x.worker,
+			   format('attempt %s of %s claimed', x.attempt, t.max_attempts)
+		FROM ntask.attempt_all x WHERE x.task_id OPERATOR(pg_catalog.=) t.task_id
+		UNION ALL
+		SELECT x.invoked_at, 3, x.token, 'invoked', x.token, x.worker,
+			   format('attempt %s invoked: about to call out', x.attempt)
+		FROM ntask.attempt_all x WHERE x.task_id OPERATOR(pg_catalog.=) t.task_id AND x.invoked_at IS NOT NULL
+		UNION ALL
+		SELECT t.updated_at, 4, t.token, 'heartbeat', t.token, t.lease_owner,
+			   format('last heartbeat: lease until %s', ntask.explain_ts(t.lease_until))
+		WHERE t.state OPERATOR(pg_catalog.=) 'leased' AND t.updated_at OPERATOR(pg_catalog.>) a.claimed_at
+		UNION ALL
+		SELECT x.ended_at, 6, x.token, 'ended', x.token, x.worker,
+			   format('attempt %s ended: %s%s%s, outcome %s%s%s%s',
+					  x.attempt, x.result,
+					  CASE WHEN x.requested IS NOT NULL AND x.requested OPERATOR(pg_catalog.<>) x.result
+						   THEN ' (asked for ' || x.requested || ')' ELSE '' END,
+					  coalesce(', error ' || x.error_class || coalesce(' at ' || x.error_stage, ''), ''),
+					  CASE WHEN x.outcome_known THEN 'known' ELSE 'unknown' END,
+					  coalesce(' (' || x.outcome || ')', ''),
+					  coalesce(', retry at ' || ntask.explain_ts(x.retry_at), ''),
+					  coalesce(', ' || CASE WHEN x.detail ? 'http_status' THEN 'HTTP ' || (x.detail->>'http_status') || ' ' ELSE '' END
+							   || x.detail::text, ''))
+		FROM ntask.attempt_all x WHERE x.task_id OPERATOR(pg_catalog.=) t.task_id AND x.ended_at IS NOT NULL
+		UNION ALL
+		-- receipts (the business commit)
+		SELECT r.committed_at, 5, r.token, 'receipt', r.token, r.db_user::text,
+			   format('receipt committed by token %s, content digest %s (digest v%s)',
+					  r.token, pg_catalog.encode(r.payload_digest, 'hex'), r.digest_version)
+		FROM ntask.receipt r WHERE r.task_id OPERATOR(pg_catalog.=) t.task_id
+		UNION ALL
+		-- audited actions: cancel, replay, repair_assign, guard_error
+		SELECT u.at, 7, u.audit_id, u.action, NULL, u.actor || CASE WHEN u.db_user::text OPERATOR(pg_catalog.<>) u.actor THEN ' (' || u.db_user || ')' ELSE '' END,
+			   format('%s%s: %s', u.action,
+					  coalesce(' ' || u.from_state || ' -> ' || u.to_state, ''), u.reason)
+		FROM ntask.audit u WHERE u.task_id OPERATOR(pg_catalog.=) t.task_id
+		UNION ALL
+		-- the end
+		SELECT t.finished_at, 8, 0, 'finished', t.token, fin_actor,
+			   format('%s by %s%s%s', t.state, fin_by, coalesce(': ' || t.reason, ''), coalesce(' (' || t.outcome || ')', ''))
+		WHERE t.finished_at IS NOT NULL
+	) e
+	ORDER BY e.at, e.ord, e.tok;
+END
+$$;
+
+REVOKE ALL ON FUNCTION
+	@extschema@.ntask_queue_set(text, integer, interval, interval, interval, interval, regprocedure, jsonb, interval, boolean, text, integer, integer, boolean, boolean, text, text, real, integer, interval, text),
+	@extschema@.ntask_queue_pause(text, text, text),
+	@extschema@.ntask_queue_resume(text, text, text)
+FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION
+	@extschema@.ntask_queue_set(text, integer, interval, interval, interval, interval, regprocedure, jsonb, interval, boolean, text, integer, integer, boolean, boolean, text, text, real, integer, interval, text),
+	@extschema@.ntask_queue_pause(text, text, text),
+	@extschema@.ntask_queue_resume(text, text, text)
+TO ntask_admin;
+GRANT SELECT ON ntask.key_pause TO ntask_admin, ntask_monitor;
+
+-- end of issue 35.1 and 35.5
