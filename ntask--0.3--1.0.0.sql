@@ -877,21 +877,6 @@ COMMENT ON COLUMN ntask.task.progress_at IS 'when progress was reported';
 ALTER TABLE ntask.attempt ADD COLUMN progress jsonb;
 COMMENT ON COLUMN ntask.attempt.progress IS 'the last progress the attempt reported (ntask_heartbeat progress => ...), copied from the task row when it ended';
 
--- every attempt, the ended ones and the running one of each leased task
-CREATE OR REPLACE VIEW ntask.attempt_all AS
-SELECT a.task_id, a.token, a.attempt, a.worker, a.claimed_at, a.invoked_at,
-	   a.ended_at, a.result, a.requested, a.error_class, a.error_stage,
-	   a.outcome_known, a.outcome, a.retry_at, a.detail, a.shard, a.progress
-FROM ntask.attempt a
-UNION ALL
-SELECT t.task_id, t.token, t.attempts, t.lease_owner,
-	   coalesce(t.claimed_at, t.updated_at), t.invoked_at,
-	   NULL::timestamptz, NULL::text, NULL::text, NULL::text, NULL::text,
-	   NULL::boolean, NULL::text, NULL::timestamptz, NULL::jsonb, t.shard, t.progress
-FROM ntask.task t
-WHERE t.state = 'leased';
-COMMENT ON VIEW ntask.attempt_all IS 'ntask: every attempt: the ended ones (ntask.attempt) and the running one of each leased task (from its task row; ended_at and result NULL)';
-
 -- the running attempts that reported progress (ntask_heartbeat progress =>
 -- ...), with its age; through task_lease_idx (leased rows only)
 CREATE VIEW ntask.task_progress AS
@@ -987,7 +972,98 @@ COMMENT ON FUNCTION @extschema@.ntask_claim(text, text, integer, interval, inter
 COMMENT ON FUNCTION @extschema@.ntask_transition_and_claim(bigint, bigint, text, text, text, integer, text, text, jsonb, timestamptz, text, interval, jsonb) IS
 'ntask: ntask_transition of the task a worker holds, then ntask_claim of the next, in one statement; every row carries the transition''s answer (finish_result, finish_state, finish_run_at), and when nothing is claimed one row with the claim columns NULL still does; context as ntask_claim''s';
 
--- ntask_explain shows the traceparent and the progress (35.3, 35.6)
+-- end of issue 35.6
+
+-- issue 35.1: pause and resume a queue; issue 35.5: a 429 that pauses its key
+
+ALTER TABLE ntask.queue
+	ADD COLUMN paused_at timestamptz,
+	ADD COLUMN paused_by text,
+	ADD COLUMN pause_reason text,
+	ADD COLUMN paused_until timestamptz,
+	ADD COLUMN on_rate_limited text NOT NULL DEFAULT 'retry'
+		CHECK (on_rate_limited IN ('retry', 'pause_key', 'pause_queue')),
+	ADD COLUMN keys_paused_until timestamptz;
+COMMENT ON COLUMN ntask.queue.paused_at IS 'set while an operator has paused the queue (ntask_queue_pause): no claim hands anything out';
+COMMENT ON COLUMN ntask.queue.paused_by IS 'who paused the queue (the actor of ntask_queue_pause)';
+COMMENT ON COLUMN ntask.queue.pause_reason IS 'why the queue was paused';
+COMMENT ON COLUMN ntask.queue.paused_until IS 'a pause that ends by itself: an http queue with on_rate_limited pause_queue got a 429/503 with Retry-After';
+COMMENT ON COLUMN ntask.queue.on_rate_limited IS 'http queues: what a 429 or 503 with Retry-After does: retry (the task only), pause_key (every task of its partition key until then), pause_queue (the whole queue until then)';
+COMMENT ON COLUMN ntask.queue.keys_paused_until IS 'the latest end of the queue''s key pauses (ntask.key_pause); the claim excludes paused keys only while it is in the future';
+
+CREATE TABLE ntask.key_pause (
+	queue			text COLLATE "C" NOT NULL REFERENCES ntask.queue ON DELETE CASCADE,
+	partition_key	text COLLATE "C" NOT NULL,
+	until			timestamptz NOT NULL,
+	reason			text NOT NULL,
+	set_at			timestamptz NOT NULL DEFAULT now(),
+	set_by			text NOT NULL,
+	shard			smallint NOT NULL DEFAULT 0,
+	PRIMARY KEY (queue, partition_key)
+);
+COMMENT ON TABLE ntask.key_pause IS 'ntask: partition keys of http queues held back until a provider''s Retry-After (on_rate_limited pause_key; written by the background worker)';
+SELECT pg_catalog.pg_extension_config_dump('ntask.key_pause', '');
+
+-- on_rate_limited is appended to ntask_queue_set's arguments
+DROP FUNCTION @extschema@.ntask_queue_set(text, integer, interval, interval, interval, interval, regprocedure, jsonb, interval, boolean, text, integer, integer, boolean, boolean, text, text, real, integer, interval);
+CREATE FUNCTION @extschema@.ntask_queue_set(
+	queue text,
+	max_attempts integer DEFAULT NULL,
+	total_deadline interval DEFAULT NULL,
+	lease interval DEFAULT NULL,
+	backoff_base interval DEFAULT NULL,
+	backoff_max interval DEFAULT NULL,
+	guard regprocedure DEFAULT NULL,
+	target jsonb DEFAULT NULL,
+	retention interval DEFAULT NULL,
+	notify boolean DEFAULT NULL,
+	fairness text DEFAULT NULL,
+	max_inflight integer DEFAULT NULL,
+	partition_max_inflight integer DEFAULT NULL,
+	ordered boolean DEFAULT NULL,
+	ordered_skip_repair boolean DEFAULT NULL,
+	rate_limit text DEFAULT NULL,
+	partition_rate_limit text DEFAULT NULL,
+	retry_share real DEFAULT NULL,
+	breaker_failures integer DEFAULT NULL,
+	breaker_cooldown interval DEFAULT NULL,
+	on_rate_limited text DEFAULT NULL)
+RETURNS SETOF ntask.queue
+AS 'MODULE_PATHNAME', 'ntask_queue_set'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.ntask_queue_set(text, integer, interval, interval, interval, interval, regprocedure, jsonb, interval, boolean, text, integer, integer, boolean, boolean, text, text, real, integer, interval, text) IS
+'ntask: create or update a queue''s policy; NULL arguments keep the current value (or the default for a new queue); 0 (caps, breaker_failures) or ''none'' (rate limits) turns an option off, target => ''null'' (or ''{}'') removes the target; an http target''s hosts must be in ntask.http_allowed_hosts; on_rate_limited (http queues: retry, pause_key, pause_queue) says what a 429 or 503 with Retry-After does; returns the resulting row';
+
+CREATE FUNCTION @extschema@.ntask_queue_pause(queue text, actor text, reason text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'ntask_queue_pause'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.ntask_queue_pause(text, text, text) IS
+'ntask: pause a queue (audited, queue_pause): no claim (ntask_claim, ntask_transition_and_claim, the background worker''s dispatch) hands out its tasks until ntask_queue_resume; enqueues, schedules and leases already out go on; false (and nothing changes) when it is already paused';
+
+CREATE FUNCTION @extschema@.ntask_queue_resume(queue text, actor text, reason text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'ntask_queue_resume'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.ntask_queue_resume(text, text, text) IS
+'ntask: end a queue''s pause (audited, queue_resume): the operator''s, a rate limit''s (paused_until) and its key pauses; wakes its waiting claims at commit; false (and nothing changes) when nothing was paused';
+
+REVOKE ALL ON FUNCTION
+	@extschema@.ntask_queue_set(text, integer, interval, interval, interval, interval, regprocedure, jsonb, interval, boolean, text, integer, integer, boolean, boolean, text, text, real, integer, interval, text),
+	@extschema@.ntask_queue_pause(text, text, text),
+	@extschema@.ntask_queue_resume(text, text, text)
+FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION
+	@extschema@.ntask_queue_set(text, integer, interval, interval, interval, interval, regprocedure, jsonb, interval, boolean, text, integer, integer, boolean, boolean, text, text, real, integer, interval, text),
+	@extschema@.ntask_queue_pause(text, text, text),
+	@extschema@.ntask_queue_resume(text, text, text)
+TO ntask_admin;
+GRANT SELECT ON ntask.key_pause TO ntask_admin, ntask_monitor;
+
+-- end of issue 35.1 and 35.5
+
+-- 1.0.0: the objects several changes of issues 35 and 36 redefine, as
+-- ntask--1.0.0.sql has them (regress upgrade compares the two)
 CREATE OR REPLACE FUNCTION @extschema@.ntask_explain(task_id bigint, include_payload boolean DEFAULT false)
 RETURNS TABLE (at timestamptz, event text, token bigint, actor text, detail text)
 LANGUAGE plpgsql STABLE
@@ -1157,6 +1233,24 @@ BEGIN
 		IF q.guard IS NOT NULL THEN
 			words := words || '; the guard ' || q.guard || ' decides at claim';
 		END IF;
+		-- a pause (issue 35.1, 35.5): the operator's, a rate limit's of the
+		-- queue, or of the task's key (on_rate_limited)
+		IF q.paused_at IS NOT NULL THEN
+			words := words || format('; held back: the queue is paused by %s since %s: %s',
+									 q.paused_by, ntask.explain_ts(q.paused_at), q.pause_reason);
+		ELSIF q.paused_until OPERATOR(pg_catalog.>) n THEN
+			words := words || format('; held back: the queue is paused until %s (in %s): a provider''s rate limit (HTTP 429 or 503 with Retry-After, on_rate_limited pause_queue)',
+									 ntask.explain_ts(q.paused_until), ntask.explain_age(q.paused_until OPERATOR(pg_catalog.-) n));
+		ELSIF q.keys_paused_until OPERATOR(pg_catalog.>) n AND t.partition_key IS NOT NULL THEN
+			words := words || coalesce((
+				SELECT format('; held back: its key %s is paused until %s (in %s): %s',
+							  k.partition_key, ntask.explain_ts(k.until),
+							  ntask.explain_age(k.until OPERATOR(pg_catalog.-) n), k.reason)
+				FROM ntask.key_pause k
+				WHERE k.queue OPERATOR(pg_catalog.=) t.queue
+				  AND k.partition_key OPERATOR(pg_catalog.=) t.partition_key
+				  AND k.until OPERATOR(pg_catalog.>) n), '');
+		END IF;
 		-- flow control (issue 13): what holds a due task back
 		IF t.run_at OPERATOR(pg_catalog.<=) n THEN
 			words := words || coalesce((
@@ -1276,7 +1370,95 @@ BEGIN
 	ORDER BY e.at, e.ord, e.tok;
 END
 $$;
+
 COMMENT ON FUNCTION @extschema@.ntask_explain(bigint, boolean) IS
 'ntask: one time-ordered record of a task for on-call: first what it is waiting for, in words, then the enqueue (with its traceparent), every attempt (claimed, invoked, progress, ended with result, error class and stage, outcome known or unknown, HTTP status, last progress), receipts, audited replays, cancels, repair assignments and guard errors, and the end; the payload only with include_payload';
 
--- end of issue 35.6
+CREATE OR REPLACE VIEW ntask.queue_stats AS
+SELECT q.queue COLLATE "default" AS queue,
+	   coalesce(s.ready, 0) AS ready,
+	   coalesce(s.leased, 0) AS leased,
+	   coalesce(s.retry_wait, 0) AS retry_wait,
+	   coalesce(s.succeeded, 0) AS succeeded,
+	   coalesce(s.repair_required, 0) AS repair_required,
+	   coalesce(s.canceled, 0) AS canceled,
+	   coalesce(s.skipped, 0) AS skipped,
+	   pg_catalog.now() OPERATOR(pg_catalog.-) s.oldest_ready AS oldest_ready_age,
+	   pg_catalog.now() OPERATOR(pg_catalog.-) s.oldest_unfinished AS oldest_unfinished_age,
+	   coalesce(s.unknown_attempts, 0) AS unknown_attempts,
+	   coalesce(s.repair_required, 0) AS repair_count,
+	   q.paused_at IS NOT NULL
+		 OR coalesce(q.paused_until OPERATOR(pg_catalog.>) pg_catalog.now(), false) AS paused,
+	   q.paused_at, q.paused_by, q.pause_reason,
+	   CASE WHEN q.paused_until OPERATOR(pg_catalog.>) pg_catalog.now() THEN q.paused_until END AS paused_until,
+	   coalesce(kp.keys_paused, 0) AS keys_paused
+FROM ntask.queue q
+LEFT JOIN (
+	SELECT k.queue, count(*) AS keys_paused FROM ntask.key_pause k
+	WHERE k.until OPERATOR(pg_catalog.>) pg_catalog.now()
+	GROUP BY k.queue
+) kp ON kp.queue OPERATOR(pg_catalog.=) q.queue
+LEFT JOIN (
+	SELECT t.queue,
+		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'ready') AS ready,
+		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'leased') AS leased,
+		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'retry_wait') AS retry_wait,
+		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'succeeded') AS succeeded,
+		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'repair_required') AS repair_required,
+		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'canceled') AS canceled,
+		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'skipped') AS skipped,
+		   min(t.run_at) FILTER (WHERE t.state OPERATOR(pg_catalog.=) ANY ('{ready,retry_wait}')
+								 AND t.run_at OPERATOR(pg_catalog.<=) pg_catalog.now()) AS oldest_ready,
+		   min(t.created_at) FILTER (WHERE t.due_at IS NOT NULL) AS oldest_unfinished,
+		   sum(t.unknown_attempts) FILTER (WHERE t.state OPERATOR(pg_catalog.<>) ALL ('{succeeded,canceled,skipped}')) AS unknown_attempts
+	FROM ntask.task t
+	GROUP BY t.queue
+) s ON s.queue OPERATOR(pg_catalog.=) q.queue;
+
+COMMENT ON VIEW ntask.queue_stats IS 'ntask: per queue, tasks per state, oldest due-and-ready age, oldest unfinished age, attempts whose outcome is unknown of unfinished tasks (incl. repair_required), repair count, whether it is paused (by whom, since when, why, until when) and how many of its partition keys a rate limit holds back';
+
+CREATE OR REPLACE VIEW ntask.queue_metrics AS
+SELECT q.queue,
+	   coalesce(s.leases_expired, 0) AS leases_expired,
+	   coalesce(s.tasks, 0) OPERATOR(pg_catalog.+) coalesce(p.tasks, 0) AS enqueued_total,
+	   coalesce(s.attempts, 0) OPERATOR(pg_catalog.+) coalesce(p.attempts, 0) AS claims_total,
+	   coalesce(s.unknown_attempts, 0) OPERATOR(pg_catalog.+) coalesce(p.unknown_attempts, 0) AS unknown_outcomes_total,
+	   coalesce(s.succeeded, 0) OPERATOR(pg_catalog.+) coalesce(p.succeeded, 0) AS succeeded_total,
+	   coalesce(s.canceled, 0) OPERATOR(pg_catalog.+) coalesce(p.canceled, 0) AS canceled_total,
+	   coalesce(s.skipped, 0) OPERATOR(pg_catalog.+) coalesce(p.skipped, 0) AS skipped_total,
+	   CASE WHEN q.paused_at IS NOT NULL
+				 OR q.paused_until OPERATOR(pg_catalog.>) pg_catalog.now() THEN 1 ELSE 0 END AS paused,
+	   (SELECT count(*) FROM ntask.key_pause k
+		WHERE k.queue OPERATOR(pg_catalog.=) q.queue
+		  AND k.until OPERATOR(pg_catalog.>) pg_catalog.now()) AS keys_paused
+FROM ntask.queue q
+LEFT JOIN (
+	SELECT t.queue,
+		   count(*) AS tasks,
+		   sum(t.attempts) AS attempts,
+		   sum(t.unknown_attempts) AS unknown_attempts,
+		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'succeeded') AS succeeded,
+		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'canceled') AS canceled,
+		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'skipped') AS skipped,
+		   count(*) FILTER (WHERE t.lease_until OPERATOR(pg_catalog.<) pg_catalog.now()) AS leases_expired
+	FROM ntask.task t
+	GROUP BY t.queue
+) s ON s.queue OPERATOR(pg_catalog.=) q.queue
+LEFT JOIN ntask.queue_pruned p ON p.queue OPERATOR(pg_catalog.=) q.queue;
+
+COMMENT ON VIEW ntask.queue_metrics IS 'ntask: per queue, leases expired and not yet taken over, and counters that never go down (tasks deleted by retention still count): enqueued, claims (attempts handed out), attempts with an unknown outcome, succeeded, canceled, skipped; gauges paused (1 while paused) and keys_paused (partition keys a rate limit holds back)';
+
+CREATE OR REPLACE VIEW ntask.attempt_all AS
+SELECT a.task_id, a.token, a.attempt, a.worker, a.claimed_at, a.invoked_at,
+	   a.ended_at, a.result, a.requested, a.error_class, a.error_stage,
+	   a.outcome_known, a.outcome, a.retry_at, a.detail, a.shard, a.progress
+FROM ntask.attempt a
+UNION ALL
+SELECT t.task_id, t.token, t.attempts, t.lease_owner,
+	   coalesce(t.claimed_at, t.updated_at), t.invoked_at,
+	   NULL::timestamptz, NULL::text, NULL::text, NULL::text, NULL::text,
+	   NULL::boolean, NULL::text, NULL::timestamptz, NULL::jsonb, t.shard, t.progress
+FROM ntask.task t
+WHERE t.state = 'leased';
+
+COMMENT ON VIEW ntask.attempt_all IS 'ntask: every attempt: the ended ones (ntask.attempt) and the running one of each leased task (from its task row; ended_at and result NULL)';

@@ -190,6 +190,13 @@ CREATE TABLE ntask.queue (
 	breaker_cooldown interval NOT NULL DEFAULT '30 seconds'
 		CHECK (breaker_cooldown > '0'),
 	guard_owner		name,
+	paused_at		timestamptz,
+	paused_by		text,
+	pause_reason	text,
+	paused_until	timestamptz,
+	on_rate_limited	text NOT NULL DEFAULT 'retry'
+		CHECK (on_rate_limited IN ('retry', 'pause_key', 'pause_queue')),
+	keys_paused_until timestamptz,
 	CHECK ((rate_n IS NULL) = (rate_per IS NULL)),
 	CHECK ((partition_rate_n IS NULL) = (partition_rate_per IS NULL))
 );
@@ -210,6 +217,12 @@ COMMENT ON COLUMN ntask.queue.breaker_failures IS 'http targets: consecutive tra
 COMMENT ON COLUMN ntask.queue.breaker_cooldown IS 'how long an open breaker sends nothing before one probe';
 
 COMMENT ON COLUMN ntask.queue.guard_owner IS 'the role that owned the guard function when it was set; a function of the guard''s name with another owner is refused at use (guard_error)';
+COMMENT ON COLUMN ntask.queue.paused_at IS 'set while an operator has paused the queue (ntask_queue_pause): no claim hands anything out';
+COMMENT ON COLUMN ntask.queue.paused_by IS 'who paused the queue (the actor of ntask_queue_pause)';
+COMMENT ON COLUMN ntask.queue.pause_reason IS 'why the queue was paused';
+COMMENT ON COLUMN ntask.queue.paused_until IS 'a pause that ends by itself: an http queue with on_rate_limited pause_queue got a 429/503 with Retry-After';
+COMMENT ON COLUMN ntask.queue.on_rate_limited IS 'http queues: what a 429 or 503 with Retry-After does: retry (the task only), pause_key (every task of its partition key until then), pause_queue (the whole queue until then)';
+COMMENT ON COLUMN ntask.queue.keys_paused_until IS 'the latest end of the queue''s key pauses (ntask.key_pause); the claim excludes paused keys only while it is in the future';
 
 -- Tasks: one row per logical task (docs/design.md "States").  A running
 -- attempt lives on its task row (token, attempts, lease_owner, claimed_at,
@@ -539,6 +552,24 @@ CREATE TABLE ntask.breaker (
 );
 COMMENT ON TABLE ntask.breaker IS 'ntask: circuit breaker state of http queues (written by the background worker)';
 
+-- Partition keys of an http queue held back by a provider's rate limit
+-- (on_rate_limited pause_key, issue 35.5): written by the background
+-- worker when a 429 or 503 with Retry-After comes back; the claim passes
+-- the key by while until is in the future (and the queue row's
+-- keys_paused_until says some pause is live); expired rows are deleted by
+-- housekeeping.
+CREATE TABLE ntask.key_pause (
+	queue			text COLLATE "C" NOT NULL REFERENCES ntask.queue ON DELETE CASCADE,
+	partition_key	text COLLATE "C" NOT NULL,
+	until			timestamptz NOT NULL,
+	reason			text NOT NULL,
+	set_at			timestamptz NOT NULL DEFAULT now(),
+	set_by			text NOT NULL,
+	shard			smallint NOT NULL DEFAULT 0,
+	PRIMARY KEY (queue, partition_key)
+);
+COMMENT ON TABLE ntask.key_pause IS 'ntask: partition keys of http queues held back until a provider''s Retry-After (on_rate_limited pause_key; written by the background worker)';
+
 -- Citus (docs/scaling.md "Scaling out with Citus"): the shard values a
 -- distributed install uses, one per Citus shard of ntask.task (the
 -- smallest smallint that hashes into it), so that tasks spread over every
@@ -568,6 +599,7 @@ SELECT pg_catalog.pg_extension_config_dump('ntask.saga_step', '');
 SELECT pg_catalog.pg_extension_config_dump('ntask.saga_saga_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('ntask.queue_pruned', '');
 SELECT pg_catalog.pg_extension_config_dump('ntask.breaker', '');
+SELECT pg_catalog.pg_extension_config_dump('ntask.key_pause', '');
 
 -- ---------------------------------------------------------------------
 -- 3. Views
@@ -589,8 +621,18 @@ SELECT q.queue COLLATE "default" AS queue,
 	   pg_catalog.now() OPERATOR(pg_catalog.-) s.oldest_ready AS oldest_ready_age,
 	   pg_catalog.now() OPERATOR(pg_catalog.-) s.oldest_unfinished AS oldest_unfinished_age,
 	   coalesce(s.unknown_attempts, 0) AS unknown_attempts,
-	   coalesce(s.repair_required, 0) AS repair_count
+	   coalesce(s.repair_required, 0) AS repair_count,
+	   q.paused_at IS NOT NULL
+		 OR coalesce(q.paused_until OPERATOR(pg_catalog.>) pg_catalog.now(), false) AS paused,
+	   q.paused_at, q.paused_by, q.pause_reason,
+	   CASE WHEN q.paused_until OPERATOR(pg_catalog.>) pg_catalog.now() THEN q.paused_until END AS paused_until,
+	   coalesce(kp.keys_paused, 0) AS keys_paused
 FROM ntask.queue q
+LEFT JOIN (
+	SELECT k.queue, count(*) AS keys_paused FROM ntask.key_pause k
+	WHERE k.until OPERATOR(pg_catalog.>) pg_catalog.now()
+	GROUP BY k.queue
+) kp ON kp.queue OPERATOR(pg_catalog.=) q.queue
 LEFT JOIN (
 	SELECT t.queue,
 		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'ready') AS ready,
@@ -607,7 +649,7 @@ LEFT JOIN (
 	FROM ntask.task t
 	GROUP BY t.queue
 ) s ON s.queue OPERATOR(pg_catalog.=) q.queue;
-COMMENT ON VIEW ntask.queue_stats IS 'ntask: per queue, tasks per state, oldest due-and-ready age, oldest unfinished age, attempts whose outcome is unknown of unfinished tasks (incl. repair_required), repair count';
+COMMENT ON VIEW ntask.queue_stats IS 'ntask: per queue, tasks per state, oldest due-and-ready age, oldest unfinished age, attempts whose outcome is unknown of unfinished tasks (incl. repair_required), repair count, whether it is paused (by whom, since when, why, until when) and how many of its partition keys a rate limit holds back';
 
 CREATE VIEW ntask.repair_queue AS
 SELECT t.task_id, t.queue COLLATE "default" AS queue, t.task_key COLLATE "default" AS task_key,
@@ -666,7 +708,12 @@ SELECT q.queue,
 	   coalesce(s.unknown_attempts, 0) OPERATOR(pg_catalog.+) coalesce(p.unknown_attempts, 0) AS unknown_outcomes_total,
 	   coalesce(s.succeeded, 0) OPERATOR(pg_catalog.+) coalesce(p.succeeded, 0) AS succeeded_total,
 	   coalesce(s.canceled, 0) OPERATOR(pg_catalog.+) coalesce(p.canceled, 0) AS canceled_total,
-	   coalesce(s.skipped, 0) OPERATOR(pg_catalog.+) coalesce(p.skipped, 0) AS skipped_total
+	   coalesce(s.skipped, 0) OPERATOR(pg_catalog.+) coalesce(p.skipped, 0) AS skipped_total,
+	   CASE WHEN q.paused_at IS NOT NULL
+				 OR q.paused_until OPERATOR(pg_catalog.>) pg_catalog.now() THEN 1 ELSE 0 END AS paused,
+	   (SELECT count(*) FROM ntask.key_pause k
+		WHERE k.queue OPERATOR(pg_catalog.=) q.queue
+		  AND k.until OPERATOR(pg_catalog.>) pg_catalog.now()) AS keys_paused
 FROM ntask.queue q
 LEFT JOIN (
 	SELECT t.queue,
@@ -681,7 +728,7 @@ LEFT JOIN (
 	GROUP BY t.queue
 ) s ON s.queue OPERATOR(pg_catalog.=) q.queue
 LEFT JOIN ntask.queue_pruned p ON p.queue OPERATOR(pg_catalog.=) q.queue;
-COMMENT ON VIEW ntask.queue_metrics IS 'ntask: per queue, leases expired and not yet taken over, and counters that never go down (tasks deleted by retention still count): enqueued, claims (attempts handed out), attempts with an unknown outcome, succeeded, canceled, skipped';
+COMMENT ON VIEW ntask.queue_metrics IS 'ntask: per queue, leases expired and not yet taken over, and counters that never go down (tasks deleted by retention still count): enqueued, claims (attempts handed out), attempts with an unknown outcome, succeeded, canceled, skipped; gauges paused (1 while paused) and keys_paused (partition keys a rate limit holds back)';
 
 
 -- Per queue and partition key: what is waiting, running and stuck.  Reads
@@ -803,12 +850,27 @@ CREATE FUNCTION @extschema@.ntask_queue_set(
 	partition_rate_limit text DEFAULT NULL,
 	retry_share real DEFAULT NULL,
 	breaker_failures integer DEFAULT NULL,
-	breaker_cooldown interval DEFAULT NULL)
+	breaker_cooldown interval DEFAULT NULL,
+	on_rate_limited text DEFAULT NULL)
 RETURNS SETOF ntask.queue
 AS 'MODULE_PATHNAME', 'ntask_queue_set'
 LANGUAGE C VOLATILE;
-COMMENT ON FUNCTION @extschema@.ntask_queue_set(text, integer, interval, interval, interval, interval, regprocedure, jsonb, interval, boolean, text, integer, integer, boolean, boolean, text, text, real, integer, interval) IS
-'ntask: create or update a queue''s policy; NULL arguments keep the current value (or the default for a new queue); 0 (caps, breaker_failures) or ''none'' (rate limits) turns an option off, target => ''null'' (or ''{}'') removes the target; an http target''s hosts must be in ntask.http_allowed_hosts; returns the resulting row';
+COMMENT ON FUNCTION @extschema@.ntask_queue_set(text, integer, interval, interval, interval, interval, regprocedure, jsonb, interval, boolean, text, integer, integer, boolean, boolean, text, text, real, integer, interval, text) IS
+'ntask: create or update a queue''s policy; NULL arguments keep the current value (or the default for a new queue); 0 (caps, breaker_failures) or ''none'' (rate limits) turns an option off, target => ''null'' (or ''{}'') removes the target; an http target''s hosts must be in ntask.http_allowed_hosts; on_rate_limited (http queues: retry, pause_key, pause_queue) says what a 429 or 503 with Retry-After does; returns the resulting row';
+
+CREATE FUNCTION @extschema@.ntask_queue_pause(queue text, actor text, reason text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'ntask_queue_pause'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.ntask_queue_pause(text, text, text) IS
+'ntask: pause a queue (audited, queue_pause): no claim (ntask_claim, ntask_transition_and_claim, the background worker''s dispatch) hands out its tasks until ntask_queue_resume; enqueues, schedules and leases already out go on; false (and nothing changes) when it is already paused';
+
+CREATE FUNCTION @extschema@.ntask_queue_resume(queue text, actor text, reason text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'ntask_queue_resume'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.ntask_queue_resume(text, text, text) IS
+'ntask: end a queue''s pause (audited, queue_resume): the operator''s, a rate limit''s (paused_until) and its key pauses; wakes its waiting claims at commit; false (and nothing changes) when nothing was paused';
 
 CREATE FUNCTION @extschema@.ntask_queue_clear_guard(queue text)
 RETURNS void
@@ -1698,6 +1760,24 @@ BEGIN
 		IF q.guard IS NOT NULL THEN
 			words := words || '; the guard ' || q.guard || ' decides at claim';
 		END IF;
+		-- a pause (issue 35.1, 35.5): the operator's, a rate limit's of the
+		-- queue, or of the task's key (on_rate_limited)
+		IF q.paused_at IS NOT NULL THEN
+			words := words || format('; held back: the queue is paused by %s since %s: %s',
+									 q.paused_by, ntask.explain_ts(q.paused_at), q.pause_reason);
+		ELSIF q.paused_until OPERATOR(pg_catalog.>) n THEN
+			words := words || format('; held back: the queue is paused until %s (in %s): a provider''s rate limit (HTTP 429 or 503 with Retry-After, on_rate_limited pause_queue)',
+									 ntask.explain_ts(q.paused_until), ntask.explain_age(q.paused_until OPERATOR(pg_catalog.-) n));
+		ELSIF q.keys_paused_until OPERATOR(pg_catalog.>) n AND t.partition_key IS NOT NULL THEN
+			words := words || coalesce((
+				SELECT format('; held back: its key %s is paused until %s (in %s): %s',
+							  k.partition_key, ntask.explain_ts(k.until),
+							  ntask.explain_age(k.until OPERATOR(pg_catalog.-) n), k.reason)
+				FROM ntask.key_pause k
+				WHERE k.queue OPERATOR(pg_catalog.=) t.queue
+				  AND k.partition_key OPERATOR(pg_catalog.=) t.partition_key
+				  AND k.until OPERATOR(pg_catalog.>) n), '');
+		END IF;
 		-- flow control (issue 13): what holds a due task back
 		IF t.run_at OPERATOR(pg_catalog.<=) n THEN
 			words := words || coalesce((
@@ -2130,9 +2210,11 @@ CREATE EVENT TRIGGER ntask_drop_extension ON ddl_command_start
 -- the three explain helpers; ntask_distribute is for superusers only.
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA ntask FROM PUBLIC;
 REVOKE ALL ON FUNCTION
-	@extschema@.ntask_queue_set(text, integer, interval, interval, interval, interval, regprocedure, jsonb, interval, boolean, text, integer, integer, boolean, boolean, text, text, real, integer, interval),
+	@extschema@.ntask_queue_set(text, integer, interval, interval, interval, interval, regprocedure, jsonb, interval, boolean, text, integer, integer, boolean, boolean, text, text, real, integer, interval, text),
 	@extschema@.ntask_queue_clear_guard(text),
 	@extschema@.ntask_queue_set_roles(text, regrole, regrole),
+	@extschema@.ntask_queue_pause(text, text, text),
+	@extschema@.ntask_queue_resume(text, text, text),
 	@extschema@.ntask_enqueue(text, text, jsonb, timestamptz, text, integer, text),
 	@extschema@.ntask_enqueue_many(text, text[], jsonb[], timestamptz, text[], integer, text),
 	@extschema@.ntask_result(text, text),
@@ -2192,9 +2274,11 @@ GRANT EXECUTE ON FUNCTION
 TO ntask_monitor;
 
 GRANT EXECUTE ON FUNCTION
-	@extschema@.ntask_queue_set(text, integer, interval, interval, interval, interval, regprocedure, jsonb, interval, boolean, text, integer, integer, boolean, boolean, text, text, real, integer, interval),
+	@extschema@.ntask_queue_set(text, integer, interval, interval, interval, interval, regprocedure, jsonb, interval, boolean, text, integer, integer, boolean, boolean, text, text, real, integer, interval, text),
 	@extschema@.ntask_queue_clear_guard(text),
 	@extschema@.ntask_queue_set_roles(text, regrole, regrole),
+	@extschema@.ntask_queue_pause(text, text, text),
+	@extschema@.ntask_queue_resume(text, text, text),
 	@extschema@.ntask_replay(bigint, text, text),
 	@extschema@.ntask_cancel(bigint, text, text),
 	@extschema@.ntask_repair_assign(bigint, text, text),
@@ -2224,14 +2308,14 @@ GRANT SELECT ON
 	ntask.queue, ntask.task, ntask.attempt, ntask.receipt, ntask.fence,
 	ntask.fence_receipt, ntask.fence_grant, ntask.audit, ntask.schedule,
 	ntask.schedule_slot, ntask.saga, ntask.saga_step, ntask.queue_pruned,
-	ntask.breaker,
+	ntask.breaker, ntask.key_pause,
 	ntask.queue_stats, ntask.repair_queue, ntask.attempt_all,
 	ntask.queue_metrics, ntask.partition_stats, ntask.breaker_stats,
 	ntask.saga_status, ntask.worker_stats, ntask.waiters, ntask.task_progress
 TO ntask_admin;
 GRANT SELECT ON
 	ntask.queue_stats, ntask.queue_metrics, ntask.partition_stats,
-	ntask.breaker_stats, ntask.worker_stats, ntask.breaker
+	ntask.breaker_stats, ntask.worker_stats, ntask.breaker, ntask.key_pause
 TO ntask_monitor;
 REVOKE ALL ON ntask.shard_map FROM PUBLIC;
 REVOKE ALL ON PROCEDURE @extschema@.ntask_bulk_all(text, text, text, text, jsonb, timestamptz, integer, bigint, bigint, integer) FROM PUBLIC;

@@ -97,6 +97,22 @@
 	"(q.max_inflight IS NULL OR ntask.claim_cap_lock(q.queue))"
 
 /*
+ * A paused queue (issue 35.1: ntask_queue_pause; 35.5: a rate limit's
+ * paused_until) hands out nothing: every pick tests the queue row it reads
+ * anyway, before any task is looked at, so an unpaused queue pays two NULL
+ * tests.  CLAIM_KEYS_FREE: no key of the queue is paused now (35.5); the
+ * plain pick finds nothing while some key is, and the claim then runs
+ * claim_pick_keys_plan, which passes the paused keys by (so only a queue
+ * with a live key pause runs it).
+ */
+#define CLAIM_RUNNING \
+	"q.paused_at IS NULL AND (q.paused_until IS NULL " \
+	"  OR q.paused_until OPERATOR(pg_catalog.<=) pg_catalog.statement_timestamp())"
+#define CLAIM_KEYS_FREE \
+	"(q.keys_paused_until IS NULL " \
+	"  OR q.keys_paused_until OPERATOR(pg_catalog.<=) pg_catalog.statement_timestamp())"
+
+/*
  * The queue's lease and guard come along with every picked row.
  *
  * Priorities are walked one at a time, highest first (a loose index scan:
@@ -112,7 +128,7 @@
  * priorities are not even looked up when the first one fills the claim.
  * Rows come out in pr order (a nested loop over the CTE).
  */
-#define CLAIM_PICK(pred, limit) \
+#define CLAIM_PICK(pred, limit, qpred) \
 	NTASK_PRIORITY_WALK_ON(pred) \
 	"SELECT x.task_id, x.was_leased, x.task_key, x.payload, q.lease, q.guard, " \
 	"  " CLAIM_POLICY ", x.retry " \
@@ -128,12 +144,26 @@
 	"  LIMIT " limit " FOR UPDATE OF t SKIP LOCKED) x " \
 	"WHERE q.queue OPERATOR(pg_catalog.=) $1 AND pr.p IS NOT NULL " \
 	"  AND q.fairness OPERATOR(pg_catalog.=) 'none' " \
+	"  AND " CLAIM_RUNNING qpred \
 	"  AND " NTASK_WORKER_RIGHT("q", "2") " AND " CLAIM_CAP_LOCK
 
 static NtaskPlan claim_pick_plan = {
 	"claim pick",
-	CLAIM_PICK("", CppAsString2(NTASK_MAX_CLAIM)),
+	CLAIM_PICK("", CppAsString2(NTASK_MAX_CLAIM), " AND " CLAIM_KEYS_FREE),
 	3, {TEXTOID, OIDOID, BOOLOID}
+};
+
+/*
+ * The plain pick of a queue with paused keys (issue 35.5): the same, but
+ * a task whose key is in $4 (the keys paused now, claim_read_mode) is
+ * passed by.  Only a queue whose row says a key pause is live runs it.
+ */
+static NtaskPlan claim_pick_keys_plan = {
+	"claim pick (keys paused)",
+	CLAIM_PICK(" AND (t.partition_key IS NULL "
+			   "  OR t.partition_key OPERATOR(pg_catalog.<>) ALL ($4)) ",
+			   CppAsString2(NTASK_MAX_CLAIM), ""),
+	4, {TEXTOID, OIDOID, BOOLOID, TEXTARRAYOID}
 };
 
 /*
@@ -147,7 +177,7 @@ static NtaskPlan claim_pick_plan = {
  */
 static NtaskPlan claim_pick_shard_plan = {
 	"claim pick (one shard)",
-	CLAIM_PICK(" AND t.shard OPERATOR(pg_catalog.=) $4 ", "$5"),
+	CLAIM_PICK(" AND t.shard OPERATOR(pg_catalog.=) $4 ", "$5", ""),
 	5, {TEXTOID, OIDOID, BOOLOID, INT2OID, INT4OID}
 };
 
@@ -185,7 +215,7 @@ static NtaskPlan claim_keyless_pick_plan = {
 	"    AND (NOT $3 OR t.attempts OPERATOR(pg_catalog.=) 0) "
 	"  ORDER BY t.priority DESC, t.due_at, t.task_id "
 	"  FOR UPDATE OF t SKIP LOCKED) x "
-	"WHERE q.queue OPERATOR(pg_catalog.=) $1 "
+	"WHERE q.queue OPERATOR(pg_catalog.=) $1 AND " CLAIM_RUNNING
 	"  AND " NTASK_WORKER_RIGHT("q", "2") " AND " CLAIM_CAP_LOCK,
 	3, {TEXTOID, OIDOID, BOOLOID}
 };
@@ -200,9 +230,25 @@ static NtaskPlan claim_queue_plan = {
 	"claim queue",
 	"SELECT q.fairness OPERATOR(pg_catalog.=) 'partition', "
 	"  NOT " NTASK_WORKER_RIGHT("q", "2") ", q.ordered, "
-	"  q.ordered OR q.partition_max_inflight IS NOT NULL "
+	"  q.ordered OR q.partition_max_inflight IS NOT NULL, "
+	"  CASE WHEN q.paused_at IS NOT NULL THEN 'infinity'::pg_catalog.timestamptz "
+	"    WHEN q.paused_until OPERATOR(pg_catalog.>) pg_catalog.statement_timestamp() "
+	"    THEN q.paused_until END, "
+	"  NOT " CLAIM_KEYS_FREE " "
 	"FROM ntask.queue q WHERE q.queue OPERATOR(pg_catalog.=) $1",
 	2, {TEXTOID, OIDOID}
+};
+
+/*
+ * The keys of queue $1 paused now (issue 35.5) and the earliest end of
+ * those pauses; read only when the queue row says some key pause is live.
+ */
+static NtaskPlan claim_paused_keys_plan = {
+	"claim paused keys",
+	"SELECT pg_catalog.array_agg(k.partition_key), pg_catalog.min(k.until) "
+	"FROM ntask.key_pause k WHERE k.queue OPERATOR(pg_catalog.=) $1 "
+	"  AND k.until OPERATOR(pg_catalog.>) pg_catalog.statement_timestamp()",
+	1, {TEXTOID}
 };
 
 /*
@@ -304,6 +350,7 @@ static NtaskPlan claim_queue_plan = {
 	"  LIMIT $3 FOR UPDATE OF t SKIP LOCKED) x " \
 	"WHERE q.queue OPERATOR(pg_catalog.=) $1 " \
 	"  AND q.fairness OPERATOR(pg_catalog.=) 'partition' AND NOT q.ordered " \
+	"  AND " CLAIM_RUNNING \
 	"  AND " NTASK_WORKER_RIGHT("q", "2") " AND " CLAIM_CAP_LOCK " " \
 	"  AND k.pk OPERATOR(pg_catalog.<>) ALL ($6) " \
 	"  AND (NOT $4 OR CASE WHEN EXISTS (SELECT 1 FROM ntask.task d " \
@@ -362,6 +409,7 @@ static NtaskPlan claim_fair_pick_shard_plan = {
 	"  FOR UPDATE OF t SKIP LOCKED) x " \
 	"WHERE q.queue OPERATOR(pg_catalog.=) $1 " \
 	"  AND q.fairness OPERATOR(pg_catalog.=) 'partition' AND q.ordered " \
+	"  AND " CLAIM_RUNNING \
 	"  AND " NTASK_WORKER_RIGHT("q", "2") " AND " CLAIM_CAP_LOCK " " \
 	"  AND k.pk OPERATOR(pg_catalog.<>) ALL ($6)" tail
 
@@ -479,7 +527,9 @@ typedef enum ClaimQueueCol
 	CLAIM_QUEUE_FAIR = 1,
 	CLAIM_QUEUE_DENIED,			/* the caller lacks the worker_role */
 	CLAIM_QUEUE_ORDERED,
-	CLAIM_QUEUE_TURNS			/* ordered or a per-key cap */
+	CLAIM_QUEUE_TURNS,			/* ordered or a per-key cap */
+	CLAIM_QUEUE_PAUSED_UNTIL,	/* NULL: not paused; infinity: until resumed */
+	CLAIM_QUEUE_KEYS_PAUSED		/* some key pause is live */
 } ClaimQueueCol;
 
 /* the columns of claim_inflight_plan (and of its shard twin) */
@@ -533,6 +583,11 @@ typedef struct ClaimOrder
 	bool		fresh_only;		/* retries over their share were held back */
 	bool		share_off;		/* no first attempt is due: retries take all */
 	bool		invoked;		/* mark the leased attempts invoked (ntask_claim invoked => true) */
+	bool		paused;			/* the queue is paused (claim_read_mode) */
+	bool		keys_paused;	/* some of its keys are (paused_keys) */
+	TimestampTz pause_ends;		/* when the pause (or the first key pause) ends */
+	Datum		paused_keys;	/* text[] of those keys */
+	List	   *paused_key_list;	/* the same, text * (for the keyed picks) */
 } ClaimOrder;
 
 /*
@@ -804,16 +859,20 @@ claim_warn_old_xact(int64 lease_usecs, int64 waited_usecs)
 }
 
 
-/* claim_held_keys: order->held_keys as a text[] */
+/* claim_held_keys: order->held_keys and the paused keys as a text[] */
 static Datum
 claim_held_keys(ClaimOrder *order)
 {
-	int			n = list_length(order->held_keys);
+	int			n = list_length(order->held_keys) +
+		list_length(order->paused_key_list);
 	Datum	   *elems = palloc(sizeof(Datum) * Max(n, 1));
 	ListCell   *lc;
 	int			i = 0;
 
 	foreach(lc, order->held_keys)
+		elems[i++] = PointerGetDatum(lfirst(lc));
+	/* and the keys paused by a rate limit (issue 35.5) */
+	foreach(lc, order->paused_key_list)
 		elems[i++] = PointerGetDatum(lfirst(lc));
 	return PointerGetDatum(construct_array(elems, n, TEXTOID, -1, false, TYPALIGN_INT));
 }
@@ -871,6 +930,39 @@ claim_dist_policy(text *queue, bool per_key)
 }
 
 /*
+ * claim_read_paused_keys
+ *		The queue row says some of its keys are paused (issue 35.5): read
+ *		them into order (paused_keys, the earliest end into pause_ends).
+ */
+static void
+claim_read_paused_keys(text *queue, ClaimOrder *order)
+{
+	Datum		args[1];
+	bool		isnull;
+	Datum		keys;
+
+	args[0] = PointerGetDatum(queue);
+	NtaskExecPlan(&claim_paused_keys_plan, args, NULL, SPI_OK_SELECT);
+	keys = NtaskGetDatum(0, 1, &isnull);
+	if (isnull)
+		return;					/* ended since the queue row was read */
+	{
+		ArrayType  *a = DatumGetArrayTypePCopy(keys);
+		Datum	   *elems;
+		int			n;
+		int			i;
+
+		deconstruct_array(a, TEXTOID, -1, false, TYPALIGN_INT, &elems, NULL, &n);
+		for (i = 0; i < n; i++)
+			order->paused_key_list = lappend(order->paused_key_list,
+											 DatumGetTextPCopy(elems[i]));
+		order->paused_keys = PointerGetDatum(a);
+	}
+	order->keys_paused = true;
+	order->pause_ends = DatumGetTimestampTz(NtaskGetDatum(0, 2, &isnull));
+}
+
+/*
  * claim_read_mode
  *		A pick found nothing: read the queue (claim_queue_plan; args as
  *		the plain pick's, of which it uses the first two), raise 42704 when there is no such queue and 42501
@@ -886,6 +978,20 @@ claim_read_mode(text *queue, Datum *args, ClaimOrder *order)
 	order->mode = !NtaskGetBool(0, CLAIM_QUEUE_FAIR) ? CLAIM_MODE_PLAIN :
 		NtaskGetBool(0, CLAIM_QUEUE_ORDERED) ? CLAIM_MODE_ORDERED : CLAIM_MODE_FAIR;
 	order->turns = NtaskGetBool(0, CLAIM_QUEUE_TURNS);
+	{
+		bool		isnull;
+		Datum		d = NtaskGetDatum(0, CLAIM_QUEUE_PAUSED_UNTIL, &isnull);
+
+		if (!isnull)
+		{
+			/* paused (issue 35.1, 35.5): nothing is handed out */
+			order->paused = true;
+			order->pause_ends = DatumGetTimestampTz(d);
+			return;
+		}
+	}
+	if (NtaskGetBool(0, CLAIM_QUEUE_KEYS_PAUSED))
+		claim_read_paused_keys(queue, order);
 }
 
 static int
@@ -941,6 +1047,8 @@ claim_pick(text *queue, int want, ClaimOrder *order)
 				 * probe of every shard.
 				 */
 				claim_read_mode(queue, args, order);
+				if (order->paused)
+					return 0;
 				if (order->mode != CLAIM_MODE_PLAIN)
 					break;		/* fair or ordered: the per-shard pick below */
 			}
@@ -950,9 +1058,20 @@ claim_pick(text *queue, int want, ClaimOrder *order)
 	}
 	if (!CLAIM_KEYED(order->mode))
 	{
-		/* a constant LIMIT for the plan; the executor stops at want rows */
-		n = NtaskExecPlanCount(&claim_pick_plan, args, NULL,
-							   SPI_OK_SELECT, want);
+		/*
+		 * A constant LIMIT for the plan; the executor stops at want rows.
+		 * Once the queue is known to have paused keys, the pick that
+		 * passes them by.
+		 */
+		if (order->keys_paused)
+		{
+			args[CLAIM_PICK_ARG_SHARD] = order->paused_keys;	/* $4 */
+			n = NtaskExecPlanCount(&claim_pick_keys_plan, args, NULL,
+								   SPI_OK_SELECT, want);
+		}
+		else
+			n = NtaskExecPlanCount(&claim_pick_plan, args, NULL,
+								   SPI_OK_SELECT, want);
 		if (n > 0)
 		{
 			order->mode = CLAIM_MODE_PLAIN;
@@ -960,10 +1079,22 @@ claim_pick(text *queue, int want, ClaimOrder *order)
 		}
 		if (order->mode == CLAIM_MODE_PLAIN)
 			return 0;
-		/* nothing due: an idle queue, no right to it, no such queue, or fair */
+
+		/*
+		 * Nothing due: an idle queue, no right to it, no such queue, fair,
+		 * paused, or some of its keys are paused
+		 */
 		claim_read_mode(queue, args, order);
-		if (order->mode == CLAIM_MODE_PLAIN)
+		if (order->paused)
 			return 0;
+		if (order->mode == CLAIM_MODE_PLAIN)
+		{
+			if (!order->keys_paused)
+				return 0;
+			args[CLAIM_PICK_ARG_SHARD] = order->paused_keys;	/* $4 */
+			return NtaskExecPlanCount(&claim_pick_keys_plan, args, NULL,
+									  SPI_OK_SELECT, want);
+		}
 	}
 	qname = text_to_cstring(queue);
 	kargs[CLAIM_KEYED_ARG_QUEUE] = args[CLAIM_PICK_ARG_QUEUE];
@@ -1308,6 +1439,10 @@ claim_round(ClaimCall *call, int want, bool *more, int64 *lease_usecs,
 	pick.n = claim_pick(queue, want, order);
 	pick.rows = SPI_tuptable;
 	*more = false;
+	/* a waiting claim sleeps until a pause ends (or a resume wakes it) */
+	if ((order->paused || order->keys_paused) && order->pause_ends != 0 &&
+		(call->held_until == 0 || order->pause_ends < call->held_until))
+		call->held_until = order->pause_ends;
 	if (pick.n == 0 && order->fresh_only)
 	{
 		/* no first attempt is due: the held retries may go after all */

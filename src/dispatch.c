@@ -102,6 +102,8 @@ typedef struct DqReq
 	int64		received;
 	size_t		body_sent;		/* bytes of body given to curl (dq_read_cb) */
 	int64		retry_after_s;	/* -1: none */
+	char		on_rate_limited;	/* the queue's, at claim: 'r'etry, 'k'ey, 'q'ueue */
+	bool		rate_limited;	/* a 429 or 503 with Retry-After came back */
 	/* the classification, for ntask_transition */
 	const char *to_state;
 	const char *error_class;
@@ -120,6 +122,7 @@ typedef struct DqQueue
 	int			max_inflight;
 	int			timeout_ms;
 	int			breaker_limit;	/* NtaskBreakerClaimLimit, for the claim */
+	char		on_rate_limited;	/* 'r'etry, pause_'k'ey, pause_'q'ueue */
 } DqQueue;
 
 static MemoryContext dq_cxt = NULL;
@@ -183,11 +186,49 @@ static NtaskPlan dq_transition_group_plan = {
 static NtaskPlan dq_queues_plan = {
 	"worker queues",
 	"SELECT q.queue, q.target, "
-	"  (EXTRACT(EPOCH FROM q.lease) OPERATOR(pg_catalog.*) 1000)::pg_catalog.int8 "
+	"  (EXTRACT(EPOCH FROM q.lease) OPERATOR(pg_catalog.*) 1000)::pg_catalog.int8, "
+	"  q.on_rate_limited "
 	"FROM ntask.queue q "
 	"WHERE (q.target OPERATOR(pg_catalog.->>) 'type') OPERATOR(pg_catalog.=) 'http' "
 	"ORDER BY q.queue",
 	0, {InvalidOid}
+};
+
+/*
+ * A provider's rate limit (issue 35.5, on_rate_limited): a 429 or 503
+ * with Retry-After holds every task of the queue (pause_queue) or of the
+ * task's partition key (pause_key) until then.  Run as the owner (the
+ * worker's role has no right to write ntask.queue), in the transaction
+ * that records the result, before it: the queue row first, then the key's
+ * row, then the task rows (the lock order of docs/design.md).  The
+ * latest end wins; a key pause needs the task's key (a task without one
+ * is only retried).
+ */
+static NtaskPlan dq_pause_queue_plan = {
+	"worker pause queue",
+	"UPDATE ntask.queue q SET paused_until = GREATEST(q.paused_until, $2) "
+	"WHERE q.queue OPERATOR(pg_catalog.=) $1",
+	2, {TEXTOID, TIMESTAMPTZOID}
+};
+static NtaskPlan dq_pause_keys_until_plan = {
+	"worker pause key (queue)",
+	"UPDATE ntask.queue q SET keys_paused_until = GREATEST(q.keys_paused_until, $2) "
+	"WHERE q.queue OPERATOR(pg_catalog.=) $1 "
+	"  AND EXISTS (SELECT 1 FROM ntask.task t WHERE t.task_id OPERATOR(pg_catalog.=) $3 "
+	"    AND t.partition_key IS NOT NULL) "
+	"RETURNING 1",
+	3, {TEXTOID, TIMESTAMPTZOID, INT8OID}
+};
+static NtaskPlan dq_pause_key_plan = {
+	"worker pause key",
+	"INSERT INTO ntask.key_pause AS k (queue, partition_key, until, reason, set_by, shard) "
+	"SELECT $1, t.partition_key, $2, $4, '" DQ_WORKER_NAME "', t.shard FROM ntask.task t "
+	"WHERE t.task_id OPERATOR(pg_catalog.=) $3 AND t.partition_key IS NOT NULL "
+	"ON CONFLICT (queue, partition_key) DO UPDATE SET "
+	"  until = GREATEST(k.until, excluded.until), reason = excluded.reason, "
+	"  set_at = excluded.set_at, set_by = excluded.set_by "
+	"RETURNING k.partition_key",
+	4, {TEXTOID, TIMESTAMPTZOID, INT8OID, TEXTOID}
 };
 
 static int	dq_inflight_of(const char *queue);
@@ -203,6 +244,7 @@ static void dq_route(DqReq *r);
 static void dq_claim(void);
 static void dq_record_one(void *arg);
 static void dq_record_batch(void *arg);
+static void dq_pause_step(void *arg);
 static TimestampTz dq_retry_at(DqReq *r);
 static curl_socket_t dq_open_socket(void *clientp, curlsocktype purpose,
 									struct curl_sockaddr *address);
@@ -415,6 +457,13 @@ dq_queues_step(void *arg)
 		q->target = target;
 		q->lease_ms = Max(NtaskGetInt64(i, 3),
 						  (int64) q->timeout_ms + ntask_http_connect_timeout_ms + 1000);
+		{
+			char	   *orl = NtaskGetCString(i, 4);
+
+			q->on_rate_limited = orl == NULL ? 'r' :
+				strcmp(orl, "pause_key") == 0 ? 'k' :
+				strcmp(orl, "pause_queue") == 0 ? 'q' : 'r';
+		}
 		dq_nqueues++;
 	}
 	MemoryContextSwitchTo(old);
@@ -502,6 +551,7 @@ dq_claim_step(void *arg)
 		prior = NtaskGetCString(i, 6);
 		r->traceparent = NtaskGetCString(i, 7);
 		r->retry_after_s = -1;
+		r->on_rate_limited = q->on_rate_limited;
 		MemoryContextSwitchTo(old);
 
 		if (prior != NULL && strcmp(prior, "unknown") == 0 &&
@@ -1015,6 +1065,8 @@ dq_classify(DqReq *r, CURLcode code)
 			curl_easy_getinfo(r->easy, CURLINFO_RETRY_AFTER, &ra) == CURLE_OK && ra > 0)
 			r->retry_after_s = Min((int64) ra, (int64) ntask_http_retry_after_max);
 	}
+	/* a provider's rate limit with an end: may pause the key or queue */
+	r->rate_limited = (status == 429 || status == 503) && r->retry_after_s > 0;
 	NtaskBreakerObserve(r->queue, status, (int) code, r->refused_addr != NULL);
 	curl_multi_remove_handle(dq_multi, r->easy);
 	curl_easy_cleanup(r->easy);
@@ -1384,6 +1436,21 @@ dq_record_step(void *arg)
 	if (batch.n == 0)
 		return;
 
+	/* a provider's rate limit pauses the key or the queue first (35.5) */
+	for (i = 0; i < batch.n; i++)
+	{
+		r = batch.reqs[i];
+		if (r->rate_limited && r->on_rate_limited != 'r' &&
+			!NtaskTrySubxact(dq_pause_step, r, &edata))
+		{
+			ereport(LOG,
+					(errmsg("ntask worker: pausing %s of queue \"%s\" after HTTP 429/503 failed: %s",
+							r->on_rate_limited == 'k' ? "the key" : "the queue",
+							r->queue, edata->message)));
+			FreeErrorData(edata);
+		}
+	}
+
 	if (batch.n > 1)
 	{
 		if (NtaskTrySubxact(dq_record_batch, &batch, &edata))
@@ -1418,6 +1485,54 @@ dq_record_step(void *arg)
 						r->task_id, r->record_tries, edata->message)));
 		FreeErrorData(edata);
 	}
+}
+
+/*
+ * dq_pause_step
+ *		The DqReq arg came back 429 or 503 with Retry-After and its queue
+ *		says pause_key or pause_queue: hold the key (ntask.key_pause and
+ *		the queue row's keys_paused_until) or the queue (paused_until) until
+ *		then.  Each call sets it again (the latest end wins): not before the
+ *		result is recorded, so a pause is never longer than the retry of the
+ *		task that caused it.
+ */
+static void
+dq_pause_step(void *arg)
+{
+	DqReq	   *r = (DqReq *) arg;
+	TimestampTz until = GetCurrentTimestamp() + r->retry_after_s * USECS_PER_SEC;
+	Datum		values[4];
+	long		status = 0;
+	char	   *reason;
+
+	values[0] = CStringGetTextDatum(r->queue);
+	values[1] = TimestampTzGetDatum(until);
+	values[2] = Int64GetDatum(r->task_id);
+	if (r->detail != NULL)
+	{
+		const char *st = strstr(r->detail, "\"http_status\": ");
+
+		if (st != NULL)
+			status = strtol(st + strlen("\"http_status\": "), NULL, 10);
+	}
+	reason = psprintf("HTTP %ld with Retry-After " INT64_FORMAT " s to task " INT64_FORMAT,
+					  status, r->retry_after_s, r->task_id);
+	if (r->on_rate_limited == 'q')
+	{
+		(void) NtaskExecPlan(&dq_pause_queue_plan, values, NULL, SPI_OK_UPDATE);
+		ereport(LOG,
+				(errmsg("ntask worker: queue \"%s\" paused for " INT64_FORMAT " s: %s",
+						r->queue, r->retry_after_s, reason)));
+		return;
+	}
+	if (NtaskExecPlan(&dq_pause_keys_until_plan, values, NULL,
+					  SPI_OK_UPDATE_RETURNING) == 0)
+		return;					/* no such queue, or the task has no key */
+	values[3] = CStringGetTextDatum(reason);
+	if (NtaskExecPlan(&dq_pause_key_plan, values, NULL, SPI_OK_INSERT_RETURNING) > 0)
+		ereport(LOG,
+				(errmsg("ntask worker: key \"%s\" of queue \"%s\" paused for " INT64_FORMAT " s: %s",
+						NtaskGetCString(0, 1), r->queue, r->retry_after_s, reason)));
 }
 
 /* dq_record_due: some finished request may be recorded now */

@@ -188,6 +188,25 @@ static NtaskPlan hk_prune_slots_plan = {
 	2, {INTERVALOID, INT4OID}
 };
 
+/*
+ * key pauses that have ended (issue 35.5): the claim ignores them already
+ * (their until is past); deleted so the table holds only live pauses.  At
+ * most $1 per round.
+ */
+static NtaskPlan hk_key_pause_plan = {
+	"housekeeping expired key pauses",
+	"DELETE FROM ntask.key_pause k USING ( "
+	"  SELECT x.queue, x.partition_key FROM ntask.key_pause x "
+	"  WHERE x.until OPERATOR(pg_catalog.<=) pg_catalog.statement_timestamp() "
+	"  LIMIT $1) d "
+	"WHERE k.queue OPERATOR(pg_catalog.=) d.queue "
+	"  AND k.partition_key OPERATOR(pg_catalog.=) d.partition_key "
+	"  AND k.until OPERATOR(pg_catalog.<=) pg_catalog.statement_timestamp()",
+	1, {INT4OID}
+};
+
+static void hk_prune_key_pauses(int max_rows);
+
 /* the receipt of a fence's current watermark stays */
 static NtaskPlan hk_prune_fence_plan = {
 	"housekeeping prune fence receipts",
@@ -556,6 +575,7 @@ NtaskHousekeepHistoryDist(int max_rows)
 	Datum		values[2];
 	int			n;
 
+	hk_prune_key_pauses(max_rows);
 	if (ntask_history_retention_s > 0)
 		hk_prune_slots_dist(max_rows);
 	if (ntask_audit_retention_s <= 0)
@@ -567,6 +587,16 @@ NtaskHousekeepHistoryDist(int max_rows)
 		return;
 	values[0] = NtaskResultIds(n);
 	(void) NtaskExecPlan(&hk_audit_delete_dist_plan, values, NULL, SPI_OK_DELETE);
+}
+
+/* hk_prune_key_pauses: delete up to max_rows ended key pauses */
+static void
+hk_prune_key_pauses(int max_rows)
+{
+	Datum		values[1];
+
+	values[0] = Int32GetDatum(max_rows);
+	(void) NtaskExecPlan(&hk_key_pause_plan, values, NULL, SPI_OK_DELETE);
 }
 
 /* hk_prune_history: run one history DELETE with a retention in seconds */
@@ -618,6 +648,7 @@ NtaskHousekeep(int max_rows, bool deadlines, int64 *counts)
 	hk_prune_history(&hk_prune_audit_plan, ntask_audit_retention_s, max_rows);
 	hk_prune_history(&hk_prune_slots_plan, ntask_history_retention_s, max_rows);
 	hk_prune_history(&hk_prune_fence_plan, ntask_history_retention_s, max_rows);
+	hk_prune_key_pauses(max_rows);
 }
 
 /*

@@ -39,6 +39,8 @@
 PG_FUNCTION_INFO_V1(ntask_queue_set);
 PG_FUNCTION_INFO_V1(ntask_queue_set_roles);
 PG_FUNCTION_INFO_V1(ntask_queue_clear_guard);
+PG_FUNCTION_INFO_V1(ntask_queue_pause);
+PG_FUNCTION_INFO_V1(ntask_queue_resume);
 
 static NtaskPlan queue_insert_plan = {
 	"queue insert",
@@ -51,8 +53,8 @@ static NtaskPlan queue_insert_plan = {
  * Parameters of queue_update_plan: the 20 arguments of ntask_queue_set,
  * with each rate limit as two (count, interval; count 0 for 'none').
  */
-#define QUEUE_NARGS 20
-#define QUEUE_NPARAMS 22
+#define QUEUE_NARGS 21
+#define QUEUE_NPARAMS 23
 
 static NtaskPlan queue_update_plan = {
 	"queue update",
@@ -85,6 +87,7 @@ static NtaskPlan queue_update_plan = {
 	"  breaker_failures = CASE WHEN $21 IS NULL THEN q.breaker_failures "
 	"    ELSE NULLIF($21, 0) END, "
 	"  breaker_cooldown = coalesce($22, q.breaker_cooldown), "
+	"  on_rate_limited = coalesce($23, q.on_rate_limited), "
 	"  updated_at = pg_catalog.statement_timestamp() "
 	"WHERE q.queue OPERATOR(pg_catalog.=) $1 "
 	"  AND coalesce($6, q.backoff_max) OPERATOR(pg_catalog.>=) "
@@ -93,7 +96,7 @@ static NtaskPlan queue_update_plan = {
 	QUEUE_NPARAMS, {TEXTOID, INT4OID, INTERVALOID, INTERVALOID, INTERVALOID, INTERVALOID,
 		TEXTOID, JSONBOID, INTERVALOID, BOOLOID, TEXTOID,
 		INT4OID, INT4OID, BOOLOID, BOOLOID, INT4OID, INTERVALOID, INT4OID,
-	INTERVALOID, FLOAT4OID, INT4OID, INTERVALOID}
+	INTERVALOID, FLOAT4OID, INT4OID, INTERVALOID, TEXTOID}
 };
 
 /* $2: the caller; true when the queue restricts this right to a role it lacks */
@@ -157,6 +160,51 @@ static NtaskPlan queue_set_guard_plan = {
 	"UPDATE ntask.queue SET guard = $2, guard_owner = $3 "
 	"WHERE queue OPERATOR(pg_catalog.=) $1",
 	3, {TEXTOID, TEXTOID, NAMEOID}
+};
+
+/*
+ * Pause (issue 35.1): only a queue that is not paused by an operator is
+ * changed (a second pause keeps the first one's actor, time and reason).
+ * Takes the queue row's lock; claims read the row, never lock it, and see
+ * the pause from their next statement on.
+ */
+static NtaskPlan queue_pause_plan = {
+	"queue pause",
+	"UPDATE ntask.queue q SET paused_at = pg_catalog.statement_timestamp(), "
+	"  paused_by = $2, pause_reason = $3, "
+	"  updated_at = pg_catalog.statement_timestamp() "
+	"WHERE q.queue OPERATOR(pg_catalog.=) $1 AND q.paused_at IS NULL "
+	"RETURNING 1",
+	3, {TEXTOID, TEXTOID, TEXTOID}
+};
+
+/*
+ * Resume: the queue row, locked, and whether anything is paused: the
+ * operator's pause, a rate limit's (paused_until), or keys (column 1..3).
+ */
+static NtaskPlan queue_resume_lock_plan = {
+	"queue resume lock",
+	"SELECT q.paused_at IS NOT NULL, "
+	"  coalesce(q.paused_until OPERATOR(pg_catalog.>) pg_catalog.statement_timestamp(), false), "
+	"  EXISTS (SELECT 1 FROM ntask.key_pause k WHERE k.queue OPERATOR(pg_catalog.=) q.queue "
+	"    AND k.until OPERATOR(pg_catalog.>) pg_catalog.statement_timestamp()) "
+	"FROM ntask.queue q WHERE q.queue OPERATOR(pg_catalog.=) $1 FOR NO KEY UPDATE",
+	1, {TEXTOID}
+};
+
+static NtaskPlan queue_resume_plan = {
+	"queue resume",
+	"UPDATE ntask.queue q SET paused_at = NULL, paused_by = NULL, pause_reason = NULL, "
+	"  paused_until = NULL, keys_paused_until = NULL, "
+	"  updated_at = pg_catalog.statement_timestamp() "
+	"WHERE q.queue OPERATOR(pg_catalog.=) $1",
+	1, {TEXTOID}
+};
+
+static NtaskPlan queue_resume_keys_plan = {
+	"queue resume keys",
+	"DELETE FROM ntask.key_pause k WHERE k.queue OPERATOR(pg_catalog.=) $1",
+	1, {TEXTOID}
 };
 
 static void queue_check_name(text *name);
@@ -442,7 +490,8 @@ queue_check_flow(void)
  *				   backoff_max, guard, target, retention, notify, fairness,
  *				   max_inflight, partition_max_inflight, ordered,
  *				   ordered_skip_repair, rate_limit, partition_rate_limit,
- *				   retry_share, breaker_failures, breaker_cooldown)
+ *				   retry_share, breaker_failures, breaker_cooldown,
+ *				   on_rate_limited)
  *		RETURNS SETOF ntask.queue
  *		Create the queue or update the given fields (NULL keeps the current
  *		value, or the table default for a new queue).  Returns the row.
@@ -539,6 +588,17 @@ ntask_queue_set(PG_FUNCTION_ARGS)
 	}
 	if (!PG_ARGISNULL(19))
 		NtaskCheckPositiveInterval(PG_GETARG_INTERVAL_P(19), "breaker_cooldown");
+	if (!PG_ARGISNULL(20))
+	{
+		char	   *o = text_to_cstring(PG_GETARG_TEXT_PP(20));
+
+		if (strcmp(o, "retry") != 0 && strcmp(o, "pause_key") != 0 &&
+			strcmp(o, "pause_queue") != 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("ntask: on_rate_limited must be 'retry', 'pause_key' or 'pause_queue', not \"%s\"", o)));
+		NtaskWakeWorkerAtCommit();	/* the worker rereads its http queues */
+	}
 	/* the worker rereads an http queue's breaker at once, not next tick */
 	if ((!PG_ARGISNULL(18)) || (!PG_ARGISNULL(19)))
 		NtaskWakeWorkerAtCommit();
@@ -668,4 +728,82 @@ ntask_queue_clear_guard(PG_FUNCTION_ARGS)
 			   qname, "guard removed", NULL, NULL);
 	SPI_finish();
 	PG_RETURN_VOID();
+}
+
+/*
+ * ntask_queue_pause(queue, actor, reason) RETURNS boolean
+ *		Pause a queue (issue 35.1): from the commit on, no claim hands out
+ *		any of its tasks (the pick tests the queue row's paused_at, a
+ *		column it reads anyway, claim.c), neither ntask_claim nor
+ *		ntask_transition_and_claim nor the background worker's dispatch.
+ *		Waiting claims keep waiting; enqueues, schedules and the leases
+ *		already out go on.  Audited (queue_pause).  Returns false and
+ *		changes nothing when the queue is already paused by an operator.
+ *		Errors: NULL argument 22004; empty 22023; too long 22001; unknown
+ *		queue 42704.
+ */
+Datum
+ntask_queue_pause(PG_FUNCTION_ARGS)
+{
+	text	   *queue = NtaskArgText(fcinfo, 0, "queue", NTASK_MAX_QUEUE_LEN);
+	text	   *actor = NtaskArgText(fcinfo, 1, "actor", NTASK_MAX_NAME_LEN);
+	text	   *reason = NtaskArgText(fcinfo, 2, "reason", NTASK_MAX_REASON_LEN);
+	char	   *qname = text_to_cstring(queue);
+	Datum		values[3];
+	bool		paused;
+
+	values[0] = PointerGetDatum(queue);
+	values[1] = PointerGetDatum(actor);
+	values[2] = PointerGetDatum(reason);
+	SPI_connect();
+	paused = NtaskExecPlan(&queue_pause_plan, values, NULL,
+						   SPI_OK_UPDATE_RETURNING) > 0;
+	if (!paused)
+	{
+		/* no such queue, or paused already (the row lock was waited for) */
+		if (NtaskExecPlan(&queue_resume_lock_plan, values, NULL, SPI_OK_SELECT) == 0)
+			NtaskQueueNotFound(qname);
+	}
+	else
+		NtaskAudit(text_to_cstring(actor), "queue_pause", 0, qname,
+				   text_to_cstring(reason), NULL, NULL);
+	SPI_finish();
+	PG_RETURN_BOOL(paused);
+}
+
+/*
+ * ntask_queue_resume(queue, actor, reason) RETURNS boolean
+ *		End every pause of a queue: the operator's, a rate limit's
+ *		(paused_until) and its key pauses (ntask.key_pause).  Waiting claims
+ *		of the queue and the background worker are woken at commit.
+ *		Audited (queue_resume).  Returns false and changes nothing when
+ *		nothing was paused.  Errors as ntask_queue_pause's.
+ */
+Datum
+ntask_queue_resume(PG_FUNCTION_ARGS)
+{
+	text	   *queue = NtaskArgText(fcinfo, 0, "queue", NTASK_MAX_QUEUE_LEN);
+	text	   *actor = NtaskArgText(fcinfo, 1, "actor", NTASK_MAX_NAME_LEN);
+	text	   *reason = NtaskArgText(fcinfo, 2, "reason", NTASK_MAX_REASON_LEN);
+	char	   *qname = text_to_cstring(queue);
+	Datum		values[1];
+	bool		was;
+
+	values[0] = PointerGetDatum(queue);
+	SPI_connect();
+	if (NtaskExecPlan(&queue_resume_lock_plan, values, NULL, SPI_OK_SELECT) == 0)
+		NtaskQueueNotFound(qname);
+	was = NtaskGetBool(0, 1) || NtaskGetBool(0, 2) || NtaskGetBool(0, 3);
+	if (was)
+	{
+		NtaskExecPlan(&queue_resume_plan, values, NULL, SPI_OK_UPDATE);
+		NtaskExecPlan(&queue_resume_keys_plan, values, NULL, SPI_OK_DELETE);
+		NtaskAudit(text_to_cstring(actor), "queue_resume", 0, qname,
+				   text_to_cstring(reason), NULL, NULL);
+		/* every waiting claim of the queue looks again, and the worker */
+		NtaskWakeWaitersAtCommit(qname, NTASK_MAX_BATCH, 0);
+		NtaskWakeWorkerAtCommit();
+	}
+	SPI_finish();
+	PG_RETURN_BOOL(was);
 }

@@ -14,6 +14,8 @@
 #     after an unknown outcome, 1 repair_required, 2 succeeded (one after
 #     an unknown first attempt), 1 canceled, 1 skipped;
 #   queue mh (http): 2 tasks the provider accepts, 1 it refuses (400).
+# mq is paused (ntask_queue_pause) and one key of mh (key_pause) when the
+# exporter starts: the _paused and _keys_paused gauges.
 # The exporter logs in as a role that is only in ntask_monitor, listens on
 # a free 127.0.0.1 port, and is scraped with HTTP::Tiny.  Checked: the
 # exporter reports no scrape error and loaded the queries file; every
@@ -124,6 +126,13 @@ ok($node->poll_query_until('postgres', qq{
 sql(qq{UPDATE ntask.task SET run_at = now() - interval '100 seconds', due_at = now() - interval '100 seconds'
 	   WHERE task_id IN ($id{r1}, $id{r2}, $id{r3})});
 
+# mq paused by an operator, a key of mh by a provider's rate limit (as
+# the worker writes it: t/035_pause.pl)
+sql(q{SELECT ntask_queue_pause('mq', 'oncall', 'metrics test')});
+sql(q{INSERT INTO ntask.key_pause (queue, partition_key, until, reason, set_by)
+	  VALUES ('mh', 'k', now() + interval '1 hour', 'HTTP 429', 'ntask worker');
+	  UPDATE ntask.queue SET keys_paused_until = now() + interval '1 hour' WHERE queue = 'mh'});
+
 # ---------------------------------------------------------------------
 # the exporter, as a role that can only read the statistics views
 # ---------------------------------------------------------------------
@@ -178,11 +187,12 @@ my %want_mq = (
 	leases_expired => 0, unknown_attempts => 1,
 	enqueued_total => 14, claims_total => 10, succeeded_total => 2,
 	canceled_total => 1, skipped_total => 1, unknown_outcomes_total => 2,
+	paused => 1, keys_paused => 0,
 );
 my %want_mh = (
 	ready => 0, leased => 0, retry_wait => 0, repair_required => 1,
 	enqueued_total => 3, claims_total => 3, succeeded_total => 2,
-	unknown_outcomes_total => 0,
+	unknown_outcomes_total => 0, paused => 0, keys_paused => 1,
 );
 sub check_queue
 {
