@@ -127,7 +127,7 @@
 	"  ORDER BY t.due_at, t.task_id " \
 	"  LIMIT " limit " FOR UPDATE OF t SKIP LOCKED) x " \
 	"WHERE q.queue OPERATOR(pg_catalog.=) $1 AND pr.p IS NOT NULL " \
-	"  AND q.fairness OPERATOR(pg_catalog.=) 'none' " \
+	"  AND q.fairness OPERATOR(pg_catalog.=) 'none' AND q.priority_aging IS NULL " \
 	"  AND " NTASK_WORKER_RIGHT("q", "2") " AND " CLAIM_CAP_LOCK
 
 static NtaskPlan claim_pick_plan = {
@@ -150,6 +150,74 @@ static NtaskPlan claim_pick_shard_plan = {
 	CLAIM_PICK(" AND t.shard OPERATOR(pg_catalog.=) $4 ", "$5"),
 	5, {TEXTOID, OIDOID, BOOLOID, INT2OID, INT4OID}
 };
+
+/*
+ * The pick of a queue with priority aging (priority_aging, docs/design.md
+ * "Priority aging"); the plain pick finds nothing there (q.priority_aging IS
+ * NULL), and its empty first round reads the queue's mode, as for a fair
+ * queue, so a queue without aging runs the statements it ran before.
+ *
+ * A task's effective priority is its priority plus one per priority_aging
+ * it has waited since its due_at, at most priority_aging_max (NULL: the
+ * highest priority among the levels with due work), never less than its
+ * priority; ties go to the earlier due_at, then the lower task id.  Within
+ * one level the effective priority never rises along task_due_idx's order
+ * (due_at, task_id), so the best n tasks of the queue are among the first n
+ * of each level: h reads, for each priority of the walk (pr, one descent of
+ * task_priority_idx per level), the first $4 due tasks of the level in
+ * task_due_idx without a lock, and orders those few (levels x $4 rows, never
+ * the queue) by effective priority.  Then each candidate in that order is
+ * locked by its primary key with SKIP LOCKED and its due time checked again
+ * (a claim that leased it meanwhile moved due_at to its lease's end), and
+ * the executor stops at the rows wanted: only those are locked, so a
+ * concurrent claim takes the next best candidate rather than finding heads
+ * locked that this claim does not hand out.  $4 is the claim's count plus
+ * CLAIM_AGING_SLACK (candidates concurrent claims may have locked first);
+ * a pick that locked nothing is tried once more with $4 NTASK_MAX_CLAIM
+ * (claim_aging_pick).
+ */
+#define CLAIM_AGING_EFF \
+	"GREATEST(pr.p::pg_catalog.float8, LEAST(pr.p::pg_catalog.float8 OPERATOR(pg_catalog.+) " \
+	"  pg_catalog.floor(pg_catalog.date_part('epoch', pg_catalog.statement_timestamp() " \
+	"      OPERATOR(pg_catalog.-) c.due_at) " \
+	"    OPERATOR(pg_catalog./) pg_catalog.date_part('epoch', a.priority_aging)), " \
+	"  coalesce(a.priority_aging_max, pg_catalog.max(pr.p) OVER ())::pg_catalog.float8))"
+
+static NtaskPlan claim_aging_pick_plan = {
+	"claim aging pick",
+	NTASK_PRIORITY_WALK
+	", h AS MATERIALIZED ( "
+	"  SELECT c.task_id, c.due_at, " CLAIM_AGING_EFF " AS eff "
+	"  FROM ntask.queue a, pr, LATERAL ( "
+	"    SELECT t.task_id, t.due_at FROM ntask.task t "
+	"    WHERE t.queue OPERATOR(pg_catalog.=) $1 "
+	"      AND t.priority OPERATOR(pg_catalog.=) pr.p "
+	"      AND t.due_at OPERATOR(pg_catalog.<=) pg_catalog.statement_timestamp() "
+	"      AND (NOT $3 OR t.attempts OPERATOR(pg_catalog.=) 0) "
+	"    ORDER BY t.due_at, t.task_id LIMIT $4) c "
+	"  WHERE a.queue OPERATOR(pg_catalog.=) $1 AND pr.p IS NOT NULL "
+	"    AND a.priority_aging IS NOT NULL "
+	"  ORDER BY eff DESC, c.due_at, c.task_id "
+	") "
+	"SELECT x.task_id, x.was_leased, x.task_key, x.payload, q.lease, q.guard, "
+	"  " CLAIM_POLICY ", x.retry "
+	"FROM ntask.queue q, h, LATERAL ( "
+	"  SELECT t.task_id, t.state OPERATOR(pg_catalog.=) 'leased' AS was_leased, "
+	"    t.task_key, t.payload, t.attempts OPERATOR(pg_catalog.>) 0 AS retry "
+	"  FROM ntask.task t "
+	"  WHERE t.task_id OPERATOR(pg_catalog.=) h.task_id "
+	"    AND t.queue OPERATOR(pg_catalog.=) $1 "
+	"    AND t.due_at OPERATOR(pg_catalog.<=) pg_catalog.statement_timestamp() "
+	"    AND (NOT $3 OR t.attempts OPERATOR(pg_catalog.=) 0) "
+	"  FOR UPDATE OF t SKIP LOCKED) x "
+	"WHERE q.queue OPERATOR(pg_catalog.=) $1 "
+	"  AND q.fairness OPERATOR(pg_catalog.=) 'none' AND q.priority_aging IS NOT NULL "
+	"  AND " NTASK_WORKER_RIGHT("q", "2") " AND " CLAIM_CAP_LOCK,
+	4, {TEXTOID, OIDOID, BOOLOID, INT4OID}
+};
+
+/* candidates per level beyond the claim's count (claim_aging_pick_plan) */
+#define CLAIM_AGING_SLACK 8
 
 /* where this backend's next claim on a distributed install starts */
 static int	claim_shard_cursor = -1;
@@ -200,7 +268,8 @@ static NtaskPlan claim_queue_plan = {
 	"claim queue",
 	"SELECT q.fairness OPERATOR(pg_catalog.=) 'partition', "
 	"  NOT " NTASK_WORKER_RIGHT("q", "2") ", q.ordered, "
-	"  q.ordered OR q.partition_max_inflight IS NOT NULL "
+	"  q.ordered OR q.partition_max_inflight IS NOT NULL, "
+	"  q.priority_aging IS NOT NULL "
 	"FROM ntask.queue q WHERE q.queue OPERATOR(pg_catalog.=) $1",
 	2, {TEXTOID, OIDOID}
 };
@@ -479,7 +548,8 @@ typedef enum ClaimQueueCol
 	CLAIM_QUEUE_FAIR = 1,
 	CLAIM_QUEUE_DENIED,			/* the caller lacks the worker_role */
 	CLAIM_QUEUE_ORDERED,
-	CLAIM_QUEUE_TURNS			/* ordered or a per-key cap */
+	CLAIM_QUEUE_TURNS,			/* ordered or a per-key cap */
+	CLAIM_QUEUE_AGING			/* priority_aging is set */
 } ClaimQueueCol;
 
 /* the columns of claim_inflight_plan (and of its shard twin) */
@@ -498,7 +568,8 @@ typedef enum ClaimMode
 	CLAIM_MODE_UNKNOWN = -1,	/* not yet: the plain pick runs first */
 	CLAIM_MODE_PLAIN,			/* fairness none */
 	CLAIM_MODE_FAIR,			/* fairness partition */
-	CLAIM_MODE_ORDERED			/* partition, one head per key */
+	CLAIM_MODE_ORDERED,			/* partition, one head per key */
+	CLAIM_MODE_AGING			/* fairness none, priority aging */
 } ClaimMode;
 
 /* a fair or an ordered queue: the keyed picks, not the plain one */
@@ -854,9 +925,44 @@ claim_read_mode(text *queue, Datum *args, ClaimOrder *order)
 		NtaskQueueNotFound(text_to_cstring(queue));
 	if (NtaskGetBool(0, CLAIM_QUEUE_DENIED))
 		NtaskCheckQueueRight(queue, false); /* raises 42501 */
-	order->mode = !NtaskGetBool(0, CLAIM_QUEUE_FAIR) ? CLAIM_MODE_PLAIN :
-		NtaskGetBool(0, CLAIM_QUEUE_ORDERED) ? CLAIM_MODE_ORDERED : CLAIM_MODE_FAIR;
+	order->mode = NtaskGetBool(0, CLAIM_QUEUE_FAIR) ?
+		(NtaskGetBool(0, CLAIM_QUEUE_ORDERED) ? CLAIM_MODE_ORDERED : CLAIM_MODE_FAIR) :
+		NtaskGetBool(0, CLAIM_QUEUE_AGING) ? CLAIM_MODE_AGING : CLAIM_MODE_PLAIN;
 	order->turns = NtaskGetBool(0, CLAIM_QUEUE_TURNS);
+}
+
+/*
+ * claim_aging_pick
+ *		The pick of a queue with priority aging (claim_aging_pick_plan; args
+ *		as the plain pick's first three).  Not on a distributed install yet.
+ */
+static int
+claim_aging_pick(text *queue, Datum *args, int want)
+{
+	Datum		aargs[4];
+	int			n;
+
+	if (NtaskShardCount() > 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("ntask: queue \"%s\" has priority aging, which a distributed install does not support yet",
+						text_to_cstring(queue)),
+				 errhint("Pass priority_aging => '0' to ntask_queue_set to turn it off.")));
+	aargs[0] = args[CLAIM_PICK_ARG_QUEUE];
+	aargs[1] = args[CLAIM_PICK_ARG_CALLER];
+	aargs[2] = args[CLAIM_PICK_ARG_FRESH_ONLY];
+	aargs[3] = Int32GetDatum(Min(want + CLAIM_AGING_SLACK, NTASK_MAX_CLAIM));
+	n = NtaskExecPlanCount(&claim_aging_pick_plan, aargs, NULL, SPI_OK_SELECT, want);
+	if (n == 0 && want + CLAIM_AGING_SLACK < NTASK_MAX_CLAIM)
+	{
+		/*
+		 * Nothing due, or every candidate was locked by concurrent claims:
+		 * look further down each level.
+		 */
+		aargs[3] = Int32GetDatum(NTASK_MAX_CLAIM);
+		n = NtaskExecPlanCount(&claim_aging_pick_plan, aargs, NULL, SPI_OK_SELECT, want);
+	}
+	return n;
 }
 
 static int
@@ -872,6 +978,8 @@ claim_pick(text *queue, int want, ClaimOrder *order)
 	args[CLAIM_PICK_ARG_QUEUE] = PointerGetDatum(queue);
 	args[CLAIM_PICK_ARG_CALLER] = ObjectIdGetDatum(NtaskCaller());
 	args[CLAIM_PICK_ARG_FRESH_ONLY] = BoolGetDatum(order->fresh_only);
+	if (order->mode == CLAIM_MODE_AGING)
+		return claim_aging_pick(queue, args, want);
 	if (!CLAIM_KEYED(order->mode) && NtaskShardCount() > 0)
 	{
 		int			nshards = NtaskShardCount();
@@ -912,6 +1020,8 @@ claim_pick(text *queue, int want, ClaimOrder *order)
 				 * probe of every shard.
 				 */
 				claim_read_mode(queue, args, order);
+				if (order->mode == CLAIM_MODE_AGING)
+					return claim_aging_pick(queue, args, want); /* refuses */
 				if (order->mode != CLAIM_MODE_PLAIN)
 					break;		/* fair or ordered: the per-shard pick below */
 			}
@@ -931,10 +1041,15 @@ claim_pick(text *queue, int want, ClaimOrder *order)
 		}
 		if (order->mode == CLAIM_MODE_PLAIN)
 			return 0;
-		/* nothing due: an idle queue, no right to it, no such queue, or fair */
+		/*
+		 * nothing due: an idle queue, no right to it, no such queue, fair,
+		 * or aging
+		 */
 		claim_read_mode(queue, args, order);
 		if (order->mode == CLAIM_MODE_PLAIN)
 			return 0;
+		if (order->mode == CLAIM_MODE_AGING)
+			return claim_aging_pick(queue, args, want);
 	}
 	qname = text_to_cstring(queue);
 	kargs[CLAIM_KEYED_ARG_QUEUE] = args[CLAIM_PICK_ARG_QUEUE];
