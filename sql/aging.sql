@@ -131,5 +131,20 @@ FROM ntask_claim('age', 'w') t,
      ntask_transition_and_claim(t.task_id, t.token, 'succeeded', 'age', 'w') c;
 SELECT age_order();
 
+-- extreme steps and caps: a microsecond a step reaches any cap at once
+SELECT priority_aging, priority_aging_max FROM ntask_queue_set('age', priority_aging => '1 microsecond', priority_aging_max => 2147483647);
+SELECT age_fill();
+SELECT age_order();
+SELECT priority_aging_max FROM ntask_queue_set('age', priority_aging_max => -2147483648);
+SELECT age_fill();
+SELECT age_order(2);
+SELECT priority_aging, priority_aging_max FROM ntask_queue_set('age', priority_aging => '3650 days', priority_aging_max => NULL);
+
+-- a waiting claim on an aging queue: nothing due, then a task comes due
+SELECT priority_aging FROM ntask_queue_set('age', priority_aging => '1 minute');
+SELECT created FROM ntask_enqueue('age', 'soon', '{}', run_at => clock_timestamp() + interval '300 milliseconds');
+SELECT task_key FROM ntask_claim('age', 'w', wait => '5 seconds');
+SELECT age_order();
+
 DROP FUNCTION age_fill();
 DROP FUNCTION age_order(integer);
