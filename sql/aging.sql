@@ -146,5 +146,31 @@ SELECT created FROM ntask_enqueue('age', 'soon', '{}', run_at => clock_timestamp
 SELECT task_key FROM ntask_claim('age', 'w', wait => '5 seconds');
 SELECT age_order();
 
+-- aging turned off after this session claimed with it: priority order
+-- again, and so for a queue that then turns fair
+SELECT priority_aging FROM ntask_queue_set('age', priority_aging => '0');
+SELECT age_fill();
+SELECT age_order();
+SELECT priority_aging FROM ntask_queue_set('age', priority_aging => '1 minute');
+SELECT age_fill();
+SELECT age_order();
+SELECT priority_aging, fairness FROM ntask_queue_set('age', priority_aging => '0', fairness => 'partition');
+SELECT age_fill();
+SELECT age_order();
+SELECT priority_aging, fairness FROM ntask_queue_set('age', fairness => 'none', priority_aging => '1 minute');
+-- and an idle aging queue, a caller without the right and a queue that is gone
+SELECT count(*) FROM ntask_claim('age', 'w');
+CREATE ROLE age_worker;
+GRANT ntask_worker TO age_worker;
+SELECT count(*) FROM ntask_queue_set_roles('age', NULL, 'pg_monitor');
+SET ROLE age_worker;
+SELECT count(*) FROM ntask_claim('age', 'w');
+\echo :SQLSTATE
+RESET ROLE;
+SELECT count(*) FROM ntask_queue_set_roles('age', NULL, NULL);
+DROP ROLE age_worker;
+SELECT count(*) FROM ntask_claim('age-gone', 'w');
+\echo :SQLSTATE
+
 DROP FUNCTION age_fill();
 DROP FUNCTION age_order(integer);

@@ -64,6 +64,7 @@
 #include "catalog/pg_type.h"
 #include "funcapi.h"
 #include "utils/builtins.h"
+#include "utils/memutils.h"
 #include "utils/timestamp.h"
 
 
@@ -918,6 +919,40 @@ claim_dist_policy(text *queue, bool per_key)
  *		the plain pick's, of which it uses the first two), raise 42704 when there is no such queue and 42501
  *		without its worker_role, and set order->mode and order->turns.
  */
+/*
+ * The queue this backend last found to have priority aging (in
+ * TopMemoryContext; NULL: none).  A claim of that queue runs the aging
+ * pick first, skipping the plain pick (which finds nothing there) and the
+ * queue read; when the aging pick finds nothing, the queue read says
+ * whether the queue still ages (an idle queue) or not (aging turned off:
+ * the cache is cleared and the claim goes on in the queue's mode).  A
+ * queue without aging is never cached, so it runs what it ran before.
+ */
+static char *claim_aging_queue = NULL;
+
+/* set or clear claim_aging_queue for queue after its mode was read */
+static void
+claim_note_aging(text *queue, bool aging)
+{
+	char	   *q = text_to_cstring(queue);
+
+	if (aging)
+	{
+		if (claim_aging_queue == NULL || strcmp(claim_aging_queue, q) != 0)
+		{
+			if (claim_aging_queue)
+				pfree(claim_aging_queue);
+			claim_aging_queue = MemoryContextStrdup(TopMemoryContext, q);
+		}
+	}
+	else if (claim_aging_queue && strcmp(claim_aging_queue, q) == 0)
+	{
+		pfree(claim_aging_queue);
+		claim_aging_queue = NULL;
+	}
+	pfree(q);
+}
+
 static void
 claim_read_mode(text *queue, Datum *args, ClaimOrder *order)
 {
@@ -928,6 +963,7 @@ claim_read_mode(text *queue, Datum *args, ClaimOrder *order)
 	order->mode = NtaskGetBool(0, CLAIM_QUEUE_FAIR) ?
 		(NtaskGetBool(0, CLAIM_QUEUE_ORDERED) ? CLAIM_MODE_ORDERED : CLAIM_MODE_FAIR) :
 		NtaskGetBool(0, CLAIM_QUEUE_AGING) ? CLAIM_MODE_AGING : CLAIM_MODE_PLAIN;
+	claim_note_aging(queue, order->mode == CLAIM_MODE_AGING);
 	order->turns = NtaskGetBool(0, CLAIM_QUEUE_TURNS);
 }
 
@@ -980,6 +1016,28 @@ claim_pick(text *queue, int want, ClaimOrder *order)
 	args[CLAIM_PICK_ARG_FRESH_ONLY] = BoolGetDatum(order->fresh_only);
 	if (order->mode == CLAIM_MODE_AGING)
 		return claim_aging_pick(queue, args, want);
+	if (order->mode == CLAIM_MODE_UNKNOWN && claim_aging_queue != NULL &&
+		NtaskShardCount() == 0)
+	{
+		char	   *q = text_to_cstring(queue);
+		bool		cached = strcmp(claim_aging_queue, q) == 0;
+
+		pfree(q);
+		if (cached)
+		{
+			n = claim_aging_pick(queue, args, want);
+			if (n > 0)
+			{
+				order->mode = CLAIM_MODE_AGING;
+				return n;
+			}
+			/* idle, no right, gone, or no longer aging: ask the queue */
+			claim_read_mode(queue, args, order);
+			if (order->mode == CLAIM_MODE_AGING || order->mode == CLAIM_MODE_PLAIN)
+				return order->mode == CLAIM_MODE_PLAIN ?
+					NtaskExecPlanCount(&claim_pick_plan, args, NULL, SPI_OK_SELECT, want) : 0;
+		}
+	}
 	if (!CLAIM_KEYED(order->mode) && NtaskShardCount() > 0)
 	{
 		int			nshards = NtaskShardCount();
