@@ -156,7 +156,9 @@ static NtaskPlan claim_pick_shard_plan = {
  * The pick of a queue with priority aging (priority_aging, docs/design.md
  * "Priority aging"); the plain pick finds nothing there (q.priority_aging IS
  * NULL), and its empty first round reads the queue's mode, as for a fair
- * queue, so a queue without aging runs the statements it ran before.
+ * queue, so a queue without aging runs the statements it ran before; the
+ * backend then remembers the queue and runs this pick first for it
+ * (claim_aging_queue).
  *
  * A task's effective priority is its priority plus one per priority_aging
  * it has waited since its due_at, at most priority_aging_max (NULL: the
