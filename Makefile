@@ -47,7 +47,8 @@ SHLIB_LINK = -lcurl
 REGRESS = setup enqueue claim fairness flow transition budget replay_cancel release batch result wait saga guard errors stats receipt distribute \
 	cron schedule housekeeping http_target breaker privileges explain metrics upgrade \
 	bulk progress trace \
-	pause
+	pause \
+	aging
 REGRESS_OPTS = --temp-instance=./tmp_check_regress --temp-config=$(srcdir)/test/ntask.conf
 
 ISOLATION = takeover_w1_w2 claim_skip_locked enqueue_same_key cancel_vs_transition \
@@ -60,7 +61,8 @@ ISOLATION = takeover_w1_w2 claim_skip_locked enqueue_same_key cancel_vs_transiti
 	ordered_takeover rate_limit_concurrent ordered_switch_vs_enqueue notify_mixed_case \
 	claim_locks_unreachable claim_wait_limited claim_repeatable_read \
 	bulk_cancel_vs_transition \
-	pause_vs_claim
+	pause_vs_claim \
+	aging_vs_claim
 ISOLATION_OPTS = --temp-instance=./tmp_check_iso --temp-config=$(srcdir)/test/ntask.conf
 
 TAP_TESTS = 1

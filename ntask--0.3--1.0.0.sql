@@ -1062,6 +1062,167 @@ GRANT SELECT ON ntask.key_pause TO ntask_admin, ntask_monitor;
 
 -- end of issue 35.1 and 35.5
 
+-- issue 35.4: priority aging
+-- Two columns of ntask.queue (docs/design.md "Operator controls and
+-- workflows"): priority_aging (NULL: off) and priority_aging_max (NULL: the
+-- highest due priority), set by two arguments appended to ntask_queue_set
+-- after breaker_cooldown.  Its arguments change, so it is dropped and
+-- created again the way 0.2--0.3 did (a user view or BEGIN ATOMIC function
+-- calling it refuses the update, naming it; the users' grants and revokes
+-- are carried over): the upgrade_* helpers of test/frozen/ntask--0.3.sql,
+-- created here and dropped at the end of this section.  The claim's aged
+-- pick is C (src/claim.c).
+ALTER TABLE ntask.queue
+	ADD COLUMN priority_aging interval CHECK (priority_aging > '0'),
+	ADD COLUMN priority_aging_max integer;
+COMMENT ON COLUMN ntask.queue.priority_aging IS 'priority aging: a due task''s effective priority rises by one per this interval waited (since its due_at), up to priority_aging_max; NULL: off (fairness none only)';
+COMMENT ON COLUMN ntask.queue.priority_aging_max IS 'with priority_aging: the highest effective priority aging can reach (NULL: the highest priority among the queue''s due tasks); aging never lowers a priority';
+
+CREATE TABLE ntask.upgrade_acl (proname name PRIMARY KEY, acl aclitem[], initprivs aclitem[]);
+
+-- the objects outside the extension that depend on an object (a view for
+-- its rewrite rule), described; NULL when none
+CREATE FUNCTION ntask.upgrade_user_dependents(cls oid, obj oid, sub integer DEFAULT 0)
+RETURNS text LANGUAGE sql STABLE AS $$
+	SELECT pg_catalog.string_agg(DISTINCT pg_catalog.pg_describe_object(x.classid, x.objid, 0), ', ')
+	FROM (SELECT CASE WHEN d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_rewrite'::pg_catalog.regclass
+					  THEN 'pg_catalog.pg_class'::pg_catalog.regclass::pg_catalog.oid ELSE d.classid END AS classid,
+				 CASE WHEN d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_rewrite'::pg_catalog.regclass
+					  THEN (SELECT r.ev_class FROM pg_catalog.pg_rewrite r WHERE r.oid OPERATOR(pg_catalog.=) d.objid)
+					  ELSE d.objid END AS objid
+		  FROM pg_catalog.pg_depend d
+		  WHERE d.refclassid OPERATOR(pg_catalog.=) cls AND d.refobjid OPERATOR(pg_catalog.=) obj
+			AND (sub OPERATOR(pg_catalog.=) 0 OR d.refobjsubid OPERATOR(pg_catalog.=) sub)
+			AND d.deptype OPERATOR(pg_catalog.=) 'n'
+			-- views (their rules) and functions (BEGIN ATOMIC): a table's own
+			-- constraints, indexes and triggers go with the table
+			AND d.classid OPERATOR(pg_catalog.=) ANY (ARRAY['pg_catalog.pg_rewrite'::pg_catalog.regclass,
+														   'pg_catalog.pg_proc'::pg_catalog.regclass]::pg_catalog.oid[])) x
+	WHERE x.objid IS DISTINCT FROM obj
+	  AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_depend e
+					  WHERE e.classid OPERATOR(pg_catalog.=) x.classid
+						AND e.objid OPERATOR(pg_catalog.=) x.objid
+						AND e.deptype OPERATOR(pg_catalog.=) 'e')
+$$;
+
+-- refuse, naming them, when user objects depend on what must be dropped
+CREATE FUNCTION ntask.upgrade_refuse(what text, deps text, why text) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+	IF deps IS NOT NULL THEN
+		RAISE EXCEPTION 'ntask: cannot update: % depend(s) on %, which this update must %', deps, what, why
+			USING ERRCODE = 'dependent_objects_still_exist',
+				  HINT = 'Save and drop the objects named, run ALTER EXTENSION ntask UPDATE again, then create them again (README "Upgrading").';
+	END IF;
+END $$;
+
+CREATE FUNCTION ntask.upgrade_view_stub(v regclass) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+	EXECUTE pg_catalog.format('CREATE OR REPLACE VIEW %s AS SELECT %s WHERE false', v,
+		(SELECT pg_catalog.string_agg(pg_catalog.format('NULL::%s%s AS %I',
+					pg_catalog.format_type(a.atttypid, a.atttypmod),
+					CASE WHEN a.attcollation OPERATOR(pg_catalog.<>) 0 THEN
+						(SELECT pg_catalog.format(' COLLATE %I.%I', n.nspname, c.collname)
+						 FROM pg_catalog.pg_collation c JOIN pg_catalog.pg_namespace n
+							ON n.oid OPERATOR(pg_catalog.=) c.collnamespace
+						 WHERE c.oid OPERATOR(pg_catalog.=) a.attcollation) ELSE '' END,
+					a.attname), ', ' ORDER BY a.attnum)
+		 FROM pg_catalog.pg_attribute a
+		 WHERE a.attrelid OPERATOR(pg_catalog.=) v AND a.attnum OPERATOR(pg_catalog.>) 0
+		   AND NOT a.attisdropped));
+END $$;
+
+CREATE FUNCTION ntask.upgrade_drop_function(fn text) RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+	f regprocedure := fn::regprocedure;
+BEGIN
+	PERFORM ntask.upgrade_refuse('function ' || f::text,
+		ntask.upgrade_user_dependents('pg_catalog.pg_proc'::regclass, f),
+		'drop and create again (its arguments or result columns change)');
+	INSERT INTO ntask.upgrade_acl AS u
+	SELECT p.proname, coalesce(p.proacl, pg_catalog.acldefault('f', p.proowner)), i.initprivs
+	FROM pg_catalog.pg_proc p
+	LEFT JOIN pg_catalog.pg_init_privs i ON i.objoid OPERATOR(pg_catalog.=) p.oid
+		AND i.classoid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::regclass AND i.objsubid OPERATOR(pg_catalog.=) 0
+	WHERE p.oid OPERATOR(pg_catalog.=) f
+	ON CONFLICT (proname) DO UPDATE SET acl = EXCLUDED.acl, initprivs = EXCLUDED.initprivs;
+	EXECUTE pg_catalog.format('DROP FUNCTION %s', f);
+END $$;
+
+CREATE FUNCTION ntask.upgrade_restore_acl(fn text) RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+	f regprocedure := fn::regprocedure;
+	u record;
+	g record;
+	mine aclitem[];
+BEGIN
+	SELECT a.* INTO u FROM ntask.upgrade_acl a JOIN pg_catalog.pg_proc p
+		ON p.proname OPERATOR(pg_catalog.=) a.proname WHERE p.oid OPERATOR(pg_catalog.=) f;
+	IF NOT FOUND OR u.initprivs IS NULL THEN
+		RETURN;
+	END IF;
+	SELECT p.proacl INTO mine FROM pg_catalog.pg_proc p WHERE p.oid OPERATOR(pg_catalog.=) f;
+	FOR g IN
+		SELECT x.grantee, x.is_grantable, true AS grant FROM pg_catalog.aclexplode(u.acl) x
+		EXCEPT SELECT y.grantee, y.is_grantable, true FROM pg_catalog.aclexplode(u.initprivs) y
+		UNION ALL
+		(SELECT y.grantee, y.is_grantable, false FROM pg_catalog.aclexplode(u.initprivs) y
+		 EXCEPT SELECT x.grantee, x.is_grantable, false FROM pg_catalog.aclexplode(u.acl) x)
+	LOOP
+		EXECUTE pg_catalog.format(CASE WHEN g.grant THEN 'GRANT EXECUTE ON FUNCTION %s TO %s%s'
+									   ELSE 'REVOKE EXECUTE ON FUNCTION %s FROM %s' END,
+			f, CASE WHEN g.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC' ELSE g.grantee::regrole::text END,
+			CASE WHEN g.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+	END LOOP;
+	-- the users' grants are not the extension's: pg_dump dumps them
+	UPDATE pg_catalog.pg_init_privs i SET initprivs = mine
+	WHERE i.objoid OPERATOR(pg_catalog.=) f AND i.classoid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::regclass
+	  AND i.objsubid OPERATOR(pg_catalog.=) 0;
+END $$;
+
+SELECT ntask.upgrade_drop_function('@extschema@.ntask_queue_set(text, integer, interval, interval, interval, interval, regprocedure, jsonb, interval, boolean, text, integer, integer, boolean, boolean, text, text, real, integer, interval, text)');
+CREATE FUNCTION @extschema@.ntask_queue_set(
+	queue text,
+	max_attempts integer DEFAULT NULL,
+	total_deadline interval DEFAULT NULL,
+	lease interval DEFAULT NULL,
+	backoff_base interval DEFAULT NULL,
+	backoff_max interval DEFAULT NULL,
+	guard regprocedure DEFAULT NULL,
+	target jsonb DEFAULT NULL,
+	retention interval DEFAULT NULL,
+	notify boolean DEFAULT NULL,
+	fairness text DEFAULT NULL,
+	max_inflight integer DEFAULT NULL,
+	partition_max_inflight integer DEFAULT NULL,
+	ordered boolean DEFAULT NULL,
+	ordered_skip_repair boolean DEFAULT NULL,
+	rate_limit text DEFAULT NULL,
+	partition_rate_limit text DEFAULT NULL,
+	retry_share real DEFAULT NULL,
+	breaker_failures integer DEFAULT NULL,
+	breaker_cooldown interval DEFAULT NULL,
+	priority_aging interval DEFAULT NULL,
+	priority_aging_max integer DEFAULT NULL,
+	on_rate_limited text DEFAULT NULL)
+RETURNS SETOF ntask.queue
+AS 'MODULE_PATHNAME', 'ntask_queue_set'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.ntask_queue_set(text, integer, interval, interval, interval, interval, regprocedure, jsonb, interval, boolean, text, integer, integer, boolean, boolean, text, text, real, integer, interval, interval, integer, text) IS
+'ntask: create or update a queue''s policy; NULL arguments keep the current value (or the default for a new queue); 0 (caps, breaker_failures, priority_aging) or ''none'' (rate limits) turns an option off, target => ''null'' (or ''{}'') removes the target; an http target''s hosts must be in ntask.http_allowed_hosts; on_rate_limited (http queues: retry, pause_key, pause_queue) says what a 429 or 503 with Retry-After does; returns the resulting row';
+REVOKE ALL ON FUNCTION @extschema@.ntask_queue_set(text, integer, interval, interval, interval, interval, regprocedure, jsonb, interval, boolean, text, integer, integer, boolean, boolean, text, text, real, integer, interval, interval, integer, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.ntask_queue_set(text, integer, interval, interval, interval, interval, regprocedure, jsonb, interval, boolean, text, integer, integer, boolean, boolean, text, text, real, integer, interval, interval, integer, text) TO ntask_admin;
+SELECT ntask.upgrade_restore_acl('@extschema@.ntask_queue_set(text, integer, interval, interval, interval, interval, regprocedure, jsonb, interval, boolean, text, integer, integer, boolean, boolean, text, text, real, integer, interval, interval, integer, text)');
+
+DROP FUNCTION ntask.upgrade_restore_acl(text);
+DROP FUNCTION ntask.upgrade_drop_function(text);
+DROP FUNCTION ntask.upgrade_view_stub(regclass);
+DROP FUNCTION ntask.upgrade_refuse(text, text, text);
+DROP FUNCTION ntask.upgrade_user_dependents(oid, oid, integer);
+DROP TABLE ntask.upgrade_acl;
+
+-- end of issue 35.4
+
 -- 1.0.0: the objects several changes of issues 35 and 36 redefine, as
 -- ntask--1.0.0.sql has them (regress upgrade compares the two)
 CREATE OR REPLACE FUNCTION @extschema@.ntask_explain(task_id bigint, include_payload boolean DEFAULT false)

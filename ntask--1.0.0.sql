@@ -197,6 +197,8 @@ CREATE TABLE ntask.queue (
 	on_rate_limited	text NOT NULL DEFAULT 'retry'
 		CHECK (on_rate_limited IN ('retry', 'pause_key', 'pause_queue')),
 	keys_paused_until timestamptz,
+	priority_aging	interval CHECK (priority_aging > '0'),
+	priority_aging_max integer,
 	CHECK ((rate_n IS NULL) = (rate_per IS NULL)),
 	CHECK ((partition_rate_n IS NULL) = (partition_rate_per IS NULL))
 );
@@ -216,6 +218,8 @@ COMMENT ON COLUMN ntask.queue.retry_share IS 'when first attempts are due, retri
 COMMENT ON COLUMN ntask.queue.breaker_failures IS 'http targets: consecutive transient failures that open the circuit breaker (NULL: no breaker)';
 COMMENT ON COLUMN ntask.queue.breaker_cooldown IS 'how long an open breaker sends nothing before one probe';
 
+COMMENT ON COLUMN ntask.queue.priority_aging IS 'priority aging: a due task''s effective priority rises by one per this interval waited (since its due_at), up to priority_aging_max; NULL: off (fairness none only)';
+COMMENT ON COLUMN ntask.queue.priority_aging_max IS 'with priority_aging: the highest effective priority aging can reach (NULL: the highest priority among the queue''s due tasks); aging never lowers a priority';
 COMMENT ON COLUMN ntask.queue.guard_owner IS 'the role that owned the guard function when it was set; a function of the guard''s name with another owner is refused at use (guard_error)';
 COMMENT ON COLUMN ntask.queue.paused_at IS 'set while an operator has paused the queue (ntask_queue_pause): no claim hands anything out';
 COMMENT ON COLUMN ntask.queue.paused_by IS 'who paused the queue (the actor of ntask_queue_pause)';
@@ -851,12 +855,14 @@ CREATE FUNCTION @extschema@.ntask_queue_set(
 	retry_share real DEFAULT NULL,
 	breaker_failures integer DEFAULT NULL,
 	breaker_cooldown interval DEFAULT NULL,
+	priority_aging interval DEFAULT NULL,
+	priority_aging_max integer DEFAULT NULL,
 	on_rate_limited text DEFAULT NULL)
 RETURNS SETOF ntask.queue
 AS 'MODULE_PATHNAME', 'ntask_queue_set'
 LANGUAGE C VOLATILE;
-COMMENT ON FUNCTION @extschema@.ntask_queue_set(text, integer, interval, interval, interval, interval, regprocedure, jsonb, interval, boolean, text, integer, integer, boolean, boolean, text, text, real, integer, interval, text) IS
-'ntask: create or update a queue''s policy; NULL arguments keep the current value (or the default for a new queue); 0 (caps, breaker_failures) or ''none'' (rate limits) turns an option off, target => ''null'' (or ''{}'') removes the target; an http target''s hosts must be in ntask.http_allowed_hosts; on_rate_limited (http queues: retry, pause_key, pause_queue) says what a 429 or 503 with Retry-After does; returns the resulting row';
+COMMENT ON FUNCTION @extschema@.ntask_queue_set(text, integer, interval, interval, interval, interval, regprocedure, jsonb, interval, boolean, text, integer, integer, boolean, boolean, text, text, real, integer, interval, interval, integer, text) IS
+'ntask: create or update a queue''s policy; NULL arguments keep the current value (or the default for a new queue); 0 (caps, breaker_failures, priority_aging) or ''none'' (rate limits) turns an option off, target => ''null'' (or ''{}'') removes the target; an http target''s hosts must be in ntask.http_allowed_hosts; on_rate_limited (http queues: retry, pause_key, pause_queue) says what a 429 or 503 with Retry-After does; returns the resulting row';
 
 CREATE FUNCTION @extschema@.ntask_queue_pause(queue text, actor text, reason text)
 RETURNS boolean
@@ -871,7 +877,6 @@ AS 'MODULE_PATHNAME', 'ntask_queue_resume'
 LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION @extschema@.ntask_queue_resume(text, text, text) IS
 'ntask: end a queue''s pause (audited, queue_resume): the operator''s, a rate limit''s (paused_until) and its key pauses; wakes its waiting claims at commit; false (and nothing changes) when nothing was paused';
-
 CREATE FUNCTION @extschema@.ntask_queue_clear_guard(queue text)
 RETURNS void
 AS 'MODULE_PATHNAME', 'ntask_queue_clear_guard'
@@ -2210,7 +2215,7 @@ CREATE EVENT TRIGGER ntask_drop_extension ON ddl_command_start
 -- the three explain helpers; ntask_distribute is for superusers only.
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA ntask FROM PUBLIC;
 REVOKE ALL ON FUNCTION
-	@extschema@.ntask_queue_set(text, integer, interval, interval, interval, interval, regprocedure, jsonb, interval, boolean, text, integer, integer, boolean, boolean, text, text, real, integer, interval, text),
+	@extschema@.ntask_queue_set(text, integer, interval, interval, interval, interval, regprocedure, jsonb, interval, boolean, text, integer, integer, boolean, boolean, text, text, real, integer, interval, interval, integer, text),
 	@extschema@.ntask_queue_clear_guard(text),
 	@extschema@.ntask_queue_set_roles(text, regrole, regrole),
 	@extschema@.ntask_queue_pause(text, text, text),
@@ -2274,7 +2279,7 @@ GRANT EXECUTE ON FUNCTION
 TO ntask_monitor;
 
 GRANT EXECUTE ON FUNCTION
-	@extschema@.ntask_queue_set(text, integer, interval, interval, interval, interval, regprocedure, jsonb, interval, boolean, text, integer, integer, boolean, boolean, text, text, real, integer, interval, text),
+	@extschema@.ntask_queue_set(text, integer, interval, interval, interval, interval, regprocedure, jsonb, interval, boolean, text, integer, integer, boolean, boolean, text, text, real, integer, interval, interval, integer, text),
 	@extschema@.ntask_queue_clear_guard(text),
 	@extschema@.ntask_queue_set_roles(text, regrole, regrole),
 	@extschema@.ntask_queue_pause(text, text, text),

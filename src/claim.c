@@ -64,6 +64,7 @@
 #include "catalog/pg_type.h"
 #include "funcapi.h"
 #include "utils/builtins.h"
+#include "utils/memutils.h"
 #include "utils/timestamp.h"
 
 
@@ -143,7 +144,7 @@
 	"  ORDER BY t.due_at, t.task_id " \
 	"  LIMIT " limit " FOR UPDATE OF t SKIP LOCKED) x " \
 	"WHERE q.queue OPERATOR(pg_catalog.=) $1 AND pr.p IS NOT NULL " \
-	"  AND q.fairness OPERATOR(pg_catalog.=) 'none' " \
+	"  AND q.fairness OPERATOR(pg_catalog.=) 'none' AND q.priority_aging IS NULL " \
 	"  AND " CLAIM_RUNNING qpred \
 	"  AND " NTASK_WORKER_RIGHT("q", "2") " AND " CLAIM_CAP_LOCK
 
@@ -180,6 +181,82 @@ static NtaskPlan claim_pick_shard_plan = {
 	CLAIM_PICK(" AND t.shard OPERATOR(pg_catalog.=) $4 ", "$5", ""),
 	5, {TEXTOID, OIDOID, BOOLOID, INT2OID, INT4OID}
 };
+
+/*
+ * The pick of a queue with priority aging (priority_aging, docs/design.md
+ * "Priority aging"); the plain pick finds nothing there (q.priority_aging IS
+ * NULL), and its empty first round reads the queue's mode, as for a fair
+ * queue, so a queue without aging runs the statements it ran before; the
+ * backend then remembers the queue and runs this pick first for it
+ * (claim_aging_queue).
+ *
+ * A task's effective priority is its priority plus one per priority_aging
+ * it has waited since its due_at, at most priority_aging_max (NULL: the
+ * highest priority among the levels with due work), never less than its
+ * priority; ties go to the earlier due_at, then the lower task id.  Within
+ * one level the effective priority never rises along task_due_idx's order
+ * (due_at, task_id), so the best n tasks of the queue are among the first n
+ * of each level: h reads, for each priority of the walk (pr, one descent of
+ * task_priority_idx per level), the first $4 due tasks of the level in
+ * task_due_idx without a lock, and orders those few (levels x $4 rows, never
+ * the queue) by effective priority.  Then each candidate in that order is
+ * locked by its primary key with SKIP LOCKED and its due time checked again
+ * (a claim that leased it meanwhile moved due_at to its lease's end), and
+ * the executor stops at the rows wanted: only those are locked, so a
+ * concurrent claim takes the next best candidate rather than finding heads
+ * locked that this claim does not hand out.  $4 is the claim's count plus
+ * CLAIM_AGING_SLACK (candidates concurrent claims may have locked first);
+ * a pick that locked nothing is tried once more with $4 NTASK_MAX_CLAIM
+ * (claim_aging_pick).
+ */
+#define CLAIM_AGING_EFF \
+	"GREATEST(pr.p::pg_catalog.float8, LEAST(pr.p::pg_catalog.float8 OPERATOR(pg_catalog.+) " \
+	"  pg_catalog.floor(pg_catalog.date_part('epoch', pg_catalog.statement_timestamp() " \
+	"      OPERATOR(pg_catalog.-) c.due_at) " \
+	"    OPERATOR(pg_catalog./) pg_catalog.date_part('epoch', a.priority_aging)), " \
+	"  coalesce(a.priority_aging_max, pg_catalog.max(pr.p) OVER ())::pg_catalog.float8))"
+
+static NtaskPlan claim_aging_pick_plan = {
+	"claim aging pick",
+	NTASK_PRIORITY_WALK
+	", h AS MATERIALIZED ( "
+	"  SELECT c.task_id, c.due_at, " CLAIM_AGING_EFF " AS eff "
+	"  FROM ntask.queue a, pr, LATERAL ( "
+	"    SELECT t.task_id, t.due_at FROM ntask.task t "
+	"    WHERE t.queue OPERATOR(pg_catalog.=) $1 "
+	"      AND t.priority OPERATOR(pg_catalog.=) pr.p "
+	"      AND t.due_at OPERATOR(pg_catalog.<=) pg_catalog.statement_timestamp() "
+	"      AND (NOT $3 OR t.attempts OPERATOR(pg_catalog.=) 0) "
+	"      AND (t.partition_key IS NULL OR NOT EXISTS ( "
+	"        SELECT FROM ntask.key_pause k "
+	"        WHERE k.queue OPERATOR(pg_catalog.=) $1 "
+	"          AND k.partition_key OPERATOR(pg_catalog.=) t.partition_key "
+	"          AND k.until OPERATOR(pg_catalog.>) pg_catalog.statement_timestamp())) "
+	"    ORDER BY t.due_at, t.task_id LIMIT $4) c "
+	"  WHERE a.queue OPERATOR(pg_catalog.=) $1 AND pr.p IS NOT NULL "
+	"    AND a.priority_aging IS NOT NULL "
+	"  ORDER BY eff DESC, c.due_at, c.task_id "
+	") "
+	"SELECT x.task_id, x.was_leased, x.task_key, x.payload, q.lease, q.guard, "
+	"  " CLAIM_POLICY ", x.retry "
+	"FROM ntask.queue q, h, LATERAL ( "
+	"  SELECT t.task_id, t.state OPERATOR(pg_catalog.=) 'leased' AS was_leased, "
+	"    t.task_key, t.payload, t.attempts OPERATOR(pg_catalog.>) 0 AS retry "
+	"  FROM ntask.task t "
+	"  WHERE t.task_id OPERATOR(pg_catalog.=) h.task_id "
+	"    AND t.queue OPERATOR(pg_catalog.=) $1 "
+	"    AND t.due_at OPERATOR(pg_catalog.<=) pg_catalog.statement_timestamp() "
+	"    AND (NOT $3 OR t.attempts OPERATOR(pg_catalog.=) 0) "
+	"  FOR UPDATE OF t SKIP LOCKED) x "
+	"WHERE q.queue OPERATOR(pg_catalog.=) $1 "
+	"  AND q.fairness OPERATOR(pg_catalog.=) 'none' AND q.priority_aging IS NOT NULL "
+	"  AND " CLAIM_RUNNING
+	"  AND " NTASK_WORKER_RIGHT("q", "2") " AND " CLAIM_CAP_LOCK,
+	4, {TEXTOID, OIDOID, BOOLOID, INT4OID}
+};
+
+/* candidates per level beyond the claim's count (claim_aging_pick_plan) */
+#define CLAIM_AGING_SLACK 8
 
 /* where this backend's next claim on a distributed install starts */
 static int	claim_shard_cursor = -1;
@@ -234,7 +311,8 @@ static NtaskPlan claim_queue_plan = {
 	"  CASE WHEN q.paused_at IS NOT NULL THEN 'infinity'::pg_catalog.timestamptz "
 	"    WHEN q.paused_until OPERATOR(pg_catalog.>) pg_catalog.statement_timestamp() "
 	"    THEN q.paused_until END, "
-	"  NOT " CLAIM_KEYS_FREE " "
+	"  NOT " CLAIM_KEYS_FREE ", "
+	"  q.priority_aging IS NOT NULL "
 	"FROM ntask.queue q WHERE q.queue OPERATOR(pg_catalog.=) $1",
 	2, {TEXTOID, OIDOID}
 };
@@ -529,7 +607,8 @@ typedef enum ClaimQueueCol
 	CLAIM_QUEUE_ORDERED,
 	CLAIM_QUEUE_TURNS,			/* ordered or a per-key cap */
 	CLAIM_QUEUE_PAUSED_UNTIL,	/* NULL: not paused; infinity: until resumed */
-	CLAIM_QUEUE_KEYS_PAUSED		/* some key pause is live */
+	CLAIM_QUEUE_KEYS_PAUSED,	/* some key pause is live */
+	CLAIM_QUEUE_AGING			/* priority_aging is set */
 } ClaimQueueCol;
 
 /* the columns of claim_inflight_plan (and of its shard twin) */
@@ -548,7 +627,8 @@ typedef enum ClaimMode
 	CLAIM_MODE_UNKNOWN = -1,	/* not yet: the plain pick runs first */
 	CLAIM_MODE_PLAIN,			/* fairness none */
 	CLAIM_MODE_FAIR,			/* fairness partition */
-	CLAIM_MODE_ORDERED			/* partition, one head per key */
+	CLAIM_MODE_ORDERED,			/* partition, one head per key */
+	CLAIM_MODE_AGING			/* fairness none, priority aging */
 } ClaimMode;
 
 /* a fair or an ordered queue: the keyed picks, not the plain one */
@@ -968,6 +1048,40 @@ claim_read_paused_keys(text *queue, ClaimOrder *order)
  *		the plain pick's, of which it uses the first two), raise 42704 when there is no such queue and 42501
  *		without its worker_role, and set order->mode and order->turns.
  */
+/*
+ * The queue this backend last found to have priority aging (in
+ * TopMemoryContext; NULL: none).  A claim of that queue runs the aging
+ * pick first, skipping the plain pick (which finds nothing there) and the
+ * queue read; when the aging pick finds nothing, the queue read says
+ * whether the queue still ages (an idle queue) or not (aging turned off:
+ * the cache is cleared and the claim goes on in the queue's mode).  A
+ * queue without aging is never cached, so it runs what it ran before.
+ */
+static char *claim_aging_queue = NULL;
+
+/* set or clear claim_aging_queue for queue after its mode was read */
+static void
+claim_note_aging(text *queue, bool aging)
+{
+	char	   *q = text_to_cstring(queue);
+
+	if (aging)
+	{
+		if (claim_aging_queue == NULL || strcmp(claim_aging_queue, q) != 0)
+		{
+			if (claim_aging_queue)
+				pfree(claim_aging_queue);
+			claim_aging_queue = MemoryContextStrdup(TopMemoryContext, q);
+		}
+	}
+	else if (claim_aging_queue && strcmp(claim_aging_queue, q) == 0)
+	{
+		pfree(claim_aging_queue);
+		claim_aging_queue = NULL;
+	}
+	pfree(q);
+}
+
 static void
 claim_read_mode(text *queue, Datum *args, ClaimOrder *order)
 {
@@ -975,8 +1089,10 @@ claim_read_mode(text *queue, Datum *args, ClaimOrder *order)
 		NtaskQueueNotFound(text_to_cstring(queue));
 	if (NtaskGetBool(0, CLAIM_QUEUE_DENIED))
 		NtaskCheckQueueRight(queue, false); /* raises 42501 */
-	order->mode = !NtaskGetBool(0, CLAIM_QUEUE_FAIR) ? CLAIM_MODE_PLAIN :
-		NtaskGetBool(0, CLAIM_QUEUE_ORDERED) ? CLAIM_MODE_ORDERED : CLAIM_MODE_FAIR;
+	order->mode = NtaskGetBool(0, CLAIM_QUEUE_FAIR) ?
+		(NtaskGetBool(0, CLAIM_QUEUE_ORDERED) ? CLAIM_MODE_ORDERED : CLAIM_MODE_FAIR) :
+		NtaskGetBool(0, CLAIM_QUEUE_AGING) ? CLAIM_MODE_AGING : CLAIM_MODE_PLAIN;
+	claim_note_aging(queue, order->mode == CLAIM_MODE_AGING);
 	order->turns = NtaskGetBool(0, CLAIM_QUEUE_TURNS);
 	{
 		bool		isnull;
@@ -994,6 +1110,40 @@ claim_read_mode(text *queue, Datum *args, ClaimOrder *order)
 		claim_read_paused_keys(queue, order);
 }
 
+/*
+ * claim_aging_pick
+ *		The pick of a queue with priority aging (claim_aging_pick_plan; args
+ *		as the plain pick's first three).  Not on a distributed install yet.
+ */
+static int
+claim_aging_pick(text *queue, Datum *args, int want)
+{
+	Datum		aargs[4];
+	int			n;
+
+	if (NtaskShardCount() > 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("ntask: queue \"%s\" has priority aging, which a distributed install does not support yet",
+						text_to_cstring(queue)),
+				 errhint("Pass priority_aging => '0' to ntask_queue_set to turn it off.")));
+	aargs[0] = args[CLAIM_PICK_ARG_QUEUE];
+	aargs[1] = args[CLAIM_PICK_ARG_CALLER];
+	aargs[2] = args[CLAIM_PICK_ARG_FRESH_ONLY];
+	aargs[3] = Int32GetDatum(Min(want + CLAIM_AGING_SLACK, NTASK_MAX_CLAIM));
+	n = NtaskExecPlanCount(&claim_aging_pick_plan, aargs, NULL, SPI_OK_SELECT, want);
+	if (n == 0 && want + CLAIM_AGING_SLACK < NTASK_MAX_CLAIM)
+	{
+		/*
+		 * Nothing due, or every candidate was locked by concurrent claims:
+		 * look further down each level.
+		 */
+		aargs[3] = Int32GetDatum(NTASK_MAX_CLAIM);
+		n = NtaskExecPlanCount(&claim_aging_pick_plan, aargs, NULL, SPI_OK_SELECT, want);
+	}
+	return n;
+}
+
 static int
 claim_pick(text *queue, int want, ClaimOrder *order)
 {
@@ -1007,6 +1157,38 @@ claim_pick(text *queue, int want, ClaimOrder *order)
 	args[CLAIM_PICK_ARG_QUEUE] = PointerGetDatum(queue);
 	args[CLAIM_PICK_ARG_CALLER] = ObjectIdGetDatum(NtaskCaller());
 	args[CLAIM_PICK_ARG_FRESH_ONLY] = BoolGetDatum(order->fresh_only);
+	if (order->mode == CLAIM_MODE_AGING)
+		return claim_aging_pick(queue, args, want);
+	if (order->mode == CLAIM_MODE_UNKNOWN && claim_aging_queue != NULL &&
+		NtaskShardCount() == 0)
+	{
+		char	   *q = text_to_cstring(queue);
+		bool		cached = strcmp(claim_aging_queue, q) == 0;
+
+		pfree(q);
+		if (cached)
+		{
+			n = claim_aging_pick(queue, args, want);
+			if (n > 0)
+			{
+				order->mode = CLAIM_MODE_AGING;
+				return n;
+			}
+			/* idle, no right, gone, or no longer aging: ask the queue */
+			claim_read_mode(queue, args, order);
+			if (order->paused || order->mode == CLAIM_MODE_AGING)
+				return 0;
+			if (order->mode == CLAIM_MODE_PLAIN)
+			{
+				if (!order->keys_paused)
+					return NtaskExecPlanCount(&claim_pick_plan, args, NULL,
+											  SPI_OK_SELECT, want);
+				args[CLAIM_PICK_ARG_SHARD] = order->paused_keys;	/* $4 */
+				return NtaskExecPlanCount(&claim_pick_keys_plan, args, NULL,
+										  SPI_OK_SELECT, want);
+			}
+		}
+	}
 	if (!CLAIM_KEYED(order->mode) && NtaskShardCount() > 0)
 	{
 		int			nshards = NtaskShardCount();
@@ -1049,6 +1231,8 @@ claim_pick(text *queue, int want, ClaimOrder *order)
 				claim_read_mode(queue, args, order);
 				if (order->paused)
 					return 0;
+				if (order->mode == CLAIM_MODE_AGING)
+					return claim_aging_pick(queue, args, want); /* refuses */
 				if (order->mode != CLAIM_MODE_PLAIN)
 					break;		/* fair or ordered: the per-shard pick below */
 			}
@@ -1082,11 +1266,13 @@ claim_pick(text *queue, int want, ClaimOrder *order)
 
 		/*
 		 * Nothing due: an idle queue, no right to it, no such queue, fair,
-		 * paused, or some of its keys are paused
+		 * paused, some of its keys are paused, or aging
 		 */
 		claim_read_mode(queue, args, order);
 		if (order->paused)
 			return 0;
+		if (order->mode == CLAIM_MODE_AGING)
+			return claim_aging_pick(queue, args, want);
 		if (order->mode == CLAIM_MODE_PLAIN)
 		{
 			if (!order->keys_paused)

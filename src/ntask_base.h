@@ -93,7 +93,7 @@ extern bool NtaskTraceparentValid(const char *tp, const char **why);
  * A statement prepared once per backend with SPI_prepare + SPI_keepplan.
  * Declared as a static in the file that owns the SQL; "plan" starts NULL.
  */
-#define NTASK_PLAN_MAX_ARGS 24
+#define NTASK_PLAN_MAX_ARGS 28
 typedef struct NtaskPlan
 {
 	const char *name;			/* for error messages */

@@ -24,6 +24,7 @@
 
 #include "access/htup_details.h"
 #include "catalog/pg_proc.h"
+#include "common/int.h"
 #include "catalog/pg_type.h"
 #include "funcapi.h"
 #include "miscadmin.h"
@@ -50,11 +51,11 @@ static NtaskPlan queue_insert_plan = {
 };
 
 /*
- * Parameters of queue_update_plan: the 20 arguments of ntask_queue_set,
+ * Parameters of queue_update_plan: the 22 arguments of ntask_queue_set,
  * with each rate limit as two (count, interval; count 0 for 'none').
  */
-#define QUEUE_NARGS 21
-#define QUEUE_NPARAMS 23
+#define QUEUE_NARGS 23
+#define QUEUE_NPARAMS 25
 
 static NtaskPlan queue_update_plan = {
 	"queue update",
@@ -87,7 +88,13 @@ static NtaskPlan queue_update_plan = {
 	"  breaker_failures = CASE WHEN $21 IS NULL THEN q.breaker_failures "
 	"    ELSE NULLIF($21, 0) END, "
 	"  breaker_cooldown = coalesce($22, q.breaker_cooldown), "
-	"  on_rate_limited = coalesce($23, q.on_rate_limited), "
+	/* priority_aging '0' turns aging off, and its cap with it unless given */
+	"  priority_aging = CASE WHEN $23 IS NULL THEN q.priority_aging "
+	"    WHEN $23 OPERATOR(pg_catalog.=) '0'::pg_catalog.interval THEN NULL ELSE $23 END, "
+	"  priority_aging_max = CASE WHEN $24 IS NOT NULL THEN $24 "
+	"    WHEN $23 OPERATOR(pg_catalog.=) '0'::pg_catalog.interval THEN NULL "
+	"    ELSE q.priority_aging_max END, "
+	"  on_rate_limited = coalesce($25, q.on_rate_limited), "
 	"  updated_at = pg_catalog.statement_timestamp() "
 	"WHERE q.queue OPERATOR(pg_catalog.=) $1 "
 	"  AND coalesce($6, q.backoff_max) OPERATOR(pg_catalog.>=) "
@@ -96,7 +103,7 @@ static NtaskPlan queue_update_plan = {
 	QUEUE_NPARAMS, {TEXTOID, INT4OID, INTERVALOID, INTERVALOID, INTERVALOID, INTERVALOID,
 		TEXTOID, JSONBOID, INTERVALOID, BOOLOID, TEXTOID,
 		INT4OID, INT4OID, BOOLOID, BOOLOID, INT4OID, INTERVALOID, INT4OID,
-	INTERVALOID, FLOAT4OID, INT4OID, INTERVALOID, TEXTOID}
+	INTERVALOID, FLOAT4OID, INT4OID, INTERVALOID, INTERVALOID, INT4OID, TEXTOID}
 };
 
 /* $2: the caller; true when the queue restricts this right to a role it lacks */
@@ -486,12 +493,67 @@ queue_check_flow(void)
 }
 
 /*
+ * queue_check_aging_step
+ *		priority_aging: 0 (off) or a positive interval without months (a
+ *		month has no fixed length in a task's wait) of at most 10 years.
+ */
+static void
+queue_check_aging_step(Interval *iv)
+{
+	int64		usecs;
+
+	if (iv->month != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ntask: priority_aging must not have months"),
+				 errhint("Give days instead, for example '30 days'.")));
+	if (pg_mul_s64_overflow((int64) iv->day, USECS_PER_DAY, &usecs) ||
+		pg_add_s64_overflow(usecs, iv->time, &usecs) ||
+		usecs < 0 || usecs > (int64) 3650 * USECS_PER_DAY)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ntask: priority_aging must be a positive interval of at most 3650 days, or 0 (off)")));
+}
+
+/*
+ * queue_check_aging
+ *		After the update: priority aging walks the priority levels of the
+ *		whole queue, so it does not apply to a fair (or ordered) queue,
+ *		whose claim walks the partition keys; and its cap needs it.
+ */
+static void
+queue_check_aging(void)
+{
+	TupleDesc	d = SPI_tuptable->tupdesc;
+	bool		aging_off;
+	bool		isnull;
+
+	(void) NtaskGetDatum(0, SPI_fnumber(d, "priority_aging"), &aging_off);
+	if (aging_off)
+	{
+		(void) NtaskGetDatum(0, SPI_fnumber(d, "priority_aging_max"), &isnull);
+		if (!isnull)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("ntask: priority_aging_max needs priority_aging"),
+					 errhint("Pass priority_aging => an interval in the same call.")));
+		return;
+	}
+	if (strcmp(NtaskGetCString(0, SPI_fnumber(d, "fairness")), "none") != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ntask: priority_aging does not apply to a fair queue"),
+				 errdetail("A fair queue takes its keys in turn and orders by priority only within a key; aging walks the priorities of the whole queue."),
+				 errhint("Pass priority_aging => '0' to turn aging off first.")));
+}
+
+/*
  * ntask_queue_set(queue, max_attempts, total_deadline, lease, backoff_base,
  *				   backoff_max, guard, target, retention, notify, fairness,
  *				   max_inflight, partition_max_inflight, ordered,
  *				   ordered_skip_repair, rate_limit, partition_rate_limit,
  *				   retry_share, breaker_failures, breaker_cooldown,
- *				   on_rate_limited)
+ *				   priority_aging, priority_aging_max, on_rate_limited)
  *		RETURNS SETOF ntask.queue
  *		Create the queue or update the given fields (NULL keeps the current
  *		value, or the table default for a new queue).  Returns the row.
@@ -589,8 +651,10 @@ ntask_queue_set(PG_FUNCTION_ARGS)
 	if (!PG_ARGISNULL(19))
 		NtaskCheckPositiveInterval(PG_GETARG_INTERVAL_P(19), "breaker_cooldown");
 	if (!PG_ARGISNULL(20))
+		queue_check_aging_step(PG_GETARG_INTERVAL_P(20));
+	if (!PG_ARGISNULL(22))
 	{
-		char	   *o = text_to_cstring(PG_GETARG_TEXT_PP(20));
+		char	   *o = text_to_cstring(PG_GETARG_TEXT_PP(22));
 
 		if (strcmp(o, "retry") != 0 && strcmp(o, "pause_key") != 0 &&
 			strcmp(o, "pause_queue") != 0)
@@ -661,6 +725,7 @@ ntask_queue_set(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("ntask: backoff_max must not be less than backoff_base")));
 	queue_check_flow();
+	queue_check_aging();
 	if (!PG_ARGISNULL(13) && PG_GETARG_BOOL(13))
 	{
 		SPITupleTable *row = SPI_tuptable;
