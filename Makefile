@@ -33,7 +33,8 @@ OBJS = \
 	src/saga.o \
 	src/breaker.o \
 	src/dispatch.o \
-	src/worker.o
+	src/worker.o \
+	src/context.o src/checkpoint.o src/signal.o
 # the install script and the one upgrade path (test/frozen/ntask--0.3.sql,
 # its start, is installed only while scripts/test.sh runs)
 DATA = ntask--1.0.0.sql ntask--0.3--1.0.0.sql
@@ -44,7 +45,8 @@ SHLIB_LINK = -lcurl
 
 
 REGRESS = setup enqueue claim fairness flow transition budget replay_cancel release batch result wait saga guard errors stats receipt distribute \
-	cron schedule housekeeping http_target breaker privileges explain metrics upgrade
+	cron schedule housekeeping http_target breaker privileges explain metrics upgrade \
+	workflow
 REGRESS_OPTS = --temp-instance=./tmp_check_regress --temp-config=$(srcdir)/test/ntask.conf
 
 ISOLATION = takeover_w1_w2 claim_skip_locked enqueue_same_key cancel_vs_transition \
@@ -55,7 +57,8 @@ ISOLATION = takeover_w1_w2 claim_skip_locked enqueue_same_key cancel_vs_transiti
 	claim_wait_two_waiters notify_at_commit saga_step_vs_cancel saga_stale_step_worker \
 	saga_double_start saga_compensated_vs_cancel fair_concurrent_turns partition_inflight_limit ordered_key_one_in_flight \
 	ordered_takeover rate_limit_concurrent ordered_switch_vs_enqueue notify_mixed_case \
-	claim_locks_unreachable claim_wait_limited claim_repeatable_read
+	claim_locks_unreachable claim_wait_limited claim_repeatable_read \
+	checkpoint_stale_after_takeover signal_vs_await await_timeout
 ISOLATION_OPTS = --temp-instance=./tmp_check_iso --temp-config=$(srcdir)/test/ntask.conf
 
 TAP_TESTS = 1

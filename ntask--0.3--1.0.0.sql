@@ -827,3 +827,158 @@ BEGIN
 END $$;
 
 -- end of issue 32
+
+
+-- issue 36.2 and 36.3: durable checkpoints, waiting for a signal
+-- (docs/design.md "Operator controls and workflows")
+
+ALTER TABLE ntask.queue ADD COLUMN signal_role regrole;
+COMMENT ON COLUMN ntask.queue.signal_role IS 'who may ntask_signal the queue''s tasks (NULL: whoever has its producer right); set by ntask_queue_set_signal_role';
+
+ALTER TABLE ntask.task ADD COLUMN checkpoints integer NOT NULL DEFAULT 0,
+	ADD COLUMN signal_key text COLLATE "C",
+	ADD COLUMN await_on_timeout text;
+COMMENT ON COLUMN ntask.task.checkpoints IS 'how many checkpoints (ntask.checkpoint) the task has; the claim reads them only when above 0';
+COMMENT ON COLUMN ntask.task.signal_key IS 'the signal the task awaits or awaited (ntask_await); its claims carry the signal in context';
+COMMENT ON COLUMN ntask.task.await_on_timeout IS 'while awaiting: what the await''s timeout does, ready or repair (NULL otherwise)';
+-- the tasks awaiting a signal, for ntask_signal and the metrics (issue 36.3)
+CREATE INDEX task_awaiting_idx ON ntask.task (queue, signal_key)
+	WHERE state = 'awaiting';
+
+/*
+ * Durable checkpoints (issue 36.2): one row per step of a task, written by
+ * ntask_checkpoint with the current token, kept with the task (pruned with
+ * it), handed to every later claim of the task in context.checkpoints.
+ */
+CREATE TABLE ntask.checkpoint (
+	task_id			bigint NOT NULL,
+	step			text COLLATE "C" NOT NULL,
+	value			jsonb NOT NULL,
+	value_digest	bytea NOT NULL,
+	digest_version	smallint NOT NULL,
+	token			bigint NOT NULL,
+	written_at		timestamptz NOT NULL DEFAULT now(),
+	shard			smallint NOT NULL DEFAULT 0,
+	PRIMARY KEY (task_id, step)
+);
+COMMENT ON TABLE ntask.checkpoint IS 'ntask: durable checkpoints, one per (task, step); see ntask_checkpoint()';
+COMMENT ON COLUMN ntask.checkpoint.token IS 'the token that wrote the step';
+COMMENT ON COLUMN ntask.checkpoint.shard IS 'the task''s shard (co-location with ntask.task on a Citus install)';
+
+/*
+ * Signals (issue 36.3): one row per (queue, signal_key), written by
+ * ntask_signal (sent_at set) or first by ntask_await (sent_at NULL: awaited,
+ * not sent yet), so a signal and an await that race meet on its key.
+ */
+CREATE TABLE ntask.signal (
+	queue			text COLLATE "C" NOT NULL,
+	signal_key		text COLLATE "C" NOT NULL,
+	payload			jsonb,
+	payload_digest	bytea,
+	digest_version	smallint,
+	sent_at			timestamptz,
+	sent_by			name,
+	task_id			bigint,
+	created_at		timestamptz NOT NULL DEFAULT now(),
+	shard			smallint NOT NULL DEFAULT 0,
+	PRIMARY KEY (queue, signal_key)
+);
+COMMENT ON TABLE ntask.signal IS 'ntask: signals of ntask_signal(), and the keys ntask_await() waits for (sent_at NULL until sent)';
+COMMENT ON COLUMN ntask.signal.task_id IS 'the latest task that awaited the key; the row is pruned with it (unawaited: after the queue''s retention)';
+COMMENT ON COLUMN ntask.signal.shard IS 'the awaiting task''s shard (0 on a plain install)';
+CREATE INDEX signal_task_idx ON ntask.signal (task_id) WHERE task_id IS NOT NULL;
+SELECT pg_catalog.pg_extension_config_dump('ntask.checkpoint', '');
+SELECT pg_catalog.pg_extension_config_dump('ntask.signal', '');
+GRANT SELECT ON ntask.checkpoint, ntask.signal TO ntask_admin;
+
+-- the claim's context column (last): a new row type, so DROP + CREATE
+DROP FUNCTION @extschema@.ntask_claim(text, text, integer, interval, interval, boolean);
+CREATE FUNCTION @extschema@.ntask_claim(
+	queue text,
+	worker text,
+	max_tasks integer DEFAULT 1,
+	lease interval DEFAULT NULL,
+	wait interval DEFAULT NULL,
+	invoked boolean DEFAULT false)
+RETURNS TABLE (task_id bigint, task_key text, payload jsonb, attempt integer,
+			   token bigint, lease_until timestamptz, prior_outcome text,
+			   context jsonb)
+AS 'MODULE_PATHNAME', 'ntask_claim'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.ntask_claim(text, text, integer, interval, interval, boolean) IS
+'ntask: lease up to max_tasks due tasks (FOR UPDATE SKIP LOCKED), taking over expired leases; each gets a new fencing token and counts an attempt; tasks whose budget is spent go to repair_required instead; with wait, when nothing is due, sleeps until work of the queue is committed or comes due (at most wait, cut to ntask.max_wait), holding no lock; with invoked, each leased attempt is marked invoked in the same statement (as ntask_invoked); context: the task''s checkpoints and signal (NULL for a task that has neither)';
+REVOKE ALL ON FUNCTION @extschema@.ntask_claim(text, text, integer, interval, interval, boolean) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.ntask_claim(text, text, integer, interval, interval, boolean) TO ntask_worker;
+
+DROP FUNCTION @extschema@.ntask_transition_and_claim(bigint, bigint, text, text, text, integer, text, text, jsonb, timestamptz, text, interval, jsonb);
+CREATE FUNCTION @extschema@.ntask_transition_and_claim(
+	finish_task_id bigint,
+	finish_token bigint,
+	to_state text,
+	queue text,
+	worker text,
+	max_tasks integer DEFAULT 1,
+	outcome text DEFAULT NULL,
+	error_class text DEFAULT NULL,
+	detail jsonb DEFAULT NULL,
+	retry_at timestamptz DEFAULT NULL,
+	error_stage text DEFAULT NULL,
+	lease interval DEFAULT NULL,
+	result jsonb DEFAULT NULL)
+RETURNS TABLE (task_id bigint, task_key text, payload jsonb, attempt integer,
+			   token bigint, lease_until timestamptz, prior_outcome text,
+			   finish_result text, finish_state text, finish_run_at timestamptz,
+			   context jsonb)
+AS 'MODULE_PATHNAME', 'ntask_transition_and_claim'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.ntask_transition_and_claim(bigint, bigint, text, text, text, integer, text, text, jsonb, timestamptz, text, interval, jsonb) IS
+'ntask: ntask_transition of the task a worker holds, then ntask_claim of the next, in one statement; every row carries the transition''s answer (finish_result, finish_state, finish_run_at), and when nothing is claimed one row with the claim columns NULL still does; context as ntask_claim''s';
+REVOKE ALL ON FUNCTION @extschema@.ntask_transition_and_claim(bigint, bigint, text, text, text, integer, text, text, jsonb, timestamptz, text, interval, jsonb) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.ntask_transition_and_claim(bigint, bigint, text, text, text, integer, text, text, jsonb, timestamptz, text, interval, jsonb) TO ntask_worker;
+
+-- Workflows (issue 36.2, 36.3) -----------------------------------------
+
+CREATE FUNCTION @extschema@.ntask_checkpoint(task_id bigint, token bigint, step text, value jsonb)
+RETURNS text
+AS 'MODULE_PATHNAME', 'ntask_checkpoint'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.ntask_checkpoint(bigint, bigint, text, jsonb) IS
+'ntask: record a step of the task the token holds (in the business transaction, like a receipt); returns applied, duplicate (the step has that value), conflict (another value) or stale; later claims of the task get it in context.checkpoints';
+
+CREATE FUNCTION @extschema@.ntask_await(task_id bigint, token bigint, signal_key text,
+	timeout interval DEFAULT NULL, on_timeout text DEFAULT 'ready')
+RETURNS text
+AS 'MODULE_PATHNAME', 'ntask_await'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.ntask_await(bigint, bigint, text, interval, text) IS
+'ntask: the holder parks the task until ntask_signal(queue, signal_key) or the timeout (then ready, or repair_required with on_timeout repair); the attempt ends as awaiting and does not count against the budget; ready at once if the signal was already sent; returns applied, duplicate, conflict or stale';
+
+CREATE FUNCTION @extschema@.ntask_signal(queue text, signal_key text, payload jsonb DEFAULT '{}')
+RETURNS text
+AS 'MODULE_PATHNAME', 'ntask_signal'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.ntask_signal(text, text, jsonb) IS
+'ntask: send the signal signal_key of a queue: the tasks awaiting it become due and their next claim carries payload in context.signal; a signal sent before its await is kept; returns applied, duplicate (same payload) or conflict; needs the queue''s signal_role (NULL: its producer right)';
+
+CREATE FUNCTION @extschema@.ntask_queue_set_signal_role(queue text, role regrole)
+RETURNS void
+AS 'MODULE_PATHNAME', 'ntask_queue_set_signal_role'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.ntask_queue_set_signal_role(text, regrole) IS
+'ntask: restrict who may ntask_signal a queue to the members of role (NULL: the queue''s producer right); audited';
+
+REVOKE ALL ON FUNCTION
+	@extschema@.ntask_checkpoint(bigint, bigint, text, jsonb),
+	@extschema@.ntask_await(bigint, bigint, text, interval, text),
+	@extschema@.ntask_signal(text, text, jsonb),
+	@extschema@.ntask_queue_set_signal_role(text, regrole)
+FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.ntask_signal(text, text, jsonb) TO ntask_producer;
+GRANT EXECUTE ON FUNCTION
+	@extschema@.ntask_checkpoint(bigint, bigint, text, jsonb),
+	@extschema@.ntask_await(bigint, bigint, text, interval, text),
+	@extschema@.ntask_signal(text, text, jsonb)
+TO ntask_worker;
+GRANT EXECUTE ON FUNCTION @extschema@.ntask_queue_set_signal_role(text, regrole) TO ntask_admin;
+
+-- end of issue 36.2 and 36.3

@@ -190,6 +190,7 @@ CREATE TABLE ntask.queue (
 	breaker_cooldown interval NOT NULL DEFAULT '30 seconds'
 		CHECK (breaker_cooldown > '0'),
 	guard_owner		name,
+	signal_role		regrole,
 	CHECK ((rate_n IS NULL) = (rate_per IS NULL)),
 	CHECK ((partition_rate_n IS NULL) = (partition_rate_per IS NULL))
 );
@@ -209,6 +210,7 @@ COMMENT ON COLUMN ntask.queue.retry_share IS 'when first attempts are due, retri
 COMMENT ON COLUMN ntask.queue.breaker_failures IS 'http targets: consecutive transient failures that open the circuit breaker (NULL: no breaker)';
 COMMENT ON COLUMN ntask.queue.breaker_cooldown IS 'how long an open breaker sends nothing before one probe';
 
+COMMENT ON COLUMN ntask.queue.signal_role IS 'who may ntask_signal the queue''s tasks (NULL: whoever has its producer right); set by ntask_queue_set_signal_role';
 COMMENT ON COLUMN ntask.queue.guard_owner IS 'the role that owned the guard function when it was set; a function of the guard''s name with another owner is refused at use (guard_error)';
 
 -- Tasks: one row per logical task (docs/design.md "States").  A running
@@ -257,6 +259,9 @@ CREATE TABLE ntask.task (
 	shard			smallint NOT NULL DEFAULT 0,
 	claimed_at		timestamptz,
 	invoked_at		timestamptz,
+	checkpoints		integer NOT NULL DEFAULT 0,
+	signal_key		text COLLATE "C",
+	await_on_timeout text,
 	UNIQUE (queue, task_key),
 	-- a known state, due_at NULL exactly when finished, lease_owner set
 	-- exactly while leased
@@ -271,6 +276,9 @@ COMMENT ON COLUMN ntask.task.enqueued_by IS 'the role that called ntask_enqueue 
 COMMENT ON COLUMN ntask.task.shard IS 'distribution column of a Citus install (0 on a plain one); task_id >> 48 there';
 COMMENT ON COLUMN ntask.task.claimed_at IS 'when the task''s latest attempt was claimed (the running one while state = leased; its ntask.attempt row is written when it ends)';
 COMMENT ON COLUMN ntask.task.invoked_at IS 'when the latest attempt was marked invoked (ntask_invoked), if it was';
+COMMENT ON COLUMN ntask.task.checkpoints IS 'how many checkpoints (ntask.checkpoint) the task has; the claim reads them only when above 0';
+COMMENT ON COLUMN ntask.task.signal_key IS 'the signal the task awaits or awaited (ntask_await); its claims carry the signal in context';
+COMMENT ON COLUMN ntask.task.await_on_timeout IS 'while awaiting: what the await''s timeout does, ready or repair (NULL otherwise)';
 
 /*
  * The ready set: only unfinished tasks are in this index, so a claim stays
@@ -312,6 +320,9 @@ CREATE INDEX task_lease_idx ON ntask.task (lease_until)
 -- the deadline sweep reads only past-deadline rows
 CREATE INDEX task_deadline_idx ON ntask.task (deadline)
 	WHERE due_at IS NOT NULL AND state <> 'leased';
+-- the tasks awaiting a signal, for ntask_signal and the metrics (issue 36.3)
+CREATE INDEX task_awaiting_idx ON ntask.task (queue, signal_key)
+	WHERE state = 'awaiting';
 -- finished rows that may be pruned (repair_required is never pruned)
 CREATE INDEX task_finished_idx ON ntask.task (queue, finished_at)
 	WHERE state IN ('succeeded', 'canceled', 'skipped');
@@ -541,6 +552,49 @@ CREATE TABLE ntask.shard_map (
 );
 COMMENT ON TABLE ntask.shard_map IS 'ntask: the shard values of a Citus install, one per shard of ntask.task (empty on a plain install)';
 
+/*
+ * Durable checkpoints (issue 36.2): one row per step of a task, written by
+ * ntask_checkpoint with the current token, kept with the task (pruned with
+ * it), handed to every later claim of the task in context.checkpoints.
+ */
+CREATE TABLE ntask.checkpoint (
+	task_id			bigint NOT NULL,
+	step			text COLLATE "C" NOT NULL,
+	value			jsonb NOT NULL,
+	value_digest	bytea NOT NULL,
+	digest_version	smallint NOT NULL,
+	token			bigint NOT NULL,
+	written_at		timestamptz NOT NULL DEFAULT now(),
+	shard			smallint NOT NULL DEFAULT 0,
+	PRIMARY KEY (task_id, step)
+);
+COMMENT ON TABLE ntask.checkpoint IS 'ntask: durable checkpoints, one per (task, step); see ntask_checkpoint()';
+COMMENT ON COLUMN ntask.checkpoint.token IS 'the token that wrote the step';
+COMMENT ON COLUMN ntask.checkpoint.shard IS 'the task''s shard (co-location with ntask.task on a Citus install)';
+
+/*
+ * Signals (issue 36.3): one row per (queue, signal_key), written by
+ * ntask_signal (sent_at set) or first by ntask_await (sent_at NULL: awaited,
+ * not sent yet), so a signal and an await that race meet on its key.
+ */
+CREATE TABLE ntask.signal (
+	queue			text COLLATE "C" NOT NULL,
+	signal_key		text COLLATE "C" NOT NULL,
+	payload			jsonb,
+	payload_digest	bytea,
+	digest_version	smallint,
+	sent_at			timestamptz,
+	sent_by			name,
+	task_id			bigint,
+	created_at		timestamptz NOT NULL DEFAULT now(),
+	shard			smallint NOT NULL DEFAULT 0,
+	PRIMARY KEY (queue, signal_key)
+);
+COMMENT ON TABLE ntask.signal IS 'ntask: signals of ntask_signal(), and the keys ntask_await() waits for (sent_at NULL until sent)';
+COMMENT ON COLUMN ntask.signal.task_id IS 'the latest task that awaited the key; the row is pruned with it (unawaited: after the queue''s retention)';
+COMMENT ON COLUMN ntask.signal.shard IS 'the awaiting task''s shard (0 on a plain install)';
+CREATE INDEX signal_task_idx ON ntask.signal (task_id) WHERE task_id IS NOT NULL;
+
 -- pg_dump dumps the rows of these tables (and the sequences' values)
 SELECT pg_catalog.pg_extension_config_dump('ntask.queue', '');
 SELECT pg_catalog.pg_extension_config_dump('ntask.task', '');
@@ -560,6 +614,8 @@ SELECT pg_catalog.pg_extension_config_dump('ntask.saga_step', '');
 SELECT pg_catalog.pg_extension_config_dump('ntask.saga_saga_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('ntask.queue_pruned', '');
 SELECT pg_catalog.pg_extension_config_dump('ntask.breaker', '');
+SELECT pg_catalog.pg_extension_config_dump('ntask.checkpoint', '');
+SELECT pg_catalog.pg_extension_config_dump('ntask.signal', '');
 
 -- ---------------------------------------------------------------------
 -- 3. Views
@@ -852,11 +908,12 @@ CREATE FUNCTION @extschema@.ntask_claim(
 	wait interval DEFAULT NULL,
 	invoked boolean DEFAULT false)
 RETURNS TABLE (task_id bigint, task_key text, payload jsonb, attempt integer,
-			   token bigint, lease_until timestamptz, prior_outcome text)
+			   token bigint, lease_until timestamptz, prior_outcome text,
+			   context jsonb)
 AS 'MODULE_PATHNAME', 'ntask_claim'
 LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION @extschema@.ntask_claim(text, text, integer, interval, interval, boolean) IS
-'ntask: lease up to max_tasks due tasks (FOR UPDATE SKIP LOCKED), taking over expired leases; each gets a new fencing token and counts an attempt; tasks whose budget is spent go to repair_required instead; with wait, when nothing is due, sleeps until work of the queue is committed or comes due (at most wait, cut to ntask.max_wait), holding no lock; with invoked, each leased attempt is marked invoked in the same statement (as ntask_invoked)';
+'ntask: lease up to max_tasks due tasks (FOR UPDATE SKIP LOCKED), taking over expired leases; each gets a new fencing token and counts an attempt; tasks whose budget is spent go to repair_required instead; with wait, when nothing is due, sleeps until work of the queue is committed or comes due (at most wait, cut to ntask.max_wait), holding no lock; with invoked, each leased attempt is marked invoked in the same statement (as ntask_invoked); context: the task''s checkpoints and signal (NULL for a task that has neither)';
 
 CREATE FUNCTION @extschema@.ntask_heartbeat(
 	task_id bigint,
@@ -932,11 +989,43 @@ CREATE FUNCTION @extschema@.ntask_transition_and_claim(
 	result jsonb DEFAULT NULL)
 RETURNS TABLE (task_id bigint, task_key text, payload jsonb, attempt integer,
 			   token bigint, lease_until timestamptz, prior_outcome text,
-			   finish_result text, finish_state text, finish_run_at timestamptz)
+			   finish_result text, finish_state text, finish_run_at timestamptz,
+			   context jsonb)
 AS 'MODULE_PATHNAME', 'ntask_transition_and_claim'
 LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION @extschema@.ntask_transition_and_claim(bigint, bigint, text, text, text, integer, text, text, jsonb, timestamptz, text, interval, jsonb) IS
-'ntask: ntask_transition of the task a worker holds, then ntask_claim of the next, in one statement; every row carries the transition''s answer (finish_result, finish_state, finish_run_at), and when nothing is claimed one row with the claim columns NULL still does';
+'ntask: ntask_transition of the task a worker holds, then ntask_claim of the next, in one statement; every row carries the transition''s answer (finish_result, finish_state, finish_run_at), and when nothing is claimed one row with the claim columns NULL still does; context as ntask_claim''s';
+
+-- Workflows (issue 36.2, 36.3) -----------------------------------------
+
+CREATE FUNCTION @extschema@.ntask_checkpoint(task_id bigint, token bigint, step text, value jsonb)
+RETURNS text
+AS 'MODULE_PATHNAME', 'ntask_checkpoint'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.ntask_checkpoint(bigint, bigint, text, jsonb) IS
+'ntask: record a step of the task the token holds (in the business transaction, like a receipt); returns applied, duplicate (the step has that value), conflict (another value) or stale; later claims of the task get it in context.checkpoints';
+
+CREATE FUNCTION @extschema@.ntask_await(task_id bigint, token bigint, signal_key text,
+	timeout interval DEFAULT NULL, on_timeout text DEFAULT 'ready')
+RETURNS text
+AS 'MODULE_PATHNAME', 'ntask_await'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.ntask_await(bigint, bigint, text, interval, text) IS
+'ntask: the holder parks the task until ntask_signal(queue, signal_key) or the timeout (then ready, or repair_required with on_timeout repair); the attempt ends as awaiting and does not count against the budget; ready at once if the signal was already sent; returns applied, duplicate, conflict or stale';
+
+CREATE FUNCTION @extschema@.ntask_signal(queue text, signal_key text, payload jsonb DEFAULT '{}')
+RETURNS text
+AS 'MODULE_PATHNAME', 'ntask_signal'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.ntask_signal(text, text, jsonb) IS
+'ntask: send the signal signal_key of a queue: the tasks awaiting it become due and their next claim carries payload in context.signal; a signal sent before its await is kept; returns applied, duplicate (same payload) or conflict; needs the queue''s signal_role (NULL: its producer right)';
+
+CREATE FUNCTION @extschema@.ntask_queue_set_signal_role(queue text, role regrole)
+RETURNS void
+AS 'MODULE_PATHNAME', 'ntask_queue_set_signal_role'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.ntask_queue_set_signal_role(text, regrole) IS
+'ntask: restrict who may ntask_signal a queue to the members of role (NULL: the queue''s producer right); audited';
 
 -- Repair and audited actions -----------------------------------------
 
@@ -2093,7 +2182,11 @@ REVOKE ALL ON FUNCTION
 	@extschema@.ntask_worker_stats(),
 	@extschema@.ntask_waiters(),
 	@extschema@.ntask_explain(bigint, boolean),
-	@extschema@.ntask_distribute(integer)
+	@extschema@.ntask_distribute(integer),
+	@extschema@.ntask_checkpoint(bigint, bigint, text, jsonb),
+	@extschema@.ntask_await(bigint, bigint, text, interval, text),
+	@extschema@.ntask_signal(text, text, jsonb),
+	@extschema@.ntask_queue_set_signal_role(text, regrole)
 FROM PUBLIC;
 
 GRANT EXECUTE ON FUNCTION
@@ -2101,7 +2194,8 @@ GRANT EXECUTE ON FUNCTION
 	@extschema@.ntask_enqueue_many(text, text[], jsonb[], timestamptz, text[], integer),
 	@extschema@.ntask_result(text, text),
 	@extschema@.ntask_saga_start(text, jsonb, text),
-	@extschema@.ntask_digest(jsonb, integer)
+	@extschema@.ntask_digest(jsonb, integer),
+	@extschema@.ntask_signal(text, text, jsonb)
 TO ntask_producer;
 
 GRANT EXECUTE ON FUNCTION
@@ -2114,7 +2208,10 @@ GRANT EXECUTE ON FUNCTION
 	@extschema@.ntask_transition_and_claim(bigint, bigint, text, text, text, integer, text, text, jsonb, timestamptz, text, interval, jsonb),
 	@extschema@.ntask_receipt(bigint, bigint, jsonb),
 	@extschema@.ntask_fence(text, bigint, jsonb),
-	@extschema@.ntask_digest(jsonb, integer)
+	@extschema@.ntask_digest(jsonb, integer),
+	@extschema@.ntask_checkpoint(bigint, bigint, text, jsonb),
+	@extschema@.ntask_await(bigint, bigint, text, interval, text),
+	@extschema@.ntask_signal(text, text, jsonb)
 TO ntask_worker;
 
 GRANT EXECUTE ON FUNCTION
@@ -2142,7 +2239,8 @@ GRANT EXECUTE ON FUNCTION
 	@extschema@.ntask_explain(bigint, boolean),
 	ntask.explain_ts(timestamptz),
 	ntask.explain_age(interval),
-	ntask.limit_next(text, text, integer, bigint, integer, bigint)
+	ntask.limit_next(text, text, integer, bigint, integer, bigint),
+	@extschema@.ntask_queue_set_signal_role(text, regrole)
 TO ntask_admin;
 
 -- Admins read every table and view but the Citus shard map; monitors read
@@ -2153,7 +2251,7 @@ GRANT SELECT ON
 	ntask.queue, ntask.task, ntask.attempt, ntask.receipt, ntask.fence,
 	ntask.fence_receipt, ntask.fence_grant, ntask.audit, ntask.schedule,
 	ntask.schedule_slot, ntask.saga, ntask.saga_step, ntask.queue_pruned,
-	ntask.breaker,
+	ntask.breaker, ntask.checkpoint, ntask.signal,
 	ntask.queue_stats, ntask.repair_queue, ntask.attempt_all,
 	ntask.queue_metrics, ntask.partition_stats, ntask.breaker_stats,
 	ntask.saga_status, ntask.worker_stats, ntask.waiters

@@ -549,10 +549,19 @@ typedef struct ClaimPicked
 	bool	   *keep;			/* per row: may be handed out (claim_limit) */
 } ClaimPicked;
 
+/*
+ * A picked awaiting task (issue 36.3) is one whose await timed out (its
+ * due_at is the timeout; a signal makes it ready and clears
+ * await_on_timeout): with on_timeout 'repair' it is diverted like a spent
+ * budget, reason await_timeout.  NULL for every other task: one test.
+ */
+#define CLAIM_AWAIT_REPAIR \
+	"coalesce(t.await_on_timeout OPERATOR(pg_catalog.=) 'repair', false)"
+
 /* budget test on the (locked) task row; $7 the statement timestamp */
 #define CLAIM_SPENT \
 	"(t.attempts OPERATOR(pg_catalog.>=) t.max_attempts " \
-	" OR $7 OPERATOR(pg_catalog.>=) t.deadline)"
+	" OR $7 OPERATOR(pg_catalog.>=) t.deadline OR " CLAIM_AWAIT_REPAIR ")"
 
 /*
  * $1 ids to lease, $2 worker, $3 lease, $4 ids taken over (their attempt
@@ -587,6 +596,7 @@ typedef enum ClaimLeaseArg
 #define CLAIM_LEASE_SET \
 	"    state = CASE WHEN " CLAIM_SPENT " THEN 'repair_required' ELSE 'leased' END, " \
 	"    reason = CASE WHEN NOT " CLAIM_SPENT " THEN t.reason " \
+	"      WHEN " CLAIM_AWAIT_REPAIR " THEN 'await_timeout' " \
 	"      WHEN t.attempts OPERATOR(pg_catalog.>=) t.max_attempts THEN 'budget_exhausted' " \
 	"      ELSE 'deadline_exceeded' END, " \
 	"    token = CASE WHEN " CLAIM_SPENT " THEN t.token " \
@@ -608,6 +618,7 @@ typedef enum ClaimLeaseArg
 	"      THEN t.last_error_stage ELSE 'lease_expired' END, " \
 	"    claimed_at = CASE WHEN " CLAIM_SPENT " THEN t.claimed_at ELSE $7 END, " \
 	"    invoked_at = CASE WHEN " CLAIM_SPENT " THEN t.invoked_at WHEN $10 THEN $7 END, " \
+	"    await_on_timeout = NULL, " \
 	"    updated_at = $7 "
 
 static NtaskPlan claim_lease_plan = {
@@ -617,7 +628,7 @@ static NtaskPlan claim_lease_plan = {
 	CLAIM_LEASE_SET
 	"  WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1) " NTASK_SHARD_IS("t", "9")
 	"  RETURNING t.task_id, t.task_key, t.payload, t.attempts, t.token, "
-	"    t.lease_until, t.unknown_attempts, t.state, t.shard, "
+	"    t.lease_until, t.unknown_attempts, t.state, t.shard, t.checkpoints, t.signal_key, "
 	"    EXISTS (SELECT 1 FROM ntask.receipt r "
 	"            WHERE r.task_id OPERATOR(pg_catalog.=) t.task_id "
 	"              AND r.shard OPERATOR(pg_catalog.=) t.shard) AS committed "
@@ -625,7 +636,7 @@ static NtaskPlan claim_lease_plan = {
 	"SELECT u.task_id, u.task_key, u.payload, u.attempts, u.token, u.lease_until, "
 	"  CASE WHEN u.committed THEN 'committed' "
 	"    WHEN u.unknown_attempts OPERATOR(pg_catalog.>) 0 THEN 'unknown' END, "
-	"  u.state OPERATOR(pg_catalog.=) 'leased' "
+	"  u.state OPERATOR(pg_catalog.=) 'leased', u.checkpoints, u.signal_key "
 	"FROM upd u ORDER BY u.task_id",
 	CLAIM_LEASE_ARGS
 };
@@ -643,7 +654,7 @@ static NtaskPlan claim_lease_dist_plan = {
 	"WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1) " NTASK_SHARD_IS("t", "9")
 	"RETURNING t.task_id, t.task_key, t.payload, t.attempts, t.token, t.lease_until, "
 	"  CASE WHEN t.unknown_attempts OPERATOR(pg_catalog.>) 0 THEN 'unknown' END, "
-	"  t.state OPERATOR(pg_catalog.=) 'leased'",
+	"  t.state OPERATOR(pg_catalog.=) 'leased', t.checkpoints, t.signal_key",
 	CLAIM_LEASE_ARGS
 };
 
@@ -672,7 +683,9 @@ typedef enum ClaimCol
 	CLAIM_COL_TOKEN,
 	CLAIM_COL_LEASE_UNTIL,
 	CLAIM_COL_PRIOR_OUTCOME,
-	CLAIM_COL_LEASED			/* false: diverted to repair_required */
+	CLAIM_COL_LEASED,			/* false: diverted to repair_required */
+	CLAIM_COL_CHECKPOINTS,		/* the task's, for its context (context.c) */
+	CLAIM_COL_SIGNAL_KEY
 } ClaimCol;
 
 #define CLAIM_NCOLS CLAIM_COL_PRIOR_OUTCOME /* handed to the caller */
@@ -707,9 +720,9 @@ claim_mark_committed(SPITupleTable *rows, int nrows, int64 *rcpt, int nrcpt)
 		for (k = 0; k < nrcpt; k++)
 			if (rcpt[k] == id)
 			{
-				Datum		v[CLAIM_COL_LEASED];
-				bool		n[CLAIM_COL_LEASED];
-				bool		repl[CLAIM_COL_LEASED] = {0};
+				Datum		v[CLAIM_COL_SIGNAL_KEY];
+				bool		n[CLAIM_COL_SIGNAL_KEY];
+				bool		repl[CLAIM_COL_SIGNAL_KEY] = {0};
 
 				v[CLAIM_COL_PRIOR_OUTCOME - 1] = CStringGetTextDatum("committed");
 				n[CLAIM_COL_PRIOR_OUTCOME - 1] = false;
@@ -1274,6 +1287,7 @@ claim_round(ClaimCall *call, int want, bool *more, int64 *lease_usecs,
 	int			nrows;
 	int			leased = 0;
 	int			r;
+	SPITupleTable *leased_rows;
 
 	nheld = list_length(order->held_keys);
 	pick.n = claim_pick(queue, want, order);
@@ -1396,7 +1410,6 @@ claim_round(ClaimCall *call, int want, bool *more, int64 *lease_usecs,
 			nrows = NtaskExecPlan(&claim_lease_plan, values, NULL, SPI_OK_SELECT);
 		else
 		{
-			SPITupleTable *leased_rows;
 			Datum		rv[2];
 			int			nrcpt;
 			int64	   *rcpt;
@@ -1413,12 +1426,16 @@ claim_round(ClaimCall *call, int want, bool *more, int64 *lease_usecs,
 			claim_mark_committed(leased_rows, nrows, rcpt, nrcpt);
 			SPI_tuptable = leased_rows;
 		}
+		leased_rows = SPI_tuptable;
 		for (r = 0; r < nrows; r++)
 		{
-			Datum		vals[CLAIM_NCOLS + CLAIM_MAX_EXTRA];
-			bool		nulls[CLAIM_NCOLS + CLAIM_MAX_EXTRA];
+			Datum		vals[CLAIM_NCOLS + CLAIM_MAX_EXTRA + 1];
+			bool		nulls[CLAIM_NCOLS + CLAIM_MAX_EXTRA + 1];
+			bool		sknull;
+			Datum		sk;
 			int			c;
 
+			SPI_tuptable = leased_rows;
 			if (!NtaskGetBool(r, CLAIM_COL_LEASED))
 				continue;		/* diverted to repair_required */
 			for (c = 0; c < CLAIM_NCOLS; c++)
@@ -1427,6 +1444,29 @@ claim_round(ClaimCall *call, int want, bool *more, int64 *lease_usecs,
 			{
 				vals[CLAIM_NCOLS + c] = call->extra[c];
 				nulls[CLAIM_NCOLS + c] = call->extranulls[c];
+			}
+
+			/*
+			 * The context column, last: built only for a task whose row
+			 * says it has a part (checkpoints, a signal), so a plain task
+			 * costs these two tests.
+			 */
+			c = CLAIM_NCOLS + call->nextra;
+			vals[c] = (Datum) 0;
+			nulls[c] = true;
+			sk = NtaskGetDatum(r, CLAIM_COL_SIGNAL_KEY, &sknull);
+			if (NtaskGetInt32(r, CLAIM_COL_CHECKPOINTS) > 0 || !sknull)
+			{
+				Jsonb	   *ctx = NtaskClaimContext(NtaskGetInt64(r, CLAIM_COL_TASK_ID),
+													queue,
+													NtaskGetInt32(r, CLAIM_COL_CHECKPOINTS),
+													sknull ? NULL : DatumGetTextPP(sk));
+
+				if (ctx != NULL)
+				{
+					vals[c] = JsonbPGetDatum(ctx);
+					nulls[c] = false;
+				}
 			}
 			tuplestore_putvalues(call->rsinfo->setResult, call->rsinfo->setDesc,
 								 vals, nulls);

@@ -31,6 +31,12 @@ pg_noreturn extern void NtaskTaskRightDenied(int64 task_id);
 extern bool NtaskSameDigest(Jsonb *payload, bytea *current_digest,
 							bytea *stored, int stored_version);
 
+/* context.c: the claim's context column */
+extern Jsonb *NtaskContextCheckpoints(int64 task_id);
+extern Jsonb *NtaskContextSignal(text *queue, text *signal_key);
+extern Jsonb *NtaskClaimContext(int64 task_id, text *queue, int32 checkpoints,
+								text *signal_key);
+
 /* guard.c */
 typedef enum NtaskGuardVerdict
 {

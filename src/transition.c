@@ -1000,8 +1000,8 @@ ntask_transition_and_claim(PG_FUNCTION_ARGS)
 	cc.nextra = 3;
 	if (NtaskClaimInto(&cc) == 0)
 	{
-		Datum		out[10];
-		bool		outnulls[10];
+		Datum		out[11];
+		bool		outnulls[11];
 		int			k;
 
 		for (k = 0; k < 7; k++)
@@ -1014,6 +1014,8 @@ ntask_transition_and_claim(PG_FUNCTION_ARGS)
 			out[7 + k] = extra[k];
 			outnulls[7 + k] = extranulls[k];
 		}
+		out[10] = (Datum) 0;	/* context */
+		outnulls[10] = true;
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, outnulls);
 	}
 	SPI_finish();
@@ -1039,7 +1041,7 @@ ntask_task_row_valid(PG_FUNCTION_ARGS)
 {
 	static const char *const states[] = {
 		"ready", "leased", "retry_wait", "succeeded", "repair_required",
-		"canceled", "skipped"
+		"canceled", "skipped", "awaiting"
 	};
 	text	   *t;
 	int			len;
@@ -1057,7 +1059,8 @@ ntask_task_row_valid(PG_FUNCTION_ARGS)
 			which = i;
 	if (which < 0)
 		PG_RETURN_BOOL(false);
-	finished = which >= 3;
-	PG_RETURN_BOOL(PG_ARGISNULL(1) == finished &&
+	finished = which >= 3 && which <= 6;
+	/* awaiting (issue 36.3): due_at is its timeout, NULL without one */
+	PG_RETURN_BOOL((which == 7 || PG_ARGISNULL(1) == finished) &&
 				   (which == 1) == !PG_ARGISNULL(2));
 }
