@@ -891,50 +891,25 @@ SELECT pg_catalog.pg_extension_config_dump('ntask.checkpoint', '');
 SELECT pg_catalog.pg_extension_config_dump('ntask.signal', '');
 GRANT SELECT ON ntask.checkpoint, ntask.signal TO ntask_admin;
 
--- the claim's context column (last): a new row type, so DROP + CREATE
-DROP FUNCTION @extschema@.ntask_claim(text, text, integer, interval, interval, boolean);
-CREATE FUNCTION @extschema@.ntask_claim(
-	queue text,
-	worker text,
-	max_tasks integer DEFAULT 1,
-	lease interval DEFAULT NULL,
-	wait interval DEFAULT NULL,
-	invoked boolean DEFAULT false)
-RETURNS TABLE (task_id bigint, task_key text, payload jsonb, attempt integer,
-			   token bigint, lease_until timestamptz, prior_outcome text,
-			   context jsonb)
-AS 'MODULE_PATHNAME', 'ntask_claim'
-LANGUAGE C VOLATILE;
+-- the claim's context column, last (issue 36, "The claim's context
+-- column").  Not DROP + CREATE: a user's BEGIN ATOMIC function bound to
+-- ntask_claim (regress upgrade, issue 29.10) would block the DROP, and a
+-- new function would lose the user's grants on it.  The two functions
+-- keep their OIDs, grants and dependents; only their OUT columns grow by
+-- one (a result column appended last changes nothing for a caller that
+-- names the columns it reads; the C code returns the new row).
+UPDATE pg_catalog.pg_proc p
+SET proallargtypes = p.proallargtypes OPERATOR(pg_catalog.||) 'pg_catalog.jsonb'::pg_catalog.regtype::pg_catalog.oid,
+	proargmodes = p.proargmodes OPERATOR(pg_catalog.||) 't'::"char",
+	proargnames = p.proargnames OPERATOR(pg_catalog.||) 'context'::text
+WHERE p.oid OPERATOR(pg_catalog.=) ANY (ARRAY[
+	'@extschema@.ntask_claim(text, text, integer, interval, interval, boolean)'::pg_catalog.regprocedure,
+	'@extschema@.ntask_transition_and_claim(bigint, bigint, text, text, text, integer, text, text, jsonb, timestamptz, text, interval, jsonb)'::pg_catalog.regprocedure]::pg_catalog.oid[])
+  AND NOT ('context' OPERATOR(pg_catalog.=) ANY (p.proargnames));
 COMMENT ON FUNCTION @extschema@.ntask_claim(text, text, integer, interval, interval, boolean) IS
 'ntask: lease up to max_tasks due tasks (FOR UPDATE SKIP LOCKED), taking over expired leases; each gets a new fencing token and counts an attempt; tasks whose budget is spent go to repair_required instead; with wait, when nothing is due, sleeps until work of the queue is committed or comes due (at most wait, cut to ntask.max_wait), holding no lock; with invoked, each leased attempt is marked invoked in the same statement (as ntask_invoked); context: the task''s checkpoints and signal (NULL for a task that has neither)';
-REVOKE ALL ON FUNCTION @extschema@.ntask_claim(text, text, integer, interval, interval, boolean) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION @extschema@.ntask_claim(text, text, integer, interval, interval, boolean) TO ntask_worker;
-
-DROP FUNCTION @extschema@.ntask_transition_and_claim(bigint, bigint, text, text, text, integer, text, text, jsonb, timestamptz, text, interval, jsonb);
-CREATE FUNCTION @extschema@.ntask_transition_and_claim(
-	finish_task_id bigint,
-	finish_token bigint,
-	to_state text,
-	queue text,
-	worker text,
-	max_tasks integer DEFAULT 1,
-	outcome text DEFAULT NULL,
-	error_class text DEFAULT NULL,
-	detail jsonb DEFAULT NULL,
-	retry_at timestamptz DEFAULT NULL,
-	error_stage text DEFAULT NULL,
-	lease interval DEFAULT NULL,
-	result jsonb DEFAULT NULL)
-RETURNS TABLE (task_id bigint, task_key text, payload jsonb, attempt integer,
-			   token bigint, lease_until timestamptz, prior_outcome text,
-			   finish_result text, finish_state text, finish_run_at timestamptz,
-			   context jsonb)
-AS 'MODULE_PATHNAME', 'ntask_transition_and_claim'
-LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION @extschema@.ntask_transition_and_claim(bigint, bigint, text, text, text, integer, text, text, jsonb, timestamptz, text, interval, jsonb) IS
 'ntask: ntask_transition of the task a worker holds, then ntask_claim of the next, in one statement; every row carries the transition''s answer (finish_result, finish_state, finish_run_at), and when nothing is claimed one row with the claim columns NULL still does; context as ntask_claim''s';
-REVOKE ALL ON FUNCTION @extschema@.ntask_transition_and_claim(bigint, bigint, text, text, text, integer, text, text, jsonb, timestamptz, text, interval, jsonb) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION @extschema@.ntask_transition_and_claim(bigint, bigint, text, text, text, integer, text, text, jsonb, timestamptz, text, interval, jsonb) TO ntask_worker;
 
 -- Workflows (issue 36.2, 36.3) -----------------------------------------
 
