@@ -179,3 +179,15 @@ SELECT ntask_queue_set_roles('wf', NULL, NULL);
 SELECT queue, signal_key, sent_by FROM ntask.signal WHERE signal_key LIKE 'sender:%' ORDER BY 2;
 DROP ROLE wf_sender;
 DROP ROLE wf_other;
+
+-- retention: a pruned task's checkpoints and the signals it awaited go with
+-- it; a signal no task awaited goes after the queue's retention; the
+-- unfinished task (a6) keeps its rows
+SELECT ntask_checkpoint(:a6, 1, 'kept', '1');
+SELECT ntask_await(:a6, 1, 'kept:6');
+SELECT count(*) AS checkpoints, (SELECT count(*) FROM ntask.signal) AS signals FROM ntask.checkpoint;
+SELECT queue FROM ntask_queue_set('wf', retention => '1 millisecond');
+SELECT pg_sleep(0.01);
+SELECT pruned FROM ntask_housekeeping();
+SELECT task_id = :a6 AS a6, step FROM ntask.checkpoint;
+SELECT signal_key, task_id = :a6 AS a6 FROM ntask.signal;
