@@ -956,4 +956,393 @@ GRANT EXECUTE ON FUNCTION
 TO ntask_worker;
 GRANT EXECUTE ON FUNCTION @extschema@.ntask_queue_set_signal_role(text, regrole) TO ntask_admin;
 
+-- queue_stats: tasks awaiting a signal, and since when (columns appended)
+CREATE OR REPLACE VIEW ntask.queue_stats AS
+SELECT q.queue COLLATE "default" AS queue,
+	   coalesce(s.ready, 0) AS ready,
+	   coalesce(s.leased, 0) AS leased,
+	   coalesce(s.retry_wait, 0) AS retry_wait,
+	   coalesce(s.succeeded, 0) AS succeeded,
+	   coalesce(s.repair_required, 0) AS repair_required,
+	   coalesce(s.canceled, 0) AS canceled,
+	   coalesce(s.skipped, 0) AS skipped,
+	   pg_catalog.now() OPERATOR(pg_catalog.-) s.oldest_ready AS oldest_ready_age,
+	   pg_catalog.now() OPERATOR(pg_catalog.-) s.oldest_unfinished AS oldest_unfinished_age,
+	   coalesce(s.unknown_attempts, 0) AS unknown_attempts,
+	   coalesce(s.repair_required, 0) AS repair_count,
+	   coalesce(s.awaiting, 0) AS awaiting,
+	   pg_catalog.now() OPERATOR(pg_catalog.-) s.oldest_awaiting AS oldest_awaiting_age
+FROM ntask.queue q
+LEFT JOIN (
+	SELECT t.queue,
+		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'ready') AS ready,
+		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'leased') AS leased,
+		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'retry_wait') AS retry_wait,
+		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'succeeded') AS succeeded,
+		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'repair_required') AS repair_required,
+		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'canceled') AS canceled,
+		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'skipped') AS skipped,
+		   min(t.run_at) FILTER (WHERE t.state OPERATOR(pg_catalog.=) ANY ('{ready,retry_wait}')
+								 AND t.run_at OPERATOR(pg_catalog.<=) pg_catalog.now()) AS oldest_ready,
+		   min(t.created_at) FILTER (WHERE t.due_at IS NOT NULL) AS oldest_unfinished,
+		   sum(t.unknown_attempts) FILTER (WHERE t.state OPERATOR(pg_catalog.<>) ALL ('{succeeded,canceled,skipped}')) AS unknown_attempts,
+		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'awaiting') AS awaiting,
+		   min(t.updated_at) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'awaiting') AS oldest_awaiting
+	FROM ntask.task t
+	GROUP BY t.queue
+) s ON s.queue OPERATOR(pg_catalog.=) q.queue;
+COMMENT ON VIEW ntask.queue_stats IS 'ntask: per queue, tasks per state, oldest due-and-ready age, oldest unfinished age, attempts whose outcome is unknown of unfinished tasks (incl. repair_required), repair count, tasks awaiting a signal and the age of the oldest await';
+
+-- ntask_explain: the signal a task awaits and since when, its checkpoints
+CREATE OR REPLACE FUNCTION @extschema@.ntask_explain(task_id bigint, include_payload boolean DEFAULT false)
+RETURNS TABLE (at timestamptz, event text, token bigint, actor text, detail text)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+	t ntask.task;
+	q ntask.queue;
+	a ntask.attempt_all;	-- the latest attempt, if any (the open one included)
+	n timestamptz := pg_catalog.now();
+	is_http boolean;
+	b ntask.breaker;		-- the queue's circuit breaker, if it has one
+	waiting text;			-- what a due task waits for
+	last_err text;
+	prior text;
+	words text;
+	fin_actor text;
+	fin_by text;
+BEGIN
+	IF ntask_explain.task_id IS NULL THEN
+		RAISE EXCEPTION 'ntask: task_id must not be NULL' USING ERRCODE = '22004';
+	END IF;
+	IF ntask_explain.include_payload IS NULL THEN
+		RAISE EXCEPTION 'ntask: include_payload must not be NULL' USING ERRCODE = '22004';
+	END IF;
+	SELECT * INTO t FROM ntask.task x WHERE x.task_id OPERATOR(pg_catalog.=) ntask_explain.task_id;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'ntask: task % does not exist', ntask_explain.task_id USING ERRCODE = 'P0002';
+	END IF;
+	SELECT * INTO q FROM ntask.queue x WHERE x.queue OPERATOR(pg_catalog.=) t.queue;
+	SELECT * INTO a FROM ntask.attempt_all x WHERE x.task_id OPERATOR(pg_catalog.=) t.task_id
+	ORDER BY x.token DESC LIMIT 1;
+	is_http := q.target->>'type' OPERATOR(pg_catalog.=) 'http';
+
+	-- what a due task waits for: a claim, or on an http queue whose circuit
+	-- breaker is not closed, the breaker (src/breaker.c: the worker claims
+	-- nothing of the queue while it is open, one probe when half open)
+	waiting := format('waiting for %s to claim it',
+					  CASE WHEN is_http THEN 'the background worker' ELSE 'a worker' END);
+	IF is_http AND q.breaker_failures IS NOT NULL THEN
+		SELECT * INTO b FROM ntask.breaker x WHERE x.queue OPERATOR(pg_catalog.=) t.queue;
+		IF b.state OPERATOR(pg_catalog.=) 'open' AND b.open_until OPERATOR(pg_catalog.>) n THEN
+			waiting := format('held by the circuit breaker of queue %s: open since %s after %s consecutive failures, open until %s (in %s); the background worker claims nothing of the queue until then, then sends one probe',
+							  t.queue, ntask.explain_ts(b.opened_at), b.failures,
+							  ntask.explain_ts(b.open_until), ntask.explain_age(b.open_until OPERATOR(pg_catalog.-) n));
+		ELSIF b.state OPERATOR(pg_catalog.=) 'open' THEN
+			waiting := format('held by the circuit breaker of queue %s: open until %s (passed %s ago); the background worker sends one probe of the queue at its next tick and the rest once the probe succeeds',
+							  t.queue, ntask.explain_ts(b.open_until), ntask.explain_age(n OPERATOR(pg_catalog.-) b.open_until));
+		ELSIF b.state OPERATOR(pg_catalog.=) 'half_open' THEN
+			waiting := format('held by the circuit breaker of queue %s: half open since %s; the background worker sends one probe of the queue and holds the rest until it succeeds',
+							  t.queue, ntask.explain_ts(b.changed_at));
+		END IF;
+	END IF;
+
+	-- the last error in words: class, then the HTTP status, curl's error or the stage
+	SELECT x.error_class || coalesce(' ' || coalesce('HTTP ' || (x.detail->>'http_status'),
+													  x.detail->>'curl_error', x.error_stage), '')
+	INTO last_err
+	FROM ntask.attempt_all x
+	WHERE x.task_id OPERATOR(pg_catalog.=) t.task_id AND x.error_class IS NOT NULL
+	ORDER BY x.token DESC LIMIT 1;
+
+	-- what the next claim will report as prior_outcome
+	-- (the same rule as ntask_claim's)
+	IF EXISTS (SELECT 1 FROM ntask.receipt r WHERE r.task_id OPERATOR(pg_catalog.=) t.task_id) THEN
+		prior := 'prior_outcome committed: a receipt exists, the next attempt must not redo the business write';
+	ELSIF t.unknown_attempts OPERATOR(pg_catalog.>) 0 THEN
+		-- on an http queue, what the worker does (dispatch.c dq_claim_step)
+		prior := format('prior_outcome unknown: %s earlier attempt(s) may have had an effect, %s',
+						t.unknown_attempts,
+						CASE WHEN NOT is_http THEN 'the next attempt reconciles first'
+							 WHEN q.target ? 'reconcile_url' THEN
+								 format('the background worker first asks the reconcile_url %s and sends again only if it answers 404',
+										q.target->>'reconcile_url')
+							 ELSE format('the target has no reconcile_url, so the background worker sends it again (%s with the same Idempotency-Key): the provider must deduplicate',
+										 coalesce(q.target->>'method', 'POST'))
+						END);
+	END IF;
+
+	-- who finished it: the worker whose attempt ended then, an audited
+	-- action, the guard (skip or cancel at claim), else ntask itself
+	-- (budget, deadline, lease expiry)
+	IF t.finished_at IS NOT NULL THEN
+		SELECT x.worker, 'attempt ' || x.attempt INTO fin_actor, fin_by FROM ntask.attempt_all x
+		WHERE x.task_id OPERATOR(pg_catalog.=) t.task_id AND x.ended_at OPERATOR(pg_catalog.=) t.finished_at
+		  AND x.requested IS NOT NULL AND x.requested OPERATOR(pg_catalog.<>) 'released'
+		ORDER BY x.token DESC LIMIT 1;
+		IF fin_actor IS NULL THEN
+			SELECT x.actor, 'ntask_' || x.action INTO fin_actor, fin_by FROM ntask.audit x
+			WHERE x.task_id OPERATOR(pg_catalog.=) t.task_id AND x.to_state OPERATOR(pg_catalog.=) t.state
+			ORDER BY x.audit_id DESC LIMIT 1;
+		END IF;
+		IF fin_actor IS NULL AND t.state OPERATOR(pg_catalog.=) ANY ('{skipped,canceled}') THEN
+			fin_actor := 'guard';
+			fin_by := 'the guard at claim';
+		END IF;
+		IF fin_actor IS NULL THEN
+			fin_actor := 'ntask';
+			fin_by := CASE WHEN t.reason OPERATOR(pg_catalog.=) ANY ('{budget_exhausted,deadline_exceeded}')
+						   THEN 'the budget check' ELSE 'ntask' END;
+		END IF;
+	END IF;
+
+	words := CASE t.state
+		WHEN 'ready' THEN
+			CASE WHEN t.run_at OPERATOR(pg_catalog.>) n THEN
+				format('ready, not due until %s (in %s); then attempt %s of %s',
+					   ntask.explain_ts(t.run_at), ntask.explain_age(t.run_at OPERATOR(pg_catalog.-) n),
+					   t.attempts + 1, t.max_attempts)
+			ELSE
+				format('ready since %s (%s), %s (attempt %s of %s)',
+					   ntask.explain_ts(t.run_at), ntask.explain_age(n OPERATOR(pg_catalog.-) t.run_at),
+					   waiting, t.attempts + 1, t.max_attempts)
+			END
+		WHEN 'retry_wait' THEN
+			CASE WHEN t.run_at OPERATOR(pg_catalog.>) n THEN
+				format('retry_wait until %s (in %s; attempt %s of %s, last error %s)',
+					   ntask.explain_ts(t.run_at), ntask.explain_age(t.run_at OPERATOR(pg_catalog.-) n),
+					   t.attempts + 1, t.max_attempts, coalesce(last_err, 'none recorded'))
+			ELSE
+				format('retry_wait, due since %s (%s), %s (attempt %s of %s, last error %s)',
+					   ntask.explain_ts(t.run_at), ntask.explain_age(n OPERATOR(pg_catalog.-) t.run_at),
+					   waiting, t.attempts + 1, t.max_attempts, coalesce(last_err, 'none recorded'))
+			END
+		WHEN 'leased' THEN
+			format('leased by %s until %s, %s (attempt %s of %s, token %s, %s)',
+				   t.lease_owner, ntask.explain_ts(t.lease_until),
+				   CASE
+					   WHEN t.lease_until OPERATOR(pg_catalog.<) n THEN
+						   format('not heartbeating: expired %s ago, the next claim or housekeeping takes it over',
+								  ntask.explain_age(n OPERATOR(pg_catalog.-) t.lease_until))
+					   WHEN t.updated_at OPERATOR(pg_catalog.>) a.claimed_at THEN
+						   format('heartbeating (last %s ago)', ntask.explain_age(n OPERATOR(pg_catalog.-) t.updated_at))
+					   ELSE
+						   format('not heartbeating (no heartbeat since the claim %s ago)',
+								  ntask.explain_age(n OPERATOR(pg_catalog.-) a.claimed_at))
+				   END,
+				   t.attempts, t.max_attempts, t.token,
+				   CASE WHEN a.invoked_at IS NULL THEN 'not invoked yet'
+						ELSE format('invoked %s ago: if it ends without a report its outcome is unknown',
+									ntask.explain_age(n OPERATOR(pg_catalog.-) a.invoked_at)) END)
+		WHEN 'repair_required' THEN
+			format('repair_required: %s, owner %s%s (%s of %s attempts, %s with unknown outcome)',
+				   t.reason, coalesce(t.repair_owner, 'none assigned'),
+				   coalesce(', next: ' || t.repair_next_action, ''),
+				   t.attempts, t.max_attempts,
+				   (SELECT count(*) FROM ntask.attempt_all x
+					WHERE x.task_id OPERATOR(pg_catalog.=) t.task_id AND NOT x.outcome_known))
+		WHEN 'succeeded' THEN
+			format('succeeded (%s) at %s after %s attempt(s): waiting for nothing',
+				   t.outcome, ntask.explain_ts(t.finished_at), t.attempts)
+		WHEN 'canceled' THEN
+			format('canceled at %s by %s: %s', ntask.explain_ts(t.finished_at), fin_actor, t.reason)
+		WHEN 'skipped' THEN
+			format('skipped at %s by %s: %s', ntask.explain_ts(t.finished_at), fin_actor, t.reason)
+		WHEN 'awaiting' THEN
+			format('awaiting signal %s of queue %s since %s (%s), %s (attempt %s of %s ended awaiting, not counted)',
+				   t.signal_key, t.queue, ntask.explain_ts(t.updated_at),
+				   ntask.explain_age(n OPERATOR(pg_catalog.-) t.updated_at),
+				   CASE WHEN t.due_at IS NULL THEN 'no timeout: only ntask_signal or a cancel ends the wait'
+						ELSE format('times out at %s (%s %s), then %s',
+									ntask.explain_ts(t.due_at),
+									CASE WHEN t.due_at OPERATOR(pg_catalog.>) n THEN 'in' ELSE 'passed' END,
+									ntask.explain_age(abs(pg_catalog.date_part('epoch', t.due_at OPERATOR(pg_catalog.-) n)) * interval '1 second'),
+									CASE t.await_on_timeout WHEN 'repair' THEN 'the next claim moves it to repair_required (await_timeout)'
+										 ELSE 'the next claim hands it out with signal.timed_out' END) END,
+				   t.attempts, t.max_attempts)
+	END;
+	-- checkpoints done (issue 36.2), whatever the state
+	IF t.checkpoints OPERATOR(pg_catalog.>) 0 THEN
+		words := words || format('; %s checkpoint(s) done: %s', t.checkpoints,
+			(SELECT pg_catalog.string_agg(c.step, ', ' ORDER BY c.written_at, c.step)
+			 FROM ntask.checkpoint c WHERE c.task_id OPERATOR(pg_catalog.=) t.task_id));
+	END IF;
+	IF t.state OPERATOR(pg_catalog.=) ANY ('{ready,retry_wait}') THEN
+		IF prior IS NOT NULL THEN
+			words := words || '; ' || prior;
+		END IF;
+		IF q.guard IS NOT NULL THEN
+			words := words || '; the guard ' || q.guard || ' decides at claim';
+		END IF;
+		-- flow control (issue 13): what holds a due task back
+		IF t.run_at OPERATOR(pg_catalog.<=) n THEN
+			words := words || coalesce((
+				SELECT CASE
+					WHEN h.task_id IS NOT NULL THEN
+						format('; held back: behind task %s (%s, %s), the head of its key in an ordered queue',
+							   h.task_id, h.task_key, h.state)
+					WHEN q.partition_max_inflight IS NOT NULL
+						 AND l.key_n OPERATOR(pg_catalog.>=) q.partition_max_inflight THEN
+						format('; held back: its key has %s of %s leases in flight',
+							   l.key_n, q.partition_max_inflight)
+					WHEN q.max_inflight IS NOT NULL
+						 AND l.queue_n OPERATOR(pg_catalog.>=) q.max_inflight THEN
+						format('; held back: the queue has %s of %s leases in flight',
+							   l.queue_n, q.max_inflight)
+					WHEN q.rate_n IS NOT NULL OR q.partition_rate_n IS NOT NULL THEN
+						format('; the queue has a rate limit (%s): the next token %s',
+							   concat_ws(', ', q.rate_n || ' per ' || q.rate_per,
+										 q.partition_rate_n || ' per ' || q.partition_rate_per || ' per key'),
+							   CASE WHEN r.next_at IS NULL THEN 'is unknown (no shared memory)'
+									WHEN r.next_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp() THEN 'is free now'
+									ELSE 'comes in ' || ntask.explain_age(r.next_at OPERATOR(pg_catalog.-) pg_catalog.clock_timestamp()) END)
+					END
+				FROM (SELECT count(*) FILTER (WHERE x.partition_key IS NOT DISTINCT FROM t.partition_key) AS key_n,
+							 count(*) AS queue_n
+					  FROM ntask.task x
+					  WHERE x.queue OPERATOR(pg_catalog.=) t.queue AND x.state OPERATOR(pg_catalog.=) 'leased'
+						AND x.lease_until OPERATOR(pg_catalog.>) n) l
+				LEFT JOIN LATERAL (
+					SELECT x.task_id, x.task_key, x.state FROM ntask.task x
+					WHERE q.ordered AND x.queue OPERATOR(pg_catalog.=) t.queue
+					  AND x.partition_key OPERATOR(pg_catalog.=) t.partition_key AND x.ordered
+					  AND (x.due_at IS NOT NULL OR x.state OPERATOR(pg_catalog.=) 'repair_required')
+					  AND NOT (q.ordered_skip_repair AND x.state OPERATOR(pg_catalog.=) 'repair_required')
+					  AND x.task_id OPERATOR(pg_catalog.<) t.task_id
+					ORDER BY x.task_id LIMIT 1) h ON true
+				LEFT JOIN LATERAL (
+					SELECT ntask.limit_next(t.queue, t.partition_key,
+						coalesce(q.rate_n, 0),
+						coalesce((pg_catalog.date_part('epoch', q.rate_per) OPERATOR(pg_catalog.*) 1000000)::bigint, 0),
+						coalesce(q.partition_rate_n, 0),
+						coalesce((pg_catalog.date_part('epoch', q.partition_rate_per) OPERATOR(pg_catalog.*) 1000000)::bigint, 0)) AS next_at
+					WHERE q.rate_n IS NOT NULL OR q.partition_rate_n IS NOT NULL) r ON true), '');
+		END IF;
+		words := words || format('; deadline %s', ntask.explain_ts(t.deadline));
+	END IF;
+
+	at := n; event := 'now'; token := t.token; actor := NULL; detail := words;
+	RETURN NEXT;
+
+	RETURN QUERY
+	SELECT e.at, e.event, e.token, e.actor, e.detail
+	FROM (
+		-- the enqueue
+		SELECT t.created_at AS at, 0 AS ord, 0::bigint AS tok, 'enqueued' AS event,
+			   NULL::bigint AS token, t.enqueued_by AS actor,
+			   format('queue %s, key %s, payload digest %s (digest v%s), priority %s%s%s',
+					  t.queue, t.task_key,
+					  pg_catalog.encode(t.payload_digest, 'hex'), t.digest_version, t.priority,
+					  coalesce(', partition ' || t.partition_key, ''),
+					  CASE WHEN is_http THEN ', Idempotency-Key ' || t.task_key ELSE '' END) AS detail
+		UNION ALL
+		-- the payload itself, only when asked
+		SELECT t.created_at, 1, 0, 'payload', NULL, NULL, t.payload::text
+		WHERE ntask_explain.include_payload
+		UNION ALL
+		-- every attempt: claimed, invoked, ended
+		SELECT x.claimed_at, 2, x.token, 'claimed', x.token, x.worker,
+			   format('attempt %s of %s claimed', x.attempt, t.max_attempts)
+		FROM ntask.attempt_all x WHERE x.task_id OPERATOR(pg_catalog.=) t.task_id
+		UNION ALL
+		SELECT x.invoked_at, 3, x.token, 'invoked', x.token, x.worker,
+			   format('attempt %s invoked: about to call out', x.attempt)
+		FROM ntask.attempt_all x WHERE x.task_id OPERATOR(pg_catalog.=) t.task_id AND x.invoked_at IS NOT NULL
+		UNION ALL
+		SELECT t.updated_at, 4, t.token, 'heartbeat', t.token, t.lease_owner,
+			   format('last heartbeat: lease until %s', ntask.explain_ts(t.lease_until))
+		WHERE t.state OPERATOR(pg_catalog.=) 'leased' AND t.updated_at OPERATOR(pg_catalog.>) a.claimed_at
+		UNION ALL
+		SELECT x.ended_at, 6, x.token, 'ended', x.token, x.worker,
+			   format('attempt %s ended: %s%s%s, outcome %s%s%s%s',
+					  x.attempt, x.result,
+					  CASE WHEN x.requested IS NOT NULL AND x.requested OPERATOR(pg_catalog.<>) x.result
+						   THEN ' (asked for ' || x.requested || ')' ELSE '' END,
+					  coalesce(', error ' || x.error_class || coalesce(' at ' || x.error_stage, ''), ''),
+					  CASE WHEN x.outcome_known THEN 'known' ELSE 'unknown' END,
+					  coalesce(' (' || x.outcome || ')', ''),
+					  coalesce(', retry at ' || ntask.explain_ts(x.retry_at), ''),
+					  coalesce(', ' || CASE WHEN x.detail ? 'http_status' THEN 'HTTP ' || (x.detail->>'http_status') || ' ' ELSE '' END
+							   || x.detail::text, ''))
+		FROM ntask.attempt_all x WHERE x.task_id OPERATOR(pg_catalog.=) t.task_id AND x.ended_at IS NOT NULL
+		UNION ALL
+		-- receipts (the business commit)
+		SELECT r.committed_at, 5, r.token, 'receipt', r.token, r.db_user::text,
+			   format('receipt committed by token %s, content digest %s (digest v%s)',
+					  r.token, pg_catalog.encode(r.payload_digest, 'hex'), r.digest_version)
+		FROM ntask.receipt r WHERE r.task_id OPERATOR(pg_catalog.=) t.task_id
+		UNION ALL
+		-- checkpoints (issue 36.2)
+		SELECT c.written_at, 5, c.token, 'checkpoint', c.token, NULL,
+			   format('step %s written by token %s, value digest %s (digest v%s)',
+					  c.step, c.token, pg_catalog.encode(c.value_digest, 'hex'), c.digest_version)
+		FROM ntask.checkpoint c WHERE c.task_id OPERATOR(pg_catalog.=) t.task_id
+		UNION ALL
+		-- the signal it awaited, once sent (issue 36.3)
+		SELECT s.sent_at, 5, 0, 'signal', NULL, s.sent_by::text,
+			   format('signal %s sent, payload digest %s', s.signal_key,
+					  pg_catalog.encode(s.payload_digest, 'hex'))
+		FROM ntask.signal s
+		WHERE t.signal_key IS NOT NULL AND s.queue OPERATOR(pg_catalog.=) t.queue
+		  AND s.signal_key OPERATOR(pg_catalog.=) t.signal_key AND s.sent_at IS NOT NULL
+		UNION ALL
+		-- audited actions: cancel, replay, repair_assign, guard_error
+		SELECT u.at, 7, u.audit_id, u.action, NULL, u.actor || CASE WHEN u.db_user::text OPERATOR(pg_catalog.<>) u.actor THEN ' (' || u.db_user || ')' ELSE '' END,
+			   format('%s%s: %s', u.action,
+					  coalesce(' ' || u.from_state || ' -> ' || u.to_state, ''), u.reason)
+		FROM ntask.audit u WHERE u.task_id OPERATOR(pg_catalog.=) t.task_id
+		UNION ALL
+		-- the end
+		SELECT t.finished_at, 8, 0, 'finished', t.token, fin_actor,
+			   format('%s by %s%s%s', t.state, fin_by, coalesce(': ' || t.reason, ''), coalesce(' (' || t.outcome || ')', ''))
+		WHERE t.finished_at IS NOT NULL
+	) e
+	ORDER BY e.at, e.ord, e.tok;
+END
+$$;
+COMMENT ON FUNCTION @extschema@.ntask_explain(bigint, boolean) IS
+'ntask: one time-ordered record of a task for on-call: first what it is waiting for, in words (the signal it awaits and since when, the checkpoints done), then the enqueue, every attempt (claimed, invoked, ended with result, error class and stage, outcome known or unknown, HTTP status), receipts, checkpoints, the signal it awaited, audited replays, cancels, repair assignments and guard errors, and the end; the payload only with include_payload';
+
+-- DROP EXTENSION counts awaiting tasks as unfinished
+CREATE OR REPLACE FUNCTION ntask.drop_cleanup() RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	t record;
+	jobs integer := 0;
+BEGIN
+	-- the jobs ntask_schedule registered in this database (by id: the
+	-- dropping role need not be the one that owns them)
+	IF to_regprocedure('cron.unschedule(bigint)') IS NOT NULL
+	   AND to_regclass('cron.job') IS NOT NULL THEN
+		EXECUTE 'SELECT count(cron.unschedule(j.jobid))::integer FROM cron.job j
+				 WHERE j.database OPERATOR(pg_catalog.=) pg_catalog.current_database()
+				   AND j.jobname OPERATOR(pg_catalog.=) ANY (
+					   SELECT s.cron_job FROM ntask.schedule s WHERE s.cron_job IS NOT NULL)'
+		INTO jobs;
+	END IF;
+	IF jobs > 0 THEN
+		RAISE NOTICE 'ntask: unscheduled % pg_cron job(s) of ntask schedules', jobs;
+	END IF;
+	IF EXISTS (SELECT 1 FROM ntask.schedule s WHERE s.cron_job IS NULL) THEN
+		RAISE NOTICE 'ntask: schedules registered by hand in pg_cron''s database (jobs named ntask:<name>) must be unscheduled there';
+	END IF;
+
+	SELECT count(*) FILTER (WHERE tt.state OPERATOR(pg_catalog.=) ANY ('{ready,leased,retry_wait,awaiting}')) AS unfinished,
+		   count(*) FILTER (WHERE tt.state OPERATOR(pg_catalog.=) 'repair_required') AS repair,
+		   max(tt.task_id) AS max_id
+	INTO t FROM ntask.task tt;
+	IF t.unfinished > 0 OR t.repair > 0 THEN
+		RAISE WARNING 'ntask: DROP EXTENSION ntask drops % unfinished task(s) and % awaiting repair', t.unfinished, t.repair
+			USING DETAIL = format('The highest task id was %s; a new CREATE EXTENSION ntask numbers tasks from 1 again.', t.max_id),
+				  HINT = format('To keep task ids unique after re-creating it: SELECT setval(''ntask.task_task_id_seq'', %s);', t.max_id);
+	END IF;
+END $$;
+COMMENT ON FUNCTION ntask.drop_cleanup() IS
+'ntask: internal: before DROP EXTENSION ntask: unschedule its pg_cron jobs, warn about unfinished tasks and the task id sequence';
+REVOKE ALL ON FUNCTION ntask.drop_cleanup() FROM PUBLIC;
+
 -- end of issue 36.2 and 36.3

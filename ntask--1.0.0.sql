@@ -637,7 +637,9 @@ SELECT q.queue COLLATE "default" AS queue,
 	   pg_catalog.now() OPERATOR(pg_catalog.-) s.oldest_ready AS oldest_ready_age,
 	   pg_catalog.now() OPERATOR(pg_catalog.-) s.oldest_unfinished AS oldest_unfinished_age,
 	   coalesce(s.unknown_attempts, 0) AS unknown_attempts,
-	   coalesce(s.repair_required, 0) AS repair_count
+	   coalesce(s.repair_required, 0) AS repair_count,
+	   coalesce(s.awaiting, 0) AS awaiting,
+	   pg_catalog.now() OPERATOR(pg_catalog.-) s.oldest_awaiting AS oldest_awaiting_age
 FROM ntask.queue q
 LEFT JOIN (
 	SELECT t.queue,
@@ -651,11 +653,13 @@ LEFT JOIN (
 		   min(t.run_at) FILTER (WHERE t.state OPERATOR(pg_catalog.=) ANY ('{ready,retry_wait}')
 								 AND t.run_at OPERATOR(pg_catalog.<=) pg_catalog.now()) AS oldest_ready,
 		   min(t.created_at) FILTER (WHERE t.due_at IS NOT NULL) AS oldest_unfinished,
-		   sum(t.unknown_attempts) FILTER (WHERE t.state OPERATOR(pg_catalog.<>) ALL ('{succeeded,canceled,skipped}')) AS unknown_attempts
+		   sum(t.unknown_attempts) FILTER (WHERE t.state OPERATOR(pg_catalog.<>) ALL ('{succeeded,canceled,skipped}')) AS unknown_attempts,
+		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'awaiting') AS awaiting,
+		   min(t.updated_at) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'awaiting') AS oldest_awaiting
 	FROM ntask.task t
 	GROUP BY t.queue
 ) s ON s.queue OPERATOR(pg_catalog.=) q.queue;
-COMMENT ON VIEW ntask.queue_stats IS 'ntask: per queue, tasks per state, oldest due-and-ready age, oldest unfinished age, attempts whose outcome is unknown of unfinished tasks (incl. repair_required), repair count';
+COMMENT ON VIEW ntask.queue_stats IS 'ntask: per queue, tasks per state, oldest due-and-ready age, oldest unfinished age, attempts whose outcome is unknown of unfinished tasks (incl. repair_required), repair count, tasks awaiting a signal and the age of the oldest await';
 
 CREATE VIEW ntask.repair_queue AS
 SELECT t.task_id, t.queue COLLATE "default" AS queue, t.task_key COLLATE "default" AS task_key,
@@ -1717,7 +1721,25 @@ BEGIN
 			format('canceled at %s by %s: %s', ntask.explain_ts(t.finished_at), fin_actor, t.reason)
 		WHEN 'skipped' THEN
 			format('skipped at %s by %s: %s', ntask.explain_ts(t.finished_at), fin_actor, t.reason)
+		WHEN 'awaiting' THEN
+			format('awaiting signal %s of queue %s since %s (%s), %s (attempt %s of %s ended awaiting, not counted)',
+				   t.signal_key, t.queue, ntask.explain_ts(t.updated_at),
+				   ntask.explain_age(n OPERATOR(pg_catalog.-) t.updated_at),
+				   CASE WHEN t.due_at IS NULL THEN 'no timeout: only ntask_signal or a cancel ends the wait'
+						ELSE format('times out at %s (%s %s), then %s',
+									ntask.explain_ts(t.due_at),
+									CASE WHEN t.due_at OPERATOR(pg_catalog.>) n THEN 'in' ELSE 'passed' END,
+									ntask.explain_age(abs(pg_catalog.date_part('epoch', t.due_at OPERATOR(pg_catalog.-) n)) * interval '1 second'),
+									CASE t.await_on_timeout WHEN 'repair' THEN 'the next claim moves it to repair_required (await_timeout)'
+										 ELSE 'the next claim hands it out with signal.timed_out' END) END,
+				   t.attempts, t.max_attempts)
 	END;
+	-- checkpoints done (issue 36.2), whatever the state
+	IF t.checkpoints OPERATOR(pg_catalog.>) 0 THEN
+		words := words || format('; %s checkpoint(s) done: %s', t.checkpoints,
+			(SELECT pg_catalog.string_agg(c.step, ', ' ORDER BY c.written_at, c.step)
+			 FROM ntask.checkpoint c WHERE c.task_id OPERATOR(pg_catalog.=) t.task_id));
+	END IF;
 	IF t.state OPERATOR(pg_catalog.=) ANY ('{ready,retry_wait}') THEN
 		IF prior IS NOT NULL THEN
 			words := words || '; ' || prior;
@@ -1823,6 +1845,20 @@ BEGIN
 					  r.token, pg_catalog.encode(r.payload_digest, 'hex'), r.digest_version)
 		FROM ntask.receipt r WHERE r.task_id OPERATOR(pg_catalog.=) t.task_id
 		UNION ALL
+		-- checkpoints (issue 36.2)
+		SELECT c.written_at, 5, c.token, 'checkpoint', c.token, NULL,
+			   format('step %s written by token %s, value digest %s (digest v%s)',
+					  c.step, c.token, pg_catalog.encode(c.value_digest, 'hex'), c.digest_version)
+		FROM ntask.checkpoint c WHERE c.task_id OPERATOR(pg_catalog.=) t.task_id
+		UNION ALL
+		-- the signal it awaited, once sent (issue 36.3)
+		SELECT s.sent_at, 5, 0, 'signal', NULL, s.sent_by::text,
+			   format('signal %s sent, payload digest %s', s.signal_key,
+					  pg_catalog.encode(s.payload_digest, 'hex'))
+		FROM ntask.signal s
+		WHERE t.signal_key IS NOT NULL AND s.queue OPERATOR(pg_catalog.=) t.queue
+		  AND s.signal_key OPERATOR(pg_catalog.=) t.signal_key AND s.sent_at IS NOT NULL
+		UNION ALL
 		-- audited actions: cancel, replay, repair_assign, guard_error
 		SELECT u.at, 7, u.audit_id, u.action, NULL, u.actor || CASE WHEN u.db_user::text OPERATOR(pg_catalog.<>) u.actor THEN ' (' || u.db_user || ')' ELSE '' END,
 			   format('%s%s: %s', u.action,
@@ -1838,7 +1874,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION @extschema@.ntask_explain(bigint, boolean) IS
-'ntask: one time-ordered record of a task for on-call: first what it is waiting for, in words, then the enqueue, every attempt (claimed, invoked, ended with result, error class and stage, outcome known or unknown, HTTP status), receipts, audited replays, cancels, repair assignments and guard errors, and the end; the payload only with include_payload';
+'ntask: one time-ordered record of a task for on-call: first what it is waiting for, in words (the signal it awaits and since when, the checkpoints done), then the enqueue, every attempt (claimed, invoked, ended with result, error class and stage, outcome known or unknown, HTTP status), receipts, checkpoints, the signal it awaited, audited replays, cancels, repair assignments and guard errors, and the end; the payload only with include_payload';
 
 -- Metrics ------------------------------------------------------------
 
@@ -2096,7 +2132,7 @@ BEGIN
 		RAISE NOTICE 'ntask: schedules registered by hand in pg_cron''s database (jobs named ntask:<name>) must be unscheduled there';
 	END IF;
 
-	SELECT count(*) FILTER (WHERE tt.state OPERATOR(pg_catalog.=) ANY ('{ready,leased,retry_wait}')) AS unfinished,
+	SELECT count(*) FILTER (WHERE tt.state OPERATOR(pg_catalog.=) ANY ('{ready,leased,retry_wait,awaiting}')) AS unfinished,
 		   count(*) FILTER (WHERE tt.state OPERATOR(pg_catalog.=) 'repair_required') AS repair,
 		   max(tt.task_id) AS max_id
 	INTO t FROM ntask.task tt;

@@ -191,3 +191,18 @@ SELECT pg_sleep(0.01);
 SELECT pruned FROM ntask_housekeeping();
 SELECT task_id = :a6 AS a6, step FROM ntask.checkpoint;
 SELECT signal_key, task_id = :a6 AS a6 FROM ntask.signal;
+
+-- ntask_explain tells the signal awaited and since when, the checkpoints
+-- done, and has them in the record; queue_stats counts awaiting tasks
+SELECT regexp_replace(detail, 'since .* \(.*\), no timeout', 'since ..., no timeout')
+FROM ntask_explain(:a6) WHERE event = 'now';
+SELECT event, token, detail FROM ntask_explain(:a6) WHERE event IN ('checkpoint', 'ended') ORDER BY at;
+SELECT ntask_signal('wf', 'kept:6', '{"ok": 1}');
+SELECT event, actor, detail FROM ntask_explain(:a6) WHERE event = 'signal';
+SELECT awaiting, oldest_awaiting_age IS NULL AS none_awaiting FROM ntask.queue_stats WHERE queue = 'wf';
+SELECT task_id AS a7 FROM ntask_enqueue('wf', 'a7') \gset
+SELECT task_key, token, context FROM ntask_claim('wf', 'W1', 5) ORDER BY task_key;
+SELECT ntask_await(:a7, 1, 'k7', '1 hour', 'repair');
+SELECT awaiting, oldest_awaiting_age >= '0' AS has_age FROM ntask.queue_stats WHERE queue = 'wf';
+SELECT regexp_replace(detail, 'since .* \(.*\), times out at .* \(in .*\), then', 'since ..., times out at ..., then')
+FROM ntask_explain(:a7) WHERE event = 'now';
