@@ -206,3 +206,13 @@ SELECT ntask_await(:a7, 1, 'k7', '1 hour', 'repair');
 SELECT awaiting, oldest_awaiting_age >= '0' AS has_age FROM ntask.queue_stats WHERE queue = 'wf';
 SELECT regexp_replace(detail, 'since .* \(.*\), times out at .* \(in .*\), then', 'since ..., times out at ..., then')
 FROM ntask_explain(:a7) WHERE event = 'now';
+
+-- an awaiting task past its deadline: housekeeping's deadline sweep moves
+-- it to repair_required; a replay makes it ready, and the claim hands it
+-- out (its await's 'repair' no longer applies) with the timed-out signal
+UPDATE ntask.task SET deadline = now() - interval '1 second' WHERE task_id = :a7;
+SELECT expired, repaired FROM ntask_housekeeping();
+SELECT state, reason FROM ntask.task WHERE task_id = :a7;
+SELECT ntask_replay(:a7, 'test', 'try again');
+SELECT task_key, token, context FROM ntask_claim('wf', 'W1', 5) WHERE task_id = :a7;
+SELECT state, reason FROM ntask.task WHERE task_id = :a7;

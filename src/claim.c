@@ -553,10 +553,13 @@ typedef struct ClaimPicked
  * A picked awaiting task (issue 36.3) is one whose await timed out (its
  * due_at is the timeout; a signal makes it ready and clears
  * await_on_timeout): with on_timeout 'repair' it is diverted like a spent
- * budget, reason await_timeout.  NULL for every other task: one test.
+ * budget, reason await_timeout.  For every other task one NULL test; the
+ * state test keeps a task that left awaiting another way (housekeeping's
+ * deadline sweep, then a replay) from being diverted again.
  */
 #define CLAIM_AWAIT_REPAIR \
-	"coalesce(t.await_on_timeout OPERATOR(pg_catalog.=) 'repair', false)"
+	"(t.await_on_timeout IS NOT NULL AND t.state OPERATOR(pg_catalog.=) 'awaiting' " \
+	" AND t.await_on_timeout OPERATOR(pg_catalog.=) 'repair')"
 
 /* budget test on the (locked) task row; $7 the statement timestamp */
 #define CLAIM_SPENT \
