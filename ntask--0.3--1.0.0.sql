@@ -1208,7 +1208,8 @@ BEGIN
 					SELECT x.task_id, x.task_key, x.state FROM ntask.task x
 					WHERE q.ordered AND x.queue OPERATOR(pg_catalog.=) t.queue
 					  AND x.partition_key OPERATOR(pg_catalog.=) t.partition_key AND x.ordered
-					  AND (x.due_at IS NOT NULL OR x.state OPERATOR(pg_catalog.=) 'repair_required')
+					  AND (x.due_at IS NOT NULL OR x.state OPERATOR(pg_catalog.=) 'repair_required'
+						   OR x.state OPERATOR(pg_catalog.=) 'awaiting')
 					  AND NOT (q.ordered_skip_repair AND x.state OPERATOR(pg_catalog.=) 'repair_required')
 					  AND x.task_id OPERATOR(pg_catalog.<) t.task_id
 					ORDER BY x.task_id LIMIT 1) h ON true
@@ -1344,5 +1345,11 @@ END $$;
 COMMENT ON FUNCTION ntask.drop_cleanup() IS
 'ntask: internal: before DROP EXTENSION ntask: unschedule its pg_cron jobs, warn about unfinished tasks and the task id sequence';
 REVOKE ALL ON FUNCTION ntask.drop_cleanup() FROM PUBLIC;
+
+-- an awaiting task without a timeout (due_at NULL) still heads its key in
+-- an ordered queue: the order index holds it
+DROP INDEX ntask.task_ordered_idx;
+CREATE INDEX task_ordered_idx ON ntask.task (queue, partition_key, task_id)
+	WHERE ordered AND (due_at IS NOT NULL OR state = 'repair_required' OR state = 'awaiting');
 
 -- end of issue 36.2 and 36.3

@@ -216,3 +216,17 @@ SELECT state, reason FROM ntask.task WHERE task_id = :a7;
 SELECT ntask_replay(:a7, 'test', 'try again');
 SELECT task_key, token, context FROM ntask_claim('wf', 'W1', 5) WHERE task_id = :a7;
 SELECT state, reason FROM ntask.task WHERE task_id = :a7;
+
+-- an ordered queue: an awaiting head (no timeout) keeps its key blocked,
+-- like any unfinished head; other keys go on
+SELECT queue FROM ntask_queue_set('wfo', fairness => 'partition', ordered => true);
+SELECT task_id AS o1 FROM ntask_enqueue('wfo', 'o1', partition_key => 'k') \gset
+SELECT task_id AS o2 FROM ntask_enqueue('wfo', 'o2', partition_key => 'k') \gset
+SELECT task_id AS o3 FROM ntask_enqueue('wfo', 'o3', partition_key => 'j') \gset
+SELECT task_key, token FROM ntask_claim('wfo', 'W1', 5) ORDER BY 1;
+SELECT ntask_await(:o1, 1, 'o1:go');
+SELECT task_key FROM ntask_claim('wfo', 'W1', 5) ORDER BY 1;
+SELECT regexp_replace(detail, '^.*(; held back: [^;]*).*$', '\1') AS held
+FROM ntask_explain(:o2) WHERE event = 'now';
+SELECT ntask_signal('wfo', 'o1:go');
+SELECT task_key, token, context FROM ntask_claim('wfo', 'W1', 5) ORDER BY 1;

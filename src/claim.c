@@ -339,8 +339,9 @@ static NtaskPlan claim_fair_pick_shard_plan = {
 /*
  * The pick of an ordered queue (ordered => true, docs/design.md "Flow
  * control"): the same walk over keys, and from each key only its head, the
- * task with the lowest id among the key's unfinished tasks and those in
- * repair (task_ordered_idx; with ordered_skip_repair the ones in repair are
+ * task with the lowest id among the key's unfinished tasks (awaiting ones
+ * included, with or without a timeout) and those in repair
+ * (task_ordered_idx; with ordered_skip_repair the ones in repair are
  * passed), if it is due and this claim gets the key's turn lock (tried
  * only for a due head, before the row lock).  A head that is leased,
  * waiting for its retry, scheduled for later or in repair blocks its key
@@ -354,7 +355,8 @@ static NtaskPlan claim_fair_pick_shard_plan = {
 	"  WHERE t.task_id OPERATOR(pg_catalog.=) (SELECT h.task_id FROM ntask.task h " \
 	"      WHERE h.queue OPERATOR(pg_catalog.=) $1 " hpred \
 	"        AND h.partition_key OPERATOR(pg_catalog.=) k.pk AND h.ordered " \
-	"        AND (h.due_at IS NOT NULL OR h.state OPERATOR(pg_catalog.=) 'repair_required') " \
+	"        AND (h.due_at IS NOT NULL OR h.state OPERATOR(pg_catalog.=) 'repair_required' " \
+	"             OR h.state OPERATOR(pg_catalog.=) 'awaiting') " \
 	"        AND NOT (q.ordered_skip_repair AND h.state OPERATOR(pg_catalog.=) 'repair_required') " \
 	"      ORDER BY h.task_id LIMIT 1) " pred \
 	"    AND CASE WHEN t.due_at OPERATOR(pg_catalog.<=) pg_catalog.statement_timestamp() " \
