@@ -887,6 +887,9 @@ COMMENT ON TABLE ntask.signal IS 'ntask: signals of ntask_signal(), and the keys
 COMMENT ON COLUMN ntask.signal.task_id IS 'the latest task that awaited the key; the row is pruned with it (unawaited: after the queue''s retention)';
 COMMENT ON COLUMN ntask.signal.shard IS 'the awaiting task''s shard (0 on a plain install)';
 CREATE INDEX signal_task_idx ON ntask.signal (task_id) WHERE task_id IS NOT NULL;
+-- the signals no task awaited, for their pruning after the queue's retention
+-- (created_at is when such a row was sent: an await sets task_id)
+CREATE INDEX signal_unawaited_idx ON ntask.signal (queue, created_at) WHERE task_id IS NULL;
 SELECT pg_catalog.pg_extension_config_dump('ntask.checkpoint', '');
 SELECT pg_catalog.pg_extension_config_dump('ntask.signal', '');
 GRANT SELECT ON ntask.checkpoint, ntask.signal TO ntask_admin;

@@ -289,8 +289,10 @@ static NtaskPlan hk_prune_signals_shard_plan = {
 };
 
 /*
- * Signals of queue $1 that no task awaited, sent (or left) before $2 (the
- * statement timestamp minus the queue's retention), at most $3 of them.
+ * Signals of queue $1 that no task awaited, sent before $2 (the statement
+ * timestamp minus the queue's retention), at most $3 of them
+ * (signal_unawaited_idx: a row without a task was written by the signal,
+ * so created_at is when it was sent; a round costs what it prunes).
  */
 static NtaskPlan hk_prune_unawaited_plan = {
 	"housekeeping prune unawaited signals",
@@ -299,8 +301,8 @@ static NtaskPlan hk_prune_unawaited_plan = {
 	"  AND s.signal_key OPERATOR(pg_catalog.=) ANY (ARRAY( "
 	"    SELECT x.signal_key FROM ntask.signal x "
 	"    WHERE x.queue OPERATOR(pg_catalog.=) $1 AND x.task_id IS NULL "
-	"      AND coalesce(x.sent_at, x.created_at) OPERATOR(pg_catalog.<) $2 "
-	"    LIMIT $3))",
+	"      AND x.created_at OPERATOR(pg_catalog.<) $2 "
+	"    ORDER BY x.created_at LIMIT $3))",
 	3, {TEXTOID, TIMESTAMPTZOID, INT4OID}
 };
 
