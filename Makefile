@@ -34,7 +34,9 @@ OBJS = \
 	src/saga.o \
 	src/breaker.o \
 	src/dispatch.o \
-	src/worker.o
+	src/worker.o \
+	src/checkpoint.o \
+	src/signal.o
 # the install script and the one upgrade path (test/frozen/ntask--0.3.sql,
 # its start, is installed only while scripts/test.sh runs)
 DATA = ntask--1.0.0.sql ntask--0.3--1.0.0.sql
@@ -48,7 +50,8 @@ REGRESS = setup enqueue claim fairness flow transition budget replay_cancel rele
 	cron schedule housekeeping http_target breaker privileges explain metrics upgrade \
 	bulk progress trace \
 	pause \
-	aging
+	aging \
+	workflow
 REGRESS_OPTS = --temp-instance=./tmp_check_regress --temp-config=$(srcdir)/test/ntask.conf
 
 ISOLATION = takeover_w1_w2 claim_skip_locked enqueue_same_key cancel_vs_transition \
@@ -62,7 +65,8 @@ ISOLATION = takeover_w1_w2 claim_skip_locked enqueue_same_key cancel_vs_transiti
 	claim_locks_unreachable claim_wait_limited claim_repeatable_read \
 	bulk_cancel_vs_transition \
 	pause_vs_claim \
-	aging_vs_claim
+	aging_vs_claim \
+	checkpoint_stale_after_takeover signal_vs_await await_timeout
 ISOLATION_OPTS = --temp-instance=./tmp_check_iso --temp-config=$(srcdir)/test/ntask.conf
 
 TAP_TESTS = 1

@@ -967,10 +967,6 @@ WHERE p.oid OPERATOR(pg_catalog.=) ANY (ARRAY[
 	'@extschema@.ntask_claim(text, text, integer, interval, interval, boolean)'::pg_catalog.regprocedure,
 	'@extschema@.ntask_transition_and_claim(bigint, bigint, text, text, text, integer, text, text, jsonb, timestamptz, text, interval, jsonb)'::pg_catalog.regprocedure]::pg_catalog.oid[])
   AND NOT 'context'::pg_catalog.text OPERATOR(pg_catalog.=) ANY (p.proargnames);
-COMMENT ON FUNCTION @extschema@.ntask_claim(text, text, integer, interval, interval, boolean) IS
-'ntask: lease up to max_tasks due tasks (FOR UPDATE SKIP LOCKED), taking over expired leases; each gets a new fencing token and counts an attempt; tasks whose budget is spent go to repair_required instead; with wait, when nothing is due, sleeps until work of the queue is committed or comes due (at most wait, cut to ntask.max_wait), holding no lock; with invoked, each leased attempt is marked invoked in the same statement (as ntask_invoked); context is NULL or an object (traceparent: the enqueue''s trace context with a span id of this attempt)';
-COMMENT ON FUNCTION @extschema@.ntask_transition_and_claim(bigint, bigint, text, text, text, integer, text, text, jsonb, timestamptz, text, interval, jsonb) IS
-'ntask: ntask_transition of the task a worker holds, then ntask_claim of the next, in one statement; every row carries the transition''s answer (finish_result, finish_state, finish_run_at), and when nothing is claimed one row with the claim columns NULL still does; context as ntask_claim''s';
 
 -- end of issue 35.6
 
@@ -1223,6 +1219,164 @@ DROP TABLE ntask.upgrade_acl;
 
 -- end of issue 35.4
 
+-- issue 36.2 and 36.3: durable checkpoints, waiting for a signal
+-- (docs/design.md "Operator controls and workflows")
+
+ALTER TABLE ntask.queue ADD COLUMN signal_role regrole;
+COMMENT ON COLUMN ntask.queue.signal_role IS 'who may ntask_signal the queue''s tasks (NULL: whoever has its producer right); set by ntask_queue_set_signal_role';
+
+ALTER TABLE ntask.task ADD COLUMN checkpoints integer NOT NULL DEFAULT 0,
+	ADD COLUMN signal_key text COLLATE "C",
+	ADD COLUMN await_on_timeout text;
+COMMENT ON COLUMN ntask.task.checkpoints IS 'how many checkpoints (ntask.checkpoint) the task has; the claim reads them only when above 0';
+COMMENT ON COLUMN ntask.task.signal_key IS 'the signal the task awaits or awaited (ntask_await); its claims carry the signal in context';
+COMMENT ON COLUMN ntask.task.await_on_timeout IS 'while awaiting: what the await''s timeout does, ready or repair (NULL otherwise)';
+-- the tasks awaiting a signal, for ntask_signal and the metrics (issue 36.3)
+CREATE INDEX task_awaiting_idx ON ntask.task (queue, signal_key)
+	WHERE state = 'awaiting';
+
+/*
+ * Durable checkpoints (issue 36.2): one row per step of a task, written by
+ * ntask_checkpoint with the current token, kept with the task (pruned with
+ * it), handed to every later claim of the task in context.checkpoints.
+ */
+CREATE TABLE ntask.checkpoint (
+	task_id			bigint NOT NULL,
+	step			text COLLATE "C" NOT NULL,
+	value			jsonb NOT NULL,
+	value_digest	bytea NOT NULL,
+	digest_version	smallint NOT NULL,
+	token			bigint NOT NULL,
+	written_at		timestamptz NOT NULL DEFAULT now(),
+	shard			smallint NOT NULL DEFAULT 0,
+	PRIMARY KEY (task_id, step)
+);
+COMMENT ON TABLE ntask.checkpoint IS 'ntask: durable checkpoints, one per (task, step); see ntask_checkpoint()';
+COMMENT ON COLUMN ntask.checkpoint.token IS 'the token that wrote the step';
+COMMENT ON COLUMN ntask.checkpoint.shard IS 'the task''s shard (co-location with ntask.task on a Citus install)';
+
+/*
+ * Signals (issue 36.3): one row per (queue, signal_key), written by
+ * ntask_signal (sent_at set) or first by ntask_await (sent_at NULL: awaited,
+ * not sent yet), so a signal and an await that race meet on its key.
+ */
+CREATE TABLE ntask.signal (
+	queue			text COLLATE "C" NOT NULL,
+	signal_key		text COLLATE "C" NOT NULL,
+	payload			jsonb,
+	payload_digest	bytea,
+	digest_version	smallint,
+	sent_at			timestamptz,
+	sent_by			name,
+	task_id			bigint,
+	created_at		timestamptz NOT NULL DEFAULT now(),
+	shard			smallint NOT NULL DEFAULT 0,
+	PRIMARY KEY (queue, signal_key)
+);
+COMMENT ON TABLE ntask.signal IS 'ntask: signals of ntask_signal(), and the keys ntask_await() waits for (sent_at NULL until sent)';
+COMMENT ON COLUMN ntask.signal.task_id IS 'the latest task that awaited the key; the row is pruned with it (unawaited: after the queue''s retention)';
+COMMENT ON COLUMN ntask.signal.shard IS 'the awaiting task''s shard (0 on a plain install)';
+CREATE INDEX signal_task_idx ON ntask.signal (task_id) WHERE task_id IS NOT NULL;
+-- the signals no task awaited, for their pruning after the queue's retention
+-- (created_at is when such a row was sent: an await sets task_id)
+CREATE INDEX signal_unawaited_idx ON ntask.signal (queue, created_at) WHERE task_id IS NULL;
+SELECT pg_catalog.pg_extension_config_dump('ntask.checkpoint', '');
+SELECT pg_catalog.pg_extension_config_dump('ntask.signal', '');
+GRANT SELECT ON ntask.checkpoint, ntask.signal TO ntask_admin;
+
+-- Workflows (issue 36.2, 36.3) -----------------------------------------
+
+CREATE FUNCTION @extschema@.ntask_checkpoint(task_id bigint, token bigint, step text, value jsonb)
+RETURNS text
+AS 'MODULE_PATHNAME', 'ntask_checkpoint'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.ntask_checkpoint(bigint, bigint, text, jsonb) IS
+'ntask: record a step of the task the token holds (in the business transaction, like a receipt); returns applied, duplicate (the step has that value), conflict (another value) or stale; later claims of the task get it in context.checkpoints';
+
+CREATE FUNCTION @extschema@.ntask_await(task_id bigint, token bigint, signal_key text,
+	timeout interval DEFAULT NULL, on_timeout text DEFAULT 'ready')
+RETURNS text
+AS 'MODULE_PATHNAME', 'ntask_await'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.ntask_await(bigint, bigint, text, interval, text) IS
+'ntask: the holder parks the task until ntask_signal(queue, signal_key) or the timeout (then ready, or repair_required with on_timeout repair); the attempt ends as awaiting and does not count against the budget; ready at once if the signal was already sent; returns applied, duplicate, conflict or stale';
+
+CREATE FUNCTION @extschema@.ntask_signal(queue text, signal_key text, payload jsonb DEFAULT '{}')
+RETURNS text
+AS 'MODULE_PATHNAME', 'ntask_signal'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.ntask_signal(text, text, jsonb) IS
+'ntask: send the signal signal_key of a queue: the tasks awaiting it become due and their next claim carries payload in context.signal; a signal sent before its await is kept; returns applied, duplicate (same payload) or conflict; needs the queue''s signal_role (NULL: its producer right)';
+
+CREATE FUNCTION @extschema@.ntask_queue_set_signal_role(queue text, role regrole)
+RETURNS void
+AS 'MODULE_PATHNAME', 'ntask_queue_set_signal_role'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.ntask_queue_set_signal_role(text, regrole) IS
+'ntask: restrict who may ntask_signal a queue to the members of role (NULL: the queue''s producer right); audited';
+
+REVOKE ALL ON FUNCTION
+	@extschema@.ntask_checkpoint(bigint, bigint, text, jsonb),
+	@extschema@.ntask_await(bigint, bigint, text, interval, text),
+	@extschema@.ntask_signal(text, text, jsonb),
+	@extschema@.ntask_queue_set_signal_role(text, regrole)
+FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.ntask_signal(text, text, jsonb) TO ntask_producer;
+GRANT EXECUTE ON FUNCTION
+	@extschema@.ntask_checkpoint(bigint, bigint, text, jsonb),
+	@extschema@.ntask_await(bigint, bigint, text, interval, text),
+	@extschema@.ntask_signal(text, text, jsonb)
+TO ntask_worker;
+GRANT EXECUTE ON FUNCTION @extschema@.ntask_queue_set_signal_role(text, regrole) TO ntask_admin;
+
+-- DROP EXTENSION counts awaiting tasks as unfinished
+CREATE OR REPLACE FUNCTION ntask.drop_cleanup() RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	t record;
+	jobs integer := 0;
+BEGIN
+	-- the jobs ntask_schedule registered in this database (by id: the
+	-- dropping role need not be the one that owns them)
+	IF to_regprocedure('cron.unschedule(bigint)') IS NOT NULL
+	   AND to_regclass('cron.job') IS NOT NULL THEN
+		EXECUTE 'SELECT count(cron.unschedule(j.jobid))::integer FROM cron.job j
+				 WHERE j.database OPERATOR(pg_catalog.=) pg_catalog.current_database()
+				   AND j.jobname OPERATOR(pg_catalog.=) ANY (
+					   SELECT s.cron_job FROM ntask.schedule s WHERE s.cron_job IS NOT NULL)'
+		INTO jobs;
+	END IF;
+	IF jobs > 0 THEN
+		RAISE NOTICE 'ntask: unscheduled % pg_cron job(s) of ntask schedules', jobs;
+	END IF;
+	IF EXISTS (SELECT 1 FROM ntask.schedule s WHERE s.cron_job IS NULL) THEN
+		RAISE NOTICE 'ntask: schedules registered by hand in pg_cron''s database (jobs named ntask:<name>) must be unscheduled there';
+	END IF;
+
+	SELECT count(*) FILTER (WHERE tt.state OPERATOR(pg_catalog.=) ANY ('{ready,leased,retry_wait,awaiting}')) AS unfinished,
+		   count(*) FILTER (WHERE tt.state OPERATOR(pg_catalog.=) 'repair_required') AS repair,
+		   max(tt.task_id) AS max_id
+	INTO t FROM ntask.task tt;
+	IF t.unfinished > 0 OR t.repair > 0 THEN
+		RAISE WARNING 'ntask: DROP EXTENSION ntask drops % unfinished task(s) and % awaiting repair', t.unfinished, t.repair
+			USING DETAIL = format('The highest task id was %s; a new CREATE EXTENSION ntask numbers tasks from 1 again.', t.max_id),
+				  HINT = format('To keep task ids unique after re-creating it: SELECT setval(''ntask.task_task_id_seq'', %s);', t.max_id);
+	END IF;
+END $$;
+COMMENT ON FUNCTION ntask.drop_cleanup() IS
+'ntask: internal: before DROP EXTENSION ntask: unschedule its pg_cron jobs, warn about unfinished tasks and the task id sequence';
+REVOKE ALL ON FUNCTION ntask.drop_cleanup() FROM PUBLIC;
+
+-- an awaiting task without a timeout (due_at NULL) still heads its key in
+-- an ordered queue: the order index holds it
+DROP INDEX ntask.task_ordered_idx;
+CREATE INDEX task_ordered_idx ON ntask.task (queue, partition_key, task_id)
+	WHERE ordered AND (due_at IS NOT NULL OR state = 'repair_required' OR state = 'awaiting');
+
+-- end of issue 36.2 and 36.3
+
 -- 1.0.0: the objects several changes of issues 35 and 36 redefine, as
 -- ntask--1.0.0.sql has them (regress upgrade compares the two)
 CREATE OR REPLACE FUNCTION @extschema@.ntask_explain(task_id bigint, include_payload boolean DEFAULT false)
@@ -1381,11 +1535,29 @@ BEGIN
 			format('canceled at %s by %s: %s', ntask.explain_ts(t.finished_at), fin_actor, t.reason)
 		WHEN 'skipped' THEN
 			format('skipped at %s by %s: %s', ntask.explain_ts(t.finished_at), fin_actor, t.reason)
+		WHEN 'awaiting' THEN
+			format('awaiting signal %s of queue %s since %s (%s), %s (attempt %s of %s ended awaiting, not counted)',
+				   t.signal_key, t.queue, ntask.explain_ts(t.updated_at),
+				   ntask.explain_age(n OPERATOR(pg_catalog.-) t.updated_at),
+				   CASE WHEN t.due_at IS NULL THEN 'no timeout: only ntask_signal or a cancel ends the wait'
+						ELSE format('times out at %s (%s %s), then %s',
+									ntask.explain_ts(t.due_at),
+									CASE WHEN t.due_at OPERATOR(pg_catalog.>) n THEN 'in' ELSE 'passed' END,
+									ntask.explain_age(abs(pg_catalog.date_part('epoch', t.due_at OPERATOR(pg_catalog.-) n)) * interval '1 second'),
+									CASE t.await_on_timeout WHEN 'repair' THEN 'the next claim moves it to repair_required (await_timeout)'
+										 ELSE 'the next claim hands it out with signal.timed_out' END) END,
+				   t.attempts, t.max_attempts)
 	END;
 	-- the holder's latest progress (ntask_heartbeat progress => ...)
 	IF t.state OPERATOR(pg_catalog.=) 'leased' AND t.progress IS NOT NULL THEN
 		words := words || format('; progress %s, reported %s ago', t.progress::text,
 								 ntask.explain_age(n OPERATOR(pg_catalog.-) t.progress_at));
+	END IF;
+	-- checkpoints done (issue 36.2), whatever the state
+	IF t.checkpoints OPERATOR(pg_catalog.>) 0 THEN
+		words := words || format('; %s checkpoint(s) done: %s', t.checkpoints,
+			(SELECT pg_catalog.string_agg(c.step, ', ' ORDER BY c.written_at, c.step)
+			 FROM ntask.checkpoint c WHERE c.task_id OPERATOR(pg_catalog.=) t.task_id));
 	END IF;
 	IF t.state OPERATOR(pg_catalog.=) ANY ('{ready,retry_wait}') THEN
 		IF prior IS NOT NULL THEN
@@ -1444,7 +1616,8 @@ BEGIN
 					SELECT x.task_id, x.task_key, x.state FROM ntask.task x
 					WHERE q.ordered AND x.queue OPERATOR(pg_catalog.=) t.queue
 					  AND x.partition_key OPERATOR(pg_catalog.=) t.partition_key AND x.ordered
-					  AND (x.due_at IS NOT NULL OR x.state OPERATOR(pg_catalog.=) 'repair_required')
+					  AND (x.due_at IS NOT NULL OR x.state OPERATOR(pg_catalog.=) 'repair_required'
+						   OR x.state OPERATOR(pg_catalog.=) 'awaiting')
 					  AND NOT (q.ordered_skip_repair AND x.state OPERATOR(pg_catalog.=) 'repair_required')
 					  AND x.task_id OPERATOR(pg_catalog.<) t.task_id
 					ORDER BY x.task_id LIMIT 1) h ON true
@@ -1517,6 +1690,20 @@ BEGIN
 					  r.token, pg_catalog.encode(r.payload_digest, 'hex'), r.digest_version)
 		FROM ntask.receipt r WHERE r.task_id OPERATOR(pg_catalog.=) t.task_id
 		UNION ALL
+		-- checkpoints (issue 36.2)
+		SELECT c.written_at, 5, c.token, 'checkpoint', c.token, NULL,
+			   format('step %s written by token %s, value digest %s (digest v%s)',
+					  c.step, c.token, pg_catalog.encode(c.value_digest, 'hex'), c.digest_version)
+		FROM ntask.checkpoint c WHERE c.task_id OPERATOR(pg_catalog.=) t.task_id
+		UNION ALL
+		-- the signal it awaited, once sent (issue 36.3)
+		SELECT s.sent_at, 5, 0, 'signal', NULL, s.sent_by::text,
+			   format('signal %s sent, payload digest %s', s.signal_key,
+					  pg_catalog.encode(s.payload_digest, 'hex'))
+		FROM ntask.signal s
+		WHERE t.signal_key IS NOT NULL AND s.queue OPERATOR(pg_catalog.=) t.queue
+		  AND s.signal_key OPERATOR(pg_catalog.=) t.signal_key AND s.sent_at IS NOT NULL
+		UNION ALL
 		-- audited actions: cancel, replay, repair_assign, guard_error
 		SELECT u.at, 7, u.audit_id, u.action, NULL, u.actor || CASE WHEN u.db_user::text OPERATOR(pg_catalog.<>) u.actor THEN ' (' || u.db_user || ')' ELSE '' END,
 			   format('%s%s: %s', u.action,
@@ -1533,7 +1720,7 @@ END
 $$;
 
 COMMENT ON FUNCTION @extschema@.ntask_explain(bigint, boolean) IS
-'ntask: one time-ordered record of a task for on-call: first what it is waiting for, in words, then the enqueue (with its traceparent), every attempt (claimed, invoked, progress, ended with result, error class and stage, outcome known or unknown, HTTP status, last progress), receipts, audited replays, cancels, repair assignments and guard errors, and the end; the payload only with include_payload';
+'ntask: one time-ordered record of a task for on-call: first what it is waiting for, in words (the signal it awaits and since when, the checkpoints done), then the enqueue (with its traceparent), every attempt (claimed, invoked, progress, ended with result, error class and stage, outcome known or unknown, HTTP status, last progress), receipts, checkpoints, the signal it awaited, audited replays, cancels, repair assignments and guard errors, and the end; the payload only with include_payload';
 
 CREATE OR REPLACE VIEW ntask.queue_stats AS
 SELECT q.queue COLLATE "default" AS queue,
@@ -1552,7 +1739,9 @@ SELECT q.queue COLLATE "default" AS queue,
 		 OR coalesce(q.paused_until OPERATOR(pg_catalog.>) pg_catalog.now(), false) AS paused,
 	   q.paused_at, q.paused_by, q.pause_reason,
 	   CASE WHEN q.paused_until OPERATOR(pg_catalog.>) pg_catalog.now() THEN q.paused_until END AS paused_until,
-	   coalesce(kp.keys_paused, 0) AS keys_paused
+	   coalesce(kp.keys_paused, 0) AS keys_paused,
+	   coalesce(s.awaiting, 0) AS awaiting,
+	   pg_catalog.now() OPERATOR(pg_catalog.-) s.oldest_awaiting AS oldest_awaiting_age
 FROM ntask.queue q
 LEFT JOIN (
 	SELECT k.queue, count(*) AS keys_paused FROM ntask.key_pause k
@@ -1571,12 +1760,14 @@ LEFT JOIN (
 		   min(t.run_at) FILTER (WHERE t.state OPERATOR(pg_catalog.=) ANY ('{ready,retry_wait}')
 								 AND t.run_at OPERATOR(pg_catalog.<=) pg_catalog.now()) AS oldest_ready,
 		   min(t.created_at) FILTER (WHERE t.due_at IS NOT NULL) AS oldest_unfinished,
-		   sum(t.unknown_attempts) FILTER (WHERE t.state OPERATOR(pg_catalog.<>) ALL ('{succeeded,canceled,skipped}')) AS unknown_attempts
+		   sum(t.unknown_attempts) FILTER (WHERE t.state OPERATOR(pg_catalog.<>) ALL ('{succeeded,canceled,skipped}')) AS unknown_attempts,
+		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'awaiting') AS awaiting,
+		   min(t.updated_at) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'awaiting') AS oldest_awaiting
 	FROM ntask.task t
 	GROUP BY t.queue
 ) s ON s.queue OPERATOR(pg_catalog.=) q.queue;
 
-COMMENT ON VIEW ntask.queue_stats IS 'ntask: per queue, tasks per state, oldest due-and-ready age, oldest unfinished age, attempts whose outcome is unknown of unfinished tasks (incl. repair_required), repair count, whether it is paused (by whom, since when, why, until when) and how many of its partition keys a rate limit holds back';
+COMMENT ON VIEW ntask.queue_stats IS 'ntask: per queue, tasks per state, oldest due-and-ready age, oldest unfinished age, attempts whose outcome is unknown of unfinished tasks (incl. repair_required), repair count, whether it is paused (by whom, since when, why, until when) and how many of its partition keys a rate limit holds back, tasks awaiting a signal and the age of the oldest await';
 
 CREATE OR REPLACE VIEW ntask.queue_metrics AS
 SELECT q.queue,
@@ -1623,3 +1814,9 @@ FROM ntask.task t
 WHERE t.state = 'leased';
 
 COMMENT ON VIEW ntask.attempt_all IS 'ntask: every attempt: the ended ones (ntask.attempt) and the running one of each leased task (from its task row; ended_at and result NULL)';
+
+COMMENT ON FUNCTION @extschema@.ntask_claim(text, text, integer, interval, interval, boolean) IS
+'ntask: lease up to max_tasks due tasks (FOR UPDATE SKIP LOCKED), taking over expired leases; each gets a new fencing token and counts an attempt; tasks whose budget is spent go to repair_required instead; with wait, when nothing is due, sleeps until work of the queue is committed or comes due (at most wait, cut to ntask.max_wait), holding no lock; with invoked, each leased attempt is marked invoked in the same statement (as ntask_invoked); context is NULL or an object: traceparent (the enqueue''s trace context with a span id of this attempt), checkpoints (the task''s so far), signal (the awaited signal''s payload, or timed_out)';
+
+COMMENT ON FUNCTION @extschema@.ntask_transition_and_claim(bigint, bigint, text, text, text, integer, text, text, jsonb, timestamptz, text, interval, jsonb) IS
+'ntask: ntask_transition of the task a worker holds, then ntask_claim of the next, in one statement; every row carries the transition''s answer (finish_result, finish_state, finish_run_at), and when nothing is claimed one row with the claim columns NULL still does; context as ntask_claim''s';

@@ -199,6 +199,7 @@ CREATE TABLE ntask.queue (
 	keys_paused_until timestamptz,
 	priority_aging	interval CHECK (priority_aging > '0'),
 	priority_aging_max integer,
+	signal_role		regrole,
 	CHECK ((rate_n IS NULL) = (rate_per IS NULL)),
 	CHECK ((partition_rate_n IS NULL) = (partition_rate_per IS NULL))
 );
@@ -220,6 +221,7 @@ COMMENT ON COLUMN ntask.queue.breaker_cooldown IS 'how long an open breaker send
 
 COMMENT ON COLUMN ntask.queue.priority_aging IS 'priority aging: a due task''s effective priority rises by one per this interval waited (since its due_at), up to priority_aging_max; NULL: off (fairness none only)';
 COMMENT ON COLUMN ntask.queue.priority_aging_max IS 'with priority_aging: the highest effective priority aging can reach (NULL: the highest priority among the queue''s due tasks); aging never lowers a priority';
+COMMENT ON COLUMN ntask.queue.signal_role IS 'who may ntask_signal the queue''s tasks (NULL: whoever has its producer right); set by ntask_queue_set_signal_role';
 COMMENT ON COLUMN ntask.queue.guard_owner IS 'the role that owned the guard function when it was set; a function of the guard''s name with another owner is refused at use (guard_error)';
 COMMENT ON COLUMN ntask.queue.paused_at IS 'set while an operator has paused the queue (ntask_queue_pause): no claim hands anything out';
 COMMENT ON COLUMN ntask.queue.paused_by IS 'who paused the queue (the actor of ntask_queue_pause)';
@@ -277,6 +279,9 @@ CREATE TABLE ntask.task (
 	progress		jsonb,
 	progress_at		timestamptz,
 	traceparent		text,
+	checkpoints		integer NOT NULL DEFAULT 0,
+	signal_key		text COLLATE "C",
+	await_on_timeout text,
 	UNIQUE (queue, task_key),
 	-- a known state, due_at NULL exactly when finished, lease_owner set
 	-- exactly while leased
@@ -294,6 +299,9 @@ COMMENT ON COLUMN ntask.task.invoked_at IS 'when the latest attempt was marked i
 COMMENT ON COLUMN ntask.task.traceparent IS 'W3C trace context of the enqueue (ntask_enqueue traceparent => ..., or the setting ntask.traceparent), validated; the claim and the HTTP dispatch hand it on with a span id per attempt';
 COMMENT ON COLUMN ntask.task.progress IS 'the latest progress the holder reported (ntask_heartbeat progress => ...; at most ntask.max_result_bytes); cleared by the claim of a new attempt, copied to ntask.attempt.progress when the attempt ends';
 COMMENT ON COLUMN ntask.task.progress_at IS 'when progress was reported';
+COMMENT ON COLUMN ntask.task.checkpoints IS 'how many checkpoints (ntask.checkpoint) the task has; the claim reads them only when above 0';
+COMMENT ON COLUMN ntask.task.signal_key IS 'the signal the task awaits or awaited (ntask_await); its claims carry the signal in context';
+COMMENT ON COLUMN ntask.task.await_on_timeout IS 'while awaiting: what the await''s timeout does, ready or repair (NULL otherwise)';
 
 /*
  * The ready set: only unfinished tasks are in this index, so a claim stays
@@ -323,7 +331,7 @@ CREATE INDEX task_partition_due_idx
 -- the unfinished tasks when the queue turns ordered); this index holds
 -- them while unfinished or in repair, so the head of a key is one descent.
 CREATE INDEX task_ordered_idx ON ntask.task (queue, partition_key, task_id)
-	WHERE ordered AND (due_at IS NOT NULL OR state = 'repair_required');
+	WHERE ordered AND (due_at IS NOT NULL OR state = 'repair_required' OR state = 'awaiting');
 -- For housekeeping; each holds only the rows it looks for.  The leased
 -- rows, for the expired-lease pick: its predicate is lease_until IS NOT
 -- NULL (set exactly while leased), not state = 'leased', which the hot
@@ -335,6 +343,9 @@ CREATE INDEX task_lease_idx ON ntask.task (lease_until)
 -- the deadline sweep reads only past-deadline rows
 CREATE INDEX task_deadline_idx ON ntask.task (deadline)
 	WHERE due_at IS NOT NULL AND state <> 'leased';
+-- the tasks awaiting a signal, for ntask_signal and the metrics (issue 36.3)
+CREATE INDEX task_awaiting_idx ON ntask.task (queue, signal_key)
+	WHERE state = 'awaiting';
 -- finished rows that may be pruned (repair_required is never pruned)
 CREATE INDEX task_finished_idx ON ntask.task (queue, finished_at)
 	WHERE state IN ('succeeded', 'canceled', 'skipped');
@@ -584,6 +595,52 @@ CREATE TABLE ntask.shard_map (
 );
 COMMENT ON TABLE ntask.shard_map IS 'ntask: the shard values of a Citus install, one per shard of ntask.task (empty on a plain install)';
 
+/*
+ * Durable checkpoints (issue 36.2): one row per step of a task, written by
+ * ntask_checkpoint with the current token, kept with the task (pruned with
+ * it), handed to every later claim of the task in context.checkpoints.
+ */
+CREATE TABLE ntask.checkpoint (
+	task_id			bigint NOT NULL,
+	step			text COLLATE "C" NOT NULL,
+	value			jsonb NOT NULL,
+	value_digest	bytea NOT NULL,
+	digest_version	smallint NOT NULL,
+	token			bigint NOT NULL,
+	written_at		timestamptz NOT NULL DEFAULT now(),
+	shard			smallint NOT NULL DEFAULT 0,
+	PRIMARY KEY (task_id, step)
+);
+COMMENT ON TABLE ntask.checkpoint IS 'ntask: durable checkpoints, one per (task, step); see ntask_checkpoint()';
+COMMENT ON COLUMN ntask.checkpoint.token IS 'the token that wrote the step';
+COMMENT ON COLUMN ntask.checkpoint.shard IS 'the task''s shard (co-location with ntask.task on a Citus install)';
+
+/*
+ * Signals (issue 36.3): one row per (queue, signal_key), written by
+ * ntask_signal (sent_at set) or first by ntask_await (sent_at NULL: awaited,
+ * not sent yet), so a signal and an await that race meet on its key.
+ */
+CREATE TABLE ntask.signal (
+	queue			text COLLATE "C" NOT NULL,
+	signal_key		text COLLATE "C" NOT NULL,
+	payload			jsonb,
+	payload_digest	bytea,
+	digest_version	smallint,
+	sent_at			timestamptz,
+	sent_by			name,
+	task_id			bigint,
+	created_at		timestamptz NOT NULL DEFAULT now(),
+	shard			smallint NOT NULL DEFAULT 0,
+	PRIMARY KEY (queue, signal_key)
+);
+COMMENT ON TABLE ntask.signal IS 'ntask: signals of ntask_signal(), and the keys ntask_await() waits for (sent_at NULL until sent)';
+COMMENT ON COLUMN ntask.signal.task_id IS 'the latest task that awaited the key; the row is pruned with it (unawaited: after the queue''s retention)';
+COMMENT ON COLUMN ntask.signal.shard IS 'the awaiting task''s shard (0 on a plain install)';
+CREATE INDEX signal_task_idx ON ntask.signal (task_id) WHERE task_id IS NOT NULL;
+-- the signals no task awaited, for their pruning after the queue's retention
+-- (created_at is when such a row was sent: an await sets task_id)
+CREATE INDEX signal_unawaited_idx ON ntask.signal (queue, created_at) WHERE task_id IS NULL;
+
 -- pg_dump dumps the rows of these tables (and the sequences' values)
 SELECT pg_catalog.pg_extension_config_dump('ntask.queue', '');
 SELECT pg_catalog.pg_extension_config_dump('ntask.task', '');
@@ -604,6 +661,8 @@ SELECT pg_catalog.pg_extension_config_dump('ntask.saga_saga_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('ntask.queue_pruned', '');
 SELECT pg_catalog.pg_extension_config_dump('ntask.breaker', '');
 SELECT pg_catalog.pg_extension_config_dump('ntask.key_pause', '');
+SELECT pg_catalog.pg_extension_config_dump('ntask.checkpoint', '');
+SELECT pg_catalog.pg_extension_config_dump('ntask.signal', '');
 
 -- ---------------------------------------------------------------------
 -- 3. Views
@@ -630,7 +689,9 @@ SELECT q.queue COLLATE "default" AS queue,
 		 OR coalesce(q.paused_until OPERATOR(pg_catalog.>) pg_catalog.now(), false) AS paused,
 	   q.paused_at, q.paused_by, q.pause_reason,
 	   CASE WHEN q.paused_until OPERATOR(pg_catalog.>) pg_catalog.now() THEN q.paused_until END AS paused_until,
-	   coalesce(kp.keys_paused, 0) AS keys_paused
+	   coalesce(kp.keys_paused, 0) AS keys_paused,
+	   coalesce(s.awaiting, 0) AS awaiting,
+	   pg_catalog.now() OPERATOR(pg_catalog.-) s.oldest_awaiting AS oldest_awaiting_age
 FROM ntask.queue q
 LEFT JOIN (
 	SELECT k.queue, count(*) AS keys_paused FROM ntask.key_pause k
@@ -649,11 +710,13 @@ LEFT JOIN (
 		   min(t.run_at) FILTER (WHERE t.state OPERATOR(pg_catalog.=) ANY ('{ready,retry_wait}')
 								 AND t.run_at OPERATOR(pg_catalog.<=) pg_catalog.now()) AS oldest_ready,
 		   min(t.created_at) FILTER (WHERE t.due_at IS NOT NULL) AS oldest_unfinished,
-		   sum(t.unknown_attempts) FILTER (WHERE t.state OPERATOR(pg_catalog.<>) ALL ('{succeeded,canceled,skipped}')) AS unknown_attempts
+		   sum(t.unknown_attempts) FILTER (WHERE t.state OPERATOR(pg_catalog.<>) ALL ('{succeeded,canceled,skipped}')) AS unknown_attempts,
+		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'awaiting') AS awaiting,
+		   min(t.updated_at) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'awaiting') AS oldest_awaiting
 	FROM ntask.task t
 	GROUP BY t.queue
 ) s ON s.queue OPERATOR(pg_catalog.=) q.queue;
-COMMENT ON VIEW ntask.queue_stats IS 'ntask: per queue, tasks per state, oldest due-and-ready age, oldest unfinished age, attempts whose outcome is unknown of unfinished tasks (incl. repair_required), repair count, whether it is paused (by whom, since when, why, until when) and how many of its partition keys a rate limit holds back';
+COMMENT ON VIEW ntask.queue_stats IS 'ntask: per queue, tasks per state, oldest due-and-ready age, oldest unfinished age, attempts whose outcome is unknown of unfinished tasks (incl. repair_required), repair count, whether it is paused (by whom, since when, why, until when) and how many of its partition keys a rate limit holds back, tasks awaiting a signal and the age of the oldest await';
 
 CREATE VIEW ntask.repair_queue AS
 SELECT t.task_id, t.queue COLLATE "default" AS queue, t.task_key COLLATE "default" AS task_key,
@@ -945,7 +1008,7 @@ RETURNS TABLE (task_id bigint, task_key text, payload jsonb, attempt integer,
 AS 'MODULE_PATHNAME', 'ntask_claim'
 LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION @extschema@.ntask_claim(text, text, integer, interval, interval, boolean) IS
-'ntask: lease up to max_tasks due tasks (FOR UPDATE SKIP LOCKED), taking over expired leases; each gets a new fencing token and counts an attempt; tasks whose budget is spent go to repair_required instead; with wait, when nothing is due, sleeps until work of the queue is committed or comes due (at most wait, cut to ntask.max_wait), holding no lock; with invoked, each leased attempt is marked invoked in the same statement (as ntask_invoked); context is NULL or an object (traceparent: the enqueue''s trace context with a span id of this attempt)';
+'ntask: lease up to max_tasks due tasks (FOR UPDATE SKIP LOCKED), taking over expired leases; each gets a new fencing token and counts an attempt; tasks whose budget is spent go to repair_required instead; with wait, when nothing is due, sleeps until work of the queue is committed or comes due (at most wait, cut to ntask.max_wait), holding no lock; with invoked, each leased attempt is marked invoked in the same statement (as ntask_invoked); context is NULL or an object: traceparent (the enqueue''s trace context with a span id of this attempt), checkpoints (the task''s so far), signal (the awaited signal''s payload, or timed_out)';
 
 CREATE FUNCTION @extschema@.ntask_heartbeat(
 	task_id bigint,
@@ -1028,6 +1091,37 @@ AS 'MODULE_PATHNAME', 'ntask_transition_and_claim'
 LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION @extschema@.ntask_transition_and_claim(bigint, bigint, text, text, text, integer, text, text, jsonb, timestamptz, text, interval, jsonb) IS
 'ntask: ntask_transition of the task a worker holds, then ntask_claim of the next, in one statement; every row carries the transition''s answer (finish_result, finish_state, finish_run_at), and when nothing is claimed one row with the claim columns NULL still does; context as ntask_claim''s';
+
+-- Workflows (issue 36.2, 36.3) -----------------------------------------
+
+CREATE FUNCTION @extschema@.ntask_checkpoint(task_id bigint, token bigint, step text, value jsonb)
+RETURNS text
+AS 'MODULE_PATHNAME', 'ntask_checkpoint'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.ntask_checkpoint(bigint, bigint, text, jsonb) IS
+'ntask: record a step of the task the token holds (in the business transaction, like a receipt); returns applied, duplicate (the step has that value), conflict (another value) or stale; later claims of the task get it in context.checkpoints';
+
+CREATE FUNCTION @extschema@.ntask_await(task_id bigint, token bigint, signal_key text,
+	timeout interval DEFAULT NULL, on_timeout text DEFAULT 'ready')
+RETURNS text
+AS 'MODULE_PATHNAME', 'ntask_await'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.ntask_await(bigint, bigint, text, interval, text) IS
+'ntask: the holder parks the task until ntask_signal(queue, signal_key) or the timeout (then ready, or repair_required with on_timeout repair); the attempt ends as awaiting and does not count against the budget; ready at once if the signal was already sent; returns applied, duplicate, conflict or stale';
+
+CREATE FUNCTION @extschema@.ntask_signal(queue text, signal_key text, payload jsonb DEFAULT '{}')
+RETURNS text
+AS 'MODULE_PATHNAME', 'ntask_signal'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.ntask_signal(text, text, jsonb) IS
+'ntask: send the signal signal_key of a queue: the tasks awaiting it become due and their next claim carries payload in context.signal; a signal sent before its await is kept; returns applied, duplicate (same payload) or conflict; needs the queue''s signal_role (NULL: its producer right)';
+
+CREATE FUNCTION @extschema@.ntask_queue_set_signal_role(queue text, role regrole)
+RETURNS void
+AS 'MODULE_PATHNAME', 'ntask_queue_set_signal_role'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.ntask_queue_set_signal_role(text, regrole) IS
+'ntask: restrict who may ntask_signal a queue to the members of role (NULL: the queue''s producer right); audited';
 
 -- Repair and audited actions -----------------------------------------
 
@@ -1752,11 +1846,29 @@ BEGIN
 			format('canceled at %s by %s: %s', ntask.explain_ts(t.finished_at), fin_actor, t.reason)
 		WHEN 'skipped' THEN
 			format('skipped at %s by %s: %s', ntask.explain_ts(t.finished_at), fin_actor, t.reason)
+		WHEN 'awaiting' THEN
+			format('awaiting signal %s of queue %s since %s (%s), %s (attempt %s of %s ended awaiting, not counted)',
+				   t.signal_key, t.queue, ntask.explain_ts(t.updated_at),
+				   ntask.explain_age(n OPERATOR(pg_catalog.-) t.updated_at),
+				   CASE WHEN t.due_at IS NULL THEN 'no timeout: only ntask_signal or a cancel ends the wait'
+						ELSE format('times out at %s (%s %s), then %s',
+									ntask.explain_ts(t.due_at),
+									CASE WHEN t.due_at OPERATOR(pg_catalog.>) n THEN 'in' ELSE 'passed' END,
+									ntask.explain_age(abs(pg_catalog.date_part('epoch', t.due_at OPERATOR(pg_catalog.-) n)) * interval '1 second'),
+									CASE t.await_on_timeout WHEN 'repair' THEN 'the next claim moves it to repair_required (await_timeout)'
+										 ELSE 'the next claim hands it out with signal.timed_out' END) END,
+				   t.attempts, t.max_attempts)
 	END;
 	-- the holder's latest progress (ntask_heartbeat progress => ...)
 	IF t.state OPERATOR(pg_catalog.=) 'leased' AND t.progress IS NOT NULL THEN
 		words := words || format('; progress %s, reported %s ago', t.progress::text,
 								 ntask.explain_age(n OPERATOR(pg_catalog.-) t.progress_at));
+	END IF;
+	-- checkpoints done (issue 36.2), whatever the state
+	IF t.checkpoints OPERATOR(pg_catalog.>) 0 THEN
+		words := words || format('; %s checkpoint(s) done: %s', t.checkpoints,
+			(SELECT pg_catalog.string_agg(c.step, ', ' ORDER BY c.written_at, c.step)
+			 FROM ntask.checkpoint c WHERE c.task_id OPERATOR(pg_catalog.=) t.task_id));
 	END IF;
 	IF t.state OPERATOR(pg_catalog.=) ANY ('{ready,retry_wait}') THEN
 		IF prior IS NOT NULL THEN
@@ -1815,7 +1927,8 @@ BEGIN
 					SELECT x.task_id, x.task_key, x.state FROM ntask.task x
 					WHERE q.ordered AND x.queue OPERATOR(pg_catalog.=) t.queue
 					  AND x.partition_key OPERATOR(pg_catalog.=) t.partition_key AND x.ordered
-					  AND (x.due_at IS NOT NULL OR x.state OPERATOR(pg_catalog.=) 'repair_required')
+					  AND (x.due_at IS NOT NULL OR x.state OPERATOR(pg_catalog.=) 'repair_required'
+						   OR x.state OPERATOR(pg_catalog.=) 'awaiting')
 					  AND NOT (q.ordered_skip_repair AND x.state OPERATOR(pg_catalog.=) 'repair_required')
 					  AND x.task_id OPERATOR(pg_catalog.<) t.task_id
 					ORDER BY x.task_id LIMIT 1) h ON true
@@ -1888,6 +2001,20 @@ BEGIN
 					  r.token, pg_catalog.encode(r.payload_digest, 'hex'), r.digest_version)
 		FROM ntask.receipt r WHERE r.task_id OPERATOR(pg_catalog.=) t.task_id
 		UNION ALL
+		-- checkpoints (issue 36.2)
+		SELECT c.written_at, 5, c.token, 'checkpoint', c.token, NULL,
+			   format('step %s written by token %s, value digest %s (digest v%s)',
+					  c.step, c.token, pg_catalog.encode(c.value_digest, 'hex'), c.digest_version)
+		FROM ntask.checkpoint c WHERE c.task_id OPERATOR(pg_catalog.=) t.task_id
+		UNION ALL
+		-- the signal it awaited, once sent (issue 36.3)
+		SELECT s.sent_at, 5, 0, 'signal', NULL, s.sent_by::text,
+			   format('signal %s sent, payload digest %s', s.signal_key,
+					  pg_catalog.encode(s.payload_digest, 'hex'))
+		FROM ntask.signal s
+		WHERE t.signal_key IS NOT NULL AND s.queue OPERATOR(pg_catalog.=) t.queue
+		  AND s.signal_key OPERATOR(pg_catalog.=) t.signal_key AND s.sent_at IS NOT NULL
+		UNION ALL
 		-- audited actions: cancel, replay, repair_assign, guard_error
 		SELECT u.at, 7, u.audit_id, u.action, NULL, u.actor || CASE WHEN u.db_user::text OPERATOR(pg_catalog.<>) u.actor THEN ' (' || u.db_user || ')' ELSE '' END,
 			   format('%s%s: %s', u.action,
@@ -1903,7 +2030,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION @extschema@.ntask_explain(bigint, boolean) IS
-'ntask: one time-ordered record of a task for on-call: first what it is waiting for, in words, then the enqueue (with its traceparent), every attempt (claimed, invoked, progress, ended with result, error class and stage, outcome known or unknown, HTTP status, last progress), receipts, audited replays, cancels, repair assignments and guard errors, and the end; the payload only with include_payload';
+'ntask: one time-ordered record of a task for on-call: first what it is waiting for, in words (the signal it awaits and since when, the checkpoints done), then the enqueue (with its traceparent), every attempt (claimed, invoked, progress, ended with result, error class and stage, outcome known or unknown, HTTP status, last progress), receipts, checkpoints, the signal it awaited, audited replays, cancels, repair assignments and guard errors, and the end; the payload only with include_payload';
 
 -- Metrics ------------------------------------------------------------
 
@@ -2161,7 +2288,7 @@ BEGIN
 		RAISE NOTICE 'ntask: schedules registered by hand in pg_cron''s database (jobs named ntask:<name>) must be unscheduled there';
 	END IF;
 
-	SELECT count(*) FILTER (WHERE tt.state OPERATOR(pg_catalog.=) ANY ('{ready,leased,retry_wait}')) AS unfinished,
+	SELECT count(*) FILTER (WHERE tt.state OPERATOR(pg_catalog.=) ANY ('{ready,leased,retry_wait,awaiting}')) AS unfinished,
 		   count(*) FILTER (WHERE tt.state OPERATOR(pg_catalog.=) 'repair_required') AS repair,
 		   max(tt.task_id) AS max_id
 	INTO t FROM ntask.task tt;
@@ -2250,7 +2377,11 @@ REVOKE ALL ON FUNCTION
 	@extschema@.ntask_worker_stats(),
 	@extschema@.ntask_waiters(),
 	@extschema@.ntask_explain(bigint, boolean),
-	@extschema@.ntask_distribute(integer)
+	@extschema@.ntask_distribute(integer),
+	@extschema@.ntask_checkpoint(bigint, bigint, text, jsonb),
+	@extschema@.ntask_await(bigint, bigint, text, interval, text),
+	@extschema@.ntask_signal(text, text, jsonb),
+	@extschema@.ntask_queue_set_signal_role(text, regrole)
 FROM PUBLIC;
 
 GRANT EXECUTE ON FUNCTION
@@ -2258,7 +2389,8 @@ GRANT EXECUTE ON FUNCTION
 	@extschema@.ntask_enqueue_many(text, text[], jsonb[], timestamptz, text[], integer, text),
 	@extschema@.ntask_result(text, text),
 	@extschema@.ntask_saga_start(text, jsonb, text),
-	@extschema@.ntask_digest(jsonb, integer)
+	@extschema@.ntask_digest(jsonb, integer),
+	@extschema@.ntask_signal(text, text, jsonb)
 TO ntask_producer;
 
 GRANT EXECUTE ON FUNCTION
@@ -2271,7 +2403,10 @@ GRANT EXECUTE ON FUNCTION
 	@extschema@.ntask_transition_and_claim(bigint, bigint, text, text, text, integer, text, text, jsonb, timestamptz, text, interval, jsonb),
 	@extschema@.ntask_receipt(bigint, bigint, jsonb),
 	@extschema@.ntask_fence(text, bigint, jsonb),
-	@extschema@.ntask_digest(jsonb, integer)
+	@extschema@.ntask_digest(jsonb, integer),
+	@extschema@.ntask_checkpoint(bigint, bigint, text, jsonb),
+	@extschema@.ntask_await(bigint, bigint, text, interval, text),
+	@extschema@.ntask_signal(text, text, jsonb)
 TO ntask_worker;
 
 GRANT EXECUTE ON FUNCTION
@@ -2302,7 +2437,8 @@ GRANT EXECUTE ON FUNCTION
 	@extschema@.ntask_explain(bigint, boolean),
 	ntask.explain_ts(timestamptz),
 	ntask.explain_age(interval),
-	ntask.limit_next(text, text, integer, bigint, integer, bigint)
+	ntask.limit_next(text, text, integer, bigint, integer, bigint),
+	@extschema@.ntask_queue_set_signal_role(text, regrole)
 TO ntask_admin;
 
 -- Admins read every table and view but the Citus shard map; monitors read
@@ -2313,7 +2449,7 @@ GRANT SELECT ON
 	ntask.queue, ntask.task, ntask.attempt, ntask.receipt, ntask.fence,
 	ntask.fence_receipt, ntask.fence_grant, ntask.audit, ntask.schedule,
 	ntask.schedule_slot, ntask.saga, ntask.saga_step, ntask.queue_pruned,
-	ntask.breaker, ntask.key_pause,
+	ntask.breaker, ntask.key_pause, ntask.checkpoint, ntask.signal,
 	ntask.queue_stats, ntask.repair_queue, ntask.attempt_all,
 	ntask.queue_metrics, ntask.partition_stats, ntask.breaker_stats,
 	ntask.saga_status, ntask.worker_stats, ntask.waiters, ntask.task_progress

@@ -464,8 +464,9 @@ static NtaskPlan claim_fair_pick_shard_plan = {
 /*
  * The pick of an ordered queue (ordered => true, docs/design.md "Flow
  * control"): the same walk over keys, and from each key only its head, the
- * task with the lowest id among the key's unfinished tasks and those in
- * repair (task_ordered_idx; with ordered_skip_repair the ones in repair are
+ * task with the lowest id among the key's unfinished tasks (awaiting ones
+ * included, with or without a timeout) and those in repair
+ * (task_ordered_idx; with ordered_skip_repair the ones in repair are
  * passed), if it is due and this claim gets the key's turn lock (tried
  * only for a due head, before the row lock).  A head that is leased,
  * waiting for its retry, scheduled for later or in repair blocks its key
@@ -479,7 +480,8 @@ static NtaskPlan claim_fair_pick_shard_plan = {
 	"  WHERE t.task_id OPERATOR(pg_catalog.=) (SELECT h.task_id FROM ntask.task h " \
 	"      WHERE h.queue OPERATOR(pg_catalog.=) $1 " hpred \
 	"        AND h.partition_key OPERATOR(pg_catalog.=) k.pk AND h.ordered " \
-	"        AND (h.due_at IS NOT NULL OR h.state OPERATOR(pg_catalog.=) 'repair_required') " \
+	"        AND (h.due_at IS NOT NULL OR h.state OPERATOR(pg_catalog.=) 'repair_required' " \
+	"             OR h.state OPERATOR(pg_catalog.=) 'awaiting') " \
 	"        AND NOT (q.ordered_skip_repair AND h.state OPERATOR(pg_catalog.=) 'repair_required') " \
 	"      ORDER BY h.task_id LIMIT 1) " pred \
 	"    AND CASE WHEN t.due_at OPERATOR(pg_catalog.<=) pg_catalog.statement_timestamp() " \
@@ -684,10 +686,22 @@ typedef struct ClaimPicked
 	bool	   *keep;			/* per row: may be handed out (claim_limit) */
 } ClaimPicked;
 
+/*
+ * A picked awaiting task (issue 36.3) is one whose await timed out (its
+ * due_at is the timeout; a signal makes it ready and clears
+ * await_on_timeout): with on_timeout 'repair' it is diverted like a spent
+ * budget, reason await_timeout.  For every other task one NULL test; the
+ * state test keeps a task that left awaiting another way (housekeeping's
+ * deadline sweep, then a replay) from being diverted again.
+ */
+#define CLAIM_AWAIT_REPAIR \
+	"(t.await_on_timeout IS NOT NULL AND t.state OPERATOR(pg_catalog.=) 'awaiting' " \
+	" AND t.await_on_timeout OPERATOR(pg_catalog.=) 'repair')"
+
 /* budget test on the (locked) task row; $7 the statement timestamp */
 #define CLAIM_SPENT \
 	"(t.attempts OPERATOR(pg_catalog.>=) t.max_attempts " \
-	" OR $7 OPERATOR(pg_catalog.>=) t.deadline)"
+	" OR $7 OPERATOR(pg_catalog.>=) t.deadline OR " CLAIM_AWAIT_REPAIR ")"
 
 /*
  * $1 ids to lease, $2 worker, $3 lease, $4 ids taken over (their attempt
@@ -722,6 +736,7 @@ typedef enum ClaimLeaseArg
 #define CLAIM_LEASE_SET \
 	"    state = CASE WHEN " CLAIM_SPENT " THEN 'repair_required' ELSE 'leased' END, " \
 	"    reason = CASE WHEN NOT " CLAIM_SPENT " THEN t.reason " \
+	"      WHEN " CLAIM_AWAIT_REPAIR " THEN 'await_timeout' " \
 	"      WHEN t.attempts OPERATOR(pg_catalog.>=) t.max_attempts THEN 'budget_exhausted' " \
 	"      ELSE 'deadline_exceeded' END, " \
 	"    token = CASE WHEN " CLAIM_SPENT " THEN t.token " \
@@ -743,7 +758,7 @@ typedef enum ClaimLeaseArg
 	"      THEN t.last_error_stage ELSE 'lease_expired' END, " \
 	"    claimed_at = CASE WHEN " CLAIM_SPENT " THEN t.claimed_at ELSE $7 END, " \
 	"    invoked_at = CASE WHEN " CLAIM_SPENT " THEN t.invoked_at WHEN $10 THEN $7 END, " \
-	"    progress = NULL, progress_at = NULL, " \
+	"    progress = NULL, progress_at = NULL, await_on_timeout = NULL, " \
 	"    updated_at = $7 "
 
 /*
@@ -753,7 +768,9 @@ typedef enum ClaimLeaseArg
  * first (docs/design.md "The claim's context column").
  */
 #define CLAIM_CONTEXT_COLS(alias) \
-	alias "traceparent IS NOT NULL, " alias "traceparent"
+	alias "traceparent IS NOT NULL OR " alias "checkpoints OPERATOR(pg_catalog.>) 0 " \
+	"  OR " alias "signal_key IS NOT NULL, " \
+	alias "traceparent, " alias "checkpoints, " alias "signal_key"
 
 static NtaskPlan claim_lease_plan = {
 	"claim lease",
@@ -763,6 +780,7 @@ static NtaskPlan claim_lease_plan = {
 	"  WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1) " NTASK_SHARD_IS("t", "9")
 	"  RETURNING t.task_id, t.task_key, t.payload, t.attempts, t.token, "
 	"    t.lease_until, t.unknown_attempts, t.state, t.shard, t.traceparent, "
+	"    t.checkpoints, t.signal_key, "
 	"    EXISTS (SELECT 1 FROM ntask.receipt r "
 	"            WHERE r.task_id OPERATOR(pg_catalog.=) t.task_id "
 	"              AND r.shard OPERATOR(pg_catalog.=) t.shard) AS committed "
@@ -820,7 +838,9 @@ typedef enum ClaimCol
 	CLAIM_COL_PRIOR_OUTCOME,
 	CLAIM_COL_LEASED,			/* false: diverted to repair_required */
 	CLAIM_COL_HAS_CONTEXT,		/* CLAIM_CONTEXT_COLS: any of the next */
-	CLAIM_COL_TRACEPARENT
+	CLAIM_COL_TRACEPARENT,
+	CLAIM_COL_CHECKPOINTS,
+	CLAIM_COL_SIGNAL_KEY
 } ClaimCol;
 
 #define CLAIM_NCOLS CLAIM_COL_PRIOR_OUTCOME /* handed to the caller */
@@ -855,9 +875,9 @@ claim_mark_committed(SPITupleTable *rows, int nrows, int64 *rcpt, int nrcpt)
 		for (k = 0; k < nrcpt; k++)
 			if (rcpt[k] == id)
 			{
-				Datum		v[CLAIM_COL_TRACEPARENT];
-				bool		n[CLAIM_COL_TRACEPARENT];
-				bool		repl[CLAIM_COL_TRACEPARENT] = {0};
+				Datum		v[CLAIM_COL_SIGNAL_KEY];
+				bool		n[CLAIM_COL_SIGNAL_KEY];
+				bool		repl[CLAIM_COL_SIGNAL_KEY] = {0};
 
 				v[CLAIM_COL_PRIOR_OUTCOME - 1] = CStringGetTextDatum("committed");
 				n[CLAIM_COL_PRIOR_OUTCOME - 1] = false;
@@ -874,13 +894,20 @@ claim_mark_committed(SPITupleTable *rows, int nrows, int64 *rcpt, int nrcpt)
  *		task that has some (CLAIM_COL_HAS_CONTEXT): context.c builds it.
  */
 static Datum
-claim_context(int r, bool *isnull)
+claim_context(int r, text *queue, bool *isnull)
 {
 	NtaskContextIn in = {0};
+	bool		sknull;
+	Datum		sk;
 
 	in.task_id = NtaskGetInt64(r, CLAIM_COL_TASK_ID);
 	in.token = NtaskGetInt64(r, CLAIM_COL_TOKEN);
+	in.queue = queue;
 	in.traceparent = NtaskGetCString(r, CLAIM_COL_TRACEPARENT);
+	in.checkpoints = NtaskGetInt32(r, CLAIM_COL_CHECKPOINTS);
+	sk = NtaskGetDatum(r, CLAIM_COL_SIGNAL_KEY, &sknull);
+	in.signal_key = sknull ? NULL : DatumGetTextPP(sk);
+	/* everything is read: context.c may run statements of its own */
 	return NtaskClaimContext(&in, isnull);
 }
 
@@ -1620,6 +1647,7 @@ claim_round(ClaimCall *call, int want, bool *more, int64 *lease_usecs,
 	int			nrows;
 	int			leased = 0;
 	int			r;
+	SPITupleTable *leased_rows;
 
 	nheld = list_length(order->held_keys);
 	pick.n = claim_pick(queue, want, order);
@@ -1746,7 +1774,6 @@ claim_round(ClaimCall *call, int want, bool *more, int64 *lease_usecs,
 			nrows = NtaskExecPlan(&claim_lease_plan, values, NULL, SPI_OK_SELECT);
 		else
 		{
-			SPITupleTable *leased_rows;
 			Datum		rv[2];
 			int			nrcpt;
 			int64	   *rcpt;
@@ -1763,12 +1790,14 @@ claim_round(ClaimCall *call, int want, bool *more, int64 *lease_usecs,
 			claim_mark_committed(leased_rows, nrows, rcpt, nrcpt);
 			SPI_tuptable = leased_rows;
 		}
+		leased_rows = SPI_tuptable;
 		for (r = 0; r < nrows; r++)
 		{
 			Datum		vals[CLAIM_NCOLS + CLAIM_MAX_EXTRA + 1];
 			bool		nulls[CLAIM_NCOLS + CLAIM_MAX_EXTRA + 1];
 			int			c;
 
+			SPI_tuptable = leased_rows;
 			if (!NtaskGetBool(r, CLAIM_COL_LEASED))
 				continue;		/* diverted to repair_required */
 			for (c = 0; c < CLAIM_NCOLS; c++)
@@ -1783,7 +1812,7 @@ claim_round(ClaimCall *call, int want, bool *more, int64 *lease_usecs,
 			vals[c] = (Datum) 0;
 			nulls[c] = true;
 			if (NtaskGetBool(r, CLAIM_COL_HAS_CONTEXT))
-				vals[c] = claim_context(r, &nulls[c]);
+				vals[c] = claim_context(r, queue, &nulls[c]);
 			tuplestore_putvalues(call->rsinfo->setResult, call->rsinfo->setDesc,
 								 vals, nulls);
 			leased++;

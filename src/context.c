@@ -2,15 +2,21 @@
  *
  * context.c
  *	  The claim's context column (docs/design.md "The claim's context
- *	  column"): NtaskClaimContext builds the jsonb object of one leased
- *	  task from the columns the lease statement returns for it, and
- *	  NtaskChildTraceparent the trace context of one attempt.
+ *	  column"): what a claimed task brings along besides its payload.
  *
- * A task with nothing to say (no trace context, and later no parents,
- * checkpoints or signal) gets NULL: the claim tests one boolean the lease
- * statement computes, has_context, and calls here only when it is true.
- * A key is added by a field of NtaskContextIn, a column of the lease
- * statement (and a term of its has_context) and a few lines below.
+ * A task with nothing to say gets NULL: the claim tests one boolean the
+ * lease statement computes (has_context: a traceparent, checkpoints > 0 or
+ * a signal_key) and calls NtaskClaimContext only when it is true.  Each
+ * part has its own function; a part is added by a field of NtaskContextIn,
+ * a column of the lease statement (and a term of its has_context), a
+ * function here and its key:
+ *
+ *	traceparent		the enqueue's trace context with this attempt's span id
+ *					as the parent id (35.6; NtaskChildTraceparent)
+ *	checkpoints		{"step": value, ...}: the task's checkpoints (36.2)
+ *	signal			{"key": k, "payload": p} once the signal was sent, else
+ *					{"key": k, "timed_out": true}: the await's timeout
+ *					let the task be claimed (36.3)
  *
  * Copyright (c) 2026, The ntask authors; the PostgreSQL Licence (LICENSE)
  *
@@ -23,7 +29,85 @@
 
 #include "ntask_task.h"
 
+#include "catalog/pg_type.h"
 #include "common/hashfn.h"
+#include "utils/builtins.h"
+
+static NtaskPlan ctx_checkpoints_plan = {
+	"context checkpoints",
+	"SELECT pg_catalog.jsonb_object_agg(c.step, c.value ORDER BY c.step) "
+	"FROM ntask.checkpoint c "
+	"WHERE c.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("c", "$1"),
+	1, {INT8OID}
+};
+
+static NtaskPlan ctx_signal_plan = {
+	"context signal",
+	"SELECT CASE WHEN s.sent_at IS NOT NULL "
+	"  THEN pg_catalog.jsonb_build_object('key', $2, 'payload', s.payload) END "
+	"FROM ntask.signal s "
+	"WHERE s.queue OPERATOR(pg_catalog.=) $1 "
+	"  AND s.signal_key OPERATOR(pg_catalog.=) $2",
+	2, {TEXTOID, TEXTOID}
+};
+
+/*
+ * NtaskContextCheckpoints
+ *		The checkpoints of a task as one object, step: value; NULL when it
+ *		has none.
+ */
+Jsonb *
+NtaskContextCheckpoints(int64 task_id)
+{
+	Datum		arg = Int64GetDatum(task_id);
+	bool		isnull;
+	Datum		d;
+
+	if (NtaskExecPlan(&ctx_checkpoints_plan, &arg, NULL, SPI_OK_SELECT) != 1)
+		return NULL;
+	d = NtaskGetDatum(0, 1, &isnull);
+	return isnull ? NULL : DatumGetJsonbP(d);
+}
+
+/*
+ * NtaskContextSignal
+ *		The signal a task awaited: its payload once sent, else that the
+ *		await timed out.
+ */
+Jsonb *
+NtaskContextSignal(text *queue, text *signal_key)
+{
+	Datum		args[2];
+	bool		isnull = true;
+	Datum		d = (Datum) 0;
+	JsonbParseState *st = NULL;
+	JsonbValue	k;
+	JsonbValue	v;
+
+	args[0] = PointerGetDatum(queue);
+	args[1] = PointerGetDatum(signal_key);
+	if (NtaskExecPlan(&ctx_signal_plan, args, NULL, SPI_OK_SELECT) == 1)
+		d = NtaskGetDatum(0, 1, &isnull);
+	if (!isnull)
+		return DatumGetJsonbP(d);
+
+	(void) pushJsonbValue(&st, WJB_BEGIN_OBJECT, NULL);
+	k.type = jbvString;
+	k.val.string.val = "key";
+	k.val.string.len = 3;
+	(void) pushJsonbValue(&st, WJB_KEY, &k);
+	v.type = jbvString;
+	v.val.string.val = VARDATA_ANY(signal_key);
+	v.val.string.len = VARSIZE_ANY_EXHDR(signal_key);
+	(void) pushJsonbValue(&st, WJB_VALUE, &v);
+	k.val.string.val = "timed_out";
+	k.val.string.len = 9;
+	(void) pushJsonbValue(&st, WJB_KEY, &k);
+	v.type = jbvBool;
+	v.val.boolean = true;
+	(void) pushJsonbValue(&st, WJB_VALUE, &v);
+	return JsonbValueToJsonb(pushJsonbValue(&st, WJB_END_OBJECT, NULL));
+}
 
 /* ctx_add_string: "key": "value" into the object being built */
 static void
@@ -39,6 +123,23 @@ ctx_add_string(JsonbParseState **st, const char *key, const char *value)
 	v.type = jbvString;
 	v.val.string.val = (char *) value;
 	v.val.string.len = strlen(value);
+	(void) pushJsonbValue(st, WJB_VALUE, &v);
+}
+
+/* ctx_put: key: part (a whole jsonb) into the object being built */
+static void
+ctx_put(JsonbParseState **st, const char *key, Jsonb *part)
+{
+	JsonbValue	k;
+	JsonbValue	v;
+
+	k.type = jbvString;
+	k.val.string.val = (char *) key;
+	k.val.string.len = strlen(key);
+	(void) pushJsonbValue(st, WJB_KEY, &k);
+	v.type = jbvBinary;
+	v.val.binary.data = &part->root;
+	v.val.binary.len = VARSIZE(part) - VARHDRSZ;
 	(void) pushJsonbValue(st, WJB_VALUE, &v);
 }
 
@@ -95,6 +196,21 @@ NtaskClaimContext(const NtaskContextIn *in, bool *isnull)
 	{
 		ctx_add_string(&st, "traceparent",
 					   NtaskChildTraceparent(in->traceparent, in->task_id, in->token));
+		nkeys++;
+	}
+	if (in->checkpoints > 0)
+	{
+		Jsonb	   *ck = NtaskContextCheckpoints(in->task_id);
+
+		if (ck != NULL)
+		{
+			ctx_put(&st, "checkpoints", ck);
+			nkeys++;
+		}
+	}
+	if (in->signal_key != NULL)
+	{
+		ctx_put(&st, "signal", NtaskContextSignal(in->queue, in->signal_key));
 		nkeys++;
 	}
 	res = pushJsonbValue(&st, WJB_END_OBJECT, NULL);

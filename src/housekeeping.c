@@ -282,6 +282,49 @@ static NtaskPlan hk_prune_receipts_shard_plan = {
 	2, {INT8ARRAYOID, INT2OID}
 };
 
+/* a task's checkpoints and the signals it awaited go with it (issue 36) */
+static NtaskPlan hk_prune_checkpoints_plan = {
+	"housekeeping prune checkpoints",
+	HK_PRUNE_SQL("checkpoint", "c"),
+	1, {INT8ARRAYOID}
+};
+
+static NtaskPlan hk_prune_checkpoints_shard_plan = {
+	"housekeeping prune checkpoints (one shard)",
+	HK_PRUNE_SHARD_SQL("checkpoint", "c"),
+	2, {INT8ARRAYOID, INT2OID}
+};
+
+static NtaskPlan hk_prune_signals_plan = {
+	"housekeeping prune signals",
+	HK_PRUNE_SQL("signal", "s"),
+	1, {INT8ARRAYOID}
+};
+
+static NtaskPlan hk_prune_signals_shard_plan = {
+	"housekeeping prune signals (one shard)",
+	HK_PRUNE_SHARD_SQL("signal", "s"),
+	2, {INT8ARRAYOID, INT2OID}
+};
+
+/*
+ * Signals of queue $1 that no task awaited, sent before $2 (the statement
+ * timestamp minus the queue's retention), at most $3 of them
+ * (signal_unawaited_idx: a row without a task was written by the signal,
+ * so created_at is when it was sent; a round costs what it prunes).
+ */
+static NtaskPlan hk_prune_unawaited_plan = {
+	"housekeeping prune unawaited signals",
+	"DELETE FROM ntask.signal s "
+	"WHERE s.queue OPERATOR(pg_catalog.=) $1 AND s.task_id IS NULL "
+	"  AND s.signal_key OPERATOR(pg_catalog.=) ANY (ARRAY( "
+	"    SELECT x.signal_key FROM ntask.signal x "
+	"    WHERE x.queue OPERATOR(pg_catalog.=) $1 AND x.task_id IS NULL "
+	"      AND x.created_at OPERATOR(pg_catalog.<) $2 "
+	"    ORDER BY x.created_at LIMIT $3))",
+	3, {TEXTOID, TIMESTAMPTZOID, INT4OID}
+};
+
 static NtaskPlan hk_prune_tasks_plan = {
 	"housekeeping prune tasks",
 	HK_PRUNE_SQL("task", "t"),
@@ -424,7 +467,9 @@ hk_before(Datum retention)
  * hk_retention
  *		Step 3: finished tasks past their queue's retention, queue by queue
  *		(the queues: a reference table on a distributed install), with
- *		their attempts and receipts; adds to counts[2].
+ *		their attempts, receipts, checkpoints and the signals they
+ *		awaited, and the queue's signals no task awaited past the same
+ *		retention; adds to counts[2].
  */
 static void
 hk_retention(const HkScope *s, int64 *counts)
@@ -455,10 +500,26 @@ hk_retention(const HkScope *s, int64 *counts)
 			n = NtaskExecPlanCount(&hk_prune_pick_plan, values, NULL,
 								   SPI_OK_SELECT, s->max_rows);
 		}
+		if (!s->sharded || s->shard == 0)
+		{
+			Datum		sv[3];
+			SPITupleTable *picked = SPI_tuptable;
+
+			SPI_tuptable = queues;
+			sv[0] = NtaskGetDatum(q, 1, &isnull);
+			sv[1] = hk_before(NtaskGetDatum(q, 2, &isnull));
+			sv[2] = Int32GetDatum(s->max_rows);
+			(void) NtaskExecPlan(&hk_prune_unawaited_plan, sv, NULL, SPI_OK_DELETE);
+			SPI_tuptable = picked;
+		}
 		if (n == 0)
 			continue;
 		values[0] = NtaskResultIds(n);
 		values[1] = Int16GetDatum(s->shard);	/* the shard's statements only */
+		(void) NtaskExecPlan(s->sharded ? &hk_prune_checkpoints_shard_plan :
+							 &hk_prune_checkpoints_plan, values, NULL, SPI_OK_DELETE);
+		(void) NtaskExecPlan(s->sharded ? &hk_prune_signals_shard_plan :
+							 &hk_prune_signals_plan, values, NULL, SPI_OK_DELETE);
 		(void) NtaskExecPlan(s->sharded ? &hk_prune_attempts_shard_plan :
 							 &hk_prune_attempts_plan, values, NULL, SPI_OK_DELETE);
 		(void) NtaskExecPlan(s->sharded ? &hk_prune_receipts_shard_plan :

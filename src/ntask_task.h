@@ -31,6 +31,7 @@ pg_noreturn extern void NtaskTaskRightDenied(int64 task_id);
 extern bool NtaskSameDigest(Jsonb *payload, bytea *current_digest,
 							bytea *stored, int stored_version);
 
+
 /* guard.c */
 typedef enum NtaskGuardVerdict
 {
@@ -82,12 +83,17 @@ typedef struct NtaskContextIn
 {
 	int64		task_id;
 	int64		token;
+	text	   *queue;
 	const char *traceparent;	/* the enqueue's (task.traceparent) */
+	int32		checkpoints;	/* task.checkpoints: how many (36.2) */
+	text	   *signal_key;		/* task.signal_key: the awaited signal (36.3) */
 } NtaskContextIn;
 
 extern Datum NtaskClaimContext(const NtaskContextIn *in, bool *isnull);
 extern uint64 NtaskSpanId(int64 task_id, int64 token);
 extern char *NtaskChildTraceparent(const char *tp, int64 task_id, int64 token);
+extern Jsonb *NtaskContextCheckpoints(int64 task_id);
+extern Jsonb *NtaskContextSignal(text *queue, text *signal_key);
 
 /*
  * attempt.c: the ledger.  NTASK_SHARD_IS: " AND <alias>.shard = $<n>", the

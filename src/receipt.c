@@ -73,8 +73,8 @@ static NtaskPlan rcpt_lock_plan = {
 
 /*
  * Whether this token's attempt was closed by someone else (takeover,
- * cancel, guard, expiry) or handed back (ntask_release): closed without a
- * transition it asked for.  A new
+ * cancel, guard, expiry) or handed back (ntask_release, ntask_await):
+ * closed without a transition it asked for.  A new
  * statement, so a new snapshot: it sees every change committed before the
  * lock above was granted, and nothing can close the attempt while the lock
  * is held (claim skips the row, cancel and housekeeping wait or skip).
@@ -82,7 +82,7 @@ static NtaskPlan rcpt_lock_plan = {
 static NtaskPlan rcpt_closed_plan = {
 	"receipt attempt closed",
 	"SELECT a.ended_at IS NOT NULL "
-	"  AND (a.requested IS NULL OR a.requested OPERATOR(pg_catalog.=) 'released') "
+	"  AND (a.requested IS NULL OR a.requested OPERATOR(pg_catalog.=) ANY ('{released,awaiting}')) "
 	"FROM ntask.attempt a "
 	"WHERE a.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("a", "$1")
 	"  AND a.token OPERATOR(pg_catalog.=) $2",

@@ -1041,7 +1041,7 @@ ntask_task_row_valid(PG_FUNCTION_ARGS)
 {
 	static const char *const states[] = {
 		"ready", "leased", "retry_wait", "succeeded", "repair_required",
-		"canceled", "skipped"
+		"canceled", "skipped", "awaiting"
 	};
 	text	   *t;
 	int			len;
@@ -1059,7 +1059,8 @@ ntask_task_row_valid(PG_FUNCTION_ARGS)
 			which = i;
 	if (which < 0)
 		PG_RETURN_BOOL(false);
-	finished = which >= 3;
-	PG_RETURN_BOOL(PG_ARGISNULL(1) == finished &&
+	finished = which >= 3 && which <= 6;
+	/* awaiting (issue 36.3): due_at is its timeout, NULL without one */
+	PG_RETURN_BOOL((which == 7 || PG_ARGISNULL(1) == finished) &&
 				   (which == 1) == !PG_ARGISNULL(2));
 }

@@ -3,7 +3,7 @@
 
 # t/011_dump_restore.pl: pg_dump of a database using ntask, restored with
 # pg_restore into a fresh cluster, keeps every task, attempt, receipt,
-# fence, schedule slot and audit row, and the restored database goes on
+# fence, schedule slot, checkpoint, signal and audit row, and the restored database goes on
 # where the old one stopped (issue 16, "Dump and restore").
 #
 # The source database has a guarded queue and tasks in every state: one
@@ -94,6 +94,14 @@ sub snapshot
 									steps_digest, started_at),
 						  ',' ORDER BY saga_id)
 		FROM ntask.saga});
+	$s{checkpoints} = sql($node, q{
+		SELECT string_agg(concat_ws('/', task_id, step, value, value_digest, token, written_at),
+						  ',' ORDER BY task_id, step)
+		FROM ntask.checkpoint});
+	$s{signals} = sql($node, q{
+		SELECT string_agg(concat_ws('/', queue, signal_key, payload, payload_digest, sent_at,
+									sent_by, task_id), ',' ORDER BY queue, signal_key)
+		FROM ntask.signal});
 	$s{saga_steps} = sql($node, q{
 		SELECT string_agg(concat_ws('/', saga_id, step_no, kind, name, task_id, state),
 						  ',' ORDER BY saga_id, step_no, kind)
@@ -167,6 +175,17 @@ sql($src, q{
 is(sql($src, q{SELECT state || ':' || current_step FROM ntask.saga}), 'running:2',
 	'saga o-1 is at its second step');
 
+# a workflow task (issue 36): a checkpoint, then awaiting signal w:1; a
+# signal w:0 that nobody awaits yet
+sql($src, q{
+	SELECT count(*) FROM ntask_queue_set('wq');
+	SELECT count(*) FROM ntask_enqueue('wq', 'w');
+	SELECT count(*) FROM ntask_claim('wq', 'W');});
+my $wtask = sql($src, q{SELECT task_id FROM ntask.task WHERE queue = 'wq'});
+is(sql($src, qq{SELECT ntask_checkpoint($wtask, 1, 'fetch', '{"rows": 3}')}), 'applied', 'w: checkpoint');
+is(sql($src, qq{SELECT ntask_await($wtask, 1, 'w:1')}), 'applied', 'w: awaits w:1');
+is(sql($src, q{SELECT ntask_signal('wq', 'w:0', '{"early": 1}')}), 'applied', 'signal w:0 sent');
+
 my $before = snapshot($src);
 my $maxid = sql($src, q{SELECT max(task_id) FROM ntask.task});
 
@@ -229,6 +248,13 @@ is(sql($dst, q{SELECT created || ':' || result FROM ntask_enqueue('dq', 't-done'
 	'false:{"provider_id": "p-1"}', 'restored: a retried request gets the stored result');
 is(sql($dst, q{SELECT r.result FROM ntask_claim('gq', 'W') c, ntask_transition(c.task_id, c.token, 'succeeded') r}),
 	'applied', 'restored: the saga\'s second step succeeds');
+is(sql($dst, q{SELECT ntask_signal('wq', 'w:0', '{"early": 1}')}), 'duplicate',
+	'restored: signal w:0 is still there (duplicate)');
+is(sql($dst, q{SELECT ntask_signal('wq', 'w:1', '{"paid": 1}')}), 'applied',
+	'restored: the awaiting task gets its signal');
+is(sql($dst, q{SELECT context::text FROM ntask_claim('wq', 'W2')}),
+	'{"signal": {"key": "w:1", "payload": {"paid": 1}}, "checkpoints": {"fetch": {"rows": 3}}}',
+	'restored: the claim carries the checkpoint and the signal');
 is(sql($dst, q{SELECT state FROM ntask.saga WHERE saga_key = 'o-1'}), 'succeeded',
 	'restored: the saga trigger moves the restored saga to succeeded');
 sql($dst, q{ALTER EXTENSION ntask UPDATE});

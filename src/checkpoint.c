@@ -1,0 +1,201 @@
+/*-------------------------------------------------------------------------
+ *
+ * checkpoint.c
+ *	  ntask_checkpoint: durable checkpoints inside one task (issue 36.2),
+ *	  fenced by the token like a receipt.
+ *
+ * A worker records a step it finished, in the same transaction as the
+ * step's business write:
+ *
+ *	token holds the task (its latest, and the task is leased):
+ *	  no checkpoint of the step yet			-> applied (row inserted,
+ *											   task.checkpoints + 1)
+ *	  the step written (by any token):
+ *		same digest							-> duplicate
+ *		other digest						-> conflict (the first one kept)
+ *	the token no longer holds the task (taken over, canceled, ended):
+ *	  the step written by this token		-> duplicate / conflict as above
+ *											   (a retry after a lost commit
+ *											   response)
+ *	  otherwise								-> stale (nothing written)
+ *
+ * Values compare by their canonical digest (digest.c), as receipts do.
+ * The task row is locked FOR NO KEY UPDATE first, as ntask_receipt does
+ * (docs/design.md "Lock order", item 7): until the caller's transaction
+ * ends a claim skips the task instead of taking it over, so the token
+ * cannot lose the task between the check and the commit, and a takeover
+ * that follows sees the step.  The checkpoints so far come with every
+ * later claim of the task (context.c).
+ *
+ * Copyright (c) 2026, The ntask authors; the PostgreSQL Licence (LICENSE)
+ *
+ * IDENTIFICATION
+ *	  src/checkpoint.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "ntask_task.h"
+
+#include "catalog/pg_type.h"
+#include "utils/builtins.h"
+
+PG_FUNCTION_INFO_V1(ntask_checkpoint);
+
+/* at most this many checkpoints per task (54000 above it) */
+#define CKPT_MAX_PER_TASK	1000
+
+/* ckpt_lock_plan's columns: the locked task row */
+typedef enum CkptLockCol
+{
+	CKPT_LOCK_TOKEN = 1,
+	CKPT_LOCK_LEASED,
+	CKPT_LOCK_RIGHT,			/* the caller has the worker_role */
+	CKPT_LOCK_COUNT				/* task.checkpoints */
+} CkptLockCol;
+
+static NtaskPlan ckpt_lock_plan = {
+	"checkpoint task lock",
+	"SELECT t.token, t.state OPERATOR(pg_catalog.=) 'leased', "
+	"  " NTASK_WORKER_RIGHT("q", "2") ", t.checkpoints "
+	"FROM ntask.task t JOIN ntask.queue q ON q.queue OPERATOR(pg_catalog.=) t.queue "
+	"WHERE t.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("t", "$1")
+	"FOR NO KEY UPDATE OF t",
+	2, {INT8OID, OIDOID}
+};
+
+/* the parameters of ckpt_insert_plan; ckpt_step_plan takes $1 and $2 */
+typedef enum CkptArg
+{
+	CKPT_ARG_TASK_ID,			/* $1 */
+	CKPT_ARG_STEP,				/* $2 */
+	CKPT_ARG_VALUE,				/* $3 */
+	CKPT_ARG_DIGEST,			/* $4 */
+	CKPT_ARG_DIGEST_VERSION,	/* $5 */
+	CKPT_ARG_TOKEN,				/* $6 */
+	CKPT_NARGS
+} CkptArg;
+
+/* the step's checkpoint, read by a new statement after the lock */
+typedef enum CkptStepCol
+{
+	CKPT_STEP_DIGEST = 1,
+	CKPT_STEP_DIGEST_VERSION,
+	CKPT_STEP_TOKEN
+} CkptStepCol;
+
+static NtaskPlan ckpt_step_plan = {
+	"checkpoint lookup",
+	"SELECT c.value_digest, c.digest_version, c.token FROM ntask.checkpoint c "
+	"WHERE c.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("c", "$1")
+	"  AND c.step OPERATOR(pg_catalog.=) $2",
+	2, {INT8OID, TEXTOID}
+};
+
+/* the insert and the task's count, one statement */
+static NtaskPlan ckpt_insert_plan = {
+	"checkpoint insert",
+	"WITH ins AS ( "
+	"  INSERT INTO ntask.checkpoint (task_id, shard, step, value, value_digest, "
+	"    digest_version, token, written_at) "
+	"  VALUES ($1, " NTASK_SHARD_VALUE("$1") ", $2, $3, $4, $5, $6, "
+	"    pg_catalog.statement_timestamp()) "
+	"  RETURNING 1 "
+	") "
+	"UPDATE ntask.task t SET checkpoints = t.checkpoints OPERATOR(pg_catalog.+) "
+	"  (SELECT pg_catalog.count(*)::integer FROM ins) "
+	"WHERE t.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("t", "$1"),
+	CKPT_NARGS, {INT8OID, TEXTOID, JSONBOID, BYTEAOID, INT2OID, INT8OID}
+};
+
+/* ckpt_compare: duplicate or conflict against the checkpoint in row 0 */
+static const char *
+ckpt_compare(Jsonb *value, bytea *digest)
+{
+	bool		isnull;
+
+	return NtaskSameDigest(value, digest,
+						   DatumGetByteaPP(NtaskGetDatum(0, CKPT_STEP_DIGEST, &isnull)),
+						   NtaskGetInt32(0, CKPT_STEP_DIGEST_VERSION)) ?
+		"duplicate" : "conflict";
+}
+
+/*
+ * ntask_checkpoint(task_id bigint, token bigint, step text, value jsonb)
+ *		RETURNS text
+ *		See the file header.  Errors: NULL argument 22004; an empty step
+ *		22023, one over 200 bytes 22001; a value over
+ *		ntask.max_result_bytes, or more than 1000 checkpoints for one task,
+ *		54000; unknown task P0002; no right to the task's queue 42501; a
+ *		token never issued NT003; a stored checkpoint of an unknown digest
+ *		version NT004.  Locks the task row (FOR NO KEY UPDATE) until the
+ *		caller's transaction ends.
+ */
+Datum
+ntask_checkpoint(PG_FUNCTION_ARGS)
+{
+	int64		task_id = NtaskArgInt64(fcinfo, 0, "task_id");
+	int64		token = NtaskArgInt64(fcinfo, 1, "token");
+	text	   *step = NtaskArgText(fcinfo, 2, "step", NTASK_MAX_NAME_LEN);
+	Jsonb	   *value = NtaskArgJsonb(fcinfo, 3, "value");
+	bytea	   *digest;
+	Datum		values[CKPT_NARGS];
+	Datum		lockvals[2];
+	bool		holds;
+	const char *result;
+
+	if (VARSIZE(value) > (Size) ntask_max_result_bytes)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("ntask: checkpoint value is %zu bytes, more than ntask.max_result_bytes (%d)",
+						(Size) VARSIZE(value), ntask_max_result_bytes),
+				 errhint("Store a large value elsewhere and keep a reference to it in the checkpoint.")));
+	digest = NtaskDigest(value, NTASK_DIGEST_VERSION);
+
+	values[CKPT_ARG_TASK_ID] = Int64GetDatum(task_id);
+	values[CKPT_ARG_STEP] = PointerGetDatum(step);
+	values[CKPT_ARG_VALUE] = JsonbPGetDatum(value);
+	values[CKPT_ARG_DIGEST] = PointerGetDatum(digest);
+	values[CKPT_ARG_DIGEST_VERSION] = Int16GetDatum(NTASK_DIGEST_VERSION);
+	values[CKPT_ARG_TOKEN] = Int64GetDatum(token);
+	lockvals[0] = values[CKPT_ARG_TASK_ID];
+	lockvals[1] = ObjectIdGetDatum(NtaskCaller());
+
+	SPI_connect();
+	if (NtaskExecPlan(&ckpt_lock_plan, lockvals, NULL, SPI_OK_SELECT) == 0)
+		NtaskTaskNotFound(task_id);
+	if (!NtaskGetBool(0, CKPT_LOCK_RIGHT))
+		NtaskTaskRightDenied(task_id);
+	NtaskCheckTokenRange(task_id, token, NtaskGetInt64(0, CKPT_LOCK_TOKEN));
+	holds = token == NtaskGetInt64(0, CKPT_LOCK_TOKEN) &&
+		NtaskGetBool(0, CKPT_LOCK_LEASED);
+	if (holds && NtaskGetInt32(0, CKPT_LOCK_COUNT) >= CKPT_MAX_PER_TASK &&
+		NtaskExecPlan(&ckpt_step_plan, values, NULL, SPI_OK_SELECT) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("ntask: task %lld has %d checkpoints, the most one task may have",
+						(long long) task_id, CKPT_MAX_PER_TASK),
+				 errhint("Checkpoint coarser steps, or keep a step's progress in one value.")));
+
+	/*
+	 * A new statement, so a new snapshot: after a wait for the lock it sees
+	 * what the transaction that held it committed.
+	 */
+	if (NtaskExecPlan(&ckpt_step_plan, values, NULL, SPI_OK_SELECT) == 1)
+	{
+		if (holds || NtaskGetInt64(0, CKPT_STEP_TOKEN) == token)
+			result = ckpt_compare(value, digest);
+		else
+			result = "stale";
+	}
+	else if (holds)
+	{
+		(void) NtaskExecPlan(&ckpt_insert_plan, values, NULL, SPI_OK_UPDATE);
+		result = "applied";
+	}
+	else
+		result = "stale";
+	SPI_finish();
+	PG_RETURN_TEXT_P(cstring_to_text(result));
+}
