@@ -174,3 +174,19 @@ SELECT count(*) FROM ntask_claim('age-gone', 'w');
 
 DROP FUNCTION age_fill();
 DROP FUNCTION age_order(integer);
+
+-- a paused aging queue hands out nothing, also on the claim's cached aging
+-- path (the backend has claimed from it above), and its paused keys are
+-- passed by (issue 35.1, 35.5 with 35.4)
+SELECT count(*) FROM generate_series(1, 4) i,
+	ntask_enqueue('age', 'pa-' || i, '{}', partition_key => 'k' || i % 2);
+SELECT ntask_queue_pause('age', 'alice', 'test');
+SELECT count(*) FROM ntask_claim('age', 'w', 4);
+SELECT ntask_queue_resume('age', 'alice', 'test');
+INSERT INTO ntask.key_pause (queue, partition_key, until, reason, set_by)
+VALUES ('age', 'k1', now() + interval '1 hour', 'test', 'test');
+UPDATE ntask.queue SET keys_paused_until = now() + interval '1 hour' WHERE queue = 'age';
+SELECT t.task_key, t.partition_key FROM ntask_claim('age', 'w', 4) c JOIN ntask.task t USING (task_id)
+ORDER BY 1;
+SELECT ntask_queue_resume('age', 'alice', 'test');
+SELECT count(*) FROM ntask_claim('age', 'w', 4);
