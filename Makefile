@@ -30,6 +30,8 @@ OBJS = \
 	src/waiter.o \
 	src/wait.o \
 	src/result.o \
+	src/context.o \
+	src/deps.o \
 	src/saga.o \
 	src/breaker.o \
 	src/dispatch.o \

@@ -827,3 +827,506 @@ BEGIN
 END $$;
 
 -- end of issue 32
+
+
+-- issue 36.1: dependencies (fan-out, fan-in)
+
+ALTER TABLE ntask.queue ADD COLUMN on_parent_failed text NOT NULL DEFAULT 'wait'
+	CHECK (on_parent_failed IN ('wait', 'cancel'));
+COMMENT ON COLUMN ntask.queue.on_parent_failed IS 'what a task of the queue does when one of its parents ends in repair_required, canceled or skipped: wait (until the parent is replayed and succeeds) or cancel (reason parent_failed, audited); an enqueue''s on_parent_failed overrides it';
+ALTER TABLE ntask.task ADD COLUMN parents_left integer,
+	ADD COLUMN has_parents boolean NOT NULL DEFAULT false,
+	ADD COLUMN has_children boolean NOT NULL DEFAULT false,
+	ADD COLUMN on_parent_failed text CHECK (on_parent_failed IN ('wait', 'cancel'));
+COMMENT ON COLUMN ntask.task.parents_left IS 'parents (ntask_enqueue depends_on) not yet succeeded; NULL: the task has none';
+COMMENT ON COLUMN ntask.task.has_parents IS 'the task was enqueued with depends_on: its claim reads its parents'' results (context.parents)';
+COMMENT ON COLUMN ntask.task.has_children IS 'some task depends on this one: its end releases or decides them (trigger task_deps_changed)';
+COMMENT ON COLUMN ntask.task.on_parent_failed IS 'the enqueue''s policy for a failed parent (wait or cancel); NULL: the queue''s';
+COMMENT ON FUNCTION ntask.task_row_valid(text, timestamptz, text) IS
+'ntask: the task row invariants (CHECK task_row_valid): a known state, due_at NULL exactly when finished or waiting for parents, lease_owner set exactly while leased';
+
+-- issue 36.1: dependencies (fan-out, fan-in); docs/design.md "Operator
+-- controls and workflows".  One row per (child, parent): written by the
+-- enqueue that names the parents (depends_on), read when a parent ends
+-- (task_deps_changed) and when the child is claimed (context.parents).
+CREATE TABLE ntask.task_dep (
+	task_id			bigint NOT NULL,
+	parent_id		bigint NOT NULL,
+	shard			smallint NOT NULL DEFAULT 0,
+	PRIMARY KEY (task_id, parent_id)
+);
+CREATE INDEX task_dep_parent_idx ON ntask.task_dep (parent_id);
+COMMENT ON TABLE ntask.task_dep IS 'ntask: the parents of each task enqueued with depends_on (task_id waits for parent_id to succeed); pruned with the child';
+SELECT pg_catalog.pg_extension_config_dump('ntask.task_dep', '');
+
+-- A parent that ends releases or decides its children.  The WHEN clause
+-- keeps every task without children (has_children false) from running it.
+CREATE FUNCTION ntask.task_deps_changed() RETURNS trigger
+AS 'MODULE_PATHNAME', 'ntask_task_deps_changed'
+LANGUAGE C;
+COMMENT ON FUNCTION ntask.task_deps_changed() IS
+'ntask: internal: trigger on ntask.task: a parent that succeeded counts down its waiting children and makes the last one ready; one that ended in repair_required, canceled or skipped cancels its children whose policy is cancel';
+CREATE TRIGGER task_deps_changed AFTER UPDATE OF state ON ntask.task
+	FOR EACH ROW WHEN (NEW.has_children AND NEW.state IS DISTINCT FROM OLD.state)
+	EXECUTE FUNCTION ntask.task_deps_changed();
+REVOKE ALL ON FUNCTION ntask.task_deps_changed() FROM PUBLIC;
+GRANT SELECT ON ntask.task_dep TO ntask_admin;
+
+
+CREATE OR REPLACE VIEW ntask.queue_stats AS
+SELECT q.queue COLLATE "default" AS queue,
+	   coalesce(s.ready, 0) AS ready,
+	   coalesce(s.leased, 0) AS leased,
+	   coalesce(s.retry_wait, 0) AS retry_wait,
+	   coalesce(s.succeeded, 0) AS succeeded,
+	   coalesce(s.repair_required, 0) AS repair_required,
+	   coalesce(s.canceled, 0) AS canceled,
+	   coalesce(s.skipped, 0) AS skipped,
+	   pg_catalog.now() OPERATOR(pg_catalog.-) s.oldest_ready AS oldest_ready_age,
+	   pg_catalog.now() OPERATOR(pg_catalog.-) s.oldest_unfinished AS oldest_unfinished_age,
+	   coalesce(s.unknown_attempts, 0) AS unknown_attempts,
+	   coalesce(s.repair_required, 0) AS repair_count,
+	   coalesce(s.waiting, 0) AS waiting,
+	   pg_catalog.now() OPERATOR(pg_catalog.-) s.oldest_waiting AS oldest_waiting_age
+FROM ntask.queue q
+LEFT JOIN (
+	SELECT t.queue,
+		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'ready') AS ready,
+		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'leased') AS leased,
+		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'retry_wait') AS retry_wait,
+		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'succeeded') AS succeeded,
+		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'repair_required') AS repair_required,
+		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'canceled') AS canceled,
+		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'skipped') AS skipped,
+		   min(t.run_at) FILTER (WHERE t.state OPERATOR(pg_catalog.=) ANY ('{ready,retry_wait}')
+								 AND t.run_at OPERATOR(pg_catalog.<=) pg_catalog.now()) AS oldest_ready,
+		   min(t.created_at) FILTER (WHERE t.due_at IS NOT NULL) AS oldest_unfinished,
+		   sum(t.unknown_attempts) FILTER (WHERE t.state OPERATOR(pg_catalog.<>) ALL ('{succeeded,canceled,skipped}')) AS unknown_attempts,
+		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'waiting') AS waiting,
+		   min(t.created_at) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'waiting') AS oldest_waiting
+	FROM ntask.task t
+	GROUP BY t.queue
+) s ON s.queue OPERATOR(pg_catalog.=) q.queue;
+COMMENT ON VIEW ntask.queue_stats IS 'ntask: per queue, tasks per state, oldest due-and-ready age, oldest unfinished age, attempts whose outcome is unknown of unfinished tasks (incl. repair_required), repair count, tasks waiting for parents and the age of the oldest';
+
+-- new arguments (appended) and the claim's context column: dropped and
+-- created again.  Grants a user made on the old functions go with them
+-- (grant them again, or better grant the roles ntask_producer,
+-- ntask_worker, ntask_admin); a user's object that depends on one of them
+-- (a BEGIN ATOMIC function calling it) stops the update: drop it first
+-- and create it again after.
+DROP FUNCTION @extschema@.ntask_queue_set(text, integer, interval, interval, interval, interval, regprocedure, jsonb, interval, boolean, text, integer, integer, boolean, boolean, text, text, real, integer, interval);
+DROP FUNCTION @extschema@.ntask_enqueue(text, text, jsonb, timestamptz, text, integer);
+DROP FUNCTION @extschema@.ntask_enqueue_many(text, text[], jsonb[], timestamptz, text[], integer);
+DROP FUNCTION @extschema@.ntask_claim(text, text, integer, interval, interval, boolean);
+DROP FUNCTION @extschema@.ntask_transition_and_claim(bigint, bigint, text, text, text, integer, text, text, jsonb, timestamptz, text, interval, jsonb);
+
+CREATE FUNCTION @extschema@.ntask_queue_set(
+	queue text,
+	max_attempts integer DEFAULT NULL,
+	total_deadline interval DEFAULT NULL,
+	lease interval DEFAULT NULL,
+	backoff_base interval DEFAULT NULL,
+	backoff_max interval DEFAULT NULL,
+	guard regprocedure DEFAULT NULL,
+	target jsonb DEFAULT NULL,
+	retention interval DEFAULT NULL,
+	notify boolean DEFAULT NULL,
+	fairness text DEFAULT NULL,
+	max_inflight integer DEFAULT NULL,
+	partition_max_inflight integer DEFAULT NULL,
+	ordered boolean DEFAULT NULL,
+	ordered_skip_repair boolean DEFAULT NULL,
+	rate_limit text DEFAULT NULL,
+	partition_rate_limit text DEFAULT NULL,
+	retry_share real DEFAULT NULL,
+	breaker_failures integer DEFAULT NULL,
+	breaker_cooldown interval DEFAULT NULL,
+	on_parent_failed text DEFAULT NULL)
+RETURNS SETOF ntask.queue
+AS 'MODULE_PATHNAME', 'ntask_queue_set'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.ntask_queue_set(text, integer, interval, interval, interval, interval, regprocedure, jsonb, interval, boolean, text, integer, integer, boolean, boolean, text, text, real, integer, interval, text) IS
+'ntask: create or update a queue''s policy; NULL arguments keep the current value (or the default for a new queue); 0 (caps, breaker_failures) or ''none'' (rate limits) turns an option off, target => ''null'' (or ''{}'') removes the target; an http target''s hosts must be in ntask.http_allowed_hosts; returns the resulting row';
+
+CREATE FUNCTION @extschema@.ntask_enqueue(
+	queue text,
+	task_key text,
+	payload jsonb DEFAULT '{}',
+	run_at timestamptz DEFAULT NULL,
+	partition_key text DEFAULT NULL,
+	priority integer DEFAULT 0,
+	traceparent text DEFAULT NULL,
+	depends_on text[] DEFAULT NULL,
+	on_parent_failed text DEFAULT NULL)
+RETURNS TABLE (task_id bigint, created boolean, state text, outcome text, result jsonb)
+AS 'MODULE_PATHNAME', 'ntask_enqueue'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.ntask_enqueue(text, text, jsonb, timestamptz, text, integer, text, text[], text) IS
+'ntask: idempotent enqueue on (queue, task_key); a duplicate returns the existing task with created = false and its outcome and stored result (after the producer right is checked), the same key with a different payload raises SQLSTATE NT001; with depends_on (task keys of the queue or queue:key, which must exist) the task waits until every parent has succeeded';
+
+CREATE FUNCTION @extschema@.ntask_enqueue_many(
+	queue text,
+	task_keys text[],
+	payloads jsonb[],
+	run_at timestamptz DEFAULT NULL,
+	partition_keys text[] DEFAULT NULL,
+	priority integer DEFAULT 0,
+	traceparent text DEFAULT NULL,
+	depends_on text[] DEFAULT NULL,
+	on_parent_failed text DEFAULT NULL)
+RETURNS TABLE (task_id bigint, created boolean, state text, outcome text, result jsonb)
+AS 'MODULE_PATHNAME', 'ntask_enqueue_many'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.ntask_enqueue_many(text, text[], jsonb[], timestamptz, text[], integer, text, text[], text) IS
+'ntask: ntask_enqueue for each (task_keys[i], payloads[i], partition_keys[i]) in one statement; one row per element in input order; a key repeated in the call gives the same task (created only the first time), with a different payload NT001; depends_on and on_parent_failed apply to every task of the call';
+
+CREATE FUNCTION @extschema@.ntask_claim(
+	queue text,
+	worker text,
+	max_tasks integer DEFAULT 1,
+	lease interval DEFAULT NULL,
+	wait interval DEFAULT NULL,
+	invoked boolean DEFAULT false)
+RETURNS TABLE (task_id bigint, task_key text, payload jsonb, attempt integer,
+			   token bigint, lease_until timestamptz, prior_outcome text,
+			   context jsonb)
+AS 'MODULE_PATHNAME', 'ntask_claim'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.ntask_claim(text, text, integer, interval, interval, boolean) IS
+'ntask: lease up to max_tasks due tasks (FOR UPDATE SKIP LOCKED), taking over expired leases; each gets a new fencing token and counts an attempt; tasks whose budget is spent go to repair_required instead; with wait, when nothing is due, sleeps until work of the queue is committed or comes due (at most wait, cut to ntask.max_wait), holding no lock; with invoked, each leased attempt is marked invoked in the same statement (as ntask_invoked); context is NULL or an object (parents: the stored results of the task''s parents)';
+
+CREATE FUNCTION @extschema@.ntask_transition_and_claim(
+	finish_task_id bigint,
+	finish_token bigint,
+	to_state text,
+	queue text,
+	worker text,
+	max_tasks integer DEFAULT 1,
+	outcome text DEFAULT NULL,
+	error_class text DEFAULT NULL,
+	detail jsonb DEFAULT NULL,
+	retry_at timestamptz DEFAULT NULL,
+	error_stage text DEFAULT NULL,
+	lease interval DEFAULT NULL,
+	result jsonb DEFAULT NULL)
+RETURNS TABLE (task_id bigint, task_key text, payload jsonb, attempt integer,
+			   token bigint, lease_until timestamptz, prior_outcome text,
+			   finish_result text, finish_state text, finish_run_at timestamptz,
+			   context jsonb)
+AS 'MODULE_PATHNAME', 'ntask_transition_and_claim'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.ntask_transition_and_claim(bigint, bigint, text, text, text, integer, text, text, jsonb, timestamptz, text, interval, jsonb) IS
+'ntask: ntask_transition of the task a worker holds, then ntask_claim of the next, in one statement; every row carries the transition''s answer (finish_result, finish_state, finish_run_at), and when nothing is claimed one row with the claim columns NULL still does';
+
+REVOKE ALL ON FUNCTION
+	@extschema@.ntask_queue_set(text, integer, interval, interval, interval, interval, regprocedure, jsonb, interval, boolean, text, integer, integer, boolean, boolean, text, text, real, integer, interval, text),
+	@extschema@.ntask_enqueue(text, text, jsonb, timestamptz, text, integer, text, text[], text),
+	@extschema@.ntask_enqueue_many(text, text[], jsonb[], timestamptz, text[], integer, text, text[], text),
+	@extschema@.ntask_claim(text, text, integer, interval, interval, boolean),
+	@extschema@.ntask_transition_and_claim(bigint, bigint, text, text, text, integer, text, text, jsonb, timestamptz, text, interval, jsonb)
+FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION
+	@extschema@.ntask_enqueue(text, text, jsonb, timestamptz, text, integer, text, text[], text),
+	@extschema@.ntask_enqueue_many(text, text[], jsonb[], timestamptz, text[], integer, text, text[], text)
+TO ntask_producer;
+GRANT EXECUTE ON FUNCTION
+	@extschema@.ntask_claim(text, text, integer, interval, interval, boolean),
+	@extschema@.ntask_transition_and_claim(bigint, bigint, text, text, text, integer, text, text, jsonb, timestamptz, text, interval, jsonb)
+TO ntask_worker;
+GRANT EXECUTE ON FUNCTION
+	@extschema@.ntask_queue_set(text, integer, interval, interval, interval, interval, regprocedure, jsonb, interval, boolean, text, integer, integer, boolean, boolean, text, text, real, integer, interval, text)
+TO ntask_admin;
+-- ntask_explain tells what a waiting task waits for
+CREATE OR REPLACE FUNCTION @extschema@.ntask_explain(task_id bigint, include_payload boolean DEFAULT false)
+RETURNS TABLE (at timestamptz, event text, token bigint, actor text, detail text)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+	t ntask.task;
+	q ntask.queue;
+	a ntask.attempt_all;	-- the latest attempt, if any (the open one included)
+	n timestamptz := pg_catalog.now();
+	is_http boolean;
+	b ntask.breaker;		-- the queue's circuit breaker, if it has one
+	waiting text;			-- what a due task waits for
+	last_err text;
+	prior text;
+	words text;
+	fin_actor text;
+	fin_by text;
+BEGIN
+	IF ntask_explain.task_id IS NULL THEN
+		RAISE EXCEPTION 'ntask: task_id must not be NULL' USING ERRCODE = '22004';
+	END IF;
+	IF ntask_explain.include_payload IS NULL THEN
+		RAISE EXCEPTION 'ntask: include_payload must not be NULL' USING ERRCODE = '22004';
+	END IF;
+	SELECT * INTO t FROM ntask.task x WHERE x.task_id OPERATOR(pg_catalog.=) ntask_explain.task_id;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'ntask: task % does not exist', ntask_explain.task_id USING ERRCODE = 'P0002';
+	END IF;
+	SELECT * INTO q FROM ntask.queue x WHERE x.queue OPERATOR(pg_catalog.=) t.queue;
+	SELECT * INTO a FROM ntask.attempt_all x WHERE x.task_id OPERATOR(pg_catalog.=) t.task_id
+	ORDER BY x.token DESC LIMIT 1;
+	is_http := q.target->>'type' OPERATOR(pg_catalog.=) 'http';
+
+	-- what a due task waits for: a claim, or on an http queue whose circuit
+	-- breaker is not closed, the breaker (src/breaker.c: the worker claims
+	-- nothing of the queue while it is open, one probe when half open)
+	waiting := format('waiting for %s to claim it',
+					  CASE WHEN is_http THEN 'the background worker' ELSE 'a worker' END);
+	IF is_http AND q.breaker_failures IS NOT NULL THEN
+		SELECT * INTO b FROM ntask.breaker x WHERE x.queue OPERATOR(pg_catalog.=) t.queue;
+		IF b.state OPERATOR(pg_catalog.=) 'open' AND b.open_until OPERATOR(pg_catalog.>) n THEN
+			waiting := format('held by the circuit breaker of queue %s: open since %s after %s consecutive failures, open until %s (in %s); the background worker claims nothing of the queue until then, then sends one probe',
+							  t.queue, ntask.explain_ts(b.opened_at), b.failures,
+							  ntask.explain_ts(b.open_until), ntask.explain_age(b.open_until OPERATOR(pg_catalog.-) n));
+		ELSIF b.state OPERATOR(pg_catalog.=) 'open' THEN
+			waiting := format('held by the circuit breaker of queue %s: open until %s (passed %s ago); the background worker sends one probe of the queue at its next tick and the rest once the probe succeeds',
+							  t.queue, ntask.explain_ts(b.open_until), ntask.explain_age(n OPERATOR(pg_catalog.-) b.open_until));
+		ELSIF b.state OPERATOR(pg_catalog.=) 'half_open' THEN
+			waiting := format('held by the circuit breaker of queue %s: half open since %s; the background worker sends one probe of the queue and holds the rest until it succeeds',
+							  t.queue, ntask.explain_ts(b.changed_at));
+		END IF;
+	END IF;
+
+	-- the last error in words: class, then the HTTP status, curl's error or the stage
+	SELECT x.error_class || coalesce(' ' || coalesce('HTTP ' || (x.detail->>'http_status'),
+													  x.detail->>'curl_error', x.error_stage), '')
+	INTO last_err
+	FROM ntask.attempt_all x
+	WHERE x.task_id OPERATOR(pg_catalog.=) t.task_id AND x.error_class IS NOT NULL
+	ORDER BY x.token DESC LIMIT 1;
+
+	-- what the next claim will report as prior_outcome
+	-- (the same rule as ntask_claim's)
+	IF EXISTS (SELECT 1 FROM ntask.receipt r WHERE r.task_id OPERATOR(pg_catalog.=) t.task_id) THEN
+		prior := 'prior_outcome committed: a receipt exists, the next attempt must not redo the business write';
+	ELSIF t.unknown_attempts OPERATOR(pg_catalog.>) 0 THEN
+		-- on an http queue, what the worker does (dispatch.c dq_claim_step)
+		prior := format('prior_outcome unknown: %s earlier attempt(s) may have had an effect, %s',
+						t.unknown_attempts,
+						CASE WHEN NOT is_http THEN 'the next attempt reconciles first'
+							 WHEN q.target ? 'reconcile_url' THEN
+								 format('the background worker first asks the reconcile_url %s and sends again only if it answers 404',
+										q.target->>'reconcile_url')
+							 ELSE format('the target has no reconcile_url, so the background worker sends it again (%s with the same Idempotency-Key): the provider must deduplicate',
+										 coalesce(q.target->>'method', 'POST'))
+						END);
+	END IF;
+
+	-- who finished it: the worker whose attempt ended then, an audited
+	-- action, the guard (skip or cancel at claim), else ntask itself
+	-- (budget, deadline, lease expiry)
+	IF t.finished_at IS NOT NULL THEN
+		SELECT x.worker, 'attempt ' || x.attempt INTO fin_actor, fin_by FROM ntask.attempt_all x
+		WHERE x.task_id OPERATOR(pg_catalog.=) t.task_id AND x.ended_at OPERATOR(pg_catalog.=) t.finished_at
+		  AND x.requested IS NOT NULL AND x.requested OPERATOR(pg_catalog.<>) 'released'
+		ORDER BY x.token DESC LIMIT 1;
+		IF fin_actor IS NULL THEN
+			SELECT x.actor, 'ntask_' || x.action INTO fin_actor, fin_by FROM ntask.audit x
+			WHERE x.task_id OPERATOR(pg_catalog.=) t.task_id AND x.to_state OPERATOR(pg_catalog.=) t.state
+			ORDER BY x.audit_id DESC LIMIT 1;
+		END IF;
+		IF fin_actor IS NULL AND t.state OPERATOR(pg_catalog.=) ANY ('{skipped,canceled}') THEN
+			fin_actor := 'guard';
+			fin_by := 'the guard at claim';
+		END IF;
+		IF fin_actor IS NULL THEN
+			fin_actor := 'ntask';
+			fin_by := CASE WHEN t.reason OPERATOR(pg_catalog.=) ANY ('{budget_exhausted,deadline_exceeded}')
+						   THEN 'the budget check' ELSE 'ntask' END;
+		END IF;
+	END IF;
+
+	words := CASE t.state
+		WHEN 'waiting' THEN
+			(SELECT format('waiting for %s of %s parents: %s%s; if one fails: %s',
+						   t.parents_left, count(*),
+						   string_agg(p.queue || ':' || p.task_key || CASE WHEN p.state OPERATOR(pg_catalog.<>) ALL ('{ready,leased,retry_wait,waiting}') THEN ' (' || p.state || ')' ELSE '' END, ', ' ORDER BY p.task_id)
+							   FILTER (WHERE p.state OPERATOR(pg_catalog.<>) 'succeeded'),
+						   CASE WHEN count(*) FILTER (WHERE p.state OPERATOR(pg_catalog.<>) 'succeeded') OPERATOR(pg_catalog.<) t.parents_left
+								THEN format(' (%s pruned)', t.parents_left OPERATOR(pg_catalog.-) count(*) FILTER (WHERE p.state OPERATOR(pg_catalog.<>) 'succeeded')) ELSE '' END,
+						   CASE coalesce(t.on_parent_failed, q.on_parent_failed)
+								WHEN 'cancel' THEN 'cancel'
+								ELSE 'wait until it is replayed and succeeds' END)
+			 FROM ntask.task_dep d JOIN ntask.task p ON p.task_id OPERATOR(pg_catalog.=) d.parent_id
+			 WHERE d.task_id OPERATOR(pg_catalog.=) t.task_id)
+		WHEN 'ready' THEN
+			CASE WHEN t.run_at OPERATOR(pg_catalog.>) n THEN
+				format('ready, not due until %s (in %s); then attempt %s of %s',
+					   ntask.explain_ts(t.run_at), ntask.explain_age(t.run_at OPERATOR(pg_catalog.-) n),
+					   t.attempts + 1, t.max_attempts)
+			ELSE
+				format('ready since %s (%s), %s (attempt %s of %s)',
+					   ntask.explain_ts(t.run_at), ntask.explain_age(n OPERATOR(pg_catalog.-) t.run_at),
+					   waiting, t.attempts + 1, t.max_attempts)
+			END
+		WHEN 'retry_wait' THEN
+			CASE WHEN t.run_at OPERATOR(pg_catalog.>) n THEN
+				format('retry_wait until %s (in %s; attempt %s of %s, last error %s)',
+					   ntask.explain_ts(t.run_at), ntask.explain_age(t.run_at OPERATOR(pg_catalog.-) n),
+					   t.attempts + 1, t.max_attempts, coalesce(last_err, 'none recorded'))
+			ELSE
+				format('retry_wait, due since %s (%s), %s (attempt %s of %s, last error %s)',
+					   ntask.explain_ts(t.run_at), ntask.explain_age(n OPERATOR(pg_catalog.-) t.run_at),
+					   waiting, t.attempts + 1, t.max_attempts, coalesce(last_err, 'none recorded'))
+			END
+		WHEN 'leased' THEN
+			format('leased by %s until %s, %s (attempt %s of %s, token %s, %s)',
+				   t.lease_owner, ntask.explain_ts(t.lease_until),
+				   CASE
+					   WHEN t.lease_until OPERATOR(pg_catalog.<) n THEN
+						   format('not heartbeating: expired %s ago, the next claim or housekeeping takes it over',
+								  ntask.explain_age(n OPERATOR(pg_catalog.-) t.lease_until))
+					   WHEN t.updated_at OPERATOR(pg_catalog.>) a.claimed_at THEN
+						   format('heartbeating (last %s ago)', ntask.explain_age(n OPERATOR(pg_catalog.-) t.updated_at))
+					   ELSE
+						   format('not heartbeating (no heartbeat since the claim %s ago)',
+								  ntask.explain_age(n OPERATOR(pg_catalog.-) a.claimed_at))
+				   END,
+				   t.attempts, t.max_attempts, t.token,
+				   CASE WHEN a.invoked_at IS NULL THEN 'not invoked yet'
+						ELSE format('invoked %s ago: if it ends without a report its outcome is unknown',
+									ntask.explain_age(n OPERATOR(pg_catalog.-) a.invoked_at)) END)
+		WHEN 'repair_required' THEN
+			format('repair_required: %s, owner %s%s (%s of %s attempts, %s with unknown outcome)',
+				   t.reason, coalesce(t.repair_owner, 'none assigned'),
+				   coalesce(', next: ' || t.repair_next_action, ''),
+				   t.attempts, t.max_attempts,
+				   (SELECT count(*) FROM ntask.attempt_all x
+					WHERE x.task_id OPERATOR(pg_catalog.=) t.task_id AND NOT x.outcome_known))
+		WHEN 'succeeded' THEN
+			format('succeeded (%s) at %s after %s attempt(s): waiting for nothing',
+				   t.outcome, ntask.explain_ts(t.finished_at), t.attempts)
+		WHEN 'canceled' THEN
+			format('canceled at %s by %s: %s', ntask.explain_ts(t.finished_at), fin_actor, t.reason)
+		WHEN 'skipped' THEN
+			format('skipped at %s by %s: %s', ntask.explain_ts(t.finished_at), fin_actor, t.reason)
+	END;
+	IF t.state OPERATOR(pg_catalog.=) ANY ('{ready,retry_wait}') THEN
+		IF prior IS NOT NULL THEN
+			words := words || '; ' || prior;
+		END IF;
+		IF q.guard IS NOT NULL THEN
+			words := words || '; the guard ' || q.guard || ' decides at claim';
+		END IF;
+		-- flow control (issue 13): what holds a due task back
+		IF t.run_at OPERATOR(pg_catalog.<=) n THEN
+			words := words || coalesce((
+				SELECT CASE
+					WHEN h.task_id IS NOT NULL THEN
+						format('; held back: behind task %s (%s, %s), the head of its key in an ordered queue',
+							   h.task_id, h.task_key, h.state)
+					WHEN q.partition_max_inflight IS NOT NULL
+						 AND l.key_n OPERATOR(pg_catalog.>=) q.partition_max_inflight THEN
+						format('; held back: its key has %s of %s leases in flight',
+							   l.key_n, q.partition_max_inflight)
+					WHEN q.max_inflight IS NOT NULL
+						 AND l.queue_n OPERATOR(pg_catalog.>=) q.max_inflight THEN
+						format('; held back: the queue has %s of %s leases in flight',
+							   l.queue_n, q.max_inflight)
+					WHEN q.rate_n IS NOT NULL OR q.partition_rate_n IS NOT NULL THEN
+						format('; the queue has a rate limit (%s): the next token %s',
+							   concat_ws(', ', q.rate_n || ' per ' || q.rate_per,
+										 q.partition_rate_n || ' per ' || q.partition_rate_per || ' per key'),
+							   CASE WHEN r.next_at IS NULL THEN 'is unknown (no shared memory)'
+									WHEN r.next_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp() THEN 'is free now'
+									ELSE 'comes in ' || ntask.explain_age(r.next_at OPERATOR(pg_catalog.-) pg_catalog.clock_timestamp()) END)
+					END
+				FROM (SELECT count(*) FILTER (WHERE x.partition_key IS NOT DISTINCT FROM t.partition_key) AS key_n,
+							 count(*) AS queue_n
+					  FROM ntask.task x
+					  WHERE x.queue OPERATOR(pg_catalog.=) t.queue AND x.state OPERATOR(pg_catalog.=) 'leased'
+						AND x.lease_until OPERATOR(pg_catalog.>) n) l
+				LEFT JOIN LATERAL (
+					SELECT x.task_id, x.task_key, x.state FROM ntask.task x
+					WHERE q.ordered AND x.queue OPERATOR(pg_catalog.=) t.queue
+					  AND x.partition_key OPERATOR(pg_catalog.=) t.partition_key AND x.ordered
+					  AND (x.due_at IS NOT NULL OR x.state OPERATOR(pg_catalog.=) 'repair_required')
+					  AND NOT (q.ordered_skip_repair AND x.state OPERATOR(pg_catalog.=) 'repair_required')
+					  AND x.task_id OPERATOR(pg_catalog.<) t.task_id
+					ORDER BY x.task_id LIMIT 1) h ON true
+				LEFT JOIN LATERAL (
+					SELECT ntask.limit_next(t.queue, t.partition_key,
+						coalesce(q.rate_n, 0),
+						coalesce((pg_catalog.date_part('epoch', q.rate_per) OPERATOR(pg_catalog.*) 1000000)::bigint, 0),
+						coalesce(q.partition_rate_n, 0),
+						coalesce((pg_catalog.date_part('epoch', q.partition_rate_per) OPERATOR(pg_catalog.*) 1000000)::bigint, 0)) AS next_at
+					WHERE q.rate_n IS NOT NULL OR q.partition_rate_n IS NOT NULL) r ON true), '');
+		END IF;
+		words := words || format('; deadline %s', ntask.explain_ts(t.deadline));
+	END IF;
+
+	at := n; event := 'now'; token := t.token; actor := NULL; detail := words;
+	RETURN NEXT;
+
+	RETURN QUERY
+	SELECT e.at, e.event, e.token, e.actor, e.detail
+	FROM (
+		-- the enqueue
+		SELECT t.created_at AS at, 0 AS ord, 0::bigint AS tok, 'enqueued' AS event,
+			   NULL::bigint AS token, t.enqueued_by AS actor,
+			   format('queue %s, key %s, payload digest %s (digest v%s), priority %s%s%s',
+					  t.queue, t.task_key,
+					  pg_catalog.encode(t.payload_digest, 'hex'), t.digest_version, t.priority,
+					  coalesce(', partition ' || t.partition_key, ''),
+					  CASE WHEN is_http THEN ', Idempotency-Key ' || t.task_key ELSE '' END) AS detail
+		UNION ALL
+		-- the payload itself, only when asked
+		SELECT t.created_at, 1, 0, 'payload', NULL, NULL, t.payload::text
+		WHERE ntask_explain.include_payload
+		UNION ALL
+		-- every attempt: claimed, invoked, ended
+		SELECT x.claimed_at, 2, x.token, 'claimed', x.token, x.worker,
+			   format('attempt %s of %s claimed', x.attempt, t.max_attempts)
+		FROM ntask.attempt_all x WHERE x.task_id OPERATOR(pg_catalog.=) t.task_id
+		UNION ALL
+		SELECT x.invoked_at, 3, x.token, 'invoked', x.token, x.worker,
+			   format('attempt %s invoked: about to call out', x.attempt)
+		FROM ntask.attempt_all x WHERE x.task_id OPERATOR(pg_catalog.=) t.task_id AND x.invoked_at IS NOT NULL
+		UNION ALL
+		SELECT t.updated_at, 4, t.token, 'heartbeat', t.token, t.lease_owner,
+			   format('last heartbeat: lease until %s', ntask.explain_ts(t.lease_until))
+		WHERE t.state OPERATOR(pg_catalog.=) 'leased' AND t.updated_at OPERATOR(pg_catalog.>) a.claimed_at
+		UNION ALL
+		SELECT x.ended_at, 6, x.token, 'ended', x.token, x.worker,
+			   format('attempt %s ended: %s%s%s, outcome %s%s%s%s',
+					  x.attempt, x.result,
+					  CASE WHEN x.requested IS NOT NULL AND x.requested OPERATOR(pg_catalog.<>) x.result
+						   THEN ' (asked for ' || x.requested || ')' ELSE '' END,
+					  coalesce(', error ' || x.error_class || coalesce(' at ' || x.error_stage, ''), ''),
+					  CASE WHEN x.outcome_known THEN 'known' ELSE 'unknown' END,
+					  coalesce(' (' || x.outcome || ')', ''),
+					  coalesce(', retry at ' || ntask.explain_ts(x.retry_at), ''),
+					  coalesce(', ' || CASE WHEN x.detail ? 'http_status' THEN 'HTTP ' || (x.detail->>'http_status') || ' ' ELSE '' END
+							   || x.detail::text, ''))
+		FROM ntask.attempt_all x WHERE x.task_id OPERATOR(pg_catalog.=) t.task_id AND x.ended_at IS NOT NULL
+		UNION ALL
+		-- receipts (the business commit)
+		SELECT r.committed_at, 5, r.token, 'receipt', r.token, r.db_user::text,
+			   format('receipt committed by token %s, content digest %s (digest v%s)',
+					  r.token, pg_catalog.encode(r.payload_digest, 'hex'), r.digest_version)
+		FROM ntask.receipt r WHERE r.task_id OPERATOR(pg_catalog.=) t.task_id
+		UNION ALL
+		-- audited actions: cancel, replay, repair_assign, guard_error
+		SELECT u.at, 7, u.audit_id, u.action, NULL, u.actor || CASE WHEN u.db_user::text OPERATOR(pg_catalog.<>) u.actor THEN ' (' || u.db_user || ')' ELSE '' END,
+			   format('%s%s: %s', u.action,
+					  coalesce(' ' || u.from_state || ' -> ' || u.to_state, ''), u.reason)
+		FROM ntask.audit u WHERE u.task_id OPERATOR(pg_catalog.=) t.task_id
+		UNION ALL
+		-- the end
+		SELECT t.finished_at, 8, 0, 'finished', t.token, fin_actor,
+			   format('%s by %s%s%s', t.state, fin_by, coalesce(': ' || t.reason, ''), coalesce(' (' || t.outcome || ')', ''))
+		WHERE t.finished_at IS NOT NULL
+	) e
+	ORDER BY e.at, e.ord, e.tok;
+END
+$$;
+COMMENT ON FUNCTION @extschema@.ntask_explain(bigint, boolean) IS
+'ntask: one time-ordered record of a task for on-call: first what it is waiting for, in words, then the enqueue, every attempt (claimed, invoked, ended with result, error class and stage, outcome known or unknown, HTTP status), receipts, audited replays, cancels, repair assignments and guard errors, and the end; the payload only with include_payload';
+
+-- end of issue 36.1

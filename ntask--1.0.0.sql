@@ -125,7 +125,7 @@ RETURNS boolean
 AS 'MODULE_PATHNAME', 'ntask_task_row_valid'
 LANGUAGE C IMMUTABLE PARALLEL SAFE;
 COMMENT ON FUNCTION ntask.task_row_valid(text, timestamptz, text) IS
-'ntask: the task row invariants (CHECK task_row_valid): a known state, due_at NULL exactly when finished, lease_owner set exactly while leased';
+'ntask: the task row invariants (CHECK task_row_valid): a known state, due_at NULL exactly when finished or waiting for parents, lease_owner set exactly while leased';
 
 -- ntask_schedule's producer check: who is calling, under SECURITY DEFINER
 CREATE FUNCTION ntask.outer_role() RETURNS oid
@@ -190,6 +190,8 @@ CREATE TABLE ntask.queue (
 	breaker_cooldown interval NOT NULL DEFAULT '30 seconds'
 		CHECK (breaker_cooldown > '0'),
 	guard_owner		name,
+	on_parent_failed text NOT NULL DEFAULT 'wait'
+		CHECK (on_parent_failed IN ('wait', 'cancel')),
 	CHECK ((rate_n IS NULL) = (rate_per IS NULL)),
 	CHECK ((partition_rate_n IS NULL) = (partition_rate_per IS NULL))
 );
@@ -209,6 +211,7 @@ COMMENT ON COLUMN ntask.queue.retry_share IS 'when first attempts are due, retri
 COMMENT ON COLUMN ntask.queue.breaker_failures IS 'http targets: consecutive transient failures that open the circuit breaker (NULL: no breaker)';
 COMMENT ON COLUMN ntask.queue.breaker_cooldown IS 'how long an open breaker sends nothing before one probe';
 
+COMMENT ON COLUMN ntask.queue.on_parent_failed IS 'what a task of the queue does when one of its parents ends in repair_required, canceled or skipped: wait (until the parent is replayed and succeeds) or cancel (reason parent_failed, audited); an enqueue''s on_parent_failed overrides it';
 COMMENT ON COLUMN ntask.queue.guard_owner IS 'the role that owned the guard function when it was set; a function of the guard''s name with another owner is refused at use (guard_error)';
 
 -- Tasks: one row per logical task (docs/design.md "States").  A running
@@ -257,9 +260,13 @@ CREATE TABLE ntask.task (
 	shard			smallint NOT NULL DEFAULT 0,
 	claimed_at		timestamptz,
 	invoked_at		timestamptz,
+	parents_left	integer,
+	has_parents		boolean NOT NULL DEFAULT false,
+	has_children	boolean NOT NULL DEFAULT false,
+	on_parent_failed text CHECK (on_parent_failed IN ('wait', 'cancel')),
 	UNIQUE (queue, task_key),
-	-- a known state, due_at NULL exactly when finished, lease_owner set
-	-- exactly while leased
+	-- a known state, due_at NULL exactly when finished (or waiting for
+	-- parents), lease_owner set exactly while leased
 	CONSTRAINT task_row_valid CHECK (ntask.task_row_valid(state, due_at, lease_owner))
 );
 COMMENT ON TABLE ntask.task IS 'ntask: one row per logical task; state machine in docs/design.md';
@@ -271,6 +278,10 @@ COMMENT ON COLUMN ntask.task.enqueued_by IS 'the role that called ntask_enqueue 
 COMMENT ON COLUMN ntask.task.shard IS 'distribution column of a Citus install (0 on a plain one); task_id >> 48 there';
 COMMENT ON COLUMN ntask.task.claimed_at IS 'when the task''s latest attempt was claimed (the running one while state = leased; its ntask.attempt row is written when it ends)';
 COMMENT ON COLUMN ntask.task.invoked_at IS 'when the latest attempt was marked invoked (ntask_invoked), if it was';
+COMMENT ON COLUMN ntask.task.parents_left IS 'parents (ntask_enqueue depends_on) not yet succeeded; NULL: the task has none';
+COMMENT ON COLUMN ntask.task.has_parents IS 'the task was enqueued with depends_on: its claim reads its parents'' results (context.parents)';
+COMMENT ON COLUMN ntask.task.has_children IS 'some task depends on this one: its end releases or decides them (trigger task_deps_changed)';
+COMMENT ON COLUMN ntask.task.on_parent_failed IS 'the enqueue''s policy for a failed parent (wait or cancel); NULL: the queue''s';
 
 /*
  * The ready set: only unfinished tasks are in this index, so a claim stays
@@ -581,7 +592,9 @@ SELECT q.queue COLLATE "default" AS queue,
 	   pg_catalog.now() OPERATOR(pg_catalog.-) s.oldest_ready AS oldest_ready_age,
 	   pg_catalog.now() OPERATOR(pg_catalog.-) s.oldest_unfinished AS oldest_unfinished_age,
 	   coalesce(s.unknown_attempts, 0) AS unknown_attempts,
-	   coalesce(s.repair_required, 0) AS repair_count
+	   coalesce(s.repair_required, 0) AS repair_count,
+	   coalesce(s.waiting, 0) AS waiting,
+	   pg_catalog.now() OPERATOR(pg_catalog.-) s.oldest_waiting AS oldest_waiting_age
 FROM ntask.queue q
 LEFT JOIN (
 	SELECT t.queue,
@@ -595,11 +608,13 @@ LEFT JOIN (
 		   min(t.run_at) FILTER (WHERE t.state OPERATOR(pg_catalog.=) ANY ('{ready,retry_wait}')
 								 AND t.run_at OPERATOR(pg_catalog.<=) pg_catalog.now()) AS oldest_ready,
 		   min(t.created_at) FILTER (WHERE t.due_at IS NOT NULL) AS oldest_unfinished,
-		   sum(t.unknown_attempts) FILTER (WHERE t.state OPERATOR(pg_catalog.<>) ALL ('{succeeded,canceled,skipped}')) AS unknown_attempts
+		   sum(t.unknown_attempts) FILTER (WHERE t.state OPERATOR(pg_catalog.<>) ALL ('{succeeded,canceled,skipped}')) AS unknown_attempts,
+		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'waiting') AS waiting,
+		   min(t.created_at) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'waiting') AS oldest_waiting
 	FROM ntask.task t
 	GROUP BY t.queue
 ) s ON s.queue OPERATOR(pg_catalog.=) q.queue;
-COMMENT ON VIEW ntask.queue_stats IS 'ntask: per queue, tasks per state, oldest due-and-ready age, oldest unfinished age, attempts whose outcome is unknown of unfinished tasks (incl. repair_required), repair count';
+COMMENT ON VIEW ntask.queue_stats IS 'ntask: per queue, tasks per state, oldest due-and-ready age, oldest unfinished age, attempts whose outcome is unknown of unfinished tasks (incl. repair_required), repair count, tasks waiting for parents and the age of the oldest';
 
 CREATE VIEW ntask.repair_queue AS
 SELECT t.task_id, t.queue COLLATE "default" AS queue, t.task_key COLLATE "default" AS task_key,
@@ -784,11 +799,12 @@ CREATE FUNCTION @extschema@.ntask_queue_set(
 	partition_rate_limit text DEFAULT NULL,
 	retry_share real DEFAULT NULL,
 	breaker_failures integer DEFAULT NULL,
-	breaker_cooldown interval DEFAULT NULL)
+	breaker_cooldown interval DEFAULT NULL,
+	on_parent_failed text DEFAULT NULL)
 RETURNS SETOF ntask.queue
 AS 'MODULE_PATHNAME', 'ntask_queue_set'
 LANGUAGE C VOLATILE;
-COMMENT ON FUNCTION @extschema@.ntask_queue_set(text, integer, interval, interval, interval, interval, regprocedure, jsonb, interval, boolean, text, integer, integer, boolean, boolean, text, text, real, integer, interval) IS
+COMMENT ON FUNCTION @extschema@.ntask_queue_set(text, integer, interval, interval, interval, interval, regprocedure, jsonb, interval, boolean, text, integer, integer, boolean, boolean, text, text, real, integer, interval, text) IS
 'ntask: create or update a queue''s policy; NULL arguments keep the current value (or the default for a new queue); 0 (caps, breaker_failures) or ''none'' (rate limits) turns an option off, target => ''null'' (or ''{}'') removes the target; an http target''s hosts must be in ntask.http_allowed_hosts; returns the resulting row';
 
 CREATE FUNCTION @extschema@.ntask_queue_clear_guard(queue text)
@@ -814,12 +830,15 @@ CREATE FUNCTION @extschema@.ntask_enqueue(
 	payload jsonb DEFAULT '{}',
 	run_at timestamptz DEFAULT NULL,
 	partition_key text DEFAULT NULL,
-	priority integer DEFAULT 0)
+	priority integer DEFAULT 0,
+	traceparent text DEFAULT NULL,
+	depends_on text[] DEFAULT NULL,
+	on_parent_failed text DEFAULT NULL)
 RETURNS TABLE (task_id bigint, created boolean, state text, outcome text, result jsonb)
 AS 'MODULE_PATHNAME', 'ntask_enqueue'
 LANGUAGE C VOLATILE;
-COMMENT ON FUNCTION @extschema@.ntask_enqueue(text, text, jsonb, timestamptz, text, integer) IS
-'ntask: idempotent enqueue on (queue, task_key); a duplicate returns the existing task with created = false and its outcome and stored result (after the producer right is checked), the same key with a different payload raises SQLSTATE NT001';
+COMMENT ON FUNCTION @extschema@.ntask_enqueue(text, text, jsonb, timestamptz, text, integer, text, text[], text) IS
+'ntask: idempotent enqueue on (queue, task_key); a duplicate returns the existing task with created = false and its outcome and stored result (after the producer right is checked), the same key with a different payload raises SQLSTATE NT001; with depends_on (task keys of the queue or queue:key, which must exist) the task waits until every parent has succeeded';
 
 CREATE FUNCTION @extschema@.ntask_enqueue_many(
 	queue text,
@@ -827,12 +846,15 @@ CREATE FUNCTION @extschema@.ntask_enqueue_many(
 	payloads jsonb[],
 	run_at timestamptz DEFAULT NULL,
 	partition_keys text[] DEFAULT NULL,
-	priority integer DEFAULT 0)
+	priority integer DEFAULT 0,
+	traceparent text DEFAULT NULL,
+	depends_on text[] DEFAULT NULL,
+	on_parent_failed text DEFAULT NULL)
 RETURNS TABLE (task_id bigint, created boolean, state text, outcome text, result jsonb)
 AS 'MODULE_PATHNAME', 'ntask_enqueue_many'
 LANGUAGE C VOLATILE;
-COMMENT ON FUNCTION @extschema@.ntask_enqueue_many(text, text[], jsonb[], timestamptz, text[], integer) IS
-'ntask: ntask_enqueue for each (task_keys[i], payloads[i], partition_keys[i]) in one statement; one row per element in input order; a key repeated in the call gives the same task (created only the first time), with a different payload NT001';
+COMMENT ON FUNCTION @extschema@.ntask_enqueue_many(text, text[], jsonb[], timestamptz, text[], integer, text, text[], text) IS
+'ntask: ntask_enqueue for each (task_keys[i], payloads[i], partition_keys[i]) in one statement; one row per element in input order; a key repeated in the call gives the same task (created only the first time), with a different payload NT001; depends_on and on_parent_failed apply to every task of the call';
 
 CREATE FUNCTION @extschema@.ntask_result(queue text, task_key text)
 RETURNS TABLE (state text, outcome text, result jsonb, finished_at timestamptz)
@@ -852,11 +874,12 @@ CREATE FUNCTION @extschema@.ntask_claim(
 	wait interval DEFAULT NULL,
 	invoked boolean DEFAULT false)
 RETURNS TABLE (task_id bigint, task_key text, payload jsonb, attempt integer,
-			   token bigint, lease_until timestamptz, prior_outcome text)
+			   token bigint, lease_until timestamptz, prior_outcome text,
+			   context jsonb)
 AS 'MODULE_PATHNAME', 'ntask_claim'
 LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION @extschema@.ntask_claim(text, text, integer, interval, interval, boolean) IS
-'ntask: lease up to max_tasks due tasks (FOR UPDATE SKIP LOCKED), taking over expired leases; each gets a new fencing token and counts an attempt; tasks whose budget is spent go to repair_required instead; with wait, when nothing is due, sleeps until work of the queue is committed or comes due (at most wait, cut to ntask.max_wait), holding no lock; with invoked, each leased attempt is marked invoked in the same statement (as ntask_invoked)';
+'ntask: lease up to max_tasks due tasks (FOR UPDATE SKIP LOCKED), taking over expired leases; each gets a new fencing token and counts an attempt; tasks whose budget is spent go to repair_required instead; with wait, when nothing is due, sleeps until work of the queue is committed or comes due (at most wait, cut to ntask.max_wait), holding no lock; with invoked, each leased attempt is marked invoked in the same statement (as ntask_invoked); context is NULL or an object (parents: the stored results of the task''s parents)';
 
 CREATE FUNCTION @extschema@.ntask_heartbeat(
 	task_id bigint,
@@ -932,7 +955,8 @@ CREATE FUNCTION @extschema@.ntask_transition_and_claim(
 	result jsonb DEFAULT NULL)
 RETURNS TABLE (task_id bigint, task_key text, payload jsonb, attempt integer,
 			   token bigint, lease_until timestamptz, prior_outcome text,
-			   finish_result text, finish_state text, finish_run_at timestamptz)
+			   finish_result text, finish_state text, finish_run_at timestamptz,
+			   context jsonb)
 AS 'MODULE_PATHNAME', 'ntask_transition_and_claim'
 LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION @extschema@.ntask_transition_and_claim(bigint, bigint, text, text, text, integer, text, text, jsonb, timestamptz, text, interval, jsonb) IS
@@ -1577,6 +1601,18 @@ BEGIN
 	END IF;
 
 	words := CASE t.state
+		WHEN 'waiting' THEN
+			(SELECT format('waiting for %s of %s parents: %s%s; if one fails: %s',
+						   t.parents_left, count(*),
+						   string_agg(p.queue || ':' || p.task_key || CASE WHEN p.state OPERATOR(pg_catalog.<>) ALL ('{ready,leased,retry_wait,waiting}') THEN ' (' || p.state || ')' ELSE '' END, ', ' ORDER BY p.task_id)
+							   FILTER (WHERE p.state OPERATOR(pg_catalog.<>) 'succeeded'),
+						   CASE WHEN count(*) FILTER (WHERE p.state OPERATOR(pg_catalog.<>) 'succeeded') OPERATOR(pg_catalog.<) t.parents_left
+								THEN format(' (%s pruned)', t.parents_left OPERATOR(pg_catalog.-) count(*) FILTER (WHERE p.state OPERATOR(pg_catalog.<>) 'succeeded')) ELSE '' END,
+						   CASE coalesce(t.on_parent_failed, q.on_parent_failed)
+								WHEN 'cancel' THEN 'cancel'
+								ELSE 'wait until it is replayed and succeeds' END)
+			 FROM ntask.task_dep d JOIN ntask.task p ON p.task_id OPERATOR(pg_catalog.=) d.parent_id
+			 WHERE d.task_id OPERATOR(pg_catalog.=) t.task_id)
 		WHEN 'ready' THEN
 			CASE WHEN t.run_at OPERATOR(pg_catalog.>) n THEN
 				format('ready, not due until %s (in %s); then attempt %s of %s',
@@ -2053,6 +2089,35 @@ CREATE EVENT TRIGGER ntask_drop_extension ON ddl_command_start
 	WHEN TAG IN ('DROP EXTENSION')
 	EXECUTE FUNCTION ntask.drop_extension_check();
 
+-- issue 36.1: dependencies (fan-out, fan-in); docs/design.md "Operator
+-- controls and workflows".  One row per (child, parent): written by the
+-- enqueue that names the parents (depends_on), read when a parent ends
+-- (task_deps_changed) and when the child is claimed (context.parents).
+CREATE TABLE ntask.task_dep (
+	task_id			bigint NOT NULL,
+	parent_id		bigint NOT NULL,
+	shard			smallint NOT NULL DEFAULT 0,
+	PRIMARY KEY (task_id, parent_id)
+);
+CREATE INDEX task_dep_parent_idx ON ntask.task_dep (parent_id);
+COMMENT ON TABLE ntask.task_dep IS 'ntask: the parents of each task enqueued with depends_on (task_id waits for parent_id to succeed); pruned with the child';
+SELECT pg_catalog.pg_extension_config_dump('ntask.task_dep', '');
+
+-- A parent that ends releases or decides its children.  The WHEN clause
+-- keeps every task without children (has_children false) from running it.
+CREATE FUNCTION ntask.task_deps_changed() RETURNS trigger
+AS 'MODULE_PATHNAME', 'ntask_task_deps_changed'
+LANGUAGE C;
+COMMENT ON FUNCTION ntask.task_deps_changed() IS
+'ntask: internal: trigger on ntask.task: a parent that succeeded counts down its waiting children and makes the last one ready; one that ended in repair_required, canceled or skipped cancels its children whose policy is cancel';
+CREATE TRIGGER task_deps_changed AFTER UPDATE OF state ON ntask.task
+	FOR EACH ROW WHEN (NEW.has_children AND NEW.state IS DISTINCT FROM OLD.state)
+	EXECUTE FUNCTION ntask.task_deps_changed();
+REVOKE ALL ON FUNCTION ntask.task_deps_changed() FROM PUBLIC;
+GRANT SELECT ON ntask.task_dep TO ntask_admin;
+
+-- end of issue 36.1
+
 -- ---------------------------------------------------------------------
 -- 6. Privileges (docs/design.md "Privileges")
 -- ---------------------------------------------------------------------
@@ -2061,11 +2126,11 @@ CREATE EVENT TRIGGER ntask_drop_extension ON ddl_command_start
 -- the three explain helpers; ntask_distribute is for superusers only.
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA ntask FROM PUBLIC;
 REVOKE ALL ON FUNCTION
-	@extschema@.ntask_queue_set(text, integer, interval, interval, interval, interval, regprocedure, jsonb, interval, boolean, text, integer, integer, boolean, boolean, text, text, real, integer, interval),
+	@extschema@.ntask_queue_set(text, integer, interval, interval, interval, interval, regprocedure, jsonb, interval, boolean, text, integer, integer, boolean, boolean, text, text, real, integer, interval, text),
 	@extschema@.ntask_queue_clear_guard(text),
 	@extschema@.ntask_queue_set_roles(text, regrole, regrole),
-	@extschema@.ntask_enqueue(text, text, jsonb, timestamptz, text, integer),
-	@extschema@.ntask_enqueue_many(text, text[], jsonb[], timestamptz, text[], integer),
+	@extschema@.ntask_enqueue(text, text, jsonb, timestamptz, text, integer, text, text[], text),
+	@extschema@.ntask_enqueue_many(text, text[], jsonb[], timestamptz, text[], integer, text, text[], text),
 	@extschema@.ntask_result(text, text),
 	@extschema@.ntask_claim(text, text, integer, interval, interval, boolean),
 	@extschema@.ntask_heartbeat(bigint, bigint, interval),
@@ -2097,8 +2162,8 @@ REVOKE ALL ON FUNCTION
 FROM PUBLIC;
 
 GRANT EXECUTE ON FUNCTION
-	@extschema@.ntask_enqueue(text, text, jsonb, timestamptz, text, integer),
-	@extschema@.ntask_enqueue_many(text, text[], jsonb[], timestamptz, text[], integer),
+	@extschema@.ntask_enqueue(text, text, jsonb, timestamptz, text, integer, text, text[], text),
+	@extschema@.ntask_enqueue_many(text, text[], jsonb[], timestamptz, text[], integer, text, text[], text),
 	@extschema@.ntask_result(text, text),
 	@extschema@.ntask_saga_start(text, jsonb, text),
 	@extschema@.ntask_digest(jsonb, integer)
@@ -2122,7 +2187,7 @@ GRANT EXECUTE ON FUNCTION
 TO ntask_monitor;
 
 GRANT EXECUTE ON FUNCTION
-	@extschema@.ntask_queue_set(text, integer, interval, interval, interval, interval, regprocedure, jsonb, interval, boolean, text, integer, integer, boolean, boolean, text, text, real, integer, interval),
+	@extschema@.ntask_queue_set(text, integer, interval, interval, interval, interval, regprocedure, jsonb, interval, boolean, text, integer, integer, boolean, boolean, text, text, real, integer, interval, text),
 	@extschema@.ntask_queue_clear_guard(text),
 	@extschema@.ntask_queue_set_roles(text, regrole, regrole),
 	@extschema@.ntask_replay(bigint, text, text),

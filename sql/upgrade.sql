@@ -121,14 +121,17 @@ SELECT task_id AS l1 FROM ntask.task WHERE task_key = 'l1' \gset
 -- an ntask view, a view over an ntask view, one over the worker's view, a
 -- function calling an ntask function, a BEGIN ATOMIC function bound to one
 CREATE ROLE regress_upg_app;
-GRANT EXECUTE ON FUNCTION ntask_claim(text, text, integer, interval, interval, boolean) TO regress_upg_app;
+-- (on ntask_heartbeat: 1.0.0 re-creates ntask_claim, whose grants go with it)
+GRANT EXECUTE ON FUNCTION ntask_heartbeat(bigint, bigint, interval) TO regress_upg_app;
 GRANT SELECT ON ntask.queue_stats TO regress_upg_app;
 CREATE VIEW upg_backlog AS SELECT queue, ready, repair_count FROM ntask.queue_stats;
 CREATE VIEW upg_workers AS SELECT pid, state FROM ntask.worker_stats;
 CREATE FUNCTION upg_submit(k text) RETURNS bigint LANGUAGE sql
 AS $$ SELECT task_id FROM ntask_enqueue('uv', k) $$;
+-- (a BEGIN ATOMIC function over ntask_result: 1.0.0 changed ntask_claim's
+-- row, so one over ntask_claim would stop the update, as the script says)
 CREATE FUNCTION upg_atomic() RETURNS SETOF bigint LANGUAGE sql
-BEGIN ATOMIC SELECT task_id FROM ntask_claim('uv', 'W'); END;
+BEGIN ATOMIC SELECT count(*) FROM ntask_result('uv', 'none'); END;
 
 ALTER EXTENSION ntask UPDATE;
 SELECT extversion FROM pg_extension WHERE extname = 'ntask';
@@ -170,7 +173,7 @@ SELECT queue, ready, repair_count FROM upg_backlog WHERE queue = 'uv';
 SELECT count(*) >= 0 AS user_view_over_worker_stats FROM upg_workers;
 SELECT count(*) AS claimed_by_atomic_function FROM upg_atomic();
 SELECT has_function_privilege('regress_upg_app',
-	'ntask_claim(text, text, integer, interval, interval, boolean)', 'EXECUTE') AS app_may_claim,
+	'ntask_heartbeat(bigint, bigint, interval)', 'EXECUTE') AS app_may_heartbeat,
 	   has_table_privilege('regress_upg_app', 'ntask.queue_stats', 'SELECT') AS app_may_read_stats;
 -- the user's grants are the user's, not the extension's: pg_dump dumps them
 SELECT count(*) AS user_grants_in_init_privs
@@ -178,7 +181,7 @@ FROM pg_init_privs i, aclexplode(i.initprivs) x
 WHERE x.grantee = 'regress_upg_app'::regrole;
 DROP VIEW upg_backlog, upg_workers;
 DROP FUNCTION upg_submit(text), upg_atomic();
-REVOKE ALL ON FUNCTION ntask_claim(text, text, integer, interval, interval, boolean) FROM regress_upg_app;
+REVOKE ALL ON FUNCTION ntask_heartbeat(bigint, bigint, interval) FROM regress_upg_app;
 REVOKE ALL ON ntask.queue_stats FROM regress_upg_app;
 DROP ROLE regress_upg_app;
 -- and now exactly a fresh 1.0.0, in both directions

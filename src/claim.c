@@ -617,7 +617,7 @@ static NtaskPlan claim_lease_plan = {
 	CLAIM_LEASE_SET
 	"  WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1) " NTASK_SHARD_IS("t", "9")
 	"  RETURNING t.task_id, t.task_key, t.payload, t.attempts, t.token, "
-	"    t.lease_until, t.unknown_attempts, t.state, t.shard, "
+	"    t.lease_until, t.unknown_attempts, t.state, t.shard, t.has_parents, "
 	"    EXISTS (SELECT 1 FROM ntask.receipt r "
 	"            WHERE r.task_id OPERATOR(pg_catalog.=) t.task_id "
 	"              AND r.shard OPERATOR(pg_catalog.=) t.shard) AS committed "
@@ -625,7 +625,7 @@ static NtaskPlan claim_lease_plan = {
 	"SELECT u.task_id, u.task_key, u.payload, u.attempts, u.token, u.lease_until, "
 	"  CASE WHEN u.committed THEN 'committed' "
 	"    WHEN u.unknown_attempts OPERATOR(pg_catalog.>) 0 THEN 'unknown' END, "
-	"  u.state OPERATOR(pg_catalog.=) 'leased' "
+	"  u.state OPERATOR(pg_catalog.=) 'leased', u.has_parents "
 	"FROM upd u ORDER BY u.task_id",
 	CLAIM_LEASE_ARGS
 };
@@ -643,7 +643,7 @@ static NtaskPlan claim_lease_dist_plan = {
 	"WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1) " NTASK_SHARD_IS("t", "9")
 	"RETURNING t.task_id, t.task_key, t.payload, t.attempts, t.token, t.lease_until, "
 	"  CASE WHEN t.unknown_attempts OPERATOR(pg_catalog.>) 0 THEN 'unknown' END, "
-	"  t.state OPERATOR(pg_catalog.=) 'leased'",
+	"  t.state OPERATOR(pg_catalog.=) 'leased', t.has_parents",
 	CLAIM_LEASE_ARGS
 };
 
@@ -672,7 +672,8 @@ typedef enum ClaimCol
 	CLAIM_COL_TOKEN,
 	CLAIM_COL_LEASE_UNTIL,
 	CLAIM_COL_PRIOR_OUTCOME,
-	CLAIM_COL_LEASED			/* false: diverted to repair_required */
+	CLAIM_COL_LEASED,			/* false: diverted to repair_required */
+	CLAIM_COL_HAS_PARENTS		/* the context column has parents */
 } ClaimCol;
 
 #define CLAIM_NCOLS CLAIM_COL_PRIOR_OUTCOME /* handed to the caller */
@@ -707,9 +708,9 @@ claim_mark_committed(SPITupleTable *rows, int nrows, int64 *rcpt, int nrcpt)
 		for (k = 0; k < nrcpt; k++)
 			if (rcpt[k] == id)
 			{
-				Datum		v[CLAIM_COL_LEASED];
-				bool		n[CLAIM_COL_LEASED];
-				bool		repl[CLAIM_COL_LEASED] = {0};
+				Datum		v[CLAIM_COL_HAS_PARENTS];
+				bool		n[CLAIM_COL_HAS_PARENTS];
+				bool		repl[CLAIM_COL_HAS_PARENTS] = {0};
 
 				v[CLAIM_COL_PRIOR_OUTCOME - 1] = CStringGetTextDatum("committed");
 				n[CLAIM_COL_PRIOR_OUTCOME - 1] = false;
@@ -1415,8 +1416,8 @@ claim_round(ClaimCall *call, int want, bool *more, int64 *lease_usecs,
 		}
 		for (r = 0; r < nrows; r++)
 		{
-			Datum		vals[CLAIM_NCOLS + CLAIM_MAX_EXTRA];
-			bool		nulls[CLAIM_NCOLS + CLAIM_MAX_EXTRA];
+			Datum		vals[CLAIM_NCOLS + CLAIM_MAX_EXTRA + 1];
+			bool		nulls[CLAIM_NCOLS + CLAIM_MAX_EXTRA + 1];
 			int			c;
 
 			if (!NtaskGetBool(r, CLAIM_COL_LEASED))
@@ -1428,6 +1429,13 @@ claim_round(ClaimCall *call, int want, bool *more, int64 *lease_usecs,
 				vals[CLAIM_NCOLS + c] = call->extra[c];
 				nulls[CLAIM_NCOLS + c] = call->extranulls[c];
 			}
+			/* the last column, context: only a task with parents has one */
+			c = CLAIM_NCOLS + call->nextra;
+			vals[c] = (Datum) 0;
+			nulls[c] = true;
+			if (NtaskGetBool(r, CLAIM_COL_HAS_PARENTS))
+				vals[c] = NtaskClaimContextParents(NtaskGetInt64(r, CLAIM_COL_TASK_ID),
+												   &nulls[c]);
 			tuplestore_putvalues(call->rsinfo->setResult, call->rsinfo->setDesc,
 								 vals, nulls);
 			leased++;

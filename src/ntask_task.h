@@ -69,6 +69,9 @@ extern bool NtaskTargetIsHttp(Jsonb *target);
 extern void NtaskCheckTargetType(Jsonb *target);
 extern NtaskHttpTarget *NtaskParseHttpTarget(Jsonb *target);
 
+/* context.c: the claim's context column */
+extern Datum NtaskClaimContextParents(int64 task_id, bool *isnull);
+
 /* result.c: stored results */
 extern void NtaskCheckResult(Jsonb *jb, int element);
 extern Datum NtaskArgResult(FunctionCallInfo fcinfo, int argno, bool *isnull);

@@ -48,11 +48,11 @@ static NtaskPlan queue_insert_plan = {
 };
 
 /*
- * Parameters of queue_update_plan: the 20 arguments of ntask_queue_set,
+ * Parameters of queue_update_plan: the 21 arguments of ntask_queue_set,
  * with each rate limit as two (count, interval; count 0 for 'none').
  */
-#define QUEUE_NARGS 20
-#define QUEUE_NPARAMS 22
+#define QUEUE_NARGS 21
+#define QUEUE_NPARAMS 23
 
 static NtaskPlan queue_update_plan = {
 	"queue update",
@@ -85,6 +85,7 @@ static NtaskPlan queue_update_plan = {
 	"  breaker_failures = CASE WHEN $21 IS NULL THEN q.breaker_failures "
 	"    ELSE NULLIF($21, 0) END, "
 	"  breaker_cooldown = coalesce($22, q.breaker_cooldown), "
+	"  on_parent_failed = coalesce($23, q.on_parent_failed), "
 	"  updated_at = pg_catalog.statement_timestamp() "
 	"WHERE q.queue OPERATOR(pg_catalog.=) $1 "
 	"  AND coalesce($6, q.backoff_max) OPERATOR(pg_catalog.>=) "
@@ -93,7 +94,7 @@ static NtaskPlan queue_update_plan = {
 	QUEUE_NPARAMS, {TEXTOID, INT4OID, INTERVALOID, INTERVALOID, INTERVALOID, INTERVALOID,
 		TEXTOID, JSONBOID, INTERVALOID, BOOLOID, TEXTOID,
 		INT4OID, INT4OID, BOOLOID, BOOLOID, INT4OID, INTERVALOID, INT4OID,
-	INTERVALOID, FLOAT4OID, INT4OID, INTERVALOID}
+	INTERVALOID, FLOAT4OID, INT4OID, INTERVALOID, TEXTOID}
 };
 
 /* $2: the caller; true when the queue restricts this right to a role it lacks */
@@ -442,7 +443,8 @@ queue_check_flow(void)
  *				   backoff_max, guard, target, retention, notify, fairness,
  *				   max_inflight, partition_max_inflight, ordered,
  *				   ordered_skip_repair, rate_limit, partition_rate_limit,
- *				   retry_share, breaker_failures, breaker_cooldown)
+ *				   retry_share, breaker_failures, breaker_cooldown,
+ *				   on_parent_failed)
  *		RETURNS SETOF ntask.queue
  *		Create the queue or update the given fields (NULL keeps the current
  *		value, or the table default for a new queue).  Returns the row.
@@ -539,6 +541,8 @@ ntask_queue_set(PG_FUNCTION_ARGS)
 	}
 	if (!PG_ARGISNULL(19))
 		NtaskCheckPositiveInterval(PG_GETARG_INTERVAL_P(19), "breaker_cooldown");
+	if (!PG_ARGISNULL(20))
+		NtaskCheckParentPolicy(PG_GETARG_TEXT_PP(20));
 	/* the worker rereads an http queue's breaker at once, not next tick */
 	if ((!PG_ARGISNULL(18)) || (!PG_ARGISNULL(19)))
 		NtaskWakeWorkerAtCommit();

@@ -1000,8 +1000,8 @@ ntask_transition_and_claim(PG_FUNCTION_ARGS)
 	cc.nextra = 3;
 	if (NtaskClaimInto(&cc) == 0)
 	{
-		Datum		out[10];
-		bool		outnulls[10];
+		Datum		out[11];
+		bool		outnulls[11];
 		int			k;
 
 		for (k = 0; k < 7; k++)
@@ -1014,6 +1014,8 @@ ntask_transition_and_claim(PG_FUNCTION_ARGS)
 			out[7 + k] = extra[k];
 			outnulls[7 + k] = extranulls[k];
 		}
+		out[10] = (Datum) 0;	/* context */
+		outnulls[10] = true;
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, outnulls);
 	}
 	SPI_finish();
@@ -1024,8 +1026,9 @@ ntask_transition_and_claim(PG_FUNCTION_ARGS)
  * ntask.task_row_valid(state, due_at, lease_owner) RETURNS boolean
  *
  * The state machine's row invariants, as one CHECK constraint of
- * ntask.task: state is one of the seven states; due_at is NULL exactly
- * for the finished states; lease_owner is set exactly while leased.  In C
+ * ntask.task: state is one of the eight states; due_at is NULL exactly
+ * for the finished states and waiting (for parents); lease_owner is set
+ * exactly while leased.  In C
  * because a CHECK constraint's expression is read back from its stored
  * node tree by every statement that writes the table: the three SQL
  * CHECKs this replaces (IN lists of text constants, 3.7 kB of node text)
@@ -1039,7 +1042,7 @@ ntask_task_row_valid(PG_FUNCTION_ARGS)
 {
 	static const char *const states[] = {
 		"ready", "leased", "retry_wait", "succeeded", "repair_required",
-		"canceled", "skipped"
+		"canceled", "skipped", "waiting"
 	};
 	text	   *t;
 	int			len;
@@ -1057,6 +1060,7 @@ ntask_task_row_valid(PG_FUNCTION_ARGS)
 			which = i;
 	if (which < 0)
 		PG_RETURN_BOOL(false);
+	/* waiting (for parents) is unfinished but due never: in no claim index */
 	finished = which >= 3;
 	PG_RETURN_BOOL(PG_ARGISNULL(1) == finished &&
 				   (which == 1) == !PG_ARGISNULL(2));
