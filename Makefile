@@ -46,7 +46,8 @@ SHLIB_LINK = -lcurl
 
 
 REGRESS = setup enqueue claim fairness flow transition budget replay_cancel release batch result wait saga guard errors stats receipt distribute \
-	cron schedule housekeeping http_target breaker privileges explain metrics upgrade
+	cron schedule housekeeping http_target breaker privileges explain metrics upgrade \
+	deps
 REGRESS_OPTS = --temp-instance=./tmp_check_regress --temp-config=$(srcdir)/test/ntask.conf
 
 ISOLATION = takeover_w1_w2 claim_skip_locked enqueue_same_key cancel_vs_transition \
