@@ -81,8 +81,9 @@ SELECT created, state FROM ntask_enqueue('dgc', 'g4', '{}', depends_on => ARRAY[
 	on_parent_failed => 'wait');
 -- a waiting task can be canceled by an operator, not replayed
 SELECT task_id AS g4 FROM ntask.task WHERE queue = 'dgc' AND task_key = 'g4' \gset
+\set VERBOSITY sqlstate
 SELECT ntask_replay(:g4, 'ops', 'no');
-\echo :SQLSTATE
+\set VERBOSITY default
 SELECT ntask_cancel(:g4, 'ops', 'give up');
 
 -- budget: a waiting task spends none, its deadline starts when ready
@@ -104,8 +105,9 @@ SELECT * FROM ntask_enqueue_many('dg', ARRAY['x1', 'x2'], ARRAY['{}', '{}']::jso
 \echo :SQLSTATE
 SELECT * FROM ntask_enqueue('dg', 'x1', '{}', depends_on => ARRAY['a', NULL]);
 \echo :SQLSTATE
+\set VERBOSITY sqlstate
 SELECT * FROM ntask_enqueue('dg', 'x1', '{}', depends_on => ARRAY['a', 'dg:a']);
-\echo :SQLSTATE
+\set VERBOSITY default
 SELECT * FROM ntask_enqueue('dg', 'x1', '{}', depends_on => ARRAY['a'], on_parent_failed => 'explode');
 \echo :SQLSTATE
 SELECT * FROM ntask_enqueue('dg', 'x1', '{}', on_parent_failed => 'cancel');
