@@ -58,7 +58,8 @@ ISOLATION = takeover_w1_w2 claim_skip_locked enqueue_same_key cancel_vs_transiti
 	claim_wait_two_waiters notify_at_commit saga_step_vs_cancel saga_stale_step_worker \
 	saga_double_start saga_compensated_vs_cancel fair_concurrent_turns partition_inflight_limit ordered_key_one_in_flight \
 	ordered_takeover rate_limit_concurrent ordered_switch_vs_enqueue notify_mixed_case \
-	claim_locks_unreachable claim_wait_limited claim_repeatable_read
+	claim_locks_unreachable claim_wait_limited claim_repeatable_read \
+	deps_fan_in_concurrent deps_stale_parent_worker deps_cancel_vs_success
 ISOLATION_OPTS = --temp-instance=./tmp_check_iso --temp-config=$(srcdir)/test/ntask.conf
 
 TAP_TESTS = 1
