@@ -140,3 +140,11 @@ SELECT ntask_queue_set_roles('dg2', producer_role => NULL, worker_role => NULL);
 DROP ROLE regress_dep_producer, regress_dep_private;
 -- nothing was written by the refused calls
 SELECT count(*) AS refused_written FROM ntask.task WHERE task_key = 'x1';
+
+-- retention prunes a finished child's dependency rows with it
+SELECT count(*) AS c_deps_before FROM ntask.task_dep WHERE task_id = :c;
+SELECT queue FROM ntask_queue_set('dg', retention => '1 microsecond');
+SELECT pg_sleep(0.01);
+SELECT ntask_housekeeping() IS NOT NULL AS ran;
+SELECT count(*) AS c_deps_after, (SELECT count(*) FROM ntask.task WHERE task_id = :c) AS c_rows
+FROM ntask.task_dep WHERE task_id = :c;
