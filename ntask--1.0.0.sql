@@ -2111,7 +2111,7 @@ LANGUAGE C;
 COMMENT ON FUNCTION ntask.task_deps_changed() IS
 'ntask: internal: trigger on ntask.task: a parent that succeeded counts down its waiting children and makes the last one ready; one that ended in repair_required, canceled or skipped cancels its children whose policy is cancel';
 CREATE TRIGGER task_deps_changed AFTER UPDATE OF state ON ntask.task
-	FOR EACH ROW WHEN (NEW.has_children AND NEW.state IS DISTINCT FROM OLD.state)
+	FOR EACH ROW WHEN (NEW.has_children)
 	EXECUTE FUNCTION ntask.task_deps_changed();
 REVOKE ALL ON FUNCTION ntask.task_deps_changed() FROM PUBLIC;
 GRANT SELECT ON ntask.task_dep TO ntask_admin;

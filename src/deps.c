@@ -476,8 +476,9 @@ deps_failed(int64 parent, const char *pqueue, const char *pkey, const char *stat
 
 /*
  * ntask.task_deps_changed() trigger: AFTER UPDATE OF state ON ntask.task
- * FOR EACH ROW WHEN (NEW.has_children AND NEW.state IS DISTINCT FROM
- * OLD.state).
+ * FOR EACH ROW WHEN (NEW.has_children).  The WHEN clause is one column:
+ * its node tree is read back by every statement that updates the state
+ * of ntask.task, so the rest (did the state change) is tested here.
  */
 Datum
 ntask_task_deps_changed(PG_FUNCTION_ARGS)
@@ -492,6 +493,8 @@ ntask_task_deps_changed(PG_FUNCTION_ARGS)
 		elog(ERROR, "ntask: task_deps_changed must be an AFTER UPDATE row trigger");
 	task_id = DatumGetInt64(deps_attr(td, td->tg_newtuple, "task_id", &isnull));
 	state = TextDatumGetCString(deps_attr(td, td->tg_newtuple, "state", &isnull));
+	if (strcmp(state, TextDatumGetCString(deps_attr(td, td->tg_trigtuple, "state", &isnull))) == 0)
+		return PointerGetDatum(NULL);
 
 	if (strcmp(state, "succeeded") == 0)
 	{
