@@ -1329,4 +1329,41 @@ $$;
 COMMENT ON FUNCTION @extschema@.ntask_explain(bigint, boolean) IS
 'ntask: one time-ordered record of a task for on-call: first what it is waiting for, in words, then the enqueue, every attempt (claimed, invoked, ended with result, error class and stage, outcome known or unknown, HTTP status), receipts, audited replays, cancels, repair assignments and guard errors, and the end; the payload only with include_payload';
 
+-- DROP EXTENSION's warning counts the tasks waiting for parents as unfinished
+CREATE OR REPLACE FUNCTION ntask.drop_cleanup() RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	t record;
+	jobs integer := 0;
+BEGIN
+	-- the jobs ntask_schedule registered in this database (by id: the
+	-- dropping role need not be the one that owns them)
+	IF to_regprocedure('cron.unschedule(bigint)') IS NOT NULL
+	   AND to_regclass('cron.job') IS NOT NULL THEN
+		EXECUTE 'SELECT count(cron.unschedule(j.jobid))::integer FROM cron.job j
+				 WHERE j.database OPERATOR(pg_catalog.=) pg_catalog.current_database()
+				   AND j.jobname OPERATOR(pg_catalog.=) ANY (
+					   SELECT s.cron_job FROM ntask.schedule s WHERE s.cron_job IS NOT NULL)'
+		INTO jobs;
+	END IF;
+	IF jobs > 0 THEN
+		RAISE NOTICE 'ntask: unscheduled % pg_cron job(s) of ntask schedules', jobs;
+	END IF;
+	IF EXISTS (SELECT 1 FROM ntask.schedule s WHERE s.cron_job IS NULL) THEN
+		RAISE NOTICE 'ntask: schedules registered by hand in pg_cron''s database (jobs named ntask:<name>) must be unscheduled there';
+	END IF;
+
+	SELECT count(*) FILTER (WHERE tt.state OPERATOR(pg_catalog.=) ANY ('{ready,leased,retry_wait,waiting}')) AS unfinished,
+		   count(*) FILTER (WHERE tt.state OPERATOR(pg_catalog.=) 'repair_required') AS repair,
+		   max(tt.task_id) AS max_id
+	INTO t FROM ntask.task tt;
+	IF t.unfinished > 0 OR t.repair > 0 THEN
+		RAISE WARNING 'ntask: DROP EXTENSION ntask drops % unfinished task(s) and % awaiting repair', t.unfinished, t.repair
+			USING DETAIL = format('The highest task id was %s; a new CREATE EXTENSION ntask numbers tasks from 1 again.', t.max_id),
+				  HINT = format('To keep task ids unique after re-creating it: SELECT setval(''ntask.task_task_id_seq'', %s);', t.max_id);
+	END IF;
+END $$;
+
 -- end of issue 36.1

@@ -2043,7 +2043,7 @@ BEGIN
 		RAISE NOTICE 'ntask: schedules registered by hand in pg_cron''s database (jobs named ntask:<name>) must be unscheduled there';
 	END IF;
 
-	SELECT count(*) FILTER (WHERE tt.state OPERATOR(pg_catalog.=) ANY ('{ready,leased,retry_wait}')) AS unfinished,
+	SELECT count(*) FILTER (WHERE tt.state OPERATOR(pg_catalog.=) ANY ('{ready,leased,retry_wait,waiting}')) AS unfinished,
 		   count(*) FILTER (WHERE tt.state OPERATOR(pg_catalog.=) 'repair_required') AS repair,
 		   max(tt.task_id) AS max_id
 	INTO t FROM ntask.task tt;
