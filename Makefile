@@ -31,6 +31,7 @@ OBJS = \
 	src/waiter.o \
 	src/wait.o \
 	src/result.o \
+	src/deps.o \
 	src/saga.o \
 	src/breaker.o \
 	src/dispatch.o \
@@ -51,7 +52,8 @@ REGRESS = setup enqueue claim fairness flow transition budget replay_cancel rele
 	bulk progress trace \
 	pause \
 	aging \
-	workflow
+	workflow \
+	deps
 REGRESS_OPTS = --temp-instance=./tmp_check_regress --temp-config=$(srcdir)/test/ntask.conf
 
 ISOLATION = takeover_w1_w2 claim_skip_locked enqueue_same_key cancel_vs_transition \
@@ -66,7 +68,8 @@ ISOLATION = takeover_w1_w2 claim_skip_locked enqueue_same_key cancel_vs_transiti
 	bulk_cancel_vs_transition \
 	pause_vs_claim \
 	aging_vs_claim \
-	checkpoint_stale_after_takeover signal_vs_await await_timeout
+	checkpoint_stale_after_takeover signal_vs_await await_timeout \
+	deps_fan_in_concurrent deps_stale_parent_worker deps_cancel_vs_success
 ISOLATION_OPTS = --temp-instance=./tmp_check_iso --temp-config=$(srcdir)/test/ntask.conf
 
 TAP_TESTS = 1

@@ -1328,45 +1328,6 @@ GRANT EXECUTE ON FUNCTION
 	@extschema@.ntask_signal(text, text, jsonb)
 TO ntask_worker;
 GRANT EXECUTE ON FUNCTION @extschema@.ntask_queue_set_signal_role(text, regrole) TO ntask_admin;
-
--- DROP EXTENSION counts awaiting tasks as unfinished
-CREATE OR REPLACE FUNCTION ntask.drop_cleanup() RETURNS void
-LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-	t record;
-	jobs integer := 0;
-BEGIN
-	-- the jobs ntask_schedule registered in this database (by id: the
-	-- dropping role need not be the one that owns them)
-	IF to_regprocedure('cron.unschedule(bigint)') IS NOT NULL
-	   AND to_regclass('cron.job') IS NOT NULL THEN
-		EXECUTE 'SELECT count(cron.unschedule(j.jobid))::integer FROM cron.job j
-				 WHERE j.database OPERATOR(pg_catalog.=) pg_catalog.current_database()
-				   AND j.jobname OPERATOR(pg_catalog.=) ANY (
-					   SELECT s.cron_job FROM ntask.schedule s WHERE s.cron_job IS NOT NULL)'
-		INTO jobs;
-	END IF;
-	IF jobs > 0 THEN
-		RAISE NOTICE 'ntask: unscheduled % pg_cron job(s) of ntask schedules', jobs;
-	END IF;
-	IF EXISTS (SELECT 1 FROM ntask.schedule s WHERE s.cron_job IS NULL) THEN
-		RAISE NOTICE 'ntask: schedules registered by hand in pg_cron''s database (jobs named ntask:<name>) must be unscheduled there';
-	END IF;
-
-	SELECT count(*) FILTER (WHERE tt.state OPERATOR(pg_catalog.=) ANY ('{ready,leased,retry_wait,awaiting}')) AS unfinished,
-		   count(*) FILTER (WHERE tt.state OPERATOR(pg_catalog.=) 'repair_required') AS repair,
-		   max(tt.task_id) AS max_id
-	INTO t FROM ntask.task tt;
-	IF t.unfinished > 0 OR t.repair > 0 THEN
-		RAISE WARNING 'ntask: DROP EXTENSION ntask drops % unfinished task(s) and % awaiting repair', t.unfinished, t.repair
-			USING DETAIL = format('The highest task id was %s; a new CREATE EXTENSION ntask numbers tasks from 1 again.', t.max_id),
-				  HINT = format('To keep task ids unique after re-creating it: SELECT setval(''ntask.task_task_id_seq'', %s);', t.max_id);
-	END IF;
-END $$;
-COMMENT ON FUNCTION ntask.drop_cleanup() IS
-'ntask: internal: before DROP EXTENSION ntask: unschedule its pg_cron jobs, warn about unfinished tasks and the task id sequence';
 REVOKE ALL ON FUNCTION ntask.drop_cleanup() FROM PUBLIC;
 
 -- an awaiting task without a timeout (due_at NULL) still heads its key in
@@ -1376,6 +1337,136 @@ CREATE INDEX task_ordered_idx ON ntask.task (queue, partition_key, task_id)
 	WHERE ordered AND (due_at IS NOT NULL OR state = 'repair_required' OR state = 'awaiting');
 
 -- end of issue 36.2 and 36.3
+
+-- issue 36.1: dependencies (fan-out, fan-in)
+
+ALTER TABLE ntask.queue ADD COLUMN on_parent_failed text NOT NULL DEFAULT 'wait'
+	CHECK (on_parent_failed IN ('wait', 'cancel'));
+COMMENT ON COLUMN ntask.queue.on_parent_failed IS 'what a task of the queue does when one of its parents ends in repair_required, canceled or skipped: wait (until the parent is replayed and succeeds) or cancel (reason parent_failed, audited); an enqueue''s on_parent_failed overrides it';
+ALTER TABLE ntask.task ADD COLUMN parents_left integer,
+	ADD COLUMN has_parents boolean NOT NULL DEFAULT false,
+	ADD COLUMN has_children boolean NOT NULL DEFAULT false,
+	ADD COLUMN on_parent_failed text CHECK (on_parent_failed IN ('wait', 'cancel'));
+COMMENT ON COLUMN ntask.task.parents_left IS 'parents (ntask_enqueue depends_on) not yet succeeded; NULL: the task has none';
+COMMENT ON COLUMN ntask.task.has_parents IS 'the task was enqueued with depends_on: its claim reads its parents'' results (context.parents)';
+COMMENT ON COLUMN ntask.task.has_children IS 'some task depends on this one: its end releases or decides them (trigger task_deps_changed)';
+COMMENT ON COLUMN ntask.task.on_parent_failed IS 'the enqueue''s policy for a failed parent (wait or cancel); NULL: the queue''s';
+COMMENT ON FUNCTION ntask.task_row_valid(text, timestamptz, text) IS
+'ntask: the task row invariants (CHECK task_row_valid): a known state, due_at NULL exactly when finished or waiting for parents, lease_owner set exactly while leased';
+
+-- issue 36.1: dependencies (fan-out, fan-in); docs/design.md "Operator
+-- controls and workflows".  One row per (child, parent): written by the
+-- enqueue that names the parents (depends_on), read when a parent ends
+-- (task_deps_changed) and when the child is claimed (context.parents).
+CREATE TABLE ntask.task_dep (
+	task_id			bigint NOT NULL,
+	parent_id		bigint NOT NULL,
+	shard			smallint NOT NULL DEFAULT 0,
+	PRIMARY KEY (task_id, parent_id)
+);
+CREATE INDEX task_dep_parent_idx ON ntask.task_dep (parent_id);
+COMMENT ON TABLE ntask.task_dep IS 'ntask: the parents of each task enqueued with depends_on (task_id waits for parent_id to succeed); pruned with the child';
+SELECT pg_catalog.pg_extension_config_dump('ntask.task_dep', '');
+
+-- A parent that ends releases or decides its children.  The WHEN clause
+-- keeps every task without children (has_children false) from running it.
+CREATE FUNCTION ntask.task_deps_changed() RETURNS trigger
+AS 'MODULE_PATHNAME', 'ntask_task_deps_changed'
+LANGUAGE C;
+COMMENT ON FUNCTION ntask.task_deps_changed() IS
+'ntask: internal: trigger on ntask.task: a parent that succeeded counts down its waiting children and makes the last one ready; one that ended in repair_required, canceled or skipped cancels its children whose policy is cancel';
+CREATE TRIGGER task_deps_changed AFTER UPDATE OF state ON ntask.task
+	FOR EACH ROW WHEN (NEW.has_children)
+	EXECUTE FUNCTION ntask.task_deps_changed();
+REVOKE ALL ON FUNCTION ntask.task_deps_changed() FROM PUBLIC;
+GRANT SELECT ON ntask.task_dep TO ntask_admin;
+
+-- on_parent_failed is appended to ntask_queue_set's arguments, depends_on
+-- and on_parent_failed to the enqueues': dropped and created again (as
+-- 35.6 and 35.1 did; grants a user made directly on them must be given
+-- again: grant the roles ntask_producer and ntask_admin instead).  The
+-- claim's context column (35.6) already has the parents key: nothing to
+-- change there.
+DROP FUNCTION @extschema@.ntask_queue_set(text, integer, interval, interval, interval, interval, regprocedure, jsonb, interval, boolean, text, integer, integer, boolean, boolean, text, text, real, integer, interval, interval, integer, text);
+DROP FUNCTION @extschema@.ntask_enqueue(text, text, jsonb, timestamptz, text, integer, text);
+DROP FUNCTION @extschema@.ntask_enqueue_many(text, text[], jsonb[], timestamptz, text[], integer, text);
+CREATE FUNCTION @extschema@.ntask_queue_set(
+	queue text,
+	max_attempts integer DEFAULT NULL,
+	total_deadline interval DEFAULT NULL,
+	lease interval DEFAULT NULL,
+	backoff_base interval DEFAULT NULL,
+	backoff_max interval DEFAULT NULL,
+	guard regprocedure DEFAULT NULL,
+	target jsonb DEFAULT NULL,
+	retention interval DEFAULT NULL,
+	notify boolean DEFAULT NULL,
+	fairness text DEFAULT NULL,
+	max_inflight integer DEFAULT NULL,
+	partition_max_inflight integer DEFAULT NULL,
+	ordered boolean DEFAULT NULL,
+	ordered_skip_repair boolean DEFAULT NULL,
+	rate_limit text DEFAULT NULL,
+	partition_rate_limit text DEFAULT NULL,
+	retry_share real DEFAULT NULL,
+	breaker_failures integer DEFAULT NULL,
+	breaker_cooldown interval DEFAULT NULL,
+	priority_aging interval DEFAULT NULL,
+	priority_aging_max integer DEFAULT NULL,
+	on_rate_limited text DEFAULT NULL,
+	on_parent_failed text DEFAULT NULL)
+RETURNS SETOF ntask.queue
+AS 'MODULE_PATHNAME', 'ntask_queue_set'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.ntask_queue_set(text, integer, interval, interval, interval, interval, regprocedure, jsonb, interval, boolean, text, integer, integer, boolean, boolean, text, text, real, integer, interval, interval, integer, text, text) IS
+'ntask: create or update a queue''s policy; NULL arguments keep the current value (or the default for a new queue); 0 (caps, breaker_failures, priority_aging) or ''none'' (rate limits) turns an option off, target => ''null'' (or ''{}'') removes the target; an http target''s hosts must be in ntask.http_allowed_hosts; on_rate_limited (http queues: retry, pause_key, pause_queue) says what a 429 or 503 with Retry-After does; on_parent_failed (wait, cancel) what a task does when a parent fails; returns the resulting row';
+
+CREATE FUNCTION @extschema@.ntask_enqueue(
+	queue text,
+	task_key text,
+	payload jsonb DEFAULT '{}',
+	run_at timestamptz DEFAULT NULL,
+	partition_key text DEFAULT NULL,
+	priority integer DEFAULT 0,
+	traceparent text DEFAULT NULL,
+	depends_on text[] DEFAULT NULL,
+	on_parent_failed text DEFAULT NULL)
+RETURNS TABLE (task_id bigint, created boolean, state text, outcome text, result jsonb)
+AS 'MODULE_PATHNAME', 'ntask_enqueue'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.ntask_enqueue(text, text, jsonb, timestamptz, text, integer, text, text[], text) IS
+'ntask: idempotent enqueue on (queue, task_key); a duplicate returns the existing task with created = false and its outcome and stored result (after the producer right is checked), the same key with a different payload raises SQLSTATE NT001; traceparent (else the setting ntask.traceparent) is a W3C trace context stored with the task; with depends_on (task keys of the queue or queue:key, which must exist) the task waits until every parent has succeeded';
+
+CREATE FUNCTION @extschema@.ntask_enqueue_many(
+	queue text,
+	task_keys text[],
+	payloads jsonb[],
+	run_at timestamptz DEFAULT NULL,
+	partition_keys text[] DEFAULT NULL,
+	priority integer DEFAULT 0,
+	traceparent text DEFAULT NULL,
+	depends_on text[] DEFAULT NULL,
+	on_parent_failed text DEFAULT NULL)
+RETURNS TABLE (task_id bigint, created boolean, state text, outcome text, result jsonb)
+AS 'MODULE_PATHNAME', 'ntask_enqueue_many'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.ntask_enqueue_many(text, text[], jsonb[], timestamptz, text[], integer, text, text[], text) IS
+'ntask: ntask_enqueue for each (task_keys[i], payloads[i], partition_keys[i]) in one statement; one row per element in input order; a key repeated in the call gives the same task (created only the first time), with a different payload NT001; every new task gets the traceparent (else the setting ntask.traceparent); depends_on and on_parent_failed apply to every task of the call';
+
+REVOKE ALL ON FUNCTION
+	@extschema@.ntask_queue_set(text, integer, interval, interval, interval, interval, regprocedure, jsonb, interval, boolean, text, integer, integer, boolean, boolean, text, text, real, integer, interval, interval, integer, text, text),
+	@extschema@.ntask_enqueue(text, text, jsonb, timestamptz, text, integer, text, text[], text),
+	@extschema@.ntask_enqueue_many(text, text[], jsonb[], timestamptz, text[], integer, text, text[], text)
+FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION
+	@extschema@.ntask_enqueue(text, text, jsonb, timestamptz, text, integer, text, text[], text),
+	@extschema@.ntask_enqueue_many(text, text[], jsonb[], timestamptz, text[], integer, text, text[], text)
+TO ntask_producer;
+GRANT EXECUTE ON FUNCTION
+	@extschema@.ntask_queue_set(text, integer, interval, interval, interval, interval, regprocedure, jsonb, interval, boolean, text, integer, integer, boolean, boolean, text, text, real, integer, interval, interval, integer, text, text)
+TO ntask_admin;
+
+-- end of issue 36.1
 
 -- 1.0.0: the objects several changes of issues 35 and 36 redefine, as
 -- ntask--1.0.0.sql has them (regress upgrade compares the two)
@@ -1484,6 +1575,18 @@ BEGIN
 	END IF;
 
 	words := CASE t.state
+		WHEN 'waiting' THEN
+			(SELECT format('waiting for %s of %s parents: %s%s; if one fails: %s',
+						   t.parents_left, count(*),
+						   string_agg(p.queue || ':' || p.task_key || CASE WHEN p.state OPERATOR(pg_catalog.<>) ALL ('{ready,leased,retry_wait,waiting}') THEN ' (' || p.state || ')' ELSE '' END, ', ' ORDER BY p.task_id)
+							   FILTER (WHERE p.state OPERATOR(pg_catalog.<>) 'succeeded'),
+						   CASE WHEN count(*) FILTER (WHERE p.state OPERATOR(pg_catalog.<>) 'succeeded') OPERATOR(pg_catalog.<) t.parents_left
+								THEN format(' (%s pruned)', t.parents_left OPERATOR(pg_catalog.-) count(*) FILTER (WHERE p.state OPERATOR(pg_catalog.<>) 'succeeded')) ELSE '' END,
+						   CASE coalesce(t.on_parent_failed, q.on_parent_failed)
+								WHEN 'cancel' THEN 'cancel'
+								ELSE 'wait until it is replayed and succeeds' END)
+			 FROM ntask.task_dep d JOIN ntask.task p ON p.task_id OPERATOR(pg_catalog.=) d.parent_id
+			 WHERE d.task_id OPERATOR(pg_catalog.=) t.task_id)
 		WHEN 'ready' THEN
 			CASE WHEN t.run_at OPERATOR(pg_catalog.>) n THEN
 				format('ready, not due until %s (in %s); then attempt %s of %s',
@@ -1741,7 +1844,9 @@ SELECT q.queue COLLATE "default" AS queue,
 	   CASE WHEN q.paused_until OPERATOR(pg_catalog.>) pg_catalog.now() THEN q.paused_until END AS paused_until,
 	   coalesce(kp.keys_paused, 0) AS keys_paused,
 	   coalesce(s.awaiting, 0) AS awaiting,
-	   pg_catalog.now() OPERATOR(pg_catalog.-) s.oldest_awaiting AS oldest_awaiting_age
+	   pg_catalog.now() OPERATOR(pg_catalog.-) s.oldest_awaiting AS oldest_awaiting_age,
+	   coalesce(s.waiting, 0) AS waiting,
+	   pg_catalog.now() OPERATOR(pg_catalog.-) s.oldest_waiting AS oldest_waiting_age
 FROM ntask.queue q
 LEFT JOIN (
 	SELECT k.queue, count(*) AS keys_paused FROM ntask.key_pause k
@@ -1762,12 +1867,14 @@ LEFT JOIN (
 		   min(t.created_at) FILTER (WHERE t.due_at IS NOT NULL) AS oldest_unfinished,
 		   sum(t.unknown_attempts) FILTER (WHERE t.state OPERATOR(pg_catalog.<>) ALL ('{succeeded,canceled,skipped}')) AS unknown_attempts,
 		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'awaiting') AS awaiting,
-		   min(t.updated_at) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'awaiting') AS oldest_awaiting
+		   min(t.updated_at) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'awaiting') AS oldest_awaiting,
+		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'waiting') AS waiting,
+		   min(t.created_at) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'waiting') AS oldest_waiting
 	FROM ntask.task t
 	GROUP BY t.queue
 ) s ON s.queue OPERATOR(pg_catalog.=) q.queue;
 
-COMMENT ON VIEW ntask.queue_stats IS 'ntask: per queue, tasks per state, oldest due-and-ready age, oldest unfinished age, attempts whose outcome is unknown of unfinished tasks (incl. repair_required), repair count, whether it is paused (by whom, since when, why, until when) and how many of its partition keys a rate limit holds back, tasks awaiting a signal and the age of the oldest await';
+COMMENT ON VIEW ntask.queue_stats IS 'ntask: per queue, tasks per state, oldest due-and-ready age, oldest unfinished age, attempts whose outcome is unknown of unfinished tasks (incl. repair_required), repair count, whether it is paused (by whom, since when, why, until when) and how many of its partition keys a rate limit holds back, tasks awaiting a signal and the age of the oldest await, tasks waiting for parents and the age of the oldest';
 
 CREATE OR REPLACE VIEW ntask.queue_metrics AS
 SELECT q.queue,
@@ -1815,8 +1922,47 @@ WHERE t.state = 'leased';
 
 COMMENT ON VIEW ntask.attempt_all IS 'ntask: every attempt: the ended ones (ntask.attempt) and the running one of each leased task (from its task row; ended_at and result NULL)';
 
+CREATE OR REPLACE FUNCTION ntask.drop_cleanup() RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	t record;
+	jobs integer := 0;
+BEGIN
+	-- the jobs ntask_schedule registered in this database (by id: the
+	-- dropping role need not be the one that owns them)
+	IF to_regprocedure('cron.unschedule(bigint)') IS NOT NULL
+	   AND to_regclass('cron.job') IS NOT NULL THEN
+		EXECUTE 'SELECT count(cron.unschedule(j.jobid))::integer FROM cron.job j
+				 WHERE j.database OPERATOR(pg_catalog.=) pg_catalog.current_database()
+				   AND j.jobname OPERATOR(pg_catalog.=) ANY (
+					   SELECT s.cron_job FROM ntask.schedule s WHERE s.cron_job IS NOT NULL)'
+		INTO jobs;
+	END IF;
+	IF jobs > 0 THEN
+		RAISE NOTICE 'ntask: unscheduled % pg_cron job(s) of ntask schedules', jobs;
+	END IF;
+	IF EXISTS (SELECT 1 FROM ntask.schedule s WHERE s.cron_job IS NULL) THEN
+		RAISE NOTICE 'ntask: schedules registered by hand in pg_cron''s database (jobs named ntask:<name>) must be unscheduled there';
+	END IF;
+
+	SELECT count(*) FILTER (WHERE tt.state OPERATOR(pg_catalog.=) ANY ('{ready,leased,retry_wait,awaiting,waiting}')) AS unfinished,
+		   count(*) FILTER (WHERE tt.state OPERATOR(pg_catalog.=) 'repair_required') AS repair,
+		   max(tt.task_id) AS max_id
+	INTO t FROM ntask.task tt;
+	IF t.unfinished > 0 OR t.repair > 0 THEN
+		RAISE WARNING 'ntask: DROP EXTENSION ntask drops % unfinished task(s) and % awaiting repair', t.unfinished, t.repair
+			USING DETAIL = format('The highest task id was %s; a new CREATE EXTENSION ntask numbers tasks from 1 again.', t.max_id),
+				  HINT = format('To keep task ids unique after re-creating it: SELECT setval(''ntask.task_task_id_seq'', %s);', t.max_id);
+	END IF;
+END $$;
+
+COMMENT ON FUNCTION ntask.drop_cleanup() IS
+'ntask: internal: before DROP EXTENSION ntask: unschedule its pg_cron jobs, warn about unfinished tasks and the task id sequence';
+
 COMMENT ON FUNCTION @extschema@.ntask_claim(text, text, integer, interval, interval, boolean) IS
-'ntask: lease up to max_tasks due tasks (FOR UPDATE SKIP LOCKED), taking over expired leases; each gets a new fencing token and counts an attempt; tasks whose budget is spent go to repair_required instead; with wait, when nothing is due, sleeps until work of the queue is committed or comes due (at most wait, cut to ntask.max_wait), holding no lock; with invoked, each leased attempt is marked invoked in the same statement (as ntask_invoked); context is NULL or an object: traceparent (the enqueue''s trace context with a span id of this attempt), checkpoints (the task''s so far), signal (the awaited signal''s payload, or timed_out)';
+'ntask: lease up to max_tasks due tasks (FOR UPDATE SKIP LOCKED), taking over expired leases; each gets a new fencing token and counts an attempt; tasks whose budget is spent go to repair_required instead; with wait, when nothing is due, sleeps until work of the queue is committed or comes due (at most wait, cut to ntask.max_wait), holding no lock; with invoked, each leased attempt is marked invoked in the same statement (as ntask_invoked); context is NULL or an object: traceparent (the enqueue''s trace context with a span id of this attempt), checkpoints (the task''s so far), signal (the awaited signal''s payload, or timed_out), parents (the parents'' stored results)';
 
 COMMENT ON FUNCTION @extschema@.ntask_transition_and_claim(bigint, bigint, text, text, text, integer, text, text, jsonb, timestamptz, text, interval, jsonb) IS
 'ntask: ntask_transition of the task a worker holds, then ntask_claim of the next, in one statement; every row carries the transition''s answer (finish_result, finish_state, finish_run_at), and when nothing is claimed one row with the claim columns NULL still does; context as ntask_claim''s';

@@ -125,7 +125,7 @@ RETURNS boolean
 AS 'MODULE_PATHNAME', 'ntask_task_row_valid'
 LANGUAGE C IMMUTABLE PARALLEL SAFE;
 COMMENT ON FUNCTION ntask.task_row_valid(text, timestamptz, text) IS
-'ntask: the task row invariants (CHECK task_row_valid): a known state, due_at NULL exactly when finished, lease_owner set exactly while leased';
+'ntask: the task row invariants (CHECK task_row_valid): a known state, due_at NULL exactly when finished or waiting for parents, lease_owner set exactly while leased';
 
 -- ntask_schedule's producer check: who is calling, under SECURITY DEFINER
 CREATE FUNCTION ntask.outer_role() RETURNS oid
@@ -200,6 +200,8 @@ CREATE TABLE ntask.queue (
 	priority_aging	interval CHECK (priority_aging > '0'),
 	priority_aging_max integer,
 	signal_role		regrole,
+	on_parent_failed text NOT NULL DEFAULT 'wait'
+		CHECK (on_parent_failed IN ('wait', 'cancel')),
 	CHECK ((rate_n IS NULL) = (rate_per IS NULL)),
 	CHECK ((partition_rate_n IS NULL) = (partition_rate_per IS NULL))
 );
@@ -222,6 +224,7 @@ COMMENT ON COLUMN ntask.queue.breaker_cooldown IS 'how long an open breaker send
 COMMENT ON COLUMN ntask.queue.priority_aging IS 'priority aging: a due task''s effective priority rises by one per this interval waited (since its due_at), up to priority_aging_max; NULL: off (fairness none only)';
 COMMENT ON COLUMN ntask.queue.priority_aging_max IS 'with priority_aging: the highest effective priority aging can reach (NULL: the highest priority among the queue''s due tasks); aging never lowers a priority';
 COMMENT ON COLUMN ntask.queue.signal_role IS 'who may ntask_signal the queue''s tasks (NULL: whoever has its producer right); set by ntask_queue_set_signal_role';
+COMMENT ON COLUMN ntask.queue.on_parent_failed IS 'what a task of the queue does when one of its parents ends in repair_required, canceled or skipped: wait (until the parent is replayed and succeeds) or cancel (reason parent_failed, audited); an enqueue''s on_parent_failed overrides it';
 COMMENT ON COLUMN ntask.queue.guard_owner IS 'the role that owned the guard function when it was set; a function of the guard''s name with another owner is refused at use (guard_error)';
 COMMENT ON COLUMN ntask.queue.paused_at IS 'set while an operator has paused the queue (ntask_queue_pause): no claim hands anything out';
 COMMENT ON COLUMN ntask.queue.paused_by IS 'who paused the queue (the actor of ntask_queue_pause)';
@@ -282,9 +285,13 @@ CREATE TABLE ntask.task (
 	checkpoints		integer NOT NULL DEFAULT 0,
 	signal_key		text COLLATE "C",
 	await_on_timeout text,
+	parents_left	integer,
+	has_parents		boolean NOT NULL DEFAULT false,
+	has_children	boolean NOT NULL DEFAULT false,
+	on_parent_failed text CHECK (on_parent_failed IN ('wait', 'cancel')),
 	UNIQUE (queue, task_key),
-	-- a known state, due_at NULL exactly when finished, lease_owner set
-	-- exactly while leased
+	-- a known state, due_at NULL exactly when finished (or waiting for
+	-- parents), lease_owner set exactly while leased
 	CONSTRAINT task_row_valid CHECK (ntask.task_row_valid(state, due_at, lease_owner))
 );
 COMMENT ON TABLE ntask.task IS 'ntask: one row per logical task; state machine in docs/design.md';
@@ -302,6 +309,10 @@ COMMENT ON COLUMN ntask.task.progress_at IS 'when progress was reported';
 COMMENT ON COLUMN ntask.task.checkpoints IS 'how many checkpoints (ntask.checkpoint) the task has; the claim reads them only when above 0';
 COMMENT ON COLUMN ntask.task.signal_key IS 'the signal the task awaits or awaited (ntask_await); its claims carry the signal in context';
 COMMENT ON COLUMN ntask.task.await_on_timeout IS 'while awaiting: what the await''s timeout does, ready or repair (NULL otherwise)';
+COMMENT ON COLUMN ntask.task.parents_left IS 'parents (ntask_enqueue depends_on) not yet succeeded; NULL: the task has none';
+COMMENT ON COLUMN ntask.task.has_parents IS 'the task was enqueued with depends_on: its claim reads its parents'' results (context.parents)';
+COMMENT ON COLUMN ntask.task.has_children IS 'some task depends on this one: its end releases or decides them (trigger task_deps_changed)';
+COMMENT ON COLUMN ntask.task.on_parent_failed IS 'the enqueue''s policy for a failed parent (wait or cancel); NULL: the queue''s';
 
 /*
  * The ready set: only unfinished tasks are in this index, so a claim stays
@@ -691,7 +702,9 @@ SELECT q.queue COLLATE "default" AS queue,
 	   CASE WHEN q.paused_until OPERATOR(pg_catalog.>) pg_catalog.now() THEN q.paused_until END AS paused_until,
 	   coalesce(kp.keys_paused, 0) AS keys_paused,
 	   coalesce(s.awaiting, 0) AS awaiting,
-	   pg_catalog.now() OPERATOR(pg_catalog.-) s.oldest_awaiting AS oldest_awaiting_age
+	   pg_catalog.now() OPERATOR(pg_catalog.-) s.oldest_awaiting AS oldest_awaiting_age,
+	   coalesce(s.waiting, 0) AS waiting,
+	   pg_catalog.now() OPERATOR(pg_catalog.-) s.oldest_waiting AS oldest_waiting_age
 FROM ntask.queue q
 LEFT JOIN (
 	SELECT k.queue, count(*) AS keys_paused FROM ntask.key_pause k
@@ -712,11 +725,13 @@ LEFT JOIN (
 		   min(t.created_at) FILTER (WHERE t.due_at IS NOT NULL) AS oldest_unfinished,
 		   sum(t.unknown_attempts) FILTER (WHERE t.state OPERATOR(pg_catalog.<>) ALL ('{succeeded,canceled,skipped}')) AS unknown_attempts,
 		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'awaiting') AS awaiting,
-		   min(t.updated_at) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'awaiting') AS oldest_awaiting
+		   min(t.updated_at) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'awaiting') AS oldest_awaiting,
+		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'waiting') AS waiting,
+		   min(t.created_at) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'waiting') AS oldest_waiting
 	FROM ntask.task t
 	GROUP BY t.queue
 ) s ON s.queue OPERATOR(pg_catalog.=) q.queue;
-COMMENT ON VIEW ntask.queue_stats IS 'ntask: per queue, tasks per state, oldest due-and-ready age, oldest unfinished age, attempts whose outcome is unknown of unfinished tasks (incl. repair_required), repair count, whether it is paused (by whom, since when, why, until when) and how many of its partition keys a rate limit holds back, tasks awaiting a signal and the age of the oldest await';
+COMMENT ON VIEW ntask.queue_stats IS 'ntask: per queue, tasks per state, oldest due-and-ready age, oldest unfinished age, attempts whose outcome is unknown of unfinished tasks (incl. repair_required), repair count, whether it is paused (by whom, since when, why, until when) and how many of its partition keys a rate limit holds back, tasks awaiting a signal and the age of the oldest await, tasks waiting for parents and the age of the oldest';
 
 CREATE VIEW ntask.repair_queue AS
 SELECT t.task_id, t.queue COLLATE "default" AS queue, t.task_key COLLATE "default" AS task_key,
@@ -920,12 +935,13 @@ CREATE FUNCTION @extschema@.ntask_queue_set(
 	breaker_cooldown interval DEFAULT NULL,
 	priority_aging interval DEFAULT NULL,
 	priority_aging_max integer DEFAULT NULL,
-	on_rate_limited text DEFAULT NULL)
+	on_rate_limited text DEFAULT NULL,
+	on_parent_failed text DEFAULT NULL)
 RETURNS SETOF ntask.queue
 AS 'MODULE_PATHNAME', 'ntask_queue_set'
 LANGUAGE C VOLATILE;
-COMMENT ON FUNCTION @extschema@.ntask_queue_set(text, integer, interval, interval, interval, interval, regprocedure, jsonb, interval, boolean, text, integer, integer, boolean, boolean, text, text, real, integer, interval, interval, integer, text) IS
-'ntask: create or update a queue''s policy; NULL arguments keep the current value (or the default for a new queue); 0 (caps, breaker_failures, priority_aging) or ''none'' (rate limits) turns an option off, target => ''null'' (or ''{}'') removes the target; an http target''s hosts must be in ntask.http_allowed_hosts; on_rate_limited (http queues: retry, pause_key, pause_queue) says what a 429 or 503 with Retry-After does; returns the resulting row';
+COMMENT ON FUNCTION @extschema@.ntask_queue_set(text, integer, interval, interval, interval, interval, regprocedure, jsonb, interval, boolean, text, integer, integer, boolean, boolean, text, text, real, integer, interval, interval, integer, text, text) IS
+'ntask: create or update a queue''s policy; NULL arguments keep the current value (or the default for a new queue); 0 (caps, breaker_failures, priority_aging) or ''none'' (rate limits) turns an option off, target => ''null'' (or ''{}'') removes the target; an http target''s hosts must be in ntask.http_allowed_hosts; on_rate_limited (http queues: retry, pause_key, pause_queue) says what a 429 or 503 with Retry-After does; on_parent_failed (wait, cancel) what a task does when a parent fails; returns the resulting row';
 
 CREATE FUNCTION @extschema@.ntask_queue_pause(queue text, actor text, reason text)
 RETURNS boolean
@@ -964,12 +980,14 @@ CREATE FUNCTION @extschema@.ntask_enqueue(
 	run_at timestamptz DEFAULT NULL,
 	partition_key text DEFAULT NULL,
 	priority integer DEFAULT 0,
-	traceparent text DEFAULT NULL)
+	traceparent text DEFAULT NULL,
+	depends_on text[] DEFAULT NULL,
+	on_parent_failed text DEFAULT NULL)
 RETURNS TABLE (task_id bigint, created boolean, state text, outcome text, result jsonb)
 AS 'MODULE_PATHNAME', 'ntask_enqueue'
 LANGUAGE C VOLATILE;
-COMMENT ON FUNCTION @extschema@.ntask_enqueue(text, text, jsonb, timestamptz, text, integer, text) IS
-'ntask: idempotent enqueue on (queue, task_key); a duplicate returns the existing task with created = false and its outcome and stored result (after the producer right is checked), the same key with a different payload raises SQLSTATE NT001; traceparent (else the setting ntask.traceparent) is a W3C trace context stored with the task';
+COMMENT ON FUNCTION @extschema@.ntask_enqueue(text, text, jsonb, timestamptz, text, integer, text, text[], text) IS
+'ntask: idempotent enqueue on (queue, task_key); a duplicate returns the existing task with created = false and its outcome and stored result (after the producer right is checked), the same key with a different payload raises SQLSTATE NT001; traceparent (else the setting ntask.traceparent) is a W3C trace context stored with the task; with depends_on (task keys of the queue or queue:key, which must exist) the task waits until every parent has succeeded';
 
 CREATE FUNCTION @extschema@.ntask_enqueue_many(
 	queue text,
@@ -978,12 +996,14 @@ CREATE FUNCTION @extschema@.ntask_enqueue_many(
 	run_at timestamptz DEFAULT NULL,
 	partition_keys text[] DEFAULT NULL,
 	priority integer DEFAULT 0,
-	traceparent text DEFAULT NULL)
+	traceparent text DEFAULT NULL,
+	depends_on text[] DEFAULT NULL,
+	on_parent_failed text DEFAULT NULL)
 RETURNS TABLE (task_id bigint, created boolean, state text, outcome text, result jsonb)
 AS 'MODULE_PATHNAME', 'ntask_enqueue_many'
 LANGUAGE C VOLATILE;
-COMMENT ON FUNCTION @extschema@.ntask_enqueue_many(text, text[], jsonb[], timestamptz, text[], integer, text) IS
-'ntask: ntask_enqueue for each (task_keys[i], payloads[i], partition_keys[i]) in one statement; one row per element in input order; a key repeated in the call gives the same task (created only the first time), with a different payload NT001; every new task gets the traceparent (else the setting ntask.traceparent)';
+COMMENT ON FUNCTION @extschema@.ntask_enqueue_many(text, text[], jsonb[], timestamptz, text[], integer, text, text[], text) IS
+'ntask: ntask_enqueue for each (task_keys[i], payloads[i], partition_keys[i]) in one statement; one row per element in input order; a key repeated in the call gives the same task (created only the first time), with a different payload NT001; every new task gets the traceparent (else the setting ntask.traceparent); depends_on and on_parent_failed apply to every task of the call';
 
 CREATE FUNCTION @extschema@.ntask_result(queue text, task_key text)
 RETURNS TABLE (state text, outcome text, result jsonb, finished_at timestamptz)
@@ -1008,7 +1028,7 @@ RETURNS TABLE (task_id bigint, task_key text, payload jsonb, attempt integer,
 AS 'MODULE_PATHNAME', 'ntask_claim'
 LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION @extschema@.ntask_claim(text, text, integer, interval, interval, boolean) IS
-'ntask: lease up to max_tasks due tasks (FOR UPDATE SKIP LOCKED), taking over expired leases; each gets a new fencing token and counts an attempt; tasks whose budget is spent go to repair_required instead; with wait, when nothing is due, sleeps until work of the queue is committed or comes due (at most wait, cut to ntask.max_wait), holding no lock; with invoked, each leased attempt is marked invoked in the same statement (as ntask_invoked); context is NULL or an object: traceparent (the enqueue''s trace context with a span id of this attempt), checkpoints (the task''s so far), signal (the awaited signal''s payload, or timed_out)';
+'ntask: lease up to max_tasks due tasks (FOR UPDATE SKIP LOCKED), taking over expired leases; each gets a new fencing token and counts an attempt; tasks whose budget is spent go to repair_required instead; with wait, when nothing is due, sleeps until work of the queue is committed or comes due (at most wait, cut to ntask.max_wait), holding no lock; with invoked, each leased attempt is marked invoked in the same statement (as ntask_invoked); context is NULL or an object: traceparent (the enqueue''s trace context with a span id of this attempt), checkpoints (the task''s so far), signal (the awaited signal''s payload, or timed_out), parents (the parents'' stored results)';
 
 CREATE FUNCTION @extschema@.ntask_heartbeat(
 	task_id bigint,
@@ -1795,6 +1815,18 @@ BEGIN
 	END IF;
 
 	words := CASE t.state
+		WHEN 'waiting' THEN
+			(SELECT format('waiting for %s of %s parents: %s%s; if one fails: %s',
+						   t.parents_left, count(*),
+						   string_agg(p.queue || ':' || p.task_key || CASE WHEN p.state OPERATOR(pg_catalog.<>) ALL ('{ready,leased,retry_wait,waiting}') THEN ' (' || p.state || ')' ELSE '' END, ', ' ORDER BY p.task_id)
+							   FILTER (WHERE p.state OPERATOR(pg_catalog.<>) 'succeeded'),
+						   CASE WHEN count(*) FILTER (WHERE p.state OPERATOR(pg_catalog.<>) 'succeeded') OPERATOR(pg_catalog.<) t.parents_left
+								THEN format(' (%s pruned)', t.parents_left OPERATOR(pg_catalog.-) count(*) FILTER (WHERE p.state OPERATOR(pg_catalog.<>) 'succeeded')) ELSE '' END,
+						   CASE coalesce(t.on_parent_failed, q.on_parent_failed)
+								WHEN 'cancel' THEN 'cancel'
+								ELSE 'wait until it is replayed and succeeds' END)
+			 FROM ntask.task_dep d JOIN ntask.task p ON p.task_id OPERATOR(pg_catalog.=) d.parent_id
+			 WHERE d.task_id OPERATOR(pg_catalog.=) t.task_id)
 		WHEN 'ready' THEN
 			CASE WHEN t.run_at OPERATOR(pg_catalog.>) n THEN
 				format('ready, not due until %s (in %s); then attempt %s of %s',
@@ -2288,7 +2320,7 @@ BEGIN
 		RAISE NOTICE 'ntask: schedules registered by hand in pg_cron''s database (jobs named ntask:<name>) must be unscheduled there';
 	END IF;
 
-	SELECT count(*) FILTER (WHERE tt.state OPERATOR(pg_catalog.=) ANY ('{ready,leased,retry_wait,awaiting}')) AS unfinished,
+	SELECT count(*) FILTER (WHERE tt.state OPERATOR(pg_catalog.=) ANY ('{ready,leased,retry_wait,awaiting,waiting}')) AS unfinished,
 		   count(*) FILTER (WHERE tt.state OPERATOR(pg_catalog.=) 'repair_required') AS repair,
 		   max(tt.task_id) AS max_id
 	INTO t FROM ntask.task tt;
@@ -2334,6 +2366,35 @@ CREATE EVENT TRIGGER ntask_drop_extension ON ddl_command_start
 	WHEN TAG IN ('DROP EXTENSION')
 	EXECUTE FUNCTION ntask.drop_extension_check();
 
+-- issue 36.1: dependencies (fan-out, fan-in); docs/design.md "Operator
+-- controls and workflows".  One row per (child, parent): written by the
+-- enqueue that names the parents (depends_on), read when a parent ends
+-- (task_deps_changed) and when the child is claimed (context.parents).
+CREATE TABLE ntask.task_dep (
+	task_id			bigint NOT NULL,
+	parent_id		bigint NOT NULL,
+	shard			smallint NOT NULL DEFAULT 0,
+	PRIMARY KEY (task_id, parent_id)
+);
+CREATE INDEX task_dep_parent_idx ON ntask.task_dep (parent_id);
+COMMENT ON TABLE ntask.task_dep IS 'ntask: the parents of each task enqueued with depends_on (task_id waits for parent_id to succeed); pruned with the child';
+SELECT pg_catalog.pg_extension_config_dump('ntask.task_dep', '');
+
+-- A parent that ends releases or decides its children.  The WHEN clause
+-- keeps every task without children (has_children false) from running it.
+CREATE FUNCTION ntask.task_deps_changed() RETURNS trigger
+AS 'MODULE_PATHNAME', 'ntask_task_deps_changed'
+LANGUAGE C;
+COMMENT ON FUNCTION ntask.task_deps_changed() IS
+'ntask: internal: trigger on ntask.task: a parent that succeeded counts down its waiting children and makes the last one ready; one that ended in repair_required, canceled or skipped cancels its children whose policy is cancel';
+CREATE TRIGGER task_deps_changed AFTER UPDATE OF state ON ntask.task
+	FOR EACH ROW WHEN (NEW.has_children)
+	EXECUTE FUNCTION ntask.task_deps_changed();
+REVOKE ALL ON FUNCTION ntask.task_deps_changed() FROM PUBLIC;
+GRANT SELECT ON ntask.task_dep TO ntask_admin;
+
+-- end of issue 36.1
+
 -- ---------------------------------------------------------------------
 -- 6. Privileges (docs/design.md "Privileges")
 -- ---------------------------------------------------------------------
@@ -2342,13 +2403,13 @@ CREATE EVENT TRIGGER ntask_drop_extension ON ddl_command_start
 -- the three explain helpers; ntask_distribute is for superusers only.
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA ntask FROM PUBLIC;
 REVOKE ALL ON FUNCTION
-	@extschema@.ntask_queue_set(text, integer, interval, interval, interval, interval, regprocedure, jsonb, interval, boolean, text, integer, integer, boolean, boolean, text, text, real, integer, interval, interval, integer, text),
+	@extschema@.ntask_queue_set(text, integer, interval, interval, interval, interval, regprocedure, jsonb, interval, boolean, text, integer, integer, boolean, boolean, text, text, real, integer, interval, interval, integer, text, text),
 	@extschema@.ntask_queue_clear_guard(text),
 	@extschema@.ntask_queue_set_roles(text, regrole, regrole),
 	@extschema@.ntask_queue_pause(text, text, text),
 	@extschema@.ntask_queue_resume(text, text, text),
-	@extschema@.ntask_enqueue(text, text, jsonb, timestamptz, text, integer, text),
-	@extschema@.ntask_enqueue_many(text, text[], jsonb[], timestamptz, text[], integer, text),
+	@extschema@.ntask_enqueue(text, text, jsonb, timestamptz, text, integer, text, text[], text),
+	@extschema@.ntask_enqueue_many(text, text[], jsonb[], timestamptz, text[], integer, text, text[], text),
 	@extschema@.ntask_result(text, text),
 	@extschema@.ntask_claim(text, text, integer, interval, interval, boolean),
 	@extschema@.ntask_heartbeat(bigint, bigint, interval, jsonb),
@@ -2385,8 +2446,8 @@ REVOKE ALL ON FUNCTION
 FROM PUBLIC;
 
 GRANT EXECUTE ON FUNCTION
-	@extschema@.ntask_enqueue(text, text, jsonb, timestamptz, text, integer, text),
-	@extschema@.ntask_enqueue_many(text, text[], jsonb[], timestamptz, text[], integer, text),
+	@extschema@.ntask_enqueue(text, text, jsonb, timestamptz, text, integer, text, text[], text),
+	@extschema@.ntask_enqueue_many(text, text[], jsonb[], timestamptz, text[], integer, text, text[], text),
 	@extschema@.ntask_result(text, text),
 	@extschema@.ntask_saga_start(text, jsonb, text),
 	@extschema@.ntask_digest(jsonb, integer),
@@ -2414,7 +2475,7 @@ GRANT EXECUTE ON FUNCTION
 TO ntask_monitor;
 
 GRANT EXECUTE ON FUNCTION
-	@extschema@.ntask_queue_set(text, integer, interval, interval, interval, interval, regprocedure, jsonb, interval, boolean, text, integer, integer, boolean, boolean, text, text, real, integer, interval, interval, integer, text),
+	@extschema@.ntask_queue_set(text, integer, interval, interval, interval, interval, regprocedure, jsonb, interval, boolean, text, integer, integer, boolean, boolean, text, text, real, integer, interval, interval, integer, text, text),
 	@extschema@.ntask_queue_clear_guard(text),
 	@extschema@.ntask_queue_set_roles(text, regrole, regrole),
 	@extschema@.ntask_queue_pause(text, text, text),

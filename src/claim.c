@@ -769,8 +769,8 @@ typedef enum ClaimLeaseArg
  */
 #define CLAIM_CONTEXT_COLS(alias) \
 	alias "traceparent IS NOT NULL OR " alias "checkpoints OPERATOR(pg_catalog.>) 0 " \
-	"  OR " alias "signal_key IS NOT NULL, " \
-	alias "traceparent, " alias "checkpoints, " alias "signal_key"
+	"  OR " alias "signal_key IS NOT NULL OR " alias "has_parents, " \
+	alias "traceparent, " alias "checkpoints, " alias "signal_key, " alias "has_parents"
 
 static NtaskPlan claim_lease_plan = {
 	"claim lease",
@@ -780,7 +780,7 @@ static NtaskPlan claim_lease_plan = {
 	"  WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1) " NTASK_SHARD_IS("t", "9")
 	"  RETURNING t.task_id, t.task_key, t.payload, t.attempts, t.token, "
 	"    t.lease_until, t.unknown_attempts, t.state, t.shard, t.traceparent, "
-	"    t.checkpoints, t.signal_key, "
+	"    t.checkpoints, t.signal_key, t.has_parents, "
 	"    EXISTS (SELECT 1 FROM ntask.receipt r "
 	"            WHERE r.task_id OPERATOR(pg_catalog.=) t.task_id "
 	"              AND r.shard OPERATOR(pg_catalog.=) t.shard) AS committed "
@@ -840,7 +840,8 @@ typedef enum ClaimCol
 	CLAIM_COL_HAS_CONTEXT,		/* CLAIM_CONTEXT_COLS: any of the next */
 	CLAIM_COL_TRACEPARENT,
 	CLAIM_COL_CHECKPOINTS,
-	CLAIM_COL_SIGNAL_KEY
+	CLAIM_COL_SIGNAL_KEY,
+	CLAIM_COL_HAS_PARENTS
 } ClaimCol;
 
 #define CLAIM_NCOLS CLAIM_COL_PRIOR_OUTCOME /* handed to the caller */
@@ -875,9 +876,9 @@ claim_mark_committed(SPITupleTable *rows, int nrows, int64 *rcpt, int nrcpt)
 		for (k = 0; k < nrcpt; k++)
 			if (rcpt[k] == id)
 			{
-				Datum		v[CLAIM_COL_SIGNAL_KEY];
-				bool		n[CLAIM_COL_SIGNAL_KEY];
-				bool		repl[CLAIM_COL_SIGNAL_KEY] = {0};
+				Datum		v[CLAIM_COL_HAS_PARENTS];
+				bool		n[CLAIM_COL_HAS_PARENTS];
+				bool		repl[CLAIM_COL_HAS_PARENTS] = {0};
 
 				v[CLAIM_COL_PRIOR_OUTCOME - 1] = CStringGetTextDatum("committed");
 				n[CLAIM_COL_PRIOR_OUTCOME - 1] = false;
@@ -907,6 +908,7 @@ claim_context(int r, text *queue, bool *isnull)
 	in.checkpoints = NtaskGetInt32(r, CLAIM_COL_CHECKPOINTS);
 	sk = NtaskGetDatum(r, CLAIM_COL_SIGNAL_KEY, &sknull);
 	in.signal_key = sknull ? NULL : DatumGetTextPP(sk);
+	in.has_parents = NtaskGetBool(r, CLAIM_COL_HAS_PARENTS);
 	/* everything is read: context.c may run statements of its own */
 	return NtaskClaimContext(&in, isnull);
 }

@@ -5,8 +5,8 @@
  *	  column"): what a claimed task brings along besides its payload.
  *
  * A task with nothing to say gets NULL: the claim tests one boolean the
- * lease statement computes (has_context: a traceparent, checkpoints > 0 or
- * a signal_key) and calls NtaskClaimContext only when it is true.  Each
+ * lease statement computes (has_context: a traceparent, checkpoints > 0, a
+ * signal_key or has_parents) and calls NtaskClaimContext only when it is true.  Each
  * part has its own function; a part is added by a field of NtaskContextIn,
  * a column of the lease statement (and a term of its has_context), a
  * function here and its key:
@@ -17,6 +17,8 @@
  *	signal			{"key": k, "payload": p} once the signal was sent, else
  *					{"key": k, "timed_out": true}: the await's timeout
  *					let the task be claimed (36.3)
+ *	parents			{"queue:key": result, ...}: the stored results of its
+ *					parents (36.1; a parent pruned by retention is missing)
  *
  * Copyright (c) 2026, The ntask authors; the PostgreSQL Licence (LICENSE)
  *
@@ -50,6 +52,33 @@ static NtaskPlan ctx_signal_plan = {
 	"  AND s.signal_key OPERATOR(pg_catalog.=) $2",
 	2, {TEXTOID, TEXTOID}
 };
+
+static NtaskPlan ctx_parents_plan = {
+	"context parents",
+	"SELECT coalesce(pg_catalog.jsonb_object_agg("
+	"    p.queue OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) p.task_key, p.result), "
+	"    '{}'::pg_catalog.jsonb) "
+	"FROM ntask.task_dep d JOIN ntask.task p ON p.task_id OPERATOR(pg_catalog.=) d.parent_id "
+	"WHERE d.task_id OPERATOR(pg_catalog.=) $1",
+	1, {INT8OID}
+};
+
+/*
+ * NtaskContextParents
+ *		The parents of a task with their stored results, queue:key: result.
+ */
+Jsonb *
+NtaskContextParents(int64 task_id)
+{
+	Datum		arg = Int64GetDatum(task_id);
+	bool		isnull;
+	Datum		d;
+
+	if (NtaskExecPlan(&ctx_parents_plan, &arg, NULL, SPI_OK_SELECT) != 1)
+		return NULL;
+	d = NtaskGetDatum(0, 1, &isnull);
+	return isnull ? NULL : DatumGetJsonbP(d);
+}
 
 /*
  * NtaskContextCheckpoints
@@ -205,6 +234,16 @@ NtaskClaimContext(const NtaskContextIn *in, bool *isnull)
 		if (ck != NULL)
 		{
 			ctx_put(&st, "checkpoints", ck);
+			nkeys++;
+		}
+	}
+	if (in->has_parents)
+	{
+		Jsonb	   *pa = NtaskContextParents(in->task_id);
+
+		if (pa != NULL)
+		{
+			ctx_put(&st, "parents", pa);
 			nkeys++;
 		}
 	}

@@ -375,6 +375,9 @@ ntask_enqueue(PG_FUNCTION_ARGS)
 	Datum		out[5];
 	bool		outnulls[5] = {false, false, false, true, true};
 	int			tries;
+	NtaskDeps	deps;
+	bool		has_deps;
+	int32		flags;
 
 	if (PG_ARGISNULL(5))
 		ereport(ERROR,
@@ -389,6 +392,7 @@ ntask_enqueue(PG_FUNCTION_ARGS)
 	payload = NtaskArgJsonb(fcinfo, 2, "payload");
 	NtaskCheckPayload(payload, "payload", 0, NULL);
 	digest = NtaskDigest(payload, NTASK_DIGEST_VERSION);
+	has_deps = NtaskDepsArgs(fcinfo, 6, &deps);
 
 	memset(nulls, ' ', sizeof(nulls));
 	values[ENQ_ARG_QUEUE] = PointerGetDatum(queue);
@@ -409,6 +413,11 @@ ntask_enqueue(PG_FUNCTION_ARGS)
 	/* the shard: of the partition key, or of the task key without one */
 	values[ENQ_ARG_SHARD] = Int16GetDatum(NtaskShardFor(queue, PG_ARGISNULL(4) ? key :
 														PG_GETARG_TEXT_PP(4)));
+	if (has_deps)
+	{
+		NtaskCheckQueueRight(queue, true);
+		NtaskDepsResolve(&deps, queue, &key, 1);
+	}
 
 	/*
 	 * Insert, else read the existing row.  The loop only repeats if a task
@@ -424,9 +433,15 @@ ntask_enqueue(PG_FUNCTION_ARGS)
 			out[0] = Int64GetDatum(NtaskGetInt64(0, ENQ_INSERT_TASK_ID));
 			out[1] = BoolGetDatum(true);
 			out[2] = PointerGetDatum(NtaskGetText(0, ENQ_INSERT_STATE));
-			if (NtaskGetInt32(0, ENQ_INSERT_FLAGS) & ENQ_HTTP)
+			flags = NtaskGetInt32(0, ENQ_INSERT_FLAGS);
+			/* with parents that have not all succeeded: waiting, not due */
+			if (has_deps)
+				NtaskDepsAttach(&deps, &out[0], 1, &out[2]);
+			if (has_deps && strcmp(TextDatumGetCString(out[2]), "ready") != 0)
+				break;
+			if (flags & ENQ_HTTP)
 				NtaskWakeWorkerAtCommit();	/* an http task */
-			if (NtaskGetInt32(0, ENQ_INSERT_FLAGS) & ENQ_NOTIFY)
+			if (flags & ENQ_NOTIFY)
 				enq_notify(queue);
 			enq_wake_waiters(queue, 1, values[ENQ_ARG_RUN_AT],
 							 nulls[ENQ_ARG_RUN_AT] == 'n');
@@ -865,6 +880,8 @@ ntask_enqueue_many(PG_FUNCTION_ARGS)
 	char		argnulls[ENQ_NARGS];
 	int			round;
 	int			i;
+	NtaskDeps	deps;
+	bool		has_deps;
 
 	n = NtaskArgArray(fcinfo, 1, "task_keys", TEXTOID, false, &keyd, NULL);
 	if (NtaskArgArray(fcinfo, 2, "payloads", JSONBOID, false, &payd, NULL) != n)
@@ -884,6 +901,7 @@ ntask_enqueue_many(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("ntask: run_at must be a finite timestamp")));
+	has_deps = NtaskDepsArgs(fcinfo, 6, &deps);
 
 	/* check every element, then group equal keys (by key, then position) */
 	items = palloc(sizeof(EnqItem) * Max(n, 1));
@@ -960,6 +978,15 @@ ntask_enqueue_many(PG_FUNCTION_ARGS)
 	argnulls[ENQ_ARG_RUN_AT] = PG_ARGISNULL(3) ? 'n' : ' ';
 	args[ENQ_ARG_CALLER] = ObjectIdGetDatum(NtaskCaller());
 	enq_traceparent(fcinfo, 6, &args[ENQ_ARG_TRACEPARENT], &argnulls[ENQ_ARG_TRACEPARENT]);
+	if (has_deps)
+	{
+		text	  **keys = palloc(sizeof(text *) * Max(nkeys, 1));
+
+		for (i = 0; i < nkeys; i++)
+			keys[i] = bykey[i].key;
+		NtaskCheckQueueRight(queue, true);
+		NtaskDepsResolve(&deps, queue, keys, nkeys);
+	}
 
 	/*
 	 * A second round only runs if a task with one of the keys vanished
@@ -974,6 +1001,27 @@ ntask_enqueue_many(PG_FUNCTION_ARGS)
 				 npending);
 		npending = enq_many_round(queue, bykey, nkeys, byfirst, nkeys, args,
 								  argnulls);
+	}
+
+	/* every task the call created depends on the parents */
+	if (has_deps)
+	{
+		Datum	   *ids = palloc(sizeof(Datum) * Max(nkeys, 1));
+		Datum	   *states = palloc(sizeof(Datum) * Max(nkeys, 1));
+		EnqKey	  **made = palloc(sizeof(EnqKey *) * Max(nkeys, 1));
+		int			m = 0;
+
+		for (i = 0; i < nkeys; i++)
+			if (byfirst[i]->created)
+			{
+				made[m] = byfirst[i];
+				ids[m] = Int64GetDatum(byfirst[i]->task_id);
+				states[m] = byfirst[i]->state;
+				m++;
+			}
+		NtaskDepsAttach(&deps, ids, m, states);
+		for (i = 0; i < m; i++)
+			made[i]->state = states[i];
 	}
 
 	bypos = palloc(sizeof(EnqItem *) * Max(n, 1));

@@ -325,9 +325,16 @@ static NtaskPlan hk_prune_unawaited_plan = {
 	3, {TEXTOID, TIMESTAMPTZOID, INT4OID}
 };
 
+/*
+ * the tasks, and the dependency rows of those that had parents (issue
+ * 36.1; an empty array for a queue without dependencies): the count
+ */
 static NtaskPlan hk_prune_tasks_plan = {
 	"housekeeping prune tasks",
-	HK_PRUNE_SQL("task", "t"),
+	"WITH d AS (" HK_PRUNE_SQL("task", "t") " RETURNING t.task_id, t.has_parents), "
+	"x AS (DELETE FROM ntask.task_dep p WHERE p.task_id OPERATOR(pg_catalog.=) ANY "
+	"  (ARRAY(SELECT d.task_id FROM d WHERE d.has_parents))) "
+	"SELECT pg_catalog.count(*)::pg_catalog.int4 FROM d",
 	1, {INT8ARRAYOID}
 };
 
@@ -524,8 +531,11 @@ hk_retention(const HkScope *s, int64 *counts)
 							 &hk_prune_attempts_plan, values, NULL, SPI_OK_DELETE);
 		(void) NtaskExecPlan(s->sharded ? &hk_prune_receipts_shard_plan :
 							 &hk_prune_receipts_plan, values, NULL, SPI_OK_DELETE);
-		counts[2] += NtaskExecPlan(s->sharded ? &hk_prune_tasks_shard_plan :
-								   &hk_prune_tasks_plan, values, NULL, SPI_OK_DELETE);
+		if (s->sharded)
+			counts[2] += NtaskExecPlan(&hk_prune_tasks_shard_plan, values, NULL,
+									   SPI_OK_DELETE);
+		else if (NtaskExecPlan(&hk_prune_tasks_plan, values, NULL, SPI_OK_SELECT) == 1)
+			counts[2] += NtaskGetInt32(0, 1);
 	}
 }
 

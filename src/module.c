@@ -61,6 +61,7 @@ int			ntask_history_retention_s = 30 * 86400;
 /* the waiting claim's cap and the stored result's (wait.c, result.c) */
 int			ntask_max_wait_ms = 30000;
 int			ntask_max_result_bytes = 65536;
+int			ntask_max_parents = 1000;
 int			ntask_max_payload_bytes = 1024 * 1024;
 
 /* ntask.traceparent: the trace context of the session's enqueues ("": none) */
@@ -509,6 +510,15 @@ ntask_define_task_gucs(GucContext pm_context)
 							65536, 0, 64 * 1024 * 1024,
 							PGC_SUSET,
 							GUC_UNIT_BYTE,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("ntask.max_parents",
+							"Most parents a task may depend on (ntask_enqueue depends_on => ...).",
+							"More are refused with SQLSTATE 54000.",
+							&ntask_max_parents,
+							1000, 1, 100000,
+							PGC_SUSET,
+							0,
 							NULL, NULL, NULL);
 
 	DefineCustomIntVariable("ntask.rate_limit_slots",

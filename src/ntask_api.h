@@ -91,6 +91,21 @@ extern void NtaskCheckPayload(Jsonb *jb, const char *what, int element,
 extern int64 NtaskEnqueueStep(const char *queue, const char *key,
 							  Jsonb *payload, int64 saga_id);
 
+/* deps.c: an enqueue's parents (depends_on) */
+typedef struct NtaskDeps
+{
+	int			n;				/* elements of depends_on; 0: none */
+	Datum	   *elems;			/* text */
+	Datum		array;			/* the text[] argument */
+	text	   *policy;			/* on_parent_failed, NULL: the queue's */
+	Datum	   *ids;			/* the parents' task ids, sorted (resolved) */
+} NtaskDeps;
+
+extern void NtaskCheckParentPolicy(text *policy);
+extern bool NtaskDepsArgs(FunctionCallInfo fcinfo, int a_trace, NtaskDeps *d);
+extern void NtaskDepsResolve(NtaskDeps *d, text *queue, text **keys, int nkeys);
+extern void NtaskDepsAttach(NtaskDeps *d, Datum *ids, int n, Datum *states);
+
 /* repair.c */
 extern Datum ntask_replay(PG_FUNCTION_ARGS);
 

@@ -80,6 +80,7 @@ extern int	ntask_audit_retention_s;
 extern int	ntask_history_retention_s;
 extern int	ntask_max_wait_ms;
 extern int	ntask_max_result_bytes;
+extern int	ntask_max_parents;
 extern int	ntask_rate_limit_slots;
 extern int	ntask_fair_cursor_slots;
 extern int	ntask_max_payload_bytes;

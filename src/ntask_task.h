@@ -70,6 +70,8 @@ extern bool NtaskTargetIsHttp(Jsonb *target);
 extern void NtaskCheckTargetType(Jsonb *target);
 extern NtaskHttpTarget *NtaskParseHttpTarget(Jsonb *target);
 
+/* context.c: the claim's context column */
+
 /* result.c: stored results */
 extern void NtaskCheckResult(Jsonb *jb, int element);
 extern Datum NtaskArgResult(FunctionCallInfo fcinfo, int argno, bool *isnull);
@@ -87,12 +89,14 @@ typedef struct NtaskContextIn
 	const char *traceparent;	/* the enqueue's (task.traceparent) */
 	int32		checkpoints;	/* task.checkpoints: how many (36.2) */
 	text	   *signal_key;		/* task.signal_key: the awaited signal (36.3) */
+	bool		has_parents;	/* task.has_parents (36.1) */
 } NtaskContextIn;
 
 extern Datum NtaskClaimContext(const NtaskContextIn *in, bool *isnull);
 extern uint64 NtaskSpanId(int64 task_id, int64 token);
 extern char *NtaskChildTraceparent(const char *tp, int64 task_id, int64 token);
 extern Jsonb *NtaskContextCheckpoints(int64 task_id);
+extern Jsonb *NtaskContextParents(int64 task_id);
 extern Jsonb *NtaskContextSignal(text *queue, text *signal_key);
 
 /*

@@ -51,11 +51,11 @@ static NtaskPlan queue_insert_plan = {
 };
 
 /*
- * Parameters of queue_update_plan: the 22 arguments of ntask_queue_set,
+ * Parameters of queue_update_plan: the 24 arguments of ntask_queue_set,
  * with each rate limit as two (count, interval; count 0 for 'none').
  */
-#define QUEUE_NARGS 23
-#define QUEUE_NPARAMS 25
+#define QUEUE_NARGS 24
+#define QUEUE_NPARAMS 26
 
 static NtaskPlan queue_update_plan = {
 	"queue update",
@@ -95,6 +95,7 @@ static NtaskPlan queue_update_plan = {
 	"    WHEN $23 OPERATOR(pg_catalog.=) '0'::pg_catalog.interval THEN NULL "
 	"    ELSE q.priority_aging_max END, "
 	"  on_rate_limited = coalesce($25, q.on_rate_limited), "
+	"  on_parent_failed = coalesce($26, q.on_parent_failed), "
 	"  updated_at = pg_catalog.statement_timestamp() "
 	"WHERE q.queue OPERATOR(pg_catalog.=) $1 "
 	"  AND coalesce($6, q.backoff_max) OPERATOR(pg_catalog.>=) "
@@ -103,7 +104,7 @@ static NtaskPlan queue_update_plan = {
 	QUEUE_NPARAMS, {TEXTOID, INT4OID, INTERVALOID, INTERVALOID, INTERVALOID, INTERVALOID,
 		TEXTOID, JSONBOID, INTERVALOID, BOOLOID, TEXTOID,
 		INT4OID, INT4OID, BOOLOID, BOOLOID, INT4OID, INTERVALOID, INT4OID,
-	INTERVALOID, FLOAT4OID, INT4OID, INTERVALOID, INTERVALOID, INT4OID, TEXTOID}
+	INTERVALOID, FLOAT4OID, INT4OID, INTERVALOID, INTERVALOID, INT4OID, TEXTOID, TEXTOID}
 };
 
 /* $2: the caller; true when the queue restricts this right to a role it lacks */
@@ -554,7 +555,7 @@ queue_check_aging(void)
  *				   max_inflight, partition_max_inflight, ordered,
  *				   ordered_skip_repair, rate_limit, partition_rate_limit,
  *				   retry_share, breaker_failures, breaker_cooldown,
- *				   priority_aging, priority_aging_max, on_rate_limited)
+ *				   priority_aging, priority_aging_max, on_rate_limited, on_parent_failed)
  *		RETURNS SETOF ntask.queue
  *		Create the queue or update the given fields (NULL keeps the current
  *		value, or the table default for a new queue).  Returns the row.
@@ -664,6 +665,8 @@ ntask_queue_set(PG_FUNCTION_ARGS)
 					 errmsg("ntask: on_rate_limited must be 'retry', 'pause_key' or 'pause_queue', not \"%s\"", o)));
 		NtaskWakeWorkerAtCommit();	/* the worker rereads its http queues */
 	}
+	if (!PG_ARGISNULL(23))
+		NtaskCheckParentPolicy(PG_GETARG_TEXT_PP(23));
 	/* the worker rereads an http queue's breaker at once, not next tick */
 	if ((!PG_ARGISNULL(18)) || (!PG_ARGISNULL(19)))
 		NtaskWakeWorkerAtCommit();

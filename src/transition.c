@@ -1026,8 +1026,9 @@ ntask_transition_and_claim(PG_FUNCTION_ARGS)
  * ntask.task_row_valid(state, due_at, lease_owner) RETURNS boolean
  *
  * The state machine's row invariants, as one CHECK constraint of
- * ntask.task: state is one of the seven states; due_at is NULL exactly
- * for the finished states; lease_owner is set exactly while leased.  In C
+ * ntask.task: state is one of the eight states; due_at is NULL exactly
+ * for the finished states and waiting (for parents); lease_owner is set
+ * exactly while leased.  In C
  * because a CHECK constraint's expression is read back from its stored
  * node tree by every statement that writes the table: the three SQL
  * CHECKs this replaces (IN lists of text constants, 3.7 kB of node text)
@@ -1041,7 +1042,7 @@ ntask_task_row_valid(PG_FUNCTION_ARGS)
 {
 	static const char *const states[] = {
 		"ready", "leased", "retry_wait", "succeeded", "repair_required",
-		"canceled", "skipped", "awaiting"
+		"canceled", "skipped", "awaiting", "waiting"
 	};
 	text	   *t;
 	int			len;
@@ -1059,8 +1060,12 @@ ntask_task_row_valid(PG_FUNCTION_ARGS)
 			which = i;
 	if (which < 0)
 		PG_RETURN_BOOL(false);
-	finished = which >= 3 && which <= 6;
-	/* awaiting (issue 36.3): due_at is its timeout, NULL without one */
+	/*
+	 * finished: succeeded .. skipped (3..6); awaiting (7, issue 36.3): due_at
+	 * is its timeout, NULL without one; waiting (8, for parents, 36.1):
+	 * unfinished but due never, in no claim index
+	 */
+	finished = (which >= 3 && which <= 6) || which == 8;
 	PG_RETURN_BOOL((which == 7 || PG_ARGISNULL(1) == finished) &&
 				   (which == 1) == !PG_ARGISNULL(2));
 }

@@ -184,13 +184,13 @@ unlike($eerr, qr/error/i, 'the exporter logged no error') or diag($eerr);
 
 my %want_mq = (
 	ready => 4, leased => 2, retry_wait => 3, repair_required => 1,
-	leases_expired => 0, unknown_attempts => 1,
+	leases_expired => 0, unknown_attempts => 1, waiting => 0,
 	enqueued_total => 14, claims_total => 10, succeeded_total => 2,
 	canceled_total => 1, skipped_total => 1, unknown_outcomes_total => 2,
 	paused => 1, keys_paused => 0,
 );
 my %want_mh = (
-	ready => 0, leased => 0, retry_wait => 0, repair_required => 1,
+	ready => 0, leased => 0, retry_wait => 0, repair_required => 1, waiting => 0,
 	enqueued_total => 3, claims_total => 3, succeeded_total => 2,
 	unknown_outcomes_total => 0, paused => 0, keys_paused => 1,
 );
