@@ -327,6 +327,23 @@ nw_claim_wait(ClaimCall *c, int64 wait_usecs)
 	until = start + wait_usecs;
 	c->waited_usecs = 0;
 
+	/*
+	 * Work due at once: claim it without a waiter slot, whose lock every
+	 * busy worker would otherwise take (register, rearm, unregister) on
+	 * every claim.  Else, registered,
+	 * the loop looks again: a commit after this look either wakes that
+	 * one or is seen by it.
+	 */
+	{
+		bool		gate = nw_ungated_db != MyDatabaseId || strcmp(nw_ungated, qname) != 0;
+		NwLook		lk;
+
+		got = nw_look(c, &gate, &lk);
+		if (got > 0 || lk.wrote)
+			return got;
+		got = 0;
+	}
+
 	NtaskWaiterRegister(qname, c->max_tasks, until);
 	PG_TRY();
 	{
