@@ -95,6 +95,14 @@ SELECT extversion FROM pg_extension WHERE extname = 'ntask';
 -- the 1.0.0 library refuses to work on the 0.3 objects, with a clear hint
 SELECT queue FROM ntask_queue_set('up');
 \echo :SQLSTATE
+-- also through the 0.3 definitions of the calls that gained arguments in
+-- 1.0.0 (they read none of the new ones: before, ntask_queue_set crashed)
+SELECT * FROM ntask_enqueue('up', 'k', '{}');
+\echo :SQLSTATE
+SELECT * FROM ntask_enqueue_many('up', ARRAY['k'], ARRAY['{}']::jsonb[]);
+\echo :SQLSTATE
+SELECT ntask_heartbeat(1, 1);
+\echo :SQLSTATE
 INSERT INTO ntask.queue (queue) VALUES ('up');
 INSERT INTO ntask.task (queue, task_key, payload, payload_digest, digest_version,
 						run_at, due_at, max_attempts, deadline)

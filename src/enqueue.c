@@ -379,6 +379,7 @@ ntask_enqueue(PG_FUNCTION_ARGS)
 	bool		has_deps;
 	int32		flags;
 
+	NtaskCheckNargs(fcinfo, 9);	/* before its new arguments are read */
 	if (PG_ARGISNULL(5))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
@@ -883,6 +884,7 @@ ntask_enqueue_many(PG_FUNCTION_ARGS)
 	NtaskDeps	deps;
 	bool		has_deps;
 
+	NtaskCheckNargs(fcinfo, 9);	/* before its new arguments are read */
 	n = NtaskArgArray(fcinfo, 1, "task_keys", TEXTOID, false, &keyd, NULL);
 	if (NtaskArgArray(fcinfo, 2, "payloads", JSONBOID, false, &payd, NULL) != n)
 		ereport(ERROR,

@@ -167,6 +167,7 @@ ntask_heartbeat(PG_FUNCTION_ARGS)
 	bool		found;
 	bool		with_progress = PG_NARGS() > 3 && !PG_ARGISNULL(3);
 
+	NtaskCheckNargs(fcinfo, 4);	/* before its new arguments are read */
 	if (!PG_ARGISNULL(2))
 		NtaskCheckPositiveInterval(PG_GETARG_INTERVAL_P(2), "lease");
 	if (with_progress)

@@ -61,6 +61,7 @@
 #define NTASK_DIGEST_LEN		32
 
 /* GUCs (module.c; docs/worker.md lists the worker's) */
+extern void NtaskCheckNargs(FunctionCallInfo fcinfo, int nargs);
 extern bool ntask_backoff_jitter;
 extern char *ntask_database;
 extern bool ntask_worker_enabled;

@@ -573,6 +573,7 @@ ntask_queue_set(PG_FUNCTION_ARGS)
 	char	   *guard_name = NULL;
 	char	   *guard_owner = NULL;
 
+	NtaskCheckNargs(fcinfo, 24);	/* before its new arguments are read */
 	queue_check_name(queue);
 	if (!PG_ARGISNULL(1) &&
 		(PG_GETARG_INT32(1) < 1 || PG_GETARG_INT32(1) > 1000))

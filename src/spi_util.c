@@ -269,6 +269,25 @@ spi_check_version(void)
 }
 
 /*
+ * NtaskCheckNargs
+ *		First thing in a C entry point whose SQL signature gained arguments
+ *		since an earlier version: called through that version's definition
+ *		(the library updated, ALTER EXTENSION not run yet) it has fewer
+ *		arguments than the code reads, so refuse before reading any (55000,
+ *		as spi_check_version says it).
+ */
+void
+NtaskCheckNargs(FunctionCallInfo fcinfo, int nargs)
+{
+	if (PG_NARGS() == nargs)
+		return;
+	SPI_connect();
+	spi_check_version();		/* raises, naming both versions */
+	elog(ERROR, "ntask: %s called with %d arguments, not %d",
+		 get_func_name(fcinfo->flinfo->fn_oid), PG_NARGS(), nargs);
+}
+
+/*
  * spi_prepare
  *		Prepare p and keep the plan for the life of the backend.  A generic
  *		plan (except on a distributed install, spi_distributed): these
