@@ -163,6 +163,7 @@ ntask_checkpoint(PG_FUNCTION_ARGS)
 	lockvals[1] = ObjectIdGetDatum(NtaskCaller());
 
 	SPI_connect();
+	NtaskRefuseDistributed("ntask_checkpoint");
 	if (NtaskExecPlan(&ckpt_lock_plan, lockvals, NULL, SPI_OK_SELECT) == 0)
 		NtaskTaskNotFound(task_id);
 	if (!NtaskGetBool(0, CKPT_LOCK_RIGHT))

@@ -291,6 +291,7 @@ NtaskDepsResolve(NtaskDeps *d, text *queue, text **keys, int nkeys)
 	int			r;
 	int			k;
 
+	NtaskRefuseDistributed("depends_on");
 	values[0] = PointerGetDatum(queue);
 	values[1] = d->array;
 	values[2] = ObjectIdGetDatum(NtaskCaller());

@@ -62,6 +62,7 @@
 
 /* GUCs (module.c; docs/worker.md lists the worker's) */
 extern void NtaskCheckNargs(FunctionCallInfo fcinfo, int nargs);
+extern void NtaskRefuseDistributed(const char *what);
 extern bool ntask_backoff_jitter;
 extern char *ntask_database;
 extern bool ntask_worker_enabled;

@@ -822,6 +822,7 @@ ntask_bulk(PG_FUNCTION_ARGS)
 		elog(ERROR, "ntask: ntask_bulk must return a row");
 	tupdesc = BlessTupleDesc(tupdesc);
 	SPI_connect();
+	NtaskRefuseDistributed("ntask_bulk");
 	bulk_init(&c, fcinfo, 5, 6, 7, GetCurrentStatementStartTimestamp());
 	bulk_chunk(&c, &out);
 	SPI_finish();
@@ -865,6 +866,7 @@ ntask_bulk_all(PG_FUNCTION_ARGS)
 	tupdesc = BlessTupleDesc(tupdesc);
 
 	SPI_connect_ext(SPI_OPT_NONATOMIC);
+	NtaskRefuseDistributed("ntask_bulk_all");
 	bulk_init(&c, fcinfo, -1, 5, 6, GetCurrentStatementStartTimestamp());
 	for (;;)
 	{

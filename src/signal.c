@@ -206,6 +206,7 @@ ntask_await(PG_FUNCTION_ARGS)
 	values[SIG_AWAIT_ARG_CALLER] = ObjectIdGetDatum(NtaskCaller());
 
 	SPI_connect();
+	NtaskRefuseDistributed("ntask_await");
 	if (NtaskExecPlan(&sig_await_plan, values, nulls, SPI_OK_SELECT) == 1)
 	{
 		char	   *queue = NtaskGetCString(0, SIG_AWAIT_QUEUE);
@@ -351,6 +352,7 @@ ntask_signal(PG_FUNCTION_ARGS)
 	values[SIG_SEND_ARG_DIGEST_VERSION] = Int16GetDatum(NTASK_DIGEST_VERSION);
 
 	SPI_connect();
+	NtaskRefuseDistributed("ntask_signal");
 	{
 		Datum		rv[2];
 

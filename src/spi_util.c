@@ -743,6 +743,22 @@ NtaskShardCount(void)
 	return spi_nshards;
 }
 
+/*
+ * NtaskRefuseDistributed
+ *		In SPI: 0A000 on a distributed install for a call whose rows are not
+ *		laid out for it yet (docs/scaling.md "What is left": dependencies,
+ *		checkpoints, signals, bulk actions; issue 34).
+ */
+void
+NtaskRefuseDistributed(const char *what)
+{
+	if (NtaskShardCount() > 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("ntask: %s is not supported on a distributed install yet", what),
+				 errdetail("Its rows are not distributed with the tasks (docs/scaling.md, \"What is left\").")));
+}
+
 /* NtaskShardValue: the i-th shard value, 0 <= i < NtaskShardCount() */
 int16
 NtaskShardValue(int i)
