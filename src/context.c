@@ -64,20 +64,31 @@ static NtaskPlan ctx_parents_plan = {
 };
 
 /*
+ * ctx_task_object
+ *		The one jsonb value plan p (one bigint parameter, the task id)
+ *		returns, or NULL.
+ */
+static Jsonb *
+ctx_task_object(NtaskPlan *p, int64 task_id)
+{
+	Datum		arg = Int64GetDatum(task_id);
+	bool		isnull;
+	Datum		d;
+
+	if (NtaskExecPlan(p, &arg, NULL, SPI_OK_SELECT) != 1)
+		return NULL;
+	d = NtaskGetDatum(0, 1, &isnull);
+	return isnull ? NULL : DatumGetJsonbP(d);
+}
+
+/*
  * NtaskContextParents
  *		The parents of a task with their stored results, queue:key: result.
  */
 Jsonb *
 NtaskContextParents(int64 task_id)
 {
-	Datum		arg = Int64GetDatum(task_id);
-	bool		isnull;
-	Datum		d;
-
-	if (NtaskExecPlan(&ctx_parents_plan, &arg, NULL, SPI_OK_SELECT) != 1)
-		return NULL;
-	d = NtaskGetDatum(0, 1, &isnull);
-	return isnull ? NULL : DatumGetJsonbP(d);
+	return ctx_task_object(&ctx_parents_plan, task_id);
 }
 
 /*
@@ -88,14 +99,7 @@ NtaskContextParents(int64 task_id)
 Jsonb *
 NtaskContextCheckpoints(int64 task_id)
 {
-	Datum		arg = Int64GetDatum(task_id);
-	bool		isnull;
-	Datum		d;
-
-	if (NtaskExecPlan(&ctx_checkpoints_plan, &arg, NULL, SPI_OK_SELECT) != 1)
-		return NULL;
-	d = NtaskGetDatum(0, 1, &isnull);
-	return isnull ? NULL : DatumGetJsonbP(d);
+	return ctx_task_object(&ctx_checkpoints_plan, task_id);
 }
 
 /*
