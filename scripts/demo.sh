@@ -144,5 +144,13 @@ if [ "$rc" -ne 0 ]; then
 	echo "ntask demo: FAILED (psql exit $rc) in demo/flow.sql" >&2
 	exit "$rc"
 fi
+# part 6: seed 001's nightly report as a workflow (demo/workflow.sql): fan-out,
+# fan-in, a checkpoint, a worker killed mid-aggregate, a send that awaits a signal
+$AS_PG "$BINDIR/psql" -X -q -h "$TMP" -p "$PORT" -U postgres -d postgres \
+	-v ON_ERROR_STOP=1 -f - <demo/workflow.sql 2>&1 || rc=$?
+if [ "$rc" -ne 0 ]; then
+	echo "ntask demo: FAILED (psql exit $rc) in demo/workflow.sql" >&2
+	exit "$rc"
+fi
 echo
 echo "ntask demo: done"
