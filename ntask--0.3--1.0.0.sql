@@ -1468,6 +1468,25 @@ TO ntask_admin;
 
 -- end of issue 36.1
 
+-- ntask.explain_age cuts every unit instead of rounding the seconds first
+-- (a 1-day await timeout read "in 23 h 0 min"; regress explain)
+CREATE OR REPLACE FUNCTION ntask.explain_age(d interval) RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+SELECT CASE
+	WHEN s IS NULL THEN NULL
+	WHEN s < 0 THEN '-' || ntask.explain_age(-d)
+	WHEN s < 120 THEN round(s, CASE WHEN s < 10 THEN 1 ELSE 0 END)::text || ' s'
+	WHEN s < 7200 THEN floor(s / 60)::text || ' min ' || (floor(s)::bigint % 60)::text || ' s'
+	WHEN s < 172800 THEN floor(s / 3600)::text || ' h ' || ((floor(s)::bigint % 3600) / 60)::text || ' min'
+	ELSE floor(s / 86400)::text || ' days ' || ((floor(s)::bigint % 86400) / 3600)::text || ' h'
+END
+FROM (SELECT extract(epoch FROM d) AS s) x
+$$;
+
+-- end of the explain_age fix
+
 -- 1.0.0: the objects several changes of issues 35 and 36 redefine, as
 -- ntask--1.0.0.sql has them (regress upgrade compares the two)
 CREATE OR REPLACE FUNCTION @extschema@.ntask_explain(task_id bigint, include_payload boolean DEFAULT false)

@@ -1693,9 +1693,9 @@ SELECT CASE
 	WHEN s IS NULL THEN NULL
 	WHEN s < 0 THEN '-' || ntask.explain_age(-d)
 	WHEN s < 120 THEN round(s, CASE WHEN s < 10 THEN 1 ELSE 0 END)::text || ' s'
-	WHEN s < 7200 THEN floor(s / 60)::text || ' min ' || floor(s::bigint % 60)::text || ' s'
-	WHEN s < 172800 THEN floor(s / 3600)::text || ' h ' || floor((s::bigint % 3600) / 60)::text || ' min'
-	ELSE floor(s / 86400)::text || ' days ' || floor((s::bigint % 86400) / 3600)::text || ' h'
+	WHEN s < 7200 THEN floor(s / 60)::text || ' min ' || (floor(s)::bigint % 60)::text || ' s'
+	WHEN s < 172800 THEN floor(s / 3600)::text || ' h ' || ((floor(s)::bigint % 3600) / 60)::text || ' min'
+	ELSE floor(s / 86400)::text || ' days ' || ((floor(s)::bigint % 86400) / 3600)::text || ' h'
 END
 FROM (SELECT extract(epoch FROM d) AS s) x
 $$;

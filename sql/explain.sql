@@ -173,3 +173,9 @@ DROP FUNCTION notify_v1_only(text, jsonb);
 DROP ROLE regress_ex_ops;
 DROP ROLE regress_ex_app;
 DROP ROLE regress_ex_jobs;
+
+-- durations in words are cut, not rounded, in every unit (a 1-day await
+-- timeout read "in 23 h 0 min" a moment after it was set)
+SELECT ntask.explain_age(interval '23 hours 59 minutes 59.9 seconds') AS almost_a_day,
+       ntask.explain_age(interval '1 hour 59 minutes 59.6 seconds') AS almost_two_hours,
+       ntask.explain_age(interval '3 days 23 hours 59 minutes 59.9 seconds') AS almost_four_days;
