@@ -416,8 +416,11 @@ my $enqueued = 0;
 my $dag_enqueued = 0;
 my $dag_waited = 0;	# DAG tasks that were created waiting for a parent
 
-# the DAG goes in over the first 60% of the enqueue span, so that children
-# arrive while their parents are being worked (or are not yet done)
+# the DAG goes in in 6 bursts, one per tenth of the enqueue span from its
+# start: a burst is enqueued faster than it is worked, so its children
+# (and the fan-in) arrive while their parents are queued or being worked
+my $dag_bursts = 6;
+
 sub enqueue_dag_upto
 {
 	my ($upto) = @_;
@@ -470,7 +473,8 @@ sub tick
 	reap(0);
 	my $cap = (@plan || $stopf) ? $ntasks - $reserve : $ntasks;
 	enqueue_upto(min($cap, int($ntasks * elapsed() / $enqueue_span) + 1));
-	enqueue_dag_upto(min($ndag, int($ndag * elapsed() / (0.6 * $enqueue_span)) + 1))
+	enqueue_dag_upto(min($ndag,
+			int($ndag * (int(elapsed() / (0.1 * $enqueue_span)) + 1) / $dag_bursts)))
 	  if $ndag;
 	fault_worker_stop_step();
 	$last_tick = time;
