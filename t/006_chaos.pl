@@ -10,7 +10,12 @@
 # four into the http queue "hq", dispatched by the ntask background worker
 # to the fault-injecting provider t/provider.py, with a fault scenario per
 # task (500s, 429 with Retry-After, accept-then-drop/reset/hang, a slow or
-# failing reconcile, 400, always 500; see %scenario).  Meanwhile, at random
+# failing reconcile, 400, always 500; see %scenario).  Besides, a DAG in
+# "sq" (issue 36; NTASK_CHAOS_DAG children, default 300, long 2000): roots,
+# one fan-in of every root, children with 2 or 3 parents (depends_on),
+# enqueued in bursts while the parents are worked; checked: every DAG task
+# succeeded once, every child's business row after all its parents'.
+# Meanwhile, at random
 # times from a seeded plan (NTASK_CHAOS_SEED repeats the plan and the
 # scenarios, not the timing):
 #
@@ -32,7 +37,8 @@
 # over and every task is finished, the invariants are checked on the
 # promoted node and the last line printed is
 #
-#   chaos: N tasks, K faults, 0 lost, 0 duplicated, S stale rejected
+#   chaos: N tasks, K faults, 0 lost, 0 duplicated, S stale rejected,
+#          D dag tasks, 0 ran before a parent
 #
 # Needs DBD::Pg (Debian libdbd-pg-perl) and python3 for the provider.
 
@@ -390,27 +396,7 @@ for my $n (1 .. $ntasks)
 # order: parents always before their children (they must exist).
 my (@dk, @dp);		# key and parents (keys, same queue) of DAG task n
 my %dag_parents;	# key => [parent keys]
-if ($dag_children)
-{
-	push @dk, sprintf('d-r-%05d', $_) for 1 .. $dag_roots;
-	push @dp, [] for 1 .. $dag_roots;
-	push @dk, 'd-all';
-	push @dp, [ @dk[ 0 .. $dag_roots - 1 ] ];
-	my @pool = @dk[ 0 .. $dag_roots - 1 ];
-	for my $c (1 .. $dag_children)
-	{
-		my $key = sprintf('d-c-%05d', $c);
-		my %pick;
-		my $want = 2 + int(rand(2));
-		$pick{ $pool[ int(rand(@pool)) ] } = 1 while keys %pick < $want;
-		push @dk, $key;
-		push @dp, [ sort keys %pick ];
-		push @pool, $key;
-	}
-	%dag_parents = map { ($dk[$_] => $dp[$_]) } 0 .. $#dk;
-}
-my $ndag = @dk;
-my $dag_edges = sum0(map { scalar @$_ } @dp);
+my ($ndag, $dag_edges) = (0, 0);	# filled after the fault plan
 
 my $enqueued = 0;
 my $dag_enqueued = 0;
@@ -508,6 +494,30 @@ if ($long)
 }
 note sprintf('fault plan: %s',
 	join(', ', map { sprintf('%.1fs %s', $_->{t}, $_->{type}) } @plan));
+
+# the DAG, drawn after the fault plan so that a seed gives the same plan
+# with any NTASK_CHAOS_DAG
+if ($dag_children)
+{
+	push @dk, sprintf('d-r-%05d', $_) for 1 .. $dag_roots;
+	push @dp, [] for 1 .. $dag_roots;
+	push @dk, 'd-all';
+	push @dp, [ @dk[ 0 .. $dag_roots - 1 ] ];
+	my @pool = @dk[ 0 .. $dag_roots - 1 ];
+	for my $c (1 .. $dag_children)
+	{
+		my $key = sprintf('d-c-%05d', $c);
+		my %pick;
+		my $want = 2 + int(rand(2));
+		$pick{ $pool[ int(rand(@pool)) ] } = 1 while keys %pick < $want;
+		push @dk, $key;
+		push @dp, [ sort keys %pick ];
+		push @pool, $key;
+	}
+	%dag_parents = map { ($dk[$_] => $dp[$_]) } 0 .. $#dk;
+}
+$ndag = @dk;
+$dag_edges = sum0(map { scalar @$_ } @dp);
 
 my %fault_count = map { $_ => 0 } @fault_types;
 my @fault_log;

@@ -21,6 +21,8 @@
 #   SLOT.status      the worker's phase: "idle", "claimed T K", "held T K",
 #                    "business T K", "transition T K"
 #   SLOT.log         one line per event: "<epoch> <name> <event> <task> <token> <info>"
+#                    (after a claim of a task with parents: a "parents" event,
+#                    the keys its context.parents names, "queue:key,...")
 #
 # SIGTERM is a graceful stop: a task claimed but not yet worked is handed
 # back with ntask_release (it is due again at once and, never invoked, does
