@@ -10,7 +10,12 @@
 # four into the http queue "hq", dispatched by the ntask background worker
 # to the fault-injecting provider t/provider.py, with a fault scenario per
 # task (500s, 429 with Retry-After, accept-then-drop/reset/hang, a slow or
-# failing reconcile, 400, always 500; see %scenario).  Meanwhile, at random
+# failing reconcile, 400, always 500; see %scenario).  Besides, a DAG in
+# "sq" (issue 36; NTASK_CHAOS_DAG children, default 300, long 2000): roots,
+# one fan-in of every root, children with 2 or 3 parents (depends_on),
+# enqueued in bursts while the parents are worked; checked: every DAG task
+# succeeded once, every child's business row after all its parents'.
+# Meanwhile, at random
 # times from a seeded plan (NTASK_CHAOS_SEED repeats the plan and the
 # scenarios, not the timing):
 #
@@ -32,7 +37,8 @@
 # over and every task is finished, the invariants are checked on the
 # promoted node and the last line printed is
 #
-#   chaos: N tasks, K faults, 0 lost, 0 duplicated, S stale rejected
+#   chaos: N tasks, K faults, 0 lost, 0 duplicated, S stale rejected,
+#          D dag tasks, 0 ran before a parent
 #
 # Needs DBD::Pg (Debian libdbd-pg-perl) and python3 for the provider.
 
@@ -67,13 +73,17 @@ my $long = $ENV{NTASK_CHAOS_LONG} ? 1 : 0;
 my $ntasks = $ENV{NTASK_CHAOS_TASKS} || ($long ? 20000 : 2000);
 my $window = $ENV{NTASK_CHAOS_SECONDS} || ($long ? 300 : 40);
 my $nworkers = $ENV{NTASK_CHAOS_WORKERS} || 4;
+# the DAG (issue 36): children with 2 or 3 parents each, roots, one fan-in
+my $dag_children = $ENV{NTASK_CHAOS_DAG} // ($long ? 2000 : 300);
+my $dag_roots = $dag_children ? max(2, int($dag_children * 2 / 15)) : 0;
 my $seed = $ENV{NTASK_CHAOS_SEED} || int(time * 1000 + $$) % 1000000;
 my $drain_timeout = $long ? 600 : 75;
 my $transient_pct = 5;		# simulated transient errors in the SQL workers
 my $lease_s = 2;			# the SQL queue's lease
 srand($seed);
 diag("chaos: seed $seed (NTASK_CHAOS_SEED=$seed repeats the fault plan), "
-	  . "$ntasks tasks, window ${window}s, $nworkers workers"
+	  . "$ntasks tasks, DAG of $dag_roots roots and $dag_children children, "
+	  . "window ${window}s, $nworkers workers"
 	  . ($long ? ', long mode' : ''));
 
 my $t_start = time;
@@ -380,7 +390,43 @@ for my $n (1 .. $ntasks)
 	  : sprintf('s-%06d', $n);
 }
 
+# The DAG, in queue sq (worked by the same workers, every style): roots
+# "d-r-N", one fan-in "d-all" of every root, children "d-c-N" with 2 or 3
+# parents drawn from the roots and the earlier children.  In enqueue
+# order: parents always before their children (they must exist).
+my (@dk, @dp);		# key and parents (keys, same queue) of DAG task n
+my %dag_parents;	# key => [parent keys]
+my ($ndag, $dag_edges) = (0, 0);	# filled after the fault plan
+
 my $enqueued = 0;
+my $dag_enqueued = 0;
+my $dag_waited = 0;	# DAG tasks that were created waiting for a parent
+
+# the DAG goes in in 6 bursts, one per tenth of the enqueue span from its
+# start: a burst is enqueued faster than it is worked, so its children
+# (and the fan-in) arrive while their parents are queued or being worked
+my $dag_bursts = 6;
+
+sub enqueue_dag_upto
+{
+	my ($upto) = @_;
+	while ($dag_enqueued < $upto)
+	{
+		my $hi = min($upto, $dag_enqueued + 200);
+		my @i = ($dag_enqueued .. $hi - 1);
+		# idempotent (a duplicate keeps the first call's parents); rows
+		# are enqueued in order, so a parent in the same batch exists
+		# before its child
+		$dag_waited += query1(q{
+			SELECT count(*) FILTER (WHERE e.created AND e.state = 'waiting')
+			FROM unnest(?::text[], ?::text[]) AS x(k, d),
+				 ntask_enqueue('sq', x.k, jsonb_build_object('dag', x.k),
+					depends_on => pg_catalog.string_to_array(NULLIF(x.d, ''), ','),
+					on_parent_failed => CASE WHEN x.d <> '' THEN 'cancel' END) e},
+			[ @dk[@i] ], [ map { join(',', @{ $dp[$_] }) } @i ]);
+		$dag_enqueued = $hi;
+	}
+}
 
 sub enqueue_upto
 {
@@ -413,6 +459,9 @@ sub tick
 	reap(0);
 	my $cap = (@plan || $stopf) ? $ntasks - $reserve : $ntasks;
 	enqueue_upto(min($cap, int($ntasks * elapsed() / $enqueue_span) + 1));
+	enqueue_dag_upto(min($ndag,
+			int($ndag * (int(elapsed() / (0.1 * $enqueue_span)) + 1) / $dag_bursts)))
+	  if $ndag;
 	fault_worker_stop_step();
 	$last_tick = time;
 	$in_tick = 0;
@@ -445,6 +494,30 @@ if ($long)
 }
 note sprintf('fault plan: %s',
 	join(', ', map { sprintf('%.1fs %s', $_->{t}, $_->{type}) } @plan));
+
+# the DAG, drawn after the fault plan so that a seed gives the same plan
+# with any NTASK_CHAOS_DAG
+if ($dag_children)
+{
+	push @dk, sprintf('d-r-%05d', $_) for 1 .. $dag_roots;
+	push @dp, [] for 1 .. $dag_roots;
+	push @dk, 'd-all';
+	push @dp, [ @dk[ 0 .. $dag_roots - 1 ] ];
+	my @pool = @dk[ 0 .. $dag_roots - 1 ];
+	for my $c (1 .. $dag_children)
+	{
+		my $key = sprintf('d-c-%05d', $c);
+		my %pick;
+		my $want = 2 + int(rand(2));
+		$pick{ $pool[ int(rand(@pool)) ] } = 1 while keys %pick < $want;
+		push @dk, $key;
+		push @dp, [ sort keys %pick ];
+		push @pool, $key;
+	}
+	%dag_parents = map { ($dk[$_] => $dp[$_]) } 0 .. $#dk;
+}
+$ndag = @dk;
+$dag_edges = sum0(map { scalar @$_ } @dp);
 
 my %fault_count = map { $_ => 0 } @fault_types;
 my @fault_log;
@@ -727,12 +800,13 @@ while (1)
 		else       { $f->{t} = $now + 1; @plan = sort { $a->{t} <=> $b->{t} } @plan; }
 	}
 
-	if ($enqueued == $ntasks && !@plan && !$stopf && $now - $last_drain_check > 0.5)
+	if ($enqueued == $ntasks && $dag_enqueued == $ndag && !@plan && !$stopf
+		&& $now - $last_drain_check > 0.5)
 	{
 		$last_drain_check = $now;
 		my $open = try_query1(q{
 			SELECT count(*) FROM ntask.task
-			WHERE state IN ('ready', 'leased', 'retry_wait')});
+			WHERE state IN ('ready', 'leased', 'retry_wait', 'waiting')});
 		if (defined $open && $open == 0)
 		{
 			$drained = 1;
@@ -790,7 +864,8 @@ note "faults:\n" . join("\n", @fault_log);
 drop_ddb();
 sub rows { return query(@_); }
 
-is(query1('SELECT count(*) FROM ntask.task'), $ntasks, "all $ntasks tasks exist");
+is(query1('SELECT count(*) FROM ntask.task'), $ntasks + $ndag,
+	"all $ntasks tasks and $ndag DAG tasks exist");
 is(query1(q{SELECT count(*) FROM ntask.task
 			WHERE NOT (state IN ('succeeded', 'canceled', 'skipped')
 					   OR (state = 'repair_required' AND reason IS NOT NULL))}),
@@ -947,6 +1022,88 @@ for my $x (@term_expect)
 }
 my $stale = $stale_receipts + $stale_transitions;
 
+# ---------------------------------------------------------------------
+# The DAG: every task succeeded exactly once, every child after all its
+# parents, and its claim named its parents
+# ---------------------------------------------------------------------
+
+my ($dag_bad_rows, $dag_early, $dag_claims, @dag_ctx_bad) = (0, 0, 0);
+if ($ndag)
+{
+	my %dag_state = map { ($_->[0] => $_->[1]) } @{ rows(q{
+		SELECT state || coalesce(':' || reason, ''), count(*) FROM ntask.task
+		WHERE queue = 'sq' AND task_key LIKE 'd-%' GROUP BY 1}) };
+	is(join(', ', map { "$_=$dag_state{$_}" } sort keys %dag_state), "succeeded=$ndag",
+		"DAG: all $ndag tasks succeeded");
+	# the business row of each DAG task: exactly one
+	$dag_bad_rows = query1(q{
+		SELECT count(*) FROM unnest(?::text[]) k
+		LEFT JOIN ntask.task t ON t.queue = 'sq' AND t.task_key = k
+		LEFT JOIN (SELECT task_id, count(*) AS n FROM business GROUP BY 1) b USING (task_id)
+		WHERE coalesce(b.n, 0) <> 1}, \@dk);
+	cmp_ok($dag_waited, '>', 0,
+		"DAG: children were enqueued while a parent was unfinished ($dag_waited created waiting)");
+	is($dag_bad_rows, 0, 'DAG: one business row per task (none lost, none twice)');
+	# Order: a child is claimed only after its last parent's transition
+	# committed, which followed the parent's business commit; row_id is
+	# taken from a sequence in the business transaction, so every parent's
+	# row has a smaller row_id than its child's (a sequence never goes
+	# back, crash recovery and promotion included).  Edges from the
+	# driver's own list, not ntask's.
+	my (@ec, @ep);
+	for my $c (@dk)
+	{
+		for my $p (@{ $dag_parents{$c} })
+		{
+			push @ec, $c;
+			push @ep, $p;
+		}
+	}
+	my $early = rows(q{
+		SELECT e.c, e.p, bc.row_id, bp.row_id
+		FROM unnest(?::text[], ?::text[]) AS e(c, p)
+		JOIN ntask.task tc ON tc.queue = 'sq' AND tc.task_key = e.c
+		JOIN ntask.task tp ON tp.queue = 'sq' AND tp.task_key = e.p
+		JOIN business bc ON bc.task_id = tc.task_id
+		JOIN business bp ON bp.task_id = tp.task_id
+		WHERE bc.row_id < bp.row_id
+		ORDER BY 1, 2}, \@ec, \@ep);
+	my %early_child = map { ($_->[0] => 1) } @$early;
+	$dag_early = keys %early_child;
+	is(join(', ', map { "$_->[0] (row $_->[2]) before $_->[1] (row $_->[3])" }
+			@$early[ 0 .. min(9, $#$early) ]), '',
+		"DAG: no child's business row before a parent's ($dag_edges edges)");
+	# every claim of a DAG child carried context.parents = its parents
+	my %dag_key_of = map { ($_->[0] => $_->[1]) } @{ rows(q{
+		SELECT task_id, task_key FROM ntask.task
+		WHERE queue = 'sq' AND task_key LIKE 'd-%'}) };
+	my %ctx;		# "tid/tok" => parents named
+	my @child_claims;
+	for my $f (glob "$rundir/w*.log")
+	{
+		open my $fh, '<', $f or die;
+		while (my $line = <$fh>)
+		{
+			chomp $line;
+			my (undef, undef, $e, $tid, $tok, $info) = split / /, $line;
+			next unless defined $info && defined $dag_key_of{$tid};
+			push @child_claims, [ $tid, $tok ]
+			  if $e eq 'claim' && @{ $dag_parents{ $dag_key_of{$tid} } };
+			$ctx{"$tid/$tok"} = $info if $e eq 'parents';
+		}
+	}
+	$dag_claims = @child_claims;
+	for my $cl (@child_claims)
+	{
+		my ($tid, $tok) = @$cl;
+		my $want = join(',', sort map { "sq:$_" } @{ $dag_parents{ $dag_key_of{$tid} } });
+		my $got = $ctx{"$tid/$tok"} // '(none)';
+		push @dag_ctx_bad, "$dag_key_of{$tid} token $tok: $got" if $got ne $want;
+	}
+	is(join('; ', @dag_ctx_bad[ 0 .. min(4, $#dag_ctx_bad) ]), '',
+		"DAG: every child's claim named its parents in context.parents ($dag_claims claims)");
+}
+
 # the provider against the ledger of the http queue
 my $pstats = provider_get('/_admin/stats?prefix=h-');
 my $pkeys = $pstats->{keys};
@@ -977,7 +1134,7 @@ my $hq_attempts = rows(q{
 	SELECT t.task_key, a.attempt, a.invoked_at IS NOT NULL, coalesce(a.result, '-'),
 		   coalesce(a.error_class, '-'), coalesce(a.error_stage, '-'),
 		   coalesce(a.outcome_known::text, '-'), coalesce(a.outcome, '-'),
-		   coalesce(a.detail->>'http_status', '-')
+		   coalesce(a.detail->>'http_status', '-'), coalesce(a.detail->>'curl_code', '-')
 	FROM ntask.attempt_all a JOIN ntask.task t USING (task_id)
 	WHERE t.queue = 'hq'});
 my %hq_attempt = map { ("$_->[0]/$_->[1]" => $_) } @$hq_attempts;
@@ -1005,7 +1162,7 @@ for my $key (sort keys %$pkeys)
 }
 for my $a (@$hq_attempts)
 {
-	my ($key, $n, $invoked, $result, $class, $stage, $known, $outcome, $status) = @$a;
+	my ($key, $n, $invoked, $result, $class, $stage, $known, $outcome, $status, $curl) = @$a;
 	my $k = "$key/$n";
 	my @sends = @{ $psend{$k} // [] };
 	my @checks = @{ $pstatus{$k} // [] };
@@ -1024,6 +1181,12 @@ for my $a (@$hq_attempts)
 	{
 		push @label_lies, "$k provider_reconciled without a 200 from /status"
 		  unless grep { ($_->{answer} // 0) == 200 } @checks;
+	}
+	elsif ($stage eq 'reconcile' && $status eq '-' && $curl ne '-')
+	{
+		# the reconcile GET got no answer (a transport error, e.g. curl 28
+		# when rslow's 700 ms answer came after the 800 ms timeout under
+		# load): no answer is recorded, so none can be wrong
 	}
 	elsif ($stage eq 'http_status' || $stage eq 'reconcile')
 	{
@@ -1066,8 +1229,10 @@ is(join(', ', @label_lies), '', 'every recorded answer (accepted, reconciled, st
 my $nfaults = sum0(values %fault_count);
 my $lost = $sq_lost + $hq_lost;
 my $dup = $sq_dup + $hq_dup;
-my $summary = sprintf('chaos: %d tasks, %d faults, %d lost, %d duplicated, %d stale rejected',
-	$ntasks, $nfaults, $lost, $dup, $stale);
+my $summary = sprintf(
+	'chaos: %d tasks, %d faults, %d lost, %d duplicated, %d stale rejected, '
+	  . '%d dag tasks, %d ran before a parent',
+	$ntasks, $nfaults, $lost, $dup, $stale, $ndag, $dag_early);
 cmp_ok($stale, '>=', scalar(@stop_expect), "stale writes rejected: $stale_receipts receipts, $stale_transitions transitions");
 open my $sfh, '>', "$rundir/summary" or die;
 print $sfh "$summary\n";

@@ -21,6 +21,8 @@
 #   SLOT.status      the worker's phase: "idle", "claimed T K", "held T K",
 #                    "business T K", "transition T K"
 #   SLOT.log         one line per event: "<epoch> <name> <event> <task> <token> <info>"
+#                    (after a claim of a task with parents: a "parents" event,
+#                    the keys its context.parents names, "queue:key,...")
 #
 # SIGTERM is a graceful stop: a task claimed but not yet worked is handed
 # back with ntask_release (it is due again at once and, never invoked, does
@@ -163,15 +165,17 @@ my $stopping = 0;
 $SIG{TERM} = sub { $stopping = 1; };
 
 my @pending;	# [tid, tok]: worked, 'succeeded' not yet sent (tc, many)
-my @claimed;	# [tid, tok, payload, prior]: claimed, not yet worked
+my @claimed;	# [tid, tok, payload, prior, parents]: claimed, not yet worked
 
-# the rows of a claim: ([tid, tok, payload, prior], ...)
+# the rows of a claim: ([tid, tok, payload, prior, parents], ...)
 sub claim_rows
 {
 	my ($n) = @_;
 	return retrying('claim', undef, undef, sub {
 		my $rows = $dbh->selectall_arrayref(
-			q{SELECT task_id, token, payload::text, prior_outcome
+			q{SELECT task_id, token, payload::text, prior_outcome,
+					 (SELECT string_agg(k, ',' ORDER BY k)
+					  FROM jsonb_object_keys(context->'parents') k)
 			  FROM ntask_claim(?, ?, ?, '2 seconds') ORDER BY task_id},
 			undef, $queue, $name, $n);
 		return @$rows;
@@ -228,6 +232,8 @@ sub next_task
 		my @rows = retrying('transition', $ftid, $ftok, sub {
 			my $rows = $dbh->selectall_arrayref(
 				q{SELECT task_id, token, payload::text, prior_outcome,
+						 (SELECT string_agg(k, ',' ORDER BY k)
+						  FROM jsonb_object_keys(context->'parents') k),
 						 finish_result, finish_state
 				  FROM ntask_transition_and_claim(?, ?, 'succeeded', ?, ?,
 					outcome => 'business_committed', lease => '2 seconds')},
@@ -235,8 +241,8 @@ sub next_task
 			return @$rows;
 		});
 		die "worker $name: transition_and_claim answered no row\n" unless @rows;
-		event('transition', $ftid, $ftok, "succeeded:$rows[0][4]:$rows[0][5]");
-		@claimed = map { [ @$_[0 .. 3] ] } grep { defined $_->[0] } @rows;
+		event('transition', $ftid, $ftok, "succeeded:$rows[0][5]:$rows[0][6]");
+		@claimed = map { [ @$_[0 .. 4] ] } grep { defined $_->[0] } @rows;
 		return @claimed ? @{ shift @claimed } : ();
 	}
 	finish_many() if $style eq 'many';
@@ -249,7 +255,7 @@ while (1)
 {
 	last if $stopping;
 	phase('idle');
-	my ($tid, $tok, $payload, $prior) = next_task();
+	my ($tid, $tok, $payload, $prior, $parents) = next_task();
 	if (!defined $tid)
 	{
 		last if -e "$dir/stop";
@@ -262,6 +268,9 @@ while (1)
 		next;
 	}
 	event('claim', $tid, $tok, $prior // 'none');
+	# a task enqueued with depends_on: the parents its claim's context
+	# names ("queue:key,..."; t/006 checks them against the DAG)
+	event('parents', $tid, $tok, $parents) if defined $parents;
 	phase("claimed $tid $tok");
 
 	# the chaos driver asked for a stop between claim and receipt
