@@ -238,13 +238,12 @@ deps_id_cmp(const void *a, const void *b)
 
 /*
  * NtaskDepsArgs
- *		Read an enqueue's traceparent, depends_on and on_parent_failed
- *		arguments (positions a_trace, a_trace + 1, a_trace + 2) into *d;
- *		returns false when the call names no parents (d->n = 0).  Checks
- *		what needs no lookup: traceparent is not built in this branch
- *		(0A000), NULL elements 22004, more than ntask.max_parents 54000, a
- *		policy other than wait/cancel 22023, a policy without parents
- *		22023.
+ *		Read an enqueue's depends_on and on_parent_failed arguments
+ *		(positions a_trace + 1 and a_trace + 2; a_trace is its traceparent,
+ *		which enqueue.c reads) into *d; returns false when the call names no
+ *		parents (d->n = 0).  Checks what needs no lookup: NULL elements
+ *		22004, more than ntask.max_parents 54000, a policy other than
+ *		wait/cancel 22023, a policy without parents 22023.
  */
 bool
 NtaskDepsArgs(FunctionCallInfo fcinfo, int a_trace, NtaskDeps *d)
