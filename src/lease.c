@@ -57,19 +57,26 @@ typedef enum LeaseHeartbeatArg
 	LEASE_HB_NARGS
 } LeaseHeartbeatArg;
 
+/*
+ * The heartbeat's UPDATE; set: more assignments (progress), "" for none.
+ */
+#define LEASE_HB_SQL(set) \
+	"UPDATE ntask.task t SET " \
+	"  lease_until = $5 OPERATOR(pg_catalog.+) coalesce($3, q.lease), " \
+	"  due_at = $5 OPERATOR(pg_catalog.+) coalesce($3, q.lease), " \
+	set \
+	"  updated_at = $5 " \
+	"FROM ntask.queue q " \
+	"WHERE t.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("t", "$1") \
+	"  AND t.token OPERATOR(pg_catalog.=) $2 " \
+	"  AND t.state OPERATOR(pg_catalog.=) 'leased' " \
+	"  AND q.queue OPERATOR(pg_catalog.=) t.queue " \
+	"  AND " NTASK_WORKER_RIGHT_SUB("q", "4") " " \
+	"RETURNING t.lease_until"
+
 static NtaskPlan lease_heartbeat_plan = {
 	"heartbeat",
-	"UPDATE ntask.task t SET "
-	"  lease_until = $5 OPERATOR(pg_catalog.+) coalesce($3, q.lease), "
-	"  due_at = $5 OPERATOR(pg_catalog.+) coalesce($3, q.lease), "
-	"  updated_at = $5 "
-	"FROM ntask.queue q "
-	"WHERE t.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("t", "$1")
-	"  AND t.token OPERATOR(pg_catalog.=) $2 "
-	"  AND t.state OPERATOR(pg_catalog.=) 'leased' "
-	"  AND q.queue OPERATOR(pg_catalog.=) t.queue "
-	"  AND " NTASK_WORKER_RIGHT_SUB("q", "4") " "
-	"RETURNING t.lease_until",
+	LEASE_HB_SQL(""),
 	LEASE_HB_NARGS, {INT8OID, INT8OID, INTERVALOID, OIDOID, TIMESTAMPTZOID}
 };
 
@@ -81,18 +88,7 @@ static NtaskPlan lease_heartbeat_plan = {
  */
 static NtaskPlan lease_progress_plan = {
 	"heartbeat with progress",
-	"UPDATE ntask.task t SET "
-	"  lease_until = $5 OPERATOR(pg_catalog.+) coalesce($3, q.lease), "
-	"  due_at = $5 OPERATOR(pg_catalog.+) coalesce($3, q.lease), "
-	"  progress = $6, progress_at = $5, "
-	"  updated_at = $5 "
-	"FROM ntask.queue q "
-	"WHERE t.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("t", "$1")
-	"  AND t.token OPERATOR(pg_catalog.=) $2 "
-	"  AND t.state OPERATOR(pg_catalog.=) 'leased' "
-	"  AND q.queue OPERATOR(pg_catalog.=) t.queue "
-	"  AND " NTASK_WORKER_RIGHT_SUB("q", "4") " "
-	"RETURNING t.lease_until",
+	LEASE_HB_SQL("  progress = $6, progress_at = $5, "),
 	LEASE_HB_NARGS + 1, {INT8OID, INT8OID, INTERVALOID, OIDOID, TIMESTAMPTZOID, JSONBOID}
 };
 
@@ -165,9 +161,10 @@ ntask_heartbeat(PG_FUNCTION_ARGS)
 	char		nulls[LEASE_HB_NARGS + 1];
 	TimestampTz result = 0;
 	bool		found;
-	bool		with_progress = PG_NARGS() > 3 && !PG_ARGISNULL(3);
+	bool		with_progress;
 
 	NtaskCheckNargs(fcinfo, 4);	/* before its new arguments are read */
+	with_progress = !PG_ARGISNULL(3);
 	if (!PG_ARGISNULL(2))
 		NtaskCheckPositiveInterval(PG_GETARG_INTERVAL_P(2), "lease");
 	if (with_progress)
