@@ -2102,12 +2102,13 @@ COMMENT ON FUNCTION ntask.count_pruned() IS 'ntask: trigger: adds what deleted t
  *	hash by fence_key			fence, fence_receipt
  *	hash by audit_id			audit
  *	reference tables			queue, breaker, queue_pruned, schedule,
- *								schedule_slot, fence_grant
+ *								schedule_slot, fence_grant, key_pause
  *	left on the coordinator		saga, saga_step (sagas are not supported on a
  *								distributed install)
  *
  * The triggers that read or write another table from a task row
- * (queue_delete_check, task_count_pruned, saga_step_changed) are dropped:
+ * (queue_delete_check, task_count_pruned, saga_step_changed,
+ * task_deps_changed) are dropped:
  * on a distributed table they would run on a worker's shard and query a
  * distributed table from there, which Citus refuses.  The widened keys are
  * set on every node first (run_command_on_workers, idempotent, so a failed
@@ -2136,6 +2137,7 @@ DO $do$ BEGIN
 		DROP TRIGGER IF EXISTS queue_delete_check ON ntask.queue;
 		DROP TRIGGER IF EXISTS task_count_pruned ON ntask.task;
 		DROP TRIGGER IF EXISTS saga_step_changed ON ntask.task;
+		DROP TRIGGER IF EXISTS task_deps_changed ON ntask.task;
 	END IF;
 END $do$
 $k$;
@@ -2188,7 +2190,7 @@ BEGIN
 	PERFORM pg_catalog.create_reference_table(x.rel)
 	FROM (VALUES ('ntask.queue'::regclass), ('ntask.breaker'), ('ntask.queue_pruned'),
 				 ('ntask.schedule'), ('ntask.schedule_slot'), ('ntask.fence_grant'),
-				 ('ntask.shard_map')) x(rel);
+				 ('ntask.shard_map'), ('ntask.key_pause')) x(rel);
 	PERFORM pg_catalog.create_distributed_table('ntask.task', 'shard', shard_count => shard_count);
 	PERFORM pg_catalog.create_distributed_table('ntask.attempt', 'shard', colocate_with => 'ntask.task');
 	PERFORM pg_catalog.create_distributed_table('ntask.receipt', 'shard', colocate_with => 'ntask.task');
@@ -2211,7 +2213,7 @@ BEGIN
 	PERFORM pg_catalog.truncate_local_data_after_distributing_table(x.rel)
 	FROM (VALUES ('ntask.queue'::regclass), ('ntask.breaker'), ('ntask.queue_pruned'),
 				 ('ntask.schedule'), ('ntask.fence_grant'), ('ntask.fence'),
-				 ('ntask.fence_receipt'), ('ntask.audit')) x(rel);
+				 ('ntask.fence_receipt'), ('ntask.audit'), ('ntask.key_pause')) x(rel);
 
 	RETURN QUERY
 	SELECT p.logicalrelid::regclass,

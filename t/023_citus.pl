@@ -89,6 +89,7 @@ like($stderr, qr/cannot distribute relation "queue" because it has triggers/,
 	BEGIN;
 	DROP TRIGGER task_count_pruned ON ntask.task;
 	DROP TRIGGER saga_step_changed ON ntask.task;
+	DROP TRIGGER task_deps_changed ON ntask.task;
 	SELECT create_distributed_table('ntask.task', 'shard');
 	ROLLBACK;});
 like($stderr, qr/cannot create constraint on "task"/,
@@ -124,6 +125,7 @@ is($layout, join("\n",
 	'ntask.fence hash by fence_key 8',
 	'ntask.fence_grant reference 1',
 	'ntask.fence_receipt hash by fence_key 8',
+	'ntask.key_pause reference 1',
 	'ntask.queue reference 1',
 	'ntask.queue_pruned reference 1',
 	'ntask.receipt hash by shard 8',
@@ -311,14 +313,16 @@ is($q->("SELECT token FROM ntask_claim('budget', 'W1')"), '3', 'b1: token 3 afte
 is($q->("SELECT ntask_release($b1, 3)"), 'applied', 'b1: released');
 is($q->("SELECT ntask_cancel($b1, 'ops', 'done')"), 'applied', 'b1: canceled');
 
-# a schedule slot: ntask_fire makes one task per slot (its key the slot's
-# key, so its shard is the key's), capped at the next slot; firing again
-# is a duplicate, a rerun is a second task (pg_cron fires it in part 8)
+# a schedule slot: ntask_fire of a past slot makes one task per slot (its
+# key the slot's key, so its shard is the key's), capped at the next slot;
+# firing again is a duplicate, a rerun is a second task (pg_cron fires it
+# in part 8)
 $q->("SELECT count(*) FROM ntask_queue_set('sched', lease => '30 seconds')");
 is($q->("SELECT name FROM ntask_schedule('daily', '0 0 * * *', 'sched')"), 'daily',
 	'schedule: created (a reference table row; pg_cron is not in this database yet)');
 my ($sid, $sslot, $sout) = split /\|/,
-  $q->("SELECT task_id || '|' || fired_slot || '|' || outcome FROM ntask_fire('daily')");
+  $q->("SELECT task_id || '|' || fired_slot || '|' || outcome
+	  FROM ntask_fire('daily', ntask_cron_prev('0 0 * * *', now()))");
 is($sout, 'enqueued', 'schedule: the slot fired: enqueued');
 is($q->(qq{SELECT task_key = 'daily:' || to_char(fired_slot AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')
 	  AND deadline = ntask_cron_next('0 0 * * *', fired_slot)
@@ -535,7 +539,7 @@ is($q->(qq{SELECT count(*) FROM ntask_claim('fair', 'W1', 20) c $keyof WHERE t.p
 # head of each key; W1's heads expire and W2 takes the same heads over
 # (token 2), never a later task of the key; W1's writes are stale
 $q->(q{SELECT count(*) FROM ntask_queue_set('ord', fairness => 'partition', ordered => true,
-		lease => '1 second', max_attempts => 5);
+		lease => '3 seconds', max_attempts => 5);
 	SELECT count(*) FROM generate_series(1, 3) i, ntask_enqueue('ord', 'a' || i, '{}', partition_key => 'A');
 	SELECT count(*) FROM generate_series(1, 3) i, ntask_enqueue('ord', 'b' || i, '{}', partition_key => 'B')});
 my $claim_keys = sub {
@@ -551,7 +555,7 @@ my $claim_keys = sub {
 is($claim_keys->('W1'), 'a1:1,b1:1', 'ordered: W1 gets only the head of each key');
 my %oid = map { split /\|/ } split /\n/,
   $q->(q{SELECT task_key || '|' || task_id FROM ntask.task WHERE queue = 'ord'});
-sleep 1.5;
+sleep 3.5;
 is($claim_keys->('W2'), 'a1:2,b1:2', 'ordered: after the lease runs out W2 takes the same heads over, token 2');
 is($q->("SELECT result FROM ntask_transition($oid{a1}, 1, 'succeeded')"), 'stale',
 	'ordered: W1\'s late transition of a1 is stale');
