@@ -14,6 +14,7 @@ OBJS = \
 	src/limit.o \
 	src/claim.o \
 	src/claim_lock.o \
+	src/delegate.o \
 	src/attempt.o \
 	src/context.o \
 	src/lease.o \

@@ -1488,6 +1488,297 @@ $$;
 -- end of the explain_age fix
 
 -- issue 34: Citus: delegation, ids from any node, the token floor from the shard's node
+-- Shard-addressed calls (issue 34; docs/scaling.md "One hop: delegated
+-- calls") ---------------------------------------------------------------
+
+/*
+ * ntask_shard: the shard of a key (the partition key, or the task key
+ * without one) or of a task id; 0 on a plain install.  The key form reads
+ * the shard map, which ntask_distribute writes once, and is declared
+ * IMMUTABLE so that a call with constant arguments is folded into the
+ * constant Citus needs to delegate an ntask_<f>_on call.
+ */
+CREATE FUNCTION @extschema@.ntask_shard(queue text, key text)
+RETURNS smallint
+AS 'MODULE_PATHNAME', 'ntask_shard_of_key'
+LANGUAGE C IMMUTABLE STRICT;
+COMMENT ON FUNCTION @extschema@.ntask_shard(text, text) IS
+'ntask: the shard of a task of queue keyed by key (its partition key, or its task key without one); 0 on a plain install';
+CREATE FUNCTION @extschema@.ntask_shard(task_id bigint)
+RETURNS smallint
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+RETURN (task_id OPERATOR(pg_catalog.>>) 48)::smallint;
+COMMENT ON FUNCTION @extschema@.ntask_shard(bigint) IS
+'ntask: the shard of a task id (its high bits); 0 on a plain install';
+
+/*
+ * The hot API with the shard as its first argument: ntask_<f>_on(shard,
+ * <ntask_<f>'s arguments>) checks the shard (a shard of this install, the
+ * task's or the key's: 22023) and calls ntask_<f>.  ntask_distribute
+ * registers each with create_distributed_function (distribution argument
+ * shard, co-located with ntask.task), so that Citus runs a call made
+ * outside a transaction block on the shard's node, as one hop.
+ */
+CREATE FUNCTION @extschema@.ntask_enqueue_on(
+	shard smallint,
+	queue text,
+	task_key text,
+	payload jsonb DEFAULT '{}',
+	run_at timestamptz DEFAULT NULL,
+	partition_key text DEFAULT NULL,
+	priority integer DEFAULT 0,
+	traceparent text DEFAULT NULL,
+	depends_on text[] DEFAULT NULL,
+	on_parent_failed text DEFAULT NULL)
+RETURNS TABLE (task_id bigint, created boolean, state text, outcome text, result jsonb)
+AS 'MODULE_PATHNAME', 'ntask_enqueue_on'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.ntask_enqueue_on(smallint, text, text, jsonb, timestamptz, text, integer, text, text[], text) IS
+'ntask: ntask_enqueue on the node of shard (Citus delegates a call made outside a transaction block there); the enqueue''s key (partition key, or task key without one) must be of shard: ntask_shard(queue, key)';
+
+CREATE FUNCTION @extschema@.ntask_enqueue_many_on(
+	shard smallint,
+	queue text,
+	task_keys text[],
+	payloads jsonb[],
+	run_at timestamptz DEFAULT NULL,
+	partition_keys text[] DEFAULT NULL,
+	priority integer DEFAULT 0,
+	traceparent text DEFAULT NULL,
+	depends_on text[] DEFAULT NULL,
+	on_parent_failed text DEFAULT NULL)
+RETURNS TABLE (task_id bigint, created boolean, state text, outcome text, result jsonb)
+AS 'MODULE_PATHNAME', 'ntask_enqueue_many_on'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.ntask_enqueue_many_on(smallint, text, text[], jsonb[], timestamptz, text[], integer, text, text[], text) IS
+'ntask: ntask_enqueue_many on the node of shard (Citus delegates a call made outside a transaction block there); every key must be of shard';
+
+CREATE FUNCTION @extschema@.ntask_claim_on(
+	shard smallint,
+	queue text,
+	worker text,
+	max_tasks integer DEFAULT 1,
+	lease interval DEFAULT NULL,
+	wait interval DEFAULT NULL,
+	invoked boolean DEFAULT false)
+RETURNS TABLE (task_id bigint, task_key text, payload jsonb, attempt integer,
+			   token bigint, lease_until timestamptz, prior_outcome text,
+			   context jsonb)
+AS 'MODULE_PATHNAME', 'ntask_claim_on'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.ntask_claim_on(smallint, text, text, integer, interval, interval, boolean) IS
+'ntask: ntask_claim on the node of shard (Citus delegates a call made outside a transaction block there); claims from shard only';
+
+CREATE FUNCTION @extschema@.ntask_transition_on(
+	shard smallint,
+	task_id bigint,
+	token bigint,
+	to_state text,
+	error_class text DEFAULT NULL,
+	detail jsonb DEFAULT NULL,
+	retry_at timestamptz DEFAULT NULL,
+	outcome text DEFAULT NULL,
+	error_stage text DEFAULT NULL,
+	result jsonb DEFAULT NULL)
+RETURNS TABLE (result text, state text, run_at timestamptz)
+AS 'MODULE_PATHNAME', 'ntask_transition_on'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.ntask_transition_on(smallint, bigint, bigint, text, text, jsonb, timestamptz, text, text, jsonb) IS
+'ntask: ntask_transition on the node of shard (Citus delegates a call made outside a transaction block there); the task must be of shard: ntask_shard(task_id)';
+
+CREATE FUNCTION @extschema@.ntask_transition_many_on(
+	shard smallint,
+	task_ids bigint[],
+	tokens bigint[],
+	to_state text,
+	error_class text DEFAULT NULL,
+	detail jsonb DEFAULT NULL,
+	retry_at timestamptz DEFAULT NULL,
+	outcome text DEFAULT NULL,
+	error_stage text DEFAULT NULL,
+	results jsonb[] DEFAULT NULL)
+RETURNS TABLE (task_id bigint, result text, state text, run_at timestamptz)
+AS 'MODULE_PATHNAME', 'ntask_transition_many_on'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.ntask_transition_many_on(smallint, bigint[], bigint[], text, text, jsonb, timestamptz, text, text, jsonb[]) IS
+'ntask: ntask_transition_many on the node of shard (Citus delegates a call made outside a transaction block there); every task must be of shard';
+
+CREATE FUNCTION @extschema@.ntask_transition_and_claim_on(
+	shard smallint,
+	finish_task_id bigint,
+	finish_token bigint,
+	to_state text,
+	queue text,
+	worker text,
+	max_tasks integer DEFAULT 1,
+	outcome text DEFAULT NULL,
+	error_class text DEFAULT NULL,
+	detail jsonb DEFAULT NULL,
+	retry_at timestamptz DEFAULT NULL,
+	error_stage text DEFAULT NULL,
+	lease interval DEFAULT NULL,
+	result jsonb DEFAULT NULL)
+RETURNS TABLE (task_id bigint, task_key text, payload jsonb, attempt integer,
+			   token bigint, lease_until timestamptz, prior_outcome text,
+			   finish_result text, finish_state text, finish_run_at timestamptz,
+			   context jsonb)
+AS 'MODULE_PATHNAME', 'ntask_transition_and_claim_on'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.ntask_transition_and_claim_on(smallint, bigint, bigint, text, text, text, integer, text, text, jsonb, timestamptz, text, interval, jsonb) IS
+'ntask: ntask_transition_and_claim on the node of shard (Citus delegates a call made outside a transaction block there); the finished task must be of shard; the claim takes from shard only';
+
+CREATE FUNCTION @extschema@.ntask_heartbeat_on(
+	shard smallint,
+	task_id bigint,
+	token bigint,
+	lease interval DEFAULT NULL,
+	progress jsonb DEFAULT NULL)
+RETURNS timestamptz
+AS 'MODULE_PATHNAME', 'ntask_heartbeat_on'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.ntask_heartbeat_on(smallint, bigint, bigint, interval, jsonb) IS
+'ntask: ntask_heartbeat on the node of shard (Citus delegates a call made outside a transaction block there); the task must be of shard';
+
+CREATE FUNCTION @extschema@.ntask_invoked_on(shard smallint, task_id bigint, token bigint)
+RETURNS text
+AS 'MODULE_PATHNAME', 'ntask_invoked_on'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.ntask_invoked_on(smallint, bigint, bigint) IS
+'ntask: ntask_invoked on the node of shard (Citus delegates a call made outside a transaction block there); the task must be of shard';
+
+CREATE FUNCTION @extschema@.ntask_receipt_on(shard smallint, task_id bigint, token bigint, payload jsonb)
+RETURNS text
+AS 'MODULE_PATHNAME', 'ntask_receipt_on'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.ntask_receipt_on(smallint, bigint, bigint, jsonb) IS
+'ntask: ntask_receipt on the node of shard (Citus delegates a call made outside a transaction block there); the task must be of shard';
+
+CREATE FUNCTION @extschema@.ntask_release_on(shard smallint, task_id bigint, token bigint, delay interval DEFAULT NULL)
+RETURNS text
+AS 'MODULE_PATHNAME', 'ntask_release_on'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.ntask_release_on(smallint, bigint, bigint, interval) IS
+'ntask: ntask_release on the node of shard (Citus delegates a call made outside a transaction block there); the task must be of shard';
+
+/*
+ * The token floor of the node that evaluates it (src/delegate.c): the
+ * lease statement of a distributed install calls it with the row's shard,
+ * so it runs on the node that holds the row.  IMMUTABLE so that Citus
+ * sends it there rather than evaluating it on the coordinator; its value
+ * changes only when that node is promoted.
+ */
+CREATE FUNCTION ntask.token_floor(shard smallint)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'ntask_token_floor'
+LANGUAGE C IMMUTABLE STRICT;
+COMMENT ON FUNCTION ntask.token_floor(smallint) IS
+'ntask: internal: the lowest token this node''s WAL timeline may issue (the lease statement of a distributed install evaluates it on the row''s node)';
+REVOKE ALL ON FUNCTION ntask.token_floor(smallint) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION
+	@extschema@.ntask_shard(text, text),
+	@extschema@.ntask_shard(bigint),
+	@extschema@.ntask_enqueue_on(smallint, text, text, jsonb, timestamptz, text, integer, text, text[], text),
+	@extschema@.ntask_enqueue_many_on(smallint, text, text[], jsonb[], timestamptz, text[], integer, text, text[], text),
+	@extschema@.ntask_claim_on(smallint, text, text, integer, interval, interval, boolean),
+	@extschema@.ntask_transition_on(smallint, bigint, bigint, text, text, jsonb, timestamptz, text, text, jsonb),
+	@extschema@.ntask_transition_many_on(smallint, bigint[], bigint[], text, text, jsonb, timestamptz, text, text, jsonb[]),
+	@extschema@.ntask_transition_and_claim_on(smallint, bigint, bigint, text, text, text, integer, text, text, jsonb, timestamptz, text, interval, jsonb),
+	@extschema@.ntask_heartbeat_on(smallint, bigint, bigint, interval, jsonb),
+	@extschema@.ntask_invoked_on(smallint, bigint, bigint),
+	@extschema@.ntask_receipt_on(smallint, bigint, bigint, jsonb),
+	@extschema@.ntask_release_on(smallint, bigint, bigint, interval)
+FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION
+	@extschema@.ntask_shard(text, text),
+	@extschema@.ntask_shard(bigint),
+	@extschema@.ntask_enqueue_on(smallint, text, text, jsonb, timestamptz, text, integer, text, text[], text),
+	@extschema@.ntask_enqueue_many_on(smallint, text, text[], jsonb[], timestamptz, text[], integer, text, text[], text)
+TO ntask_producer;
+GRANT EXECUTE ON FUNCTION
+	@extschema@.ntask_shard(text, text),
+	@extschema@.ntask_shard(bigint),
+	@extschema@.ntask_claim_on(smallint, text, text, integer, interval, interval, boolean),
+	@extschema@.ntask_transition_on(smallint, bigint, bigint, text, text, jsonb, timestamptz, text, text, jsonb),
+	@extschema@.ntask_transition_many_on(smallint, bigint[], bigint[], text, text, jsonb, timestamptz, text, text, jsonb[]),
+	@extschema@.ntask_transition_and_claim_on(smallint, bigint, bigint, text, text, text, integer, text, text, jsonb, timestamptz, text, interval, jsonb),
+	@extschema@.ntask_heartbeat_on(smallint, bigint, bigint, interval, jsonb),
+	@extschema@.ntask_invoked_on(smallint, bigint, bigint),
+	@extschema@.ntask_receipt_on(smallint, bigint, bigint, jsonb),
+	@extschema@.ntask_release_on(smallint, bigint, bigint, interval)
+TO ntask_worker;
+
+/*
+ * Ids drawn on any node (docs/scaling.md "Task ids and tokens"): a task id
+ * is shard << 48 | nextval(ntask.task_task_id_seq), and each node draws
+ * from its own copy of the sequence, so each node's copy (and the audit
+ * ids') is given its own range by its Citus group: group g draws from
+ * (g << 40) + 1 to ((g + 1) << 40) - 1, 2^40 ids per node, groups 0 (the
+ * coordinator) to 255.  A sequence at its end fails the enqueue with
+ * "reached maximum value of sequence" (55000): never a repeated id.
+ * ntask.set_id_range sets the range on the node it runs on (idempotent);
+ * ntask_distribute runs it on every node, ntask_distribute_nodes on the
+ * nodes added later.
+ */
+CREATE FUNCTION ntask.set_id_range()
+RETURNS text
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE
+	g bigint;
+	lo bigint;
+	hi bigint;
+	seq text;
+	last bigint;
+BEGIN
+	SELECT l.groupid INTO g FROM pg_catalog.pg_dist_local_group l;
+	IF g IS NULL OR g < 0 OR g > 255 THEN
+		RAISE EXCEPTION 'ntask: this node''s Citus group is %, and task ids have room for groups 0 to 255', g
+			USING ERRCODE = 'program_limit_exceeded';
+	END IF;
+	lo := (g << 40) + 1;
+	hi := ((g + 1) << 40) - 1;
+	SET LOCAL citus.enable_ddl_propagation = off;
+	FOREACH seq IN ARRAY ARRAY['ntask.task_task_id_seq', 'ntask.audit_audit_id_seq'] LOOP
+		EXECUTE format('SELECT last_value FROM %s', seq) INTO last;
+		IF last > hi THEN
+			RAISE EXCEPTION 'ntask: % is at %, beyond the range of Citus group % (% to %)', seq, last, g, lo, hi
+				USING ERRCODE = 'object_not_in_prerequisite_state';
+		END IF;
+		EXECUTE format('ALTER SEQUENCE %s MINVALUE %s MAXVALUE %s START %s %s',
+					   seq, lo, hi, lo, CASE WHEN last < lo THEN 'RESTART' ELSE '' END);
+	END LOOP;
+	RETURN format('group %s: ids %s to %s', g, lo, hi);
+END $fn$;
+COMMENT ON FUNCTION ntask.set_id_range() IS
+'ntask: internal: give this node''s task and audit id sequences the range of its Citus group (ntask_distribute, ntask_distribute_nodes)';
+REVOKE ALL ON FUNCTION ntask.set_id_range() FROM PUBLIC;
+
+/*
+ * ntask_distribute_nodes: after citus_add_node on a distributed install,
+ * give every node's id sequences the range of its group (ntask.set_id_range
+ * on each; nodes that have it already are unchanged).  On the coordinator.
+ */
+CREATE FUNCTION @extschema@.ntask_distribute_nodes()
+RETURNS TABLE (node text, ok boolean, result text)
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
+BEGIN
+	IF NOT EXISTS (SELECT FROM pg_catalog.pg_dist_partition p
+				   WHERE p.logicalrelid = 'ntask.task'::regclass) THEN
+		RAISE EXCEPTION 'ntask: ntask is not distributed in this database'
+			USING ERRCODE = 'object_not_in_prerequisite_state',
+				  HINT = 'Run ntask_distribute() first.';
+	END IF;
+	node := 'coordinator'; ok := true; result := ntask.set_id_range();
+	RETURN NEXT;
+	RETURN QUERY
+	SELECT w.nodename || ':' || w.nodeport, w.success, w.result
+	FROM pg_catalog.run_command_on_workers('SELECT ntask.set_id_range()') w
+	ORDER BY 1;
+END $fn$;
+COMMENT ON FUNCTION @extschema@.ntask_distribute_nodes() IS
+'ntask: on a distributed install, give each node''s task and audit id sequences the range of its Citus group (run after citus_add_node)';
+REVOKE ALL ON FUNCTION @extschema@.ntask_distribute_nodes() FROM PUBLIC;
+
 /*
  * ntask_distribute: turn an installed, empty ntask on a Citus coordinator
  * into the distributed layout (docs/scaling.md "Scaling out with Citus"):
@@ -1602,6 +1893,27 @@ BEGIN
 		RAISE EXCEPTION 'ntask: could not find a shard value for every shard of ntask.task'
 			USING ERRCODE = 'internal_error';
 	END IF;
+	-- ids drawn on any node: each node's sequences get its group's range
+	PERFORM ntask.set_id_range();
+	FOR r IN SELECT * FROM pg_catalog.run_command_on_workers('SELECT ntask.set_id_range()') LOOP
+		IF NOT r.success THEN
+			RAISE EXCEPTION 'ntask: could not set the id range on worker %:%: %', r.nodename, r.nodeport, r.result
+				USING ERRCODE = 'connection_failure';
+		END IF;
+	END LOOP;
+	-- one hop: each shard-addressed call runs on the node of its shard
+	PERFORM pg_catalog.create_distributed_function(x.fn, 'shard', colocate_with => 'ntask.task')
+	FROM (VALUES
+		('@extschema@.ntask_enqueue_on(smallint, text, text, jsonb, timestamptz, text, integer, text, text[], text)'::regprocedure),
+		('@extschema@.ntask_enqueue_many_on(smallint, text, text[], jsonb[], timestamptz, text[], integer, text, text[], text)'),
+		('@extschema@.ntask_claim_on(smallint, text, text, integer, interval, interval, boolean)'),
+		('@extschema@.ntask_transition_on(smallint, bigint, bigint, text, text, jsonb, timestamptz, text, text, jsonb)'),
+		('@extschema@.ntask_transition_many_on(smallint, bigint[], bigint[], text, text, jsonb, timestamptz, text, text, jsonb[])'),
+		('@extschema@.ntask_transition_and_claim_on(smallint, bigint, bigint, text, text, text, integer, text, text, jsonb, timestamptz, text, interval, jsonb)'),
+		('@extschema@.ntask_heartbeat_on(smallint, bigint, bigint, interval, jsonb)'),
+		('@extschema@.ntask_invoked_on(smallint, bigint, bigint)'),
+		('@extschema@.ntask_receipt_on(smallint, bigint, bigint, jsonb)'),
+		('@extschema@.ntask_release_on(smallint, bigint, bigint, interval)')) x(fn);
 	-- the rows copied into shards (queue policy, its audit) stay behind in
 	-- the coordinator's own tables unless removed
 	PERFORM pg_catalog.truncate_local_data_after_distributing_table(x.rel)

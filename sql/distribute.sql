@@ -12,7 +12,7 @@ SELECT conname, pg_get_constraintdef(oid) FROM pg_constraint
 WHERE conrelid = 'ntask.task'::regclass AND contype IN ('p', 'u') ORDER BY 1;
 SELECT ntask_cancel((SELECT task_id FROM ntask.task WHERE queue = 'dist_q'), 'regress', 'test done');
 
--- the workflow calls, the bulk actions and dependencies are refused on a
+-- the workflow calls, the bulk actions, dependencies and sagas are refused on a
 -- distributed install (0A000; docs/scaling.md "What is left").  Simulated
 -- in a fresh backend by a shard value its transaction sees (rolled back:
 -- the backend keeps the shard count it read, so it reconnects after)
@@ -32,5 +32,45 @@ SELECT * FROM ntask_bulk('dist_w', 'cancel', 'regress', 'test', dry_run => true)
 \echo :SQLSTATE
 SELECT * FROM ntask_enqueue('dist_w', 'w2', '{}', depends_on => ARRAY['w1']);
 \echo :SQLSTATE
+SELECT * FROM ntask_saga_start('dist-saga', '[{"name": "a", "queue": "dist_w"}]');
+\echo :SQLSTATE
 \c
 SELECT ntask_cancel(:dw, 'regress', 'test done');
+
+-- shard-addressed calls (issue 34; docs/scaling.md "One hop: delegated
+-- calls").  On a plain install there is one shard, 0, and they do what
+-- ntask_<f> does.
+SELECT ntask_shard('dist_q', 'on1') AS key_shard, ntask_shard(12345::bigint) AS id_shard,
+	   ntask_shard((7::bigint << 48) | 5) AS high_bits;
+SELECT created, state FROM ntask_enqueue_on(ntask_shard('dist_q', 'on1'), 'dist_q', 'on1', '{}');
+SELECT created FROM ntask_enqueue_on(0::smallint, 'dist_q', 'on1', '{"again": 1}');
+SELECT task_id AS on1, token AS on1_tok FROM ntask_claim_on(0::smallint, 'dist_q', 'w1') \gset
+SELECT ntask_heartbeat_on(ntask_shard(:on1), :on1, :on1_tok) > now() AS extended;
+SELECT ntask_invoked_on(ntask_shard(:on1), :on1, :on1_tok);
+SELECT result, state FROM ntask_transition_on(ntask_shard(:on1), :on1, :on1_tok, 'succeeded');
+-- refused: a shard this install does not have, a task of another shard,
+-- a NULL shard
+\set VERBOSITY terse
+SELECT * FROM ntask_enqueue_on(3::smallint, 'dist_q', 'on2', '{}');
+SELECT * FROM ntask_transition_on(0::smallint, (1::bigint << 48) | 5, 1, 'succeeded');
+SELECT * FROM ntask_transition_many_on(0::smallint, ARRAY[:on1, (2::bigint << 48) | 9], ARRAY[1, 1]::bigint[], 'succeeded');
+SELECT * FROM ntask_claim_on(NULL, 'dist_q', 'w1');
+\set VERBOSITY default
+-- on a distributed install (simulated in a fresh backend: two shard
+-- values its transaction sees, rolled back) the key must hash to the
+-- shard named, and a claim looks in that shard only
+\c
+BEGIN;
+INSERT INTO ntask.shard_map VALUES (1), (2);
+SELECT ntask_shard('dist_q', 'on3') AS s3, 3 - ntask_shard('dist_q', 'on3') AS other \gset
+SELECT :s3 IN (1, 2) AS a_shard_value;
+SAVEPOINT s;
+\set VERBOSITY terse
+SELECT * FROM ntask_enqueue_on(:other::smallint, 'dist_q', 'on3', '{}');
+\set VERBOSITY default
+ROLLBACK TO s;
+SELECT created FROM ntask_enqueue_on(:s3::smallint, 'dist_q', 'on3', '{}');
+SELECT count(*) AS other_shard FROM ntask_claim_on(:other::smallint, 'dist_q', 'w1');
+SELECT task_key, ntask_shard(task_id) = :s3 AS in_its_shard FROM ntask_claim_on(:s3::smallint, 'dist_q', 'w1');
+ROLLBACK;
+\c

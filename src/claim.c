@@ -706,7 +706,7 @@ typedef struct ClaimPicked
 /*
  * $1 ids to lease, $2 worker, $3 lease, $4 ids taken over (their attempt
  * was just closed), $5 of those, the ones whose attempt had been invoked,
- * $6 the lowest token this timeline may issue (claim_token_floor), $9 the
+ * $6 the lowest token this timeline may issue (NtaskTokenFloor), $9 the
  * tasks' shard (NtaskIdsShard), $7 the
  * statement timestamp and $8 the lease's end ($7 + $3), both parameters:
  * Citus refuses a stable function (statement_timestamp(), timestamptz +
@@ -733,14 +733,14 @@ typedef enum ClaimLeaseArg
 	CLAIM_LEASE_NARGS, {INT8ARRAYOID, TEXTOID, INTERVALOID, INT8ARRAYOID, INT8ARRAYOID, INT8OID, \
 	TIMESTAMPTZOID, TIMESTAMPTZOID, INT2OID, BOOLOID}
 
-#define CLAIM_LEASE_SET \
+#define CLAIM_LEASE_SET(floor) \
 	"    state = CASE WHEN " CLAIM_SPENT " THEN 'repair_required' ELSE 'leased' END, " \
 	"    reason = CASE WHEN NOT " CLAIM_SPENT " THEN t.reason " \
 	"      WHEN " CLAIM_AWAIT_REPAIR " THEN 'await_timeout' " \
 	"      WHEN t.attempts OPERATOR(pg_catalog.>=) t.max_attempts THEN 'budget_exhausted' " \
 	"      ELSE 'deadline_exceeded' END, " \
 	"    token = CASE WHEN " CLAIM_SPENT " THEN t.token " \
-	"      ELSE GREATEST(t.token OPERATOR(pg_catalog.+) 1, $6) END, " \
+	"      ELSE GREATEST(t.token OPERATOR(pg_catalog.+) 1, " floor ") END, " \
 	"    attempts = t.attempts OPERATOR(pg_catalog.+) CASE WHEN " CLAIM_SPENT " THEN 0 ELSE 1 END, " \
 	"    lease_owner = CASE WHEN " CLAIM_SPENT " THEN NULL ELSE $2 END, " \
 	"    lease_until = CASE WHEN " CLAIM_SPENT " THEN NULL " \
@@ -776,7 +776,7 @@ static NtaskPlan claim_lease_plan = {
 	"claim lease",
 	"WITH upd AS ( "
 	"  UPDATE ntask.task t SET "
-	CLAIM_LEASE_SET
+	CLAIM_LEASE_SET("$6")
 	"  WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1) " NTASK_SHARD_IS("t", "9")
 	"  RETURNING t.task_id, t.task_key, t.payload, t.attempts, t.token, "
 	"    t.lease_until, t.unknown_attempts, t.state, t.shard, t.traceparent, "
@@ -798,11 +798,15 @@ static NtaskPlan claim_lease_plan = {
  * the caller gets (same columns); a receipt makes the prior outcome
  * 'committed' (claim_receipts_plan, read first: a RETURNING subquery keeps
  * Citus from routing the update).  Rows are not sorted by task id here.
+ * The token floor is also the one of the node that holds the row
+ * (ntask.token_floor, evaluated there: docs/scaling.md "Task ids and
+ * tokens"), so a promoted standby of that node issues tokens above any an
+ * earlier timeline of it issued, wherever the claim runs.
  */
 static NtaskPlan claim_lease_dist_plan = {
 	"claim lease (distributed)",
 	"UPDATE ntask.task t SET "
-	CLAIM_LEASE_SET
+	CLAIM_LEASE_SET("$6, ntask.token_floor(t.shard)")
 	"WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1) " NTASK_SHARD_IS("t", "9")
 	"RETURNING t.task_id, t.task_key, t.payload, t.attempts, t.token, t.lease_until, "
 	"  CASE WHEN t.unknown_attempts OPERATOR(pg_catalog.>) 0 THEN 'unknown' END, "
@@ -854,7 +858,6 @@ static int	claim_round(ClaimCall *call, int want, bool *more,
 						int64 *lease_usecs, ClaimOrder *order);
 static int	claim_pick(text *queue, int want, ClaimOrder *order);
 static void claim_warn_old_xact(int64 lease_usecs, int64 waited_usecs);
-static int64 claim_token_floor(void);
 
 /*
  * claim_mark_committed
@@ -925,7 +928,7 @@ claim_context(int r, text *queue, bool *isnull)
 #define CLAIM_MAX_TIMELINE		((INT64CONST(1) << (63 - CLAIM_TIMELINE_SHIFT)) - 1)
 
 /*
- * claim_token_floor
+ * NtaskTokenFloor
  *		The lowest token a claim on this WAL timeline may issue:
  *		((timeline - 1) << 48) + 1.  On timeline 1 that is 1, so tokens are
  *		1, 2, 3, ...; after a promotion every token is above any token an
@@ -933,8 +936,8 @@ claim_context(int r, text *queue, bool *isnull)
  *		the new primary (failover to an asynchronous standby).  2^48 claims
  *		of one task per timeline are far beyond any budget.
  */
-static int64
-claim_token_floor(void)
+int64
+NtaskTokenFloor(void)
 {
 	int64		tli = (int64) GetWALInsertionTimeLine();
 
@@ -1220,13 +1223,15 @@ claim_pick(text *queue, int want, ClaimOrder *order)
 	}
 	if (!CLAIM_KEYED(order->mode) && NtaskShardCount() > 0)
 	{
-		int			nshards = NtaskShardCount();
+		int			nshards = NtaskWalkShardCount();
 		int			k;
 
 		/*
 		 * A distributed install: one shard at a time, from this backend's
 		 * cursor (random at first), until one has due work; the next pick
-		 * starts after it, so every shard gets its turn.
+		 * starts after it, so every shard gets its turn.  The shards are
+		 * those the claim walks (NtaskWalkShardCount): the call's shard in
+		 * ntask_claim_on, this worker node's own, or every shard.
 		 */
 		if (claim_shard_cursor < 0)
 			claim_shard_cursor = (int) (pg_prng_uint32(&pg_global_prng_state) % nshards);
@@ -1234,7 +1239,7 @@ claim_pick(text *queue, int want, ClaimOrder *order)
 		{
 			int			i = (claim_shard_cursor + k) % nshards;
 
-			args[CLAIM_PICK_ARG_SHARD] = Int16GetDatum(NtaskShardValue(i));
+			args[CLAIM_PICK_ARG_SHARD] = Int16GetDatum(NtaskWalkShardValue(i));
 			args[CLAIM_PICK_ARG_LIMIT] = Int32GetDatum(want);
 			n = NtaskExecPlanCount(&claim_pick_shard_plan, args, NULL,
 								   SPI_OK_SELECT, want);
@@ -1320,7 +1325,7 @@ claim_pick(text *queue, int want, ClaimOrder *order)
 	kargs[CLAIM_KEYED_ARG_FRESH_ONLY] = BoolGetDatum(order->fresh_only);
 	if (NtaskShardCount() > 0)
 	{
-		int			nshards = NtaskShardCount();
+		int			nshards = NtaskWalkShardCount();
 		int			k;
 
 		/*
@@ -1336,7 +1341,7 @@ claim_pick(text *queue, int want, ClaimOrder *order)
 		for (k = 0; k < nshards; k++)
 		{
 			int			i = (claim_shard_cursor + k) % nshards;
-			int16		sv = NtaskShardValue(i);
+			int16		sv = NtaskWalkShardValue(i);
 
 			kargs[CLAIM_KEYED_ARG_FIRST_PASS] = BoolGetDatum(order->turns || want <= CLAIM_TURN_MAX);
 			kargs[CLAIM_KEYED_ARG_CURSOR] = PointerGetDatum(NtaskFairCursorShard(qname, sv));
@@ -1764,7 +1769,7 @@ claim_round(ClaimCall *call, int want, bool *more, int64 *lease_usecs,
 		values[CLAIM_LEASE_ARG_LEASE] = lease;
 		values[CLAIM_LEASE_ARG_TAKEN] = NtaskInt8Array(taken, ntaken);
 		values[CLAIM_LEASE_ARG_INVOKED_IDS] = invoked_ids;
-		values[CLAIM_LEASE_ARG_TOKEN_FLOOR] = Int64GetDatum(claim_token_floor());
+		values[CLAIM_LEASE_ARG_TOKEN_FLOOR] = Int64GetDatum(NtaskTokenFloor());
 		values[CLAIM_LEASE_ARG_NOW] = NtaskStatementTs();
 		values[CLAIM_LEASE_ARG_LEASE_UNTIL] =
 			DirectFunctionCall2(timestamptz_pl_interval,
@@ -1823,7 +1828,7 @@ claim_round(ClaimCall *call, int want, bool *more, int64 *lease_usecs,
 
 	*more = pick.n == want && leased < want;
 	/* a distributed install: the next round looks in the next shards */
-	if (pick.n > 0 && leased < want && NtaskShardCount() > 0)
+	if (pick.n > 0 && leased < want && NtaskWalkShardCount() > 1)
 		*more = true;
 	if (order->held || guard_busy)
 		*more = false;			/* held rows stay locked, a busy guard's task

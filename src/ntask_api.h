@@ -109,4 +109,22 @@ extern void NtaskDepsAttach(NtaskDeps *d, Datum *ids, int n, Datum *states);
 /* repair.c */
 extern Datum ntask_replay(PG_FUNCTION_ARGS);
 
+/* claim.c: the lowest token this node's WAL timeline may issue */
+extern int64 NtaskTokenFloor(void);
+
+/*
+ * The SQL entry points the shard-addressed forms wrap (delegate.c:
+ * ntask_<f>_on(shard, <f's arguments>)); defined on floors 3 and 4.
+ */
+extern Datum ntask_enqueue(PG_FUNCTION_ARGS);
+extern Datum ntask_enqueue_many(PG_FUNCTION_ARGS);
+extern Datum ntask_claim(PG_FUNCTION_ARGS);
+extern Datum ntask_transition(PG_FUNCTION_ARGS);
+extern Datum ntask_transition_many(PG_FUNCTION_ARGS);
+extern Datum ntask_transition_and_claim(PG_FUNCTION_ARGS);
+extern Datum ntask_heartbeat(PG_FUNCTION_ARGS);
+extern Datum ntask_invoked(PG_FUNCTION_ARGS);
+extern Datum ntask_receipt(PG_FUNCTION_ARGS);
+extern Datum ntask_release(PG_FUNCTION_ARGS);
+
 #endif							/* NTASK_API_H */

@@ -181,6 +181,11 @@ extern bytea *NtaskDigest(Jsonb *jb, int version);
 extern int	NtaskShardCount(void);
 extern int16 NtaskShardValue(int i);
 extern int16 NtaskShardFor(text *queue, text *key);
+extern int16 NtaskShardOfKey(text *queue, text *key);
+extern int	NtaskSetShardScope(int shard);
+extern int	NtaskWalkShardCount(void);
+extern int16 NtaskWalkShardValue(int i);
+extern bool NtaskIsShardValue(int shard);
 
 /* the shard value itself, for an insert (0 on a plain install) */
 #define NTASK_SHARD_VALUE(id) \

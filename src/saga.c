@@ -766,6 +766,14 @@ ntask_saga_start(PG_FUNCTION_ARGS)
 
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
+	/*
+	 * A distributed install: a saga's steps are tasks of other keys, so of
+	 * other shards, and the trigger that moves a saga on would run on a
+	 * step's shard and query the others, which Citus refuses from a shard
+	 * (docs/scaling.md "Fairness, limits, ordering and sagas across
+	 * shards"); ntask_distribute dropped it.
+	 */
+	NtaskRefuseDistributed("a saga");
 	for (i = 0; i < nsteps; i++)
 	{
 		NtaskCheckQueueRight(cstring_to_text(steps[i].queue), true);

@@ -768,7 +768,7 @@ NtaskShardValue(int i)
 }
 
 /*
- * NtaskShardFor
+ * NtaskShardOfKey
  *		The shard of a task of queue keyed by key (its partition key, or
  *		its task key without one): a hash of both over the shard values,
  *		so that an enqueue of the same key reaches the shard of the first
@@ -776,7 +776,7 @@ NtaskShardValue(int i)
  *		install.  In SPI.
  */
 int16
-NtaskShardFor(text *queue, text *key)
+NtaskShardOfKey(text *queue, text *key)
 {
 	uint32		h;
 
@@ -786,4 +786,116 @@ NtaskShardFor(text *queue, text *key)
 	h = hash_combine(h, hash_bytes((const unsigned char *) VARDATA_ANY(key),
 								   VARSIZE_ANY_EXHDR(key)));
 	return spi_shards[h % (uint32) spi_nshards];
+}
+
+/*
+ * The shard a shard-addressed call (ntask_<f>_on, delegate.c) names, or -1
+ * outside one: an enqueue's key must hash to it, and a claim looks in it
+ * only (docs/scaling.md "One hop: delegated calls").
+ */
+static int	spi_shard_scope = -1;
+
+/* NtaskSetShardScope: set the scope (-1: none); returns the one before */
+int
+NtaskSetShardScope(int shard)
+{
+	int			old = spi_shard_scope;
+
+	spi_shard_scope = shard;
+	return old;
+}
+
+/*
+ * NtaskShardFor
+ *		NtaskShardOfKey for an enqueue: in a shard-addressed call, a key of
+ *		another shard is refused (22023), since the call runs on the node
+ *		of the shard it names.  In SPI.
+ */
+int16
+NtaskShardFor(text *queue, text *key)
+{
+	int16		shard = NtaskShardOfKey(queue, key);
+
+	if (spi_shard_scope >= 0 && shard != spi_shard_scope)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ntask: the task \"%s\" of queue \"%s\" belongs to shard %d, not %d",
+						text_to_cstring(key), text_to_cstring(queue), shard, spi_shard_scope),
+				 errhint("Pass ntask_shard(queue, key) as the shard: the partition key, or the task key without one.")));
+	return shard;
+}
+
+/*
+ * The shards a claim walks: the call's shard in a shard-addressed call;
+ * on a worker node, the shards whose placement is on this node (read once
+ * per backend: a shard moved away later is still walked, each statement
+ * routed to its new node); else every shard value.
+ */
+static NtaskPlan spi_local_shards_plan = {
+	"local shards",
+	"SELECT m.shard FROM ntask.shard_map m "
+	"WHERE pg_catalog.get_shard_id_for_distribution_column( "
+	"  (SELECT c.oid FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n "
+	"   ON n.oid OPERATOR(pg_catalog.=) c.relnamespace "
+	"   WHERE n.nspname OPERATOR(pg_catalog.=) 'ntask' AND c.relname OPERATOR(pg_catalog.=) 'task')"
+	"  ::pg_catalog.regclass, m.shard) OPERATOR(pg_catalog.=) ANY (ARRAY( "
+	"  SELECT p.shardid FROM pg_catalog.pg_dist_placement p "
+	"  WHERE p.groupid OPERATOR(pg_catalog.=) (SELECT l.groupid FROM pg_catalog.pg_dist_local_group l) "
+	"    AND p.groupid OPERATOR(pg_catalog.<>) 0)) "
+	"ORDER BY m.shard",
+	0, {InvalidOid}
+};
+static int	spi_nlocal = -1;
+static int16 *spi_local = NULL;
+
+/* spi_read_local_shards: fill spi_local once; in SPI, on a distributed install */
+static void
+spi_read_local_shards(void)
+{
+	int			n = NtaskExecPlan(&spi_local_shards_plan, NULL, NULL, SPI_OK_SELECT);
+	int16	   *v = MemoryContextAlloc(TopMemoryContext, sizeof(int16) * Max(n, 1));
+	int			i;
+
+	for (i = 0; i < n; i++)
+		v[i] = (int16) NtaskGetInt32(i, 1);
+	spi_local = v;
+	spi_nlocal = n;
+}
+
+/* NtaskWalkShardCount: how many shards a claim walks (0: a plain install) */
+int
+NtaskWalkShardCount(void)
+{
+	if (NtaskShardCount() == 0)
+		return 0;
+	if (spi_shard_scope >= 0)
+		return 1;
+	if (spi_nlocal < 0)
+		spi_read_local_shards();
+	return spi_nlocal > 0 ? spi_nlocal : spi_nshards;
+}
+
+/* NtaskWalkShardValue: the i-th of them, 0 <= i < NtaskWalkShardCount() */
+int16
+NtaskWalkShardValue(int i)
+{
+	if (spi_shard_scope >= 0)
+		return (int16) spi_shard_scope;
+	if (spi_nlocal > 0)
+		return spi_local[i];
+	return NtaskShardValue(i);
+}
+
+/* NtaskIsShardValue: shard is a shard value of this install (0 on a plain one) */
+bool
+NtaskIsShardValue(int shard)
+{
+	int			i;
+
+	if (NtaskShardCount() == 0)
+		return shard == 0;
+	for (i = 0; i < spi_nshards; i++)
+		if (spi_shards[i] == shard)
+			return true;
+	return false;
 }

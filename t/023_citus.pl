@@ -46,6 +46,7 @@ use lib $FindBin::Bin;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use List::Util ();
 use Time::HiRes qw(sleep);
 use POSIX ();
 
@@ -66,7 +67,7 @@ require NtaskCitus;
 my $err = NtaskCitus::ensure_built();
 BAIL_OUT($err) if $err;
 
-my $c = NtaskCitus::start('citus', workers => 2);
+my $c = NtaskCitus::start('citus', workers => 2, streaming => 1);
 my $co = $c->{coord};
 my ($w1, $w2) = @{ $c->{workers} };
 
@@ -235,7 +236,7 @@ is($co->safe_psql('postgres', 'SELECT count(*) FROM ntask.task'), '8',
 # ntask's own C code, each of its statements one router query on the node
 # of the task's shard (enqueue and claim included).
 my $q = sub { $co->safe_psql('postgres', $_[0]) };
-$q->("SELECT count(*) FROM ntask_queue_set('story', lease => '2 seconds', max_attempts => 3)");
+$q->("SELECT count(*) FROM ntask_queue_set('story', lease => '5 seconds', max_attempts => 3)");
 my @ids;
 for my $i (1 .. 8)
 {
@@ -281,7 +282,7 @@ is($q->("SELECT result FROM ntask_transition($a1, 1, 'succeeded')"), 'duplicate'
 # task over (token 2), a2 with prior_outcome unknown
 is($q->("SELECT ntask_invoked($a2, 1)"), 'applied', 'W1 invoked a2');
 is($q->("SELECT ntask_heartbeat($a3, 1) IS NOT NULL"), 't', 'W1 heartbeats a3');
-sleep 3;
+sleep 6;
 my %w2 = map { my @f = split /:/; ($f[0] => [ $f[1], $f[2] ]) }
   split / /, $q->("SELECT string_agg(task_id || ':' || token || ':' || coalesce(prior_outcome, '-'), ' ') FROM ntask_claim('story', 'W2', 20)");
 is(scalar(keys %w2), 9, 'W2 took over the 9 expired leases');
@@ -374,6 +375,13 @@ $q->(q{
 		(SELECT array_agg('c' || i) FROM generate_series(1, 200) i),
 		(SELECT array_agg(jsonb_build_object('i', i)) FROM generate_series(1, 200) i));});
 my $dsn = 'dbi:Pg:dbname=postgres;host=' . $co->host . ';port=' . $co->port;
+# X1 calls the API on the coordinator, X2 on a worker node (w1, which stays
+# up: its plain ntask_claim walks the shards w1 holds), X3 the shard-
+# addressed forms on the coordinator (Citus delegates each call made
+# outside a transaction block to the shard's node; the receipt, in the
+# business transaction, runs routed)
+my %dsn_of = (1 => $dsn, 2 => 'dbi:Pg:dbname=postgres;host=' . $w1->host . ';port=' . $w1->port, 3 => $dsn);
+my @shard_values = split /\n/, $q->('SELECT shard FROM ntask.shard_map ORDER BY 1');
 my $deadline = time + 90;
 my $tmp = PostgreSQL::Test::Utils::tempdir('chaos');
 my @kids;
@@ -391,6 +399,7 @@ for my $w (1 .. 3)
 		require DBI;
 		my $dbh;
 		my ($stalled, $stale, $errors) = (0, 0, 0);
+		my ($next_shard, $empty) = (0, 0);
 		my $report = sub {
 			open my $fh, '>', "$tmp/X$w" or die;
 			print $fh "$stale $errors $stalled\n";
@@ -399,9 +408,23 @@ for my $w (1 .. 3)
 		while (time < $deadline)
 		{
 			eval {
-				$dbh ||= DBI->connect($dsn, '', '', { AutoCommit => 1, RaiseError => 1, PrintError => 0 });
-				my $rows = $dbh->selectall_arrayref(
-					"SELECT task_id, token, prior_outcome FROM ntask_claim('chaos', 'X$w', 1)");
+				$dbh ||= DBI->connect($dsn_of{$w}, '', '', { AutoCommit => 1, RaiseError => 1, PrintError => 0 });
+				my $rows;
+				if ($w == 3)
+				{
+					# one shard per claim, round the shard values
+					my $sv = $shard_values[ $next_shard++ % @shard_values ];
+					$rows = $dbh->selectall_arrayref(
+						"SELECT task_id, token, prior_outcome FROM ntask_claim_on(?::smallint, 'chaos', 'X3', 1)",
+						undef, $sv);
+					$empty = @$rows ? 0 : $empty + 1;
+					return if !@$rows && $empty < @shard_values;
+				}
+				else
+				{
+					$rows = $dbh->selectall_arrayref(
+						"SELECT task_id, token, prior_outcome FROM ntask_claim('chaos', 'X$w', 1)");
+				}
 				if (!@$rows)
 				{
 					my $left = $dbh->selectrow_array(
@@ -420,7 +443,9 @@ for my $w (1 .. 3)
 				if ($w == 1 && $stalled == 1) { select(undef, undef, undef, 9); }
 				elsif (rand() < 0.05) { select(undef, undef, undef, 3.5); }
 				$dbh->begin_work;
-				my $r = $dbh->selectrow_array("SELECT ntask_receipt(?, ?, '{}')", undef, $id, $tok);
+				my $r = $w == 3 ?
+				  $dbh->selectrow_array("SELECT ntask_receipt_on(ntask_shard(?::bigint), ?, ?, '{}')", undef, $id, $id, $tok) :
+				  $dbh->selectrow_array("SELECT ntask_receipt(?, ?, '{}')", undef, $id, $tok);
 				if ($r eq 'applied')
 				{
 					$dbh->do("INSERT INTO effects VALUES (?, (?::bigint >> 48)::smallint, ?, ?)",
@@ -432,8 +457,10 @@ for my $w (1 .. 3)
 					$dbh->rollback;
 				}
 				$stale++ if $r eq 'stale';
-				my $t = $dbh->selectrow_array(
-					"SELECT result FROM ntask_transition(?, ?, 'succeeded')", undef, $id, $tok);
+				my $t = $w == 3 ?
+				  $dbh->selectrow_array("SELECT result FROM ntask_transition_on(ntask_shard(?::bigint), ?, ?, 'succeeded')",
+					undef, $id, $id, $tok) :
+				  $dbh->selectrow_array("SELECT result FROM ntask_transition(?, ?, 'succeeded')", undef, $id, $tok);
 				$stale++ if $t eq 'stale';
 			};
 			if ($@)
@@ -495,6 +522,8 @@ for my $w (1 .. 3)
 	$stale += $s1;
 	$errors += $e1;
 	note("chaos: X$w: $s1 stale, $e1 failed calls, $st1 claims");
+	cmp_ok($st1, '>=', 1, "chaos: X$w (" . ('the coordinator', 'a worker node', 'shard-addressed calls')[$w - 1]
+		. ') claimed tasks');
 }
 note("chaos: $takeovers takeovers, $stale stale writes rejected, $errors calls failed while the node was down");
 cmp_ok($takeovers, '>=', 1, 'chaos: leases were taken over');
@@ -539,23 +568,20 @@ is($q->(qq{SELECT count(*) FROM ntask_claim('fair', 'W1', 20) c $keyof WHERE t.p
 # head of each key; W1's heads expire and W2 takes the same heads over
 # (token 2), never a later task of the key; W1's writes are stale
 $q->(q{SELECT count(*) FROM ntask_queue_set('ord', fairness => 'partition', ordered => true,
-		lease => '3 seconds', max_attempts => 5);
+		lease => '6 seconds', max_attempts => 5);
 	SELECT count(*) FROM generate_series(1, 3) i, ntask_enqueue('ord', 'a' || i, '{}', partition_key => 'A');
 	SELECT count(*) FROM generate_series(1, 3) i, ntask_enqueue('ord', 'b' || i, '{}', partition_key => 'B')});
 my $claim_keys = sub {
 	my ($w) = @_;
 	my @got;
-	for (1 .. 4)
-	{
-		push @got, split /\n/, $q->(join('', map {
-			"SELECT t.task_key || ':' || c.token FROM ntask_claim('ord', '$w', 10) c $keyof;\n" } 1 .. 3));
-	}
+	push @got, split /\n/, $q->(join('', map {
+		"SELECT t.task_key || ':' || c.token FROM ntask_claim('ord', '$w', 10) c $keyof;\n" } 1 .. 12));
 	return join(',', sort @got);
 };
 is($claim_keys->('W1'), 'a1:1,b1:1', 'ordered: W1 gets only the head of each key');
 my %oid = map { split /\|/ } split /\n/,
   $q->(q{SELECT task_key || '|' || task_id FROM ntask.task WHERE queue = 'ord'});
-sleep 3.5;
+sleep 6.5;
 is($claim_keys->('W2'), 'a1:2,b1:2', 'ordered: after the lease runs out W2 takes the same heads over, token 2');
 is($q->("SELECT result FROM ntask_transition($oid{a1}, 1, 'succeeded')"), 'stale',
 	'ordered: W1\'s late transition of a1 is stale');
@@ -618,6 +644,7 @@ $q->(q{SELECT count(*) FROM ntask_queue_set('hk', lease => '1 second', max_attem
 is($nodes_of->('hk'), '2', 'housekeeping: the hk tasks are on both workers');
 is(scalar($claim_all->('hk', 8)), 8, 'housekeeping: 8 tasks claimed, their budget spent by the claim');
 sleep 1.5;
+my $hk_at = $q->('SELECT now()');
 my ($expired, $repaired) = split /\|/,
   $q->(q{SELECT expired || '|' || repaired FROM ntask_housekeeping()});
 cmp_ok($expired, '>=', 8, "ntask_housekeeping() runs on a distributed install ($expired expired leases released)");
@@ -625,8 +652,8 @@ is($q->(q{SELECT count(*) FROM ntask.task t JOIN ntask.attempt_all a ON a.task_i
 	WHERE t.queue = 'hk' AND t.state = 'repair_required' AND t.reason = 'budget_exhausted'
 	  AND t.lease_until IS NULL AND a.result = 'lease_expired'}), '8',
 	'housekeeping: the 8 expired leases of a spent budget are repair_required, their attempts lease_expired');
-is($q->(q{SELECT count(*) FROM ntask.task WHERE state = 'leased' AND lease_until < now()}), '0',
-	'housekeeping: no expired lease is left on any shard');
+is($q->(qq{SELECT count(*) FROM ntask.task WHERE state = 'leased' AND lease_until < '$hk_at'}), '0',
+	'housekeeping: no lease that had expired before it ran is left on any shard');
 
 # Then the background worker: on the coordinator it sweeps every shard and
 # dispatches http queues; on the worker nodes it idles (their ntask.task
@@ -813,6 +840,124 @@ is($poll->(q{SELECT count(*) FROM ntask.task WHERE queue = 'dl2'
 my $downlog = substr(PostgreSQL::Test::Utils::slurp_file($co->logfile), $log_from{ $co->name });
 like($downlog, qr/ntask worker: ntask housekeeping of a shard failed/,
 	'node down: the down node\'s shard steps failed, logged');
+
+# 10. one hop (issue 34; docs/scaling.md "One hop: delegated calls"):
+# ids drawn on any node, the shard-addressed forms delegated to the
+# shard's node, a client on a worker node
+my %group;
+for my $n ($co, $w1, $w2)
+{
+	$group{ $n->name } = $n->safe_psql('postgres', 'SELECT groupid FROM pg_dist_local_group');
+	is($n->safe_psql('postgres', q{SELECT seqmin || ' ' || seqmax FROM pg_sequence
+		WHERE seqrelid = 'ntask.task_task_id_seq'::regclass}),
+		(($group{ $n->name } << 40) + 1) . ' ' . ((($group{ $n->name } + 1) << 40) - 1),
+		'ids: ' . $n->name . ' (group ' . $group{ $n->name } . ') draws task ids from its own range');
+}
+is($q->(q{SELECT count(*) FROM pg_dist_object o
+	WHERE o.classid = 'pg_proc'::regclass AND o.distribution_argument_index = 0
+	  AND o.colocationid = (SELECT colocationid FROM pg_dist_partition WHERE logicalrelid = 'ntask.task'::regclass)
+	  AND o.objid::regprocedure::text LIKE 'ntask\_%\_on(%'}), '10',
+	'the ten shard-addressed forms are distributed functions, by shard, co-located with ntask.task');
+$q->(q{SELECT count(*) FROM ntask_queue_set('hop', lease => '30 seconds', max_attempts => 3)});
+# the real planner delegates a call outside a transaction block, and not inside one
+($rc, $out, $stderr) = $co->psql('postgres', q{SET client_min_messages = debug1;
+	SELECT created FROM ntask_enqueue_on(ntask_shard('hop', 'k1'), 'hop', 'k1', '{}')});
+like($stderr, qr/pushing down the function call/, 'one hop: an enqueue_on is delegated to the shard\'s node');
+is($out, 't', 'one hop: and enqueued');
+($rc, $out, $stderr) = $co->psql('postgres', q{SET client_min_messages = debug1; BEGIN;
+	SELECT created FROM ntask_enqueue_on(ntask_shard('hop', 'k1'), 'hop', 'k1', '{}'); COMMIT;});
+unlike($stderr, qr/pushing down the function call/, 'one hop: in a transaction block it runs where it is called');
+is($out, 'f', 'one hop: routed, the same answer (a duplicate)');
+# 20 keys through the forms, from the coordinator and from both worker nodes
+for my $i (1 .. 20)
+{
+	my $n = ($co, $w1, $w2)[ $i % 3 ];
+	$n->safe_psql('postgres',
+		"SELECT created FROM ntask_enqueue_on(ntask_shard('hop', 'h$i'), 'hop', 'h$i', '{\"i\": $i}')");
+}
+is($q->(q{SELECT count(*) || ' ' || count(DISTINCT task_id) || ' ' || count(DISTINCT shard)
+	FROM ntask.task WHERE queue = 'hop' AND task_key LIKE 'h%'}),
+	'20 20 ' . $q->(q{SELECT count(DISTINCT ntask_shard('hop', 'h' || i)) FROM generate_series(1, 20) i}),
+	'one hop: 20 tasks, 20 ids, over the shards their keys hash to');
+# a delegated enqueue draws its id on the shard's node: the id's group bits
+# name the node that holds the task
+is($q->(q{SELECT count(*) FROM ntask.task t
+	JOIN pg_dist_placement p ON p.shardid = get_shard_id_for_distribution_column('ntask.task', t.shard)
+	WHERE t.queue = 'hop' AND t.task_key LIKE 'h%'
+	  AND ((t.task_id & ((1::bigint << 48) - 1)) >> 40) <> p.groupid}), '0',
+	'one hop: each id was drawn on the node of its shard (the call ran there)');
+# the worker's loop through the forms: claim from a shard, heartbeat,
+# invoked, transition_and_claim from the same shard, release, a batch
+my $hop_shard = $q->(q{SELECT ntask_shard('hop', 'h1')});
+# three more tasks of that shard (keys picked by their shard)
+$q->(qq{SELECT count(*) FROM (SELECT 'x' || i AS k FROM generate_series(1, 500) i
+	WHERE ntask_shard('hop', 'x' || i) = $hop_shard LIMIT 3) x, ntask_enqueue('hop', x.k, '{}')});
+my $n_in_shard = $q->(qq{SELECT count(*) FROM ntask.task WHERE queue = 'hop' AND shard = $hop_shard AND state = 'ready'});
+my ($hid, $htok) = split /\|/, $q->(qq{SELECT task_id || '|' || token FROM ntask_claim_on(${hop_shard}::smallint, 'hop', 'W', 1)});
+is($q->("SELECT ntask_shard(${hid}::bigint) = $hop_shard"), 't', 'claim_on: the task is of the shard named');
+is($q->("SELECT ntask_heartbeat_on(ntask_shard(${hid}::bigint), $hid, $htok) > now()"), 't', 'heartbeat_on');
+is($q->("SELECT ntask_invoked_on(ntask_shard(${hid}::bigint), $hid, $htok)"), 'applied', 'invoked_on');
+my $next = $q->(qq{SELECT count(*) || ' ' || bool_and(ntask_shard(task_id) = $hop_shard) || ' ' || min(finish_result)
+	FROM ntask_transition_and_claim_on(${hop_shard}::smallint, $hid, $htok, 'succeeded', 'hop', 'W', 5)});
+is($next, List::Util::min(5, $n_in_shard - 1) . ' true applied',
+	'transition_and_claim_on: finished, and the next tasks from the same shard only');
+my $left = $q->(qq{SELECT string_agg(task_id::text, ',') FROM ntask.task WHERE queue = 'hop' AND state = 'leased'});
+if ($left)
+{
+	is($q->(qq{SELECT string_agg(result, ',') FROM ntask_transition_many_on(${hop_shard}::smallint, ARRAY[$left]::bigint[],
+		(SELECT array_agg(token ORDER BY task_id) FROM ntask.task WHERE task_id = ANY(ARRAY[$left]::bigint[])), 'succeeded')}),
+		join(',', ('applied') x scalar(my @l = split /,/, $left)), 'transition_many_on: the batch of one shard');
+}
+($rc, $out, $stderr) = $co->psql('postgres', "SELECT * FROM ntask_transition_on(($hop_shard + 1)::smallint, $hid, $htok, 'succeeded')");
+like($stderr, qr/is in shard $hop_shard|is not a shard of this install/, 'transition_on: the wrong shard is refused');
+# a client connected to a worker node: its plain claim walks the shards
+# that node holds; the forms reach the other node's shards in one hop
+$q->(q{SELECT count(*) FROM ntask_queue_set('local', lease => '30 seconds');
+	SELECT count(*) FROM generate_series(1, 24) i, ntask_enqueue('local', 'l' || i, '{}')});
+my $w1_shards = $q->(q{SELECT string_agg(s.shard::text, ',' ORDER BY s.shard) FROM ntask.shard_map s
+	JOIN pg_dist_shard_placement p ON p.shardid = get_shard_id_for_distribution_column('ntask.task', s.shard)
+	WHERE p.nodeport = } . $w1->port);
+my $on_w1 = $q->("SELECT count(*) FROM ntask.task WHERE queue = 'local' AND shard IN ($w1_shards)");
+cmp_ok($on_w1, '>=', 1, "worker client: $on_w1 of 24 tasks are on " . $w1->name);
+my @w1_got = map { split /\n/ } map { $w1->safe_psql('postgres', "SELECT task_id FROM ntask_claim('local', 'W1', 50)") } 1 .. 6;
+my %w1_sh = map { (($_ >> 48) => 1) } @w1_got;
+is(join(",", sort keys %w1_sh) . ' ' . scalar(@w1_got),
+	$q->("SELECT string_agg(DISTINCT shard::text, ',' ORDER BY shard::text) || ' ' || count(*)
+	FROM ntask.task WHERE queue = 'local' AND shard IN ($w1_shards)"),
+	'worker client: a plain claim on ' . $w1->name . ' takes every task of its own shards, and none of the other node\'s');
+my $w2_shard = $q->(qq{SELECT min(shard) FROM ntask.task WHERE queue = 'local' AND shard NOT IN ($w1_shards)});
+($rc, $out, $stderr) = $w1->psql('postgres', qq{SET client_min_messages = debug1;
+	SELECT count(*) FROM ntask_claim_on(${w2_shard}::smallint, 'local', 'W1', 50)});
+like($stderr, qr/pushing down the function call/, 'worker client: claim_on of the other node\'s shard is delegated there');
+is($out, $q->("SELECT count(*) FROM ntask.task WHERE queue = 'local' AND shard = $w2_shard AND state = 'leased'"),
+	'worker client: and leased that shard\'s tasks');
+
+# 11. the token floor comes from the node that holds the row (docs/scaling.md
+# "Task ids and tokens"): a standby of w1, promoted (WAL timeline 2),
+# takes w1's place; a claim of a task of w1's shards issues a token above
+# every token timeline 1 can have issued (> 2^48), whether it runs on that
+# node (delegated) or on the coordinator, whose timeline is still 1
+$q->(q{SELECT count(*) FROM ntask_queue_set('tl', lease => '30 seconds');
+	SELECT count(*) FROM generate_series(1, 32) i, ntask_enqueue('tl', 't' || i, '{}')});
+my $tl_shard = $q->(qq{SELECT min(shard) FROM ntask.task WHERE queue = 'tl' AND shard IN ($w1_shards)});
+$w1->backup('tl');
+my $sb = PostgreSQL::Test::Cluster->new('citus_w1_standby');
+$sb->init_from_backup($w1, 'tl', has_streaming => 1);
+# Citus' self-signed key, copied by the backup with the group's read bit
+chmod 0600, $sb->data_dir . '/server.key';
+$sb->start;
+$w1->wait_for_catchup($sb);
+$w1->stop('immediate');
+$sb->promote;
+$sb->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()') or die 'the standby did not leave recovery';
+$q->("SELECT citus_update_node(nodeid, '127.0.0.1', " . $sb->port . ") FROM pg_dist_node WHERE nodeport = " . $w1->port);
+is($sb->safe_psql('postgres', 'SELECT substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8)'), '00000002',
+	'token floor: the promoted standby writes timeline 2');
+my $tl_tok = $q->("SELECT token FROM ntask_claim_on(${tl_shard}::smallint, 'tl', 'T', 1)");
+cmp_ok($tl_tok, '>', 2**48, "token floor: a delegated claim on the promoted node: token $tl_tok > 2^48");
+$tl_tok = $q->("BEGIN; SELECT token FROM ntask_claim_on(${tl_shard}::smallint, 'tl', 'T', 1); COMMIT;");
+cmp_ok($tl_tok, '>', 2**48,
+	"token floor: a claim run on the coordinator (timeline 1), routed to the promoted node: token $tl_tok > 2^48");
 
 NtaskCitus::stop($c);
 done_testing();

@@ -84,9 +84,9 @@ sub ensure_built
 
 sub _node
 {
-	my ($name, $extra) = @_;
+	my ($name, $extra, $streaming) = @_;
 	my $n = PostgreSQL::Test::Cluster->new($name);
-	$n->init(allows_streaming => 0);
+	$n->init(allows_streaming => $streaming ? 1 : 0);
 	$n->append_conf('postgresql.conf', qq{
 listen_addresses = '127.0.0.1'
 shared_preload_libraries = 'citus,ntask'
@@ -105,14 +105,15 @@ $extra
 }
 
 # start(name, workers => N, conf => 'extra postgresql.conf lines',
-#       coord_conf => 'extra lines for the coordinator only')
+#       coord_conf => 'extra lines for the coordinator only',
+#       streaming => 1: the workers can have standbys)
 sub start
 {
 	my ($name, %o) = @_;
 	my $nw = $o{workers} // 2;
 	my $conf = $o{conf} // "ntask.worker = off\n";
 	my $coord = _node("${name}_coord", $conf . ($o{coord_conf} // ''));
-	my @w = map { _node("${name}_w$_", $conf) } 1 .. $nw;
+	my @w = map { _node("${name}_w$_", $conf, $o{streaming}) } 1 .. $nw;
 	$coord->safe_psql('postgres',
 		"SELECT citus_set_coordinator_host('127.0.0.1', " . $coord->port . ")");
 	for my $w (@w)
