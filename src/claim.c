@@ -540,6 +540,22 @@ static NtaskPlan claim_inflight_shard_plan = {
 };
 
 /*
+ * The same over the shards $2 of one node, for a queue-wide cap on a
+ * distributed install (claim_limit: each node holds its share of the cap).
+ * Read-only, each shard's part routed to that node.
+ */
+static NtaskPlan claim_inflight_node_plan = {
+	"claim in flight (one node)",
+	"SELECT t.partition_key, pg_catalog.count(*)::integer FROM ntask.task t "
+	"WHERE t.shard OPERATOR(pg_catalog.=) ANY ($2) "
+	"  AND t.lease_until OPERATOR(pg_catalog.>) pg_catalog.statement_timestamp() "
+	"  AND (t.queue OPERATOR(pg_catalog.=) $1) IS TRUE "
+	"  AND t.state OPERATOR(pg_catalog.=) 'leased' "
+	"GROUP BY t.partition_key",
+	2, {TEXTOID, INT2ARRAYOID}
+};
+
+/*
  * The result columns of every pick (CLAIM_PICK and the keyless, fair and
  * ordered ones): the task, the queue's lease and guard, the queue's flow
  * control (CLAIM_POLICY), whether the task is a retry (an attempt was
@@ -654,6 +670,8 @@ typedef struct ClaimOrder
 	int			per;
 	bool		turns;
 	bool		held;
+	bool		node_full;		/* held by a node's share of the cap (Citus):
+								 * the claim goes on in other nodes' shards */
 	int			max_inflight;	/* 0: none */
 	int			partition_max_inflight; /* 0: none; 1 when ordered */
 	int			rate_n;			/* 0: none */
@@ -1010,11 +1028,11 @@ claim_held_keys(ClaimOrder *order)
 /*
  * claim_dist_policy
  *		On a distributed install, refuse a picked queue's flow control that
- *		counts in one node's shared memory or lock table (the cap lock),
- *		across every shard: the queue-wide cap, rate limits and the
- *		retries' share.  Per
- *		key caps and order (per_key) hold within the key's shard.  The
- *		pick's first row is in SPI_tuptable.
+ *		counts in the claiming node's shared memory, whichever shard the
+ *		claim takes from: rate limits and the retries' share.  A queue-wide
+ *		cap is shared out by node (claim_limit); per-key caps and order
+ *		(per_key) hold within the key's shard.  The pick's first row is in
+ *		SPI_tuptable.
  */
 static void
 claim_dist_policy(text *queue, bool per_key)
@@ -1025,8 +1043,8 @@ claim_dist_policy(text *queue, bool per_key)
 	{
 		bool		isnull;
 
-		if (c == CLAIM_PICK_ORDERED)
-			continue;			/* a boolean */
+		if (c == CLAIM_PICK_ORDERED || c == CLAIM_PICK_MAX_INFLIGHT)
+			continue;			/* a boolean; a cap shared out by node */
 		if (per_key && c == CLAIM_PICK_PARTITION_MAX_INFLIGHT)
 			continue;
 		(void) NtaskGetDatum(0, c, &isnull);
@@ -1035,8 +1053,8 @@ claim_dist_policy(text *queue, bool per_key)
 					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 					 errmsg("ntask: queue \"%s\" has flow control (%s), which a distributed install does not support yet",
 							text_to_cstring(queue),
-							per_key ? "a queue-wide cap, rate limits or a retry share" :
-							"caps, rate limits or a retry share"),
+							per_key ? "rate limits or a retry share" :
+							"a per-key cap, rate limits or a retry share"),
 					 errhint("See docs/scaling.md \"Scaling out with Citus\".")));
 	}
 }
@@ -1479,12 +1497,39 @@ claim_limit(ClaimCall *call, ClaimPicked *pick, ClaimOrder *order)
 		int			nrows;
 		int			total = 0;
 		int		   *perkey = palloc0(sizeof(int) * npicked);
+		int			cap = order->max_inflight;
 
 		/* $1 the queue, $2 (of a shard) the picked tasks' shard */
 		Datum		args[2];
 
 		args[0] = PointerGetDatum(queue);
-		if (NtaskShardCount() > 0)
+		if (NtaskShardCount() > 0 && order->max_inflight > 0)
+		{
+			/*
+			 * A queue-wide cap on a distributed install, shared out by node:
+			 * the node that holds the picked shard, L of the S shards, holds
+			 * ceil(cap L / S) leases of the queue.  The pick took the cap
+			 * lock on that node (CLAIM_CAP_LOCK runs where the routed pick
+			 * runs), so the node's leases are counted exactly, as on one
+			 * node; across nodes the shares add up to at most cap + N - 1
+			 * for N nodes (docs/scaling.md "Caps across nodes").
+			 */
+			int			nshards = NtaskShardCount();
+			int16	   *same = palloc(sizeof(int16) * nshards);
+			Datum	   *elems = palloc(sizeof(Datum) * nshards);
+			int			n;
+			int			i;
+
+			SPI_tuptable = pick->rows;
+			n = NtaskShardGroupShards(NTASK_ID_SHARD(NtaskGetInt64(0, CLAIM_PICK_TASK_ID)), same);
+			for (i = 0; i < n; i++)
+				elems[i] = Int16GetDatum(same[i]);
+			cap = (int) (((int64) order->max_inflight * n + nshards - 1) / nshards);
+			args[1] = PointerGetDatum(construct_array(elems, n, INT2OID, sizeof(int16), true,
+													  TYPALIGN_SHORT));
+			nrows = NtaskExecPlan(&claim_inflight_node_plan, args, NULL, SPI_OK_SELECT);
+		}
+		else if (NtaskShardCount() > 0)
 		{
 			/* the picked tasks' shard: their keys' tasks are all there */
 			SPI_tuptable = pick->rows;
@@ -1522,10 +1567,11 @@ claim_limit(ClaimCall *call, ClaimPicked *pick, ClaimOrder *order)
 			int			same = 0;	/* kept before r with r's key */
 			int			p;
 
-			if (order->max_inflight > 0 && total + kept >= order->max_inflight)
+			if (order->max_inflight > 0 && total + kept >= cap)
 			{
 				keep[r] = false;
 				order->held = true;
+				order->node_full = cap < order->max_inflight;
 				call->held_cap = true;
 			}
 			else if (fair_pick && order->partition_max_inflight > 0)
@@ -1830,7 +1876,10 @@ claim_round(ClaimCall *call, int want, bool *more, int64 *lease_usecs,
 	/* a distributed install: the next round looks in the next shards */
 	if (pick.n > 0 && leased < want && NtaskWalkShardCount() > 1)
 		*more = true;
-	if (order->held || guard_busy)
+	if (order->node_full && !guard_busy && leased < want && NtaskWalkShardCount() > 1)
+		*more = true;			/* a node's share is full: the next shards may
+								 * be another node's (its rows stay locked) */
+	else if (order->held || guard_busy)
 		*more = false;			/* held rows stay locked, a busy guard's task
 								 * is due still: look no further */
 	else if (order->fresh_only && leased < want)

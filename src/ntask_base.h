@@ -186,6 +186,7 @@ extern int	NtaskSetShardScope(int shard);
 extern int	NtaskWalkShardCount(void);
 extern int16 NtaskWalkShardValue(int i);
 extern bool NtaskIsShardValue(int shard);
+extern int	NtaskShardGroupShards(int16 shard, int16 *out);
 
 /* the shard value itself, for an insert (0 on a plain install) */
 #define NTASK_SHARD_VALUE(id) \

@@ -886,6 +886,61 @@ NtaskWalkShardValue(int i)
 	return NtaskShardValue(i);
 }
 
+/*
+ * The Citus group (node) of each shard value, in spi_shards' order (both
+ * sorted by shard), read once per backend: a queue-wide cap is shared out
+ * by node (claim.c, claim_limit).  A shard moved by the rebalancer later
+ * is still counted with its old node's until the backend reconnects.
+ */
+static NtaskPlan spi_shard_groups_plan = {
+	"shard groups",
+	"SELECT m.shard, pg_catalog.min(p.groupid) FROM ntask.shard_map m "
+	"JOIN pg_catalog.pg_dist_placement p ON p.shardid OPERATOR(pg_catalog.=) "
+	"  pg_catalog.get_shard_id_for_distribution_column( "
+	"  (SELECT c.oid FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n "
+	"   ON n.oid OPERATOR(pg_catalog.=) c.relnamespace "
+	"   WHERE n.nspname OPERATOR(pg_catalog.=) 'ntask' AND c.relname OPERATOR(pg_catalog.=) 'task')"
+	"  ::pg_catalog.regclass, m.shard) "
+	"GROUP BY m.shard ORDER BY m.shard",
+	0, {InvalidOid}
+};
+static int32 *spi_groups = NULL;
+
+/*
+ * NtaskShardGroupShards
+ *		The shard values held by the node that holds shard (shard among
+ *		them) into out (room for NtaskShardCount()); returns how many.  On
+ *		a distributed install, in SPI.
+ */
+int
+NtaskShardGroupShards(int16 shard, int16 *out)
+{
+	int			i;
+	int			n = 0;
+	int32		g = -1;
+
+	if (spi_groups == NULL)
+	{
+		int			rows = NtaskExecPlan(&spi_shard_groups_plan, NULL, NULL, SPI_OK_SELECT);
+		int32	   *v = MemoryContextAlloc(TopMemoryContext, sizeof(int32) * Max(spi_nshards, 1));
+
+		if (rows != spi_nshards)
+			ereport(ERROR,
+					(errcode(ERRCODE_INTERNAL_ERROR),
+					 errmsg("ntask: %d of the %d shard values have a placement", rows, spi_nshards)));
+		for (i = 0; i < rows; i++)
+			v[i] = NtaskGetInt32(i, 2);
+		spi_groups = v;
+	}
+	for (i = 0; i < spi_nshards; i++)
+		if (spi_shards[i] == shard)
+			g = spi_groups[i];
+	for (i = 0; i < spi_nshards; i++)
+		if (spi_groups[i] == g)
+			out[n++] = spi_shards[i];
+	return n;
+}
+
 /* NtaskIsShardValue: shard is a shard value of this install (0 on a plain one) */
 bool
 NtaskIsShardValue(int shard)

@@ -236,7 +236,7 @@ is($co->safe_psql('postgres', 'SELECT count(*) FROM ntask.task'), '8',
 # ntask's own C code, each of its statements one router query on the node
 # of the task's shard (enqueue and claim included).
 my $q = sub { $co->safe_psql('postgres', $_[0]) };
-$q->("SELECT count(*) FROM ntask_queue_set('story', lease => '5 seconds', max_attempts => 3)");
+$q->("SELECT count(*) FROM ntask_queue_set('story', lease => '10 seconds', max_attempts => 3)");
 my @ids;
 for my $i (1 .. 8)
 {
@@ -282,7 +282,7 @@ is($q->("SELECT result FROM ntask_transition($a1, 1, 'succeeded')"), 'duplicate'
 # task over (token 2), a2 with prior_outcome unknown
 is($q->("SELECT ntask_invoked($a2, 1)"), 'applied', 'W1 invoked a2');
 is($q->("SELECT ntask_heartbeat($a3, 1) IS NOT NULL"), 't', 'W1 heartbeats a3');
-sleep 6;
+sleep 11;
 my %w2 = map { my @f = split /:/; ($f[0] => [ $f[1], $f[2] ]) }
   split / /, $q->("SELECT string_agg(task_id || ':' || token || ':' || coalesce(prior_outcome, '-'), ' ') FROM ntask_claim('story', 'W2', 20)");
 is(scalar(keys %w2), 9, 'W2 took over the 9 expired leases');
@@ -382,6 +382,12 @@ my $dsn = 'dbi:Pg:dbname=postgres;host=' . $co->host . ';port=' . $co->port;
 # business transaction, runs routed)
 my %dsn_of = (1 => $dsn, 2 => 'dbi:Pg:dbname=postgres;host=' . $w1->host . ';port=' . $w1->port, 3 => $dsn);
 my @shard_values = split /\n/, $q->('SELECT shard FROM ntask.shard_map ORDER BY 1');
+# X1's first task, on which it stalls past its lease, is of a shard of w1
+# (the node that stays up), so that its late writes reach a node and are
+# rejected as stale: X2, on w1, takes it over meanwhile
+my $w1_first = $q->(q{SELECT min(t.shard) FROM ntask.task t
+	JOIN pg_dist_shard_placement p ON p.shardid = get_shard_id_for_distribution_column('ntask.task', t.shard)
+	WHERE p.nodeport = } . $w1->port . q{ AND t.queue = 'chaos'});
 my $deadline = time + 90;
 my $tmp = PostgreSQL::Test::Utils::tempdir('chaos');
 my @kids;
@@ -419,6 +425,12 @@ for my $w (1 .. 3)
 						undef, $sv);
 					$empty = @$rows ? 0 : $empty + 1;
 					return if !@$rows && $empty < @shard_values;
+				}
+				elsif ($w == 1 && $stalled == 0)
+				{
+					$rows = $dbh->selectall_arrayref(
+						"SELECT task_id, token, prior_outcome FROM ntask_claim_on(?::smallint, 'chaos', 'X1', 1)",
+						undef, $w1_first);
 				}
 				else
 				{
@@ -598,22 +610,43 @@ is($q->(q{SELECT string_agg(task_key, ',' ORDER BY s) FROM (
 	WHERE t.queue = 'ord' AND t.partition_key = 'A' GROUP BY t.task_key) x}), 'a1,a2,a3',
 	'ordered: key A\'s tasks were first handed out in their order, across the takeover');
 
-# a per-key cap holds within the key's shard; a queue-wide cap is refused
+# a per-key cap holds within the key's shard; a queue-wide cap is shared
+# out by node (docs/scaling.md "Caps across nodes")
 $q->(q{SELECT count(*) FROM ntask_queue_set('capk', fairness => 'partition', partition_max_inflight => 2);
 	SELECT count(*) FROM generate_series(1, 5) i, ntask_enqueue('capk', 'p' || i, '{}', partition_key => 'P')});
 $q->(join('', map { "SELECT count(*) FROM ntask_claim('capk', 'W1', 5);\n" } 1 .. 4));
 is($q->(q{SELECT count(*) FROM ntask.task WHERE queue = 'capk' AND state = 'leased'}), '2',
 	'per-key cap: at most 2 of the key in flight after four claims of 5');
-$q->(q{SELECT count(*) FROM ntask_queue_set('capq', fairness => 'partition', max_inflight => 2);
-	SELECT count(*) FROM ntask_enqueue('capq', 'c1', '{}', partition_key => 'C')});
-($rc, $out, $stderr) = $co->psql('postgres', "\\set VERBOSITY verbose\nSELECT * FROM ntask_claim('capq', 'W1')");
-like($stderr, qr/0A000: ntask: queue "capq" has flow control \(a queue-wide cap, rate limits or a retry share\), which a distributed install does not support yet/,
-	'a queue-wide cap on a fair queue is refused on a distributed install (0A000)');
-$q->("SELECT count(*) FROM ntask_queue_set('capped', max_inflight => 2)");
-$q->("SELECT count(*) FROM ntask_enqueue('capped', 'c1', '{}')");
-($rc, $out, $stderr) = $co->psql('postgres', "SELECT * FROM ntask_claim('capped', 'W1')");
-like($stderr, qr/has flow control .* which a distributed install does not support yet/,
-	'a capped queue is refused on a distributed install');
+# max_inflight 4 over 8 shards, 4 on each worker node: each node holds
+# ceil(4 * 4 / 8) = 2 leases of the queue, 4 in all; with 5, ceil(2.5) = 3
+# each, 6 in all: the bound is cap + nodes - 1
+my $node_leases = sub {
+	$q->(qq{SELECT string_agg(n::text, ',' ORDER BY n) FROM (
+		SELECT count(*) AS n FROM ntask.task t
+		JOIN pg_dist_placement p ON p.shardid = get_shard_id_for_distribution_column('ntask.task', t.shard)
+		WHERE t.queue = '$_[0]' AND t.state = 'leased' GROUP BY p.groupid) x});
+};
+$q->(q{SELECT count(*) FROM ntask_queue_set('capped', max_inflight => 4, lease => '60 seconds');
+	SELECT count(*) FROM generate_series(1, 40) i, ntask_enqueue('capped', 'c' || i, '{}')});
+is($q->(q{SELECT count(DISTINCT p.groupid) FROM ntask.task t
+	JOIN pg_dist_placement p ON p.shardid = get_shard_id_for_distribution_column('ntask.task', t.shard)
+	WHERE t.queue = 'capped' AND t.state = 'ready'}), '2', 'cap: the 40 tasks are on both worker nodes');
+$q->(join('', map { "SELECT count(*) FROM ntask_claim('capped', 'W1', 10);\n" } 1 .. 6));
+is($node_leases->('capped'), '2,2', 'cap 4: 2 leases on each node after six claims of 10 on the coordinator');
+$w1->safe_psql('postgres', join('', map { "SELECT count(*) FROM ntask_claim('capped', 'W2', 10);\n" } 1 .. 3));
+$w2->safe_psql('postgres', join('', map { "SELECT count(*) FROM ntask.shard_map s, LATERAL ntask_claim_on(s.shard, 'capped', 'W3', 10);\n" } 1 .. 2));
+is($node_leases->('capped'), '2,2', 'cap 4: still 2 on each after claims on the worker nodes and shard-addressed ones');
+$q->(q{SELECT count(*) FROM ntask_queue_set('capped', max_inflight => 5)});
+$q->(join('', map { "SELECT count(*) FROM ntask_claim('capped', 'W1', 10);\n" } 1 .. 6));
+is($node_leases->('capped'), '3,3', 'cap 5: 3 on each node, 6 in all (cap + nodes - 1)');
+my ($cid, $ctok) = split /\|/, $q->(q{SELECT task_id || '|' || token FROM ntask.task WHERE queue = 'capped' AND state = 'leased' LIMIT 1});
+$q->("SELECT result FROM ntask_transition($cid, $ctok, 'succeeded')");
+is($q->(q{SELECT count(*) FROM ntask_claim('capped', 'W1', 10)}), '1', 'cap 5: a lease ended frees one place on its node');
+$q->(q{SELECT count(*) FROM ntask_queue_set('ratel', rate_limit => '10/1 second');
+	SELECT count(*) FROM ntask_enqueue('ratel', 'r1', '{}')});
+($rc, $out, $stderr) = $co->psql('postgres', "\\set VERBOSITY verbose\nSELECT * FROM ntask_claim('ratel', 'W1')");
+like($stderr, qr/0A000: ntask: queue "ratel" has flow control \(a per-key cap, rate limits or a retry share\), which a distributed install does not support yet/,
+	'a rate-limited queue is refused on a distributed install (0A000)');
 is($q->(q{SELECT count(*) > 0 FROM ntask_explain(} . $a2 . q{)}), 't', 'ntask_explain runs');
 is($q->(q{SELECT succeeded FROM ntask.queue_stats WHERE queue = 'chaos'}), '200',
 	'ntask.queue_stats runs');
@@ -931,6 +964,27 @@ my $w2_shard = $q->(qq{SELECT min(shard) FROM ntask.task WHERE queue = 'local' A
 like($stderr, qr/pushing down the function call/, 'worker client: claim_on of the other node\'s shard is delegated there');
 is($out, $q->("SELECT count(*) FROM ntask.task WHERE queue = 'local' AND shard = $w2_shard AND state = 'leased'"),
 	'worker client: and leased that shard\'s tasks');
+
+# the rest of the 1.0 API on the distributed install: pause and resume,
+# trace context, progress, a result
+$q->(q{SELECT count(*) FROM ntask_queue_set('rest', lease => '30 seconds');
+	SELECT count(*) FROM ntask_enqueue('rest', 'r1', '{}',
+		traceparent => '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01')});
+is($q->(q{SELECT ntask_queue_pause('rest', 'ops', 'maintenance')}), 't', 'pause: applied');
+is($q->(q{SELECT count(*) FROM ntask_claim('rest', 'R', 5)}), '0', 'pause: the claim hands out nothing');
+is($q->(q{SELECT count(*) FROM ntask_claim_on(ntask_shard('rest', 'r1'), 'rest', 'R', 5)}), '0',
+	'pause: nor a shard-addressed claim');
+is($q->(q{SELECT ntask_queue_resume('rest', 'ops', 'done')}), 't', 'resume: applied');
+my ($rtid, $rtok, $rctx) = split /\|/, $q->(q{SELECT task_id || '|' || token || '|'
+	|| (context->>'traceparent' LIKE '00-0af7651916cd43dd8448eb211c80319c-%') FROM ntask_claim('rest', 'R', 5)});
+is($rctx, 'true', 'trace context: the claim carries the enqueue\'s trace id');
+is($q->(qq{SELECT ntask_heartbeat($rtid, $rtok, progress => '{"done": 3}') IS NOT NULL}), 't',
+	'progress: a heartbeat with progress');
+is($q->(qq{SELECT progress->>'done' FROM ntask.task_progress WHERE task_id = $rtid}), '3',
+	'progress: ntask.task_progress shows it');
+$q->(qq{SELECT result FROM ntask_transition($rtid, $rtok, 'succeeded', result => '{"ok": true}')});
+is($q->(q{SELECT state || ' ' || (result->>'ok') FROM ntask_result('rest', 'r1')}), 'succeeded true',
+	'ntask_result reads the task on its shard');
 
 # 11. the token floor comes from the node that holds the row (docs/scaling.md
 # "Task ids and tokens"): a standby of w1, promoted (WAL timeline 2),
