@@ -1027,15 +1027,19 @@ claim_held_keys(ClaimOrder *order)
  */
 /*
  * claim_dist_policy
- *		On a distributed install, refuse a picked queue's flow control that
- *		counts in the claiming node's shared memory, whichever shard the
- *		claim takes from: rate limits and the retries' share.  A queue-wide
- *		cap is shared out by node (claim_limit); per-key caps and order
- *		(per_key) hold within the key's shard.  The pick's first row is in
- *		SPI_tuptable.
+ *		On a distributed install, the picked queue's flow control that counts
+ *		in the shared memory of the node that runs the claim: rate limits
+ *		and the retries' share.  They hold by node, as the cap does
+ *		(claim_limit: each node's bucket runs at its share of the rate), so
+ *		the claim must run on the node that holds the picked shard (a
+ *		worker node's own walk, or ntask_claim_on delegated there); else
+ *		0A000.  A queue-wide cap is shared out by node wherever the claim
+ *		runs (its lock is taken on the shard's node); per-key caps and
+ *		order (per_key) hold within the key's shard.  The pick's first row
+ *		is in SPI_tuptable; shard is the picked shard.
  */
 static void
-claim_dist_policy(text *queue, bool per_key)
+claim_dist_policy(text *queue, bool per_key, int16 shard)
 {
 	int			c;
 
@@ -1048,14 +1052,21 @@ claim_dist_policy(text *queue, bool per_key)
 		if (per_key && c == CLAIM_PICK_PARTITION_MAX_INFLIGHT)
 			continue;
 		(void) NtaskGetDatum(0, c, &isnull);
-		if (!isnull)
+		if (isnull)
+			continue;
+		if (c == CLAIM_PICK_PARTITION_MAX_INFLIGHT)
 			ereport(ERROR,
 					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-					 errmsg("ntask: queue \"%s\" has flow control (%s), which a distributed install does not support yet",
-							text_to_cstring(queue),
-							per_key ? "rate limits or a retry share" :
-							"a per-key cap, rate limits or a retry share"),
-					 errhint("See docs/scaling.md \"Scaling out with Citus\".")));
+					 errmsg("ntask: queue \"%s\" has a per-key cap, which a distributed install supports on fair queues only",
+							text_to_cstring(queue))));
+		if (!NtaskIsLocalShard(shard))
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("ntask: queue \"%s\" has a rate limit or a retry share, and on a distributed install its claims must run on the node that holds the shard",
+							text_to_cstring(queue)),
+					 errdetail("Shard %d is not on this node: each node keeps its share of the rate in its own memory.", shard),
+					 errhint("Claim it on the worker nodes (ntask_claim there), or with ntask_claim_on outside a transaction block (docs/scaling.md \"Rate limits across nodes\").")));
+		return;
 	}
 }
 
@@ -1267,7 +1278,7 @@ claim_pick(text *queue, int want, ClaimOrder *order)
 				 * Caps, rate limits and retry shares count in one node's
 				 * shared memory and lock table: not across shards.
 				 */
-				claim_dist_policy(queue, false);
+				claim_dist_policy(queue, false, NtaskWalkShardValue(i));
 				claim_shard_cursor = (i + 1) % nshards;
 				order->mode = CLAIM_MODE_PLAIN;
 				return n;
@@ -1373,7 +1384,7 @@ claim_pick(text *queue, int want, ClaimOrder *order)
 			}
 			if (n > 0)
 			{
-				claim_dist_policy(queue, true);
+				claim_dist_policy(queue, true, sv);
 				NtaskFairAdvanceShard(qname, sv,
 									  DatumGetTextPP(NtaskGetDatum(n - 1, CLAIM_PICK_KEY, &isnull)));
 				claim_shard_cursor = (i + 1) % nshards;
@@ -1628,6 +1639,17 @@ claim_limit(ClaimCall *call, ClaimPicked *pick, ClaimOrder *order)
 	{
 		TimestampTz now = GetCurrentStatementStartTimestamp();
 		char	   *qname = text_to_cstring(queue);
+		int64		rate_per = order->rate_per;
+
+		/*
+		 * A distributed install: this node (the picked shard's,
+		 * claim_dist_policy) holding L of the S shards runs the queue's
+		 * bucket at L / S of its rate (rate_n per rate_per S / L), so the
+		 * nodes' buckets add up to the rate.  A key lives in one shard: its
+		 * bucket is whole on its node.
+		 */
+		if (order->rate_n > 0 && NtaskShardCount() > 0 && NtaskLocalShardCount() > 0)
+			rate_per = rate_per * NtaskShardCount() / NtaskLocalShardCount();
 
 		SPI_tuptable = pick->rows;
 		for (r = 0; r < npicked; r++)
@@ -1644,7 +1666,7 @@ claim_limit(ClaimCall *call, ClaimPicked *pick, ClaimOrder *order)
 
 				k = isnull ? NULL : DatumGetTextPP(kd);
 			}
-			empty = NtaskLimitTake(qname, order->rate_n, order->rate_per,
+			empty = NtaskLimitTake(qname, order->rate_n, rate_per,
 								   k ? VARDATA_ANY(k) : NULL,
 								   k ? VARSIZE_ANY_EXHDR(k) : 0,
 								   order->partition_rate_n, order->partition_rate_per,

@@ -862,6 +862,30 @@ spi_read_local_shards(void)
 	spi_nlocal = n;
 }
 
+/*
+ * NtaskLocalShardCount: how many shard values this node holds (0 on the
+ * coordinator without task shards); on a distributed install, in SPI
+ */
+int
+NtaskLocalShardCount(void)
+{
+	if (spi_nlocal < 0)
+		spi_read_local_shards();
+	return spi_nlocal;
+}
+
+/* NtaskIsLocalShard: this node holds shard; on a distributed install, in SPI */
+bool
+NtaskIsLocalShard(int16 shard)
+{
+	int			i;
+
+	for (i = 0; i < NtaskLocalShardCount(); i++)
+		if (spi_local[i] == shard)
+			return true;
+	return false;
+}
+
 /* NtaskWalkShardCount: how many shards a claim walks (0: a plain install) */
 int
 NtaskWalkShardCount(void)
