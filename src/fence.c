@@ -60,12 +60,19 @@ static NtaskPlan fence_right_plan = {
 	2, {TEXTOID, OIDOID}
 };
 
+/*
+ * The statement timestamp of an upsert's DO UPDATE SET is a parameter
+ * ($3 here, $5 in fence_advance_plan: NtaskStatementTs(), the value
+ * statement_timestamp() returns): Citus refuses a non-immutable function
+ * there ("functions used in the DO UPDATE SET clause of INSERTs on
+ * distributed tables must be marked IMMUTABLE"), reference tables too.
+ */
 static NtaskPlan fence_grant_set_plan = {
 	"fence grant set",
 	"INSERT INTO ntask.fence_grant AS g (prefix, role) VALUES ($1, $2) "
 	"ON CONFLICT (prefix) DO UPDATE SET role = EXCLUDED.role, "
-	"  granted_at = pg_catalog.statement_timestamp()",
-	2, {TEXTOID, REGROLEOID}
+	"  granted_at = $3",
+	3, {TEXTOID, REGROLEOID, TIMESTAMPTZOID}
 };
 
 static NtaskPlan fence_grant_drop_plan = {
@@ -84,6 +91,7 @@ typedef enum FenceArg
 	FENCE_ARG_TOKEN,			/* $2 */
 	FENCE_ARG_DIGEST,			/* $3 */
 	FENCE_ARG_DIGEST_VERSION,	/* $4 */
+	FENCE_ARG_NOW,				/* $5: the statement timestamp */
 	FENCE_NARGS
 } FenceArg;
 
@@ -94,13 +102,13 @@ static NtaskPlan fence_advance_plan = {
 	"  VALUES ($1, $2, $3, $4) "
 	"  ON CONFLICT (fence_key) DO UPDATE SET token = EXCLUDED.token, "
 	"    payload_digest = EXCLUDED.payload_digest, "
-	"    digest_version = EXCLUDED.digest_version, updated_at = pg_catalog.statement_timestamp() "
+	"    digest_version = EXCLUDED.digest_version, updated_at = $5 "
 	"  WHERE f.token OPERATOR(pg_catalog.<) EXCLUDED.token "
 	"  RETURNING f.fence_key, f.token, f.payload_digest, f.digest_version "
 	") "
 	"INSERT INTO ntask.fence_receipt (fence_key, token, payload_digest, digest_version) "
 	"SELECT * FROM f RETURNING 1",
-	FENCE_NARGS, {TEXTOID, INT8OID, BYTEAOID, INT2OID}
+	FENCE_NARGS, {TEXTOID, INT8OID, BYTEAOID, INT2OID, TIMESTAMPTZOID}
 };
 
 /* the row is already locked by the failed ON CONFLICT DO UPDATE */
@@ -164,6 +172,7 @@ ntask_fence(PG_FUNCTION_ARGS)
 	values[FENCE_ARG_TOKEN] = Int64GetDatum(token);
 	values[FENCE_ARG_DIGEST] = PointerGetDatum(digest);
 	values[FENCE_ARG_DIGEST_VERSION] = Int16GetDatum(NTASK_DIGEST_VERSION);
+	values[FENCE_ARG_NOW] = NtaskStatementTs();
 
 	SPI_connect();
 	{
@@ -220,10 +229,11 @@ Datum
 ntask_fence_grant(PG_FUNCTION_ARGS)
 {
 	text	   *prefix = NtaskArgText(fcinfo, 0, "prefix", NTASK_MAX_KEY_LEN);
-	Datum		values[2];
+	Datum		values[3];
 
 	values[0] = PointerGetDatum(prefix);
 	values[1] = PG_ARGISNULL(1) ? (Datum) 0 : PG_GETARG_DATUM(1);
+	values[2] = NtaskStatementTs();
 	SPI_connect();
 	if (PG_ARGISNULL(1))
 		NtaskExecPlan(&fence_grant_drop_plan, values, NULL, SPI_OK_DELETE);
