@@ -959,6 +959,22 @@ note(sprintf('waiting claim: wake latency (enqueue commit seen by its client to 
 	. '%s ms, median %.0f ms', join(' ', map { sprintf('%.0f', 1000 * $_) } @lat),
 	1000 * ($lat[1] + $lat[2]) / 2));
 # a batch over both nodes (a two-phase commit): the waiter of 8 is woken
+# after the worker nodes committed.  Citus sends COMMIT PREPARED in its
+# commit callback, after ntask's: a wake there found nothing and the
+# waiter slept to the end of its wait.  Each commit on the worker nodes is
+# made 100 ms slower (commit_delay, which needs fsync) to show it.
+my $slow_commits = sub {
+	my ($on) = @_;
+	for my $w ($w1, $w2)
+	{
+		$w->safe_psql('postgres', $on
+			? "ALTER SYSTEM SET fsync = on;\nALTER SYSTEM SET commit_delay = 100000;\n"
+			  . "ALTER SYSTEM SET commit_siblings = 0;\nSELECT pg_reload_conf();"
+			: "ALTER SYSTEM RESET fsync;\nALTER SYSTEM RESET commit_delay;\n"
+			  . "ALTER SYSTEM RESET commit_siblings;\nSELECT pg_reload_conf();");
+	}
+};
+$slow_commits->(1);
 {
 	my $bs = $waiter->(8, '5 seconds');
 	$co->poll_query_until('postgres', q{SELECT count(*) = 1 FROM ntask.waiters WHERE queue = 'wq'})
@@ -973,6 +989,7 @@ note(sprintf('waiting claim: wake latency (enqueue commit seen by its client to 
 	  or diag($err);
 	cmp_ok($at - $e0, '<', 2, sprintf('waiting claim of 8: returned %.0f ms after the batch committed',
 		1000 * ($at - $e1)));
+	$slow_commits->(0);
 	$q->(q{SELECT count(*) FROM ntask_claim('wq', 'WW', 8)}) for 1 .. 8;
 }
 is($q->(q{SELECT count(*) FROM ntask.task WHERE queue = 'wq' AND state = 'ready'}), '0',
