@@ -286,12 +286,14 @@ is($q->("SELECT result FROM ntask_transition($a1, 1, 'succeeded')"), 'duplicate'
 	'a1: the same transition again: duplicate');
 
 # W1 invokes a2 and stalls; the lease runs out and W2 takes every expired
-# task over (token 2), a2 with prior_outcome unknown
+# task over (token 2), a2 with prior_outcome unknown.  W2's leases are
+# long: under load the calls below took over 3 s, and W2's other tasks
+# ran out of a 2 s lease before transition_and_claim (nothing else due)
 is($q->("SELECT ntask_invoked($a2, 1)"), 'applied', 'W1 invoked a2');
 is($q->("SELECT ntask_heartbeat($a3, 1) IS NOT NULL"), 't', 'W1 heartbeats a3');
 sleep 3;
 my %w2 = map { my @f = split /:/; ($f[0] => [ $f[1], $f[2] ]) }
-  split / /, $q->("SELECT string_agg(task_id || ':' || token || ':' || coalesce(prior_outcome, '-'), ' ') FROM ntask_claim('story', 'W2', 20)");
+  split / /, $q->("SELECT string_agg(task_id || ':' || token || ':' || coalesce(prior_outcome, '-'), ' ') FROM ntask_claim('story', 'W2', 20, lease => '60 seconds')");
 is(scalar(keys %w2), 9, 'W2 took over the 9 expired leases');
 is($w2{$a2}[0] . ' ' . $w2{$a2}[1], '2 unknown', 'a2: token 2, prior_outcome unknown (it was invoked)');
 is($w2{$a3}[0] . ' ' . $w2{$a3}[1], '2 -', 'a3: token 2, never invoked: known');
