@@ -22,7 +22,9 @@
  * not the WHERE passes, so concurrent callers of one fence serialize on it
  * until their transactions end: a version 2 that got 'applied' holds the
  * row while its business write runs, a version 3 waits, then applies; a
- * version 2 arriving after version 3 committed is stale.
+ * version 2 arriving after version 3 committed is stale.  (On a
+ * distributed install the receipt is a second statement after the upsert,
+ * in the same transaction: fence_advance_dist_plan.)
  *
  * Copyright (c) 2026, The ntask authors; the PostgreSQL Licence (LICENSE)
  *
@@ -95,6 +97,9 @@ typedef enum FenceArg
 	FENCE_NARGS
 } FenceArg;
 
+/* fence_receipt_insert_plan takes $1..$4 */
+#define FENCE_DIGEST_VERSION_NARGS (FENCE_ARG_DIGEST_VERSION + 1)
+
 static NtaskPlan fence_advance_plan = {
 	"fence advance",
 	"WITH f AS ( "
@@ -109,6 +114,34 @@ static NtaskPlan fence_advance_plan = {
 	"INSERT INTO ntask.fence_receipt (fence_key, token, payload_digest, digest_version) "
 	"SELECT * FROM f RETURNING 1",
 	FENCE_NARGS, {TEXTOID, INT8OID, BYTEAOID, INT2OID, TIMESTAMPTZOID}
+};
+
+/*
+ * On a distributed install the advance is two statements, each a router
+ * statement on the fence's node (local execution there in a delegated
+ * call): Citus plans a modifying CTE apart, the upsert into an
+ * intermediate result and the receipt insert as an INSERT ... SELECT
+ * collected on the calling node.  The receipt is inserted when the upsert
+ * returned a row (applied), in the same transaction.  A plain install runs
+ * fence_advance_plan.
+ */
+static NtaskPlan fence_advance_dist_plan = {
+	"fence advance (distributed)",
+	"INSERT INTO ntask.fence AS f (fence_key, token, payload_digest, digest_version) "
+	"VALUES ($1, $2, $3, $4) "
+	"ON CONFLICT (fence_key) DO UPDATE SET token = EXCLUDED.token, "
+	"  payload_digest = EXCLUDED.payload_digest, "
+	"  digest_version = EXCLUDED.digest_version, updated_at = $5 "
+	"WHERE f.token OPERATOR(pg_catalog.<) EXCLUDED.token "
+	"RETURNING 1",
+	FENCE_NARGS, {TEXTOID, INT8OID, BYTEAOID, INT2OID, TIMESTAMPTZOID}
+};
+
+static NtaskPlan fence_receipt_insert_plan = {
+	"fence receipt insert",
+	"INSERT INTO ntask.fence_receipt (fence_key, token, payload_digest, digest_version) "
+	"VALUES ($1, $2, $3, $4)",
+	FENCE_DIGEST_VERSION_NARGS, {TEXTOID, INT8OID, BYTEAOID, INT2OID}
 };
 
 /* the row is already locked by the failed ON CONFLICT DO UPDATE */
@@ -160,6 +193,7 @@ ntask_fence(PG_FUNCTION_ARGS)
 	const char *result;
 	int64		watermark;
 	bool		isnull;
+	bool		applied;
 
 	if (token < 1)
 		ereport(ERROR,
@@ -188,8 +222,13 @@ ntask_fence(PG_FUNCTION_ARGS)
 							text_to_cstring(key)),
 					 errhint("A fence grant (ntask_fence_grant) restricts keys with this prefix to a role.")));
 	}
-	if (NtaskExecPlan(&fence_advance_plan, values, NULL,
-					  SPI_OK_INSERT_RETURNING) == 1)
+	if (NtaskShardCount() == 0)
+		applied = NtaskExecPlan(&fence_advance_plan, values, NULL,
+								SPI_OK_INSERT_RETURNING) == 1;
+	else if ((applied = NtaskExecPlan(&fence_advance_dist_plan, values, NULL,
+									  SPI_OK_INSERT_RETURNING) == 1))
+		NtaskExecPlan(&fence_receipt_insert_plan, values, NULL, SPI_OK_INSERT);
+	if (applied)
 		result = "applied";
 	else
 	{
