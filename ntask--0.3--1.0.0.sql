@@ -1798,8 +1798,10 @@ REVOKE ALL ON FUNCTION @extschema@.ntask_distribute_nodes() FROM PUBLIC;
  * distributed table from there, which Citus refuses.  The widened keys are
  * set on every node first (run_command_on_workers, idempotent, so a failed
  * call can be repeated), then on the coordinator, where the tables are
- * distributed in this transaction.  Layout only: see the README for what
- * the API does on it today.
+ * distributed in this transaction.  ntask_fence becomes a distributed
+ * function co-located with ntask.fence by its fence_key: Citus delegates
+ * a call to the node that holds the fence's shard.  See docs/scaling.md
+ * for what the API does on the layout today.
  */
 CREATE OR REPLACE FUNCTION @extschema@.ntask_distribute(shard_count integer DEFAULT NULL)
 RETURNS TABLE (relation regclass, layout text, shards integer)
@@ -1920,6 +1922,11 @@ BEGIN
 	FROM (VALUES ('ntask.queue'::regclass), ('ntask.breaker'), ('ntask.queue_pruned'),
 				 ('ntask.schedule'), ('ntask.fence_grant'), ('ntask.fence'),
 				 ('ntask.fence_receipt'), ('ntask.audit'), ('ntask.key_pause')) x(rel);
+
+	-- fences: a call runs on the node of its fence (delegated)
+	PERFORM pg_catalog.create_distributed_function(
+		'@extschema@.ntask_fence(text,bigint,jsonb)'::regprocedure,
+		distribution_arg_name => 'fence_key', colocate_with => 'ntask.fence');
 
 	RETURN QUERY
 	SELECT p.logicalrelid::regclass,

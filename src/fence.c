@@ -22,7 +22,9 @@
  * not the WHERE passes, so concurrent callers of one fence serialize on it
  * until their transactions end: a version 2 that got 'applied' holds the
  * row while its business write runs, a version 3 waits, then applies; a
- * version 2 arriving after version 3 committed is stale.
+ * version 2 arriving after version 3 committed is stale.  (On a
+ * distributed install the receipt is a second statement after the upsert,
+ * in the same transaction: fence_advance_dist_plan.)
  *
  * Copyright (c) 2026, The ntask authors; the PostgreSQL Licence (LICENSE)
  *
@@ -60,12 +62,19 @@ static NtaskPlan fence_right_plan = {
 	2, {TEXTOID, OIDOID}
 };
 
+/*
+ * The statement timestamp of an upsert's DO UPDATE SET is a parameter
+ * ($3 here, $5 in fence_advance_plan: NtaskStatementTs(), the value
+ * statement_timestamp() returns): Citus refuses a non-immutable function
+ * there ("functions used in the DO UPDATE SET clause of INSERTs on
+ * distributed tables must be marked IMMUTABLE"), reference tables too.
+ */
 static NtaskPlan fence_grant_set_plan = {
 	"fence grant set",
 	"INSERT INTO ntask.fence_grant AS g (prefix, role) VALUES ($1, $2) "
 	"ON CONFLICT (prefix) DO UPDATE SET role = EXCLUDED.role, "
-	"  granted_at = pg_catalog.statement_timestamp()",
-	2, {TEXTOID, REGROLEOID}
+	"  granted_at = $3",
+	3, {TEXTOID, REGROLEOID, TIMESTAMPTZOID}
 };
 
 static NtaskPlan fence_grant_drop_plan = {
@@ -84,8 +93,12 @@ typedef enum FenceArg
 	FENCE_ARG_TOKEN,			/* $2 */
 	FENCE_ARG_DIGEST,			/* $3 */
 	FENCE_ARG_DIGEST_VERSION,	/* $4 */
+	FENCE_ARG_NOW,				/* $5: the statement timestamp */
 	FENCE_NARGS
 } FenceArg;
+
+/* fence_receipt_insert_plan takes $1..$4 */
+#define FENCE_DIGEST_VERSION_NARGS (FENCE_ARG_DIGEST_VERSION + 1)
 
 static NtaskPlan fence_advance_plan = {
 	"fence advance",
@@ -94,13 +107,41 @@ static NtaskPlan fence_advance_plan = {
 	"  VALUES ($1, $2, $3, $4) "
 	"  ON CONFLICT (fence_key) DO UPDATE SET token = EXCLUDED.token, "
 	"    payload_digest = EXCLUDED.payload_digest, "
-	"    digest_version = EXCLUDED.digest_version, updated_at = pg_catalog.statement_timestamp() "
+	"    digest_version = EXCLUDED.digest_version, updated_at = $5 "
 	"  WHERE f.token OPERATOR(pg_catalog.<) EXCLUDED.token "
 	"  RETURNING f.fence_key, f.token, f.payload_digest, f.digest_version "
 	") "
 	"INSERT INTO ntask.fence_receipt (fence_key, token, payload_digest, digest_version) "
 	"SELECT * FROM f RETURNING 1",
-	FENCE_NARGS, {TEXTOID, INT8OID, BYTEAOID, INT2OID}
+	FENCE_NARGS, {TEXTOID, INT8OID, BYTEAOID, INT2OID, TIMESTAMPTZOID}
+};
+
+/*
+ * On a distributed install the advance is two statements, each a router
+ * statement on the fence's node (local execution there in a delegated
+ * call): Citus plans a modifying CTE apart, the upsert into an
+ * intermediate result and the receipt insert as an INSERT ... SELECT
+ * collected on the calling node.  The receipt is inserted when the upsert
+ * returned a row (applied), in the same transaction.  A plain install runs
+ * fence_advance_plan.
+ */
+static NtaskPlan fence_advance_dist_plan = {
+	"fence advance (distributed)",
+	"INSERT INTO ntask.fence AS f (fence_key, token, payload_digest, digest_version) "
+	"VALUES ($1, $2, $3, $4) "
+	"ON CONFLICT (fence_key) DO UPDATE SET token = EXCLUDED.token, "
+	"  payload_digest = EXCLUDED.payload_digest, "
+	"  digest_version = EXCLUDED.digest_version, updated_at = $5 "
+	"WHERE f.token OPERATOR(pg_catalog.<) EXCLUDED.token "
+	"RETURNING 1",
+	FENCE_NARGS, {TEXTOID, INT8OID, BYTEAOID, INT2OID, TIMESTAMPTZOID}
+};
+
+static NtaskPlan fence_receipt_insert_plan = {
+	"fence receipt insert",
+	"INSERT INTO ntask.fence_receipt (fence_key, token, payload_digest, digest_version) "
+	"VALUES ($1, $2, $3, $4)",
+	FENCE_DIGEST_VERSION_NARGS, {TEXTOID, INT8OID, BYTEAOID, INT2OID}
 };
 
 /* the row is already locked by the failed ON CONFLICT DO UPDATE */
@@ -152,6 +193,7 @@ ntask_fence(PG_FUNCTION_ARGS)
 	const char *result;
 	int64		watermark;
 	bool		isnull;
+	bool		applied;
 
 	if (token < 1)
 		ereport(ERROR,
@@ -164,6 +206,7 @@ ntask_fence(PG_FUNCTION_ARGS)
 	values[FENCE_ARG_TOKEN] = Int64GetDatum(token);
 	values[FENCE_ARG_DIGEST] = PointerGetDatum(digest);
 	values[FENCE_ARG_DIGEST_VERSION] = Int16GetDatum(NTASK_DIGEST_VERSION);
+	values[FENCE_ARG_NOW] = NtaskStatementTs();
 
 	SPI_connect();
 	{
@@ -179,8 +222,13 @@ ntask_fence(PG_FUNCTION_ARGS)
 							text_to_cstring(key)),
 					 errhint("A fence grant (ntask_fence_grant) restricts keys with this prefix to a role.")));
 	}
-	if (NtaskExecPlan(&fence_advance_plan, values, NULL,
-					  SPI_OK_INSERT_RETURNING) == 1)
+	if (NtaskShardCount() == 0)
+		applied = NtaskExecPlan(&fence_advance_plan, values, NULL,
+								SPI_OK_INSERT_RETURNING) == 1;
+	else if ((applied = NtaskExecPlan(&fence_advance_dist_plan, values, NULL,
+									  SPI_OK_INSERT_RETURNING) == 1))
+		NtaskExecPlan(&fence_receipt_insert_plan, values, NULL, SPI_OK_INSERT);
+	if (applied)
 		result = "applied";
 	else
 	{
@@ -220,10 +268,11 @@ Datum
 ntask_fence_grant(PG_FUNCTION_ARGS)
 {
 	text	   *prefix = NtaskArgText(fcinfo, 0, "prefix", NTASK_MAX_KEY_LEN);
-	Datum		values[2];
+	Datum		values[3];
 
 	values[0] = PointerGetDatum(prefix);
 	values[1] = PG_ARGISNULL(1) ? (Datum) 0 : PG_GETARG_DATUM(1);
+	values[2] = NtaskStatementTs();
 	SPI_connect();
 	if (PG_ARGISNULL(1))
 		NtaskExecPlan(&fence_grant_drop_plan, values, NULL, SPI_OK_DELETE);

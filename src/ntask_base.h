@@ -179,6 +179,7 @@ extern bytea *NtaskDigest(Jsonb *jb, int version);
 
 /* spi_util.c: the shard values of a distributed install (0 on a plain one) */
 extern int	NtaskShardCount(void);
+extern int	NtaskShardCountKnown(void);
 extern int16 NtaskShardValue(int i);
 extern int16 NtaskShardFor(text *queue, text *key);
 extern int16 NtaskShardOfKey(text *queue, text *key);

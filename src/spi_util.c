@@ -744,6 +744,16 @@ NtaskShardCount(void)
 }
 
 /*
+ * NtaskShardCountKnown: NtaskShardCount() when this backend has read the
+ * shard map, else -1; outside SPI too (waiter.c's commit-time note)
+ */
+int
+NtaskShardCountKnown(void)
+{
+	return spi_nshards;
+}
+
+/*
  * NtaskRefuseDistributed
  *		In SPI: 0A000 on a distributed install for a call whose rows are not
  *		laid out for it yet (docs/scaling.md "What is left": dependencies,

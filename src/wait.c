@@ -86,6 +86,25 @@ static NtaskPlan nw_next_due_plan = {
 };
 
 /*
+ * The same within one shard ($3), for a distributed install: Citus plans a
+ * recursive CTE only with a filter on the distribution column ("recursive
+ * CTEs are only supported when they contain a filter on the distribution
+ * column"), and with it in every scan the statement is one router query on
+ * the shard's node.  A look asks each shard value once (nw_next_due).
+ */
+static NtaskPlan nw_next_due_shard_plan = {
+	"wait next due (one shard)",
+	NTASK_PRIORITY_WALK_ON(" AND t.shard OPERATOR(pg_catalog.=) $3 ")
+	"SELECT pg_catalog.min(x.due_at) FROM pr, LATERAL ( "
+	"  SELECT t.due_at FROM ntask.task t "
+	"  WHERE t.queue OPERATOR(pg_catalog.=) $1 AND t.shard OPERATOR(pg_catalog.=) $3 "
+	"    AND t.priority OPERATOR(pg_catalog.=) pr.p AND t.due_at OPERATOR(pg_catalog.>) $2 "
+	"  ORDER BY t.due_at LIMIT 1) x "
+	"WHERE pr.p IS NOT NULL",
+	3, {TEXTOID, TIMESTAMPTZOID, INT2OID}
+};
+
+/*
  * The gate: does a queue-wide limit hold every task of the queue back
  * now?  Columns: the queue has a queue-wide limit; its cap is reached (the
  * leases still running, counted as claim.c counts them); when its bucket
@@ -174,6 +193,40 @@ nw_gated(text *queue, bool *gate, NwLook *lk)
 }
 
 /*
+ * nw_next_due
+ *		The queue's earliest due time after after (0: none): one statement
+ *		on a plain install, one per shard value on a distributed one.
+ */
+static TimestampTz
+nw_next_due(text *queue, TimestampTz after)
+{
+	Datum		values[3];
+	TimestampTz next = 0;
+	bool		isnull;
+	Datum		d;
+	int			nshards = NtaskShardCount();
+	int			i;
+
+	values[0] = PointerGetDatum(queue);
+	values[1] = TimestampTzGetDatum(after);
+	if (nshards == 0)
+	{
+		NtaskExecPlan(&nw_next_due_plan, values, NULL, SPI_OK_SELECT);
+		d = NtaskGetDatum(0, 1, &isnull);
+		return isnull ? 0 : DatumGetTimestampTz(d);
+	}
+	for (i = 0; i < nshards; i++)
+	{
+		values[2] = Int16GetDatum(NtaskShardValue(i));
+		NtaskExecPlan(&nw_next_due_shard_plan, values, NULL, SPI_OK_SELECT);
+		d = NtaskGetDatum(0, 1, &isnull);
+		if (!isnull && (next == 0 || DatumGetTimestampTz(d) < next))
+			next = DatumGetTimestampTz(d);
+	}
+	return next;
+}
+
+/*
  * nw_look
  *		One look, in an internal subtransaction: the gate (while *gate),
  *		then NtaskClaimInto.  Claimed something, or wrote something (tasks
@@ -216,16 +269,9 @@ nw_look(ClaimCall *c, bool *gate, NwLook *lk)
 		}
 		else
 		{
-			Datum		values[2];
-			bool		isnull;
-			Datum		d;
-
-			values[0] = PointerGetDatum(c->queue);
-			values[1] = TimestampTzGetDatum(lk->capped || lk->held_until != 0 ?
-											GetCurrentTimestamp() : DT_NOBEGIN);
-			NtaskExecPlan(&nw_next_due_plan, values, NULL, SPI_OK_SELECT);
-			d = NtaskGetDatum(0, 1, &isnull);
-			lk->next_due = isnull ? 0 : DatumGetTimestampTz(d);
+			lk->next_due = nw_next_due(c->queue,
+									   lk->capped || lk->held_until != 0 ?
+									   GetCurrentTimestamp() : DT_NOBEGIN);
 			in_subxact = false;
 			RollbackAndReleaseCurrentSubTransaction();
 		}

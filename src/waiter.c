@@ -21,6 +21,19 @@
  * have used, passes one wake-up on to the next waiter (the baton), so a
  * wake-up is never lost when a claimer that was not waiting took the task.
  *
+ * On a distributed install (Citus) the wake waits for the workers' commit:
+ * a transaction that wrote on several nodes commits them with two-phase
+ * commit, and Citus sends COMMIT PREPARED in its own XACT_EVENT_COMMIT
+ * callback, which runs after ntask's (callbacks run newest first, and
+ * ntask's is registered after Citus' at the first note).  A waiter woken
+ * there looked before the workers committed, saw nothing and slept to the
+ * end of its wait.  So a note made where the shard map says the install
+ * is distributed moves the wake to the release of the top transaction's
+ * resources (RESOURCE_RELEASE_AFTER_LOCKS of a commit), after every commit
+ * callback.  A one-phase commit (one worker node) is done before either:
+ * Citus commits it in XACT_EVENT_PRE_COMMIT.  A plain install wakes in
+ * the commit callback as before.
+ *
  * A waiter registers before each look, and resets its latch before it: a
  * commit that happens before the look is seen by the look's snapshot (the
  * committer's wake runs after ProcArrayEndTransaction), one after it sets
@@ -110,8 +123,14 @@ static NwPending *nw_pending = NULL;
 static int	nw_npending = 0;
 static int	nw_maxpending = 0;
 static bool nw_callback_registered = false;
+/* a note was made on a distributed install: wake after Citus' commit */
+static bool nw_after_citus = false;
+/* the commit callback left the wake to nw_release_callback */
+static bool nw_wake_deferred = false;
 
 static void nw_xact_callback(XactEvent event, void *arg);
+static void nw_release_callback(ResourceReleasePhase phase, bool isCommit,
+								bool isTopLevel, void *arg);
 static void nw_exit(int code, Datum arg);
 
 /* NtaskWaitShmemRequest: reserve the waiter slots (shmem_request time) */
@@ -227,8 +246,11 @@ nw_pending_of(const char *queue)
 	if (!nw_callback_registered)
 	{
 		RegisterXactCallback(nw_xact_callback, NULL);
+		RegisterResourceReleaseCallback(nw_release_callback, NULL);
 		nw_callback_registered = true;
 	}
+	if (NtaskShardCountKnown() > 0)
+		nw_after_citus = true;
 	for (i = nw_npending - 1; i >= 0; i--)
 		if (strcmp(nw_pending[i].queue, queue) == 0)
 		{
@@ -320,57 +342,85 @@ nw_wake_capped_locked(const char *queue, int nfreed)
 	}
 }
 
+/* nw_wake_pending: after a commit, wake the waiters of the noted queues */
+static void
+nw_wake_pending(void)
+{
+	int			i;
+
+	/*
+	 * The commit is visible (ProcArrayEndTransaction ran); a waiter
+	 * counted after this read looks with a snapshot that sees it.
+	 */
+	pg_memory_barrier();
+	if (pg_atomic_read_u32(&nw_shared->nwaiting) > 0)
+	{
+		bool		capped = pg_atomic_read_u32(&nw_shared->ncapped) > 0;
+		bool		need = false;
+
+		/* a transition's note alone: nothing to do unless a cap holds one */
+		for (i = 0; i < nw_npending && !need; i++)
+			need = nw_pending[i].ndue > 0 || nw_pending[i].later != 0 ||
+				(capped && nw_pending[i].nfreed > 0);
+		if (need)
+		{
+			LWLockAcquire(nw_shared->lock, LW_EXCLUSIVE);
+			for (i = 0; i < nw_npending; i++)
+			{
+				nw_wake_locked(nw_pending[i].queue, nw_pending[i].ndue,
+							   nw_pending[i].later);
+				if (capped && nw_pending[i].nfreed > 0)
+					nw_wake_capped_locked(nw_pending[i].queue,
+										  nw_pending[i].nfreed);
+			}
+			LWLockRelease(nw_shared->lock);
+		}
+	}
+	nw_npending = 0;
+}
+
 /* nw_xact_callback: at commit, wake the waiters of the noted queues */
 static void
 nw_xact_callback(XactEvent event, void *arg)
 {
-	int			i;
-
 	switch (event)
 	{
 		case XACT_EVENT_COMMIT:
 		case XACT_EVENT_PARALLEL_COMMIT:
 			if (nw_npending == 0)
 				break;
-
-			/*
-			 * The commit is visible (ProcArrayEndTransaction ran); a waiter
-			 * counted after this read looks with a snapshot that sees it.
-			 */
-			pg_memory_barrier();
-			if (pg_atomic_read_u32(&nw_shared->nwaiting) > 0)
+			if (nw_after_citus)
 			{
-				bool		capped = pg_atomic_read_u32(&nw_shared->ncapped) > 0;
-				bool		need = false;
-
-				/* a transition's note alone: nothing to do unless a cap holds one */
-				for (i = 0; i < nw_npending && !need; i++)
-					need = nw_pending[i].ndue > 0 || nw_pending[i].later != 0 ||
-						(capped && nw_pending[i].nfreed > 0);
-				if (need)
-				{
-					LWLockAcquire(nw_shared->lock, LW_EXCLUSIVE);
-					for (i = 0; i < nw_npending; i++)
-					{
-						nw_wake_locked(nw_pending[i].queue, nw_pending[i].ndue,
-									   nw_pending[i].later);
-						if (capped && nw_pending[i].nfreed > 0)
-							nw_wake_capped_locked(nw_pending[i].queue,
-												  nw_pending[i].nfreed);
-					}
-					LWLockRelease(nw_shared->lock);
-				}
+				/* after Citus' COMMIT PREPARED: nw_release_callback */
+				nw_wake_deferred = true;
+				break;
 			}
-			nw_npending = 0;
+			nw_wake_pending();
 			break;
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
 		case XACT_EVENT_PREPARE:
 			nw_npending = 0;
+			nw_after_citus = nw_wake_deferred = false;
 			break;
 		default:
 			break;
 	}
+}
+
+/*
+ * nw_release_callback: the deferred wake of a distributed install's
+ * commit, once every commit callback (Citus' COMMIT PREPARED) has run
+ */
+static void
+nw_release_callback(ResourceReleasePhase phase, bool isCommit,
+					bool isTopLevel, void *arg)
+{
+	if (!nw_wake_deferred || phase != RESOURCE_RELEASE_AFTER_LOCKS ||
+		!isCommit || !isTopLevel)
+		return;
+	nw_wake_deferred = nw_after_citus = false;
+	nw_wake_pending();
 }
 
 /* ---- the waiter ---- */

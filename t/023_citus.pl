@@ -26,8 +26,8 @@
 #      with their business rows co-located with the receipts, stalls past
 #      the lease, a worker node stopped with -m immediate while they run:
 #      0 lost, 0 duplicated, every stale write rejected, tokens monotonic;
-#   7. what does not run on a distributed install yet (docs/scaling.md):
-#      fences, queue-wide caps; and what runs per shard: a fair queue
+#   7. caps and rate limits shared out by node (docs/scaling.md), and
+#      what runs per shard: a fair queue
 #      serves every key once before a hot key's second turn, an ordered
 #      queue keeps per-key order across a W1/W2 takeover, a per-key cap;
 #   8. housekeeping and the background worker: ntask_housekeeping() and the
@@ -36,7 +36,26 @@
 #      http queue over the shards to a loopback sink (each key once, the
 #      ledger right), pg_cron fires a schedule on the coordinator, the
 #      worker nodes' workers idle, nothing fails every tick; with a
-#      worker node down the other node's shards are still swept.
+#      worker node down the other node's shards are still swept;
+#   9. fences and waiting claims on the distributed install: ntask_fence
+#      delegated to the node of its fence (Citus' "pushing down the function
+#      call"), from the coordinator and from a worker node, on both worker
+#      nodes' fences: applied, stale, duplicate, conflict, a late retry, in a
+#      transaction block, a fence grant for a role; a waiting claim on the
+#      coordinator woken by an enqueue through the coordinator (the wake
+#      latency measured), by a batch over both nodes, by a task coming due,
+#      and returning nothing when its wait ends;
+#  10. one hop (issue 34): each node's id range, the shard-addressed forms
+#      delegated to the shard's node (and not in a transaction block), the
+#      worker's loop through them, a client on a worker node (its claims
+#      take its own shards); pause and resume, trace context, progress and
+#      ntask_result on the distributed install;
+#  11. the token floor from the row's node: a worker node's standby
+#      promoted (timeline 2) in its place; tokens above 2^48 from a
+#      delegated claim and from one run on the coordinator.
+# Part 6 runs its three clients on the coordinator, on a worker node and
+# through the shard-addressed forms; part 7 also shares out a queue-wide
+# cap and a rate limit by node.
 
 use strict;
 use warnings;
@@ -47,7 +66,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use List::Util ();
-use Time::HiRes qw(sleep);
+use Time::HiRes qw(sleep time);
 use POSIX ();
 
 if (!$ENV{NTASK_CITUS})
@@ -279,12 +298,14 @@ is($q->("SELECT result FROM ntask_transition($a1, 1, 'succeeded')"), 'duplicate'
 	'a1: the same transition again: duplicate');
 
 # W1 invokes a2 and stalls; the lease runs out and W2 takes every expired
-# task over (token 2), a2 with prior_outcome unknown
+# task over (token 2), a2 with prior_outcome unknown.  W2's leases are
+# long: under load the calls below took over 3 s, and W2's other tasks
+# ran out of a 2 s lease before transition_and_claim (nothing else due)
 is($q->("SELECT ntask_invoked($a2, 1)"), 'applied', 'W1 invoked a2');
 is($q->("SELECT ntask_heartbeat($a3, 1) IS NOT NULL"), 't', 'W1 heartbeats a3');
 sleep 11;
 my %w2 = map { my @f = split /:/; ($f[0] => [ $f[1], $f[2] ]) }
-  split / /, $q->("SELECT string_agg(task_id || ':' || token || ':' || coalesce(prior_outcome, '-'), ' ') FROM ntask_claim('story', 'W2', 20)");
+  split / /, $q->("SELECT string_agg(task_id || ':' || token || ':' || coalesce(prior_outcome, '-'), ' ') FROM ntask_claim('story', 'W2', 20, lease => '60 seconds')");
 is(scalar(keys %w2), 9, 'W2 took over the 9 expired leases');
 is($w2{$a2}[0] . ' ' . $w2{$a2}[1], '2 unknown', 'a2: token 2, prior_outcome unknown (it was invoked)');
 is($w2{$a3}[0] . ' ' . $w2{$a3}[1], '2 -', 'a3: token 2, never invoked: known');
@@ -542,22 +563,13 @@ cmp_ok($takeovers, '>=', 1, 'chaos: leases were taken over');
 cmp_ok($stale, '>=', 1, 'chaos: stale writes happened, and were rejected');
 cmp_ok($errors, '>=', 1, 'chaos: the stopped node made calls fail');
 
-# 7. what is not routed yet: Citus refuses these functions' statements
+# 7. what runs per shard, and what is refused (queue-wide caps)
 my $nodes_of_q = sub {
 	$q->(qq{SELECT count(DISTINCT p.nodeport) FROM ntask.task t
 		JOIN pg_dist_shard_placement p
 		  ON p.shardid = get_shard_id_for_distribution_column('ntask.task', t.shard)
 		WHERE t.queue = '$_[0]'});
 };
-my @limits = (
-	[ "SELECT * FROM ntask_fence('f1', 1, '{}')",
-	  qr/functions used in the DO UPDATE SET clause of INSERTs on distributed tables must be marked IMMUTABLE/, 'fence' ]);
-for my $l (@limits)
-{
-	my ($sql, $re, $what) = @$l;
-	($rc, $out, $stderr) = $co->psql('postgres', "\\set VERBOSITY verbose\n$sql");
-	like($stderr, $re, "not routed yet (documented): ntask_$what refused by Citus");
-}
 
 # fair, ordered and per-key-capped queues: a key lives in one shard, so
 # each holds per shard (docs/scaling.md "Fairness, limits, ordering and
@@ -583,10 +595,11 @@ $q->(q{SELECT count(*) FROM ntask_queue_set('ord', fairness => 'partition', orde
 		lease => '6 seconds', max_attempts => 5);
 	SELECT count(*) FROM generate_series(1, 3) i, ntask_enqueue('ord', 'a' || i, '{}', partition_key => 'A');
 	SELECT count(*) FROM generate_series(1, 3) i, ntask_enqueue('ord', 'b' || i, '{}', partition_key => 'B')});
+# twelve claims in one psql call: under load four calls took longer than
+# the 3 s lease, and W1 took its own expired heads over
 my $claim_keys = sub {
 	my ($w) = @_;
-	my @got;
-	push @got, split /\n/, $q->(join('', map {
+	my @got = split /\n/, $q->(join('', map {
 		"SELECT t.task_key || ':' || c.token FROM ntask_claim('ord', '$w', 10) c $keyof;\n" } 1 .. 12));
 	return join(',', sort @got);
 };
@@ -885,6 +898,207 @@ is($poll->(q{SELECT count(*) FROM ntask.task WHERE queue = 'dl2'
 my $downlog = substr(PostgreSQL::Test::Utils::slurp_file($co->logfile), $log_from{ $co->name });
 like($downlog, qr/ntask worker: ntask housekeeping of a shard failed/,
 	'node down: the down node\'s shard steps failed, logged');
+
+# 9. fences and waiting claims on the distributed install.  Fences: the
+# statement timestamp of the upsert is a parameter (Citus refuses a
+# non-immutable function in DO UPDATE SET), and ntask_fence is a
+# distributed function co-located with ntask.fence by fence_key, so a
+# call is delegated to the node of its fence: one hop, from the
+# coordinator and from a worker node.
+is($q->(q{SELECT d.distribution_argument_index || ' ' ||
+		(d.colocationid = p.colocationid)::text
+	FROM pg_dist_object d, pg_dist_partition p
+	WHERE d.objid = 'ntask_fence(text,bigint,jsonb)'::regprocedure
+	  AND p.logicalrelid = 'ntask.fence'::regclass}), '0 true',
+	'fence: ntask_fence is distributed by fence_key, co-located with ntask.fence');
+my $fence_node = sub {
+	$q->(qq{SELECT p.nodeport FROM pg_dist_shard_placement p
+		WHERE p.shardid = get_shard_id_for_distribution_column('ntask.fence', '$_[0]'::text)});
+};
+# one fence key on each worker node
+my %fkey;
+for my $i (1 .. 40)
+{
+	my $k = "cfg:doc-$i:host";
+	$fkey{ $fence_node->($k) } //= $k;
+	last if keys %fkey == 2;
+}
+is(join(',', sort keys %fkey), join(',', sort($w1->port, $w2->port)),
+	'fence: a key on each worker node');
+my $fence = sub {
+	my ($node, $key, $token, $payload, %o) = @_;
+	my ($frc, $fout, $ferr) = $node->psql('postgres',
+		"\\set VERBOSITY verbose\nSET client_min_messages = debug1;\n"
+		  . "SELECT ntask_fence('$key', $token, '$payload')",
+		extra_params => $o{user} ? [ '-U', $o{user} ] : []);
+	return ($fout, $ferr);
+};
+for my $port (sort keys %fkey)
+{
+	my $k = $fkey{$port};
+	my ($r, $e) = $fence->($co, $k, 2, '{"v": 2}');
+	is($r, 'applied', "fence on node $port from the coordinator: token 2 applied");
+	like($e, qr/pushing down the function call/, "fence on node $port: the call is delegated");
+	unlike($e, qr/ERROR/, "fence on node $port: no error");
+	is(($fence->($co, $k, 1, '{"v": 1}'))[0], 'stale', "fence on node $port: a lower token is stale");
+	is(($fence->($co, $k, 2, '{"v": 2}'))[0], 'duplicate',
+		"fence on node $port: the same token and payload: duplicate");
+	is(($fence->($co, $k, 2, '{"v": 9}'))[0], 'conflict',
+		"fence on node $port: the same token, another payload: conflict");
+	is(($fence->($co, $k, 3, '{"v": 3}'))[0], 'applied', "fence on node $port: token 3 applied");
+	is(($fence->($co, $k, 2, '{"v": 2}'))[0], 'duplicate',
+		"fence on node $port: a late retry of token 2 (it applied once): duplicate");
+	# from a client connected to a worker node: the other node's fence is
+	# delegated there, the node's own runs where the client is
+	($r, $e) = $fence->($w1, $k, 4, '{"v": 4}');
+	is($r, 'applied', "fence on node $port from worker node " . $w1->name . ': token 4 applied');
+	like($e, $port == $w1->port ? qr/not pushing down function to the same node/
+		  : qr/pushing down the function call/,
+		"fence on node $port from worker node " . $w1->name . ': '
+		  . ($port == $w1->port ? 'run where the client is' : 'delegated to its node'));
+	is(($fence->($w2, $k, 3, '{"v": 3}'))[0], 'duplicate',
+		"fence on node $port from worker node " . $w2->name . ': token 3 again: duplicate');
+	is(($fence->($w2, $k, 1, '{"v": 1}'))[0], 'stale',
+		"fence on node $port from worker node " . $w2->name . ': token 1: stale');
+	# in a transaction block with the business write (the documented use):
+	# Citus does not delegate there, each statement is routed by the key
+	is($q->(qq{BEGIN; SELECT ntask_fence('$k', 5, '{"v": 5}'); SELECT ntask_fence('$k', 1, '{}'); COMMIT;}),
+		"applied\nstale", "fence on node $port: in a transaction block, applied then stale");
+	is($q->(qq{SELECT token || ' ' || (SELECT string_agg(r.token::text, ',' ORDER BY r.token)
+		FROM ntask.fence_receipt r WHERE r.fence_key = f.fence_key)
+		FROM ntask.fence f WHERE f.fence_key = '$k'}), '5 2,3,4,5',
+		"fence on node $port: the watermark 5, a receipt per applied token");
+}
+# a fence grant: a key under the prefix only for members of its role, from
+# any node (roles are propagated by Citus); granting again updates the row
+# (the upsert Citus refused with statement_timestamp())
+$q->(q{CREATE ROLE fence_a LOGIN; CREATE ROLE fence_b LOGIN; CREATE ROLE fence_grp;
+	GRANT ntask_worker TO fence_a, fence_b; GRANT fence_grp TO fence_a;
+	SELECT ntask_fence_grant('cfg:', 'ntask_worker');});
+is($q->(q{SELECT count(*) FROM (SELECT ntask_fence_grant('cfg:', 'fence_grp')) x}), '1',
+	'fence grant: granted again to another role (the upsert runs)');
+is($q->(q{SELECT role FROM ntask.fence_grant WHERE prefix = 'cfg:'}), 'fence_grp',
+	'fence grant: the reference table holds the new role');
+for my $port (sort keys %fkey)
+{
+	my $k = $fkey{$port};
+	for my $n ($co, $w1)
+	{
+		my ($r, $e) = $fence->($n, $k, 6, '{"v": 6}', user => 'fence_b');
+		like($e, qr/42501: ntask: permission denied for fence/,
+			"fence grant: fence_b (not in the role) refused 42501 on node $port from " . $n->name);
+	}
+	is(($fence->($w2, $k, 6, '{"v": 6}', user => 'fence_a'))[0], 'applied',
+		"fence grant: fence_a (a member) applies on node $port from " . $w2->name);
+	is(($fence->($co, $k, 6, '{"v": 6}', user => 'fence_a'))[0], 'duplicate',
+		"fence grant: fence_a again from the coordinator: duplicate");
+}
+$q->(q{SELECT ntask_fence_grant('cfg:', NULL)});
+is($q->(q{SELECT count(*) FROM ntask.fence_grant}), '0', 'fence grant: removed');
+
+# Waiting claims: a claim with wait on the coordinator sleeps until a
+# commit of a task of its queue wakes it (a commit on the node that ran the
+# enqueue: the coordinator here); its look walks the shards, and its next
+# due lookup asks each shard value (Citus refuses the priority walk's
+# recursive CTE over every shard).
+$q->(q{SELECT count(*) FROM ntask_queue_set('wq', lease => '30 seconds')});
+my $epoch = q{extract(epoch from clock_timestamp())};
+my $waiter = sub {
+	my ($max, $wait) = @_;
+	my $bs = $co->background_psql('postgres', on_error_stop => 0);
+	$bs->query_until(qr/start/, qq{\\echo start
+SELECT 'got:' || count(*) || ':' || coalesce(string_agg(task_key, ','), '') || ':' || $epoch
+FROM ntask_claim('wq', 'WW', $max, wait => '$wait');
+\\echo done
+});
+	return $bs;
+};
+my $waiter_end = sub {
+	my ($bs) = @_;
+	pump_until($bs->{run}, $bs->{timeout}, \$bs->{stdout}, qr/done/);
+	my ($o, $e) = ($bs->{stdout}, $bs->{stderr});
+	$bs->quit;
+	my ($n, $keys, $at) = $o =~ /got:(\d+):([^:]*):([\d.]+)/;
+	return ($n, $keys, $at, $e);
+};
+my @lat;
+my %wnodes;
+for my $i (1 .. 4)
+{
+	my $bs = $waiter->(1, '5 seconds');
+	$co->poll_query_until('postgres', q{SELECT count(*) = 1 FROM ntask.waiters WHERE queue = 'wq'})
+	  or diag('the waiter did not register');
+	sleep 0.5;
+	my ($e0, $id, $e1) = split /\|/, $q->(qq{SELECT $epoch; SELECT task_id FROM ntask_enqueue('wq', 'wk$i', '{}'); SELECT $epoch}) =~ s/\n/|/gr;
+	my ($n, $keys, $at, $err) = $waiter_end->($bs);
+	is("$n $keys", "1 wk$i", "waiting claim $i: woken by the enqueue, claimed wk$i")
+	  or diag($err);
+	push @lat, $at - $e1;
+	cmp_ok($at - $e0, '<', 2, sprintf('waiting claim %d: returned %.0f ms after the enqueue committed (wait 5 s)',
+		$i, 1000 * ($at - $e1)));
+	$wnodes{ $q->(qq{SELECT p.nodeport FROM pg_dist_shard_placement p
+		WHERE p.shardid = get_shard_id_for_distribution_column('ntask.task', ($id >> 48)::smallint)}) } = 1;
+}
+is(scalar(keys %wnodes), 2, 'waiting claims: the woken tasks were on both worker nodes');
+@lat = sort { $a <=> $b } @lat;
+note(sprintf('waiting claim: wake latency (enqueue commit seen by its client to the claim\'s return) '
+	. '%s ms, median %.0f ms', join(' ', map { sprintf('%.0f', 1000 * $_) } @lat),
+	1000 * ($lat[1] + $lat[2]) / 2));
+# a batch over both nodes (a two-phase commit): the waiter of 8 is woken
+# after the worker nodes committed.  Citus sends COMMIT PREPARED in its
+# commit callback, after ntask's: a wake there found nothing and the
+# waiter slept to the end of its wait.  Each commit on the worker nodes is
+# made 100 ms slower (commit_delay, which needs fsync) to show it.
+my $slow_commits = sub {
+	my ($on) = @_;
+	for my $w ($w1, $w2)
+	{
+		$w->safe_psql('postgres', $on
+			? "ALTER SYSTEM SET fsync = on;\nALTER SYSTEM SET commit_delay = 100000;\n"
+			  . "ALTER SYSTEM SET commit_siblings = 0;\nSELECT pg_reload_conf();"
+			: "ALTER SYSTEM RESET fsync;\nALTER SYSTEM RESET commit_delay;\n"
+			  . "ALTER SYSTEM RESET commit_siblings;\nSELECT pg_reload_conf();");
+	}
+};
+$slow_commits->(1);
+{
+	my $bs = $waiter->(8, '5 seconds');
+	$co->poll_query_until('postgres', q{SELECT count(*) = 1 FROM ntask.waiters WHERE queue = 'wq'})
+	  or diag('the waiter did not register');
+	sleep 0.5;
+	my ($e0, $nb, $e1) = split /\|/, $q->(qq{SELECT $epoch;
+		SELECT count(*) FROM ntask_enqueue_many('wq', (SELECT array_agg('wb' || i) FROM generate_series(1, 8) i),
+			(SELECT array_agg('{}'::jsonb) FROM generate_series(1, 8) i)); SELECT $epoch}) =~ s/\n/|/gr;
+	is($nodes_of->('wq'), '2', 'waiting claim: the batch\'s tasks are on both worker nodes');
+	my ($n, $keys, $at, $err) = $waiter_end->($bs);
+	cmp_ok($n, '>=', 1, "waiting claim of 8: woken by enqueue_many over both nodes ($n claimed)")
+	  or diag($err);
+	cmp_ok($at - $e0, '<', 2, sprintf('waiting claim of 8: returned %.0f ms after the batch committed',
+		1000 * ($at - $e1)));
+	$slow_commits->(0);
+	$q->(q{SELECT count(*) FROM ntask_claim('wq', 'WW', 8)}) for 1 .. 8;
+}
+is($q->(q{SELECT count(*) FROM ntask.task WHERE queue = 'wq' AND state = 'ready'}), '0',
+	'waiting claim: nothing of wq is left to claim');
+# nothing comes: the claim returns no row when its wait ends
+{
+	my $t0 = time;
+	my $got = $q->(q{SELECT count(*) FROM ntask_claim('wq', 'WW', 1, wait => '2 seconds')});
+	my $took = time - $t0;
+	is($got, '0', 'waiting claim: nothing enqueued, no task');
+	ok($took >= 1.9 && $took < 4, sprintf('waiting claim: it returned when its 2 s wait ended (%.2f s)', $took));
+}
+# a task that comes due later (run_at in 1 s): found by the next due lookup
+# on its shard, claimed when due without a commit to wake the waiter
+{
+	$q->(q{SELECT count(*) FROM ntask_enqueue('wq', 'later', '{}', run_at => clock_timestamp() + interval '1 second')});
+	my $t0 = time;
+	my $got = $q->(q{SELECT string_agg(task_key, ',') FROM ntask_claim('wq', 'WW', 1, wait => '5 seconds')});
+	my $took = time - $t0;
+	is($got, 'later', 'waiting claim: a task due in 1 s is claimed when due');
+	ok($took < 3, sprintf('waiting claim: after %.2f s of a 5 s wait', $took));
+}
+is($q->(q{SELECT count(*) FROM ntask.waiters}), '0', 'waiting claim: no waiter slot is left');
 
 # 10. one hop (issue 34; docs/scaling.md "One hop: delegated calls"):
 # ids drawn on any node, the shard-addressed forms delegated to the
