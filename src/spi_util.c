@@ -836,6 +836,18 @@ NtaskShardFor(text *queue, text *key)
 }
 
 /*
+ * Citus' shard id of the shard value m.shard in ntask.task, the relation
+ * found by name in the catalogs: a caller without USAGE on schema ntask
+ * (a worker's role) cannot cast 'ntask.task' to regclass.
+ */
+#define SPI_SHARD_ID_OF_M \
+	"pg_catalog.get_shard_id_for_distribution_column( " \
+	"  (SELECT c.oid FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n " \
+	"   ON n.oid OPERATOR(pg_catalog.=) c.relnamespace " \
+	"   WHERE n.nspname OPERATOR(pg_catalog.=) 'ntask' AND c.relname OPERATOR(pg_catalog.=) 'task')" \
+	"  ::pg_catalog.regclass, m.shard) "
+
+/*
  * The shards a claim walks: the call's shard in a shard-addressed call;
  * on a worker node, the shards whose placement is on this node (read once
  * per backend: a shard moved away later is still walked, each statement
@@ -844,11 +856,7 @@ NtaskShardFor(text *queue, text *key)
 static NtaskPlan spi_local_shards_plan = {
 	"local shards",
 	"SELECT m.shard FROM ntask.shard_map m "
-	"WHERE pg_catalog.get_shard_id_for_distribution_column( "
-	"  (SELECT c.oid FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n "
-	"   ON n.oid OPERATOR(pg_catalog.=) c.relnamespace "
-	"   WHERE n.nspname OPERATOR(pg_catalog.=) 'ntask' AND c.relname OPERATOR(pg_catalog.=) 'task')"
-	"  ::pg_catalog.regclass, m.shard) OPERATOR(pg_catalog.=) ANY (ARRAY( "
+	"WHERE " SPI_SHARD_ID_OF_M "OPERATOR(pg_catalog.=) ANY (ARRAY( "
 	"  SELECT p.shardid FROM pg_catalog.pg_dist_placement p "
 	"  WHERE p.groupid OPERATOR(pg_catalog.=) (SELECT l.groupid FROM pg_catalog.pg_dist_local_group l) "
 	"    AND p.groupid OPERATOR(pg_catalog.<>) 0)) "
@@ -930,11 +938,7 @@ static NtaskPlan spi_shard_groups_plan = {
 	"shard groups",
 	"SELECT m.shard, pg_catalog.min(p.groupid) FROM ntask.shard_map m "
 	"JOIN pg_catalog.pg_dist_placement p ON p.shardid OPERATOR(pg_catalog.=) "
-	"  pg_catalog.get_shard_id_for_distribution_column( "
-	"  (SELECT c.oid FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n "
-	"   ON n.oid OPERATOR(pg_catalog.=) c.relnamespace "
-	"   WHERE n.nspname OPERATOR(pg_catalog.=) 'ntask' AND c.relname OPERATOR(pg_catalog.=) 'task')"
-	"  ::pg_catalog.regclass, m.shard) "
+	"  " SPI_SHARD_ID_OF_M
 	"GROUP BY m.shard ORDER BY m.shard",
 	0, {InvalidOid}
 };

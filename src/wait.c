@@ -136,6 +136,25 @@ static NtaskPlan nw_gate_plan = {
 };
 
 /*
+ * nw_gate_plan on a distributed install: the cap is not counted here (a
+ * count over every shard, which Citus runs as a subplan on parallel
+ * connections to each node, and which a cap shared out by node would not
+ * use: claim.c's claim_limit counts the node's share under its lock), so
+ * a capped queue's look always runs.  The count's connections also made
+ * Citus' deadlock detector cancel a waiting claim now and then (t/023).
+ */
+static NtaskPlan nw_gate_dist_plan = {
+	"wait gate (distributed)",
+	"SELECT q.max_inflight IS NOT NULL OR q.rate_n IS NOT NULL, "
+	"  CASE WHEN q.max_inflight IS NOT NULL THEN false END, "
+	"  CASE WHEN q.rate_n IS NOT NULL THEN ntask.limit_next($1, NULL, q.rate_n, "
+	"    (pg_catalog.date_part('epoch', q.rate_per) OPERATOR(pg_catalog.*) 1000000)::bigint, 0, 0) END "
+	"FROM ntask.queue q WHERE q.queue OPERATOR(pg_catalog.=) $1 "
+	"  AND " NTASK_WORKER_RIGHT("q", "2"),
+	2, {TEXTOID, OIDOID}
+};
+
+/*
  * The last queue whose gate said it has no queue-wide limit: the waiting
  * claims of a worker that loops on one queue skip the gate's statement.
  * A limit set later is found by a look (its tasks held back, the look
@@ -171,7 +190,8 @@ nw_gated(text *queue, bool *gate, NwLook *lk)
 
 	values[0] = PointerGetDatum(queue);
 	values[1] = ObjectIdGetDatum(NtaskCaller());
-	if (NtaskExecPlan(&nw_gate_plan, values, NULL, SPI_OK_SELECT) == 0)
+	if (NtaskExecPlan(NtaskShardCount() > 0 ? &nw_gate_dist_plan : &nw_gate_plan,
+					  values, NULL, SPI_OK_SELECT) == 0)
 		return false;
 	if (!NtaskGetBool(0, NW_GATE_LIMITED))
 	{

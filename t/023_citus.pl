@@ -672,6 +672,18 @@ my $took = time - $t0;
 note("rate limit: $rated claimed on " . $w1->name . " in about $took s");
 cmp_ok($rated, '>=', 4, 'rate limit: a worker node hands out its burst and its share');
 cmp_ok($rated, '<=', 2 * ($took + 1) + 4, 'rate limit: at most its share (2/s) plus one bucket on that node');
+# the retries' share, a ratio, holds on each node for its own claims: the
+# same rule (on the node of the shard)
+$q->(q{SELECT count(*) FROM ntask_queue_set('share', retry_share => 0.5, lease => '60 seconds');
+	SELECT count(*) FROM generate_series(1, 16) i, ntask_enqueue('share', 's' || i, '{}')});
+($rc, $out, $stderr) = $co->psql('postgres', "SELECT * FROM ntask_claim('share', 'S')");
+like($stderr, qr/has a rate limit or a retry share, and on a distributed install its claims must run on the node that holds the shard/,
+	'retry share: a claim on the coordinator is refused');
+is($w1->safe_psql('postgres', "SELECT count(*) FROM ntask_claim('share', 'S', 16)"),
+	$q->("SELECT count(*) FROM ntask.task t JOIN pg_dist_shard_placement p
+		ON p.shardid = get_shard_id_for_distribution_column('ntask.task', t.shard)
+		WHERE t.queue = 'share' AND p.nodeport = " . $w1->port),
+	'retry share: on a worker node the first attempts of its shards all go');
 is($q->(q{SELECT count(*) > 0 FROM ntask_explain(} . $a2 . q{)}), 't', 'ntask_explain runs');
 is($q->(q{SELECT succeeded FROM ntask.queue_stats WHERE queue = 'chaos'}), '200',
 	'ntask.queue_stats runs');
