@@ -1275,8 +1275,8 @@ claim_pick(text *queue, int want, ClaimOrder *order)
 			if (n > 0)
 			{
 				/*
-				 * Caps, rate limits and retry shares count in one node's
-				 * shared memory and lock table: not across shards.
+				 * Rate limits and retry shares count in the claiming
+				 * node's shared memory: on the shard's node only.
 				 */
 				claim_dist_policy(queue, false, NtaskWalkShardValue(i));
 				claim_shard_cursor = (i + 1) % nshards;
@@ -1898,9 +1898,11 @@ claim_round(ClaimCall *call, int want, bool *more, int64 *lease_usecs,
 	/* a distributed install: the next round looks in the next shards */
 	if (pick.n > 0 && leased < want && NtaskWalkShardCount() > 1)
 		*more = true;
-	if (order->node_full && !guard_busy && leased < want && NtaskWalkShardCount() > 1)
+	if (order->node_full && !guard_busy && leased < want &&
+		NtaskWalkShardCount() > 1 && NtaskLocalShardCount() == 0)
 		*more = true;			/* a node's share is full: the next shards may
-								 * be another node's (its rows stay locked) */
+								 * be another node's (its rows stay locked);
+								 * a worker node walks only its own */
 	else if (order->held || guard_busy)
 		*more = false;			/* held rows stay locked, a busy guard's task
 								 * is due still: look no further */

@@ -208,11 +208,14 @@ is(sql(q{SELECT count(*) FROM ntask.task t
 		 WHERE t.state = 'succeeded' AND (SELECT count(*) FROM ntask.attempt_all a
 		   WHERE a.task_id = t.task_id AND a.result = 'succeeded') <> 1}), 0,
 	'the ledger: exactly one succeeded attempt per succeeded task');
+# the first attempt that was not handed back: node-1, stopped with SIGTERM,
+# releases a task it claimed and had not invoked yet (then a transient
+# task's attempt 1 is 'released': seen once, in a run on PostgreSQL 18)
 is(sql(q{SELECT count(*) FROM ntask.task t WHERE t.payload->>'kind' = 'transient'
-		 AND EXISTS (SELECT 1 FROM ntask.attempt_all a WHERE a.task_id = t.task_id
-					 AND a.attempt = 1 AND (a.result = 'retry_wait' AND a.error_class = 'transient'
-											AND a.outcome_known
-											OR a.result = 'lease_expired' AND a.worker = 'py-1'))}),
+		 AND EXISTS (SELECT 1 FROM (SELECT * FROM ntask.attempt_all x WHERE x.task_id = t.task_id
+					   AND x.result <> 'released' ORDER BY x.attempt LIMIT 1) a
+					 WHERE a.result = 'retry_wait' AND a.error_class = 'transient' AND a.outcome_known
+					   OR a.result = 'lease_expired' AND a.worker = 'py-1')}),
 	$count{transient}, "the ledger: the $count{transient} transient tasks failed their first attempt as transient, outcome known (or it was the killed worker's)");
 is(sql(q{SELECT count(*) FROM ntask.task t WHERE t.payload->>'kind' = 'unknown'
 		 AND EXISTS (SELECT 1 FROM ntask.attempt_all a WHERE a.task_id = t.task_id
