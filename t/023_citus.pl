@@ -874,6 +874,10 @@ sleep 2;
 for my $n ($co, $w1, $w2)
 {
 	my $log = substr(PostgreSQL::Test::Utils::slurp_file($n->logfile), $log_from{ $n->name });
+	# the restarts above: Citus' maintenance daemon of a node restarted
+	# before the coordinator loses its connection to it when the coordinator
+	# restarts (Citus' own ERROR, not ntask's; seen once in CI)
+	$log =~ s/^[^\n]*ERROR:  terminating connection due to administrator command\n[^\n]*CONTEXT:  while executing command on [^\n]*\n\s*Citus maintenance daemon[^\n]*\n//mg;
 	unlike($log, qr/ntask worker: .* failed|ERROR:/,
 		'no step of the worker failed and nothing logged an ERROR on ' . $n->name);
 }
