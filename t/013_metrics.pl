@@ -224,6 +224,16 @@ is(join(' ', map { "$_=" . ($m->{"ntask_$_"} // 'missing') }
 	'breaker: the counters, and mh\'s breaker closed (a 400 is a sign of life, not a failure)');
 my $tick = $m->{ntask_worker_last_tick_age_seconds} // -1;
 ok($tick >= 0 && $tick < 10, "the worker's last loop was $tick s ago");
+# the age is taken when the row is read, not when the scrape's transaction
+# began: the worker (naptime 100ms) loops during the sleep, after now()
+{
+	my $yaml = PostgreSQL::Test::Utils::slurp_file($QUERIES);
+	my ($wq) = $yaml =~ /^ntask_worker:\n  master: true\n  query: \|\n(.*?)^  metrics:/ms;
+	ok(defined $wq, 'queries.yaml has the worker query');
+	my $age = sql("BEGIN; SELECT FROM pg_sleep(0.5); "
+		  . "SELECT last_tick_age_seconds < 0.5 AND last_tick_age_seconds >= 0 FROM ($wq) w; COMMIT");
+	is($age, 't', 'last_tick_age_seconds read in a transaction older than the last loop: 0 to 0.5 s');
+}
 
 # ---------------------------------------------------------------------
 # retention deletes the finished tasks: the counters do not go down
