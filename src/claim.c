@@ -178,8 +178,17 @@ static NtaskPlan claim_pick_keys_plan = {
  */
 static NtaskPlan claim_pick_shard_plan = {
 	"claim pick (one shard)",
-	CLAIM_PICK(" AND t.shard OPERATOR(pg_catalog.=) $4 ", "$5", ""),
+	CLAIM_PICK(" AND t.shard OPERATOR(pg_catalog.=) $4 ", "$5", " AND " CLAIM_KEYS_FREE),
 	5, {TEXTOID, OIDOID, BOOLOID, INT2OID, INT4OID}
+};
+
+/* the same with keys paused: as claim_pick_keys_plan, the keys in $6 */
+static NtaskPlan claim_pick_shard_keys_plan = {
+	"claim pick (one shard, keys paused)",
+	CLAIM_PICK(" AND t.shard OPERATOR(pg_catalog.=) $4 "
+			   " AND (t.partition_key IS NULL "
+			   "  OR t.partition_key OPERATOR(pg_catalog.<>) ALL ($6)) ", "$5", ""),
+	6, {TEXTOID, OIDOID, BOOLOID, INT2OID, INT4OID, TEXTARRAYOID}
 };
 
 /*
@@ -595,6 +604,7 @@ typedef enum ClaimPickArg
 	CLAIM_PICK_ARG_FRESH_ONLY,	/* $3, first attempts only */
 	CLAIM_PICK_ARG_SHARD,		/* $4 */
 	CLAIM_PICK_ARG_LIMIT,		/* $5 */
+	CLAIM_PICK_ARG_PAUSED_KEYS, /* $6, claim_pick_shard_keys_plan */
 	CLAIM_PICK_NARGS
 } ClaimPickArg;
 
@@ -1270,8 +1280,15 @@ claim_pick(text *queue, int want, ClaimOrder *order)
 
 			args[CLAIM_PICK_ARG_SHARD] = Int16GetDatum(NtaskWalkShardValue(i));
 			args[CLAIM_PICK_ARG_LIMIT] = Int32GetDatum(want);
-			n = NtaskExecPlanCount(&claim_pick_shard_plan, args, NULL,
-								   SPI_OK_SELECT, want);
+			if (order->keys_paused)
+			{
+				args[CLAIM_PICK_ARG_PAUSED_KEYS] = order->paused_keys;
+				n = NtaskExecPlanCount(&claim_pick_shard_keys_plan, args, NULL,
+									   SPI_OK_SELECT, want);
+			}
+			else
+				n = NtaskExecPlanCount(&claim_pick_shard_plan, args, NULL,
+									   SPI_OK_SELECT, want);
 			if (n > 0)
 			{
 				/*
@@ -1298,6 +1315,8 @@ claim_pick(text *queue, int want, ClaimOrder *order)
 					return claim_aging_pick(queue, args, want); /* refuses */
 				if (order->mode != CLAIM_MODE_PLAIN)
 					break;		/* fair or ordered: the per-shard pick below */
+				if (order->keys_paused)
+					k--;		/* this shard again, passing the paused keys by */
 			}
 		}
 		if (order->mode == CLAIM_MODE_PLAIN)

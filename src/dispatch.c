@@ -199,10 +199,14 @@ static NtaskPlan dq_queues_plan = {
  * with Retry-After holds every task of the queue (pause_queue) or of the
  * task's partition key (pause_key) until then.  Run as the owner (the
  * worker's role has no right to write ntask.queue), in the transaction
- * that records the result, before it: the queue row first, then the key's
- * row, then the task rows (the lock order of docs/design.md).  The
- * latest end wins; a key pause needs the task's key (a task without one
- * is only retried).
+ * that records the result, before it: the task's key is read (no lock),
+ * then the queue row, then the key's row, then the task rows (the lock
+ * order of docs/design.md).  The latest end wins; a key pause needs the
+ * task's key (a task without one is only retried).  Three statements, not
+ * one: on a distributed install ntask.queue and ntask.key_pause are
+ * reference tables, which Citus does not write in a statement that reads
+ * a distributed table; the key is read by a statement routed to the
+ * task's shard.
  */
 static NtaskPlan dq_pause_queue_plan = {
 	"worker pause queue",
@@ -210,25 +214,28 @@ static NtaskPlan dq_pause_queue_plan = {
 	"WHERE q.queue OPERATOR(pg_catalog.=) $1",
 	2, {TEXTOID, TIMESTAMPTZOID}
 };
+static NtaskPlan dq_pause_task_key_plan = {
+	"worker pause key (the task's key)",
+	"SELECT t.partition_key, t.shard FROM ntask.task t "
+	"WHERE t.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("t", "$1")
+	"  AND t.partition_key IS NOT NULL",
+	1, {INT8OID}
+};
 static NtaskPlan dq_pause_keys_until_plan = {
 	"worker pause key (queue)",
 	"UPDATE ntask.queue q SET keys_paused_until = GREATEST(q.keys_paused_until, $2) "
 	"WHERE q.queue OPERATOR(pg_catalog.=) $1 "
-	"  AND EXISTS (SELECT 1 FROM ntask.task t WHERE t.task_id OPERATOR(pg_catalog.=) $3 "
-	"    AND t.partition_key IS NOT NULL) "
 	"RETURNING 1",
-	3, {TEXTOID, TIMESTAMPTZOID, INT8OID}
+	2, {TEXTOID, TIMESTAMPTZOID}
 };
 static NtaskPlan dq_pause_key_plan = {
 	"worker pause key",
 	"INSERT INTO ntask.key_pause AS k (queue, partition_key, until, reason, set_by, shard) "
-	"SELECT $1, t.partition_key, $2, $4, '" DQ_WORKER_NAME "', t.shard FROM ntask.task t "
-	"WHERE t.task_id OPERATOR(pg_catalog.=) $3 AND t.partition_key IS NOT NULL "
+	"VALUES ($1, $3, $2, $4, '" DQ_WORKER_NAME "', $5) "
 	"ON CONFLICT (queue, partition_key) DO UPDATE SET "
 	"  until = GREATEST(k.until, excluded.until), reason = excluded.reason, "
-	"  set_at = excluded.set_at, set_by = excluded.set_by "
-	"RETURNING k.partition_key",
-	4, {TEXTOID, TIMESTAMPTZOID, INT8OID, TEXTOID}
+	"  set_at = excluded.set_at, set_by = excluded.set_by",
+	5, {TEXTOID, TIMESTAMPTZOID, TEXTOID, TEXTOID, INT2OID}
 };
 
 static int	dq_inflight_of(const char *queue);
@@ -1501,9 +1508,10 @@ dq_pause_step(void *arg)
 {
 	DqReq	   *r = (DqReq *) arg;
 	TimestampTz until = GetCurrentTimestamp() + r->retry_after_s * USECS_PER_SEC;
-	Datum		values[4];
+	Datum		values[5];
 	long		status = 0;
 	char	   *reason;
+	char	   *key;
 
 	values[0] = CStringGetTextDatum(r->queue);
 	values[1] = TimestampTzGetDatum(until);
@@ -1525,14 +1533,23 @@ dq_pause_step(void *arg)
 						r->queue, r->retry_after_s, reason)));
 		return;
 	}
+	if (NtaskExecPlan(&dq_pause_task_key_plan, &values[2], NULL, SPI_OK_SELECT) == 0)
+		return;					/* the task has no key (or is gone) */
+	key = NtaskGetCString(0, 1);
+	{
+		bool		isnull;
+
+		values[4] = NtaskGetDatum(0, 2, &isnull);	/* its shard */
+	}
 	if (NtaskExecPlan(&dq_pause_keys_until_plan, values, NULL,
 					  SPI_OK_UPDATE_RETURNING) == 0)
-		return;					/* no such queue, or the task has no key */
+		return;					/* no such queue */
+	values[2] = CStringGetTextDatum(key);
 	values[3] = CStringGetTextDatum(reason);
-	if (NtaskExecPlan(&dq_pause_key_plan, values, NULL, SPI_OK_INSERT_RETURNING) > 0)
-		ereport(LOG,
-				(errmsg("ntask worker: key \"%s\" of queue \"%s\" paused for " INT64_FORMAT " s: %s",
-						NtaskGetCString(0, 1), r->queue, r->retry_after_s, reason)));
+	(void) NtaskExecPlan(&dq_pause_key_plan, values, NULL, SPI_OK_INSERT);
+	ereport(LOG,
+			(errmsg("ntask worker: key \"%s\" of queue \"%s\" paused for " INT64_FORMAT " s: %s",
+					key, r->queue, r->retry_after_s, reason)));
 }
 
 /* dq_record_due: some finished request may be recorded now */

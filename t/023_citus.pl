@@ -869,6 +869,40 @@ SKIP:
 		'schedule: pg_cron fired the schedule on the coordinator: its slot\'s task is in its shard');
 }
 
+# a provider's rate limit holds one key (on_rate_limited => 'pause_key',
+# issue 35.5) on the distributed install: the coordinator's worker writes
+# the pause (ntask.key_pause and the queue row are reference tables; the
+# task's key is read by a routed statement first), and every claim passes
+# the key by in each shard, the worker's own, a worker node's and a
+# delegated one's
+NtaskProvider::prov('POST', '/_admin/rules',
+	{ rules => { 'rkz-a1' => [ { status => 429, retry_after => 20 }, { status => 200 } ] } });
+$q->(qq{SELECT count(*) FROM ntask_queue_set('rkq', max_attempts => 10,
+	backoff_base => '50 ms', backoff_max => '100 ms', lease => '5 s', on_rate_limited => 'pause_key',
+	target => '{"type": "http", "url": "http://127.0.0.1:$pport/send", "timeout_ms": 1500}')});
+$q->(q{SELECT count(*) FROM ntask_enqueue('rkq', 'rkz-a1', '{}', partition_key => 'A')});
+is($poll->(q{SELECT count(*) FROM ntask.key_pause k JOIN ntask.queue q USING (queue)
+	WHERE k.queue = 'rkq' AND k.partition_key = 'A' AND k.until > now() + interval '3 s'
+	  AND q.keys_paused_until = k.until AND k.shard = ntask_shard('rkq', 'A')}, '1', 20), '1',
+	'key pause: a 429 with Retry-After 20 s pauses key A of the http queue (the key\'s row, its shard, the queue row)');
+my $rk_until = $q->(q{SELECT extract(epoch FROM until) FROM ntask.key_pause
+	WHERE queue = 'rkq' AND partition_key = 'A'});
+$q->(q{SELECT count(*) FROM ntask_enqueue('rkq', 'rkz-a2', '{}', partition_key => 'A');
+	SELECT count(*) FROM ntask_enqueue('rkq', 'rkz-b1', '{}', partition_key => 'B')});
+is($poll->(q{SELECT state FROM ntask.task WHERE task_key = 'rkz-b1'}, 'succeeded', 20), 'succeeded',
+	'key pause: the task of key B goes out meanwhile');
+my $rk_claimed = join(',', map { $_->safe_psql('postgres',
+	q{SELECT count(*) FROM ntask_claim('rkq', 'ext', 10)}) } ($co, $w1, $w2));
+$rk_claimed .= ',' . $q->(q{SELECT count(*) FROM ntask_claim_on(ntask_shard('rkq', 'A'), 'rkq', 'ext', 10)});
+ok(time < $rk_until, 'key pause: the checks below ran before the pause ended')
+  or diag('the checks came too late to tell');
+is($rk_claimed, '0,0,0,0',
+	'key pause: a claim on the coordinator, on each worker node and delegated to the key\'s shard hands out nothing');
+is($q->(q{SELECT state FROM ntask.task WHERE task_key = 'rkz-a2'}), 'ready',
+	'key pause: the other task of key A waits');
+is(scalar(grep { $_->{requests} } values %{ NtaskProvider::pkeys('rkz-a2') }), 0,
+	'key pause: the provider saw nothing of it');
+
 # about ten ticks more: nothing fails every tick, anywhere
 sleep 2;
 for my $n ($co, $w1, $w2)
