@@ -2006,6 +2006,8 @@ NtaskClaimInto(ClaimCall *c)
 	order.invoked = c->invoked;
 	c->held_cap = false;
 	c->held_until = 0;
+	/* a shard moved since the last claim: read the placements again */
+	NtaskRefreshPlacements();
 
 	Assert(c->nextra >= 0 && c->nextra <= CLAIM_MAX_EXTRA);
 	for (round = 0; round < CLAIM_MAX_ROUNDS && got < c->max_tasks && more; round++)

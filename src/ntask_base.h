@@ -190,6 +190,7 @@ extern bool NtaskIsShardValue(int shard);
 extern int	NtaskShardGroupShards(int16 shard, int16 *out);
 extern int	NtaskLocalShardCount(void);
 extern bool NtaskIsLocalShard(int16 shard);
+extern void NtaskRefreshPlacements(void);
 
 /* the shard value itself, for an insert (0 on a plain install) */
 #define NTASK_SHARD_VALUE(id) \

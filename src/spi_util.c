@@ -23,12 +23,14 @@
 #include "common/hashfn.h"
 
 #include "access/xact.h"
+#include "catalog/namespace.h"
 #include "catalog/pg_namespace.h"
 #include "utils/array.h"
 #include "catalog/pg_type.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
+#include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/resowner.h"
@@ -849,9 +851,13 @@ NtaskShardFor(text *queue, text *key)
 
 /*
  * The shards a claim walks: the call's shard in a shard-addressed call;
- * on a worker node, the shards whose placement is on this node (read once
- * per backend: a shard moved away later is still walked, each statement
- * routed to its new node); else every shard value.
+ * on a worker node, the shards whose placement is on this node; else every
+ * shard value.  The placements (this node's shards, and each shard's node
+ * below) are read once and kept until Citus moves a shard: a placement
+ * change invalidates ntask.task's relcache entry on every node (Citus'
+ * trigger on pg_dist_placement), spi_placement_inval marks the copies
+ * stale, and the next claim reads them again (NtaskRefreshPlacements).
+ * Marked, not freed: the callback can run within a claim that walks them.
  */
 static NtaskPlan spi_local_shards_plan = {
 	"local shards",
@@ -865,14 +871,66 @@ static NtaskPlan spi_local_shards_plan = {
 };
 static int	spi_nlocal = -1;
 static int16 *spi_local = NULL;
+static int32 *spi_groups = NULL;
+static bool spi_placements_stale = false;
+static Oid	spi_task_relid = InvalidOid;
 
-/* spi_read_local_shards: fill spi_local once; in SPI, on a distributed install */
+/* a relcache invalidation: of ntask.task, or of every relation (InvalidOid) */
+static void
+spi_placement_inval(Datum arg, Oid relid)
+{
+	if (relid == InvalidOid || relid == spi_task_relid)
+		spi_placements_stale = true;
+}
+
+/*
+ * spi_watch_placements: before a read of the placements, note ntask.task's
+ * oid for spi_placement_inval, registered once per backend
+ */
+static void
+spi_watch_placements(void)
+{
+	static bool registered = false;
+
+	if (!registered)
+	{
+		CacheRegisterRelcacheCallback(spi_placement_inval, (Datum) 0);
+		registered = true;
+	}
+	spi_task_relid = get_relname_relid("task", get_namespace_oid("ntask", true));
+}
+
+/*
+ * NtaskRefreshPlacements
+ *		At the start of a claim: forget the placements read before Citus
+ *		moved a shard, so that they are read again when needed.
+ */
+void
+NtaskRefreshPlacements(void)
+{
+	if (!spi_placements_stale)
+		return;
+	spi_placements_stale = false;
+	if (spi_local != NULL)
+		pfree(spi_local);
+	spi_local = NULL;
+	spi_nlocal = -1;
+	if (spi_groups != NULL)
+		pfree(spi_groups);
+	spi_groups = NULL;
+}
+
+/* spi_read_local_shards: fill spi_local; in SPI, on a distributed install */
 static void
 spi_read_local_shards(void)
 {
-	int			n = NtaskExecPlan(&spi_local_shards_plan, NULL, NULL, SPI_OK_SELECT);
-	int16	   *v = MemoryContextAlloc(TopMemoryContext, sizeof(int16) * Max(n, 1));
+	int			n;
+	int16	   *v;
 	int			i;
+
+	spi_watch_placements();
+	n = NtaskExecPlan(&spi_local_shards_plan, NULL, NULL, SPI_OK_SELECT);
+	v = MemoryContextAlloc(TopMemoryContext, sizeof(int16) * Max(n, 1));
 
 	for (i = 0; i < n; i++)
 		v[i] = (int16) NtaskGetInt32(i, 1);
@@ -930,9 +988,8 @@ NtaskWalkShardValue(int i)
 
 /*
  * The Citus group (node) of each shard value, in spi_shards' order (both
- * sorted by shard), read once per backend: a queue-wide cap is shared out
- * by node (claim.c, claim_limit).  A shard moved by the rebalancer later
- * is still counted with its old node's until the backend reconnects.
+ * sorted by shard), read like the local shards above (kept until a shard
+ * moves): a queue-wide cap is shared out by node (claim.c, claim_limit).
  */
 static NtaskPlan spi_shard_groups_plan = {
 	"shard groups",
@@ -942,7 +999,6 @@ static NtaskPlan spi_shard_groups_plan = {
 	"GROUP BY m.shard ORDER BY m.shard",
 	0, {InvalidOid}
 };
-static int32 *spi_groups = NULL;
 
 /*
  * NtaskShardGroupShards
@@ -959,8 +1015,12 @@ NtaskShardGroupShards(int16 shard, int16 *out)
 
 	if (spi_groups == NULL)
 	{
-		int			rows = NtaskExecPlan(&spi_shard_groups_plan, NULL, NULL, SPI_OK_SELECT);
-		int32	   *v = MemoryContextAlloc(TopMemoryContext, sizeof(int32) * Max(spi_nshards, 1));
+		int			rows;
+		int32	   *v;
+
+		spi_watch_placements();
+		rows = NtaskExecPlan(&spi_shard_groups_plan, NULL, NULL, SPI_OK_SELECT);
+		v = MemoryContextAlloc(TopMemoryContext, sizeof(int32) * Max(spi_nshards, 1));
 
 		if (rows != spi_nshards)
 			ereport(ERROR,

@@ -52,7 +52,9 @@
 #      ntask_result on the distributed install;
 #  11. the token floor from the row's node: a worker node's standby
 #      promoted (timeline 2) in its place; tokens above 2^48 from a
-#      delegated claim and from one run on the coordinator.
+#      delegated claim and from one run on the coordinator;
+#  12. (run before 11) a shard moved to w1: a backend there that read the
+#      placements before claims from it and shares out a cap by them.
 # Part 6 runs its three clients on the coordinator, on a worker node and
 # through the shard-addressed forms; part 7 also shares out a queue-wide
 # cap and a rate limit by node.
@@ -1261,6 +1263,52 @@ is($q->(qq{SELECT progress->>'done' FROM ntask.task_progress WHERE task_id = $rt
 $q->(qq{SELECT result FROM ntask_transition($rtid, $rtok, 'succeeded', result => '{"ok": true}')});
 is($q->(q{SELECT state || ' ' || (result->>'ok') FROM ntask_result('rest', 'r1')}), 'succeeded true',
 	'ntask_result reads the task on its shard');
+
+# 12. a shard moved (citus_move_shard_placement, as the rebalancer moves
+# them): a backend on w1 that read its placements before the move claims
+# from the shard that came to w1, and shares out a cap by the new count
+# (5 of 8 shards: 3 of cap 4), without reconnecting.  Before, a backend
+# kept the placements it read first (failed first: nothing claimed, 2).
+# Part 11 takes its shard from $w1_shards, read before the move.
+{
+	require DBI;
+	my $dbh = DBI->connect('dbi:Pg:dbname=postgres;host=' . $w1->host . ';port=' . $w1->port, '', '',
+		{ AutoCommit => 1, RaiseError => 1, PrintError => 0 });
+	my $mv_claim = sub {
+		my ($queue) = @_;
+		return $dbh->selectcol_arrayref("SELECT task_id || ':' || token FROM ntask_claim('$queue', 'M', 10)");
+	};
+	my $w1_count = $q->(q{SELECT count(*) FROM ntask.shard_map s
+		JOIN pg_dist_shard_placement p ON p.shardid = get_shard_id_for_distribution_column('ntask.task', s.shard)
+		WHERE p.nodeport = } . $w1->port);
+	$q->(q{SELECT count(*) FROM ntask_queue_set('mv', lease => '30 seconds');
+		SELECT count(*) FROM ntask_queue_set('mvcap', lease => '30 seconds', max_inflight => 4);
+		SELECT count(*) FROM generate_series(1, 40) i, ntask_enqueue('mvcap', 'c' || i, '{}')});
+	# the backend reads its placements: its own shards, and the cap's shares
+	my $before = $mv_claim->('mvcap');
+	is(scalar(@$before) . ' ' . $w1_count, '2 4', 'shard moved: before, w1 holds 4 of 8 shards and 2 of cap 4');
+	for my $t (@$before)
+	{
+		my ($id, $tok) = split /:/, $t;
+		$dbh->selectrow_array("SELECT ntask_transition($id, $tok, 'succeeded')");
+	}
+	my $mv_shard = $q->(q{SELECT min(s.shard) FROM ntask.shard_map s
+		JOIN pg_dist_shard_placement p ON p.shardid = get_shard_id_for_distribution_column('ntask.task', s.shard)
+		WHERE p.nodeport = } . $w2->port);
+	$q->("SELECT citus_move_shard_placement(get_shard_id_for_distribution_column('ntask.task', ${mv_shard}::smallint),
+		'127.0.0.1', " . $w2->port . ", '127.0.0.1', " . $w1->port . ", shard_transfer_mode => 'block_writes')");
+	is($q->(qq{SELECT p.nodeport FROM pg_dist_shard_placement p
+		WHERE p.shardid = get_shard_id_for_distribution_column('ntask.task', ${mv_shard}::smallint)}), $w1->port,
+		"shard moved: shard $mv_shard is on " . $w1->name);
+	# a task of the moved shard only
+	$q->(qq{SELECT count(*) FROM (SELECT 'm' || i AS k FROM generate_series(1, 1000) i
+		WHERE ntask_shard('mv', 'm' || i) = $mv_shard LIMIT 1) x, ntask_enqueue('mv', x.k, '{}')});
+	my $got = $mv_claim->('mv');
+	is(join(',', map { (split /:/)[0] >> 48 } @$got), $mv_shard,
+		'shard moved: the same backend on ' . $w1->name . ' claims the task of the shard that came to it');
+	is(scalar(@{ $mv_claim->('mvcap') }), 3, 'shard moved: and holds 3 of cap 4 (5 of 8 shards)');
+	$dbh->disconnect;
+}
 
 # 11. the token floor comes from the node that holds the row (docs/scaling.md
 # "Task ids and tokens"): a standby of w1, promoted (WAL timeline 2),
