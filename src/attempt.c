@@ -52,6 +52,95 @@ static NtaskPlan att_close_plan = {
 	2, {INT8ARRAYOID, INT2OID}
 };
 
+/*
+ * On a distributed install the same in two routed statements: Citus does
+ * not prune an INSERT ... SELECT by the SELECT's shard, so att_close_plan
+ * would open a transaction on every node (and fail while one is down,
+ * whatever the shard).  The rows are read from shard $2 (the receipt's
+ * shard named as $2 too: with r.shard = t.shard alone Citus plans the
+ * EXISTS over every shard), then each ledger row is inserted with its
+ * shard value (the router takes a one-row INSERT).
+ */
+typedef enum AttCloseDistCol
+{
+	ATT_CLOSE_DIST_TASK_ID = 1,
+	ATT_CLOSE_DIST_SHARD,
+	ATT_CLOSE_DIST_TOKEN,
+	ATT_CLOSE_DIST_ATTEMPT,
+	ATT_CLOSE_DIST_WORKER,
+	ATT_CLOSE_DIST_CLAIMED_AT,
+	ATT_CLOSE_DIST_INVOKED_AT,
+	ATT_CLOSE_DIST_KNOWN,
+	ATT_CLOSE_DIST_PROGRESS
+} AttCloseDistCol;
+
+static NtaskPlan att_close_pick_dist_plan = {
+	"claim close expired attempts: pick (distributed)",
+	"SELECT t.task_id, t.shard, t.token, t.attempts, t.lease_owner, "
+	"  coalesce(t.claimed_at, t.updated_at), t.invoked_at, "
+	"  (t.invoked_at IS NULL OR EXISTS (SELECT 1 FROM ntask.receipt r "
+	"    WHERE r.task_id OPERATOR(pg_catalog.=) t.task_id "
+	"      AND r.shard OPERATOR(pg_catalog.=) $2 "
+	"      AND r.token OPERATOR(pg_catalog.=) t.token)), t.progress "
+	"FROM ntask.task t "
+	"WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1) " NTASK_SHARD_IS("t", "2")
+	"  AND t.state OPERATOR(pg_catalog.=) 'leased'",
+	2, {INT8ARRAYOID, INT2OID}
+};
+
+/* one ledger row, routed by its shard value $2 (NtaskLedgerRowDist) */
+static NtaskPlan att_row_insert_dist_plan = {
+	"attempt ledger row (distributed)",
+	"INSERT INTO ntask.attempt (task_id, shard, token, attempt, worker, claimed_at, "
+	"  invoked_at, ended_at, result, requested, outcome_known, retry_at, progress) "
+	"VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
+	ATT_ROW_NARGS, {INT8OID, INT2OID, INT8OID, INT4OID, TEXTOID, TIMESTAMPTZOID,
+	TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, TEXTOID, BOOLOID, TIMESTAMPTZOID, JSONBOID}
+};
+
+/*
+ * NtaskLedgerRowDist
+ *		Insert one ledger row on a distributed install: v and n (nulls, ' '
+ *		or 'n') in AttRowArg order.  SPI_tuptable is not kept.
+ */
+void
+NtaskLedgerRowDist(Datum *v, const char *n)
+{
+	NtaskExecPlan(&att_row_insert_dist_plan, v, n, SPI_OK_INSERT);
+}
+
+/*
+ * att_open_row: the open attempt's columns of row r of a pick with
+ * AttCloseDistCol's columns into v and n, as a ledger row that ended now
+ * with result; returns whether its outcome is unknown (it was invoked
+ * and committed no receipt)
+ */
+static bool
+att_open_row(int r, const char *result, Datum *v, char *n)
+{
+	static const int cols[ATT_ROW_NARGS] = {
+		ATT_CLOSE_DIST_TASK_ID, ATT_CLOSE_DIST_SHARD, ATT_CLOSE_DIST_TOKEN,
+		ATT_CLOSE_DIST_ATTEMPT, ATT_CLOSE_DIST_WORKER, ATT_CLOSE_DIST_CLAIMED_AT,
+		ATT_CLOSE_DIST_INVOKED_AT, 0, 0, 0, ATT_CLOSE_DIST_KNOWN, 0,
+	ATT_CLOSE_DIST_PROGRESS};
+	int			i;
+
+	for (i = 0; i < ATT_ROW_NARGS; i++)
+	{
+		bool		isnull = true;
+
+		v[i] = cols[i] != 0 ? NtaskGetDatum(r, cols[i], &isnull) : (Datum) 0;
+		n[i] = isnull ? 'n' : ' ';
+	}
+	v[ATT_ROW_ENDED_AT] = NtaskStatementTs();
+	n[ATT_ROW_ENDED_AT] = ' ';
+	v[ATT_ROW_RESULT] = CStringGetTextDatum(result);
+	n[ATT_ROW_RESULT] = ' ';
+	return !NtaskGetBool(r, ATT_CLOSE_DIST_KNOWN);
+}
+
+static Datum att_close_dist(Datum *values);
+
 typedef enum AttFinishArg
 {
 	ATT_FINISH_ARG_TASK_ID,		/* $1 */
@@ -95,6 +184,40 @@ static NtaskPlan att_finish_plan = {
 	ATT_FINISH_NARGS, {INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID}
 };
 
+/*
+ * On a distributed install NtaskFinishTask runs apart (Citus plans a CTE
+ * apart and sends its rows to every node): the open attempt read (one
+ * routed SELECT, att_close_pick_dist_plan's columns), its ledger row
+ * (NtaskLedgerRowDist), then the task's UPDATE; $7 the attempts it closed
+ * that were invoked (0 or 1), $8 whether it closed one, $9 now.
+ */
+static NtaskPlan att_finish_open_dist_plan = {
+	"finish task: open attempt (distributed)",
+	"SELECT o.task_id, o.shard, o.token, o.attempts, o.lease_owner, "
+	"  coalesce(o.claimed_at, o.updated_at), o.invoked_at, "
+	"  (o.invoked_at IS NULL OR EXISTS (SELECT 1 FROM ntask.receipt r "
+	"    WHERE r.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("r", "$1")
+	"      AND r.token OPERATOR(pg_catalog.=) o.token)), o.progress "
+	"FROM ntask.task o "
+	"WHERE o.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("o", "$1")
+	"  AND o.state OPERATOR(pg_catalog.=) 'leased'",
+	1, {INT8OID}
+};
+
+static NtaskPlan att_finish_dist_plan = {
+	"finish task (distributed)",
+	"UPDATE ntask.task t SET state = $2, reason = $3, due_at = NULL, "
+	"  lease_owner = NULL, lease_until = NULL, "
+	"  finished_at = $9, updated_at = $9, "
+	"  last_error_class = coalesce($5, t.last_error_class), "
+	"  last_error_stage = coalesce($6, t.last_error_stage), "
+	"  unknown_attempts = t.unknown_attempts OPERATOR(pg_catalog.+) $7 "
+	"WHERE t.task_id OPERATOR(pg_catalog.=) $1" NTASK_SHARD_OF("t", "$1")
+	"RETURNING t.queue, $8",
+	9, {INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, INT4OID, BOOLOID,
+	TIMESTAMPTZOID}
+};
+
 /* NtaskIdsShard: the shard of the tasks in a bigint[] of one shard */
 int16
 NtaskIdsShard(Datum ids)
@@ -131,12 +254,45 @@ NtaskCloseExpiredAttempts(Datum task_ids)
 	/* of one shard: one claim round's, or any on a plain install (all 0) */
 	values[0] = task_ids;
 	values[1] = Int16GetDatum(NtaskIdsShard(task_ids));
+	if (NtaskShardCount() > 0)
+		return att_close_dist(values);
 	nclosed = NtaskExecPlan(&att_close_plan, values, NULL,
 							SPI_OK_INSERT_RETURNING);
 	invoked = palloc(sizeof(Datum) * Max(nclosed, 1));
 	for (r = 0; r < nclosed; r++)
 		if (NtaskGetBool(r, ATT_CLOSE_UNKNOWN))
 			invoked[ninvoked++] = Int64GetDatum(NtaskGetInt64(r, ATT_CLOSE_TASK_ID));
+	return NtaskInt8Array(invoked, ninvoked);
+}
+
+/*
+ * att_close_dist
+ *		NtaskCloseExpiredAttempts on a distributed install: values[0] the
+ *		tasks, values[1] their shard (att_close_pick_dist_plan's arguments).
+ */
+static Datum
+att_close_dist(Datum *values)
+{
+	SPITupleTable *picked;
+	Datum	   *invoked;
+	int			ninvoked = 0;
+	int			n;
+	int			r;
+
+	n = NtaskExecPlan(&att_close_pick_dist_plan, values, NULL, SPI_OK_SELECT);
+	picked = SPI_tuptable;
+	invoked = palloc(sizeof(Datum) * Max(n, 1));
+	for (r = 0; r < n; r++)
+	{
+		Datum		av[ATT_ROW_NARGS];
+		char		an[ATT_ROW_NARGS];
+
+		SPI_tuptable = picked;
+		if (att_open_row(r, "lease_expired", av, an))
+			invoked[ninvoked++] = Int64GetDatum(NtaskGetInt64(r, ATT_CLOSE_DIST_TASK_ID));
+		NtaskLedgerRowDist(av, an);
+	}
+	SPI_tuptable = picked;
 	return NtaskInt8Array(invoked, ninvoked);
 }
 
@@ -166,6 +322,33 @@ NtaskFinishTask(int64 task_id, const char *to_state, const char *reason,
 	nulls[ATT_FINISH_ARG_ERROR_CLASS] = error_class ? ' ' : 'n';
 	values[ATT_FINISH_ARG_STAGE] = stage ? CStringGetTextDatum(stage) : (Datum) 0;
 	nulls[ATT_FINISH_ARG_STAGE] = stage ? ' ' : 'n';
+	if (NtaskShardCount() > 0)
+	{
+		Datum		dv[9];
+		char		dn[9];
+		bool		closed = false;
+		bool		invoked = false;
+
+		if (NtaskExecPlan(&att_finish_open_dist_plan, values, NULL, SPI_OK_SELECT) == 1)
+		{
+			Datum		av[ATT_ROW_NARGS];
+			char		an[ATT_ROW_NARGS];
+
+			closed = true;
+			invoked = att_open_row(0, attempt_result, av, an);
+			NtaskLedgerRowDist(av, an);
+		}
+		memcpy(dv, values, sizeof(Datum) * ATT_FINISH_NARGS);
+		memcpy(dn, nulls, ATT_FINISH_NARGS);
+		dv[6] = Int32GetDatum(invoked ? 1 : 0);
+		dv[7] = BoolGetDatum(closed);
+		dv[8] = NtaskStatementTs();
+		dn[6] = dn[7] = dn[8] = ' ';
+		if (NtaskExecPlan(&att_finish_dist_plan, dv, dn, SPI_OK_UPDATE_RETURNING) == 1 &&
+			closed)
+			NtaskWakeCappedAtCommit(NtaskGetCString(0, ATT_FINISH_QUEUE), 1);	/* a slot is free */
+		return;
+	}
 	if (NtaskExecPlan(&att_finish_plan, values, nulls, SPI_OK_UPDATE_RETURNING) == 1 &&
 		NtaskGetBool(0, ATT_FINISH_CLOSED))
 		NtaskWakeCappedAtCommit(NtaskGetCString(0, ATT_FINISH_QUEUE), 1);	/* a slot is free */

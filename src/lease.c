@@ -299,6 +299,107 @@ static NtaskPlan lease_release_plan = {
 	4, {INT8OID, INT8OID, INTERVALOID, OIDOID}
 };
 
+/*
+ * On a distributed install the release runs apart (Citus plans a CTE apart
+ * and sends its rows to every node): whether this attempt committed a
+ * receipt, the task's UPDATE ($5 that answer, $6 now), then its ledger row
+ * (NtaskLedgerRowDist), each routed to the task's shard.
+ */
+static NtaskPlan lease_receipt_dist_plan = {
+	"release receipt lookup (distributed)",
+	"SELECT EXISTS (SELECT 1 FROM ntask.receipt r "
+	"  WHERE r.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("r", "$1")
+	"    AND r.token OPERATOR(pg_catalog.=) $2)",
+	2, {INT8OID, INT8OID}
+};
+
+typedef enum LeaseReleaseDistCol
+{
+	LEASE_RELEASE_DIST_TASK_ID = LEASE_RELEASE_RUN_AT + 1,
+	LEASE_RELEASE_DIST_SHARD,
+	LEASE_RELEASE_DIST_TOKEN,
+	LEASE_RELEASE_DIST_ATTEMPTS,
+	LEASE_RELEASE_DIST_CLAIMED_AT,
+	LEASE_RELEASE_DIST_INVOKED_AT,
+	LEASE_RELEASE_DIST_WORKER,
+	LEASE_RELEASE_DIST_PROGRESS
+} LeaseReleaseDistCol;
+
+static NtaskPlan lease_release_dist_plan = {
+	"release (distributed)",
+	"UPDATE ntask.task t SET state = 'ready', "
+	"  run_at = $6 OPERATOR(pg_catalog.+) $3, "
+	"  due_at = $6 OPERATOR(pg_catalog.+) $3, "
+	"  lease_owner = NULL, lease_until = NULL, "
+	"  max_attempts = t.max_attempts OPERATOR(pg_catalog.+) "
+	"    CASE WHEN t.invoked_at IS NULL THEN 1 ELSE 0 END, "
+	"  unknown_attempts = t.unknown_attempts OPERATOR(pg_catalog.+) "
+	"    CASE WHEN t.invoked_at IS NULL OR $5 THEN 0 ELSE 1 END, "
+	"  last_error_class = CASE WHEN t.invoked_at IS NULL THEN t.last_error_class "
+	"    ELSE 'unknown' END, "
+	"  last_error_stage = CASE WHEN t.invoked_at IS NULL THEN t.last_error_stage "
+	"    ELSE 'released' END, "
+	"  updated_at = $6 "
+	"FROM ntask.task o "
+	"WHERE t.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("t", "$1")
+	"  AND t.token OPERATOR(pg_catalog.=) $2 "
+	"  AND t.state OPERATOR(pg_catalog.=) 'leased' "
+	"  AND o.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("o", "$1")
+	"  AND EXISTS (SELECT 1 FROM ntask.queue q "
+	"              WHERE q.queue OPERATOR(pg_catalog.=) t.queue "
+	"                AND " NTASK_WORKER_RIGHT("q", "4") ") "
+	"RETURNING t.queue, t.run_at, t.task_id, t.shard, t.token, t.attempts, "
+	"  coalesce(o.claimed_at, o.updated_at), t.invoked_at, o.lease_owner, o.progress",
+	6, {INT8OID, INT8OID, INTERVALOID, OIDOID, BOOLOID, TIMESTAMPTZOID}
+};
+
+/*
+ * lease_release_dist: the release on a distributed install, values as
+ * lease_release_plan's; returns whether it applied, SPI_tuptable then
+ * holding the task's row (LeaseReleaseCol first)
+ */
+static bool
+lease_release_dist(Datum *values)
+{
+	Datum		dv[6];
+	Datum		av[ATT_ROW_NARGS];
+	char		an[ATT_ROW_NARGS];
+	SPITupleTable *upd;
+	bool		receipt;
+	bool		isnull;
+	int			i;
+	static const int cols[ATT_ROW_NARGS] = {
+		LEASE_RELEASE_DIST_TASK_ID, LEASE_RELEASE_DIST_SHARD, LEASE_RELEASE_DIST_TOKEN,
+		LEASE_RELEASE_DIST_ATTEMPTS, LEASE_RELEASE_DIST_WORKER,
+		LEASE_RELEASE_DIST_CLAIMED_AT, LEASE_RELEASE_DIST_INVOKED_AT, 0, 0, 0, 0,
+	LEASE_RELEASE_RUN_AT, LEASE_RELEASE_DIST_PROGRESS};
+
+	NtaskExecPlan(&lease_receipt_dist_plan, values, NULL, SPI_OK_SELECT);
+	receipt = NtaskGetBool(0, 1);
+	memcpy(dv, values, sizeof(Datum) * 4);
+	dv[4] = BoolGetDatum(receipt);
+	dv[5] = NtaskStatementTs();
+	if (NtaskExecPlan(&lease_release_dist_plan, dv, NULL, SPI_OK_UPDATE_RETURNING) != 1)
+		return false;
+	upd = SPI_tuptable;
+	for (i = 0; i < ATT_ROW_NARGS; i++)
+	{
+		isnull = true;
+		av[i] = cols[i] != 0 ? NtaskGetDatum(0, cols[i], &isnull) : (Datum) 0;
+		an[i] = isnull ? 'n' : ' ';
+	}
+	(void) NtaskGetDatum(0, LEASE_RELEASE_DIST_INVOKED_AT, &isnull);
+	av[ATT_ROW_ENDED_AT] = dv[5];
+	an[ATT_ROW_ENDED_AT] = ' ';
+	av[ATT_ROW_RESULT] = av[ATT_ROW_REQUESTED] = CStringGetTextDatum("released");
+	an[ATT_ROW_RESULT] = an[ATT_ROW_REQUESTED] = ' ';
+	av[ATT_ROW_KNOWN] = BoolGetDatum(isnull || receipt);
+	an[ATT_ROW_KNOWN] = ' ';
+	NtaskLedgerRowDist(av, an);
+	SPI_tuptable = upd;
+	return true;
+}
+
 /* not applied: what this token did with its attempt */
 static NtaskPlan lease_requested_plan = {
 	"release attempt lookup",
@@ -350,7 +451,8 @@ ntask_release(PG_FUNCTION_ARGS)
 	values[3] = ObjectIdGetDatum(NtaskCaller());
 
 	SPI_connect();
-	if (NtaskExecPlan(&lease_release_plan, values, NULL, SPI_OK_SELECT) == 1)
+	if (NtaskShardCount() > 0 ? lease_release_dist(values) :
+		NtaskExecPlan(&lease_release_plan, values, NULL, SPI_OK_SELECT) == 1)
 	{
 		bool		isnull;
 		TimestampTz run_at = DatumGetTimestampTz(NtaskGetDatum(0, LEASE_RELEASE_RUN_AT, &isnull));

@@ -109,6 +109,26 @@ extern Jsonb *NtaskContextSignal(text *queue, text *signal_key);
 	" AND " alias ".shard OPERATOR(pg_catalog.=) $" n " "
 extern int16 NtaskIdsShard(Datum ids);
 extern Datum NtaskCloseExpiredAttempts(Datum task_ids);
+
+/* a ledger row's columns, NtaskLedgerRowDist's arguments in order */
+typedef enum AttRowArg
+{
+	ATT_ROW_TASK_ID,
+	ATT_ROW_SHARD,
+	ATT_ROW_TOKEN,
+	ATT_ROW_ATTEMPT,
+	ATT_ROW_WORKER,
+	ATT_ROW_CLAIMED_AT,
+	ATT_ROW_INVOKED_AT,
+	ATT_ROW_ENDED_AT,
+	ATT_ROW_RESULT,
+	ATT_ROW_REQUESTED,
+	ATT_ROW_KNOWN,
+	ATT_ROW_RETRY_AT,
+	ATT_ROW_PROGRESS,
+	ATT_ROW_NARGS
+} AttRowArg;
+extern void NtaskLedgerRowDist(Datum *v, const char *n);
 extern void NtaskFinishTask(int64 task_id, const char *to_state,
 							 const char *reason, const char *attempt_result,
 							 const char *error_class, const char *stage);

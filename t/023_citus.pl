@@ -36,7 +36,9 @@
 #      http queue over the shards to a loopback sink (each key once, the
 #      ledger right), pg_cron fires a schedule on the coordinator, the
 #      worker nodes' workers idle, nothing fails every tick; with a
-#      worker node down the other node's shards are still swept;
+#      worker node down the other node's shards are still swept (an
+#      expired lease there released, its attempt closed) and a release of
+#      a task there applies;
 #   9. fences and waiting claims on the distributed install: ntask_fence
 #      delegated to the node of its fence (Citus' "pushing down the function
 #      call"), from the coordinator and from a worker node, on both worker
@@ -938,11 +940,32 @@ my $up_shards = $q->(q{SELECT string_agg(s.shard::text, ',') FROM ntask.shard_ma
 	WHERE p.nodeport = } . $w1->port);
 my $on_up = $q->(qq{SELECT count(*) FROM ntask.task WHERE queue = 'dl2' AND shard IN ($up_shards)});
 cmp_ok($on_up, '>=', 1, "node down: $on_up of the 8 tasks are on " . $w1->name);
+# and the calls on the node still up go on: an expired lease released by
+# housekeeping, a release, each writing its ledger row in routed statements
+# (before, an INSERT ... SELECT or a CTE was sent to every node: failed
+# while one was down, whatever the shard, and so did the whole sweep of a
+# shard with an expired lease)
+my $up1 = (split /,/, $up_shards)[0];
+$q->(qq{SELECT count(*) FROM ntask_queue_set('nd', lease => '30 seconds');
+	SELECT count(*) FROM ntask_queue_set('ndx', lease => '1 second', max_attempts => 5);
+	SELECT count(*) FROM (SELECT 'n' || i AS k FROM generate_series(1, 1000) i
+		WHERE ntask_shard('nd', 'n' || i) = $up1 LIMIT 1) x, ntask_enqueue('nd', x.k, '{}');
+	SELECT count(*) FROM (SELECT 'x' || i AS k FROM generate_series(1, 1000) i
+		WHERE ntask_shard('ndx', 'x' || i) = $up1 LIMIT 1) x, ntask_enqueue('ndx', x.k, '{}')});
+my ($nd_id, $nd_tok) = split / /, $q->(qq{SELECT task_id || ' ' || token FROM ntask_claim_on(${up1}::smallint, 'nd', 'N', 1)});
+my $ndx = $q->(qq{SELECT task_id FROM ntask_claim_on(${up1}::smallint, 'ndx', 'X', 1)});
 $log_from{ $co->name } = -s $co->logfile;
 $w2->stop('immediate');
 is($poll->(qq{SELECT count(*) FROM ntask.task WHERE queue = 'dl2' AND shard IN ($up_shards)
 	AND state = 'repair_required' AND reason = 'deadline_exceeded'}, $on_up, 20), $on_up,
 	'node down: the deadlines on the node still up are enforced while ' . $w2->name . ' is down');
+is($poll->(qq{SELECT t.state || ' ' || a.result FROM ntask.task t JOIN ntask.attempt a USING (task_id, shard)
+	WHERE t.task_id = $ndx AND t.shard = $up1}, 'retry_wait lease_expired', 20), 'retry_wait lease_expired',
+	'node down: an expired lease on the node still up is released by housekeeping, its attempt closed');
+my ($nd_rc, $nd_out, $nd_err) = $co->psql('postgres', "SELECT ntask_release($nd_id, $nd_tok)");
+is($nd_out, 'applied', 'node down: a release of a task on the node still up') or diag($nd_err);
+is($q->(qq{SELECT string_agg(result, ',') FROM ntask.attempt WHERE task_id = $nd_id AND shard = $up1}), 'released',
+	'node down: and its ledger row');
 $w2->start;
 is($poll->(q{SELECT count(*) FROM ntask.task WHERE queue = 'dl2'
 	AND state = 'repair_required' AND reason = 'deadline_exceeded'}, '8', 30), '8',
