@@ -84,11 +84,11 @@ INSERT INTO ntask.shard_map VALUES (1), (2);
 SELECT count(*) FROM ntask_queue_set('dist_r', lease => '30 seconds');
 SELECT count(*) FROM unnest(ARRAY['r1', 'r2', 'r3', 'r4']) k, ntask_enqueue('dist_r', k, '{}');
 SELECT count(*) FROM ntask.shard_map s, LATERAL ntask_claim_on(s.shard, 'dist_r', 'w1', 10);
-SELECT ntask_invoked(task_id, token) FROM ntask.task WHERE task_key IN ('r1', 'r3');
-SELECT task_key, ntask_release(task_id, token) FROM ntask.task WHERE task_key IN ('r1', 'r4') ORDER BY 1;
-SELECT ntask_cancel(task_id, 'regress', 'test') FROM ntask.task WHERE task_key = 'r2';
+SELECT ntask_invoked(task_id, token) FROM ntask.task WHERE queue = 'dist_r' AND task_key IN ('r1', 'r3');
+SELECT task_key, ntask_release(task_id, token) FROM ntask.task WHERE queue = 'dist_r' AND task_key IN ('r1', 'r4') ORDER BY 1;
+SELECT ntask_cancel(task_id, 'regress', 'test') FROM ntask.task WHERE queue = 'dist_r' AND task_key = 'r2';
 UPDATE ntask.task SET lease_until = now() - interval '1 second', due_at = now() - interval '1 second'
-WHERE task_key = 'r3';
+WHERE queue = 'dist_r' AND task_key = 'r3';
 SELECT task_key, token, prior_outcome FROM ntask_claim_on(ntask_shard('dist_r', 'r3'), 'dist_r', 'w2', 10)
 ORDER BY 1;
 SELECT t.task_key, a.attempt, a.token, a.worker, a.result, a.requested, a.outcome_known,
