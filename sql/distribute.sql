@@ -97,3 +97,32 @@ FROM ntask.attempt a JOIN ntask.task t USING (task_id) WHERE t.queue = 'dist_r' 
 SELECT task_key, state, attempts, max_attempts, unknown_attempts, last_error_class, last_error_stage
 FROM ntask.task WHERE queue = 'dist_r' ORDER BY 1;
 ROLLBACK;
+-- an enqueue on a distributed install reads the queue's policy, then
+-- inserts by INSERT ... VALUES: the same row as the plain install's
+-- INSERT ... SELECT (a fair queue's '' key, an ordered queue's flag, the
+-- budget, the deadline from run_at), the same duplicate and conflict
+\c
+SELECT count(*) FROM ntask_queue_set('dist_ef', fairness => 'partition', total_deadline => '1 hour', max_attempts => 7);
+SELECT count(*) FROM ntask_queue_set('dist_eo', fairness => 'partition', ordered => true, notify => true);
+SELECT created FROM ntask_enqueue('dist_ef', 'a', '{}', run_at => now() + interval '1 minute');
+SELECT created FROM ntask_enqueue('dist_eo', 'a', '{}', priority => 3, partition_key => 'p');
+\c
+BEGIN;
+INSERT INTO ntask.shard_map VALUES (1), (2);
+SELECT created FROM ntask_enqueue('dist_ef', 'b', '{}', run_at => now() + interval '1 minute');
+SELECT created FROM ntask_enqueue('dist_eo', 'b', '{}', priority => 3, partition_key => 'p');
+SELECT created, state FROM ntask_enqueue('dist_eo', 'b', '{}', priority => 3, partition_key => 'p');
+\set VERBOSITY terse
+SAVEPOINT s;
+SELECT * FROM ntask_enqueue('dist_eo', 'b', '{"other": 1}', partition_key => 'p');
+ROLLBACK TO s;
+SELECT * FROM ntask_enqueue('dist_none', 'b', '{}');
+ROLLBACK TO s;
+\set VERBOSITY default
+SELECT queue, task_key, partition_key, ordered, priority, max_attempts, state,
+	deadline - run_at AS window, run_at = due_at AS due, shard,
+	ntask_shard(queue, coalesce(nullif(partition_key, ''), task_key)) AS key_shard,
+	task_id >> 48 = shard AS id_ok
+FROM ntask.task WHERE queue IN ('dist_ef', 'dist_eo') ORDER BY 1, 2;
+ROLLBACK;
+\c

@@ -1728,6 +1728,7 @@ claim_round(ClaimCall *call, int want, bool *more, int64 *lease_usecs,
 	char	   *guard;
 	char	   *guard_owner = NULL;
 	bool		guard_busy = false;
+	bool		any_retry = false;	/* a picked task had an attempt before */
 	bool		isnull;
 	Datum		values[CLAIM_LEASE_NARGS];
 	ClaimPicked pick;
@@ -1842,6 +1843,8 @@ claim_round(ClaimCall *call, int want, bool *more, int64 *lease_usecs,
 		ids[nids++] = Int64GetDatum(task_id);
 		if (was_leased)
 			taken[ntaken++] = Int64GetDatum(task_id);
+		if (NtaskGetBool(r, CLAIM_PICK_RETRY))
+			any_retry = true;
 	}
 
 	invoked_ids = ntaken > 0 ?
@@ -1872,9 +1875,14 @@ claim_round(ClaimCall *call, int want, bool *more, int64 *lease_usecs,
 			int			nrcpt;
 			int64	   *rcpt;
 
+			/*
+			 * A receipt is written with a token, so a task on its first
+			 * attempt has none: the lookup is for retries and takeovers.
+			 */
 			rv[0] = values[CLAIM_LEASE_ARG_IDS];
 			rv[1] = values[CLAIM_LEASE_ARG_SHARD];
-			nrcpt = NtaskExecPlan(&claim_receipts_plan, rv, NULL, SPI_OK_SELECT);
+			nrcpt = any_retry ?
+				NtaskExecPlan(&claim_receipts_plan, rv, NULL, SPI_OK_SELECT) : 0;
 			rcpt = palloc(sizeof(int64) * Max(nrcpt, 1));
 			for (r = 0; r < nrcpt; r++)
 				rcpt[r] = NtaskGetInt64(r, 1);	/* the task id */

@@ -28,10 +28,13 @@
 #include "ntask_api.h"
 
 #include "catalog/pg_type.h"
+#include "catalog/namespace.h"
 #include "commands/async.h"
+#include "commands/sequence.h"
 #include "funcapi.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/lsyscache.h"
 
 PG_FUNCTION_INFO_V1(ntask_enqueue);
 PG_FUNCTION_INFO_V1(ntask_enqueue_many);
@@ -142,17 +145,134 @@ static NtaskPlan enq_insert_plan = {
 };
 
 /*
- * The same on a distributed install: Citus cannot run a RETURNING list
- * with a subquery of another table on the shard (it loses the subquery's
- * parameter), so the queue's flags are read by the statement around it.
+ * An enqueue on a distributed install: Citus runs an INSERT ... SELECT FROM
+ * ntask.queue (a reference table) through the node that runs it (pull the
+ * row, then copy it to the shard), several times the cost of a router
+ * insert (docs/scaling.md).  So the queue's policy is read first (a read of
+ * a reference table, local on every node) and the task is inserted by
+ * INSERT ... VALUES, its id drawn in C from the same sequence.
  */
-static NtaskPlan enq_insert_dist_plan = {
-	"enqueue insert (distributed)",
-	"WITH ins AS (" ENQ_INSERT "RETURNING t.task_id, t.state) "
-	"SELECT ins.task_id, ins.state, " ENQ_QUEUE_FLAGS " FROM ins",
-	ENQ_NARGS, {TEXTOID, TEXTOID, JSONBOID, BYTEAOID, INT2OID, TEXTOID, INT4OID,
-	TIMESTAMPTZOID, OIDOID, INT2OID, TEXTOID}
+typedef enum EnqPolicyCol
+{
+	ENQ_POLICY_MAX_ATTEMPTS = 1,
+	ENQ_POLICY_TOTAL_DEADLINE,
+	ENQ_POLICY_ORDERED,
+	ENQ_POLICY_FAIR,
+	ENQ_POLICY_FLAGS,
+	ENQ_POLICY_RIGHT			/* the caller may produce into it */
+} EnqPolicyCol;
+
+static NtaskPlan enq_policy_dist_plan = {
+	"enqueue policy (distributed)",
+	"SELECT q.max_attempts, q.total_deadline, q.ordered, "
+	"  q.fairness OPERATOR(pg_catalog.<>) 'none', "
+	"  CASE WHEN q.target OPERATOR(pg_catalog.->>) 'type' OPERATOR(pg_catalog.=) 'http' "
+	"   THEN 1 ELSE 0 END OPERATOR(pg_catalog.+) CASE WHEN q.notify THEN 2 ELSE 0 END, "
+	"  (q.producer_role IS NULL "
+	"   OR pg_catalog.pg_has_role($2, q.producer_role, 'USAGE')) "
+	"FROM ntask.queue q WHERE q.queue OPERATOR(pg_catalog.=) $1",
+	2, {TEXTOID, OIDOID}
 };
+
+/* the insert: its columns as enq_insert_plan's (the flags are $15) */
+static NtaskPlan enq_values_dist_plan = {
+	"enqueue insert values (distributed)",
+	"INSERT INTO ntask.task AS t (task_id, shard, queue, task_key, payload, "
+	"  payload_digest, digest_version, partition_key, priority, run_at, due_at, "
+	"  max_attempts, deadline, ordered, traceparent) "
+	"OVERRIDING SYSTEM VALUE "
+	"VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10, $11, $12, $13, $14) "
+	"ON CONFLICT ON CONSTRAINT task_queue_task_key_key DO NOTHING "
+	"RETURNING t.task_id, t.state, $15",
+	15, {INT8OID, INT2OID, TEXTOID, TEXTOID, JSONBOID, BYTEAOID, INT2OID, TEXTOID,
+	INT4OID, TIMESTAMPTZOID, INT4OID, TIMESTAMPTZOID, BOOLOID, TEXTOID, INT4OID}
+};
+
+/* a queue's policy for its enqueues, read once per call */
+typedef struct EnqPolicy
+{
+	bool		read;
+	bool		ok;				/* the queue exists and the caller may enqueue */
+	Datum		max_attempts;
+	Datum		total_deadline;
+	bool		no_deadline;
+	bool		ordered;
+	bool		fair;
+	int32		flags;
+} EnqPolicy;
+
+/*
+ * enq_insert_dist
+ *		The distributed enqueue of values (enq_insert_plan's arguments)
+ *		under pol (read at the first call).  Returns how many rows it
+ *		inserted (0: no queue, no right, or the key exists), SPI_tuptable
+ *		then holding EnqInsertCol's columns.
+ */
+static int
+enq_insert_dist(Datum *values, const char *nulls, EnqPolicy *pol)
+{
+	Datum		v[15];
+	char		n[15];
+	Datum		now = NtaskStatementTs();
+	Oid			seq;
+
+	if (!pol->read)
+	{
+		Datum		pv[2];
+		bool		isnull;
+
+		pv[0] = values[ENQ_ARG_QUEUE];
+		pv[1] = values[ENQ_ARG_CALLER];
+		pol->read = true;
+		pol->ok = NtaskExecPlan(&enq_policy_dist_plan, pv, NULL, SPI_OK_SELECT) == 1 &&
+			NtaskGetBool(0, ENQ_POLICY_RIGHT);
+		if (!pol->ok)
+			return 0;
+		pol->max_attempts = NtaskGetDatum(0, ENQ_POLICY_MAX_ATTEMPTS, &isnull);
+		pol->total_deadline = NtaskGetDatum(0, ENQ_POLICY_TOTAL_DEADLINE, &pol->no_deadline);
+		pol->ordered = NtaskGetBool(0, ENQ_POLICY_ORDERED);
+		pol->fair = NtaskGetBool(0, ENQ_POLICY_FAIR);
+		pol->flags = NtaskGetInt32(0, ENQ_POLICY_FLAGS);
+	}
+	if (!pol->ok)
+		return 0;
+	memset(n, ' ', sizeof(n));
+	seq = get_relname_relid("task_task_id_seq", get_namespace_oid("ntask", false));
+	if (!OidIsValid(seq))
+		elog(ERROR, "ntask: sequence ntask.task_task_id_seq is missing");
+	v[0] = Int64GetDatum(((int64) DatumGetInt16(values[ENQ_ARG_SHARD]) << NTASK_SHARD_SHIFT) |
+						 nextval_internal(seq, false));
+	v[1] = values[ENQ_ARG_SHARD];
+	v[2] = values[ENQ_ARG_QUEUE];
+	v[3] = values[ENQ_ARG_KEY];
+	v[4] = values[ENQ_ARG_PAYLOAD];
+	v[5] = values[ENQ_ARG_DIGEST];
+	v[6] = values[ENQ_ARG_DIGEST_VERSION];
+	/* ENQ_PARTITION: the caller's key, or '' in a fair queue */
+	if (nulls[ENQ_ARG_PARTITION_KEY] != 'n')
+		v[7] = values[ENQ_ARG_PARTITION_KEY];
+	else if (pol->fair)
+		v[7] = CStringGetTextDatum("");
+	else
+		n[7] = 'n';
+	v[8] = values[ENQ_ARG_PRIORITY];
+	v[9] = nulls[ENQ_ARG_RUN_AT] == 'n' ? now : values[ENQ_ARG_RUN_AT];
+	v[10] = pol->max_attempts;
+	/* GREATEST(now, run_at) + total_deadline: NULL without one */
+	if (pol->no_deadline)
+		n[11] = 'n';
+	else
+		v[11] = DirectFunctionCall2(timestamptz_pl_interval,
+									DatumGetTimestampTz(v[9]) > DatumGetTimestampTz(now) ? v[9] : now,
+									pol->total_deadline);
+	/* ENQ_ORDERED: true, or NULL out of the order index */
+	v[12] = BoolGetDatum(true);
+	n[12] = pol->ordered ? ' ' : 'n';
+	v[13] = values[ENQ_ARG_TRACEPARENT];
+	n[13] = nulls[ENQ_ARG_TRACEPARENT];
+	v[14] = Int32GetDatum(pol->flags);
+	return NtaskExecPlan(&enq_values_dist_plan, v, n, SPI_OK_INSERT_RETURNING);
+}
 
 static NtaskPlan enq_existing_plan = {
 	"enqueue lookup",
@@ -378,6 +498,7 @@ ntask_enqueue(PG_FUNCTION_ARGS)
 	NtaskDeps	deps;
 	bool		has_deps;
 	int32		flags;
+	EnqPolicy	policy = {0};
 
 	NtaskCheckNargs(fcinfo, 9);	/* before its new arguments are read */
 	if (PG_ARGISNULL(5))
@@ -429,7 +550,7 @@ ntask_enqueue(PG_FUNCTION_ARGS)
 	{
 		if ((NtaskShardCount() == 0 ?
 			 NtaskExecPlan(&enq_insert_plan, values, nulls, SPI_OK_INSERT_RETURNING) :
-			 NtaskExecPlan(&enq_insert_dist_plan, values, nulls, SPI_OK_SELECT)) == 1)
+			 enq_insert_dist(values, nulls, &policy)) == 1)
 		{
 			out[0] = Int64GetDatum(NtaskGetInt64(0, ENQ_INSERT_TASK_ID));
 			out[1] = BoolGetDatum(true);
@@ -787,7 +908,7 @@ enq_many_round(text *queue, EnqKey *bykey, int nkeys, EnqKey **pending,
  *		enq_many_round on a distributed install: Citus inserts nothing from
  *		an INSERT ... SELECT joining the queue with the unnested arrays
  *		(found with 12.1.6: it returns INSERT 0 0), so each pending key is
- *		one routed single enqueue (enq_insert_dist_plan), then the keys not
+ *		one routed single enqueue (enq_insert_dist), then the keys not
  *		inserted are read as on one node.  shards: the pending keys' shards,
  *		in the order of the unresolved ones.
  */
@@ -802,6 +923,7 @@ enq_many_round_dist(text *queue, EnqKey *bykey, int nkeys, EnqKey **pending,
 	int			flags = 0;
 	int			n = 0;
 	int			i;
+	EnqPolicy	policy = {0};
 
 	memcpy(nulls, argnulls, sizeof(nulls));
 	vals[ENQ_ARG_QUEUE] = args[ENQ_ARG_QUEUE];
@@ -822,7 +944,7 @@ enq_many_round_dist(text *queue, EnqKey *bykey, int nkeys, EnqKey **pending,
 		vals[ENQ_ARG_PARTITION_KEY] = k->partition_key;
 		nulls[ENQ_ARG_PARTITION_KEY] = k->partition_null ? 'n' : ' ';
 		vals[ENQ_ARG_SHARD] = shards[n++];
-		if (NtaskExecPlan(&enq_insert_dist_plan, vals, nulls, SPI_OK_SELECT) == 1)
+		if (enq_insert_dist(vals, nulls, &policy) == 1)
 		{
 			k->resolved = k->created = true;
 			k->task_id = NtaskGetInt64(0, ENQ_INSERT_TASK_ID);
