@@ -947,7 +947,7 @@ cmp_ok($on_up, '>=', 1, "node down: $on_up of the 8 tasks are on " . $w1->name);
 # shard with an expired lease)
 my $up1 = (split /,/, $up_shards)[0];
 $q->(qq{SELECT count(*) FROM ntask_queue_set('nd', lease => '30 seconds');
-	SELECT count(*) FROM ntask_queue_set('ndx', lease => '1 second', max_attempts => 5);
+	SELECT count(*) FROM ntask_queue_set('ndx', lease => '3 seconds', max_attempts => 5);
 	SELECT count(*) FROM (SELECT 'n' || i AS k FROM generate_series(1, 1000) i
 		WHERE ntask_shard('nd', 'n' || i) = $up1 LIMIT 1) x, ntask_enqueue('nd', x.k, '{}');
 	SELECT count(*) FROM (SELECT 'x' || i AS k FROM generate_series(1, 1000) i
