@@ -258,31 +258,40 @@ typedef enum LeaseReleaseCol
 	LEASE_RELEASE_RUN_AT
 } LeaseReleaseCol;
 
+/*
+ * The release's UPDATE, shared by the plain statement (a CTE that also
+ * writes the ledger) and the distributed one: now, the statement
+ * timestamp (a parameter on Citus); receipt, what tells an invoked
+ * attempt's outcome known (the receipt lookup, or its answer as $5).
+ */
+#define LEASE_RELEASE_UPDATE(now, receipt) \
+	"UPDATE ntask.task t SET state = 'ready', " \
+	"  run_at = " now " OPERATOR(pg_catalog.+) $3, " \
+	"  due_at = " now " OPERATOR(pg_catalog.+) $3, " \
+	"  lease_owner = NULL, lease_until = NULL, " \
+	"  max_attempts = t.max_attempts OPERATOR(pg_catalog.+) " \
+	"    CASE WHEN t.invoked_at IS NULL THEN 1 ELSE 0 END, " \
+	"  unknown_attempts = t.unknown_attempts OPERATOR(pg_catalog.+) " \
+	"    CASE WHEN t.invoked_at IS NULL " receipt " THEN 0 ELSE 1 END, " \
+	"  last_error_class = CASE WHEN t.invoked_at IS NULL THEN t.last_error_class " \
+	"    ELSE 'unknown' END, " \
+	"  last_error_stage = CASE WHEN t.invoked_at IS NULL THEN t.last_error_stage " \
+	"    ELSE 'released' END, " \
+	"  updated_at = " now " " \
+	"FROM ntask.task o " \
+	"WHERE t.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("t", "$1") \
+	"  AND t.token OPERATOR(pg_catalog.=) $2 " \
+	"  AND t.state OPERATOR(pg_catalog.=) 'leased' " \
+	"  AND o.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("o", "$1") \
+	"  AND EXISTS (SELECT 1 FROM ntask.queue q " \
+	"              WHERE q.queue OPERATOR(pg_catalog.=) t.queue " \
+	"                AND " NTASK_WORKER_RIGHT("q", "4") ") "
+
 static NtaskPlan lease_release_plan = {
 	"release",
 	"WITH upd AS ( "
-	"  UPDATE ntask.task t SET state = 'ready', "
-	"    run_at = pg_catalog.statement_timestamp() OPERATOR(pg_catalog.+) $3, "
-	"    due_at = pg_catalog.statement_timestamp() OPERATOR(pg_catalog.+) $3, "
-	"    lease_owner = NULL, lease_until = NULL, "
-	"    max_attempts = t.max_attempts OPERATOR(pg_catalog.+) "
-	"      CASE WHEN t.invoked_at IS NULL THEN 1 ELSE 0 END, "
-	"    unknown_attempts = t.unknown_attempts OPERATOR(pg_catalog.+) "
-	"      CASE WHEN t.invoked_at IS NULL " NTASK_RECEIPT_OF("t") " THEN 0 ELSE 1 END, "
-	"    last_error_class = CASE WHEN t.invoked_at IS NULL THEN t.last_error_class "
-	"      ELSE 'unknown' END, "
-	"    last_error_stage = CASE WHEN t.invoked_at IS NULL THEN t.last_error_stage "
-	"      ELSE 'released' END, "
-	"    updated_at = pg_catalog.statement_timestamp() "
-	"  FROM ntask.task o "
-	"  WHERE t.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("t", "$1")
-	"    AND t.token OPERATOR(pg_catalog.=) $2 "
-	"    AND t.state OPERATOR(pg_catalog.=) 'leased' "
-	"    AND o.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("o", "$1")
-	"    AND EXISTS (SELECT 1 FROM ntask.queue q "
-	"                WHERE q.queue OPERATOR(pg_catalog.=) t.queue "
-	"                  AND " NTASK_WORKER_RIGHT("q", "4") ") "
-	"  RETURNING t.run_at, t.queue, t.task_id, t.shard, t.token, t.attempts, "
+	LEASE_RELEASE_UPDATE("pg_catalog.statement_timestamp()", NTASK_RECEIPT_OF("t"))
+"  RETURNING t.run_at, t.queue, t.task_id, t.shard, t.token, t.attempts, "
 	"    coalesce(o.claimed_at, o.updated_at) AS claimed_at, t.invoked_at, "
 	"    o.lease_owner AS worker, o.progress "
 	"), att AS ( "
@@ -327,27 +336,7 @@ typedef enum LeaseReleaseDistCol
 
 static NtaskPlan lease_release_dist_plan = {
 	"release (distributed)",
-	"UPDATE ntask.task t SET state = 'ready', "
-	"  run_at = $6 OPERATOR(pg_catalog.+) $3, "
-	"  due_at = $6 OPERATOR(pg_catalog.+) $3, "
-	"  lease_owner = NULL, lease_until = NULL, "
-	"  max_attempts = t.max_attempts OPERATOR(pg_catalog.+) "
-	"    CASE WHEN t.invoked_at IS NULL THEN 1 ELSE 0 END, "
-	"  unknown_attempts = t.unknown_attempts OPERATOR(pg_catalog.+) "
-	"    CASE WHEN t.invoked_at IS NULL OR $5 THEN 0 ELSE 1 END, "
-	"  last_error_class = CASE WHEN t.invoked_at IS NULL THEN t.last_error_class "
-	"    ELSE 'unknown' END, "
-	"  last_error_stage = CASE WHEN t.invoked_at IS NULL THEN t.last_error_stage "
-	"    ELSE 'released' END, "
-	"  updated_at = $6 "
-	"FROM ntask.task o "
-	"WHERE t.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("t", "$1")
-	"  AND t.token OPERATOR(pg_catalog.=) $2 "
-	"  AND t.state OPERATOR(pg_catalog.=) 'leased' "
-	"  AND o.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("o", "$1")
-	"  AND EXISTS (SELECT 1 FROM ntask.queue q "
-	"              WHERE q.queue OPERATOR(pg_catalog.=) t.queue "
-	"                AND " NTASK_WORKER_RIGHT("q", "4") ") "
+	LEASE_RELEASE_UPDATE("$6", "OR $5")
 	"RETURNING t.queue, t.run_at, t.task_id, t.shard, t.token, t.attempts, "
 	"  coalesce(o.claimed_at, o.updated_at), t.invoked_at, o.lease_owner, o.progress",
 	6, {INT8OID, INT8OID, INTERVALOID, OIDOID, BOOLOID, TIMESTAMPTZOID}
