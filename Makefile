@@ -39,9 +39,10 @@ OBJS = \
 	src/worker.o \
 	src/checkpoint.o \
 	src/signal.o
-# the install script and the one upgrade path (test/frozen/ntask--0.3.sql,
-# its start, is installed only while scripts/test.sh runs)
-DATA = ntask--1.0.0.sql ntask--0.3--1.0.0.sql
+# the install script and the one upgrade path, 0.3 -> 1.0.0 -> 1.1.0
+# (test/frozen/ntask--0.3.sql and ntask--1.0.0.sql, its starts, are
+# installed only while scripts/test.sh runs)
+DATA = ntask--1.1.0.sql ntask--0.3--1.0.0.sql ntask--1.0.0--1.1.0.sql
 PGFILEDESC = "ntask - durable tasks with leases and fencing tokens"
 
 PG_CPPFLAGS = -I$(srcdir)/src -std=c11

@@ -58,11 +58,12 @@ echo "ntask deb: built $(basename "$deb") ($(stat -c %s "$deb") bytes)"
 list=$(dpkg-deb -c "$deb" | awk '{print $6}')
 echo "$list" | grep -E 'ntask(\.so|\.control|--.*\.sql)$' | sed 's/^/  /'
 for f in usr/lib/postgresql/15/lib/ntask.so usr/share/postgresql/15/extension/ntask.control \
-	usr/share/postgresql/15/extension/ntask--1.0.0.sql usr/share/postgresql/15/extension/ntask--0.3--1.0.0.sql; do
+	usr/share/postgresql/15/extension/ntask--1.1.0.sql usr/share/postgresql/15/extension/ntask--0.3--1.0.0.sql \
+	usr/share/postgresql/15/extension/ntask--1.0.0--1.1.0.sql; do
 	echo "$list" | grep -qx "\./$f" || fail "$f is not in the package"
 done
-# issue 32: one install script and one upgrade script, nothing for 0.1-0.3
-extra=$(echo "$list" | grep -E '/ntask--.*\.sql$' | grep -vxE '\./usr/share/postgresql/15/extension/ntask--(1\.0\.0|0\.3--1\.0\.0)\.sql')
+# one install script and the upgrade path 0.3 -> 1.0.0 -> 1.1.0, nothing for 0.1-0.3
+extra=$(echo "$list" | grep -E '/ntask--.*\.sql$' | grep -vxE '\./usr/share/postgresql/15/extension/ntask--(1\.1\.0|0\.3--1\.0\.0|1\.0\.0--1\.1\.0)\.sql')
 [ -z "$extra" ] || fail "scripts of versions nobody installed are in the package: $extra"
 dpkg-deb -f "$deb" Depends | grep -q postgresql-15 || fail "the package does not depend on postgresql-15"
 
@@ -115,7 +116,7 @@ SELECT 'worker ' || state FROM ntask.worker_stats;
 SQL
 ) || fail "psql: $out"
 echo "$out" | sed 's/^/  /'
-expect="version 1.0.0
+expect="version 1.1.0
 library ntask
 1
 enqueued true

@@ -34,8 +34,8 @@ if sh scripts/check_layers.sh; then layers_ok=1; else layers_failed=1; fi
 
 # the test clusters run as postgres and write into this tree; give it back
 # to its owner afterwards (git refuses a tree owned by someone else).
-# ntask 0.3, the start of the one upgrade path the tests prove (regress
-# upgrade, TAP 007 and 011; issue 32), is installed into each version's
+# ntask 0.3 and 1.0.0, the starts of the one upgrade path the tests prove
+# (regress upgrade, TAP 007 and 011), are installed into each version's
 # extension directory only while its suites run (frozen_files)
 owner=$(stat -c %u:%g .)
 frozen_files=""
@@ -73,8 +73,10 @@ version()
 		rc=1
 		return
 	fi
-	frozen="$("$pgc" --sharedir)/extension/ntask--0.3.sql"
-	$SUDO cp test/frozen/ntask--0.3.sql "$frozen" && frozen_files="$frozen_files $frozen"
+	for fv in 0.3 1.0.0; do
+		frozen="$("$pgc" --sharedir)/extension/ntask--$fv.sql"
+		$SUDO cp "test/frozen/ntask--$fv.sql" "$frozen" && frozen_files="$frozen_files $frozen"
+	done
 	$SUDO chown -R postgres .
 	suite regress installcheck ISOLATION= TAP_TESTS=
 	suite isolation installcheck REGRESS= TAP_TESTS=

@@ -71,8 +71,8 @@ timeout 600 make -s -C "$VG/src" PG_CONFIG=$PG_CONFIG install >>"$VG/build.log" 
 	{ cat "$VG/build.log"; exit 1; }
 # regress upgrade starts from ntask 0.3, kept with the tests (issue 32);
 # removed again in step 6
-frozen="$($PG_CONFIG --sharedir)/extension/ntask--0.3.sql"
-cp "$VG/src/test/frozen/ntask--0.3.sql" "$frozen" || exit 1
+frozen="$($PG_CONFIG --sharedir)/extension/ntask--0.3.sql $($PG_CONFIG --sharedir)/extension/ntask--1.0.0.sql"
+cp "$VG/src/test/frozen/ntask--0.3.sql" "$VG/src/test/frozen/ntask--1.0.0.sql" "$($PG_CONFIG --sharedir)/extension/" || exit 1
 
 # the test lists, exactly as the Makefile has them
 printf 'vg-print-%%:\n\t@echo $($*)\n' >"$VG/print.mk"
@@ -114,7 +114,7 @@ stop_server()
 		pm_pid=""
 	fi
 }
-trap 'stop_server immediate; rm -f "$frozen"' EXIT
+trap 'stop_server immediate; rm -f $frozen' EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
@@ -268,7 +268,7 @@ fi
 # 6. stop (fast: every process exits normally and writes its summary)
 stop_server fast
 trap - EXIT
-rm -f "$frozen"
+rm -f $frozen
 
 # 7. the logs.  An error report is "in ntask" when one of its frames is in
 # our code: a line of one of our source files (--fullpath-after shows them

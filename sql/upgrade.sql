@@ -1,8 +1,9 @@
--- upgrade: ntask--1.0.0.sql (a fresh CREATE EXTENSION) and 0.3 updated by
--- ntask--0.3--1.0.0.sql (the one upgrade path; 0.3 is installed from
--- test/frozen/ntask--0.3.sql by scripts/test.sh) must be the same, object
--- for object, down to every function's body: an edit that reaches only one
--- of the two scripts fails here.  The update keeps the data, and what
+-- upgrade: ntask--1.1.0.sql (a fresh CREATE EXTENSION), 0.3 updated along
+-- the one upgrade path (ntask--0.3--1.0.0.sql, ntask--1.0.0--1.1.0.sql) and
+-- 1.0.0 updated by ntask--1.0.0--1.1.0.sql must be the same, object for
+-- object, down to every function's body (0.3 and 1.0.0 are installed from
+-- test/frozen/ by scripts/test.sh): an edit that reaches only one of the
+-- scripts fails here.  The update keeps the data, and what
 -- users built on ntask: a view, a function, grants (issue 29.10).
 --
 -- pg_temp.ntask_shape(): the extension as one line per fact
@@ -92,7 +93,7 @@ FROM fresh_shape;
 DROP EXTENSION ntask;
 CREATE EXTENSION ntask VERSION '0.3';
 SELECT extversion FROM pg_extension WHERE extname = 'ntask';
--- the 1.0.0 library refuses to work on the 0.3 objects, with a clear hint
+-- the 1.1.0 library refuses to work on the 0.3 objects, with a clear hint
 SELECT queue FROM ntask_queue_set('up');
 \echo :SQLSTATE
 -- also through the 0.3 definitions of the calls that gained arguments in
@@ -141,7 +142,7 @@ BEGIN ATOMIC SELECT task_id FROM ntask_claim('uv', 'W'); END;
 ALTER EXTENSION ntask UPDATE;
 SELECT extversion FROM pg_extension WHERE extname = 'ntask';
 
--- the same extension as a fresh 1.0.0 but for the user's grants, which
+-- the same extension as a fresh 1.1.0 but for the user's grants, which
 -- the update kept (the full comparison, both ways, is at the end)
 SELECT substring(item from '^\S+ \S+') AS only_after_update,
 	   item LIKE '%regress_upg_app=%' AS users_grant
@@ -189,10 +190,47 @@ DROP FUNCTION upg_submit(text), upg_atomic();
 REVOKE ALL ON FUNCTION ntask_claim(text, text, integer, interval, interval, boolean) FROM regress_upg_app;
 REVOKE ALL ON ntask.queue_stats FROM regress_upg_app;
 DROP ROLE regress_upg_app;
--- and now exactly a fresh 1.0.0, in both directions
+-- and now exactly a fresh 1.1.0, in both directions
 SELECT item AS only_after_update FROM pg_temp.ntask_shape()
 EXCEPT SELECT item FROM fresh_shape
 ORDER BY 1;
 SELECT item AS only_in_fresh FROM fresh_shape
 EXCEPT SELECT item FROM pg_temp.ntask_shape()
 ORDER BY 1;
+
+-- 1.0.0, with work in flight across the update (written as the 1.0.0
+-- library would have: the 1.1.0 library refuses the 1.0.0 objects)
+DROP EXTENSION ntask;
+CREATE EXTENSION ntask VERSION '1.0.0';
+SELECT extversion FROM pg_extension WHERE extname = 'ntask';
+INSERT INTO ntask.queue (queue) VALUES ('v1');
+INSERT INTO ntask.task (queue, task_key, payload, payload_digest, digest_version,
+						run_at, due_at, max_attempts, deadline)
+VALUES ('v1', 'r1', '{"m": 1}', ntask_digest('{"m": 1}'), 1, now(), now(), 3,
+		now() + interval '1 day');
+-- a leased task mid-lease, with an ended first attempt in the ledger
+INSERT INTO ntask.task (queue, task_key, payload, payload_digest, digest_version,
+						run_at, due_at, max_attempts, deadline, state, token,
+						attempts, lease_owner, lease_until, claimed_at)
+VALUES ('v1', 'l1', '{}', ntask_digest('{}'), 1, now(), now() + interval '1 hour', 3,
+		now() + interval '1 day', 'leased', 2, 2, 'W0', now() + interval '1 hour',
+		'2026-01-01 00:00:00+00');
+SELECT task_id AS v1l FROM ntask.task WHERE task_key = 'l1' AND queue = 'v1' \gset
+INSERT INTO ntask.attempt (task_id, token, attempt, worker, claimed_at, ended_at, result,
+						   error_class, outcome_known)
+VALUES (:v1l, 1, 1, 'W9', '2025-12-31 00:00:00+00', '2025-12-31 00:01:00+00',
+		'retry_wait', 'transient', true);
+ALTER EXTENSION ntask UPDATE;
+SELECT extversion FROM pg_extension WHERE extname = 'ntask';
+SELECT item AS only_after_update_from_1_0 FROM pg_temp.ntask_shape()
+EXCEPT SELECT item FROM fresh_shape
+ORDER BY 1;
+SELECT item AS only_in_fresh_not_from_1_0 FROM fresh_shape
+EXCEPT SELECT item FROM pg_temp.ntask_shape()
+ORDER BY 1;
+-- the work in flight goes on: the holder's token reports, the ready task is
+-- claimed with token 1, the ledger keeps both attempts of l1
+SELECT result FROM ntask_transition(:v1l, 1, 'succeeded');
+SELECT result FROM ntask_transition(:v1l, 2, 'succeeded');
+SELECT task_key, token FROM ntask_claim('v1', 'W1');
+SELECT token, worker, result FROM ntask.attempt_all WHERE task_id = :v1l ORDER BY token;

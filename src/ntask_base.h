@@ -45,7 +45,7 @@
 #define ERRCODE_NTASK_GUARD_ANSWER			MAKE_SQLSTATE('N','T','0','0','5')
 
 /* the SQL objects this library is written for (ntask.control default_version) */
-#define NTASK_VERSION			"1.0.0"
+#define NTASK_VERSION			"1.1.0"
 
 /* limits on caller-supplied values */
 #define NTASK_MAX_KEY_LEN		512		/* task_key, bytes */

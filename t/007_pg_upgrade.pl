@@ -164,8 +164,8 @@ is( sql($old, q{
 	't-done:succeeded:1:1,t-edited:ready:0:0,t-fresh:ready:0:0,t-retry:retry_wait:1:1',
 	'old cluster: task states, tokens and attempts before the upgrade');
 
-# Issue 32: a database whose ntask was installed as 0.3 and updated to
-# 1.0.0 (the one upgrade path; its ntask.queue keeps the guard column 0.3
+# A database whose ntask was installed as 0.3 and updated to
+# 1.1.0 (the one upgrade path; its ntask.queue keeps the guard column 0.3
 # replaced, as a dropped column) upgrades too.  0.3 is installed from
 # test/frozen only while scripts/test.sh runs: without it, this part is
 # skipped.
@@ -185,7 +185,7 @@ if ($frozen)
 			FROM pg_extension e, pg_attribute a
 			WHERE e.extname = 'ntask' AND a.attrelid = 'ntask.queue'::regclass
 			GROUP BY extversion}),
-		'1.0.0:1', 'database upd: ntask 0.3 updated to 1.0.0, ntask.queue with its dropped column');
+		'1.1.0:1', 'database upd: ntask 0.3 updated to 1.1.0, ntask.queue with its dropped column');
 }
 else
 {

@@ -212,8 +212,8 @@ for my $k (sort keys %$before)
 	is($after->{$k}, $before->{$k}, "restored: $k unchanged");
 }
 note "tasks before the dump: $before->{tasks}";
-is(sql($dst, q{SELECT extversion FROM pg_extension WHERE extname = 'ntask'}), '1.0.0',
-	'restored: extension 1.0.0');
+is(sql($dst, q{SELECT extversion FROM pg_extension WHERE extname = 'ntask'}), '1.1.0',
+	'restored: extension 1.1.0');
 
 # ---------------------------------------------------------------------
 # The restored database goes on where the old one stopped
@@ -258,12 +258,12 @@ is(sql($dst, q{SELECT context::text FROM ntask_claim('wq', 'W2')}),
 is(sql($dst, q{SELECT state FROM ntask.saga WHERE saga_key = 'o-1'}), 'succeeded',
 	'restored: the saga trigger moves the restored saga to succeeded');
 sql($dst, q{ALTER EXTENSION ntask UPDATE});
-is(sql($dst, q{SELECT extversion FROM pg_extension WHERE extname = 'ntask'}), '1.0.0',
+is(sql($dst, q{SELECT extversion FROM pg_extension WHERE extname = 'ntask'}), '1.1.0',
 	'ALTER EXTENSION ntask UPDATE on the restored database is a no-op');
 
 # Issue 32: a database whose ntask was installed as 0.3 and updated to
-# 1.0.0 (the one upgrade path; ntask.queue keeps 0.3's dropped guard
-# column) dumps and restores into a fresh 1.0.0.  0.3 is installed from
+# 1.1.0 (the one upgrade path; ntask.queue keeps 0.3's dropped guard
+# column) dumps and restores into a fresh 1.1.0.  0.3 is installed from
 # test/frozen only while scripts/test.sh runs: without it, skipped.
 if (-f $src->config_data('--sharedir') . '/extension/ntask--0.3.sql')
 {
@@ -285,7 +285,7 @@ if (-f $src->config_data('--sharedir') . '/extension/ntask--0.3.sql')
 			SELECT e.extversion || ':' || q.max_attempts || ':' || t.task_key || ':' || t.state
 			FROM pg_extension e, ntask.queue q JOIN ntask.task t ON t.queue = q.queue
 			WHERE e.extname = 'ntask'}),
-		'1.0.0:4:k1:ready', 'restored from the updated database: 1.0.0, its queue and its task');
+		'1.1.0:4:k1:ready', 'restored from the updated database: 1.1.0, its queue and its task');
 	is($dst->safe_psql('upd', q{SELECT task_key || ':' || token FROM ntask_claim('u', 'W')}),
 		'k1:1', 'restored from the updated database: its task is claimed');
 }

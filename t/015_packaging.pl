@@ -9,10 +9,10 @@
 #     debian/control.in for every version in debian/pgversions (what
 #     pg_buildext updatecontrol writes); debian/rules builds with pg_buildext
 #     (dh --with pgxs_loop);
-#   - (issue 32) one install script, ntask--<default_version>.sql, which
-#     META.json provides; every upgrade script ends at default_version and
-#     starts from a version whose frozen install script the upgrade tests
-#     use (test/frozen/); the Makefile installs exactly these scripts.
+#   - one install script, ntask--<default_version>.sql, which META.json
+#     provides; the upgrade scripts are one path to default_version, each
+#     from a version whose frozen install script the upgrade tests use
+#     (test/frozen/); the Makefile installs exactly these scripts.
 # The package build itself is scripts/test-deb.sh (NTASK_TEST_DEB=1).
 
 use strict;
@@ -61,13 +61,24 @@ my @scripts = map { s{.*/}{}r } glob("$root/ntask--*.sql");
 my @base = grep { /^ntask--[^-]+\.sql$/ } @scripts;
 is(join(' ', @base), "ntask--$default.sql", "one install script, ntask--$default.sql");
 is($meta->{provides}{ntask}{file}, "ntask--$default.sql", 'META.json provides the install script');
+# the upgrade scripts form one path: each starts from a version whose
+# frozen install script the upgrade tests use, and following the path from
+# any of them reaches default_version
 my @steps = grep { /^ntask--.+--.+\.sql$/ } @scripts;
 ok(@steps >= 1, 'an upgrade script: ' . join(' ', @steps));
+my %next;
 for my $s (@steps)
 {
 	my ($from, $to) = $s =~ /^ntask--(.+)--(.+)\.sql$/;
-	is($to, $default, "$s updates to $default");
+	ok(!exists $next{$from}, "$s: the only upgrade script from $from");
+	$next{$from} = $to;
 	ok(-f "$root/test/frozen/ntask--$from.sql", "$s starts from test/frozen/ntask--$from.sql");
+}
+for my $from (sort keys %next)
+{
+	my ($v, $n) = ($from, 0);
+	$v = $next{$v} while exists $next{$v} && ++$n < 10;
+	is($v, $default, "the path from $from reaches $default");
 }
 my ($data) = slurp('Makefile') =~ /^DATA\s*=\s*(.*)$/m;
 is(join(' ', sort split ' ', $data), join(' ', sort @scripts), 'the Makefile installs exactly these scripts');

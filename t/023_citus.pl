@@ -103,7 +103,7 @@ for my $w ($w1, $w2)
 {
 	is($w->safe_psql('postgres',
 		"SELECT extversion FROM pg_extension WHERE extname = 'ntask'"),
-		'1.0.0', 'CREATE EXTENSION ntask propagated to ' . $w->name);
+		'1.1.0', 'CREATE EXTENSION ntask propagated to ' . $w->name);
 }
 my ($rc, $out, $stderr) = $co->psql('postgres',
 	"BEGIN; SELECT create_reference_table('ntask.queue'); ROLLBACK;");
