@@ -224,7 +224,7 @@ COMMENT ON COLUMN ntask.queue.breaker_cooldown IS 'how long an open breaker send
 COMMENT ON COLUMN ntask.queue.priority_aging IS 'priority aging: a due task''s effective priority rises by one per this interval waited (since its due_at), up to priority_aging_max; NULL: off (fairness none only)';
 COMMENT ON COLUMN ntask.queue.priority_aging_max IS 'with priority_aging: the highest effective priority aging can reach (NULL: the highest priority among the queue''s due tasks); aging never lowers a priority';
 COMMENT ON COLUMN ntask.queue.signal_role IS 'who may ntask_signal the queue''s tasks (NULL: whoever has its producer right); set by ntask_queue_set_signal_role';
-COMMENT ON COLUMN ntask.queue.on_parent_failed IS 'what a task of the queue does when one of its parents ends in repair_required, canceled or skipped: wait (until the parent is replayed and succeeds) or cancel (reason parent_failed, audited); an enqueue''s on_parent_failed overrides it';
+COMMENT ON COLUMN ntask.queue.on_parent_failed IS 'what a task of the queue does when one of its parents ends in repair_required, canceled or skipped: wait (for a parent in repair_required to be replayed and succeed; a canceled or skipped parent, which never can, sends the task to repair_required, reason parent_canceled or parent_skipped) or cancel (reason parent_failed, audited); an enqueue''s on_parent_failed overrides it';
 COMMENT ON COLUMN ntask.queue.guard_owner IS 'the role that owned the guard function when it was set; a function of the guard''s name with another owner is refused at use (guard_error)';
 COMMENT ON COLUMN ntask.queue.paused_at IS 'set while an operator has paused the queue (ntask_queue_pause): no claim hands anything out';
 COMMENT ON COLUMN ntask.queue.paused_by IS 'who paused the queue (the actor of ntask_queue_pause)';
@@ -1824,7 +1824,7 @@ BEGIN
 								THEN format(' (%s pruned)', t.parents_left OPERATOR(pg_catalog.-) count(*) FILTER (WHERE p.state OPERATOR(pg_catalog.<>) 'succeeded')) ELSE '' END,
 						   CASE coalesce(t.on_parent_failed, q.on_parent_failed)
 								WHEN 'cancel' THEN 'cancel'
-								ELSE 'wait until it is replayed and succeeds' END)
+								ELSE 'wait (a parent in repair_required can be replayed; a canceled or skipped parent sends this task to repair_required)' END)
 			 FROM ntask.task_dep d JOIN ntask.task p ON p.task_id OPERATOR(pg_catalog.=) d.parent_id
 			 WHERE d.task_id OPERATOR(pg_catalog.=) t.task_id)
 		WHEN 'ready' THEN
@@ -1865,12 +1865,15 @@ BEGIN
 						ELSE format('invoked %s ago: if it ends without a report its outcome is unknown',
 									ntask.explain_age(n OPERATOR(pg_catalog.-) a.invoked_at)) END)
 		WHEN 'repair_required' THEN
-			format('repair_required: %s, owner %s%s (%s of %s attempts, %s with unknown outcome)',
+			format('repair_required: %s, owner %s%s (%s of %s attempts, %s with unknown outcome)%s',
 				   t.reason, coalesce(t.repair_owner, 'none assigned'),
 				   coalesce(', next: ' || t.repair_next_action, ''),
 				   t.attempts, t.max_attempts,
 				   (SELECT count(*) FROM ntask.attempt_all x
-					WHERE x.task_id OPERATOR(pg_catalog.=) t.task_id AND NOT x.outcome_known))
+					WHERE x.task_id OPERATOR(pg_catalog.=) t.task_id AND NOT x.outcome_known),
+				   CASE WHEN t.reason OPERATOR(pg_catalog.=) ANY ('{parent_canceled,parent_skipped}') THEN
+						'; a parent can no longer succeed: ntask_replay runs this task without its result, ntask_cancel ends it'
+						ELSE '' END)
 		WHEN 'succeeded' THEN
 			format('succeeded (%s) at %s after %s attempt(s): waiting for nothing',
 				   t.outcome, ntask.explain_ts(t.finished_at), t.attempts)
@@ -2707,7 +2710,7 @@ CREATE FUNCTION ntask.task_deps_changed() RETURNS trigger
 AS 'MODULE_PATHNAME', 'ntask_task_deps_changed'
 LANGUAGE C;
 COMMENT ON FUNCTION ntask.task_deps_changed() IS
-'ntask: internal: trigger on ntask.task: a parent that succeeded counts down its waiting children and makes the last one ready; one that ended in repair_required, canceled or skipped cancels its children whose policy is cancel';
+'ntask: internal: trigger on ntask.task: a parent that succeeded counts down its waiting children and makes the last one ready; one that ended in repair_required, canceled or skipped cancels its children whose policy is cancel, and one canceled or skipped sends the others to repair_required; the walk over the descendants is iterative';
 CREATE TRIGGER task_deps_changed AFTER UPDATE OF state ON ntask.task
 	FOR EACH ROW WHEN (NEW.has_children)
 	EXECUTE FUNCTION ntask.task_deps_changed();

@@ -31,11 +31,25 @@
  *									-> children whose policy (their own, else
  *									   their queue's on_parent_failed) is
  *									   cancel are canceled, reason
- *									   parent_failed, audited; the others
- *									   wait (a replayed parent that succeeds
- *									   releases them)
+ *									   parent_failed, audited
+ *	repair_required					-> the others wait (a replayed parent
+ *									   that succeeds releases them)
+ *	canceled, skipped				-> the others go to repair_required,
+ *									   reason parent_canceled or
+ *									   parent_skipped, audited: such a
+ *									   parent can never succeed, so a human
+ *									   decides (replay runs the child
+ *									   without that parent's result, cancel
+ *									   ends it)
  *
- * A canceled child with children of its own runs the trigger in turn.
+ * A child so ended with children of its own is a failed parent in turn.
+ * The walk over the descendants is iterative, never nested: the first
+ * trigger that sees a failed parent runs the cascade (deps_cascade), and
+ * the state changes the cascade makes fire the trigger again inside it,
+ * which only queues the child as the next failed parent.  So a chain of
+ * any depth costs a constant C stack, and a fan-out of any width one lock
+ * per child; the memory held is the queue of failed parents not yet
+ * walked (at most the width of one level of the workflow).
  *
  * Copyright (c) 2026, The ntask authors; the PostgreSQL Licence (LICENSE)
  *
@@ -51,7 +65,9 @@
 #include "catalog/pg_type.h"
 #include "commands/async.h"
 #include "commands/trigger.h"
+#include "miscadmin.h"
 #include "utils/builtins.h"
+#include "utils/memutils.h"
 #include "utils/rel.h"
 
 PG_FUNCTION_INFO_V1(ntask_task_deps_changed);
@@ -351,6 +367,22 @@ deps_cancel_child(int64 child, const char *queue, const char *why)
 }
 
 /*
+ * deps_repair_child
+ *		A waiting child (policy wait) whose parent was canceled or skipped,
+ *		which can never succeed: to repair_required (reason parent_canceled
+ *		or parent_skipped), audited.  The caller holds its row lock.
+ */
+static void
+deps_repair_child(int64 child, const char *queue, const char *pstate, const char *why)
+{
+	const char *reason = strcmp(pstate, "skipped") == 0 ? "parent_skipped" : "parent_canceled";
+
+	NtaskFinishTask(child, "repair_required", reason, "repair_required", NULL, NULL);
+	NtaskAudit("ntask", "repair", child, queue,
+			   psprintf("%s: %s", reason, why), "waiting", "repair_required");
+}
+
+/*
  * NtaskDepsAttach
  *		Inside the caller's SPI connection, after the enqueue created the
  *		children ids[0..n-1]: attach them to d's parents (resolved).  A
@@ -447,7 +479,9 @@ deps_release(int64 parent)
 /*
  * deps_failed
  *		The parent ended in repair_required, canceled or skipped: cancel the
- *		waiting children whose policy says so.
+ *		waiting children whose policy says so; a canceled or skipped
+ *		parent sends the others to repair_required.  Each child so ended
+ *		fires the trigger, which queues it for the cascade.
  */
 static void
 deps_failed(int64 parent, const char *pqueue, const char *pkey, const char *state)
@@ -456,6 +490,7 @@ deps_failed(int64 parent, const char *pqueue, const char *pkey, const char *stat
 	int			nrows;
 	int			r;
 	SPITupleTable *tt;
+	bool		final = strcmp(state, "repair_required") != 0;
 	char	   *why = psprintf("parent %s:%s ended %s", pqueue, pkey, state);
 
 	values[0] = Int64GetDatum(parent);
@@ -463,12 +498,100 @@ deps_failed(int64 parent, const char *pqueue, const char *pkey, const char *stat
 	tt = SPI_tuptable;
 	for (r = 0; r < nrows; r++)
 	{
+		int64		child;
+		char	   *queue;
+
 		SPI_tuptable = tt;
-		if (strcmp(NtaskGetCString(r, DEPS_FAILED_POLICY), "cancel") != 0)
-			continue;
-		deps_cancel_child(NtaskGetInt64(r, DEPS_FAILED_TASK_ID),
-						  NtaskGetCString(r, DEPS_FAILED_QUEUE), why);
+		child = NtaskGetInt64(r, DEPS_FAILED_TASK_ID);
+		queue = NtaskGetCString(r, DEPS_FAILED_QUEUE);
+		if (strcmp(NtaskGetCString(r, DEPS_FAILED_POLICY), "cancel") == 0)
+			deps_cancel_child(child, queue, why);
+		else if (final)
+			deps_repair_child(child, queue, state, why);
 	}
+	SPI_tuptable = tt;
+}
+
+/*
+ * The cascade of a failed parent.  deps_pending holds the failed parents
+ * not yet walked (from deps_next on), in deps_cxt, a child of the
+ * transaction's context; deps_cascading says that a cascade runs, so
+ * that the trigger queues instead of walking.  Both are reset when the
+ * cascade ends, also by an error.
+ */
+typedef struct DepsFailedParent
+{
+	int64		task_id;
+	char	   *queue;
+	char	   *key;
+	char	   *state;
+} DepsFailedParent;
+
+static bool deps_cascading = false;
+static List *deps_pending = NIL;
+static int	deps_next = 0;
+static MemoryContext deps_cxt = NULL;
+
+/* deps_queue: add a failed parent to the cascade's queue */
+static void
+deps_queue(int64 task_id, const char *queue, const char *key, const char *state)
+{
+	MemoryContext old = MemoryContextSwitchTo(deps_cxt);
+	DepsFailedParent *f = palloc(sizeof(DepsFailedParent));
+
+	f->task_id = task_id;
+	f->queue = pstrdup(queue);
+	f->key = pstrdup(key);
+	f->state = pstrdup(state);
+	deps_pending = lappend(deps_pending, f);
+	MemoryContextSwitchTo(old);
+}
+
+/*
+ * deps_cascade
+ *		Walk the failed parent and, breadth first, every descendant its end
+ *		ends, one parent at a time in its own SPI connection (so each
+ *		step's memory is freed), the queue compacted as it is consumed.
+ */
+static void
+deps_cascade(int64 task_id, const char *queue, const char *key, const char *state)
+{
+	deps_cxt = AllocSetContextCreate(TopTransactionContext, "ntask dependency cascade",
+									 ALLOCSET_DEFAULT_SIZES);
+	deps_pending = NIL;
+	deps_next = 0;
+	deps_cascading = true;
+	PG_TRY();
+	{
+		deps_queue(task_id, queue, key, state);
+		while (deps_next < list_length(deps_pending))
+		{
+			DepsFailedParent *f = (DepsFailedParent *) list_nth(deps_pending, deps_next++);
+
+			CHECK_FOR_INTERRUPTS();
+			SPI_connect();
+			deps_failed(f->task_id, f->queue, f->key, f->state);
+			SPI_finish();
+			pfree(f->queue);
+			pfree(f->key);
+			pfree(f->state);
+			pfree(f);
+			if (deps_next >= 1024 && deps_next * 2 >= list_length(deps_pending))
+			{
+				deps_pending = list_delete_first_n(deps_pending, deps_next);
+				deps_next = 0;
+			}
+		}
+	}
+	PG_FINALLY();
+	{
+		deps_cascading = false;
+		deps_pending = NIL;
+		deps_next = 0;
+		MemoryContextDelete(deps_cxt);
+		deps_cxt = NULL;
+	}
+	PG_END_TRY();
 }
 
 /*
@@ -505,9 +628,10 @@ ntask_task_deps_changed(PG_FUNCTION_ARGS)
 		char	   *queue = TextDatumGetCString(deps_attr(td, td->tg_newtuple, "queue", &isnull));
 		char	   *key = TextDatumGetCString(deps_attr(td, td->tg_newtuple, "task_key", &isnull));
 
-		SPI_connect();
-		deps_failed(task_id, queue, key, state);
-		SPI_finish();
+		if (deps_cascading)
+			deps_queue(task_id, queue, key, state);
+		else
+			deps_cascade(task_id, queue, key, state);
 	}
 	return PointerGetDatum(NULL);
 }

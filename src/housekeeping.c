@@ -141,28 +141,46 @@ static NtaskPlan hk_deadline_plan = {
 };
 
 /*
- * The same for one shard: the pick and the update apart (Citus plans a
- * CTE apart), no common text.
+ * The same, the pick and the update apart: one shard's (Citus plans a CTE
+ * apart), and a plain install's when its one statement failed and the
+ * tasks are taken one at a time (hk_deadlines).
  */
+#define HK_DEADLINE_PICK_SQL(shard_and, now, limit) \
+	"SELECT t.task_id FROM ntask.task t " \
+	"WHERE " shard_and "t.due_at IS NOT NULL " \
+	"  AND t.state OPERATOR(pg_catalog.<>) 'leased' " \
+	"  AND t.deadline OPERATOR(pg_catalog.<=) " now " " \
+	"LIMIT " limit " FOR UPDATE SKIP LOCKED"
+
+#define HK_DEADLINE_SET_SQL(now, shard_and) \
+	"UPDATE ntask.task t SET state = 'repair_required', " \
+	"  reason = 'deadline_exceeded', due_at = NULL, " \
+	"  finished_at = " now ", updated_at = " now " " \
+	"WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1) " shard_and
+
 static NtaskPlan hk_deadline_pick_shard_plan = {
 	"housekeeping pick deadlines (one shard)",
-	"SELECT t.task_id FROM ntask.task t "
-	"WHERE t.shard OPERATOR(pg_catalog.=) $1 "
-	"  AND t.due_at IS NOT NULL "
-	"  AND t.state OPERATOR(pg_catalog.<>) 'leased' "
-	"  AND t.deadline OPERATOR(pg_catalog.<=) $2 "
-	"LIMIT $3 FOR UPDATE SKIP LOCKED",
+	HK_DEADLINE_PICK_SQL("t.shard OPERATOR(pg_catalog.=) $1   AND ", "$2", "$3"),
 	3, {INT2OID, TIMESTAMPTZOID, INT4OID}
 };
 
 static NtaskPlan hk_deadline_set_shard_plan = {
 	"housekeeping deadlines (one shard)",
-	"UPDATE ntask.task t SET state = 'repair_required', "
-	"  reason = 'deadline_exceeded', due_at = NULL, "
-	"  finished_at = $2, updated_at = $2 "
-	"WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1) "
-	"  AND t.shard OPERATOR(pg_catalog.=) $3",
+	HK_DEADLINE_SET_SQL("$2", "  AND t.shard OPERATOR(pg_catalog.=) $3"),
 	3, {INT8ARRAYOID, TIMESTAMPTZOID, INT2OID}
+};
+
+/* $1 rows */
+static NtaskPlan hk_deadline_pick_plan = {
+	"housekeeping pick deadlines",
+	HK_DEADLINE_PICK_SQL("", HK_NOW, "$1"),
+	1, {INT4OID}
+};
+
+static NtaskPlan hk_deadline_set_plan = {
+	"housekeeping deadlines of tasks",
+	HK_DEADLINE_SET_SQL(HK_NOW, ""),
+	1, {INT8ARRAYOID}
 };
 
 /* history: $1 retention, $2 at most this many rows */
@@ -403,6 +421,116 @@ typedef struct HkScope
 } HkScope;
 
 /*
+ * One task's trouble never stops the round (docs/guarantees.md): on a
+ * plain install each step runs in a subtransaction; when a step that
+ * writes many tasks at once fails, its tasks are written again one at a
+ * time, each in a subtransaction of its own, and a task that still fails
+ * is left as it was with a WARNING that names it, and tried again next
+ * round.  Retention and the history go queue by queue and table by table
+ * the same way.  A distributed install's rounds are per shard already,
+ * each in a transaction of its own in the background worker.
+ */
+typedef struct HkWork
+{
+	const HkScope *s;
+	Datum		ids;			/* int8[] of the tasks to write */
+	int64		done;			/* rows written */
+	int64		repaired;		/* of which to repair_required */
+	Datum		queue;			/* retention: the queue */
+	Datum		retention;		/* and its retention */
+	int64	   *counts;			/* retention: adds to counts[2] */
+} HkWork;
+
+/* hk_warn: a step or a task that failed and was left for the next round */
+static void
+hk_warn(const char *what, ErrorData *e)
+{
+	ereport(WARNING,
+			(errcode(e->sqlerrcode),
+			 errmsg("ntask: housekeeping: %s failed: %s", what, e->message),
+			 errhint("The rest of the round went on; this is tried again next round.")));
+	FreeErrorData(e);
+}
+
+/* hk_ids: the first column of the n rows of the last result, as int64s */
+static Datum *
+hk_ids(int n)
+{
+	Datum	   *elems = palloc(sizeof(Datum) * Max(n, 1));
+	int			r;
+
+	for (r = 0; r < n; r++)
+		elems[r] = Int64GetDatum(NtaskGetInt64(r, 1));
+	return elems;
+}
+
+/*
+ * hk_each
+ *		Write ids[0..n-1] with fn: all at once in a subtransaction, and if
+ *		that fails, one at a time (what says what for the WARNING).  Adds
+ *		the rows written to done[0] and those sent to repair to done[1].
+ */
+static void
+hk_each(const HkScope *s, Datum *ids, int n, void (*fn) (void *arg),
+		const char *what, int64 *done)
+{
+	HkWork		w;
+	ErrorData  *e;
+	int			r;
+
+	memset(&w, 0, sizeof(w));
+	w.s = s;
+	w.ids = NtaskInt8Array(ids, n);
+	if (s->sharded)
+	{
+		fn(&w);
+		done[0] += w.done;
+		done[1] += w.repaired;
+		return;
+	}
+	if (NtaskTrySubxact(fn, &w, &e))
+	{
+		done[0] += w.done;
+		done[1] += w.repaired;
+		return;
+	}
+	FreeErrorData(e);
+	for (r = 0; r < n; r++)
+	{
+		w.ids = NtaskInt8Array(&ids[r], 1);
+		w.done = w.repaired = 0;
+		if (NtaskTrySubxact(fn, &w, &e))
+		{
+			done[0] += w.done;
+			done[1] += w.repaired;
+		}
+		else
+			hk_warn(psprintf("%s of task " INT64_FORMAT, what, DatumGetInt64(ids[r])), e);
+	}
+}
+
+/* hk_release_step: close the attempts of w->ids and release them */
+static void
+hk_release_step(void *arg)
+{
+	HkWork	   *w = (HkWork *) arg;
+	Datum		values[4];
+	int			n;
+	int			r;
+
+	values[0] = w->ids;
+	values[1] = NtaskCloseExpiredAttempts(values[0]);
+	values[2] = w->s->ts;		/* the shard's statement only */
+	values[3] = Int16GetDatum(w->s->shard);
+	n = NtaskExecPlan(w->s->sharded ? &hk_release_shard_plan : &hk_release_plan,
+					  values, NULL, SPI_OK_UPDATE_RETURNING);
+	w->done += n;
+	for (r = 0; r < n; r++)
+		if (NtaskGetBool(r, 1))
+			w->repaired++;
+}
+
+/*
  * hk_expired
  *		Step 1: release expired leases (closing their attempts); counts[0]
  *		leases released, counts[1] tasks that went to repair_required.
@@ -410,9 +538,9 @@ typedef struct HkScope
 static void
 hk_expired(const HkScope *s, int64 *counts)
 {
-	Datum		values[4];
+	Datum		values[3];
+	int64		done[2] = {0, 0};
 	int			n;
-	int			r;
 
 	if (s->sharded)
 	{
@@ -426,16 +554,34 @@ hk_expired(const HkScope *s, int64 *counts)
 							   s->max_rows);
 	if (n == 0)
 		return;
-	values[0] = NtaskResultIds(n);
-	values[1] = NtaskCloseExpiredAttempts(values[0]);
-	values[2] = s->ts;			/* the shard's statement only */
-	values[3] = Int16GetDatum(s->shard);
-	n = NtaskExecPlan(s->sharded ? &hk_release_shard_plan : &hk_release_plan,
-					  values, NULL, SPI_OK_UPDATE_RETURNING);
-	counts[0] += n;
-	for (r = 0; r < n; r++)
-		if (NtaskGetBool(r, 1))
-			counts[1]++;
+	hk_each(s, hk_ids(n), n, hk_release_step, "releasing the expired lease", done);
+	counts[0] += done[0];
+	counts[1] += done[1];
+}
+
+/* hk_deadline_set_step: w->ids to repair_required, deadline_exceeded */
+static void
+hk_deadline_set_step(void *arg)
+{
+	HkWork	   *w = (HkWork *) arg;
+	Datum		values[3];
+
+	values[0] = w->ids;
+	values[1] = w->s->ts;		/* the shard's statement only */
+	values[2] = Int16GetDatum(w->s->shard);
+	w->done += NtaskExecPlan(w->s->sharded ? &hk_deadline_set_shard_plan :
+							 &hk_deadline_set_plan, values, NULL, SPI_OK_UPDATE);
+}
+
+/* hk_deadline_step: a plain install's one statement of step 2 */
+static void
+hk_deadline_step(void *arg)
+{
+	HkWork	   *w = (HkWork *) arg;
+	Datum		values[1];
+
+	values[0] = Int32GetDatum(w->s->max_rows);
+	w->done = NtaskExecPlan(&hk_deadline_plan, values, NULL, SPI_OK_UPDATE);
 }
 
 /* hk_deadlines: step 2, deadlines of tasks nobody claims; adds to counts[1] */
@@ -443,24 +589,36 @@ static void
 hk_deadlines(const HkScope *s, int64 *counts)
 {
 	Datum		values[3];
+	int64		done[2] = {0, 0};
 	int			n;
 
 	if (!s->sharded)
 	{
+		HkWork		w;
+		ErrorData  *e;
+
+		memset(&w, 0, sizeof(w));
+		w.s = s;
+		if (NtaskTrySubxact(hk_deadline_step, &w, &e))
+		{
+			counts[1] += w.done;
+			return;
+		}
+		FreeErrorData(e);
 		values[0] = Int32GetDatum(s->max_rows);
-		counts[1] += NtaskExecPlan(&hk_deadline_plan, values, NULL, SPI_OK_UPDATE);
-		return;
+		n = NtaskExecPlan(&hk_deadline_pick_plan, values, NULL, SPI_OK_SELECT);
 	}
-	values[0] = Int16GetDatum(s->shard);
-	values[1] = s->ts;
-	values[2] = Int32GetDatum(s->max_rows);
-	n = NtaskExecPlan(&hk_deadline_pick_shard_plan, values, NULL, SPI_OK_SELECT);
+	else
+	{
+		values[0] = Int16GetDatum(s->shard);
+		values[1] = s->ts;
+		values[2] = Int32GetDatum(s->max_rows);
+		n = NtaskExecPlan(&hk_deadline_pick_shard_plan, values, NULL, SPI_OK_SELECT);
+	}
 	if (n == 0)
 		return;
-	values[0] = NtaskResultIds(n);
-	values[1] = s->ts;
-	values[2] = Int16GetDatum(s->shard);
-	counts[1] += NtaskExecPlan(&hk_deadline_set_shard_plan, values, NULL, SPI_OK_UPDATE);
+	hk_each(s, hk_ids(n), n, hk_deadline_set_step, "the deadline sweep", done);
+	counts[1] += done[0];
 }
 
 /* hk_before: the statement timestamp minus retention */
@@ -471,12 +629,69 @@ hk_before(Datum retention)
 }
 
 /*
+ * hk_prune_queue
+ *		Step 3 for one queue (w->queue, w->retention): its finished tasks
+ *		past the retention, with their attempts, receipts, checkpoints and
+ *		the signals they awaited, and its signals no task awaited past the
+ *		same retention; adds to w->counts[2].
+ */
+static void
+hk_prune_queue(void *arg)
+{
+	HkWork	   *w = (HkWork *) arg;
+	const HkScope *s = w->s;
+	Datum		values[4];
+	int			n;
+
+	values[0] = w->queue;
+	if (s->sharded)
+	{
+		values[1] = Int16GetDatum(s->shard);
+		values[2] = hk_before(w->retention);
+		values[3] = Int32GetDatum(s->max_rows);
+		n = NtaskExecPlan(&hk_prune_pick_shard_plan, values, NULL, SPI_OK_SELECT);
+	}
+	else
+	{
+		values[1] = w->retention;
+		n = NtaskExecPlanCount(&hk_prune_pick_plan, values, NULL,
+							   SPI_OK_SELECT, s->max_rows);
+	}
+	if (!s->sharded || s->shard == 0)
+	{
+		Datum		sv[3];
+		SPITupleTable *picked = SPI_tuptable;
+
+		sv[0] = w->queue;
+		sv[1] = hk_before(w->retention);
+		sv[2] = Int32GetDatum(s->max_rows);
+		(void) NtaskExecPlan(&hk_prune_unawaited_plan, sv, NULL, SPI_OK_DELETE);
+		SPI_tuptable = picked;
+	}
+	if (n == 0)
+		return;
+	values[0] = NtaskResultIds(n);
+	values[1] = Int16GetDatum(s->shard);	/* the shard's statements only */
+	(void) NtaskExecPlan(s->sharded ? &hk_prune_checkpoints_shard_plan :
+						 &hk_prune_checkpoints_plan, values, NULL, SPI_OK_DELETE);
+	(void) NtaskExecPlan(s->sharded ? &hk_prune_signals_shard_plan :
+						 &hk_prune_signals_plan, values, NULL, SPI_OK_DELETE);
+	(void) NtaskExecPlan(s->sharded ? &hk_prune_attempts_shard_plan :
+						 &hk_prune_attempts_plan, values, NULL, SPI_OK_DELETE);
+	(void) NtaskExecPlan(s->sharded ? &hk_prune_receipts_shard_plan :
+						 &hk_prune_receipts_plan, values, NULL, SPI_OK_DELETE);
+	if (s->sharded)
+		w->counts[2] += NtaskExecPlan(&hk_prune_tasks_shard_plan, values, NULL,
+									  SPI_OK_DELETE);
+	else if (NtaskExecPlan(&hk_prune_tasks_plan, values, NULL, SPI_OK_SELECT) == 1)
+		w->counts[2] += NtaskGetInt32(0, 1);
+}
+
+/*
  * hk_retention
  *		Step 3: finished tasks past their queue's retention, queue by queue
- *		(the queues: a reference table on a distributed install), with
- *		their attempts, receipts, checkpoints and the signals they
- *		awaited, and the queue's signals no task awaited past the same
- *		retention; adds to counts[2].
+ *		(the queues: a reference table on a distributed install), each
+ *		queue in a subtransaction on a plain install; adds to counts[2].
  */
 static void
 hk_retention(const HkScope *s, int64 *counts)
@@ -488,55 +703,26 @@ hk_retention(const HkScope *s, int64 *counts)
 	queues = SPI_tuptable;
 	for (q = 0; q < nq; q++)
 	{
-		Datum		values[4];
+		HkWork		w;
+		ErrorData  *e;
 		bool		isnull;
-		int			n;
+		int64		before = counts[2];
 
 		SPI_tuptable = queues;
-		values[0] = NtaskGetDatum(q, 1, &isnull);
+		memset(&w, 0, sizeof(w));
+		w.s = s;
+		w.counts = counts;
+		w.queue = NtaskGetDatum(q, 1, &isnull);
+		w.retention = NtaskGetDatum(q, 2, &isnull);
 		if (s->sharded)
+			hk_prune_queue(&w);
+		else if (!NtaskTrySubxact(hk_prune_queue, &w, &e))
 		{
-			values[1] = Int16GetDatum(s->shard);
-			values[2] = hk_before(NtaskGetDatum(q, 2, &isnull));
-			values[3] = Int32GetDatum(s->max_rows);
-			n = NtaskExecPlan(&hk_prune_pick_shard_plan, values, NULL, SPI_OK_SELECT);
+			counts[2] = before;
+			hk_warn(psprintf("pruning queue \"%s\"", TextDatumGetCString(w.queue)), e);
 		}
-		else
-		{
-			values[1] = NtaskGetDatum(q, 2, &isnull);
-			n = NtaskExecPlanCount(&hk_prune_pick_plan, values, NULL,
-								   SPI_OK_SELECT, s->max_rows);
-		}
-		if (!s->sharded || s->shard == 0)
-		{
-			Datum		sv[3];
-			SPITupleTable *picked = SPI_tuptable;
-
-			SPI_tuptable = queues;
-			sv[0] = NtaskGetDatum(q, 1, &isnull);
-			sv[1] = hk_before(NtaskGetDatum(q, 2, &isnull));
-			sv[2] = Int32GetDatum(s->max_rows);
-			(void) NtaskExecPlan(&hk_prune_unawaited_plan, sv, NULL, SPI_OK_DELETE);
-			SPI_tuptable = picked;
-		}
-		if (n == 0)
-			continue;
-		values[0] = NtaskResultIds(n);
-		values[1] = Int16GetDatum(s->shard);	/* the shard's statements only */
-		(void) NtaskExecPlan(s->sharded ? &hk_prune_checkpoints_shard_plan :
-							 &hk_prune_checkpoints_plan, values, NULL, SPI_OK_DELETE);
-		(void) NtaskExecPlan(s->sharded ? &hk_prune_signals_shard_plan :
-							 &hk_prune_signals_plan, values, NULL, SPI_OK_DELETE);
-		(void) NtaskExecPlan(s->sharded ? &hk_prune_attempts_shard_plan :
-							 &hk_prune_attempts_plan, values, NULL, SPI_OK_DELETE);
-		(void) NtaskExecPlan(s->sharded ? &hk_prune_receipts_shard_plan :
-							 &hk_prune_receipts_plan, values, NULL, SPI_OK_DELETE);
-		if (s->sharded)
-			counts[2] += NtaskExecPlan(&hk_prune_tasks_shard_plan, values, NULL,
-									   SPI_OK_DELETE);
-		else if (NtaskExecPlan(&hk_prune_tasks_plan, values, NULL, SPI_OK_SELECT) == 1)
-			counts[2] += NtaskGetInt32(0, 1);
 	}
+	SPI_tuptable = queues;
 }
 
 /* hk_round: steps 1-3 of a round in scope s; adds to counts[0..2] */
@@ -683,6 +869,39 @@ hk_prune_history(NtaskPlan *plan, int retention_s, int max_rows)
 	(void) NtaskExecPlan(plan, values, NULL, SPI_OK_DELETE);
 }
 
+/* one history step of a plain install, for NtaskTrySubxact */
+typedef struct HkHistory
+{
+	NtaskPlan  *plan;
+	int			retention_s;	/* -1: the key pauses */
+	int			max_rows;
+} HkHistory;
+
+static void
+hk_history_step(void *arg)
+{
+	HkHistory  *h = (HkHistory *) arg;
+
+	if (h->retention_s < 0)
+		hk_prune_key_pauses(h->max_rows);
+	else
+		hk_prune_history(h->plan, h->retention_s, h->max_rows);
+}
+
+/* hk_guarded_history: a history step in a subtransaction of its own */
+static void
+hk_guarded_history(NtaskPlan *plan, int retention_s, int max_rows)
+{
+	HkHistory	h;
+	ErrorData  *e;
+
+	h.plan = plan;
+	h.retention_s = retention_s;
+	h.max_rows = max_rows;
+	if (!NtaskTrySubxact(hk_history_step, &h, &e))
+		hk_warn(psprintf("%s", plan->name), e);
+}
+
 /*
  * NtaskHousekeep
  *		One round, at most max_rows rows per step (per queue for pruning),
@@ -716,10 +935,10 @@ NtaskHousekeep(int max_rows, bool deadlines, int64 *counts)
 	hk_round(&s, deadlines, counts);
 
 	/* 4. history: audit, schedule slots, fence receipts (0: keep forever) */
-	hk_prune_history(&hk_prune_audit_plan, ntask_audit_retention_s, max_rows);
-	hk_prune_history(&hk_prune_slots_plan, ntask_history_retention_s, max_rows);
-	hk_prune_history(&hk_prune_fence_plan, ntask_history_retention_s, max_rows);
-	hk_prune_key_pauses(max_rows);
+	hk_guarded_history(&hk_prune_audit_plan, ntask_audit_retention_s, max_rows);
+	hk_guarded_history(&hk_prune_slots_plan, ntask_history_retention_s, max_rows);
+	hk_guarded_history(&hk_prune_fence_plan, ntask_history_retention_s, max_rows);
+	hk_guarded_history(&hk_key_pause_plan, -1, max_rows);
 }
 
 /*
