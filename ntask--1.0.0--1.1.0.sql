@@ -30,6 +30,18 @@ COMMENT ON COLUMN ntask.queue.on_parent_failed IS 'what a task of the queue does
 COMMENT ON FUNCTION ntask.task_deps_changed() IS
 'ntask: internal: trigger on ntask.task: a parent that succeeded counts down its waiting children and makes the last one ready; one that ended in repair_required, canceled or skipped cancels its children whose policy is cancel, and one canceled or skipped sends the others to repair_required; the walk over the descendants is iterative';
 
+-- 45.2: the claim's context is bounded (ntask.max_context_bytes per task,
+-- ntask.max_claim_context_bytes per claim); a task past the claim's
+-- budget carries "deferred": true and its worker reads the rest here
+CREATE FUNCTION @extschema@.ntask_context(task_id bigint, token bigint)
+RETURNS jsonb
+AS 'MODULE_PATHNAME', 'ntask_context'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.ntask_context(bigint, bigint) IS
+'ntask: the whole context of the attempt the token holds, as ntask_claim hands it out without the claim''s budget (for a task whose claim context said deferred: true); NULL when the token no longer holds the task or the task has none';
+REVOKE ALL ON FUNCTION @extschema@.ntask_context(bigint, bigint) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.ntask_context(bigint, bigint) TO ntask_worker;
+
 -- ntask_explain, whole (every issue of the wave that changes it edits
 -- this one copy: it must equal ntask--1.1.0.sql's)
 CREATE OR REPLACE FUNCTION @extschema@.ntask_explain(task_id bigint, include_payload boolean DEFAULT false)

@@ -1121,6 +1121,13 @@ LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION @extschema@.ntask_checkpoint(bigint, bigint, text, jsonb) IS
 'ntask: record a step of the task the token holds (in the business transaction, like a receipt); returns applied, duplicate (the step has that value), conflict (another value) or stale; later claims of the task get it in context.checkpoints';
 
+CREATE FUNCTION @extschema@.ntask_context(task_id bigint, token bigint)
+RETURNS jsonb
+AS 'MODULE_PATHNAME', 'ntask_context'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.ntask_context(bigint, bigint) IS
+'ntask: the whole context of the attempt the token holds, as ntask_claim hands it out without the claim''s budget (for a task whose claim context said deferred: true); NULL when the token no longer holds the task or the task has none';
+
 CREATE FUNCTION @extschema@.ntask_await(task_id bigint, token bigint, signal_key text,
 	timeout interval DEFAULT NULL, on_timeout text DEFAULT 'ready')
 RETURNS text
@@ -2766,7 +2773,8 @@ REVOKE ALL ON FUNCTION
 	@extschema@.ntask_checkpoint(bigint, bigint, text, jsonb),
 	@extschema@.ntask_await(bigint, bigint, text, interval, text),
 	@extschema@.ntask_signal(text, text, jsonb),
-	@extschema@.ntask_queue_set_signal_role(text, regrole)
+	@extschema@.ntask_queue_set_signal_role(text, regrole),
+	@extschema@.ntask_context(bigint, bigint)
 FROM PUBLIC;
 
 GRANT EXECUTE ON FUNCTION
@@ -2791,7 +2799,8 @@ GRANT EXECUTE ON FUNCTION
 	@extschema@.ntask_digest(jsonb, integer),
 	@extschema@.ntask_checkpoint(bigint, bigint, text, jsonb),
 	@extschema@.ntask_await(bigint, bigint, text, interval, text),
-	@extschema@.ntask_signal(text, text, jsonb)
+	@extschema@.ntask_signal(text, text, jsonb),
+	@extschema@.ntask_context(bigint, bigint)
 TO ntask_worker;
 
 GRANT EXECUTE ON FUNCTION

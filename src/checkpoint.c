@@ -39,9 +39,11 @@
 #include "ntask_task.h"
 
 #include "catalog/pg_type.h"
+#include "access/detoast.h"
 #include "utils/builtins.h"
 
 PG_FUNCTION_INFO_V1(ntask_checkpoint);
+PG_FUNCTION_INFO_V1(ntask_context);
 
 /* at most this many checkpoints per task (54000 above it) */
 #define CKPT_MAX_PER_TASK	1000
@@ -109,6 +111,51 @@ static NtaskPlan ckpt_insert_plan = {
 	CKPT_NARGS, {INT8OID, TEXTOID, JSONBOID, BYTEAOID, INT2OID, INT8OID}
 };
 
+/*
+ * The values of a task's checkpoints but one step: their sizes are read
+ * from the rows (toast_raw_datum_size), never detoasted.
+ */
+static NtaskPlan ckpt_sizes_plan = {
+	"checkpoint sizes",
+	"SELECT c.value FROM ntask.checkpoint c "
+	"WHERE c.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("c", "$1")
+	"  AND c.step OPERATOR(pg_catalog.<>) $2",
+	2, {INT8OID, TEXTOID}
+};
+
+/*
+ * ckpt_check_bytes
+ *		A new checkpoint of value_bytes bytes must keep the task's
+ *		checkpoints within ntask.max_context_bytes (54000): the claim's
+ *		context carries them all.
+ */
+static void
+ckpt_check_bytes(Datum *values, int64 task_id, Size value_bytes)
+{
+	SPITupleTable *save = SPI_tuptable;
+	int64		total = value_bytes;
+	int			n;
+	int			r;
+
+	n = NtaskExecPlan(&ckpt_sizes_plan, values, NULL, SPI_OK_SELECT);
+	for (r = 0; r < n; r++)
+	{
+		bool		isnull;
+		Datum		d = NtaskGetDatum(r, 1, &isnull);
+
+		if (!isnull)
+			total += toast_raw_datum_size(d);
+	}
+	SPI_freetuptable(SPI_tuptable);
+	SPI_tuptable = save;
+	if (total > (int64) ntask_max_context_bytes)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("ntask: the checkpoints of task %lld would hold %lld bytes, more than ntask.max_context_bytes (%d)",
+						(long long) task_id, (long long) total, ntask_max_context_bytes),
+				 errhint("Every claim of the task carries its checkpoints: keep large values elsewhere and a reference in the checkpoint.")));
+}
+
 /* ckpt_compare: duplicate or conflict against the checkpoint in row 0 */
 static const char *
 ckpt_compare(Jsonb *value, bytea *digest)
@@ -143,6 +190,7 @@ ntask_checkpoint(PG_FUNCTION_ARGS)
 	Datum		values[CKPT_NARGS];
 	Datum		lockvals[2];
 	bool		holds;
+	int32		nckpt;
 	const char *result;
 
 	if (VARSIZE(value) > (Size) ntask_max_result_bytes)
@@ -171,7 +219,8 @@ ntask_checkpoint(PG_FUNCTION_ARGS)
 	NtaskCheckTokenRange(task_id, token, NtaskGetInt64(0, CKPT_LOCK_TOKEN));
 	holds = token == NtaskGetInt64(0, CKPT_LOCK_TOKEN) &&
 		NtaskGetBool(0, CKPT_LOCK_LEASED);
-	if (holds && NtaskGetInt32(0, CKPT_LOCK_COUNT) >= CKPT_MAX_PER_TASK &&
+	nckpt = NtaskGetInt32(0, CKPT_LOCK_COUNT);
+	if (holds && nckpt >= CKPT_MAX_PER_TASK &&
 		NtaskExecPlan(&ckpt_step_plan, values, NULL, SPI_OK_SELECT) == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
@@ -192,6 +241,8 @@ ntask_checkpoint(PG_FUNCTION_ARGS)
 	}
 	else if (holds)
 	{
+		if (nckpt > 0 || VARSIZE(value) > (Size) ntask_max_context_bytes)
+			ckpt_check_bytes(values, task_id, VARSIZE(value));
 		(void) NtaskExecPlan(&ckpt_insert_plan, values, NULL, SPI_OK_UPDATE);
 		result = "applied";
 	}
@@ -199,4 +250,83 @@ ntask_checkpoint(PG_FUNCTION_ARGS)
 		result = "stale";
 	SPI_finish();
 	PG_RETURN_TEXT_P(cstring_to_text(result));
+}
+
+/* ctx_task_plan's columns: what the context of the task is built from */
+typedef enum CtxTaskCol
+{
+	CTX_TASK_TOKEN = 1,
+	CTX_TASK_LEASED,
+	CTX_TASK_RIGHT,
+	CTX_TASK_QUEUE,
+	CTX_TASK_TRACEPARENT,
+	CTX_TASK_CHECKPOINTS,
+	CTX_TASK_SIGNAL_KEY,
+	CTX_TASK_HAS_PARENTS
+} CtxTaskCol;
+
+static NtaskPlan ctx_task_plan = {
+	"context task",
+	"SELECT t.token, t.state OPERATOR(pg_catalog.=) 'leased', "
+	"  " NTASK_WORKER_RIGHT("q", "2") ", t.queue, t.traceparent, t.checkpoints, "
+	"  t.signal_key, t.has_parents "
+	"FROM ntask.task t JOIN ntask.queue q ON q.queue OPERATOR(pg_catalog.=) t.queue "
+	"WHERE t.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("t", "$1"),
+	2, {INT8OID, OIDOID}
+};
+
+/*
+ * ntask_context(task_id bigint, token bigint) RETURNS jsonb
+ *		The whole context of the attempt the token holds, as a claim would
+ *		hand it out without its claim's budget: for a task whose claim
+ *		said "deferred": true.  NULL when the token no longer holds the
+ *		task (the lease was lost), or when the task has no context.
+ *		Errors: NULL argument 22004; unknown task P0002; no right to the
+ *		task's queue 42501; a token never issued NT003.  Takes no lock.
+ */
+Datum
+ntask_context(PG_FUNCTION_ARGS)
+{
+	int64		task_id = NtaskArgInt64(fcinfo, 0, "task_id");
+	int64		token = NtaskArgInt64(fcinfo, 1, "token");
+	Datum		values[2];
+	NtaskContextIn in = {0};
+	bool		isnull = true;
+	bool		sknull;
+	Datum		sk;
+	Datum		d = (Datum) 0;
+	MemoryContext caller = CurrentMemoryContext;
+
+	values[0] = Int64GetDatum(task_id);
+	values[1] = ObjectIdGetDatum(NtaskCaller());
+	SPI_connect();
+	if (NtaskExecPlan(&ctx_task_plan, values, NULL, SPI_OK_SELECT) == 0)
+		NtaskTaskNotFound(task_id);
+	if (!NtaskGetBool(0, CTX_TASK_RIGHT))
+		NtaskTaskRightDenied(task_id);
+	NtaskCheckTokenRange(task_id, token, NtaskGetInt64(0, CTX_TASK_TOKEN));
+	if (token == NtaskGetInt64(0, CTX_TASK_TOKEN) && NtaskGetBool(0, CTX_TASK_LEASED))
+	{
+		in.task_id = task_id;
+		in.token = token;
+		in.queue = NtaskGetText(0, CTX_TASK_QUEUE);
+		in.traceparent = NtaskGetCString(0, CTX_TASK_TRACEPARENT);
+		in.checkpoints = NtaskGetInt32(0, CTX_TASK_CHECKPOINTS);
+		sk = NtaskGetDatum(0, CTX_TASK_SIGNAL_KEY, &sknull);
+		in.signal_key = sknull ? NULL : DatumGetTextPCopy(sk);
+		in.has_parents = NtaskGetBool(0, CTX_TASK_HAS_PARENTS);
+		in.claim_bytes = NULL;
+		d = NtaskClaimContext(&in, &isnull);
+		if (!isnull)
+		{
+			MemoryContext old = MemoryContextSwitchTo(caller);
+
+			d = PointerGetDatum(DatumGetJsonbPCopy(d));
+			MemoryContextSwitchTo(old);
+		}
+	}
+	SPI_finish();
+	if (isnull)
+		PG_RETURN_NULL();
+	PG_RETURN_DATUM(d);
 }

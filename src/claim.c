@@ -926,7 +926,7 @@ claim_mark_committed(SPITupleTable *rows, int nrows, int64 *rcpt, int nrcpt)
  *		task that has some (CLAIM_COL_HAS_CONTEXT): context.c builds it.
  */
 static Datum
-claim_context(int r, text *queue, bool *isnull)
+claim_context(int r, text *queue, int64 *claim_bytes, bool *isnull)
 {
 	NtaskContextIn in = {0};
 	bool		sknull;
@@ -940,6 +940,7 @@ claim_context(int r, text *queue, bool *isnull)
 	sk = NtaskGetDatum(r, CLAIM_COL_SIGNAL_KEY, &sknull);
 	in.signal_key = sknull ? NULL : DatumGetTextPP(sk);
 	in.has_parents = NtaskGetBool(r, CLAIM_COL_HAS_PARENTS);
+	in.claim_bytes = claim_bytes;
 	/* everything is read: context.c may run statements of its own */
 	return NtaskClaimContext(&in, isnull);
 }
@@ -1914,7 +1915,7 @@ claim_round(ClaimCall *call, int want, bool *more, int64 *lease_usecs,
 			vals[c] = (Datum) 0;
 			nulls[c] = true;
 			if (NtaskGetBool(r, CLAIM_COL_HAS_CONTEXT))
-				vals[c] = claim_context(r, queue, &nulls[c]);
+				vals[c] = claim_context(r, queue, &call->context_bytes, &nulls[c]);
 			tuplestore_putvalues(call->rsinfo->setResult, call->rsinfo->setDesc,
 								 vals, nulls);
 			leased++;

@@ -33,7 +33,9 @@
 
 #include "catalog/pg_type.h"
 #include "common/hashfn.h"
+#include "access/detoast.h"
 #include "utils/builtins.h"
+#include "utils/memutils.h"
 
 static NtaskPlan ctx_checkpoints_plan = {
 	"context checkpoints",
@@ -53,66 +55,170 @@ static NtaskPlan ctx_signal_plan = {
 	2, {TEXTOID, TEXTOID}
 };
 
+/*
+ * The parents one by one, in task_id order: the results stay toasted in
+ * the result rows until ctx_parents decides to take them
+ * (toast_raw_datum_size reads a value's size without detoasting it).
+ */
+typedef enum CtxParentCol
+{
+	CTX_PARENT_KEY = 1,
+	CTX_PARENT_RESULT
+} CtxParentCol;
+
 static NtaskPlan ctx_parents_plan = {
 	"context parents",
-	"SELECT coalesce(pg_catalog.jsonb_object_agg("
-	"    p.queue OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) p.task_key, p.result), "
-	"    '{}'::pg_catalog.jsonb) "
+	"SELECT p.queue OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) p.task_key, p.result "
 	"FROM ntask.task_dep d JOIN ntask.task p ON p.task_id OPERATOR(pg_catalog.=) d.parent_id "
-	"WHERE d.task_id OPERATOR(pg_catalog.=) $1",
+	"WHERE d.task_id OPERATOR(pg_catalog.=) $1 "
+	"ORDER BY p.task_id",
 	1, {INT8OID}
 };
 
 /*
- * ctx_task_object
- *		The one jsonb value plan p (one bigint parameter, the task id)
- *		returns, or NULL.
+ * ctx_take
+ *		After a statement: the jsonb in column col of row r of its result,
+ *		copied into cxt (NULL for SQL NULL).  SPI switches to its own
+ *		memory context after each statement, and keeps each result until
+ *		it is freed: the caller frees it (SPI_freetuptable), so a claim of
+ *		many tasks holds only what it hands out.
  */
 static Jsonb *
-ctx_task_object(NtaskPlan *p, int64 task_id)
+ctx_take(MemoryContext cxt, int r, int col)
+{
+	bool		isnull;
+	Datum		d = NtaskGetDatum(r, col, &isnull);
+	MemoryContext old;
+	Jsonb	   *j;
+
+	if (isnull)
+		return NULL;
+	old = MemoryContextSwitchTo(cxt);
+	j = DatumGetJsonbPCopy(d);
+	MemoryContextSwitchTo(old);
+	return j;
+}
+
+/*
+ * ctx_task_object
+ *		The one jsonb value plan p (one bigint parameter, the task id)
+ *		returns, or NULL; in cxt.
+ */
+static Jsonb *
+ctx_task_object(MemoryContext cxt, NtaskPlan *p, int64 task_id)
 {
 	Datum		arg = Int64GetDatum(task_id);
-	bool		isnull;
-	Datum		d;
+	SPITupleTable *save = SPI_tuptable;
+	Jsonb	   *j = NULL;
 
-	if (NtaskExecPlan(p, &arg, NULL, SPI_OK_SELECT) != 1)
-		return NULL;
-	d = NtaskGetDatum(0, 1, &isnull);
-	return isnull ? NULL : DatumGetJsonbP(d);
+	if (NtaskExecPlan(p, &arg, NULL, SPI_OK_SELECT) == 1)
+		j = ctx_take(cxt, 0, 1);
+	SPI_freetuptable(SPI_tuptable);
+	SPI_tuptable = save;
+	return j;
+}
+
+/* ctx_key: a jsonb string value of len bytes at s */
+static void
+ctx_string(JsonbValue *v, const char *s, int len)
+{
+	v->type = jbvString;
+	v->val.string.val = (char *) s;
+	v->val.string.len = len;
 }
 
 /*
  * NtaskContextParents
- *		The parents of a task with their stored results, queue:key: result.
+ *		The parents of a task with their stored results, queue:key: result,
+ *		as long as the results' bytes stay within budget; the parents whose
+ *		results did not fit are listed in *omitted (an array of queue:key,
+ *		NULL when none was left out): their results are read with
+ *		ntask_result.  In the current memory context.
  */
 Jsonb *
-NtaskContextParents(int64 task_id)
+NtaskContextParents(int64 task_id, int64 budget, Jsonb **omitted)
 {
-	return ctx_task_object(&ctx_parents_plan, task_id);
+	MemoryContext cxt = CurrentMemoryContext;
+	Datum		arg = Int64GetDatum(task_id);
+	SPITupleTable *save = SPI_tuptable;
+	JsonbParseState *st = NULL;
+	JsonbParseState *om = NULL;
+	JsonbValue *res;
+	int64		used = 0;
+	int			nomitted = 0;
+	int			n;
+	int			r;
+
+	*omitted = NULL;
+	n = NtaskExecPlan(&ctx_parents_plan, &arg, NULL, SPI_OK_SELECT);
+	MemoryContextSwitchTo(cxt);
+	(void) pushJsonbValue(&st, WJB_BEGIN_OBJECT, NULL);
+	for (r = 0; r < n; r++)
+	{
+		char	   *key = NtaskGetCString(r, CTX_PARENT_KEY);
+		bool		isnull;
+		Datum		d = NtaskGetDatum(r, CTX_PARENT_RESULT, &isnull);
+		Size		size = isnull ? 0 : toast_raw_datum_size(d);
+		JsonbValue	k;
+		JsonbValue	v;
+
+		ctx_string(&k, key, strlen(key));
+		if (used + (int64) size > budget)
+		{
+			if (om == NULL)
+				(void) pushJsonbValue(&om, WJB_BEGIN_ARRAY, NULL);
+			(void) pushJsonbValue(&om, WJB_ELEM, &k);
+			nomitted++;
+			continue;
+		}
+		used += size;
+		(void) pushJsonbValue(&st, WJB_KEY, &k);
+		if (isnull)
+		{
+			v.type = jbvNull;
+			(void) pushJsonbValue(&st, WJB_VALUE, &v);
+		}
+		else
+		{
+			Jsonb	   *j = DatumGetJsonbP(d);
+
+			v.type = jbvBinary;
+			v.val.binary.data = &j->root;
+			v.val.binary.len = VARSIZE(j) - VARHDRSZ;
+			(void) pushJsonbValue(&st, WJB_VALUE, &v);
+		}
+	}
+	res = pushJsonbValue(&st, WJB_END_OBJECT, NULL);
+	if (nomitted > 0)
+		*omitted = JsonbValueToJsonb(pushJsonbValue(&om, WJB_END_ARRAY, NULL));
+	SPI_freetuptable(SPI_tuptable);
+	SPI_tuptable = save;
+	return JsonbValueToJsonb(res);
 }
 
 /*
  * NtaskContextCheckpoints
  *		The checkpoints of a task as one object, step: value; NULL when it
- *		has none.
+ *		has none.  In the current memory context.
  */
 Jsonb *
 NtaskContextCheckpoints(int64 task_id)
 {
-	return ctx_task_object(&ctx_checkpoints_plan, task_id);
+	return ctx_task_object(CurrentMemoryContext, &ctx_checkpoints_plan, task_id);
 }
 
 /*
  * NtaskContextSignal
  *		The signal a task awaited: its payload once sent, else that the
- *		await timed out.
+ *		await timed out.  In the current memory context.
  */
 Jsonb *
 NtaskContextSignal(text *queue, text *signal_key)
 {
+	MemoryContext cxt = CurrentMemoryContext;
+	SPITupleTable *save = SPI_tuptable;
 	Datum		args[2];
-	bool		isnull = true;
-	Datum		d = (Datum) 0;
+	Jsonb	   *j = NULL;
 	JsonbParseState *st = NULL;
 	JsonbValue	k;
 	JsonbValue	v;
@@ -120,21 +226,19 @@ NtaskContextSignal(text *queue, text *signal_key)
 	args[0] = PointerGetDatum(queue);
 	args[1] = PointerGetDatum(signal_key);
 	if (NtaskExecPlan(&ctx_signal_plan, args, NULL, SPI_OK_SELECT) == 1)
-		d = NtaskGetDatum(0, 1, &isnull);
-	if (!isnull)
-		return DatumGetJsonbP(d);
+		j = ctx_take(cxt, 0, 1);
+	SPI_freetuptable(SPI_tuptable);
+	SPI_tuptable = save;
+	MemoryContextSwitchTo(cxt);
+	if (j != NULL)
+		return j;
 
 	(void) pushJsonbValue(&st, WJB_BEGIN_OBJECT, NULL);
-	k.type = jbvString;
-	k.val.string.val = "key";
-	k.val.string.len = 3;
+	ctx_string(&k, "key", 3);
 	(void) pushJsonbValue(&st, WJB_KEY, &k);
-	v.type = jbvString;
-	v.val.string.val = VARDATA_ANY(signal_key);
-	v.val.string.len = VARSIZE_ANY_EXHDR(signal_key);
+	ctx_string(&v, VARDATA_ANY(signal_key), VARSIZE_ANY_EXHDR(signal_key));
 	(void) pushJsonbValue(&st, WJB_VALUE, &v);
-	k.val.string.val = "timed_out";
-	k.val.string.len = 9;
+	ctx_string(&k, "timed_out", 9);
 	(void) pushJsonbValue(&st, WJB_KEY, &k);
 	v.type = jbvBool;
 	v.val.boolean = true;
@@ -211,54 +315,139 @@ NtaskChildTraceparent(const char *tp, int64 task_id, int64 token)
 					(unsigned long long) NtaskSpanId(task_id, token), tp + 53);
 }
 
-/*
- * NtaskClaimContext
- *		The context column of a leased task: an object with a key for each
- *		of in's fields that is set, or NULL (*isnull) when none is.
- */
-Datum
-NtaskClaimContext(const NtaskContextIn *in, bool *isnull)
+/* ctx_add_bool: "key": true into the object being built */
+static void
+ctx_add_true(JsonbParseState **st, const char *key)
 {
+	JsonbValue	k;
+	JsonbValue	v;
+
+	ctx_string(&k, key, strlen(key));
+	(void) pushJsonbValue(st, WJB_KEY, &k);
+	v.type = jbvBool;
+	v.val.boolean = true;
+	(void) pushJsonbValue(st, WJB_VALUE, &v);
+}
+
+/*
+ * The background worker's dispatcher reads only the traceparent of the
+ * claim's context: while it claims, this is set, and nothing else is built.
+ */
+bool		ntask_context_trace_only = false;
+
+/*
+ * ctx_build
+ *		The context object of in, in the current memory context; *nkeys
+ *		the number of its keys.  With deferred, only the traceparent and
+ *		"deferred": true.
+ */
+static Jsonb *
+ctx_build(const NtaskContextIn *in, bool deferred, int *nkeys)
+{
+	MemoryContext cxt = CurrentMemoryContext;
 	JsonbParseState *st = NULL;
 	JsonbValue *res;
-	int			nkeys = 0;
 
+	*nkeys = 0;
 	(void) pushJsonbValue(&st, WJB_BEGIN_OBJECT, NULL);
 	/* as enqueue stored it; a row written by hand is checked again */
 	if (in->traceparent != NULL && NtaskTraceparentValid(in->traceparent, NULL))
 	{
 		ctx_add_string(&st, "traceparent",
 					   NtaskChildTraceparent(in->traceparent, in->task_id, in->token));
-		nkeys++;
+		(*nkeys)++;
 	}
-	if (in->checkpoints > 0)
+	if (deferred)
 	{
-		Jsonb	   *ck = NtaskContextCheckpoints(in->task_id);
-
-		if (ck != NULL)
+		ctx_add_true(&st, "deferred");
+		(*nkeys)++;
+	}
+	else
+	{
+		if (in->checkpoints > 0)
 		{
-			ctx_put(&st, "checkpoints", ck);
-			nkeys++;
+			Jsonb	   *ck = NtaskContextCheckpoints(in->task_id);
+
+			MemoryContextSwitchTo(cxt);
+			if (ck != NULL)
+			{
+				ctx_put(&st, "checkpoints", ck);
+				(*nkeys)++;
+			}
 		}
-	}
-	if (in->has_parents)
-	{
-		Jsonb	   *pa = NtaskContextParents(in->task_id);
-
-		if (pa != NULL)
+		if (in->has_parents)
 		{
+			Jsonb	   *omitted;
+			Jsonb	   *pa = NtaskContextParents(in->task_id,
+												 (int64) ntask_max_context_bytes, &omitted);
+
+			MemoryContextSwitchTo(cxt);
 			ctx_put(&st, "parents", pa);
-			nkeys++;
+			(*nkeys)++;
+			if (omitted != NULL)
+			{
+				ctx_put(&st, "parents_omitted", omitted);
+				(*nkeys)++;
+			}
 		}
-	}
-	if (in->signal_key != NULL)
-	{
-		ctx_put(&st, "signal", NtaskContextSignal(in->queue, in->signal_key));
-		nkeys++;
+		if (in->signal_key != NULL)
+		{
+			Jsonb	   *sg = NtaskContextSignal(in->queue, in->signal_key);
+
+			MemoryContextSwitchTo(cxt);
+			ctx_put(&st, "signal", sg);
+			(*nkeys)++;
+		}
 	}
 	res = pushJsonbValue(&st, WJB_END_OBJECT, NULL);
+	return JsonbValueToJsonb(res);
+}
+
+/*
+ * NtaskClaimContext
+ *		The context column of a leased task: an object with a key for each
+ *		of in's fields that is set, or NULL (*isnull) when none is.
+ *
+ *		Its size is bounded (docs/reference.md "ntask_claim"): the task's
+ *		checkpoints by ntask_checkpoint (ntask.max_context_bytes in all),
+ *		its parents' results here (those past ntask.max_context_bytes are
+ *		named in parents_omitted, to be read with ntask_result), the signal
+ *		by ntask.max_payload_bytes.  A claim hands out at most
+ *		ntask.max_claim_context_bytes of context in all (in->claim_bytes
+ *		counts it): a task whose context would pass that, but for the
+ *		claim's first, gets only its traceparent and "deferred": true, and
+ *		its worker reads the rest with ntask_context.  Everything is built
+ *		in a memory context of its own, so that only the result stays.
+ */
+Datum
+NtaskClaimContext(const NtaskContextIn *in, bool *isnull)
+{
+	MemoryContext caller = CurrentMemoryContext;
+	MemoryContext cxt;
+	Jsonb	   *j;
+	Jsonb	   *out;
+	int			nkeys;
+
+	cxt = AllocSetContextCreate(caller, "ntask claim context", ALLOCSET_DEFAULT_SIZES);
+	MemoryContextSwitchTo(cxt);
+	j = ctx_build(in, ntask_context_trace_only, &nkeys);
+	if (!ntask_context_trace_only && in->claim_bytes != NULL && *in->claim_bytes > 0 &&
+		*in->claim_bytes + (int64) VARSIZE(j) > (int64) ntask_max_claim_context_bytes)
+	{
+		MemoryContextReset(cxt);
+		j = ctx_build(in, true, &nkeys);
+	}
+	MemoryContextSwitchTo(caller);
 	*isnull = nkeys == 0;
 	if (nkeys == 0)
+	{
+		MemoryContextDelete(cxt);
 		return (Datum) 0;
-	return JsonbPGetDatum(JsonbValueToJsonb(res));
+	}
+	out = palloc(VARSIZE(j));
+	memcpy(out, j, VARSIZE(j));
+	MemoryContextDelete(cxt);
+	if (in->claim_bytes != NULL)
+		*in->claim_bytes += VARSIZE(out);
+	return JsonbPGetDatum(out);
 }

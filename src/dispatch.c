@@ -494,6 +494,28 @@ NtaskDispatchRefreshQueues(void)
  *		the first byte leaves), and a crash before the commit leaves
  *		nothing claimed.
  */
+/*
+ * dq_claim_exec: the claim; only the traceparent of the context is sent,
+ * so only it is built
+ */
+static int
+dq_claim_exec(Datum *values)
+{
+	volatile int n = 0;
+
+	ntask_context_trace_only = true;
+	PG_TRY();
+	{
+		n = NtaskExecPlan(&dq_claim_plan, values, NULL, SPI_OK_SELECT);
+	}
+	PG_FINALLY();
+	{
+		ntask_context_trace_only = false;
+	}
+	PG_END_TRY();
+	return n;
+}
+
 static void
 dq_claim_step(void *arg)
 {
@@ -532,7 +554,7 @@ dq_claim_step(void *arg)
 	at_claim = target->reconcile_url == NULL &&
 		ntask_host_allowed(target->host, ntask_http_allowed_list);
 	values[3] = BoolGetDatum(at_claim);
-	n = NtaskExecPlan(&dq_claim_plan, values, NULL, SPI_OK_SELECT);
+	n = dq_claim_exec(values);
 	if (n == want)
 		dq_more = true;
 

@@ -62,6 +62,8 @@ int			ntask_history_retention_s = 30 * 86400;
 int			ntask_max_wait_ms = 30000;
 int			ntask_max_result_bytes = 65536;
 int			ntask_max_parents = 1000;
+int			ntask_max_context_bytes = 1024 * 1024;
+int			ntask_max_claim_context_bytes = 16 * 1024 * 1024;
 int			ntask_max_payload_bytes = 1024 * 1024;
 
 /* ntask.traceparent: the trace context of the session's enqueues ("": none) */
@@ -508,6 +510,24 @@ ntask_define_task_gucs(GucContext pm_context)
 							"A larger result is refused with SQLSTATE 54000.",
 							&ntask_max_result_bytes,
 							65536, 0, 64 * 1024 * 1024,
+							PGC_SUSET,
+							GUC_UNIT_BYTE,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("ntask.max_context_bytes",
+							"Most bytes of checkpoints one task may hold, and of its parents' results its claim's context carries.",
+							"A checkpoint past it is refused with SQLSTATE 54000; parents past it are named in the context's parents_omitted.",
+							&ntask_max_context_bytes,
+							1024 * 1024, 1024, 64 * 1024 * 1024,
+							PGC_SUSET,
+							GUC_UNIT_BYTE,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("ntask.max_claim_context_bytes",
+							"Most bytes of context one claim hands out in all.",
+							"Tasks past it get only their traceparent and deferred: true; ntask_context reads the rest.",
+							&ntask_max_claim_context_bytes,
+							16 * 1024 * 1024, 64 * 1024, 1024 * 1024 * 1024,
 							PGC_SUSET,
 							GUC_UNIT_BYTE,
 							NULL, NULL, NULL);

@@ -74,6 +74,7 @@ typedef struct ClaimCall
 	bool	   *extranulls;
 	int			nextra;			/* at most CLAIM_MAX_EXTRA (claim.c) */
 	int64		waited_usecs;	/* a waiting claim's wait so far (not work) */
+	int64		context_bytes;	/* context handed out so far (context.c) */
 	/* out, set by each NtaskClaimInto */
 	uint64		writes;			/* statements that wrote (kept by the caller) */
 	bool		held_cap;		/* a cap held a picked task back */

@@ -82,6 +82,8 @@ extern int	ntask_audit_retention_s;
 extern int	ntask_history_retention_s;
 extern int	ntask_max_wait_ms;
 extern int	ntask_max_result_bytes;
+extern int	ntask_max_context_bytes;
+extern int	ntask_max_claim_context_bytes;
 extern int	ntask_max_parents;
 extern int	ntask_rate_limit_slots;
 extern int	ntask_fair_cursor_slots;

@@ -90,13 +90,16 @@ typedef struct NtaskContextIn
 	int32		checkpoints;	/* task.checkpoints: how many (36.2) */
 	text	   *signal_key;		/* task.signal_key: the awaited signal (36.3) */
 	bool		has_parents;	/* task.has_parents (36.1) */
+	int64	   *claim_bytes;	/* the claim's context so far, or NULL: no
+								 * claim budget (ntask_context) */
 } NtaskContextIn;
 
 extern Datum NtaskClaimContext(const NtaskContextIn *in, bool *isnull);
 extern uint64 NtaskSpanId(int64 task_id, int64 token);
 extern char *NtaskChildTraceparent(const char *tp, int64 task_id, int64 token);
 extern Jsonb *NtaskContextCheckpoints(int64 task_id);
-extern Jsonb *NtaskContextParents(int64 task_id);
+extern Jsonb *NtaskContextParents(int64 task_id, int64 budget, Jsonb **omitted);
+extern bool ntask_context_trace_only;
 extern Jsonb *NtaskContextSignal(text *queue, text *signal_key);
 
 /*
