@@ -42,6 +42,17 @@ COMMENT ON FUNCTION @extschema@.ntask_context(bigint, bigint) IS
 REVOKE ALL ON FUNCTION @extschema@.ntask_context(bigint, bigint) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION @extschema@.ntask_context(bigint, bigint) TO ntask_worker;
 
+-- 45.3: an ordered key's head that waits for its parents holds the key:
+-- the order index holds waiting tasks too, and the waiting tasks of
+-- queues that turned ordered in 1.0.0 join it
+UPDATE ntask.task t SET ordered = true
+FROM ntask.queue q
+WHERE q.queue = t.queue AND q.ordered AND t.state = 'waiting' AND t.ordered IS NOT TRUE;
+DROP INDEX ntask.task_ordered_idx;
+CREATE INDEX task_ordered_idx ON ntask.task (queue, partition_key, task_id)
+	WHERE ordered AND (due_at IS NOT NULL OR state = 'repair_required' OR state = 'awaiting'
+					   OR state = 'waiting');
+
 -- ntask_explain, whole (every issue of the wave that changes it edits
 -- this one copy: it must equal ntask--1.1.0.sql's)
 CREATE OR REPLACE FUNCTION @extschema@.ntask_explain(task_id bigint, include_payload boolean DEFAULT false)
@@ -297,7 +308,7 @@ BEGIN
 					WHERE q.ordered AND x.queue OPERATOR(pg_catalog.=) t.queue
 					  AND x.partition_key OPERATOR(pg_catalog.=) t.partition_key AND x.ordered
 					  AND (x.due_at IS NOT NULL OR x.state OPERATOR(pg_catalog.=) 'repair_required'
-						   OR x.state OPERATOR(pg_catalog.=) 'awaiting')
+						   OR x.state OPERATOR(pg_catalog.=) 'awaiting' OR x.state OPERATOR(pg_catalog.=) 'waiting')
 					  AND NOT (q.ordered_skip_repair AND x.state OPERATOR(pg_catalog.=) 'repair_required')
 					  AND x.task_id OPERATOR(pg_catalog.<) t.task_id
 					ORDER BY x.task_id LIMIT 1) h ON true

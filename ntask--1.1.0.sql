@@ -340,9 +340,11 @@ CREATE INDEX task_partition_due_idx
 	WHERE due_at IS NOT NULL AND partition_key IS NOT NULL;
 -- Tasks of an ordered queue carry ordered = true (set at enqueue, or for
 -- the unfinished tasks when the queue turns ordered); this index holds
--- them while unfinished or in repair, so the head of a key is one descent.
+-- them while unfinished (waiting for parents or a signal included) or in
+-- repair, so the head of a key is one descent.
 CREATE INDEX task_ordered_idx ON ntask.task (queue, partition_key, task_id)
-	WHERE ordered AND (due_at IS NOT NULL OR state = 'repair_required' OR state = 'awaiting');
+	WHERE ordered AND (due_at IS NOT NULL OR state = 'repair_required' OR state = 'awaiting'
+					   OR state = 'waiting');
 -- For housekeeping; each holds only the rows it looks for.  The leased
 -- rows, for the expired-lease pick: its predicate is lease_until IS NOT
 -- NULL (set exactly while leased), not state = 'leased', which the hot
@@ -1970,7 +1972,7 @@ BEGIN
 					WHERE q.ordered AND x.queue OPERATOR(pg_catalog.=) t.queue
 					  AND x.partition_key OPERATOR(pg_catalog.=) t.partition_key AND x.ordered
 					  AND (x.due_at IS NOT NULL OR x.state OPERATOR(pg_catalog.=) 'repair_required'
-						   OR x.state OPERATOR(pg_catalog.=) 'awaiting')
+						   OR x.state OPERATOR(pg_catalog.=) 'awaiting' OR x.state OPERATOR(pg_catalog.=) 'waiting')
 					  AND NOT (q.ordered_skip_repair AND x.state OPERATOR(pg_catalog.=) 'repair_required')
 					  AND x.task_id OPERATOR(pg_catalog.<) t.task_id
 					ORDER BY x.task_id LIMIT 1) h ON true

@@ -474,11 +474,13 @@ static NtaskPlan claim_fair_pick_shard_plan = {
  * The pick of an ordered queue (ordered => true, docs/design.md "Flow
  * control"): the same walk over keys, and from each key only its head, the
  * task with the lowest id among the key's unfinished tasks (awaiting ones
- * included, with or without a timeout) and those in repair
+ * included, with or without a timeout, and those waiting for their
+ * parents) and those in repair
  * (task_ordered_idx; with ordered_skip_repair the ones in repair are
  * passed), if it is due and this claim gets the key's turn lock (tried
  * only for a due head, before the row lock).  A head that is leased,
- * waiting for its retry, scheduled for later or in repair blocks its key
+ * waiting for its retry or its parents, scheduled for later or in repair
+ * blocks its key
  * and only its key.  The turn lock, held to commit, makes the in-flight
  * count claim_limit reads afterwards (in a new snapshot) exact: no other
  * claim can lease a task of the key meanwhile.
@@ -490,7 +492,8 @@ static NtaskPlan claim_fair_pick_shard_plan = {
 	"      WHERE h.queue OPERATOR(pg_catalog.=) $1 " hpred \
 	"        AND h.partition_key OPERATOR(pg_catalog.=) k.pk AND h.ordered " \
 	"        AND (h.due_at IS NOT NULL OR h.state OPERATOR(pg_catalog.=) 'repair_required' " \
-	"             OR h.state OPERATOR(pg_catalog.=) 'awaiting') " \
+	"             OR h.state OPERATOR(pg_catalog.=) 'awaiting' " \
+	"             OR h.state OPERATOR(pg_catalog.=) 'waiting') " \
 	"        AND NOT (q.ordered_skip_repair AND h.state OPERATOR(pg_catalog.=) 'repair_required') " \
 	"      ORDER BY h.task_id LIMIT 1) " pred \
 	"    AND CASE WHEN t.due_at OPERATOR(pg_catalog.<=) pg_catalog.statement_timestamp() " \

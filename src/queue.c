@@ -151,7 +151,7 @@ static NtaskPlan queue_ordered_plan = {
 	"UPDATE ntask.task t SET ordered = true "
 	"WHERE t.queue OPERATOR(pg_catalog.=) $1 AND t.ordered IS NOT TRUE "
 	"  AND (t.due_at IS NOT NULL OR t.state OPERATOR(pg_catalog.=) 'repair_required' "
-	"       OR t.state OPERATOR(pg_catalog.=) 'awaiting')",
+	"       OR t.state OPERATOR(pg_catalog.=) 'awaiting' OR t.state OPERATOR(pg_catalog.=) 'waiting')",
 	1, {TEXTOID}
 };
 
