@@ -4,6 +4,8 @@
 -- be read with ntask_result), a claim's context within
 -- ntask.max_claim_context_bytes (later tasks "deferred": true, read whole
 -- by ntask_context)
+-- (ids from a fixed start: the errors name tasks)
+SELECT setval('ntask.task_task_id_seq', 910000, false);
 SELECT queue FROM ntask_queue_set('cb');
 SET ntask.max_context_bytes = '4kB';
 SELECT task_id AS t FROM ntask_enqueue('cb', 't1', '{}') \gset

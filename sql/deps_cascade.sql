@@ -82,6 +82,8 @@ CREATE FUNCTION pg_temp.dc_boom() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN RAISE EXCEPTION 'dc_boom: task % cannot be written', OLD.task_id; END $$;
 CREATE TRIGGER dc_boom BEFORE UPDATE OR DELETE ON ntask.task
 	FOR EACH ROW WHEN (OLD.queue = 'dcbad') EXECUTE FUNCTION pg_temp.dc_boom();
+-- (ids from a fixed start, so that the WARNINGs name the same tasks in any run)
+SELECT setval('ntask.task_task_id_seq', 900000, false);
 SELECT created FROM ntask_enqueue('dcbad', 'x1', '{}');
 SELECT created FROM ntask_enqueue('dcbad', 'x2', '{}');
 SELECT created FROM ntask_enqueue('dcbad', 'x3', '{}');
@@ -152,3 +154,12 @@ SELECT count(*) FROM ntask_claim('dcw2', 'W1');
 SELECT task_key, state, reason FROM ntask.task WHERE task_id IN (:s0, :s1) ORDER BY 1;
 SELECT ntask_queue_clear_guard('dcw2');
 DROP FUNCTION dc_guard(text, jsonb);
+
+-- a parent that does not exist, named by a long element: the error says
+-- which element, without echoing it (issue 45.7)
+SELECT * FROM ntask_enqueue('dcw2', 'x', '{}', depends_on => ARRAY['w0', repeat('k', 1000000)]);
+\echo :SQLSTATE
+SELECT * FROM ntask_enqueue('dcw2', 'x', '{}', depends_on => ARRAY[repeat('q', 100) || ':k']);
+\echo :SQLSTATE
+SELECT * FROM ntask_enqueue('dcw2', 'x', '{}', depends_on => ARRAY['dcw2:no-such-key']);
+\echo :SQLSTATE

@@ -206,16 +206,16 @@ SELECT extversion FROM pg_extension WHERE extname = 'ntask';
 INSERT INTO ntask.queue (queue) VALUES ('v1');
 INSERT INTO ntask.task (queue, task_key, payload, payload_digest, digest_version,
 						run_at, due_at, max_attempts, deadline)
-VALUES ('v1', 'r1', '{"m": 1}', ntask_digest('{"m": 1}'), 1, now(), now(), 3,
+VALUES ('v1', 'v1-r1', '{"m": 1}', ntask_digest('{"m": 1}'), 1, now(), now(), 3,
 		now() + interval '1 day');
 -- a leased task mid-lease, with an ended first attempt in the ledger
 INSERT INTO ntask.task (queue, task_key, payload, payload_digest, digest_version,
 						run_at, due_at, max_attempts, deadline, state, token,
 						attempts, lease_owner, lease_until, claimed_at)
-VALUES ('v1', 'l1', '{}', ntask_digest('{}'), 1, now(), now() + interval '1 hour', 3,
+VALUES ('v1', 'v1-l1', '{}', ntask_digest('{}'), 1, now(), now() + interval '1 hour', 3,
 		now() + interval '1 day', 'leased', 2, 2, 'W0', now() + interval '1 hour',
 		'2026-01-01 00:00:00+00');
-SELECT task_id AS v1l FROM ntask.task WHERE task_key = 'l1' AND queue = 'v1' \gset
+SELECT task_id AS v1l FROM ntask.task WHERE task_key = 'v1-l1' AND queue = 'v1' \gset
 INSERT INTO ntask.attempt (task_id, token, attempt, worker, claimed_at, ended_at, result,
 						   error_class, outcome_known)
 VALUES (:v1l, 1, 1, 'W9', '2025-12-31 00:00:00+00', '2025-12-31 00:01:00+00',

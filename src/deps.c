@@ -335,6 +335,14 @@ NtaskDepsResolve(NtaskDeps *d, text *queue, text **keys, int nkeys)
 							 errmsg("ntask: task \"%s\" cannot depend on itself",
 									text_to_cstring(rk))));
 		id = NtaskGetDatum(r, DEPS_RESOLVE_TASK_ID, &isnull);
+		if (isnull && (VARSIZE_ANY_EXHDR(rq) > NTASK_MAX_QUEUE_LEN ||
+					   VARSIZE_ANY_EXHDR(rk) > NTASK_MAX_KEY_LEN))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("ntask: depends_on[%d] names no task: its queue or key is too long", r + 1),
+					 errdetail("A queue name has at most %d bytes and a task key at most %d.",
+							   NTASK_MAX_QUEUE_LEN, NTASK_MAX_KEY_LEN),
+					 errhint("Enqueue the parents first.")));
 		if (isnull)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
