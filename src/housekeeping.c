@@ -130,6 +130,7 @@ static NtaskPlan hk_deadline_plan = {
 	"  SELECT t.task_id FROM ntask.task t "
 	"  WHERE t.due_at IS NOT NULL "
 	"    AND t.state OPERATOR(pg_catalog.<>) 'leased' "
+	"    AND t.state OPERATOR(pg_catalog.<>) 'awaiting' "
 	"    AND t.deadline OPERATOR(pg_catalog.<=) pg_catalog.statement_timestamp() "
 	"  LIMIT $1 FOR UPDATE SKIP LOCKED "
 	") "
@@ -149,6 +150,7 @@ static NtaskPlan hk_deadline_plan = {
 	"SELECT t.task_id FROM ntask.task t " \
 	"WHERE " shard_and "t.due_at IS NOT NULL " \
 	"  AND t.state OPERATOR(pg_catalog.<>) 'leased' " \
+	"  AND t.state OPERATOR(pg_catalog.<>) 'awaiting' " \
 	"  AND t.deadline OPERATOR(pg_catalog.<=) " now " " \
 	"LIMIT " limit " FOR UPDATE SKIP LOCKED"
 

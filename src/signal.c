@@ -11,7 +11,11 @@
  * set.  The attempt does not count against the budget: attempts keeps
  * counting claims (one ledger row each), max_attempts grows by one, as
  * ntask_release does for a never-invoked attempt, so the attempts left
- * are what they were before the claim.  The deadline still runs.
+ * are what they were before the claim.  The deadline does not run while
+ * the task awaits (housekeeping's sweep passes it by): when it wakes, by
+ * the signal or its timeout, it has at least the queue's total_deadline
+ * left (deadline = max(deadline, wake + total_deadline)), as a task
+ * waiting for its parents gets when it becomes ready.
  *
  * The signal's row, ntask.signal (queue, signal_key), is where an await
  * and a signal meet: the await, after it moved the task row, upserts the
@@ -81,17 +85,17 @@ static NtaskPlan sig_await_plan = {
 	"  UPDATE ntask.task t SET state = 'awaiting', "
 	"    signal_key = $3, await_on_timeout = $5, "
 	"    run_at = coalesce($4, t.run_at), due_at = $4, "
+	"    deadline = GREATEST(t.deadline, $4 OPERATOR(pg_catalog.+) q.total_deadline), "
 	"    lease_owner = NULL, lease_until = NULL, "
 	"    max_attempts = t.max_attempts OPERATOR(pg_catalog.+) 1, "
 	"    updated_at = pg_catalog.statement_timestamp() "
-	"  FROM ntask.task o "
+	"  FROM ntask.task o, ntask.queue q "
 	"  WHERE t.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("t", "$1")
 	"    AND t.token OPERATOR(pg_catalog.=) $2 "
 	"    AND t.state OPERATOR(pg_catalog.=) 'leased' "
 	"    AND o.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("o", "$1")
-	"    AND EXISTS (SELECT 1 FROM ntask.queue q "
-	"                WHERE q.queue OPERATOR(pg_catalog.=) t.queue "
-	"                  AND " NTASK_WORKER_RIGHT("q", "6") ") "
+	"    AND q.queue OPERATOR(pg_catalog.=) t.queue "
+	"    AND " NTASK_WORKER_RIGHT("q", "6") " "
 	"  RETURNING t.queue, t.task_id, t.shard, t.token, t.attempts, "
 	"    coalesce(o.claimed_at, o.updated_at) AS claimed_at, t.invoked_at, "
 	"    o.lease_owner AS worker "
@@ -122,13 +126,23 @@ static NtaskPlan sig_meet_plan = {
 	4, {TEXTOID, TEXTOID, INT8OID, INT2OID}
 };
 
+/*
+ * A task that wakes from an await has at least its queue's total_deadline
+ * left (the deadline did not run while it awaited); q the task's queue.
+ */
+#define SIG_WAKE_SET \
+	"state = 'ready', await_on_timeout = NULL, " \
+	"  run_at = pg_catalog.statement_timestamp(), due_at = pg_catalog.statement_timestamp(), " \
+	"  deadline = GREATEST(t.deadline, pg_catalog.statement_timestamp() OPERATOR(pg_catalog.+) q.total_deadline), " \
+	"  updated_at = pg_catalog.statement_timestamp() "
+
 /* the signal was sent: task $1 is due now */
 static NtaskPlan sig_ready_plan = {
 	"await: signal already sent",
-	"UPDATE ntask.task t SET state = 'ready', await_on_timeout = NULL, "
-	"  run_at = pg_catalog.statement_timestamp(), due_at = pg_catalog.statement_timestamp(), "
-	"  updated_at = pg_catalog.statement_timestamp() "
-	"WHERE t.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("t", "$1"),
+	"UPDATE ntask.task t SET " SIG_WAKE_SET
+	"FROM ntask.queue q "
+	"WHERE t.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("t", "$1")
+	"  AND q.queue OPERATOR(pg_catalog.=) t.queue",
 	1, {INT8OID}
 };
 
@@ -295,7 +309,7 @@ static NtaskPlan sig_send_plan = {
 	"  payload_digest = EXCLUDED.payload_digest, digest_version = EXCLUDED.digest_version, "
 	"  sent_at = EXCLUDED.sent_at, sent_by = EXCLUDED.sent_by "
 	"  WHERE s.sent_at IS NULL "
-	"RETURNING 1",
+	"RETURNING s.task_id",
 	SIG_SEND_NARGS, {TEXTOID, TEXTOID, JSONBOID, BYTEAOID, INT2OID}
 };
 
@@ -310,11 +324,10 @@ static NtaskPlan sig_sent_plan = {
 /* the tasks awaiting the key become due now (task_awaiting_idx) */
 static NtaskPlan sig_wake_plan = {
 	"signal wake",
-	"UPDATE ntask.task t SET state = 'ready', await_on_timeout = NULL, "
-	"  run_at = pg_catalog.statement_timestamp(), due_at = pg_catalog.statement_timestamp(), "
-	"  updated_at = pg_catalog.statement_timestamp() "
+	"UPDATE ntask.task t SET " SIG_WAKE_SET
+	"FROM ntask.queue q "
 	"WHERE t.queue OPERATOR(pg_catalog.=) $1 AND t.signal_key OPERATOR(pg_catalog.=) $2 "
-	"  AND t.state OPERATOR(pg_catalog.=) 'awaiting' "
+	"  AND t.state OPERATOR(pg_catalog.=) 'awaiting' AND q.queue OPERATOR(pg_catalog.=) $1 "
 	"RETURNING t.task_id",
 	2, {TEXTOID, TEXTOID}
 };
@@ -323,7 +336,9 @@ static NtaskPlan sig_wake_plan = {
  * ntask_signal(queue, signal_key, payload jsonb DEFAULT '{}') RETURNS text
  *		Send a queue's signal: 'applied' (stored; the tasks awaiting it
  *		are due now, their next claim carries payload in context.signal;
- *		kept for an await that comes later), 'duplicate' (sent before with
+ *		kept for an await that comes later), 'stale' (stored, but the task
+ *		that awaited the key has ended without it, canceled or in repair:
+ *		nothing woke), 'duplicate' (sent before with
  *		the same payload, by canonical digest), 'conflict' (another payload:
  *		the first one stays).  Each task it readies is audited (action
  *		signal).  Errors: NULL argument 22004; empty queue or key 22023;
@@ -372,7 +387,11 @@ ntask_signal(PG_FUNCTION_ARGS)
 		SPITupleTable *woken;
 		char	   *actor = GetUserNameFromId(NtaskCaller(), false);
 		char	   *k = text_to_cstring(key);
+		bool		awaited;
 
+		/* a task awaited the key before (the row's task_id) */
+		(void) NtaskGetDatum(0, 1, &awaited);
+		awaited = !awaited;
 		result = "applied";
 		n = NtaskExecPlan(&sig_wake_plan, values, NULL, SPI_OK_UPDATE_RETURNING);
 		woken = SPI_tuptable;
@@ -387,6 +406,8 @@ ntask_signal(PG_FUNCTION_ARGS)
 			NtaskWakeWorkerAtCommit();
 			NtaskWakeWaitersAtCommit(qname, n, 0);
 		}
+		else if (awaited)
+			result = "stale";	/* the task that awaited it has ended */
 	}
 	else
 	{
