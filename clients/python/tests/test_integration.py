@@ -165,6 +165,8 @@ class Integration(unittest.TestCase):
     def tearDown(self):
         for p in self.procs:
             p.kill()
+            sys.stderr.write("%s: worker_proc stdout: %r\nstderr: %s\n"
+                             % (self.id(), p.lines, "\n".join(p.err)))
 
     def proc(self, *a, **kw):
         p = Proc(*a, **kw)
