@@ -263,6 +263,36 @@ class Integration(unittest.TestCase):
         self.assertNotEqual(got, tp, "the claim hands on a span id of its own")
         self.assertIsNone(seen["t1"].traceparent)
 
+    def test_a_callers_pool(self):
+        """A pool object with connection() (psycopg_pool's shape) instead
+        of a DSN; its connections are not autocommit, the worker makes them."""
+        import contextlib
+
+        class Pool:
+            def __init__(self):
+                self.conns, self.used = [], 0
+
+            @contextlib.contextmanager
+            def connection(self):
+                c = self.conns.pop() if self.conns else psycopg.connect(DSN, prepare_threshold=None)
+                self.used += 1
+                try:
+                    yield c
+                    c.commit()
+                finally:
+                    self.conns.append(c)
+        pool = Pool()
+        q = new_queue("py_pool")
+        with psycopg.connect(DSN) as c:
+            ntask.enqueue_many(c, q, [("p%d" % i, {}) for i in range(5)])
+        with Running(ntask.Worker(pool, q, lambda t: ntask.Success("pooled"), wait=1)) as w:
+            poll("5 succeeded", lambda: w.counters["succeeded"] == 5)
+        self.assertGreaterEqual(pool.used, 5 * 2 + 2, "claims, invoked and reports went through the pool")
+        self.assertTrue(all(c.autocommit for c in pool.conns))
+        self.assertEqual(one("SELECT count(*) FROM ntask.task WHERE queue = %s AND state = 'succeeded'", (q,)), 5)
+        for c in pool.conns:
+            c.close()
+
     def test_handler_exception_before_and_after_invoked(self):
         q = new_queue("py_exc", max_attempts=5, backoff_base="1 hour", backoff_max="1 hour")
 

@@ -454,5 +454,79 @@ class ProducerTest(unittest.TestCase):
         self.assertIsNone(ntask.result(FakeConn(db), "q", "k"))
 
 
+class OtelTest(unittest.TestCase):
+    """ntask._otel against a stand-in of the opentelemetry API (the real
+    package is not in Debian 12, so CI cannot import it): the traceparent
+    of the current span, and the handler's span as a child of the claim's
+    trace context."""
+
+    def setUp(self):
+        import importlib
+        import types
+        self.started = []
+        test = self
+
+        class Ctx:
+            trace_id, span_id, trace_flags, is_valid = 0x0af7651916cd43dd8448eb211c80319c, 0xb7ad6b7169203331, 1, True
+
+        class Span:
+            def get_span_context(self):
+                return Ctx()
+
+        class Tracer:
+            @contextlib.contextmanager
+            def start_as_current_span(self, name, context=None, attributes=None):
+                test.started.append((name, context, attributes))
+                yield
+
+        class Propagator:
+            def extract(self, carrier):
+                return ("extracted", carrier["traceparent"])
+        otel = types.ModuleType("opentelemetry")
+        trace = types.ModuleType("opentelemetry.trace")
+        trace.get_current_span = lambda: Span()
+        trace.get_tracer = lambda name: Tracer()
+        otel.trace = trace
+        prop = types.ModuleType("opentelemetry.trace.propagation")
+        tc = types.ModuleType("opentelemetry.trace.propagation.tracecontext")
+        tc.TraceContextTextMapPropagator = Propagator
+        self.mods = {"opentelemetry": otel, "opentelemetry.trace": trace,
+                     "opentelemetry.trace.propagation": prop,
+                     "opentelemetry.trace.propagation.tracecontext": tc}
+        sys.modules.update(self.mods)
+        from ntask import _otel
+        self._otel = importlib.reload(_otel)
+
+    def tearDown(self):
+        import importlib
+        for m in self.mods:
+            sys.modules.pop(m, None)
+        importlib.reload(self._otel)
+
+    def test_current_traceparent_and_the_handler_span(self):
+        self.assertTrue(self._otel.available())
+        tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+        self.assertEqual(self._otel.current_traceparent(), tp)
+        db = FakeDB(answers={"ntask_enqueue": lambda p: (1, True, "ready", None, None)})
+        ntask.producer._otel = self._otel
+        try:
+            ntask.enqueue(FakeConn(db), "q", "k")
+            ntask.enqueue(FakeConn(db), "q", "k2", traceparent="")
+        finally:
+            ntask.producer._otel = sys.modules["ntask._otel"]
+        self.assertEqual([p["traceparent"] for p in db.of("ntask_enqueue")], [tp, ""])
+        task = type("T", (), {"traceparent": tp, "queue": "q", "id": 1, "key": "k",
+                              "attempt": 1, "token": 2})()
+        with self._otel.handler_span(task):
+            pass
+        self.assertEqual(self.started, [("ntask q", ("extracted", tp),
+                                         {"ntask.task_id": 1, "ntask.task_key": "k",
+                                          "ntask.attempt": 1, "ntask.token": 2})])
+        task.traceparent = None
+        with self._otel.handler_span(task):
+            pass
+        self.assertEqual(len(self.started), 1, "no trace context: no span")
+
+
 if __name__ == "__main__":
     unittest.main()
