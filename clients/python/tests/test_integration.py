@@ -483,6 +483,30 @@ class Integration(unittest.TestCase):
         self.assertEqual(done, ["after-restart"])
         self.assertTrue([r for r in LOG.records if "claim failed" in r], "the lost connection was seen")
 
+    def test_report_over_a_dead_connection_is_sent_again(self):
+        """The worker's connections die while it holds a task (terminated):
+        the report fails on its dead pooled connection and is sent again on
+        a new one, with the same token, and applies once."""
+        q = new_queue("py_redo", lease="30 s")
+        app = "py_redo_%s" % secrets.token_hex(3)
+        with psycopg.connect(DSN) as c:
+            tid = ntask.enqueue(c, q, "r1", {}).task_id
+
+        def h(task):
+            sql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s", (app,))
+            poll("the worker's backends gone", lambda: one(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (app,)) == 0)
+            return ntask.Success("after-reconnect")
+        # concurrency 1: no claim is running while the task is held, so the
+        # report is the first statement on a (dead) pooled connection
+        w = ntask.Worker(DSN, q, h, concurrency=1, heartbeat_every=3600, wait=1,
+                         connect_kwargs={"application_name": app})
+        with Running(w):
+            poll("succeeded", lambda: w.counters["succeeded"] == 1)
+        self.assertTrue([r for r in LOG.records if "ntask_transition failed" in r], LOG.records)
+        self.assertEqual(sql("""SELECT a.token, a.result, a.outcome FROM ntask.attempt a
+                                WHERE a.task_id = %s""", (tid,)), [(1, "succeeded", "after-reconnect")])
+
     def test_sigstop_past_the_lease_is_stale_on_resume(self):
         q = new_queue("py_stop", lease="1 s")
         with psycopg.connect(DSN) as c:

@@ -18,7 +18,7 @@ prints "COUNTERS <json>".  SIGTERM / SIGINT: run_until_signal.
 import json
 import os
 import sys
-import time
+import threading
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
@@ -27,8 +27,16 @@ import psycopg  # noqa: E402
 import ntask  # noqa: E402
 
 
+_say = threading.Lock()
+
+
 def say(*a):
-    print(*a, flush=True)
+    # one write per line under a lock: the handler's and the heartbeat's
+    # threads print at the same moment (print() writes piece by piece)
+    line = " ".join(str(x) for x in a) + "\n"
+    with _say:
+        sys.stdout.write(line)
+        sys.stdout.flush()
 
 
 def main():
