@@ -386,6 +386,24 @@ class Integration(unittest.TestCase):
                          one("SELECT max_attempts FROM ntask.queue WHERE queue = %s", (q,)),
                          "the released attempt spent no budget")
 
+    def test_second_sigterm_stops_at_once(self):
+        q = new_queue("py_term2", lease="30 s")
+        with psycopg.connect(DSN) as c:
+            ntask.enqueue(c, q, "slow-60:1", {})
+        p = self.proc(q, "term-2", wait=1, shutdown_grace=60)
+        poll("invoked", lambda: p.has("INVOKED"))
+        p.signal(signal.SIGTERM)
+        time.sleep(0.5)
+        self.assertIsNone(p.p.poll(), "the first SIGTERM waits for the running handler")
+        t0 = time.monotonic()
+        p.signal(signal.SIGTERM)
+        self.assertEqual(p.wait(), 0, p.err)
+        self.assertLess(time.monotonic() - t0, 20)
+        self.assertEqual(p.counters()["succeeded"], 0)
+        # the invoked task keeps its lease: it runs out and is taken over
+        self.assertEqual(sql("SELECT state, lease_owner, invoked_at IS NOT NULL FROM ntask.task WHERE queue = %s",
+                             (q,)), [("leased", "term-2", True)])
+
     def test_sigkill_mid_task_taken_over_and_reconciled(self):
         q = new_queue("py_kill", lease="2 s")
         with psycopg.connect(DSN) as c:

@@ -454,6 +454,27 @@ class ProducerTest(unittest.TestCase):
         self.assertIsNone(ntask.result(FakeConn(db), "q", "k"))
 
 
+class PackagingTest(unittest.TestCase):
+    def test_pyproject(self):
+        try:
+            import tomllib
+        except ImportError:
+            self.skipTest("tomllib is Python 3.11+")
+        root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+        with open(os.path.join(root, "pyproject.toml"), "rb") as f:
+            meta = tomllib.load(f)["project"]
+        self.assertEqual(meta["name"], "ntask")
+        self.assertEqual(meta["version"], ntask.__version__)
+        self.assertEqual(meta["dependencies"], ["psycopg>=3.1"])
+        self.assertEqual(list(meta["optional-dependencies"]), ["otel"])
+        self.assertTrue(os.path.exists(os.path.join(root, meta["readme"])))
+        for name in ntask.__all__:
+            self.assertTrue(hasattr(ntask, name), name)
+            obj = getattr(ntask, name)
+            if callable(obj) and not isinstance(obj, tuple):
+                self.assertTrue(obj.__doc__, "%s has a docstring" % name)
+
+
 class OtelTest(unittest.TestCase):
     """ntask._otel against a stand-in of the opentelemetry API (the real
     package is not in Debian 12, so CI cannot import it): the traceparent
