@@ -263,6 +263,12 @@ class Integration(unittest.TestCase):
         self.assertNotEqual(got, tp, "the claim hands on a span id of its own")
         self.assertIsNone(seen["t1"].traceparent)
 
+    def test_an_unknown_queue_ends_run_with_the_error(self):
+        w = ntask.Worker(DSN, "py_no_such_queue_%s" % secrets.token_hex(3), lambda t: None, wait=1)
+        with self.assertRaises(psycopg.Error) as cm:
+            w.run()
+        self.assertEqual(cm.exception.sqlstate, "42704")
+
     def test_a_callers_pool(self):
         """A pool object with connection() (psycopg_pool's shape) instead
         of a DSN; its connections are not autocommit, the worker makes them."""

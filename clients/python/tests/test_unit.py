@@ -300,7 +300,7 @@ class OutcomeTest(unittest.TestCase):
         for rec, want in ((lambda t: ntask.NOT_DONE, "succeeded"), (lambda t: None, "succeeded"),
                           (lambda t: 1 / 0, "unknown")):
             db = FakeDB(claims=[[claim_row(1, prior="unknown")]])
-            w = run_worker(db, lambda t: None, lambda w: reported(w) == 1, reconcile=rec)
+            run_worker(db, lambda t: None, lambda w: reported(w) == 1, reconcile=rec)
             p = db.of("ntask_transition")[0]
             self.assertEqual(p["error_class"] or p["to_state"], want)
 
@@ -313,7 +313,7 @@ class OutcomeTest(unittest.TestCase):
                 call(t)
                 return ntask.AWAITING if fn == "ntask_await" else None
             done = threading.Event()
-            w = run_worker(db, lambda t: (h(t), done.set())[0], lambda w: done.is_set())
+            run_worker(db, lambda t: (h(t), done.set())[0], lambda w: done.is_set())
             time.sleep(0.1)
             self.assertEqual(db.of("ntask_transition"), [], fn)
             self.assertEqual(len(db.of(fn)), 1)
@@ -408,7 +408,7 @@ class ShutdownTest(unittest.TestCase):
                     raise psycopg.OperationalError("terminating connection due to administrator command")
                 return super().run(sql, params)
         db = DB(claims=[[claim_row(1)]])
-        w = run_worker(db, lambda t: None, lambda w: w.counters["succeeded"] == 1)
+        run_worker(db, lambda t: None, lambda w: w.counters["succeeded"] == 1)
         self.assertGreaterEqual(len(db.of("ntask_claim")), 3)
 
     def test_an_error_that_is_not_a_lost_connection_ends_run(self):
