@@ -290,7 +290,7 @@ class OutcomeTest(unittest.TestCase):
             calls.append(("reconcile", t.prior_outcome))
             return ntask.Success("reconciled")
         db = FakeDB(claims=[[claim_row(1, prior="unknown"), claim_row(2)]])
-        w = run_worker(db, h, lambda w: w.counters["succeeded"] == 2, reconcile=rec_done)
+        run_worker(db, h, lambda w: w.counters["succeeded"] == 2, reconcile=rec_done)
         self.assertEqual(sorted(map(str, calls)), sorted(map(str, [("reconcile", "unknown"), "handler"])),
                          "reconcile only for prior_outcome unknown; handler only when not done")
         by_id = {p["task_id"]: p for p in db.of("ntask_transition")}
