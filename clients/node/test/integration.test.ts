@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { join } from 'node:path';
 import { Client, Pool } from 'pg';
-import { enqueue, enqueueMany, result, sqlFunctions, Success, Task, Worker } from '../src/index';
+import { Awaiting, enqueue, enqueueMany, result, sqlFunctions, Success, Task, Worker } from '../src/index';
 import { callProvider, hold } from './proc';
 
 const DSN = process.env.NTASK_DSN;
@@ -35,7 +35,7 @@ async function queue(name: string, lease = '30 seconds', extra = ''): Promise<vo
 }
 /** attempt:result:error_class of each attempt of the task, in order */
 async function ledger(queueName: string, key: string): Promise<string> {
-  return one(`SELECT string_agg(a.attempt || ':' || a.result || ':' || coalesce(a.error_class, '-'), ' ' ORDER BY a.attempt)
+  return one(`SELECT string_agg(a.attempt || ':' || coalesce(a.result, 'open') || ':' || coalesce(a.error_class, '-'), ' ' ORDER BY a.attempt)
     FROM ntask.attempt_all a JOIN ntask.task t USING (task_id) WHERE t.queue = $1 AND t.task_key = $2`, [queueName, key]);
 }
 /** waits until a waiting claim of the worker is in pg_stat_activity */
@@ -111,6 +111,54 @@ test('producer: enqueue, duplicate with its result, enqueueMany, result()', { sk
   assert.equal(child.code, '22023', 'a missing parent is the server\'s 22023');
 });
 
+test('traceparent: the enqueue\'s trace context reaches the handler with the attempt\'s span id', { skip }, async () => {
+  await queue('n_trace');
+  const tp = '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01';
+  await enqueue(db, 'n_trace', 'tr:1', {}, { traceparent: tp });
+  let seen: string | null = null;
+  const w = new Worker(DSN!, 'n_trace', async (t) => { seen = t.traceparent; }, { logger: quiet, wait: 1000 });
+  const run = w.run();
+  await until('handled', () => w.counters.succeeded === 1);
+  w.stop();
+  await run;
+  assert.match(seen!, /^00-0af7651916cd43dd8448eb211c80319c-[0-9a-f]{16}-01$/);
+  assert.notEqual(seen, tp, 'the attempt\'s own span id');
+});
+
+test('workflow: checkpoint, awaitSignal / Awaiting, the signal in the next claim, progress, release', { skip }, async () => {
+  await queue('n_flow');
+  await enqueueMany(db, 'n_flow', [{ key: 'f:1' }, { key: 'f:2' }]);
+  const seen: string[] = [];
+  const w = new Worker(DSN!, 'n_flow', async (t) => {
+    if (t.key === 'f:2') {
+      if (t.attempt === 1) { seen.push(`release ${await t.release()}`); return undefined; }
+      return new Success({ outcome: 'after-release' });
+    }
+    if (t.attempt === 1) {
+      seen.push(`checkpoint ${await t.checkpoint('fetch', { rows: 3 })}`);
+      seen.push(`await ${await t.awaitSignal('sig:f1', 600000)}`);
+      return Awaiting;
+    }
+    seen.push(`context ${JSON.stringify(t.context.checkpoints)} ${JSON.stringify(t.context.signal)}`);
+    await t.progress({ step: 'send' });
+    return new Success({ outcome: 'after-signal' });
+  }, { logger: quiet, wait: 1000, concurrency: 1 });
+  const run = w.run();
+  await until('f:1 awaiting, f:2 done', async () => await one(`SELECT string_agg(state, ' ' ORDER BY task_key) FROM ntask.task
+    WHERE queue = 'n_flow'`) === 'awaiting succeeded');
+  assert.equal(await one(`SELECT ntask_signal('n_flow', 'sig:f1', '{"paid": true}')`), 'applied');
+  await until('f:1 done', () => w.counters.succeeded === 2);
+  w.stop();
+  await run;
+  assert.deepEqual(seen.sort(), ['await applied', 'checkpoint applied',
+    'context {"fetch":{"rows":3}} {"key":"sig:f1","payload":{"paid":true}}', 'release applied']);
+  assert.equal(await ledger('n_flow', 'f:1'), '1:awaiting:- 2:succeeded:-');
+  assert.equal(await ledger('n_flow', 'f:2'), '1:released:- 2:succeeded:-');
+  assert.deepEqual(await q(`SELECT a.progress FROM ntask.attempt_all a JOIN ntask.task t USING (task_id)
+    WHERE t.queue = 'n_flow' AND t.task_key = 'f:1' AND a.attempt = 2`), [{ progress: { step: 'send' } }]);
+  assert.equal(w.counters.released, 1);
+});
+
 test('takeover W1/W2: the stale report of W1 is refused and surfaced', { skip }, async () => {
   await queue('n_take', '1 second');
   await enqueue(db, 'n_take', 't:1', {});
@@ -173,6 +221,24 @@ test('SIGTERM: graceful; the invoked task finishes, the never-invoked one is rel
   assert.equal(await ledger('n_term', 'b'), '1:released:-');
   assert.equal(await one(`SELECT count(*) FROM ntask.task WHERE lease_owner IS NOT NULL AND queue = 'n_term'`), '0', 'nothing left leased');
   assert.equal(await one(`SELECT state FROM ntask.task WHERE queue = 'n_term' AND task_key = 'b'`), 'ready');
+});
+
+test('a second SIGTERM stops at once: the invoked task is left to its lease', { skip }, async () => {
+  await queue('n_term2');
+  await enqueue(db, 'n_term2', 'a', { kind: 'provider', holdMs: 600000 });
+  // a grace of 10 minutes: only the second signal can end it in time
+  const p = startProc({ PROC_QUEUE: 'n_term2', PROC_NAME: 'term-2', PROC_LEASE_MS: '10000', PROC_GRACE_MS: '600000' });
+  await until('a invoked', async () => Number(await one(`SELECT count(*) FROM ntask.task
+    WHERE queue = 'n_term2' AND lease_owner = 'term-2' AND invoked_at IS NOT NULL`)) === 1);
+  p.child.kill('SIGTERM');
+  await until('the first signal taken', () => /stopping: no new claims/.test(p.err.join('')));
+  p.child.kill('SIGTERM');
+  const ex = await p.exited;
+  assert.deepEqual(ex, { code: 0, signal: null }, p.err.join(''));
+  assert.match(p.err.join(''), /second stop: stopping at once/);
+  assert.equal(await one(`SELECT lease_owner FROM ntask.task WHERE queue = 'n_term2'`), 'term-2',
+    'left leased: the lease expires and the task is taken over');
+  assert.equal(await ledger('n_term2', 'a'), '1:open:-');
 });
 
 test('SIGKILL mid-task: taken over with prior_outcome unknown, reconciled, the provider called once', { skip }, async () => {

@@ -47,6 +47,11 @@ async function main() {
     wait: 1000,
     shutdownGrace: Number(env('PROC_GRACE_MS', '3000')),
     invoked: 'manual',
+    logger: {
+      info: (m) => console.error(`${process.env.PROC_NAME}: ${m}`),
+      warn: (m) => console.error(`${process.env.PROC_NAME}: ${m}`),
+      error: (m) => console.error(`${process.env.PROC_NAME}: ${m}`),
+    },
   });
   console.log(JSON.stringify({ event: 'running', pid: process.pid }));
   await runUntilSignal(w);
