@@ -263,8 +263,12 @@ export class Worker<P = any> {
   /** Resolves on the next wake() (a slot freed, a stop) or after ms. */
   private pause(ms: number): Promise<void> {
     return new Promise((resolve) => {
+      const done = () => {
+        clearTimeout(t);
+        this.wakers = this.wakers.filter((f) => f !== done);
+        resolve();
+      };
       const t = setTimeout(done, ms);
-      function done() { clearTimeout(t); resolve(); }
       this.wakers.push(done);
     });
   }

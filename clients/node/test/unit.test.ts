@@ -325,13 +325,20 @@ test('worker: past the shutdown grace, a never-invoked task is released, an invo
 });
 
 test('worker: a second stop returns at once, even during a waiting claim', async () => {
-  const pool = claimsOnce([], { ntask_claim: () => new Promise<any[]>((r) => setTimeout(() => r([]), 300)) });
+  let answer!: (rows: any[]) => void;
+  let claimDone = false;
+  const pool = claimsOnce([], {
+    ntask_claim: () => new Promise<any[]>((r) => { answer = (rows) => { claimDone = true; r(rows); }; }),
+  });
   const w = new Worker(pool as any, 'q', async () => undefined, { logger: quiet });
   const done = w.run();
   await until(() => pool.fns('ntask_claim').length === 1);
-  const t0 = Date.now();
   w.stop();
   w.stop();
   await done;
-  assert.ok(Date.now() - t0 < 250, 'returned before the waiting claim');
+  assert.equal(claimDone, false, 'run() resolved while the claim was still waiting');
+  // the claim, never cancelled, returns a task later: it is released
+  answer([row(16)]);
+  await until(() => pool.fns('ntask_release').length === 1);
+  assert.deepEqual(pool.fns('ntask_release')[0].values, ['16', '7', null]);
 });
