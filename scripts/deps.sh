@@ -56,4 +56,10 @@ if [ -f examples/node/package-lock.json ] && [ ! -d examples/node/node_modules/p
 	echo "ntask: npm ci in examples/node"
 	(cd examples/node && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
 fi
+# the TypeScript worker library (clients/node; TAP 042_client_node): pg,
+# typescript (its build) and types, at clients/node/package-lock.json's versions
+if [ -f clients/node/package-lock.json ] && [ ! -d clients/node/node_modules/typescript ]; then
+	echo "ntask: npm ci in clients/node"
+	(cd clients/node && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+fi
 exit 0
