@@ -75,7 +75,7 @@ ISOLATION = takeover_w1_w2 claim_skip_locked enqueue_same_key cancel_vs_transiti
 	aging_vs_claim \
 	checkpoint_stale_after_takeover signal_vs_await await_timeout \
 	deps_fan_in_concurrent deps_stale_parent_worker deps_cancel_vs_success \
-	ordered_waiting_head
+	ordered_waiting_head deps_producer_open
 ISOLATION_OPTS = --temp-instance=./tmp_check_iso --temp-config=$(srcdir)/test/ntask.conf
 
 TAP_TESTS = 1

@@ -53,6 +53,21 @@ CREATE INDEX task_ordered_idx ON ntask.task (queue, partition_key, task_id)
 	WHERE ordered AND (due_at IS NOT NULL OR state = 'repair_required' OR state = 'awaiting'
 					   OR state = 'waiting');
 
+-- 45.6: a depends_on enqueue locks no parent until its commit
+-- At the commit of a transaction that enqueued children with depends_on,
+-- their parents are locked and read again and the children settled
+-- (src/deps.c): the enqueue itself locks no parent, so a producer's open
+-- transaction never blocks the parent's holder.
+CREATE FUNCTION ntask.task_dep_settle() RETURNS trigger
+AS 'MODULE_PATHNAME', 'ntask_task_dep_settle'
+LANGUAGE C;
+COMMENT ON FUNCTION ntask.task_dep_settle() IS
+'ntask: internal: deferred constraint trigger on ntask.task_dep: at the commit of a transaction that enqueued children with depends_on, lock their parents in task_id order, read their states again and make each child ready, keep it waiting, cancel it or send it to repair';
+CREATE CONSTRAINT TRIGGER task_dep_settle AFTER INSERT ON ntask.task_dep
+	DEFERRABLE INITIALLY DEFERRED
+	FOR EACH ROW EXECUTE FUNCTION ntask.task_dep_settle();
+REVOKE ALL ON FUNCTION ntask.task_dep_settle() FROM PUBLIC;
+
 -- ntask_explain, whole (every issue of the wave that changes it edits
 -- this one copy: it must equal ntask--1.1.0.sql's)
 CREATE OR REPLACE FUNCTION @extschema@.ntask_explain(task_id bigint, include_payload boolean DEFAULT false)

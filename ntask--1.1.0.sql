@@ -2726,6 +2726,20 @@ CREATE TRIGGER task_deps_changed AFTER UPDATE OF state ON ntask.task
 REVOKE ALL ON FUNCTION ntask.task_deps_changed() FROM PUBLIC;
 GRANT SELECT ON ntask.task_dep TO ntask_admin;
 
+-- At the commit of a transaction that enqueued children with depends_on,
+-- their parents are locked and read again and the children settled
+-- (src/deps.c): the enqueue itself locks no parent, so a producer's open
+-- transaction never blocks the parent's holder.
+CREATE FUNCTION ntask.task_dep_settle() RETURNS trigger
+AS 'MODULE_PATHNAME', 'ntask_task_dep_settle'
+LANGUAGE C;
+COMMENT ON FUNCTION ntask.task_dep_settle() IS
+'ntask: internal: deferred constraint trigger on ntask.task_dep: at the commit of a transaction that enqueued children with depends_on, lock their parents in task_id order, read their states again and make each child ready, keep it waiting, cancel it or send it to repair';
+CREATE CONSTRAINT TRIGGER task_dep_settle AFTER INSERT ON ntask.task_dep
+	DEFERRABLE INITIALLY DEFERRED
+	FOR EACH ROW EXECUTE FUNCTION ntask.task_dep_settle();
+REVOKE ALL ON FUNCTION ntask.task_dep_settle() FROM PUBLIC;
+
 -- end of issue 36.1
 
 -- ---------------------------------------------------------------------

@@ -20,7 +20,7 @@ SELECT ntask_await(:a3, 1, 'sig-3');
 UPDATE ntask.task SET deadline = now() - interval '1 second' WHERE task_id IN (:a2, :a3);
 UPDATE ntask.task SET deadline = now() - interval '1 second',
 	due_at = now() + interval '1 hour', run_at = now() + interval '1 hour' WHERE task_id = :a1;
-SELECT repaired FROM ntask_housekeeping();
+DO $$ BEGIN PERFORM ntask_housekeeping(); END $$;
 SELECT task_key, state FROM ntask.task WHERE queue = 'ad' ORDER BY task_id;
 -- the signal wakes the task with a fresh total_deadline: it is claimed,
 -- not sent to repair

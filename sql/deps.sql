@@ -77,14 +77,19 @@ SELECT task_id AS g2 FROM ntask_enqueue('dgc', 'g2', '{}', depends_on => ARRAY['
 SELECT ntask_cancel(:g, 'ops', 'not needed');
 SELECT task_key, state, reason FROM ntask.task WHERE task_id IN (:g, :g1, :g2) ORDER BY 1;
 SELECT created, state FROM ntask_enqueue('dgc', 'g3', '{}', depends_on => ARRAY['g']);
+-- policy wait on a parent already canceled: to repair at once (it can
+-- never succeed; issue 46.3)
 SELECT created, state FROM ntask_enqueue('dgc', 'g4', '{}', depends_on => ARRAY['g'],
 	on_parent_failed => 'wait');
+SELECT state, reason FROM ntask.task WHERE queue = 'dgc' AND task_key = 'g4';
 -- a waiting task can be canceled by an operator, not replayed
-SELECT task_id AS g4 FROM ntask.task WHERE queue = 'dgc' AND task_key = 'g4' \gset
+SELECT task_id AS gp FROM ntask_enqueue('dgc', 'gp', '{}') \gset
+SELECT task_id AS g5 FROM ntask_enqueue('dgc', 'g5', '{}', depends_on => ARRAY['gp']) \gset
 \set VERBOSITY sqlstate
-SELECT ntask_replay(:g4, 'ops', 'no');
+SELECT ntask_replay(:g5, 'ops', 'no');
 \set VERBOSITY default
-SELECT ntask_cancel(:g4, 'ops', 'give up');
+SELECT ntask_cancel(:g5, 'ops', 'give up');
+SELECT ntask_cancel(:gp, 'ops', 'give up');
 
 -- budget: a waiting task spends none, its deadline starts when ready
 SELECT task_id AS h FROM ntask_enqueue('dg', 'h', '{}') \gset

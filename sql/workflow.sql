@@ -115,7 +115,8 @@ UPDATE ntask.task SET due_at = now() - interval '1 second' WHERE task_id IN (:a3
 SELECT task_key, token, context FROM ntask_claim('wf', 'W1', 5);
 SELECT task_key, state, reason, attempts, max_attempts, await_on_timeout
 FROM ntask.task WHERE task_id IN (:a3, :a4) ORDER BY task_id;
--- a signal after the timeout is kept; it wakes nothing
+-- a signal after the timeout sent the task to repair is kept; it wakes
+-- nothing, and says so: stale
 SELECT ntask_signal('wf', 'never:4', '{}');
 SELECT state FROM ntask.task WHERE task_id = :a4;
 -- awaiting without a timeout: due_at NULL, canceled like any unfinished task
@@ -124,6 +125,7 @@ SELECT token FROM ntask_claim('wf', 'W1') WHERE task_id = :a5;
 SELECT ntask_await(:a5, 1, 'k5');
 SELECT state, due_at FROM ntask.task WHERE task_id = :a5;
 SELECT ntask_cancel(:a5, 'test', 'no longer needed');
+-- the signal for the canceled task: stale (kept; nothing woke)
 SELECT ntask_signal('wf', 'k5');
 SELECT state FROM ntask.task WHERE task_id = :a5;
 
@@ -207,11 +209,18 @@ SELECT awaiting, oldest_awaiting_age >= '0' AS has_age FROM ntask.queue_stats WH
 SELECT regexp_replace(detail, 'since .* \(.*\), times out at .* \(in .*\), then', 'since ..., times out at ..., then')
 FROM ntask_explain(:a7) WHERE event = 'now';
 
--- an awaiting task past its deadline: housekeeping's deadline sweep moves
--- it to repair_required; a replay makes it ready, and the claim hands it
--- out (its await's 'repair' no longer applies) with the timed-out signal
+-- an awaiting task past its deadline: the deadline does not run while it
+-- awaits (issue 45.4), so housekeeping's sweep passes it by; its timeout
+-- then sends it to repair_required (await_timeout: its await's deadline
+-- was moved past the timeout); a replay makes it ready, and the claim
+-- hands it out (its await's 'repair' no longer applies) with the
+-- timed-out signal
 UPDATE ntask.task SET deadline = now() - interval '1 second' WHERE task_id = :a7;
 SELECT expired, repaired FROM ntask_housekeeping();
+SELECT state, reason FROM ntask.task WHERE task_id = :a7;
+UPDATE ntask.task SET due_at = now() - interval '1 second',
+	deadline = now() + interval '1 hour' WHERE task_id = :a7;
+SELECT count(*) FROM ntask_claim('wf', 'W1', 5) WHERE task_id = :a7;
 SELECT state, reason FROM ntask.task WHERE task_id = :a7;
 SELECT ntask_replay(:a7, 'test', 'try again');
 SELECT task_key, token, context FROM ntask_claim('wf', 'W1', 5) WHERE task_id = :a7;

@@ -9,13 +9,20 @@
  * Enqueue: the parents are resolved (a key of the child's queue, else
  * queue:key split at the first colon), the producer right on each
  * parent's queue is checked, then, for a child the call created, the
- * parents are locked in task_id order (FOR NO KEY UPDATE, and has_children
- * set), their dependency rows written and the child moved to waiting with
- * the number of parents that have not succeeded (0: it stays ready).  The
- * lock orders the enqueue against a parent's transition: the transition
- * either committed before (the parent is read as succeeded) or waits for
- * the enqueue's commit and then sees the dependency rows.  Parents must
- * exist when the child is enqueued, so no cycle can be built.
+ * dependency rows are written and the child moved to waiting with the
+ * number of parents that have not succeeded as read then (0: it stays
+ * ready).  The parents are not locked then: a producer's (outbox)
+ * transaction may stay open long, and the parent's holder must not wait
+ * for it.  At the producer's commit a deferred constraint trigger on
+ * ntask.task_dep (ntask_task_dep_settle) settles every child the
+ * transaction attached: it locks their parents in task_id order (FOR NO
+ * KEY UPDATE, and has_children set), reads their states again and makes
+ * each child ready, keeps it waiting, cancels it or sends it to repair,
+ * as a parent's end would have.  The lock orders the settle against a
+ * parent's transition: the transition either committed before (the settle
+ * reads its end) or waits for the producer's commit, which is short, and
+ * then sees the dependency rows.  Parents must exist when the child is
+ * enqueued, so no cycle can be built.
  *
  * A parent's end (any statement that changes the state of a task with
  * has_children: the transitions, the HTTP dispatcher, cancel, replay,
@@ -63,6 +70,7 @@
 #include "ntask_api.h"
 
 #include "catalog/pg_type.h"
+#include "access/xact.h"
 #include "commands/async.h"
 #include "commands/trigger.h"
 #include "miscadmin.h"
@@ -71,6 +79,7 @@
 #include "utils/rel.h"
 
 PG_FUNCTION_INFO_V1(ntask_task_deps_changed);
+PG_FUNCTION_INFO_V1(ntask_task_dep_settle);
 
 /*
  * deps_resolve_plan: $1 the child's queue, $2 the elements, $3 the
@@ -114,10 +123,10 @@ static NtaskPlan deps_resolve_plan = {
 
 /*
  * deps_attach_plan: $1 the parents (sorted), $2 the new children, $3 the
- * per-call policy (NULL: the queue's).  Locks the parents in task_id
- * order, marks them has_children, writes one dependency row per (child,
- * parent) and moves each child to waiting when some parent has not
- * succeeded.  Returns per child: its state now, whether a parent has
+ * per-call policy (NULL: the queue's).  Reads the parents' states (no
+ * lock: deps_settle_plan takes them at commit), writes one dependency row
+ * per (child, parent) and moves each child to waiting when some parent
+ * has not succeeded.  Returns per child: its state now, whether a parent has
  * failed (repair_required, canceled, skipped), and its policy.
  */
 typedef enum DepsAttachCol
@@ -126,25 +135,24 @@ typedef enum DepsAttachCol
 	DEPS_ATTACH_STATE,
 	DEPS_ATTACH_FAILED,
 	DEPS_ATTACH_POLICY,
-	DEPS_ATTACH_QUEUE
+	DEPS_ATTACH_QUEUE,
+	DEPS_ATTACH_FINAL			/* a parent's state, canceled or skipped */
 } DepsAttachCol;
 
 static NtaskPlan deps_attach_plan = {
 	"dependency attach",
 	"WITH p AS ( "
-	"  SELECT t.task_id, t.state, t.has_children FROM ntask.task t "
+	"  SELECT t.task_id, t.state FROM ntask.task t "
 	"  WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1) "
-	"  ORDER BY t.task_id FOR NO KEY UPDATE "
-	"), mark AS ( "
-	"  UPDATE ntask.task t SET has_children = true FROM p "
-	"  WHERE t.task_id OPERATOR(pg_catalog.=) p.task_id AND NOT p.has_children "
 	"), dep AS ( "
 	"  INSERT INTO ntask.task_dep (task_id, parent_id, shard) "
 	"  SELECT c.id, p.task_id, (c.id OPERATOR(pg_catalog.>>) " CppAsString2(NTASK_SHARD_SHIFT) ")::pg_catalog.int2 "
 	"  FROM pg_catalog.unnest($2) AS c(id), p "
 	"), n AS ( "
 	"  SELECT pg_catalog.count(*) FILTER (WHERE p.state OPERATOR(pg_catalog.<>) 'succeeded')::pg_catalog.int4 AS left_, "
-	"    pg_catalog.bool_or(p.state OPERATOR(pg_catalog.=) ANY ('{repair_required,canceled,skipped}')) AS failed "
+	"    pg_catalog.bool_or(p.state OPERATOR(pg_catalog.=) ANY ('{repair_required,canceled,skipped}')) AS failed, "
+	"    (pg_catalog.array_agg(p.state ORDER BY p.task_id) "
+	"      FILTER (WHERE p.state OPERATOR(pg_catalog.=) ANY ('{canceled,skipped}')))[1] AS final "
 	"  FROM p "
 	") "
 	"UPDATE ntask.task t SET has_parents = true, on_parent_failed = $3, "
@@ -153,7 +161,7 @@ static NtaskPlan deps_attach_plan = {
 	"  due_at = CASE WHEN n.left_ OPERATOR(pg_catalog.>) 0 THEN NULL ELSE t.due_at END "
 	"FROM n, ntask.queue q "
 	"WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($2) AND q.queue OPERATOR(pg_catalog.=) t.queue "
-	"RETURNING t.task_id, t.state, n.failed, coalesce($3, q.on_parent_failed), t.queue",
+	"RETURNING t.task_id, t.state, n.failed, coalesce($3, q.on_parent_failed), t.queue, n.final",
 	3, {INT8ARRAYOID, INT8ARRAYOID, TEXTOID}
 };
 
@@ -218,6 +226,129 @@ static NtaskPlan deps_failed_plan = {
 	"ORDER BY t.task_id FOR NO KEY UPDATE OF t",
 	1, {INT8OID}
 };
+
+/*
+ * At the producer's commit (ntask_task_dep_settle): lock the parents of
+ * the children $1 in task_id order and mark them has_children; a new
+ * statement then reads their states.
+ */
+static NtaskPlan deps_lock_parents_plan = {
+	"dependency settle: lock parents",
+	"WITH p AS ( "
+	"  SELECT t.task_id, t.has_children FROM ntask.task t "
+	"  WHERE t.task_id OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT d.parent_id FROM ntask.task_dep d "
+	"      WHERE d.task_id OPERATOR(pg_catalog.=) ANY ($1))) "
+	"  ORDER BY t.task_id FOR NO KEY UPDATE "
+	") "
+	"UPDATE ntask.task t SET has_children = true FROM p "
+	"WHERE t.task_id OPERATOR(pg_catalog.=) p.task_id AND NOT p.has_children",
+	1, {INT8ARRAYOID}
+};
+
+/*
+ * Then each child $1 still waiting is counted again: ready when every
+ * parent succeeded (as deps_release_plan makes it), else waiting with the
+ * parents left; $2 now.  Returns per child what the caller decides on: a
+ * failed parent (repair_required, canceled, skipped), one that can never
+ * succeed (canceled, skipped), the first failed parent in words, the
+ * child's policy, queue, an http queue and its notify policy.
+ */
+typedef enum DepsSettleCol
+{
+	DEPS_SETTLE_TASK_ID = 1,
+	DEPS_SETTLE_READY,
+	DEPS_SETTLE_FAILED,
+	DEPS_SETTLE_FINAL,
+	DEPS_SETTLE_WHY,
+	DEPS_SETTLE_POLICY,
+	DEPS_SETTLE_QUEUE,
+	DEPS_SETTLE_HTTP,
+	DEPS_SETTLE_NOTIFY,
+	DEPS_SETTLE_FINAL_STATE		/* the first canceled or skipped parent's */
+} DepsSettleCol;
+
+static NtaskPlan deps_settle_plan = {
+	"dependency settle",
+	"WITH x AS ( "
+	"  SELECT d.task_id, "
+	"    pg_catalog.count(*) FILTER (WHERE p.state OPERATOR(pg_catalog.<>) 'succeeded')::pg_catalog.int4 AS left_, "
+	"    pg_catalog.bool_or(p.state OPERATOR(pg_catalog.=) ANY ('{repair_required,canceled,skipped}')) AS failed, "
+	"    pg_catalog.bool_or(p.state OPERATOR(pg_catalog.=) ANY ('{canceled,skipped}')) AS final, "
+	"    (pg_catalog.array_agg(p.queue OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) p.task_key "
+	"        OPERATOR(pg_catalog.||) ' ended ' OPERATOR(pg_catalog.||) p.state ORDER BY p.task_id) "
+	"      FILTER (WHERE p.state OPERATOR(pg_catalog.=) ANY ('{repair_required,canceled,skipped}')))[1] AS why, "
+	"    (pg_catalog.array_agg(p.state ORDER BY p.task_id) "
+	"      FILTER (WHERE p.state OPERATOR(pg_catalog.=) ANY ('{canceled,skipped}')))[1] AS final_state "
+	"  FROM ntask.task_dep d JOIN ntask.task p ON p.task_id OPERATOR(pg_catalog.=) d.parent_id "
+	"  WHERE d.task_id OPERATOR(pg_catalog.=) ANY ($1) "
+	"  GROUP BY d.task_id "
+	") "
+	"UPDATE ntask.task t SET parents_left = x.left_, "
+	"  state = CASE WHEN x.left_ OPERATOR(pg_catalog.=) 0 THEN 'ready' ELSE 'waiting' END, "
+	"  run_at = CASE WHEN x.left_ OPERATOR(pg_catalog.=) 0 "
+	"    THEN GREATEST(t.run_at, $2) ELSE t.run_at END, "
+	"  due_at = CASE WHEN x.left_ OPERATOR(pg_catalog.=) 0 THEN GREATEST(t.run_at, $2) END, "
+	"  deadline = CASE WHEN x.left_ OPERATOR(pg_catalog.=) 0 "
+	"    THEN GREATEST(t.run_at, $2) OPERATOR(pg_catalog.+) q.total_deadline ELSE t.deadline END, "
+	"  updated_at = $2 "
+	"FROM x, ntask.queue q "
+	"WHERE t.task_id OPERATOR(pg_catalog.=) x.task_id AND q.queue OPERATOR(pg_catalog.=) t.queue "
+	"  AND t.state OPERATOR(pg_catalog.=) 'waiting' "
+	"RETURNING t.task_id, t.state OPERATOR(pg_catalog.=) 'ready', x.failed, x.final, "
+	"  x.why, coalesce(t.on_parent_failed, q.on_parent_failed), t.queue, "
+	"  coalesce(q.target OPERATOR(pg_catalog.->>) 'type' OPERATOR(pg_catalog.=) 'http', false), "
+	"  q.notify, x.final_state",
+	2, {INT8ARRAYOID, TIMESTAMPTZOID}
+};
+
+/*
+ * The children this transaction attached, settled at its commit: an
+ * array in TopTransactionContext, dropped when the transaction ends
+ * (deps_xact_callback).
+ */
+static int64 *deps_settle_ids = NULL;
+static int	deps_settle_n = 0;
+static int	deps_settle_max = 0;
+static bool deps_callback_registered = false;
+
+static void
+deps_xact_callback(XactEvent event, void *arg)
+{
+	switch (event)
+	{
+		case XACT_EVENT_COMMIT:
+		case XACT_EVENT_PARALLEL_COMMIT:
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PARALLEL_ABORT:
+		case XACT_EVENT_PREPARE:
+			deps_settle_ids = NULL;
+			deps_settle_n = deps_settle_max = 0;
+			break;
+		default:
+			break;
+	}
+}
+
+/* deps_note_child: settle child at this transaction's commit */
+static void
+deps_note_child(int64 child)
+{
+	if (!deps_callback_registered)
+	{
+		RegisterXactCallback(deps_xact_callback, NULL);
+		deps_callback_registered = true;
+	}
+	if (deps_settle_n == deps_settle_max)
+	{
+		int			max = Max(16, deps_settle_max * 2);
+
+		deps_settle_ids = deps_settle_ids == NULL ?
+			MemoryContextAlloc(TopTransactionContext, sizeof(int64) * max) :
+			repalloc(deps_settle_ids, sizeof(int64) * max);
+		deps_settle_max = max;
+	}
+	deps_settle_ids[deps_settle_n++] = child;
+}
 
 /*
  * NtaskCheckParentPolicy
@@ -435,9 +566,17 @@ NtaskDepsAttach(NtaskDeps *d, Datum *ids, int n, Datum *states)
 			deps_cancel_child(child, queue, "a parent had failed when it was enqueued");
 			state = "canceled";
 		}
+		else if (strcmp(state, "waiting") == 0 && NtaskGetText(r, DEPS_ATTACH_FINAL) != NULL)
+		{
+			deps_repair_child(child, queue, NtaskGetCString(r, DEPS_ATTACH_FINAL),
+							  "a parent had ended when it was enqueued");
+			state = "repair_required";
+		}
 		for (i = 0; i < n; i++)
 			if (DatumGetInt64(ids[i]) == child)
 				states[i] = CStringGetTextDatum(state);
+		if (strcmp(state, "waiting") == 0)
+			deps_note_child(child);
 	}
 	SPI_tuptable = tt;
 }
@@ -640,6 +779,83 @@ ntask_task_deps_changed(PG_FUNCTION_ARGS)
 			deps_queue(task_id, queue, key, state);
 		else
 			deps_cascade(task_id, queue, key, state);
+	}
+	return PointerGetDatum(NULL);
+}
+
+/*
+ * deps_settle
+ *		At the producer's commit: settle every child this transaction
+ *		attached that is still waiting (see the file header).
+ */
+static void
+deps_settle(void)
+{
+	Datum		values[2];
+	Datum	   *ids;
+	int			nrows;
+	int			r;
+	int			i;
+	SPITupleTable *tt;
+
+	ids = palloc(sizeof(Datum) * deps_settle_n);
+	for (i = 0; i < deps_settle_n; i++)
+		ids[i] = Int64GetDatum(deps_settle_ids[i]);
+	values[0] = NtaskInt8Array(ids, deps_settle_n);
+	values[1] = NtaskStatementTs();
+	deps_settle_n = 0;			/* a later event of this commit has nothing to do */
+	(void) NtaskExecPlan(&deps_lock_parents_plan, values, NULL, SPI_OK_UPDATE);
+	nrows = NtaskExecPlan(&deps_settle_plan, values, NULL, SPI_OK_UPDATE_RETURNING);
+	tt = SPI_tuptable;
+	for (r = 0; r < nrows; r++)
+	{
+		int64		child;
+		char	   *queue;
+
+		SPI_tuptable = tt;
+		child = NtaskGetInt64(r, DEPS_SETTLE_TASK_ID);
+		queue = NtaskGetCString(r, DEPS_SETTLE_QUEUE);
+		if (NtaskGetBool(r, DEPS_SETTLE_READY))
+		{
+			NtaskWakeWaitersAtCommit(queue, 1, 0);
+			if (NtaskGetBool(r, DEPS_SETTLE_HTTP))
+				NtaskWakeWorkerAtCommit();
+			if (NtaskGetBool(r, DEPS_SETTLE_NOTIFY))
+				Async_Notify(psprintf("ntask_%s", queue), NULL);
+			continue;
+		}
+		if (!NtaskGetBool(r, DEPS_SETTLE_FAILED))
+			continue;
+		if (strcmp(NtaskGetCString(r, DEPS_SETTLE_POLICY), "cancel") == 0)
+			deps_cancel_child(child, queue,
+							  psprintf("parent %s", NtaskGetCString(r, DEPS_SETTLE_WHY)));
+		else if (NtaskGetBool(r, DEPS_SETTLE_FINAL))
+			deps_repair_child(child, queue, NtaskGetCString(r, DEPS_SETTLE_FINAL_STATE),
+							  psprintf("parent %s", NtaskGetCString(r, DEPS_SETTLE_WHY)));
+	}
+	SPI_tuptable = tt;
+}
+
+/*
+ * ntask.task_dep_settle() constraint trigger: AFTER INSERT ON
+ * ntask.task_dep, DEFERRABLE INITIALLY DEFERRED, FOR EACH ROW.  The first
+ * event at the commit settles every child the transaction attached (in
+ * one pass, the parents locked in task_id order); the others find nothing
+ * left.  Rows not written by an enqueue (a restore) find nothing either.
+ */
+Datum
+ntask_task_dep_settle(PG_FUNCTION_ARGS)
+{
+	TriggerData *td = (TriggerData *) fcinfo->context;
+
+	if (!CALLED_AS_TRIGGER(fcinfo) || !TRIGGER_FIRED_AFTER(td->tg_event) ||
+		!TRIGGER_FIRED_FOR_ROW(td->tg_event) || !TRIGGER_FIRED_BY_INSERT(td->tg_event))
+		elog(ERROR, "ntask: task_dep_settle must be an AFTER INSERT row trigger");
+	if (deps_settle_n > 0)
+	{
+		SPI_connect();
+		deps_settle();
+		SPI_finish();
 	}
 	return PointerGetDatum(NULL);
 }
