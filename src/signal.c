@@ -337,8 +337,8 @@ static NtaskPlan sig_wake_plan = {
  *		Send a queue's signal: 'applied' (stored; the tasks awaiting it
  *		are due now, their next claim carries payload in context.signal;
  *		kept for an await that comes later), 'stale' (stored, but the task
- *		that awaited the key has ended without it, canceled or in repair:
- *		nothing woke), 'duplicate' (sent before with
+ *		that awaited the key no longer awaits it: timed out, canceled or in
+ *		repair; nothing woke), 'duplicate' (sent before with
  *		the same payload, by canonical digest), 'conflict' (another payload:
  *		the first one stays).  Each task it readies is audited (action
  *		signal).  Errors: NULL argument 22004; empty queue or key 22023;
