@@ -25,6 +25,9 @@ export const TRANSITION =
   + ' error_class => $4, detail => $5::jsonb, retry_at => $6::timestamptz, outcome => $7,'
   + ' result => $8::jsonb)';
 
+/** The whole context of a task whose claim deferred it (ntask 1.1). */
+export const CONTEXT = 'SELECT ntask_context(task_id => $1, token => $2) AS context';
+
 export const RELEASE = 'SELECT ntask_release(task_id => $1, token => $2, delay => $3::interval) AS answer';
 
 export const RECEIPT = 'SELECT ntask_receipt(task_id => $1, token => $2, payload => $3::jsonb) AS answer';

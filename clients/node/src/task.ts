@@ -1,6 +1,6 @@
 // The task a handler gets: its fields and the fenced calls on its token.
 import { Lost } from './errors';
-import { AWAIT, CHECKPOINT, HEARTBEAT, interval, INVOKED, json, Queryable, RECEIPT, RELEASE } from './sql';
+import { AWAIT, CHECKPOINT, CONTEXT, HEARTBEAT, interval, INVOKED, json, Queryable, RECEIPT, RELEASE } from './sql';
 
 /** What the claim hands on besides the payload (`ntask_claim`'s `context`). */
 export interface TaskContext {
@@ -36,9 +36,9 @@ export class Task<P = any> {
   readonly token: string;
   /** `null`, `'unknown'` (an earlier attempt may have taken effect: reconcile) or `'committed'` (its receipt committed). */
   readonly priorOutcome: string | null;
-  readonly context: TaskContext;
+  context: TaskContext;
   /** The attempt's W3C traceparent (`context.traceparent`), to continue the trace. */
-  readonly traceparent: string | null;
+  traceparent: string | null;
   /** The lease's end as the server last granted it. */
   leaseUntil: Date;
   /** Aborted when the task is lost (stale heartbeat) or the worker stops at once / past its grace. */
@@ -76,6 +76,25 @@ export class Task<P = any> {
    * crash leaves its outcome unknown. Call it just before the external
    * effect; `stale` throws `Lost` (do not call out).
    */
+  /**
+   * @internal A claim hands out a bounded amount of context (ntask 1.1,
+   * `ntask.max_claim_context_bytes`): past it a task's context is only
+   * `{"deferred": true}` (and its traceparent); this reads it whole with
+   * `ntask_context`. A NULL answer (the token lost the task) throws `Lost`.
+   */
+  async _loadDeferred(): Promise<void> {
+    if (!this.context || (this.context as any).deferred !== true) return;
+    const r = await this._host.pool.query(CONTEXT, [this.id, this.token]);
+    const ctx = r.rows[0].context;
+    if (ctx === null) {
+      this._lost = true;
+      this._host.surface(this, 'stale', 'context');
+      throw new Lost(`task ${this.id} token ${this.token}: ntask_context answered NULL`, 'stale');
+    }
+    this.context = ctx;
+    this.traceparent = typeof ctx.traceparent === 'string' ? ctx.traceparent : null;
+  }
+
   async invoked(): Promise<void> {
     const r = await this._host.pool.query(INVOKED, [this.id, this.token]);
     const a = r.rows[0].answer;

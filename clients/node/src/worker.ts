@@ -374,6 +374,12 @@ export class Worker<P = any> {
   }
 
   private async execute(task: Task<P>): Promise<void> {
+    try {
+      await task._loadDeferred();
+    } catch (e) {
+      if (e instanceof Lost) return;
+      return this.report(task, classify(e, false, false));
+    }
     if (task.priorOutcome === 'unknown' && this.opts.reconcile) {
       let found: Success | null | undefined;
       try {

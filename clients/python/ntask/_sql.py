@@ -24,6 +24,7 @@ CALLS = {
     "ntask_receipt": ("task_id", "token", "payload"),
     "ntask_checkpoint": ("task_id", "token", "step", "value"),
     "ntask_await": ("task_id", "token", "signal_key", "timeout", "on_timeout"),
+    "ntask_context": ("task_id", "token"),
 }
 
 # casts for arguments whose NULL would otherwise be of unknown type

@@ -546,6 +546,20 @@ class Worker:
         return Transient(msg, detail=detail)
 
     def _execute(self, task):
+        # a claim hands out a bounded amount of context (ntask 1.1,
+        # ntask.max_claim_context_bytes): past it a task's context says
+        # only {"deferred": true}, and ntask_context reads it whole
+        if task.context.get("deferred"):
+            try:
+                ctx = task._call("ntask_context")[0]
+            except Exception as e:
+                return self._classify(e, task, "context")
+            if ctx is None:
+                task.lost.set()
+                self._surface(task, "ntask_context", None, True)
+                return Lost
+            task.context = ctx
+            task.traceparent = ctx.get("traceparent")
         if task.prior_outcome == "unknown" and self.reconcile is not None:
             try:
                 r = self.reconcile(task)

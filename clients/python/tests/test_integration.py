@@ -229,6 +229,35 @@ class Integration(unittest.TestCase):
         self.assertEqual((r.state, r.outcome, r.result), ("succeeded", "done", {"key": "k1"}))
         self.assertEqual((dup.created, dup.outcome, dup.result), (False, "done", {"key": "k1"}))
 
+    def test_a_deferred_context_is_read_whole(self):
+        # ntask 1.1: a claim hands out at most ntask.max_claim_context_bytes
+        # of context; past it a task says {"deferred": true} and the worker
+        # reads it whole with ntask_context before the handler runs
+        q = new_queue("py_defer")
+        opts = "-c ntask.max_claim_context_bytes=65536"
+        with psycopg.connect(DSN, autocommit=True) as c:
+            for i in range(3):
+                ntask.enqueue(c, q, "d%d" % i, {})
+            rows = c.execute("SELECT task_id, token FROM ntask_claim(%s, 'setup', 3)", (q,)).fetchall()
+            for tid, tok in rows:
+                c.execute("SELECT ntask_checkpoint(%s, %s, 'fetch', to_jsonb(repeat('z', 30000)))",
+                          (tid, tok))
+                c.execute("SELECT ntask_release(%s, %s)", (tid, tok))
+        with psycopg.connect(DSN, options=opts) as c:   # the control: one is deferred
+            deferred = c.execute("SELECT count(*) FILTER (WHERE context ? 'deferred') "
+                                 "FROM ntask_claim(%s, 'control', 3)", (q,)).fetchone()[0]
+            c.rollback()
+        self.assertEqual(deferred, 1)
+        got = {}
+
+        def h(task):
+            got[task.key] = len(task.context["checkpoints"]["fetch"])
+            return ntask.Success()
+        with Running(ntask.Worker(DSN, q, h, wait=1, concurrency=3,
+                                  connect_kwargs={"options": opts})):
+            poll("3 tasks", lambda: len(got) == 3)
+        self.assertEqual(got, {"d0": 30000, "d1": 30000, "d2": 30000})
+
     def test_worker_receipt_checkpoint_traceparent_and_counters(self):
         q = new_queue("py_basic", lease="5 s")
         tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
