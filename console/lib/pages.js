@@ -244,7 +244,7 @@ ${s.paused && s.paused_at
 ${FILTER_KEYS.filter((k) => f[k] !== undefined).map((k) => html`<input type="hidden" name="${k}" value="${f[k]}">`)}
 <label>Bulk action on the tasks this filter shows
 <select name="action"><option>replay</option><option>cancel</option><option>reschedule</option></select></label>
-<label>Reason <input name="reason" required maxlength="2000" size="30"></label>
+<label>Reason <input name="bulk_reason" required maxlength="2000" size="30"></label>
 <label>Run at (reschedule) <input name="run_at" placeholder="now" size="22"></label>
 <button type="submit" name="do" value="dry_run">Dry run</button>
 </form></section>` : '';
@@ -502,7 +502,7 @@ async function queueAction(ctx, db, queue, what) {
 	const fn = await db.fn('ntask_bulk');
 	const dry = step !== 'apply';
 	const res = await db.query(`SELECT matched, changed, remaining, audit_id FROM ${fn}($1, $2, $3, $4, $5::jsonb,
-		dry_run => $6, run_at => $7::timestamptz)`, [queue, action, actor, field(ctx, 'reason'), JSON.stringify(f), dry, runAt]);
+		dry_run => $6, run_at => $7::timestamptz)`, [queue, action, actor, field(ctx, 'bulk_reason'), JSON.stringify(f), dry, runAt]);
 	const b = res.rows[0];
 	ctx.log(`bulk ${action} ${queue} by ${actor}${dry ? ' (dry run)' : ''}: matched ${b.matched} changed ${b.changed}`);
 	const filterText = Object.keys(f).length ? JSON.stringify(f) : 'every task it applies to';
@@ -514,7 +514,7 @@ async function queueAction(ctx, db, queue, what) {
 ${Number(b.matched) > 1000 ? html` A call changes at most 1000; confirm again for the rest.` : ''}</p>
 ${Number(b.matched) > 0 ? html`<form method="post" action="${base}/bulk" class="action" id="confirm-form">${csrfField(ctx)}
 <input type="hidden" name="step" value="apply"><input type="hidden" name="action" value="${action}">
-<input type="hidden" name="reason" value="${field(ctx, 'reason')}"><input type="hidden" name="run_at" value="${runAt || ''}">
+<input type="hidden" name="bulk_reason" value="${field(ctx, 'bulk_reason')}"><input type="hidden" name="run_at" value="${runAt || ''}">
 ${Object.entries(f).map(([k, v]) => html`<input type="hidden" name="${k}" value="${v}">`)}
 <button type="submit" class="danger">Confirm: ${action} ${b.matched} task(s)</button></form>` : ''}
 <p><a href="${base}${qs(f)}">back to the queue</a></p>`,

@@ -1,0 +1,166 @@
+
+# Copyright (c) 2026, The ntask authors; the PostgreSQL Licence (LICENSE)
+
+# t/045_console.pl: the operator console (console/, docs/console.md; issue
+# 51) in a real headless browser.  A throwaway cluster with ntask, a task
+# that ends in repair_required with an unknown outcome, two consoles: one
+# as a member of ntask_admin (operator alice, from the environment), one as
+# a role with ntask_monitor and pg_read_all_data only (operator bob, from a
+# --users file of scrypt hashes).  console/test/browser.js drives Debian's
+# chromium through playwright-core and prints a line per check: the
+# overview, the task in repair and its story, a replay after a dry run, a
+# worker (psql) drains it and it shows succeeded; a pause stops claims;
+# keyset paging agrees with the database's own order; the read-only
+# console shows no action and refuses forged POSTs, the admin console
+# refuses POSTs without the right CSRF token.  Afterwards, from the
+# database: the audit rows name alice as the actor, the forged requests
+# changed nothing; and the consoles' logs hold no password, token or
+# session id.  Screenshots: docs/console/*.png.
+
+use strict;
+use warnings;
+
+use FindBin;
+use lib $FindBin::Bin;
+use IPC::Run;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time sleep);
+
+my $root = "$FindBin::Bin/..";
+my $CHROMIUM = '/usr/bin/chromium';
+my $NODE = 'node';
+
+ok(-x $CHROMIUM, "Debian's chromium is installed (scripts/deps.sh)");
+ok(-d "$root/console/node_modules/pg" && -d "$root/console/node_modules/playwright-core",
+	'console/node_modules has pg and playwright-core (scripts/deps.sh: npm ci in console)');
+
+my $node = PostgreSQL::Test::Cluster->new('console');
+$node->init;
+$node->append_conf('postgresql.conf', q{
+shared_preload_libraries = 'ntask'
+ntask.database = 'postgres'
+listen_addresses = '127.0.0.1'
+});
+$node->append_conf('pg_hba.conf', "host all all 127.0.0.1/32 trust\n");
+$node->start;
+my $port = $node->port;
+
+sub sql { return $node->safe_psql('postgres', $_[0]); }
+
+sql(q{
+CREATE EXTENSION ntask;
+CREATE ROLE console_admin LOGIN IN ROLE ntask_admin;
+CREATE ROLE console_ro LOGIN IN ROLE ntask_monitor, pg_read_all_data;
+SELECT count(*) FROM ntask_queue_set('mail', max_attempts => 1);
+SELECT count(*) FROM ntask_queue_set('push');
+SELECT count(*) FROM ntask_queue_set('many');
+SELECT count(*) FROM ntask_queue_set('orders');
+SELECT task_id FROM ntask_enqueue('mail', 'welcome:42', '{"to": "a@example.com"}');
+SELECT task_id FROM ntask_enqueue('mail', 'welcome:<b>43</b>', '{}', run_at => now() + interval '1 day');
+SELECT task_id FROM ntask_enqueue('push', 'p1', '{}');
+SELECT count(*) FROM generate_series(1, 130) i, ntask_enqueue('many', 'k' || i, '{}', priority => i % 3);
+SELECT count(*) FROM ntask_claim('many', 'w', 60) c, LATERAL ntask_transition(c.task_id, c.token, 'succeeded') r;
+SELECT count(*) FROM ntask_saga_start('order:1', '[{"name": "reserve", "queue": "orders", "compensate": {"queue": "orders"}}, {"name": "charge", "queue": "orders"}]');
+SELECT count(*) FROM ntask_schedule('nightly', '0 2 * * *', 'orders');
+});
+# welcome:42: one attempt, its outcome unknown, the budget (1) spent
+my $t = sql(q{SELECT c.task_id FROM ntask_claim('mail', 'w1', 1) c,
+	LATERAL ntask_transition(c.task_id, c.token, 'retry_wait', 'unknown', '{"http": 504}') r});
+is(sql("SELECT state || ' ' || reason || ' ' || unknown_attempts FROM ntask.task WHERE task_id = $t"),
+	'repair_required budget_exhausted 1', 'the task welcome:42 is in repair with an unknown outcome');
+
+# the consoles
+my $logdir = $PostgreSQL::Test::Utils::log_path;
+my $users = "$logdir/045_users";
+my $ro_pw = 'bob-' . int(rand(1e9));
+my $hash;
+IPC::Run::run([ $NODE, "$root/console/bin/ntask-console.js", '--hash-password' ], '<', \$ro_pw, '>', \$hash)
+  or die "--hash-password failed";
+chomp $hash;
+like($hash, qr/^scrypt\$/, '--hash-password prints a scrypt line');
+open my $fh, '>', $users or die;
+print $fh "# operators of the read-only console\nbob:$hash\n";
+close $fh;
+
+my $admin_pw = 'alice-' . int(rand(1e9));
+my (%h, %url, %logf);
+sub start_console
+{
+	my ($name, $role, @extra) = @_;
+	my $cport = PostgreSQL::Test::Cluster::get_free_port();
+	$logf{$name} = "$logdir/045_console_$name.log";
+	$h{$name} = IPC::Run::start(
+		[ $NODE, "$root/console/bin/ntask-console.js",
+		  '--dsn', "postgresql://$role\@127.0.0.1:$port/postgres",
+		  '--listen', "127.0.0.1:$cport", @extra ],
+		'<', \undef, '>', $logf{$name}, '2>&1');
+	$url{$name} = "http://127.0.0.1:$cport";
+	my $until = time + 60;
+	while (time < $until)
+	{
+		last if slurp_file($logf{$name}) =~ /listening on/;
+		sleep 0.1;
+	}
+	like(slurp_file($logf{$name}), qr/listening on http:\/\/127\.0\.0\.1:$cport\//, "console $name listens on loopback");
+}
+{
+	local $ENV{NTASK_CONSOLE_USER} = 'alice';
+	local $ENV{NTASK_CONSOLE_PASSWORD} = $admin_pw;
+	start_console('admin', 'console_admin');
+}
+start_console('ro', 'console_ro', '--users', $users);
+like(slurp_file($logf{admin}), qr/role console_admin, read-write/, 'the admin console is read-write');
+like(slurp_file($logf{ro}), qr/role console_ro, read-only/, 'the monitor console is read-only');
+
+# the browser
+my ($out, $err) = ('', '');
+my $ok = IPC::Run::run(
+	[ $NODE, "$root/console/test/browser.js" ],
+	'<', \undef, '>', \$out, '2>', \$err,
+	init => sub {
+		$ENV{CONSOLE_URL} = $url{admin};
+		$ENV{RO_URL} = $url{ro};
+		$ENV{ADMIN_USER} = 'alice';
+		$ENV{ADMIN_PASSWORD} = $admin_pw;
+		$ENV{RO_USER} = 'bob';
+		$ENV{RO_PASSWORD} = $ro_pw;
+		$ENV{PSQL} = $node->installed_command('psql');
+		$ENV{PGDSN} = "postgresql://console_admin\@127.0.0.1:$port/postgres";
+		$ENV{SHOTS} = $ENV{NTASK_CONSOLE_SHOTS} // "$root/docs/console";
+		$ENV{CHROMIUM} = $CHROMIUM;
+	});
+my $n = 0;
+for my $line (split /\n/, $out)
+{
+	if ($line =~ /^(not )?ok - (.*?)(?: # (.*))?$/)
+	{
+		$n++;
+		ok(!$1, "browser: $2") or diag($3 // '');
+	}
+}
+ok($n >= 30, "the browser script made its checks ($n)") or diag($err);
+ok($ok, 'the browser script exited 0') or diag($err);
+
+# what the database recorded
+is(sql("SELECT state FROM ntask.task WHERE task_id = $t"), 'succeeded', 'the replayed task succeeded');
+is(sql(q{SELECT string_agg(action || ':' || actor, ',' ORDER BY audit_id) FROM ntask.audit
+	WHERE action IN ('bulk_replay_dry_run', 'bulk_replay', 'replay', 'queue_pause', 'queue_resume')}),
+	'bulk_replay_dry_run:alice,replay:alice,bulk_replay:alice,queue_pause:alice,queue_resume:alice',
+	'the audit: the dry run, the replay, the pause and the resume, each by alice');
+is(sql(q{SELECT count(*) FROM ntask.audit WHERE reason = 'forged'}), '0', 'no forged request reached a function');
+is(sql(q{SELECT count(*) FROM ntask.audit WHERE actor = 'bob'}), '0', 'the read-only operator did nothing');
+
+for my $c ('admin', 'ro')
+{
+	$h{$c}->signal('TERM');
+	$h{$c}->finish;
+	my $log = slurp_file($logf{$c});
+	unlike($log, qr/\Q$admin_pw\E|\Q$ro_pw\E/, "console $c: no password in its log");
+	unlike($log, qr/csrf=|ntask_console=|scrypt\$/i, "console $c: no CSRF token, session cookie or hash in its log");
+	like($log, qr/POST \/d\/0\/queue\/\w+\/pause 403/, "console $c: the refused POSTs are logged (path and status only)");
+}
+
+$node->stop;
+done_testing();
