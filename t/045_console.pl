@@ -152,6 +152,97 @@ is(sql(q{SELECT string_agg(action || ':' || actor, ',' ORDER BY audit_id) FROM n
 is(sql(q{SELECT count(*) FROM ntask.audit WHERE reason = 'forged'}), '0', 'no forged request reached a function');
 is(sql(q{SELECT count(*) FROM ntask.audit WHERE actor = 'bob'}), '0', 'the read-only operator did nothing');
 
+# The speed over a big queue (NTASK_CONSOLE_BIG=1; about 3 minutes): 1M
+# succeeded tasks with their ledger and 100k ready ones in queue "big"
+# (console/test/big.sql).  Every statement of the admin console is
+# EXPLAINed by auto_explain into the server's log: none may read ntask.task
+# or ntask.attempt by a sequential scan.  The times (median of 5) are
+# printed next to the same pages of the small queue "many" in the same
+# run: ratios, no timed assertion.
+if (($ENV{NTASK_CONSOLE_BIG} // '') eq '1')
+{
+	sql(q{ALTER ROLE console_admin SET session_preload_libraries = 'auto_explain'});
+	sql(q{ALTER ROLE console_admin SET auto_explain.log_min_duration = 0});
+	# a console of its own, so that its connections load auto_explain
+	{
+		local $ENV{NTASK_CONSOLE_USER} = 'alice';
+		local $ENV{NTASK_CONSOLE_PASSWORD} = $admin_pw;
+		start_console('big', 'console_admin');
+	}
+	require HTTP::Tiny;
+	my $http = HTTP::Tiny->new(max_redirect => 0, timeout => 120);
+	my $r = $http->post_form("$url{big}/login", { name => 'alice', password => $admin_pw, next => '/' });
+	my ($cookie) = ($r->{headers}{'set-cookie'} // '') =~ /^([^;]+)/;
+	ok($r->{status} == 303 && $cookie, 'logged in for the timing');
+	my $get = sub {
+		my ($path) = @_;
+		my $t0 = time;
+		my $res = $http->get("$url{big}$path", { headers => { Cookie => $cookie } });
+		my $dt = time - $t0;
+		die "GET $path: $res->{status} " . substr($res->{content} // '', 0, 300) unless $res->{status} == 200;
+		return ($dt, $res->{content});
+	};
+	my $median = sub {
+		my ($path) = @_;
+		my @t = sort { $a <=> $b } map { ($get->($path))[0] } 1 .. 5;
+		return $t[2];
+	};
+	# the 20th page of a listing, by its next links (keyset: as cheap as the first)
+	my $deep = sub {
+		my ($path) = @_;
+		for (1 .. 19)
+		{
+			my (undef, $html) = $get->($path);
+			($path) = $html =~ /id="next-page" href="([^"]+)"/ or die "no next page after $path";
+			$path =~ s/&amp;/&/g;
+		}
+		return $path;
+	};
+	# the baseline: this run's small install (queue "many": 130 tasks),
+	# before the big queue exists
+	my $small_task = sql(q{SELECT min(task_id) FROM ntask.task WHERE queue = 'many' AND state = 'succeeded'});
+	my @pages = (
+		[ 'overview', '/' ],
+		[ 'queue, all states', '/d/0/queue/many', '/d/0/queue/big' ],
+		[ 'queue, ready', '/d/0/queue/many?state=ready', '/d/0/queue/big?state=ready' ],
+		[ 'queue, succeeded', '/d/0/queue/many?state=succeeded', '/d/0/queue/big?state=succeeded' ],
+		[ 'queue, key prefix', '/d/0/queue/many?key_prefix=k12', '/d/0/queue/big?key_prefix=todo%3A99' ],
+		[ 'queue, ready, page 20', undef, sub { $deep->('/d/0/queue/big?state=ready') } ],
+		[ 'queue, all, page 20', undef, sub { $deep->('/d/0/queue/big') } ],
+		[ 'task', "/d/0/task/$small_task", sub { '/d/0/task/' . sql(q{SELECT task_id FROM ntask.task WHERE task_key = 'done:500000'}) } ],
+		[ 'repair queue', '/d/0/repair' ],
+	);
+	my %small;
+	$small{$_->[0]} = $median->($_->[1]) for grep { defined $_->[1] } @pages;
+	$node->safe_psql('postgres', slurp_file("$root/console/test/big.sql"), timeout => 900);
+	# from here on the tables are big (and analyzed): the plans that count
+	my $log_offset = -s $node->logfile;
+	my $report = sprintf("%-24s %10s %10s %7s\n", 'page', 'small ms', 'big ms', 'ratio');
+	for my $p (@pages)
+	{
+		my ($name, $small, $big) = @$p;
+		$big //= $small;
+		$big = $big->() if ref $big;
+		my $tb = $median->($big);
+		my $ts = $small{$name};
+		$report .= sprintf("%-24s %10s %10.1f %7s\n", $name,
+			defined $ts ? sprintf('%.1f', 1000 * $ts) : '-', 1000 * $tb,
+			defined $ts ? sprintf('%.1f', $tb / $ts) : '-');
+	}
+	diag("the console, 130 tasks (small) and 1M finished + 100k ready (big), median of 5:\n$report");
+	open my $rf, '>', "$logdir/045_console_big.txt" or die;
+	print $rf $report;
+	close $rf;
+	my $slog = substr(slurp_file($node->logfile), $log_offset);
+	my $plans = () = $slog =~ /duration: [\d.]+ ms\s+plan:/g;
+	ok($plans > 20, "auto_explain logged the console's plans ($plans)");
+	my @seq = $slog =~ /(Seq Scan on (?:task|attempt)\b[^\n]*)/g;
+	is(scalar(@seq), 0, 'no plan of the console reads ntask.task or ntask.attempt by a sequential scan')
+	  or diag(join("\n", @seq[0 .. ($#seq < 5 ? $#seq : 5)]));
+	$h{big}->signal('TERM');
+	$h{big}->finish;
+}
+
 for my $c ('admin', 'ro')
 {
 	$h{$c}->signal('TERM');

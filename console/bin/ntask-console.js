@@ -102,6 +102,10 @@ async function main() {
 			log(`${db.label}: ${e.code || ''} ${e.message} (the pages will say so)`);
 		}
 	}
+	server.on('error', (e) => {
+		log(`cannot listen on ${o.listen}: ${e.code || ''} ${e.message}`);
+		process.exit(1);
+	});
 	server.listen(port, host, () => {
 		const a = server.address();
 		const shown = a.family === 'IPv6' ? `[${a.address}]` : a.address;

@@ -35,6 +35,9 @@ class Database {
 		});
 		// a lost connection is reported on the next query; never crash
 		this.pool.on('error', () => {});
+		// the console's statements are short: JIT compiling one whose plan
+		// the planner thinks costly (a million-row table) costs seconds
+		this.pool.on('connect', (c) => { c.query('SET jit = off').catch(() => {}); });
 		this.schema = null;
 	}
 

@@ -36,29 +36,82 @@ function readonlyNote(r) {
 
 function csrfField(ctx) { return html`<input type="hidden" name="csrf" value="${ctx.session.csrf}">`; }
 
+// ---------------------------------------------------------- queue summary
+
+// Per queue: the counts of its unfinished tasks, the oldest due ready
+// task, the pause and the limits.  ntask.queue_stats has all of it but
+// counts every row of ntask.task (a sequential scan: 1.9 s at 1.1M rows,
+// docs/console.md), so the console reads the unfinished rows through the
+// partial indexes that hold only them (task_due_idx, task_repair_idx,
+// task_awaiting_idx; tasks waiting for parents through ntask.task_dep): its
+// cost is the backlog's, not the history's.  A role that may not read the
+// tables (ntask_monitor alone) gets queue_stats instead.
+async function summaries(db, queue) {
+	try {
+		const r = await db.query(`SELECT q.queue,
+				(q.paused_at IS NOT NULL OR q.paused_until > now()) AS paused,
+				q.paused_at, q.paused_by, q.pause_reason,
+				CASE WHEN q.paused_until > now() THEN q.paused_until END AS paused_until,
+				q.rate_n, q.rate_per, q.partition_rate_n, q.partition_rate_per, q.max_inflight, q.partition_max_inflight,
+				(SELECT count(*) FROM ntask.key_pause k WHERE k.queue = q.queue AND k.until > now()) AS keys_paused,
+				c.*,
+				(SELECT count(*) FROM ntask.task w WHERE w.queue = q.queue AND w.state = 'waiting'
+					AND w.task_id IN (SELECT d.task_id FROM ntask.task_dep d)) AS waiting,
+				b.state AS breaker, b.open_until
+			FROM ntask.queue q
+			LEFT JOIN ntask.breaker_stats b ON b.queue = q.queue,
+			LATERAL (SELECT count(*) FILTER (WHERE t.state = 'ready') AS ready,
+					count(*) FILTER (WHERE t.state = 'leased') AS leased,
+					count(*) FILTER (WHERE t.state = 'retry_wait') AS retry_wait,
+					count(*) FILTER (WHERE t.state = 'repair_required') AS repair_required,
+					count(*) FILTER (WHERE t.state = 'awaiting') AS awaiting,
+					coalesce(sum(t.unknown_attempts), 0) AS unknown_attempts,
+					now() - min(t.due_at) FILTER (WHERE t.state = 'ready' AND t.due_at <= now()) AS oldest_ready_age
+				FROM ntask.task t
+				WHERE t.queue = q.queue AND (t.due_at IS NOT NULL OR t.state = 'repair_required' OR t.state = 'awaiting')) c
+			WHERE ($1::text IS NULL OR q.queue = $1)
+			ORDER BY q.queue`, [queue || null]);
+		return { rows: r.rows, exact: true };
+	} catch (e) {
+		if (e.code !== '42501') throw e;
+		const r = await db.query(`SELECT s.*, b.state AS breaker, b.open_until
+			FROM ntask.queue_stats s LEFT JOIN ntask.breaker_stats b USING (queue)
+			WHERE ($1::text IS NULL OR s.queue = $1) ORDER BY s.queue`, [queue || null]);
+		return { rows: r.rows, exact: false };
+	}
+}
+
 // --------------------------------------------------------------- overview
 
 async function overviewOf(ctx, db) {
 	const r = await db.rights();
-	const stats = await db.query(`SELECT s.*, b.state AS breaker, b.open_until, b.failures AS breaker_failures
-		FROM ntask.queue_stats s LEFT JOIN ntask.breaker_stats b USING (queue) ORDER BY s.queue`);
+	const stats = await summaries(db, null);
 	// the last hour from the ledger: an attempt that ended in the last hour
 	// belongs to a task that finished in it (task_finished_idx), went to
 	// repair in it (task_repair_idx), is unfinished with attempts
-	// (task_due_idx) or awaits a signal (task_awaiting_idx); its attempts
-	// are read by primary key.  Never a scan of the whole ledger.
-	let hour = new Map(), hourErr = null, limits = new Map();
+	// (task_due_idx) or awaits a signal (task_awaiting_idx), each an index
+	// range of its queue; its attempts are read by primary key.  Never a
+	// scan of the whole ledger or of the finished history.
+	let hour = new Map(), hourErr = null;
 	try {
-		const h = await db.query(`SELECT t.queue,
-				floor(extract(epoch FROM now() - a.ended_at) / 300)::int AS bucket,
+		const h = await db.query(`
+			SELECT q.queue, floor(extract(epoch FROM now() - a.ended_at) / 300)::int AS bucket,
 				count(*) FILTER (WHERE a.result = 'succeeded') AS ok,
-				count(*) FILTER (WHERE a.result IS DISTINCT FROM 'succeeded') AS failed
-			FROM ntask.task t
-			JOIN ntask.attempt a ON a.task_id = t.task_id AND a.ended_at >= now() - interval '1 hour'
-			WHERE (t.state IN ('succeeded', 'canceled', 'skipped') AND t.finished_at >= now() - interval '1 hour')
-			   OR (t.state = 'repair_required' AND t.updated_at >= now() - interval '1 hour')
-			   OR (t.due_at IS NOT NULL AND t.attempts > 0)
-			   OR t.state = 'awaiting'
+				count(*) FILTER (WHERE a.result NOT IN ('succeeded', 'canceled', 'skipped', 'released')) AS failed
+			FROM ntask.queue q
+			CROSS JOIN LATERAL (
+				SELECT t.task_id FROM ntask.task t WHERE t.queue = q.queue
+					AND t.state IN ('succeeded', 'canceled', 'skipped') AND t.finished_at >= now() - interval '1 hour'
+				UNION ALL
+				SELECT t.task_id FROM ntask.task t WHERE t.queue = q.queue
+					AND t.state = 'repair_required' AND t.updated_at >= now() - interval '1 hour'
+				UNION ALL
+				SELECT t.task_id FROM ntask.task t WHERE t.queue = q.queue AND t.due_at IS NOT NULL AND t.attempts > 0
+				UNION ALL
+				SELECT t.task_id FROM ntask.task t WHERE t.queue = q.queue AND t.state = 'awaiting') x
+			CROSS JOIN LATERAL (
+				SELECT a.ended_at, a.result FROM ntask.attempt a
+				WHERE a.task_id = x.task_id AND a.ended_at >= now() - interval '1 hour' OFFSET 0) a
 			GROUP BY 1, 2`);
 		for (const row of h.rows) {
 			if (!hour.has(row.queue)) hour.set(row.queue, { ok: new Array(12).fill(0), failed: new Array(12).fill(0) });
@@ -67,9 +120,6 @@ async function overviewOf(ctx, db) {
 			q.ok[11 - b] += Number(row.ok);
 			q.failed[11 - b] += Number(row.failed);
 		}
-		const l = await db.query(`SELECT queue, rate_n, rate_per, partition_rate_n, partition_rate_per,
-				max_inflight, partition_max_inflight FROM ntask.queue`);
-		for (const row of l.rows) limits.set(row.queue, row);
 	} catch (e) {
 		if (e.code !== '42501') throw e;
 		hourErr = e;
@@ -77,8 +127,8 @@ async function overviewOf(ctx, db) {
 	const rows = stats.rows.map((s) => {
 		const h = hour.get(s.queue) || { ok: new Array(12).fill(0), failed: new Array(12).fill(0) };
 		const ok = h.ok.reduce((a, b) => a + b, 0), failed = h.failed.reduce((a, b) => a + b, 0);
-		const lim = limits.get(s.queue);
-		const limText = lim ? [
+		const lim = s;
+		const limText = stats.exact ? [
 			lim.rate_n ? `${lim.rate_n} per ${fmtInterval(lim.rate_per)}` : null,
 			lim.partition_rate_n ? `key: ${lim.partition_rate_n} per ${fmtInterval(lim.partition_rate_per)}` : null,
 			lim.max_inflight ? `max ${lim.max_inflight} in flight` : null,
@@ -220,7 +270,7 @@ async function listTasks(ctx, db, queue, f, cursor) {
 
 async function queuePage(ctx, db, queue) {
 	const r = await db.rights();
-	const sres = await db.query('SELECT * FROM ntask.queue_stats WHERE queue = $1', [queue]);
+	const sres = await summaries(db, queue);
 	if (sres.rows.length === 0) throw new ctx.HttpError(404, `no queue "${queue}"`);
 	const s = sres.rows[0];
 	const f = filterOf(ctx.url.searchParams);
@@ -260,8 +310,8 @@ ${FILTER_KEYS.filter((k) => f[k] !== undefined).map((k) => html`<input type="hid
 ${readonlyNote(r)}
 <dl class="kv"><dt>ready</dt><dd>${s.ready} (oldest ${fmtInterval(s.oldest_ready_age) || '–'})</dd><dt>leased</dt><dd>${s.leased}</dd>
 <dt>retry_wait</dt><dd>${s.retry_wait}</dd><dt>waiting / awaiting</dt><dd>${s.waiting} / ${s.awaiting}</dd>
-<dt>repair_required</dt><dd>${s.repair_required} (${s.unknown_attempts} attempts with unknown outcome)</dd>
-<dt>succeeded / canceled / skipped</dt><dd>${s.succeeded} / ${s.canceled} / ${s.skipped}</dd></dl>
+<dt>repair_required</dt><dd>${s.repair_required}</dd><dt>unknown outcomes</dt><dd>${s.unknown_attempts} (attempts of unfinished tasks, repair included)</dd>
+<dt>finished</dt><dd>${['succeeded', 'canceled', 'skipped'].map((x, i) => html`${i ? ' · ' : ''}<a href="${base}?state=${x}">${x}</a>`)}</dd></dl>
 ${actions}
 <h2>Tasks</h2>
 <form method="get" action="${base}" class="filters" id="filters">
