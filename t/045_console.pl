@@ -37,7 +37,7 @@ ok(-d "$root/console/node_modules/pg" && -d "$root/console/node_modules/playwrig
 	'console/node_modules has pg and playwright-core (scripts/deps.sh: npm ci in console)');
 
 my $node = PostgreSQL::Test::Cluster->new('console');
-$node->init;
+$node->init(allows_streaming => 1);
 $node->append_conf('postgresql.conf', q{
 shared_preload_libraries = 'ntask'
 ntask.database = 'postgres'
@@ -86,6 +86,8 @@ close $fh;
 
 my $admin_pw = 'alice-' . int(rand(1e9));
 my (%h, %url, %logf);
+# a console still running when the script dies is stopped with it
+END { for my $c (values %h) { eval { $c->kill_kill(grace => 2) if $c->pumpable; }; } }
 sub start_console
 {
 	my ($name, $role, @extra) = @_;
@@ -151,6 +153,74 @@ is(sql(q{SELECT string_agg(action || ':' || actor, ',' ORDER BY audit_id) FROM n
 	'the audit: the dry run, the replay, the pause and the resume, each by alice');
 is(sql(q{SELECT count(*) FROM ntask.audit WHERE reason = 'forged'}), '0', 'no forged request reached a function');
 is(sql(q{SELECT count(*) FROM ntask.audit WHERE actor = 'bob'}), '0', 'the read-only operator did nothing');
+
+# Without the browser, over HTTP: a console behind a reverse proxy that
+# authenticates (--proxy-user-header), and a console on a standby.
+require HTTP::Tiny;
+my $ua = HTTP::Tiny->new(max_redirect => 0, timeout => 60);
+sub csrf_of { my ($html) = @_; return ($html =~ /name="csrf" value="([^"]+)"/)[0]; }
+sub cookie_of { my ($res) = @_; return (($res->{headers}{'set-cookie'} // '') =~ /^([^;]+)/)[0]; }
+
+start_console('proxy', 'console_admin', '--proxy-user-header', 'X-Remote-User');
+{
+	my $res = $ua->get("$url{proxy}/");
+	is($res->{status}, 401, 'proxy mode: a request without the header is refused');
+	$res = $ua->get("$url{proxy}/login");
+	is($res->{status}, 401, 'proxy mode: there is no login form to bypass the proxy');
+	$res = $ua->get("$url{proxy}/d/0/queue/push", { headers => { 'X-Remote-User' => 'carol' } });
+	is($res->{status}, 200, 'proxy mode: the header is the login');
+	like($res->{content}, qr/<span class="who">carol/, 'proxy mode: the page names the operator');
+	my ($cookie, $csrf) = (cookie_of($res), csrf_of($res->{content}));
+	my %hd = ('X-Remote-User' => 'carol', Cookie => $cookie);
+	$res = $ua->post_form("$url{proxy}/d/0/queue/push/pause", { reason => 'forged' }, { headers => \%hd });
+	is($res->{status}, 403, 'proxy mode: a POST without the CSRF token is refused');
+	$res = $ua->post_form("$url{proxy}/d/0/queue/push/pause", { reason => 'maintenance', csrf => $csrf },
+		{ headers => { %hd, 'X-Remote-User' => 'mallory' } });
+	is($res->{status}, 403, "proxy mode: another operator's header does not ride carol's session and token");
+	$res = $ua->post_form("$url{proxy}/d/0/queue/push/pause", { reason => 'maintenance', csrf => $csrf }, { headers => \%hd });
+	is($res->{status}, 303, 'proxy mode: the pause with the token is done');
+	is(sql(q{SELECT paused_by || ': ' || pause_reason FROM ntask.queue_stats WHERE queue = 'push'}), 'carol: maintenance',
+		"proxy mode: the proxy's login name is the actor");
+	$res = $ua->post_form("$url{proxy}/d/0/queue/push/resume", { reason => 'done', csrf => $csrf }, { headers => \%hd });
+	is($res->{status}, 303, 'proxy mode: resumed');
+	$h{proxy}->signal('TERM');
+	$h{proxy}->finish;
+}
+
+# a standby: the admin role, but read-only
+$node->backup('b');
+my $standby = PostgreSQL::Test::Cluster->new('console_standby');
+$standby->init_from_backup($node, 'b', has_streaming => 1);
+$standby->start;
+$node->wait_for_catchup($standby);
+{
+	local $ENV{NTASK_CONSOLE_USER} = 'alice';
+	local $ENV{NTASK_CONSOLE_PASSWORD} = $admin_pw;
+	my $sport = $standby->port;
+	my $cport = PostgreSQL::Test::Cluster::get_free_port();
+	$logf{standby} = "$logdir/045_console_standby.log";
+	$h{standby} = IPC::Run::start(
+		[ $NODE, "$root/console/bin/ntask-console.js", '--dsn', "postgresql://console_admin\@127.0.0.1:$sport/postgres",
+		  '--listen', "127.0.0.1:$cport" ], '<', \undef, '>', $logf{standby}, '2>&1');
+	$url{standby} = "http://127.0.0.1:$cport";
+	my $until = time + 60;
+	sleep 0.1 while time < $until && slurp_file($logf{standby}) !~ /listening on/;
+}
+like(slurp_file($logf{standby}), qr/role console_admin, read-only/, 'standby: the console starts read-only');
+{
+	my $res = $ua->post_form("$url{standby}/login", { name => 'alice', password => $admin_pw, next => '/' });
+	my $cookie = cookie_of($res);
+	$res = $ua->get("$url{standby}/d/0/queue/mail", { headers => { Cookie => $cookie } });
+	like($res->{content}, qr/Read-only: the server is a standby/, 'standby: the page says why it is read-only');
+	unlike($res->{content}, qr/class="action"/, 'standby: no action form');
+	$res = $ua->post_form("$url{standby}/d/0/queue/mail/pause", { reason => 'x', csrf => csrf_of($res->{content}) },
+		{ headers => { Cookie => $cookie } });
+	is($res->{status}, 403, 'standby: a pause with the right token is refused');
+	like($res->{content}, qr/standby/, 'standby: the refusal says why');
+	$h{standby}->signal('TERM');
+	$h{standby}->finish;
+}
+$standby->stop;
 
 # The speed over a big queue (NTASK_CONSOLE_BIG=1; about 3 minutes): 1M
 # succeeded tasks with their ledger and 100k ready ones in queue "big"
