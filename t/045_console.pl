@@ -161,6 +161,19 @@ my $ua = HTTP::Tiny->new(max_redirect => 0, timeout => 60);
 sub csrf_of { my ($html) = @_; return ($html =~ /name="csrf" value="([^"]+)"/)[0]; }
 sub cookie_of { my ($res) = @_; return (($res->{headers}{'set-cookie'} // '') =~ /^([^;]+)/)[0]; }
 
+# a task that moved on: a replay of the succeeded task shows the
+# function's SQLSTATE (NT002) and message, no stack trace
+{
+	my $res = $ua->post_form("$url{admin}/login", { name => 'alice', password => $admin_pw, next => "/d/0/task/$t" });
+	my $cookie = cookie_of($res);
+	$res = $ua->get("$url{admin}/d/0/task/$t", { headers => { Cookie => $cookie } });
+	$res = $ua->post_form("$url{admin}/d/0/task/$t/replay", { reason => 'again', csrf => csrf_of($res->{content}) },
+		{ headers => { Cookie => $cookie } });
+	is($res->{status}, 400, 'a replay of a task that moved on: 400');
+	like($res->{content}, qr/<code class="sqlstate">NT002<\/code>/, 'with the SQLSTATE of ntask_replay (NT002)');
+	unlike($res->{content}, qr/\.js:\d+|at async|node:internal/, 'and no stack trace');
+}
+
 start_console('proxy', 'console_admin', '--proxy-user-header', 'X-Remote-User');
 {
 	my $res = $ua->get("$url{proxy}/");
