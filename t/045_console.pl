@@ -174,7 +174,12 @@ sub cookie_of { my ($res) = @_; return (($res->{headers}{'set-cookie'} // '') =~
 	unlike($res->{content}, qr/\.js:\d+|at async|node:internal/, 'and no stack trace');
 }
 
-start_console('proxy', 'console_admin', '--proxy-user-header', 'X-Remote-User');
+# a second database in the same console (the proxy's)
+$node->safe_psql('postgres', 'CREATE DATABASE app2');
+$node->safe_psql('app2', q{CREATE EXTENSION ntask; SELECT count(*) FROM ntask_queue_set('other');});
+$node->safe_psql('postgres', 'GRANT CONNECT ON DATABASE app2 TO console_admin');
+start_console('proxy', 'console_admin', '--proxy-user-header', 'X-Remote-User',
+	'--dsn', "postgresql://console_admin\@127.0.0.1:$port/app2");
 {
 	my $res = $ua->get("$url{proxy}/");
 	is($res->{status}, 401, 'proxy mode: a request without the header is refused');
@@ -196,6 +201,14 @@ start_console('proxy', 'console_admin', '--proxy-user-header', 'X-Remote-User');
 		"proxy mode: the proxy's login name is the actor");
 	$res = $ua->post_form("$url{proxy}/d/0/queue/push/resume", { reason => 'done', csrf => $csrf }, { headers => \%hd });
 	is($res->{status}, 303, 'proxy mode: resumed');
+	$res = $ua->get("$url{proxy}/", { headers => \%hd });
+	like($res->{content}, qr/data-queue="push".*<h2><a href="\/d\/1\/">app2<\/a>.*data-queue="other"/s,
+		'two databases: the overview shows both, each with its queues');
+	$res = $ua->post_form("$url{proxy}/d/1/queue/other/pause", { reason => 'only app2', csrf => $csrf }, { headers => \%hd });
+	is($res->{status}, 303, 'two databases: a pause in the second');
+	is($node->safe_psql('app2', q{SELECT paused_by FROM ntask.queue_stats WHERE queue = 'other'}), 'carol',
+		'two databases: it paused the queue of the second database');
+	is(sql(q{SELECT count(*) FROM ntask.audit WHERE reason = 'only app2'}), '0', 'and wrote nothing in the first');
 	$h{proxy}->signal('TERM');
 	$h{proxy}->finish;
 }

@@ -16,7 +16,7 @@ const USAGE = `usage: ntask-console --dsn DSN [--dsn DSN ...] [--listen HOST:POR
                      [--statement-timeout MS]
        ntask-console --hash-password   (reads a password on stdin, prints its line for --users)
 
-  --dsn              a libpq URI or key=value string; one per database (also NTASK_CONSOLE_DSN)
+  --dsn              a postgresql:// URI, one per database (also NTASK_CONSOLE_DSN)
   --listen           where to listen (default 127.0.0.1:8080; loopback unless you say otherwise)
   --users FILE       operators, one "name:scrypt\$salt\$hash" per line (also NTASK_CONSOLE_USERS);
                      or one operator from NTASK_CONSOLE_USER and NTASK_CONSOLE_PASSWORD
@@ -86,9 +86,9 @@ async function main() {
 		process.exit(2);
 	}
 	const host = m[1].replace(/^\[(.*)\]$/, '$1'), port = Number(m[2]);
-	const dbs = o.dsns.map((d, i) => new Database(i, d, o));
-	let server;
+	let server, dbs;
 	try {
+		dbs = o.dsns.map((d, i) => new Database(i, d, o));
 		server = createServer(o, dbs, log);
 	} catch (e) {
 		process.stderr.write(`ntask-console: ${e.message}\n`);

@@ -11,6 +11,11 @@ const pg = require('pg');
 
 function qi(name) { return '"' + String(name).replace(/"/g, '""') + '"'; }
 
+function parseDsn(dsn) {
+	if (!/^postgres(ql)?:\/\//.test(dsn)) throw new Error('a --dsn is a postgresql:// URI');
+	return require('pg-connection-string').parse(dsn);
+}
+
 // a DSN for display: user@host:port/db, never a password
 function describeDsn(dsn) {
 	try {
@@ -26,18 +31,20 @@ class Database {
 	constructor(index, dsn, opts) {
 		this.index = index;
 		this.label = describeDsn(dsn);
+		// the console's statements are short: JIT compiling one whose plan
+		// the planner thinks costly (a million-row table) costs seconds.  The
+		// URI is parsed here so that its own options are kept and added to.
+		const cfg = parseDsn(dsn);
 		this.pool = new pg.Pool({
-			connectionString: dsn,
+			...cfg,
+			options: `${cfg.options || ''} -c jit=off`.trim(),
+			application_name: cfg.application_name || 'ntask-console',
 			max: opts.poolSize || 4,
-			application_name: 'ntask-console',
 			statement_timeout: opts.statementTimeoutMs || 10000,
 			idleTimeoutMillis: 30000,
 		});
 		// a lost connection is reported on the next query; never crash
 		this.pool.on('error', () => {});
-		// the console's statements are short: JIT compiling one whose plan
-		// the planner thinks costly (a million-row table) costs seconds
-		this.pool.on('connect', (c) => { c.query('SET jit = off').catch(() => {}); });
 		this.schema = null;
 	}
 
