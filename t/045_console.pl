@@ -42,6 +42,9 @@ $node->append_conf('postgresql.conf', q{
 shared_preload_libraries = 'ntask'
 ntask.database = 'postgres'
 listen_addresses = '127.0.0.1'
+# the consoles' pools (4 connections per database each), the browser's
+# psql, the background worker
+max_connections = 60
 });
 $node->append_conf('pg_hba.conf', "host all all 127.0.0.1/32 trust\n");
 $node->start;
@@ -60,6 +63,7 @@ SELECT count(*) FROM ntask_queue_set('orders');
 SELECT task_id FROM ntask_enqueue('mail', 'welcome:42', '{"to": "a@example.com"}');
 SELECT task_id FROM ntask_enqueue('mail', 'welcome:<b>43</b>', '{}', run_at => now() + interval '1 day');
 SELECT task_id FROM ntask_enqueue('push', 'p1', '{}');
+SELECT task_id FROM ntask_enqueue('push', 'p2', '{"step": 2}', depends_on => ARRAY['push:p1']);
 SELECT count(*) FROM generate_series(1, 130) i, ntask_enqueue('many', 'k' || i, '{}', priority => i % 3);
 SELECT count(*) FROM ntask_claim('many', 'w', 60) c, LATERAL ntask_transition(c.task_id, c.token, 'succeeded') r;
 SELECT count(*) FROM ntask_saga_start('order:1', '[{"name": "reserve", "queue": "orders", "compensate": {"queue": "orders"}}, {"name": "charge", "queue": "orders"}]');

@@ -182,6 +182,14 @@ async function main() {
 		exp = want(`SELECT task_id FROM ntask.task WHERE queue = 'many' AND state = 'ready' AND task_key LIKE 'k1%' ORDER BY priority DESC, due_at, task_id`);
 		check(JSON.stringify(w.ids) === JSON.stringify(exp), `a key prefix filters as ntask_bulk does (${w.ids.length} tasks)`);
 
+		// a workflow: p2 waits for p1 (leased by the claim above)
+		const p2 = psql(`SELECT task_id FROM ntask.task WHERE queue = 'push' AND task_key = 'p2'`);
+		await page.goto(`${base}/d/0/task/${p2}`);
+		const graph = await page.textContent('#graph');
+		check(/push:p1\s*leased[\s\S]*push:p2\s*waiting/.test(graph), 'a waiting task shows its parent in the graph', graph);
+		check((await page.textContent('#story tr.now')).includes('waiting for 1 of 1 parents'), 'and its story says what it waits for');
+		await shot(page, 'task-graph');
+
 		await page.goto(`${base}/d/0/schedules`);
 		check((await page.textContent('table.schedules')).includes('nightly'), 'the schedules page lists the schedule');
 		await shot(page, 'schedules');
