@@ -165,6 +165,17 @@ my $ua = HTTP::Tiny->new(max_redirect => 0, timeout => 60);
 sub csrf_of { my ($html) = @_; return ($html =~ /name="csrf" value="([^"]+)"/)[0]; }
 sub cookie_of { my ($res) = @_; return (($res->{headers}{'set-cookie'} // '') =~ /^([^;]+)/)[0]; }
 
+# failed logins: five wrong passwords for bob from here hold bob's logins
+# from here for a minute, even with the right password; alice is not held
+{
+	my @st = map { $ua->post_form("$url{ro}/login", { name => 'bob', password => "wrong$_" })->{status} } 1 .. 5;
+	is("@st", '401 401 401 401 401', 'five wrong passwords: 401 each');
+	is($ua->post_form("$url{ro}/login", { name => 'bob', password => $ro_pw })->{status}, 429,
+		'then the right one is held (429)');
+	is($ua->post_form("$url{admin}/login", { name => 'alice', password => $admin_pw })->{status}, 303,
+		'another operator logs in');
+}
+
 # a task that moved on: a replay of the succeeded task shows the
 # function's SQLSTATE (NT002) and message, no stack trace
 {

@@ -89,10 +89,40 @@ class Sessions {
 	}
 }
 
+// Failed logins per (address, name): after 5 within 15 minutes, that name
+// cannot log in from that address for a minute (429), right password or
+// not.  Another operator, or the same one from elsewhere, is not held.
+class Throttle {
+	constructor() { this.map = new Map(); }
+
+	key(addr, name) { return `${addr}\0${name}`; }
+
+	blocked(addr, name) {
+		const e = this.map.get(this.key(addr, name));
+		return !!(e && e.until && e.until > Date.now());
+	}
+
+	fail(addr, name) {
+		const k = this.key(addr, name), now = Date.now();
+		let e = this.map.get(k);
+		if (!e || now - e.first > 15 * 60000) e = { first: now, n: 0, until: 0 };
+		e.n++;
+		if (e.n >= 5) e.until = now + 60000;
+		this.map.set(k, e);
+	}
+
+	ok(addr, name) { this.map.delete(this.key(addr, name)); }
+
+	sweep() {
+		const now = Date.now();
+		for (const [k, e] of this.map) if (now - e.first > 15 * 60000 && e.until < now) this.map.delete(k);
+	}
+}
+
 function csrfOk(session, token) {
 	if (!session || typeof token !== 'string' || token.length === 0) return false;
 	const a = Buffer.from(session.csrf), b = Buffer.from(token);
 	return a.length === b.length && crypto.timingSafeEqual(a, b);
 }
 
-module.exports = { hashPassword, verifyPassword, loadUsers, Sessions, csrfOk, NAME_RE };
+module.exports = { hashPassword, verifyPassword, loadUsers, Sessions, Throttle, csrfOk, NAME_RE };

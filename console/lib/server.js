@@ -54,7 +54,8 @@ function readBody(req) {
 function createServer(opts, dbs, log) {
 	const users = auth.loadUsers(opts);
 	const sessions = new auth.Sessions(opts.idleMs);
-	const sweeper = setInterval(() => sessions.sweep(), 60000);
+	const throttle = new auth.Throttle();
+	const sweeper = setInterval(() => { sessions.sweep(); throttle.sweep(); }, 60000);
 	sweeper.unref();
 	if (users.size === 0 && !opts.proxyUserHeader)
 		throw new Error('no operator can log in: give --users FILE, NTASK_CONSOLE_USER and NTASK_CONSOLE_PASSWORD, or --proxy-user-header');
@@ -129,14 +130,22 @@ ${message ? html`<p class="error" role="alert">${message}</p>` : ''}
 			if (method === 'POST') {
 				const form = await readBody(req);
 				const name = form.get('name') || '', pw = form.get('password') || '';
+				const addr = req.socket.remoteAddress || '';
+				if (throttle.blocked(addr, name)) {
+					log('login refused: too many failures');
+					loginPage(res, 429, 'Too many failed logins: wait a minute.', safeNext(form.get('next')));
+					return;
+				}
 				const stored = users.get(name);
 				// the same work whether or not the name exists
 				const ok = auth.verifyPassword(pw, stored || 'scrypt$AAAAAAAAAAAAAAAAAAAAAA==$AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=') && stored !== undefined;
 				if (!ok) {
+					throttle.fail(addr, name);
 					log('login refused');
 					loginPage(res, 401, 'Name or password is wrong.', safeNext(form.get('next')));
 					return;
 				}
+				throttle.ok(addr, name);
 				const s = sessions.create(name);
 				setCookie(res, s.sid);
 				log(`login ${name}`);
