@@ -189,12 +189,15 @@ sub cookie_of { my ($res) = @_; return (($res->{headers}{'set-cookie'} // '') =~
 	unlike($res->{content}, qr/\.js:\d+|at async|node:internal/, 'and no stack trace');
 }
 
-# a second database in the same console (the proxy's)
+# a second database in the same console (the proxy's), and a third that
+# nothing answers for
+my $refused_port = PostgreSQL::Test::Cluster::get_free_port();
 $node->safe_psql('postgres', 'CREATE DATABASE app2');
 $node->safe_psql('app2', q{CREATE EXTENSION ntask; SELECT count(*) FROM ntask_queue_set('other');});
 $node->safe_psql('postgres', 'GRANT CONNECT ON DATABASE app2 TO console_admin');
 start_console('proxy', 'console_admin', '--proxy-user-header', 'X-Remote-User',
-	'--dsn', "postgresql://console_admin\@127.0.0.1:$port/app2");
+	'--dsn', "postgresql://console_admin\@127.0.0.1:$port/app2",
+	'--dsn', "postgresql://console_admin\@127.0.0.1:$refused_port/postgres");
 {
 	my $res = $ua->get("$url{proxy}/");
 	is($res->{status}, 401, 'proxy mode: a request without the header is refused');
@@ -224,6 +227,10 @@ start_console('proxy', 'console_admin', '--proxy-user-header', 'X-Remote-User',
 	is($node->safe_psql('app2', q{SELECT paused_by FROM ntask.queue_stats WHERE queue = 'other'}), 'carol',
 		'two databases: it paused the queue of the second database');
 	is(sql(q{SELECT count(*) FROM ntask.audit WHERE reason = 'only app2'}), '0', 'and wrote nothing in the first');
+	$res = $ua->get("$url{proxy}/", { headers => \%hd });
+	like($res->{content}, qr/:$refused_port\/postgres<\/h2><p class="error"><code class="sqlstate">ECONNREFUSED<\/code>/,
+		'an unreachable database: its part of the overview shows the error, the others show');
+	is($ua->get("$url{proxy}/d/2/repair", { headers => \%hd })->{status}, 503, 'an unreachable database: 503 on its pages');
 	$h{proxy}->signal('TERM');
 	$h{proxy}->finish;
 }

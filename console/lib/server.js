@@ -193,8 +193,9 @@ ${message ? html`<p class="error" role="alert">${message}</p>` : ''}
 			log(`${req.method} ${p} ${res.statusCode} ${Date.now() - started} ms`);
 		});
 		handle(req, res).catch((err) => {
-			const status = err.status || (err.code ? 400 : 500);
 			const code = err.code && /^[0-9A-Z]{5}$/.test(err.code) ? err.code : null;
+			// a function's refusal: 400; the database unreachable: 503
+			const status = err.status || (code ? 400 : err instanceof URIError ? 400 : err.code ? 503 : 500);
 			// the message and the SQLSTATE, never a stack trace
 			if (!err.status) log(`error ${code || ''} ${err.message}`);
 			if (res.headersSent) {
