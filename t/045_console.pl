@@ -270,7 +270,7 @@ like(slurp_file($logf{standby}), qr/role console_admin, read-only/, 'standby: th
 }
 $standby->stop;
 
-# The speed over a big queue (NTASK_CONSOLE_BIG=1; about 3 minutes): 1M
+# The speed over a big queue (NTASK_CONSOLE_BIG=1; about a minute more): 1M
 # succeeded tasks with their ledger and 100k ready ones in queue "big"
 # (console/test/big.sql).  Every statement of the admin console is
 # EXPLAINed by auto_explain into the server's log: none may read ntask.task

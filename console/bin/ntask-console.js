@@ -50,6 +50,8 @@ function parseArgs(argv) {
 }
 
 function log(msg) {
+	// one line per event: a message that quotes input cannot forge another
+	msg = String(msg).replace(/[\x00-\x1f\x7f]/g, ' ');
 	process.stderr.write(`${new Date().toISOString()} ntask-console: ${msg}\n`);
 }
 
