@@ -60,6 +60,9 @@ SELECT count(*) FROM ntask_queue_set('mail', max_attempts => 1);
 SELECT count(*) FROM ntask_queue_set('push');
 SELECT count(*) FROM ntask_queue_set('many');
 SELECT count(*) FROM ntask_queue_set('orders');
+SELECT count(*) FROM ntask_queue_set('sms');
+SELECT task_id FROM ntask_enqueue('sms', 's1', '{}');
+SELECT r.state FROM ntask_claim('sms', 'w1', 1) c, LATERAL ntask_transition(c.task_id, c.token, 'repair_required', 'permanent', '{"http": 400}') r;
 SELECT task_id FROM ntask_enqueue('mail', 'welcome:42', '{"to": "a@example.com"}');
 SELECT task_id FROM ntask_enqueue('mail', 'welcome:<b>43</b>', '{}', run_at => now() + interval '1 day');
 SELECT task_id FROM ntask_enqueue('push', 'p1', '{}');
@@ -174,6 +177,26 @@ sub cookie_of { my ($res) = @_; return (($res->{headers}{'set-cookie'} // '') =~
 		'then the right one is held (429)');
 	is($ua->post_form("$url{admin}/login", { name => 'alice', password => $admin_pw })->{status}, 303,
 		'another operator logs in');
+}
+
+# assign a repair owner: ntask_repair_assign takes no actor, so its audit
+# row names the console's database role
+{
+	my $s1 = sql(q{SELECT task_id FROM ntask.task WHERE queue = 'sms' AND task_key = 's1'});
+	my $res = $ua->post_form("$url{admin}/login", { name => 'alice', password => $admin_pw, next => '/' });
+	my $cookie = cookie_of($res);
+	$res = $ua->get("$url{admin}/d/0/task/$s1", { headers => { Cookie => $cookie } });
+	like($res->{content}, qr/id="assign-form"/, 'a task in repair has the assign form');
+	$res = $ua->post_form("$url{admin}/d/0/task/$s1/assign",
+		{ owner => 'oncall-sms', next_action => 'ask the carrier', csrf => csrf_of($res->{content}) },
+		{ headers => { Cookie => $cookie } });
+	like($res->{content}, qr/id="notice"[^>]*>assigned to oncall-sms/, 'assigned');
+	is(sql("SELECT repair_owner || ': ' || repair_next_action FROM ntask.task WHERE task_id = $s1"),
+		'oncall-sms: ask the carrier', 'the owner and the next action are on the task');
+	is(sql("SELECT actor FROM ntask.audit WHERE action = 'repair_assign' AND task_id = $s1"), 'console_admin',
+		"the audit row of the assignment names the console's role");
+	$res = $ua->get("$url{admin}/d/0/repair", { headers => { Cookie => $cookie } });
+	like($res->{content}, qr/<h2>Owner oncall-sms \(1\)<\/h2>/, 'the repair queue groups it under its owner');
 }
 
 # a task that moved on: a replay of the succeeded task shows the
