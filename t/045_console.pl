@@ -56,6 +56,7 @@ sql(q{
 CREATE EXTENSION ntask;
 CREATE ROLE console_admin LOGIN IN ROLE ntask_admin;
 CREATE ROLE console_ro LOGIN IN ROLE ntask_monitor, pg_read_all_data;
+CREATE ROLE console_mon LOGIN IN ROLE ntask_monitor;
 SELECT count(*) FROM ntask_queue_set('mail', max_attempts => 1);
 SELECT count(*) FROM ntask_queue_set('push');
 SELECT count(*) FROM ntask_queue_set('many');
@@ -256,6 +257,22 @@ start_console('proxy', 'console_admin', '--proxy-user-header', 'X-Remote-User',
 	is($ua->get("$url{proxy}/d/2/repair", { headers => \%hd })->{status}, 503, 'an unreachable database: 503 on its pages');
 	$h{proxy}->signal('TERM');
 	$h{proxy}->finish;
+}
+
+# a role with ntask_monitor alone: the overview from ntask.queue_stats,
+# the last hour not readable (its SQLSTATE shown)
+{
+	local $ENV{NTASK_CONSOLE_USER} = 'alice';
+	local $ENV{NTASK_CONSOLE_PASSWORD} = $admin_pw;
+	start_console('mon', 'console_mon');
+	my $res = $ua->post_form("$url{mon}/login", { name => 'alice', password => $admin_pw, next => '/' });
+	$res = $ua->get("$url{mon}/", { headers => { Cookie => cookie_of($res) } });
+	like($res->{content}, qr/data-queue="mail".*data-queue="push"/s, 'ntask_monitor alone: the overview lists the queues');
+	like($res->{content}, qr/Last hour: not readable by role console_mon \(<code>42501<\/code>/,
+		'ntask_monitor alone: the last hour is not readable, with the SQLSTATE');
+	like($res->{content}, qr/id="readonly"/, 'ntask_monitor alone: read-only');
+	$h{mon}->signal('TERM');
+	$h{mon}->finish;
 }
 
 # a standby: the admin role, but read-only
