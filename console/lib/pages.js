@@ -143,7 +143,7 @@ async function overviewOf(ctx, db) {
 <td class="num">${fmtInterval(s.oldest_ready_age)}</td>
 <td class="num">${hourErr ? '' : ok}</td>
 <td class="num">${hourErr ? '' : (ok + failed ? (100 * failed / (ok + failed)).toFixed(1) + ' %' : '')}</td>
-<td>${hourErr ? '' : sparkline(h.ok.map((v, i) => v + h.failed[i]), `attempts per 5 min in the last hour, ${s.queue}`)}</td>
+<td>${hourErr ? '' : sparkline(h.ok.map((v, i) => v + h.failed[i]), `succeeded and failed attempts per 5 min in the last hour, ${s.queue}`)}</td>
 <td>${s.paused ? html`<span class="paused" title="${s.pause_reason || ''}">paused${s.paused_by ? html` by ${s.paused_by}` : ''}${s.paused_until ? html` until ${s.paused_until}` : ''}</span>` : ''}${Number(s.keys_paused) > 0 ? html` <span class="warn">${s.keys_paused} keys paused</span>` : ''}</td>
 <td>${s.breaker ? html`<span class="badge b-${s.breaker}">${s.breaker}</span>` : ''}</td>
 <td class="muted">${limText}</td>
