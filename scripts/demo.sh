@@ -154,3 +154,13 @@ if [ "$rc" -ne 0 ]; then
 fi
 echo
 echo "ntask demo: done"
+# the operator console against this cluster (NTASK_DEMO_CONSOLE=1,
+# docs/console.md): prints its URL and a one-time password and serves until
+# Ctrl-C, which stops it and the cluster
+if [ "${NTASK_DEMO_CONSOLE:-0}" = 1 ]; then
+	CPORT=${NTASK_CONSOLE_PORT:-8080}
+	CPW=$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')
+	echo "ntask demo: the console: http://127.0.0.1:$CPORT/ (user demo, password $CPW); Ctrl-C stops it"
+	$SUDO env NTASK_CONSOLE_USER=demo NTASK_CONSOLE_PASSWORD="$CPW" node console/bin/ntask-console.js \
+		--dsn "postgresql://postgres@/postgres?host=$TMP&port=$PORT" --listen "127.0.0.1:$CPORT" || true
+fi

@@ -20,6 +20,8 @@ esac
 # and conflicts with Debian's)
 command -v node >/dev/null 2>&1 || PKGS="$PKGS nodejs"
 command -v npm >/dev/null 2>&1 || PKGS="$PKGS npm"
+# the operator console's browser test (t/045_console.pl): Debian's chromium
+PKGS="$PKGS chromium"
 missing=""
 for p in $PKGS; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
@@ -61,5 +63,11 @@ fi
 if [ -f clients/node/package-lock.json ] && [ ! -d clients/node/node_modules/typescript ]; then
 	echo "ntask: npm ci in clients/node"
 	(cd clients/node && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+fi
+# the operator console (console/, t/045_console.pl): pg and, for its browser
+# test, playwright-core (driving Debian's chromium), at console/package-lock.json
+if [ -f console/package-lock.json ] && [ ! -d console/node_modules/playwright-core ]; then
+	echo "ntask: npm ci in console"
+	(cd console && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
 fi
 exit 0
