@@ -594,6 +594,22 @@ deps_attr(TriggerData *td, HeapTuple tup, const char *name, bool *isnull)
 }
 
 /*
+ * deps_wake_ready
+ *		A child of queue became ready: wake the queue's waiting claims at
+ *		commit, and the background worker (an http queue) or listeners
+ *		(notify).
+ */
+static void
+deps_wake_ready(const char *queue, bool http, bool notify)
+{
+	NtaskWakeWaitersAtCommit(queue, 1, 0);
+	if (http)
+		NtaskWakeWorkerAtCommit();
+	if (notify)
+		Async_Notify(psprintf("ntask_%s", queue), NULL);
+}
+
+/*
  * deps_release
  *		The parent succeeded: count its waiting children down; wake the
  *		claims (and the worker, NOTIFY) of the queues of those made ready.
@@ -615,11 +631,8 @@ deps_release(int64 parent)
 		if (!NtaskGetBool(r, DEPS_RELEASE_READY))
 			continue;
 		queue = NtaskGetCString(r, DEPS_RELEASE_QUEUE);
-		NtaskWakeWaitersAtCommit(queue, 1, 0);
-		if (NtaskGetBool(r, DEPS_RELEASE_HTTP))
-			NtaskWakeWorkerAtCommit();
-		if (NtaskGetBool(r, DEPS_RELEASE_NOTIFY))
-			Async_Notify(psprintf("ntask_%s", queue), NULL);
+		deps_wake_ready(queue, NtaskGetBool(r, DEPS_RELEASE_HTTP),
+						NtaskGetBool(r, DEPS_RELEASE_NOTIFY));
 	}
 }
 
@@ -817,11 +830,8 @@ deps_settle(void)
 		queue = NtaskGetCString(r, DEPS_SETTLE_QUEUE);
 		if (NtaskGetBool(r, DEPS_SETTLE_READY))
 		{
-			NtaskWakeWaitersAtCommit(queue, 1, 0);
-			if (NtaskGetBool(r, DEPS_SETTLE_HTTP))
-				NtaskWakeWorkerAtCommit();
-			if (NtaskGetBool(r, DEPS_SETTLE_NOTIFY))
-				Async_Notify(psprintf("ntask_%s", queue), NULL);
+			deps_wake_ready(queue, NtaskGetBool(r, DEPS_SETTLE_HTTP),
+							NtaskGetBool(r, DEPS_SETTLE_NOTIFY));
 			continue;
 		}
 		if (!NtaskGetBool(r, DEPS_SETTLE_FAILED))

@@ -64,7 +64,7 @@ sub catalog
 		FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
 		JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid
 		 AND d.deptype = 'e' AND d.refobjid = $ext
-		ORDER BY 1, 2});
+		ORDER BY 1, 2, 3});
 	for my $r (split /\n/, $rows)
 	{
 		my ($nsp, $name, $args, $outs, $result, $roles) = split /\|/, $r, -1;
