@@ -1,0 +1,260 @@
+
+# Copyright (c) 2026, The ntask authors; the PostgreSQL Licence (LICENSE)
+
+# t/024_citus_move.pl: one task, two holders, across a shard move (issue
+# 49, "A defect to fix first"), opt-in with NTASK_CITUS=1 like t/023.
+#
+# A coordinator and two workers on loopback (wal_level = logical, for
+# force_logical moves).  A distributed claim picks a task (a routed read
+# with FOR UPDATE SKIP LOCKED) and leases it with a second routed
+# statement.  Claimer A is stopped between the two by the queue's guard,
+# which waits for an advisory lock the test holds on A's node; meanwhile
+# citus_move_shard_placement moves the task's shard to the other worker
+# and claimer B claims the task.  Then A is let go.  Whatever the order
+# the engine allows, afterwards at most one claimer holds the task, the
+# ledger (ntask.attempt_all, then ntask.attempt once the holder finished)
+# has every attempt, tokens 1..n.
+#
+# Both transfer modes: block_writes (the move starts while A waits in its
+# guard) and force_logical (the move starts before A's pick and is held,
+# with Citus' own test hook citus.running_under_citus_test_suite, after
+# its copy and catch-up, right before its final phase, until A waits in
+# its guard).  A claims four ways: ntask_claim through the coordinator,
+# ntask_claim on the worker node that holds the shard (it walks that
+# node's shards), ntask_claim_on from the coordinator outside a
+# transaction block (delegated to the shard's node), and ntask_claim_on
+# in a transaction block on the coordinator (each statement routed).  B
+# claims with ntask_claim_on from the coordinator (delegated).
+#
+# Before the fix both A and B got the task (A with token 2 over B's 1), and
+# B's attempt was missing from the ledger.
+
+use strict;
+use warnings;
+
+use FindBin;
+use lib $FindBin::Bin;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(sleep time);
+
+if (!$ENV{NTASK_CITUS})
+{
+	plan skip_all => 'Citus test skipped (set NTASK_CITUS=1; builds Citus 12.1.6 from ../shared/vendor)';
+}
+
+my ($pg_major) = `pg_config --version` =~ /PostgreSQL (\d+)/;
+if ($pg_major > 16)
+{
+	plan skip_all => "Citus 12.1.6 supports PostgreSQL 14-16, not $pg_major";
+}
+
+require NtaskCitus;
+my $err = NtaskCitus::ensure_built();
+BAIL_OUT($err) if $err;
+
+require DBI;
+require DBD::Pg;
+
+my $t0 = time;
+my $c = NtaskCitus::start('move', workers => 2,
+	conf => "ntask.worker = off\nwal_level = logical\nmax_replication_slots = 16\nmax_wal_senders = 16\n");
+my $co = $c->{coord};
+my @workers = @{ $c->{workers} };
+
+my $q = sub { return $co->safe_psql('postgres', $_[0]); };
+
+$q->('CREATE EXTENSION ntask');
+$q->('SELECT count(*) FROM ntask_distribute(4)');
+
+# The guard: the first claim on a node (the one that gets the try lock
+# 4243, held to its commit) waits for the shared lock 4242, which the test
+# holds exclusively on A's node; every later claim there, and any claim
+# on a node where the test holds nothing, goes on.  Created on every node
+# (the guard runs where the claim runs).
+for my $n ($co, @workers)
+{
+	$n->safe_psql('postgres', q{
+		SET citus.enable_ddl_propagation = off;
+		CREATE FUNCTION public.move_gate(k text, p jsonb) RETURNS text
+		LANGUAGE plpgsql AS $$
+		BEGIN
+			IF pg_try_advisory_xact_lock(4243) THEN
+				PERFORM pg_advisory_xact_lock_shared(4242);
+			END IF;
+			RETURN 'proceed';
+		END $$;});
+}
+
+sub connect_to
+{
+	my ($node, %o) = @_;
+	return DBI->connect('dbi:Pg:dbname=postgres;host=' . $node->host . ';port=' . $node->port,
+		'', '', { AutoCommit => $o{autocommit} // 1, RaiseError => 1, PrintError => 0 });
+}
+
+# poll until $cond->() is true; dies after $secs
+sub wait_for
+{
+	my ($what, $cond, $secs) = @_;
+	my $end = time + ($secs // 180);
+	while (time < $end)
+	{
+		return 1 if $cond->();
+		sleep 0.05;
+	}
+	die "timed out waiting for $what";
+}
+
+# a backend on any node waiting for a lock, its query matching $like
+sub lock_waiter
+{
+	my ($like) = @_;
+	for my $n ($co, @workers)
+	{
+		return 1 if $n->safe_psql('postgres', qq{
+			SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND query LIKE '$like'
+			  AND pid <> pg_backend_pid()}) > 0;
+	}
+	return 0;
+}
+
+my $scenario = 0;
+
+sub run_scenario
+{
+	my ($mode, $path) = @_;
+	$scenario++;
+	my $tag = "$mode/$path";
+	# the orphan of the last move goes first (a move refuses to run while
+	# one is left on its target); the last scenario's backends may still
+	# be exiting and hold it a moment
+	wait_for("$tag: the last move's orphans dropped", sub {
+		$co->psql('postgres', 'CALL citus_cleanup_orphaned_resources()');
+		$q->('SELECT count(*) FROM pg_dist_cleanup') == 0;
+	});
+	my $queue = "mv$scenario";
+	$q->("SELECT count(*) FROM ntask_queue_set('$queue', lease => '10 minutes',
+		guard => 'public.move_gate(text,jsonb)')");
+	my $tid = $q->("SELECT task_id FROM ntask_enqueue('$queue', 'k', '{}')");
+	my $shard = $tid >> 48;
+	my $shardid = $q->("SELECT get_shard_id_for_distribution_column('ntask.task', ${shard}::smallint)");
+	my $src_port = $q->("SELECT nodeport FROM pg_dist_shard_placement WHERE shardid = $shardid");
+	my ($src) = grep { $_->port == $src_port } @workers;
+	my ($dst) = grep { $_->port != $src_port } @workers;
+	my $a_node = ($path eq 'worker' || $path eq 'on') ? $src : $co;
+
+	my $move_sql = "SELECT citus_move_shard_placement($shardid, '127.0.0.1', " . $src->port
+	  . ", '127.0.0.1', " . $dst->port . ", shard_transfer_mode => '$mode')";
+
+	# the gate on A's node
+	my $gate = connect_to($a_node);
+	$gate->do('SELECT pg_advisory_lock(4242)');
+
+	my $mover = connect_to($co);
+	my $hold;
+	if ($mode eq 'force_logical')
+	{
+		# the move runs up to its final phase and waits there (Citus'
+		# ConflictWithIsolationTestingAfterCopy) while the test holds
+		# this lock on the coordinator
+		$hold = connect_to($co);
+		$hold->do('SELECT pg_advisory_lock(44000, 55152)');
+		$mover->do('SET citus.running_under_citus_test_suite = on');
+		$mover->do($move_sql, { pg_async => DBD::Pg::PG_ASYNC() });
+		wait_for("$tag: the move held before its final phase", sub {
+			$co->safe_psql('postgres', q{SELECT count(*) FROM pg_locks
+				WHERE locktype = 'advisory' AND classid = 44000 AND objid = 55152
+				  AND objsubid = 2 AND NOT granted}) > 0;
+		});
+	}
+
+	# A: picks the task and stops in its guard
+	my $a_dbh = connect_to($path eq 'worker' ? $src : $co, autocommit => $path ne 'on_block');
+	my $a_sql = $path eq 'coord' || $path eq 'worker'
+	  ? "SELECT task_id || ':' || token FROM ntask_claim('$queue', 'A', 1)"
+	  : "SELECT task_id || ':' || token FROM ntask_claim_on(${shard}::smallint, '$queue', 'A', 1)";
+	my $a_sth = $a_dbh->prepare($a_sql, { pg_async => DBD::Pg::PG_ASYNC() });
+	$a_sth->execute;
+	my $a_started = time;
+	wait_for("$tag: A waits in its guard", sub {
+		$a_node->safe_psql('postgres', q{SELECT count(*) FROM pg_locks
+			WHERE locktype = 'advisory' AND objid = 4242 AND NOT granted}) > 0;
+	});
+
+	# the move: started now (block_writes), or let go to its final phase
+	# (force_logical); it completes, or waits for A
+	if ($mode eq 'force_logical')
+	{
+		$hold->do('SELECT pg_advisory_unlock(44000, 55152)');
+	}
+	else
+	{
+		$mover->do($move_sql, { pg_async => DBD::Pg::PG_ASYNC() });
+	}
+	wait_for("$tag: the move completes or waits", sub {
+		$mover->pg_ready
+		  || lock_waiter('%lock_shard_metadata%')
+		  || lock_waiter('%citus_move_shard_placement%');
+	});
+	my $moved_first = $mover->pg_ready ? 1 : 0;
+
+	# B claims the task (delegated to the shard's node): it gets it, or
+	# waits for the move
+	my $b_dbh = connect_to($co);
+	my $b_sth = $b_dbh->prepare("SELECT task_id || ':' || token FROM ntask_claim_on(${shard}::smallint, '$queue', 'B', 1)",
+		{ pg_async => DBD::Pg::PG_ASYNC() });
+	$b_sth->execute;
+	wait_for("$tag: B returns or waits", sub {
+		$b_dbh->pg_ready || lock_waiter("%ntask_claim_on%''B''%");
+	});
+
+	# let A go on, and collect everything
+	$gate->do('SELECT pg_advisory_unlock(4242)');
+	$a_sth->pg_result;
+	my @a_got = map { $_->[0] } @{ $a_sth->fetchall_arrayref };
+	$a_dbh->commit if $path eq 'on_block';
+	$b_sth->pg_result;
+	my @b_got = map { $_->[0] } @{ $b_sth->fetchall_arrayref };
+	$mover->pg_result;
+	note(sprintf('%s: move %s first; A got [%s], B got [%s]; %.1f s',
+		$tag, $moved_first ? 'committed' : 'waited', join(',', @a_got), join(',', @b_got),
+		time - $a_started));
+	$_->disconnect for ($gate, $mover, $a_dbh, $b_dbh, $hold ? $hold : ());
+
+	is($q->("SELECT nodeport FROM pg_dist_shard_placement WHERE shardid = $shardid"), $dst->port,
+		"$tag: the shard moved");
+	my @holders = (@a_got, @b_got);
+	cmp_ok(scalar(@holders), '<=', 1, "$tag: at most one claimer got the task (A: @a_got; B: @b_got)");
+	my $n = $q->("SELECT token FROM ntask.task WHERE task_id = $tid");
+	is($q->("SELECT string_agg(token::text, ',' ORDER BY token) FROM ntask.attempt_all WHERE task_id = $tid"),
+		$n > 0 ? join(',', 1 .. $n) : '', "$tag: every attempt in ntask.attempt_all, tokens 1..$n");
+	is($q->("SELECT count(*) FROM ntask.task WHERE task_id = $tid AND state = 'leased'"),
+		scalar(@holders) ? '1' : '0', "$tag: the task is leased once if handed out");
+	# the holder with the task's token finishes it; any other is stale
+	my $applied = 0;
+	for my $h (@holders)
+	{
+		my ($id, $tok) = split /:/, $h;
+		my $r = $q->("SELECT result FROM ntask_transition($id, $tok, 'succeeded')");
+		$applied++ if $r eq 'applied';
+	}
+	is($applied, scalar(@holders) ? 1 : 0, "$tag: the holder's transition applies");
+	is($q->("SELECT string_agg(token::text, ',' ORDER BY token) FROM ntask.attempt WHERE task_id = $tid"),
+		$n > 0 ? join(',', 1 .. $n) : '', "$tag: every attempt in ntask.attempt, tokens 1..$n");
+	return;
+}
+
+for my $mode ('block_writes', 'force_logical')
+{
+	for my $path ('coord', 'worker', 'on', 'on_block')
+	{
+		run_scenario($mode, $path);
+	}
+}
+
+NtaskCitus::stop($c);
+note(sprintf('t/024 took %.0f s', time - $t0));
+done_testing();
