@@ -63,9 +63,9 @@ PG_FUNCTION_INFO_V1(ntask_housekeeping);
  */
 #define HK_NOW "pg_catalog.statement_timestamp()"
 
-/* leased tasks whose lease expired (task_lease_idx) */
+/* leased tasks whose lease expired (task_lease_idx), and their tokens */
 #define HK_EXPIRED_SQL(shard_and, now, limit) \
-	"SELECT t.task_id FROM ntask.task t " \
+	"SELECT t.task_id, t.token FROM ntask.task t " \
 	"WHERE " shard_and "t.state OPERATOR(pg_catalog.=) 'leased' " \
 	"  AND t.lease_until OPERATOR(pg_catalog.<) " now " " \
 	"ORDER BY t.lease_until LIMIT " limit " FOR UPDATE SKIP LOCKED"
@@ -116,11 +116,18 @@ static NtaskPlan hk_release_plan = {
 	2, {INT8ARRAYOID, INT8ARRAYOID}
 };
 
-/* the same within shard $4, $3 the statement timestamp */
+/*
+ * The same within shard $4, $3 the statement timestamp; only the leases
+ * still at the token the sweep picked ($5, in $1's order): a claim that
+ * took a task over between the sweep's pick and this statement has its
+ * lease kept (issue 49; the sweep holds the shard's metadata lock, so a
+ * move cannot make its row locks moot, and this is the second line).
+ */
 static NtaskPlan hk_release_shard_plan = {
 	"housekeeping release expired leases (one shard)",
-	HK_RELEASE_SQL("$3", "  AND t.shard OPERATOR(pg_catalog.=) $4 "),
-	4, {INT8ARRAYOID, INT8ARRAYOID, TIMESTAMPTZOID, INT2OID}
+	HK_RELEASE_SQL("$3", "  AND t.shard OPERATOR(pg_catalog.=) $4 "
+				   "  AND t.token OPERATOR(pg_catalog.=) ($5)[pg_catalog.array_position($1, t.task_id)] "),
+	5, {INT8ARRAYOID, INT8ARRAYOID, TIMESTAMPTZOID, INT2OID, INT8ARRAYOID}
 };
 
 /* unleased unfinished tasks past their deadline (task_deadline_idx) */
@@ -161,7 +168,11 @@ static NtaskPlan hk_deadline_set_shard_plan = {
 	"  reason = 'deadline_exceeded', due_at = NULL, "
 	"  finished_at = $2, updated_at = $2 "
 	"WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1) "
-	"  AND t.shard OPERATOR(pg_catalog.=) $3",
+	"  AND t.shard OPERATOR(pg_catalog.=) $3 "
+	/* the pick's test again: a task leased since is not touched */
+	"  AND t.due_at IS NOT NULL "
+	"  AND t.state OPERATOR(pg_catalog.<>) 'leased' "
+	"  AND t.deadline OPERATOR(pg_catalog.<=) $2",
 	3, {INT8ARRAYOID, TIMESTAMPTZOID, INT2OID}
 };
 
@@ -410,7 +421,8 @@ typedef struct HkScope
 static void
 hk_expired(const HkScope *s, int64 *counts)
 {
-	Datum		values[4];
+	Datum		values[5];
+	Datum	   *tokens;
 	int			n;
 	int			r;
 
@@ -427,7 +439,11 @@ hk_expired(const HkScope *s, int64 *counts)
 	if (n == 0)
 		return;
 	values[0] = NtaskResultIds(n);
-	values[1] = NtaskCloseExpiredAttempts(values[0]);
+	tokens = palloc(sizeof(Datum) * n);
+	for (r = 0; r < n; r++)
+		tokens[r] = Int64GetDatum(NtaskGetInt64(r, 2));
+	values[4] = NtaskInt8Array(tokens, n);	/* the shard's statement only */
+	values[1] = NtaskCloseExpiredAttempts(values[0], values[4]);
 	values[2] = s->ts;			/* the shard's statement only */
 	values[3] = Int16GetDatum(s->shard);
 	n = NtaskExecPlan(s->sharded ? &hk_release_shard_plan : &hk_release_plan,
@@ -564,6 +580,13 @@ NtaskHousekeepShard(int16 shard, int max_rows, bool deadlines, int64 *counts)
 	s.shard = shard;
 	s.ts = NtaskStatementTs();
 	s.max_rows = max_rows;
+	/*
+	 * The shard's metadata lock first, as a claim takes it: each sweep is
+	 * a routed pick and then a routed write, and a shard move completed in
+	 * between would leave the pick's row locks on the old placement
+	 * (NtaskLockShards, docs/scaling.md "Shard moves").
+	 */
+	NtaskLockShard(shard);
 	hk_round(&s, deadlines, counts);
 }
 
