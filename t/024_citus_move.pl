@@ -28,6 +28,11 @@
 #
 # Before the fix both A and B got the task (A with token 2 over B's 1), and
 # B's attempt was missing from the ledger.
+#
+# Then the lease's own check, without a move (the claim's shard lock makes
+# the move wait, so the scenarios above never reach it): a guard does, in
+# A's transaction between its pick and its lease, what B did.
+# T024_SKIP_MOVES=1 runs that part only.
 
 use strict;
 use warnings;
@@ -247,12 +252,84 @@ sub run_scenario
 	return;
 }
 
-for my $mode ('block_writes', 'force_logical')
+for my $mode ($ENV{T024_SKIP_MOVES} ? () : ('block_writes', 'force_logical'))
 {
 	for my $path ('coord', 'worker', 'on', 'on_block')
 	{
 		run_scenario($mode, $path);
 	}
+}
+
+# The lease's own check, without a move: the guard does between A's pick
+# and its lease what claimer B did on the shard's new placement above
+# (closes an expired attempt, leases the task with the next token), in
+# A's own transaction, since A holds the row lock.  A's claim of 2 must
+# then lease nothing for that task, close no attempt of B's, and go on:
+# it returns the other task.  A fresh task and a takeover (a lease run
+# out).  Before the check the lease took the task from B (its attempt
+# lost) and the takeover closed B's running attempt as expired.
+for my $n ($co, @workers)
+{
+	$n->safe_psql('postgres', q{
+		SET citus.enable_ddl_propagation = off;
+		CREATE FUNCTION public.steal_gate(k text, p jsonb) RETURNS text
+		LANGUAGE plpgsql AS $$
+		DECLARE
+			r record;
+			s smallint;
+		BEGIN
+			IF p ? 'steal' THEN
+				s := ntask_shard(p->>'q', k);
+				SELECT * INTO r FROM ntask.task t
+				WHERE t.shard = s AND t.queue = p->>'q' AND t.task_key = k;
+				IF r.state = 'leased' THEN
+					INSERT INTO ntask.attempt (task_id, shard, token, attempt, worker,
+						claimed_at, ended_at, result, outcome_known)
+					VALUES (r.task_id, r.shard, r.token, r.attempts, r.lease_owner,
+						r.claimed_at, now(), 'lease_expired', true);
+				END IF;
+				UPDATE ntask.task t SET state = 'leased', token = r.token + 1,
+					attempts = r.attempts + 1, lease_owner = 'B', claimed_at = now(),
+					invoked_at = NULL, lease_until = now() + interval '10 minutes',
+					due_at = now() + interval '10 minutes'
+				WHERE t.task_id = r.task_id AND t.shard = r.shard;
+			END IF;
+			RETURN 'proceed';
+		END $$;});
+}
+for my $case ('fresh', 'takeover')
+{
+	my $queue = "steal_$case";
+	$q->("SELECT count(*) FROM ntask_queue_set('$queue', lease => '10 minutes')");
+	# two keys of one shard: the stolen one, and one A gets
+	my ($k1, $k2) = split /\|/, $q->(qq{
+		SELECT string_agg(k, '|') FROM (SELECT 'k' || i AS k FROM generate_series(1, 1000) i
+			WHERE ntask_shard('$queue', 'k' || i) = ntask_shard('$queue', 'k1') ORDER BY i LIMIT 2) x});
+	my $shard = $q->("SELECT ntask_shard('$queue', '$k1')");
+	my $t1 = $q->("SELECT task_id FROM ntask_enqueue('$queue', '$k1', '{\"steal\": true, \"q\": \"$queue\"}')");
+	if ($case eq 'takeover')
+	{
+		# t1 leased by X, its lease run out
+		$q->("SELECT count(*) FROM ntask_claim_on(${shard}::smallint, '$queue', 'X', 1, lease => '1 second')");
+		wait_for('the lease runs out', sub {
+			$q->("SELECT count(*) FROM ntask.task WHERE task_id = $t1 AND lease_until < now()") == 1;
+		}, 30);
+	}
+	my $t2 = $q->("SELECT task_id FROM ntask_enqueue('$queue', '$k2', '{}')");
+	$q->("SELECT count(*) FROM ntask_queue_set('$queue', guard => 'public.steal_gate(text,jsonb)')");
+	# in a transaction block: the claim runs on the coordinator, each
+	# statement routed
+	my $got = $q->("BEGIN; SELECT string_agg(task_id || ':' || token, ',' ORDER BY task_id)
+		FROM ntask_claim_on(${shard}::smallint, '$queue', 'A', 2); COMMIT;");
+	my $want_tok = $case eq 'takeover' ? 2 : 1;
+	is($got, "$t2:1", "stale pick ($case): the lease leases nothing for the task taken meanwhile, and the claim goes on");
+	is($q->("SELECT lease_owner || ' ' || token FROM ntask.task WHERE task_id = $t1"), "B $want_tok",
+		"stale pick ($case): the task stays with the claim that took it (token $want_tok)");
+	is($q->("SELECT coalesce(string_agg(token::text, ',' ORDER BY token), '') FROM ntask.attempt WHERE task_id = $t1"),
+		$case eq 'takeover' ? '1' : '',
+		"stale pick ($case): no attempt of the new holder closed");
+	is($q->("SELECT string_agg(token::text, ',' ORDER BY token) FROM ntask.attempt_all WHERE task_id = $t1"),
+		join(',', 1 .. $want_tok), "stale pick ($case): every attempt in ntask.attempt_all, tokens 1..$want_tok");
 }
 
 NtaskCitus::stop($c);
