@@ -332,6 +332,83 @@ for my $case ('fresh', 'takeover')
 		join(',', 1 .. $want_tok), "stale pick ($case): every attempt in ntask.attempt_all, tokens 1..$want_tok");
 }
 
+# The other two-statement paths across a move.  Their first routed
+# statement is a write with the token in its WHERE (Citus takes the shard's
+# metadata lock for it) or they take the lock themselves (the receipt;
+# housekeeping's sweep of a shard): a business transaction holding a
+# receipt makes a block_writes move wait for its commit; after the move the
+# heartbeat, the transition, the release and housekeeping's takeover of an
+# expired lease run on the new placement, each attempt in the ledger once.
+{
+	my $queue = 'after';
+	$q->("SELECT count(*) FROM ntask_queue_set('$queue', lease => '10 minutes')");
+	my @keys = split /\|/, $q->(qq{
+		SELECT string_agg(k, '|') FROM (SELECT 'a' || i AS k FROM generate_series(1, 1000) i
+			WHERE ntask_shard('$queue', 'a' || i) = ntask_shard('$queue', 'a1') ORDER BY i LIMIT 3) x});
+	my $shard = $q->("SELECT ntask_shard('$queue', 'a1')");
+	my %id;
+	for my $k (@keys)
+	{
+		$id{$k} = $q->("SELECT task_id FROM ntask_enqueue('$queue', '$k', '{}')");
+	}
+	# three leases: two of 10 minutes, one of 1 second (by key order: the
+	# claim takes them in task id order)
+	my @got = split /\n/, $q->("SELECT task_id || ':' || token FROM ntask_claim_on(${shard}::smallint, '$queue', 'H', 2)");
+	is(scalar(@got), 2, 'after a move: two leases of 10 minutes');
+	my @exp = split /\n/, $q->("SELECT task_id || ':' || token FROM ntask_claim_on(${shard}::smallint, '$queue', 'H', 1, lease => '1 second')");
+	my %held = map { (split /:/)[0] => 1 } @got, @exp;
+	is(scalar(keys %held), 3, 'after a move: three tasks leased, token 1 each');
+	my ($t_hb, $t_rel) = map { (split /:/)[0] } @got;
+	my ($t_exp) = map { (split /:/)[0] } @exp;
+
+	my $shardid = $q->("SELECT get_shard_id_for_distribution_column('ntask.task', ${shard}::smallint)");
+	my $src_port = $q->("SELECT nodeport FROM pg_dist_shard_placement WHERE shardid = $shardid");
+	my ($dst) = grep { $_->port != $src_port } @workers;
+	wait_for('the last orphans dropped', sub {
+		$co->psql('postgres', 'CALL citus_cleanup_orphaned_resources()');
+		$q->('SELECT count(*) FROM pg_dist_cleanup') == 0;
+	});
+
+	# a business transaction with the receipt, open while the move starts
+	my $biz = connect_to($co, autocommit => 0);
+	my ($r) = $biz->selectrow_array("SELECT ntask_receipt($t_hb, 1, '{\"done\": 1}')");
+	is($r, 'applied', 'after a move: the receipt in its business transaction');
+	my $mover = connect_to($co);
+	$mover->do("SELECT citus_move_shard_placement($shardid, '127.0.0.1', $src_port, '127.0.0.1', "
+		  . $dst->port . ", shard_transfer_mode => 'block_writes')", { pg_async => DBD::Pg::PG_ASYNC() });
+	wait_for('the move waits or completes', sub {
+		$mover->pg_ready
+		  || lock_waiter('%lock_shard_metadata%')
+		  || lock_waiter('%citus_move_shard_placement%');
+	});
+	ok(!$mover->pg_ready, 'after a move: the move waits for the business transaction holding a receipt');
+	$biz->commit;
+	$biz->disconnect;
+	$mover->pg_result;
+	$mover->disconnect;
+	is($q->("SELECT nodeport FROM pg_dist_shard_placement WHERE shardid = $shardid"), $dst->port,
+		'after a move: the shard moved');
+
+	wait_for('the short lease runs out', sub {
+		$q->("SELECT count(*) FROM ntask.task WHERE task_id = $t_exp AND lease_until < now()") == 1;
+	}, 30);
+	isnt($q->("SELECT ntask_heartbeat($t_hb, 1)"), '', 'after a move: the heartbeat applies');
+	is($q->("SELECT ntask_receipt($t_hb, 1, '{\"done\": 1}')"), 'duplicate',
+		'after a move: the receipt is on the new placement');
+	is($q->("SELECT result FROM ntask_transition($t_hb, 1, 'succeeded')"), 'applied',
+		'after a move: the transition applies');
+	is($q->("SELECT ntask_release($t_rel, 1)"), 'applied', 'after a move: the release applies');
+	$q->('SELECT * FROM ntask_housekeeping()');
+	is($q->("SELECT state || ' ' || token FROM ntask.task WHERE task_id = $t_exp"), 'retry_wait 1',
+		'after a move: housekeeping released the expired lease');
+	for my $t ($t_hb, $t_rel, $t_exp)
+	{
+		is($q->("SELECT string_agg(token || ' ' || result, ',') FROM ntask.attempt WHERE task_id = $t"),
+			'1 ' . ($t == $t_hb ? 'succeeded' : $t == $t_rel ? 'released' : 'lease_expired'),
+			"after a move: task $t has its one attempt in the ledger");
+	}
+}
+
 NtaskCitus::stop($c);
 note(sprintf('t/024 took %.0f s', time - $t0));
 done_testing();
