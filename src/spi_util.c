@@ -963,7 +963,7 @@ NtaskIsLocalShard(int16 shard)
 }
 
 /*
- * The move interlock (docs/scaling.md "Shard moves and the claim").  A
+ * The move interlock (docs/scaling.md "Shard moves").  A
  * distributed claim picks its tasks with a routed read (FOR UPDATE SKIP
  * LOCKED) and leases them with a second routed statement.  Citus takes a
  * shard's distribution-metadata lock (LockShardDistributionMetadata,
