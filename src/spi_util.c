@@ -1001,7 +1001,8 @@ static NtaskPlan spi_shard_lock_plan = {
  *		the invalidations of a move that committed while this waited, so
  *		that the next routed statement goes to the shard's new placement
  *		(its relation lock may be held already: no invalidations are read
- *		then).  Nothing on a plain install.  In SPI.
+ *		then).  Nothing on a plain install, nor where ntask.task is not a
+ *		Citus table.  In SPI.
  */
 void
 NtaskLockShards(const int16 *shards, int n)
@@ -1011,7 +1012,11 @@ NtaskLockShards(const int16 *shards, int n)
 	Oid			task_relid;
 	int			i;
 
-	if (n <= 0 || NtaskShardCount() == 0)
+	/*
+	 * not a Citus table (regress "distribute" fills the shard map of a
+	 * plain install): nothing to lock
+	 */
+	if (n <= 0 || NtaskShardCount() == 0 || !spi_distributed)
 		return;
 	task_relid = get_relname_relid("task", get_namespace_oid("ntask", false));
 	elems = palloc(sizeof(Datum) * n);
