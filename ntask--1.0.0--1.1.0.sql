@@ -440,4 +440,37 @@ $$;
 
 -- issue 49: Citus, direct shard execution
 
+-- the guard's event trigger reads ntask.queue only when a function is
+-- dropped: a shard move's cleanup on a worker node drops tables
+CREATE OR REPLACE FUNCTION ntask.guard_ddl_check() RETURNS event_trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	q record;
+BEGIN
+	-- only a command that drops a function reads ntask.queue: on a Citus
+	-- worker node a shard move's cleanup drops the moved shard's old
+	-- tables, and a read of the reference table there fails that DROP
+	-- ("cannot execute a distributed query from a query on a shard")
+	IF NOT EXISTS (SELECT FROM pg_catalog.pg_event_trigger_dropped_objects() d
+				   WHERE d.object_type OPERATOR(pg_catalog.=) 'function') THEN
+		RETURN;
+	END IF;
+	FOR q IN SELECT qq.queue, qq.guard
+			 FROM pg_catalog.pg_event_trigger_dropped_objects() d
+			 JOIN ntask.queue qq
+			   ON qq.guard OPERATOR(pg_catalog.=)
+				  (pg_catalog.quote_ident(d.address_names[1]) OPERATOR(pg_catalog.||) '.'
+				   OPERATOR(pg_catalog.||) pg_catalog.quote_ident(d.address_names[2])
+				   OPERATOR(pg_catalog.||) '(text,jsonb)')
+			 WHERE d.object_type OPERATOR(pg_catalog.=) 'function'
+			   AND pg_catalog.cardinality(d.address_args) OPERATOR(pg_catalog.=) 2
+			   AND pg_catalog.to_regtype(d.address_args[1]) OPERATOR(pg_catalog.=) 'pg_catalog.text'::pg_catalog.regtype
+			   AND pg_catalog.to_regtype(d.address_args[2]) OPERATOR(pg_catalog.=) 'pg_catalog.jsonb'::pg_catalog.regtype
+			 ORDER BY qq.queue LOOP
+		RAISE EXCEPTION 'ntask: function % is the guard of queue "%"', q.guard, q.queue
+			USING ERRCODE = 'dependent_objects_still_exist',
+				  HINT = pg_catalog.format('Remove it first: SELECT ntask_queue_clear_guard(%L);', q.queue);
+	END LOOP;
+END $$;
+
 -- end of issue 49

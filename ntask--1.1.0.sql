@@ -2606,6 +2606,14 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
 	q record;
 BEGIN
+	-- only a command that drops a function reads ntask.queue: on a Citus
+	-- worker node a shard move's cleanup drops the moved shard's old
+	-- tables, and a read of the reference table there fails that DROP
+	-- ("cannot execute a distributed query from a query on a shard")
+	IF NOT EXISTS (SELECT FROM pg_catalog.pg_event_trigger_dropped_objects() d
+				   WHERE d.object_type OPERATOR(pg_catalog.=) 'function') THEN
+		RETURN;
+	END IF;
 	FOR q IN SELECT qq.queue, qq.guard
 			 FROM pg_catalog.pg_event_trigger_dropped_objects() d
 			 JOIN ntask.queue qq

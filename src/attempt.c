@@ -59,7 +59,11 @@ static NtaskPlan att_close_plan = {
  * whatever the shard).  The rows are read from shard $2 (the receipt's
  * shard named as $2 too: with r.shard = t.shard alone Citus plans the
  * EXISTS over every shard), then each ledger row is inserted with its
- * shard value (the router takes a one-row INSERT).
+ * shard value (the router takes a one-row INSERT).  The read locks the
+ * rows and takes only those still at the token the caller picked ($3, in
+ * $1's order): two routed statements are not one, and a task another
+ * claim took over meanwhile (its attempt closed there, a new one open)
+ * must not have that new attempt closed here (issue 49).
  */
 typedef enum AttCloseDistCol
 {
@@ -84,8 +88,10 @@ static NtaskPlan att_close_pick_dist_plan = {
 	"      AND r.token OPERATOR(pg_catalog.=) t.token)), t.progress "
 	"FROM ntask.task t "
 	"WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1) " NTASK_SHARD_IS("t", "2")
-	"  AND t.state OPERATOR(pg_catalog.=) 'leased'",
-	2, {INT8ARRAYOID, INT2OID}
+	"  AND t.state OPERATOR(pg_catalog.=) 'leased' "
+	"  AND t.token OPERATOR(pg_catalog.=) ($3)[pg_catalog.array_position($1, t.task_id)] "
+	"FOR UPDATE OF t",
+	3, {INT8ARRAYOID, INT2OID, INT8ARRAYOID}
 };
 
 /* one ledger row, routed by its shard value $2 (NtaskLedgerRowDist) */
@@ -240,12 +246,14 @@ NtaskIdsShard(Datum ids)
  *		is written when it ends); its outcome is known if it
  *		was never invoked or committed a receipt.  Returns the bigint[] of
  *		the tasks whose attempt's outcome is unknown.  Shared by claim takeover and
- *		housekeeping; the caller holds the task rows' locks.
+ *		housekeeping; the caller holds the task rows' locks.  tokens: each
+ *		task's token as the caller picked it (bigint[] in task_ids' order);
+ *		on a distributed install only an attempt of that token is closed.
  */
 Datum
-NtaskCloseExpiredAttempts(Datum task_ids)
+NtaskCloseExpiredAttempts(Datum task_ids, Datum tokens)
 {
-	Datum		values[2];
+	Datum		values[3];
 	Datum	   *invoked;
 	int			ninvoked = 0;
 	int			nclosed;
@@ -254,6 +262,7 @@ NtaskCloseExpiredAttempts(Datum task_ids)
 	/* of one shard: one claim round's, or any on a plain install (all 0) */
 	values[0] = task_ids;
 	values[1] = Int16GetDatum(NtaskIdsShard(task_ids));
+	values[2] = tokens;
 	if (NtaskShardCount() > 0)
 		return att_close_dist(values);
 	nclosed = NtaskExecPlan(&att_close_plan, values, NULL,
@@ -268,7 +277,8 @@ NtaskCloseExpiredAttempts(Datum task_ids)
 /*
  * att_close_dist
  *		NtaskCloseExpiredAttempts on a distributed install: values[0] the
- *		tasks, values[1] their shard (att_close_pick_dist_plan's arguments).
+ *		tasks, values[1] their shard, values[2] their tokens
+ *		(att_close_pick_dist_plan's arguments).
  */
 static Datum
 att_close_dist(Datum *values)

@@ -132,10 +132,10 @@
 #define CLAIM_PICK(pred, limit, qpred) \
 	NTASK_PRIORITY_WALK_ON(pred) \
 	"SELECT x.task_id, x.was_leased, x.task_key, x.payload, q.lease, q.guard, " \
-	"  " CLAIM_POLICY ", x.retry " \
+	"  " CLAIM_POLICY ", x.retry, x.token " \
 	"FROM ntask.queue q, pr, LATERAL ( " \
 	"  SELECT t.task_id, t.state OPERATOR(pg_catalog.=) 'leased' AS was_leased, " \
-	"    t.task_key, t.payload, t.attempts OPERATOR(pg_catalog.>) 0 AS retry " \
+	"    t.task_key, t.payload, t.attempts OPERATOR(pg_catalog.>) 0 AS retry, t.token " \
 	"  FROM ntask.task t " \
 	"  WHERE t.queue OPERATOR(pg_catalog.=) $1 " pred \
 	"    AND t.priority OPERATOR(pg_catalog.=) pr.p " \
@@ -247,10 +247,10 @@ static NtaskPlan claim_aging_pick_plan = {
 	"  ORDER BY eff DESC, c.due_at, c.task_id "
 	") "
 	"SELECT x.task_id, x.was_leased, x.task_key, x.payload, q.lease, q.guard, "
-	"  " CLAIM_POLICY ", x.retry "
+	"  " CLAIM_POLICY ", x.retry, x.token "
 	"FROM ntask.queue q, h, LATERAL ( "
 	"  SELECT t.task_id, t.state OPERATOR(pg_catalog.=) 'leased' AS was_leased, "
-	"    t.task_key, t.payload, t.attempts OPERATOR(pg_catalog.>) 0 AS retry "
+	"    t.task_key, t.payload, t.attempts OPERATOR(pg_catalog.>) 0 AS retry, t.token "
 	"  FROM ntask.task t "
 	"  WHERE t.task_id OPERATOR(pg_catalog.=) h.task_id "
 	"    AND t.queue OPERATOR(pg_catalog.=) $1 "
@@ -283,10 +283,10 @@ static int	claim_shard_cursor = -1;
 static NtaskPlan claim_keyless_pick_plan = {
 	"claim keyless pick",
 	"SELECT x.task_id, x.was_leased, x.task_key, x.payload, q.lease, q.guard, "
-	"  " CLAIM_POLICY ", x.retry "
+	"  " CLAIM_POLICY ", x.retry, x.token "
 	"FROM ntask.queue q, LATERAL ( "
 	"  SELECT t.task_id, t.state OPERATOR(pg_catalog.=) 'leased' AS was_leased, "
-	"    t.task_key, t.payload, t.attempts OPERATOR(pg_catalog.>) 0 AS retry "
+	"    t.task_key, t.payload, t.attempts OPERATOR(pg_catalog.>) 0 AS retry, t.token "
 	"  FROM ntask.task t "
 	"  WHERE t.task_id OPERATOR(pg_catalog.=) ANY (ARRAY( "
 	"      SELECT d.task_id FROM ( "
@@ -392,10 +392,10 @@ static NtaskPlan claim_paused_keys_plan = {
  */
 #define CLAIM_KEYED_PICK_HEAD \
 	"SELECT x.task_id, x.was_leased, x.task_key, x.payload, q.lease, q.guard, " \
-	"  " CLAIM_POLICY ", x.retry, k.pk " \
+	"  " CLAIM_POLICY ", x.retry, x.token, k.pk " \
 	"FROM ntask.queue q, k, LATERAL ( " \
 	"  SELECT t.task_id, t.state OPERATOR(pg_catalog.=) 'leased' AS was_leased, " \
-	"    t.task_key, t.payload, t.attempts OPERATOR(pg_catalog.>) 0 AS retry " \
+	"    t.task_key, t.payload, t.attempts OPERATOR(pg_catalog.>) 0 AS retry, t.token " \
 	"  FROM ntask.task t "
 
 /*
@@ -571,7 +571,8 @@ static NtaskPlan claim_inflight_node_plan = {
  * The result columns of every pick (CLAIM_PICK and the keyless, fair and
  * ordered ones): the task, the queue's lease and guard, the queue's flow
  * control (CLAIM_POLICY), whether the task is a retry (an attempt was
- * made), and, of a fair or ordered pick only, the task's key.  SPI
+ * made), its token as picked (the distributed lease and takeover check
+ * it), and, of a fair or ordered pick only, the task's key.  SPI
  * attribute numbers, from 1.
  */
 typedef enum ClaimPickCol
@@ -592,6 +593,7 @@ typedef enum ClaimPickCol
 	CLAIM_PICK_PARTITION_RATE_PER,	/* microseconds */
 	CLAIM_PICK_RETRY_SHARE,
 	CLAIM_PICK_RETRY,
+	CLAIM_PICK_TOKEN,			/* the task's token as picked (the lease's check) */
 	CLAIM_PICK_KEY				/* fair and ordered picks only */
 } ClaimPickCol;
 
@@ -742,8 +744,10 @@ typedef struct ClaimPicked
  * statement timestamp and $8 the lease's end ($7 + $3), both parameters:
  * Citus refuses a stable function (statement_timestamp(), timestamptz +
  * interval) in a CASE of an UPDATE of a distributed table.  $10: mark the
- * leased attempts invoked (ntask_claim's invoked).  CLAIM_LEASE_ARGS: their
- * types, for the plain and the distributed lease statement.
+ * leased attempts invoked (ntask_claim's invoked).  $11: each task's token
+ * as its pick read it, in $1's order (the distributed lease only).
+ * CLAIM_LEASE_ARGS: their types, for the plain and the distributed lease
+ * statement.
  */
 typedef enum ClaimLeaseArg
 {
@@ -757,12 +761,13 @@ typedef enum ClaimLeaseArg
 	CLAIM_LEASE_ARG_LEASE_UNTIL,	/* $8 */
 	CLAIM_LEASE_ARG_SHARD,		/* $9 */
 	CLAIM_LEASE_ARG_INVOKED,	/* $10 */
+	CLAIM_LEASE_ARG_TOKENS,		/* $11, the distributed lease's check */
 	CLAIM_LEASE_NARGS
 } ClaimLeaseArg;
 
 #define CLAIM_LEASE_ARGS \
 	CLAIM_LEASE_NARGS, {INT8ARRAYOID, TEXTOID, INTERVALOID, INT8ARRAYOID, INT8ARRAYOID, INT8OID, \
-	TIMESTAMPTZOID, TIMESTAMPTZOID, INT2OID, BOOLOID}
+	TIMESTAMPTZOID, TIMESTAMPTZOID, INT2OID, BOOLOID, INT8ARRAYOID}
 
 #define CLAIM_LEASE_SET(floor) \
 	"    state = CASE WHEN " CLAIM_SPENT " THEN 'repair_required' ELSE 'leased' END, " \
@@ -833,12 +838,26 @@ static NtaskPlan claim_lease_plan = {
  * (ntask.token_floor, evaluated there: docs/scaling.md "Task ids and
  * tokens"), so a promoted standby of that node issues tokens above any an
  * earlier timeline of it issued, wherever the claim runs.
+ *
+ * The pick's row locks hold only while the task stays on the placement the
+ * pick read: the claim takes the shard's metadata lock before its pick
+ * (NtaskLockShards), so a shard move cannot complete in between; and the
+ * lease itself leases a task only as the pick saw it, with the pick's
+ * token ($11) and state (leased: a takeover, $4; otherwise due), so a
+ * pick made stale in any other way leases nothing for that task (the claim
+ * goes on), never a task another claim has leased since (issue 49: it
+ * took a task another claim had just leased on the shard's new
+ * placement, and that claim's attempt was lost from the ledger).
  */
 static NtaskPlan claim_lease_dist_plan = {
 	"claim lease (distributed)",
 	"UPDATE ntask.task t SET "
 	CLAIM_LEASE_SET("$6, ntask.token_floor(t.shard)")
 	"WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1) " NTASK_SHARD_IS("t", "9")
+	"  AND t.token OPERATOR(pg_catalog.=) ($11)[pg_catalog.array_position($1, t.task_id)] "
+	"  AND t.due_at IS NOT NULL "
+	"  AND (t.state OPERATOR(pg_catalog.=) 'leased') "
+	"    OPERATOR(pg_catalog.=) (t.task_id OPERATOR(pg_catalog.=) ANY ($4)) "
 	"RETURNING t.task_id, t.task_key, t.payload, t.attempts, t.token, t.lease_until, "
 	"  CASE WHEN t.unknown_attempts OPERATOR(pg_catalog.>) 0 THEN 'unknown' END, "
 	"  t.state OPERATOR(pg_catalog.=) 'leased', " CLAIM_CONTEXT_COLS("t."),
@@ -1282,6 +1301,12 @@ claim_pick(text *queue, int want, ClaimOrder *order)
 		{
 			int			i = (claim_shard_cursor + k) % nshards;
 
+			/*
+			 * The shard's metadata lock before its pick: a move's final
+			 * phase waits for this claim, or this claim for the move
+			 * (NtaskLockShards, docs/scaling.md "Shard moves").
+			 */
+			NtaskLockShard(NtaskWalkShardValue(i));
 			args[CLAIM_PICK_ARG_SHARD] = Int16GetDatum(NtaskWalkShardValue(i));
 			args[CLAIM_PICK_ARG_LIMIT] = Int32GetDatum(want);
 			if (order->keys_paused)
@@ -1395,6 +1420,7 @@ claim_pick(text *queue, int want, ClaimOrder *order)
 			int			i = (claim_shard_cursor + k) % nshards;
 			int16		sv = NtaskWalkShardValue(i);
 
+			NtaskLockShard(sv);		/* as the plain pick's */
 			kargs[CLAIM_KEYED_ARG_FIRST_PASS] = BoolGetDatum(order->turns || want <= CLAIM_TURN_MAX);
 			kargs[CLAIM_KEYED_ARG_CURSOR] = PointerGetDatum(NtaskFairCursorShard(qname, sv));
 			kargs[CLAIM_KEYED_ARG_SHARD] = Int16GetDatum(sv);
@@ -1737,7 +1763,9 @@ claim_round(ClaimCall *call, int want, bool *more, int64 *lease_usecs,
 	Datum		values[CLAIM_LEASE_NARGS];
 	ClaimPicked pick;
 	Datum	   *ids;
+	Datum	   *tokens;			/* each id's token as picked */
 	Datum	   *taken;
+	Datum	   *taken_tokens;
 	int			nheld;
 	Datum		invoked_ids;
 	int			nkeys = 0;
@@ -1777,7 +1805,9 @@ claim_round(ClaimCall *call, int want, bool *more, int64 *lease_usecs,
 	}
 
 	ids = palloc(sizeof(Datum) * pick.n);
+	tokens = palloc(sizeof(Datum) * pick.n);
 	taken = palloc(sizeof(Datum) * pick.n);
+	taken_tokens = palloc(sizeof(Datum) * pick.n);
 	pick.keep = palloc(sizeof(bool) * pick.n);
 	pick.keyed = pick.rows->tupdesc->natts >= CLAIM_PICK_KEY;
 	if (claim_read_policy(queue, order))
@@ -1844,15 +1874,21 @@ claim_round(ClaimCall *call, int want, bool *more, int64 *lease_usecs,
 				continue;
 			}
 		}
+		SPI_tuptable = pick.rows;	/* the guard may have run statements */
+		tokens[nids] = Int64GetDatum(NtaskGetInt64(r, CLAIM_PICK_TOKEN));
 		ids[nids++] = Int64GetDatum(task_id);
 		if (was_leased)
+		{
+			taken_tokens[ntaken] = tokens[nids - 1];
 			taken[ntaken++] = Int64GetDatum(task_id);
+		}
 		if (NtaskGetBool(r, CLAIM_PICK_RETRY))
 			any_retry = true;
 	}
 
 	invoked_ids = ntaken > 0 ?
-		NtaskCloseExpiredAttempts(NtaskInt8Array(taken, ntaken)) :
+		NtaskCloseExpiredAttempts(NtaskInt8Array(taken, ntaken),
+								  NtaskInt8Array(taken_tokens, ntaken)) :
 		NtaskInt8Array(NULL, 0);
 
 	if (nids > 0)
@@ -1871,6 +1907,7 @@ claim_round(ClaimCall *call, int want, bool *more, int64 *lease_usecs,
 		values[CLAIM_LEASE_ARG_SHARD] =
 			Int16GetDatum(NtaskIdsShard(values[CLAIM_LEASE_ARG_IDS]));
 		values[CLAIM_LEASE_ARG_INVOKED] = BoolGetDatum(order->invoked);
+		values[CLAIM_LEASE_ARG_TOKENS] = NtaskInt8Array(tokens, nids);
 		if (NtaskShardCount() == 0)
 			nrows = NtaskExecPlan(&claim_lease_plan, values, NULL, SPI_OK_SELECT);
 		else

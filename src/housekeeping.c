@@ -63,9 +63,9 @@ PG_FUNCTION_INFO_V1(ntask_housekeeping);
  */
 #define HK_NOW "pg_catalog.statement_timestamp()"
 
-/* leased tasks whose lease expired (task_lease_idx) */
+/* leased tasks whose lease expired (task_lease_idx), and their tokens */
 #define HK_EXPIRED_SQL(shard_and, now, limit) \
-	"SELECT t.task_id FROM ntask.task t " \
+	"SELECT t.task_id, t.token FROM ntask.task t " \
 	"WHERE " shard_and "t.state OPERATOR(pg_catalog.=) 'leased' " \
 	"  AND t.lease_until OPERATOR(pg_catalog.<) " now " " \
 	"ORDER BY t.lease_until LIMIT " limit " FOR UPDATE SKIP LOCKED"
@@ -116,11 +116,18 @@ static NtaskPlan hk_release_plan = {
 	2, {INT8ARRAYOID, INT8ARRAYOID}
 };
 
-/* the same within shard $4, $3 the statement timestamp */
+/*
+ * The same within shard $4, $3 the statement timestamp; only the leases
+ * still at the token the sweep picked ($5, in $1's order): a claim that
+ * took a task over between the sweep's pick and this statement has its
+ * lease kept (issue 49; the sweep holds the shard's metadata lock, so a
+ * move cannot make its row locks moot, and this is the second line).
+ */
 static NtaskPlan hk_release_shard_plan = {
 	"housekeeping release expired leases (one shard)",
-	HK_RELEASE_SQL("$3", "  AND t.shard OPERATOR(pg_catalog.=) $4 "),
-	4, {INT8ARRAYOID, INT8ARRAYOID, TIMESTAMPTZOID, INT2OID}
+	HK_RELEASE_SQL("$3", "  AND t.shard OPERATOR(pg_catalog.=) $4 "
+				   "  AND t.token OPERATOR(pg_catalog.=) ($5)[pg_catalog.array_position($1, t.task_id)] "),
+	5, {INT8ARRAYOID, INT8ARRAYOID, TIMESTAMPTZOID, INT2OID, INT8ARRAYOID}
 };
 
 /* unleased unfinished tasks past their deadline (task_deadline_idx) */
@@ -158,7 +165,12 @@ static NtaskPlan hk_deadline_plan = {
 	"UPDATE ntask.task t SET state = 'repair_required', " \
 	"  reason = 'deadline_exceeded', due_at = NULL, " \
 	"  finished_at = " now ", updated_at = " now " " \
-	"WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1) " shard_and
+	"WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1) " shard_and " " \
+	/* the pick's test again: a task leased since is not touched */ \
+	"  AND t.due_at IS NOT NULL " \
+	"  AND t.state OPERATOR(pg_catalog.<>) 'leased' " \
+	"  AND t.state OPERATOR(pg_catalog.<>) 'awaiting' " \
+	"  AND t.deadline OPERATOR(pg_catalog.<=) " now
 
 static NtaskPlan hk_deadline_pick_shard_plan = {
 	"housekeeping pick deadlines (one shard)",
@@ -436,6 +448,8 @@ typedef struct HkWork
 {
 	const HkScope *s;
 	Datum		ids;			/* int8[] of the tasks to write */
+	Datum		tokens;			/* int8[], their tokens as picked (the
+								 * release; NULL elsewhere) */
 	int64		done;			/* rows written */
 	int64		repaired;		/* of which to repair_required */
 	Datum		queue;			/* retention: the queue */
@@ -473,7 +487,7 @@ hk_ids(int n)
  *		the rows written to done[0] and those sent to repair to done[1].
  */
 static void
-hk_each(const HkScope *s, Datum *ids, int n, void (*fn) (void *arg),
+hk_each(const HkScope *s, Datum *ids, Datum *tokens, int n, void (*fn) (void *arg),
 		const char *what, int64 *done)
 {
 	HkWork		w;
@@ -483,6 +497,7 @@ hk_each(const HkScope *s, Datum *ids, int n, void (*fn) (void *arg),
 	memset(&w, 0, sizeof(w));
 	w.s = s;
 	w.ids = NtaskInt8Array(ids, n);
+	w.tokens = tokens != NULL ? NtaskInt8Array(tokens, n) : (Datum) 0;
 	if (s->sharded)
 	{
 		fn(&w);
@@ -500,6 +515,7 @@ hk_each(const HkScope *s, Datum *ids, int n, void (*fn) (void *arg),
 	for (r = 0; r < n; r++)
 	{
 		w.ids = NtaskInt8Array(&ids[r], 1);
+		w.tokens = tokens != NULL ? NtaskInt8Array(&tokens[r], 1) : (Datum) 0;
 		w.done = w.repaired = 0;
 		if (NtaskTrySubxact(fn, &w, &e))
 		{
@@ -516,12 +532,13 @@ static void
 hk_release_step(void *arg)
 {
 	HkWork	   *w = (HkWork *) arg;
-	Datum		values[4];
+	Datum		values[5];
 	int			n;
 	int			r;
 
 	values[0] = w->ids;
-	values[1] = NtaskCloseExpiredAttempts(values[0]);
+	values[4] = w->tokens;		/* the shard's statement only */
+	values[1] = NtaskCloseExpiredAttempts(values[0], values[4]);
 	values[2] = w->s->ts;		/* the shard's statement only */
 	values[3] = Int16GetDatum(w->s->shard);
 	n = NtaskExecPlan(w->s->sharded ? &hk_release_shard_plan : &hk_release_plan,
@@ -541,8 +558,10 @@ static void
 hk_expired(const HkScope *s, int64 *counts)
 {
 	Datum		values[3];
+	Datum	   *tokens;
 	int64		done[2] = {0, 0};
 	int			n;
+	int			r;
 
 	if (s->sharded)
 	{
@@ -556,7 +575,10 @@ hk_expired(const HkScope *s, int64 *counts)
 							   s->max_rows);
 	if (n == 0)
 		return;
-	hk_each(s, hk_ids(n), n, hk_release_step, "releasing the expired lease", done);
+	tokens = palloc(sizeof(Datum) * n);
+	for (r = 0; r < n; r++)
+		tokens[r] = Int64GetDatum(NtaskGetInt64(r, 2));
+	hk_each(s, hk_ids(n), tokens, n, hk_release_step, "releasing the expired lease", done);
 	counts[0] += done[0];
 	counts[1] += done[1];
 }
@@ -619,7 +641,7 @@ hk_deadlines(const HkScope *s, int64 *counts)
 	}
 	if (n == 0)
 		return;
-	hk_each(s, hk_ids(n), n, hk_deadline_set_step, "the deadline sweep", done);
+	hk_each(s, hk_ids(n), NULL, n, hk_deadline_set_step, "the deadline sweep", done);
 	counts[1] += done[0];
 }
 
@@ -752,6 +774,13 @@ NtaskHousekeepShard(int16 shard, int max_rows, bool deadlines, int64 *counts)
 	s.shard = shard;
 	s.ts = NtaskStatementTs();
 	s.max_rows = max_rows;
+	/*
+	 * The shard's metadata lock first, as a claim takes it: each sweep is
+	 * a routed pick and then a routed write, and a shard move completed in
+	 * between would leave the pick's row locks on the old placement
+	 * (NtaskLockShards, docs/scaling.md "Shard moves").
+	 */
+	NtaskLockShard(shard);
 	hk_round(&s, deadlines, counts);
 }
 

@@ -193,6 +193,8 @@ extern int	NtaskShardGroupShards(int16 shard, int16 *out);
 extern int	NtaskLocalShardCount(void);
 extern bool NtaskIsLocalShard(int16 shard);
 extern void NtaskRefreshPlacements(void);
+extern void NtaskLockShards(const int16 *shards, int n);
+extern void NtaskLockShard(int16 shard);
 
 /* the shard value itself, for an insert (0 on a plain install) */
 #define NTASK_SHARD_VALUE(id) \

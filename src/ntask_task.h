@@ -111,7 +111,7 @@ extern Jsonb *NtaskContextSignal(text *queue, text *signal_key);
 #define NTASK_SHARD_IS(alias, n) \
 	" AND " alias ".shard OPERATOR(pg_catalog.=) $" n " "
 extern int16 NtaskIdsShard(Datum ids);
-extern Datum NtaskCloseExpiredAttempts(Datum task_ids);
+extern Datum NtaskCloseExpiredAttempts(Datum task_ids, Datum tokens);
 
 /* a ledger row's columns, NtaskLedgerRowDist's arguments in order */
 typedef enum AttRowArg

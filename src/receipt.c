@@ -200,6 +200,14 @@ ntask_receipt(PG_FUNCTION_ARGS)
 	lockvals[1] = ObjectIdGetDatum(NtaskCaller());
 
 	SPI_connect();
+
+	/*
+	 * On a distributed install the row lock below holds only on the
+	 * placement it was taken on: the shard's metadata lock first, to the
+	 * end of the business transaction, so that a shard move waits for it
+	 * (NtaskLockShards, docs/scaling.md "Shard moves").
+	 */
+	NtaskLockShard(NTASK_ID_SHARD(task_id));
 	if (NtaskExecPlan(&rcpt_lock_plan, lockvals, NULL, SPI_OK_SELECT) == 0)
 		NtaskTaskNotFound(task_id);
 	if (!NtaskGetBool(0, RCPT_LOCK_RIGHT))

@@ -962,6 +962,80 @@ NtaskIsLocalShard(int16 shard)
 	return false;
 }
 
+/*
+ * The move interlock (docs/scaling.md "Shard moves").  A
+ * distributed claim picks its tasks with a routed read (FOR UPDATE SKIP
+ * LOCKED) and leases them with a second routed statement.  Citus takes a
+ * shard's distribution-metadata lock (LockShardDistributionMetadata,
+ * ShareLock) for routed writes only (citus_custom_scan.c:
+ * CitusBeginModifyScan -> distributed_execution_locks.c:
+ * AcquireMetadataLocks), so a shard move's final phase (shard_transfer.c:
+ * BlockWritesToShardList, ExclusiveLock here and, through
+ * lock_shard_metadata, on every node with metadata) did not wait for a
+ * claim between its pick and its lease: the lease then went to the new
+ * placement, where the pick's row locks are not, and could take a task
+ * another claim had just leased there.  So a claim, housekeeping's sweep
+ * of a shard and a receipt take that lock first, through Citus' own UDF
+ * (resource_lock.c: lock_shard_metadata, which checks that the caller
+ * owns the table: ntask's statements run as the extension's owner), held
+ * to the end of the transaction: a move's final phase then waits for the
+ * transaction, or the transaction waits for the move and runs on the new
+ * placement.  The lock is of the shard's co-location group (Citus'
+ * SetLocktagForShardDistributionMetadata: by co-location id and shard
+ * index), so it covers the task's attempt and receipt shards too.  $1 the
+ * shard value; ShareLock is 5.
+ */
+static NtaskPlan spi_shard_lock_plan = {
+	"shard metadata lock",
+	"SELECT pg_catalog.lock_shard_metadata(5, ARRAY( "
+	"  SELECT DISTINCT pg_catalog.get_shard_id_for_distribution_column($1, s.v) "
+	"  FROM pg_catalog.unnest($2) s(v) ORDER BY 1))",
+	2, {REGCLASSOID, INT2ARRAYOID}
+};
+
+/*
+ * NtaskLockShards
+ *		On a distributed install, take the distribution-metadata lock
+ *		(ShareLock) of the Citus shards of the n shard values in shards, in
+ *		shard id order, held to the end of the transaction; then take in
+ *		the invalidations of a move that committed while this waited, so
+ *		that the next routed statement goes to the shard's new placement
+ *		(its relation lock may be held already: no invalidations are read
+ *		then).  Nothing on a plain install, nor where ntask.task is not a
+ *		Citus table.  In SPI.
+ */
+void
+NtaskLockShards(const int16 *shards, int n)
+{
+	Datum		values[2];
+	Datum	   *elems;
+	Oid			task_relid;
+	int			i;
+
+	/*
+	 * not a Citus table (regress "distribute" fills the shard map of a
+	 * plain install): nothing to lock
+	 */
+	if (n <= 0 || NtaskShardCount() == 0 || !spi_distributed)
+		return;
+	task_relid = get_relname_relid("task", get_namespace_oid("ntask", false));
+	elems = palloc(sizeof(Datum) * n);
+	for (i = 0; i < n; i++)
+		elems[i] = Int16GetDatum(shards[i]);
+	values[0] = ObjectIdGetDatum(task_relid);
+	values[1] = PointerGetDatum(construct_array(elems, n, INT2OID, sizeof(int16),
+												true, TYPALIGN_SHORT));
+	(void) NtaskExecPlan(&spi_shard_lock_plan, values, NULL, SPI_OK_SELECT);
+	AcceptInvalidationMessages();
+}
+
+/* NtaskLockShard: NtaskLockShards of one shard value */
+void
+NtaskLockShard(int16 shard)
+{
+	NtaskLockShards(&shard, 1);
+}
+
 /* NtaskWalkShardCount: how many shards a claim walks (0: a plain install) */
 int
 NtaskWalkShardCount(void)
