@@ -682,7 +682,7 @@ bulk_init(BulkCall *c, FunctionCallInfo fcinfo, int a_dry_run, int a_run_at,
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("ntask: run_at must be a finite timestamp")));
-	NtaskCheckQueueRight(queue, false);	/* 42704 for an unknown queue */
+	NtaskCheckQueueExists(queue);	/* 42704; no worker_role (admin) */
 	bulk_parse_filter(c, now);
 	c->values[BULK_ARG_QUEUE] = PointerGetDatum(queue);
 	c->nulls[BULK_ARG_QUEUE] = ' ';

@@ -70,6 +70,29 @@ NtaskCheckQueueRight(text *queue, bool producer)
 						 producer ? "producer_role" : "worker_role")));
 }
 
+static NtaskPlan rights_queue_exists_plan = {
+	"queue exists",
+	"SELECT FROM ntask.queue q WHERE q.queue OPERATOR(pg_catalog.=) $1",
+	1, {TEXTOID}
+};
+
+/*
+ * NtaskCheckQueueExists
+ *		Raise 42704 for an unknown queue.  The check of the administrative
+ *		functions (ntask_bulk): their EXECUTE right, granted to ntask_admin
+ *		only, is the right to act on every queue's tasks, as ntask_cancel
+ *		and ntask_replay do; a queue's worker_role is not asked for.
+ */
+void
+NtaskCheckQueueExists(text *queue)
+{
+	Datum		values[1];
+
+	values[0] = PointerGetDatum(queue);
+	if (NtaskExecPlan(&rights_queue_exists_plan, values, NULL, SPI_OK_SELECT) == 0)
+		NtaskQueueNotFound(text_to_cstring(queue));
+}
+
 /*
  * NtaskTaskRightDenied
  *		Raise 42501 for a task of a queue whose worker_role the caller

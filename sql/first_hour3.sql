@@ -1,0 +1,38 @@
+-- issue 46 (a third first hour): least-privilege roles, explain's words,
+-- receipts after a final report, wakes, a dropped worker_role, task ids
+SELECT setval('ntask.task_task_id_seq', 46000, false) AS first_task_id;
+CREATE ROLE regress_fh3_ops IN ROLE ntask_admin;
+CREATE ROLE regress_fh3_workers;
+CREATE ROLE regress_fh3_worker IN ROLE ntask_worker, regress_fh3_workers;
+
+-- item 2: ntask_admin runs ntask_bulk and ntask_bulk_all on a queue with a
+-- worker_role it does not hold, dry run included (like ntask_cancel)
+SELECT queue FROM ntask_queue_set('fh3push', max_attempts => 1);
+SELECT ntask_queue_set_roles('fh3push', NULL, 'regress_fh3_workers');
+SELECT count(*) FROM ntask_enqueue_many('fh3push', ARRAY['p1', 'p2', 'p3', 'p4'],
+	ARRAY['{}', '{}', '{}', '{}']::jsonb[]);
+SET ROLE regress_fh3_worker;
+SELECT count(*) FROM (
+	SELECT ntask_transition(c.task_id, c.token, 'repair_required', 'permanent')
+	FROM ntask_claim('fh3push', 'w1', max_tasks => 2) c) x;
+RESET ROLE;
+SELECT pg_has_role('regress_fh3_ops', 'regress_fh3_workers', 'USAGE') AS ops_is_a_worker;
+SET ROLE regress_fh3_ops;
+SELECT matched, changed, remaining FROM ntask_bulk('fh3push', 'replay', 'ops', 'incident',
+	'{"state": "repair_required"}', dry_run => true);
+SELECT matched, changed, remaining FROM ntask_bulk('fh3push', 'replay', 'ops', 'incident',
+	'{"state": "repair_required"}');
+CALL ntask_bulk_all('fh3push', 'cancel', 'ops', 'incident', '{"key_prefix": "p"}');
+-- an unknown queue is still 42704
+\set VERBOSITY terse
+SELECT * FROM ntask_bulk('fh3nosuch', 'cancel', 'ops', 'x', dry_run => true);
+\echo :SQLSTATE
+\set VERBOSITY default
+RESET ROLE;
+SELECT task_key, state FROM ntask.task WHERE queue = 'fh3push' ORDER BY task_key;
+-- the bulk calls' audit rows name the admin
+SELECT db_user, action, reason FROM ntask.audit
+WHERE queue = 'fh3push' AND action LIKE 'bulk%' ORDER BY audit_id;
+
+-- the end
+DROP ROLE regress_fh3_ops, regress_fh3_worker, regress_fh3_workers;
