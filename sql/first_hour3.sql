@@ -34,5 +34,41 @@ SELECT task_key, state FROM ntask.task WHERE queue = 'fh3push' ORDER BY task_key
 SELECT db_user, action, reason FROM ntask.audit
 WHERE queue = 'fh3push' AND action LIKE 'bulk%' ORDER BY audit_id;
 
+-- issue 45 item 5: bulk actions know waiting and awaiting; a key_prefix
+-- cancel reaches every unfinished state
+SELECT queue FROM ntask_queue_set('fh3camp', max_attempts => 3);
+SELECT count(*) FROM ntask_enqueue_many('fh3camp',
+	ARRAY['camp:parent', 'camp:await', 'camp:ready', 'camp:retry', 'camp:repair'],
+	ARRAY['{}', '{}', '{}', '{}', '{}']::jsonb[]);
+SELECT state FROM ntask_enqueue('fh3camp', 'camp:child', depends_on => ARRAY['camp:parent']);
+CREATE TEMP TABLE fh3c AS SELECT task_key, task_id, token FROM ntask_claim('fh3camp', 'w1', max_tasks => 5);
+SELECT task_key FROM fh3c ORDER BY 1;
+SELECT ntask_await(task_id, token, 'camp:paid') FROM fh3c WHERE task_key = 'camp:await';
+SELECT ntask_release(task_id, token) FROM fh3c WHERE task_key = 'camp:ready';
+SELECT result FROM fh3c, ntask_transition(task_id, token, 'retry_wait', 'transient', retry_at => now() + interval '1 hour')
+WHERE task_key = 'camp:retry';
+SELECT result FROM fh3c, ntask_transition(task_id, token, 'repair_required', 'permanent')
+WHERE task_key = 'camp:repair';
+SELECT task_key, state FROM ntask.task WHERE queue = 'fh3camp' ORDER BY task_key;
+SET ROLE regress_fh3_ops;
+-- the filter names waiting and awaiting (cancel only: neither is replayed
+-- nor rescheduled)
+SELECT matched, changed, remaining FROM ntask_bulk('fh3camp', 'cancel', 'ops', 'campaign withdrawn',
+	'{"state": ["waiting", "awaiting"]}', dry_run => true);
+\set VERBOSITY terse
+SELECT * FROM ntask_bulk('fh3camp', 'replay', 'ops', 'x', '{"state": "waiting"}');
+\echo :SQLSTATE
+SELECT * FROM ntask_bulk('fh3camp', 'reschedule', 'ops', 'x', '{"state": "awaiting"}');
+\echo :SQLSTATE
+\set VERBOSITY default
+-- every unfinished state: leased, waiting, awaiting, ready, retry_wait, repair_required
+SELECT matched, changed, remaining FROM ntask_bulk('fh3camp', 'cancel', 'ops', 'campaign withdrawn',
+	'{"key_prefix": "camp:"}', dry_run => true);
+CALL ntask_bulk_all('fh3camp', 'cancel', 'ops', 'campaign withdrawn', '{"key_prefix": "camp:"}');
+RESET ROLE;
+SELECT task_key, state FROM ntask.task WHERE queue = 'fh3camp' ORDER BY task_key;
+-- the parent's holder learns its task was canceled
+SELECT result FROM fh3c, ntask_transition(task_id, token, 'succeeded') WHERE task_key = 'camp:parent';
+
 -- the end
 DROP ROLE regress_fh3_ops, regress_fh3_worker, regress_fh3_workers;
