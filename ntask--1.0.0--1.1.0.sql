@@ -27,6 +27,10 @@
 
 -- issue 46: the third first hour
 
+-- 46.4: a queue's signal_role alone is the right to signal it; the
+-- function's own check refuses everyone else (42501)
+GRANT EXECUTE ON FUNCTION @extschema@.ntask_signal(text, text, jsonb) TO PUBLIC;
+
 -- end of issue 46
 
 

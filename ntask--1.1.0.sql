@@ -2722,6 +2722,7 @@ GRANT SELECT ON ntask.task_dep TO ntask_admin;
 -- Nothing for PUBLIC: every function is granted to the role that needs
 -- it.  The internal functions (schema ntask) are granted to nobody but
 -- the three explain helpers; ntask_distribute is for superusers only.
+-- The one exception is ntask_signal, below.
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA ntask FROM PUBLIC;
 REVOKE ALL ON FUNCTION
 	@extschema@.ntask_queue_set(text, integer, interval, interval, interval, interval, regprocedure, jsonb, interval, boolean, text, integer, integer, boolean, boolean, text, text, real, integer, interval, interval, integer, text, text),
@@ -2790,6 +2791,12 @@ GRANT EXECUTE ON FUNCTION
 	@extschema@.ntask_await(bigint, bigint, text, interval, text),
 	@extschema@.ntask_signal(text, text, jsonb)
 TO ntask_worker;
+
+-- ntask_signal is PUBLIC's to execute (issue 46.4): a queue's signal_role
+-- alone is the right to signal it (a webhook's role of its own, with no
+-- ntask role), and the function's own check, before it looks at the key
+-- or the queue, refuses everyone else with 42501 (signal.c)
+GRANT EXECUTE ON FUNCTION @extschema@.ntask_signal(text, text, jsonb) TO PUBLIC;
 
 GRANT EXECUTE ON FUNCTION
 	@extschema@.ntask_worker_stats()

@@ -70,5 +70,44 @@ SELECT task_key, state FROM ntask.task WHERE queue = 'fh3camp' ORDER BY task_key
 -- the parent's holder learns its task was canceled
 SELECT result FROM fh3c, ntask_transition(task_id, token, 'succeeded') WHERE task_key = 'camp:parent';
 
+-- item 4: a role holding only a queue's signal_role can signal it, and
+-- nothing else: not another queue, not enqueue, not claim
+CREATE ROLE regress_fh3_webhook;	-- no ntask role at all
+CREATE ROLE regress_fh3_payments;
+GRANT regress_fh3_payments TO regress_fh3_webhook;
+CREATE ROLE regress_fh3_nobody;
+SELECT queue FROM ntask_queue_set('fh3pay');
+SELECT queue FROM ntask_queue_set('fh3open');	-- no roles at all
+SELECT ntask_queue_set_signal_role('fh3pay', 'regress_fh3_payments');
+SELECT state FROM ntask_enqueue('fh3pay', 'order-1');
+SELECT task_id AS pay_id, token AS pay_tok FROM ntask_claim('fh3pay', 'w1') \gset
+SELECT ntask_await(:pay_id, :pay_tok, 'paid:order-1');
+SET ROLE regress_fh3_webhook;
+SELECT ntask_signal('fh3pay', 'paid:order-1', '{"status": "paid"}');
+SELECT ntask_signal('fh3pay', 'paid:order-1', '{"status": "paid"}');
+\set VERBOSITY terse
+SELECT ntask_signal('fh3open', 'k');
+\echo :SQLSTATE
+SELECT ntask_signal('fh3nosuch', 'k');
+\echo :SQLSTATE
+SELECT * FROM ntask_enqueue('fh3open', 'x');
+\echo :SQLSTATE
+SELECT * FROM ntask_claim('fh3pay', 'w');
+\echo :SQLSTATE
+RESET ROLE;
+-- a role with nothing: the same 42501 for every queue, existing or not
+SET ROLE regress_fh3_nobody;
+SELECT ntask_signal('fh3pay', 'paid:order-1');
+\echo :SQLSTATE
+SELECT ntask_signal('fh3open', 'k');
+\echo :SQLSTATE
+SELECT ntask_signal('fh3nosuch', 'k');
+\echo :SQLSTATE
+\set VERBOSITY default
+RESET ROLE;
+SELECT task_key, state FROM ntask.task WHERE queue = 'fh3pay';
+SELECT signal_key, sent_by FROM ntask.signal WHERE queue = 'fh3pay';
+
 -- the end
-DROP ROLE regress_fh3_ops, regress_fh3_worker, regress_fh3_workers;
+DROP ROLE regress_fh3_ops, regress_fh3_worker, regress_fh3_workers,
+	regress_fh3_webhook, regress_fh3_payments, regress_fh3_nobody;
