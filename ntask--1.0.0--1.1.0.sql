@@ -31,6 +31,362 @@
 -- function's own check refuses everyone else (42501)
 GRANT EXECUTE ON FUNCTION @extschema@.ntask_signal(text, text, jsonb) TO PUBLIC;
 
+-- 46.5 (and 46.9 below): ntask_explain of a queue without a target no
+-- longer says a background worker sends an unknown attempt again; the
+-- next claimer gets prior_outcome 'unknown'
+CREATE OR REPLACE FUNCTION @extschema@.ntask_explain(task_id bigint, include_payload boolean DEFAULT false)
+RETURNS TABLE (at timestamptz, event text, token bigint, actor text, detail text)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+	t ntask.task;
+	q ntask.queue;
+	a ntask.attempt_all;	-- the latest attempt, if any (the open one included)
+	n timestamptz := pg_catalog.now();
+	is_http boolean;
+	b ntask.breaker;		-- the queue's circuit breaker, if it has one
+	waiting text;			-- what a due task waits for
+	last_err text;
+	prior text;
+	words text;
+	fin_actor text;
+	fin_by text;
+BEGIN
+	IF ntask_explain.task_id IS NULL THEN
+		RAISE EXCEPTION 'ntask: task_id must not be NULL' USING ERRCODE = '22004';
+	END IF;
+	IF ntask_explain.include_payload IS NULL THEN
+		RAISE EXCEPTION 'ntask: include_payload must not be NULL' USING ERRCODE = '22004';
+	END IF;
+	SELECT * INTO t FROM ntask.task x WHERE x.task_id OPERATOR(pg_catalog.=) ntask_explain.task_id;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'ntask: task % does not exist', ntask_explain.task_id USING ERRCODE = 'P0002';
+	END IF;
+	SELECT * INTO q FROM ntask.queue x WHERE x.queue OPERATOR(pg_catalog.=) t.queue;
+	SELECT * INTO a FROM ntask.attempt_all x WHERE x.task_id OPERATOR(pg_catalog.=) t.task_id
+	ORDER BY x.token DESC LIMIT 1;
+	-- (false, not NULL, for a queue without a target: issue 46.5)
+	is_http := coalesce(q.target->>'type' OPERATOR(pg_catalog.=) 'http', false);
+
+	-- what a due task waits for: a claim, or on an http queue whose circuit
+	-- breaker is not closed, the breaker (src/breaker.c: the worker claims
+	-- nothing of the queue while it is open, one probe when half open)
+	waiting := format('waiting for %s to claim it',
+					  CASE WHEN is_http THEN 'the background worker' ELSE 'a worker' END);
+	IF is_http AND q.breaker_failures IS NOT NULL THEN
+		SELECT * INTO b FROM ntask.breaker x WHERE x.queue OPERATOR(pg_catalog.=) t.queue;
+		IF b.state OPERATOR(pg_catalog.=) 'open' AND b.open_until OPERATOR(pg_catalog.>) n THEN
+			waiting := format('held by the circuit breaker of queue %s: open since %s after %s consecutive failures, open until %s (in %s); the background worker claims nothing of the queue until then, then sends one probe',
+							  t.queue, ntask.explain_ts(b.opened_at), b.failures,
+							  ntask.explain_ts(b.open_until), ntask.explain_age(b.open_until OPERATOR(pg_catalog.-) n));
+		ELSIF b.state OPERATOR(pg_catalog.=) 'open' THEN
+			waiting := format('held by the circuit breaker of queue %s: open until %s (passed %s ago); the background worker sends one probe of the queue at its next tick and the rest once the probe succeeds',
+							  t.queue, ntask.explain_ts(b.open_until), ntask.explain_age(n OPERATOR(pg_catalog.-) b.open_until));
+		ELSIF b.state OPERATOR(pg_catalog.=) 'half_open' THEN
+			waiting := format('held by the circuit breaker of queue %s: half open since %s; the background worker sends one probe of the queue and holds the rest until it succeeds',
+							  t.queue, ntask.explain_ts(b.changed_at));
+		END IF;
+	END IF;
+
+	-- the last error in words: class, then the HTTP status, curl's error or the stage
+	SELECT x.error_class || coalesce(' ' || coalesce('HTTP ' || (x.detail->>'http_status'),
+													  x.detail->>'curl_error', x.error_stage), '')
+	INTO last_err
+	FROM ntask.attempt_all x
+	WHERE x.task_id OPERATOR(pg_catalog.=) t.task_id AND x.error_class IS NOT NULL
+	ORDER BY x.token DESC LIMIT 1;
+
+	-- what the next claim will report as prior_outcome
+	-- (the same rule as ntask_claim's)
+	IF EXISTS (SELECT 1 FROM ntask.receipt r WHERE r.task_id OPERATOR(pg_catalog.=) t.task_id) THEN
+		prior := 'prior_outcome committed: a receipt exists, the next attempt must not redo the business write';
+	ELSIF t.unknown_attempts OPERATOR(pg_catalog.>) 0 THEN
+		-- on an http queue, what the worker does (dispatch.c dq_claim_step)
+		prior := format('prior_outcome unknown: %s earlier attempt(s) may have had an effect, %s',
+						t.unknown_attempts,
+						CASE WHEN NOT is_http THEN 'the next claim hands it to a worker with prior_outcome = ''unknown'', which must reconcile first (did the effect happen?); no background worker sends it'
+							 WHEN q.target ? 'reconcile_url' THEN
+								 format('the background worker first asks the reconcile_url %s and sends again only if it answers 404',
+										q.target->>'reconcile_url')
+							 ELSE format('the target has no reconcile_url, so the background worker sends it again (%s with the same Idempotency-Key): the provider must deduplicate',
+										 coalesce(q.target->>'method', 'POST'))
+						END);
+	END IF;
+
+	-- who finished it: the worker whose attempt ended then, an audited
+	-- action, the guard (skip or cancel at claim), else ntask itself
+	-- (budget, deadline, lease expiry)
+	IF t.finished_at IS NOT NULL THEN
+		SELECT x.worker, 'attempt ' || x.attempt INTO fin_actor, fin_by FROM ntask.attempt_all x
+		WHERE x.task_id OPERATOR(pg_catalog.=) t.task_id AND x.ended_at OPERATOR(pg_catalog.=) t.finished_at
+		  AND x.requested IS NOT NULL AND x.requested OPERATOR(pg_catalog.<>) 'released'
+		ORDER BY x.token DESC LIMIT 1;
+		IF fin_actor IS NULL THEN
+			SELECT x.actor, 'ntask_' || x.action INTO fin_actor, fin_by FROM ntask.audit x
+			WHERE x.task_id OPERATOR(pg_catalog.=) t.task_id AND x.to_state OPERATOR(pg_catalog.=) t.state
+			ORDER BY x.audit_id DESC LIMIT 1;
+		END IF;
+		IF fin_actor IS NULL AND t.state OPERATOR(pg_catalog.=) ANY ('{skipped,canceled}') THEN
+			fin_actor := 'guard';
+			fin_by := 'the guard at claim';
+		END IF;
+		IF fin_actor IS NULL THEN
+			fin_actor := 'ntask';
+			fin_by := CASE WHEN t.reason OPERATOR(pg_catalog.=) ANY ('{budget_exhausted,deadline_exceeded}')
+						   THEN 'the budget check' ELSE 'ntask' END;
+		END IF;
+	END IF;
+
+	words := CASE t.state
+		WHEN 'waiting' THEN
+			(SELECT format('waiting for %s of %s parents: %s%s; if one fails: %s',
+						   t.parents_left, count(*),
+						   string_agg(p.queue || ':' || p.task_key || CASE WHEN p.state OPERATOR(pg_catalog.<>) ALL ('{ready,leased,retry_wait,waiting}') THEN ' (' || p.state || ')' ELSE '' END, ', ' ORDER BY p.task_id)
+							   FILTER (WHERE p.state OPERATOR(pg_catalog.<>) 'succeeded'),
+						   CASE WHEN count(*) FILTER (WHERE p.state OPERATOR(pg_catalog.<>) 'succeeded') OPERATOR(pg_catalog.<) t.parents_left
+								THEN format(' (%s pruned)', t.parents_left OPERATOR(pg_catalog.-) count(*) FILTER (WHERE p.state OPERATOR(pg_catalog.<>) 'succeeded')) ELSE '' END,
+						   CASE coalesce(t.on_parent_failed, q.on_parent_failed)
+								WHEN 'cancel' THEN 'cancel'
+								ELSE 'wait until it is replayed and succeeds' END)
+			 FROM ntask.task_dep d JOIN ntask.task p ON p.task_id OPERATOR(pg_catalog.=) d.parent_id
+			 WHERE d.task_id OPERATOR(pg_catalog.=) t.task_id)
+		WHEN 'ready' THEN
+			CASE WHEN t.run_at OPERATOR(pg_catalog.>) n THEN
+				format('ready, not due until %s (in %s); then attempt %s of %s',
+					   ntask.explain_ts(t.run_at), ntask.explain_age(t.run_at OPERATOR(pg_catalog.-) n),
+					   t.attempts + 1, t.max_attempts)
+			ELSE
+				format('ready since %s (%s), %s (attempt %s of %s)',
+					   ntask.explain_ts(t.run_at), ntask.explain_age(n OPERATOR(pg_catalog.-) t.run_at),
+					   waiting, t.attempts + 1, t.max_attempts)
+			END
+		WHEN 'retry_wait' THEN
+			CASE WHEN t.run_at OPERATOR(pg_catalog.>) n THEN
+				format('retry_wait until %s (in %s; attempt %s of %s, last error %s)',
+					   ntask.explain_ts(t.run_at), ntask.explain_age(t.run_at OPERATOR(pg_catalog.-) n),
+					   t.attempts + 1, t.max_attempts, coalesce(last_err, 'none recorded'))
+			ELSE
+				format('retry_wait, due since %s (%s), %s (attempt %s of %s, last error %s)',
+					   ntask.explain_ts(t.run_at), ntask.explain_age(n OPERATOR(pg_catalog.-) t.run_at),
+					   waiting, t.attempts + 1, t.max_attempts, coalesce(last_err, 'none recorded'))
+			END
+		WHEN 'leased' THEN
+			format('leased by %s until %s, %s (attempt %s of %s, token %s, %s)',
+				   t.lease_owner, ntask.explain_ts(t.lease_until),
+				   CASE
+					   WHEN t.lease_until OPERATOR(pg_catalog.<) n THEN
+						   format('not heartbeating: expired %s ago, the next claim or housekeeping takes it over',
+								  ntask.explain_age(n OPERATOR(pg_catalog.-) t.lease_until))
+					   WHEN t.updated_at OPERATOR(pg_catalog.>) a.claimed_at THEN
+						   format('heartbeating (last %s ago)', ntask.explain_age(n OPERATOR(pg_catalog.-) t.updated_at))
+					   ELSE
+						   format('not heartbeating (no heartbeat since the claim %s ago)',
+								  ntask.explain_age(n OPERATOR(pg_catalog.-) a.claimed_at))
+				   END,
+				   t.attempts, t.max_attempts, t.token,
+				   CASE WHEN a.invoked_at IS NULL THEN 'not invoked yet'
+						ELSE format('invoked %s ago: if it ends without a report its outcome is unknown',
+									ntask.explain_age(n OPERATOR(pg_catalog.-) a.invoked_at)) END)
+		WHEN 'repair_required' THEN
+			format('repair_required: %s, owner %s%s (%s of %s attempts, %s with unknown outcome)',
+				   t.reason, coalesce(t.repair_owner, 'none assigned'),
+				   coalesce(', next: ' || t.repair_next_action, ''),
+				   t.attempts, t.max_attempts,
+				   (SELECT count(*) FROM ntask.attempt_all x
+					WHERE x.task_id OPERATOR(pg_catalog.=) t.task_id AND NOT x.outcome_known))
+		WHEN 'succeeded' THEN
+			format('succeeded (%s) at %s after %s attempt(s): waiting for nothing',
+				   t.outcome, ntask.explain_ts(t.finished_at), t.attempts)
+		WHEN 'canceled' THEN
+			format('canceled at %s by %s: %s', ntask.explain_ts(t.finished_at), fin_actor, t.reason)
+		WHEN 'skipped' THEN
+			format('skipped at %s by %s: %s', ntask.explain_ts(t.finished_at), fin_actor, t.reason)
+		WHEN 'awaiting' THEN
+			format('awaiting signal %s of queue %s since %s (%s), %s (attempt %s of %s ended awaiting, not counted)',
+				   t.signal_key, t.queue, ntask.explain_ts(t.updated_at),
+				   ntask.explain_age(n OPERATOR(pg_catalog.-) t.updated_at),
+				   CASE WHEN t.due_at IS NULL THEN 'no timeout: only ntask_signal or a cancel ends the wait'
+						ELSE format('times out at %s (%s %s), then %s',
+									ntask.explain_ts(t.due_at),
+									CASE WHEN t.due_at OPERATOR(pg_catalog.>) n THEN 'in' ELSE 'passed' END,
+									ntask.explain_age(abs(pg_catalog.date_part('epoch', t.due_at OPERATOR(pg_catalog.-) n)) * interval '1 second'),
+									CASE t.await_on_timeout WHEN 'repair' THEN 'the next claim moves it to repair_required (await_timeout)'
+										 ELSE 'the next claim hands it out with signal.timed_out' END) END,
+				   t.attempts, t.max_attempts)
+	END;
+	-- the holder's latest progress (ntask_heartbeat progress => ...)
+	IF t.state OPERATOR(pg_catalog.=) 'leased' AND t.progress IS NOT NULL THEN
+		words := words || format('; progress %s, reported %s ago', t.progress::text,
+								 ntask.explain_age(n OPERATOR(pg_catalog.-) t.progress_at));
+	END IF;
+	-- checkpoints done (issue 36.2), whatever the state
+	IF t.checkpoints OPERATOR(pg_catalog.>) 0 THEN
+		words := words || format('; %s checkpoint(s) done: %s', t.checkpoints,
+			(SELECT pg_catalog.string_agg(c.step, ', ' ORDER BY c.written_at, c.step)
+			 FROM ntask.checkpoint c WHERE c.task_id OPERATOR(pg_catalog.=) t.task_id));
+	END IF;
+	IF t.state OPERATOR(pg_catalog.=) ANY ('{ready,retry_wait}') THEN
+		IF prior IS NOT NULL THEN
+			words := words || '; ' || prior;
+		END IF;
+		IF q.guard IS NOT NULL THEN
+			words := words || '; the guard ' || q.guard || ' decides at claim';
+		END IF;
+		-- a pause (issue 35.1, 35.5): the operator's, a rate limit's of the
+		-- queue, or of the task's key (on_rate_limited)
+		IF q.paused_at IS NOT NULL THEN
+			words := words || format('; held back: the queue is paused by %s since %s: %s',
+									 q.paused_by, ntask.explain_ts(q.paused_at), q.pause_reason);
+		ELSIF q.paused_until OPERATOR(pg_catalog.>) n THEN
+			words := words || format('; held back: the queue is paused until %s (in %s): a provider''s rate limit (HTTP 429 or 503 with Retry-After, on_rate_limited pause_queue)',
+									 ntask.explain_ts(q.paused_until), ntask.explain_age(q.paused_until OPERATOR(pg_catalog.-) n));
+		ELSIF q.keys_paused_until OPERATOR(pg_catalog.>) n AND t.partition_key IS NOT NULL THEN
+			words := words || coalesce((
+				SELECT format('; held back: its key %s is paused until %s (in %s): %s',
+							  k.partition_key, ntask.explain_ts(k.until),
+							  ntask.explain_age(k.until OPERATOR(pg_catalog.-) n), k.reason)
+				FROM ntask.key_pause k
+				WHERE k.queue OPERATOR(pg_catalog.=) t.queue
+				  AND k.partition_key OPERATOR(pg_catalog.=) t.partition_key
+				  AND k.until OPERATOR(pg_catalog.>) n), '');
+		END IF;
+		-- flow control (issue 13): what holds a due task back
+		IF t.run_at OPERATOR(pg_catalog.<=) n THEN
+			words := words || coalesce((
+				SELECT CASE
+					WHEN h.task_id IS NOT NULL THEN
+						format('; held back: behind task %s (%s, %s), the head of its key in an ordered queue',
+							   h.task_id, h.task_key, h.state)
+					WHEN q.partition_max_inflight IS NOT NULL
+						 AND l.key_n OPERATOR(pg_catalog.>=) q.partition_max_inflight THEN
+						format('; held back: its key has %s of %s leases in flight',
+							   l.key_n, q.partition_max_inflight)
+					WHEN q.max_inflight IS NOT NULL
+						 AND l.queue_n OPERATOR(pg_catalog.>=) q.max_inflight THEN
+						format('; held back: the queue has %s of %s leases in flight',
+							   l.queue_n, q.max_inflight)
+					WHEN q.rate_n IS NOT NULL OR q.partition_rate_n IS NOT NULL THEN
+						format('; the queue has a rate limit (%s): the next token %s',
+							   concat_ws(', ', q.rate_n || ' per ' || q.rate_per,
+										 q.partition_rate_n || ' per ' || q.partition_rate_per || ' per key'),
+							   CASE WHEN r.next_at IS NULL THEN 'is unknown (no shared memory)'
+									WHEN r.next_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp() THEN 'is free now'
+									ELSE 'comes in ' || ntask.explain_age(r.next_at OPERATOR(pg_catalog.-) pg_catalog.clock_timestamp()) END)
+					END
+				FROM (SELECT count(*) FILTER (WHERE x.partition_key IS NOT DISTINCT FROM t.partition_key) AS key_n,
+							 count(*) AS queue_n
+					  FROM ntask.task x
+					  WHERE x.queue OPERATOR(pg_catalog.=) t.queue AND x.state OPERATOR(pg_catalog.=) 'leased'
+						AND x.lease_until OPERATOR(pg_catalog.>) n) l
+				LEFT JOIN LATERAL (
+					SELECT x.task_id, x.task_key, x.state FROM ntask.task x
+					WHERE q.ordered AND x.queue OPERATOR(pg_catalog.=) t.queue
+					  AND x.partition_key OPERATOR(pg_catalog.=) t.partition_key AND x.ordered
+					  AND (x.due_at IS NOT NULL OR x.state OPERATOR(pg_catalog.=) 'repair_required'
+						   OR x.state OPERATOR(pg_catalog.=) 'awaiting')
+					  AND NOT (q.ordered_skip_repair AND x.state OPERATOR(pg_catalog.=) 'repair_required')
+					  AND x.task_id OPERATOR(pg_catalog.<) t.task_id
+					ORDER BY x.task_id LIMIT 1) h ON true
+				LEFT JOIN LATERAL (
+					SELECT ntask.limit_next(t.queue, t.partition_key,
+						coalesce(q.rate_n, 0),
+						coalesce((pg_catalog.date_part('epoch', q.rate_per) OPERATOR(pg_catalog.*) 1000000)::bigint, 0),
+						coalesce(q.partition_rate_n, 0),
+						coalesce((pg_catalog.date_part('epoch', q.partition_rate_per) OPERATOR(pg_catalog.*) 1000000)::bigint, 0)) AS next_at
+					WHERE q.rate_n IS NOT NULL OR q.partition_rate_n IS NOT NULL) r ON true), '');
+		END IF;
+		words := words || format('; deadline %s', ntask.explain_ts(t.deadline));
+	END IF;
+
+	at := n; event := 'now'; token := t.token; actor := NULL; detail := words;
+	RETURN NEXT;
+
+	RETURN QUERY
+	SELECT e.at, e.event, e.token, e.actor, e.detail
+	FROM (
+		-- the enqueue
+		SELECT t.created_at AS at, 0 AS ord, 0::bigint AS tok, 'enqueued' AS event,
+			   NULL::bigint AS token, t.enqueued_by AS actor,
+			   format('queue %s, key %s, payload digest %s (digest v%s), priority %s%s%s%s',
+					  t.queue, t.task_key,
+					  pg_catalog.encode(t.payload_digest, 'hex'), t.digest_version, t.priority,
+					  coalesce(', partition ' || t.partition_key, ''),
+					  CASE WHEN is_http THEN ', Idempotency-Key ' || t.task_key ELSE '' END,
+					  coalesce(', traceparent ' || t.traceparent, '')) AS detail
+		UNION ALL
+		-- the payload itself, only when asked
+		SELECT t.created_at, 1, 0, 'payload', NULL, NULL, t.payload::text
+		WHERE ntask_explain.include_payload
+		UNION ALL
+		-- every attempt: claimed, invoked, ended
+		SELECT x.claimed_at, 2, x.token, 'claimed', x.token, x.worker,
+			   format('attempt %s of %s claimed', x.attempt, t.max_attempts)
+		FROM ntask.attempt_all x WHERE x.task_id OPERATOR(pg_catalog.=) t.task_id
+		UNION ALL
+		SELECT x.invoked_at, 3, x.token, 'invoked', x.token, x.worker,
+			   format('attempt %s invoked: about to call out', x.attempt)
+		FROM ntask.attempt_all x WHERE x.task_id OPERATOR(pg_catalog.=) t.task_id AND x.invoked_at IS NOT NULL
+		UNION ALL
+		SELECT t.updated_at, 4, t.token, 'heartbeat', t.token, t.lease_owner,
+			   format('last heartbeat: lease until %s', ntask.explain_ts(t.lease_until))
+		WHERE t.state OPERATOR(pg_catalog.=) 'leased' AND t.updated_at OPERATOR(pg_catalog.>) a.claimed_at
+		UNION ALL
+		SELECT t.progress_at, 4, t.token, 'progress', t.token, t.lease_owner,
+			   format('progress (%s ago): %s', ntask.explain_age(n OPERATOR(pg_catalog.-) t.progress_at),
+					  t.progress::text)
+		WHERE t.state OPERATOR(pg_catalog.=) 'leased' AND t.progress IS NOT NULL
+		UNION ALL
+		SELECT x.ended_at, 6, x.token, 'ended', x.token, x.worker,
+			   format('attempt %s ended: %s%s%s, outcome %s%s%s%s%s',
+					  x.attempt, x.result,
+					  CASE WHEN x.requested IS NOT NULL AND x.requested OPERATOR(pg_catalog.<>) x.result
+						   THEN ' (asked for ' || x.requested || ')' ELSE '' END,
+					  coalesce(', error ' || x.error_class || coalesce(' at ' || x.error_stage, ''), ''),
+					  CASE WHEN x.outcome_known THEN 'known' ELSE 'unknown' END,
+					  coalesce(' (' || x.outcome || ')', ''),
+					  coalesce(', retry at ' || ntask.explain_ts(x.retry_at), ''),
+					  coalesce(', ' || CASE WHEN x.detail ? 'http_status' THEN 'HTTP ' || (x.detail->>'http_status') || ' ' ELSE '' END
+							   || x.detail::text, ''),
+					  coalesce(', last progress ' || x.progress::text, ''))
+		FROM ntask.attempt_all x WHERE x.task_id OPERATOR(pg_catalog.=) t.task_id AND x.ended_at IS NOT NULL
+		UNION ALL
+		-- receipts (the business commit)
+		SELECT r.committed_at, 5, r.token, 'receipt', r.token, r.db_user::text,
+			   format('receipt committed by token %s, content digest %s (digest v%s)',
+					  r.token, pg_catalog.encode(r.payload_digest, 'hex'), r.digest_version)
+		FROM ntask.receipt r WHERE r.task_id OPERATOR(pg_catalog.=) t.task_id
+		UNION ALL
+		-- checkpoints (issue 36.2)
+		SELECT c.written_at, 5, c.token, 'checkpoint', c.token, NULL,
+			   format('step %s written by token %s, value digest %s (digest v%s)',
+					  c.step, c.token, pg_catalog.encode(c.value_digest, 'hex'), c.digest_version)
+		FROM ntask.checkpoint c WHERE c.task_id OPERATOR(pg_catalog.=) t.task_id
+		UNION ALL
+		-- the signal it awaited, once sent (issue 36.3)
+		SELECT s.sent_at, 5, 0, 'signal', NULL, s.sent_by::text,
+			   format('signal %s sent, payload digest %s', s.signal_key,
+					  pg_catalog.encode(s.payload_digest, 'hex'))
+		FROM ntask.signal s
+		WHERE t.signal_key IS NOT NULL AND s.queue OPERATOR(pg_catalog.=) t.queue
+		  AND s.signal_key OPERATOR(pg_catalog.=) t.signal_key AND s.sent_at IS NOT NULL
+		UNION ALL
+		-- audited actions: cancel, replay, repair_assign, guard_error
+		SELECT u.at, 7, u.audit_id, u.action, NULL, u.actor || CASE WHEN u.db_user::text OPERATOR(pg_catalog.<>) u.actor THEN ' (' || u.db_user || ')' ELSE '' END,
+			   format('%s%s: %s', u.action,
+					  coalesce(' ' || u.from_state || ' -> ' || u.to_state, ''), u.reason)
+		FROM ntask.audit u WHERE u.task_id OPERATOR(pg_catalog.=) t.task_id
+		UNION ALL
+		-- the end
+		SELECT t.finished_at, 8, 0, 'finished', t.token, fin_actor,
+			   format('%s by %s%s%s', t.state, fin_by, coalesce(': ' || t.reason, ''), coalesce(' (' || t.outcome || ')', ''))
+		WHERE t.finished_at IS NOT NULL
+	) e
+	ORDER BY e.at, e.ord, e.tok;
+END
+$$;
+
 -- end of issue 46
 
 

@@ -1743,7 +1743,8 @@ BEGIN
 	SELECT * INTO q FROM ntask.queue x WHERE x.queue OPERATOR(pg_catalog.=) t.queue;
 	SELECT * INTO a FROM ntask.attempt_all x WHERE x.task_id OPERATOR(pg_catalog.=) t.task_id
 	ORDER BY x.token DESC LIMIT 1;
-	is_http := q.target->>'type' OPERATOR(pg_catalog.=) 'http';
+	-- (false, not NULL, for a queue without a target: issue 46.5)
+	is_http := coalesce(q.target->>'type' OPERATOR(pg_catalog.=) 'http', false);
 
 	-- what a due task waits for: a claim, or on an http queue whose circuit
 	-- breaker is not closed, the breaker (src/breaker.c: the worker claims
@@ -1781,7 +1782,7 @@ BEGIN
 		-- on an http queue, what the worker does (dispatch.c dq_claim_step)
 		prior := format('prior_outcome unknown: %s earlier attempt(s) may have had an effect, %s',
 						t.unknown_attempts,
-						CASE WHEN NOT is_http THEN 'the next attempt reconciles first'
+						CASE WHEN NOT is_http THEN 'the next claim hands it to a worker with prior_outcome = ''unknown'', which must reconcile first (did the effect happen?); no background worker sends it'
 							 WHEN q.target ? 'reconcile_url' THEN
 								 format('the background worker first asks the reconcile_url %s and sends again only if it answers 404',
 										q.target->>'reconcile_url')

@@ -108,6 +108,20 @@ RESET ROLE;
 SELECT task_key, state FROM ntask.task WHERE queue = 'fh3pay';
 SELECT signal_key, sent_by FROM ntask.signal WHERE queue = 'fh3pay';
 
+-- item 5: explain on a queue without a target, after an invoked attempt's
+-- lease expired, names what happens: the next claim says prior_outcome
+-- 'unknown', no background worker sends anything
+SELECT queue, target FROM ntask_queue_set('fh3plain', max_attempts => 3,
+	backoff_base => '1 millisecond', backoff_max => '1 millisecond');
+SELECT task_id AS pl_id FROM ntask_enqueue('fh3plain', 'plain-1') \gset
+SELECT ntask_invoked(task_id, token) FROM ntask_claim('fh3plain', 'w1', lease => '1 millisecond');
+SELECT pg_sleep(0.01);
+SELECT count(*) > 0 AS rescued FROM ntask_housekeeping();
+SELECT state, unknown_attempts FROM ntask.task WHERE task_id = :pl_id;
+SELECT substring(detail FROM 'prior_outcome[^;]*') AS prior FROM ntask_explain(:pl_id) WHERE event = 'now';
+SELECT pg_sleep(0.01);
+SELECT prior_outcome FROM ntask_claim('fh3plain', 'w2');
+
 -- the end
 DROP ROLE regress_fh3_ops, regress_fh3_worker, regress_fh3_workers,
 	regress_fh3_webhook, regress_fh3_payments, regress_fh3_nobody;
