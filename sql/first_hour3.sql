@@ -122,6 +122,34 @@ SELECT substring(detail FROM 'prior_outcome[^;]*') AS prior FROM ntask_explain(:
 SELECT pg_sleep(0.01);
 SELECT prior_outcome FROM ntask_claim('fh3plain', 'w2');
 
+-- item 6: a token that has made its own final report (any transition:
+-- repair_required, retry_wait, succeeded) may no longer write a receipt:
+-- stale; its own receipt, written before the report, still answers
+-- duplicate / conflict (a retry after a lost commit response)
+SELECT queue FROM ntask_queue_set('fh3rc', max_attempts => 3,
+	backoff_base => '1 millisecond', backoff_max => '1 millisecond');
+SELECT count(*) FROM ntask_enqueue_many('fh3rc', ARRAY['rc-repair', 'rc-retry', 'rc-done', 'rc-kept'],
+	ARRAY['{}', '{}', '{}', '{}']::jsonb[]);
+CREATE TEMP TABLE fh3r AS SELECT task_key, task_id, token FROM ntask_claim('fh3rc', 'w1', max_tasks => 4);
+SELECT result FROM fh3r, ntask_transition(task_id, token, 'repair_required', 'permanent') WHERE task_key = 'rc-repair';
+SELECT ntask_receipt(task_id, token, '{"row": 1}') FROM fh3r WHERE task_key = 'rc-repair';
+SELECT result FROM fh3r, ntask_transition(task_id, token, 'retry_wait', 'transient') WHERE task_key = 'rc-retry';
+SELECT ntask_receipt(task_id, token, '{"row": 2}') FROM fh3r WHERE task_key = 'rc-retry';
+SELECT result FROM fh3r, ntask_transition(task_id, token, 'succeeded') WHERE task_key = 'rc-done';
+SELECT ntask_receipt(task_id, token, '{"row": 3}') FROM fh3r WHERE task_key = 'rc-done';
+-- written before the report: the retry of the same content is duplicate,
+-- other content conflict
+SELECT ntask_receipt(task_id, token, '{"row": 4}') FROM fh3r WHERE task_key = 'rc-kept';
+SELECT result FROM fh3r, ntask_transition(task_id, token, 'retry_wait', 'transient') WHERE task_key = 'rc-kept';
+SELECT ntask_receipt(task_id, token, '{"row": 4}') FROM fh3r WHERE task_key = 'rc-kept';
+SELECT ntask_receipt(task_id, token, '{"row": 5}') FROM fh3r WHERE task_key = 'rc-kept';
+-- no receipt was written after a report: the next attempts are not told
+-- 'committed'
+SELECT t.task_key, count(r.*) AS receipts FROM ntask.task t LEFT JOIN ntask.receipt r USING (task_id)
+WHERE t.queue = 'fh3rc' GROUP BY 1 ORDER BY 1;
+SELECT pg_sleep(0.01);
+SELECT task_key, prior_outcome FROM ntask_claim('fh3rc', 'w2', max_tasks => 4) ORDER BY 1;
+
 -- the end
 DROP ROLE regress_fh3_ops, regress_fh3_worker, regress_fh3_workers,
 	regress_fh3_webhook, regress_fh3_payments, regress_fh3_nobody;
