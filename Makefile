@@ -72,7 +72,8 @@ ISOLATION = takeover_w1_w2 claim_skip_locked enqueue_same_key cancel_vs_transiti
 	pause_vs_claim \
 	aging_vs_claim \
 	checkpoint_stale_after_takeover signal_vs_await await_timeout \
-	deps_fan_in_concurrent deps_stale_parent_worker deps_cancel_vs_success
+	deps_fan_in_concurrent deps_stale_parent_worker deps_cancel_vs_success \
+	claim_wait_woken_by_queue_set
 ISOLATION_OPTS = --temp-instance=./tmp_check_iso --temp-config=$(srcdir)/test/ntask.conf
 
 TAP_TESTS = 1
