@@ -704,7 +704,14 @@ SELECT q.queue COLLATE "default" AS queue,
 	   coalesce(s.awaiting, 0) AS awaiting,
 	   pg_catalog.now() OPERATOR(pg_catalog.-) s.oldest_awaiting AS oldest_awaiting_age,
 	   coalesce(s.waiting, 0) AS waiting,
-	   pg_catalog.now() OPERATOR(pg_catalog.-) s.oldest_waiting AS oldest_waiting_age
+	   pg_catalog.now() OPERATOR(pg_catalog.-) s.oldest_waiting AS oldest_waiting_age,
+	   -- the role columns naming a role that was dropped (issue 46.9)
+	   NULLIF(ARRAY(SELECT x.col FROM (VALUES (1, 'producer_role', q.producer_role::pg_catalog.oid),
+											   (2, 'worker_role', q.worker_role::pg_catalog.oid),
+											   (3, 'signal_role', q.signal_role::pg_catalog.oid)) x (n, col, role)
+					WHERE x.role IS NOT NULL
+					  AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.oid OPERATOR(pg_catalog.=) x.role)
+					ORDER BY x.n), '{}') AS dropped_roles
 FROM ntask.queue q
 LEFT JOIN (
 	SELECT k.queue, count(*) AS keys_paused FROM ntask.key_pause k
@@ -731,7 +738,7 @@ LEFT JOIN (
 	FROM ntask.task t
 	GROUP BY t.queue
 ) s ON s.queue OPERATOR(pg_catalog.=) q.queue;
-COMMENT ON VIEW ntask.queue_stats IS 'ntask: per queue, tasks per state, oldest due-and-ready age, oldest unfinished age, attempts whose outcome is unknown of unfinished tasks (incl. repair_required), repair count, whether it is paused (by whom, since when, why, until when) and how many of its partition keys a rate limit holds back, tasks awaiting a signal and the age of the oldest await, tasks waiting for parents and the age of the oldest';
+COMMENT ON VIEW ntask.queue_stats IS 'ntask: per queue, tasks per state, oldest due-and-ready age, oldest unfinished age, attempts whose outcome is unknown of unfinished tasks (incl. repair_required), repair count, whether it is paused (by whom, since when, why, until when) and how many of its partition keys a rate limit holds back, tasks awaiting a signal and the age of the oldest await, tasks waiting for parents and the age of the oldest, and which of its roles (producer_role, worker_role, signal_role) name a role that was dropped';
 
 CREATE VIEW ntask.repair_queue AS
 SELECT t.task_id, t.queue COLLATE "default" AS queue, t.task_key COLLATE "default" AS task_key,
@@ -1892,6 +1899,12 @@ BEGIN
 										 ELSE 'the next claim hands it out with signal.timed_out' END) END,
 				   t.attempts, t.max_attempts)
 	END;
+	-- a worker_role that was dropped holds every unfinished task (issue 46.9)
+	IF t.finished_at IS NULL AND q.worker_role IS NOT NULL
+	   AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r
+					   WHERE r.oid OPERATOR(pg_catalog.=) q.worker_role::pg_catalog.oid) THEN
+		words := words || '; but the queue''s worker_role was dropped (DROP ROLE): no worker but a superuser may claim it or report on it, until an admin names another role (or NULL) with ntask_queue_set_roles';
+	END IF;
 	-- the holder's latest progress (ntask_heartbeat progress => ...)
 	IF t.state OPERATOR(pg_catalog.=) 'leased' AND t.progress IS NOT NULL THEN
 		words := words || format('; progress %s, reported %s ago', t.progress::text,

@@ -150,6 +150,38 @@ WHERE t.queue = 'fh3rc' GROUP BY 1 ORDER BY 1;
 SELECT pg_sleep(0.01);
 SELECT task_key, prior_outcome FROM ntask_claim('fh3rc', 'w2', max_tasks => 4) ORDER BY 1;
 
+-- item 9: DROP ROLE of a queue's worker_role (and producer_role) leaves an
+-- oid in ntask.queue; the refusals say why, and so do explain and
+-- queue_stats (an extension cannot refuse DROP ROLE: see design.md)
+CREATE ROLE regress_fh3_gone;
+CREATE ROLE regress_fh3_w2 IN ROLE ntask_worker, ntask_producer, regress_fh3_gone;
+SELECT queue FROM ntask_queue_set('fh3gone');
+SELECT ntask_queue_set_roles('fh3gone', 'regress_fh3_gone', 'regress_fh3_gone');
+SELECT task_id AS gone1 FROM ntask_enqueue('fh3gone', 'g1') \gset
+SELECT task_id AS gone2 FROM ntask_enqueue('fh3gone', 'g2') \gset
+SET ROLE regress_fh3_w2;
+SELECT token AS gone1_tok FROM ntask_claim('fh3gone', 'w1') \gset
+RESET ROLE;
+SELECT dropped_roles FROM ntask.queue_stats WHERE queue = 'fh3gone';
+DROP ROLE regress_fh3_gone;
+SELECT worker_role::oid = producer_role::oid AS same_dangling_oid FROM ntask.queue WHERE queue = 'fh3gone';
+SET ROLE regress_fh3_w2;
+SELECT * FROM ntask_claim('fh3gone', 'w1');
+SELECT * FROM ntask_enqueue('fh3gone', 'g3');
+SELECT result FROM ntask_transition(:gone1, :gone1_tok, 'succeeded');
+SELECT ntask_heartbeat(:gone1, :gone1_tok);
+RESET ROLE;
+SELECT dropped_roles FROM ntask.queue_stats WHERE queue = 'fh3gone';
+SELECT substring(detail FROM 'worker_role[^;]*') AS why FROM ntask_explain(:gone2) WHERE event = 'now';
+SELECT substring(detail FROM 'worker_role[^;]*') AS why FROM ntask_explain(:gone1) WHERE event = 'now';
+-- naming another role (or none) repairs it
+SELECT ntask_queue_set_roles('fh3gone', NULL, NULL);
+SELECT dropped_roles FROM ntask.queue_stats WHERE queue = 'fh3gone';
+SET ROLE regress_fh3_w2;
+SELECT task_key FROM ntask_claim('fh3gone', 'w1');
+RESET ROLE;
+DROP ROLE regress_fh3_w2;
+
 -- the end
 DROP ROLE regress_fh3_ops, regress_fh3_worker, regress_fh3_workers,
 	regress_fh3_webhook, regress_fh3_payments, regress_fh3_nobody;
