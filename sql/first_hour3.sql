@@ -182,6 +182,19 @@ SELECT task_key FROM ntask_claim('fh3gone', 'w1');
 RESET ROLE;
 DROP ROLE regress_fh3_w2;
 
+-- item 10: a duplicate enqueue uses up no task id (single and batch); the
+-- next new task gets the next id
+SELECT queue FROM ntask_queue_set('fh3ids');
+SELECT task_id AS id1 FROM ntask_enqueue('fh3ids', 'd1') \gset
+SELECT created FROM ntask_enqueue('fh3ids', 'd1');
+SELECT created FROM ntask_enqueue('fh3ids', 'd1');
+SELECT count(*) FILTER (WHERE created) AS created FROM ntask_enqueue_many('fh3ids', ARRAY['d1', 'd1'], ARRAY['{}', '{}']::jsonb[]);
+SELECT task_id - :id1 AS next_id_step FROM ntask_enqueue('fh3ids', 'd2');
+SELECT e.n, e.task_id - :id1 AS id_step, e.created FROM ntask_enqueue_many('fh3ids',
+	ARRAY['d1', 'd3', 'd2', 'd4'], ARRAY['{}', '{}', '{}', '{}']::jsonb[])
+	WITH ORDINALITY AS e(task_id, created, state, outcome, result, n) ORDER BY 1;
+SELECT task_id - :id1 AS next_id_step FROM ntask_enqueue('fh3ids', 'd5');
+
 -- the end
 DROP ROLE regress_fh3_ops, regress_fh3_worker, regress_fh3_workers,
 	regress_fh3_webhook, regress_fh3_payments, regress_fh3_nobody;
