@@ -58,7 +58,8 @@ REGRESS = setup enqueue claim fairness flow transition budget replay_cancel rele
 	deps \
 	deps_cascade \
 	context_bound \
-	await_deadline
+	await_deadline \
+	first_hour3
 REGRESS_OPTS = --temp-instance=./tmp_check_regress --temp-config=$(srcdir)/test/ntask.conf
 
 ISOLATION = takeover_w1_w2 claim_skip_locked enqueue_same_key cancel_vs_transition \
@@ -75,7 +76,8 @@ ISOLATION = takeover_w1_w2 claim_skip_locked enqueue_same_key cancel_vs_transiti
 	aging_vs_claim \
 	checkpoint_stale_after_takeover signal_vs_await await_timeout \
 	deps_fan_in_concurrent deps_stale_parent_worker deps_cancel_vs_success \
-	ordered_waiting_head deps_producer_open
+	ordered_waiting_head deps_producer_open \
+	claim_wait_woken_by_queue_set
 ISOLATION_OPTS = --temp-instance=./tmp_check_iso --temp-config=$(srcdir)/test/ntask.conf
 
 TAP_TESTS = 1

@@ -68,8 +68,22 @@ CREATE CONSTRAINT TRIGGER task_dep_settle AFTER INSERT ON ntask.task_dep
 	FOR EACH ROW EXECUTE FUNCTION ntask.task_dep_settle();
 REVOKE ALL ON FUNCTION ntask.task_dep_settle() FROM PUBLIC;
 
--- ntask_explain, whole (every issue of the wave that changes it edits
--- this one copy: it must equal ntask--1.1.0.sql's)
+-- (ntask_explain, whole, is replaced once below, under issue 46: one
+-- copy for the wave, equal to ntask--1.1.0.sql's; 45.1's words are in it)
+
+-- end of issue 45
+
+
+-- issue 46: the third first hour
+
+-- 46.4: a queue's signal_role alone is the right to signal it; the
+-- function's own check refuses everyone else (42501)
+GRANT EXECUTE ON FUNCTION @extschema@.ntask_signal(text, text, jsonb) TO PUBLIC;
+
+-- 46.5 (and 46.9 below: a dropped worker_role): ntask_explain of a queue
+-- without a target no
+-- longer says a background worker sends an unknown attempt again; the
+-- next claimer gets prior_outcome 'unknown'
 CREATE OR REPLACE FUNCTION @extschema@.ntask_explain(task_id bigint, include_payload boolean DEFAULT false)
 RETURNS TABLE (at timestamptz, event text, token bigint, actor text, detail text)
 LANGUAGE plpgsql STABLE
@@ -103,7 +117,8 @@ BEGIN
 	SELECT * INTO q FROM ntask.queue x WHERE x.queue OPERATOR(pg_catalog.=) t.queue;
 	SELECT * INTO a FROM ntask.attempt_all x WHERE x.task_id OPERATOR(pg_catalog.=) t.task_id
 	ORDER BY x.token DESC LIMIT 1;
-	is_http := q.target->>'type' OPERATOR(pg_catalog.=) 'http';
+	-- (false, not NULL, for a queue without a target: issue 46.5)
+	is_http := coalesce(q.target->>'type' OPERATOR(pg_catalog.=) 'http', false);
 
 	-- what a due task waits for: a claim, or on an http queue whose circuit
 	-- breaker is not closed, the breaker (src/breaker.c: the worker claims
@@ -141,7 +156,7 @@ BEGIN
 		-- on an http queue, what the worker does (dispatch.c dq_claim_step)
 		prior := format('prior_outcome unknown: %s earlier attempt(s) may have had an effect, %s',
 						t.unknown_attempts,
-						CASE WHEN NOT is_http THEN 'the next attempt reconciles first'
+						CASE WHEN NOT is_http THEN 'the next claim hands it to a worker with prior_outcome = ''unknown'', which must reconcile first (did the effect happen?); no background worker sends it'
 							 WHEN q.target ? 'reconcile_url' THEN
 								 format('the background worker first asks the reconcile_url %s and sends again only if it answers 404',
 										q.target->>'reconcile_url')
@@ -254,6 +269,12 @@ BEGIN
 										 ELSE 'the next claim hands it out with signal.timed_out' END) END,
 				   t.attempts, t.max_attempts)
 	END;
+	-- a worker_role that was dropped holds every unfinished task (issue 46.9)
+	IF t.finished_at IS NULL AND q.worker_role IS NOT NULL
+	   AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r
+					   WHERE r.oid OPERATOR(pg_catalog.=) q.worker_role::pg_catalog.oid) THEN
+		words := words || '; but the queue''s worker_role was dropped (DROP ROLE): no worker but a superuser may claim it or report on it, until an admin names another role (or NULL) with ntask_queue_set_roles';
+	END IF;
 	-- the holder's latest progress (ntask_heartbeat progress => ...)
 	IF t.state OPERATOR(pg_catalog.=) 'leased' AND t.progress IS NOT NULL THEN
 		words := words || format('; progress %s, reported %s ago', t.progress::text,
@@ -425,10 +446,65 @@ BEGIN
 END
 $$;
 
--- end of issue 45
 
-
--- issue 46: the third first hour
+-- 46.9: ntask.queue_stats.dropped_roles, the role columns of a queue that
+-- name a role dropped since (DROP ROLE leaves the oid; explain says so too)
+CREATE OR REPLACE VIEW ntask.queue_stats AS
+SELECT q.queue COLLATE "default" AS queue,
+	   coalesce(s.ready, 0) AS ready,
+	   coalesce(s.leased, 0) AS leased,
+	   coalesce(s.retry_wait, 0) AS retry_wait,
+	   coalesce(s.succeeded, 0) AS succeeded,
+	   coalesce(s.repair_required, 0) AS repair_required,
+	   coalesce(s.canceled, 0) AS canceled,
+	   coalesce(s.skipped, 0) AS skipped,
+	   pg_catalog.now() OPERATOR(pg_catalog.-) s.oldest_ready AS oldest_ready_age,
+	   pg_catalog.now() OPERATOR(pg_catalog.-) s.oldest_unfinished AS oldest_unfinished_age,
+	   coalesce(s.unknown_attempts, 0) AS unknown_attempts,
+	   coalesce(s.repair_required, 0) AS repair_count,
+	   q.paused_at IS NOT NULL
+		 OR coalesce(q.paused_until OPERATOR(pg_catalog.>) pg_catalog.now(), false) AS paused,
+	   q.paused_at, q.paused_by, q.pause_reason,
+	   CASE WHEN q.paused_until OPERATOR(pg_catalog.>) pg_catalog.now() THEN q.paused_until END AS paused_until,
+	   coalesce(kp.keys_paused, 0) AS keys_paused,
+	   coalesce(s.awaiting, 0) AS awaiting,
+	   pg_catalog.now() OPERATOR(pg_catalog.-) s.oldest_awaiting AS oldest_awaiting_age,
+	   coalesce(s.waiting, 0) AS waiting,
+	   pg_catalog.now() OPERATOR(pg_catalog.-) s.oldest_waiting AS oldest_waiting_age,
+	   -- the role columns naming a role that was dropped (issue 46.9)
+	   NULLIF(ARRAY(SELECT x.col FROM (VALUES (1, 'producer_role', q.producer_role::pg_catalog.oid),
+											   (2, 'worker_role', q.worker_role::pg_catalog.oid),
+											   (3, 'signal_role', q.signal_role::pg_catalog.oid)) x (n, col, role)
+					WHERE x.role IS NOT NULL
+					  AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.oid OPERATOR(pg_catalog.=) x.role)
+					ORDER BY x.n), '{}') AS dropped_roles
+FROM ntask.queue q
+LEFT JOIN (
+	SELECT k.queue, count(*) AS keys_paused FROM ntask.key_pause k
+	WHERE k.until OPERATOR(pg_catalog.>) pg_catalog.now()
+	GROUP BY k.queue
+) kp ON kp.queue OPERATOR(pg_catalog.=) q.queue
+LEFT JOIN (
+	SELECT t.queue,
+		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'ready') AS ready,
+		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'leased') AS leased,
+		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'retry_wait') AS retry_wait,
+		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'succeeded') AS succeeded,
+		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'repair_required') AS repair_required,
+		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'canceled') AS canceled,
+		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'skipped') AS skipped,
+		   min(t.run_at) FILTER (WHERE t.state OPERATOR(pg_catalog.=) ANY ('{ready,retry_wait}')
+								 AND t.run_at OPERATOR(pg_catalog.<=) pg_catalog.now()) AS oldest_ready,
+		   min(t.created_at) FILTER (WHERE t.due_at IS NOT NULL) AS oldest_unfinished,
+		   sum(t.unknown_attempts) FILTER (WHERE t.state OPERATOR(pg_catalog.<>) ALL ('{succeeded,canceled,skipped}')) AS unknown_attempts,
+		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'awaiting') AS awaiting,
+		   min(t.updated_at) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'awaiting') AS oldest_awaiting,
+		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'waiting') AS waiting,
+		   min(t.created_at) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'waiting') AS oldest_waiting
+	FROM ntask.task t
+	GROUP BY t.queue
+) s ON s.queue OPERATOR(pg_catalog.=) q.queue;
+COMMENT ON VIEW ntask.queue_stats IS 'ntask: per queue, tasks per state, oldest due-and-ready age, oldest unfinished age, attempts whose outcome is unknown of unfinished tasks (incl. repair_required), repair count, whether it is paused (by whom, since when, why, until when) and how many of its partition keys a rate limit holds back, tasks awaiting a signal and the age of the oldest await, tasks waiting for parents and the age of the oldest, and which of its roles (producer_role, worker_role, signal_role) name a role that was dropped';
 
 -- end of issue 46
 

@@ -706,7 +706,14 @@ SELECT q.queue COLLATE "default" AS queue,
 	   coalesce(s.awaiting, 0) AS awaiting,
 	   pg_catalog.now() OPERATOR(pg_catalog.-) s.oldest_awaiting AS oldest_awaiting_age,
 	   coalesce(s.waiting, 0) AS waiting,
-	   pg_catalog.now() OPERATOR(pg_catalog.-) s.oldest_waiting AS oldest_waiting_age
+	   pg_catalog.now() OPERATOR(pg_catalog.-) s.oldest_waiting AS oldest_waiting_age,
+	   -- the role columns naming a role that was dropped (issue 46.9)
+	   NULLIF(ARRAY(SELECT x.col FROM (VALUES (1, 'producer_role', q.producer_role::pg_catalog.oid),
+											   (2, 'worker_role', q.worker_role::pg_catalog.oid),
+											   (3, 'signal_role', q.signal_role::pg_catalog.oid)) x (n, col, role)
+					WHERE x.role IS NOT NULL
+					  AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.oid OPERATOR(pg_catalog.=) x.role)
+					ORDER BY x.n), '{}') AS dropped_roles
 FROM ntask.queue q
 LEFT JOIN (
 	SELECT k.queue, count(*) AS keys_paused FROM ntask.key_pause k
@@ -733,7 +740,7 @@ LEFT JOIN (
 	FROM ntask.task t
 	GROUP BY t.queue
 ) s ON s.queue OPERATOR(pg_catalog.=) q.queue;
-COMMENT ON VIEW ntask.queue_stats IS 'ntask: per queue, tasks per state, oldest due-and-ready age, oldest unfinished age, attempts whose outcome is unknown of unfinished tasks (incl. repair_required), repair count, whether it is paused (by whom, since when, why, until when) and how many of its partition keys a rate limit holds back, tasks awaiting a signal and the age of the oldest await, tasks waiting for parents and the age of the oldest';
+COMMENT ON VIEW ntask.queue_stats IS 'ntask: per queue, tasks per state, oldest due-and-ready age, oldest unfinished age, attempts whose outcome is unknown of unfinished tasks (incl. repair_required), repair count, whether it is paused (by whom, since when, why, until when) and how many of its partition keys a rate limit holds back, tasks awaiting a signal and the age of the oldest await, tasks waiting for parents and the age of the oldest, and which of its roles (producer_role, worker_role, signal_role) name a role that was dropped';
 
 CREATE VIEW ntask.repair_queue AS
 SELECT t.task_id, t.queue COLLATE "default" AS queue, t.task_key COLLATE "default" AS task_key,
@@ -1752,7 +1759,8 @@ BEGIN
 	SELECT * INTO q FROM ntask.queue x WHERE x.queue OPERATOR(pg_catalog.=) t.queue;
 	SELECT * INTO a FROM ntask.attempt_all x WHERE x.task_id OPERATOR(pg_catalog.=) t.task_id
 	ORDER BY x.token DESC LIMIT 1;
-	is_http := q.target->>'type' OPERATOR(pg_catalog.=) 'http';
+	-- (false, not NULL, for a queue without a target: issue 46.5)
+	is_http := coalesce(q.target->>'type' OPERATOR(pg_catalog.=) 'http', false);
 
 	-- what a due task waits for: a claim, or on an http queue whose circuit
 	-- breaker is not closed, the breaker (src/breaker.c: the worker claims
@@ -1790,7 +1798,7 @@ BEGIN
 		-- on an http queue, what the worker does (dispatch.c dq_claim_step)
 		prior := format('prior_outcome unknown: %s earlier attempt(s) may have had an effect, %s',
 						t.unknown_attempts,
-						CASE WHEN NOT is_http THEN 'the next attempt reconciles first'
+						CASE WHEN NOT is_http THEN 'the next claim hands it to a worker with prior_outcome = ''unknown'', which must reconcile first (did the effect happen?); no background worker sends it'
 							 WHEN q.target ? 'reconcile_url' THEN
 								 format('the background worker first asks the reconcile_url %s and sends again only if it answers 404',
 										q.target->>'reconcile_url')
@@ -1903,6 +1911,12 @@ BEGIN
 										 ELSE 'the next claim hands it out with signal.timed_out' END) END,
 				   t.attempts, t.max_attempts)
 	END;
+	-- a worker_role that was dropped holds every unfinished task (issue 46.9)
+	IF t.finished_at IS NULL AND q.worker_role IS NOT NULL
+	   AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r
+					   WHERE r.oid OPERATOR(pg_catalog.=) q.worker_role::pg_catalog.oid) THEN
+		words := words || '; but the queue''s worker_role was dropped (DROP ROLE): no worker but a superuser may claim it or report on it, until an admin names another role (or NULL) with ntask_queue_set_roles';
+	END IF;
 	-- the holder's latest progress (ntask_heartbeat progress => ...)
 	IF t.state OPERATOR(pg_catalog.=) 'leased' AND t.progress IS NOT NULL THEN
 		words := words || format('; progress %s, reported %s ago', t.progress::text,
@@ -2756,6 +2770,7 @@ REVOKE ALL ON FUNCTION ntask.task_dep_settle() FROM PUBLIC;
 -- Nothing for PUBLIC: every function is granted to the role that needs
 -- it.  The internal functions (schema ntask) are granted to nobody but
 -- the three explain helpers; ntask_distribute is for superusers only.
+-- The one exception is ntask_signal, below.
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA ntask FROM PUBLIC;
 REVOKE ALL ON FUNCTION
 	@extschema@.ntask_queue_set(text, integer, interval, interval, interval, interval, regprocedure, jsonb, interval, boolean, text, integer, integer, boolean, boolean, text, text, real, integer, interval, interval, integer, text, text),
@@ -2826,6 +2841,12 @@ GRANT EXECUTE ON FUNCTION
 	@extschema@.ntask_signal(text, text, jsonb),
 	@extschema@.ntask_context(bigint, bigint)
 TO ntask_worker;
+
+-- ntask_signal is PUBLIC's to execute (issue 46.4): a queue's signal_role
+-- alone is the right to signal it (a webhook's role of its own, with no
+-- ntask role), and the function's own check, before it looks at the key
+-- or the queue, refuses everyone else with 42501 (signal.c)
+GRANT EXECUTE ON FUNCTION @extschema@.ntask_signal(text, text, jsonb) TO PUBLIC;
 
 GRANT EXECUTE ON FUNCTION
 	@extschema@.ntask_worker_stats()

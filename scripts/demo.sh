@@ -4,22 +4,25 @@
 # installs ntask, starts a throwaway cluster (port 55440, socket in a temp
 # dir, no TCP) as the postgres user, runs demo/n9.sql, prints its output,
 # then stops the cluster and removes the temp dir, also on failure.
-# NTASK_PG=18 runs it on PostgreSQL 18 (scripts/pg18.sh builds it once).
+# NTASK_PG=18 runs it on PostgreSQL 18 (an installed one, else scripts/pg18.sh
+# builds it once); PG_CONFIG=<pg_config> runs it on that server.
 set -eu
 cd "$(dirname "$0")/.."
 
 PORT=55440
 . scripts/lib.sh
 
-# NTASK_PG=18: against PostgreSQL 18, built by scripts/pg18.sh (cached)
-NTASK_PG=${NTASK_PG:-15}
+# NTASK_PG=18: against PostgreSQL 18: $PG_CONFIG if it is 18, an installed
+# one (/usr/lib/postgresql/18), else built by scripts/pg18.sh (cached).
+# PG_CONFIG alone picks its version.
+NTASK_PG=${NTASK_PG:-$(ntask_pg_default 15)}
 export NTASK_PG
 sh scripts/deps.sh
 case $NTASK_PG in
-	15) PGC=${PG_CONFIG:-pg_config} ;;
-	18) PGC=$($SUDO sh scripts/pg18.sh | tail -n 1) ;;
+	15 | 18) PGC=$(ntask_pg_config "$NTASK_PG") ;;
 	*) echo "ntask demo: NTASK_PG=$NTASK_PG: 15 or 18" >&2; exit 2 ;;
 esac
+[ -n "$PGC" ] || { echo "ntask demo: no PostgreSQL $NTASK_PG: install it or set PG_CONFIG (README.md)" >&2; exit 1; }
 # objects of another version's build must not be linked into this one
 make -s PG_CONFIG="$PGC" clean >/dev/null 2>&1
 make -s PG_CONFIG="$PGC"

@@ -27,7 +27,7 @@ CRON_TB=pg_cron-1.6.7.tar.gz
 CRON_SHA=6684ba135a8de3663af5eddbae354a080b37d2f28f2c1801eeab3bbbb4c39f6a
 
 vendor=${NTASK_VENDOR:-../shared/vendor}
-[ -d "$vendor" ] || { echo "pg18.sh: no vendor directory $vendor (set NTASK_VENDOR)" >&2; exit 1; }
+[ -d "$vendor" ] || { echo "pg18.sh: no vendor directory $vendor (set NTASK_VENDOR), and no installed PostgreSQL 18: install postgresql-18 and postgresql-server-dev-18 (PGDG apt repository) or set PG_CONFIG to an 18 pg_config (README.md)" >&2; exit 1; }
 vendor=$(cd "$vendor" && pwd)
 for f in "$PG_TB" "$CRON_TB"; do
 	[ -f "$vendor/$f" ] || { echo "pg18.sh: $vendor/$f is missing" >&2; exit 1; }

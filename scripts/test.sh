@@ -4,10 +4,12 @@
 # then for each PostgreSQL version in NTASK_PG (default "15 18"; "15" or
 # "18" for one) builds with warnings as errors, installs, and runs
 # pg_regress, the isolation specs and the TAP tests as the postgres user,
-# each on its own throwaway cluster under this tree.  15 is Debian's
-# (/usr/lib/postgresql/15); 18 is built from ../shared/vendor by
-# scripts/pg18.sh into /var/cache/ntask (about 6 minutes the first time,
-# reused afterwards).  The fuzz harnesses (pure C, no PostgreSQL headers)
+# each on its own throwaway cluster under this tree.  Each version's
+# pg_config: $PG_CONFIG when it is of that version (PG_CONFIG alone, without
+# NTASK_PG, runs only its version), else an installed server's
+# (/usr/lib/postgresql/<v>: Debian's 15, the PGDG packages' 18), else, for
+# 18, a build from ../shared/vendor by scripts/pg18.sh into
+# /var/cache/ntask (about 6 minutes the first time, reused afterwards).  The fuzz harnesses (pure C, no PostgreSQL headers)
 # run once.  Every suite runs even if an earlier one failed.  Prints one
 # line per version, "ntask pg15: N passed, M failed", and ends with the
 # total that CI reads: "ntask: N passed, M failed".
@@ -15,7 +17,8 @@ set -u
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
 
-NTASK_PG=${NTASK_PG:-15 18}
+# PG_CONFIG=<an installed server's pg_config> alone: that version only
+NTASK_PG=${NTASK_PG:-$(ntask_pg_default "15 18")}
 export NTASK_PG
 for v in $NTASK_PG; do
 	case $v in
@@ -125,12 +128,8 @@ version()
 
 summary=""
 for v in $NTASK_PG; do
-	case $v in
-		15) pgc=/usr/lib/postgresql/15/bin/pg_config ;;
-		18) pgc=$($SUDO env ${NTASK_VENDOR:+NTASK_VENDOR="$NTASK_VENDOR"} \
-				${NTASK_PG_CACHE:+NTASK_PG_CACHE="$NTASK_PG_CACHE"} \
-				sh scripts/pg18.sh | tail -n 1) ;;
-	esac
+	# $PG_CONFIG of that version, an installed server, or (18) the vendored build
+	pgc=$(ntask_pg_config "$v")
 	if [ -n "$pgc" ] && [ -x "$pgc" ]; then
 		echo "=== pg$v: $("$pgc" --version), $pgc"
 		version

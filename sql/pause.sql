@@ -119,7 +119,7 @@ SELECT queue, paused, keys_paused FROM ntask.queue_stats WHERE queue = 'rl';
 SELECT queue, paused, keys_paused FROM ntask.queue_metrics WHERE queue = 'rl';
 SELECT regexp_replace(substring(detail from 'held back: [^;]*'),
 	'until \S+ \S+ \(in [^)]*\)', 'until <ts> (in <age>)') AS held
-FROM ntask_explain((SELECT task_id FROM ntask.task WHERE task_key = 'r1')) WHERE event = 'now';
+FROM ntask_explain((SELECT task_id FROM ntask.task WHERE queue = 'rl' AND task_key = 'r1')) WHERE event = 'now';
 -- an expired key pause holds nothing
 UPDATE ntask.key_pause SET until = now() - interval '1 second' WHERE queue = 'rl';
 UPDATE ntask.queue SET keys_paused_until = now() - interval '1 second' WHERE queue = 'rl';

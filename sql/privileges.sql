@@ -9,7 +9,8 @@ CREATE ROLE regress_worker IN ROLE ntask_worker;
 CREATE ROLE regress_ops IN ROLE ntask_admin;
 CREATE ROLE regress_pa_workers;
 
--- nothing is executable by PUBLIC
+-- nothing is executable by PUBLIC but ntask_signal, whose own check is
+-- the right to signal (issue 46.4; regress first_hour3)
 SELECT p.oid::regprocedure AS public_function
 FROM pg_proc p
 JOIN pg_depend d ON d.objid = p.oid AND d.deptype = 'e'

@@ -25,6 +25,7 @@
 /* rights.c */
 pg_noreturn extern void NtaskQueueNotFound(const char *queue);
 extern void NtaskCheckQueueRight(text *queue, bool producer);
+extern void NtaskCheckQueueExists(text *queue);
 pg_noreturn extern void NtaskTaskRightDenied(int64 task_id);
 
 /* receipt.c */

@@ -731,6 +731,23 @@ ntask_queue_set(PG_FUNCTION_ARGS)
 				 errmsg("ntask: backoff_max must not be less than backoff_base")));
 	queue_check_flow();
 	queue_check_aging();
+
+	/*
+	 * A change of what a claim may hand out can free work: every waiting
+	 * claim of the queue looks again at commit, and the worker (issue
+	 * 46.8; ntask_queue_resume does the same).  fairness,
+	 * max_inflight, partition_max_inflight, ordered, ordered_skip_repair,
+	 * rate_limit, partition_rate_limit, retry_share, priority_aging and
+	 * its cap: any of them given, whatever its value (a change that frees
+	 * nothing costs each waiter one look).
+	 */
+	for (i = 10; i <= 21; i++)
+		if (i != 18 && i != 19 && !PG_ARGISNULL(i))
+		{
+			NtaskWakeWaitersAtCommit(qname, NTASK_MAX_BATCH, 0);
+			NtaskWakeWorkerAtCommit();
+			break;
+		}
 	if (!PG_ARGISNULL(13) && PG_GETARG_BOOL(13))
 	{
 		SPITupleTable *row = SPI_tuptable;

@@ -9,15 +9,15 @@
  * A worker calls ntask_receipt(task_id, token, payload) in the same
  * transaction as its business write:
  *
- *	token still the task's latest and not closed by someone else
- *	(takeover, cancel):
+ *	token still the task's latest and its attempt not ended (by its own
+ *	report, a release or await, or by someone else: takeover, cancel):
  *	  no receipt of the task yet			-> applied (receipt inserted)
  *	  a receipt of the task, of this token or an earlier one (W1 committed,
  *	  stalled, W2 took over):
  *		same digest							-> duplicate (nothing written:
  *											   one business commit per task)
  *		other digest						-> conflict (the first one kept)
- *	the task moved past token:
+ *	the task moved past token, or its attempt ended:
  *	  a receipt of this token				-> duplicate / conflict as above
  *											   (a retry after a lost commit
  *											   response)
@@ -72,17 +72,19 @@ static NtaskPlan rcpt_lock_plan = {
 };
 
 /*
- * Whether this token's attempt was closed by someone else (takeover,
- * cancel, guard, expiry) or handed back (ntask_release, ntask_await):
- * closed without a transition it asked for.  A new
- * statement, so a new snapshot: it sees every change committed before the
- * lock above was granted, and nothing can close the attempt while the lock
- * is held (claim skips the row, cancel and housekeeping wait or skip).
+ * Whether this token's attempt has ended, however: closed by someone
+ * else (takeover, cancel, guard, expiry), handed back (ntask_release,
+ * ntask_await) or by the holder's own report (a transition to any state,
+ * issue 46.6: a worker that reported failure and then writes the business
+ * row is stopped; one that reported success wrote its receipt before).
+ * A new statement, so a new snapshot: it sees every change committed
+ * before the lock above was granted, and nothing can close the attempt
+ * while the lock is held (claim skips the row, cancel and housekeeping
+ * wait or skip).
  */
 static NtaskPlan rcpt_closed_plan = {
 	"receipt attempt closed",
 	"SELECT a.ended_at IS NOT NULL "
-	"  AND (a.requested IS NULL OR a.requested OPERATOR(pg_catalog.=) ANY ('{released,awaiting}')) "
 	"FROM ntask.attempt a "
 	"WHERE a.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("a", "$1")
 	"  AND a.token OPERATOR(pg_catalog.=) $2",

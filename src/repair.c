@@ -372,6 +372,8 @@ static const struct
 	{"retry_wait", true, false, true},
 	{"leased", true, false, false},
 	{"repair_required", true, true, false},
+	{"waiting", true, false, false},	/* held by its parents (issue 45.5) */
+	{"awaiting", true, false, false},	/* parked for a signal */
 	{"succeeded", false, false, false},
 	{"canceled", false, false, false},
 	{"skipped", false, false, false},
@@ -525,7 +527,7 @@ bulk_states_of(BulkCall *c, JsonbValue *v, bool *want)
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("ntask: %s does not apply to tasks in state %s", c->action_name, name),
 					 errdetail("%s applies to %s.", c->action_name,
-							   c->action == BULK_CANCEL ? "ready, retry_wait, leased and repair_required tasks" :
+							   c->action == BULK_CANCEL ? "ready, retry_wait, leased, repair_required, waiting and awaiting tasks" :
 							   c->action == BULK_REPLAY ? "repair_required tasks" :
 							   "ready and retry_wait tasks")));
 		want[i] = true;
@@ -682,7 +684,7 @@ bulk_init(BulkCall *c, FunctionCallInfo fcinfo, int a_dry_run, int a_run_at,
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("ntask: run_at must be a finite timestamp")));
-	NtaskCheckQueueRight(queue, false);	/* 42704 for an unknown queue */
+	NtaskCheckQueueExists(queue);	/* 42704; no worker_role (admin) */
 	bulk_parse_filter(c, now);
 	c->values[BULK_ARG_QUEUE] = PointerGetDatum(queue);
 	c->nulls[BULK_ARG_QUEUE] = ' ';

@@ -272,15 +272,19 @@ ntask_await(PG_FUNCTION_ARGS)
 }
 
 /*
- * The caller's right to signal queue $1: its signal_role, else its
- * producer right (producer_role NULL: anyone with EXECUTE).  No row: no
- * such queue.
+ * The caller's right to signal queue $1 (issue 46.4): its signal_role
+ * alone, so a webhook's role of its own needs no ntask role; else the
+ * producer right (ntask_producer or ntask_worker, and the producer_role
+ * when the queue has one).  EXECUTE on ntask_signal is PUBLIC's: this is
+ * the whole check.  No row: no such queue.
  */
 static NtaskPlan sig_right_plan = {
 	"signal right",
 	"SELECT CASE WHEN q.signal_role IS NOT NULL "
 	"  THEN pg_catalog.pg_has_role($2, q.signal_role, 'USAGE') "
-	"  ELSE q.producer_role IS NULL OR pg_catalog.pg_has_role($2, q.producer_role, 'USAGE') END "
+	"  ELSE (pg_catalog.pg_has_role($2, 'ntask_producer', 'USAGE') "
+	"        OR pg_catalog.pg_has_role($2, 'ntask_worker', 'USAGE')) "
+	"   AND (q.producer_role IS NULL OR pg_catalog.pg_has_role($2, q.producer_role, 'USAGE')) END "
 	"FROM ntask.queue q WHERE q.queue OPERATOR(pg_catalog.=) $1",
 	2, {TEXTOID, OIDOID}
 };

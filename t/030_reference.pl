@@ -59,7 +59,7 @@ sub catalog
 						 FROM unnest(p.proargnames, p.proargmodes) WITH ORDINALITY a(name, mode, ord)
 						 WHERE a.mode IN ('o', 'b', 't')), ''),
 			   pg_get_function_result(p.oid),
-			   coalesce((SELECT string_agg(DISTINCT a.grantee::regrole::text, ',')
+			   coalesce((SELECT string_agg(DISTINCT CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE a.grantee::regrole::text END, ',')
 						 FROM aclexplode(p.proacl) a WHERE a.grantee <> p.proowner), '')
 		FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
 		JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid
