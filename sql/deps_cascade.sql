@@ -2,6 +2,7 @@
 -- depth or the width of its workflow (issue 45.1), one queue's trouble
 -- never stops another queue's housekeeping, and what a canceled or skipped
 -- parent means for a child that waits (issue 46.3)
+SELECT setval('ntask.task_task_id_seq', 100000, false) AS first_task_id;
 SELECT queue FROM ntask_queue_set('dcc', on_parent_failed => 'cancel', max_attempts => 1);
 SELECT queue FROM ntask_queue_set('dcw');
 
