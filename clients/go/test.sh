@@ -10,9 +10,12 @@ here=$(cd "$(dirname "$0")" && pwd)
 gp=${NTASK_GO_GOPATH:-$(mktemp -d "${TMPDIR:-/tmp}/ntask-gopath.XXXXXX")}
 mkdir -p "$gp/src/github.com/ntask"
 ln -sfn "$here" "$gp/src/github.com/ntask/ntask-go"
-export GO111MODULE=off GOPATH="$gp:/usr/share/gocode" GOFLAGS=-mod=mod
-export GOCACHE=${GOCACHE:-$gp/cache}
-unset GOFLAGS
+export GO111MODULE=off GOPATH="$gp:/usr/share/gocode"
+# the build cache: Go's default ($HOME/.cache/go-build) when HOME is
+# writable, else one in the temporary GOPATH
+if [ -z "${GOCACHE:-}" ] && { [ -z "${HOME:-}" ] || [ ! -w "${HOME:-/nonexistent}" ]; }; then
+	export GOCACHE="$gp/cache"
+fi
 cd "$gp/src/github.com/ntask/ntask-go"
 go vet ./...
 go test -count=1 -timeout 300s "$@" ./...
