@@ -94,7 +94,13 @@ func (t *Task) Invoked(ctx context.Context) error {
 	}
 	if Answer(a) == Stale {
 		t.phase = phaseLost
+		cancel := t.cancel
+		t.mu.Unlock()
 		t.w.lost(t, "invoked", Stale)
+		if cancel != nil {
+			cancel()
+		}
+		t.mu.Lock()
 		return ErrLost
 	}
 	t.invoked = true
@@ -214,10 +220,11 @@ func (t *Task) fenced(ctx context.Context, tx Querier, op, q string, args ...int
 	case Stale:
 		t.mu.Lock()
 		t.phase = phaseLost
+		cancel := t.cancel
 		t.mu.Unlock()
 		t.w.lost(t, op, Stale)
-		if t.cancel != nil {
-			t.cancel()
+		if cancel != nil {
+			cancel()
 		}
 	case Conflict:
 		t.w.lost(t, op, Conflict)
