@@ -324,11 +324,22 @@ func TestIntegrationHandlerErrors(t *testing.T) {
 				return Result{}, err
 			}
 			return Result{}, errors.New("boom after invoked")
+		case tk.Key == "recerr" && tk.Attempt == 1:
+			if err := tk.Invoked(ctx); err != nil {
+				return Result{}, err
+			}
+			return Result{}, errors.New("lost answer")
 		case tk.Key == "panic" && tk.Attempt == 1:
 			if err := tk.Invoked(ctx); err != nil {
 				return Result{}, err
 			}
 			panic("kaboom")
+		case tk.Key == "big":
+			// over ntask.max_result_bytes (64 kB): the server refuses the
+			// success (54000), the worker reports it for repair instead
+			return Success("big", strings.Repeat("x", 100000)), nil
+		case tk.Key == "unjson":
+			return Success("unjson", func() {}), nil
 		case tk.Key == "permanent":
 			return Result{}, Permanent("400 bad request")
 		case tk.Key == "transient" && tk.Attempt == 1:
@@ -341,30 +352,68 @@ func TestIntegrationHandlerErrors(t *testing.T) {
 	w, _ := NewWorker(p, "go_err", handler, Options{Invoked: "manual", Wait: time.Second, Logger: quiet{t},
 		Reconcile: func(ctx context.Context, tk *Task) (*Result, error) {
 			reconciled.Add(1)
+			if tk.Key == "recerr" && tk.Attempt == 2 {
+				return nil, errors.New("the provider's lookup failed") // unknown again
+			}
 			return nil, nil // not done: run the handler again
 		}})
 	done := run(t, w)
-	for _, k := range []string{"before", "after", "panic", "permanent", "transient", "unknown"} {
+	for _, k := range []string{"before", "after", "panic", "permanent", "transient", "unknown", "big", "unjson", "recerr"} {
 		if _, err := Enqueue(ctx, p, "go_err", k, nil, EnqueueOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	poll(t, "all finished", 60, func() bool {
-		return str(t, p, `SELECT count(*) FROM ntask.task WHERE queue = 'go_err' AND state IN ('succeeded', 'repair_required')`) == "6"
+		return str(t, p, `SELECT count(*) FROM ntask.task WHERE queue = 'go_err' AND state IN ('succeeded', 'repair_required')`) == "9"
 	})
 	stopped(t, w, done)
 	got := str(t, p, `SELECT string_agg(t.task_key || ':' || a.result || ':' || coalesce(a.error_class, '-'), ' ' ORDER BY t.task_key, a.token)
 		FROM ntask.attempt a JOIN ntask.task t USING (task_id) WHERE t.queue = 'go_err'`)
-	want := "after:retry_wait:unknown after:succeeded:- before:retry_wait:transient before:succeeded:- " +
+	want := "after:retry_wait:unknown after:succeeded:- before:retry_wait:transient before:succeeded:- big:repair_required:permanent " +
 		"panic:retry_wait:unknown panic:succeeded:- permanent:repair_required:permanent " +
-		"transient:retry_wait:transient transient:succeeded:- unknown:retry_wait:unknown unknown:succeeded:-"
+		"recerr:retry_wait:unknown recerr:retry_wait:unknown recerr:succeeded:- " +
+		"transient:retry_wait:transient transient:succeeded:- unjson:repair_required:permanent unknown:retry_wait:unknown unknown:succeeded:-"
 	if got != want {
 		t.Errorf("ledger:\n got %s\nwant %s", got, want)
 	}
-	if r := reconciled.Load(); r != 3 {
-		t.Errorf("reconcile called %d times, want 3 (after, panic, unknown)", r)
+	if r := reconciled.Load(); r != 5 {
+		t.Errorf("reconcile called %d times, want 5 (after, panic, unknown, recerr twice)", r)
 	}
-	if s := w.Stats(); s.Succeeded != 5 || s.FailedTransient != 2 || s.FailedUnknown != 3 || s.FailedPermanent != 1 || s.Stale != 0 {
+	if got := str(t, p, `SELECT string_agg(a.detail->>'error', ', ' ORDER BY a.token) FROM ntask.attempt a JOIN ntask.task t USING (task_id) WHERE t.queue = 'go_err' AND t.task_key IN ('before', 'recerr')`); got != "boom before invoked, lost answer, the provider's lookup failed" &&
+		got != "lost answer, the provider's lookup failed, boom before invoked" {
+		t.Errorf("the attempts' detail: %s", got)
+	}
+	if s := w.Stats(); s.Succeeded != 6 || s.FailedTransient != 2 || s.FailedUnknown != 5 || s.FailedPermanent != 3 || s.Stale != 0 {
+		t.Errorf("stats: %+v", s)
+	}
+}
+
+// The heartbeat timer keeps a task whose work runs longer than its lease
+// (with the queue's lease: every third of the lease left at the claim).
+func TestIntegrationHeartbeat(t *testing.T) {
+	p := connect(t, dsn(t))
+	ctx := context.Background()
+	queue(t, p, "go_hb", "lease => '1 second'")
+	w, _ := NewWorker(p, "go_hb", func(ctx context.Context, tk *Task) (Result, error) {
+		select {
+		case <-time.After(3 * time.Second):
+			return Result{}, nil
+		case <-ctx.Done():
+			return Result{}, ctx.Err()
+		}
+	}, Options{Wait: time.Second, Logger: quiet{t}})
+	done := run(t, w)
+	if _, err := Enqueue(ctx, p, "go_hb", "slow", nil, EnqueueOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, "succeeded", 30, func() bool {
+		return str(t, p, `SELECT state FROM ntask.task WHERE queue = 'go_hb'`) == "succeeded"
+	})
+	stopped(t, w, done)
+	if got := str(t, p, `SELECT string_agg(a.result, ' ') FROM ntask.attempt a JOIN ntask.task t USING (task_id) WHERE t.queue = 'go_hb'`); got != "succeeded" {
+		t.Errorf("attempts: %s (one, kept by heartbeats)", got)
+	}
+	if s := w.Stats(); s.Succeeded != 1 || s.HeartbeatsLost != 0 {
 		t.Errorf("stats: %+v", s)
 	}
 }

@@ -270,3 +270,24 @@ func TestUnitStopWithoutServer(t *testing.T) {
 type logFunc func(string)
 
 func (f logFunc) Printf(format string, args ...interface{}) { f(fmt.Sprintf(format, args...)) }
+
+// Connect's pool: the simple protocol (pgbouncer in transaction mode), 8
+// connections unless the DSN says pool_max_conns.
+func TestUnitPoolConfig(t *testing.T) {
+	for _, c := range []struct {
+		dsn  string
+		want int32
+	}{
+		{"host=127.0.0.1 dbname=x", 8},
+		{"host=127.0.0.1 dbname=x pool_max_conns=3", 3},
+		{"postgres://u@127.0.0.1/x?pool_max_conns=20", 20},
+	} {
+		cfg, err := poolConfig(c.dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !cfg.ConnConfig.PreferSimpleProtocol || cfg.MaxConns != c.want {
+			t.Errorf("%s: simple %v, max conns %d", c.dsn, cfg.ConnConfig.PreferSimpleProtocol, cfg.MaxConns)
+		}
+	}
+}

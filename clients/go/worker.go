@@ -10,6 +10,7 @@ import (
 	"log"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -113,15 +114,24 @@ type Worker struct {
 // the DSN the pool holds up to 8 connections (one waiting claim, the
 // handlers' heartbeats and reports).
 func Connect(ctx context.Context, dsn string) (*pgxpool.Pool, error) {
+	cfg, err := poolConfig(dsn)
+	if err != nil {
+		return nil, err
+	}
+	return pgxpool.ConnectConfig(ctx, cfg)
+}
+
+func poolConfig(dsn string) (*pgxpool.Config, error) {
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		return nil, err
 	}
 	cfg.ConnConfig.PreferSimpleProtocol = true
-	if _, set := cfg.ConnConfig.RuntimeParams["pool_max_conns"]; !set && cfg.MaxConns < 8 {
+	// pgxpool.ParseConfig consumes pool_max_conns: look at the DSN itself
+	if !strings.Contains(dsn, "pool_max_conns") && cfg.MaxConns < 8 {
 		cfg.MaxConns = 8
 	}
-	return pgxpool.ConnectConfig(ctx, cfg)
+	return cfg, nil
 }
 
 // NewWorker makes a worker of queue on pool (Connect's, or your own: see the
