@@ -427,6 +427,7 @@ func TestIntegrationTaskMethods(t *testing.T) {
 	var seen []string
 	var mu sync.Mutex
 	note := func(s string) { mu.Lock(); seen = append(seen, s); mu.Unlock() }
+	var lost []string
 	w, _ := NewWorker(p, "go_wf", func(ctx context.Context, tk *Task) (Result, error) {
 		switch tk.Key {
 		case "wf":
@@ -468,10 +469,25 @@ func TestIntegrationTaskMethods(t *testing.T) {
 			if err != nil || a != Applied {
 				return Result{}, fmt.Errorf("receipt %s %v", a, err)
 			}
-			return Result{}, tx.Commit(ctx)
+			if err := tx.Commit(ctx); err != nil {
+				return Result{}, err
+			}
+			// other content for the same task: conflict, surfaced
+			tx2, err := p.Begin(ctx)
+			if err != nil {
+				return Result{}, err
+			}
+			defer tx2.Rollback(ctx)
+			a, err = tk.Receipt(ctx, tx2, map[string]string{"row": "other"})
+			note(fmt.Sprintf("second receipt:%s:%v", a, err))
+			return Result{}, nil
 		}
 		return Result{}, Permanent("?")
-	}, Options{Wait: time.Second, Logger: quiet{t}})
+	}, Options{Wait: time.Second, Logger: quiet{t}, OnLost: func(tk *Task, op string, a Answer) {
+		mu.Lock()
+		lost = append(lost, op+":"+string(a))
+		mu.Unlock()
+	}})
 	done := run(t, w)
 	for _, k := range []string{"wf", "snooze", "receipt"} {
 		if _, err := Enqueue(ctx, p, "go_wf", k, nil, EnqueueOptions{}); err != nil {
@@ -489,7 +505,7 @@ func TestIntegrationTaskMethods(t *testing.T) {
 	mu.Lock()
 	var wf, other []string
 	for _, s := range seen {
-		if strings.HasPrefix(s, "release:") {
+		if strings.HasPrefix(s, "release:") || strings.HasPrefix(s, "second receipt:") {
 			other = append(other, s)
 		} else {
 			wf = append(wf, s)
@@ -497,15 +513,21 @@ func TestIntegrationTaskMethods(t *testing.T) {
 	}
 	mu.Unlock()
 	got := strings.Join(wf, " ") + " | " + strings.Join(other, " ")
-	if got != `progress:{"done": 1} await:applied:<nil> resumed:go-sig-1:{"paid": true}:{"rows": 12} | release:applied:<nil>` {
+	if got != `progress:{"done": 1} await:applied:<nil> resumed:go-sig-1:{"paid": true}:{"rows": 12} | release:applied:<nil> second receipt:conflict:<nil>` &&
+		got != `progress:{"done": 1} await:applied:<nil> resumed:go-sig-1:{"paid": true}:{"rows": 12} | second receipt:conflict:<nil> release:applied:<nil>` {
 		t.Errorf("seen: %s", got)
 	}
 	if got := str(t, p, `SELECT count(*) FROM go_business b JOIN ntask.receipt r USING (task_id, token)`); got != "1" {
 		t.Errorf("business rows with their receipt: %s", got)
 	}
-	if s := w.Stats(); s.Succeeded != 3 || s.Released != 1 || s.Stale != 0 || s.Conflict != 0 {
+	if s := w.Stats(); s.Succeeded != 3 || s.Released != 1 || s.Stale != 0 || s.Conflict != 1 {
 		t.Errorf("stats: %+v", s)
 	}
+	mu.Lock()
+	if fmt.Sprint(lost) != "[receipt:conflict]" {
+		t.Errorf("OnLost: %v", lost)
+	}
+	mu.Unlock()
 }
 
 // The claim-stop race: the stop is requested while a claim waits; an
@@ -746,8 +768,11 @@ type proc struct {
 func start(t *testing.T, args ...string) *proc {
 	t.Helper()
 	c := exec.Command(workerCmd(t), args...)
-	c.Stderr = testWriter{t}
 	out, err := c.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	errp, err := c.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -755,13 +780,24 @@ func start(t *testing.T, args ...string) *proc {
 	if err := c.Start(); err != nil {
 		t.Fatal(err)
 	}
-	go func() {
-		sc := bufio.NewScanner(out)
+	var readers sync.WaitGroup
+	readers.Add(2)
+	read := func(r io.Reader, prefix string) {
+		defer readers.Done()
+		sc := bufio.NewScanner(r)
 		for sc.Scan() {
+			if prefix != "" {
+				t.Logf("worker: %s", sc.Text())
+			}
 			pr.mu.Lock()
-			pr.lines = append(pr.lines, sc.Text())
+			pr.lines = append(pr.lines, prefix+sc.Text())
 			pr.mu.Unlock()
 		}
+	}
+	go read(out, "")
+	go read(errp, "E ")
+	go func() {
+		readers.Wait()
 		pr.err = c.Wait()
 		close(pr.done)
 	}()
@@ -788,6 +824,17 @@ func (pr *proc) has(prefix string) bool {
 	return false
 }
 
+func (pr *proc) logged(part string) bool {
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	for _, l := range pr.lines {
+		if strings.HasPrefix(l, "E ") && strings.Contains(l, part) {
+			return true
+		}
+	}
+	return false
+}
+
 func (pr *proc) wait(t *testing.T, secs int) (int, Stats) {
 	t.Helper()
 	select {
@@ -805,15 +852,6 @@ func (pr *proc) wait(t *testing.T, secs int) (int, Stats) {
 	}
 	return pr.cmd.ProcessState.ExitCode(), s
 }
-
-type testWriter struct{ t *testing.T }
-
-func (w testWriter) Write(b []byte) (int, error) {
-	w.t.Logf("worker: %s", strings.TrimRight(string(b), "\n"))
-	return len(b), nil
-}
-
-var _ io.Writer = testWriter{}
 
 // SIGTERM: the worker stops claiming; the running handler that invoked
 // finishes within the grace; the one that never invoked is released when
@@ -847,6 +885,36 @@ func TestIntegrationSIGTERM(t *testing.T) {
 		t.Errorf("ledger: %s", got)
 	}
 	if s.Succeeded != 1 || s.Released != 1 || s.Claimed != 2 {
+		t.Errorf("stats: %+v", s)
+	}
+}
+
+// A second SIGTERM stops at once: exit status 3 well inside the grace,
+// the invoked task left leased (its lease runs out, as designed), nothing
+// released or reported.
+func TestIntegrationSecondSIGTERM(t *testing.T) {
+	d := dsn(t)
+	p := connect(t, d)
+	ctx := context.Background()
+	queue(t, p, "go_term2", "")
+	exec1(t, p, `CREATE TABLE IF NOT EXISTS go_provider_call (task_key text, token bigint, at timestamptz DEFAULT clock_timestamp())`)
+	pr := start(t, "-dsn", d, "-queue", "go_term2", "-name", "term2-w", "-concurrency", "1", "-grace", "120s")
+	if _, err := Enqueue(ctx, p, "go_term2", "h", json.RawMessage(`{"kind": "provider", "hang": true}`), EnqueueOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, "the provider was called", 30, func() bool { return pr.has("CALLED h") })
+	t0 := time.Now()
+	pr.cmd.Process.Signal(syscall.SIGTERM)
+	poll(t, "the first stop logged", 30, func() bool { return pr.logged("stopping: no new claim") })
+	pr.cmd.Process.Signal(syscall.SIGTERM)
+	code, s := pr.wait(t, 60)
+	if code != 3 || time.Since(t0) > 60*time.Second {
+		t.Errorf("exit status %d after %s", code, time.Since(t0))
+	}
+	if got := str(t, p, `SELECT state || ':' || lease_owner || ':' || (invoked_at IS NOT NULL) FROM ntask.task WHERE queue = 'go_term2'`); got != "leased:term2-w:true" {
+		t.Errorf("task: %s", got)
+	}
+	if s.Released != 0 || s.Succeeded+s.FailedUnknown+s.FailedTransient != 0 {
 		t.Errorf("stats: %+v", s)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -242,8 +243,9 @@ func TestUnitStopWithoutServer(t *testing.T) {
 	}
 	defer pool.Close()
 	var logs []string
+	var mu sync.Mutex
 	w, err := NewWorker(pool, "q", func(context.Context, *Task) (Result, error) { return Result{}, nil },
-		Options{Logger: logFunc(func(s string) { logs = append(logs, s) })})
+		Options{Logger: logFunc(func(s string) { mu.Lock(); logs = append(logs, s); mu.Unlock() })})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,6 +264,8 @@ func TestUnitStopWithoutServer(t *testing.T) {
 	if st := w.Stats(); st.Claimed != 0 {
 		t.Errorf("stats: %+v", st)
 	}
+	mu.Lock()
+	defer mu.Unlock()
 	if len(logs) == 0 || !strings.Contains(logs[0], "claim failed") {
 		t.Errorf("the failed claim was not logged: %v", logs)
 	}

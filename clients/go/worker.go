@@ -36,7 +36,8 @@ type Handler func(ctx context.Context, t *Task) (Result, error)
 // unknown, so the next attempt reconciles again).
 type Reconciler func(ctx context.Context, t *Task) (*Result, error)
 
-// Logger is what the worker logs to (*log.Logger has it).
+// Logger is what the worker logs to (*log.Logger has it); it is called
+// from several goroutines at once.
 type Logger interface {
 	Printf(format string, args ...interface{})
 }
@@ -217,8 +218,10 @@ func (w *Worker) Stop() {
 	w.mu.Unlock()
 	switch n {
 	case 0:
+		w.opt.Logger.Printf("ntask %s: stopping: no new claim after the current wait, %s of grace for the running handlers", w.opt.Name, w.opt.ShutdownGrace)
 		close(w.stopping)
 	case 1:
+		w.opt.Logger.Printf("ntask %s: stopping at once (second stop): nothing is released, the leases run out", w.opt.Name)
 		close(w.hard)
 		w.cancelBase()
 	}
