@@ -20,7 +20,8 @@
 # takeover (the stale report refused and surfaced), handler errors before
 # and after invoked, the task methods, the claim-stop race (nothing
 # stranded), pgbouncer in transaction mode (simple protocol and
-# statement_cache_mode=describe), a server restart mid-wait, and SIGTERM,
+# statement_cache_mode=describe), a report retried with its token after
+# its connection died, a server restart mid-wait, and SIGTERM (and a second one),
 # SIGKILL and SIGSTOP of a worker process (cmd/ntask-testworker).
 
 use strict;
@@ -96,7 +97,7 @@ ok($ok, 'clients/go/test.sh: go vet and go test passed')
 my @unit = grep { /^TestUnit/ } @order;
 my @integ = grep { /^TestIntegration/ } @order;
 cmp_ok(scalar(@unit), '>=', 8, scalar(@unit) . ' unit tests ran');
-cmp_ok(scalar(@integ), '>=', 13, scalar(@integ) . ' integration tests ran');
+cmp_ok(scalar(@integ), '>=', 14, scalar(@integ) . ' integration tests ran');
 for my $t (@order)
 {
 	is($result{$t} // 'no result', 'pass', "go: $t")

@@ -732,6 +732,60 @@ func TestIntegrationServerRestart(t *testing.T) {
 	}
 }
 
+// A report whose connection died is retried with the same token: the
+// worker's idle connections are terminated while its handler runs; the
+// report's first try fails on one of them, the retry is applied, one
+// attempt in the ledger.
+func TestIntegrationReportRetry(t *testing.T) {
+	d := dsn(t)
+	p := connect(t, d)
+	wp := connect(t, d+" application_name=go_report_retry")
+	ctx := context.Background()
+	queue(t, p, "go_retry", "lease => '2 minutes'")
+	held := make(chan struct{}, 1)
+	release := make(chan struct{})
+	var logs []string
+	var mu sync.Mutex
+	// concurrency 1 and no heartbeat: while the handler runs nothing else
+	// of the worker touches its pool
+	w, _ := NewWorker(wp, "go_retry", func(ctx context.Context, tk *Task) (Result, error) {
+		held <- struct{}{}
+		<-release
+		return Success("retried", nil), nil
+	}, Options{Concurrency: 1, HeartbeatEvery: time.Hour, Wait: time.Second,
+		Logger: logFunc(func(s string) { mu.Lock(); logs = append(logs, s); mu.Unlock(); t.Log(s) })})
+	done := run(t, w)
+	if _, err := Enqueue(ctx, p, "go_retry", "r", nil, EnqueueOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-held:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the task was not started")
+	}
+	exec1(t, p, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'go_report_retry'`)
+	poll(t, "the worker's connections gone", 30, func() bool {
+		return str(t, p, `SELECT count(*) FROM pg_stat_activity WHERE application_name = 'go_report_retry'`) == "0"
+	})
+	close(release)
+	poll(t, "succeeded", 60, func() bool {
+		return str(t, p, `SELECT state FROM ntask.task WHERE queue = 'go_retry'`) == "succeeded"
+	})
+	stopped(t, w, done)
+	mu.Lock()
+	retried := strings.Contains(strings.Join(logs, "\n"), "report failed (retrying with the same token")
+	mu.Unlock()
+	if !retried {
+		t.Errorf("the report did not fail and retry: %v", logs)
+	}
+	if got := str(t, p, `SELECT string_agg(a.result || ':' || a.outcome, ' ') FROM ntask.attempt a JOIN ntask.task t USING (task_id) WHERE t.queue = 'go_retry'`); got != "succeeded:retried" {
+		t.Errorf("ledger: %s", got)
+	}
+	if s := w.Stats(); s.Succeeded != 1 || s.Stale+s.Conflict != 0 {
+		t.Errorf("stats: %+v", s)
+	}
+}
+
 // ---- the worker process (cmd/ntask-testworker) for the signal tests
 
 var buildOnce sync.Once
