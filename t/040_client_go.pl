@@ -97,7 +97,7 @@ ok($ok, 'clients/go/test.sh: go vet and go test passed')
 my @unit = grep { /^TestUnit/ } @order;
 my @integ = grep { /^TestIntegration/ } @order;
 cmp_ok(scalar(@unit), '>=', 8, scalar(@unit) . ' unit tests ran');
-cmp_ok(scalar(@integ), '>=', 14, scalar(@integ) . ' integration tests ran');
+cmp_ok(scalar(@integ), '>=', 15, scalar(@integ) . ' integration tests ran');
 for my $t (@order)
 {
 	is($result{$t} // 'no result', 'pass', "go: $t")

@@ -112,6 +112,27 @@ type quiet struct{ t *testing.T }
 
 func (q quiet) Printf(f string, a ...interface{}) { q.t.Logf(f, a...) }
 
+// A claim refused for good (an unknown queue) ends Run with the server's
+// error instead of retrying forever.
+func TestIntegrationUnknownQueue(t *testing.T) {
+	p := connect(t, dsn(t))
+	w, _ := NewWorker(p, "go_no_such_queue", func(ctx context.Context, tk *Task) (Result, error) {
+		return Result{}, nil
+	}, Options{Wait: time.Second, Logger: quiet{t}})
+	done := make(chan error, 1)
+	go func() { done <- w.Run(context.Background()) }()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "42704") {
+			t.Errorf("Run: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		w.Stop()
+		w.Stop()
+		t.Fatal("Run did not return")
+	}
+}
+
 // The drift test: every function the library calls exists in pg_proc with
 // every argument name it passes.
 func TestIntegrationDrift(t *testing.T) {

@@ -103,6 +103,7 @@ type Worker struct {
 	running  int
 	freed    chan struct{}
 	wg       sync.WaitGroup
+	fatal    error // a claim refused for good (Run's answer)
 
 	base       context.Context // the handlers' parent context
 	cancelBase context.CancelFunc
@@ -272,7 +273,11 @@ type claimed struct {
 }
 
 // Run claims and works tasks until Stop (or ctx done: a graceful stop).
-// It returns nil after a graceful stop, ErrHardStop after a second one.
+// It returns nil after a graceful stop, ErrHardStop after a second one, and
+// the server's error when a claim is refused for a reason no retry changes
+// (an unknown queue 42704, no right 42501, a bad argument 22xxx: it then
+// stops as gracefully as after Stop). Lost connections and other errors
+// are retried with backoff.
 func (w *Worker) Run(ctx context.Context) error {
 	go func() {
 		select {
@@ -306,6 +311,24 @@ func (w *Worker) Run(ctx context.Context) error {
 			return ErrHardStop
 		}
 		if c.err != nil {
+			if isMisconfigured(c.err) {
+				// an unknown queue, a missing right, a bad option: no
+				// retry will help; stop gracefully and say why
+				w.opt.Logger.Printf("ntask %s: claim refused: %v", w.opt.Name, c.err)
+				w.mu.Lock()
+				if w.fatal == nil {
+					w.fatal = c.err
+				}
+				first := w.stops == 0
+				if first {
+					w.stops = 1
+				}
+				w.mu.Unlock()
+				if first { // the graceful stop (never the second, hard one)
+					close(w.stopping)
+				}
+				continue
+			}
 			backoff = nextBackoff(backoff)
 			w.opt.Logger.Printf("ntask %s: claim failed (retrying in %s): %v", w.opt.Name, backoff, c.err)
 			select {
@@ -331,7 +354,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	go func() { w.wg.Wait(); close(done) }()
 	select {
 	case <-done:
-		return nil
+		return w.fatalErr()
 	case <-w.hard:
 		return ErrHardStop
 	case <-time.After(w.opt.ShutdownGrace):
@@ -353,7 +376,23 @@ func (w *Worker) Run(ctx context.Context) error {
 		return ErrHardStop
 	case <-time.After(5 * time.Second):
 	}
-	return nil
+	return w.fatalErr()
+}
+
+func (w *Worker) fatalErr() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.fatal
+}
+
+// isMisconfigured: a claim refused for a reason no retry changes: an
+// unknown queue (42704), no right (42501), a bad argument (class 22).
+func isMisconfigured(err error) bool {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		return false
+	}
+	return pe.Code == "42704" || pe.Code == "42501" || strings.HasPrefix(pe.Code, "22")
 }
 
 func nextBackoff(d time.Duration) time.Duration {
