@@ -531,6 +531,11 @@ func (w *Worker) runTask(t *Task) {
 	if ph != phaseClaimed || rep.none {
 		return // handed off, or lost (surfaced where it was found)
 	}
+	if w.isHard() {
+		// stopped at once: the handler was cancelled; its lease runs out
+		// and the next claim reconciles (nothing is reported)
+		return
+	}
 	w.report(t, rep)
 }
 
