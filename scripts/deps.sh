@@ -15,6 +15,9 @@ esac
 [ "${NTASK_PATRONI:-0}" = 1 ] && PKGS="$PKGS etcd-server patroni"
 # building Citus for t/023_citus.pl (NTASK_CITUS=1; scripts/citus.sh)
 [ "${NTASK_CITUS:-0}" = 1 ] && PKGS="$PKGS liblz4-dev libzstd-dev libkrb5-dev"
+# the Go worker library (clients/go, t/040_client_go.pl): Debian's Go and
+# pgx v4, built in GOPATH mode
+PKGS="$PKGS golang-go golang-github-jackc-pgx-v4-dev"
 # Node.js: Debian's nodejs and npm, unless a node (and npm) is already
 # installed some other way (the nodesource nodejs package brings its own npm
 # and conflicts with Debian's)
