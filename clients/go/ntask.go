@@ -134,4 +134,5 @@ var SQLFunctions = map[string][]string{
 	"ntask_receipt":      {"task_id", "token", "payload"},
 	"ntask_checkpoint":   {"task_id", "token", "step", "value"},
 	"ntask_await":        {"task_id", "token", "signal_key", "timeout"},
+	"ntask_context":      {"task_id", "token"},
 }

@@ -48,6 +48,13 @@ type TaskContext struct {
 	Checkpoints map[string]json.RawMessage `json:"checkpoints,omitempty"`
 	Signal      *Signal                    `json:"signal,omitempty"`
 	Traceparent string                     `json:"traceparent,omitempty"`
+	// ParentsOmitted names the parents ("queue:key") whose results did not
+	// fit in ntask.max_context_bytes: read them with GetResult.
+	ParentsOmitted []string `json:"parents_omitted,omitempty"`
+	// Deferred: the claim's context budget (ntask.max_claim_context_bytes)
+	// was spent; the worker reads the whole context (ntask_context) before
+	// the handler runs, so a handler never sees it set.
+	Deferred bool `json:"deferred,omitempty"`
 	Raw         json.RawMessage            `json:"-"` // the whole column (nil when NULL)
 }
 
@@ -68,6 +75,35 @@ func decodeContext(raw []byte) (TaskContext, error) {
 	}
 	c.Raw = json.RawMessage(raw)
 	return c, nil
+}
+
+// loadDeferred reads the whole context of a task whose claim deferred it
+// (ntask_context). A NULL answer (the token no longer holds the task)
+// returns ErrLost.
+func (t *Task) loadDeferred(ctx context.Context) error {
+	if !t.Context.Deferred {
+		return nil
+	}
+	var raw *string
+	err := t.w.queryRow(ctx, `SELECT ntask_context(task_id => $1::bigint, token => $2::bigint)::text`,
+		[]interface{}{t.ID, t.Token}, &raw)
+	if err != nil {
+		return err
+	}
+	if raw == nil {
+		t.mu.Lock()
+		t.phase = phaseLost
+		t.mu.Unlock()
+		t.w.lost(t, "context", Stale)
+		return ErrLost
+	}
+	c, err := decodeContext([]byte(*raw))
+	if err != nil {
+		return err
+	}
+	t.Context = c
+	t.Traceparent = c.Traceparent
+	return nil
 }
 
 // Decode unmarshals the payload into v.

@@ -485,6 +485,12 @@ func (w *Worker) runTask(t *Task) {
 	}
 	defer stopHB()
 
+	if err := t.loadDeferred(hctx); err != nil {
+		if !errors.Is(err, ErrLost) {
+			w.opt.Logger.Printf("ntask %s: task %d: context: %v (not run; its lease runs out)", w.opt.Name, t.ID, err)
+		}
+		return
+	}
 	var rep report
 	ran := false
 	if t.PriorOutcome == "unknown" && w.opt.Reconcile != nil {
