@@ -54,8 +54,8 @@ type TaskContext struct {
 	// Deferred: the claim's context budget (ntask.max_claim_context_bytes)
 	// was spent; the worker reads the whole context (ntask_context) before
 	// the handler runs, so a handler never sees it set.
-	Deferred bool `json:"deferred,omitempty"`
-	Raw         json.RawMessage            `json:"-"` // the whole column (nil when NULL)
+	Deferred bool            `json:"deferred,omitempty"`
+	Raw      json.RawMessage `json:"-"` // the whole column (nil when NULL)
 }
 
 // Signal is context.signal: the signal the task awaited, or its timeout.
