@@ -144,6 +144,7 @@ NtaskContextParents(int64 task_id, int64 budget, Jsonb **omitted)
 	JsonbParseState *st = NULL;
 	JsonbParseState *om = NULL;
 	JsonbValue *res;
+	Jsonb	   *out;
 	int64		used = 0;
 	int			nomitted = 0;
 	int			n;
@@ -191,9 +192,11 @@ NtaskContextParents(int64 task_id, int64 budget, Jsonb **omitted)
 	res = pushJsonbValue(&st, WJB_END_OBJECT, NULL);
 	if (nomitted > 0)
 		*omitted = JsonbValueToJsonb(pushJsonbValue(&om, WJB_END_ARRAY, NULL));
+	/* a result stored inline points into the rows: serialize, then free */
+	out = JsonbValueToJsonb(res);
 	SPI_freetuptable(SPI_tuptable);
 	SPI_tuptable = save;
-	return JsonbValueToJsonb(res);
+	return out;
 }
 
 /*
