@@ -438,6 +438,7 @@ NtaskClaimContext(const NtaskContextIn *in, bool *isnull)
 		*in->claim_bytes + (int64) VARSIZE(j) > (int64) ntask_max_claim_context_bytes)
 	{
 		MemoryContextReset(cxt);
+		MemoryContextSwitchTo(cxt);
 		j = ctx_build(in, true, &nkeys);
 	}
 	MemoryContextSwitchTo(caller);
