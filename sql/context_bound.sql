@@ -71,6 +71,29 @@ SELECT ntask_context(-1, 1);
 \echo :SQLSTATE
 SELECT ntask_context(NULL, 1);
 \echo :SQLSTATE
+-- rights: a role without ntask_worker may not call it (42501, EXECUTE);
+-- one with ntask_worker but not the queue's worker_role gets 42501 too,
+-- and learns nothing of the task
+SELECT task_id AS held, token AS held_token FROM cbc_claim ORDER BY task_key OFFSET 1 LIMIT 1 \gset
+CREATE ROLE regress_cb_none;
+CREATE ROLE regress_cb_worker;
+GRANT ntask_worker TO regress_cb_worker;
+CREATE ROLE regress_cb_private;
+SELECT ntask_queue_set_roles('cbc', producer_role => NULL, worker_role => 'regress_cb_private');
+SET ROLE regress_cb_none;
+SELECT ntask_context(:held, :held_token);
+\echo :SQLSTATE
+RESET ROLE;
+SET ROLE regress_cb_worker;
+SELECT ntask_context(:held, :held_token);
+\echo :SQLSTATE
+RESET ROLE;
+GRANT regress_cb_private TO regress_cb_worker;
+SET ROLE regress_cb_worker;
+SELECT ntask_context(:held, :held_token) ? 'checkpoints' AS with_the_right;
+RESET ROLE;
+SELECT ntask_queue_set_roles('cbc', producer_role => NULL, worker_role => NULL);
+DROP ROLE regress_cb_none, regress_cb_worker, regress_cb_private;
 RESET ntask.max_claim_context_bytes;
 SHOW ntask.max_context_bytes;
 SHOW ntask.max_claim_context_bytes;

@@ -220,8 +220,42 @@ INSERT INTO ntask.attempt (task_id, token, attempt, worker, claimed_at, ended_at
 						   error_class, outcome_known)
 VALUES (:v1l, 1, 1, 'W9', '2025-12-31 00:00:00+00', '2025-12-31 00:01:00+00',
 		'retry_wait', 'transient', true);
+-- a task in every other state, one waiting for v1-r1 (its dependency row
+-- and the parent's has_children), written as the 1.0.0 library would have
+INSERT INTO ntask.task (queue, task_key, payload, payload_digest, digest_version,
+						run_at, due_at, max_attempts, deadline, state, reason, token,
+						attempts, finished_at, signal_key, await_on_timeout)
+SELECT 'v1', 'v1-' || s, '{}', ntask_digest('{}'), 1, now(),
+	   CASE WHEN s IN ('retry_wait', 'awaiting') THEN now() + interval '1 hour' END, 3,
+	   now() + interval '1 day', s,
+	   CASE WHEN s IN ('repair_required', 'canceled', 'skipped') THEN 'by hand' END, 1, 1,
+	   CASE WHEN s IN ('repair_required', 'succeeded', 'canceled', 'skipped') THEN now() END,
+	   CASE WHEN s = 'awaiting' THEN 'sig-v1' END, CASE WHEN s = 'awaiting' THEN 'ready' END
+FROM unnest(ARRAY['retry_wait', 'repair_required', 'succeeded', 'canceled', 'skipped',
+				  'awaiting']) s;
+INSERT INTO ntask.task (queue, task_key, payload, payload_digest, digest_version,
+						run_at, due_at, max_attempts, deadline, state, has_parents, parents_left)
+VALUES ('v1', 'v1-waiting', '{}', ntask_digest('{}'), 1, now(), NULL, 3,
+		now() + interval '1 day', 'waiting', true, 1);
+INSERT INTO ntask.task_dep (task_id, parent_id)
+SELECT c.task_id, p.task_id FROM ntask.task c, ntask.task p
+WHERE c.task_key = 'v1-waiting' AND p.task_key = 'v1-r1';
+UPDATE ntask.task SET has_children = true WHERE task_key = 'v1-r1';
+SELECT state FROM ntask.task WHERE queue = 'v1' ORDER BY state;
+-- every row as text, before the update: none is lost or changed by it
+CREATE TEMP TABLE v1_before AS
+SELECT 'task ' || t::text AS r FROM ntask.task t WHERE t.queue = 'v1'
+UNION ALL SELECT 'attempt ' || a::text FROM ntask.attempt a
+UNION ALL SELECT 'dep ' || d::text FROM ntask.task_dep d;
 ALTER EXTENSION ntask UPDATE;
 SELECT extversion FROM pg_extension WHERE extname = 'ntask';
+SELECT r AS lost_or_changed FROM v1_before
+EXCEPT (SELECT 'task ' || t::text FROM ntask.task t WHERE t.queue = 'v1'
+		UNION ALL SELECT 'attempt ' || a::text FROM ntask.attempt a
+		UNION ALL SELECT 'dep ' || d::text FROM ntask.task_dep d);
+SELECT count(*) AS rows_after FROM (SELECT 1 FROM ntask.task t WHERE t.queue = 'v1'
+		UNION ALL SELECT 1 FROM ntask.attempt a UNION ALL SELECT 1 FROM ntask.task_dep d) x;
+SELECT count(*) AS rows_before FROM v1_before;
 SELECT item AS only_after_update_from_1_0 FROM pg_temp.ntask_shape()
 EXCEPT SELECT item FROM fresh_shape
 ORDER BY 1;
