@@ -18,7 +18,7 @@
  *	close	only when a picked task was leased (its lease expired): write
  *			the ledger row of that attempt from the task row (result
  *			lease_expired; outcome known only if it was never invoked)
- *	lease	UPDATE ... WHERE task_id = ANY($ids): leased, token + 1,
+ *	lease	UPDATE ... WHERE task_id = ANY($ids): leased, a new token (NtaskTokenNext),
  *			attempts + 1, lease_until = due_at = now() + lease; or
  *			repair_required when the budget (attempts >= max_attempts) or the
  *			deadline is spent; the new attempt lives on the task row
@@ -60,11 +60,17 @@
 #include "access/xact.h"
 #include "access/xlog.h"
 #include "common/pg_prng.h"
+#include "catalog/namespace.h"
 #include "catalog/pg_collation.h"
+#include "catalog/pg_sequence.h"
 #include "catalog/pg_type.h"
+#include "commands/sequence.h"
 #include "funcapi.h"
+#include "storage/lmgr.h"
 #include "utils/builtins.h"
+#include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "utils/syscache.h"
 #include "utils/timestamp.h"
 
 
@@ -739,7 +745,8 @@ typedef struct ClaimPicked
 /*
  * $1 ids to lease, $2 worker, $3 lease, $4 ids taken over (their attempt
  * was just closed), $5 of those, the ones whose attempt had been invoked,
- * $6 the lowest token this timeline may issue (NtaskTokenFloor), $9 the
+ * $6 the lowest token this timeline may issue (NtaskTokenFloor: the new
+ * token is ntask.token_next(t.token, $6), NtaskTokenNext), $9 the
  * tasks' shard (NtaskIdsShard), $7 the
  * statement timestamp and $8 the lease's end ($7 + $3), both parameters:
  * Citus refuses a stable function (statement_timestamp(), timestamptz +
@@ -776,7 +783,7 @@ typedef enum ClaimLeaseArg
 	"      WHEN t.attempts OPERATOR(pg_catalog.>=) t.max_attempts THEN 'budget_exhausted' " \
 	"      ELSE 'deadline_exceeded' END, " \
 	"    token = CASE WHEN " CLAIM_SPENT " THEN t.token " \
-	"      ELSE GREATEST(t.token OPERATOR(pg_catalog.+) 1, " floor ") END, " \
+	"      ELSE ntask.token_next(t.token, " floor ") END, " \
 	"    attempts = t.attempts OPERATOR(pg_catalog.+) CASE WHEN " CLAIM_SPENT " THEN 0 ELSE 1 END, " \
 	"    lease_owner = CASE WHEN " CLAIM_SPENT " THEN NULL ELSE $2 END, " \
 	"    lease_until = CASE WHEN " CLAIM_SPENT " THEN NULL " \
@@ -852,7 +859,7 @@ static NtaskPlan claim_lease_plan = {
 static NtaskPlan claim_lease_dist_plan = {
 	"claim lease (distributed)",
 	"UPDATE ntask.task t SET "
-	CLAIM_LEASE_SET("$6, ntask.token_floor(t.shard)")
+	CLAIM_LEASE_SET("GREATEST($6, ntask.token_floor(t.shard))")
 	"WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1) " NTASK_SHARD_IS("t", "9")
 	"  AND t.token OPERATOR(pg_catalog.=) ($11)[pg_catalog.array_position($1, t.task_id)] "
 	"  AND t.due_at IS NOT NULL "
@@ -979,6 +986,66 @@ claim_context(int r, text *queue, int64 *claim_bytes, bool *isnull)
 #define CLAIM_MAX_TIMELINE		((INT64CONST(1) << (63 - CLAIM_TIMELINE_SHIFT)) - 1)
 
 /*
+ * token_seq_oid
+ *		ntask.token_seq, this node's sequence of tokens.
+ */
+static Oid
+token_seq_oid(void)
+{
+	Oid			seq = get_relname_relid("token_seq", get_namespace_oid("ntask", false));
+
+	if (!OidIsValid(seq))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("ntask: the sequence ntask.token_seq is missing"),
+				 errhint("Run ALTER EXTENSION ntask UPDATE.")));
+	return seq;
+}
+
+/*
+ * token_next_past
+ *		A value of ntask.token_seq above floor_v, drawn after moving the
+ *		sequence past it: the sequence moves only forward, and in its own
+ *		steps (256 on a Citus node: a value keeps the node's group).  The
+ *		lock (self-exclusive, and exclusive of the RowExclusiveLock every
+ *		nextval holds to its transaction's end) waits until no transaction
+ *		that drew a value is open and keeps others from drawing, so the
+ *		value read just before the setval is the sequence's last: setval
+ *		never moves it back over a value another backend holds.  Released
+ *		at once.  Rare (a shard moved here, a restore): it may wait for
+ *		open claims to end, and a deadlock with one is reported (40P01).
+ */
+static int64
+token_next_past(Oid seq, int64 floor_v)
+{
+	HeapTuple	tup;
+	int64		inc;
+	int64		v;
+
+	tup = SearchSysCache1(SEQRELID, ObjectIdGetDatum(seq));
+	if (!HeapTupleIsValid(tup))
+		elog(ERROR, "ntask: cache lookup failed for sequence %u", seq);
+	inc = ((Form_pg_sequence) GETSTRUCT(tup))->seqincrement;
+	ReleaseSysCache(tup);
+	if (inc < 1)
+		elog(ERROR, "ntask: ntask.token_seq must ascend");
+
+	LockRelationOid(seq, ShareRowExclusiveLock);
+	v = nextval_internal(seq, false);
+	if (v <= floor_v)
+	{
+		/* the first value above floor_v in the sequence's steps from v */
+		int64		y = v + ((floor_v - v) / inc + 1) * inc;
+
+		DirectFunctionCall3(setval3_oid, ObjectIdGetDatum(seq),
+							Int64GetDatum(y), BoolGetDatum(false));
+		v = nextval_internal(seq, false);
+	}
+	UnlockRelationOid(seq, ShareRowExclusiveLock);
+	return v;
+}
+
+/*
  * NtaskTokenFloor
  *		The lowest token a claim on this WAL timeline may issue:
  *		((timeline - 1) << 48) + 1.  On timeline 1 that is 1, so tokens are
@@ -994,6 +1061,35 @@ NtaskTokenFloor(void)
 
 	tli = Min(Max(tli, 1), CLAIM_MAX_TIMELINE);
 	return ((tli - 1) << CLAIM_TIMELINE_SHIFT) + 1;
+}
+
+/*
+ * NtaskTokenNext
+ *		The token of a new attempt of a task whose latest token is prev, on
+ *		this node's timeline of floor (NtaskTokenFloor there): floor - 1
+ *		plus the next value of ntask.token_seq, the node's one sequence of
+ *		tokens (docs/design.md "Tokens: one sequence, an attempt's name").
+ *		So a token names one attempt of one task: no two attempts of any
+ *		tasks share one, and a worker's token on another task's id is
+ *		never that task's (NT003, NtaskCheckToken).  On a Citus node the
+ *		sequence steps by 256 from the node's group (ntask.set_id_range),
+ *		so nodes never draw the same token either.
+ *
+ *		A task's tokens must also only grow.  The sequence gives that for
+ *		every task whose tokens it drew; a task holding a token above the
+ *		sequence's next value (its shard moved here from a node whose
+ *		sequence is ahead; a table restored without its sequence) is the
+ *		rare case token_next_past handles.
+ */
+int64
+NtaskTokenNext(int64 prev, int64 floor)
+{
+	Oid			seq = token_seq_oid();
+	int64		v = nextval_internal(seq, false);
+
+	if (v > prev - (floor - 1))
+		return (floor - 1) + v;
+	return (floor - 1) + token_next_past(seq, prev - (floor - 1));
 }
 
 /*

@@ -137,7 +137,7 @@ lease_check_token(int64 task_id, int64 token)
 	if (!NtaskGetBool(0, LEASE_TOKEN_RIGHT))
 		NtaskTaskRightDenied(task_id);
 	current = NtaskGetInt64(0, LEASE_TOKEN_TOKEN);
-	NtaskCheckTokenRange(task_id, token, current);
+	NtaskCheckTokenIssued(task_id, token, current);
 }
 
 /*

@@ -214,7 +214,7 @@ ntask_receipt(PG_FUNCTION_ARGS)
 		NtaskTaskNotFound(task_id);
 	if (!NtaskGetBool(0, RCPT_LOCK_RIGHT))
 		NtaskTaskRightDenied(task_id);
-	NtaskCheckTokenRange(task_id, token, NtaskGetInt64(0, RCPT_LOCK_TOKEN));
+	NtaskCheckTokenIssued(task_id, token, NtaskGetInt64(0, RCPT_LOCK_TOKEN));
 	stale = token < NtaskGetInt64(0, RCPT_LOCK_TOKEN);
 	if (!stale)
 		stale = NtaskExecPlan(&rcpt_closed_plan, values, NULL, SPI_OK_SELECT) == 1 &&

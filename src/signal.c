@@ -257,7 +257,7 @@ ntask_await(PG_FUNCTION_ARGS)
 		if (!NtaskGetBool(0, SIG_TOKEN_RIGHT))
 			NtaskTaskRightDenied(task_id);
 		current = NtaskGetInt64(0, SIG_TOKEN_TOKEN);
-		NtaskCheckTokenRange(task_id, token, current);
+		NtaskCheckTokenIssued(task_id, token, current);
 		if (NtaskGetText(0, SIG_TOKEN_REQUESTED) == NULL)
 			result = "stale";
 		else if (strcmp(NtaskGetCString(0, SIG_TOKEN_REQUESTED), "awaiting") == 0 &&

@@ -687,7 +687,7 @@ tr_locked(TrCall *c, const char *reason, TrOut *o)
 	values[1] = Int64GetDatum(c->token);
 	state = NtaskGetCString(0, TR_LOCK_STATE);
 	current = NtaskGetInt64(0, TR_LOCK_TOKEN);
-	NtaskCheckTokenRange(c->task_id, c->token, current);
+	NtaskCheckTokenIssued(c->task_id, c->token, current);
 
 	if (c->token == current && strcmp(state, "leased") == 0)
 	{
