@@ -59,7 +59,8 @@ REGRESS = setup enqueue claim fairness flow transition budget replay_cancel rele
 	deps_cascade \
 	context_bound \
 	await_deadline \
-	first_hour3
+	first_hour3 \
+	upgrade_bound
 REGRESS_OPTS = --temp-instance=./tmp_check_regress --temp-config=$(srcdir)/test/ntask.conf
 
 ISOLATION = takeover_w1_w2 claim_skip_locked enqueue_same_key cancel_vs_transition \
