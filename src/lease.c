@@ -98,7 +98,7 @@ static NtaskPlan lease_heartbeat_plan = {
  * The heartbeat that reports progress ($6, checked against
  * ntask.max_result_bytes): lease_heartbeat_plan that also stores it on the
  * task row, fenced the same way (a stale token writes nothing).  A
- * heartbeat without progress runs lease_heartbeat_plan, as before.
+ * heartbeat without progress runs lease_heartbeat_plan.
  */
 static NtaskPlan lease_progress_plan = {
 	"heartbeat with progress",
