@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * checkpoint.c
- *	  ntask_checkpoint: durable checkpoints inside one task (issue 36.2),
+ *	  ntask_checkpoint: durable checkpoints inside one task,
  *	  fenced by the token like a receipt.
  *
  * A worker records a step it finished, in the same transaction as the

@@ -104,10 +104,10 @@
 	"(q.max_inflight IS NULL OR ntask.claim_cap_lock(q.queue))"
 
 /*
- * A paused queue (issue 35.1: ntask_queue_pause; 35.5: a rate limit's
- * paused_until) hands out nothing: every pick tests the queue row it reads
+ * A paused queue (ntask_queue_pause, or a rate limit's paused_until)
+ * hands out nothing: every pick tests the queue row it reads
  * anyway, before any task is looked at, so an unpaused queue pays two NULL
- * tests.  CLAIM_KEYS_FREE: no key of the queue is paused now (35.5); the
+ * tests.  CLAIM_KEYS_FREE: no key of the queue is paused now; the
  * plain pick finds nothing while some key is, and the claim then runs
  * claim_pick_keys_plan, which passes the paused keys by (so only a queue
  * with a live key pause runs it).
@@ -161,7 +161,7 @@ static NtaskPlan claim_pick_plan = {
 };
 
 /*
- * The plain pick of a queue with paused keys (issue 35.5): the same, but
+ * The plain pick of a queue with paused keys: the same, but
  * a task whose key is in $4 (the keys paused now, claim_read_mode) is
  * passed by.  Only a queue whose row says a key pause is live runs it.
  */
@@ -314,9 +314,9 @@ static NtaskPlan claim_keyless_pick_plan = {
 
 /*
  * When the plain pick found nothing: does the queue exist, may the caller
- * claim from it, and is it fair?  (The first round of an idle claim asked
- * the first two before fairness existed, so a queue without fairness runs
- * as many statements as before.)
+ * claim from it, and is it fair?  (The first round of an idle claim needs
+ * the first two anyway, so asking for fairness in the same statement costs
+ * a queue without fairness no statement.)
  */
 static NtaskPlan claim_queue_plan = {
 	"claim queue",
@@ -333,7 +333,7 @@ static NtaskPlan claim_queue_plan = {
 };
 
 /*
- * The keys of queue $1 paused now (issue 35.5) and the earliest end of
+ * The keys of queue $1 paused now and the earliest end of
  * those pauses; read only when the queue row says some key pause is live.
  */
 static NtaskPlan claim_paused_keys_plan = {
@@ -726,7 +726,7 @@ typedef struct ClaimPicked
 } ClaimPicked;
 
 /*
- * A picked awaiting task (issue 36.3) is one whose await timed out (its
+ * A picked awaiting task is one whose await timed out (its
  * due_at is the timeout; a signal makes it ready and clears
  * await_on_timeout): with on_timeout 'repair' it is diverted like a spent
  * budget, reason await_timeout.  For every other task one NULL test; the
@@ -852,9 +852,10 @@ static NtaskPlan claim_lease_plan = {
  * lease itself leases a task only as the pick saw it, with the pick's
  * token ($11) and state (leased: a takeover, $4; otherwise due), so a
  * pick made stale in any other way leases nothing for that task (the claim
- * goes on), never a task another claim has leased since (issue 49: it
- * took a task another claim had just leased on the shard's new
- * placement, and that claim's attempt was lost from the ledger).
+ * goes on), never a task another claim has leased since (a pick made
+ * before a shard move could otherwise lease a task another claim had
+ * just leased on the shard's new placement, losing that attempt from the
+ * ledger).
  */
 static NtaskPlan claim_lease_dist_plan = {
 	"claim lease (distributed)",
@@ -1130,7 +1131,7 @@ claim_held_keys(ClaimOrder *order)
 
 	foreach(lc, order->held_keys)
 		elems[i++] = PointerGetDatum(lfirst(lc));
-	/* and the keys paused by a rate limit (issue 35.5) */
+	/* and the keys paused by a rate limit */
 	foreach(lc, order->paused_key_list)
 		elems[i++] = PointerGetDatum(lfirst(lc));
 	return PointerGetDatum(construct_array(elems, n, TEXTOID, -1, false, TYPALIGN_INT));
@@ -1201,7 +1202,7 @@ claim_dist_policy(text *queue, bool per_key, int16 shard)
 
 /*
  * claim_read_paused_keys
- *		The queue row says some of its keys are paused (issue 35.5): read
+ *		The queue row says some of its keys are paused: read
  *		them into order (paused_keys, the earliest end into pause_ends).
  */
 static void
@@ -1290,7 +1291,7 @@ claim_read_mode(text *queue, Datum *args, ClaimOrder *order)
 
 		if (!isnull)
 		{
-			/* paused (issue 35.1, 35.5): nothing is handed out */
+			/* paused: nothing is handed out */
 			order->paused = true;
 			order->pause_ends = DatumGetTimestampTz(d);
 			return;

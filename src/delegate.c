@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * delegate.c
- *	  Shard-addressed calls (issue 34): ntask_<f>_on(shard, <f's
+ *	  Shard-addressed calls: ntask_<f>_on(shard, <f's
  *	  arguments>) for the hot API, ntask_shard(queue, key), and
  *	  ntask.token_floor(shard) and ntask.token_next(prev, floor), the
  *	  token floor and the next token of the node that holds a task row.

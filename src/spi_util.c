@@ -790,7 +790,7 @@ NtaskShardCountKnown(void)
  * NtaskRefuseDistributed
  *		In SPI: 0A000 on a distributed install for a call whose rows are not
  *		laid out for it yet (docs/scaling.md "What is left": dependencies,
- *		checkpoints, signals, bulk actions; issue 34).
+ *		checkpoints, signals, bulk actions).
  */
 void
 NtaskRefuseDistributed(const char *what)
