@@ -116,6 +116,23 @@ is($try->(q{SELECT enqueued_total || '/' || claims_total || '/' || keys_paused F
 	'20/2/0', 'ntask.queue_metrics answers, filtered by queue');
 is($try->(q{SELECT queue || ' ' || state || ' ' || held FROM ntask.breaker_stats}), 'hook open 2',
 	'ntask.breaker_stats counts the tasks an open breaker holds back');
+# every view of ntask answers on the coordinator, filtered by queue where
+# it has one
+{
+	my @bad;
+	for my $v (split /\n/, $q->(q{SELECT c.oid::regclass || ' ' || EXISTS (SELECT FROM pg_attribute a
+			WHERE a.attrelid = c.oid AND a.attname = 'queue') FROM pg_class c
+			WHERE c.relnamespace = 'ntask'::regnamespace AND c.relkind = 'v' ORDER BY 1}))
+	{
+		my ($view, $has_queue) = split / /, $v;
+		for my $w ('', $has_queue eq 't' ? " WHERE queue = 'mail'" : ())
+		{
+			my $r = $try->("SELECT count(*) FROM (SELECT * FROM $view$w) x");
+			push @bad, "$view$w: $r" if $r =~ /^refused/;
+		}
+	}
+	is(join("\n", @bad), '', 'every view of ntask answers on the coordinator');
+}
 # what the console reads for a role without the tables (ntask_monitor)
 is($try->(q{PREPARE p(text) AS SELECT string_agg(s.queue || ':' || s.ready || ':' || coalesce(b.state, '-'), ',' ORDER BY s.queue)
 			FROM ntask.queue_stats s LEFT JOIN ntask.breaker_stats b USING (queue) WHERE ($1::text IS NULL OR s.queue = $1);
