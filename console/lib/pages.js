@@ -40,8 +40,8 @@ function csrfField(ctx) { return html`<input type="hidden" name="csrf" value="${
 
 // Per queue: the counts of its unfinished tasks, the oldest due ready
 // task, the pause and the limits.  ntask.queue_stats has all of it but
-// also counts the finished tasks (one pass over every finished row: 0.5 s
-// at 1.1M rows, docs/console.md), so the console reads only the unfinished
+// also counts the finished tasks (one pass over every finished row: about
+// 1 s at 1.1M rows, docs/console.md), so the console reads only the unfinished
 // rows, through the partial indexes that hold only them (task_due_idx,
 // task_repair_idx, task_awaiting_idx, task_waiting_idx): its cost is the
 // backlog's, not the history's.  The counts are one subquery grouped by
