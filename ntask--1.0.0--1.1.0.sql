@@ -715,8 +715,99 @@ WHERE q.breaker_failures IS NOT NULL
   AND (q.target OPERATOR(pg_catalog.->>) 'type') OPERATOR(pg_catalog.=) 'http';
 
 -- ntask_repair_assign takes the operator's name as actor, like
--- ntask_replay (NULL: the current database user, as before)
-DROP FUNCTION @extschema@.ntask_repair_assign(bigint, text, text);
+-- ntask_replay (NULL: the current database user, as before).  Its
+-- arguments change, so it is dropped and created again by the rule of
+-- issue 29.10 (ntask--0.3--1.0.0.sql): a user view or BEGIN ATOMIC
+-- function bound to it refuses the update, naming it; the users' grants
+-- and revokes are carried over (and stay out of pg_init_privs).  The
+-- upgrade_* helpers are those of ntask--0.3--1.0.0.sql, dropped below.
+CREATE TABLE ntask.upgrade_acl (proname name PRIMARY KEY, acl aclitem[], initprivs aclitem[]);
+
+-- the objects outside the extension that depend on an object (a view for
+-- its rewrite rule), described; NULL when none
+CREATE FUNCTION ntask.upgrade_user_dependents(cls oid, obj oid, sub integer DEFAULT 0)
+RETURNS text LANGUAGE sql STABLE AS $$
+	SELECT pg_catalog.string_agg(DISTINCT pg_catalog.pg_describe_object(x.classid, x.objid, 0), ', ')
+	FROM (SELECT CASE WHEN d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_rewrite'::pg_catalog.regclass
+					  THEN 'pg_catalog.pg_class'::pg_catalog.regclass::pg_catalog.oid ELSE d.classid END AS classid,
+				 CASE WHEN d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_rewrite'::pg_catalog.regclass
+					  THEN (SELECT r.ev_class FROM pg_catalog.pg_rewrite r WHERE r.oid OPERATOR(pg_catalog.=) d.objid)
+					  ELSE d.objid END AS objid
+		  FROM pg_catalog.pg_depend d
+		  WHERE d.refclassid OPERATOR(pg_catalog.=) cls AND d.refobjid OPERATOR(pg_catalog.=) obj
+			AND (sub OPERATOR(pg_catalog.=) 0 OR d.refobjsubid OPERATOR(pg_catalog.=) sub)
+			AND d.deptype OPERATOR(pg_catalog.=) 'n'
+			-- views (their rules) and functions (BEGIN ATOMIC): a table's own
+			-- constraints, indexes and triggers go with the table
+			AND d.classid OPERATOR(pg_catalog.=) ANY (ARRAY['pg_catalog.pg_rewrite'::pg_catalog.regclass,
+														   'pg_catalog.pg_proc'::pg_catalog.regclass]::pg_catalog.oid[])) x
+	WHERE x.objid IS DISTINCT FROM obj
+	  AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_depend e
+					  WHERE e.classid OPERATOR(pg_catalog.=) x.classid
+						AND e.objid OPERATOR(pg_catalog.=) x.objid
+						AND e.deptype OPERATOR(pg_catalog.=) 'e')
+$$;
+
+-- refuse, naming them, when user objects depend on what must be dropped
+CREATE FUNCTION ntask.upgrade_refuse(what text, deps text, why text) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+	IF deps IS NOT NULL THEN
+		RAISE EXCEPTION 'ntask: cannot update: % depend(s) on %, which this update must %', deps, what, why
+			USING ERRCODE = 'dependent_objects_still_exist',
+				  HINT = 'Save and drop the objects named, run ALTER EXTENSION ntask UPDATE again, then create them again (README "Upgrading").';
+	END IF;
+END $$;
+
+CREATE FUNCTION ntask.upgrade_drop_function(fn text) RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+	f regprocedure := fn::regprocedure;
+BEGIN
+	PERFORM ntask.upgrade_refuse('function ' || f::text,
+		ntask.upgrade_user_dependents('pg_catalog.pg_proc'::regclass, f),
+		'drop and create again (its arguments or result columns change)');
+	INSERT INTO ntask.upgrade_acl AS u
+	SELECT p.proname, coalesce(p.proacl, pg_catalog.acldefault('f', p.proowner)), i.initprivs
+	FROM pg_catalog.pg_proc p
+	LEFT JOIN pg_catalog.pg_init_privs i ON i.objoid OPERATOR(pg_catalog.=) p.oid
+		AND i.classoid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::regclass AND i.objsubid OPERATOR(pg_catalog.=) 0
+	WHERE p.oid OPERATOR(pg_catalog.=) f
+	ON CONFLICT (proname) DO UPDATE SET acl = EXCLUDED.acl, initprivs = EXCLUDED.initprivs;
+	EXECUTE pg_catalog.format('DROP FUNCTION %s', f);
+END $$;
+
+CREATE FUNCTION ntask.upgrade_restore_acl(fn text) RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+	f regprocedure := fn::regprocedure;
+	u record;
+	g record;
+	mine aclitem[];
+BEGIN
+	SELECT a.* INTO u FROM ntask.upgrade_acl a JOIN pg_catalog.pg_proc p
+		ON p.proname OPERATOR(pg_catalog.=) a.proname WHERE p.oid OPERATOR(pg_catalog.=) f;
+	IF NOT FOUND OR u.initprivs IS NULL THEN
+		RETURN;
+	END IF;
+	SELECT p.proacl INTO mine FROM pg_catalog.pg_proc p WHERE p.oid OPERATOR(pg_catalog.=) f;
+	FOR g IN
+		SELECT x.grantee, x.is_grantable, true AS grant FROM pg_catalog.aclexplode(u.acl) x
+		EXCEPT SELECT y.grantee, y.is_grantable, true FROM pg_catalog.aclexplode(u.initprivs) y
+		UNION ALL
+		(SELECT y.grantee, y.is_grantable, false FROM pg_catalog.aclexplode(u.initprivs) y
+		 EXCEPT SELECT x.grantee, x.is_grantable, false FROM pg_catalog.aclexplode(u.acl) x)
+	LOOP
+		EXECUTE pg_catalog.format(CASE WHEN g.grant THEN 'GRANT EXECUTE ON FUNCTION %s TO %s%s'
+									   ELSE 'REVOKE EXECUTE ON FUNCTION %s FROM %s' END,
+			f, CASE WHEN g.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC' ELSE g.grantee::regrole::text END,
+			CASE WHEN g.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+	END LOOP;
+	-- the users' grants are not the extension's: pg_dump dumps them
+	UPDATE pg_catalog.pg_init_privs i SET initprivs = mine
+	WHERE i.objoid OPERATOR(pg_catalog.=) f AND i.classoid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::regclass
+	  AND i.objsubid OPERATOR(pg_catalog.=) 0;
+END $$;
+
+SELECT ntask.upgrade_drop_function('@extschema@.ntask_repair_assign(bigint, text, text)');
 CREATE FUNCTION @extschema@.ntask_repair_assign(task_id bigint, owner text, next_action text,
 	actor text DEFAULT NULL)
 RETURNS void
@@ -726,5 +817,12 @@ COMMENT ON FUNCTION @extschema@.ntask_repair_assign(bigint, text, text, text) IS
 'ntask: audited assignment of an owner and a next action to a repair_required task; the audit row names actor (NULL: the current database user)';
 REVOKE ALL ON FUNCTION @extschema@.ntask_repair_assign(bigint, text, text, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION @extschema@.ntask_repair_assign(bigint, text, text, text) TO ntask_admin;
+SELECT ntask.upgrade_restore_acl('@extschema@.ntask_repair_assign(bigint, text, text, text)');
+
+DROP FUNCTION ntask.upgrade_restore_acl(text);
+DROP FUNCTION ntask.upgrade_drop_function(text);
+DROP FUNCTION ntask.upgrade_refuse(text, text, text);
+DROP FUNCTION ntask.upgrade_user_dependents(oid, oid, integer);
+DROP TABLE ntask.upgrade_acl;
 
 -- end of issue 51
