@@ -622,3 +622,279 @@ BEGIN
 END $$;
 
 -- end of issue 49
+
+
+-- issue 51: the operator console
+
+-- The summary views in a shape a Citus coordinator runs (no subquery
+-- correlated to the reference table ntask.queue; a task's attempts joined
+-- on the distribution column too), reading the unfinished tasks through
+-- their partial indexes; the waiting tasks get one of their own.  Same
+-- columns and answers on a plain install.
+CREATE INDEX task_waiting_idx ON ntask.task (queue, created_at)
+	WHERE state = 'waiting';
+
+CREATE OR REPLACE VIEW ntask.queue_stats AS
+SELECT q.queue COLLATE "default" AS queue,
+	   coalesce(u.ready, 0) AS ready,
+	   coalesce(u.leased, 0) AS leased,
+	   coalesce(u.retry_wait, 0) AS retry_wait,
+	   coalesce(f.succeeded, 0) AS succeeded,
+	   coalesce(u.repair_required, 0) AS repair_required,
+	   coalesce(f.canceled, 0) AS canceled,
+	   coalesce(f.skipped, 0) AS skipped,
+	   pg_catalog.now() OPERATOR(pg_catalog.-) u.oldest_ready AS oldest_ready_age,
+	   pg_catalog.now() OPERATOR(pg_catalog.-) u.oldest_unfinished AS oldest_unfinished_age,
+	   coalesce(u.unknown_attempts, 0) AS unknown_attempts,
+	   coalesce(u.repair_required, 0) AS repair_count,
+	   q.paused_at IS NOT NULL
+		 OR coalesce(q.paused_until OPERATOR(pg_catalog.>) pg_catalog.now(), false) AS paused,
+	   q.paused_at, q.paused_by, q.pause_reason,
+	   CASE WHEN q.paused_until OPERATOR(pg_catalog.>) pg_catalog.now() THEN q.paused_until END AS paused_until,
+	   coalesce(kp.keys_paused, 0) AS keys_paused,
+	   coalesce(u.awaiting, 0) AS awaiting,
+	   pg_catalog.now() OPERATOR(pg_catalog.-) u.oldest_awaiting AS oldest_awaiting_age,
+	   coalesce(u.waiting, 0) AS waiting,
+	   pg_catalog.now() OPERATOR(pg_catalog.-) u.oldest_waiting AS oldest_waiting_age,
+	   NULLIF(pg_catalog.array_remove(ARRAY[
+			CASE WHEN q.producer_role IS NOT NULL AND rp.oid IS NULL THEN 'producer_role' END,
+			CASE WHEN q.worker_role IS NOT NULL AND rw.oid IS NULL THEN 'worker_role' END,
+			CASE WHEN q.signal_role IS NOT NULL AND rs.oid IS NULL THEN 'signal_role' END], NULL), '{}') AS dropped_roles
+FROM ntask.queue q
+LEFT JOIN pg_catalog.pg_roles rp ON rp.oid OPERATOR(pg_catalog.=) q.producer_role::pg_catalog.oid
+LEFT JOIN pg_catalog.pg_roles rw ON rw.oid OPERATOR(pg_catalog.=) q.worker_role::pg_catalog.oid
+LEFT JOIN pg_catalog.pg_roles rs ON rs.oid OPERATOR(pg_catalog.=) q.signal_role::pg_catalog.oid
+LEFT JOIN (
+	SELECT k.queue, pg_catalog.count(*) AS keys_paused FROM ntask.key_pause k
+	WHERE k.until OPERATOR(pg_catalog.>) pg_catalog.now()
+	GROUP BY k.queue
+) kp ON kp.queue OPERATOR(pg_catalog.=) q.queue
+LEFT JOIN (
+	SELECT t.queue,
+		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'ready') AS ready,
+		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'leased') AS leased,
+		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'retry_wait') AS retry_wait,
+		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'repair_required') AS repair_required,
+		   min(t.run_at) FILTER (WHERE t.state OPERATOR(pg_catalog.=) ANY ('{ready,retry_wait}')
+								 AND t.run_at OPERATOR(pg_catalog.<=) pg_catalog.now()) AS oldest_ready,
+		   min(t.created_at) FILTER (WHERE t.due_at IS NOT NULL) AS oldest_unfinished,
+		   sum(t.unknown_attempts) AS unknown_attempts,
+		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'awaiting') AS awaiting,
+		   min(t.updated_at) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'awaiting') AS oldest_awaiting,
+		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'waiting') AS waiting,
+		   min(t.created_at) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'waiting') AS oldest_waiting
+	FROM ntask.task t
+	WHERE t.due_at IS NOT NULL OR t.state OPERATOR(pg_catalog.=) 'repair_required'
+	   OR t.state OPERATOR(pg_catalog.=) 'awaiting' OR t.state OPERATOR(pg_catalog.=) 'waiting'
+	GROUP BY t.queue
+) u ON u.queue OPERATOR(pg_catalog.=) q.queue
+LEFT JOIN (
+	SELECT t.queue,
+		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'succeeded') AS succeeded,
+		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'canceled') AS canceled,
+		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'skipped') AS skipped
+	FROM ntask.task t
+	WHERE t.state OPERATOR(pg_catalog.=) ANY ('{succeeded,canceled,skipped}')
+	GROUP BY t.queue
+) f ON f.queue OPERATOR(pg_catalog.=) q.queue;
+
+CREATE OR REPLACE VIEW ntask.repair_queue AS
+SELECT t.task_id, t.queue COLLATE "default" AS queue, t.task_key COLLATE "default" AS task_key,
+	   t.reason, t.attempts,
+	   a.first_attempt_at, a.last_attempt_at,
+	   t.last_error_class, t.last_error_stage,
+	   coalesce(a.known_outcomes, 0) AS known_outcomes,
+	   coalesce(a.unknown_outcomes, 0) AS unknown_outcomes,
+	   t.repair_owner AS owner, t.repair_next_action AS next_action,
+	   t.updated_at AS since
+FROM ntask.task t
+-- a task's attempts by its key and shard (co-located on a Citus install)
+LEFT JOIN LATERAL (
+	SELECT min(at.claimed_at) AS first_attempt_at,
+		   max(at.claimed_at) AS last_attempt_at,
+		   count(*) FILTER (WHERE at.outcome_known) AS known_outcomes,
+		   count(*) FILTER (WHERE NOT at.outcome_known) AS unknown_outcomes
+	FROM ntask.attempt at
+	WHERE at.task_id OPERATOR(pg_catalog.=) t.task_id
+	  AND at.shard OPERATOR(pg_catalog.=) t.shard
+) a ON true
+WHERE t.state OPERATOR(pg_catalog.=) 'repair_required';
+
+CREATE OR REPLACE VIEW ntask.queue_metrics AS
+SELECT q.queue,
+	   coalesce(l.leases_expired, 0) AS leases_expired,
+	   coalesce(s.tasks, 0) OPERATOR(pg_catalog.+) coalesce(p.tasks, 0) AS enqueued_total,
+	   coalesce(s.attempts, 0) OPERATOR(pg_catalog.+) coalesce(p.attempts, 0) AS claims_total,
+	   coalesce(s.unknown_attempts, 0) OPERATOR(pg_catalog.+) coalesce(p.unknown_attempts, 0) AS unknown_outcomes_total,
+	   coalesce(s.succeeded, 0) OPERATOR(pg_catalog.+) coalesce(p.succeeded, 0) AS succeeded_total,
+	   coalesce(s.canceled, 0) OPERATOR(pg_catalog.+) coalesce(p.canceled, 0) AS canceled_total,
+	   coalesce(s.skipped, 0) OPERATOR(pg_catalog.+) coalesce(p.skipped, 0) AS skipped_total,
+	   CASE WHEN q.paused_at IS NOT NULL
+				 OR q.paused_until OPERATOR(pg_catalog.>) pg_catalog.now() THEN 1 ELSE 0 END AS paused,
+	   coalesce(kp.keys_paused, 0) AS keys_paused
+FROM ntask.queue q
+LEFT JOIN (
+	SELECT t.queue,
+		   count(*) AS tasks,
+		   sum(t.attempts) AS attempts,
+		   sum(t.unknown_attempts) AS unknown_attempts,
+		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'succeeded') AS succeeded,
+		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'canceled') AS canceled,
+		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'skipped') AS skipped
+	FROM ntask.task t
+	GROUP BY t.queue
+) s ON s.queue OPERATOR(pg_catalog.=) q.queue
+LEFT JOIN (
+	SELECT t.queue, count(*) AS leases_expired
+	FROM ntask.task t
+	WHERE t.lease_until IS NOT NULL AND t.lease_until OPERATOR(pg_catalog.<) pg_catalog.now()
+	GROUP BY t.queue
+) l ON l.queue OPERATOR(pg_catalog.=) q.queue
+LEFT JOIN (
+	SELECT k.queue, pg_catalog.count(*) AS keys_paused FROM ntask.key_pause k
+	WHERE k.until OPERATOR(pg_catalog.>) pg_catalog.now()
+	GROUP BY k.queue
+) kp ON kp.queue OPERATOR(pg_catalog.=) q.queue
+LEFT JOIN ntask.queue_pruned p ON p.queue OPERATOR(pg_catalog.=) q.queue;
+
+CREATE OR REPLACE VIEW ntask.breaker_stats AS
+SELECT q.queue,
+	   coalesce(b.state, 'closed') AS state,
+	   coalesce(b.failures, 0) AS failures,
+	   q.breaker_failures AS failure_threshold,
+	   q.breaker_cooldown AS cooldown,
+	   b.opened_at,
+	   b.open_until,
+	   b.changed_at,
+	   CASE WHEN coalesce(b.state, 'closed') OPERATOR(pg_catalog.=) 'closed' THEN 0::pg_catalog.int8
+			ELSE coalesce(h.held, 0)
+	   END AS held
+FROM ntask.queue q
+LEFT JOIN ntask.breaker b ON b.queue OPERATOR(pg_catalog.=) q.queue
+-- the tasks held back, counted only in the queues whose breaker is not
+-- closed (through task_due_idx)
+LEFT JOIN (
+	SELECT t.queue, pg_catalog.count(*) AS held
+	FROM ntask.task t
+	WHERE t.queue OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT o.queue FROM ntask.breaker o
+										  WHERE o.state OPERATOR(pg_catalog.<>) 'closed'))
+	  AND t.due_at IS NOT NULL
+	  AND t.state OPERATOR(pg_catalog.<>) 'leased'
+	  AND t.due_at OPERATOR(pg_catalog.<=) pg_catalog.now()
+	GROUP BY t.queue
+) h ON h.queue OPERATOR(pg_catalog.=) q.queue
+WHERE q.breaker_failures IS NOT NULL
+  AND (q.target OPERATOR(pg_catalog.->>) 'type') OPERATOR(pg_catalog.=) 'http';
+
+-- ntask_repair_assign takes the operator's name as actor, like
+-- ntask_replay (NULL: the current database user, as before).  Its
+-- arguments change, so it is dropped and created again by the rule of
+-- issue 29.10 (ntask--0.3--1.0.0.sql): a user view or BEGIN ATOMIC
+-- function bound to it refuses the update, naming it; the users' grants
+-- and revokes are carried over (and stay out of pg_init_privs).  The
+-- upgrade_* helpers are those of ntask--0.3--1.0.0.sql, dropped below.
+CREATE TABLE ntask.upgrade_acl (proname name PRIMARY KEY, acl aclitem[], initprivs aclitem[]);
+
+-- the objects outside the extension that depend on an object (a view for
+-- its rewrite rule), described; NULL when none
+CREATE FUNCTION ntask.upgrade_user_dependents(cls oid, obj oid, sub integer DEFAULT 0)
+RETURNS text LANGUAGE sql STABLE AS $$
+	SELECT pg_catalog.string_agg(DISTINCT pg_catalog.pg_describe_object(x.classid, x.objid, 0), ', ')
+	FROM (SELECT CASE WHEN d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_rewrite'::pg_catalog.regclass
+					  THEN 'pg_catalog.pg_class'::pg_catalog.regclass::pg_catalog.oid ELSE d.classid END AS classid,
+				 CASE WHEN d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_rewrite'::pg_catalog.regclass
+					  THEN (SELECT r.ev_class FROM pg_catalog.pg_rewrite r WHERE r.oid OPERATOR(pg_catalog.=) d.objid)
+					  ELSE d.objid END AS objid
+		  FROM pg_catalog.pg_depend d
+		  WHERE d.refclassid OPERATOR(pg_catalog.=) cls AND d.refobjid OPERATOR(pg_catalog.=) obj
+			AND (sub OPERATOR(pg_catalog.=) 0 OR d.refobjsubid OPERATOR(pg_catalog.=) sub)
+			AND d.deptype OPERATOR(pg_catalog.=) 'n'
+			-- views (their rules) and functions (BEGIN ATOMIC): a table's own
+			-- constraints, indexes and triggers go with the table
+			AND d.classid OPERATOR(pg_catalog.=) ANY (ARRAY['pg_catalog.pg_rewrite'::pg_catalog.regclass,
+														   'pg_catalog.pg_proc'::pg_catalog.regclass]::pg_catalog.oid[])) x
+	WHERE x.objid IS DISTINCT FROM obj
+	  AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_depend e
+					  WHERE e.classid OPERATOR(pg_catalog.=) x.classid
+						AND e.objid OPERATOR(pg_catalog.=) x.objid
+						AND e.deptype OPERATOR(pg_catalog.=) 'e')
+$$;
+
+-- refuse, naming them, when user objects depend on what must be dropped
+CREATE FUNCTION ntask.upgrade_refuse(what text, deps text, why text) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+	IF deps IS NOT NULL THEN
+		RAISE EXCEPTION 'ntask: cannot update: % depend(s) on %, which this update must %', deps, what, why
+			USING ERRCODE = 'dependent_objects_still_exist',
+				  HINT = 'Save and drop the objects named, run ALTER EXTENSION ntask UPDATE again, then create them again (README "Upgrading").';
+	END IF;
+END $$;
+
+CREATE FUNCTION ntask.upgrade_drop_function(fn text) RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+	f regprocedure := fn::regprocedure;
+BEGIN
+	PERFORM ntask.upgrade_refuse('function ' || f::text,
+		ntask.upgrade_user_dependents('pg_catalog.pg_proc'::regclass, f),
+		'drop and create again (its arguments or result columns change)');
+	INSERT INTO ntask.upgrade_acl AS u
+	SELECT p.proname, coalesce(p.proacl, pg_catalog.acldefault('f', p.proowner)), i.initprivs
+	FROM pg_catalog.pg_proc p
+	LEFT JOIN pg_catalog.pg_init_privs i ON i.objoid OPERATOR(pg_catalog.=) p.oid
+		AND i.classoid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::regclass AND i.objsubid OPERATOR(pg_catalog.=) 0
+	WHERE p.oid OPERATOR(pg_catalog.=) f
+	ON CONFLICT (proname) DO UPDATE SET acl = EXCLUDED.acl, initprivs = EXCLUDED.initprivs;
+	EXECUTE pg_catalog.format('DROP FUNCTION %s', f);
+END $$;
+
+CREATE FUNCTION ntask.upgrade_restore_acl(fn text) RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+	f regprocedure := fn::regprocedure;
+	u record;
+	g record;
+	mine aclitem[];
+BEGIN
+	SELECT a.* INTO u FROM ntask.upgrade_acl a JOIN pg_catalog.pg_proc p
+		ON p.proname OPERATOR(pg_catalog.=) a.proname WHERE p.oid OPERATOR(pg_catalog.=) f;
+	IF NOT FOUND OR u.initprivs IS NULL THEN
+		RETURN;
+	END IF;
+	SELECT p.proacl INTO mine FROM pg_catalog.pg_proc p WHERE p.oid OPERATOR(pg_catalog.=) f;
+	FOR g IN
+		SELECT x.grantee, x.is_grantable, true AS grant FROM pg_catalog.aclexplode(u.acl) x
+		EXCEPT SELECT y.grantee, y.is_grantable, true FROM pg_catalog.aclexplode(u.initprivs) y
+		UNION ALL
+		(SELECT y.grantee, y.is_grantable, false FROM pg_catalog.aclexplode(u.initprivs) y
+		 EXCEPT SELECT x.grantee, x.is_grantable, false FROM pg_catalog.aclexplode(u.acl) x)
+	LOOP
+		EXECUTE pg_catalog.format(CASE WHEN g.grant THEN 'GRANT EXECUTE ON FUNCTION %s TO %s%s'
+									   ELSE 'REVOKE EXECUTE ON FUNCTION %s FROM %s' END,
+			f, CASE WHEN g.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC' ELSE g.grantee::regrole::text END,
+			CASE WHEN g.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+	END LOOP;
+	-- the users' grants are not the extension's: pg_dump dumps them
+	UPDATE pg_catalog.pg_init_privs i SET initprivs = mine
+	WHERE i.objoid OPERATOR(pg_catalog.=) f AND i.classoid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::regclass
+	  AND i.objsubid OPERATOR(pg_catalog.=) 0;
+END $$;
+
+SELECT ntask.upgrade_drop_function('@extschema@.ntask_repair_assign(bigint, text, text)');
+CREATE FUNCTION @extschema@.ntask_repair_assign(task_id bigint, owner text, next_action text,
+	actor text DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'ntask_repair_assign'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.ntask_repair_assign(bigint, text, text, text) IS
+'ntask: audited assignment of an owner and a next action to a repair_required task; the audit row names actor (NULL: the current database user)';
+REVOKE ALL ON FUNCTION @extschema@.ntask_repair_assign(bigint, text, text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.ntask_repair_assign(bigint, text, text, text) TO ntask_admin;
+SELECT ntask.upgrade_restore_acl('@extschema@.ntask_repair_assign(bigint, text, text, text)');
+
+DROP FUNCTION ntask.upgrade_restore_acl(text);
+DROP FUNCTION ntask.upgrade_drop_function(text);
+DROP FUNCTION ntask.upgrade_refuse(text, text, text);
+DROP FUNCTION ntask.upgrade_user_dependents(oid, oid, integer);
+DROP TABLE ntask.upgrade_acl;
+
+-- end of issue 51

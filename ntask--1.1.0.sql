@@ -359,6 +359,10 @@ CREATE INDEX task_deadline_idx ON ntask.task (deadline)
 -- the tasks awaiting a signal, for ntask_signal and the metrics (issue 36.3)
 CREATE INDEX task_awaiting_idx ON ntask.task (queue, signal_key)
 	WHERE state = 'awaiting';
+-- the tasks waiting for their parents, for ntask.queue_stats (issue 51):
+-- in no other index but task_ordered_idx (ordered queues only)
+CREATE INDEX task_waiting_idx ON ntask.task (queue, created_at)
+	WHERE state = 'waiting';
 -- finished rows that may be pruned (repair_required is never pruned)
 CREATE INDEX task_finished_idx ON ntask.task (queue, finished_at)
 	WHERE state IN ('succeeded', 'canceled', 'skipped');
@@ -696,39 +700,49 @@ SELECT pg_catalog.pg_extension_config_dump('ntask.signal', '');
 -- per queue: tasks per state, ages, unknown outcomes.  unknown_attempts
 -- counts the attempts with an unknown outcome of the tasks that are not
 -- finished (a task that succeeded since is no longer a question; one in
--- repair is)
+-- repair is).
+--
+-- The shape of these views (issue 51): each reads ntask.task in subqueries
+-- grouped by queue (or correlated on the distribution column, shard) and
+-- joins them to ntask.queue, with no subquery correlated to the queue row,
+-- which a Citus coordinator refuses (0A000: ntask.queue is a reference
+-- table, ntask.task distributed).  The unfinished tasks are read through
+-- the partial indexes that hold only them (task_due_idx, task_repair_idx,
+-- task_awaiting_idx, task_waiting_idx), so those numbers cost the backlog;
+-- succeeded, canceled and skipped count the finished rows, which no index
+-- makes cheaper than one pass over them.
 CREATE VIEW ntask.queue_stats AS
 SELECT q.queue COLLATE "default" AS queue,
-	   coalesce(s.ready, 0) AS ready,
-	   coalesce(s.leased, 0) AS leased,
-	   coalesce(s.retry_wait, 0) AS retry_wait,
-	   coalesce(s.succeeded, 0) AS succeeded,
-	   coalesce(s.repair_required, 0) AS repair_required,
-	   coalesce(s.canceled, 0) AS canceled,
-	   coalesce(s.skipped, 0) AS skipped,
-	   pg_catalog.now() OPERATOR(pg_catalog.-) s.oldest_ready AS oldest_ready_age,
-	   pg_catalog.now() OPERATOR(pg_catalog.-) s.oldest_unfinished AS oldest_unfinished_age,
-	   coalesce(s.unknown_attempts, 0) AS unknown_attempts,
-	   coalesce(s.repair_required, 0) AS repair_count,
+	   coalesce(u.ready, 0) AS ready,
+	   coalesce(u.leased, 0) AS leased,
+	   coalesce(u.retry_wait, 0) AS retry_wait,
+	   coalesce(f.succeeded, 0) AS succeeded,
+	   coalesce(u.repair_required, 0) AS repair_required,
+	   coalesce(f.canceled, 0) AS canceled,
+	   coalesce(f.skipped, 0) AS skipped,
+	   pg_catalog.now() OPERATOR(pg_catalog.-) u.oldest_ready AS oldest_ready_age,
+	   pg_catalog.now() OPERATOR(pg_catalog.-) u.oldest_unfinished AS oldest_unfinished_age,
+	   coalesce(u.unknown_attempts, 0) AS unknown_attempts,
+	   coalesce(u.repair_required, 0) AS repair_count,
 	   q.paused_at IS NOT NULL
 		 OR coalesce(q.paused_until OPERATOR(pg_catalog.>) pg_catalog.now(), false) AS paused,
 	   q.paused_at, q.paused_by, q.pause_reason,
 	   CASE WHEN q.paused_until OPERATOR(pg_catalog.>) pg_catalog.now() THEN q.paused_until END AS paused_until,
 	   coalesce(kp.keys_paused, 0) AS keys_paused,
-	   coalesce(s.awaiting, 0) AS awaiting,
-	   pg_catalog.now() OPERATOR(pg_catalog.-) s.oldest_awaiting AS oldest_awaiting_age,
-	   coalesce(s.waiting, 0) AS waiting,
-	   pg_catalog.now() OPERATOR(pg_catalog.-) s.oldest_waiting AS oldest_waiting_age,
-	   -- the role columns naming a role that was dropped (issue 46.9)
-	   NULLIF(ARRAY(SELECT x.col FROM (VALUES (1, 'producer_role', q.producer_role::pg_catalog.oid),
-											   (2, 'worker_role', q.worker_role::pg_catalog.oid),
-											   (3, 'signal_role', q.signal_role::pg_catalog.oid)) x (n, col, role)
-					WHERE x.role IS NOT NULL
-					  AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.oid OPERATOR(pg_catalog.=) x.role)
-					ORDER BY x.n), '{}') AS dropped_roles
+	   coalesce(u.awaiting, 0) AS awaiting,
+	   pg_catalog.now() OPERATOR(pg_catalog.-) u.oldest_awaiting AS oldest_awaiting_age,
+	   coalesce(u.waiting, 0) AS waiting,
+	   pg_catalog.now() OPERATOR(pg_catalog.-) u.oldest_waiting AS oldest_waiting_age,
+	   NULLIF(pg_catalog.array_remove(ARRAY[
+			CASE WHEN q.producer_role IS NOT NULL AND rp.oid IS NULL THEN 'producer_role' END,
+			CASE WHEN q.worker_role IS NOT NULL AND rw.oid IS NULL THEN 'worker_role' END,
+			CASE WHEN q.signal_role IS NOT NULL AND rs.oid IS NULL THEN 'signal_role' END], NULL), '{}') AS dropped_roles
 FROM ntask.queue q
+LEFT JOIN pg_catalog.pg_roles rp ON rp.oid OPERATOR(pg_catalog.=) q.producer_role::pg_catalog.oid
+LEFT JOIN pg_catalog.pg_roles rw ON rw.oid OPERATOR(pg_catalog.=) q.worker_role::pg_catalog.oid
+LEFT JOIN pg_catalog.pg_roles rs ON rs.oid OPERATOR(pg_catalog.=) q.signal_role::pg_catalog.oid
 LEFT JOIN (
-	SELECT k.queue, count(*) AS keys_paused FROM ntask.key_pause k
+	SELECT k.queue, pg_catalog.count(*) AS keys_paused FROM ntask.key_pause k
 	WHERE k.until OPERATOR(pg_catalog.>) pg_catalog.now()
 	GROUP BY k.queue
 ) kp ON kp.queue OPERATOR(pg_catalog.=) q.queue
@@ -737,21 +751,29 @@ LEFT JOIN (
 		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'ready') AS ready,
 		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'leased') AS leased,
 		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'retry_wait') AS retry_wait,
-		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'succeeded') AS succeeded,
 		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'repair_required') AS repair_required,
-		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'canceled') AS canceled,
-		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'skipped') AS skipped,
 		   min(t.run_at) FILTER (WHERE t.state OPERATOR(pg_catalog.=) ANY ('{ready,retry_wait}')
 								 AND t.run_at OPERATOR(pg_catalog.<=) pg_catalog.now()) AS oldest_ready,
 		   min(t.created_at) FILTER (WHERE t.due_at IS NOT NULL) AS oldest_unfinished,
-		   sum(t.unknown_attempts) FILTER (WHERE t.state OPERATOR(pg_catalog.<>) ALL ('{succeeded,canceled,skipped}')) AS unknown_attempts,
+		   sum(t.unknown_attempts) AS unknown_attempts,
 		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'awaiting') AS awaiting,
 		   min(t.updated_at) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'awaiting') AS oldest_awaiting,
 		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'waiting') AS waiting,
 		   min(t.created_at) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'waiting') AS oldest_waiting
 	FROM ntask.task t
+	WHERE t.due_at IS NOT NULL OR t.state OPERATOR(pg_catalog.=) 'repair_required'
+	   OR t.state OPERATOR(pg_catalog.=) 'awaiting' OR t.state OPERATOR(pg_catalog.=) 'waiting'
 	GROUP BY t.queue
-) s ON s.queue OPERATOR(pg_catalog.=) q.queue;
+) u ON u.queue OPERATOR(pg_catalog.=) q.queue
+LEFT JOIN (
+	SELECT t.queue,
+		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'succeeded') AS succeeded,
+		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'canceled') AS canceled,
+		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'skipped') AS skipped
+	FROM ntask.task t
+	WHERE t.state OPERATOR(pg_catalog.=) ANY ('{succeeded,canceled,skipped}')
+	GROUP BY t.queue
+) f ON f.queue OPERATOR(pg_catalog.=) q.queue;
 COMMENT ON VIEW ntask.queue_stats IS 'ntask: per queue, tasks per state, oldest due-and-ready age, oldest unfinished age, attempts whose outcome is unknown of unfinished tasks (incl. repair_required), repair count, whether it is paused (by whom, since when, why, until when) and how many of its partition keys a rate limit holds back, tasks awaiting a signal and the age of the oldest await, tasks waiting for parents and the age of the oldest, and which of its roles (producer_role, worker_role, signal_role) name a role that was dropped';
 
 CREATE VIEW ntask.repair_queue AS
@@ -764,6 +786,7 @@ SELECT t.task_id, t.queue COLLATE "default" AS queue, t.task_key COLLATE "defaul
 	   t.repair_owner AS owner, t.repair_next_action AS next_action,
 	   t.updated_at AS since
 FROM ntask.task t
+-- a task's attempts by its key and shard (co-located on a Citus install)
 LEFT JOIN LATERAL (
 	SELECT min(at.claimed_at) AS first_attempt_at,
 		   max(at.claimed_at) AS last_attempt_at,
@@ -771,6 +794,7 @@ LEFT JOIN LATERAL (
 		   count(*) FILTER (WHERE NOT at.outcome_known) AS unknown_outcomes
 	FROM ntask.attempt at
 	WHERE at.task_id OPERATOR(pg_catalog.=) t.task_id
+	  AND at.shard OPERATOR(pg_catalog.=) t.shard
 ) a ON true
 WHERE t.state OPERATOR(pg_catalog.=) 'repair_required';
 COMMENT ON VIEW ntask.repair_queue IS 'ntask: redacted summary of tasks that need a human (no payload): reason, attempts, first/last attempt, last error, known vs unknown outcomes, owner, next action';
@@ -801,11 +825,12 @@ WHERE t.lease_until IS NOT NULL AND t.state OPERATOR(pg_catalog.=) 'leased'
   AND t.progress IS NOT NULL;
 COMMENT ON VIEW ntask.task_progress IS 'ntask: the latest progress of each running attempt that reported one (ntask_heartbeat progress => ...), with its age';
 
--- per queue: expired leases not yet taken over (a gauge) and the counters,
--- monotonic across retention (attempts = claims that handed a task out)
+-- per queue: expired leases not yet taken over (a gauge, through
+-- task_lease_idx) and the counters, monotonic across retention (attempts =
+-- claims that handed a task out): these count every task, one pass
 CREATE VIEW ntask.queue_metrics AS
 SELECT q.queue,
-	   coalesce(s.leases_expired, 0) AS leases_expired,
+	   coalesce(l.leases_expired, 0) AS leases_expired,
 	   coalesce(s.tasks, 0) OPERATOR(pg_catalog.+) coalesce(p.tasks, 0) AS enqueued_total,
 	   coalesce(s.attempts, 0) OPERATOR(pg_catalog.+) coalesce(p.attempts, 0) AS claims_total,
 	   coalesce(s.unknown_attempts, 0) OPERATOR(pg_catalog.+) coalesce(p.unknown_attempts, 0) AS unknown_outcomes_total,
@@ -814,9 +839,7 @@ SELECT q.queue,
 	   coalesce(s.skipped, 0) OPERATOR(pg_catalog.+) coalesce(p.skipped, 0) AS skipped_total,
 	   CASE WHEN q.paused_at IS NOT NULL
 				 OR q.paused_until OPERATOR(pg_catalog.>) pg_catalog.now() THEN 1 ELSE 0 END AS paused,
-	   (SELECT count(*) FROM ntask.key_pause k
-		WHERE k.queue OPERATOR(pg_catalog.=) q.queue
-		  AND k.until OPERATOR(pg_catalog.>) pg_catalog.now()) AS keys_paused
+	   coalesce(kp.keys_paused, 0) AS keys_paused
 FROM ntask.queue q
 LEFT JOIN (
 	SELECT t.queue,
@@ -825,11 +848,21 @@ LEFT JOIN (
 		   sum(t.unknown_attempts) AS unknown_attempts,
 		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'succeeded') AS succeeded,
 		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'canceled') AS canceled,
-		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'skipped') AS skipped,
-		   count(*) FILTER (WHERE t.lease_until OPERATOR(pg_catalog.<) pg_catalog.now()) AS leases_expired
+		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'skipped') AS skipped
 	FROM ntask.task t
 	GROUP BY t.queue
 ) s ON s.queue OPERATOR(pg_catalog.=) q.queue
+LEFT JOIN (
+	SELECT t.queue, count(*) AS leases_expired
+	FROM ntask.task t
+	WHERE t.lease_until IS NOT NULL AND t.lease_until OPERATOR(pg_catalog.<) pg_catalog.now()
+	GROUP BY t.queue
+) l ON l.queue OPERATOR(pg_catalog.=) q.queue
+LEFT JOIN (
+	SELECT k.queue, pg_catalog.count(*) AS keys_paused FROM ntask.key_pause k
+	WHERE k.until OPERATOR(pg_catalog.>) pg_catalog.now()
+	GROUP BY k.queue
+) kp ON kp.queue OPERATOR(pg_catalog.=) q.queue
 LEFT JOIN ntask.queue_pruned p ON p.queue OPERATOR(pg_catalog.=) q.queue;
 COMMENT ON VIEW ntask.queue_metrics IS 'ntask: per queue, leases expired and not yet taken over, and counters that never go down (tasks deleted by retention still count): enqueued, claims (attempts handed out), attempts with an unknown outcome, succeeded, canceled, skipped; gauges paused (1 while paused) and keys_paused (partition keys a rate limit holds back)';
 
@@ -873,14 +906,22 @@ SELECT q.queue,
 	   b.open_until,
 	   b.changed_at,
 	   CASE WHEN coalesce(b.state, 'closed') OPERATOR(pg_catalog.=) 'closed' THEN 0::pg_catalog.int8
-			ELSE (SELECT pg_catalog.count(*) FROM ntask.task t
-				  WHERE t.queue OPERATOR(pg_catalog.=) q.queue
-					AND t.due_at IS NOT NULL
-					AND t.state OPERATOR(pg_catalog.<>) 'leased'
-					AND t.due_at OPERATOR(pg_catalog.<=) pg_catalog.now())
+			ELSE coalesce(h.held, 0)
 	   END AS held
 FROM ntask.queue q
 LEFT JOIN ntask.breaker b ON b.queue OPERATOR(pg_catalog.=) q.queue
+-- the tasks held back, counted only in the queues whose breaker is not
+-- closed (through task_due_idx)
+LEFT JOIN (
+	SELECT t.queue, pg_catalog.count(*) AS held
+	FROM ntask.task t
+	WHERE t.queue OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT o.queue FROM ntask.breaker o
+										  WHERE o.state OPERATOR(pg_catalog.<>) 'closed'))
+	  AND t.due_at IS NOT NULL
+	  AND t.state OPERATOR(pg_catalog.<>) 'leased'
+	  AND t.due_at OPERATOR(pg_catalog.<=) pg_catalog.now()
+	GROUP BY t.queue
+) h ON h.queue OPERATOR(pg_catalog.=) q.queue
 WHERE q.breaker_failures IS NOT NULL
   AND (q.target OPERATOR(pg_catalog.->>) 'type') OPERATOR(pg_catalog.=) 'http';
 COMMENT ON VIEW ntask.breaker_stats IS 'ntask: the circuit breaker of each http queue that has one: state (closed, open, half_open), consecutive failures, threshold, cooldown, when it last opened, until when it sends nothing, the last change of state, tasks due and held back while not closed (the worker''s dispatch only; ntask_claim by SQL ignores it)';
@@ -1220,12 +1261,13 @@ LANGUAGE C;
 COMMENT ON PROCEDURE @extschema@.ntask_bulk_all(text, text, text, text, jsonb, timestamptz, integer, bigint, bigint, integer) IS
 'ntask: ntask_bulk in chunks of max_tasks with a commit after each, until nothing matching remains (or a chunk changes nothing: rows locked by others); CALL it outside a transaction block (25001 inside one); returns the total changed, what remains and the number of chunks';
 
-CREATE FUNCTION @extschema@.ntask_repair_assign(task_id bigint, owner text, next_action text)
+CREATE FUNCTION @extschema@.ntask_repair_assign(task_id bigint, owner text, next_action text,
+	actor text DEFAULT NULL)
 RETURNS void
 AS 'MODULE_PATHNAME', 'ntask_repair_assign'
 LANGUAGE C VOLATILE;
-COMMENT ON FUNCTION @extschema@.ntask_repair_assign(bigint, text, text) IS
-'ntask: audited assignment of an owner and a next action to a repair_required task';
+COMMENT ON FUNCTION @extschema@.ntask_repair_assign(bigint, text, text, text) IS
+'ntask: audited assignment of an owner and a next action to a repair_required task; the audit row names actor (NULL: the current database user)';
 
 -- Digests, receipts and fences ---------------------------------------
 
@@ -2821,7 +2863,7 @@ REVOKE ALL ON FUNCTION
 	@extschema@.ntask_transition_and_claim(bigint, bigint, text, text, text, integer, text, text, jsonb, timestamptz, text, interval, jsonb),
 	@extschema@.ntask_replay(bigint, text, text),
 	@extschema@.ntask_cancel(bigint, text, text),
-	@extschema@.ntask_repair_assign(bigint, text, text),
+	@extschema@.ntask_repair_assign(bigint, text, text, text),
 	@extschema@.ntask_bulk(text, text, text, text, jsonb, boolean, timestamptz, integer),
 	@extschema@.ntask_digest(jsonb, integer),
 	@extschema@.ntask_receipt(bigint, bigint, jsonb),
@@ -2891,7 +2933,7 @@ GRANT EXECUTE ON FUNCTION
 	@extschema@.ntask_queue_resume(text, text, text),
 	@extschema@.ntask_replay(bigint, text, text),
 	@extschema@.ntask_cancel(bigint, text, text),
-	@extschema@.ntask_repair_assign(bigint, text, text),
+	@extschema@.ntask_repair_assign(bigint, text, text, text),
 	@extschema@.ntask_bulk(text, text, text, text, jsonb, boolean, timestamptz, integer),
 	@extschema@.ntask_fence_grant(text, regrole),
 	@extschema@.ntask_cron_next(text, timestamptz, text),

@@ -54,3 +54,23 @@ ROLLBACK;
 SELECT actor, action, t.task_key, a.reason, from_state, to_state, db_user = current_user AS by_me
 FROM ntask.audit a LEFT JOIN ntask.task t USING (task_id)
 WHERE a.queue = 'rc' AND action <> 'queue_set' ORDER BY audit_id;
+
+-- issue 51: ntask_repair_assign audits the actor it is given (the
+-- console's operator), the database user when actor is NULL or left out
+SELECT queue FROM ntask_queue_set('rc51', max_attempts => 1);
+SELECT task_id AS a1 FROM ntask_enqueue('rc51', 'assign-me') \gset
+SELECT token AS a1tok FROM ntask_claim('rc51', 'W1') \gset
+SELECT result, state FROM ntask_transition(:a1, :a1tok, 'repair_required', 'permanent');
+SELECT ntask_repair_assign(:a1, 'alice', 'ask the provider', actor => 'carol');
+SELECT ntask_repair_assign(:a1, 'bob', 'replay tomorrow', NULL);
+SELECT ntask_repair_assign(:a1, 'dave', 'replay now');
+SELECT ntask_repair_assign(:a1, 'erin', 'x', actor => '');
+\echo :SQLSTATE
+SELECT ntask_repair_assign(:a1, 'erin', 'x', actor => repeat('a', 201));
+\echo :SQLSTATE
+SELECT owner, next_action FROM ntask.repair_queue WHERE task_id = :a1;
+SELECT CASE WHEN actor = current_user::text THEN '(current_user)' ELSE actor END AS actor,
+	   a.reason, db_user = current_user AS by_me
+FROM ntask.audit a WHERE a.queue = 'rc51' AND action = 'repair_assign' ORDER BY audit_id;
+-- ntask_explain names the actor, and the database user beside it
+SELECT event, actor LIKE 'carol (%)' AS carol_and_me, detail FROM ntask_explain(:a1) WHERE event = 'repair_assign' AND actor LIKE 'carol%';

@@ -243,6 +243,26 @@ SELECT c.task_id, p.task_id FROM ntask.task c, ntask.task p
 WHERE c.task_key = 'v1-waiting' AND p.task_key = 'v1-r1';
 UPDATE ntask.task SET has_children = true WHERE task_key = 'v1-r1';
 SELECT state FROM ntask.task WHERE queue = 'v1' ORDER BY state;
+-- issue 51: a user's grant on ntask_repair_assign, whose arguments change
+-- (it gains actor): carried over to the new function
+CREATE ROLE regress_upg_oncall;
+GRANT EXECUTE ON FUNCTION ntask_repair_assign(bigint, text, text) TO regress_upg_oncall;
+-- issue 51: what the summary views of 1.0.0 answer over a task in every
+-- state; the rewritten views of 1.1.0 must answer the same (ages as
+-- present or not: they move with now())
+CREATE TEMP VIEW views_now AS
+SELECT 'queue_stats ' || row(s.queue, s.ready, s.leased, s.retry_wait, s.succeeded, s.repair_required,
+		s.canceled, s.skipped, s.oldest_ready_age IS NULL, s.oldest_unfinished_age IS NULL,
+		s.unknown_attempts, s.repair_count, s.paused, s.keys_paused, s.awaiting,
+		s.oldest_awaiting_age IS NULL, s.waiting, s.oldest_waiting_age IS NULL)::text AS r
+FROM ntask.queue_stats s
+UNION ALL SELECT 'queue_metrics ' || row(m.queue, m.leases_expired, m.enqueued_total, m.claims_total,
+		m.unknown_outcomes_total, m.succeeded_total, m.canceled_total, m.skipped_total, m.paused,
+		m.keys_paused)::text FROM ntask.queue_metrics m
+UNION ALL SELECT 'repair_queue ' || row(q.task_id, q.queue, q.task_key, q.reason, q.attempts,
+		q.first_attempt_at, q.last_attempt_at, q.last_error_class, q.known_outcomes,
+		q.unknown_outcomes, q.owner, q.next_action, q.since)::text FROM ntask.repair_queue q;
+CREATE TEMP TABLE views_before AS SELECT * FROM views_now;
 -- every row as text, before the update: none is lost or changed by it
 CREATE TEMP TABLE v1_before AS
 SELECT 'task ' || t::text AS r FROM ntask.task t WHERE t.queue = 'v1'
@@ -257,6 +277,18 @@ EXCEPT (SELECT 'task ' || t::text FROM ntask.task t WHERE t.queue = 'v1'
 SELECT count(*) AS rows_after FROM (SELECT 1 FROM ntask.task t WHERE t.queue = 'v1'
 		UNION ALL SELECT 1 FROM ntask.attempt a UNION ALL SELECT 1 FROM ntask.task_dep d) x;
 SELECT count(*) AS rows_before FROM v1_before;
+-- issue 51: the views answer as before; the user's grant is on the new
+-- ntask_repair_assign and is the user's (pg_dump dumps it)
+SELECT count(*) AS view_rows FROM views_before;
+SELECT r AS view_answer_changed FROM (TABLE views_before EXCEPT TABLE views_now) x
+UNION ALL SELECT r FROM (TABLE views_now EXCEPT TABLE views_before) y;
+SELECT has_function_privilege('regress_upg_oncall', 'ntask_repair_assign(bigint, text, text, text)',
+							  'EXECUTE') AS oncall_may_assign;
+SELECT count(*) AS oncall_in_init_privs
+FROM pg_init_privs i, aclexplode(i.initprivs) x
+WHERE x.grantee = 'regress_upg_oncall'::regrole;
+REVOKE ALL ON FUNCTION ntask_repair_assign(bigint, text, text, text) FROM regress_upg_oncall;
+DROP ROLE regress_upg_oncall;
 SELECT item AS only_after_update_from_1_0 FROM pg_temp.ntask_shape()
 EXCEPT SELECT item FROM fresh_shape
 ORDER BY 1;

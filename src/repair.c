@@ -240,9 +240,12 @@ ntask_replay(PG_FUNCTION_ARGS)
 }
 
 /*
- * ntask_repair_assign(task_id, owner, next_action) RETURNS void
+ * ntask_repair_assign(task_id, owner, next_action, actor DEFAULT NULL)
+ * RETURNS void
  *		Record who owns a repair_required task and what they will do next.
- *		Audited with the current database user as actor.
+ *		Audited with actor, or the current database user when actor is NULL
+ *		(or not passed: the 1.0.0 signature had no actor and this library
+ *		serves it until ALTER EXTENSION ntask UPDATE).
  */
 Datum
 ntask_repair_assign(PG_FUNCTION_ARGS)
@@ -250,9 +253,15 @@ ntask_repair_assign(PG_FUNCTION_ARGS)
 	int64		task_id = NtaskArgInt64(fcinfo, 0, "task_id");
 	text	   *owner = NtaskArgText(fcinfo, 1, "owner", NTASK_MAX_NAME_LEN);
 	text	   *next = NtaskArgText(fcinfo, 2, "next_action", NTASK_MAX_REASON_LEN);
+	char	   *actor;
 	char	   *state;
 	char	   *queue;
 	Datum		values[REP_ASSIGN_NARGS];
+
+	if (PG_NARGS() > 3 && !PG_ARGISNULL(3))
+		actor = text_to_cstring(NtaskArgText(fcinfo, 3, "actor", NTASK_MAX_NAME_LEN));
+	else
+		actor = GetUserNameFromId(GetUserId(), false);
 
 	SPI_connect();
 	state = rep_lock(task_id);
@@ -263,7 +272,7 @@ ntask_repair_assign(PG_FUNCTION_ARGS)
 	values[REP_ASSIGN_ARG_OWNER] = PointerGetDatum(owner);
 	values[REP_ASSIGN_ARG_NEXT_ACTION] = PointerGetDatum(next);
 	NtaskExecPlan(&rep_assign_plan, values, NULL, SPI_OK_UPDATE);
-	NtaskAudit(GetUserNameFromId(GetUserId(), false), "repair_assign", task_id,
+	NtaskAudit(actor, "repair_assign", task_id,
 			   queue, psprintf("owner %s: %s", text_to_cstring(owner),
 							   text_to_cstring(next)),
 			   state, state);

@@ -182,8 +182,8 @@ sub cookie_of { my ($res) = @_; return (($res->{headers}{'set-cookie'} // '') =~
 		'another operator logs in');
 }
 
-# assign a repair owner: ntask_repair_assign takes no actor, so its audit
-# row names the console's database role
+# assign a repair owner: the audit row names the operator as actor and
+# the console's database role as db_user
 {
 	my $s1 = sql(q{SELECT task_id FROM ntask.task WHERE queue = 'sms' AND task_key = 's1'});
 	my $res = $ua->post_form("$url{admin}/login", { name => 'alice', password => $admin_pw, next => '/' });
@@ -196,8 +196,8 @@ sub cookie_of { my ($res) = @_; return (($res->{headers}{'set-cookie'} // '') =~
 	like($res->{content}, qr/id="notice"[^>]*>assigned to oncall-sms/, 'assigned');
 	is(sql("SELECT repair_owner || ': ' || repair_next_action FROM ntask.task WHERE task_id = $s1"),
 		'oncall-sms: ask the carrier', 'the owner and the next action are on the task');
-	is(sql("SELECT actor FROM ntask.audit WHERE action = 'repair_assign' AND task_id = $s1"), 'console_admin',
-		"the audit row of the assignment names the console's role");
+	is(sql("SELECT actor || ' as ' || db_user FROM ntask.audit WHERE action = 'repair_assign' AND task_id = $s1"),
+		'alice as console_admin', "the audit row of the assignment names the operator and the console's role");
 	$res = $ua->get("$url{admin}/d/0/repair", { headers => { Cookie => $cookie } });
 	like($res->{content}, qr/<h2>Owner oncall-sms \(1\)<\/h2>/, 'the repair queue groups it under its owner');
 }

@@ -32,12 +32,15 @@ class Database {
 		this.index = index;
 		this.label = describeDsn(dsn);
 		// the console's statements are short: JIT compiling one whose plan
-		// the planner thinks costly (a million-row table) costs seconds.  The
-		// URI is parsed here so that its own options are kept and added to.
+		// the planner thinks costly (a million-row table) costs seconds, and
+		// parallel workers for a bitmap scan of the backlog cost more than
+		// they save on a busy server (the overview's counts took 2.5 times
+		// as long with them, docs/console.md).  The URI is parsed here so
+		// that its own options are kept and added to.
 		const cfg = parseDsn(dsn);
 		this.pool = new pg.Pool({
 			...cfg,
-			options: `${cfg.options || ''} -c jit=off`.trim(),
+			options: `${cfg.options || ''} -c jit=off -c max_parallel_workers_per_gather=0`.trim(),
 			application_name: cfg.application_name || 'ntask-console',
 			max: opts.poolSize || 4,
 			statement_timeout: opts.statementTimeoutMs || 10000,

@@ -40,12 +40,15 @@ function csrfField(ctx) { return html`<input type="hidden" name="csrf" value="${
 
 // Per queue: the counts of its unfinished tasks, the oldest due ready
 // task, the pause and the limits.  ntask.queue_stats has all of it but
-// counts every row of ntask.task (a sequential scan: 1.9 s at 1.1M rows,
-// docs/console.md), so the console reads the unfinished rows through the
-// partial indexes that hold only them (task_due_idx, task_repair_idx,
-// task_awaiting_idx; tasks waiting for parents through ntask.task_dep): its
-// cost is the backlog's, not the history's.  A role that may not read the
-// tables (ntask_monitor alone) gets queue_stats instead.
+// also counts the finished tasks (one pass over every finished row: about
+// 1 s at 1.1M rows, docs/console.md), so the console reads only the unfinished
+// rows, through the partial indexes that hold only them (task_due_idx,
+// task_repair_idx, task_awaiting_idx, task_waiting_idx): its cost is the
+// backlog's, not the history's.  The counts are one subquery grouped by
+// queue and joined to ntask.queue, not correlated to the queue row: a
+// Citus coordinator refuses a subquery over the distributed ntask.task
+// correlated to the reference table ntask.queue (0A000).  A role that may
+// not read the tables (ntask_monitor alone) gets queue_stats instead.
 async function summaries(db, queue) {
 	try {
 		const r = await db.query(`SELECT q.queue,
@@ -53,22 +56,29 @@ async function summaries(db, queue) {
 				q.paused_at, q.paused_by, q.pause_reason,
 				CASE WHEN q.paused_until > now() THEN q.paused_until END AS paused_until,
 				q.rate_n, q.rate_per, q.partition_rate_n, q.partition_rate_per, q.max_inflight, q.partition_max_inflight,
-				(SELECT count(*) FROM ntask.key_pause k WHERE k.queue = q.queue AND k.until > now()) AS keys_paused,
-				c.*,
-				(SELECT count(*) FROM ntask.task w WHERE w.queue = q.queue AND w.state = 'waiting'
-					AND w.task_id IN (SELECT d.task_id FROM ntask.task_dep d)) AS waiting,
+				coalesce(kp.keys_paused, 0) AS keys_paused,
+				coalesce(c.ready, 0) AS ready, coalesce(c.leased, 0) AS leased, coalesce(c.retry_wait, 0) AS retry_wait,
+				coalesce(c.repair_required, 0) AS repair_required, coalesce(c.awaiting, 0) AS awaiting,
+				coalesce(c.waiting, 0) AS waiting, coalesce(c.unknown_attempts, 0) AS unknown_attempts,
+				now() - c.oldest_ready AS oldest_ready_age,
 				b.state AS breaker, b.open_until
 			FROM ntask.queue q
-			LEFT JOIN ntask.breaker_stats b ON b.queue = q.queue,
-			LATERAL (SELECT count(*) FILTER (WHERE t.state = 'ready') AS ready,
+			LEFT JOIN ntask.breaker_stats b ON b.queue = q.queue
+			LEFT JOIN (SELECT k.queue, count(*) AS keys_paused FROM ntask.key_pause k
+				WHERE k.until > now() AND ($1::text IS NULL OR k.queue = $1) GROUP BY k.queue) kp ON kp.queue = q.queue
+			LEFT JOIN (SELECT t.queue,
+					count(*) FILTER (WHERE t.state = 'ready') AS ready,
 					count(*) FILTER (WHERE t.state = 'leased') AS leased,
 					count(*) FILTER (WHERE t.state = 'retry_wait') AS retry_wait,
 					count(*) FILTER (WHERE t.state = 'repair_required') AS repair_required,
 					count(*) FILTER (WHERE t.state = 'awaiting') AS awaiting,
-					coalesce(sum(t.unknown_attempts), 0) AS unknown_attempts,
-					now() - min(t.due_at) FILTER (WHERE t.state = 'ready' AND t.due_at <= now()) AS oldest_ready_age
+					count(*) FILTER (WHERE t.state = 'waiting') AS waiting,
+					sum(t.unknown_attempts) AS unknown_attempts,
+					min(t.due_at) FILTER (WHERE t.state = 'ready' AND t.due_at <= now()) AS oldest_ready
 				FROM ntask.task t
-				WHERE t.queue = q.queue AND (t.due_at IS NOT NULL OR t.state = 'repair_required' OR t.state = 'awaiting')) c
+				WHERE ($1::text IS NULL OR t.queue = $1)
+				  AND (t.due_at IS NOT NULL OR t.state = 'repair_required' OR t.state = 'awaiting' OR t.state = 'waiting')
+				GROUP BY t.queue) c ON c.queue = q.queue
 			WHERE ($1::text IS NULL OR q.queue = $1)
 			ORDER BY q.queue`, [queue || null]);
 		return { rows: r.rows, exact: true };
@@ -90,29 +100,34 @@ async function overviewOf(ctx, db) {
 	// belongs to a task that finished in it (task_finished_idx), went to
 	// repair in it (task_repair_idx), is unfinished with attempts
 	// (task_due_idx) or awaits a signal (task_awaiting_idx), each an index
-	// range of its queue; its attempts are read by primary key.  Never a
-	// scan of the whole ledger or of the finished history.
+	// range of the queues shown (queue = ANY); its attempts are read by
+	// primary key and shard (a lateral subquery on the distribution column,
+	// which Citus runs on each shard).  Never a scan of the whole ledger or
+	// of the finished history.
 	let hour = new Map(), hourErr = null;
 	try {
 		const h = await db.query(`
-			SELECT q.queue, floor(extract(epoch FROM now() - a.ended_at) / 300)::int AS bucket,
-				count(*) FILTER (WHERE a.result = 'succeeded') AS ok,
-				count(*) FILTER (WHERE a.result NOT IN ('succeeded', 'canceled', 'skipped', 'released')) AS failed
-			FROM ntask.queue q
-			CROSS JOIN LATERAL (
-				SELECT t.task_id FROM ntask.task t WHERE t.queue = q.queue
+			SELECT x.queue, a.bucket, sum(a.ok) AS ok, sum(a.failed) AS failed
+			FROM (
+				SELECT t.queue, t.task_id, t.shard FROM ntask.task t WHERE t.queue = ANY ($1::text[])
 					AND t.state IN ('succeeded', 'canceled', 'skipped') AND t.finished_at >= now() - interval '1 hour'
 				UNION ALL
-				SELECT t.task_id FROM ntask.task t WHERE t.queue = q.queue
+				SELECT t.queue, t.task_id, t.shard FROM ntask.task t WHERE t.queue = ANY ($1::text[])
 					AND t.state = 'repair_required' AND t.updated_at >= now() - interval '1 hour'
 				UNION ALL
-				SELECT t.task_id FROM ntask.task t WHERE t.queue = q.queue AND t.due_at IS NOT NULL AND t.attempts > 0
+				SELECT t.queue, t.task_id, t.shard FROM ntask.task t WHERE t.queue = ANY ($1::text[])
+					AND t.due_at IS NOT NULL AND t.attempts > 0
 				UNION ALL
-				SELECT t.task_id FROM ntask.task t WHERE t.queue = q.queue AND t.state = 'awaiting') x
+				SELECT t.queue, t.task_id, t.shard FROM ntask.task t WHERE t.queue = ANY ($1::text[])
+					AND t.state = 'awaiting') x
 			CROSS JOIN LATERAL (
-				SELECT a.ended_at, a.result FROM ntask.attempt a
-				WHERE a.task_id = x.task_id AND a.ended_at >= now() - interval '1 hour' OFFSET 0) a
-			GROUP BY 1, 2`);
+				SELECT floor(extract(epoch FROM now() - a.ended_at) / 300)::int AS bucket,
+					count(*) FILTER (WHERE a.result = 'succeeded') AS ok,
+					count(*) FILTER (WHERE a.result NOT IN ('succeeded', 'canceled', 'skipped', 'released')) AS failed
+				FROM ntask.attempt a
+				WHERE a.task_id = x.task_id AND a.shard = x.shard AND a.ended_at >= now() - interval '1 hour'
+				GROUP BY 1) a
+			GROUP BY 1, 2`, [stats.rows.map((s) => s.queue)]);
 		for (const row of h.rows) {
 			if (!hour.has(row.queue)) hour.set(row.queue, { ok: new Array(12).fill(0), failed: new Array(12).fill(0) });
 			const b = Math.min(11, Math.max(0, row.bucket));
@@ -587,11 +602,10 @@ async function taskAction(ctx, db, id, what) {
 		const res = await db.query(`SELECT ${fn}($1, $2, $3) AS r`, [id, actor, field(ctx, 'reason')]);
 		notice = `${what}: ${res.rows[0].r}`;
 	} else if (what === 'assign') {
-		// the operator's login is audited as the assigning actor by the
-		// function itself (it records the session's role); the owner is
-		// whom the operator names
+		// the operator's login is the audited actor (the database role
+		// beside it in the audit row); the owner is whom the operator names
 		const fn = await db.fn('ntask_repair_assign');
-		await db.query(`SELECT ${fn}($1, $2, $3)`, [id, field(ctx, 'owner'), field(ctx, 'next_action')]);
+		await db.query(`SELECT ${fn}($1, $2, $3, actor => $4)`, [id, field(ctx, 'owner'), field(ctx, 'next_action'), actor]);
 		notice = `assigned to ${field(ctx, 'owner')}`;
 	} else return undefined;
 	ctx.log(`${what} task ${id} by ${actor}: ${notice}`);
