@@ -2,7 +2,8 @@
 # scripts/demo.sh: the one command that runs the N9 demo on a fresh Debian 12
 # machine (as root or with sudo): installs missing packages, builds and
 # installs ntask, starts a throwaway cluster (port 55440, socket in a temp
-# dir, no TCP) as the postgres user, runs demo/n9.sql, prints its output,
+# dir, no TCP) as the postgres user, runs demo/*.sql and the Python push
+# service (examples/python), prints their output,
 # then stops the cluster and removes the temp dir, also on failure.
 # NTASK_PG=18 runs it on PostgreSQL 18 (an installed one, else scripts/pg18.sh
 # builds it once); PG_CONFIG=<pg_config> runs it on that server.
