@@ -17,8 +17,8 @@ that lets a worker that lost an answer ask instead of sending again:
        500                 an error: not taken (a worker cannot know that)
        410                 the device is unregistered: never will be
   GET  /v1/push/<key>      200 {"id": ...} if that key took effect, else 404
-  GET  /stats              what it saw, per key: sends, effects,
-                           duplicates, lookups, id
+  GET  /stats              what it saw, per key: sends (and their
+                           times, sent_at), effects, duplicates, lookups, id
 
 Like a payment provider's test card numbers, the device says how a send
 goes (the first send of a key; later sends of that key are accepted):
@@ -40,14 +40,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import unquote
 
 LOCK = threading.Lock()
-KEYS = {}          # key -> {"sends", "effects", "duplicates", "lookups", "id"}
+KEYS = {}          # key -> {"sends", "sent_at", "effects", "duplicates", "lookups", "id"}
 STOP = threading.Event()
 SLOW_S = 3.0
 HANG_S = 60.0
 
 
 def record(key):
-    return KEYS.setdefault(key, {"sends": 0, "effects": 0, "duplicates": 0,
+    return KEYS.setdefault(key, {"sends": 0, "sent_at": [], "effects": 0, "duplicates": 0,
                                  "lookups": 0, "id": None})
 
 
@@ -100,6 +100,7 @@ class Handler(BaseHTTPRequestHandler):
             rec = record(key)
             first = rec["sends"] == 0
             rec["sends"] += 1
+            rec["sent_at"].append(time.time())
             if rec["id"] is not None:
                 rec["duplicates"] += 1
                 self.answer(200, {"id": rec["id"], "duplicate": True})

@@ -23,12 +23,13 @@ graceful (running sends finish, what was never invoked is released);
 a second one: at once.
 """
 import argparse
+import contextlib
 import datetime
 import json
 import os
+import queue
 import socket
 import sys
-import threading
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -111,20 +112,30 @@ def lookup(key):
 
 # --------------------------------------------------------------- worker
 
-LOCAL = threading.local()
+IDLE = psycopg.pq.TransactionStatus.IDLE
+FREE = queue.LifoQueue()     # idle connections for the handlers' own statements
 
 
+@contextlib.contextmanager
 def db():
-    """This handler thread's connection for business transactions."""
-    if getattr(LOCAL, "conn", None) is None or LOCAL.conn.closed:
-        LOCAL.conn = connect()
-    return LOCAL.conn
+    """A connection for a handler (at most one per running handler; with
+    psycopg_pool installed, a ConnectionPool does this and more)."""
+    try:
+        conn = FREE.get_nowait()
+    except queue.Empty:
+        conn = connect()
+    try:
+        yield conn
+    finally:
+        if conn.closed or conn.info.transaction_status != IDLE:
+            conn.close()
+        else:
+            FREE.put(conn)
 
 
 def record(task, provider_id, via):
     """The business write with its receipt, in one transaction."""
-    conn = db()
-    with conn.transaction() as tx:
+    with db() as conn, conn.transaction() as tx:
         answer = task.receipt(conn, {"provider_id": provider_id})
         if answer == "applied":
             conn.execute("INSERT INTO push_delivery (task_key, message_id, provider_id, via,"
@@ -159,8 +170,9 @@ def handle(task):
         say(task, "an earlier attempt committed its delivery")
         return ntask.Success("provider_accepted", {"via": "committed"})
     p = task.payload
-    row = db().execute("SELECT body FROM push_message WHERE id = %s AND version = %s",
-                       (p["message"], p["version"])).fetchone()
+    with db() as conn:
+        row = conn.execute("SELECT body FROM push_message WHERE id = %s AND version = %s",
+                           (p["message"], p["version"])).fetchone()
     if row is None:
         raise ntask.Permanent("message %s v%s is gone" % (p["message"], p["version"]))
     task.invoked()                          # from here a crash is 'unknown', not 'not sent'
