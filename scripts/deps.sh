@@ -58,7 +58,8 @@ fi
 # the Node.js example push service (TAP 047_examples): node-postgres from the
 # npm registry at the version in examples/node/package-lock.json, and a link
 # to clients/node (the library, installed and built for TAP 042/047)
-if [ -f examples/node/package-lock.json ] && [ ! -d examples/node/node_modules/pg ]; then
+if [ -f examples/node/package-lock.json ] && { [ ! -d examples/node/node_modules/pg ] ||
+	[ ! -e examples/node/node_modules/@ntask/client/package.json ]; }; then
 	echo "ntask: npm ci in examples/node"
 	(cd examples/node && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
 fi
