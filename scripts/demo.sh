@@ -2,7 +2,8 @@
 # scripts/demo.sh: the one command that runs the N9 demo on a fresh Debian 12
 # machine (as root or with sudo): installs missing packages, builds and
 # installs ntask, starts a throwaway cluster (port 55440, socket in a temp
-# dir, no TCP) as the postgres user, runs demo/n9.sql, prints its output,
+# dir, no TCP) as the postgres user, runs demo/*.sql and the Python push
+# service (examples/python), prints their output,
 # then stops the cluster and removes the temp dir, also on failure.
 # NTASK_PG=18 runs it on PostgreSQL 18 (an installed one, else scripts/pg18.sh
 # builds it once); PG_CONFIG=<pg_config> runs it on that server.
@@ -42,6 +43,10 @@ cleanup()
 			true
 	fi
 	[ -z "${PROVIDER_PID:-}" ] || kill "$PROVIDER_PID" 2>/dev/null || true
+	[ -z "${PUSH_PROVIDER_PID:-}" ] || kill "$PUSH_PROVIDER_PID" 2>/dev/null || true
+	for w in W1 W2; do
+		[ ! -s "$TMP/$w.pid" ] || $SUDO kill -KILL "$($SUDO cat "$TMP/$w.pid")" 2>/dev/null || true
+	done
 	$SUDO rm -rf "$TMP"
 	exit $rc
 }
@@ -155,6 +160,90 @@ if [ "$rc" -ne 0 ]; then
 	echo "ntask demo: FAILED (psql exit $rc) in demo/workflow.sql" >&2
 	exit "$rc"
 fi
+# part 7: the N9 push service on the Python worker library
+# (examples/python/push_service.py, examples/README.md) in a database of its
+# own, with the fake provider (examples/fake_provider.py): 10 messages, one
+# per test device; worker W1 is killed (SIGKILL) while the provider holds
+# m-1's send, W2 takes m-1 over when W1's 5-second lease runs out, asks the
+# provider by the idempotency key and does not send it again
+echo
+echo "=== 7. The push service on the Python library (examples/python): a worker killed mid-send"
+PY=python3
+$PY -c 'import psycopg' 2>/dev/null || PY=/usr/bin/python3
+$AS_PG "$BINDIR/psql" -X -q -h "$TMP" -p "$PORT" -U postgres -d postgres -v ON_ERROR_STOP=1 \
+	-c 'CREATE DATABASE push_demo' >/dev/null
+{ echo 'CREATE EXTENSION ntask;'; cat examples/push.sql; } |
+	$AS_PG "$BINDIR/psql" -X -q -h "$TMP" -p "$PORT" -U postgres -d push_demo -v ON_ERROR_STOP=1 >/dev/null
+python3 examples/fake_provider.py --port 0 >"$TMP/push_provider.out" 2>&1 &
+PUSH_PROVIDER_PID=$!
+i=0
+while ! grep -q 'listening' "$TMP/push_provider.out" 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+PUSH_PORT=$(sed -n 's/.*127\.0\.0\.1:\([0-9]*\).*/\1/p' "$TMP/push_provider.out")
+PUSH_ENV="DATABASE_URL=postgresql://postgres@/push_demo?host=$TMP&port=$PORT PUSH_PROVIDER_URL=http://127.0.0.1:$PUSH_PORT PYTHONPATH=clients/python"
+push_sql()
+{
+	$AS_PG "$BINDIR/psql" -X -q -At -h "$TMP" -p "$PORT" -U postgres -d push_demo -c "$1"
+}
+# push_worker NAME: start a worker in the background; its pid in $TMP/NAME.pid
+push_worker()
+{
+	$SUDO env $PUSH_ENV sh -c 'echo $$ >"$1"; exec "$2" examples/python/push_service.py work --name "$3"' \
+		sh "$TMP/$1.pid" "$PY" "$1" >"$TMP/$1.log" 2>&1 &
+	i=0
+	while [ ! -s "$TMP/$1.pid" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+}
+# push_wait WHAT SECONDS SQL: poll until SQL answers t
+push_wait()
+{
+	i=0
+	while [ "$(push_sql "$3")" != t ]; do
+		i=$((i + 1))
+		if [ $i -gt $(($2 * 5)) ]; then
+			echo "ntask demo: FAILED: no $1 within $2 s" >&2
+			exit 1
+		fi
+		sleep 0.2
+	done
+}
+$SUDO env $PUSH_ENV "$PY" examples/python/push_service.py produce --count 10
+push_worker W1
+# W1 sent m-1 (device d-slow-1: the provider took it and answers after 3 s)
+i=0
+until python3 -c 'import json, sys, urllib.request as u
+k = json.load(u.urlopen("http://127.0.0.1:%s/stats" % sys.argv[1], timeout=5))["keys"]
+sys.exit(0 if k.get("notify:u-1:d-slow-1:m-1:v1", {}).get("sends") else 1)' "$PUSH_PORT"; do
+	i=$((i + 1))
+	if [ $i -gt 300 ]; then
+		echo "ntask demo: FAILED: W1 did not send m-1 within 30 s" >&2
+		exit 1
+	fi
+	sleep 0.1
+done
+$SUDO kill -KILL "$(cat "$TMP/W1.pid")"
+rm -f "$TMP/W1.pid"
+echo "--- W1 (killed with SIGKILL while the provider held m-1's send):"
+sleep 0.2
+cat "$TMP/W1.log"
+push_worker W2
+push_wait "end of the 10 tasks" 90 "SELECT count(*) = 0 FROM ntask.task WHERE state NOT IN ('succeeded', 'repair_required')"
+$SUDO kill -TERM "$(cat "$TMP/W2.pid")"
+i=0
+while $SUDO kill -0 "$(cat "$TMP/W2.pid")" 2>/dev/null && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
+rm -f "$TMP/W2.pid"
+echo "--- W2 (takes m-1 over once W1's lease ran out; SIGTERM at the end: a graceful stop):"
+cat "$TMP/W2.log"
+echo "--- each task: its attempts in the ledger, and how its delivery was recorded"
+$AS_PG "$BINDIR/psql" -X -q -h "$TMP" -p "$PORT" -U postgres -d push_demo -P footer=off -c "
+SELECT t.task_key, t.state, coalesce(d.via, '-') AS delivery,
+	   (SELECT string_agg(a.worker || ':' || a.result || coalesce('/' || a.error_class, ''), ', ' ORDER BY a.token)
+		FROM ntask.attempt_all a WHERE a.task_id = t.task_id AND a.result <> 'released') AS attempts
+FROM ntask.task t LEFT JOIN push_delivery d USING (task_key) ORDER BY t.task_id"
+echo "--- what the provider saw for m-1: one send (by W1), one lookup (W2's reconcile), one effect"
+python3 -c 'import json, sys, urllib.request as u
+k = json.load(u.urlopen("http://127.0.0.1:%s/stats" % sys.argv[1], timeout=5))["keys"]["notify:u-1:d-slow-1:m-1:v1"]
+print("sends=%d lookups=%d effects=%d duplicates=%d" % (k["sends"], k["lookups"], k["effects"], k["duplicates"]))' "$PUSH_PORT"
+kill "$PUSH_PROVIDER_PID" 2>/dev/null || true
+PUSH_PROVIDER_PID=
 echo
 echo "ntask demo: done"
 # the operator console against this cluster (NTASK_DEMO_CONSOLE=1,

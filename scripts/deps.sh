@@ -1,7 +1,7 @@
 #!/bin/sh
 # scripts/deps.sh: install the Debian 12 packages ntask needs to build and
-# test, if any is missing, and node-postgres for examples/node (npm
-# registry).  Needs root (or sudo).  Run from the top of the tree.
+# test, if any is missing, and the npm packages of examples/node, clients/node
+# and console (npm registry).  Needs root (or sudo).  Run from the top of the tree.
 set -eu
 PKGS="make gcc postgresql-15 postgresql-server-dev-15 postgresql-15-cron libcurl4-openssl-dev libipc-run-perl libdbd-pg-perl python3 clang pgbouncer prometheus-postgres-exporter python3-psycopg libpostgresql-jdbc-java default-jdk-headless"
 # building PostgreSQL 18 and pg_cron from ../shared/vendor (scripts/pg18.sh)
@@ -55,9 +55,11 @@ if [ -n "$missing" ]; then
 	[ -z "$policy" ] || $SUDO rm -f /usr/sbin/policy-rc.d
 	[ $rc -eq 0 ] || exit $rc
 fi
-# node-postgres for the Node.js example worker (TAP 014_clients), from the
-# npm registry at the version in examples/node/package-lock.json
-if [ -f examples/node/package-lock.json ] && [ ! -d examples/node/node_modules/pg ]; then
+# the Node.js example push service (TAP 047_examples): node-postgres from the
+# npm registry at the version in examples/node/package-lock.json, and a link
+# to clients/node (the library, installed and built for TAP 042/047)
+if [ -f examples/node/package-lock.json ] && { [ ! -d examples/node/node_modules/pg ] ||
+	[ ! -e examples/node/node_modules/@ntask/client/package.json ]; }; then
 	echo "ntask: npm ci in examples/node"
 	(cd examples/node && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
 fi

@@ -7,7 +7,8 @@
 #   use lib $FindBin::Bin;
 #   use NtaskBouncer;
 #   my $b = NtaskBouncer::start($node, postgres => 2, shared1 => 1);
-#   # databases (name => pool_size), all pointing at the node's postgres db
+#   # databases (name => pool_size), all pointing at the node's postgres db;
+#   # name => [pool_size, dbname] points at the node's database dbname
 #   ... connect to 127.0.0.1:$b->{port} as $b->{user}, no password ...
 #   NtaskBouncer::stop($b);
 #
@@ -43,7 +44,8 @@ sub start
 	print $ul qq{"$user" ""\n};
 	close $ul;
 	my $dblines = join('', map {
-		"$_ = host=$host port=$pgport dbname=postgres pool_size=$dbs{$_}\n" } sort keys %dbs);
+		my ($size, $target) = ref $dbs{$_} ? @{ $dbs{$_} } : ($dbs{$_}, 'postgres');
+		"$_ = host=$host port=$pgport dbname=$target pool_size=$size\n" } sort keys %dbs);
 	open my $cf, '>', "$dir/pgbouncer.ini" or die;
 	print $cf <<"INI";
 [databases]

@@ -49,6 +49,11 @@ export class Task<P = any> {
   /** @internal the token ended its attempt itself (release, await): no report */
   _ended: 'released' | 'awaiting' | null = null;
   /** @internal */ _lost = false;
+  /**
+   * @internal the worker is ending the attempt itself (its report, a
+   * release): a heartbeat that then answers NULL was overtaken by it, not lost
+   */
+  _ending = false;
   /** @internal */ readonly _host: TaskHost;
 
   /** @internal */
@@ -115,7 +120,7 @@ export class Task<P = any> {
       [this.id, this.token, interval(this._host.lease), json(progress)]);
     const until = r.rows[0].lease_until;
     if (until === null) {
-      if (!this._lost) {
+      if (!this._lost && !this._ending) {
         this._lost = true;
         this._host.surface(this, 'heartbeat', 'heartbeat');
         this._abort.abort(new Lost(`task ${this.id} token ${this.token}: lease lost`, 'heartbeat'));
@@ -171,6 +176,7 @@ export class Task<P = any> {
    * never-invoked attempt spends no budget.
    */
   async release(delayMs?: number | null): Promise<Answer> {
+    this._ending = true;
     const r = await this._host.pool.query(RELEASE, [this.id, this.token, interval(delayMs)]);
     const a = this.answer(r.rows[0].answer, 'release');
     if (a === 'applied' || a === 'duplicate') this._ended = 'released';

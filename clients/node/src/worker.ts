@@ -357,7 +357,7 @@ export class Worker<P = any> {
     }
     const beat = () => {
       entry.timer = null;
-      if (task._lost || task._ended || this.hard) return;
+      if (task._lost || task._ended || task._ending || this.hard) return;
       task.heartbeat().then(() => undefined, (e) => {
         if (!(e instanceof Lost)) this.logger.warn(`heartbeat of task ${task.id} failed: ${describe(e)}`);
       }).finally(() => {
@@ -423,6 +423,7 @@ export class Worker<P = any> {
 
   /** ntask_transition with the token, retried on connection errors (idempotent per token). */
   private async report(task: Task<P>, o: Report): Promise<void> {
+    task._ending = true; // a heartbeat answered after this transition is not a loss
     for (let delay = 100; ; delay = Math.min(delay * 2, 5000)) {
       if (this.abandoned) return;
       let row: any;

@@ -220,6 +220,29 @@ test('worker: a NULL heartbeat aborts the handler, surfaces, reports nothing', a
   assert.equal(pool.fns('ntask_transition').length, 0);
 });
 
+test('worker: a heartbeat answered NULL after the report is not a lost lease', async () => {
+  // the timer's heartbeat reaches the server after the transition (the
+  // worker's own report): NULL then is not a loss (issue 50: seen in
+  // examples/node)
+  const lost: string[] = [];
+  let reported!: () => void;
+  const reporting = new Promise<void>((r) => { reported = r; });
+  const pool = claimsOnce([row(6)], {
+    ntask_heartbeat: async () => { await reporting; return [{ lease_until: null }]; },
+    ntask_transition: () => { reported(); return [{ result: 'applied', state: 'succeeded', run_at: null }]; },
+  });
+  const w = new Worker(pool as any, 'q', async () => {
+    await until(() => pool.fns('ntask_heartbeat').length > 0);
+  }, { logger: quiet, heartbeatEvery: 10, onLost: (t, a, where) => lost.push(`${t.id} ${a} ${where}`) });
+  const done = w.run();
+  await until(() => w.counters.succeeded === 1);
+  await sleep(50);
+  w.stop();
+  await done;
+  assert.deepEqual(lost, []);
+  assert.equal(w.counters.heartbeatsLost, 0);
+});
+
 test('worker: a report whose connection died is retried with the same token', async () => {
   let n = 0;
   const pool = claimsOnce([row(6)], {

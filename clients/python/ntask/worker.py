@@ -174,6 +174,9 @@ class Task:
         self._ended = None          # 'released' | 'awaiting' | 'reported'
         self._mark = threading.Lock()  # invoked() vs the shutdown's release
         self._hb_stop = threading.Event()
+        # the worker is ending the attempt itself (its report, a release): a
+        # heartbeat that then answers NULL was overtaken by it, not lost
+        self._ending = False
 
     def __repr__(self):
         return "Task(id=%r, key=%r, attempt=%r, token=%r)" % (self.id, self.key, self.attempt, self.token)
@@ -209,7 +212,8 @@ class Task:
         until = self._call("ntask_heartbeat", retry=False, lease=self._worker.lease,
                            progress=None if progress is None else Jsonb(progress))[0]
         if until is None:
-            self._worker._surface(self, "heartbeat", None, lost=True)
+            if not self._ending:
+                self._worker._surface(self, "heartbeat", None, lost=True)
             raise Lost(self.id, "heartbeat", None)
         self.lease_until = until
         return until
@@ -483,6 +487,8 @@ class Worker:
                 self.log.exception("ntask %s: on_lost raised", self.name)
 
     def _release(self, task, delay):
+        task._ending = True
+        task._hb_stop.set()
         answer = task._call("ntask_release", delay=_interval(delay, "delay"))[0]
         if answer in ("applied", "duplicate"):
             task._ended = "released"
@@ -600,6 +606,8 @@ class Worker:
             kw = dict(to_state=outcome.to_state, error_class=outcome.error_class,
                       detail=Jsonb(detail), retry_at=getattr(outcome, "retry_at", None))
             counter = "failed_" + outcome.error_class
+        task._ending = True         # a heartbeat answered after this is not a loss
+        task._hb_stop.set()
         answer = task._call("ntask_transition", **kw)[0]
         task._ended = "reported"
         if answer in ("applied", "duplicate"):

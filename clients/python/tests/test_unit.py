@@ -268,6 +268,32 @@ class OutcomeTest(unittest.TestCase):
         self.assertEqual(w.counters["heartbeats_lost"], 1)
         self.assertEqual(db.of("ntask_transition"), [])
 
+    def test_heartbeat_answered_after_the_report_is_not_a_loss(self):
+        # the heartbeat timer fires while the handler returns: the heartbeat
+        # reaches the server after the transition, which answers NULL (the
+        # token holds nothing any more); that is the worker's own report,
+        # not a lost lease (issue 50: seen in examples/python)
+        reporting = threading.Event()
+
+        def hb(p):
+            reporting.wait(5)
+            return (None,)
+
+        def tr(p):
+            reporting.set()
+            return ("applied", "succeeded", None)
+
+        def h(t):
+            while not db.of("ntask_heartbeat"):
+                time.sleep(0.005)
+        lost = []
+        db = FakeDB(claims=[[claim_row(1)]], answers={"ntask_heartbeat": hb, "ntask_transition": tr})
+        w = run_worker(db, h, lambda w: w.counters["succeeded"] == 1, heartbeat_every=0.02,
+                       on_lost=lambda t, call, a: lost.append((call, a)))
+        time.sleep(0.1)
+        self.assertEqual(lost, [])
+        self.assertEqual(w.counters["heartbeats_lost"], 0)
+
     def test_heartbeat_uses_the_lease_and_a_third_of_it(self):
         db = FakeDB(claims=[[claim_row(1)]])
         t0 = time.monotonic()
