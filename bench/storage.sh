@@ -39,8 +39,12 @@
 # Knobs (environment):
 #   STORAGE_TASKS=5000    tasks per workload (1000-10000 is plenty: bytes are exact)
 #   STORAGE_WARM=100      of those, the first ones run before the measurement
+#   STORAGE_REPEAT=3      rounds of the workloads (bytes: the first; CPU: the least)
 #   STORAGE_PORT=55470
 #   STORAGE_BREAKDOWN=1   0: no pg_walinspect breakdown
+#   STORAGE_LAYOUTS=1     0: no simulated layouts (bench/storage_layout.sql: the
+#                         levers "no ledger row for a first success" and "a body
+#                         table written once", written by plain SQL)
 #   STORAGE_SQL='...'     SQL run after CREATE EXTENSION (to try a lever without
 #                         building it: STORAGE_SQL='ALTER TABLE ntask.task SET (fillfactor = 70)')
 #   STORAGE_KEEP=1        leave the cluster directory behind
@@ -55,6 +59,8 @@ TASKS=${STORAGE_TASKS:-5000}
 WARM=${STORAGE_WARM:-100}
 PORT=${STORAGE_PORT:-55470}
 BREAKDOWN=${STORAGE_BREAKDOWN:-1}
+LAYOUTS=${STORAGE_LAYOUTS:-1}
+REPEAT=${STORAGE_REPEAT:-3}
 PG_CONFIG=${PG_CONFIG:-pg_config}
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -154,23 +160,24 @@ loop() {
 	local name=$1 sys=$2 wl=$3 setup=$4 body=$5 f=$S/$1.sql
 	{
 		echo "$setup"
-		awk -v n="$TASKS" -v w="$WARM" -v body="$body" 'BEGIN {
+		awk -v n="$TASKS" -v w="$WARM" -v id0="${ID0:-0}" -v body="$body" 'BEGIN {
 			for (i = 1; i <= n; i++) {
 				if (i == w + 1)
 					print "SELECT pg_current_wal_insert_lsn() AS lsn0, storage.cpu_ticks() AS cpu0 \\gset"
 				b = body
 				gsub(/@K@/, sprintf("%09d%07d", (i * 611953) % 999999937, i), b)
+				gsub(/@I@/, sprintf("%.0f", id0 + i), b)
 				print b
 			} }'
 		echo "SELECT pg_current_wal_insert_lsn() AS lsn1, storage.cpu_ticks() AS cpu1 \\gset"
-		echo "INSERT INTO storage.run VALUES ('$sys', '$wl', $((TASKS - WARM)), :'lsn0', :'lsn1', :cpu1 - :cpu0);"
+		echo "INSERT INTO storage.run VALUES ('$sys', '$wl', $REP, $((TASKS - WARM)), :'lsn0', :'lsn1', :cpu1 - :cpu0);"
 	} >"$f"
 	psql -f "$f" >/dev/null
-	if [ "$BREAKDOWN" != 0 ] && [ "${wl#enqueue}" != 2 ] && [ "${wl#enqueue}" != 3 ]; then
+	if [ "$BREAKDOWN" != 0 ] && [ "$REP" = 1 ] && [ "${wl#enqueue_}" = "$wl" ]; then
 		sql "SELECT storage.breakdown('$sys', '$wl')" >/dev/null
 	fi
 }
-mark() { sql "SELECT storage.size_mark('$1', '$2')" >/dev/null; }
+mark() { [ "$REP" != 1 ] || sql "SELECT storage.size_mark('$1', '$2')" >/dev/null; }
 reset() { sql "SELECT storage.reset('$1')" >/dev/null; }
 vacuum() { echo "SELECT format('VACUUM %s', t) FROM unnest(storage.tables('$1')) t \\gexec" | psql >/dev/null; }
 
@@ -192,6 +199,11 @@ TC_ntask="PREPARE claim AS SELECT coalesce(max(task_id), 0) AS id, coalesce(max(
 PREPARE tc(bigint, bigint) AS SELECT coalesce(max(task_id), 0) AS id, coalesce(max(token), 0) AS token FROM ntask_transition_and_claim(\$1, \$2, 'succeeded', 'bench', 'w1');
 EXECUTE claim \\gset"
 
+# REPEAT rounds, interleaved (plain, plain+key, ntask, ...; plain, ...):
+# bytes are the first round's (every round writes the same, give or take a
+# page split), CPU the least of the rounds (the machine is shared)
+for REP in $(seq 1 "$REPEAT"); do
+log " round $REP of $REPEAT"
 for sys in plain plainkey ntask; do
 	log "  $sys"
 	reset $sys
@@ -211,7 +223,7 @@ done
 # finishes the last task)
 log "  ntask, ntask_transition_and_claim"
 reset ntask
-loop ntask_enq2 ntask enqueue2 "$ENQ_ntask" "EXECUTE enq('k1-@K@');"
+loop ntask_enq2 ntask enqueue_2 "$ENQ_ntask" "EXECUTE enq('k1-@K@');"
 sql "CHECKPOINT" >/dev/null
 loop ntask_tc ntask drain_tc "$TC_ntask" "EXECUTE tc(:id, :token) \\gset"
 sql "SELECT storage.check_done('ntask', $TASKS)" >/dev/null
@@ -220,17 +232,43 @@ sql "SELECT storage.check_done('ntask', $TASKS)" >/dev/null
 # ntask_invoked, commit, finish, commit): what ntask_invoked adds
 log "  ntask, claim + ntask_invoked + transition"
 reset ntask
-loop ntask_enq3 ntask enqueue3 "$ENQ_ntask" "EXECUTE enq('k1-@K@');"
+loop ntask_enq3 ntask enqueue_3 "$ENQ_ntask" "EXECUTE enq('k1-@K@');"
 sql "CHECKPOINT" >/dev/null
 loop ntask_inv ntask drain_invoked "$DRAIN_ntask
 PREPARE inv(bigint, bigint) AS SELECT ntask_invoked(\$1, \$2);" "EXECUTE claim \\gset
 EXECUTE inv(:id, :token);
 EXECUTE fin(:id, :token);"
 sql "SELECT storage.check_done('ntask', $TASKS)" >/dev/null
+done
+REP=1
+
+# ---------------------------------------------------------------- layouts
+# Levers (c) and (d) simulated in SQL (bench/storage_layout.sql): each
+# layout enqueues copies of the same N ready tasks of ntask.task, then is
+# drained as above
+if [ "$LAYOUTS" != 0 ]; then
+	psql -f "$HERE/storage_layout.sql" >/dev/null
+	reset ntask
+	loop ntask_src ntask enqueue_src "$ENQ_ntask" "EXECUTE enq('k1-@K@');"
+	ID0=$(sql "SELECT min(task_id) - 1 FROM ntask.task")
+	for sys in $(sql "SELECT nspname FROM pg_namespace WHERE nspname LIKE 'sim\\_%' ORDER BY oid"); do
+		log "  layout $sys"
+		reset $sys
+		mark $sys empty
+		sql "CHECKPOINT" >/dev/null
+		setup=$(sql "SELECT storage.layout_sql('$sys')")
+		loop ${sys}_enq $sys enqueue "$setup" "EXECUTE enq(@I@);"
+		mark $sys ready
+		loop ${sys}_drain $sys drain "$setup" "$DRAIN_BODY"
+		sql "SELECT storage.check_done('$sys', $TASKS)" >/dev/null
+		vacuum $sys
+		mark $sys kept
+	done
+fi
 
 # ---------------------------------------------------------------- report
 {
-	echo "# bench/storage.sh $(date -u '+%F %T') UTC: $TASKS tasks per workload ($WARM unmeasured first), one session"
+	echo "# bench/storage.sh $(date -u '+%F %T') UTC: $TASKS tasks per workload ($WARM unmeasured first), one session, $REPEAT rounds"
 	echo "# ntask $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$ROOT" diff --quiet HEAD -- src ntask--*.sql 2>/dev/null || echo '+dirty'), $(sql 'SELECT version()' | cut -d, -f1)"
 	echo "# $(sql "SELECT string_agg(name || '=' || setting, ' ' ORDER BY name) FROM pg_settings WHERE name IN ('full_page_writes','wal_level','autovacuum','shared_buffers','fsync')")"
 	[ -n "${STORAGE_SQL:-}" ] && echo "# STORAGE_SQL: $STORAGE_SQL"
@@ -240,6 +278,11 @@ sql "SELECT storage.check_done('ntask', $TASKS)" >/dev/null
 	echo
 	echo "Bytes by relation (main forks), per task: after the enqueues (ready) and after the drain and VACUUM (kept)"
 	psql -P tuples_only=off -P format=aligned -P footer=off -c "SELECT * FROM storage.size_report()"
+	if [ "$LAYOUTS" != 0 ]; then
+		echo
+		echo "Layouts: ntask's writes simulated in SQL (bench/storage_layout.sql), per task"
+		psql -P tuples_only=off -P format=aligned -P footer=off -c "SELECT * FROM storage.layout_report()"
+	fi
 	if [ "$BREAKDOWN" != 0 ]; then
 		echo
 		echo "WAL by relation and record type (pg_walinspect), per task; '-': no block (commits...)"

@@ -25,12 +25,13 @@ CREATE TABLE storage.conf (clk_tck integer NOT NULL, tasks integer NOT NULL);
 -- one row per measured loop
 CREATE TABLE storage.run (
 	sys		text NOT NULL,		-- plain, plainkey, ntask
-	wl		text NOT NULL,		-- enqueue, drain, drain_tc (and enqueue2, its preload)
+	wl		text NOT NULL,		-- enqueue, drain, drain_tc (and enqueue_*, unmeasured preloads)
+	rep		integer NOT NULL,	-- the round (STORAGE_REPEAT)
 	n		integer NOT NULL,	-- tasks
 	lsn0	pg_lsn NOT NULL,
 	lsn1	pg_lsn NOT NULL,
 	cpu		bigint NOT NULL,	-- the backend's utime + stime, clock ticks
-	PRIMARY KEY (sys, wl)
+	PRIMARY KEY (sys, wl, rep)
 );
 
 -- relation bytes of a system at a mark (empty, ready, kept)
@@ -75,12 +76,15 @@ $$;
 CREATE FUNCTION storage.tables(sys text) RETURNS regclass[] LANGUAGE sql AS $$
 	SELECT CASE sys WHEN 'plain' THEN ARRAY['pq.job'::regclass]
 		WHEN 'plainkey' THEN ARRAY['bq.job'::regclass]
-		ELSE ARRAY(SELECT c.oid::regclass FROM pg_class c
+		WHEN 'ntask' THEN ARRAY(SELECT c.oid::regclass FROM pg_class c
 				   WHERE c.relnamespace = 'ntask'::regnamespace AND c.relkind = 'r'
 					 AND EXISTS (SELECT 1 FROM pg_attribute a
 								 WHERE a.attrelid = c.oid AND a.attname = 'task_id'
 								   AND NOT a.attisdropped)
 				   ORDER BY c.oid)
+		-- a simulated layout (bench/storage_layout.sql): its schema's tables
+		ELSE ARRAY(SELECT c.oid::regclass FROM pg_class c
+				   WHERE c.relnamespace = sys::regnamespace AND c.relkind = 'r' ORDER BY c.oid)
 	END
 $$;
 
@@ -131,8 +135,12 @@ BEGIN
 		SELECT count(*) INTO done FROM pq.job WHERE state = 'succeeded';
 	ELSIF sys = 'plainkey' THEN
 		SELECT count(*) INTO done FROM bq.job WHERE state = 'succeeded';
-	ELSE
+	ELSIF sys = 'ntask' THEN
 		SELECT count(*) INTO done FROM ntask.task WHERE state = 'succeeded';
+	ELSIF to_regclass(sys || '.task_done') IS NOT NULL THEN
+		EXECUTE format('SELECT count(*) FROM %I.task_done WHERE state = $1', sys) INTO done USING 'succeeded';
+	ELSE
+		EXECUTE format('SELECT count(*) FROM %I.task WHERE state = $1', sys) INTO done USING 'succeeded';
 	END IF;
 	IF done <> n THEN
 		RAISE EXCEPTION 'bench/storage: % finished % tasks of %', sys, done, n;
@@ -148,7 +156,7 @@ CREATE FUNCTION storage.breakdown(s text, w text) RETURNS void LANGUAGE plpgsql 
 DECLARE
 	r storage.run;
 BEGIN
-	SELECT * INTO STRICT r FROM storage.run WHERE sys = s AND wl = w;
+	SELECT * INTO STRICT r FROM storage.run WHERE sys = s AND wl = w AND rep = 1;
 	IF pg_current_wal_flush_lsn() < r.lsn1 THEN
 		PERFORM pg_switch_wal();		-- after the range: flushes it
 	END IF;
@@ -172,11 +180,11 @@ END
 $$;
 
 CREATE FUNCTION storage.wal_per_task(s text, w text) RETURNS numeric LANGUAGE sql AS $$
-	SELECT round(pg_wal_lsn_diff(lsn1, lsn0) / n) FROM storage.run WHERE sys = s AND wl = w
+	SELECT round(pg_wal_lsn_diff(lsn1, lsn0) / n) FROM storage.run WHERE sys = s AND wl = w AND rep = 1
 $$;
 
 CREATE FUNCTION storage.cpu_us_per_task(s text, w text) RETURNS numeric LANGUAGE sql AS $$
-	SELECT round(cpu * 1e6 / (SELECT clk_tck FROM storage.conf) / n, 1)
+	SELECT round(min(cpu * 1e6 / (SELECT clk_tck FROM storage.conf) / n), 1)
 	FROM storage.run WHERE sys = s AND wl = w
 $$;
 
@@ -222,6 +230,23 @@ LANGUAGE sql AS $$
 	ORDER BY o
 $$;
 
+-- the simulated layouts against the real ntask and the plain queue
+CREATE FUNCTION storage.layout_report()
+RETURNS TABLE (layout text, "WAL enqueue" numeric, "WAL drain" numeric, "WAL enq+drain" numeric,
+			   "ready B" numeric, "kept B" numeric, "WAL vs sim_wide" numeric, "WAL vs plain" numeric,
+			   "ready vs plain" numeric)
+LANGUAGE sql AS $$
+	SELECT s, e, d, e + d, r, k,
+		   round((e + d) / nullif(storage.metric('wal2', 'sim_wide', ''), 0), 2),
+		   round((e + d) / nullif(storage.metric('wal2', 'plain', ''), 0), 2),
+		   round(r / nullif(storage.bytes_per_task('plain', 'ready'), 0), 2)
+	FROM (SELECT s, storage.wal_per_task(s, 'enqueue') AS e, storage.wal_per_task(s, 'drain') AS d,
+				 storage.bytes_per_task(s, 'ready') AS r, storage.bytes_per_task(s, 'kept') AS k, o
+		  FROM (SELECT 'ntask', 0 UNION ALL
+				SELECT nspname, oid::int FROM pg_namespace WHERE nspname LIKE 'sim\_%') n(s, o)) x
+	ORDER BY o
+$$;
+
 -- ready and kept bytes by relation, per task (relations that grew)
 CREATE FUNCTION storage.size_report()
 RETURNS TABLE (sys text, relation text, "ready B/task" numeric, "kept B/task" numeric)
@@ -233,7 +258,7 @@ LANGUAGE sql AS $$
 		 JOIN storage.size_rel r ON r.sys = e.sys AND r.rel = e.rel AND r.mark = 'ready'
 		 JOIN storage.size_rel k ON k.sys = e.sys AND k.rel = e.rel AND k.mark = 'kept'
 		 CROSS JOIN storage.conf c
-	WHERE e.mark = 'empty' AND (r.bytes > e.bytes OR k.bytes > e.bytes)
+	WHERE e.mark = 'empty' AND (r.bytes > e.bytes OR k.bytes > e.bytes) AND e.sys NOT LIKE 'sim\_%' 
 	ORDER BY e.sys DESC, k.bytes - e.bytes DESC
 $$;
 
@@ -242,7 +267,9 @@ CREATE FUNCTION storage.breakdown_report()
 RETURNS TABLE (sys text, workload text, relation text, record text, "records/task" numeric, "B/task" numeric)
 LANGUAGE sql AS $$
 	SELECT w.sys, w.wl, w.rel, w.rec, round(w.records::numeric / r.n, 2), round(w.bytes::numeric / r.n, 1)
-	FROM storage.wal w JOIN storage.run r USING (sys, wl)
-	WHERE w.wl NOT IN ('enqueue2', 'enqueue3') AND w.bytes >= r.n	-- at least 1 B per task
-	ORDER BY w.sys DESC, w.wl, w.bytes DESC
+	FROM storage.wal w JOIN storage.run r ON r.sys = w.sys AND r.wl = w.wl AND r.rep = 1
+	WHERE w.wl NOT LIKE 'enqueue_%'
+	  -- at least 1 B per task; of a simulated layout, 5 B
+	  AND w.bytes >= r.n * CASE WHEN w.sys LIKE 'sim\_%' THEN 5 ELSE 1 END
+	ORDER BY w.sys LIKE 'sim\_%', w.sys DESC, w.wl, w.bytes DESC
 $$;
