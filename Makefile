@@ -59,7 +59,9 @@ REGRESS = setup enqueue claim fairness flow transition budget replay_cancel rele
 	deps_cascade \
 	context_bound \
 	await_deadline \
-	first_hour3
+	first_hour3 \
+	tokens \
+	upgrade_bound
 REGRESS_OPTS = --temp-instance=./tmp_check_regress --temp-config=$(srcdir)/test/ntask.conf
 
 ISOLATION = takeover_w1_w2 claim_skip_locked enqueue_same_key cancel_vs_transition \
@@ -97,11 +99,19 @@ include $(PGXS)
 # PostgreSQL was configured with), so a change of a floor's header
 # (src/ntask_*.h) rebuilds that floor and the floors above it only.
 
-.PHONY: demo test dist
+.PHONY: demo test dist indent typedefs
 demo:
 	sh $(srcdir)/scripts/demo.sh
 test:
 	sh $(srcdir)/scripts/test.sh
+
+# format src/ with pgindent's settings and typedefs.list (pgindent when it
+# is in PATH, else Debian's pg_bsd_indent); INDENT=--diff or --check only
+# shows what would change.  typedefs regenerates typedefs.list.
+indent:
+	sh $(srcdir)/scripts/indent.sh $(INDENT)
+typedefs:
+	PG_CONFIG=$(PG_CONFIG) sh $(srcdir)/scripts/typedefs.sh
 
 # a PGXN-ready archive of HEAD: ntask-<version>.zip with everything under
 # ntask-<version>/ (META.json at its top), as `pgxn bundle` makes it

@@ -506,6 +506,78 @@ LEFT JOIN (
 ) s ON s.queue OPERATOR(pg_catalog.=) q.queue;
 COMMENT ON VIEW ntask.queue_stats IS 'ntask: per queue, tasks per state, oldest due-and-ready age, oldest unfinished age, attempts whose outcome is unknown of unfinished tasks (incl. repair_required), repair count, whether it is paused (by whom, since when, why, until when) and how many of its partition keys a rate limit holds back, tasks awaiting a signal and the age of the oldest await, tasks waiting for parents and the age of the oldest, and which of its roles (producer_role, worker_role, signal_role) name a role that was dropped';
 
+-- 46.1: a token names one attempt of one task.  Tokens come from one
+-- sequence per node (ntask.token_seq, drawn by ntask.token_next in the
+-- lease statement) instead of counting per task, so a token on another
+-- task's id is never that task's (NT003, decided by the ledger).  The
+-- sequence starts above every token 1.0.0 issued, so those stay valid for
+-- the attempts they name and every new token is above them.
+CREATE SEQUENCE ntask.token_seq AS bigint MAXVALUE 281474976710655;
+COMMENT ON SEQUENCE ntask.token_seq IS 'ntask: this node''s tokens: a lease''s token is its timeline''s floor - 1 plus the next value (ntask.token_next)';
+SELECT pg_catalog.pg_extension_config_dump('ntask.token_seq', '');
+CREATE FUNCTION ntask.token_next(prev bigint, floor bigint)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'ntask_token_next'
+LANGUAGE C IMMUTABLE STRICT;
+COMMENT ON FUNCTION ntask.token_next(bigint, bigint) IS
+'ntask: internal: the lease statement''s new token: floor - 1 plus the next value of this node''s ntask.token_seq, above prev';
+REVOKE ALL ON FUNCTION ntask.token_next(bigint, bigint) FROM PUBLIC;
+SELECT pg_catalog.setval('ntask.token_seq', x.v)
+FROM (SELECT GREATEST(
+		(SELECT max(t.token) FROM ntask.task t),
+		(SELECT max(a.token) FROM ntask.attempt a),
+		(SELECT max(r.token) FROM ntask.receipt r),
+		(SELECT max(c.token) FROM ntask.checkpoint c),
+		(SELECT max(f.token) FROM ntask.fence f),
+		(SELECT max(f.token) FROM ntask.fence_receipt f))
+	  OPERATOR(pg_catalog.-) (ntask.token_floor(0::smallint) OPERATOR(pg_catalog.-) 1) AS v) x
+WHERE x.v OPERATOR(pg_catalog.>=) 1;
+-- a Citus node's sequence steps by 256 from its group (ntask.set_id_range)
+CREATE OR REPLACE FUNCTION ntask.set_id_range()
+RETURNS text
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE
+	g bigint;
+	lo bigint;
+	hi bigint;
+	seq text;
+	last bigint;
+BEGIN
+	SELECT l.groupid INTO g FROM pg_catalog.pg_dist_local_group l;
+	IF g IS NULL OR g < 0 OR g > 255 THEN
+		RAISE EXCEPTION 'ntask: this node''s Citus group is %, and task ids have room for groups 0 to 255', g
+			USING ERRCODE = 'program_limit_exceeded';
+	END IF;
+	lo := (g << 40) + 1;
+	hi := ((g + 1) << 40) - 1;
+	SET LOCAL citus.enable_ddl_propagation = off;
+	FOREACH seq IN ARRAY ARRAY['ntask.task_task_id_seq', 'ntask.audit_audit_id_seq'] LOOP
+		EXECUTE format('SELECT last_value FROM %s', seq) INTO last;
+		IF last > hi THEN
+			RAISE EXCEPTION 'ntask: % is at %, beyond the range of Citus group % (% to %)', seq, last, g, lo, hi
+				USING ERRCODE = 'object_not_in_prerequisite_state';
+		END IF;
+		EXECUTE format('ALTER SEQUENCE %s MINVALUE %s MAXVALUE %s START %s %s',
+					   seq, lo, hi, lo, CASE WHEN last < lo THEN 'RESTART' ELSE '' END);
+	END LOOP;
+	-- tokens: every value of this node's sequence is g modulo 256, so no
+	-- two nodes draw the same token; restarted above its last value
+	SELECT s.last_value INTO last FROM ntask.token_seq s;
+	EXECUTE format('ALTER SEQUENCE ntask.token_seq INCREMENT 256 MINVALUE %s START %s RESTART %s',
+				   g, g + 256, ((last / 256) + 1) * 256 + g);
+	RETURN format('group %s: ids %s to %s, tokens %s modulo 256', g, lo, hi, g);
+END $fn$;
+DO $$
+BEGIN
+	-- (nested: the second test names a Citus catalog)
+	IF pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL THEN
+		IF EXISTS (SELECT FROM pg_catalog.pg_dist_partition p
+				   WHERE p.logicalrelid OPERATOR(pg_catalog.=) 'ntask.task'::pg_catalog.regclass) THEN
+			PERFORM ntask.set_id_range();
+		END IF;
+	END IF;
+END $$;
+
 -- end of issue 46
 
 

@@ -654,6 +654,17 @@ CREATE INDEX signal_task_idx ON ntask.signal (task_id) WHERE task_id IS NOT NULL
 -- (created_at is when such a row was sent: an await sets task_id)
 CREATE INDEX signal_unawaited_idx ON ntask.signal (queue, created_at) WHERE task_id IS NULL;
 
+/*
+ * Tokens (docs/design.md "Tokens: one sequence, an attempt's name"): a
+ * lease's token is its timeline's floor - 1 plus the next value of this
+ * sequence, this node's one sequence of tokens (ntask.token_next), so a
+ * token names one attempt of one task.  At most 2^48 - 1 values: the next
+ * timeline's floor.  On a Citus node it steps by 256 from the node's group
+ * (ntask.set_id_range).
+ */
+CREATE SEQUENCE ntask.token_seq AS bigint MAXVALUE 281474976710655;
+COMMENT ON SEQUENCE ntask.token_seq IS 'ntask: this node''s tokens: a lease''s token is its timeline''s floor - 1 plus the next value (ntask.token_next)';
+
 -- pg_dump dumps the rows of these tables (and the sequences' values)
 SELECT pg_catalog.pg_extension_config_dump('ntask.queue', '');
 SELECT pg_catalog.pg_extension_config_dump('ntask.task', '');
@@ -664,6 +675,7 @@ SELECT pg_catalog.pg_extension_config_dump('ntask.fence', '');
 SELECT pg_catalog.pg_extension_config_dump('ntask.fence_receipt', '');
 SELECT pg_catalog.pg_extension_config_dump('ntask.task_task_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('ntask.audit_audit_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('ntask.token_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('ntask.schedule', '');
 SELECT pg_catalog.pg_extension_config_dump('ntask.schedule_slot', '');
 SELECT pg_catalog.pg_extension_config_dump('ntask.schedule_slot_id_seq', '');
@@ -2305,6 +2317,20 @@ COMMENT ON FUNCTION ntask.token_floor(smallint) IS
 'ntask: internal: the lowest token this node''s WAL timeline may issue (the lease statement of a distributed install evaluates it on the row''s node)';
 REVOKE ALL ON FUNCTION ntask.token_floor(smallint) FROM PUBLIC;
 
+/*
+ * The next token of a task whose latest is prev, on the node that evaluates
+ * it (src/claim.c NtaskTokenNext): floor - 1 plus the next value of that
+ * node's ntask.token_seq, above prev.  IMMUTABLE for the reason token_floor
+ * is; never folded, since it takes the row's token.
+ */
+CREATE FUNCTION ntask.token_next(prev bigint, floor bigint)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'ntask_token_next'
+LANGUAGE C IMMUTABLE STRICT;
+COMMENT ON FUNCTION ntask.token_next(bigint, bigint) IS
+'ntask: internal: the lease statement''s new token: floor - 1 plus the next value of this node''s ntask.token_seq, above prev';
+REVOKE ALL ON FUNCTION ntask.token_next(bigint, bigint) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION
 	@extschema@.ntask_shard(text, text),
 	@extschema@.ntask_shard(bigint),
@@ -2379,7 +2405,12 @@ BEGIN
 		EXECUTE format('ALTER SEQUENCE %s MINVALUE %s MAXVALUE %s START %s %s',
 					   seq, lo, hi, lo, CASE WHEN last < lo THEN 'RESTART' ELSE '' END);
 	END LOOP;
-	RETURN format('group %s: ids %s to %s', g, lo, hi);
+	-- tokens: every value of this node's sequence is g modulo 256, so no
+	-- two nodes draw the same token; restarted above its last value
+	SELECT s.last_value INTO last FROM ntask.token_seq s;
+	EXECUTE format('ALTER SEQUENCE ntask.token_seq INCREMENT 256 MINVALUE %s START %s RESTART %s',
+				   g, g + 256, ((last / 256) + 1) * 256 + g);
+	RETURN format('group %s: ids %s to %s, tokens %s modulo 256', g, lo, hi, g);
 END $fn$;
 COMMENT ON FUNCTION ntask.set_id_range() IS
 'ntask: internal: give this node''s task and audit id sequences the range of its Citus group (ntask_distribute, ntask_distribute_nodes)';

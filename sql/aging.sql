@@ -4,6 +4,7 @@
 -- tasks); ties by due time, then task id
 -- task ids start at 35400 here, so this file's output does not depend on the others
 SELECT setval('ntask.task_task_id_seq', 35400, false) AS first_task_id;
+SELECT setval('ntask.token_seq', 35400, false) AS first_token \gset
 SELECT queue, priority_aging, priority_aging_max FROM ntask_queue_set('age', lease => '1 minute');
 
 -- hostile values: 22023, and the queue keeps its settings

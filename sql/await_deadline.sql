@@ -3,6 +3,7 @@
 -- timeout: housekeeping's sweep passes it by; when it wakes (the signal,
 -- or its timeout) it has at least the queue's total_deadline left.  A
 -- signal that comes after the task that awaited it ended says so: stale.
+SELECT setval('ntask.token_seq', 62000, false) AS first_token \gset
 SELECT queue FROM ntask_queue_set('ad', total_deadline => '1 hour');
 SELECT task_id AS a1 FROM ntask_enqueue('ad', 'with-timeout', '{}') \gset
 SELECT task_id AS a2 FROM ntask_enqueue('ad', 'no-timeout', '{}') \gset
@@ -10,11 +11,11 @@ SELECT task_id AS a3 FROM ntask_enqueue('ad', 'canceled', '{}') \gset
 SELECT count(*) FROM ntask_claim('ad', 'W1', 3);
 -- a timeout of a day under a one-hour total_deadline: the deadline moves
 -- to the timeout's end plus total_deadline
-SELECT ntask_await(:a1, 1, 'sig-1', timeout => '1 day');
+SELECT ntask_await(:a1, tok(:a1, 1), 'sig-1', timeout => '1 day');
 SELECT deadline >= due_at + interval '1 hour' AS deadline_after_timeout
 FROM ntask.task WHERE task_id = :a1;
-SELECT ntask_await(:a2, 1, 'sig-2');
-SELECT ntask_await(:a3, 1, 'sig-3');
+SELECT ntask_await(:a2, tok(:a2, 1), 'sig-2');
+SELECT ntask_await(:a3, tok(:a3, 1), 'sig-3');
 -- the deadlines pass (as if the await had lasted; the one with a timeout
 -- gets there only after its timeout): nothing is swept
 UPDATE ntask.task SET deadline = now() - interval '1 second' WHERE task_id IN (:a2, :a3);

@@ -3,6 +3,7 @@
 -- ntask_enqueue, ntask_transition and ntask_transition + ntask_claim
 -- task ids start at 18000 here, so this file's output does not depend on the others
 SELECT setval('ntask.task_task_id_seq', 18000, false) AS first_task_id;
+SELECT setval('ntask.token_seq', 18000, false) AS first_token \gset
 SELECT queue FROM ntask_queue_set('bt', max_attempts => 2, lease => '1 minute');
 SELECT queue FROM ntask_queue_set('bt2', lease => '1 minute');
 
@@ -73,21 +74,21 @@ SELECT task_id AS e2 FROM ntask.task WHERE task_key = 'e2' \gset
 SELECT task_id AS e3 FROM ntask.task WHERE task_key = 'e3' \gset
 SELECT task_id AS e4 FROM ntask.task WHERE task_key = 'e4' \gset
 -- a never-issued token fails the whole batch (NT003): nothing is applied
-SELECT * FROM ntask_transition_many(ARRAY[:e1, :e2], ARRAY[1, 7], 'succeeded');
+SELECT * FROM ntask_transition_many(ARRAY[:e1, :e2], ARRAY[tok(:e1, 1), tok(:e2, 7)], 'succeeded');
 \echo :SQLSTATE
 SELECT count(*) AS still_leased FROM ntask.task WHERE queue = 'bt' AND state = 'leased';
 -- an unknown task: P0002
-SELECT * FROM ntask_transition_many(ARRAY[:e1, 999999], ARRAY[1, 1], 'succeeded');
+SELECT * FROM ntask_transition_many(ARRAY[:e1, 999999], ARRAY[tok(:e1, 1), tok(999999, 1)], 'succeeded');
 \echo :SQLSTATE
 -- e1, e2 succeed in one call; rows come back in input order (e2 first)
-SELECT task_id = :e2 AS is_e2, result, state, run_at FROM ntask_transition_many(ARRAY[:e2, :e1], ARRAY[1, 1], 'succeeded', outcome => 'sent');
+SELECT task_id = :e2 AS is_e2, result, state, run_at FROM ntask_transition_many(ARRAY[:e2, :e1], ARRAY[tok(:e2, 1), tok(:e1, 1)], 'succeeded', outcome => 'sent');
 -- the same batch again plus e3: duplicate, duplicate, applied; then a
 -- different transition of the same tokens: conflict
-SELECT task_id = :e3 AS is_e3, result, state FROM ntask_transition_many(ARRAY[:e2, :e1, :e3], ARRAY[1, 1, 1], 'succeeded', outcome => 'sent');
-SELECT result, state FROM ntask_transition_many(ARRAY[:e1, :e2], ARRAY[1, 1], 'canceled');
+SELECT task_id = :e3 AS is_e3, result, state FROM ntask_transition_many(ARRAY[:e2, :e1, :e3], ARRAY[tok(:e2, 1), tok(:e1, 1), tok(:e3, 1)], 'succeeded', outcome => 'sent');
+SELECT result, state FROM ntask_transition_many(ARRAY[:e1, :e2], ARRAY[tok(:e1, 1), tok(:e2, 1)], 'canceled');
 -- what ntask_transition answers for the same calls, for comparison
-SELECT result, state FROM ntask_transition(:e1, 1, 'succeeded', outcome => 'sent');
-SELECT result, state FROM ntask_transition(:e1, 1, 'canceled');
+SELECT result, state FROM ntask_transition(:e1, tok(:e1, 1), 'succeeded', outcome => 'sent');
+SELECT result, state FROM ntask_transition(:e1, tok(:e1, 1), 'canceled');
 -- the ledger equals what one ntask_transition per task writes
 SELECT t.task_key, t.state, t.outcome, t.reason, t.unknown_attempts, t.lease_owner, t.due_at IS NULL AS no_due, t.finished_at IS NOT NULL AS finished,
 	   a.result, a.requested, a.outcome, a.outcome_known, a.ended_at IS NOT NULL AS ended
@@ -96,26 +97,26 @@ FROM ntask.task t JOIN ntask.attempt_all a USING (task_id) WHERE t.queue = 'bt' 
 -- retry_wait batches run each task's budget and backoff: e4 (attempt 1 of
 -- 2) waits; claimed again it is on its last attempt and a retry sends it
 -- to repair_required (budget_exhausted)
-SELECT result, state, run_at > now() AS later FROM ntask_transition_many(ARRAY[:e4], ARRAY[1], 'retry_wait', 'transient', '{"http": 503}');
+SELECT result, state, run_at > now() AS later FROM ntask_transition_many(ARRAY[:e4], ARRAY[tok(:e4, 1)], 'retry_wait', 'transient', '{"http": 503}');
 UPDATE ntask.task SET run_at = now(), due_at = now() WHERE task_id = :e4;
 SELECT * FROM ntask_enqueue_many('bt', ARRAY['e7'], ARRAY['{"n": 7}']::jsonb[]);
 SELECT task_key, token, attempt FROM ntask_claim('bt', 'W1', 10) ORDER BY task_key;
 SELECT task_id AS e7 FROM ntask.task WHERE task_key = 'e7' \gset
-SELECT task_id = :e7 AS is_e7, result, state, run_at > now() AS later FROM ntask_transition_many(ARRAY[:e4, :e7], ARRAY[2, 1], 'retry_wait');
+SELECT task_id = :e7 AS is_e7, result, state, run_at > now() AS later FROM ntask_transition_many(ARRAY[:e4, :e7], ARRAY[tok(:e4, 2), tok(:e7, 1)], 'retry_wait');
 SELECT task_key, state, reason, last_error_class FROM ntask.task WHERE task_id IN (:e4, :e7) ORDER BY task_key;
 -- an unknown-outcome repair request: the attempt's outcome is not known
 UPDATE ntask.task SET run_at = now(), due_at = now() WHERE task_id = :e7;
 SELECT task_key, token FROM ntask_claim('bt', 'W1', 10) ORDER BY task_key;
-SELECT result, state FROM ntask_transition_many(ARRAY[:e7], ARRAY[2], 'repair_required', 'unknown', '{"reason": "timeout"}');
+SELECT result, state FROM ntask_transition_many(ARRAY[:e7], ARRAY[tok(:e7, 2)], 'repair_required', 'unknown', '{"reason": "timeout"}');
 SELECT state, reason, unknown_attempts, last_error_class FROM ntask.task WHERE task_id = :e7;
 SELECT token, result, outcome_known FROM ntask.attempt_all WHERE task_id = :e7 ORDER BY token;
 
 -- hostile input
-SELECT * FROM ntask_transition_many(ARRAY[:e1, :e1], ARRAY[1, 1], 'succeeded');
+SELECT * FROM ntask_transition_many(ARRAY[:e1, :e1], ARRAY[tok(:e1, 1), tok(:e1, 1)], 'succeeded');
 \echo :SQLSTATE
 SELECT * FROM ntask_transition_many(ARRAY[:e1], ARRAY[1, 1], 'succeeded');
 \echo :SQLSTATE
-SELECT * FROM ntask_transition_many(ARRAY[:e1, NULL], ARRAY[1, 1], 'succeeded');
+SELECT * FROM ntask_transition_many(ARRAY[:e1, NULL], ARRAY[tok(:e1, 1), 1], 'succeeded');
 \echo :SQLSTATE
 SELECT * FROM ntask_transition_many(ARRAY[:e1], ARRAY[NULL]::bigint[], 'succeeded');
 \echo :SQLSTATE
@@ -123,13 +124,13 @@ SELECT * FROM ntask_transition_many(NULL, ARRAY[1], 'succeeded');
 \echo :SQLSTATE
 SELECT * FROM ntask_transition_many(ARRAY[[:e1]], ARRAY[[1]], 'succeeded');
 \echo :SQLSTATE
-SELECT * FROM ntask_transition_many(ARRAY[:e1], ARRAY[1], 'leased');
+SELECT * FROM ntask_transition_many(ARRAY[:e1], ARRAY[tok(:e1, 1)], 'leased');
 \echo :SQLSTATE
-SELECT * FROM ntask_transition_many(ARRAY[:e1], ARRAY[1], 'retry_wait', 'permanent');
+SELECT * FROM ntask_transition_many(ARRAY[:e1], ARRAY[tok(:e1, 1)], 'retry_wait', 'permanent');
 \echo :SQLSTATE
-SELECT * FROM ntask_transition_many(ARRAY[:e1], ARRAY[1], 'succeeded', retry_at => now());
+SELECT * FROM ntask_transition_many(ARRAY[:e1], ARRAY[tok(:e1, 1)], 'succeeded', retry_at => now());
 \echo :SQLSTATE
-SELECT * FROM ntask_transition_many(ARRAY[:e1], ARRAY[1], NULL);
+SELECT * FROM ntask_transition_many(ARRAY[:e1], ARRAY[tok(:e1, 1)], NULL);
 \echo :SQLSTATE
 SELECT * FROM ntask_transition_many(ARRAY[]::bigint[], ARRAY[]::bigint[], 'succeeded');
 
@@ -147,21 +148,21 @@ SELECT task_id AS c3 FROM ntask.task WHERE task_key = 'c3' \gset
 -- a retry_wait finish with max_tasks 2 and nothing left to claim: one row,
 -- the claim's columns NULL, the answer kept
 SELECT task_id, task_key, token, finish_result, finish_state, finish_run_at > now() AS later
-FROM ntask_transition_and_claim(:c2, 1, 'retry_wait', 'bt2', 'W2', 2, error_class => 'transient');
+FROM ntask_transition_and_claim(:c2, tok(:c2, 1), 'retry_wait', 'bt2', 'W2', 2, error_class => 'transient');
 -- an unknown queue fails the whole call: c3 stays leased
-SELECT * FROM ntask_transition_and_claim(:c3, 1, 'succeeded', 'nosuchqueue', 'W2');
+SELECT * FROM ntask_transition_and_claim(:c3, tok(:c3, 1), 'succeeded', 'nosuchqueue', 'W2');
 \echo :SQLSTATE
 SELECT state FROM ntask.task WHERE task_id = :c3;
 -- a never-issued token fails it too (NT003), before anything is claimed
-SELECT * FROM ntask_transition_and_claim(:c3, 5, 'succeeded', 'bt2', 'W2');
+SELECT * FROM ntask_transition_and_claim(:c3, tok(:c3, 5), 'succeeded', 'bt2', 'W2');
 \echo :SQLSTATE
-SELECT * FROM ntask_transition_and_claim(:c3, 1, 'succeeded', 'bt2', 'W2', 0);
+SELECT * FROM ntask_transition_and_claim(:c3, tok(:c3, 1), 'succeeded', 'bt2', 'W2', 0);
 \echo :SQLSTATE
-SELECT * FROM ntask_transition_and_claim(:c3, 1, 'succeeded', 'bt2', NULL);
+SELECT * FROM ntask_transition_and_claim(:c3, tok(:c3, 1), 'succeeded', 'bt2', NULL);
 \echo :SQLSTATE
-SELECT * FROM ntask_transition_and_claim(:c3, 1, 'succeeded', 'bt2', 'W2', lease => '-1 second');
+SELECT * FROM ntask_transition_and_claim(:c3, tok(:c3, 1), 'succeeded', 'bt2', 'W2', lease => '-1 second');
 \echo :SQLSTATE
-SELECT * FROM ntask_transition_and_claim(:c3, 1, 'succeeded', 'bt2', 'W2', error_class => 'transient');
+SELECT * FROM ntask_transition_and_claim(:c3, tok(:c3, 1), 'succeeded', 'bt2', 'W2', error_class => 'transient');
 \echo :SQLSTATE
 SELECT * FROM ntask_transition_and_claim(NULL, 1, 'succeeded', 'bt2', 'W2');
 \echo :SQLSTATE
@@ -174,7 +175,7 @@ UPDATE ntask.task SET lease_until = now() - interval '1 second', due_at = now() 
 WHERE task_id = :c3;
 SELECT task_key, token, prior_outcome FROM ntask_claim('bt2', 'W3');
 SELECT task_key, token, finish_result, finish_state
-FROM ntask_transition_and_claim(:c3, 1, 'succeeded', 'bt2', 'W2');
+FROM ntask_transition_and_claim(:c3, tok(:c3, 1), 'succeeded', 'bt2', 'W2');
 SELECT task_key, state, outcome, attempts, token, lease_owner FROM ntask.task
 WHERE queue = 'bt2' AND task_key LIKE 'c%' ORDER BY task_key;
 SELECT t.task_key, a.token, a.worker, a.result, a.requested FROM ntask.attempt_all a JOIN ntask.task t USING (task_id)

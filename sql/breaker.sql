@@ -2,6 +2,7 @@
 -- side (opening, probing, closing, restarts) is TAP t/017_breaker.pl.
 -- task ids start at 32000 here, so this file's output does not depend on the others
 SELECT setval('ntask.task_task_id_seq', 32000, false) AS first_task_id;
+SELECT setval('ntask.token_seq', 32000, false) AS first_token \gset
 SELECT queue, breaker_failures, breaker_cooldown
 FROM ntask_queue_set('brk', lease => '1 minute',
 	target => '{"type": "http", "url": "http://push.example/v1/send"}');

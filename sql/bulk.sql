@@ -1,6 +1,7 @@
 -- ntask_bulk / ntask_bulk_all (issue 35.2): cancel, replay and reschedule
 -- by filter, with a dry run, in bounded chunks, audited per call and per task
 SELECT setval('ntask.task_task_id_seq', 35200, false) AS first_task_id;
+SELECT setval('ntask.token_seq', 35200, false) AS first_token \gset
 SELECT queue FROM ntask_queue_set('bk', max_attempts => 1);
 -- ten tasks: b00..b09; b00..b03 end in repair (permanent, two of them
 -- after a transient error class), b04 leased, the rest ready

@@ -1,6 +1,7 @@
 -- claim: leases, fencing tokens, ledger, takeover of expired leases
 -- task ids start at 2000 here, so this file's output does not depend on the others
 SELECT setval('ntask.task_task_id_seq', 2000, false) AS first_task_id;
+SELECT setval('ntask.token_seq', 2000, false) AS first_token \gset
 SELECT queue FROM ntask_queue_set('work', max_attempts => 3, lease => '30 seconds');
 SELECT count(*) FROM (
   SELECT ntask_enqueue('work', 'job-' || i, jsonb_build_object('i', i), priority => CASE WHEN i = 4 THEN 10 ELSE 0 END)
@@ -30,27 +31,27 @@ FROM ntask.task WHERE queue = 'work' AND state = 'leased';
 
 -- heartbeat extends the lease of the current token
 SELECT task_id AS j1 FROM ntask.task WHERE task_key = 'job-1' \gset
-SELECT ntask_heartbeat(:j1, 1, '10 minutes') - now() AS extended;
-SELECT ntask_heartbeat(:j1, 1) - now() AS queue_default;
+SELECT ntask_heartbeat(:j1, tok(:j1, 1), '10 minutes') - now() AS extended;
+SELECT ntask_heartbeat(:j1, tok(:j1, 1)) - now() AS queue_default;
 SELECT lease_until > now() + interval '29 seconds' AS extended, due_at = lease_until AS due_is_lease FROM ntask.task WHERE task_id = :j1;
 
 -- ntask_invoked marks the attempt as (possibly) having an effect
-SELECT ntask_invoked(:j1, 1);
-SELECT ntask_invoked(:j1, 1);
+SELECT ntask_invoked(:j1, tok(:j1, 1));
+SELECT ntask_invoked(:j1, tok(:j1, 1));
 
 -- takeover: expire W1's lease by claiming with a tiny lease
 SELECT queue FROM ntask_queue_set('n9', max_attempts => 3);
 SELECT task_id AS n9 FROM ntask_enqueue('n9', 'notify:u-b:d-b1:m-9:v1') \gset
 SELECT task_key, attempt, token, prior_outcome FROM ntask_claim('n9', 'W1', lease => '1 millisecond');
-SELECT ntask_invoked(:n9, 1);
+SELECT ntask_invoked(:n9, tok(:n9, 1));
 SELECT pg_sleep(0.01);
 -- W2 takes over with token 2; W1 had invoked, so the outcome is unknown
 SELECT task_key, attempt, token, prior_outcome FROM ntask_claim('n9', 'W2');
 SELECT token, attempt, worker, result, outcome_known FROM ntask.attempt_all WHERE task_id = :n9 ORDER BY token;
 SELECT state, token, attempts, unknown_attempts, last_error_class, last_error_stage FROM ntask.task WHERE task_id = :n9;
 -- W1's lease is gone: heartbeat says NULL, invoked says stale
-SELECT ntask_heartbeat(:n9, 1) IS NULL AS lost;
-SELECT ntask_invoked(:n9, 1);
+SELECT ntask_heartbeat(:n9, tok(:n9, 1)) IS NULL AS lost;
+SELECT ntask_invoked(:n9, tok(:n9, 1));
 -- a takeover of an attempt that never invoked keeps its outcome known
 SELECT task_id AS n10 FROM ntask_enqueue('n9', 'notify:u-b:d-b1:m-10:v1') \gset
 SELECT token FROM ntask_claim('n9', 'W1', lease => '1 millisecond');
@@ -128,7 +129,7 @@ SELECT count(*) FROM (SELECT ntask_enqueue('inv', 'i' || g, '{}') FROM generate_
 SELECT task_key, token FROM ntask_claim('inv', 'W1', 2, invoked => true) ORDER BY task_key;
 SELECT t.task_key, a.invoked_at = a.claimed_at AS invoked_at_claim, a.ended_at IS NULL AS running
 FROM ntask.attempt_all a JOIN ntask.task t USING (task_id) WHERE t.queue = 'inv' ORDER BY 1;
-SELECT ntask_invoked(task_id, 1) FROM ntask.task WHERE queue = 'inv' AND task_key = 'i1';
+SELECT ntask_invoked(task_id, tok(task_id, 1)) FROM ntask.task WHERE queue = 'inv' AND task_key = 'i1';
 SELECT pg_sleep(0.01);
 SELECT task_key, token, prior_outcome FROM ntask_claim('inv', 'W2', 2) ORDER BY task_key;
 SELECT t.task_key, a.token, a.result, a.outcome_known, a.invoked_at IS NOT NULL AS invoked

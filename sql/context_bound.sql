@@ -6,25 +6,26 @@
 -- by ntask_context)
 -- (ids from a fixed start: the errors name tasks)
 SELECT setval('ntask.task_task_id_seq', 910000, false);
+SELECT setval('ntask.token_seq', 910000, false) AS first_token \gset
 SELECT queue FROM ntask_queue_set('cb');
 SET ntask.max_context_bytes = '4kB';
 SELECT task_id AS t FROM ntask_enqueue('cb', 't1', '{}') \gset
 SELECT token FROM ntask_claim('cb', 'W1');
-SELECT ntask_checkpoint(:t, 1, 's1', to_jsonb(repeat('a', 1500)));
-SELECT ntask_checkpoint(:t, 1, 's2', to_jsonb(repeat('b', 1500)));
+SELECT ntask_checkpoint(:t, tok(:t, 1), 's1', to_jsonb(repeat('a', 1500)));
+SELECT ntask_checkpoint(:t, tok(:t, 1), 's2', to_jsonb(repeat('b', 1500)));
 -- the third would bring the task's checkpoints past 4 kB
-SELECT ntask_checkpoint(:t, 1, 's3', to_jsonb(repeat('c', 1500)));
+SELECT ntask_checkpoint(:t, tok(:t, 1), 's3', to_jsonb(repeat('c', 1500)));
 \echo :SQLSTATE
 -- a repeat of a step already written is still answered
-SELECT ntask_checkpoint(:t, 1, 's2', to_jsonb(repeat('b', 1500)));
-SELECT ntask_checkpoint(:t, 1, 's3', '"small"');
+SELECT ntask_checkpoint(:t, tok(:t, 1), 's2', to_jsonb(repeat('b', 1500)));
+SELECT ntask_checkpoint(:t, tok(:t, 1), 's3', '"small"');
 -- one value alone larger than the bound
 SELECT task_id AS t2 FROM ntask_enqueue('cb', 't2', '{}') \gset
 SELECT token FROM ntask_claim('cb', 'W1');
-SELECT ntask_checkpoint(:t2, 1, 'big', to_jsonb(repeat('x', 5000)));
+SELECT ntask_checkpoint(:t2, tok(:t2, 1), 'big', to_jsonb(repeat('x', 5000)));
 \echo :SQLSTATE
-SELECT ntask_release(:t, 1);
-SELECT ntask_release(:t2, 1);
+SELECT ntask_release(:t, tok(:t, 1));
+SELECT ntask_release(:t2, tok(:t2, 1));
 SELECT task_key, jsonb_object_keys(context) FROM ntask_claim('cb', 'W1', 10) ORDER BY 1, 2;
 
 -- parents: their results in the context while they fit in 4 kB; the rest
@@ -50,7 +51,7 @@ SELECT count(*) FROM ntask_enqueue_many('cbc', ARRAY(SELECT 'k' || i FROM genera
 SELECT count(*) FROM ntask_claim('cbc', 'W1', 5) c,
 	ntask_checkpoint(c.task_id, c.token, 'fetch', to_jsonb(repeat('z', 30000)));
 SELECT count(*) FROM ntask_claim('cbc', 'W1', 5) c;	-- none: all leased
-SELECT count(ntask_release(task_id, 1)) FROM ntask.task WHERE queue = 'cbc';
+SELECT count(ntask_release(task_id, tok(task_id, 1))) FROM ntask.task WHERE queue = 'cbc';
 CREATE TEMP TABLE cbc_claim AS
 SELECT task_id, token, task_key, context FROM ntask_claim('cbc', 'W1', 5);
 SELECT count(*) FILTER (WHERE context ? 'checkpoints') AS whole,
@@ -63,9 +64,9 @@ FROM cbc_claim WHERE context ? 'deferred' ORDER BY task_key LIMIT 1;
 SELECT ntask_context(task_id, token) = context AS same FROM cbc_claim
 WHERE context ? 'checkpoints' ORDER BY task_key LIMIT 1;
 SELECT task_id AS lost FROM cbc_claim ORDER BY task_key LIMIT 1 \gset
-SELECT ntask_release(:lost, 2);
-SELECT ntask_context(:lost, 2) IS NULL AS lost_is_null;
-SELECT ntask_context(:lost, 9);
+SELECT ntask_release(:lost, tok(:lost, 2));
+SELECT ntask_context(:lost, tok(:lost, 2)) IS NULL AS lost_is_null;
+SELECT ntask_context(:lost, tok(:lost, 9));
 \echo :SQLSTATE
 SELECT ntask_context(-1, 1);
 \echo :SQLSTATE

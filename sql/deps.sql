@@ -1,6 +1,7 @@
 -- deps: task dependencies (issue 36.1): fan-out, fan-in, the waiting
 -- state, the failed-parent policy, the claim's context.parents, and every
 -- hostile input with its SQLSTATE
+SELECT setval('ntask.token_seq', 61000, false) AS first_token \gset
 SELECT queue FROM ntask_queue_set('dg', max_attempts => 2, total_deadline => '1 hour');
 SELECT queue FROM ntask_queue_set('dg2');
 SELECT queue, on_parent_failed FROM ntask_queue_set('dgc', on_parent_failed => 'cancel');
@@ -25,16 +26,16 @@ SELECT task_id = :c AS same, created, state FROM ntask_enqueue('dg', 'c', '{"n":
 	depends_on => ARRAY['a', 'dg2:b']);
 
 -- the first parent succeeds: one parent left; the second: the child is ready
-SELECT result, state FROM ntask_transition(:a, 1, 'succeeded', result => '{"rows": 7}');
+SELECT result, state FROM ntask_transition(:a, tok(:a, 1), 'succeeded', result => '{"rows": 7}');
 SELECT state, parents_left FROM ntask.task WHERE task_id = :c;
 SELECT token FROM ntask_claim('dg2', 'W1');
-SELECT result, state FROM ntask_transition(:b, 1, 'succeeded');
+SELECT result, state FROM ntask_transition(:b, tok(:b, 1), 'succeeded');
 SELECT state, parents_left, due_at IS NOT NULL AS due,
 	   deadline > now() + interval '59 minutes' AS deadline_from_release
 FROM ntask.task WHERE task_id = :c;
 -- the child's claim reads its parents' results
 SELECT task_key, attempt, context FROM ntask_claim('dg', 'W1');
-SELECT result FROM ntask_transition(:c, 1, 'succeeded');
+SELECT result FROM ntask_transition(:c, tok(:c, 1), 'succeeded');
 
 -- a parent already succeeded counts as done: the child is ready at once
 SELECT created, state FROM ntask_enqueue('dg', 'd', '{}', depends_on => ARRAY['a']);
@@ -46,13 +47,13 @@ SELECT task_id AS p FROM ntask_enqueue('dgm', 'p', '{}') \gset
 SELECT created, state FROM ntask_enqueue_many('dgm', ARRAY['m1', 'm2', 'm1'],
 	ARRAY['{}', '{}', '{}']::jsonb[], depends_on => ARRAY['p']);
 SELECT task_key FROM ntask_claim('dgm', 'W1', 5);
-SELECT result, state FROM ntask_transition_many(ARRAY[:p]::bigint[], ARRAY[1]::bigint[], 'succeeded');
+SELECT result, state FROM ntask_transition_many(ARRAY[:p]::bigint[], ARRAY[tok(:p, 1)]::bigint[], 'succeeded');
 SELECT task_key, state FROM ntask.task WHERE queue = 'dgm' AND task_key IN ('m1', 'm2') ORDER BY 1;
 -- transition_and_claim releases too, and the claim in the same call sees it
 SELECT task_id AS q FROM ntask_enqueue('dg2', 'q', '{}') \gset
 SELECT task_id AS qc FROM ntask_enqueue('dg2', 'qc', '{}', depends_on => ARRAY['q']) \gset
 SELECT task_id AS qt FROM ntask_claim('dg2', 'W1') \gset
-SELECT task_key, finish_result, context FROM ntask_transition_and_claim(:q, 1, 'succeeded', 'dg2', 'W1', 1);
+SELECT task_key, finish_result, context FROM ntask_transition_and_claim(:q, tok(:q, 1), 'succeeded', 'dg2', 'W1', 1);
 
 -- a failed parent, policy wait (the queue's default): the child waits;
 -- the parent's replay and success releases it
@@ -61,13 +62,13 @@ SELECT task_id AS fw FROM ntask_enqueue('dg2', 'fw', '{}', depends_on => ARRAY['
 SELECT task_id AS fc FROM ntask_enqueue('dg2', 'fc', '{}', depends_on => ARRAY['f'],
 	on_parent_failed => 'cancel') \gset
 SELECT token FROM ntask_claim('dg2', 'W1');
-SELECT result, state FROM ntask_transition(:f, 1, 'repair_required', error_class => 'permanent');
+SELECT result, state FROM ntask_transition(:f, tok(:f, 1), 'repair_required', error_class => 'permanent');
 SELECT task_key, state, reason FROM ntask.task WHERE task_id IN (:fw, :fc) ORDER BY 1;
 SELECT action, from_state, to_state, reason FROM ntask.audit WHERE task_id = :fc;
 SELECT detail FROM ntask_explain(:fw) WHERE event = 'now';
 SELECT ntask_replay(:f, 'ops', 'fixed the input');
 SELECT token FROM ntask_claim('dg2', 'W1');
-SELECT result, state FROM ntask_transition(:f, 2, 'succeeded');
+SELECT result, state FROM ntask_transition(:f, tok(:f, 2), 'succeeded');
 SELECT task_key, state FROM ntask.task WHERE task_id IN (:fw, :fc) ORDER BY 1;
 
 -- the queue's policy cancel, recursively; a parent already failed at enqueue

@@ -3,6 +3,7 @@
 -- never stops another queue's housekeeping, and what a canceled or skipped
 -- parent means for a child that waits (issue 46.3)
 SELECT setval('ntask.task_task_id_seq', 100000, false) AS first_task_id;
+SELECT setval('ntask.token_seq', 100000, false) AS first_token \gset
 SELECT queue FROM ntask_queue_set('dcc', on_parent_failed => 'cancel', max_attempts => 1);
 SELECT queue FROM ntask_queue_set('dcw');
 
@@ -18,7 +19,7 @@ SELECT count(*) FILTER (WHERE state = 'waiting') AS waiting FROM ntask.task WHER
 -- the root's holder reports a permanent failure: applied, and the whole
 -- chain is canceled in the same transaction
 SELECT token FROM ntask_claim('dcc', 'W1');
-SELECT result, state FROM ntask_transition(:root, 1, 'repair_required', error_class => 'permanent');
+SELECT result, state FROM ntask_transition(:root, tok(:root, 1), 'repair_required', error_class => 'permanent');
 SELECT state, reason, count(*) FROM ntask.task WHERE queue = 'dcc' GROUP BY 1, 2 ORDER BY 1, 2;
 SELECT count(*) AS audited FROM ntask.audit
 WHERE action = 'cancel' AND reason LIKE 'parent_failed%'
@@ -69,7 +70,8 @@ SELECT task_key FROM ntask_claim('dcw', 'W1');
 UPDATE ntask.task SET lease_until = now() - interval '1 second',
 	due_at = now() - interval '1 second'
 WHERE queue IN ('dcc', 'dcw') AND state = 'leased';
-SELECT expired, repaired FROM ntask_housekeeping();
+-- (counts over every queue: earlier files' short leases may expire too)
+SELECT expired >= 1 AS expired, repaired >= 1 AS repaired FROM ntask_housekeeping();
 SELECT queue, state, count(*) FROM ntask.task
 WHERE (queue = 'dcc' AND task_key ~ '^h[0-9]+$') OR queue = 'dcw' GROUP BY 1, 2 ORDER BY 1, 2;
 
@@ -94,7 +96,7 @@ SELECT created FROM ntask_enqueue('dcgood', 'g3', '{}');
 SELECT task_key FROM ntask_claim('dcgood', 'W1') ORDER BY 1;
 SELECT task_key FROM ntask_claim('dcgood', 'W1') ORDER BY 1;
 SELECT task_id AS g2 FROM ntask.task WHERE queue = 'dcgood' AND task_key = 'g2' \gset
-SELECT result FROM ntask_transition(:g2, 1, 'succeeded');
+SELECT result FROM ntask_transition(:g2, tok(:g2, 1), 'succeeded');
 -- dcbad's task: leased and expired (written before the trigger fires on it:
 -- a superuser's direct update, as an old lease would be)
 ALTER TABLE ntask.task DISABLE TRIGGER dc_boom;
@@ -108,7 +110,9 @@ UPDATE ntask.task SET lease_until = now() - interval '1 second' WHERE queue = 'd
 UPDATE ntask.task SET deadline = now() - interval '1 second' WHERE queue = 'dcgood' AND state = 'ready';
 UPDATE ntask.task SET finished_at = now() - interval '1 hour' WHERE queue = 'dcgood' AND state = 'succeeded';
 ALTER TABLE ntask.task ENABLE TRIGGER dc_boom;
-SELECT expired, repaired, pruned FROM ntask_housekeeping();
+-- (counts over every queue: earlier files' short leases may expire too)
+SELECT expired >= 1 AS expired, repaired >= 1 AS repaired, pruned >= 1 AS pruned
+FROM ntask_housekeeping();
 SELECT queue, task_key, state, reason FROM ntask.task WHERE queue IN ('dcbad', 'dcgood') ORDER BY 1, 2;
 DROP TRIGGER dc_boom ON ntask.task;
 
@@ -133,14 +137,14 @@ SELECT owner IS NULL AS unowned, reason FROM ntask.repair_queue WHERE task_id = 
 -- the operator replays it: it runs, its parent's result is JSON null
 SELECT ntask_replay(:w1, 'ops', 'run it without w0');
 SELECT task_key, context FROM ntask_claim('dcw2', 'W1');
-SELECT result, state FROM ntask_transition(:w1, 1, 'succeeded');
+SELECT result, state FROM ntask_transition(:w1, tok(:w1, 1), 'succeeded');
 SELECT task_key, state FROM ntask.task WHERE task_id = :w2;
 -- a parent in repair_required keeps its waiting children; canceling it
 -- later sends them to repair_required too
 SELECT task_id AS r0 FROM ntask_enqueue('dcw2', 'r0', '{}') \gset
 SELECT task_id AS r1 FROM ntask_enqueue('dcw2', 'r1', '{}', depends_on => ARRAY['r0']) \gset
 SELECT task_key FROM ntask_claim('dcw2', 'W1', max_tasks => 5) ORDER BY 1;
-SELECT result FROM ntask_transition(:r0, 1, 'repair_required', error_class => 'permanent');
+SELECT result FROM ntask_transition(:r0, tok(:r0, 1), 'repair_required', error_class => 'permanent');
 SELECT state FROM ntask.task WHERE task_id = :r1;
 SELECT detail FROM ntask_explain(:r1) WHERE event = 'now';
 SELECT ntask_cancel(:r0, 'ops', 'give up');

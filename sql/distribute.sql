@@ -1,5 +1,6 @@
 -- distribute: ntask_distribute (issue 18) on a plain install.  The Citus
 -- layout itself is tested by t/023_citus.pl (NTASK_CITUS=1).
+SELECT setval('ntask.token_seq', 63000, false) AS first_token \gset
 \set VERBOSITY default
 -- without Citus it refuses, and changes nothing
 SELECT * FROM ntask_distribute();
@@ -21,10 +22,10 @@ SELECT task_id AS dw FROM ntask_enqueue('dist_w', 'w1', '{}') \gset
 \c
 BEGIN;
 INSERT INTO ntask.shard_map VALUES (1);
-SELECT ntask_checkpoint(:dw, 1, 'a', '{}');
+SELECT ntask_checkpoint(:dw, tok(:dw, 1), 'a', '{}');
 \echo :SQLSTATE
 ROLLBACK;
-SELECT ntask_await(:dw, 1, 'k');
+SELECT ntask_await(:dw, tok(:dw, 1), 'k');
 \echo :SQLSTATE
 SELECT ntask_signal('dist_w', 'k');
 \echo :SQLSTATE
@@ -53,7 +54,7 @@ SELECT result, state FROM ntask_transition_on(ntask_shard(:on1), :on1, :on1_tok,
 \set VERBOSITY terse
 SELECT * FROM ntask_enqueue_on(3::smallint, 'dist_q', 'on2', '{}');
 SELECT * FROM ntask_transition_on(0::smallint, (1::bigint << 48) | 5, 1, 'succeeded');
-SELECT * FROM ntask_transition_many_on(0::smallint, ARRAY[:on1, (2::bigint << 48) | 9], ARRAY[1, 1]::bigint[], 'succeeded');
+SELECT * FROM ntask_transition_many_on(0::smallint, ARRAY[:on1, (2::bigint << 48) | 9], ARRAY[tok(:on1, 1), 1]::bigint[], 'succeeded');
 SELECT * FROM ntask_claim_on(NULL, 'dist_q', 'w1');
 \set VERBOSITY default
 -- on a distributed install (simulated in a fresh backend: two shard

@@ -1,6 +1,7 @@
 -- enqueue: idempotent on (queue, task_key), digest-checked payloads
 -- task ids start at 1000 here, so this file's output does not depend on the others
 SELECT setval('ntask.task_task_id_seq', 1000, false) AS first_task_id;
+SELECT setval('ntask.token_seq', 1000, false) AS first_token \gset
 SELECT queue, max_attempts, total_deadline, lease, backoff_base, backoff_max, guard, target, retention
 FROM ntask_queue_set('push', max_attempts => 3, lease => '5 seconds');
 -- a new task

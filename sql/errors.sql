@@ -1,6 +1,7 @@
 -- errors: every hostile input gets a clear error and a fitting SQLSTATE
 -- task ids start at 7000 here, so this file's output does not depend on the others
 SELECT setval('ntask.task_task_id_seq', 7000, false) AS first_task_id;
+SELECT setval('ntask.token_seq', 7000, false) AS first_token \gset
 SELECT queue FROM ntask_queue_set('e0');
 -- queue_set
 SELECT * FROM ntask_queue_set(NULL);
@@ -97,17 +98,17 @@ SELECT ntask_heartbeat(NULL, 1);
 \echo :SQLSTATE
 SELECT ntask_heartbeat(:k, NULL);
 \echo :SQLSTATE
-SELECT ntask_heartbeat(:k, 1, '0 seconds');
+SELECT ntask_heartbeat(:k, tok(:k, 1), '0 seconds');
 \echo :SQLSTATE
 SELECT ntask_heartbeat(-1, 1);
 \echo :SQLSTATE
-SELECT ntask_heartbeat(:k, 2);
+SELECT ntask_heartbeat(:k, tok(:k, 2));
 \echo :SQLSTATE
 SELECT ntask_heartbeat(:k, 0);
 \echo :SQLSTATE
 SELECT ntask_invoked(NULL, 1);
 \echo :SQLSTATE
-SELECT ntask_invoked(9223372036854775807, 1);
+SELECT ntask_invoked(9223372036854775807, tok(9223372036854775807, 1));
 \echo :SQLSTATE
 SELECT ntask_invoked(:k, 99);
 \echo :SQLSTATE
@@ -116,49 +117,49 @@ SELECT * FROM ntask_transition(NULL, 1, 'succeeded');
 \echo :SQLSTATE
 SELECT * FROM ntask_transition(:k, NULL, 'succeeded');
 \echo :SQLSTATE
-SELECT * FROM ntask_transition(:k, 1, NULL);
+SELECT * FROM ntask_transition(:k, tok(:k, 1), NULL);
 \echo :SQLSTATE
-SELECT * FROM ntask_transition(:k, 1, '');
+SELECT * FROM ntask_transition(:k, tok(:k, 1), '');
 \echo :SQLSTATE
-SELECT * FROM ntask_transition(:k, 1, 'done');
+SELECT * FROM ntask_transition(:k, tok(:k, 1), 'done');
 \echo :SQLSTATE
-SELECT * FROM ntask_transition(:k, 1, 'SUCCEEDED');
+SELECT * FROM ntask_transition(:k, tok(:k, 1), 'SUCCEEDED');
 \echo :SQLSTATE
-SELECT * FROM ntask_transition(:k, 1, 'ready');
+SELECT * FROM ntask_transition(:k, tok(:k, 1), 'ready');
 \echo :SQLSTATE
-SELECT * FROM ntask_transition(:k, 1, 'leased');
+SELECT * FROM ntask_transition(:k, tok(:k, 1), 'leased');
 \echo :SQLSTATE
-SELECT * FROM ntask_transition(:k, 1, 'retry_wait', 'flaky');
+SELECT * FROM ntask_transition(:k, tok(:k, 1), 'retry_wait', 'flaky');
 \echo :SQLSTATE
-SELECT * FROM ntask_transition(:k, 1, 'retry_wait', 'permanent');
+SELECT * FROM ntask_transition(:k, tok(:k, 1), 'retry_wait', 'permanent');
 \echo :SQLSTATE
-SELECT * FROM ntask_transition(:k, 1, 'succeeded', 'transient');
+SELECT * FROM ntask_transition(:k, tok(:k, 1), 'succeeded', 'transient');
 \echo :SQLSTATE
-SELECT * FROM ntask_transition(:k, 1, 'canceled', 'unknown');
+SELECT * FROM ntask_transition(:k, tok(:k, 1), 'canceled', 'unknown');
 \echo :SQLSTATE
-SELECT * FROM ntask_transition(:k, 1, 'retry_wait', outcome => 'provider_accepted');
+SELECT * FROM ntask_transition(:k, tok(:k, 1), 'retry_wait', outcome => 'provider_accepted');
 \echo :SQLSTATE
-SELECT * FROM ntask_transition(:k, 1, 'succeeded', retry_at => now());
+SELECT * FROM ntask_transition(:k, tok(:k, 1), 'succeeded', retry_at => now());
 \echo :SQLSTATE
-SELECT * FROM ntask_transition(:k, 1, 'retry_wait', retry_at => 'infinity');
+SELECT * FROM ntask_transition(:k, tok(:k, 1), 'retry_wait', retry_at => 'infinity');
 \echo :SQLSTATE
-SELECT * FROM ntask_transition(:k, 1, 'succeeded', outcome => '');
+SELECT * FROM ntask_transition(:k, tok(:k, 1), 'succeeded', outcome => '');
 \echo :SQLSTATE
-SELECT * FROM ntask_transition(:k, 1, 'succeeded', outcome => repeat('o', 201));
+SELECT * FROM ntask_transition(:k, tok(:k, 1), 'succeeded', outcome => repeat('o', 201));
 \echo :SQLSTATE
-SELECT * FROM ntask_transition(:k, 1, 'retry_wait', error_stage => repeat('s', 201));
+SELECT * FROM ntask_transition(:k, tok(:k, 1), 'retry_wait', error_stage => repeat('s', 201));
 \echo :SQLSTATE
-SELECT * FROM ntask_transition(:k, 2, 'succeeded');
+SELECT * FROM ntask_transition(:k, tok(:k, 2), 'succeeded');
 \echo :SQLSTATE
 SELECT * FROM ntask_transition(:k, 0, 'succeeded');
 \echo :SQLSTATE
 SELECT * FROM ntask_transition(:k, -5, 'succeeded');
 \echo :SQLSTATE
-SELECT * FROM ntask_transition(0, 1, 'succeeded');
+SELECT * FROM ntask_transition(0, tok(0, 1), 'succeeded');
 \echo :SQLSTATE
 -- none of the failed calls changed the task
 SELECT state, attempts, token, lease_owner FROM ntask.task WHERE task_id = :k;
-SELECT result, state FROM ntask_transition(:k, 1, 'succeeded');
+SELECT result, state FROM ntask_transition(:k, tok(:k, 1), 'succeeded');
 -- admin
 SELECT ntask_cancel(NULL, 'a', 'r');
 \echo :SQLSTATE

@@ -2,6 +2,7 @@
 -- on-call, whose first line says in words what the task is waiting for
 -- task ids start at 25000 here, so this file's output does not depend on the others
 SELECT setval('ntask.task_task_id_seq', 25000, false) AS first_task_id;
+SELECT setval('ntask.token_seq', 25000, false) AS first_token \gset
 CREATE ROLE regress_ex_ops IN ROLE ntask_admin;
 CREATE ROLE regress_ex_app IN ROLE ntask_producer;
 CREATE ROLE regress_ex_jobs IN ROLE ntask_worker;
@@ -74,13 +75,13 @@ SELECT detail FROM pg_temp.ex(:l2) WHERE event = 'now';
 SELECT ntask_invoked(:l2, :l2tok);
 SELECT pg_sleep(0.01);
 SELECT attempt, token, prior_outcome FROM ntask_claim('exh', 'W3', lease => '1 minute');
-SELECT result FROM ntask_transition(:l2, 2, 'retry_wait', 'unknown', error_stage => 'response_lost',
+SELECT result FROM ntask_transition(:l2, tok(:l2, 2), 'retry_wait', 'unknown', error_stage => 'response_lost',
                                     retry_at => now() - interval '1 second');
 SELECT * FROM pg_temp.ex(:l2);
 
 -- repair_required: the budget is spent; an owner is assigned
 SELECT attempt, token, prior_outcome FROM ntask_claim('exh', 'W4');
-SELECT result, state FROM ntask_transition(:l2, 3, 'retry_wait', 'transient', '{"http_status": 429}');
+SELECT result, state FROM ntask_transition(:l2, tok(:l2, 3), 'retry_wait', 'transient', '{"http_status": 429}');
 SELECT * FROM pg_temp.ex(:l2);
 SELECT ntask_repair_assign(:l2, 'oncall-push', 'ask the provider by task key, then replay');
 SELECT detail FROM pg_temp.ex(:l2) WHERE event = 'now';

@@ -1,6 +1,7 @@
 -- fairness => 'partition' (issue 13): claims rotate across partition keys
 -- task ids start at 30000 here, so this file's output does not depend on the others
 SELECT setval('ntask.task_task_id_seq', 30000, false) AS first_task_id;
+SELECT setval('ntask.token_seq', 30000, false) AS first_token \gset
 SELECT queue, fairness FROM ntask_queue_set('fair', lease => '1 minute');
 
 -- hostile values: 22023, and the queue keeps its fairness

@@ -1,6 +1,7 @@
 -- issue 46 (a third first hour): least-privilege roles, explain's words,
 -- receipts after a final report, wakes, a dropped worker_role, task ids
 SELECT setval('ntask.task_task_id_seq', 46000, false) AS first_task_id;
+SELECT setval('ntask.token_seq', 46000, false) AS first_token \gset
 CREATE ROLE regress_fh3_ops IN ROLE ntask_admin;
 CREATE ROLE regress_fh3_workers;
 CREATE ROLE regress_fh3_worker IN ROLE ntask_worker, regress_fh3_workers;

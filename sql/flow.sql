@@ -1,6 +1,7 @@
 -- flow control (issue 13): in-flight caps, per-key order, rate limits, and
 -- the per-key statistics.  Task ids start at 31000 here.
 SELECT setval('ntask.task_task_id_seq', 31000, false) AS first_task_id;
+SELECT setval('ntask.token_seq', 31000, false) AS first_token \gset
 CREATE FUNCTION tk(k text) RETURNS bigint LANGUAGE sql STABLE AS
 	$$ SELECT task_id FROM ntask.task WHERE task_key = k $$;
 CREATE FUNCTION fin(k text) RETURNS text LANGUAGE sql AS
@@ -110,7 +111,7 @@ SELECT task_key FROM ntask_claim('dev', 'w', 10);
 SELECT fin('f-E9'), fin('f-N1');
 SELECT task_key FROM ntask_claim('dev', 'w', 10);
 -- a head waiting for its retry blocks its key (and only its key)
-SELECT state FROM ntask_transition(tk('f-E10'), 1, 'retry_wait', error_class => 'transient');
+SELECT state FROM ntask_transition(tk('f-E10'), tok(tk('f-E10'), 1), 'retry_wait', error_class => 'transient');
 SELECT fin('f-X1'), fin('f-N2');
 SELECT count(*) FROM ntask_enqueue('dev', 'f-X2', '{}', partition_key => 'd-x');
 SELECT task_key FROM ntask_claim('dev', 'w', 10);
@@ -118,7 +119,7 @@ SELECT task_key FROM ntask_claim('dev', 'w', 10);
 UPDATE ntask.task SET run_at = now(), due_at = now() WHERE task_key = 'f-E10';
 SELECT task_key, attempt FROM ntask_claim('dev', 'w', 10);
 -- the retry fails for good: a head in repair blocks its key ...
-SELECT state FROM ntask_transition(tk('f-E10'), 2, 'retry_wait', error_class => 'transient');
+SELECT state FROM ntask_transition(tk('f-E10'), tok(tk('f-E10'), 2), 'retry_wait', error_class => 'transient');
 SELECT task_key FROM ntask_claim('dev', 'w', 10);
 SELECT partition_key, ready, leased, repair_required, unknown_attempts
 FROM ntask.partition_stats WHERE queue = 'dev' ORDER BY 1;
@@ -130,7 +131,7 @@ SELECT task_key FROM ntask_claim('dev', 'w', 10);
 -- ... or later tasks are let pass a head in repair
 SELECT count(*) FROM ntask_enqueue_many('dev', ARRAY['f-E12','f-E13'],
 	array_fill('{}'::jsonb, ARRAY[2]), partition_keys => ARRAY['d-b1','d-b1']);
-SELECT state FROM ntask_transition(tk('f-E11'), 1, 'repair_required', error_class => 'permanent');
+SELECT state FROM ntask_transition(tk('f-E11'), tok(tk('f-E11'), 1), 'repair_required', error_class => 'permanent');
 SELECT task_key FROM ntask_claim('dev', 'w', 10);
 -- on-call sees why E12 waits
 SELECT substring(detail FROM 'held back: [^;]*') FROM ntask_explain(tk('f-E12')) WHERE event = 'now';

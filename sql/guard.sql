@@ -1,6 +1,7 @@
 -- guard: a per-queue check before hand-out (and before replay)
 -- task ids start at 6000 here, so this file's output does not depend on the others
 SELECT setval('ntask.task_task_id_seq', 6000, false) AS first_task_id;
+SELECT setval('ntask.token_seq', 6000, false) AS first_token \gset
 CREATE TABLE msg (id text PRIMARY KEY, version int NOT NULL);
 CREATE TABLE member (conv text, user_id text, PRIMARY KEY (conv, user_id));
 INSERT INTO msg VALUES ('m-9', 1), ('m-10', 1), ('m-11', 1);
@@ -29,7 +30,7 @@ SELECT task_id AS g13 FROM ntask_enqueue('g', 'notify:u-b:m-11:v1', '{"msg": "m-
 SELECT task_key FROM ntask_claim('g', 'W1', max_tasks => 1);
 SELECT state FROM ntask.task WHERE task_id = :g12;
 -- the guard runs again on replay
-SELECT result FROM ntask_transition(:g9, 1, 'repair_required');
+SELECT result FROM ntask_transition(:g9, tok(:g9, 1), 'repair_required');
 DELETE FROM member WHERE user_id = 'u-b';
 SELECT ntask_replay(:g9, 'alice', 'provider fixed');
 SELECT state, reason FROM ntask.task WHERE task_id = :g9;

@@ -8,6 +8,7 @@ DROP EXTENSION ntask;
 RESET client_min_messages;
 CREATE EXTENSION ntask;
 SELECT setval('ntask.task_task_id_seq', 13000, false) AS first_task_id;
+SELECT setval('ntask.token_seq', 13000, false) AS first_token \gset
 SELECT queue FROM ntask_queue_set('hk', max_attempts => 2, backoff_base => '1 second');
 
 -- a lease that expires before the attempt was invoked: the outcome is known
@@ -21,11 +22,11 @@ SELECT state, attempts, last_error_class, last_error_stage, unknown_attempts,
 FROM ntask.task WHERE task_id = :a;
 SELECT token, result, outcome_known FROM ntask.attempt WHERE task_id = :a ORDER BY token;
 -- the old holder is stale now
-SELECT result, state FROM ntask_transition(:a, 1, 'succeeded');
+SELECT result, state FROM ntask_transition(:a, tok(:a, 1), 'succeeded');
 -- the second (last) attempt is invoked, then its lease expires: the budget is
 -- spent, so repair_required, and the outcome is unknown
 SELECT token FROM ntask_claim('hk', 'W2', lease => '1 millisecond');
-SELECT ntask_invoked(:a, 2);
+SELECT ntask_invoked(:a, tok(:a, 2));
 SELECT pg_sleep(0.01);
 SELECT * FROM ntask_housekeeping();
 SELECT state, reason, attempts, unknown_attempts, last_error_class, due_at
@@ -36,7 +37,7 @@ SELECT task_key, attempts, known_outcomes, unknown_outcomes FROM ntask.repair_qu
 -- with budget left, an invoked attempt that expired makes the next claim reconcile
 SELECT task_id AS b FROM ntask_enqueue('hk', 'b') \gset
 SELECT token FROM ntask_claim('hk', 'W1', lease => '1 millisecond');
-SELECT ntask_invoked(:b, 1);
+SELECT ntask_invoked(:b, tok(:b, 1));
 SELECT pg_sleep(0.01);
 SELECT expired, repaired FROM ntask_housekeeping();
 SELECT task_key, attempt, token, prior_outcome FROM ntask_claim('hk', 'W2');
@@ -63,9 +64,9 @@ SELECT task_id AS r1 FROM ntask_enqueue('ret', 'r1', '{"v": 1}') \gset
 SELECT task_id AS r2 FROM ntask_enqueue('ret', 'r2') \gset
 SELECT task_id AS r3 FROM ntask_enqueue('ret', 'r3') \gset
 SELECT count(*) FROM ntask_claim('ret', 'W1', 3);
-SELECT ntask_receipt(:r1, 1, '{"done": true}');
-SELECT result FROM ntask_transition(:r1, 1, 'succeeded');
-SELECT result FROM ntask_transition(:r2, 1, 'repair_required');
+SELECT ntask_receipt(:r1, tok(:r1, 1), '{"done": true}');
+SELECT result FROM ntask_transition(:r1, tok(:r1, 1), 'succeeded');
+SELECT result FROM ntask_transition(:r2, tok(:r2, 1), 'repair_required');
 SELECT ntask_cancel(:r3, 'ops', 'not needed');
 SELECT pg_sleep(0.01);
 SELECT * FROM ntask_housekeeping();

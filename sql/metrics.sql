@@ -3,6 +3,7 @@
 -- ntask_monitor role reads the statistics views and nothing else
 -- task ids start at 26000 here, so this file's output does not depend on the others
 SELECT setval('ntask.task_task_id_seq', 26000, false) AS first_task_id;
+SELECT setval('ntask.token_seq', 26000, false) AS first_token \gset
 SELECT queue FROM ntask_queue_set('mt', max_attempts => 3, retention => '1 millisecond',
                                   backoff_base => '1 hour', backoff_max => '1 hour');
 SELECT count(*) FROM ntask_enqueue_many('mt', ARRAY['a', 'b', 'c', 'd', 'e'],
@@ -16,14 +17,14 @@ SELECT task_id AS d FROM ntask.task WHERE queue = 'mt' AND task_key = 'd' \gset
 UPDATE ntask.task SET run_at = now() + interval '1 day', due_at = now() + interval '1 day'
 WHERE queue = 'mt' AND task_key <> 'a';
 SELECT token FROM ntask_claim('mt', 'W1');
-SELECT ntask_invoked(:a, 1);
-SELECT result FROM ntask_transition(:a, 1, 'retry_wait', 'unknown', retry_at => now() - interval '1 second');
+SELECT ntask_invoked(:a, tok(:a, 1));
+SELECT result FROM ntask_transition(:a, tok(:a, 1), 'retry_wait', 'unknown', retry_at => now() - interval '1 second');
 SELECT token FROM ntask_claim('mt', 'W1');
-SELECT result FROM ntask_transition(:a, 2, 'succeeded');
+SELECT result FROM ntask_transition(:a, tok(:a, 2), 'succeeded');
 SELECT ntask_cancel(:b, 'ops', 'not needed');
 UPDATE ntask.task SET run_at = now(), due_at = now() WHERE task_id = :c;
 SELECT token FROM ntask_claim('mt', 'W1');
-SELECT result FROM ntask_transition(:c, 1, 'skipped', detail => '{"reason": "obsolete"}');
+SELECT result FROM ntask_transition(:c, tok(:c, 1), 'skipped', detail => '{"reason": "obsolete"}');
 UPDATE ntask.task SET run_at = now(), due_at = now() WHERE task_id = :d;
 SELECT token FROM ntask_claim('mt', 'W1', lease => '1 millisecond');
 SELECT pg_sleep(0.01);
@@ -42,7 +43,7 @@ SELECT queue, tasks, attempts, unknown_attempts, succeeded, canceled, skipped FR
 -- again and succeeds
 UPDATE ntask.task SET run_at = now(), due_at = now() WHERE task_id = :d;
 SELECT token FROM ntask_claim('mt', 'W2');
-SELECT result FROM ntask_transition(:d, 2, 'succeeded');
+SELECT result FROM ntask_transition(:d, tok(:d, 2), 'succeeded');
 SELECT pg_sleep(0.01);
 SELECT pruned FROM ntask_housekeeping();
 SELECT enqueued_total, claims_total, succeeded_total FROM ntask.queue_metrics WHERE queue = 'mt';

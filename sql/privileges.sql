@@ -2,6 +2,7 @@
 -- statements run as the extension's owner, per-queue producer_role and
 -- worker_role (docs/design.md "Privileges")
 SELECT setval('ntask.task_task_id_seq', 16000, false) AS first_task_id;
+SELECT setval('ntask.token_seq', 16000, false) AS first_token \gset
 CREATE ROLE regress_nobody;
 CREATE ROLE regress_app_a IN ROLE ntask_producer;
 CREATE ROLE regress_app_b IN ROLE ntask_producer;
@@ -95,8 +96,8 @@ RESET ROLE;
 GRANT regress_pa_workers TO regress_worker;
 SET ROLE regress_worker;
 SELECT task_key, token, payload FROM ntask_claim('pa', 'w1');
-SELECT ntask_receipt(:t1, 1, '{"sent": true}');
-SELECT result, state FROM ntask_transition(:t1, 1, 'succeeded');
+SELECT ntask_receipt(:t1, tok(:t1, 1), '{"sent": true}');
+SELECT result, state FROM ntask_transition(:t1, tok(:t1, 1), 'succeeded');
 -- workers do not administer
 SELECT ntask_cancel(:t1, 'w1', 'no');
 \echo :SQLSTATE
@@ -125,21 +126,21 @@ SET ROLE regress_worker;
 SELECT task_key, token FROM ntask_claim('pa', 'w1');
 RESET ROLE;
 SET ROLE regress_other_worker;
-SELECT * FROM ntask_transition(:t3, 1, 'succeeded');
+SELECT * FROM ntask_transition(:t3, tok(:t3, 1), 'succeeded');
 \echo :SQLSTATE
 SELECT * FROM ntask_transition(:t3, 99, 'succeeded');
 \echo :SQLSTATE
-SELECT * FROM ntask_transition_many(ARRAY[:t3], ARRAY[1], 'succeeded');
+SELECT * FROM ntask_transition_many(ARRAY[:t3], ARRAY[tok(:t3, 1)], 'succeeded');
 \echo :SQLSTATE
-SELECT * FROM ntask_transition_many(ARRAY[:t3], ARRAY[1], 'retry_wait');
+SELECT * FROM ntask_transition_many(ARRAY[:t3], ARRAY[tok(:t3, 1)], 'retry_wait');
 \echo :SQLSTATE
-SELECT * FROM ntask_transition_and_claim(:t3, 1, 'succeeded', 'pb', 'w2');
+SELECT * FROM ntask_transition_and_claim(:t3, tok(:t3, 1), 'succeeded', 'pb', 'w2');
 \echo :SQLSTATE
-SELECT ntask_heartbeat(:t3, 1, '10 years');
+SELECT ntask_heartbeat(:t3, tok(:t3, 1), '10 years');
 \echo :SQLSTATE
-SELECT ntask_invoked(:t3, 1);
+SELECT ntask_invoked(:t3, tok(:t3, 1));
 \echo :SQLSTATE
-SELECT ntask_receipt(:t3, 1, '{"sent": true}');
+SELECT ntask_receipt(:t3, tok(:t3, 1), '{"sent": true}');
 \echo :SQLSTATE
 RESET ROLE;
 -- nothing changed: the lease holder still finishes
@@ -147,9 +148,9 @@ SELECT state, token, (lease_until < now() + interval '1 hour') AS short_lease
 FROM ntask.task WHERE task_id = :t3;
 SELECT count(*) AS receipts FROM ntask.receipt WHERE task_id = :t3;
 SET ROLE regress_worker;
-SELECT ntask_invoked(:t3, 1);
-SELECT ntask_heartbeat(:t3, 1) IS NOT NULL AS extended;
-SELECT result, state FROM ntask_transition(:t3, 1, 'succeeded');
+SELECT ntask_invoked(:t3, tok(:t3, 1));
+SELECT ntask_heartbeat(:t3, tok(:t3, 1)) IS NOT NULL AS extended;
+SELECT result, state FROM ntask_transition(:t3, tok(:t3, 1), 'succeeded');
 RESET ROLE;
 
 -- fence grants: keys under a registered prefix belong to a role; other keys

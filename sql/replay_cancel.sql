@@ -1,10 +1,11 @@
 -- replay and cancel: audited administrative actions
 -- task ids start at 5000 here, so this file's output does not depend on the others
 SELECT setval('ntask.task_task_id_seq', 5000, false) AS first_task_id;
+SELECT setval('ntask.token_seq', 5000, false) AS first_token \gset
 SELECT queue FROM ntask_queue_set('rc', max_attempts => 2);
 SELECT task_id AS r1 FROM ntask_enqueue('rc', 'broken') \gset
 SELECT token FROM ntask_claim('rc', 'W1');
-SELECT result, state FROM ntask_transition(:r1, 1, 'repair_required', 'permanent', error_stage => 'validate');
+SELECT result, state FROM ntask_transition(:r1, tok(:r1, 1), 'repair_required', 'permanent', error_stage => 'validate');
 -- assign an owner and a next action
 SELECT ntask_repair_assign(:r1, 'alice', 'fix the device token, then replay');
 SELECT task_key, reason, attempts, owner, next_action FROM ntask.repair_queue WHERE task_id = :r1;
@@ -12,7 +13,7 @@ SELECT task_key, reason, attempts, owner, next_action FROM ntask.repair_queue WH
 SELECT ntask_replay(:r1, 'alice', 'device token fixed');
 SELECT state, attempts, max_attempts, reason, repair_owner, due_at IS NOT NULL AS due FROM ntask.task WHERE task_id = :r1;
 SELECT attempt, token FROM ntask_claim('rc', 'W2');
-SELECT result, state FROM ntask_transition(:r1, 2, 'succeeded');
+SELECT result, state FROM ntask_transition(:r1, tok(:r1, 2), 'succeeded');
 -- replay only applies to repair_required tasks
 SELECT ntask_replay(:r1, 'alice', 'again');
 \echo :SQLSTATE
@@ -29,11 +30,11 @@ SELECT count(*) FROM ntask_claim('rc', 'W1');
 -- cancel a leased task: the worker's token becomes stale
 SELECT task_id AS c2 FROM ntask_enqueue('rc', 'leased-cancel') \gset
 SELECT token FROM ntask_claim('rc', 'W1');
-SELECT ntask_invoked(:c2, 1);
+SELECT ntask_invoked(:c2, tok(:c2, 1));
 SELECT ntask_cancel(:c2, 'bob', 'recipient left the group');
-SELECT result, state FROM ntask_transition(:c2, 1, 'succeeded');
-SELECT ntask_heartbeat(:c2, 1) IS NULL AS lease_lost;
-SELECT ntask_invoked(:c2, 1);
+SELECT result, state FROM ntask_transition(:c2, tok(:c2, 1), 'succeeded');
+SELECT ntask_heartbeat(:c2, tok(:c2, 1)) IS NULL AS lease_lost;
+SELECT ntask_invoked(:c2, tok(:c2, 1));
 SELECT token, result, outcome_known FROM ntask.attempt WHERE task_id = :c2;
 SELECT state, unknown_attempts, lease_owner FROM ntask.task WHERE task_id = :c2;
 -- succeeded tasks cannot be canceled
@@ -42,7 +43,7 @@ SELECT ntask_cancel(:r1, 'bob', 'too late');
 -- a repair_required task can be canceled
 SELECT task_id AS c3 FROM ntask_enqueue('rc', 'repair-then-cancel') \gset
 SELECT token FROM ntask_claim('rc', 'W1');
-SELECT result FROM ntask_transition(:c3, 1, 'repair_required');
+SELECT result FROM ntask_transition(:c3, tok(:c3, 1), 'repair_required');
 SELECT ntask_cancel(:c3, 'carol', 'obsolete');
 -- an action rolled back leaves no audit row
 BEGIN;

@@ -1,12 +1,13 @@
 -- result: a succeeded task's stored result, the replay of a retried
 -- request (seed 002) and ntask_result
+SELECT setval('ntask.token_seq', 60000, false) AS first_token \gset
 SELECT queue FROM ntask_queue_set('exports', max_attempts => 3);
 
 -- a result is stored with succeeded and returned to a duplicate enqueue
 SELECT created, state, outcome, result
 FROM ntask_enqueue('exports', 'export:u-1:2026-12', '{"user": "u-1", "month": "2026-12"}');
 SELECT task_id AS e1 FROM ntask_claim('exports', 'W1') \gset
-SELECT * FROM ntask_transition(:e1, 1, 'succeeded', outcome => 'exported',
+SELECT * FROM ntask_transition(:e1, tok(:e1, 1), 'succeeded', outcome => 'exported',
                                result => '{"url": "s3://exports/u-1/2026-12.csv", "rows": 42}');
 SELECT task_id = :e1 AS same_task, created, state, outcome, result
 FROM ntask_enqueue('exports', 'export:u-1:2026-12', '{"month": "2026-12", "user": "u-1"}');
@@ -20,28 +21,28 @@ SELECT count(*) FROM ntask_result('exports', 'export:nobody');
 SELECT * FROM ntask_enqueue('exports', 'export:u-1:2026-12', '{"user": "u-1", "month": "2026-11"}');
 
 -- the same succeeded again (a lost response): duplicate; another result: conflict
-SELECT * FROM ntask_transition(:e1, 1, 'succeeded', outcome => 'exported',
+SELECT * FROM ntask_transition(:e1, tok(:e1, 1), 'succeeded', outcome => 'exported',
                                result => '{"rows": 42, "url": "s3://exports/u-1/2026-12.csv"}');
-SELECT * FROM ntask_transition(:e1, 1, 'succeeded', outcome => 'exported',
+SELECT * FROM ntask_transition(:e1, tok(:e1, 1), 'succeeded', outcome => 'exported',
                                result => '{"url": "s3://exports/u-1/other.csv", "rows": 42}');
-SELECT * FROM ntask_transition(:e1, 1, 'succeeded', outcome => 'exported');
+SELECT * FROM ntask_transition(:e1, tok(:e1, 1), 'succeeded', outcome => 'exported');
 SELECT result FROM ntask.task WHERE task_id = :e1;
 
 -- a result only with succeeded; a NULL result stores nothing
 SELECT token FROM ntask_claim('exports', 'W1');
-SELECT * FROM ntask_transition(:e2, 1, 'retry_wait', result => '{"partial": true}');
-SELECT * FROM ntask_transition(:e2, 1, 'repair_required', result => '{}');
-SELECT * FROM ntask_transition(:e2, 1, 'succeeded', result => NULL);
+SELECT * FROM ntask_transition(:e2, tok(:e2, 1), 'retry_wait', result => '{"partial": true}');
+SELECT * FROM ntask_transition(:e2, tok(:e2, 1), 'repair_required', result => '{}');
+SELECT * FROM ntask_transition(:e2, tok(:e2, 1), 'succeeded', result => NULL);
 SELECT state, outcome, result FROM ntask_result('exports', 'export:u-2:2026-12');
 
 -- the size cap: ntask.max_result_bytes (54000 when larger)
 SELECT task_id AS e3 FROM ntask_enqueue('exports', 'export:u-3:2026-12', '{"user": "u-3"}') \gset
 SELECT token FROM ntask_claim('exports', 'W1');
 SET ntask.max_result_bytes = 100;
-SELECT * FROM ntask_transition(:e3, 1, 'succeeded',
+SELECT * FROM ntask_transition(:e3, tok(:e3, 1), 'succeeded',
                                result => jsonb_build_object('blob', repeat('x', 200)));
 SELECT state FROM ntask.task WHERE task_id = :e3;
-SELECT * FROM ntask_transition(:e3, 1, 'succeeded', result => '{"ok": true}');
+SELECT * FROM ntask_transition(:e3, tok(:e3, 1), 'succeeded', result => '{"ok": true}');
 RESET ntask.max_result_bytes;
 
 -- the batch and combined calls store results too
@@ -49,28 +50,28 @@ SELECT min(task_id) AS b1, min(task_id) + 1 AS b2, min(task_id) + 2 AS b3
 FROM ntask_enqueue_many('exports', ARRAY['b:1', 'b:2', 'b:3'],
                         ARRAY['{}', '{}', '{}']::jsonb[]) \gset
 SELECT count(*) FROM ntask_claim('exports', 'W1', 3);
-SELECT result, state FROM ntask_transition_many(ARRAY[:b2, :b1, :b3], ARRAY[1, 1, 1], 'succeeded',
+SELECT result, state FROM ntask_transition_many(ARRAY[:b2, :b1, :b3], ARRAY[tok(:b2, 1), tok(:b1, 1), tok(:b3, 1)], 'succeeded',
                                     results => ARRAY['{"n": 4}', NULL, '{"n": 5}']::jsonb[]);
 SELECT task_key, result FROM ntask.task WHERE task_id BETWEEN :b1 AND :b3 ORDER BY task_id;
 SELECT created, result FROM ntask_enqueue_many('exports', ARRAY['b:2', 'b:3'],
                                                         ARRAY['{}', '{}']::jsonb[]);
 -- a stale element of a batch is classified one by one, with its own result
-SELECT result, state FROM ntask_transition_many(ARRAY[:b3], ARRAY[1], 'succeeded',
+SELECT result, state FROM ntask_transition_many(ARRAY[:b3], ARRAY[tok(:b3, 1)], 'succeeded',
                                     results => ARRAY['{"n": 5}']::jsonb[]);
-SELECT result, state FROM ntask_transition_many(ARRAY[:b3], ARRAY[1], 'succeeded',
+SELECT result, state FROM ntask_transition_many(ARRAY[:b3], ARRAY[tok(:b3, 1)], 'succeeded',
                                     results => ARRAY['{"n": 6}']::jsonb[]);
-SELECT result, state FROM ntask_transition_many(ARRAY[:b3], ARRAY[1], 'succeeded',
+SELECT result, state FROM ntask_transition_many(ARRAY[:b3], ARRAY[tok(:b3, 1)], 'succeeded',
                                     results => ARRAY['{"n": 5}', '{}']::jsonb[]);
-SELECT result, state FROM ntask_transition_many(ARRAY[:b3], ARRAY[1], 'canceled',
+SELECT result, state FROM ntask_transition_many(ARRAY[:b3], ARRAY[tok(:b3, 1)], 'canceled',
                                     results => ARRAY['{"n": 5}']::jsonb[]);
 SET ntask.max_result_bytes = 20;
-SELECT result, state FROM ntask_transition_many(ARRAY[:b3], ARRAY[1], 'succeeded',
+SELECT result, state FROM ntask_transition_many(ARRAY[:b3], ARRAY[tok(:b3, 1)], 'succeeded',
                                     results => ARRAY[jsonb_build_object('x', repeat('y', 40))]);
 RESET ntask.max_result_bytes;
 SELECT count(*) FROM ntask_enqueue_many('exports', ARRAY['c:1', 'c:2'], ARRAY['{}', '{}']::jsonb[]);
 SELECT task_id AS c1 FROM ntask_claim('exports', 'W1') \gset
 SELECT task_key, token, finish_result, finish_state
-FROM ntask_transition_and_claim(:c1, 1, 'succeeded', 'exports', 'W1', result => '{"c": 1}');
+FROM ntask_transition_and_claim(:c1, tok(:c1, 1), 'succeeded', 'exports', 'W1', result => '{"c": 1}');
 SELECT state, result FROM ntask_result('exports', 'c:1');
 
 -- seed 002: rights are checked before anything is revealed

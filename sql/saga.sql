@@ -1,6 +1,7 @@
 -- saga: multi-step work with compensation (issue 14); task ids start at
 -- 23000 here, saga ids at 1 (no other file starts a saga)
 SELECT setval('ntask.task_task_id_seq', 23000, false) AS first_task_id;
+SELECT setval('ntask.token_seq', 23000, false) AS first_token \gset
 SELECT queue FROM ntask_queue_set('stock', max_attempts => 2, backoff_base => '1 ms', backoff_max => '1 ms');
 SELECT queue FROM ntask_queue_set('payment', max_attempts => 2, backoff_base => '1 ms', backoff_max => '1 ms');
 SELECT queue FROM ntask_queue_set('shipping', max_attempts => 2, backoff_base => '1 ms', backoff_max => '1 ms');

@@ -4,6 +4,7 @@
 -- terse: the NOTICE's hint names the test database, which differs between runners
 \set VERBOSITY terse
 SELECT setval('ntask.task_task_id_seq', 10000, false) AS first_task_id;
+SELECT setval('ntask.token_seq', 10000, false) AS first_token \gset
 SELECT queue FROM ntask_queue_set('stmt', max_attempts => 5, total_deadline => '7 days');
 SELECT name, cron, queue, overlap, catchup, timezone, cron_job, last_slot
 FROM ntask_schedule('statement:t1', '0 2 * * *', 'stmt', '{"tenant": "t1"}');

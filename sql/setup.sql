@@ -44,3 +44,16 @@ WHERE attrelid IN ('ntask.queue'::regclass, 'ntask.task'::regclass, 'ntask.sched
 				   'ntask.audit'::regclass)
   AND attname IN ('queue', 'task_key', 'partition_key')
 ORDER BY 1, 2;
+-- tests name a task's token by its place: tok(task, n) is the task's n-th
+-- token (its n-th lease), since tokens come from one sequence per node
+-- (docs/design.md "Tokens: one sequence, an attempt's name"); for an n the
+-- task has not reached, a token above its latest, never issued for it
+CREATE FUNCTION public.tok(task bigint, n integer) RETURNS bigint
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog AS $$
+	SELECT COALESCE(
+		(SELECT a.token FROM ntask.attempt_all a WHERE a.task_id = task
+		 ORDER BY a.token OFFSET n - 1 LIMIT 1),
+		(SELECT COALESCE(max(a.token), 0) FROM ntask.attempt_all a WHERE a.task_id = task)
+		+ n - (SELECT count(*) FROM ntask.attempt_all a WHERE a.task_id = task))
+$$;
+GRANT EXECUTE ON FUNCTION public.tok(bigint, integer) TO PUBLIC;

@@ -1,6 +1,7 @@
 -- stats: ntask.queue_stats and ntask.repair_queue
 -- task ids start at 8000 here, so this file's output does not depend on the others
 SELECT setval('ntask.task_task_id_seq', 8000, false) AS first_task_id;
+SELECT setval('ntask.token_seq', 8000, false) AS first_token \gset
 SELECT queue FROM ntask_queue_set('st', max_attempts => 2);
 SELECT count(*) FROM (SELECT ntask_enqueue('st', 'st-' || i) FROM generate_series(1, 6) i) s;
 SELECT task_id AS s1 FROM ntask.task WHERE task_key = 'st-1' \gset
@@ -8,10 +9,10 @@ SELECT task_id AS s2 FROM ntask.task WHERE task_key = 'st-2' \gset
 SELECT task_id AS s3 FROM ntask.task WHERE task_key = 'st-3' \gset
 SELECT task_id AS s4 FROM ntask.task WHERE task_key = 'st-4' \gset
 SELECT count(*) FROM ntask_claim('st', 'W1', max_tasks => 4);
-SELECT result FROM ntask_transition(:s1, 1, 'succeeded');
-SELECT result FROM ntask_transition(:s2, 1, 'retry_wait', retry_at => now() + interval '1 hour');
-SELECT ntask_invoked(:s3, 1);
-SELECT result FROM ntask_transition(:s3, 1, 'repair_required', 'unknown', error_stage => 'provider_call');
+SELECT result FROM ntask_transition(:s1, tok(:s1, 1), 'succeeded');
+SELECT result FROM ntask_transition(:s2, tok(:s2, 1), 'retry_wait', retry_at => now() + interval '1 hour');
+SELECT ntask_invoked(:s3, tok(:s3, 1));
+SELECT result FROM ntask_transition(:s3, tok(:s3, 1), 'repair_required', 'unknown', error_stage => 'provider_call');
 SELECT ntask_cancel(:s4, 'ops', 'not needed');
 SELECT queue, ready, leased, retry_wait, succeeded, repair_required, canceled, skipped,
        oldest_ready_age IS NOT NULL AS has_ready_age, oldest_unfinished_age IS NOT NULL AS has_unfinished_age,
@@ -32,12 +33,12 @@ WHERE table_schema = 'ntask' AND table_name = 'repair_queue' AND column_name LIK
 SELECT queue FROM ntask_queue_set('st2', backoff_base => '1 millisecond', backoff_max => '1 millisecond');
 SELECT task_id AS u1 FROM ntask_enqueue('st2', 'u1') \gset
 SELECT count(*) FROM ntask_claim('st2', 'W1');
-SELECT ntask_invoked(:u1, 1);
-SELECT result FROM ntask_transition(:u1, 1, 'retry_wait', 'unknown');
+SELECT ntask_invoked(:u1, tok(:u1, 1));
+SELECT result FROM ntask_transition(:u1, tok(:u1, 1), 'retry_wait', 'unknown');
 SELECT unknown_attempts FROM ntask.queue_stats WHERE queue = 'st2';
 SELECT pg_sleep(0.01);
 SELECT count(*) FROM ntask_claim('st2', 'W1');
-SELECT result FROM ntask_transition(:u1, 2, 'succeeded');
+SELECT result FROM ntask_transition(:u1, tok(:u1, 2), 'succeeded');
 SELECT unknown_attempts AS after_success FROM ntask.queue_stats WHERE queue = 'st2';
 SELECT unknown_attempts AS task_keeps_its_count FROM ntask.task WHERE task_id = :u1;
 -- the worker's view is per database and names this one; test/ntask.conf

@@ -2,6 +2,7 @@
 -- setting ntask.traceparent, stored with the task, handed on by the claim
 -- in its context column with a span id per attempt
 SELECT setval('ntask.task_task_id_seq', 35600, false) AS first_task_id;
+SELECT setval('ntask.token_seq', 35600, false) AS first_token \gset
 SELECT queue FROM ntask_queue_set('tr', lease => '1 hour');
 SELECT task_id AS t1 FROM ntask_enqueue('tr', 't1', traceparent => '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01') \gset
 SELECT traceparent FROM ntask.task WHERE task_id = :t1;
@@ -17,8 +18,8 @@ SELECT :'second' ~ '^00-4bf92f3577b34da6a3ce929d0e0e4736-[0-9a-f]{16}-01$' AS sa
 -- ntask_transition_and_claim has the column too, last
 SELECT task_id AS t2 FROM ntask_enqueue('tr', 't2', traceparent => '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00') \gset
 SELECT finish_result, task_key, context->>'traceparent' ~ '^00-0af7651916cd43dd8448eb211c80319c-[0-9a-f]{16}-00$' AS traced
-FROM ntask_transition_and_claim(:t1, 2, 'succeeded', 'tr', 'W2');
-SELECT finish_result, task_key, context FROM ntask_transition_and_claim(:t2, 1, 'succeeded', 'tr', 'W2');
+FROM ntask_transition_and_claim(:t1, tok(:t1, 2), 'succeeded', 'tr', 'W2');
+SELECT finish_result, task_key, context FROM ntask_transition_and_claim(:t2, tok(:t2, 1), 'succeeded', 'tr', 'W2');
 -- a trace context written into the table by hand is checked again: a
 -- malformed one hands nothing on
 SELECT task_id AS t3 FROM ntask_enqueue('tr', 't3') \gset

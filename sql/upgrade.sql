@@ -102,7 +102,7 @@ SELECT * FROM ntask_enqueue('up', 'k', '{}');
 \echo :SQLSTATE
 SELECT * FROM ntask_enqueue_many('up', ARRAY['k'], ARRAY['{}']::jsonb[]);
 \echo :SQLSTATE
-SELECT ntask_heartbeat(1, 1);
+SELECT ntask_heartbeat(1, tok(1, 1));
 \echo :SQLSTATE
 INSERT INTO ntask.queue (queue) VALUES ('up');
 INSERT INTO ntask.task (queue, task_key, payload, payload_digest, digest_version,
@@ -149,15 +149,16 @@ SELECT substring(item from '^\S+ \S+') AS only_after_update,
 FROM (SELECT item FROM pg_temp.ntask_shape() EXCEPT SELECT item FROM fresh_shape) x
 ORDER BY 1;
 
--- the work in flight goes on
+-- the work in flight goes on; a new lease's token is above every token
+-- 1.0.0 issued (ntask.token_seq starts past them)
 SELECT task_id AS u, attempt, token FROM ntask_claim('up', 'W1') \gset
 SELECT :attempt AS attempt, :token AS token;
-SELECT result, state FROM ntask_transition(:u, 1, 'succeeded');
+SELECT result, state FROM ntask_transition(:u, tok(:u, 1), 'succeeded');
 SELECT created, state FROM ntask_enqueue('up', 'u1', '{"m": 9}');
 SELECT worker, token, ended_at IS NULL AS running,
 	   claimed_at = '2026-01-01 00:00:00+00' AS claimed_kept
 FROM ntask.attempt_all WHERE task_id = :l1;
-SELECT result FROM ntask_transition(:l1, 1, 'succeeded');
+SELECT result FROM ntask_transition(:l1, tok(:l1, 1), 'succeeded');
 SELECT worker, token, result, invoked_at = '2026-01-01 00:00:01+00' AS invoked_kept, outcome_known
 FROM ntask.attempt WHERE task_id = :l1;
 -- the guard's owner is recorded from the function it resolves to, and the
@@ -263,8 +264,9 @@ SELECT item AS only_in_fresh_not_from_1_0 FROM fresh_shape
 EXCEPT SELECT item FROM pg_temp.ntask_shape()
 ORDER BY 1;
 -- the work in flight goes on: the holder's token reports, the ready task is
--- claimed with token 1, the ledger keeps both attempts of l1
-SELECT result FROM ntask_transition(:v1l, 1, 'succeeded');
-SELECT result FROM ntask_transition(:v1l, 2, 'succeeded');
+-- claimed with a token above every 1.0.0 token (3: l1 had 1 and 2), the
+-- ledger keeps both attempts of l1
+SELECT result FROM ntask_transition(:v1l, tok(:v1l, 1), 'succeeded');
+SELECT result FROM ntask_transition(:v1l, tok(:v1l, 2), 'succeeded');
 SELECT task_key, token FROM ntask_claim('v1', 'W1');
 SELECT token, worker, result FROM ntask.attempt_all WHERE task_id = :v1l ORDER BY token;

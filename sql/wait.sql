@@ -2,6 +2,7 @@
 -- isolation specs claim_wait_*; interruptions in TAP 012); task ids start
 -- at 22000 here
 SELECT setval('ntask.task_task_id_seq', 22000, false) AS first_task_id;
+SELECT setval('ntask.token_seq', 22000, false) AS first_token \gset
 SELECT queue FROM ntask_queue_set('wq', max_attempts => 3);
 
 -- work is due: a waiting claim returns it at once

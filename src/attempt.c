@@ -63,7 +63,7 @@ static NtaskPlan att_close_plan = {
  * rows and takes only those still at the token the caller picked ($3, in
  * $1's order): two routed statements are not one, and a task another
  * claim took over meanwhile (its attempt closed there, a new one open)
- * must not have that new attempt closed here (issue 49).
+ * must not have that new attempt closed here.
  */
 typedef enum AttCloseDistCol
 {

@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * checkpoint.c
- *	  ntask_checkpoint: durable checkpoints inside one task (issue 36.2),
+ *	  ntask_checkpoint: durable checkpoints inside one task,
  *	  fenced by the token like a receipt.
  *
  * A worker records a step it finished, in the same transaction as the
@@ -216,7 +216,7 @@ ntask_checkpoint(PG_FUNCTION_ARGS)
 		NtaskTaskNotFound(task_id);
 	if (!NtaskGetBool(0, CKPT_LOCK_RIGHT))
 		NtaskTaskRightDenied(task_id);
-	NtaskCheckTokenRange(task_id, token, NtaskGetInt64(0, CKPT_LOCK_TOKEN));
+	NtaskCheckTokenIssued(task_id, token, NtaskGetInt64(0, CKPT_LOCK_TOKEN));
 	holds = token == NtaskGetInt64(0, CKPT_LOCK_TOKEN) &&
 		NtaskGetBool(0, CKPT_LOCK_LEASED);
 	nckpt = NtaskGetInt32(0, CKPT_LOCK_COUNT);
@@ -304,7 +304,7 @@ ntask_context(PG_FUNCTION_ARGS)
 		NtaskTaskNotFound(task_id);
 	if (!NtaskGetBool(0, CTX_TASK_RIGHT))
 		NtaskTaskRightDenied(task_id);
-	NtaskCheckTokenRange(task_id, token, NtaskGetInt64(0, CTX_TASK_TOKEN));
+	NtaskCheckTokenIssued(task_id, token, NtaskGetInt64(0, CTX_TASK_TOKEN));
 	if (token == NtaskGetInt64(0, CTX_TASK_TOKEN) && NtaskGetBool(0, CTX_TASK_LEASED))
 	{
 		in.task_id = task_id;

@@ -18,7 +18,7 @@
  *	close	only when a picked task was leased (its lease expired): write
  *			the ledger row of that attempt from the task row (result
  *			lease_expired; outcome known only if it was never invoked)
- *	lease	UPDATE ... WHERE task_id = ANY($ids): leased, token + 1,
+ *	lease	UPDATE ... WHERE task_id = ANY($ids): leased, a new token (NtaskTokenNext),
  *			attempts + 1, lease_until = due_at = now() + lease; or
  *			repair_required when the budget (attempts >= max_attempts) or the
  *			deadline is spent; the new attempt lives on the task row
@@ -60,11 +60,17 @@
 #include "access/xact.h"
 #include "access/xlog.h"
 #include "common/pg_prng.h"
+#include "catalog/namespace.h"
 #include "catalog/pg_collation.h"
+#include "catalog/pg_sequence.h"
 #include "catalog/pg_type.h"
+#include "commands/sequence.h"
 #include "funcapi.h"
+#include "storage/lmgr.h"
 #include "utils/builtins.h"
+#include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "utils/syscache.h"
 #include "utils/timestamp.h"
 
 
@@ -98,10 +104,10 @@
 	"(q.max_inflight IS NULL OR ntask.claim_cap_lock(q.queue))"
 
 /*
- * A paused queue (issue 35.1: ntask_queue_pause; 35.5: a rate limit's
- * paused_until) hands out nothing: every pick tests the queue row it reads
+ * A paused queue (ntask_queue_pause, or a rate limit's paused_until)
+ * hands out nothing: every pick tests the queue row it reads
  * anyway, before any task is looked at, so an unpaused queue pays two NULL
- * tests.  CLAIM_KEYS_FREE: no key of the queue is paused now (35.5); the
+ * tests.  CLAIM_KEYS_FREE: no key of the queue is paused now; the
  * plain pick finds nothing while some key is, and the claim then runs
  * claim_pick_keys_plan, which passes the paused keys by (so only a queue
  * with a live key pause runs it).
@@ -155,7 +161,7 @@ static NtaskPlan claim_pick_plan = {
 };
 
 /*
- * The plain pick of a queue with paused keys (issue 35.5): the same, but
+ * The plain pick of a queue with paused keys: the same, but
  * a task whose key is in $4 (the keys paused now, claim_read_mode) is
  * passed by.  Only a queue whose row says a key pause is live runs it.
  */
@@ -308,9 +314,9 @@ static NtaskPlan claim_keyless_pick_plan = {
 
 /*
  * When the plain pick found nothing: does the queue exist, may the caller
- * claim from it, and is it fair?  (The first round of an idle claim asked
- * the first two before fairness existed, so a queue without fairness runs
- * as many statements as before.)
+ * claim from it, and is it fair?  (The first round of an idle claim needs
+ * the first two anyway, so asking for fairness in the same statement costs
+ * a queue without fairness no statement.)
  */
 static NtaskPlan claim_queue_plan = {
 	"claim queue",
@@ -327,7 +333,7 @@ static NtaskPlan claim_queue_plan = {
 };
 
 /*
- * The keys of queue $1 paused now (issue 35.5) and the earliest end of
+ * The keys of queue $1 paused now and the earliest end of
  * those pauses; read only when the queue row says some key pause is live.
  */
 static NtaskPlan claim_paused_keys_plan = {
@@ -720,7 +726,7 @@ typedef struct ClaimPicked
 } ClaimPicked;
 
 /*
- * A picked awaiting task (issue 36.3) is one whose await timed out (its
+ * A picked awaiting task is one whose await timed out (its
  * due_at is the timeout; a signal makes it ready and clears
  * await_on_timeout): with on_timeout 'repair' it is diverted like a spent
  * budget, reason await_timeout.  For every other task one NULL test; the
@@ -739,7 +745,8 @@ typedef struct ClaimPicked
 /*
  * $1 ids to lease, $2 worker, $3 lease, $4 ids taken over (their attempt
  * was just closed), $5 of those, the ones whose attempt had been invoked,
- * $6 the lowest token this timeline may issue (NtaskTokenFloor), $9 the
+ * $6 the lowest token this timeline may issue (NtaskTokenFloor: the new
+ * token is ntask.token_next(t.token, $6), NtaskTokenNext), $9 the
  * tasks' shard (NtaskIdsShard), $7 the
  * statement timestamp and $8 the lease's end ($7 + $3), both parameters:
  * Citus refuses a stable function (statement_timestamp(), timestamptz +
@@ -776,7 +783,7 @@ typedef enum ClaimLeaseArg
 	"      WHEN t.attempts OPERATOR(pg_catalog.>=) t.max_attempts THEN 'budget_exhausted' " \
 	"      ELSE 'deadline_exceeded' END, " \
 	"    token = CASE WHEN " CLAIM_SPENT " THEN t.token " \
-	"      ELSE GREATEST(t.token OPERATOR(pg_catalog.+) 1, " floor ") END, " \
+	"      ELSE ntask.token_next(t.token, " floor ") END, " \
 	"    attempts = t.attempts OPERATOR(pg_catalog.+) CASE WHEN " CLAIM_SPENT " THEN 0 ELSE 1 END, " \
 	"    lease_owner = CASE WHEN " CLAIM_SPENT " THEN NULL ELSE $2 END, " \
 	"    lease_until = CASE WHEN " CLAIM_SPENT " THEN NULL " \
@@ -845,14 +852,15 @@ static NtaskPlan claim_lease_plan = {
  * lease itself leases a task only as the pick saw it, with the pick's
  * token ($11) and state (leased: a takeover, $4; otherwise due), so a
  * pick made stale in any other way leases nothing for that task (the claim
- * goes on), never a task another claim has leased since (issue 49: it
- * took a task another claim had just leased on the shard's new
- * placement, and that claim's attempt was lost from the ledger).
+ * goes on), never a task another claim has leased since (a pick made
+ * before a shard move could otherwise lease a task another claim had
+ * just leased on the shard's new placement, losing that attempt from the
+ * ledger).
  */
 static NtaskPlan claim_lease_dist_plan = {
 	"claim lease (distributed)",
 	"UPDATE ntask.task t SET "
-	CLAIM_LEASE_SET("$6, ntask.token_floor(t.shard)")
+	CLAIM_LEASE_SET("GREATEST($6, ntask.token_floor(t.shard))")
 	"WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1) " NTASK_SHARD_IS("t", "9")
 	"  AND t.token OPERATOR(pg_catalog.=) ($11)[pg_catalog.array_position($1, t.task_id)] "
 	"  AND t.due_at IS NOT NULL "
@@ -979,6 +987,66 @@ claim_context(int r, text *queue, int64 *claim_bytes, bool *isnull)
 #define CLAIM_MAX_TIMELINE		((INT64CONST(1) << (63 - CLAIM_TIMELINE_SHIFT)) - 1)
 
 /*
+ * token_seq_oid
+ *		ntask.token_seq, this node's sequence of tokens.
+ */
+static Oid
+token_seq_oid(void)
+{
+	Oid			seq = get_relname_relid("token_seq", get_namespace_oid("ntask", false));
+
+	if (!OidIsValid(seq))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("ntask: the sequence ntask.token_seq is missing"),
+				 errhint("Run ALTER EXTENSION ntask UPDATE.")));
+	return seq;
+}
+
+/*
+ * token_next_past
+ *		A value of ntask.token_seq above floor_v, drawn after moving the
+ *		sequence past it: the sequence moves only forward, and in its own
+ *		steps (256 on a Citus node: a value keeps the node's group).  The
+ *		lock (self-exclusive, and exclusive of the RowExclusiveLock every
+ *		nextval holds to its transaction's end) waits until no transaction
+ *		that drew a value is open and keeps others from drawing, so the
+ *		value read just before the setval is the sequence's last: setval
+ *		never moves it back over a value another backend holds.  Released
+ *		at once.  Rare (a shard moved here, a restore): it may wait for
+ *		open claims to end, and a deadlock with one is reported (40P01).
+ */
+static int64
+token_next_past(Oid seq, int64 floor_v)
+{
+	HeapTuple	tup;
+	int64		inc;
+	int64		v;
+
+	tup = SearchSysCache1(SEQRELID, ObjectIdGetDatum(seq));
+	if (!HeapTupleIsValid(tup))
+		elog(ERROR, "ntask: cache lookup failed for sequence %u", seq);
+	inc = ((Form_pg_sequence) GETSTRUCT(tup))->seqincrement;
+	ReleaseSysCache(tup);
+	if (inc < 1)
+		elog(ERROR, "ntask: ntask.token_seq must ascend");
+
+	LockRelationOid(seq, ShareRowExclusiveLock);
+	v = nextval_internal(seq, false);
+	if (v <= floor_v)
+	{
+		/* the first value above floor_v in the sequence's steps from v */
+		int64		y = v + ((floor_v - v) / inc + 1) * inc;
+
+		DirectFunctionCall3(setval3_oid, ObjectIdGetDatum(seq),
+							Int64GetDatum(y), BoolGetDatum(false));
+		v = nextval_internal(seq, false);
+	}
+	UnlockRelationOid(seq, ShareRowExclusiveLock);
+	return v;
+}
+
+/*
  * NtaskTokenFloor
  *		The lowest token a claim on this WAL timeline may issue:
  *		((timeline - 1) << 48) + 1.  On timeline 1 that is 1, so tokens are
@@ -994,6 +1062,35 @@ NtaskTokenFloor(void)
 
 	tli = Min(Max(tli, 1), CLAIM_MAX_TIMELINE);
 	return ((tli - 1) << CLAIM_TIMELINE_SHIFT) + 1;
+}
+
+/*
+ * NtaskTokenNext
+ *		The token of a new attempt of a task whose latest token is prev, on
+ *		this node's timeline of floor (NtaskTokenFloor there): floor - 1
+ *		plus the next value of ntask.token_seq, the node's one sequence of
+ *		tokens (docs/design.md "Tokens: one sequence, an attempt's name").
+ *		So a token names one attempt of one task: no two attempts of any
+ *		tasks share one, and a worker's token on another task's id is
+ *		never that task's (NT003, NtaskCheckToken).  On a Citus node the
+ *		sequence steps by 256 from the node's group (ntask.set_id_range),
+ *		so nodes never draw the same token either.
+ *
+ *		A task's tokens must also only grow.  The sequence gives that for
+ *		every task whose tokens it drew; a task holding a token above the
+ *		sequence's next value (its shard moved here from a node whose
+ *		sequence is ahead; a table restored without its sequence) is the
+ *		rare case token_next_past handles.
+ */
+int64
+NtaskTokenNext(int64 prev, int64 floor)
+{
+	Oid			seq = token_seq_oid();
+	int64		v = nextval_internal(seq, false);
+
+	if (v > prev - (floor - 1))
+		return (floor - 1) + v;
+	return (floor - 1) + token_next_past(seq, prev - (floor - 1));
 }
 
 /*
@@ -1034,7 +1131,7 @@ claim_held_keys(ClaimOrder *order)
 
 	foreach(lc, order->held_keys)
 		elems[i++] = PointerGetDatum(lfirst(lc));
-	/* and the keys paused by a rate limit (issue 35.5) */
+	/* and the keys paused by a rate limit */
 	foreach(lc, order->paused_key_list)
 		elems[i++] = PointerGetDatum(lfirst(lc));
 	return PointerGetDatum(construct_array(elems, n, TEXTOID, -1, false, TYPALIGN_INT));
@@ -1105,7 +1202,7 @@ claim_dist_policy(text *queue, bool per_key, int16 shard)
 
 /*
  * claim_read_paused_keys
- *		The queue row says some of its keys are paused (issue 35.5): read
+ *		The queue row says some of its keys are paused: read
  *		them into order (paused_keys, the earliest end into pause_ends).
  */
 static void
@@ -1194,7 +1291,7 @@ claim_read_mode(text *queue, Datum *args, ClaimOrder *order)
 
 		if (!isnull)
 		{
-			/* paused (issue 35.1, 35.5): nothing is handed out */
+			/* paused: nothing is handed out */
 			order->paused = true;
 			order->pause_ends = DatumGetTimestampTz(d);
 			return;

@@ -30,7 +30,7 @@
  * that took it) ends, no xid, no WAL, no row written: an idle capped
  * queue's claim stays read-only.  A hash collision (two keys of one queue,
  * or of two queues, on the same 64 bits) only makes one key skip a first
- * pass, as before; it can no longer collide with an application's
+ * pass; it cannot collide with an application's
  * advisory lock.  The classes are far from those Citus uses for its own
  * advisory locktags (4 and up, a few dozen at most).
  *
@@ -59,7 +59,7 @@ PG_FUNCTION_INFO_V1(ntask_claim_turn_lock);
 
 /*
  * The seed of the cap lock's hash of the queue name: the seed of the
- * advisory key the cap lock was before issue 29
+ * advisory key the cap lock once was
  * (hashtextextended(queue, 1851880299)), kept on purpose.  Any constant
  * would do for ntask (the class keeps the cap locks apart from the turn
  * locks and from SQL advisory locks); with this one, spec

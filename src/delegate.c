@@ -1,10 +1,10 @@
 /*-------------------------------------------------------------------------
  *
  * delegate.c
- *	  Shard-addressed calls (issue 34): ntask_<f>_on(shard, <f's
+ *	  Shard-addressed calls: ntask_<f>_on(shard, <f's
  *	  arguments>) for the hot API, ntask_shard(queue, key), and
- *	  ntask.token_floor(shard), the token floor of the node that holds a
- *	  task row.
+ *	  ntask.token_floor(shard) and ntask.token_next(prev, floor), the
+ *	  token floor and the next token of the node that holds a task row.
  *
  * On a Citus install ntask_distribute registers each ntask_<f>_on with
  * create_distributed_function, the shard as its distribution argument,
@@ -40,6 +40,7 @@
 
 PG_FUNCTION_INFO_V1(ntask_shard_of_key);
 PG_FUNCTION_INFO_V1(ntask_token_floor);
+PG_FUNCTION_INFO_V1(ntask_token_next);
 PG_FUNCTION_INFO_V1(ntask_enqueue_on);
 PG_FUNCTION_INFO_V1(ntask_enqueue_many_on);
 PG_FUNCTION_INFO_V1(ntask_claim_on);
@@ -246,4 +247,20 @@ Datum
 ntask_token_floor(PG_FUNCTION_ARGS)
 {
 	PG_RETURN_INT64(NtaskTokenFloor());
+}
+
+/*
+ * ntask.token_next(prev, floor) -> bigint
+ *		NtaskTokenNext on the node that evaluates it: the lease statement's
+ *		new token for a task whose latest is prev, floor the timeline's
+ *		(NtaskTokenFloor here, ntask.token_floor(t.shard) on a distributed
+ *		install).  Declared IMMUTABLE for the same reason as token_floor:
+ *		Citus then sends it with the statement to the row's node, where
+ *		the node's own sequence is drawn; PostgreSQL never folds it, since
+ *		it takes the row's token.
+ */
+Datum
+ntask_token_next(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_INT64(NtaskTokenNext(PG_GETARG_INT64(0), PG_GETARG_INT64(1)));
 }

@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * deps.c
- *	  Task dependencies (issue 36.1, docs/design.md "Operator controls and
+ *	  Task dependencies (docs/design.md "Operator controls and
  *	  workflows"): the parents an enqueue names (depends_on), the child's
  *	  wait for them (state waiting), and what a parent's end does to its
  *	  children (trigger ntask.task_deps_changed).

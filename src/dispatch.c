@@ -195,7 +195,7 @@ static NtaskPlan dq_queues_plan = {
 };
 
 /*
- * A provider's rate limit (issue 35.5, on_rate_limited): a 429 or 503
+ * A provider's rate limit (on_rate_limited): a 429 or 503
  * with Retry-After holds every task of the queue (pause_queue) or of the
  * task's partition key (pause_key) until then.  Run as the owner (the
  * worker's role has no right to write ntask.queue), in the transaction

@@ -2,7 +2,7 @@
  *
  * drop.c
  *	  ntask.drop_extension_check: the event trigger that runs before
- *	  DROP EXTENSION ntask (issue 30.4).
+ *	  DROP EXTENSION ntask.
  *
  * A ddl_command_start trigger fires for every DROP EXTENSION, whichever
  * extension it names, and sees no list of dropped objects (sql_drop would,

@@ -57,7 +57,7 @@ PG_FUNCTION_INFO_V1(ntask_enqueue_many);
 
 /*
  * The partition key a new task is stored with: the caller's, or, in a
- * queue with fairness (issue 13), '' for "no key" (a key nobody can pass:
+ * queue with fairness, '' for "no key" (a key nobody can pass:
  * keys must not be empty), so the keyless tasks of a fair queue are one
  * partition of task_partition_due_idx like any other.  The queue row is
  * already read by the insert, so this costs nothing in other queues.
@@ -122,7 +122,7 @@ typedef enum EnqExistingCol
 } EnqExistingCol;
 
 /*
- * A key with a committed task is not inserted (issue 46.10): the row of
+ * A key with a committed task is not inserted: the row of
  * INSERT ... ON CONFLICT is built, its task_id drawn from the sequence,
  * before the arbiter finds the conflict, so every duplicate enqueue used
  * up an id.  The probe of the unique index costs a new key one more index

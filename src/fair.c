@@ -1,8 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * fair.c
- *	  The rotation cursor of fair queues (fairness => 'partition', issue
- *	  13): per database and queue, the partition key that had the latest
+ *	  The rotation cursor of fair queues (fairness => 'partition'):
+ *	  per database and queue, the partition key that had the latest
  *	  turn.
  *
  * A fair claim serves the partition keys that have due work round robin in
@@ -20,8 +20,8 @@
  * ntask.fair_cursor_slots cursors; a cursor unused for FAIR_FORGET_USECS
  * may give its slot to another queue, a busy one is never taken over
  * (taking over the least recently used made every claim miss once more
- * queues were fair than there were slots, and start at the first key:
- * issue 29.5).  A queue that finds no slot of its own goes on from the
+ * queues were fair than there were slots, and start at the first
+ * key).  A queue that finds no slot of its own goes on from the
  * cursor its session last set for it (a backend-local table), else from
  * the shared spill cursor its name hashes to: a small direct-mapped table
  * that every fair claim writes, so it holds the latest key of one of the

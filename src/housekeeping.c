@@ -120,7 +120,7 @@ static NtaskPlan hk_release_plan = {
  * The same within shard $4, $3 the statement timestamp; only the leases
  * still at the token the sweep picked ($5, in $1's order): a claim that
  * took a task over between the sweep's pick and this statement has its
- * lease kept (issue 49; the sweep holds the shard's metadata lock, so a
+ * lease kept (the sweep holds the shard's metadata lock, so a
  * move cannot make its row locks moot, and this is the second line).
  */
 static NtaskPlan hk_release_shard_plan = {
@@ -221,7 +221,7 @@ static NtaskPlan hk_prune_slots_plan = {
 };
 
 /*
- * key pauses that have ended (issue 35.5): the claim ignores them already
+ * key pauses that have ended: the claim ignores them already
  * (their until is past); deleted so the table holds only live pauses.  At
  * most $1 per round.
  */
@@ -314,7 +314,7 @@ static NtaskPlan hk_prune_receipts_shard_plan = {
 	2, {INT8ARRAYOID, INT2OID}
 };
 
-/* a task's checkpoints and the signals it awaited go with it (issue 36) */
+/* a task's checkpoints and the signals it awaited go with it */
 static NtaskPlan hk_prune_checkpoints_plan = {
 	"housekeeping prune checkpoints",
 	HK_PRUNE_SQL("checkpoint", "c"),
@@ -358,8 +358,8 @@ static NtaskPlan hk_prune_unawaited_plan = {
 };
 
 /*
- * the tasks, and the dependency rows of those that had parents (issue
- * 36.1; an empty array for a queue without dependencies): the count
+ * the tasks, and the dependency rows of those that had parents (an
+ * empty array for a queue without dependencies): the count
  */
 static NtaskPlan hk_prune_tasks_plan = {
 	"housekeeping prune tasks",

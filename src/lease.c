@@ -4,12 +4,26 @@
  *	  ntask_heartbeat, ntask_invoked and ntask_release: what a worker says
  *	  while it holds a lease.
  *
- * Fencing: a task row holds the token of its latest attempt; an attempt
- * row is "open" (ended_at IS NULL) exactly while that attempt holds the
- * lease.  Claim takeover, transition and cancel close it, all by updating
- * the attempt row, so the attempt row is where ntask_invoked serializes
- * against them: an invocation recorded before the takeover makes the
- * taken-over attempt's outcome unknown; one after it is stale.
+ * Fencing: the running attempt lives on its task row (token, attempts,
+ * lease_owner, claimed_at, invoked_at); its ntask.attempt row is written
+ * once, when it ends (write-once ledger, docs/design.md).  Each call here
+ * is one conditional UPDATE of that task row, matching only the token's
+ * row while it is leased (and, for the caller, the queue's worker_role):
+ * heartbeat moves lease_until, invoked sets invoked_at (once), release
+ * hands the row back and inserts the ledger row in the same statement.
+ * Claim takeover, transition and cancel end the attempt by updating the
+ * same row, so the task row's lock is where these serialize: an
+ * ntask_invoked whose transaction is still open makes a takeover skip the
+ * task (SKIP LOCKED), and once committed the takeover closes the attempt
+ * with its outcome unknown; an ntask_invoked after a takeover, transition
+ * or cancel matches no row and answers stale (a heartbeat NULL, a release
+ * stale).  Only when the UPDATE matched nothing do more statements tell
+ * the answers apart: lease_check_token (unknown task, no right, a token
+ * never issued), then the invoked's duplicate or stale
+ * (lease_attempt_plan) and the release's duplicate, conflict or stale
+ * (the token's ledger row, lease_requested_plan).  On a distributed
+ * install the release's UPDATE and its ledger row are two routed
+ * statements (lease_release_dist).
  *
  * Copyright (c) 2026, The ntask authors; the PostgreSQL Licence (LICENSE)
  *
@@ -84,7 +98,7 @@ static NtaskPlan lease_heartbeat_plan = {
  * The heartbeat that reports progress ($6, checked against
  * ntask.max_result_bytes): lease_heartbeat_plan that also stores it on the
  * task row, fenced the same way (a stale token writes nothing).  A
- * heartbeat without progress runs lease_heartbeat_plan, as before.
+ * heartbeat without progress runs lease_heartbeat_plan.
  */
 static NtaskPlan lease_progress_plan = {
 	"heartbeat with progress",
@@ -137,7 +151,7 @@ lease_check_token(int64 task_id, int64 token)
 	if (!NtaskGetBool(0, LEASE_TOKEN_RIGHT))
 		NtaskTaskRightDenied(task_id);
 	current = NtaskGetInt64(0, LEASE_TOKEN_TOKEN);
-	NtaskCheckTokenRange(task_id, token, current);
+	NtaskCheckTokenIssued(task_id, token, current);
 }
 
 /*

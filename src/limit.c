@@ -2,7 +2,7 @@
  *
  * limit.c
  *	  Token buckets of rate-limited queues and partition keys (queue
- *	  policy rate_limit and partition_rate_limit, issue 13).
+ *	  policy rate_limit and partition_rate_limit).
  *
  * A bucket holds at most n tokens and gains n per interval, continuously;
  * a claim takes one token per task it hands out, and a task for which no

@@ -112,6 +112,7 @@ extern Datum ntask_replay(PG_FUNCTION_ARGS);
 
 /* claim.c: the lowest token this node's WAL timeline may issue */
 extern int64 NtaskTokenFloor(void);
+extern int64 NtaskTokenNext(int64 prev, int64 floor);
 
 /*
  * The SQL entry points the shard-addressed forms wrap (delegate.c:

@@ -79,8 +79,8 @@ extern Datum NtaskArgResult(FunctionCallInfo fcinfo, int argno, bool *isnull);
 
 /*
  * context.c: the claim's context column.  What the lease statement
- * returned for one leased task (NULL / 0: absent); issues 36.x add their
- * keys' fields here.
+ * returned for one leased task (NULL / 0: absent); each key of the context has
+ * its fields here.
  */
 typedef struct NtaskContextIn
 {

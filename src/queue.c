@@ -172,7 +172,7 @@ static NtaskPlan queue_set_guard_plan = {
 };
 
 /*
- * Pause (issue 35.1): only a queue that is not paused by an operator is
+ * Pause: only a queue that is not paused by an operator is
  * changed (a second pause keeps the first one's actor, time and reason).
  * Takes the queue row's lock; claims read the row, never lock it, and see
  * the pause from their next statement on.
@@ -346,8 +346,8 @@ queue_target_removed(Jsonb *target)
  * queue_warn_not_preloaded
  *		Without ntask in shared_preload_libraries no background worker runs
  *		and there is no shared memory: say so when a queue is given a
- *		setting that needs them, in the words of CREATE EXTENSION's warning
- *		(since 0.3, issue 20).  The setting is stored: it acts
+ *		setting that needs them, in the words of CREATE EXTENSION's warning.
+ *		The setting is stored: it acts
  *		once the library is preloaded.
  */
 static void
@@ -734,8 +734,8 @@ ntask_queue_set(PG_FUNCTION_ARGS)
 
 	/*
 	 * A change of what a claim may hand out can free work: every waiting
-	 * claim of the queue looks again at commit, and the worker (issue
-	 * 46.8; ntask_queue_resume does the same).  fairness,
+	 * claim of the queue looks again at commit, and the worker
+	 * (ntask_queue_resume does the same).  fairness,
 	 * max_inflight, partition_max_inflight, ordered, ordered_skip_repair,
 	 * rate_limit, partition_rate_limit, retry_share, priority_aging and
 	 * its cap: any of them given, whatever its value (a change that frees
@@ -819,7 +819,7 @@ ntask_queue_clear_guard(PG_FUNCTION_ARGS)
 
 /*
  * ntask_queue_pause(queue, actor, reason) RETURNS boolean
- *		Pause a queue (issue 35.1): from the commit on, no claim hands out
+ *		Pause a queue: from the commit on, no claim hands out
  *		any of its tasks (the pick tests the queue row's paused_at, a
  *		column it reads anyway, claim.c), neither ntask_claim nor
  *		ntask_transition_and_claim nor the background worker's dispatch.

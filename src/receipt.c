@@ -74,8 +74,8 @@ static NtaskPlan rcpt_lock_plan = {
 /*
  * Whether this token's attempt has ended, however: closed by someone
  * else (takeover, cancel, guard, expiry), handed back (ntask_release,
- * ntask_await) or by the holder's own report (a transition to any state,
- * issue 46.6: a worker that reported failure and then writes the business
+ * ntask_await) or by the holder's own report (a transition to any state:
+ * a worker that reported failure and then writes the business
  * row is stopped; one that reported success wrote its receipt before).
  * A new statement, so a new snapshot: it sees every change committed
  * before the lock above was granted, and nothing can close the attempt
@@ -214,7 +214,7 @@ ntask_receipt(PG_FUNCTION_ARGS)
 		NtaskTaskNotFound(task_id);
 	if (!NtaskGetBool(0, RCPT_LOCK_RIGHT))
 		NtaskTaskRightDenied(task_id);
-	NtaskCheckTokenRange(task_id, token, NtaskGetInt64(0, RCPT_LOCK_TOKEN));
+	NtaskCheckTokenIssued(task_id, token, NtaskGetInt64(0, RCPT_LOCK_TOKEN));
 	stale = token < NtaskGetInt64(0, RCPT_LOCK_TOKEN);
 	if (!stale)
 		stale = NtaskExecPlan(&rcpt_closed_plan, values, NULL, SPI_OK_SELECT) == 1 &&

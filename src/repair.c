@@ -272,7 +272,7 @@ ntask_repair_assign(PG_FUNCTION_ARGS)
 }
 
 
-/* ---- ntask_bulk and ntask_bulk_all (issue 35.2) ---- */
+/* ---- ntask_bulk and ntask_bulk_all ---- */
 
 PG_FUNCTION_INFO_V1(ntask_bulk);
 PG_FUNCTION_INFO_V1(ntask_bulk_all);
@@ -372,7 +372,7 @@ static const struct
 	{"retry_wait", true, false, true},
 	{"leased", true, false, false},
 	{"repair_required", true, true, false},
-	{"waiting", true, false, false},	/* held by its parents (issue 45.5) */
+	{"waiting", true, false, false},	/* held by its parents */
 	{"awaiting", true, false, false},	/* parked for a signal */
 	{"succeeded", false, false, false},
 	{"canceled", false, false, false},

@@ -22,7 +22,7 @@
 
 /*
  * Denied; and whether the role the queue names no longer exists (DROP
- * ROLE leaves its oid in ntask.queue: issue 46.9).
+ * ROLE leaves its oid in ntask.queue).
  */
 static NtaskPlan rights_queue_plan = {
 	"queue right",

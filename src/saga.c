@@ -492,7 +492,7 @@ saga_step_state(int64 saga_id, int step_no, const char *kind)
 /*
  * saga_close_failed
  *		The saga is compensated: nothing is left to do for its failed
- *		forward step, so it leaves the repair queue (issue 30.3).  A step
+ *		forward step, so it leaves the repair queue.  A step
  *		in repair_required is canceled with reason saga_compensated, in
  *		this transaction, and audited; its error stays on the row and in
  *		the saga's reason.  A step that was canceled is left as it is.
@@ -733,7 +733,7 @@ ntask_saga_step_changed(PG_FUNCTION_ARGS)
  * (created = false); with another definition NT001.  Only a saga the
  * caller may see answers so: one of whose queues (its scope) the caller
  * lacks the producer right on is as if the key were free, and the new
- * saga has a scope of its own (issue 29.8).  Errors: 22004 NULL,
+ * saga has a scope of its own.  Errors: 22004 NULL,
  * 22023 a bad definition, 22001 a saga_key over 300 bytes.
  */
 Datum

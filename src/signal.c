@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * signal.c
- *	  Waiting for a signal (issue 36.3): ntask_await parks the task its
+ *	  Waiting for a signal: ntask_await parks the task its
  *	  token holds until ntask_signal(queue, signal_key) or a timeout;
  *	  ntask_queue_set_signal_role says who may signal a queue.
  *
@@ -257,7 +257,7 @@ ntask_await(PG_FUNCTION_ARGS)
 		if (!NtaskGetBool(0, SIG_TOKEN_RIGHT))
 			NtaskTaskRightDenied(task_id);
 		current = NtaskGetInt64(0, SIG_TOKEN_TOKEN);
-		NtaskCheckTokenRange(task_id, token, current);
+		NtaskCheckTokenIssued(task_id, token, current);
 		if (NtaskGetText(0, SIG_TOKEN_REQUESTED) == NULL)
 			result = "stale";
 		else if (strcmp(NtaskGetCString(0, SIG_TOKEN_REQUESTED), "awaiting") == 0 &&
@@ -272,7 +272,7 @@ ntask_await(PG_FUNCTION_ARGS)
 }
 
 /*
- * The caller's right to signal queue $1 (issue 46.4): its signal_role
+ * The caller's right to signal queue $1: its signal_role
  * alone, so a webhook's role of its own needs no ntask role; else the
  * producer right (ntask_producer or ntask_worker, and the producer_role
  * when the queue has one).  EXECUTE on ntask_signal is PUBLIC's: this is

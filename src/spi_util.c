@@ -516,20 +516,51 @@ NtaskTaskNotFound(int64 task_id)
 }
 
 /*
- * NtaskCheckTokenRange
- *		Raise NT003 unless 1 <= token <= current, the task's latest token.
- *		A token outside that range was never issued: a caller bug, never a
- *		race (races yield stale).
+ * Whether the ledger holds an ended attempt of task $1 with token $2
+ * (NtaskCheckTokenIssued's slow path; routed by the task id's shard).
+ */
+static NtaskPlan token_ledger_plan = {
+	"token in the ledger",
+	"SELECT 1 FROM ntask.attempt a "
+	"WHERE a.task_id OPERATOR(pg_catalog.=) $1 "
+	"  AND a.token OPERATOR(pg_catalog.=) $2" NTASK_SHARD_OF("a", "$1"),
+	2, {INT8OID, INT8OID}
+};
+
+/*
+ * NtaskCheckTokenIssued
+ *		Raise NT003 unless token was issued for task_id, whose latest token
+ *		is current: current itself, or the token of one of its ended
+ *		attempts, each in the ledger (ntask.attempt).  Tokens come from one
+ *		sequence per node (NtaskTokenNext), so a token issued for another
+ *		task is never one of this task's: a worker that reports on the
+ *		wrong task id is refused, never a race (races yield stale).  The
+ *		common case, the current token, reads nothing; the others read the
+ *		ledger by its key.  Keeps the caller's SPI_tuptable.
  */
 void
-NtaskCheckTokenRange(int64 task_id, int64 token, int64 current)
+NtaskCheckTokenIssued(int64 task_id, int64 token, int64 current)
 {
-	if (token < 1 || token > current)
+	bool		issued = (token == current);
+
+	if (!issued && token >= 1 && token < current)
+	{
+		SPITupleTable *save_tt = SPI_tuptable;
+		uint64		save_processed = SPI_processed;
+		Datum		values[2];
+
+		values[0] = Int64GetDatum(task_id);
+		values[1] = Int64GetDatum(token);
+		issued = NtaskExecPlan(&token_ledger_plan, values, NULL, SPI_OK_SELECT) > 0;
+		SPI_tuptable = save_tt;
+		SPI_processed = save_processed;
+	}
+	if (!issued)
 		ereport(ERROR,
 				(errcode(ERRCODE_NTASK_TOKEN_NOT_ISSUED),
 				 errmsg("ntask: token %lld was never issued for task %lld",
 						(long long) token, (long long) task_id),
-				 errhint("Use the token ntask_claim returned for this attempt.")));
+				 errhint("Use the token ntask_claim returned for this attempt of this task.")));
 }
 
 /*
@@ -759,7 +790,7 @@ NtaskShardCountKnown(void)
  * NtaskRefuseDistributed
  *		In SPI: 0A000 on a distributed install for a call whose rows are not
  *		laid out for it yet (docs/scaling.md "What is left": dependencies,
- *		checkpoints, signals, bulk actions; issue 34).
+ *		checkpoints, signals, bulk actions).
  */
 void
 NtaskRefuseDistributed(const char *what)

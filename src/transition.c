@@ -188,7 +188,7 @@ static NtaskPlan tr_apply_plan = {
  * task's shard: Citus plans the CTEs of tr_apply_plan apart, sends the
  * UPDATE's rows to every node as an intermediate result for the INSERT,
  * and so commits on every node with two-phase commit (about 40 ms more per
- * transition here, issue 34).  The UPDATE returns tr_apply_plan's columns,
+ * transition here).  The UPDATE returns tr_apply_plan's columns,
  * then what the ledger row needs: whether the outcome is known is the
  * UPDATE's own test (unknown_attempts did not grow: $7, or a receipt).
  */
@@ -687,7 +687,7 @@ tr_locked(TrCall *c, const char *reason, TrOut *o)
 	values[1] = Int64GetDatum(c->token);
 	state = NtaskGetCString(0, TR_LOCK_STATE);
 	current = NtaskGetInt64(0, TR_LOCK_TOKEN);
-	NtaskCheckTokenRange(c->task_id, c->token, current);
+	NtaskCheckTokenIssued(c->task_id, c->token, current);
 
 	if (c->token == current && strcmp(state, "leased") == 0)
 	{
@@ -1019,7 +1019,7 @@ ntask_transition_many(PG_FUNCTION_ARGS)
 	 * One statement for the batch, but on a distributed install: there it
 	 * would be planned over every shard (the ids are an array), its CTE
 	 * apart, and committed with two-phase commit on every node (148 ms for
-	 * a batch of 5 of one shard, issue 34); task by task, each statement
+	 * a batch of 5 of one shard); task by task, each statement
 	 * is routed to the task's shard, local in a delegated call.
 	 */
 	if (n > 0 && strcmp(c.to_state, "retry_wait") != 0 && NtaskShardCount() == 0)
@@ -1162,7 +1162,7 @@ ntask_task_row_valid(PG_FUNCTION_ARGS)
 	if (which < 0)
 		PG_RETURN_BOOL(false);
 	/*
-	 * finished: succeeded .. skipped (3..6); awaiting (7, issue 36.3): due_at
+	 * finished: succeeded .. skipped (3..6); awaiting (7): due_at
 	 * is its timeout, NULL without one; waiting (8, for parents, 36.1):
 	 * unfinished but due never, in no claim index
 	 */

@@ -32,7 +32,7 @@
  * resources (RESOURCE_RELEASE_AFTER_LOCKS of a commit), after every commit
  * callback.  A one-phase commit (one worker node) is done before either:
  * Citus commits it in XACT_EVENT_PRE_COMMIT.  A plain install wakes in
- * the commit callback as before.
+ * the commit callback.
  *
  * A waiter registers before each look, and resets its latch before it: a
  * commit that happens before the look is seen by the look's snapshot (the

@@ -1,7 +1,7 @@
 
 # Copyright (c) 2026, The ntask authors; the PostgreSQL Licence (LICENSE)
 
-# t/035_trace_dispatch.pl: trace context through HTTP dispatch (issue 35.6).
+# t/037_trace_dispatch.pl: trace context through HTTP dispatch (issue 35.6).
 # A task enqueued with a W3C traceparent (by argument or by the setting
 # ntask.traceparent) reaches the provider, t/provider.py, with a
 # traceparent header of the same trace id and flags and a span id of the
