@@ -14,6 +14,17 @@
 --   sim_split           (d): ntask.task keeps what moves, a body table
 --                       holds what is written once, with the unique key
 --   sim_split_noledger  (c) and (d)
+--   sim_ready_table     not in the list of issue 48: the ready set in a
+--                       narrow table of its own (task_id, queue, priority,
+--                       due_at and the claim's index), the claim deleting
+--                       the task's entry and inserting its lease's, the
+--                       finish deleting that; the task row keeps only its
+--                       primary key and unique key, so its updates can be
+--                       HOT (fillfactor 80), no ledger row for a first
+--                       success, the moving columns last.  Not simulated:
+--                       what the lease, deadline and finished indexes
+--                       serve (the sweeps and retention) would need
+--                       (deadline in the narrow table, partitions)
 --   sim_split_done      (c), (d) and finished tasks out of the hot table:
 --                       the finish deletes the moving row and inserts it,
 --                       with its worker, into a done table (primary key,
@@ -43,7 +54,17 @@ DECLARE
 	ix record;
 BEGIN
 	EXECUTE format('CREATE SCHEMA %I', s);
-	IF reorder AND NOT split THEN
+	IF s = 'sim_ready_table' THEN
+		SELECT string_agg(format('%I', a.attname), ', '
+						  ORDER BY a.attname = ANY (storage.moving_cols()), a.attnum) INTO hot
+		FROM pg_attribute a
+		WHERE a.attrelid = 'ntask.task'::regclass AND a.attnum > 0 AND NOT a.attisdropped;
+		EXECUTE format('CREATE TABLE %I.task AS SELECT %s FROM ntask.task WITH NO DATA', s, hot);
+		EXECUTE format('ALTER TABLE %I.task ADD PRIMARY KEY (task_id), ADD UNIQUE (queue, task_key)', s);
+		EXECUTE format('CREATE TABLE %I.ready (task_id bigint NOT NULL, queue text COLLATE "C" NOT NULL, '
+					   'priority integer NOT NULL, due_at timestamptz NOT NULL)', s);
+		EXECUTE format('CREATE INDEX ON %I.ready (queue, priority DESC, due_at, task_id)', s);
+	ELSIF reorder AND NOT split THEN
 		SELECT string_agg(format('%I', a.attname), ', '
 						  ORDER BY a.attname = ANY (storage.moving_cols()), a.attnum) INTO hot
 		FROM pg_attribute a
@@ -104,6 +125,7 @@ SELECT storage.make_layout('sim_wide_reordered_ff80', false, false, false, true,
 -- all of it: no ledger row for a first success, the body apart, the
 -- finished tasks apart, the moving columns last, room on the page
 SELECT storage.make_layout('sim_split_done_reordered_ff80', true, true, true, true, 80);
+SELECT storage.make_layout('sim_ready_table', false, true, false, true, 80);
 
 -- the statements of layout s, as PREPAREs for one session: enq(task_id)
 -- copies the ready task of ntask.task (ON CONFLICT DO NOTHING, as
@@ -114,6 +136,7 @@ DECLARE
 	noledger boolean := EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = (s || '.task')::regclass
 								AND attname = 'worker');
 	done boolean := to_regclass(s || '.task_done') IS NOT NULL;
+	ready boolean := to_regclass(s || '.ready') IS NOT NULL;
 	hot text;
 	enq text;
 	fin text;
@@ -174,6 +197,38 @@ BEGIN
 					  'SELECT task_id, shard, token, attempts, ''w1'', claimed_at, invoked_at, now(), '
 					  '''succeeded'', ''succeeded'', NULL, NULL, true, NULL, NULL, NULL, progress FROM u;',
 					  fin, s);
+	END IF;
+	IF ready THEN
+		RETURN format(
+			'PREPARE enq(bigint) AS WITH t AS (INSERT INTO %1$I.task (%2$s) SELECT %2$s FROM ntask.task '
+			'WHERE task_id = $1 ON CONFLICT (queue, task_key) DO NOTHING RETURNING task_id, queue, priority, due_at) '
+			'INSERT INTO %1$I.ready SELECT task_id, queue, priority, due_at FROM t;', s, hot)
+			|| E'\n' || format(
+			'PREPARE claim AS WITH p AS (DELETE FROM %1$I.ready r WHERE r.ctid = (SELECT x.ctid FROM %1$I.ready x '
+			'WHERE x.queue = ''bench'' AND x.priority = 0 AND x.due_at <= now() '
+			'ORDER BY x.queue, x.priority DESC, x.due_at, x.task_id LIMIT 1 FOR UPDATE SKIP LOCKED) '
+			'RETURNING r.task_id), '
+			'u AS (UPDATE %1$I.task t SET state = ''leased'', '
+			'token = t.token + 1, attempts = t.attempts + 1, lease_owner = ''w1'', '
+			'lease_until = now() + interval ''30 seconds'', due_at = now() + interval ''30 seconds'', '
+			'finished_at = NULL, unknown_attempts = t.unknown_attempts, '
+			'last_error_class = t.last_error_class, last_error_stage = t.last_error_stage, '
+			'claimed_at = now(), invoked_at = NULL, progress = NULL, progress_at = NULL, '
+			'await_on_timeout = NULL, updated_at = now() '
+			'WHERE t.task_id = (SELECT task_id FROM p) RETURNING t.task_id, t.token, t.queue, t.priority, t.due_at), '
+			'i AS (INSERT INTO %1$I.ready SELECT task_id, queue, priority, due_at FROM u) '
+			'SELECT coalesce(max(u.task_id), 0) AS id, coalesce(max(u.token), 0) AS token FROM u;', s)
+			|| E'\n' || format(
+			'PREPARE fin(bigint, bigint) AS WITH u AS (UPDATE %1$I.task t SET state = ''succeeded'', '
+			'run_at = t.run_at, due_at = NULL, '
+			'lease_owner = NULL, lease_until = NULL, last_error_class = t.last_error_class, '
+			'last_error_stage = t.last_error_stage, outcome = NULL, result = NULL, reason = NULL, '
+			'unknown_attempts = t.unknown_attempts, finished_at = now(), updated_at = now(), '
+			'worker = t.lease_owner FROM %1$I.task o '
+			'WHERE t.task_id = $1 AND t.token = $2 AND t.state = ''leased'' AND o.task_id = $1 '
+			'RETURNING t.task_id, t.queue, t.priority, o.due_at) '
+			'DELETE FROM %1$I.ready r USING u WHERE r.queue = u.queue AND r.priority = u.priority '
+			'AND r.due_at = u.due_at AND r.task_id = u.task_id;', s);
 	END IF;
 	RETURN enq || E'\n' || format(
 		'PREPARE claim AS WITH u AS (UPDATE %1$I.task t SET state = ''leased'', '
