@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck disable=SC2034  # ENQ_* and DRAIN_* are read as ${!name}
 # bench/storage.sh: what a task writes (issue 48), ntask against a plain-SQL
 # queue with a token, exactly, per task, in one run.
 #
@@ -157,7 +158,8 @@ mkdir -p "$S"
 # loop NAME SYSTEM WORKLOAD SETUP BODY: SETUP once, BODY N times (with a
 # 19-character key for @K@: 'k1-', 9 scattered digits, 7 counting ones)
 loop() {
-	local name=$1 sys=$2 wl=$3 setup=$4 body=$5 f=$S/$1.sql
+	local name=$1 sys=$2 wl=$3 setup=$4 body=$5 f
+	f=$S/$name.sql
 	{
 		echo "$setup"
 		awk -v n="$TASKS" -v w="$WARM" -v id0="${ID0:-0}" -v body="$body" 'BEGIN {
@@ -181,7 +183,9 @@ mark() { [ "$REP" != 1 ] || sql "SELECT storage.size_mark('$1', '$2')" >/dev/nul
 reset() { sql "SELECT storage.reset('$1')" >/dev/null; }
 vacuum() { echo "SELECT format('VACUUM %s', t) FROM unnest(storage.tables('$1')) t \\gexec" | psql >/dev/null; }
 
-# the statements of each system, prepared once per session
+# the statements of each system, prepared once per session (read as
+# ${!name} below)
+
 ENQ_plain="PREPARE enq(text) AS INSERT INTO pq.job (payload) VALUES ('{\"n\":1}');"
 ENQ_plainkey="PREPARE enq(text) AS INSERT INTO bq.job (queue, task_key, payload, state, run_at) VALUES ('bench', \$1, '{\"n\":1}', 'ready', now()) ON CONFLICT (queue, task_key) DO NOTHING RETURNING id;"
 ENQ_ntask="PREPARE enq(text) AS SELECT task_id FROM ntask_enqueue('bench', \$1, '{\"n\":1}');"
@@ -209,7 +213,8 @@ for sys in plain plainkey ntask; do
 	reset $sys
 	mark $sys empty
 	sql "CHECKPOINT" >/dev/null
-	eval "enq=\$ENQ_$sys drain=\$DRAIN_$sys"
+	enq=ENQ_$sys drain=DRAIN_$sys
+	enq=${!enq} drain=${!drain}
 	loop ${sys}_enq $sys enqueue "$enq" "EXECUTE enq('k1-@K@');"
 	mark $sys ready
 	loop ${sys}_drain $sys drain "$drain" "$DRAIN_BODY"
