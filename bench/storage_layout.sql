@@ -25,6 +25,7 @@
 --                       what the lease, deadline and finished indexes
 --                       serve (the sweeps and retention) would need
 --                       (deadline in the narrow table, partitions)
+--   sim_wide_due_unleased  (b): task_due_idx without the leased rows
 --   sim_split_done      (c), (d) and finished tasks out of the hot table:
 --                       the finish deletes the moving row and inserts it,
 --                       with its worker, into a done table (primary key,
@@ -126,6 +127,12 @@ SELECT storage.make_layout('sim_wide_reordered_ff80', false, false, false, true,
 -- finished tasks apart, the moving columns last, room on the page
 SELECT storage.make_layout('sim_split_done_reordered_ff80', true, true, true, true, 80);
 SELECT storage.make_layout('sim_ready_table', false, true, false, true, 80);
+-- lever (b): task_due_idx without the leased rows (takeovers found through
+-- task_lease_idx instead), so the claim writes no entry in it
+SELECT storage.make_layout('sim_wide_due_unleased', false, false);
+DROP INDEX sim_wide_due_unleased.task_queue_priority_due_at_task_id_idx;
+CREATE INDEX ON sim_wide_due_unleased.task (queue, priority DESC, due_at, task_id)
+	WHERE due_at IS NOT NULL AND state <> 'leased';
 
 -- the statements of layout s, as PREPAREs for one session: enq(task_id)
 -- copies the ready task of ntask.task (ON CONFLICT DO NOTHING, as
@@ -239,11 +246,12 @@ BEGIN
 		'claimed_at = now(), invoked_at = NULL, progress = NULL, progress_at = NULL, '
 		'await_on_timeout = NULL, updated_at = now() '
 		'WHERE t.task_id = (SELECT x.task_id FROM %1$I.task x WHERE x.queue = ''bench'' '
-		'AND x.priority = 0 AND x.due_at IS NOT NULL AND x.due_at <= now() '
+		'AND x.priority = 0 AND x.due_at IS NOT NULL AND x.due_at <= now() %3$s'
 		'ORDER BY x.queue, x.priority DESC, x.due_at, x.task_id LIMIT 1 FOR UPDATE SKIP LOCKED) '
 		'RETURNING t.task_id, t.token) '
 		'SELECT coalesce(max(u.task_id), 0) AS id, coalesce(max(u.token), 0) AS token FROM u%2$s;',
-		s, CASE WHEN split THEN format(' LEFT JOIN %I.task_body b ON b.task_id = u.task_id', s) ELSE '' END)
+		s, CASE WHEN split THEN format(' LEFT JOIN %I.task_body b ON b.task_id = u.task_id', s) ELSE '' END,
+		CASE WHEN s = 'sim_wide_due_unleased' THEN 'AND x.state <> ''leased'' ' ELSE '' END)
 		|| E'\n' || fin;
 END
 $$;
