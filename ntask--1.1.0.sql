@@ -2415,7 +2415,8 @@ REVOKE ALL ON FUNCTION @extschema@.ntask_distribute_nodes() FROM PUBLIC;
  * ntask_distribute: turn an installed, empty ntask on a Citus coordinator
  * into the distributed layout (docs/scaling.md "Scaling out with Citus"):
  *
- *	hash by shard, co-located	task, attempt, receipt (keys widened by shard)
+ *	hash by shard, co-located	task, attempt, receipt, checkpoint (keys
+ *								widened by shard)
  *	hash by fence_key			fence, fence_receipt
  *	hash by audit_id			audit
  *	reference tables			queue, breaker, queue_pruned, schedule,
@@ -2453,6 +2454,8 @@ DO $do$ BEGIN
 			ADD CONSTRAINT attempt_pkey PRIMARY KEY (task_id, token, shard);
 		ALTER TABLE ntask.receipt DROP CONSTRAINT receipt_pkey,
 			ADD CONSTRAINT receipt_pkey PRIMARY KEY (task_id, token, shard);
+		ALTER TABLE ntask.checkpoint DROP CONSTRAINT checkpoint_pkey,
+			ADD CONSTRAINT checkpoint_pkey PRIMARY KEY (task_id, step, shard);
 		DROP TRIGGER IF EXISTS queue_delete_check ON ntask.queue;
 		DROP TRIGGER IF EXISTS task_count_pruned ON ntask.task;
 		DROP TRIGGER IF EXISTS saga_step_changed ON ntask.task;
@@ -2485,7 +2488,8 @@ BEGIN
 	-- Rows of these tables cannot be moved: their task ids do not carry a
 	-- shard (every row would land on the shard of 0).  Queue policy can.
 	FOR r IN SELECT x.rel FROM (VALUES ('ntask.task'::regclass), ('ntask.attempt'),
-				('ntask.receipt'), ('ntask.saga'), ('ntask.schedule_slot')) x(rel)
+				('ntask.receipt'), ('ntask.checkpoint'), ('ntask.saga'),
+				('ntask.schedule_slot')) x(rel)
 	LOOP
 		EXECUTE format('SELECT count(*) FROM (SELECT FROM %s LIMIT 1) x', r.rel) INTO n;
 		IF n > 0 THEN
@@ -2513,6 +2517,7 @@ BEGIN
 	PERFORM pg_catalog.create_distributed_table('ntask.task', 'shard', shard_count => shard_count);
 	PERFORM pg_catalog.create_distributed_table('ntask.attempt', 'shard', colocate_with => 'ntask.task');
 	PERFORM pg_catalog.create_distributed_table('ntask.receipt', 'shard', colocate_with => 'ntask.task');
+	PERFORM pg_catalog.create_distributed_table('ntask.checkpoint', 'shard', colocate_with => 'ntask.task');
 	PERFORM pg_catalog.create_distributed_table('ntask.fence', 'fence_key', shard_count => shard_count);
 	PERFORM pg_catalog.create_distributed_table('ntask.fence_receipt', 'fence_key', colocate_with => 'ntask.fence');
 	PERFORM pg_catalog.create_distributed_table('ntask.audit', 'audit_id', shard_count => shard_count);
@@ -2570,7 +2575,7 @@ BEGIN
 	ORDER BY 2, 1;
 END $fn$;
 COMMENT ON FUNCTION @extschema@.ntask_distribute(integer) IS
-'ntask: on a Citus coordinator, distribute an empty ntask (task, attempt, receipt by shard, co-located; policy tables as reference tables); returns the layout';
+'ntask: on a Citus coordinator, distribute an empty ntask (task, attempt, receipt, checkpoint by shard, co-located; policy tables as reference tables); returns the layout';
 
 -- Internal: claim locks, guards, DROP EXTENSION -----------------------
 
