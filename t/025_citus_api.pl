@@ -18,6 +18,15 @@
 #      is stale and its retry of a step it wrote a duplicate; a checkpoint
 #      called on a worker node; ntask_explain lists them; housekeeping's
 #      retention prunes them with their task.
+#   2. signals (ntask_await, ntask_signal, issue 36.3): ntask.signal is
+#      hash-distributed by shard, a signal's row in the shard of its queue
+#      and key; a task awaits a key of its own shard (its partition key),
+#      on both worker nodes: await then signal (from a worker node), signal
+#      then await (ready at once), duplicate and conflict, a timeout; the
+#      next claim carries context.signal (payload or timed_out); a key of
+#      another shard is refused with 0A000 and the reason; the wake is
+#      audited; housekeeping prunes a signal no task awaited, and the
+#      awaited ones with their tasks.
 
 use strict;
 use warnings;
@@ -159,6 +168,110 @@ my $ids = join(',', values %id);
 is($q->(qq{SELECT (SELECT count(*) FROM ntask.task WHERE task_id IN ($ids)) || ' '
 	|| (SELECT count(*) FROM ntask.checkpoint WHERE task_id IN ($ids))}), '0 0',
 	'checkpoint: housekeeping\'s retention prunes the tasks and their checkpoints on both nodes');
+
+# 2. signals: a task awaits a key of its own shard, its partition key
+is($q->(q{SELECT count(*) FROM pg_dist_partition p, pg_dist_partition t
+	WHERE p.logicalrelid = 'ntask.signal'::regclass AND t.logicalrelid = 'ntask.task'::regclass
+	  AND p.partmethod = 'h' AND p.colocationid = t.colocationid
+	  AND column_to_column_name(p.logicalrelid, p.partkey) = 'shard'}), '1',
+	'signal: ntask.signal is hash-distributed by shard, co-located with ntask.task');
+$q->(q{SELECT count(*) FROM ntask_queue_set('sg', lease => '30 seconds', max_attempts => 5,
+	retention => '1 second', total_deadline => '1 hour')});
+# per worker node: a task awaiting first (a), one signaled first (b), one
+# that times out (t), each keyed by its signal key
+my (%sid, %skey);
+for my $w ($w1, $w2)
+{
+	for my $role ('a', 'b', 't')
+	{
+		my $k = $key_on->('sg', "sig-$role-", $w->port);
+		$skey{ $w->name }{$role} = $k;
+		$sid{ $w->name }{$role} = $q->("SELECT task_id FROM ntask_enqueue('sg', 'task-$k', '{}', partition_key => '$k')");
+	}
+}
+my %stok = map { split /\|/ } split /\n/,
+  $q->(q{SELECT task_id || '|' || token FROM ntask_claim('sg', 'W1', 10)});
+is(scalar(keys %stok), 6, 'signal: W1 claims the six tasks');
+for my $w ($w1, $w2)
+{
+	my $on = 'on ' . $w->name;
+	my ($ka, $kb, $kt) = @{ $skey{ $w->name } }{qw(a b t)};
+	my ($ia, $ib, $it) = @{ $sid{ $w->name } }{qw(a b t)};
+	# a key of another shard: refused, with the reason
+	my $other = $skey{ $w->name eq $w1->name ? $w2->name : $w1->name }{a};
+	my ($rc, $out, $stderr) = $co->psql('postgres',
+		"\\set VERBOSITY verbose\nSELECT ntask_await($ia, $stok{$ia}, '$other')");
+	like($stderr, qr/0A000: ntask: on a distributed install task $ia can await only a signal key of its own shard/,
+		"signal: an await of a key of another shard is refused with 0A000 ($on)");
+	# await, then the signal (sent from a worker node)
+	is($q->("SELECT ntask_await($ia, $stok{$ia}, '$ka', interval '1 hour')"), 'applied',
+		"signal: a awaits its key ($on)");
+	is($q->("SELECT ntask_await($ia, $stok{$ia}, '$ka', interval '1 hour')"), 'duplicate',
+		"signal: the same await again: duplicate ($on)");
+	is($q->("SELECT state || ' ' || signal_key FROM ntask.task WHERE task_id = $ia AND shard = ntask_shard(${ia}::bigint)"),
+		"awaiting $ka", "signal: a is awaiting ($on)");
+	is($q->("SELECT result || ' ' || (detail->>'signal_key') FROM ntask.attempt
+		WHERE task_id = $ia AND shard = ntask_shard(${ia}::bigint) AND token = $stok{$ia}"),
+		"awaiting $ka", "signal: its attempt ended as awaiting, in the ledger ($on)");
+	my $sigshard = $q->("SELECT get_shard_id_for_distribution_column('ntask.signal', ntask_shard('sg', '$ka'))");
+	is($w->safe_psql('postgres', "SELECT task_id || ' ' || (sent_at IS NULL) FROM ntask.signal_$sigshard
+		WHERE queue = 'sg' AND signal_key = '$ka'"), "$ia true",
+		"signal: the awaited key's row is in the co-located shard on " . $w->name);
+	is($w2->safe_psql('postgres', "SELECT ntask_signal('sg', '$ka', '{\"go\": \"$ka\"}')"), 'applied',
+		"signal: sent from worker node " . $w2->name . " ($on)");
+	is($q->("SELECT ntask_signal('sg', '$ka', '{\"go\": \"$ka\"}')"), 'duplicate',
+		"signal: the same payload again: duplicate ($on)");
+	is($w1->safe_psql('postgres', "SELECT ntask_signal('sg', '$ka', '{\"go\": 0}')"), 'conflict',
+		"signal: another payload: conflict ($on)");
+	is($q->("SELECT state || ' ' || (due_at <= now()) FROM ntask.task WHERE task_id = $ia AND shard = ntask_shard(${ia}::bigint)"),
+		'ready true', "signal: a is ready and due ($on)");
+	is($q->("SELECT count(*) FROM ntask.audit WHERE action = 'signal' AND task_id = $ia"), '1',
+		"signal: the wake is audited ($on)");
+	# the signal first, then the await: ready at once
+	is($q->("SELECT ntask_signal('sg', '$kb', '{\"early\": true}')"), 'applied',
+		"signal: b's key sent before its await ($on)");
+	is($q->("SELECT ntask_await($ib, $stok{$ib}, '$kb')"), 'applied', "signal: b awaits it ($on)");
+	is($q->("SELECT state FROM ntask.task WHERE task_id = $ib AND shard = ntask_shard(${ib}::bigint)"), 'ready',
+		"signal: b is ready at once ($on)");
+	# a timeout: ready again when it ends
+	is($q->("SELECT ntask_await($it, $stok{$it}, '$kt', interval '1 second')"), 'applied',
+		"signal: t awaits with a 1 s timeout ($on)");
+}
+sleep 1.2;
+# the next claims: a delegated claim per key's shard, and a plain claim on
+# each worker node, carry the signal (or that the await timed out)
+my %ctx;
+for my $w ($w1, $w2)
+{
+	for my $r (split /\n/, $w->safe_psql('postgres', q{SELECT task_id || '|' || token || '|' || (context->'signal')::text
+		FROM ntask_claim('sg', 'W2', 10)}))
+	{
+		my ($id, $tok, $sg) = split /\|/, $r;
+		$ctx{$id} = $sg;
+		$stok{$id} = $tok;
+	}
+}
+for my $w ($w1, $w2)
+{
+	my $on = 'on ' . $w->name;
+	my ($ka, $kb, $kt) = @{ $skey{ $w->name } }{qw(a b t)};
+	my ($ia, $ib, $it) = @{ $sid{ $w->name } }{qw(a b t)};
+	is($ctx{$ia}, qq({"key": "$ka", "payload": {"go": "$ka"}}), "signal: a's claim carries the signal's payload ($on)");
+	is($ctx{$ib}, qq({"key": "$kb", "payload": {"early": true}}), "signal: b's claim carries the early signal ($on)");
+	is($ctx{$it}, qq({"key": "$kt", "timed_out": true}), "signal: t's claim says its await timed out ($on)");
+	for my $id ($ia, $ib, $it)
+	{
+		$q->("SELECT result FROM ntask_transition($id, $stok{$id}, 'succeeded')");
+	}
+}
+# a signal no task awaits, and the finished tasks' own: pruned after the
+# queue's retention (1 s), on their shards
+is($q->(q{SELECT ntask_signal('sg', 'nobody', '{}')}), 'applied', 'signal: a signal nobody awaits is kept');
+sleep 1.2;
+$q->('SELECT * FROM ntask_housekeeping()');
+is($q->(q{SELECT count(*) FROM ntask.signal WHERE queue = 'sg'}) . ' '
+	. $q->(q{SELECT count(*) FROM ntask.task WHERE queue = 'sg'}), '0 0',
+	'signal: housekeeping prunes the finished tasks with their signals, and the one nobody awaited');
 
 NtaskCitus::stop($c);
 done_testing();
