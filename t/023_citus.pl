@@ -164,6 +164,7 @@ is($layout, join("\n",
 	'ntask.schedule reference 1',
 	'ntask.schedule_slot reference 1',
 	'ntask.shard_map reference 1',
+	'ntask.signal hash by shard 8',
 	'ntask.task hash by shard 8'), 'the layout');
 is($co->safe_psql('postgres', q{
 	SELECT count(DISTINCT colocationid) FROM pg_dist_partition
