@@ -296,56 +296,66 @@ my %tok;
 my $claimed = $q->("SELECT string_agg(task_id || ':' || token, ' ') FROM ntask_claim('story', 'W1', 20)");
 %tok = map { split /:/ } split / /, $claimed;
 is(scalar(keys %tok), 10, 'W1 claimed the 10 tasks across the shards');
-is(join(',', sort { $a <=> $b } values %tok) =~ /^(1,)*1$/ ? 1 : 0, 1, 'each with token 1');
+# tokens are not 1, 2, 3 per task (issue 46.1 draws them from a sequence
+# per node): each claim's token is the task's, its first attempt's
+is($q->("SELECT count(*) FROM ntask.task t JOIN (VALUES "
+	. join(', ', map { "($_, $tok{$_})" } sort keys %tok)
+	. ") c(id, tok) ON t.task_id = c.id AND t.shard = (c.id >> 48)::smallint AND t.token = c.tok AND t.attempts = 1"),
+	'10', 'each with the token of its first attempt');
 is($q->("SELECT count(*) FROM ntask_claim('story', 'W1', 5)"), '0', 'nothing left to claim');
 
 my ($a1, $a2, $a3) = @ids;
-is($q->("SELECT ntask_heartbeat($a1, 1) IS NOT NULL"), 't', 'W1 heartbeats a1');
-is($q->("SELECT ntask_invoked($a1, 1)"), 'applied', 'W1 invoked a1');
-is($q->("SELECT ntask_receipt($a1, 1, '{\"order\": 1}')"), 'applied', 'a1: receipt applied');
-is($q->("SELECT ntask_receipt($a1, 1, '{\"order\": 1}')"), 'duplicate', 'a1: the same receipt again: duplicate');
-is($q->("SELECT ntask_receipt($a1, 1, '{\"order\": 2}')"), 'conflict', 'a1: another payload: conflict');
-is($q->("SELECT result || ' ' || state FROM ntask_transition($a1, 1, 'succeeded')"),
+is($q->("SELECT ntask_heartbeat($a1, $tok{$a1}) IS NOT NULL"), 't', 'W1 heartbeats a1');
+is($q->("SELECT ntask_invoked($a1, $tok{$a1})"), 'applied', 'W1 invoked a1');
+is($q->("SELECT ntask_receipt($a1, $tok{$a1}, '{\"order\": 1}')"), 'applied', 'a1: receipt applied');
+is($q->("SELECT ntask_receipt($a1, $tok{$a1}, '{\"order\": 1}')"), 'duplicate', 'a1: the same receipt again: duplicate');
+is($q->("SELECT ntask_receipt($a1, $tok{$a1}, '{\"order\": 2}')"), 'conflict', 'a1: another payload: conflict');
+is($q->("SELECT result || ' ' || state FROM ntask_transition($a1, $tok{$a1}, 'succeeded')"),
 	'applied succeeded', 'a1: W1 succeeds');
-is($q->("SELECT result FROM ntask_transition($a1, 1, 'succeeded')"), 'duplicate',
+is($q->("SELECT result FROM ntask_transition($a1, $tok{$a1}, 'succeeded')"), 'duplicate',
 	'a1: the same transition again: duplicate');
 
 # W1 invokes a2 and stalls; the lease runs out and W2 takes every expired
 # task over (token 2), a2 with prior_outcome unknown.  W2's leases are
 # long: under load the calls below took over 3 s, and W2's other tasks
 # ran out of a 2 s lease before transition_and_claim (nothing else due)
-is($q->("SELECT ntask_invoked($a2, 1)"), 'applied', 'W1 invoked a2');
-is($q->("SELECT ntask_heartbeat($a3, 1) IS NOT NULL"), 't', 'W1 heartbeats a3');
+is($q->("SELECT ntask_invoked($a2, $tok{$a2})"), 'applied', 'W1 invoked a2');
+is($q->("SELECT ntask_heartbeat($a3, $tok{$a3}) IS NOT NULL"), 't', 'W1 heartbeats a3');
 sleep 11;
 my %w2 = map { my @f = split /:/; ($f[0] => [ $f[1], $f[2] ]) }
   split / /, $q->("SELECT string_agg(task_id || ':' || token || ':' || coalesce(prior_outcome, '-'), ' ') FROM ntask_claim('story', 'W2', 20, lease => '60 seconds')");
 is(scalar(keys %w2), 9, 'W2 took over the 9 expired leases');
-is($w2{$a2}[0] . ' ' . $w2{$a2}[1], '2 unknown', 'a2: token 2, prior_outcome unknown (it was invoked)');
-is($w2{$a3}[0] . ' ' . $w2{$a3}[1], '2 -', 'a3: token 2, never invoked: known');
-is($q->("SELECT coalesce(ntask_heartbeat($a2, 1)::text, 'null')"), 'null', 'a2: W1 heartbeat rejected');
-is($q->("SELECT ntask_invoked($a2, 1)"), 'stale', 'a2: W1 invoked: stale');
-is($q->("SELECT ntask_receipt($a2, 1, '{}')"), 'stale', 'a2: W1 receipt: stale');
-is($q->("SELECT result FROM ntask_transition($a2, 1, 'succeeded')"), 'stale', 'a2: W1 transition: stale');
-is($q->("SELECT ntask_receipt($a2, 2, '{}')"), 'applied', 'a2: W2 receipt applied');
-is($q->("SELECT result FROM ntask_transition($a2, 2, 'succeeded')"), 'applied', 'a2: W2 succeeds');
+is(($w2{$a2}[0] > $tok{$a2} ? 'higher' : $w2{$a2}[0]) . ' ' . $w2{$a2}[1], 'higher unknown',
+	'a2: a higher token, prior_outcome unknown (it was invoked)');
+is(($w2{$a3}[0] > $tok{$a3} ? 'higher' : $w2{$a3}[0]) . ' ' . $w2{$a3}[1], 'higher -',
+	'a3: a higher token, never invoked: known');
+is($q->("SELECT coalesce(ntask_heartbeat($a2, $tok{$a2})::text, 'null')"), 'null', 'a2: W1 heartbeat rejected');
+is($q->("SELECT ntask_invoked($a2, $tok{$a2})"), 'stale', 'a2: W1 invoked: stale');
+is($q->("SELECT ntask_receipt($a2, $tok{$a2}, '{}')"), 'stale', 'a2: W1 receipt: stale');
+is($q->("SELECT result FROM ntask_transition($a2, $tok{$a2}, 'succeeded')"), 'stale', 'a2: W1 transition: stale');
+is($q->("SELECT ntask_receipt($a2, $w2{$a2}[0], '{}')"), 'applied', 'a2: W2 receipt applied');
+is($q->("SELECT result FROM ntask_transition($a2, $w2{$a2}[0], 'succeeded')"), 'applied', 'a2: W2 succeeds');
 # one call finishes a3 and claims the next task, on another shard maybe
-is($q->("SELECT finish_result || ' ' || (token IS NULL)::int FROM ntask_transition_and_claim($a3, 2, 'succeeded', 'story', 'W2')"),
+is($q->("SELECT finish_result || ' ' || (token IS NULL)::int FROM ntask_transition_and_claim($a3, $w2{$a3}[0], 'succeeded', 'story', 'W2')"),
 	'applied 1', 'a3: transition_and_claim finishes it (nothing else is due)');
 
 # budgets (max_attempts 2): retry_wait, then repair_required; replay, cancel
 $q->("SELECT count(*) FROM ntask_queue_set('budget', lease => '30 seconds', max_attempts => 2)");
 my $b1 = $q->("SELECT task_id FROM ntask_enqueue('budget', 'b1', '{}')");
-is($q->("SELECT token FROM ntask_claim('budget', 'W1')"), '1', 'b1: token 1');
-is($q->("SELECT result || ' ' || state FROM ntask_transition($b1, 1, 'retry_wait', error_class => 'transient', retry_at => now())"),
+my @bt = ($q->("SELECT token FROM ntask_claim('budget', 'W1')"));
+cmp_ok($bt[0], '>=', 1, "b1: claimed (token $bt[0])");
+is($q->("SELECT result || ' ' || state FROM ntask_transition($b1, $bt[0], 'retry_wait', error_class => 'transient', retry_at => now())"),
 	'applied retry_wait', 'b1: first failure: retry_wait');
-is($q->("SELECT token FROM ntask_claim('budget', 'W1')"), '2', 'b1: token 2');
-is($q->("SELECT result || ' ' || state FROM ntask_transition($b1, 2, 'retry_wait', error_class => 'transient')"),
+push @bt, $q->("SELECT token FROM ntask_claim('budget', 'W1')");
+cmp_ok($bt[1], '>', $bt[0], "b1: claimed again, a higher token ($bt[1])");
+is($q->("SELECT result || ' ' || state FROM ntask_transition($b1, $bt[1], 'retry_wait', error_class => 'transient')"),
 	'applied repair_required', 'b1: second failure spends the budget: repair_required');
 is($q->("SELECT reason FROM ntask.task WHERE task_id = $b1 AND shard = ($b1 >> 48)"), 'budget_exhausted',
 	'b1: budget_exhausted');
 is($q->("SELECT ntask_replay($b1, 'ops', 'fixed')"), 'ready', 'b1: replayed');
-is($q->("SELECT token FROM ntask_claim('budget', 'W1')"), '3', 'b1: token 3 after the replay');
-is($q->("SELECT ntask_release($b1, 3)"), 'applied', 'b1: released');
+push @bt, $q->("SELECT token FROM ntask_claim('budget', 'W1')");
+cmp_ok($bt[2], '>', $bt[1], "b1: a higher token after the replay ($bt[2])");
+is($q->("SELECT ntask_release($b1, $bt[2])"), 'applied', 'b1: released');
 is($q->("SELECT ntask_cancel($b1, 'ops', 'done')"), 'applied', 'b1: canceled');
 
 # a schedule slot: ntask_fire of a past slot makes one task per slot (its
@@ -374,8 +384,9 @@ for (1 .. 20)
 	$stok = $q->("SELECT task_id || ':' || token FROM ntask_claim('sched', 'W1')");
 	last if $stok ne '';
 }
-is($stok, "$sid:1", 'schedule: the slot\'s task claimed from its shard');
-is($q->("SELECT result FROM ntask_transition($sid, 1, 'succeeded')"), 'applied',
+my ($stid, $sttok) = split /:/, $stok;
+is($stid, $sid, 'schedule: the slot\'s task claimed from its shard');
+is($q->("SELECT result FROM ntask_transition($sid, $sttok, 'succeeded')"), 'applied',
 	'schedule: the slot\'s task succeeded');
 my ($rid, $rout) = split /\|/,
   $q->("SELECT task_id || '|' || outcome FROM ntask_fire('daily', '$sslot', rerun => 'fix-1')");
@@ -564,7 +575,7 @@ if ($long)
 		WHERE k.queue = 'chaos' AND a.result = 'succeeded' AND a.token <> k.token}), '0',
 		'chaos: only the latest token of a task made it succeed (every stale write rejected)');
 	my $takeovers = $q->(q{SELECT count(*) FROM ntask.attempt_all a JOIN ntask.task k
-		ON k.task_id = a.task_id AND k.shard = a.shard WHERE k.queue = 'chaos' AND a.token > 1});
+		ON k.task_id = a.task_id AND k.shard = a.shard WHERE k.queue = 'chaos' AND a.attempt > 1});
 	my ($stale, $errors) = (0, 0);
 	for my $w (1 .. 3)
 	{
@@ -620,26 +631,31 @@ $q->(q{SELECT count(*) FROM ntask_queue_set('ord', fairness => 'partition', orde
 	SELECT count(*) FROM generate_series(1, 3) i, ntask_enqueue('ord', 'b' || i, '{}', partition_key => 'B')});
 # twelve claims in one psql call: under load four calls took longer than
 # the 3 s lease, and W1 took its own expired heads over
+# the keys handed out; %otok: each key's tokens in claim order
+my %otok;
 my $claim_keys = sub {
 	my ($w) = @_;
 	my @got = split /\n/, $q->(join('', map {
 		"SELECT t.task_key || ':' || c.token FROM ntask_claim('ord', '$w', 10) c $keyof;\n" } 1 .. 12));
-	return join(',', sort @got);
+	push @{ $otok{ (split /:/)[0] } }, (split /:/)[1] for @got;
+	return join(',', sort map { (split /:/)[0] } @got);
 };
-is($claim_keys->('W1'), 'a1:1,b1:1', 'ordered: W1 gets only the head of each key');
+is($claim_keys->('W1'), 'a1,b1', 'ordered: W1 gets only the head of each key');
 my %oid = map { split /\|/ } split /\n/,
   $q->(q{SELECT task_key || '|' || task_id FROM ntask.task WHERE queue = 'ord'});
 sleep 6.5;
-is($claim_keys->('W2'), 'a1:2,b1:2', 'ordered: after the lease runs out W2 takes the same heads over, token 2');
-is($q->("SELECT result FROM ntask_transition($oid{a1}, 1, 'succeeded')"), 'stale',
+is($claim_keys->('W2'), 'a1,b1', 'ordered: after the lease runs out W2 takes the same heads over');
+ok($otok{a1}[1] > $otok{a1}[0] && $otok{b1}[1] > $otok{b1}[0], 'ordered: with higher tokens');
+is($q->("SELECT result FROM ntask_transition($oid{a1}, $otok{a1}[0], 'succeeded')"), 'stale',
 	'ordered: W1\'s late transition of a1 is stale');
-is($q->("SELECT result FROM ntask_transition($oid{a1}, 2, 'succeeded')"), 'applied',
+is($q->("SELECT result FROM ntask_transition($oid{a1}, $otok{a1}[1], 'succeeded')"), 'applied',
 	'ordered: W2 finishes a1');
-is($q->("SELECT result FROM ntask_transition($oid{b1}, 2, 'succeeded')"), 'applied', 'ordered: and b1');
-is($claim_keys->('W2'), 'a2:1,b2:1', 'ordered: the next heads are a2 and b2');
-is($q->("SELECT string_agg(result, ',') FROM (SELECT (ntask_transition(id, 1, 'succeeded')).result
-	FROM unnest(ARRAY[$oid{a2}, $oid{b2}]::bigint[]) id) x"), 'applied,applied', 'ordered: both finished');
-is($claim_keys->('W2'), 'a3:1,b3:1', 'ordered: then a3 and b3, the last of each key');
+is($q->("SELECT result FROM ntask_transition($oid{b1}, $otok{b1}[1], 'succeeded')"), 'applied', 'ordered: and b1');
+is($claim_keys->('W2'), 'a2,b2', 'ordered: the next heads are a2 and b2');
+is($q->("SELECT string_agg(result, ',') FROM (SELECT (ntask_transition(id, tok, 'succeeded')).result
+	FROM unnest(ARRAY[$oid{a2}, $oid{b2}]::bigint[], ARRAY[$otok{a2}[0], $otok{b2}[0]]::bigint[]) u(id, tok)) x"),
+	'applied,applied', 'ordered: both finished');
+is($claim_keys->('W2'), 'a3,b3', 'ordered: then a3 and b3, the last of each key');
 is($q->(q{SELECT string_agg(task_key, ',' ORDER BY s) FROM (
 	SELECT t.task_key, min(a.claimed_at) AS s FROM ntask.attempt_all a
 	JOIN ntask.task t ON t.task_id = a.task_id AND t.shard = a.shard
@@ -861,12 +877,12 @@ if ($long)
 	my $keys = NtaskProvider::pkeys('cz-');
 	is(scalar(grep { $keys->{$_}{requests} == 1 && $keys->{$_}{effects} == 1 } keys %$keys), $np,
 		"dispatch: the sink saw each of the $np keys exactly once");
-	is($q->(q{SELECT count(*) || '/' || count(*) FILTER (WHERE a.token = 1 AND a.attempt = 1
+	is($q->(q{SELECT count(*) || '/' || count(*) FILTER (WHERE a.token = t.token AND a.attempt = 1
 			AND a.result = 'succeeded' AND a.invoked_at IS NOT NULL AND a.ended_at IS NOT NULL
 			AND a.worker = 'ntask worker')
 		FROM ntask.attempt_all a JOIN ntask.task t ON t.task_id = a.task_id AND t.shard = a.shard
 		WHERE t.queue = 'push'}), "$np/$np",
-		'dispatch: the ledger has one attempt per task, token 1, invoked, succeeded, by the worker');
+		'dispatch: the ledger has one attempt per task, the task\'s token, invoked, succeeded, by the worker');
 	is($q->(q{SELECT (dispatched >= 16 AND accepted >= 16)::text || ' ' || coalesce(last_error, '-')
 		FROM ntask.worker_stats}), 'true -', 'dispatch: worker_stats counts them, no error');
 
