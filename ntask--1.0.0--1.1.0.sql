@@ -621,6 +621,180 @@ BEGIN
 	END LOOP;
 END $$;
 
+-- ntask_distribute: checkpoints and signals are hash-distributed by shard,
+-- co-located with the tasks (their keys widened by shard like the
+-- receipts'); a signal's row is in the shard of its queue and key
+COMMENT ON COLUMN ntask.signal.shard IS 'the shard of its queue and key (ntask_shard(queue, signal_key)), which an awaiting task shares (0 on a plain install)';
+/*
+ * ntask_distribute: turn an installed, empty ntask on a Citus coordinator
+ * into the distributed layout (docs/scaling.md "Scaling out with Citus"):
+ *
+ *	hash by shard, co-located	task, attempt, receipt, checkpoint, signal
+ *								(keys widened by shard; a signal's shard is
+ *								its queue and key's)
+ *	hash by fence_key			fence, fence_receipt
+ *	hash by audit_id			audit
+ *	reference tables			queue, breaker, queue_pruned, schedule,
+ *								schedule_slot, fence_grant, key_pause
+ *	left on the coordinator		saga, saga_step (sagas are not supported on a
+ *								distributed install)
+ *
+ * The triggers that read or write another table from a task row
+ * (queue_delete_check, task_count_pruned, saga_step_changed,
+ * task_deps_changed) are dropped:
+ * on a distributed table they would run on a worker's shard and query a
+ * distributed table from there, which Citus refuses.  The widened keys are
+ * set on every node first (run_command_on_workers, idempotent, so a failed
+ * call can be repeated), then on the coordinator, where the tables are
+ * distributed in this transaction.  ntask_fence becomes a distributed
+ * function co-located with ntask.fence by its fence_key: Citus delegates
+ * a call to the node that holds the fence's shard.  See docs/scaling.md
+ * for what the API does on the layout today.
+ */
+CREATE OR REPLACE FUNCTION @extschema@.ntask_distribute(shard_count integer DEFAULT NULL)
+RETURNS TABLE (relation regclass, layout text, shards integer)
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE
+	keys constant text := $k$
+DO $do$ BEGIN
+	IF pg_catalog.pg_get_constraintdef((SELECT oid FROM pg_catalog.pg_constraint
+	   WHERE conname = 'task_pkey' AND conrelid = 'ntask.task'::pg_catalog.regclass))
+	   = 'PRIMARY KEY (task_id)' THEN
+		SET LOCAL citus.enable_ddl_propagation = off;
+		ALTER TABLE ntask.task DROP CONSTRAINT task_pkey,
+			ADD CONSTRAINT task_pkey PRIMARY KEY (task_id, shard),
+			DROP CONSTRAINT task_queue_task_key_key,
+			ADD CONSTRAINT task_queue_task_key_key UNIQUE (queue, task_key, shard);
+		ALTER TABLE ntask.attempt DROP CONSTRAINT attempt_pkey,
+			ADD CONSTRAINT attempt_pkey PRIMARY KEY (task_id, token, shard);
+		ALTER TABLE ntask.receipt DROP CONSTRAINT receipt_pkey,
+			ADD CONSTRAINT receipt_pkey PRIMARY KEY (task_id, token, shard);
+		ALTER TABLE ntask.checkpoint DROP CONSTRAINT checkpoint_pkey,
+			ADD CONSTRAINT checkpoint_pkey PRIMARY KEY (task_id, step, shard);
+		ALTER TABLE ntask.signal DROP CONSTRAINT signal_pkey,
+			ADD CONSTRAINT signal_pkey PRIMARY KEY (queue, signal_key, shard);
+		DROP TRIGGER IF EXISTS queue_delete_check ON ntask.queue;
+		DROP TRIGGER IF EXISTS task_count_pruned ON ntask.task;
+		DROP TRIGGER IF EXISTS saga_step_changed ON ntask.task;
+		DROP TRIGGER IF EXISTS task_deps_changed ON ntask.task;
+	END IF;
+END $do$
+$k$;
+	r record;
+	n bigint;
+BEGIN
+	IF NOT EXISTS (SELECT FROM pg_extension e WHERE e.extname = 'citus') THEN
+		RAISE EXCEPTION 'ntask: ntask_distribute needs Citus, and the citus extension is not installed in this database'
+			USING ERRCODE = 'feature_not_supported',
+				  HINT = 'Put citus first in shared_preload_libraries (citus,ntask), CREATE EXTENSION citus, add the worker nodes, then run this on the coordinator.';
+	END IF;
+	IF NOT (SELECT pg_catalog.citus_is_coordinator()) THEN
+		RAISE EXCEPTION 'ntask: ntask_distribute runs on the Citus coordinator only'
+			USING ERRCODE = 'object_not_in_prerequisite_state',
+				  HINT = 'Connect to the coordinator (citus_set_coordinator_host names it).';
+	END IF;
+	IF EXISTS (SELECT FROM pg_catalog.pg_dist_partition p
+			   WHERE p.logicalrelid = 'ntask.task'::regclass) THEN
+		RAISE EXCEPTION 'ntask: ntask is already distributed in this database'
+			USING ERRCODE = 'object_not_in_prerequisite_state';
+	END IF;
+	IF shard_count IS NOT NULL AND shard_count NOT BETWEEN 1 AND 32767 THEN
+		RAISE EXCEPTION 'ntask: shard_count must be between 1 and 32767, not %', shard_count
+			USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	-- Rows of these tables cannot be moved: their task ids do not carry a
+	-- shard (every row would land on the shard of 0).  Queue policy can.
+	FOR r IN SELECT x.rel FROM (VALUES ('ntask.task'::regclass), ('ntask.attempt'),
+				('ntask.receipt'), ('ntask.checkpoint'), ('ntask.signal'), ('ntask.saga'),
+				('ntask.schedule_slot')) x(rel)
+	LOOP
+		EXECUTE format('SELECT count(*) FROM (SELECT FROM %s LIMIT 1) x', r.rel) INTO n;
+		IF n > 0 THEN
+			RAISE EXCEPTION 'ntask: ntask_distribute needs an empty ntask, and % holds rows', r.rel
+				USING ERRCODE = 'object_not_in_prerequisite_state',
+					  DETAIL = 'Task ids of a plain install carry no shard, so existing tasks cannot be placed.',
+					  HINT = 'Distribute right after CREATE EXTENSION ntask, before the first enqueue (queue policies may exist).';
+		END IF;
+	END LOOP;
+
+	-- every worker's copy of the schema gets the same keys (its tables are
+	-- the extension's own, created there by CREATE EXTENSION)
+	FOR r IN SELECT * FROM pg_catalog.run_command_on_workers(keys) LOOP
+		IF NOT r.success THEN
+			RAISE EXCEPTION 'ntask: could not change the keys on worker %:%: %', r.nodename, r.nodeport, r.result
+				USING ERRCODE = 'connection_failure';
+		END IF;
+	END LOOP;
+	EXECUTE keys;
+
+	PERFORM pg_catalog.create_reference_table(x.rel)
+	FROM (VALUES ('ntask.queue'::regclass), ('ntask.breaker'), ('ntask.queue_pruned'),
+				 ('ntask.schedule'), ('ntask.schedule_slot'), ('ntask.fence_grant'),
+				 ('ntask.shard_map'), ('ntask.key_pause')) x(rel);
+	PERFORM pg_catalog.create_distributed_table('ntask.task', 'shard', shard_count => shard_count);
+	PERFORM pg_catalog.create_distributed_table('ntask.attempt', 'shard', colocate_with => 'ntask.task');
+	PERFORM pg_catalog.create_distributed_table('ntask.receipt', 'shard', colocate_with => 'ntask.task');
+	PERFORM pg_catalog.create_distributed_table('ntask.checkpoint', 'shard', colocate_with => 'ntask.task');
+	PERFORM pg_catalog.create_distributed_table('ntask.signal', 'shard', colocate_with => 'ntask.task');
+	PERFORM pg_catalog.create_distributed_table('ntask.fence', 'fence_key', shard_count => shard_count);
+	PERFORM pg_catalog.create_distributed_table('ntask.fence_receipt', 'fence_key', colocate_with => 'ntask.fence');
+	PERFORM pg_catalog.create_distributed_table('ntask.audit', 'audit_id', shard_count => shard_count);
+	-- one shard value per shard of ntask.task, the smallest hashing into it
+	INSERT INTO ntask.shard_map (shard)
+	SELECT pg_catalog.min(v)::smallint
+	FROM pg_catalog.generate_series(0, 32767) v
+	GROUP BY pg_catalog.get_shard_id_for_distribution_column('ntask.task', v::smallint);
+	IF (SELECT pg_catalog.count(*) FROM ntask.shard_map) <>
+	   (SELECT pg_catalog.count(*) FROM pg_catalog.pg_dist_shard s
+		WHERE s.logicalrelid = 'ntask.task'::regclass) THEN
+		RAISE EXCEPTION 'ntask: could not find a shard value for every shard of ntask.task'
+			USING ERRCODE = 'internal_error';
+	END IF;
+	-- ids drawn on any node: each node's sequences get its group's range
+	PERFORM ntask.set_id_range();
+	FOR r IN SELECT * FROM pg_catalog.run_command_on_workers('SELECT ntask.set_id_range()') LOOP
+		IF NOT r.success THEN
+			RAISE EXCEPTION 'ntask: could not set the id range on worker %:%: %', r.nodename, r.nodeport, r.result
+				USING ERRCODE = 'connection_failure';
+		END IF;
+	END LOOP;
+	-- one hop: each shard-addressed call runs on the node of its shard
+	PERFORM pg_catalog.create_distributed_function(x.fn, 'shard', colocate_with => 'ntask.task')
+	FROM (VALUES
+		('@extschema@.ntask_enqueue_on(smallint, text, text, jsonb, timestamptz, text, integer, text, text[], text)'::regprocedure),
+		('@extschema@.ntask_enqueue_many_on(smallint, text, text[], jsonb[], timestamptz, text[], integer, text, text[], text)'),
+		('@extschema@.ntask_claim_on(smallint, text, text, integer, interval, interval, boolean)'),
+		('@extschema@.ntask_transition_on(smallint, bigint, bigint, text, text, jsonb, timestamptz, text, text, jsonb)'),
+		('@extschema@.ntask_transition_many_on(smallint, bigint[], bigint[], text, text, jsonb, timestamptz, text, text, jsonb[])'),
+		('@extschema@.ntask_transition_and_claim_on(smallint, bigint, bigint, text, text, text, integer, text, text, jsonb, timestamptz, text, interval, jsonb)'),
+		('@extschema@.ntask_heartbeat_on(smallint, bigint, bigint, interval, jsonb)'),
+		('@extschema@.ntask_invoked_on(smallint, bigint, bigint)'),
+		('@extschema@.ntask_receipt_on(smallint, bigint, bigint, jsonb)'),
+		('@extschema@.ntask_release_on(smallint, bigint, bigint, interval)')) x(fn);
+	-- the rows copied into shards (queue policy, its audit) stay behind in
+	-- the coordinator's own tables unless removed
+	PERFORM pg_catalog.truncate_local_data_after_distributing_table(x.rel)
+	FROM (VALUES ('ntask.queue'::regclass), ('ntask.breaker'), ('ntask.queue_pruned'),
+				 ('ntask.schedule'), ('ntask.fence_grant'), ('ntask.fence'),
+				 ('ntask.fence_receipt'), ('ntask.audit'), ('ntask.key_pause')) x(rel);
+
+	-- fences: a call runs on the node of its fence (delegated)
+	PERFORM pg_catalog.create_distributed_function(
+		'@extschema@.ntask_fence(text,bigint,jsonb)'::regprocedure,
+		distribution_arg_name => 'fence_key', colocate_with => 'ntask.fence');
+
+	RETURN QUERY
+	SELECT p.logicalrelid::regclass,
+		   CASE p.partmethod WHEN 'n' THEN 'reference'
+				ELSE 'hash by ' || pg_catalog.column_to_column_name(p.logicalrelid, p.partkey) END,
+		   (SELECT count(*)::integer FROM pg_catalog.pg_dist_shard s WHERE s.logicalrelid = p.logicalrelid)
+	FROM pg_catalog.pg_dist_partition p
+	WHERE p.logicalrelid::regclass::text LIKE 'ntask.%'
+	ORDER BY 2, 1;
+END $fn$;
+COMMENT ON FUNCTION @extschema@.ntask_distribute(integer) IS
+'ntask: on a Citus coordinator, distribute an empty ntask (task, attempt, receipt, checkpoint, signal by shard, co-located; policy tables as reference tables); returns the layout';
+
 -- end of issue 49
 
 

@@ -652,7 +652,7 @@ CREATE TABLE ntask.signal (
 );
 COMMENT ON TABLE ntask.signal IS 'ntask: signals of ntask_signal(), and the keys ntask_await() waits for (sent_at NULL until sent)';
 COMMENT ON COLUMN ntask.signal.task_id IS 'the latest task that awaited the key; the row is pruned with it (unawaited: after the queue''s retention)';
-COMMENT ON COLUMN ntask.signal.shard IS 'the awaiting task''s shard (0 on a plain install)';
+COMMENT ON COLUMN ntask.signal.shard IS 'the shard of its queue and key (ntask_shard(queue, signal_key)), which an awaiting task shares (0 on a plain install)';
 CREATE INDEX signal_task_idx ON ntask.signal (task_id) WHERE task_id IS NOT NULL;
 -- the signals no task awaited, for their pruning after the queue's retention
 -- (created_at is when such a row was sent: an await sets task_id)
@@ -2488,7 +2488,9 @@ REVOKE ALL ON FUNCTION @extschema@.ntask_distribute_nodes() FROM PUBLIC;
  * ntask_distribute: turn an installed, empty ntask on a Citus coordinator
  * into the distributed layout (docs/scaling.md "Scaling out with Citus"):
  *
- *	hash by shard, co-located	task, attempt, receipt (keys widened by shard)
+ *	hash by shard, co-located	task, attempt, receipt, checkpoint, signal
+ *								(keys widened by shard; a signal's shard is
+ *								its queue and key's)
  *	hash by fence_key			fence, fence_receipt
  *	hash by audit_id			audit
  *	reference tables			queue, breaker, queue_pruned, schedule,
@@ -2526,6 +2528,10 @@ DO $do$ BEGIN
 			ADD CONSTRAINT attempt_pkey PRIMARY KEY (task_id, token, shard);
 		ALTER TABLE ntask.receipt DROP CONSTRAINT receipt_pkey,
 			ADD CONSTRAINT receipt_pkey PRIMARY KEY (task_id, token, shard);
+		ALTER TABLE ntask.checkpoint DROP CONSTRAINT checkpoint_pkey,
+			ADD CONSTRAINT checkpoint_pkey PRIMARY KEY (task_id, step, shard);
+		ALTER TABLE ntask.signal DROP CONSTRAINT signal_pkey,
+			ADD CONSTRAINT signal_pkey PRIMARY KEY (queue, signal_key, shard);
 		DROP TRIGGER IF EXISTS queue_delete_check ON ntask.queue;
 		DROP TRIGGER IF EXISTS task_count_pruned ON ntask.task;
 		DROP TRIGGER IF EXISTS saga_step_changed ON ntask.task;
@@ -2558,7 +2564,8 @@ BEGIN
 	-- Rows of these tables cannot be moved: their task ids do not carry a
 	-- shard (every row would land on the shard of 0).  Queue policy can.
 	FOR r IN SELECT x.rel FROM (VALUES ('ntask.task'::regclass), ('ntask.attempt'),
-				('ntask.receipt'), ('ntask.saga'), ('ntask.schedule_slot')) x(rel)
+				('ntask.receipt'), ('ntask.checkpoint'), ('ntask.signal'), ('ntask.saga'),
+				('ntask.schedule_slot')) x(rel)
 	LOOP
 		EXECUTE format('SELECT count(*) FROM (SELECT FROM %s LIMIT 1) x', r.rel) INTO n;
 		IF n > 0 THEN
@@ -2586,6 +2593,8 @@ BEGIN
 	PERFORM pg_catalog.create_distributed_table('ntask.task', 'shard', shard_count => shard_count);
 	PERFORM pg_catalog.create_distributed_table('ntask.attempt', 'shard', colocate_with => 'ntask.task');
 	PERFORM pg_catalog.create_distributed_table('ntask.receipt', 'shard', colocate_with => 'ntask.task');
+	PERFORM pg_catalog.create_distributed_table('ntask.checkpoint', 'shard', colocate_with => 'ntask.task');
+	PERFORM pg_catalog.create_distributed_table('ntask.signal', 'shard', colocate_with => 'ntask.task');
 	PERFORM pg_catalog.create_distributed_table('ntask.fence', 'fence_key', shard_count => shard_count);
 	PERFORM pg_catalog.create_distributed_table('ntask.fence_receipt', 'fence_key', colocate_with => 'ntask.fence');
 	PERFORM pg_catalog.create_distributed_table('ntask.audit', 'audit_id', shard_count => shard_count);
@@ -2643,7 +2652,7 @@ BEGIN
 	ORDER BY 2, 1;
 END $fn$;
 COMMENT ON FUNCTION @extschema@.ntask_distribute(integer) IS
-'ntask: on a Citus coordinator, distribute an empty ntask (task, attempt, receipt by shard, co-located; policy tables as reference tables); returns the layout';
+'ntask: on a Citus coordinator, distribute an empty ntask (task, attempt, receipt, checkpoint, signal by shard, co-located; policy tables as reference tables); returns the layout';
 
 -- Internal: claim locks, guards, DROP EXTENSION -----------------------
 

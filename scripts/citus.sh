@@ -1,10 +1,12 @@
 #!/bin/sh
 # scripts/citus.sh: build and install Citus 12.1.6 from the shared tarball
 # into the PostgreSQL under test, unless citus.so is there already.  For
-# t/023_citus.pl (NTASK_CITUS=1); scripts/test.sh runs it as root before
-# the TAP suite (the tests run as postgres, which cannot install).  About
-# 2 minutes on 2 cores; needs liblz4-dev, libzstd-dev, libkrb5-dev
-# (scripts/deps.sh installs them with NTASK_CITUS=1).
+# the Citus TAP tests (t/023-025, t/046); scripts/test.sh runs it as root
+# on PostgreSQL 15 before the TAP suite unless NTASK_CITUS=0 (the tests run
+# as postgres, which cannot install).  About 2 minutes on 2 cores, once: a
+# later run finds citus.so installed (no cache directory is needed, unlike
+# scripts/pg18.sh's: the build goes into the server's own directories).
+# Needs liblz4-dev, libzstd-dev, libkrb5-dev (scripts/deps.sh installs them).
 set -eu
 cd "$(dirname "$0")/.."
 PG_CONFIG=${PG_CONFIG:-pg_config}

@@ -13,8 +13,11 @@ esac
 [ "${NTASK_TEST_DEB:-0}" = 1 ] && PKGS="$PKGS postgresql-server-dev-all debhelper dpkg-dev"
 # the Patroni failover test (t/018_patroni.pl, NTASK_PATRONI=1; docs/ha.md)
 [ "${NTASK_PATRONI:-0}" = 1 ] && PKGS="$PKGS etcd-server patroni"
-# building Citus for t/023_citus.pl (NTASK_CITUS=1; scripts/citus.sh)
-[ "${NTASK_CITUS:-0}" = 1 ] && PKGS="$PKGS liblz4-dev libzstd-dev libkrb5-dev"
+# building Citus for the Citus TAP tests on 15 (scripts/citus.sh; unless
+# NTASK_CITUS=0); libcurl and libssl (libpq-dev's) come with the above
+case " ${NTASK_PG:-15 18} " in
+	*" 15 "*) [ "${NTASK_CITUS:-1}" = 1 ] && PKGS="$PKGS liblz4-dev libzstd-dev libkrb5-dev" ;;
+esac
 # the Go worker library (clients/go, t/040_client_go.pl): Debian's Go and
 # pgx v4, built in GOPATH mode
 PKGS="$PKGS golang-go golang-github-jackc-pgx-v4-dev"

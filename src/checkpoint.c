@@ -211,7 +211,15 @@ ntask_checkpoint(PG_FUNCTION_ARGS)
 	lockvals[1] = ObjectIdGetDatum(NtaskCaller());
 
 	SPI_connect();
-	NtaskRefuseDistributed("ntask_checkpoint");
+
+	/*
+	 * On a distributed install the checkpoints are co-located with their
+	 * task (hash by shard): every statement below is routed to the task's
+	 * shard.  The row lock holds only on the placement it was taken on, so
+	 * the shard's metadata lock first, as a receipt takes it
+	 * (NtaskLockShards, docs/scaling.md "Shard moves").
+	 */
+	NtaskLockShard(NTASK_ID_SHARD(task_id));
 	if (NtaskExecPlan(&ckpt_lock_plan, lockvals, NULL, SPI_OK_SELECT) == 0)
 		NtaskTaskNotFound(task_id);
 	if (!NtaskGetBool(0, CKPT_LOCK_RIGHT))

@@ -51,8 +51,9 @@ static NtaskPlan ctx_signal_plan = {
 	"  THEN pg_catalog.jsonb_build_object('key', $2, 'payload', s.payload) END "
 	"FROM ntask.signal s "
 	"WHERE s.queue OPERATOR(pg_catalog.=) $1 "
-	"  AND s.signal_key OPERATOR(pg_catalog.=) $2",
-	2, {TEXTOID, TEXTOID}
+	"  AND s.signal_key OPERATOR(pg_catalog.=) $2 "
+	"  AND s.shard OPERATOR(pg_catalog.=) $3",
+	3, {TEXTOID, TEXTOID, INT2OID}
 };
 
 /*
@@ -220,7 +221,7 @@ NtaskContextSignal(text *queue, text *signal_key)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	SPITupleTable *save = SPI_tuptable;
-	Datum		args[2];
+	Datum		args[3];
 	Jsonb	   *j = NULL;
 	JsonbParseState *st = NULL;
 	JsonbValue	k;
@@ -228,6 +229,8 @@ NtaskContextSignal(text *queue, text *signal_key)
 
 	args[0] = PointerGetDatum(queue);
 	args[1] = PointerGetDatum(signal_key);
+	/* the row's shard: its queue and key's (signal.c; 0 on a plain install) */
+	args[2] = Int16GetDatum(NtaskShardOfKey(queue, signal_key));
 	if (NtaskExecPlan(&ctx_signal_plan, args, NULL, SPI_OK_SELECT) == 1)
 		j = ctx_take(cxt, 0, 1);
 	SPI_freetuptable(SPI_tuptable);

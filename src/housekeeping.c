@@ -349,12 +349,14 @@ static NtaskPlan hk_prune_unawaited_plan = {
 	"housekeeping prune unawaited signals",
 	"DELETE FROM ntask.signal s "
 	"WHERE s.queue OPERATOR(pg_catalog.=) $1 AND s.task_id IS NULL "
+	"  AND s.shard OPERATOR(pg_catalog.=) $4 "
 	"  AND s.signal_key OPERATOR(pg_catalog.=) ANY (ARRAY( "
 	"    SELECT x.signal_key FROM ntask.signal x "
 	"    WHERE x.queue OPERATOR(pg_catalog.=) $1 AND x.task_id IS NULL "
+	"      AND x.shard OPERATOR(pg_catalog.=) $4 "
 	"      AND x.created_at OPERATOR(pg_catalog.<) $2 "
 	"    ORDER BY x.created_at LIMIT $3))",
-	3, {TEXTOID, TIMESTAMPTZOID, INT4OID}
+	4, {TEXTOID, TIMESTAMPTZOID, INT4OID, INT2OID}
 };
 
 /*
@@ -681,14 +683,15 @@ hk_prune_queue(void *arg)
 		n = NtaskExecPlanCount(&hk_prune_pick_plan, values, NULL,
 							   SPI_OK_SELECT, s->max_rows);
 	}
-	if (!s->sharded || s->shard == 0)
+	/* a signal's row is in its queue and key's shard (signal.c), 0 on a plain install */
 	{
-		Datum		sv[3];
+		Datum		sv[4];
 		SPITupleTable *picked = SPI_tuptable;
 
 		sv[0] = w->queue;
 		sv[1] = hk_before(w->retention);
 		sv[2] = Int32GetDatum(s->max_rows);
+		sv[3] = Int16GetDatum(s->shard);
 		(void) NtaskExecPlan(&hk_prune_unawaited_plan, sv, NULL, SPI_OK_DELETE);
 		SPI_tuptable = picked;
 	}

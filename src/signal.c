@@ -113,18 +113,186 @@ static NtaskPlan sig_await_plan = {
 
 /*
  * The await's side of the meeting: the signal row of (queue $1, key $2),
- * awaited by task $3 (of shard $4); true when the signal was already sent.
- * Waits for a signal's uncommitted insert of the key.
+ * awaited by task $3 (of shard $4: the key's, SIG_KEY_SHARD); true when
+ * the signal was already sent.  Waits for a signal's uncommitted insert of
+ * the key.  The arbiter is named: ntask_distribute widens the key by shard.
  */
 static NtaskPlan sig_meet_plan = {
 	"await signal row",
 	"INSERT INTO ntask.signal AS s (queue, signal_key, task_id, shard) "
 	"VALUES ($1, $2, $3, $4) "
-	"ON CONFLICT (queue, signal_key) DO UPDATE SET task_id = EXCLUDED.task_id, "
-	"  shard = EXCLUDED.shard "
+	"ON CONFLICT ON CONSTRAINT signal_pkey DO UPDATE SET task_id = EXCLUDED.task_id "
 	"RETURNING s.sent_at IS NOT NULL",
 	4, {TEXTOID, TEXTOID, INT8OID, INT2OID}
 };
+
+/*
+ * On a distributed install (docs/scaling.md "Signals on a distributed
+ * install") a signal's row lives in the shard of its queue and key
+ * (ntask_shard(queue, signal_key)), co-located with the tasks of that
+ * shard, and a task may await only a key of its own shard: then the await,
+ * the signal and the tasks it wakes are each routed to one shard.  Citus
+ * refuses a STABLE function of a column in an UPDATE (the deadline's
+ * timestamptz + interval): the queue's total_deadline is added in a read
+ * first, and the UPDATEs and the ledger row run apart, each routed.
+ *
+ * sig_pre_dist_plan: the task's queue, the caller's right, the deadline
+ * floors of a wake by the timeout $3 and of a wake now ($4).
+ */
+typedef enum SigPreDistCol
+{
+	SIG_PRE_QUEUE = 1,
+	SIG_PRE_RIGHT,
+	SIG_PRE_DUE_FLOOR,
+	SIG_PRE_NOW_FLOOR
+} SigPreDistCol;
+
+static NtaskPlan sig_pre_dist_plan = {
+	"await task read (distributed)",
+	"SELECT t.queue, " NTASK_WORKER_RIGHT("q", "2") ", "
+	"  $3 OPERATOR(pg_catalog.+) q.total_deadline, $4 OPERATOR(pg_catalog.+) q.total_deadline "
+	"FROM ntask.task t JOIN ntask.queue q ON q.queue OPERATOR(pg_catalog.=) t.queue "
+	"WHERE t.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("t", "$1"),
+	4, {INT8OID, OIDOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
+};
+
+/* sig_await_plan's UPDATE with the deadline floor $7 and now $8 */
+typedef enum SigAwaitDistCol
+{
+	SIG_AWAIT_DIST_TASK_ID = SIG_AWAIT_SHARD + 1,
+	SIG_AWAIT_DIST_TOKEN,
+	SIG_AWAIT_DIST_ATTEMPTS,
+	SIG_AWAIT_DIST_CLAIMED_AT,
+	SIG_AWAIT_DIST_INVOKED_AT,
+	SIG_AWAIT_DIST_WORKER
+} SigAwaitDistCol;
+
+static NtaskPlan sig_await_dist_plan = {
+	"await (distributed)",
+	"UPDATE ntask.task t SET state = 'awaiting', "
+	"  signal_key = $3, await_on_timeout = $5, "
+	"  run_at = coalesce($4, t.run_at), due_at = $4, "
+	"  deadline = GREATEST(t.deadline, $7), "
+	"  lease_owner = NULL, lease_until = NULL, "
+	"  max_attempts = t.max_attempts OPERATOR(pg_catalog.+) 1, "
+	"  updated_at = $8 "
+	"FROM ntask.task o "
+	"WHERE t.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("t", "$1")
+	"  AND t.token OPERATOR(pg_catalog.=) $2 "
+	"  AND t.state OPERATOR(pg_catalog.=) 'leased' "
+	"  AND o.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("o", "$1")
+	"  AND EXISTS (SELECT 1 FROM ntask.queue q "
+	"              WHERE q.queue OPERATOR(pg_catalog.=) t.queue "
+	"                AND " NTASK_WORKER_RIGHT("q", "6") ") "
+	"RETURNING t.queue, t.shard, t.task_id, t.token, t.attempts, "
+	"  coalesce(o.claimed_at, o.updated_at), t.invoked_at, o.lease_owner",
+	8, {INT8OID, INT8OID, TEXTOID, TIMESTAMPTZOID, TEXTOID, OIDOID, TIMESTAMPTZOID,
+	TIMESTAMPTZOID}
+};
+
+/* the await's ledger row (distributed): the columns above, $9 now, $10 key */
+static NtaskPlan sig_await_att_dist_plan = {
+	"await ledger row (distributed)",
+	"INSERT INTO ntask.attempt (task_id, shard, token, attempt, worker, claimed_at, "
+	"  invoked_at, ended_at, result, requested, outcome_known, retry_at, detail) "
+	"VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'awaiting', 'awaiting', true, $9, "
+	"  pg_catalog.jsonb_build_object('signal_key', $10)) ",
+	10, {INT8OID, INT2OID, INT8OID, INT4OID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID,
+	TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID}
+};
+
+/* a wake on a distributed install: task(s) ready at $2, deadline floor $3 */
+#define SIG_WAKE_DIST_SET \
+	"state = 'ready', await_on_timeout = NULL, run_at = $2, due_at = $2, " \
+	"  deadline = GREATEST(t.deadline, $3), updated_at = $2 "
+
+static NtaskPlan sig_ready_dist_plan = {
+	"await: signal already sent (distributed)",
+	"UPDATE ntask.task t SET " SIG_WAKE_DIST_SET
+	"WHERE t.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("t", "$1"),
+	3, {INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID}
+};
+
+/*
+ * sig_await_dist
+ *		The await's UPDATE and ledger row on a distributed install, values
+ *		as sig_await_plan's; returns whether it applied (SPI_tuptable then
+ *		holding SigAwaitCol's columns).  *now_floor: the deadline floor of
+ *		a wake now, for sig_ready_dist_plan.  Refuses (0A000) a key of
+ *		another shard than the task's.
+ */
+static bool
+sig_await_dist(Datum *values, char *nulls, Datum *now_floor, bool *now_floor_null)
+{
+	Datum		pv[4];
+	char		pn[4] = {' ', ' ', ' ', ' '};
+	Datum		dv[SIG_AWAIT_NARGS + 2];
+	char		dn[SIG_AWAIT_NARGS + 2];
+	Datum		av[10];
+	char		an[10];
+	int64		task_id = DatumGetInt64(values[SIG_AWAIT_ARG_TASK_ID]);
+	text	   *key = DatumGetTextPP(values[SIG_AWAIT_ARG_KEY]);
+	text	   *queue;
+	int16		key_shard;
+	bool		isnull;
+	SPITupleTable *upd;
+	int			i;
+
+	pv[0] = values[SIG_AWAIT_ARG_TASK_ID];
+	pv[1] = values[SIG_AWAIT_ARG_CALLER];
+	pv[2] = values[SIG_AWAIT_ARG_DUE];
+	pn[2] = nulls[SIG_AWAIT_ARG_DUE];
+	pv[3] = NtaskStatementTs();
+	if (NtaskExecPlan(&sig_pre_dist_plan, pv, pn, SPI_OK_SELECT) == 0)
+		NtaskTaskNotFound(task_id);
+	if (!NtaskGetBool(0, SIG_PRE_RIGHT))
+		NtaskTaskRightDenied(task_id);
+	queue = NtaskGetText(0, SIG_PRE_QUEUE);
+	key_shard = NtaskShardOfKey(queue, key);
+	if (key_shard != NTASK_ID_SHARD(task_id))
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("ntask: on a distributed install task %lld can await only a signal key of its own shard (%d), and key \"%s\" of its queue is in shard %d",
+						(long long) task_id, (int) NTASK_ID_SHARD(task_id),
+						text_to_cstring(key), (int) key_shard),
+				 errdetail("A signal's row lives in the shard of its queue and key, with the tasks of that shard (docs/scaling.md \"Signals on a distributed install\")."),
+				 errhint("Enqueue the task with the signal key as its partition key, or pick a key for which ntask_shard(queue, key) is the task's shard.")));
+	dv[SIG_AWAIT_NARGS] = NtaskGetDatum(0, SIG_PRE_DUE_FLOOR, &isnull);
+	dn[SIG_AWAIT_NARGS] = isnull ? 'n' : ' ';
+	*now_floor = NtaskGetDatum(0, SIG_PRE_NOW_FLOOR, now_floor_null);
+	dv[SIG_AWAIT_NARGS + 1] = pv[3];
+	dn[SIG_AWAIT_NARGS + 1] = ' ';
+	memcpy(dv, values, sizeof(Datum) * SIG_AWAIT_NARGS);
+	memcpy(dn, nulls, SIG_AWAIT_NARGS);
+
+	/* the row lock and the writes hold only where the shard is now */
+	NtaskLockShard(NTASK_ID_SHARD(task_id));
+	if (NtaskExecPlan(&sig_await_dist_plan, dv, dn, SPI_OK_UPDATE_RETURNING) != 1)
+		return false;
+	upd = SPI_tuptable;
+	{
+		static const int cols[8] = {
+			SIG_AWAIT_DIST_TASK_ID, SIG_AWAIT_SHARD, SIG_AWAIT_DIST_TOKEN,
+			SIG_AWAIT_DIST_ATTEMPTS, SIG_AWAIT_DIST_WORKER, SIG_AWAIT_DIST_CLAIMED_AT,
+		SIG_AWAIT_DIST_INVOKED_AT, 0};
+
+		for (i = 0; i < 8; i++)
+		{
+			isnull = true;
+			av[i] = cols[i] != 0 ? NtaskGetDatum(0, cols[i], &isnull) : (Datum) 0;
+			an[i] = isnull ? 'n' : ' ';
+		}
+	}
+	av[7] = pv[3];				/* ended now */
+	an[7] = ' ';
+	av[8] = values[SIG_AWAIT_ARG_DUE];	/* retry_at: the timeout's end */
+	an[8] = nulls[SIG_AWAIT_ARG_DUE];
+	av[9] = values[SIG_AWAIT_ARG_KEY];
+	an[9] = ' ';
+	(void) NtaskExecPlan(&sig_await_att_dist_plan, av, an, SPI_OK_INSERT);
+	SPI_tuptable = upd;
+	return true;
+}
 
 /*
  * A task that wakes from an await has at least its queue's total_deadline
@@ -190,6 +358,8 @@ ntask_await(PG_FUNCTION_ARGS)
 	char		nulls[SIG_AWAIT_NARGS];
 	TimestampTz due = 0;
 	const char *result;
+	Datum		now_floor = (Datum) 0;
+	bool		now_floor_null = true;
 
 	if (PG_ARGISNULL(4))
 		ereport(ERROR,
@@ -220,8 +390,9 @@ ntask_await(PG_FUNCTION_ARGS)
 	values[SIG_AWAIT_ARG_CALLER] = ObjectIdGetDatum(NtaskCaller());
 
 	SPI_connect();
-	NtaskRefuseDistributed("ntask_await");
-	if (NtaskExecPlan(&sig_await_plan, values, nulls, SPI_OK_SELECT) == 1)
+	if (NtaskShardCount() > 0 ?
+		sig_await_dist(values, nulls, &now_floor, &now_floor_null) :
+		NtaskExecPlan(&sig_await_plan, values, nulls, SPI_OK_SELECT) == 1)
 	{
 		char	   *queue = NtaskGetCString(0, SIG_AWAIT_QUEUE);
 		Datum		meet[4];
@@ -237,7 +408,19 @@ ntask_await(PG_FUNCTION_ARGS)
 			NtaskGetBool(0, 1))
 		{
 			/* the signal came first: due now */
-			(void) NtaskExecPlan(&sig_ready_plan, values, NULL, SPI_OK_UPDATE);
+			if (NtaskShardCount() > 0)
+			{
+				Datum		rv[3];
+				char		rn[3] = {' ', ' ', ' '};
+
+				rv[0] = values[SIG_AWAIT_ARG_TASK_ID];
+				rv[1] = NtaskStatementTs();
+				rv[2] = now_floor;
+				rn[2] = now_floor_null ? 'n' : ' ';
+				(void) NtaskExecPlan(&sig_ready_dist_plan, rv, rn, SPI_OK_UPDATE);
+			}
+			else
+				(void) NtaskExecPlan(&sig_ready_plan, values, NULL, SPI_OK_UPDATE);
 			NtaskWakeWorkerAtCommit();
 			NtaskWakeWaitersAtCommit(queue, 1, 0);
 		}
@@ -296,6 +479,7 @@ typedef enum SigSendArg
 	SIG_SEND_ARG_PAYLOAD,		/* $3 */
 	SIG_SEND_ARG_DIGEST,		/* $4 */
 	SIG_SEND_ARG_DIGEST_VERSION,	/* $5 */
+	SIG_SEND_ARG_SHARD,			/* $6, the key's (SIG_KEY_SHARD) */
 	SIG_SEND_NARGS
 } SigSendArg;
 
@@ -307,22 +491,23 @@ typedef enum SigSendArg
 static NtaskPlan sig_send_plan = {
 	"signal send",
 	"INSERT INTO ntask.signal AS s (queue, signal_key, payload, payload_digest, "
-	"  digest_version, sent_at, sent_by) "
-	"VALUES ($1, $2, $3, $4, $5, pg_catalog.statement_timestamp(), ntask.caller_name()) "
-	"ON CONFLICT (queue, signal_key) DO UPDATE SET payload = EXCLUDED.payload, "
+	"  digest_version, sent_at, sent_by, shard) "
+	"VALUES ($1, $2, $3, $4, $5, pg_catalog.statement_timestamp(), ntask.caller_name(), $6) "
+	"ON CONFLICT ON CONSTRAINT signal_pkey DO UPDATE SET payload = EXCLUDED.payload, "
 	"  payload_digest = EXCLUDED.payload_digest, digest_version = EXCLUDED.digest_version, "
 	"  sent_at = EXCLUDED.sent_at, sent_by = EXCLUDED.sent_by "
 	"  WHERE s.sent_at IS NULL "
 	"RETURNING s.task_id",
-	SIG_SEND_NARGS, {TEXTOID, TEXTOID, JSONBOID, BYTEAOID, INT2OID}
+	SIG_SEND_NARGS, {TEXTOID, TEXTOID, JSONBOID, BYTEAOID, INT2OID, INT2OID}
 };
 
 /* the signal already sent (a new statement: sees the row the upsert locked) */
 static NtaskPlan sig_sent_plan = {
 	"signal sent",
 	"SELECT s.payload, s.payload_digest, s.digest_version FROM ntask.signal s "
-	"WHERE s.queue OPERATOR(pg_catalog.=) $1 AND s.signal_key OPERATOR(pg_catalog.=) $2",
-	2, {TEXTOID, TEXTOID}
+	"WHERE s.queue OPERATOR(pg_catalog.=) $1 AND s.signal_key OPERATOR(pg_catalog.=) $2 "
+	"  AND s.shard OPERATOR(pg_catalog.=) $6",
+	SIG_SEND_NARGS, {TEXTOID, TEXTOID, JSONBOID, BYTEAOID, INT2OID, INT2OID}
 };
 
 /* the tasks awaiting the key become due now (task_awaiting_idx) */
@@ -335,6 +520,50 @@ static NtaskPlan sig_wake_plan = {
 	"RETURNING t.task_id",
 	2, {TEXTOID, TEXTOID}
 };
+
+/*
+ * On a distributed install: the deadline floor of a wake now ($2 now) of
+ * queue $1's tasks, then the wake of the key's shard $3 (SIG_WAKE_DIST_SET)
+ */
+static NtaskPlan sig_floor_dist_plan = {
+	"signal deadline floor (distributed)",
+	"SELECT $2 OPERATOR(pg_catalog.+) q.total_deadline FROM ntask.queue q "
+	"WHERE q.queue OPERATOR(pg_catalog.=) $1",
+	2, {TEXTOID, TIMESTAMPTZOID}
+};
+
+static NtaskPlan sig_wake_dist_plan = {
+	"signal wake (distributed)",
+	"UPDATE ntask.task t SET " SIG_WAKE_DIST_SET
+	"WHERE t.queue OPERATOR(pg_catalog.=) $1 AND t.signal_key OPERATOR(pg_catalog.=) $4 "
+	"  AND t.state OPERATOR(pg_catalog.=) 'awaiting' AND t.shard OPERATOR(pg_catalog.=) $5 "
+	"RETURNING t.task_id",
+	5, {TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, INT2OID}
+};
+
+/*
+ * sig_wake: the tasks of queue/key values[] awaiting the key become due
+ *		now; returns how many (SPI_tuptable: their ids)
+ */
+static int
+sig_wake(Datum *values)
+{
+	Datum		wv[5];
+	char		wn[5] = {' ', ' ', ' ', ' ', ' '};
+	bool		isnull = true;
+
+	if (NtaskShardCount() == 0)
+		return NtaskExecPlan(&sig_wake_plan, values, NULL, SPI_OK_UPDATE_RETURNING);
+	wv[0] = values[SIG_SEND_ARG_QUEUE];
+	wv[1] = NtaskStatementTs();
+	wv[2] = (Datum) 0;
+	if (NtaskExecPlan(&sig_floor_dist_plan, wv, NULL, SPI_OK_SELECT) == 1)
+		wv[2] = NtaskGetDatum(0, 1, &isnull);
+	wn[2] = isnull ? 'n' : ' ';
+	wv[3] = values[SIG_SEND_ARG_KEY];
+	wv[4] = values[SIG_SEND_ARG_SHARD];
+	return NtaskExecPlan(&sig_wake_dist_plan, wv, wn, SPI_OK_UPDATE_RETURNING);
+}
 
 /*
  * ntask_signal(queue, signal_key, payload jsonb DEFAULT '{}') RETURNS text
@@ -371,7 +600,6 @@ ntask_signal(PG_FUNCTION_ARGS)
 	values[SIG_SEND_ARG_DIGEST_VERSION] = Int16GetDatum(NTASK_DIGEST_VERSION);
 
 	SPI_connect();
-	NtaskRefuseDistributed("ntask_signal");
 	{
 		Datum		rv[2];
 
@@ -384,6 +612,9 @@ ntask_signal(PG_FUNCTION_ARGS)
 					 errmsg("ntask: permission denied to signal queue \"%s\"", qname),
 					 errhint("The queue's signal_role (ntask_queue_set_signal_role), or its producer right when it has none, must be granted to the role.")));
 	}
+	/* the key's shard (0 on a plain install), locked as a receipt locks its task's */
+	values[SIG_SEND_ARG_SHARD] = Int16GetDatum(NtaskShardOfKey(queue, key));
+	NtaskLockShard(DatumGetInt16(values[SIG_SEND_ARG_SHARD]));
 	if (NtaskExecPlan(&sig_send_plan, values, NULL, SPI_OK_INSERT_RETURNING) == 1)
 	{
 		int			n;
@@ -397,7 +628,7 @@ ntask_signal(PG_FUNCTION_ARGS)
 		(void) NtaskGetDatum(0, 1, &awaited);
 		awaited = !awaited;
 		result = "applied";
-		n = NtaskExecPlan(&sig_wake_plan, values, NULL, SPI_OK_UPDATE_RETURNING);
+		n = sig_wake(values);
 		woken = SPI_tuptable;
 		for (r = 0; r < n; r++)
 		{
