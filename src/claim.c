@@ -976,17 +976,6 @@ claim_context(int r, text *queue, int64 *claim_bytes, bool *isnull)
 }
 
 /*
- * A token carries the WAL timeline it was issued on in its high bits, from
- * CLAIM_TIMELINE_SHIFT up (docs/scaling.md "Task ids and tokens").  The
- * same bit as NTASK_SHARD_SHIFT, but of another number: a task id's shard
- * bits and a token's timeline bits have nothing to do with each other.
- * Timelines above CLAIM_MAX_TIMELINE count as that one: a higher one
- * would overflow the sign bit.
- */
-#define CLAIM_TIMELINE_SHIFT	48
-#define CLAIM_MAX_TIMELINE		((INT64CONST(1) << (63 - CLAIM_TIMELINE_SHIFT)) - 1)
-
-/*
  * token_seq_oid
  *		ntask.token_seq, this node's sequence of tokens.
  */
@@ -1044,24 +1033,6 @@ token_next_past(Oid seq, int64 floor_v)
 	}
 	UnlockRelationOid(seq, ShareRowExclusiveLock);
 	return v;
-}
-
-/*
- * NtaskTokenFloor
- *		The lowest token a claim on this WAL timeline may issue:
- *		((timeline - 1) << 48) + 1.  On timeline 1 that is 1, so tokens are
- *		1, 2, 3, ...; after a promotion every token is above any token an
- *		older timeline can have issued, even one whose claim never reached
- *		the new primary (failover to an asynchronous standby).  2^48 claims
- *		of one task per timeline are far beyond any budget.
- */
-int64
-NtaskTokenFloor(void)
-{
-	int64		tli = (int64) GetWALInsertionTimeLine();
-
-	tli = Min(Max(tli, 1), CLAIM_MAX_TIMELINE);
-	return ((tli - 1) << CLAIM_TIMELINE_SHIFT) + 1;
 }
 
 /*

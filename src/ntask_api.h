@@ -111,7 +111,6 @@ extern void NtaskDepsAttach(NtaskDeps *d, Datum *ids, int n, Datum *states);
 extern Datum ntask_replay(PG_FUNCTION_ARGS);
 
 /* claim.c: the lowest token this node's WAL timeline may issue */
-extern int64 NtaskTokenFloor(void);
 extern int64 NtaskTokenNext(int64 prev, int64 floor);
 
 /*

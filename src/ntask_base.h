@@ -133,6 +133,7 @@ extern Jsonb *NtaskArgJsonb(FunctionCallInfo fcinfo, int argno,
 extern void NtaskCheckPositiveInterval(Interval *iv, const char *argname);
 pg_noreturn extern void NtaskTaskNotFound(int64 task_id);
 extern void NtaskCheckTokenIssued(int64 task_id, int64 token, int64 current);
+extern int64 NtaskTokenFloor(void);
 extern Oid	NtaskCaller(void);
 extern int64 NtaskIntervalUsecs(const Interval *iv);
 extern Interval *NtaskUsecsInterval(int64 usecs);
@@ -149,7 +150,7 @@ extern bytea *NtaskDigest(Jsonb *jb, int version);
  * (docs/scaling.md "Task ids and tokens"): shard << 48 | the sequence's
  * value (enqueue.c), so the shard of a task id is id >> 48, an int2.  Not
  * to be confused with the timeline bits of a token (claim.c,
- * CLAIM_TIMELINE_SHIFT), which happen to start at the same bit.
+ * NTASK_TIMELINE_SHIFT), which happen to start at the same bit.
  */
 #define NTASK_SHARD_SHIFT		48
 #define NTASK_ID_SHARD(id)		((int16) ((id) >> NTASK_SHARD_SHIFT))

@@ -23,6 +23,7 @@
 #include "common/hashfn.h"
 
 #include "access/xact.h"
+#include "access/xlog.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_namespace.h"
 #include "utils/array.h"
@@ -516,6 +517,35 @@ NtaskTaskNotFound(int64 task_id)
 }
 
 /*
+ * A token carries the WAL timeline it was issued on in its high bits, from
+ * NTASK_TIMELINE_SHIFT up (docs/scaling.md "Task ids and tokens").  The
+ * same bit as NTASK_SHARD_SHIFT, but of another number: a task id's shard
+ * bits and a token's timeline bits have nothing to do with each other.
+ * Timelines above NTASK_MAX_TIMELINE count as that one: a higher one
+ * would overflow the sign bit.
+ */
+#define NTASK_TIMELINE_SHIFT	48
+#define NTASK_MAX_TIMELINE		((INT64CONST(1) << (63 - NTASK_TIMELINE_SHIFT)) - 1)
+
+/*
+ * NtaskTokenFloor
+ *		The lowest token a claim on this WAL timeline may issue:
+ *		((timeline - 1) << 48) + 1.  On timeline 1 that is 1, so tokens are
+ *		1, 2, 3, ...; after a promotion every token is above any token an
+ *		older timeline can have issued, even one whose claim never reached
+ *		the new primary (failover to an asynchronous standby).  2^48 claims
+ *		of one task per timeline are far beyond any budget.
+ */
+int64
+NtaskTokenFloor(void)
+{
+	int64		tli = (int64) GetWALInsertionTimeLine();
+
+	tli = Min(Max(tli, 1), NTASK_MAX_TIMELINE);
+	return ((tli - 1) << NTASK_TIMELINE_SHIFT) + 1;
+}
+
+/*
  * Whether the ledger holds an ended attempt of task $1 with token $2
  * (NtaskCheckTokenIssued's slow path; routed by the task id's shard).
  */
@@ -536,7 +566,8 @@ static NtaskPlan token_ledger_plan = {
  *		task is never one of this task's: a worker that reports on the
  *		wrong task id is refused, never a race (races yield stale).  The
  *		common case, the current token, reads nothing; the others read the
- *		ledger by its key.  Keeps the caller's SPI_tuptable.
+ *		ledger by its key.  A token of an earlier timeline is taken as
+ *		issued (see below).  Keeps the caller's SPI_tuptable.
  */
 void
 NtaskCheckTokenIssued(int64 task_id, int64 token, int64 current)
@@ -554,6 +585,17 @@ NtaskCheckTokenIssued(int64 task_id, int64 token, int64 current)
 		issued = NtaskExecPlan(&token_ledger_plan, values, NULL, SPI_OK_SELECT) > 0;
 		SPI_tuptable = save_tt;
 		SPI_processed = save_processed;
+
+		/*
+		 * A token of an earlier WAL timeline that the ledger does not hold:
+		 * that timeline may have issued it in a claim whose WAL never
+		 * reached this one (a failover to an asynchronous standby), so its
+		 * holder did nothing wrong and gets the call's answer (stale), not
+		 * NT003.  Such a token of another task gets stale too: NT003 can
+		 * only be sure of tokens of this timeline.
+		 */
+		if (!issued && token < NtaskTokenFloor())
+			issued = true;
 	}
 	if (!issued)
 		ereport(ERROR,

@@ -1284,7 +1284,7 @@ my $next = $q->(qq{SELECT count(*) || ' ' || bool_and(ntask_shard(task_id) = $ho
 	FROM ntask_transition_and_claim_on(${hop_shard}::smallint, $hid, $htok, 'succeeded', 'hop', 'W', 5)});
 is($next, List::Util::min(5, $n_in_shard - 1) . ' true applied',
 	'transition_and_claim_on: finished, and the next tasks from the same shard only');
-my $left = $q->(qq{SELECT string_agg(task_id::text, ',') FROM ntask.task WHERE queue = 'hop' AND state = 'leased'});
+my $left = $q->(qq{SELECT string_agg(task_id::text, ',' ORDER BY task_id) FROM ntask.task WHERE queue = 'hop' AND state = 'leased'});
 if ($left)
 {
 	is($q->(qq{SELECT string_agg(result, ',') FROM ntask_transition_many_on(${hop_shard}::smallint, ARRAY[$left]::bigint[],
