@@ -9,13 +9,17 @@
 # leased with and without an invocation, ready).  After `stop('immediate')`
 # and a restart the states, the fencing tokens, the attempt ledger and the
 # audit log must be exactly as they were; a lease holder from before the
-# crash can still finish; an expired lease is taken over with token + 1
-# (never a reused token); a committed enqueue survives and an enqueue left
+# crash can still finish; an expired lease is taken over with a new token
+# above every token issued before (never a reused token); a committed enqueue survives and an enqueue left
 # uncommitted in an open session does not.  A second crash checks that the
 # token and the three-attempt budget stay durable across restarts.
 #
 # No fixed sleeps: leases are shortened with ntask_heartbeat and the test
 # waits for their expiry with poll_query_until.
+#
+# Tokens come from one sequence per node: a task's n-th token is named
+# tok(task_id, n), read from the attempt ledger (t/NtaskTok.pm), never a
+# literal.
 
 use strict;
 use warnings;
@@ -23,6 +27,9 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::Bin;
+use NtaskTok;
 
 my $node = PostgreSQL::Test::Cluster->new('restart');
 $node->init;
@@ -45,6 +52,30 @@ sub id
 {
 	my ($key) = @_;
 	return sql("SELECT task_id FROM ntask.task WHERE queue = 'rq' AND task_key = '$key'");
+}
+
+# claim(worker, n): claim up to n tasks of rq as worker, then describe the
+# claimed rows with the select list cols (from table c, the claim's rows;
+# a separate statement, so that tok() sees the ledger rows of the claim;
+# tail: e.g. a GROUP BY)
+sub claim
+{
+	my ($worker, $n, $cols, $tail) = @_;
+	$tail //= '';
+	return sql(qq{
+		CREATE TEMP TABLE c AS SELECT * FROM ntask_claim('rq', '$worker', $n);
+		SELECT $cols FROM c $tail});
+}
+
+# select list for claim(): the claimed rows' tokens are each task's n-th
+# token and above every other token of the ledger (any task's), distinct
+sub fresh_tokens
+{
+	my ($n) = @_;
+	return qq{count(*) FILTER (WHERE c.token = tok(c.task_id, $n)
+					AND c.token > (SELECT COALESCE(max(a.token), 0) FROM ntask.attempt_all a
+								   WHERE a.token NOT IN (SELECT token FROM c))),
+			  count(DISTINCT c.token)};
 }
 
 # transition every task whose key is in [lo, hi] with its current token;
@@ -98,6 +129,7 @@ sub snapshot
 # ---------------------------------------------------------------------
 
 sql(q{CREATE EXTENSION ntask});
+NtaskTok::create($node, 'postgres');
 sql(q{SELECT ntask_queue_set('rq', max_attempts => 3, lease => '1 hour')});
 
 is( sql(q{
@@ -108,10 +140,9 @@ is( sql(q{
 	'100',
 	'enqueued k-001..k-100');
 
-# W1 claims all of them: token 1, attempt 1
-is(sql(q{SELECT count(*), min(token), max(token), min(attempt), max(attempt)
-	   FROM ntask_claim('rq', 'w1', 100)}),
-	'100|1|1|1|1', 'w1 claims 100 tasks with token 1');
+# W1 claims all of them: each task's first token, attempt 1
+is(claim('w1', 100, 'count(*), ' . fresh_tokens(1) . ', min(attempt), max(attempt)'),
+	'100|100|100|1|1', 'w1 claims 100 tasks with their first tokens, distinct');
 
 is(transition_range('k-001', 'k-040', q{'succeeded', outcome => 'provider_accepted'}),
 	'40|applied/succeeded', 'k-001..k-040 succeeded');
@@ -128,24 +159,28 @@ is( sql(q{
 		SELECT string_agg(DISTINCT ntask_invoked(task_id, token), ',')
 		FROM ntask.task WHERE task_key BETWEEN 'k-081' AND 'k-090'}),
 	'applied',
-	'k-081..k-090 invoked (k-081..k-100 stay leased with token 1)');
+	'k-081..k-090 invoked (k-081..k-100 stay leased with their first token)');
 
-# second attempt for k-041..k-060 (token 2)
-is(sql(q{SELECT count(*), min(token), max(token), min(attempt), max(attempt),
-			 count(prior_outcome), min(task_key), max(task_key)
-	   FROM ntask_claim('rq', 'w2', 100)}),
-	'20|2|2|2|2|0|k-041|k-060', 'w2 claims the 20 due retries with token 2');
+# second attempt for k-041..k-060: each task's second token, above its
+# first (and above every token issued before)
+is( claim('w2', 100, 'count(*), ' . fresh_tokens(2) . q{,
+			  count(*) FILTER (WHERE c.token > tok(c.task_id, 1)),
+			  min(attempt), max(attempt), count(prior_outcome),
+			  min(task_key), max(task_key)}),
+	'20|20|20|20|2|2|0|k-041|k-060',
+	'w2 claims the 20 due retries with their second tokens');
 is(transition_range('k-041', 'k-050', q{'retry_wait', retry_at => now()}),
 	'10|applied/retry_wait', 'k-041..k-050 retry again');
 is(transition_range('k-051', 'k-055', q{'retry_wait', retry_at => now() + '1 hour'}),
-	'5|applied/retry_wait', 'k-051..k-055 retry_wait in an hour (token 2)');
-is(sql(q{SELECT ntask_invoked(}. id('k-056') . q{, 2)}),
-	'applied', 'k-056 invoked (k-056..k-060 stay leased with token 2)');
+	'5|applied/retry_wait', 'k-051..k-055 retry_wait in an hour (second token)');
+is(sql(q{SELECT ntask_invoked(}. id('k-056') . q{, tok(} . id('k-056') . q{, 2))}),
+	'applied', 'k-056 invoked (k-056..k-060 stay leased with their second token)');
 
 # third and last attempt for k-041..k-050, then the budget is spent
-is(sql(q{SELECT count(*), min(token), max(token), min(attempt), max(attempt)
-	   FROM ntask_claim('rq', 'w3', 100)}),
-	'10|3|3|3|3', 'w3 claims k-041..k-050 with token 3');
+is( claim('w3', 100, 'count(*), ' . fresh_tokens(3) . q{,
+			  count(*) FILTER (WHERE c.token > tok(c.task_id, 2)),
+			  min(attempt), max(attempt)}),
+	'10|10|10|10|3|3', 'w3 claims k-041..k-050 with their third tokens');
 is(transition_range('k-041', 'k-050', q{'retry_wait', 'transient'}),
 	'10|applied/repair_required',
 	'k-041..k-050: a transient failure on the third attempt goes to repair');
@@ -178,11 +213,13 @@ is( sql(q{
 	'budget_exhausted=10,permanent_error=10',
 	'repair reasons before the crash');
 is( sql(q{
-		SELECT string_agg(token || '=' || n, ',' ORDER BY token)
-		FROM (SELECT token, count(*) AS n FROM ntask.task
-			  WHERE state = 'leased' GROUP BY token) s}),
-	'1=20,2=5',
-	'leased tokens before the crash');
+		SELECT string_agg(place || '=' || n, ',' ORDER BY place)
+		FROM (SELECT CASE token WHEN tok(task_id, 1) THEN '1st'
+								WHEN tok(task_id, 2) THEN '2nd' END AS place,
+					 count(*) AS n
+			  FROM ntask.task WHERE state = 'leased' GROUP BY 1) s}),
+	'1st=20,2nd=5',
+	'leased tokens before the crash: 20 first tokens, 5 second tokens');
 
 # ---------------------------------------------------------------------
 # An open transaction across the crash: its enqueue and its transition
@@ -203,7 +240,8 @@ SKIP:
 		't',
 		'uncommitted enqueue of k-uncommitted (session left open)');
 	is( $bg->query_safe(
-			q{SELECT result FROM ntask_transition(} . id('k-057') . q{, 2, 'succeeded')}),
+			q{SELECT result FROM ntask_transition(} . id('k-057') . q{, tok(}
+			  . id('k-057') . q{, 2), 'succeeded')}),
 		'applied',
 		'uncommitted transition of k-057 to succeeded (session left open)');
 }
@@ -234,49 +272,54 @@ SKIP:
 	is(sql(q{SELECT count(*) FROM ntask.task WHERE task_key = 'k-uncommitted'}),
 		'0', 'uncommitted enqueue did not survive the crash');
 	is( sql(q{
-			SELECT t.state, t.token, a.ended_at IS NULL, a.requested IS NULL
+			SELECT t.state, t.token = tok(t.task_id, 2), a.ended_at IS NULL,
+				   a.requested IS NULL
 			FROM ntask.task t JOIN ntask.attempt_all a USING (task_id, token)
 			WHERE t.task_key = 'k-057'}),
-		'leased|2|t|t',
-		'uncommitted transition did not survive: k-057 still leased by token 2, attempt open');
+		'leased|t|t|t',
+		'uncommitted transition did not survive: k-057 still leased by its second token, attempt open');
 	is( sql(q{SELECT created, state FROM ntask_enqueue('rq', 'k-uncommitted', '{"n": -1}')}),
 		't|ready',
 		'the lost key is free again: enqueue creates it');
-	is( sql(q{SELECT result, state FROM ntask_transition(} . id('k-057') . q{, 2, 'succeeded')}),
+	is( sql(q{SELECT result, state FROM ntask_transition(} . id('k-057') . q{, tok(}
+			  . id('k-057') . q{, 2), 'succeeded')}),
 		'applied|succeeded',
-		'the pre-crash lease holder of k-057 can still finish with token 2');
+		'the pre-crash lease holder of k-057 can still finish with its second token');
 }
 
 # ---------------------------------------------------------------------
 # Claims after the restart: ready tasks first, unexpired leases untouched
 # ---------------------------------------------------------------------
 
+# their tokens are above every token issued before the crash (the token
+# sequence is durable)
 my $ready_now = sql(q{SELECT count(*) FROM ntask.task WHERE state = 'ready'});
-is( sql(q{
-		SELECT count(*), min(token), max(token),
-			   count(*) FILTER (WHERE task_key BETWEEN 'k-001' AND 'k-100')
-		FROM ntask_claim('rq', 'w9', 1000)}),
-	"$ready_now|1|1|0",
-	'after the restart a claim hands out only the ready tasks, with token 1');
+is( claim('w9', 1000, 'count(*), ' . fresh_tokens(1) . q{,
+			  count(*) FILTER (WHERE task_key BETWEEN 'k-001' AND 'k-100')}),
+	"$ready_now|$ready_now|$ready_now|0",
+	'after the restart a claim hands out only the ready tasks, with first tokens above every earlier token');
 
-# k-056 (token 2, invoked) loses its lease: shorten it, wait for expiry
-is(sql(q{SELECT ntask_heartbeat(} . id('k-056') . q{, 2, '200 milliseconds') IS NOT NULL}),
-	't', 'pre-crash token 2 of k-056 still holds its lease (heartbeat)');
+# k-056 (second token, invoked) loses its lease: shorten it, wait for expiry
+is( sql(q{SELECT ntask_heartbeat(} . id('k-056') . q{, tok(} . id('k-056')
+		  . q{, 2), '200 milliseconds') IS NOT NULL}),
+	't', 'pre-crash second token of k-056 still holds its lease (heartbeat)');
 ok( $node->poll_query_until('postgres',
 		q{SELECT lease_until < now() FROM ntask.task WHERE task_key = 'k-056'}),
 	'lease of k-056 expired');
-is(sql(q{SELECT task_key, attempt, token, prior_outcome FROM ntask_claim('rq', 'w10', 1000)}),
-	'k-056|3|3|unknown',
-	'takeover after the restart: token 2 -> 3, attempt 3, prior outcome unknown');
-is( sql(q{
+is( claim('w10', 1000, 'task_key, attempt, ' . fresh_tokens(3) . ', prior_outcome',
+		  'GROUP BY task_key, attempt, prior_outcome'),
+	'k-056|3|1|1|unknown',
+	'takeover after the restart: a third token above every earlier one, attempt 3, prior outcome unknown');
+my $k056 = id('k-056');
+is( sql(qq{
 		SELECT result, outcome_known, invoked_at IS NOT NULL
-		FROM ntask.attempt_all WHERE task_id = } . id('k-056') . q{ AND token = 2}),
+		FROM ntask.attempt_all WHERE task_id = $k056 AND token = tok($k056, 2)}),
 	'lease_expired|f|t',
 	'ledger: the taken-over attempt was invoked and its outcome is unknown');
-is(sql(q{SELECT result FROM ntask_transition(} . id('k-056') . q{, 2, 'succeeded')}),
-	'stale', 'the old token 2 of k-056 is stale after the takeover');
-is(sql(q{SELECT ntask_invoked(} . id('k-056') . q{, 2)}),
-	'stale', 'ntask_invoked with the old token 2 is stale too');
+is(sql(qq{SELECT result FROM ntask_transition($k056, tok($k056, 2), 'succeeded')}),
+	'stale', 'the old second token of k-056 is stale after the takeover');
+is(sql(qq{SELECT ntask_invoked($k056, tok($k056, 2))}),
+	'stale', 'ntask_invoked with the old second token is stale too');
 
 # ---------------------------------------------------------------------
 # Second crash: token and budget stay durable
@@ -287,38 +330,42 @@ $node->stop('immediate');
 $node->start;
 is_deeply(snapshot(), $before2, 'second crash: nothing changed');
 
-is(sql(q{SELECT state, token, attempts FROM ntask.task WHERE task_key = 'k-056'}),
-	'leased|3|3', 'k-056 still leased by token 3 after the second crash');
+is( sql(q{SELECT state, token = tok(task_id, 3), attempts
+		   FROM ntask.task WHERE task_key = 'k-056'}),
+	'leased|t|3', 'k-056 still leased by its third token after the second crash');
 is( sql(q{
 		SELECT count(*) FROM ntask.task t,
 			 ntask_heartbeat(t.task_id, t.token, '200 milliseconds') h
 		WHERE t.task_key IN ('k-056', 'k-081') AND h IS NOT NULL}),
 	'2',
-	'shorten the leases of k-056 (token 3) and k-081 (token 1)');
+	'shorten the leases of k-056 (third token) and k-081 (first token)');
 ok( $node->poll_query_until('postgres',
 		q{SELECT bool_and(lease_until < now()) FROM ntask.task
 		  WHERE task_key IN ('k-056', 'k-081')}),
 	'leases of k-056 and k-081 expired');
-is(sql(q{SELECT task_key, attempt, token, prior_outcome FROM ntask_claim('rq', 'w11', 1000)}),
-	'k-081|2|2|unknown',
-	'k-081 taken over with token 1 -> 2; k-056 is not handed out a fourth time');
+is( claim('w11', 1000, 'task_key, attempt, ' . fresh_tokens(2) . ', prior_outcome',
+		  'GROUP BY task_key, attempt, prior_outcome'),
+	'k-081|2|1|1|unknown',
+	'k-081 taken over with a second token above every earlier one; k-056 is not handed out a fourth time');
 is( sql(q{
-		SELECT state, token, attempts, reason
-		FROM ntask.task WHERE task_key = 'k-056'}),
-	'repair_required|3|3|budget_exhausted',
+		SELECT state, token = tok(task_id, 3), attempts, reason,
+			   (SELECT count(*) FROM ntask.attempt_all a WHERE a.task_id = t.task_id)
+		FROM ntask.task t WHERE task_key = 'k-056'}),
+	'repair_required|t|3|budget_exhausted|3',
 	'k-056 spent its three attempts: repair_required, token not reused or bumped');
 is( sql(q{
-		SELECT count(*), min(token), max(token)
+		SELECT count(*), count(*) FILTER (WHERE token = tok(task_id, 1)),
+			   count(*) FILTER (WHERE token = tok(task_id, 2))
 		FROM ntask.task
 		WHERE state = 'leased' AND (task_key BETWEEN 'k-058' AND 'k-060'
 									OR task_key BETWEEN 'k-082' AND 'k-100')}),
-	'22|1|2',
+	'22|19|3',
 	'the other pre-crash leases are untouched');
 is( sql(q{
 		SELECT count(*) FROM ntask.task
 		WHERE state = 'leased' AND lease_owner IN ('w1', 'w2')
-		  AND ((task_key BETWEEN 'k-058' AND 'k-060' AND token = 2)
-			OR (task_key BETWEEN 'k-082' AND 'k-100' AND token = 1))}),
+		  AND ((task_key BETWEEN 'k-058' AND 'k-060' AND token = tok(task_id, 2))
+			OR (task_key BETWEEN 'k-082' AND 'k-100' AND token = tok(task_id, 1)))}),
 	'22',
 	'... with their owners and tokens');
 

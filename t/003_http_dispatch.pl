@@ -301,11 +301,16 @@ sub task_row
 
 # the ledger of a task: one line per attempt:
 # attempt|token|result|error_class|error_stage|outcome_known|outcome|invoked|http_status
-# (http_status from detail, for failed attempts only: '-' when absent)
+# (http_status from detail, for failed attempts only: '-' when absent;
+# token is the place of the attempt's token among the task's tokens, 1 for
+# the lowest: tokens come from one sequence per node, so attempt n holds
+# the task's n-th token, whatever its value)
 sub ledger
 {
 	my ($key) = @_;
-	return sql(qq{SELECT string_agg(concat_ws('|', a.attempt, a.token, a.result,
+	return sql(qq{SELECT string_agg(concat_ws('|', a.attempt,
+			(SELECT count(*) FROM ntask.attempt_all b
+			 WHERE b.task_id = a.task_id AND b.token <= a.token), a.result,
 			coalesce(a.error_class, '-'), coalesce(a.error_stage, '-'), a.outcome_known,
 			coalesce(a.outcome, '-'), (a.invoked_at IS NOT NULL),
 			CASE WHEN a.error_class IS NULL THEN '' ELSE coalesce(a.detail->>'http_status', '-') END),

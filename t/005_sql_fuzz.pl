@@ -38,6 +38,9 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time);
+use FindBin;
+use lib $FindBin::Bin;
+use NtaskTok;
 
 my $seed = $ENV{NTASK_FUZZ_SEED} || 20261129;
 my $budget = $ENV{NTASK_FUZZ_SECONDS} || 25;
@@ -82,19 +85,25 @@ CREATE FUNCTION fz_guard_null(text, jsonb) RETURNS text LANGUAGE sql AS $$ SELEC
 CREATE FUNCTION fz_guard_div(text, jsonb) RETURNS text LANGUAGE sql AS $$ SELECT (1 / 0)::text $$;
 CREATE FUNCTION fz_guard_big(text, jsonb) RETURNS text LANGUAGE sql AS $$ SELECT 'skip: ' || repeat('r', 1048576) $$;
 CREATE FUNCTION fz_guard_int(text, jsonb) RETURNS integer LANGUAGE sql AS $$ SELECT 1 $$;
+});
+# tok(task, n): the task's n-th token (tokens come from one sequence per
+# node, so a task's first token is not 1; t/NtaskTok.pm)
+NtaskTok::create($node, 'postgres');
+$node->safe_psql('postgres', q{
+SET client_min_messages = warning;
 SELECT count(*) FROM ntask_queue_set('q', max_attempts => 3, lease => '1 hour');
 SELECT count(*) FROM ntask_queue_set('q2');
 SELECT count(*) FROM generate_series(1, 30) g, ntask_enqueue('q', 'k' || g, jsonb_build_object('n', g));
 SELECT count(*) FROM generate_series(1, 10) g, ntask_enqueue('q2', 'k' || g, '{}');
 SELECT count(*) FROM ntask_claim('q', 'w', 10);
 SELECT count(*) FROM ntask_claim('q2', 'w', 5);
-SELECT ntask_invoked(1, 1);
-SELECT count(*) FROM ntask_transition(2, 1, 'repair_required', 'permanent', '{"http": 400}');
-SELECT count(*) FROM ntask_transition(3, 1, 'retry_wait', 'unknown');
-SELECT count(*) FROM ntask_transition(4, 1, 'succeeded', outcome => 'ok');
+SELECT ntask_invoked(1, tok(1, 1));
+SELECT count(*) FROM ntask_transition(2, tok(2, 1), 'repair_required', 'permanent', '{"http": 400}');
+SELECT count(*) FROM ntask_transition(3, tok(3, 1), 'retry_wait', 'unknown');
+SELECT count(*) FROM ntask_transition(4, tok(4, 1), 'succeeded', outcome => 'ok');
 SELECT ntask_cancel(5, 'a', 'r');
 SELECT ntask_fence('f', 3, '{"v": 3}');
-SELECT ntask_receipt(6, 1, '{"r": 1}');
+SELECT ntask_receipt(6, tok(6, 1), '{"r": 1}');
 SELECT count(*) FROM ntask_schedule('s', '*/5 * * * *', 'q');
 SELECT count(*) FROM ntask_schedule('s2', '0 2 * * *', 'q2', timezone => 'Europe/Berlin');
 });
@@ -277,11 +286,12 @@ sub hostile_for
 	'jsonb[]' => q{ARRAY['{}']::jsonb[]},
 );
 my %sane_by_name = (
-	task_ids => 'ARRAY[7, 8]::bigint[]', tokens => 'ARRAY[1, 1]::bigint[]',
+	# tokens: the tasks' first tokens (tokens come from one sequence)
+	task_ids => 'ARRAY[7, 8]::bigint[]', tokens => 'ARRAY[tok(7, 1), tok(8, 1)]::bigint[]',
 	task_keys => q{ARRAY['k-new', 'k-new2']}, payloads => q{ARRAY['{}', '{"n": 2}']::jsonb[]},
-	finish_task_id => '9', finish_token => '1',
+	finish_task_id => '9', finish_token => 'tok(9, 1)',
 	queue => q{'q'}, worker => q{'w'}, task_key => q{'k-new'},
-	task_id => '7', token => '1', to_state => q{'succeeded'},
+	task_id => '7', token => 'tok(7, 1)', to_state => q{'succeeded'},
 	actor => q{'a'}, reason => q{'r'}, owner => q{'o'}, next_action => q{'n'},
 	fence_key => q{'f'}, version => '1', expr => q{'* * * * *'},
 	cron => q{'* * * * *'}, timezone => q{'UTC'}, name => q{'s'},

@@ -12,7 +12,8 @@
 # the schema-qualified signature, and resolved when it is used.
 #
 # An old cluster gets a guarded queue 'g' with tasks in several states: one
-# succeeded (token 1), one in retry_wait due now (token 1), one ready task
+# succeeded (its first token), one in retry_wait due now (its first
+# token), one ready task
 # whose message was edited after the enqueue (the guard will skip it) and
 # one ready task that should proceed (never claimed, token 0).  A fresh
 # cluster is initialised next to it, the old one is stopped, and
@@ -21,9 +22,14 @@
 # policies (including a worker_role, a regrole, which pg_upgrade accepts)
 # must be exactly as before; the guard still names notify_guard and a
 # claim applies it: the edited task ends 'skipped', the retry is handed out
-# with token 2, the never-claimed task with token 1, the old token 1 can no
-# longer move the task (duplicate of its own report, else conflict) and
-# the new tokens transition.  ALTER EXTENSION ntask UPDATE is a no-op.
+# its second token, the never-claimed task its first, both above every
+# token issued before the upgrade (the token sequence, ntask.token_seq,
+# carries over), the old first token can no longer move the task
+# (duplicate of its own report, else conflict) and the new tokens
+# transition.  ALTER EXTENSION ntask UPDATE is a no-op.
+#
+# Tokens come from one sequence per node: a task's n-th token is named
+# tok(task_id, n), read from the attempt ledger (t/NtaskTok.pm).
 #
 # When --check fails, the test prints pg_upgrade's report files (which
 # columns it refused) and stops there.
@@ -37,6 +43,9 @@ use Cwd;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::Bin;
+use NtaskTok;
 
 my $conf = qq{
 shared_preload_libraries = 'ntask'
@@ -97,6 +106,7 @@ sub snapshot
 # ---------------------------------------------------------------------
 
 sql($old, q{CREATE EXTENSION ntask});
+NtaskTok::create($old, 'postgres');
 sql($old, q{
 	CREATE TABLE public.msg (id text PRIMARY KEY, version int NOT NULL);
 	INSERT INTO public.msg VALUES ('m-done', 1), ('m-retry', 1),
@@ -135,33 +145,38 @@ sql($old, q{
 is(enqueue($old, 't-done', 'm-done'), 't|ready', 'enqueued t-done');
 is(enqueue($old, 't-retry', 'm-retry'), 't|ready', 'enqueued t-retry');
 is( sql($old, q{
-		SELECT string_agg(task_key || ':' || attempt || ':' || token, ',' ORDER BY task_key)
-		FROM ntask_claim('g', 'W1', max_tasks => 10)}),
-	't-done:1:1,t-retry:1:1',
-	'W1 claims t-done and t-retry with token 1 (the guard says proceed)');
+		CREATE TEMP TABLE c AS SELECT * FROM ntask_claim('g', 'W1', max_tasks => 10);
+		SELECT string_agg(task_key || ':' || attempt || ':' || (token = tok(task_id, 1)),
+						  ',' ORDER BY task_key)
+		FROM c}),
+	't-done:1:true,t-retry:1:true',
+	'W1 claims t-done and t-retry with their first tokens (the guard says proceed)');
 is( sql($old, q{
 		SELECT r.result || '/' || r.state
 		FROM ntask.task t, ntask_transition(t.task_id, t.token, 'succeeded') r
 		WHERE t.task_key = 't-done'}),
 	'applied/succeeded',
-	't-done succeeded with token 1');
+	't-done succeeded with its first token');
 is( sql($old, q{
 		SELECT r.result || '/' || r.state
 		FROM ntask.task t,
 			 ntask_transition(t.task_id, t.token, 'retry_wait', retry_at => now()) r
 		WHERE t.task_key = 't-retry'}),
 	'applied/retry_wait',
-	't-retry in retry_wait with token 1, due now');
+	't-retry in retry_wait with its first token, due now');
 
 is(enqueue($old, 't-edited', 'm-edited'), 't|ready', 'enqueued t-edited');
 is(enqueue($old, 't-fresh', 'm-fresh'), 't|ready', 'enqueued t-fresh');
 sql($old, q{UPDATE public.msg SET version = 2 WHERE id = 'm-edited'});
 
-is( sql($old, q{
-		SELECT string_agg(task_key || ':' || state || ':' || token || ':' || attempts,
+# a task's token by its place: 0 (never claimed), 1st, 2nd
+my $place = q{CASE token WHEN 0 THEN '0' WHEN tok(task_id, 1) THEN '1st'
+					WHEN tok(task_id, 2) THEN '2nd' ELSE token::text END};
+is( sql($old, qq{
+		SELECT string_agg(task_key || ':' || state || ':' || $place || ':' || attempts,
 						  ',' ORDER BY task_key)
 		FROM ntask.task WHERE queue = 'g'}),
-	't-done:succeeded:1:1,t-edited:ready:0:0,t-fresh:ready:0:0,t-retry:retry_wait:1:1',
+	't-done:succeeded:1st:1,t-edited:ready:0:0,t-fresh:ready:0:0,t-retry:retry_wait:1st:1',
 	'old cluster: task states, tokens and attempts before the upgrade');
 
 # A database whose ntask was installed as 0.3 and updated to
@@ -180,6 +195,7 @@ if ($frozen)
 		SELECT count(*) FROM ntask_queue_set('u');
 		SELECT count(*) FROM ntask_enqueue('u', 'k1', '{"n": 1}');
 	});
+	NtaskTok::create($old, 'upd');
 	is($old->safe_psql('upd', q{
 			SELECT extversion || ':' || count(*) FILTER (WHERE a.attisdropped)
 			FROM pg_extension e, pg_attribute a
@@ -193,6 +209,11 @@ else
 }
 
 my $before = snapshot($old);
+# every token issued before the upgrade (task, ledger, receipt)
+my $max_token_before = sql($old, q{
+	SELECT greatest((SELECT max(token) FROM ntask.task),
+					(SELECT max(token) FROM ntask.attempt_all),
+					(SELECT max(token) FROM ntask.receipt))});
 my $ntasks = sql($old, q{SELECT count(*) FROM ntask.task});
 my $old_guard_oid =
   sql($old, q{SELECT 'public.notify_guard(text, jsonb)'::regprocedure::oid});
@@ -266,37 +287,39 @@ sql($new, q{ALTER EXTENSION ntask UPDATE});
 is(sql($new, q{SELECT extversion FROM pg_extension WHERE extname = 'ntask'}),
 	$extversion, "ALTER EXTENSION ntask UPDATE is a no-op (still $extversion)");
 
-is( sql($new, q{
-		SELECT string_agg(task_key || ':' || attempt || ':' || token || ':' ||
-						  coalesce(prior_outcome, '-'), ',' ORDER BY task_key)
-		FROM ntask_claim('g', 'W2', max_tasks => 10)}),
-	't-fresh:1:1:-,t-retry:2:2:-',
-	'claim after pg_upgrade: t-retry with token 1 + 1, t-fresh with token 1');
+is( sql($new, qq{
+		CREATE TEMP TABLE c AS SELECT * FROM ntask_claim('g', 'W2', max_tasks => 10);
+		SELECT string_agg(task_key || ':' || attempt || ':' || $place || ':' ||
+						  coalesce(prior_outcome, '-') || ':' || (token > $max_token_before),
+						  ',' ORDER BY task_key)
+		FROM c}),
+	't-fresh:1:1st:-:true,t-retry:2:2nd:-:true',
+	"claim after pg_upgrade: t-retry with its second token, t-fresh with its first, both above every token issued before ($max_token_before)");
 is( sql($new, q{
 		SELECT state, reason, token, attempts, lease_owner IS NULL
 		FROM ntask.task WHERE task_key = 't-edited'}),
 	'skipped|edited|0|0|t',
 	'the guard ran: t-edited skipped (reason "edited"), never handed out');
 
-# the pre-upgrade attempt (token 1) of t-retry is closed: repeating its
+# the pre-upgrade attempt (first token) of t-retry is closed: repeating its
 # report is recognized from the carried-over ledger, anything else is a
-# conflict, and neither touches the task now leased by token 2
+# conflict, and neither touches the task now leased by its second token
 is( sql($new, q{
 		SELECT r.result || '/' || r.state
-		FROM ntask.task t, ntask_transition(t.task_id, 1, 'retry_wait') r
+		FROM ntask.task t, ntask_transition(t.task_id, tok(t.task_id, 1), 'retry_wait') r
 		WHERE t.task_key = 't-retry'}),
 	'duplicate/leased',
-	't-retry: the pre-upgrade report of token 1 is a duplicate');
+	't-retry: the pre-upgrade report of its first token is a duplicate');
 is( sql($new, q{
 		SELECT r.result || '/' || r.state
-		FROM ntask.task t, ntask_transition(t.task_id, 1, 'succeeded') r
+		FROM ntask.task t, ntask_transition(t.task_id, tok(t.task_id, 1), 'succeeded') r
 		WHERE t.task_key = 't-retry'}),
 	'conflict/leased',
-	't-retry: token 1 cannot finish the task (conflict)');
-is( sql($new, q{
-		SELECT state, token, lease_owner FROM ntask.task WHERE task_key = 't-retry'}),
-	'leased|2|W2',
-	't-retry: still leased by W2 with token 2');
+	't-retry: its first token cannot finish the task (conflict)');
+is( sql($new, qq{
+		SELECT state, $place, lease_owner FROM ntask.task WHERE task_key = 't-retry'}),
+	'leased|2nd|W2',
+	't-retry: still leased by W2 with its second token');
 is( sql($new, q{
 		SELECT string_agg(t.task_key || ':' || r.result || '/' || r.state, ','
 						  ORDER BY t.task_key)
@@ -304,10 +327,10 @@ is( sql($new, q{
 		WHERE t.task_key IN ('t-fresh', 't-retry')}),
 	't-fresh:applied/succeeded,t-retry:applied/succeeded',
 	'ntask_transition applies with the new tokens');
-is( sql($new, q{
-		SELECT string_agg(task_key || ':' || state || ':' || token, ',' ORDER BY task_key)
+is( sql($new, qq{
+		SELECT string_agg(task_key || ':' || state || ':' || $place, ',' ORDER BY task_key)
 		FROM ntask.task WHERE queue = 'g'}),
-	't-done:succeeded:1,t-edited:skipped:0,t-fresh:succeeded:1,t-retry:succeeded:2',
+	't-done:succeeded:1st,t-edited:skipped:0,t-fresh:succeeded:1st,t-retry:succeeded:2nd',
 	'final states and tokens on the new cluster');
 
 if ($frozen)
@@ -317,8 +340,9 @@ if ($frozen)
 			SELECT queue || ':' || max_attempts FROM ntask_queue_set('u', max_attempts => 5)}),
 		'u:5', 'database upd after pg_upgrade: ntask_queue_set returns its queue row');
 	is($new->safe_psql('upd', q{
-			SELECT task_key || ':' || token FROM ntask_claim('u', 'W')}),
-		'k1:1', 'database upd after pg_upgrade: its task is claimed');
+			CREATE TEMP TABLE c AS SELECT * FROM ntask_claim('u', 'W');
+			SELECT task_key || ':' || attempt || ':' || (token = tok(task_id, 1)) FROM c}),
+		'k1:1:true', 'database upd after pg_upgrade: its task is claimed, with its first token');
 }
 
 note("pg_upgrade: check ok, upgrade ok, $ntasks tasks carried, guard resolves"

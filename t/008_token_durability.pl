@@ -22,12 +22,14 @@
 #
 # B. Failover to an asynchronous standby that never received a claim.  A
 #    standby is created from a backup but not started; the primary then
-#    claims every task (tokens t1: 2 for tasks claimed once before the
-#    backup, 1 for the others) and is lost (immediate stop).  The standby
+#    claims every task (tokens t1: each task's second token for tasks
+#    claimed once before the backup, its first for the others) and is
+#    lost (immediate stop).  The standby
 #    starts without ever reaching the primary and is promoted (timeline 2),
 #    so it has the tasks in their pre-claim state.  The claim there must
-#    issue for every task a token > t1, and by the design tokens on
-#    timeline T > 1 are >= ((T-1) << 48) + 1 (timeline 1 keeps 1, 2, 3...).
+#    issue for every task a token > t1, indeed above every token t1 of any
+#    task, and by the design tokens on timeline T > 1 are
+#    >= ((T-1) << 48) + 1 (the timeline's floor).
 #    The old holder's token t1 must never be 'applied' on the new primary:
 #    before the new claim it may raise NT003 (never issued), after it the
 #    result is 'stale' (these calls run in a rolled-back transaction, so
@@ -36,6 +38,9 @@
 #
 # No fixed sleeps: lease expiry and promotion are awaited with
 # poll_query_until.  One summary line is printed with note().
+#
+# Tokens come from one sequence per node: a task's n-th token is named
+# tok(task_id, n), read from the attempt ledger (t/NtaskTok.pm).
 
 use strict;
 use warnings;
@@ -43,6 +48,9 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::Bin;
+use NtaskTok;
 
 my $TASKS  = 50;         # tasks in part A
 my $ROUNDS = 8;          # crashes in part A
@@ -237,6 +245,7 @@ ntask.backoff_jitter = off
 $primary->start;
 
 $primary->safe_psql('postgres', 'CREATE EXTENSION ntask');
+NtaskTok::create($primary, 'postgres');
 $primary->safe_psql('postgres',
 	q{SELECT ntask_queue_set('fq', max_attempts => 1000, lease => '1 second')});
 is( $primary->safe_psql(
@@ -247,14 +256,17 @@ is( $primary->safe_psql(
 	$FTASKS,
 	"enqueued $FTASKS tasks into fq on the primary");
 
-# the first half is claimed once before the backup (token 1 on both nodes)
+# the first half is claimed once before the backup (their first tokens,
+# on both nodes)
 my $half = $FTASKS / 2;
 is( $primary->safe_psql(
 		'postgres', qq{
-		SELECT count(*), min(token), max(token), max(task_key)
-		FROM ntask_claim('fq', 'p0', max_tasks => $half)}),
-	"$half|1|1|f-" . sprintf('%03d', $half),
-	"primary: p0 claims f-001..f-$half with token 1 (before the backup)");
+		CREATE TEMP TABLE c AS SELECT * FROM ntask_claim('fq', 'p0', max_tasks => $half);
+		SELECT count(*), count(*) FILTER (WHERE token = tok(task_id, 1)),
+			   count(DISTINCT token), max(task_key)
+		FROM c}),
+	"$half|$half|$half|f-" . sprintf('%03d', $half),
+	"primary: p0 claims f-001..f-$half with their first tokens (before the backup)");
 
 $primary->backup('before_claim');
 my $standby = PostgreSQL::Test::Cluster->new('standby');
@@ -264,9 +276,16 @@ $standby->init_from_backup($primary, 'before_claim', has_streaming => 1);
 ok(wait_all_due($primary, 'fq', $FTASKS), 'primary: the p0 leases expired');
 my $t1 = claim_all($primary, 'fq', 'p1');
 is(scalar keys %$t1, $FTASKS, "primary: p1 claims all $FTASKS tasks (tokens t1)");
-is( join(',', map { $t1->{$_} } sort { $a <=> $b } keys %$t1),
-	join(',', (2) x $half, (1) x ($FTASKS - $half)),
-	'primary (timeline 1): t1 is 2 for the tasks taken over, 1 for the others');
+is( $primary->safe_psql(
+		'postgres',
+		q{SELECT string_agg(CASE v.token WHEN tok(v.task_id, 1) THEN '1st'
+										 WHEN tok(v.task_id, 2) THEN '2nd'
+										 ELSE 'other' END, ',' ORDER BY v.task_id)
+		  FROM (VALUES }
+		  . join(', ', map { "($_, $t1->{$_})" } sort { $a <=> $b } keys %$t1)
+		  . q{) v(task_id, token)}),
+	join(',', ('2nd') x $half, ('1st') x ($FTASKS - $half)),
+	'primary (timeline 1): t1 is the second token of the tasks taken over, the first of the others');
 
 # the primary is lost; the standby comes up without it and is promoted
 $primary->stop('immediate');
@@ -283,10 +302,13 @@ is($tli, '2', 'the promoted node writes WAL on timeline 2');
 # precondition: the promoted node never saw p1's claim
 is( $standby->safe_psql(
 		'postgres', q{
-		SELECT string_agg(DISTINCT state || '/' || token, ',' ORDER BY state || '/' || token)
-		FROM ntask.task WHERE queue = 'fq'}),
-	'leased/1,ready/0',
-	'promoted node missed the claim: tasks still leased by p0 (token 1) or ready');
+		SELECT string_agg(DISTINCT s, ',' ORDER BY s)
+		FROM (SELECT state || '/' || CASE token WHEN 0 THEN '0'
+											   WHEN tok(task_id, 1) THEN '1st'
+											   ELSE token::text END AS s
+			  FROM ntask.task WHERE queue = 'fq') t}),
+	'leased/1st,ready/0',
+	'promoted node missed the claim: tasks still leased by p0 (their first token) or ready');
 
 # before any new claim, t1 is unknown here: NT003 or a non-applied result
 my ($res, $nt003, $other) = transition_with($standby, $t1);
@@ -303,6 +325,12 @@ my @bad = not_greater($t1, $t2);
 is(scalar @bad, 0,
 	'promoted node: every task gets a token strictly greater than t1 (never the same token twice)'
 ) or diag('task:t1->new ' . sample(@bad));
+my $t1_max = (sort { $a <=> $b } values %$t1)[-1];
+my @not_above = map { "$_:$t2->{$_}" } grep { $t2->{$_} <= $t1_max }
+  sort { $a <=> $b } keys %$t2;
+is(scalar @not_above, 0,
+	"promoted node: every token issued on timeline 2 is above every token t1 of timeline 1 (max $t1_max)"
+) or diag('task:token ' . sample(@not_above));
 my @low = map { "$_:$t2->{$_}" } grep { $t2->{$_} < $TL2_MIN }
   sort { $a <=> $b } keys %$t2;
 is(scalar @low, 0,

@@ -34,8 +34,9 @@ my ($rc, $out, $err) = $plain->psql('postgres', q{
 	CREATE EXTENSION ntask;
 	SELECT count(*) FROM ntask_queue_set('q', lease => '1 minute');
 	SELECT created FROM ntask_enqueue('q', 'k1', '{"a": 1}');
-	SELECT task_key || ':' || token FROM ntask_claim('q', 'W1');
-	SELECT result FROM ntask_transition(1, 1, 'succeeded');
+	SELECT task_key || ':' || attempt FROM ntask_claim('q', 'W1');
+	SELECT r.result FROM ntask.task t, ntask_transition(t.task_id, t.token, 'succeeded') r
+	WHERE t.task_key = 'k1';
 	SELECT expired || '/' || repaired || '/' || pruned FROM ntask_housekeeping();
 	SELECT state FROM ntask.worker_stats;
 	SHOW ntask.database;

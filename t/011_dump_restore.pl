@@ -17,13 +17,20 @@
 #   - tasks, the attempt ledger, receipts, fences, schedule slots, audit and
 #     queue policies are the same rows;
 #   - the sequences continue: a new task gets an id above every old one;
-#   - tokens continue above the old ones: the expired lease is taken over
-#     with the next token and the old token is stale; the unknown attempt
-#     is reported as prior_outcome 'unknown', the committed one 'committed';
+#   - tokens continue above the old ones (the token sequence,
+#     ntask.token_seq, is dumped with its value): a claim hands out tokens
+#     above every token issued before the dump; the expired lease is taken
+#     over with the task's second token and the old token is stale; the
+#     unknown attempt is reported as prior_outcome 'unknown', the committed
+#     one 'committed';
 #   - the guard still runs (the edited task is skipped); the fence refuses
 #     an older token and applies a newer one; firing the old slot again
 #     makes no second task;
 #   - ALTER EXTENSION ntask UPDATE is a no-op.
+#
+# Tokens come from one sequence per node: the test keeps the tokens the
+# claims returned, and names a task's n-th token on the restored side
+# tok(task_id, n), read from the attempt ledger (t/NtaskTok.pm).
 
 use strict;
 use warnings;
@@ -31,6 +38,9 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::Bin;
+use NtaskTok;
 
 my $conf = qq{
 shared_preload_libraries = 'ntask'
@@ -138,22 +148,23 @@ sql($src, q{
 		ARRAY(SELECT jsonb_build_object('msg', 'm' || g, 'v', 1) FROM generate_series(1, 7) g))});
 sub tid { my ($node, $key) = @_; return sql($node, "SELECT task_id FROM ntask.task WHERE task_key = '$key'"); }
 
-# claim the first four (ids order) with token 1
-is(sql($src, q{SELECT string_agg(task_key, ',' ORDER BY task_key) FROM ntask_claim('dq', 'W1', 4)}),
-	't-done,t-leased,t-repair,t-unknown', 'W1 claims four tasks');
+# claim the first four (ids order), each with its first token (kept in %tok1)
+my %tok1 = map { split /\|/ } split /\n/,
+  sql($src, q{SELECT task_key, token FROM ntask_claim('dq', 'W1', 4)});
+is(join(',', sort keys %tok1), 't-done,t-leased,t-repair,t-unknown', 'W1 claims four tasks');
 my ($done, $unknown, $repair, $leased) = map { tid($src, $_) } qw(t-done t-unknown t-repair t-leased);
-is(sql($src, qq{SELECT ntask_receipt($done, 1, '{"sent": 1}')}), 'applied', 't-done: receipt committed');
-is(sql($src, qq{SELECT result FROM ntask_transition($done, 1, 'succeeded', outcome => 'sent',
+is(sql($src, qq{SELECT ntask_receipt($done, $tok1{'t-done'}, '{"sent": 1}')}), 'applied', 't-done: receipt committed');
+is(sql($src, qq{SELECT result FROM ntask_transition($done, $tok1{'t-done'}, 'succeeded', outcome => 'sent',
 	result => '{"provider_id": "p-1"}')}),
 	'applied', 't-done succeeded');
-is(sql($src, qq{SELECT ntask_invoked($unknown, 1)}), 'applied', 't-unknown invoked');
-is(sql($src, qq{SELECT state FROM ntask_transition($unknown, 1, 'retry_wait', 'unknown', retry_at => now())}),
+is(sql($src, qq{SELECT ntask_invoked($unknown, $tok1{'t-unknown'})}), 'applied', 't-unknown invoked');
+is(sql($src, qq{SELECT state FROM ntask_transition($unknown, $tok1{'t-unknown'}, 'retry_wait', 'unknown', retry_at => now())}),
 	'retry_wait', 't-unknown in retry_wait, outcome unknown, due now');
-is(sql($src, qq{SELECT state FROM ntask_transition($repair, 1, 'repair_required', 'permanent', '{"http": 400}')}),
+is(sql($src, qq{SELECT state FROM ntask_transition($repair, $tok1{'t-repair'}, 'repair_required', 'permanent', '{"http": 400}')}),
 	'repair_required', 't-repair needs a human');
 sql($src, qq{SELECT ntask_repair_assign($repair, 'oncall', 'fix the device token')});
 # t-leased: its lease ends at once (the new cluster will take it over)
-is(sql($src, qq{SELECT ntask_heartbeat($leased, 1, '1 millisecond') IS NOT NULL}), 't',
+is(sql($src, qq{SELECT ntask_heartbeat($leased, $tok1{'t-leased'}, '1 millisecond') IS NOT NULL}), 't',
 	't-leased: lease shortened to 1 ms');
 is(sql($src, q{SELECT ntask_cancel(task_id, 'ops', 'withdrawn') FROM ntask.task WHERE task_key = 't-canceled'}),
 	'applied', 't-canceled canceled');
@@ -179,15 +190,21 @@ is(sql($src, q{SELECT state || ':' || current_step FROM ntask.saga}), 'running:2
 # signal w:0 that nobody awaits yet
 sql($src, q{
 	SELECT count(*) FROM ntask_queue_set('wq');
-	SELECT count(*) FROM ntask_enqueue('wq', 'w');
-	SELECT count(*) FROM ntask_claim('wq', 'W');});
-my $wtask = sql($src, q{SELECT task_id FROM ntask.task WHERE queue = 'wq'});
-is(sql($src, qq{SELECT ntask_checkpoint($wtask, 1, 'fetch', '{"rows": 3}')}), 'applied', 'w: checkpoint');
-is(sql($src, qq{SELECT ntask_await($wtask, 1, 'w:1')}), 'applied', 'w: awaits w:1');
+	SELECT count(*) FROM ntask_enqueue('wq', 'w');});
+my ($wtask, $wtoken) = split /\|/, sql($src, q{SELECT task_id, token FROM ntask_claim('wq', 'W')});
+is(sql($src, qq{SELECT ntask_checkpoint($wtask, $wtoken, 'fetch', '{"rows": 3}')}), 'applied', 'w: checkpoint');
+is(sql($src, qq{SELECT ntask_await($wtask, $wtoken, 'w:1')}), 'applied', 'w: awaits w:1');
 is(sql($src, q{SELECT ntask_signal('wq', 'w:0', '{"early": 1}')}), 'applied', 'signal w:0 sent');
 
 my $before = snapshot($src);
 my $maxid = sql($src, q{SELECT max(task_id) FROM ntask.task});
+# every token a claim issued before the dump (tasks, ledger, receipts,
+# checkpoints)
+my $max_token_before = sql($src, q{
+	SELECT greatest((SELECT max(token) FROM ntask.task),
+					(SELECT max(token) FROM ntask.attempt_all),
+					(SELECT max(token) FROM ntask.receipt),
+					(SELECT max(token) FROM ntask.checkpoint))});
 
 # ---------------------------------------------------------------------
 # pg_dump, then pg_restore into a fresh cluster
@@ -214,6 +231,7 @@ for my $k (sort keys %$before)
 note "tasks before the dump: $before->{tasks}";
 is(sql($dst, q{SELECT extversion FROM pg_extension WHERE extname = 'ntask'}), '1.1.0',
 	'restored: extension 1.1.0');
+NtaskTok::create($dst, 'postgres');    # after the snapshot: not in the dump
 
 # ---------------------------------------------------------------------
 # The restored database goes on where the old one stopped
@@ -221,22 +239,28 @@ is(sql($dst, q{SELECT extversion FROM pg_extension WHERE extname = 'ntask'}), '1
 
 ok(sql($dst, q{SELECT task_id FROM ntask_enqueue('dq', 't-new', jsonb_build_object('msg', 'm8', 'v', 1))}) > $maxid,
 	'a new task gets an id above every restored one');
-# the claim: the expired lease is taken over with token 2; the unknown
-# retry comes with prior_outcome unknown; the edited task is skipped by the
-# guard; the ready ones get token 1
-is( sql($dst, q{
-		SELECT string_agg(task_key || ':' || token || ':' || coalesce(prior_outcome, '-'),
+# the claim: the expired lease is taken over with its second token; the
+# unknown retry comes with prior_outcome unknown; the edited task is
+# skipped by the guard; the ready ones get their first token; every token
+# is above every token issued before the dump
+is( sql($dst, qq{
+		CREATE TEMP TABLE c AS SELECT * FROM ntask_claim('dq', 'W2', 10);
+		SELECT string_agg(task_key || ':' ||
+						  CASE token WHEN tok(task_id, 1) THEN '1st'
+									 WHEN tok(task_id, 2) THEN '2nd' ELSE token::text END
+						  || ':' || coalesce(prior_outcome, '-') || ':' ||
+						  (token > $max_token_before),
 						  ',' ORDER BY task_key)
-		FROM ntask_claim('dq', 'W2', 10)}),
-	't-leased:2:-,t-new:1:-,t-ready:1:-,t-unknown:2:unknown',
-	'restored: takeover with the next token (never invoked: known), the unknown retry reported, the guard still runs');
+		FROM c}),
+	't-leased:2nd:-:true,t-new:1st:-:true,t-ready:1st:-:true,t-unknown:2nd:unknown:true',
+	"restored: takeover with the task's next token (never invoked: known), the unknown retry reported, the guard still runs, tokens above every one before the dump ($max_token_before)");
 is(sql($dst, q{SELECT state || ':' || coalesce(reason, '-') FROM ntask.task WHERE task_key = 't-edited'}),
 	'skipped:edited', 'restored: the guard skipped the edited task');
-is(sql($dst, qq{SELECT result FROM ntask_transition($leased, 1, 'succeeded')}), 'stale',
+is(sql($dst, qq{SELECT result FROM ntask_transition($leased, $tok1{'t-leased'}, 'succeeded')}), 'stale',
 	'restored: the token from before the restore is stale');
-is(sql($dst, qq{SELECT result FROM ntask_transition($leased, 2, 'succeeded')}), 'applied',
+is(sql($dst, qq{SELECT result FROM ntask_transition($leased, tok($leased, 2), 'succeeded')}), 'applied',
 	'restored: the new token applies');
-is(sql($dst, qq{SELECT ntask_receipt($done, 1, '{"sent": 1}')}), 'duplicate',
+is(sql($dst, qq{SELECT ntask_receipt($done, $tok1{'t-done'}, '{"sent": 1}')}), 'duplicate',
 	'restored: the committed receipt is still there (duplicate)');
 is(sql($dst, q{SELECT ntask_fence('cfg:h1', 4, '{"v": 4}')}), 'stale', 'restored: the fence refuses token 4');
 is(sql($dst, q{SELECT ntask_fence('cfg:h1', 6, '{"v": 6}')}), 'applied', 'restored: the fence applies token 6');
@@ -286,8 +310,11 @@ if (-f $src->config_data('--sharedir') . '/extension/ntask--0.3.sql')
 			FROM pg_extension e, ntask.queue q JOIN ntask.task t ON t.queue = q.queue
 			WHERE e.extname = 'ntask'}),
 		'1.1.0:4:k1:ready', 'restored from the updated database: 1.1.0, its queue and its task');
-	is($dst->safe_psql('upd', q{SELECT task_key || ':' || token FROM ntask_claim('u', 'W')}),
-		'k1:1', 'restored from the updated database: its task is claimed');
+	NtaskTok::create($dst, 'upd');
+	is($dst->safe_psql('upd', q{
+			CREATE TEMP TABLE c AS SELECT * FROM ntask_claim('u', 'W');
+			SELECT task_key || ':' || attempt || ':' || (token = tok(task_id, 1)) FROM c}),
+		'k1:1:true', 'restored from the updated database: its task is claimed, with its first token');
 }
 else
 {

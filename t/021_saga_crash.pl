@@ -22,6 +22,9 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::Bin;
+use NtaskTok;
 
 my $node = PostgreSQL::Test::Cluster->new('saga_crash');
 $node->init;
@@ -80,6 +83,17 @@ sub transition
 		"SELECT result FROM ntask_transition($id, $token, '$to', $c)");
 }
 
+# the takeover after a crash: the same task, with its second token (tokens
+# come from one sequence per node: above the first, whatever its value)
+sub second_token
+{
+	my ($id, $token, $first_id, $first_token) = @_;
+	return 'another task' unless $id == $first_id;
+	return "token $token, not above the first ($first_token)" unless $token > $first_token;
+	my $second = NtaskTok::tok($node, 'postgres', $id, 2);
+	return $token == $second ? 'second token' : "token $token, the second is $second";
+}
+
 sub saga_state
 {
 	return $node->safe_psql('postgres', q{SELECT state FROM ntask.saga WHERE saga_key = 'order-1'});
@@ -89,11 +103,13 @@ sub saga_state
 my ($id, $token, $key, $prior) = claim('stock');
 is($key, 'order-1:reserve', 'step 1 is claimed');
 is(business($id, $token, $key), 'applied', 'reserve: the business write commits under its receipt');
+my ($first_id, $first_token) = ($id, $token);
 $node->stop('immediate');
 $node->start;
 ($id, $token, $key, $prior) = claim('stock');
-is("$key $token $prior", 'order-1:reserve 2 committed',
-	'after the crash the takeover (token 2) is told the effect was committed');
+is("$key $prior " . second_token($id, $token, $first_id, $first_token),
+	'order-1:reserve committed second token',
+	'after the crash the takeover (its second token) is told the effect was committed');
 is(business($id, $token, $key), 'duplicate', 'reserve again: the receipt is a duplicate, nothing written');
 is(transition($id, $token, 'succeeded'), 'applied', 'reserve: the takeover reports success');
 is(saga_state(), 'running', 'the saga goes on');
@@ -112,10 +128,12 @@ is($node->safe_psql('postgres', q{SELECT state FROM ntask.task WHERE task_key = 
 ($id, $token, $key) = claim('stock');
 is($key, 'order-1:reserve:compensate', 'the compensation of reserve is claimed');
 is(business($id, $token, $key), 'applied', 'release: the business write commits');
+($first_id, $first_token) = ($id, $token);
 $node->stop('immediate');
 $node->start;
 ($id, $token, $key, $prior) = claim('stock');
-is("$key $token $prior", 'order-1:reserve:compensate 2 committed',
+is("$key $prior " . second_token($id, $token, $first_id, $first_token),
+	'order-1:reserve:compensate committed second token',
 	'after the crash the compensation takeover is told it was committed');
 is(business($id, $token, $key), 'duplicate', 'release again: a duplicate, nothing written');
 is(transition($id, $token, 'succeeded'), 'applied', 'the compensation reports success');

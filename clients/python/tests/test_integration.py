@@ -74,6 +74,21 @@ def poll(what, cond, timeout=TIMEOUT):
     raise AssertionError("timed out after %d s waiting for %s" % (timeout, what))
 
 
+def queue_attempts(q, *cols):
+    """The ledger of queue q's tasks, one tuple per attempt in attempt
+    order: (attempt, token, *cols).  Tokens come from one sequence per node
+    (a task's first token is not 1): tests name them by place."""
+    return sql("""SELECT a.attempt, a.token%s FROM ntask.attempt_all a JOIN ntask.task t USING (task_id)
+                  WHERE t.queue = %%s ORDER BY a.task_id, a.attempt"""
+               % "".join(", a." + c for c in cols), (q,))
+
+
+def tok(task_id, n):
+    """The task's n-th token (its n-th lease), read from the ledger."""
+    return one("SELECT token FROM ntask.attempt_all WHERE task_id = %s ORDER BY token OFFSET %s LIMIT 1",
+               (task_id, n - 1))
+
+
 def new_queue(prefix, **opts):
     q = "%s_%s" % (prefix, secrets.token_hex(3))
     args = ", ".join("%s => %%(%s)s" % (k, k) for k in opts)
@@ -372,13 +387,14 @@ class Integration(unittest.TestCase):
                 poll("W2 took n9 over", lambda: w2.counters["succeeded"] == 1)
             release_w1.set()
             poll("W1's report refused", lambda: w1.counters["stale"] == 1)
-        self.assertEqual(w2_tokens, [2])
-        self.assertEqual(w1_lost, [(1, "transition", "stale")])
+        ledger = queue_attempts(q, "result")
+        self.assertEqual([(a, r) for a, _, r in ledger], [(1, "lease_expired"), (2, "succeeded")])
+        t1, t2 = ledger[0][1], ledger[1][1]
+        self.assertLess(t1, t2, "the takeover's token is above the first")
+        self.assertEqual(w2_tokens, [t2])
+        self.assertEqual(w1_lost, [(t1, "transition", "stale")])
         self.assertEqual(w1.counters["succeeded"], 0)
         self.assertEqual(one("SELECT outcome FROM ntask_result(%s, 'n9')", (q,)), "sent-by-w2")
-        self.assertEqual(sql("""SELECT a.token, a.result FROM ntask.attempt a JOIN ntask.task t USING (task_id)
-                                WHERE t.queue = %s ORDER BY token""", (q,)),
-                         [(1, "lease_expired"), (2, "succeeded")])
 
     def test_heartbeat_null_after_cancel_signals_the_handler(self):
         q = new_queue("py_cancel", lease="2 s")
@@ -462,9 +478,10 @@ class Integration(unittest.TestCase):
         self.assertEqual(handled, [], "the handler never ran: the provider is not called twice")
         self.assertEqual(one("SELECT calls FROM py_provider WHERE task_key = %s", (q + "/slow-60:n9",)), 1)
         self.assertEqual(one("SELECT outcome FROM ntask_result(%s, 'slow-60:n9')", (q,)), "reconciled")
-        self.assertEqual(sql("""SELECT a.token, a.result, a.outcome_known FROM ntask.attempt a
-                                JOIN ntask.task t USING (task_id) WHERE t.queue = %s ORDER BY token""", (q,)),
+        ledger = queue_attempts(q, "result", "outcome_known")
+        self.assertEqual([(a, r, k) for a, _, r, k in ledger],
                          [(1, "lease_expired", False), (2, "succeeded", True)])
+        self.assertLess(ledger[0][1], ledger[1][1], "the takeover's token is above the first")
 
     @unittest.skipUnless(BOUNCER and BOUNCER1, "NTASK_TEST_BOUNCER_DSN / _BOUNCER1_DSN not set")
     def test_pgbouncer_transaction_mode(self):
@@ -557,8 +574,10 @@ class Integration(unittest.TestCase):
         with Running(w):
             poll("succeeded", lambda: w.counters["succeeded"] == 1)
         self.assertTrue([r for r in LOG.records if "ntask_transition failed" in r], LOG.records)
-        self.assertEqual(sql("""SELECT a.token, a.result, a.outcome FROM ntask.attempt a
-                                WHERE a.task_id = %s""", (tid,)), [(1, "succeeded", "after-reconnect")])
+        # one attempt, its report applied with the attempt's (the task's) token
+        self.assertEqual(sql("""SELECT a.attempt, a.token = t.token, a.result, a.outcome
+                                FROM ntask.attempt a JOIN ntask.task t USING (task_id)
+                                WHERE a.task_id = %s""", (tid,)), [(1, True, "succeeded", "after-reconnect")])
 
     def test_sigstop_past_the_lease_is_stale_on_resume(self):
         q = new_queue("py_stop", lease="1 s")
@@ -575,7 +594,8 @@ class Integration(unittest.TestCase):
         finally:
             p.signal(signal.SIGCONT)
         (tid, token, prior), = taken
-        self.assertEqual((token, prior), (2, "unknown"))
+        self.assertEqual((token, prior), (tok(tid, 2), "unknown"))
+        self.assertGreater(token, tok(tid, 1), "the takeover's token is above the first")
         poll("W1 learns it lost the task", lambda: p.has("LOST"))
         p.signal(signal.SIGTERM)
         self.assertEqual(p.wait(), 0, p.err)
@@ -586,8 +606,8 @@ class Integration(unittest.TestCase):
         self.assertEqual(one("SELECT calls FROM py_provider WHERE task_key = %s", (q + "/slow-3:s1",)), 1)
         # W2 still holds the task: W1's resumed worker wrote nothing
         self.assertEqual(sql("SELECT state, token, lease_owner FROM ntask.task WHERE task_id = %s", (tid,)),
-                         [("leased", 2, "W2")])
-        self.assertEqual(one("SELECT result FROM ntask_transition(%s, 2, 'succeeded')", (tid,)), "applied")
+                         [("leased", token, "W2")])
+        self.assertEqual(one("SELECT result FROM ntask_transition(%s, %s, 'succeeded')", (tid, token)), "applied")
 
 
 def _up():
