@@ -94,7 +94,7 @@ static TimestampTz br_last_sync = 0;
 #define BR_COUNT_SYNC_MS 1000
 
 static NtaskPlan br_load_plan = {
-	"worker breaker load",
+	"worker breaker load", .ncols = 9,
 	"SELECT q.queue, q.breaker_failures, "
 	"  (LEAST(EXTRACT(EPOCH FROM q.breaker_cooldown), 315576000) "
 	"   OPERATOR(pg_catalog.*) 1000000)::pg_catalog.int8, "
@@ -109,14 +109,14 @@ static NtaskPlan br_load_plan = {
 };
 
 static NtaskPlan br_forget_plan = {
-	"worker breaker forget",
+	"worker breaker forget", .ncols = 0,
 	"DELETE FROM ntask.breaker b WHERE b.queue OPERATOR(pg_catalog.=) $1",
 	1, {TEXTOID}
 };
 
 /* the queue row may be gone (deleted since the last load): write nothing */
 static NtaskPlan br_save_plan = {
-	"worker breaker save",
+	"worker breaker save", .ncols = 0,
 	"INSERT INTO ntask.breaker AS b "
 	"  (queue, state, failures, opened_at, open_until, changed_at) "
 	"SELECT q.queue, $2, $3, $4, $5, $6 FROM ntask.queue q "

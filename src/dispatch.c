@@ -159,32 +159,32 @@ static WaitEventSet *dq_wes = NULL;
  * worker_role are checked against that role.
  */
 static NtaskPlan dq_claim_plan = {
-	"worker claim", NULL, 4, {TEXTOID, INT4OID, INTERVALOID, BOOLOID}, true
+	"worker claim", .ncols = 7, NULL, 4, {TEXTOID, INT4OID, INTERVALOID, BOOLOID}, true
 };
 static NtaskPlan dq_invoked_plan = {
-	"worker invoked", NULL, 2, {INT8ARRAYOID, INT8ARRAYOID}, true
+	"worker invoked", .ncols = 2, NULL, 2, {INT8ARRAYOID, INT8ARRAYOID}, true
 };
 static NtaskPlan dq_heartbeat_plan = {
-	"worker heartbeat", NULL, 3, {INT8OID, INT8OID, INTERVALOID}, true
+	"worker heartbeat", .ncols = 1, NULL, 3, {INT8OID, INT8OID, INTERVALOID}, true
 };
 static NtaskPlan dq_transition_plan = {
-	"worker transition", NULL, 8,
+	"worker transition", .ncols = 1, NULL, 8,
 	{INT8OID, INT8OID, TEXTOID, TEXTOID, JSONBOID, TIMESTAMPTZOID, TEXTOID, TEXTOID},
 	true
 };
 static NtaskPlan dq_transition_many_plan = {
-	"worker transition batch", NULL, 8,
+	"worker transition batch", .ncols = 1, NULL, 8,
 	{INT8ARRAYOID, INT8ARRAYOID, TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID,
 	TIMESTAMPTZARRAYOID, TEXTARRAYOID, TEXTARRAYOID},
 	true
 };
 static NtaskPlan dq_transition_group_plan = {
-	"worker transition group", NULL, 7,
+	"worker transition group", .ncols = 1, NULL, 7,
 	{INT8ARRAYOID, INT8ARRAYOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID},
 	true
 };
 static NtaskPlan dq_queues_plan = {
-	"worker queues",
+	"worker queues", .ncols = 4,
 	"SELECT q.queue, q.target, "
 	"  (EXTRACT(EPOCH FROM q.lease) OPERATOR(pg_catalog.*) 1000)::pg_catalog.int8, "
 	"  q.on_rate_limited "
@@ -209,27 +209,27 @@ static NtaskPlan dq_queues_plan = {
  * task's shard.
  */
 static NtaskPlan dq_pause_queue_plan = {
-	"worker pause queue",
+	"worker pause queue", .ncols = 0,
 	"UPDATE ntask.queue q SET paused_until = GREATEST(q.paused_until, $2) "
 	"WHERE q.queue OPERATOR(pg_catalog.=) $1",
 	2, {TEXTOID, TIMESTAMPTZOID}
 };
 static NtaskPlan dq_pause_task_key_plan = {
-	"worker pause key (the task's key)",
+	"worker pause key (the task's key)", .ncols = 2,
 	"SELECT t.partition_key, t.shard FROM ntask.task t "
 	"WHERE t.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("t", "$1")
 	"  AND t.partition_key IS NOT NULL",
 	1, {INT8OID}
 };
 static NtaskPlan dq_pause_keys_until_plan = {
-	"worker pause key (queue)",
+	"worker pause key (queue)", .ncols = 1,
 	"UPDATE ntask.queue q SET keys_paused_until = GREATEST(q.keys_paused_until, $2) "
 	"WHERE q.queue OPERATOR(pg_catalog.=) $1 "
 	"RETURNING 1",
 	2, {TEXTOID, TIMESTAMPTZOID}
 };
 static NtaskPlan dq_pause_key_plan = {
-	"worker pause key",
+	"worker pause key", .ncols = 0,
 	"INSERT INTO ntask.key_pause AS k (queue, partition_key, until, reason, set_by, shard) "
 	"VALUES ($1, $3, $2, $4, '" DQ_WORKER_NAME "', $5) "
 	"ON CONFLICT (queue, partition_key) DO UPDATE SET "

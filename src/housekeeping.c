@@ -71,14 +71,14 @@ PG_FUNCTION_INFO_V1(ntask_housekeeping);
 	"ORDER BY t.lease_until LIMIT " limit " FOR UPDATE SKIP LOCKED"
 
 static NtaskPlan hk_expired_plan = {
-	"housekeeping pick expired leases",
+	"housekeeping pick expired leases", .ncols = 2,
 	HK_EXPIRED_SQL("", HK_NOW, CppAsString2(HK_MAX_ROWS)),
 	0, {InvalidOid}
 };
 
 /* $1 shard, $2 statement timestamp, $3 rows */
 static NtaskPlan hk_expired_shard_plan = {
-	"housekeeping pick expired leases (one shard)",
+	"housekeeping pick expired leases (one shard)", .ncols = 2,
 	HK_EXPIRED_SQL("t.shard OPERATOR(pg_catalog.=) $1   AND ", "$2", "$3"),
 	3, {INT2OID, TIMESTAMPTZOID, INT4OID}
 };
@@ -111,7 +111,7 @@ static NtaskPlan hk_expired_shard_plan = {
 
 /* $1 expired task ids, $2 those whose attempt had been invoked */
 static NtaskPlan hk_release_plan = {
-	"housekeeping release expired leases",
+	"housekeeping release expired leases", .ncols = 1,
 	HK_RELEASE_SQL(HK_NOW, ""),
 	2, {INT8ARRAYOID, INT8ARRAYOID}
 };
@@ -124,7 +124,7 @@ static NtaskPlan hk_release_plan = {
  * move cannot make its row locks moot, and this is the second line).
  */
 static NtaskPlan hk_release_shard_plan = {
-	"housekeeping release expired leases (one shard)",
+	"housekeeping release expired leases (one shard)", .ncols = 1,
 	HK_RELEASE_SQL("$3", "  AND t.shard OPERATOR(pg_catalog.=) $4 "
 				   "  AND t.token OPERATOR(pg_catalog.=) ($5)[pg_catalog.array_position($1, t.task_id)] "),
 	5, {INT8ARRAYOID, INT8ARRAYOID, TIMESTAMPTZOID, INT2OID, INT8ARRAYOID}
@@ -132,7 +132,7 @@ static NtaskPlan hk_release_shard_plan = {
 
 /* unleased unfinished tasks past their deadline (task_deadline_idx) */
 static NtaskPlan hk_deadline_plan = {
-	"housekeeping deadlines",
+	"housekeeping deadlines", .ncols = 0,
 	"WITH d AS ( "
 	"  SELECT t.task_id FROM ntask.task t "
 	"  WHERE t.due_at IS NOT NULL "
@@ -173,33 +173,33 @@ static NtaskPlan hk_deadline_plan = {
 	"  AND t.deadline OPERATOR(pg_catalog.<=) " now
 
 static NtaskPlan hk_deadline_pick_shard_plan = {
-	"housekeeping pick deadlines (one shard)",
+	"housekeeping pick deadlines (one shard)", .ncols = 1,
 	HK_DEADLINE_PICK_SQL("t.shard OPERATOR(pg_catalog.=) $1   AND ", "$2", "$3"),
 	3, {INT2OID, TIMESTAMPTZOID, INT4OID}
 };
 
 static NtaskPlan hk_deadline_set_shard_plan = {
-	"housekeeping deadlines (one shard)",
+	"housekeeping deadlines (one shard)", .ncols = 0,
 	HK_DEADLINE_SET_SQL("$2", "  AND t.shard OPERATOR(pg_catalog.=) $3"),
 	3, {INT8ARRAYOID, TIMESTAMPTZOID, INT2OID}
 };
 
 /* $1 rows */
 static NtaskPlan hk_deadline_pick_plan = {
-	"housekeeping pick deadlines",
+	"housekeeping pick deadlines", .ncols = 1,
 	HK_DEADLINE_PICK_SQL("", HK_NOW, "$1"),
 	1, {INT4OID}
 };
 
 static NtaskPlan hk_deadline_set_plan = {
-	"housekeeping deadlines of tasks",
+	"housekeeping deadlines of tasks", .ncols = 0,
 	HK_DEADLINE_SET_SQL(HK_NOW, ""),
 	1, {INT8ARRAYOID}
 };
 
 /* history: $1 retention, $2 at most this many rows */
 static NtaskPlan hk_prune_audit_plan = {
-	"housekeeping prune audit",
+	"housekeeping prune audit", .ncols = 0,
 	"DELETE FROM ntask.audit a WHERE a.audit_id OPERATOR(pg_catalog.=) ANY (ARRAY( "
 	"  SELECT x.audit_id FROM ntask.audit x "
 	"  WHERE x.at OPERATOR(pg_catalog.<) (pg_catalog.statement_timestamp() OPERATOR(pg_catalog.-) $1) "
@@ -209,7 +209,7 @@ static NtaskPlan hk_prune_audit_plan = {
 
 /* a slot whose task is still unfinished stays: overlap decisions read it */
 static NtaskPlan hk_prune_slots_plan = {
-	"housekeeping prune schedule slots",
+	"housekeeping prune schedule slots", .ncols = 0,
 	"DELETE FROM ntask.schedule_slot s WHERE s.id OPERATOR(pg_catalog.=) ANY (ARRAY( "
 	"  SELECT x.id FROM ntask.schedule_slot x "
 	"  WHERE x.fired_at OPERATOR(pg_catalog.<) (pg_catalog.statement_timestamp() OPERATOR(pg_catalog.-) $1) "
@@ -226,7 +226,7 @@ static NtaskPlan hk_prune_slots_plan = {
  * most $1 per round.
  */
 static NtaskPlan hk_key_pause_plan = {
-	"housekeeping expired key pauses",
+	"housekeeping expired key pauses", .ncols = 0,
 	"DELETE FROM ntask.key_pause k USING ( "
 	"  SELECT x.queue, x.partition_key FROM ntask.key_pause x "
 	"  WHERE x.until OPERATOR(pg_catalog.<=) pg_catalog.statement_timestamp() "
@@ -241,7 +241,7 @@ static void hk_prune_key_pauses(int max_rows);
 
 /* the receipt of a fence's current watermark stays */
 static NtaskPlan hk_prune_fence_plan = {
-	"housekeeping prune fence receipts",
+	"housekeeping prune fence receipts", .ncols = 0,
 	"DELETE FROM ntask.fence_receipt r USING ( "
 	"  SELECT x.fence_key, x.token FROM ntask.fence_receipt x "
 	"  WHERE x.applied_at OPERATOR(pg_catalog.<) (pg_catalog.statement_timestamp() OPERATOR(pg_catalog.-) $1) "
@@ -255,7 +255,7 @@ static NtaskPlan hk_prune_fence_plan = {
 };
 
 static NtaskPlan hk_queues_plan = {
-	"housekeeping queues",
+	"housekeeping queues", .ncols = 2,
 	"SELECT q.queue, q.retention FROM ntask.queue q ORDER BY q.queue",
 	0, {InvalidOid}
 };
@@ -270,7 +270,7 @@ static NtaskPlan hk_queues_plan = {
 
 /* $2 the queue's retention */
 static NtaskPlan hk_prune_pick_plan = {
-	"housekeeping pick finished tasks",
+	"housekeeping pick finished tasks", .ncols = 1,
 	HK_PRUNE_PICK_SQL("",
 					  "      (" HK_NOW " OPERATOR(pg_catalog.-) $2)",
 					  CppAsString2(HK_MAX_ROWS)),
@@ -279,7 +279,7 @@ static NtaskPlan hk_prune_pick_plan = {
 
 /* $2 shard, $3 finished before (statement timestamp - retention), $4 rows */
 static NtaskPlan hk_prune_pick_shard_plan = {
-	"housekeeping pick finished tasks (one shard)",
+	"housekeeping pick finished tasks (one shard)", .ncols = 1,
 	HK_PRUNE_PICK_SQL("t.shard OPERATOR(pg_catalog.=) $2   AND ", "$3", "$4"),
 	4, {TEXTOID, INT2OID, TIMESTAMPTZOID, INT4OID}
 };
@@ -291,50 +291,50 @@ static NtaskPlan hk_prune_pick_shard_plan = {
 	HK_PRUNE_SQL(table, a) "   AND " a ".shard OPERATOR(pg_catalog.=) $2"
 
 static NtaskPlan hk_prune_attempts_plan = {
-	"housekeeping prune attempts",
+	"housekeeping prune attempts", .ncols = 0,
 	HK_PRUNE_SQL("attempt", "a"),
 	1, {INT8ARRAYOID}
 };
 
 static NtaskPlan hk_prune_attempts_shard_plan = {
-	"housekeeping prune attempts (one shard)",
+	"housekeeping prune attempts (one shard)", .ncols = 0,
 	HK_PRUNE_SHARD_SQL("attempt", "a"),
 	2, {INT8ARRAYOID, INT2OID}
 };
 
 static NtaskPlan hk_prune_receipts_plan = {
-	"housekeeping prune receipts",
+	"housekeeping prune receipts", .ncols = 0,
 	HK_PRUNE_SQL("receipt", "r"),
 	1, {INT8ARRAYOID}
 };
 
 static NtaskPlan hk_prune_receipts_shard_plan = {
-	"housekeeping prune receipts (one shard)",
+	"housekeeping prune receipts (one shard)", .ncols = 0,
 	HK_PRUNE_SHARD_SQL("receipt", "r"),
 	2, {INT8ARRAYOID, INT2OID}
 };
 
 /* a task's checkpoints and the signals it awaited go with it */
 static NtaskPlan hk_prune_checkpoints_plan = {
-	"housekeeping prune checkpoints",
+	"housekeeping prune checkpoints", .ncols = 0,
 	HK_PRUNE_SQL("checkpoint", "c"),
 	1, {INT8ARRAYOID}
 };
 
 static NtaskPlan hk_prune_checkpoints_shard_plan = {
-	"housekeeping prune checkpoints (one shard)",
+	"housekeeping prune checkpoints (one shard)", .ncols = 0,
 	HK_PRUNE_SHARD_SQL("checkpoint", "c"),
 	2, {INT8ARRAYOID, INT2OID}
 };
 
 static NtaskPlan hk_prune_signals_plan = {
-	"housekeeping prune signals",
+	"housekeeping prune signals", .ncols = 0,
 	HK_PRUNE_SQL("signal", "s"),
 	1, {INT8ARRAYOID}
 };
 
 static NtaskPlan hk_prune_signals_shard_plan = {
-	"housekeeping prune signals (one shard)",
+	"housekeeping prune signals (one shard)", .ncols = 0,
 	HK_PRUNE_SHARD_SQL("signal", "s"),
 	2, {INT8ARRAYOID, INT2OID}
 };
@@ -346,7 +346,7 @@ static NtaskPlan hk_prune_signals_shard_plan = {
  * so created_at is when it was sent; a round costs what it prunes).
  */
 static NtaskPlan hk_prune_unawaited_plan = {
-	"housekeeping prune unawaited signals",
+	"housekeeping prune unawaited signals", .ncols = 0,
 	"DELETE FROM ntask.signal s "
 	"WHERE s.queue OPERATOR(pg_catalog.=) $1 AND s.task_id IS NULL "
 	"  AND s.signal_key OPERATOR(pg_catalog.=) ANY (ARRAY( "
@@ -362,7 +362,7 @@ static NtaskPlan hk_prune_unawaited_plan = {
  * empty array for a queue without dependencies): the count
  */
 static NtaskPlan hk_prune_tasks_plan = {
-	"housekeeping prune tasks",
+	"housekeeping prune tasks", .ncols = 1,
 	"WITH d AS (" HK_PRUNE_SQL("task", "t") " RETURNING t.task_id, t.has_parents), "
 	"x AS (DELETE FROM ntask.task_dep p WHERE p.task_id OPERATOR(pg_catalog.=) ANY "
 	"  (ARRAY(SELECT d.task_id FROM d WHERE d.has_parents))) "
@@ -371,7 +371,7 @@ static NtaskPlan hk_prune_tasks_plan = {
 };
 
 static NtaskPlan hk_prune_tasks_shard_plan = {
-	"housekeeping prune tasks (one shard)",
+	"housekeeping prune tasks (one shard)", .ncols = 0,
 	HK_PRUNE_SHARD_SQL("task", "t"),
 	2, {INT8ARRAYOID, INT2OID}
 };
@@ -383,14 +383,14 @@ static NtaskPlan hk_prune_tasks_shard_plan = {
  * tick writes on no node.
  */
 static NtaskPlan hk_audit_pick_dist_plan = {
-	"housekeeping pick audit (distributed)",
+	"housekeeping pick audit (distributed)", .ncols = 1,
 	"SELECT x.audit_id FROM ntask.audit x "
 	"WHERE x.at OPERATOR(pg_catalog.<) $1 ORDER BY x.at LIMIT $2",
 	2, {TIMESTAMPTZOID, INT4OID}
 };
 
 static NtaskPlan hk_audit_delete_dist_plan = {
-	"housekeeping prune audit (distributed)",
+	"housekeeping prune audit (distributed)", .ncols = 0,
 	"DELETE FROM ntask.audit a WHERE a.audit_id OPERATOR(pg_catalog.=) ANY ($1)",
 	1, {INT8ARRAYOID}
 };
@@ -406,21 +406,21 @@ static NtaskPlan hk_audit_delete_dist_plan = {
  * coordinator.
  */
 static NtaskPlan hk_slots_pick_dist_plan = {
-	"housekeeping pick schedule slots (distributed)",
+	"housekeeping pick schedule slots (distributed)", .ncols = 2,
 	"SELECT x.id, x.task_id FROM ntask.schedule_slot x "
 	"WHERE x.fired_at OPERATOR(pg_catalog.<) $1 ORDER BY x.fired_at LIMIT $2",
 	2, {TIMESTAMPTZOID, INT4OID}
 };
 
 static NtaskPlan hk_slots_busy_dist_plan = {
-	"housekeeping unfinished tasks of schedule slots (distributed)",
+	"housekeeping unfinished tasks of schedule slots (distributed)", .ncols = 1,
 	"SELECT t.task_id FROM ntask.task t "
 	"WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1) AND t.due_at IS NOT NULL",
 	1, {INT8ARRAYOID}
 };
 
 static NtaskPlan hk_slots_delete_dist_plan = {
-	"housekeeping prune schedule slots (distributed)",
+	"housekeeping prune schedule slots (distributed)", .ncols = 0,
 	"DELETE FROM ntask.schedule_slot s WHERE s.id OPERATOR(pg_catalog.=) ANY ($1)",
 	1, {INT8ARRAYOID}
 };

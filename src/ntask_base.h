@@ -97,11 +97,19 @@ extern bool NtaskTraceparentValid(const char *tp, const char **why);
 /*
  * A statement prepared once per backend with SPI_prepare + SPI_keepplan.
  * Declared as a static in the file that owns the SQL; "plan" starts NULL.
+ *
+ * The statement checks itself (spi_util.c): when prepared, the highest $N
+ * in sql must be nargs and its result must have ncols columns (0: it
+ * returns no rows), and every execution that returns a tuple table must
+ * return ncols columns.  ncols comes second, so an initializer written
+ * { "name", .ncols = N, "SELECT ...", nargs, {types} } that leaves it out
+ * puts the SQL text in an int: a compile error, not a silent 0.
  */
 #define NTASK_PLAN_MAX_ARGS 28
 typedef struct NtaskPlan
 {
 	const char *name;			/* for error messages */
+	int			ncols;			/* result columns; 0: returns no rows */
 	const char *sql;
 	int			nargs;
 	Oid			argtypes[NTASK_PLAN_MAX_ARGS];

@@ -33,6 +33,7 @@
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "utils/plancache.h"
 #include "utils/resowner.h"
 #include "utils/syscache.h"
 
@@ -44,11 +45,12 @@ static Oid	spi_caller = InvalidOid;
 
 static Oid	spi_owner(void);
 static void spi_prepare(NtaskPlan *p);
+static int	spi_highest_param(const char *sql);
 static void spi_check_version(void);
 pg_noreturn static void spi_rethrow_without_statement(NtaskPlan *p);
 
 static NtaskPlan spi_audit_plan = {
-	"audit insert",
+	"audit insert", .ncols = 0,
 	"INSERT INTO ntask.audit (actor, action, task_id, queue, reason, "
 	"                         from_state, to_state) "
 	"VALUES ($1, $2, $3, $4, $5, $6, $7)",
@@ -156,6 +158,17 @@ NtaskExecPlanCount(NtaskPlan *p, Datum *values, const char *nulls,
 	AtEOXact_GUC(true, save_nestlevel);
 	if (rc != expected_rc)
 		elog(ERROR, "ntask: %s failed: %s", p->name, SPI_result_code_string(rc));
+
+	/*
+	 * The callers read the result by column number (each file's column
+	 * enum): a statement whose column list and enum have drifted apart
+	 * fails here, not by reading the wrong column.  Not an Assert: builds
+	 * are not cassert.
+	 */
+	if ((SPI_tuptable != NULL ? SPI_tuptable->tupdesc->natts : 0) != p->ncols)
+		elog(ERROR, "ntask: %s returned %d columns, declared %d",
+			 p->name, SPI_tuptable != NULL ? SPI_tuptable->tupdesc->natts : 0,
+			 p->ncols);
 	return (int) SPI_processed;
 }
 
@@ -301,6 +314,8 @@ static void
 spi_prepare(NtaskPlan *p)
 {
 	SPIPlanPtr	plan;
+	CachedPlanSource *src;
+	int			highest;
 
 	spi_check_version();
 	plan = SPI_prepare_cursor(p->sql, p->nargs, p->argtypes,
@@ -310,9 +325,63 @@ spi_prepare(NtaskPlan *p)
 	if (plan == NULL)
 		elog(ERROR, "ntask: could not prepare %s: %s",
 			 p->name, SPI_result_code_string(SPI_result));
+
+	/*
+	 * The statement checks itself once, here: its parameters against
+	 * nargs, its result columns against ncols (the result of the last of
+	 * its statements is the one SPI returns).  A plan that shares a longer
+	 * argument list with its distributed twin and does not use the last
+	 * ones declares only the ones it uses (nargs = its highest $N): SPI
+	 * reads just the first nargs values of the array the caller passes.
+	 */
+	highest = spi_highest_param(p->sql);
+	if (highest != p->nargs)
+		elog(ERROR, "ntask: %s uses $%d, declared %d parameters",
+			 p->name, highest, p->nargs);
+	src = llast(SPI_plan_get_plan_sources(plan));
+	if ((src->resultDesc != NULL ? src->resultDesc->natts : 0) != p->ncols)
+		elog(ERROR, "ntask: %s returns %d columns, declared %d",
+			 p->name, src->resultDesc != NULL ? src->resultDesc->natts : 0,
+			 p->ncols);
 	if (SPI_keepplan(plan) != 0)
 		elog(ERROR, "ntask: could not keep plan %s", p->name);
 	p->plan = plan;
+}
+
+/*
+ * spi_highest_param
+ *		The highest $N in the text of one of ntask's statements, outside
+ *		string literals and quoted identifiers ('...', "...": a doubled
+ *		quote inside one closes and reopens it, which leaves the scan in the
+ *		right state).  ntask's SQL has no comments, dollar quotes or E''
+ *		strings, so this is all the lexing it needs.
+ */
+static int
+spi_highest_param(const char *sql)
+{
+	int			highest = 0;
+	char		quote = '\0';
+	const char *c;
+
+	for (c = sql; *c != '\0'; c++)
+	{
+		if (quote != '\0')
+		{
+			if (*c == quote)
+				quote = '\0';
+		}
+		else if (*c == '\'' || *c == '"')
+			quote = *c;
+		else if (*c == '$' && isdigit((unsigned char) c[1]))
+		{
+			int			n = 0;
+
+			while (isdigit((unsigned char) c[1]))
+				n = n * 10 + (*++c - '0');
+			highest = Max(highest, n);
+		}
+	}
+	return highest;
 }
 
 /* NtaskInt8Array: a bigint[] Datum of n int64 Datums (palloc'd). */
@@ -520,7 +589,7 @@ NtaskTaskNotFound(int64 task_id)
  * (NtaskCheckTokenIssued's slow path; routed by the task id's shard).
  */
 static NtaskPlan token_ledger_plan = {
-	"token in the ledger",
+	"token in the ledger", .ncols = 1,
 	"SELECT 1 FROM ntask.attempt a "
 	"WHERE a.task_id OPERATOR(pg_catalog.=) $1 "
 	"  AND a.token OPERATOR(pg_catalog.=) $2" NTASK_SHARD_OF("a", "$1"),
@@ -751,7 +820,7 @@ NtaskTrySubxact(void (*fn) (void *arg), void *arg, ErrorData **edata)
  * ntask_distribute keeps what it read: reconnect after distributing.
  */
 static NtaskPlan spi_shard_map_plan = {
-	"shard map",
+	"shard map", .ncols = 1,
 	"SELECT s.shard FROM ntask.shard_map s ORDER BY s.shard",
 	0, {InvalidOid}
 };
@@ -891,7 +960,7 @@ NtaskShardFor(text *queue, text *key)
  * Marked, not freed: the callback can run within a claim that walks them.
  */
 static NtaskPlan spi_local_shards_plan = {
-	"local shards",
+	"local shards", .ncols = 1,
 	"SELECT m.shard FROM ntask.shard_map m "
 	"WHERE " SPI_SHARD_ID_OF_M "OPERATOR(pg_catalog.=) ANY (ARRAY( "
 	"  SELECT p.shardid FROM pg_catalog.pg_dist_placement p "
@@ -1017,7 +1086,7 @@ NtaskIsLocalShard(int16 shard)
  * shard value; ShareLock is 5.
  */
 static NtaskPlan spi_shard_lock_plan = {
-	"shard metadata lock",
+	"shard metadata lock", .ncols = 1,
 	"SELECT pg_catalog.lock_shard_metadata(5, ARRAY( "
 	"  SELECT DISTINCT pg_catalog.get_shard_id_for_distribution_column($1, s.v) "
 	"  FROM pg_catalog.unnest($2) s(v) ORDER BY 1))",
@@ -1097,7 +1166,7 @@ NtaskWalkShardValue(int i)
  * moves): a queue-wide cap is shared out by node (claim.c, claim_limit).
  */
 static NtaskPlan spi_shard_groups_plan = {
-	"shard groups",
+	"shard groups", .ncols = 2,
 	"SELECT m.shard, pg_catalog.min(p.groupid) FROM ntask.shard_map m "
 	"JOIN pg_catalog.pg_dist_placement p ON p.shardid OPERATOR(pg_catalog.=) "
 	"  " SPI_SHARD_ID_OF_M
