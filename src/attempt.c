@@ -116,13 +116,13 @@ NtaskLedgerRowDist(Datum *v, const char *n)
 }
 
 /*
- * att_open_row: the open attempt's columns of row r of a pick with
- * AttCloseDistCol's columns into v and n, as a ledger row that ended now
+ * att_open_row: the open attempt's columns of row r of tt, a pick with
+ * AttCloseDistCol's columns, into v and n, as a ledger row that ended now
  * with result; returns whether its outcome is unknown (it was invoked
  * and committed no receipt)
  */
 static bool
-att_open_row(int r, const char *result, Datum *v, char *n)
+att_open_row(SPITupleTable *tt, int r, const char *result, Datum *v, char *n)
 {
 	static const int cols[ATT_ROW_NARGS] = {
 		ATT_CLOSE_DIST_TASK_ID, ATT_CLOSE_DIST_SHARD, ATT_CLOSE_DIST_TOKEN,
@@ -135,14 +135,14 @@ att_open_row(int r, const char *result, Datum *v, char *n)
 	{
 		bool		isnull = true;
 
-		v[i] = cols[i] != 0 ? NtaskGetDatum(r, cols[i], &isnull) : (Datum) 0;
+		v[i] = cols[i] != 0 ? NtaskTupGetDatum(tt, r, cols[i], &isnull) : (Datum) 0;
 		n[i] = isnull ? 'n' : ' ';
 	}
 	v[ATT_ROW_ENDED_AT] = NtaskStatementTs();
 	n[ATT_ROW_ENDED_AT] = ' ';
 	v[ATT_ROW_RESULT] = CStringGetTextDatum(result);
 	n[ATT_ROW_RESULT] = ' ';
-	return !NtaskGetBool(r, ATT_CLOSE_DIST_KNOWN);
+	return !NtaskTupGetBool(tt, r, ATT_CLOSE_DIST_KNOWN);
 }
 
 static Datum att_close_dist(Datum *values);
@@ -297,12 +297,10 @@ att_close_dist(Datum *values)
 		Datum		av[ATT_ROW_NARGS];
 		char		an[ATT_ROW_NARGS];
 
-		SPI_tuptable = picked;
-		if (att_open_row(r, "lease_expired", av, an))
-			invoked[ninvoked++] = Int64GetDatum(NtaskGetInt64(r, ATT_CLOSE_DIST_TASK_ID));
+		if (att_open_row(picked, r, "lease_expired", av, an))
+			invoked[ninvoked++] = Int64GetDatum(NtaskTupGetInt64(picked, r, ATT_CLOSE_DIST_TASK_ID));
 		NtaskLedgerRowDist(av, an);
 	}
-	SPI_tuptable = picked;
 	return NtaskInt8Array(invoked, ninvoked);
 }
 
@@ -345,7 +343,7 @@ NtaskFinishTask(int64 task_id, const char *to_state, const char *reason,
 			char		an[ATT_ROW_NARGS];
 
 			closed = true;
-			invoked = att_open_row(0, attempt_result, av, an);
+			invoked = att_open_row(SPI_tuptable, 0, attempt_result, av, an);
 			NtaskLedgerRowDist(av, an);
 		}
 		memcpy(dv, values, sizeof(Datum) * ATT_FINISH_NARGS);

@@ -358,11 +358,11 @@ static NtaskPlan lease_release_dist_plan = {
 
 /*
  * lease_release_dist: the release on a distributed install, values as
- * lease_release_plan's; returns whether it applied, SPI_tuptable then
- * holding the task's row (LeaseReleaseCol first)
+ * lease_release_plan's; returns whether it applied, *row then holding the
+ * task's row (LeaseReleaseCol first)
  */
 static bool
-lease_release_dist(Datum *values)
+lease_release_dist(Datum *values, SPITupleTable **row)
 {
 	Datum		dv[6];
 	Datum		av[ATT_ROW_NARGS];
@@ -388,10 +388,10 @@ lease_release_dist(Datum *values)
 	for (i = 0; i < ATT_ROW_NARGS; i++)
 	{
 		isnull = true;
-		av[i] = cols[i] != 0 ? NtaskGetDatum(0, cols[i], &isnull) : (Datum) 0;
+		av[i] = cols[i] != 0 ? NtaskTupGetDatum(upd, 0, cols[i], &isnull) : (Datum) 0;
 		an[i] = isnull ? 'n' : ' ';
 	}
-	(void) NtaskGetDatum(0, LEASE_RELEASE_DIST_INVOKED_AT, &isnull);
+	(void) NtaskTupGetDatum(upd, 0, LEASE_RELEASE_DIST_INVOKED_AT, &isnull);
 	av[ATT_ROW_ENDED_AT] = dv[5];
 	an[ATT_ROW_ENDED_AT] = ' ';
 	av[ATT_ROW_RESULT] = av[ATT_ROW_REQUESTED] = CStringGetTextDatum("released");
@@ -399,7 +399,7 @@ lease_release_dist(Datum *values)
 	av[ATT_ROW_KNOWN] = BoolGetDatum(isnull || receipt);
 	an[ATT_ROW_KNOWN] = ' ';
 	NtaskLedgerRowDist(av, an);
-	SPI_tuptable = upd;
+	*row = upd;
 	return true;
 }
 
@@ -432,6 +432,8 @@ ntask_release(PG_FUNCTION_ARGS)
 	Interval   *delay = NtaskUsecsInterval(0);
 	Datum		values[4];
 	const char *result;
+	bool		applied;
+	SPITupleTable *row = NULL;
 
 	if (!PG_ARGISNULL(2))
 	{
@@ -454,19 +456,26 @@ ntask_release(PG_FUNCTION_ARGS)
 	values[3] = ObjectIdGetDatum(NtaskCaller());
 
 	SPI_connect();
-	if (NtaskShardCount() > 0 ? lease_release_dist(values) :
-		NtaskExecPlan(&lease_release_plan, values, NULL, SPI_OK_SELECT) == 1)
+	if (NtaskShardCount() > 0)
+		applied = lease_release_dist(values, &row);
+	else
+	{
+		applied = NtaskExecPlan(&lease_release_plan, values, NULL, SPI_OK_SELECT) == 1;
+		row = SPI_tuptable;
+	}
+	if (applied)
 	{
 		bool		isnull;
-		TimestampTz run_at = DatumGetTimestampTz(NtaskGetDatum(0, LEASE_RELEASE_RUN_AT, &isnull));
+		TimestampTz run_at = DatumGetTimestampTz(NtaskTupGetDatum(row, 0, LEASE_RELEASE_RUN_AT, &isnull));
+		char	   *queue = NtaskTupGetCString(row, 0, LEASE_RELEASE_QUEUE);
 
 		result = "applied";
 		NtaskWakeWorkerAtCommit();	/* it may be an http task, due now */
-		NtaskWakeCappedAtCommit(NtaskGetCString(0, LEASE_RELEASE_QUEUE), 1);	/* a slot is free */
+		NtaskWakeCappedAtCommit(queue, 1);	/* a slot is free */
 		if (run_at <= GetCurrentStatementStartTimestamp())
-			NtaskWakeWaitersAtCommit(NtaskGetCString(0, LEASE_RELEASE_QUEUE), 1, 0);
+			NtaskWakeWaitersAtCommit(queue, 1, 0);
 		else
-			NtaskWakeWaitersAtCommit(NtaskGetCString(0, LEASE_RELEASE_QUEUE), 0, run_at);
+			NtaskWakeWaitersAtCommit(queue, 0, run_at);
 	}
 	else
 	{

@@ -130,6 +130,12 @@ extern char *NtaskGetCString(int row, int col);
 extern int64 NtaskGetInt64(int row, int col);
 extern int32 NtaskGetInt32(int row, int col);
 extern bool NtaskGetBool(int row, int col);
+extern Datum NtaskTupGetDatum(SPITupleTable *tt, int row, int col, bool *isnull);
+extern text *NtaskTupGetText(SPITupleTable *tt, int row, int col);
+extern char *NtaskTupGetCString(SPITupleTable *tt, int row, int col);
+extern int64 NtaskTupGetInt64(SPITupleTable *tt, int row, int col);
+extern int32 NtaskTupGetInt32(SPITupleTable *tt, int row, int col);
+extern bool NtaskTupGetBool(SPITupleTable *tt, int row, int col);
 extern text *NtaskArgText(FunctionCallInfo fcinfo, int argno,
 						  const char *argname, int maxlen);
 extern int64 NtaskArgInt64(FunctionCallInfo fcinfo, int argno,

@@ -461,30 +461,30 @@ queue_parse_rate(text *arg, const char *name, int32 *n, Datum *per)
 
 /*
  * queue_check_flow
- *		After the update: the per-key options need the per-key walk of a
+ *		After the update (row: its result): the per-key options need the per-key walk of a
  *		fair queue (docs/design.md "Flow control").
  */
 static void
-queue_check_flow(void)
+queue_check_flow(SPITupleTable *row)
 {
-	TupleDesc	d = SPI_tuptable->tupdesc;
+	TupleDesc	d = row->tupdesc;
 	bool		isnull;
-	bool		fair = strcmp(NtaskGetCString(0, SPI_fnumber(d, "fairness")), "partition") == 0;
+	bool		fair = strcmp(NtaskTupGetCString(row, 0, SPI_fnumber(d, "fairness")), "partition") == 0;
 	const char *opt = NULL;
 
-	if (DatumGetBool(NtaskGetDatum(0, SPI_fnumber(d, "ordered"), &isnull)) &&
-		(NtaskGetDatum(0, SPI_fnumber(d, "retry_share"), &isnull), !isnull))
+	if (DatumGetBool(NtaskTupGetDatum(row, 0, SPI_fnumber(d, "ordered"), &isnull)) &&
+		(NtaskTupGetDatum(row, 0, SPI_fnumber(d, "retry_share"), &isnull), !isnull))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("ntask: retry_share does not apply to an ordered queue"),
 				 errdetail("An ordered queue hands out only the head of each key, retry or not.")));
 	if (fair)
 		return;
-	if (DatumGetBool(NtaskGetDatum(0, SPI_fnumber(d, "ordered"), &isnull)))
+	if (DatumGetBool(NtaskTupGetDatum(row, 0, SPI_fnumber(d, "ordered"), &isnull)))
 		opt = "ordered";
-	else if ((NtaskGetDatum(0, SPI_fnumber(d, "partition_max_inflight"), &isnull), !isnull))
+	else if ((NtaskTupGetDatum(row, 0, SPI_fnumber(d, "partition_max_inflight"), &isnull), !isnull))
 		opt = "partition_max_inflight";
-	else if ((NtaskGetDatum(0, SPI_fnumber(d, "partition_rate_n"), &isnull), !isnull))
+	else if ((NtaskTupGetDatum(row, 0, SPI_fnumber(d, "partition_rate_n"), &isnull), !isnull))
 		opt = "partition_rate_limit";
 	if (opt)
 		ereport(ERROR,
@@ -519,21 +519,21 @@ queue_check_aging_step(Interval *iv)
 
 /*
  * queue_check_aging
- *		After the update: priority aging walks the priority levels of the
+ *		After the update (row: its result): priority aging walks the priority levels of the
  *		whole queue, so it does not apply to a fair (or ordered) queue,
  *		whose claim walks the partition keys; and its cap needs it.
  */
 static void
-queue_check_aging(void)
+queue_check_aging(SPITupleTable *row)
 {
-	TupleDesc	d = SPI_tuptable->tupdesc;
+	TupleDesc	d = row->tupdesc;
 	bool		aging_off;
 	bool		isnull;
 
-	(void) NtaskGetDatum(0, SPI_fnumber(d, "priority_aging"), &aging_off);
+	(void) NtaskTupGetDatum(row, 0, SPI_fnumber(d, "priority_aging"), &aging_off);
 	if (aging_off)
 	{
-		(void) NtaskGetDatum(0, SPI_fnumber(d, "priority_aging_max"), &isnull);
+		(void) NtaskTupGetDatum(row, 0, SPI_fnumber(d, "priority_aging_max"), &isnull);
 		if (!isnull)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -541,7 +541,7 @@ queue_check_aging(void)
 					 errhint("Pass priority_aging => an interval in the same call.")));
 		return;
 	}
-	if (strcmp(NtaskGetCString(0, SPI_fnumber(d, "fairness")), "none") != 0)
+	if (strcmp(NtaskTupGetCString(row, 0, SPI_fnumber(d, "fairness")), "none") != 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("ntask: priority_aging does not apply to a fair queue"),
@@ -572,6 +572,7 @@ ntask_queue_set(PG_FUNCTION_ARGS)
 	char	   *qname;
 	char	   *guard_name = NULL;
 	char	   *guard_owner = NULL;
+	SPITupleTable *row;
 
 	NtaskCheckNargs(fcinfo, 24);	/* before its new arguments are read */
 	queue_check_name(queue);
@@ -729,8 +730,9 @@ ntask_queue_set(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("ntask: backoff_max must not be less than backoff_base")));
-	queue_check_flow();
-	queue_check_aging();
+	row = SPI_tuptable;
+	queue_check_flow(row);
+	queue_check_aging(row);
 
 	/*
 	 * A change of what a claim may hand out can free work: every waiting
@@ -749,19 +751,11 @@ ntask_queue_set(PG_FUNCTION_ARGS)
 			break;
 		}
 	if (!PG_ARGISNULL(13) && PG_GETARG_BOOL(13))
-	{
-		SPITupleTable *row = SPI_tuptable;
-
 		NtaskExecPlan(&queue_ordered_plan, values, NULL, SPI_OK_UPDATE);
-		SPI_tuptable = row;
-	}
 	if (!PG_ARGISNULL(10) &&
 		strcmp(text_to_cstring(PG_GETARG_TEXT_PP(10)), "partition") == 0)
 	{
-		SPITupleTable *row = SPI_tuptable;
-
 		NtaskExecPlan(&queue_fair_keyless_plan, values, NULL, SPI_OK_UPDATE);
-		SPI_tuptable = row;
 		/* the round starts again at the first key (fair.c) */
 		NtaskFairAdvance(qname, cstring_to_text(""));
 	}
@@ -783,9 +777,9 @@ ntask_queue_set(PG_FUNCTION_ARGS)
 				rownulls[i] = true;
 				continue;
 			}
-			if (++col > SPI_tuptable->tupdesc->natts)
+			if (++col > row->tupdesc->natts)
 				elog(ERROR, "ntask: ntask.queue has fewer columns than its row type");
-			rowvals[i] = NtaskGetDatum(0, col, &rownulls[i]);
+			rowvals[i] = NtaskTupGetDatum(row, 0, col, &rownulls[i]);
 		}
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc,
 							 rowvals, rownulls);

@@ -344,8 +344,16 @@ static NtaskPlan bulk_lock_plan = {
 };
 
 /* reschedule the locked tasks $1 to $2 (still ready or retry_wait) */
+/* the columns of bulk_reschedule_plan */
+typedef enum BulkRescheduleCol
+{
+	BULK_RESCHEDULE_TASK_ID = 1,
+	BULK_RESCHEDULE_STATE,
+	BULK_RESCHEDULE_NCOLS = BULK_RESCHEDULE_STATE
+} BulkRescheduleCol;
+
 static NtaskPlan bulk_reschedule_plan = {
-	"bulk reschedule", .ncols = 2,
+	"bulk reschedule", .ncols = BULK_RESCHEDULE_NCOLS,
 	"UPDATE ntask.task t SET run_at = $2, due_at = $2, "
 	"  updated_at = pg_catalog.statement_timestamp() "
 	"WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1) "
@@ -748,12 +756,11 @@ bulk_chunk(BulkCall *c, BulkOut *out)
 
 				for (i = 0; i < nrows; i++)
 				{
-					char	   *state;
+					char	   *state = NtaskTupGetCString(rows, i, BULK_RESCHEDULE_STATE);
 
-					SPI_tuptable = rows;
-					state = NtaskGetCString(i, 2);
-					NtaskAudit(c->actor, "reschedule", NtaskGetInt64(i, 1), c->queue,
-							   c->reason, state, state);
+					NtaskAudit(c->actor, "reschedule",
+							   NtaskTupGetInt64(rows, i, BULK_RESCHEDULE_TASK_ID),
+							   c->queue, c->reason, state, state);
 				}
 			}
 			out->changed = nrows;

@@ -405,64 +405,105 @@ NtaskResultIds(int n)
 }
 
 /*
- * NtaskGetDatum
- *		Column col (1-based) of row of the last SPI result.
+ * NtaskTupGetDatum
+ *		Column col (1-based) of row of tuple table tt: the result a caller
+ *		kept (tt = SPI_tuptable right after its NtaskExecPlan), read while
+ *		statements run in between have replaced SPI_tuptable.
  */
 Datum
-NtaskGetDatum(int row, int col, bool *isnull)
+NtaskTupGetDatum(SPITupleTable *tt, int row, int col, bool *isnull)
 {
-	Assert(SPI_tuptable != NULL && row < (int) SPI_tuptable->numvals);
-	return SPI_getbinval(SPI_tuptable->vals[row], SPI_tuptable->tupdesc,
-						 col, isnull);
+	Assert(tt != NULL && row < (int) tt->numvals);
+	return SPI_getbinval(tt->vals[row], tt->tupdesc, col, isnull);
 }
 
-/* NtaskGetText: a text column, or NULL for SQL NULL. */
+/* NtaskTupGetText: a text column, or NULL for SQL NULL. */
 text *
-NtaskGetText(int row, int col)
+NtaskTupGetText(SPITupleTable *tt, int row, int col)
 {
 	bool		isnull;
-	Datum		d = NtaskGetDatum(row, col, &isnull);
+	Datum		d = NtaskTupGetDatum(tt, row, col, &isnull);
 
 	return isnull ? NULL : DatumGetTextPP(d);
 }
 
-/* NtaskGetCString: a text column as a palloc'd C string, or NULL. */
+/* NtaskTupGetCString: a text column as a palloc'd C string, or NULL. */
 char *
-NtaskGetCString(int row, int col)
+NtaskTupGetCString(SPITupleTable *tt, int row, int col)
 {
-	text	   *t = NtaskGetText(row, col);
+	text	   *t = NtaskTupGetText(tt, row, col);
 
 	return t ? text_to_cstring(t) : NULL;
 }
 
-/* NtaskGetInt64: a bigint column; SQL NULL reads as 0. */
+/* NtaskTupGetInt64: a bigint column; SQL NULL reads as 0. */
 int64
-NtaskGetInt64(int row, int col)
+NtaskTupGetInt64(SPITupleTable *tt, int row, int col)
 {
 	bool		isnull;
-	Datum		d = NtaskGetDatum(row, col, &isnull);
+	Datum		d = NtaskTupGetDatum(tt, row, col, &isnull);
 
 	return isnull ? 0 : DatumGetInt64(d);
 }
 
-/* NtaskGetInt32: an integer column; SQL NULL reads as 0. */
+/* NtaskTupGetInt32: an integer column; SQL NULL reads as 0. */
 int32
-NtaskGetInt32(int row, int col)
+NtaskTupGetInt32(SPITupleTable *tt, int row, int col)
 {
 	bool		isnull;
-	Datum		d = NtaskGetDatum(row, col, &isnull);
+	Datum		d = NtaskTupGetDatum(tt, row, col, &isnull);
 
 	return isnull ? 0 : DatumGetInt32(d);
 }
 
-/* NtaskGetBool: a boolean column; SQL NULL reads as false. */
+/* NtaskTupGetBool: a boolean column; SQL NULL reads as false. */
+bool
+NtaskTupGetBool(SPITupleTable *tt, int row, int col)
+{
+	bool		isnull;
+	Datum		d = NtaskTupGetDatum(tt, row, col, &isnull);
+
+	return isnull ? false : DatumGetBool(d);
+}
+
+/*
+ * NtaskGetDatum, NtaskGetText, ...: the same, of the last SPI result
+ * (SPI_tuptable), for a caller that reads it before it runs anything else.
+ */
+Datum
+NtaskGetDatum(int row, int col, bool *isnull)
+{
+	return NtaskTupGetDatum(SPI_tuptable, row, col, isnull);
+}
+
+text *
+NtaskGetText(int row, int col)
+{
+	return NtaskTupGetText(SPI_tuptable, row, col);
+}
+
+char *
+NtaskGetCString(int row, int col)
+{
+	return NtaskTupGetCString(SPI_tuptable, row, col);
+}
+
+int64
+NtaskGetInt64(int row, int col)
+{
+	return NtaskTupGetInt64(SPI_tuptable, row, col);
+}
+
+int32
+NtaskGetInt32(int row, int col)
+{
+	return NtaskTupGetInt32(SPI_tuptable, row, col);
+}
+
 bool
 NtaskGetBool(int row, int col)
 {
-	bool		isnull;
-	Datum		d = NtaskGetDatum(row, col, &isnull);
-
-	return isnull ? false : DatumGetBool(d);
+	return NtaskTupGetBool(SPI_tuptable, row, col);
 }
 
 /*
