@@ -70,15 +70,23 @@ PG_FUNCTION_INFO_V1(ntask_housekeeping);
 	"  AND t.lease_until OPERATOR(pg_catalog.<) " now " " \
 	"ORDER BY t.lease_until LIMIT " limit " FOR UPDATE SKIP LOCKED"
 
+/* the columns of hk_expired_plan and of its shard twin */
+typedef enum HkExpiredCol
+{
+	HK_EXPIRED_TASK_ID = 1,
+	HK_EXPIRED_TOKEN,
+	HK_EXPIRED_NCOLS = HK_EXPIRED_TOKEN
+} HkExpiredCol;
+
 static NtaskPlan hk_expired_plan = {
-	"housekeeping pick expired leases", .ncols = 2,
+	"housekeeping pick expired leases", .ncols = HK_EXPIRED_NCOLS,
 	HK_EXPIRED_SQL("", HK_NOW, CppAsString2(HK_MAX_ROWS)),
 	0, {InvalidOid}
 };
 
 /* $1 shard, $2 statement timestamp, $3 rows */
 static NtaskPlan hk_expired_shard_plan = {
-	"housekeeping pick expired leases (one shard)", .ncols = 2,
+	"housekeeping pick expired leases (one shard)", .ncols = HK_EXPIRED_NCOLS,
 	HK_EXPIRED_SQL("t.shard OPERATOR(pg_catalog.=) $1   AND ", "$2", "$3"),
 	3, {INT2OID, TIMESTAMPTZOID, INT4OID}
 };
@@ -109,9 +117,16 @@ static NtaskPlan hk_expired_shard_plan = {
 	"  AND t.state OPERATOR(pg_catalog.=) 'leased' " \
 	"RETURNING t.state OPERATOR(pg_catalog.=) 'repair_required'"
 
+/* the column of hk_release_plan and of its shard twin: the task's end */
+typedef enum HkReleaseCol
+{
+	HK_RELEASE_REPAIRED = 1,	/* it went to repair_required */
+	HK_RELEASE_NCOLS = HK_RELEASE_REPAIRED
+} HkReleaseCol;
+
 /* $1 expired task ids, $2 those whose attempt had been invoked */
 static NtaskPlan hk_release_plan = {
-	"housekeeping release expired leases", .ncols = 1,
+	"housekeeping release expired leases", .ncols = HK_RELEASE_NCOLS,
 	HK_RELEASE_SQL(HK_NOW, ""),
 	2, {INT8ARRAYOID, INT8ARRAYOID}
 };
@@ -124,7 +139,7 @@ static NtaskPlan hk_release_plan = {
  * move cannot make its row locks moot, and this is the second line).
  */
 static NtaskPlan hk_release_shard_plan = {
-	"housekeeping release expired leases (one shard)", .ncols = 1,
+	"housekeeping release expired leases (one shard)", .ncols = HK_RELEASE_NCOLS,
 	HK_RELEASE_SQL("$3", "  AND t.shard OPERATOR(pg_catalog.=) $4 "
 				   "  AND t.token OPERATOR(pg_catalog.=) ($5)[pg_catalog.array_position($1, t.task_id)] "),
 	5, {INT8ARRAYOID, INT8ARRAYOID, TIMESTAMPTZOID, INT2OID, INT8ARRAYOID}
@@ -172,8 +187,15 @@ static NtaskPlan hk_deadline_plan = {
 	"  AND t.state OPERATOR(pg_catalog.<>) 'awaiting' " \
 	"  AND t.deadline OPERATOR(pg_catalog.<=) " now
 
+/* the column of hk_deadline_pick_plan and of its shard twin */
+typedef enum HkDeadlinePickCol
+{
+	HK_DEADLINE_PICK_TASK_ID = 1,
+	HK_DEADLINE_PICK_NCOLS = HK_DEADLINE_PICK_TASK_ID
+} HkDeadlinePickCol;
+
 static NtaskPlan hk_deadline_pick_shard_plan = {
-	"housekeeping pick deadlines (one shard)", .ncols = 1,
+	"housekeeping pick deadlines (one shard)", .ncols = HK_DEADLINE_PICK_NCOLS,
 	HK_DEADLINE_PICK_SQL("t.shard OPERATOR(pg_catalog.=) $1   AND ", "$2", "$3"),
 	3, {INT2OID, TIMESTAMPTZOID, INT4OID}
 };
@@ -186,7 +208,7 @@ static NtaskPlan hk_deadline_set_shard_plan = {
 
 /* $1 rows */
 static NtaskPlan hk_deadline_pick_plan = {
-	"housekeeping pick deadlines", .ncols = 1,
+	"housekeeping pick deadlines", .ncols = HK_DEADLINE_PICK_NCOLS,
 	HK_DEADLINE_PICK_SQL("", HK_NOW, "$1"),
 	1, {INT4OID}
 };
@@ -254,8 +276,16 @@ static NtaskPlan hk_prune_fence_plan = {
 	2, {INTERVALOID, INT4OID}
 };
 
+/* the columns of hk_queues_plan */
+typedef enum HkQueuesCol
+{
+	HK_QUEUES_QUEUE = 1,
+	HK_QUEUES_RETENTION,
+	HK_QUEUES_NCOLS = HK_QUEUES_RETENTION
+} HkQueuesCol;
+
 static NtaskPlan hk_queues_plan = {
-	"housekeeping queues", .ncols = 2,
+	"housekeeping queues", .ncols = HK_QUEUES_NCOLS,
 	"SELECT q.queue, q.retention FROM ntask.queue q ORDER BY q.queue",
 	0, {InvalidOid}
 };
@@ -268,9 +298,16 @@ static NtaskPlan hk_queues_plan = {
 	"  AND t.finished_at OPERATOR(pg_catalog.<) " before " " \
 	"ORDER BY t.finished_at LIMIT " limit " FOR UPDATE SKIP LOCKED"
 
+/* the column of hk_prune_pick_plan and of its shard twin */
+typedef enum HkPrunePickCol
+{
+	HK_PRUNE_PICK_TASK_ID = 1,
+	HK_PRUNE_PICK_NCOLS = HK_PRUNE_PICK_TASK_ID
+} HkPrunePickCol;
+
 /* $2 the queue's retention */
 static NtaskPlan hk_prune_pick_plan = {
-	"housekeeping pick finished tasks", .ncols = 1,
+	"housekeeping pick finished tasks", .ncols = HK_PRUNE_PICK_NCOLS,
 	HK_PRUNE_PICK_SQL("",
 					  "      (" HK_NOW " OPERATOR(pg_catalog.-) $2)",
 					  CppAsString2(HK_MAX_ROWS)),
@@ -279,7 +316,7 @@ static NtaskPlan hk_prune_pick_plan = {
 
 /* $2 shard, $3 finished before (statement timestamp - retention), $4 rows */
 static NtaskPlan hk_prune_pick_shard_plan = {
-	"housekeeping pick finished tasks (one shard)", .ncols = 1,
+	"housekeeping pick finished tasks (one shard)", .ncols = HK_PRUNE_PICK_NCOLS,
 	HK_PRUNE_PICK_SQL("t.shard OPERATOR(pg_catalog.=) $2   AND ", "$3", "$4"),
 	4, {TEXTOID, INT2OID, TIMESTAMPTZOID, INT4OID}
 };
@@ -360,9 +397,16 @@ static NtaskPlan hk_prune_unawaited_plan = {
 /*
  * the tasks, and the dependency rows of those that had parents (an
  * empty array for a queue without dependencies): the count
+ * (HkPruneTasksCol)
  */
+typedef enum HkPruneTasksCol
+{
+	HK_PRUNE_TASKS_COUNT = 1,
+	HK_PRUNE_TASKS_NCOLS = HK_PRUNE_TASKS_COUNT
+} HkPruneTasksCol;
+
 static NtaskPlan hk_prune_tasks_plan = {
-	"housekeeping prune tasks", .ncols = 1,
+	"housekeeping prune tasks", .ncols = HK_PRUNE_TASKS_NCOLS,
 	"WITH d AS (" HK_PRUNE_SQL("task", "t") " RETURNING t.task_id, t.has_parents), "
 	"x AS (DELETE FROM ntask.task_dep p WHERE p.task_id OPERATOR(pg_catalog.=) ANY "
 	"  (ARRAY(SELECT d.task_id FROM d WHERE d.has_parents))) "
@@ -382,8 +426,14 @@ static NtaskPlan hk_prune_tasks_shard_plan = {
  * commit), then deleted by id only when there are any, so that an idle
  * tick writes on no node.
  */
+typedef enum HkAuditPickCol
+{
+	HK_AUDIT_PICK_ID = 1,
+	HK_AUDIT_PICK_NCOLS = HK_AUDIT_PICK_ID
+} HkAuditPickCol;
+
 static NtaskPlan hk_audit_pick_dist_plan = {
-	"housekeeping pick audit (distributed)", .ncols = 1,
+	"housekeeping pick audit (distributed)", .ncols = HK_AUDIT_PICK_NCOLS,
 	"SELECT x.audit_id FROM ntask.audit x "
 	"WHERE x.at OPERATOR(pg_catalog.<) $1 ORDER BY x.at LIMIT $2",
 	2, {TIMESTAMPTZOID, INT4OID}
@@ -405,15 +455,28 @@ static NtaskPlan hk_audit_delete_dist_plan = {
  * and plans a LEFT JOIN by pulling every unfinished task to the
  * coordinator.
  */
+typedef enum HkSlotsPickCol
+{
+	HK_SLOTS_PICK_ID = 1,
+	HK_SLOTS_PICK_TASK_ID,		/* NULL: none */
+	HK_SLOTS_PICK_NCOLS = HK_SLOTS_PICK_TASK_ID
+} HkSlotsPickCol;
+
 static NtaskPlan hk_slots_pick_dist_plan = {
-	"housekeeping pick schedule slots (distributed)", .ncols = 2,
+	"housekeeping pick schedule slots (distributed)", .ncols = HK_SLOTS_PICK_NCOLS,
 	"SELECT x.id, x.task_id FROM ntask.schedule_slot x "
 	"WHERE x.fired_at OPERATOR(pg_catalog.<) $1 ORDER BY x.fired_at LIMIT $2",
 	2, {TIMESTAMPTZOID, INT4OID}
 };
 
+typedef enum HkSlotsBusyCol
+{
+	HK_SLOTS_BUSY_TASK_ID = 1,
+	HK_SLOTS_BUSY_NCOLS = HK_SLOTS_BUSY_TASK_ID
+} HkSlotsBusyCol;
+
 static NtaskPlan hk_slots_busy_dist_plan = {
-	"housekeeping unfinished tasks of schedule slots (distributed)", .ncols = 1,
+	"housekeeping unfinished tasks of schedule slots (distributed)", .ncols = HK_SLOTS_BUSY_NCOLS,
 	"SELECT t.task_id FROM ntask.task t "
 	"WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1) AND t.due_at IS NOT NULL",
 	1, {INT8ARRAYOID}
@@ -468,15 +531,15 @@ hk_warn(const char *what, ErrorData *e)
 	FreeErrorData(e);
 }
 
-/* hk_ids: the first column of the n rows of the last result, as int64s */
+/* hk_ids: column col (bigint) of the n rows of tt, as int64 Datums */
 static Datum *
-hk_ids(int n)
+hk_ids(SPITupleTable *tt, int n, int col)
 {
 	Datum	   *elems = palloc(sizeof(Datum) * Max(n, 1));
 	int			r;
 
 	for (r = 0; r < n; r++)
-		elems[r] = Int64GetDatum(NtaskGetInt64(r, 1));
+		elems[r] = Int64GetDatum(NtaskTupGetInt64(tt, r, col));
 	return elems;
 }
 
@@ -545,7 +608,7 @@ hk_release_step(void *arg)
 					  values, NULL, SPI_OK_UPDATE_RETURNING);
 	w->done += n;
 	for (r = 0; r < n; r++)
-		if (NtaskGetBool(r, 1))
+		if (NtaskGetBool(r, HK_RELEASE_REPAIRED))
 			w->repaired++;
 }
 
@@ -577,8 +640,9 @@ hk_expired(const HkScope *s, int64 *counts)
 		return;
 	tokens = palloc(sizeof(Datum) * n);
 	for (r = 0; r < n; r++)
-		tokens[r] = Int64GetDatum(NtaskGetInt64(r, 2));
-	hk_each(s, hk_ids(n), tokens, n, hk_release_step, "releasing the expired lease", done);
+		tokens[r] = Int64GetDatum(NtaskGetInt64(r, HK_EXPIRED_TOKEN));
+	hk_each(s, hk_ids(SPI_tuptable, n, HK_EXPIRED_TASK_ID), tokens, n, hk_release_step,
+			"releasing the expired lease", done);
 	counts[0] += done[0];
 	counts[1] += done[1];
 }
@@ -641,7 +705,8 @@ hk_deadlines(const HkScope *s, int64 *counts)
 	}
 	if (n == 0)
 		return;
-	hk_each(s, hk_ids(n), NULL, n, hk_deadline_set_step, "the deadline sweep", done);
+	hk_each(s, hk_ids(SPI_tuptable, n, HK_DEADLINE_PICK_TASK_ID), NULL, n,
+			hk_deadline_set_step, "the deadline sweep", done);
 	counts[1] += done[0];
 }
 
@@ -665,6 +730,7 @@ hk_prune_queue(void *arg)
 	HkWork	   *w = (HkWork *) arg;
 	const HkScope *s = w->s;
 	Datum		values[4];
+	SPITupleTable *picked;
 	int			n;
 
 	values[0] = w->queue;
@@ -681,20 +747,19 @@ hk_prune_queue(void *arg)
 		n = NtaskExecPlanCount(&hk_prune_pick_plan, values, NULL,
 							   SPI_OK_SELECT, s->max_rows);
 	}
+	picked = SPI_tuptable;
 	if (!s->sharded || s->shard == 0)
 	{
 		Datum		sv[3];
-		SPITupleTable *picked = SPI_tuptable;
 
 		sv[0] = w->queue;
 		sv[1] = hk_before(w->retention);
 		sv[2] = Int32GetDatum(s->max_rows);
 		(void) NtaskExecPlan(&hk_prune_unawaited_plan, sv, NULL, SPI_OK_DELETE);
-		SPI_tuptable = picked;
 	}
 	if (n == 0)
 		return;
-	values[0] = NtaskResultIds(n);
+	values[0] = NtaskInt8Array(hk_ids(picked, n, HK_PRUNE_PICK_TASK_ID), n);
 	values[1] = Int16GetDatum(s->shard);	/* the shard's statements only */
 	(void) NtaskExecPlan(s->sharded ? &hk_prune_checkpoints_shard_plan :
 						 &hk_prune_checkpoints_plan, values, NULL, SPI_OK_DELETE);
@@ -708,7 +773,7 @@ hk_prune_queue(void *arg)
 		w->counts[2] += NtaskExecPlan(&hk_prune_tasks_shard_plan, values, NULL,
 									  SPI_OK_DELETE);
 	else if (NtaskExecPlan(&hk_prune_tasks_plan, values, NULL, SPI_OK_SELECT) == 1)
-		w->counts[2] += NtaskGetInt32(0, 1);
+		w->counts[2] += NtaskGetInt32(0, HK_PRUNE_TASKS_COUNT);
 }
 
 /*
@@ -732,12 +797,11 @@ hk_retention(const HkScope *s, int64 *counts)
 		bool		isnull;
 		int64		before = counts[2];
 
-		SPI_tuptable = queues;
 		memset(&w, 0, sizeof(w));
 		w.s = s;
 		w.counts = counts;
-		w.queue = NtaskGetDatum(q, 1, &isnull);
-		w.retention = NtaskGetDatum(q, 2, &isnull);
+		w.queue = NtaskTupGetDatum(queues, q, HK_QUEUES_QUEUE, &isnull);
+		w.retention = NtaskTupGetDatum(queues, q, HK_QUEUES_RETENTION, &isnull);
 		if (s->sharded)
 			hk_prune_queue(&w);
 		else if (!NtaskTrySubxact(hk_prune_queue, &w, &e))
@@ -746,7 +810,6 @@ hk_retention(const HkScope *s, int64 *counts)
 			hk_warn(psprintf("pruning queue \"%s\"", TextDatumGetCString(w.queue)), e);
 		}
 	}
-	SPI_tuptable = queues;
 }
 
 /* hk_round: steps 1-3 of a round in scope s; adds to counts[0..2] */
@@ -819,9 +882,9 @@ hk_prune_slots_dist(int max_rows)
 	for (r = 0; r < n; r++)
 	{
 		bool		isnull;
-		Datum		t = NtaskGetDatum(r, 2, &isnull);
+		Datum		t = NtaskGetDatum(r, HK_SLOTS_PICK_TASK_ID, &isnull);
 
-		ids[r] = Int64GetDatum(NtaskGetInt64(r, 1));
+		ids[r] = Int64GetDatum(NtaskGetInt64(r, HK_SLOTS_PICK_ID));
 		slot_task[r] = isnull ? 0 : DatumGetInt64(t);
 		if (!isnull)
 			tasks[nt++] = t;
@@ -832,7 +895,7 @@ hk_prune_slots_dist(int max_rows)
 		values[0] = NtaskInt8Array(tasks, nt);
 		nbusy = NtaskExecPlan(&hk_slots_busy_dist_plan, values, NULL, SPI_OK_SELECT);
 		for (r = 0; r < nbusy; r++)
-			busy[r] = NtaskGetInt64(r, 1);
+			busy[r] = NtaskGetInt64(r, HK_SLOTS_BUSY_TASK_ID);
 	}
 	/* the slots whose task is unfinished stay: overlap decisions read them */
 	for (r = 0; r < n; r++)
@@ -873,7 +936,7 @@ NtaskHousekeepHistoryDist(int max_rows)
 	n = NtaskExecPlan(&hk_audit_pick_dist_plan, values, NULL, SPI_OK_SELECT);
 	if (n == 0)
 		return;
-	values[0] = NtaskResultIds(n);
+	values[0] = NtaskInt8Array(hk_ids(SPI_tuptable, n, HK_AUDIT_PICK_ID), n);
 	(void) NtaskExecPlan(&hk_audit_delete_dist_plan, values, NULL, SPI_OK_DELETE);
 }
 

@@ -123,7 +123,6 @@ extern int	NtaskExecPlan(NtaskPlan *p, Datum *values, const char *nulls,
 extern int	NtaskExecPlanCount(NtaskPlan *p, Datum *values, const char *nulls,
 							   int expected_rc, long count);
 extern Datum NtaskInt8Array(Datum *elems, int n);
-extern Datum NtaskResultIds(int n);
 extern Datum NtaskGetDatum(int row, int col, bool *isnull);
 extern text *NtaskGetText(int row, int col);
 extern char *NtaskGetCString(int row, int col);

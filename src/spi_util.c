@@ -392,18 +392,6 @@ NtaskInt8Array(Datum *elems, int n)
 										   true, TYPALIGN_DOUBLE));
 }
 
-/* NtaskResultIds: column 1 (bigint) of the n rows of the last SPI result, as a bigint[] */
-Datum
-NtaskResultIds(int n)
-{
-	Datum	   *elems = palloc(sizeof(Datum) * Max(n, 1));
-	int			r;
-
-	for (r = 0; r < n; r++)
-		elems[r] = Int64GetDatum(NtaskGetInt64(r, 1));
-	return NtaskInt8Array(elems, n);
-}
-
 /*
  * NtaskTupGetDatum
  *		Column col (1-based) of row of tuple table tt: the result a caller
