@@ -39,7 +39,8 @@ typedef enum AttCloseCol
 } AttCloseCol;
 
 static NtaskPlan att_close_plan = {
-	"claim close expired attempts", .ncols = 2,
+	"claim close expired attempts",
+	.ncols = 2,
 	"INSERT INTO ntask.attempt AS a (task_id, shard, token, attempt, worker, claimed_at, "
 	"  invoked_at, ended_at, result, outcome_known, progress) "
 	"SELECT t.task_id, t.shard, t.token, t.attempts, t.lease_owner, "
@@ -79,7 +80,8 @@ typedef enum AttCloseDistCol
 } AttCloseDistCol;
 
 static NtaskPlan att_close_pick_dist_plan = {
-	"claim close expired attempts: pick (distributed)", .ncols = 9,
+	"claim close expired attempts: pick (distributed)",
+	.ncols = 9,
 	"SELECT t.task_id, t.shard, t.token, t.attempts, t.lease_owner, "
 	"  coalesce(t.claimed_at, t.updated_at), t.invoked_at, "
 	"  (t.invoked_at IS NULL OR EXISTS (SELECT 1 FROM ntask.receipt r "
@@ -96,7 +98,8 @@ static NtaskPlan att_close_pick_dist_plan = {
 
 /* one ledger row, routed by its shard value $2 (NtaskLedgerRowDist) */
 static NtaskPlan att_row_insert_dist_plan = {
-	"attempt ledger row (distributed)", .ncols = 0,
+	"attempt ledger row (distributed)",
+	.ncols = 0,
 	"INSERT INTO ntask.attempt (task_id, shard, token, attempt, worker, claimed_at, "
 	"  invoked_at, ended_at, result, requested, outcome_known, retry_at, progress) "
 	"VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
@@ -165,7 +168,8 @@ typedef enum AttFinishCol
 } AttFinishCol;
 
 static NtaskPlan att_finish_plan = {
-	"finish task", .ncols = 2,
+	"finish task",
+	.ncols = 2,
 	"WITH closed AS ( "
 	"  INSERT INTO ntask.attempt AS a (task_id, shard, token, attempt, worker, claimed_at, "
 	"    invoked_at, ended_at, result, outcome_known, progress) "
@@ -198,7 +202,8 @@ static NtaskPlan att_finish_plan = {
  * that were invoked (0 or 1), $8 whether it closed one, $9 now.
  */
 static NtaskPlan att_finish_open_dist_plan = {
-	"finish task: open attempt (distributed)", .ncols = 9,
+	"finish task: open attempt (distributed)",
+	.ncols = 9,
 	"SELECT o.task_id, o.shard, o.token, o.attempts, o.lease_owner, "
 	"  coalesce(o.claimed_at, o.updated_at), o.invoked_at, "
 	"  (o.invoked_at IS NULL OR EXISTS (SELECT 1 FROM ntask.receipt r "
@@ -211,7 +216,8 @@ static NtaskPlan att_finish_open_dist_plan = {
 };
 
 static NtaskPlan att_finish_dist_plan = {
-	"finish task (distributed)", .ncols = 2,
+	"finish task (distributed)",
+	.ncols = 2,
 	"UPDATE ntask.task t SET state = $2, reason = $3, due_at = NULL, "
 	"  lease_owner = NULL, lease_until = NULL, "
 	"  finished_at = $9, updated_at = $9, "

@@ -109,7 +109,8 @@ typedef enum BrLoadCol
 } BrLoadCol;
 
 static NtaskPlan br_load_plan = {
-	"worker breaker load", .ncols = BR_LOAD_NCOLS,
+	"worker breaker load",
+	.ncols = BR_LOAD_NCOLS,
 	"SELECT q.queue, q.breaker_failures, "
 	"  (LEAST(EXTRACT(EPOCH FROM q.breaker_cooldown), 315576000) "
 	"   OPERATOR(pg_catalog.*) 1000000)::pg_catalog.int8, "
@@ -124,14 +125,16 @@ static NtaskPlan br_load_plan = {
 };
 
 static NtaskPlan br_forget_plan = {
-	"worker breaker forget", .ncols = 0,
+	"worker breaker forget",
+	.ncols = 0,
 	"DELETE FROM ntask.breaker b WHERE b.queue OPERATOR(pg_catalog.=) $1",
 	1, {TEXTOID}
 };
 
 /* the queue row may be gone (deleted since the last load): write nothing */
 static NtaskPlan br_save_plan = {
-	"worker breaker save", .ncols = 0,
+	"worker breaker save",
+	.ncols = 0,
 	"INSERT INTO ntask.breaker AS b "
 	"  (queue, state, failures, opened_at, open_until, changed_at) "
 	"SELECT q.queue, $2, $3, $4, $5, $6 FROM ntask.queue q "

@@ -155,7 +155,8 @@
 	"  AND " NTASK_WORKER_RIGHT("q", "2") " AND " CLAIM_CAP_LOCK
 
 static NtaskPlan claim_pick_plan = {
-	"claim pick", .ncols = 16,
+	"claim pick",
+	.ncols = 16,
 	CLAIM_PICK("", CppAsString2(NTASK_MAX_CLAIM), " AND " CLAIM_KEYS_FREE),
 	3, {TEXTOID, OIDOID, BOOLOID}
 };
@@ -166,7 +167,8 @@ static NtaskPlan claim_pick_plan = {
  * passed by.  Only a queue whose row says a key pause is live runs it.
  */
 static NtaskPlan claim_pick_keys_plan = {
-	"claim pick (keys paused)", .ncols = 16,
+	"claim pick (keys paused)",
+	.ncols = 16,
 	CLAIM_PICK(" AND (t.partition_key IS NULL "
 			   "  OR t.partition_key OPERATOR(pg_catalog.<>) ALL ($4)) ",
 			   CppAsString2(NTASK_MAX_CLAIM), ""),
@@ -183,14 +185,16 @@ static NtaskPlan claim_pick_keys_plan = {
  * of hundreds of claims/s, bench/citus).
  */
 static NtaskPlan claim_pick_shard_plan = {
-	"claim pick (one shard)", .ncols = 16,
+	"claim pick (one shard)",
+	.ncols = 16,
 	CLAIM_PICK(" AND t.shard OPERATOR(pg_catalog.=) $4 ", "$5", " AND " CLAIM_KEYS_FREE),
 	5, {TEXTOID, OIDOID, BOOLOID, INT2OID, INT4OID}
 };
 
 /* the same with keys paused: as claim_pick_keys_plan, the keys in $6 */
 static NtaskPlan claim_pick_shard_keys_plan = {
-	"claim pick (one shard, keys paused)", .ncols = 16,
+	"claim pick (one shard, keys paused)",
+	.ncols = 16,
 	CLAIM_PICK(" AND t.shard OPERATOR(pg_catalog.=) $4 "
 			   " AND (t.partition_key IS NULL "
 			   "  OR t.partition_key OPERATOR(pg_catalog.<>) ALL ($6)) ", "$5", ""),
@@ -232,7 +236,8 @@ static NtaskPlan claim_pick_shard_keys_plan = {
 	"  coalesce(a.priority_aging_max, pg_catalog.max(pr.p) OVER ())::pg_catalog.float8))"
 
 static NtaskPlan claim_aging_pick_plan = {
-	"claim aging pick", .ncols = 16,
+	"claim aging pick",
+	.ncols = 16,
 	NTASK_PRIORITY_WALK
 	", h AS MATERIALIZED ( "
 	"  SELECT c.task_id, c.due_at, " CLAIM_AGING_EFF " AS eff "
@@ -287,7 +292,8 @@ static int	claim_shard_cursor = -1;
 #define CLAIM_KEYLESS_LOOK 100
 
 static NtaskPlan claim_keyless_pick_plan = {
-	"claim keyless pick", .ncols = 16,
+	"claim keyless pick",
+	.ncols = 16,
 	"SELECT x.task_id, x.was_leased, x.task_key, x.payload, q.lease, q.guard, "
 	"  " CLAIM_POLICY ", x.retry, x.token "
 	"FROM ntask.queue q, LATERAL ( "
@@ -319,7 +325,8 @@ static NtaskPlan claim_keyless_pick_plan = {
  * a queue without fairness no statement.)
  */
 static NtaskPlan claim_queue_plan = {
-	"claim queue", .ncols = 7,
+	"claim queue",
+	.ncols = 7,
 	"SELECT q.fairness OPERATOR(pg_catalog.=) 'partition', "
 	"  NOT " NTASK_WORKER_RIGHT("q", "2") ", q.ordered, "
 	"  q.ordered OR q.partition_max_inflight IS NOT NULL, "
@@ -337,7 +344,8 @@ static NtaskPlan claim_queue_plan = {
  * those pauses; read only when the queue row says some key pause is live.
  */
 static NtaskPlan claim_paused_keys_plan = {
-	"claim paused keys", .ncols = 2,
+	"claim paused keys",
+	.ncols = 2,
 	"SELECT pg_catalog.array_agg(k.partition_key), pg_catalog.min(k.until) "
 	"FROM ntask.key_pause k WHERE k.queue OPERATOR(pg_catalog.=) $1 "
 	"  AND k.until OPERATOR(pg_catalog.>) pg_catalog.statement_timestamp()",
@@ -454,7 +462,8 @@ static NtaskPlan claim_paused_keys_plan = {
 	"    THEN " CLAIM_TURN_LOCK("k.pk") " END)" tail
 
 static NtaskPlan claim_fair_pick_plan = {
-	"claim fair pick", .ncols = 17,
+	"claim fair pick",
+	.ncols = 17,
 	CLAIM_FAIR_PICK("", "", ""),
 	7, {TEXTOID, OIDOID, INT4OID, BOOLOID, TEXTOID, TEXTARRAYOID, BOOLOID}
 };
@@ -471,7 +480,8 @@ static NtaskPlan claim_fair_pick_plan = {
  */
 #define CLAIM_SHARD_PRED(alias) " AND " alias ".shard OPERATOR(pg_catalog.=) $8 "
 static NtaskPlan claim_fair_pick_shard_plan = {
-	"claim fair pick (one shard)", .ncols = 17,
+	"claim fair pick (one shard)",
+	.ncols = 17,
 	CLAIM_FAIR_PICK(CLAIM_SHARD_PRED("t"), CLAIM_SHARD_PRED("d"), " LIMIT $9"),
 	9, {TEXTOID, OIDOID, INT4OID, BOOLOID, TEXTOID, TEXTARRAYOID, BOOLOID, INT2OID, INT4OID}
 };
@@ -512,7 +522,8 @@ static NtaskPlan claim_fair_pick_shard_plan = {
 	"  AND k.pk OPERATOR(pg_catalog.<>) ALL ($6)" tail
 
 static NtaskPlan claim_ordered_pick_plan = {
-	"claim ordered pick", .ncols = 17,
+	"claim ordered pick",
+	.ncols = 17,
 	CLAIM_ORDERED_PICK("", "", ""),
 	/* up to $6: $7, the fair pick's fresh-only flag, is not the ordered one's */
 	6, {TEXTOID, OIDOID, INT4OID, BOOLOID, TEXTOID, TEXTARRAYOID}
@@ -520,7 +531,8 @@ static NtaskPlan claim_ordered_pick_plan = {
 
 /* the ordered pick of a distributed install, as the fair one above */
 static NtaskPlan claim_ordered_pick_shard_plan = {
-	"claim ordered pick (one shard)", .ncols = 17,
+	"claim ordered pick (one shard)",
+	.ncols = 17,
 	CLAIM_ORDERED_PICK(CLAIM_SHARD_PRED("t"), CLAIM_SHARD_PRED("h"), " LIMIT $9"),
 	9, {TEXTOID, OIDOID, INT4OID, BOOLOID, TEXTOID, TEXTARRAYOID, BOOLOID, INT2OID, INT4OID}
 };
@@ -533,7 +545,8 @@ static NtaskPlan claim_ordered_pick_shard_plan = {
  * flight, not what is queued.
  */
 static NtaskPlan claim_inflight_plan = {
-	"claim in flight", .ncols = 2,
+	"claim in flight",
+	.ncols = 2,
 	"SELECT t.partition_key, pg_catalog.count(*)::integer FROM ntask.task t "
 	"WHERE t.lease_until OPERATOR(pg_catalog.>) pg_catalog.statement_timestamp() "
 	"  AND (t.queue OPERATOR(pg_catalog.=) $1) IS TRUE "
@@ -548,7 +561,8 @@ static NtaskPlan claim_inflight_plan = {
  * per shard; queue-wide caps are refused there).
  */
 static NtaskPlan claim_inflight_shard_plan = {
-	"claim in flight (one shard)", .ncols = 2,
+	"claim in flight (one shard)",
+	.ncols = 2,
 	"SELECT t.partition_key, pg_catalog.count(*)::integer FROM ntask.task t "
 	"WHERE t.shard OPERATOR(pg_catalog.=) $2 "
 	"  AND t.lease_until OPERATOR(pg_catalog.>) pg_catalog.statement_timestamp() "
@@ -564,7 +578,8 @@ static NtaskPlan claim_inflight_shard_plan = {
  * Read-only, each shard's part routed to that node.
  */
 static NtaskPlan claim_inflight_node_plan = {
-	"claim in flight (one node)", .ncols = 2,
+	"claim in flight (one node)",
+	.ncols = 2,
 	"SELECT t.partition_key, pg_catalog.count(*)::integer FROM ntask.task t "
 	"WHERE t.shard OPERATOR(pg_catalog.=) ANY ($2) "
 	"  AND t.lease_until OPERATOR(pg_catalog.>) pg_catalog.statement_timestamp() "
@@ -818,7 +833,8 @@ typedef enum ClaimLeaseArg
 	alias "traceparent, " alias "checkpoints, " alias "signal_key, " alias "has_parents"
 
 static NtaskPlan claim_lease_plan = {
-	"claim lease", .ncols = 13,
+	"claim lease",
+	.ncols = 13,
 	"WITH upd AS ( "
 	"  UPDATE ntask.task t SET "
 	CLAIM_LEASE_SET("$6")
@@ -861,7 +877,8 @@ static NtaskPlan claim_lease_plan = {
  * ledger).
  */
 static NtaskPlan claim_lease_dist_plan = {
-	"claim lease (distributed)", .ncols = 13,
+	"claim lease (distributed)",
+	.ncols = 13,
 	"UPDATE ntask.task t SET "
 	CLAIM_LEASE_SET("GREATEST($6, ntask.token_floor(t.shard))")
 	"WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1) " NTASK_SHARD_IS("t", "9")
@@ -880,7 +897,8 @@ static NtaskPlan claim_lease_dist_plan = {
  * its parameters are the lease's first and ninth, its column the task id
  */
 static NtaskPlan claim_receipts_plan = {
-	"claim receipts (distributed)", .ncols = 1,
+	"claim receipts (distributed)",
+	.ncols = 1,
 	"SELECT DISTINCT r.task_id FROM ntask.receipt r "
 	"WHERE r.task_id OPERATOR(pg_catalog.=) ANY ($1) " NTASK_SHARD_IS("r", "2"),
 	2, {INT8ARRAYOID, INT2OID}

@@ -96,7 +96,8 @@ typedef enum DepsResolveCol
 } DepsResolveCol;
 
 static NtaskPlan deps_resolve_plan = {
-	"dependency resolve", .ncols = 4,
+	"dependency resolve",
+	.ncols = 4,
 	"SELECT r.task_id, r.rq, r.rk, "
 	"  EXISTS (SELECT 1 FROM ntask.queue q WHERE q.queue OPERATOR(pg_catalog.=) r.rq "
 	"          AND q.producer_role IS NOT NULL "
@@ -140,7 +141,8 @@ typedef enum DepsAttachCol
 } DepsAttachCol;
 
 static NtaskPlan deps_attach_plan = {
-	"dependency attach", .ncols = 6,
+	"dependency attach",
+	.ncols = 6,
 	"WITH p AS ( "
 	"  SELECT t.task_id, t.state FROM ntask.task t "
 	"  WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1) "
@@ -180,7 +182,8 @@ typedef enum DepsReleaseCol
 } DepsReleaseCol;
 
 static NtaskPlan deps_release_plan = {
-	"dependency release", .ncols = 4,
+	"dependency release",
+	.ncols = 4,
 	"WITH c AS ( "
 	"  SELECT t.task_id FROM ntask.task t "
 	"  WHERE t.task_id OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT d.task_id FROM ntask.task_dep d "
@@ -217,7 +220,8 @@ typedef enum DepsFailedCol
 } DepsFailedCol;
 
 static NtaskPlan deps_failed_plan = {
-	"dependency failed parent", .ncols = 3,
+	"dependency failed parent",
+	.ncols = 3,
 	"SELECT t.task_id, coalesce(t.on_parent_failed, q.on_parent_failed), t.queue "
 	"FROM ntask.task t JOIN ntask.queue q ON q.queue OPERATOR(pg_catalog.=) t.queue "
 	"WHERE t.task_id OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT d.task_id FROM ntask.task_dep d "
@@ -233,7 +237,8 @@ static NtaskPlan deps_failed_plan = {
  * statement then reads their states.
  */
 static NtaskPlan deps_lock_parents_plan = {
-	"dependency settle: lock parents", .ncols = 0,
+	"dependency settle: lock parents",
+	.ncols = 0,
 	"WITH p AS ( "
 	"  SELECT t.task_id, t.has_children FROM ntask.task t "
 	"  WHERE t.task_id OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT d.parent_id FROM ntask.task_dep d "
@@ -268,7 +273,8 @@ typedef enum DepsSettleCol
 } DepsSettleCol;
 
 static NtaskPlan deps_settle_plan = {
-	"dependency settle", .ncols = 10,
+	"dependency settle",
+	.ncols = 10,
 	"WITH x AS ( "
 	"  SELECT d.task_id, "
 	"    pg_catalog.count(*) FILTER (WHERE p.state OPERATOR(pg_catalog.<>) 'succeeded')::pg_catalog.int4 AS left_, "

@@ -173,7 +173,9 @@ typedef enum DqClaimCol
 } DqClaimCol;
 
 static NtaskPlan dq_claim_plan = {
-	"worker claim", .ncols = DQ_CLAIM_NCOLS, NULL, 4,
+	"worker claim",
+	.ncols = DQ_CLAIM_NCOLS,
+	NULL, 4,
 	{TEXTOID, INT4OID, INTERVALOID, BOOLOID}, true
 };
 
@@ -185,7 +187,9 @@ typedef enum DqInvokedCol
 } DqInvokedCol;
 
 static NtaskPlan dq_invoked_plan = {
-	"worker invoked", .ncols = DQ_INVOKED_NCOLS, NULL, 2,
+	"worker invoked",
+	.ncols = DQ_INVOKED_NCOLS,
+	NULL, 2,
 	{INT8ARRAYOID, INT8ARRAYOID}, true
 };
 
@@ -196,7 +200,9 @@ typedef enum DqHeartbeatCol
 } DqHeartbeatCol;
 
 static NtaskPlan dq_heartbeat_plan = {
-	"worker heartbeat", .ncols = DQ_HEARTBEAT_NCOLS, NULL, 3,
+	"worker heartbeat",
+	.ncols = DQ_HEARTBEAT_NCOLS,
+	NULL, 3,
 	{INT8OID, INT8OID, INTERVALOID}, true
 };
 
@@ -208,18 +214,24 @@ typedef enum DqTransitionCol
 } DqTransitionCol;
 
 static NtaskPlan dq_transition_plan = {
-	"worker transition", .ncols = DQ_TRANSITION_NCOLS, NULL, 8,
+	"worker transition",
+	.ncols = DQ_TRANSITION_NCOLS,
+	NULL, 8,
 	{INT8OID, INT8OID, TEXTOID, TEXTOID, JSONBOID, TIMESTAMPTZOID, TEXTOID, TEXTOID},
 	true
 };
 static NtaskPlan dq_transition_many_plan = {
-	"worker transition batch", .ncols = DQ_TRANSITION_NCOLS, NULL, 8,
+	"worker transition batch",
+	.ncols = DQ_TRANSITION_NCOLS,
+	NULL, 8,
 	{INT8ARRAYOID, INT8ARRAYOID, TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID,
 	TIMESTAMPTZARRAYOID, TEXTARRAYOID, TEXTARRAYOID},
 	true
 };
 static NtaskPlan dq_transition_group_plan = {
-	"worker transition group", .ncols = DQ_TRANSITION_NCOLS, NULL, 7,
+	"worker transition group",
+	.ncols = DQ_TRANSITION_NCOLS,
+	NULL, 7,
 	{INT8ARRAYOID, INT8ARRAYOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID},
 	true
 };
@@ -233,7 +245,8 @@ typedef enum DqQueuesCol
 } DqQueuesCol;
 
 static NtaskPlan dq_queues_plan = {
-	"worker queues", .ncols = DQ_QUEUES_NCOLS,
+	"worker queues",
+	.ncols = DQ_QUEUES_NCOLS,
 	"SELECT q.queue, q.target, "
 	"  (EXTRACT(EPOCH FROM q.lease) OPERATOR(pg_catalog.*) 1000)::pg_catalog.int8, "
 	"  q.on_rate_limited "
@@ -258,7 +271,8 @@ static NtaskPlan dq_queues_plan = {
  * task's shard.
  */
 static NtaskPlan dq_pause_queue_plan = {
-	"worker pause queue", .ncols = 0,
+	"worker pause queue",
+	.ncols = 0,
 	"UPDATE ntask.queue q SET paused_until = GREATEST(q.paused_until, $2) "
 	"WHERE q.queue OPERATOR(pg_catalog.=) $1",
 	2, {TEXTOID, TIMESTAMPTZOID}
@@ -271,21 +285,24 @@ typedef enum DqPauseTaskKeyCol
 } DqPauseTaskKeyCol;
 
 static NtaskPlan dq_pause_task_key_plan = {
-	"worker pause key (the task's key)", .ncols = DQ_PAUSE_TASK_KEY_NCOLS,
+	"worker pause key (the task's key)",
+	.ncols = DQ_PAUSE_TASK_KEY_NCOLS,
 	"SELECT t.partition_key, t.shard FROM ntask.task t "
 	"WHERE t.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("t", "$1")
 	"  AND t.partition_key IS NOT NULL",
 	1, {INT8OID}
 };
 static NtaskPlan dq_pause_keys_until_plan = {
-	"worker pause key (queue)", .ncols = 1,
+	"worker pause key (queue)",
+	.ncols = 1,
 	"UPDATE ntask.queue q SET keys_paused_until = GREATEST(q.keys_paused_until, $2) "
 	"WHERE q.queue OPERATOR(pg_catalog.=) $1 "
 	"RETURNING 1",
 	2, {TEXTOID, TIMESTAMPTZOID}
 };
 static NtaskPlan dq_pause_key_plan = {
-	"worker pause key", .ncols = 0,
+	"worker pause key",
+	.ncols = 0,
 	"INSERT INTO ntask.key_pause AS k (queue, partition_key, until, reason, set_by, shard) "
 	"VALUES ($1, $3, $2, $4, '" DQ_WORKER_NAME "', $5) "
 	"ON CONFLICT (queue, partition_key) DO UPDATE SET "

@@ -150,7 +150,8 @@ typedef enum EnqExistingCol
 	"ON CONFLICT ON CONSTRAINT task_queue_task_key_key DO NOTHING "
 
 static NtaskPlan enq_insert_plan = {
-	"enqueue insert", .ncols = 3,
+	"enqueue insert",
+	.ncols = 3,
 	ENQ_INSERT
 	"RETURNING t.task_id, t.state, " ENQ_QUEUE_FLAGS,
 	ENQ_NARGS, {TEXTOID, TEXTOID, JSONBOID, BYTEAOID, INT2OID, TEXTOID, INT4OID,
@@ -176,7 +177,8 @@ typedef enum EnqPolicyCol
 } EnqPolicyCol;
 
 static NtaskPlan enq_policy_dist_plan = {
-	"enqueue policy (distributed)", .ncols = 6,
+	"enqueue policy (distributed)",
+	.ncols = 6,
 	"SELECT q.max_attempts, q.total_deadline, q.ordered, "
 	"  q.fairness OPERATOR(pg_catalog.<>) 'none', "
 	"  CASE WHEN q.target OPERATOR(pg_catalog.->>) 'type' OPERATOR(pg_catalog.=) 'http' "
@@ -189,7 +191,8 @@ static NtaskPlan enq_policy_dist_plan = {
 
 /* the insert: its columns as enq_insert_plan's (the flags are $15) */
 static NtaskPlan enq_values_dist_plan = {
-	"enqueue insert values (distributed)", .ncols = 3,
+	"enqueue insert values (distributed)",
+	.ncols = 3,
 	"INSERT INTO ntask.task AS t (task_id, shard, queue, task_key, payload, "
 	"  payload_digest, digest_version, partition_key, priority, run_at, due_at, "
 	"  max_attempts, deadline, ordered, traceparent) "
@@ -288,7 +291,8 @@ enq_insert_dist(Datum *values, const char *nulls, EnqPolicy *pol)
 }
 
 static NtaskPlan enq_existing_plan = {
-	"enqueue lookup", .ncols = 6,
+	"enqueue lookup",
+	.ncols = 6,
 	"SELECT t.task_id, t.state, t.payload_digest, t.digest_version, "
 	"  t.outcome, t.result "
 	"FROM ntask.task t "
@@ -433,7 +437,8 @@ typedef enum EnqStepCol
 } EnqStepCol;
 
 static NtaskPlan enq_step_plan = {
-	"enqueue saga step", .ncols = 2,
+	"enqueue saga step",
+	.ncols = 2,
 	"INSERT INTO ntask.task AS t (queue, task_key, payload, payload_digest, "
 	"  digest_version, partition_key, run_at, due_at, max_attempts, deadline, saga_id, "
 	"  ordered) "
@@ -653,7 +658,8 @@ typedef enum EnqManyInsertCol
 } EnqManyInsertCol;
 
 static NtaskPlan enq_many_insert_plan = {
-	"enqueue many insert", .ncols = 4,
+	"enqueue many insert",
+	.ncols = 4,
 	ENQ_MANY_INSERT
 	"RETURNING t.task_key, t.task_id, t.state, " ENQ_QUEUE_FLAGS,
 	ENQ_NARGS, {TEXTOID, TEXTARRAYOID, JSONBARRAYOID, BYTEAARRAYOID, INT2OID,
@@ -673,7 +679,8 @@ typedef enum EnqManyExistingCol
 } EnqManyExistingCol;
 
 static NtaskPlan enq_many_existing_plan = {
-	"enqueue many lookup", .ncols = 7,
+	"enqueue many lookup",
+	.ncols = 7,
 	"SELECT t.task_key, t.task_id, t.state, t.payload_digest, t.digest_version, "
 	"  t.outcome, t.result "
 	"FROM ntask.task t "

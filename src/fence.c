@@ -53,7 +53,8 @@ PG_FUNCTION_INFO_V1(ntask_fence_grant);
  * enough to JIT-compile the statement on every call.
  */
 static NtaskPlan fence_right_plan = {
-	"fence right", .ncols = 1,
+	"fence right",
+	.ncols = 1,
 	"SELECT NOT pg_catalog.pg_has_role($2, g.role, 'USAGE') "
 	"FROM pg_catalog.generate_series(pg_catalog.length($1), 1, -1) AS n(len) "
 	"JOIN ntask.fence_grant g "
@@ -70,7 +71,8 @@ static NtaskPlan fence_right_plan = {
  * distributed tables must be marked IMMUTABLE"), reference tables too.
  */
 static NtaskPlan fence_grant_set_plan = {
-	"fence grant set", .ncols = 0,
+	"fence grant set",
+	.ncols = 0,
 	"INSERT INTO ntask.fence_grant AS g (prefix, role) VALUES ($1, $2) "
 	"ON CONFLICT (prefix) DO UPDATE SET role = EXCLUDED.role, "
 	"  granted_at = $3",
@@ -78,7 +80,8 @@ static NtaskPlan fence_grant_set_plan = {
 };
 
 static NtaskPlan fence_grant_drop_plan = {
-	"fence grant drop", .ncols = 0,
+	"fence grant drop",
+	.ncols = 0,
 	"DELETE FROM ntask.fence_grant g WHERE g.prefix OPERATOR(pg_catalog.=) $1",
 	1, {TEXTOID}
 };
@@ -101,7 +104,8 @@ typedef enum FenceArg
 #define FENCE_DIGEST_VERSION_NARGS (FENCE_ARG_DIGEST_VERSION + 1)
 
 static NtaskPlan fence_advance_plan = {
-	"fence advance", .ncols = 1,
+	"fence advance",
+	.ncols = 1,
 	"WITH f AS ( "
 	"  INSERT INTO ntask.fence AS f (fence_key, token, payload_digest, digest_version) "
 	"  VALUES ($1, $2, $3, $4) "
@@ -126,7 +130,8 @@ static NtaskPlan fence_advance_plan = {
  * fence_advance_plan.
  */
 static NtaskPlan fence_advance_dist_plan = {
-	"fence advance (distributed)", .ncols = 1,
+	"fence advance (distributed)",
+	.ncols = 1,
 	"INSERT INTO ntask.fence AS f (fence_key, token, payload_digest, digest_version) "
 	"VALUES ($1, $2, $3, $4) "
 	"ON CONFLICT (fence_key) DO UPDATE SET token = EXCLUDED.token, "
@@ -138,7 +143,8 @@ static NtaskPlan fence_advance_dist_plan = {
 };
 
 static NtaskPlan fence_receipt_insert_plan = {
-	"fence receipt insert", .ncols = 0,
+	"fence receipt insert",
+	.ncols = 0,
 	"INSERT INTO ntask.fence_receipt (fence_key, token, payload_digest, digest_version) "
 	"VALUES ($1, $2, $3, $4)",
 	FENCE_DIGEST_VERSION_NARGS, {TEXTOID, INT8OID, BYTEAOID, INT2OID}
@@ -153,7 +159,8 @@ typedef enum FenceCurrentCol
 } FenceCurrentCol;
 
 static NtaskPlan fence_current_plan = {
-	"fence lookup", .ncols = 3,
+	"fence lookup",
+	.ncols = 3,
 	"SELECT f.token, f.payload_digest, f.digest_version FROM ntask.fence f "
 	"WHERE f.fence_key OPERATOR(pg_catalog.=) $1",
 	1, {TEXTOID}
@@ -167,7 +174,8 @@ typedef enum FenceReceiptCol
 } FenceReceiptCol;
 
 static NtaskPlan fence_receipt_plan = {
-	"fence receipt lookup", .ncols = 2,
+	"fence receipt lookup",
+	.ncols = 2,
 	"SELECT r.payload_digest, r.digest_version FROM ntask.fence_receipt r "
 	"WHERE r.fence_key OPERATOR(pg_catalog.=) $1 "
 	"  AND r.token OPERATOR(pg_catalog.=) $2",

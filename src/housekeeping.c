@@ -79,14 +79,16 @@ typedef enum HkExpiredCol
 } HkExpiredCol;
 
 static NtaskPlan hk_expired_plan = {
-	"housekeeping pick expired leases", .ncols = HK_EXPIRED_NCOLS,
+	"housekeeping pick expired leases",
+	.ncols = HK_EXPIRED_NCOLS,
 	HK_EXPIRED_SQL("", HK_NOW, CppAsString2(HK_MAX_ROWS)),
 	0, {InvalidOid}
 };
 
 /* $1 shard, $2 statement timestamp, $3 rows */
 static NtaskPlan hk_expired_shard_plan = {
-	"housekeeping pick expired leases (one shard)", .ncols = HK_EXPIRED_NCOLS,
+	"housekeeping pick expired leases (one shard)",
+	.ncols = HK_EXPIRED_NCOLS,
 	HK_EXPIRED_SQL("t.shard OPERATOR(pg_catalog.=) $1   AND ", "$2", "$3"),
 	3, {INT2OID, TIMESTAMPTZOID, INT4OID}
 };
@@ -126,7 +128,8 @@ typedef enum HkReleaseCol
 
 /* $1 expired task ids, $2 those whose attempt had been invoked */
 static NtaskPlan hk_release_plan = {
-	"housekeeping release expired leases", .ncols = HK_RELEASE_NCOLS,
+	"housekeeping release expired leases",
+	.ncols = HK_RELEASE_NCOLS,
 	HK_RELEASE_SQL(HK_NOW, ""),
 	2, {INT8ARRAYOID, INT8ARRAYOID}
 };
@@ -139,7 +142,8 @@ static NtaskPlan hk_release_plan = {
  * move cannot make its row locks moot, and this is the second line).
  */
 static NtaskPlan hk_release_shard_plan = {
-	"housekeeping release expired leases (one shard)", .ncols = HK_RELEASE_NCOLS,
+	"housekeeping release expired leases (one shard)",
+	.ncols = HK_RELEASE_NCOLS,
 	HK_RELEASE_SQL("$3", "  AND t.shard OPERATOR(pg_catalog.=) $4 "
 				   "  AND t.token OPERATOR(pg_catalog.=) ($5)[pg_catalog.array_position($1, t.task_id)] "),
 	5, {INT8ARRAYOID, INT8ARRAYOID, TIMESTAMPTZOID, INT2OID, INT8ARRAYOID}
@@ -147,7 +151,8 @@ static NtaskPlan hk_release_shard_plan = {
 
 /* unleased unfinished tasks past their deadline (task_deadline_idx) */
 static NtaskPlan hk_deadline_plan = {
-	"housekeeping deadlines", .ncols = 0,
+	"housekeeping deadlines",
+	.ncols = 0,
 	"WITH d AS ( "
 	"  SELECT t.task_id FROM ntask.task t "
 	"  WHERE t.due_at IS NOT NULL "
@@ -195,33 +200,38 @@ typedef enum HkDeadlinePickCol
 } HkDeadlinePickCol;
 
 static NtaskPlan hk_deadline_pick_shard_plan = {
-	"housekeeping pick deadlines (one shard)", .ncols = HK_DEADLINE_PICK_NCOLS,
+	"housekeeping pick deadlines (one shard)",
+	.ncols = HK_DEADLINE_PICK_NCOLS,
 	HK_DEADLINE_PICK_SQL("t.shard OPERATOR(pg_catalog.=) $1   AND ", "$2", "$3"),
 	3, {INT2OID, TIMESTAMPTZOID, INT4OID}
 };
 
 static NtaskPlan hk_deadline_set_shard_plan = {
-	"housekeeping deadlines (one shard)", .ncols = 0,
+	"housekeeping deadlines (one shard)",
+	.ncols = 0,
 	HK_DEADLINE_SET_SQL("$2", "  AND t.shard OPERATOR(pg_catalog.=) $3"),
 	3, {INT8ARRAYOID, TIMESTAMPTZOID, INT2OID}
 };
 
 /* $1 rows */
 static NtaskPlan hk_deadline_pick_plan = {
-	"housekeeping pick deadlines", .ncols = HK_DEADLINE_PICK_NCOLS,
+	"housekeeping pick deadlines",
+	.ncols = HK_DEADLINE_PICK_NCOLS,
 	HK_DEADLINE_PICK_SQL("", HK_NOW, "$1"),
 	1, {INT4OID}
 };
 
 static NtaskPlan hk_deadline_set_plan = {
-	"housekeeping deadlines of tasks", .ncols = 0,
+	"housekeeping deadlines of tasks",
+	.ncols = 0,
 	HK_DEADLINE_SET_SQL(HK_NOW, ""),
 	1, {INT8ARRAYOID}
 };
 
 /* history: $1 retention, $2 at most this many rows */
 static NtaskPlan hk_prune_audit_plan = {
-	"housekeeping prune audit", .ncols = 0,
+	"housekeeping prune audit",
+	.ncols = 0,
 	"DELETE FROM ntask.audit a WHERE a.audit_id OPERATOR(pg_catalog.=) ANY (ARRAY( "
 	"  SELECT x.audit_id FROM ntask.audit x "
 	"  WHERE x.at OPERATOR(pg_catalog.<) (pg_catalog.statement_timestamp() OPERATOR(pg_catalog.-) $1) "
@@ -231,7 +241,8 @@ static NtaskPlan hk_prune_audit_plan = {
 
 /* a slot whose task is still unfinished stays: overlap decisions read it */
 static NtaskPlan hk_prune_slots_plan = {
-	"housekeeping prune schedule slots", .ncols = 0,
+	"housekeeping prune schedule slots",
+	.ncols = 0,
 	"DELETE FROM ntask.schedule_slot s WHERE s.id OPERATOR(pg_catalog.=) ANY (ARRAY( "
 	"  SELECT x.id FROM ntask.schedule_slot x "
 	"  WHERE x.fired_at OPERATOR(pg_catalog.<) (pg_catalog.statement_timestamp() OPERATOR(pg_catalog.-) $1) "
@@ -248,7 +259,8 @@ static NtaskPlan hk_prune_slots_plan = {
  * most $1 per round.
  */
 static NtaskPlan hk_key_pause_plan = {
-	"housekeeping expired key pauses", .ncols = 0,
+	"housekeeping expired key pauses",
+	.ncols = 0,
 	"DELETE FROM ntask.key_pause k USING ( "
 	"  SELECT x.queue, x.partition_key FROM ntask.key_pause x "
 	"  WHERE x.until OPERATOR(pg_catalog.<=) pg_catalog.statement_timestamp() "
@@ -263,7 +275,8 @@ static void hk_prune_key_pauses(int max_rows);
 
 /* the receipt of a fence's current watermark stays */
 static NtaskPlan hk_prune_fence_plan = {
-	"housekeeping prune fence receipts", .ncols = 0,
+	"housekeeping prune fence receipts",
+	.ncols = 0,
 	"DELETE FROM ntask.fence_receipt r USING ( "
 	"  SELECT x.fence_key, x.token FROM ntask.fence_receipt x "
 	"  WHERE x.applied_at OPERATOR(pg_catalog.<) (pg_catalog.statement_timestamp() OPERATOR(pg_catalog.-) $1) "
@@ -285,7 +298,8 @@ typedef enum HkQueuesCol
 } HkQueuesCol;
 
 static NtaskPlan hk_queues_plan = {
-	"housekeeping queues", .ncols = HK_QUEUES_NCOLS,
+	"housekeeping queues",
+	.ncols = HK_QUEUES_NCOLS,
 	"SELECT q.queue, q.retention FROM ntask.queue q ORDER BY q.queue",
 	0, {InvalidOid}
 };
@@ -307,7 +321,8 @@ typedef enum HkPrunePickCol
 
 /* $2 the queue's retention */
 static NtaskPlan hk_prune_pick_plan = {
-	"housekeeping pick finished tasks", .ncols = HK_PRUNE_PICK_NCOLS,
+	"housekeeping pick finished tasks",
+	.ncols = HK_PRUNE_PICK_NCOLS,
 	HK_PRUNE_PICK_SQL("",
 					  "      (" HK_NOW " OPERATOR(pg_catalog.-) $2)",
 					  CppAsString2(HK_MAX_ROWS)),
@@ -316,7 +331,8 @@ static NtaskPlan hk_prune_pick_plan = {
 
 /* $2 shard, $3 finished before (statement timestamp - retention), $4 rows */
 static NtaskPlan hk_prune_pick_shard_plan = {
-	"housekeeping pick finished tasks (one shard)", .ncols = HK_PRUNE_PICK_NCOLS,
+	"housekeeping pick finished tasks (one shard)",
+	.ncols = HK_PRUNE_PICK_NCOLS,
 	HK_PRUNE_PICK_SQL("t.shard OPERATOR(pg_catalog.=) $2   AND ", "$3", "$4"),
 	4, {TEXTOID, INT2OID, TIMESTAMPTZOID, INT4OID}
 };
@@ -328,50 +344,58 @@ static NtaskPlan hk_prune_pick_shard_plan = {
 	HK_PRUNE_SQL(table, a) "   AND " a ".shard OPERATOR(pg_catalog.=) $2"
 
 static NtaskPlan hk_prune_attempts_plan = {
-	"housekeeping prune attempts", .ncols = 0,
+	"housekeeping prune attempts",
+	.ncols = 0,
 	HK_PRUNE_SQL("attempt", "a"),
 	1, {INT8ARRAYOID}
 };
 
 static NtaskPlan hk_prune_attempts_shard_plan = {
-	"housekeeping prune attempts (one shard)", .ncols = 0,
+	"housekeeping prune attempts (one shard)",
+	.ncols = 0,
 	HK_PRUNE_SHARD_SQL("attempt", "a"),
 	2, {INT8ARRAYOID, INT2OID}
 };
 
 static NtaskPlan hk_prune_receipts_plan = {
-	"housekeeping prune receipts", .ncols = 0,
+	"housekeeping prune receipts",
+	.ncols = 0,
 	HK_PRUNE_SQL("receipt", "r"),
 	1, {INT8ARRAYOID}
 };
 
 static NtaskPlan hk_prune_receipts_shard_plan = {
-	"housekeeping prune receipts (one shard)", .ncols = 0,
+	"housekeeping prune receipts (one shard)",
+	.ncols = 0,
 	HK_PRUNE_SHARD_SQL("receipt", "r"),
 	2, {INT8ARRAYOID, INT2OID}
 };
 
 /* a task's checkpoints and the signals it awaited go with it */
 static NtaskPlan hk_prune_checkpoints_plan = {
-	"housekeeping prune checkpoints", .ncols = 0,
+	"housekeeping prune checkpoints",
+	.ncols = 0,
 	HK_PRUNE_SQL("checkpoint", "c"),
 	1, {INT8ARRAYOID}
 };
 
 static NtaskPlan hk_prune_checkpoints_shard_plan = {
-	"housekeeping prune checkpoints (one shard)", .ncols = 0,
+	"housekeeping prune checkpoints (one shard)",
+	.ncols = 0,
 	HK_PRUNE_SHARD_SQL("checkpoint", "c"),
 	2, {INT8ARRAYOID, INT2OID}
 };
 
 static NtaskPlan hk_prune_signals_plan = {
-	"housekeeping prune signals", .ncols = 0,
+	"housekeeping prune signals",
+	.ncols = 0,
 	HK_PRUNE_SQL("signal", "s"),
 	1, {INT8ARRAYOID}
 };
 
 static NtaskPlan hk_prune_signals_shard_plan = {
-	"housekeeping prune signals (one shard)", .ncols = 0,
+	"housekeeping prune signals (one shard)",
+	.ncols = 0,
 	HK_PRUNE_SHARD_SQL("signal", "s"),
 	2, {INT8ARRAYOID, INT2OID}
 };
@@ -383,7 +407,8 @@ static NtaskPlan hk_prune_signals_shard_plan = {
  * so created_at is when it was sent; a round costs what it prunes).
  */
 static NtaskPlan hk_prune_unawaited_plan = {
-	"housekeeping prune unawaited signals", .ncols = 0,
+	"housekeeping prune unawaited signals",
+	.ncols = 0,
 	"DELETE FROM ntask.signal s "
 	"WHERE s.queue OPERATOR(pg_catalog.=) $1 AND s.task_id IS NULL "
 	"  AND s.signal_key OPERATOR(pg_catalog.=) ANY (ARRAY( "
@@ -406,7 +431,8 @@ typedef enum HkPruneTasksCol
 } HkPruneTasksCol;
 
 static NtaskPlan hk_prune_tasks_plan = {
-	"housekeeping prune tasks", .ncols = HK_PRUNE_TASKS_NCOLS,
+	"housekeeping prune tasks",
+	.ncols = HK_PRUNE_TASKS_NCOLS,
 	"WITH d AS (" HK_PRUNE_SQL("task", "t") " RETURNING t.task_id, t.has_parents), "
 	"x AS (DELETE FROM ntask.task_dep p WHERE p.task_id OPERATOR(pg_catalog.=) ANY "
 	"  (ARRAY(SELECT d.task_id FROM d WHERE d.has_parents))) "
@@ -415,7 +441,8 @@ static NtaskPlan hk_prune_tasks_plan = {
 };
 
 static NtaskPlan hk_prune_tasks_shard_plan = {
-	"housekeeping prune tasks (one shard)", .ncols = 0,
+	"housekeeping prune tasks (one shard)",
+	.ncols = 0,
 	HK_PRUNE_SHARD_SQL("task", "t"),
 	2, {INT8ARRAYOID, INT2OID}
 };
@@ -433,14 +460,16 @@ typedef enum HkAuditPickCol
 } HkAuditPickCol;
 
 static NtaskPlan hk_audit_pick_dist_plan = {
-	"housekeeping pick audit (distributed)", .ncols = HK_AUDIT_PICK_NCOLS,
+	"housekeeping pick audit (distributed)",
+	.ncols = HK_AUDIT_PICK_NCOLS,
 	"SELECT x.audit_id FROM ntask.audit x "
 	"WHERE x.at OPERATOR(pg_catalog.<) $1 ORDER BY x.at LIMIT $2",
 	2, {TIMESTAMPTZOID, INT4OID}
 };
 
 static NtaskPlan hk_audit_delete_dist_plan = {
-	"housekeeping prune audit (distributed)", .ncols = 0,
+	"housekeeping prune audit (distributed)",
+	.ncols = 0,
 	"DELETE FROM ntask.audit a WHERE a.audit_id OPERATOR(pg_catalog.=) ANY ($1)",
 	1, {INT8ARRAYOID}
 };
@@ -463,7 +492,8 @@ typedef enum HkSlotsPickCol
 } HkSlotsPickCol;
 
 static NtaskPlan hk_slots_pick_dist_plan = {
-	"housekeeping pick schedule slots (distributed)", .ncols = HK_SLOTS_PICK_NCOLS,
+	"housekeeping pick schedule slots (distributed)",
+	.ncols = HK_SLOTS_PICK_NCOLS,
 	"SELECT x.id, x.task_id FROM ntask.schedule_slot x "
 	"WHERE x.fired_at OPERATOR(pg_catalog.<) $1 ORDER BY x.fired_at LIMIT $2",
 	2, {TIMESTAMPTZOID, INT4OID}
@@ -476,14 +506,16 @@ typedef enum HkSlotsBusyCol
 } HkSlotsBusyCol;
 
 static NtaskPlan hk_slots_busy_dist_plan = {
-	"housekeeping unfinished tasks of schedule slots (distributed)", .ncols = HK_SLOTS_BUSY_NCOLS,
+	"housekeeping unfinished tasks of schedule slots (distributed)",
+	.ncols = HK_SLOTS_BUSY_NCOLS,
 	"SELECT t.task_id FROM ntask.task t "
 	"WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1) AND t.due_at IS NOT NULL",
 	1, {INT8ARRAYOID}
 };
 
 static NtaskPlan hk_slots_delete_dist_plan = {
-	"housekeeping prune schedule slots (distributed)", .ncols = 0,
+	"housekeeping prune schedule slots (distributed)",
+	.ncols = 0,
 	"DELETE FROM ntask.schedule_slot s WHERE s.id OPERATOR(pg_catalog.=) ANY ($1)",
 	1, {INT8ARRAYOID}
 };

@@ -53,7 +53,8 @@ typedef enum LeaseTokenCol
 } LeaseTokenCol;
 
 static NtaskPlan lease_token_plan = {
-	"task token lookup", .ncols = 2,
+	"task token lookup",
+	.ncols = 2,
 	"SELECT t.token, " NTASK_WORKER_RIGHT("q", "2") " "
 	"FROM ntask.task t JOIN ntask.queue q ON q.queue OPERATOR(pg_catalog.=) t.queue "
 	"WHERE t.task_id OPERATOR(pg_catalog.=) $1" NTASK_SHARD_OF("t", "$1"),
@@ -89,7 +90,8 @@ typedef enum LeaseHeartbeatArg
 	"RETURNING t.lease_until"
 
 static NtaskPlan lease_heartbeat_plan = {
-	"heartbeat", .ncols = 1,
+	"heartbeat",
+	.ncols = 1,
 	LEASE_HB_SQL(""),
 	LEASE_HB_NARGS, {INT8OID, INT8OID, INTERVALOID, OIDOID, TIMESTAMPTZOID}
 };
@@ -101,7 +103,8 @@ static NtaskPlan lease_heartbeat_plan = {
  * heartbeat without progress runs lease_heartbeat_plan.
  */
 static NtaskPlan lease_progress_plan = {
-	"heartbeat with progress", .ncols = 1,
+	"heartbeat with progress",
+	.ncols = 1,
 	LEASE_HB_SQL("  progress = $6, progress_at = $5, "),
 	LEASE_HB_NARGS + 1, {INT8OID, INT8OID, INTERVALOID, OIDOID, TIMESTAMPTZOID, JSONBOID}
 };
@@ -111,7 +114,8 @@ static NtaskPlan lease_progress_plan = {
  * ledger): invoked_at is set there, on the token's leased row.
  */
 static NtaskPlan lease_invoked_plan = {
-	"invoked", .ncols = 0,
+	"invoked",
+	.ncols = 0,
 	"UPDATE ntask.task t SET invoked_at = pg_catalog.statement_timestamp() "
 	"FROM ntask.queue q "
 	"WHERE t.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("t", "$1")
@@ -123,7 +127,8 @@ static NtaskPlan lease_invoked_plan = {
 };
 
 static NtaskPlan lease_attempt_plan = {
-	"attempt lookup", .ncols = 1,
+	"attempt lookup",
+	.ncols = 1,
 	"SELECT t.state OPERATOR(pg_catalog.=) 'leased' AND t.invoked_at IS NOT NULL "
 	"FROM ntask.task t "
 	"WHERE t.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("t", "$1")
@@ -302,7 +307,8 @@ typedef enum LeaseReleaseCol
 	"                AND " NTASK_WORKER_RIGHT("q", "4") ") "
 
 static NtaskPlan lease_release_plan = {
-	"release", .ncols = 2,
+	"release",
+	.ncols = 2,
 	"WITH upd AS ( "
 	LEASE_RELEASE_UPDATE("pg_catalog.statement_timestamp()", NTASK_RECEIPT_OF("t"))
 "  RETURNING t.run_at, t.queue, t.task_id, t.shard, t.token, t.attempts, "
@@ -329,7 +335,8 @@ static NtaskPlan lease_release_plan = {
  * (NtaskLedgerRowDist), each routed to the task's shard.
  */
 static NtaskPlan lease_receipt_dist_plan = {
-	"release receipt lookup (distributed)", .ncols = 1,
+	"release receipt lookup (distributed)",
+	.ncols = 1,
 	"SELECT EXISTS (SELECT 1 FROM ntask.receipt r "
 	"  WHERE r.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("r", "$1")
 	"    AND r.token OPERATOR(pg_catalog.=) $2)",
@@ -349,7 +356,8 @@ typedef enum LeaseReleaseDistCol
 } LeaseReleaseDistCol;
 
 static NtaskPlan lease_release_dist_plan = {
-	"release (distributed)", .ncols = 10,
+	"release (distributed)",
+	.ncols = 10,
 	LEASE_RELEASE_UPDATE("$6", "OR $5")
 	"RETURNING t.queue, t.run_at, t.task_id, t.shard, t.token, t.attempts, "
 	"  coalesce(o.claimed_at, o.updated_at), t.invoked_at, o.lease_owner, o.progress",
@@ -405,7 +413,8 @@ lease_release_dist(Datum *values, SPITupleTable **row)
 
 /* not applied: what this token did with its attempt */
 static NtaskPlan lease_requested_plan = {
-	"release attempt lookup", .ncols = 1,
+	"release attempt lookup",
+	.ncols = 1,
 	"SELECT a.requested FROM ntask.attempt a "
 	"WHERE a.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("a", "$1")
 	"  AND a.token OPERATOR(pg_catalog.=) $2",

@@ -101,9 +101,10 @@ extern bool NtaskTraceparentValid(const char *tp, const char **why);
  * The statement checks itself (spi_util.c): when prepared, the highest $N
  * in sql must be nargs and its result must have ncols columns (0: it
  * returns no rows), and every execution that returns a tuple table must
- * return ncols columns.  ncols comes second, so an initializer written
- * { "name", .ncols = N, "SELECT ...", nargs, {types} } that leaves it out
- * puts the SQL text in an int: a compile error, not a silent 0.
+ * return ncols columns.  ncols comes second, written on a line of its own
+ * after the name (.ncols = N, then the SQL text, nargs and the types), so
+ * an initializer that leaves it out puts the SQL text in an int: a compile
+ * error, not a silent 0.
  */
 #define NTASK_PLAN_MAX_ARGS 28
 typedef struct NtaskPlan

@@ -44,7 +44,8 @@ PG_FUNCTION_INFO_V1(ntask_queue_pause);
 PG_FUNCTION_INFO_V1(ntask_queue_resume);
 
 static NtaskPlan queue_insert_plan = {
-	"queue insert", .ncols = 0,
+	"queue insert",
+	.ncols = 0,
 	"INSERT INTO ntask.queue (queue) VALUES ($1) "
 	"ON CONFLICT (queue) DO NOTHING",
 	1, {TEXTOID}
@@ -58,7 +59,8 @@ static NtaskPlan queue_insert_plan = {
 #define QUEUE_NPARAMS 26
 
 static NtaskPlan queue_update_plan = {
-	"queue update", .ncols = 37,
+	"queue update",
+	.ncols = 37,
 	"UPDATE ntask.queue q SET "
 	"  max_attempts = coalesce($2, q.max_attempts), "
 	"  total_deadline = coalesce($3, q.total_deadline), "
@@ -109,7 +111,8 @@ static NtaskPlan queue_update_plan = {
 
 /* $2: the caller; true when the queue restricts this right to a role it lacks */
 static NtaskPlan queue_roles_plan = {
-	"queue roles", .ncols = 1,
+	"queue roles",
+	.ncols = 1,
 	"UPDATE ntask.queue q SET producer_role = $2, worker_role = $3, "
 	"  updated_at = pg_catalog.statement_timestamp() "
 	"WHERE q.queue OPERATOR(pg_catalog.=) $1 RETURNING 1",
@@ -122,7 +125,8 @@ static NtaskPlan queue_roles_plan = {
  * Waits for the row locks of claims in progress (short transactions).
  */
 static NtaskPlan queue_fair_keyless_plan = {
-	"queue fair keyless", .ncols = 0,
+	"queue fair keyless",
+	.ncols = 0,
 	"UPDATE ntask.task t SET partition_key = '' "
 	"WHERE t.queue OPERATOR(pg_catalog.=) $1 AND t.partition_key IS NULL "
 	"  AND t.due_at IS NOT NULL",
@@ -137,7 +141,8 @@ static NtaskPlan queue_fair_keyless_plan = {
  * queue row as it is now.  SHARE mode does not conflict with itself.
  */
 static NtaskPlan queue_ordered_lock_plan = {
-	"queue ordered lock", .ncols = 0,
+	"queue ordered lock",
+	.ncols = 0,
 	"LOCK TABLE ntask.task IN SHARE MODE",
 	0, {InvalidOid}
 };
@@ -147,7 +152,8 @@ static NtaskPlan queue_ordered_lock_plan = {
  * may block their key) join the order index (task_ordered_idx).
  */
 static NtaskPlan queue_ordered_plan = {
-	"queue ordered", .ncols = 0,
+	"queue ordered",
+	.ncols = 0,
 	"UPDATE ntask.task t SET ordered = true "
 	"WHERE t.queue OPERATOR(pg_catalog.=) $1 AND t.ordered IS NOT TRUE "
 	"  AND (t.due_at IS NOT NULL OR t.state OPERATOR(pg_catalog.=) 'repair_required' "
@@ -156,7 +162,8 @@ static NtaskPlan queue_ordered_plan = {
 };
 
 static NtaskPlan queue_clear_guard_plan = {
-	"queue clear guard", .ncols = 0,
+	"queue clear guard",
+	.ncols = 0,
 	"UPDATE ntask.queue SET guard = NULL, guard_owner = NULL, "
 	"  updated_at = pg_catalog.statement_timestamp() "
 	"WHERE queue OPERATOR(pg_catalog.=) $1",
@@ -165,7 +172,8 @@ static NtaskPlan queue_clear_guard_plan = {
 
 /* a new guard and its owner, always together (guard.c checks the owner) */
 static NtaskPlan queue_set_guard_plan = {
-	"queue set guard", .ncols = 0,
+	"queue set guard",
+	.ncols = 0,
 	"UPDATE ntask.queue SET guard = $2, guard_owner = $3 "
 	"WHERE queue OPERATOR(pg_catalog.=) $1",
 	3, {TEXTOID, TEXTOID, NAMEOID}
@@ -178,7 +186,8 @@ static NtaskPlan queue_set_guard_plan = {
  * the pause from their next statement on.
  */
 static NtaskPlan queue_pause_plan = {
-	"queue pause", .ncols = 1,
+	"queue pause",
+	.ncols = 1,
 	"UPDATE ntask.queue q SET paused_at = pg_catalog.statement_timestamp(), "
 	"  paused_by = $2, pause_reason = $3, "
 	"  updated_at = pg_catalog.statement_timestamp() "
@@ -192,7 +201,8 @@ static NtaskPlan queue_pause_plan = {
  * operator's pause, a rate limit's (paused_until), or keys (column 1..3).
  */
 static NtaskPlan queue_resume_lock_plan = {
-	"queue resume lock", .ncols = 3,
+	"queue resume lock",
+	.ncols = 3,
 	"SELECT q.paused_at IS NOT NULL, "
 	"  coalesce(q.paused_until OPERATOR(pg_catalog.>) pg_catalog.statement_timestamp(), false), "
 	"  EXISTS (SELECT 1 FROM ntask.key_pause k WHERE k.queue OPERATOR(pg_catalog.=) q.queue "
@@ -202,7 +212,8 @@ static NtaskPlan queue_resume_lock_plan = {
 };
 
 static NtaskPlan queue_resume_plan = {
-	"queue resume", .ncols = 0,
+	"queue resume",
+	.ncols = 0,
 	"UPDATE ntask.queue q SET paused_at = NULL, paused_by = NULL, pause_reason = NULL, "
 	"  paused_until = NULL, keys_paused_until = NULL, "
 	"  updated_at = pg_catalog.statement_timestamp() "
@@ -211,7 +222,8 @@ static NtaskPlan queue_resume_plan = {
 };
 
 static NtaskPlan queue_resume_keys_plan = {
-	"queue resume keys", .ncols = 0,
+	"queue resume keys",
+	.ncols = 0,
 	"DELETE FROM ntask.key_pause k WHERE k.queue OPERATOR(pg_catalog.=) $1",
 	1, {TEXTOID}
 };

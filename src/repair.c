@@ -49,7 +49,8 @@ typedef enum RepLockCol
 } RepLockCol;
 
 static NtaskPlan rep_lock_plan = {
-	"admin lock", .ncols = 6,
+	"admin lock",
+	.ncols = 6,
 	"SELECT t.state, t.queue, t.task_key, t.payload, q.guard, "
 	"  q.guard_owner::pg_catalog.text "
 	"FROM ntask.task t JOIN ntask.queue q "
@@ -61,7 +62,8 @@ static NtaskPlan rep_lock_plan = {
 
 
 static NtaskPlan rep_replay_plan = {
-	"replay", .ncols = 0,
+	"replay",
+	.ncols = 0,
 	"UPDATE ntask.task t SET state = 'ready', "
 	"  run_at = pg_catalog.statement_timestamp(), due_at = pg_catalog.statement_timestamp(), "
 	"  max_attempts = t.attempts OPERATOR(pg_catalog.+) q.max_attempts, "
@@ -84,7 +86,8 @@ typedef enum RepAssignArg
 } RepAssignArg;
 
 static NtaskPlan rep_assign_plan = {
-	"repair assign", .ncols = 0,
+	"repair assign",
+	.ncols = 0,
 	"UPDATE ntask.task t SET repair_owner = $2, repair_next_action = $3, "
 	"  updated_at = pg_catalog.statement_timestamp() "
 	"WHERE t.task_id OPERATOR(pg_catalog.=) $1" NTASK_SHARD_OF("t", "$1"),
@@ -324,7 +327,8 @@ typedef enum BulkArg
 
 /* how many tasks match (no lock) */
 static NtaskPlan bulk_count_plan = {
-	"bulk count", .ncols = 1,
+	"bulk count",
+	.ncols = 1,
 	"SELECT pg_catalog.count(*) " BULK_MATCH
 	"  AND $10::pg_catalog.int4 IS NOT NULL",
 	BULK_ARG_TYPES
@@ -337,7 +341,8 @@ static NtaskPlan bulk_count_plan = {
  * remaining, so a bulk action never waits for a worker.
  */
 static NtaskPlan bulk_lock_plan = {
-	"bulk lock", .ncols = 1,
+	"bulk lock",
+	.ncols = 1,
 	"SELECT t.task_id " BULK_MATCH
 	"ORDER BY t.task_id LIMIT $10 FOR UPDATE OF t SKIP LOCKED",
 	BULK_ARG_TYPES
@@ -353,7 +358,8 @@ typedef enum BulkRescheduleCol
 } BulkRescheduleCol;
 
 static NtaskPlan bulk_reschedule_plan = {
-	"bulk reschedule", .ncols = BULK_RESCHEDULE_NCOLS,
+	"bulk reschedule",
+	.ncols = BULK_RESCHEDULE_NCOLS,
 	"UPDATE ntask.task t SET run_at = $2, due_at = $2, "
 	"  updated_at = pg_catalog.statement_timestamp() "
 	"WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1) "
@@ -364,7 +370,8 @@ static NtaskPlan bulk_reschedule_plan = {
 
 /* the call's own audit row: actor, action, queue, reason, detail */
 static NtaskPlan bulk_audit_plan = {
-	"bulk audit", .ncols = 1,
+	"bulk audit",
+	.ncols = 1,
 	"INSERT INTO ntask.audit (actor, action, queue, reason, detail) "
 	"VALUES ($1, $2, $3, $4, $5) RETURNING audit_id",
 	5, {TEXTOID, TEXTOID, TEXTOID, TEXTOID, JSONBOID}

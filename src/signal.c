@@ -80,7 +80,8 @@ typedef enum SigAwaitCol
  * writes it (lease.c); o is the row as the statement's snapshot saw it.
  */
 static NtaskPlan sig_await_plan = {
-	"await", .ncols = 2,
+	"await",
+	.ncols = 2,
 	"WITH upd AS ( "
 	"  UPDATE ntask.task t SET state = 'awaiting', "
 	"    signal_key = $3, await_on_timeout = $5, "
@@ -117,7 +118,8 @@ static NtaskPlan sig_await_plan = {
  * Waits for a signal's uncommitted insert of the key.
  */
 static NtaskPlan sig_meet_plan = {
-	"await signal row", .ncols = 1,
+	"await signal row",
+	.ncols = 1,
 	"INSERT INTO ntask.signal AS s (queue, signal_key, task_id, shard) "
 	"VALUES ($1, $2, $3, $4) "
 	"ON CONFLICT (queue, signal_key) DO UPDATE SET task_id = EXCLUDED.task_id, "
@@ -138,7 +140,8 @@ static NtaskPlan sig_meet_plan = {
 
 /* the signal was sent: task $1 is due now */
 static NtaskPlan sig_ready_plan = {
-	"await: signal already sent", .ncols = 0,
+	"await: signal already sent",
+	.ncols = 0,
 	"UPDATE ntask.task t SET " SIG_WAKE_SET
 	"FROM ntask.queue q "
 	"WHERE t.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("t", "$1")
@@ -156,7 +159,8 @@ typedef enum SigTokenCol
 } SigTokenCol;
 
 static NtaskPlan sig_token_plan = {
-	"await token lookup", .ncols = 4,
+	"await token lookup",
+	.ncols = 4,
 	"SELECT t.token, " NTASK_WORKER_RIGHT("q", "2") ", a.requested, "
 	"  a.detail OPERATOR(pg_catalog.->>) 'signal_key' "
 	"FROM ntask.task t JOIN ntask.queue q ON q.queue OPERATOR(pg_catalog.=) t.queue "
@@ -279,7 +283,8 @@ ntask_await(PG_FUNCTION_ARGS)
  * the whole check.  No row: no such queue.
  */
 static NtaskPlan sig_right_plan = {
-	"signal right", .ncols = 1,
+	"signal right",
+	.ncols = 1,
 	"SELECT CASE WHEN q.signal_role IS NOT NULL "
 	"  THEN pg_catalog.pg_has_role($2, q.signal_role, 'USAGE') "
 	"  ELSE (pg_catalog.pg_has_role($2, 'ntask_producer', 'USAGE') "
@@ -305,7 +310,8 @@ typedef enum SigSendArg
  * await's uncommitted insert of the key.
  */
 static NtaskPlan sig_send_plan = {
-	"signal send", .ncols = 1,
+	"signal send",
+	.ncols = 1,
 	"INSERT INTO ntask.signal AS s (queue, signal_key, payload, payload_digest, "
 	"  digest_version, sent_at, sent_by) "
 	"VALUES ($1, $2, $3, $4, $5, pg_catalog.statement_timestamp(), ntask.caller_name()) "
@@ -319,7 +325,8 @@ static NtaskPlan sig_send_plan = {
 
 /* the signal already sent (a new statement: sees the row the upsert locked) */
 static NtaskPlan sig_sent_plan = {
-	"signal sent", .ncols = 3,
+	"signal sent",
+	.ncols = 3,
 	"SELECT s.payload, s.payload_digest, s.digest_version FROM ntask.signal s "
 	"WHERE s.queue OPERATOR(pg_catalog.=) $1 AND s.signal_key OPERATOR(pg_catalog.=) $2",
 	2, {TEXTOID, TEXTOID}
@@ -327,7 +334,8 @@ static NtaskPlan sig_sent_plan = {
 
 /* the tasks awaiting the key become due now (task_awaiting_idx) */
 static NtaskPlan sig_wake_plan = {
-	"signal wake", .ncols = 1,
+	"signal wake",
+	.ncols = 1,
 	"UPDATE ntask.task t SET " SIG_WAKE_SET
 	"FROM ntask.queue q "
 	"WHERE t.queue OPERATOR(pg_catalog.=) $1 AND t.signal_key OPERATOR(pg_catalog.=) $2 "
@@ -429,7 +437,8 @@ ntask_signal(PG_FUNCTION_ARGS)
 }
 
 static NtaskPlan sig_role_plan = {
-	"queue set signal role", .ncols = 1,
+	"queue set signal role",
+	.ncols = 1,
 	"UPDATE ntask.queue q SET signal_role = $2, "
 	"  updated_at = pg_catalog.statement_timestamp() "
 	"WHERE q.queue OPERATOR(pg_catalog.=) $1 RETURNING 1",

@@ -50,7 +50,8 @@ static void spi_check_version(void);
 pg_noreturn static void spi_rethrow_without_statement(NtaskPlan *p);
 
 static NtaskPlan spi_audit_plan = {
-	"audit insert", .ncols = 0,
+	"audit insert",
+	.ncols = 0,
 	"INSERT INTO ntask.audit (actor, action, task_id, queue, reason, "
 	"                         from_state, to_state) "
 	"VALUES ($1, $2, $3, $4, $5, $6, $7)",
@@ -160,10 +161,10 @@ NtaskExecPlanCount(NtaskPlan *p, Datum *values, const char *nulls,
 		elog(ERROR, "ntask: %s failed: %s", p->name, SPI_result_code_string(rc));
 
 	/*
-	 * The callers read the result by column number (each file's column
-	 * enum): a statement whose column list and enum have drifted apart
-	 * fails here, not by reading the wrong column.  Not an Assert: builds
-	 * are not cassert.
+	 * The callers read the result by column number (each file's column enum):
+	 * a statement whose column list and enum have drifted apart fails here,
+	 * not by reading the wrong column.  Not an Assert: builds are not
+	 * cassert.
 	 */
 	if ((SPI_tuptable != NULL ? SPI_tuptable->tupdesc->natts : 0) != p->ncols)
 		elog(ERROR, "ntask: %s returned %d columns, declared %d",
@@ -327,12 +328,12 @@ spi_prepare(NtaskPlan *p)
 			 p->name, SPI_result_code_string(SPI_result));
 
 	/*
-	 * The statement checks itself once, here: its parameters against
-	 * nargs, its result columns against ncols (the result of the last of
-	 * its statements is the one SPI returns).  A plan that shares a longer
-	 * argument list with its distributed twin and does not use the last
-	 * ones declares only the ones it uses (nargs = its highest $N): SPI
-	 * reads just the first nargs values of the array the caller passes.
+	 * The statement checks itself once, here: its parameters against nargs,
+	 * its result columns against ncols (the result of the last of its
+	 * statements is the one SPI returns).  A plan that shares a longer
+	 * argument list with its distributed twin and does not use the last ones
+	 * declares only the ones it uses (nargs = its highest $N): SPI reads just
+	 * the first nargs values of the array the caller passes.
 	 */
 	highest = spi_highest_param(p->sql);
 	if (highest != p->nargs)
@@ -618,7 +619,8 @@ NtaskTaskNotFound(int64 task_id)
  * (NtaskCheckTokenIssued's slow path; routed by the task id's shard).
  */
 static NtaskPlan token_ledger_plan = {
-	"token in the ledger", .ncols = 1,
+	"token in the ledger",
+	.ncols = 1,
 	"SELECT 1 FROM ntask.attempt a "
 	"WHERE a.task_id OPERATOR(pg_catalog.=) $1 "
 	"  AND a.token OPERATOR(pg_catalog.=) $2" NTASK_SHARD_OF("a", "$1"),
@@ -849,7 +851,8 @@ NtaskTrySubxact(void (*fn) (void *arg), void *arg, ErrorData **edata)
  * ntask_distribute keeps what it read: reconnect after distributing.
  */
 static NtaskPlan spi_shard_map_plan = {
-	"shard map", .ncols = 1,
+	"shard map",
+	.ncols = 1,
 	"SELECT s.shard FROM ntask.shard_map s ORDER BY s.shard",
 	0, {InvalidOid}
 };
@@ -989,7 +992,8 @@ NtaskShardFor(text *queue, text *key)
  * Marked, not freed: the callback can run within a claim that walks them.
  */
 static NtaskPlan spi_local_shards_plan = {
-	"local shards", .ncols = 1,
+	"local shards",
+	.ncols = 1,
 	"SELECT m.shard FROM ntask.shard_map m "
 	"WHERE " SPI_SHARD_ID_OF_M "OPERATOR(pg_catalog.=) ANY (ARRAY( "
 	"  SELECT p.shardid FROM pg_catalog.pg_dist_placement p "
@@ -1115,7 +1119,8 @@ NtaskIsLocalShard(int16 shard)
  * shard value; ShareLock is 5.
  */
 static NtaskPlan spi_shard_lock_plan = {
-	"shard metadata lock", .ncols = 1,
+	"shard metadata lock",
+	.ncols = 1,
 	"SELECT pg_catalog.lock_shard_metadata(5, ARRAY( "
 	"  SELECT DISTINCT pg_catalog.get_shard_id_for_distribution_column($1, s.v) "
 	"  FROM pg_catalog.unnest($2) s(v) ORDER BY 1))",
@@ -1195,7 +1200,8 @@ NtaskWalkShardValue(int i)
  * moves): a queue-wide cap is shared out by node (claim.c, claim_limit).
  */
 static NtaskPlan spi_shard_groups_plan = {
-	"shard groups", .ncols = 2,
+	"shard groups",
+	.ncols = 2,
 	"SELECT m.shard, pg_catalog.min(p.groupid) FROM ntask.shard_map m "
 	"JOIN pg_catalog.pg_dist_placement p ON p.shardid OPERATOR(pg_catalog.=) "
 	"  " SPI_SHARD_ID_OF_M

@@ -81,7 +81,8 @@ typedef enum TrLockCol
 } TrLockCol;
 
 static NtaskPlan tr_lock_plan = {
-	"transition lock", .ncols = 11,
+	"transition lock",
+	.ncols = 11,
 	"SELECT t.state, t.token, t.attempts, t.max_attempts, t.deadline, "
 	"  q.backoff_base, q.backoff_max, "
 	"  CASE WHEN t.due_at IS NOT NULL THEN t.run_at END, " NTASK_WORKER_RIGHT("q", "2") ", "
@@ -160,7 +161,8 @@ typedef enum TrApplyCol
 	JSONBOID, TIMESTAMPTZOID}
 
 static NtaskPlan tr_apply_plan = {
-	"transition apply", .ncols = 3,
+	"transition apply",
+	.ncols = 3,
 	"WITH upd AS ( "
 	TR_APPLY_UPDATE
 	"  RETURNING t.task_id, t.state, "
@@ -206,7 +208,8 @@ typedef enum TrApplyDistCol
 } TrApplyDistCol;
 
 static NtaskPlan tr_apply_dist_plan = {
-	"transition apply (distributed)", .ncols = 12,
+	"transition apply (distributed)",
+	.ncols = 12,
 	TR_APPLY_UPDATE
 	"RETURNING t.state, CASE WHEN t.due_at IS NOT NULL THEN t.run_at END AS run_at, "
 	"  t.queue, t.task_id, t.shard, t.token, t.attempts, "
@@ -217,7 +220,8 @@ static NtaskPlan tr_apply_dist_plan = {
 
 /* the ledger row tr_apply_dist_plan's task ends with, routed by $2 */
 static NtaskPlan tr_attempt_insert_plan = {
-	"transition attempt insert (distributed)", .ncols = 0,
+	"transition attempt insert (distributed)",
+	.ncols = 0,
 	"INSERT INTO ntask.attempt (task_id, shard, token, attempt, worker, claimed_at, "
 	"  invoked_at, ended_at, result, requested, error_class, error_stage, "
 	"  outcome_known, outcome, retry_at, detail, progress) "
@@ -236,7 +240,8 @@ typedef enum TrAttemptCol
 } TrAttemptCol;
 
 static NtaskPlan tr_attempt_plan = {
-	"transition attempt lookup", .ncols = 3,
+	"transition attempt lookup",
+	.ncols = 3,
 	"SELECT a.requested, a.error_class, a.outcome FROM ntask.attempt a "
 	"WHERE a.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("a", "$1")
 	"  AND a.token OPERATOR(pg_catalog.=) $2",
@@ -278,7 +283,8 @@ typedef enum TrManyCol
 } TrManyCol;
 
 static NtaskPlan tr_many_plan = {
-	"transition many", .ncols = 3,
+	"transition many",
+	.ncols = 3,
 	"WITH upd AS ( "
 	"  UPDATE ntask.task t SET state = $3, due_at = NULL, "
 	"    lease_owner = NULL, lease_until = NULL, "

@@ -74,7 +74,8 @@ PG_FUNCTION_INFO_V1(ntask_claim);
  * nothing to the caller but when to look again.
  */
 static NtaskPlan nw_next_due_plan = {
-	"wait next due", .ncols = 1,
+	"wait next due",
+	.ncols = 1,
 	NTASK_PRIORITY_WALK
 	"SELECT pg_catalog.min(x.due_at) FROM pr, LATERAL ( "
 	"  SELECT t.due_at FROM ntask.task t "
@@ -93,7 +94,8 @@ static NtaskPlan nw_next_due_plan = {
  * the shard's node.  A look asks each shard value once (nw_next_due).
  */
 static NtaskPlan nw_next_due_shard_plan = {
-	"wait next due (one shard)", .ncols = 1,
+	"wait next due (one shard)",
+	.ncols = 1,
 	NTASK_PRIORITY_WALK_ON(" AND t.shard OPERATOR(pg_catalog.=) $3 ")
 	"SELECT pg_catalog.min(x.due_at) FROM pr, LATERAL ( "
 	"  SELECT t.due_at FROM ntask.task t "
@@ -121,7 +123,8 @@ typedef enum NwGateCol
 } NwGateCol;
 
 static NtaskPlan nw_gate_plan = {
-	"wait gate", .ncols = 3,
+	"wait gate",
+	.ncols = 3,
 	"SELECT q.max_inflight IS NOT NULL OR q.rate_n IS NOT NULL, "
 	"  CASE WHEN q.max_inflight IS NOT NULL THEN q.max_inflight OPERATOR(pg_catalog.<=) ( "
 	"    SELECT pg_catalog.count(*) FROM ntask.task t "
@@ -144,7 +147,8 @@ static NtaskPlan nw_gate_plan = {
  * Citus' deadlock detector cancel a waiting claim now and then (t/023).
  */
 static NtaskPlan nw_gate_dist_plan = {
-	"wait gate (distributed)", .ncols = 3,
+	"wait gate (distributed)",
+	.ncols = 3,
 	"SELECT q.max_inflight IS NOT NULL OR q.rate_n IS NOT NULL, "
 	"  CASE WHEN q.max_inflight IS NOT NULL THEN false END, "
 	"  CASE WHEN q.rate_n IS NOT NULL THEN ntask.limit_next($1, NULL, q.rate_n, "
