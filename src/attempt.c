@@ -40,6 +40,7 @@ typedef enum AttCloseCol
 
 static NtaskPlan att_close_plan = {
 	"claim close expired attempts",
+	.ncols = 2,
 	"INSERT INTO ntask.attempt AS a (task_id, shard, token, attempt, worker, claimed_at, "
 	"  invoked_at, ended_at, result, outcome_known, progress) "
 	"SELECT t.task_id, t.shard, t.token, t.attempts, t.lease_owner, "
@@ -80,6 +81,7 @@ typedef enum AttCloseDistCol
 
 static NtaskPlan att_close_pick_dist_plan = {
 	"claim close expired attempts: pick (distributed)",
+	.ncols = 9,
 	"SELECT t.task_id, t.shard, t.token, t.attempts, t.lease_owner, "
 	"  coalesce(t.claimed_at, t.updated_at), t.invoked_at, "
 	"  (t.invoked_at IS NULL OR EXISTS (SELECT 1 FROM ntask.receipt r "
@@ -97,6 +99,7 @@ static NtaskPlan att_close_pick_dist_plan = {
 /* one ledger row, routed by its shard value $2 (NtaskLedgerRowDist) */
 static NtaskPlan att_row_insert_dist_plan = {
 	"attempt ledger row (distributed)",
+	.ncols = 0,
 	"INSERT INTO ntask.attempt (task_id, shard, token, attempt, worker, claimed_at, "
 	"  invoked_at, ended_at, result, requested, outcome_known, retry_at, progress) "
 	"VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
@@ -116,13 +119,13 @@ NtaskLedgerRowDist(Datum *v, const char *n)
 }
 
 /*
- * att_open_row: the open attempt's columns of row r of a pick with
- * AttCloseDistCol's columns into v and n, as a ledger row that ended now
+ * att_open_row: the open attempt's columns of row r of tt, a pick with
+ * AttCloseDistCol's columns, into v and n, as a ledger row that ended now
  * with result; returns whether its outcome is unknown (it was invoked
  * and committed no receipt)
  */
 static bool
-att_open_row(int r, const char *result, Datum *v, char *n)
+att_open_row(SPITupleTable *tt, int r, const char *result, Datum *v, char *n)
 {
 	static const int cols[ATT_ROW_NARGS] = {
 		ATT_CLOSE_DIST_TASK_ID, ATT_CLOSE_DIST_SHARD, ATT_CLOSE_DIST_TOKEN,
@@ -135,14 +138,14 @@ att_open_row(int r, const char *result, Datum *v, char *n)
 	{
 		bool		isnull = true;
 
-		v[i] = cols[i] != 0 ? NtaskGetDatum(r, cols[i], &isnull) : (Datum) 0;
+		v[i] = cols[i] != 0 ? NtaskTupGetDatum(tt, r, cols[i], &isnull) : (Datum) 0;
 		n[i] = isnull ? 'n' : ' ';
 	}
 	v[ATT_ROW_ENDED_AT] = NtaskStatementTs();
 	n[ATT_ROW_ENDED_AT] = ' ';
 	v[ATT_ROW_RESULT] = CStringGetTextDatum(result);
 	n[ATT_ROW_RESULT] = ' ';
-	return !NtaskGetBool(r, ATT_CLOSE_DIST_KNOWN);
+	return !NtaskTupGetBool(tt, r, ATT_CLOSE_DIST_KNOWN);
 }
 
 static Datum att_close_dist(Datum *values);
@@ -166,6 +169,7 @@ typedef enum AttFinishCol
 
 static NtaskPlan att_finish_plan = {
 	"finish task",
+	.ncols = 2,
 	"WITH closed AS ( "
 	"  INSERT INTO ntask.attempt AS a (task_id, shard, token, attempt, worker, claimed_at, "
 	"    invoked_at, ended_at, result, outcome_known, progress) "
@@ -199,6 +203,7 @@ static NtaskPlan att_finish_plan = {
  */
 static NtaskPlan att_finish_open_dist_plan = {
 	"finish task: open attempt (distributed)",
+	.ncols = 9,
 	"SELECT o.task_id, o.shard, o.token, o.attempts, o.lease_owner, "
 	"  coalesce(o.claimed_at, o.updated_at), o.invoked_at, "
 	"  (o.invoked_at IS NULL OR EXISTS (SELECT 1 FROM ntask.receipt r "
@@ -212,6 +217,7 @@ static NtaskPlan att_finish_open_dist_plan = {
 
 static NtaskPlan att_finish_dist_plan = {
 	"finish task (distributed)",
+	.ncols = 2,
 	"UPDATE ntask.task t SET state = $2, reason = $3, due_at = NULL, "
 	"  lease_owner = NULL, lease_until = NULL, "
 	"  finished_at = $9, updated_at = $9, "
@@ -297,12 +303,10 @@ att_close_dist(Datum *values)
 		Datum		av[ATT_ROW_NARGS];
 		char		an[ATT_ROW_NARGS];
 
-		SPI_tuptable = picked;
-		if (att_open_row(r, "lease_expired", av, an))
-			invoked[ninvoked++] = Int64GetDatum(NtaskGetInt64(r, ATT_CLOSE_DIST_TASK_ID));
+		if (att_open_row(picked, r, "lease_expired", av, an))
+			invoked[ninvoked++] = Int64GetDatum(NtaskTupGetInt64(picked, r, ATT_CLOSE_DIST_TASK_ID));
 		NtaskLedgerRowDist(av, an);
 	}
-	SPI_tuptable = picked;
 	return NtaskInt8Array(invoked, ninvoked);
 }
 
@@ -345,7 +349,7 @@ NtaskFinishTask(int64 task_id, const char *to_state, const char *reason,
 			char		an[ATT_ROW_NARGS];
 
 			closed = true;
-			invoked = att_open_row(0, attempt_result, av, an);
+			invoked = att_open_row(SPI_tuptable, 0, attempt_result, av, an);
 			NtaskLedgerRowDist(av, an);
 		}
 		memcpy(dv, values, sizeof(Datum) * ATT_FINISH_NARGS);

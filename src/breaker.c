@@ -93,8 +93,24 @@ static TimestampTz br_last_sync = 0;
 /* a change of the failure count alone is written at most this often */
 #define BR_COUNT_SYNC_MS 1000
 
+/* the columns of br_load_plan: the queue's settings, then its stored row */
+typedef enum BrLoadCol
+{
+	BR_LOAD_QUEUE = 1,
+	BR_LOAD_THRESHOLD,			/* breaker_failures */
+	BR_LOAD_COOLDOWN_US,
+	BR_LOAD_STATE,				/* NULL: no stored row */
+	BR_LOAD_FAILURES,
+	BR_LOAD_OPENED_AT,
+	BR_LOAD_OPEN_UNTIL,
+	BR_LOAD_CHANGED_AT,
+	BR_LOAD_ACTIVE,				/* it has a breaker and is an http queue */
+	BR_LOAD_NCOLS = BR_LOAD_ACTIVE
+} BrLoadCol;
+
 static NtaskPlan br_load_plan = {
 	"worker breaker load",
+	.ncols = BR_LOAD_NCOLS,
 	"SELECT q.queue, q.breaker_failures, "
 	"  (LEAST(EXTRACT(EPOCH FROM q.breaker_cooldown), 315576000) "
 	"   OPERATOR(pg_catalog.*) 1000000)::pg_catalog.int8, "
@@ -110,6 +126,7 @@ static NtaskPlan br_load_plan = {
 
 static NtaskPlan br_forget_plan = {
 	"worker breaker forget",
+	.ncols = 0,
 	"DELETE FROM ntask.breaker b WHERE b.queue OPERATOR(pg_catalog.=) $1",
 	1, {TEXTOID}
 };
@@ -117,6 +134,7 @@ static NtaskPlan br_forget_plan = {
 /* the queue row may be gone (deleted since the last load): write nothing */
 static NtaskPlan br_save_plan = {
 	"worker breaker save",
+	.ncols = 0,
 	"INSERT INTO ntask.breaker AS b "
 	"  (queue, state, failures, opened_at, open_until, changed_at) "
 	"SELECT q.queue, $2, $3, $4, $5, $6 FROM ntask.queue q "
@@ -237,9 +255,9 @@ NtaskBreakerLoad(void)
 		br_entries[i].seen = false;
 	for (i = 0; i < n; i++)
 	{
-		char	   *queue = NtaskGetCString(i, 1);
+		char	   *queue = NtaskGetCString(i, BR_LOAD_QUEUE);
 		bool		isnull;
-		bool		active = DatumGetBool(NtaskGetDatum(i, 9, &isnull)) && !isnull;
+		bool		active = DatumGetBool(NtaskGetDatum(i, BR_LOAD_ACTIVE, &isnull)) && !isnull;
 		bool		stored;
 		BrEntry    *e;
 
@@ -259,20 +277,20 @@ NtaskBreakerLoad(void)
 			e = &br_entries[br_n++];
 			memset(e, 0, sizeof(BrEntry));
 			strlcpy(e->queue, queue, BR_QUEUE_LEN);
-			(void) NtaskGetDatum(i, 4, &isnull);
+			(void) NtaskGetDatum(i, BR_LOAD_STATE, &isnull);
 			stored = !isnull;
 			if (stored)
 			{
-				char	   *st = NtaskGetCString(i, 4);
+				char	   *st = NtaskGetCString(i, BR_LOAD_STATE);
 				Datum		d;
 
 				e->state = br_parse_state(st);
-				e->failures = NtaskGetInt32(i, 5);
-				d = NtaskGetDatum(i, 6, &isnull);
+				e->failures = NtaskGetInt32(i, BR_LOAD_FAILURES);
+				d = NtaskGetDatum(i, BR_LOAD_OPENED_AT, &isnull);
 				e->opened_at = isnull ? 0 : DatumGetTimestampTz(d);
-				d = NtaskGetDatum(i, 7, &isnull);
+				d = NtaskGetDatum(i, BR_LOAD_OPEN_UNTIL, &isnull);
 				e->open_until = isnull ? 0 : DatumGetTimestampTz(d);
-				d = NtaskGetDatum(i, 8, &isnull);
+				d = NtaskGetDatum(i, BR_LOAD_CHANGED_AT, &isnull);
 				e->changed_at = isnull ? 0 : DatumGetTimestampTz(d);
 				if (e->state != BR_CLOSED)
 					ereport(LOG,
@@ -282,8 +300,8 @@ NtaskBreakerLoad(void)
 									e->state == BR_OPEN ? timestamptz_to_str(e->open_until) : "")));
 			}
 		}
-		e->threshold = NtaskGetInt32(i, 2);
-		e->cooldown_us = Max(NtaskGetInt64(i, 3), 1);
+		e->threshold = NtaskGetInt32(i, BR_LOAD_THRESHOLD);
+		e->cooldown_us = Max(NtaskGetInt64(i, BR_LOAD_COOLDOWN_US), 1);
 		e->seen = true;
 	}
 

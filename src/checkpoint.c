@@ -59,6 +59,7 @@ typedef enum CkptLockCol
 
 static NtaskPlan ckpt_lock_plan = {
 	"checkpoint task lock",
+	.ncols = 4,
 	"SELECT t.token, t.state OPERATOR(pg_catalog.=) 'leased', "
 	"  " NTASK_WORKER_RIGHT("q", "2") ", t.checkpoints "
 	"FROM ntask.task t JOIN ntask.queue q ON q.queue OPERATOR(pg_catalog.=) t.queue "
@@ -89,6 +90,7 @@ typedef enum CkptStepCol
 
 static NtaskPlan ckpt_step_plan = {
 	"checkpoint lookup",
+	.ncols = 3,
 	"SELECT c.value_digest, c.digest_version, c.token FROM ntask.checkpoint c "
 	"WHERE c.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("c", "$1")
 	"  AND c.step OPERATOR(pg_catalog.=) $2",
@@ -98,6 +100,7 @@ static NtaskPlan ckpt_step_plan = {
 /* the insert and the task's count, one statement */
 static NtaskPlan ckpt_insert_plan = {
 	"checkpoint insert",
+	.ncols = 0,
 	"WITH ins AS ( "
 	"  INSERT INTO ntask.checkpoint (task_id, shard, step, value, value_digest, "
 	"    digest_version, token, written_at) "
@@ -117,6 +120,7 @@ static NtaskPlan ckpt_insert_plan = {
  */
 static NtaskPlan ckpt_sizes_plan = {
 	"checkpoint sizes",
+	.ncols = 1,
 	"SELECT c.value FROM ntask.checkpoint c "
 	"WHERE c.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("c", "$1")
 	"  AND c.step OPERATOR(pg_catalog.<>) $2",
@@ -275,6 +279,7 @@ typedef enum CtxTaskCol
 
 static NtaskPlan ctx_task_plan = {
 	"context task",
+	.ncols = 8,
 	"SELECT t.token, t.state OPERATOR(pg_catalog.=) 'leased', "
 	"  " NTASK_WORKER_RIGHT("q", "2") ", t.queue, t.traceparent, t.checkpoints, "
 	"  t.signal_key, t.has_parents "

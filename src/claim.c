@@ -156,6 +156,7 @@
 
 static NtaskPlan claim_pick_plan = {
 	"claim pick",
+	.ncols = 16,
 	CLAIM_PICK("", CppAsString2(NTASK_MAX_CLAIM), " AND " CLAIM_KEYS_FREE),
 	3, {TEXTOID, OIDOID, BOOLOID}
 };
@@ -167,6 +168,7 @@ static NtaskPlan claim_pick_plan = {
  */
 static NtaskPlan claim_pick_keys_plan = {
 	"claim pick (keys paused)",
+	.ncols = 16,
 	CLAIM_PICK(" AND (t.partition_key IS NULL "
 			   "  OR t.partition_key OPERATOR(pg_catalog.<>) ALL ($4)) ",
 			   CppAsString2(NTASK_MAX_CLAIM), ""),
@@ -184,6 +186,7 @@ static NtaskPlan claim_pick_keys_plan = {
  */
 static NtaskPlan claim_pick_shard_plan = {
 	"claim pick (one shard)",
+	.ncols = 16,
 	CLAIM_PICK(" AND t.shard OPERATOR(pg_catalog.=) $4 ", "$5", " AND " CLAIM_KEYS_FREE),
 	5, {TEXTOID, OIDOID, BOOLOID, INT2OID, INT4OID}
 };
@@ -191,6 +194,7 @@ static NtaskPlan claim_pick_shard_plan = {
 /* the same with keys paused: as claim_pick_keys_plan, the keys in $6 */
 static NtaskPlan claim_pick_shard_keys_plan = {
 	"claim pick (one shard, keys paused)",
+	.ncols = 16,
 	CLAIM_PICK(" AND t.shard OPERATOR(pg_catalog.=) $4 "
 			   " AND (t.partition_key IS NULL "
 			   "  OR t.partition_key OPERATOR(pg_catalog.<>) ALL ($6)) ", "$5", ""),
@@ -233,6 +237,7 @@ static NtaskPlan claim_pick_shard_keys_plan = {
 
 static NtaskPlan claim_aging_pick_plan = {
 	"claim aging pick",
+	.ncols = 16,
 	NTASK_PRIORITY_WALK
 	", h AS MATERIALIZED ( "
 	"  SELECT c.task_id, c.due_at, " CLAIM_AGING_EFF " AS eff "
@@ -288,6 +293,7 @@ static int	claim_shard_cursor = -1;
 
 static NtaskPlan claim_keyless_pick_plan = {
 	"claim keyless pick",
+	.ncols = 16,
 	"SELECT x.task_id, x.was_leased, x.task_key, x.payload, q.lease, q.guard, "
 	"  " CLAIM_POLICY ", x.retry, x.token "
 	"FROM ntask.queue q, LATERAL ( "
@@ -320,6 +326,7 @@ static NtaskPlan claim_keyless_pick_plan = {
  */
 static NtaskPlan claim_queue_plan = {
 	"claim queue",
+	.ncols = 7,
 	"SELECT q.fairness OPERATOR(pg_catalog.=) 'partition', "
 	"  NOT " NTASK_WORKER_RIGHT("q", "2") ", q.ordered, "
 	"  q.ordered OR q.partition_max_inflight IS NOT NULL, "
@@ -338,6 +345,7 @@ static NtaskPlan claim_queue_plan = {
  */
 static NtaskPlan claim_paused_keys_plan = {
 	"claim paused keys",
+	.ncols = 2,
 	"SELECT pg_catalog.array_agg(k.partition_key), pg_catalog.min(k.until) "
 	"FROM ntask.key_pause k WHERE k.queue OPERATOR(pg_catalog.=) $1 "
 	"  AND k.until OPERATOR(pg_catalog.>) pg_catalog.statement_timestamp()",
@@ -455,6 +463,7 @@ static NtaskPlan claim_paused_keys_plan = {
 
 static NtaskPlan claim_fair_pick_plan = {
 	"claim fair pick",
+	.ncols = 17,
 	CLAIM_FAIR_PICK("", "", ""),
 	7, {TEXTOID, OIDOID, INT4OID, BOOLOID, TEXTOID, TEXTARRAYOID, BOOLOID}
 };
@@ -472,6 +481,7 @@ static NtaskPlan claim_fair_pick_plan = {
 #define CLAIM_SHARD_PRED(alias) " AND " alias ".shard OPERATOR(pg_catalog.=) $8 "
 static NtaskPlan claim_fair_pick_shard_plan = {
 	"claim fair pick (one shard)",
+	.ncols = 17,
 	CLAIM_FAIR_PICK(CLAIM_SHARD_PRED("t"), CLAIM_SHARD_PRED("d"), " LIMIT $9"),
 	9, {TEXTOID, OIDOID, INT4OID, BOOLOID, TEXTOID, TEXTARRAYOID, BOOLOID, INT2OID, INT4OID}
 };
@@ -513,13 +523,16 @@ static NtaskPlan claim_fair_pick_shard_plan = {
 
 static NtaskPlan claim_ordered_pick_plan = {
 	"claim ordered pick",
+	.ncols = 17,
 	CLAIM_ORDERED_PICK("", "", ""),
-	7, {TEXTOID, OIDOID, INT4OID, BOOLOID, TEXTOID, TEXTARRAYOID, BOOLOID}
+	/* up to $6: $7, the fair pick's fresh-only flag, is not the ordered one's */
+	6, {TEXTOID, OIDOID, INT4OID, BOOLOID, TEXTOID, TEXTARRAYOID}
 };
 
 /* the ordered pick of a distributed install, as the fair one above */
 static NtaskPlan claim_ordered_pick_shard_plan = {
 	"claim ordered pick (one shard)",
+	.ncols = 17,
 	CLAIM_ORDERED_PICK(CLAIM_SHARD_PRED("t"), CLAIM_SHARD_PRED("h"), " LIMIT $9"),
 	9, {TEXTOID, OIDOID, INT4OID, BOOLOID, TEXTOID, TEXTARRAYOID, BOOLOID, INT2OID, INT4OID}
 };
@@ -533,6 +546,7 @@ static NtaskPlan claim_ordered_pick_shard_plan = {
  */
 static NtaskPlan claim_inflight_plan = {
 	"claim in flight",
+	.ncols = 2,
 	"SELECT t.partition_key, pg_catalog.count(*)::integer FROM ntask.task t "
 	"WHERE t.lease_until OPERATOR(pg_catalog.>) pg_catalog.statement_timestamp() "
 	"  AND (t.queue OPERATOR(pg_catalog.=) $1) IS TRUE "
@@ -548,6 +562,7 @@ static NtaskPlan claim_inflight_plan = {
  */
 static NtaskPlan claim_inflight_shard_plan = {
 	"claim in flight (one shard)",
+	.ncols = 2,
 	"SELECT t.partition_key, pg_catalog.count(*)::integer FROM ntask.task t "
 	"WHERE t.shard OPERATOR(pg_catalog.=) $2 "
 	"  AND t.lease_until OPERATOR(pg_catalog.>) pg_catalog.statement_timestamp() "
@@ -564,6 +579,7 @@ static NtaskPlan claim_inflight_shard_plan = {
  */
 static NtaskPlan claim_inflight_node_plan = {
 	"claim in flight (one node)",
+	.ncols = 2,
 	"SELECT t.partition_key, pg_catalog.count(*)::integer FROM ntask.task t "
 	"WHERE t.shard OPERATOR(pg_catalog.=) ANY ($2) "
 	"  AND t.lease_until OPERATOR(pg_catalog.>) pg_catalog.statement_timestamp() "
@@ -772,9 +788,10 @@ typedef enum ClaimLeaseArg
 	CLAIM_LEASE_NARGS
 } ClaimLeaseArg;
 
-#define CLAIM_LEASE_ARGS \
-	CLAIM_LEASE_NARGS, {INT8ARRAYOID, TEXTOID, INTERVALOID, INT8ARRAYOID, INT8ARRAYOID, INT8OID, \
+#define CLAIM_LEASE_TYPES \
+	{INT8ARRAYOID, TEXTOID, INTERVALOID, INT8ARRAYOID, INT8ARRAYOID, INT8OID, \
 	TIMESTAMPTZOID, TIMESTAMPTZOID, INT2OID, BOOLOID, INT8ARRAYOID}
+#define CLAIM_LEASE_ARGS CLAIM_LEASE_NARGS, CLAIM_LEASE_TYPES
 
 #define CLAIM_LEASE_SET(floor) \
 	"    state = CASE WHEN " CLAIM_SPENT " THEN 'repair_required' ELSE 'leased' END, " \
@@ -817,6 +834,7 @@ typedef enum ClaimLeaseArg
 
 static NtaskPlan claim_lease_plan = {
 	"claim lease",
+	.ncols = 13,
 	"WITH upd AS ( "
 	"  UPDATE ntask.task t SET "
 	CLAIM_LEASE_SET("$6")
@@ -833,7 +851,8 @@ static NtaskPlan claim_lease_plan = {
 	"    WHEN u.unknown_attempts OPERATOR(pg_catalog.>) 0 THEN 'unknown' END, "
 	"  u.state OPERATOR(pg_catalog.=) 'leased', " CLAIM_CONTEXT_COLS("u.") " "
 	"FROM upd u ORDER BY u.task_id",
-	CLAIM_LEASE_ARGS
+	/* up to $10: $11 is the distributed lease's alone */
+	CLAIM_LEASE_ARG_TOKENS, CLAIM_LEASE_TYPES
 };
 
 /*
@@ -859,6 +878,7 @@ static NtaskPlan claim_lease_plan = {
  */
 static NtaskPlan claim_lease_dist_plan = {
 	"claim lease (distributed)",
+	.ncols = 13,
 	"UPDATE ntask.task t SET "
 	CLAIM_LEASE_SET("GREATEST($6, ntask.token_floor(t.shard))")
 	"WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1) " NTASK_SHARD_IS("t", "9")
@@ -878,6 +898,7 @@ static NtaskPlan claim_lease_dist_plan = {
  */
 static NtaskPlan claim_receipts_plan = {
 	"claim receipts (distributed)",
+	.ncols = 1,
 	"SELECT DISTINCT r.task_id FROM ntask.receipt r "
 	"WHERE r.task_id OPERATOR(pg_catalog.=) ANY ($1) " NTASK_SHARD_IS("r", "2"),
 	2, {INT8ARRAYOID, INT2OID}

@@ -39,6 +39,7 @@
 
 static NtaskPlan ctx_checkpoints_plan = {
 	"context checkpoints",
+	.ncols = 1,
 	"SELECT pg_catalog.jsonb_object_agg(c.step, c.value ORDER BY c.step) "
 	"FROM ntask.checkpoint c "
 	"WHERE c.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("c", "$1"),
@@ -47,6 +48,7 @@ static NtaskPlan ctx_checkpoints_plan = {
 
 static NtaskPlan ctx_signal_plan = {
 	"context signal",
+	.ncols = 1,
 	"SELECT CASE WHEN s.sent_at IS NOT NULL "
 	"  THEN pg_catalog.jsonb_build_object('key', $2, 'payload', s.payload) END "
 	"FROM ntask.signal s "
@@ -69,6 +71,7 @@ typedef enum CtxParentCol
 
 static NtaskPlan ctx_parents_plan = {
 	"context parents",
+	.ncols = 2,
 	"SELECT p.queue OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) p.task_key, p.result "
 	"FROM ntask.task_dep d JOIN ntask.task p ON p.task_id OPERATOR(pg_catalog.=) d.parent_id "
 	"WHERE d.task_id OPERATOR(pg_catalog.=) $1 "

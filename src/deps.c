@@ -97,6 +97,7 @@ typedef enum DepsResolveCol
 
 static NtaskPlan deps_resolve_plan = {
 	"dependency resolve",
+	.ncols = 4,
 	"SELECT r.task_id, r.rq, r.rk, "
 	"  EXISTS (SELECT 1 FROM ntask.queue q WHERE q.queue OPERATOR(pg_catalog.=) r.rq "
 	"          AND q.producer_role IS NOT NULL "
@@ -141,6 +142,7 @@ typedef enum DepsAttachCol
 
 static NtaskPlan deps_attach_plan = {
 	"dependency attach",
+	.ncols = 6,
 	"WITH p AS ( "
 	"  SELECT t.task_id, t.state FROM ntask.task t "
 	"  WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1) "
@@ -181,6 +183,7 @@ typedef enum DepsReleaseCol
 
 static NtaskPlan deps_release_plan = {
 	"dependency release",
+	.ncols = 4,
 	"WITH c AS ( "
 	"  SELECT t.task_id FROM ntask.task t "
 	"  WHERE t.task_id OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT d.task_id FROM ntask.task_dep d "
@@ -218,6 +221,7 @@ typedef enum DepsFailedCol
 
 static NtaskPlan deps_failed_plan = {
 	"dependency failed parent",
+	.ncols = 3,
 	"SELECT t.task_id, coalesce(t.on_parent_failed, q.on_parent_failed), t.queue "
 	"FROM ntask.task t JOIN ntask.queue q ON q.queue OPERATOR(pg_catalog.=) t.queue "
 	"WHERE t.task_id OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT d.task_id FROM ntask.task_dep d "
@@ -234,6 +238,7 @@ static NtaskPlan deps_failed_plan = {
  */
 static NtaskPlan deps_lock_parents_plan = {
 	"dependency settle: lock parents",
+	.ncols = 0,
 	"WITH p AS ( "
 	"  SELECT t.task_id, t.has_children FROM ntask.task t "
 	"  WHERE t.task_id OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT d.parent_id FROM ntask.task_dep d "
@@ -269,6 +274,7 @@ typedef enum DepsSettleCol
 
 static NtaskPlan deps_settle_plan = {
 	"dependency settle",
+	.ncols = 10,
 	"WITH x AS ( "
 	"  SELECT d.task_id, "
 	"    pg_catalog.count(*) FILTER (WHERE p.state OPERATOR(pg_catalog.<>) 'succeeded')::pg_catalog.int4 AS left_, "
@@ -555,20 +561,19 @@ NtaskDepsAttach(NtaskDeps *d, Datum *ids, int n, Datum *states)
 		char	   *policy;
 		char	   *queue;
 
-		SPI_tuptable = tt;
-		child = NtaskGetInt64(r, DEPS_ATTACH_TASK_ID);
-		state = NtaskGetCString(r, DEPS_ATTACH_STATE);
-		failed = NtaskGetBool(r, DEPS_ATTACH_FAILED);
-		policy = NtaskGetCString(r, DEPS_ATTACH_POLICY);
-		queue = NtaskGetCString(r, DEPS_ATTACH_QUEUE);
+		child = NtaskTupGetInt64(tt, r, DEPS_ATTACH_TASK_ID);
+		state = NtaskTupGetCString(tt, r, DEPS_ATTACH_STATE);
+		failed = NtaskTupGetBool(tt, r, DEPS_ATTACH_FAILED);
+		policy = NtaskTupGetCString(tt, r, DEPS_ATTACH_POLICY);
+		queue = NtaskTupGetCString(tt, r, DEPS_ATTACH_QUEUE);
 		if (strcmp(state, "waiting") == 0 && failed && strcmp(policy, "cancel") == 0)
 		{
 			deps_cancel_child(child, queue, "a parent had failed when it was enqueued");
 			state = "canceled";
 		}
-		else if (strcmp(state, "waiting") == 0 && NtaskGetText(r, DEPS_ATTACH_FINAL) != NULL)
+		else if (strcmp(state, "waiting") == 0 && NtaskTupGetText(tt, r, DEPS_ATTACH_FINAL) != NULL)
 		{
-			deps_repair_child(child, queue, NtaskGetCString(r, DEPS_ATTACH_FINAL),
+			deps_repair_child(child, queue, NtaskTupGetCString(tt, r, DEPS_ATTACH_FINAL),
 							  "a parent had ended when it was enqueued");
 			state = "repair_required";
 		}
@@ -578,7 +583,6 @@ NtaskDepsAttach(NtaskDeps *d, Datum *ids, int n, Datum *states)
 		if (strcmp(state, "waiting") == 0)
 			deps_note_child(child);
 	}
-	SPI_tuptable = tt;
 }
 
 /* deps_attr: a column of the trigger's row */
@@ -661,15 +665,13 @@ deps_failed(int64 parent, const char *pqueue, const char *pkey, const char *stat
 		int64		child;
 		char	   *queue;
 
-		SPI_tuptable = tt;
-		child = NtaskGetInt64(r, DEPS_FAILED_TASK_ID);
-		queue = NtaskGetCString(r, DEPS_FAILED_QUEUE);
-		if (strcmp(NtaskGetCString(r, DEPS_FAILED_POLICY), "cancel") == 0)
+		child = NtaskTupGetInt64(tt, r, DEPS_FAILED_TASK_ID);
+		queue = NtaskTupGetCString(tt, r, DEPS_FAILED_QUEUE);
+		if (strcmp(NtaskTupGetCString(tt, r, DEPS_FAILED_POLICY), "cancel") == 0)
 			deps_cancel_child(child, queue, why);
 		else if (final)
 			deps_repair_child(child, queue, state, why);
 	}
-	SPI_tuptable = tt;
 }
 
 /*
@@ -825,25 +827,23 @@ deps_settle(void)
 		int64		child;
 		char	   *queue;
 
-		SPI_tuptable = tt;
-		child = NtaskGetInt64(r, DEPS_SETTLE_TASK_ID);
-		queue = NtaskGetCString(r, DEPS_SETTLE_QUEUE);
-		if (NtaskGetBool(r, DEPS_SETTLE_READY))
+		child = NtaskTupGetInt64(tt, r, DEPS_SETTLE_TASK_ID);
+		queue = NtaskTupGetCString(tt, r, DEPS_SETTLE_QUEUE);
+		if (NtaskTupGetBool(tt, r, DEPS_SETTLE_READY))
 		{
-			deps_wake_ready(queue, NtaskGetBool(r, DEPS_SETTLE_HTTP),
-							NtaskGetBool(r, DEPS_SETTLE_NOTIFY));
+			deps_wake_ready(queue, NtaskTupGetBool(tt, r, DEPS_SETTLE_HTTP),
+							NtaskTupGetBool(tt, r, DEPS_SETTLE_NOTIFY));
 			continue;
 		}
-		if (!NtaskGetBool(r, DEPS_SETTLE_FAILED))
+		if (!NtaskTupGetBool(tt, r, DEPS_SETTLE_FAILED))
 			continue;
-		if (strcmp(NtaskGetCString(r, DEPS_SETTLE_POLICY), "cancel") == 0)
+		if (strcmp(NtaskTupGetCString(tt, r, DEPS_SETTLE_POLICY), "cancel") == 0)
 			deps_cancel_child(child, queue,
-							  psprintf("parent %s", NtaskGetCString(r, DEPS_SETTLE_WHY)));
-		else if (NtaskGetBool(r, DEPS_SETTLE_FINAL))
-			deps_repair_child(child, queue, NtaskGetCString(r, DEPS_SETTLE_FINAL_STATE),
-							  psprintf("parent %s", NtaskGetCString(r, DEPS_SETTLE_WHY)));
+							  psprintf("parent %s", NtaskTupGetCString(tt, r, DEPS_SETTLE_WHY)));
+		else if (NtaskTupGetBool(tt, r, DEPS_SETTLE_FINAL))
+			deps_repair_child(child, queue, NtaskTupGetCString(tt, r, DEPS_SETTLE_FINAL_STATE),
+							  psprintf("parent %s", NtaskTupGetCString(tt, r, DEPS_SETTLE_WHY)));
 	}
-	SPI_tuptable = tt;
 }
 
 /*

@@ -156,35 +156,97 @@ static WaitEventSet *dq_wes = NULL;
 /*
  * The worker calls the SQL API as itself (ntask.worker_role), like any
  * external worker: as_caller plans, so EXECUTE rights and each queue's
- * worker_role are checked against that role.
+ * worker_role are checked against that role.  Their SQL names the schema
+ * ntask is installed in, so it is built in dq_init; the column enums
+ * follow its column lists there.
  */
+typedef enum DqClaimCol
+{
+	DQ_CLAIM_TASK_ID = 1,
+	DQ_CLAIM_TASK_KEY,
+	DQ_CLAIM_BODY,				/* the payload as text */
+	DQ_CLAIM_ATTEMPT,
+	DQ_CLAIM_TOKEN,
+	DQ_CLAIM_PRIOR_OUTCOME,
+	DQ_CLAIM_TRACEPARENT,		/* the context's traceparent */
+	DQ_CLAIM_NCOLS = DQ_CLAIM_TRACEPARENT
+} DqClaimCol;
+
 static NtaskPlan dq_claim_plan = {
-	"worker claim", NULL, 4, {TEXTOID, INT4OID, INTERVALOID, BOOLOID}, true
+	"worker claim",
+	.ncols = DQ_CLAIM_NCOLS,
+	NULL, 4,
+	{TEXTOID, INT4OID, INTERVALOID, BOOLOID}, true
 };
+
+typedef enum DqInvokedCol
+{
+	DQ_INVOKED_TASK_ID = 1,
+	DQ_INVOKED_RESULT,			/* ntask_invoked's answer */
+	DQ_INVOKED_NCOLS = DQ_INVOKED_RESULT
+} DqInvokedCol;
+
 static NtaskPlan dq_invoked_plan = {
-	"worker invoked", NULL, 2, {INT8ARRAYOID, INT8ARRAYOID}, true
+	"worker invoked",
+	.ncols = DQ_INVOKED_NCOLS,
+	NULL, 2,
+	{INT8ARRAYOID, INT8ARRAYOID}, true
 };
+
+typedef enum DqHeartbeatCol
+{
+	DQ_HEARTBEAT_HELD = 1,		/* the lease was extended */
+	DQ_HEARTBEAT_NCOLS = DQ_HEARTBEAT_HELD
+} DqHeartbeatCol;
+
 static NtaskPlan dq_heartbeat_plan = {
-	"worker heartbeat", NULL, 3, {INT8OID, INT8OID, INTERVALOID}, true
+	"worker heartbeat",
+	.ncols = DQ_HEARTBEAT_NCOLS,
+	NULL, 3,
+	{INT8OID, INT8OID, INTERVALOID}, true
 };
+
+/* the column of the three transition plans */
+typedef enum DqTransitionCol
+{
+	DQ_TRANSITION_RESULT = 1,	/* applied, duplicate, conflict or stale */
+	DQ_TRANSITION_NCOLS = DQ_TRANSITION_RESULT
+} DqTransitionCol;
+
 static NtaskPlan dq_transition_plan = {
-	"worker transition", NULL, 8,
+	"worker transition",
+	.ncols = DQ_TRANSITION_NCOLS,
+	NULL, 8,
 	{INT8OID, INT8OID, TEXTOID, TEXTOID, JSONBOID, TIMESTAMPTZOID, TEXTOID, TEXTOID},
 	true
 };
 static NtaskPlan dq_transition_many_plan = {
-	"worker transition batch", NULL, 8,
+	"worker transition batch",
+	.ncols = DQ_TRANSITION_NCOLS,
+	NULL, 8,
 	{INT8ARRAYOID, INT8ARRAYOID, TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID,
 	TIMESTAMPTZARRAYOID, TEXTARRAYOID, TEXTARRAYOID},
 	true
 };
 static NtaskPlan dq_transition_group_plan = {
-	"worker transition group", NULL, 7,
+	"worker transition group",
+	.ncols = DQ_TRANSITION_NCOLS,
+	NULL, 7,
 	{INT8ARRAYOID, INT8ARRAYOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID},
 	true
 };
+typedef enum DqQueuesCol
+{
+	DQ_QUEUES_QUEUE = 1,
+	DQ_QUEUES_TARGET,
+	DQ_QUEUES_LEASE_MS,
+	DQ_QUEUES_ON_RATE_LIMITED,
+	DQ_QUEUES_NCOLS = DQ_QUEUES_ON_RATE_LIMITED
+} DqQueuesCol;
+
 static NtaskPlan dq_queues_plan = {
 	"worker queues",
+	.ncols = DQ_QUEUES_NCOLS,
 	"SELECT q.queue, q.target, "
 	"  (EXTRACT(EPOCH FROM q.lease) OPERATOR(pg_catalog.*) 1000)::pg_catalog.int8, "
 	"  q.on_rate_limited "
@@ -210,12 +272,21 @@ static NtaskPlan dq_queues_plan = {
  */
 static NtaskPlan dq_pause_queue_plan = {
 	"worker pause queue",
+	.ncols = 0,
 	"UPDATE ntask.queue q SET paused_until = GREATEST(q.paused_until, $2) "
 	"WHERE q.queue OPERATOR(pg_catalog.=) $1",
 	2, {TEXTOID, TIMESTAMPTZOID}
 };
+typedef enum DqPauseTaskKeyCol
+{
+	DQ_PAUSE_TASK_KEY_KEY = 1,	/* the task's partition key */
+	DQ_PAUSE_TASK_KEY_SHARD,
+	DQ_PAUSE_TASK_KEY_NCOLS = DQ_PAUSE_TASK_KEY_SHARD
+} DqPauseTaskKeyCol;
+
 static NtaskPlan dq_pause_task_key_plan = {
 	"worker pause key (the task's key)",
+	.ncols = DQ_PAUSE_TASK_KEY_NCOLS,
 	"SELECT t.partition_key, t.shard FROM ntask.task t "
 	"WHERE t.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("t", "$1")
 	"  AND t.partition_key IS NOT NULL",
@@ -223,6 +294,7 @@ static NtaskPlan dq_pause_task_key_plan = {
 };
 static NtaskPlan dq_pause_keys_until_plan = {
 	"worker pause key (queue)",
+	.ncols = 1,
 	"UPDATE ntask.queue q SET keys_paused_until = GREATEST(q.keys_paused_until, $2) "
 	"WHERE q.queue OPERATOR(pg_catalog.=) $1 "
 	"RETURNING 1",
@@ -230,6 +302,7 @@ static NtaskPlan dq_pause_keys_until_plan = {
 };
 static NtaskPlan dq_pause_key_plan = {
 	"worker pause key",
+	.ncols = 0,
 	"INSERT INTO ntask.key_pause AS k (queue, partition_key, until, reason, set_by, shard) "
 	"VALUES ($1, $3, $2, $4, '" DQ_WORKER_NAME "', $5) "
 	"ON CONFLICT (queue, partition_key) DO UPDATE SET "
@@ -427,8 +500,8 @@ dq_queues_step(void *arg)
 	{
 		DqQueue    *q = &dq_queues[dq_nqueues];
 		bool		isnull;
-		char	   *name = NtaskGetCString(i, 1);
-		Jsonb	   *target = DatumGetJsonbPCopy(NtaskGetDatum(i, 2, &isnull));
+		char	   *name = NtaskGetCString(i, DQ_QUEUES_QUEUE);
+		Jsonb	   *target = DatumGetJsonbPCopy(NtaskGetDatum(i, DQ_QUEUES_TARGET, &isnull));
 		MemoryContext probe = AllocSetContextCreate(CurrentMemoryContext,
 													"ntask target check",
 													ALLOCSET_SMALL_SIZES);
@@ -462,10 +535,10 @@ dq_queues_step(void *arg)
 		}
 		strlcpy(q->name, name, DQ_QUEUE_LEN);
 		q->target = target;
-		q->lease_ms = Max(NtaskGetInt64(i, 3),
+		q->lease_ms = Max(NtaskGetInt64(i, DQ_QUEUES_LEASE_MS),
 						  (int64) q->timeout_ms + ntask_http_connect_timeout_ms + 1000);
 		{
-			char	   *orl = NtaskGetCString(i, 4);
+			char	   *orl = NtaskGetCString(i, DQ_QUEUES_ON_RATE_LIMITED);
 
 			q->on_rate_limited = orl == NULL ? 'r' :
 				strcmp(orl, "pause_key") == 0 ? 'k' :
@@ -572,13 +645,13 @@ dq_claim_step(void *arg)
 		strlcpy(r->queue, q->name, DQ_QUEUE_LEN);
 		r->target = NtaskParseHttpTarget(q->target);
 		r->lease_ms = q->lease_ms;
-		r->task_id = NtaskGetInt64(i, 1);
-		r->task_key = NtaskGetCString(i, 2);
-		r->body = NtaskGetCString(i, 3);
-		r->attempt = NtaskGetInt32(i, 4);
-		r->token = NtaskGetInt64(i, 5);
-		prior = NtaskGetCString(i, 6);
-		r->traceparent = NtaskGetCString(i, 7);
+		r->task_id = NtaskGetInt64(i, DQ_CLAIM_TASK_ID);
+		r->task_key = NtaskGetCString(i, DQ_CLAIM_TASK_KEY);
+		r->body = NtaskGetCString(i, DQ_CLAIM_BODY);
+		r->attempt = NtaskGetInt32(i, DQ_CLAIM_ATTEMPT);
+		r->token = NtaskGetInt64(i, DQ_CLAIM_TOKEN);
+		prior = NtaskGetCString(i, DQ_CLAIM_PRIOR_OUTCOME);
+		r->traceparent = NtaskGetCString(i, DQ_CLAIM_TRACEPARENT);
 		r->retry_after_s = -1;
 		r->on_rate_limited = q->on_rate_limited;
 		MemoryContextSwitchTo(old);
@@ -654,8 +727,8 @@ dq_mark_invoked(DqReq **reqs, int n)
 	rows = NtaskExecPlan(&dq_invoked_plan, values, NULL, SPI_OK_SELECT);
 	for (i = 0; i < rows; i++)
 	{
-		int64		id = NtaskGetInt64(i, 1);
-		char	   *res = NtaskGetCString(i, 2);
+		int64		id = NtaskGetInt64(i, DQ_INVOKED_TASK_ID);
+		char	   *res = NtaskGetCString(i, DQ_INVOKED_RESULT);
 
 		for (j = 0; j < n; j++)
 			if (reqs[j]->task_id == id && strcmp(res, "stale") != 0)
@@ -808,7 +881,7 @@ dq_invoke_step(void *arg)
 			hv[1] = Int64GetDatum(r->token);
 			hv[2] = IntervalPGetDatum(NtaskUsecsInterval(r->lease_ms * 1000));
 			(void) NtaskExecPlan(&dq_heartbeat_plan, hv, NULL, SPI_OK_SELECT);
-			if (!NtaskGetBool(0, 1))
+			if (!NtaskGetBool(0, DQ_HEARTBEAT_HELD))
 				continue;		/* stays unconfirmed: never sent */
 		}
 		reqs[n++] = r;
@@ -1557,11 +1630,11 @@ dq_pause_step(void *arg)
 	}
 	if (NtaskExecPlan(&dq_pause_task_key_plan, &values[2], NULL, SPI_OK_SELECT) == 0)
 		return;					/* the task has no key (or is gone) */
-	key = NtaskGetCString(0, 1);
+	key = NtaskGetCString(0, DQ_PAUSE_TASK_KEY_KEY);
 	{
 		bool		isnull;
 
-		values[4] = NtaskGetDatum(0, 2, &isnull);	/* its shard */
+		values[4] = NtaskGetDatum(0, DQ_PAUSE_TASK_KEY_SHARD, &isnull);
 	}
 	if (NtaskExecPlan(&dq_pause_keys_until_plan, values, NULL,
 					  SPI_OK_UPDATE_RETURNING) == 0)

@@ -151,6 +151,7 @@ typedef enum EnqExistingCol
 
 static NtaskPlan enq_insert_plan = {
 	"enqueue insert",
+	.ncols = 3,
 	ENQ_INSERT
 	"RETURNING t.task_id, t.state, " ENQ_QUEUE_FLAGS,
 	ENQ_NARGS, {TEXTOID, TEXTOID, JSONBOID, BYTEAOID, INT2OID, TEXTOID, INT4OID,
@@ -177,6 +178,7 @@ typedef enum EnqPolicyCol
 
 static NtaskPlan enq_policy_dist_plan = {
 	"enqueue policy (distributed)",
+	.ncols = 6,
 	"SELECT q.max_attempts, q.total_deadline, q.ordered, "
 	"  q.fairness OPERATOR(pg_catalog.<>) 'none', "
 	"  CASE WHEN q.target OPERATOR(pg_catalog.->>) 'type' OPERATOR(pg_catalog.=) 'http' "
@@ -190,6 +192,7 @@ static NtaskPlan enq_policy_dist_plan = {
 /* the insert: its columns as enq_insert_plan's (the flags are $15) */
 static NtaskPlan enq_values_dist_plan = {
 	"enqueue insert values (distributed)",
+	.ncols = 3,
 	"INSERT INTO ntask.task AS t (task_id, shard, queue, task_key, payload, "
 	"  payload_digest, digest_version, partition_key, priority, run_at, due_at, "
 	"  max_attempts, deadline, ordered, traceparent) "
@@ -289,14 +292,16 @@ enq_insert_dist(Datum *values, const char *nulls, EnqPolicy *pol)
 
 static NtaskPlan enq_existing_plan = {
 	"enqueue lookup",
+	.ncols = 6,
 	"SELECT t.task_id, t.state, t.payload_digest, t.digest_version, "
 	"  t.outcome, t.result "
 	"FROM ntask.task t "
 	"WHERE t.queue OPERATOR(pg_catalog.=) $1 "
 	"  AND t.task_key OPERATOR(pg_catalog.=) $2 "
 	"  AND t.shard OPERATOR(pg_catalog.=) $10",
-	ENQ_NARGS, {TEXTOID, TEXTOID, JSONBOID, BYTEAOID, INT2OID, TEXTOID, INT4OID,
-	TIMESTAMPTZOID, OIDOID, INT2OID, TEXTOID}
+	/* up to $10, the shard: the lookup takes no traceparent */
+	ENQ_ARG_SHARD + 1, {TEXTOID, TEXTOID, JSONBOID, BYTEAOID, INT2OID, TEXTOID, INT4OID,
+	TIMESTAMPTZOID, OIDOID, INT2OID}
 };
 
 /*
@@ -433,6 +438,7 @@ typedef enum EnqStepCol
 
 static NtaskPlan enq_step_plan = {
 	"enqueue saga step",
+	.ncols = 2,
 	"INSERT INTO ntask.task AS t (queue, task_key, payload, payload_digest, "
 	"  digest_version, partition_key, run_at, due_at, max_attempts, deadline, saga_id, "
 	"  ordered) "
@@ -653,6 +659,7 @@ typedef enum EnqManyInsertCol
 
 static NtaskPlan enq_many_insert_plan = {
 	"enqueue many insert",
+	.ncols = 4,
 	ENQ_MANY_INSERT
 	"RETURNING t.task_key, t.task_id, t.state, " ENQ_QUEUE_FLAGS,
 	ENQ_NARGS, {TEXTOID, TEXTARRAYOID, JSONBARRAYOID, BYTEAARRAYOID, INT2OID,
@@ -673,6 +680,7 @@ typedef enum EnqManyExistingCol
 
 static NtaskPlan enq_many_existing_plan = {
 	"enqueue many lookup",
+	.ncols = 7,
 	"SELECT t.task_key, t.task_id, t.state, t.payload_digest, t.digest_version, "
 	"  t.outcome, t.result "
 	"FROM ntask.task t "

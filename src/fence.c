@@ -54,6 +54,7 @@ PG_FUNCTION_INFO_V1(ntask_fence_grant);
  */
 static NtaskPlan fence_right_plan = {
 	"fence right",
+	.ncols = 1,
 	"SELECT NOT pg_catalog.pg_has_role($2, g.role, 'USAGE') "
 	"FROM pg_catalog.generate_series(pg_catalog.length($1), 1, -1) AS n(len) "
 	"JOIN ntask.fence_grant g "
@@ -71,6 +72,7 @@ static NtaskPlan fence_right_plan = {
  */
 static NtaskPlan fence_grant_set_plan = {
 	"fence grant set",
+	.ncols = 0,
 	"INSERT INTO ntask.fence_grant AS g (prefix, role) VALUES ($1, $2) "
 	"ON CONFLICT (prefix) DO UPDATE SET role = EXCLUDED.role, "
 	"  granted_at = $3",
@@ -79,6 +81,7 @@ static NtaskPlan fence_grant_set_plan = {
 
 static NtaskPlan fence_grant_drop_plan = {
 	"fence grant drop",
+	.ncols = 0,
 	"DELETE FROM ntask.fence_grant g WHERE g.prefix OPERATOR(pg_catalog.=) $1",
 	1, {TEXTOID}
 };
@@ -102,6 +105,7 @@ typedef enum FenceArg
 
 static NtaskPlan fence_advance_plan = {
 	"fence advance",
+	.ncols = 1,
 	"WITH f AS ( "
 	"  INSERT INTO ntask.fence AS f (fence_key, token, payload_digest, digest_version) "
 	"  VALUES ($1, $2, $3, $4) "
@@ -127,6 +131,7 @@ static NtaskPlan fence_advance_plan = {
  */
 static NtaskPlan fence_advance_dist_plan = {
 	"fence advance (distributed)",
+	.ncols = 1,
 	"INSERT INTO ntask.fence AS f (fence_key, token, payload_digest, digest_version) "
 	"VALUES ($1, $2, $3, $4) "
 	"ON CONFLICT (fence_key) DO UPDATE SET token = EXCLUDED.token, "
@@ -139,6 +144,7 @@ static NtaskPlan fence_advance_dist_plan = {
 
 static NtaskPlan fence_receipt_insert_plan = {
 	"fence receipt insert",
+	.ncols = 0,
 	"INSERT INTO ntask.fence_receipt (fence_key, token, payload_digest, digest_version) "
 	"VALUES ($1, $2, $3, $4)",
 	FENCE_DIGEST_VERSION_NARGS, {TEXTOID, INT8OID, BYTEAOID, INT2OID}
@@ -154,6 +160,7 @@ typedef enum FenceCurrentCol
 
 static NtaskPlan fence_current_plan = {
 	"fence lookup",
+	.ncols = 3,
 	"SELECT f.token, f.payload_digest, f.digest_version FROM ntask.fence f "
 	"WHERE f.fence_key OPERATOR(pg_catalog.=) $1",
 	1, {TEXTOID}
@@ -168,6 +175,7 @@ typedef enum FenceReceiptCol
 
 static NtaskPlan fence_receipt_plan = {
 	"fence receipt lookup",
+	.ncols = 2,
 	"SELECT r.payload_digest, r.digest_version FROM ntask.fence_receipt r "
 	"WHERE r.fence_key OPERATOR(pg_catalog.=) $1 "
 	"  AND r.token OPERATOR(pg_catalog.=) $2",

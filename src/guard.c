@@ -73,6 +73,7 @@ static NtaskGuardVerdict guard_call(Oid guard, const char *owner_name,
 /* a queue's guard and the owner recorded with it, read from one row */
 static NtaskPlan guard_queue_plan = {
 	"guard of queue",
+	.ncols = 2,
 	"SELECT q.guard, q.guard_owner::pg_catalog.text FROM ntask.queue q "
 	"WHERE q.queue OPERATOR(pg_catalog.=) $1",
 	1, {TEXTOID}

@@ -70,8 +70,17 @@ PG_FUNCTION_INFO_V1(ntask_housekeeping);
 	"  AND t.lease_until OPERATOR(pg_catalog.<) " now " " \
 	"ORDER BY t.lease_until LIMIT " limit " FOR UPDATE SKIP LOCKED"
 
+/* the columns of hk_expired_plan and of its shard twin */
+typedef enum HkExpiredCol
+{
+	HK_EXPIRED_TASK_ID = 1,
+	HK_EXPIRED_TOKEN,
+	HK_EXPIRED_NCOLS = HK_EXPIRED_TOKEN
+} HkExpiredCol;
+
 static NtaskPlan hk_expired_plan = {
 	"housekeeping pick expired leases",
+	.ncols = HK_EXPIRED_NCOLS,
 	HK_EXPIRED_SQL("", HK_NOW, CppAsString2(HK_MAX_ROWS)),
 	0, {InvalidOid}
 };
@@ -79,6 +88,7 @@ static NtaskPlan hk_expired_plan = {
 /* $1 shard, $2 statement timestamp, $3 rows */
 static NtaskPlan hk_expired_shard_plan = {
 	"housekeeping pick expired leases (one shard)",
+	.ncols = HK_EXPIRED_NCOLS,
 	HK_EXPIRED_SQL("t.shard OPERATOR(pg_catalog.=) $1   AND ", "$2", "$3"),
 	3, {INT2OID, TIMESTAMPTZOID, INT4OID}
 };
@@ -109,9 +119,17 @@ static NtaskPlan hk_expired_shard_plan = {
 	"  AND t.state OPERATOR(pg_catalog.=) 'leased' " \
 	"RETURNING t.state OPERATOR(pg_catalog.=) 'repair_required'"
 
+/* the column of hk_release_plan and of its shard twin: the task's end */
+typedef enum HkReleaseCol
+{
+	HK_RELEASE_REPAIRED = 1,	/* it went to repair_required */
+	HK_RELEASE_NCOLS = HK_RELEASE_REPAIRED
+} HkReleaseCol;
+
 /* $1 expired task ids, $2 those whose attempt had been invoked */
 static NtaskPlan hk_release_plan = {
 	"housekeeping release expired leases",
+	.ncols = HK_RELEASE_NCOLS,
 	HK_RELEASE_SQL(HK_NOW, ""),
 	2, {INT8ARRAYOID, INT8ARRAYOID}
 };
@@ -125,6 +143,7 @@ static NtaskPlan hk_release_plan = {
  */
 static NtaskPlan hk_release_shard_plan = {
 	"housekeeping release expired leases (one shard)",
+	.ncols = HK_RELEASE_NCOLS,
 	HK_RELEASE_SQL("$3", "  AND t.shard OPERATOR(pg_catalog.=) $4 "
 				   "  AND t.token OPERATOR(pg_catalog.=) ($5)[pg_catalog.array_position($1, t.task_id)] "),
 	5, {INT8ARRAYOID, INT8ARRAYOID, TIMESTAMPTZOID, INT2OID, INT8ARRAYOID}
@@ -133,6 +152,7 @@ static NtaskPlan hk_release_shard_plan = {
 /* unleased unfinished tasks past their deadline (task_deadline_idx) */
 static NtaskPlan hk_deadline_plan = {
 	"housekeeping deadlines",
+	.ncols = 0,
 	"WITH d AS ( "
 	"  SELECT t.task_id FROM ntask.task t "
 	"  WHERE t.due_at IS NOT NULL "
@@ -172,14 +192,23 @@ static NtaskPlan hk_deadline_plan = {
 	"  AND t.state OPERATOR(pg_catalog.<>) 'awaiting' " \
 	"  AND t.deadline OPERATOR(pg_catalog.<=) " now
 
+/* the column of hk_deadline_pick_plan and of its shard twin */
+typedef enum HkDeadlinePickCol
+{
+	HK_DEADLINE_PICK_TASK_ID = 1,
+	HK_DEADLINE_PICK_NCOLS = HK_DEADLINE_PICK_TASK_ID
+} HkDeadlinePickCol;
+
 static NtaskPlan hk_deadline_pick_shard_plan = {
 	"housekeeping pick deadlines (one shard)",
+	.ncols = HK_DEADLINE_PICK_NCOLS,
 	HK_DEADLINE_PICK_SQL("t.shard OPERATOR(pg_catalog.=) $1   AND ", "$2", "$3"),
 	3, {INT2OID, TIMESTAMPTZOID, INT4OID}
 };
 
 static NtaskPlan hk_deadline_set_shard_plan = {
 	"housekeeping deadlines (one shard)",
+	.ncols = 0,
 	HK_DEADLINE_SET_SQL("$2", "  AND t.shard OPERATOR(pg_catalog.=) $3"),
 	3, {INT8ARRAYOID, TIMESTAMPTZOID, INT2OID}
 };
@@ -187,12 +216,14 @@ static NtaskPlan hk_deadline_set_shard_plan = {
 /* $1 rows */
 static NtaskPlan hk_deadline_pick_plan = {
 	"housekeeping pick deadlines",
+	.ncols = HK_DEADLINE_PICK_NCOLS,
 	HK_DEADLINE_PICK_SQL("", HK_NOW, "$1"),
 	1, {INT4OID}
 };
 
 static NtaskPlan hk_deadline_set_plan = {
 	"housekeeping deadlines of tasks",
+	.ncols = 0,
 	HK_DEADLINE_SET_SQL(HK_NOW, ""),
 	1, {INT8ARRAYOID}
 };
@@ -200,6 +231,7 @@ static NtaskPlan hk_deadline_set_plan = {
 /* history: $1 retention, $2 at most this many rows */
 static NtaskPlan hk_prune_audit_plan = {
 	"housekeeping prune audit",
+	.ncols = 0,
 	"DELETE FROM ntask.audit a WHERE a.audit_id OPERATOR(pg_catalog.=) ANY (ARRAY( "
 	"  SELECT x.audit_id FROM ntask.audit x "
 	"  WHERE x.at OPERATOR(pg_catalog.<) (pg_catalog.statement_timestamp() OPERATOR(pg_catalog.-) $1) "
@@ -210,6 +242,7 @@ static NtaskPlan hk_prune_audit_plan = {
 /* a slot whose task is still unfinished stays: overlap decisions read it */
 static NtaskPlan hk_prune_slots_plan = {
 	"housekeeping prune schedule slots",
+	.ncols = 0,
 	"DELETE FROM ntask.schedule_slot s WHERE s.id OPERATOR(pg_catalog.=) ANY (ARRAY( "
 	"  SELECT x.id FROM ntask.schedule_slot x "
 	"  WHERE x.fired_at OPERATOR(pg_catalog.<) (pg_catalog.statement_timestamp() OPERATOR(pg_catalog.-) $1) "
@@ -227,6 +260,7 @@ static NtaskPlan hk_prune_slots_plan = {
  */
 static NtaskPlan hk_key_pause_plan = {
 	"housekeeping expired key pauses",
+	.ncols = 0,
 	"DELETE FROM ntask.key_pause k USING ( "
 	"  SELECT x.queue, x.partition_key FROM ntask.key_pause x "
 	"  WHERE x.until OPERATOR(pg_catalog.<=) pg_catalog.statement_timestamp() "
@@ -242,6 +276,7 @@ static void hk_prune_key_pauses(int max_rows);
 /* the receipt of a fence's current watermark stays */
 static NtaskPlan hk_prune_fence_plan = {
 	"housekeeping prune fence receipts",
+	.ncols = 0,
 	"DELETE FROM ntask.fence_receipt r USING ( "
 	"  SELECT x.fence_key, x.token FROM ntask.fence_receipt x "
 	"  WHERE x.applied_at OPERATOR(pg_catalog.<) (pg_catalog.statement_timestamp() OPERATOR(pg_catalog.-) $1) "
@@ -254,8 +289,17 @@ static NtaskPlan hk_prune_fence_plan = {
 	2, {INTERVALOID, INT4OID}
 };
 
+/* the columns of hk_queues_plan */
+typedef enum HkQueuesCol
+{
+	HK_QUEUES_QUEUE = 1,
+	HK_QUEUES_RETENTION,
+	HK_QUEUES_NCOLS = HK_QUEUES_RETENTION
+} HkQueuesCol;
+
 static NtaskPlan hk_queues_plan = {
 	"housekeeping queues",
+	.ncols = HK_QUEUES_NCOLS,
 	"SELECT q.queue, q.retention FROM ntask.queue q ORDER BY q.queue",
 	0, {InvalidOid}
 };
@@ -268,9 +312,17 @@ static NtaskPlan hk_queues_plan = {
 	"  AND t.finished_at OPERATOR(pg_catalog.<) " before " " \
 	"ORDER BY t.finished_at LIMIT " limit " FOR UPDATE SKIP LOCKED"
 
+/* the column of hk_prune_pick_plan and of its shard twin */
+typedef enum HkPrunePickCol
+{
+	HK_PRUNE_PICK_TASK_ID = 1,
+	HK_PRUNE_PICK_NCOLS = HK_PRUNE_PICK_TASK_ID
+} HkPrunePickCol;
+
 /* $2 the queue's retention */
 static NtaskPlan hk_prune_pick_plan = {
 	"housekeeping pick finished tasks",
+	.ncols = HK_PRUNE_PICK_NCOLS,
 	HK_PRUNE_PICK_SQL("",
 					  "      (" HK_NOW " OPERATOR(pg_catalog.-) $2)",
 					  CppAsString2(HK_MAX_ROWS)),
@@ -280,6 +332,7 @@ static NtaskPlan hk_prune_pick_plan = {
 /* $2 shard, $3 finished before (statement timestamp - retention), $4 rows */
 static NtaskPlan hk_prune_pick_shard_plan = {
 	"housekeeping pick finished tasks (one shard)",
+	.ncols = HK_PRUNE_PICK_NCOLS,
 	HK_PRUNE_PICK_SQL("t.shard OPERATOR(pg_catalog.=) $2   AND ", "$3", "$4"),
 	4, {TEXTOID, INT2OID, TIMESTAMPTZOID, INT4OID}
 };
@@ -292,24 +345,28 @@ static NtaskPlan hk_prune_pick_shard_plan = {
 
 static NtaskPlan hk_prune_attempts_plan = {
 	"housekeeping prune attempts",
+	.ncols = 0,
 	HK_PRUNE_SQL("attempt", "a"),
 	1, {INT8ARRAYOID}
 };
 
 static NtaskPlan hk_prune_attempts_shard_plan = {
 	"housekeeping prune attempts (one shard)",
+	.ncols = 0,
 	HK_PRUNE_SHARD_SQL("attempt", "a"),
 	2, {INT8ARRAYOID, INT2OID}
 };
 
 static NtaskPlan hk_prune_receipts_plan = {
 	"housekeeping prune receipts",
+	.ncols = 0,
 	HK_PRUNE_SQL("receipt", "r"),
 	1, {INT8ARRAYOID}
 };
 
 static NtaskPlan hk_prune_receipts_shard_plan = {
 	"housekeeping prune receipts (one shard)",
+	.ncols = 0,
 	HK_PRUNE_SHARD_SQL("receipt", "r"),
 	2, {INT8ARRAYOID, INT2OID}
 };
@@ -317,24 +374,28 @@ static NtaskPlan hk_prune_receipts_shard_plan = {
 /* a task's checkpoints and the signals it awaited go with it */
 static NtaskPlan hk_prune_checkpoints_plan = {
 	"housekeeping prune checkpoints",
+	.ncols = 0,
 	HK_PRUNE_SQL("checkpoint", "c"),
 	1, {INT8ARRAYOID}
 };
 
 static NtaskPlan hk_prune_checkpoints_shard_plan = {
 	"housekeeping prune checkpoints (one shard)",
+	.ncols = 0,
 	HK_PRUNE_SHARD_SQL("checkpoint", "c"),
 	2, {INT8ARRAYOID, INT2OID}
 };
 
 static NtaskPlan hk_prune_signals_plan = {
 	"housekeeping prune signals",
+	.ncols = 0,
 	HK_PRUNE_SQL("signal", "s"),
 	1, {INT8ARRAYOID}
 };
 
 static NtaskPlan hk_prune_signals_shard_plan = {
 	"housekeeping prune signals (one shard)",
+	.ncols = 0,
 	HK_PRUNE_SHARD_SQL("signal", "s"),
 	2, {INT8ARRAYOID, INT2OID}
 };
@@ -347,6 +408,7 @@ static NtaskPlan hk_prune_signals_shard_plan = {
  */
 static NtaskPlan hk_prune_unawaited_plan = {
 	"housekeeping prune unawaited signals",
+	.ncols = 0,
 	"DELETE FROM ntask.signal s "
 	"WHERE s.queue OPERATOR(pg_catalog.=) $1 AND s.task_id IS NULL "
 	"  AND s.shard OPERATOR(pg_catalog.=) $4 "
@@ -362,9 +424,17 @@ static NtaskPlan hk_prune_unawaited_plan = {
 /*
  * the tasks, and the dependency rows of those that had parents (an
  * empty array for a queue without dependencies): the count
+ * (HkPruneTasksCol)
  */
+typedef enum HkPruneTasksCol
+{
+	HK_PRUNE_TASKS_COUNT = 1,
+	HK_PRUNE_TASKS_NCOLS = HK_PRUNE_TASKS_COUNT
+} HkPruneTasksCol;
+
 static NtaskPlan hk_prune_tasks_plan = {
 	"housekeeping prune tasks",
+	.ncols = HK_PRUNE_TASKS_NCOLS,
 	"WITH d AS (" HK_PRUNE_SQL("task", "t") " RETURNING t.task_id, t.has_parents), "
 	"x AS (DELETE FROM ntask.task_dep p WHERE p.task_id OPERATOR(pg_catalog.=) ANY "
 	"  (ARRAY(SELECT d.task_id FROM d WHERE d.has_parents))) "
@@ -374,6 +444,7 @@ static NtaskPlan hk_prune_tasks_plan = {
 
 static NtaskPlan hk_prune_tasks_shard_plan = {
 	"housekeeping prune tasks (one shard)",
+	.ncols = 0,
 	HK_PRUNE_SHARD_SQL("task", "t"),
 	2, {INT8ARRAYOID, INT2OID}
 };
@@ -384,8 +455,15 @@ static NtaskPlan hk_prune_tasks_shard_plan = {
  * commit), then deleted by id only when there are any, so that an idle
  * tick writes on no node.
  */
+typedef enum HkAuditPickCol
+{
+	HK_AUDIT_PICK_ID = 1,
+	HK_AUDIT_PICK_NCOLS = HK_AUDIT_PICK_ID
+} HkAuditPickCol;
+
 static NtaskPlan hk_audit_pick_dist_plan = {
 	"housekeeping pick audit (distributed)",
+	.ncols = HK_AUDIT_PICK_NCOLS,
 	"SELECT x.audit_id FROM ntask.audit x "
 	"WHERE x.at OPERATOR(pg_catalog.<) $1 ORDER BY x.at LIMIT $2",
 	2, {TIMESTAMPTZOID, INT4OID}
@@ -393,6 +471,7 @@ static NtaskPlan hk_audit_pick_dist_plan = {
 
 static NtaskPlan hk_audit_delete_dist_plan = {
 	"housekeeping prune audit (distributed)",
+	.ncols = 0,
 	"DELETE FROM ntask.audit a WHERE a.audit_id OPERATOR(pg_catalog.=) ANY ($1)",
 	1, {INT8ARRAYOID}
 };
@@ -407,15 +486,30 @@ static NtaskPlan hk_audit_delete_dist_plan = {
  * and plans a LEFT JOIN by pulling every unfinished task to the
  * coordinator.
  */
+typedef enum HkSlotsPickCol
+{
+	HK_SLOTS_PICK_ID = 1,
+	HK_SLOTS_PICK_TASK_ID,		/* NULL: none */
+	HK_SLOTS_PICK_NCOLS = HK_SLOTS_PICK_TASK_ID
+} HkSlotsPickCol;
+
 static NtaskPlan hk_slots_pick_dist_plan = {
 	"housekeeping pick schedule slots (distributed)",
+	.ncols = HK_SLOTS_PICK_NCOLS,
 	"SELECT x.id, x.task_id FROM ntask.schedule_slot x "
 	"WHERE x.fired_at OPERATOR(pg_catalog.<) $1 ORDER BY x.fired_at LIMIT $2",
 	2, {TIMESTAMPTZOID, INT4OID}
 };
 
+typedef enum HkSlotsBusyCol
+{
+	HK_SLOTS_BUSY_TASK_ID = 1,
+	HK_SLOTS_BUSY_NCOLS = HK_SLOTS_BUSY_TASK_ID
+} HkSlotsBusyCol;
+
 static NtaskPlan hk_slots_busy_dist_plan = {
 	"housekeeping unfinished tasks of schedule slots (distributed)",
+	.ncols = HK_SLOTS_BUSY_NCOLS,
 	"SELECT t.task_id FROM ntask.task t "
 	"WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1) AND t.due_at IS NOT NULL",
 	1, {INT8ARRAYOID}
@@ -423,6 +517,7 @@ static NtaskPlan hk_slots_busy_dist_plan = {
 
 static NtaskPlan hk_slots_delete_dist_plan = {
 	"housekeeping prune schedule slots (distributed)",
+	.ncols = 0,
 	"DELETE FROM ntask.schedule_slot s WHERE s.id OPERATOR(pg_catalog.=) ANY ($1)",
 	1, {INT8ARRAYOID}
 };
@@ -470,15 +565,15 @@ hk_warn(const char *what, ErrorData *e)
 	FreeErrorData(e);
 }
 
-/* hk_ids: the first column of the n rows of the last result, as int64s */
+/* hk_ids: column col (bigint) of the n rows of tt, as int64 Datums */
 static Datum *
-hk_ids(int n)
+hk_ids(SPITupleTable *tt, int n, int col)
 {
 	Datum	   *elems = palloc(sizeof(Datum) * Max(n, 1));
 	int			r;
 
 	for (r = 0; r < n; r++)
-		elems[r] = Int64GetDatum(NtaskGetInt64(r, 1));
+		elems[r] = Int64GetDatum(NtaskTupGetInt64(tt, r, col));
 	return elems;
 }
 
@@ -547,7 +642,7 @@ hk_release_step(void *arg)
 					  values, NULL, SPI_OK_UPDATE_RETURNING);
 	w->done += n;
 	for (r = 0; r < n; r++)
-		if (NtaskGetBool(r, 1))
+		if (NtaskGetBool(r, HK_RELEASE_REPAIRED))
 			w->repaired++;
 }
 
@@ -579,8 +674,9 @@ hk_expired(const HkScope *s, int64 *counts)
 		return;
 	tokens = palloc(sizeof(Datum) * n);
 	for (r = 0; r < n; r++)
-		tokens[r] = Int64GetDatum(NtaskGetInt64(r, 2));
-	hk_each(s, hk_ids(n), tokens, n, hk_release_step, "releasing the expired lease", done);
+		tokens[r] = Int64GetDatum(NtaskGetInt64(r, HK_EXPIRED_TOKEN));
+	hk_each(s, hk_ids(SPI_tuptable, n, HK_EXPIRED_TASK_ID), tokens, n, hk_release_step,
+			"releasing the expired lease", done);
 	counts[0] += done[0];
 	counts[1] += done[1];
 }
@@ -643,7 +739,8 @@ hk_deadlines(const HkScope *s, int64 *counts)
 	}
 	if (n == 0)
 		return;
-	hk_each(s, hk_ids(n), NULL, n, hk_deadline_set_step, "the deadline sweep", done);
+	hk_each(s, hk_ids(SPI_tuptable, n, HK_DEADLINE_PICK_TASK_ID), NULL, n,
+			hk_deadline_set_step, "the deadline sweep", done);
 	counts[1] += done[0];
 }
 
@@ -667,6 +764,7 @@ hk_prune_queue(void *arg)
 	HkWork	   *w = (HkWork *) arg;
 	const HkScope *s = w->s;
 	Datum		values[4];
+	SPITupleTable *picked;
 	int			n;
 
 	values[0] = w->queue;
@@ -683,21 +781,20 @@ hk_prune_queue(void *arg)
 		n = NtaskExecPlanCount(&hk_prune_pick_plan, values, NULL,
 							   SPI_OK_SELECT, s->max_rows);
 	}
+	picked = SPI_tuptable;
 	/* a signal's row is in its queue and key's shard (signal.c), 0 on a plain install */
 	{
 		Datum		sv[4];
-		SPITupleTable *picked = SPI_tuptable;
 
 		sv[0] = w->queue;
 		sv[1] = hk_before(w->retention);
 		sv[2] = Int32GetDatum(s->max_rows);
 		sv[3] = Int16GetDatum(s->shard);
 		(void) NtaskExecPlan(&hk_prune_unawaited_plan, sv, NULL, SPI_OK_DELETE);
-		SPI_tuptable = picked;
 	}
 	if (n == 0)
 		return;
-	values[0] = NtaskResultIds(n);
+	values[0] = NtaskInt8Array(hk_ids(picked, n, HK_PRUNE_PICK_TASK_ID), n);
 	values[1] = Int16GetDatum(s->shard);	/* the shard's statements only */
 	(void) NtaskExecPlan(s->sharded ? &hk_prune_checkpoints_shard_plan :
 						 &hk_prune_checkpoints_plan, values, NULL, SPI_OK_DELETE);
@@ -711,7 +808,7 @@ hk_prune_queue(void *arg)
 		w->counts[2] += NtaskExecPlan(&hk_prune_tasks_shard_plan, values, NULL,
 									  SPI_OK_DELETE);
 	else if (NtaskExecPlan(&hk_prune_tasks_plan, values, NULL, SPI_OK_SELECT) == 1)
-		w->counts[2] += NtaskGetInt32(0, 1);
+		w->counts[2] += NtaskGetInt32(0, HK_PRUNE_TASKS_COUNT);
 }
 
 /*
@@ -735,12 +832,11 @@ hk_retention(const HkScope *s, int64 *counts)
 		bool		isnull;
 		int64		before = counts[2];
 
-		SPI_tuptable = queues;
 		memset(&w, 0, sizeof(w));
 		w.s = s;
 		w.counts = counts;
-		w.queue = NtaskGetDatum(q, 1, &isnull);
-		w.retention = NtaskGetDatum(q, 2, &isnull);
+		w.queue = NtaskTupGetDatum(queues, q, HK_QUEUES_QUEUE, &isnull);
+		w.retention = NtaskTupGetDatum(queues, q, HK_QUEUES_RETENTION, &isnull);
 		if (s->sharded)
 			hk_prune_queue(&w);
 		else if (!NtaskTrySubxact(hk_prune_queue, &w, &e))
@@ -749,7 +845,6 @@ hk_retention(const HkScope *s, int64 *counts)
 			hk_warn(psprintf("pruning queue \"%s\"", TextDatumGetCString(w.queue)), e);
 		}
 	}
-	SPI_tuptable = queues;
 }
 
 /* hk_round: steps 1-3 of a round in scope s; adds to counts[0..2] */
@@ -822,9 +917,9 @@ hk_prune_slots_dist(int max_rows)
 	for (r = 0; r < n; r++)
 	{
 		bool		isnull;
-		Datum		t = NtaskGetDatum(r, 2, &isnull);
+		Datum		t = NtaskGetDatum(r, HK_SLOTS_PICK_TASK_ID, &isnull);
 
-		ids[r] = Int64GetDatum(NtaskGetInt64(r, 1));
+		ids[r] = Int64GetDatum(NtaskGetInt64(r, HK_SLOTS_PICK_ID));
 		slot_task[r] = isnull ? 0 : DatumGetInt64(t);
 		if (!isnull)
 			tasks[nt++] = t;
@@ -835,7 +930,7 @@ hk_prune_slots_dist(int max_rows)
 		values[0] = NtaskInt8Array(tasks, nt);
 		nbusy = NtaskExecPlan(&hk_slots_busy_dist_plan, values, NULL, SPI_OK_SELECT);
 		for (r = 0; r < nbusy; r++)
-			busy[r] = NtaskGetInt64(r, 1);
+			busy[r] = NtaskGetInt64(r, HK_SLOTS_BUSY_TASK_ID);
 	}
 	/* the slots whose task is unfinished stay: overlap decisions read them */
 	for (r = 0; r < n; r++)
@@ -876,7 +971,7 @@ NtaskHousekeepHistoryDist(int max_rows)
 	n = NtaskExecPlan(&hk_audit_pick_dist_plan, values, NULL, SPI_OK_SELECT);
 	if (n == 0)
 		return;
-	values[0] = NtaskResultIds(n);
+	values[0] = NtaskInt8Array(hk_ids(SPI_tuptable, n, HK_AUDIT_PICK_ID), n);
 	(void) NtaskExecPlan(&hk_audit_delete_dist_plan, values, NULL, SPI_OK_DELETE);
 }
 

@@ -54,6 +54,7 @@ typedef enum LeaseTokenCol
 
 static NtaskPlan lease_token_plan = {
 	"task token lookup",
+	.ncols = 2,
 	"SELECT t.token, " NTASK_WORKER_RIGHT("q", "2") " "
 	"FROM ntask.task t JOIN ntask.queue q ON q.queue OPERATOR(pg_catalog.=) t.queue "
 	"WHERE t.task_id OPERATOR(pg_catalog.=) $1" NTASK_SHARD_OF("t", "$1"),
@@ -90,6 +91,7 @@ typedef enum LeaseHeartbeatArg
 
 static NtaskPlan lease_heartbeat_plan = {
 	"heartbeat",
+	.ncols = 1,
 	LEASE_HB_SQL(""),
 	LEASE_HB_NARGS, {INT8OID, INT8OID, INTERVALOID, OIDOID, TIMESTAMPTZOID}
 };
@@ -102,6 +104,7 @@ static NtaskPlan lease_heartbeat_plan = {
  */
 static NtaskPlan lease_progress_plan = {
 	"heartbeat with progress",
+	.ncols = 1,
 	LEASE_HB_SQL("  progress = $6, progress_at = $5, "),
 	LEASE_HB_NARGS + 1, {INT8OID, INT8OID, INTERVALOID, OIDOID, TIMESTAMPTZOID, JSONBOID}
 };
@@ -112,6 +115,7 @@ static NtaskPlan lease_progress_plan = {
  */
 static NtaskPlan lease_invoked_plan = {
 	"invoked",
+	.ncols = 0,
 	"UPDATE ntask.task t SET invoked_at = pg_catalog.statement_timestamp() "
 	"FROM ntask.queue q "
 	"WHERE t.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("t", "$1")
@@ -124,6 +128,7 @@ static NtaskPlan lease_invoked_plan = {
 
 static NtaskPlan lease_attempt_plan = {
 	"attempt lookup",
+	.ncols = 1,
 	"SELECT t.state OPERATOR(pg_catalog.=) 'leased' AND t.invoked_at IS NOT NULL "
 	"FROM ntask.task t "
 	"WHERE t.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("t", "$1")
@@ -303,6 +308,7 @@ typedef enum LeaseReleaseCol
 
 static NtaskPlan lease_release_plan = {
 	"release",
+	.ncols = 2,
 	"WITH upd AS ( "
 	LEASE_RELEASE_UPDATE("pg_catalog.statement_timestamp()", NTASK_RECEIPT_OF("t"))
 "  RETURNING t.run_at, t.queue, t.task_id, t.shard, t.token, t.attempts, "
@@ -330,6 +336,7 @@ static NtaskPlan lease_release_plan = {
  */
 static NtaskPlan lease_receipt_dist_plan = {
 	"release receipt lookup (distributed)",
+	.ncols = 1,
 	"SELECT EXISTS (SELECT 1 FROM ntask.receipt r "
 	"  WHERE r.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("r", "$1")
 	"    AND r.token OPERATOR(pg_catalog.=) $2)",
@@ -350,6 +357,7 @@ typedef enum LeaseReleaseDistCol
 
 static NtaskPlan lease_release_dist_plan = {
 	"release (distributed)",
+	.ncols = 10,
 	LEASE_RELEASE_UPDATE("$6", "OR $5")
 	"RETURNING t.queue, t.run_at, t.task_id, t.shard, t.token, t.attempts, "
 	"  coalesce(o.claimed_at, o.updated_at), t.invoked_at, o.lease_owner, o.progress",
@@ -358,11 +366,11 @@ static NtaskPlan lease_release_dist_plan = {
 
 /*
  * lease_release_dist: the release on a distributed install, values as
- * lease_release_plan's; returns whether it applied, SPI_tuptable then
- * holding the task's row (LeaseReleaseCol first)
+ * lease_release_plan's; returns whether it applied, *row then holding the
+ * task's row (LeaseReleaseCol first)
  */
 static bool
-lease_release_dist(Datum *values)
+lease_release_dist(Datum *values, SPITupleTable **row)
 {
 	Datum		dv[6];
 	Datum		av[ATT_ROW_NARGS];
@@ -388,10 +396,10 @@ lease_release_dist(Datum *values)
 	for (i = 0; i < ATT_ROW_NARGS; i++)
 	{
 		isnull = true;
-		av[i] = cols[i] != 0 ? NtaskGetDatum(0, cols[i], &isnull) : (Datum) 0;
+		av[i] = cols[i] != 0 ? NtaskTupGetDatum(upd, 0, cols[i], &isnull) : (Datum) 0;
 		an[i] = isnull ? 'n' : ' ';
 	}
-	(void) NtaskGetDatum(0, LEASE_RELEASE_DIST_INVOKED_AT, &isnull);
+	(void) NtaskTupGetDatum(upd, 0, LEASE_RELEASE_DIST_INVOKED_AT, &isnull);
 	av[ATT_ROW_ENDED_AT] = dv[5];
 	an[ATT_ROW_ENDED_AT] = ' ';
 	av[ATT_ROW_RESULT] = av[ATT_ROW_REQUESTED] = CStringGetTextDatum("released");
@@ -399,13 +407,14 @@ lease_release_dist(Datum *values)
 	av[ATT_ROW_KNOWN] = BoolGetDatum(isnull || receipt);
 	an[ATT_ROW_KNOWN] = ' ';
 	NtaskLedgerRowDist(av, an);
-	SPI_tuptable = upd;
+	*row = upd;
 	return true;
 }
 
 /* not applied: what this token did with its attempt */
 static NtaskPlan lease_requested_plan = {
 	"release attempt lookup",
+	.ncols = 1,
 	"SELECT a.requested FROM ntask.attempt a "
 	"WHERE a.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("a", "$1")
 	"  AND a.token OPERATOR(pg_catalog.=) $2",
@@ -432,6 +441,8 @@ ntask_release(PG_FUNCTION_ARGS)
 	Interval   *delay = NtaskUsecsInterval(0);
 	Datum		values[4];
 	const char *result;
+	bool		applied;
+	SPITupleTable *row = NULL;
 
 	if (!PG_ARGISNULL(2))
 	{
@@ -454,19 +465,26 @@ ntask_release(PG_FUNCTION_ARGS)
 	values[3] = ObjectIdGetDatum(NtaskCaller());
 
 	SPI_connect();
-	if (NtaskShardCount() > 0 ? lease_release_dist(values) :
-		NtaskExecPlan(&lease_release_plan, values, NULL, SPI_OK_SELECT) == 1)
+	if (NtaskShardCount() > 0)
+		applied = lease_release_dist(values, &row);
+	else
+	{
+		applied = NtaskExecPlan(&lease_release_plan, values, NULL, SPI_OK_SELECT) == 1;
+		row = SPI_tuptable;
+	}
+	if (applied)
 	{
 		bool		isnull;
-		TimestampTz run_at = DatumGetTimestampTz(NtaskGetDatum(0, LEASE_RELEASE_RUN_AT, &isnull));
+		TimestampTz run_at = DatumGetTimestampTz(NtaskTupGetDatum(row, 0, LEASE_RELEASE_RUN_AT, &isnull));
+		char	   *queue = NtaskTupGetCString(row, 0, LEASE_RELEASE_QUEUE);
 
 		result = "applied";
 		NtaskWakeWorkerAtCommit();	/* it may be an http task, due now */
-		NtaskWakeCappedAtCommit(NtaskGetCString(0, LEASE_RELEASE_QUEUE), 1);	/* a slot is free */
+		NtaskWakeCappedAtCommit(queue, 1);	/* a slot is free */
 		if (run_at <= GetCurrentStatementStartTimestamp())
-			NtaskWakeWaitersAtCommit(NtaskGetCString(0, LEASE_RELEASE_QUEUE), 1, 0);
+			NtaskWakeWaitersAtCommit(queue, 1, 0);
 		else
-			NtaskWakeWaitersAtCommit(NtaskGetCString(0, LEASE_RELEASE_QUEUE), 0, run_at);
+			NtaskWakeWaitersAtCommit(queue, 0, run_at);
 	}
 	else
 	{

@@ -97,11 +97,20 @@ extern bool NtaskTraceparentValid(const char *tp, const char **why);
 /*
  * A statement prepared once per backend with SPI_prepare + SPI_keepplan.
  * Declared as a static in the file that owns the SQL; "plan" starts NULL.
+ *
+ * The statement checks itself (spi_util.c): when prepared, the highest $N
+ * in sql must be nargs and its result must have ncols columns (0: it
+ * returns no rows), and every execution that returns a tuple table must
+ * return ncols columns.  ncols comes second, written on a line of its own
+ * after the name (.ncols = N, then the SQL text, nargs and the types), so
+ * an initializer that leaves it out puts the SQL text in an int: a compile
+ * error, not a silent 0.
  */
 #define NTASK_PLAN_MAX_ARGS 28
 typedef struct NtaskPlan
 {
 	const char *name;			/* for error messages */
+	int			ncols;			/* result columns; 0: returns no rows */
 	const char *sql;
 	int			nargs;
 	Oid			argtypes[NTASK_PLAN_MAX_ARGS];
@@ -115,13 +124,18 @@ extern int	NtaskExecPlan(NtaskPlan *p, Datum *values, const char *nulls,
 extern int	NtaskExecPlanCount(NtaskPlan *p, Datum *values, const char *nulls,
 							   int expected_rc, long count);
 extern Datum NtaskInt8Array(Datum *elems, int n);
-extern Datum NtaskResultIds(int n);
 extern Datum NtaskGetDatum(int row, int col, bool *isnull);
 extern text *NtaskGetText(int row, int col);
 extern char *NtaskGetCString(int row, int col);
 extern int64 NtaskGetInt64(int row, int col);
 extern int32 NtaskGetInt32(int row, int col);
 extern bool NtaskGetBool(int row, int col);
+extern Datum NtaskTupGetDatum(SPITupleTable *tt, int row, int col, bool *isnull);
+extern text *NtaskTupGetText(SPITupleTable *tt, int row, int col);
+extern char *NtaskTupGetCString(SPITupleTable *tt, int row, int col);
+extern int64 NtaskTupGetInt64(SPITupleTable *tt, int row, int col);
+extern int32 NtaskTupGetInt32(SPITupleTable *tt, int row, int col);
+extern bool NtaskTupGetBool(SPITupleTable *tt, int row, int col);
 extern text *NtaskArgText(FunctionCallInfo fcinfo, int argno,
 						  const char *argname, int maxlen);
 extern int64 NtaskArgInt64(FunctionCallInfo fcinfo, int argno,

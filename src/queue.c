@@ -45,6 +45,7 @@ PG_FUNCTION_INFO_V1(ntask_queue_resume);
 
 static NtaskPlan queue_insert_plan = {
 	"queue insert",
+	.ncols = 0,
 	"INSERT INTO ntask.queue (queue) VALUES ($1) "
 	"ON CONFLICT (queue) DO NOTHING",
 	1, {TEXTOID}
@@ -59,6 +60,7 @@ static NtaskPlan queue_insert_plan = {
 
 static NtaskPlan queue_update_plan = {
 	"queue update",
+	.ncols = 37,
 	"UPDATE ntask.queue q SET "
 	"  max_attempts = coalesce($2, q.max_attempts), "
 	"  total_deadline = coalesce($3, q.total_deadline), "
@@ -110,6 +112,7 @@ static NtaskPlan queue_update_plan = {
 /* $2: the caller; true when the queue restricts this right to a role it lacks */
 static NtaskPlan queue_roles_plan = {
 	"queue roles",
+	.ncols = 1,
 	"UPDATE ntask.queue q SET producer_role = $2, worker_role = $3, "
 	"  updated_at = pg_catalog.statement_timestamp() "
 	"WHERE q.queue OPERATOR(pg_catalog.=) $1 RETURNING 1",
@@ -123,6 +126,7 @@ static NtaskPlan queue_roles_plan = {
  */
 static NtaskPlan queue_fair_keyless_plan = {
 	"queue fair keyless",
+	.ncols = 0,
 	"UPDATE ntask.task t SET partition_key = '' "
 	"WHERE t.queue OPERATOR(pg_catalog.=) $1 AND t.partition_key IS NULL "
 	"  AND t.due_at IS NOT NULL",
@@ -138,6 +142,7 @@ static NtaskPlan queue_fair_keyless_plan = {
  */
 static NtaskPlan queue_ordered_lock_plan = {
 	"queue ordered lock",
+	.ncols = 0,
 	"LOCK TABLE ntask.task IN SHARE MODE",
 	0, {InvalidOid}
 };
@@ -148,6 +153,7 @@ static NtaskPlan queue_ordered_lock_plan = {
  */
 static NtaskPlan queue_ordered_plan = {
 	"queue ordered",
+	.ncols = 0,
 	"UPDATE ntask.task t SET ordered = true "
 	"WHERE t.queue OPERATOR(pg_catalog.=) $1 AND t.ordered IS NOT TRUE "
 	"  AND (t.due_at IS NOT NULL OR t.state OPERATOR(pg_catalog.=) 'repair_required' "
@@ -157,6 +163,7 @@ static NtaskPlan queue_ordered_plan = {
 
 static NtaskPlan queue_clear_guard_plan = {
 	"queue clear guard",
+	.ncols = 0,
 	"UPDATE ntask.queue SET guard = NULL, guard_owner = NULL, "
 	"  updated_at = pg_catalog.statement_timestamp() "
 	"WHERE queue OPERATOR(pg_catalog.=) $1",
@@ -166,6 +173,7 @@ static NtaskPlan queue_clear_guard_plan = {
 /* a new guard and its owner, always together (guard.c checks the owner) */
 static NtaskPlan queue_set_guard_plan = {
 	"queue set guard",
+	.ncols = 0,
 	"UPDATE ntask.queue SET guard = $2, guard_owner = $3 "
 	"WHERE queue OPERATOR(pg_catalog.=) $1",
 	3, {TEXTOID, TEXTOID, NAMEOID}
@@ -179,6 +187,7 @@ static NtaskPlan queue_set_guard_plan = {
  */
 static NtaskPlan queue_pause_plan = {
 	"queue pause",
+	.ncols = 1,
 	"UPDATE ntask.queue q SET paused_at = pg_catalog.statement_timestamp(), "
 	"  paused_by = $2, pause_reason = $3, "
 	"  updated_at = pg_catalog.statement_timestamp() "
@@ -193,6 +202,7 @@ static NtaskPlan queue_pause_plan = {
  */
 static NtaskPlan queue_resume_lock_plan = {
 	"queue resume lock",
+	.ncols = 3,
 	"SELECT q.paused_at IS NOT NULL, "
 	"  coalesce(q.paused_until OPERATOR(pg_catalog.>) pg_catalog.statement_timestamp(), false), "
 	"  EXISTS (SELECT 1 FROM ntask.key_pause k WHERE k.queue OPERATOR(pg_catalog.=) q.queue "
@@ -203,6 +213,7 @@ static NtaskPlan queue_resume_lock_plan = {
 
 static NtaskPlan queue_resume_plan = {
 	"queue resume",
+	.ncols = 0,
 	"UPDATE ntask.queue q SET paused_at = NULL, paused_by = NULL, pause_reason = NULL, "
 	"  paused_until = NULL, keys_paused_until = NULL, "
 	"  updated_at = pg_catalog.statement_timestamp() "
@@ -212,6 +223,7 @@ static NtaskPlan queue_resume_plan = {
 
 static NtaskPlan queue_resume_keys_plan = {
 	"queue resume keys",
+	.ncols = 0,
 	"DELETE FROM ntask.key_pause k WHERE k.queue OPERATOR(pg_catalog.=) $1",
 	1, {TEXTOID}
 };
@@ -461,30 +473,30 @@ queue_parse_rate(text *arg, const char *name, int32 *n, Datum *per)
 
 /*
  * queue_check_flow
- *		After the update: the per-key options need the per-key walk of a
+ *		After the update (row: its result): the per-key options need the per-key walk of a
  *		fair queue (docs/design.md "Flow control").
  */
 static void
-queue_check_flow(void)
+queue_check_flow(SPITupleTable *row)
 {
-	TupleDesc	d = SPI_tuptable->tupdesc;
+	TupleDesc	d = row->tupdesc;
 	bool		isnull;
-	bool		fair = strcmp(NtaskGetCString(0, SPI_fnumber(d, "fairness")), "partition") == 0;
+	bool		fair = strcmp(NtaskTupGetCString(row, 0, SPI_fnumber(d, "fairness")), "partition") == 0;
 	const char *opt = NULL;
 
-	if (DatumGetBool(NtaskGetDatum(0, SPI_fnumber(d, "ordered"), &isnull)) &&
-		(NtaskGetDatum(0, SPI_fnumber(d, "retry_share"), &isnull), !isnull))
+	if (DatumGetBool(NtaskTupGetDatum(row, 0, SPI_fnumber(d, "ordered"), &isnull)) &&
+		(NtaskTupGetDatum(row, 0, SPI_fnumber(d, "retry_share"), &isnull), !isnull))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("ntask: retry_share does not apply to an ordered queue"),
 				 errdetail("An ordered queue hands out only the head of each key, retry or not.")));
 	if (fair)
 		return;
-	if (DatumGetBool(NtaskGetDatum(0, SPI_fnumber(d, "ordered"), &isnull)))
+	if (DatumGetBool(NtaskTupGetDatum(row, 0, SPI_fnumber(d, "ordered"), &isnull)))
 		opt = "ordered";
-	else if ((NtaskGetDatum(0, SPI_fnumber(d, "partition_max_inflight"), &isnull), !isnull))
+	else if ((NtaskTupGetDatum(row, 0, SPI_fnumber(d, "partition_max_inflight"), &isnull), !isnull))
 		opt = "partition_max_inflight";
-	else if ((NtaskGetDatum(0, SPI_fnumber(d, "partition_rate_n"), &isnull), !isnull))
+	else if ((NtaskTupGetDatum(row, 0, SPI_fnumber(d, "partition_rate_n"), &isnull), !isnull))
 		opt = "partition_rate_limit";
 	if (opt)
 		ereport(ERROR,
@@ -519,21 +531,21 @@ queue_check_aging_step(Interval *iv)
 
 /*
  * queue_check_aging
- *		After the update: priority aging walks the priority levels of the
+ *		After the update (row: its result): priority aging walks the priority levels of the
  *		whole queue, so it does not apply to a fair (or ordered) queue,
  *		whose claim walks the partition keys; and its cap needs it.
  */
 static void
-queue_check_aging(void)
+queue_check_aging(SPITupleTable *row)
 {
-	TupleDesc	d = SPI_tuptable->tupdesc;
+	TupleDesc	d = row->tupdesc;
 	bool		aging_off;
 	bool		isnull;
 
-	(void) NtaskGetDatum(0, SPI_fnumber(d, "priority_aging"), &aging_off);
+	(void) NtaskTupGetDatum(row, 0, SPI_fnumber(d, "priority_aging"), &aging_off);
 	if (aging_off)
 	{
-		(void) NtaskGetDatum(0, SPI_fnumber(d, "priority_aging_max"), &isnull);
+		(void) NtaskTupGetDatum(row, 0, SPI_fnumber(d, "priority_aging_max"), &isnull);
 		if (!isnull)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -541,7 +553,7 @@ queue_check_aging(void)
 					 errhint("Pass priority_aging => an interval in the same call.")));
 		return;
 	}
-	if (strcmp(NtaskGetCString(0, SPI_fnumber(d, "fairness")), "none") != 0)
+	if (strcmp(NtaskTupGetCString(row, 0, SPI_fnumber(d, "fairness")), "none") != 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("ntask: priority_aging does not apply to a fair queue"),
@@ -572,6 +584,7 @@ ntask_queue_set(PG_FUNCTION_ARGS)
 	char	   *qname;
 	char	   *guard_name = NULL;
 	char	   *guard_owner = NULL;
+	SPITupleTable *row;
 
 	NtaskCheckNargs(fcinfo, 24);	/* before its new arguments are read */
 	queue_check_name(queue);
@@ -729,8 +742,9 @@ ntask_queue_set(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("ntask: backoff_max must not be less than backoff_base")));
-	queue_check_flow();
-	queue_check_aging();
+	row = SPI_tuptable;
+	queue_check_flow(row);
+	queue_check_aging(row);
 
 	/*
 	 * A change of what a claim may hand out can free work: every waiting
@@ -749,19 +763,11 @@ ntask_queue_set(PG_FUNCTION_ARGS)
 			break;
 		}
 	if (!PG_ARGISNULL(13) && PG_GETARG_BOOL(13))
-	{
-		SPITupleTable *row = SPI_tuptable;
-
 		NtaskExecPlan(&queue_ordered_plan, values, NULL, SPI_OK_UPDATE);
-		SPI_tuptable = row;
-	}
 	if (!PG_ARGISNULL(10) &&
 		strcmp(text_to_cstring(PG_GETARG_TEXT_PP(10)), "partition") == 0)
 	{
-		SPITupleTable *row = SPI_tuptable;
-
 		NtaskExecPlan(&queue_fair_keyless_plan, values, NULL, SPI_OK_UPDATE);
-		SPI_tuptable = row;
 		/* the round starts again at the first key (fair.c) */
 		NtaskFairAdvance(qname, cstring_to_text(""));
 	}
@@ -783,9 +789,9 @@ ntask_queue_set(PG_FUNCTION_ARGS)
 				rownulls[i] = true;
 				continue;
 			}
-			if (++col > SPI_tuptable->tupdesc->natts)
+			if (++col > row->tupdesc->natts)
 				elog(ERROR, "ntask: ntask.queue has fewer columns than its row type");
-			rowvals[i] = NtaskGetDatum(0, col, &rownulls[i]);
+			rowvals[i] = NtaskTupGetDatum(row, 0, col, &rownulls[i]);
 		}
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc,
 							 rowvals, rownulls);

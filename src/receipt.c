@@ -64,6 +64,7 @@ typedef enum RcptLockCol
 
 static NtaskPlan rcpt_lock_plan = {
 	"receipt task lock",
+	.ncols = 2,
 	"SELECT t.token, " NTASK_WORKER_RIGHT("q", "2") " "
 	"FROM ntask.task t JOIN ntask.queue q ON q.queue OPERATOR(pg_catalog.=) t.queue "
 	"WHERE t.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("t", "$1")
@@ -84,6 +85,7 @@ static NtaskPlan rcpt_lock_plan = {
  */
 static NtaskPlan rcpt_closed_plan = {
 	"receipt attempt closed",
+	.ncols = 1,
 	"SELECT a.ended_at IS NOT NULL "
 	"FROM ntask.attempt a "
 	"WHERE a.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("a", "$1")
@@ -106,6 +108,7 @@ typedef enum RcptArg
 
 static NtaskPlan rcpt_insert_plan = {
 	"receipt insert",
+	.ncols = 1,
 	"INSERT INTO ntask.receipt (task_id, shard, token, payload_digest, digest_version) "
 	"VALUES ($1, " NTASK_SHARD_VALUE("$1") ", $2, $3, $4) "
 	"ON CONFLICT ON CONSTRAINT receipt_pkey DO NOTHING RETURNING 1",
@@ -126,6 +129,7 @@ typedef enum RcptDigestCol
 
 static NtaskPlan rcpt_task_plan = {
 	"receipt of the task",
+	.ncols = 2,
 	"SELECT r.payload_digest, r.digest_version FROM ntask.receipt r "
 	"WHERE r.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("r", "$1")
 	"ORDER BY r.token LIMIT 1",
@@ -134,6 +138,7 @@ static NtaskPlan rcpt_task_plan = {
 
 static NtaskPlan rcpt_existing_plan = {
 	"receipt lookup",
+	.ncols = 2,
 	"SELECT r.payload_digest, r.digest_version FROM ntask.receipt r "
 	"WHERE r.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("r", "$1")
 	"  AND r.token OPERATOR(pg_catalog.=) $2",

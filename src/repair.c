@@ -50,6 +50,7 @@ typedef enum RepLockCol
 
 static NtaskPlan rep_lock_plan = {
 	"admin lock",
+	.ncols = 6,
 	"SELECT t.state, t.queue, t.task_key, t.payload, q.guard, "
 	"  q.guard_owner::pg_catalog.text "
 	"FROM ntask.task t JOIN ntask.queue q "
@@ -62,6 +63,7 @@ static NtaskPlan rep_lock_plan = {
 
 static NtaskPlan rep_replay_plan = {
 	"replay",
+	.ncols = 0,
 	"UPDATE ntask.task t SET state = 'ready', "
 	"  run_at = pg_catalog.statement_timestamp(), due_at = pg_catalog.statement_timestamp(), "
 	"  max_attempts = t.attempts OPERATOR(pg_catalog.+) q.max_attempts, "
@@ -85,6 +87,7 @@ typedef enum RepAssignArg
 
 static NtaskPlan rep_assign_plan = {
 	"repair assign",
+	.ncols = 0,
 	"UPDATE ntask.task t SET repair_owner = $2, repair_next_action = $3, "
 	"  updated_at = pg_catalog.statement_timestamp() "
 	"WHERE t.task_id OPERATOR(pg_catalog.=) $1" NTASK_SHARD_OF("t", "$1"),
@@ -325,6 +328,7 @@ typedef enum BulkArg
 /* how many tasks match (no lock) */
 static NtaskPlan bulk_count_plan = {
 	"bulk count",
+	.ncols = 1,
 	"SELECT pg_catalog.count(*) " BULK_MATCH
 	"  AND $10::pg_catalog.int4 IS NOT NULL",
 	BULK_ARG_TYPES
@@ -338,14 +342,24 @@ static NtaskPlan bulk_count_plan = {
  */
 static NtaskPlan bulk_lock_plan = {
 	"bulk lock",
+	.ncols = 1,
 	"SELECT t.task_id " BULK_MATCH
 	"ORDER BY t.task_id LIMIT $10 FOR UPDATE OF t SKIP LOCKED",
 	BULK_ARG_TYPES
 };
 
 /* reschedule the locked tasks $1 to $2 (still ready or retry_wait) */
+/* the columns of bulk_reschedule_plan */
+typedef enum BulkRescheduleCol
+{
+	BULK_RESCHEDULE_TASK_ID = 1,
+	BULK_RESCHEDULE_STATE,
+	BULK_RESCHEDULE_NCOLS = BULK_RESCHEDULE_STATE
+} BulkRescheduleCol;
+
 static NtaskPlan bulk_reschedule_plan = {
 	"bulk reschedule",
+	.ncols = BULK_RESCHEDULE_NCOLS,
 	"UPDATE ntask.task t SET run_at = $2, due_at = $2, "
 	"  updated_at = pg_catalog.statement_timestamp() "
 	"WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1) "
@@ -357,6 +371,7 @@ static NtaskPlan bulk_reschedule_plan = {
 /* the call's own audit row: actor, action, queue, reason, detail */
 static NtaskPlan bulk_audit_plan = {
 	"bulk audit",
+	.ncols = 1,
 	"INSERT INTO ntask.audit (actor, action, queue, reason, detail) "
 	"VALUES ($1, $2, $3, $4, $5) RETURNING audit_id",
 	5, {TEXTOID, TEXTOID, TEXTOID, TEXTOID, JSONBOID}
@@ -748,12 +763,11 @@ bulk_chunk(BulkCall *c, BulkOut *out)
 
 				for (i = 0; i < nrows; i++)
 				{
-					char	   *state;
+					char	   *state = NtaskTupGetCString(rows, i, BULK_RESCHEDULE_STATE);
 
-					SPI_tuptable = rows;
-					state = NtaskGetCString(i, 2);
-					NtaskAudit(c->actor, "reschedule", NtaskGetInt64(i, 1), c->queue,
-							   c->reason, state, state);
+					NtaskAudit(c->actor, "reschedule",
+							   NtaskTupGetInt64(rows, i, BULK_RESCHEDULE_TASK_ID),
+							   c->queue, c->reason, state, state);
 				}
 			}
 			out->changed = nrows;

@@ -30,6 +30,7 @@ PG_FUNCTION_INFO_V1(ntask_result);
 
 static NtaskPlan result_read_plan = {
 	"result read",
+	.ncols = 4,
 	"SELECT t.state, t.outcome, t.result, t.finished_at FROM ntask.task t "
 	"WHERE t.queue OPERATOR(pg_catalog.=) $1 "
 	"  AND t.task_key OPERATOR(pg_catalog.=) $2",

@@ -26,6 +26,7 @@
  */
 static NtaskPlan rights_queue_plan = {
 	"queue right",
+	.ncols = 2,
 	"SELECT x.role IS NOT NULL AND NOT pg_catalog.pg_has_role($2, x.role, 'USAGE'), "
 	"  x.role IS NOT NULL AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r "
 	"    WHERE r.oid OPERATOR(pg_catalog.=) x.role) "
@@ -37,6 +38,7 @@ static NtaskPlan rights_queue_plan = {
 /* does task $1's queue name a worker_role that no longer exists? */
 static NtaskPlan rights_task_role_dropped_plan = {
 	"task right: worker_role dropped",
+	.ncols = 1,
 	"SELECT 1 FROM ntask.task t JOIN ntask.queue q ON q.queue OPERATOR(pg_catalog.=) t.queue "
 	"WHERE t.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("t", "$1")
 	"  AND q.worker_role IS NOT NULL "
@@ -102,6 +104,7 @@ NtaskCheckQueueRight(text *queue, bool producer)
 
 static NtaskPlan rights_queue_exists_plan = {
 	"queue exists",
+	.ncols = 0,
 	"SELECT FROM ntask.queue q WHERE q.queue OPERATOR(pg_catalog.=) $1",
 	1, {TEXTOID}
 };

@@ -97,6 +97,7 @@ typedef enum SagaInsertCol
 
 static NtaskPlan saga_insert_plan = {
 	"saga insert",
+	.ncols = 2,
 	"INSERT INTO ntask.saga (saga_key, steps, steps_digest, digest_version, "
 	"  nsteps, started_by, scope) VALUES ($1, $2, $3, $4, $5, $6, ntask.saga_scope($2)) "
 	"ON CONFLICT (saga_key, scope) DO NOTHING RETURNING saga_id, state",
@@ -127,6 +128,7 @@ typedef enum SagaExistingCol
 
 static NtaskPlan saga_existing_plan = {
 	"saga lookup",
+	.ncols = 4,
 	"SELECT s.saga_id, s.state, s.steps_digest, s.digest_version "
 	"FROM ntask.saga s WHERE s.saga_key OPERATOR(pg_catalog.=) $1 "
 	"  AND NOT EXISTS (SELECT 1 FROM ntask.queue q "
@@ -151,6 +153,7 @@ typedef enum SagaLockCol
 
 static NtaskPlan saga_lock_plan = {
 	"saga lock",
+	.ncols = 6,
 	"SELECT s.state, s.current_step, s.failed_step, s.nsteps, s.steps, s.saga_key "
 	"FROM ntask.saga s WHERE s.saga_id OPERATOR(pg_catalog.=) $1 FOR UPDATE",
 	1, {INT8OID}
@@ -165,6 +168,7 @@ typedef enum SagaReadCol
 
 static NtaskPlan saga_read_plan = {
 	"saga read",
+	.ncols = 2,
 	"SELECT s.state, s.current_step FROM ntask.saga s "
 	"WHERE s.saga_id OPERATOR(pg_catalog.=) $1",
 	1, {INT8OID}
@@ -183,6 +187,7 @@ typedef enum SagaStepInsertArg
 
 static NtaskPlan saga_step_insert_plan = {
 	"saga step insert",
+	.ncols = 0,
 	"INSERT INTO ntask.saga_step (saga_id, step_no, kind, name, queue, task_id, state) "
 	"VALUES ($1, $2, $3, $4, $5, $6, 'ready')",
 	SAGA_STEP_INSERT_NARGS, {INT8OID, INT4OID, TEXTOID, TEXTOID, TEXTOID, INT8OID}
@@ -197,6 +202,7 @@ typedef enum SagaStepSeenCol
 
 static NtaskPlan saga_step_seen_plan = {
 	"saga step seen",
+	.ncols = 2,
 	"UPDATE ntask.saga_step st SET state = $2 "
 	"WHERE st.task_id OPERATOR(pg_catalog.=) $1 "
 	"RETURNING st.step_no, st.kind",
@@ -219,6 +225,7 @@ typedef enum SagaStepTaskCol
 
 static NtaskPlan saga_step_task_plan = {
 	"saga step task",
+	.ncols = 2,
 	"SELECT st.task_id, st.state FROM ntask.saga_step st "
 	"WHERE st.saga_id OPERATOR(pg_catalog.=) $1 "
 	"  AND st.step_no OPERATOR(pg_catalog.=) $2 AND st.kind OPERATOR(pg_catalog.=) $3",
@@ -237,6 +244,7 @@ typedef enum SagaUpdateArg
 
 static NtaskPlan saga_update_plan = {
 	"saga update",
+	.ncols = 0,
 	"UPDATE ntask.saga s SET state = $2, current_step = $3, "
 	"  failed_step = coalesce($4, s.failed_step), reason = coalesce($5, s.reason), "
 	"  updated_at = pg_catalog.statement_timestamp(), "
@@ -255,6 +263,7 @@ typedef enum SagaMaybeEffectCol
 
 static NtaskPlan saga_maybe_effect_plan = {
 	"saga step effect",
+	.ncols = 2,
 	"SELECT t.unknown_attempts OPERATOR(pg_catalog.>) 0 OR EXISTS ( "
 	"  SELECT 1 FROM ntask.receipt r WHERE r.task_id OPERATOR(pg_catalog.=) t.task_id), "
 	"  t.reason "
@@ -269,6 +278,7 @@ static NtaskPlan saga_maybe_effect_plan = {
  */
 static NtaskPlan saga_failed_lock_plan = {
 	"saga failed step lock",
+	.ncols = 1,
 	"SELECT t.queue FROM ntask.task t "
 	"WHERE t.task_id OPERATOR(pg_catalog.=) $1 "
 	"  AND t.state OPERATOR(pg_catalog.=) 'repair_required' FOR UPDATE SKIP LOCKED",
@@ -284,6 +294,7 @@ typedef enum SagaTaskLockCol
 
 static NtaskPlan saga_task_lock_plan = {
 	"saga task lock",
+	.ncols = 2,
 	"SELECT t.state, t.queue FROM ntask.task t "
 	"WHERE t.task_id OPERATOR(pg_catalog.=) $1 FOR UPDATE",
 	1, {INT8OID}

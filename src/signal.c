@@ -81,6 +81,7 @@ typedef enum SigAwaitCol
  */
 static NtaskPlan sig_await_plan = {
 	"await",
+	.ncols = 2,
 	"WITH upd AS ( "
 	"  UPDATE ntask.task t SET state = 'awaiting', "
 	"    signal_key = $3, await_on_timeout = $5, "
@@ -119,6 +120,7 @@ static NtaskPlan sig_await_plan = {
  */
 static NtaskPlan sig_meet_plan = {
 	"await signal row",
+	.ncols = 1,
 	"INSERT INTO ntask.signal AS s (queue, signal_key, task_id, shard) "
 	"VALUES ($1, $2, $3, $4) "
 	"ON CONFLICT ON CONSTRAINT signal_pkey DO UPDATE SET task_id = EXCLUDED.task_id "
@@ -149,6 +151,7 @@ typedef enum SigPreDistCol
 
 static NtaskPlan sig_pre_dist_plan = {
 	"await task read (distributed)",
+	.ncols = 4,
 	"SELECT t.queue, " NTASK_WORKER_RIGHT("q", "2") ", "
 	"  $3 OPERATOR(pg_catalog.+) q.total_deadline, $4 OPERATOR(pg_catalog.+) q.total_deadline "
 	"FROM ntask.task t JOIN ntask.queue q ON q.queue OPERATOR(pg_catalog.=) t.queue "
@@ -169,6 +172,7 @@ typedef enum SigAwaitDistCol
 
 static NtaskPlan sig_await_dist_plan = {
 	"await (distributed)",
+	.ncols = 8,
 	"UPDATE ntask.task t SET state = 'awaiting', "
 	"  signal_key = $3, await_on_timeout = $5, "
 	"  run_at = coalesce($4, t.run_at), due_at = $4, "
@@ -193,6 +197,7 @@ static NtaskPlan sig_await_dist_plan = {
 /* the await's ledger row (distributed): the columns above, $9 now, $10 key */
 static NtaskPlan sig_await_att_dist_plan = {
 	"await ledger row (distributed)",
+	.ncols = 0,
 	"INSERT INTO ntask.attempt (task_id, shard, token, attempt, worker, claimed_at, "
 	"  invoked_at, ended_at, result, requested, outcome_known, retry_at, detail) "
 	"VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'awaiting', 'awaiting', true, $9, "
@@ -208,6 +213,7 @@ static NtaskPlan sig_await_att_dist_plan = {
 
 static NtaskPlan sig_ready_dist_plan = {
 	"await: signal already sent (distributed)",
+	.ncols = 0,
 	"UPDATE ntask.task t SET " SIG_WAKE_DIST_SET
 	"WHERE t.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("t", "$1"),
 	3, {INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID}
@@ -307,6 +313,7 @@ sig_await_dist(Datum *values, char *nulls, Datum *now_floor, bool *now_floor_nul
 /* the signal was sent: task $1 is due now */
 static NtaskPlan sig_ready_plan = {
 	"await: signal already sent",
+	.ncols = 0,
 	"UPDATE ntask.task t SET " SIG_WAKE_SET
 	"FROM ntask.queue q "
 	"WHERE t.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("t", "$1")
@@ -325,6 +332,7 @@ typedef enum SigTokenCol
 
 static NtaskPlan sig_token_plan = {
 	"await token lookup",
+	.ncols = 4,
 	"SELECT t.token, " NTASK_WORKER_RIGHT("q", "2") ", a.requested, "
 	"  a.detail OPERATOR(pg_catalog.->>) 'signal_key' "
 	"FROM ntask.task t JOIN ntask.queue q ON q.queue OPERATOR(pg_catalog.=) t.queue "
@@ -463,6 +471,7 @@ ntask_await(PG_FUNCTION_ARGS)
  */
 static NtaskPlan sig_right_plan = {
 	"signal right",
+	.ncols = 1,
 	"SELECT CASE WHEN q.signal_role IS NOT NULL "
 	"  THEN pg_catalog.pg_has_role($2, q.signal_role, 'USAGE') "
 	"  ELSE (pg_catalog.pg_has_role($2, 'ntask_producer', 'USAGE') "
@@ -490,6 +499,7 @@ typedef enum SigSendArg
  */
 static NtaskPlan sig_send_plan = {
 	"signal send",
+	.ncols = 1,
 	"INSERT INTO ntask.signal AS s (queue, signal_key, payload, payload_digest, "
 	"  digest_version, sent_at, sent_by, shard) "
 	"VALUES ($1, $2, $3, $4, $5, pg_catalog.statement_timestamp(), ntask.caller_name(), $6) "
@@ -504,6 +514,7 @@ static NtaskPlan sig_send_plan = {
 /* the signal already sent (a new statement: sees the row the upsert locked) */
 static NtaskPlan sig_sent_plan = {
 	"signal sent",
+	.ncols = 3,
 	"SELECT s.payload, s.payload_digest, s.digest_version FROM ntask.signal s "
 	"WHERE s.queue OPERATOR(pg_catalog.=) $1 AND s.signal_key OPERATOR(pg_catalog.=) $2 "
 	"  AND s.shard OPERATOR(pg_catalog.=) $6",
@@ -513,6 +524,7 @@ static NtaskPlan sig_sent_plan = {
 /* the tasks awaiting the key become due now (task_awaiting_idx) */
 static NtaskPlan sig_wake_plan = {
 	"signal wake",
+	.ncols = 1,
 	"UPDATE ntask.task t SET " SIG_WAKE_SET
 	"FROM ntask.queue q "
 	"WHERE t.queue OPERATOR(pg_catalog.=) $1 AND t.signal_key OPERATOR(pg_catalog.=) $2 "
@@ -527,6 +539,7 @@ static NtaskPlan sig_wake_plan = {
  */
 static NtaskPlan sig_floor_dist_plan = {
 	"signal deadline floor (distributed)",
+	.ncols = 1,
 	"SELECT $2 OPERATOR(pg_catalog.+) q.total_deadline FROM ntask.queue q "
 	"WHERE q.queue OPERATOR(pg_catalog.=) $1",
 	2, {TEXTOID, TIMESTAMPTZOID}
@@ -534,6 +547,7 @@ static NtaskPlan sig_floor_dist_plan = {
 
 static NtaskPlan sig_wake_dist_plan = {
 	"signal wake (distributed)",
+	.ncols = 1,
 	"UPDATE ntask.task t SET " SIG_WAKE_DIST_SET
 	"WHERE t.queue OPERATOR(pg_catalog.=) $1 AND t.signal_key OPERATOR(pg_catalog.=) $4 "
 	"  AND t.state OPERATOR(pg_catalog.=) 'awaiting' AND t.shard OPERATOR(pg_catalog.=) $5 "
@@ -661,6 +675,7 @@ ntask_signal(PG_FUNCTION_ARGS)
 
 static NtaskPlan sig_role_plan = {
 	"queue set signal role",
+	.ncols = 1,
 	"UPDATE ntask.queue q SET signal_role = $2, "
 	"  updated_at = pg_catalog.statement_timestamp() "
 	"WHERE q.queue OPERATOR(pg_catalog.=) $1 RETURNING 1",

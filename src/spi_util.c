@@ -34,6 +34,7 @@
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "utils/plancache.h"
 #include "utils/resowner.h"
 #include "utils/syscache.h"
 
@@ -45,11 +46,13 @@ static Oid	spi_caller = InvalidOid;
 
 static Oid	spi_owner(void);
 static void spi_prepare(NtaskPlan *p);
+static int	spi_highest_param(const char *sql);
 static void spi_check_version(void);
 pg_noreturn static void spi_rethrow_without_statement(NtaskPlan *p);
 
 static NtaskPlan spi_audit_plan = {
 	"audit insert",
+	.ncols = 0,
 	"INSERT INTO ntask.audit (actor, action, task_id, queue, reason, "
 	"                         from_state, to_state) "
 	"VALUES ($1, $2, $3, $4, $5, $6, $7)",
@@ -157,6 +160,17 @@ NtaskExecPlanCount(NtaskPlan *p, Datum *values, const char *nulls,
 	AtEOXact_GUC(true, save_nestlevel);
 	if (rc != expected_rc)
 		elog(ERROR, "ntask: %s failed: %s", p->name, SPI_result_code_string(rc));
+
+	/*
+	 * The callers read the result by column number (each file's column enum):
+	 * a statement whose column list and enum have drifted apart fails here,
+	 * not by reading the wrong column.  Not an Assert: builds are not
+	 * cassert.
+	 */
+	if ((SPI_tuptable != NULL ? SPI_tuptable->tupdesc->natts : 0) != p->ncols)
+		elog(ERROR, "ntask: %s returned %d columns, declared %d",
+			 p->name, SPI_tuptable != NULL ? SPI_tuptable->tupdesc->natts : 0,
+			 p->ncols);
 	return (int) SPI_processed;
 }
 
@@ -302,6 +316,8 @@ static void
 spi_prepare(NtaskPlan *p)
 {
 	SPIPlanPtr	plan;
+	CachedPlanSource *src;
+	int			highest;
 
 	spi_check_version();
 	plan = SPI_prepare_cursor(p->sql, p->nargs, p->argtypes,
@@ -311,9 +327,63 @@ spi_prepare(NtaskPlan *p)
 	if (plan == NULL)
 		elog(ERROR, "ntask: could not prepare %s: %s",
 			 p->name, SPI_result_code_string(SPI_result));
+
+	/*
+	 * The statement checks itself once, here: its parameters against nargs,
+	 * its result columns against ncols (the result of the last of its
+	 * statements is the one SPI returns).  A plan that shares a longer
+	 * argument list with its distributed twin and does not use the last ones
+	 * declares only the ones it uses (nargs = its highest $N): SPI reads just
+	 * the first nargs values of the array the caller passes.
+	 */
+	highest = spi_highest_param(p->sql);
+	if (highest != p->nargs)
+		elog(ERROR, "ntask: %s uses $%d, declared %d parameters",
+			 p->name, highest, p->nargs);
+	src = llast(SPI_plan_get_plan_sources(plan));
+	if ((src->resultDesc != NULL ? src->resultDesc->natts : 0) != p->ncols)
+		elog(ERROR, "ntask: %s returns %d columns, declared %d",
+			 p->name, src->resultDesc != NULL ? src->resultDesc->natts : 0,
+			 p->ncols);
 	if (SPI_keepplan(plan) != 0)
 		elog(ERROR, "ntask: could not keep plan %s", p->name);
 	p->plan = plan;
+}
+
+/*
+ * spi_highest_param
+ *		The highest $N in the text of one of ntask's statements, outside
+ *		string literals and quoted identifiers ('...', "...": a doubled
+ *		quote inside one closes and reopens it, which leaves the scan in the
+ *		right state).  ntask's SQL has no comments, dollar quotes or E''
+ *		strings, so this is all the lexing it needs.
+ */
+static int
+spi_highest_param(const char *sql)
+{
+	int			highest = 0;
+	char		quote = '\0';
+	const char *c;
+
+	for (c = sql; *c != '\0'; c++)
+	{
+		if (quote != '\0')
+		{
+			if (*c == quote)
+				quote = '\0';
+		}
+		else if (*c == '\'' || *c == '"')
+			quote = *c;
+		else if (*c == '$' && isdigit((unsigned char) c[1]))
+		{
+			int			n = 0;
+
+			while (isdigit((unsigned char) c[1]))
+				n = n * 10 + (*++c - '0');
+			highest = Max(highest, n);
+		}
+	}
+	return highest;
 }
 
 /* NtaskInt8Array: a bigint[] Datum of n int64 Datums (palloc'd). */
@@ -324,77 +394,106 @@ NtaskInt8Array(Datum *elems, int n)
 										   true, TYPALIGN_DOUBLE));
 }
 
-/* NtaskResultIds: column 1 (bigint) of the n rows of the last SPI result, as a bigint[] */
-Datum
-NtaskResultIds(int n)
-{
-	Datum	   *elems = palloc(sizeof(Datum) * Max(n, 1));
-	int			r;
-
-	for (r = 0; r < n; r++)
-		elems[r] = Int64GetDatum(NtaskGetInt64(r, 1));
-	return NtaskInt8Array(elems, n);
-}
-
 /*
- * NtaskGetDatum
- *		Column col (1-based) of row of the last SPI result.
+ * NtaskTupGetDatum
+ *		Column col (1-based) of row of tuple table tt: the result a caller
+ *		kept (tt = SPI_tuptable right after its NtaskExecPlan), read while
+ *		statements run in between have replaced SPI_tuptable.
  */
 Datum
-NtaskGetDatum(int row, int col, bool *isnull)
+NtaskTupGetDatum(SPITupleTable *tt, int row, int col, bool *isnull)
 {
-	Assert(SPI_tuptable != NULL && row < (int) SPI_tuptable->numvals);
-	return SPI_getbinval(SPI_tuptable->vals[row], SPI_tuptable->tupdesc,
-						 col, isnull);
+	Assert(tt != NULL && row < (int) tt->numvals);
+	return SPI_getbinval(tt->vals[row], tt->tupdesc, col, isnull);
 }
 
-/* NtaskGetText: a text column, or NULL for SQL NULL. */
+/* NtaskTupGetText: a text column, or NULL for SQL NULL. */
 text *
-NtaskGetText(int row, int col)
+NtaskTupGetText(SPITupleTable *tt, int row, int col)
 {
 	bool		isnull;
-	Datum		d = NtaskGetDatum(row, col, &isnull);
+	Datum		d = NtaskTupGetDatum(tt, row, col, &isnull);
 
 	return isnull ? NULL : DatumGetTextPP(d);
 }
 
-/* NtaskGetCString: a text column as a palloc'd C string, or NULL. */
+/* NtaskTupGetCString: a text column as a palloc'd C string, or NULL. */
 char *
-NtaskGetCString(int row, int col)
+NtaskTupGetCString(SPITupleTable *tt, int row, int col)
 {
-	text	   *t = NtaskGetText(row, col);
+	text	   *t = NtaskTupGetText(tt, row, col);
 
 	return t ? text_to_cstring(t) : NULL;
 }
 
-/* NtaskGetInt64: a bigint column; SQL NULL reads as 0. */
+/* NtaskTupGetInt64: a bigint column; SQL NULL reads as 0. */
 int64
-NtaskGetInt64(int row, int col)
+NtaskTupGetInt64(SPITupleTable *tt, int row, int col)
 {
 	bool		isnull;
-	Datum		d = NtaskGetDatum(row, col, &isnull);
+	Datum		d = NtaskTupGetDatum(tt, row, col, &isnull);
 
 	return isnull ? 0 : DatumGetInt64(d);
 }
 
-/* NtaskGetInt32: an integer column; SQL NULL reads as 0. */
+/* NtaskTupGetInt32: an integer column; SQL NULL reads as 0. */
 int32
-NtaskGetInt32(int row, int col)
+NtaskTupGetInt32(SPITupleTable *tt, int row, int col)
 {
 	bool		isnull;
-	Datum		d = NtaskGetDatum(row, col, &isnull);
+	Datum		d = NtaskTupGetDatum(tt, row, col, &isnull);
 
 	return isnull ? 0 : DatumGetInt32(d);
 }
 
-/* NtaskGetBool: a boolean column; SQL NULL reads as false. */
+/* NtaskTupGetBool: a boolean column; SQL NULL reads as false. */
+bool
+NtaskTupGetBool(SPITupleTable *tt, int row, int col)
+{
+	bool		isnull;
+	Datum		d = NtaskTupGetDatum(tt, row, col, &isnull);
+
+	return isnull ? false : DatumGetBool(d);
+}
+
+/*
+ * NtaskGetDatum, NtaskGetText, ...: the same, of the last SPI result
+ * (SPI_tuptable), for a caller that reads it before it runs anything else.
+ */
+Datum
+NtaskGetDatum(int row, int col, bool *isnull)
+{
+	return NtaskTupGetDatum(SPI_tuptable, row, col, isnull);
+}
+
+text *
+NtaskGetText(int row, int col)
+{
+	return NtaskTupGetText(SPI_tuptable, row, col);
+}
+
+char *
+NtaskGetCString(int row, int col)
+{
+	return NtaskTupGetCString(SPI_tuptable, row, col);
+}
+
+int64
+NtaskGetInt64(int row, int col)
+{
+	return NtaskTupGetInt64(SPI_tuptable, row, col);
+}
+
+int32
+NtaskGetInt32(int row, int col)
+{
+	return NtaskTupGetInt32(SPI_tuptable, row, col);
+}
+
 bool
 NtaskGetBool(int row, int col)
 {
-	bool		isnull;
-	Datum		d = NtaskGetDatum(row, col, &isnull);
-
-	return isnull ? false : DatumGetBool(d);
+	return NtaskTupGetBool(SPI_tuptable, row, col);
 }
 
 /*
@@ -551,6 +650,7 @@ NtaskTokenFloor(void)
  */
 static NtaskPlan token_ledger_plan = {
 	"token in the ledger",
+	.ncols = 1,
 	"SELECT 1 FROM ntask.attempt a "
 	"WHERE a.task_id OPERATOR(pg_catalog.=) $1 "
 	"  AND a.token OPERATOR(pg_catalog.=) $2" NTASK_SHARD_OF("a", "$1"),
@@ -794,6 +894,7 @@ NtaskTrySubxact(void (*fn) (void *arg), void *arg, ErrorData **edata)
  */
 static NtaskPlan spi_shard_map_plan = {
 	"shard map",
+	.ncols = 1,
 	"SELECT s.shard FROM ntask.shard_map s ORDER BY s.shard",
 	0, {InvalidOid}
 };
@@ -934,6 +1035,7 @@ NtaskShardFor(text *queue, text *key)
  */
 static NtaskPlan spi_local_shards_plan = {
 	"local shards",
+	.ncols = 1,
 	"SELECT m.shard FROM ntask.shard_map m "
 	"WHERE " SPI_SHARD_ID_OF_M "OPERATOR(pg_catalog.=) ANY (ARRAY( "
 	"  SELECT p.shardid FROM pg_catalog.pg_dist_placement p "
@@ -1060,6 +1162,7 @@ NtaskIsLocalShard(int16 shard)
  */
 static NtaskPlan spi_shard_lock_plan = {
 	"shard metadata lock",
+	.ncols = 1,
 	"SELECT pg_catalog.lock_shard_metadata(5, ARRAY( "
 	"  SELECT DISTINCT pg_catalog.get_shard_id_for_distribution_column($1, s.v) "
 	"  FROM pg_catalog.unnest($2) s(v) ORDER BY 1))",
@@ -1140,6 +1243,7 @@ NtaskWalkShardValue(int i)
  */
 static NtaskPlan spi_shard_groups_plan = {
 	"shard groups",
+	.ncols = 2,
 	"SELECT m.shard, pg_catalog.min(p.groupid) FROM ntask.shard_map m "
 	"JOIN pg_catalog.pg_dist_placement p ON p.shardid OPERATOR(pg_catalog.=) "
 	"  " SPI_SHARD_ID_OF_M

@@ -82,6 +82,7 @@ typedef enum TrLockCol
 
 static NtaskPlan tr_lock_plan = {
 	"transition lock",
+	.ncols = 11,
 	"SELECT t.state, t.token, t.attempts, t.max_attempts, t.deadline, "
 	"  q.backoff_base, q.backoff_max, "
 	"  CASE WHEN t.due_at IS NOT NULL THEN t.run_at END, " NTASK_WORKER_RIGHT("q", "2") ", "
@@ -161,6 +162,7 @@ typedef enum TrApplyCol
 
 static NtaskPlan tr_apply_plan = {
 	"transition apply",
+	.ncols = 3,
 	"WITH upd AS ( "
 	TR_APPLY_UPDATE
 	"  RETURNING t.task_id, t.state, "
@@ -207,6 +209,7 @@ typedef enum TrApplyDistCol
 
 static NtaskPlan tr_apply_dist_plan = {
 	"transition apply (distributed)",
+	.ncols = 12,
 	TR_APPLY_UPDATE
 	"RETURNING t.state, CASE WHEN t.due_at IS NOT NULL THEN t.run_at END AS run_at, "
 	"  t.queue, t.task_id, t.shard, t.token, t.attempts, "
@@ -218,6 +221,7 @@ static NtaskPlan tr_apply_dist_plan = {
 /* the ledger row tr_apply_dist_plan's task ends with, routed by $2 */
 static NtaskPlan tr_attempt_insert_plan = {
 	"transition attempt insert (distributed)",
+	.ncols = 0,
 	"INSERT INTO ntask.attempt (task_id, shard, token, attempt, worker, claimed_at, "
 	"  invoked_at, ended_at, result, requested, error_class, error_stage, "
 	"  outcome_known, outcome, retry_at, detail, progress) "
@@ -237,6 +241,7 @@ typedef enum TrAttemptCol
 
 static NtaskPlan tr_attempt_plan = {
 	"transition attempt lookup",
+	.ncols = 3,
 	"SELECT a.requested, a.error_class, a.outcome FROM ntask.attempt a "
 	"WHERE a.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("a", "$1")
 	"  AND a.token OPERATOR(pg_catalog.=) $2",
@@ -279,6 +284,7 @@ typedef enum TrManyCol
 
 static NtaskPlan tr_many_plan = {
 	"transition many",
+	.ncols = 3,
 	"WITH upd AS ( "
 	"  UPDATE ntask.task t SET state = $3, due_at = NULL, "
 	"    lease_owner = NULL, lease_until = NULL, "
@@ -348,8 +354,8 @@ typedef struct TrOut
 	bool		run_at_null;
 } TrOut;
 
-static bool tr_apply(TrCall *c, const char *final, TimestampTz next,
-					 const char *reason, bool engine_reason);
+static SPITupleTable *tr_apply(TrCall *c, const char *final, TimestampTz next,
+							   const char *reason, bool engine_reason);
 static const char *tr_check_args(const char *to_state, const char **error_class,
 								 bool has_outcome, bool has_retry_at);
 static TimestampTz tr_backoff(int attempt, Interval *base, Interval *max);
@@ -477,8 +483,8 @@ tr_check_args(const char *to_state, const char **error_class,
  * tr_apply
  *		Run tr_apply_plan: close the attempt and move the task to final, but
  *		only if token still holds the lease (the statement is conditional, so
- *		it is safe without a prior lock).  Returns true if it applied; then
- *		SPI_tuptable holds (state, run_at, queue), and the lease's end is
+ *		it is safe without a prior lock).  Returns its result if it applied
+ *		(TrApplyCol's columns first), else NULL; the lease's end is
  *		noted for the queue's capped waiting claims (its slot is free).
  *		has_next: final is retry_wait and next is its run_at.
  */
@@ -517,12 +523,13 @@ tr_attempt_args(TrCall *c, Datum *values, char *nulls)
 	nulls[TR_ATTEMPT_ARG_OUTCOME] = c->outcome ? ' ' : 'n';
 }
 
-static bool
+static SPITupleTable *
 tr_apply(TrCall *c, const char *final, TimestampTz next, const char *reason,
 		 bool engine_reason)
 {
 	Datum		values[TR_APPLY_NARGS];
 	char		nulls[TR_APPLY_NARGS];
+	SPITupleTable *row;
 
 	memset(nulls, ' ', sizeof(nulls));
 	values[TR_APPLY_ARG_TASK_ID] = Int64GetDatum(c->task_id);
@@ -546,14 +553,13 @@ tr_apply(TrCall *c, const char *final, TimestampTz next, const char *reason,
 	values[TR_APPLY_ARG_NOW] = NtaskStatementTs();
 	if (NtaskShardCount() > 0)
 	{
-		SPITupleTable *upd;
 		Datum		av[17];
 		char		an[17];
 		int			i;
 
 		if (NtaskExecPlan(&tr_apply_dist_plan, values, nulls, SPI_OK_UPDATE_RETURNING) != 1)
-			return false;
-		upd = SPI_tuptable;
+			return NULL;
+		row = SPI_tuptable;
 		{
 			/* the ledger row's columns, from the moved row where they come from it */
 			static const int from_row[17] = {
@@ -567,7 +573,7 @@ tr_apply(TrCall *c, const char *final, TimestampTz next, const char *reason,
 				bool		isnull = false;
 
 				if (from_row[i] != 0)
-					av[i] = NtaskGetDatum(0, from_row[i], &isnull);
+					av[i] = NtaskTupGetDatum(row, 0, from_row[i], &isnull);
 				an[i] = isnull ? 'n' : ' ';
 			}
 		}
@@ -585,13 +591,14 @@ tr_apply(TrCall *c, const char *final, TimestampTz next, const char *reason,
 		av[15] = values[TR_APPLY_ARG_DETAIL];
 		an[15] = nulls[TR_APPLY_ARG_DETAIL];
 		NtaskExecPlan(&tr_attempt_insert_plan, av, an, SPI_OK_INSERT);
-		SPI_tuptable = upd;
 	}
 	else if (NtaskExecPlan(&tr_apply_plan, values, nulls, SPI_OK_SELECT) != 1)
-		return false;
+		return NULL;
+	else
+		row = SPI_tuptable;
 	/* its slot is free: a claim waiting on the queue's cap may go */
-	NtaskWakeCappedAtCommit(NtaskGetCString(0, TR_APPLY_QUEUE), 1);
-	return true;
+	NtaskWakeCappedAtCommit(NtaskTupGetCString(row, 0, TR_APPLY_QUEUE), 1);
+	return row;
 }
 
 /*
@@ -638,21 +645,21 @@ tr_init(TrCall *c, FunctionCallInfo fcinfo, int a_to_state, int a_error_class,
 
 /*
  * tr_answer
- *		Fill *o from row 0 of the last SPI result: its state from column
- *		state_col and its run_at from run_at_col, copied into the current
- *		memory context; result (may be NULL: set later).  The last result
- *		is freed, so a batch of many elements does not keep one SPI result
- *		per statement until the end.
+ *		Fill *o from row 0 of tt: its state from column state_col and its
+ *		run_at from run_at_col, copied into the current memory context;
+ *		result (may be NULL: set later).  tt is freed, so a batch of many
+ *		elements does not keep one SPI result per statement until the end.
  */
 static void
-tr_answer(TrOut *o, const char *result, int state_col, int run_at_col)
+tr_answer(TrOut *o, const char *result, SPITupleTable *tt, int state_col,
+		  int run_at_col)
 {
 	bool		isnull;
 
 	o->result = result;
-	o->state = datumCopy(NtaskGetDatum(0, state_col, &isnull), false, -1);
-	o->run_at = NtaskGetDatum(0, run_at_col, &o->run_at_null);	/* by value */
-	SPI_freetuptable(SPI_tuptable);
+	o->state = datumCopy(NtaskTupGetDatum(tt, 0, state_col, &isnull), false, -1);
+	o->run_at = NtaskTupGetDatum(tt, 0, run_at_col, &o->run_at_null);	/* by value */
+	SPI_freetuptable(tt);
 }
 
 /*
@@ -673,6 +680,7 @@ tr_locked(TrCall *c, const char *reason, TrOut *o)
 	char	   *state;
 	int64		current;
 	SPITupleTable *lock_tt;
+	SPITupleTable *applied;
 	Datum		stored;
 	bool		stored_null;
 
@@ -724,10 +732,11 @@ tr_locked(TrCall *c, const char *reason, TrOut *o)
 		}
 		if (strcmp(final, "retry_wait") == 0)
 			NtaskWakeWaitersAtCommit(NtaskGetCString(0, TR_LOCK_QUEUE), 0, next);
-		if (!tr_apply(c, final, next, reason, engine_reason))
+		applied = tr_apply(c, final, next, reason, engine_reason);
+		if (applied == NULL)
 			elog(ERROR, "ntask: locked task %lld did not take its transition",
 				 (long long) c->task_id);
-		tr_answer(o, "applied", TR_APPLY_STATE, TR_APPLY_RUN_AT);
+		tr_answer(o, "applied", applied, TR_APPLY_STATE, TR_APPLY_RUN_AT);
 		SPI_freetuptable(lock_tt);
 		return;
 	}
@@ -769,10 +778,12 @@ tr_locked(TrCall *c, const char *reason, TrOut *o)
 static void
 tr_one(TrCall *c, const char *reason, TrOut *o)
 {
+	SPITupleTable *applied;
+
 	if (strcmp(c->to_state, "retry_wait") != 0 &&
-		tr_apply(c, c->to_state, 0, reason, false))
+		(applied = tr_apply(c, c->to_state, 0, reason, false)) != NULL)
 	{
-		tr_answer(o, "applied", TR_APPLY_STATE, TR_APPLY_RUN_AT);
+		tr_answer(o, "applied", applied, TR_APPLY_STATE, TR_APPLY_RUN_AT);
 		return;
 	}
 	tr_locked(c, reason, o);

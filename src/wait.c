@@ -75,6 +75,7 @@ PG_FUNCTION_INFO_V1(ntask_claim);
  */
 static NtaskPlan nw_next_due_plan = {
 	"wait next due",
+	.ncols = 1,
 	NTASK_PRIORITY_WALK
 	"SELECT pg_catalog.min(x.due_at) FROM pr, LATERAL ( "
 	"  SELECT t.due_at FROM ntask.task t "
@@ -94,6 +95,7 @@ static NtaskPlan nw_next_due_plan = {
  */
 static NtaskPlan nw_next_due_shard_plan = {
 	"wait next due (one shard)",
+	.ncols = 1,
 	NTASK_PRIORITY_WALK_ON(" AND t.shard OPERATOR(pg_catalog.=) $3 ")
 	"SELECT pg_catalog.min(x.due_at) FROM pr, LATERAL ( "
 	"  SELECT t.due_at FROM ntask.task t "
@@ -122,6 +124,7 @@ typedef enum NwGateCol
 
 static NtaskPlan nw_gate_plan = {
 	"wait gate",
+	.ncols = 3,
 	"SELECT q.max_inflight IS NOT NULL OR q.rate_n IS NOT NULL, "
 	"  CASE WHEN q.max_inflight IS NOT NULL THEN q.max_inflight OPERATOR(pg_catalog.<=) ( "
 	"    SELECT pg_catalog.count(*) FROM ntask.task t "
@@ -145,6 +148,7 @@ static NtaskPlan nw_gate_plan = {
  */
 static NtaskPlan nw_gate_dist_plan = {
 	"wait gate (distributed)",
+	.ncols = 3,
 	"SELECT q.max_inflight IS NOT NULL OR q.rate_n IS NOT NULL, "
 	"  CASE WHEN q.max_inflight IS NOT NULL THEN false END, "
 	"  CASE WHEN q.rate_n IS NOT NULL THEN ntask.limit_next($1, NULL, q.rate_n, "
