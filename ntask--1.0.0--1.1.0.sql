@@ -1051,6 +1051,17 @@ BEGIN
 	UPDATE pg_catalog.pg_init_privs i SET initprivs = mine
 	WHERE i.objoid OPERATOR(pg_catalog.=) f AND i.classoid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::regclass
 	  AND i.objsubid OPERATOR(pg_catalog.=) 0;
+	-- nor do their roles depend on the extension's initial privileges
+	-- (17 and later record one such dependency per role, deptype 'i', when
+	-- the GRANT above runs in this script): once a user revokes the grant,
+	-- DROP ROLE must go through, as before the update
+	DELETE FROM pg_catalog.pg_shdepend d
+	WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
+	  AND d.objid OPERATOR(pg_catalog.=) f AND d.objsubid OPERATOR(pg_catalog.=) 0
+	  AND d.deptype OPERATOR(pg_catalog.=) 'i'
+	  AND d.refobjid OPERATOR(pg_catalog.<>) ALL (ARRAY(
+			SELECT x.grantee FROM pg_catalog.aclexplode(mine) x
+			UNION SELECT x.grantor FROM pg_catalog.aclexplode(mine) x));
 END $$;
 
 SELECT ntask.upgrade_drop_function('@extschema@.ntask_repair_assign(bigint, text, text)');

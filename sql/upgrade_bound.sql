@@ -10,6 +10,8 @@ SET client_min_messages = error;
 DROP EXTENSION ntask;
 CREATE EXTENSION ntask VERSION '0.3';
 RESET client_min_messages;
+-- (18 names the update script's line in a CONTEXT line; 15 does not)
+\set SHOW_CONTEXT never
 SELECT extversion FROM pg_extension WHERE extname = 'ntask';
 
 -- a BEGIN ATOMIC function bound to 0.3's ntask_enqueue
