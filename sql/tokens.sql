@@ -74,3 +74,22 @@ RETURNING token AS high \gset
 SELECT token > :high AS above_its_own FROM ntask_claim('tok', 'WD');
 SELECT count(*) AS enqueued FROM ntask_enqueue('tok', 'i', '{}');
 SELECT token > :high + 1 AS next_above_too FROM ntask_claim('tok', 'WD');
+-- nobody but the extension's statements draws or moves tokens: a worker
+-- role (and any role) may not call token_next or token_floor, draw from the
+-- sequence or set it
+CREATE ROLE regress_tok_worker IN ROLE ntask_worker;
+SET ROLE regress_tok_worker;
+\set VERBOSITY sqlstate
+SELECT ntask.token_next(1, 1);
+\echo :SQLSTATE
+SELECT ntask.token_floor(1::smallint);
+\echo :SQLSTATE
+SELECT nextval('ntask.token_seq');
+\echo :SQLSTATE
+SELECT setval('ntask.token_seq', 1);
+\echo :SQLSTATE
+\set VERBOSITY default
+RESET ROLE;
+SELECT has_function_privilege('public', 'ntask.token_next(bigint, bigint)', 'EXECUTE') AS public_may_draw,
+	   has_sequence_privilege('ntask_worker', 'ntask.token_seq', 'USAGE') AS worker_may_draw;
+DROP ROLE regress_tok_worker;
