@@ -1,0 +1,342 @@
+#!/usr/bin/perl
+# bench/citus_direct.pl: the speed ceiling of issue 49's direct shard path
+# (docs/scaling.md "The direct shard path (designed)").  Per task (one
+# claim of 1 and one transition to succeeded, one client, pgbench -M
+# prepared), in the same rounds:
+#
+#   a   a plain PostgreSQL node (no Citus): ntask_claim + ntask_transition
+#   b   the worker node of a coordinator + 1 worker cluster, the client on
+#       the worker: ntask_claim_on + ntask_transition_on of a local shard
+#       (today's delegated call as it runs on the shard's node: Citus does
+#       not push a call to its own node, each statement goes through Citus'
+#       planner and local execution)
+#   b1  the same calls made on the coordinator: delegated by Citus to the
+#       worker (one hop), for reference
+#   c   the same statements hand-written against the shard relations
+#       (ntask.task_<shardid>, attempt_, receipt_, the local placement of
+#       ntask.queue) in two PL/pgSQL functions on the worker, with the
+#       interlock the design takes (lock_shard_metadata ShareLock, then a
+#       catalog read of the placement): what the direct path costs at best,
+#       each statement planned by PostgreSQL alone and cached
+#
+# (BENCH_SYSTEMS="a b" runs only those; a is always needed) and the CPU
+# of each node per task (every process of the node: the
+# postmaster's own and reaped children's time from /proc/<pid>/stat, plus
+# its live children's), with the load average.  Run from the repository
+# as the postgres user, Citus and ntask installed in the PostgreSQL of
+# pg_config (t/NtaskCitus.pm):
+#
+#   L=$(pg_config --pkglibdir)/pgxs/src/test; mkdir -p /tmp/cd/tmp_check/log; \
+#   BENCH_TASKS=2000 BENCH_ROUNDS=2 PATH=$(pg_config --bindir):$PATH \
+#   PG_REGRESS=$L/regress/pg_regress TESTDIR=/tmp/cd prove -v -I $L/perl \
+#   bench/citus_direct.pl
+use strict;
+use warnings;
+use FindBin;
+use lib "$FindBin::Bin/../t";
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time sleep);
+use POSIX ();
+use NtaskCitus;
+
+my $N = $ENV{BENCH_TASKS} // 2000;
+my $ROUNDS = $ENV{BENCH_ROUNDS} // 2;
+my $TCK = POSIX::sysconf(POSIX::_SC_CLK_TCK()) || 100;
+
+sub loadavg
+{
+	open my $f, '<', '/proc/loadavg' or return '?';
+	my $l = <$f>;
+	return join(' ', (split ' ', $l)[0 .. 2]);
+}
+
+# CPU seconds of a node: its postmaster (own + reaped children) and its
+# live children
+sub node_cpu
+{
+	my ($node) = @_;
+	my $pm = $node->{_pid};
+	my $t = 0;
+	for my $f (glob '/proc/[0-9]*/stat')
+	{
+		open my $h, '<', $f or next;
+		my $s = <$h>;
+		close $h;
+		next unless $s;
+		$s =~ s/^.*\) //;
+		my @v = split ' ', $s;
+		# after the name: state ppid ... utime(12) stime(13) cutime(14) cstime(15)
+		my ($pid) = $f =~ m{/proc/(\d+)/};
+		if ($pid == $pm)
+		{
+			$t += $v[11] + $v[12] + $v[13] + $v[14];
+		}
+		elsif ($v[1] == $pm)
+		{
+			$t += $v[11] + $v[12];
+		}
+	}
+	return $t / $TCK;
+}
+
+# plain node
+my $plain = PostgreSQL::Test::Cluster->new('plain');
+$plain->init;
+$plain->append_conf('postgresql.conf', qq{
+listen_addresses = '127.0.0.1'
+shared_preload_libraries = 'ntask'
+ntask.worker = off
+ntask.backoff_jitter = off
+log_min_messages = warning
+});
+$plain->start;
+$plain->safe_psql('postgres', q{CREATE EXTENSION ntask;
+	SELECT count(*) FROM ntask_queue_set('b');});
+
+my $c = NtaskCitus::start('direct', workers => 1);
+my $co = $c->{coord};
+my $w = $c->{workers}[0];
+$co->safe_psql('postgres', q{CREATE EXTENSION ntask;
+	SELECT count(*) FROM ntask_distribute(4);
+	SELECT count(*) FROM ntask_queue_set('b');});
+my $S = $co->safe_psql('postgres', q{SELECT ntask_shard('b', 'p')});
+my %sid;
+for my $t (qw(task attempt receipt))
+{
+	$sid{$t} = $w->safe_psql('postgres',
+		"SELECT get_shard_id_for_distribution_column('ntask.$t', ${S}::smallint)");
+}
+$sid{queue} = $w->safe_psql('postgres',
+	q{SELECT shardid FROM pg_dist_shard WHERE logicalrelid = 'ntask.queue'::regclass});
+diag("shard value $S: task_$sid{task}, attempt_$sid{attempt}, receipt_$sid{receipt}, queue_$sid{queue}");
+
+# which defaults the shard relations keep (docs: the direct path supplies
+# every id)
+diag("defaults of ntask.task / its shard on the worker:\n" . $w->safe_psql('postgres', qq{
+	SELECT a.attname || ': ' || coalesce(pg_get_expr(d.adbin, d.adrelid), '-') || ' / '
+	  || coalesce((SELECT pg_get_expr(d2.adbin, d2.adrelid) FROM pg_attrdef d2
+	     JOIN pg_attribute a2 ON a2.attrelid = d2.adrelid AND a2.attnum = d2.adnum
+	     WHERE d2.adrelid = 'ntask.task_$sid{task}'::regclass AND a2.attname = a.attname), '-')
+	  || CASE WHEN a.attidentity <> '' THEN ' (identity; on the shard: '
+	     || coalesce((SELECT nullif(a3.attidentity::text, '') FROM pg_attribute a3
+	        WHERE a3.attrelid = 'ntask.task_$sid{task}'::regclass AND a3.attname = a.attname),
+	        'none') || ')' ELSE '' END
+	FROM pg_attribute a LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+	WHERE a.attrelid = 'ntask.task'::regclass AND a.attnum > 0 AND NOT a.attisdropped
+	  AND (d.adbin IS NOT NULL OR a.attidentity <> '')
+	ORDER BY a.attnum}));
+
+# (c): the claim's and the transition's statements on the shard relations
+my $T = "ntask.task_$sid{task}";
+my $A = "ntask.attempt_$sid{attempt}";
+my $R = "ntask.receipt_$sid{receipt}";
+my $Q = "ntask.queue_$sid{queue}";
+my $interlock = qq{
+	PERFORM pg_catalog.lock_shard_metadata(5, ARRAY[$sid{task}]::bigint[]);
+	PERFORM 1 FROM pg_catalog.pg_dist_placement p
+	  WHERE p.shardid = $sid{task}
+	    AND p.groupid = (SELECT l.groupid FROM pg_catalog.pg_dist_local_group l);
+	IF NOT FOUND THEN RAISE EXCEPTION 'bench: the shard is not on this node'; END IF;};
+my $spent = q{((t.attempts >= t.max_attempts) OR (v_now >= t.deadline)
+	  OR ((t.await_on_timeout IS NOT NULL) AND (t.state = 'awaiting') AND (t.await_on_timeout = 'repair')))};
+$w->safe_psql('postgres', qq{
+SET citus.enable_ddl_propagation = off;  -- a function of this node only
+CREATE FUNCTION bench_direct_claim(v_queue text, v_worker text, OUT id bigint, OUT tok bigint)
+LANGUAGE plpgsql AS \$f\$
+#variable_conflict use_column
+DECLARE
+	v_now timestamptz := statement_timestamp();
+	v_id bigint; v_tok bigint; v_lease interval; v_until timestamptz;
+BEGIN
+	$interlock
+	-- the pick (claim_pick_shard_plan), on the shard relations
+	WITH RECURSIVE nz(p) AS ((SELECT t.priority FROM $T t WHERE t.queue = v_queue
+	      AND t.due_at IS NOT NULL AND t.priority <> 0 AND t.shard = $S
+	      ORDER BY t.priority DESC LIMIT 1)
+	  UNION ALL SELECT (SELECT t.priority FROM $T t WHERE t.queue = v_queue
+	      AND t.due_at IS NOT NULL AND t.priority <> 0 AND t.shard = $S AND t.priority < nz.p
+	      ORDER BY t.priority DESC LIMIT 1) FROM nz WHERE nz.p IS NOT NULL)
+	SELECT x.task_id, x.token, q.lease INTO v_id, v_tok, v_lease
+	FROM $Q q, (SELECT nz.p FROM nz WHERE nz.p > 0 UNION ALL SELECT 0
+	            UNION ALL SELECT nz.p FROM nz WHERE nz.p < 0) pr,
+	  LATERAL (SELECT t.task_id, t.token FROM $T t
+	    WHERE t.queue = v_queue AND t.shard = $S AND t.priority = pr.p
+	      AND t.due_at <= v_now
+	    ORDER BY t.due_at, t.task_id LIMIT 1 FOR UPDATE OF t SKIP LOCKED) x
+	WHERE q.queue = v_queue AND pr.p IS NOT NULL AND q.fairness = 'none'
+	  AND q.priority_aging IS NULL AND q.paused_at IS NULL
+	  AND (q.paused_until IS NULL OR q.paused_until <= v_now)
+	  AND (q.keys_paused_until IS NULL OR q.keys_paused_until <= v_now)
+	  AND (q.worker_role IS NULL OR pg_has_role(q.worker_role::oid, 'USAGE'))
+	  AND (q.max_inflight IS NULL OR ntask.claim_cap_lock(q.queue))
+	LIMIT 1;
+	IF v_id IS NULL THEN RETURN; END IF;
+	v_until := v_now + v_lease;
+	-- the lease (claim_lease_plan, with the distributed lease's token and
+	-- state check), the receipt test in its RETURNING as on a plain install
+	WITH upd AS (
+	  UPDATE $T t SET
+	    state = CASE WHEN $spent THEN 'repair_required' ELSE 'leased' END,
+	    reason = CASE WHEN NOT $spent THEN t.reason WHEN t.attempts >= t.max_attempts
+	      THEN 'budget_exhausted' ELSE 'deadline_exceeded' END,
+	    token = CASE WHEN $spent THEN t.token ELSE ntask.token_next(t.token, 1) END,
+	    attempts = t.attempts + CASE WHEN $spent THEN 0 ELSE 1 END,
+	    lease_owner = CASE WHEN $spent THEN NULL ELSE v_worker END,
+	    lease_until = CASE WHEN $spent THEN NULL ELSE v_until END,
+	    due_at = CASE WHEN $spent THEN NULL ELSE v_until END,
+	    finished_at = CASE WHEN $spent THEN v_now END,
+	    unknown_attempts = t.unknown_attempts,
+	    last_error_class = t.last_error_class, last_error_stage = t.last_error_stage,
+	    claimed_at = CASE WHEN $spent THEN t.claimed_at ELSE v_now END,
+	    invoked_at = CASE WHEN $spent THEN t.invoked_at END,
+	    progress = NULL, progress_at = NULL, await_on_timeout = NULL, updated_at = v_now
+	  WHERE t.task_id = v_id AND t.shard = $S AND t.token = v_tok
+	    AND t.due_at IS NOT NULL AND t.state <> 'leased'
+	  RETURNING t.task_id, t.token,
+	    EXISTS (SELECT 1 FROM $R r WHERE r.task_id = t.task_id AND r.shard = t.shard) AS committed)
+	SELECT u.task_id, u.token INTO id, tok FROM upd u;
+END \$f\$;
+
+CREATE FUNCTION bench_direct_transition(v_id bigint, v_tok bigint) RETURNS text
+LANGUAGE plpgsql AS \$f\$
+#variable_conflict use_column
+DECLARE
+	v_now timestamptz := statement_timestamp();
+	v_state text;
+BEGIN
+	$interlock
+	-- tr_apply_plan (the plain install's one statement: the task's update
+	-- and its ledger row in one CTE), on the shard relations
+	WITH upd AS (
+	  UPDATE $T t SET state = 'succeeded', run_at = t.run_at, due_at = NULL,
+	    lease_owner = NULL, lease_until = NULL,
+	    last_error_class = t.last_error_class, last_error_stage = t.last_error_stage,
+	    outcome = 'completed', result = NULL, reason = NULL,
+	    unknown_attempts = t.unknown_attempts + CASE WHEN true THEN 0
+	      WHEN EXISTS (SELECT 1 FROM $R r WHERE r.task_id = v_id AND r.shard = $S
+	                   AND r.token = v_tok) THEN 0 ELSE 1 END,
+	    finished_at = v_now, updated_at = v_now
+	  FROM $T o
+	  WHERE t.task_id = v_id AND t.shard = $S AND t.token = v_tok AND t.state = 'leased'
+	    AND o.task_id = v_id AND o.shard = $S
+	    AND EXISTS (SELECT 1 FROM $Q q WHERE q.queue = t.queue
+	                AND (q.worker_role IS NULL OR pg_has_role(q.worker_role::oid, 'USAGE')))
+	  RETURNING t.task_id, t.state, t.shard, t.token, t.attempts,
+	    coalesce(o.claimed_at, o.updated_at) AS claimed_at, t.invoked_at,
+	    o.lease_owner AS worker, o.progress),
+	att AS (
+	  INSERT INTO $A (task_id, shard, token, attempt, worker, claimed_at, invoked_at,
+	    ended_at, result, requested, error_class, error_stage, outcome_known, outcome,
+	    retry_at, detail, progress)
+	  SELECT u.task_id, u.shard, u.token, u.attempts, u.worker, u.claimed_at,
+	    u.invoked_at, v_now, 'succeeded', 'succeeded', NULL, NULL, true, 'completed',
+	    NULL, NULL, u.progress FROM upd u)
+	SELECT upd.state INTO v_state FROM upd;
+	RETURN v_state;
+END \$f\$;
+});
+
+my $dir = PostgreSQL::Test::Utils::tempdir;
+my %script = (
+	a => qq{SELECT task_id AS id, token AS tok FROM ntask_claim('b', 'w', 1) \\gset
+SELECT result FROM ntask_transition(:id, :tok, 'succeeded') \\gset
+},
+	b => qq{SELECT task_id AS id, token AS tok FROM ntask_claim_on(${S}::smallint, 'b', 'w', 1) \\gset
+SELECT result FROM ntask_transition_on(${S}::smallint, :id, :tok, 'succeeded') \\gset
+},
+	c => qq{SELECT id, tok FROM bench_direct_claim('b', 'w') \\gset
+SELECT bench_direct_transition(:id, :tok) AS state \\gset
+});
+$script{b1} = $script{b};
+for my $s (keys %script)
+{
+	open my $f, '>', "$dir/$s.sql" or die;
+	print $f $script{$s};
+	close $f;
+}
+
+my $seq = 0;
+
+# N ready tasks of shard S (partition key 'p')
+sub load
+{
+	my ($node, $on) = @_;
+	$seq++;
+	my $keys = "ARRAY(SELECT 'r$seq-' || i FROM generate_series(1, $N) i)";
+	my $pl = "ARRAY(SELECT '{}'::jsonb FROM generate_series(1, $N))";
+	my $pk = "ARRAY(SELECT 'p' FROM generate_series(1, $N))";
+	my $call = $on
+	  ? "ntask_enqueue_many_on(${S}::smallint, 'b', $keys, $pl, partition_keys => $pk)"
+	  : "ntask_enqueue_many('b', $keys, $pl, partition_keys => $pk)";
+	$node->safe_psql('postgres', "SELECT count(*) FROM $call");
+}
+
+my @sys = (
+	[ 'a', 'plain PostgreSQL, ntask_claim + ntask_transition', $plain, $plain ],
+	[ 'b', 'Citus worker node, ntask_claim_on + ntask_transition_on (local shard)', $w, $w ],
+	[ 'b1', 'Citus coordinator, the same calls delegated to the worker', $co, $w ],
+	[ 'c', 'Citus worker node, the statements on the shard relations (PL/pgSQL)', $w, $w ]);
+# BENCH_SYSTEMS: which of them, in this order, each round (default all)
+my %want = map { $_ => 1 } split ' ', ($ENV{BENCH_SYSTEMS} // 'a b b1 c');
+@sys = grep { $want{ $_->[0] } } @sys;
+die "bench/citus_direct.pl: BENCH_SYSTEMS must name a" unless $want{a};
+my %res;
+for my $round (1 .. $ROUNDS)
+{
+	for my $s (@sys)
+	{
+		my ($k, $what, $client, $owner) = @$s;
+		load($owner, $owner != $plain);
+		if ($owner == $plain)
+		{
+			$plain->safe_psql('postgres', 'VACUUM ANALYZE ntask.task, ntask.attempt');
+		}
+		else
+		{
+			$co->safe_psql('postgres', 'VACUUM ANALYZE ntask.task, ntask.attempt');
+		}
+		sleep(0.5);
+		my $la0 = loadavg();
+		my %cpu0 = map { $_ => node_cpu($_) } ($plain, $co, $w);
+		my $t0 = time;
+		my $out = `pgbench -n -M prepared -c 1 -t $N -f $dir/$k.sql -h @{[$client->host]} -p @{[$client->port]} postgres 2>&1`;
+		my $el = time - $t0;
+		sleep(0.5);    # the pgbench backend is reaped
+		my %cpu1 = map { $_ => node_cpu($_) } ($plain, $co, $w);
+		my ($lat) = $out =~ /latency average = ([\d.]+) ms/;
+		my ($failed) = $out =~ /number of failed transactions: (\d+)/;
+		my ($done) = $out =~ /number of transactions actually processed: (\d+)/;
+		diag("round $round $k: pgbench says:\n$out") unless defined $lat && ($done // 0) == $N;
+		my $own = $owner == $plain ? $plain : $w;
+		my $cpu_node = ($cpu1{$own} - $cpu0{$own}) / $N * 1000;
+		my $cpu_co = $owner == $plain ? 0 : ($cpu1{$co} - $cpu0{$co}) / $N * 1000;
+		push @{ $res{$k}{lat} }, $lat // 'nan';
+		push @{ $res{$k}{cpu} }, $cpu_node;
+		push @{ $res{$k}{cpuco} }, $cpu_co;
+		diag(sprintf("round %d %-3s %s: %.3f ms per task, node CPU %.3f ms per task (coordinator %.3f), %d tasks in %.1f s, load %s",
+			$round, $k, $what, $lat // -1, $cpu_node, $cpu_co, $done // 0, $el, $la0));
+	}
+}
+# the shard really drained by c: every task succeeded with its ledger row
+diag("worker: " . $w->safe_psql('postgres',
+	"SELECT state || ' ' || count(*) FROM $T GROUP BY state ORDER BY 1"));
+diag("worker: ledger rows " . $w->safe_psql('postgres', "SELECT count(*) FROM $A"));
+
+sub mean { my $s = 0; $s += $_ for @_; return $s / @_; }
+my $a_lat = mean(@{ $res{a}{lat} });
+my $a_cpu = mean(@{ $res{a}{cpu} });
+diag(sprintf("summary, means of %d rounds of %d tasks, one client (per task: claim 1 + transition):", $ROUNDS, $N));
+for my $s (@sys)
+{
+	my $k = $s->[0];
+	my $l = mean(@{ $res{$k}{lat} });
+	my $cp = mean(@{ $res{$k}{cpu} });
+	diag(sprintf("  %-3s %.3f ms (%.2fx a), CPU of the shard's node %.3f ms (%.2fx a), coordinator %.3f ms  [%s]",
+		$k, $l, $l / $a_lat, $cp, $cp / $a_cpu, mean(@{ $res{$k}{cpuco} }), $s->[1]));
+}
+NtaskCitus::stop($c);
+$plain->stop('fast');
+ok(1, 'measured');
+done_testing();
