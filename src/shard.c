@@ -487,7 +487,7 @@ NtaskExecPairCount(NtaskPair *pair, Datum *values, char *nulls,
 	SPITupleTable *tt;
 	int			rows;
 
-	if (v->plan.sql == NULL)
+	if (v->plan.sql == NULL && v->before == NULL)
 		v = &pair->v[NTASK_PATH_PLAIN];
 	if (v->before != NULL)
 	{
@@ -500,6 +500,8 @@ NtaskExecPairCount(NtaskPair *pair, Datum *values, char *nulls,
 		if (!v->before(values, n))
 			return 0;
 	}
+	if (v->plan.sql == NULL)
+		return 0;				/* a variant of a before step only */
 	rows = NtaskExecPlanCount(&v->plan, values, n, v->rc, count);
 	if (v->after != NULL)
 	{

@@ -100,8 +100,10 @@ extern NtaskPath NtaskCallPath(void);
  * NtaskExecPair returns the plan's row count with SPI_tuptable holding its
  * result: the variants of a pair return the same leading columns (the
  * pair's column enum), a variant may add more after them for its after.
- * A variant whose plan has no sql is not written (NtaskExecPair then runs
- * the plain one: a statement Citus takes as it is).
+ * A variant whose plan has no sql and no before is not written
+ * (NtaskExecPair then runs the plain one: a statement Citus takes as it
+ * is); one with a before step but no sql runs that step only and returns
+ * 0 rows (a statement the path does without).
  */
 typedef bool (*NtaskBefore) (Datum *values, char *nulls);
 typedef void (*NtaskAfter) (SPITupleTable *tt, int n, Datum *values, char *nulls);
@@ -125,14 +127,16 @@ typedef struct NtaskPair
  * string literal (the routed variant's plan is "name (distributed)");
  * plain: NTASK_PLAIN(ncols, sql, nargs, rc), the plain variant taking the
  * first nargs of the pair's parameters; routed: NTASK_ROUTED(ncols, sql,
- * nargs, rc, before, after), or NTASK_ROUTED_LIKE_PLAIN when Citus takes
- * the plain statement as it is; then the parameters' types, one list for
- * both.
+ * nargs, rc, before, after), NTASK_ROUTED_LIKE_PLAIN when Citus takes
+ * the plain statement as it is, or NTASK_ROUTED_NONE(before) when the
+ * routed path runs no statement (before returns false); then the
+ * parameters' types, one list for both.
  */
 #define NTASK_PLAIN(ncols, sql, nargs, rc)	(ncols), (sql), (nargs), (rc), NULL, NULL
 #define NTASK_ROUTED(ncols, sql, nargs, rc, before, after) \
 	(ncols), (sql), (nargs), (rc), (before), (after)
 #define NTASK_ROUTED_LIKE_PLAIN				0, NULL, 0, 0, NULL, NULL
+#define NTASK_ROUTED_NONE(before)			0, NULL, 0, 0, (before), NULL
 #define NTASK_PAIR(name, plain, routed, ...) \
 	{{NTASK_VARIANT_(name, plain, __VA_ARGS__), \
 	  NTASK_VARIANT_(name " (distributed)", routed, __VA_ARGS__)}}
