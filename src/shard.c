@@ -37,9 +37,16 @@
  * the first enqueue or claim.  A backend that started before
  * ntask_distribute keeps what it read: reconnect after distributing.
  */
+/* the one column of shard_map_plan and shard_local_plan */
+typedef enum ShardValueCol
+{
+	SHARD_VALUE_SHARD = 1,
+	SHARD_VALUE_NCOLS = SHARD_VALUE_SHARD
+} ShardValueCol;
+
 static NtaskPlan shard_map_plan = {
 	"shard map",
-	.ncols = 1,
+	.ncols = SHARD_VALUE_NCOLS,
 	"SELECT s.shard FROM ntask.shard_map s ORDER BY s.shard",
 	0, {InvalidOid}
 };
@@ -57,7 +64,7 @@ NtaskShardCount(void)
 		int			i;
 
 		for (i = 0; i < n; i++)
-			v[i] = (int16) NtaskGetInt32(i, 1);
+			v[i] = (int16) NtaskTupGetInt32(SPI_tuptable, i, SHARD_VALUE_SHARD);
 		shard_values = v;
 		shard_n = n;
 	}
@@ -180,7 +187,7 @@ NtaskShardFor(text *queue, text *key)
  */
 static NtaskPlan shard_local_plan = {
 	"local shards",
-	.ncols = 1,
+	.ncols = SHARD_VALUE_NCOLS,
 	"SELECT m.shard FROM ntask.shard_map m "
 	"WHERE " SHARD_ID_OF_M "OPERATOR(pg_catalog.=) ANY (ARRAY( "
 	"  SELECT p.shardid FROM pg_catalog.pg_dist_placement p "
@@ -253,7 +260,7 @@ shard_read_local(void)
 	v = MemoryContextAlloc(TopMemoryContext, sizeof(int16) * Max(n, 1));
 
 	for (i = 0; i < n; i++)
-		v[i] = (int16) NtaskGetInt32(i, 1);
+		v[i] = (int16) NtaskTupGetInt32(SPI_tuptable, i, SHARD_VALUE_SHARD);
 	shard_local = v;
 	shard_nlocal = n;
 }
@@ -302,16 +309,23 @@ NtaskIsLocalShard(int16 shard)
  * transaction, or the transaction waits for the move and runs on the new
  * placement.  The lock is of the shard's co-location group (Citus'
  * SetLocktagForShardDistributionMetadata: by co-location id and shard
- * index), so it covers the task's attempt and receipt shards too.  $1 the
- * shard value; ShareLock is 5.
+ * index), so it covers the task's attempt and receipt shards too.  $2 the
+ * shard values; ShareLock is 5.
  */
+typedef enum ShardLockArg
+{
+	SHARD_LOCK_ARG_TASK,		/* $1, ntask.task */
+	SHARD_LOCK_ARG_SHARDS,		/* $2, the shard values */
+	SHARD_LOCK_NARGS
+} ShardLockArg;
+
 static NtaskPlan shard_lock_plan = {
 	"shard metadata lock",
 	.ncols = 1,
 	"SELECT pg_catalog.lock_shard_metadata(5, ARRAY( "
 	"  SELECT DISTINCT pg_catalog.get_shard_id_for_distribution_column($1, s.v) "
 	"  FROM pg_catalog.unnest($2) s(v) ORDER BY 1))",
-	2, {REGCLASSOID, INT2ARRAYOID}
+	SHARD_LOCK_NARGS, {REGCLASSOID, INT2ARRAYOID}
 };
 
 /*
@@ -328,7 +342,7 @@ static NtaskPlan shard_lock_plan = {
 void
 NtaskLockShards(const int16 *shards, int n)
 {
-	Datum		values[2];
+	Datum		values[SHARD_LOCK_NARGS];
 	Datum	   *elems;
 	Oid			task_relid;
 	int			i;
@@ -343,8 +357,8 @@ NtaskLockShards(const int16 *shards, int n)
 	elems = palloc(sizeof(Datum) * n);
 	for (i = 0; i < n; i++)
 		elems[i] = Int16GetDatum(shards[i]);
-	values[0] = ObjectIdGetDatum(task_relid);
-	values[1] = PointerGetDatum(construct_array(elems, n, INT2OID, sizeof(int16),
+	values[SHARD_LOCK_ARG_TASK] = ObjectIdGetDatum(task_relid);
+	values[SHARD_LOCK_ARG_SHARDS] = PointerGetDatum(construct_array(elems, n, INT2OID, sizeof(int16),
 												true, TYPALIGN_SHORT));
 	(void) NtaskExecPlan(&shard_lock_plan, values, NULL, SPI_OK_SELECT);
 	AcceptInvalidationMessages();
@@ -386,9 +400,16 @@ NtaskWalkShardValue(int i)
  * sorted by shard), read like the local shards above (kept until a shard
  * moves): a queue-wide cap is shared out by node (claim.c, claim_limit).
  */
+typedef enum ShardGroupsCol
+{
+	SHARD_GROUPS_SHARD = 1,
+	SHARD_GROUPS_GROUP,			/* its placement's Citus group */
+	SHARD_GROUPS_NCOLS = SHARD_GROUPS_GROUP
+} ShardGroupsCol;
+
 static NtaskPlan shard_groups_plan = {
 	"shard groups",
-	.ncols = 2,
+	.ncols = SHARD_GROUPS_NCOLS,
 	"SELECT m.shard, pg_catalog.min(p.groupid) FROM ntask.shard_map m "
 	"JOIN pg_catalog.pg_dist_placement p ON p.shardid OPERATOR(pg_catalog.=) "
 	"  " SHARD_ID_OF_M
@@ -423,7 +444,7 @@ NtaskShardGroupShards(int16 shard, int16 *out)
 					(errcode(ERRCODE_INTERNAL_ERROR),
 					 errmsg("ntask: %d of the %d shard values have a placement", rows, shard_n)));
 		for (i = 0; i < rows; i++)
-			v[i] = NtaskGetInt32(i, 2);
+			v[i] = NtaskTupGetInt32(SPI_tuptable, i, SHARD_GROUPS_GROUP);
 		shard_groups = v;
 	}
 	for (i = 0; i < shard_n; i++)
@@ -447,6 +468,41 @@ NtaskIsShardValue(int shard)
 		if (shard_values[i] == shard)
 			return true;
 	return false;
+}
+
+/* the one column of the catalog reads of NtaskCitusLayout */
+#define SHARD_LAYOUT_ANSWER 1
+
+/*
+ * NtaskCitusLayout
+ *		Whether ntask_distribute made ntask.task a Citus distributed table
+ *		in this database, and then whether this node is the coordinator
+ *		(group 0 in pg_dist_local_group, readable by every role; a worker
+ *		node has its own group from citus_add_node, and sees the
+ *		distributed table through Citus' metadata sync).  Reads the
+ *		catalogs only: the background worker's role has no USAGE on schema
+ *		ntask.  In SPI; SPI_tuptable is not kept.
+ */
+void
+NtaskCitusLayout(bool *distributed, bool *coordinator)
+{
+	*distributed = false;
+	*coordinator = false;
+	if (SPI_execute("SELECT pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL",
+					true, 1) == SPI_OK_SELECT && SPI_processed == 1 &&
+		NtaskTupGetBool(SPI_tuptable, 0, SHARD_LAYOUT_ANSWER) &&
+		SPI_execute("SELECT EXISTS (SELECT FROM pg_catalog.pg_dist_partition p "
+					"  JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) p.logicalrelid "
+					"  JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace "
+					"  WHERE n.nspname OPERATOR(pg_catalog.=) 'ntask' "
+					"    AND c.relname OPERATOR(pg_catalog.=) 'task')",
+					true, 1) == SPI_OK_SELECT && SPI_processed == 1)
+		*distributed = NtaskTupGetBool(SPI_tuptable, 0, SHARD_LAYOUT_ANSWER);
+	if (*distributed &&
+		SPI_execute("SELECT l.groupid OPERATOR(pg_catalog.=) 0 "
+					"FROM pg_catalog.pg_dist_local_group l",
+					true, 1) == SPI_OK_SELECT && SPI_processed == 1)
+		*coordinator = NtaskTupGetBool(SPI_tuptable, 0, SHARD_LAYOUT_ANSWER);
 }
 
 /*

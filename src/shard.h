@@ -71,6 +71,7 @@ extern void NtaskRefreshPlacements(void);
 extern void NtaskLockShards(const int16 *shards, int n);
 extern void NtaskLockShard(int16 shard);
 extern void NtaskRefuseDistributed(const char *what);
+extern void NtaskCitusLayout(bool *distributed, bool *coordinator);
 
 /*
  * The paths a call's statements take to the task tables.  One call takes

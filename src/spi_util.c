@@ -51,13 +51,25 @@ static int	spi_highest_param(const char *sql);
 static void spi_check_version(void);
 pg_noreturn static void spi_rethrow_without_statement(NtaskPlan *p);
 
+typedef enum SpiAuditArg
+{
+	SPI_AUDIT_ARG_ACTOR,		/* $1 */
+	SPI_AUDIT_ARG_ACTION,		/* $2 */
+	SPI_AUDIT_ARG_TASK_ID,		/* $3, NULL: none */
+	SPI_AUDIT_ARG_QUEUE,		/* $4, NULL: none */
+	SPI_AUDIT_ARG_REASON,		/* $5 */
+	SPI_AUDIT_ARG_FROM_STATE,	/* $6, NULL: none */
+	SPI_AUDIT_ARG_TO_STATE,		/* $7, NULL: none */
+	SPI_AUDIT_NARGS
+} SpiAuditArg;
+
 static NtaskPlan spi_audit_plan = {
 	"audit insert",
 	.ncols = 0,
 	"INSERT INTO ntask.audit (actor, action, task_id, queue, reason, "
 	"                         from_state, to_state) "
 	"VALUES ($1, $2, $3, $4, $5, $6, $7)",
-	7, {TEXTOID, TEXTOID, INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID}
+	SPI_AUDIT_NARGS, {TEXTOID, TEXTOID, INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID}
 };
 
 /*
@@ -251,6 +263,14 @@ spi_rethrow_without_statement(NtaskPlan *p)
  */
 static bool spi_distributed = false;
 
+/* the columns of spi_check_version's reads */
+typedef enum SpiVersionCol
+{
+	SPI_VERSION_EXTVERSION = 1,
+	SPI_VERSION_CITUS,			/* Citus' catalogs are here */
+	SPI_VERSION_DISTRIBUTED = 1 /* the second read's: ntask.task is distributed */
+} SpiVersionCol;
+
 static void
 spi_check_version(void)
 {
@@ -263,8 +283,8 @@ spi_check_version(void)
 					"WHERE extname OPERATOR(pg_catalog.=) 'ntask'",
 					true, 1) == SPI_OK_SELECT && SPI_processed == 1)
 	{
-		v = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
-		c = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
+		v = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, SPI_VERSION_EXTVERSION);
+		c = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, SPI_VERSION_CITUS);
 	}
 	spi_distributed = false;
 	if (c != NULL && c[0] == 't' &&
@@ -275,7 +295,7 @@ spi_check_version(void)
 					"    AND c.relname OPERATOR(pg_catalog.=) 'task')",
 					true, 1) == SPI_OK_SELECT && SPI_processed == 1)
 	{
-		c = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+		c = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, SPI_VERSION_DISTRIBUTED);
 		spi_distributed = (c != NULL && c[0] == 't');
 	}
 	if (v == NULL || strcmp(v, NTASK_VERSION) != 0)
@@ -660,13 +680,20 @@ NtaskTokenFloor(void)
  * Whether the ledger holds an ended attempt of task $1 with token $2
  * (NtaskCheckTokenIssued's slow path; routed by the task id's shard).
  */
+typedef enum SpiTokenArg
+{
+	SPI_TOKEN_ARG_TASK_ID,		/* $1 */
+	SPI_TOKEN_ARG_TOKEN,		/* $2 */
+	SPI_TOKEN_NARGS
+} SpiTokenArg;
+
 static NtaskPlan token_ledger_plan = {
 	"token in the ledger",
 	.ncols = 1,
 	"SELECT 1 FROM ntask.attempt a "
 	"WHERE a.task_id OPERATOR(pg_catalog.=) $1 "
 	"  AND a.token OPERATOR(pg_catalog.=) $2" NTASK_SHARD_OF("a", "$1"),
-	2, {INT8OID, INT8OID}
+	SPI_TOKEN_NARGS, {INT8OID, INT8OID}
 };
 
 /*
@@ -690,10 +717,10 @@ NtaskCheckTokenIssued(int64 task_id, int64 token, int64 current)
 	{
 		SPITupleTable *save_tt = SPI_tuptable;
 		uint64		save_processed = SPI_processed;
-		Datum		values[2];
+		Datum		values[SPI_TOKEN_NARGS];
 
-		values[0] = Int64GetDatum(task_id);
-		values[1] = Int64GetDatum(token);
+		values[SPI_TOKEN_ARG_TASK_ID] = Int64GetDatum(task_id);
+		values[SPI_TOKEN_ARG_TOKEN] = Int64GetDatum(token);
 		issued = NtaskExecPlan(&token_ledger_plan, values, NULL, SPI_OK_SELECT) > 0;
 		SPI_tuptable = save_tt;
 		SPI_processed = save_processed;
@@ -753,24 +780,25 @@ NtaskAudit(const char *actor, const char *action, int64 task_id,
 		   const char *queue, const char *reason,
 		   const char *from_state, const char *to_state)
 {
-	Datum		values[7];
-	char		nulls[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	Datum		values[SPI_AUDIT_NARGS];
+	char		nulls[SPI_AUDIT_NARGS];
 
-	values[0] = CStringGetTextDatum(actor);
-	values[1] = CStringGetTextDatum(action);
-	values[2] = Int64GetDatum(task_id);
+	memset(nulls, ' ', sizeof(nulls));
+	values[SPI_AUDIT_ARG_ACTOR] = CStringGetTextDatum(actor);
+	values[SPI_AUDIT_ARG_ACTION] = CStringGetTextDatum(action);
+	values[SPI_AUDIT_ARG_TASK_ID] = Int64GetDatum(task_id);
 	if (task_id == 0)
-		nulls[2] = 'n';
-	values[3] = queue ? CStringGetTextDatum(queue) : (Datum) 0;
+		nulls[SPI_AUDIT_ARG_TASK_ID] = 'n';
+	values[SPI_AUDIT_ARG_QUEUE] = queue ? CStringGetTextDatum(queue) : (Datum) 0;
 	if (queue == NULL)
-		nulls[3] = 'n';
-	values[4] = CStringGetTextDatum(reason);
-	values[5] = from_state ? CStringGetTextDatum(from_state) : (Datum) 0;
+		nulls[SPI_AUDIT_ARG_QUEUE] = 'n';
+	values[SPI_AUDIT_ARG_REASON] = CStringGetTextDatum(reason);
+	values[SPI_AUDIT_ARG_FROM_STATE] = from_state ? CStringGetTextDatum(from_state) : (Datum) 0;
 	if (from_state == NULL)
-		nulls[5] = 'n';
-	values[6] = to_state ? CStringGetTextDatum(to_state) : (Datum) 0;
+		nulls[SPI_AUDIT_ARG_FROM_STATE] = 'n';
+	values[SPI_AUDIT_ARG_TO_STATE] = to_state ? CStringGetTextDatum(to_state) : (Datum) 0;
 	if (to_state == NULL)
-		nulls[6] = 'n';
+		nulls[SPI_AUDIT_ARG_TO_STATE] = 'n';
 	NtaskExecPlan(&spi_audit_plan, values, nulls, SPI_OK_INSERT);
 }
 

@@ -750,6 +750,12 @@ wk_launcher_exit(int code, Datum arg)
  *		API functions, or InvalidOid if ntask is not installed here; and
  *		whether ntask_distribute made it a Citus layout.
  */
+typedef enum WkExtCol
+{
+	WK_EXT_OID = 1,
+	WK_EXT_SCHEMA				/* name */
+} WkExtCol;
+
 static void
 wk_extension_step(void *arg)
 {
@@ -762,37 +768,16 @@ wk_extension_step(void *arg)
 					"WHERE e.extname OPERATOR(pg_catalog.=) 'ntask'",
 					true, 1) == SPI_OK_SELECT && SPI_processed == 1)
 	{
+		SPITupleTable *tt = SPI_tuptable;
 		bool		isnull;
-		char	   *nsp = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
 
-		ext->oid = DatumGetObjectId(NtaskGetDatum(0, 1, &isnull));
-		strlcpy(ext->schema, nsp, NAMEDATALEN);
+		ext->oid = DatumGetObjectId(NtaskTupGetDatum(tt, 0, WK_EXT_OID, &isnull));
+		strlcpy(ext->schema, NtaskTupGetCString(tt, 0, WK_EXT_SCHEMA), NAMEDATALEN);
 	}
 	ext->distributed = false;
-	if (OidIsValid(ext->oid) &&
-		SPI_execute("SELECT pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL",
-					true, 1) == SPI_OK_SELECT && SPI_processed == 1 &&
-		NtaskGetBool(0, 1) &&
-		SPI_execute("SELECT EXISTS (SELECT FROM pg_catalog.pg_dist_partition p "
-					"  JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) p.logicalrelid "
-					"  JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace "
-					"  WHERE n.nspname OPERATOR(pg_catalog.=) 'ntask' "
-					"    AND c.relname OPERATOR(pg_catalog.=) 'task')",
-					true, 1) == SPI_OK_SELECT && SPI_processed == 1)
-		ext->distributed = NtaskGetBool(0, 1);	/* the catalogs only: the
-												 * role has no USAGE on ntask */
-
-	/*
-	 * The coordinator is group 0 (pg_dist_local_group, readable by every
-	 * role); a worker node has its own group from citus_add_node, and sees
-	 * the distributed table through Citus' metadata sync.
-	 */
 	ext->coordinator = false;
-	if (ext->distributed &&
-		SPI_execute("SELECT l.groupid OPERATOR(pg_catalog.=) 0 "
-					"FROM pg_catalog.pg_dist_local_group l",
-					true, 1) == SPI_OK_SELECT && SPI_processed == 1)
-		ext->coordinator = NtaskGetBool(0, 1);
+	if (OidIsValid(ext->oid))
+		NtaskCitusLayout(&ext->distributed, &ext->coordinator);
 }
 
 /*
