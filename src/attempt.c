@@ -106,14 +106,14 @@ static NtaskPair att_close = NTASK_PAIR("claim close expired attempts",
 													ATT_CLOSE_ARG_TOKENS, SPI_OK_INSERT_RETURNING),
 										NTASK_ROUTED(ATT_OPEN_NCOLS,
 													 "SELECT " ATT_OPEN_COLS("t", "r.task_id OPERATOR(pg_catalog.=) t.task_id "
-																   "      AND r.shard OPERATOR(pg_catalog.=) $2 ")
+																			 "      AND r.shard OPERATOR(pg_catalog.=) $2 ")
 													 "FROM ntask.task t "
 													 "WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1) " NTASK_SHARD_IS("t", "2")
 													 "  AND t.state OPERATOR(pg_catalog.=) 'leased' "
 													 "  AND t.token OPERATOR(pg_catalog.=) ($3)[pg_catalog.array_position($1, t.task_id)] "
 													 "FOR UPDATE OF t",
 													 ATT_CLOSE_NARGS, SPI_OK_SELECT, NULL, att_close_ledger),
-										{INT8ARRAYOID, INT2OID, INT8ARRAYOID});
+										INT8ARRAYOID, INT2OID, INT8ARRAYOID);
 
 /* one ledger row, routed by its shard value $2 (NtaskLedgerRowDist) */
 static NtaskPlan att_row_insert_dist_plan = {
@@ -207,7 +207,8 @@ typedef enum AttFinishArg
 	ATT_FINISH_ARG_RESULT,		/* $4, the attempt's */
 	ATT_FINISH_ARG_ERROR_CLASS, /* $5, NULL: unchanged */
 	ATT_FINISH_ARG_STAGE,		/* $6, NULL: unchanged */
-	ATT_FINISH_ARG_INVOKED,		/* $7, the before step's: unknown outcomes closed, 0 or 1 */
+	ATT_FINISH_ARG_INVOKED,		/* $7, the before step's: unknown outcomes
+								 * closed, 0 or 1 */
 	ATT_FINISH_ARG_CLOSED,		/* $8, the before step's: it closed one */
 	ATT_FINISH_ARG_NOW,			/* $9, the before step's */
 	ATT_FINISH_NARGS
@@ -257,8 +258,8 @@ static NtaskPair att_finish = NTASK_PAIR("finish task",
 													  "RETURNING t.queue, $8",
 													  ATT_FINISH_NARGS, SPI_OK_UPDATE_RETURNING,
 													  att_finish_open, NULL),
-										 {INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, INT4OID, BOOLOID,
-										 TIMESTAMPTZOID});
+										 INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, INT4OID, BOOLOID,
+										 TIMESTAMPTZOID);
 
 /* the open attempt of task $1 (AttOpenCol), for att_finish_open */
 static NtaskPlan att_finish_open_dist_plan = {

@@ -155,7 +155,7 @@ static NtaskPair fence_advance = NTASK_PAIR("fence advance",
 											NTASK_ROUTED(1, FENCE_UPSERT "RETURNING 1",
 														 FENCE_NARGS, SPI_OK_INSERT_RETURNING,
 														 NULL, fence_receipt_after),
-											{TEXTOID, INT8OID, BYTEAOID, INT2OID, TIMESTAMPTZOID});
+											TEXTOID, INT8OID, BYTEAOID, INT2OID, TIMESTAMPTZOID);
 
 /* the receipt of a routed advance, a statement of its own */
 static NtaskPlan fence_receipt_insert_plan = {

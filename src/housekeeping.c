@@ -87,13 +87,13 @@ typedef enum HkExpiredCol
 } HkExpiredCol;
 
 static NtaskPair hk_expired_pick = NTASK_PAIR("housekeeping pick expired leases",
-										 NTASK_PLAIN(HK_EXPIRED_NCOLS,
-													 HK_EXPIRED_SQL("", HK_NOW, CppAsString2(HK_MAX_ROWS)),
-													 0, SPI_OK_SELECT),
-										 NTASK_ROUTED(HK_EXPIRED_NCOLS,
-													  HK_EXPIRED_SQL("t.shard OPERATOR(pg_catalog.=) $1   AND ", "$2", "$3"),
-													  HK_EXPIRED_NARGS, SPI_OK_SELECT, NULL, NULL),
-										 {INT2OID, TIMESTAMPTZOID, INT4OID});
+											  NTASK_PLAIN(HK_EXPIRED_NCOLS,
+														  HK_EXPIRED_SQL("", HK_NOW, CppAsString2(HK_MAX_ROWS)),
+														  0, SPI_OK_SELECT),
+											  NTASK_ROUTED(HK_EXPIRED_NCOLS,
+														   HK_EXPIRED_SQL("t.shard OPERATOR(pg_catalog.=) $1   AND ", "$2", "$3"),
+														   HK_EXPIRED_NARGS, SPI_OK_SELECT, NULL, NULL),
+											  INT2OID, TIMESTAMPTZOID, INT4OID);
 
 /* the attempt or the deadline is spent: to repair_required */
 #define HK_SPENT(now) \
@@ -152,7 +152,7 @@ static NtaskPair hk_release = NTASK_PAIR("housekeeping release expired leases",
 													  HK_RELEASE_SQL("$3", "  AND t.shard OPERATOR(pg_catalog.=) $4 "
 																	 "  AND t.token OPERATOR(pg_catalog.=) ($5)[pg_catalog.array_position($1, t.task_id)] "),
 													  HK_RELEASE_NARGS, SPI_OK_UPDATE_RETURNING, NULL, NULL),
-										 {INT8ARRAYOID, INT8ARRAYOID, TIMESTAMPTZOID, INT2OID, INT8ARRAYOID});
+										 INT8ARRAYOID, INT8ARRAYOID, TIMESTAMPTZOID, INT2OID, INT8ARRAYOID);
 
 /*
  * unleased unfinished tasks past their deadline (task_deadline_idx), at
@@ -227,7 +227,7 @@ static NtaskPair hk_deadline_pick = NTASK_PAIR("housekeeping pick deadlines",
 											   NTASK_ROUTED(HK_DEADLINE_PICK_NCOLS,
 															HK_DEADLINE_PICK_SQL("t.shard OPERATOR(pg_catalog.=) $2   AND ", "$3", "$1"),
 															HK_DEADLINE_PICK_NARGS, SPI_OK_SELECT, NULL, NULL),
-											   {INT4OID, INT2OID, TIMESTAMPTZOID});
+											   INT4OID, INT2OID, TIMESTAMPTZOID);
 
 typedef enum HkDeadlineSetArg
 {
@@ -243,7 +243,7 @@ static NtaskPair hk_deadline_set = NTASK_PAIR("housekeeping deadlines of tasks",
 											  NTASK_ROUTED(0,
 														   HK_DEADLINE_SET_SQL("$2", "  AND t.shard OPERATOR(pg_catalog.=) $3"),
 														   HK_DEADLINE_SET_NARGS, SPI_OK_UPDATE, NULL, NULL),
-											  {INT8ARRAYOID, TIMESTAMPTZOID, INT2OID});
+											  INT8ARRAYOID, TIMESTAMPTZOID, INT2OID);
 
 /*
  * History: $1 retention, $2 at most this many rows.  On a distributed
@@ -272,7 +272,7 @@ static NtaskPair hk_prune_audit = NTASK_PAIR("housekeeping prune audit",
 											 NTASK_ROUTED(0,
 														  "DELETE FROM ntask.audit a WHERE a.audit_id OPERATOR(pg_catalog.=) ANY ($3)",
 														  HK_HISTORY_NARGS, SPI_OK_DELETE, hk_audit_pick, NULL),
-											 {INTERVALOID, INT4OID, INT8ARRAYOID});
+											 INTERVALOID, INT4OID, INT8ARRAYOID);
 
 /* a slot whose task is still unfinished stays: overlap decisions read it */
 static NtaskPair hk_prune_slots = NTASK_PAIR("housekeeping prune schedule slots",
@@ -288,7 +288,7 @@ static NtaskPair hk_prune_slots = NTASK_PAIR("housekeeping prune schedule slots"
 											 NTASK_ROUTED(0,
 														  "DELETE FROM ntask.schedule_slot s WHERE s.id OPERATOR(pg_catalog.=) ANY ($3)",
 														  HK_HISTORY_NARGS, SPI_OK_DELETE, hk_slots_pick, NULL),
-											 {INTERVALOID, INT4OID, INT8ARRAYOID});
+											 INTERVALOID, INT4OID, INT8ARRAYOID);
 
 /*
  * key pauses that have ended: the claim ignores them already
@@ -333,7 +333,7 @@ static NtaskPair hk_prune_fence = NTASK_PAIR("housekeeping prune fence receipts"
 														 "  AND r.token OPERATOR(pg_catalog.=) d.token",
 														 HK_HISTORY_ARG_IDS, SPI_OK_DELETE),
 											 NTASK_ROUTED_LIKE_PLAIN,
-											 {INTERVALOID, INT4OID, INT8ARRAYOID});
+											 INTERVALOID, INT4OID, INT8ARRAYOID);
 
 /* the columns of hk_queues_plan */
 typedef enum HkQueuesCol
@@ -387,7 +387,7 @@ static NtaskPair hk_prune_pick = NTASK_PAIR("housekeeping pick finished tasks",
 											NTASK_ROUTED(HK_PRUNE_PICK_NCOLS,
 														 HK_PRUNE_PICK_SQL("t.shard OPERATOR(pg_catalog.=) $3   AND ", "$4", "$5"),
 														 HK_PRUNE_PICK_NARGS, SPI_OK_SELECT, NULL, NULL),
-											{TEXTOID, INTERVALOID, INT2OID, TIMESTAMPTZOID, INT4OID});
+											TEXTOID, INTERVALOID, INT2OID, TIMESTAMPTZOID, INT4OID);
 
 /* the rows of tasks $1 in table (alias a), and of shard $2 */
 typedef enum HkPruneArg
@@ -404,7 +404,7 @@ typedef enum HkPruneArg
 			   NTASK_PLAIN(0, HK_PRUNE_SQL(table, a), HK_PRUNE_ARG_SHARD, SPI_OK_DELETE), \
 			   NTASK_ROUTED(0, HK_PRUNE_SQL(table, a) "   AND " a ".shard OPERATOR(pg_catalog.=) $2", \
 							HK_PRUNE_NARGS, SPI_OK_DELETE, NULL, NULL), \
-			   {INT8ARRAYOID, INT2OID})
+			   INT8ARRAYOID, INT2OID)
 
 static NtaskPair hk_prune_attempts = HK_PRUNE_PAIR("housekeeping prune attempts",
 												   "attempt", "a");
@@ -470,7 +470,7 @@ static NtaskPair hk_prune_tasks = NTASK_PAIR("housekeeping prune tasks",
 														  HK_PRUNE_SQL("task", "t") "   AND t.shard OPERATOR(pg_catalog.=) $2 "
 														  "RETURNING t.task_id",
 														  HK_PRUNE_NARGS, SPI_OK_DELETE_RETURNING, NULL, NULL),
-											 {INT8ARRAYOID, INT2OID});
+											 INT8ARRAYOID, INT2OID);
 
 /*
  * The audit of a distributed install (hash by audit_id): the oldest rows
@@ -480,8 +480,8 @@ static NtaskPair hk_prune_tasks = NTASK_PAIR("housekeeping prune tasks",
  */
 typedef enum HkHistoryPickArg
 {
-	HK_HISTORY_PICK_ARG_BEFORE,	/* $1 */
-	HK_HISTORY_PICK_ARG_ROWS,		/* $2 */
+	HK_HISTORY_PICK_ARG_BEFORE, /* $1 */
+	HK_HISTORY_PICK_ARG_ROWS,	/* $2 */
 	HK_HISTORY_PICK_NARGS
 } HkHistoryPickArg;
 
@@ -792,7 +792,11 @@ hk_prune_queue(void *arg)
 	pick[HK_PRUNE_PICK_ARG_ROWS] = Int32GetDatum(s->max_rows);
 	n = NtaskExecPairCount(&hk_prune_pick, pick, NULL, s->max_rows);
 	picked = SPI_tuptable;
-	/* a signal's row is in its queue and key's shard (signal.c), 0 on a plain install */
+
+	/*
+	 * a signal's row is in its queue and key's shard (signal.c), 0 on a plain
+	 * install
+	 */
 	sv[HK_UNAWAITED_ARG_QUEUE] = w->queue;
 	sv[HK_UNAWAITED_ARG_BEFORE] = hk_before(w->retention);
 	sv[HK_UNAWAITED_ARG_ROWS] = Int32GetDatum(s->max_rows);
@@ -870,9 +874,10 @@ NtaskHousekeepShard(int16 shard, int max_rows, bool deadlines, int64 *counts)
 	s.shard = shard;
 	s.ts = NtaskStatementTs();
 	s.max_rows = max_rows;
+
 	/*
-	 * The shard's metadata lock first, as a claim takes it: each sweep is
-	 * a routed pick and then a routed write, and a shard move completed in
+	 * The shard's metadata lock first, as a claim takes it: each sweep is a
+	 * routed pick and then a routed write, and a shard move completed in
 	 * between would leave the pick's row locks on the old placement
 	 * (NtaskLockShards, docs/scaling.md "Shard moves").
 	 */
@@ -988,7 +993,7 @@ hk_prune_history(NtaskPair *pair, int retention_s, int max_rows)
 	values[HK_HISTORY_ARG_RETENTION] =
 		IntervalPGetDatum(NtaskUsecsInterval((int64) retention_s * USECS_PER_SEC));
 	values[HK_HISTORY_ARG_ROWS] = Int32GetDatum(max_rows);
-	values[HK_HISTORY_ARG_IDS] = (Datum) 0;	/* the before step's */
+	values[HK_HISTORY_ARG_IDS] = (Datum) 0; /* the before step's */
 	(void) NtaskExecPair(pair, values, NULL);
 }
 

@@ -212,7 +212,7 @@ ntask_heartbeat(PG_FUNCTION_ARGS)
 	bool		found;
 	bool		with_progress;
 
-	NtaskCheckNargs(fcinfo, 4);	/* before its new arguments are read */
+	NtaskCheckNargs(fcinfo, 4); /* before its new arguments are read */
 	with_progress = !PG_ARGISNULL(3);
 	if (!PG_ARGISNULL(2))
 		NtaskCheckPositiveInterval(PG_GETARG_INTERVAL_P(2), "lease");
@@ -399,7 +399,7 @@ static NtaskPair lease_release = NTASK_PAIR("release",
 														 "  coalesce(o.claimed_at, o.updated_at), t.invoked_at, o.lease_owner, o.progress",
 														 LEASE_RELEASE_NARGS, SPI_OK_UPDATE_RETURNING,
 														 lease_release_receipt, lease_release_ledger),
-											{INT8OID, INT8OID, INTERVALOID, OIDOID, BOOLOID, TIMESTAMPTZOID});
+											INT8OID, INT8OID, INTERVALOID, OIDOID, BOOLOID, TIMESTAMPTZOID);
 
 /* whether this token's attempt committed a receipt ($1 task, $2 token) */
 typedef enum LeaseReceiptCol

@@ -348,8 +348,8 @@ NtaskLockShards(const int16 *shards, int n)
 	int			i;
 
 	/*
-	 * not a Citus table (regress "distribute" fills the shard map of a
-	 * plain install): nothing to lock
+	 * not a Citus table (regress "distribute" fills the shard map of a plain
+	 * install): nothing to lock
 	 */
 	if (n <= 0 || NtaskShardCount() == 0 || !NtaskPlansForCitus())
 		return;
@@ -359,7 +359,7 @@ NtaskLockShards(const int16 *shards, int n)
 		elems[i] = Int16GetDatum(shards[i]);
 	values[SHARD_LOCK_ARG_TASK] = ObjectIdGetDatum(task_relid);
 	values[SHARD_LOCK_ARG_SHARDS] = PointerGetDatum(construct_array(elems, n, INT2OID, sizeof(int16),
-												true, TYPALIGN_SHORT));
+																	true, TYPALIGN_SHORT));
 	(void) NtaskExecPlan(&shard_lock_plan, values, NULL, SPI_OK_SELECT);
 	AcceptInvalidationMessages();
 }

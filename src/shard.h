@@ -143,7 +143,7 @@ typedef struct NtaskPair
 	  NTASK_VARIANT_(name " (distributed)", routed, __VA_ARGS__)}}
 #define NTASK_VARIANT_(name, v, ...) NTASK_VARIANT__(name, v, __VA_ARGS__)
 #define NTASK_VARIANT__(name, ncols_, sql, nargs, rc_, before_, after_, ...) \
-	{.plan = {(name), .ncols = (ncols_), (sql), (nargs), __VA_ARGS__}, \
+	{.plan = {(name), .ncols = (ncols_), (sql), (nargs), {__VA_ARGS__}}, \
 	 .rc = (rc_), .before = (before_), .after = (after_)}
 
 extern int	NtaskExecPair(NtaskPair *pair, Datum *values, char *nulls);

@@ -75,7 +75,8 @@ typedef enum SigAwaitArg
 	SIG_AWAIT_ARG_DUE,			/* $4, the timeout's end or NULL */
 	SIG_AWAIT_ARG_ON_TIMEOUT,	/* $5 */
 	SIG_AWAIT_ARG_CALLER,		/* $6 */
-	SIG_AWAIT_ARG_FLOOR,		/* $7, routed: the deadline floor of the timeout */
+	SIG_AWAIT_ARG_FLOOR,		/* $7, routed: the deadline floor of the
+								 * timeout */
 	SIG_AWAIT_ARG_NOW,			/* $8, routed: now */
 	SIG_AWAIT_NARGS,
 	/* not a parameter: routed, the floor of a wake now, for sig_ready */
@@ -161,8 +162,8 @@ static NtaskPair sig_await = NTASK_PAIR("await",
 													 "  coalesce(o.claimed_at, o.updated_at), t.invoked_at, o.lease_owner",
 													 SIG_AWAIT_NARGS, SPI_OK_UPDATE_RETURNING,
 													 sig_await_pre, sig_await_ledger),
-										{INT8OID, INT8OID, TEXTOID, TIMESTAMPTZOID, TEXTOID, OIDOID, TIMESTAMPTZOID,
-										TIMESTAMPTZOID});
+										INT8OID, INT8OID, TEXTOID, TIMESTAMPTZOID, TEXTOID, OIDOID, TIMESTAMPTZOID,
+										TIMESTAMPTZOID);
 
 /*
  * The await's side of the meeting: the signal row of (queue $1, key $2),
@@ -376,7 +377,7 @@ static NtaskPair sig_ready = NTASK_PAIR("await: signal already sent",
 													 "UPDATE ntask.task t SET " SIG_WAKE_DIST_SET("$2", "$3")
 													 "WHERE t.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("t", "$1"),
 													 SIG_READY_NARGS, SPI_OK_UPDATE, NULL, NULL),
-										{INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID});
+										INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID);
 
 /* not applied: the task's token, the caller's right, this token's attempt */
 typedef enum SigTokenArg
@@ -653,7 +654,7 @@ static NtaskPair sig_wake = NTASK_PAIR("signal wake",
 													"  AND t.state OPERATOR(pg_catalog.=) 'awaiting' AND t.shard OPERATOR(pg_catalog.=) $5 "
 													"RETURNING t.task_id",
 													SIG_WAKE_NARGS, SPI_OK_UPDATE_RETURNING, sig_wake_floor, NULL),
-									   {TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT2OID});
+									   TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT2OID);
 
 /* the deadline floor of a wake now ($2) of queue $1's tasks */
 typedef enum SigFloorArg
@@ -742,7 +743,11 @@ ntask_signal(PG_FUNCTION_ARGS)
 					 errmsg("ntask: permission denied to signal queue \"%s\"", qname),
 					 errhint("The queue's signal_role (ntask_queue_set_signal_role), or its producer right when it has none, must be granted to the role.")));
 	}
-	/* the key's shard (0 on a plain install), locked as a receipt locks its task's */
+
+	/*
+	 * the key's shard (0 on a plain install), locked as a receipt locks its
+	 * task's
+	 */
 	values[SIG_SEND_ARG_SHARD] = Int16GetDatum(NtaskShardOfKey(queue, key));
 	NtaskLockShard(DatumGetInt16(values[SIG_SEND_ARG_SHARD]));
 	if (NtaskExecPlan(&sig_send_plan, values, NULL, SPI_OK_INSERT_RETURNING) == 1)

@@ -116,16 +116,16 @@ NtaskExecPlanCount(NtaskPlan *p, Datum *values, const char *nulls,
 	/*
 	 * The generic plan is built (or rebuilt after an invalidation) inside
 	 * SPI_execute_plan, and then kept.  Built while a table was small or
-	 * freshly analyzed as empty, it would be a sequential scan that stays
-	 * in use as the table grows (every statement here reaches its rows by
-	 * an index).  So plan with enable_seqscan (and jit) off, as a function's SET
+	 * freshly analyzed as empty, it would be a sequential scan that stays in
+	 * use as the table grows (every statement here reaches its rows by an
+	 * index).  So plan with enable_seqscan (and jit) off, as a function's SET
 	 * clause would; an error unwinds the settings with the transaction.
 	 * search_path is pinned the same way: the statement runs as the owner,
 	 * and a caller's search_path must never decide which type, cast or
-	 * function a name in it means.  Parse analysis (prepare, and
-	 * re-analysis after an invalidation) and execution both run as the
-	 * owner.  A plan marked as_caller (the worker's calls of the API
-	 * functions) runs as the caller, with only search_path pinned.
+	 * function a name in it means.  Parse analysis (prepare, and re-analysis
+	 * after an invalidation) and execution both run as the owner.  A plan
+	 * marked as_caller (the worker's calls of the API functions) runs as the
+	 * caller, with only search_path pinned.
 	 */
 	if (!p->as_caller)
 		owner = spi_owner();	/* may raise: nothing is changed yet */
@@ -140,9 +140,9 @@ NtaskExecPlanCount(NtaskPlan *p, Datum *values, const char *nulls,
 		/*
 		 * Nor JIT: the decision is taken when the plan is built, from its
 		 * estimated cost, and a generic plan over a big table can pass
-		 * jit_above_cost while each run touches a handful of rows; then
-		 * every execution compiles (measured: a fair claim went from 4500
-		 * to 140 claims/s, bench/fairness, once the table held 270k rows).
+		 * jit_above_cost while each run touches a handful of rows; then every
+		 * execution compiles (measured: a fair claim went from 4500 to 140
+		 * claims/s, bench/fairness, once the table held 270k rows).
 		 */
 		(void) set_config_option("jit", "off", PGC_USERSET,
 								 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
@@ -268,7 +268,8 @@ typedef enum SpiVersionCol
 {
 	SPI_VERSION_EXTVERSION = 1,
 	SPI_VERSION_CITUS,			/* Citus' catalogs are here */
-	SPI_VERSION_DISTRIBUTED = 1 /* the second read's: ntask.task is distributed */
+	SPI_VERSION_DISTRIBUTED = 1 /* the second read's: ntask.task is
+								 * distributed */
 } SpiVersionCol;
 
 static void
@@ -440,7 +441,7 @@ NtaskTupGetDatum(SPITupleTable *tt, int row, int col, bool *isnull)
 }
 
 /* NtaskTupGetText: a text column, or NULL for SQL NULL. */
-text *
+text	   *
 NtaskTupGetText(SPITupleTable *tt, int row, int col)
 {
 	bool		isnull;
@@ -450,7 +451,7 @@ NtaskTupGetText(SPITupleTable *tt, int row, int col)
 }
 
 /* NtaskTupGetCString: a text column as a palloc'd C string, or NULL. */
-char *
+char	   *
 NtaskTupGetCString(SPITupleTable *tt, int row, int col)
 {
 	text	   *t = NtaskTupGetText(tt, row, col);
@@ -498,13 +499,13 @@ NtaskGetDatum(int row, int col, bool *isnull)
 	return NtaskTupGetDatum(SPI_tuptable, row, col, isnull);
 }
 
-text *
+text	   *
 NtaskGetText(int row, int col)
 {
 	return NtaskTupGetText(SPI_tuptable, row, col);
 }
 
-char *
+char	   *
 NtaskGetCString(int row, int col)
 {
 	return NtaskTupGetCString(SPI_tuptable, row, col);
@@ -533,7 +534,7 @@ NtaskGetBool(int row, int col)
  *		Fetch a required text argument: NULL raises 22004, an empty string
  *		22023, more than maxlen bytes 22001.
  */
-text *
+text	   *
 NtaskArgText(FunctionCallInfo fcinfo, int argno, const char *argname, int maxlen)
 {
 	text	   *t;
@@ -610,7 +611,7 @@ NtaskArgArray(FunctionCallInfo fcinfo, int argno, const char *argname,
  * NtaskArgJsonb
  *		Fetch a required jsonb argument; NULL raises 22004.
  */
-Jsonb *
+Jsonb	   *
 NtaskArgJsonb(FunctionCallInfo fcinfo, int argno, const char *argname)
 {
 	if (PG_ARGISNULL(argno))
@@ -727,11 +728,11 @@ NtaskCheckTokenIssued(int64 task_id, int64 token, int64 current)
 
 		/*
 		 * A token of an earlier WAL timeline that the ledger does not hold:
-		 * that timeline may have issued it in a claim whose WAL never
-		 * reached this one (a failover to an asynchronous standby), so its
-		 * holder did nothing wrong and gets the call's answer (stale), not
-		 * NT003.  Such a token of another task gets stale too: NT003 can
-		 * only be sure of tokens of this timeline.
+		 * that timeline may have issued it in a claim whose WAL never reached
+		 * this one (a failover to an asynchronous standby), so its holder did
+		 * nothing wrong and gets the call's answer (stale), not NT003.  Such
+		 * a token of another task gets stale too: NT003 can only be sure of
+		 * tokens of this timeline.
 		 */
 		if (!issued && token < NtaskTokenFloor())
 			issued = true;
@@ -875,7 +876,7 @@ NtaskIntervalUsecs(const Interval *iv)
 }
 
 /* NtaskUsecsInterval: a palloc'd interval of usecs microseconds (no days) */
-Interval *
+Interval   *
 NtaskUsecsInterval(int64 usecs)
 {
 	Interval   *iv = palloc0(sizeof(Interval));
@@ -925,4 +926,3 @@ NtaskTrySubxact(void (*fn) (void *arg), void *arg, ErrorData **edata)
 	SPI_tuptable = save_tuptable;
 	return ok;
 }
-

@@ -212,9 +212,9 @@ static NtaskPair tr_apply_pair = NTASK_PAIR("transition apply",
 														 "  coalesce(o.claimed_at, o.updated_at), t.invoked_at, o.lease_owner, o.progress, "
 														 "  t.unknown_attempts OPERATOR(pg_catalog.=) o.unknown_attempts",
 														 TR_APPLY_NARGS, SPI_OK_UPDATE_RETURNING, NULL, tr_apply_ledger),
-											{INT8OID, INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, BOOLOID,
+											INT8OID, INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, BOOLOID,
 											TEXTOID, TIMESTAMPTZOID, JSONBOID, TIMESTAMPTZOID, TEXTOID, BOOLOID, OIDOID,
-											JSONBOID, TIMESTAMPTZOID});
+											JSONBOID, TIMESTAMPTZOID);
 
 /* the ledger row a routed tr_apply's task ends with (tr_apply_ledger) */
 typedef enum TrLedgerArg
@@ -247,7 +247,7 @@ static NtaskPlan tr_attempt_insert_plan = {
 	"  outcome_known, outcome, retry_at, detail, progress) "
 	"VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)",
 	TR_LEDGER_NARGS, {INT8OID, INT2OID, INT8OID, INT4OID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID,
-	TIMESTAMPTZOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, BOOLOID, TEXTOID,
+		TIMESTAMPTZOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, BOOLOID, TEXTOID,
 	TIMESTAMPTZOID, JSONBOID, JSONBOID}
 };
 
@@ -326,49 +326,49 @@ tr_many_none(Datum *values, char *nulls)
 
 static NtaskPair tr_many_pair = NTASK_PAIR("transition many",
 										   NTASK_PLAIN(TR_MANY_NCOLS,
-	"WITH upd AS ( "
-	"  UPDATE ntask.task t SET state = $3, due_at = NULL, "
-	"    lease_owner = NULL, lease_until = NULL, "
-	"    last_error_class = coalesce($4, t.last_error_class), "
-	"    last_error_stage = coalesce($5, t.last_error_stage), "
-	"    outcome = $7, result = i.result, "
-	"    reason = CASE WHEN $10 "
-	"      THEN coalesce($8 OPERATOR(pg_catalog.->>) 'reason', $9) ELSE $9 END, "
-	"    unknown_attempts = t.unknown_attempts OPERATOR(pg_catalog.+) "
-	"      CASE WHEN $6 THEN 0 WHEN EXISTS (SELECT 1 FROM ntask.receipt r "
-	"        WHERE r.task_id OPERATOR(pg_catalog.=) t.task_id "
-	"          AND r.token OPERATOR(pg_catalog.=) t.token) THEN 0 ELSE 1 END, "
-	"    finished_at = pg_catalog.statement_timestamp(), "
-	"    updated_at = pg_catalog.statement_timestamp() "
-	"  FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2), pg_catalog.unnest($12)) "
-	"    AS i(task_id, token, result), ntask.task o "
-	"  WHERE t.task_id OPERATOR(pg_catalog.=) i.task_id "
-	"    AND t.token OPERATOR(pg_catalog.=) i.token "
-	"    AND t.state OPERATOR(pg_catalog.=) 'leased' "
-	"    AND o.task_id OPERATOR(pg_catalog.=) i.task_id AND o.shard OPERATOR(pg_catalog.=) t.shard "
-	"    AND EXISTS (SELECT 1 FROM ntask.queue q "
-	"                WHERE q.queue OPERATOR(pg_catalog.=) t.queue "
-	"                  AND " NTASK_WORKER_RIGHT("q", "11") ") "
-	"  RETURNING t.task_id, t.token, t.state, t.shard, t.attempts, "
-	"    coalesce(o.claimed_at, o.updated_at) AS claimed_at, t.invoked_at, "
-	"    o.lease_owner AS worker, t.queue, o.progress "
-	"), att AS ( "
-	"  INSERT INTO ntask.attempt (task_id, shard, token, attempt, worker, claimed_at, "
-	"    invoked_at, ended_at, result, requested, error_class, error_stage, "
-	"    outcome_known, outcome, retry_at, detail, progress) "
-	"  SELECT u.task_id, u.shard, u.token, u.attempts, u.worker, u.claimed_at, "
-	"    u.invoked_at, pg_catalog.statement_timestamp(), $3, $3, $4, $5, "
-	"    CASE WHEN $6 THEN true ELSE EXISTS (SELECT 1 FROM ntask.receipt r "
-	"      WHERE r.task_id OPERATOR(pg_catalog.=) u.task_id "
-	"        AND r.token OPERATOR(pg_catalog.=) u.token) END, "
-	"    $7, NULL, $8, u.progress "
-	"  FROM upd u "
-	") "
-	"SELECT upd.task_id, upd.state, upd.queue FROM upd",
-	TR_MANY_NARGS, SPI_OK_SELECT),
+													   "WITH upd AS ( "
+													   "  UPDATE ntask.task t SET state = $3, due_at = NULL, "
+													   "    lease_owner = NULL, lease_until = NULL, "
+													   "    last_error_class = coalesce($4, t.last_error_class), "
+													   "    last_error_stage = coalesce($5, t.last_error_stage), "
+													   "    outcome = $7, result = i.result, "
+													   "    reason = CASE WHEN $10 "
+													   "      THEN coalesce($8 OPERATOR(pg_catalog.->>) 'reason', $9) ELSE $9 END, "
+													   "    unknown_attempts = t.unknown_attempts OPERATOR(pg_catalog.+) "
+													   "      CASE WHEN $6 THEN 0 WHEN EXISTS (SELECT 1 FROM ntask.receipt r "
+													   "        WHERE r.task_id OPERATOR(pg_catalog.=) t.task_id "
+													   "          AND r.token OPERATOR(pg_catalog.=) t.token) THEN 0 ELSE 1 END, "
+													   "    finished_at = pg_catalog.statement_timestamp(), "
+													   "    updated_at = pg_catalog.statement_timestamp() "
+													   "  FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2), pg_catalog.unnest($12)) "
+													   "    AS i(task_id, token, result), ntask.task o "
+													   "  WHERE t.task_id OPERATOR(pg_catalog.=) i.task_id "
+													   "    AND t.token OPERATOR(pg_catalog.=) i.token "
+													   "    AND t.state OPERATOR(pg_catalog.=) 'leased' "
+													   "    AND o.task_id OPERATOR(pg_catalog.=) i.task_id AND o.shard OPERATOR(pg_catalog.=) t.shard "
+													   "    AND EXISTS (SELECT 1 FROM ntask.queue q "
+													   "                WHERE q.queue OPERATOR(pg_catalog.=) t.queue "
+													   "                  AND " NTASK_WORKER_RIGHT("q", "11") ") "
+													   "  RETURNING t.task_id, t.token, t.state, t.shard, t.attempts, "
+													   "    coalesce(o.claimed_at, o.updated_at) AS claimed_at, t.invoked_at, "
+													   "    o.lease_owner AS worker, t.queue, o.progress "
+													   "), att AS ( "
+													   "  INSERT INTO ntask.attempt (task_id, shard, token, attempt, worker, claimed_at, "
+													   "    invoked_at, ended_at, result, requested, error_class, error_stage, "
+													   "    outcome_known, outcome, retry_at, detail, progress) "
+													   "  SELECT u.task_id, u.shard, u.token, u.attempts, u.worker, u.claimed_at, "
+													   "    u.invoked_at, pg_catalog.statement_timestamp(), $3, $3, $4, $5, "
+													   "    CASE WHEN $6 THEN true ELSE EXISTS (SELECT 1 FROM ntask.receipt r "
+													   "      WHERE r.task_id OPERATOR(pg_catalog.=) u.task_id "
+													   "        AND r.token OPERATOR(pg_catalog.=) u.token) END, "
+													   "    $7, NULL, $8, u.progress "
+													   "  FROM upd u "
+													   ") "
+													   "SELECT upd.task_id, upd.state, upd.queue FROM upd",
+													   TR_MANY_NARGS, SPI_OK_SELECT),
 										   NTASK_ROUTED_NONE(tr_many_none),
-										   {INT8ARRAYOID, INT8ARRAYOID, TEXTOID, TEXTOID, TEXTOID, BOOLOID,
-										   TEXTOID, JSONBOID, TEXTOID, BOOLOID, OIDOID, JSONBARRAYOID});
+										   INT8ARRAYOID, INT8ARRAYOID, TEXTOID, TEXTOID, TEXTOID, BOOLOID,
+										   TEXTOID, JSONBOID, TEXTOID, BOOLOID, OIDOID, JSONBARRAYOID);
 
 /* one ntask_transition call's arguments, after validation */
 typedef struct TrCall
@@ -584,6 +584,7 @@ tr_apply_ledger(SPITupleTable *tt, int n, Datum *values, char *nulls)
 		[TR_LEDGER_ARG_KNOWN] = TR_APPLY_DIST_KNOWN,
 		[TR_LEDGER_ARG_PROGRESS] = TR_APPLY_DIST_PROGRESS,
 	};
+
 	/* a TR_APPLY_ARG_ + 1 (0: none) */
 	static const int from_args[TR_LEDGER_NARGS] = {
 		[TR_LEDGER_ARG_ENDED_AT] = TR_APPLY_ARG_NOW + 1,
@@ -1225,10 +1226,11 @@ ntask_task_row_valid(PG_FUNCTION_ARGS)
 			which = i;
 	if (which < 0)
 		PG_RETURN_BOOL(false);
+
 	/*
-	 * finished: succeeded .. skipped (3..6); awaiting (7): due_at
-	 * is its timeout, NULL without one; waiting (8, for parents, 36.1):
-	 * unfinished but due never, in no claim index
+	 * finished: succeeded .. skipped (3..6); awaiting (7): due_at is its
+	 * timeout, NULL without one; waiting (8, for parents, 36.1): unfinished
+	 * but due never, in no claim index
 	 */
 	finished = (which >= 3 && which <= 6) || which == 8;
 	PG_RETURN_BOOL((which == 7 || PG_ARGISNULL(1) == finished) &&

@@ -148,7 +148,8 @@ typedef struct WkSlot
 } WkSlot;
 
 static WkExtension wk_ext;
-static bool wk_idle = false;	/* a Citus worker node: no housekeeping, no dispatch */
+static bool wk_idle = false;	/* a Citus worker node: no housekeeping, no
+								 * dispatch */
 static char wk_dbname[NAMEDATALEN];
 
 static void wk_extension_step(void *arg);
@@ -195,8 +196,8 @@ wk_launcher_scan(Oid *roleoid, WkDb **dbs, int *ndbs, int *maxdbs,
 	/*
 	 * Connected to no database, only the shared catalogs can be read, and
 	 * only by heap scans: their indexes' relcache entries need a database
-	 * (the logical replication launcher reads pg_subscription the same
-	 * way).  Both catalogs are small.
+	 * (the logical replication launcher reads pg_subscription the same way).
+	 * Both catalogs are small.
 	 */
 	*roleoid = InvalidOid;
 	problem[0] = '\0';
@@ -453,7 +454,10 @@ wk_launcher_reap(WkLauncher *L)
 		}
 		else
 		{
-			/* the worker stopped: start it again, not at once if it ran briefly */
+			/*
+			 * the worker stopped: start it again, not at once if it ran
+			 * briefly
+			 */
 			sl->restart_at = TimestampTzPlusMilliseconds(L->now,
 														 TimestampDifferenceExceeds(sl->started, L->now, 5000) ? 100 : 5000);
 		}
@@ -999,10 +1003,10 @@ wk_worker_start(Datum arg)
 	{
 		/*
 		 * A Citus worker node (docs/scaling.md "Background worker,
-		 * housekeeping and dispatch"): the coordinator's worker sweeps
-		 * every shard and dispatches, since clients, task ids and claims
-		 * go through the coordinator.  This one stays, says so once, and
-		 * only watches the extension (DROP EXTENSION still stops it).
+		 * housekeeping and dispatch"): the coordinator's worker sweeps every
+		 * shard and dispatches, since clients, task ids and claims go through
+		 * the coordinator.  This one stays, says so once, and only watches
+		 * the extension (DROP EXTENSION still stops it).
 		 */
 		NtaskWorkerSetState("idle: citus worker node");
 		ereport(LOG,
@@ -1042,10 +1046,10 @@ wk_worker_round(WkLoop *w)
 	bool		woken = false;
 
 	/*
-	 * A query cancel (pg_cancel_backend) that reaches the worker while it
-	 * is between steps has nothing to cancel: outside a transaction it
-	 * would become FATAL and drop the transfers in flight.  During a step
-	 * it cancels that step (caught, rolled back, retried).
+	 * A query cancel (pg_cancel_backend) that reaches the worker while it is
+	 * between steps has nothing to cancel: outside a transaction it would
+	 * become FATAL and drop the transfers in flight.  During a step it
+	 * cancels that step (caught, rolled back, retried).
 	 */
 	if (QueryCancelPending)
 	{
@@ -1096,19 +1100,18 @@ static void
 wk_worker_sleep(WkLoop *w)
 {
 	TimestampTz until = w->refresh_pending ? Min(w->next_tick, w->next_refresh) :
-		w->next_tick;
+	w->next_tick;
 	long		wait_ms = (long) ((until - GetCurrentTimestamp()) / 1000);
 	long		stats_ms;
 	int			rc;
 	TimestampTz woke;
 
 	/*
-	 * Report this process's table and function statistics, as a backend
-	 * does before it waits for a command: a background worker's are
-	 * otherwise kept until it exits, so autovacuum would not count the
-	 * dead rows of its claims, transitions and retention.  At most once a
-	 * second (PGSTAT_MIN_INTERVAL); what is left pending shortens this
-	 * wait.
+	 * Report this process's table and function statistics, as a backend does
+	 * before it waits for a command: a background worker's are otherwise kept
+	 * until it exits, so autovacuum would not count the dead rows of its
+	 * claims, transitions and retention.  At most once a second
+	 * (PGSTAT_MIN_INTERVAL); what is left pending shortens this wait.
 	 */
 	stats_ms = pgstat_report_stat(false);
 	if (stats_ms > 0)
@@ -1122,8 +1125,8 @@ wk_worker_sleep(WkLoop *w)
 
 	/*
 	 * An enqueue (or a queue change) committed: the queue may be new since
-	 * the last tick, so reread the http queues, at most every 100 ms
-	 * however fast enqueues come.
+	 * the last tick, so reread the http queues, at most every 100 ms however
+	 * fast enqueues come.
 	 */
 	if (wk_idle)
 		return;					/* nothing to dispatch */
