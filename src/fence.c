@@ -261,7 +261,7 @@ ntask_fence(PG_FUNCTION_ARGS)
 		if (NtaskExecPlan(&fence_current_plan, values, NULL, SPI_OK_SELECT) != 1)
 			elog(ERROR, "ntask: fence \"%s\" neither advanced nor found",
 				 text_to_cstring(key));
-		watermark = NtaskGetInt64(0, FENCE_CURRENT_TOKEN);
+		watermark = NtaskTupGetInt64(SPI_tuptable, 0, FENCE_CURRENT_TOKEN);
 		if (token < watermark)
 		{
 			/* stale, unless this token applied once (a late retry) */
@@ -269,12 +269,12 @@ ntask_fence(PG_FUNCTION_ARGS)
 				result = "stale";
 			else
 				result = NtaskSameDigest(payload, digest,
-										 DatumGetByteaPP(NtaskGetDatum(0, FENCE_RECEIPT_DIGEST, &isnull)),
-										 NtaskGetInt32(0, FENCE_RECEIPT_DIGEST_VERSION)) ? "duplicate" : "conflict";
+										 DatumGetByteaPP(NtaskTupGetDatum(SPI_tuptable, 0, FENCE_RECEIPT_DIGEST, &isnull)),
+										 NtaskTupGetInt32(SPI_tuptable, 0, FENCE_RECEIPT_DIGEST_VERSION)) ? "duplicate" : "conflict";
 		}
 		else if (NtaskSameDigest(payload, digest,
-								 DatumGetByteaPP(NtaskGetDatum(0, FENCE_CURRENT_DIGEST, &isnull)),
-								 NtaskGetInt32(0, FENCE_CURRENT_DIGEST_VERSION)))
+								 DatumGetByteaPP(NtaskTupGetDatum(SPI_tuptable, 0, FENCE_CURRENT_DIGEST, &isnull)),
+								 NtaskTupGetInt32(SPI_tuptable, 0, FENCE_CURRENT_DIGEST_VERSION)))
 			result = "duplicate";
 		else
 			result = "conflict";

@@ -387,6 +387,34 @@ typedef struct TrCall
 	bool		result_null;
 } TrCall;
 
+/*
+ * ntask_transition's columns (the finish_* columns of
+ * ntask_transition_and_claim), and ntask_transition_many's
+ */
+typedef enum TrOutCol
+{
+	TR_OUT_RESULT,
+	TR_OUT_STATE,
+	TR_OUT_RUN_AT,
+	TR_OUT_NCOLS
+}			TrOutCol;
+
+typedef enum TrManyOutCol
+{
+	TR_MANY_OUT_TASK_ID,
+	TR_MANY_OUT_RESULT,
+	TR_MANY_OUT_STATE,
+	TR_MANY_OUT_RUN_AT,
+	TR_MANY_OUT_NCOLS
+}			TrManyOutCol;
+
+/*
+ * ntask_transition_and_claim's columns: ntask_claim's seven, the finish's
+ * (TrOutCol), then the claim's context
+ */
+#define TR_TAC_FINISH	7
+#define TR_TAC_NCOLS	(TR_TAC_FINISH + TR_OUT_NCOLS + 1)
+
 /* one transition's answer: the row ntask_transition returns */
 typedef struct TrOut
 {
@@ -860,8 +888,8 @@ ntask_transition(PG_FUNCTION_ARGS)
 	TrCall		c;
 	TrOut		o;
 	const char *reason;
-	Datum		out[3];
-	bool		outnulls[3] = {false, false, false};
+	Datum		out[TR_OUT_NCOLS];
+	bool		outnulls[TR_OUT_NCOLS] = {false, false, false};
 
 	c.task_id = NtaskArgInt64(fcinfo, 0, "task_id");
 	c.token = NtaskArgInt64(fcinfo, 1, "token");
@@ -870,10 +898,10 @@ ntask_transition(PG_FUNCTION_ARGS)
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
 	tr_one(&c, reason, &o);
-	out[0] = CStringGetTextDatum(o.result);
-	out[1] = o.state;
-	out[2] = o.run_at;
-	outnulls[2] = o.run_at_null;
+	out[TR_OUT_RESULT] = CStringGetTextDatum(o.result);
+	out[TR_OUT_STATE] = o.state;
+	out[TR_OUT_RUN_AT] = o.run_at;
+	outnulls[TR_OUT_RUN_AT] = o.run_at_null;
 	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, outnulls);
 	SPI_finish();
 	return (Datum) 0;
@@ -1107,14 +1135,14 @@ ntask_transition_many(PG_FUNCTION_ARGS)
 	for (i = 0; i < n; i++)
 	{
 		TrItem	   *it = byPos[i];
-		Datum		out[4];
-		bool		outnulls[4] = {false, false, false, false};
+		Datum		out[TR_MANY_OUT_NCOLS];
+		bool		outnulls[TR_MANY_OUT_NCOLS] = {false, false, false, false};
 
-		out[0] = Int64GetDatum(it->task_id);
-		out[1] = CStringGetTextDatum(it->o.result);
-		out[2] = it->o.state;
-		out[3] = it->o.run_at;
-		outnulls[3] = it->o.run_at_null;
+		out[TR_MANY_OUT_TASK_ID] = Int64GetDatum(it->task_id);
+		out[TR_MANY_OUT_RESULT] = CStringGetTextDatum(it->o.result);
+		out[TR_MANY_OUT_STATE] = it->o.state;
+		out[TR_MANY_OUT_RUN_AT] = it->o.run_at;
+		outnulls[TR_MANY_OUT_RUN_AT] = it->o.run_at_null;
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, outnulls);
 	}
 	SPI_finish();
@@ -1146,8 +1174,8 @@ ntask_transition_and_claim(PG_FUNCTION_ARGS)
 	TrOut		o;
 	const char *reason;
 	ClaimCall	cc;
-	Datum		extra[3];
-	bool		extranulls[3] = {false, false, false};
+	Datum		extra[TR_OUT_NCOLS];
+	bool		extranulls[TR_OUT_NCOLS] = {false, false, false};
 
 	c.task_id = NtaskArgInt64(fcinfo, 0, "finish_task_id");
 	c.token = NtaskArgInt64(fcinfo, 1, "finish_token");
@@ -1157,31 +1185,30 @@ ntask_transition_and_claim(PG_FUNCTION_ARGS)
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
 	tr_one(&c, reason, &o);
-	extra[0] = CStringGetTextDatum(o.result);
-	extra[1] = o.state;
-	extra[2] = o.run_at;
-	extranulls[2] = o.run_at_null;
+	extra[TR_OUT_RESULT] = CStringGetTextDatum(o.result);
+	extra[TR_OUT_STATE] = o.state;
+	extra[TR_OUT_RUN_AT] = o.run_at;
+	extranulls[TR_OUT_RUN_AT] = o.run_at_null;
 	cc.extra = extra;
 	cc.extranulls = extranulls;
-	cc.nextra = 3;
+	cc.nextra = TR_OUT_NCOLS;
 	if (NtaskClaimInto(&cc) == 0)
 	{
-		Datum		out[11];
-		bool		outnulls[11];
+		Datum		out[TR_TAC_NCOLS];
+		bool		outnulls[TR_TAC_NCOLS];
 		int			k;
 
-		for (k = 0; k < 7; k++)
+		/* no task: the claim's columns NULL, the finish's as they are */
+		for (k = 0; k < TR_TAC_NCOLS; k++)
 		{
 			out[k] = (Datum) 0;
 			outnulls[k] = true;
 		}
-		for (k = 0; k < 3; k++)
+		for (k = 0; k < TR_OUT_NCOLS; k++)
 		{
-			out[7 + k] = extra[k];
-			outnulls[7 + k] = extranulls[k];
+			out[TR_TAC_FINISH + k] = extra[k];
+			outnulls[TR_TAC_FINISH + k] = extranulls[k];
 		}
-		out[10] = (Datum) 0;	/* context */
-		outnulls[10] = true;
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, outnulls);
 	}
 	SPI_finish();
