@@ -5,6 +5,7 @@ MODULE_big = ntask
 OBJS = \
 	src/module.o \
 	src/spi_util.o \
+	src/shard.o \
 	src/digest.o \
 	src/rights.o \
 	src/queue.o \

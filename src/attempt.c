@@ -27,74 +27,93 @@
 #include "utils/lsyscache.h"
 
 /*
- * The one open attempt of each task whose lease expired.  Its outcome is
- * known if it was never invoked, or if it committed a receipt (the receipt
- * is the outcome); the second column says "unknown".  $1 the tasks, $2
- * their shard.
+ * An open attempt as a distributed install reads it from its task row to
+ * write its ledger row apart (att_close's routed pick, att_finish_open):
+ * the task, whether its outcome is unknown (it was invoked and committed
+ * no receipt), then the ledger row's columns that come from the task row.
  */
-typedef enum AttCloseCol
+typedef enum AttOpenCol
 {
-	ATT_CLOSE_TASK_ID = 1,
-	ATT_CLOSE_UNKNOWN			/* it was invoked, no receipt */
-} AttCloseCol;
-
-static NtaskPlan att_close_plan = {
-	"claim close expired attempts",
-	.ncols = 2,
-	"INSERT INTO ntask.attempt AS a (task_id, shard, token, attempt, worker, claimed_at, "
-	"  invoked_at, ended_at, result, outcome_known, progress) "
-	"SELECT t.task_id, t.shard, t.token, t.attempts, t.lease_owner, "
-	"  coalesce(t.claimed_at, t.updated_at), t.invoked_at, pg_catalog.statement_timestamp(), "
-	"  'lease_expired', (t.invoked_at IS NULL " NTASK_RECEIPT_OF("t") "), t.progress "
-	"FROM ntask.task t "
-	"WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1) " NTASK_SHARD_IS("t", "2")
-	"  AND t.state OPERATOR(pg_catalog.=) 'leased' "
-	"RETURNING a.task_id, NOT a.outcome_known",
-	2, {INT8ARRAYOID, INT2OID}
-};
+	ATT_OPEN_TASK_ID = 1,
+	ATT_OPEN_UNKNOWN,
+	ATT_OPEN_SHARD,
+	ATT_OPEN_TOKEN,
+	ATT_OPEN_ATTEMPT,
+	ATT_OPEN_WORKER,
+	ATT_OPEN_CLAIMED_AT,
+	ATT_OPEN_INVOKED_AT,
+	ATT_OPEN_PROGRESS,
+	ATT_OPEN_NCOLS = ATT_OPEN_PROGRESS
+} AttOpenCol;
 
 /*
- * On a distributed install the same in two routed statements: Citus does
- * not prune an INSERT ... SELECT by the SELECT's shard, so att_close_plan
- * would open a transaction on every node (and fail while one is down,
- * whatever the shard).  The rows are read from shard $2 (the receipt's
- * shard named as $2 too: with r.shard = t.shard alone Citus plans the
- * EXISTS over every shard), then each ledger row is inserted with its
- * shard value (the router takes a one-row INSERT).  The read locks the
- * rows and takes only those still at the token the caller picked ($3, in
- * $1's order): two routed statements are not one, and a task another
- * claim took over meanwhile (its attempt closed there, a new one open)
- * must not have that new attempt closed here.
+ * the columns of an open attempt (alias o), AttOpenCol's; receipt: the
+ * predicate of its receipt's task id and shard (alias r)
  */
-typedef enum AttCloseDistCol
-{
-	ATT_CLOSE_DIST_TASK_ID = 1,
-	ATT_CLOSE_DIST_SHARD,
-	ATT_CLOSE_DIST_TOKEN,
-	ATT_CLOSE_DIST_ATTEMPT,
-	ATT_CLOSE_DIST_WORKER,
-	ATT_CLOSE_DIST_CLAIMED_AT,
-	ATT_CLOSE_DIST_INVOKED_AT,
-	ATT_CLOSE_DIST_KNOWN,
-	ATT_CLOSE_DIST_PROGRESS
-} AttCloseDistCol;
+#define ATT_OPEN_COLS(o, receipt) \
+	o ".task_id, NOT (" o ".invoked_at IS NULL OR EXISTS (SELECT 1 FROM ntask.receipt r " \
+	"    WHERE " receipt \
+	"      AND r.token OPERATOR(pg_catalog.=) " o ".token)), " \
+	o ".shard, " o ".token, " o ".attempts, " o ".lease_owner, " \
+	"coalesce(" o ".claimed_at, " o ".updated_at), " o ".invoked_at, " o ".progress "
 
-static NtaskPlan att_close_pick_dist_plan = {
-	"claim close expired attempts: pick (distributed)",
-	.ncols = 9,
-	"SELECT t.task_id, t.shard, t.token, t.attempts, t.lease_owner, "
-	"  coalesce(t.claimed_at, t.updated_at), t.invoked_at, "
-	"  (t.invoked_at IS NULL OR EXISTS (SELECT 1 FROM ntask.receipt r "
-	"    WHERE r.task_id OPERATOR(pg_catalog.=) t.task_id "
-	"      AND r.shard OPERATOR(pg_catalog.=) $2 "
-	"      AND r.token OPERATOR(pg_catalog.=) t.token)), t.progress "
-	"FROM ntask.task t "
-	"WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1) " NTASK_SHARD_IS("t", "2")
-	"  AND t.state OPERATOR(pg_catalog.=) 'leased' "
-	"  AND t.token OPERATOR(pg_catalog.=) ($3)[pg_catalog.array_position($1, t.task_id)] "
-	"FOR UPDATE OF t",
-	3, {INT8ARRAYOID, INT2OID, INT8ARRAYOID}
-};
+/*
+ * The one open attempt of each task whose lease expired.  Its outcome is
+ * known if it was never invoked, or if it committed a receipt (the receipt
+ * is the outcome); the second column says "unknown".
+ *
+ * On a distributed install the same in two routed statements: Citus does
+ * not prune an INSERT ... SELECT by the SELECT's shard, so the plain
+ * statement would open a transaction on every node (and fail while one is
+ * down, whatever the shard).  The rows are read from shard $2 (the
+ * receipt's shard named as $2 too: with r.shard = t.shard alone Citus
+ * plans the EXISTS over every shard), then each ledger row is inserted
+ * with its shard value (att_close_ledger: the router takes a one-row
+ * INSERT).  The read locks the rows and takes only those still at the
+ * token the caller picked ($3, in $1's order): two routed statements are
+ * not one, and a task another claim took over meanwhile (its attempt
+ * closed there, a new one open) must not have that new attempt closed
+ * here.
+ */
+typedef enum AttCloseArg
+{
+	ATT_CLOSE_ARG_TASK_IDS,		/* $1 */
+	ATT_CLOSE_ARG_SHARD,		/* $2, theirs */
+	ATT_CLOSE_ARG_TOKENS,		/* $3, as picked (the distributed install's) */
+	ATT_CLOSE_NARGS
+} AttCloseArg;
+
+typedef enum AttCloseCol
+{
+	ATT_CLOSE_TASK_ID = ATT_OPEN_TASK_ID,
+	ATT_CLOSE_UNKNOWN = ATT_OPEN_UNKNOWN,	/* it was invoked, no receipt */
+	ATT_CLOSE_NCOLS = ATT_CLOSE_UNKNOWN
+} AttCloseCol;
+
+static void att_close_ledger(SPITupleTable *tt, int n, Datum *values, char *nulls);
+
+static NtaskPair att_close = NTASK_PAIR("claim close expired attempts",
+										NTASK_PLAIN(ATT_CLOSE_NCOLS,
+													"INSERT INTO ntask.attempt AS a (task_id, shard, token, attempt, worker, claimed_at, "
+													"  invoked_at, ended_at, result, outcome_known, progress) "
+													"SELECT t.task_id, t.shard, t.token, t.attempts, t.lease_owner, "
+													"  coalesce(t.claimed_at, t.updated_at), t.invoked_at, pg_catalog.statement_timestamp(), "
+													"  'lease_expired', (t.invoked_at IS NULL " NTASK_RECEIPT_OF("t") "), t.progress "
+													"FROM ntask.task t "
+													"WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1) " NTASK_SHARD_IS("t", "2")
+													"  AND t.state OPERATOR(pg_catalog.=) 'leased' "
+													"RETURNING a.task_id, NOT a.outcome_known",
+													ATT_CLOSE_ARG_TOKENS, SPI_OK_INSERT_RETURNING),
+										NTASK_ROUTED(ATT_OPEN_NCOLS,
+													 "SELECT " ATT_OPEN_COLS("t", "r.task_id OPERATOR(pg_catalog.=) t.task_id "
+																			 "      AND r.shard OPERATOR(pg_catalog.=) $2 ")
+													 "FROM ntask.task t "
+													 "WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1) " NTASK_SHARD_IS("t", "2")
+													 "  AND t.state OPERATOR(pg_catalog.=) 'leased' "
+													 "  AND t.token OPERATOR(pg_catalog.=) ($3)[pg_catalog.array_position($1, t.task_id)] "
+													 "FOR UPDATE OF t",
+													 ATT_CLOSE_NARGS, SPI_OK_SELECT, NULL, att_close_ledger),
+										INT8ARRAYOID, INT2OID, INT8ARRAYOID);
 
 /* one ledger row, routed by its shard value $2 (NtaskLedgerRowDist) */
 static NtaskPlan att_row_insert_dist_plan = {
@@ -119,8 +138,8 @@ NtaskLedgerRowDist(Datum *v, const char *n)
 }
 
 /*
- * att_open_row: the open attempt's columns of row r of tt, a pick with
- * AttCloseDistCol's columns, into v and n, as a ledger row that ended now
+ * att_open_row: the open attempt's columns of row r of tt, a read with
+ * AttOpenCol's columns, into v and n, as a ledger row that ended now
  * with result; returns whether its outcome is unknown (it was invoked
  * and committed no receipt)
  */
@@ -128,10 +147,16 @@ static bool
 att_open_row(SPITupleTable *tt, int r, const char *result, Datum *v, char *n)
 {
 	static const int cols[ATT_ROW_NARGS] = {
-		ATT_CLOSE_DIST_TASK_ID, ATT_CLOSE_DIST_SHARD, ATT_CLOSE_DIST_TOKEN,
-		ATT_CLOSE_DIST_ATTEMPT, ATT_CLOSE_DIST_WORKER, ATT_CLOSE_DIST_CLAIMED_AT,
-		ATT_CLOSE_DIST_INVOKED_AT, 0, 0, 0, ATT_CLOSE_DIST_KNOWN, 0,
-	ATT_CLOSE_DIST_PROGRESS};
+		[ATT_ROW_TASK_ID] = ATT_OPEN_TASK_ID,
+		[ATT_ROW_SHARD] = ATT_OPEN_SHARD,
+		[ATT_ROW_TOKEN] = ATT_OPEN_TOKEN,
+		[ATT_ROW_ATTEMPT] = ATT_OPEN_ATTEMPT,
+		[ATT_ROW_WORKER] = ATT_OPEN_WORKER,
+		[ATT_ROW_CLAIMED_AT] = ATT_OPEN_CLAIMED_AT,
+		[ATT_ROW_INVOKED_AT] = ATT_OPEN_INVOKED_AT,
+		[ATT_ROW_PROGRESS] = ATT_OPEN_PROGRESS,
+	};
+	bool		unknown = NtaskTupGetBool(tt, r, ATT_OPEN_UNKNOWN);
 	int			i;
 
 	for (i = 0; i < ATT_ROW_NARGS; i++)
@@ -145,11 +170,35 @@ att_open_row(SPITupleTable *tt, int r, const char *result, Datum *v, char *n)
 	n[ATT_ROW_ENDED_AT] = ' ';
 	v[ATT_ROW_RESULT] = CStringGetTextDatum(result);
 	n[ATT_ROW_RESULT] = ' ';
-	return !NtaskTupGetBool(tt, r, ATT_CLOSE_DIST_KNOWN);
+	v[ATT_ROW_KNOWN] = BoolGetDatum(!unknown);
+	n[ATT_ROW_KNOWN] = ' ';
+	return unknown;
 }
 
-static Datum att_close_dist(Datum *values);
+/* att_close_ledger: att_close's routed after step, the picked attempts' ledger rows */
+static void
+att_close_ledger(SPITupleTable *tt, int n, Datum *values, char *nulls)
+{
+	int			r;
 
+	for (r = 0; r < n; r++)
+	{
+		Datum		av[ATT_ROW_NARGS];
+		char		an[ATT_ROW_NARGS];
+
+		(void) att_open_row(tt, r, "lease_expired", av, an);
+		NtaskLedgerRowDist(av, an);
+	}
+}
+
+/*
+ * Finish a task: its open attempt's ledger row (if it has one) and its
+ * terminal state.  On a distributed install it runs apart (Citus plans a
+ * CTE apart and sends its rows to every node): the before step
+ * (att_finish_open) reads the open attempt (one routed SELECT, AttOpenCol)
+ * and writes its ledger row (NtaskLedgerRowDist), then the task's UPDATE
+ * takes what that found as parameters.
+ */
 typedef enum AttFinishArg
 {
 	ATT_FINISH_ARG_TASK_ID,		/* $1 */
@@ -158,77 +207,99 @@ typedef enum AttFinishArg
 	ATT_FINISH_ARG_RESULT,		/* $4, the attempt's */
 	ATT_FINISH_ARG_ERROR_CLASS, /* $5, NULL: unchanged */
 	ATT_FINISH_ARG_STAGE,		/* $6, NULL: unchanged */
+	ATT_FINISH_ARG_INVOKED,		/* $7, the before step's: unknown outcomes
+								 * closed, 0 or 1 */
+	ATT_FINISH_ARG_CLOSED,		/* $8, the before step's: it closed one */
+	ATT_FINISH_ARG_NOW,			/* $9, the before step's */
 	ATT_FINISH_NARGS
 } AttFinishArg;
 
 typedef enum AttFinishCol
 {
 	ATT_FINISH_QUEUE = 1,
-	ATT_FINISH_CLOSED			/* it closed an open attempt: a lease ended */
+	ATT_FINISH_CLOSED,			/* it closed an open attempt: a lease ended */
+	ATT_FINISH_NCOLS = ATT_FINISH_CLOSED
 } AttFinishCol;
 
-static NtaskPlan att_finish_plan = {
-	"finish task",
-	.ncols = 2,
-	"WITH closed AS ( "
-	"  INSERT INTO ntask.attempt AS a (task_id, shard, token, attempt, worker, claimed_at, "
-	"    invoked_at, ended_at, result, outcome_known, progress) "
-	"  SELECT o.task_id, o.shard, o.token, o.attempts, o.lease_owner, "
-	"    coalesce(o.claimed_at, o.updated_at), o.invoked_at, "
-	"    pg_catalog.statement_timestamp(), $4, "
-	"    (o.invoked_at IS NULL " NTASK_RECEIPT_OF("o") "), o.progress "
-	"  FROM ntask.task o "
-	"  WHERE o.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("o", "$1")
-	"    AND o.state OPERATOR(pg_catalog.=) 'leased' "
-	"  RETURNING NOT a.outcome_known AS was_invoked "
-	") "
-	"UPDATE ntask.task t SET state = $2, reason = $3, due_at = NULL, "
-	"  lease_owner = NULL, lease_until = NULL, "
-	"  finished_at = pg_catalog.statement_timestamp(), updated_at = pg_catalog.statement_timestamp(), "
-	"  last_error_class = coalesce($5, t.last_error_class), "
-	"  last_error_stage = coalesce($6, t.last_error_stage), "
-	"  unknown_attempts = t.unknown_attempts OPERATOR(pg_catalog.+) "
-	"    (SELECT pg_catalog.count(*) FROM closed c WHERE c.was_invoked)::integer "
-	"WHERE t.task_id OPERATOR(pg_catalog.=) $1" NTASK_SHARD_OF("t", "$1")
-	"RETURNING t.queue, EXISTS (SELECT 1 FROM closed)",
-	ATT_FINISH_NARGS, {INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID}
-};
+static bool att_finish_open(Datum *values, char *nulls);
 
-/*
- * On a distributed install NtaskFinishTask runs apart (Citus plans a CTE
- * apart and sends its rows to every node): the open attempt read (one
- * routed SELECT, att_close_pick_dist_plan's columns), its ledger row
- * (NtaskLedgerRowDist), then the task's UPDATE; $7 the attempts it closed
- * that were invoked (0 or 1), $8 whether it closed one, $9 now.
- */
+static NtaskPair att_finish = NTASK_PAIR("finish task",
+										 NTASK_PLAIN(ATT_FINISH_NCOLS,
+													 "WITH closed AS ( "
+													 "  INSERT INTO ntask.attempt AS a (task_id, shard, token, attempt, worker, claimed_at, "
+													 "    invoked_at, ended_at, result, outcome_known, progress) "
+													 "  SELECT o.task_id, o.shard, o.token, o.attempts, o.lease_owner, "
+													 "    coalesce(o.claimed_at, o.updated_at), o.invoked_at, "
+													 "    pg_catalog.statement_timestamp(), $4, "
+													 "    (o.invoked_at IS NULL " NTASK_RECEIPT_OF("o") "), o.progress "
+													 "  FROM ntask.task o "
+													 "  WHERE o.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("o", "$1")
+													 "    AND o.state OPERATOR(pg_catalog.=) 'leased' "
+													 "  RETURNING NOT a.outcome_known AS was_invoked "
+													 ") "
+													 "UPDATE ntask.task t SET state = $2, reason = $3, due_at = NULL, "
+													 "  lease_owner = NULL, lease_until = NULL, "
+													 "  finished_at = pg_catalog.statement_timestamp(), updated_at = pg_catalog.statement_timestamp(), "
+													 "  last_error_class = coalesce($5, t.last_error_class), "
+													 "  last_error_stage = coalesce($6, t.last_error_stage), "
+													 "  unknown_attempts = t.unknown_attempts OPERATOR(pg_catalog.+) "
+													 "    (SELECT pg_catalog.count(*) FROM closed c WHERE c.was_invoked)::integer "
+													 "WHERE t.task_id OPERATOR(pg_catalog.=) $1" NTASK_SHARD_OF("t", "$1")
+													 "RETURNING t.queue, EXISTS (SELECT 1 FROM closed)",
+													 ATT_FINISH_ARG_INVOKED, SPI_OK_UPDATE_RETURNING),
+										 NTASK_ROUTED(ATT_FINISH_NCOLS,
+													  "UPDATE ntask.task t SET state = $2, reason = $3, due_at = NULL, "
+													  "  lease_owner = NULL, lease_until = NULL, "
+													  "  finished_at = $9, updated_at = $9, "
+													  "  last_error_class = coalesce($5, t.last_error_class), "
+													  "  last_error_stage = coalesce($6, t.last_error_stage), "
+													  "  unknown_attempts = t.unknown_attempts OPERATOR(pg_catalog.+) $7 "
+													  "WHERE t.task_id OPERATOR(pg_catalog.=) $1" NTASK_SHARD_OF("t", "$1")
+													  "RETURNING t.queue, $8",
+													  ATT_FINISH_NARGS, SPI_OK_UPDATE_RETURNING,
+													  att_finish_open, NULL),
+										 INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, INT4OID, BOOLOID,
+										 TIMESTAMPTZOID);
+
+/* the open attempt of task $1 (AttOpenCol), for att_finish_open */
 static NtaskPlan att_finish_open_dist_plan = {
 	"finish task: open attempt (distributed)",
-	.ncols = 9,
-	"SELECT o.task_id, o.shard, o.token, o.attempts, o.lease_owner, "
-	"  coalesce(o.claimed_at, o.updated_at), o.invoked_at, "
-	"  (o.invoked_at IS NULL OR EXISTS (SELECT 1 FROM ntask.receipt r "
-	"    WHERE r.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("r", "$1")
-	"      AND r.token OPERATOR(pg_catalog.=) o.token)), o.progress "
+	.ncols = ATT_OPEN_NCOLS,
+	"SELECT " ATT_OPEN_COLS("o", "r.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("r", "$1"))
 	"FROM ntask.task o "
 	"WHERE o.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("o", "$1")
 	"  AND o.state OPERATOR(pg_catalog.=) 'leased'",
-	1, {INT8OID}
+	ATT_FINISH_ARG_TASK_ID + 1, {INT8OID}
 };
 
-static NtaskPlan att_finish_dist_plan = {
-	"finish task (distributed)",
-	.ncols = 2,
-	"UPDATE ntask.task t SET state = $2, reason = $3, due_at = NULL, "
-	"  lease_owner = NULL, lease_until = NULL, "
-	"  finished_at = $9, updated_at = $9, "
-	"  last_error_class = coalesce($5, t.last_error_class), "
-	"  last_error_stage = coalesce($6, t.last_error_stage), "
-	"  unknown_attempts = t.unknown_attempts OPERATOR(pg_catalog.+) $7 "
-	"WHERE t.task_id OPERATOR(pg_catalog.=) $1" NTASK_SHARD_OF("t", "$1")
-	"RETURNING t.queue, $8",
-	9, {INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, INT4OID, BOOLOID,
-	TIMESTAMPTZOID}
-};
+/*
+ * att_finish_open: att_finish's routed before step, the open attempt's
+ * ledger row and what the task's UPDATE takes from it
+ */
+static bool
+att_finish_open(Datum *values, char *nulls)
+{
+	bool		closed = false;
+	bool		unknown = false;
+
+	if (NtaskExecPlan(&att_finish_open_dist_plan, values, NULL, SPI_OK_SELECT) == 1)
+	{
+		Datum		av[ATT_ROW_NARGS];
+		char		an[ATT_ROW_NARGS];
+
+		closed = true;
+		unknown = att_open_row(SPI_tuptable, 0,
+							   TextDatumGetCString(values[ATT_FINISH_ARG_RESULT]),
+							   av, an);
+		NtaskLedgerRowDist(av, an);
+	}
+	values[ATT_FINISH_ARG_INVOKED] = Int32GetDatum(unknown ? 1 : 0);
+	values[ATT_FINISH_ARG_CLOSED] = BoolGetDatum(closed);
+	values[ATT_FINISH_ARG_NOW] = NtaskStatementTs();
+	nulls[ATT_FINISH_ARG_INVOKED] = nulls[ATT_FINISH_ARG_CLOSED] =
+		nulls[ATT_FINISH_ARG_NOW] = ' ';
+	return true;
+}
 
 /* NtaskIdsShard: the shard of the tasks in a bigint[] of one shard */
 int16
@@ -259,54 +330,23 @@ NtaskIdsShard(Datum ids)
 Datum
 NtaskCloseExpiredAttempts(Datum task_ids, Datum tokens)
 {
-	Datum		values[3];
+	Datum		values[ATT_CLOSE_NARGS];
 	Datum	   *invoked;
+	SPITupleTable *tt;
 	int			ninvoked = 0;
 	int			nclosed;
 	int			r;
 
 	/* of one shard: one claim round's, or any on a plain install (all 0) */
-	values[0] = task_ids;
-	values[1] = Int16GetDatum(NtaskIdsShard(task_ids));
-	values[2] = tokens;
-	if (NtaskShardCount() > 0)
-		return att_close_dist(values);
-	nclosed = NtaskExecPlan(&att_close_plan, values, NULL,
-							SPI_OK_INSERT_RETURNING);
+	values[ATT_CLOSE_ARG_TASK_IDS] = task_ids;
+	values[ATT_CLOSE_ARG_SHARD] = Int16GetDatum(NtaskIdsShard(task_ids));
+	values[ATT_CLOSE_ARG_TOKENS] = tokens;
+	nclosed = NtaskExecPair(&att_close, values, NULL);
+	tt = SPI_tuptable;
 	invoked = palloc(sizeof(Datum) * Max(nclosed, 1));
 	for (r = 0; r < nclosed; r++)
-		if (NtaskGetBool(r, ATT_CLOSE_UNKNOWN))
-			invoked[ninvoked++] = Int64GetDatum(NtaskGetInt64(r, ATT_CLOSE_TASK_ID));
-	return NtaskInt8Array(invoked, ninvoked);
-}
-
-/*
- * att_close_dist
- *		NtaskCloseExpiredAttempts on a distributed install: values[0] the
- *		tasks, values[1] their shard, values[2] their tokens
- *		(att_close_pick_dist_plan's arguments).
- */
-static Datum
-att_close_dist(Datum *values)
-{
-	SPITupleTable *picked;
-	Datum	   *invoked;
-	int			ninvoked = 0;
-	int			n;
-	int			r;
-
-	n = NtaskExecPlan(&att_close_pick_dist_plan, values, NULL, SPI_OK_SELECT);
-	picked = SPI_tuptable;
-	invoked = palloc(sizeof(Datum) * Max(n, 1));
-	for (r = 0; r < n; r++)
-	{
-		Datum		av[ATT_ROW_NARGS];
-		char		an[ATT_ROW_NARGS];
-
-		if (att_open_row(picked, r, "lease_expired", av, an))
-			invoked[ninvoked++] = Int64GetDatum(NtaskTupGetInt64(picked, r, ATT_CLOSE_DIST_TASK_ID));
-		NtaskLedgerRowDist(av, an);
-	}
+		if (NtaskTupGetBool(tt, r, ATT_CLOSE_UNKNOWN))
+			invoked[ninvoked++] = Int64GetDatum(NtaskTupGetInt64(tt, r, ATT_CLOSE_TASK_ID));
 	return NtaskInt8Array(invoked, ninvoked);
 }
 
@@ -336,34 +376,7 @@ NtaskFinishTask(int64 task_id, const char *to_state, const char *reason,
 	nulls[ATT_FINISH_ARG_ERROR_CLASS] = error_class ? ' ' : 'n';
 	values[ATT_FINISH_ARG_STAGE] = stage ? CStringGetTextDatum(stage) : (Datum) 0;
 	nulls[ATT_FINISH_ARG_STAGE] = stage ? ' ' : 'n';
-	if (NtaskShardCount() > 0)
-	{
-		Datum		dv[9];
-		char		dn[9];
-		bool		closed = false;
-		bool		invoked = false;
-
-		if (NtaskExecPlan(&att_finish_open_dist_plan, values, NULL, SPI_OK_SELECT) == 1)
-		{
-			Datum		av[ATT_ROW_NARGS];
-			char		an[ATT_ROW_NARGS];
-
-			closed = true;
-			invoked = att_open_row(SPI_tuptable, 0, attempt_result, av, an);
-			NtaskLedgerRowDist(av, an);
-		}
-		memcpy(dv, values, sizeof(Datum) * ATT_FINISH_NARGS);
-		memcpy(dn, nulls, ATT_FINISH_NARGS);
-		dv[6] = Int32GetDatum(invoked ? 1 : 0);
-		dv[7] = BoolGetDatum(closed);
-		dv[8] = NtaskStatementTs();
-		dn[6] = dn[7] = dn[8] = ' ';
-		if (NtaskExecPlan(&att_finish_dist_plan, dv, dn, SPI_OK_UPDATE_RETURNING) == 1 &&
-			closed)
-			NtaskWakeCappedAtCommit(NtaskGetCString(0, ATT_FINISH_QUEUE), 1);	/* a slot is free */
-		return;
-	}
-	if (NtaskExecPlan(&att_finish_plan, values, nulls, SPI_OK_UPDATE_RETURNING) == 1 &&
-		NtaskGetBool(0, ATT_FINISH_CLOSED))
-		NtaskWakeCappedAtCommit(NtaskGetCString(0, ATT_FINISH_QUEUE), 1);	/* a slot is free */
+	if (NtaskExecPair(&att_finish, values, nulls) == 1 &&
+		NtaskTupGetBool(SPI_tuptable, 0, ATT_FINISH_CLOSED))
+		NtaskWakeCappedAtCommit(NtaskTupGetCString(SPI_tuptable, 0, ATT_FINISH_QUEUE), 1);	/* a slot is free */
 }

@@ -24,7 +24,7 @@
  * row while its business write runs, a version 3 waits, then applies; a
  * version 2 arriving after version 3 committed is stale.  (On a
  * distributed install the receipt is a second statement after the upsert,
- * in the same transaction: fence_advance_dist_plan.)
+ * in the same transaction: fence_advance.)
  *
  * Copyright (c) 2026, The ntask authors; the PostgreSQL Licence (LICENSE)
  *
@@ -52,42 +52,63 @@ PG_FUNCTION_INFO_V1(ntask_fence_grant);
  * a sequential scan, which with enable_seqscan off carries a cost high
  * enough to JIT-compile the statement on every call.
  */
+typedef enum FenceRightArg
+{
+	FENCE_RIGHT_ARG_KEY,		/* $1 */
+	FENCE_RIGHT_ARG_CALLER,		/* $2 */
+	FENCE_RIGHT_NARGS
+} FenceRightArg;
+
+typedef enum FenceRightCol
+{
+	FENCE_RIGHT_DENIED = 1,		/* the caller lacks the grant's role */
+	FENCE_RIGHT_NCOLS = FENCE_RIGHT_DENIED
+} FenceRightCol;
+
 static NtaskPlan fence_right_plan = {
 	"fence right",
-	.ncols = 1,
+	.ncols = FENCE_RIGHT_NCOLS,
 	"SELECT NOT pg_catalog.pg_has_role($2, g.role, 'USAGE') "
 	"FROM pg_catalog.generate_series(pg_catalog.length($1), 1, -1) AS n(len) "
 	"JOIN ntask.fence_grant g "
 	"  ON g.prefix OPERATOR(pg_catalog.=) pg_catalog.\"left\"($1, n.len) "
 	"ORDER BY n.len DESC LIMIT 1",
-	2, {TEXTOID, OIDOID}
+	FENCE_RIGHT_NARGS, {TEXTOID, OIDOID}
 };
 
 /*
  * The statement timestamp of an upsert's DO UPDATE SET is a parameter
- * ($3 here, $5 in fence_advance_plan: NtaskStatementTs(), the value
+ * ($3 here, $5 in fence_advance: NtaskStatementTs(), the value
  * statement_timestamp() returns): Citus refuses a non-immutable function
  * there ("functions used in the DO UPDATE SET clause of INSERTs on
  * distributed tables must be marked IMMUTABLE"), reference tables too.
  */
+typedef enum FenceGrantArg
+{
+	FENCE_GRANT_ARG_PREFIX,		/* $1 */
+	FENCE_GRANT_ARG_ROLE,		/* $2, NULL: drop the grant */
+	FENCE_GRANT_ARG_NOW,		/* $3 */
+	FENCE_GRANT_NARGS
+} FenceGrantArg;
+
 static NtaskPlan fence_grant_set_plan = {
 	"fence grant set",
 	.ncols = 0,
 	"INSERT INTO ntask.fence_grant AS g (prefix, role) VALUES ($1, $2) "
 	"ON CONFLICT (prefix) DO UPDATE SET role = EXCLUDED.role, "
 	"  granted_at = $3",
-	3, {TEXTOID, REGROLEOID, TIMESTAMPTZOID}
+	FENCE_GRANT_NARGS, {TEXTOID, REGROLEOID, TIMESTAMPTZOID}
 };
 
 static NtaskPlan fence_grant_drop_plan = {
 	"fence grant drop",
 	.ncols = 0,
 	"DELETE FROM ntask.fence_grant g WHERE g.prefix OPERATOR(pg_catalog.=) $1",
-	1, {TEXTOID}
+	FENCE_GRANT_ARG_PREFIX + 1, {TEXTOID}
 };
 
 /*
- * The parameters of fence_advance_plan; fence_current_plan and
+ * The parameters of fence_advance; fence_current_plan and
  * fence_receipt_plan take the first one or two of the same values[].
  */
 typedef enum FenceArg
@@ -103,45 +124,40 @@ typedef enum FenceArg
 /* fence_receipt_insert_plan takes $1..$4 */
 #define FENCE_DIGEST_VERSION_NARGS (FENCE_ARG_DIGEST_VERSION + 1)
 
-static NtaskPlan fence_advance_plan = {
-	"fence advance",
-	.ncols = 1,
-	"WITH f AS ( "
-	"  INSERT INTO ntask.fence AS f (fence_key, token, payload_digest, digest_version) "
-	"  VALUES ($1, $2, $3, $4) "
-	"  ON CONFLICT (fence_key) DO UPDATE SET token = EXCLUDED.token, "
-	"    payload_digest = EXCLUDED.payload_digest, "
-	"    digest_version = EXCLUDED.digest_version, updated_at = $5 "
-	"  WHERE f.token OPERATOR(pg_catalog.<) EXCLUDED.token "
-	"  RETURNING f.fence_key, f.token, f.payload_digest, f.digest_version "
-	") "
-	"INSERT INTO ntask.fence_receipt (fence_key, token, payload_digest, digest_version) "
-	"SELECT * FROM f RETURNING 1",
-	FENCE_NARGS, {TEXTOID, INT8OID, BYTEAOID, INT2OID, TIMESTAMPTZOID}
-};
+static void fence_receipt_after(SPITupleTable *tt, int n, Datum *values,
+								char *nulls);
 
 /*
- * On a distributed install the advance is two statements, each a router
- * statement on the fence's node (local execution there in a delegated
- * call): Citus plans a modifying CTE apart, the upsert into an
- * intermediate result and the receipt insert as an INSERT ... SELECT
- * collected on the calling node.  The receipt is inserted when the upsert
- * returned a row (applied), in the same transaction.  A plain install runs
- * fence_advance_plan.
+ * The advance and its receipt.  A plain install's is one statement.  On a
+ * distributed install it is two, each a router statement on the fence's
+ * node (local execution there in a delegated call): Citus plans a
+ * modifying CTE apart, the upsert into an intermediate result and the
+ * receipt insert as an INSERT ... SELECT collected on the calling node.
+ * There the receipt is inserted when the upsert returned a row (applied),
+ * in the same transaction (fence_receipt_after).
  */
-static NtaskPlan fence_advance_dist_plan = {
-	"fence advance (distributed)",
-	.ncols = 1,
-	"INSERT INTO ntask.fence AS f (fence_key, token, payload_digest, digest_version) "
-	"VALUES ($1, $2, $3, $4) "
-	"ON CONFLICT (fence_key) DO UPDATE SET token = EXCLUDED.token, "
-	"  payload_digest = EXCLUDED.payload_digest, "
-	"  digest_version = EXCLUDED.digest_version, updated_at = $5 "
+#define FENCE_UPSERT \
+	"INSERT INTO ntask.fence AS f (fence_key, token, payload_digest, digest_version) " \
+	"VALUES ($1, $2, $3, $4) " \
+	"ON CONFLICT (fence_key) DO UPDATE SET token = EXCLUDED.token, " \
+	"  payload_digest = EXCLUDED.payload_digest, " \
+	"  digest_version = EXCLUDED.digest_version, updated_at = $5 " \
 	"WHERE f.token OPERATOR(pg_catalog.<) EXCLUDED.token "
-	"RETURNING 1",
-	FENCE_NARGS, {TEXTOID, INT8OID, BYTEAOID, INT2OID, TIMESTAMPTZOID}
-};
 
+static NtaskPair fence_advance = NTASK_PAIR("fence advance",
+											NTASK_PLAIN(1,
+														"WITH f AS ( " FENCE_UPSERT
+														"  RETURNING f.fence_key, f.token, f.payload_digest, f.digest_version "
+														") "
+														"INSERT INTO ntask.fence_receipt (fence_key, token, payload_digest, digest_version) "
+														"SELECT * FROM f RETURNING 1",
+														FENCE_NARGS, SPI_OK_INSERT_RETURNING),
+											NTASK_ROUTED(1, FENCE_UPSERT "RETURNING 1",
+														 FENCE_NARGS, SPI_OK_INSERT_RETURNING,
+														 NULL, fence_receipt_after),
+											TEXTOID, INT8OID, BYTEAOID, INT2OID, TIMESTAMPTZOID);
+
+/* the receipt of a routed advance, a statement of its own */
 static NtaskPlan fence_receipt_insert_plan = {
 	"fence receipt insert",
 	.ncols = 0,
@@ -149,6 +165,13 @@ static NtaskPlan fence_receipt_insert_plan = {
 	"VALUES ($1, $2, $3, $4)",
 	FENCE_DIGEST_VERSION_NARGS, {TEXTOID, INT8OID, BYTEAOID, INT2OID}
 };
+
+static void
+fence_receipt_after(SPITupleTable *tt, int n, Datum *values, char *nulls)
+{
+	if (n == 1)
+		NtaskExecPlan(&fence_receipt_insert_plan, values, NULL, SPI_OK_INSERT);
+}
 
 /* the row is already locked by the failed ON CONFLICT DO UPDATE */
 typedef enum FenceCurrentCol
@@ -218,24 +241,19 @@ ntask_fence(PG_FUNCTION_ARGS)
 
 	SPI_connect();
 	{
-		Datum		rv[2];
+		Datum		rv[FENCE_RIGHT_NARGS];
 
-		rv[0] = PointerGetDatum(key);
-		rv[1] = ObjectIdGetDatum(NtaskCaller());
+		rv[FENCE_RIGHT_ARG_KEY] = PointerGetDatum(key);
+		rv[FENCE_RIGHT_ARG_CALLER] = ObjectIdGetDatum(NtaskCaller());
 		if (NtaskExecPlan(&fence_right_plan, rv, NULL, SPI_OK_SELECT) == 1 &&
-			NtaskGetBool(0, 1))
+			NtaskTupGetBool(SPI_tuptable, 0, FENCE_RIGHT_DENIED))
 			ereport(ERROR,
 					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 					 errmsg("ntask: permission denied for fence \"%s\"",
 							text_to_cstring(key)),
 					 errhint("A fence grant (ntask_fence_grant) restricts keys with this prefix to a role.")));
 	}
-	if (NtaskShardCount() == 0)
-		applied = NtaskExecPlan(&fence_advance_plan, values, NULL,
-								SPI_OK_INSERT_RETURNING) == 1;
-	else if ((applied = NtaskExecPlan(&fence_advance_dist_plan, values, NULL,
-									  SPI_OK_INSERT_RETURNING) == 1))
-		NtaskExecPlan(&fence_receipt_insert_plan, values, NULL, SPI_OK_INSERT);
+	applied = NtaskExecPair(&fence_advance, values, NULL) == 1;
 	if (applied)
 		result = "applied";
 	else
@@ -243,7 +261,7 @@ ntask_fence(PG_FUNCTION_ARGS)
 		if (NtaskExecPlan(&fence_current_plan, values, NULL, SPI_OK_SELECT) != 1)
 			elog(ERROR, "ntask: fence \"%s\" neither advanced nor found",
 				 text_to_cstring(key));
-		watermark = NtaskGetInt64(0, FENCE_CURRENT_TOKEN);
+		watermark = NtaskTupGetInt64(SPI_tuptable, 0, FENCE_CURRENT_TOKEN);
 		if (token < watermark)
 		{
 			/* stale, unless this token applied once (a late retry) */
@@ -251,12 +269,12 @@ ntask_fence(PG_FUNCTION_ARGS)
 				result = "stale";
 			else
 				result = NtaskSameDigest(payload, digest,
-										 DatumGetByteaPP(NtaskGetDatum(0, FENCE_RECEIPT_DIGEST, &isnull)),
-										 NtaskGetInt32(0, FENCE_RECEIPT_DIGEST_VERSION)) ? "duplicate" : "conflict";
+										 DatumGetByteaPP(NtaskTupGetDatum(SPI_tuptable, 0, FENCE_RECEIPT_DIGEST, &isnull)),
+										 NtaskTupGetInt32(SPI_tuptable, 0, FENCE_RECEIPT_DIGEST_VERSION)) ? "duplicate" : "conflict";
 		}
 		else if (NtaskSameDigest(payload, digest,
-								 DatumGetByteaPP(NtaskGetDatum(0, FENCE_CURRENT_DIGEST, &isnull)),
-								 NtaskGetInt32(0, FENCE_CURRENT_DIGEST_VERSION)))
+								 DatumGetByteaPP(NtaskTupGetDatum(SPI_tuptable, 0, FENCE_CURRENT_DIGEST, &isnull)),
+								 NtaskTupGetInt32(SPI_tuptable, 0, FENCE_CURRENT_DIGEST_VERSION)))
 			result = "duplicate";
 		else
 			result = "conflict";
@@ -276,11 +294,11 @@ Datum
 ntask_fence_grant(PG_FUNCTION_ARGS)
 {
 	text	   *prefix = NtaskArgText(fcinfo, 0, "prefix", NTASK_MAX_KEY_LEN);
-	Datum		values[3];
+	Datum		values[FENCE_GRANT_NARGS];
 
-	values[0] = PointerGetDatum(prefix);
-	values[1] = PG_ARGISNULL(1) ? (Datum) 0 : PG_GETARG_DATUM(1);
-	values[2] = NtaskStatementTs();
+	values[FENCE_GRANT_ARG_PREFIX] = PointerGetDatum(prefix);
+	values[FENCE_GRANT_ARG_ROLE] = PG_ARGISNULL(1) ? (Datum) 0 : PG_GETARG_DATUM(1);
+	values[FENCE_GRANT_ARG_NOW] = NtaskStatementTs();
 	SPI_connect();
 	if (PG_ARGISNULL(1))
 		NtaskExecPlan(&fence_grant_drop_plan, values, NULL, SPI_OK_DELETE);

@@ -70,7 +70,15 @@ PG_FUNCTION_INFO_V1(ntask_housekeeping);
 	"  AND t.lease_until OPERATOR(pg_catalog.<) " now " " \
 	"ORDER BY t.lease_until LIMIT " limit " FOR UPDATE SKIP LOCKED"
 
-/* the columns of hk_expired_plan and of its shard twin */
+/* hk_expired_pick's parameters (the shard's only) and columns */
+typedef enum HkExpiredArg
+{
+	HK_EXPIRED_ARG_SHARD,		/* $1 */
+	HK_EXPIRED_ARG_TS,			/* $2, the statement timestamp */
+	HK_EXPIRED_ARG_ROWS,		/* $3 */
+	HK_EXPIRED_NARGS
+} HkExpiredArg;
+
 typedef enum HkExpiredCol
 {
 	HK_EXPIRED_TASK_ID = 1,
@@ -78,20 +86,14 @@ typedef enum HkExpiredCol
 	HK_EXPIRED_NCOLS = HK_EXPIRED_TOKEN
 } HkExpiredCol;
 
-static NtaskPlan hk_expired_plan = {
-	"housekeeping pick expired leases",
-	.ncols = HK_EXPIRED_NCOLS,
-	HK_EXPIRED_SQL("", HK_NOW, CppAsString2(HK_MAX_ROWS)),
-	0, {InvalidOid}
-};
-
-/* $1 shard, $2 statement timestamp, $3 rows */
-static NtaskPlan hk_expired_shard_plan = {
-	"housekeeping pick expired leases (one shard)",
-	.ncols = HK_EXPIRED_NCOLS,
-	HK_EXPIRED_SQL("t.shard OPERATOR(pg_catalog.=) $1   AND ", "$2", "$3"),
-	3, {INT2OID, TIMESTAMPTZOID, INT4OID}
-};
+static NtaskPair hk_expired_pick = NTASK_PAIR("housekeeping pick expired leases",
+											  NTASK_PLAIN(HK_EXPIRED_NCOLS,
+														  HK_EXPIRED_SQL("", HK_NOW, CppAsString2(HK_MAX_ROWS)),
+														  0, SPI_OK_SELECT),
+											  NTASK_ROUTED(HK_EXPIRED_NCOLS,
+														   HK_EXPIRED_SQL("t.shard OPERATOR(pg_catalog.=) $1   AND ", "$2", "$3"),
+														   HK_EXPIRED_NARGS, SPI_OK_SELECT, NULL, NULL),
+											  INT2OID, TIMESTAMPTZOID, INT4OID);
 
 /* the attempt or the deadline is spent: to repair_required */
 #define HK_SPENT(now) \
@@ -119,37 +121,49 @@ static NtaskPlan hk_expired_shard_plan = {
 	"  AND t.state OPERATOR(pg_catalog.=) 'leased' " \
 	"RETURNING t.state OPERATOR(pg_catalog.=) 'repair_required'"
 
-/* the column of hk_release_plan and of its shard twin: the task's end */
+/*
+ * The shard's release is within shard $4, $3 the statement timestamp; only
+ * the leases still at the token the sweep picked ($5, in $1's order): a
+ * claim that took a task over between the sweep's pick and this statement
+ * has its lease kept (the sweep holds the shard's metadata lock, so a
+ * move cannot make its row locks moot, and this is the second line).
+ */
+typedef enum HkReleaseArg
+{
+	HK_RELEASE_ARG_IDS,			/* $1, the expired task ids */
+	HK_RELEASE_ARG_INVOKED,		/* $2, those whose attempt was invoked */
+	HK_RELEASE_ARG_TS,			/* $3, the shard's only */
+	HK_RELEASE_ARG_SHARD,		/* $4, the shard's only */
+	HK_RELEASE_ARG_TOKENS,		/* $5, the shard's only */
+	HK_RELEASE_NARGS
+} HkReleaseArg;
+
+/* the column of hk_release: the task's end */
 typedef enum HkReleaseCol
 {
 	HK_RELEASE_REPAIRED = 1,	/* it went to repair_required */
 	HK_RELEASE_NCOLS = HK_RELEASE_REPAIRED
 } HkReleaseCol;
 
-/* $1 expired task ids, $2 those whose attempt had been invoked */
-static NtaskPlan hk_release_plan = {
-	"housekeeping release expired leases",
-	.ncols = HK_RELEASE_NCOLS,
-	HK_RELEASE_SQL(HK_NOW, ""),
-	2, {INT8ARRAYOID, INT8ARRAYOID}
-};
+static NtaskPair hk_release = NTASK_PAIR("housekeeping release expired leases",
+										 NTASK_PLAIN(HK_RELEASE_NCOLS, HK_RELEASE_SQL(HK_NOW, ""),
+													 HK_RELEASE_ARG_TS, SPI_OK_UPDATE_RETURNING),
+										 NTASK_ROUTED(HK_RELEASE_NCOLS,
+													  HK_RELEASE_SQL("$3", "  AND t.shard OPERATOR(pg_catalog.=) $4 "
+																	 "  AND t.token OPERATOR(pg_catalog.=) ($5)[pg_catalog.array_position($1, t.task_id)] "),
+													  HK_RELEASE_NARGS, SPI_OK_UPDATE_RETURNING, NULL, NULL),
+										 INT8ARRAYOID, INT8ARRAYOID, TIMESTAMPTZOID, INT2OID, INT8ARRAYOID);
 
 /*
- * The same within shard $4, $3 the statement timestamp; only the leases
- * still at the token the sweep picked ($5, in $1's order): a claim that
- * took a task over between the sweep's pick and this statement has its
- * lease kept (the sweep holds the shard's metadata lock, so a
- * move cannot make its row locks moot, and this is the second line).
+ * unleased unfinished tasks past their deadline (task_deadline_idx), at
+ * most $1: a plain install's one statement (hk_deadlines)
  */
-static NtaskPlan hk_release_shard_plan = {
-	"housekeeping release expired leases (one shard)",
-	.ncols = HK_RELEASE_NCOLS,
-	HK_RELEASE_SQL("$3", "  AND t.shard OPERATOR(pg_catalog.=) $4 "
-				   "  AND t.token OPERATOR(pg_catalog.=) ($5)[pg_catalog.array_position($1, t.task_id)] "),
-	5, {INT8ARRAYOID, INT8ARRAYOID, TIMESTAMPTZOID, INT2OID, INT8ARRAYOID}
-};
+typedef enum HkDeadlineArg
+{
+	HK_DEADLINE_ARG_ROWS,		/* $1 */
+	HK_DEADLINE_NARGS
+} HkDeadlineArg;
 
-/* unleased unfinished tasks past their deadline (task_deadline_idx) */
 static NtaskPlan hk_deadline_plan = {
 	"housekeeping deadlines",
 	.ncols = 0,
@@ -165,7 +179,7 @@ static NtaskPlan hk_deadline_plan = {
 	"  reason = 'deadline_exceeded', due_at = NULL, "
 	"  finished_at = pg_catalog.statement_timestamp(), updated_at = pg_catalog.statement_timestamp() "
 	"FROM d WHERE t.task_id OPERATOR(pg_catalog.=) d.task_id",
-	1, {INT4OID}
+	HK_DEADLINE_NARGS, {INT4OID}
 };
 
 /*
@@ -192,72 +206,101 @@ static NtaskPlan hk_deadline_plan = {
 	"  AND t.state OPERATOR(pg_catalog.<>) 'awaiting' " \
 	"  AND t.deadline OPERATOR(pg_catalog.<=) " now
 
-/* the column of hk_deadline_pick_plan and of its shard twin */
+typedef enum HkDeadlinePickArg
+{
+	HK_DEADLINE_PICK_ARG_ROWS,	/* $1 */
+	HK_DEADLINE_PICK_ARG_SHARD, /* $2, the shard's only */
+	HK_DEADLINE_PICK_ARG_TS,	/* $3, the shard's only */
+	HK_DEADLINE_PICK_NARGS
+} HkDeadlinePickArg;
+
 typedef enum HkDeadlinePickCol
 {
 	HK_DEADLINE_PICK_TASK_ID = 1,
 	HK_DEADLINE_PICK_NCOLS = HK_DEADLINE_PICK_TASK_ID
 } HkDeadlinePickCol;
 
-static NtaskPlan hk_deadline_pick_shard_plan = {
-	"housekeeping pick deadlines (one shard)",
-	.ncols = HK_DEADLINE_PICK_NCOLS,
-	HK_DEADLINE_PICK_SQL("t.shard OPERATOR(pg_catalog.=) $1   AND ", "$2", "$3"),
-	3, {INT2OID, TIMESTAMPTZOID, INT4OID}
-};
+static NtaskPair hk_deadline_pick = NTASK_PAIR("housekeeping pick deadlines",
+											   NTASK_PLAIN(HK_DEADLINE_PICK_NCOLS,
+														   HK_DEADLINE_PICK_SQL("", HK_NOW, "$1"),
+														   HK_DEADLINE_PICK_ARG_SHARD, SPI_OK_SELECT),
+											   NTASK_ROUTED(HK_DEADLINE_PICK_NCOLS,
+															HK_DEADLINE_PICK_SQL("t.shard OPERATOR(pg_catalog.=) $2   AND ", "$3", "$1"),
+															HK_DEADLINE_PICK_NARGS, SPI_OK_SELECT, NULL, NULL),
+											   INT4OID, INT2OID, TIMESTAMPTZOID);
 
-static NtaskPlan hk_deadline_set_shard_plan = {
-	"housekeeping deadlines (one shard)",
-	.ncols = 0,
-	HK_DEADLINE_SET_SQL("$2", "  AND t.shard OPERATOR(pg_catalog.=) $3"),
-	3, {INT8ARRAYOID, TIMESTAMPTZOID, INT2OID}
-};
+typedef enum HkDeadlineSetArg
+{
+	HK_DEADLINE_SET_ARG_IDS,	/* $1 */
+	HK_DEADLINE_SET_ARG_TS,		/* $2, the shard's only */
+	HK_DEADLINE_SET_ARG_SHARD,	/* $3, the shard's only */
+	HK_DEADLINE_SET_NARGS
+} HkDeadlineSetArg;
 
-/* $1 rows */
-static NtaskPlan hk_deadline_pick_plan = {
-	"housekeeping pick deadlines",
-	.ncols = HK_DEADLINE_PICK_NCOLS,
-	HK_DEADLINE_PICK_SQL("", HK_NOW, "$1"),
-	1, {INT4OID}
-};
+static NtaskPair hk_deadline_set = NTASK_PAIR("housekeeping deadlines of tasks",
+											  NTASK_PLAIN(0, HK_DEADLINE_SET_SQL(HK_NOW, ""),
+														  HK_DEADLINE_SET_ARG_TS, SPI_OK_UPDATE),
+											  NTASK_ROUTED(0,
+														   HK_DEADLINE_SET_SQL("$2", "  AND t.shard OPERATOR(pg_catalog.=) $3"),
+														   HK_DEADLINE_SET_NARGS, SPI_OK_UPDATE, NULL, NULL),
+											  INT8ARRAYOID, TIMESTAMPTZOID, INT2OID);
 
-static NtaskPlan hk_deadline_set_plan = {
-	"housekeeping deadlines of tasks",
-	.ncols = 0,
-	HK_DEADLINE_SET_SQL(HK_NOW, ""),
-	1, {INT8ARRAYOID}
-};
+/*
+ * History: $1 retention, $2 at most this many rows.  On a distributed
+ * install the rows are picked first, by a before step that fills $3 with
+ * their ids (hk_audit_pick, hk_slots_pick) and deletes nothing when there
+ * are none.
+ */
+typedef enum HkHistoryArg
+{
+	HK_HISTORY_ARG_RETENTION,	/* $1 */
+	HK_HISTORY_ARG_ROWS,		/* $2 */
+	HK_HISTORY_ARG_IDS,			/* $3, the distributed install's only */
+	HK_HISTORY_NARGS
+} HkHistoryArg;
 
-/* history: $1 retention, $2 at most this many rows */
-static NtaskPlan hk_prune_audit_plan = {
-	"housekeeping prune audit",
-	.ncols = 0,
-	"DELETE FROM ntask.audit a WHERE a.audit_id OPERATOR(pg_catalog.=) ANY (ARRAY( "
-	"  SELECT x.audit_id FROM ntask.audit x "
-	"  WHERE x.at OPERATOR(pg_catalog.<) (pg_catalog.statement_timestamp() OPERATOR(pg_catalog.-) $1) "
-	"  ORDER BY x.at LIMIT $2))",
-	2, {INTERVALOID, INT4OID}
-};
+static bool hk_audit_pick(Datum *values, char *nulls);
+static bool hk_slots_pick(Datum *values, char *nulls);
+
+static NtaskPair hk_prune_audit = NTASK_PAIR("housekeeping prune audit",
+											 NTASK_PLAIN(0,
+														 "DELETE FROM ntask.audit a WHERE a.audit_id OPERATOR(pg_catalog.=) ANY (ARRAY( "
+														 "  SELECT x.audit_id FROM ntask.audit x "
+														 "  WHERE x.at OPERATOR(pg_catalog.<) (pg_catalog.statement_timestamp() OPERATOR(pg_catalog.-) $1) "
+														 "  ORDER BY x.at LIMIT $2))",
+														 HK_HISTORY_ARG_IDS, SPI_OK_DELETE),
+											 NTASK_ROUTED(0,
+														  "DELETE FROM ntask.audit a WHERE a.audit_id OPERATOR(pg_catalog.=) ANY ($3)",
+														  HK_HISTORY_NARGS, SPI_OK_DELETE, hk_audit_pick, NULL),
+											 INTERVALOID, INT4OID, INT8ARRAYOID);
 
 /* a slot whose task is still unfinished stays: overlap decisions read it */
-static NtaskPlan hk_prune_slots_plan = {
-	"housekeeping prune schedule slots",
-	.ncols = 0,
-	"DELETE FROM ntask.schedule_slot s WHERE s.id OPERATOR(pg_catalog.=) ANY (ARRAY( "
-	"  SELECT x.id FROM ntask.schedule_slot x "
-	"  WHERE x.fired_at OPERATOR(pg_catalog.<) (pg_catalog.statement_timestamp() OPERATOR(pg_catalog.-) $1) "
-	"    AND NOT EXISTS (SELECT 1 FROM ntask.task t "
-	"                    WHERE t.task_id OPERATOR(pg_catalog.=) x.task_id "
-	"                      AND t.due_at IS NOT NULL) "
-	"  ORDER BY x.fired_at LIMIT $2))",
-	2, {INTERVALOID, INT4OID}
-};
+static NtaskPair hk_prune_slots = NTASK_PAIR("housekeeping prune schedule slots",
+											 NTASK_PLAIN(0,
+														 "DELETE FROM ntask.schedule_slot s WHERE s.id OPERATOR(pg_catalog.=) ANY (ARRAY( "
+														 "  SELECT x.id FROM ntask.schedule_slot x "
+														 "  WHERE x.fired_at OPERATOR(pg_catalog.<) (pg_catalog.statement_timestamp() OPERATOR(pg_catalog.-) $1) "
+														 "    AND NOT EXISTS (SELECT 1 FROM ntask.task t "
+														 "                    WHERE t.task_id OPERATOR(pg_catalog.=) x.task_id "
+														 "                      AND t.due_at IS NOT NULL) "
+														 "  ORDER BY x.fired_at LIMIT $2))",
+														 HK_HISTORY_ARG_IDS, SPI_OK_DELETE),
+											 NTASK_ROUTED(0,
+														  "DELETE FROM ntask.schedule_slot s WHERE s.id OPERATOR(pg_catalog.=) ANY ($3)",
+														  HK_HISTORY_NARGS, SPI_OK_DELETE, hk_slots_pick, NULL),
+											 INTERVALOID, INT4OID, INT8ARRAYOID);
 
 /*
  * key pauses that have ended: the claim ignores them already
  * (their until is past); deleted so the table holds only live pauses.  At
  * most $1 per round.
  */
+typedef enum HkKeyPauseArg
+{
+	HK_KEY_PAUSE_ARG_ROWS,		/* $1 */
+	HK_KEY_PAUSE_NARGS
+} HkKeyPauseArg;
+
 static NtaskPlan hk_key_pause_plan = {
 	"housekeeping expired key pauses",
 	.ncols = 0,
@@ -268,26 +311,29 @@ static NtaskPlan hk_key_pause_plan = {
 	"WHERE k.queue OPERATOR(pg_catalog.=) d.queue "
 	"  AND k.partition_key OPERATOR(pg_catalog.=) d.partition_key "
 	"  AND k.until OPERATOR(pg_catalog.<=) pg_catalog.statement_timestamp()",
-	1, {INT4OID}
+	HK_KEY_PAUSE_NARGS, {INT4OID}
 };
 
 static void hk_prune_key_pauses(int max_rows);
 
-/* the receipt of a fence's current watermark stays */
-static NtaskPlan hk_prune_fence_plan = {
-	"housekeeping prune fence receipts",
-	.ncols = 0,
-	"DELETE FROM ntask.fence_receipt r USING ( "
-	"  SELECT x.fence_key, x.token FROM ntask.fence_receipt x "
-	"  WHERE x.applied_at OPERATOR(pg_catalog.<) (pg_catalog.statement_timestamp() OPERATOR(pg_catalog.-) $1) "
-	"    AND NOT EXISTS (SELECT 1 FROM ntask.fence f "
-	"                    WHERE f.fence_key OPERATOR(pg_catalog.=) x.fence_key "
-	"                      AND f.token OPERATOR(pg_catalog.=) x.token) "
-	"  ORDER BY x.applied_at LIMIT $2) d "
-	"WHERE r.fence_key OPERATOR(pg_catalog.=) d.fence_key "
-	"  AND r.token OPERATOR(pg_catalog.=) d.token",
-	2, {INTERVALOID, INT4OID}
-};
+/*
+ * the receipt of a fence's current watermark stays (a plain install's
+ * only: fences do not run on a distributed one, docs/scaling.md)
+ */
+static NtaskPair hk_prune_fence = NTASK_PAIR("housekeeping prune fence receipts",
+											 NTASK_PLAIN(0,
+														 "DELETE FROM ntask.fence_receipt r USING ( "
+														 "  SELECT x.fence_key, x.token FROM ntask.fence_receipt x "
+														 "  WHERE x.applied_at OPERATOR(pg_catalog.<) (pg_catalog.statement_timestamp() OPERATOR(pg_catalog.-) $1) "
+														 "    AND NOT EXISTS (SELECT 1 FROM ntask.fence f "
+														 "                    WHERE f.fence_key OPERATOR(pg_catalog.=) x.fence_key "
+														 "                      AND f.token OPERATOR(pg_catalog.=) x.token) "
+														 "  ORDER BY x.applied_at LIMIT $2) d "
+														 "WHERE r.fence_key OPERATOR(pg_catalog.=) d.fence_key "
+														 "  AND r.token OPERATOR(pg_catalog.=) d.token",
+														 HK_HISTORY_ARG_IDS, SPI_OK_DELETE),
+											 NTASK_ROUTED_LIKE_PLAIN,
+											 INTERVALOID, INT4OID, INT8ARRAYOID);
 
 /* the columns of hk_queues_plan */
 typedef enum HkQueuesCol
@@ -312,100 +358,81 @@ static NtaskPlan hk_queues_plan = {
 	"  AND t.finished_at OPERATOR(pg_catalog.<) " before " " \
 	"ORDER BY t.finished_at LIMIT " limit " FOR UPDATE SKIP LOCKED"
 
-/* the column of hk_prune_pick_plan and of its shard twin */
+/*
+ * The shard's pick: $3 shard, $4 finished before (statement timestamp -
+ * retention), $5 rows; the plain one computes the first from $2
+ */
+typedef enum HkPrunePickArg
+{
+	HK_PRUNE_PICK_ARG_QUEUE,	/* $1 */
+	HK_PRUNE_PICK_ARG_RETENTION,	/* $2, the plain install's only */
+	HK_PRUNE_PICK_ARG_SHARD,	/* $3, the shard's only */
+	HK_PRUNE_PICK_ARG_BEFORE,	/* $4, the shard's only */
+	HK_PRUNE_PICK_ARG_ROWS,		/* $5, the shard's only */
+	HK_PRUNE_PICK_NARGS
+} HkPrunePickArg;
+
 typedef enum HkPrunePickCol
 {
 	HK_PRUNE_PICK_TASK_ID = 1,
 	HK_PRUNE_PICK_NCOLS = HK_PRUNE_PICK_TASK_ID
 } HkPrunePickCol;
 
-/* $2 the queue's retention */
-static NtaskPlan hk_prune_pick_plan = {
-	"housekeeping pick finished tasks",
-	.ncols = HK_PRUNE_PICK_NCOLS,
-	HK_PRUNE_PICK_SQL("",
-					  "      (" HK_NOW " OPERATOR(pg_catalog.-) $2)",
-					  CppAsString2(HK_MAX_ROWS)),
-	2, {TEXTOID, INTERVALOID}
-};
-
-/* $2 shard, $3 finished before (statement timestamp - retention), $4 rows */
-static NtaskPlan hk_prune_pick_shard_plan = {
-	"housekeeping pick finished tasks (one shard)",
-	.ncols = HK_PRUNE_PICK_NCOLS,
-	HK_PRUNE_PICK_SQL("t.shard OPERATOR(pg_catalog.=) $2   AND ", "$3", "$4"),
-	4, {TEXTOID, INT2OID, TIMESTAMPTZOID, INT4OID}
-};
+static NtaskPair hk_prune_pick = NTASK_PAIR("housekeeping pick finished tasks",
+											NTASK_PLAIN(HK_PRUNE_PICK_NCOLS,
+														HK_PRUNE_PICK_SQL("",
+																		  "      (" HK_NOW " OPERATOR(pg_catalog.-) $2)",
+																		  CppAsString2(HK_MAX_ROWS)),
+														HK_PRUNE_PICK_ARG_SHARD, SPI_OK_SELECT),
+											NTASK_ROUTED(HK_PRUNE_PICK_NCOLS,
+														 HK_PRUNE_PICK_SQL("t.shard OPERATOR(pg_catalog.=) $3   AND ", "$4", "$5"),
+														 HK_PRUNE_PICK_NARGS, SPI_OK_SELECT, NULL, NULL),
+											TEXTOID, INTERVALOID, INT2OID, TIMESTAMPTZOID, INT4OID);
 
 /* the rows of tasks $1 in table (alias a), and of shard $2 */
+typedef enum HkPruneArg
+{
+	HK_PRUNE_ARG_IDS,			/* $1 */
+	HK_PRUNE_ARG_SHARD,			/* $2, the shard's only */
+	HK_PRUNE_NARGS
+} HkPruneArg;
+
 #define HK_PRUNE_SQL(table, a) \
 	"DELETE FROM ntask." table " " a " WHERE " a ".task_id OPERATOR(pg_catalog.=) ANY ($1)"
-#define HK_PRUNE_SHARD_SQL(table, a) \
-	HK_PRUNE_SQL(table, a) "   AND " a ".shard OPERATOR(pg_catalog.=) $2"
+#define HK_PRUNE_PAIR(name, table, a) \
+	NTASK_PAIR(name, \
+			   NTASK_PLAIN(0, HK_PRUNE_SQL(table, a), HK_PRUNE_ARG_SHARD, SPI_OK_DELETE), \
+			   NTASK_ROUTED(0, HK_PRUNE_SQL(table, a) "   AND " a ".shard OPERATOR(pg_catalog.=) $2", \
+							HK_PRUNE_NARGS, SPI_OK_DELETE, NULL, NULL), \
+			   INT8ARRAYOID, INT2OID)
 
-static NtaskPlan hk_prune_attempts_plan = {
-	"housekeeping prune attempts",
-	.ncols = 0,
-	HK_PRUNE_SQL("attempt", "a"),
-	1, {INT8ARRAYOID}
-};
-
-static NtaskPlan hk_prune_attempts_shard_plan = {
-	"housekeeping prune attempts (one shard)",
-	.ncols = 0,
-	HK_PRUNE_SHARD_SQL("attempt", "a"),
-	2, {INT8ARRAYOID, INT2OID}
-};
-
-static NtaskPlan hk_prune_receipts_plan = {
-	"housekeeping prune receipts",
-	.ncols = 0,
-	HK_PRUNE_SQL("receipt", "r"),
-	1, {INT8ARRAYOID}
-};
-
-static NtaskPlan hk_prune_receipts_shard_plan = {
-	"housekeeping prune receipts (one shard)",
-	.ncols = 0,
-	HK_PRUNE_SHARD_SQL("receipt", "r"),
-	2, {INT8ARRAYOID, INT2OID}
-};
+static NtaskPair hk_prune_attempts = HK_PRUNE_PAIR("housekeeping prune attempts",
+												   "attempt", "a");
+static NtaskPair hk_prune_receipts = HK_PRUNE_PAIR("housekeeping prune receipts",
+												   "receipt", "r");
 
 /* a task's checkpoints and the signals it awaited go with it */
-static NtaskPlan hk_prune_checkpoints_plan = {
-	"housekeeping prune checkpoints",
-	.ncols = 0,
-	HK_PRUNE_SQL("checkpoint", "c"),
-	1, {INT8ARRAYOID}
-};
-
-static NtaskPlan hk_prune_checkpoints_shard_plan = {
-	"housekeeping prune checkpoints (one shard)",
-	.ncols = 0,
-	HK_PRUNE_SHARD_SQL("checkpoint", "c"),
-	2, {INT8ARRAYOID, INT2OID}
-};
-
-static NtaskPlan hk_prune_signals_plan = {
-	"housekeeping prune signals",
-	.ncols = 0,
-	HK_PRUNE_SQL("signal", "s"),
-	1, {INT8ARRAYOID}
-};
-
-static NtaskPlan hk_prune_signals_shard_plan = {
-	"housekeeping prune signals (one shard)",
-	.ncols = 0,
-	HK_PRUNE_SHARD_SQL("signal", "s"),
-	2, {INT8ARRAYOID, INT2OID}
-};
+static NtaskPair hk_prune_checkpoints = HK_PRUNE_PAIR("housekeeping prune checkpoints",
+													  "checkpoint", "c");
+static NtaskPair hk_prune_signals = HK_PRUNE_PAIR("housekeeping prune signals",
+												  "signal", "s");
 
 /*
  * Signals of queue $1 that no task awaited, sent before $2 (the statement
  * timestamp minus the queue's retention), at most $3 of them
  * (signal_unawaited_idx: a row without a task was written by the signal,
- * so created_at is when it was sent; a round costs what it prunes).
+ * so created_at is when it was sent; a round costs what it prunes), of
+ * the key's shard $4 (0 on a plain install).
  */
+typedef enum HkUnawaitedArg
+{
+	HK_UNAWAITED_ARG_QUEUE,		/* $1 */
+	HK_UNAWAITED_ARG_BEFORE,	/* $2 */
+	HK_UNAWAITED_ARG_ROWS,		/* $3 */
+	HK_UNAWAITED_ARG_SHARD,		/* $4 */
+	HK_UNAWAITED_NARGS
+} HkUnawaitedArg;
+
 static NtaskPlan hk_prune_unawaited_plan = {
 	"housekeeping prune unawaited signals",
 	.ncols = 0,
@@ -418,43 +445,46 @@ static NtaskPlan hk_prune_unawaited_plan = {
 	"      AND x.shard OPERATOR(pg_catalog.=) $4 "
 	"      AND x.created_at OPERATOR(pg_catalog.<) $2 "
 	"    ORDER BY x.created_at LIMIT $3))",
-	4, {TEXTOID, TIMESTAMPTZOID, INT4OID, INT2OID}
+	HK_UNAWAITED_NARGS, {TEXTOID, TIMESTAMPTZOID, INT4OID, INT2OID}
 };
 
 /*
- * the tasks, and the dependency rows of those that had parents (an
- * empty array for a queue without dependencies): the count
- * (HkPruneTasksCol)
+ * the tasks (HkPruneArg), and on a plain install the dependency rows of
+ * those that had parents (an empty array for a queue without
+ * dependencies; a distributed install has none): a row per task deleted
  */
 typedef enum HkPruneTasksCol
 {
-	HK_PRUNE_TASKS_COUNT = 1,
-	HK_PRUNE_TASKS_NCOLS = HK_PRUNE_TASKS_COUNT
+	HK_PRUNE_TASKS_TASK_ID = 1,
+	HK_PRUNE_TASKS_NCOLS = HK_PRUNE_TASKS_TASK_ID
 } HkPruneTasksCol;
 
-static NtaskPlan hk_prune_tasks_plan = {
-	"housekeeping prune tasks",
-	.ncols = HK_PRUNE_TASKS_NCOLS,
-	"WITH d AS (" HK_PRUNE_SQL("task", "t") " RETURNING t.task_id, t.has_parents), "
-	"x AS (DELETE FROM ntask.task_dep p WHERE p.task_id OPERATOR(pg_catalog.=) ANY "
-	"  (ARRAY(SELECT d.task_id FROM d WHERE d.has_parents))) "
-	"SELECT pg_catalog.count(*)::pg_catalog.int4 FROM d",
-	1, {INT8ARRAYOID}
-};
-
-static NtaskPlan hk_prune_tasks_shard_plan = {
-	"housekeeping prune tasks (one shard)",
-	.ncols = 0,
-	HK_PRUNE_SHARD_SQL("task", "t"),
-	2, {INT8ARRAYOID, INT2OID}
-};
+static NtaskPair hk_prune_tasks = NTASK_PAIR("housekeeping prune tasks",
+											 NTASK_PLAIN(HK_PRUNE_TASKS_NCOLS,
+														 "WITH d AS (" HK_PRUNE_SQL("task", "t") " RETURNING t.task_id, t.has_parents), "
+														 "x AS (DELETE FROM ntask.task_dep p WHERE p.task_id OPERATOR(pg_catalog.=) ANY "
+														 "  (ARRAY(SELECT d.task_id FROM d WHERE d.has_parents))) "
+														 "SELECT d.task_id FROM d",
+														 HK_PRUNE_ARG_SHARD, SPI_OK_SELECT),
+											 NTASK_ROUTED(HK_PRUNE_TASKS_NCOLS,
+														  HK_PRUNE_SQL("task", "t") "   AND t.shard OPERATOR(pg_catalog.=) $2 "
+														  "RETURNING t.task_id",
+														  HK_PRUNE_NARGS, SPI_OK_DELETE_RETURNING, NULL, NULL),
+											 INT8ARRAYOID, INT2OID);
 
 /*
  * The audit of a distributed install (hash by audit_id): the oldest rows
  * past the retention read over every shard (read-only: no two-phase
  * commit), then deleted by id only when there are any, so that an idle
- * tick writes on no node.
+ * tick writes on no node (hk_prune_audit's before step).
  */
+typedef enum HkHistoryPickArg
+{
+	HK_HISTORY_PICK_ARG_BEFORE, /* $1 */
+	HK_HISTORY_PICK_ARG_ROWS,	/* $2 */
+	HK_HISTORY_PICK_NARGS
+} HkHistoryPickArg;
+
 typedef enum HkAuditPickCol
 {
 	HK_AUDIT_PICK_ID = 1,
@@ -466,22 +496,16 @@ static NtaskPlan hk_audit_pick_dist_plan = {
 	.ncols = HK_AUDIT_PICK_NCOLS,
 	"SELECT x.audit_id FROM ntask.audit x "
 	"WHERE x.at OPERATOR(pg_catalog.<) $1 ORDER BY x.at LIMIT $2",
-	2, {TIMESTAMPTZOID, INT4OID}
+	HK_HISTORY_PICK_NARGS, {TIMESTAMPTZOID, INT4OID}
 };
 
-static NtaskPlan hk_audit_delete_dist_plan = {
-	"housekeeping prune audit (distributed)",
-	.ncols = 0,
-	"DELETE FROM ntask.audit a WHERE a.audit_id OPERATOR(pg_catalog.=) ANY ($1)",
-	1, {INT8ARRAYOID}
-};
 
 /*
  * The schedule slots of a distributed install (a reference table): the
  * oldest past the retention read on the coordinator, the unfinished tasks
  * among theirs looked up by id, the others' slots deleted (a write of the
- * reference table on every node: only when there is something to prune).
- * Citus refuses the plain statement's NOT EXISTS ("correlated subqueries
+ * reference table on every node: only when there is something to prune;
+ * hk_prune_slots' before step).  Citus refuses the plain statement's NOT EXISTS ("correlated subqueries
  * are not supported when the FROM clause contains a reference table"),
  * and plans a LEFT JOIN by pulling every unfinished task to the
  * coordinator.
@@ -498,8 +522,14 @@ static NtaskPlan hk_slots_pick_dist_plan = {
 	.ncols = HK_SLOTS_PICK_NCOLS,
 	"SELECT x.id, x.task_id FROM ntask.schedule_slot x "
 	"WHERE x.fired_at OPERATOR(pg_catalog.<) $1 ORDER BY x.fired_at LIMIT $2",
-	2, {TIMESTAMPTZOID, INT4OID}
+	HK_HISTORY_PICK_NARGS, {TIMESTAMPTZOID, INT4OID}
 };
+
+typedef enum HkSlotsBusyArg
+{
+	HK_SLOTS_BUSY_ARG_TASK_IDS, /* $1 */
+	HK_SLOTS_BUSY_NARGS
+} HkSlotsBusyArg;
 
 typedef enum HkSlotsBusyCol
 {
@@ -512,15 +542,9 @@ static NtaskPlan hk_slots_busy_dist_plan = {
 	.ncols = HK_SLOTS_BUSY_NCOLS,
 	"SELECT t.task_id FROM ntask.task t "
 	"WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1) AND t.due_at IS NOT NULL",
-	1, {INT8ARRAYOID}
+	HK_SLOTS_BUSY_NARGS, {INT8ARRAYOID}
 };
 
-static NtaskPlan hk_slots_delete_dist_plan = {
-	"housekeeping prune schedule slots (distributed)",
-	.ncols = 0,
-	"DELETE FROM ntask.schedule_slot s WHERE s.id OPERATOR(pg_catalog.=) ANY ($1)",
-	1, {INT8ARRAYOID}
-};
 
 /* where a round runs: a plain install, or one shard of a distributed one */
 typedef struct HkScope
@@ -629,20 +653,21 @@ static void
 hk_release_step(void *arg)
 {
 	HkWork	   *w = (HkWork *) arg;
-	Datum		values[5];
+	Datum		values[HK_RELEASE_NARGS];
+	SPITupleTable *tt;
 	int			n;
 	int			r;
 
-	values[0] = w->ids;
-	values[4] = w->tokens;		/* the shard's statement only */
-	values[1] = NtaskCloseExpiredAttempts(values[0], values[4]);
-	values[2] = w->s->ts;		/* the shard's statement only */
-	values[3] = Int16GetDatum(w->s->shard);
-	n = NtaskExecPlan(w->s->sharded ? &hk_release_shard_plan : &hk_release_plan,
-					  values, NULL, SPI_OK_UPDATE_RETURNING);
+	values[HK_RELEASE_ARG_IDS] = w->ids;
+	values[HK_RELEASE_ARG_TOKENS] = w->tokens;
+	values[HK_RELEASE_ARG_INVOKED] = NtaskCloseExpiredAttempts(w->ids, w->tokens);
+	values[HK_RELEASE_ARG_TS] = w->s->ts;
+	values[HK_RELEASE_ARG_SHARD] = Int16GetDatum(w->s->shard);
+	n = NtaskExecPair(&hk_release, values, NULL);
+	tt = SPI_tuptable;
 	w->done += n;
 	for (r = 0; r < n; r++)
-		if (NtaskGetBool(r, HK_RELEASE_REPAIRED))
+		if (NtaskTupGetBool(tt, r, HK_RELEASE_REPAIRED))
 			w->repaired++;
 }
 
@@ -654,28 +679,21 @@ hk_release_step(void *arg)
 static void
 hk_expired(const HkScope *s, int64 *counts)
 {
-	Datum		values[3];
+	Datum		values[HK_EXPIRED_NARGS];
 	Datum	   *tokens;
 	int64		done[2] = {0, 0};
+	SPITupleTable *tt;
 	int			n;
-	int			r;
 
-	if (s->sharded)
-	{
-		values[0] = Int16GetDatum(s->shard);
-		values[1] = s->ts;
-		values[2] = Int32GetDatum(s->max_rows);
-		n = NtaskExecPlan(&hk_expired_shard_plan, values, NULL, SPI_OK_SELECT);
-	}
-	else
-		n = NtaskExecPlanCount(&hk_expired_plan, NULL, NULL, SPI_OK_SELECT,
-							   s->max_rows);
+	values[HK_EXPIRED_ARG_SHARD] = Int16GetDatum(s->shard);
+	values[HK_EXPIRED_ARG_TS] = s->ts;
+	values[HK_EXPIRED_ARG_ROWS] = Int32GetDatum(s->max_rows);
+	n = NtaskExecPairCount(&hk_expired_pick, values, NULL, s->max_rows);
 	if (n == 0)
 		return;
-	tokens = palloc(sizeof(Datum) * n);
-	for (r = 0; r < n; r++)
-		tokens[r] = Int64GetDatum(NtaskGetInt64(r, HK_EXPIRED_TOKEN));
-	hk_each(s, hk_ids(SPI_tuptable, n, HK_EXPIRED_TASK_ID), tokens, n, hk_release_step,
+	tt = SPI_tuptable;
+	tokens = hk_ids(tt, n, HK_EXPIRED_TOKEN);
+	hk_each(s, hk_ids(tt, n, HK_EXPIRED_TASK_ID), tokens, n, hk_release_step,
 			"releasing the expired lease", done);
 	counts[0] += done[0];
 	counts[1] += done[1];
@@ -686,13 +704,12 @@ static void
 hk_deadline_set_step(void *arg)
 {
 	HkWork	   *w = (HkWork *) arg;
-	Datum		values[3];
+	Datum		values[HK_DEADLINE_SET_NARGS];
 
-	values[0] = w->ids;
-	values[1] = w->s->ts;		/* the shard's statement only */
-	values[2] = Int16GetDatum(w->s->shard);
-	w->done += NtaskExecPlan(w->s->sharded ? &hk_deadline_set_shard_plan :
-							 &hk_deadline_set_plan, values, NULL, SPI_OK_UPDATE);
+	values[HK_DEADLINE_SET_ARG_IDS] = w->ids;
+	values[HK_DEADLINE_SET_ARG_TS] = w->s->ts;
+	values[HK_DEADLINE_SET_ARG_SHARD] = Int16GetDatum(w->s->shard);
+	w->done += NtaskExecPair(&hk_deadline_set, values, NULL);
 }
 
 /* hk_deadline_step: a plain install's one statement of step 2 */
@@ -700,17 +717,21 @@ static void
 hk_deadline_step(void *arg)
 {
 	HkWork	   *w = (HkWork *) arg;
-	Datum		values[1];
+	Datum		values[HK_DEADLINE_NARGS];
 
-	values[0] = Int32GetDatum(w->s->max_rows);
+	values[HK_DEADLINE_ARG_ROWS] = Int32GetDatum(w->s->max_rows);
 	w->done = NtaskExecPlan(&hk_deadline_plan, values, NULL, SPI_OK_UPDATE);
 }
 
-/* hk_deadlines: step 2, deadlines of tasks nobody claims; adds to counts[1] */
+/*
+ * hk_deadlines: step 2, deadlines of tasks nobody claims; adds to counts[1].
+ * A plain install tries its one statement first (hk_deadline_plan); when
+ * that fails, and in a shard, the tasks are picked and then written.
+ */
 static void
 hk_deadlines(const HkScope *s, int64 *counts)
 {
-	Datum		values[3];
+	Datum		values[HK_DEADLINE_PICK_NARGS];
 	int64		done[2] = {0, 0};
 	int			n;
 
@@ -727,16 +748,11 @@ hk_deadlines(const HkScope *s, int64 *counts)
 			return;
 		}
 		FreeErrorData(e);
-		values[0] = Int32GetDatum(s->max_rows);
-		n = NtaskExecPlan(&hk_deadline_pick_plan, values, NULL, SPI_OK_SELECT);
 	}
-	else
-	{
-		values[0] = Int16GetDatum(s->shard);
-		values[1] = s->ts;
-		values[2] = Int32GetDatum(s->max_rows);
-		n = NtaskExecPlan(&hk_deadline_pick_shard_plan, values, NULL, SPI_OK_SELECT);
-	}
+	values[HK_DEADLINE_PICK_ARG_ROWS] = Int32GetDatum(s->max_rows);
+	values[HK_DEADLINE_PICK_ARG_SHARD] = Int16GetDatum(s->shard);
+	values[HK_DEADLINE_PICK_ARG_TS] = s->ts;
+	n = NtaskExecPair(&hk_deadline_pick, values, NULL);
 	if (n == 0)
 		return;
 	hk_each(s, hk_ids(SPI_tuptable, n, HK_DEADLINE_PICK_TASK_ID), NULL, n,
@@ -763,52 +779,38 @@ hk_prune_queue(void *arg)
 {
 	HkWork	   *w = (HkWork *) arg;
 	const HkScope *s = w->s;
-	Datum		values[4];
+	Datum		pick[HK_PRUNE_PICK_NARGS];
+	Datum		values[HK_PRUNE_NARGS];
+	Datum		sv[HK_UNAWAITED_NARGS];
 	SPITupleTable *picked;
 	int			n;
 
-	values[0] = w->queue;
-	if (s->sharded)
-	{
-		values[1] = Int16GetDatum(s->shard);
-		values[2] = hk_before(w->retention);
-		values[3] = Int32GetDatum(s->max_rows);
-		n = NtaskExecPlan(&hk_prune_pick_shard_plan, values, NULL, SPI_OK_SELECT);
-	}
-	else
-	{
-		values[1] = w->retention;
-		n = NtaskExecPlanCount(&hk_prune_pick_plan, values, NULL,
-							   SPI_OK_SELECT, s->max_rows);
-	}
+	pick[HK_PRUNE_PICK_ARG_QUEUE] = w->queue;
+	pick[HK_PRUNE_PICK_ARG_RETENTION] = w->retention;
+	pick[HK_PRUNE_PICK_ARG_SHARD] = Int16GetDatum(s->shard);
+	pick[HK_PRUNE_PICK_ARG_BEFORE] = hk_before(w->retention);
+	pick[HK_PRUNE_PICK_ARG_ROWS] = Int32GetDatum(s->max_rows);
+	n = NtaskExecPairCount(&hk_prune_pick, pick, NULL, s->max_rows);
 	picked = SPI_tuptable;
-	/* a signal's row is in its queue and key's shard (signal.c), 0 on a plain install */
-	{
-		Datum		sv[4];
 
-		sv[0] = w->queue;
-		sv[1] = hk_before(w->retention);
-		sv[2] = Int32GetDatum(s->max_rows);
-		sv[3] = Int16GetDatum(s->shard);
-		(void) NtaskExecPlan(&hk_prune_unawaited_plan, sv, NULL, SPI_OK_DELETE);
-	}
+	/*
+	 * a signal's row is in its queue and key's shard (signal.c), 0 on a plain
+	 * install
+	 */
+	sv[HK_UNAWAITED_ARG_QUEUE] = w->queue;
+	sv[HK_UNAWAITED_ARG_BEFORE] = hk_before(w->retention);
+	sv[HK_UNAWAITED_ARG_ROWS] = Int32GetDatum(s->max_rows);
+	sv[HK_UNAWAITED_ARG_SHARD] = Int16GetDatum(s->shard);
+	(void) NtaskExecPlan(&hk_prune_unawaited_plan, sv, NULL, SPI_OK_DELETE);
 	if (n == 0)
 		return;
-	values[0] = NtaskInt8Array(hk_ids(picked, n, HK_PRUNE_PICK_TASK_ID), n);
-	values[1] = Int16GetDatum(s->shard);	/* the shard's statements only */
-	(void) NtaskExecPlan(s->sharded ? &hk_prune_checkpoints_shard_plan :
-						 &hk_prune_checkpoints_plan, values, NULL, SPI_OK_DELETE);
-	(void) NtaskExecPlan(s->sharded ? &hk_prune_signals_shard_plan :
-						 &hk_prune_signals_plan, values, NULL, SPI_OK_DELETE);
-	(void) NtaskExecPlan(s->sharded ? &hk_prune_attempts_shard_plan :
-						 &hk_prune_attempts_plan, values, NULL, SPI_OK_DELETE);
-	(void) NtaskExecPlan(s->sharded ? &hk_prune_receipts_shard_plan :
-						 &hk_prune_receipts_plan, values, NULL, SPI_OK_DELETE);
-	if (s->sharded)
-		w->counts[2] += NtaskExecPlan(&hk_prune_tasks_shard_plan, values, NULL,
-									  SPI_OK_DELETE);
-	else if (NtaskExecPlan(&hk_prune_tasks_plan, values, NULL, SPI_OK_SELECT) == 1)
-		w->counts[2] += NtaskGetInt32(0, HK_PRUNE_TASKS_COUNT);
+	values[HK_PRUNE_ARG_IDS] = NtaskInt8Array(hk_ids(picked, n, HK_PRUNE_PICK_TASK_ID), n);
+	values[HK_PRUNE_ARG_SHARD] = Int16GetDatum(s->shard);
+	(void) NtaskExecPair(&hk_prune_checkpoints, values, NULL);
+	(void) NtaskExecPair(&hk_prune_signals, values, NULL);
+	(void) NtaskExecPair(&hk_prune_attempts, values, NULL);
+	(void) NtaskExecPair(&hk_prune_receipts, values, NULL);
+	w->counts[2] += NtaskExecPair(&hk_prune_tasks, values, NULL);
 }
 
 /*
@@ -872,9 +874,10 @@ NtaskHousekeepShard(int16 shard, int max_rows, bool deadlines, int64 *counts)
 	s.shard = shard;
 	s.ts = NtaskStatementTs();
 	s.max_rows = max_rows;
+
 	/*
-	 * The shard's metadata lock first, as a claim takes it: each sweep is
-	 * a routed pick and then a routed write, and a shard move completed in
+	 * The shard's metadata lock first, as a claim takes it: each sweep is a
+	 * routed pick and then a routed write, and a shard move completed in
 	 * between would leave the pick's row locks on the old placement
 	 * (NtaskLockShards, docs/scaling.md "Shard moves").
 	 */
@@ -882,19 +885,38 @@ NtaskHousekeepShard(int16 shard, int max_rows, bool deadlines, int64 *counts)
 	hk_round(&s, deadlines, counts);
 }
 
-/* hk_retention_before: the statement timestamp minus retention_s seconds */
-static Datum
-hk_retention_before(int retention_s)
+/*
+ * hk_audit_pick: hk_prune_audit's before step on a distributed install,
+ * the ids of the oldest audit rows past the retention into values[]; false
+ * when there are none
+ */
+static bool
+hk_audit_pick(Datum *values, char *nulls)
 {
-	return hk_before(IntervalPGetDatum(NtaskUsecsInterval((int64) retention_s *
-														  USECS_PER_SEC)));
+	Datum		pv[HK_HISTORY_PICK_NARGS];
+	int			n;
+
+	pv[HK_HISTORY_PICK_ARG_BEFORE] = hk_before(values[HK_HISTORY_ARG_RETENTION]);
+	pv[HK_HISTORY_PICK_ARG_ROWS] = values[HK_HISTORY_ARG_ROWS];
+	n = NtaskExecPlan(&hk_audit_pick_dist_plan, pv, NULL, SPI_OK_SELECT);
+	if (n == 0)
+		return false;
+	values[HK_HISTORY_ARG_IDS] = NtaskInt8Array(hk_ids(SPI_tuptable, n, HK_AUDIT_PICK_ID), n);
+	return true;
 }
 
-/* hk_prune_slots_dist: the schedule slots of a distributed install */
-static void
-hk_prune_slots_dist(int max_rows)
+/*
+ * hk_slots_pick: hk_prune_slots' before step on a distributed install, the
+ * ids of the oldest schedule slots past the retention whose task is
+ * finished (or gone) into values[]; false when there are none
+ */
+static bool
+hk_slots_pick(Datum *values, char *nulls)
 {
-	Datum		values[2];
+	Datum		pv[HK_HISTORY_PICK_NARGS];
+	Datum		bv[HK_SLOTS_BUSY_NARGS];
+	SPITupleTable *picked;
+	SPITupleTable *busy_tt;
 	Datum	   *ids;
 	int64	   *slot_task;		/* each slot's task, 0 for none */
 	Datum	   *tasks;
@@ -906,20 +928,21 @@ hk_prune_slots_dist(int max_rows)
 	int			r;
 	int			b;
 
-	values[0] = hk_retention_before(ntask_history_retention_s);
-	values[1] = Int32GetDatum(max_rows);
-	n = NtaskExecPlan(&hk_slots_pick_dist_plan, values, NULL, SPI_OK_SELECT);
+	pv[HK_HISTORY_PICK_ARG_BEFORE] = hk_before(values[HK_HISTORY_ARG_RETENTION]);
+	pv[HK_HISTORY_PICK_ARG_ROWS] = values[HK_HISTORY_ARG_ROWS];
+	n = NtaskExecPlan(&hk_slots_pick_dist_plan, pv, NULL, SPI_OK_SELECT);
 	if (n == 0)
-		return;
+		return false;
+	picked = SPI_tuptable;
 	ids = palloc(sizeof(Datum) * n);
 	slot_task = palloc(sizeof(int64) * n);
 	tasks = palloc(sizeof(Datum) * n);
 	for (r = 0; r < n; r++)
 	{
 		bool		isnull;
-		Datum		t = NtaskGetDatum(r, HK_SLOTS_PICK_TASK_ID, &isnull);
+		Datum		t = NtaskTupGetDatum(picked, r, HK_SLOTS_PICK_TASK_ID, &isnull);
 
-		ids[r] = Int64GetDatum(NtaskGetInt64(r, HK_SLOTS_PICK_ID));
+		ids[r] = Int64GetDatum(NtaskTupGetInt64(picked, r, HK_SLOTS_PICK_ID));
 		slot_task[r] = isnull ? 0 : DatumGetInt64(t);
 		if (!isnull)
 			tasks[nt++] = t;
@@ -927,10 +950,11 @@ hk_prune_slots_dist(int max_rows)
 	busy = palloc(sizeof(int64) * Max(nt, 1));
 	if (nt > 0)
 	{
-		values[0] = NtaskInt8Array(tasks, nt);
-		nbusy = NtaskExecPlan(&hk_slots_busy_dist_plan, values, NULL, SPI_OK_SELECT);
+		bv[HK_SLOTS_BUSY_ARG_TASK_IDS] = NtaskInt8Array(tasks, nt);
+		nbusy = NtaskExecPlan(&hk_slots_busy_dist_plan, bv, NULL, SPI_OK_SELECT);
+		busy_tt = SPI_tuptable;
 		for (r = 0; r < nbusy; r++)
-			busy[r] = NtaskGetInt64(r, HK_SLOTS_BUSY_TASK_ID);
+			busy[r] = NtaskTupGetInt64(busy_tt, r, HK_SLOTS_BUSY_TASK_ID);
 	}
 	/* the slots whose task is unfinished stay: overlap decisions read them */
 	for (r = 0; r < n; r++)
@@ -942,67 +966,56 @@ hk_prune_slots_dist(int max_rows)
 		if (!keep)
 			ids[ndel++] = ids[r];
 	}
-	if (ndel > 0)
-	{
-		values[0] = NtaskInt8Array(ids, ndel);
-		(void) NtaskExecPlan(&hk_slots_delete_dist_plan, values, NULL, SPI_OK_DELETE);
-	}
-}
-
-/*
- * NtaskHousekeepHistoryDist
- *		The history step of a distributed install: the audit and the
- *		schedule slots.  Fences do not run there (docs/scaling.md), so
- *		fence_receipt holds nothing to prune.  In SPI.
- */
-void
-NtaskHousekeepHistoryDist(int max_rows)
-{
-	Datum		values[2];
-	int			n;
-
-	hk_prune_key_pauses(max_rows);
-	if (ntask_history_retention_s > 0)
-		hk_prune_slots_dist(max_rows);
-	if (ntask_audit_retention_s <= 0)
-		return;
-	values[0] = hk_retention_before(ntask_audit_retention_s);
-	values[1] = Int32GetDatum(max_rows);
-	n = NtaskExecPlan(&hk_audit_pick_dist_plan, values, NULL, SPI_OK_SELECT);
-	if (n == 0)
-		return;
-	values[0] = NtaskInt8Array(hk_ids(SPI_tuptable, n, HK_AUDIT_PICK_ID), n);
-	(void) NtaskExecPlan(&hk_audit_delete_dist_plan, values, NULL, SPI_OK_DELETE);
+	if (ndel == 0)
+		return false;
+	values[HK_HISTORY_ARG_IDS] = NtaskInt8Array(ids, ndel);
+	return true;
 }
 
 /* hk_prune_key_pauses: delete up to max_rows ended key pauses */
 static void
 hk_prune_key_pauses(int max_rows)
 {
-	Datum		values[1];
+	Datum		values[HK_KEY_PAUSE_NARGS];
 
-	values[0] = Int32GetDatum(max_rows);
+	values[HK_KEY_PAUSE_ARG_ROWS] = Int32GetDatum(max_rows);
 	(void) NtaskExecPlan(&hk_key_pause_plan, values, NULL, SPI_OK_DELETE);
 }
 
 /* hk_prune_history: run one history DELETE with a retention in seconds */
 static void
-hk_prune_history(NtaskPlan *plan, int retention_s, int max_rows)
+hk_prune_history(NtaskPair *pair, int retention_s, int max_rows)
 {
-	Datum		values[2];
+	Datum		values[HK_HISTORY_NARGS];
 
 	if (retention_s <= 0)
 		return;
-	values[0] = IntervalPGetDatum(NtaskUsecsInterval((int64) retention_s * USECS_PER_SEC));
-	values[1] = Int32GetDatum(max_rows);
-	(void) NtaskExecPlan(plan, values, NULL, SPI_OK_DELETE);
+	values[HK_HISTORY_ARG_RETENTION] =
+		IntervalPGetDatum(NtaskUsecsInterval((int64) retention_s * USECS_PER_SEC));
+	values[HK_HISTORY_ARG_ROWS] = Int32GetDatum(max_rows);
+	values[HK_HISTORY_ARG_IDS] = (Datum) 0; /* the before step's */
+	(void) NtaskExecPair(pair, values, NULL);
+}
+
+/*
+ * NtaskHousekeepHistoryDist
+ *		The history step of a distributed install: the key pauses, the
+ *		schedule slots and the audit.  Fences do not run there
+ *		(docs/scaling.md), so fence_receipt holds nothing to prune.  In SPI.
+ */
+void
+NtaskHousekeepHistoryDist(int max_rows)
+{
+	hk_prune_key_pauses(max_rows);
+	hk_prune_history(&hk_prune_slots, ntask_history_retention_s, max_rows);
+	hk_prune_history(&hk_prune_audit, ntask_audit_retention_s, max_rows);
 }
 
 /* one history step of a plain install, for NtaskTrySubxact */
 typedef struct HkHistory
 {
-	NtaskPlan  *plan;
-	int			retention_s;	/* -1: the key pauses */
+	NtaskPair  *pair;			/* NULL: the key pauses */
+	int			retention_s;
 	int			max_rows;
 } HkHistory;
 
@@ -1011,24 +1024,25 @@ hk_history_step(void *arg)
 {
 	HkHistory  *h = (HkHistory *) arg;
 
-	if (h->retention_s < 0)
+	if (h->pair == NULL)
 		hk_prune_key_pauses(h->max_rows);
 	else
-		hk_prune_history(h->plan, h->retention_s, h->max_rows);
+		hk_prune_history(h->pair, h->retention_s, h->max_rows);
 }
 
 /* hk_guarded_history: a history step in a subtransaction of its own */
 static void
-hk_guarded_history(NtaskPlan *plan, int retention_s, int max_rows)
+hk_guarded_history(NtaskPair *pair, int retention_s, int max_rows)
 {
 	HkHistory	h;
 	ErrorData  *e;
 
-	h.plan = plan;
+	h.pair = pair;
 	h.retention_s = retention_s;
 	h.max_rows = max_rows;
 	if (!NtaskTrySubxact(hk_history_step, &h, &e))
-		hk_warn(psprintf("%s", plan->name), e);
+		hk_warn(pair != NULL ? pair->v[NTASK_PATH_PLAIN].plan.name :
+				hk_key_pause_plan.name, e);
 }
 
 /*
@@ -1042,14 +1056,17 @@ void
 NtaskHousekeep(int max_rows, bool deadlines, int64 *counts)
 {
 	HkScope		s;
+	int			i;
 
 	counts[0] = counts[1] = counts[2] = 0;
 
-	/* a distributed install: every sweep once per shard value, routed */
+	/*
+	 * A distributed install: every sweep once per shard value, routed (the
+	 * background worker runs each shard in a transaction of its own:
+	 * worker.c), then its history.
+	 */
 	if (NtaskShardCount() > 0)
 	{
-		int			i;
-
 		for (i = 0; i < NtaskShardCount(); i++)
 			NtaskHousekeepShard(NtaskShardValue(i), max_rows, deadlines, counts);
 		NtaskHousekeepHistoryDist(max_rows);
@@ -1064,11 +1081,20 @@ NtaskHousekeep(int max_rows, bool deadlines, int64 *counts)
 	hk_round(&s, deadlines, counts);
 
 	/* 4. history: audit, schedule slots, fence receipts (0: keep forever) */
-	hk_guarded_history(&hk_prune_audit_plan, ntask_audit_retention_s, max_rows);
-	hk_guarded_history(&hk_prune_slots_plan, ntask_history_retention_s, max_rows);
-	hk_guarded_history(&hk_prune_fence_plan, ntask_history_retention_s, max_rows);
-	hk_guarded_history(&hk_key_pause_plan, -1, max_rows);
+	hk_guarded_history(&hk_prune_audit, ntask_audit_retention_s, max_rows);
+	hk_guarded_history(&hk_prune_slots, ntask_history_retention_s, max_rows);
+	hk_guarded_history(&hk_prune_fence, ntask_history_retention_s, max_rows);
+	hk_guarded_history(NULL, -1, max_rows);
 }
+
+/* ntask_housekeeping's columns, NtaskHousekeep's counts[] in order */
+typedef enum HkOutCol
+{
+	HK_OUT_EXPIRED,
+	HK_OUT_REPAIRED,
+	HK_OUT_PRUNED,
+	HK_OUT_NCOLS
+} HkOutCol;
 
 /*
  * ntask_housekeeping(max_rows int DEFAULT 1000, deadlines bool DEFAULT true)
@@ -1080,9 +1106,9 @@ Datum
 ntask_housekeeping(PG_FUNCTION_ARGS)
 {
 	TupleDesc	tupdesc;
-	Datum		values[3];
-	bool		nulls[3] = {false, false, false};
-	int64		counts[3];
+	Datum		values[HK_OUT_NCOLS];
+	bool		nulls[HK_OUT_NCOLS] = {false, false, false};
+	int64		counts[HK_OUT_NCOLS];
 	int32		max_rows;
 
 	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
@@ -1101,8 +1127,8 @@ ntask_housekeeping(PG_FUNCTION_ARGS)
 	NtaskHousekeep(max_rows, PG_GETARG_BOOL(1), counts);
 	SPI_finish();
 
-	values[0] = Int64GetDatum(counts[0]);
-	values[1] = Int64GetDatum(counts[1]);
-	values[2] = Int64GetDatum(counts[2]);
+	values[HK_OUT_EXPIRED] = Int64GetDatum(counts[HK_OUT_EXPIRED]);
+	values[HK_OUT_REPAIRED] = Int64GetDatum(counts[HK_OUT_REPAIRED]);
+	values[HK_OUT_PRUNED] = Int64GetDatum(counts[HK_OUT_PRUNED]);
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
 }

@@ -23,7 +23,7 @@
  * (lease_attempt_plan) and the release's duplicate, conflict or stale
  * (the token's ledger row, lease_requested_plan).  On a distributed
  * install the release's UPDATE and its ledger row are two routed
- * statements (lease_release_dist).
+ * statements (lease_release's routed variant).
  *
  * Copyright (c) 2026, The ntask authors; the PostgreSQL Licence (LICENSE)
  *
@@ -45,23 +45,31 @@ PG_FUNCTION_INFO_V1(ntask_release);
 
 static void lease_check_token(int64 task_id, int64 token);
 
-/* lease_token_plan's columns ($1 the task, $2 the caller) */
+/* lease_token_plan's parameters and columns */
+typedef enum LeaseTokenArg
+{
+	LEASE_TOKEN_ARG_TASK_ID,	/* $1 */
+	LEASE_TOKEN_ARG_CALLER,		/* $2 */
+	LEASE_TOKEN_NARGS
+} LeaseTokenArg;
+
 typedef enum LeaseTokenCol
 {
 	LEASE_TOKEN_TOKEN = 1,
-	LEASE_TOKEN_RIGHT			/* the caller has the worker_role */
+	LEASE_TOKEN_RIGHT,			/* the caller has the worker_role */
+	LEASE_TOKEN_NCOLS = LEASE_TOKEN_RIGHT
 } LeaseTokenCol;
 
 static NtaskPlan lease_token_plan = {
 	"task token lookup",
-	.ncols = 2,
+	.ncols = LEASE_TOKEN_NCOLS,
 	"SELECT t.token, " NTASK_WORKER_RIGHT("q", "2") " "
 	"FROM ntask.task t JOIN ntask.queue q ON q.queue OPERATOR(pg_catalog.=) t.queue "
 	"WHERE t.task_id OPERATOR(pg_catalog.=) $1" NTASK_SHARD_OF("t", "$1"),
-	2, {INT8OID, OIDOID}
+	LEASE_TOKEN_NARGS, {INT8OID, OIDOID}
 };
 
-/* lease_heartbeat_plan's parameters; its one column is the new lease_until */
+/* lease_heartbeat_plan's parameters (and lease_progress_plan's) and column */
 typedef enum LeaseHeartbeatArg
 {
 	LEASE_HB_ARG_TASK_ID,		/* $1 */
@@ -69,8 +77,15 @@ typedef enum LeaseHeartbeatArg
 	LEASE_HB_ARG_LEASE,			/* $3, NULL: the queue's */
 	LEASE_HB_ARG_CALLER,		/* $4 */
 	LEASE_HB_ARG_NOW,			/* $5 */
+	LEASE_HB_ARG_PROGRESS,		/* $6, lease_progress_plan's only */
 	LEASE_HB_NARGS
 } LeaseHeartbeatArg;
+
+typedef enum LeaseHeartbeatCol
+{
+	LEASE_HB_LEASE_UNTIL = 1,	/* the new one */
+	LEASE_HB_NCOLS = LEASE_HB_LEASE_UNTIL
+} LeaseHeartbeatCol;
 
 /*
  * The heartbeat's UPDATE; set: more assignments (progress), "" for none.
@@ -91,9 +106,9 @@ typedef enum LeaseHeartbeatArg
 
 static NtaskPlan lease_heartbeat_plan = {
 	"heartbeat",
-	.ncols = 1,
+	.ncols = LEASE_HB_NCOLS,
 	LEASE_HB_SQL(""),
-	LEASE_HB_NARGS, {INT8OID, INT8OID, INTERVALOID, OIDOID, TIMESTAMPTZOID}
+	LEASE_HB_ARG_PROGRESS, {INT8OID, INT8OID, INTERVALOID, OIDOID, TIMESTAMPTZOID}
 };
 
 /*
@@ -104,15 +119,24 @@ static NtaskPlan lease_heartbeat_plan = {
  */
 static NtaskPlan lease_progress_plan = {
 	"heartbeat with progress",
-	.ncols = 1,
+	.ncols = LEASE_HB_NCOLS,
 	LEASE_HB_SQL("  progress = $6, progress_at = $5, "),
-	LEASE_HB_NARGS + 1, {INT8OID, INT8OID, INTERVALOID, OIDOID, TIMESTAMPTZOID, JSONBOID}
+	LEASE_HB_NARGS, {INT8OID, INT8OID, INTERVALOID, OIDOID, TIMESTAMPTZOID, JSONBOID}
 };
 
 /*
  * The open attempt lives on the task row until it ends (write-once
  * ledger): invoked_at is set there, on the token's leased row.
+ * lease_attempt_plan takes the first two parameters.
  */
+typedef enum LeaseInvokedArg
+{
+	LEASE_INVOKED_ARG_TASK_ID,	/* $1 */
+	LEASE_INVOKED_ARG_TOKEN,	/* $2 */
+	LEASE_INVOKED_ARG_CALLER,	/* $3 */
+	LEASE_INVOKED_NARGS
+} LeaseInvokedArg;
+
 static NtaskPlan lease_invoked_plan = {
 	"invoked",
 	.ncols = 0,
@@ -123,17 +147,23 @@ static NtaskPlan lease_invoked_plan = {
 	"  AND t.state OPERATOR(pg_catalog.=) 'leased' AND t.invoked_at IS NULL "
 	"  AND q.queue OPERATOR(pg_catalog.=) t.queue "
 	"  AND " NTASK_WORKER_RIGHT_SUB("q", "3"),
-	3, {INT8OID, INT8OID, OIDOID}
+	LEASE_INVOKED_NARGS, {INT8OID, INT8OID, OIDOID}
 };
+
+typedef enum LeaseAttemptCol
+{
+	LEASE_ATTEMPT_INVOKED = 1,	/* the token's open attempt was invoked */
+	LEASE_ATTEMPT_NCOLS = LEASE_ATTEMPT_INVOKED
+} LeaseAttemptCol;
 
 static NtaskPlan lease_attempt_plan = {
 	"attempt lookup",
-	.ncols = 1,
+	.ncols = LEASE_ATTEMPT_NCOLS,
 	"SELECT t.state OPERATOR(pg_catalog.=) 'leased' AND t.invoked_at IS NOT NULL "
 	"FROM ntask.task t "
 	"WHERE t.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("t", "$1")
 	"  AND t.token OPERATOR(pg_catalog.=) $2",
-	2, {INT8OID, INT8OID}
+	LEASE_INVOKED_ARG_CALLER, {INT8OID, INT8OID}
 };
 
 /*
@@ -146,16 +176,16 @@ static NtaskPlan lease_attempt_plan = {
 static void
 lease_check_token(int64 task_id, int64 token)
 {
-	Datum		values[2];
+	Datum		values[LEASE_TOKEN_NARGS];
 	int64		current;
 
-	values[0] = Int64GetDatum(task_id);
-	values[1] = ObjectIdGetDatum(NtaskCaller());
+	values[LEASE_TOKEN_ARG_TASK_ID] = Int64GetDatum(task_id);
+	values[LEASE_TOKEN_ARG_CALLER] = ObjectIdGetDatum(NtaskCaller());
 	if (NtaskExecPlan(&lease_token_plan, values, NULL, SPI_OK_SELECT) == 0)
 		NtaskTaskNotFound(task_id);
-	if (!NtaskGetBool(0, LEASE_TOKEN_RIGHT))
+	if (!NtaskTupGetBool(SPI_tuptable, 0, LEASE_TOKEN_RIGHT))
 		NtaskTaskRightDenied(task_id);
-	current = NtaskGetInt64(0, LEASE_TOKEN_TOKEN);
+	current = NtaskTupGetInt64(SPI_tuptable, 0, LEASE_TOKEN_TOKEN);
 	NtaskCheckTokenIssued(task_id, token, current);
 }
 
@@ -176,13 +206,13 @@ ntask_heartbeat(PG_FUNCTION_ARGS)
 {
 	int64		task_id = NtaskArgInt64(fcinfo, 0, "task_id");
 	int64		token = NtaskArgInt64(fcinfo, 1, "token");
-	Datum		values[LEASE_HB_NARGS + 1];
-	char		nulls[LEASE_HB_NARGS + 1];
+	Datum		values[LEASE_HB_NARGS];
+	char		nulls[LEASE_HB_NARGS];
 	TimestampTz result = 0;
 	bool		found;
 	bool		with_progress;
 
-	NtaskCheckNargs(fcinfo, 4);	/* before its new arguments are read */
+	NtaskCheckNargs(fcinfo, 4); /* before its new arguments are read */
 	with_progress = !PG_ARGISNULL(3);
 	if (!PG_ARGISNULL(2))
 		NtaskCheckPositiveInterval(PG_GETARG_INTERVAL_P(2), "lease");
@@ -196,7 +226,7 @@ ntask_heartbeat(PG_FUNCTION_ARGS)
 					 errmsg("ntask: progress is %zu bytes, more than ntask.max_result_bytes (%d)",
 							(Size) VARSIZE(p), ntask_max_result_bytes),
 					 errhint("Report a small summary (counts, a phase); keep large data elsewhere.")));
-		values[LEASE_HB_NARGS] = JsonbPGetDatum(p);
+		values[LEASE_HB_ARG_PROGRESS] = JsonbPGetDatum(p);
 	}
 	memset(nulls, ' ', sizeof(nulls));
 	values[LEASE_HB_ARG_TASK_ID] = Int64GetDatum(task_id);
@@ -214,7 +244,8 @@ ntask_heartbeat(PG_FUNCTION_ARGS)
 		bool		isnull;
 
 		/* copied out of the SPI result before SPI_finish frees it */
-		result = DatumGetTimestampTz(NtaskGetDatum(0, 1, &isnull));
+		result = DatumGetTimestampTz(NtaskTupGetDatum(SPI_tuptable, 0,
+													  LEASE_HB_LEASE_UNTIL, &isnull));
 	}
 	else
 		lease_check_token(task_id, token);
@@ -237,12 +268,12 @@ ntask_invoked(PG_FUNCTION_ARGS)
 {
 	int64		task_id = NtaskArgInt64(fcinfo, 0, "task_id");
 	int64		token = NtaskArgInt64(fcinfo, 1, "token");
-	Datum		values[3];
+	Datum		values[LEASE_INVOKED_NARGS];
 	const char *result;
 
-	values[0] = Int64GetDatum(task_id);
-	values[1] = Int64GetDatum(token);
-	values[2] = ObjectIdGetDatum(NtaskCaller());
+	values[LEASE_INVOKED_ARG_TASK_ID] = Int64GetDatum(task_id);
+	values[LEASE_INVOKED_ARG_TOKEN] = Int64GetDatum(token);
+	values[LEASE_INVOKED_ARG_CALLER] = ObjectIdGetDatum(NtaskCaller());
 
 	SPI_connect();
 	if (NtaskExecPlan(&lease_invoked_plan, values, NULL, SPI_OK_UPDATE) == 1)
@@ -251,7 +282,7 @@ ntask_invoked(PG_FUNCTION_ARGS)
 	{
 		lease_check_token(task_id, token);
 		if (NtaskExecPlan(&lease_attempt_plan, values, NULL, SPI_OK_SELECT) == 1 &&
-			NtaskGetBool(0, 1))
+			NtaskTupGetBool(SPI_tuptable, 0, LEASE_ATTEMPT_INVOKED))
 			result = "duplicate";
 		else
 			result = "stale";
@@ -265,16 +296,28 @@ ntask_invoked(PG_FUNCTION_ARGS)
  * locks it; only the current token of a leased task, only with the queue's
  * worker_role), then, only if it moved, the attempt's ledger row, written
  * from the task row (o: the row as the statement's snapshot saw it, for
- * the worker and claimed_at; see tr_apply_plan).  An attempt that
+ * the worker and claimed_at; see transition.c's tr_apply_pair).  An attempt that
  * was never invoked gives its attempt back (max_attempts + 1: the ledger
  * keeps the row, the budget is not spent); an invoked one counts, and its
  * outcome is unknown.  $3: the delay (0 for at once), $4: the caller.
  */
-/* lease_release_plan's columns (one row when it applied) */
+typedef enum LeaseReleaseArg
+{
+	LEASE_RELEASE_ARG_TASK_ID,	/* $1 */
+	LEASE_RELEASE_ARG_TOKEN,	/* $2 */
+	LEASE_RELEASE_ARG_DELAY,	/* $3, 0 for at once */
+	LEASE_RELEASE_ARG_CALLER,	/* $4 */
+	LEASE_RELEASE_ARG_RECEIPT,	/* $5, the routed before step's */
+	LEASE_RELEASE_ARG_NOW,		/* $6, the routed before step's */
+	LEASE_RELEASE_NARGS
+} LeaseReleaseArg;
+
+/* lease_release's columns (one row when it applied) */
 typedef enum LeaseReleaseCol
 {
 	LEASE_RELEASE_QUEUE = 1,
-	LEASE_RELEASE_RUN_AT
+	LEASE_RELEASE_RUN_AT,
+	LEASE_RELEASE_NCOLS = LEASE_RELEASE_RUN_AT
 } LeaseReleaseCol;
 
 /*
@@ -306,119 +349,138 @@ typedef enum LeaseReleaseCol
 	"              WHERE q.queue OPERATOR(pg_catalog.=) t.queue " \
 	"                AND " NTASK_WORKER_RIGHT("q", "4") ") "
 
-static NtaskPlan lease_release_plan = {
-	"release",
-	.ncols = 2,
-	"WITH upd AS ( "
-	LEASE_RELEASE_UPDATE("pg_catalog.statement_timestamp()", NTASK_RECEIPT_OF("t"))
-"  RETURNING t.run_at, t.queue, t.task_id, t.shard, t.token, t.attempts, "
-	"    coalesce(o.claimed_at, o.updated_at) AS claimed_at, t.invoked_at, "
-	"    o.lease_owner AS worker, o.progress "
-	"), att AS ( "
-	"  INSERT INTO ntask.attempt (task_id, shard, token, attempt, worker, claimed_at, "
-	"    invoked_at, ended_at, result, requested, outcome_known, retry_at, progress) "
-	"  SELECT u.task_id, u.shard, u.token, u.attempts, u.worker, u.claimed_at, "
-	"    u.invoked_at, pg_catalog.statement_timestamp(), 'released', 'released', "
-	"    (u.invoked_at IS NULL OR EXISTS (SELECT 1 FROM ntask.receipt r "
-	"      WHERE r.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("r", "$1")
-	"        AND r.token OPERATOR(pg_catalog.=) $2)), u.run_at, u.progress "
-	"  FROM upd u "
-	") "
-	"SELECT upd.queue, upd.run_at FROM upd",
-	4, {INT8OID, INT8OID, INTERVALOID, OIDOID}
-};
-
 /*
  * On a distributed install the release runs apart (Citus plans a CTE apart
  * and sends its rows to every node): whether this attempt committed a
- * receipt, the task's UPDATE ($5 that answer, $6 now), then its ledger row
- * (NtaskLedgerRowDist), each routed to the task's shard.
+ * receipt (lease_release_receipt, the before step), the task's UPDATE,
+ * then its ledger row (lease_release_ledger, the after step), each routed
+ * to the task's shard.  The UPDATE returns the plain statement's columns,
+ * then the ledger row's.
  */
-static NtaskPlan lease_receipt_dist_plan = {
-	"release receipt lookup (distributed)",
-	.ncols = 1,
-	"SELECT EXISTS (SELECT 1 FROM ntask.receipt r "
-	"  WHERE r.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("r", "$1")
-	"    AND r.token OPERATOR(pg_catalog.=) $2)",
-	2, {INT8OID, INT8OID}
-};
-
 typedef enum LeaseReleaseDistCol
 {
-	LEASE_RELEASE_DIST_TASK_ID = LEASE_RELEASE_RUN_AT + 1,
+	LEASE_RELEASE_DIST_TASK_ID = LEASE_RELEASE_NCOLS + 1,
 	LEASE_RELEASE_DIST_SHARD,
 	LEASE_RELEASE_DIST_TOKEN,
 	LEASE_RELEASE_DIST_ATTEMPTS,
 	LEASE_RELEASE_DIST_CLAIMED_AT,
 	LEASE_RELEASE_DIST_INVOKED_AT,
 	LEASE_RELEASE_DIST_WORKER,
-	LEASE_RELEASE_DIST_PROGRESS
+	LEASE_RELEASE_DIST_PROGRESS,
+	LEASE_RELEASE_DIST_NCOLS = LEASE_RELEASE_DIST_PROGRESS
 } LeaseReleaseDistCol;
 
-static NtaskPlan lease_release_dist_plan = {
-	"release (distributed)",
-	.ncols = 10,
-	LEASE_RELEASE_UPDATE("$6", "OR $5")
-	"RETURNING t.queue, t.run_at, t.task_id, t.shard, t.token, t.attempts, "
-	"  coalesce(o.claimed_at, o.updated_at), t.invoked_at, o.lease_owner, o.progress",
-	6, {INT8OID, INT8OID, INTERVALOID, OIDOID, BOOLOID, TIMESTAMPTZOID}
+static bool lease_release_receipt(Datum *values, char *nulls);
+static void lease_release_ledger(SPITupleTable *tt, int n, Datum *values,
+								 char *nulls);
+
+static NtaskPair lease_release = NTASK_PAIR("release",
+											NTASK_PLAIN(LEASE_RELEASE_NCOLS,
+														"WITH upd AS ( "
+														LEASE_RELEASE_UPDATE("pg_catalog.statement_timestamp()", NTASK_RECEIPT_OF("t"))
+														"  RETURNING t.run_at, t.queue, t.task_id, t.shard, t.token, t.attempts, "
+														"    coalesce(o.claimed_at, o.updated_at) AS claimed_at, t.invoked_at, "
+														"    o.lease_owner AS worker, o.progress "
+														"), att AS ( "
+														"  INSERT INTO ntask.attempt (task_id, shard, token, attempt, worker, claimed_at, "
+														"    invoked_at, ended_at, result, requested, outcome_known, retry_at, progress) "
+														"  SELECT u.task_id, u.shard, u.token, u.attempts, u.worker, u.claimed_at, "
+														"    u.invoked_at, pg_catalog.statement_timestamp(), 'released', 'released', "
+														"    (u.invoked_at IS NULL OR EXISTS (SELECT 1 FROM ntask.receipt r "
+														"      WHERE r.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("r", "$1")
+														"        AND r.token OPERATOR(pg_catalog.=) $2)), u.run_at, u.progress "
+														"  FROM upd u "
+														") "
+														"SELECT upd.queue, upd.run_at FROM upd",
+														LEASE_RELEASE_ARG_RECEIPT, SPI_OK_SELECT),
+											NTASK_ROUTED(LEASE_RELEASE_DIST_NCOLS,
+														 LEASE_RELEASE_UPDATE("$6", "OR $5")
+														 "RETURNING t.queue, t.run_at, t.task_id, t.shard, t.token, t.attempts, "
+														 "  coalesce(o.claimed_at, o.updated_at), t.invoked_at, o.lease_owner, o.progress",
+														 LEASE_RELEASE_NARGS, SPI_OK_UPDATE_RETURNING,
+														 lease_release_receipt, lease_release_ledger),
+											INT8OID, INT8OID, INTERVALOID, OIDOID, BOOLOID, TIMESTAMPTZOID);
+
+/* whether this token's attempt committed a receipt ($1 task, $2 token) */
+typedef enum LeaseReceiptCol
+{
+	LEASE_RECEIPT_FOUND = 1,
+	LEASE_RECEIPT_NCOLS = LEASE_RECEIPT_FOUND
+} LeaseReceiptCol;
+
+static NtaskPlan lease_receipt_dist_plan = {
+	"release receipt lookup (distributed)",
+	.ncols = LEASE_RECEIPT_NCOLS,
+	"SELECT EXISTS (SELECT 1 FROM ntask.receipt r "
+	"  WHERE r.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("r", "$1")
+	"    AND r.token OPERATOR(pg_catalog.=) $2)",
+	LEASE_RELEASE_ARG_TOKEN + 1, {INT8OID, INT8OID}
 };
 
-/*
- * lease_release_dist: the release on a distributed install, values as
- * lease_release_plan's; returns whether it applied, *row then holding the
- * task's row (LeaseReleaseCol first)
- */
+/* lease_release_receipt: the routed before step, the receipt and now */
 static bool
-lease_release_dist(Datum *values, SPITupleTable **row)
+lease_release_receipt(Datum *values, char *nulls)
 {
-	Datum		dv[6];
-	Datum		av[ATT_ROW_NARGS];
-	char		an[ATT_ROW_NARGS];
-	SPITupleTable *upd;
-	bool		receipt;
-	bool		isnull;
-	int			i;
-	static const int cols[ATT_ROW_NARGS] = {
-		LEASE_RELEASE_DIST_TASK_ID, LEASE_RELEASE_DIST_SHARD, LEASE_RELEASE_DIST_TOKEN,
-		LEASE_RELEASE_DIST_ATTEMPTS, LEASE_RELEASE_DIST_WORKER,
-		LEASE_RELEASE_DIST_CLAIMED_AT, LEASE_RELEASE_DIST_INVOKED_AT, 0, 0, 0, 0,
-	LEASE_RELEASE_RUN_AT, LEASE_RELEASE_DIST_PROGRESS};
-
 	NtaskExecPlan(&lease_receipt_dist_plan, values, NULL, SPI_OK_SELECT);
-	receipt = NtaskGetBool(0, 1);
-	memcpy(dv, values, sizeof(Datum) * 4);
-	dv[4] = BoolGetDatum(receipt);
-	dv[5] = NtaskStatementTs();
-	if (NtaskExecPlan(&lease_release_dist_plan, dv, NULL, SPI_OK_UPDATE_RETURNING) != 1)
-		return false;
-	upd = SPI_tuptable;
-	for (i = 0; i < ATT_ROW_NARGS; i++)
-	{
-		isnull = true;
-		av[i] = cols[i] != 0 ? NtaskTupGetDatum(upd, 0, cols[i], &isnull) : (Datum) 0;
-		an[i] = isnull ? 'n' : ' ';
-	}
-	(void) NtaskTupGetDatum(upd, 0, LEASE_RELEASE_DIST_INVOKED_AT, &isnull);
-	av[ATT_ROW_ENDED_AT] = dv[5];
-	an[ATT_ROW_ENDED_AT] = ' ';
-	av[ATT_ROW_RESULT] = av[ATT_ROW_REQUESTED] = CStringGetTextDatum("released");
-	an[ATT_ROW_RESULT] = an[ATT_ROW_REQUESTED] = ' ';
-	av[ATT_ROW_KNOWN] = BoolGetDatum(isnull || receipt);
-	an[ATT_ROW_KNOWN] = ' ';
-	NtaskLedgerRowDist(av, an);
-	*row = upd;
+	values[LEASE_RELEASE_ARG_RECEIPT] =
+		BoolGetDatum(NtaskTupGetBool(SPI_tuptable, 0, LEASE_RECEIPT_FOUND));
+	values[LEASE_RELEASE_ARG_NOW] = NtaskStatementTs();
+	nulls[LEASE_RELEASE_ARG_RECEIPT] = nulls[LEASE_RELEASE_ARG_NOW] = ' ';
 	return true;
 }
 
-/* not applied: what this token did with its attempt */
+/* lease_release_ledger: the routed after step, the released attempt's ledger row */
+static void
+lease_release_ledger(SPITupleTable *tt, int n, Datum *values, char *nulls)
+{
+	static const int cols[ATT_ROW_NARGS] = {
+		[ATT_ROW_TASK_ID] = LEASE_RELEASE_DIST_TASK_ID,
+		[ATT_ROW_SHARD] = LEASE_RELEASE_DIST_SHARD,
+		[ATT_ROW_TOKEN] = LEASE_RELEASE_DIST_TOKEN,
+		[ATT_ROW_ATTEMPT] = LEASE_RELEASE_DIST_ATTEMPTS,
+		[ATT_ROW_WORKER] = LEASE_RELEASE_DIST_WORKER,
+		[ATT_ROW_CLAIMED_AT] = LEASE_RELEASE_DIST_CLAIMED_AT,
+		[ATT_ROW_INVOKED_AT] = LEASE_RELEASE_DIST_INVOKED_AT,
+		[ATT_ROW_RETRY_AT] = LEASE_RELEASE_RUN_AT,
+		[ATT_ROW_PROGRESS] = LEASE_RELEASE_DIST_PROGRESS,
+	};
+	Datum		av[ATT_ROW_NARGS];
+	char		an[ATT_ROW_NARGS];
+	bool		isnull;
+	int			i;
+
+	if (n != 1)
+		return;
+	for (i = 0; i < ATT_ROW_NARGS; i++)
+	{
+		isnull = true;
+		av[i] = cols[i] != 0 ? NtaskTupGetDatum(tt, 0, cols[i], &isnull) : (Datum) 0;
+		an[i] = isnull ? 'n' : ' ';
+	}
+	(void) NtaskTupGetDatum(tt, 0, LEASE_RELEASE_DIST_INVOKED_AT, &isnull);
+	av[ATT_ROW_ENDED_AT] = values[LEASE_RELEASE_ARG_NOW];
+	an[ATT_ROW_ENDED_AT] = ' ';
+	av[ATT_ROW_RESULT] = av[ATT_ROW_REQUESTED] = CStringGetTextDatum("released");
+	an[ATT_ROW_RESULT] = an[ATT_ROW_REQUESTED] = ' ';
+	av[ATT_ROW_KNOWN] = BoolGetDatum(isnull || DatumGetBool(values[LEASE_RELEASE_ARG_RECEIPT]));
+	an[ATT_ROW_KNOWN] = ' ';
+	NtaskLedgerRowDist(av, an);
+}
+
+/* not applied: what this token did with its attempt ($1 task, $2 token) */
+typedef enum LeaseRequestedCol
+{
+	LEASE_REQUESTED_REQUESTED = 1,	/* NULL: the attempt is open or unknown */
+	LEASE_REQUESTED_NCOLS = LEASE_REQUESTED_REQUESTED
+} LeaseRequestedCol;
+
 static NtaskPlan lease_requested_plan = {
 	"release attempt lookup",
-	.ncols = 1,
+	.ncols = LEASE_REQUESTED_NCOLS,
 	"SELECT a.requested FROM ntask.attempt a "
 	"WHERE a.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("a", "$1")
 	"  AND a.token OPERATOR(pg_catalog.=) $2",
-	2, {INT8OID, INT8OID}
+	LEASE_RELEASE_ARG_DELAY, {INT8OID, INT8OID}
 };
 
 /*
@@ -439,10 +501,10 @@ ntask_release(PG_FUNCTION_ARGS)
 	int64		task_id = NtaskArgInt64(fcinfo, 0, "task_id");
 	int64		token = NtaskArgInt64(fcinfo, 1, "token");
 	Interval   *delay = NtaskUsecsInterval(0);
-	Datum		values[4];
+	Datum		values[LEASE_RELEASE_NARGS];
 	const char *result;
 	bool		applied;
-	SPITupleTable *row = NULL;
+	SPITupleTable *row;
 
 	if (!PG_ARGISNULL(2))
 	{
@@ -459,19 +521,14 @@ ntask_release(PG_FUNCTION_ARGS)
 			NtaskCheckPositiveInterval(d, "delay");
 		delay = d;
 	}
-	values[0] = Int64GetDatum(task_id);
-	values[1] = Int64GetDatum(token);
-	values[2] = IntervalPGetDatum(delay);
-	values[3] = ObjectIdGetDatum(NtaskCaller());
+	values[LEASE_RELEASE_ARG_TASK_ID] = Int64GetDatum(task_id);
+	values[LEASE_RELEASE_ARG_TOKEN] = Int64GetDatum(token);
+	values[LEASE_RELEASE_ARG_DELAY] = IntervalPGetDatum(delay);
+	values[LEASE_RELEASE_ARG_CALLER] = ObjectIdGetDatum(NtaskCaller());
 
 	SPI_connect();
-	if (NtaskShardCount() > 0)
-		applied = lease_release_dist(values, &row);
-	else
-	{
-		applied = NtaskExecPlan(&lease_release_plan, values, NULL, SPI_OK_SELECT) == 1;
-		row = SPI_tuptable;
-	}
+	applied = NtaskExecPair(&lease_release, values, NULL) == 1;
+	row = SPI_tuptable;
 	if (applied)
 	{
 		bool		isnull;
@@ -490,8 +547,9 @@ ntask_release(PG_FUNCTION_ARGS)
 	{
 		lease_check_token(task_id, token);
 		if (NtaskExecPlan(&lease_requested_plan, values, NULL, SPI_OK_SELECT) == 1 &&
-			NtaskGetText(0, 1) != NULL)
-			result = strcmp(NtaskGetCString(0, 1), "released") == 0 ?
+			NtaskTupGetText(SPI_tuptable, 0, LEASE_REQUESTED_REQUESTED) != NULL)
+			result = strcmp(NtaskTupGetCString(SPI_tuptable, 0, LEASE_REQUESTED_REQUESTED),
+							"released") == 0 ?
 				"duplicate" : "conflict";
 		else
 			result = "stale";

@@ -62,7 +62,6 @@
 
 /* GUCs (module.c; docs/worker.md lists the worker's) */
 extern void NtaskCheckNargs(FunctionCallInfo fcinfo, int nargs);
-extern void NtaskRefuseDistributed(const char *what);
 extern bool ntask_backoff_jitter;
 extern char *ntask_database;
 extern bool ntask_worker_enabled;
@@ -123,6 +122,7 @@ extern int	NtaskExecPlan(NtaskPlan *p, Datum *values, const char *nulls,
 						  int expected_rc);
 extern int	NtaskExecPlanCount(NtaskPlan *p, Datum *values, const char *nulls,
 							   int expected_rc, long count);
+extern bool NtaskPlansForCitus(void);
 extern Datum NtaskInt8Array(Datum *elems, int n);
 extern Datum NtaskGetDatum(int row, int col, bool *isnull);
 extern text *NtaskGetText(int row, int col);
@@ -160,27 +160,6 @@ extern void NtaskAudit(const char *actor, const char *action, int64 task_id,
 extern bytea *NtaskDigest(Jsonb *jb, int version);
 
 /*
- * A task id carries its shard in its high bits, from NTASK_SHARD_SHIFT up
- * (docs/scaling.md "Task ids and tokens"): shard << 48 | the sequence's
- * value (enqueue.c), so the shard of a task id is id >> 48, an int2.  Not
- * to be confused with the timeline bits of a token (claim.c,
- * NTASK_TIMELINE_SHIFT), which happen to start at the same bit.
- */
-#define NTASK_SHARD_SHIFT		48
-#define NTASK_ID_SHARD(id)		((int16) ((id) >> NTASK_SHARD_SHIFT))
-
-/*
- * SQL: " AND <alias>.shard = <task id> >> 48": the routing predicate of a
- * statement by task id on a Citus install (docs/scaling.md "Scaling out
- * with Citus"), where it makes the statement one router query on the node
- * of the task's shard.  On a plain install every task id is below 2^48 and
- * every shard 0, so it holds for every row the task id finds: one more
- * comparison on the row the primary key reached.
- */
-#define NTASK_SHARD_OF(alias, id) \
-	" AND " alias ".shard OPERATOR(pg_catalog.=) " \
-	"((" id " OPERATOR(pg_catalog.>>) " CppAsString2(NTASK_SHARD_SHIFT) ")::pg_catalog.int2) "
-/*
  * An UPDATE of a task table that adds the statement timestamp to a column
  * (now + q.lease) or has it in a CASE gets it as a parameter,
  * NtaskStatementTs(): Citus refuses "STABLE functions used in UPDATE
@@ -193,27 +172,6 @@ extern bytea *NtaskDigest(Jsonb *jb, int version);
  * lease), which Citus accepts.
  */
 #define NtaskStatementTs() TimestampTzGetDatum(GetCurrentStatementStartTimestamp())
-
-/* spi_util.c: the shard values of a distributed install (0 on a plain one) */
-extern int	NtaskShardCount(void);
-extern int	NtaskShardCountKnown(void);
-extern int16 NtaskShardValue(int i);
-extern int16 NtaskShardFor(text *queue, text *key);
-extern int16 NtaskShardOfKey(text *queue, text *key);
-extern int	NtaskSetShardScope(int shard);
-extern int	NtaskWalkShardCount(void);
-extern int16 NtaskWalkShardValue(int i);
-extern bool NtaskIsShardValue(int shard);
-extern int	NtaskShardGroupShards(int16 shard, int16 *out);
-extern int	NtaskLocalShardCount(void);
-extern bool NtaskIsLocalShard(int16 shard);
-extern void NtaskRefreshPlacements(void);
-extern void NtaskLockShards(const int16 *shards, int n);
-extern void NtaskLockShard(int16 shard);
-
-/* the shard value itself, for an insert (0 on a plain install) */
-#define NTASK_SHARD_VALUE(id) \
-	"((" id " OPERATOR(pg_catalog.>>) " CppAsString2(NTASK_SHARD_SHIFT) ")::pg_catalog.int2)"
 
 /*
  * SQL: " OR <the attempt row a committed a receipt>", for the outcome_known

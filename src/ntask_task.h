@@ -21,6 +21,7 @@
 #define NTASK_TASK_H
 
 #include "ntask_base.h"
+#include "shard.h"
 
 /* rights.c */
 pg_noreturn extern void NtaskQueueNotFound(const char *queue);

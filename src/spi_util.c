@@ -19,6 +19,7 @@
 #include "postgres.h"
 
 #include "ntask_base.h"
+#include "shard.h"
 
 #include "common/hashfn.h"
 
@@ -50,13 +51,25 @@ static int	spi_highest_param(const char *sql);
 static void spi_check_version(void);
 pg_noreturn static void spi_rethrow_without_statement(NtaskPlan *p);
 
+typedef enum SpiAuditArg
+{
+	SPI_AUDIT_ARG_ACTOR,		/* $1 */
+	SPI_AUDIT_ARG_ACTION,		/* $2 */
+	SPI_AUDIT_ARG_TASK_ID,		/* $3, NULL: none */
+	SPI_AUDIT_ARG_QUEUE,		/* $4, NULL: none */
+	SPI_AUDIT_ARG_REASON,		/* $5 */
+	SPI_AUDIT_ARG_FROM_STATE,	/* $6, NULL: none */
+	SPI_AUDIT_ARG_TO_STATE,		/* $7, NULL: none */
+	SPI_AUDIT_NARGS
+} SpiAuditArg;
+
 static NtaskPlan spi_audit_plan = {
 	"audit insert",
 	.ncols = 0,
 	"INSERT INTO ntask.audit (actor, action, task_id, queue, reason, "
 	"                         from_state, to_state) "
 	"VALUES ($1, $2, $3, $4, $5, $6, $7)",
-	7, {TEXTOID, TEXTOID, INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID}
+	SPI_AUDIT_NARGS, {TEXTOID, TEXTOID, INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID}
 };
 
 /*
@@ -103,16 +116,16 @@ NtaskExecPlanCount(NtaskPlan *p, Datum *values, const char *nulls,
 	/*
 	 * The generic plan is built (or rebuilt after an invalidation) inside
 	 * SPI_execute_plan, and then kept.  Built while a table was small or
-	 * freshly analyzed as empty, it would be a sequential scan that stays
-	 * in use as the table grows (every statement here reaches its rows by
-	 * an index).  So plan with enable_seqscan (and jit) off, as a function's SET
+	 * freshly analyzed as empty, it would be a sequential scan that stays in
+	 * use as the table grows (every statement here reaches its rows by an
+	 * index).  So plan with enable_seqscan (and jit) off, as a function's SET
 	 * clause would; an error unwinds the settings with the transaction.
 	 * search_path is pinned the same way: the statement runs as the owner,
 	 * and a caller's search_path must never decide which type, cast or
-	 * function a name in it means.  Parse analysis (prepare, and
-	 * re-analysis after an invalidation) and execution both run as the
-	 * owner.  A plan marked as_caller (the worker's calls of the API
-	 * functions) runs as the caller, with only search_path pinned.
+	 * function a name in it means.  Parse analysis (prepare, and re-analysis
+	 * after an invalidation) and execution both run as the owner.  A plan
+	 * marked as_caller (the worker's calls of the API functions) runs as the
+	 * caller, with only search_path pinned.
 	 */
 	if (!p->as_caller)
 		owner = spi_owner();	/* may raise: nothing is changed yet */
@@ -127,9 +140,9 @@ NtaskExecPlanCount(NtaskPlan *p, Datum *values, const char *nulls,
 		/*
 		 * Nor JIT: the decision is taken when the plan is built, from its
 		 * estimated cost, and a generic plan over a big table can pass
-		 * jit_above_cost while each run touches a handful of rows; then
-		 * every execution compiles (measured: a fair claim went from 4500
-		 * to 140 claims/s, bench/fairness, once the table held 270k rows).
+		 * jit_above_cost while each run touches a handful of rows; then every
+		 * execution compiles (measured: a fair claim went from 4500 to 140
+		 * claims/s, bench/fairness, once the table held 270k rows).
 		 */
 		(void) set_config_option("jit", "off", PGC_USERSET,
 								 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
@@ -250,6 +263,15 @@ spi_rethrow_without_statement(NtaskPlan *p)
  */
 static bool spi_distributed = false;
 
+/* the columns of spi_check_version's reads */
+typedef enum SpiVersionCol
+{
+	SPI_VERSION_EXTVERSION = 1,
+	SPI_VERSION_CITUS,			/* Citus' catalogs are here */
+	SPI_VERSION_DISTRIBUTED = 1 /* the second read's: ntask.task is
+								 * distributed */
+} SpiVersionCol;
+
 static void
 spi_check_version(void)
 {
@@ -262,8 +284,8 @@ spi_check_version(void)
 					"WHERE extname OPERATOR(pg_catalog.=) 'ntask'",
 					true, 1) == SPI_OK_SELECT && SPI_processed == 1)
 	{
-		v = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
-		c = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
+		v = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, SPI_VERSION_EXTVERSION);
+		c = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, SPI_VERSION_CITUS);
 	}
 	spi_distributed = false;
 	if (c != NULL && c[0] == 't' &&
@@ -274,7 +296,7 @@ spi_check_version(void)
 					"    AND c.relname OPERATOR(pg_catalog.=) 'task')",
 					true, 1) == SPI_OK_SELECT && SPI_processed == 1)
 	{
-		c = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+		c = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, SPI_VERSION_DISTRIBUTED);
 		spi_distributed = (c != NULL && c[0] == 't');
 	}
 	if (v == NULL || strcmp(v, NTASK_VERSION) != 0)
@@ -283,6 +305,17 @@ spi_check_version(void)
 				 errmsg("ntask: the library is version %s but the extension in this database is version %s",
 						NTASK_VERSION, v ? v : "(none)"),
 				 errhint("Run ALTER EXTENSION ntask UPDATE.")));
+}
+
+/*
+ * NtaskPlansForCitus: whether ntask.task was a Citus distributed table when
+ * this backend last prepared a statement (spi_distributed); shard.c's lock
+ * of a shard's placement metadata is taken only then
+ */
+bool
+NtaskPlansForCitus(void)
+{
+	return spi_distributed;
 }
 
 /*
@@ -408,7 +441,7 @@ NtaskTupGetDatum(SPITupleTable *tt, int row, int col, bool *isnull)
 }
 
 /* NtaskTupGetText: a text column, or NULL for SQL NULL. */
-text *
+text	   *
 NtaskTupGetText(SPITupleTable *tt, int row, int col)
 {
 	bool		isnull;
@@ -418,7 +451,7 @@ NtaskTupGetText(SPITupleTable *tt, int row, int col)
 }
 
 /* NtaskTupGetCString: a text column as a palloc'd C string, or NULL. */
-char *
+char	   *
 NtaskTupGetCString(SPITupleTable *tt, int row, int col)
 {
 	text	   *t = NtaskTupGetText(tt, row, col);
@@ -466,13 +499,13 @@ NtaskGetDatum(int row, int col, bool *isnull)
 	return NtaskTupGetDatum(SPI_tuptable, row, col, isnull);
 }
 
-text *
+text	   *
 NtaskGetText(int row, int col)
 {
 	return NtaskTupGetText(SPI_tuptable, row, col);
 }
 
-char *
+char	   *
 NtaskGetCString(int row, int col)
 {
 	return NtaskTupGetCString(SPI_tuptable, row, col);
@@ -501,7 +534,7 @@ NtaskGetBool(int row, int col)
  *		Fetch a required text argument: NULL raises 22004, an empty string
  *		22023, more than maxlen bytes 22001.
  */
-text *
+text	   *
 NtaskArgText(FunctionCallInfo fcinfo, int argno, const char *argname, int maxlen)
 {
 	text	   *t;
@@ -578,7 +611,7 @@ NtaskArgArray(FunctionCallInfo fcinfo, int argno, const char *argname,
  * NtaskArgJsonb
  *		Fetch a required jsonb argument; NULL raises 22004.
  */
-Jsonb *
+Jsonb	   *
 NtaskArgJsonb(FunctionCallInfo fcinfo, int argno, const char *argname)
 {
 	if (PG_ARGISNULL(argno))
@@ -648,13 +681,20 @@ NtaskTokenFloor(void)
  * Whether the ledger holds an ended attempt of task $1 with token $2
  * (NtaskCheckTokenIssued's slow path; routed by the task id's shard).
  */
+typedef enum SpiTokenArg
+{
+	SPI_TOKEN_ARG_TASK_ID,		/* $1 */
+	SPI_TOKEN_ARG_TOKEN,		/* $2 */
+	SPI_TOKEN_NARGS
+} SpiTokenArg;
+
 static NtaskPlan token_ledger_plan = {
 	"token in the ledger",
 	.ncols = 1,
 	"SELECT 1 FROM ntask.attempt a "
 	"WHERE a.task_id OPERATOR(pg_catalog.=) $1 "
 	"  AND a.token OPERATOR(pg_catalog.=) $2" NTASK_SHARD_OF("a", "$1"),
-	2, {INT8OID, INT8OID}
+	SPI_TOKEN_NARGS, {INT8OID, INT8OID}
 };
 
 /*
@@ -678,21 +718,21 @@ NtaskCheckTokenIssued(int64 task_id, int64 token, int64 current)
 	{
 		SPITupleTable *save_tt = SPI_tuptable;
 		uint64		save_processed = SPI_processed;
-		Datum		values[2];
+		Datum		values[SPI_TOKEN_NARGS];
 
-		values[0] = Int64GetDatum(task_id);
-		values[1] = Int64GetDatum(token);
+		values[SPI_TOKEN_ARG_TASK_ID] = Int64GetDatum(task_id);
+		values[SPI_TOKEN_ARG_TOKEN] = Int64GetDatum(token);
 		issued = NtaskExecPlan(&token_ledger_plan, values, NULL, SPI_OK_SELECT) > 0;
 		SPI_tuptable = save_tt;
 		SPI_processed = save_processed;
 
 		/*
 		 * A token of an earlier WAL timeline that the ledger does not hold:
-		 * that timeline may have issued it in a claim whose WAL never
-		 * reached this one (a failover to an asynchronous standby), so its
-		 * holder did nothing wrong and gets the call's answer (stale), not
-		 * NT003.  Such a token of another task gets stale too: NT003 can
-		 * only be sure of tokens of this timeline.
+		 * that timeline may have issued it in a claim whose WAL never reached
+		 * this one (a failover to an asynchronous standby), so its holder did
+		 * nothing wrong and gets the call's answer (stale), not NT003.  Such
+		 * a token of another task gets stale too: NT003 can only be sure of
+		 * tokens of this timeline.
 		 */
 		if (!issued && token < NtaskTokenFloor())
 			issued = true;
@@ -741,24 +781,25 @@ NtaskAudit(const char *actor, const char *action, int64 task_id,
 		   const char *queue, const char *reason,
 		   const char *from_state, const char *to_state)
 {
-	Datum		values[7];
-	char		nulls[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	Datum		values[SPI_AUDIT_NARGS];
+	char		nulls[SPI_AUDIT_NARGS];
 
-	values[0] = CStringGetTextDatum(actor);
-	values[1] = CStringGetTextDatum(action);
-	values[2] = Int64GetDatum(task_id);
+	memset(nulls, ' ', sizeof(nulls));
+	values[SPI_AUDIT_ARG_ACTOR] = CStringGetTextDatum(actor);
+	values[SPI_AUDIT_ARG_ACTION] = CStringGetTextDatum(action);
+	values[SPI_AUDIT_ARG_TASK_ID] = Int64GetDatum(task_id);
 	if (task_id == 0)
-		nulls[2] = 'n';
-	values[3] = queue ? CStringGetTextDatum(queue) : (Datum) 0;
+		nulls[SPI_AUDIT_ARG_TASK_ID] = 'n';
+	values[SPI_AUDIT_ARG_QUEUE] = queue ? CStringGetTextDatum(queue) : (Datum) 0;
 	if (queue == NULL)
-		nulls[3] = 'n';
-	values[4] = CStringGetTextDatum(reason);
-	values[5] = from_state ? CStringGetTextDatum(from_state) : (Datum) 0;
+		nulls[SPI_AUDIT_ARG_QUEUE] = 'n';
+	values[SPI_AUDIT_ARG_REASON] = CStringGetTextDatum(reason);
+	values[SPI_AUDIT_ARG_FROM_STATE] = from_state ? CStringGetTextDatum(from_state) : (Datum) 0;
 	if (from_state == NULL)
-		nulls[5] = 'n';
-	values[6] = to_state ? CStringGetTextDatum(to_state) : (Datum) 0;
+		nulls[SPI_AUDIT_ARG_FROM_STATE] = 'n';
+	values[SPI_AUDIT_ARG_TO_STATE] = to_state ? CStringGetTextDatum(to_state) : (Datum) 0;
 	if (to_state == NULL)
-		nulls[6] = 'n';
+		nulls[SPI_AUDIT_ARG_TO_STATE] = 'n';
 	NtaskExecPlan(&spi_audit_plan, values, nulls, SPI_OK_INSERT);
 }
 
@@ -835,7 +876,7 @@ NtaskIntervalUsecs(const Interval *iv)
 }
 
 /* NtaskUsecsInterval: a palloc'd interval of usecs microseconds (no days) */
-Interval *
+Interval   *
 NtaskUsecsInterval(int64 usecs)
 {
 	Interval   *iv = palloc0(sizeof(Interval));
@@ -884,422 +925,4 @@ NtaskTrySubxact(void (*fn) (void *arg), void *arg, ErrorData **edata)
 	PG_END_TRY();
 	SPI_tuptable = save_tuptable;
 	return ok;
-}
-
-/*
- * The shard values of a distributed install (ntask.shard_map, filled by
- * ntask_distribute; empty on a plain install), read once per backend by
- * the first enqueue or claim.  A backend that started before
- * ntask_distribute keeps what it read: reconnect after distributing.
- */
-static NtaskPlan spi_shard_map_plan = {
-	"shard map",
-	.ncols = 1,
-	"SELECT s.shard FROM ntask.shard_map s ORDER BY s.shard",
-	0, {InvalidOid}
-};
-static int	spi_nshards = -1;
-static int16 *spi_shards = NULL;
-
-/* NtaskShardCount: how many shard values (0: a plain install); in SPI */
-int
-NtaskShardCount(void)
-{
-	if (spi_nshards < 0)
-	{
-		int			n = NtaskExecPlan(&spi_shard_map_plan, NULL, NULL, SPI_OK_SELECT);
-		int16	   *v = MemoryContextAlloc(TopMemoryContext, sizeof(int16) * Max(n, 1));
-		int			i;
-
-		for (i = 0; i < n; i++)
-			v[i] = (int16) NtaskGetInt32(i, 1);
-		spi_shards = v;
-		spi_nshards = n;
-	}
-	return spi_nshards;
-}
-
-/*
- * NtaskShardCountKnown: NtaskShardCount() when this backend has read the
- * shard map, else -1; outside SPI too (waiter.c's commit-time note)
- */
-int
-NtaskShardCountKnown(void)
-{
-	return spi_nshards;
-}
-
-/*
- * NtaskRefuseDistributed
- *		In SPI: 0A000 on a distributed install for a call whose rows are not
- *		laid out for it yet (docs/scaling.md "What is left": dependencies,
- *		checkpoints, signals, bulk actions).
- */
-void
-NtaskRefuseDistributed(const char *what)
-{
-	if (NtaskShardCount() > 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("ntask: %s is not supported on a distributed install yet", what),
-				 errdetail("Its rows are not distributed with the tasks (docs/scaling.md, \"What is left\").")));
-}
-
-/* NtaskShardValue: the i-th shard value, 0 <= i < NtaskShardCount() */
-int16
-NtaskShardValue(int i)
-{
-	Assert(i >= 0 && i < spi_nshards);
-	return spi_shards[i];
-}
-
-/*
- * NtaskShardOfKey
- *		The shard of a task of queue keyed by key (its partition key, or
- *		its task key without one): a hash of both over the shard values,
- *		so that an enqueue of the same key reaches the shard of the first
- *		(docs/scaling.md "The distribution column, decided").  0 on a plain
- *		install.  In SPI.
- */
-int16
-NtaskShardOfKey(text *queue, text *key)
-{
-	uint32		h;
-
-	if (NtaskShardCount() == 0)
-		return 0;
-	h = hash_bytes((const unsigned char *) VARDATA_ANY(queue), VARSIZE_ANY_EXHDR(queue));
-	h = hash_combine(h, hash_bytes((const unsigned char *) VARDATA_ANY(key),
-								   VARSIZE_ANY_EXHDR(key)));
-	return spi_shards[h % (uint32) spi_nshards];
-}
-
-/*
- * The shard a shard-addressed call (ntask_<f>_on, delegate.c) names, or -1
- * outside one: an enqueue's key must hash to it, and a claim looks in it
- * only (docs/scaling.md "One hop: delegated calls").
- */
-static int	spi_shard_scope = -1;
-
-/* NtaskSetShardScope: set the scope (-1: none); returns the one before */
-int
-NtaskSetShardScope(int shard)
-{
-	int			old = spi_shard_scope;
-
-	spi_shard_scope = shard;
-	return old;
-}
-
-/*
- * NtaskShardFor
- *		NtaskShardOfKey for an enqueue: in a shard-addressed call, a key of
- *		another shard is refused (22023), since the call runs on the node
- *		of the shard it names.  In SPI.
- */
-int16
-NtaskShardFor(text *queue, text *key)
-{
-	int16		shard = NtaskShardOfKey(queue, key);
-
-	if (spi_shard_scope >= 0 && shard != spi_shard_scope)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("ntask: the task \"%s\" of queue \"%s\" belongs to shard %d, not %d",
-						text_to_cstring(key), text_to_cstring(queue), shard, spi_shard_scope),
-				 errhint("Pass ntask_shard(queue, key) as the shard: the partition key, or the task key without one.")));
-	return shard;
-}
-
-/*
- * Citus' shard id of the shard value m.shard in ntask.task, the relation
- * found by name in the catalogs: a caller without USAGE on schema ntask
- * (a worker's role) cannot cast 'ntask.task' to regclass.
- */
-#define SPI_SHARD_ID_OF_M \
-	"pg_catalog.get_shard_id_for_distribution_column( " \
-	"  (SELECT c.oid FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n " \
-	"   ON n.oid OPERATOR(pg_catalog.=) c.relnamespace " \
-	"   WHERE n.nspname OPERATOR(pg_catalog.=) 'ntask' AND c.relname OPERATOR(pg_catalog.=) 'task')" \
-	"  ::pg_catalog.regclass, m.shard) "
-
-/*
- * The shards a claim walks: the call's shard in a shard-addressed call;
- * on a worker node, the shards whose placement is on this node; else every
- * shard value.  The placements (this node's shards, and each shard's node
- * below) are read once and kept until Citus moves a shard: a placement
- * change invalidates ntask.task's relcache entry on every node (Citus'
- * trigger on pg_dist_placement), spi_placement_inval marks the copies
- * stale, and the next claim reads them again (NtaskRefreshPlacements).
- * Marked, not freed: the callback can run within a claim that walks them.
- */
-static NtaskPlan spi_local_shards_plan = {
-	"local shards",
-	.ncols = 1,
-	"SELECT m.shard FROM ntask.shard_map m "
-	"WHERE " SPI_SHARD_ID_OF_M "OPERATOR(pg_catalog.=) ANY (ARRAY( "
-	"  SELECT p.shardid FROM pg_catalog.pg_dist_placement p "
-	"  WHERE p.groupid OPERATOR(pg_catalog.=) (SELECT l.groupid FROM pg_catalog.pg_dist_local_group l) "
-	"    AND p.groupid OPERATOR(pg_catalog.<>) 0)) "
-	"ORDER BY m.shard",
-	0, {InvalidOid}
-};
-static int	spi_nlocal = -1;
-static int16 *spi_local = NULL;
-static int32 *spi_groups = NULL;
-static bool spi_placements_stale = false;
-static Oid	spi_task_relid = InvalidOid;
-
-/* a relcache invalidation: of ntask.task, or of every relation (InvalidOid) */
-static void
-spi_placement_inval(Datum arg, Oid relid)
-{
-	if (relid == InvalidOid || relid == spi_task_relid)
-		spi_placements_stale = true;
-}
-
-/*
- * spi_watch_placements: before a read of the placements, note ntask.task's
- * oid for spi_placement_inval, registered once per backend
- */
-static void
-spi_watch_placements(void)
-{
-	static bool registered = false;
-
-	if (!registered)
-	{
-		CacheRegisterRelcacheCallback(spi_placement_inval, (Datum) 0);
-		registered = true;
-	}
-	spi_task_relid = get_relname_relid("task", get_namespace_oid("ntask", true));
-}
-
-/*
- * NtaskRefreshPlacements
- *		At the start of a claim: forget the placements read before Citus
- *		moved a shard, so that they are read again when needed.
- */
-void
-NtaskRefreshPlacements(void)
-{
-	if (!spi_placements_stale)
-		return;
-	spi_placements_stale = false;
-	if (spi_local != NULL)
-		pfree(spi_local);
-	spi_local = NULL;
-	spi_nlocal = -1;
-	if (spi_groups != NULL)
-		pfree(spi_groups);
-	spi_groups = NULL;
-}
-
-/* spi_read_local_shards: fill spi_local; in SPI, on a distributed install */
-static void
-spi_read_local_shards(void)
-{
-	int			n;
-	int16	   *v;
-	int			i;
-
-	spi_watch_placements();
-	n = NtaskExecPlan(&spi_local_shards_plan, NULL, NULL, SPI_OK_SELECT);
-	v = MemoryContextAlloc(TopMemoryContext, sizeof(int16) * Max(n, 1));
-
-	for (i = 0; i < n; i++)
-		v[i] = (int16) NtaskGetInt32(i, 1);
-	spi_local = v;
-	spi_nlocal = n;
-}
-
-/*
- * NtaskLocalShardCount: how many shard values this node holds (0 on the
- * coordinator without task shards); on a distributed install, in SPI
- */
-int
-NtaskLocalShardCount(void)
-{
-	if (spi_nlocal < 0)
-		spi_read_local_shards();
-	return spi_nlocal;
-}
-
-/* NtaskIsLocalShard: this node holds shard; on a distributed install, in SPI */
-bool
-NtaskIsLocalShard(int16 shard)
-{
-	int			i;
-
-	for (i = 0; i < NtaskLocalShardCount(); i++)
-		if (spi_local[i] == shard)
-			return true;
-	return false;
-}
-
-/*
- * The move interlock (docs/scaling.md "Shard moves").  A
- * distributed claim picks its tasks with a routed read (FOR UPDATE SKIP
- * LOCKED) and leases them with a second routed statement.  Citus takes a
- * shard's distribution-metadata lock (LockShardDistributionMetadata,
- * ShareLock) for routed writes only (citus_custom_scan.c:
- * CitusBeginModifyScan -> distributed_execution_locks.c:
- * AcquireMetadataLocks), so a shard move's final phase (shard_transfer.c:
- * BlockWritesToShardList, ExclusiveLock here and, through
- * lock_shard_metadata, on every node with metadata) did not wait for a
- * claim between its pick and its lease: the lease then went to the new
- * placement, where the pick's row locks are not, and could take a task
- * another claim had just leased there.  So a claim, housekeeping's sweep
- * of a shard and a receipt take that lock first, through Citus' own UDF
- * (resource_lock.c: lock_shard_metadata, which checks that the caller
- * owns the table: ntask's statements run as the extension's owner), held
- * to the end of the transaction: a move's final phase then waits for the
- * transaction, or the transaction waits for the move and runs on the new
- * placement.  The lock is of the shard's co-location group (Citus'
- * SetLocktagForShardDistributionMetadata: by co-location id and shard
- * index), so it covers the task's attempt and receipt shards too.  $1 the
- * shard value; ShareLock is 5.
- */
-static NtaskPlan spi_shard_lock_plan = {
-	"shard metadata lock",
-	.ncols = 1,
-	"SELECT pg_catalog.lock_shard_metadata(5, ARRAY( "
-	"  SELECT DISTINCT pg_catalog.get_shard_id_for_distribution_column($1, s.v) "
-	"  FROM pg_catalog.unnest($2) s(v) ORDER BY 1))",
-	2, {REGCLASSOID, INT2ARRAYOID}
-};
-
-/*
- * NtaskLockShards
- *		On a distributed install, take the distribution-metadata lock
- *		(ShareLock) of the Citus shards of the n shard values in shards, in
- *		shard id order, held to the end of the transaction; then take in
- *		the invalidations of a move that committed while this waited, so
- *		that the next routed statement goes to the shard's new placement
- *		(its relation lock may be held already: no invalidations are read
- *		then).  Nothing on a plain install, nor where ntask.task is not a
- *		Citus table.  In SPI.
- */
-void
-NtaskLockShards(const int16 *shards, int n)
-{
-	Datum		values[2];
-	Datum	   *elems;
-	Oid			task_relid;
-	int			i;
-
-	/*
-	 * not a Citus table (regress "distribute" fills the shard map of a
-	 * plain install): nothing to lock
-	 */
-	if (n <= 0 || NtaskShardCount() == 0 || !spi_distributed)
-		return;
-	task_relid = get_relname_relid("task", get_namespace_oid("ntask", false));
-	elems = palloc(sizeof(Datum) * n);
-	for (i = 0; i < n; i++)
-		elems[i] = Int16GetDatum(shards[i]);
-	values[0] = ObjectIdGetDatum(task_relid);
-	values[1] = PointerGetDatum(construct_array(elems, n, INT2OID, sizeof(int16),
-												true, TYPALIGN_SHORT));
-	(void) NtaskExecPlan(&spi_shard_lock_plan, values, NULL, SPI_OK_SELECT);
-	AcceptInvalidationMessages();
-}
-
-/* NtaskLockShard: NtaskLockShards of one shard value */
-void
-NtaskLockShard(int16 shard)
-{
-	NtaskLockShards(&shard, 1);
-}
-
-/* NtaskWalkShardCount: how many shards a claim walks (0: a plain install) */
-int
-NtaskWalkShardCount(void)
-{
-	if (NtaskShardCount() == 0)
-		return 0;
-	if (spi_shard_scope >= 0)
-		return 1;
-	if (spi_nlocal < 0)
-		spi_read_local_shards();
-	return spi_nlocal > 0 ? spi_nlocal : spi_nshards;
-}
-
-/* NtaskWalkShardValue: the i-th of them, 0 <= i < NtaskWalkShardCount() */
-int16
-NtaskWalkShardValue(int i)
-{
-	if (spi_shard_scope >= 0)
-		return (int16) spi_shard_scope;
-	if (spi_nlocal > 0)
-		return spi_local[i];
-	return NtaskShardValue(i);
-}
-
-/*
- * The Citus group (node) of each shard value, in spi_shards' order (both
- * sorted by shard), read like the local shards above (kept until a shard
- * moves): a queue-wide cap is shared out by node (claim.c, claim_limit).
- */
-static NtaskPlan spi_shard_groups_plan = {
-	"shard groups",
-	.ncols = 2,
-	"SELECT m.shard, pg_catalog.min(p.groupid) FROM ntask.shard_map m "
-	"JOIN pg_catalog.pg_dist_placement p ON p.shardid OPERATOR(pg_catalog.=) "
-	"  " SPI_SHARD_ID_OF_M
-	"GROUP BY m.shard ORDER BY m.shard",
-	0, {InvalidOid}
-};
-
-/*
- * NtaskShardGroupShards
- *		The shard values held by the node that holds shard (shard among
- *		them) into out (room for NtaskShardCount()); returns how many.  On
- *		a distributed install, in SPI.
- */
-int
-NtaskShardGroupShards(int16 shard, int16 *out)
-{
-	int			i;
-	int			n = 0;
-	int32		g = -1;
-
-	if (spi_groups == NULL)
-	{
-		int			rows;
-		int32	   *v;
-
-		spi_watch_placements();
-		rows = NtaskExecPlan(&spi_shard_groups_plan, NULL, NULL, SPI_OK_SELECT);
-		v = MemoryContextAlloc(TopMemoryContext, sizeof(int32) * Max(spi_nshards, 1));
-
-		if (rows != spi_nshards)
-			ereport(ERROR,
-					(errcode(ERRCODE_INTERNAL_ERROR),
-					 errmsg("ntask: %d of the %d shard values have a placement", rows, spi_nshards)));
-		for (i = 0; i < rows; i++)
-			v[i] = NtaskGetInt32(i, 2);
-		spi_groups = v;
-	}
-	for (i = 0; i < spi_nshards; i++)
-		if (spi_shards[i] == shard)
-			g = spi_groups[i];
-	for (i = 0; i < spi_nshards; i++)
-		if (spi_groups[i] == g)
-			out[n++] = spi_shards[i];
-	return n;
-}
-
-/* NtaskIsShardValue: shard is a shard value of this install (0 on a plain one) */
-bool
-NtaskIsShardValue(int shard)
-{
-	int			i;
-
-	if (NtaskShardCount() == 0)
-		return shard == 0;
-	for (i = 0; i < spi_nshards; i++)
-		if (spi_shards[i] == shard)
-			return true;
-	return false;
 }

@@ -77,12 +77,13 @@ typedef enum TrLockCol
 	TR_LOCK_RUN_AT,				/* NULL once finished */
 	TR_LOCK_RIGHT,				/* the caller has the worker_role */
 	TR_LOCK_RESULT,
-	TR_LOCK_QUEUE
+	TR_LOCK_QUEUE,
+	TR_LOCK_NCOLS = TR_LOCK_QUEUE
 } TrLockCol;
 
 static NtaskPlan tr_lock_plan = {
 	"transition lock",
-	.ncols = 11,
+	.ncols = TR_LOCK_NCOLS,
 	"SELECT t.state, t.token, t.attempts, t.max_attempts, t.deadline, "
 	"  q.backoff_base, q.backoff_max, "
 	"  CASE WHEN t.due_at IS NOT NULL THEN t.run_at END, " NTASK_WORKER_RIGHT("q", "2") ", "
@@ -122,15 +123,16 @@ typedef enum TrApplyArg
 	TR_APPLY_NARGS
 } TrApplyArg;
 
-/* tr_apply_plan's columns (one row when it applied) */
+/* tr_apply's columns (one row when it applied) */
 typedef enum TrApplyCol
 {
 	TR_APPLY_STATE = 1,
 	TR_APPLY_RUN_AT,
-	TR_APPLY_QUEUE
+	TR_APPLY_QUEUE,
+	TR_APPLY_NCOLS = TR_APPLY_QUEUE
 } TrApplyCol;
 
-/* the UPDATE of tr_apply_plan (and of tr_apply_dist_plan) */
+/* the UPDATE of both variants of tr_apply */
 #define TR_APPLY_UPDATE \
 	"  UPDATE ntask.task t SET state = $3, " \
 	"    run_at = coalesce($11, t.run_at), due_at = $11, " \
@@ -155,48 +157,19 @@ typedef enum TrApplyCol
 	"                WHERE q.queue OPERATOR(pg_catalog.=) t.queue " \
 	"                  AND " NTASK_WORKER_RIGHT("q", "14") ") "
 
-#define TR_APPLY_ARGS \
-	TR_APPLY_NARGS, {INT8OID, INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, BOOLOID, \
-	TEXTOID, TIMESTAMPTZOID, JSONBOID, TIMESTAMPTZOID, TEXTOID, BOOLOID, OIDOID, \
-	JSONBOID, TIMESTAMPTZOID}
-
-static NtaskPlan tr_apply_plan = {
-	"transition apply",
-	.ncols = 3,
-	"WITH upd AS ( "
-	TR_APPLY_UPDATE
-	"  RETURNING t.task_id, t.state, "
-	"    CASE WHEN t.due_at IS NOT NULL THEN t.run_at END AS run_at, "
-	"    t.shard, t.token, t.attempts, coalesce(o.claimed_at, o.updated_at) AS claimed_at, "
-	"    t.invoked_at, o.lease_owner AS worker, t.queue, o.progress "
-	"), att AS ( "
-	"  INSERT INTO ntask.attempt (task_id, shard, token, attempt, worker, claimed_at, "
-	"    invoked_at, ended_at, result, requested, error_class, error_stage, "
-	"    outcome_known, outcome, retry_at, detail, progress) "
-	"  SELECT u.task_id, u.shard, u.token, u.attempts, u.worker, u.claimed_at, "
-	"    u.invoked_at, pg_catalog.statement_timestamp(), $3, $4, $5, $6, "
-	"    CASE WHEN $7 THEN true ELSE EXISTS (SELECT 1 FROM ntask.receipt r "
-	"      WHERE r.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("r", "$1")
-	"        AND r.token OPERATOR(pg_catalog.=) $2) END, "
-	"    $8, $9, $10, u.progress "
-	"  FROM upd u "
-	") "
-	"SELECT upd.state, upd.run_at, upd.queue FROM upd",
-	TR_APPLY_ARGS
-};
-
 /*
- * tr_apply_plan on a distributed install, as two statements routed to the
- * task's shard: Citus plans the CTEs of tr_apply_plan apart, sends the
- * UPDATE's rows to every node as an intermediate result for the INSERT,
- * and so commits on every node with two-phase commit (about 40 ms more per
- * transition here).  The UPDATE returns tr_apply_plan's columns,
- * then what the ledger row needs: whether the outcome is known is the
- * UPDATE's own test (unknown_attempts did not grow: $7, or a receipt).
+ * On a distributed install the same as two statements routed to the
+ * task's shard: Citus plans the CTEs of the plain statement apart, sends
+ * the UPDATE's rows to every node as an intermediate result for the
+ * INSERT, and so commits on every node with two-phase commit (about 40 ms
+ * more per transition here).  The UPDATE returns the plain statement's
+ * columns, then what the ledger row needs (tr_apply_ledger, the after
+ * step): whether the outcome is known is the UPDATE's own test
+ * (unknown_attempts did not grow: $7, or a receipt).
  */
 typedef enum TrApplyDistCol
 {
-	TR_APPLY_DIST_TASK_ID = TR_APPLY_QUEUE + 1,
+	TR_APPLY_DIST_TASK_ID = TR_APPLY_NCOLS + 1,
 	TR_APPLY_DIST_SHARD,
 	TR_APPLY_DIST_TOKEN,
 	TR_APPLY_DIST_ATTEMPTS,
@@ -204,21 +177,68 @@ typedef enum TrApplyDistCol
 	TR_APPLY_DIST_INVOKED_AT,
 	TR_APPLY_DIST_WORKER,
 	TR_APPLY_DIST_PROGRESS,
-	TR_APPLY_DIST_KNOWN
+	TR_APPLY_DIST_KNOWN,
+	TR_APPLY_DIST_NCOLS = TR_APPLY_DIST_KNOWN
 } TrApplyDistCol;
 
-static NtaskPlan tr_apply_dist_plan = {
-	"transition apply (distributed)",
-	.ncols = 12,
-	TR_APPLY_UPDATE
-	"RETURNING t.state, CASE WHEN t.due_at IS NOT NULL THEN t.run_at END AS run_at, "
-	"  t.queue, t.task_id, t.shard, t.token, t.attempts, "
-	"  coalesce(o.claimed_at, o.updated_at), t.invoked_at, o.lease_owner, o.progress, "
-	"  t.unknown_attempts OPERATOR(pg_catalog.=) o.unknown_attempts",
-	TR_APPLY_ARGS
-};
+static void tr_apply_ledger(SPITupleTable *tt, int n, Datum *values, char *nulls);
 
-/* the ledger row tr_apply_dist_plan's task ends with, routed by $2 */
+static NtaskPair tr_apply_pair = NTASK_PAIR("transition apply",
+											NTASK_PLAIN(TR_APPLY_NCOLS,
+														"WITH upd AS ( "
+														TR_APPLY_UPDATE
+														"  RETURNING t.task_id, t.state, "
+														"    CASE WHEN t.due_at IS NOT NULL THEN t.run_at END AS run_at, "
+														"    t.shard, t.token, t.attempts, coalesce(o.claimed_at, o.updated_at) AS claimed_at, "
+														"    t.invoked_at, o.lease_owner AS worker, t.queue, o.progress "
+														"), att AS ( "
+														"  INSERT INTO ntask.attempt (task_id, shard, token, attempt, worker, claimed_at, "
+														"    invoked_at, ended_at, result, requested, error_class, error_stage, "
+														"    outcome_known, outcome, retry_at, detail, progress) "
+														"  SELECT u.task_id, u.shard, u.token, u.attempts, u.worker, u.claimed_at, "
+														"    u.invoked_at, pg_catalog.statement_timestamp(), $3, $4, $5, $6, "
+														"    CASE WHEN $7 THEN true ELSE EXISTS (SELECT 1 FROM ntask.receipt r "
+														"      WHERE r.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("r", "$1")
+														"        AND r.token OPERATOR(pg_catalog.=) $2) END, "
+														"    $8, $9, $10, u.progress "
+														"  FROM upd u "
+														") "
+														"SELECT upd.state, upd.run_at, upd.queue FROM upd",
+														TR_APPLY_NARGS, SPI_OK_SELECT),
+											NTASK_ROUTED(TR_APPLY_DIST_NCOLS,
+														 TR_APPLY_UPDATE
+														 "RETURNING t.state, CASE WHEN t.due_at IS NOT NULL THEN t.run_at END AS run_at, "
+														 "  t.queue, t.task_id, t.shard, t.token, t.attempts, "
+														 "  coalesce(o.claimed_at, o.updated_at), t.invoked_at, o.lease_owner, o.progress, "
+														 "  t.unknown_attempts OPERATOR(pg_catalog.=) o.unknown_attempts",
+														 TR_APPLY_NARGS, SPI_OK_UPDATE_RETURNING, NULL, tr_apply_ledger),
+											INT8OID, INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, BOOLOID,
+											TEXTOID, TIMESTAMPTZOID, JSONBOID, TIMESTAMPTZOID, TEXTOID, BOOLOID, OIDOID,
+											JSONBOID, TIMESTAMPTZOID);
+
+/* the ledger row a routed tr_apply's task ends with (tr_apply_ledger) */
+typedef enum TrLedgerArg
+{
+	TR_LEDGER_ARG_TASK_ID,		/* $1, its shard value $2 routes it */
+	TR_LEDGER_ARG_SHARD,
+	TR_LEDGER_ARG_TOKEN,
+	TR_LEDGER_ARG_ATTEMPT,
+	TR_LEDGER_ARG_WORKER,
+	TR_LEDGER_ARG_CLAIMED_AT,
+	TR_LEDGER_ARG_INVOKED_AT,
+	TR_LEDGER_ARG_ENDED_AT,
+	TR_LEDGER_ARG_RESULT,
+	TR_LEDGER_ARG_REQUESTED,
+	TR_LEDGER_ARG_ERROR_CLASS,
+	TR_LEDGER_ARG_ERROR_STAGE,
+	TR_LEDGER_ARG_KNOWN,
+	TR_LEDGER_ARG_OUTCOME,
+	TR_LEDGER_ARG_RETRY_AT,
+	TR_LEDGER_ARG_DETAIL,
+	TR_LEDGER_ARG_PROGRESS,
+	TR_LEDGER_NARGS
+} TrLedgerArg;
+
 static NtaskPlan tr_attempt_insert_plan = {
 	"transition attempt insert (distributed)",
 	.ncols = 0,
@@ -226,35 +246,43 @@ static NtaskPlan tr_attempt_insert_plan = {
 	"  invoked_at, ended_at, result, requested, error_class, error_stage, "
 	"  outcome_known, outcome, retry_at, detail, progress) "
 	"VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)",
-	17, {INT8OID, INT2OID, INT8OID, INT4OID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID,
-	TIMESTAMPTZOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, BOOLOID, TEXTOID,
+	TR_LEDGER_NARGS, {INT8OID, INT2OID, INT8OID, INT4OID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID,
+		TIMESTAMPTZOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, BOOLOID, TEXTOID,
 	TIMESTAMPTZOID, JSONBOID, JSONBOID}
 };
 
-/* the ledger row of an attempt: $1 task, $2 token (tr_lock_plan's values) */
+/* the ledger row of an attempt */
+typedef enum TrLookupArg
+{
+	TR_LOOKUP_ARG_TASK_ID,		/* $1 */
+	TR_LOOKUP_ARG_TOKEN,		/* $2 */
+	TR_LOOKUP_NARGS
+} TrLookupArg;
+
 typedef enum TrAttemptCol
 {
 	TR_ATTEMPT_REQUESTED = 1,
 	TR_ATTEMPT_ERROR_CLASS,
-	TR_ATTEMPT_OUTCOME
+	TR_ATTEMPT_OUTCOME,
+	TR_ATTEMPT_NCOLS = TR_ATTEMPT_OUTCOME
 } TrAttemptCol;
 
 static NtaskPlan tr_attempt_plan = {
 	"transition attempt lookup",
-	.ncols = 3,
+	.ncols = TR_ATTEMPT_NCOLS,
 	"SELECT a.requested, a.error_class, a.outcome FROM ntask.attempt a "
 	"WHERE a.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("a", "$1")
 	"  AND a.token OPERATOR(pg_catalog.=) $2",
-	2, {INT8OID, INT8OID}
+	TR_LOOKUP_NARGS, {INT8OID, INT8OID}
 };
 
 /*
  * The conditional statement of ntask_transition_many for every to_state but
- * retry_wait: tr_apply_plan for a whole batch.  $1/$2 are the tasks and
+ * retry_wait: tr_apply_pair's plain statement for a whole batch.  $1/$2 are the tasks and
  * their tokens, sorted by task_id, so the rows are locked in that order
  * (a nested loop over the arrays, each task reached by primary key, also as
  * o, the row as the snapshot saw it, for the ledger row's worker and
- * claimed_at; see tr_apply_plan; the attempt's row is inserted).
+ * claimed_at; see tr_apply_pair; the attempt's row is inserted).
  * $3 to_state, $4 error_class, $5 error_stage, $6 the outcome is known
  * (error_class is not unknown), $7 outcome, $8 detail, $9 reason, $10
  * detail->>'reason' may name the reason, $11 the caller, $12 the results
@@ -279,54 +307,68 @@ typedef enum TrManyCol
 {
 	TR_MANY_TASK_ID = 1,
 	TR_MANY_STATE,
-	TR_MANY_QUEUE
+	TR_MANY_QUEUE,
+	TR_MANY_NCOLS = TR_MANY_QUEUE
 } TrManyCol;
 
-static NtaskPlan tr_many_plan = {
-	"transition many",
-	.ncols = 3,
-	"WITH upd AS ( "
-	"  UPDATE ntask.task t SET state = $3, due_at = NULL, "
-	"    lease_owner = NULL, lease_until = NULL, "
-	"    last_error_class = coalesce($4, t.last_error_class), "
-	"    last_error_stage = coalesce($5, t.last_error_stage), "
-	"    outcome = $7, result = i.result, "
-	"    reason = CASE WHEN $10 "
-	"      THEN coalesce($8 OPERATOR(pg_catalog.->>) 'reason', $9) ELSE $9 END, "
-	"    unknown_attempts = t.unknown_attempts OPERATOR(pg_catalog.+) "
-	"      CASE WHEN $6 THEN 0 WHEN EXISTS (SELECT 1 FROM ntask.receipt r "
-	"        WHERE r.task_id OPERATOR(pg_catalog.=) t.task_id "
-	"          AND r.token OPERATOR(pg_catalog.=) t.token) THEN 0 ELSE 1 END, "
-	"    finished_at = pg_catalog.statement_timestamp(), "
-	"    updated_at = pg_catalog.statement_timestamp() "
-	"  FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2), pg_catalog.unnest($12)) "
-	"    AS i(task_id, token, result), ntask.task o "
-	"  WHERE t.task_id OPERATOR(pg_catalog.=) i.task_id "
-	"    AND t.token OPERATOR(pg_catalog.=) i.token "
-	"    AND t.state OPERATOR(pg_catalog.=) 'leased' "
-	"    AND o.task_id OPERATOR(pg_catalog.=) i.task_id AND o.shard OPERATOR(pg_catalog.=) t.shard "
-	"    AND EXISTS (SELECT 1 FROM ntask.queue q "
-	"                WHERE q.queue OPERATOR(pg_catalog.=) t.queue "
-	"                  AND " NTASK_WORKER_RIGHT("q", "11") ") "
-	"  RETURNING t.task_id, t.token, t.state, t.shard, t.attempts, "
-	"    coalesce(o.claimed_at, o.updated_at) AS claimed_at, t.invoked_at, "
-	"    o.lease_owner AS worker, t.queue, o.progress "
-	"), att AS ( "
-	"  INSERT INTO ntask.attempt (task_id, shard, token, attempt, worker, claimed_at, "
-	"    invoked_at, ended_at, result, requested, error_class, error_stage, "
-	"    outcome_known, outcome, retry_at, detail, progress) "
-	"  SELECT u.task_id, u.shard, u.token, u.attempts, u.worker, u.claimed_at, "
-	"    u.invoked_at, pg_catalog.statement_timestamp(), $3, $3, $4, $5, "
-	"    CASE WHEN $6 THEN true ELSE EXISTS (SELECT 1 FROM ntask.receipt r "
-	"      WHERE r.task_id OPERATOR(pg_catalog.=) u.task_id "
-	"        AND r.token OPERATOR(pg_catalog.=) u.token) END, "
-	"    $7, NULL, $8, u.progress "
-	"  FROM upd u "
-	") "
-	"SELECT upd.task_id, upd.state, upd.queue FROM upd",
-	TR_MANY_NARGS, {INT8ARRAYOID, INT8ARRAYOID, TEXTOID, TEXTOID, TEXTOID, BOOLOID,
-	TEXTOID, JSONBOID, TEXTOID, BOOLOID, OIDOID, JSONBARRAYOID}
-};
+/*
+ * On a distributed install the batch goes task by task (tr_many_none):
+ * one statement would be planned over every shard (the ids are an array),
+ * its CTE apart, and committed with two-phase commit on every node (148
+ * ms for a batch of 5 of one shard); task by task, each statement is
+ * routed to the task's shard, local in a delegated call.
+ */
+static bool
+tr_many_none(Datum *values, char *nulls)
+{
+	return false;
+}
+
+static NtaskPair tr_many_pair = NTASK_PAIR("transition many",
+										   NTASK_PLAIN(TR_MANY_NCOLS,
+													   "WITH upd AS ( "
+													   "  UPDATE ntask.task t SET state = $3, due_at = NULL, "
+													   "    lease_owner = NULL, lease_until = NULL, "
+													   "    last_error_class = coalesce($4, t.last_error_class), "
+													   "    last_error_stage = coalesce($5, t.last_error_stage), "
+													   "    outcome = $7, result = i.result, "
+													   "    reason = CASE WHEN $10 "
+													   "      THEN coalesce($8 OPERATOR(pg_catalog.->>) 'reason', $9) ELSE $9 END, "
+													   "    unknown_attempts = t.unknown_attempts OPERATOR(pg_catalog.+) "
+													   "      CASE WHEN $6 THEN 0 WHEN EXISTS (SELECT 1 FROM ntask.receipt r "
+													   "        WHERE r.task_id OPERATOR(pg_catalog.=) t.task_id "
+													   "          AND r.token OPERATOR(pg_catalog.=) t.token) THEN 0 ELSE 1 END, "
+													   "    finished_at = pg_catalog.statement_timestamp(), "
+													   "    updated_at = pg_catalog.statement_timestamp() "
+													   "  FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2), pg_catalog.unnest($12)) "
+													   "    AS i(task_id, token, result), ntask.task o "
+													   "  WHERE t.task_id OPERATOR(pg_catalog.=) i.task_id "
+													   "    AND t.token OPERATOR(pg_catalog.=) i.token "
+													   "    AND t.state OPERATOR(pg_catalog.=) 'leased' "
+													   "    AND o.task_id OPERATOR(pg_catalog.=) i.task_id AND o.shard OPERATOR(pg_catalog.=) t.shard "
+													   "    AND EXISTS (SELECT 1 FROM ntask.queue q "
+													   "                WHERE q.queue OPERATOR(pg_catalog.=) t.queue "
+													   "                  AND " NTASK_WORKER_RIGHT("q", "11") ") "
+													   "  RETURNING t.task_id, t.token, t.state, t.shard, t.attempts, "
+													   "    coalesce(o.claimed_at, o.updated_at) AS claimed_at, t.invoked_at, "
+													   "    o.lease_owner AS worker, t.queue, o.progress "
+													   "), att AS ( "
+													   "  INSERT INTO ntask.attempt (task_id, shard, token, attempt, worker, claimed_at, "
+													   "    invoked_at, ended_at, result, requested, error_class, error_stage, "
+													   "    outcome_known, outcome, retry_at, detail, progress) "
+													   "  SELECT u.task_id, u.shard, u.token, u.attempts, u.worker, u.claimed_at, "
+													   "    u.invoked_at, pg_catalog.statement_timestamp(), $3, $3, $4, $5, "
+													   "    CASE WHEN $6 THEN true ELSE EXISTS (SELECT 1 FROM ntask.receipt r "
+													   "      WHERE r.task_id OPERATOR(pg_catalog.=) u.task_id "
+													   "        AND r.token OPERATOR(pg_catalog.=) u.token) END, "
+													   "    $7, NULL, $8, u.progress "
+													   "  FROM upd u "
+													   ") "
+													   "SELECT upd.task_id, upd.state, upd.queue FROM upd",
+													   TR_MANY_NARGS, SPI_OK_SELECT),
+										   NTASK_ROUTED_NONE(tr_many_none),
+										   INT8ARRAYOID, INT8ARRAYOID, TEXTOID, TEXTOID, TEXTOID, BOOLOID,
+										   TEXTOID, JSONBOID, TEXTOID, BOOLOID, OIDOID, JSONBARRAYOID);
 
 /* one ntask_transition call's arguments, after validation */
 typedef struct TrCall
@@ -344,6 +386,34 @@ typedef struct TrCall
 	Datum		result;			/* jsonb, only with succeeded */
 	bool		result_null;
 } TrCall;
+
+/*
+ * ntask_transition's columns (the finish_* columns of
+ * ntask_transition_and_claim), and ntask_transition_many's
+ */
+typedef enum TrOutCol
+{
+	TR_OUT_RESULT,
+	TR_OUT_STATE,
+	TR_OUT_RUN_AT,
+	TR_OUT_NCOLS
+}			TrOutCol;
+
+typedef enum TrManyOutCol
+{
+	TR_MANY_OUT_TASK_ID,
+	TR_MANY_OUT_RESULT,
+	TR_MANY_OUT_STATE,
+	TR_MANY_OUT_RUN_AT,
+	TR_MANY_OUT_NCOLS
+}			TrManyOutCol;
+
+/*
+ * ntask_transition_and_claim's columns: ntask_claim's seven, the finish's
+ * (TrOutCol), then the claim's context
+ */
+#define TR_TAC_FINISH	7
+#define TR_TAC_NCOLS	(TR_TAC_FINISH + TR_OUT_NCOLS + 1)
 
 /* one transition's answer: the row ntask_transition returns */
 typedef struct TrOut
@@ -481,7 +551,7 @@ tr_check_args(const char *to_state, const char **error_class,
 
 /*
  * tr_apply
- *		Run tr_apply_plan: close the attempt and move the task to final, but
+ *		Run tr_apply_pair: close the attempt and move the task to final, but
  *		only if token still holds the lease (the statement is conditional, so
  *		it is safe without a prior lock).  Returns its result if it applied
  *		(TrApplyCol's columns first), else NULL; the lease's end is
@@ -523,6 +593,60 @@ tr_attempt_args(TrCall *c, Datum *values, char *nulls)
 	nulls[TR_ATTEMPT_ARG_OUTCOME] = c->outcome ? ' ' : 'n';
 }
 
+/*
+ * tr_apply_ledger: tr_apply_pair's routed after step, the ledger row of the
+ * moved task, from the moved row where its columns come from it, else
+ * from the statement's parameters
+ */
+static void
+tr_apply_ledger(SPITupleTable *tt, int n, Datum *values, char *nulls)
+{
+	static const int from_row[TR_LEDGER_NARGS] = {
+		[TR_LEDGER_ARG_TASK_ID] = TR_APPLY_DIST_TASK_ID,
+		[TR_LEDGER_ARG_SHARD] = TR_APPLY_DIST_SHARD,
+		[TR_LEDGER_ARG_TOKEN] = TR_APPLY_DIST_TOKEN,
+		[TR_LEDGER_ARG_ATTEMPT] = TR_APPLY_DIST_ATTEMPTS,
+		[TR_LEDGER_ARG_WORKER] = TR_APPLY_DIST_WORKER,
+		[TR_LEDGER_ARG_CLAIMED_AT] = TR_APPLY_DIST_CLAIMED_AT,
+		[TR_LEDGER_ARG_INVOKED_AT] = TR_APPLY_DIST_INVOKED_AT,
+		[TR_LEDGER_ARG_KNOWN] = TR_APPLY_DIST_KNOWN,
+		[TR_LEDGER_ARG_PROGRESS] = TR_APPLY_DIST_PROGRESS,
+	};
+
+	/* a TR_APPLY_ARG_ + 1 (0: none) */
+	static const int from_args[TR_LEDGER_NARGS] = {
+		[TR_LEDGER_ARG_ENDED_AT] = TR_APPLY_ARG_NOW + 1,
+		[TR_LEDGER_ARG_RESULT] = TR_APPLY_ARG_STATE + 1,
+		[TR_LEDGER_ARG_REQUESTED] = TR_APPLY_ARG_REQUESTED + 1,
+		[TR_LEDGER_ARG_ERROR_CLASS] = TR_APPLY_ARG_ATTEMPT + TR_ATTEMPT_ARG_ERROR_CLASS + 1,
+		[TR_LEDGER_ARG_ERROR_STAGE] = TR_APPLY_ARG_ATTEMPT + TR_ATTEMPT_ARG_STAGE + 1,
+		[TR_LEDGER_ARG_OUTCOME] = TR_APPLY_ARG_ATTEMPT + TR_ATTEMPT_ARG_OUTCOME + 1,
+		[TR_LEDGER_ARG_RETRY_AT] = TR_APPLY_ARG_RETRY_AT + 1,
+		[TR_LEDGER_ARG_DETAIL] = TR_APPLY_ARG_DETAIL + 1,
+	};
+	Datum		av[TR_LEDGER_NARGS];
+	char		an[TR_LEDGER_NARGS];
+	int			i;
+
+	if (n != 1)
+		return;
+	for (i = 0; i < TR_LEDGER_NARGS; i++)
+	{
+		bool		isnull = false;
+
+		av[i] = (Datum) 0;
+		if (from_row[i] != 0)
+			av[i] = NtaskTupGetDatum(tt, 0, from_row[i], &isnull);
+		else if (from_args[i] != 0)
+		{
+			av[i] = values[from_args[i] - 1];
+			isnull = nulls[from_args[i] - 1] == 'n';
+		}
+		an[i] = isnull ? 'n' : ' ';
+	}
+	NtaskExecPlan(&tr_attempt_insert_plan, av, an, SPI_OK_INSERT);
+}
+
 static SPITupleTable *
 tr_apply(TrCall *c, const char *final, TimestampTz next, const char *reason,
 		 bool engine_reason)
@@ -551,51 +675,9 @@ tr_apply(TrCall *c, const char *final, TimestampTz next, const char *reason,
 	values[TR_APPLY_ARG_RESULT] = c->result;
 	nulls[TR_APPLY_ARG_RESULT] = c->result_null ? 'n' : ' ';
 	values[TR_APPLY_ARG_NOW] = NtaskStatementTs();
-	if (NtaskShardCount() > 0)
-	{
-		Datum		av[17];
-		char		an[17];
-		int			i;
-
-		if (NtaskExecPlan(&tr_apply_dist_plan, values, nulls, SPI_OK_UPDATE_RETURNING) != 1)
-			return NULL;
-		row = SPI_tuptable;
-		{
-			/* the ledger row's columns, from the moved row where they come from it */
-			static const int from_row[17] = {
-				TR_APPLY_DIST_TASK_ID, TR_APPLY_DIST_SHARD, TR_APPLY_DIST_TOKEN,
-				TR_APPLY_DIST_ATTEMPTS, TR_APPLY_DIST_WORKER, TR_APPLY_DIST_CLAIMED_AT,
-				TR_APPLY_DIST_INVOKED_AT, 0, 0, 0, 0, 0, TR_APPLY_DIST_KNOWN, 0, 0, 0,
-			TR_APPLY_DIST_PROGRESS};
-
-			for (i = 0; i < 17; i++)
-			{
-				bool		isnull = false;
-
-				if (from_row[i] != 0)
-					av[i] = NtaskTupGetDatum(row, 0, from_row[i], &isnull);
-				an[i] = isnull ? 'n' : ' ';
-			}
-		}
-		av[7] = values[TR_APPLY_ARG_NOW];	/* ended_at */
-		av[8] = values[TR_APPLY_ARG_STATE];	/* result */
-		av[9] = values[TR_APPLY_ARG_REQUESTED];
-		av[10] = values[TR_APPLY_ARG_ATTEMPT];	/* error_class, error_stage */
-		an[10] = nulls[TR_APPLY_ARG_ATTEMPT];
-		av[11] = values[TR_APPLY_ARG_ATTEMPT + 1];
-		an[11] = nulls[TR_APPLY_ARG_ATTEMPT + 1];
-		av[13] = values[TR_APPLY_ARG_ATTEMPT + 3];	/* outcome */
-		an[13] = nulls[TR_APPLY_ARG_ATTEMPT + 3];
-		av[14] = values[TR_APPLY_ARG_RETRY_AT];
-		an[14] = nulls[TR_APPLY_ARG_RETRY_AT];
-		av[15] = values[TR_APPLY_ARG_DETAIL];
-		an[15] = nulls[TR_APPLY_ARG_DETAIL];
-		NtaskExecPlan(&tr_attempt_insert_plan, av, an, SPI_OK_INSERT);
-	}
-	else if (NtaskExecPlan(&tr_apply_plan, values, nulls, SPI_OK_SELECT) != 1)
+	if (NtaskExecPair(&tr_apply_pair, values, nulls) != 1)
 		return NULL;
-	else
-		row = SPI_tuptable;
+	row = SPI_tuptable;
 	/* its slot is free: a claim waiting on the queue's cap may go */
 	NtaskWakeCappedAtCommit(NtaskTupGetCString(row, 0, TR_APPLY_QUEUE), 1);
 	return row;
@@ -676,6 +758,7 @@ static void
 tr_locked(TrCall *c, const char *reason, TrOut *o)
 {
 	Datum		values[TR_LOCK_NARGS];
+	Datum		lookup[TR_LOOKUP_NARGS];
 	bool		isnull;
 	char	   *state;
 	int64		current;
@@ -689,12 +772,12 @@ tr_locked(TrCall *c, const char *reason, TrOut *o)
 	if (NtaskExecPlan(&tr_lock_plan, values, NULL, SPI_OK_SELECT) == 0)
 		NtaskTaskNotFound(c->task_id);
 	lock_tt = SPI_tuptable;
-	if (!NtaskGetBool(0, TR_LOCK_RIGHT))
+	if (!NtaskTupGetBool(lock_tt, 0, TR_LOCK_RIGHT))
 		NtaskTaskRightDenied(c->task_id);
-	/* the same array becomes tr_attempt_plan's: $1 task, $2 token */
-	values[1] = Int64GetDatum(c->token);
-	state = NtaskGetCString(0, TR_LOCK_STATE);
-	current = NtaskGetInt64(0, TR_LOCK_TOKEN);
+	lookup[TR_LOOKUP_ARG_TASK_ID] = Int64GetDatum(c->task_id);
+	lookup[TR_LOOKUP_ARG_TOKEN] = Int64GetDatum(c->token);
+	state = NtaskTupGetCString(lock_tt, 0, TR_LOCK_STATE);
+	current = NtaskTupGetInt64(lock_tt, 0, TR_LOCK_TOKEN);
 	NtaskCheckTokenIssued(c->task_id, c->token, current);
 
 	if (c->token == current && strcmp(state, "leased") == 0)
@@ -706,17 +789,17 @@ tr_locked(TrCall *c, const char *reason, TrOut *o)
 		if (strcmp(c->to_state, "retry_wait") == 0)
 		{
 			/* a retry_wait, decided against the budget of the locked row */
-			int32		attempts = NtaskGetInt32(0, TR_LOCK_ATTEMPTS);
-			int32		max_attempts = NtaskGetInt32(0, TR_LOCK_MAX_ATTEMPTS);
-			TimestampTz deadline = DatumGetTimestampTz(NtaskGetDatum(0, TR_LOCK_DEADLINE, &isnull));
+			int32		attempts = NtaskTupGetInt32(lock_tt, 0, TR_LOCK_ATTEMPTS);
+			int32		max_attempts = NtaskTupGetInt32(lock_tt, 0, TR_LOCK_MAX_ATTEMPTS);
+			TimestampTz deadline = DatumGetTimestampTz(NtaskTupGetDatum(lock_tt, 0, TR_LOCK_DEADLINE, &isnull));
 			TimestampTz now = GetCurrentStatementStartTimestamp();
 
 			if (!c->retry_at_null)
 				next = Max(DatumGetTimestampTz(c->retry_at), now);
 			else
 				next = tr_backoff(attempts,
-								  DatumGetIntervalP(NtaskGetDatum(0, TR_LOCK_BACKOFF_BASE, &isnull)),
-								  DatumGetIntervalP(NtaskGetDatum(0, TR_LOCK_BACKOFF_MAX, &isnull)));
+								  DatumGetIntervalP(NtaskTupGetDatum(lock_tt, 0, TR_LOCK_BACKOFF_BASE, &isnull)),
+								  DatumGetIntervalP(NtaskTupGetDatum(lock_tt, 0, TR_LOCK_BACKOFF_MAX, &isnull)));
 			if (attempts >= max_attempts)
 			{
 				final = "repair_required";
@@ -731,7 +814,7 @@ tr_locked(TrCall *c, const char *reason, TrOut *o)
 			}
 		}
 		if (strcmp(final, "retry_wait") == 0)
-			NtaskWakeWaitersAtCommit(NtaskGetCString(0, TR_LOCK_QUEUE), 0, next);
+			NtaskWakeWaitersAtCommit(NtaskTupGetCString(lock_tt, 0, TR_LOCK_QUEUE), 0, next);
 		applied = tr_apply(c, final, next, reason, engine_reason);
 		if (applied == NULL)
 			elog(ERROR, "ntask: locked task %lld did not take its transition",
@@ -741,15 +824,15 @@ tr_locked(TrCall *c, const char *reason, TrOut *o)
 		return;
 	}
 
-	o->state = datumCopy(NtaskGetDatum(0, TR_LOCK_STATE, &isnull), false, -1);
-	o->run_at = NtaskGetDatum(0, TR_LOCK_RUN_AT, &o->run_at_null);	/* by value */
-	stored = NtaskGetDatum(0, TR_LOCK_RESULT, &stored_null);
-	if (NtaskExecPlan(&tr_attempt_plan, values, NULL, SPI_OK_SELECT) == 1 &&
-		NtaskGetText(0, TR_ATTEMPT_REQUESTED) != NULL)
+	o->state = datumCopy(NtaskTupGetDatum(lock_tt, 0, TR_LOCK_STATE, &isnull), false, -1);
+	o->run_at = NtaskTupGetDatum(lock_tt, 0, TR_LOCK_RUN_AT, &o->run_at_null);	/* by value */
+	stored = NtaskTupGetDatum(lock_tt, 0, TR_LOCK_RESULT, &stored_null);
+	if (NtaskExecPlan(&tr_attempt_plan, lookup, NULL, SPI_OK_SELECT) == 1 &&
+		NtaskTupGetText(SPI_tuptable, 0, TR_ATTEMPT_REQUESTED) != NULL)
 	{
-		char	   *req = NtaskGetCString(0, TR_ATTEMPT_REQUESTED);
-		char	   *cls = NtaskGetCString(0, TR_ATTEMPT_ERROR_CLASS);
-		char	   *outc = NtaskGetCString(0, TR_ATTEMPT_OUTCOME);
+		char	   *req = NtaskTupGetCString(SPI_tuptable, 0, TR_ATTEMPT_REQUESTED);
+		char	   *cls = NtaskTupGetCString(SPI_tuptable, 0, TR_ATTEMPT_ERROR_CLASS);
+		char	   *outc = NtaskTupGetCString(SPI_tuptable, 0, TR_ATTEMPT_OUTCOME);
 
 		/*
 		 * A succeeded of the task's current token stored its result on the
@@ -805,8 +888,8 @@ ntask_transition(PG_FUNCTION_ARGS)
 	TrCall		c;
 	TrOut		o;
 	const char *reason;
-	Datum		out[3];
-	bool		outnulls[3] = {false, false, false};
+	Datum		out[TR_OUT_NCOLS];
+	bool		outnulls[TR_OUT_NCOLS] = {false, false, false};
 
 	c.task_id = NtaskArgInt64(fcinfo, 0, "task_id");
 	c.token = NtaskArgInt64(fcinfo, 1, "token");
@@ -815,10 +898,10 @@ ntask_transition(PG_FUNCTION_ARGS)
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
 	tr_one(&c, reason, &o);
-	out[0] = CStringGetTextDatum(o.result);
-	out[1] = o.state;
-	out[2] = o.run_at;
-	outnulls[2] = o.run_at_null;
+	out[TR_OUT_RESULT] = CStringGetTextDatum(o.result);
+	out[TR_OUT_STATE] = o.state;
+	out[TR_OUT_RUN_AT] = o.run_at;
+	outnulls[TR_OUT_RUN_AT] = o.run_at_null;
 	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, outnulls);
 	SPI_finish();
 	return (Datum) 0;
@@ -871,6 +954,7 @@ tr_many_apply(TrCall *c, const char *reason, TrItem *items, int n)
 	int			r;
 	text	   *run_queue = NULL;	/* the queue of the current run of rows */
 	int			run_len = 0;
+	SPITupleTable *tt;
 
 	for (i = 0; i < n; i++)
 	{
@@ -894,13 +978,14 @@ tr_many_apply(TrCall *c, const char *reason, TrItem *items, int n)
 		PointerGetDatum(construct_md_array(res, resnulls, 1, dims, lbs,
 										   JSONBOID, -1, false,
 										   TYPALIGN_INT));
-	nrows = NtaskExecPlan(&tr_many_plan, values, nulls, SPI_OK_SELECT);
+	nrows = NtaskExecPair(&tr_many_pair, values, nulls);
+	tt = SPI_tuptable;
 
 	for (r = 0; r < nrows; r++)
 	{
 		TrItem		key;
 		TrItem	   *it;
-		text	   *queue = NtaskGetText(r, TR_MANY_QUEUE);
+		text	   *queue = NtaskTupGetText(tt, r, TR_MANY_QUEUE);
 
 		if (run_queue == NULL ||
 			VARSIZE_ANY_EXHDR(queue) != VARSIZE_ANY_EXHDR(run_queue) ||
@@ -914,14 +999,14 @@ tr_many_apply(TrCall *c, const char *reason, TrItem *items, int n)
 		}
 		run_len++;
 
-		key.task_id = NtaskGetInt64(r, TR_MANY_TASK_ID);
+		key.task_id = NtaskTupGetInt64(tt, r, TR_MANY_TASK_ID);
 		it = bsearch(&key, items, n, sizeof(TrItem), tr_item_cmp);
 		if (it == NULL)
 			elog(ERROR, "ntask: transition of task %lld that was not asked for",
 				 (long long) key.task_id);
 		it->done = true;
 		it->o.result = "applied";
-		it->o.state = PointerGetDatum(NtaskGetText(r, TR_MANY_STATE));
+		it->o.state = PointerGetDatum(NtaskTupGetText(tt, r, TR_MANY_STATE));
 		it->o.run_at = (Datum) 0;
 		it->o.run_at_null = true;	/* a finished task has no next run */
 	}
@@ -1027,13 +1112,10 @@ ntask_transition_many(PG_FUNCTION_ARGS)
 	SPI_connect();
 
 	/*
-	 * One statement for the batch, but on a distributed install: there it
-	 * would be planned over every shard (the ids are an array), its CTE
-	 * apart, and committed with two-phase commit on every node (148 ms for
-	 * a batch of 5 of one shard); task by task, each statement
-	 * is routed to the task's shard, local in a delegated call.
+	 * One statement for the batch (none on a distributed install:
+	 * tr_many_pair), then the rest one by one
 	 */
-	if (n > 0 && strcmp(c.to_state, "retry_wait") != 0 && NtaskShardCount() == 0)
+	if (n > 0 && strcmp(c.to_state, "retry_wait") != 0)
 		tr_many_apply(&c, reason, items, n);
 	for (i = 0; i < n; i++)
 	{
@@ -1053,14 +1135,14 @@ ntask_transition_many(PG_FUNCTION_ARGS)
 	for (i = 0; i < n; i++)
 	{
 		TrItem	   *it = byPos[i];
-		Datum		out[4];
-		bool		outnulls[4] = {false, false, false, false};
+		Datum		out[TR_MANY_OUT_NCOLS];
+		bool		outnulls[TR_MANY_OUT_NCOLS] = {false, false, false, false};
 
-		out[0] = Int64GetDatum(it->task_id);
-		out[1] = CStringGetTextDatum(it->o.result);
-		out[2] = it->o.state;
-		out[3] = it->o.run_at;
-		outnulls[3] = it->o.run_at_null;
+		out[TR_MANY_OUT_TASK_ID] = Int64GetDatum(it->task_id);
+		out[TR_MANY_OUT_RESULT] = CStringGetTextDatum(it->o.result);
+		out[TR_MANY_OUT_STATE] = it->o.state;
+		out[TR_MANY_OUT_RUN_AT] = it->o.run_at;
+		outnulls[TR_MANY_OUT_RUN_AT] = it->o.run_at_null;
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, outnulls);
 	}
 	SPI_finish();
@@ -1092,8 +1174,8 @@ ntask_transition_and_claim(PG_FUNCTION_ARGS)
 	TrOut		o;
 	const char *reason;
 	ClaimCall	cc;
-	Datum		extra[3];
-	bool		extranulls[3] = {false, false, false};
+	Datum		extra[TR_OUT_NCOLS];
+	bool		extranulls[TR_OUT_NCOLS] = {false, false, false};
 
 	c.task_id = NtaskArgInt64(fcinfo, 0, "finish_task_id");
 	c.token = NtaskArgInt64(fcinfo, 1, "finish_token");
@@ -1103,31 +1185,30 @@ ntask_transition_and_claim(PG_FUNCTION_ARGS)
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
 	tr_one(&c, reason, &o);
-	extra[0] = CStringGetTextDatum(o.result);
-	extra[1] = o.state;
-	extra[2] = o.run_at;
-	extranulls[2] = o.run_at_null;
+	extra[TR_OUT_RESULT] = CStringGetTextDatum(o.result);
+	extra[TR_OUT_STATE] = o.state;
+	extra[TR_OUT_RUN_AT] = o.run_at;
+	extranulls[TR_OUT_RUN_AT] = o.run_at_null;
 	cc.extra = extra;
 	cc.extranulls = extranulls;
-	cc.nextra = 3;
+	cc.nextra = TR_OUT_NCOLS;
 	if (NtaskClaimInto(&cc) == 0)
 	{
-		Datum		out[11];
-		bool		outnulls[11];
+		Datum		out[TR_TAC_NCOLS];
+		bool		outnulls[TR_TAC_NCOLS];
 		int			k;
 
-		for (k = 0; k < 7; k++)
+		/* no task: the claim's columns NULL, the finish's as they are */
+		for (k = 0; k < TR_TAC_NCOLS; k++)
 		{
 			out[k] = (Datum) 0;
 			outnulls[k] = true;
 		}
-		for (k = 0; k < 3; k++)
+		for (k = 0; k < TR_OUT_NCOLS; k++)
 		{
-			out[7 + k] = extra[k];
-			outnulls[7 + k] = extranulls[k];
+			out[TR_TAC_FINISH + k] = extra[k];
+			outnulls[TR_TAC_FINISH + k] = extranulls[k];
 		}
-		out[10] = (Datum) 0;	/* context */
-		outnulls[10] = true;
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, outnulls);
 	}
 	SPI_finish();
@@ -1172,10 +1253,11 @@ ntask_task_row_valid(PG_FUNCTION_ARGS)
 			which = i;
 	if (which < 0)
 		PG_RETURN_BOOL(false);
+
 	/*
-	 * finished: succeeded .. skipped (3..6); awaiting (7): due_at
-	 * is its timeout, NULL without one; waiting (8, for parents, 36.1):
-	 * unfinished but due never, in no claim index
+	 * finished: succeeded .. skipped (3..6); awaiting (7): due_at is its
+	 * timeout, NULL without one; waiting (8, for parents, 36.1): unfinished
+	 * but due never, in no claim index
 	 */
 	finished = (which >= 3 && which <= 6) || which == 8;
 	PG_RETURN_BOOL((which == 7 || PG_ARGISNULL(1) == finished) &&

@@ -51,6 +51,7 @@
 #include "postgres.h"
 
 #include "ntask_base.h"
+#include "shard.h"
 
 #include "access/xact.h"
 #include "catalog/pg_type.h"

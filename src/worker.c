@@ -148,7 +148,8 @@ typedef struct WkSlot
 } WkSlot;
 
 static WkExtension wk_ext;
-static bool wk_idle = false;	/* a Citus worker node: no housekeeping, no dispatch */
+static bool wk_idle = false;	/* a Citus worker node: no housekeeping, no
+								 * dispatch */
 static char wk_dbname[NAMEDATALEN];
 
 static void wk_extension_step(void *arg);
@@ -195,8 +196,8 @@ wk_launcher_scan(Oid *roleoid, WkDb **dbs, int *ndbs, int *maxdbs,
 	/*
 	 * Connected to no database, only the shared catalogs can be read, and
 	 * only by heap scans: their indexes' relcache entries need a database
-	 * (the logical replication launcher reads pg_subscription the same
-	 * way).  Both catalogs are small.
+	 * (the logical replication launcher reads pg_subscription the same way).
+	 * Both catalogs are small.
 	 */
 	*roleoid = InvalidOid;
 	problem[0] = '\0';
@@ -453,7 +454,10 @@ wk_launcher_reap(WkLauncher *L)
 		}
 		else
 		{
-			/* the worker stopped: start it again, not at once if it ran briefly */
+			/*
+			 * the worker stopped: start it again, not at once if it ran
+			 * briefly
+			 */
 			sl->restart_at = TimestampTzPlusMilliseconds(L->now,
 														 TimestampDifferenceExceeds(sl->started, L->now, 5000) ? 100 : 5000);
 		}
@@ -750,6 +754,12 @@ wk_launcher_exit(int code, Datum arg)
  *		API functions, or InvalidOid if ntask is not installed here; and
  *		whether ntask_distribute made it a Citus layout.
  */
+typedef enum WkExtCol
+{
+	WK_EXT_OID = 1,
+	WK_EXT_SCHEMA				/* name */
+} WkExtCol;
+
 static void
 wk_extension_step(void *arg)
 {
@@ -762,37 +772,16 @@ wk_extension_step(void *arg)
 					"WHERE e.extname OPERATOR(pg_catalog.=) 'ntask'",
 					true, 1) == SPI_OK_SELECT && SPI_processed == 1)
 	{
+		SPITupleTable *tt = SPI_tuptable;
 		bool		isnull;
-		char	   *nsp = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
 
-		ext->oid = DatumGetObjectId(NtaskGetDatum(0, 1, &isnull));
-		strlcpy(ext->schema, nsp, NAMEDATALEN);
+		ext->oid = DatumGetObjectId(NtaskTupGetDatum(tt, 0, WK_EXT_OID, &isnull));
+		strlcpy(ext->schema, NtaskTupGetCString(tt, 0, WK_EXT_SCHEMA), NAMEDATALEN);
 	}
 	ext->distributed = false;
-	if (OidIsValid(ext->oid) &&
-		SPI_execute("SELECT pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL",
-					true, 1) == SPI_OK_SELECT && SPI_processed == 1 &&
-		NtaskGetBool(0, 1) &&
-		SPI_execute("SELECT EXISTS (SELECT FROM pg_catalog.pg_dist_partition p "
-					"  JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) p.logicalrelid "
-					"  JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace "
-					"  WHERE n.nspname OPERATOR(pg_catalog.=) 'ntask' "
-					"    AND c.relname OPERATOR(pg_catalog.=) 'task')",
-					true, 1) == SPI_OK_SELECT && SPI_processed == 1)
-		ext->distributed = NtaskGetBool(0, 1);	/* the catalogs only: the
-												 * role has no USAGE on ntask */
-
-	/*
-	 * The coordinator is group 0 (pg_dist_local_group, readable by every
-	 * role); a worker node has its own group from citus_add_node, and sees
-	 * the distributed table through Citus' metadata sync.
-	 */
 	ext->coordinator = false;
-	if (ext->distributed &&
-		SPI_execute("SELECT l.groupid OPERATOR(pg_catalog.=) 0 "
-					"FROM pg_catalog.pg_dist_local_group l",
-					true, 1) == SPI_OK_SELECT && SPI_processed == 1)
-		ext->coordinator = NtaskGetBool(0, 1);
+	if (OidIsValid(ext->oid))
+		NtaskCitusLayout(&ext->distributed, &ext->coordinator);
 }
 
 /*
@@ -1014,10 +1003,10 @@ wk_worker_start(Datum arg)
 	{
 		/*
 		 * A Citus worker node (docs/scaling.md "Background worker,
-		 * housekeeping and dispatch"): the coordinator's worker sweeps
-		 * every shard and dispatches, since clients, task ids and claims
-		 * go through the coordinator.  This one stays, says so once, and
-		 * only watches the extension (DROP EXTENSION still stops it).
+		 * housekeeping and dispatch"): the coordinator's worker sweeps every
+		 * shard and dispatches, since clients, task ids and claims go through
+		 * the coordinator.  This one stays, says so once, and only watches
+		 * the extension (DROP EXTENSION still stops it).
 		 */
 		NtaskWorkerSetState("idle: citus worker node");
 		ereport(LOG,
@@ -1057,10 +1046,10 @@ wk_worker_round(WkLoop *w)
 	bool		woken = false;
 
 	/*
-	 * A query cancel (pg_cancel_backend) that reaches the worker while it
-	 * is between steps has nothing to cancel: outside a transaction it
-	 * would become FATAL and drop the transfers in flight.  During a step
-	 * it cancels that step (caught, rolled back, retried).
+	 * A query cancel (pg_cancel_backend) that reaches the worker while it is
+	 * between steps has nothing to cancel: outside a transaction it would
+	 * become FATAL and drop the transfers in flight.  During a step it
+	 * cancels that step (caught, rolled back, retried).
 	 */
 	if (QueryCancelPending)
 	{
@@ -1111,19 +1100,18 @@ static void
 wk_worker_sleep(WkLoop *w)
 {
 	TimestampTz until = w->refresh_pending ? Min(w->next_tick, w->next_refresh) :
-		w->next_tick;
+	w->next_tick;
 	long		wait_ms = (long) ((until - GetCurrentTimestamp()) / 1000);
 	long		stats_ms;
 	int			rc;
 	TimestampTz woke;
 
 	/*
-	 * Report this process's table and function statistics, as a backend
-	 * does before it waits for a command: a background worker's are
-	 * otherwise kept until it exits, so autovacuum would not count the
-	 * dead rows of its claims, transitions and retention.  At most once a
-	 * second (PGSTAT_MIN_INTERVAL); what is left pending shortens this
-	 * wait.
+	 * Report this process's table and function statistics, as a backend does
+	 * before it waits for a command: a background worker's are otherwise kept
+	 * until it exits, so autovacuum would not count the dead rows of its
+	 * claims, transitions and retention.  At most once a second
+	 * (PGSTAT_MIN_INTERVAL); what is left pending shortens this wait.
 	 */
 	stats_ms = pgstat_report_stat(false);
 	if (stats_ms > 0)
@@ -1137,8 +1125,8 @@ wk_worker_sleep(WkLoop *w)
 
 	/*
 	 * An enqueue (or a queue change) committed: the queue may be new since
-	 * the last tick, so reread the http queues, at most every 100 ms
-	 * however fast enqueues come.
+	 * the last tick, so reread the http queues, at most every 100 ms however
+	 * fast enqueues come.
 	 */
 	if (wk_idle)
 		return;					/* nothing to dispatch */
