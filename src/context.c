@@ -162,7 +162,7 @@ ctx_string(JsonbValue *v, const char *s, int len)
  *		NULL when none was left out): their results are read with
  *		ntask_result.  In the current memory context.
  */
-Jsonb	   *
+Jsonb *
 NtaskContextParents(int64 task_id, int64 budget, Jsonb **omitted)
 {
 	MemoryContext cxt = CurrentMemoryContext;
@@ -232,7 +232,7 @@ NtaskContextParents(int64 task_id, int64 budget, Jsonb **omitted)
  *		The checkpoints of a task as one object, step: value; NULL when it
  *		has none.  In the current memory context.
  */
-Jsonb	   *
+Jsonb *
 NtaskContextCheckpoints(int64 task_id)
 {
 	return ctx_task_object(CurrentMemoryContext, &ctx_checkpoints_plan, task_id);
@@ -243,7 +243,7 @@ NtaskContextCheckpoints(int64 task_id)
  *		The signal a task awaited: its payload once sent, else that the
  *		await timed out.  In the current memory context.
  */
-Jsonb	   *
+Jsonb *
 NtaskContextSignal(text *queue, text *signal_key)
 {
 	MemoryContext cxt = CurrentMemoryContext;
@@ -328,7 +328,7 @@ NtaskSpanId(int64 task_id, int64 token)
 	k[0] = task_id;
 	k[1] = token;
 	h = hash_bytes_extended((const unsigned char *) k, sizeof(k),
-							UINT64CONST(0x6e7461736b)); /* "ntask" */
+							UINT64CONST(0x6e7461736b));	/* "ntask" */
 	return h != 0 ? h : 1;
 }
 
@@ -338,7 +338,7 @@ NtaskSpanId(int64 task_id, int64 token)
  *		version 00): the same trace id and flags, the attempt's span id as
  *		the parent id.  palloc'd.
  */
-char	   *
+char *
 NtaskChildTraceparent(const char *tp, int64 task_id, int64 token)
 {
 	Assert(strlen(tp) == NTASK_TRACEPARENT_LEN);

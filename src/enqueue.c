@@ -372,7 +372,7 @@ enq_traceparent(FunctionCallInfo fcinfo, int argno, Datum *value, char *null)
 					 errhint("Pass it as the traceparent header carries it, e.g. 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01, or NULL.")));
 	}
 	else
-		tp = ntask_traceparent; /* checked by its check hook */
+		tp = ntask_traceparent;	/* checked by its check hook */
 	if (tp == NULL || tp[0] == '\0')
 		return;
 	*value = CStringGetTextDatum(tp);
@@ -575,7 +575,7 @@ ntask_enqueue(PG_FUNCTION_ARGS)
 	int32		flags;
 	EnqPolicy	policy = {0};
 
-	NtaskCheckNargs(fcinfo, 9); /* before its new arguments are read */
+	NtaskCheckNargs(fcinfo, 9);	/* before its new arguments are read */
 	if (PG_ARGISNULL(5))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
@@ -1077,7 +1077,7 @@ typedef struct EnqMany
 static void
 enq_many_check_args(FunctionCallInfo fcinfo, EnqMany *m)
 {
-	NtaskCheckNargs(fcinfo, 9); /* before its new arguments are read */
+	NtaskCheckNargs(fcinfo, 9);	/* before its new arguments are read */
 	m->n = NtaskArgArray(fcinfo, 1, "task_keys", TEXTOID, false, &m->keyd, NULL);
 	if (NtaskArgArray(fcinfo, 2, "payloads", JSONBOID, false, &m->payd, NULL) != m->n)
 		ereport(ERROR,

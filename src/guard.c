@@ -124,7 +124,7 @@ guard_word(const char *answer, const char *word, char **reason)
  *		be (text, jsonb): "schema.name(text,jsonb)", schema-qualified, read
  *		back by NtaskResolveGuard with search_path pinned.
  */
-char	   *
+char *
 NtaskGuardName(Oid guard)
 {
 	char	   *name = get_func_name(guard);
@@ -217,7 +217,7 @@ NtaskCheckGuardHome(Oid guard, Oid nsp)
  *		role recorded with it (NULL when none was), from one read of the
  *		queue row.  In SPI; changes SPI_tuptable.
  */
-char	   *
+char *
 NtaskQueueGuard(text *queue, char **owner)
 {
 	Datum		values[GUARD_QUEUE_NARGS];

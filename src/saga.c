@@ -56,7 +56,7 @@ PG_FUNCTION_INFO_V1(ntask_saga_resume);
 PG_FUNCTION_INFO_V1(ntask_saga_step_changed);
 
 #define SAGA_MAX_STEPS		100
-#define SAGA_MAX_KEY_LEN	300 /* + ':' + name + ':compensate' <= 512 */
+#define SAGA_MAX_KEY_LEN	300		/* + ':' + name + ':compensate' <= 512 */
 #define SAGA_MAX_NAME_LEN	100
 
 /* one step of a definition */
