@@ -253,6 +253,7 @@ br_open(BrEntry *e, const char *why)
 void
 NtaskBreakerLoad(void)
 {
+	SPITupleTable *tt;
 	int			n;
 	int			i;
 	int			j;
@@ -268,14 +269,15 @@ NtaskBreakerLoad(void)
 		br_events = MemoryContextAllocZero(br_cxt, sizeof(BrEvent) * BR_MAX_EVENTS);
 	}
 	n = NtaskExecPlan(&br_load_plan, NULL, NULL, SPI_OK_SELECT);
+	tt = SPI_tuptable;
 	forget = palloc(sizeof(char *) * Max(n, 1));
 	for (i = 0; i < br_n; i++)
 		br_entries[i].seen = false;
 	for (i = 0; i < n; i++)
 	{
-		char	   *queue = NtaskGetCString(i, BR_LOAD_QUEUE);
+		char	   *queue = NtaskTupGetCString(tt, i, BR_LOAD_QUEUE);
 		bool		isnull;
-		bool		active = DatumGetBool(NtaskGetDatum(i, BR_LOAD_ACTIVE, &isnull)) && !isnull;
+		bool		active = DatumGetBool(NtaskTupGetDatum(tt, i, BR_LOAD_ACTIVE, &isnull)) && !isnull;
 		bool		stored;
 		BrEntry    *e;
 
@@ -295,20 +297,20 @@ NtaskBreakerLoad(void)
 			e = &br_entries[br_n++];
 			memset(e, 0, sizeof(BrEntry));
 			strlcpy(e->queue, queue, BR_QUEUE_LEN);
-			(void) NtaskGetDatum(i, BR_LOAD_STATE, &isnull);
+			(void) NtaskTupGetDatum(tt, i, BR_LOAD_STATE, &isnull);
 			stored = !isnull;
 			if (stored)
 			{
-				char	   *st = NtaskGetCString(i, BR_LOAD_STATE);
+				char	   *st = NtaskTupGetCString(tt, i, BR_LOAD_STATE);
 				Datum		d;
 
 				e->state = br_parse_state(st);
-				e->failures = NtaskGetInt32(i, BR_LOAD_FAILURES);
-				d = NtaskGetDatum(i, BR_LOAD_OPENED_AT, &isnull);
+				e->failures = NtaskTupGetInt32(tt, i, BR_LOAD_FAILURES);
+				d = NtaskTupGetDatum(tt, i, BR_LOAD_OPENED_AT, &isnull);
 				e->opened_at = isnull ? 0 : DatumGetTimestampTz(d);
-				d = NtaskGetDatum(i, BR_LOAD_OPEN_UNTIL, &isnull);
+				d = NtaskTupGetDatum(tt, i, BR_LOAD_OPEN_UNTIL, &isnull);
 				e->open_until = isnull ? 0 : DatumGetTimestampTz(d);
-				d = NtaskGetDatum(i, BR_LOAD_CHANGED_AT, &isnull);
+				d = NtaskTupGetDatum(tt, i, BR_LOAD_CHANGED_AT, &isnull);
 				e->changed_at = isnull ? 0 : DatumGetTimestampTz(d);
 				if (e->state != BR_CLOSED)
 					ereport(LOG,
@@ -318,8 +320,8 @@ NtaskBreakerLoad(void)
 									e->state == BR_OPEN ? timestamptz_to_str(e->open_until) : "")));
 			}
 		}
-		e->threshold = NtaskGetInt32(i, BR_LOAD_THRESHOLD);
-		e->cooldown_us = Max(NtaskGetInt64(i, BR_LOAD_COOLDOWN_US), 1);
+		e->threshold = NtaskTupGetInt32(tt, i, BR_LOAD_THRESHOLD);
+		e->cooldown_us = Max(NtaskTupGetInt64(tt, i, BR_LOAD_COOLDOWN_US), 1);
 		e->seen = true;
 	}
 
