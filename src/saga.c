@@ -552,7 +552,7 @@ saga_step_state(int64 saga_id, int step_no, const char *kind)
 	values[SAGA_STEP_TASK_ARG_KIND] = CStringGetTextDatum(kind);
 	if (NtaskExecPlan(&saga_step_task_plan, values, NULL, SPI_OK_SELECT) != 1)
 		return NULL;
-	return NtaskGetCString(0, SAGA_STEP_TASK_STATE);
+	return NtaskTupGetCString(SPI_tuptable, 0, SAGA_STEP_TASK_STATE);
 }
 
 /*
@@ -577,10 +577,10 @@ saga_close_failed(int64 saga_id, const char *saga_key, int failed)
 	values[SAGA_STEP_TASK_ARG_KIND] = CStringGetTextDatum("forward");
 	if (NtaskExecPlan(&saga_step_task_plan, values, NULL, SPI_OK_SELECT) != 1)
 		return;
-	task_id = NtaskGetInt64(0, SAGA_STEP_TASK_TASK_ID);
+	task_id = NtaskTupGetInt64(SPI_tuptable, 0, SAGA_STEP_TASK_TASK_ID);
 	if (saga_exec_task(&saga_failed_lock_plan, task_id, SPI_OK_SELECT) != 1)
 		return;					/* not in repair, or being changed right now */
-	queue = NtaskGetCString(0, SAGA_FAILED_LOCK_QUEUE);
+	queue = NtaskTupGetCString(SPI_tuptable, 0, SAGA_FAILED_LOCK_QUEUE);
 	NtaskFinishTask(task_id, "canceled", "saga_compensated", "canceled", NULL, NULL);
 	NtaskAudit("ntask saga", "cancel", task_id, queue,
 			   psprintf("saga_compensated: saga %s (%lld) is compensated", saga_key,
@@ -638,6 +638,7 @@ saga_on_change(int64 task_id, int64 saga_id, const char *old_state,
 			   const char *new_state)
 {
 	Datum		values[SAGA_STEP_SEEN_NARGS];
+	SPITupleTable *tt;
 	char	   *sstate;
 	int			current;
 	int			failed;
@@ -660,20 +661,22 @@ saga_on_change(int64 task_id, int64 saga_id, const char *old_state,
 
 	if (saga_exec_saga(&saga_lock_plan, saga_id, SPI_OK_SELECT) != 1)
 		return;
-	sstate = NtaskGetCString(0, SAGA_LOCK_STATE);
-	current = NtaskGetInt32(0, SAGA_LOCK_CURRENT_STEP);
-	NtaskGetDatum(0, SAGA_LOCK_FAILED_STEP, &isnull);
-	failed = isnull ? 0 : NtaskGetInt32(0, SAGA_LOCK_FAILED_STEP);
-	nsteps = NtaskGetInt32(0, SAGA_LOCK_NSTEPS);
-	steps = saga_parse(DatumGetJsonbP(NtaskGetDatum(0, SAGA_LOCK_STEPS, &isnull)), &nsteps);
-	saga_key = NtaskGetCString(0, SAGA_LOCK_SAGA_KEY);
+	tt = SPI_tuptable;
+	sstate = NtaskTupGetCString(tt, 0, SAGA_LOCK_STATE);
+	current = NtaskTupGetInt32(tt, 0, SAGA_LOCK_CURRENT_STEP);
+	NtaskTupGetDatum(tt, 0, SAGA_LOCK_FAILED_STEP, &isnull);
+	failed = isnull ? 0 : NtaskTupGetInt32(tt, 0, SAGA_LOCK_FAILED_STEP);
+	nsteps = NtaskTupGetInt32(tt, 0, SAGA_LOCK_NSTEPS);
+	steps = saga_parse(DatumGetJsonbP(NtaskTupGetDatum(tt, 0, SAGA_LOCK_STEPS, &isnull)), &nsteps);
+	saga_key = NtaskTupGetCString(tt, 0, SAGA_LOCK_SAGA_KEY);
 
 	values[SAGA_STEP_SEEN_ARG_TASK_ID] = Int64GetDatum(task_id);
 	values[SAGA_STEP_SEEN_ARG_STATE] = CStringGetTextDatum(new_state);
 	if (NtaskExecPlan(&saga_step_seen_plan, values, NULL, SPI_OK_UPDATE_RETURNING) != 1)
 		return;
-	step_no = NtaskGetInt32(0, SAGA_STEP_SEEN_STEP_NO);
-	forward = strcmp(NtaskGetCString(0, SAGA_STEP_SEEN_KIND), "forward") == 0;
+	tt = SPI_tuptable;
+	step_no = NtaskTupGetInt32(tt, 0, SAGA_STEP_SEEN_STEP_NO);
+	forward = strcmp(NtaskTupGetCString(tt, 0, SAGA_STEP_SEEN_KIND), "forward") == 0;
 
 	/* a replay of a saga's task: only ntask_saga_resume may do that */
 	if (replay)
@@ -716,8 +719,9 @@ saga_on_change(int64 task_id, int64 saga_id, const char *old_state,
 			char	   *reason;
 
 			saga_exec_task(&saga_maybe_effect_plan, task_id, SPI_OK_SELECT);
-			maybe = NtaskGetBool(0, SAGA_MAYBE_EFFECT);
-			why = NtaskGetCString(0, SAGA_MAYBE_REASON);
+			tt = SPI_tuptable;
+			maybe = NtaskTupGetBool(tt, 0, SAGA_MAYBE_EFFECT);
+			why = NtaskTupGetCString(tt, 0, SAGA_MAYBE_REASON);
 			reason = psprintf("step %s %s%s%s%s", steps[step_no - 1].name, new_state,
 							  why ? " (" : "", why ? why : "", why ? ")" : "");
 			saga_compensate_from(saga_id, saga_key, steps,
@@ -821,6 +825,7 @@ ntask_saga_start(PG_FUNCTION_ARGS)
 	bytea	   *digest;
 	Datum		values[SAGA_INSERT_NARGS];
 	Datum		existing[SAGA_EXISTING_NARGS];
+	SPITupleTable *tt;
 	int			found;
 	Datum		out[SAGA_OUT_NCOLS];
 	bool		outnulls[SAGA_OUT_NCOLS] = {false, false, false};
@@ -873,7 +878,7 @@ ntask_saga_start(PG_FUNCTION_ARGS)
 	if (found == 0 &&
 		NtaskExecPlan(&saga_insert_plan, values, NULL, SPI_OK_INSERT_RETURNING) == 1)
 	{
-		int64		saga_id = NtaskGetInt64(0, SAGA_INSERT_SAGA_ID);
+		int64		saga_id = NtaskTupGetInt64(SPI_tuptable, 0, SAGA_INSERT_SAGA_ID);
 
 		if (!saga_enqueue(saga_id, saga_key, steps, 1, false))
 			ereport(ERROR,
@@ -895,16 +900,17 @@ ntask_saga_start(PG_FUNCTION_ARGS)
 		if (found == 0 &&
 			NtaskExecPlan(&saga_existing_plan, existing, NULL, SPI_OK_SELECT) != 1)
 			elog(ERROR, "ntask: saga \"%s\" neither inserted nor found", saga_key);
+		tt = SPI_tuptable;
 		if (!NtaskSameDigest(def, digest,
-							 DatumGetByteaPP(NtaskGetDatum(0, SAGA_EXISTING_DIGEST, &isnull)),
-							 NtaskGetInt32(0, SAGA_EXISTING_DIGEST_VERSION)))
+							 DatumGetByteaPP(NtaskTupGetDatum(tt, 0, SAGA_EXISTING_DIGEST, &isnull)),
+							 NtaskTupGetInt32(tt, 0, SAGA_EXISTING_DIGEST_VERSION)))
 			ereport(ERROR,
 					(errcode(ERRCODE_NTASK_KEY_CONFLICT),
 					 errmsg("ntask: saga \"%s\" already exists with a different definition", saga_key),
 					 errhint("A saga key names one piece of business work; use a new key for a new version.")));
-		out[SAGA_OUT_SAGA_ID] = Int64GetDatum(NtaskGetInt64(0, SAGA_EXISTING_SAGA_ID));
+		out[SAGA_OUT_SAGA_ID] = Int64GetDatum(NtaskTupGetInt64(tt, 0, SAGA_EXISTING_SAGA_ID));
 		out[SAGA_OUT_CREATED] = BoolGetDatum(false);
-		out[SAGA_OUT_STATE] = PointerGetDatum(NtaskGetText(0, SAGA_EXISTING_STATE));
+		out[SAGA_OUT_STATE] = PointerGetDatum(NtaskTupGetText(tt, 0, SAGA_EXISTING_STATE));
 	}
 	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, outnulls);
 	SPI_finish();
@@ -945,6 +951,7 @@ ntask_saga_cancel(PG_FUNCTION_ARGS)
 	for (tries = 0; tries < SAGA_MAX_STEPS + 2; tries++)
 	{
 		Datum		values[SAGA_STEP_TASK_NARGS];
+		SPITupleTable *tt;
 		int			current;
 		int64		task_id;
 		char	   *tstate;
@@ -952,8 +959,9 @@ ntask_saga_cancel(PG_FUNCTION_ARGS)
 
 		if (saga_exec_saga(&saga_read_plan, saga_id, SPI_OK_SELECT) != 1)
 			saga_not_found(saga_id);
-		state = NtaskGetCString(0, SAGA_READ_STATE);
-		current = NtaskGetInt32(0, SAGA_READ_CURRENT_STEP);
+		tt = SPI_tuptable;
+		state = NtaskTupGetCString(tt, 0, SAGA_READ_STATE);
+		current = NtaskTupGetInt32(tt, 0, SAGA_READ_CURRENT_STEP);
 		if (strcmp(state, "succeeded") == 0)
 			ereport(ERROR,
 					(errcode(ERRCODE_NTASK_INVALID_TASK_STATE),
@@ -965,12 +973,13 @@ ntask_saga_cancel(PG_FUNCTION_ARGS)
 		values[SAGA_STEP_TASK_ARG_KIND] = CStringGetTextDatum("forward");
 		if (NtaskExecPlan(&saga_step_task_plan, values, NULL, SPI_OK_SELECT) != 1)
 			elog(ERROR, "ntask: saga %lld has no task for its step %d", (long long) saga_id, current);
-		task_id = NtaskGetInt64(0, SAGA_STEP_TASK_TASK_ID);
+		task_id = NtaskTupGetInt64(SPI_tuptable, 0, SAGA_STEP_TASK_TASK_ID);
 		if (saga_exec_task(&saga_task_lock_plan, task_id, SPI_OK_SELECT) != 1)
 			elog(ERROR, "ntask: saga %lld: its step task %lld is gone", (long long) saga_id,
 				 (long long) task_id);
-		tstate = NtaskGetCString(0, SAGA_TASK_LOCK_STATE);
-		queue = NtaskGetCString(0, SAGA_TASK_LOCK_QUEUE);
+		tt = SPI_tuptable;
+		tstate = NtaskTupGetCString(tt, 0, SAGA_TASK_LOCK_STATE);
+		queue = NtaskTupGetCString(tt, 0, SAGA_TASK_LOCK_QUEUE);
 		if (strcmp(tstate, "succeeded") == 0 || strcmp(tstate, "skipped") == 0 ||
 			strcmp(tstate, "canceled") == 0 || strcmp(tstate, "repair_required") == 0)
 			continue;			/* it finished first: the saga moved; look
@@ -979,7 +988,7 @@ ntask_saga_cancel(PG_FUNCTION_ARGS)
 						"canceled", NULL, NULL);
 		NtaskAudit(actor, "saga_cancel", task_id, queue, reason, tstate, "canceled");
 		saga_exec_saga(&saga_read_plan, saga_id, SPI_OK_SELECT);
-		state = NtaskGetCString(0, SAGA_READ_STATE);
+		state = NtaskTupGetCString(SPI_tuptable, 0, SAGA_READ_STATE);
 		break;
 	}
 	SPI_finish();
@@ -1003,6 +1012,7 @@ ntask_saga_resume(PG_FUNCTION_ARGS)
 	text	   *actor = NtaskArgText(fcinfo, 1, "actor", NTASK_MAX_NAME_LEN);
 	text	   *reason = NtaskArgText(fcinfo, 2, "reason", NTASK_MAX_REASON_LEN);
 	Datum		values[SAGA_STEP_TASK_NARGS];
+	SPITupleTable *tt;
 	char	   *state;
 	int			current;
 	int64		task_id;
@@ -1010,8 +1020,9 @@ ntask_saga_resume(PG_FUNCTION_ARGS)
 	SPI_connect();
 	if (saga_exec_saga(&saga_read_plan, saga_id, SPI_OK_SELECT) != 1)
 		saga_not_found(saga_id);
-	state = NtaskGetCString(0, SAGA_READ_STATE);
-	current = NtaskGetInt32(0, SAGA_READ_CURRENT_STEP);
+	tt = SPI_tuptable;
+	state = NtaskTupGetCString(tt, 0, SAGA_READ_STATE);
+	current = NtaskTupGetInt32(tt, 0, SAGA_READ_CURRENT_STEP);
 	if (strcmp(state, "manual_review") != 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_NTASK_INVALID_TASK_STATE),
@@ -1020,13 +1031,13 @@ ntask_saga_resume(PG_FUNCTION_ARGS)
 	values[SAGA_STEP_TASK_ARG_STEP_NO] = Int32GetDatum(current);
 	values[SAGA_STEP_TASK_ARG_KIND] = CStringGetTextDatum("compensate");
 	if (NtaskExecPlan(&saga_step_task_plan, values, NULL, SPI_OK_SELECT) != 1 ||
-		strcmp(NtaskGetCString(0, SAGA_STEP_TASK_STATE), "repair_required") != 0)
+		strcmp(NtaskTupGetCString(SPI_tuptable, 0, SAGA_STEP_TASK_STATE), "repair_required") != 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_NTASK_INVALID_TASK_STATE),
 				 errmsg("ntask: saga %lld has no compensation in repair_required to resume",
 						(long long) saga_id),
 				 errhint("See ntask.saga_status for its steps.")));
-	task_id = NtaskGetInt64(0, SAGA_STEP_TASK_TASK_ID);
+	task_id = NtaskTupGetInt64(SPI_tuptable, 0, SAGA_STEP_TASK_TASK_ID);
 
 	saga_resuming = true;
 	PG_TRY();
@@ -1040,7 +1051,7 @@ ntask_saga_resume(PG_FUNCTION_ARGS)
 	}
 	PG_END_TRY();
 	saga_exec_saga(&saga_read_plan, saga_id, SPI_OK_SELECT);
-	state = NtaskGetCString(0, SAGA_READ_STATE);
+	state = NtaskTupGetCString(SPI_tuptable, 0, SAGA_READ_STATE);
 	SPI_finish();
 	PG_RETURN_TEXT_P(cstring_to_text(state));
 }
