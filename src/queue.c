@@ -355,6 +355,7 @@ queue_check_name(text *name)
 static char *
 queue_check_guard(Oid guard, char **owner_name)
 {
+	static const Oid guard_argtypes[] = {TEXTOID, JSONBOID};	/* task_key, payload */
 	HeapTuple	tup;
 	Form_pg_proc proc;
 	bool		ok;
@@ -370,9 +371,8 @@ queue_check_guard(Oid guard, char **owner_name)
 	ok = proc->prokind == PROKIND_FUNCTION &&
 		!proc->proretset &&
 		proc->prorettype == TEXTOID &&
-		proc->pronargs == 2 &&
-		proc->proargtypes.values[0] == TEXTOID &&
-		proc->proargtypes.values[1] == JSONBOID;
+		proc->pronargs == lengthof(guard_argtypes) &&
+		memcmp(proc->proargtypes.values, guard_argtypes, sizeof(guard_argtypes)) == 0;
 	owner = proc->proowner;
 	nsp = proc->pronamespace;
 	ReleaseSysCache(tup);
