@@ -1143,7 +1143,7 @@ enq_many_check_items(EnqMany *m)
 
 /*
  * enq_many_group
- *		Group equal keys (by key, then position): each distinct key's
+ *		Equal keys grouped (by key, then position): each distinct key's
  *		payload (of its first appearance) checked and digested, a repeat
  *		with another payload NT001; the keys also in order of first
  *		appearance.
