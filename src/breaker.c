@@ -124,12 +124,30 @@ static NtaskPlan br_load_plan = {
 	0, {InvalidOid}
 };
 
+typedef enum BrForgetArg
+{
+	BR_FORGET_ARG_QUEUE,		/* $1 */
+	BR_FORGET_NARGS
+} BrForgetArg;
+
 static NtaskPlan br_forget_plan = {
 	"worker breaker forget",
 	.ncols = 0,
 	"DELETE FROM ntask.breaker b WHERE b.queue OPERATOR(pg_catalog.=) $1",
-	1, {TEXTOID}
+	BR_FORGET_NARGS, {TEXTOID}
 };
+
+/* the parameters of br_save_plan: a breaker's stored row */
+typedef enum BrSaveArg
+{
+	BR_SAVE_ARG_QUEUE,			/* $1 */
+	BR_SAVE_ARG_STATE,			/* $2 */
+	BR_SAVE_ARG_FAILURES,		/* $3 */
+	BR_SAVE_ARG_OPENED_AT,		/* $4, NULL: never opened */
+	BR_SAVE_ARG_OPEN_UNTIL,		/* $5, NULL: closed */
+	BR_SAVE_ARG_CHANGED_AT,		/* $6 */
+	BR_SAVE_NARGS
+} BrSaveArg;
 
 /* the queue row may be gone (deleted since the last load): write nothing */
 static NtaskPlan br_save_plan = {
@@ -142,7 +160,7 @@ static NtaskPlan br_save_plan = {
 	"ON CONFLICT (queue) DO UPDATE SET state = EXCLUDED.state, "
 	"  failures = EXCLUDED.failures, opened_at = EXCLUDED.opened_at, "
 	"  open_until = EXCLUDED.open_until, changed_at = EXCLUDED.changed_at",
-	6, {TEXTOID, TEXTOID, INT4OID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
+	BR_SAVE_NARGS, {TEXTOID, TEXTOID, INT4OID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
 };
 
 static BrEntry *
@@ -235,6 +253,7 @@ br_open(BrEntry *e, const char *why)
 void
 NtaskBreakerLoad(void)
 {
+	SPITupleTable *tt;
 	int			n;
 	int			i;
 	int			j;
@@ -250,14 +269,15 @@ NtaskBreakerLoad(void)
 		br_events = MemoryContextAllocZero(br_cxt, sizeof(BrEvent) * BR_MAX_EVENTS);
 	}
 	n = NtaskExecPlan(&br_load_plan, NULL, NULL, SPI_OK_SELECT);
+	tt = SPI_tuptable;
 	forget = palloc(sizeof(char *) * Max(n, 1));
 	for (i = 0; i < br_n; i++)
 		br_entries[i].seen = false;
 	for (i = 0; i < n; i++)
 	{
-		char	   *queue = NtaskGetCString(i, BR_LOAD_QUEUE);
+		char	   *queue = NtaskTupGetCString(tt, i, BR_LOAD_QUEUE);
 		bool		isnull;
-		bool		active = DatumGetBool(NtaskGetDatum(i, BR_LOAD_ACTIVE, &isnull)) && !isnull;
+		bool		active = DatumGetBool(NtaskTupGetDatum(tt, i, BR_LOAD_ACTIVE, &isnull)) && !isnull;
 		bool		stored;
 		BrEntry    *e;
 
@@ -277,20 +297,20 @@ NtaskBreakerLoad(void)
 			e = &br_entries[br_n++];
 			memset(e, 0, sizeof(BrEntry));
 			strlcpy(e->queue, queue, BR_QUEUE_LEN);
-			(void) NtaskGetDatum(i, BR_LOAD_STATE, &isnull);
+			(void) NtaskTupGetDatum(tt, i, BR_LOAD_STATE, &isnull);
 			stored = !isnull;
 			if (stored)
 			{
-				char	   *st = NtaskGetCString(i, BR_LOAD_STATE);
+				char	   *st = NtaskTupGetCString(tt, i, BR_LOAD_STATE);
 				Datum		d;
 
 				e->state = br_parse_state(st);
-				e->failures = NtaskGetInt32(i, BR_LOAD_FAILURES);
-				d = NtaskGetDatum(i, BR_LOAD_OPENED_AT, &isnull);
+				e->failures = NtaskTupGetInt32(tt, i, BR_LOAD_FAILURES);
+				d = NtaskTupGetDatum(tt, i, BR_LOAD_OPENED_AT, &isnull);
 				e->opened_at = isnull ? 0 : DatumGetTimestampTz(d);
-				d = NtaskGetDatum(i, BR_LOAD_OPEN_UNTIL, &isnull);
+				d = NtaskTupGetDatum(tt, i, BR_LOAD_OPEN_UNTIL, &isnull);
 				e->open_until = isnull ? 0 : DatumGetTimestampTz(d);
-				d = NtaskGetDatum(i, BR_LOAD_CHANGED_AT, &isnull);
+				d = NtaskTupGetDatum(tt, i, BR_LOAD_CHANGED_AT, &isnull);
 				e->changed_at = isnull ? 0 : DatumGetTimestampTz(d);
 				if (e->state != BR_CLOSED)
 					ereport(LOG,
@@ -300,8 +320,8 @@ NtaskBreakerLoad(void)
 									e->state == BR_OPEN ? timestamptz_to_str(e->open_until) : "")));
 			}
 		}
-		e->threshold = NtaskGetInt32(i, BR_LOAD_THRESHOLD);
-		e->cooldown_us = Max(NtaskGetInt64(i, BR_LOAD_COOLDOWN_US), 1);
+		e->threshold = NtaskTupGetInt32(tt, i, BR_LOAD_THRESHOLD);
+		e->cooldown_us = Max(NtaskTupGetInt64(tt, i, BR_LOAD_COOLDOWN_US), 1);
 		e->seen = true;
 	}
 
@@ -312,9 +332,10 @@ NtaskBreakerLoad(void)
 	br_n = j;
 	for (i = 0; i < nforget; i++)
 	{
-		Datum		v = CStringGetTextDatum(forget[i]);
+		Datum		v[BR_FORGET_NARGS];
 
-		(void) NtaskExecPlan(&br_forget_plan, &v, NULL, SPI_OK_DELETE);
+		v[BR_FORGET_ARG_QUEUE] = CStringGetTextDatum(forget[i]);
+		(void) NtaskExecPlan(&br_forget_plan, v, NULL, SPI_OK_DELETE);
 		ereport(LOG,
 				(errmsg("ntask worker: circuit breaker of queue \"%s\" turned off; its state is forgotten",
 						forget[i])));
@@ -493,21 +514,22 @@ br_sync_step(void *arg)
 	for (i = 0; i < br_n; i++)
 	{
 		BrEntry    *e = &br_entries[i];
-		Datum		v[6];
-		char		nulls[6] = {' ', ' ', ' ', ' ', ' ', ' '};
+		Datum		v[BR_SAVE_NARGS];
+		char		nulls[BR_SAVE_NARGS];
 
 		if (!e->dirty)
 			continue;
 		if (e->changed_at == 0)
 			e->changed_at = GetCurrentTimestamp();
-		v[0] = CStringGetTextDatum(e->queue);
-		v[1] = CStringGetTextDatum(br_state_names[e->state]);
-		v[2] = Int32GetDatum(e->failures);
-		v[3] = TimestampTzGetDatum(e->opened_at);
-		nulls[3] = e->opened_at == 0 ? 'n' : ' ';
-		v[4] = TimestampTzGetDatum(e->open_until);
-		nulls[4] = e->state == BR_CLOSED || e->open_until == 0 ? 'n' : ' ';
-		v[5] = TimestampTzGetDatum(e->changed_at);
+		memset(nulls, ' ', sizeof(nulls));
+		v[BR_SAVE_ARG_QUEUE] = CStringGetTextDatum(e->queue);
+		v[BR_SAVE_ARG_STATE] = CStringGetTextDatum(br_state_names[e->state]);
+		v[BR_SAVE_ARG_FAILURES] = Int32GetDatum(e->failures);
+		v[BR_SAVE_ARG_OPENED_AT] = TimestampTzGetDatum(e->opened_at);
+		nulls[BR_SAVE_ARG_OPENED_AT] = e->opened_at == 0 ? 'n' : ' ';
+		v[BR_SAVE_ARG_OPEN_UNTIL] = TimestampTzGetDatum(e->open_until);
+		nulls[BR_SAVE_ARG_OPEN_UNTIL] = e->state == BR_CLOSED || e->open_until == 0 ? 'n' : ' ';
+		v[BR_SAVE_ARG_CHANGED_AT] = TimestampTzGetDatum(e->changed_at);
 		(void) NtaskExecPlan(&br_save_plan, v, nulls, SPI_OK_INSERT);
 	}
 	for (i = 0; i < br_nevents; i++)

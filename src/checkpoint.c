@@ -54,21 +54,33 @@ typedef enum CkptLockCol
 	CKPT_LOCK_TOKEN = 1,
 	CKPT_LOCK_LEASED,
 	CKPT_LOCK_RIGHT,			/* the caller has the worker_role */
-	CKPT_LOCK_COUNT				/* task.checkpoints */
+	CKPT_LOCK_COUNT,			/* task.checkpoints */
+	CKPT_LOCK_NCOLS = CKPT_LOCK_COUNT
 } CkptLockCol;
+
+/* the parameters of ckpt_lock_plan and ctx_task_plan: the task, the caller */
+typedef enum CkptLockArg
+{
+	CKPT_LOCK_ARG_TASK_ID,		/* $1 */
+	CKPT_LOCK_ARG_CALLER,		/* $2, for the worker_role */
+	CKPT_LOCK_NARGS
+} CkptLockArg;
 
 static NtaskPlan ckpt_lock_plan = {
 	"checkpoint task lock",
-	.ncols = 4,
+	.ncols = CKPT_LOCK_NCOLS,
 	"SELECT t.token, t.state OPERATOR(pg_catalog.=) 'leased', "
 	"  " NTASK_WORKER_RIGHT("q", "2") ", t.checkpoints "
 	"FROM ntask.task t JOIN ntask.queue q ON q.queue OPERATOR(pg_catalog.=) t.queue "
 	"WHERE t.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("t", "$1")
 	"FOR NO KEY UPDATE OF t",
-	2, {INT8OID, OIDOID}
+	CKPT_LOCK_NARGS, {INT8OID, OIDOID}
 };
 
-/* the parameters of ckpt_insert_plan; ckpt_step_plan takes $1 and $2 */
+/*
+ * the parameters of ckpt_insert_plan; ckpt_step_plan and ckpt_sizes_plan
+ * take the first two
+ */
 typedef enum CkptArg
 {
 	CKPT_ARG_TASK_ID,			/* $1 */
@@ -85,12 +97,13 @@ typedef enum CkptStepCol
 {
 	CKPT_STEP_DIGEST = 1,
 	CKPT_STEP_DIGEST_VERSION,
-	CKPT_STEP_TOKEN
+	CKPT_STEP_TOKEN,
+	CKPT_STEP_NCOLS = CKPT_STEP_TOKEN
 } CkptStepCol;
 
 static NtaskPlan ckpt_step_plan = {
 	"checkpoint lookup",
-	.ncols = 3,
+	.ncols = CKPT_STEP_NCOLS,
 	"SELECT c.value_digest, c.digest_version, c.token FROM ntask.checkpoint c "
 	"WHERE c.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("c", "$1")
 	"  AND c.step OPERATOR(pg_catalog.=) $2",
@@ -118,9 +131,15 @@ static NtaskPlan ckpt_insert_plan = {
  * The values of a task's checkpoints but one step: their sizes are read
  * from the rows (toast_raw_datum_size), never detoasted.
  */
+typedef enum CkptSizesCol
+{
+	CKPT_SIZES_VALUE = 1,
+	CKPT_SIZES_NCOLS = CKPT_SIZES_VALUE
+} CkptSizesCol;
+
 static NtaskPlan ckpt_sizes_plan = {
 	"checkpoint sizes",
-	.ncols = 1,
+	.ncols = CKPT_SIZES_NCOLS,
 	"SELECT c.value FROM ntask.checkpoint c "
 	"WHERE c.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("c", "$1")
 	"  AND c.step OPERATOR(pg_catalog.<>) $2",
@@ -136,22 +155,22 @@ static NtaskPlan ckpt_sizes_plan = {
 static void
 ckpt_check_bytes(Datum *values, int64 task_id, Size value_bytes)
 {
-	SPITupleTable *save = SPI_tuptable;
+	SPITupleTable *tt;
 	int64		total = value_bytes;
 	int			n;
 	int			r;
 
 	n = NtaskExecPlan(&ckpt_sizes_plan, values, NULL, SPI_OK_SELECT);
+	tt = SPI_tuptable;
 	for (r = 0; r < n; r++)
 	{
 		bool		isnull;
-		Datum		d = NtaskGetDatum(r, 1, &isnull);
+		Datum		d = NtaskTupGetDatum(tt, r, CKPT_SIZES_VALUE, &isnull);
 
 		if (!isnull)
 			total += toast_raw_datum_size(d);
 	}
-	SPI_freetuptable(SPI_tuptable);
-	SPI_tuptable = save;
+	SPI_freetuptable(tt);
 	if (total > (int64) ntask_max_context_bytes)
 		ereport(ERROR,
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
@@ -160,15 +179,15 @@ ckpt_check_bytes(Datum *values, int64 task_id, Size value_bytes)
 				 errhint("Every claim of the task carries its checkpoints: keep large values elsewhere and a reference in the checkpoint.")));
 }
 
-/* ckpt_compare: duplicate or conflict against the checkpoint in row 0 */
+/* ckpt_compare: duplicate or conflict against the checkpoint in step */
 static const char *
-ckpt_compare(Jsonb *value, bytea *digest)
+ckpt_compare(Jsonb *value, bytea *digest, SPITupleTable *step)
 {
 	bool		isnull;
 
 	return NtaskSameDigest(value, digest,
-						   DatumGetByteaPP(NtaskGetDatum(0, CKPT_STEP_DIGEST, &isnull)),
-						   NtaskGetInt32(0, CKPT_STEP_DIGEST_VERSION)) ?
+						   DatumGetByteaPP(NtaskTupGetDatum(step, 0, CKPT_STEP_DIGEST, &isnull)),
+						   NtaskTupGetInt32(step, 0, CKPT_STEP_DIGEST_VERSION)) ?
 		"duplicate" : "conflict";
 }
 
@@ -192,7 +211,8 @@ ntask_checkpoint(PG_FUNCTION_ARGS)
 	Jsonb	   *value = NtaskArgJsonb(fcinfo, 3, "value");
 	bytea	   *digest;
 	Datum		values[CKPT_NARGS];
-	Datum		lockvals[2];
+	Datum		lockvals[CKPT_LOCK_NARGS];
+	SPITupleTable *tt;
 	bool		holds;
 	int32		nckpt;
 	const char *result;
@@ -211,27 +231,28 @@ ntask_checkpoint(PG_FUNCTION_ARGS)
 	values[CKPT_ARG_DIGEST] = PointerGetDatum(digest);
 	values[CKPT_ARG_DIGEST_VERSION] = Int16GetDatum(NTASK_DIGEST_VERSION);
 	values[CKPT_ARG_TOKEN] = Int64GetDatum(token);
-	lockvals[0] = values[CKPT_ARG_TASK_ID];
-	lockvals[1] = ObjectIdGetDatum(NtaskCaller());
+	lockvals[CKPT_LOCK_ARG_TASK_ID] = values[CKPT_ARG_TASK_ID];
+	lockvals[CKPT_LOCK_ARG_CALLER] = ObjectIdGetDatum(NtaskCaller());
 
 	SPI_connect();
 
 	/*
-	 * On a distributed install the checkpoints are co-located with their
-	 * task (hash by shard): every statement below is routed to the task's
-	 * shard.  The row lock holds only on the placement it was taken on, so
-	 * the shard's metadata lock first, as a receipt takes it
-	 * (NtaskLockShards, docs/scaling.md "Shard moves").
+	 * On a distributed install the checkpoints are co-located with their task
+	 * (hash by shard): every statement below is routed to the task's shard.
+	 * The row lock holds only on the placement it was taken on, so the
+	 * shard's metadata lock first, as a receipt takes it (NtaskLockShards,
+	 * docs/scaling.md "Shard moves").
 	 */
 	NtaskLockShard(NTASK_ID_SHARD(task_id));
 	if (NtaskExecPlan(&ckpt_lock_plan, lockvals, NULL, SPI_OK_SELECT) == 0)
 		NtaskTaskNotFound(task_id);
-	if (!NtaskGetBool(0, CKPT_LOCK_RIGHT))
+	tt = SPI_tuptable;
+	if (!NtaskTupGetBool(tt, 0, CKPT_LOCK_RIGHT))
 		NtaskTaskRightDenied(task_id);
-	NtaskCheckTokenIssued(task_id, token, NtaskGetInt64(0, CKPT_LOCK_TOKEN));
-	holds = token == NtaskGetInt64(0, CKPT_LOCK_TOKEN) &&
-		NtaskGetBool(0, CKPT_LOCK_LEASED);
-	nckpt = NtaskGetInt32(0, CKPT_LOCK_COUNT);
+	NtaskCheckTokenIssued(task_id, token, NtaskTupGetInt64(tt, 0, CKPT_LOCK_TOKEN));
+	holds = token == NtaskTupGetInt64(tt, 0, CKPT_LOCK_TOKEN) &&
+		NtaskTupGetBool(tt, 0, CKPT_LOCK_LEASED);
+	nckpt = NtaskTupGetInt32(tt, 0, CKPT_LOCK_COUNT);
 	if (holds && nckpt >= CKPT_MAX_PER_TASK &&
 		NtaskExecPlan(&ckpt_step_plan, values, NULL, SPI_OK_SELECT) == 0)
 		ereport(ERROR,
@@ -246,8 +267,9 @@ ntask_checkpoint(PG_FUNCTION_ARGS)
 	 */
 	if (NtaskExecPlan(&ckpt_step_plan, values, NULL, SPI_OK_SELECT) == 1)
 	{
-		if (holds || NtaskGetInt64(0, CKPT_STEP_TOKEN) == token)
-			result = ckpt_compare(value, digest);
+		tt = SPI_tuptable;
+		if (holds || NtaskTupGetInt64(tt, 0, CKPT_STEP_TOKEN) == token)
+			result = ckpt_compare(value, digest, tt);
 		else
 			result = "stale";
 	}
@@ -274,18 +296,19 @@ typedef enum CtxTaskCol
 	CTX_TASK_TRACEPARENT,
 	CTX_TASK_CHECKPOINTS,
 	CTX_TASK_SIGNAL_KEY,
-	CTX_TASK_HAS_PARENTS
+	CTX_TASK_HAS_PARENTS,
+	CTX_TASK_NCOLS = CTX_TASK_HAS_PARENTS
 } CtxTaskCol;
 
 static NtaskPlan ctx_task_plan = {
 	"context task",
-	.ncols = 8,
+	.ncols = CTX_TASK_NCOLS,
 	"SELECT t.token, t.state OPERATOR(pg_catalog.=) 'leased', "
 	"  " NTASK_WORKER_RIGHT("q", "2") ", t.queue, t.traceparent, t.checkpoints, "
 	"  t.signal_key, t.has_parents "
 	"FROM ntask.task t JOIN ntask.queue q ON q.queue OPERATOR(pg_catalog.=) t.queue "
 	"WHERE t.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("t", "$1"),
-	2, {INT8OID, OIDOID}
+	CKPT_LOCK_NARGS, {INT8OID, OIDOID}
 };
 
 /*
@@ -302,7 +325,8 @@ ntask_context(PG_FUNCTION_ARGS)
 {
 	int64		task_id = NtaskArgInt64(fcinfo, 0, "task_id");
 	int64		token = NtaskArgInt64(fcinfo, 1, "token");
-	Datum		values[2];
+	Datum		values[CKPT_LOCK_NARGS];
+	SPITupleTable *tt;
 	NtaskContextIn in = {0};
 	bool		isnull = true;
 	bool		sknull;
@@ -310,24 +334,25 @@ ntask_context(PG_FUNCTION_ARGS)
 	Datum		d = (Datum) 0;
 	MemoryContext caller = CurrentMemoryContext;
 
-	values[0] = Int64GetDatum(task_id);
-	values[1] = ObjectIdGetDatum(NtaskCaller());
+	values[CKPT_LOCK_ARG_TASK_ID] = Int64GetDatum(task_id);
+	values[CKPT_LOCK_ARG_CALLER] = ObjectIdGetDatum(NtaskCaller());
 	SPI_connect();
 	if (NtaskExecPlan(&ctx_task_plan, values, NULL, SPI_OK_SELECT) == 0)
 		NtaskTaskNotFound(task_id);
-	if (!NtaskGetBool(0, CTX_TASK_RIGHT))
+	tt = SPI_tuptable;
+	if (!NtaskTupGetBool(tt, 0, CTX_TASK_RIGHT))
 		NtaskTaskRightDenied(task_id);
-	NtaskCheckTokenIssued(task_id, token, NtaskGetInt64(0, CTX_TASK_TOKEN));
-	if (token == NtaskGetInt64(0, CTX_TASK_TOKEN) && NtaskGetBool(0, CTX_TASK_LEASED))
+	NtaskCheckTokenIssued(task_id, token, NtaskTupGetInt64(tt, 0, CTX_TASK_TOKEN));
+	if (token == NtaskTupGetInt64(tt, 0, CTX_TASK_TOKEN) && NtaskTupGetBool(tt, 0, CTX_TASK_LEASED))
 	{
 		in.task_id = task_id;
 		in.token = token;
-		in.queue = NtaskGetText(0, CTX_TASK_QUEUE);
-		in.traceparent = NtaskGetCString(0, CTX_TASK_TRACEPARENT);
-		in.checkpoints = NtaskGetInt32(0, CTX_TASK_CHECKPOINTS);
-		sk = NtaskGetDatum(0, CTX_TASK_SIGNAL_KEY, &sknull);
+		in.queue = NtaskTupGetText(tt, 0, CTX_TASK_QUEUE);
+		in.traceparent = NtaskTupGetCString(tt, 0, CTX_TASK_TRACEPARENT);
+		in.checkpoints = NtaskTupGetInt32(tt, 0, CTX_TASK_CHECKPOINTS);
+		sk = NtaskTupGetDatum(tt, 0, CTX_TASK_SIGNAL_KEY, &sknull);
 		in.signal_key = sknull ? NULL : DatumGetTextPCopy(sk);
-		in.has_parents = NtaskGetBool(0, CTX_TASK_HAS_PARENTS);
+		in.has_parents = NtaskTupGetBool(tt, 0, CTX_TASK_HAS_PARENTS);
 		in.claim_bytes = NULL;
 		d = NtaskClaimContext(&in, &isnull);
 		if (!isnull)

@@ -37,25 +37,48 @@
 #include "utils/builtins.h"
 #include "utils/memutils.h"
 
+/* the column of ctx_checkpoints_plan and ctx_signal_plan: one jsonb */
+typedef enum CtxObjectCol
+{
+	CTX_OBJECT_VALUE = 1,
+	CTX_OBJECT_NCOLS = CTX_OBJECT_VALUE
+} CtxObjectCol;
+
+/* the parameter of ctx_checkpoints_plan and ctx_parents_plan */
+typedef enum CtxTaskArg
+{
+	CTX_TASK_ARG_TASK_ID,		/* $1 */
+	CTX_TASK_NARGS
+} CtxTaskArg;
+
 static NtaskPlan ctx_checkpoints_plan = {
 	"context checkpoints",
-	.ncols = 1,
+	.ncols = CTX_OBJECT_NCOLS,
 	"SELECT pg_catalog.jsonb_object_agg(c.step, c.value ORDER BY c.step) "
 	"FROM ntask.checkpoint c "
 	"WHERE c.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("c", "$1"),
-	1, {INT8OID}
+	CTX_TASK_NARGS, {INT8OID}
 };
+
+/* the parameters of ctx_signal_plan */
+typedef enum CtxSignalArg
+{
+	CTX_SIGNAL_ARG_QUEUE,		/* $1 */
+	CTX_SIGNAL_ARG_KEY,			/* $2 */
+	CTX_SIGNAL_ARG_SHARD,		/* $3 */
+	CTX_SIGNAL_NARGS
+} CtxSignalArg;
 
 static NtaskPlan ctx_signal_plan = {
 	"context signal",
-	.ncols = 1,
+	.ncols = CTX_OBJECT_NCOLS,
 	"SELECT CASE WHEN s.sent_at IS NOT NULL "
 	"  THEN pg_catalog.jsonb_build_object('key', $2, 'payload', s.payload) END "
 	"FROM ntask.signal s "
 	"WHERE s.queue OPERATOR(pg_catalog.=) $1 "
 	"  AND s.signal_key OPERATOR(pg_catalog.=) $2 "
 	"  AND s.shard OPERATOR(pg_catalog.=) $3",
-	3, {TEXTOID, TEXTOID, INT2OID}
+	CTX_SIGNAL_NARGS, {TEXTOID, TEXTOID, INT2OID}
 };
 
 /*
@@ -66,32 +89,33 @@ static NtaskPlan ctx_signal_plan = {
 typedef enum CtxParentCol
 {
 	CTX_PARENT_KEY = 1,
-	CTX_PARENT_RESULT
+	CTX_PARENT_RESULT,
+	CTX_PARENT_NCOLS = CTX_PARENT_RESULT
 } CtxParentCol;
 
 static NtaskPlan ctx_parents_plan = {
 	"context parents",
-	.ncols = 2,
+	.ncols = CTX_PARENT_NCOLS,
 	"SELECT p.queue OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) p.task_key, p.result "
 	"FROM ntask.task_dep d JOIN ntask.task p ON p.task_id OPERATOR(pg_catalog.=) d.parent_id "
 	"WHERE d.task_id OPERATOR(pg_catalog.=) $1 "
 	"ORDER BY p.task_id",
-	1, {INT8OID}
+	CTX_TASK_NARGS, {INT8OID}
 };
 
 /*
  * ctx_take
- *		After a statement: the jsonb in column col of row r of its result,
- *		copied into cxt (NULL for SQL NULL).  SPI switches to its own
+ *		The jsonb in column col of row r of the result tt, copied into cxt
+ *		(NULL for SQL NULL).  SPI switches to its own
  *		memory context after each statement, and keeps each result until
  *		it is freed: the caller frees it (SPI_freetuptable), so a claim of
  *		many tasks holds only what it hands out.
  */
 static Jsonb *
-ctx_take(MemoryContext cxt, int r, int col)
+ctx_take(MemoryContext cxt, SPITupleTable *tt, int r, int col)
 {
 	bool		isnull;
-	Datum		d = NtaskGetDatum(r, col, &isnull);
+	Datum		d = NtaskTupGetDatum(tt, r, col, &isnull);
 	MemoryContext old;
 	Jsonb	   *j;
 
@@ -111,14 +135,13 @@ ctx_take(MemoryContext cxt, int r, int col)
 static Jsonb *
 ctx_task_object(MemoryContext cxt, NtaskPlan *p, int64 task_id)
 {
-	Datum		arg = Int64GetDatum(task_id);
-	SPITupleTable *save = SPI_tuptable;
+	Datum		args[CTX_TASK_NARGS];
 	Jsonb	   *j = NULL;
 
-	if (NtaskExecPlan(p, &arg, NULL, SPI_OK_SELECT) == 1)
-		j = ctx_take(cxt, 0, 1);
+	args[CTX_TASK_ARG_TASK_ID] = Int64GetDatum(task_id);
+	if (NtaskExecPlan(p, args, NULL, SPI_OK_SELECT) == 1)
+		j = ctx_take(cxt, SPI_tuptable, 0, CTX_OBJECT_VALUE);
 	SPI_freetuptable(SPI_tuptable);
-	SPI_tuptable = save;
 	return j;
 }
 
@@ -143,8 +166,8 @@ Jsonb *
 NtaskContextParents(int64 task_id, int64 budget, Jsonb **omitted)
 {
 	MemoryContext cxt = CurrentMemoryContext;
-	Datum		arg = Int64GetDatum(task_id);
-	SPITupleTable *save = SPI_tuptable;
+	Datum		args[CTX_TASK_NARGS];
+	SPITupleTable *tt;
 	JsonbParseState *st = NULL;
 	JsonbParseState *om = NULL;
 	JsonbValue *res;
@@ -155,14 +178,16 @@ NtaskContextParents(int64 task_id, int64 budget, Jsonb **omitted)
 	int			r;
 
 	*omitted = NULL;
-	n = NtaskExecPlan(&ctx_parents_plan, &arg, NULL, SPI_OK_SELECT);
+	args[CTX_TASK_ARG_TASK_ID] = Int64GetDatum(task_id);
+	n = NtaskExecPlan(&ctx_parents_plan, args, NULL, SPI_OK_SELECT);
+	tt = SPI_tuptable;
 	MemoryContextSwitchTo(cxt);
 	(void) pushJsonbValue(&st, WJB_BEGIN_OBJECT, NULL);
 	for (r = 0; r < n; r++)
 	{
-		char	   *key = NtaskGetCString(r, CTX_PARENT_KEY);
+		char	   *key = NtaskTupGetCString(tt, r, CTX_PARENT_KEY);
 		bool		isnull;
-		Datum		d = NtaskGetDatum(r, CTX_PARENT_RESULT, &isnull);
+		Datum		d = NtaskTupGetDatum(tt, r, CTX_PARENT_RESULT, &isnull);
 		Size		size = isnull ? 0 : toast_raw_datum_size(d);
 		JsonbValue	k;
 		JsonbValue	v;
@@ -198,8 +223,7 @@ NtaskContextParents(int64 task_id, int64 budget, Jsonb **omitted)
 		*omitted = JsonbValueToJsonb(pushJsonbValue(&om, WJB_END_ARRAY, NULL));
 	/* a result stored inline points into the rows: serialize, then free */
 	out = JsonbValueToJsonb(res);
-	SPI_freetuptable(SPI_tuptable);
-	SPI_tuptable = save;
+	SPI_freetuptable(tt);
 	return out;
 }
 
@@ -223,21 +247,19 @@ Jsonb *
 NtaskContextSignal(text *queue, text *signal_key)
 {
 	MemoryContext cxt = CurrentMemoryContext;
-	SPITupleTable *save = SPI_tuptable;
-	Datum		args[3];
+	Datum		args[CTX_SIGNAL_NARGS];
 	Jsonb	   *j = NULL;
 	JsonbParseState *st = NULL;
 	JsonbValue	k;
 	JsonbValue	v;
 
-	args[0] = PointerGetDatum(queue);
-	args[1] = PointerGetDatum(signal_key);
+	args[CTX_SIGNAL_ARG_QUEUE] = PointerGetDatum(queue);
+	args[CTX_SIGNAL_ARG_KEY] = PointerGetDatum(signal_key);
 	/* the row's shard: its queue and key's (signal.c; 0 on a plain install) */
-	args[2] = Int16GetDatum(NtaskShardOfKey(queue, signal_key));
+	args[CTX_SIGNAL_ARG_SHARD] = Int16GetDatum(NtaskShardOfKey(queue, signal_key));
 	if (NtaskExecPlan(&ctx_signal_plan, args, NULL, SPI_OK_SELECT) == 1)
-		j = ctx_take(cxt, 0, 1);
+		j = ctx_take(cxt, SPI_tuptable, 0, CTX_OBJECT_VALUE);
 	SPI_freetuptable(SPI_tuptable);
-	SPI_tuptable = save;
 	MemoryContextSwitchTo(cxt);
 	if (j != NULL)
 		return j;

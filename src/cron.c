@@ -508,6 +508,14 @@ cron_gap_instant(const pg_tz *tz, const CronLocal *c)
 	return hi;
 }
 
+/* the result columns of ntask.cron_gaps */
+typedef enum CronGapsCol
+{
+	CRON_GAPS_SLOT,
+	CRON_GAPS_LOCAL_TIME,
+	CRON_GAPS_NCOLS
+} CronGapsCol;
+
 /*
  * ntask.cron_gaps(expr text, after timestamptz, upto timestamptz,
  *				   timezone text)
@@ -582,8 +590,8 @@ ntask_cron_gaps(PG_FUNCTION_ARGS)
 		}
 		else
 		{
-			Datum		values[2];
-			bool		nulls[2] = {false, false};
+			Datum		values[CRON_GAPS_NCOLS];
+			bool		nulls[CRON_GAPS_NCOLS] = {false, false};
 			Timestamp	local;
 			struct pg_tm tm;
 
@@ -598,8 +606,8 @@ ntask_cron_gaps(PG_FUNCTION_ARGS)
 			tm.tm_min = c.min;
 			if (tm2timestamp(&tm, 0, NULL, &local) != 0)
 				cron_out_of_range(expr);
-			values[0] = TimestampTzGetDatum(time_t_to_timestamptz(u));
-			values[1] = TimestampGetDatum(local);
+			values[CRON_GAPS_SLOT] = TimestampTzGetDatum(time_t_to_timestamptz(u));
+			values[CRON_GAPS_LOCAL_TIME] = TimestampGetDatum(local);
 			if (time_t_to_timestamptz(u) > after)
 				tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc,
 									 values, nulls);

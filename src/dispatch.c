@@ -172,10 +172,19 @@ typedef enum DqClaimCol
 	DQ_CLAIM_NCOLS = DQ_CLAIM_TRACEPARENT
 } DqClaimCol;
 
+typedef enum DqClaimArg
+{
+	DQ_CLAIM_ARG_QUEUE,			/* $1 */
+	DQ_CLAIM_ARG_WANT,			/* $2 */
+	DQ_CLAIM_ARG_LEASE,			/* $3 */
+	DQ_CLAIM_ARG_INVOKED,		/* $4, mark them invoked at the claim */
+	DQ_CLAIM_NARGS
+} DqClaimArg;
+
 static NtaskPlan dq_claim_plan = {
 	"worker claim",
 	.ncols = DQ_CLAIM_NCOLS,
-	NULL, 4,
+	NULL, DQ_CLAIM_NARGS,
 	{TEXTOID, INT4OID, INTERVALOID, BOOLOID}, true
 };
 
@@ -186,10 +195,17 @@ typedef enum DqInvokedCol
 	DQ_INVOKED_NCOLS = DQ_INVOKED_RESULT
 } DqInvokedCol;
 
+typedef enum DqInvokedArg
+{
+	DQ_INVOKED_ARG_TASK_IDS,	/* $1 */
+	DQ_INVOKED_ARG_TOKENS,		/* $2 */
+	DQ_INVOKED_NARGS
+} DqInvokedArg;
+
 static NtaskPlan dq_invoked_plan = {
 	"worker invoked",
 	.ncols = DQ_INVOKED_NCOLS,
-	NULL, 2,
+	NULL, DQ_INVOKED_NARGS,
 	{INT8ARRAYOID, INT8ARRAYOID}, true
 };
 
@@ -199,10 +215,18 @@ typedef enum DqHeartbeatCol
 	DQ_HEARTBEAT_NCOLS = DQ_HEARTBEAT_HELD
 } DqHeartbeatCol;
 
+typedef enum DqHeartbeatArg
+{
+	DQ_HEARTBEAT_ARG_TASK_ID,	/* $1 */
+	DQ_HEARTBEAT_ARG_TOKEN,		/* $2 */
+	DQ_HEARTBEAT_ARG_LEASE,		/* $3 */
+	DQ_HEARTBEAT_NARGS
+} DqHeartbeatArg;
+
 static NtaskPlan dq_heartbeat_plan = {
 	"worker heartbeat",
 	.ncols = DQ_HEARTBEAT_NCOLS,
-	NULL, 3,
+	NULL, DQ_HEARTBEAT_NARGS,
 	{INT8OID, INT8OID, INTERVALOID}, true
 };
 
@@ -213,25 +237,56 @@ typedef enum DqTransitionCol
 	DQ_TRANSITION_NCOLS = DQ_TRANSITION_RESULT
 } DqTransitionCol;
 
+/*
+ * the parameters of dq_transition_plan (ntask_transition's arguments) and
+ * of dq_transition_many_plan (an array of each)
+ */
+typedef enum DqTransitionArg
+{
+	DQ_TRANSITION_ARG_TASK_ID,	/* $1 */
+	DQ_TRANSITION_ARG_TOKEN,	/* $2 */
+	DQ_TRANSITION_ARG_TO_STATE, /* $3 */
+	DQ_TRANSITION_ARG_ERROR_CLASS,	/* $4 */
+	DQ_TRANSITION_ARG_DETAIL,	/* $5 */
+	DQ_TRANSITION_ARG_RETRY_AT, /* $6 */
+	DQ_TRANSITION_ARG_OUTCOME,	/* $7 */
+	DQ_TRANSITION_ARG_STAGE,	/* $8 */
+	DQ_TRANSITION_NARGS
+} DqTransitionArg;
+
 static NtaskPlan dq_transition_plan = {
 	"worker transition",
 	.ncols = DQ_TRANSITION_NCOLS,
-	NULL, 8,
+	NULL, DQ_TRANSITION_NARGS,
 	{INT8OID, INT8OID, TEXTOID, TEXTOID, JSONBOID, TIMESTAMPTZOID, TEXTOID, TEXTOID},
 	true
 };
 static NtaskPlan dq_transition_many_plan = {
 	"worker transition batch",
 	.ncols = DQ_TRANSITION_NCOLS,
-	NULL, 8,
+	NULL, DQ_TRANSITION_NARGS,
 	{INT8ARRAYOID, INT8ARRAYOID, TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID,
 	TIMESTAMPTZARRAYOID, TEXTARRAYOID, TEXTARRAYOID},
 	true
 };
+
+/* the parameters of dq_transition_group_plan (ntask_transition_many's) */
+typedef enum DqGroupArg
+{
+	DQ_GROUP_ARG_TASK_IDS,		/* $1 */
+	DQ_GROUP_ARG_TOKENS,		/* $2 */
+	DQ_GROUP_ARG_TO_STATE,		/* $3 */
+	DQ_GROUP_ARG_ERROR_CLASS,	/* $4 */
+	DQ_GROUP_ARG_DETAIL,		/* $5 */
+	DQ_GROUP_ARG_OUTCOME,		/* $6 */
+	DQ_GROUP_ARG_STAGE,			/* $7 */
+	DQ_GROUP_NARGS
+} DqGroupArg;
+
 static NtaskPlan dq_transition_group_plan = {
 	"worker transition group",
 	.ncols = DQ_TRANSITION_NCOLS,
-	NULL, 7,
+	NULL, DQ_GROUP_NARGS,
 	{INT8ARRAYOID, INT8ARRAYOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID},
 	true
 };
@@ -268,15 +323,29 @@ static NtaskPlan dq_queues_plan = {
  * one: on a distributed install ntask.queue and ntask.key_pause are
  * reference tables, which Citus does not write in a statement that reads
  * a distributed table; the key is read by a statement routed to the
- * task's shard.
+ * task's shard.  dq_pause_queue_plan and dq_pause_keys_until_plan take
+ * the queue and the end (DqPauseArg).
  */
+typedef enum DqPauseArg
+{
+	DQ_PAUSE_ARG_QUEUE,			/* $1 */
+	DQ_PAUSE_ARG_UNTIL,			/* $2 */
+	DQ_PAUSE_NARGS
+} DqPauseArg;
+
 static NtaskPlan dq_pause_queue_plan = {
 	"worker pause queue",
 	.ncols = 0,
 	"UPDATE ntask.queue q SET paused_until = GREATEST(q.paused_until, $2) "
 	"WHERE q.queue OPERATOR(pg_catalog.=) $1",
-	2, {TEXTOID, TIMESTAMPTZOID}
+	DQ_PAUSE_NARGS, {TEXTOID, TIMESTAMPTZOID}
 };
+typedef enum DqPauseTaskKeyArg
+{
+	DQ_PAUSE_TASK_KEY_ARG_TASK_ID,	/* $1 */
+	DQ_PAUSE_TASK_KEY_NARGS
+} DqPauseTaskKeyArg;
+
 typedef enum DqPauseTaskKeyCol
 {
 	DQ_PAUSE_TASK_KEY_KEY = 1,	/* the task's partition key */
@@ -290,7 +359,7 @@ static NtaskPlan dq_pause_task_key_plan = {
 	"SELECT t.partition_key, t.shard FROM ntask.task t "
 	"WHERE t.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("t", "$1")
 	"  AND t.partition_key IS NOT NULL",
-	1, {INT8OID}
+	DQ_PAUSE_TASK_KEY_NARGS, {INT8OID}
 };
 static NtaskPlan dq_pause_keys_until_plan = {
 	"worker pause key (queue)",
@@ -298,8 +367,18 @@ static NtaskPlan dq_pause_keys_until_plan = {
 	"UPDATE ntask.queue q SET keys_paused_until = GREATEST(q.keys_paused_until, $2) "
 	"WHERE q.queue OPERATOR(pg_catalog.=) $1 "
 	"RETURNING 1",
-	2, {TEXTOID, TIMESTAMPTZOID}
+	DQ_PAUSE_NARGS, {TEXTOID, TIMESTAMPTZOID}
 };
+typedef enum DqPauseKeyArg
+{
+	DQ_PAUSE_KEY_ARG_QUEUE,		/* $1 */
+	DQ_PAUSE_KEY_ARG_UNTIL,		/* $2 */
+	DQ_PAUSE_KEY_ARG_KEY,		/* $3 */
+	DQ_PAUSE_KEY_ARG_REASON,	/* $4 */
+	DQ_PAUSE_KEY_ARG_SHARD,		/* $5, the task's */
+	DQ_PAUSE_KEY_NARGS
+} DqPauseKeyArg;
+
 static NtaskPlan dq_pause_key_plan = {
 	"worker pause key",
 	.ncols = 0,
@@ -308,7 +387,7 @@ static NtaskPlan dq_pause_key_plan = {
 	"ON CONFLICT (queue, partition_key) DO UPDATE SET "
 	"  until = GREATEST(k.until, excluded.until), reason = excluded.reason, "
 	"  set_at = excluded.set_at, set_by = excluded.set_by",
-	5, {TEXTOID, TIMESTAMPTZOID, TEXTOID, TEXTOID, INT2OID}
+	DQ_PAUSE_KEY_NARGS, {TEXTOID, TIMESTAMPTZOID, TEXTOID, TEXTOID, INT2OID}
 };
 
 static int	dq_inflight_of(const char *queue);
@@ -488,6 +567,7 @@ static void
 dq_queues_step(void *arg)
 {
 	int			n = NtaskExecPlan(&dq_queues_plan, NULL, NULL, SPI_OK_SELECT);
+	SPITupleTable *tt = SPI_tuptable;
 	int			i;
 	MemoryContext old;
 
@@ -500,8 +580,8 @@ dq_queues_step(void *arg)
 	{
 		DqQueue    *q = &dq_queues[dq_nqueues];
 		bool		isnull;
-		char	   *name = NtaskGetCString(i, DQ_QUEUES_QUEUE);
-		Jsonb	   *target = DatumGetJsonbPCopy(NtaskGetDatum(i, DQ_QUEUES_TARGET, &isnull));
+		char	   *name = NtaskTupGetCString(tt, i, DQ_QUEUES_QUEUE);
+		Jsonb	   *target = DatumGetJsonbPCopy(NtaskTupGetDatum(tt, i, DQ_QUEUES_TARGET, &isnull));
 		MemoryContext probe = AllocSetContextCreate(CurrentMemoryContext,
 													"ntask target check",
 													ALLOCSET_SMALL_SIZES);
@@ -535,10 +615,10 @@ dq_queues_step(void *arg)
 		}
 		strlcpy(q->name, name, DQ_QUEUE_LEN);
 		q->target = target;
-		q->lease_ms = Max(NtaskGetInt64(i, DQ_QUEUES_LEASE_MS),
+		q->lease_ms = Max(NtaskTupGetInt64(tt, i, DQ_QUEUES_LEASE_MS),
 						  (int64) q->timeout_ms + ntask_http_connect_timeout_ms + 1000);
 		{
-			char	   *orl = NtaskGetCString(i, DQ_QUEUES_ON_RATE_LIMITED);
+			char	   *orl = NtaskTupGetCString(tt, i, DQ_QUEUES_ON_RATE_LIMITED);
 
 			q->on_rate_limited = orl == NULL ? 'r' :
 				strcmp(orl, "pause_key") == 0 ? 'k' :
@@ -595,7 +675,8 @@ dq_claim_step(void *arg)
 	DqQueue    *q = &dq_queues[*(int *) arg];
 	int			free_slots = ntask_http_max_inflight - (NtaskDispatchInFlight());
 	int			want = free_slots;
-	Datum		values[4];
+	Datum		values[DQ_CLAIM_NARGS];
+	SPITupleTable *tt;
 	NtaskHttpTarget *target;
 	bool		at_claim;
 	int			n;
@@ -611,9 +692,9 @@ dq_claim_step(void *arg)
 	want = Min(want, NTASK_MAX_CLAIM);
 	if (want <= 0)
 		return;
-	values[0] = CStringGetTextDatum(q->name);
-	values[1] = Int32GetDatum(want);
-	values[2] = IntervalPGetDatum(NtaskUsecsInterval(q->lease_ms * 1000));
+	values[DQ_CLAIM_ARG_QUEUE] = CStringGetTextDatum(q->name);
+	values[DQ_CLAIM_ARG_WANT] = Int32GetDatum(want);
+	values[DQ_CLAIM_ARG_LEASE] = IntervalPGetDatum(NtaskUsecsInterval(q->lease_ms * 1000));
 
 	/*
 	 * Every task claimed will be sent when the queue's host is allowed and
@@ -626,8 +707,9 @@ dq_claim_step(void *arg)
 	target = NtaskParseHttpTarget(q->target);
 	at_claim = target->reconcile_url == NULL &&
 		ntask_host_allowed(target->host, ntask_http_allowed_list);
-	values[3] = BoolGetDatum(at_claim);
+	values[DQ_CLAIM_ARG_INVOKED] = BoolGetDatum(at_claim);
 	n = dq_claim_exec(values);
+	tt = SPI_tuptable;
 	if (n == want)
 		dq_more = true;
 
@@ -645,13 +727,13 @@ dq_claim_step(void *arg)
 		strlcpy(r->queue, q->name, DQ_QUEUE_LEN);
 		r->target = NtaskParseHttpTarget(q->target);
 		r->lease_ms = q->lease_ms;
-		r->task_id = NtaskGetInt64(i, DQ_CLAIM_TASK_ID);
-		r->task_key = NtaskGetCString(i, DQ_CLAIM_TASK_KEY);
-		r->body = NtaskGetCString(i, DQ_CLAIM_BODY);
-		r->attempt = NtaskGetInt32(i, DQ_CLAIM_ATTEMPT);
-		r->token = NtaskGetInt64(i, DQ_CLAIM_TOKEN);
-		prior = NtaskGetCString(i, DQ_CLAIM_PRIOR_OUTCOME);
-		r->traceparent = NtaskGetCString(i, DQ_CLAIM_TRACEPARENT);
+		r->task_id = NtaskTupGetInt64(tt, i, DQ_CLAIM_TASK_ID);
+		r->task_key = NtaskTupGetCString(tt, i, DQ_CLAIM_TASK_KEY);
+		r->body = NtaskTupGetCString(tt, i, DQ_CLAIM_BODY);
+		r->attempt = NtaskTupGetInt32(tt, i, DQ_CLAIM_ATTEMPT);
+		r->token = NtaskTupGetInt64(tt, i, DQ_CLAIM_TOKEN);
+		prior = NtaskTupGetCString(tt, i, DQ_CLAIM_PRIOR_OUTCOME);
+		r->traceparent = NtaskTupGetCString(tt, i, DQ_CLAIM_TRACEPARENT);
 		r->retry_after_s = -1;
 		r->on_rate_limited = q->on_rate_limited;
 		MemoryContextSwitchTo(old);
@@ -711,7 +793,8 @@ dq_mark_invoked(DqReq **reqs, int n)
 {
 	Datum	   *ids = palloc(sizeof(Datum) * n);
 	Datum	   *toks = palloc(sizeof(Datum) * n);
-	Datum		values[2];
+	Datum		values[DQ_INVOKED_NARGS];
+	SPITupleTable *tt;
 	int			rows;
 	int			i;
 	int			j;
@@ -722,13 +805,14 @@ dq_mark_invoked(DqReq **reqs, int n)
 		ids[i] = Int64GetDatum(reqs[i]->task_id);
 		toks[i] = Int64GetDatum(reqs[i]->token);
 	}
-	values[0] = NtaskInt8Array(ids, n);
-	values[1] = NtaskInt8Array(toks, n);
+	values[DQ_INVOKED_ARG_TASK_IDS] = NtaskInt8Array(ids, n);
+	values[DQ_INVOKED_ARG_TOKENS] = NtaskInt8Array(toks, n);
 	rows = NtaskExecPlan(&dq_invoked_plan, values, NULL, SPI_OK_SELECT);
+	tt = SPI_tuptable;
 	for (i = 0; i < rows; i++)
 	{
-		int64		id = NtaskGetInt64(i, DQ_INVOKED_TASK_ID);
-		char	   *res = NtaskGetCString(i, DQ_INVOKED_RESULT);
+		int64		id = NtaskTupGetInt64(tt, i, DQ_INVOKED_TASK_ID);
+		char	   *res = NtaskTupGetCString(tt, i, DQ_INVOKED_RESULT);
 
 		for (j = 0; j < n; j++)
 			if (reqs[j]->task_id == id && strcmp(res, "stale") != 0)
@@ -875,13 +959,13 @@ dq_invoke_step(void *arg)
 	{
 		if (r->reconciled)
 		{
-			Datum		hv[3];
+			Datum		hv[DQ_HEARTBEAT_NARGS];
 
-			hv[0] = Int64GetDatum(r->task_id);
-			hv[1] = Int64GetDatum(r->token);
-			hv[2] = IntervalPGetDatum(NtaskUsecsInterval(r->lease_ms * 1000));
+			hv[DQ_HEARTBEAT_ARG_TASK_ID] = Int64GetDatum(r->task_id);
+			hv[DQ_HEARTBEAT_ARG_TOKEN] = Int64GetDatum(r->token);
+			hv[DQ_HEARTBEAT_ARG_LEASE] = IntervalPGetDatum(NtaskUsecsInterval(r->lease_ms * 1000));
 			(void) NtaskExecPlan(&dq_heartbeat_plan, hv, NULL, SPI_OK_SELECT);
-			if (!NtaskGetBool(0, DQ_HEARTBEAT_HELD))
+			if (!NtaskTupGetBool(SPI_tuptable, 0, DQ_HEARTBEAT_HELD))
 				continue;		/* stays unconfirmed: never sent */
 		}
 		reqs[n++] = r;
@@ -1287,20 +1371,20 @@ static void
 dq_record_one(void *arg)
 {
 	DqReq	   *r = (DqReq *) arg;
-	Datum		values[8];
-	char		nulls[8];
+	Datum		values[DQ_TRANSITION_NARGS];
+	char		nulls[DQ_TRANSITION_NARGS];
 	TimestampTz retry_at = dq_retry_at(r);
 
 	memset(nulls, ' ', sizeof(nulls));
-	values[0] = Int64GetDatum(r->task_id);
-	values[1] = Int64GetDatum(r->token);
-	values[2] = CStringGetTextDatum(r->to_state);
-	dq_opt_text(values, nulls, 3, r->error_class);
-	values[4] = DirectFunctionCall1(jsonb_in, CStringGetDatum(r->detail));
-	values[5] = TimestampTzGetDatum(retry_at);
-	nulls[5] = retry_at != 0 ? ' ' : 'n';
-	dq_opt_text(values, nulls, 6, r->outcome);
-	dq_opt_text(values, nulls, 7, r->stage);
+	values[DQ_TRANSITION_ARG_TASK_ID] = Int64GetDatum(r->task_id);
+	values[DQ_TRANSITION_ARG_TOKEN] = Int64GetDatum(r->token);
+	values[DQ_TRANSITION_ARG_TO_STATE] = CStringGetTextDatum(r->to_state);
+	dq_opt_text(values, nulls, DQ_TRANSITION_ARG_ERROR_CLASS, r->error_class);
+	values[DQ_TRANSITION_ARG_DETAIL] = DirectFunctionCall1(jsonb_in, CStringGetDatum(r->detail));
+	values[DQ_TRANSITION_ARG_RETRY_AT] = TimestampTzGetDatum(retry_at);
+	nulls[DQ_TRANSITION_ARG_RETRY_AT] = retry_at != 0 ? ' ' : 'n';
+	dq_opt_text(values, nulls, DQ_TRANSITION_ARG_OUTCOME, r->outcome);
+	dq_opt_text(values, nulls, DQ_TRANSITION_ARG_STAGE, r->stage);
 	(void) NtaskExecPlan(&dq_transition_plan, values, nulls, SPI_OK_SELECT);
 }
 
@@ -1376,8 +1460,8 @@ dq_record_group(DqReq **reqs, int n)
 	DqReq	   *r = reqs[0];
 	Datum	   *ids = palloc(sizeof(Datum) * n);
 	Datum	   *toks = palloc(sizeof(Datum) * n);
-	Datum		values[7];
-	char		nulls[7];
+	Datum		values[DQ_GROUP_NARGS];
+	char		nulls[DQ_GROUP_NARGS];
 	int			i;
 	int			rows;
 
@@ -1387,13 +1471,13 @@ dq_record_group(DqReq **reqs, int n)
 		toks[i] = Int64GetDatum(reqs[i]->token);
 	}
 	memset(nulls, ' ', sizeof(nulls));
-	values[0] = NtaskInt8Array(ids, n);
-	values[1] = NtaskInt8Array(toks, n);
-	values[2] = CStringGetTextDatum(r->to_state);
-	dq_opt_text(values, nulls, 3, r->error_class);
-	dq_opt_text(values, nulls, 4, r->detail);
-	dq_opt_text(values, nulls, 5, r->outcome);
-	dq_opt_text(values, nulls, 6, r->stage);
+	values[DQ_GROUP_ARG_TASK_IDS] = NtaskInt8Array(ids, n);
+	values[DQ_GROUP_ARG_TOKENS] = NtaskInt8Array(toks, n);
+	values[DQ_GROUP_ARG_TO_STATE] = CStringGetTextDatum(r->to_state);
+	dq_opt_text(values, nulls, DQ_GROUP_ARG_ERROR_CLASS, r->error_class);
+	dq_opt_text(values, nulls, DQ_GROUP_ARG_DETAIL, r->detail);
+	dq_opt_text(values, nulls, DQ_GROUP_ARG_OUTCOME, r->outcome);
+	dq_opt_text(values, nulls, DQ_GROUP_ARG_STAGE, r->stage);
 	rows = NtaskExecPlan(&dq_transition_group_plan, values, nulls, SPI_OK_SELECT);
 	if (rows != n)
 		elog(ERROR, "ntask: worker transition group answered %d rows for %d results",
@@ -1419,7 +1503,7 @@ dq_record_rows(DqReq **reqs, int n)
 	const char **sg = palloc(sizeof(char *) * n);
 	int			dims[1] = {n};
 	int			lbs[1] = {1};
-	Datum		values[8];
+	Datum		values[DQ_TRANSITION_NARGS];
 	int			i;
 	int			rows;
 
@@ -1438,16 +1522,17 @@ dq_record_rows(DqReq **reqs, int n)
 		oc[i] = r->outcome;
 		sg[i] = r->stage;
 	}
-	values[0] = NtaskInt8Array(ids, n);
-	values[1] = NtaskInt8Array(toks, n);
-	values[2] = dq_text_array(st, n);
-	values[3] = dq_text_array(ec, n);
-	values[4] = dq_text_array(det, n);
-	values[5] = PointerGetDatum(construct_md_array(ras, ra_nulls, 1, dims, lbs,
-												   TIMESTAMPTZOID, sizeof(TimestampTz),
-												   FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
-	values[6] = dq_text_array(oc, n);
-	values[7] = dq_text_array(sg, n);
+	values[DQ_TRANSITION_ARG_TASK_ID] = NtaskInt8Array(ids, n);
+	values[DQ_TRANSITION_ARG_TOKEN] = NtaskInt8Array(toks, n);
+	values[DQ_TRANSITION_ARG_TO_STATE] = dq_text_array(st, n);
+	values[DQ_TRANSITION_ARG_ERROR_CLASS] = dq_text_array(ec, n);
+	values[DQ_TRANSITION_ARG_DETAIL] = dq_text_array(det, n);
+	values[DQ_TRANSITION_ARG_RETRY_AT] =
+		PointerGetDatum(construct_md_array(ras, ra_nulls, 1, dims, lbs,
+										   TIMESTAMPTZOID, sizeof(TimestampTz),
+										   FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+	values[DQ_TRANSITION_ARG_OUTCOME] = dq_text_array(oc, n);
+	values[DQ_TRANSITION_ARG_STAGE] = dq_text_array(sg, n);
 	rows = NtaskExecPlan(&dq_transition_many_plan, values, NULL, SPI_OK_SELECT);
 	if (rows != n)
 		elog(ERROR, "ntask: worker transition batch answered %d rows for %d results",
@@ -1603,14 +1688,17 @@ dq_pause_step(void *arg)
 {
 	DqReq	   *r = (DqReq *) arg;
 	TimestampTz until = GetCurrentTimestamp() + r->retry_after_s * USECS_PER_SEC;
-	Datum		values[5];
+	Datum		values[DQ_PAUSE_NARGS];
+	Datum		taskarg[DQ_PAUSE_TASK_KEY_NARGS];
+	Datum		keyargs[DQ_PAUSE_KEY_NARGS];
+	SPITupleTable *tt;
 	long		status = 0;
 	char	   *reason;
 	char	   *key;
+	bool		isnull;
 
-	values[0] = CStringGetTextDatum(r->queue);
-	values[1] = TimestampTzGetDatum(until);
-	values[2] = Int64GetDatum(r->task_id);
+	values[DQ_PAUSE_ARG_QUEUE] = CStringGetTextDatum(r->queue);
+	values[DQ_PAUSE_ARG_UNTIL] = TimestampTzGetDatum(until);
 	if (r->detail != NULL)
 	{
 		const char *st = strstr(r->detail, "\"http_status\": ");
@@ -1628,20 +1716,20 @@ dq_pause_step(void *arg)
 						r->queue, r->retry_after_s, reason)));
 		return;
 	}
-	if (NtaskExecPlan(&dq_pause_task_key_plan, &values[2], NULL, SPI_OK_SELECT) == 0)
+	taskarg[DQ_PAUSE_TASK_KEY_ARG_TASK_ID] = Int64GetDatum(r->task_id);
+	if (NtaskExecPlan(&dq_pause_task_key_plan, taskarg, NULL, SPI_OK_SELECT) == 0)
 		return;					/* the task has no key (or is gone) */
-	key = NtaskGetCString(0, DQ_PAUSE_TASK_KEY_KEY);
-	{
-		bool		isnull;
-
-		values[4] = NtaskGetDatum(0, DQ_PAUSE_TASK_KEY_SHARD, &isnull);
-	}
+	tt = SPI_tuptable;
+	key = NtaskTupGetCString(tt, 0, DQ_PAUSE_TASK_KEY_KEY);
+	keyargs[DQ_PAUSE_KEY_ARG_SHARD] = NtaskTupGetDatum(tt, 0, DQ_PAUSE_TASK_KEY_SHARD, &isnull);
 	if (NtaskExecPlan(&dq_pause_keys_until_plan, values, NULL,
 					  SPI_OK_UPDATE_RETURNING) == 0)
 		return;					/* no such queue */
-	values[2] = CStringGetTextDatum(key);
-	values[3] = CStringGetTextDatum(reason);
-	(void) NtaskExecPlan(&dq_pause_key_plan, values, NULL, SPI_OK_INSERT);
+	keyargs[DQ_PAUSE_KEY_ARG_QUEUE] = values[DQ_PAUSE_ARG_QUEUE];
+	keyargs[DQ_PAUSE_KEY_ARG_UNTIL] = values[DQ_PAUSE_ARG_UNTIL];
+	keyargs[DQ_PAUSE_KEY_ARG_KEY] = CStringGetTextDatum(key);
+	keyargs[DQ_PAUSE_KEY_ARG_REASON] = CStringGetTextDatum(reason);
+	(void) NtaskExecPlan(&dq_pause_key_plan, keyargs, NULL, SPI_OK_INSERT);
 	ereport(LOG,
 			(errmsg("ntask worker: key \"%s\" of queue \"%s\" paused for " INT64_FORMAT " s: %s",
 					key, r->queue, r->retry_after_s, reason)));

@@ -107,7 +107,8 @@ typedef enum EnqInsertCol
 {
 	ENQ_INSERT_TASK_ID = 1,
 	ENQ_INSERT_STATE,
-	ENQ_INSERT_FLAGS			/* ENQ_QUEUE_FLAGS */
+	ENQ_INSERT_FLAGS,			/* ENQ_QUEUE_FLAGS */
+	ENQ_INSERT_NCOLS = ENQ_INSERT_FLAGS
 } EnqInsertCol;
 
 /* the columns of enq_existing_plan */
@@ -118,7 +119,8 @@ typedef enum EnqExistingCol
 	ENQ_EXISTING_DIGEST,
 	ENQ_EXISTING_DIGEST_VERSION,
 	ENQ_EXISTING_OUTCOME,
-	ENQ_EXISTING_RESULT
+	ENQ_EXISTING_RESULT,
+	ENQ_EXISTING_NCOLS = ENQ_EXISTING_RESULT
 } EnqExistingCol;
 
 /*
@@ -151,7 +153,7 @@ typedef enum EnqExistingCol
 
 static NtaskPlan enq_insert_plan = {
 	"enqueue insert",
-	.ncols = 3,
+	.ncols = ENQ_INSERT_NCOLS,
 	ENQ_INSERT
 	"RETURNING t.task_id, t.state, " ENQ_QUEUE_FLAGS,
 	ENQ_NARGS, {TEXTOID, TEXTOID, JSONBOID, BYTEAOID, INT2OID, TEXTOID, INT4OID,
@@ -166,6 +168,14 @@ static NtaskPlan enq_insert_plan = {
  * a reference table, local on every node) and the task is inserted by
  * INSERT ... VALUES, its id drawn in C from the same sequence.
  */
+/* the parameters of enq_policy_dist_plan */
+typedef enum EnqPolicyArg
+{
+	ENQ_POLICY_ARG_QUEUE,		/* $1 */
+	ENQ_POLICY_ARG_CALLER,		/* $2, for the producer_role */
+	ENQ_POLICY_NARGS
+} EnqPolicyArg;
+
 typedef enum EnqPolicyCol
 {
 	ENQ_POLICY_MAX_ATTEMPTS = 1,
@@ -173,12 +183,13 @@ typedef enum EnqPolicyCol
 	ENQ_POLICY_ORDERED,
 	ENQ_POLICY_FAIR,
 	ENQ_POLICY_FLAGS,
-	ENQ_POLICY_RIGHT			/* the caller may produce into it */
+	ENQ_POLICY_RIGHT,			/* the caller may produce into it */
+	ENQ_POLICY_NCOLS = ENQ_POLICY_RIGHT
 } EnqPolicyCol;
 
 static NtaskPlan enq_policy_dist_plan = {
 	"enqueue policy (distributed)",
-	.ncols = 6,
+	.ncols = ENQ_POLICY_NCOLS,
 	"SELECT q.max_attempts, q.total_deadline, q.ordered, "
 	"  q.fairness OPERATOR(pg_catalog.<>) 'none', "
 	"  CASE WHEN q.target OPERATOR(pg_catalog.->>) 'type' OPERATOR(pg_catalog.=) 'http' "
@@ -186,13 +197,34 @@ static NtaskPlan enq_policy_dist_plan = {
 	"  (q.producer_role IS NULL "
 	"   OR pg_catalog.pg_has_role($2, q.producer_role, 'USAGE')) "
 	"FROM ntask.queue q WHERE q.queue OPERATOR(pg_catalog.=) $1",
-	2, {TEXTOID, OIDOID}
+	ENQ_POLICY_NARGS, {TEXTOID, OIDOID}
 };
+
+/* the parameters of enq_values_dist_plan */
+typedef enum EnqValuesArg
+{
+	ENQ_VALUES_ARG_TASK_ID,		/* $1 */
+	ENQ_VALUES_ARG_SHARD,		/* $2 */
+	ENQ_VALUES_ARG_QUEUE,		/* $3 */
+	ENQ_VALUES_ARG_KEY,			/* $4 */
+	ENQ_VALUES_ARG_PAYLOAD,		/* $5 */
+	ENQ_VALUES_ARG_DIGEST,		/* $6 */
+	ENQ_VALUES_ARG_DIGEST_VERSION,	/* $7 */
+	ENQ_VALUES_ARG_PARTITION_KEY,	/* $8 */
+	ENQ_VALUES_ARG_PRIORITY,	/* $9 */
+	ENQ_VALUES_ARG_RUN_AT,		/* $10, also due_at */
+	ENQ_VALUES_ARG_MAX_ATTEMPTS,	/* $11 */
+	ENQ_VALUES_ARG_DEADLINE,	/* $12 */
+	ENQ_VALUES_ARG_ORDERED,		/* $13 */
+	ENQ_VALUES_ARG_TRACEPARENT, /* $14 */
+	ENQ_VALUES_ARG_FLAGS,		/* $15, returned: ENQ_QUEUE_FLAGS */
+	ENQ_VALUES_NARGS
+} EnqValuesArg;
 
 /* the insert: its columns as enq_insert_plan's (the flags are $15) */
 static NtaskPlan enq_values_dist_plan = {
 	"enqueue insert values (distributed)",
-	.ncols = 3,
+	.ncols = ENQ_INSERT_NCOLS,
 	"INSERT INTO ntask.task AS t (task_id, shard, queue, task_key, payload, "
 	"  payload_digest, digest_version, partition_key, priority, run_at, due_at, "
 	"  max_attempts, deadline, ordered, traceparent) "
@@ -200,7 +232,7 @@ static NtaskPlan enq_values_dist_plan = {
 	"VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10, $11, $12, $13, $14) "
 	"ON CONFLICT ON CONSTRAINT task_queue_task_key_key DO NOTHING "
 	"RETURNING t.task_id, t.state, $15",
-	15, {INT8OID, INT2OID, TEXTOID, TEXTOID, JSONBOID, BYTEAOID, INT2OID, TEXTOID,
+	ENQ_VALUES_NARGS, {INT8OID, INT2OID, TEXTOID, TEXTOID, JSONBOID, BYTEAOID, INT2OID, TEXTOID,
 	INT4OID, TIMESTAMPTZOID, INT4OID, TIMESTAMPTZOID, BOOLOID, TEXTOID, INT4OID}
 };
 
@@ -227,28 +259,31 @@ typedef struct EnqPolicy
 static int
 enq_insert_dist(Datum *values, const char *nulls, EnqPolicy *pol)
 {
-	Datum		v[15];
-	char		n[15];
+	Datum		v[ENQ_VALUES_NARGS];
+	char		n[ENQ_VALUES_NARGS];
 	Datum		now = NtaskStatementTs();
 	Oid			seq;
 
 	if (!pol->read)
 	{
-		Datum		pv[2];
+		Datum		pv[ENQ_POLICY_NARGS];
+		SPITupleTable *tt;
 		bool		isnull;
 
-		pv[0] = values[ENQ_ARG_QUEUE];
-		pv[1] = values[ENQ_ARG_CALLER];
+		pv[ENQ_POLICY_ARG_QUEUE] = values[ENQ_ARG_QUEUE];
+		pv[ENQ_POLICY_ARG_CALLER] = values[ENQ_ARG_CALLER];
 		pol->read = true;
-		pol->ok = NtaskExecPlan(&enq_policy_dist_plan, pv, NULL, SPI_OK_SELECT) == 1 &&
-			NtaskGetBool(0, ENQ_POLICY_RIGHT);
+		pol->ok = NtaskExecPlan(&enq_policy_dist_plan, pv, NULL, SPI_OK_SELECT) == 1;
+		tt = SPI_tuptable;
+		pol->ok = pol->ok && NtaskTupGetBool(tt, 0, ENQ_POLICY_RIGHT);
 		if (!pol->ok)
 			return 0;
-		pol->max_attempts = NtaskGetDatum(0, ENQ_POLICY_MAX_ATTEMPTS, &isnull);
-		pol->total_deadline = NtaskGetDatum(0, ENQ_POLICY_TOTAL_DEADLINE, &pol->no_deadline);
-		pol->ordered = NtaskGetBool(0, ENQ_POLICY_ORDERED);
-		pol->fair = NtaskGetBool(0, ENQ_POLICY_FAIR);
-		pol->flags = NtaskGetInt32(0, ENQ_POLICY_FLAGS);
+		pol->max_attempts = NtaskTupGetDatum(tt, 0, ENQ_POLICY_MAX_ATTEMPTS, &isnull);
+		pol->total_deadline = NtaskTupGetDatum(tt, 0, ENQ_POLICY_TOTAL_DEADLINE,
+											   &pol->no_deadline);
+		pol->ordered = NtaskTupGetBool(tt, 0, ENQ_POLICY_ORDERED);
+		pol->fair = NtaskTupGetBool(tt, 0, ENQ_POLICY_FAIR);
+		pol->flags = NtaskTupGetInt32(tt, 0, ENQ_POLICY_FLAGS);
 	}
 	if (!pol->ok)
 		return 0;
@@ -256,43 +291,49 @@ enq_insert_dist(Datum *values, const char *nulls, EnqPolicy *pol)
 	seq = get_relname_relid("task_task_id_seq", get_namespace_oid("ntask", false));
 	if (!OidIsValid(seq))
 		elog(ERROR, "ntask: sequence ntask.task_task_id_seq is missing");
-	v[0] = Int64GetDatum(((int64) DatumGetInt16(values[ENQ_ARG_SHARD]) << NTASK_SHARD_SHIFT) |
-						 nextval_internal(seq, false));
-	v[1] = values[ENQ_ARG_SHARD];
-	v[2] = values[ENQ_ARG_QUEUE];
-	v[3] = values[ENQ_ARG_KEY];
-	v[4] = values[ENQ_ARG_PAYLOAD];
-	v[5] = values[ENQ_ARG_DIGEST];
-	v[6] = values[ENQ_ARG_DIGEST_VERSION];
+	v[ENQ_VALUES_ARG_TASK_ID] =
+		Int64GetDatum(((int64) DatumGetInt16(values[ENQ_ARG_SHARD]) << NTASK_SHARD_SHIFT) |
+					  nextval_internal(seq, false));
+	v[ENQ_VALUES_ARG_SHARD] = values[ENQ_ARG_SHARD];
+	v[ENQ_VALUES_ARG_QUEUE] = values[ENQ_ARG_QUEUE];
+	v[ENQ_VALUES_ARG_KEY] = values[ENQ_ARG_KEY];
+	v[ENQ_VALUES_ARG_PAYLOAD] = values[ENQ_ARG_PAYLOAD];
+	v[ENQ_VALUES_ARG_DIGEST] = values[ENQ_ARG_DIGEST];
+	v[ENQ_VALUES_ARG_DIGEST_VERSION] = values[ENQ_ARG_DIGEST_VERSION];
 	/* ENQ_PARTITION: the caller's key, or '' in a fair queue */
 	if (nulls[ENQ_ARG_PARTITION_KEY] != 'n')
-		v[7] = values[ENQ_ARG_PARTITION_KEY];
+		v[ENQ_VALUES_ARG_PARTITION_KEY] = values[ENQ_ARG_PARTITION_KEY];
 	else if (pol->fair)
-		v[7] = CStringGetTextDatum("");
+		v[ENQ_VALUES_ARG_PARTITION_KEY] = CStringGetTextDatum("");
 	else
-		n[7] = 'n';
-	v[8] = values[ENQ_ARG_PRIORITY];
-	v[9] = nulls[ENQ_ARG_RUN_AT] == 'n' ? now : values[ENQ_ARG_RUN_AT];
-	v[10] = pol->max_attempts;
+		n[ENQ_VALUES_ARG_PARTITION_KEY] = 'n';
+	v[ENQ_VALUES_ARG_PRIORITY] = values[ENQ_ARG_PRIORITY];
+	v[ENQ_VALUES_ARG_RUN_AT] = nulls[ENQ_ARG_RUN_AT] == 'n' ? now : values[ENQ_ARG_RUN_AT];
+	v[ENQ_VALUES_ARG_MAX_ATTEMPTS] = pol->max_attempts;
 	/* GREATEST(now, run_at) + total_deadline: NULL without one */
 	if (pol->no_deadline)
-		n[11] = 'n';
+		n[ENQ_VALUES_ARG_DEADLINE] = 'n';
 	else
-		v[11] = DirectFunctionCall2(timestamptz_pl_interval,
-									DatumGetTimestampTz(v[9]) > DatumGetTimestampTz(now) ? v[9] : now,
-									pol->total_deadline);
+	{
+		Datum		run_at = v[ENQ_VALUES_ARG_RUN_AT];
+
+		v[ENQ_VALUES_ARG_DEADLINE] =
+			DirectFunctionCall2(timestamptz_pl_interval,
+								DatumGetTimestampTz(run_at) > DatumGetTimestampTz(now) ? run_at : now,
+								pol->total_deadline);
+	}
 	/* ENQ_ORDERED: true, or NULL out of the order index */
-	v[12] = BoolGetDatum(true);
-	n[12] = pol->ordered ? ' ' : 'n';
-	v[13] = values[ENQ_ARG_TRACEPARENT];
-	n[13] = nulls[ENQ_ARG_TRACEPARENT];
-	v[14] = Int32GetDatum(pol->flags);
+	v[ENQ_VALUES_ARG_ORDERED] = BoolGetDatum(true);
+	n[ENQ_VALUES_ARG_ORDERED] = pol->ordered ? ' ' : 'n';
+	v[ENQ_VALUES_ARG_TRACEPARENT] = values[ENQ_ARG_TRACEPARENT];
+	n[ENQ_VALUES_ARG_TRACEPARENT] = nulls[ENQ_ARG_TRACEPARENT];
+	v[ENQ_VALUES_ARG_FLAGS] = Int32GetDatum(pol->flags);
 	return NtaskExecPlan(&enq_values_dist_plan, v, n, SPI_OK_INSERT_RETURNING);
 }
 
 static NtaskPlan enq_existing_plan = {
 	"enqueue lookup",
-	.ncols = 6,
+	.ncols = ENQ_EXISTING_NCOLS,
 	"SELECT t.task_id, t.state, t.payload_digest, t.digest_version, "
 	"  t.outcome, t.result "
 	"FROM ntask.task t "
@@ -403,10 +444,23 @@ enq_notify(text *queue)
 	Async_Notify(psprintf("ntask_%s", text_to_cstring(queue)), NULL);
 }
 
+/* the result columns of ntask_enqueue and ntask_enqueue_many */
+typedef enum EnqOutCol
+{
+	ENQ_OUT_TASK_ID,
+	ENQ_OUT_CREATED,
+	ENQ_OUT_STATE,
+	ENQ_OUT_OUTCOME,			/* a duplicate's, else NULL */
+	ENQ_OUT_RESULT,				/* a duplicate's, else NULL */
+	ENQ_OUT_NCOLS
+} EnqOutCol;
+
+/* a new row: outcome and result NULL */
+#define ENQ_OUT_NULLS {false, false, false, true, true}
+
 /*
  * enq_put
- *		One output row of ntask_enqueue or ntask_enqueue_many: task_id,
- *		created, state, outcome, result.
+ *		One output row of ntask_enqueue or ntask_enqueue_many (EnqOutCol).
  */
 static void
 enq_put(ReturnSetInfo *rsinfo, Datum *out, bool *outnulls)
@@ -433,12 +487,13 @@ typedef enum EnqStepArg
 typedef enum EnqStepCol
 {
 	ENQ_STEP_TASK_ID = 1,
-	ENQ_STEP_FLAGS				/* ENQ_QUEUE_FLAGS */
+	ENQ_STEP_FLAGS,				/* ENQ_QUEUE_FLAGS */
+	ENQ_STEP_NCOLS = ENQ_STEP_FLAGS
 } EnqStepCol;
 
 static NtaskPlan enq_step_plan = {
 	"enqueue saga step",
-	.ncols = 2,
+	.ncols = ENQ_STEP_NCOLS,
 	"INSERT INTO ntask.task AS t (queue, task_key, payload, payload_digest, "
 	"  digest_version, partition_key, run_at, due_at, max_attempts, deadline, saga_id, "
 	"  ordered) "
@@ -477,8 +532,8 @@ NtaskEnqueueStep(const char *queue, const char *key, Jsonb *payload,
 	values[ENQ_STEP_ARG_SAGA_ID] = Int64GetDatum(saga_id);
 	if (NtaskExecPlan(&enq_step_plan, values, NULL, SPI_OK_INSERT_RETURNING) != 1)
 		return -1;
-	task_id = NtaskGetInt64(0, ENQ_STEP_TASK_ID);
-	flags = NtaskGetInt32(0, ENQ_STEP_FLAGS);
+	task_id = NtaskTupGetInt64(SPI_tuptable, 0, ENQ_STEP_TASK_ID);
+	flags = NtaskTupGetInt32(SPI_tuptable, 0, ENQ_STEP_FLAGS);
 	if (flags & ENQ_HTTP)
 		NtaskWakeWorkerAtCommit();
 	if (flags & ENQ_NOTIFY)
@@ -511,8 +566,9 @@ ntask_enqueue(PG_FUNCTION_ARGS)
 	bytea	   *digest;
 	Datum		values[ENQ_NARGS];
 	char		nulls[ENQ_NARGS];
-	Datum		out[5];
-	bool		outnulls[5] = {false, false, false, true, true};
+	Datum		out[ENQ_OUT_NCOLS];
+	bool		outnulls[ENQ_OUT_NCOLS] = ENQ_OUT_NULLS;
+	SPITupleTable *tt;
 	int			tries;
 	NtaskDeps	deps;
 	bool		has_deps;
@@ -562,8 +618,8 @@ ntask_enqueue(PG_FUNCTION_ARGS)
 
 	/*
 	 * Insert, else read the existing row.  The loop only repeats if a task
-	 * with this key vanished between the two statements (retention pruning
-	 * of a finished task), which at most happens once.
+	 * with this key vanished between the two statements (retention pruning of
+	 * a finished task), which at most happens once.
 	 */
 	for (tries = 0;; tries++)
 	{
@@ -571,14 +627,15 @@ ntask_enqueue(PG_FUNCTION_ARGS)
 			 NtaskExecPlan(&enq_insert_plan, values, nulls, SPI_OK_INSERT_RETURNING) :
 			 enq_insert_dist(values, nulls, &policy)) == 1)
 		{
-			out[0] = Int64GetDatum(NtaskGetInt64(0, ENQ_INSERT_TASK_ID));
-			out[1] = BoolGetDatum(true);
-			out[2] = PointerGetDatum(NtaskGetText(0, ENQ_INSERT_STATE));
-			flags = NtaskGetInt32(0, ENQ_INSERT_FLAGS);
+			tt = SPI_tuptable;
+			out[ENQ_OUT_TASK_ID] = Int64GetDatum(NtaskTupGetInt64(tt, 0, ENQ_INSERT_TASK_ID));
+			out[ENQ_OUT_CREATED] = BoolGetDatum(true);
+			out[ENQ_OUT_STATE] = PointerGetDatum(NtaskTupGetText(tt, 0, ENQ_INSERT_STATE));
+			flags = NtaskTupGetInt32(tt, 0, ENQ_INSERT_FLAGS);
 			/* with parents that have not all succeeded: waiting, not due */
 			if (has_deps)
-				NtaskDepsAttach(&deps, &out[0], 1, &out[2]);
-			if (has_deps && strcmp(TextDatumGetCString(out[2]), "ready") != 0)
+				NtaskDepsAttach(&deps, &out[ENQ_OUT_TASK_ID], 1, &out[ENQ_OUT_STATE]);
+			if (has_deps && strcmp(TextDatumGetCString(out[ENQ_OUT_STATE]), "ready") != 0)
 				break;
 			if (flags & ENQ_HTTP)
 				NtaskWakeWorkerAtCommit();	/* an http task */
@@ -594,21 +651,22 @@ ntask_enqueue(PG_FUNCTION_ARGS)
 		{
 			bool		isnull;
 
+			tt = SPI_tuptable;
 			if (!NtaskSameDigest(payload, digest,
-								 DatumGetByteaPP(NtaskGetDatum(0, ENQ_EXISTING_DIGEST, &isnull)),
-								 NtaskGetInt32(0, ENQ_EXISTING_DIGEST_VERSION)))
+								 DatumGetByteaPP(NtaskTupGetDatum(tt, 0, ENQ_EXISTING_DIGEST, &isnull)),
+								 NtaskTupGetInt32(tt, 0, ENQ_EXISTING_DIGEST_VERSION)))
 				ereport(ERROR,
 						(errcode(ERRCODE_NTASK_KEY_CONFLICT),
 						 errmsg("ntask: task key \"%s\" already exists in queue \"%s\" with a different payload",
 								text_to_cstring(key), text_to_cstring(queue)),
 						 errdetail("A task key names one logical piece of work; its payload cannot change."),
 						 errhint("Use a new key for a new business version (for example a :v2 suffix).")));
-			out[0] = Int64GetDatum(NtaskGetInt64(0, ENQ_EXISTING_TASK_ID));
-			out[1] = BoolGetDatum(false);
-			out[2] = PointerGetDatum(NtaskGetText(0, ENQ_EXISTING_STATE));
+			out[ENQ_OUT_TASK_ID] = Int64GetDatum(NtaskTupGetInt64(tt, 0, ENQ_EXISTING_TASK_ID));
+			out[ENQ_OUT_CREATED] = BoolGetDatum(false);
+			out[ENQ_OUT_STATE] = PointerGetDatum(NtaskTupGetText(tt, 0, ENQ_EXISTING_STATE));
 			/* the replay of a retried request: what the first run stored */
-			out[3] = NtaskGetDatum(0, ENQ_EXISTING_OUTCOME, &outnulls[3]);
-			out[4] = NtaskGetDatum(0, ENQ_EXISTING_RESULT, &outnulls[4]);
+			out[ENQ_OUT_OUTCOME] = NtaskTupGetDatum(tt, 0, ENQ_EXISTING_OUTCOME, &outnulls[ENQ_OUT_OUTCOME]);
+			out[ENQ_OUT_RESULT] = NtaskTupGetDatum(tt, 0, ENQ_EXISTING_RESULT, &outnulls[ENQ_OUT_RESULT]);
 			break;
 		}
 		if (tries > 0)
@@ -654,12 +712,13 @@ typedef enum EnqManyInsertCol
 	ENQ_MANY_INSERT_KEY = 1,
 	ENQ_MANY_INSERT_TASK_ID,
 	ENQ_MANY_INSERT_STATE,
-	ENQ_MANY_INSERT_FLAGS		/* ENQ_QUEUE_FLAGS */
+	ENQ_MANY_INSERT_FLAGS,		/* ENQ_QUEUE_FLAGS */
+	ENQ_MANY_INSERT_NCOLS = ENQ_MANY_INSERT_FLAGS
 } EnqManyInsertCol;
 
 static NtaskPlan enq_many_insert_plan = {
 	"enqueue many insert",
-	.ncols = 4,
+	.ncols = ENQ_MANY_INSERT_NCOLS,
 	ENQ_MANY_INSERT
 	"RETURNING t.task_key, t.task_id, t.state, " ENQ_QUEUE_FLAGS,
 	ENQ_NARGS, {TEXTOID, TEXTARRAYOID, JSONBARRAYOID, BYTEAARRAYOID, INT2OID,
@@ -675,12 +734,13 @@ typedef enum EnqManyExistingCol
 	ENQ_MANY_EXISTING_DIGEST,
 	ENQ_MANY_EXISTING_DIGEST_VERSION,
 	ENQ_MANY_EXISTING_OUTCOME,
-	ENQ_MANY_EXISTING_RESULT
+	ENQ_MANY_EXISTING_RESULT,
+	ENQ_MANY_EXISTING_NCOLS = ENQ_MANY_EXISTING_RESULT
 } EnqManyExistingCol;
 
 static NtaskPlan enq_many_existing_plan = {
 	"enqueue many lookup",
-	.ncols = 7,
+	.ncols = ENQ_MANY_EXISTING_NCOLS,
 	"SELECT t.task_key, t.task_id, t.state, t.payload_digest, t.digest_version, "
 	"  t.outcome, t.result "
 	"FROM ntask.task t "
@@ -820,27 +880,29 @@ static int
 enq_many_read_existing(text *queue, EnqKey *bykey, int nkeys, Datum *args)
 {
 	int			nrows;
+	SPITupleTable *tt;
 	int			resolved = 0;
 	int			r;
 
 	NtaskCheckQueueRight(queue, true);
 	nrows = NtaskExecPlan(&enq_many_existing_plan, args, NULL, SPI_OK_SELECT);
+	tt = SPI_tuptable;
 	for (r = 0; r < nrows; r++)
 	{
-		EnqKey	   *k = enq_find(bykey, nkeys, NtaskGetText(r, ENQ_MANY_EXISTING_KEY));
+		EnqKey	   *k = enq_find(bykey, nkeys, NtaskTupGetText(tt, r, ENQ_MANY_EXISTING_KEY));
 		bool		isnull;
 
 		if (k == NULL || k->resolved)
 			continue;			/* inserted just now */
 		if (!NtaskSameDigest(k->payload, k->digest,
-							 DatumGetByteaPP(NtaskGetDatum(r, ENQ_MANY_EXISTING_DIGEST, &isnull)),
-							 NtaskGetInt32(r, ENQ_MANY_EXISTING_DIGEST_VERSION)))
+							 DatumGetByteaPP(NtaskTupGetDatum(tt, r, ENQ_MANY_EXISTING_DIGEST, &isnull)),
+							 NtaskTupGetInt32(tt, r, ENQ_MANY_EXISTING_DIGEST_VERSION)))
 			enq_conflict(k->key, queue, false);
 		k->resolved = true;
-		k->task_id = NtaskGetInt64(r, ENQ_MANY_EXISTING_TASK_ID);
-		k->state = PointerGetDatum(NtaskGetText(r, ENQ_MANY_EXISTING_STATE));
-		k->outcome = NtaskGetDatum(r, ENQ_MANY_EXISTING_OUTCOME, &k->outcome_null);
-		k->result = NtaskGetDatum(r, ENQ_MANY_EXISTING_RESULT, &k->result_null);
+		k->task_id = NtaskTupGetInt64(tt, r, ENQ_MANY_EXISTING_TASK_ID);
+		k->state = PointerGetDatum(NtaskTupGetText(tt, r, ENQ_MANY_EXISTING_STATE));
+		k->outcome = NtaskTupGetDatum(tt, r, ENQ_MANY_EXISTING_OUTCOME, &k->outcome_null);
+		k->result = NtaskTupGetDatum(tt, r, ENQ_MANY_EXISTING_RESULT, &k->result_null);
 		resolved++;
 	}
 	return resolved;
@@ -867,6 +929,7 @@ enq_many_round(text *queue, EnqKey *bykey, int nkeys, EnqKey **pending,
 	int			lbs[1] = {1};
 	int			n = 0;
 	int			nrows;
+	SPITupleTable *tt;
 	int			r;
 	int			i;
 
@@ -901,18 +964,19 @@ enq_many_round(text *queue, EnqKey *bykey, int nkeys, EnqKey **pending,
 								   args, argnulls, shards);
 	nrows = NtaskExecPlan(&enq_many_insert_plan, args, argnulls,
 						  SPI_OK_INSERT_RETURNING);
+	tt = SPI_tuptable;
 	for (r = 0; r < nrows; r++)
 	{
-		EnqKey	   *k = enq_find(bykey, nkeys, NtaskGetText(r, ENQ_MANY_INSERT_KEY));
+		EnqKey	   *k = enq_find(bykey, nkeys, NtaskTupGetText(tt, r, ENQ_MANY_INSERT_KEY));
 
 		if (k == NULL || k->resolved)
 			elog(ERROR, "ntask: enqueue inserted a key it was not asked for");
 		k->resolved = k->created = true;
-		k->task_id = NtaskGetInt64(r, ENQ_MANY_INSERT_TASK_ID);
-		k->state = PointerGetDatum(NtaskGetText(r, ENQ_MANY_INSERT_STATE));
+		k->task_id = NtaskTupGetInt64(tt, r, ENQ_MANY_INSERT_TASK_ID);
+		k->state = PointerGetDatum(NtaskTupGetText(tt, r, ENQ_MANY_INSERT_STATE));
 		k->outcome_null = k->result_null = true;
 	}
-	enq_many_signal(queue, nrows, nrows > 0 ? NtaskGetInt32(0, ENQ_MANY_INSERT_FLAGS) : 0,
+	enq_many_signal(queue, nrows, nrows > 0 ? NtaskTupGetInt32(tt, 0, ENQ_MANY_INSERT_FLAGS) : 0,
 					args[ENQ_ARG_RUN_AT], argnulls[ENQ_ARG_RUN_AT] == 'n');
 	if (nrows == n)
 		return 0;
@@ -968,11 +1032,13 @@ enq_many_round_dist(text *queue, EnqKey *bykey, int nkeys, EnqKey **pending,
 		vals[ENQ_ARG_SHARD] = shards[n++];
 		if (enq_insert_dist(vals, nulls, &policy) == 1)
 		{
+			SPITupleTable *tt = SPI_tuptable;
+
 			k->resolved = k->created = true;
-			k->task_id = NtaskGetInt64(0, ENQ_INSERT_TASK_ID);
-			k->state = PointerGetDatum(NtaskGetText(0, ENQ_INSERT_STATE));
+			k->task_id = NtaskTupGetInt64(tt, 0, ENQ_INSERT_TASK_ID);
+			k->state = PointerGetDatum(NtaskTupGetText(tt, 0, ENQ_INSERT_STATE));
 			k->outcome_null = k->result_null = true;
-			flags = NtaskGetInt32(0, ENQ_INSERT_FLAGS);
+			flags = NtaskTupGetInt32(tt, 0, ENQ_INSERT_FLAGS);
 			inserted++;
 		}
 		else
@@ -983,6 +1049,254 @@ enq_many_round_dist(text *queue, EnqKey *bykey, int nkeys, EnqKey **pending,
 	if (missing == 0)
 		return 0;
 	return missing - enq_many_read_existing(queue, bykey, nkeys, args);
+}
+
+/* one call of ntask_enqueue_many */
+typedef struct EnqMany
+{
+	text	   *queue;
+	int			n;				/* elements */
+	Datum	   *keyd;			/* task_keys */
+	Datum	   *payd;			/* payloads */
+	Datum	   *pkd;			/* partition_keys, NULL: none given */
+	bool	   *pknull;
+	EnqItem    *items;			/* the elements, by key, then position */
+	int			nkeys;
+	EnqKey	   *bykey;			/* the distinct keys, by key */
+	EnqKey	  **byfirst;		/* the same, by first appearance */
+	Datum		args[ENQ_NARGS];	/* enq_many_insert_plan's */
+	char		argnulls[ENQ_NARGS];
+	NtaskDeps	deps;
+	bool		has_deps;
+} EnqMany;
+
+/*
+ * enq_many_check_args
+ *		The arrays (of one length), priority, run_at and the parents.
+ */
+static void
+enq_many_check_args(FunctionCallInfo fcinfo, EnqMany *m)
+{
+	NtaskCheckNargs(fcinfo, 9);	/* before its new arguments are read */
+	m->n = NtaskArgArray(fcinfo, 1, "task_keys", TEXTOID, false, &m->keyd, NULL);
+	if (NtaskArgArray(fcinfo, 2, "payloads", JSONBOID, false, &m->payd, NULL) != m->n)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ntask: task_keys and payloads must have the same length")));
+	if (!PG_ARGISNULL(4) &&
+		NtaskArgArray(fcinfo, 4, "partition_keys", TEXTOID, true, &m->pkd, &m->pknull) != m->n)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ntask: partition_keys must be NULL or as long as task_keys")));
+	if (PG_ARGISNULL(5))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("ntask: priority must not be NULL")));
+	if (!PG_ARGISNULL(3) && TIMESTAMP_NOT_FINITE(PG_GETARG_TIMESTAMPTZ(3)))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ntask: run_at must be a finite timestamp")));
+	m->has_deps = NtaskDepsArgs(fcinfo, 6, &m->deps);
+}
+
+/*
+ * enq_many_check_items
+ *		Every element's key and partition key, in input order.
+ */
+static void
+enq_many_check_items(EnqMany *m)
+{
+	int			i;
+
+	m->items = palloc(sizeof(EnqItem) * Max(m->n, 1));
+	for (i = 0; i < m->n; i++)
+	{
+		EnqItem    *it = &m->items[i];
+		int			len;
+
+		it->pos = i;
+		it->key = DatumGetTextPP(m->keyd[i]);
+		len = VARSIZE_ANY_EXHDR(it->key);
+		if (len == 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("ntask: task_keys[%d] must not be empty", i + 1)));
+		if (len > NTASK_MAX_KEY_LEN)
+			ereport(ERROR,
+					(errcode(ERRCODE_STRING_DATA_RIGHT_TRUNCATION),
+					 errmsg("ntask: task_keys[%d] is too long", i + 1),
+					 errdetail("It is %d bytes; the limit is %d.", len, NTASK_MAX_KEY_LEN)));
+		if (m->pkd && !m->pknull[i] &&
+			VARSIZE_ANY_EXHDR(DatumGetTextPP(m->pkd[i])) == 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("ntask: partition_keys[%d] must not be empty", i + 1),
+					 errhint("Use NULL for no partition key.")));
+		if (m->pkd && !m->pknull[i] &&
+			VARSIZE_ANY_EXHDR(DatumGetTextPP(m->pkd[i])) > NTASK_MAX_KEY_LEN)
+			ereport(ERROR,
+					(errcode(ERRCODE_STRING_DATA_RIGHT_TRUNCATION),
+					 errmsg("ntask: partition_keys[%d] is too long", i + 1),
+					 errdetail("The limit is %d bytes.", NTASK_MAX_KEY_LEN)));
+	}
+}
+
+/*
+ * enq_many_group
+ *		Equal keys grouped (by key, then position): each distinct key's
+ *		payload (of its first appearance) checked and digested, a repeat
+ *		with another payload NT001; the keys also in order of first
+ *		appearance.
+ */
+static void
+enq_many_group(EnqMany *m)
+{
+	int			i;
+
+	qsort(m->items, m->n, sizeof(EnqItem), enq_item_cmp);
+	m->bykey = palloc(sizeof(EnqKey) * Max(m->n, 1));
+	for (i = 0; i < m->n; i++)
+	{
+		EnqItem    *it = &m->items[i];
+		Jsonb	   *payload = DatumGetJsonbP(m->payd[it->pos]);
+		bytea	   *digest;
+		EnqKey	   *k;
+
+		NtaskCheckPayload(payload, "payloads", it->pos + 1, NULL);
+		digest = NtaskDigest(payload, NTASK_DIGEST_VERSION);
+
+		if (i > 0 && enq_text_cmp(it->key, m->items[i - 1].key) == 0)
+		{
+			k = m->items[i - 1].group;
+			if (!NtaskSameDigest(payload, digest, k->digest, NTASK_DIGEST_VERSION))
+				enq_conflict(it->key, m->queue, true);
+			it->group = k;
+			continue;
+		}
+		k = it->group = &m->bykey[m->nkeys++];
+		memset(k, 0, sizeof(EnqKey));
+		k->key = it->key;
+		k->payload = payload;
+		k->digest = digest;
+		k->first = it->pos;
+		k->partition_null = m->pkd == NULL || m->pknull[it->pos];
+		k->partition_key = k->partition_null ? (Datum) 0 : m->pkd[it->pos];
+	}
+	m->byfirst = palloc(sizeof(EnqKey *) * Max(m->nkeys, 1));
+	for (i = 0; i < m->nkeys; i++)
+		m->byfirst[i] = &m->bykey[i];
+	qsort(m->byfirst, m->nkeys, sizeof(EnqKey *), enq_first_cmp);
+}
+
+/*
+ * enq_many_params
+ *		The parameters all rounds share; the parents resolved (which needs
+ *		the producer right).  In SPI.
+ */
+static void
+enq_many_params(FunctionCallInfo fcinfo, EnqMany *m)
+{
+	memset(m->argnulls, ' ', sizeof(m->argnulls));
+	m->args[ENQ_ARG_QUEUE] = PointerGetDatum(m->queue);
+	m->args[ENQ_ARG_DIGEST_VERSION] = Int16GetDatum(NTASK_DIGEST_VERSION);
+	m->args[ENQ_ARG_PRIORITY] = PG_GETARG_DATUM(5);
+	m->args[ENQ_ARG_RUN_AT] = PG_ARGISNULL(3) ? (Datum) 0 : PG_GETARG_DATUM(3);
+	m->argnulls[ENQ_ARG_RUN_AT] = PG_ARGISNULL(3) ? 'n' : ' ';
+	m->args[ENQ_ARG_CALLER] = ObjectIdGetDatum(NtaskCaller());
+	enq_traceparent(fcinfo, 6, &m->args[ENQ_ARG_TRACEPARENT],
+					&m->argnulls[ENQ_ARG_TRACEPARENT]);
+	if (m->has_deps)
+	{
+		text	  **keys = palloc(sizeof(text *) * Max(m->nkeys, 1));
+		int			i;
+
+		for (i = 0; i < m->nkeys; i++)
+			keys[i] = m->bykey[i].key;
+		NtaskCheckQueueRight(m->queue, true);
+		NtaskDepsResolve(&m->deps, m->queue, keys, m->nkeys);
+	}
+}
+
+/*
+ * enq_many_insert
+ *		Insert the new keys and read the existing ones, in rounds.  A
+ *		second round only runs if a task with one of the keys vanished
+ *		between the insert and the lookup (retention pruning of a finished
+ *		task), which at most happens once.  In SPI.
+ */
+static void
+enq_many_insert(EnqMany *m)
+{
+	int			npending = m->nkeys;
+	int			round;
+
+	for (round = 0; npending > 0; round++)
+	{
+		if (round == 2)
+			elog(ERROR, "ntask: enqueue found neither a new nor an existing task for %d keys",
+				 npending);
+		npending = enq_many_round(m->queue, m->bykey, m->nkeys, m->byfirst,
+								  m->nkeys, m->args, m->argnulls);
+	}
+}
+
+/*
+ * enq_many_attach
+ *		Every task the call created depends on the parents (its state
+ *		becomes waiting until they have all succeeded).  In SPI.
+ */
+static void
+enq_many_attach(EnqMany *m)
+{
+	Datum	   *ids = palloc(sizeof(Datum) * Max(m->nkeys, 1));
+	Datum	   *states = palloc(sizeof(Datum) * Max(m->nkeys, 1));
+	EnqKey	  **made = palloc(sizeof(EnqKey *) * Max(m->nkeys, 1));
+	int			n = 0;
+	int			i;
+
+	for (i = 0; i < m->nkeys; i++)
+		if (m->byfirst[i]->created)
+		{
+			made[n] = m->byfirst[i];
+			ids[n] = Int64GetDatum(m->byfirst[i]->task_id);
+			states[n] = m->byfirst[i]->state;
+			n++;
+		}
+	NtaskDepsAttach(&m->deps, ids, n, states);
+	for (i = 0; i < n; i++)
+		made[i]->state = states[i];
+}
+
+/*
+ * enq_many_emit
+ *		One result row per element, in input order (EnqOutCol).
+ */
+static void
+enq_many_emit(ReturnSetInfo *rsinfo, EnqMany *m)
+{
+	EnqItem   **bypos = palloc(sizeof(EnqItem *) * Max(m->n, 1));
+	int			i;
+
+	for (i = 0; i < m->n; i++)
+		bypos[m->items[i].pos] = &m->items[i];
+	for (i = 0; i < m->n; i++)
+	{
+		EnqKey	   *k = bypos[i]->group;
+		Datum		out[ENQ_OUT_NCOLS];
+		bool		outnulls[ENQ_OUT_NCOLS] = ENQ_OUT_NULLS;
+
+		out[ENQ_OUT_TASK_ID] = Int64GetDatum(k->task_id);
+		out[ENQ_OUT_CREATED] = BoolGetDatum(k->created && k->first == i);
+		out[ENQ_OUT_STATE] = k->state;
+		if (!k->created)
+		{
+			out[ENQ_OUT_OUTCOME] = k->outcome;
+			outnulls[ENQ_OUT_OUTCOME] = k->outcome_null;
+			out[ENQ_OUT_RESULT] = k->result;
+			outnulls[ENQ_OUT_RESULT] = k->result_null;
+		}
+		enq_put(rsinfo, out, outnulls);
+	}
 }
 
 /*
@@ -1008,189 +1322,20 @@ enq_many_round_dist(text *queue, EnqKey *bykey, int nkeys, EnqKey **pending,
 Datum
 ntask_enqueue_many(PG_FUNCTION_ARGS)
 {
-	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	text	   *queue = NtaskArgText(fcinfo, 0, "queue", NTASK_MAX_QUEUE_LEN);
-	Datum	   *keyd;
-	Datum	   *payd;
-	Datum	   *pkd = NULL;
-	bool	   *pknull = NULL;
-	int			n;
-	int			nkeys = 0;
-	int			npending;
-	EnqItem    *items;
-	EnqItem   **bypos;
-	EnqKey	   *bykey;
-	EnqKey	  **byfirst;
-	Datum		args[ENQ_NARGS];
-	char		argnulls[ENQ_NARGS];
-	int			round;
-	int			i;
-	NtaskDeps	deps;
-	bool		has_deps;
+	EnqMany		m = {0};
 
-	NtaskCheckNargs(fcinfo, 9);	/* before its new arguments are read */
-	n = NtaskArgArray(fcinfo, 1, "task_keys", TEXTOID, false, &keyd, NULL);
-	if (NtaskArgArray(fcinfo, 2, "payloads", JSONBOID, false, &payd, NULL) != n)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("ntask: task_keys and payloads must have the same length")));
-	if (!PG_ARGISNULL(4) &&
-		NtaskArgArray(fcinfo, 4, "partition_keys", TEXTOID, true, &pkd, &pknull) != n)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("ntask: partition_keys must be NULL or as long as task_keys")));
-	if (PG_ARGISNULL(5))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("ntask: priority must not be NULL")));
-	if (!PG_ARGISNULL(3) && TIMESTAMP_NOT_FINITE(PG_GETARG_TIMESTAMPTZ(3)))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("ntask: run_at must be a finite timestamp")));
-	has_deps = NtaskDepsArgs(fcinfo, 6, &deps);
-
-	/* check every element, then group equal keys (by key, then position) */
-	items = palloc(sizeof(EnqItem) * Max(n, 1));
-	for (i = 0; i < n; i++)
-	{
-		int			len;
-
-		items[i].pos = i;
-		items[i].key = DatumGetTextPP(keyd[i]);
-		len = VARSIZE_ANY_EXHDR(items[i].key);
-		if (len == 0)
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("ntask: task_keys[%d] must not be empty", i + 1)));
-		if (len > NTASK_MAX_KEY_LEN)
-			ereport(ERROR,
-					(errcode(ERRCODE_STRING_DATA_RIGHT_TRUNCATION),
-					 errmsg("ntask: task_keys[%d] is too long", i + 1),
-					 errdetail("It is %d bytes; the limit is %d.", len, NTASK_MAX_KEY_LEN)));
-		if (pkd && !pknull[i] && VARSIZE_ANY_EXHDR(DatumGetTextPP(pkd[i])) == 0)
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("ntask: partition_keys[%d] must not be empty", i + 1),
-					 errhint("Use NULL for no partition key.")));
-		if (pkd && !pknull[i] &&
-			VARSIZE_ANY_EXHDR(DatumGetTextPP(pkd[i])) > NTASK_MAX_KEY_LEN)
-			ereport(ERROR,
-					(errcode(ERRCODE_STRING_DATA_RIGHT_TRUNCATION),
-					 errmsg("ntask: partition_keys[%d] is too long", i + 1),
-					 errdetail("The limit is %d bytes.", NTASK_MAX_KEY_LEN)));
-	}
-	qsort(items, n, sizeof(EnqItem), enq_item_cmp);
-	bykey = palloc(sizeof(EnqKey) * Max(n, 1));
-	for (i = 0; i < n; i++)
-	{
-		EnqItem    *it = &items[i];
-		Jsonb	   *payload = DatumGetJsonbP(payd[it->pos]);
-		bytea	   *digest;
-
-		NtaskCheckPayload(payload, "payloads", it->pos + 1, NULL);
-		digest = NtaskDigest(payload, NTASK_DIGEST_VERSION);
-
-		if (i > 0 && enq_text_cmp(it->key, items[i - 1].key) == 0)
-		{
-			EnqKey	   *k = items[i - 1].group;
-
-			if (!NtaskSameDigest(payload, digest, k->digest, NTASK_DIGEST_VERSION))
-				enq_conflict(it->key, queue, true);
-			it->group = k;
-			continue;
-		}
-		it->group = &bykey[nkeys++];
-		memset(it->group, 0, sizeof(EnqKey));
-		it->group->key = it->key;
-		it->group->payload = payload;
-		it->group->digest = digest;
-		it->group->first = it->pos;
-		it->group->partition_null = pkd == NULL || pknull[it->pos];
-		it->group->partition_key = it->group->partition_null ? (Datum) 0 : pkd[it->pos];
-	}
-	byfirst = palloc(sizeof(EnqKey *) * Max(nkeys, 1));
-	for (i = 0; i < nkeys; i++)
-		byfirst[i] = &bykey[i];
-	qsort(byfirst, nkeys, sizeof(EnqKey *), enq_first_cmp);
+	m.queue = NtaskArgText(fcinfo, 0, "queue", NTASK_MAX_QUEUE_LEN);
+	enq_many_check_args(fcinfo, &m);
+	enq_many_check_items(&m);
+	enq_many_group(&m);
 
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
-
-	memset(argnulls, ' ', sizeof(argnulls));
-	args[ENQ_ARG_QUEUE] = PointerGetDatum(queue);
-	args[ENQ_ARG_DIGEST_VERSION] = Int16GetDatum(NTASK_DIGEST_VERSION);
-	args[ENQ_ARG_PRIORITY] = PG_GETARG_DATUM(5);
-	args[ENQ_ARG_RUN_AT] = PG_ARGISNULL(3) ? (Datum) 0 : PG_GETARG_DATUM(3);
-	argnulls[ENQ_ARG_RUN_AT] = PG_ARGISNULL(3) ? 'n' : ' ';
-	args[ENQ_ARG_CALLER] = ObjectIdGetDatum(NtaskCaller());
-	enq_traceparent(fcinfo, 6, &args[ENQ_ARG_TRACEPARENT], &argnulls[ENQ_ARG_TRACEPARENT]);
-	if (has_deps)
-	{
-		text	  **keys = palloc(sizeof(text *) * Max(nkeys, 1));
-
-		for (i = 0; i < nkeys; i++)
-			keys[i] = bykey[i].key;
-		NtaskCheckQueueRight(queue, true);
-		NtaskDepsResolve(&deps, queue, keys, nkeys);
-	}
-
-	/*
-	 * A second round only runs if a task with one of the keys vanished
-	 * between the insert and the lookup (retention pruning of a finished
-	 * task), which at most happens once.
-	 */
-	npending = nkeys;
-	for (round = 0; npending > 0; round++)
-	{
-		if (round == 2)
-			elog(ERROR, "ntask: enqueue found neither a new nor an existing task for %d keys",
-				 npending);
-		npending = enq_many_round(queue, bykey, nkeys, byfirst, nkeys, args,
-								  argnulls);
-	}
-
-	/* every task the call created depends on the parents */
-	if (has_deps)
-	{
-		Datum	   *ids = palloc(sizeof(Datum) * Max(nkeys, 1));
-		Datum	   *states = palloc(sizeof(Datum) * Max(nkeys, 1));
-		EnqKey	  **made = palloc(sizeof(EnqKey *) * Max(nkeys, 1));
-		int			m = 0;
-
-		for (i = 0; i < nkeys; i++)
-			if (byfirst[i]->created)
-			{
-				made[m] = byfirst[i];
-				ids[m] = Int64GetDatum(byfirst[i]->task_id);
-				states[m] = byfirst[i]->state;
-				m++;
-			}
-		NtaskDepsAttach(&deps, ids, m, states);
-		for (i = 0; i < m; i++)
-			made[i]->state = states[i];
-	}
-
-	bypos = palloc(sizeof(EnqItem *) * Max(n, 1));
-	for (i = 0; i < n; i++)
-		bypos[items[i].pos] = &items[i];
-	for (i = 0; i < n; i++)
-	{
-		EnqKey	   *k = bypos[i]->group;
-		Datum		out[5];
-		bool		outnulls[5] = {false, false, false, true, true};
-
-		out[0] = Int64GetDatum(k->task_id);
-		out[1] = BoolGetDatum(k->created && k->first == i);
-		out[2] = k->state;
-		if (!k->created)
-		{
-			out[3] = k->outcome;
-			outnulls[3] = k->outcome_null;
-			out[4] = k->result;
-			outnulls[4] = k->result_null;
-		}
-		enq_put(rsinfo, out, outnulls);
-	}
+	enq_many_params(fcinfo, &m);
+	enq_many_insert(&m);
+	if (m.has_deps)
+		enq_many_attach(&m);
+	enq_many_emit((ReturnSetInfo *) fcinfo->resultinfo, &m);
 	SPI_finish();
 	return (Datum) 0;
 }

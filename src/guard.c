@@ -71,12 +71,25 @@ static NtaskGuardVerdict guard_call(Oid guard, const char *owner_name,
 									char **reason);
 
 /* a queue's guard and the owner recorded with it, read from one row */
+typedef enum GuardQueueArg
+{
+	GUARD_QUEUE_ARG_QUEUE,		/* $1 */
+	GUARD_QUEUE_NARGS
+} GuardQueueArg;
+
+typedef enum GuardQueueCol
+{
+	GUARD_QUEUE_GUARD = 1,
+	GUARD_QUEUE_OWNER,
+	GUARD_QUEUE_NCOLS = GUARD_QUEUE_OWNER
+} GuardQueueCol;
+
 static NtaskPlan guard_queue_plan = {
 	"guard of queue",
-	.ncols = 2,
+	.ncols = GUARD_QUEUE_NCOLS,
 	"SELECT q.guard, q.guard_owner::pg_catalog.text FROM ntask.queue q "
 	"WHERE q.queue OPERATOR(pg_catalog.=) $1",
-	1, {TEXTOID}
+	GUARD_QUEUE_NARGS, {TEXTOID}
 };
 
 /*
@@ -207,14 +220,14 @@ NtaskCheckGuardHome(Oid guard, Oid nsp)
 char *
 NtaskQueueGuard(text *queue, char **owner)
 {
-	Datum		values[1];
+	Datum		values[GUARD_QUEUE_NARGS];
 
-	values[0] = PointerGetDatum(queue);
+	values[GUARD_QUEUE_ARG_QUEUE] = PointerGetDatum(queue);
 	*owner = NULL;
 	if (NtaskExecPlan(&guard_queue_plan, values, NULL, SPI_OK_SELECT) == 0)
 		return NULL;
-	*owner = NtaskGetCString(0, 2);
-	return NtaskGetCString(0, 1);
+	*owner = NtaskTupGetCString(SPI_tuptable, 0, GUARD_QUEUE_OWNER);
+	return NtaskTupGetCString(SPI_tuptable, 0, GUARD_QUEUE_GUARD);
 }
 
 /*

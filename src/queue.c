@@ -43,24 +43,68 @@ PG_FUNCTION_INFO_V1(ntask_queue_clear_guard);
 PG_FUNCTION_INFO_V1(ntask_queue_pause);
 PG_FUNCTION_INFO_V1(ntask_queue_resume);
 
+/*
+ * The one parameter of the plans that take only the queue (insert, fair
+ * keyless, ordered, clear guard, resume lock, resume, resume keys); the
+ * update's values serve them too (QU_ARG_QUEUE).
+ */
+typedef enum QueueArg
+{
+	QUEUE_ARG_QUEUE,			/* $1 */
+	QUEUE_NARGS
+} QueueArg;
+
 static NtaskPlan queue_insert_plan = {
 	"queue insert",
 	.ncols = 0,
 	"INSERT INTO ntask.queue (queue) VALUES ($1) "
 	"ON CONFLICT (queue) DO NOTHING",
-	1, {TEXTOID}
+	QUEUE_NARGS, {TEXTOID}
 };
 
 /*
- * Parameters of queue_update_plan: the 24 arguments of ntask_queue_set,
- * with each rate limit as two (count, interval; count 0 for 'none').
+ * The parameters of queue_update_plan: values[QU_ARG_X] is $(X + 1).  The
+ * 24 arguments of ntask_queue_set in their order, each rate limit as two
+ * (count, 0 for 'none'; interval).  The plans that take only the queue
+ * ($1) are run with the same values.
  */
-#define QUEUE_NARGS 24
-#define QUEUE_NPARAMS 26
+typedef enum QueueUpdateArg
+{
+	QU_ARG_QUEUE = QUEUE_ARG_QUEUE, /* $1 */
+	QU_ARG_MAX_ATTEMPTS,		/* $2 */
+	QU_ARG_TOTAL_DEADLINE,		/* $3 */
+	QU_ARG_LEASE,				/* $4 */
+	QU_ARG_BACKOFF_BASE,		/* $5 */
+	QU_ARG_BACKOFF_MAX,			/* $6 */
+	QU_ARG_GUARD,				/* $7, the function's name */
+	QU_ARG_TARGET,				/* $8 */
+	QU_ARG_RETENTION,			/* $9 */
+	QU_ARG_NOTIFY,				/* $10 */
+	QU_ARG_FAIRNESS,			/* $11 */
+	QU_ARG_MAX_INFLIGHT,		/* $12 */
+	QU_ARG_PARTITION_MAX_INFLIGHT,	/* $13 */
+	QU_ARG_ORDERED,				/* $14 */
+	QU_ARG_ORDERED_SKIP_REPAIR, /* $15 */
+	QU_ARG_RATE_N,				/* $16, 0: none */
+	QU_ARG_RATE_PER,			/* $17 */
+	QU_ARG_PARTITION_RATE_N,	/* $18, 0: none */
+	QU_ARG_PARTITION_RATE_PER,	/* $19 */
+	QU_ARG_RETRY_SHARE,			/* $20 */
+	QU_ARG_BREAKER_FAILURES,	/* $21 */
+	QU_ARG_BREAKER_COOLDOWN,	/* $22 */
+	QU_ARG_PRIORITY_AGING,		/* $23 */
+	QU_ARG_PRIORITY_AGING_MAX,	/* $24 */
+	QU_ARG_ON_RATE_LIMITED,		/* $25 */
+	QU_ARG_ON_PARENT_FAILED,	/* $26 */
+	QU_NARGS
+} QueueUpdateArg;
+
+/* queue_update_plan returns the row: its columns are read by name */
+#define QUEUE_NCOLS 37
 
 static NtaskPlan queue_update_plan = {
 	"queue update",
-	.ncols = 37,
+	.ncols = QUEUE_NCOLS,
 	"UPDATE ntask.queue q SET "
 	"  max_attempts = coalesce($2, q.max_attempts), "
 	"  total_deadline = coalesce($3, q.total_deadline), "
@@ -103,20 +147,28 @@ static NtaskPlan queue_update_plan = {
 	"  AND coalesce($6, q.backoff_max) OPERATOR(pg_catalog.>=) "
 	"      coalesce($5, q.backoff_base) "
 	"RETURNING q.*",
-	QUEUE_NPARAMS, {TEXTOID, INT4OID, INTERVALOID, INTERVALOID, INTERVALOID, INTERVALOID,
+	QU_NARGS, {TEXTOID, INT4OID, INTERVALOID, INTERVALOID, INTERVALOID, INTERVALOID,
 		TEXTOID, JSONBOID, INTERVALOID, BOOLOID, TEXTOID,
 		INT4OID, INT4OID, BOOLOID, BOOLOID, INT4OID, INTERVALOID, INT4OID,
 	INTERVALOID, FLOAT4OID, INT4OID, INTERVALOID, INTERVALOID, INT4OID, TEXTOID, TEXTOID}
 };
 
-/* $2: the caller; true when the queue restricts this right to a role it lacks */
+/* the parameters of queue_roles_plan */
+typedef enum QueueRolesArg
+{
+	QUEUE_ROLES_ARG_QUEUE,		/* $1 */
+	QUEUE_ROLES_ARG_PRODUCER,	/* $2, NULL: anyone */
+	QUEUE_ROLES_ARG_WORKER,		/* $3, NULL: anyone */
+	QUEUE_ROLES_NARGS
+} QueueRolesArg;
+
 static NtaskPlan queue_roles_plan = {
 	"queue roles",
 	.ncols = 1,
 	"UPDATE ntask.queue q SET producer_role = $2, worker_role = $3, "
 	"  updated_at = pg_catalog.statement_timestamp() "
 	"WHERE q.queue OPERATOR(pg_catalog.=) $1 RETURNING 1",
-	3, {TEXTOID, REGROLEOID, REGROLEOID}
+	QUEUE_ROLES_NARGS, {TEXTOID, REGROLEOID, REGROLEOID}
 };
 
 /*
@@ -130,7 +182,7 @@ static NtaskPlan queue_fair_keyless_plan = {
 	"UPDATE ntask.task t SET partition_key = '' "
 	"WHERE t.queue OPERATOR(pg_catalog.=) $1 AND t.partition_key IS NULL "
 	"  AND t.due_at IS NOT NULL",
-	1, {TEXTOID}
+	QUEUE_NARGS, {TEXTOID}
 };
 
 /*
@@ -158,7 +210,7 @@ static NtaskPlan queue_ordered_plan = {
 	"WHERE t.queue OPERATOR(pg_catalog.=) $1 AND t.ordered IS NOT TRUE "
 	"  AND (t.due_at IS NOT NULL OR t.state OPERATOR(pg_catalog.=) 'repair_required' "
 	"       OR t.state OPERATOR(pg_catalog.=) 'awaiting' OR t.state OPERATOR(pg_catalog.=) 'waiting')",
-	1, {TEXTOID}
+	QUEUE_NARGS, {TEXTOID}
 };
 
 static NtaskPlan queue_clear_guard_plan = {
@@ -167,24 +219,45 @@ static NtaskPlan queue_clear_guard_plan = {
 	"UPDATE ntask.queue SET guard = NULL, guard_owner = NULL, "
 	"  updated_at = pg_catalog.statement_timestamp() "
 	"WHERE queue OPERATOR(pg_catalog.=) $1",
-	1, {TEXTOID}
+	QUEUE_NARGS, {TEXTOID}
 };
 
-/* a new guard and its owner, always together (guard.c checks the owner) */
+/*
+ * a new guard and its owner, always together (guard.c checks the owner):
+ * the parameters of queue_set_guard_plan
+ */
+typedef enum QueueSetGuardArg
+{
+	QUEUE_SET_GUARD_ARG_QUEUE,	/* $1 */
+	QUEUE_SET_GUARD_ARG_GUARD,	/* $2 */
+	QUEUE_SET_GUARD_ARG_OWNER,	/* $3 */
+	QUEUE_SET_GUARD_NARGS
+} QueueSetGuardArg;
+
 static NtaskPlan queue_set_guard_plan = {
 	"queue set guard",
 	.ncols = 0,
 	"UPDATE ntask.queue SET guard = $2, guard_owner = $3 "
 	"WHERE queue OPERATOR(pg_catalog.=) $1",
-	3, {TEXTOID, TEXTOID, NAMEOID}
+	QUEUE_SET_GUARD_NARGS, {TEXTOID, TEXTOID, NAMEOID}
 };
 
 /*
  * Pause: only a queue that is not paused by an operator is
  * changed (a second pause keeps the first one's actor, time and reason).
  * Takes the queue row's lock; claims read the row, never lock it, and see
- * the pause from their next statement on.
+ * the pause from their next statement on.  Its parameters are those of
+ * ntask_queue_pause; queue_resume_lock_plan takes the first
+ * (QUEUE_ARG_QUEUE).
  */
+typedef enum QueuePauseArg
+{
+	QUEUE_PAUSE_ARG_QUEUE = QUEUE_ARG_QUEUE,	/* $1 */
+	QUEUE_PAUSE_ARG_ACTOR,		/* $2 */
+	QUEUE_PAUSE_ARG_REASON,		/* $3 */
+	QUEUE_PAUSE_NARGS
+} QueuePauseArg;
+
 static NtaskPlan queue_pause_plan = {
 	"queue pause",
 	.ncols = 1,
@@ -193,22 +266,30 @@ static NtaskPlan queue_pause_plan = {
 	"  updated_at = pg_catalog.statement_timestamp() "
 	"WHERE q.queue OPERATOR(pg_catalog.=) $1 AND q.paused_at IS NULL "
 	"RETURNING 1",
-	3, {TEXTOID, TEXTOID, TEXTOID}
+	QUEUE_PAUSE_NARGS, {TEXTOID, TEXTOID, TEXTOID}
 };
 
 /*
  * Resume: the queue row, locked, and whether anything is paused: the
- * operator's pause, a rate limit's (paused_until), or keys (column 1..3).
+ * operator's pause, a rate limit's (paused_until), or keys.
  */
+typedef enum QueueResumeLockCol
+{
+	QUEUE_RESUME_LOCK_PAUSED = 1,	/* by an operator */
+	QUEUE_RESUME_LOCK_RATE,		/* by a rate limit (paused_until) */
+	QUEUE_RESUME_LOCK_KEYS,		/* some keys (ntask.key_pause) */
+	QUEUE_RESUME_LOCK_NCOLS = QUEUE_RESUME_LOCK_KEYS
+} QueueResumeLockCol;
+
 static NtaskPlan queue_resume_lock_plan = {
 	"queue resume lock",
-	.ncols = 3,
+	.ncols = QUEUE_RESUME_LOCK_NCOLS,
 	"SELECT q.paused_at IS NOT NULL, "
 	"  coalesce(q.paused_until OPERATOR(pg_catalog.>) pg_catalog.statement_timestamp(), false), "
 	"  EXISTS (SELECT 1 FROM ntask.key_pause k WHERE k.queue OPERATOR(pg_catalog.=) q.queue "
 	"    AND k.until OPERATOR(pg_catalog.>) pg_catalog.statement_timestamp()) "
 	"FROM ntask.queue q WHERE q.queue OPERATOR(pg_catalog.=) $1 FOR NO KEY UPDATE",
-	1, {TEXTOID}
+	QUEUE_NARGS, {TEXTOID}
 };
 
 static NtaskPlan queue_resume_plan = {
@@ -218,14 +299,14 @@ static NtaskPlan queue_resume_plan = {
 	"  paused_until = NULL, keys_paused_until = NULL, "
 	"  updated_at = pg_catalog.statement_timestamp() "
 	"WHERE q.queue OPERATOR(pg_catalog.=) $1",
-	1, {TEXTOID}
+	QUEUE_NARGS, {TEXTOID}
 };
 
 static NtaskPlan queue_resume_keys_plan = {
 	"queue resume keys",
 	.ncols = 0,
 	"DELETE FROM ntask.key_pause k WHERE k.queue OPERATOR(pg_catalog.=) $1",
-	1, {TEXTOID}
+	QUEUE_NARGS, {TEXTOID}
 };
 
 static void queue_check_name(text *name);
@@ -274,6 +355,7 @@ queue_check_name(text *name)
 static char *
 queue_check_guard(Oid guard, char **owner_name)
 {
+	static const Oid guard_argtypes[] = {TEXTOID, JSONBOID};	/* task_key, payload */
 	HeapTuple	tup;
 	Form_pg_proc proc;
 	bool		ok;
@@ -289,9 +371,8 @@ queue_check_guard(Oid guard, char **owner_name)
 	ok = proc->prokind == PROKIND_FUNCTION &&
 		!proc->proretset &&
 		proc->prorettype == TEXTOID &&
-		proc->pronargs == 2 &&
-		proc->proargtypes.values[0] == TEXTOID &&
-		proc->proargtypes.values[1] == JSONBOID;
+		proc->pronargs == lengthof(guard_argtypes) &&
+		memcmp(proc->proargtypes.values, guard_argtypes, sizeof(guard_argtypes)) == 0;
 	owner = proc->proowner;
 	nsp = proc->pronamespace;
 	ReleaseSysCache(tup);
@@ -383,15 +464,15 @@ Datum
 ntask_queue_set_roles(PG_FUNCTION_ARGS)
 {
 	text	   *queue = NtaskArgText(fcinfo, 0, "queue", NTASK_MAX_QUEUE_LEN);
-	Datum		values[3];
-	char		nulls[3] = {' ', ' ', ' '};
+	Datum		values[QUEUE_ROLES_NARGS];
+	char		nulls[QUEUE_ROLES_NARGS] = {' ', ' ', ' '};
 	char	   *qname = text_to_cstring(queue);
 
-	values[0] = PointerGetDatum(queue);
-	values[1] = PG_ARGISNULL(1) ? (Datum) 0 : PG_GETARG_DATUM(1);
-	nulls[1] = PG_ARGISNULL(1) ? 'n' : ' ';
-	values[2] = PG_ARGISNULL(2) ? (Datum) 0 : PG_GETARG_DATUM(2);
-	nulls[2] = PG_ARGISNULL(2) ? 'n' : ' ';
+	values[QUEUE_ROLES_ARG_QUEUE] = PointerGetDatum(queue);
+	values[QUEUE_ROLES_ARG_PRODUCER] = PG_ARGISNULL(1) ? (Datum) 0 : PG_GETARG_DATUM(1);
+	nulls[QUEUE_ROLES_ARG_PRODUCER] = PG_ARGISNULL(1) ? 'n' : ' ';
+	values[QUEUE_ROLES_ARG_WORKER] = PG_ARGISNULL(2) ? (Datum) 0 : PG_GETARG_DATUM(2);
+	nulls[QUEUE_ROLES_ARG_WORKER] = PG_ARGISNULL(2) ? 'n' : ' ';
 	SPI_connect();
 	if (NtaskExecPlan(&queue_roles_plan, values, nulls, SPI_OK_UPDATE_RETURNING) == 0)
 		NtaskQueueNotFound(qname);
@@ -562,6 +643,466 @@ queue_check_aging(SPITupleTable *row)
 }
 
 /*
+ * The arguments of ntask_queue_set: PG_GETARG_*(QS_ARG_X).
+ */
+typedef enum QsArg
+{
+	QS_ARG_QUEUE,
+	QS_ARG_MAX_ATTEMPTS,
+	QS_ARG_TOTAL_DEADLINE,
+	QS_ARG_LEASE,
+	QS_ARG_BACKOFF_BASE,
+	QS_ARG_BACKOFF_MAX,
+	QS_ARG_GUARD,
+	QS_ARG_TARGET,
+	QS_ARG_RETENTION,
+	QS_ARG_NOTIFY,
+	QS_ARG_FAIRNESS,
+	QS_ARG_MAX_INFLIGHT,
+	QS_ARG_PARTITION_MAX_INFLIGHT,
+	QS_ARG_ORDERED,
+	QS_ARG_ORDERED_SKIP_REPAIR,
+	QS_ARG_RATE_LIMIT,
+	QS_ARG_PARTITION_RATE_LIMIT,
+	QS_ARG_RETRY_SHARE,
+	QS_ARG_BREAKER_FAILURES,
+	QS_ARG_BREAKER_COOLDOWN,
+	QS_ARG_PRIORITY_AGING,
+	QS_ARG_PRIORITY_AGING_MAX,
+	QS_ARG_ON_RATE_LIMITED,
+	QS_ARG_ON_PARENT_FAILED,
+	QS_NARGS
+} QsArg;
+
+/* one call of ntask_queue_set: its parameters, and what the checks found */
+typedef struct QsCall
+{
+	FunctionCallInfo fcinfo;
+	text	   *queue;
+	char	   *qname;
+	char	   *guard_name;		/* the guard to store, NULL: none given */
+	char	   *guard_owner;
+	Datum		values[QU_NARGS];
+	char		nulls[QU_NARGS];
+} QsCall;
+
+typedef struct QsSetting QsSetting;
+
+/* the argument of setting s, not NULL (PG_GETARG_DATUM) */
+#define QS_VALUE(c, s) ((c)->fcinfo->args[(s)->arg].value)
+
+/* a setting's check (of a non-NULL argument), or how it fills its parameter */
+typedef void (*QsFunc) (QsCall *c, const QsSetting *s);
+
+/*
+ * One row per setting of ntask_queue_set (every argument but the queue):
+ * its argument, its name in messages, the type of the parameter it sets,
+ * that parameter, its check and its maximum (for a cap), how it fills
+ * the parameter (NULL: the argument itself; a rate fills two), and
+ * whether a change can let claims hand out more.  A NULL argument keeps
+ * the current value: its check is skipped and its parameters are NULL.
+ */
+struct QsSetting
+{
+	QsArg		arg;
+	const char *name;
+	Oid			type;
+	QueueUpdateArg param;
+	QsFunc		check;
+	int			max;
+	QsFunc		fill;
+	bool		frees;
+};
+
+static void qs_check_attempts(QsCall *c, const QsSetting *s);
+static void qs_check_interval(QsCall *c, const QsSetting *s);
+static void qs_check_guard(QsCall *c, const QsSetting *s);
+static void qs_check_target(QsCall *c, const QsSetting *s);
+static void qs_check_notify(QsCall *c, const QsSetting *s);
+static void qs_check_fairness(QsCall *c, const QsSetting *s);
+static void qs_check_cap(QsCall *c, const QsSetting *s);
+static void qs_check_share(QsCall *c, const QsSetting *s);
+static void qs_check_aging(QsCall *c, const QsSetting *s);
+static void qs_check_on_rate_limited(QsCall *c, const QsSetting *s);
+static void qs_check_on_parent_failed(QsCall *c, const QsSetting *s);
+static void qs_fill_guard(QsCall *c, const QsSetting *s);
+static void qs_fill_rate(QsCall *c, const QsSetting *s);
+
+/*
+ * In the order the checks run (breaker_failures's before retry_share's;
+ * the rates are checked as they fill their parameters, after every
+ * other check).
+ */
+static const QsSetting qs_settings[] = {
+	{QS_ARG_MAX_ATTEMPTS, "max_attempts", INT4OID, QU_ARG_MAX_ATTEMPTS,
+	qs_check_attempts, 1000},
+	{QS_ARG_TOTAL_DEADLINE, "total_deadline", INTERVALOID, QU_ARG_TOTAL_DEADLINE,
+	qs_check_interval},
+	{QS_ARG_LEASE, "lease", INTERVALOID, QU_ARG_LEASE, qs_check_interval},
+	{QS_ARG_BACKOFF_BASE, "backoff_base", INTERVALOID, QU_ARG_BACKOFF_BASE,
+	qs_check_interval},
+	{QS_ARG_BACKOFF_MAX, "backoff_max", INTERVALOID, QU_ARG_BACKOFF_MAX,
+	qs_check_interval},
+	{QS_ARG_GUARD, "guard", TEXTOID, QU_ARG_GUARD, qs_check_guard, 0,
+	qs_fill_guard},
+	{QS_ARG_TARGET, "target", JSONBOID, QU_ARG_TARGET, qs_check_target},
+	{QS_ARG_RETENTION, "retention", INTERVALOID, QU_ARG_RETENTION,
+	qs_check_interval},
+	{QS_ARG_NOTIFY, "notify", BOOLOID, QU_ARG_NOTIFY, qs_check_notify},
+	{QS_ARG_FAIRNESS, "fairness", TEXTOID, QU_ARG_FAIRNESS, qs_check_fairness,
+	0, NULL, true},
+	{QS_ARG_MAX_INFLIGHT, "max_inflight", INT4OID, QU_ARG_MAX_INFLIGHT,
+	qs_check_cap, 1000000, NULL, true},
+	{QS_ARG_PARTITION_MAX_INFLIGHT, "partition_max_inflight", INT4OID,
+	QU_ARG_PARTITION_MAX_INFLIGHT, qs_check_cap, 1000000, NULL, true},
+	{QS_ARG_ORDERED, "ordered", BOOLOID, QU_ARG_ORDERED, NULL, 0, NULL, true},
+	{QS_ARG_ORDERED_SKIP_REPAIR, "ordered_skip_repair", BOOLOID,
+	QU_ARG_ORDERED_SKIP_REPAIR, NULL, 0, NULL, true},
+	{QS_ARG_RATE_LIMIT, "rate_limit", INT4OID, QU_ARG_RATE_N, NULL, 0,
+	qs_fill_rate, true},
+	{QS_ARG_PARTITION_RATE_LIMIT, "partition_rate_limit", INT4OID,
+	QU_ARG_PARTITION_RATE_N, NULL, 0, qs_fill_rate, true},
+	{QS_ARG_BREAKER_FAILURES, "breaker_failures", INT4OID,
+	QU_ARG_BREAKER_FAILURES, qs_check_cap, 1000},
+	{QS_ARG_RETRY_SHARE, "retry_share", FLOAT4OID, QU_ARG_RETRY_SHARE,
+	qs_check_share, 0, NULL, true},
+	{QS_ARG_BREAKER_COOLDOWN, "breaker_cooldown", INTERVALOID,
+	QU_ARG_BREAKER_COOLDOWN, qs_check_interval},
+	{QS_ARG_PRIORITY_AGING, "priority_aging", INTERVALOID,
+	QU_ARG_PRIORITY_AGING, qs_check_aging, 0, NULL, true},
+	{QS_ARG_PRIORITY_AGING_MAX, "priority_aging_max", INT4OID,
+	QU_ARG_PRIORITY_AGING_MAX, NULL, 0, NULL, true},
+	{QS_ARG_ON_RATE_LIMITED, "on_rate_limited", TEXTOID,
+	QU_ARG_ON_RATE_LIMITED, qs_check_on_rate_limited},
+	{QS_ARG_ON_PARENT_FAILED, "on_parent_failed", TEXTOID,
+	QU_ARG_ON_PARENT_FAILED, qs_check_on_parent_failed},
+};
+
+StaticAssertDecl(lengthof(qs_settings) == QS_NARGS - 1,
+				 "one setting per argument of ntask_queue_set but the queue");
+
+/* qs_check_attempts: max_attempts counts every attempt, 1..max */
+static void
+qs_check_attempts(QsCall *c, const QsSetting *s)
+{
+	int32		v = DatumGetInt32(QS_VALUE(c, s));
+
+	if (v < 1 || v > s->max)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ntask: max_attempts must be between 1 and 1000"),
+				 errdetail("max_attempts counts every attempt, including the first.")));
+}
+
+/* qs_check_interval: a positive interval */
+static void
+qs_check_interval(QsCall *c, const QsSetting *s)
+{
+	NtaskCheckPositiveInterval(DatumGetIntervalP(QS_VALUE(c, s)),
+							   s->name);
+}
+
+/* qs_check_guard: queue_check_guard; keeps the name and owner to store */
+static void
+qs_check_guard(QsCall *c, const QsSetting *s)
+{
+	c->guard_name = queue_check_guard(DatumGetObjectId(QS_VALUE(c, s)),
+									  &c->guard_owner);
+}
+
+/*
+ * qs_check_target: a JSON object of a known type (JSON null and {} remove
+ * the target, queue_update_plan); an http target's hosts allowed.
+ */
+static void
+qs_check_target(QsCall *c, const QsSetting *s)
+{
+	Jsonb	   *target = DatumGetJsonbP(QS_VALUE(c, s));
+
+	NtaskWakeWorkerAtCommit();	/* let it reread the target */
+	if (queue_target_removed(target))
+		return;
+	if (!JB_ROOT_IS_OBJECT(target))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ntask: target must be a JSON object"),
+				 errhint("Pass 'null' or '{}' to remove the target.")));
+	NtaskCheckTargetType(target);
+	if (NtaskTargetIsHttp(target))
+	{
+		NtaskHttpTarget *t = NtaskParseHttpTarget(target);
+
+		queue_check_host("url", t->host);
+		if (t->reconcile_url)
+			queue_check_host("reconcile_url", t->reconcile_host);
+		queue_warn_not_preloaded("no background worker dispatches the http target",
+								 "The queue's tasks wait until a worker of your own claims them.");
+	}
+}
+
+/*
+ * qs_check_notify: the channel is "ntask_<queue>", and a channel name has
+ * at most 63 bytes
+ */
+static void
+qs_check_notify(QsCall *c, const QsSetting *s)
+{
+	if (DatumGetBool(QS_VALUE(c, s)) &&
+		VARSIZE_ANY_EXHDR(c->queue) > NAMEDATALEN - 1 - 6)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ntask: notify needs a queue name of at most %d bytes",
+						NAMEDATALEN - 1 - 6),
+				 errdetail("The channel is \"ntask_\" followed by the queue name, and a channel name has at most %d bytes.",
+						   NAMEDATALEN - 1)));
+}
+
+/* qs_check_fairness: 'none' or 'partition' */
+static void
+qs_check_fairness(QsCall *c, const QsSetting *s)
+{
+	char	   *f = TextDatumGetCString(QS_VALUE(c, s));
+
+	if (strcmp(f, "none") != 0 && strcmp(f, "partition") != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ntask: fairness must be 'none' or 'partition', not \"%s\"", f)));
+}
+
+/* qs_check_cap: queue_check_cap */
+static void
+qs_check_cap(QsCall *c, const QsSetting *s)
+{
+	queue_check_cap(c->fcinfo, s->arg, s->name, s->max);
+}
+
+/* qs_check_share: retry_share is 0..1 (NaN is not) */
+static void
+qs_check_share(QsCall *c, const QsSetting *s)
+{
+	float4		share = DatumGetFloat4(QS_VALUE(c, s));
+
+	if (!(share >= 0.0f && share <= 1.0f))	/* NaN too */
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ntask: retry_share must be between 0 and 1")));
+}
+
+/* qs_check_aging: queue_check_aging_step */
+static void
+qs_check_aging(QsCall *c, const QsSetting *s)
+{
+	queue_check_aging_step(DatumGetIntervalP(QS_VALUE(c, s)));
+}
+
+/* qs_check_on_rate_limited: one of three; the worker rereads it */
+static void
+qs_check_on_rate_limited(QsCall *c, const QsSetting *s)
+{
+	char	   *o = TextDatumGetCString(QS_VALUE(c, s));
+
+	if (strcmp(o, "retry") != 0 && strcmp(o, "pause_key") != 0 &&
+		strcmp(o, "pause_queue") != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ntask: on_rate_limited must be 'retry', 'pause_key' or 'pause_queue', not \"%s\"", o)));
+	NtaskWakeWorkerAtCommit();	/* the worker rereads its http queues */
+}
+
+/* qs_check_on_parent_failed: NtaskCheckParentPolicy */
+static void
+qs_check_on_parent_failed(QsCall *c, const QsSetting *s)
+{
+	NtaskCheckParentPolicy(DatumGetTextPP(QS_VALUE(c, s)));
+}
+
+/* qs_fill_guard: the guard's parameter is its checked, qualified name */
+static void
+qs_fill_guard(QsCall *c, const QsSetting *s)
+{
+	c->values[s->param] = CStringGetTextDatum(c->guard_name);
+}
+
+/*
+ * qs_fill_rate: a rate limit is parsed (queue_parse_rate) into its count
+ * (0 for 'none') and, unless 'none', its interval, the next parameter
+ */
+static void
+qs_fill_rate(QsCall *c, const QsSetting *s)
+{
+	int32		n;
+
+	queue_parse_rate(DatumGetTextPP(QS_VALUE(c, s)), s->name,
+					 &n, &c->values[s->param + 1]);
+	c->values[s->param] = Int32GetDatum(n);
+	c->nulls[s->param + 1] = n > 0 ? ' ' : 'n';
+}
+
+/*
+ * qs_check_args
+ *		The checks of every setting given (qs_settings), in its order.
+ */
+static void
+qs_check_args(QsCall *c)
+{
+	FunctionCallInfo fcinfo = c->fcinfo;
+	const QsSetting *s;
+
+	for (s = qs_settings; s < qs_settings + lengthof(qs_settings); s++)
+	{
+		Assert(s->type == queue_update_plan.argtypes[s->param]);
+		if (s->check && !PG_ARGISNULL(s->arg))
+			s->check(c, s);
+	}
+	/* the worker rereads an http queue's breaker at once, not next tick */
+	if (!PG_ARGISNULL(QS_ARG_BREAKER_FAILURES) ||
+		!PG_ARGISNULL(QS_ARG_BREAKER_COOLDOWN))
+		NtaskWakeWorkerAtCommit();
+}
+
+/*
+ * qs_fill_params
+ *		The parameters of queue_update_plan from the arguments; then the
+ *		warning that a rate limit or a retry share is not enforced yet.
+ */
+static void
+qs_fill_params(QsCall *c)
+{
+	FunctionCallInfo fcinfo = c->fcinfo;
+	const QsSetting *s;
+
+	memset(c->nulls, 'n', sizeof(c->nulls));
+	c->values[QU_ARG_QUEUE] = PointerGetDatum(c->queue);
+	c->nulls[QU_ARG_QUEUE] = ' ';
+	for (s = qs_settings; s < qs_settings + lengthof(qs_settings); s++)
+	{
+		if (PG_ARGISNULL(s->arg))
+			continue;
+		c->values[s->param] = PG_GETARG_DATUM(s->arg);
+		c->nulls[s->param] = ' ';
+		if (s->fill)
+			s->fill(c, s);
+	}
+	/* a rate limit (count 0 is 'none') or a retry share */
+	if ((c->nulls[QU_ARG_RATE_N] == ' ' &&
+		 DatumGetInt32(c->values[QU_ARG_RATE_N]) > 0) ||
+		(c->nulls[QU_ARG_PARTITION_RATE_N] == ' ' &&
+		 DatumGetInt32(c->values[QU_ARG_PARTITION_RATE_N]) > 0) ||
+		(!PG_ARGISNULL(QS_ARG_RETRY_SHARE) &&
+		 PG_GETARG_FLOAT4(QS_ARG_RETRY_SHARE) < 1.0f))
+		queue_warn_not_preloaded("the rate limit or retry share cannot be enforced",
+								 "ntask_claim refuses a queue with a rate limit or a retry share (SQLSTATE 55000) until ntask is preloaded.");
+}
+
+/*
+ * qs_write
+ *		Create the queue row if needed, store the guard, update the row
+ *		and check the result (queue_check_flow, queue_check_aging).
+ *		Returns the updated row.  In SPI.
+ */
+static SPITupleTable *
+qs_write(QsCall *c)
+{
+	FunctionCallInfo fcinfo = c->fcinfo;
+	SPITupleTable *row;
+
+	if (!PG_ARGISNULL(QS_ARG_ORDERED) && PG_GETARG_BOOL(QS_ARG_ORDERED))
+		NtaskExecPlan(&queue_ordered_lock_plan, NULL, NULL, SPI_OK_UTILITY);
+	NtaskExecPlan(&queue_insert_plan, c->values, NULL, SPI_OK_INSERT);
+	if (c->guard_name)
+	{
+		Datum		gv[QUEUE_SET_GUARD_NARGS];
+
+		gv[QUEUE_SET_GUARD_ARG_QUEUE] = c->values[QU_ARG_QUEUE];
+		gv[QUEUE_SET_GUARD_ARG_GUARD] = c->values[QU_ARG_GUARD];
+		gv[QUEUE_SET_GUARD_ARG_OWNER] =
+			DirectFunctionCall1(namein, CStringGetDatum(c->guard_owner));
+		NtaskExecPlan(&queue_set_guard_plan, gv, NULL, SPI_OK_UPDATE);
+	}
+	/* the row exists now, so no row back means the backoff check failed */
+	if (NtaskExecPlan(&queue_update_plan, c->values, c->nulls,
+					  SPI_OK_UPDATE_RETURNING) != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ntask: backoff_max must not be less than backoff_base")));
+	row = SPI_tuptable;
+	queue_check_flow(row);
+	queue_check_aging(row);
+	return row;
+}
+
+/*
+ * qs_after
+ *		What a change sets off: waiting claims and the worker woken, an
+ *		ordered queue's tasks joining the order index, a fair queue's
+ *		keyless tasks joining the keyless partition.  In SPI.
+ */
+static void
+qs_after(QsCall *c)
+{
+	FunctionCallInfo fcinfo = c->fcinfo;
+	const QsSetting *s;
+
+	/*
+	 * A change of what a claim may hand out can free work: every waiting
+	 * claim of the queue looks again at commit, and the worker
+	 * (ntask_queue_resume does the same).  Any setting marked frees given,
+	 * whatever its value (a change that frees nothing costs each waiter one
+	 * look).
+	 */
+	for (s = qs_settings; s < qs_settings + lengthof(qs_settings); s++)
+		if (s->frees && !PG_ARGISNULL(s->arg))
+		{
+			NtaskWakeWaitersAtCommit(c->qname, NTASK_MAX_BATCH, 0);
+			NtaskWakeWorkerAtCommit();
+			break;
+		}
+	if (!PG_ARGISNULL(QS_ARG_ORDERED) && PG_GETARG_BOOL(QS_ARG_ORDERED))
+		NtaskExecPlan(&queue_ordered_plan, c->values, NULL, SPI_OK_UPDATE);
+	if (!PG_ARGISNULL(QS_ARG_FAIRNESS) &&
+		strcmp(text_to_cstring(PG_GETARG_TEXT_PP(QS_ARG_FAIRNESS)), "partition") == 0)
+	{
+		NtaskExecPlan(&queue_fair_keyless_plan, c->values, NULL, SPI_OK_UPDATE);
+		/* the round starts again at the first key (fair.c) */
+		NtaskFairAdvance(c->qname, cstring_to_text(""));
+	}
+}
+
+/*
+ * qs_return_row
+ *		The updated row (row) as the function's one result row.
+ */
+static void
+qs_return_row(FunctionCallInfo fcinfo, SPITupleTable *row)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	int			natts = rsinfo->setDesc->natts;
+	Datum	   *rowvals = palloc(sizeof(Datum) * natts);
+	bool	   *rownulls = palloc(sizeof(bool) * natts);
+	int			col = 0;
+	int			i;
+
+	/*
+	 * the row type keeps dropped columns (an installation updated from 0.3
+	 * keeps the guard column 0.3 replaced): skip them
+	 */
+	for (i = 0; i < natts; i++)
+	{
+		if (TupleDescAttr(rsinfo->setDesc, i)->attisdropped)
+		{
+			rowvals[i] = (Datum) 0;
+			rownulls[i] = true;
+			continue;
+		}
+		if (++col > row->tupdesc->natts)
+			elog(ERROR, "ntask: ntask.queue has fewer columns than its row type");
+		rowvals[i] = NtaskTupGetDatum(row, 0, col, &rownulls[i]);
+	}
+	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc,
+						 rowvals, rownulls);
+}
+
+/*
  * ntask_queue_set(queue, max_attempts, total_deadline, lease, backoff_base,
  *				   backoff_max, guard, target, retention, notify, fairness,
  *				   max_inflight, partition_max_inflight, ordered,
@@ -576,227 +1117,23 @@ queue_check_aging(SPITupleTable *row)
 Datum
 ntask_queue_set(PG_FUNCTION_ARGS)
 {
-	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	text	   *queue = NtaskArgText(fcinfo, 0, "queue", NTASK_MAX_QUEUE_LEN);
-	Datum		values[QUEUE_NPARAMS];
-	char		nulls[QUEUE_NPARAMS];
-	int			i;
-	char	   *qname;
-	char	   *guard_name = NULL;
-	char	   *guard_owner = NULL;
+	QsCall		c = {0};
 	SPITupleTable *row;
 
-	NtaskCheckNargs(fcinfo, 24);	/* before its new arguments are read */
-	queue_check_name(queue);
-	if (!PG_ARGISNULL(1) &&
-		(PG_GETARG_INT32(1) < 1 || PG_GETARG_INT32(1) > 1000))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("ntask: max_attempts must be between 1 and 1000"),
-				 errdetail("max_attempts counts every attempt, including the first.")));
-	if (!PG_ARGISNULL(2))
-		NtaskCheckPositiveInterval(PG_GETARG_INTERVAL_P(2), "total_deadline");
-	if (!PG_ARGISNULL(3))
-		NtaskCheckPositiveInterval(PG_GETARG_INTERVAL_P(3), "lease");
-	if (!PG_ARGISNULL(4))
-		NtaskCheckPositiveInterval(PG_GETARG_INTERVAL_P(4), "backoff_base");
-	if (!PG_ARGISNULL(5))
-		NtaskCheckPositiveInterval(PG_GETARG_INTERVAL_P(5), "backoff_max");
-	if (!PG_ARGISNULL(6))
-		guard_name = queue_check_guard(PG_GETARG_OID(6), &guard_owner);
-	if (!PG_ARGISNULL(7))
-	{
-		Jsonb	   *target = PG_GETARG_JSONB_P(7);
-
-		NtaskWakeWorkerAtCommit();	/* let it reread the target */
-		/* JSON null and {} remove the target (queue_update_plan) */
-		if (!queue_target_removed(target))
-		{
-			if (!JB_ROOT_IS_OBJECT(target))
-				ereport(ERROR,
-						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-						 errmsg("ntask: target must be a JSON object"),
-						 errhint("Pass 'null' or '{}' to remove the target.")));
-			NtaskCheckTargetType(target);
-			if (NtaskTargetIsHttp(target))
-			{
-				NtaskHttpTarget *t = NtaskParseHttpTarget(target);
-
-				queue_check_host("url", t->host);
-				if (t->reconcile_url)
-					queue_check_host("reconcile_url", t->reconcile_host);
-				queue_warn_not_preloaded("no background worker dispatches the http target",
-										 "The queue's tasks wait until a worker of your own claims them.");
-			}
-		}
-	}
-	if (!PG_ARGISNULL(8))
-		NtaskCheckPositiveInterval(PG_GETARG_INTERVAL_P(8), "retention");
-	/* the channel is "ntask_<queue>", and a channel name has at most 63 bytes */
-	if (!PG_ARGISNULL(9) && PG_GETARG_BOOL(9) &&
-		VARSIZE_ANY_EXHDR(queue) > NAMEDATALEN - 1 - 6)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("ntask: notify needs a queue name of at most %d bytes",
-						NAMEDATALEN - 1 - 6),
-				 errdetail("The channel is \"ntask_\" followed by the queue name, and a channel name has at most %d bytes.",
-						   NAMEDATALEN - 1)));
-
-	if (!PG_ARGISNULL(10))
-	{
-		char	   *f = text_to_cstring(PG_GETARG_TEXT_PP(10));
-
-		if (strcmp(f, "none") != 0 && strcmp(f, "partition") != 0)
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("ntask: fairness must be 'none' or 'partition', not \"%s\"", f)));
-	}
-
-	queue_check_cap(fcinfo, 11, "max_inflight", 1000000);
-	queue_check_cap(fcinfo, 12, "partition_max_inflight", 1000000);
-	queue_check_cap(fcinfo, 18, "breaker_failures", 1000);
-	if (!PG_ARGISNULL(17))
-	{
-		float4		share = PG_GETARG_FLOAT4(17);
-
-		if (!(share >= 0.0f && share <= 1.0f))	/* NaN too */
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("ntask: retry_share must be between 0 and 1")));
-	}
-	if (!PG_ARGISNULL(19))
-		NtaskCheckPositiveInterval(PG_GETARG_INTERVAL_P(19), "breaker_cooldown");
-	if (!PG_ARGISNULL(20))
-		queue_check_aging_step(PG_GETARG_INTERVAL_P(20));
-	if (!PG_ARGISNULL(22))
-	{
-		char	   *o = text_to_cstring(PG_GETARG_TEXT_PP(22));
-
-		if (strcmp(o, "retry") != 0 && strcmp(o, "pause_key") != 0 &&
-			strcmp(o, "pause_queue") != 0)
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("ntask: on_rate_limited must be 'retry', 'pause_key' or 'pause_queue', not \"%s\"", o)));
-		NtaskWakeWorkerAtCommit();	/* the worker rereads its http queues */
-	}
-	if (!PG_ARGISNULL(23))
-		NtaskCheckParentPolicy(PG_GETARG_TEXT_PP(23));
-	/* the worker rereads an http queue's breaker at once, not next tick */
-	if ((!PG_ARGISNULL(18)) || (!PG_ARGISNULL(19)))
-		NtaskWakeWorkerAtCommit();
-
-	/* arguments 0..14 are parameters 1..15; then the rates take two each */
-	for (i = 0; i < QUEUE_NPARAMS; i++)
-		nulls[i] = 'n';
-	for (i = 0; i < QUEUE_NARGS; i++)
-	{
-		int			p = i < 15 ? i : i == 15 ? 15 : i == 16 ? 17 : i + 2;
-		bool		isnull = PG_ARGISNULL(i);
-
-		if (i == 15 || i == 16)
-		{
-			int32		n;
-
-			if (isnull)
-				continue;
-			queue_parse_rate(PG_GETARG_TEXT_PP(i),
-							 i == 15 ? "rate_limit" : "partition_rate_limit",
-							 &n, &values[p + 1]);
-			values[p] = Int32GetDatum(n);
-			nulls[p] = ' ';
-			nulls[p + 1] = n > 0 ? ' ' : 'n';
-			continue;
-		}
-		values[p] = isnull ? (Datum) 0 : PG_GETARG_DATUM(i);
-		nulls[p] = isnull ? 'n' : ' ';
-	}
-	/* a rate limit (parsed above: count 0 is 'none') or a retry share */
-	if ((nulls[15] == ' ' && DatumGetInt32(values[15]) > 0) ||
-		(nulls[17] == ' ' && DatumGetInt32(values[17]) > 0) ||
-		(!PG_ARGISNULL(17) && PG_GETARG_FLOAT4(17) < 1.0f))
-		queue_warn_not_preloaded("the rate limit or retry share cannot be enforced",
-								 "ntask_claim refuses a queue with a rate limit or a retry share (SQLSTATE 55000) until ntask is preloaded.");
-
-	values[0] = PointerGetDatum(queue);
-	if (guard_name)
-		values[6] = CStringGetTextDatum(guard_name);
-	qname = text_to_cstring(queue);
+	c.fcinfo = fcinfo;
+	c.queue = NtaskArgText(fcinfo, QS_ARG_QUEUE, "queue", NTASK_MAX_QUEUE_LEN);
+	NtaskCheckNargs(fcinfo, QS_NARGS);	/* before its new arguments are read */
+	queue_check_name(c.queue);
+	qs_check_args(&c);
+	qs_fill_params(&c);
+	c.qname = text_to_cstring(c.queue);
 
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
-	if (!PG_ARGISNULL(13) && PG_GETARG_BOOL(13))
-		NtaskExecPlan(&queue_ordered_lock_plan, NULL, NULL, SPI_OK_UTILITY);
-	NtaskExecPlan(&queue_insert_plan, values, NULL, SPI_OK_INSERT);
-	if (guard_name)
-	{
-		Datum		gv[3];
-
-		gv[0] = values[0];
-		gv[1] = values[6];
-		gv[2] = DirectFunctionCall1(namein, CStringGetDatum(guard_owner));
-		NtaskExecPlan(&queue_set_guard_plan, gv, NULL, SPI_OK_UPDATE);
-	}
-	/* the row exists now, so no row back means the backoff check failed */
-	if (NtaskExecPlan(&queue_update_plan, values, nulls,
-					  SPI_OK_UPDATE_RETURNING) != 1)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("ntask: backoff_max must not be less than backoff_base")));
-	row = SPI_tuptable;
-	queue_check_flow(row);
-	queue_check_aging(row);
-
-	/*
-	 * A change of what a claim may hand out can free work: every waiting
-	 * claim of the queue looks again at commit, and the worker
-	 * (ntask_queue_resume does the same).  fairness,
-	 * max_inflight, partition_max_inflight, ordered, ordered_skip_repair,
-	 * rate_limit, partition_rate_limit, retry_share, priority_aging and
-	 * its cap: any of them given, whatever its value (a change that frees
-	 * nothing costs each waiter one look).
-	 */
-	for (i = 10; i <= 21; i++)
-		if (i != 18 && i != 19 && !PG_ARGISNULL(i))
-		{
-			NtaskWakeWaitersAtCommit(qname, NTASK_MAX_BATCH, 0);
-			NtaskWakeWorkerAtCommit();
-			break;
-		}
-	if (!PG_ARGISNULL(13) && PG_GETARG_BOOL(13))
-		NtaskExecPlan(&queue_ordered_plan, values, NULL, SPI_OK_UPDATE);
-	if (!PG_ARGISNULL(10) &&
-		strcmp(text_to_cstring(PG_GETARG_TEXT_PP(10)), "partition") == 0)
-	{
-		NtaskExecPlan(&queue_fair_keyless_plan, values, NULL, SPI_OK_UPDATE);
-		/* the round starts again at the first key (fair.c) */
-		NtaskFairAdvance(qname, cstring_to_text(""));
-	}
-	{
-		int			natts = rsinfo->setDesc->natts;
-		Datum	   *rowvals = palloc(sizeof(Datum) * natts);
-		bool	   *rownulls = palloc(sizeof(bool) * natts);
-		int			col = 0;
-
-		/*
-		 * the row type keeps dropped columns (an installation updated from
-		 * 0.3 keeps the guard column 0.3 replaced): skip them
-		 */
-		for (i = 0; i < natts; i++)
-		{
-			if (TupleDescAttr(rsinfo->setDesc, i)->attisdropped)
-			{
-				rowvals[i] = (Datum) 0;
-				rownulls[i] = true;
-				continue;
-			}
-			if (++col > row->tupdesc->natts)
-				elog(ERROR, "ntask: ntask.queue has fewer columns than its row type");
-			rowvals[i] = NtaskTupGetDatum(row, 0, col, &rownulls[i]);
-		}
-		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc,
-							 rowvals, rownulls);
-	}
-	NtaskAudit(GetUserNameFromId(GetUserId(), false), "queue_set", 0, qname,
+	row = qs_write(&c);
+	qs_after(&c);
+	qs_return_row(fcinfo, row);
+	NtaskAudit(GetUserNameFromId(GetUserId(), false), "queue_set", 0, c.qname,
 			   "policy updated", NULL, NULL);
 	SPI_finish();
 	return (Datum) 0;
@@ -810,10 +1147,10 @@ Datum
 ntask_queue_clear_guard(PG_FUNCTION_ARGS)
 {
 	text	   *queue = NtaskArgText(fcinfo, 0, "queue", NTASK_MAX_QUEUE_LEN);
-	Datum		values[1];
+	Datum		values[QUEUE_NARGS];
 	char	   *qname = text_to_cstring(queue);
 
-	values[0] = PointerGetDatum(queue);
+	values[QUEUE_ARG_QUEUE] = PointerGetDatum(queue);
 	SPI_connect();
 	if (NtaskExecPlan(&queue_clear_guard_plan, values, NULL, SPI_OK_UPDATE) == 0)
 		NtaskQueueNotFound(qname);
@@ -842,12 +1179,12 @@ ntask_queue_pause(PG_FUNCTION_ARGS)
 	text	   *actor = NtaskArgText(fcinfo, 1, "actor", NTASK_MAX_NAME_LEN);
 	text	   *reason = NtaskArgText(fcinfo, 2, "reason", NTASK_MAX_REASON_LEN);
 	char	   *qname = text_to_cstring(queue);
-	Datum		values[3];
+	Datum		values[QUEUE_PAUSE_NARGS];
 	bool		paused;
 
-	values[0] = PointerGetDatum(queue);
-	values[1] = PointerGetDatum(actor);
-	values[2] = PointerGetDatum(reason);
+	values[QUEUE_PAUSE_ARG_QUEUE] = PointerGetDatum(queue);
+	values[QUEUE_PAUSE_ARG_ACTOR] = PointerGetDatum(actor);
+	values[QUEUE_PAUSE_ARG_REASON] = PointerGetDatum(reason);
 	SPI_connect();
 	paused = NtaskExecPlan(&queue_pause_plan, values, NULL,
 						   SPI_OK_UPDATE_RETURNING) > 0;
@@ -879,14 +1216,18 @@ ntask_queue_resume(PG_FUNCTION_ARGS)
 	text	   *actor = NtaskArgText(fcinfo, 1, "actor", NTASK_MAX_NAME_LEN);
 	text	   *reason = NtaskArgText(fcinfo, 2, "reason", NTASK_MAX_REASON_LEN);
 	char	   *qname = text_to_cstring(queue);
-	Datum		values[1];
+	Datum		values[QUEUE_NARGS];
+	SPITupleTable *tt;
 	bool		was;
 
-	values[0] = PointerGetDatum(queue);
+	values[QUEUE_ARG_QUEUE] = PointerGetDatum(queue);
 	SPI_connect();
 	if (NtaskExecPlan(&queue_resume_lock_plan, values, NULL, SPI_OK_SELECT) == 0)
 		NtaskQueueNotFound(qname);
-	was = NtaskGetBool(0, 1) || NtaskGetBool(0, 2) || NtaskGetBool(0, 3);
+	tt = SPI_tuptable;
+	was = NtaskTupGetBool(tt, 0, QUEUE_RESUME_LOCK_PAUSED) ||
+		NtaskTupGetBool(tt, 0, QUEUE_RESUME_LOCK_RATE) ||
+		NtaskTupGetBool(tt, 0, QUEUE_RESUME_LOCK_KEYS);
 	if (was)
 	{
 		NtaskExecPlan(&queue_resume_plan, values, NULL, SPI_OK_UPDATE);

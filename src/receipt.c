@@ -59,17 +59,26 @@ PG_FUNCTION_INFO_V1(ntask_receipt);
 typedef enum RcptLockCol
 {
 	RCPT_LOCK_TOKEN = 1,
-	RCPT_LOCK_RIGHT				/* the caller has the worker_role */
+	RCPT_LOCK_RIGHT,			/* the caller has the worker_role */
+	RCPT_LOCK_NCOLS = RCPT_LOCK_RIGHT
 } RcptLockCol;
+
+/* the parameters of rcpt_lock_plan */
+typedef enum RcptLockArg
+{
+	RCPT_LOCK_ARG_TASK_ID,		/* $1 */
+	RCPT_LOCK_ARG_CALLER,		/* $2, for the worker_role */
+	RCPT_LOCK_NARGS
+} RcptLockArg;
 
 static NtaskPlan rcpt_lock_plan = {
 	"receipt task lock",
-	.ncols = 2,
+	.ncols = RCPT_LOCK_NCOLS,
 	"SELECT t.token, " NTASK_WORKER_RIGHT("q", "2") " "
 	"FROM ntask.task t JOIN ntask.queue q ON q.queue OPERATOR(pg_catalog.=) t.queue "
 	"WHERE t.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("t", "$1")
 	"FOR NO KEY UPDATE OF t",
-	2, {INT8OID, OIDOID}
+	RCPT_LOCK_NARGS, {INT8OID, OIDOID}
 };
 
 /*
@@ -83,9 +92,15 @@ static NtaskPlan rcpt_lock_plan = {
  * while the lock is held (claim skips the row, cancel and housekeeping
  * wait or skip).
  */
+typedef enum RcptClosedCol
+{
+	RCPT_CLOSED_ENDED = 1,		/* the attempt has ended */
+	RCPT_CLOSED_NCOLS = RCPT_CLOSED_ENDED
+} RcptClosedCol;
+
 static NtaskPlan rcpt_closed_plan = {
 	"receipt attempt closed",
-	.ncols = 1,
+	.ncols = RCPT_CLOSED_NCOLS,
 	"SELECT a.ended_at IS NOT NULL "
 	"FROM ntask.attempt a "
 	"WHERE a.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("a", "$1")
@@ -124,12 +139,13 @@ static NtaskPlan rcpt_insert_plan = {
 typedef enum RcptDigestCol
 {
 	RCPT_DIGEST = 1,
-	RCPT_DIGEST_VERSION
+	RCPT_DIGEST_VERSION,
+	RCPT_DIGEST_NCOLS = RCPT_DIGEST_VERSION
 } RcptDigestCol;
 
 static NtaskPlan rcpt_task_plan = {
 	"receipt of the task",
-	.ncols = 2,
+	.ncols = RCPT_DIGEST_NCOLS,
 	"SELECT r.payload_digest, r.digest_version FROM ntask.receipt r "
 	"WHERE r.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("r", "$1")
 	"ORDER BY r.token LIMIT 1",
@@ -138,7 +154,7 @@ static NtaskPlan rcpt_task_plan = {
 
 static NtaskPlan rcpt_existing_plan = {
 	"receipt lookup",
-	.ncols = 2,
+	.ncols = RCPT_DIGEST_NCOLS,
 	"SELECT r.payload_digest, r.digest_version FROM ntask.receipt r "
 	"WHERE r.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("r", "$1")
 	"  AND r.token OPERATOR(pg_catalog.=) $2",
@@ -165,15 +181,15 @@ NtaskSameDigest(Jsonb *payload, bytea *current_digest, bytea *stored,
 			   VARSIZE_ANY_EXHDR(cmp)) == 0;
 }
 
-/* rcpt_compare: duplicate or conflict against the receipt in row 0 */
+/* rcpt_compare: duplicate or conflict against the receipt in row 0 of tt */
 static const char *
-rcpt_compare(Jsonb *payload, bytea *digest)
+rcpt_compare(Jsonb *payload, bytea *digest, SPITupleTable *tt)
 {
 	bool		isnull;
 
 	return NtaskSameDigest(payload, digest,
-						   DatumGetByteaPP(NtaskGetDatum(0, RCPT_DIGEST, &isnull)),
-						   NtaskGetInt32(0, RCPT_DIGEST_VERSION)) ? "duplicate" : "conflict";
+						   DatumGetByteaPP(NtaskTupGetDatum(tt, 0, RCPT_DIGEST, &isnull)),
+						   NtaskTupGetInt32(tt, 0, RCPT_DIGEST_VERSION)) ? "duplicate" : "conflict";
 }
 
 /*
@@ -191,7 +207,8 @@ ntask_receipt(PG_FUNCTION_ARGS)
 	Jsonb	   *payload;
 	bytea	   *digest;
 	Datum		values[RCPT_NARGS];
-	Datum		lockvals[2];
+	Datum		lockvals[RCPT_LOCK_NARGS];
+	SPITupleTable *tt;
 	bool		stale;
 	const char *result;
 
@@ -203,40 +220,41 @@ ntask_receipt(PG_FUNCTION_ARGS)
 	values[RCPT_ARG_DIGEST] = PointerGetDatum(digest);
 	values[RCPT_ARG_DIGEST_VERSION] = Int16GetDatum(NTASK_DIGEST_VERSION);
 
-	lockvals[0] = values[RCPT_ARG_TASK_ID];
-	lockvals[1] = ObjectIdGetDatum(NtaskCaller());
+	lockvals[RCPT_LOCK_ARG_TASK_ID] = values[RCPT_ARG_TASK_ID];
+	lockvals[RCPT_LOCK_ARG_CALLER] = ObjectIdGetDatum(NtaskCaller());
 
 	SPI_connect();
 
 	/*
-	 * On a distributed install the row lock below holds only on the
-	 * placement it was taken on: the shard's metadata lock first, to the
-	 * end of the business transaction, so that a shard move waits for it
+	 * On a distributed install the row lock below holds only on the placement
+	 * it was taken on: the shard's metadata lock first, to the end of the
+	 * business transaction, so that a shard move waits for it
 	 * (NtaskLockShards, docs/scaling.md "Shard moves").
 	 */
 	NtaskLockShard(NTASK_ID_SHARD(task_id));
 	if (NtaskExecPlan(&rcpt_lock_plan, lockvals, NULL, SPI_OK_SELECT) == 0)
 		NtaskTaskNotFound(task_id);
-	if (!NtaskGetBool(0, RCPT_LOCK_RIGHT))
+	tt = SPI_tuptable;
+	if (!NtaskTupGetBool(tt, 0, RCPT_LOCK_RIGHT))
 		NtaskTaskRightDenied(task_id);
-	NtaskCheckTokenIssued(task_id, token, NtaskGetInt64(0, RCPT_LOCK_TOKEN));
-	stale = token < NtaskGetInt64(0, RCPT_LOCK_TOKEN);
+	NtaskCheckTokenIssued(task_id, token, NtaskTupGetInt64(tt, 0, RCPT_LOCK_TOKEN));
+	stale = token < NtaskTupGetInt64(tt, 0, RCPT_LOCK_TOKEN);
 	if (!stale)
 		stale = NtaskExecPlan(&rcpt_closed_plan, values, NULL, SPI_OK_SELECT) == 1 &&
-			NtaskGetBool(0, 1);
+			NtaskTupGetBool(SPI_tuptable, 0, RCPT_CLOSED_ENDED);
 
 	/*
 	 * The token holds the task: compare with the task's receipt, of any
-	 * token, if there is one; else write this one.  A stale token: only
-	 * its own receipt (a retry after a lost commit response) answers.
+	 * token, if there is one; else write this one.  A stale token: only its
+	 * own receipt (a retry after a lost commit response) answers.
 	 */
 	if (!stale && NtaskExecPlan(&rcpt_task_plan, values, NULL, SPI_OK_SELECT) == 1)
-		result = rcpt_compare(payload, digest);
+		result = rcpt_compare(payload, digest, SPI_tuptable);
 	else if (!stale &&
 			 NtaskExecPlan(&rcpt_insert_plan, values, NULL, SPI_OK_INSERT_RETURNING) == 1)
 		result = "applied";
 	else if (NtaskExecPlan(&rcpt_existing_plan, values, NULL, SPI_OK_SELECT) == 1)
-		result = rcpt_compare(payload, digest);
+		result = rcpt_compare(payload, digest, SPI_tuptable);
 	else
 	{
 		/* no receipt; only possible when stale (else the insert applied) */

@@ -45,21 +45,35 @@ typedef enum RepLockCol
 	REP_LOCK_TASK_KEY,
 	REP_LOCK_PAYLOAD,
 	REP_LOCK_GUARD,				/* NULL: none */
-	REP_LOCK_GUARD_OWNER
+	REP_LOCK_GUARD_OWNER,
+	REP_LOCK_NCOLS = REP_LOCK_GUARD_OWNER
 } RepLockCol;
+
+/* the parameter of rep_lock_plan */
+typedef enum RepLockArg
+{
+	REP_LOCK_ARG_TASK_ID,		/* $1 */
+	REP_LOCK_NARGS
+} RepLockArg;
 
 static NtaskPlan rep_lock_plan = {
 	"admin lock",
-	.ncols = 6,
+	.ncols = REP_LOCK_NCOLS,
 	"SELECT t.state, t.queue, t.task_key, t.payload, q.guard, "
 	"  q.guard_owner::pg_catalog.text "
 	"FROM ntask.task t JOIN ntask.queue q "
 	"  ON q.queue OPERATOR(pg_catalog.=) t.queue "
 	"WHERE t.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("t", "$1")
 	"FOR UPDATE OF t",
-	1, {INT8OID}
+	REP_LOCK_NARGS, {INT8OID}
 };
 
+typedef enum RepReplayArg
+{
+	REP_REPLAY_ARG_TASK_ID,		/* $1 */
+	REP_REPLAY_ARG_NOW,			/* $2, the statement's timestamp */
+	REP_REPLAY_NARGS
+} RepReplayArg;
 
 static NtaskPlan rep_replay_plan = {
 	"replay",
@@ -74,7 +88,7 @@ static NtaskPlan rep_replay_plan = {
 	"FROM ntask.queue q "
 	"WHERE t.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("t", "$1")
 	"  AND q.queue OPERATOR(pg_catalog.=) t.queue",
-	2, {INT8OID, TIMESTAMPTZOID}
+	REP_REPLAY_NARGS, {INT8OID, TIMESTAMPTZOID}
 };
 
 typedef enum RepAssignArg
@@ -94,24 +108,25 @@ static NtaskPlan rep_assign_plan = {
 	REP_ASSIGN_NARGS, {INT8OID, TEXTOID, TEXTOID}
 };
 
-static char *rep_lock(int64 task_id);
+static char *rep_lock(int64 task_id, SPITupleTable **row);
 static void rep_wrong_state(int64 task_id, const char *state, const char *action,
 							const char *needed);
 
 /*
  * rep_lock
  *		Lock the task row; returns its state (palloc'd).  P0002 if missing.
- *		SPI_tuptable then holds its row (RepLockCol).
+ *		*row is set to the table holding the row (RepLockCol).
  */
 static char *
-rep_lock(int64 task_id)
+rep_lock(int64 task_id, SPITupleTable **row)
 {
-	Datum		values[1];
+	Datum		values[REP_LOCK_NARGS];
 
-	values[0] = Int64GetDatum(task_id);
+	values[REP_LOCK_ARG_TASK_ID] = Int64GetDatum(task_id);
 	if (NtaskExecPlan(&rep_lock_plan, values, NULL, SPI_OK_SELECT) == 0)
 		NtaskTaskNotFound(task_id);
-	return NtaskGetCString(0, REP_LOCK_STATE);
+	*row = SPI_tuptable;
+	return NtaskTupGetCString(*row, 0, REP_LOCK_STATE);
 }
 
 /* rep_wrong_state: raise NT002 for an action not allowed in state. */
@@ -139,8 +154,9 @@ rep_wrong_state(int64 task_id, const char *state, const char *action,
 static const char *
 rep_cancel(int64 task_id, const char *actor, const char *reason)
 {
-	char	   *state = rep_lock(task_id);
-	char	   *queue = NtaskGetCString(0, REP_LOCK_QUEUE);
+	SPITupleTable *row;
+	char	   *state = rep_lock(task_id, &row);
+	char	   *queue = NtaskTupGetCString(row, 0, REP_LOCK_QUEUE);
 
 	if (strcmp(state, "canceled") == 0)
 		return "duplicate";
@@ -181,27 +197,28 @@ ntask_cancel(PG_FUNCTION_ARGS)
 static const char *
 rep_replay(int64 task_id, const char *actor, const char *reason)
 {
-	char	   *state = rep_lock(task_id);
-	char	   *queue = NtaskGetCString(0, REP_LOCK_QUEUE);
+	SPITupleTable *row;
+	char	   *state = rep_lock(task_id, &row);
+	char	   *queue = NtaskTupGetCString(row, 0, REP_LOCK_QUEUE);
 	const char *to_state = "ready";
 	bool		isnull;
 	char	   *guard;
-	Datum		values[2];
+	Datum		values[REP_REPLAY_NARGS];
 
 	if (strcmp(state, "repair_required") != 0)
 		rep_wrong_state(task_id, state, "replay", "repair_required");
 
-	guard = NtaskGetCString(0, REP_LOCK_GUARD);
+	guard = NtaskTupGetCString(row, 0, REP_LOCK_GUARD);
 	if (guard != NULL)
 	{
 		char	   *why;
 		NtaskGuardVerdict v;
 
 		/* an operator asked: a guard error is theirs to see, not caught */
-		v = NtaskRunGuard(guard, NtaskGetCString(0, REP_LOCK_GUARD_OWNER),
-						  DatumGetTextPP(NtaskGetDatum(0, REP_LOCK_TASK_KEY, &isnull)),
-						  DatumGetJsonbP(NtaskGetDatum(0, REP_LOCK_PAYLOAD, &isnull)), &why,
-						  false);
+		v = NtaskRunGuard(guard, NtaskTupGetCString(row, 0, REP_LOCK_GUARD_OWNER),
+						  DatumGetTextPP(NtaskTupGetDatum(row, 0, REP_LOCK_TASK_KEY, &isnull)),
+						  DatumGetJsonbP(NtaskTupGetDatum(row, 0, REP_LOCK_PAYLOAD, &isnull)),
+						  &why, false);
 		if (v != NTASK_GUARD_PROCEED)
 		{
 			to_state = v == NTASK_GUARD_SKIP ? "skipped" : "canceled";
@@ -213,8 +230,8 @@ rep_replay(int64 task_id, const char *actor, const char *reason)
 	}
 	if (strcmp(to_state, "ready") == 0)
 	{
-		values[0] = Int64GetDatum(task_id);
-		values[1] = NtaskStatementTs();
+		values[REP_REPLAY_ARG_TASK_ID] = Int64GetDatum(task_id);
+		values[REP_REPLAY_ARG_NOW] = NtaskStatementTs();
 		NtaskExecPlan(&rep_replay_plan, values, NULL, SPI_OK_UPDATE);
 		NtaskWakeWaitersAtCommit(queue, 1, 0);
 	}
@@ -257,6 +274,7 @@ ntask_repair_assign(PG_FUNCTION_ARGS)
 	text	   *owner = NtaskArgText(fcinfo, 1, "owner", NTASK_MAX_NAME_LEN);
 	text	   *next = NtaskArgText(fcinfo, 2, "next_action", NTASK_MAX_REASON_LEN);
 	char	   *actor;
+	SPITupleTable *row;
 	char	   *state;
 	char	   *queue;
 	Datum		values[REP_ASSIGN_NARGS];
@@ -267,8 +285,8 @@ ntask_repair_assign(PG_FUNCTION_ARGS)
 		actor = GetUserNameFromId(GetUserId(), false);
 
 	SPI_connect();
-	state = rep_lock(task_id);
-	queue = NtaskGetCString(0, REP_LOCK_QUEUE);
+	state = rep_lock(task_id, &row);
+	queue = NtaskTupGetCString(row, 0, REP_LOCK_QUEUE);
 	if (strcmp(state, "repair_required") != 0)
 		rep_wrong_state(task_id, state, "assign", "repair_required");
 	values[REP_ASSIGN_ARG_TASK_ID] = Int64GetDatum(task_id);
@@ -326,9 +344,15 @@ typedef enum BulkArg
 	"  AND ($9::pg_catalog.timestamptz IS NULL OR t.run_at OPERATOR(pg_catalog.<>) $9) "
 
 /* how many tasks match (no lock) */
+typedef enum BulkCountCol
+{
+	BULK_COUNT_COUNT = 1,
+	BULK_COUNT_NCOLS = BULK_COUNT_COUNT
+} BulkCountCol;
+
 static NtaskPlan bulk_count_plan = {
 	"bulk count",
-	.ncols = 1,
+	.ncols = BULK_COUNT_NCOLS,
 	"SELECT pg_catalog.count(*) " BULK_MATCH
 	"  AND $10::pg_catalog.int4 IS NOT NULL",
 	BULK_ARG_TYPES
@@ -340,15 +364,28 @@ static NtaskPlan bulk_count_plan = {
  * holder's transition in flight): they stay matching, counted in
  * remaining, so a bulk action never waits for a worker.
  */
+typedef enum BulkLockCol
+{
+	BULK_LOCK_TASK_ID = 1,
+	BULK_LOCK_NCOLS = BULK_LOCK_TASK_ID
+} BulkLockCol;
+
 static NtaskPlan bulk_lock_plan = {
 	"bulk lock",
-	.ncols = 1,
+	.ncols = BULK_LOCK_NCOLS,
 	"SELECT t.task_id " BULK_MATCH
 	"ORDER BY t.task_id LIMIT $10 FOR UPDATE OF t SKIP LOCKED",
 	BULK_ARG_TYPES
 };
 
 /* reschedule the locked tasks $1 to $2 (still ready or retry_wait) */
+typedef enum BulkRescheduleArg
+{
+	BULK_RESCHEDULE_ARG_TASK_IDS,	/* $1 */
+	BULK_RESCHEDULE_ARG_RUN_AT, /* $2 */
+	BULK_RESCHEDULE_NARGS
+} BulkRescheduleArg;
+
 /* the columns of bulk_reschedule_plan */
 typedef enum BulkRescheduleCol
 {
@@ -365,16 +402,32 @@ static NtaskPlan bulk_reschedule_plan = {
 	"WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1) "
 	"  AND t.state OPERATOR(pg_catalog.=) ANY ('{ready,retry_wait}') "
 	"RETURNING t.task_id, t.state",
-	2, {INT8ARRAYOID, TIMESTAMPTZOID}
+	BULK_RESCHEDULE_NARGS, {INT8ARRAYOID, TIMESTAMPTZOID}
 };
 
-/* the call's own audit row: actor, action, queue, reason, detail */
+/* the call's own audit row */
+typedef enum BulkAuditArg
+{
+	BULK_AUDIT_ARG_ACTOR,		/* $1 */
+	BULK_AUDIT_ARG_ACTION,		/* $2 */
+	BULK_AUDIT_ARG_QUEUE,		/* $3 */
+	BULK_AUDIT_ARG_REASON,		/* $4 */
+	BULK_AUDIT_ARG_DETAIL,		/* $5 */
+	BULK_AUDIT_NARGS
+} BulkAuditArg;
+
+typedef enum BulkAuditCol
+{
+	BULK_AUDIT_ID = 1,
+	BULK_AUDIT_NCOLS = BULK_AUDIT_ID
+} BulkAuditCol;
+
 static NtaskPlan bulk_audit_plan = {
 	"bulk audit",
-	.ncols = 1,
+	.ncols = BULK_AUDIT_NCOLS,
 	"INSERT INTO ntask.audit (actor, action, queue, reason, detail) "
 	"VALUES ($1, $2, $3, $4, $5) RETURNING audit_id",
-	5, {TEXTOID, TEXTOID, TEXTOID, TEXTOID, JSONBOID}
+	BULK_AUDIT_NARGS, {TEXTOID, TEXTOID, TEXTOID, TEXTOID, JSONBOID}
 };
 
 typedef enum BulkAction
@@ -721,7 +774,7 @@ bulk_count(BulkCall *c)
 	bool		isnull;
 
 	NtaskExecPlan(&bulk_count_plan, c->values, c->nulls, SPI_OK_SELECT);
-	return DatumGetInt64(NtaskGetDatum(0, 1, &isnull));
+	return DatumGetInt64(NtaskTupGetDatum(SPI_tuptable, 0, BULK_COUNT_COUNT, &isnull));
 }
 
 /*
@@ -746,17 +799,17 @@ bulk_chunk(BulkCall *c, BulkOut *out)
 		n = NtaskExecPlan(&bulk_lock_plan, c->values, c->nulls, SPI_OK_SELECT);
 		ids = palloc(sizeof(int64) * Max(n, 1));
 		for (i = 0; i < n; i++)
-			ids[i] = NtaskGetInt64(i, 1);
+			ids[i] = NtaskTupGetInt64(SPI_tuptable, i, BULK_LOCK_TASK_ID);
 		if (c->action == BULK_RESCHEDULE && n > 0)
 		{
 			Datum	   *d = palloc(sizeof(Datum) * n);
-			Datum		rv[2];
+			Datum		rv[BULK_RESCHEDULE_NARGS];
 			int			nrows;
 
 			for (i = 0; i < n; i++)
 				d[i] = Int64GetDatum(ids[i]);
-			rv[0] = NtaskInt8Array(d, n);
-			rv[1] = TimestampTzGetDatum(c->run_at);
+			rv[BULK_RESCHEDULE_ARG_TASK_IDS] = NtaskInt8Array(d, n);
+			rv[BULK_RESCHEDULE_ARG_RUN_AT] = TimestampTzGetDatum(c->run_at);
 			nrows = NtaskExecPlan(&bulk_reschedule_plan, rv, NULL, SPI_OK_UPDATE_RETURNING);
 			{
 				SPITupleTable *rows = SPI_tuptable;
@@ -811,18 +864,37 @@ bulk_chunk(BulkCall *c, BulkOut *out)
 	}
 	appendStringInfoChar(&detail, '}');
 	{
-		Datum		av[5];
+		Datum		av[BULK_AUDIT_NARGS];
 
-		av[0] = CStringGetTextDatum(c->actor);
-		av[1] = CStringGetTextDatum(psprintf("bulk_%s%s", c->action_name,
-											 c->dry_run ? "_dry_run" : ""));
-		av[2] = CStringGetTextDatum(c->queue);
-		av[3] = CStringGetTextDatum(c->reason);
-		av[4] = DirectFunctionCall1(jsonb_in, CStringGetDatum(detail.data));
+		av[BULK_AUDIT_ARG_ACTOR] = CStringGetTextDatum(c->actor);
+		av[BULK_AUDIT_ARG_ACTION] = CStringGetTextDatum(psprintf("bulk_%s%s", c->action_name,
+																 c->dry_run ? "_dry_run" : ""));
+		av[BULK_AUDIT_ARG_QUEUE] = CStringGetTextDatum(c->queue);
+		av[BULK_AUDIT_ARG_REASON] = CStringGetTextDatum(c->reason);
+		av[BULK_AUDIT_ARG_DETAIL] = DirectFunctionCall1(jsonb_in, CStringGetDatum(detail.data));
 		NtaskExecPlan(&bulk_audit_plan, av, NULL, SPI_OK_INSERT_RETURNING);
-		out->audit_id = NtaskGetInt64(0, 1);
+		out->audit_id = NtaskTupGetInt64(SPI_tuptable, 0, BULK_AUDIT_ID);
 	}
 }
+
+/* the result columns of ntask_bulk */
+typedef enum BulkOutCol
+{
+	BULK_OUT_MATCHED,
+	BULK_OUT_CHANGED,
+	BULK_OUT_REMAINING,
+	BULK_OUT_AUDIT_ID,
+	BULK_OUT_NCOLS
+} BulkOutCol;
+
+/* the INOUT arguments of ntask_bulk_all, its result */
+typedef enum BulkAllOutCol
+{
+	BULK_ALL_OUT_CHANGED,
+	BULK_ALL_OUT_REMAINING,
+	BULK_ALL_OUT_CHUNKS,
+	BULK_ALL_OUT_NCOLS
+} BulkAllOutCol;
 
 /*
  * ntask_bulk(queue, action, actor, reason, filter, dry_run, run_at,
@@ -840,8 +912,8 @@ ntask_bulk(PG_FUNCTION_ARGS)
 	BulkCall	c;
 	BulkOut		out;
 	TupleDesc	tupdesc;
-	Datum		vals[4];
-	bool		nulls[4] = {false, false, false, false};
+	Datum		vals[BULK_OUT_NCOLS];
+	bool		nulls[BULK_OUT_NCOLS] = {false, false, false, false};
 
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "ntask: ntask_bulk must return a row");
@@ -851,10 +923,10 @@ ntask_bulk(PG_FUNCTION_ARGS)
 	bulk_init(&c, fcinfo, 5, 6, 7, GetCurrentStatementStartTimestamp());
 	bulk_chunk(&c, &out);
 	SPI_finish();
-	vals[0] = Int64GetDatum(out.matched);
-	vals[1] = Int64GetDatum(out.changed);
-	vals[2] = Int64GetDatum(out.remaining);
-	vals[3] = Int64GetDatum(out.audit_id);
+	vals[BULK_OUT_MATCHED] = Int64GetDatum(out.matched);
+	vals[BULK_OUT_CHANGED] = Int64GetDatum(out.changed);
+	vals[BULK_OUT_REMAINING] = Int64GetDatum(out.remaining);
+	vals[BULK_OUT_AUDIT_ID] = Int64GetDatum(out.audit_id);
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, vals, nulls)));
 }
 
@@ -875,8 +947,8 @@ ntask_bulk_all(PG_FUNCTION_ARGS)
 	int64		changed = 0;
 	int32		chunks = 0;
 	TupleDesc	tupdesc;
-	Datum		vals[3];
-	bool		nulls[3] = {false, false, false};
+	Datum		vals[BULK_ALL_OUT_NCOLS];
+	bool		nulls[BULK_ALL_OUT_NCOLS] = {false, false, false};
 	MemoryContext caller = CurrentMemoryContext;
 
 	if (fcinfo->context == NULL || !IsA(fcinfo->context, CallContext) ||
@@ -907,8 +979,8 @@ ntask_bulk_all(PG_FUNCTION_ARGS)
 	}
 	SPI_finish();
 	MemoryContextSwitchTo(caller);
-	vals[0] = Int64GetDatum(changed);
-	vals[1] = Int64GetDatum(out.remaining);
-	vals[2] = Int32GetDatum(chunks);
+	vals[BULK_ALL_OUT_CHANGED] = Int64GetDatum(changed);
+	vals[BULK_ALL_OUT_REMAINING] = Int64GetDatum(out.remaining);
+	vals[BULK_ALL_OUT_CHUNKS] = Int32GetDatum(chunks);
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, vals, nulls)));
 }

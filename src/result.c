@@ -28,13 +28,31 @@
 
 PG_FUNCTION_INFO_V1(ntask_result);
 
+/* the parameters of result_read_plan */
+typedef enum ResultReadArg
+{
+	RESULT_READ_ARG_QUEUE,		/* $1 */
+	RESULT_READ_ARG_KEY,		/* $2 */
+	RESULT_READ_NARGS
+} ResultReadArg;
+
+/* the columns of result_read_plan: those of ntask_result's row */
+typedef enum ResultReadCol
+{
+	RESULT_READ_STATE = 1,
+	RESULT_READ_OUTCOME,
+	RESULT_READ_RESULT,
+	RESULT_READ_FINISHED_AT,
+	RESULT_READ_NCOLS = RESULT_READ_FINISHED_AT
+} ResultReadCol;
+
 static NtaskPlan result_read_plan = {
 	"result read",
-	.ncols = 4,
+	.ncols = RESULT_READ_NCOLS,
 	"SELECT t.state, t.outcome, t.result, t.finished_at FROM ntask.task t "
 	"WHERE t.queue OPERATOR(pg_catalog.=) $1 "
 	"  AND t.task_key OPERATOR(pg_catalog.=) $2",
-	2, {TEXTOID, TEXTOID}
+	RESULT_READ_NARGS, {TEXTOID, TEXTOID}
 };
 
 /*
@@ -92,21 +110,22 @@ ntask_result(PG_FUNCTION_ARGS)
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	text	   *queue = NtaskArgText(fcinfo, 0, "queue", NTASK_MAX_QUEUE_LEN);
 	text	   *key = NtaskArgText(fcinfo, 1, "task_key", NTASK_MAX_KEY_LEN);
-	Datum		values[2];
+	Datum		values[RESULT_READ_NARGS];
 
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
 	NtaskCheckQueueRight(queue, true);
-	values[0] = PointerGetDatum(queue);
-	values[1] = PointerGetDatum(key);
+	values[RESULT_READ_ARG_QUEUE] = PointerGetDatum(queue);
+	values[RESULT_READ_ARG_KEY] = PointerGetDatum(key);
 	if (NtaskExecPlan(&result_read_plan, values, NULL, SPI_OK_SELECT) == 1)
 	{
-		Datum		out[4];
-		bool		nulls[4];
+		Datum		out[RESULT_READ_NCOLS];
+		bool		nulls[RESULT_READ_NCOLS];
 		int			c;
 
-		for (c = 0; c < 4; c++)
-			out[c] = NtaskGetDatum(0, c + 1, &nulls[c]);
+		/* the row as read: out[c - 1] is column c */
+		for (c = RESULT_READ_STATE; c <= RESULT_READ_NCOLS; c++)
+			out[c - 1] = NtaskTupGetDatum(SPI_tuptable, 0, c, &nulls[c - 1]);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, nulls);
 	}
 	SPI_finish();

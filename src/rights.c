@@ -20,20 +20,43 @@
 #include "catalog/pg_type.h"
 #include "utils/builtins.h"
 
+/* the parameters of rights_queue_plan */
+typedef enum RightsQueueArg
+{
+	RIGHTS_QUEUE_ARG_QUEUE,		/* $1 */
+	RIGHTS_QUEUE_ARG_CALLER,	/* $2 */
+	RIGHTS_QUEUE_ARG_PRODUCER,	/* $3, else the worker right */
+	RIGHTS_QUEUE_NARGS
+} RightsQueueArg;
+
 /*
  * Denied; and whether the role the queue names no longer exists (DROP
  * ROLE leaves its oid in ntask.queue).
  */
+typedef enum RightsQueueCol
+{
+	RIGHTS_QUEUE_DENIED = 1,
+	RIGHTS_QUEUE_ROLE_DROPPED,
+	RIGHTS_QUEUE_NCOLS = RIGHTS_QUEUE_ROLE_DROPPED
+} RightsQueueCol;
+
 static NtaskPlan rights_queue_plan = {
 	"queue right",
-	.ncols = 2,
+	.ncols = RIGHTS_QUEUE_NCOLS,
 	"SELECT x.role IS NOT NULL AND NOT pg_catalog.pg_has_role($2, x.role, 'USAGE'), "
 	"  x.role IS NOT NULL AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r "
 	"    WHERE r.oid OPERATOR(pg_catalog.=) x.role) "
 	"FROM (SELECT (CASE WHEN $3 THEN q.producer_role ELSE q.worker_role END)::pg_catalog.oid AS role "
 	"      FROM ntask.queue q WHERE q.queue OPERATOR(pg_catalog.=) $1) x",
-	3, {TEXTOID, OIDOID, BOOLOID}
+	RIGHTS_QUEUE_NARGS, {TEXTOID, OIDOID, BOOLOID}
 };
+
+/* the parameter of rights_task_role_dropped_plan */
+typedef enum RightsTaskArg
+{
+	RIGHTS_TASK_ARG_TASK_ID,	/* $1 */
+	RIGHTS_TASK_NARGS
+} RightsTaskArg;
 
 /* does task $1's queue name a worker_role that no longer exists? */
 static NtaskPlan rights_task_role_dropped_plan = {
@@ -44,7 +67,7 @@ static NtaskPlan rights_task_role_dropped_plan = {
 	"  AND q.worker_role IS NOT NULL "
 	"  AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r "
 	"    WHERE r.oid OPERATOR(pg_catalog.=) q.worker_role::pg_catalog.oid)",
-	1, {INT8OID}
+	RIGHTS_TASK_NARGS, {INT8OID}
 };
 
 /* the detail and hint of a refusal by a role that was dropped */
@@ -77,14 +100,17 @@ NtaskQueueNotFound(const char *queue)
 void
 NtaskCheckQueueRight(text *queue, bool producer)
 {
-	Datum		values[3];
+	Datum		values[RIGHTS_QUEUE_NARGS];
+	SPITupleTable *tt;
 
-	values[0] = PointerGetDatum(queue);
-	values[1] = ObjectIdGetDatum(NtaskCaller());
-	values[2] = BoolGetDatum(producer);
+	values[RIGHTS_QUEUE_ARG_QUEUE] = PointerGetDatum(queue);
+	values[RIGHTS_QUEUE_ARG_CALLER] = ObjectIdGetDatum(NtaskCaller());
+	values[RIGHTS_QUEUE_ARG_PRODUCER] = BoolGetDatum(producer);
 	if (NtaskExecPlan(&rights_queue_plan, values, NULL, SPI_OK_SELECT) == 0)
 		NtaskQueueNotFound(text_to_cstring(queue));
-	if (NtaskGetBool(0, 1) && NtaskGetBool(0, 2))
+	tt = SPI_tuptable;
+	if (NtaskTupGetBool(tt, 0, RIGHTS_QUEUE_DENIED) &&
+		NtaskTupGetBool(tt, 0, RIGHTS_QUEUE_ROLE_DROPPED))
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 				 errmsg("ntask: permission denied to %s queue \"%s\"",
@@ -92,7 +118,7 @@ NtaskCheckQueueRight(text *queue, bool producer)
 						text_to_cstring(queue)),
 				 NTASK_ROLE_DROPPED_DETAIL(producer ? "producer_role" : "worker_role"),
 				 NTASK_ROLE_DROPPED_HINT));
-	if (NtaskGetBool(0, 1))
+	if (NtaskTupGetBool(tt, 0, RIGHTS_QUEUE_DENIED))
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 				 errmsg("ntask: permission denied to %s queue \"%s\"",
@@ -102,11 +128,18 @@ NtaskCheckQueueRight(text *queue, bool producer)
 						 producer ? "producer_role" : "worker_role")));
 }
 
+/* the parameter of rights_queue_exists_plan */
+typedef enum RightsExistsArg
+{
+	RIGHTS_EXISTS_ARG_QUEUE,	/* $1 */
+	RIGHTS_EXISTS_NARGS
+} RightsExistsArg;
+
 static NtaskPlan rights_queue_exists_plan = {
 	"queue exists",
 	.ncols = 0,
 	"SELECT FROM ntask.queue q WHERE q.queue OPERATOR(pg_catalog.=) $1",
-	1, {TEXTOID}
+	RIGHTS_EXISTS_NARGS, {TEXTOID}
 };
 
 /*
@@ -119,9 +152,9 @@ static NtaskPlan rights_queue_exists_plan = {
 void
 NtaskCheckQueueExists(text *queue)
 {
-	Datum		values[1];
+	Datum		values[RIGHTS_EXISTS_NARGS];
 
-	values[0] = PointerGetDatum(queue);
+	values[RIGHTS_EXISTS_ARG_QUEUE] = PointerGetDatum(queue);
 	if (NtaskExecPlan(&rights_queue_exists_plan, values, NULL, SPI_OK_SELECT) == 0)
 		NtaskQueueNotFound(text_to_cstring(queue));
 }
@@ -135,10 +168,10 @@ NtaskCheckQueueExists(text *queue)
 void
 NtaskTaskRightDenied(int64 task_id)
 {
-	Datum		values[1];
+	Datum		values[RIGHTS_TASK_NARGS];
 
 	/* every caller is inside its SPI connection */
-	values[0] = Int64GetDatum(task_id);
+	values[RIGHTS_TASK_ARG_TASK_ID] = Int64GetDatum(task_id);
 	if (NtaskExecPlan(&rights_task_role_dropped_plan, values, NULL, SPI_OK_SELECT) > 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),

@@ -75,8 +75,22 @@ static bool saga_resuming = false;
 /*
  * The statements' parameters and result columns by name: an argument enum
  * indexes values[] (SAGA_X_ARG_Y is $(Y + 1)), a column enum is an SPI
- * attribute number (from 1).  The one-column statements keep column 1.
+ * attribute number (from 1).
  */
+
+/* the parameter of the statements of one saga ($1 the saga) */
+typedef enum SagaIdArg
+{
+	SAGA_ID_ARG_SAGA_ID,		/* $1 */
+	SAGA_ID_NARGS
+} SagaIdArg;
+
+/* the parameter of the statements of one task ($1 the task) */
+typedef enum SagaTaskArg
+{
+	SAGA_TASK_ARG_TASK_ID,		/* $1 */
+	SAGA_TASK_NARGS
+} SagaTaskArg;
 
 typedef enum SagaInsertArg
 {
@@ -92,12 +106,13 @@ typedef enum SagaInsertArg
 typedef enum SagaInsertCol
 {
 	SAGA_INSERT_SAGA_ID = 1,
-	SAGA_INSERT_STATE
+	SAGA_INSERT_STATE,
+	SAGA_INSERT_NCOLS = SAGA_INSERT_STATE
 } SagaInsertCol;
 
 static NtaskPlan saga_insert_plan = {
 	"saga insert",
-	.ncols = 2,
+	.ncols = SAGA_INSERT_NCOLS,
 	"INSERT INTO ntask.saga (saga_key, steps, steps_digest, digest_version, "
 	"  nsteps, started_by, scope) VALUES ($1, $2, $3, $4, $5, $6, ntask.saga_scope($2)) "
 	"ON CONFLICT (saga_key, scope) DO NOTHING RETURNING saga_id, state",
@@ -123,12 +138,13 @@ typedef enum SagaExistingCol
 	SAGA_EXISTING_SAGA_ID = 1,
 	SAGA_EXISTING_STATE,
 	SAGA_EXISTING_DIGEST,
-	SAGA_EXISTING_DIGEST_VERSION
+	SAGA_EXISTING_DIGEST_VERSION,
+	SAGA_EXISTING_NCOLS = SAGA_EXISTING_DIGEST_VERSION
 } SagaExistingCol;
 
 static NtaskPlan saga_existing_plan = {
 	"saga lookup",
-	.ncols = 4,
+	.ncols = SAGA_EXISTING_NCOLS,
 	"SELECT s.saga_id, s.state, s.steps_digest, s.digest_version "
 	"FROM ntask.saga s WHERE s.saga_key OPERATOR(pg_catalog.=) $1 "
 	"  AND NOT EXISTS (SELECT 1 FROM ntask.queue q "
@@ -148,30 +164,32 @@ typedef enum SagaLockCol
 	SAGA_LOCK_FAILED_STEP,		/* NULL: none */
 	SAGA_LOCK_NSTEPS,
 	SAGA_LOCK_STEPS,
-	SAGA_LOCK_SAGA_KEY
+	SAGA_LOCK_SAGA_KEY,
+	SAGA_LOCK_NCOLS = SAGA_LOCK_SAGA_KEY
 } SagaLockCol;
 
 static NtaskPlan saga_lock_plan = {
 	"saga lock",
-	.ncols = 6,
+	.ncols = SAGA_LOCK_NCOLS,
 	"SELECT s.state, s.current_step, s.failed_step, s.nsteps, s.steps, s.saga_key "
 	"FROM ntask.saga s WHERE s.saga_id OPERATOR(pg_catalog.=) $1 FOR UPDATE",
-	1, {INT8OID}
+	SAGA_ID_NARGS, {INT8OID}
 };
 
 /* saga_read_plan's columns ($1 the saga) */
 typedef enum SagaReadCol
 {
 	SAGA_READ_STATE = 1,
-	SAGA_READ_CURRENT_STEP
+	SAGA_READ_CURRENT_STEP,
+	SAGA_READ_NCOLS = SAGA_READ_CURRENT_STEP
 } SagaReadCol;
 
 static NtaskPlan saga_read_plan = {
 	"saga read",
-	.ncols = 2,
+	.ncols = SAGA_READ_NCOLS,
 	"SELECT s.state, s.current_step FROM ntask.saga s "
 	"WHERE s.saga_id OPERATOR(pg_catalog.=) $1",
-	1, {INT8OID}
+	SAGA_ID_NARGS, {INT8OID}
 };
 
 typedef enum SagaStepInsertArg
@@ -197,16 +215,24 @@ static NtaskPlan saga_step_insert_plan = {
 typedef enum SagaStepSeenCol
 {
 	SAGA_STEP_SEEN_STEP_NO = 1,
-	SAGA_STEP_SEEN_KIND
+	SAGA_STEP_SEEN_KIND,
+	SAGA_STEP_SEEN_NCOLS = SAGA_STEP_SEEN_KIND
 } SagaStepSeenCol;
+
+typedef enum SagaStepSeenArg
+{
+	SAGA_STEP_SEEN_ARG_TASK_ID, /* $1 */
+	SAGA_STEP_SEEN_ARG_STATE,	/* $2 */
+	SAGA_STEP_SEEN_NARGS
+} SagaStepSeenArg;
 
 static NtaskPlan saga_step_seen_plan = {
 	"saga step seen",
-	.ncols = 2,
+	.ncols = SAGA_STEP_SEEN_NCOLS,
 	"UPDATE ntask.saga_step st SET state = $2 "
 	"WHERE st.task_id OPERATOR(pg_catalog.=) $1 "
 	"RETURNING st.step_no, st.kind",
-	2, {INT8OID, TEXTOID}
+	SAGA_STEP_SEEN_NARGS, {INT8OID, TEXTOID}
 };
 
 typedef enum SagaStepTaskArg
@@ -220,12 +246,13 @@ typedef enum SagaStepTaskArg
 typedef enum SagaStepTaskCol
 {
 	SAGA_STEP_TASK_TASK_ID = 1,
-	SAGA_STEP_TASK_STATE		/* the step's last state seen */
+	SAGA_STEP_TASK_STATE,		/* the step's last state seen */
+	SAGA_STEP_TASK_NCOLS = SAGA_STEP_TASK_STATE
 } SagaStepTaskCol;
 
 static NtaskPlan saga_step_task_plan = {
 	"saga step task",
-	.ncols = 2,
+	.ncols = SAGA_STEP_TASK_NCOLS,
 	"SELECT st.task_id, st.state FROM ntask.saga_step st "
 	"WHERE st.saga_id OPERATOR(pg_catalog.=) $1 "
 	"  AND st.step_no OPERATOR(pg_catalog.=) $2 AND st.kind OPERATOR(pg_catalog.=) $3",
@@ -258,17 +285,18 @@ static NtaskPlan saga_update_plan = {
 typedef enum SagaMaybeEffectCol
 {
 	SAGA_MAYBE_EFFECT = 1,
-	SAGA_MAYBE_REASON			/* the task's */
+	SAGA_MAYBE_REASON,			/* the task's */
+	SAGA_MAYBE_NCOLS = SAGA_MAYBE_REASON
 } SagaMaybeEffectCol;
 
 static NtaskPlan saga_maybe_effect_plan = {
 	"saga step effect",
-	.ncols = 2,
+	.ncols = SAGA_MAYBE_NCOLS,
 	"SELECT t.unknown_attempts OPERATOR(pg_catalog.>) 0 OR EXISTS ( "
 	"  SELECT 1 FROM ntask.receipt r WHERE r.task_id OPERATOR(pg_catalog.=) t.task_id), "
 	"  t.reason "
 	"FROM ntask.task t WHERE t.task_id OPERATOR(pg_catalog.=) $1",
-	1, {INT8OID}
+	SAGA_TASK_NARGS, {INT8OID}
 };
 
 /*
@@ -276,29 +304,56 @@ static NtaskPlan saga_maybe_effect_plan = {
  * SKIP LOCKED: a session that holds it (an operator's cancel) locked the
  * task before the saga, and that order must not be turned around here
  */
+typedef enum SagaFailedLockCol
+{
+	SAGA_FAILED_LOCK_QUEUE = 1,
+	SAGA_FAILED_LOCK_NCOLS = SAGA_FAILED_LOCK_QUEUE
+} SagaFailedLockCol;
+
 static NtaskPlan saga_failed_lock_plan = {
 	"saga failed step lock",
-	.ncols = 1,
+	.ncols = SAGA_FAILED_LOCK_NCOLS,
 	"SELECT t.queue FROM ntask.task t "
 	"WHERE t.task_id OPERATOR(pg_catalog.=) $1 "
 	"  AND t.state OPERATOR(pg_catalog.=) 'repair_required' FOR UPDATE SKIP LOCKED",
-	1, {INT8OID}
+	SAGA_TASK_NARGS, {INT8OID}
 };
 
 /* saga_task_lock_plan's columns ($1 the task) */
 typedef enum SagaTaskLockCol
 {
 	SAGA_TASK_LOCK_STATE = 1,
-	SAGA_TASK_LOCK_QUEUE
+	SAGA_TASK_LOCK_QUEUE,
+	SAGA_TASK_LOCK_NCOLS = SAGA_TASK_LOCK_QUEUE
 } SagaTaskLockCol;
 
 static NtaskPlan saga_task_lock_plan = {
 	"saga task lock",
-	.ncols = 2,
+	.ncols = SAGA_TASK_LOCK_NCOLS,
 	"SELECT t.state, t.queue FROM ntask.task t "
 	"WHERE t.task_id OPERATOR(pg_catalog.=) $1 FOR UPDATE",
-	1, {INT8OID}
+	SAGA_TASK_NARGS, {INT8OID}
 };
+
+/* saga_exec_saga: run p, whose one parameter is the saga */
+static int
+saga_exec_saga(NtaskPlan *p, int64 saga_id, int expected_rc)
+{
+	Datum		args[SAGA_ID_NARGS];
+
+	args[SAGA_ID_ARG_SAGA_ID] = Int64GetDatum(saga_id);
+	return NtaskExecPlan(p, args, NULL, expected_rc);
+}
+
+/* saga_exec_task: run p, whose one parameter is the task */
+static int
+saga_exec_task(NtaskPlan *p, int64 task_id, int expected_rc)
+{
+	Datum		args[SAGA_TASK_NARGS];
+
+	args[SAGA_TASK_ARG_TASK_ID] = Int64GetDatum(task_id);
+	return NtaskExecPlan(p, args, NULL, expected_rc);
+}
 
 /* ---- the definition ---- */
 
@@ -497,7 +552,7 @@ saga_step_state(int64 saga_id, int step_no, const char *kind)
 	values[SAGA_STEP_TASK_ARG_KIND] = CStringGetTextDatum(kind);
 	if (NtaskExecPlan(&saga_step_task_plan, values, NULL, SPI_OK_SELECT) != 1)
 		return NULL;
-	return NtaskGetCString(0, SAGA_STEP_TASK_STATE);
+	return NtaskTupGetCString(SPI_tuptable, 0, SAGA_STEP_TASK_STATE);
 }
 
 /*
@@ -522,11 +577,10 @@ saga_close_failed(int64 saga_id, const char *saga_key, int failed)
 	values[SAGA_STEP_TASK_ARG_KIND] = CStringGetTextDatum("forward");
 	if (NtaskExecPlan(&saga_step_task_plan, values, NULL, SPI_OK_SELECT) != 1)
 		return;
-	task_id = NtaskGetInt64(0, SAGA_STEP_TASK_TASK_ID);
-	values[0] = Int64GetDatum(task_id);
-	if (NtaskExecPlan(&saga_failed_lock_plan, values, NULL, SPI_OK_SELECT) != 1)
+	task_id = NtaskTupGetInt64(SPI_tuptable, 0, SAGA_STEP_TASK_TASK_ID);
+	if (saga_exec_task(&saga_failed_lock_plan, task_id, SPI_OK_SELECT) != 1)
 		return;					/* not in repair, or being changed right now */
-	queue = NtaskGetCString(0, 1);
+	queue = NtaskTupGetCString(SPI_tuptable, 0, SAGA_FAILED_LOCK_QUEUE);
 	NtaskFinishTask(task_id, "canceled", "saga_compensated", "canceled", NULL, NULL);
 	NtaskAudit("ntask saga", "cancel", task_id, queue,
 			   psprintf("saga_compensated: saga %s (%lld) is compensated", saga_key,
@@ -583,7 +637,8 @@ static void
 saga_on_change(int64 task_id, int64 saga_id, const char *old_state,
 			   const char *new_state)
 {
-	Datum		values[2];
+	Datum		values[SAGA_STEP_SEEN_NARGS];
+	SPITupleTable *tt;
 	char	   *sstate;
 	int			current;
 	int			failed;
@@ -604,23 +659,24 @@ saga_on_change(int64 task_id, int64 saga_id, const char *old_state,
 	if (!done && !failure && !replay)
 		return;
 
-	values[0] = Int64GetDatum(saga_id);
-	if (NtaskExecPlan(&saga_lock_plan, values, NULL, SPI_OK_SELECT) != 1)
+	if (saga_exec_saga(&saga_lock_plan, saga_id, SPI_OK_SELECT) != 1)
 		return;
-	sstate = NtaskGetCString(0, SAGA_LOCK_STATE);
-	current = NtaskGetInt32(0, SAGA_LOCK_CURRENT_STEP);
-	NtaskGetDatum(0, SAGA_LOCK_FAILED_STEP, &isnull);
-	failed = isnull ? 0 : NtaskGetInt32(0, SAGA_LOCK_FAILED_STEP);
-	nsteps = NtaskGetInt32(0, SAGA_LOCK_NSTEPS);
-	steps = saga_parse(DatumGetJsonbP(NtaskGetDatum(0, SAGA_LOCK_STEPS, &isnull)), &nsteps);
-	saga_key = NtaskGetCString(0, SAGA_LOCK_SAGA_KEY);
+	tt = SPI_tuptable;
+	sstate = NtaskTupGetCString(tt, 0, SAGA_LOCK_STATE);
+	current = NtaskTupGetInt32(tt, 0, SAGA_LOCK_CURRENT_STEP);
+	NtaskTupGetDatum(tt, 0, SAGA_LOCK_FAILED_STEP, &isnull);
+	failed = isnull ? 0 : NtaskTupGetInt32(tt, 0, SAGA_LOCK_FAILED_STEP);
+	nsteps = NtaskTupGetInt32(tt, 0, SAGA_LOCK_NSTEPS);
+	steps = saga_parse(DatumGetJsonbP(NtaskTupGetDatum(tt, 0, SAGA_LOCK_STEPS, &isnull)), &nsteps);
+	saga_key = NtaskTupGetCString(tt, 0, SAGA_LOCK_SAGA_KEY);
 
-	values[0] = Int64GetDatum(task_id);
-	values[1] = CStringGetTextDatum(new_state);
+	values[SAGA_STEP_SEEN_ARG_TASK_ID] = Int64GetDatum(task_id);
+	values[SAGA_STEP_SEEN_ARG_STATE] = CStringGetTextDatum(new_state);
 	if (NtaskExecPlan(&saga_step_seen_plan, values, NULL, SPI_OK_UPDATE_RETURNING) != 1)
 		return;
-	step_no = NtaskGetInt32(0, SAGA_STEP_SEEN_STEP_NO);
-	forward = strcmp(NtaskGetCString(0, SAGA_STEP_SEEN_KIND), "forward") == 0;
+	tt = SPI_tuptable;
+	step_no = NtaskTupGetInt32(tt, 0, SAGA_STEP_SEEN_STEP_NO);
+	forward = strcmp(NtaskTupGetCString(tt, 0, SAGA_STEP_SEEN_KIND), "forward") == 0;
 
 	/* a replay of a saga's task: only ntask_saga_resume may do that */
 	if (replay)
@@ -662,10 +718,10 @@ saga_on_change(int64 task_id, int64 saga_id, const char *old_state,
 			char	   *why;
 			char	   *reason;
 
-			values[0] = Int64GetDatum(task_id);
-			NtaskExecPlan(&saga_maybe_effect_plan, values, NULL, SPI_OK_SELECT);
-			maybe = NtaskGetBool(0, SAGA_MAYBE_EFFECT);
-			why = NtaskGetCString(0, SAGA_MAYBE_REASON);
+			saga_exec_task(&saga_maybe_effect_plan, task_id, SPI_OK_SELECT);
+			tt = SPI_tuptable;
+			maybe = NtaskTupGetBool(tt, 0, SAGA_MAYBE_EFFECT);
+			why = NtaskTupGetCString(tt, 0, SAGA_MAYBE_REASON);
 			reason = psprintf("step %s %s%s%s%s", steps[step_no - 1].name, new_state,
 							  why ? " (" : "", why ? why : "", why ? ")" : "");
 			saga_compensate_from(saga_id, saga_key, steps,
@@ -732,6 +788,15 @@ ntask_saga_step_changed(PG_FUNCTION_ARGS)
 
 /* ---- the SQL functions ---- */
 
+/* the result columns of ntask_saga_start */
+typedef enum SagaOutCol
+{
+	SAGA_OUT_SAGA_ID,
+	SAGA_OUT_CREATED,
+	SAGA_OUT_STATE,
+	SAGA_OUT_NCOLS
+} SagaOutCol;
+
 /*
  * ntask_saga_start(saga_key, steps, actor) RETURNS TABLE(saga_id, created,
  *													  state)
@@ -760,9 +825,10 @@ ntask_saga_start(PG_FUNCTION_ARGS)
 	bytea	   *digest;
 	Datum		values[SAGA_INSERT_NARGS];
 	Datum		existing[SAGA_EXISTING_NARGS];
+	SPITupleTable *tt;
 	int			found;
-	Datum		out[3];
-	bool		outnulls[3] = {false, false, false};
+	Datum		out[SAGA_OUT_NCOLS];
+	bool		outnulls[SAGA_OUT_NCOLS] = {false, false, false};
 	int			i;
 
 	if (PG_ARGISNULL(1))
@@ -777,12 +843,13 @@ ntask_saga_start(PG_FUNCTION_ARGS)
 
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
+
 	/*
 	 * A distributed install: a saga's steps are tasks of other keys, so of
 	 * other shards, and the trigger that moves a saga on would run on a
 	 * step's shard and query the others, which Citus refuses from a shard
-	 * (docs/scaling.md "Fairness, limits, ordering and sagas across
-	 * shards"); ntask_distribute dropped it.
+	 * (docs/scaling.md "Fairness, limits, ordering and sagas across shards");
+	 * ntask_distribute dropped it.
 	 */
 	NtaskRefuseDistributed("a saga");
 	for (i = 0; i < nsteps; i++)
@@ -794,9 +861,9 @@ ntask_saga_start(PG_FUNCTION_ARGS)
 
 	/*
 	 * A saga of this key the caller may see answers (created = false or
-	 * NT001); one it may not see is as if the key were free, and the new
-	 * saga gets its own scope.  The insert's conflict can only be a saga of
-	 * the caller's own scope committed since the look: looked up again.
+	 * NT001); one it may not see is as if the key were free, and the new saga
+	 * gets its own scope.  The insert's conflict can only be a saga of the
+	 * caller's own scope committed since the look: looked up again.
 	 */
 	existing[SAGA_EXISTING_ARG_KEY] = PointerGetDatum(key);
 	existing[SAGA_EXISTING_ARG_STEPS] = JsonbPGetDatum(def);
@@ -811,7 +878,7 @@ ntask_saga_start(PG_FUNCTION_ARGS)
 	if (found == 0 &&
 		NtaskExecPlan(&saga_insert_plan, values, NULL, SPI_OK_INSERT_RETURNING) == 1)
 	{
-		int64		saga_id = NtaskGetInt64(0, SAGA_INSERT_SAGA_ID);
+		int64		saga_id = NtaskTupGetInt64(SPI_tuptable, 0, SAGA_INSERT_SAGA_ID);
 
 		if (!saga_enqueue(saga_id, saga_key, steps, 1, false))
 			ereport(ERROR,
@@ -822,9 +889,9 @@ ntask_saga_start(PG_FUNCTION_ARGS)
 		NtaskAudit(actor, "saga_start", 0, steps[0].queue,
 				   psprintf("saga %s (%lld), %d steps", saga_key, (long long) saga_id, nsteps),
 				   NULL, "running");
-		out[0] = Int64GetDatum(saga_id);
-		out[1] = BoolGetDatum(true);
-		out[2] = CStringGetTextDatum("running");
+		out[SAGA_OUT_SAGA_ID] = Int64GetDatum(saga_id);
+		out[SAGA_OUT_CREATED] = BoolGetDatum(true);
+		out[SAGA_OUT_STATE] = CStringGetTextDatum("running");
 	}
 	else
 	{
@@ -833,16 +900,17 @@ ntask_saga_start(PG_FUNCTION_ARGS)
 		if (found == 0 &&
 			NtaskExecPlan(&saga_existing_plan, existing, NULL, SPI_OK_SELECT) != 1)
 			elog(ERROR, "ntask: saga \"%s\" neither inserted nor found", saga_key);
+		tt = SPI_tuptable;
 		if (!NtaskSameDigest(def, digest,
-							 DatumGetByteaPP(NtaskGetDatum(0, SAGA_EXISTING_DIGEST, &isnull)),
-							 NtaskGetInt32(0, SAGA_EXISTING_DIGEST_VERSION)))
+							 DatumGetByteaPP(NtaskTupGetDatum(tt, 0, SAGA_EXISTING_DIGEST, &isnull)),
+							 NtaskTupGetInt32(tt, 0, SAGA_EXISTING_DIGEST_VERSION)))
 			ereport(ERROR,
 					(errcode(ERRCODE_NTASK_KEY_CONFLICT),
 					 errmsg("ntask: saga \"%s\" already exists with a different definition", saga_key),
 					 errhint("A saga key names one piece of business work; use a new key for a new version.")));
-		out[0] = Int64GetDatum(NtaskGetInt64(0, SAGA_EXISTING_SAGA_ID));
-		out[1] = BoolGetDatum(false);
-		out[2] = PointerGetDatum(NtaskGetText(0, SAGA_EXISTING_STATE));
+		out[SAGA_OUT_SAGA_ID] = Int64GetDatum(NtaskTupGetInt64(tt, 0, SAGA_EXISTING_SAGA_ID));
+		out[SAGA_OUT_CREATED] = BoolGetDatum(false);
+		out[SAGA_OUT_STATE] = PointerGetDatum(NtaskTupGetText(tt, 0, SAGA_EXISTING_STATE));
 	}
 	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, outnulls);
 	SPI_finish();
@@ -883,16 +951,17 @@ ntask_saga_cancel(PG_FUNCTION_ARGS)
 	for (tries = 0; tries < SAGA_MAX_STEPS + 2; tries++)
 	{
 		Datum		values[SAGA_STEP_TASK_NARGS];
+		SPITupleTable *tt;
 		int			current;
 		int64		task_id;
 		char	   *tstate;
 		char	   *queue;
 
-		values[0] = Int64GetDatum(saga_id);
-		if (NtaskExecPlan(&saga_read_plan, values, NULL, SPI_OK_SELECT) != 1)
+		if (saga_exec_saga(&saga_read_plan, saga_id, SPI_OK_SELECT) != 1)
 			saga_not_found(saga_id);
-		state = NtaskGetCString(0, SAGA_READ_STATE);
-		current = NtaskGetInt32(0, SAGA_READ_CURRENT_STEP);
+		tt = SPI_tuptable;
+		state = NtaskTupGetCString(tt, 0, SAGA_READ_STATE);
+		current = NtaskTupGetInt32(tt, 0, SAGA_READ_CURRENT_STEP);
 		if (strcmp(state, "succeeded") == 0)
 			ereport(ERROR,
 					(errcode(ERRCODE_NTASK_INVALID_TASK_STATE),
@@ -904,22 +973,22 @@ ntask_saga_cancel(PG_FUNCTION_ARGS)
 		values[SAGA_STEP_TASK_ARG_KIND] = CStringGetTextDatum("forward");
 		if (NtaskExecPlan(&saga_step_task_plan, values, NULL, SPI_OK_SELECT) != 1)
 			elog(ERROR, "ntask: saga %lld has no task for its step %d", (long long) saga_id, current);
-		task_id = NtaskGetInt64(0, SAGA_STEP_TASK_TASK_ID);
-		values[0] = Int64GetDatum(task_id);
-		if (NtaskExecPlan(&saga_task_lock_plan, values, NULL, SPI_OK_SELECT) != 1)
+		task_id = NtaskTupGetInt64(SPI_tuptable, 0, SAGA_STEP_TASK_TASK_ID);
+		if (saga_exec_task(&saga_task_lock_plan, task_id, SPI_OK_SELECT) != 1)
 			elog(ERROR, "ntask: saga %lld: its step task %lld is gone", (long long) saga_id,
 				 (long long) task_id);
-		tstate = NtaskGetCString(0, SAGA_TASK_LOCK_STATE);
-		queue = NtaskGetCString(0, SAGA_TASK_LOCK_QUEUE);
+		tt = SPI_tuptable;
+		tstate = NtaskTupGetCString(tt, 0, SAGA_TASK_LOCK_STATE);
+		queue = NtaskTupGetCString(tt, 0, SAGA_TASK_LOCK_QUEUE);
 		if (strcmp(tstate, "succeeded") == 0 || strcmp(tstate, "skipped") == 0 ||
 			strcmp(tstate, "canceled") == 0 || strcmp(tstate, "repair_required") == 0)
-			continue;			/* it finished first: the saga moved; look again */
+			continue;			/* it finished first: the saga moved; look
+								 * again */
 		NtaskFinishTask(task_id, "canceled", psprintf("saga canceled: %s", reason),
 						"canceled", NULL, NULL);
 		NtaskAudit(actor, "saga_cancel", task_id, queue, reason, tstate, "canceled");
-		values[0] = Int64GetDatum(saga_id);
-		NtaskExecPlan(&saga_read_plan, values, NULL, SPI_OK_SELECT);
-		state = NtaskGetCString(0, SAGA_READ_STATE);
+		saga_exec_saga(&saga_read_plan, saga_id, SPI_OK_SELECT);
+		state = NtaskTupGetCString(SPI_tuptable, 0, SAGA_READ_STATE);
 		break;
 	}
 	SPI_finish();
@@ -943,16 +1012,17 @@ ntask_saga_resume(PG_FUNCTION_ARGS)
 	text	   *actor = NtaskArgText(fcinfo, 1, "actor", NTASK_MAX_NAME_LEN);
 	text	   *reason = NtaskArgText(fcinfo, 2, "reason", NTASK_MAX_REASON_LEN);
 	Datum		values[SAGA_STEP_TASK_NARGS];
+	SPITupleTable *tt;
 	char	   *state;
 	int			current;
 	int64		task_id;
 
 	SPI_connect();
-	values[0] = Int64GetDatum(saga_id);
-	if (NtaskExecPlan(&saga_read_plan, values, NULL, SPI_OK_SELECT) != 1)
+	if (saga_exec_saga(&saga_read_plan, saga_id, SPI_OK_SELECT) != 1)
 		saga_not_found(saga_id);
-	state = NtaskGetCString(0, SAGA_READ_STATE);
-	current = NtaskGetInt32(0, SAGA_READ_CURRENT_STEP);
+	tt = SPI_tuptable;
+	state = NtaskTupGetCString(tt, 0, SAGA_READ_STATE);
+	current = NtaskTupGetInt32(tt, 0, SAGA_READ_CURRENT_STEP);
 	if (strcmp(state, "manual_review") != 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_NTASK_INVALID_TASK_STATE),
@@ -961,13 +1031,13 @@ ntask_saga_resume(PG_FUNCTION_ARGS)
 	values[SAGA_STEP_TASK_ARG_STEP_NO] = Int32GetDatum(current);
 	values[SAGA_STEP_TASK_ARG_KIND] = CStringGetTextDatum("compensate");
 	if (NtaskExecPlan(&saga_step_task_plan, values, NULL, SPI_OK_SELECT) != 1 ||
-		strcmp(NtaskGetCString(0, SAGA_STEP_TASK_STATE), "repair_required") != 0)
+		strcmp(NtaskTupGetCString(SPI_tuptable, 0, SAGA_STEP_TASK_STATE), "repair_required") != 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_NTASK_INVALID_TASK_STATE),
 				 errmsg("ntask: saga %lld has no compensation in repair_required to resume",
 						(long long) saga_id),
 				 errhint("See ntask.saga_status for its steps.")));
-	task_id = NtaskGetInt64(0, SAGA_STEP_TASK_TASK_ID);
+	task_id = NtaskTupGetInt64(SPI_tuptable, 0, SAGA_STEP_TASK_TASK_ID);
 
 	saga_resuming = true;
 	PG_TRY();
@@ -980,9 +1050,8 @@ ntask_saga_resume(PG_FUNCTION_ARGS)
 		saga_resuming = false;
 	}
 	PG_END_TRY();
-	values[0] = Int64GetDatum(saga_id);
-	NtaskExecPlan(&saga_read_plan, values, NULL, SPI_OK_SELECT);
-	state = NtaskGetCString(0, SAGA_READ_STATE);
+	saga_exec_saga(&saga_read_plan, saga_id, SPI_OK_SELECT);
+	state = NtaskTupGetCString(SPI_tuptable, 0, SAGA_READ_STATE);
 	SPI_finish();
 	PG_RETURN_TEXT_P(cstring_to_text(state));
 }
