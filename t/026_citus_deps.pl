@@ -1,0 +1,229 @@
+
+# Copyright (c) 2026, The ntask authors; the PostgreSQL Licence (LICENSE)
+
+# t/026_citus_deps.pl: dependencies on a distributed install (issue 49,
+# "The rest of the API"; docs/scaling.md "Dependencies on a distributed
+# install").  Runs with NTASK_CITUS=1, like t/023 to t/025.
+#
+# A coordinator and two workers on loopback, ntask distributed over 4
+# shards.  A child may depend on parents of its own shard (the shard of its
+# queue and partition key, ntask_shard(queue, key)); ntask.task_dep is
+# hash-distributed by shard, co-located with ntask.task, and a parent's
+# end releases or decides its children on the shard's node.  What it shows,
+# on a workflow on each worker node:
+#   1. the layout: task_dep co-located, the two triggers on every shard;
+#   2. fan-in: two parents (one of another queue, its key chosen by
+#      ntask_shard), a child waiting for both, released by the last
+#      success, claimed with its parents' results in context.parents;
+#      enqueued through the coordinator, on a worker node and delegated
+#      (ntask_enqueue_on);
+#   3. a failed parent: a canceled parent cancels its cancel-policy child
+#      and that one's child in turn, and sends its wait-policy child to
+#      repair_required; a parent that fails permanently (repair_required)
+#      cancels a cancel-policy child and keeps a wait-policy one waiting;
+#   4. the producer's open transaction holds no parent lock: the parent
+#      succeeds meanwhile, and the commit settles the child (ready);
+#   5. a waiting child is never claimed, and cancels like any task;
+#   6. a parent of another shard is refused with 0A000, saying why and
+#      naming ntask_shard, and nothing is written.
+
+use strict;
+use warnings;
+
+use FindBin;
+use lib $FindBin::Bin;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+if (!$ENV{NTASK_CITUS})
+{
+	plan skip_all => 'Citus test skipped (set NTASK_CITUS=1; builds Citus 12.1.6 from ../shared/vendor)';
+}
+my ($pg_major) = `pg_config --version` =~ /PostgreSQL (\d+)/;
+if ($pg_major > 16)
+{
+	plan skip_all => "Citus 12.1.6 supports PostgreSQL 14-16, not $pg_major";
+}
+
+require NtaskCitus;
+my $err = NtaskCitus::ensure_built();
+BAIL_OUT($err) if $err;
+
+my $c = NtaskCitus::start('deps', workers => 2);
+my $co = $c->{coord};
+my ($w1, $w2) = @{ $c->{workers} };
+my $q = sub { return $co->safe_psql('postgres', $_[0]); };
+$q->('CREATE EXTENSION ntask');
+$q->('SELECT count(*) FROM ntask_distribute(4)');
+
+# 1. the layout
+is($q->(q{SELECT count(*) FROM pg_dist_partition p, pg_dist_partition t
+	WHERE p.logicalrelid = 'ntask.task_dep'::regclass AND t.logicalrelid = 'ntask.task'::regclass
+	  AND p.partmethod = 'h' AND p.colocationid = t.colocationid
+	  AND column_to_column_name(p.logicalrelid, p.partkey) = 'shard'}), '1',
+	'layout: ntask.task_dep is hash-distributed by shard, co-located with ntask.task');
+for my $w ($w1, $w2)
+{
+	is($w->safe_psql('postgres', q{SET citus.show_shards_for_app_name_prefixes = '*';
+		SELECT count(*) FILTER (WHERE g.tgname = 'task_deps_changed') || '/' ||
+			   count(*) FILTER (WHERE g.tgname = 'task_dep_settle')
+		FROM pg_trigger g JOIN pg_class r ON r.oid = g.tgrelid
+		JOIN pg_namespace n ON n.oid = r.relnamespace
+		WHERE n.nspname = 'ntask' AND r.relname ~ '^task(_dep)?_[0-9]+$'}), '2/2',
+		'layout: the two dependency triggers are on the shards of ' . $w->name);
+}
+
+$q->(q{SELECT count(*) FROM ntask_queue_set('dp', lease => '1 minute');
+	SELECT count(*) FROM ntask_queue_set('dq', lease => '1 minute');
+	SELECT count(*) FROM ntask_queue_set('dc', lease => '1 minute', on_parent_failed => 'cancel')});
+
+# the node (port) that holds shard value $s of ntask.task
+my $node_of_shard = sub {
+	$q->(qq{SELECT p.nodeport FROM pg_dist_shard_placement p
+		WHERE p.shardid = get_shard_id_for_distribution_column('ntask.task', ($_[0])::smallint)});
+};
+# a partition key of queue $queue whose tasks live on worker node $port
+my $key_on = sub {
+	my ($queue, $prefix, $port) = @_;
+	for my $i (1 .. 200)
+	{
+		my $k = "$prefix$i";
+		return $k if $node_of_shard->("ntask_shard('$queue', '$k')") == $port;
+	}
+	die "no key of $queue on $port";
+};
+# a key of queue $queue in shard value $s (what a producer asks ntask_shard)
+my $key_in = sub {
+	my ($queue, $prefix, $s) = @_;
+	return $q->(qq{SELECT k FROM generate_series(1, 500) i, LATERAL (SELECT '$prefix' || i AS k) x
+		WHERE ntask_shard('$queue', k) = $s ORDER BY i LIMIT 1});
+};
+my $state = sub {
+	my ($queue, $key) = @_;
+	return $q->(qq{SELECT state || coalesce('/' || reason, '') || '/' || parents_left
+		FROM ntask.task WHERE queue = '$queue' AND task_key = '$key'});
+};
+# claim task $queue:$key (its shard's claim) and end it with $to
+my $finish = sub {
+	my ($queue, $key, $to, $extra) = @_;
+	my ($id, $tok) = split /\|/, $q->(qq{SELECT t.task_id || '|' || c.token
+		FROM ntask.task t, LATERAL ntask_claim_on(t.shard, '$queue', 'W', 1) c
+		WHERE t.queue = '$queue' AND t.task_key = '$key' AND c.task_id = t.task_id});
+	die "could not claim $queue:$key" unless $tok;
+	return $q->(qq{SELECT result || '/' || state FROM ntask_transition($id, $tok, '$to'$extra)});
+};
+
+for my $w ($w1, $w2)
+{
+	my $on = $w->name;
+	my $pk = $key_on->('dp', "wf_${on}_", $w->port);
+	my $s = $q->(qq{SELECT ntask_shard('dp', '$pk')});
+	my $dq_key = $key_in->('dq', "other_${on}_", $s);
+
+	# 2. fan-in: parents of two queues, a child waiting for both
+	$q->(qq{SELECT count(*) FROM ntask_enqueue('dp', 'a_$on', '{}', partition_key => '$pk')});
+	$q->(qq{SELECT count(*) FROM ntask_enqueue('dq', 'b_$on', '{}', partition_key => '$dq_key')});
+	is($q->(qq{SELECT created || '/' || state FROM ntask_enqueue('dp', 'c_$on', '{}', partition_key => '$pk',
+		depends_on => ARRAY['a_$on', 'dq:b_$on'])}), 't/waiting',
+		"fan-in: the child of two parents of its shard waits ($on)");
+	is($state->('dp', "c_$on"), 'waiting/2', "fan-in: two parents left ($on)");
+	is($q->(qq{SELECT count(*) || '/' || bool_and(d.shard = $s) FROM ntask.task_dep d
+		JOIN ntask.task t ON t.task_id = d.task_id AND t.shard = d.shard
+		WHERE t.queue = 'dp' AND t.task_key = 'c_$on'}), '2/t',
+		"fan-in: its dependency rows are in its shard ($on)");
+	is($q->(qq{SELECT bool_and(has_children) FROM ntask.task
+		WHERE (queue, task_key) IN (('dp', 'a_$on'), ('dq', 'b_$on'))}), 't',
+		"fan-in: the commit marked both parents ($on)");
+	is($finish->('dp', "a_$on", 'succeeded', q{, result => '{"a": 1}'}), 'applied/succeeded',
+		"fan-in: the first parent succeeds ($on)");
+	is($state->('dp', "c_$on"), 'waiting/1', "fan-in: one parent left ($on)");
+	is($finish->('dq', "b_$on", 'succeeded', q{, result => '{"b": 2}'}), 'applied/succeeded',
+		"fan-in: the second parent succeeds ($on)");
+	is($state->('dp', "c_$on"), 'ready/0', "fan-in: the last success made the child ready ($on)");
+	is($q->(qq{SELECT task_key || ' ' || (context->'parents')::text
+		FROM ntask_claim_on($s::smallint, 'dp', 'W', 1)}),
+		qq{c_$on {"dp:a_$on": {"a": 1}, "dq:b_$on": {"b": 2}}},
+		"fan-in: the child's claim carries its parents' results ($on)");
+
+	# enqueued on a worker node, and delegated to the shard's node
+	$q->(qq{SELECT count(*) FROM ntask_enqueue('dp', 'e_$on', '{}', partition_key => '$pk')});
+	is($w1->safe_psql('postgres', qq{SELECT state FROM ntask_enqueue('dp', 'f_$on', '{}',
+		partition_key => '$pk', depends_on => ARRAY['e_$on'])}), 'waiting',
+		"worker node: a child enqueued on " . $w1->name . " waits ($on)");
+	is($q->(qq{SELECT state FROM ntask_enqueue_on(ntask_shard('dp', '$pk'), 'dp', 'g_$on', '{}',
+		partition_key => '$pk', depends_on => ARRAY['e_$on'])}), 'waiting',
+		"delegated: a child enqueued by ntask_enqueue_on waits ($on)");
+	is($finish->('dp', "e_$on", 'succeeded'), 'applied/succeeded', "worker node: the parent succeeds ($on)");
+	is($state->('dp', "f_$on") . ' ' . $state->('dp', "g_$on"), 'ready/0 ready/0',
+		"worker node, delegated: both children ready ($on)");
+
+	# 3. a canceled parent: cancel child, its child, and a wait child
+	$q->(qq{SELECT count(*) FROM ntask_enqueue('dp', 'x_$on', '{}', partition_key => '$pk');
+		SELECT count(*) FROM ntask_enqueue('dp', 'xc_$on', '{}', partition_key => '$pk',
+			depends_on => ARRAY['x_$on'], on_parent_failed => 'cancel');
+		SELECT count(*) FROM ntask_enqueue('dp', 'xcc_$on', '{}', partition_key => '$pk',
+			depends_on => ARRAY['xc_$on'], on_parent_failed => 'cancel');
+		SELECT count(*) FROM ntask_enqueue('dp', 'xw_$on', '{}', partition_key => '$pk',
+			depends_on => ARRAY['x_$on'], on_parent_failed => 'wait')});
+	is($q->(qq{SELECT ntask_cancel(task_id, 'test', 'no longer needed') FROM ntask.task
+		WHERE queue = 'dp' AND task_key = 'x_$on'}), 't', "failed parent: the parent is canceled ($on)");
+	is(join(' ', map { $state->('dp', $_) } ("xc_$on", "xcc_$on", "xw_$on")),
+		'canceled/parent_failed/1 canceled/parent_failed/1 repair_required/parent_canceled/1',
+		"failed parent: the cascade cancels the child and grandchild, sends the wait child to repair ($on)");
+
+	# a parent that fails permanently: repair_required
+	my $dc_key = $key_in->('dc', "dc_${on}_", $s);
+	$q->(qq{SELECT count(*) FROM ntask_enqueue('dp', 'y_$on', '{}', partition_key => '$pk');
+		SELECT count(*) FROM ntask_enqueue('dc', 'yc_$on', '{}', partition_key => '$dc_key',
+			depends_on => ARRAY['dp:y_$on']);
+		SELECT count(*) FROM ntask_enqueue('dp', 'yw_$on', '{}', partition_key => '$pk',
+			depends_on => ARRAY['y_$on'])});
+	is($finish->('dp', "y_$on", 'failed', q{, error_class => 'permanent'}), 'applied/repair_required',
+		"failed parent: a permanent error sends the parent to repair ($on)");
+	is($state->('dc', "yc_$on") . ' ' . $state->('dp', "yw_$on"),
+		'canceled/parent_failed/1 waiting/1',
+		"failed parent: the queue's cancel policy cancels, a wait child keeps waiting ($on)");
+
+	# 4. the producer's open transaction locks no parent; its commit settles
+	$q->(qq{SELECT count(*) FROM ntask_enqueue('dp', 'o_$on', '{}', partition_key => '$pk')});
+	my $prod = $co->background_psql('postgres');
+	$prod->query_safe(qq{BEGIN; SELECT state FROM ntask_enqueue('dp', 'oc_$on', '{}',
+		partition_key => '$pk', depends_on => ARRAY['o_$on'])});
+	is($finish->('dp', "o_$on", 'succeeded'), 'applied/succeeded',
+		"settle: the parent succeeds while the producer's transaction is open ($on)");
+	$prod->query_safe('COMMIT');
+	$prod->quit;
+	is($state->('dp', "oc_$on"), 'ready/0', "settle: the producer's commit made the child ready ($on)");
+
+	# 5. a waiting child is not claimed, and cancels
+	$q->(qq{SELECT count(*) FROM ntask_enqueue('dp', 'z_$on', '{}', partition_key => '$pk');
+		SELECT count(*) FROM ntask_enqueue('dp', 'zc_$on', '{}', partition_key => '$pk',
+			depends_on => ARRAY['z_$on'])});
+	is($q->(qq{SELECT string_agg(task_key, ',' ORDER BY task_key) FROM ntask_claim_on($s::smallint, 'dp', 'W', 50)}),
+		"z_$on", "waiting: a claim of the shard takes the parent, not the waiting child ($on)");
+	is($q->(qq{SELECT ntask_cancel(task_id, 'test', 'not needed') FROM ntask.task
+		WHERE queue = 'dp' AND task_key = 'zc_$on'}) . ' ' . $state->('dp', "zc_$on"),
+		't canceled/1', "waiting: the waiting child is canceled ($on)");
+}
+
+# 6. a parent of another shard is refused, nothing written
+my $s1 = $q->(q{SELECT min(shard) FROM ntask.shard_map});
+my $pa = $key_in->('dp', 'pa', $s1);
+my $pb = $q->(qq{SELECT k FROM generate_series(1, 500) i, LATERAL (SELECT 'pb' || i AS k) x
+	WHERE ntask_shard('dp', k) <> $s1 ORDER BY i LIMIT 1});
+$q->(qq{SELECT count(*) FROM ntask_enqueue('dp', 'ra', '{}', partition_key => '$pa')});
+my ($ret, $out, $stderr) = $co->psql('postgres', qq{\\set VERBOSITY verbose
+	SELECT * FROM ntask_enqueue('dp', 'rb', '{}', partition_key => '$pb', depends_on => ARRAY['ra'])});
+like($stderr, qr/ERROR:  0A000: ntask: on a distributed install a task can depend only on tasks of its own shard/,
+	'refused: a parent of another shard (0A000)');
+like($stderr, qr/parent dp:ra is in shard $s1/, 'refused: the message names the parent and its shard');
+like($stderr, qr/HINT:  .*ntask_shard\(queue, key\)/, 'refused: the hint names ntask_shard');
+is($q->(q{SELECT count(*) FROM ntask.task WHERE queue = 'dp' AND task_key = 'rb'}), '0',
+	'refused: nothing written');
+($ret, $out, $stderr) = $co->psql('postgres',
+	q{SELECT * FROM ntask_enqueue('dp', 'rc', '{}', depends_on => ARRAY['nope'])});
+like($stderr, qr/parent dp:nope does not exist/, 'refused: a parent that does not exist is 22023, as on one node');
+
+NtaskCitus::stop($c);
+done_testing();
