@@ -74,7 +74,8 @@ static NtaskPlan ctx_parents_plan = {
 	.ncols = 2,
 	"SELECT p.queue OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) p.task_key, p.result "
 	"FROM ntask.task_dep d JOIN ntask.task p ON p.task_id OPERATOR(pg_catalog.=) d.parent_id "
-	"WHERE d.task_id OPERATOR(pg_catalog.=) $1 "
+	"  AND p.shard OPERATOR(pg_catalog.=) d.shard "	/* a child's parents share its shard */
+	"WHERE d.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("d", "$1")
 	"ORDER BY p.task_id",
 	1, {INT8OID}
 };

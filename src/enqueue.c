@@ -557,6 +557,7 @@ ntask_enqueue(PG_FUNCTION_ARGS)
 	if (has_deps)
 	{
 		NtaskCheckQueueRight(queue, true);
+		deps.shard = DatumGetInt16(values[ENQ_ARG_SHARD]);
 		NtaskDepsResolve(&deps, queue, &key, 1);
 	}
 
@@ -1131,6 +1132,10 @@ ntask_enqueue_many(PG_FUNCTION_ARGS)
 		for (i = 0; i < nkeys; i++)
 			keys[i] = bykey[i].key;
 		NtaskCheckQueueRight(queue, true);
+		/* the first key's shard: a distributed install needs one for all */
+		deps.shard = nkeys == 0 ? 0 :
+			NtaskShardFor(queue, bykey[0].partition_null ? bykey[0].key :
+						  DatumGetTextPP(bykey[0].partition_key));
 		NtaskDepsResolve(&deps, queue, keys, nkeys);
 	}
 
