@@ -201,7 +201,8 @@ BEGIN
 								WHEN 'cancel' THEN 'cancel'
 								ELSE 'wait (a parent in repair_required can be replayed; a canceled or skipped parent sends this task to repair_required)' END)
 			 FROM ntask.task_dep d JOIN ntask.task p ON p.task_id OPERATOR(pg_catalog.=) d.parent_id
-			 WHERE d.task_id OPERATOR(pg_catalog.=) t.task_id)
+				  AND p.shard OPERATOR(pg_catalog.=) d.shard
+			 WHERE d.task_id OPERATOR(pg_catalog.=) t.task_id AND d.shard OPERATOR(pg_catalog.=) t.shard)
 		WHEN 'ready' THEN
 			CASE WHEN t.run_at OPERATOR(pg_catalog.>) n THEN
 				format('ready, not due until %s (in %s); then attempt %s of %s',

@@ -371,6 +371,14 @@ static NtaskPlan hk_prune_receipts_shard_plan = {
 	2, {INT8ARRAYOID, INT2OID}
 };
 
+/* a pruned child's dependency rows, in its shard (a distributed install) */
+static NtaskPlan hk_prune_deps_shard_plan = {
+	"housekeeping prune dependency rows (one shard)",
+	.ncols = 0,
+	HK_PRUNE_SHARD_SQL("task_dep", "p"),
+	2, {INT8ARRAYOID, INT2OID}
+};
+
 /* a task's checkpoints and the signals it awaited go with it */
 static NtaskPlan hk_prune_checkpoints_plan = {
 	"housekeeping prune checkpoints",
@@ -804,6 +812,8 @@ hk_prune_queue(void *arg)
 						 &hk_prune_attempts_plan, values, NULL, SPI_OK_DELETE);
 	(void) NtaskExecPlan(s->sharded ? &hk_prune_receipts_shard_plan :
 						 &hk_prune_receipts_plan, values, NULL, SPI_OK_DELETE);
+	if (s->sharded)
+		(void) NtaskExecPlan(&hk_prune_deps_shard_plan, values, NULL, SPI_OK_DELETE);
 	if (s->sharded)
 		w->counts[2] += NtaskExecPlan(&hk_prune_tasks_shard_plan, values, NULL,
 									  SPI_OK_DELETE);

@@ -25,7 +25,9 @@
 #      succeeds meanwhile, and the commit settles the child (ready);
 #   5. a waiting child is never claimed, and cancels like any task;
 #   6. a parent of another shard is refused with 0A000, saying why and
-#      naming ntask_shard, and nothing is written.
+#      naming ntask_shard, and nothing is written;
+#   7. ntask_explain of a waiting child; retention prunes a child's
+#      dependency rows with it.
 
 use strict;
 use warnings;
@@ -74,7 +76,7 @@ for my $w ($w1, $w2)
 		'layout: the two dependency triggers are on the shards of ' . $w->name);
 }
 
-$q->(q{SELECT count(*) FROM ntask_queue_set('dp', lease => '1 minute');
+$q->(q{SELECT count(*) FROM ntask_queue_set('dp', lease => '1 minute', retention => '1 second');
 	SELECT count(*) FROM ntask_queue_set('dq', lease => '1 minute');
 	SELECT count(*) FROM ntask_queue_set('dc', lease => '1 minute', on_parent_failed => 'cancel')});
 
@@ -214,6 +216,25 @@ for my $w ($w1, $w2)
 	is($q->(qq{SELECT ntask_cancel($zc, 'test', 'not needed')}) . ' ' . $state->('dp', "zc_$on"),
 		'applied canceled/not needed/1', "waiting: the waiting child is canceled ($on)");
 }
+
+# 7. ntask_explain of a waiting child; retention prunes a child's
+# dependency rows with it, on its shard
+like($q->(q{SELECT detail FROM ntask_explain((SELECT task_id FROM ntask.task WHERE queue = 'dp' AND task_key = 'yw_deps_w1')) WHERE event = 'now'}),
+	qr/waiting for 1 of 1 parents: dp:y_deps_w1 \(repair_required\)/, 'explain: a waiting child names its parent');
+my $deps_before = $q->(q{SELECT count(*) FROM ntask.task_dep});
+my $pruned = 0;
+for my $try (1 .. 60)
+{
+	$q->('SELECT count(*) FROM ntask_housekeeping()');
+	$pruned = $q->(q{SELECT count(*) = 0 FROM ntask.task WHERE queue = 'dp' AND task_key IN ('xc_deps_w1', 'xc_deps_w2')});
+	last if $pruned eq 't';
+	select(undef, undef, undef, 0.5);
+}
+is($pruned, 't', 'retention: the canceled children are pruned');
+is($q->(q{SELECT count(*) FROM ntask.task_dep d LEFT JOIN ntask.task t ON t.task_id = d.task_id AND t.shard = d.shard
+	WHERE t.task_id IS NULL}), '0', 'retention: no dependency row outlives its child');
+cmp_ok($q->(q{SELECT count(*) FROM ntask.task_dep}), '<', $deps_before,
+	'retention: the pruned children\'s dependency rows are gone');
 
 # 6. a parent of another shard is refused, nothing written
 my $s1 = $q->(q{SELECT min(shard) FROM ntask.shard_map});
