@@ -58,6 +58,19 @@
  * per child; the memory held is the queue of failed parents not yet
  * walked (at most the width of one level of the workflow).
  *
+ * On a distributed install (Citus; docs/scaling.md "Dependencies on a
+ * distributed install") a child, its parents and their dependency rows
+ * share one shard (0A000 otherwise, at the enqueue).  The enqueue's
+ * statements are routed to that shard.  Both triggers run on the shards
+ * (ntask.task_<id>, ntask.task_dep_<id>), on the shard's node, where Citus
+ * allows a trigger only local work: they run the statements below on the
+ * relations of the fired shard's group (DepsRels: the plain statements
+ * with the shard relations' names), write no audit row (the audit is
+ * hashed onto any node) and send no NOTIFY (the shard's transaction may be
+ * prepared).  The settle there settles the child of the row it fired for:
+ * the commit that fires it is the shard node's, not the enqueuing
+ * backend's.
+ *
  * Copyright (c) 2026, The ntask authors; the PostgreSQL Licence (LICENSE)
  *
  * IDENTIFICATION
@@ -699,6 +712,7 @@ bool
 NtaskDepsArgs(FunctionCallInfo fcinfo, int a_trace, NtaskDeps *d)
 {
 	memset(d, 0, sizeof(NtaskDeps));
+	d->shard = -1;			/* enqueue.c sets it before NtaskDepsResolve */
 	/* a_trace is traceparent (enqueue.c reads it); then these two */
 	if (!PG_ARGISNULL(a_trace + 2))
 	{
@@ -754,6 +768,41 @@ deps_text_array(text **t, int n)
 }
 
 /*
+ * deps_check_layout
+ *		On Citus, ntask.task_dep must be distributed with the tasks (as
+ *		ntask_distribute of 1.1.0 lays it out): an install distributed by an
+ *		earlier version keeps it on the coordinator, without its triggers on
+ *		the shards, where no parent's end would reach it (0A000).  Without
+ *		Citus (a simulated install, regress distribute) there is nothing to
+ *		check.  Read once per backend while it holds.
+ */
+static void
+deps_check_layout(void)
+{
+	static bool ok = false;
+	bool		dist = true;
+
+	if (ok)
+		return;
+	if (SPI_execute("SELECT pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL",
+					true, 1) == SPI_OK_SELECT && SPI_processed == 1 &&
+		strcmp(SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1), "t") == 0)
+		dist = SPI_execute("SELECT 1 FROM pg_catalog.pg_dist_partition p "
+						   "  JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) p.logicalrelid "
+						   "  JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace "
+						   "  WHERE n.nspname OPERATOR(pg_catalog.=) 'ntask' "
+						   "    AND c.relname OPERATOR(pg_catalog.=) 'task_dep'",
+						   true, 1) == SPI_OK_SELECT && SPI_processed == 1;
+	if (!dist)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("ntask: depends_on needs ntask.task_dep distributed with the tasks, and this install was distributed before ntask 1.1.0"),
+				 errdetail("ntask_distribute of 1.1.0 distributes it by shard and keeps its triggers on every shard (docs/scaling.md \"Dependencies on a distributed install\")."),
+				 errhint("Distribute ntask.task_dep as ntask_distribute does (its key widened by shard, with citus.enable_unsafe_triggers on), or enqueue without depends_on.")));
+	ok = true;
+}
+
+/*
  * deps_resolve_dist
  *		NtaskDepsResolve on a distributed install: the parents are looked up
  *		in the child's shard (d->shard), a key of the child's queue first,
@@ -787,6 +836,7 @@ deps_resolve_dist(NtaskDeps *d, text *queue, text **keys, int nkeys)
 
 	if (d->shard < 0)
 		elog(ERROR, "ntask: depends_on without the child's shard");
+	deps_check_layout();
 	for (r = 0; r < d->n; r++)
 	{
 		text	   *e = DatumGetTextPP(d->elems[r]);

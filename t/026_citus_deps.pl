@@ -23,7 +23,9 @@
 #      cancels a cancel-policy child and keeps a wait-policy one waiting;
 #   4. the producer's open transaction holds no parent lock: the parent
 #      succeeds meanwhile, and the commit settles the child (ready);
-#   5. a waiting child is never claimed, and cancels like any task;
+#   5. a waiting child is never claimed, and cancels like any task; a
+#      parent whose budget is spent (housekeeping's sweep, the claim's
+#      budget check) cancels its child;
 #   6. a parent of another shard is refused with 0A000, saying why and
 #      naming ntask_shard, and nothing is written;
 #   7. ntask_explain of a waiting child; retention prunes a child's
@@ -78,7 +80,9 @@ for my $w ($w1, $w2)
 
 $q->(q{SELECT count(*) FROM ntask_queue_set('dp', lease => '1 minute', retention => '1 second');
 	SELECT count(*) FROM ntask_queue_set('dq', lease => '1 minute');
-	SELECT count(*) FROM ntask_queue_set('dc', lease => '1 minute', on_parent_failed => 'cancel')});
+	SELECT count(*) FROM ntask_queue_set('dc', lease => '1 minute', on_parent_failed => 'cancel');
+	SELECT count(*) FROM ntask_queue_set('dh', lease => '1 second', max_attempts => 1, on_parent_failed => 'cancel');
+	SELECT count(*) FROM ntask_queue_set('dk', lease => '1 second', max_attempts => 1, on_parent_failed => 'cancel')});
 
 # the node (port) that holds shard value $s of ntask.task
 my $node_of_shard = sub {
@@ -215,11 +219,38 @@ for my $w ($w1, $w2)
 	my $zc = $q->(qq{SELECT task_id FROM ntask.task WHERE queue = 'dp' AND task_key = 'zc_$on'});
 	is($q->(qq{SELECT ntask_cancel($zc, 'test', 'not needed')}) . ' ' . $state->('dp', "zc_$on"),
 		'applied canceled/not needed/1', "waiting: the waiting child is canceled ($on)");
+
+	# a parent's budget spent: by housekeeping's sweep of an expired lease,
+	# and by the claim's budget check at a takeover
+	my $hk = $key_on->('dh', "h_${on}_", $w->port);
+	my $kk = $key_on->('dk', "k_${on}_", $w->port);
+	$q->(qq{SELECT count(*) FROM ntask_enqueue('dh', 'h_$on', '{}', partition_key => '$hk');
+		SELECT count(*) FROM ntask_enqueue('dh', 'hc_$on', '{}', partition_key => '$hk', depends_on => ARRAY['h_$on']);
+		SELECT count(*) FROM ntask_enqueue('dk', 'k_$on', '{}', partition_key => '$kk');
+		SELECT count(*) FROM ntask_enqueue('dk', 'kc_$on', '{}', partition_key => '$kk', depends_on => ARRAY['k_$on'])});
+	$q->(qq{SELECT count(*) FROM ntask_claim_on(ntask_shard('dh', '$hk'), 'dh', 'W', 1);
+		SELECT count(*) FROM ntask_claim_on(ntask_shard('dk', '$kk'), 'dk', 'W', 1)});
+	$q->(q{SELECT pg_sleep(1.2)});
+	$q->(qq{SELECT count(*) FROM ntask_claim_on(ntask_shard('dk', '$kk'), 'dk', 'W2', 1)});
+	is($state->('dk', "k_$on") . ' ' . $state->('dk', "kc_$on"),
+		'repair_required/budget_exhausted/0 canceled/parent_failed/1',
+		"budget: the claim's budget check ends the parent, its child is canceled ($on)");
+	my $hs = '';
+	for my $try (1 .. 20)
+	{
+		$q->('SELECT count(*) FROM ntask_housekeeping()');
+		$hs = $state->('dh', "h_$on") . ' ' . $state->('dh', "hc_$on");
+		last if $hs =~ /^repair_required/;
+		select(undef, undef, undef, 0.5);
+	}
+	is($hs, 'repair_required/budget_exhausted/0 canceled/parent_failed/1',
+		"budget: housekeeping's sweep ends the parent, its child is canceled ($on)");
 }
 
 # 7. ntask_explain of a waiting child; retention prunes a child's
 # dependency rows with it, on its shard
-like($q->(q{SELECT detail FROM ntask_explain((SELECT task_id FROM ntask.task WHERE queue = 'dp' AND task_key = 'yw_deps_w1')) WHERE event = 'now'}),
+my $yw = $q->(q{SELECT task_id FROM ntask.task WHERE queue = 'dp' AND task_key = 'yw_deps_w1'});
+like($q->(qq{SELECT detail FROM ntask_explain($yw) WHERE event = 'now'}),
 	qr/waiting for 1 of 1 parents: dp:y_deps_w1 \(repair_required\)/, 'explain: a waiting child names its parent');
 my $deps_before = $q->(q{SELECT count(*) FROM ntask.task_dep});
 my $pruned = 0;
