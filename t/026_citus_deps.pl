@@ -29,7 +29,9 @@
 #   6. a parent of another shard is refused with 0A000, saying why and
 #      naming ntask_shard, and nothing is written;
 #   7. ntask_explain of a waiting child; retention prunes a child's
-#      dependency rows with it.
+#      dependency rows with it;
+#   8. a child of a notify queue made ready in a transaction prepared on
+#      both worker nodes (no NOTIFY on a shard).
 
 use strict;
 use warnings;
@@ -271,6 +273,22 @@ is($q->(q{SELECT count(*) FROM ntask.task_dep d LEFT JOIN ntask.task t ON t.task
 	WHERE t.task_id IS NULL}), '0', 'retention: no dependency row outlives its child');
 is($q->('SELECT count(*) FROM ntask.task_dep WHERE task_id IN (' . join(',', @pruned_ids) . ')'), '0',
 	'retention: the pruned children\'s dependency rows are gone');
+
+# 8. a notify queue: the child made ready on the shard sends no NOTIFY
+# there, so a parent's end in a transaction that writes on both worker
+# nodes (prepared on each) commits
+$q->(q{SELECT count(*) FROM ntask_queue_set('dn', lease => '1 minute', notify => true)});
+my $nk = $key_on->('dn', 'n_', $w1->port);
+my $other = $key_on->('dn', 'o_', $w2->port);
+$q->(qq{SELECT count(*) FROM ntask_enqueue('dn', 'np', '{}', partition_key => '$nk');
+	SELECT count(*) FROM ntask_enqueue('dn', 'nc', '{}', partition_key => '$nk', depends_on => ARRAY['np'])});
+my ($np, $ns) = split /\|/, $q->(q{SELECT task_id || '|' || shard FROM ntask.task WHERE queue = 'dn' AND task_key = 'np'});
+my $ntok = $q->(qq{SELECT token FROM ntask_claim_on(${ns}::smallint, 'dn', 'W', 1)});
+is($q->(qq{BEGIN;
+	SELECT count(*) FROM ntask_enqueue('dn', 'elsewhere', '{}', partition_key => '$other');
+	SELECT result FROM ntask_transition($np, $ntok, 'succeeded');
+	COMMIT;}), "1\napplied", 'notify: the parent succeeds in a transaction over both nodes');
+is($state->('dn', 'nc'), 'ready/0', 'notify: its child is ready');
 
 # 6. a parent of another shard is refused, nothing written
 my $s1 = $q->(q{SELECT min(shard) FROM ntask.shard_map});
