@@ -201,7 +201,8 @@ BEGIN
 								WHEN 'cancel' THEN 'cancel'
 								ELSE 'wait (a parent in repair_required can be replayed; a canceled or skipped parent sends this task to repair_required)' END)
 			 FROM ntask.task_dep d JOIN ntask.task p ON p.task_id OPERATOR(pg_catalog.=) d.parent_id
-			 WHERE d.task_id OPERATOR(pg_catalog.=) t.task_id)
+				  AND p.shard OPERATOR(pg_catalog.=) d.shard
+			 WHERE d.task_id OPERATOR(pg_catalog.=) t.task_id AND d.shard OPERATOR(pg_catalog.=) t.shard)
 		WHEN 'ready' THEN
 			CASE WHEN t.run_at OPERATOR(pg_catalog.>) n THEN
 				format('ready, not due until %s (in %s); then attempt %s of %s',
@@ -568,15 +569,19 @@ END $$;
 
 -- ntask_distribute: checkpoints and signals are hash-distributed by shard,
 -- co-located with the tasks (their keys widened by shard like the
--- receipts'); a signal's row is in the shard of its queue and key
+-- receipts'); a signal's row is in the shard of its queue and key; and
+-- task_dep too, its dependency triggers kept on every shard (a child and
+-- its parents share a shard: docs/scaling.md "Dependencies on a
+-- distributed install")
 COMMENT ON COLUMN ntask.signal.shard IS 'the shard of its queue and key (ntask_shard(queue, signal_key)), which an awaiting task shares (0 on a plain install)';
 /*
  * ntask_distribute: turn an installed, empty ntask on a Citus coordinator
  * into the distributed layout (docs/scaling.md "Scaling out with Citus"):
  *
- *	hash by shard, co-located	task, attempt, receipt, checkpoint, signal
- *								(keys widened by shard; a signal's shard is
- *								its queue and key's)
+ *	hash by shard, co-located	task, attempt, receipt, checkpoint, signal,
+ *								task_dep (keys widened by shard; a signal's
+ *								shard is its queue and key's; a dependency
+ *								row's its child's and parents')
  *	hash by fence_key			fence, fence_receipt
  *	hash by audit_id			audit
  *	reference tables			queue, breaker, queue_pruned, schedule,
@@ -585,10 +590,14 @@ COMMENT ON COLUMN ntask.signal.shard IS 'the shard of its queue and key (ntask_s
  *								distributed install)
  *
  * The triggers that read or write another table from a task row
- * (queue_delete_check, task_count_pruned, saga_step_changed,
- * task_deps_changed) are dropped:
+ * (queue_delete_check, task_count_pruned, saga_step_changed) are dropped:
  * on a distributed table they would run on a worker's shard and query a
- * distributed table from there, which Citus refuses.  The widened keys are
+ * distributed table from there, which Citus refuses.  The dependency
+ * triggers (task_deps_changed, task_dep_settle) stay, created on every
+ * shard (citus.enable_unsafe_triggers for this transaction): they work
+ * on the shard relations of the shard they fire on (src/deps.c), since
+ * a child and its parents share a shard (docs/scaling.md "Dependencies on
+ * a distributed install").  The widened keys are
  * set on every node first (run_command_on_workers, idempotent, so a failed
  * call can be repeated), then on the coordinator, where the tables are
  * distributed in this transaction.  ntask_fence becomes a distributed
@@ -618,10 +627,11 @@ DO $do$ BEGIN
 			ADD CONSTRAINT checkpoint_pkey PRIMARY KEY (task_id, step, shard);
 		ALTER TABLE ntask.signal DROP CONSTRAINT signal_pkey,
 			ADD CONSTRAINT signal_pkey PRIMARY KEY (queue, signal_key, shard);
+		ALTER TABLE ntask.task_dep DROP CONSTRAINT task_dep_pkey,
+			ADD CONSTRAINT task_dep_pkey PRIMARY KEY (task_id, parent_id, shard);
 		DROP TRIGGER IF EXISTS queue_delete_check ON ntask.queue;
 		DROP TRIGGER IF EXISTS task_count_pruned ON ntask.task;
 		DROP TRIGGER IF EXISTS saga_step_changed ON ntask.task;
-		DROP TRIGGER IF EXISTS task_deps_changed ON ntask.task;
 	END IF;
 END $do$
 $k$;
@@ -650,7 +660,7 @@ BEGIN
 	-- Rows of these tables cannot be moved: their task ids do not carry a
 	-- shard (every row would land on the shard of 0).  Queue policy can.
 	FOR r IN SELECT x.rel FROM (VALUES ('ntask.task'::regclass), ('ntask.attempt'),
-				('ntask.receipt'), ('ntask.checkpoint'), ('ntask.signal'), ('ntask.saga'),
+				('ntask.receipt'), ('ntask.checkpoint'), ('ntask.signal'), ('ntask.task_dep'), ('ntask.saga'),
 				('ntask.schedule_slot')) x(rel)
 	LOOP
 		EXECUTE format('SELECT count(*) FROM (SELECT FROM %s LIMIT 1) x', r.rel) INTO n;
@@ -676,11 +686,15 @@ BEGIN
 	FROM (VALUES ('ntask.queue'::regclass), ('ntask.breaker'), ('ntask.queue_pruned'),
 				 ('ntask.schedule'), ('ntask.schedule_slot'), ('ntask.fence_grant'),
 				 ('ntask.shard_map'), ('ntask.key_pause')) x(rel);
+	-- the dependency triggers go onto every shard of task and task_dep
+	PERFORM pg_catalog.set_config('citus.enable_unsafe_triggers', 'on', true);
 	PERFORM pg_catalog.create_distributed_table('ntask.task', 'shard', shard_count => shard_count);
 	PERFORM pg_catalog.create_distributed_table('ntask.attempt', 'shard', colocate_with => 'ntask.task');
 	PERFORM pg_catalog.create_distributed_table('ntask.receipt', 'shard', colocate_with => 'ntask.task');
 	PERFORM pg_catalog.create_distributed_table('ntask.checkpoint', 'shard', colocate_with => 'ntask.task');
 	PERFORM pg_catalog.create_distributed_table('ntask.signal', 'shard', colocate_with => 'ntask.task');
+	PERFORM pg_catalog.create_distributed_table('ntask.task_dep', 'shard', colocate_with => 'ntask.task');
+	PERFORM pg_catalog.set_config('citus.enable_unsafe_triggers', 'off', true);
 	PERFORM pg_catalog.create_distributed_table('ntask.fence', 'fence_key', shard_count => shard_count);
 	PERFORM pg_catalog.create_distributed_table('ntask.fence_receipt', 'fence_key', colocate_with => 'ntask.fence');
 	PERFORM pg_catalog.create_distributed_table('ntask.audit', 'audit_id', shard_count => shard_count);
@@ -738,7 +752,7 @@ BEGIN
 	ORDER BY 2, 1;
 END $fn$;
 COMMENT ON FUNCTION @extschema@.ntask_distribute(integer) IS
-'ntask: on a Citus coordinator, distribute an empty ntask (task, attempt, receipt, checkpoint, signal by shard, co-located; policy tables as reference tables); returns the layout';
+'ntask: on a Citus coordinator, distribute an empty ntask (task, attempt, receipt, checkpoint, signal, task_dep by shard, co-located; policy tables as reference tables); returns the layout';
 
 -- end of issue 49
 

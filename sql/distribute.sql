@@ -35,6 +35,26 @@ SELECT * FROM ntask_enqueue('dist_w', 'w2', '{}', depends_on => ARRAY['w1']);
 \echo :SQLSTATE
 SELECT * FROM ntask_saga_start('dist-saga', '[{"name": "a", "queue": "dist_w"}]');
 \echo :SQLSTATE
+-- a parent of the task's own shard runs (issue 49; both in the simulated
+-- shard 1): the distributed enqueue's routed statements, the dependency
+-- rows in the shard, the release by the parent's success; a parent that
+-- exists nowhere is 22023 as on one node (the Citus layout: TAP
+-- 026_citus_deps)
+BEGIN;
+SELECT ntask_shard(task_id) AS shard FROM ntask_enqueue('dist_w', 'dp1', '{}');
+SELECT state, ntask_shard(task_id) AS shard
+FROM ntask_enqueue('dist_w', 'dc1', '{}', depends_on => ARRAY['dist_w:dp1']);
+SELECT d.shard, p.task_key AS parent FROM ntask.task_dep d JOIN ntask.task p ON p.task_id = d.parent_id
+WHERE d.task_id = (SELECT task_id FROM ntask.task WHERE task_key = 'dc1');
+-- the settle a commit would run, now (it marks the parent)
+SET CONSTRAINTS ntask.task_dep_settle IMMEDIATE;
+SELECT has_children FROM ntask.task WHERE task_key = 'dp1';
+SELECT task_id AS dp1, token AS dp1_tok FROM ntask_claim_on(1::smallint, 'dist_w', 'w', 1) \gset
+SELECT result FROM ntask_transition(:dp1, :dp1_tok, 'succeeded');
+SELECT state, parents_left FROM ntask.task WHERE task_key = 'dc1';
+SAVEPOINT s;
+SELECT * FROM ntask_enqueue('dist_w', 'dc2', '{}', depends_on => ARRAY['nope']);
+ROLLBACK;
 \c
 SELECT ntask_cancel(:dw, 'regress', 'test done');
 

@@ -98,7 +98,8 @@ static NtaskPlan ctx_parents_plan = {
 	.ncols = CTX_PARENT_NCOLS,
 	"SELECT p.queue OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) p.task_key, p.result "
 	"FROM ntask.task_dep d JOIN ntask.task p ON p.task_id OPERATOR(pg_catalog.=) d.parent_id "
-	"WHERE d.task_id OPERATOR(pg_catalog.=) $1 "
+	"  AND p.shard OPERATOR(pg_catalog.=) d.shard "	/* a child's parents share its shard */
+	"WHERE d.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("d", "$1")
 	"ORDER BY p.task_id",
 	CTX_TASK_NARGS, {INT8OID}
 };

@@ -58,6 +58,19 @@
  * per child; the memory held is the queue of failed parents not yet
  * walked (at most the width of one level of the workflow).
  *
+ * On a distributed install (Citus; docs/scaling.md "Dependencies on a
+ * distributed install") a child, its parents and their dependency rows
+ * share one shard (0A000 otherwise, at the enqueue).  The enqueue's
+ * statements are routed to that shard.  Both triggers run on the shards
+ * (ntask.task_<id>, ntask.task_dep_<id>), on the shard's node, where Citus
+ * allows a trigger only local work: they run the statements below on the
+ * relations of the fired shard's group (DepsRels: the plain statements
+ * with the shard relations' names), write no audit row (the audit is
+ * hashed onto any node) and send no NOTIFY (the shard's transaction may be
+ * prepared).  The settle there settles the child of the row it fired for:
+ * the commit that fires it is the shard node's, not the enqueuing
+ * backend's.
+ *
  * Copyright (c) 2026, The ntask authors; the PostgreSQL Licence (LICENSE)
  *
  * IDENTIFICATION
@@ -308,6 +321,187 @@ static NtaskPlan deps_settle_plan = {
 };
 
 /*
+ * On a distributed install (docs/scaling.md "Dependencies on a
+ * distributed install") a child and its parents share a shard, and the
+ * enqueue's statements are routed to it (Citus plans neither the resolve's
+ * joins over every shard nor the attach's modifying CTE as one router
+ * statement).
+ *
+ * deps_find_dist_plan: $1 the child's shard, $2 and $3 the queues and keys
+ * named (every pair a depends_on element may mean; C matches the pairs).
+ * deps_find_any_plan: the same over every shard, only for a name the
+ * child's shard lacks, to tell "another shard" (0A000) from "none" (22023).
+ */
+typedef enum DepsFindCol
+{
+	DEPS_FIND_TASK_ID = 1,
+	DEPS_FIND_QUEUE,
+	DEPS_FIND_KEY,
+	DEPS_FIND_SHARD
+} DepsFindCol;
+
+static NtaskPlan deps_find_dist_plan = {
+	"dependency find (distributed)",
+	.ncols = 4,
+	"SELECT t.task_id, t.queue, t.task_key, t.shard FROM ntask.task t "
+	"WHERE t.shard OPERATOR(pg_catalog.=) $1 "
+	"  AND t.queue OPERATOR(pg_catalog.=) ANY ($2) "
+	"  AND t.task_key OPERATOR(pg_catalog.=) ANY ($3)",
+	3, {INT2OID, TEXTARRAYOID, TEXTARRAYOID}
+};
+
+static NtaskPlan deps_find_any_plan = {
+	"dependency find (every shard)",
+	.ncols = 4,
+	"SELECT t.task_id, t.queue, t.task_key, t.shard FROM ntask.task t "
+	"WHERE t.queue OPERATOR(pg_catalog.=) ANY ($1) "
+	"  AND t.task_key OPERATOR(pg_catalog.=) ANY ($2)",
+	2, {TEXTARRAYOID, TEXTARRAYOID}
+};
+
+/* the queues of $1 that refuse the caller $2 the producer right */
+static NtaskPlan deps_denied_dist_plan = {
+	"dependency producer right (distributed)",
+	.ncols = 1,
+	"SELECT q.queue FROM ntask.queue q "
+	"WHERE q.queue OPERATOR(pg_catalog.=) ANY ($1) "
+	"  AND q.producer_role IS NOT NULL "
+	"  AND NOT pg_catalog.pg_has_role($2, q.producer_role, 'USAGE')",
+	2, {TEXTARRAYOID, OIDOID}
+};
+
+/* the attach: the parents' states ($1 ids, $2 shard), read without a lock */
+typedef enum DepsParentsCol
+{
+	DEPS_PARENTS_TASK_ID = 1,
+	DEPS_PARENTS_STATE
+} DepsParentsCol;
+
+static NtaskPlan deps_parents_dist_plan = {
+	"dependency parents (distributed)",
+	.ncols = 2,
+	"SELECT t.task_id, t.state FROM ntask.task t "
+	"WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1) AND t.shard OPERATOR(pg_catalog.=) $2 "
+	"ORDER BY t.task_id",
+	2, {INT8ARRAYOID, INT2OID}
+};
+
+/* one dependency row: child $1, parent $2, shard $3 */
+static NtaskPlan deps_row_dist_plan = {
+	"dependency row (distributed)",
+	.ncols = 0,
+	"INSERT INTO ntask.task_dep (task_id, parent_id, shard) VALUES ($1, $2, $3)",
+	3, {INT8OID, INT8OID, INT2OID}
+};
+
+/*
+ * the children $1 of shard $2: policy $3, parents left $4 (waiting when
+ * some are); their states and queue (DEPS_ATTACH_TASK_ID, _STATE, then the
+ * queue)
+ */
+static NtaskPlan deps_children_dist_plan = {
+	"dependency children (distributed)",
+	.ncols = 3,
+	"UPDATE ntask.task t SET has_parents = true, on_parent_failed = $3, "
+	"  parents_left = $4, "
+	"  state = CASE WHEN $4 OPERATOR(pg_catalog.>) 0 THEN 'waiting' ELSE t.state END, "
+	"  due_at = CASE WHEN $4 OPERATOR(pg_catalog.>) 0 THEN NULL ELSE t.due_at END "
+	"WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1) AND t.shard OPERATOR(pg_catalog.=) $2 "
+	"RETURNING t.task_id, t.state, t.queue",
+	4, {INT8ARRAYOID, INT2OID, TEXTOID, INT4OID}
+};
+
+/* the children's policy: $2, else their queue $1's */
+static NtaskPlan deps_policy_dist_plan = {
+	"dependency policy (distributed)",
+	.ncols = 1,
+	"SELECT coalesce($2, q.on_parent_failed) FROM ntask.queue q "
+	"WHERE q.queue OPERATOR(pg_catalog.=) $1",
+	2, {TEXTOID, TEXTOID}
+};
+
+/*
+ * A parent's end and the producer's commit on a distributed install run in
+ * the triggers on the shard (ntask.task_<id>, ntask.task_dep_<id>), where
+ * Citus runs only local work: the statements above, on the relations of the
+ * fired shard (DepsRels).  A waiting child has no open attempt, so its end
+ * by a parent's is one UPDATE: $1 the child, $2 the state, $3 the reason,
+ * $4 now (what NtaskFinishTask writes for a task that is not leased).
+ */
+static NtaskPlan deps_finish_child_plan = {
+	"dependency child ends",
+	.ncols = 0,
+	"UPDATE ntask.task t SET state = $2, reason = $3, due_at = NULL, "
+	"  lease_owner = NULL, lease_until = NULL, finished_at = $4, updated_at = $4 "
+	"WHERE t.task_id OPERATOR(pg_catalog.=) $1 AND t.state OPERATOR(pg_catalog.=) 'waiting'",
+	4, {INT8OID, TEXTOID, TEXTOID, TIMESTAMPTZOID}
+};
+
+/*
+ * deps_rels_plan: the relations co-located with the shard $1 (Citus' shard
+ * id of a shard of ntask.task or ntask.task_dep): the shards of task and
+ * task_dep of its group, and the local placement of the reference table
+ * ntask.queue.
+ */
+typedef enum DepsRelsCol
+{
+	DEPS_RELS_TABLE = 1,
+	DEPS_RELS_SHARD
+} DepsRelsCol;
+
+static NtaskPlan deps_rels_plan = {
+	"dependency shard relations",
+	.ncols = 2,
+	"SELECT c.relname::pg_catalog.text, pg_catalog.shard_name(s2.logicalrelid, s2.shardid) "
+	"FROM pg_catalog.pg_dist_shard s1 "
+	"JOIN pg_catalog.pg_dist_partition p1 ON p1.logicalrelid OPERATOR(pg_catalog.=) s1.logicalrelid "
+	"JOIN pg_catalog.pg_dist_partition p2 ON p2.colocationid OPERATOR(pg_catalog.=) p1.colocationid "
+	"JOIN pg_catalog.pg_dist_shard s2 ON s2.logicalrelid OPERATOR(pg_catalog.=) p2.logicalrelid "
+	"  AND s2.shardminvalue OPERATOR(pg_catalog.=) s1.shardminvalue "
+	"JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) s2.logicalrelid "
+	"JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace "
+	"WHERE s1.shardid OPERATOR(pg_catalog.=) $1 AND n.nspname OPERATOR(pg_catalog.=) 'ntask' "
+	"  AND c.relname OPERATOR(pg_catalog.=) ANY ('{task,task_dep}') "
+	"UNION ALL "
+	"SELECT 'queue', pg_catalog.shard_name(s.logicalrelid, s.shardid) "
+	"FROM pg_catalog.pg_dist_shard s "
+	"JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) s.logicalrelid "
+	"JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace "
+	"WHERE n.nspname OPERATOR(pg_catalog.=) 'ntask' AND c.relname OPERATOR(pg_catalog.=) 'queue'",
+	1, {INT8OID}
+};
+
+/* the statements a trigger on a shard runs, by DepsRels.plans[] */
+typedef enum DepsPlanId
+{
+	DEPS_P_RELEASE,
+	DEPS_P_FAILED,
+	DEPS_P_LOCK_PARENTS,
+	DEPS_P_SETTLE,
+	DEPS_P_FINISH,
+	DEPS_NPLANS
+} DepsPlanId;
+
+/*
+ * The shard relations of one shard group, found once per backend by the
+ * name of the relation a trigger fired on (a shard's name is its table's
+ * and its shard id: a move back to this node makes a new relation of the
+ * same name, which the plans find again by name), and the statements
+ * prepared on them, in TopMemoryContext.
+ */
+typedef struct DepsRels
+{
+	char		name[NAMEDATALEN];	/* the fired relation's */
+	char	   *task;
+	char	   *dep;
+	char	   *queue;
+	NtaskPlan  *plans[DEPS_NPLANS];
+	struct DepsRels *next;
+} DepsRels;
+
+static DepsRels *deps_rels_list = NULL;
+
+/*
  * The children this transaction attached, settled at its commit: an
  * array in TopTransactionContext, dropped when the transaction ends
  * (deps_xact_callback).
@@ -357,6 +551,122 @@ deps_note_child(int64 child)
 }
 
 /*
+ * deps_subst
+ *		sql with the names ntask.task, ntask.task_dep and ntask.queue
+ *		replaced by r's shard relations (a name followed by a letter, digit
+ *		or underscore is another name and stays).
+ */
+static char *
+deps_subst(const char *sql, DepsRels *r)
+{
+	StringInfoData buf;
+	const char *c = sql;
+
+	initStringInfo(&buf);
+	while (*c != '\0')
+	{
+		static const char *const names[3] = {"ntask.task_dep", "ntask.task", "ntask.queue"};
+		const char *to[3];
+		int			i;
+		bool		done = false;
+
+		to[0] = r->dep;
+		to[1] = r->task;
+		to[2] = r->queue;
+		for (i = 0; i < 3 && !done; i++)
+		{
+			size_t		len = strlen(names[i]);
+
+			if (strncmp(c, names[i], len) == 0 &&
+				!(isalnum((unsigned char) c[len]) || c[len] == '_'))
+			{
+				appendStringInfoString(&buf, to[i]);
+				c += len;
+				done = true;
+			}
+		}
+		if (!done)
+			appendStringInfoChar(&buf, *c++);
+	}
+	return buf.data;
+}
+
+/*
+ * deps_rels_for
+ *		For a trigger fired on rel: NULL when rel is the table
+ *		itself (a plain install: its name is table), else the relations of
+ *		the shard group of the shard rel is (a distributed install).
+ */
+static DepsRels *
+deps_rels_for(Relation rel, const char *table)
+{
+	const char *name = RelationGetRelationName(rel);
+	const char *us = strrchr(name, '_');
+	DepsRels   *r;
+	Datum		v[1];
+	int			nrows;
+	int			i;
+	MemoryContext old;
+
+	if (strcmp(name, table) == 0)
+		return NULL;
+	for (r = deps_rels_list; r != NULL; r = r->next)
+		if (strcmp(r->name, name) == 0)
+			return r;
+	if (us == NULL || !isdigit((unsigned char) us[1]))
+		elog(ERROR, "ntask: dependency trigger fired on \"%s\", neither %s nor one of its shards",
+			 name, table);
+	v[0] = Int64GetDatum(strtoll(us + 1, NULL, 10));
+	SPI_connect();
+	nrows = NtaskExecPlan(&deps_rels_plan, v, NULL, SPI_OK_SELECT);
+	old = MemoryContextSwitchTo(TopMemoryContext);
+	r = palloc0(sizeof(DepsRels));
+	strlcpy(r->name, name, NAMEDATALEN);
+	for (i = 0; i < nrows; i++)
+	{
+		char	   *t = NtaskGetCString(i, DEPS_RELS_TABLE);
+		char	   *sh = pstrdup(NtaskGetCString(i, DEPS_RELS_SHARD));
+
+		if (strcmp(t, "task") == 0)
+			r->task = sh;
+		else if (strcmp(t, "task_dep") == 0)
+			r->dep = sh;
+		else if (strcmp(t, "queue") == 0)
+			r->queue = sh;
+	}
+	MemoryContextSwitchTo(old);
+	SPI_finish();
+	if (r->task == NULL || r->dep == NULL || r->queue == NULL)
+		elog(ERROR, "ntask: the shards co-located with \"%s\" were not found (task %s, task_dep %s, queue %s)",
+			 name, r->task ? r->task : "-", r->dep ? r->dep : "-", r->queue ? r->queue : "-");
+	r->next = deps_rels_list;
+	deps_rels_list = r;
+	return r;
+}
+
+/* deps_plan: tmpl, or its copy on r's shard relations (r not NULL) */
+static NtaskPlan *
+deps_plan(DepsRels *r, DepsPlanId id, NtaskPlan *tmpl)
+{
+	MemoryContext old;
+	NtaskPlan  *np;
+
+	if (r == NULL)
+		return tmpl;
+	if (r->plans[id] != NULL)
+		return r->plans[id];
+	old = MemoryContextSwitchTo(TopMemoryContext);
+	np = palloc(sizeof(NtaskPlan));
+	*np = *tmpl;
+	np->name = psprintf("%s (shard)", tmpl->name);
+	np->sql = deps_subst(tmpl->sql, r);
+	np->plan = NULL;
+	MemoryContextSwitchTo(old);
+	r->plans[id] = np;
+	return np;
+}
+
+/*
  * NtaskCheckParentPolicy
  *		on_parent_failed must be wait or cancel (22023).
  */
@@ -402,6 +712,7 @@ bool
 NtaskDepsArgs(FunctionCallInfo fcinfo, int a_trace, NtaskDeps *d)
 {
 	memset(d, 0, sizeof(NtaskDeps));
+	d->shard = -1;			/* enqueue.c sets it before NtaskDepsResolve */
 	/* a_trace is traceparent (enqueue.c reads it); then these two */
 	if (!PG_ARGISNULL(a_trace + 2))
 	{
@@ -426,6 +737,222 @@ NtaskDepsArgs(FunctionCallInfo fcinfo, int a_trace, NtaskDeps *d)
 	return d->n > 0;
 }
 
+/* deps_found: the task id of (queue, key) among n rows of tt, or -1 */
+static int64
+deps_found(SPITupleTable *tt, int n, text *queue, text *key, int16 *shard)
+{
+	int			r;
+
+	for (r = 0; r < n; r++)
+		if (deps_text_eq(NtaskTupGetText(tt, r, DEPS_FIND_QUEUE), queue) &&
+			deps_text_eq(NtaskTupGetText(tt, r, DEPS_FIND_KEY), key))
+		{
+			bool		isnull;
+
+			*shard = DatumGetInt16(NtaskTupGetDatum(tt, r, DEPS_FIND_SHARD, &isnull));
+			return NtaskTupGetInt64(tt, r, DEPS_FIND_TASK_ID);
+		}
+	return -1;
+}
+
+/* deps_text_array: a text[] Datum of n texts */
+static Datum
+deps_text_array(text **t, int n)
+{
+	Datum	   *e = palloc(sizeof(Datum) * Max(n, 1));
+	int			i;
+
+	for (i = 0; i < n; i++)
+		e[i] = PointerGetDatum(t[i]);
+	return PointerGetDatum(construct_array(e, n, TEXTOID, -1, false, TYPALIGN_INT));
+}
+
+/*
+ * deps_check_layout
+ *		On Citus, ntask.task_dep must be distributed with the tasks (as
+ *		ntask_distribute of 1.1.0 lays it out): an install distributed by an
+ *		earlier version keeps it on the coordinator, without its triggers on
+ *		the shards, where no parent's end would reach it (0A000).  Without
+ *		Citus (a simulated install, regress distribute) there is nothing to
+ *		check.  Read once per backend while it holds.
+ */
+static void
+deps_check_layout(void)
+{
+	static bool ok = false;
+	bool		dist = true;
+
+	if (ok)
+		return;
+	if (SPI_execute("SELECT pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL",
+					true, 1) == SPI_OK_SELECT && SPI_processed == 1 &&
+		strcmp(SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1), "t") == 0)
+		dist = SPI_execute("SELECT 1 FROM pg_catalog.pg_dist_partition p "
+						   "  JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) p.logicalrelid "
+						   "  JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace "
+						   "  WHERE n.nspname OPERATOR(pg_catalog.=) 'ntask' "
+						   "    AND c.relname OPERATOR(pg_catalog.=) 'task_dep'",
+						   true, 1) == SPI_OK_SELECT && SPI_processed == 1;
+	if (!dist)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("ntask: depends_on needs ntask.task_dep distributed with the tasks, and this install was distributed before ntask 1.1.0"),
+				 errdetail("ntask_distribute of 1.1.0 distributes it by shard and keeps its triggers on every shard (docs/scaling.md \"Dependencies on a distributed install\")."),
+				 errhint("Distribute ntask.task_dep as ntask_distribute does (its key widened by shard, with citus.enable_unsafe_triggers on), or enqueue without depends_on.")));
+	ok = true;
+}
+
+/*
+ * deps_resolve_dist
+ *		NtaskDepsResolve on a distributed install: the parents are looked up
+ *		in the child's shard (d->shard), a key of the child's queue first,
+ *		then queue:key, as on one node; a name found only in another shard
+ *		is refused with 0A000 (a dependency across shards), one found
+ *		nowhere is 22023.  The errors in the order of one node's: per
+ *		element, the producer right (42501), the child itself, then the
+ *		parent's existence.
+ */
+static void
+deps_resolve_dist(NtaskDeps *d, text *queue, text **keys, int nkeys)
+{
+	text	  **aq = palloc(sizeof(text *) * d->n);	/* the key of the child's queue */
+	text	  **bq = palloc(sizeof(text *) * d->n);	/* queue:key, NULL: no colon */
+	text	  **bk = palloc(sizeof(text *) * d->n);
+	text	  **cq = palloc(sizeof(text *) * d->n * 2);
+	text	  **ck = palloc(sizeof(text *) * d->n * 2);
+	int64	   *id = palloc(sizeof(int64) * d->n);
+	int16	   *where = palloc(sizeof(int16) * d->n);
+	bool	   *child_queue = palloc(sizeof(bool) * d->n);
+	text	  **rq = palloc(sizeof(text *) * d->n);
+	text	  **denied;
+	int			ndenied;
+	int			nc = 0;
+	int			nmissing = 0;
+	int			nrows;
+	int			r;
+	int			k;
+	Datum		v[3];
+	SPITupleTable *tt;
+
+	if (d->shard < 0)
+		elog(ERROR, "ntask: depends_on without the child's shard");
+	deps_check_layout();
+	for (r = 0; r < d->n; r++)
+	{
+		text	   *e = DatumGetTextPP(d->elems[r]);
+		char	   *ec = text_to_cstring(e);
+		char	   *colon = strchr(ec, ':');
+
+		aq[r] = e;
+		bq[r] = bk[r] = NULL;
+		cq[nc] = queue;
+		ck[nc++] = e;
+		if (colon != NULL)
+		{
+			bq[r] = cstring_to_text_with_len(ec, colon - ec);
+			bk[r] = cstring_to_text(colon + 1);
+			cq[nc] = bq[r];
+			ck[nc++] = bk[r];
+		}
+	}
+
+	/* in the child's shard */
+	v[0] = Int16GetDatum(d->shard);
+	v[1] = deps_text_array(cq, nc);
+	v[2] = deps_text_array(ck, nc);
+	nrows = NtaskExecPlan(&deps_find_dist_plan, v, NULL, SPI_OK_SELECT);
+	tt = SPI_tuptable;
+	for (r = 0; r < d->n; r++)
+	{
+		id[r] = deps_found(tt, nrows, queue, aq[r], &where[r]);
+		child_queue[r] = id[r] >= 0;
+		if (id[r] < 0 && bq[r] != NULL)
+			id[r] = deps_found(tt, nrows, bq[r], bk[r], &where[r]);
+		if (id[r] < 0)
+			nmissing++;
+	}
+
+	/* a name the child's shard lacks: elsewhere, or nowhere */
+	if (nmissing > 0)
+	{
+		v[0] = v[1];
+		v[1] = v[2];
+		nrows = NtaskExecPlan(&deps_find_any_plan, v, NULL, SPI_OK_SELECT);
+		tt = SPI_tuptable;
+		for (r = 0; r < d->n; r++)
+		{
+			if (id[r] >= 0)
+				continue;
+			id[r] = deps_found(tt, nrows, queue, aq[r], &where[r]);
+			child_queue[r] = id[r] >= 0;
+			if (id[r] < 0 && bq[r] != NULL)
+				id[r] = deps_found(tt, nrows, bq[r], bk[r], &where[r]);
+		}
+	}
+
+	/* the queue each element names, and those that refuse the caller */
+	for (r = 0; r < d->n; r++)
+		rq[r] = child_queue[r] || bq[r] == NULL ? queue : bq[r];
+	v[0] = deps_text_array(rq, d->n);
+	v[1] = ObjectIdGetDatum(NtaskCaller());
+	ndenied = NtaskExecPlan(&deps_denied_dist_plan, v, NULL, SPI_OK_SELECT);
+	denied = palloc(sizeof(text *) * Max(ndenied, 1));
+	for (k = 0; k < ndenied; k++)
+		denied[k] = NtaskTupGetText(SPI_tuptable, k, 1);
+
+	d->ids = palloc(sizeof(Datum) * d->n);
+	for (r = 0; r < d->n; r++)
+	{
+		text	   *rk = child_queue[r] || bq[r] == NULL ? aq[r] : bk[r];
+
+		for (k = 0; k < ndenied; k++)
+			if (deps_text_eq(denied[k], rq[r]))
+				ereport(ERROR,
+						(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+						 errmsg("ntask: permission denied to depend on tasks of queue \"%s\"",
+								text_to_cstring(rq[r])),
+						 errhint("A parent's queue must grant its producer_role to the role (ntask_queue_set_roles).")));
+		if (deps_text_eq(rq[r], queue))
+			for (k = 0; k < nkeys; k++)
+				if (deps_text_eq(rk, keys[k]))
+					ereport(ERROR,
+							(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+							 errmsg("ntask: task \"%s\" cannot depend on itself",
+									text_to_cstring(rk))));
+		if (id[r] < 0 && (VARSIZE_ANY_EXHDR(rq[r]) > NTASK_MAX_QUEUE_LEN ||
+						  VARSIZE_ANY_EXHDR(rk) > NTASK_MAX_KEY_LEN))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("ntask: depends_on[%d] names no task: its queue or key is too long", r + 1),
+					 errdetail("A queue name has at most %d bytes and a task key at most %d.",
+							   NTASK_MAX_QUEUE_LEN, NTASK_MAX_KEY_LEN),
+					 errhint("Enqueue the parents first.")));
+		if (id[r] < 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("ntask: parent %s:%s does not exist",
+							text_to_cstring(rq[r]), text_to_cstring(rk)),
+					 errdetail("depends_on[%d] must name a task that exists: a key of the queue, or queue:key.", r + 1),
+					 errhint("Enqueue the parents first.")));
+		if (where[r] != d->shard)
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("ntask: on a distributed install a task can depend only on tasks of its own shard, and parent %s:%s is in shard %d, the task in shard %d",
+							text_to_cstring(rq[r]), text_to_cstring(rk),
+							(int) where[r], (int) d->shard),
+					 errdetail("A task, its parents and their dependency rows live in one shard, so that a parent's end decides its children in its own transaction (docs/scaling.md \"Dependencies on a distributed install\")."),
+					 errhint("Enqueue the task with a partition key for which ntask_shard(queue, key) is its parents' shard: the parents' partition key, when they are of the task's queue.")));
+		d->ids[r] = Int64GetDatum(id[r]);
+	}
+	qsort(d->ids, d->n, sizeof(Datum), deps_id_cmp);
+	for (r = 1; r < d->n; r++)
+		if (DatumGetInt64(d->ids[r]) == DatumGetInt64(d->ids[r - 1]))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("ntask: depends_on names task %lld twice",
+							(long long) DatumGetInt64(d->ids[r]))));
+}
+
 /*
  * NtaskDepsResolve
  *		Inside the caller's SPI connection: resolve d's elements to tasks,
@@ -443,7 +970,11 @@ NtaskDepsResolve(NtaskDeps *d, text *queue, text **keys, int nkeys)
 	int			r;
 	int			k;
 
-	NtaskRefuseDistributed("depends_on");
+	if (NtaskShardCount() > 0)
+	{
+		deps_resolve_dist(d, queue, keys, nkeys);
+		return;
+	}
 	values[0] = PointerGetDatum(queue);
 	values[1] = d->array;
 	values[2] = ObjectIdGetDatum(NtaskCaller());
@@ -499,13 +1030,39 @@ NtaskDepsResolve(NtaskDeps *d, text *queue, text **keys, int nkeys)
 }
 
 /*
+ * deps_finish_child
+ *		On a shard (a trigger's, r): a waiting child ends by its parent's
+ *		end, state to with reason.  No audit row: the audit is hashed by
+ *		its id onto any node, and a trigger on a shard writes only its own
+ *		node's (docs/scaling.md "Dependencies on a distributed install");
+ *		the child keeps the reason.
+ */
+static void
+deps_finish_child(DepsRels *r, int64 child, const char *to, const char *reason)
+{
+	Datum		v[4];
+
+	v[0] = Int64GetDatum(child);
+	v[1] = CStringGetTextDatum(to);
+	v[2] = CStringGetTextDatum(reason);
+	v[3] = NtaskStatementTs();
+	(void) NtaskExecPlan(deps_plan(r, DEPS_P_FINISH, &deps_finish_child_plan), v, NULL,
+						 SPI_OK_UPDATE);
+}
+
+/*
  * deps_cancel_child
  *		Cancel a waiting child whose parent failed (reason parent_failed),
  *		audited.  The caller holds its row lock.
  */
 static void
-deps_cancel_child(int64 child, const char *queue, const char *why)
+deps_cancel_child(DepsRels *r, int64 child, const char *queue, const char *why)
 {
+	if (r != NULL)
+	{
+		deps_finish_child(r, child, "canceled", "parent_failed");
+		return;
+	}
 	NtaskFinishTask(child, "canceled", "parent_failed", "canceled", NULL, NULL);
 	NtaskAudit("ntask", "cancel", child, queue,
 			   psprintf("parent_failed: %s", why), "waiting", "canceled");
@@ -518,13 +1075,120 @@ deps_cancel_child(int64 child, const char *queue, const char *why)
  *		or parent_skipped), audited.  The caller holds its row lock.
  */
 static void
-deps_repair_child(int64 child, const char *queue, const char *pstate, const char *why)
+deps_repair_child(DepsRels *r, int64 child, const char *queue, const char *pstate, const char *why)
 {
 	const char *reason = strcmp(pstate, "skipped") == 0 ? "parent_skipped" : "parent_canceled";
 
+	if (r != NULL)
+	{
+		deps_finish_child(r, child, "repair_required", reason);
+		return;
+	}
 	NtaskFinishTask(child, "repair_required", reason, "repair_required", NULL, NULL);
 	NtaskAudit("ntask", "repair", child, queue,
 			   psprintf("%s: %s", reason, why), "waiting", "repair_required");
+}
+
+/*
+ * deps_attach_dist
+ *		NtaskDepsAttach on a distributed install: every child in the
+ *		parents' shard (else 0A000: the children of one ntask_enqueue_many
+ *		in several shards), then deps_attach_plan's steps as routed
+ *		statements: the parents' states, the dependency rows, the children's
+ *		waiting state, and the decisions of a parent already failed.
+ */
+static void
+deps_attach_dist(NtaskDeps *d, Datum *ids, int n, Datum *states)
+{
+	Datum		v[4];
+	char		nl[4] = {' ', ' ', ' ', ' '};
+	int			nrows;
+	int			left = 0;
+	bool		failed = false;
+	const char *final = NULL;
+	char	   *policy;
+	int			r;
+	int			i;
+	int			p;
+	bool		isnull;
+	SPITupleTable *tt;
+
+	for (i = 0; i < n; i++)
+		if (NTASK_ID_SHARD(DatumGetInt64(ids[i])) != d->shard)
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("ntask: on a distributed install a task can depend only on tasks of its own shard, and task %lld of this call is in shard %d, its parents in shard %d",
+							(long long) DatumGetInt64(ids[i]),
+							(int) NTASK_ID_SHARD(DatumGetInt64(ids[i])), (int) d->shard),
+					 errdetail("A task, its parents and their dependency rows live in one shard (docs/scaling.md \"Dependencies on a distributed install\")."),
+					 errhint("Give the tasks of the call partition keys for which ntask_shard(queue, key) is their parents' shard.")));
+
+	/* the parents' states as read now (the settle reads them again) */
+	v[0] = NtaskInt8Array(d->ids, d->n);
+	v[1] = Int16GetDatum(d->shard);
+	nrows = NtaskExecPlan(&deps_parents_dist_plan, v, NULL, SPI_OK_SELECT);
+	for (r = 0; r < nrows; r++)
+	{
+		char	   *st = NtaskGetCString(r, DEPS_PARENTS_STATE);
+
+		if (strcmp(st, "succeeded") != 0)
+			left++;
+		if (strcmp(st, "repair_required") == 0 || strcmp(st, "canceled") == 0 ||
+			strcmp(st, "skipped") == 0)
+			failed = true;
+		if (final == NULL && (strcmp(st, "canceled") == 0 || strcmp(st, "skipped") == 0))
+			final = st;
+	}
+
+	/* the dependency rows, in the shard */
+	for (i = 0; i < n; i++)
+		for (p = 0; p < d->n; p++)
+		{
+			v[0] = ids[i];
+			v[1] = d->ids[p];
+			v[2] = Int16GetDatum(d->shard);
+			(void) NtaskExecPlan(&deps_row_dist_plan, v, NULL, SPI_OK_INSERT);
+		}
+
+	/* the children: waiting while a parent has not succeeded */
+	v[0] = NtaskInt8Array(ids, n);
+	v[1] = Int16GetDatum(d->shard);
+	v[2] = d->policy ? PointerGetDatum(d->policy) : (Datum) 0;
+	nl[2] = d->policy ? ' ' : 'n';
+	v[3] = Int32GetDatum(left);
+	nrows = NtaskExecPlan(&deps_children_dist_plan, v, nl, SPI_OK_UPDATE_RETURNING);
+	if (nrows == 0)
+		return;
+	tt = SPI_tuptable;
+	v[0] = NtaskTupGetDatum(tt, 0, 3, &isnull);
+	v[1] = v[2];
+	nl[0] = ' ';
+	nl[1] = nl[2];
+	if (NtaskExecPlan(&deps_policy_dist_plan, v, nl, SPI_OK_SELECT) != 1)
+		elog(ERROR, "ntask: the queue of a new task is gone");
+	policy = NtaskGetCString(0, 1);
+	for (r = 0; r < nrows; r++)
+	{
+		int64		child = NtaskTupGetInt64(tt, r, DEPS_ATTACH_TASK_ID);
+		char	   *state = NtaskTupGetCString(tt, r, DEPS_ATTACH_STATE);
+		char	   *queue = NtaskTupGetCString(tt, r, 3);
+
+		if (strcmp(state, "waiting") == 0 && failed && strcmp(policy, "cancel") == 0)
+		{
+			deps_cancel_child(NULL, child, queue, "a parent had failed when it was enqueued");
+			state = "canceled";
+		}
+		else if (strcmp(state, "waiting") == 0 && final != NULL)
+		{
+			deps_repair_child(NULL, child, queue, final, "a parent had ended when it was enqueued");
+			state = "repair_required";
+		}
+		for (i = 0; i < n; i++)
+			if (DatumGetInt64(ids[i]) == child)
+				states[i] = CStringGetTextDatum(state);
+		if (strcmp(state, "waiting") == 0)
+			deps_note_child(child);
+	}
 }
 
 /*
@@ -547,6 +1211,11 @@ NtaskDepsAttach(NtaskDeps *d, Datum *ids, int n, Datum *states)
 
 	if (n == 0)
 		return;
+	if (NtaskShardCount() > 0)
+	{
+		deps_attach_dist(d, ids, n, states);
+		return;
+	}
 	values[0] = NtaskInt8Array(d->ids, d->n);
 	values[1] = NtaskInt8Array(ids, n);
 	values[2] = d->policy ? PointerGetDatum(d->policy) : (Datum) 0;
@@ -568,12 +1237,12 @@ NtaskDepsAttach(NtaskDeps *d, Datum *ids, int n, Datum *states)
 		queue = NtaskTupGetCString(tt, r, DEPS_ATTACH_QUEUE);
 		if (strcmp(state, "waiting") == 0 && failed && strcmp(policy, "cancel") == 0)
 		{
-			deps_cancel_child(child, queue, "a parent had failed when it was enqueued");
+			deps_cancel_child(NULL, child, queue, "a parent had failed when it was enqueued");
 			state = "canceled";
 		}
 		else if (strcmp(state, "waiting") == 0 && NtaskTupGetText(tt, r, DEPS_ATTACH_FINAL) != NULL)
 		{
-			deps_repair_child(child, queue, NtaskTupGetCString(tt, r, DEPS_ATTACH_FINAL),
+			deps_repair_child(NULL, child, queue, NtaskTupGetCString(tt, r, DEPS_ATTACH_FINAL),
 							  "a parent had ended when it was enqueued");
 			state = "repair_required";
 		}
@@ -604,12 +1273,17 @@ deps_attr(TriggerData *td, HeapTuple tup, const char *name, bool *isnull)
  *		(notify).
  */
 static void
-deps_wake_ready(const char *queue, bool http, bool notify)
+deps_wake_ready(DepsRels *rels, const char *queue, bool http, bool notify)
 {
 	NtaskWakeWaitersAtCommit(queue, 1, 0);
 	if (http)
 		NtaskWakeWorkerAtCommit();
-	if (notify)
+
+	/*
+	 * Not on a shard (rels): a transaction that wrote on several nodes
+	 * prepares there, and PREPARE TRANSACTION refuses one that notified
+	 */
+	if (notify && rels == NULL)
 		Async_Notify(psprintf("ntask_%s", queue), NULL);
 }
 
@@ -619,7 +1293,7 @@ deps_wake_ready(const char *queue, bool http, bool notify)
  *		claims (and the worker, NOTIFY) of the queues of those made ready.
  */
 static void
-deps_release(int64 parent)
+deps_release(DepsRels *rels, int64 parent)
 {
 	Datum		values[2];
 	int			nrows;
@@ -627,7 +1301,8 @@ deps_release(int64 parent)
 
 	values[0] = Int64GetDatum(parent);
 	values[1] = NtaskStatementTs();
-	nrows = NtaskExecPlan(&deps_release_plan, values, NULL, SPI_OK_UPDATE_RETURNING);
+	nrows = NtaskExecPlan(deps_plan(rels, DEPS_P_RELEASE, &deps_release_plan), values, NULL,
+						  SPI_OK_UPDATE_RETURNING);
 	for (r = 0; r < nrows; r++)
 	{
 		char	   *queue;
@@ -635,7 +1310,7 @@ deps_release(int64 parent)
 		if (!NtaskGetBool(r, DEPS_RELEASE_READY))
 			continue;
 		queue = NtaskGetCString(r, DEPS_RELEASE_QUEUE);
-		deps_wake_ready(queue, NtaskGetBool(r, DEPS_RELEASE_HTTP),
+		deps_wake_ready(rels, queue, NtaskGetBool(r, DEPS_RELEASE_HTTP),
 						NtaskGetBool(r, DEPS_RELEASE_NOTIFY));
 	}
 }
@@ -648,7 +1323,8 @@ deps_release(int64 parent)
  *		fires the trigger, which queues it for the cascade.
  */
 static void
-deps_failed(int64 parent, const char *pqueue, const char *pkey, const char *state)
+deps_failed(DepsRels *rels, int64 parent, const char *pqueue, const char *pkey,
+			const char *state)
 {
 	Datum		values[1];
 	int			nrows;
@@ -658,7 +1334,8 @@ deps_failed(int64 parent, const char *pqueue, const char *pkey, const char *stat
 	char	   *why = psprintf("parent %s:%s ended %s", pqueue, pkey, state);
 
 	values[0] = Int64GetDatum(parent);
-	nrows = NtaskExecPlan(&deps_failed_plan, values, NULL, SPI_OK_SELECT);
+	nrows = NtaskExecPlan(deps_plan(rels, DEPS_P_FAILED, &deps_failed_plan), values, NULL,
+						  SPI_OK_SELECT);
 	tt = SPI_tuptable;
 	for (r = 0; r < nrows; r++)
 	{
@@ -668,9 +1345,9 @@ deps_failed(int64 parent, const char *pqueue, const char *pkey, const char *stat
 		child = NtaskTupGetInt64(tt, r, DEPS_FAILED_TASK_ID);
 		queue = NtaskTupGetCString(tt, r, DEPS_FAILED_QUEUE);
 		if (strcmp(NtaskTupGetCString(tt, r, DEPS_FAILED_POLICY), "cancel") == 0)
-			deps_cancel_child(child, queue, why);
+			deps_cancel_child(rels, child, queue, why);
 		else if (final)
-			deps_repair_child(child, queue, state, why);
+			deps_repair_child(rels, child, queue, state, why);
 	}
 }
 
@@ -683,6 +1360,7 @@ deps_failed(int64 parent, const char *pqueue, const char *pkey, const char *stat
  */
 typedef struct DepsFailedParent
 {
+	DepsRels   *rels;			/* its shard's relations; NULL: one node */
 	int64		task_id;
 	char	   *queue;
 	char	   *key;
@@ -696,11 +1374,12 @@ static MemoryContext deps_cxt = NULL;
 
 /* deps_queue: add a failed parent to the cascade's queue */
 static void
-deps_queue(int64 task_id, const char *queue, const char *key, const char *state)
+deps_queue(DepsRels *rels, int64 task_id, const char *queue, const char *key, const char *state)
 {
 	MemoryContext old = MemoryContextSwitchTo(deps_cxt);
 	DepsFailedParent *f = palloc(sizeof(DepsFailedParent));
 
+	f->rels = rels;
 	f->task_id = task_id;
 	f->queue = pstrdup(queue);
 	f->key = pstrdup(key);
@@ -716,7 +1395,7 @@ deps_queue(int64 task_id, const char *queue, const char *key, const char *state)
  *		step's memory is freed), the queue compacted as it is consumed.
  */
 static void
-deps_cascade(int64 task_id, const char *queue, const char *key, const char *state)
+deps_cascade(DepsRels *rels, int64 task_id, const char *queue, const char *key, const char *state)
 {
 	deps_cxt = AllocSetContextCreate(TopTransactionContext, "ntask dependency cascade",
 									 ALLOCSET_DEFAULT_SIZES);
@@ -725,14 +1404,14 @@ deps_cascade(int64 task_id, const char *queue, const char *key, const char *stat
 	deps_cascading = true;
 	PG_TRY();
 	{
-		deps_queue(task_id, queue, key, state);
+		deps_queue(rels, task_id, queue, key, state);
 		while (deps_next < list_length(deps_pending))
 		{
 			DepsFailedParent *f = (DepsFailedParent *) list_nth(deps_pending, deps_next++);
 
 			CHECK_FOR_INTERRUPTS();
 			SPI_connect();
-			deps_failed(f->task_id, f->queue, f->key, f->state);
+			deps_failed(f->rels, f->task_id, f->queue, f->key, f->state);
 			SPI_finish();
 			pfree(f->queue);
 			pfree(f->key);
@@ -781,7 +1460,7 @@ ntask_task_deps_changed(PG_FUNCTION_ARGS)
 	if (strcmp(state, "succeeded") == 0)
 	{
 		SPI_connect();
-		deps_release(task_id);
+		deps_release(deps_rels_for(td->tg_relation, "task"), task_id);
 		SPI_finish();
 	}
 	else if (strcmp(state, "repair_required") == 0 || strcmp(state, "canceled") == 0 ||
@@ -789,38 +1468,38 @@ ntask_task_deps_changed(PG_FUNCTION_ARGS)
 	{
 		char	   *queue = TextDatumGetCString(deps_attr(td, td->tg_newtuple, "queue", &isnull));
 		char	   *key = TextDatumGetCString(deps_attr(td, td->tg_newtuple, "task_key", &isnull));
+		DepsRels   *rels;
 
+		rels = deps_rels_for(td->tg_relation, "task");
 		if (deps_cascading)
-			deps_queue(task_id, queue, key, state);
+			deps_queue(rels, task_id, queue, key, state);
 		else
-			deps_cascade(task_id, queue, key, state);
+			deps_cascade(rels, task_id, queue, key, state);
 	}
 	return PointerGetDatum(NULL);
 }
 
 /*
  * deps_settle
- *		At the producer's commit: settle every child this transaction
- *		attached that is still waiting (see the file header).
+ *		At the producer's commit: settle the children ids (bigint[]) that
+ *		are still waiting (see the file header): every child this
+ *		transaction attached, or on a shard (rels) the child of the
+ *		dependency row the trigger fired for.
  */
 static void
-deps_settle(void)
+deps_settle(DepsRels *rels, Datum ids)
 {
 	Datum		values[2];
-	Datum	   *ids;
 	int			nrows;
 	int			r;
-	int			i;
 	SPITupleTable *tt;
 
-	ids = palloc(sizeof(Datum) * deps_settle_n);
-	for (i = 0; i < deps_settle_n; i++)
-		ids[i] = Int64GetDatum(deps_settle_ids[i]);
-	values[0] = NtaskInt8Array(ids, deps_settle_n);
+	values[0] = ids;
 	values[1] = NtaskStatementTs();
-	deps_settle_n = 0;			/* a later event of this commit has nothing to do */
-	(void) NtaskExecPlan(&deps_lock_parents_plan, values, NULL, SPI_OK_UPDATE);
-	nrows = NtaskExecPlan(&deps_settle_plan, values, NULL, SPI_OK_UPDATE_RETURNING);
+	(void) NtaskExecPlan(deps_plan(rels, DEPS_P_LOCK_PARENTS, &deps_lock_parents_plan),
+						 values, NULL, SPI_OK_UPDATE);
+	nrows = NtaskExecPlan(deps_plan(rels, DEPS_P_SETTLE, &deps_settle_plan), values, NULL,
+						  SPI_OK_UPDATE_RETURNING);
 	tt = SPI_tuptable;
 	for (r = 0; r < nrows; r++)
 	{
@@ -831,17 +1510,17 @@ deps_settle(void)
 		queue = NtaskTupGetCString(tt, r, DEPS_SETTLE_QUEUE);
 		if (NtaskTupGetBool(tt, r, DEPS_SETTLE_READY))
 		{
-			deps_wake_ready(queue, NtaskTupGetBool(tt, r, DEPS_SETTLE_HTTP),
+			deps_wake_ready(rels, queue, NtaskTupGetBool(tt, r, DEPS_SETTLE_HTTP),
 							NtaskTupGetBool(tt, r, DEPS_SETTLE_NOTIFY));
 			continue;
 		}
 		if (!NtaskTupGetBool(tt, r, DEPS_SETTLE_FAILED))
 			continue;
 		if (strcmp(NtaskTupGetCString(tt, r, DEPS_SETTLE_POLICY), "cancel") == 0)
-			deps_cancel_child(child, queue,
+			deps_cancel_child(rels, child, queue,
 							  psprintf("parent %s", NtaskTupGetCString(tt, r, DEPS_SETTLE_WHY)));
 		else if (NtaskTupGetBool(tt, r, DEPS_SETTLE_FINAL))
-			deps_repair_child(child, queue, NtaskTupGetCString(tt, r, DEPS_SETTLE_FINAL_STATE),
+			deps_repair_child(rels, child, queue, NtaskTupGetCString(tt, r, DEPS_SETTLE_FINAL_STATE),
 							  psprintf("parent %s", NtaskTupGetCString(tt, r, DEPS_SETTLE_WHY)));
 	}
 }
@@ -857,14 +1536,38 @@ Datum
 ntask_task_dep_settle(PG_FUNCTION_ARGS)
 {
 	TriggerData *td = (TriggerData *) fcinfo->context;
+	DepsRels   *rels;
+	bool		isnull;
 
 	if (!CALLED_AS_TRIGGER(fcinfo) || !TRIGGER_FIRED_AFTER(td->tg_event) ||
 		!TRIGGER_FIRED_FOR_ROW(td->tg_event) || !TRIGGER_FIRED_BY_INSERT(td->tg_event))
 		elog(ERROR, "ntask: task_dep_settle must be an AFTER INSERT row trigger");
-	if (deps_settle_n > 0)
+	rels = deps_rels_for(td->tg_relation, "task_dep");
+	if (rels != NULL)
 	{
+		/*
+		 * On a shard: this commit is the shard node's, maybe not the
+		 * enqueuing backend's (a routed insert), so settle this row's child.
+		 * A child of k parents is settled k times; the second finds it
+		 * settled (counts the same, or no longer waiting).
+		 */
+		Datum		child = deps_attr(td, td->tg_trigtuple, "task_id", &isnull);
+
 		SPI_connect();
-		deps_settle();
+		deps_settle(rels, NtaskInt8Array(&child, 1));
+		SPI_finish();
+	}
+	else if (deps_settle_n > 0)
+	{
+		Datum	   *ids = palloc(sizeof(Datum) * deps_settle_n);
+		int			i;
+
+		for (i = 0; i < deps_settle_n; i++)
+			ids[i] = Int64GetDatum(deps_settle_ids[i]);
+		i = deps_settle_n;
+		deps_settle_n = 0;		/* a later event of this commit has nothing to do */
+		SPI_connect();
+		deps_settle(NULL, NtaskInt8Array(ids, i));
 		SPI_finish();
 	}
 	return PointerGetDatum(NULL);

@@ -613,6 +613,7 @@ ntask_enqueue(PG_FUNCTION_ARGS)
 	if (has_deps)
 	{
 		NtaskCheckQueueRight(queue, true);
+		deps.shard = DatumGetInt16(values[ENQ_ARG_SHARD]);
 		NtaskDepsResolve(&deps, queue, &key, 1);
 	}
 
@@ -1213,6 +1214,10 @@ enq_many_params(FunctionCallInfo fcinfo, EnqMany *m)
 		for (i = 0; i < m->nkeys; i++)
 			keys[i] = m->bykey[i].key;
 		NtaskCheckQueueRight(m->queue, true);
+		/* the first key's shard: a distributed install needs one for all */
+		m->deps.shard = m->nkeys == 0 ? 0 :
+			NtaskShardFor(m->queue, m->bykey[0].partition_null ? m->bykey[0].key :
+						  DatumGetTextPP(m->bykey[0].partition_key));
 		NtaskDepsResolve(&m->deps, m->queue, keys, m->nkeys);
 	}
 }

@@ -411,6 +411,14 @@ static NtaskPair hk_prune_attempts = HK_PRUNE_PAIR("housekeeping prune attempts"
 static NtaskPair hk_prune_receipts = HK_PRUNE_PAIR("housekeeping prune receipts",
 												   "receipt", "r");
 
+/* a pruned child's dependency rows, in its shard (a distributed install) */
+static NtaskPlan hk_prune_deps_shard_plan = {
+	"housekeeping prune dependency rows (one shard)",
+	.ncols = 0,
+	HK_PRUNE_SQL("task_dep", "p") "   AND p.shard OPERATOR(pg_catalog.=) $2",
+	HK_PRUNE_NARGS, {INT8ARRAYOID, INT2OID}
+};
+
 /* a task's checkpoints and the signals it awaited go with it */
 static NtaskPair hk_prune_checkpoints = HK_PRUNE_PAIR("housekeeping prune checkpoints",
 													  "checkpoint", "c");
@@ -810,6 +818,9 @@ hk_prune_queue(void *arg)
 	(void) NtaskExecPair(&hk_prune_signals, values, NULL);
 	(void) NtaskExecPair(&hk_prune_attempts, values, NULL);
 	(void) NtaskExecPair(&hk_prune_receipts, values, NULL);
+	/* a plain install deletes them in hk_prune_tasks's statement */
+	if (s->sharded)
+		(void) NtaskExecPlan(&hk_prune_deps_shard_plan, values, NULL, SPI_OK_DELETE);
 	w->counts[2] += NtaskExecPair(&hk_prune_tasks, values, NULL);
 }
 

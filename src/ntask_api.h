@@ -100,6 +100,7 @@ typedef struct NtaskDeps
 	Datum		array;			/* the text[] argument */
 	text	   *policy;			/* on_parent_failed, NULL: the queue's */
 	Datum	   *ids;			/* the parents' task ids, sorted (resolved) */
+	int16		shard;			/* the child's shard (enqueue.c sets it) */
 } NtaskDeps;
 
 extern void NtaskCheckParentPolicy(text *policy);

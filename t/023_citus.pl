@@ -165,7 +165,8 @@ is($layout, join("\n",
 	'ntask.schedule_slot reference 1',
 	'ntask.shard_map reference 1',
 	'ntask.signal hash by shard 8',
-	'ntask.task hash by shard 8'), 'the layout');
+	'ntask.task hash by shard 8',
+	'ntask.task_dep hash by shard 8'), 'the layout');
 is($co->safe_psql('postgres', q{
 	SELECT count(DISTINCT colocationid) FROM pg_dist_partition
 	WHERE logicalrelid IN ('ntask.task'::regclass, 'ntask.attempt', 'ntask.receipt')}),
