@@ -163,16 +163,18 @@ static NtaskPlan claim_pick_plan = {
 
 /*
  * The plain pick of a queue with paused keys: the same, but
- * a task whose key is in $4 (the keys paused now, claim_read_mode) is
+ * a task whose key is in $6 (the keys paused now, claim_read_mode) is
  * passed by.  Only a queue whose row says a key pause is live runs it.
+ * $6 is the paused keys in every pick (ClaimPickArg): $4 and $5, the
+ * shard pick's shard and count, are not referenced here (passed as 0).
  */
 static NtaskPlan claim_pick_keys_plan = {
 	"claim pick (keys paused)",
 	.ncols = 16,
 	CLAIM_PICK(" AND (t.partition_key IS NULL "
-			   "  OR t.partition_key OPERATOR(pg_catalog.<>) ALL ($4)) ",
+			   "  OR t.partition_key OPERATOR(pg_catalog.<>) ALL ($6)) ",
 			   CppAsString2(NTASK_MAX_CLAIM), ""),
-	4, {TEXTOID, OIDOID, BOOLOID, TEXTARRAYOID}
+	6, {TEXTOID, OIDOID, BOOLOID, INT2OID, INT4OID, TEXTARRAYOID}
 };
 
 /*
@@ -620,20 +622,31 @@ typedef enum ClaimPickCol
 } ClaimPickCol;
 
 /*
- * The parameters of the plain picks (claim_pick_plan, the keyless one and
- * the one of a shard): values[CLAIM_PICK_ARG_X] is $(X + 1).  The last two
- * are the shard pick's only.
+ * The parameters of the plain picks (claim_pick_plan, its keys-paused
+ * twin, the keyless one and the ones of a shard): values[CLAIM_PICK_ARG_X]
+ * is $(X + 1).  claim_pick_plan and the keyless pick take the first three;
+ * the keys-paused picks all six, the plain one passing $4 and $5 by.
  */
 typedef enum ClaimPickArg
 {
 	CLAIM_PICK_ARG_QUEUE,		/* $1 */
 	CLAIM_PICK_ARG_CALLER,		/* $2, for the worker_role */
 	CLAIM_PICK_ARG_FRESH_ONLY,	/* $3, first attempts only */
-	CLAIM_PICK_ARG_SHARD,		/* $4 */
-	CLAIM_PICK_ARG_LIMIT,		/* $5 */
-	CLAIM_PICK_ARG_PAUSED_KEYS, /* $6, claim_pick_shard_keys_plan */
+	CLAIM_PICK_ARG_SHARD,		/* $4, the shard picks' */
+	CLAIM_PICK_ARG_LIMIT,		/* $5, the shard picks' */
+	CLAIM_PICK_ARG_PAUSED_KEYS, /* $6, the keys-paused picks' */
 	CLAIM_PICK_NARGS
 } ClaimPickArg;
+
+/* the parameters of claim_aging_pick_plan: the plain pick's first three */
+typedef enum ClaimAgingArg
+{
+	CLAIM_AGING_ARG_QUEUE,		/* $1 */
+	CLAIM_AGING_ARG_CALLER,		/* $2 */
+	CLAIM_AGING_ARG_FRESH_ONLY, /* $3 */
+	CLAIM_AGING_ARG_PER_LEVEL,	/* $4, candidates read per priority */
+	CLAIM_AGING_NARGS
+} ClaimAgingArg;
 
 /*
  * The parameters of the fair and ordered picks (CLAIM_FAIR_PICK,
@@ -653,6 +666,28 @@ typedef enum ClaimKeyedArg
 	CLAIM_KEYED_ARG_LIMIT,		/* $9 */
 	CLAIM_KEYED_NARGS
 } ClaimKeyedArg;
+
+/* the parameters of claim_paused_keys_plan */
+typedef enum ClaimPausedArg
+{
+	CLAIM_PAUSED_ARG_QUEUE,		/* $1 */
+	CLAIM_PAUSED_NARGS
+} ClaimPausedArg;
+
+/* the columns of claim_paused_keys_plan */
+typedef enum ClaimPausedCol
+{
+	CLAIM_PAUSED_KEYS = 1,		/* text[], NULL: none paused now */
+	CLAIM_PAUSED_ENDS			/* the earliest end of those pauses */
+} ClaimPausedCol;
+
+/* the parameters of claim_inflight_plan and its shard and node twins */
+typedef enum ClaimInflightArg
+{
+	CLAIM_INFLIGHT_ARG_QUEUE,	/* $1 */
+	CLAIM_INFLIGHT_ARG_SHARDS,	/* $2, the shard, or the node's (an array) */
+	CLAIM_INFLIGHT_NARGS
+} ClaimInflightArg;
 
 /* the columns of claim_queue_plan */
 typedef enum ClaimQueueCol
@@ -728,10 +763,9 @@ typedef struct ClaimOrder
 } ClaimOrder;
 
 /*
- * The rows of one pick while a round works on them.  The guard, the limits
- * and the lease run statements of their own, each of which replaces
- * SPI_tuptable, so a reader of the picked rows makes rows current again
- * first.
+ * The rows of one pick while a round works on them (the guard, the limits
+ * and the lease run statements of their own in between: the rows are read
+ * through rows, never SPI_tuptable).
  */
 typedef struct ClaimPicked
 {
@@ -896,6 +930,18 @@ static NtaskPlan claim_lease_dist_plan = {
  * of the tasks $1 (of shard $2), those with a receipt (prior 'committed');
  * its parameters are the lease's first and ninth, its column the task id
  */
+typedef enum ClaimReceiptsArg
+{
+	CLAIM_RECEIPTS_ARG_IDS,		/* $1 */
+	CLAIM_RECEIPTS_ARG_SHARD,	/* $2 */
+	CLAIM_RECEIPTS_NARGS
+} ClaimReceiptsArg;
+
+typedef enum ClaimReceiptsCol
+{
+	CLAIM_RECEIPTS_TASK_ID = 1
+} ClaimReceiptsCol;
+
 static NtaskPlan claim_receipts_plan = {
 	"claim receipts (distributed)",
 	.ncols = 1,
@@ -935,8 +981,32 @@ typedef enum ClaimCol
 
 static int	claim_round(ClaimCall *call, int want, bool *more,
 						int64 *lease_usecs, ClaimOrder *order);
-static int	claim_pick(text *queue, int want, ClaimOrder *order);
+static int	claim_pick(text *queue, int want, ClaimOrder *order,
+					   SPITupleTable **rows);
 static void claim_warn_old_xact(int64 lease_usecs, int64 waited_usecs);
+
+/*
+ * claim_exec
+ *		Run p (NtaskExecPlanCount, stopped after count rows; 0: all) and
+ *		return its rows, which its caller reads by that pointer while other
+ *		statements run; *n is how many.
+ */
+static SPITupleTable *
+claim_exec(NtaskPlan *p, Datum *args, int expected_rc, long count, int *n)
+{
+	*n = NtaskExecPlanCount(p, args, NULL, expected_rc, count);
+	return SPI_tuptable;
+}
+
+/* claim_run: a pick of at most want rows; *rows its rows */
+static int
+claim_run(NtaskPlan *p, Datum *args, int want, SPITupleTable **rows)
+{
+	int			n;
+
+	*rows = claim_exec(p, args, SPI_OK_SELECT, want, &n);
+	return n;
+}
 
 /*
  * claim_mark_committed
@@ -977,20 +1047,18 @@ claim_mark_committed(SPITupleTable *rows, int nrows, int64 *rcpt, int nrcpt)
  *		task that has some (CLAIM_COL_HAS_CONTEXT): context.c builds it.
  */
 static Datum
-claim_context(int r, text *queue, int64 *claim_bytes, bool *isnull)
+claim_context(SPITupleTable *tt, int r, text *queue, int64 *claim_bytes,
+			  bool *isnull)
 {
 	NtaskContextIn in = {0};
-	bool		sknull;
-	Datum		sk;
 
-	in.task_id = NtaskGetInt64(r, CLAIM_COL_TASK_ID);
-	in.token = NtaskGetInt64(r, CLAIM_COL_TOKEN);
+	in.task_id = NtaskTupGetInt64(tt, r, CLAIM_COL_TASK_ID);
+	in.token = NtaskTupGetInt64(tt, r, CLAIM_COL_TOKEN);
 	in.queue = queue;
-	in.traceparent = NtaskGetCString(r, CLAIM_COL_TRACEPARENT);
-	in.checkpoints = NtaskGetInt32(r, CLAIM_COL_CHECKPOINTS);
-	sk = NtaskGetDatum(r, CLAIM_COL_SIGNAL_KEY, &sknull);
-	in.signal_key = sknull ? NULL : DatumGetTextPP(sk);
-	in.has_parents = NtaskGetBool(r, CLAIM_COL_HAS_PARENTS);
+	in.traceparent = NtaskTupGetCString(tt, r, CLAIM_COL_TRACEPARENT);
+	in.checkpoints = NtaskTupGetInt32(tt, r, CLAIM_COL_CHECKPOINTS);
+	in.signal_key = NtaskTupGetText(tt, r, CLAIM_COL_SIGNAL_KEY);
+	in.has_parents = NtaskTupGetBool(tt, r, CLAIM_COL_HAS_PARENTS);
 	in.claim_bytes = claim_bytes;
 	/* everything is read: context.c may run statements of its own */
 	return NtaskClaimContext(&in, isnull);
@@ -1144,7 +1212,7 @@ claim_held_keys(ClaimOrder *order)
  *		the fair one, and a queue with a per-key cap or order only the
  *		first pass.  A fair pick moves the queue's cursor (fair.c) to
  *		the last key it picked from.  Returns the number of rows picked, in
- *		SPI_tuptable: the columns of ClaimPickCol, the key
+ *		*rows: the columns of ClaimPickCol, the key
  *		(CLAIM_PICK_KEY) only for a fair or ordered pick.
  */
 /*
@@ -1157,11 +1225,11 @@ claim_held_keys(ClaimOrder *order)
  *		worker node's own walk, or ntask_claim_on delegated there); else
  *		0A000.  A queue-wide cap is shared out by node wherever the claim
  *		runs (its lock is taken on the shard's node); per-key caps and
- *		order (per_key) hold within the key's shard.  The pick's first row
- *		is in SPI_tuptable; shard is the picked shard.
+ *		order (per_key) hold within the key's shard.  rows are the pick's;
+ *		shard is the picked shard.
  */
 static void
-claim_dist_policy(text *queue, bool per_key, int16 shard)
+claim_dist_policy(SPITupleTable *rows, text *queue, bool per_key, int16 shard)
 {
 	int			c;
 
@@ -1173,7 +1241,7 @@ claim_dist_policy(text *queue, bool per_key, int16 shard)
 			continue;			/* a boolean; a cap shared out by node */
 		if (per_key && c == CLAIM_PICK_PARTITION_MAX_INFLIGHT)
 			continue;
-		(void) NtaskGetDatum(0, c, &isnull);
+		(void) NtaskTupGetDatum(rows, 0, c, &isnull);
 		if (isnull)
 			continue;
 		if (c == CLAIM_PICK_PARTITION_MAX_INFLIGHT)
@@ -1200,19 +1268,20 @@ claim_dist_policy(text *queue, bool per_key, int16 shard)
 static void
 claim_read_paused_keys(text *queue, ClaimOrder *order)
 {
-	Datum		args[1];
+	Datum		args[CLAIM_PAUSED_NARGS];
+	SPITupleTable *tt;
+	int			n;
 	bool		isnull;
 	Datum		keys;
 
-	args[0] = PointerGetDatum(queue);
-	NtaskExecPlan(&claim_paused_keys_plan, args, NULL, SPI_OK_SELECT);
-	keys = NtaskGetDatum(0, 1, &isnull);
+	args[CLAIM_PAUSED_ARG_QUEUE] = PointerGetDatum(queue);
+	tt = claim_exec(&claim_paused_keys_plan, args, SPI_OK_SELECT, 0, &n);
+	keys = NtaskTupGetDatum(tt, 0, CLAIM_PAUSED_KEYS, &isnull);
 	if (isnull)
 		return;					/* ended since the queue row was read */
 	{
 		ArrayType  *a = DatumGetArrayTypePCopy(keys);
 		Datum	   *elems;
-		int			n;
 		int			i;
 
 		deconstruct_array(a, TEXTOID, -1, false, TYPALIGN_INT, &elems, NULL, &n);
@@ -1222,7 +1291,8 @@ claim_read_paused_keys(text *queue, ClaimOrder *order)
 		order->paused_keys = PointerGetDatum(a);
 	}
 	order->keys_paused = true;
-	order->pause_ends = DatumGetTimestampTz(NtaskGetDatum(0, 2, &isnull));
+	order->pause_ends = DatumGetTimestampTz(NtaskTupGetDatum(tt, 0, CLAIM_PAUSED_ENDS,
+															&isnull));
 }
 
 /*
@@ -1268,18 +1338,22 @@ claim_note_aging(text *queue, bool aging)
 static void
 claim_read_mode(text *queue, Datum *args, ClaimOrder *order)
 {
-	if (NtaskExecPlan(&claim_queue_plan, args, NULL, SPI_OK_SELECT) == 0)
+	SPITupleTable *tt;
+	int			n;
+
+	tt = claim_exec(&claim_queue_plan, args, SPI_OK_SELECT, 0, &n);
+	if (n == 0)
 		NtaskQueueNotFound(text_to_cstring(queue));
-	if (NtaskGetBool(0, CLAIM_QUEUE_DENIED))
+	if (NtaskTupGetBool(tt, 0, CLAIM_QUEUE_DENIED))
 		NtaskCheckQueueRight(queue, false); /* raises 42501 */
-	order->mode = NtaskGetBool(0, CLAIM_QUEUE_FAIR) ?
-		(NtaskGetBool(0, CLAIM_QUEUE_ORDERED) ? CLAIM_MODE_ORDERED : CLAIM_MODE_FAIR) :
-		NtaskGetBool(0, CLAIM_QUEUE_AGING) ? CLAIM_MODE_AGING : CLAIM_MODE_PLAIN;
+	order->mode = NtaskTupGetBool(tt, 0, CLAIM_QUEUE_FAIR) ?
+		(NtaskTupGetBool(tt, 0, CLAIM_QUEUE_ORDERED) ? CLAIM_MODE_ORDERED : CLAIM_MODE_FAIR) :
+		NtaskTupGetBool(tt, 0, CLAIM_QUEUE_AGING) ? CLAIM_MODE_AGING : CLAIM_MODE_PLAIN;
 	claim_note_aging(queue, order->mode == CLAIM_MODE_AGING);
-	order->turns = NtaskGetBool(0, CLAIM_QUEUE_TURNS);
+	order->turns = NtaskTupGetBool(tt, 0, CLAIM_QUEUE_TURNS);
 	{
 		bool		isnull;
-		Datum		d = NtaskGetDatum(0, CLAIM_QUEUE_PAUSED_UNTIL, &isnull);
+		Datum		d = NtaskTupGetDatum(tt, 0, CLAIM_QUEUE_PAUSED_UNTIL, &isnull);
 
 		if (!isnull)
 		{
@@ -1289,7 +1363,7 @@ claim_read_mode(text *queue, Datum *args, ClaimOrder *order)
 			return;
 		}
 	}
-	if (NtaskGetBool(0, CLAIM_QUEUE_KEYS_PAUSED))
+	if (NtaskTupGetBool(tt, 0, CLAIM_QUEUE_KEYS_PAUSED))
 		claim_read_paused_keys(queue, order);
 }
 
@@ -1299,9 +1373,9 @@ claim_read_mode(text *queue, Datum *args, ClaimOrder *order)
  *		as the plain pick's first three).  Not on a distributed install yet.
  */
 static int
-claim_aging_pick(text *queue, Datum *args, int want)
+claim_aging_pick(text *queue, Datum *args, int want, SPITupleTable **rows)
 {
-	Datum		aargs[4];
+	Datum		aargs[CLAIM_AGING_NARGS];
 	int			n;
 
 	if (NtaskShardCount() > 0)
@@ -1310,38 +1384,38 @@ claim_aging_pick(text *queue, Datum *args, int want)
 				 errmsg("ntask: queue \"%s\" has priority aging, which a distributed install does not support yet",
 						text_to_cstring(queue)),
 				 errhint("Pass priority_aging => '0' to ntask_queue_set to turn it off.")));
-	aargs[0] = args[CLAIM_PICK_ARG_QUEUE];
-	aargs[1] = args[CLAIM_PICK_ARG_CALLER];
-	aargs[2] = args[CLAIM_PICK_ARG_FRESH_ONLY];
-	aargs[3] = Int32GetDatum(Min(want + CLAIM_AGING_SLACK, NTASK_MAX_CLAIM));
-	n = NtaskExecPlanCount(&claim_aging_pick_plan, aargs, NULL, SPI_OK_SELECT, want);
+	aargs[CLAIM_AGING_ARG_QUEUE] = args[CLAIM_PICK_ARG_QUEUE];
+	aargs[CLAIM_AGING_ARG_CALLER] = args[CLAIM_PICK_ARG_CALLER];
+	aargs[CLAIM_AGING_ARG_FRESH_ONLY] = args[CLAIM_PICK_ARG_FRESH_ONLY];
+	aargs[CLAIM_AGING_ARG_PER_LEVEL] =
+		Int32GetDatum(Min(want + CLAIM_AGING_SLACK, NTASK_MAX_CLAIM));
+	n = claim_run(&claim_aging_pick_plan, aargs, want, rows);
 	if (n == 0 && want + CLAIM_AGING_SLACK < NTASK_MAX_CLAIM)
 	{
 		/*
 		 * Nothing due, or every candidate was locked by concurrent claims:
 		 * look further down each level.
 		 */
-		aargs[3] = Int32GetDatum(NTASK_MAX_CLAIM);
-		n = NtaskExecPlanCount(&claim_aging_pick_plan, aargs, NULL, SPI_OK_SELECT, want);
+		aargs[CLAIM_AGING_ARG_PER_LEVEL] = Int32GetDatum(NTASK_MAX_CLAIM);
+		n = claim_run(&claim_aging_pick_plan, aargs, want, rows);
 	}
 	return n;
 }
 
 static int
-claim_pick(text *queue, int want, ClaimOrder *order)
+claim_pick(text *queue, int want, ClaimOrder *order, SPITupleTable **rows)
 {
 	Datum		args[CLAIM_PICK_NARGS];
 	Datum		kargs[CLAIM_KEYED_NARGS];
 	int			n;
 	char	   *qname;
-	bool		isnull;
 	NtaskPlan  *fair;
 
 	args[CLAIM_PICK_ARG_QUEUE] = PointerGetDatum(queue);
 	args[CLAIM_PICK_ARG_CALLER] = ObjectIdGetDatum(NtaskCaller());
 	args[CLAIM_PICK_ARG_FRESH_ONLY] = BoolGetDatum(order->fresh_only);
 	if (order->mode == CLAIM_MODE_AGING)
-		return claim_aging_pick(queue, args, want);
+		return claim_aging_pick(queue, args, want, rows);
 	if (order->mode == CLAIM_MODE_UNKNOWN && claim_aging_queue != NULL &&
 		NtaskShardCount() == 0)
 	{
@@ -1351,7 +1425,7 @@ claim_pick(text *queue, int want, ClaimOrder *order)
 		pfree(q);
 		if (cached)
 		{
-			n = claim_aging_pick(queue, args, want);
+			n = claim_aging_pick(queue, args, want, rows);
 			if (n > 0)
 			{
 				order->mode = CLAIM_MODE_AGING;
@@ -1364,11 +1438,11 @@ claim_pick(text *queue, int want, ClaimOrder *order)
 			if (order->mode == CLAIM_MODE_PLAIN)
 			{
 				if (!order->keys_paused)
-					return NtaskExecPlanCount(&claim_pick_plan, args, NULL,
-											  SPI_OK_SELECT, want);
-				args[CLAIM_PICK_ARG_SHARD] = order->paused_keys;	/* $4 */
-				return NtaskExecPlanCount(&claim_pick_keys_plan, args, NULL,
-										  SPI_OK_SELECT, want);
+					return claim_run(&claim_pick_plan, args, want, rows);
+				args[CLAIM_PICK_ARG_SHARD] = Int16GetDatum(0);
+				args[CLAIM_PICK_ARG_LIMIT] = Int32GetDatum(0);
+				args[CLAIM_PICK_ARG_PAUSED_KEYS] = order->paused_keys;
+				return claim_run(&claim_pick_keys_plan, args, want, rows);
 			}
 		}
 	}
@@ -1401,19 +1475,17 @@ claim_pick(text *queue, int want, ClaimOrder *order)
 			if (order->keys_paused)
 			{
 				args[CLAIM_PICK_ARG_PAUSED_KEYS] = order->paused_keys;
-				n = NtaskExecPlanCount(&claim_pick_shard_keys_plan, args, NULL,
-									   SPI_OK_SELECT, want);
+				n = claim_run(&claim_pick_shard_keys_plan, args, want, rows);
 			}
 			else
-				n = NtaskExecPlanCount(&claim_pick_shard_plan, args, NULL,
-									   SPI_OK_SELECT, want);
+				n = claim_run(&claim_pick_shard_plan, args, want, rows);
 			if (n > 0)
 			{
 				/*
 				 * Rate limits and retry shares count in the claiming
 				 * node's shared memory: on the shard's node only.
 				 */
-				claim_dist_policy(queue, false, NtaskWalkShardValue(i));
+				claim_dist_policy(*rows, queue, false, NtaskWalkShardValue(i));
 				claim_shard_cursor = (i + 1) % nshards;
 				order->mode = CLAIM_MODE_PLAIN;
 				return n;
@@ -1430,7 +1502,7 @@ claim_pick(text *queue, int want, ClaimOrder *order)
 				if (order->paused)
 					return 0;
 				if (order->mode == CLAIM_MODE_AGING)
-					return claim_aging_pick(queue, args, want); /* refuses */
+					return claim_aging_pick(queue, args, want, rows); /* refuses */
 				if (order->mode != CLAIM_MODE_PLAIN)
 					break;		/* fair or ordered: the per-shard pick below */
 				if (order->keys_paused)
@@ -1449,13 +1521,13 @@ claim_pick(text *queue, int want, ClaimOrder *order)
 		 */
 		if (order->keys_paused)
 		{
-			args[CLAIM_PICK_ARG_SHARD] = order->paused_keys;	/* $4 */
-			n = NtaskExecPlanCount(&claim_pick_keys_plan, args, NULL,
-								   SPI_OK_SELECT, want);
+			args[CLAIM_PICK_ARG_SHARD] = Int16GetDatum(0);
+			args[CLAIM_PICK_ARG_LIMIT] = Int32GetDatum(0);
+			args[CLAIM_PICK_ARG_PAUSED_KEYS] = order->paused_keys;
+			n = claim_run(&claim_pick_keys_plan, args, want, rows);
 		}
 		else
-			n = NtaskExecPlanCount(&claim_pick_plan, args, NULL,
-								   SPI_OK_SELECT, want);
+			n = claim_run(&claim_pick_plan, args, want, rows);
 		if (n > 0)
 		{
 			order->mode = CLAIM_MODE_PLAIN;
@@ -1472,14 +1544,15 @@ claim_pick(text *queue, int want, ClaimOrder *order)
 		if (order->paused)
 			return 0;
 		if (order->mode == CLAIM_MODE_AGING)
-			return claim_aging_pick(queue, args, want);
+			return claim_aging_pick(queue, args, want, rows);
 		if (order->mode == CLAIM_MODE_PLAIN)
 		{
 			if (!order->keys_paused)
 				return 0;
-			args[CLAIM_PICK_ARG_SHARD] = order->paused_keys;	/* $4 */
-			return NtaskExecPlanCount(&claim_pick_keys_plan, args, NULL,
-									  SPI_OK_SELECT, want);
+			args[CLAIM_PICK_ARG_SHARD] = Int16GetDatum(0);
+			args[CLAIM_PICK_ARG_LIMIT] = Int32GetDatum(0);
+			args[CLAIM_PICK_ARG_PAUSED_KEYS] = order->paused_keys;
+			return claim_run(&claim_pick_keys_plan, args, want, rows);
 		}
 	}
 	qname = text_to_cstring(queue);
@@ -1514,17 +1587,17 @@ claim_pick(text *queue, int want, ClaimOrder *order)
 			kargs[CLAIM_KEYED_ARG_CURSOR] = PointerGetDatum(NtaskFairCursorShard(qname, sv));
 			kargs[CLAIM_KEYED_ARG_SHARD] = Int16GetDatum(sv);
 			kargs[CLAIM_KEYED_ARG_LIMIT] = Int32GetDatum(want);
-			n = NtaskExecPlanCount(fair, kargs, NULL, SPI_OK_SELECT, want);
+			n = claim_run(fair, kargs, want, rows);
 			if (n == 0 && want <= CLAIM_TURN_MAX && !order->turns)
 			{
 				kargs[CLAIM_KEYED_ARG_FIRST_PASS] = BoolGetDatum(false);
-				n = NtaskExecPlanCount(fair, kargs, NULL, SPI_OK_SELECT, want);
+				n = claim_run(fair, kargs, want, rows);
 			}
 			if (n > 0)
 			{
-				claim_dist_policy(queue, true, sv);
+				claim_dist_policy(*rows, queue, true, sv);
 				NtaskFairAdvanceShard(qname, sv,
-									  DatumGetTextPP(NtaskGetDatum(n - 1, CLAIM_PICK_KEY, &isnull)));
+									  NtaskTupGetText(*rows, n - 1, CLAIM_PICK_KEY));
 				claim_shard_cursor = (i + 1) % nshards;
 				return n;
 			}
@@ -1533,20 +1606,19 @@ claim_pick(text *queue, int want, ClaimOrder *order)
 	}
 	kargs[CLAIM_KEYED_ARG_CURSOR] = PointerGetDatum(NtaskFairCursor(qname));
 	fair = order->mode == CLAIM_MODE_ORDERED ? &claim_ordered_pick_plan : &claim_fair_pick_plan;
-	n = NtaskExecPlanCount(fair, kargs, NULL, SPI_OK_SELECT, want);
+	n = claim_run(fair, kargs, want, rows);
 	/* a per-key cap or order is kept by the turn locks: no second pass */
 	if (n == 0 && want <= CLAIM_TURN_MAX && !order->turns)
 	{
 		kargs[CLAIM_KEYED_ARG_FIRST_PASS] = BoolGetDatum(false);
-		n = NtaskExecPlanCount(fair, kargs, NULL, SPI_OK_SELECT, want);
+		n = claim_run(fair, kargs, want, rows);
 	}
 	if (n > 0)
 	{
-		NtaskFairAdvance(qname, DatumGetTextPP(NtaskGetDatum(n - 1, CLAIM_PICK_KEY, &isnull)));
+		NtaskFairAdvance(qname, NtaskTupGetText(*rows, n - 1, CLAIM_PICK_KEY));
 		return n;
 	}
-	return NtaskExecPlanCount(&claim_keyless_pick_plan, args, NULL,
-							  SPI_OK_SELECT, want);
+	return claim_run(&claim_keyless_pick_plan, args, want, rows);
 }
 
 /* claim_text_eq: two text Datums (possibly NULL) hold the same bytes */
@@ -1571,19 +1643,19 @@ claim_text_eq(Datum a, bool anull, Datum b, bool bnull)
  *		when the queue has any.
  */
 static bool
-claim_read_policy(text *queue, ClaimOrder *order)
+claim_read_policy(SPITupleTable *rows, text *queue, ClaimOrder *order)
 {
 	bool		isnull;
 	Datum		share;
 
-	order->max_inflight = NtaskGetInt32(0, CLAIM_PICK_MAX_INFLIGHT);
-	order->partition_max_inflight = NtaskGetBool(0, CLAIM_PICK_ORDERED) ? 1 :
-		NtaskGetInt32(0, CLAIM_PICK_PARTITION_MAX_INFLIGHT);
-	order->rate_n = NtaskGetInt32(0, CLAIM_PICK_RATE_N);
-	order->rate_per = NtaskGetInt64(0, CLAIM_PICK_RATE_PER);
-	order->partition_rate_n = NtaskGetInt32(0, CLAIM_PICK_PARTITION_RATE_N);
-	order->partition_rate_per = NtaskGetInt64(0, CLAIM_PICK_PARTITION_RATE_PER);
-	share = NtaskGetDatum(0, CLAIM_PICK_RETRY_SHARE, &isnull);
+	order->max_inflight = NtaskTupGetInt32(rows, 0, CLAIM_PICK_MAX_INFLIGHT);
+	order->partition_max_inflight = NtaskTupGetBool(rows, 0, CLAIM_PICK_ORDERED) ? 1 :
+		NtaskTupGetInt32(rows, 0, CLAIM_PICK_PARTITION_MAX_INFLIGHT);
+	order->rate_n = NtaskTupGetInt32(rows, 0, CLAIM_PICK_RATE_N);
+	order->rate_per = NtaskTupGetInt64(rows, 0, CLAIM_PICK_RATE_PER);
+	order->partition_rate_n = NtaskTupGetInt32(rows, 0, CLAIM_PICK_PARTITION_RATE_N);
+	order->partition_rate_per = NtaskTupGetInt64(rows, 0, CLAIM_PICK_PARTITION_RATE_PER);
+	share = NtaskTupGetDatum(rows, 0, CLAIM_PICK_RETRY_SHARE, &isnull);
 	order->retry_share = isnull ? 1.0f : DatumGetFloat4(share);
 	if ((order->rate_n > 0 || order->partition_rate_n > 0 ||
 		 order->retry_share < 1.0f) && !NtaskLimitAvailable())
@@ -1648,10 +1720,10 @@ claim_limit(ClaimCall *call, ClaimPicked *pick, ClaimOrder *order)
 		int		   *perkey = palloc0(sizeof(int) * npicked);
 		int			cap = order->max_inflight;
 
-		/* $1 the queue, $2 (of a shard) the picked tasks' shard */
-		Datum		args[2];
+		Datum		args[CLAIM_INFLIGHT_NARGS];
+		int64		first = NtaskTupGetInt64(pick->rows, 0, CLAIM_PICK_TASK_ID);
 
-		args[0] = PointerGetDatum(queue);
+		args[CLAIM_INFLIGHT_ARG_QUEUE] = PointerGetDatum(queue);
 		if (NtaskShardCount() > 0 && order->max_inflight > 0)
 		{
 			/*
@@ -1669,27 +1741,25 @@ claim_limit(ClaimCall *call, ClaimPicked *pick, ClaimOrder *order)
 			int			n;
 			int			i;
 
-			SPI_tuptable = pick->rows;
-			n = NtaskShardGroupShards(NTASK_ID_SHARD(NtaskGetInt64(0, CLAIM_PICK_TASK_ID)), same);
+			n = NtaskShardGroupShards(NTASK_ID_SHARD(first), same);
 			for (i = 0; i < n; i++)
 				elems[i] = Int16GetDatum(same[i]);
 			cap = (int) (((int64) order->max_inflight * n + nshards - 1) / nshards);
-			args[1] = PointerGetDatum(construct_array(elems, n, INT2OID, sizeof(int16), true,
-													  TYPALIGN_SHORT));
-			nrows = NtaskExecPlan(&claim_inflight_node_plan, args, NULL, SPI_OK_SELECT);
+			args[CLAIM_INFLIGHT_ARG_SHARDS] =
+				PointerGetDatum(construct_array(elems, n, INT2OID, sizeof(int16),
+												true, TYPALIGN_SHORT));
+			counts = claim_exec(&claim_inflight_node_plan, args, SPI_OK_SELECT, 0, &nrows);
 		}
 		else if (NtaskShardCount() > 0)
 		{
 			/* the picked tasks' shard: their keys' tasks are all there */
-			SPI_tuptable = pick->rows;
-			args[1] = Int16GetDatum(NTASK_ID_SHARD(NtaskGetInt64(0, CLAIM_PICK_TASK_ID)));
-			nrows = NtaskExecPlan(&claim_inflight_shard_plan, args, NULL, SPI_OK_SELECT);
+			args[CLAIM_INFLIGHT_ARG_SHARDS] = Int16GetDatum(NTASK_ID_SHARD(first));
+			counts = claim_exec(&claim_inflight_shard_plan, args, SPI_OK_SELECT, 0, &nrows);
 		}
 		else
-			nrows = NtaskExecPlan(&claim_inflight_plan, args, NULL, SPI_OK_SELECT);
-		counts = SPI_tuptable;
+			counts = claim_exec(&claim_inflight_plan, args, SPI_OK_SELECT, 0, &nrows);
 		for (r = 0; r < nrows; r++)
-			total += NtaskGetInt32(r, CLAIM_INFLIGHT_COUNT);
+			total += NtaskTupGetInt32(counts, r, CLAIM_INFLIGHT_COUNT);
 		/* the leases running for each picked task's key */
 		if (fair_pick && order->partition_max_inflight > 0)
 			for (r = 0; r < npicked; r++)
@@ -1698,18 +1768,15 @@ claim_limit(ClaimCall *call, ClaimPicked *pick, ClaimOrder *order)
 				bool		knull;
 				int			c;
 
-				SPI_tuptable = pick->rows;
-				k = NtaskGetDatum(r, CLAIM_PICK_KEY, &knull);
-				SPI_tuptable = counts;
+				k = NtaskTupGetDatum(pick->rows, r, CLAIM_PICK_KEY, &knull);
 				for (c = 0; c < nrows; c++)
 				{
-					Datum		ck = NtaskGetDatum(c, CLAIM_INFLIGHT_KEY, &isnull);
+					Datum		ck = NtaskTupGetDatum(counts, c, CLAIM_INFLIGHT_KEY, &isnull);
 
 					if (claim_text_eq(k, knull, ck, isnull))
-						perkey[r] = NtaskGetInt32(c, CLAIM_INFLIGHT_COUNT);
+						perkey[r] = NtaskTupGetInt32(counts, c, CLAIM_INFLIGHT_COUNT);
 				}
 			}
-		SPI_tuptable = pick->rows;
 		kept = 0;
 		for (r = 0; r < npicked; r++)
 		{
@@ -1725,14 +1792,16 @@ claim_limit(ClaimCall *call, ClaimPicked *pick, ClaimOrder *order)
 			}
 			else if (fair_pick && order->partition_max_inflight > 0)
 			{
-				Datum		k = NtaskGetDatum(r, CLAIM_PICK_KEY, &isnull);
+				Datum		k = NtaskTupGetDatum(pick->rows, r, CLAIM_PICK_KEY, &isnull);
 
 				for (p = 0; p < r; p++)
 				{
 					bool		pnull;
 
 					if (keep[p] &&
-						claim_text_eq(k, isnull, NtaskGetDatum(p, CLAIM_PICK_KEY, &pnull), pnull))
+						claim_text_eq(k, isnull,
+									  NtaskTupGetDatum(pick->rows, p, CLAIM_PICK_KEY, &pnull),
+									  pnull))
 						same++;
 				}
 				if (perkey[r] + same >= order->partition_max_inflight)
@@ -1758,13 +1827,12 @@ claim_limit(ClaimCall *call, ClaimPicked *pick, ClaimOrder *order)
 	{
 		char	   *qname = text_to_cstring(queue);
 
-		SPI_tuptable = pick->rows;
 		for (r = 0; r < npicked; r++)
 		{
 			if (!keep[r])
 				continue;
 			if (!NtaskShareTake(qname, order->retry_share,
-								NtaskGetBool(r, CLAIM_PICK_RETRY)))
+								NtaskTupGetBool(pick->rows, r, CLAIM_PICK_RETRY)))
 			{
 				keep[r] = false;
 				kept--;
@@ -1789,7 +1857,6 @@ claim_limit(ClaimCall *call, ClaimPicked *pick, ClaimOrder *order)
 		if (order->rate_n > 0 && NtaskShardCount() > 0 && NtaskLocalShardCount() > 0)
 			rate_per = rate_per * NtaskShardCount() / NtaskLocalShardCount();
 
-		SPI_tuptable = pick->rows;
 		for (r = 0; r < npicked; r++)
 		{
 			text	   *k = NULL;
@@ -1799,11 +1866,7 @@ claim_limit(ClaimCall *call, ClaimPicked *pick, ClaimOrder *order)
 			if (!keep[r])
 				continue;
 			if (fair_pick && order->partition_rate_n > 0)
-			{
-				Datum		kd = NtaskGetDatum(r, CLAIM_PICK_KEY, &isnull);
-
-				k = isnull ? NULL : DatumGetTextPP(kd);
-			}
+				k = NtaskTupGetText(pick->rows, r, CLAIM_PICK_KEY);
 			empty = NtaskLimitTake(qname, order->rate_n, rate_per,
 								   k ? VARDATA_ANY(k) : NULL,
 								   k ? VARSIZE_ANY_EXHDR(k) : 0,
@@ -1822,7 +1885,6 @@ claim_limit(ClaimCall *call, ClaimPicked *pick, ClaimOrder *order)
 			}
 		}
 	}
-	SPI_tuptable = pick->rows;
 	return kept;
 }
 
@@ -1866,8 +1928,7 @@ claim_round(ClaimCall *call, int want, bool *more, int64 *lease_usecs,
 	SPITupleTable *leased_rows;
 
 	nheld = list_length(order->held_keys);
-	pick.n = claim_pick(queue, want, order);
-	pick.rows = SPI_tuptable;
+	pick.n = claim_pick(queue, want, order, &pick.rows);
 	*more = false;
 	/* a waiting claim sleeps until a pause ends (or a resume wakes it) */
 	if ((order->paused || order->keys_paused) && order->pause_ends != 0 &&
@@ -1883,14 +1944,14 @@ claim_round(ClaimCall *call, int want, bool *more, int64 *lease_usecs,
 	}
 	if (pick.n == 0)
 		return -1;
-	lease = call->lease ? call->lease : NtaskGetDatum(0, CLAIM_PICK_LEASE, &isnull);
+	lease = call->lease ? call->lease :
+		NtaskTupGetDatum(pick.rows, 0, CLAIM_PICK_LEASE, &isnull);
 	*lease_usecs = NtaskIntervalUsecs(DatumGetIntervalP(lease));
-	guard = NtaskGetCString(0, CLAIM_PICK_GUARD);
+	guard = NtaskTupGetCString(pick.rows, 0, CLAIM_PICK_GUARD);
 	if (guard != NULL)
 	{
 		/* the guard with the owner recorded with it, from one row */
 		guard = NtaskQueueGuard(queue, &guard_owner);
-		SPI_tuptable = pick.rows;
 	}
 
 	ids = palloc(sizeof(Datum) * pick.n);
@@ -1899,7 +1960,7 @@ claim_round(ClaimCall *call, int want, bool *more, int64 *lease_usecs,
 	taken_tokens = palloc(sizeof(Datum) * pick.n);
 	pick.keep = palloc(sizeof(bool) * pick.n);
 	pick.keyed = pick.rows->tupdesc->natts >= CLAIM_PICK_KEY;
-	if (claim_read_policy(queue, order))
+	if (claim_read_policy(pick.rows, queue, order))
 		(void) claim_limit(call, &pick, order);
 	else
 		memset(pick.keep, true, sizeof(bool) * pick.n);
@@ -1908,14 +1969,13 @@ claim_round(ClaimCall *call, int want, bool *more, int64 *lease_usecs,
 		int64		task_id;
 		bool		was_leased;
 
-		SPI_tuptable = pick.rows;	/* the guard may run SPI statements */
-		task_id = NtaskGetInt64(r, CLAIM_PICK_TASK_ID);
-		was_leased = NtaskGetBool(r, CLAIM_PICK_WAS_LEASED);
+		task_id = NtaskTupGetInt64(pick.rows, r, CLAIM_PICK_TASK_ID);
+		was_leased = NtaskTupGetBool(pick.rows, r, CLAIM_PICK_WAS_LEASED);
 		/* keys in this pick (rows of one key are adjacent) */
 		if (pick.keyed &&
 			(r == 0 || !DatumGetBool(DirectFunctionCall2Coll(texteq, C_COLLATION_OID,
-															 NtaskGetDatum(r, CLAIM_PICK_KEY, &isnull),
-															 NtaskGetDatum(r - 1, CLAIM_PICK_KEY, &isnull)))))
+															 NtaskTupGetDatum(pick.rows, r, CLAIM_PICK_KEY, &isnull),
+															 NtaskTupGetDatum(pick.rows, r - 1, CLAIM_PICK_KEY, &isnull)))))
 			nkeys++;
 		if (!pick.keep[r])
 			continue;			/* held back by a limit (claim_limit) */
@@ -1925,8 +1985,8 @@ claim_round(ClaimCall *call, int want, bool *more, int64 *lease_usecs,
 			NtaskGuardVerdict v;
 
 			v = NtaskRunGuard(guard, guard_owner,
-							  DatumGetTextPP(NtaskGetDatum(r, CLAIM_PICK_TASK_KEY, &isnull)),
-							  DatumGetJsonbP(NtaskGetDatum(r, CLAIM_PICK_PAYLOAD, &isnull)),
+							  DatumGetTextPP(NtaskTupGetDatum(pick.rows, r, CLAIM_PICK_TASK_KEY, &isnull)),
+							  DatumGetJsonbP(NtaskTupGetDatum(pick.rows, r, CLAIM_PICK_PAYLOAD, &isnull)),
 							  &reason, true);
 			if (v == NTASK_GUARD_BUSY)
 			{
@@ -1963,15 +2023,14 @@ claim_round(ClaimCall *call, int want, bool *more, int64 *lease_usecs,
 				continue;
 			}
 		}
-		SPI_tuptable = pick.rows;	/* the guard may have run statements */
-		tokens[nids] = Int64GetDatum(NtaskGetInt64(r, CLAIM_PICK_TOKEN));
+		tokens[nids] = Int64GetDatum(NtaskTupGetInt64(pick.rows, r, CLAIM_PICK_TOKEN));
 		ids[nids++] = Int64GetDatum(task_id);
 		if (was_leased)
 		{
 			taken_tokens[ntaken] = tokens[nids - 1];
 			taken[ntaken++] = Int64GetDatum(task_id);
 		}
-		if (NtaskGetBool(r, CLAIM_PICK_RETRY))
+		if (NtaskTupGetBool(pick.rows, r, CLAIM_PICK_RETRY))
 			any_retry = true;
 	}
 
@@ -1998,42 +2057,39 @@ claim_round(ClaimCall *call, int want, bool *more, int64 *lease_usecs,
 		values[CLAIM_LEASE_ARG_INVOKED] = BoolGetDatum(order->invoked);
 		values[CLAIM_LEASE_ARG_TOKENS] = NtaskInt8Array(tokens, nids);
 		if (NtaskShardCount() == 0)
-			nrows = NtaskExecPlan(&claim_lease_plan, values, NULL, SPI_OK_SELECT);
+			leased_rows = claim_exec(&claim_lease_plan, values, SPI_OK_SELECT, 0, &nrows);
 		else
 		{
-			Datum		rv[2];
-			int			nrcpt;
+			Datum		rv[CLAIM_RECEIPTS_NARGS];
+			int			nrcpt = 0;
 			int64	   *rcpt;
+			SPITupleTable *rcpt_rows = NULL;
 
 			/*
 			 * A receipt is written with a token, so a task on its first
 			 * attempt has none: the lookup is for retries and takeovers.
 			 */
-			rv[0] = values[CLAIM_LEASE_ARG_IDS];
-			rv[1] = values[CLAIM_LEASE_ARG_SHARD];
-			nrcpt = any_retry ?
-				NtaskExecPlan(&claim_receipts_plan, rv, NULL, SPI_OK_SELECT) : 0;
+			rv[CLAIM_RECEIPTS_ARG_IDS] = values[CLAIM_LEASE_ARG_IDS];
+			rv[CLAIM_RECEIPTS_ARG_SHARD] = values[CLAIM_LEASE_ARG_SHARD];
+			if (any_retry)
+				rcpt_rows = claim_exec(&claim_receipts_plan, rv, SPI_OK_SELECT, 0, &nrcpt);
 			rcpt = palloc(sizeof(int64) * Max(nrcpt, 1));
 			for (r = 0; r < nrcpt; r++)
-				rcpt[r] = NtaskGetInt64(r, 1);	/* the task id */
-			nrows = NtaskExecPlan(&claim_lease_dist_plan, values, NULL,
-								  SPI_OK_UPDATE_RETURNING);
-			leased_rows = SPI_tuptable;
+				rcpt[r] = NtaskTupGetInt64(rcpt_rows, r, CLAIM_RECEIPTS_TASK_ID);
+			leased_rows = claim_exec(&claim_lease_dist_plan, values,
+									 SPI_OK_UPDATE_RETURNING, 0, &nrows);
 			claim_mark_committed(leased_rows, nrows, rcpt, nrcpt);
-			SPI_tuptable = leased_rows;
 		}
-		leased_rows = SPI_tuptable;
 		for (r = 0; r < nrows; r++)
 		{
 			Datum		vals[CLAIM_NCOLS + CLAIM_MAX_EXTRA + 1];
 			bool		nulls[CLAIM_NCOLS + CLAIM_MAX_EXTRA + 1];
 			int			c;
 
-			SPI_tuptable = leased_rows;
-			if (!NtaskGetBool(r, CLAIM_COL_LEASED))
+			if (!NtaskTupGetBool(leased_rows, r, CLAIM_COL_LEASED))
 				continue;		/* diverted to repair_required */
 			for (c = 0; c < CLAIM_NCOLS; c++)
-				vals[c] = NtaskGetDatum(r, CLAIM_COL_TASK_ID + c, &nulls[c]);
+				vals[c] = NtaskTupGetDatum(leased_rows, r, CLAIM_COL_TASK_ID + c, &nulls[c]);
 			for (c = 0; c < call->nextra; c++)
 			{
 				vals[CLAIM_NCOLS + c] = call->extra[c];
@@ -2043,8 +2099,9 @@ claim_round(ClaimCall *call, int want, bool *more, int64 *lease_usecs,
 			c = CLAIM_NCOLS + call->nextra;
 			vals[c] = (Datum) 0;
 			nulls[c] = true;
-			if (NtaskGetBool(r, CLAIM_COL_HAS_CONTEXT))
-				vals[c] = claim_context(r, queue, &call->context_bytes, &nulls[c]);
+			if (NtaskTupGetBool(leased_rows, r, CLAIM_COL_HAS_CONTEXT))
+				vals[c] = claim_context(leased_rows, r, queue, &call->context_bytes,
+										&nulls[c]);
 			tuplestore_putvalues(call->rsinfo->setResult, call->rsinfo->setDesc,
 								 vals, nulls);
 			leased++;

@@ -73,6 +73,19 @@ PG_FUNCTION_INFO_V1(ntask_claim);
  * in backoff, leases that will run out).  Read as the owner; it reveals
  * nothing to the caller but when to look again.
  */
+typedef enum NwNextDueArg
+{
+	NW_NEXT_DUE_ARG_QUEUE,		/* $1 */
+	NW_NEXT_DUE_ARG_AFTER,		/* $2 */
+	NW_NEXT_DUE_ARG_SHARD,		/* $3, nw_next_due_shard_plan's */
+	NW_NEXT_DUE_NARGS
+} NwNextDueArg;
+
+typedef enum NwNextDueCol
+{
+	NW_NEXT_DUE_AT = 1			/* NULL: nothing due later */
+} NwNextDueCol;
+
 static NtaskPlan nw_next_due_plan = {
 	"wait next due",
 	.ncols = 1,
@@ -115,6 +128,13 @@ static NtaskPlan nw_next_due_shard_plan = {
  * and no transaction id.  No row (no such queue, or no right to claim
  * from it): the look runs and raises the claim's error.
  */
+typedef enum NwGateArg
+{
+	NW_GATE_ARG_QUEUE,			/* $1 */
+	NW_GATE_ARG_CALLER,			/* $2, for the worker_role */
+	NW_GATE_NARGS
+} NwGateArg;
+
 typedef enum NwGateCol
 {
 	NW_GATE_LIMITED = 1,		/* a queue-wide limit is set */
@@ -187,27 +207,29 @@ typedef struct NwLook
 static bool
 nw_gated(text *queue, bool *gate, NwLook *lk)
 {
-	Datum		values[2];
+	Datum		values[NW_GATE_NARGS];
 	bool		isnull;
 	bool		held = false;
 	Datum		d;
+	SPITupleTable *tt;
 
-	values[0] = PointerGetDatum(queue);
-	values[1] = ObjectIdGetDatum(NtaskCaller());
+	values[NW_GATE_ARG_QUEUE] = PointerGetDatum(queue);
+	values[NW_GATE_ARG_CALLER] = ObjectIdGetDatum(NtaskCaller());
 	if (NtaskExecPlan(NtaskShardCount() > 0 ? &nw_gate_dist_plan : &nw_gate_plan,
 					  values, NULL, SPI_OK_SELECT) == 0)
 		return false;
-	if (!NtaskGetBool(0, NW_GATE_LIMITED))
+	tt = SPI_tuptable;
+	if (!NtaskTupGetBool(tt, 0, NW_GATE_LIMITED))
 	{
 		*gate = false;
 		text_to_cstring_buffer(queue, nw_ungated, NTASK_QUEUE_BUF);
 		nw_ungated_db = MyDatabaseId;
 		return false;
 	}
-	d = NtaskGetDatum(0, NW_GATE_CAPPED, &isnull);
+	d = NtaskTupGetDatum(tt, 0, NW_GATE_CAPPED, &isnull);
 	if (!isnull && DatumGetBool(d))
 		lk->capped = held = true;
-	d = NtaskGetDatum(0, NW_GATE_NEXT_TOKEN, &isnull);
+	d = NtaskTupGetDatum(tt, 0, NW_GATE_NEXT_TOKEN, &isnull);
 	if (!isnull && DatumGetTimestampTz(d) > GetCurrentTimestamp())
 	{
 		lk->held_until = DatumGetTimestampTz(d);
@@ -224,26 +246,29 @@ nw_gated(text *queue, bool *gate, NwLook *lk)
 static TimestampTz
 nw_next_due(text *queue, TimestampTz after)
 {
-	Datum		values[3];
+	Datum		values[NW_NEXT_DUE_NARGS];
 	TimestampTz next = 0;
 	bool		isnull;
 	Datum		d;
 	int			nshards = NtaskShardCount();
 	int			i;
+	SPITupleTable *tt;
 
-	values[0] = PointerGetDatum(queue);
-	values[1] = TimestampTzGetDatum(after);
+	values[NW_NEXT_DUE_ARG_QUEUE] = PointerGetDatum(queue);
+	values[NW_NEXT_DUE_ARG_AFTER] = TimestampTzGetDatum(after);
 	if (nshards == 0)
 	{
 		NtaskExecPlan(&nw_next_due_plan, values, NULL, SPI_OK_SELECT);
-		d = NtaskGetDatum(0, 1, &isnull);
+		tt = SPI_tuptable;
+		d = NtaskTupGetDatum(tt, 0, NW_NEXT_DUE_AT, &isnull);
 		return isnull ? 0 : DatumGetTimestampTz(d);
 	}
 	for (i = 0; i < nshards; i++)
 	{
-		values[2] = Int16GetDatum(NtaskShardValue(i));
+		values[NW_NEXT_DUE_ARG_SHARD] = Int16GetDatum(NtaskShardValue(i));
 		NtaskExecPlan(&nw_next_due_shard_plan, values, NULL, SPI_OK_SELECT);
-		d = NtaskGetDatum(0, 1, &isnull);
+		tt = SPI_tuptable;
+		d = NtaskTupGetDatum(tt, 0, NW_NEXT_DUE_AT, &isnull);
 		if (!isnull && (next == 0 || DatumGetTimestampTz(d) < next))
 			next = DatumGetTimestampTz(d);
 	}
