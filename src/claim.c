@@ -1,9 +1,9 @@
 /*-------------------------------------------------------------------------
  *
  * claim.c
- *	  The claim (NtaskClaimInto): hand out due tasks under a lease with a
- *	  new fencing token.  ntask_claim's entry point and the waiting claim
- *	  are wait.c's; transition-and-claim is transition.c's.
+ *	  The claim (ntask_claim, NtaskClaimInto): hand out due tasks under a
+ *	  lease with a new fencing token.  The waiting claim is wait.c's
+ *	  (NtaskClaimWait); transition-and-claim is transition.c's.
  *
  * One round of a claim is at most three statements, each simple enough
  * that its generic plan cannot go wrong (no joins: every row is reached by
@@ -73,6 +73,7 @@
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
 
+PG_FUNCTION_INFO_V1(ntask_claim);
 
 /*
  * Columns CLAIM_PICK_MAX_INFLIGHT..CLAIM_PICK_RETRY_SHARE of every pick:
@@ -2229,4 +2230,58 @@ NtaskClaimInto(ClaimCall *c)
 								 GetCurrentStatementStartTimestamp() + lease_usecs);
 	}
 	return got;
+}
+
+/*
+ * ntask_claim(queue, worker, max_tasks, lease, wait, invoked)
+ *		RETURNS TABLE(task_id, task_key, payload, attempt, token, lease_until,
+ *					  prior_outcome)
+ *
+ * Leases up to max_tasks due tasks (ready, retry_wait whose run_at passed,
+ * or leased whose lease expired) to worker.  prior_outcome is 'committed'
+ * when an earlier attempt left a commit receipt (ntask_receipt), else
+ * 'unknown' when an earlier attempt may have had an effect, else NULL.
+ * With wait (a positive interval, cut to ntask.max_wait) and nothing due,
+ * it waits for work of the queue to be committed (NtaskClaimWait, wait.c)
+ * and returns what it then claims, or no row when the wait ran out.  With
+ * invoked, every attempt it leases is marked invoked in the lease itself,
+ * as if ntask_invoked had been called for it in the same transaction (one
+ * statement less per task for a worker that calls out at once).
+ * Errors: unknown queue 42704; NULL argument 22004; max_tasks outside
+ * 1..1000, a non-positive lease or a negative wait 22023; REPEATABLE READ
+ * or SERIALIZABLE, or a wait after a write in the transaction 25000.
+ */
+Datum
+ntask_claim(PG_FUNCTION_ARGS)
+{
+	ClaimCall	c;
+	int64		wait_usecs = 0;
+
+	NtaskClaimCallInit(&c, fcinfo, (ReturnSetInfo *) fcinfo->resultinfo,
+					   0, 1, 2, 3);
+	if (PG_ARGISNULL(5))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("ntask: invoked must not be NULL")));
+	c.invoked = PG_GETARG_BOOL(5);
+	if (!PG_ARGISNULL(4))
+	{
+		Interval   *w = PG_GETARG_INTERVAL_P(4);
+
+		if (w->month < 0 || w->day < 0 || w->time < 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("ntask: wait must not be negative")));
+		/* anything over a day is over ntask.max_wait's maximum: no overflow */
+		wait_usecs = (w->month > 0 || w->day > 0) ? USECS_PER_DAY :
+			Min(w->time, USECS_PER_DAY);
+	}
+	InitMaterializedSRF(fcinfo, 0);
+	SPI_connect();
+	if (wait_usecs > 0)
+		(void) NtaskClaimWait(&c, wait_usecs);
+	else
+		(void) NtaskClaimInto(&c);
+	SPI_finish();
+	return (Datum) 0;
 }

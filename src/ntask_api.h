@@ -86,6 +86,9 @@ extern void NtaskClaimCallInit(ClaimCall *c, FunctionCallInfo fcinfo,
 							   int a_max_tasks, int a_lease);
 extern int	NtaskClaimInto(ClaimCall *c);
 
+/* wait.c */
+extern int	NtaskClaimWait(ClaimCall *c, int64 wait_usecs);
+
 /* enqueue.c */
 extern void NtaskCheckPayload(Jsonb *jb, const char *what, int element,
 							  const char *suffix);

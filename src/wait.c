@@ -1,10 +1,10 @@
 /*-------------------------------------------------------------------------
  *
  * wait.c
- *	  ntask_claim's entry point, and the waiting claim: ntask_claim(...,
- *	  wait => interval) sleeps on its latch until work for its queue is
- *	  committed, then claims it (docs/design.md "Waiting claims").  The
- *	  pick and the lease are claim.c's (NtaskClaimInto).
+ *	  The waiting claim: ntask_claim(..., wait => interval) sleeps on its
+ *	  latch until work for its queue is committed, then claims it
+ *	  (docs/design.md "Waiting claims").  ntask_claim, the pick and the
+ *	  lease are claim.c's (NtaskClaimInto).
  *
  * The waiter slots, the wake-at-commit of the transactions that make work
  * due and the ntask.waiters view live in waiter.c; this file is the wait
@@ -62,8 +62,6 @@
 #include "utils/memutils.h"
 #include "utils/resowner.h"
 
-
-PG_FUNCTION_INFO_V1(ntask_claim);
 
 /* a due task locked by another transaction: look again this often */
 #define NW_LOCKED_POLL_MS 100
@@ -373,7 +371,7 @@ nw_sleep(long timeout_ms)
 }
 
 /*
- * nw_claim_wait
+ * NtaskClaimWait
  *		ntask_claim with a wait: claim at once if work is due, else sleep
  *		until a commit makes work of queue due, its next task comes due, or
  *		wait (capped by ntask.max_wait) has passed, and look again.  Returns
@@ -387,8 +385,8 @@ nw_sleep(long timeout_ms)
  * each look after the first, so a lease counts from the look that took
  * it, not from the start of the wait.
  */
-static int
-nw_claim_wait(ClaimCall *c, int64 wait_usecs)
+int
+NtaskClaimWait(ClaimCall *c, int64 wait_usecs)
 {
 	char	   *qname = text_to_cstring(c->queue);
 	TimestampTz start;
@@ -514,58 +512,4 @@ nw_claim_wait(ClaimCall *c, int64 wait_usecs)
 	}
 	PG_END_TRY();
 	return got;
-}
-
-/*
- * ntask_claim(queue, worker, max_tasks, lease, wait, invoked)
- *		RETURNS TABLE(task_id, task_key, payload, attempt, token, lease_until,
- *					  prior_outcome)
- *
- * Leases up to max_tasks due tasks (ready, retry_wait whose run_at passed,
- * or leased whose lease expired) to worker.  prior_outcome is 'committed'
- * when an earlier attempt left a commit receipt (ntask_receipt), else
- * 'unknown' when an earlier attempt may have had an effect, else NULL.
- * With wait (a positive interval, cut to ntask.max_wait) and nothing due,
- * it waits for work of the queue to be committed (wait.c) and returns
- * what it then claims, or no row when the wait ran out.  With invoked,
- * every attempt it leases is marked invoked in the lease itself, as if
- * ntask_invoked had been called for it in the same transaction (one
- * statement less per task for a worker that calls out at once).
- * Errors: unknown queue 42704; NULL argument 22004; max_tasks outside
- * 1..1000, a non-positive lease or a negative wait 22023; REPEATABLE READ
- * or SERIALIZABLE, or a wait after a write in the transaction 25000.
- */
-Datum
-ntask_claim(PG_FUNCTION_ARGS)
-{
-	ClaimCall	c;
-	int64		wait_usecs = 0;
-
-	NtaskClaimCallInit(&c, fcinfo, (ReturnSetInfo *) fcinfo->resultinfo,
-					   0, 1, 2, 3);
-	if (PG_ARGISNULL(5))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("ntask: invoked must not be NULL")));
-	c.invoked = PG_GETARG_BOOL(5);
-	if (!PG_ARGISNULL(4))
-	{
-		Interval   *w = PG_GETARG_INTERVAL_P(4);
-
-		if (w->month < 0 || w->day < 0 || w->time < 0)
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("ntask: wait must not be negative")));
-		/* anything over a day is over ntask.max_wait's maximum: no overflow */
-		wait_usecs = (w->month > 0 || w->day > 0) ? USECS_PER_DAY :
-			Min(w->time, USECS_PER_DAY);
-	}
-	InitMaterializedSRF(fcinfo, 0);
-	SPI_connect();
-	if (wait_usecs > 0)
-		(void) nw_claim_wait(&c, wait_usecs);
-	else
-		(void) NtaskClaimInto(&c);
-	SPI_finish();
-	return (Datum) 0;
 }
