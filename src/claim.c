@@ -712,7 +712,7 @@ typedef enum ClaimInflightCol
 /* claims of more tasks than this take no turn locks (see above) */
 #define CLAIM_TURN_MAX 32
 
-/* what a claim knows of its queue's order (ClaimOrder.mode) */
+/* what a claim knows of its queue's order (ClaimPolicy.mode) */
 typedef enum ClaimMode
 {
 	CLAIM_MODE_UNKNOWN = -1,	/* not yet: the plain pick runs first */
@@ -727,41 +727,51 @@ typedef enum ClaimMode
 	((mode) == CLAIM_MODE_FAIR || (mode) == CLAIM_MODE_ORDERED)
 
 /*
- * What a claim knows about its queue's order across rounds: mode (while
- * unknown, the plain pick runs, which finds nothing in a fair queue); per, the most a fair pick takes from one key (1 in the
- * first round, so each key gets a turn before any gets a second; after a
- * round that went around every key with work and still left the claim
- * short, the rest split over the keys that had some); turns, a per-key
- * cap or order: only keys whose turn lock this claim holds are served.
- * The limits (policy) come with each pick; held is set when a queue-wide limit kept a picked task back (the
- * claim looks no further: the held rows stay locked by it), held_keys
- * collects the keys a per-key limit held back (later rounds pass them).
+ * What a claim knows of its queue, set where it is read and only read
+ * elsewhere.  Its order and pauses, read once per claim (claim_read_mode):
+ * mode (while unknown, the plain pick runs, which finds nothing in a fair
+ * queue); turns, a per-key cap or order: only keys whose turn lock this
+ * claim holds are served.  Its flow control, which comes with each pick
+ * (claim_read_policy: a claim reads the queue row in its pick).
  */
-typedef struct ClaimOrder
+typedef struct ClaimPolicy
 {
 	ClaimMode	mode;
-	int			per;
 	bool		turns;
-	bool		held;
-	bool		node_full;		/* held by a node's share of the cap (Citus):
-								 * the claim goes on in other nodes' shards */
+	bool		paused;			/* the queue is paused (claim_read_mode) */
+	bool		keys_paused;	/* some of its keys are (paused_keys) */
+	TimestampTz pause_ends;		/* when the pause (or the first key pause) ends */
+	Datum		paused_keys;	/* text[] of those keys */
+	List	   *paused_key_list;	/* the same, text * (for the keyed picks) */
 	int			max_inflight;	/* 0: none */
 	int			partition_max_inflight; /* 0: none; 1 when ordered */
 	int			rate_n;			/* 0: none */
 	int64		rate_per;
 	int			partition_rate_n;
 	int64		partition_rate_per;
-	List	   *held_keys;		/* text *: keys a per-key limit held back */
 	float4		retry_share;	/* 1: no share */
+} ClaimPolicy;
+
+/*
+ * What the rounds of a claim change as they go: per, the most a fair pick
+ * takes from one key (1 in the first round, so each key gets a turn before
+ * any gets a second; after a round that went around every key with work
+ * and still left the claim short, the rest split over the keys that had
+ * some); held, set when a queue-wide limit kept a picked task back (the
+ * claim looks no further: the held rows stay locked by it); held_keys, the
+ * keys a per-key limit held back (later rounds pass them); and the
+ * retries' share.
+ */
+typedef struct ClaimState
+{
+	int			per;
+	bool		held;
+	bool		node_full;		/* held by a node's share of the cap (Citus):
+								 * the claim goes on in other nodes' shards */
+	List	   *held_keys;		/* text *: keys a per-key limit held back */
 	bool		fresh_only;		/* retries over their share were held back */
 	bool		share_off;		/* no first attempt is due: retries take all */
-	bool		invoked;		/* mark the leased attempts invoked (ntask_claim invoked => true) */
-	bool		paused;			/* the queue is paused (claim_read_mode) */
-	bool		keys_paused;	/* some of its keys are (paused_keys) */
-	TimestampTz pause_ends;		/* when the pause (or the first key pause) ends */
-	Datum		paused_keys;	/* text[] of those keys */
-	List	   *paused_key_list;	/* the same, text * (for the keyed picks) */
-} ClaimOrder;
+} ClaimState;
 
 /*
  * The rows of one pick while a round works on them (the guard, the limits
@@ -981,8 +991,8 @@ typedef enum ClaimCol
 #define CLAIM_MAX_ROUNDS 10
 
 static int	claim_round(ClaimCall *call, int want, bool *more,
-						int64 *lease_usecs, ClaimOrder *order);
-static int	claim_pick(text *queue, int want, ClaimOrder *order,
+						int64 *lease_usecs, ClaimPolicy *pol, ClaimState *st);
+static int	claim_pick(text *queue, int want, ClaimPolicy *pol, ClaimState *st,
 					   SPITupleTable **rows);
 static void claim_warn_old_xact(int64 lease_usecs, int64 waited_usecs);
 
@@ -1180,20 +1190,20 @@ claim_warn_old_xact(int64 lease_usecs, int64 waited_usecs)
 }
 
 
-/* claim_held_keys: order->held_keys and the paused keys as a text[] */
+/* claim_held_keys: st->held_keys and the paused keys as a text[] */
 static Datum
-claim_held_keys(ClaimOrder *order)
+claim_held_keys(ClaimPolicy *pol, ClaimState *st)
 {
-	int			n = list_length(order->held_keys) +
-		list_length(order->paused_key_list);
+	int			n = list_length(st->held_keys) +
+		list_length(pol->paused_key_list);
 	Datum	   *elems = palloc(sizeof(Datum) * Max(n, 1));
 	ListCell   *lc;
 	int			i = 0;
 
-	foreach(lc, order->held_keys)
+	foreach(lc, st->held_keys)
 		elems[i++] = PointerGetDatum(lfirst(lc));
 	/* and the keys paused by a rate limit */
-	foreach(lc, order->paused_key_list)
+	foreach(lc, pol->paused_key_list)
 		elems[i++] = PointerGetDatum(lfirst(lc));
 	return PointerGetDatum(construct_array(elems, n, TEXTOID, -1, false, TYPALIGN_INT));
 }
@@ -1264,10 +1274,10 @@ claim_dist_policy(SPITupleTable *rows, text *queue, bool per_key, int16 shard)
 /*
  * claim_read_paused_keys
  *		The queue row says some of its keys are paused: read
- *		them into order (paused_keys, the earliest end into pause_ends).
+ *		them into pol (paused_keys, the earliest end into pause_ends).
  */
 static void
-claim_read_paused_keys(text *queue, ClaimOrder *order)
+claim_read_paused_keys(text *queue, ClaimPolicy *pol)
 {
 	Datum		args[CLAIM_PAUSED_NARGS];
 	SPITupleTable *tt;
@@ -1287,12 +1297,12 @@ claim_read_paused_keys(text *queue, ClaimOrder *order)
 
 		deconstruct_array(a, TEXTOID, -1, false, TYPALIGN_INT, &elems, NULL, &n);
 		for (i = 0; i < n; i++)
-			order->paused_key_list = lappend(order->paused_key_list,
+			pol->paused_key_list = lappend(pol->paused_key_list,
 											 DatumGetTextPCopy(elems[i]));
-		order->paused_keys = PointerGetDatum(a);
+		pol->paused_keys = PointerGetDatum(a);
 	}
-	order->keys_paused = true;
-	order->pause_ends = DatumGetTimestampTz(NtaskTupGetDatum(tt, 0, CLAIM_PAUSED_ENDS,
+	pol->keys_paused = true;
+	pol->pause_ends = DatumGetTimestampTz(NtaskTupGetDatum(tt, 0, CLAIM_PAUSED_ENDS,
 															&isnull));
 }
 
@@ -1300,7 +1310,7 @@ claim_read_paused_keys(text *queue, ClaimOrder *order)
  * claim_read_mode
  *		A pick found nothing: read the queue (claim_queue_plan; args as
  *		the plain pick's, of which it uses the first two), raise 42704 when there is no such queue and 42501
- *		without its worker_role, and set order->mode and order->turns.
+ *		without its worker_role, and set pol->mode and pol->turns.
  */
 /*
  * The queue this backend last found to have priority aging (in
@@ -1337,7 +1347,7 @@ claim_note_aging(text *queue, bool aging)
 }
 
 static void
-claim_read_mode(text *queue, Datum *args, ClaimOrder *order)
+claim_read_mode(text *queue, Datum *args, ClaimPolicy *pol)
 {
 	SPITupleTable *tt;
 	int			n;
@@ -1347,11 +1357,11 @@ claim_read_mode(text *queue, Datum *args, ClaimOrder *order)
 		NtaskQueueNotFound(text_to_cstring(queue));
 	if (NtaskTupGetBool(tt, 0, CLAIM_QUEUE_DENIED))
 		NtaskCheckQueueRight(queue, false); /* raises 42501 */
-	order->mode = NtaskTupGetBool(tt, 0, CLAIM_QUEUE_FAIR) ?
+	pol->mode = NtaskTupGetBool(tt, 0, CLAIM_QUEUE_FAIR) ?
 		(NtaskTupGetBool(tt, 0, CLAIM_QUEUE_ORDERED) ? CLAIM_MODE_ORDERED : CLAIM_MODE_FAIR) :
 		NtaskTupGetBool(tt, 0, CLAIM_QUEUE_AGING) ? CLAIM_MODE_AGING : CLAIM_MODE_PLAIN;
-	claim_note_aging(queue, order->mode == CLAIM_MODE_AGING);
-	order->turns = NtaskTupGetBool(tt, 0, CLAIM_QUEUE_TURNS);
+	claim_note_aging(queue, pol->mode == CLAIM_MODE_AGING);
+	pol->turns = NtaskTupGetBool(tt, 0, CLAIM_QUEUE_TURNS);
 	{
 		bool		isnull;
 		Datum		d = NtaskTupGetDatum(tt, 0, CLAIM_QUEUE_PAUSED_UNTIL, &isnull);
@@ -1359,13 +1369,13 @@ claim_read_mode(text *queue, Datum *args, ClaimOrder *order)
 		if (!isnull)
 		{
 			/* paused: nothing is handed out */
-			order->paused = true;
-			order->pause_ends = DatumGetTimestampTz(d);
+			pol->paused = true;
+			pol->pause_ends = DatumGetTimestampTz(d);
 			return;
 		}
 	}
 	if (NtaskTupGetBool(tt, 0, CLAIM_QUEUE_KEYS_PAUSED))
-		claim_read_paused_keys(queue, order);
+		claim_read_paused_keys(queue, pol);
 }
 
 /*
@@ -1404,7 +1414,8 @@ claim_aging_pick(text *queue, Datum *args, int want, SPITupleTable **rows)
 }
 
 static int
-claim_pick(text *queue, int want, ClaimOrder *order, SPITupleTable **rows)
+claim_pick(text *queue, int want, ClaimPolicy *pol, ClaimState *st,
+		   SPITupleTable **rows)
 {
 	Datum		args[CLAIM_PICK_NARGS];
 	Datum		kargs[CLAIM_KEYED_NARGS];
@@ -1414,10 +1425,10 @@ claim_pick(text *queue, int want, ClaimOrder *order, SPITupleTable **rows)
 
 	args[CLAIM_PICK_ARG_QUEUE] = PointerGetDatum(queue);
 	args[CLAIM_PICK_ARG_CALLER] = ObjectIdGetDatum(NtaskCaller());
-	args[CLAIM_PICK_ARG_FRESH_ONLY] = BoolGetDatum(order->fresh_only);
-	if (order->mode == CLAIM_MODE_AGING)
+	args[CLAIM_PICK_ARG_FRESH_ONLY] = BoolGetDatum(st->fresh_only);
+	if (pol->mode == CLAIM_MODE_AGING)
 		return claim_aging_pick(queue, args, want, rows);
-	if (order->mode == CLAIM_MODE_UNKNOWN && claim_aging_queue != NULL &&
+	if (pol->mode == CLAIM_MODE_UNKNOWN && claim_aging_queue != NULL &&
 		NtaskShardCount() == 0)
 	{
 		char	   *q = text_to_cstring(queue);
@@ -1429,25 +1440,25 @@ claim_pick(text *queue, int want, ClaimOrder *order, SPITupleTable **rows)
 			n = claim_aging_pick(queue, args, want, rows);
 			if (n > 0)
 			{
-				order->mode = CLAIM_MODE_AGING;
+				pol->mode = CLAIM_MODE_AGING;
 				return n;
 			}
 			/* idle, no right, gone, or no longer aging: ask the queue */
-			claim_read_mode(queue, args, order);
-			if (order->paused || order->mode == CLAIM_MODE_AGING)
+			claim_read_mode(queue, args, pol);
+			if (pol->paused || pol->mode == CLAIM_MODE_AGING)
 				return 0;
-			if (order->mode == CLAIM_MODE_PLAIN)
+			if (pol->mode == CLAIM_MODE_PLAIN)
 			{
-				if (!order->keys_paused)
+				if (!pol->keys_paused)
 					return claim_run(&claim_pick_plan, args, want, rows);
 				args[CLAIM_PICK_ARG_SHARD] = Int16GetDatum(0);
 				args[CLAIM_PICK_ARG_LIMIT] = Int32GetDatum(0);
-				args[CLAIM_PICK_ARG_PAUSED_KEYS] = order->paused_keys;
+				args[CLAIM_PICK_ARG_PAUSED_KEYS] = pol->paused_keys;
 				return claim_run(&claim_pick_keys_plan, args, want, rows);
 			}
 		}
 	}
-	if (!CLAIM_KEYED(order->mode) && NtaskShardCount() > 0)
+	if (!CLAIM_KEYED(pol->mode) && NtaskShardCount() > 0)
 	{
 		int			nshards = NtaskWalkShardCount();
 		int			k;
@@ -1473,9 +1484,9 @@ claim_pick(text *queue, int want, ClaimOrder *order, SPITupleTable **rows)
 			NtaskLockShard(NtaskWalkShardValue(i));
 			args[CLAIM_PICK_ARG_SHARD] = Int16GetDatum(NtaskWalkShardValue(i));
 			args[CLAIM_PICK_ARG_LIMIT] = Int32GetDatum(want);
-			if (order->keys_paused)
+			if (pol->keys_paused)
 			{
-				args[CLAIM_PICK_ARG_PAUSED_KEYS] = order->paused_keys;
+				args[CLAIM_PICK_ARG_PAUSED_KEYS] = pol->paused_keys;
 				n = claim_run(&claim_pick_shard_keys_plan, args, want, rows);
 			}
 			else
@@ -1488,10 +1499,10 @@ claim_pick(text *queue, int want, ClaimOrder *order, SPITupleTable **rows)
 				 */
 				claim_dist_policy(*rows, queue, false, NtaskWalkShardValue(i));
 				claim_shard_cursor = (i + 1) % nshards;
-				order->mode = CLAIM_MODE_PLAIN;
+				pol->mode = CLAIM_MODE_PLAIN;
 				return n;
 			}
-			if (order->mode == CLAIM_MODE_UNKNOWN)
+			if (pol->mode == CLAIM_MODE_UNKNOWN)
 			{
 				/*
 				 * The first shard has nothing due and the queue is not
@@ -1499,70 +1510,70 @@ claim_pick(text *queue, int want, ClaimOrder *order, SPITupleTable **rows)
 				 * queue): check it now, as below, rather than after a
 				 * probe of every shard.
 				 */
-				claim_read_mode(queue, args, order);
-				if (order->paused)
+				claim_read_mode(queue, args, pol);
+				if (pol->paused)
 					return 0;
-				if (order->mode == CLAIM_MODE_AGING)
+				if (pol->mode == CLAIM_MODE_AGING)
 					return claim_aging_pick(queue, args, want, rows); /* refuses */
-				if (order->mode != CLAIM_MODE_PLAIN)
+				if (pol->mode != CLAIM_MODE_PLAIN)
 					break;		/* fair or ordered: the per-shard pick below */
-				if (order->keys_paused)
+				if (pol->keys_paused)
 					k--;		/* this shard again, passing the paused keys by */
 			}
 		}
-		if (order->mode == CLAIM_MODE_PLAIN)
+		if (pol->mode == CLAIM_MODE_PLAIN)
 			return 0;
 	}
-	if (!CLAIM_KEYED(order->mode))
+	if (!CLAIM_KEYED(pol->mode))
 	{
 		/*
 		 * A constant LIMIT for the plan; the executor stops at want rows.
 		 * Once the queue is known to have paused keys, the pick that
 		 * passes them by.
 		 */
-		if (order->keys_paused)
+		if (pol->keys_paused)
 		{
 			args[CLAIM_PICK_ARG_SHARD] = Int16GetDatum(0);
 			args[CLAIM_PICK_ARG_LIMIT] = Int32GetDatum(0);
-			args[CLAIM_PICK_ARG_PAUSED_KEYS] = order->paused_keys;
+			args[CLAIM_PICK_ARG_PAUSED_KEYS] = pol->paused_keys;
 			n = claim_run(&claim_pick_keys_plan, args, want, rows);
 		}
 		else
 			n = claim_run(&claim_pick_plan, args, want, rows);
 		if (n > 0)
 		{
-			order->mode = CLAIM_MODE_PLAIN;
+			pol->mode = CLAIM_MODE_PLAIN;
 			return n;
 		}
-		if (order->mode == CLAIM_MODE_PLAIN)
+		if (pol->mode == CLAIM_MODE_PLAIN)
 			return 0;
 
 		/*
 		 * Nothing due: an idle queue, no right to it, no such queue, fair,
 		 * paused, some of its keys are paused, or aging
 		 */
-		claim_read_mode(queue, args, order);
-		if (order->paused)
+		claim_read_mode(queue, args, pol);
+		if (pol->paused)
 			return 0;
-		if (order->mode == CLAIM_MODE_AGING)
+		if (pol->mode == CLAIM_MODE_AGING)
 			return claim_aging_pick(queue, args, want, rows);
-		if (order->mode == CLAIM_MODE_PLAIN)
+		if (pol->mode == CLAIM_MODE_PLAIN)
 		{
-			if (!order->keys_paused)
+			if (!pol->keys_paused)
 				return 0;
 			args[CLAIM_PICK_ARG_SHARD] = Int16GetDatum(0);
 			args[CLAIM_PICK_ARG_LIMIT] = Int32GetDatum(0);
-			args[CLAIM_PICK_ARG_PAUSED_KEYS] = order->paused_keys;
+			args[CLAIM_PICK_ARG_PAUSED_KEYS] = pol->paused_keys;
 			return claim_run(&claim_pick_keys_plan, args, want, rows);
 		}
 	}
 	qname = text_to_cstring(queue);
 	kargs[CLAIM_KEYED_ARG_QUEUE] = args[CLAIM_PICK_ARG_QUEUE];
 	kargs[CLAIM_KEYED_ARG_CALLER] = args[CLAIM_PICK_ARG_CALLER];
-	kargs[CLAIM_KEYED_ARG_PER] = Int32GetDatum(order->per);
-	kargs[CLAIM_KEYED_ARG_FIRST_PASS] = BoolGetDatum(order->turns || want <= CLAIM_TURN_MAX);
-	kargs[CLAIM_KEYED_ARG_HELD_KEYS] = claim_held_keys(order);
-	kargs[CLAIM_KEYED_ARG_FRESH_ONLY] = BoolGetDatum(order->fresh_only);
+	kargs[CLAIM_KEYED_ARG_PER] = Int32GetDatum(st->per);
+	kargs[CLAIM_KEYED_ARG_FIRST_PASS] = BoolGetDatum(pol->turns || want <= CLAIM_TURN_MAX);
+	kargs[CLAIM_KEYED_ARG_HELD_KEYS] = claim_held_keys(pol, st);
+	kargs[CLAIM_KEYED_ARG_FRESH_ONLY] = BoolGetDatum(st->fresh_only);
 	if (NtaskShardCount() > 0)
 	{
 		int			nshards = NtaskWalkShardCount();
@@ -1574,7 +1585,7 @@ claim_pick(text *queue, int want, ClaimOrder *order, SPITupleTable **rows)
 		 * cursor, each shard with its own key cursor.  Keyless tasks of a
 		 * fair queue (the last resort below) are not looked for there.
 		 */
-		fair = order->mode == CLAIM_MODE_ORDERED ? &claim_ordered_pick_shard_plan :
+		fair = pol->mode == CLAIM_MODE_ORDERED ? &claim_ordered_pick_shard_plan :
 			&claim_fair_pick_shard_plan;
 		if (claim_shard_cursor < 0)
 			claim_shard_cursor = (int) (pg_prng_uint32(&pg_global_prng_state) % nshards);
@@ -1584,12 +1595,12 @@ claim_pick(text *queue, int want, ClaimOrder *order, SPITupleTable **rows)
 			int16		sv = NtaskWalkShardValue(i);
 
 			NtaskLockShard(sv);		/* as the plain pick's */
-			kargs[CLAIM_KEYED_ARG_FIRST_PASS] = BoolGetDatum(order->turns || want <= CLAIM_TURN_MAX);
+			kargs[CLAIM_KEYED_ARG_FIRST_PASS] = BoolGetDatum(pol->turns || want <= CLAIM_TURN_MAX);
 			kargs[CLAIM_KEYED_ARG_CURSOR] = PointerGetDatum(NtaskFairCursorShard(qname, sv));
 			kargs[CLAIM_KEYED_ARG_SHARD] = Int16GetDatum(sv);
 			kargs[CLAIM_KEYED_ARG_LIMIT] = Int32GetDatum(want);
 			n = claim_run(fair, kargs, want, rows);
-			if (n == 0 && want <= CLAIM_TURN_MAX && !order->turns)
+			if (n == 0 && want <= CLAIM_TURN_MAX && !pol->turns)
 			{
 				kargs[CLAIM_KEYED_ARG_FIRST_PASS] = BoolGetDatum(false);
 				n = claim_run(fair, kargs, want, rows);
@@ -1606,10 +1617,10 @@ claim_pick(text *queue, int want, ClaimOrder *order, SPITupleTable **rows)
 		return 0;
 	}
 	kargs[CLAIM_KEYED_ARG_CURSOR] = PointerGetDatum(NtaskFairCursor(qname));
-	fair = order->mode == CLAIM_MODE_ORDERED ? &claim_ordered_pick_plan : &claim_fair_pick_plan;
+	fair = pol->mode == CLAIM_MODE_ORDERED ? &claim_ordered_pick_plan : &claim_fair_pick_plan;
 	n = claim_run(fair, kargs, want, rows);
 	/* a per-key cap or order is kept by the turn locks: no second pass */
-	if (n == 0 && want <= CLAIM_TURN_MAX && !order->turns)
+	if (n == 0 && want <= CLAIM_TURN_MAX && !pol->turns)
 	{
 		kargs[CLAIM_KEYED_ARG_FIRST_PASS] = BoolGetDatum(false);
 		n = claim_run(fair, kargs, want, rows);
@@ -1640,41 +1651,41 @@ claim_text_eq(Datum a, bool anull, Datum b, bool bnull)
 /*
  * claim_read_policy
  *		The queue's flow control from the pick's first row (columns
- *		CLAIM_PICK_MAX_INFLIGHT..CLAIM_PICK_RETRY_SHARE) into order; true
+ *		CLAIM_PICK_MAX_INFLIGHT..CLAIM_PICK_RETRY_SHARE) into pol; true
  *		when the queue has any.
  */
 static bool
-claim_read_policy(SPITupleTable *rows, text *queue, ClaimOrder *order)
+claim_read_policy(SPITupleTable *rows, text *queue, ClaimPolicy *pol)
 {
 	bool		isnull;
 	Datum		share;
 
-	order->max_inflight = NtaskTupGetInt32(rows, 0, CLAIM_PICK_MAX_INFLIGHT);
-	order->partition_max_inflight = NtaskTupGetBool(rows, 0, CLAIM_PICK_ORDERED) ? 1 :
+	pol->max_inflight = NtaskTupGetInt32(rows, 0, CLAIM_PICK_MAX_INFLIGHT);
+	pol->partition_max_inflight = NtaskTupGetBool(rows, 0, CLAIM_PICK_ORDERED) ? 1 :
 		NtaskTupGetInt32(rows, 0, CLAIM_PICK_PARTITION_MAX_INFLIGHT);
-	order->rate_n = NtaskTupGetInt32(rows, 0, CLAIM_PICK_RATE_N);
-	order->rate_per = NtaskTupGetInt64(rows, 0, CLAIM_PICK_RATE_PER);
-	order->partition_rate_n = NtaskTupGetInt32(rows, 0, CLAIM_PICK_PARTITION_RATE_N);
-	order->partition_rate_per = NtaskTupGetInt64(rows, 0, CLAIM_PICK_PARTITION_RATE_PER);
+	pol->rate_n = NtaskTupGetInt32(rows, 0, CLAIM_PICK_RATE_N);
+	pol->rate_per = NtaskTupGetInt64(rows, 0, CLAIM_PICK_RATE_PER);
+	pol->partition_rate_n = NtaskTupGetInt32(rows, 0, CLAIM_PICK_PARTITION_RATE_N);
+	pol->partition_rate_per = NtaskTupGetInt64(rows, 0, CLAIM_PICK_PARTITION_RATE_PER);
 	share = NtaskTupGetDatum(rows, 0, CLAIM_PICK_RETRY_SHARE, &isnull);
-	order->retry_share = isnull ? 1.0f : DatumGetFloat4(share);
-	if ((order->rate_n > 0 || order->partition_rate_n > 0 ||
-		 order->retry_share < 1.0f) && !NtaskLimitAvailable())
+	pol->retry_share = isnull ? 1.0f : DatumGetFloat4(share);
+	if ((pol->rate_n > 0 || pol->partition_rate_n > 0 ||
+		 pol->retry_share < 1.0f) && !NtaskLimitAvailable())
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("ntask: queue \"%s\" has a rate limit or a retry share, which needs ntask in shared_preload_libraries",
 						text_to_cstring(queue))));
-	return order->max_inflight > 0 || order->partition_max_inflight > 0 ||
-		order->rate_n > 0 || order->partition_rate_n > 0 ||
-		order->retry_share < 1.0f;
+	return pol->max_inflight > 0 || pol->partition_max_inflight > 0 ||
+		pol->rate_n > 0 || pol->partition_rate_n > 0 ||
+		pol->retry_share < 1.0f;
 }
 
 /* claim_hold_key: later rounds of this claim pass key k by */
 static void
-claim_hold_key(ClaimOrder *order, Datum k, bool isnull)
+claim_hold_key(ClaimState *st, Datum k, bool isnull)
 {
 	if (!isnull)
-		order->held_keys = lappend(order->held_keys,
+		st->held_keys = lappend(st->held_keys,
 								   DatumGetTextPCopy(k));
 }
 
@@ -1696,10 +1707,11 @@ claim_hold_key(ClaimOrder *order, Datum k, bool isnull)
  *
  *		A task kept back stays as it is (due, no attempt, no budget); its
  *		row lock is held until the claim's transaction ends, so the claim
- *		looks no further (order->held).
+ *		looks no further (st->held).
  */
 static int
-claim_limit(ClaimCall *call, ClaimPicked *pick, ClaimOrder *order)
+claim_limit(ClaimCall *call, ClaimPicked *pick, ClaimPolicy *pol,
+			ClaimState *st)
 {
 	text	   *queue = call->queue;
 	int			npicked = pick->n;
@@ -1713,19 +1725,19 @@ claim_limit(ClaimCall *call, ClaimPicked *pick, ClaimOrder *order)
 		keep[r] = true;
 	kept = npicked;
 
-	if (order->max_inflight > 0 || order->partition_max_inflight > 0)
+	if (pol->max_inflight > 0 || pol->partition_max_inflight > 0)
 	{
 		SPITupleTable *counts;
 		int			nrows;
 		int			total = 0;
 		int		   *perkey = palloc0(sizeof(int) * npicked);
-		int			cap = order->max_inflight;
+		int			cap = pol->max_inflight;
 
 		Datum		args[CLAIM_INFLIGHT_NARGS];
 		int64		first = NtaskTupGetInt64(pick->rows, 0, CLAIM_PICK_TASK_ID);
 
 		args[CLAIM_INFLIGHT_ARG_QUEUE] = PointerGetDatum(queue);
-		if (NtaskShardCount() > 0 && order->max_inflight > 0)
+		if (NtaskShardCount() > 0 && pol->max_inflight > 0)
 		{
 			/*
 			 * A queue-wide cap on a distributed install, shared out by node:
@@ -1745,7 +1757,7 @@ claim_limit(ClaimCall *call, ClaimPicked *pick, ClaimOrder *order)
 			n = NtaskShardGroupShards(NTASK_ID_SHARD(first), same);
 			for (i = 0; i < n; i++)
 				elems[i] = Int16GetDatum(same[i]);
-			cap = (int) (((int64) order->max_inflight * n + nshards - 1) / nshards);
+			cap = (int) (((int64) pol->max_inflight * n + nshards - 1) / nshards);
 			args[CLAIM_INFLIGHT_ARG_SHARDS] =
 				PointerGetDatum(construct_array(elems, n, INT2OID, sizeof(int16),
 												true, TYPALIGN_SHORT));
@@ -1762,7 +1774,7 @@ claim_limit(ClaimCall *call, ClaimPicked *pick, ClaimOrder *order)
 		for (r = 0; r < nrows; r++)
 			total += NtaskTupGetInt32(counts, r, CLAIM_INFLIGHT_COUNT);
 		/* the leases running for each picked task's key */
-		if (fair_pick && order->partition_max_inflight > 0)
+		if (fair_pick && pol->partition_max_inflight > 0)
 			for (r = 0; r < npicked; r++)
 			{
 				Datum		k;
@@ -1784,14 +1796,14 @@ claim_limit(ClaimCall *call, ClaimPicked *pick, ClaimOrder *order)
 			int			same = 0;	/* kept before r with r's key */
 			int			p;
 
-			if (order->max_inflight > 0 && total + kept >= cap)
+			if (pol->max_inflight > 0 && total + kept >= cap)
 			{
 				keep[r] = false;
-				order->held = true;
-				order->node_full = cap < order->max_inflight;
+				st->held = true;
+				st->node_full = cap < pol->max_inflight;
 				call->held_cap = true;
 			}
-			else if (fair_pick && order->partition_max_inflight > 0)
+			else if (fair_pick && pol->partition_max_inflight > 0)
 			{
 				Datum		k = NtaskTupGetDatum(pick->rows, r, CLAIM_PICK_KEY, &isnull);
 
@@ -1805,10 +1817,10 @@ claim_limit(ClaimCall *call, ClaimPicked *pick, ClaimOrder *order)
 									  pnull))
 						same++;
 				}
-				if (perkey[r] + same >= order->partition_max_inflight)
+				if (perkey[r] + same >= pol->partition_max_inflight)
 				{
 					keep[r] = false;
-					claim_hold_key(order, k, isnull);
+					claim_hold_key(st, k, isnull);
 					call->held_cap = true;
 				}
 			}
@@ -1823,8 +1835,8 @@ claim_limit(ClaimCall *call, ClaimPicked *pick, ClaimOrder *order)
 	 * hand-outs (limit.c); one held back makes the next rounds look for
 	 * first attempts only, and when those find none, retries take all.
 	 */
-	if (order->retry_share < 1.0f && !order->share_off &&
-		order->mode != CLAIM_MODE_ORDERED)
+	if (pol->retry_share < 1.0f && !st->share_off &&
+		pol->mode != CLAIM_MODE_ORDERED)
 	{
 		char	   *qname = text_to_cstring(queue);
 
@@ -1832,21 +1844,21 @@ claim_limit(ClaimCall *call, ClaimPicked *pick, ClaimOrder *order)
 		{
 			if (!keep[r])
 				continue;
-			if (!NtaskShareTake(qname, order->retry_share,
+			if (!NtaskShareTake(qname, pol->retry_share,
 								NtaskTupGetBool(pick->rows, r, CLAIM_PICK_RETRY)))
 			{
 				keep[r] = false;
 				kept--;
-				order->fresh_only = true;
+				st->fresh_only = true;
 			}
 		}
 	}
 
-	if (order->rate_n > 0 || (order->partition_rate_n > 0 && fair_pick))
+	if (pol->rate_n > 0 || (pol->partition_rate_n > 0 && fair_pick))
 	{
 		TimestampTz now = GetCurrentStatementStartTimestamp();
 		char	   *qname = text_to_cstring(queue);
-		int64		rate_per = order->rate_per;
+		int64		rate_per = pol->rate_per;
 
 		/*
 		 * A distributed install: this node (the picked shard's,
@@ -1855,7 +1867,7 @@ claim_limit(ClaimCall *call, ClaimPicked *pick, ClaimOrder *order)
 		 * nodes' buckets add up to the rate.  A key lives in one shard: its
 		 * bucket is whole on its node.
 		 */
-		if (order->rate_n > 0 && NtaskShardCount() > 0 && NtaskLocalShardCount() > 0)
+		if (pol->rate_n > 0 && NtaskShardCount() > 0 && NtaskLocalShardCount() > 0)
 			rate_per = rate_per * NtaskShardCount() / NtaskLocalShardCount();
 
 		for (r = 0; r < npicked; r++)
@@ -1866,12 +1878,12 @@ claim_limit(ClaimCall *call, ClaimPicked *pick, ClaimOrder *order)
 
 			if (!keep[r])
 				continue;
-			if (fair_pick && order->partition_rate_n > 0)
+			if (fair_pick && pol->partition_rate_n > 0)
 				k = NtaskTupGetText(pick->rows, r, CLAIM_PICK_KEY);
-			empty = NtaskLimitTake(qname, order->rate_n, rate_per,
+			empty = NtaskLimitTake(qname, pol->rate_n, rate_per,
 								   k ? VARDATA_ANY(k) : NULL,
 								   k ? VARSIZE_ANY_EXHDR(k) : 0,
-								   order->partition_rate_n, order->partition_rate_per,
+								   pol->partition_rate_n, pol->partition_rate_per,
 								   now, &next);
 			if (empty != 0)
 			{
@@ -1880,9 +1892,9 @@ claim_limit(ClaimCall *call, ClaimPicked *pick, ClaimOrder *order)
 				if (call->held_until == 0 || next < call->held_until)
 					call->held_until = next;
 				if (empty == NTASK_LIMIT_QUEUE)
-					order->held = true;
+					st->held = true;
 				else
-					claim_hold_key(order, PointerGetDatum(k), false);
+					claim_hold_key(st, PointerGetDatum(k), false);
 			}
 		}
 	}
@@ -1902,7 +1914,7 @@ claim_limit(ClaimCall *call, ClaimPicked *pick, ClaimOrder *order)
  */
 static int
 claim_round(ClaimCall *call, int want, bool *more, int64 *lease_usecs,
-			ClaimOrder *order)
+			ClaimPolicy *pol, ClaimState *st)
 {
 	text	   *queue = call->queue;
 	Datum		worker = PointerGetDatum(call->worker);
@@ -1928,18 +1940,18 @@ claim_round(ClaimCall *call, int want, bool *more, int64 *lease_usecs,
 	int			r;
 	SPITupleTable *leased_rows;
 
-	nheld = list_length(order->held_keys);
-	pick.n = claim_pick(queue, want, order, &pick.rows);
+	nheld = list_length(st->held_keys);
+	pick.n = claim_pick(queue, want, pol, st, &pick.rows);
 	*more = false;
 	/* a waiting claim sleeps until a pause ends (or a resume wakes it) */
-	if ((order->paused || order->keys_paused) && order->pause_ends != 0 &&
-		(call->held_until == 0 || order->pause_ends < call->held_until))
-		call->held_until = order->pause_ends;
-	if (pick.n == 0 && order->fresh_only)
+	if ((pol->paused || pol->keys_paused) && pol->pause_ends != 0 &&
+		(call->held_until == 0 || pol->pause_ends < call->held_until))
+		call->held_until = pol->pause_ends;
+	if (pick.n == 0 && st->fresh_only)
 	{
 		/* no first attempt is due: the held retries may go after all */
-		order->fresh_only = false;
-		order->share_off = true;
+		st->fresh_only = false;
+		st->share_off = true;
 		*more = true;
 		return 0;
 	}
@@ -1961,8 +1973,8 @@ claim_round(ClaimCall *call, int want, bool *more, int64 *lease_usecs,
 	taken_tokens = palloc(sizeof(Datum) * pick.n);
 	pick.keep = palloc(sizeof(bool) * pick.n);
 	pick.keyed = pick.rows->tupdesc->natts >= CLAIM_PICK_KEY;
-	if (claim_read_policy(pick.rows, queue, order))
-		(void) claim_limit(call, &pick, order);
+	if (claim_read_policy(pick.rows, queue, pol))
+		(void) claim_limit(call, &pick, pol, st);
 	else
 		memset(pick.keep, true, sizeof(bool) * pick.n);
 	for (r = 0; r < pick.n; r++)
@@ -2055,7 +2067,7 @@ claim_round(ClaimCall *call, int want, bool *more, int64 *lease_usecs,
 								values[CLAIM_LEASE_ARG_NOW], lease);
 		values[CLAIM_LEASE_ARG_SHARD] =
 			Int16GetDatum(NtaskIdsShard(values[CLAIM_LEASE_ARG_IDS]));
-		values[CLAIM_LEASE_ARG_INVOKED] = BoolGetDatum(order->invoked);
+		values[CLAIM_LEASE_ARG_INVOKED] = BoolGetDatum(call->invoked);
 		values[CLAIM_LEASE_ARG_TOKENS] = NtaskInt8Array(tokens, nids);
 		if (NtaskShardCount() == 0)
 			leased_rows = claim_exec(&claim_lease_plan, values, SPI_OK_SELECT, 0, &nrows);
@@ -2113,22 +2125,22 @@ claim_round(ClaimCall *call, int want, bool *more, int64 *lease_usecs,
 	/* a distributed install: the next round looks in the next shards */
 	if (pick.n > 0 && leased < want && NtaskWalkShardCount() > 1)
 		*more = true;
-	if (order->node_full && !guard_busy && leased < want &&
+	if (st->node_full && !guard_busy && leased < want &&
 		NtaskWalkShardCount() > 1 && NtaskLocalShardCount() == 0)
 		*more = true;			/* a node's share is full: the next shards may
 								 * be another node's (its rows stay locked);
 								 * a worker node walks only its own */
-	else if (order->held || guard_busy)
+	else if (st->held || guard_busy)
 		*more = false;			/* held rows stay locked, a busy guard's task
 								 * is due still: look no further */
-	else if (order->fresh_only && leased < want)
+	else if (st->fresh_only && leased < want)
 		*more = true;			/* look for first attempts */
-	else if (order->mode == CLAIM_MODE_ORDERED)
-		*more = list_length(order->held_keys) > nheld && leased < want;
+	else if (pol->mode == CLAIM_MODE_ORDERED)
+		*more = list_length(st->held_keys) > nheld && leased < want;
 	else if (pick.keyed && pick.n < want && leased < want)
 	{
 		/* went around every key with work: split the rest over them */
-		order->per = (want - leased + nkeys - 1) / nkeys;
+		st->per = (want - leased + nkeys - 1) / nkeys;
 		*more = true;
 	}
 	return leased;
@@ -2184,7 +2196,8 @@ NtaskClaimInto(ClaimCall *c)
 	int			round;
 	bool		more = true;
 	int64		lease_usecs = 0;
-	ClaimOrder	order = {.mode = CLAIM_MODE_UNKNOWN, .per = 1};	/* the rest zero */
+	ClaimPolicy pol = {.mode = CLAIM_MODE_UNKNOWN, .retry_share = 1.0f};
+	ClaimState	st = {.per = 1};	/* the rest zero */
 
 	/*
 	 * Its decisions read the queue as of the statement: the in-flight
@@ -2198,8 +2211,6 @@ NtaskClaimInto(ClaimCall *c)
 				 errmsg("ntask: a claim needs READ COMMITTED"),
 				 errdetail("Under REPEATABLE READ or SERIALIZABLE its snapshot is the transaction's: caps and ordered keys would miss the leases committed since it began."),
 				 errhint("Claim in a READ COMMITTED transaction (the default).")));
-	order.retry_share = 1.0f;
-	order.invoked = c->invoked;
 	c->held_cap = false;
 	c->held_until = 0;
 	/* a shard moved since the last claim: read the placements again */
@@ -2209,7 +2220,7 @@ NtaskClaimInto(ClaimCall *c)
 	for (round = 0; round < CLAIM_MAX_ROUNDS && got < c->max_tasks && more; round++)
 	{
 		int			n = claim_round(c, c->max_tasks - got, &more, &lease_usecs,
-									&order);
+									&pol, &st);
 
 		got += Max(n, 0);
 	}
