@@ -1209,24 +1209,6 @@ claim_held_keys(ClaimPolicy *pol, ClaimState *st)
 }
 
 /*
- * claim_pick
- *		Pick (lock) up to want due tasks of queue, in the queue's order.
- *		The plain pick runs first while the queue is not known to be fair
- *		(it finds nothing in a fair queue); when it finds nothing and the mode is
- *		unknown, one statement checks the queue (42704 if unknown, 42501
- *		without the right) and tells its fairness.  A fair queue runs the
- *		fair pick's first pass (keys no other claim is serving), then its
- *		second (any key), and, when both find nothing, the keyless pick (a
- *		task enqueued without a key by a transaction that read the queue
- *		before it turned fair keeps NULL: it is served when no key gives
- *		a task).  An ordered queue runs the ordered pick instead of
- *		the fair one, and a queue with a per-key cap or order only the
- *		first pass.  A fair pick moves the queue's cursor (fair.c) to
- *		the last key it picked from.  Returns the number of rows picked, in
- *		*rows: the columns of ClaimPickCol, the key
- *		(CLAIM_PICK_KEY) only for a fair or ordered pick.
- */
-/*
  * claim_dist_policy
  *		On a distributed install, the picked queue's flow control that counts
  *		in the shared memory of the node that runs the claim: rate limits
@@ -1307,12 +1289,6 @@ claim_read_paused_keys(text *queue, ClaimPolicy *pol)
 }
 
 /*
- * claim_read_mode
- *		A pick found nothing: read the queue (claim_queue_plan; args as
- *		the plain pick's, of which it uses the first two), raise 42704 when there is no such queue and 42501
- *		without its worker_role, and set pol->mode and pol->turns.
- */
-/*
  * The queue this backend last found to have priority aging (in
  * TopMemoryContext; NULL: none).  A claim of that queue runs the aging
  * pick first, skipping the plain pick (which finds nothing there) and the
@@ -1346,6 +1322,13 @@ claim_note_aging(text *queue, bool aging)
 	pfree(q);
 }
 
+/*
+ * claim_read_mode
+ *		A pick found nothing: read the queue (claim_queue_plan; args as the
+ *		plain pick's, of which it uses the first two), raise 42704 when
+ *		there is no such queue and 42501 without its worker_role, and set
+ *		pol's mode, turns and pauses.
+ */
 static void
 claim_read_mode(text *queue, Datum *args, ClaimPolicy *pol)
 {
@@ -1413,198 +1396,232 @@ claim_aging_pick(text *queue, Datum *args, int want, SPITupleTable **rows)
 	return n;
 }
 
-static int
-claim_pick(text *queue, int want, ClaimPolicy *pol, ClaimState *st,
-		   SPITupleTable **rows)
+/*
+ * The picks claim_pick chooses between, by what the claim knows of the
+ * queue (ClaimPolicy.mode) and of the install.
+ */
+typedef enum ClaimPickKind
 {
-	Datum		args[CLAIM_PICK_NARGS];
-	Datum		kargs[CLAIM_KEYED_NARGS];
-	int			n;
-	char	   *qname;
-	NtaskPlan  *fair;
+	CLAIM_KIND_PLAIN,			/* not (yet) known to be keyed or aging */
+	CLAIM_KIND_AGING,			/* priority aging */
+	CLAIM_KIND_SHARDS,			/* plain, on a distributed install */
+	CLAIM_KIND_FAIR,			/* fairness partition */
+	CLAIM_KIND_ORDERED			/* partition, one head per key */
+} ClaimPickKind;
 
-	args[CLAIM_PICK_ARG_QUEUE] = PointerGetDatum(queue);
-	args[CLAIM_PICK_ARG_CALLER] = ObjectIdGetDatum(NtaskCaller());
-	args[CLAIM_PICK_ARG_FRESH_ONLY] = BoolGetDatum(st->fresh_only);
-	if (pol->mode == CLAIM_MODE_AGING)
-		return claim_aging_pick(queue, args, want, rows);
-	if (pol->mode == CLAIM_MODE_UNKNOWN && claim_aging_queue != NULL &&
-		NtaskShardCount() == 0)
+/* the pick for what the claim knows of its queue now */
+static ClaimPickKind
+claim_pick_kind(ClaimPolicy *pol)
+{
+	switch (pol->mode)
 	{
-		char	   *q = text_to_cstring(queue);
-		bool		cached = strcmp(claim_aging_queue, q) == 0;
-
-		pfree(q);
-		if (cached)
-		{
-			n = claim_aging_pick(queue, args, want, rows);
-			if (n > 0)
-			{
-				pol->mode = CLAIM_MODE_AGING;
-				return n;
-			}
-			/* idle, no right, gone, or no longer aging: ask the queue */
-			claim_read_mode(queue, args, pol);
-			if (pol->paused || pol->mode == CLAIM_MODE_AGING)
-				return 0;
-			if (pol->mode == CLAIM_MODE_PLAIN)
-			{
-				if (!pol->keys_paused)
-					return claim_run(&claim_pick_plan, args, want, rows);
-				args[CLAIM_PICK_ARG_SHARD] = Int16GetDatum(0);
-				args[CLAIM_PICK_ARG_LIMIT] = Int32GetDatum(0);
-				args[CLAIM_PICK_ARG_PAUSED_KEYS] = pol->paused_keys;
-				return claim_run(&claim_pick_keys_plan, args, want, rows);
-			}
-		}
+		case CLAIM_MODE_AGING:
+			return CLAIM_KIND_AGING;
+		case CLAIM_MODE_FAIR:
+			return CLAIM_KIND_FAIR;
+		case CLAIM_MODE_ORDERED:
+			return CLAIM_KIND_ORDERED;
+		case CLAIM_MODE_UNKNOWN:
+		case CLAIM_MODE_PLAIN:
+			break;
 	}
-	if (!CLAIM_KEYED(pol->mode) && NtaskShardCount() > 0)
+	return NtaskShardCount() > 0 ? CLAIM_KIND_SHARDS : CLAIM_KIND_PLAIN;
+}
+
+/*
+ * claim_shard_first
+ *		Where a distributed claim's walk over its nshards shards starts:
+ *		this backend's cursor, random at first.
+ */
+static int
+claim_shard_first(int nshards)
+{
+	if (claim_shard_cursor < 0)
+		claim_shard_cursor = (int) (pg_prng_uint32(&pg_global_prng_state) % nshards);
+	return claim_shard_cursor;
+}
+
+/*
+ * claim_plain_run
+ *		The plain pick (claim_pick_plan), or, once the queue is known to
+ *		have paused keys, the one that passes them by.  A constant LIMIT
+ *		for the plan; the executor stops at want rows.
+ */
+static int
+claim_plain_run(Datum *args, int want, ClaimPolicy *pol, SPITupleTable **rows)
+{
+	if (!pol->keys_paused)
+		return claim_run(&claim_pick_plan, args, want, rows);
+	args[CLAIM_PICK_ARG_SHARD] = Int16GetDatum(0);
+	args[CLAIM_PICK_ARG_LIMIT] = Int32GetDatum(0);
+	args[CLAIM_PICK_ARG_PAUSED_KEYS] = pol->paused_keys;
+	return claim_run(&claim_pick_keys_plan, args, want, rows);
+}
+
+/*
+ * claim_pick_plain
+ *		The pick of a queue not known to be keyed or aging, on a plain
+ *		install.  When it finds nothing and the mode is unknown: an idle
+ *		queue, no right to it, no such queue, fair, paused, some of its keys
+ *		are paused, or aging; claim_read_mode tells which.  Returns the rows
+ *		picked, or -1 when the queue turned out to be aging, fair or
+ *		ordered (claim_pick picks again in that mode).
+ */
+static int
+claim_pick_plain(text *queue, Datum *args, int want, ClaimPolicy *pol,
+				 SPITupleTable **rows)
+{
+	int			n = claim_plain_run(args, want, pol, rows);
+
+	if (n > 0)
 	{
-		int			nshards = NtaskWalkShardCount();
-		int			k;
+		pol->mode = CLAIM_MODE_PLAIN;
+		return n;
+	}
+	if (pol->mode == CLAIM_MODE_PLAIN)
+		return 0;
+	claim_read_mode(queue, args, pol);
+	if (pol->paused)
+		return 0;
+	if (pol->mode != CLAIM_MODE_PLAIN)
+		return -1;
+	return pol->keys_paused ? claim_plain_run(args, want, pol, rows) : 0;
+}
+
+/*
+ * claim_pick_shards
+ *		The plain pick on a distributed install: one shard at a time, from
+ *		this backend's cursor, until one has due work; the next pick starts
+ *		after it, so every shard gets its turn.  The shards are those the
+ *		claim walks (NtaskWalkShardCount): the call's shard in
+ *		ntask_claim_on, this worker node's own, or every shard.  Returns as
+ *		claim_pick_plain.
+ */
+static int
+claim_pick_shards(text *queue, Datum *args, int want, ClaimPolicy *pol,
+				  SPITupleTable **rows)
+{
+	int			nshards = NtaskWalkShardCount();
+	int			first = claim_shard_first(nshards);
+	int			k;
+
+	for (k = 0; k < nshards; k++)
+	{
+		int			i = (first + k) % nshards;
+		int16		sv = NtaskWalkShardValue(i);
+		int			n;
 
 		/*
-		 * A distributed install: one shard at a time, from this backend's
-		 * cursor (random at first), until one has due work; the next pick
-		 * starts after it, so every shard gets its turn.  The shards are
-		 * those the claim walks (NtaskWalkShardCount): the call's shard in
-		 * ntask_claim_on, this worker node's own, or every shard.
+		 * The shard's metadata lock before its pick: a move's final phase
+		 * waits for this claim, or this claim for the move
+		 * (NtaskLockShards, docs/scaling.md "Shard moves").
 		 */
-		if (claim_shard_cursor < 0)
-			claim_shard_cursor = (int) (pg_prng_uint32(&pg_global_prng_state) % nshards);
-		for (k = 0; k < nshards; k++)
-		{
-			int			i = (claim_shard_cursor + k) % nshards;
-
-			/*
-			 * The shard's metadata lock before its pick: a move's final
-			 * phase waits for this claim, or this claim for the move
-			 * (NtaskLockShards, docs/scaling.md "Shard moves").
-			 */
-			NtaskLockShard(NtaskWalkShardValue(i));
-			args[CLAIM_PICK_ARG_SHARD] = Int16GetDatum(NtaskWalkShardValue(i));
-			args[CLAIM_PICK_ARG_LIMIT] = Int32GetDatum(want);
-			if (pol->keys_paused)
-			{
-				args[CLAIM_PICK_ARG_PAUSED_KEYS] = pol->paused_keys;
-				n = claim_run(&claim_pick_shard_keys_plan, args, want, rows);
-			}
-			else
-				n = claim_run(&claim_pick_shard_plan, args, want, rows);
-			if (n > 0)
-			{
-				/*
-				 * Rate limits and retry shares count in the claiming
-				 * node's shared memory: on the shard's node only.
-				 */
-				claim_dist_policy(*rows, queue, false, NtaskWalkShardValue(i));
-				claim_shard_cursor = (i + 1) % nshards;
-				pol->mode = CLAIM_MODE_PLAIN;
-				return n;
-			}
-			if (pol->mode == CLAIM_MODE_UNKNOWN)
-			{
-				/*
-				 * The first shard has nothing due and the queue is not
-				 * known yet (the plain pick finds nothing in a fair
-				 * queue): check it now, as below, rather than after a
-				 * probe of every shard.
-				 */
-				claim_read_mode(queue, args, pol);
-				if (pol->paused)
-					return 0;
-				if (pol->mode == CLAIM_MODE_AGING)
-					return claim_aging_pick(queue, args, want, rows); /* refuses */
-				if (pol->mode != CLAIM_MODE_PLAIN)
-					break;		/* fair or ordered: the per-shard pick below */
-				if (pol->keys_paused)
-					k--;		/* this shard again, passing the paused keys by */
-			}
-		}
-		if (pol->mode == CLAIM_MODE_PLAIN)
-			return 0;
-	}
-	if (!CLAIM_KEYED(pol->mode))
-	{
-		/*
-		 * A constant LIMIT for the plan; the executor stops at want rows.
-		 * Once the queue is known to have paused keys, the pick that
-		 * passes them by.
-		 */
+		NtaskLockShard(sv);
+		args[CLAIM_PICK_ARG_SHARD] = Int16GetDatum(sv);
+		args[CLAIM_PICK_ARG_LIMIT] = Int32GetDatum(want);
 		if (pol->keys_paused)
-		{
-			args[CLAIM_PICK_ARG_SHARD] = Int16GetDatum(0);
-			args[CLAIM_PICK_ARG_LIMIT] = Int32GetDatum(0);
 			args[CLAIM_PICK_ARG_PAUSED_KEYS] = pol->paused_keys;
-			n = claim_run(&claim_pick_keys_plan, args, want, rows);
-		}
-		else
-			n = claim_run(&claim_pick_plan, args, want, rows);
+		n = claim_run(pol->keys_paused ? &claim_pick_shard_keys_plan :
+					  &claim_pick_shard_plan, args, want, rows);
 		if (n > 0)
 		{
+			/*
+			 * Rate limits and retry shares count in the claiming node's
+			 * shared memory: on the shard's node only.
+			 */
+			claim_dist_policy(*rows, queue, false, sv);
+			claim_shard_cursor = (i + 1) % nshards;
 			pol->mode = CLAIM_MODE_PLAIN;
 			return n;
 		}
-		if (pol->mode == CLAIM_MODE_PLAIN)
-			return 0;
-
-		/*
-		 * Nothing due: an idle queue, no right to it, no such queue, fair,
-		 * paused, some of its keys are paused, or aging
-		 */
-		claim_read_mode(queue, args, pol);
-		if (pol->paused)
-			return 0;
-		if (pol->mode == CLAIM_MODE_AGING)
-			return claim_aging_pick(queue, args, want, rows);
-		if (pol->mode == CLAIM_MODE_PLAIN)
+		if (pol->mode == CLAIM_MODE_UNKNOWN)
 		{
-			if (!pol->keys_paused)
+			/*
+			 * The first shard has nothing due and the queue is not known
+			 * yet (the plain pick finds nothing in a fair queue): check it
+			 * now, as claim_pick_plain does, rather than after a probe of
+			 * every shard.
+			 */
+			claim_read_mode(queue, args, pol);
+			if (pol->paused)
 				return 0;
-			args[CLAIM_PICK_ARG_SHARD] = Int16GetDatum(0);
-			args[CLAIM_PICK_ARG_LIMIT] = Int32GetDatum(0);
-			args[CLAIM_PICK_ARG_PAUSED_KEYS] = pol->paused_keys;
-			return claim_run(&claim_pick_keys_plan, args, want, rows);
+			if (pol->mode != CLAIM_MODE_PLAIN)
+				return -1;		/* aging (refused) or keyed */
+			if (pol->keys_paused)
+				k--;			/* this shard again, passing the paused keys by */
 		}
 	}
-	qname = text_to_cstring(queue);
+	if (pol->mode == CLAIM_MODE_PLAIN)
+		return 0;
+	return claim_pick_plain(queue, args, want, pol, rows);	/* no shard to walk */
+}
+
+/*
+ * claim_keyed_run
+ *		The fair or ordered pick plan: its first pass (keys no other claim
+ *		is serving), then, when that found nothing, its second (any key).
+ *		A per-key cap or order is kept by the turn locks (pol->turns): no
+ *		second pass; nor for a claim of more than CLAIM_TURN_MAX tasks,
+ *		which goes by the cursor alone.
+ */
+static int
+claim_keyed_run(NtaskPlan *plan, Datum *kargs, int want, ClaimPolicy *pol,
+				SPITupleTable **rows)
+{
+	int			n;
+
+	kargs[CLAIM_KEYED_ARG_FIRST_PASS] = BoolGetDatum(pol->turns || want <= CLAIM_TURN_MAX);
+	n = claim_run(plan, kargs, want, rows);
+	if (n == 0 && want <= CLAIM_TURN_MAX && !pol->turns)
+	{
+		kargs[CLAIM_KEYED_ARG_FIRST_PASS] = BoolGetDatum(false);
+		n = claim_run(plan, kargs, want, rows);
+	}
+	return n;
+}
+
+/*
+ * claim_pick_keyed
+ *		The pick of a fair queue (plan: the fair pick; shard_plan, its
+ *		twin within one shard) or an ordered one (the ordered picks).  A
+ *		fair pick moves the queue's cursor (fair.c) to the last key it
+ *		picked from.  On a plain install, when no key gives a task, the
+ *		keyless pick: a task enqueued without a key by a transaction that
+ *		read the queue before it turned fair keeps NULL.  On a distributed
+ *		one, the pick within one shard at a time (a key lives in one shard),
+ *		from the backend's shard cursor, each shard with its own key cursor;
+ *		keyless tasks are not looked for there.
+ */
+static int
+claim_pick_keyed(text *queue, Datum *args, int want, ClaimPolicy *pol,
+				 ClaimState *st, NtaskPlan *plan, NtaskPlan *shard_plan,
+				 SPITupleTable **rows)
+{
+	Datum		kargs[CLAIM_KEYED_NARGS];
+	char	   *qname = text_to_cstring(queue);
+	int			n;
+
 	kargs[CLAIM_KEYED_ARG_QUEUE] = args[CLAIM_PICK_ARG_QUEUE];
 	kargs[CLAIM_KEYED_ARG_CALLER] = args[CLAIM_PICK_ARG_CALLER];
 	kargs[CLAIM_KEYED_ARG_PER] = Int32GetDatum(st->per);
-	kargs[CLAIM_KEYED_ARG_FIRST_PASS] = BoolGetDatum(pol->turns || want <= CLAIM_TURN_MAX);
 	kargs[CLAIM_KEYED_ARG_HELD_KEYS] = claim_held_keys(pol, st);
 	kargs[CLAIM_KEYED_ARG_FRESH_ONLY] = BoolGetDatum(st->fresh_only);
 	if (NtaskShardCount() > 0)
 	{
 		int			nshards = NtaskWalkShardCount();
+		int			first = claim_shard_first(nshards);
 		int			k;
 
-		/*
-		 * A distributed install: the fair or ordered pick within one shard
-		 * at a time (a key lives in one shard), from the backend's shard
-		 * cursor, each shard with its own key cursor.  Keyless tasks of a
-		 * fair queue (the last resort below) are not looked for there.
-		 */
-		fair = pol->mode == CLAIM_MODE_ORDERED ? &claim_ordered_pick_shard_plan :
-			&claim_fair_pick_shard_plan;
-		if (claim_shard_cursor < 0)
-			claim_shard_cursor = (int) (pg_prng_uint32(&pg_global_prng_state) % nshards);
 		for (k = 0; k < nshards; k++)
 		{
-			int			i = (claim_shard_cursor + k) % nshards;
+			int			i = (first + k) % nshards;
 			int16		sv = NtaskWalkShardValue(i);
 
-			NtaskLockShard(sv);		/* as the plain pick's */
-			kargs[CLAIM_KEYED_ARG_FIRST_PASS] = BoolGetDatum(pol->turns || want <= CLAIM_TURN_MAX);
+			NtaskLockShard(sv); /* as claim_pick_shards */
 			kargs[CLAIM_KEYED_ARG_CURSOR] = PointerGetDatum(NtaskFairCursorShard(qname, sv));
 			kargs[CLAIM_KEYED_ARG_SHARD] = Int16GetDatum(sv);
 			kargs[CLAIM_KEYED_ARG_LIMIT] = Int32GetDatum(want);
-			n = claim_run(fair, kargs, want, rows);
-			if (n == 0 && want <= CLAIM_TURN_MAX && !pol->turns)
-			{
-				kargs[CLAIM_KEYED_ARG_FIRST_PASS] = BoolGetDatum(false);
-				n = claim_run(fair, kargs, want, rows);
-			}
+			n = claim_keyed_run(shard_plan, kargs, want, pol, rows);
 			if (n > 0)
 			{
 				claim_dist_policy(*rows, queue, true, sv);
@@ -1617,20 +1634,102 @@ claim_pick(text *queue, int want, ClaimPolicy *pol, ClaimState *st,
 		return 0;
 	}
 	kargs[CLAIM_KEYED_ARG_CURSOR] = PointerGetDatum(NtaskFairCursor(qname));
-	fair = pol->mode == CLAIM_MODE_ORDERED ? &claim_ordered_pick_plan : &claim_fair_pick_plan;
-	n = claim_run(fair, kargs, want, rows);
-	/* a per-key cap or order is kept by the turn locks: no second pass */
-	if (n == 0 && want <= CLAIM_TURN_MAX && !pol->turns)
-	{
-		kargs[CLAIM_KEYED_ARG_FIRST_PASS] = BoolGetDatum(false);
-		n = claim_run(fair, kargs, want, rows);
-	}
+	n = claim_keyed_run(plan, kargs, want, pol, rows);
 	if (n > 0)
 	{
 		NtaskFairAdvance(qname, NtaskTupGetText(*rows, n - 1, CLAIM_PICK_KEY));
 		return n;
 	}
 	return claim_run(&claim_keyless_pick_plan, args, want, rows);
+}
+
+/*
+ * claim_pick_cached_aging
+ *		A queue not known yet that this backend last found to have
+ *		priority aging (claim_aging_queue): the aging pick first, then, when
+ *		it finds nothing (idle, no right, gone, or no longer aging), the
+ *		queue read.  Returns the rows picked, 0 when there is no more to
+ *		pick (paused, or still aging and idle), or -1: not this queue, or
+ *		its mode is read now and claim_pick picks in it.
+ */
+static int
+claim_pick_cached_aging(text *queue, Datum *args, int want, ClaimPolicy *pol,
+						SPITupleTable **rows)
+{
+	char	   *q;
+	bool		cached;
+	int			n;
+
+	if (pol->mode != CLAIM_MODE_UNKNOWN || claim_aging_queue == NULL ||
+		NtaskShardCount() != 0)
+		return -1;
+	q = text_to_cstring(queue);
+	cached = strcmp(claim_aging_queue, q) == 0;
+	pfree(q);
+	if (!cached)
+		return -1;
+	n = claim_aging_pick(queue, args, want, rows);
+	if (n > 0)
+	{
+		pol->mode = CLAIM_MODE_AGING;
+		return n;
+	}
+	claim_read_mode(queue, args, pol);
+	if (pol->paused || pol->mode == CLAIM_MODE_AGING)
+		return 0;
+	return -1;
+}
+
+/*
+ * claim_pick
+ *		Pick (lock) up to want due tasks of queue, in the queue's order: a
+ *		switch over the picks (ClaimPickKind) by what the claim knows of
+ *		the queue.  The plain pick runs first while the queue is not known
+ *		to be fair (it finds nothing in a fair queue); when it finds nothing
+ *		and the mode is unknown, one statement checks the queue (42704 if
+ *		unknown, 42501 without the right) and tells its mode, and the pick
+ *		of that mode runs.  Returns the number of rows picked, in *rows:
+ *		the columns of ClaimPickCol, the key (CLAIM_PICK_KEY) only for a
+ *		fair or ordered pick.
+ */
+static int
+claim_pick(text *queue, int want, ClaimPolicy *pol, ClaimState *st,
+		   SPITupleTable **rows)
+{
+	Datum		args[CLAIM_PICK_NARGS];
+	int			n;
+
+	args[CLAIM_PICK_ARG_QUEUE] = PointerGetDatum(queue);
+	args[CLAIM_PICK_ARG_CALLER] = ObjectIdGetDatum(NtaskCaller());
+	args[CLAIM_PICK_ARG_FRESH_ONLY] = BoolGetDatum(st->fresh_only);
+	n = claim_pick_cached_aging(queue, args, want, pol, rows);
+	/* at most twice: a mode read in the first makes the second another */
+	while (n < 0)
+	{
+		switch (claim_pick_kind(pol))
+		{
+			case CLAIM_KIND_AGING:
+				n = claim_aging_pick(queue, args, want, rows);
+				break;
+			case CLAIM_KIND_PLAIN:
+				n = claim_pick_plain(queue, args, want, pol, rows);
+				break;
+			case CLAIM_KIND_SHARDS:
+				n = claim_pick_shards(queue, args, want, pol, rows);
+				break;
+			case CLAIM_KIND_FAIR:
+				n = claim_pick_keyed(queue, args, want, pol, st,
+									 &claim_fair_pick_plan,
+									 &claim_fair_pick_shard_plan, rows);
+				break;
+			case CLAIM_KIND_ORDERED:
+				n = claim_pick_keyed(queue, args, want, pol, st,
+									 &claim_ordered_pick_plan,
+									 &claim_ordered_pick_shard_plan, rows);
+				break;
+		}
+	}
+	return n;
 }
 
 /* claim_text_eq: two text Datums (possibly NULL) hold the same bytes */
