@@ -1789,10 +1789,248 @@ claim_hold_key(ClaimState *st, Datum k, bool isnull)
 }
 
 /*
+ * claim_inflight
+ *		The leases of the queue still running, per key, counted in a new
+ *		snapshot (claim_inflight_plan); *cap is the queue-wide cap that
+ *		holds where the picked tasks are, *nrows the keys counted.
+ */
+static SPITupleTable *
+claim_inflight(text *queue, ClaimPicked *pick, ClaimPolicy *pol, int *cap,
+			   int *nrows)
+{
+	Datum		args[CLAIM_INFLIGHT_NARGS];
+	int64		first = NtaskTupGetInt64(pick->rows, 0, CLAIM_PICK_TASK_ID);
+
+	*cap = pol->max_inflight;
+	args[CLAIM_INFLIGHT_ARG_QUEUE] = PointerGetDatum(queue);
+	if (NtaskShardCount() > 0 && pol->max_inflight > 0)
+	{
+		/*
+		 * A queue-wide cap on a distributed install, shared out by node: the
+		 * node that holds the picked shard, L of the S shards, holds ceil(cap
+		 * L / S) leases of the queue.  The pick took the cap lock on that
+		 * node (CLAIM_CAP_LOCK runs where the routed pick runs), so the
+		 * node's leases are counted exactly, as on one node; across nodes
+		 * the shares add up to at most cap + N - 1 for N nodes
+		 * (docs/scaling.md "Caps across nodes").
+		 */
+		int			nshards = NtaskShardCount();
+		int16	   *same = palloc(sizeof(int16) * nshards);
+		Datum	   *elems = palloc(sizeof(Datum) * nshards);
+		int			n;
+		int			i;
+
+		n = NtaskShardGroupShards(NTASK_ID_SHARD(first), same);
+		for (i = 0; i < n; i++)
+			elems[i] = Int16GetDatum(same[i]);
+		*cap = (int) (((int64) pol->max_inflight * n + nshards - 1) / nshards);
+		args[CLAIM_INFLIGHT_ARG_SHARDS] =
+			PointerGetDatum(construct_array(elems, n, INT2OID, sizeof(int16),
+											true, TYPALIGN_SHORT));
+		return claim_exec(&claim_inflight_node_plan, args, SPI_OK_SELECT, 0, nrows);
+	}
+	if (NtaskShardCount() > 0)
+	{
+		/* the picked tasks' shard: their keys' tasks are all there */
+		args[CLAIM_INFLIGHT_ARG_SHARDS] = Int16GetDatum(NTASK_ID_SHARD(first));
+		return claim_exec(&claim_inflight_shard_plan, args, SPI_OK_SELECT, 0, nrows);
+	}
+	return claim_exec(&claim_inflight_plan, args, SPI_OK_SELECT, 0, nrows);
+}
+
+/*
+ * claim_key_inflight
+ *		Per picked row of a keyed pick, the leases running for its key, of
+ *		the nrows counts of claim_inflight.
+ */
+static int *
+claim_key_inflight(ClaimPicked *pick, SPITupleTable *counts, int nrows)
+{
+	int		   *perkey = palloc0(sizeof(int) * pick->n);
+	int			r;
+
+	for (r = 0; r < pick->n; r++)
+	{
+		bool		knull;
+		Datum		k = NtaskTupGetDatum(pick->rows, r, CLAIM_PICK_KEY, &knull);
+		int			c;
+
+		for (c = 0; c < nrows; c++)
+		{
+			bool		isnull;
+			Datum		ck = NtaskTupGetDatum(counts, c, CLAIM_INFLIGHT_KEY, &isnull);
+
+			if (claim_text_eq(k, knull, ck, isnull))
+				perkey[r] = NtaskTupGetInt32(counts, c, CLAIM_INFLIGHT_COUNT);
+		}
+	}
+	return perkey;
+}
+
+/* claim_kept_same_key: the rows kept before row r whose key is k */
+static int
+claim_kept_same_key(ClaimPicked *pick, int r, Datum k, bool knull)
+{
+	int			same = 0;
+	int			p;
+
+	for (p = 0; p < r; p++)
+	{
+		bool		pnull;
+
+		if (pick->keep[p] &&
+			claim_text_eq(k, knull,
+						  NtaskTupGetDatum(pick->rows, p, CLAIM_PICK_KEY, &pnull),
+						  pnull))
+			same++;
+	}
+	return same;
+}
+
+/*
+ * claim_limit_cap
+ *		The caps (claim_limit): the picked tasks kept in pick order while
+ *		they fit under max_inflight and, in a keyed pick, the key's
+ *		partition_max_inflight; returns how many are kept.
+ */
+static int
+claim_limit_cap(ClaimCall *call, ClaimPicked *pick, ClaimPolicy *pol,
+				ClaimState *st)
+{
+	bool		per_key = pick->keyed && pol->partition_max_inflight > 0;
+	int			total = 0;
+	int			kept = 0;
+	int			cap;
+	int			nrows;
+	int		   *perkey = NULL;
+	SPITupleTable *counts;
+	int			r;
+
+	counts = claim_inflight(call->queue, pick, pol, &cap, &nrows);
+	for (r = 0; r < nrows; r++)
+		total += NtaskTupGetInt32(counts, r, CLAIM_INFLIGHT_COUNT);
+	if (per_key)
+		perkey = claim_key_inflight(pick, counts, nrows);
+	for (r = 0; r < pick->n; r++)
+	{
+		if (pol->max_inflight > 0 && total + kept >= cap)
+		{
+			pick->keep[r] = false;
+			st->held = true;
+			st->node_full = cap < pol->max_inflight;
+			call->held_cap = true;
+		}
+		else if (per_key)
+		{
+			bool		isnull;
+			Datum		k = NtaskTupGetDatum(pick->rows, r, CLAIM_PICK_KEY, &isnull);
+
+			if (perkey[r] + claim_kept_same_key(pick, r, k, isnull) >=
+				pol->partition_max_inflight)
+			{
+				pick->keep[r] = false;
+				claim_hold_key(st, k, isnull);
+				call->held_cap = true;
+			}
+		}
+		if (pick->keep[r])
+			kept++;
+	}
+	return kept;
+}
+
+/*
+ * claim_limit_share
+ *		The retries' share (claim_limit): while first attempts are due, a
+ *		retry goes only while retries have had at most retry_share of the
+ *		queue's recent hand-outs (limit.c); one held back makes the next
+ *		rounds look for first attempts only, and when those find none,
+ *		retries take all.  Returns how many it held back.
+ */
+static int
+claim_limit_share(ClaimCall *call, ClaimPicked *pick, ClaimPolicy *pol,
+				  ClaimState *st)
+{
+	char	   *qname = text_to_cstring(call->queue);
+	int			held = 0;
+	int			r;
+
+	for (r = 0; r < pick->n; r++)
+	{
+		if (!pick->keep[r])
+			continue;
+		if (!NtaskShareTake(qname, pol->retry_share,
+							NtaskTupGetBool(pick->rows, r, CLAIM_PICK_RETRY)))
+		{
+			pick->keep[r] = false;
+			held++;
+			st->fresh_only = true;
+		}
+	}
+	return held;
+}
+
+/*
+ * claim_limit_rate
+ *		The rates (claim_limit): one token of the queue's bucket and, in a
+ *		keyed pick, of the key's (limit.c) per kept task, in pick order.
+ *		Returns how many it held back; call->held_until is when the first
+ *		of their buckets has a token again.
+ */
+static int
+claim_limit_rate(ClaimCall *call, ClaimPicked *pick, ClaimPolicy *pol,
+				 ClaimState *st)
+{
+	TimestampTz now = GetCurrentStatementStartTimestamp();
+	char	   *qname = text_to_cstring(call->queue);
+	int64		rate_per = pol->rate_per;
+	int			held = 0;
+	int			r;
+
+	/*
+	 * A distributed install: this node (the picked shard's,
+	 * claim_dist_policy) holding L of the S shards runs the queue's bucket at
+	 * L / S of its rate (rate_n per rate_per S / L), so the nodes' buckets
+	 * add up to the rate.  A key lives in one shard: its bucket is whole on
+	 * its node.
+	 */
+	if (pol->rate_n > 0 && NtaskShardCount() > 0 && NtaskLocalShardCount() > 0)
+		rate_per = rate_per * NtaskShardCount() / NtaskLocalShardCount();
+
+	for (r = 0; r < pick->n; r++)
+	{
+		text	   *k = NULL;
+		TimestampTz next;
+		int			empty;
+
+		if (!pick->keep[r])
+			continue;
+		if (pick->keyed && pol->partition_rate_n > 0)
+			k = NtaskTupGetText(pick->rows, r, CLAIM_PICK_KEY);
+		empty = NtaskLimitTake(qname, pol->rate_n, rate_per,
+							   k ? VARDATA_ANY(k) : NULL,
+							   k ? VARSIZE_ANY_EXHDR(k) : 0,
+							   pol->partition_rate_n, pol->partition_rate_per,
+							   now, &next);
+		if (empty == 0)
+			continue;
+		pick->keep[r] = false;
+		held++;
+		if (call->held_until == 0 || next < call->held_until)
+			call->held_until = next;
+		if (empty == NTASK_LIMIT_QUEUE)
+			st->held = true;
+		else
+			claim_hold_key(st, PointerGetDatum(k), false);
+	}
+	return held;
+}
+
+/*
  * claim_limit
  *		Which of the picked tasks a limited queue may hand out
- *		(pick->keep[r]); returns how many.  In this order (docs/design.md "Flow
- *		control"):
+ *		(pick->keep[r]); returns how many.  In this order (docs/design.md
+ *		"Flow control"):
  *
  *		caps	max_inflight: the queue's cap lock is held (the pick took it;
  *				a pick that could not picked nothing, CLAIM_CAP_LOCK);
@@ -1800,9 +2038,12 @@ claim_hold_key(ClaimState *st, Datum k, bool isnull)
  *				turn lock is held (the pick took it too).  Then the
  *				leases still running are counted in a new snapshot, which
  *				sees every lease committed before the lock was taken, and
- *				the picked tasks are kept in pick order while they fit.
+ *				the picked tasks are kept in pick order while they fit
+ *				(claim_limit_cap).
+ *		share	the retries' share (claim_limit_share).
  *		rates	one token of the queue's bucket and of the key's (limit.c)
- *				per kept task, in pick order; a task without tokens stays.
+ *				per kept task, in pick order; a task without tokens stays
+ *				(claim_limit_rate).
  *
  *		A task kept back stays as it is (due, no attempt, no budget); its
  *		row lock is held until the claim's transaction ends, so the claim
@@ -1812,191 +2053,18 @@ static int
 claim_limit(ClaimCall *call, ClaimPicked *pick, ClaimPolicy *pol,
 			ClaimState *st)
 {
-	text	   *queue = call->queue;
-	int			npicked = pick->n;
-	bool		fair_pick = pick->keyed;
-	bool	   *keep = pick->keep;
-	int			kept = 0;
+	int			kept = pick->n;
 	int			r;
-	bool		isnull;
 
-	for (r = 0; r < npicked; r++)
-		keep[r] = true;
-	kept = npicked;
-
+	for (r = 0; r < pick->n; r++)
+		pick->keep[r] = true;
 	if (pol->max_inflight > 0 || pol->partition_max_inflight > 0)
-	{
-		SPITupleTable *counts;
-		int			nrows;
-		int			total = 0;
-		int		   *perkey = palloc0(sizeof(int) * npicked);
-		int			cap = pol->max_inflight;
-
-		Datum		args[CLAIM_INFLIGHT_NARGS];
-		int64		first = NtaskTupGetInt64(pick->rows, 0, CLAIM_PICK_TASK_ID);
-
-		args[CLAIM_INFLIGHT_ARG_QUEUE] = PointerGetDatum(queue);
-		if (NtaskShardCount() > 0 && pol->max_inflight > 0)
-		{
-			/*
-			 * A queue-wide cap on a distributed install, shared out by node:
-			 * the node that holds the picked shard, L of the S shards, holds
-			 * ceil(cap L / S) leases of the queue.  The pick took the cap
-			 * lock on that node (CLAIM_CAP_LOCK runs where the routed pick
-			 * runs), so the node's leases are counted exactly, as on one
-			 * node; across nodes the shares add up to at most cap + N - 1
-			 * for N nodes (docs/scaling.md "Caps across nodes").
-			 */
-			int			nshards = NtaskShardCount();
-			int16	   *same = palloc(sizeof(int16) * nshards);
-			Datum	   *elems = palloc(sizeof(Datum) * nshards);
-			int			n;
-			int			i;
-
-			n = NtaskShardGroupShards(NTASK_ID_SHARD(first), same);
-			for (i = 0; i < n; i++)
-				elems[i] = Int16GetDatum(same[i]);
-			cap = (int) (((int64) pol->max_inflight * n + nshards - 1) / nshards);
-			args[CLAIM_INFLIGHT_ARG_SHARDS] =
-				PointerGetDatum(construct_array(elems, n, INT2OID, sizeof(int16),
-												true, TYPALIGN_SHORT));
-			counts = claim_exec(&claim_inflight_node_plan, args, SPI_OK_SELECT, 0, &nrows);
-		}
-		else if (NtaskShardCount() > 0)
-		{
-			/* the picked tasks' shard: their keys' tasks are all there */
-			args[CLAIM_INFLIGHT_ARG_SHARDS] = Int16GetDatum(NTASK_ID_SHARD(first));
-			counts = claim_exec(&claim_inflight_shard_plan, args, SPI_OK_SELECT, 0, &nrows);
-		}
-		else
-			counts = claim_exec(&claim_inflight_plan, args, SPI_OK_SELECT, 0, &nrows);
-		for (r = 0; r < nrows; r++)
-			total += NtaskTupGetInt32(counts, r, CLAIM_INFLIGHT_COUNT);
-		/* the leases running for each picked task's key */
-		if (fair_pick && pol->partition_max_inflight > 0)
-			for (r = 0; r < npicked; r++)
-			{
-				Datum		k;
-				bool		knull;
-				int			c;
-
-				k = NtaskTupGetDatum(pick->rows, r, CLAIM_PICK_KEY, &knull);
-				for (c = 0; c < nrows; c++)
-				{
-					Datum		ck = NtaskTupGetDatum(counts, c, CLAIM_INFLIGHT_KEY, &isnull);
-
-					if (claim_text_eq(k, knull, ck, isnull))
-						perkey[r] = NtaskTupGetInt32(counts, c, CLAIM_INFLIGHT_COUNT);
-				}
-			}
-		kept = 0;
-		for (r = 0; r < npicked; r++)
-		{
-			int			same = 0;	/* kept before r with r's key */
-			int			p;
-
-			if (pol->max_inflight > 0 && total + kept >= cap)
-			{
-				keep[r] = false;
-				st->held = true;
-				st->node_full = cap < pol->max_inflight;
-				call->held_cap = true;
-			}
-			else if (fair_pick && pol->partition_max_inflight > 0)
-			{
-				Datum		k = NtaskTupGetDatum(pick->rows, r, CLAIM_PICK_KEY, &isnull);
-
-				for (p = 0; p < r; p++)
-				{
-					bool		pnull;
-
-					if (keep[p] &&
-						claim_text_eq(k, isnull,
-									  NtaskTupGetDatum(pick->rows, p, CLAIM_PICK_KEY, &pnull),
-									  pnull))
-						same++;
-				}
-				if (perkey[r] + same >= pol->partition_max_inflight)
-				{
-					keep[r] = false;
-					claim_hold_key(st, k, isnull);
-					call->held_cap = true;
-				}
-			}
-			if (keep[r])
-				kept++;
-		}
-	}
-
-	/*
-	 * The retries' share: while first attempts are due, a retry goes only
-	 * while retries have had at most retry_share of the queue's recent
-	 * hand-outs (limit.c); one held back makes the next rounds look for
-	 * first attempts only, and when those find none, retries take all.
-	 */
+		kept = claim_limit_cap(call, pick, pol, st);
 	if (pol->retry_share < 1.0f && !st->share_off &&
 		pol->mode != CLAIM_MODE_ORDERED)
-	{
-		char	   *qname = text_to_cstring(queue);
-
-		for (r = 0; r < npicked; r++)
-		{
-			if (!keep[r])
-				continue;
-			if (!NtaskShareTake(qname, pol->retry_share,
-								NtaskTupGetBool(pick->rows, r, CLAIM_PICK_RETRY)))
-			{
-				keep[r] = false;
-				kept--;
-				st->fresh_only = true;
-			}
-		}
-	}
-
-	if (pol->rate_n > 0 || (pol->partition_rate_n > 0 && fair_pick))
-	{
-		TimestampTz now = GetCurrentStatementStartTimestamp();
-		char	   *qname = text_to_cstring(queue);
-		int64		rate_per = pol->rate_per;
-
-		/*
-		 * A distributed install: this node (the picked shard's,
-		 * claim_dist_policy) holding L of the S shards runs the queue's
-		 * bucket at L / S of its rate (rate_n per rate_per S / L), so the
-		 * nodes' buckets add up to the rate.  A key lives in one shard: its
-		 * bucket is whole on its node.
-		 */
-		if (pol->rate_n > 0 && NtaskShardCount() > 0 && NtaskLocalShardCount() > 0)
-			rate_per = rate_per * NtaskShardCount() / NtaskLocalShardCount();
-
-		for (r = 0; r < npicked; r++)
-		{
-			text	   *k = NULL;
-			TimestampTz next;
-			int			empty;
-
-			if (!keep[r])
-				continue;
-			if (fair_pick && pol->partition_rate_n > 0)
-				k = NtaskTupGetText(pick->rows, r, CLAIM_PICK_KEY);
-			empty = NtaskLimitTake(qname, pol->rate_n, rate_per,
-								   k ? VARDATA_ANY(k) : NULL,
-								   k ? VARSIZE_ANY_EXHDR(k) : 0,
-								   pol->partition_rate_n, pol->partition_rate_per,
-								   now, &next);
-			if (empty != 0)
-			{
-				keep[r] = false;
-				kept--;
-				if (call->held_until == 0 || next < call->held_until)
-					call->held_until = next;
-				if (empty == NTASK_LIMIT_QUEUE)
-					st->held = true;
-				else
-					claim_hold_key(st, PointerGetDatum(k), false);
-			}
-		}
-	}
+		kept -= claim_limit_share(call, pick, pol, st);
+	if (pol->rate_n > 0 || (pol->partition_rate_n > 0 && pick->keyed))
+		kept -= claim_limit_rate(call, pick, pol, st);
 	return kept;
 }
 
