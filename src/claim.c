@@ -990,8 +990,6 @@ typedef enum ClaimCol
 /* at most this many rounds when tasks are diverted to repair or the guard */
 #define CLAIM_MAX_ROUNDS 10
 
-static int	claim_round(ClaimCall *call, int want, bool *more,
-						int64 *lease_usecs, ClaimPolicy *pol, ClaimState *st);
 static int	claim_pick(text *queue, int want, ClaimPolicy *pol, ClaimState *st,
 					   SPITupleTable **rows);
 static void claim_warn_old_xact(int64 lease_usecs, int64 waited_usecs);
@@ -2069,248 +2067,392 @@ claim_limit(ClaimCall *call, ClaimPicked *pick, ClaimPolicy *pol,
 }
 
 /*
- * claim_round
- *		Pick up to want due tasks, run the guard, close expired attempts,
- *		lease the rest, and put the leased ones into the result tuplestore.
- *		call->lease is the caller's lease, or 0 for the queue's.  Returns how
- *		many were leased, or -1 if nothing was due.  *more is set when
- *		another round could find more (some picked tasks were not handed out
- *		and the pick was full).  Each result row gets the call->nextra
- *		columns of call->extra appended.  All SPI results stay in the caller's SPI
- *		connection.
+ * Why a claim goes round again, or stops (claim_round_next): the claim
+ * runs another round (at most CLAIM_MAX_ROUNDS, while short of its
+ * max_tasks) only for a CLAIM_AGAIN_* reason.
  */
-static int
-claim_round(ClaimCall *call, int want, bool *more, int64 *lease_usecs,
-			ClaimPolicy *pol, ClaimState *st)
+typedef enum ClaimNext
 {
-	text	   *queue = call->queue;
-	Datum		worker = PointerGetDatum(call->worker);
-	Datum		lease;
-	char	   *guard;
-	char	   *guard_owner = NULL;
-	bool		guard_busy = false;
-	bool		any_retry = false;	/* a picked task had an attempt before */
-	bool		isnull;
-	Datum		values[CLAIM_LEASE_NARGS];
-	ClaimPicked pick;
-	Datum	   *ids;
-	Datum	   *tokens;			/* each id's token as picked */
-	Datum	   *taken;
-	Datum	   *taken_tokens;
-	int			nheld;
-	Datum		invoked_ids;
-	int			nkeys = 0;
-	int			nids = 0;
-	int			ntaken = 0;
-	int			nrows;
-	int			leased = 0;
-	int			r;
-	SPITupleTable *leased_rows;
+	CLAIM_STOP,					/* nothing says another round finds more */
+	CLAIM_STOP_EMPTY,			/* the pick found nothing due */
+	CLAIM_STOP_HELD,			/* rows a limit held back stay locked, or a
+								 * guard met a lock: look no further */
+	CLAIM_AGAIN_FIRST,			/* the first round */
+	CLAIM_AGAIN_FULL,			/* the pick was full, not all handed out */
+	CLAIM_AGAIN_SHARDS,			/* a distributed claim: the next shards */
+	CLAIM_AGAIN_NODE_FULL,		/* a node's share of the cap is full: the next
+								 * shards may be another node's */
+	CLAIM_AGAIN_FRESH,			/* retries over their share held back: look
+								 * for first attempts */
+	CLAIM_AGAIN_RETRIES,		/* no first attempt is due: the held retries
+								 * may go after all */
+	CLAIM_AGAIN_KEYS,			/* ordered: keys held back, others may go */
+	CLAIM_AGAIN_SPLIT			/* a keyed pick went around every key with
+								 * work: split the rest over them */
+} ClaimNext;
 
-	nheld = list_length(st->held_keys);
-	pick.n = claim_pick(queue, want, pol, st, &pick.rows);
-	*more = false;
+#define CLAIM_GO_AGAIN(next) ((next) >= CLAIM_AGAIN_FIRST)
+
+/*
+ * One round of a claim (claim_round), phase by phase: the pick, which of
+ * its rows the limits let go (pick.keep), the lease and guard they come
+ * with; what the guard let through (ids, each with its token as picked;
+ * taken, the takeovers among them, whose attempt the lease phase closes);
+ * and how many rows the emit phase handed out.
+ */
+typedef struct ClaimRound
+{
+	ClaimCall  *call;
+	ClaimPolicy *pol;
+	ClaimState *st;
+	int			want;
+	int			nheld;			/* st->held_keys before the round */
+	ClaimPicked pick;
+	Datum		lease;			/* the caller's, or the queue's */
+	char	   *guard;			/* NULL: none */
+	char	   *guard_owner;
+	int			nkeys;			/* keys in a keyed pick */
+	bool		guard_busy;		/* a guard met a lock (NTASK_GUARD_BUSY) */
+	bool		any_retry;		/* a task let through had an attempt before */
+	Datum	   *ids;			/* to lease, nids of them */
+	Datum	   *tokens;			/* each id's token as picked */
+	int			nids;
+	Datum	   *taken;			/* the takeovers among them, ntaken */
+	Datum	   *taken_tokens;
+	int			ntaken;
+	int			leased;			/* rows handed out */
+} ClaimRound;
+
+/*
+ * claim_round_pick
+ *		The pick phase: pick up to want due tasks (claim_pick); a pause's
+ *		end for a waiting claim to sleep until; then, from the first picked
+ *		row, the lease and the guard, and which of the picked tasks the
+ *		queue's limits let go (claim_limit).  False when nothing was
+ *		picked, *next saying whether to look again.
+ */
+static bool
+claim_round_pick(ClaimRound *rd, int64 *lease_usecs, ClaimNext *next)
+{
+	ClaimCall  *call = rd->call;
+	ClaimPolicy *pol = rd->pol;
+	ClaimPicked *pick = &rd->pick;
+	bool		isnull;
+
+	rd->nheld = list_length(rd->st->held_keys);
+	pick->n = claim_pick(call->queue, rd->want, pol, rd->st, &pick->rows);
 	/* a waiting claim sleeps until a pause ends (or a resume wakes it) */
 	if ((pol->paused || pol->keys_paused) && pol->pause_ends != 0 &&
 		(call->held_until == 0 || pol->pause_ends < call->held_until))
 		call->held_until = pol->pause_ends;
-	if (pick.n == 0 && st->fresh_only)
+	if (pick->n == 0)
 	{
-		/* no first attempt is due: the held retries may go after all */
-		st->fresh_only = false;
-		st->share_off = true;
-		*more = true;
-		return 0;
+		*next = CLAIM_STOP_EMPTY;
+		if (rd->st->fresh_only)
+		{
+			/* no first attempt is due: the held retries may go after all */
+			rd->st->fresh_only = false;
+			rd->st->share_off = true;
+			*next = CLAIM_AGAIN_RETRIES;
+		}
+		return false;
 	}
-	if (pick.n == 0)
-		return -1;
-	lease = call->lease ? call->lease :
-		NtaskTupGetDatum(pick.rows, 0, CLAIM_PICK_LEASE, &isnull);
-	*lease_usecs = NtaskIntervalUsecs(DatumGetIntervalP(lease));
-	guard = NtaskTupGetCString(pick.rows, 0, CLAIM_PICK_GUARD);
-	if (guard != NULL)
+	rd->lease = call->lease ? call->lease :
+		NtaskTupGetDatum(pick->rows, 0, CLAIM_PICK_LEASE, &isnull);
+	*lease_usecs = NtaskIntervalUsecs(DatumGetIntervalP(rd->lease));
+	rd->guard = NtaskTupGetCString(pick->rows, 0, CLAIM_PICK_GUARD);
+	if (rd->guard != NULL)
 	{
 		/* the guard with the owner recorded with it, from one row */
-		guard = NtaskQueueGuard(queue, &guard_owner);
+		rd->guard = NtaskQueueGuard(call->queue, &rd->guard_owner);
 	}
-
-	ids = palloc(sizeof(Datum) * pick.n);
-	tokens = palloc(sizeof(Datum) * pick.n);
-	taken = palloc(sizeof(Datum) * pick.n);
-	taken_tokens = palloc(sizeof(Datum) * pick.n);
-	pick.keep = palloc(sizeof(bool) * pick.n);
-	pick.keyed = pick.rows->tupdesc->natts >= CLAIM_PICK_KEY;
-	if (claim_read_policy(pick.rows, queue, pol))
-		(void) claim_limit(call, &pick, pol, st);
+	pick->keep = palloc(sizeof(bool) * pick->n);
+	pick->keyed = pick->rows->tupdesc->natts >= CLAIM_PICK_KEY;
+	if (claim_read_policy(pick->rows, call->queue, pol))
+		(void) claim_limit(call, pick, pol, rd->st);
 	else
-		memset(pick.keep, true, sizeof(bool) * pick.n);
-	for (r = 0; r < pick.n; r++)
+		memset(pick->keep, true, sizeof(bool) * pick->n);
+	return true;
+}
+
+/*
+ * claim_guard_lets
+ *		The guard's verdict on picked row r (task task_id): true when the
+ *		task may be leased.  A task the guard skips or cancels is finished
+ *		with the guard's reason, one the guard could not decide on goes to
+ *		repair; one whose guard met a lock stays due (rd->guard_busy).
+ */
+static bool
+claim_guard_lets(ClaimRound *rd, int r, int64 task_id, bool was_leased)
+{
+	ClaimCall  *call = rd->call;
+	SPITupleTable *rows = rd->pick.rows;
+	bool		isnull;
+	char	   *reason;
+	NtaskGuardVerdict v;
+
+	v = NtaskRunGuard(rd->guard, rd->guard_owner,
+					  DatumGetTextPP(NtaskTupGetDatum(rows, r, CLAIM_PICK_TASK_KEY, &isnull)),
+					  DatumGetJsonbP(NtaskTupGetDatum(rows, r, CLAIM_PICK_PAYLOAD, &isnull)),
+					  &reason, true);
+	if (v == NTASK_GUARD_PROCEED)
+		return true;
+	if (v == NTASK_GUARD_BUSY)
 	{
-		int64		task_id;
-		bool		was_leased;
+		/*
+		 * Something the guard reads was locked (lock timeout, deadlock): the
+		 * task stays due for a later claim; this one looks no further
+		 * (another round would pick it again).
+		 */
+		rd->guard_busy = true;
+		return false;
+	}
+	if (v == NTASK_GUARD_ERROR)
+	{
+		/*
+		 * The guard could not decide: the task needs a human, the queue
+		 * goes on.  The error text is in the audit log.
+		 */
+		NtaskFinishTask(task_id, "repair_required", "guard_error",
+						"guard_error", "permanent", "guard");
+		call->writes++;
+		NtaskAudit(text_to_cstring(call->worker), "guard_error", task_id,
+				   text_to_cstring(call->queue), reason,
+				   was_leased ? "leased" : "ready", "repair_required");
+		return false;
+	}
+	{
+		const char *to = v == NTASK_GUARD_SKIP ? "skipped" : "canceled";
 
-		task_id = NtaskTupGetInt64(pick.rows, r, CLAIM_PICK_TASK_ID);
-		was_leased = NtaskTupGetBool(pick.rows, r, CLAIM_PICK_WAS_LEASED);
+		NtaskFinishTask(task_id, to,
+						reason ? reason : psprintf("guard: %s", to),
+						"guard", NULL, NULL);
+		call->writes++;
+	}
+	return false;
+}
+
+/*
+ * claim_round_guard
+ *		The guard phase: of the picked tasks the limits let go, those the
+ *		queue's guard lets through (all of them without a guard) go into
+ *		rd->ids, the takeovers also into rd->taken; and the keys of a keyed
+ *		pick are counted (for claim_round_next).
+ */
+static void
+claim_round_guard(ClaimRound *rd)
+{
+	ClaimPicked *pick = &rd->pick;
+	bool		isnull;
+	int			r;
+
+	rd->ids = palloc(sizeof(Datum) * pick->n);
+	rd->tokens = palloc(sizeof(Datum) * pick->n);
+	rd->taken = palloc(sizeof(Datum) * pick->n);
+	rd->taken_tokens = palloc(sizeof(Datum) * pick->n);
+	for (r = 0; r < pick->n; r++)
+	{
+		int64		task_id = NtaskTupGetInt64(pick->rows, r, CLAIM_PICK_TASK_ID);
+		bool		was_leased = NtaskTupGetBool(pick->rows, r, CLAIM_PICK_WAS_LEASED);
+
 		/* keys in this pick (rows of one key are adjacent) */
-		if (pick.keyed &&
+		if (pick->keyed &&
 			(r == 0 || !DatumGetBool(DirectFunctionCall2Coll(texteq, C_COLLATION_OID,
-															 NtaskTupGetDatum(pick.rows, r, CLAIM_PICK_KEY, &isnull),
-															 NtaskTupGetDatum(pick.rows, r - 1, CLAIM_PICK_KEY, &isnull)))))
-			nkeys++;
-		if (!pick.keep[r])
+															 NtaskTupGetDatum(pick->rows, r, CLAIM_PICK_KEY, &isnull),
+															 NtaskTupGetDatum(pick->rows, r - 1, CLAIM_PICK_KEY, &isnull)))))
+			rd->nkeys++;
+		if (!pick->keep[r])
 			continue;			/* held back by a limit (claim_limit) */
-		if (guard != NULL)
-		{
-			char	   *reason;
-			NtaskGuardVerdict v;
-
-			v = NtaskRunGuard(guard, guard_owner,
-							  DatumGetTextPP(NtaskTupGetDatum(pick.rows, r, CLAIM_PICK_TASK_KEY, &isnull)),
-							  DatumGetJsonbP(NtaskTupGetDatum(pick.rows, r, CLAIM_PICK_PAYLOAD, &isnull)),
-							  &reason, true);
-			if (v == NTASK_GUARD_BUSY)
-			{
-				/*
-				 * Something the guard reads was locked (lock timeout,
-				 * deadlock): the task stays due for a later claim; this one
-				 * looks no further (another round would pick it again).
-				 */
-				guard_busy = true;
-				continue;
-			}
-			if (v == NTASK_GUARD_ERROR)
-			{
-				/*
-				 * The guard could not decide: the task needs a human, the
-				 * queue goes on.  The error text is in the audit log.
-				 */
-				NtaskFinishTask(task_id, "repair_required", "guard_error",
-								"guard_error", "permanent", "guard");
-				call->writes++;
-				NtaskAudit(TextDatumGetCString(worker), "guard_error", task_id,
-						   text_to_cstring(queue), reason,
-						   was_leased ? "leased" : "ready", "repair_required");
-				continue;
-			}
-			if (v != NTASK_GUARD_PROCEED)
-			{
-				const char *to = v == NTASK_GUARD_SKIP ? "skipped" : "canceled";
-
-				NtaskFinishTask(task_id, to,
-								reason ? reason : psprintf("guard: %s", to),
-								"guard", NULL, NULL);
-				call->writes++;
-				continue;
-			}
-		}
-		tokens[nids] = Int64GetDatum(NtaskTupGetInt64(pick.rows, r, CLAIM_PICK_TOKEN));
-		ids[nids++] = Int64GetDatum(task_id);
+		if (rd->guard != NULL && !claim_guard_lets(rd, r, task_id, was_leased))
+			continue;
+		rd->tokens[rd->nids] = Int64GetDatum(NtaskTupGetInt64(pick->rows, r, CLAIM_PICK_TOKEN));
+		rd->ids[rd->nids++] = Int64GetDatum(task_id);
 		if (was_leased)
 		{
-			taken_tokens[ntaken] = tokens[nids - 1];
-			taken[ntaken++] = Int64GetDatum(task_id);
+			rd->taken_tokens[rd->ntaken] = rd->tokens[rd->nids - 1];
+			rd->taken[rd->ntaken++] = Int64GetDatum(task_id);
 		}
-		if (NtaskTupGetBool(pick.rows, r, CLAIM_PICK_RETRY))
-			any_retry = true;
+		if (NtaskTupGetBool(pick->rows, r, CLAIM_PICK_RETRY))
+			rd->any_retry = true;
 	}
+}
 
-	invoked_ids = ntaken > 0 ?
-		NtaskCloseExpiredAttempts(NtaskInt8Array(taken, ntaken),
-								  NtaskInt8Array(taken_tokens, ntaken)) :
+/*
+ * claim_lease_dist
+ *		The lease statement of a distributed install (claim_lease_dist_plan,
+ *		parameters values), after the receipts of its tasks: the prior
+ *		outcome of a task with one is 'committed' in the rows returned.
+ */
+static SPITupleTable *
+claim_lease_dist(ClaimRound *rd, Datum *values, int *nrows)
+{
+	Datum		rv[CLAIM_RECEIPTS_NARGS];
+	int			nrcpt = 0;
+	int64	   *rcpt;
+	SPITupleTable *rcpt_rows = NULL;
+	SPITupleTable *leased_rows;
+	int			r;
+
+	/*
+	 * A receipt is written with a token, so a task on its first attempt has
+	 * none: the lookup is for retries and takeovers.
+	 */
+	rv[CLAIM_RECEIPTS_ARG_IDS] = values[CLAIM_LEASE_ARG_IDS];
+	rv[CLAIM_RECEIPTS_ARG_SHARD] = values[CLAIM_LEASE_ARG_SHARD];
+	if (rd->any_retry)
+		rcpt_rows = claim_exec(&claim_receipts_plan, rv, SPI_OK_SELECT, 0, &nrcpt);
+	rcpt = palloc(sizeof(int64) * Max(nrcpt, 1));
+	for (r = 0; r < nrcpt; r++)
+		rcpt[r] = NtaskTupGetInt64(rcpt_rows, r, CLAIM_RECEIPTS_TASK_ID);
+	leased_rows = claim_exec(&claim_lease_dist_plan, values,
+							 SPI_OK_UPDATE_RETURNING, 0, nrows);
+	claim_mark_committed(leased_rows, *nrows, rcpt, nrcpt);
+	return leased_rows;
+}
+
+/*
+ * claim_round_lease
+ *		The lease phase: close the attempts of the tasks taken over, then
+ *		lease rd->ids (or divert those whose budget or deadline is spent)
+ *		in one statement, the plain or the distributed one.  Returns its
+ *		rows (ClaimCol), *nrows of them.
+ */
+static SPITupleTable *
+claim_round_lease(ClaimRound *rd, int *nrows)
+{
+	ClaimCall  *call = rd->call;
+	Datum		values[CLAIM_LEASE_NARGS];
+	Datum		invoked_ids;
+
+	invoked_ids = rd->ntaken > 0 ?
+		NtaskCloseExpiredAttempts(NtaskInt8Array(rd->taken, rd->ntaken),
+								  NtaskInt8Array(rd->taken_tokens, rd->ntaken)) :
 		NtaskInt8Array(NULL, 0);
 
-	if (nids > 0)
+	call->writes++;				/* closes and leases (or diverts) nids rows */
+	values[CLAIM_LEASE_ARG_IDS] = NtaskInt8Array(rd->ids, rd->nids);
+	values[CLAIM_LEASE_ARG_WORKER] = PointerGetDatum(call->worker);
+	values[CLAIM_LEASE_ARG_LEASE] = rd->lease;
+	values[CLAIM_LEASE_ARG_TAKEN] = NtaskInt8Array(rd->taken, rd->ntaken);
+	values[CLAIM_LEASE_ARG_INVOKED_IDS] = invoked_ids;
+	values[CLAIM_LEASE_ARG_TOKEN_FLOOR] = Int64GetDatum(NtaskTokenFloor());
+	values[CLAIM_LEASE_ARG_NOW] = NtaskStatementTs();
+	values[CLAIM_LEASE_ARG_LEASE_UNTIL] =
+		DirectFunctionCall2(timestamptz_pl_interval,
+							values[CLAIM_LEASE_ARG_NOW], rd->lease);
+	values[CLAIM_LEASE_ARG_SHARD] =
+		Int16GetDatum(NtaskIdsShard(values[CLAIM_LEASE_ARG_IDS]));
+	values[CLAIM_LEASE_ARG_INVOKED] = BoolGetDatum(call->invoked);
+	values[CLAIM_LEASE_ARG_TOKENS] = NtaskInt8Array(rd->tokens, rd->nids);
+	if (NtaskShardCount() == 0)
+		return claim_exec(&claim_lease_plan, values, SPI_OK_SELECT, 0, nrows);
+	return claim_lease_dist(rd, values, nrows);
+}
+
+/*
+ * claim_round_emit
+ *		The emit phase: each leased row of the lease statement (not those
+ *		diverted to repair) goes into the result tuplestore, ntask_claim's
+ *		columns, then the call->nextra columns of call->extra, then the
+ *		context column.
+ */
+static void
+claim_round_emit(ClaimRound *rd, SPITupleTable *leased_rows, int nrows)
+{
+	ClaimCall  *call = rd->call;
+	int			r;
+
+	for (r = 0; r < nrows; r++)
 	{
-		call->writes++;		/* closes and leases (or diverts) nids rows */
-		values[CLAIM_LEASE_ARG_IDS] = NtaskInt8Array(ids, nids);
-		values[CLAIM_LEASE_ARG_WORKER] = worker;
-		values[CLAIM_LEASE_ARG_LEASE] = lease;
-		values[CLAIM_LEASE_ARG_TAKEN] = NtaskInt8Array(taken, ntaken);
-		values[CLAIM_LEASE_ARG_INVOKED_IDS] = invoked_ids;
-		values[CLAIM_LEASE_ARG_TOKEN_FLOOR] = Int64GetDatum(NtaskTokenFloor());
-		values[CLAIM_LEASE_ARG_NOW] = NtaskStatementTs();
-		values[CLAIM_LEASE_ARG_LEASE_UNTIL] =
-			DirectFunctionCall2(timestamptz_pl_interval,
-								values[CLAIM_LEASE_ARG_NOW], lease);
-		values[CLAIM_LEASE_ARG_SHARD] =
-			Int16GetDatum(NtaskIdsShard(values[CLAIM_LEASE_ARG_IDS]));
-		values[CLAIM_LEASE_ARG_INVOKED] = BoolGetDatum(call->invoked);
-		values[CLAIM_LEASE_ARG_TOKENS] = NtaskInt8Array(tokens, nids);
-		if (NtaskShardCount() == 0)
-			leased_rows = claim_exec(&claim_lease_plan, values, SPI_OK_SELECT, 0, &nrows);
-		else
-		{
-			Datum		rv[CLAIM_RECEIPTS_NARGS];
-			int			nrcpt = 0;
-			int64	   *rcpt;
-			SPITupleTable *rcpt_rows = NULL;
+		Datum		vals[CLAIM_NCOLS + CLAIM_MAX_EXTRA + 1];
+		bool		nulls[CLAIM_NCOLS + CLAIM_MAX_EXTRA + 1];
+		int			c;
 
-			/*
-			 * A receipt is written with a token, so a task on its first
-			 * attempt has none: the lookup is for retries and takeovers.
-			 */
-			rv[CLAIM_RECEIPTS_ARG_IDS] = values[CLAIM_LEASE_ARG_IDS];
-			rv[CLAIM_RECEIPTS_ARG_SHARD] = values[CLAIM_LEASE_ARG_SHARD];
-			if (any_retry)
-				rcpt_rows = claim_exec(&claim_receipts_plan, rv, SPI_OK_SELECT, 0, &nrcpt);
-			rcpt = palloc(sizeof(int64) * Max(nrcpt, 1));
-			for (r = 0; r < nrcpt; r++)
-				rcpt[r] = NtaskTupGetInt64(rcpt_rows, r, CLAIM_RECEIPTS_TASK_ID);
-			leased_rows = claim_exec(&claim_lease_dist_plan, values,
-									 SPI_OK_UPDATE_RETURNING, 0, &nrows);
-			claim_mark_committed(leased_rows, nrows, rcpt, nrcpt);
-		}
-		for (r = 0; r < nrows; r++)
+		if (!NtaskTupGetBool(leased_rows, r, CLAIM_COL_LEASED))
+			continue;			/* diverted to repair_required */
+		for (c = 0; c < CLAIM_NCOLS; c++)
+			vals[c] = NtaskTupGetDatum(leased_rows, r, CLAIM_COL_TASK_ID + c, &nulls[c]);
+		for (c = 0; c < call->nextra; c++)
 		{
-			Datum		vals[CLAIM_NCOLS + CLAIM_MAX_EXTRA + 1];
-			bool		nulls[CLAIM_NCOLS + CLAIM_MAX_EXTRA + 1];
-			int			c;
-
-			if (!NtaskTupGetBool(leased_rows, r, CLAIM_COL_LEASED))
-				continue;		/* diverted to repair_required */
-			for (c = 0; c < CLAIM_NCOLS; c++)
-				vals[c] = NtaskTupGetDatum(leased_rows, r, CLAIM_COL_TASK_ID + c, &nulls[c]);
-			for (c = 0; c < call->nextra; c++)
-			{
-				vals[CLAIM_NCOLS + c] = call->extra[c];
-				nulls[CLAIM_NCOLS + c] = call->extranulls[c];
-			}
-			/* the context column, last: one test for a task without one */
-			c = CLAIM_NCOLS + call->nextra;
-			vals[c] = (Datum) 0;
-			nulls[c] = true;
-			if (NtaskTupGetBool(leased_rows, r, CLAIM_COL_HAS_CONTEXT))
-				vals[c] = claim_context(leased_rows, r, queue, &call->context_bytes,
-										&nulls[c]);
-			tuplestore_putvalues(call->rsinfo->setResult, call->rsinfo->setDesc,
-								 vals, nulls);
-			leased++;
+			vals[CLAIM_NCOLS + c] = call->extra[c];
+			nulls[CLAIM_NCOLS + c] = call->extranulls[c];
 		}
+		/* the context column, last: one test for a task without one */
+		c = CLAIM_NCOLS + call->nextra;
+		vals[c] = (Datum) 0;
+		nulls[c] = true;
+		if (NtaskTupGetBool(leased_rows, r, CLAIM_COL_HAS_CONTEXT))
+			vals[c] = claim_context(leased_rows, r, call->queue,
+									&call->context_bytes, &nulls[c]);
+		tuplestore_putvalues(call->rsinfo->setResult, call->rsinfo->setDesc,
+							 vals, nulls);
+		rd->leased++;
 	}
+}
 
-	*more = pick.n == want && leased < want;
-	/* a distributed install: the next round looks in the next shards */
-	if (pick.n > 0 && leased < want && NtaskWalkShardCount() > 1)
-		*more = true;
-	if (st->node_full && !guard_busy && leased < want &&
+/*
+ * claim_round_next
+ *		The decision after a round that picked something: whether another
+ *		round could find more, and why (ClaimNext).  A keyed pick that went
+ *		around every key with work sets the next round's share per key.
+ */
+static ClaimNext
+claim_round_next(ClaimRound *rd)
+{
+	ClaimState *st = rd->st;
+	bool		short_of = rd->leased < rd->want;
+
+	if (st->node_full && !rd->guard_busy && short_of &&
 		NtaskWalkShardCount() > 1 && NtaskLocalShardCount() == 0)
-		*more = true;			/* a node's share is full: the next shards may
-								 * be another node's (its rows stay locked);
-								 * a worker node walks only its own */
-	else if (st->held || guard_busy)
-		*more = false;			/* held rows stay locked, a busy guard's task
-								 * is due still: look no further */
-	else if (st->fresh_only && leased < want)
-		*more = true;			/* look for first attempts */
-	else if (pol->mode == CLAIM_MODE_ORDERED)
-		*more = list_length(st->held_keys) > nheld && leased < want;
-	else if (pick.keyed && pick.n < want && leased < want)
+		return CLAIM_AGAIN_NODE_FULL;	/* its rows stay locked; a worker
+										 * node walks only its own shards */
+	if (st->held || rd->guard_busy)
+		return CLAIM_STOP_HELD;
+	if (st->fresh_only && short_of)
+		return CLAIM_AGAIN_FRESH;
+	if (rd->pol->mode == CLAIM_MODE_ORDERED)
+		return list_length(st->held_keys) > rd->nheld && short_of ?
+			CLAIM_AGAIN_KEYS : CLAIM_STOP;
+	if (rd->pick.keyed && rd->pick.n < rd->want && short_of)
 	{
-		/* went around every key with work: split the rest over them */
-		st->per = (want - leased + nkeys - 1) / nkeys;
-		*more = true;
+		st->per = (rd->want - rd->leased + rd->nkeys - 1) / rd->nkeys;
+		return CLAIM_AGAIN_SPLIT;
 	}
-	return leased;
+	if (rd->pick.n == rd->want && short_of)
+		return CLAIM_AGAIN_FULL;
+	if (short_of && NtaskWalkShardCount() > 1)
+		return CLAIM_AGAIN_SHARDS;
+	return CLAIM_STOP;
+}
+
+/*
+ * claim_round
+ *		One round of a claim, in phases: pick up to want due tasks (and
+ *		apply the queue's limits), run the guard, close expired attempts
+ *		and lease the rest, put the leased ones into the result tuplestore,
+ *		and decide whether to go round again (*next).  call->lease is the
+ *		caller's lease, or 0 for the queue's.  Returns how many were leased.
+ *		All SPI results stay in the caller's SPI connection.
+ */
+static int
+claim_round(ClaimCall *call, int want, ClaimPolicy *pol, ClaimState *st,
+			int64 *lease_usecs, ClaimNext *next)
+{
+	ClaimRound	rd = {.call = call, .pol = pol, .st = st, .want = want};
+
+	if (!claim_round_pick(&rd, lease_usecs, next))
+		return 0;
+	claim_round_guard(&rd);
+	if (rd.nids > 0)
+	{
+		SPITupleTable *leased_rows;
+		int			nrows;
+
+		leased_rows = claim_round_lease(&rd, &nrows);
+		claim_round_emit(&rd, leased_rows, nrows);
+	}
+	*next = claim_round_next(&rd);
+	return rd.leased;
 }
 
 /*
@@ -2361,7 +2503,7 @@ NtaskClaimInto(ClaimCall *c)
 {
 	int			got = 0;
 	int			round;
-	bool		more = true;
+	ClaimNext	next = CLAIM_AGAIN_FIRST;
 	int64		lease_usecs = 0;
 	ClaimPolicy pol = {.mode = CLAIM_MODE_UNKNOWN, .retry_share = 1.0f};
 	ClaimState	st = {.per = 1};	/* the rest zero */
@@ -2384,13 +2526,10 @@ NtaskClaimInto(ClaimCall *c)
 	NtaskRefreshPlacements();
 
 	Assert(c->nextra >= 0 && c->nextra <= CLAIM_MAX_EXTRA);
-	for (round = 0; round < CLAIM_MAX_ROUNDS && got < c->max_tasks && more; round++)
-	{
-		int			n = claim_round(c, c->max_tasks - got, &more, &lease_usecs,
-									&pol, &st);
-
-		got += Max(n, 0);
-	}
+	for (round = 0; round < CLAIM_MAX_ROUNDS && got < c->max_tasks &&
+		 CLAIM_GO_AGAIN(next); round++)
+		got += claim_round(c, c->max_tasks - got, &pol, &st, &lease_usecs,
+						   &next);
 
 	/*
 	 * A token handed out must stay handed out: if this commit were
