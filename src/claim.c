@@ -618,7 +618,8 @@ typedef enum ClaimPickCol
 	CLAIM_PICK_PARTITION_RATE_PER,	/* microseconds */
 	CLAIM_PICK_RETRY_SHARE,
 	CLAIM_PICK_RETRY,
-	CLAIM_PICK_TOKEN,			/* the task's token as picked (the lease's check) */
+	CLAIM_PICK_TOKEN,			/* the task's token as picked (the lease's
+								 * check) */
 	CLAIM_PICK_KEY				/* fair and ordered picks only */
 } ClaimPickCol;
 
@@ -740,7 +741,8 @@ typedef struct ClaimPolicy
 	bool		turns;
 	bool		paused;			/* the queue is paused (claim_read_mode) */
 	bool		keys_paused;	/* some of its keys are (paused_keys) */
-	TimestampTz pause_ends;		/* when the pause (or the first key pause) ends */
+	TimestampTz pause_ends;		/* when the pause (or the first key pause)
+								 * ends */
 	Datum		paused_keys;	/* text[] of those keys */
 	List	   *paused_key_list;	/* the same, text * (for the keyed picks) */
 	int			max_inflight;	/* 0: none */
@@ -985,7 +987,8 @@ typedef enum ClaimCol
 } ClaimCol;
 
 #define CLAIM_NCOLS CLAIM_COL_PRIOR_OUTCOME /* handed to the caller */
-#define CLAIM_MAX_EXTRA 4		/* columns a caller may append (NtaskClaimInto) */
+#define CLAIM_MAX_EXTRA 4		/* columns a caller may append
+								 * (NtaskClaimInto) */
 
 /* at most this many rounds when tasks are diverted to repair or the guard */
 #define CLAIM_MAX_ROUNDS 10
@@ -1193,7 +1196,7 @@ static Datum
 claim_held_keys(ClaimPolicy *pol, ClaimState *st)
 {
 	int			n = list_length(st->held_keys) +
-		list_length(pol->paused_key_list);
+	list_length(pol->paused_key_list);
 	Datum	   *elems = palloc(sizeof(Datum) * Max(n, 1));
 	ListCell   *lc;
 	int			i = 0;
@@ -1278,12 +1281,12 @@ claim_read_paused_keys(text *queue, ClaimPolicy *pol)
 		deconstruct_array(a, TEXTOID, -1, false, TYPALIGN_INT, &elems, NULL, &n);
 		for (i = 0; i < n; i++)
 			pol->paused_key_list = lappend(pol->paused_key_list,
-											 DatumGetTextPCopy(elems[i]));
+										   DatumGetTextPCopy(elems[i]));
 		pol->paused_keys = PointerGetDatum(a);
 	}
 	pol->keys_paused = true;
 	pol->pause_ends = DatumGetTimestampTz(NtaskTupGetDatum(tt, 0, CLAIM_PAUSED_ENDS,
-															&isnull));
+														   &isnull));
 }
 
 /*
@@ -1511,8 +1514,8 @@ claim_pick_shards(text *queue, Datum *args, int want, ClaimPolicy *pol,
 
 		/*
 		 * The shard's metadata lock before its pick: a move's final phase
-		 * waits for this claim, or this claim for the move
-		 * (NtaskLockShards, docs/scaling.md "Shard moves").
+		 * waits for this claim, or this claim for the move (NtaskLockShards,
+		 * docs/scaling.md "Shard moves").
 		 */
 		NtaskLockShard(sv);
 		args[CLAIM_PICK_ARG_SHARD] = Int16GetDatum(sv);
@@ -1535,10 +1538,10 @@ claim_pick_shards(text *queue, Datum *args, int want, ClaimPolicy *pol,
 		if (pol->mode == CLAIM_MODE_UNKNOWN)
 		{
 			/*
-			 * The first shard has nothing due and the queue is not known
-			 * yet (the plain pick finds nothing in a fair queue): check it
-			 * now, as claim_pick_plain does, rather than after a probe of
-			 * every shard.
+			 * The first shard has nothing due and the queue is not known yet
+			 * (the plain pick finds nothing in a fair queue): check it now,
+			 * as claim_pick_plain does, rather than after a probe of every
+			 * shard.
 			 */
 			claim_read_mode(queue, args, pol);
 			if (pol->paused)
@@ -1546,7 +1549,8 @@ claim_pick_shards(text *queue, Datum *args, int want, ClaimPolicy *pol,
 			if (pol->mode != CLAIM_MODE_PLAIN)
 				return -1;		/* aging (refused) or keyed */
 			if (pol->keys_paused)
-				k--;			/* this shard again, passing the paused keys by */
+				k--;			/* this shard again, passing the paused keys
+								 * by */
 		}
 	}
 	if (pol->mode == CLAIM_MODE_PLAIN)
@@ -1783,7 +1787,7 @@ claim_hold_key(ClaimState *st, Datum k, bool isnull)
 {
 	if (!isnull)
 		st->held_keys = lappend(st->held_keys,
-								   DatumGetTextPCopy(k));
+								DatumGetTextPCopy(k));
 }
 
 /*
@@ -1808,9 +1812,9 @@ claim_inflight(text *queue, ClaimPicked *pick, ClaimPolicy *pol, int *cap,
 		 * node that holds the picked shard, L of the S shards, holds ceil(cap
 		 * L / S) leases of the queue.  The pick took the cap lock on that
 		 * node (CLAIM_CAP_LOCK runs where the routed pick runs), so the
-		 * node's leases are counted exactly, as on one node; across nodes
-		 * the shares add up to at most cap + N - 1 for N nodes
-		 * (docs/scaling.md "Caps across nodes").
+		 * node's leases are counted exactly, as on one node; across nodes the
+		 * shares add up to at most cap + N - 1 for N nodes (docs/scaling.md
+		 * "Caps across nodes").
 		 */
 		int			nshards = NtaskShardCount();
 		int16	   *same = palloc(sizeof(int16) * nshards);
@@ -2210,8 +2214,8 @@ claim_guard_lets(ClaimRound *rd, int r, int64 task_id, bool was_leased)
 	if (v == NTASK_GUARD_ERROR)
 	{
 		/*
-		 * The guard could not decide: the task needs a human, the queue
-		 * goes on.  The error text is in the audit log.
+		 * The guard could not decide: the task needs a human, the queue goes
+		 * on.  The error text is in the audit log.
 		 */
 		NtaskFinishTask(task_id, "repair_required", "guard_error",
 						"guard_error", "permanent", "guard");
@@ -2404,8 +2408,8 @@ claim_round_next(ClaimRound *rd)
 
 	if (st->node_full && !rd->guard_busy && short_of &&
 		NtaskWalkShardCount() > 1 && NtaskLocalShardCount() == 0)
-		return CLAIM_AGAIN_NODE_FULL;	/* its rows stay locked; a worker
-										 * node walks only its own shards */
+		return CLAIM_AGAIN_NODE_FULL;	/* its rows stay locked; a worker node
+										 * walks only its own shards */
 	if (st->held || rd->guard_busy)
 		return CLAIM_STOP_HELD;
 	if (st->fresh_only && short_of)
@@ -2438,8 +2442,12 @@ static int
 claim_round(ClaimCall *call, int want, ClaimPolicy *pol, ClaimState *st,
 			int64 *lease_usecs, ClaimNext *next)
 {
-	ClaimRound	rd = {.call = call, .pol = pol, .st = st, .want = want};
+	ClaimRound	rd = {0};
 
+	rd.call = call;
+	rd.pol = pol;
+	rd.st = st;
+	rd.want = want;
 	if (!claim_round_pick(&rd, lease_usecs, next))
 		return 0;
 	claim_round_guard(&rd);
@@ -2505,14 +2513,14 @@ NtaskClaimInto(ClaimCall *c)
 	int			round;
 	ClaimNext	next = CLAIM_AGAIN_FIRST;
 	int64		lease_usecs = 0;
-	ClaimPolicy pol = {.mode = CLAIM_MODE_UNKNOWN, .retry_share = 1.0f};
-	ClaimState	st = {.per = 1};	/* the rest zero */
+	ClaimPolicy pol = {0};
+	ClaimState	st = {0};
 
 	/*
-	 * Its decisions read the queue as of the statement: the in-flight
-	 * count behind caps and ordered keys, in a transaction snapshot, would
-	 * miss the leases committed since the transaction began (two in flight
-	 * under max_inflight => 1, spec claim_repeatable_read).
+	 * Its decisions read the queue as of the statement: the in-flight count
+	 * behind caps and ordered keys, in a transaction snapshot, would miss the
+	 * leases committed since the transaction began (two in flight under
+	 * max_inflight => 1, spec claim_repeatable_read).
 	 */
 	if (IsolationUsesXactSnapshot())
 		ereport(ERROR,
@@ -2520,6 +2528,9 @@ NtaskClaimInto(ClaimCall *c)
 				 errmsg("ntask: a claim needs READ COMMITTED"),
 				 errdetail("Under REPEATABLE READ or SERIALIZABLE its snapshot is the transaction's: caps and ordered keys would miss the leases committed since it began."),
 				 errhint("Claim in a READ COMMITTED transaction (the default).")));
+	pol.mode = CLAIM_MODE_UNKNOWN;
+	pol.retry_share = 1.0f;
+	st.per = 1;
 	c->held_cap = false;
 	c->held_until = 0;
 	/* a shard moved since the last claim: read the placements again */
@@ -2533,10 +2544,10 @@ NtaskClaimInto(ClaimCall *c)
 
 	/*
 	 * A token handed out must stay handed out: if this commit were
-	 * acknowledged and then lost (synchronous_commit = off and a crash),
-	 * the next claim would issue the same token to another worker.  So the
-	 * commit of a transaction that leased a task is flushed whatever the
-	 * session's synchronous_commit says.
+	 * acknowledged and then lost (synchronous_commit = off and a crash), the
+	 * next claim would issue the same token to another worker.  So the commit
+	 * of a transaction that leased a task is flushed whatever the session's
+	 * synchronous_commit says.
 	 */
 	if (got > 0)
 	{

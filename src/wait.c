@@ -421,11 +421,10 @@ NtaskClaimWait(ClaimCall *c, int64 wait_usecs)
 	c->waited_usecs = 0;
 
 	/*
-	 * Work due at once: claim it without a waiter slot, whose lock every
-	 * busy worker would otherwise take (register, rearm, unregister) on
-	 * every claim.  Else, registered,
-	 * the loop looks again: a commit after this look either wakes that
-	 * one or is seen by it.
+	 * Work due at once: claim it without a waiter slot, whose lock every busy
+	 * worker would otherwise take (register, rearm, unregister) on every
+	 * claim.  Else, registered, the loop looks again: a commit after this
+	 * look either wakes that one or is seen by it.
 	 */
 	{
 		bool		gate = nw_ungated_db != MyDatabaseId || strcmp(nw_ungated, qname) != 0;
@@ -477,7 +476,10 @@ NtaskClaimWait(ClaimCall *c, int64 wait_usecs)
 					continue;
 			}
 
-			/* sleep until the earliest of: the end, the next due task, the hint */
+			/*
+			 * sleep until the earliest of: the end, the next due task, the
+			 * hint
+			 */
 			wake = until;
 			if (lk.capped || lk.held_until != 0)
 			{
