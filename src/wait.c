@@ -371,29 +371,16 @@ nw_sleep(long timeout_ms)
 }
 
 /*
- * NtaskClaimWait
- *		ntask_claim with a wait: claim at once if work is due, else sleep
- *		until a commit makes work of queue due, its next task comes due, or
- *		wait (capped by ntask.max_wait) has passed, and look again.  Returns
- *		how many tasks it leased (0 when the wait ran out).  Runs inside the
- *		caller's SPI connection.
- *
- * Refused (25000) in REPEATABLE READ or SERIALIZABLE (its snapshot would
- * never see new work) and in a transaction that has written (it would
- * hold that transaction's row locks while it sleeps); 55000 without
- * ntask in shared_preload_libraries.  statement_timestamp() is moved to
- * each look after the first, so a lease counts from the look that took
- * it, not from the start of the wait.
+ * nw_refuse
+ *		Raise the errors of a claim that may not wait: 55000 without ntask
+ *		in shared_preload_libraries or in a session already waiting, 25000
+ *		in REPEATABLE READ or SERIALIZABLE (its snapshot would never see new
+ *		work) and in a transaction that has written (it would hold that
+ *		transaction's row locks while it sleeps).
  */
-int
-NtaskClaimWait(ClaimCall *c, int64 wait_usecs)
+static void
+nw_refuse(void)
 {
-	char	   *qname = text_to_cstring(c->queue);
-	TimestampTz start;
-	TimestampTz until;
-	volatile int got = 0;
-	volatile bool filled = false;
-
 	if (!NtaskWaiterAvailable())
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
@@ -414,7 +401,122 @@ NtaskClaimWait(ClaimCall *c, int64 wait_usecs)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("ntask: this session is already in a waiting claim")));
+}
 
+/*
+ * nw_wake_at
+ *		When a look that claimed nothing (lk, at now) sleeps until at the
+ *		latest, before the waiter's hint: the earliest of the wait's end,
+ *		the end of a limit that held the due work back, the next due task,
+ *		and, for due work another transaction has locked, a short poll.
+ */
+static TimestampTz
+nw_wake_at(NwLook *lk, TimestampTz now, TimestampTz until)
+{
+	TimestampTz wake = until;
+
+	if (lk->capped || lk->held_until != 0)
+	{
+		/* a limit held the due work back: until it lets it go */
+		if (lk->held_until != 0)
+			wake = Min(wake, lk->held_until);
+		if (lk->next_due != 0)
+			wake = Min(wake, lk->next_due);
+	}
+	else if (lk->next_due != 0 && lk->next_due <= now)
+	{
+		/* due but locked by another transaction: poll for a while */
+		wake = Min(wake, now + (int64) NW_LOCKED_POLL_MS * 1000);
+	}
+	else if (lk->next_due != 0)
+		wake = Min(wake, lk->next_due);
+	return wake;
+}
+
+/*
+ * nw_wait_loop
+ *		The wait of a registered waiter: look, and when the look claimed
+ *		and wrote nothing, sleep until a commit wakes it, its next task
+ *		comes due, a limit lets work go, or until; then look again.
+ *		Returns how many tasks the last look leased.
+ */
+static int
+nw_wait_loop(ClaimCall *c, const char *qname, TimestampTz start,
+			 TimestampTz until)
+{
+	bool		gate = nw_ungated_db != MyDatabaseId || strcmp(nw_ungated, qname) != 0;
+	bool		capped = false;
+	int			got;
+
+	for (;;)
+	{
+		TimestampTz now = GetCurrentTimestamp();
+		TimestampTz hint;
+		TimestampTz wake;
+		NwLook		lk;
+		bool		woken;
+		long		timeout_ms;
+
+		ResetLatch(MyLatch);
+		(void) NtaskWaiterRearm(now);
+		got = nw_look(c, &gate, &lk);
+		if (got > 0 || lk.wrote)
+			break;
+		now = GetCurrentTimestamp();
+		if (now >= until)
+			break;
+		if ((lk.capped || lk.held_until != 0) && !gate)
+		{
+			/* a limit after all (set since the gate said none) */
+			gate = true;
+			nw_ungated_db = InvalidOid;
+		}
+		if (lk.capped != capped)
+		{
+			NtaskWaiterSetCapped(lk.capped);
+			capped = lk.capped;
+			/* a lease that ended before the mark woke nobody: look again */
+			if (capped)
+				continue;
+		}
+
+		/* sleep until the earliest of: the end, the next due task, the hint */
+		wake = nw_wake_at(&lk, now, until);
+		hint = NtaskWaiterHint(&woken);
+		if (hint != 0)
+			wake = Min(wake, hint);
+		timeout_ms = woken ? 0 : (long) ((Max(wake - now, 0) + 999) / 1000);
+		nw_sleep(timeout_ms);
+
+		/* the next look's leases count from the look */
+		SetCurrentStatementStartTimestamp();
+		c->waited_usecs = GetCurrentTimestamp() - start;
+	}
+	return got;
+}
+
+/*
+ * NtaskClaimWait
+ *		ntask_claim with a wait: claim at once if work is due, else sleep
+ *		until a commit makes work of queue due, its next task comes due, or
+ *		wait (capped by ntask.max_wait) has passed, and look again.  Returns
+ *		how many tasks it leased (0 when the wait ran out).  Runs inside the
+ *		caller's SPI connection.
+ *
+ * Refused in some transactions (nw_refuse).  statement_timestamp() is
+ * moved to each look after the first, so a lease counts from the look
+ * that took it, not from the start of the wait.
+ */
+int
+NtaskClaimWait(ClaimCall *c, int64 wait_usecs)
+{
+	char	   *qname = text_to_cstring(c->queue);
+	TimestampTz start;
+	TimestampTz until;
+	volatile int got = 0;
+	volatile bool filled = false;
+
+	nw_refuse();
 	wait_usecs = Min(wait_usecs, (int64) ntask_max_wait_ms * 1000);
 	start = GetCurrentTimestamp();
 	until = start + wait_usecs;
@@ -439,73 +541,7 @@ NtaskClaimWait(ClaimCall *c, int64 wait_usecs)
 	NtaskWaiterRegister(qname, c->max_tasks, until);
 	PG_TRY();
 	{
-		bool		gate;
-		bool		capped = false;
-
-		gate = nw_ungated_db != MyDatabaseId || strcmp(nw_ungated, qname) != 0;
-
-		for (;;)
-		{
-			TimestampTz now = GetCurrentTimestamp();
-			TimestampTz hint;
-			TimestampTz wake;
-			NwLook		lk;
-			bool		woken;
-			long		timeout_ms;
-
-			ResetLatch(MyLatch);
-			hint = NtaskWaiterRearm(now);
-			got = nw_look(c, &gate, &lk);
-			if (got > 0 || lk.wrote)
-				break;
-			now = GetCurrentTimestamp();
-			if (now >= until)
-				break;
-			if ((lk.capped || lk.held_until != 0) && !gate)
-			{
-				/* a limit after all (set since the gate said none) */
-				gate = true;
-				nw_ungated_db = InvalidOid;
-			}
-			if (lk.capped != capped)
-			{
-				NtaskWaiterSetCapped(lk.capped);
-				capped = lk.capped;
-				/* a lease that ended before the mark woke nobody: look again */
-				if (capped)
-					continue;
-			}
-
-			/*
-			 * sleep until the earliest of: the end, the next due task, the
-			 * hint
-			 */
-			wake = until;
-			if (lk.capped || lk.held_until != 0)
-			{
-				/* a limit held the due work back: until it lets it go */
-				if (lk.held_until != 0)
-					wake = Min(wake, lk.held_until);
-				if (lk.next_due != 0)
-					wake = Min(wake, lk.next_due);
-			}
-			else if (lk.next_due != 0 && lk.next_due <= now)
-			{
-				/* due but locked by another transaction: poll for a while */
-				wake = Min(wake, now + (int64) NW_LOCKED_POLL_MS * 1000);
-			}
-			else if (lk.next_due != 0)
-				wake = Min(wake, lk.next_due);
-			hint = NtaskWaiterHint(&woken);
-			if (hint != 0)
-				wake = Min(wake, hint);
-			timeout_ms = woken ? 0 : (long) ((Max(wake - now, 0) + 999) / 1000);
-			nw_sleep(timeout_ms);
-
-			/* the next look's leases count from the look */
-			SetCurrentStatementStartTimestamp();
-			c->waited_usecs = GetCurrentTimestamp() - start;
-		}
+		got = nw_wait_loop(c, qname, start, until);
 		filled = got >= c->max_tasks;
 	}
 	PG_FINALLY();
