@@ -2607,7 +2607,7 @@ ntask_claim(PG_FUNCTION_ARGS)
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
 	if (wait_usecs > 0)
-		(void) NtaskClaimWait(&c, wait_usecs);
+		(void) NtaskClaimWait(&c, wait_usecs, NtaskClaimInto);
 	else
 		(void) NtaskClaimInto(&c);
 	SPI_finish();

@@ -4,7 +4,9 @@
  *	  The waiting claim: ntask_claim(..., wait => interval) sleeps on its
  *	  latch until work for its queue is committed, then claims it
  *	  (docs/design.md "Waiting claims").  ntask_claim, the pick and the
- *	  lease are claim.c's (NtaskClaimInto).
+ *	  lease are claim.c's: ntask_claim hands the wait its claim
+ *	  (NtaskClaimInto) to run at each look, so this file calls nothing of
+ *	  claim.c's and claim.c alone calls into it.
  *
  * The waiter slots, the wake-at-commit of the transactions that make work
  * due and the ntask.waiters view live in waiter.c; this file is the wait
@@ -276,10 +278,10 @@ nw_next_due(text *queue, TimestampTz after)
 /*
  * nw_look
  *		One look, in an internal subtransaction: the gate (while *gate),
- *		then NtaskClaimInto.  Claimed something, or wrote something (tasks
- *		whose budget was spent, or that the guard finished): the
- *		subtransaction is kept, and so are its locks, and the claim
- *		returns.  Nothing: lk says whether a limit held work back, and
+ *		then the claim (claim: NtaskClaimInto).  Claimed something, or
+ *		wrote something (tasks whose budget was spent, or that the guard
+ *		finished): the subtransaction is kept, and so are its locks, and
+ *		the claim returns.  Nothing: lk says whether a limit held work back, and
  *		lk->next_due is the queue's next due time (0: none), after now when
  *		a limit held work back (the due tasks it held are not news); and
  *		the subtransaction is rolled back, which releases every lock the
@@ -288,7 +290,7 @@ nw_next_due(text *queue, TimestampTz after)
  *		whether a transaction id was assigned: row locks assign one.
  */
 static int
-nw_look(ClaimCall *c, bool *gate, NwLook *lk)
+nw_look(ClaimCall *c, int (*claim) (ClaimCall *c), bool *gate, NwLook *lk)
 {
 	MemoryContext oldcxt = CurrentMemoryContext;
 	ResourceOwner oldowner = CurrentResourceOwner;
@@ -304,7 +306,7 @@ nw_look(ClaimCall *c, bool *gate, NwLook *lk)
 
 		if (!*gate || !nw_gated(c->queue, gate, lk))
 		{
-			got = NtaskClaimInto(c);
+			got = claim(c);
 			lk->wrote = c->writes != writes;
 			lk->capped = c->held_cap;
 			lk->held_until = c->held_until;
@@ -441,8 +443,8 @@ nw_wake_at(NwLook *lk, TimestampTz now, TimestampTz until)
  *		Returns how many tasks the last look leased.
  */
 static int
-nw_wait_loop(ClaimCall *c, const char *qname, TimestampTz start,
-			 TimestampTz until)
+nw_wait_loop(ClaimCall *c, int (*claim) (ClaimCall *c), const char *qname,
+			 TimestampTz start, TimestampTz until)
 {
 	bool		gate = nw_ungated_db != MyDatabaseId || strcmp(nw_ungated, qname) != 0;
 	bool		capped = false;
@@ -459,7 +461,7 @@ nw_wait_loop(ClaimCall *c, const char *qname, TimestampTz start,
 
 		ResetLatch(MyLatch);
 		(void) NtaskWaiterRearm(now);
-		got = nw_look(c, &gate, &lk);
+		got = nw_look(c, claim, &gate, &lk);
 		if (got > 0 || lk.wrote)
 			break;
 		now = GetCurrentTimestamp();
@@ -497,10 +499,11 @@ nw_wait_loop(ClaimCall *c, const char *qname, TimestampTz start,
 
 /*
  * NtaskClaimWait
- *		ntask_claim with a wait: claim at once if work is due, else sleep
- *		until a commit makes work of queue due, its next task comes due, or
- *		wait (capped by ntask.max_wait) has passed, and look again.  Returns
- *		how many tasks it leased (0 when the wait ran out).  Runs inside the
+ *		ntask_claim with a wait: claim (claim: NtaskClaimInto, which
+ *		ntask_claim passes) at once if work is due, else sleep until a
+ *		commit makes work of queue due, its next task comes due, or wait
+ *		(capped by ntask.max_wait) has passed, and look again.  Returns how
+ *		many tasks it leased (0 when the wait ran out).  Runs inside the
  *		caller's SPI connection.
  *
  * Refused in some transactions (nw_refuse).  statement_timestamp() is
@@ -508,7 +511,7 @@ nw_wait_loop(ClaimCall *c, const char *qname, TimestampTz start,
  * that took it, not from the start of the wait.
  */
 int
-NtaskClaimWait(ClaimCall *c, int64 wait_usecs)
+NtaskClaimWait(ClaimCall *c, int64 wait_usecs, int (*claim) (ClaimCall *c))
 {
 	char	   *qname = text_to_cstring(c->queue);
 	TimestampTz start;
@@ -532,7 +535,7 @@ NtaskClaimWait(ClaimCall *c, int64 wait_usecs)
 		bool		gate = nw_ungated_db != MyDatabaseId || strcmp(nw_ungated, qname) != 0;
 		NwLook		lk;
 
-		got = nw_look(c, &gate, &lk);
+		got = nw_look(c, claim, &gate, &lk);
 		if (got > 0 || lk.wrote)
 			return got;
 		got = 0;
@@ -541,7 +544,7 @@ NtaskClaimWait(ClaimCall *c, int64 wait_usecs)
 	NtaskWaiterRegister(qname, c->max_tasks, until);
 	PG_TRY();
 	{
-		got = nw_wait_loop(c, qname, start, until);
+		got = nw_wait_loop(c, claim, qname, start, until);
 		filled = got >= c->max_tasks;
 	}
 	PG_FINALLY();
