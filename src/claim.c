@@ -1,9 +1,9 @@
 /*-------------------------------------------------------------------------
  *
  * claim.c
- *	  The claim (NtaskClaimInto): hand out due tasks under a lease with a
- *	  new fencing token.  ntask_claim's entry point and the waiting claim
- *	  are wait.c's; transition-and-claim is transition.c's.
+ *	  The claim (ntask_claim, NtaskClaimInto): hand out due tasks under a
+ *	  lease with a new fencing token.  The waiting claim is wait.c's
+ *	  (NtaskClaimWait); transition-and-claim is transition.c's.
  *
  * One round of a claim is at most three statements, each simple enough
  * that its generic plan cannot go wrong (no joins: every row is reached by
@@ -73,6 +73,7 @@
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
 
+PG_FUNCTION_INFO_V1(ntask_claim);
 
 /*
  * Columns CLAIM_PICK_MAX_INFLIGHT..CLAIM_PICK_RETRY_SHARE of every pick:
@@ -163,16 +164,18 @@ static NtaskPlan claim_pick_plan = {
 
 /*
  * The plain pick of a queue with paused keys: the same, but
- * a task whose key is in $4 (the keys paused now, claim_read_mode) is
+ * a task whose key is in $6 (the keys paused now, claim_read_mode) is
  * passed by.  Only a queue whose row says a key pause is live runs it.
+ * $6 is the paused keys in every pick (ClaimPickArg): $4 and $5, the
+ * shard pick's shard and count, are not referenced here (passed as 0).
  */
 static NtaskPlan claim_pick_keys_plan = {
 	"claim pick (keys paused)",
 	.ncols = 16,
 	CLAIM_PICK(" AND (t.partition_key IS NULL "
-			   "  OR t.partition_key OPERATOR(pg_catalog.<>) ALL ($4)) ",
+			   "  OR t.partition_key OPERATOR(pg_catalog.<>) ALL ($6)) ",
 			   CppAsString2(NTASK_MAX_CLAIM), ""),
-	4, {TEXTOID, OIDOID, BOOLOID, TEXTARRAYOID}
+	6, {TEXTOID, OIDOID, BOOLOID, INT2OID, INT4OID, TEXTARRAYOID}
 };
 
 /*
@@ -615,25 +618,37 @@ typedef enum ClaimPickCol
 	CLAIM_PICK_PARTITION_RATE_PER,	/* microseconds */
 	CLAIM_PICK_RETRY_SHARE,
 	CLAIM_PICK_RETRY,
-	CLAIM_PICK_TOKEN,			/* the task's token as picked (the lease's check) */
+	CLAIM_PICK_TOKEN,			/* the task's token as picked (the lease's
+								 * check) */
 	CLAIM_PICK_KEY				/* fair and ordered picks only */
 } ClaimPickCol;
 
 /*
- * The parameters of the plain picks (claim_pick_plan, the keyless one and
- * the one of a shard): values[CLAIM_PICK_ARG_X] is $(X + 1).  The last two
- * are the shard pick's only.
+ * The parameters of the plain picks (claim_pick_plan, its keys-paused
+ * twin, the keyless one and the ones of a shard): values[CLAIM_PICK_ARG_X]
+ * is $(X + 1).  claim_pick_plan and the keyless pick take the first three;
+ * the keys-paused picks all six, the plain one passing $4 and $5 by.
  */
 typedef enum ClaimPickArg
 {
 	CLAIM_PICK_ARG_QUEUE,		/* $1 */
 	CLAIM_PICK_ARG_CALLER,		/* $2, for the worker_role */
 	CLAIM_PICK_ARG_FRESH_ONLY,	/* $3, first attempts only */
-	CLAIM_PICK_ARG_SHARD,		/* $4 */
-	CLAIM_PICK_ARG_LIMIT,		/* $5 */
-	CLAIM_PICK_ARG_PAUSED_KEYS, /* $6, claim_pick_shard_keys_plan */
+	CLAIM_PICK_ARG_SHARD,		/* $4, the shard picks' */
+	CLAIM_PICK_ARG_LIMIT,		/* $5, the shard picks' */
+	CLAIM_PICK_ARG_PAUSED_KEYS, /* $6, the keys-paused picks' */
 	CLAIM_PICK_NARGS
 } ClaimPickArg;
+
+/* the parameters of claim_aging_pick_plan: the plain pick's first three */
+typedef enum ClaimAgingArg
+{
+	CLAIM_AGING_ARG_QUEUE,		/* $1 */
+	CLAIM_AGING_ARG_CALLER,		/* $2 */
+	CLAIM_AGING_ARG_FRESH_ONLY, /* $3 */
+	CLAIM_AGING_ARG_PER_LEVEL,	/* $4, candidates read per priority */
+	CLAIM_AGING_NARGS
+} ClaimAgingArg;
 
 /*
  * The parameters of the fair and ordered picks (CLAIM_FAIR_PICK,
@@ -653,6 +668,28 @@ typedef enum ClaimKeyedArg
 	CLAIM_KEYED_ARG_LIMIT,		/* $9 */
 	CLAIM_KEYED_NARGS
 } ClaimKeyedArg;
+
+/* the parameters of claim_paused_keys_plan */
+typedef enum ClaimPausedArg
+{
+	CLAIM_PAUSED_ARG_QUEUE,		/* $1 */
+	CLAIM_PAUSED_NARGS
+} ClaimPausedArg;
+
+/* the columns of claim_paused_keys_plan */
+typedef enum ClaimPausedCol
+{
+	CLAIM_PAUSED_KEYS = 1,		/* text[], NULL: none paused now */
+	CLAIM_PAUSED_ENDS			/* the earliest end of those pauses */
+} ClaimPausedCol;
+
+/* the parameters of claim_inflight_plan and its shard and node twins */
+typedef enum ClaimInflightArg
+{
+	CLAIM_INFLIGHT_ARG_QUEUE,	/* $1 */
+	CLAIM_INFLIGHT_ARG_SHARDS,	/* $2, the shard, or the node's (an array) */
+	CLAIM_INFLIGHT_NARGS
+} ClaimInflightArg;
 
 /* the columns of claim_queue_plan */
 typedef enum ClaimQueueCol
@@ -676,7 +713,7 @@ typedef enum ClaimInflightCol
 /* claims of more tasks than this take no turn locks (see above) */
 #define CLAIM_TURN_MAX 32
 
-/* what a claim knows of its queue's order (ClaimOrder.mode) */
+/* what a claim knows of its queue's order (ClaimPolicy.mode) */
 typedef enum ClaimMode
 {
 	CLAIM_MODE_UNKNOWN = -1,	/* not yet: the plain pick runs first */
@@ -691,47 +728,57 @@ typedef enum ClaimMode
 	((mode) == CLAIM_MODE_FAIR || (mode) == CLAIM_MODE_ORDERED)
 
 /*
- * What a claim knows about its queue's order across rounds: mode (while
- * unknown, the plain pick runs, which finds nothing in a fair queue); per, the most a fair pick takes from one key (1 in the
- * first round, so each key gets a turn before any gets a second; after a
- * round that went around every key with work and still left the claim
- * short, the rest split over the keys that had some); turns, a per-key
- * cap or order: only keys whose turn lock this claim holds are served.
- * The limits (policy) come with each pick; held is set when a queue-wide limit kept a picked task back (the
- * claim looks no further: the held rows stay locked by it), held_keys
- * collects the keys a per-key limit held back (later rounds pass them).
+ * What a claim knows of its queue, set where it is read and only read
+ * elsewhere.  Its order and pauses, read once per claim (claim_read_mode):
+ * mode (while unknown, the plain pick runs, which finds nothing in a fair
+ * queue); turns, a per-key cap or order: only keys whose turn lock this
+ * claim holds are served.  Its flow control, which comes with each pick
+ * (claim_read_policy: a claim reads the queue row in its pick).
  */
-typedef struct ClaimOrder
+typedef struct ClaimPolicy
 {
 	ClaimMode	mode;
-	int			per;
 	bool		turns;
-	bool		held;
-	bool		node_full;		/* held by a node's share of the cap (Citus):
-								 * the claim goes on in other nodes' shards */
+	bool		paused;			/* the queue is paused (claim_read_mode) */
+	bool		keys_paused;	/* some of its keys are (paused_keys) */
+	TimestampTz pause_ends;		/* when the pause (or the first key pause)
+								 * ends */
+	Datum		paused_keys;	/* text[] of those keys */
+	List	   *paused_key_list;	/* the same, text * (for the keyed picks) */
 	int			max_inflight;	/* 0: none */
 	int			partition_max_inflight; /* 0: none; 1 when ordered */
 	int			rate_n;			/* 0: none */
 	int64		rate_per;
 	int			partition_rate_n;
 	int64		partition_rate_per;
-	List	   *held_keys;		/* text *: keys a per-key limit held back */
 	float4		retry_share;	/* 1: no share */
-	bool		fresh_only;		/* retries over their share were held back */
-	bool		share_off;		/* no first attempt is due: retries take all */
-	bool		invoked;		/* mark the leased attempts invoked (ntask_claim invoked => true) */
-	bool		paused;			/* the queue is paused (claim_read_mode) */
-	bool		keys_paused;	/* some of its keys are (paused_keys) */
-	TimestampTz pause_ends;		/* when the pause (or the first key pause) ends */
-	Datum		paused_keys;	/* text[] of those keys */
-	List	   *paused_key_list;	/* the same, text * (for the keyed picks) */
-} ClaimOrder;
+} ClaimPolicy;
 
 /*
- * The rows of one pick while a round works on them.  The guard, the limits
- * and the lease run statements of their own, each of which replaces
- * SPI_tuptable, so a reader of the picked rows makes rows current again
- * first.
+ * What the rounds of a claim change as they go: per, the most a fair pick
+ * takes from one key (1 in the first round, so each key gets a turn before
+ * any gets a second; after a round that went around every key with work
+ * and still left the claim short, the rest split over the keys that had
+ * some); held, set when a queue-wide limit kept a picked task back (the
+ * claim looks no further: the held rows stay locked by it); held_keys, the
+ * keys a per-key limit held back (later rounds pass them); and the
+ * retries' share.
+ */
+typedef struct ClaimState
+{
+	int			per;
+	bool		held;
+	bool		node_full;		/* held by a node's share of the cap (Citus):
+								 * the claim goes on in other nodes' shards */
+	List	   *held_keys;		/* text *: keys a per-key limit held back */
+	bool		fresh_only;		/* retries over their share were held back */
+	bool		share_off;		/* no first attempt is due: retries take all */
+} ClaimState;
+
+/*
+ * The rows of one pick while a round works on them (the guard, the limits
+ * and the lease run statements of their own in between: the rows are read
+ * through rows, never SPI_tuptable).
  */
 typedef struct ClaimPicked
 {
@@ -896,6 +943,18 @@ static NtaskPlan claim_lease_dist_plan = {
  * of the tasks $1 (of shard $2), those with a receipt (prior 'committed');
  * its parameters are the lease's first and ninth, its column the task id
  */
+typedef enum ClaimReceiptsArg
+{
+	CLAIM_RECEIPTS_ARG_IDS,		/* $1 */
+	CLAIM_RECEIPTS_ARG_SHARD,	/* $2 */
+	CLAIM_RECEIPTS_NARGS
+} ClaimReceiptsArg;
+
+typedef enum ClaimReceiptsCol
+{
+	CLAIM_RECEIPTS_TASK_ID = 1
+} ClaimReceiptsCol;
+
 static NtaskPlan claim_receipts_plan = {
 	"claim receipts (distributed)",
 	.ncols = 1,
@@ -928,15 +987,38 @@ typedef enum ClaimCol
 } ClaimCol;
 
 #define CLAIM_NCOLS CLAIM_COL_PRIOR_OUTCOME /* handed to the caller */
-#define CLAIM_MAX_EXTRA 4		/* columns a caller may append (NtaskClaimInto) */
+#define CLAIM_MAX_EXTRA 4		/* columns a caller may append
+								 * (NtaskClaimInto) */
 
 /* at most this many rounds when tasks are diverted to repair or the guard */
 #define CLAIM_MAX_ROUNDS 10
 
-static int	claim_round(ClaimCall *call, int want, bool *more,
-						int64 *lease_usecs, ClaimOrder *order);
-static int	claim_pick(text *queue, int want, ClaimOrder *order);
+static int	claim_pick(text *queue, int want, ClaimPolicy *pol, ClaimState *st,
+					   SPITupleTable **rows);
 static void claim_warn_old_xact(int64 lease_usecs, int64 waited_usecs);
+
+/*
+ * claim_exec
+ *		Run p (NtaskExecPlanCount, stopped after count rows; 0: all) and
+ *		return its rows, which its caller reads by that pointer while other
+ *		statements run; *n is how many.
+ */
+static SPITupleTable *
+claim_exec(NtaskPlan *p, Datum *args, int expected_rc, long count, int *n)
+{
+	*n = NtaskExecPlanCount(p, args, NULL, expected_rc, count);
+	return SPI_tuptable;
+}
+
+/* claim_run: a pick of at most want rows; *rows its rows */
+static int
+claim_run(NtaskPlan *p, Datum *args, int want, SPITupleTable **rows)
+{
+	int			n;
+
+	*rows = claim_exec(p, args, SPI_OK_SELECT, want, &n);
+	return n;
+}
 
 /*
  * claim_mark_committed
@@ -977,20 +1059,18 @@ claim_mark_committed(SPITupleTable *rows, int nrows, int64 *rcpt, int nrcpt)
  *		task that has some (CLAIM_COL_HAS_CONTEXT): context.c builds it.
  */
 static Datum
-claim_context(int r, text *queue, int64 *claim_bytes, bool *isnull)
+claim_context(SPITupleTable *tt, int r, text *queue, int64 *claim_bytes,
+			  bool *isnull)
 {
 	NtaskContextIn in = {0};
-	bool		sknull;
-	Datum		sk;
 
-	in.task_id = NtaskGetInt64(r, CLAIM_COL_TASK_ID);
-	in.token = NtaskGetInt64(r, CLAIM_COL_TOKEN);
+	in.task_id = NtaskTupGetInt64(tt, r, CLAIM_COL_TASK_ID);
+	in.token = NtaskTupGetInt64(tt, r, CLAIM_COL_TOKEN);
 	in.queue = queue;
-	in.traceparent = NtaskGetCString(r, CLAIM_COL_TRACEPARENT);
-	in.checkpoints = NtaskGetInt32(r, CLAIM_COL_CHECKPOINTS);
-	sk = NtaskGetDatum(r, CLAIM_COL_SIGNAL_KEY, &sknull);
-	in.signal_key = sknull ? NULL : DatumGetTextPP(sk);
-	in.has_parents = NtaskGetBool(r, CLAIM_COL_HAS_PARENTS);
+	in.traceparent = NtaskTupGetCString(tt, r, CLAIM_COL_TRACEPARENT);
+	in.checkpoints = NtaskTupGetInt32(tt, r, CLAIM_COL_CHECKPOINTS);
+	in.signal_key = NtaskTupGetText(tt, r, CLAIM_COL_SIGNAL_KEY);
+	in.has_parents = NtaskTupGetBool(tt, r, CLAIM_COL_HAS_PARENTS);
 	in.claim_bytes = claim_bytes;
 	/* everything is read: context.c may run statements of its own */
 	return NtaskClaimContext(&in, isnull);
@@ -1111,42 +1191,24 @@ claim_warn_old_xact(int64 lease_usecs, int64 waited_usecs)
 }
 
 
-/* claim_held_keys: order->held_keys and the paused keys as a text[] */
+/* claim_held_keys: st->held_keys and the paused keys as a text[] */
 static Datum
-claim_held_keys(ClaimOrder *order)
+claim_held_keys(ClaimPolicy *pol, ClaimState *st)
 {
-	int			n = list_length(order->held_keys) +
-		list_length(order->paused_key_list);
+	int			n = list_length(st->held_keys) +
+	list_length(pol->paused_key_list);
 	Datum	   *elems = palloc(sizeof(Datum) * Max(n, 1));
 	ListCell   *lc;
 	int			i = 0;
 
-	foreach(lc, order->held_keys)
+	foreach(lc, st->held_keys)
 		elems[i++] = PointerGetDatum(lfirst(lc));
 	/* and the keys paused by a rate limit */
-	foreach(lc, order->paused_key_list)
+	foreach(lc, pol->paused_key_list)
 		elems[i++] = PointerGetDatum(lfirst(lc));
 	return PointerGetDatum(construct_array(elems, n, TEXTOID, -1, false, TYPALIGN_INT));
 }
 
-/*
- * claim_pick
- *		Pick (lock) up to want due tasks of queue, in the queue's order.
- *		The plain pick runs first while the queue is not known to be fair
- *		(it finds nothing in a fair queue); when it finds nothing and the mode is
- *		unknown, one statement checks the queue (42704 if unknown, 42501
- *		without the right) and tells its fairness.  A fair queue runs the
- *		fair pick's first pass (keys no other claim is serving), then its
- *		second (any key), and, when both find nothing, the keyless pick (a
- *		task enqueued without a key by a transaction that read the queue
- *		before it turned fair keeps NULL: it is served when no key gives
- *		a task).  An ordered queue runs the ordered pick instead of
- *		the fair one, and a queue with a per-key cap or order only the
- *		first pass.  A fair pick moves the queue's cursor (fair.c) to
- *		the last key it picked from.  Returns the number of rows picked, in
- *		SPI_tuptable: the columns of ClaimPickCol, the key
- *		(CLAIM_PICK_KEY) only for a fair or ordered pick.
- */
 /*
  * claim_dist_policy
  *		On a distributed install, the picked queue's flow control that counts
@@ -1157,11 +1219,11 @@ claim_held_keys(ClaimOrder *order)
  *		worker node's own walk, or ntask_claim_on delegated there); else
  *		0A000.  A queue-wide cap is shared out by node wherever the claim
  *		runs (its lock is taken on the shard's node); per-key caps and
- *		order (per_key) hold within the key's shard.  The pick's first row
- *		is in SPI_tuptable; shard is the picked shard.
+ *		order (per_key) hold within the key's shard.  rows are the pick's;
+ *		shard is the picked shard.
  */
 static void
-claim_dist_policy(text *queue, bool per_key, int16 shard)
+claim_dist_policy(SPITupleTable *rows, text *queue, bool per_key, int16 shard)
 {
 	int			c;
 
@@ -1173,7 +1235,7 @@ claim_dist_policy(text *queue, bool per_key, int16 shard)
 			continue;			/* a boolean; a cap shared out by node */
 		if (per_key && c == CLAIM_PICK_PARTITION_MAX_INFLIGHT)
 			continue;
-		(void) NtaskGetDatum(0, c, &isnull);
+		(void) NtaskTupGetDatum(rows, 0, c, &isnull);
 		if (isnull)
 			continue;
 		if (c == CLAIM_PICK_PARTITION_MAX_INFLIGHT)
@@ -1195,42 +1257,38 @@ claim_dist_policy(text *queue, bool per_key, int16 shard)
 /*
  * claim_read_paused_keys
  *		The queue row says some of its keys are paused: read
- *		them into order (paused_keys, the earliest end into pause_ends).
+ *		them into pol (paused_keys, the earliest end into pause_ends).
  */
 static void
-claim_read_paused_keys(text *queue, ClaimOrder *order)
+claim_read_paused_keys(text *queue, ClaimPolicy *pol)
 {
-	Datum		args[1];
+	Datum		args[CLAIM_PAUSED_NARGS];
+	SPITupleTable *tt;
+	int			n;
 	bool		isnull;
 	Datum		keys;
 
-	args[0] = PointerGetDatum(queue);
-	NtaskExecPlan(&claim_paused_keys_plan, args, NULL, SPI_OK_SELECT);
-	keys = NtaskGetDatum(0, 1, &isnull);
+	args[CLAIM_PAUSED_ARG_QUEUE] = PointerGetDatum(queue);
+	tt = claim_exec(&claim_paused_keys_plan, args, SPI_OK_SELECT, 0, &n);
+	keys = NtaskTupGetDatum(tt, 0, CLAIM_PAUSED_KEYS, &isnull);
 	if (isnull)
 		return;					/* ended since the queue row was read */
 	{
 		ArrayType  *a = DatumGetArrayTypePCopy(keys);
 		Datum	   *elems;
-		int			n;
 		int			i;
 
 		deconstruct_array(a, TEXTOID, -1, false, TYPALIGN_INT, &elems, NULL, &n);
 		for (i = 0; i < n; i++)
-			order->paused_key_list = lappend(order->paused_key_list,
-											 DatumGetTextPCopy(elems[i]));
-		order->paused_keys = PointerGetDatum(a);
+			pol->paused_key_list = lappend(pol->paused_key_list,
+										   DatumGetTextPCopy(elems[i]));
+		pol->paused_keys = PointerGetDatum(a);
 	}
-	order->keys_paused = true;
-	order->pause_ends = DatumGetTimestampTz(NtaskGetDatum(0, 2, &isnull));
+	pol->keys_paused = true;
+	pol->pause_ends = DatumGetTimestampTz(NtaskTupGetDatum(tt, 0, CLAIM_PAUSED_ENDS,
+														   &isnull));
 }
 
-/*
- * claim_read_mode
- *		A pick found nothing: read the queue (claim_queue_plan; args as
- *		the plain pick's, of which it uses the first two), raise 42704 when there is no such queue and 42501
- *		without its worker_role, and set order->mode and order->turns.
- */
 /*
  * The queue this backend last found to have priority aging (in
  * TopMemoryContext; NULL: none).  A claim of that queue runs the aging
@@ -1265,32 +1323,43 @@ claim_note_aging(text *queue, bool aging)
 	pfree(q);
 }
 
+/*
+ * claim_read_mode
+ *		A pick found nothing: read the queue (claim_queue_plan; args as the
+ *		plain pick's, of which it uses the first two), raise 42704 when
+ *		there is no such queue and 42501 without its worker_role, and set
+ *		pol's mode, turns and pauses.
+ */
 static void
-claim_read_mode(text *queue, Datum *args, ClaimOrder *order)
+claim_read_mode(text *queue, Datum *args, ClaimPolicy *pol)
 {
-	if (NtaskExecPlan(&claim_queue_plan, args, NULL, SPI_OK_SELECT) == 0)
+	SPITupleTable *tt;
+	int			n;
+
+	tt = claim_exec(&claim_queue_plan, args, SPI_OK_SELECT, 0, &n);
+	if (n == 0)
 		NtaskQueueNotFound(text_to_cstring(queue));
-	if (NtaskGetBool(0, CLAIM_QUEUE_DENIED))
+	if (NtaskTupGetBool(tt, 0, CLAIM_QUEUE_DENIED))
 		NtaskCheckQueueRight(queue, false); /* raises 42501 */
-	order->mode = NtaskGetBool(0, CLAIM_QUEUE_FAIR) ?
-		(NtaskGetBool(0, CLAIM_QUEUE_ORDERED) ? CLAIM_MODE_ORDERED : CLAIM_MODE_FAIR) :
-		NtaskGetBool(0, CLAIM_QUEUE_AGING) ? CLAIM_MODE_AGING : CLAIM_MODE_PLAIN;
-	claim_note_aging(queue, order->mode == CLAIM_MODE_AGING);
-	order->turns = NtaskGetBool(0, CLAIM_QUEUE_TURNS);
+	pol->mode = NtaskTupGetBool(tt, 0, CLAIM_QUEUE_FAIR) ?
+		(NtaskTupGetBool(tt, 0, CLAIM_QUEUE_ORDERED) ? CLAIM_MODE_ORDERED : CLAIM_MODE_FAIR) :
+		NtaskTupGetBool(tt, 0, CLAIM_QUEUE_AGING) ? CLAIM_MODE_AGING : CLAIM_MODE_PLAIN;
+	claim_note_aging(queue, pol->mode == CLAIM_MODE_AGING);
+	pol->turns = NtaskTupGetBool(tt, 0, CLAIM_QUEUE_TURNS);
 	{
 		bool		isnull;
-		Datum		d = NtaskGetDatum(0, CLAIM_QUEUE_PAUSED_UNTIL, &isnull);
+		Datum		d = NtaskTupGetDatum(tt, 0, CLAIM_QUEUE_PAUSED_UNTIL, &isnull);
 
 		if (!isnull)
 		{
 			/* paused: nothing is handed out */
-			order->paused = true;
-			order->pause_ends = DatumGetTimestampTz(d);
+			pol->paused = true;
+			pol->pause_ends = DatumGetTimestampTz(d);
 			return;
 		}
 	}
-	if (NtaskGetBool(0, CLAIM_QUEUE_KEYS_PAUSED))
-		claim_read_paused_keys(queue, order);
+	if (NtaskTupGetBool(tt, 0, CLAIM_QUEUE_KEYS_PAUSED))
+		claim_read_paused_keys(queue, pol);
 }
 
 /*
@@ -1299,9 +1368,9 @@ claim_read_mode(text *queue, Datum *args, ClaimOrder *order)
  *		as the plain pick's first three).  Not on a distributed install yet.
  */
 static int
-claim_aging_pick(text *queue, Datum *args, int want)
+claim_aging_pick(text *queue, Datum *args, int want, SPITupleTable **rows)
 {
-	Datum		aargs[4];
+	Datum		aargs[CLAIM_AGING_NARGS];
 	int			n;
 
 	if (NtaskShardCount() > 0)
@@ -1310,221 +1379,256 @@ claim_aging_pick(text *queue, Datum *args, int want)
 				 errmsg("ntask: queue \"%s\" has priority aging, which a distributed install does not support yet",
 						text_to_cstring(queue)),
 				 errhint("Pass priority_aging => '0' to ntask_queue_set to turn it off.")));
-	aargs[0] = args[CLAIM_PICK_ARG_QUEUE];
-	aargs[1] = args[CLAIM_PICK_ARG_CALLER];
-	aargs[2] = args[CLAIM_PICK_ARG_FRESH_ONLY];
-	aargs[3] = Int32GetDatum(Min(want + CLAIM_AGING_SLACK, NTASK_MAX_CLAIM));
-	n = NtaskExecPlanCount(&claim_aging_pick_plan, aargs, NULL, SPI_OK_SELECT, want);
+	aargs[CLAIM_AGING_ARG_QUEUE] = args[CLAIM_PICK_ARG_QUEUE];
+	aargs[CLAIM_AGING_ARG_CALLER] = args[CLAIM_PICK_ARG_CALLER];
+	aargs[CLAIM_AGING_ARG_FRESH_ONLY] = args[CLAIM_PICK_ARG_FRESH_ONLY];
+	aargs[CLAIM_AGING_ARG_PER_LEVEL] =
+		Int32GetDatum(Min(want + CLAIM_AGING_SLACK, NTASK_MAX_CLAIM));
+	n = claim_run(&claim_aging_pick_plan, aargs, want, rows);
 	if (n == 0 && want + CLAIM_AGING_SLACK < NTASK_MAX_CLAIM)
 	{
 		/*
 		 * Nothing due, or every candidate was locked by concurrent claims:
 		 * look further down each level.
 		 */
-		aargs[3] = Int32GetDatum(NTASK_MAX_CLAIM);
-		n = NtaskExecPlanCount(&claim_aging_pick_plan, aargs, NULL, SPI_OK_SELECT, want);
+		aargs[CLAIM_AGING_ARG_PER_LEVEL] = Int32GetDatum(NTASK_MAX_CLAIM);
+		n = claim_run(&claim_aging_pick_plan, aargs, want, rows);
 	}
 	return n;
 }
 
-static int
-claim_pick(text *queue, int want, ClaimOrder *order)
+/*
+ * The picks claim_pick chooses between, by what the claim knows of the
+ * queue (ClaimPolicy.mode) and of the install.
+ */
+typedef enum ClaimPickKind
 {
-	Datum		args[CLAIM_PICK_NARGS];
-	Datum		kargs[CLAIM_KEYED_NARGS];
-	int			n;
-	char	   *qname;
-	bool		isnull;
-	NtaskPlan  *fair;
+	CLAIM_KIND_PLAIN,			/* not (yet) known to be keyed or aging */
+	CLAIM_KIND_AGING,			/* priority aging */
+	CLAIM_KIND_SHARDS,			/* plain, on a distributed install */
+	CLAIM_KIND_FAIR,			/* fairness partition */
+	CLAIM_KIND_ORDERED			/* partition, one head per key */
+} ClaimPickKind;
 
-	args[CLAIM_PICK_ARG_QUEUE] = PointerGetDatum(queue);
-	args[CLAIM_PICK_ARG_CALLER] = ObjectIdGetDatum(NtaskCaller());
-	args[CLAIM_PICK_ARG_FRESH_ONLY] = BoolGetDatum(order->fresh_only);
-	if (order->mode == CLAIM_MODE_AGING)
-		return claim_aging_pick(queue, args, want);
-	if (order->mode == CLAIM_MODE_UNKNOWN && claim_aging_queue != NULL &&
-		NtaskShardCount() == 0)
+/* the pick for what the claim knows of its queue now */
+static ClaimPickKind
+claim_pick_kind(ClaimPolicy *pol)
+{
+	switch (pol->mode)
 	{
-		char	   *q = text_to_cstring(queue);
-		bool		cached = strcmp(claim_aging_queue, q) == 0;
-
-		pfree(q);
-		if (cached)
-		{
-			n = claim_aging_pick(queue, args, want);
-			if (n > 0)
-			{
-				order->mode = CLAIM_MODE_AGING;
-				return n;
-			}
-			/* idle, no right, gone, or no longer aging: ask the queue */
-			claim_read_mode(queue, args, order);
-			if (order->paused || order->mode == CLAIM_MODE_AGING)
-				return 0;
-			if (order->mode == CLAIM_MODE_PLAIN)
-			{
-				if (!order->keys_paused)
-					return NtaskExecPlanCount(&claim_pick_plan, args, NULL,
-											  SPI_OK_SELECT, want);
-				args[CLAIM_PICK_ARG_SHARD] = order->paused_keys;	/* $4 */
-				return NtaskExecPlanCount(&claim_pick_keys_plan, args, NULL,
-										  SPI_OK_SELECT, want);
-			}
-		}
+		case CLAIM_MODE_AGING:
+			return CLAIM_KIND_AGING;
+		case CLAIM_MODE_FAIR:
+			return CLAIM_KIND_FAIR;
+		case CLAIM_MODE_ORDERED:
+			return CLAIM_KIND_ORDERED;
+		case CLAIM_MODE_UNKNOWN:
+		case CLAIM_MODE_PLAIN:
+			break;
 	}
-	if (!CLAIM_KEYED(order->mode) && NtaskShardCount() > 0)
+	return NtaskShardCount() > 0 ? CLAIM_KIND_SHARDS : CLAIM_KIND_PLAIN;
+}
+
+/*
+ * claim_shard_first
+ *		Where a distributed claim's walk over its nshards shards starts:
+ *		this backend's cursor, random at first.
+ */
+static int
+claim_shard_first(int nshards)
+{
+	if (claim_shard_cursor < 0)
+		claim_shard_cursor = (int) (pg_prng_uint32(&pg_global_prng_state) % nshards);
+	return claim_shard_cursor;
+}
+
+/*
+ * claim_plain_run
+ *		The plain pick (claim_pick_plan), or, once the queue is known to
+ *		have paused keys, the one that passes them by.  A constant LIMIT
+ *		for the plan; the executor stops at want rows.
+ */
+static int
+claim_plain_run(Datum *args, int want, ClaimPolicy *pol, SPITupleTable **rows)
+{
+	if (!pol->keys_paused)
+		return claim_run(&claim_pick_plan, args, want, rows);
+	args[CLAIM_PICK_ARG_SHARD] = Int16GetDatum(0);
+	args[CLAIM_PICK_ARG_LIMIT] = Int32GetDatum(0);
+	args[CLAIM_PICK_ARG_PAUSED_KEYS] = pol->paused_keys;
+	return claim_run(&claim_pick_keys_plan, args, want, rows);
+}
+
+/*
+ * claim_pick_plain
+ *		The pick of a queue not known to be keyed or aging, on a plain
+ *		install.  When it finds nothing and the mode is unknown: an idle
+ *		queue, no right to it, no such queue, fair, paused, some of its keys
+ *		are paused, or aging; claim_read_mode tells which.  Returns the rows
+ *		picked, or -1 when the queue turned out to be aging, fair or
+ *		ordered (claim_pick picks again in that mode).
+ */
+static int
+claim_pick_plain(text *queue, Datum *args, int want, ClaimPolicy *pol,
+				 SPITupleTable **rows)
+{
+	int			n = claim_plain_run(args, want, pol, rows);
+
+	if (n > 0)
 	{
-		int			nshards = NtaskWalkShardCount();
-		int			k;
+		pol->mode = CLAIM_MODE_PLAIN;
+		return n;
+	}
+	if (pol->mode == CLAIM_MODE_PLAIN)
+		return 0;
+	claim_read_mode(queue, args, pol);
+	if (pol->paused)
+		return 0;
+	if (pol->mode != CLAIM_MODE_PLAIN)
+		return -1;
+	return pol->keys_paused ? claim_plain_run(args, want, pol, rows) : 0;
+}
+
+/*
+ * claim_pick_shards
+ *		The plain pick on a distributed install: one shard at a time, from
+ *		this backend's cursor, until one has due work; the next pick starts
+ *		after it, so every shard gets its turn.  The shards are those the
+ *		claim walks (NtaskWalkShardCount): the call's shard in
+ *		ntask_claim_on, this worker node's own, or every shard.  Returns as
+ *		claim_pick_plain.
+ */
+static int
+claim_pick_shards(text *queue, Datum *args, int want, ClaimPolicy *pol,
+				  SPITupleTable **rows)
+{
+	int			nshards = NtaskWalkShardCount();
+	int			first = claim_shard_first(nshards);
+	int			k;
+
+	for (k = 0; k < nshards; k++)
+	{
+		int			i = (first + k) % nshards;
+		int16		sv = NtaskWalkShardValue(i);
+		int			n;
 
 		/*
-		 * A distributed install: one shard at a time, from this backend's
-		 * cursor (random at first), until one has due work; the next pick
-		 * starts after it, so every shard gets its turn.  The shards are
-		 * those the claim walks (NtaskWalkShardCount): the call's shard in
-		 * ntask_claim_on, this worker node's own, or every shard.
+		 * The shard's metadata lock before its pick: a move's final phase
+		 * waits for this claim, or this claim for the move (NtaskLockShards,
+		 * docs/scaling.md "Shard moves").
 		 */
-		if (claim_shard_cursor < 0)
-			claim_shard_cursor = (int) (pg_prng_uint32(&pg_global_prng_state) % nshards);
-		for (k = 0; k < nshards; k++)
-		{
-			int			i = (claim_shard_cursor + k) % nshards;
-
-			/*
-			 * The shard's metadata lock before its pick: a move's final
-			 * phase waits for this claim, or this claim for the move
-			 * (NtaskLockShards, docs/scaling.md "Shard moves").
-			 */
-			NtaskLockShard(NtaskWalkShardValue(i));
-			args[CLAIM_PICK_ARG_SHARD] = Int16GetDatum(NtaskWalkShardValue(i));
-			args[CLAIM_PICK_ARG_LIMIT] = Int32GetDatum(want);
-			if (order->keys_paused)
-			{
-				args[CLAIM_PICK_ARG_PAUSED_KEYS] = order->paused_keys;
-				n = NtaskExecPlanCount(&claim_pick_shard_keys_plan, args, NULL,
-									   SPI_OK_SELECT, want);
-			}
-			else
-				n = NtaskExecPlanCount(&claim_pick_shard_plan, args, NULL,
-									   SPI_OK_SELECT, want);
-			if (n > 0)
-			{
-				/*
-				 * Rate limits and retry shares count in the claiming
-				 * node's shared memory: on the shard's node only.
-				 */
-				claim_dist_policy(queue, false, NtaskWalkShardValue(i));
-				claim_shard_cursor = (i + 1) % nshards;
-				order->mode = CLAIM_MODE_PLAIN;
-				return n;
-			}
-			if (order->mode == CLAIM_MODE_UNKNOWN)
-			{
-				/*
-				 * The first shard has nothing due and the queue is not
-				 * known yet (the plain pick finds nothing in a fair
-				 * queue): check it now, as below, rather than after a
-				 * probe of every shard.
-				 */
-				claim_read_mode(queue, args, order);
-				if (order->paused)
-					return 0;
-				if (order->mode == CLAIM_MODE_AGING)
-					return claim_aging_pick(queue, args, want); /* refuses */
-				if (order->mode != CLAIM_MODE_PLAIN)
-					break;		/* fair or ordered: the per-shard pick below */
-				if (order->keys_paused)
-					k--;		/* this shard again, passing the paused keys by */
-			}
-		}
-		if (order->mode == CLAIM_MODE_PLAIN)
-			return 0;
-	}
-	if (!CLAIM_KEYED(order->mode))
-	{
-		/*
-		 * A constant LIMIT for the plan; the executor stops at want rows.
-		 * Once the queue is known to have paused keys, the pick that
-		 * passes them by.
-		 */
-		if (order->keys_paused)
-		{
-			args[CLAIM_PICK_ARG_SHARD] = order->paused_keys;	/* $4 */
-			n = NtaskExecPlanCount(&claim_pick_keys_plan, args, NULL,
-								   SPI_OK_SELECT, want);
-		}
-		else
-			n = NtaskExecPlanCount(&claim_pick_plan, args, NULL,
-								   SPI_OK_SELECT, want);
+		NtaskLockShard(sv);
+		args[CLAIM_PICK_ARG_SHARD] = Int16GetDatum(sv);
+		args[CLAIM_PICK_ARG_LIMIT] = Int32GetDatum(want);
+		if (pol->keys_paused)
+			args[CLAIM_PICK_ARG_PAUSED_KEYS] = pol->paused_keys;
+		n = claim_run(pol->keys_paused ? &claim_pick_shard_keys_plan :
+					  &claim_pick_shard_plan, args, want, rows);
 		if (n > 0)
 		{
-			order->mode = CLAIM_MODE_PLAIN;
+			/*
+			 * Rate limits and retry shares count in the claiming node's
+			 * shared memory: on the shard's node only.
+			 */
+			claim_dist_policy(*rows, queue, false, sv);
+			claim_shard_cursor = (i + 1) % nshards;
+			pol->mode = CLAIM_MODE_PLAIN;
 			return n;
 		}
-		if (order->mode == CLAIM_MODE_PLAIN)
-			return 0;
-
-		/*
-		 * Nothing due: an idle queue, no right to it, no such queue, fair,
-		 * paused, some of its keys are paused, or aging
-		 */
-		claim_read_mode(queue, args, order);
-		if (order->paused)
-			return 0;
-		if (order->mode == CLAIM_MODE_AGING)
-			return claim_aging_pick(queue, args, want);
-		if (order->mode == CLAIM_MODE_PLAIN)
+		if (pol->mode == CLAIM_MODE_UNKNOWN)
 		{
-			if (!order->keys_paused)
+			/*
+			 * The first shard has nothing due and the queue is not known yet
+			 * (the plain pick finds nothing in a fair queue): check it now,
+			 * as claim_pick_plain does, rather than after a probe of every
+			 * shard.
+			 */
+			claim_read_mode(queue, args, pol);
+			if (pol->paused)
 				return 0;
-			args[CLAIM_PICK_ARG_SHARD] = order->paused_keys;	/* $4 */
-			return NtaskExecPlanCount(&claim_pick_keys_plan, args, NULL,
-									  SPI_OK_SELECT, want);
+			if (pol->mode != CLAIM_MODE_PLAIN)
+				return -1;		/* aging (refused) or keyed */
+			if (pol->keys_paused)
+				k--;			/* this shard again, passing the paused keys
+								 * by */
 		}
 	}
-	qname = text_to_cstring(queue);
+	if (pol->mode == CLAIM_MODE_PLAIN)
+		return 0;
+	return claim_pick_plain(queue, args, want, pol, rows);	/* no shard to walk */
+}
+
+/*
+ * claim_keyed_run
+ *		The fair or ordered pick plan: its first pass (keys no other claim
+ *		is serving), then, when that found nothing, its second (any key).
+ *		A per-key cap or order is kept by the turn locks (pol->turns): no
+ *		second pass; nor for a claim of more than CLAIM_TURN_MAX tasks,
+ *		which goes by the cursor alone.
+ */
+static int
+claim_keyed_run(NtaskPlan *plan, Datum *kargs, int want, ClaimPolicy *pol,
+				SPITupleTable **rows)
+{
+	int			n;
+
+	kargs[CLAIM_KEYED_ARG_FIRST_PASS] = BoolGetDatum(pol->turns || want <= CLAIM_TURN_MAX);
+	n = claim_run(plan, kargs, want, rows);
+	if (n == 0 && want <= CLAIM_TURN_MAX && !pol->turns)
+	{
+		kargs[CLAIM_KEYED_ARG_FIRST_PASS] = BoolGetDatum(false);
+		n = claim_run(plan, kargs, want, rows);
+	}
+	return n;
+}
+
+/*
+ * claim_pick_keyed
+ *		The pick of a fair queue (plan: the fair pick; shard_plan, its
+ *		twin within one shard) or an ordered one (the ordered picks).  A
+ *		fair pick moves the queue's cursor (fair.c) to the last key it
+ *		picked from.  On a plain install, when no key gives a task, the
+ *		keyless pick: a task enqueued without a key by a transaction that
+ *		read the queue before it turned fair keeps NULL.  On a distributed
+ *		one, the pick within one shard at a time (a key lives in one shard),
+ *		from the backend's shard cursor, each shard with its own key cursor;
+ *		keyless tasks are not looked for there.
+ */
+static int
+claim_pick_keyed(text *queue, Datum *args, int want, ClaimPolicy *pol,
+				 ClaimState *st, NtaskPlan *plan, NtaskPlan *shard_plan,
+				 SPITupleTable **rows)
+{
+	Datum		kargs[CLAIM_KEYED_NARGS];
+	char	   *qname = text_to_cstring(queue);
+	int			n;
+
 	kargs[CLAIM_KEYED_ARG_QUEUE] = args[CLAIM_PICK_ARG_QUEUE];
 	kargs[CLAIM_KEYED_ARG_CALLER] = args[CLAIM_PICK_ARG_CALLER];
-	kargs[CLAIM_KEYED_ARG_PER] = Int32GetDatum(order->per);
-	kargs[CLAIM_KEYED_ARG_FIRST_PASS] = BoolGetDatum(order->turns || want <= CLAIM_TURN_MAX);
-	kargs[CLAIM_KEYED_ARG_HELD_KEYS] = claim_held_keys(order);
-	kargs[CLAIM_KEYED_ARG_FRESH_ONLY] = BoolGetDatum(order->fresh_only);
+	kargs[CLAIM_KEYED_ARG_PER] = Int32GetDatum(st->per);
+	kargs[CLAIM_KEYED_ARG_HELD_KEYS] = claim_held_keys(pol, st);
+	kargs[CLAIM_KEYED_ARG_FRESH_ONLY] = BoolGetDatum(st->fresh_only);
 	if (NtaskShardCount() > 0)
 	{
 		int			nshards = NtaskWalkShardCount();
+		int			first = claim_shard_first(nshards);
 		int			k;
 
-		/*
-		 * A distributed install: the fair or ordered pick within one shard
-		 * at a time (a key lives in one shard), from the backend's shard
-		 * cursor, each shard with its own key cursor.  Keyless tasks of a
-		 * fair queue (the last resort below) are not looked for there.
-		 */
-		fair = order->mode == CLAIM_MODE_ORDERED ? &claim_ordered_pick_shard_plan :
-			&claim_fair_pick_shard_plan;
-		if (claim_shard_cursor < 0)
-			claim_shard_cursor = (int) (pg_prng_uint32(&pg_global_prng_state) % nshards);
 		for (k = 0; k < nshards; k++)
 		{
-			int			i = (claim_shard_cursor + k) % nshards;
+			int			i = (first + k) % nshards;
 			int16		sv = NtaskWalkShardValue(i);
 
-			NtaskLockShard(sv);		/* as the plain pick's */
-			kargs[CLAIM_KEYED_ARG_FIRST_PASS] = BoolGetDatum(order->turns || want <= CLAIM_TURN_MAX);
+			NtaskLockShard(sv); /* as claim_pick_shards */
 			kargs[CLAIM_KEYED_ARG_CURSOR] = PointerGetDatum(NtaskFairCursorShard(qname, sv));
 			kargs[CLAIM_KEYED_ARG_SHARD] = Int16GetDatum(sv);
 			kargs[CLAIM_KEYED_ARG_LIMIT] = Int32GetDatum(want);
-			n = NtaskExecPlanCount(fair, kargs, NULL, SPI_OK_SELECT, want);
-			if (n == 0 && want <= CLAIM_TURN_MAX && !order->turns)
-			{
-				kargs[CLAIM_KEYED_ARG_FIRST_PASS] = BoolGetDatum(false);
-				n = NtaskExecPlanCount(fair, kargs, NULL, SPI_OK_SELECT, want);
-			}
+			n = claim_keyed_run(shard_plan, kargs, want, pol, rows);
 			if (n > 0)
 			{
-				claim_dist_policy(queue, true, sv);
+				claim_dist_policy(*rows, queue, true, sv);
 				NtaskFairAdvanceShard(qname, sv,
-									  DatumGetTextPP(NtaskGetDatum(n - 1, CLAIM_PICK_KEY, &isnull)));
+									  NtaskTupGetText(*rows, n - 1, CLAIM_PICK_KEY));
 				claim_shard_cursor = (i + 1) % nshards;
 				return n;
 			}
@@ -1532,21 +1636,102 @@ claim_pick(text *queue, int want, ClaimOrder *order)
 		return 0;
 	}
 	kargs[CLAIM_KEYED_ARG_CURSOR] = PointerGetDatum(NtaskFairCursor(qname));
-	fair = order->mode == CLAIM_MODE_ORDERED ? &claim_ordered_pick_plan : &claim_fair_pick_plan;
-	n = NtaskExecPlanCount(fair, kargs, NULL, SPI_OK_SELECT, want);
-	/* a per-key cap or order is kept by the turn locks: no second pass */
-	if (n == 0 && want <= CLAIM_TURN_MAX && !order->turns)
-	{
-		kargs[CLAIM_KEYED_ARG_FIRST_PASS] = BoolGetDatum(false);
-		n = NtaskExecPlanCount(fair, kargs, NULL, SPI_OK_SELECT, want);
-	}
+	n = claim_keyed_run(plan, kargs, want, pol, rows);
 	if (n > 0)
 	{
-		NtaskFairAdvance(qname, DatumGetTextPP(NtaskGetDatum(n - 1, CLAIM_PICK_KEY, &isnull)));
+		NtaskFairAdvance(qname, NtaskTupGetText(*rows, n - 1, CLAIM_PICK_KEY));
 		return n;
 	}
-	return NtaskExecPlanCount(&claim_keyless_pick_plan, args, NULL,
-							  SPI_OK_SELECT, want);
+	return claim_run(&claim_keyless_pick_plan, args, want, rows);
+}
+
+/*
+ * claim_pick_cached_aging
+ *		A queue not known yet that this backend last found to have
+ *		priority aging (claim_aging_queue): the aging pick first, then, when
+ *		it finds nothing (idle, no right, gone, or no longer aging), the
+ *		queue read.  Returns the rows picked, 0 when there is no more to
+ *		pick (paused, or still aging and idle), or -1: not this queue, or
+ *		its mode is read now and claim_pick picks in it.
+ */
+static int
+claim_pick_cached_aging(text *queue, Datum *args, int want, ClaimPolicy *pol,
+						SPITupleTable **rows)
+{
+	char	   *q;
+	bool		cached;
+	int			n;
+
+	if (pol->mode != CLAIM_MODE_UNKNOWN || claim_aging_queue == NULL ||
+		NtaskShardCount() != 0)
+		return -1;
+	q = text_to_cstring(queue);
+	cached = strcmp(claim_aging_queue, q) == 0;
+	pfree(q);
+	if (!cached)
+		return -1;
+	n = claim_aging_pick(queue, args, want, rows);
+	if (n > 0)
+	{
+		pol->mode = CLAIM_MODE_AGING;
+		return n;
+	}
+	claim_read_mode(queue, args, pol);
+	if (pol->paused || pol->mode == CLAIM_MODE_AGING)
+		return 0;
+	return -1;
+}
+
+/*
+ * claim_pick
+ *		Pick (lock) up to want due tasks of queue, in the queue's order: a
+ *		switch over the picks (ClaimPickKind) by what the claim knows of
+ *		the queue.  The plain pick runs first while the queue is not known
+ *		to be fair (it finds nothing in a fair queue); when it finds nothing
+ *		and the mode is unknown, one statement checks the queue (42704 if
+ *		unknown, 42501 without the right) and tells its mode, and the pick
+ *		of that mode runs.  Returns the number of rows picked, in *rows:
+ *		the columns of ClaimPickCol, the key (CLAIM_PICK_KEY) only for a
+ *		fair or ordered pick.
+ */
+static int
+claim_pick(text *queue, int want, ClaimPolicy *pol, ClaimState *st,
+		   SPITupleTable **rows)
+{
+	Datum		args[CLAIM_PICK_NARGS];
+	int			n;
+
+	args[CLAIM_PICK_ARG_QUEUE] = PointerGetDatum(queue);
+	args[CLAIM_PICK_ARG_CALLER] = ObjectIdGetDatum(NtaskCaller());
+	args[CLAIM_PICK_ARG_FRESH_ONLY] = BoolGetDatum(st->fresh_only);
+	n = claim_pick_cached_aging(queue, args, want, pol, rows);
+	/* at most twice: a mode read in the first makes the second another */
+	while (n < 0)
+	{
+		switch (claim_pick_kind(pol))
+		{
+			case CLAIM_KIND_AGING:
+				n = claim_aging_pick(queue, args, want, rows);
+				break;
+			case CLAIM_KIND_PLAIN:
+				n = claim_pick_plain(queue, args, want, pol, rows);
+				break;
+			case CLAIM_KIND_SHARDS:
+				n = claim_pick_shards(queue, args, want, pol, rows);
+				break;
+			case CLAIM_KIND_FAIR:
+				n = claim_pick_keyed(queue, args, want, pol, st,
+									 &claim_fair_pick_plan,
+									 &claim_fair_pick_shard_plan, rows);
+				break;
+			case CLAIM_KIND_ORDERED:
+				n = claim_pick_keyed(queue, args, want, pol, st,
+									 &claim_ordered_pick_plan,
+									 &claim_ordered_pick_shard_plan, rows);
+				break;
+		}
+	}
+	return n;
 }
 
 /* claim_text_eq: two text Datums (possibly NULL) hold the same bytes */
@@ -1567,49 +1752,287 @@ claim_text_eq(Datum a, bool anull, Datum b, bool bnull)
 /*
  * claim_read_policy
  *		The queue's flow control from the pick's first row (columns
- *		CLAIM_PICK_MAX_INFLIGHT..CLAIM_PICK_RETRY_SHARE) into order; true
+ *		CLAIM_PICK_MAX_INFLIGHT..CLAIM_PICK_RETRY_SHARE) into pol; true
  *		when the queue has any.
  */
 static bool
-claim_read_policy(text *queue, ClaimOrder *order)
+claim_read_policy(SPITupleTable *rows, text *queue, ClaimPolicy *pol)
 {
 	bool		isnull;
 	Datum		share;
 
-	order->max_inflight = NtaskGetInt32(0, CLAIM_PICK_MAX_INFLIGHT);
-	order->partition_max_inflight = NtaskGetBool(0, CLAIM_PICK_ORDERED) ? 1 :
-		NtaskGetInt32(0, CLAIM_PICK_PARTITION_MAX_INFLIGHT);
-	order->rate_n = NtaskGetInt32(0, CLAIM_PICK_RATE_N);
-	order->rate_per = NtaskGetInt64(0, CLAIM_PICK_RATE_PER);
-	order->partition_rate_n = NtaskGetInt32(0, CLAIM_PICK_PARTITION_RATE_N);
-	order->partition_rate_per = NtaskGetInt64(0, CLAIM_PICK_PARTITION_RATE_PER);
-	share = NtaskGetDatum(0, CLAIM_PICK_RETRY_SHARE, &isnull);
-	order->retry_share = isnull ? 1.0f : DatumGetFloat4(share);
-	if ((order->rate_n > 0 || order->partition_rate_n > 0 ||
-		 order->retry_share < 1.0f) && !NtaskLimitAvailable())
+	pol->max_inflight = NtaskTupGetInt32(rows, 0, CLAIM_PICK_MAX_INFLIGHT);
+	pol->partition_max_inflight = NtaskTupGetBool(rows, 0, CLAIM_PICK_ORDERED) ? 1 :
+		NtaskTupGetInt32(rows, 0, CLAIM_PICK_PARTITION_MAX_INFLIGHT);
+	pol->rate_n = NtaskTupGetInt32(rows, 0, CLAIM_PICK_RATE_N);
+	pol->rate_per = NtaskTupGetInt64(rows, 0, CLAIM_PICK_RATE_PER);
+	pol->partition_rate_n = NtaskTupGetInt32(rows, 0, CLAIM_PICK_PARTITION_RATE_N);
+	pol->partition_rate_per = NtaskTupGetInt64(rows, 0, CLAIM_PICK_PARTITION_RATE_PER);
+	share = NtaskTupGetDatum(rows, 0, CLAIM_PICK_RETRY_SHARE, &isnull);
+	pol->retry_share = isnull ? 1.0f : DatumGetFloat4(share);
+	if ((pol->rate_n > 0 || pol->partition_rate_n > 0 ||
+		 pol->retry_share < 1.0f) && !NtaskLimitAvailable())
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("ntask: queue \"%s\" has a rate limit or a retry share, which needs ntask in shared_preload_libraries",
 						text_to_cstring(queue))));
-	return order->max_inflight > 0 || order->partition_max_inflight > 0 ||
-		order->rate_n > 0 || order->partition_rate_n > 0 ||
-		order->retry_share < 1.0f;
+	return pol->max_inflight > 0 || pol->partition_max_inflight > 0 ||
+		pol->rate_n > 0 || pol->partition_rate_n > 0 ||
+		pol->retry_share < 1.0f;
 }
 
 /* claim_hold_key: later rounds of this claim pass key k by */
 static void
-claim_hold_key(ClaimOrder *order, Datum k, bool isnull)
+claim_hold_key(ClaimState *st, Datum k, bool isnull)
 {
 	if (!isnull)
-		order->held_keys = lappend(order->held_keys,
-								   DatumGetTextPCopy(k));
+		st->held_keys = lappend(st->held_keys,
+								DatumGetTextPCopy(k));
+}
+
+/*
+ * claim_inflight
+ *		The leases of the queue still running, per key, counted in a new
+ *		snapshot (claim_inflight_plan); *cap is the queue-wide cap that
+ *		holds where the picked tasks are, *nrows the keys counted.
+ */
+static SPITupleTable *
+claim_inflight(text *queue, ClaimPicked *pick, ClaimPolicy *pol, int *cap,
+			   int *nrows)
+{
+	Datum		args[CLAIM_INFLIGHT_NARGS];
+	int64		first = NtaskTupGetInt64(pick->rows, 0, CLAIM_PICK_TASK_ID);
+
+	*cap = pol->max_inflight;
+	args[CLAIM_INFLIGHT_ARG_QUEUE] = PointerGetDatum(queue);
+	if (NtaskShardCount() > 0 && pol->max_inflight > 0)
+	{
+		/*
+		 * A queue-wide cap on a distributed install, shared out by node: the
+		 * node that holds the picked shard, L of the S shards, holds ceil(cap
+		 * L / S) leases of the queue.  The pick took the cap lock on that
+		 * node (CLAIM_CAP_LOCK runs where the routed pick runs), so the
+		 * node's leases are counted exactly, as on one node; across nodes the
+		 * shares add up to at most cap + N - 1 for N nodes (docs/scaling.md
+		 * "Caps across nodes").
+		 */
+		int			nshards = NtaskShardCount();
+		int16	   *same = palloc(sizeof(int16) * nshards);
+		Datum	   *elems = palloc(sizeof(Datum) * nshards);
+		int			n;
+		int			i;
+
+		n = NtaskShardGroupShards(NTASK_ID_SHARD(first), same);
+		for (i = 0; i < n; i++)
+			elems[i] = Int16GetDatum(same[i]);
+		*cap = (int) (((int64) pol->max_inflight * n + nshards - 1) / nshards);
+		args[CLAIM_INFLIGHT_ARG_SHARDS] =
+			PointerGetDatum(construct_array(elems, n, INT2OID, sizeof(int16),
+											true, TYPALIGN_SHORT));
+		return claim_exec(&claim_inflight_node_plan, args, SPI_OK_SELECT, 0, nrows);
+	}
+	if (NtaskShardCount() > 0)
+	{
+		/* the picked tasks' shard: their keys' tasks are all there */
+		args[CLAIM_INFLIGHT_ARG_SHARDS] = Int16GetDatum(NTASK_ID_SHARD(first));
+		return claim_exec(&claim_inflight_shard_plan, args, SPI_OK_SELECT, 0, nrows);
+	}
+	return claim_exec(&claim_inflight_plan, args, SPI_OK_SELECT, 0, nrows);
+}
+
+/*
+ * claim_key_inflight
+ *		Per picked row of a keyed pick, the leases running for its key, of
+ *		the nrows counts of claim_inflight.
+ */
+static int *
+claim_key_inflight(ClaimPicked *pick, SPITupleTable *counts, int nrows)
+{
+	int		   *perkey = palloc0(sizeof(int) * pick->n);
+	int			r;
+
+	for (r = 0; r < pick->n; r++)
+	{
+		bool		knull;
+		Datum		k = NtaskTupGetDatum(pick->rows, r, CLAIM_PICK_KEY, &knull);
+		int			c;
+
+		for (c = 0; c < nrows; c++)
+		{
+			bool		isnull;
+			Datum		ck = NtaskTupGetDatum(counts, c, CLAIM_INFLIGHT_KEY, &isnull);
+
+			if (claim_text_eq(k, knull, ck, isnull))
+				perkey[r] = NtaskTupGetInt32(counts, c, CLAIM_INFLIGHT_COUNT);
+		}
+	}
+	return perkey;
+}
+
+/* claim_kept_same_key: the rows kept before row r whose key is k */
+static int
+claim_kept_same_key(ClaimPicked *pick, int r, Datum k, bool knull)
+{
+	int			same = 0;
+	int			p;
+
+	for (p = 0; p < r; p++)
+	{
+		bool		pnull;
+
+		if (pick->keep[p] &&
+			claim_text_eq(k, knull,
+						  NtaskTupGetDatum(pick->rows, p, CLAIM_PICK_KEY, &pnull),
+						  pnull))
+			same++;
+	}
+	return same;
+}
+
+/*
+ * claim_limit_cap
+ *		The caps (claim_limit): the picked tasks kept in pick order while
+ *		they fit under max_inflight and, in a keyed pick, the key's
+ *		partition_max_inflight; returns how many are kept.
+ */
+static int
+claim_limit_cap(ClaimCall *call, ClaimPicked *pick, ClaimPolicy *pol,
+				ClaimState *st)
+{
+	bool		per_key = pick->keyed && pol->partition_max_inflight > 0;
+	int			total = 0;
+	int			kept = 0;
+	int			cap;
+	int			nrows;
+	int		   *perkey = NULL;
+	SPITupleTable *counts;
+	int			r;
+
+	counts = claim_inflight(call->queue, pick, pol, &cap, &nrows);
+	for (r = 0; r < nrows; r++)
+		total += NtaskTupGetInt32(counts, r, CLAIM_INFLIGHT_COUNT);
+	if (per_key)
+		perkey = claim_key_inflight(pick, counts, nrows);
+	for (r = 0; r < pick->n; r++)
+	{
+		if (pol->max_inflight > 0 && total + kept >= cap)
+		{
+			pick->keep[r] = false;
+			st->held = true;
+			st->node_full = cap < pol->max_inflight;
+			call->held_cap = true;
+		}
+		else if (per_key)
+		{
+			bool		isnull;
+			Datum		k = NtaskTupGetDatum(pick->rows, r, CLAIM_PICK_KEY, &isnull);
+
+			if (perkey[r] + claim_kept_same_key(pick, r, k, isnull) >=
+				pol->partition_max_inflight)
+			{
+				pick->keep[r] = false;
+				claim_hold_key(st, k, isnull);
+				call->held_cap = true;
+			}
+		}
+		if (pick->keep[r])
+			kept++;
+	}
+	return kept;
+}
+
+/*
+ * claim_limit_share
+ *		The retries' share (claim_limit): while first attempts are due, a
+ *		retry goes only while retries have had at most retry_share of the
+ *		queue's recent hand-outs (limit.c); one held back makes the next
+ *		rounds look for first attempts only, and when those find none,
+ *		retries take all.  Returns how many it held back.
+ */
+static int
+claim_limit_share(ClaimCall *call, ClaimPicked *pick, ClaimPolicy *pol,
+				  ClaimState *st)
+{
+	char	   *qname = text_to_cstring(call->queue);
+	int			held = 0;
+	int			r;
+
+	for (r = 0; r < pick->n; r++)
+	{
+		if (!pick->keep[r])
+			continue;
+		if (!NtaskShareTake(qname, pol->retry_share,
+							NtaskTupGetBool(pick->rows, r, CLAIM_PICK_RETRY)))
+		{
+			pick->keep[r] = false;
+			held++;
+			st->fresh_only = true;
+		}
+	}
+	return held;
+}
+
+/*
+ * claim_limit_rate
+ *		The rates (claim_limit): one token of the queue's bucket and, in a
+ *		keyed pick, of the key's (limit.c) per kept task, in pick order.
+ *		Returns how many it held back; call->held_until is when the first
+ *		of their buckets has a token again.
+ */
+static int
+claim_limit_rate(ClaimCall *call, ClaimPicked *pick, ClaimPolicy *pol,
+				 ClaimState *st)
+{
+	TimestampTz now = GetCurrentStatementStartTimestamp();
+	char	   *qname = text_to_cstring(call->queue);
+	int64		rate_per = pol->rate_per;
+	int			held = 0;
+	int			r;
+
+	/*
+	 * A distributed install: this node (the picked shard's,
+	 * claim_dist_policy) holding L of the S shards runs the queue's bucket at
+	 * L / S of its rate (rate_n per rate_per S / L), so the nodes' buckets
+	 * add up to the rate.  A key lives in one shard: its bucket is whole on
+	 * its node.
+	 */
+	if (pol->rate_n > 0 && NtaskShardCount() > 0 && NtaskLocalShardCount() > 0)
+		rate_per = rate_per * NtaskShardCount() / NtaskLocalShardCount();
+
+	for (r = 0; r < pick->n; r++)
+	{
+		text	   *k = NULL;
+		TimestampTz next;
+		int			empty;
+
+		if (!pick->keep[r])
+			continue;
+		if (pick->keyed && pol->partition_rate_n > 0)
+			k = NtaskTupGetText(pick->rows, r, CLAIM_PICK_KEY);
+		empty = NtaskLimitTake(qname, pol->rate_n, rate_per,
+							   k ? VARDATA_ANY(k) : NULL,
+							   k ? VARSIZE_ANY_EXHDR(k) : 0,
+							   pol->partition_rate_n, pol->partition_rate_per,
+							   now, &next);
+		if (empty == 0)
+			continue;
+		pick->keep[r] = false;
+		held++;
+		if (call->held_until == 0 || next < call->held_until)
+			call->held_until = next;
+		if (empty == NTASK_LIMIT_QUEUE)
+			st->held = true;
+		else
+			claim_hold_key(st, PointerGetDatum(k), false);
+	}
+	return held;
 }
 
 /*
  * claim_limit
  *		Which of the picked tasks a limited queue may hand out
- *		(pick->keep[r]); returns how many.  In this order (docs/design.md "Flow
- *		control"):
+ *		(pick->keep[r]); returns how many.  In this order (docs/design.md
+ *		"Flow control"):
  *
  *		caps	max_inflight: the queue's cap lock is held (the pick took it;
  *				a pick that could not picked nothing, CLAIM_CAP_LOCK);
@@ -1617,463 +2040,427 @@ claim_hold_key(ClaimOrder *order, Datum k, bool isnull)
  *				turn lock is held (the pick took it too).  Then the
  *				leases still running are counted in a new snapshot, which
  *				sees every lease committed before the lock was taken, and
- *				the picked tasks are kept in pick order while they fit.
+ *				the picked tasks are kept in pick order while they fit
+ *				(claim_limit_cap).
+ *		share	the retries' share (claim_limit_share).
  *		rates	one token of the queue's bucket and of the key's (limit.c)
- *				per kept task, in pick order; a task without tokens stays.
+ *				per kept task, in pick order; a task without tokens stays
+ *				(claim_limit_rate).
  *
  *		A task kept back stays as it is (due, no attempt, no budget); its
  *		row lock is held until the claim's transaction ends, so the claim
- *		looks no further (order->held).
+ *		looks no further (st->held).
  */
 static int
-claim_limit(ClaimCall *call, ClaimPicked *pick, ClaimOrder *order)
+claim_limit(ClaimCall *call, ClaimPicked *pick, ClaimPolicy *pol,
+			ClaimState *st)
 {
-	text	   *queue = call->queue;
-	int			npicked = pick->n;
-	bool		fair_pick = pick->keyed;
-	bool	   *keep = pick->keep;
-	int			kept = 0;
+	int			kept = pick->n;
 	int			r;
-	bool		isnull;
 
-	for (r = 0; r < npicked; r++)
-		keep[r] = true;
-	kept = npicked;
-
-	if (order->max_inflight > 0 || order->partition_max_inflight > 0)
-	{
-		SPITupleTable *counts;
-		int			nrows;
-		int			total = 0;
-		int		   *perkey = palloc0(sizeof(int) * npicked);
-		int			cap = order->max_inflight;
-
-		/* $1 the queue, $2 (of a shard) the picked tasks' shard */
-		Datum		args[2];
-
-		args[0] = PointerGetDatum(queue);
-		if (NtaskShardCount() > 0 && order->max_inflight > 0)
-		{
-			/*
-			 * A queue-wide cap on a distributed install, shared out by node:
-			 * the node that holds the picked shard, L of the S shards, holds
-			 * ceil(cap L / S) leases of the queue.  The pick took the cap
-			 * lock on that node (CLAIM_CAP_LOCK runs where the routed pick
-			 * runs), so the node's leases are counted exactly, as on one
-			 * node; across nodes the shares add up to at most cap + N - 1
-			 * for N nodes (docs/scaling.md "Caps across nodes").
-			 */
-			int			nshards = NtaskShardCount();
-			int16	   *same = palloc(sizeof(int16) * nshards);
-			Datum	   *elems = palloc(sizeof(Datum) * nshards);
-			int			n;
-			int			i;
-
-			SPI_tuptable = pick->rows;
-			n = NtaskShardGroupShards(NTASK_ID_SHARD(NtaskGetInt64(0, CLAIM_PICK_TASK_ID)), same);
-			for (i = 0; i < n; i++)
-				elems[i] = Int16GetDatum(same[i]);
-			cap = (int) (((int64) order->max_inflight * n + nshards - 1) / nshards);
-			args[1] = PointerGetDatum(construct_array(elems, n, INT2OID, sizeof(int16), true,
-													  TYPALIGN_SHORT));
-			nrows = NtaskExecPlan(&claim_inflight_node_plan, args, NULL, SPI_OK_SELECT);
-		}
-		else if (NtaskShardCount() > 0)
-		{
-			/* the picked tasks' shard: their keys' tasks are all there */
-			SPI_tuptable = pick->rows;
-			args[1] = Int16GetDatum(NTASK_ID_SHARD(NtaskGetInt64(0, CLAIM_PICK_TASK_ID)));
-			nrows = NtaskExecPlan(&claim_inflight_shard_plan, args, NULL, SPI_OK_SELECT);
-		}
-		else
-			nrows = NtaskExecPlan(&claim_inflight_plan, args, NULL, SPI_OK_SELECT);
-		counts = SPI_tuptable;
-		for (r = 0; r < nrows; r++)
-			total += NtaskGetInt32(r, CLAIM_INFLIGHT_COUNT);
-		/* the leases running for each picked task's key */
-		if (fair_pick && order->partition_max_inflight > 0)
-			for (r = 0; r < npicked; r++)
-			{
-				Datum		k;
-				bool		knull;
-				int			c;
-
-				SPI_tuptable = pick->rows;
-				k = NtaskGetDatum(r, CLAIM_PICK_KEY, &knull);
-				SPI_tuptable = counts;
-				for (c = 0; c < nrows; c++)
-				{
-					Datum		ck = NtaskGetDatum(c, CLAIM_INFLIGHT_KEY, &isnull);
-
-					if (claim_text_eq(k, knull, ck, isnull))
-						perkey[r] = NtaskGetInt32(c, CLAIM_INFLIGHT_COUNT);
-				}
-			}
-		SPI_tuptable = pick->rows;
-		kept = 0;
-		for (r = 0; r < npicked; r++)
-		{
-			int			same = 0;	/* kept before r with r's key */
-			int			p;
-
-			if (order->max_inflight > 0 && total + kept >= cap)
-			{
-				keep[r] = false;
-				order->held = true;
-				order->node_full = cap < order->max_inflight;
-				call->held_cap = true;
-			}
-			else if (fair_pick && order->partition_max_inflight > 0)
-			{
-				Datum		k = NtaskGetDatum(r, CLAIM_PICK_KEY, &isnull);
-
-				for (p = 0; p < r; p++)
-				{
-					bool		pnull;
-
-					if (keep[p] &&
-						claim_text_eq(k, isnull, NtaskGetDatum(p, CLAIM_PICK_KEY, &pnull), pnull))
-						same++;
-				}
-				if (perkey[r] + same >= order->partition_max_inflight)
-				{
-					keep[r] = false;
-					claim_hold_key(order, k, isnull);
-					call->held_cap = true;
-				}
-			}
-			if (keep[r])
-				kept++;
-		}
-	}
-
-	/*
-	 * The retries' share: while first attempts are due, a retry goes only
-	 * while retries have had at most retry_share of the queue's recent
-	 * hand-outs (limit.c); one held back makes the next rounds look for
-	 * first attempts only, and when those find none, retries take all.
-	 */
-	if (order->retry_share < 1.0f && !order->share_off &&
-		order->mode != CLAIM_MODE_ORDERED)
-	{
-		char	   *qname = text_to_cstring(queue);
-
-		SPI_tuptable = pick->rows;
-		for (r = 0; r < npicked; r++)
-		{
-			if (!keep[r])
-				continue;
-			if (!NtaskShareTake(qname, order->retry_share,
-								NtaskGetBool(r, CLAIM_PICK_RETRY)))
-			{
-				keep[r] = false;
-				kept--;
-				order->fresh_only = true;
-			}
-		}
-	}
-
-	if (order->rate_n > 0 || (order->partition_rate_n > 0 && fair_pick))
-	{
-		TimestampTz now = GetCurrentStatementStartTimestamp();
-		char	   *qname = text_to_cstring(queue);
-		int64		rate_per = order->rate_per;
-
-		/*
-		 * A distributed install: this node (the picked shard's,
-		 * claim_dist_policy) holding L of the S shards runs the queue's
-		 * bucket at L / S of its rate (rate_n per rate_per S / L), so the
-		 * nodes' buckets add up to the rate.  A key lives in one shard: its
-		 * bucket is whole on its node.
-		 */
-		if (order->rate_n > 0 && NtaskShardCount() > 0 && NtaskLocalShardCount() > 0)
-			rate_per = rate_per * NtaskShardCount() / NtaskLocalShardCount();
-
-		SPI_tuptable = pick->rows;
-		for (r = 0; r < npicked; r++)
-		{
-			text	   *k = NULL;
-			TimestampTz next;
-			int			empty;
-
-			if (!keep[r])
-				continue;
-			if (fair_pick && order->partition_rate_n > 0)
-			{
-				Datum		kd = NtaskGetDatum(r, CLAIM_PICK_KEY, &isnull);
-
-				k = isnull ? NULL : DatumGetTextPP(kd);
-			}
-			empty = NtaskLimitTake(qname, order->rate_n, rate_per,
-								   k ? VARDATA_ANY(k) : NULL,
-								   k ? VARSIZE_ANY_EXHDR(k) : 0,
-								   order->partition_rate_n, order->partition_rate_per,
-								   now, &next);
-			if (empty != 0)
-			{
-				keep[r] = false;
-				kept--;
-				if (call->held_until == 0 || next < call->held_until)
-					call->held_until = next;
-				if (empty == NTASK_LIMIT_QUEUE)
-					order->held = true;
-				else
-					claim_hold_key(order, PointerGetDatum(k), false);
-			}
-		}
-	}
-	SPI_tuptable = pick->rows;
+	for (r = 0; r < pick->n; r++)
+		pick->keep[r] = true;
+	if (pol->max_inflight > 0 || pol->partition_max_inflight > 0)
+		kept = claim_limit_cap(call, pick, pol, st);
+	if (pol->retry_share < 1.0f && !st->share_off &&
+		pol->mode != CLAIM_MODE_ORDERED)
+		kept -= claim_limit_share(call, pick, pol, st);
+	if (pol->rate_n > 0 || (pol->partition_rate_n > 0 && pick->keyed))
+		kept -= claim_limit_rate(call, pick, pol, st);
 	return kept;
 }
 
 /*
- * claim_round
- *		Pick up to want due tasks, run the guard, close expired attempts,
- *		lease the rest, and put the leased ones into the result tuplestore.
- *		call->lease is the caller's lease, or 0 for the queue's.  Returns how
- *		many were leased, or -1 if nothing was due.  *more is set when
- *		another round could find more (some picked tasks were not handed out
- *		and the pick was full).  Each result row gets the call->nextra
- *		columns of call->extra appended.  All SPI results stay in the caller's SPI
- *		connection.
+ * Why a claim goes round again, or stops (claim_round_next): the claim
+ * runs another round (at most CLAIM_MAX_ROUNDS, while short of its
+ * max_tasks) only for a CLAIM_AGAIN_* reason.
  */
-static int
-claim_round(ClaimCall *call, int want, bool *more, int64 *lease_usecs,
-			ClaimOrder *order)
+typedef enum ClaimNext
 {
-	text	   *queue = call->queue;
-	Datum		worker = PointerGetDatum(call->worker);
-	Datum		lease;
-	char	   *guard;
-	char	   *guard_owner = NULL;
-	bool		guard_busy = false;
-	bool		any_retry = false;	/* a picked task had an attempt before */
-	bool		isnull;
-	Datum		values[CLAIM_LEASE_NARGS];
-	ClaimPicked pick;
-	Datum	   *ids;
-	Datum	   *tokens;			/* each id's token as picked */
-	Datum	   *taken;
-	Datum	   *taken_tokens;
-	int			nheld;
-	Datum		invoked_ids;
-	int			nkeys = 0;
-	int			nids = 0;
-	int			ntaken = 0;
-	int			nrows;
-	int			leased = 0;
-	int			r;
-	SPITupleTable *leased_rows;
+	CLAIM_STOP,					/* nothing says another round finds more */
+	CLAIM_STOP_EMPTY,			/* the pick found nothing due */
+	CLAIM_STOP_HELD,			/* rows a limit held back stay locked, or a
+								 * guard met a lock: look no further */
+	CLAIM_AGAIN_FIRST,			/* the first round */
+	CLAIM_AGAIN_FULL,			/* the pick was full, not all handed out */
+	CLAIM_AGAIN_SHARDS,			/* a distributed claim: the next shards */
+	CLAIM_AGAIN_NODE_FULL,		/* a node's share of the cap is full: the next
+								 * shards may be another node's */
+	CLAIM_AGAIN_FRESH,			/* retries over their share held back: look
+								 * for first attempts */
+	CLAIM_AGAIN_RETRIES,		/* no first attempt is due: the held retries
+								 * may go after all */
+	CLAIM_AGAIN_KEYS,			/* ordered: keys held back, others may go */
+	CLAIM_AGAIN_SPLIT			/* a keyed pick went around every key with
+								 * work: split the rest over them */
+} ClaimNext;
 
-	nheld = list_length(order->held_keys);
-	pick.n = claim_pick(queue, want, order);
-	pick.rows = SPI_tuptable;
-	*more = false;
+#define CLAIM_GO_AGAIN(next) ((next) >= CLAIM_AGAIN_FIRST)
+
+/*
+ * One round of a claim (claim_round), phase by phase: the pick, which of
+ * its rows the limits let go (pick.keep), the lease and guard they come
+ * with; what the guard let through (ids, each with its token as picked;
+ * taken, the takeovers among them, whose attempt the lease phase closes);
+ * and how many rows the emit phase handed out.
+ */
+typedef struct ClaimRound
+{
+	ClaimCall  *call;
+	ClaimPolicy *pol;
+	ClaimState *st;
+	int			want;
+	int			nheld;			/* st->held_keys before the round */
+	ClaimPicked pick;
+	Datum		lease;			/* the caller's, or the queue's */
+	char	   *guard;			/* NULL: none */
+	char	   *guard_owner;
+	int			nkeys;			/* keys in a keyed pick */
+	bool		guard_busy;		/* a guard met a lock (NTASK_GUARD_BUSY) */
+	bool		any_retry;		/* a task let through had an attempt before */
+	Datum	   *ids;			/* to lease, nids of them */
+	Datum	   *tokens;			/* each id's token as picked */
+	int			nids;
+	Datum	   *taken;			/* the takeovers among them, ntaken */
+	Datum	   *taken_tokens;
+	int			ntaken;
+	int			leased;			/* rows handed out */
+} ClaimRound;
+
+/*
+ * claim_round_pick
+ *		The pick phase: pick up to want due tasks (claim_pick); a pause's
+ *		end for a waiting claim to sleep until; then, from the first picked
+ *		row, the lease and the guard, and which of the picked tasks the
+ *		queue's limits let go (claim_limit).  False when nothing was
+ *		picked, *next saying whether to look again.
+ */
+static bool
+claim_round_pick(ClaimRound *rd, int64 *lease_usecs, ClaimNext *next)
+{
+	ClaimCall  *call = rd->call;
+	ClaimPolicy *pol = rd->pol;
+	ClaimPicked *pick = &rd->pick;
+	bool		isnull;
+
+	rd->nheld = list_length(rd->st->held_keys);
+	pick->n = claim_pick(call->queue, rd->want, pol, rd->st, &pick->rows);
 	/* a waiting claim sleeps until a pause ends (or a resume wakes it) */
-	if ((order->paused || order->keys_paused) && order->pause_ends != 0 &&
-		(call->held_until == 0 || order->pause_ends < call->held_until))
-		call->held_until = order->pause_ends;
-	if (pick.n == 0 && order->fresh_only)
+	if ((pol->paused || pol->keys_paused) && pol->pause_ends != 0 &&
+		(call->held_until == 0 || pol->pause_ends < call->held_until))
+		call->held_until = pol->pause_ends;
+	if (pick->n == 0)
 	{
-		/* no first attempt is due: the held retries may go after all */
-		order->fresh_only = false;
-		order->share_off = true;
-		*more = true;
-		return 0;
+		*next = CLAIM_STOP_EMPTY;
+		if (rd->st->fresh_only)
+		{
+			/* no first attempt is due: the held retries may go after all */
+			rd->st->fresh_only = false;
+			rd->st->share_off = true;
+			*next = CLAIM_AGAIN_RETRIES;
+		}
+		return false;
 	}
-	if (pick.n == 0)
-		return -1;
-	lease = call->lease ? call->lease : NtaskGetDatum(0, CLAIM_PICK_LEASE, &isnull);
-	*lease_usecs = NtaskIntervalUsecs(DatumGetIntervalP(lease));
-	guard = NtaskGetCString(0, CLAIM_PICK_GUARD);
-	if (guard != NULL)
+	rd->lease = call->lease ? call->lease :
+		NtaskTupGetDatum(pick->rows, 0, CLAIM_PICK_LEASE, &isnull);
+	*lease_usecs = NtaskIntervalUsecs(DatumGetIntervalP(rd->lease));
+	rd->guard = NtaskTupGetCString(pick->rows, 0, CLAIM_PICK_GUARD);
+	if (rd->guard != NULL)
 	{
 		/* the guard with the owner recorded with it, from one row */
-		guard = NtaskQueueGuard(queue, &guard_owner);
-		SPI_tuptable = pick.rows;
+		rd->guard = NtaskQueueGuard(call->queue, &rd->guard_owner);
 	}
-
-	ids = palloc(sizeof(Datum) * pick.n);
-	tokens = palloc(sizeof(Datum) * pick.n);
-	taken = palloc(sizeof(Datum) * pick.n);
-	taken_tokens = palloc(sizeof(Datum) * pick.n);
-	pick.keep = palloc(sizeof(bool) * pick.n);
-	pick.keyed = pick.rows->tupdesc->natts >= CLAIM_PICK_KEY;
-	if (claim_read_policy(queue, order))
-		(void) claim_limit(call, &pick, order);
+	pick->keep = palloc(sizeof(bool) * pick->n);
+	pick->keyed = pick->rows->tupdesc->natts >= CLAIM_PICK_KEY;
+	if (claim_read_policy(pick->rows, call->queue, pol))
+		(void) claim_limit(call, pick, pol, rd->st);
 	else
-		memset(pick.keep, true, sizeof(bool) * pick.n);
-	for (r = 0; r < pick.n; r++)
+		memset(pick->keep, true, sizeof(bool) * pick->n);
+	return true;
+}
+
+/*
+ * claim_guard_lets
+ *		The guard's verdict on picked row r (task task_id): true when the
+ *		task may be leased.  A task the guard skips or cancels is finished
+ *		with the guard's reason, one the guard could not decide on goes to
+ *		repair; one whose guard met a lock stays due (rd->guard_busy).
+ */
+static bool
+claim_guard_lets(ClaimRound *rd, int r, int64 task_id, bool was_leased)
+{
+	ClaimCall  *call = rd->call;
+	SPITupleTable *rows = rd->pick.rows;
+	bool		isnull;
+	char	   *reason;
+	NtaskGuardVerdict v;
+
+	v = NtaskRunGuard(rd->guard, rd->guard_owner,
+					  DatumGetTextPP(NtaskTupGetDatum(rows, r, CLAIM_PICK_TASK_KEY, &isnull)),
+					  DatumGetJsonbP(NtaskTupGetDatum(rows, r, CLAIM_PICK_PAYLOAD, &isnull)),
+					  &reason, true);
+	if (v == NTASK_GUARD_PROCEED)
+		return true;
+	if (v == NTASK_GUARD_BUSY)
 	{
-		int64		task_id;
-		bool		was_leased;
+		/*
+		 * Something the guard reads was locked (lock timeout, deadlock): the
+		 * task stays due for a later claim; this one looks no further
+		 * (another round would pick it again).
+		 */
+		rd->guard_busy = true;
+		return false;
+	}
+	if (v == NTASK_GUARD_ERROR)
+	{
+		/*
+		 * The guard could not decide: the task needs a human, the queue goes
+		 * on.  The error text is in the audit log.
+		 */
+		NtaskFinishTask(task_id, "repair_required", "guard_error",
+						"guard_error", "permanent", "guard");
+		call->writes++;
+		NtaskAudit(text_to_cstring(call->worker), "guard_error", task_id,
+				   text_to_cstring(call->queue), reason,
+				   was_leased ? "leased" : "ready", "repair_required");
+		return false;
+	}
+	{
+		const char *to = v == NTASK_GUARD_SKIP ? "skipped" : "canceled";
 
-		SPI_tuptable = pick.rows;	/* the guard may run SPI statements */
-		task_id = NtaskGetInt64(r, CLAIM_PICK_TASK_ID);
-		was_leased = NtaskGetBool(r, CLAIM_PICK_WAS_LEASED);
+		NtaskFinishTask(task_id, to,
+						reason ? reason : psprintf("guard: %s", to),
+						"guard", NULL, NULL);
+		call->writes++;
+	}
+	return false;
+}
+
+/*
+ * claim_round_guard
+ *		The guard phase: of the picked tasks the limits let go, those the
+ *		queue's guard lets through (all of them without a guard) go into
+ *		rd->ids, the takeovers also into rd->taken; and the keys of a keyed
+ *		pick are counted (for claim_round_next).
+ */
+static void
+claim_round_guard(ClaimRound *rd)
+{
+	ClaimPicked *pick = &rd->pick;
+	bool		isnull;
+	int			r;
+
+	rd->ids = palloc(sizeof(Datum) * pick->n);
+	rd->tokens = palloc(sizeof(Datum) * pick->n);
+	rd->taken = palloc(sizeof(Datum) * pick->n);
+	rd->taken_tokens = palloc(sizeof(Datum) * pick->n);
+	for (r = 0; r < pick->n; r++)
+	{
+		int64		task_id = NtaskTupGetInt64(pick->rows, r, CLAIM_PICK_TASK_ID);
+		bool		was_leased = NtaskTupGetBool(pick->rows, r, CLAIM_PICK_WAS_LEASED);
+
 		/* keys in this pick (rows of one key are adjacent) */
-		if (pick.keyed &&
+		if (pick->keyed &&
 			(r == 0 || !DatumGetBool(DirectFunctionCall2Coll(texteq, C_COLLATION_OID,
-															 NtaskGetDatum(r, CLAIM_PICK_KEY, &isnull),
-															 NtaskGetDatum(r - 1, CLAIM_PICK_KEY, &isnull)))))
-			nkeys++;
-		if (!pick.keep[r])
+															 NtaskTupGetDatum(pick->rows, r, CLAIM_PICK_KEY, &isnull),
+															 NtaskTupGetDatum(pick->rows, r - 1, CLAIM_PICK_KEY, &isnull)))))
+			rd->nkeys++;
+		if (!pick->keep[r])
 			continue;			/* held back by a limit (claim_limit) */
-		if (guard != NULL)
-		{
-			char	   *reason;
-			NtaskGuardVerdict v;
-
-			v = NtaskRunGuard(guard, guard_owner,
-							  DatumGetTextPP(NtaskGetDatum(r, CLAIM_PICK_TASK_KEY, &isnull)),
-							  DatumGetJsonbP(NtaskGetDatum(r, CLAIM_PICK_PAYLOAD, &isnull)),
-							  &reason, true);
-			if (v == NTASK_GUARD_BUSY)
-			{
-				/*
-				 * Something the guard reads was locked (lock timeout,
-				 * deadlock): the task stays due for a later claim; this one
-				 * looks no further (another round would pick it again).
-				 */
-				guard_busy = true;
-				continue;
-			}
-			if (v == NTASK_GUARD_ERROR)
-			{
-				/*
-				 * The guard could not decide: the task needs a human, the
-				 * queue goes on.  The error text is in the audit log.
-				 */
-				NtaskFinishTask(task_id, "repair_required", "guard_error",
-								"guard_error", "permanent", "guard");
-				call->writes++;
-				NtaskAudit(TextDatumGetCString(worker), "guard_error", task_id,
-						   text_to_cstring(queue), reason,
-						   was_leased ? "leased" : "ready", "repair_required");
-				continue;
-			}
-			if (v != NTASK_GUARD_PROCEED)
-			{
-				const char *to = v == NTASK_GUARD_SKIP ? "skipped" : "canceled";
-
-				NtaskFinishTask(task_id, to,
-								reason ? reason : psprintf("guard: %s", to),
-								"guard", NULL, NULL);
-				call->writes++;
-				continue;
-			}
-		}
-		SPI_tuptable = pick.rows;	/* the guard may have run statements */
-		tokens[nids] = Int64GetDatum(NtaskGetInt64(r, CLAIM_PICK_TOKEN));
-		ids[nids++] = Int64GetDatum(task_id);
+		if (rd->guard != NULL && !claim_guard_lets(rd, r, task_id, was_leased))
+			continue;
+		rd->tokens[rd->nids] = Int64GetDatum(NtaskTupGetInt64(pick->rows, r, CLAIM_PICK_TOKEN));
+		rd->ids[rd->nids++] = Int64GetDatum(task_id);
 		if (was_leased)
 		{
-			taken_tokens[ntaken] = tokens[nids - 1];
-			taken[ntaken++] = Int64GetDatum(task_id);
+			rd->taken_tokens[rd->ntaken] = rd->tokens[rd->nids - 1];
+			rd->taken[rd->ntaken++] = Int64GetDatum(task_id);
 		}
-		if (NtaskGetBool(r, CLAIM_PICK_RETRY))
-			any_retry = true;
+		if (NtaskTupGetBool(pick->rows, r, CLAIM_PICK_RETRY))
+			rd->any_retry = true;
 	}
+}
 
-	invoked_ids = ntaken > 0 ?
-		NtaskCloseExpiredAttempts(NtaskInt8Array(taken, ntaken),
-								  NtaskInt8Array(taken_tokens, ntaken)) :
+/*
+ * claim_lease_dist
+ *		The lease statement of a distributed install (claim_lease_dist_plan,
+ *		parameters values), after the receipts of its tasks: the prior
+ *		outcome of a task with one is 'committed' in the rows returned.
+ */
+static SPITupleTable *
+claim_lease_dist(ClaimRound *rd, Datum *values, int *nrows)
+{
+	Datum		rv[CLAIM_RECEIPTS_NARGS];
+	int			nrcpt = 0;
+	int64	   *rcpt;
+	SPITupleTable *rcpt_rows = NULL;
+	SPITupleTable *leased_rows;
+	int			r;
+
+	/*
+	 * A receipt is written with a token, so a task on its first attempt has
+	 * none: the lookup is for retries and takeovers.
+	 */
+	rv[CLAIM_RECEIPTS_ARG_IDS] = values[CLAIM_LEASE_ARG_IDS];
+	rv[CLAIM_RECEIPTS_ARG_SHARD] = values[CLAIM_LEASE_ARG_SHARD];
+	if (rd->any_retry)
+		rcpt_rows = claim_exec(&claim_receipts_plan, rv, SPI_OK_SELECT, 0, &nrcpt);
+	rcpt = palloc(sizeof(int64) * Max(nrcpt, 1));
+	for (r = 0; r < nrcpt; r++)
+		rcpt[r] = NtaskTupGetInt64(rcpt_rows, r, CLAIM_RECEIPTS_TASK_ID);
+	leased_rows = claim_exec(&claim_lease_dist_plan, values,
+							 SPI_OK_UPDATE_RETURNING, 0, nrows);
+	claim_mark_committed(leased_rows, *nrows, rcpt, nrcpt);
+	return leased_rows;
+}
+
+/*
+ * claim_round_lease
+ *		The lease phase: close the attempts of the tasks taken over, then
+ *		lease rd->ids (or divert those whose budget or deadline is spent)
+ *		in one statement, the plain or the distributed one.  Returns its
+ *		rows (ClaimCol), *nrows of them.
+ */
+static SPITupleTable *
+claim_round_lease(ClaimRound *rd, int *nrows)
+{
+	ClaimCall  *call = rd->call;
+	Datum		values[CLAIM_LEASE_NARGS];
+	Datum		invoked_ids;
+
+	invoked_ids = rd->ntaken > 0 ?
+		NtaskCloseExpiredAttempts(NtaskInt8Array(rd->taken, rd->ntaken),
+								  NtaskInt8Array(rd->taken_tokens, rd->ntaken)) :
 		NtaskInt8Array(NULL, 0);
 
-	if (nids > 0)
+	call->writes++;				/* closes and leases (or diverts) nids rows */
+	values[CLAIM_LEASE_ARG_IDS] = NtaskInt8Array(rd->ids, rd->nids);
+	values[CLAIM_LEASE_ARG_WORKER] = PointerGetDatum(call->worker);
+	values[CLAIM_LEASE_ARG_LEASE] = rd->lease;
+	values[CLAIM_LEASE_ARG_TAKEN] = NtaskInt8Array(rd->taken, rd->ntaken);
+	values[CLAIM_LEASE_ARG_INVOKED_IDS] = invoked_ids;
+	values[CLAIM_LEASE_ARG_TOKEN_FLOOR] = Int64GetDatum(NtaskTokenFloor());
+	values[CLAIM_LEASE_ARG_NOW] = NtaskStatementTs();
+	values[CLAIM_LEASE_ARG_LEASE_UNTIL] =
+		DirectFunctionCall2(timestamptz_pl_interval,
+							values[CLAIM_LEASE_ARG_NOW], rd->lease);
+	values[CLAIM_LEASE_ARG_SHARD] =
+		Int16GetDatum(NtaskIdsShard(values[CLAIM_LEASE_ARG_IDS]));
+	values[CLAIM_LEASE_ARG_INVOKED] = BoolGetDatum(call->invoked);
+	values[CLAIM_LEASE_ARG_TOKENS] = NtaskInt8Array(rd->tokens, rd->nids);
+	if (NtaskShardCount() == 0)
+		return claim_exec(&claim_lease_plan, values, SPI_OK_SELECT, 0, nrows);
+	return claim_lease_dist(rd, values, nrows);
+}
+
+/*
+ * claim_round_emit
+ *		The emit phase: each leased row of the lease statement (not those
+ *		diverted to repair) goes into the result tuplestore, ntask_claim's
+ *		columns, then the call->nextra columns of call->extra, then the
+ *		context column.
+ */
+static void
+claim_round_emit(ClaimRound *rd, SPITupleTable *leased_rows, int nrows)
+{
+	ClaimCall  *call = rd->call;
+	int			r;
+
+	for (r = 0; r < nrows; r++)
 	{
-		call->writes++;		/* closes and leases (or diverts) nids rows */
-		values[CLAIM_LEASE_ARG_IDS] = NtaskInt8Array(ids, nids);
-		values[CLAIM_LEASE_ARG_WORKER] = worker;
-		values[CLAIM_LEASE_ARG_LEASE] = lease;
-		values[CLAIM_LEASE_ARG_TAKEN] = NtaskInt8Array(taken, ntaken);
-		values[CLAIM_LEASE_ARG_INVOKED_IDS] = invoked_ids;
-		values[CLAIM_LEASE_ARG_TOKEN_FLOOR] = Int64GetDatum(NtaskTokenFloor());
-		values[CLAIM_LEASE_ARG_NOW] = NtaskStatementTs();
-		values[CLAIM_LEASE_ARG_LEASE_UNTIL] =
-			DirectFunctionCall2(timestamptz_pl_interval,
-								values[CLAIM_LEASE_ARG_NOW], lease);
-		values[CLAIM_LEASE_ARG_SHARD] =
-			Int16GetDatum(NtaskIdsShard(values[CLAIM_LEASE_ARG_IDS]));
-		values[CLAIM_LEASE_ARG_INVOKED] = BoolGetDatum(order->invoked);
-		values[CLAIM_LEASE_ARG_TOKENS] = NtaskInt8Array(tokens, nids);
-		if (NtaskShardCount() == 0)
-			nrows = NtaskExecPlan(&claim_lease_plan, values, NULL, SPI_OK_SELECT);
-		else
-		{
-			Datum		rv[2];
-			int			nrcpt;
-			int64	   *rcpt;
+		Datum		vals[CLAIM_NCOLS + CLAIM_MAX_EXTRA + 1];
+		bool		nulls[CLAIM_NCOLS + CLAIM_MAX_EXTRA + 1];
+		int			c;
 
-			/*
-			 * A receipt is written with a token, so a task on its first
-			 * attempt has none: the lookup is for retries and takeovers.
-			 */
-			rv[0] = values[CLAIM_LEASE_ARG_IDS];
-			rv[1] = values[CLAIM_LEASE_ARG_SHARD];
-			nrcpt = any_retry ?
-				NtaskExecPlan(&claim_receipts_plan, rv, NULL, SPI_OK_SELECT) : 0;
-			rcpt = palloc(sizeof(int64) * Max(nrcpt, 1));
-			for (r = 0; r < nrcpt; r++)
-				rcpt[r] = NtaskGetInt64(r, 1);	/* the task id */
-			nrows = NtaskExecPlan(&claim_lease_dist_plan, values, NULL,
-								  SPI_OK_UPDATE_RETURNING);
-			leased_rows = SPI_tuptable;
-			claim_mark_committed(leased_rows, nrows, rcpt, nrcpt);
-			SPI_tuptable = leased_rows;
-		}
-		leased_rows = SPI_tuptable;
-		for (r = 0; r < nrows; r++)
+		if (!NtaskTupGetBool(leased_rows, r, CLAIM_COL_LEASED))
+			continue;			/* diverted to repair_required */
+		for (c = 0; c < CLAIM_NCOLS; c++)
+			vals[c] = NtaskTupGetDatum(leased_rows, r, CLAIM_COL_TASK_ID + c, &nulls[c]);
+		for (c = 0; c < call->nextra; c++)
 		{
-			Datum		vals[CLAIM_NCOLS + CLAIM_MAX_EXTRA + 1];
-			bool		nulls[CLAIM_NCOLS + CLAIM_MAX_EXTRA + 1];
-			int			c;
-
-			SPI_tuptable = leased_rows;
-			if (!NtaskGetBool(r, CLAIM_COL_LEASED))
-				continue;		/* diverted to repair_required */
-			for (c = 0; c < CLAIM_NCOLS; c++)
-				vals[c] = NtaskGetDatum(r, CLAIM_COL_TASK_ID + c, &nulls[c]);
-			for (c = 0; c < call->nextra; c++)
-			{
-				vals[CLAIM_NCOLS + c] = call->extra[c];
-				nulls[CLAIM_NCOLS + c] = call->extranulls[c];
-			}
-			/* the context column, last: one test for a task without one */
-			c = CLAIM_NCOLS + call->nextra;
-			vals[c] = (Datum) 0;
-			nulls[c] = true;
-			if (NtaskGetBool(r, CLAIM_COL_HAS_CONTEXT))
-				vals[c] = claim_context(r, queue, &call->context_bytes, &nulls[c]);
-			tuplestore_putvalues(call->rsinfo->setResult, call->rsinfo->setDesc,
-								 vals, nulls);
-			leased++;
+			vals[CLAIM_NCOLS + c] = call->extra[c];
+			nulls[CLAIM_NCOLS + c] = call->extranulls[c];
 		}
+		/* the context column, last: one test for a task without one */
+		c = CLAIM_NCOLS + call->nextra;
+		vals[c] = (Datum) 0;
+		nulls[c] = true;
+		if (NtaskTupGetBool(leased_rows, r, CLAIM_COL_HAS_CONTEXT))
+			vals[c] = claim_context(leased_rows, r, call->queue,
+									&call->context_bytes, &nulls[c]);
+		tuplestore_putvalues(call->rsinfo->setResult, call->rsinfo->setDesc,
+							 vals, nulls);
+		rd->leased++;
 	}
+}
 
-	*more = pick.n == want && leased < want;
-	/* a distributed install: the next round looks in the next shards */
-	if (pick.n > 0 && leased < want && NtaskWalkShardCount() > 1)
-		*more = true;
-	if (order->node_full && !guard_busy && leased < want &&
+/*
+ * claim_round_next
+ *		The decision after a round that picked something: whether another
+ *		round could find more, and why (ClaimNext).  A keyed pick that went
+ *		around every key with work sets the next round's share per key.
+ */
+static ClaimNext
+claim_round_next(ClaimRound *rd)
+{
+	ClaimState *st = rd->st;
+	bool		short_of = rd->leased < rd->want;
+
+	if (st->node_full && !rd->guard_busy && short_of &&
 		NtaskWalkShardCount() > 1 && NtaskLocalShardCount() == 0)
-		*more = true;			/* a node's share is full: the next shards may
-								 * be another node's (its rows stay locked);
-								 * a worker node walks only its own */
-	else if (order->held || guard_busy)
-		*more = false;			/* held rows stay locked, a busy guard's task
-								 * is due still: look no further */
-	else if (order->fresh_only && leased < want)
-		*more = true;			/* look for first attempts */
-	else if (order->mode == CLAIM_MODE_ORDERED)
-		*more = list_length(order->held_keys) > nheld && leased < want;
-	else if (pick.keyed && pick.n < want && leased < want)
+		return CLAIM_AGAIN_NODE_FULL;	/* its rows stay locked; a worker node
+										 * walks only its own shards */
+	if (st->held || rd->guard_busy)
+		return CLAIM_STOP_HELD;
+	if (st->fresh_only && short_of)
+		return CLAIM_AGAIN_FRESH;
+	if (rd->pol->mode == CLAIM_MODE_ORDERED)
+		return list_length(st->held_keys) > rd->nheld && short_of ?
+			CLAIM_AGAIN_KEYS : CLAIM_STOP;
+	if (rd->pick.keyed && rd->pick.n < rd->want && short_of)
 	{
-		/* went around every key with work: split the rest over them */
-		order->per = (want - leased + nkeys - 1) / nkeys;
-		*more = true;
+		st->per = (rd->want - rd->leased + rd->nkeys - 1) / rd->nkeys;
+		return CLAIM_AGAIN_SPLIT;
 	}
-	return leased;
+	if (rd->pick.n == rd->want && short_of)
+		return CLAIM_AGAIN_FULL;
+	if (short_of && NtaskWalkShardCount() > 1)
+		return CLAIM_AGAIN_SHARDS;
+	return CLAIM_STOP;
+}
+
+/*
+ * claim_round
+ *		One round of a claim, in phases: pick up to want due tasks (and
+ *		apply the queue's limits), run the guard, close expired attempts
+ *		and lease the rest, put the leased ones into the result tuplestore,
+ *		and decide whether to go round again (*next).  call->lease is the
+ *		caller's lease, or 0 for the queue's.  Returns how many were leased.
+ *		All SPI results stay in the caller's SPI connection.
+ */
+static int
+claim_round(ClaimCall *call, int want, ClaimPolicy *pol, ClaimState *st,
+			int64 *lease_usecs, ClaimNext *next)
+{
+	ClaimRound	rd = {0};
+
+	rd.call = call;
+	rd.pol = pol;
+	rd.st = st;
+	rd.want = want;
+	if (!claim_round_pick(&rd, lease_usecs, next))
+		return 0;
+	claim_round_guard(&rd);
+	if (rd.nids > 0)
+	{
+		SPITupleTable *leased_rows;
+		int			nrows;
+
+		leased_rows = claim_round_lease(&rd, &nrows);
+		claim_round_emit(&rd, leased_rows, nrows);
+	}
+	*next = claim_round_next(&rd);
+	return rd.leased;
 }
 
 /*
@@ -2124,15 +2511,16 @@ NtaskClaimInto(ClaimCall *c)
 {
 	int			got = 0;
 	int			round;
-	bool		more = true;
+	ClaimNext	next = CLAIM_AGAIN_FIRST;
 	int64		lease_usecs = 0;
-	ClaimOrder	order = {.mode = CLAIM_MODE_UNKNOWN, .per = 1};	/* the rest zero */
+	ClaimPolicy pol = {0};
+	ClaimState	st = {0};
 
 	/*
-	 * Its decisions read the queue as of the statement: the in-flight
-	 * count behind caps and ordered keys, in a transaction snapshot, would
-	 * miss the leases committed since the transaction began (two in flight
-	 * under max_inflight => 1, spec claim_repeatable_read).
+	 * Its decisions read the queue as of the statement: the in-flight count
+	 * behind caps and ordered keys, in a transaction snapshot, would miss the
+	 * leases committed since the transaction began (two in flight under
+	 * max_inflight => 1, spec claim_repeatable_read).
 	 */
 	if (IsolationUsesXactSnapshot())
 		ereport(ERROR,
@@ -2140,28 +2528,26 @@ NtaskClaimInto(ClaimCall *c)
 				 errmsg("ntask: a claim needs READ COMMITTED"),
 				 errdetail("Under REPEATABLE READ or SERIALIZABLE its snapshot is the transaction's: caps and ordered keys would miss the leases committed since it began."),
 				 errhint("Claim in a READ COMMITTED transaction (the default).")));
-	order.retry_share = 1.0f;
-	order.invoked = c->invoked;
+	pol.mode = CLAIM_MODE_UNKNOWN;
+	pol.retry_share = 1.0f;
+	st.per = 1;
 	c->held_cap = false;
 	c->held_until = 0;
 	/* a shard moved since the last claim: read the placements again */
 	NtaskRefreshPlacements();
 
 	Assert(c->nextra >= 0 && c->nextra <= CLAIM_MAX_EXTRA);
-	for (round = 0; round < CLAIM_MAX_ROUNDS && got < c->max_tasks && more; round++)
-	{
-		int			n = claim_round(c, c->max_tasks - got, &more, &lease_usecs,
-									&order);
-
-		got += Max(n, 0);
-	}
+	for (round = 0; round < CLAIM_MAX_ROUNDS && got < c->max_tasks &&
+		 CLAIM_GO_AGAIN(next); round++)
+		got += claim_round(c, c->max_tasks - got, &pol, &st, &lease_usecs,
+						   &next);
 
 	/*
 	 * A token handed out must stay handed out: if this commit were
-	 * acknowledged and then lost (synchronous_commit = off and a crash),
-	 * the next claim would issue the same token to another worker.  So the
-	 * commit of a transaction that leased a task is flushed whatever the
-	 * session's synchronous_commit says.
+	 * acknowledged and then lost (synchronous_commit = off and a crash), the
+	 * next claim would issue the same token to another worker.  So the commit
+	 * of a transaction that leased a task is flushed whatever the session's
+	 * synchronous_commit says.
 	 */
 	if (got > 0)
 	{
@@ -2172,4 +2558,58 @@ NtaskClaimInto(ClaimCall *c)
 								 GetCurrentStatementStartTimestamp() + lease_usecs);
 	}
 	return got;
+}
+
+/*
+ * ntask_claim(queue, worker, max_tasks, lease, wait, invoked)
+ *		RETURNS TABLE(task_id, task_key, payload, attempt, token, lease_until,
+ *					  prior_outcome)
+ *
+ * Leases up to max_tasks due tasks (ready, retry_wait whose run_at passed,
+ * or leased whose lease expired) to worker.  prior_outcome is 'committed'
+ * when an earlier attempt left a commit receipt (ntask_receipt), else
+ * 'unknown' when an earlier attempt may have had an effect, else NULL.
+ * With wait (a positive interval, cut to ntask.max_wait) and nothing due,
+ * it waits for work of the queue to be committed (NtaskClaimWait, wait.c)
+ * and returns what it then claims, or no row when the wait ran out.  With
+ * invoked, every attempt it leases is marked invoked in the lease itself,
+ * as if ntask_invoked had been called for it in the same transaction (one
+ * statement less per task for a worker that calls out at once).
+ * Errors: unknown queue 42704; NULL argument 22004; max_tasks outside
+ * 1..1000, a non-positive lease or a negative wait 22023; REPEATABLE READ
+ * or SERIALIZABLE, or a wait after a write in the transaction 25000.
+ */
+Datum
+ntask_claim(PG_FUNCTION_ARGS)
+{
+	ClaimCall	c;
+	int64		wait_usecs = 0;
+
+	NtaskClaimCallInit(&c, fcinfo, (ReturnSetInfo *) fcinfo->resultinfo,
+					   0, 1, 2, 3);
+	if (PG_ARGISNULL(5))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("ntask: invoked must not be NULL")));
+	c.invoked = PG_GETARG_BOOL(5);
+	if (!PG_ARGISNULL(4))
+	{
+		Interval   *w = PG_GETARG_INTERVAL_P(4);
+
+		if (w->month < 0 || w->day < 0 || w->time < 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("ntask: wait must not be negative")));
+		/* anything over a day is over ntask.max_wait's maximum: no overflow */
+		wait_usecs = (w->month > 0 || w->day > 0) ? USECS_PER_DAY :
+			Min(w->time, USECS_PER_DAY);
+	}
+	InitMaterializedSRF(fcinfo, 0);
+	SPI_connect();
+	if (wait_usecs > 0)
+		(void) NtaskClaimWait(&c, wait_usecs, NtaskClaimInto);
+	else
+		(void) NtaskClaimInto(&c);
+	SPI_finish();
+	return (Datum) 0;
 }

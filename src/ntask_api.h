@@ -86,6 +86,10 @@ extern void NtaskClaimCallInit(ClaimCall *c, FunctionCallInfo fcinfo,
 							   int a_max_tasks, int a_lease);
 extern int	NtaskClaimInto(ClaimCall *c);
 
+/* wait.c: claim is the claim each look runs (NtaskClaimInto) */
+extern int	NtaskClaimWait(ClaimCall *c, int64 wait_usecs,
+						   int (*claim) (ClaimCall *c));
+
 /* enqueue.c */
 extern void NtaskCheckPayload(Jsonb *jb, const char *what, int element,
 							  const char *suffix);

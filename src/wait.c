@@ -1,10 +1,12 @@
 /*-------------------------------------------------------------------------
  *
  * wait.c
- *	  ntask_claim's entry point, and the waiting claim: ntask_claim(...,
- *	  wait => interval) sleeps on its latch until work for its queue is
- *	  committed, then claims it (docs/design.md "Waiting claims").  The
- *	  pick and the lease are claim.c's (NtaskClaimInto).
+ *	  The waiting claim: ntask_claim(..., wait => interval) sleeps on its
+ *	  latch until work for its queue is committed, then claims it
+ *	  (docs/design.md "Waiting claims").  ntask_claim, the pick and the
+ *	  lease are claim.c's: ntask_claim hands the wait its claim
+ *	  (NtaskClaimInto) to run at each look, so this file calls nothing of
+ *	  claim.c's and claim.c alone calls into it.
  *
  * The waiter slots, the wake-at-commit of the transactions that make work
  * due and the ntask.waiters view live in waiter.c; this file is the wait
@@ -63,8 +65,6 @@
 #include "utils/resowner.h"
 
 
-PG_FUNCTION_INFO_V1(ntask_claim);
-
 /* a due task locked by another transaction: look again this often */
 #define NW_LOCKED_POLL_MS 100
 /*
@@ -73,6 +73,19 @@ PG_FUNCTION_INFO_V1(ntask_claim);
  * in backoff, leases that will run out).  Read as the owner; it reveals
  * nothing to the caller but when to look again.
  */
+typedef enum NwNextDueArg
+{
+	NW_NEXT_DUE_ARG_QUEUE,		/* $1 */
+	NW_NEXT_DUE_ARG_AFTER,		/* $2 */
+	NW_NEXT_DUE_ARG_SHARD,		/* $3, nw_next_due_shard_plan's */
+	NW_NEXT_DUE_NARGS
+} NwNextDueArg;
+
+typedef enum NwNextDueCol
+{
+	NW_NEXT_DUE_AT = 1			/* NULL: nothing due later */
+} NwNextDueCol;
+
 static NtaskPlan nw_next_due_plan = {
 	"wait next due",
 	.ncols = 1,
@@ -115,6 +128,13 @@ static NtaskPlan nw_next_due_shard_plan = {
  * and no transaction id.  No row (no such queue, or no right to claim
  * from it): the look runs and raises the claim's error.
  */
+typedef enum NwGateArg
+{
+	NW_GATE_ARG_QUEUE,			/* $1 */
+	NW_GATE_ARG_CALLER,			/* $2, for the worker_role */
+	NW_GATE_NARGS
+} NwGateArg;
+
 typedef enum NwGateCol
 {
 	NW_GATE_LIMITED = 1,		/* a queue-wide limit is set */
@@ -187,27 +207,29 @@ typedef struct NwLook
 static bool
 nw_gated(text *queue, bool *gate, NwLook *lk)
 {
-	Datum		values[2];
+	Datum		values[NW_GATE_NARGS];
 	bool		isnull;
 	bool		held = false;
 	Datum		d;
+	SPITupleTable *tt;
 
-	values[0] = PointerGetDatum(queue);
-	values[1] = ObjectIdGetDatum(NtaskCaller());
+	values[NW_GATE_ARG_QUEUE] = PointerGetDatum(queue);
+	values[NW_GATE_ARG_CALLER] = ObjectIdGetDatum(NtaskCaller());
 	if (NtaskExecPlan(NtaskShardCount() > 0 ? &nw_gate_dist_plan : &nw_gate_plan,
 					  values, NULL, SPI_OK_SELECT) == 0)
 		return false;
-	if (!NtaskGetBool(0, NW_GATE_LIMITED))
+	tt = SPI_tuptable;
+	if (!NtaskTupGetBool(tt, 0, NW_GATE_LIMITED))
 	{
 		*gate = false;
 		text_to_cstring_buffer(queue, nw_ungated, NTASK_QUEUE_BUF);
 		nw_ungated_db = MyDatabaseId;
 		return false;
 	}
-	d = NtaskGetDatum(0, NW_GATE_CAPPED, &isnull);
+	d = NtaskTupGetDatum(tt, 0, NW_GATE_CAPPED, &isnull);
 	if (!isnull && DatumGetBool(d))
 		lk->capped = held = true;
-	d = NtaskGetDatum(0, NW_GATE_NEXT_TOKEN, &isnull);
+	d = NtaskTupGetDatum(tt, 0, NW_GATE_NEXT_TOKEN, &isnull);
 	if (!isnull && DatumGetTimestampTz(d) > GetCurrentTimestamp())
 	{
 		lk->held_until = DatumGetTimestampTz(d);
@@ -224,26 +246,29 @@ nw_gated(text *queue, bool *gate, NwLook *lk)
 static TimestampTz
 nw_next_due(text *queue, TimestampTz after)
 {
-	Datum		values[3];
+	Datum		values[NW_NEXT_DUE_NARGS];
 	TimestampTz next = 0;
 	bool		isnull;
 	Datum		d;
 	int			nshards = NtaskShardCount();
 	int			i;
+	SPITupleTable *tt;
 
-	values[0] = PointerGetDatum(queue);
-	values[1] = TimestampTzGetDatum(after);
+	values[NW_NEXT_DUE_ARG_QUEUE] = PointerGetDatum(queue);
+	values[NW_NEXT_DUE_ARG_AFTER] = TimestampTzGetDatum(after);
 	if (nshards == 0)
 	{
 		NtaskExecPlan(&nw_next_due_plan, values, NULL, SPI_OK_SELECT);
-		d = NtaskGetDatum(0, 1, &isnull);
+		tt = SPI_tuptable;
+		d = NtaskTupGetDatum(tt, 0, NW_NEXT_DUE_AT, &isnull);
 		return isnull ? 0 : DatumGetTimestampTz(d);
 	}
 	for (i = 0; i < nshards; i++)
 	{
-		values[2] = Int16GetDatum(NtaskShardValue(i));
+		values[NW_NEXT_DUE_ARG_SHARD] = Int16GetDatum(NtaskShardValue(i));
 		NtaskExecPlan(&nw_next_due_shard_plan, values, NULL, SPI_OK_SELECT);
-		d = NtaskGetDatum(0, 1, &isnull);
+		tt = SPI_tuptable;
+		d = NtaskTupGetDatum(tt, 0, NW_NEXT_DUE_AT, &isnull);
 		if (!isnull && (next == 0 || DatumGetTimestampTz(d) < next))
 			next = DatumGetTimestampTz(d);
 	}
@@ -253,10 +278,10 @@ nw_next_due(text *queue, TimestampTz after)
 /*
  * nw_look
  *		One look, in an internal subtransaction: the gate (while *gate),
- *		then NtaskClaimInto.  Claimed something, or wrote something (tasks
- *		whose budget was spent, or that the guard finished): the
- *		subtransaction is kept, and so are its locks, and the claim
- *		returns.  Nothing: lk says whether a limit held work back, and
+ *		then the claim (claim: NtaskClaimInto).  Claimed something, or
+ *		wrote something (tasks whose budget was spent, or that the guard
+ *		finished): the subtransaction is kept, and so are its locks, and
+ *		the claim returns.  Nothing: lk says whether a limit held work back, and
  *		lk->next_due is the queue's next due time (0: none), after now when
  *		a limit held work back (the due tasks it held are not news); and
  *		the subtransaction is rolled back, which releases every lock the
@@ -265,7 +290,7 @@ nw_next_due(text *queue, TimestampTz after)
  *		whether a transaction id was assigned: row locks assign one.
  */
 static int
-nw_look(ClaimCall *c, bool *gate, NwLook *lk)
+nw_look(ClaimCall *c, int (*claim) (ClaimCall *c), bool *gate, NwLook *lk)
 {
 	MemoryContext oldcxt = CurrentMemoryContext;
 	ResourceOwner oldowner = CurrentResourceOwner;
@@ -281,7 +306,7 @@ nw_look(ClaimCall *c, bool *gate, NwLook *lk)
 
 		if (!*gate || !nw_gated(c->queue, gate, lk))
 		{
-			got = NtaskClaimInto(c);
+			got = claim(c);
 			lk->wrote = c->writes != writes;
 			lk->capped = c->held_cap;
 			lk->held_until = c->held_until;
@@ -348,29 +373,16 @@ nw_sleep(long timeout_ms)
 }
 
 /*
- * nw_claim_wait
- *		ntask_claim with a wait: claim at once if work is due, else sleep
- *		until a commit makes work of queue due, its next task comes due, or
- *		wait (capped by ntask.max_wait) has passed, and look again.  Returns
- *		how many tasks it leased (0 when the wait ran out).  Runs inside the
- *		caller's SPI connection.
- *
- * Refused (25000) in REPEATABLE READ or SERIALIZABLE (its snapshot would
- * never see new work) and in a transaction that has written (it would
- * hold that transaction's row locks while it sleeps); 55000 without
- * ntask in shared_preload_libraries.  statement_timestamp() is moved to
- * each look after the first, so a lease counts from the look that took
- * it, not from the start of the wait.
+ * nw_refuse
+ *		Raise the errors of a claim that may not wait: 55000 without ntask
+ *		in shared_preload_libraries or in a session already waiting, 25000
+ *		in REPEATABLE READ or SERIALIZABLE (its snapshot would never see new
+ *		work) and in a transaction that has written (it would hold that
+ *		transaction's row locks while it sleeps).
  */
-static int
-nw_claim_wait(ClaimCall *c, int64 wait_usecs)
+static void
+nw_refuse(void)
 {
-	char	   *qname = text_to_cstring(c->queue);
-	TimestampTz start;
-	TimestampTz until;
-	volatile int got = 0;
-	volatile bool filled = false;
-
 	if (!NtaskWaiterAvailable())
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
@@ -391,24 +403,139 @@ nw_claim_wait(ClaimCall *c, int64 wait_usecs)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("ntask: this session is already in a waiting claim")));
+}
 
+/*
+ * nw_wake_at
+ *		When a look that claimed nothing (lk, at now) sleeps until at the
+ *		latest, before the waiter's hint: the earliest of the wait's end,
+ *		the end of a limit that held the due work back, the next due task,
+ *		and, for due work another transaction has locked, a short poll.
+ */
+static TimestampTz
+nw_wake_at(NwLook *lk, TimestampTz now, TimestampTz until)
+{
+	TimestampTz wake = until;
+
+	if (lk->capped || lk->held_until != 0)
+	{
+		/* a limit held the due work back: until it lets it go */
+		if (lk->held_until != 0)
+			wake = Min(wake, lk->held_until);
+		if (lk->next_due != 0)
+			wake = Min(wake, lk->next_due);
+	}
+	else if (lk->next_due != 0 && lk->next_due <= now)
+	{
+		/* due but locked by another transaction: poll for a while */
+		wake = Min(wake, now + (int64) NW_LOCKED_POLL_MS * 1000);
+	}
+	else if (lk->next_due != 0)
+		wake = Min(wake, lk->next_due);
+	return wake;
+}
+
+/*
+ * nw_wait_loop
+ *		The wait of a registered waiter: look, and when the look claimed
+ *		and wrote nothing, sleep until a commit wakes it, its next task
+ *		comes due, a limit lets work go, or until; then look again.
+ *		Returns how many tasks the last look leased.
+ */
+static int
+nw_wait_loop(ClaimCall *c, int (*claim) (ClaimCall *c), const char *qname,
+			 TimestampTz start, TimestampTz until)
+{
+	bool		gate = nw_ungated_db != MyDatabaseId || strcmp(nw_ungated, qname) != 0;
+	bool		capped = false;
+	int			got;
+
+	for (;;)
+	{
+		TimestampTz now = GetCurrentTimestamp();
+		TimestampTz hint;
+		TimestampTz wake;
+		NwLook		lk;
+		bool		woken;
+		long		timeout_ms;
+
+		ResetLatch(MyLatch);
+		(void) NtaskWaiterRearm(now);
+		got = nw_look(c, claim, &gate, &lk);
+		if (got > 0 || lk.wrote)
+			break;
+		now = GetCurrentTimestamp();
+		if (now >= until)
+			break;
+		if ((lk.capped || lk.held_until != 0) && !gate)
+		{
+			/* a limit after all (set since the gate said none) */
+			gate = true;
+			nw_ungated_db = InvalidOid;
+		}
+		if (lk.capped != capped)
+		{
+			NtaskWaiterSetCapped(lk.capped);
+			capped = lk.capped;
+			/* a lease that ended before the mark woke nobody: look again */
+			if (capped)
+				continue;
+		}
+
+		/* sleep until the earliest of: the end, the next due task, the hint */
+		wake = nw_wake_at(&lk, now, until);
+		hint = NtaskWaiterHint(&woken);
+		if (hint != 0)
+			wake = Min(wake, hint);
+		timeout_ms = woken ? 0 : (long) ((Max(wake - now, 0) + 999) / 1000);
+		nw_sleep(timeout_ms);
+
+		/* the next look's leases count from the look */
+		SetCurrentStatementStartTimestamp();
+		c->waited_usecs = GetCurrentTimestamp() - start;
+	}
+	return got;
+}
+
+/*
+ * NtaskClaimWait
+ *		ntask_claim with a wait: claim (claim: NtaskClaimInto, which
+ *		ntask_claim passes) at once if work is due, else sleep until a
+ *		commit makes work of queue due, its next task comes due, or wait
+ *		(capped by ntask.max_wait) has passed, and look again.  Returns how
+ *		many tasks it leased (0 when the wait ran out).  Runs inside the
+ *		caller's SPI connection.
+ *
+ * Refused in some transactions (nw_refuse).  statement_timestamp() is
+ * moved to each look after the first, so a lease counts from the look
+ * that took it, not from the start of the wait.
+ */
+int
+NtaskClaimWait(ClaimCall *c, int64 wait_usecs, int (*claim) (ClaimCall *c))
+{
+	char	   *qname = text_to_cstring(c->queue);
+	TimestampTz start;
+	TimestampTz until;
+	volatile int got = 0;
+	volatile bool filled = false;
+
+	nw_refuse();
 	wait_usecs = Min(wait_usecs, (int64) ntask_max_wait_ms * 1000);
 	start = GetCurrentTimestamp();
 	until = start + wait_usecs;
 	c->waited_usecs = 0;
 
 	/*
-	 * Work due at once: claim it without a waiter slot, whose lock every
-	 * busy worker would otherwise take (register, rearm, unregister) on
-	 * every claim.  Else, registered,
-	 * the loop looks again: a commit after this look either wakes that
-	 * one or is seen by it.
+	 * Work due at once: claim it without a waiter slot, whose lock every busy
+	 * worker would otherwise take (register, rearm, unregister) on every
+	 * claim.  Else, registered, the loop looks again: a commit after this
+	 * look either wakes that one or is seen by it.
 	 */
 	{
 		bool		gate = nw_ungated_db != MyDatabaseId || strcmp(nw_ungated, qname) != 0;
 		NwLook		lk;
 
-		got = nw_look(c, &gate, &lk);
+		got = nw_look(c, claim, &gate, &lk);
 		if (got > 0 || lk.wrote)
 			return got;
 		got = 0;
@@ -417,70 +544,7 @@ nw_claim_wait(ClaimCall *c, int64 wait_usecs)
 	NtaskWaiterRegister(qname, c->max_tasks, until);
 	PG_TRY();
 	{
-		bool		gate;
-		bool		capped = false;
-
-		gate = nw_ungated_db != MyDatabaseId || strcmp(nw_ungated, qname) != 0;
-
-		for (;;)
-		{
-			TimestampTz now = GetCurrentTimestamp();
-			TimestampTz hint;
-			TimestampTz wake;
-			NwLook		lk;
-			bool		woken;
-			long		timeout_ms;
-
-			ResetLatch(MyLatch);
-			hint = NtaskWaiterRearm(now);
-			got = nw_look(c, &gate, &lk);
-			if (got > 0 || lk.wrote)
-				break;
-			now = GetCurrentTimestamp();
-			if (now >= until)
-				break;
-			if ((lk.capped || lk.held_until != 0) && !gate)
-			{
-				/* a limit after all (set since the gate said none) */
-				gate = true;
-				nw_ungated_db = InvalidOid;
-			}
-			if (lk.capped != capped)
-			{
-				NtaskWaiterSetCapped(lk.capped);
-				capped = lk.capped;
-				/* a lease that ended before the mark woke nobody: look again */
-				if (capped)
-					continue;
-			}
-
-			/* sleep until the earliest of: the end, the next due task, the hint */
-			wake = until;
-			if (lk.capped || lk.held_until != 0)
-			{
-				/* a limit held the due work back: until it lets it go */
-				if (lk.held_until != 0)
-					wake = Min(wake, lk.held_until);
-				if (lk.next_due != 0)
-					wake = Min(wake, lk.next_due);
-			}
-			else if (lk.next_due != 0 && lk.next_due <= now)
-			{
-				/* due but locked by another transaction: poll for a while */
-				wake = Min(wake, now + (int64) NW_LOCKED_POLL_MS * 1000);
-			}
-			else if (lk.next_due != 0)
-				wake = Min(wake, lk.next_due);
-			hint = NtaskWaiterHint(&woken);
-			if (hint != 0)
-				wake = Min(wake, hint);
-			timeout_ms = woken ? 0 : (long) ((Max(wake - now, 0) + 999) / 1000);
-			nw_sleep(timeout_ms);
-
-			/* the next look's leases count from the look */
-			SetCurrentStatementStartTimestamp();
-			c->waited_usecs = GetCurrentTimestamp() - start;
-		}
+		got = nw_wait_loop(c, claim, qname, start, until);
 		filled = got >= c->max_tasks;
 	}
 	PG_FINALLY();
@@ -489,58 +553,4 @@ nw_claim_wait(ClaimCall *c, int64 wait_usecs)
 	}
 	PG_END_TRY();
 	return got;
-}
-
-/*
- * ntask_claim(queue, worker, max_tasks, lease, wait, invoked)
- *		RETURNS TABLE(task_id, task_key, payload, attempt, token, lease_until,
- *					  prior_outcome)
- *
- * Leases up to max_tasks due tasks (ready, retry_wait whose run_at passed,
- * or leased whose lease expired) to worker.  prior_outcome is 'committed'
- * when an earlier attempt left a commit receipt (ntask_receipt), else
- * 'unknown' when an earlier attempt may have had an effect, else NULL.
- * With wait (a positive interval, cut to ntask.max_wait) and nothing due,
- * it waits for work of the queue to be committed (wait.c) and returns
- * what it then claims, or no row when the wait ran out.  With invoked,
- * every attempt it leases is marked invoked in the lease itself, as if
- * ntask_invoked had been called for it in the same transaction (one
- * statement less per task for a worker that calls out at once).
- * Errors: unknown queue 42704; NULL argument 22004; max_tasks outside
- * 1..1000, a non-positive lease or a negative wait 22023; REPEATABLE READ
- * or SERIALIZABLE, or a wait after a write in the transaction 25000.
- */
-Datum
-ntask_claim(PG_FUNCTION_ARGS)
-{
-	ClaimCall	c;
-	int64		wait_usecs = 0;
-
-	NtaskClaimCallInit(&c, fcinfo, (ReturnSetInfo *) fcinfo->resultinfo,
-					   0, 1, 2, 3);
-	if (PG_ARGISNULL(5))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("ntask: invoked must not be NULL")));
-	c.invoked = PG_GETARG_BOOL(5);
-	if (!PG_ARGISNULL(4))
-	{
-		Interval   *w = PG_GETARG_INTERVAL_P(4);
-
-		if (w->month < 0 || w->day < 0 || w->time < 0)
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("ntask: wait must not be negative")));
-		/* anything over a day is over ntask.max_wait's maximum: no overflow */
-		wait_usecs = (w->month > 0 || w->day > 0) ? USECS_PER_DAY :
-			Min(w->time, USECS_PER_DAY);
-	}
-	InitMaterializedSRF(fcinfo, 0);
-	SPI_connect();
-	if (wait_usecs > 0)
-		(void) nw_claim_wait(&c, wait_usecs);
-	else
-		(void) NtaskClaimInto(&c);
-	SPI_finish();
-	return (Datum) 0;
 }
