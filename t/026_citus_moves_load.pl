@@ -95,9 +95,25 @@ my $q = sub { return $co->safe_psql('postgres', $_[0]); };
 
 $q->('CREATE EXTENSION ntask');
 $q->('SELECT count(*) FROM ntask_distribute(4)');
+# The queue's guard runs in a claim between its pick and its lease (the
+# window of issue 49's two holders): a pause of up to 40 ms there widens
+# it, so that moves commit inside it at times.  Created on every node (the
+# guard runs where the claim runs).
+for my $n ($co, $w1, $w2)
+{
+	$n->safe_psql('postgres', q{
+		SET citus.enable_ddl_propagation = off;
+		CREATE FUNCTION public.pace(k text, p jsonb) RETURNS text
+		LANGUAGE plpgsql AS $$
+		BEGIN
+			PERFORM pg_sleep(random() * 0.04);
+			RETURN 'proceed';
+		END $$;});
+}
 $q->(qq{
 	SELECT count(*) FROM ntask_queue_set('ml', lease => '$LEASE seconds', max_attempts => 6,
-		backoff_base => '50 milliseconds', backoff_max => '200 milliseconds');
+		backoff_base => '50 milliseconds', backoff_max => '200 milliseconds',
+		guard => 'public.pace(text,jsonb)');
 	CREATE TABLE biz (task_id bigint, shard smallint, token bigint, worker text,
 		PRIMARY KEY (task_id, shard, token));
 	SELECT create_distributed_table('biz', 'shard', colocate_with => 'ntask.task');});
