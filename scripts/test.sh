@@ -86,10 +86,10 @@ version()
 	# NTASK_CHAOS_LONG=1 and NTASK_PATRONI=1 reach the TAP files through the
 	# environment (t/006_chaos.pl's long mode; t/018_patroni.pl, 1.5-2 min,
 	# etcd and three Patroni nodes: docs/ha.md; without it, one skip line)
-	# the Citus TAP tests (t/023-026, t/046) run on 15 unless NTASK_CITUS=0:
+	# the Citus TAP tests (t/023-027, t/046) run on 15 unless NTASK_CITUS=0:
 	# they need Citus installed, which only root can do (scripts/citus.sh
 	# builds it from ../shared/vendor once, about 2 minutes; Citus 12.1
-	# supports 15, not 18: there the tests say so in a skip).  t/023's long
+	# supports 15, not 18: there the tests say so in a skip).  t/023's and t/027's long
 	# parts only with NTASK_CITUS_LONG=1 (docs/scaling.md "Citus in CI").
 	citus=0
 	if [ "${NTASK_CITUS:-1}" = 1 ] && [ "$v" = 15 ]; then

@@ -67,6 +67,7 @@
 #include "commands/sequence.h"
 #include "funcapi.h"
 #include "storage/lmgr.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
@@ -135,8 +136,18 @@ PG_FUNCTION_INFO_V1(ntask_claim);
  * one priority.  The executor is stopped after the rows wanted, so later
  * priorities are not even looked up when the first one fills the claim.
  * Rows come out in pr order (a nested loop over the CTE).
+ *
+ * now: what "due" is measured against.  On one node the statement's own
+ * timestamp; a distributed pick takes the claim's (NtaskStatementTs(), a
+ * parameter), the time its lease and ledger row count from:
+ * statement_timestamp() in a routed read is the shard node's, later than
+ * the claim's by the hop and any wait for the shard's metadata lock (a
+ * move), so a claim took a task released or retried after its own start
+ * and its ledger row said it was claimed before the attempt before had
+ * ended (t/027).
  */
-#define CLAIM_PICK(pred, limit, qpred) \
+#define CLAIM_NOW_LOCAL "pg_catalog.statement_timestamp()"
+#define CLAIM_PICK(pred, limit, qpred, now) \
 	NTASK_PRIORITY_WALK_ON(pred) \
 	"SELECT x.task_id, x.was_leased, x.task_key, x.payload, q.lease, q.guard, " \
 	"  " CLAIM_POLICY ", x.retry, x.token " \
@@ -146,7 +157,7 @@ PG_FUNCTION_INFO_V1(ntask_claim);
 	"  FROM ntask.task t " \
 	"  WHERE t.queue OPERATOR(pg_catalog.=) $1 " pred \
 	"    AND t.priority OPERATOR(pg_catalog.=) pr.p " \
-	"    AND t.due_at OPERATOR(pg_catalog.<=) pg_catalog.statement_timestamp() " \
+	"    AND t.due_at OPERATOR(pg_catalog.<=) " now " " \
 	"    AND (NOT $3 OR t.attempts OPERATOR(pg_catalog.=) 0) " \
 	"  ORDER BY t.due_at, t.task_id " \
 	"  LIMIT " limit " FOR UPDATE OF t SKIP LOCKED) x " \
@@ -158,7 +169,7 @@ PG_FUNCTION_INFO_V1(ntask_claim);
 static NtaskPlan claim_pick_plan = {
 	"claim pick",
 	.ncols = 16,
-	CLAIM_PICK("", CppAsString2(NTASK_MAX_CLAIM), " AND " CLAIM_KEYS_FREE),
+	CLAIM_PICK("", CppAsString2(NTASK_MAX_CLAIM), " AND " CLAIM_KEYS_FREE, CLAIM_NOW_LOCAL),
 	3, {TEXTOID, OIDOID, BOOLOID}
 };
 
@@ -174,7 +185,7 @@ static NtaskPlan claim_pick_keys_plan = {
 	.ncols = 16,
 	CLAIM_PICK(" AND (t.partition_key IS NULL "
 			   "  OR t.partition_key OPERATOR(pg_catalog.<>) ALL ($6)) ",
-			   CppAsString2(NTASK_MAX_CLAIM), ""),
+			   CppAsString2(NTASK_MAX_CLAIM), "", CLAIM_NOW_LOCAL),
 	6, {TEXTOID, OIDOID, BOOLOID, INT2OID, INT4OID, TEXTARRAYOID}
 };
 
@@ -190,8 +201,8 @@ static NtaskPlan claim_pick_keys_plan = {
 static NtaskPlan claim_pick_shard_plan = {
 	"claim pick (one shard)",
 	.ncols = 16,
-	CLAIM_PICK(" AND t.shard OPERATOR(pg_catalog.=) $4 ", "$5", " AND " CLAIM_KEYS_FREE),
-	5, {TEXTOID, OIDOID, BOOLOID, INT2OID, INT4OID}
+	CLAIM_PICK(" AND t.shard OPERATOR(pg_catalog.=) $4 ", "$5", " AND " CLAIM_KEYS_FREE, "$7"),
+	7, {TEXTOID, OIDOID, BOOLOID, INT2OID, INT4OID, TEXTARRAYOID, TIMESTAMPTZOID}
 };
 
 /* the same with keys paused: as claim_pick_keys_plan, the keys in $6 */
@@ -200,8 +211,8 @@ static NtaskPlan claim_pick_shard_keys_plan = {
 	.ncols = 16,
 	CLAIM_PICK(" AND t.shard OPERATOR(pg_catalog.=) $4 "
 			   " AND (t.partition_key IS NULL "
-			   "  OR t.partition_key OPERATOR(pg_catalog.<>) ALL ($6)) ", "$5", ""),
-	6, {TEXTOID, OIDOID, BOOLOID, INT2OID, INT4OID, TEXTARRAYOID}
+			   "  OR t.partition_key OPERATOR(pg_catalog.<>) ALL ($6)) ", "$5", "", "$7"),
+	7, {TEXTOID, OIDOID, BOOLOID, INT2OID, INT4OID, TEXTARRAYOID, TIMESTAMPTZOID}
 };
 
 /*
@@ -442,13 +453,13 @@ static NtaskPlan claim_paused_keys_plan = {
  * only first attempts are picked (the retries' share, claim_limit).
  * Columns: ClaimPickCol, CLAIM_PICK_KEY included.
  */
-#define CLAIM_FAIR_PICK(pred, dpred, tail) \
+#define CLAIM_FAIR_PICK(pred, dpred, tail, now) \
 	CLAIM_KEY_WALK_ON(pred) \
 	CLAIM_KEYED_PICK_HEAD \
 	"  WHERE t.queue OPERATOR(pg_catalog.=) $1 " pred \
 	"    AND t.partition_key OPERATOR(pg_catalog.=) k.pk " \
 	"    AND t.partition_key IS NOT NULL AND t.due_at IS NOT NULL " \
-	"    AND t.due_at OPERATOR(pg_catalog.<=) pg_catalog.statement_timestamp() " \
+	"    AND t.due_at OPERATOR(pg_catalog.<=) " now " " \
 	"    AND (NOT $7 OR t.attempts OPERATOR(pg_catalog.=) 0) " \
 	"  ORDER BY t.priority DESC, t.due_at, t.task_id " \
 	"  LIMIT $3 FOR UPDATE OF t SKIP LOCKED) x " \
@@ -461,13 +472,13 @@ static NtaskPlan claim_paused_keys_plan = {
 	"    WHERE d.queue OPERATOR(pg_catalog.=) $1 " dpred \
 	"      AND d.partition_key OPERATOR(pg_catalog.=) k.pk " \
 	"      AND d.partition_key IS NOT NULL AND d.due_at IS NOT NULL " \
-	"      AND d.due_at OPERATOR(pg_catalog.<=) pg_catalog.statement_timestamp()) " \
+	"      AND d.due_at OPERATOR(pg_catalog.<=) " now ") " \
 	"    THEN " CLAIM_TURN_LOCK("k.pk") " END)" tail
 
 static NtaskPlan claim_fair_pick_plan = {
 	"claim fair pick",
 	.ncols = 17,
-	CLAIM_FAIR_PICK("", "", ""),
+	CLAIM_FAIR_PICK("", "", "", CLAIM_NOW_LOCAL),
 	7, {TEXTOID, OIDOID, INT4OID, BOOLOID, TEXTOID, TEXTARRAYOID, BOOLOID}
 };
 
@@ -485,8 +496,9 @@ static NtaskPlan claim_fair_pick_plan = {
 static NtaskPlan claim_fair_pick_shard_plan = {
 	"claim fair pick (one shard)",
 	.ncols = 17,
-	CLAIM_FAIR_PICK(CLAIM_SHARD_PRED("t"), CLAIM_SHARD_PRED("d"), " LIMIT $9"),
-	9, {TEXTOID, OIDOID, INT4OID, BOOLOID, TEXTOID, TEXTARRAYOID, BOOLOID, INT2OID, INT4OID}
+	CLAIM_FAIR_PICK(CLAIM_SHARD_PRED("t"), CLAIM_SHARD_PRED("d"), " LIMIT $9", "$10"),
+	10, {TEXTOID, OIDOID, INT4OID, BOOLOID, TEXTOID, TEXTARRAYOID, BOOLOID, INT2OID, INT4OID,
+	TIMESTAMPTZOID}
 };
 
 /*
@@ -504,7 +516,7 @@ static NtaskPlan claim_fair_pick_shard_plan = {
  * count claim_limit reads afterwards (in a new snapshot) exact: no other
  * claim can lease a task of the key meanwhile.
  */
-#define CLAIM_ORDERED_PICK(pred, hpred, tail) \
+#define CLAIM_ORDERED_PICK(pred, hpred, tail, now) \
 	CLAIM_KEY_WALK_ON(pred) \
 	CLAIM_KEYED_PICK_HEAD \
 	"  WHERE t.task_id OPERATOR(pg_catalog.=) (SELECT h.task_id FROM ntask.task h " \
@@ -515,7 +527,7 @@ static NtaskPlan claim_fair_pick_shard_plan = {
 	"             OR h.state OPERATOR(pg_catalog.=) 'waiting') " \
 	"        AND NOT (q.ordered_skip_repair AND h.state OPERATOR(pg_catalog.=) 'repair_required') " \
 	"      ORDER BY h.task_id LIMIT 1) " pred \
-	"    AND CASE WHEN t.due_at OPERATOR(pg_catalog.<=) pg_catalog.statement_timestamp() " \
+	"    AND CASE WHEN t.due_at OPERATOR(pg_catalog.<=) " now " " \
 	"      THEN " CLAIM_TURN_LOCK("k.pk") " END " \
 	"  FOR UPDATE OF t SKIP LOCKED) x " \
 	"WHERE q.queue OPERATOR(pg_catalog.=) $1 " \
@@ -527,7 +539,7 @@ static NtaskPlan claim_fair_pick_shard_plan = {
 static NtaskPlan claim_ordered_pick_plan = {
 	"claim ordered pick",
 	.ncols = 17,
-	CLAIM_ORDERED_PICK("", "", ""),
+	CLAIM_ORDERED_PICK("", "", "", CLAIM_NOW_LOCAL),
 	/* up to $6: $7, the fair pick's fresh-only flag, is not the ordered one's */
 	6, {TEXTOID, OIDOID, INT4OID, BOOLOID, TEXTOID, TEXTARRAYOID}
 };
@@ -536,8 +548,9 @@ static NtaskPlan claim_ordered_pick_plan = {
 static NtaskPlan claim_ordered_pick_shard_plan = {
 	"claim ordered pick (one shard)",
 	.ncols = 17,
-	CLAIM_ORDERED_PICK(CLAIM_SHARD_PRED("t"), CLAIM_SHARD_PRED("h"), " LIMIT $9"),
-	9, {TEXTOID, OIDOID, INT4OID, BOOLOID, TEXTOID, TEXTARRAYOID, BOOLOID, INT2OID, INT4OID}
+	CLAIM_ORDERED_PICK(CLAIM_SHARD_PRED("t"), CLAIM_SHARD_PRED("h"), " LIMIT $9", "$10"),
+	10, {TEXTOID, OIDOID, INT4OID, BOOLOID, TEXTOID, TEXTARRAYOID, BOOLOID, INT2OID, INT4OID,
+	TIMESTAMPTZOID}
 };
 
 /*
@@ -637,6 +650,7 @@ typedef enum ClaimPickArg
 	CLAIM_PICK_ARG_SHARD,		/* $4, the shard picks' */
 	CLAIM_PICK_ARG_LIMIT,		/* $5, the shard picks' */
 	CLAIM_PICK_ARG_PAUSED_KEYS, /* $6, the keys-paused picks' */
+	CLAIM_PICK_ARG_NOW,			/* $7, the shard picks': the claim's timestamp */
 	CLAIM_PICK_NARGS
 } ClaimPickArg;
 
@@ -666,6 +680,7 @@ typedef enum ClaimKeyedArg
 	CLAIM_KEYED_ARG_FRESH_ONLY, /* $7 */
 	CLAIM_KEYED_ARG_SHARD,		/* $8 */
 	CLAIM_KEYED_ARG_LIMIT,		/* $9 */
+	CLAIM_KEYED_ARG_NOW,		/* $10, the claim's statement timestamp */
 	CLAIM_KEYED_NARGS
 } ClaimKeyedArg;
 
@@ -1520,8 +1535,10 @@ claim_pick_shards(text *queue, Datum *args, int want, ClaimPolicy *pol,
 		NtaskLockShard(sv);
 		args[CLAIM_PICK_ARG_SHARD] = Int16GetDatum(sv);
 		args[CLAIM_PICK_ARG_LIMIT] = Int32GetDatum(want);
-		if (pol->keys_paused)
-			args[CLAIM_PICK_ARG_PAUSED_KEYS] = pol->paused_keys;
+		args[CLAIM_PICK_ARG_NOW] = NtaskStatementTs();
+		/* $6 is declared by both shard picks, read by the keys-paused one */
+		args[CLAIM_PICK_ARG_PAUSED_KEYS] = pol->keys_paused ? pol->paused_keys :
+			PointerGetDatum(construct_empty_array(TEXTOID));
 		n = claim_run(pol->keys_paused ? &claim_pick_shard_keys_plan :
 					  &claim_pick_shard_plan, args, want, rows);
 		if (n > 0)
@@ -1623,6 +1640,7 @@ claim_pick_keyed(text *queue, Datum *args, int want, ClaimPolicy *pol,
 			kargs[CLAIM_KEYED_ARG_CURSOR] = PointerGetDatum(NtaskFairCursorShard(qname, sv));
 			kargs[CLAIM_KEYED_ARG_SHARD] = Int16GetDatum(sv);
 			kargs[CLAIM_KEYED_ARG_LIMIT] = Int32GetDatum(want);
+			kargs[CLAIM_KEYED_ARG_NOW] = NtaskStatementTs();
 			n = claim_keyed_run(shard_plan, kargs, want, pol, rows);
 			if (n > 0)
 			{

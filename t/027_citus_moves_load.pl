@@ -1,0 +1,798 @@
+
+# Copyright (c) 2026, The ntask authors; the PostgreSQL Licence (LICENSE)
+
+# t/027_citus_moves_load.pl: shard moves under load (issue 49, "Moves under
+# load"), with NTASK_CITUS=1 like t/023; the long run (2000 tasks, 8
+# moves) with NTASK_CITUS_LONG=1 as well, a short one (300 tasks, 4 moves)
+# otherwise (docs/scaling.md "Citus in CI").
+#
+# A coordinator and two workers on loopback (wal_level = logical, for
+# force_logical moves; citus.defer_shard_delete_interval = -1, so that a
+# move's orphan stays until the next move drops it).  Forked DBD::Pg
+# clients, all to 127.0.0.1:
+#   producers  PC ntask_enqueue on the coordinator, PW ntask_enqueue on a
+#              worker node, PO ntask_enqueue_on(ntask_shard(...)) on the
+#              coordinator (delegated); every 20th key enqueued twice;
+#   workers    WC the plain API on the coordinator, WT the coordinator's
+#              ntask_transition_and_claim loop, W1 and W2 the plain API on
+#              each worker node (a claim there walks that node's shards),
+#              WO the shard-addressed forms on the coordinator (delegated;
+#              the receipt routed in its business transaction);
+#   a housekeeper calling ntask_housekeeping() every half second.
+# The queue's guard pauses every claim up to 40 ms between its pick and
+# its lease, the window of issue 49's two holders.
+# Each worker, by the task's number i: heartbeats (i % 3 = 0), releases
+# its first attempt (i % 37 = 0), fails its first attempt (i % 10 = 0,
+# retry_wait), fails every attempt (i % 97 = 0: repair_required when the
+# budget of 6 is spent), stalls on its first attempt until the task is
+# taken over (i % 200 = 0) and then writes on (stale), and otherwise
+# writes its business row (a table co-located with ntask.task) with
+# ntask_receipt in one transaction, then succeeds.  Each client logs every
+# call it made and what it got (the (task, token) of every claim it
+# received), with the call's start and end.
+#
+# First, alone: a claim held on a shard's metadata lock while the task is
+# released takes only what was due at its own start (the defect this test
+# found under load: its ledger row said it was claimed before the
+# released attempt ended).
+#
+# Then, under the load, the test moves task shards between the workers,
+# each one there and back (two shards; all four in the long run), in both
+# modes (citus_move_shard_placement with block_writes and force_logical),
+# releasing a slice of new tasks to the producers while each move runs.  Then the invariants, exactly:
+#   every key enqueued is one task, a duplicate enqueue returned its id;
+#   the ledger (ntask.attempt_all) has one row per claim a worker received
+#   (the same (task, token) set: none lost, none unknown), no token handed
+#   out twice, tokens strictly increasing with the attempt number (1..n),
+#   each attempt ended before the next was claimed (never two live leases);
+#   every applied transition or release is its attempt's ledger result,
+#   every ledger result a client's applied call; every succeeded task
+#   succeeded once, by its last token; the receipts committed are exactly
+#   ntask.receipt and the business rows, one per succeeded task; every
+#   task ends succeeded (or repair_required for i % 97 = 0), nothing is
+#   left leased or due; no row of a move's orphan (the old placement, left
+#   by the deferred drop) was written after its move committed (its rows'
+#   xmin all visible in a snapshot taken when the move returned, and its
+#   content unchanged); every move ran while clients' calls ran.
+
+use strict;
+use warnings;
+
+use FindBin;
+use lib $FindBin::Bin;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(sleep time);
+use POSIX ();
+use File::Path ();
+
+if (!$ENV{NTASK_CITUS})
+{
+	plan skip_all => 'Citus test skipped (set NTASK_CITUS=1; builds Citus 12.1.6 from ../shared/vendor)';
+}
+
+my ($pg_major) = `pg_config --version` =~ /PostgreSQL (\d+)/;
+if ($pg_major > 16)
+{
+	plan skip_all => "Citus 12.1.6 supports PostgreSQL 14-16, not $pg_major";
+}
+
+my $long = ($ENV{NTASK_CITUS_LONG} // '') eq '1';
+
+require NtaskCitus;
+my $err = NtaskCitus::ensure_built();
+BAIL_OUT($err) if $err;
+
+require DBI;
+require DBD::Pg;
+
+my $t0 = time;
+my $N = $long ? 2000 : 300;			# tasks
+my $MOVES = $long ? 8 : 4;			# each shard moved there and back
+my $LEASE = 4;						# seconds
+my $c = NtaskCitus::start('mvload', workers => 2,
+	conf => "ntask.worker = off\nwal_level = logical\nmax_replication_slots = 16\n"
+	  . "max_wal_senders = 16\ncitus.defer_shard_delete_interval = -1\n");
+my $co = $c->{coord};
+my ($w1, $w2) = @{ $c->{workers} };
+my %node_of_port = map { $_->port => $_ } ($w1, $w2);
+
+my $q = sub { return $co->safe_psql('postgres', $_[0]); };
+
+$q->('CREATE EXTENSION ntask');
+$q->('SELECT count(*) FROM ntask_distribute(4)');
+# The queue's guard runs in a claim between its pick and its lease (the
+# window of issue 49's two holders): a pause of up to 40 ms there widens
+# it, so that moves commit inside it at times.  Created on every node (the
+# guard runs where the claim runs).
+for my $n ($co, $w1, $w2)
+{
+	$n->safe_psql('postgres', q{
+		SET citus.enable_ddl_propagation = off;
+		CREATE FUNCTION public.pace(k text, p jsonb) RETURNS text
+		LANGUAGE plpgsql AS $$
+		BEGIN
+			PERFORM pg_sleep(random() * 0.04);
+			RETURN 'proceed';
+		END $$;});
+}
+$q->(qq{
+	SELECT count(*) FROM ntask_queue_set('ml', lease => '$LEASE seconds', max_attempts => 6,
+		backoff_base => '50 milliseconds', backoff_max => '200 milliseconds',
+		guard => 'public.pace(text,jsonb)');
+	CREATE TABLE biz (task_id bigint, shard smallint, token bigint, worker text,
+		PRIMARY KEY (task_id, shard, token));
+	SELECT create_distributed_table('biz', 'shard', colocate_with => 'ntask.task');});
+my @shard_values = split /\n/, $q->('SELECT shard FROM ntask.shard_map ORDER BY 1');
+is(scalar(@shard_values), 4, 'four task shards');
+
+# the clients' logs stay with the test's logs (tmp_check/log)
+my $tmp = "$PostgreSQL::Test::Utils::log_path/027_clients";
+File::Path::rmtree($tmp);
+File::Path::mkpath($tmp);
+my $deadline = time + ($long ? 600 : 300);	# every client's last call
+
+sub dsn
+{
+	my ($n) = @_;
+	return 'dbi:Pg:dbname=postgres;host=' . $n->host . ';port=' . $n->port;
+}
+
+# the producers' pace: the keys up to $base, and the next ones up to $cap
+# spread over $secs from $start (0: all at once), so that tasks arrive
+# while each move runs
+sub set_allow
+{
+	my ($cap, $base, $start, $secs) = @_;
+	open my $fh, '>', "$tmp/allow.new" or die;
+	print $fh join(' ', $cap, $base // $cap, $start // 0, $secs // 0), "\n";
+	close $fh;
+	rename "$tmp/allow.new", "$tmp/allow" or die;
+}
+
+sub read_allow
+{
+	open my $fh, '<', "$tmp/allow" or return 0;
+	my ($cap, $base, $start, $secs) = split ' ', (<$fh> // '0 0 0 0');
+	close $fh;
+	return $cap if !$secs;
+	my $n = $base + int(($cap - $base) * (time - $start) / $secs);
+	return $n < $cap ? $n : $cap;
+}
+
+set_allow(0);
+
+# a client's log: "start end what ..." per call, flushed at once
+sub open_log
+{
+	my ($name) = @_;
+	open my $fh, '>>', "$tmp/$name.log" or die;
+	$fh->autoflush(1);
+	return sub {
+		my ($ts, @what) = @_;
+		printf $fh "%.6f %.6f %s\n", $ts, time, join(' ', @what);
+	};
+}
+
+sub fork_client
+{
+	my ($body) = @_;
+	my $pid = fork();
+	die "fork: $!" unless defined $pid;
+	return $pid if $pid;
+	srand($$ ^ int(time * 1000));
+	eval { $body->(); };
+	if ($@)
+	{
+		# the client died: the test's checks will say so
+		print STDERR "client $$ died: $@";
+		POSIX::_exit(1);
+	}
+	# _exit: the test's END blocks (which stop the nodes) are the parent's
+	POSIX::_exit(0);
+}
+
+# poll until $cond->() is true; false after $secs
+sub wait_until
+{
+	my ($cond, $secs) = @_;
+	my $end = time + $secs;
+	while (time < $end)
+	{
+		return 1 if $cond->();
+		sleep 0.2;
+	}
+	return 0;
+}
+
+# The claim's time, alone first (found by the load below).  A claim
+# through the coordinator waits for the shard's metadata lock (held here
+# by the test, as a move's final phase holds it) while the task's holder
+# releases it on the shard's node; then the claim goes on.  The ledger
+# must not show the claim's attempt starting before the released one
+# ended: a claim takes only what was due at its own statement
+# timestamp, the time its lease and its ledger row count from.
+{
+	$q->("SELECT count(*) FROM ntask_queue_set('tm', lease => '1 minute')");
+	my $tid = $q->("SELECT task_id FROM ntask_enqueue('tm', 'k', '{}')");
+	my $shard = $tid >> 48;
+	my $shardid = $q->("SELECT get_shard_id_for_distribution_column('ntask.task', ${shard}::smallint)");
+	my $src = $node_of_port{ $q->("SELECT nodeport FROM pg_dist_shard_placement WHERE shardid = $shardid") };
+	my $tok = $q->("SELECT token FROM ntask_claim('tm', 'H', 1)");
+	my $x = DBI->connect(dsn($co), '', '', { AutoCommit => 0, RaiseError => 1, PrintError => 0 });
+	$x->do("SELECT lock_shard_metadata(7, ARRAY[$shardid]::bigint[])");
+	my $a = DBI->connect(dsn($co), '', '', { AutoCommit => 1, RaiseError => 1, PrintError => 0 });
+	my $sth = $a->prepare("SELECT task_id || ':' || token FROM ntask_claim('tm', 'A', 1)",
+		{ pg_async => DBD::Pg::PG_ASYNC() });
+	$sth->execute;
+	ok(wait_until(sub {
+		$q->(q{SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'
+			AND query LIKE '%ntask_claim(''tm'', ''A''%'}) > 0 }, 60),
+		'the claim waits for the shard\'s metadata lock');
+	is($src->safe_psql('postgres', "SELECT ntask_release($tid, $tok)"), 'applied',
+		'meanwhile the holder releases the task on the shard\'s node');
+	$x->commit;
+	$sth->pg_result;
+	my @got = map { $_->[0] } @{ $sth->fetchall_arrayref };
+	note('the waiting claim got [' . join(',', @got) . ']');
+	$_->disconnect for ($x, $a);
+	is($q->(qq{
+		SELECT coalesce(string_agg(b.attempt || ' claimed at ' || b.claimed_at || ', '
+			|| a.attempt || ' ended at ' || a.ended_at, '; '), '')
+		FROM ntask.attempt_all a JOIN ntask.attempt_all b
+		  ON b.task_id = a.task_id AND b.shard = a.shard AND b.attempt = a.attempt + 1
+		WHERE a.task_id = $tid AND a.shard = $shard AND b.claimed_at < a.ended_at}), '',
+		'the claim\'s attempt starts no earlier than the released one ended');
+	$q->("SELECT count(*) FROM ntask_claim('tm', 'B', 1)") if !@got;
+	is($q->("SELECT string_agg(attempt || ' ' || coalesce(result, 'running'), ',' ORDER BY token)
+		FROM ntask.attempt_all WHERE task_id = $tid"), '1 released,2 running',
+		'the released task is claimed once more');
+}
+
+# producers: key i goes to producer i % 3
+my %producer = (0 => [ 'PC', $co, 'plain' ], 1 => [ 'PW', $w2, 'plain' ], 2 => [ 'PO', $co, 'on' ]);
+my @kids;
+for my $p (0 .. 2)
+{
+	my ($name, $node, $style) = @{ $producer{$p} };
+	push @kids, fork_client(sub {
+		my $log = open_log($name);
+		my $dbh;
+		my $i = $p == 0 ? 3 : $p;
+		while ($i <= $N && time < $deadline)
+		{
+			if (read_allow() < $i)
+			{
+				sleep 0.05;
+				next;
+			}
+			my $ts = time;
+			my $ok = eval {
+				$dbh ||= DBI->connect(dsn($node), '', '', { AutoCommit => 1, RaiseError => 1, PrintError => 0 });
+				my $sql = $style eq 'on'
+				  ? "SELECT task_id, created FROM ntask_enqueue_on(ntask_shard('ml', ?::text), 'ml', ?, ?::jsonb)"
+				  : "SELECT task_id, created FROM ntask_enqueue('ml', ?, ?::jsonb)";
+				my @args = $style eq 'on' ? ("k$i", "k$i", "{\"i\": $i}") : ("k$i", "{\"i\": $i}");
+				for my $again (0 .. ($i % 20 == 0 ? 1 : 0))
+				{
+					my ($id, $created) = $dbh->selectrow_array($sql, undef, @args);
+					$log->($ts, $again ? 'D' : 'P', "k$i", $id, $created ? 1 : 0);
+					$ts = time;
+				}
+				1;
+			};
+			if (!$ok)
+			{
+				my $e = $@ =~ s/\s+/ /gr;
+				$log->($ts, 'E', 'enqueue', "k$i", $e);
+				eval { $dbh->disconnect if $dbh };
+				$dbh = undef;
+				sleep 0.2;
+				next;				# the enqueue is retried (idempotent)
+			}
+			$i += 3;
+		}
+	});
+}
+
+# workers
+my @workers = ([ 'WC', $co, 'plain' ], [ 'WT', $co, 'tc' ], [ 'W1', $w1, 'plain' ],
+	[ 'W2', $w2, 'plain' ], [ 'WO', $co, 'on' ]);
+for my $wk (@workers)
+{
+	my ($name, $node, $style) = @$wk;
+	push @kids, fork_client(sub {
+		my $log = open_log($name);
+		my $dbh;
+		my $pending;			# WT: the finish its next call makes
+		my $next_shard = int(rand(4));
+		my $empty = 0;
+		my $sel = sub {
+			my ($sql, @args) = @_;
+			return $dbh->selectall_arrayref($sql, undef, @args);
+		};
+		my $claim = sub {
+			my $ts = time;
+			my $rows;
+			if ($style eq 'on')
+			{
+				my $sv = $shard_values[ $next_shard++ % 4 ];
+				$rows = $sel->("SELECT task_id, token, attempt, (payload->>'i')::int FROM ntask_claim_on(?::smallint, 'ml', ?, 1)",
+					$sv, $name);
+			}
+			else
+			{
+				$rows = $sel->("SELECT task_id, token, attempt, (payload->>'i')::int FROM ntask_claim('ml', ?, 1)", $name);
+			}
+			$log->($ts, 'C', @{ $rows->[0] }) if @$rows;
+			$log->($ts, 'N') unless @$rows;
+			return @$rows ? $rows->[0] : undef;
+		};
+		# finish: a transition (WT: the next call's), logged with its result
+		my $finish = sub {
+			my ($id, $tok, $st) = @_;
+			if ($style eq 'tc')
+			{
+				$pending = [ $id, $tok, $st ];
+				return;
+			}
+			my $ts = time;
+			my $r = $style eq 'on'
+			  ? $sel->("SELECT result, state FROM ntask_transition_on(ntask_shard(?::bigint), ?, ?, ?)", $id, $id, $tok, $st)
+			  : $sel->("SELECT result, state FROM ntask_transition(?, ?, ?)", $id, $tok, $st);
+			$log->($ts, 'T', $id, $tok, $st, $r->[0][0], $r->[0][1] // '-');
+		};
+		my $work = sub {
+			my ($id, $tok, $att, $i) = @{ $_[0] };
+			my $fn = $style eq 'on' ? '_on' : '';
+			my $sh = $style eq 'on' ? 'ntask_shard(?::bigint), ' : '';
+			my @sa = $style eq 'on' ? ($id) : ();
+			if ($i % 200 == 0 && $att == 1)
+			{
+				# stall until the task is taken over (its lease runs out;
+				# housekeeping or a claim takes it), then write on: stale
+				my $ts = time;
+				my $end = time + 120;
+				while (time < $end)
+				{
+					my ($t) = $dbh->selectrow_array(
+						'SELECT token FROM ntask.task WHERE task_id = ? AND shard = (?::bigint >> 48)::smallint',
+						undef, $id, $id);
+					last if $t != $tok;
+					sleep 0.2;
+				}
+				$log->($ts, 'S', $id, $tok);
+			}
+			if ($i % 3 == 0)
+			{
+				my $ts = time;
+				my ($r) = $dbh->selectrow_array("SELECT ntask_heartbeat$fn($sh?, ?)", undef, @sa, $id, $tok);
+				$log->($ts, 'H', $id, $tok, defined $r ? 'applied' : 'null');
+			}
+			if ($i % 37 == 0 && $att == 1)
+			{
+				my $ts = time;
+				my ($r) = $dbh->selectrow_array("SELECT ntask_release$fn($sh?, ?)", undef, @sa, $id, $tok);
+				$log->($ts, 'L', $id, $tok, $r);
+				return;
+			}
+			if ($i % 97 == 0 || ($i % 10 == 0 && $att == 1))
+			{
+				$finish->($id, $tok, 'retry_wait');
+				return;
+			}
+			# the business transaction
+			my $ts = time;
+			$dbh->begin_work;
+			my ($r) = $dbh->selectrow_array("SELECT ntask_receipt$fn($sh?, ?, ?::jsonb)", undef, @sa, $id, $tok,
+				"{\"i\": $i}");
+			if ($r eq 'applied')
+			{
+				$dbh->do('INSERT INTO biz VALUES (?, (?::bigint >> 48)::smallint, ?, ?)', undef, $id, $id, $tok, $name);
+			}
+			if ($r eq 'stale')
+			{
+				$dbh->rollback;
+			}
+			else
+			{
+				$dbh->commit;
+			}
+			$log->($ts, 'R', $id, $tok, $r);
+			$finish->($id, $tok, 'succeeded');
+		};
+		while (time < $deadline)
+		{
+			last if -e "$tmp/stop" && !$pending;
+			my $ts = time;
+			my $ok = eval {
+				$dbh ||= DBI->connect(dsn($node), '', '', { AutoCommit => 1, RaiseError => 1, PrintError => 0 });
+				my $t;
+				if ($pending)
+				{
+					my ($id, $tok, $st) = @$pending;
+					$pending = undef;
+					my $rows = $sel->(q{SELECT finish_result, finish_state, task_id, token, attempt, (payload->>'i')::int
+						FROM ntask_transition_and_claim(?, ?, ?, 'ml', ?, 1)}, $id, $tok, $st, $name);
+					$log->($ts, 'T', $id, $tok, $st, $rows->[0][0], $rows->[0][1] // '-');
+					if (defined $rows->[0][2])
+					{
+						$t = [ @{ $rows->[0] }[ 2 .. 5 ] ];
+						$log->($ts, 'C', @$t);
+					}
+				}
+				else
+				{
+					$t = $claim->();
+				}
+				if ($t)
+				{
+					$empty = 0;
+					$work->($t);
+				}
+				elsif ($style ne 'on' || ++$empty >= 4)
+				{
+					$empty = 0;
+					sleep 0.1;
+				}
+				1;
+			};
+			if (!$ok)
+			{
+				my $e = $@ =~ s/\s+/ /gr;
+				$log->($ts, 'E', $e);
+				eval { $dbh->rollback if $dbh && !$dbh->{AutoCommit} };
+				eval { $dbh->disconnect if $dbh };
+				$dbh = undef;
+				sleep 0.2;
+			}
+		}
+	});
+}
+
+# the housekeeper
+push @kids, fork_client(sub {
+	my $log = open_log('HK');
+	my $dbh;
+	while (time < $deadline && !-e "$tmp/stop")
+	{
+		my $ts = time;
+		my $ok = eval {
+			$dbh ||= DBI->connect(dsn($co), '', '', { AutoCommit => 1, RaiseError => 1, PrintError => 0 });
+			my @r = $dbh->selectrow_array('SELECT sum(expired), sum(repaired) FROM ntask_housekeeping()');
+			$log->($ts, 'K', map { $_ // 0 } @r);
+			1;
+		};
+		if (!$ok)
+		{
+			my $e = $@ =~ s/\s+/ /gr;
+			$log->($ts, 'E', $e);
+			eval { $dbh->disconnect if $dbh };
+			$dbh = undef;
+		}
+		sleep 0.5;
+	}
+});
+
+# the parent's own connections during the load, one per node (a psql per
+# query is a process start each, seconds in all on a loaded machine)
+my %dbh_of = map { ($_->port => DBI->connect(dsn($_), '', '', { AutoCommit => 1, RaiseError => 1, PrintError => 0 })) }
+  ($co, $w1, $w2);
+my $dq = sub {
+	my ($n, $sql) = @_;
+	my $rows = $dbh_of{ $n->port }->selectall_arrayref($sql);
+	return join("\n", map { join('|', map { $_ // '' } @$_) } @$rows);
+};
+my $unfinished = sub {
+	return $dq->($co, "SELECT count(*) FROM ntask.task WHERE queue = 'ml'
+		AND state NOT IN ('succeeded', 'repair_required', 'canceled')");
+};
+
+# the orphans of the moves: each with a snapshot of its node taken when its
+# move returned, and its content then
+my @orphans;
+my $orphan_bad = 0;
+my $check_orphans = sub {
+	my ($when) = @_;
+	for my $o (grep { !$_->{checked} } @orphans)
+	{
+		my $n = $o->{node};
+		my $late = $dq->($n, "SELECT count(*) FROM $o->{name} x
+			WHERE NOT pg_visible_in_snapshot(x.xmin::text::xid8, '$o->{snap}'::pg_snapshot)");
+		my $sum = $dq->($n, "SELECT count(*) || ':' || coalesce(md5(string_agg(x::text, '|' ORDER BY x::text)), '')
+			FROM $o->{name} x");
+		if ($late ne '0' || $sum ne $o->{sum})
+		{
+			$orphan_bad++;
+			diag("orphan $o->{name} on " . $n->name . " written after its move ($o->{move}), $when: "
+				  . "$late rows newer than the move, content $o->{sum} then, $sum now");
+		}
+		$o->{checked} = 1;
+	}
+};
+
+note(sprintf('cluster and clients up at %.0f s', time - $t0));
+my $mover = DBI->connect(dsn($co), '', '', { AutoCommit => 1, RaiseError => 1, PrintError => 0 });
+$mover->do("SET statement_timeout = '300s'");
+my @moves;
+my $shardids = $q->(q{SELECT string_agg(shardid::text, ' ' ORDER BY shardminvalue::int)
+	FROM pg_dist_shard WHERE logicalrelid = 'ntask.task'::regclass});
+my @shardids = split ' ', $shardids;
+for my $m (0 .. $MOVES - 1)
+{
+	my $shardid = $shardids[ int($m / 2) % 4 ];
+	my $mode = ($m + int($m / 2)) % 2 ? 'force_logical' : 'block_writes';
+	# the orphans of the move before: unchanged, then dropped (a move
+	# refuses to run while one is left on its target)
+	$check_orphans->("before move $m");
+	ok(wait_until(sub {
+		eval { $dbh_of{ $co->port }->do('CALL citus_cleanup_orphaned_resources()') };
+		$dq->($co, 'SELECT count(*) FROM pg_dist_cleanup') == 0;
+	}, 120), "move $m: the orphans before dropped");
+	my $src_port = $dq->($co, "SELECT nodeport FROM pg_dist_shard_placement WHERE shardid = $shardid");
+	my ($dst) = grep { $_->port != $src_port } ($w1, $w2);
+	# the move, and new tasks for the producers while it runs (a tenth of
+	# them at once, so that it starts with work in flight)
+	my ($base, $cap) = (int($N * $m / $MOVES), int($N * ($m + 1) / $MOVES));
+	set_allow($cap, $base + int(($cap - $base) / 10), time, $mode eq 'block_writes' ? 2 : 5);
+	my $ts = time;
+	my $ok = eval {
+		$mover->do("SELECT citus_move_shard_placement($shardid, '127.0.0.1', $src_port, '127.0.0.1', "
+			  . $dst->port . ", shard_transfer_mode => '$mode')", { pg_async => DBD::Pg::PG_ASYNC() });
+		sleep 0.02 until $mover->pg_ready;		# the statement_timeout bounds it
+		$mover->pg_result;
+		1;
+	};
+	my $te = time;
+	set_allow($cap);
+	my $src = $node_of_port{$src_port};
+	ok($ok, "move $m: shard $shardid from " . $src->name . ' to ' . $dst->name . " ($mode)")
+	  or diag($@);
+	push @moves, [ $ts, $te, $mode ];
+	note(sprintf('move %d: shard %s, %s, %.1f s (at %.0f s, %d tasks unfinished)', $m, $shardid, $mode, $te - $ts,
+		$ts - $t0, $unfinished->()));
+	is($dq->($co, "SELECT nodeport FROM pg_dist_shard_placement WHERE shardid = $shardid"), $dst->port,
+		"move $m: the placement is on " . $dst->name);
+	# its orphans on the source: a snapshot and their content now
+	my $snap = $dq->($src, 'SELECT pg_current_snapshot()');
+	my @names = split /\n/, $dq->($co, 'SELECT object_name FROM pg_dist_cleanup WHERE object_type = 1
+		AND node_group_id = (SELECT groupid FROM pg_dist_node WHERE nodeport = ' . $src_port . ') ORDER BY 1');
+	cmp_ok(scalar(@names), '>=', 6, "move $m: its orphans (the shard group's old tables) are left") ;
+	for my $name (@names)
+	{
+		push @orphans, { name => $name, node => $src, snap => $snap, move => $m,
+			sum => $dq->($src, "SELECT count(*) || ':' || coalesce(md5(string_agg(x::text, '|' ORDER BY x::text)), '')
+				FROM $name x") };
+	}
+}
+set_allow($N);
+is(read_allow(), $N, 'every key released to the producers');
+
+# the load ends: every task final (housekeeping releases what expired)
+ok(wait_until(sub {
+	$dq->($co, "SELECT count(*) FROM ntask.task WHERE queue = 'ml'") == $N && $unfinished->() == 0
+}, $long ? 480 : 240), 'every task reaches a final state after the load') or diag($q->(q{
+	SELECT state, count(*) FROM ntask.task WHERE queue = 'ml' GROUP BY 1}));
+note(sprintf('drained at %.0f s', time - $t0));
+open my $sf, '>', "$tmp/stop" or die;
+close $sf;
+for my $k (@kids)
+{
+	waitpid($k, 0);
+	is($? >> 8, 0, "client $k exited cleanly");
+}
+$check_orphans->('after the load');
+is($orphan_bad, 0, 'no orphan written after its move committed (' . scalar(@orphans) . ' orphaned tables)');
+$mover->disconnect;
+$_->disconnect for values %dbh_of;
+my $load_s = time - $t0;
+
+# the clients' logs
+my (%claims, @dup_claims, %trans, %rel, %rcpt, %enq, @errors, $calls, %hb, @stale);
+my @calls;
+for my $f (glob("$tmp/*.log"))
+{
+	my ($who) = $f =~ m{/(\w+)\.log$};
+	open my $fh, '<', $f or die;
+	while (my $l = <$fh>)
+	{
+		chomp $l;
+		my ($ts, $te, $what, @f) = split / /, $l;
+		push @calls, [ $ts, $te ] unless $what eq 'N' || $what eq 'K';
+		if ($what eq 'C')
+		{
+			my $k = "$f[0]:$f[1]";
+			push @dup_claims, "$k ($who and $claims{$k}{who})" if $claims{$k};
+			$claims{$k} = { who => $who, attempt => $f[2], i => $f[3] };
+		}
+		elsif ($what eq 'T')
+		{
+			my $k = "$f[0]:$f[1]";
+			push @stale, $k if $f[3] eq 'stale';
+			$trans{$k} = [ @f[ 2 .. 4 ] ] if $f[3] eq 'applied';
+		}
+		elsif ($what eq 'L')
+		{
+			push @stale, "$f[0]:$f[1]" if $f[2] eq 'stale';
+			$rel{"$f[0]:$f[1]"} = 1 if $f[2] eq 'applied';
+		}
+		elsif ($what eq 'R')
+		{
+			push @stale, "$f[0]:$f[1]" if $f[2] eq 'stale';
+			$rcpt{"$f[0]:$f[1]"} = 1 if $f[2] eq 'applied';
+		}
+		elsif ($what eq 'H')
+		{
+			$hb{ $f[2] }++;
+		}
+		elsif ($what eq 'P' || $what eq 'D')
+		{
+			push @{ $enq{ $f[0] } }, [ $what, $f[1], $f[2] ];
+		}
+		elsif ($what eq 'E')
+		{
+			push @errors, "$who: @f";
+		}
+	}
+}
+note(sprintf('%d calls; %d claims, %d applied transitions, %d releases, %d receipts, %d heartbeats (%d null), '
+	  . '%d stale writes refused, %d failed calls', scalar(@calls), scalar(keys %claims), scalar(keys %trans),
+	scalar(keys %rel), scalar(keys %rcpt), ($hb{applied} // 0) + ($hb{null} // 0), $hb{null} // 0,
+	scalar(@stale), scalar(@errors)));
+is(scalar(@errors), 0, 'no call failed during the moves') or diag(join("\n", @errors[ 0 .. ($#errors < 9 ? $#errors : 9) ]));
+
+# every move ran while clients' calls ran
+for my $m (0 .. $#moves)
+{
+	my ($ms, $me, $mode) = @{ $moves[$m] };
+	my $n = grep { $_->[0] < $me && $_->[1] > $ms } @calls;
+	cmp_ok($n, '>=', 1, "move $m ($mode): $n client calls ran during it");
+}
+
+# 1. every key enqueued is one task; duplicates returned its id
+my %task_of = map { split /\|/ } split /\n/,
+  $q->("SELECT task_key || '|' || task_id FROM ntask.task WHERE queue = 'ml'");
+is(scalar(keys %task_of), $N, "$N tasks, one per key");
+my @enq_bad;
+for my $i (1 .. $N)
+{
+	my $e = $enq{"k$i"} // [];
+	my @firsts = grep { $_->[0] eq 'P' } @$e;
+	push @enq_bad, "k$i: not enqueued" unless @firsts == 1;
+	push @enq_bad, "k$i: enqueued as a second task" if grep { ($_->[1] // '') ne ($task_of{"k$i"} // 'none') } @$e;
+	push @enq_bad, "k$i: a duplicate enqueue created a task" if grep { $_->[0] eq 'D' && $_->[2] } @$e;
+	push @enq_bad, "k$i: no duplicate enqueue" if $i % 20 == 0 && !grep { $_->[0] eq 'D' } @$e;
+}
+is(scalar(@enq_bad), 0, 'every enqueue made or found its key\'s one task') or diag(join("\n", @enq_bad[0 .. 9]));
+
+# 2. the ledger against the claims the workers received
+my %ledger;
+for (split /\n/, $q->(q{
+	SELECT a.task_id || '|' || a.token || '|' || a.attempt || '|' || coalesce(a.result, '-')
+	FROM ntask.attempt_all a JOIN ntask.task t ON t.task_id = a.task_id AND t.shard = a.shard
+	WHERE t.queue = 'ml'}))
+{
+	my ($id, $tok, $att, $res) = split /\|/;
+	$ledger{"$id:$tok"} = { attempt => $att, result => $res };
+}
+is(scalar(@dup_claims), 0, 'no (task, token) handed to two claims') or diag(join("\n", @dup_claims[0 .. 9]));
+my @lost = grep { !$ledger{$_} } sort keys %claims;
+is(scalar(@lost), 0, 'every claim a worker received is in the ledger (' . scalar(keys %claims) . ' claims)')
+  or diag(join("\n", @lost[0 .. 9]));
+my @unknown = grep { !$claims{$_} } sort keys %ledger;
+is(scalar(@unknown), 0, 'every attempt in the ledger was received by a worker (' . scalar(keys %ledger) . ' attempts)')
+  or diag(join("\n", @unknown[0 .. 9]));
+my @att_bad = grep { $ledger{$_} && $claims{$_}{attempt} != $ledger{$_}{attempt} } keys %claims;
+is(scalar(@att_bad), 0, 'each claim\'s attempt number is its ledger row\'s');
+is($q->(q{
+	SELECT count(*) FROM (
+		SELECT array_agg(a.token ORDER BY a.attempt) AS by_attempt,
+			array_agg(a.token ORDER BY a.token) AS by_token,
+			count(DISTINCT a.token) AS d, count(*) AS n,
+			array_agg(a.attempt ORDER BY a.attempt) AS att
+		FROM ntask.attempt_all a JOIN ntask.task k ON k.task_id = a.task_id AND k.shard = a.shard
+		WHERE k.queue = 'ml' GROUP BY a.shard, a.task_id) x
+	WHERE by_attempt <> by_token OR d <> n
+	   OR att <> (SELECT array_agg(g::integer ORDER BY g) FROM generate_series(1, n) g)}), '0',
+	'tokens strictly increasing per task, attempts 1..n');
+my $overlaps = $q->(q{
+	SELECT coalesce(string_agg(task_id || ' token ' || token || ' claimed ' || claimed_at
+		|| ' before ' || coalesce(prev_end::text, 'the open end') || ' of token ' || prev_token, E'\n'), '')
+	FROM (
+		SELECT a.task_id, a.token, a.claimed_at,
+			lag(a.ended_at) OVER w AS prev_end, lag(a.token) OVER w AS prev_token
+		FROM ntask.attempt_all a JOIN ntask.task k ON k.task_id = a.task_id AND k.shard = a.shard
+		WHERE k.queue = 'ml'
+		WINDOW w AS (PARTITION BY a.task_id ORDER BY a.token)) x
+	WHERE prev_token IS NOT NULL AND (prev_end IS NULL OR claimed_at < prev_end)});
+is($overlaps, '', 'never two live leases: each attempt ended before the next one was claimed');
+
+# 3. transitions and releases: each applied one is its attempt's ledger
+# result, each ledger result an applied call
+my @res_bad;
+for my $k (sort keys %trans)
+{
+	my ($to, $r, $st) = @{ $trans{$k} };
+	my $l = $ledger{$k};
+	push @res_bad, "$k: applied $to ($st), ledger " . ($l ? $l->{result} : 'none')
+	  unless $l && $l->{result} eq $st;
+}
+for my $k (sort keys %rel)
+{
+	push @res_bad, "$k: released, ledger " . ($ledger{$k} ? $ledger{$k}{result} : 'none')
+	  unless $ledger{$k} && $ledger{$k}{result} eq 'released';
+}
+for my $k (sort keys %ledger)
+{
+	my $res = $ledger{$k}{result};
+	next if $res eq '-' || $res eq 'lease_expired';
+	push @res_bad, "$k: ledger $res, no applied call"
+	  unless $rel{$k} && $res eq 'released' || $trans{$k} && $trans{$k}[2] eq $res;
+}
+is(scalar(@res_bad), 0, 'every applied transition and release is its attempt\'s ledger result, and back')
+  or diag(join("\n", @res_bad[0 .. ($#res_bad < 9 ? $#res_bad : 9)]));
+
+# 4. final states; every succeeded task succeeded once, by its last token
+my %final = map { my ($id, $st, $tok, $i) = split /\|/; ($id => [ $st, $tok, $i ]) } split /\n/, $q->(q{
+	SELECT task_id || '|' || state || '|' || token || '|' || (payload->>'i')
+	FROM ntask.task WHERE queue = 'ml'});
+my (@state_bad, @succ_bad);
+my %succ_by;
+for my $k (keys %trans)
+{
+	push @{ $succ_by{ (split /:/, $k)[0] } }, (split /:/, $k)[1] if $trans{$k}[0] eq 'succeeded';
+}
+for my $id (keys %final)
+{
+	my ($st, $tok, $i) = @{ $final{$id} };
+	my $want = $i % 97 == 0 ? 'repair_required' : 'succeeded';
+	push @state_bad, "task $id (i $i): $st, not $want" if $st ne $want;
+	if ($st eq 'succeeded')
+	{
+		my $by = $succ_by{$id} // [];
+		push @succ_bad, "task $id: succeeded by tokens [@$by], its token $tok"
+		  unless @$by == 1 && $by->[0] == $tok;
+	}
+}
+is(scalar(@state_bad), 0, 'every task final: succeeded, or repair_required for the ones that always fail')
+  or diag(join("\n", @state_bad[0 .. ($#state_bad < 9 ? $#state_bad : 9)]));
+is(scalar(@succ_bad), 0, 'every succeeded task succeeded exactly once, by its holder\'s (its last) token')
+  or diag(join("\n", @succ_bad[0 .. ($#succ_bad < 9 ? $#succ_bad : 9)]));
+is($q->(q{SELECT count(*) FROM ntask.attempt a JOIN ntask.task t ON t.task_id = a.task_id AND t.shard = a.shard
+	WHERE t.queue = 'ml' AND a.result = 'succeeded' AND a.token <> t.token}), '0',
+	'ledger: only a task\'s last token succeeded');
+
+# 5. receipts and business rows
+my %rdb = map { $_ => 1 } split /\n/, $q->('SELECT task_id || \':\' || token FROM ntask.receipt');
+my %bdb;
+my @biz_dup;
+for (split /\n/, $q->('SELECT task_id || \':\' || token FROM biz'))
+{
+	my ($id) = split /:/;
+	push @biz_dup, $id if grep { /^$id:/ } keys %bdb;
+	$bdb{$_} = 1;
+}
+is(join(',', sort keys %rdb), join(',', sort keys %rcpt),
+	'the receipts committed are exactly ntask.receipt (' . scalar(keys %rcpt) . ')');
+is(join(',', sort keys %bdb), join(',', sort keys %rcpt), 'one business row per committed receipt');
+is(scalar(@biz_dup), 0, 'no task has two business rows');
+is(scalar(grep { $final{$_}[0] eq 'succeeded' } keys %final), scalar(keys %bdb),
+	'every succeeded task has its business row');
+
+# what the run exercised
+my $takeovers = grep { $ledger{$_}{result} eq 'lease_expired' } keys %ledger;
+cmp_ok($takeovers, '>=', 1, "leases ran out and were taken over ($takeovers)");
+cmp_ok(scalar(@stale), '>=', 1, 'stale writes were refused (' . scalar(@stale) . ')');
+cmp_ok(scalar(grep { $ledger{$_}{result} eq 'retry_wait' } keys %ledger), '>=', 1, 'attempts failed and were retried');
+cmp_ok(scalar(keys %rel), '>=', 1, 'attempts were released');
+my %by_worker;
+$by_worker{ $claims{$_}{who} }++ for keys %claims;
+for my $wk (@workers)
+{
+	cmp_ok($by_worker{ $wk->[0] } // 0, '>=', 1, "worker $wk->[0] claimed tasks (" . ($by_worker{ $wk->[0] } // 0) . ')');
+}
+
+NtaskCitus::stop($c);
+note(sprintf('t/027: %d tasks, %d moves; load %.0f s, whole test %.0f s', $N, $MOVES, $load_s, time - $t0));
+done_testing();
