@@ -19,7 +19,10 @@
  */
 #include "postgres.h"
 
+#include "ntask_base.h"
 #include "ntask_task.h"
+#include "spi_util.h"
+#include "wake.h"
 
 #include "catalog/pg_type.h"
 #include "utils/array.h"

@@ -54,7 +54,13 @@
  */
 #include "postgres.h"
 
+#include "fair.h"
+#include "limit.h"
 #include "ntask_api.h"
+#include "ntask_base.h"
+#include "ntask_task.h"
+#include "spi_util.h"
+#include "wake.h"
 
 #include "access/htup_details.h"
 #include "access/xact.h"

@@ -29,7 +29,10 @@
  */
 #include "postgres.h"
 
+#include "ntask_base.h"
 #include "ntask_task.h"
+#include "settings.h"
+#include "spi_util.h"
 
 #include "catalog/pg_type.h"
 #include "common/hashfn.h"

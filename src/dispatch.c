@@ -45,7 +45,13 @@
  */
 #include "postgres.h"
 
+#include "compat.h"
+#include "ntask_base.h"
+#include "ntask_task.h"
 #include "ntask_worker.h"
+#include "spi_util.h"
+#include "worker_settings.h"
+#include "worker_shared.h"
 
 #include <arpa/inet.h>
 #include <curl/curl.h>

@@ -33,7 +33,11 @@
  */
 #include "postgres.h"
 
+#include "ntask_base.h"
+#include "ntask_task.h"
 #include "ntask_worker.h"
+#include "spi_util.h"
+#include "worker_settings.h"
 
 #include "catalog/pg_type.h"
 #include "funcapi.h"

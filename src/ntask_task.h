@@ -5,10 +5,10 @@
  *	  queue's tasks (rights.c), leases, fences, receipts, results, guards
  *	  and the parse of a queue's target.
  *
- * The floors of src/ (docs/design.md "Floors"; scripts/check_layers.sh):
- * a file includes the header of its floor, which includes the ones below;
- * no file calls a file on a floor above it.  A .c file includes
- * postgres.h first, then its floor's header.
+ * The floors of src/ (docs/design.md "Floors"; src/floors.txt, checked by
+ * scripts/check_layers.sh): a .c file includes postgres.h first, then the
+ * headers whose names it uses, each of its level or a lower one; no file
+ * calls a function of a higher level.
  *
  * Copyright (c) 2026, The ntask authors; the PostgreSQL Licence (LICENSE)
  *
@@ -20,7 +20,9 @@
 #ifndef NTASK_TASK_H
 #define NTASK_TASK_H
 
-#include "ntask_base.h"
+#include "compat.h"
+#include "fmgr.h"
+#include "utils/jsonb.h"
 
 /* rights.c */
 pg_noreturn extern void NtaskQueueNotFound(const char *queue);

@@ -23,7 +23,12 @@
  */
 #include "postgres.h"
 
+#include "compat.h"
 #include "ntask_api.h"
+#include "ntask_base.h"
+#include "ntask_task.h"
+#include "spi_util.h"
+#include "wake.h"
 
 #include "catalog/pg_type.h"
 #include "funcapi.h"

@@ -40,6 +40,9 @@
 #include "postgres.h"
 
 #include "ntask_api.h"
+#include "ntask_base.h"
+#include "ntask_task.h"
+#include "spi_util.h"
 
 #include <ctype.h>
 

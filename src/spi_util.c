@@ -18,7 +18,9 @@
  */
 #include "postgres.h"
 
+#include "compat.h"
 #include "ntask_base.h"
+#include "spi_util.h"
 
 #include "common/hashfn.h"
 

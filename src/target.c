@@ -25,6 +25,7 @@
  */
 #include "postgres.h"
 
+#include "compat.h"
 #include "ntask_task.h"
 
 #include <curl/curl.h>

@@ -51,6 +51,8 @@
 #include "postgres.h"
 
 #include "ntask_base.h"
+#include "waiter.h"
+#include "wake.h"
 
 #include "access/xact.h"
 #include "catalog/pg_type.h"
