@@ -36,6 +36,7 @@
  */
 #include "postgres.h"
 
+#include "context.h"
 #include "ntask_base.h"
 #include "ntask_task.h"
 #include "settings.h"

@@ -54,7 +54,9 @@
  */
 #include "postgres.h"
 
+#include "context.h"
 #include "fair.h"
+#include "guard.h"
 #include "limit.h"
 #include "ntask_api.h"
 #include "ntask_base.h"

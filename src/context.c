@@ -29,8 +29,8 @@
  */
 #include "postgres.h"
 
+#include "context.h"
 #include "ntask_base.h"
-#include "ntask_task.h"
 #include "settings.h"
 #include "spi_util.h"
 

@@ -46,10 +46,11 @@
 #include "postgres.h"
 
 #include "compat.h"
+#include "context.h"
 #include "ntask_base.h"
-#include "ntask_task.h"
 #include "ntask_worker.h"
 #include "spi_util.h"
+#include "target.h"
 #include "worker_settings.h"
 #include "worker_shared.h"
 

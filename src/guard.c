@@ -49,8 +49,8 @@
 #include "postgres.h"
 
 #include "compat.h"
+#include "guard.h"
 #include "ntask_base.h"
-#include "ntask_task.h"
 #include "spi_util.h"
 
 #include "access/htup_details.h"

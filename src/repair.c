@@ -24,6 +24,7 @@
 #include "postgres.h"
 
 #include "compat.h"
+#include "guard.h"
 #include "ntask_api.h"
 #include "ntask_base.h"
 #include "ntask_task.h"

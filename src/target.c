@@ -26,7 +26,7 @@
 #include "postgres.h"
 
 #include "compat.h"
-#include "ntask_task.h"
+#include "target.h"
 
 #include <curl/curl.h>
 
