@@ -15,7 +15,9 @@
 #   the #include lines of both, as written.
 #
 # mode=table prints, for each .c file, the names its #include's make
-# visible (following the includes of src/'s headers) and the ones it uses.
+# visible (following the includes of src/'s headers) and the ones it uses;
+# mode=needs the src/ headers whose names it uses (what it should include);
+# mode=names each header's names and their kinds.
 #
 # mode=check reads the levels from floors (src/floors.txt) and fails
 # (exit 1, one line per problem) on:
