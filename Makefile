@@ -97,8 +97,8 @@ include $(PGXS)
 # A header change (a struct, an enum) must rebuild the objects that include
 # it, or a stale object crashes the backend: the compiler writes each
 # object's includes to .deps/ (PGXS's autodepend, on here whatever
-# PostgreSQL was configured with), so a change of a floor's header
-# (src/ntask_*.h) rebuilds that floor and the floors above it only.
+# PostgreSQL was configured with), so a change of a header of src/
+# rebuilds only the objects that include it.
 
 .PHONY: demo test dist indent typedefs
 demo:

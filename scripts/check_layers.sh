@@ -1,69 +1,67 @@
 #!/bin/sh
-# scripts/check_layers.sh: the floors of src/ (docs/design.md "Floors").
-# Fails (rc 1, one line per problem) on a src file the list does not name
-# or names twice, a listed file that is missing, a .c file of floors 2-5
-# whose first #include is not postgres.h, a floor-1 file that includes
-# PostgreSQL or ntask headers, an #include of a header of a higher floor,
+# scripts/check_layers.sh: the floors of src/ and the levels within each
+# (docs/design.md "Floors"), read from src/floors.txt.  Fails (rc 1, one
+# line per problem) on a src file the list does not name or names twice, a
+# listed file that is missing, a .c file of floors 2-5 whose first
+# #include is not postgres.h, a floor-1 file that includes PostgreSQL or
+# ntask headers of other floors, an #include of a header of a higher
+# level, a call of a function defined in a file of a higher level (within
+# a floor too), an #include of a header none of whose names the file uses,
 # and an extern declaration in a .c file.  Prints one line when all hold.
+# scripts/layers.awk does the reading; scripts/header_use.sh prints the
+# names each .c file sees and uses.
+#
+# Then it proves that it fails when it should: on a small tree of its own
+# (two levels of one floor, each a .c file and a header) that passes, it
+# breaks one rule at a time and fails unless the check names the break.
 set -u
 cd "$(dirname "$0")/.." || exit 1
-doc=docs/design.md
+top=$(pwd)
+awk -v mode=check -v floors="${NTASK_FLOORS:-src/floors.txt}" \
+	-f scripts/layers.awk || exit 1
 
-# "floor N: files" and "header N: files" lines of the Floors section
-list=$(awk '/^## Floors/ {on = 1; next} on && /^## / {exit}
-	on && /^(floor|header) [1-5]: / {print}' "$doc")
-[ -n "$list" ] || { echo "check_layers: no Floors list in $doc"; exit 1; }
-
-echo "$list" | awk -v srcdir=src '
-	{
-		sub(":", "", $2)
-		for (i = 3; i <= NF; i++) {
-			if ($i in floor) { print "check_layers: " $i " listed twice"; bad = 1 }
-			floor[$i] = $2
-		}
-	}
-	END {
-		# every file of src/ is listed, every listed file exists
-		cmd = "ls " srcdir
-		while ((cmd | getline f) > 0)
-			if (f ~ /\.[ch]$/ && !(f in floor)) {
-				print "check_layers: src/" f " has no floor"; bad = 1
-			}
-		close(cmd)
-		for (f in floor) {
-			path = srcdir "/" f
-			if ((getline line < path) < 0) {
-				print "check_layers: src/" f " is listed but missing"; bad = 1
-				continue
-			}
-			close(path)
-			first = ""
-			while ((getline line < path) > 0) {
-				if (line ~ /^[ \t]*#[ \t]*include[ \t]/) {
-					inc = line
-					sub(/^[ \t]*#[ \t]*include[ \t]*/, "", inc)
-					q = substr(inc, 1, 1)
-					name = substr(inc, 2)
-					sub(/[>"].*$/, "", name)
-					if (first == "") first = name
-					if (floor[f] == 1 && q == "\"" && !(name in floor)) {
-						print "check_layers: src/" f " (floor 1) includes " name; bad = 1
-					} else if (q == "\"" && (name in floor) && floor[name] > floor[f]) {
-						print "check_layers: src/" f " (floor " floor[f] ") includes " name " (floor " floor[name] ")"; bad = 1
-					}
-					if (floor[f] == 1 && name == "postgres.h") {
-						print "check_layers: src/" f " (floor 1) includes postgres.h"; bad = 1
-					}
-				}
-				if (f ~ /\.c$/ && line ~ /^extern[ \t]/) {
-					print "check_layers: src/" f " declares an extern: put it in its floor header"; bad = 1
-				}
-			}
-			close(path)
-			if (f ~ /\.c$/ && floor[f] > 1 && first != "postgres.h") {
-				print "check_layers: src/" f " does not include postgres.h first"; bad = 1
-			}
-		}
-		exit bad
-	}' || exit 1
-echo "check_layers: src/ keeps its floors"
+tmp=$(mktemp -d) || exit 1
+trap 'rm -rf "$tmp"' EXIT
+# the tree: 2a a.c a.h, 2b b.c b.h (b.c calls a.c), and c.h unused at 2a
+tree()
+{
+	rm -rf "$tmp/src"
+	mkdir "$tmp/src"
+	printf '2a a.c a.h c.h\n2b b.c b.h\n' >"$tmp/src/floors.txt"
+	printf '#define A_H\nextern void AFun(void);\n' >"$tmp/src/a.h"
+	printf '#define B_H\n#define B_MAX 2\nextern void BFun(void);\n' >"$tmp/src/b.h"
+	printf '#define C_H\nextern int	c_count;\n' >"$tmp/src/c.h"
+	printf '#include "postgres.h"\n\n#include "a.h"\n\nvoid\nAFun(void)\n{\n}\n' >"$tmp/src/a.c"
+	printf '#include "postgres.h"\n\n#include "a.h"\n#include "b.h"\n\nvoid\nBFun(void)\n{\n\tAFun();\n}\n' >"$tmp/src/b.c"
+}
+# case WHAT EXPECTED COMMAND: the tree broken by COMMAND must fail with EXPECTED
+case_fails()
+{
+	tree
+	(cd "$tmp/src" && eval "$3")
+	out=$(cd "$tmp" && awk -v mode=check -f "$top/scripts/layers.awk" 2>&1)
+	case $out in
+		*"$2"*) ;;
+		*) echo "check_layers: self-test: $1 went unnoticed (want \"$2\", got: $out)"; exit 1 ;;
+	esac
+}
+tree
+out=$(cd "$tmp" && awk -v mode=check -f "$top/scripts/layers.awk" 2>&1) ||
+	{ echo "check_layers: self-test: the sound tree fails: $out"; exit 1; }
+case_fails "an include of a higher level" "src/a.c (2a) includes b.h (2b)" \
+	'sed "s/^#include \"a.h\"$/&\n#include \"b.h\"/; s/^{$/{\n\tBFun();/" a.c >x && mv x a.c'
+case_fails "a call of a higher level" "src/a.c (2a) uses BFun of b.c (2b)" \
+	'sed "s/^{$/{\n\tBFun();/" a.c >x && mv x a.c'
+case_fails "a macro of a higher level" "src/a.c (2a) uses B_MAX of b.h (2b)" \
+	'sed "s/^{$/{\n\treturn B_MAX;/" a.c >x && mv x a.c'
+case_fails "an include no name of which is used" "src/b.c includes c.h and uses none of its names" \
+	'sed "s/^#include \"b.h\"$/&\n#include \"c.h\"/" b.c >x && mv x b.c'
+case_fails "a file without a level" "src/d.c has no level" \
+	'cp a.c d.c'
+case_fails "a .c file without postgres.h first" "src/b.c does not include postgres.h first" \
+	'sed "/postgres.h/d" b.c >x && mv x b.c'
+case_fails "an extern in a .c file" "src/b.c:11 declares an extern" \
+	'echo "extern int c_count;" >>b.c'
+case_fails "a level that is none" "\"2A\" is not a level" \
+	'echo "2A e.c" >>floors.txt'
+echo "check_layers: src/ keeps its floors and levels"

@@ -19,7 +19,11 @@
  */
 #include "postgres.h"
 
+#include "ntask_base.h"
 #include "ntask_task.h"
+#include "shard.h"
+#include "spi_util.h"
+#include "wake.h"
 
 #include "catalog/pg_type.h"
 #include "utils/array.h"

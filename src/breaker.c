@@ -39,7 +39,11 @@
  */
 #include "postgres.h"
 
+#include "ntask_base.h"
 #include "ntask_worker.h"
+#include "shard.h"
+#include "spi_util.h"
+#include "worker_shared.h"
 
 #include "catalog/pg_type.h"
 #include "utils/builtins.h"

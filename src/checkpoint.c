@@ -36,7 +36,12 @@
  */
 #include "postgres.h"
 
+#include "context.h"
+#include "ntask_base.h"
 #include "ntask_task.h"
+#include "settings.h"
+#include "shard.h"
+#include "spi_util.h"
 
 #include "catalog/pg_type.h"
 #include "access/detoast.h"

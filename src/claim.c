@@ -54,7 +54,16 @@
  */
 #include "postgres.h"
 
+#include "context.h"
+#include "fair.h"
+#include "guard.h"
+#include "limit.h"
 #include "ntask_api.h"
+#include "ntask_base.h"
+#include "ntask_task.h"
+#include "shard.h"
+#include "spi_util.h"
+#include "wake.h"
 
 #include "access/htup_details.h"
 #include "access/xact.h"

@@ -43,7 +43,7 @@
  */
 #include "postgres.h"
 
-#include "ntask_base.h"
+#include "compat.h"
 
 #include "common/hashfn.h"
 #include "miscadmin.h"

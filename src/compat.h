@@ -24,6 +24,15 @@
 #endif
 
 /*
+ * 16 moved the varlena macros (VARDATA_ANY, VARSIZE_ANY_EXHDR, ...) from
+ * postgres.h to varatt.h; a file that uses them and includes none of the
+ * headers that bring varatt.h along includes this one.
+ */
+#if PG_VERSION_NUM >= 160000
+#include "varatt.h"
+#endif
+
+/*
  * 18 replaced the trailing pg_attribute_noreturn() by the C11-style
  * pg_noreturn specifier in front of the declaration (c.h); 15-17 have
  * only the former, which expands to __attribute__((noreturn)), and GCC

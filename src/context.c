@@ -29,7 +29,10 @@
  */
 #include "postgres.h"
 
-#include "ntask_task.h"
+#include "context.h"
+#include "settings.h"
+#include "shard.h"
+#include "spi_util.h"
 
 #include "catalog/pg_type.h"
 #include "common/hashfn.h"

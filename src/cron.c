@@ -66,7 +66,9 @@
  */
 #include "postgres.h"
 
-#include "ntask_api.h"
+#include "compat.h"
+#include "shard.h"
+#include "spi_util.h"
 #include "cron_parse.h"
 
 #include "funcapi.h"

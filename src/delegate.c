@@ -33,6 +33,8 @@
 #include "postgres.h"
 
 #include "ntask_api.h"
+#include "shard.h"
+#include "spi_util.h"
 
 #include "executor/spi.h"
 #include "utils/array.h"

@@ -45,7 +45,15 @@
  */
 #include "postgres.h"
 
+#include "compat.h"
+#include "context.h"
+#include "ntask_base.h"
 #include "ntask_worker.h"
+#include "shard.h"
+#include "spi_util.h"
+#include "target.h"
+#include "worker_settings.h"
+#include "worker_shared.h"
 
 #include <arpa/inet.h>
 #include <curl/curl.h>

@@ -22,9 +22,9 @@
  */
 #include "postgres.h"
 
-#include "ntask_api.h"
-
 #include "commands/event_trigger.h"
+#include "executor/spi.h"
+#include "fmgr.h"
 #include "nodes/parsenodes.h"
 
 PG_FUNCTION_INFO_V1(ntask_drop_extension_check);

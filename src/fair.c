@@ -40,7 +40,10 @@
  */
 #include "postgres.h"
 
+#include "fair.h"
+#include "limit.h"
 #include "ntask_base.h"
+#include "settings.h"
 
 #include "miscadmin.h"
 #include "storage/ipc.h"

@@ -48,7 +48,10 @@
  */
 #include "postgres.h"
 
-#include "ntask_task.h"
+#include "compat.h"
+#include "guard.h"
+#include "ntask_base.h"
+#include "spi_util.h"
 
 #include "access/htup_details.h"
 #include "catalog/dependency.h"

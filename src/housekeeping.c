@@ -33,7 +33,12 @@
  */
 #include "postgres.h"
 
+#include "ntask_base.h"
+#include "ntask_task.h"
 #include "ntask_worker.h"
+#include "shard.h"
+#include "spi_util.h"
+#include "worker_settings.h"
 
 #include "catalog/pg_type.h"
 #include "funcapi.h"

@@ -34,7 +34,12 @@
  */
 #include "postgres.h"
 
+#include "ntask_base.h"
 #include "ntask_task.h"
+#include "settings.h"
+#include "shard.h"
+#include "spi_util.h"
+#include "wake.h"
 
 #include "catalog/pg_type.h"
 #include "utils/builtins.h"

@@ -39,7 +39,9 @@
  */
 #include "postgres.h"
 
+#include "limit.h"
 #include "ntask_base.h"
+#include "settings.h"
 
 #include <math.h>
 

@@ -20,7 +20,16 @@
  */
 #include "postgres.h"
 
-#include "ntask_base.h"
+#include <limits.h>
+
+#include "compat.h"
+#include "fair.h"
+#include "launcher.h"
+#include "limit.h"
+#include "settings.h"
+#include "waiter.h"
+#include "wake.h"
+#include "worker_settings.h"
 
 #include "catalog/pg_database.h"
 #include "commands/dbcommands.h"

@@ -4,10 +4,10 @@
  *	  Floor 4, the SQL API: enqueue, claim and the waiting claim,
  *	  transition, release, repair, queue admin, sagas, schedules.
  *
- * The floors of src/ (docs/design.md "Floors"; scripts/check_layers.sh):
- * a file includes the header of its floor, which includes the ones below;
- * no file calls a file on a floor above it.  A .c file includes
- * postgres.h first, then its floor's header.
+ * The floors of src/ (docs/design.md "Floors"; src/floors.txt, checked by
+ * scripts/check_layers.sh): a .c file includes postgres.h first, then the
+ * headers whose names it uses, each of its level or a lower one; no file
+ * calls a function of a higher level.
  *
  * Copyright (c) 2026, The ntask authors; the PostgreSQL Licence (LICENSE)
  *
@@ -19,7 +19,10 @@
 #ifndef NTASK_API_H
 #define NTASK_API_H
 
-#include "ntask_task.h"
+#include "datatype/timestamp.h"
+#include "fmgr.h"
+#include "nodes/execnodes.h"
+#include "utils/jsonb.h"
 
 /*
  * SQL: "WITH RECURSIVE ... pr(p)": the priorities of queue $1 to try,

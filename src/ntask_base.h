@@ -1,19 +1,21 @@
 /*-------------------------------------------------------------------------
  *
  * ntask_base.h
- *	  Floor 2, the foundations: ntask's SQLSTATEs, limits and GUCs (module.c),
- *	  the saved SPI plan and argument helpers (spi_util.c), the digest,
- *	  the shared SQL fragments, and the shared-memory tables (fair.c,
- *	  limit.c, waiter.c, worker_shared.c).
+ *	  Floor 2, the foundations: ntask's SQLSTATEs, version and limits on
+ *	  arguments, the digest, the shards of task ids and the SQL fragments
+ *	  several files share.  The rest of floor 2 has a header per purpose:
+ *	  spi_util.h (saved plans, row readers, argument checks), settings.h
+ *	  and worker_settings.h (GUCs), wake.h (wake-at-commit), waiter.h,
+ *	  fair.h, limit.h, worker_shared.h and launcher.h (shared memory).
  *
  * Exported internals use the NtaskXxx() prefix; SQL-callable C symbols
  * equal their SQL names (ntask_claim, ...).  File-local statics use a short
  * per-file prefix.
  *
- * The floors of src/ (docs/design.md "Floors"; scripts/check_layers.sh):
- * a file includes the header of its floor, which includes the ones below;
- * no file calls a file on a floor above it.  A .c file includes
- * postgres.h first, then its floor's header.
+ * The floors of src/ (docs/design.md "Floors"; src/floors.txt, checked by
+ * scripts/check_layers.sh): a .c file includes postgres.h first, then the
+ * headers whose names it uses, each of its level or a lower one; no file
+ * calls a function of a higher level.
  *
  * Copyright (c) 2026, The ntask authors; the PostgreSQL Licence (LICENSE)
  *
@@ -60,102 +62,6 @@
 #define NTASK_DIGEST_VERSION	1
 #define NTASK_DIGEST_LEN		32
 
-/* GUCs (module.c; docs/worker.md lists the worker's) */
-extern void NtaskCheckNargs(FunctionCallInfo fcinfo, int nargs);
-extern bool ntask_backoff_jitter;
-extern char *ntask_database;
-extern bool ntask_worker_enabled;
-extern int	ntask_max_databases;
-extern int	ntask_naptime_ms;
-extern int	ntask_http_max_inflight;
-extern char *ntask_http_allowed_hosts;
-/* its parsed form (the GUC's extra; http_parse.h), NULL: allows nothing */
-extern const struct NtaskHostList *ntask_http_allowed_list;
-extern int	ntask_http_connect_timeout_ms;
-extern int	ntask_http_max_response_bytes;
-extern int	ntask_http_retry_after_max;
-extern char *ntask_worker_role;
-extern int	ntask_worker_lock_timeout_ms;
-extern int	ntask_worker_statement_timeout_ms;
-extern int	ntask_audit_retention_s;
-extern int	ntask_history_retention_s;
-extern int	ntask_max_wait_ms;
-extern int	ntask_max_result_bytes;
-extern int	ntask_max_context_bytes;
-extern int	ntask_max_claim_context_bytes;
-extern int	ntask_max_parents;
-extern int	ntask_rate_limit_slots;
-extern int	ntask_fair_cursor_slots;
-extern int	ntask_max_payload_bytes;
-extern char *ntask_traceparent;
-
-/* module.c: W3C Trace Context (version 00) */
-#define NTASK_TRACEPARENT_LEN	55
-extern bool NtaskTraceparentValid(const char *tp, const char **why);
-
-/*
- * A statement prepared once per backend with SPI_prepare + SPI_keepplan.
- * Declared as a static in the file that owns the SQL; "plan" starts NULL.
- *
- * The statement checks itself (spi_util.c): when prepared, the highest $N
- * in sql must be nargs and its result must have ncols columns (0: it
- * returns no rows), and every execution that returns a tuple table must
- * return ncols columns.  ncols comes second, written on a line of its own
- * after the name (.ncols = N, then the SQL text, nargs and the types), so
- * an initializer that leaves it out puts the SQL text in an int: a compile
- * error, not a silent 0.
- */
-#define NTASK_PLAN_MAX_ARGS 28
-typedef struct NtaskPlan
-{
-	const char *name;			/* for error messages */
-	int			ncols;			/* result columns; 0: returns no rows */
-	const char *sql;
-	int			nargs;
-	Oid			argtypes[NTASK_PLAN_MAX_ARGS];
-	bool		as_caller;		/* run as the caller, not the owner */
-	SPIPlanPtr	plan;
-} NtaskPlan;
-
-/* spi_util.c */
-extern int	NtaskExecPlan(NtaskPlan *p, Datum *values, const char *nulls,
-						  int expected_rc);
-extern int	NtaskExecPlanCount(NtaskPlan *p, Datum *values, const char *nulls,
-							   int expected_rc, long count);
-extern bool NtaskPlansForCitus(void);
-extern Datum NtaskInt8Array(Datum *elems, int n);
-extern Datum NtaskGetDatum(int row, int col, bool *isnull);
-extern text *NtaskGetText(int row, int col);
-extern char *NtaskGetCString(int row, int col);
-extern int64 NtaskGetInt64(int row, int col);
-extern int32 NtaskGetInt32(int row, int col);
-extern bool NtaskGetBool(int row, int col);
-extern Datum NtaskTupGetDatum(SPITupleTable *tt, int row, int col, bool *isnull);
-extern text *NtaskTupGetText(SPITupleTable *tt, int row, int col);
-extern char *NtaskTupGetCString(SPITupleTable *tt, int row, int col);
-extern int64 NtaskTupGetInt64(SPITupleTable *tt, int row, int col);
-extern int32 NtaskTupGetInt32(SPITupleTable *tt, int row, int col);
-extern bool NtaskTupGetBool(SPITupleTable *tt, int row, int col);
-extern text *NtaskArgText(FunctionCallInfo fcinfo, int argno,
-						  const char *argname, int maxlen);
-extern int64 NtaskArgInt64(FunctionCallInfo fcinfo, int argno,
-						   const char *argname);
-extern int	NtaskArgArray(FunctionCallInfo fcinfo, int argno, const char *argname,
-						  Oid elmtype, bool nulls_ok, Datum **elems, bool **nulls);
-extern Jsonb *NtaskArgJsonb(FunctionCallInfo fcinfo, int argno,
-							const char *argname);
-extern void NtaskCheckPositiveInterval(Interval *iv, const char *argname);
-pg_noreturn extern void NtaskTaskNotFound(int64 task_id);
-extern void NtaskCheckTokenIssued(int64 task_id, int64 token, int64 current);
-extern int64 NtaskTokenFloor(void);
-extern Oid	NtaskCaller(void);
-extern int64 NtaskIntervalUsecs(const Interval *iv);
-extern Interval *NtaskUsecsInterval(int64 usecs);
-extern bool NtaskTrySubxact(void (*fn) (void *arg), void *arg, ErrorData **edata);
-extern void NtaskAudit(const char *actor, const char *action, int64 task_id,
-					   const char *queue, const char *reason,
-					   const char *from_state, const char *to_state);
-
 /* digest.c */
 extern bytea *NtaskDigest(Jsonb *jb, int version);
 
@@ -201,110 +107,5 @@ extern bytea *NtaskDigest(Jsonb *jb, int version);
 #define NTASK_WORKER_RIGHT_SUB(q, n) \
 	"(" q ".worker_role IS NULL OR (SELECT pg_catalog.pg_has_role($" n ", " \
 	q ".worker_role, 'USAGE')))"
-
-/*
- * worker_shared.c: the worker's shared state, counters, wake-at-commit and
- * transaction helper (used by worker.c, dispatch.c and the SQL functions
- * that wake the worker; it calls neither of the first two)
- */
-extern void NtaskShmemRequest(void);
-extern void NtaskShmemStartup(void);
-extern void NtaskWakeWorkerAtCommit(void);
-extern void NtaskWakeLauncherAtCommit(void);
-extern void NtaskWorkerHoldDatabase(const char *dbname);
-extern int	NtaskWorkerSlots(void);
-extern void NtaskWorkerRegister(void);
-
-/* what a probe (or a worker) saw in its database */
-#define NTASK_PROBE_NONE		0	/* nothing yet: it could not connect? */
-#define NTASK_PROBE_INSTALLED	1
-#define NTASK_PROBE_ABSENT		2
-
-/* a DDL that needs its database alone holds workers off that long */
-#define NTASK_HOLD_MS			10000
-
-extern void NtaskLauncherAttach(void);
-extern void NtaskLauncherDetach(void);
-extern uint32 NtaskLauncherProbeGeneration(void);
-extern void NtaskLauncherSetProblem(const char *problem, int nserving);
-extern void NtaskSlotBind(int i, Oid dboid, const char *dbname, bool serving);
-extern void NtaskSlotServe(int i);
-extern void NtaskSlotRename(int i, const char *dbname);
-extern void NtaskSlotFree(int i);
-extern pid_t NtaskSlotPid(int i);
-extern Oid	NtaskSlotPeek(int i, int *probe, TimestampTz *hold_until);
-extern pid_t NtaskWorkerTakeSlot(int i);
-extern void NtaskWorkerReleaseSlot(void);
-extern void NtaskWorkerSetProbe(int probe);
-extern void NtaskWorkerSetState(const char *state);
-extern void NtaskWorkerSetLastTick(TimestampTz now);
-/* ntask.worker_stats counters, in the view's column order */
-typedef enum NtaskCounter
-{
-	NTASK_COUNT_DISPATCHED,
-	NTASK_COUNT_ACCEPTED,
-	NTASK_COUNT_TRANSIENT,
-	NTASK_COUNT_PERMANENT,
-	NTASK_COUNT_UNKNOWN,
-	NTASK_COUNT_RECONCILED,
-	NTASK_COUNT_EXPIRED_LEASES,
-	NTASK_COUNT_REPAIRED,
-	NTASK_COUNT_PRUNED,
-	/* after last_error, last_error_at and database in the view */
-	NTASK_COUNT_BREAKER_OPENED,
-	NTASK_COUNT_BREAKER_CLOSED,
-	NTASK_COUNT_BREAKER_PROBES,
-	NTASK_COUNT_BREAKER_SKIPS,
-	NTASK_NCOUNTERS
-} NtaskCounter;
-
-extern void NtaskWorkerCount(NtaskCounter counter, int64 n);
-extern void NtaskWorkerSetInFlight(int n);
-extern void NtaskWorkerError(const char *msg);
-extern bool NtaskWorkerRunXact(void (*fn) (void *arg), void *arg,
-							   const char *what);
-
-/* waiter.c: the waiter slots and the wake-at-commit of waiters */
-extern void NtaskWaitShmemRequest(void);
-extern void NtaskWaitShmemStartup(void);
-extern bool NtaskWaiterAvailable(void);
-extern bool NtaskWaiterBusy(void);
-extern void NtaskWaiterRegister(const char *queue, int max_tasks,
-								TimestampTz until);
-extern TimestampTz NtaskWaiterRearm(TimestampTz now);
-extern TimestampTz NtaskWaiterHint(bool *woken);
-extern void NtaskWaiterSetCapped(bool capped);
-extern void NtaskWaiterUnregister(bool filled);
-extern void NtaskWakeCappedAtCommit(const char *queue, int nfreed);
-extern void NtaskWakeWaitersAtCommit(const char *queue, int ndue,
-									 TimestampTz later);
-
-/* fair.c */
-extern void NtaskFairShmemRequest(void);
-extern void NtaskFairShmemStartup(void);
-extern text *NtaskFairCursor(const char *queue);
-extern void NtaskFairAdvance(const char *queue, text *key);
-extern text *NtaskFairCursorShard(const char *queue, int16 shard);
-extern void NtaskFairAdvanceShard(const char *queue, int16 shard, text *key);
-
-/* limit.c: token buckets of rate limits */
-extern void NtaskLimitShmemRequest(void);
-extern void NtaskLimitShmemStartup(void);
-extern bool NtaskLimitAvailable(void);
-#define NTASK_LIMIT_QUEUE	1
-#define NTASK_LIMIT_KEY		2
-extern int	NtaskLimitTake(const char *queue, int qn, int64 qper_usecs,
-						   const char *key, int keylen, int kn,
-						   int64 kper_usecs, TimestampTz now,
-						   TimestampTz *next);
-extern bool NtaskShareTake(const char *queue, float4 share, bool retry);
-extern TimestampTz NtaskShmemEvict(HTAB *htab, TimestampTz now,
-								   TimestampTz (*evictable_at) (void *entry),
-								   void *keep);
-extern void *NtaskShmemEnter(HTAB *htab, const void *id, int slots,
-							 TimestampTz now, TimestampTz *evict_after,
-							 TimestampTz (*evictable_at) (void *entry),
-							 void *keep, bool *found);
-extern bool NtaskShmemFullLog(TimestampTz *logged_at, TimestampTz now);
 
 #endif							/* NTASK_BASE_H */

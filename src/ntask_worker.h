@@ -5,10 +5,10 @@
  *	  housekeeping, HTTP dispatch and its circuit breaker.  It calls the
  *	  SQL API through SPI statements, never by C calls.
  *
- * The floors of src/ (docs/design.md "Floors"; scripts/check_layers.sh):
- * a file includes the header of its floor, which includes the ones below;
- * no file calls a file on a floor above it.  A .c file includes
- * postgres.h first, then its floor's header.
+ * The floors of src/ (docs/design.md "Floors"; src/floors.txt, checked by
+ * scripts/check_layers.sh): a .c file includes postgres.h first, then the
+ * headers whose names it uses, each of its level or a lower one; no file
+ * calls a function of a higher level.
  *
  * Copyright (c) 2026, The ntask authors; the PostgreSQL Licence (LICENSE)
  *
@@ -19,8 +19,6 @@
  */
 #ifndef NTASK_WORKER_H
 #define NTASK_WORKER_H
-
-#include "ntask_task.h"
 
 /* housekeeping.c: counts[] = expired, repaired, pruned */
 extern void NtaskHousekeep(int max_rows, bool deadlines, int64 *counts);

@@ -18,7 +18,18 @@
  */
 #include "postgres.h"
 
+#include "compat.h"
+#include "fair.h"
+#include "guard.h"
+#include "limit.h"
 #include "ntask_api.h"
+#include "ntask_base.h"
+#include "ntask_task.h"
+#include "shard.h"
+#include "spi_util.h"
+#include "target.h"
+#include "wake.h"
+#include "worker_settings.h"
 
 #include "http_parse.h"
 

@@ -23,7 +23,14 @@
  */
 #include "postgres.h"
 
+#include "compat.h"
+#include "guard.h"
 #include "ntask_api.h"
+#include "ntask_base.h"
+#include "ntask_task.h"
+#include "shard.h"
+#include "spi_util.h"
+#include "wake.h"
 
 #include "catalog/pg_type.h"
 #include "funcapi.h"

@@ -20,7 +20,11 @@
  */
 #include "postgres.h"
 
+#include "ntask_base.h"
 #include "ntask_task.h"
+#include "settings.h"
+#include "shard.h"
+#include "spi_util.h"
 
 #include "catalog/pg_type.h"
 #include "funcapi.h"

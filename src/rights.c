@@ -16,6 +16,8 @@
 #include "postgres.h"
 
 #include "ntask_task.h"
+#include "shard.h"
+#include "spi_util.h"
 
 #include "catalog/pg_type.h"
 #include "utils/builtins.h"

@@ -40,6 +40,10 @@
 #include "postgres.h"
 
 #include "ntask_api.h"
+#include "ntask_base.h"
+#include "ntask_task.h"
+#include "shard.h"
+#include "spi_util.h"
 
 #include <ctype.h>
 

@@ -26,7 +26,7 @@
 #ifndef NTASK_SHARD_H
 #define NTASK_SHARD_H
 
-#include "ntask_base.h"
+#include "spi_util.h"
 
 /*
  * A task id carries its shard in its high bits, from NTASK_SHARD_SHIFT up

@@ -18,8 +18,10 @@
  */
 #include "postgres.h"
 
+#include "compat.h"
 #include "ntask_base.h"
 #include "shard.h"
+#include "spi_util.h"
 
 #include "common/hashfn.h"
 

@@ -25,7 +25,8 @@
  */
 #include "postgres.h"
 
-#include "ntask_task.h"
+#include "compat.h"
+#include "target.h"
 
 #include <curl/curl.h>
 

@@ -36,6 +36,12 @@
 #include "postgres.h"
 
 #include "ntask_api.h"
+#include "ntask_base.h"
+#include "ntask_task.h"
+#include "settings.h"
+#include "shard.h"
+#include "spi_util.h"
+#include "wake.h"
 
 #include <math.h>
 

@@ -39,6 +39,11 @@
 #include "postgres.h"
 
 #include "ntask_api.h"
+#include "ntask_base.h"
+#include "settings.h"
+#include "shard.h"
+#include "spi_util.h"
+#include "waiter.h"
 
 #include "access/xact.h"
 #include "catalog/pg_type.h"

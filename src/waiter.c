@@ -52,6 +52,8 @@
 
 #include "ntask_base.h"
 #include "shard.h"
+#include "waiter.h"
+#include "wake.h"
 
 #include "access/xact.h"
 #include "catalog/pg_type.h"

@@ -50,7 +50,12 @@
  */
 #include "postgres.h"
 
+#include "launcher.h"
 #include "ntask_worker.h"
+#include "shard.h"
+#include "spi_util.h"
+#include "worker_settings.h"
+#include "worker_shared.h"
 
 #include "access/xact.h"
 #include "access/xlog.h"

@@ -23,9 +23,14 @@
  */
 #include "postgres.h"
 
-#include "ntask_base.h"
+#include "launcher.h"
+#include "shard.h"
+#include "wake.h"
+#include "worker_settings.h"
+#include "worker_shared.h"
 
 #include "access/xact.h"
+#include "executor/spi.h"
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "pgstat.h"
