@@ -106,17 +106,26 @@ PG_FUNCTION_INFO_V1(ntask_task_dep_settle);
  * the queue and key it names, whether that queue refuses the caller the
  * producer right, and the child queue's policy.
  */
+typedef enum DepsResolveArg
+{
+	DEPS_RESOLVE_ARG_QUEUE,		/* $1 */
+	DEPS_RESOLVE_ARG_ELEMS,		/* $2 */
+	DEPS_RESOLVE_ARG_CALLER,	/* $3 */
+	DEPS_RESOLVE_NARGS
+} DepsResolveArg;
+
 typedef enum DepsResolveCol
 {
 	DEPS_RESOLVE_TASK_ID = 1,
 	DEPS_RESOLVE_QUEUE,
 	DEPS_RESOLVE_KEY,
-	DEPS_RESOLVE_DENIED
+	DEPS_RESOLVE_DENIED,
+	DEPS_RESOLVE_NCOLS = DEPS_RESOLVE_DENIED
 } DepsResolveCol;
 
 static NtaskPlan deps_resolve_plan = {
 	"dependency resolve",
-	.ncols = 4,
+	.ncols = DEPS_RESOLVE_NCOLS,
 	"SELECT r.task_id, r.rq, r.rk, "
 	"  EXISTS (SELECT 1 FROM ntask.queue q WHERE q.queue OPERATOR(pg_catalog.=) r.rq "
 	"          AND q.producer_role IS NOT NULL "
@@ -138,7 +147,7 @@ static NtaskPlan deps_resolve_plan = {
 	"      pg_catalog.substr(i.e, pg_catalog.strpos(i.e, ':') OPERATOR(pg_catalog.+) 1) "
 	") r "
 	"ORDER BY i.n",
-	3, {TEXTOID, TEXTARRAYOID, OIDOID}
+	DEPS_RESOLVE_NARGS, {TEXTOID, TEXTARRAYOID, OIDOID}
 };
 
 /*
@@ -149,6 +158,14 @@ static NtaskPlan deps_resolve_plan = {
  * has not succeeded.  Returns per child: its state now, whether a parent has
  * failed (repair_required, canceled, skipped), and its policy.
  */
+typedef enum DepsAttachArg
+{
+	DEPS_ATTACH_ARG_PARENTS,	/* $1 */
+	DEPS_ATTACH_ARG_CHILDREN,	/* $2 */
+	DEPS_ATTACH_ARG_POLICY,		/* $3 */
+	DEPS_ATTACH_NARGS
+} DepsAttachArg;
+
 typedef enum DepsAttachCol
 {
 	DEPS_ATTACH_TASK_ID = 1,
@@ -156,12 +173,13 @@ typedef enum DepsAttachCol
 	DEPS_ATTACH_FAILED,
 	DEPS_ATTACH_POLICY,
 	DEPS_ATTACH_QUEUE,
-	DEPS_ATTACH_FINAL			/* a parent's state, canceled or skipped */
+	DEPS_ATTACH_FINAL,			/* a parent's state, canceled or skipped */
+	DEPS_ATTACH_NCOLS = DEPS_ATTACH_FINAL
 } DepsAttachCol;
 
 static NtaskPlan deps_attach_plan = {
 	"dependency attach",
-	.ncols = 6,
+	.ncols = DEPS_ATTACH_NCOLS,
 	"WITH p AS ( "
 	"  SELECT t.task_id, t.state FROM ntask.task t "
 	"  WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1) "
@@ -183,7 +201,7 @@ static NtaskPlan deps_attach_plan = {
 	"FROM n, ntask.queue q "
 	"WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($2) AND q.queue OPERATOR(pg_catalog.=) t.queue "
 	"RETURNING t.task_id, t.state, n.failed, coalesce($3, q.on_parent_failed), t.queue, n.final",
-	3, {INT8ARRAYOID, INT8ARRAYOID, TEXTOID}
+	DEPS_ATTACH_NARGS, {INT8ARRAYOID, INT8ARRAYOID, TEXTOID}
 };
 
 /*
@@ -192,17 +210,25 @@ static NtaskPlan deps_attach_plan = {
  * a child ready.  Returns the children made ready: queue, an http queue,
  * its notify policy.
  */
+typedef enum DepsReleaseArg
+{
+	DEPS_RELEASE_ARG_PARENT,	/* $1 */
+	DEPS_RELEASE_ARG_NOW,		/* $2 */
+	DEPS_RELEASE_NARGS
+} DepsReleaseArg;
+
 typedef enum DepsReleaseCol
 {
 	DEPS_RELEASE_QUEUE = 1,
 	DEPS_RELEASE_READY,
 	DEPS_RELEASE_HTTP,
-	DEPS_RELEASE_NOTIFY
+	DEPS_RELEASE_NOTIFY,
+	DEPS_RELEASE_NCOLS = DEPS_RELEASE_NOTIFY
 } DepsReleaseCol;
 
 static NtaskPlan deps_release_plan = {
 	"dependency release",
-	.ncols = 4,
+	.ncols = DEPS_RELEASE_NCOLS,
 	"WITH c AS ( "
 	"  SELECT t.task_id FROM ntask.task t "
 	"  WHERE t.task_id OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT d.task_id FROM ntask.task_dep d "
@@ -224,30 +250,37 @@ static NtaskPlan deps_release_plan = {
 	"  AND t.state OPERATOR(pg_catalog.=) 'waiting' "
 	"RETURNING t.queue, t.state OPERATOR(pg_catalog.=) 'ready', "
 	"  coalesce(q.target OPERATOR(pg_catalog.->>) 'type' OPERATOR(pg_catalog.=) 'http', false), q.notify",
-	2, {INT8OID, TIMESTAMPTZOID}
+	DEPS_RELEASE_NARGS, {INT8OID, TIMESTAMPTZOID}
 };
 
 /*
  * deps_failed_plan: $1 the parent that failed.  Its waiting children,
  * locked in task_id order, with their policy and queue.
  */
+typedef enum DepsFailedArg
+{
+	DEPS_FAILED_ARG_PARENT,		/* $1 */
+	DEPS_FAILED_NARGS
+} DepsFailedArg;
+
 typedef enum DepsFailedCol
 {
 	DEPS_FAILED_TASK_ID = 1,
 	DEPS_FAILED_POLICY,
-	DEPS_FAILED_QUEUE
+	DEPS_FAILED_QUEUE,
+	DEPS_FAILED_NCOLS = DEPS_FAILED_QUEUE
 } DepsFailedCol;
 
 static NtaskPlan deps_failed_plan = {
 	"dependency failed parent",
-	.ncols = 3,
+	.ncols = DEPS_FAILED_NCOLS,
 	"SELECT t.task_id, coalesce(t.on_parent_failed, q.on_parent_failed), t.queue "
 	"FROM ntask.task t JOIN ntask.queue q ON q.queue OPERATOR(pg_catalog.=) t.queue "
 	"WHERE t.task_id OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT d.task_id FROM ntask.task_dep d "
 	"    WHERE d.parent_id OPERATOR(pg_catalog.=) $1)) "
 	"  AND t.state OPERATOR(pg_catalog.=) 'waiting' "
 	"ORDER BY t.task_id FOR NO KEY UPDATE OF t",
-	1, {INT8OID}
+	DEPS_FAILED_NARGS, {INT8OID}
 };
 
 /*
@@ -255,6 +288,13 @@ static NtaskPlan deps_failed_plan = {
  * the children $1 in task_id order and mark them has_children; a new
  * statement then reads their states.
  */
+typedef enum DepsSettleArg
+{
+	DEPS_SETTLE_ARG_CHILDREN,	/* $1 (deps_lock_parents_plan's only one) */
+	DEPS_SETTLE_ARG_NOW,		/* $2 */
+	DEPS_SETTLE_NARGS
+} DepsSettleArg;
+
 static NtaskPlan deps_lock_parents_plan = {
 	"dependency settle: lock parents",
 	.ncols = 0,
@@ -266,7 +306,7 @@ static NtaskPlan deps_lock_parents_plan = {
 	") "
 	"UPDATE ntask.task t SET has_children = true FROM p "
 	"WHERE t.task_id OPERATOR(pg_catalog.=) p.task_id AND NOT p.has_children",
-	1, {INT8ARRAYOID}
+	DEPS_SETTLE_ARG_CHILDREN + 1, {INT8ARRAYOID}
 };
 
 /*
@@ -288,12 +328,13 @@ typedef enum DepsSettleCol
 	DEPS_SETTLE_QUEUE,
 	DEPS_SETTLE_HTTP,
 	DEPS_SETTLE_NOTIFY,
-	DEPS_SETTLE_FINAL_STATE		/* the first canceled or skipped parent's */
+	DEPS_SETTLE_FINAL_STATE,	/* the first canceled or skipped parent's */
+	DEPS_SETTLE_NCOLS = DEPS_SETTLE_FINAL_STATE
 } DepsSettleCol;
 
 static NtaskPlan deps_settle_plan = {
 	"dependency settle",
-	.ncols = 10,
+	.ncols = DEPS_SETTLE_NCOLS,
 	"WITH x AS ( "
 	"  SELECT d.task_id, "
 	"    pg_catalog.count(*) FILTER (WHERE p.state OPERATOR(pg_catalog.<>) 'succeeded')::pg_catalog.int4 AS left_, "
@@ -323,7 +364,7 @@ static NtaskPlan deps_settle_plan = {
 	"  x.why, coalesce(t.on_parent_failed, q.on_parent_failed), t.queue, "
 	"  coalesce(q.target OPERATOR(pg_catalog.->>) 'type' OPERATOR(pg_catalog.=) 'http', false), "
 	"  q.notify, x.final_state",
-	2, {INT8ARRAYOID, TIMESTAMPTZOID}
+	DEPS_SETTLE_NARGS, {INT8ARRAYOID, TIMESTAMPTZOID}
 };
 
 /*
@@ -338,92 +379,159 @@ static NtaskPlan deps_settle_plan = {
  * deps_find_any_plan: the same over every shard, only for a name the
  * child's shard lacks, to tell "another shard" (0A000) from "none" (22023).
  */
+typedef enum DepsFindArg
+{
+	DEPS_FIND_ARG_SHARD,		/* $1, deps_find_dist_plan's only */
+	DEPS_FIND_ARG_QUEUES,		/* $2 ($1 of deps_find_any_plan) */
+	DEPS_FIND_ARG_KEYS,			/* $3 ($2) */
+	DEPS_FIND_NARGS
+} DepsFindArg;
+
 typedef enum DepsFindCol
 {
 	DEPS_FIND_TASK_ID = 1,
 	DEPS_FIND_QUEUE,
 	DEPS_FIND_KEY,
-	DEPS_FIND_SHARD
+	DEPS_FIND_SHARD,
+	DEPS_FIND_NCOLS = DEPS_FIND_SHARD
 } DepsFindCol;
 
 static NtaskPlan deps_find_dist_plan = {
 	"dependency find (distributed)",
-	.ncols = 4,
+	.ncols = DEPS_FIND_NCOLS,
 	"SELECT t.task_id, t.queue, t.task_key, t.shard FROM ntask.task t "
 	"WHERE t.shard OPERATOR(pg_catalog.=) $1 "
 	"  AND t.queue OPERATOR(pg_catalog.=) ANY ($2) "
 	"  AND t.task_key OPERATOR(pg_catalog.=) ANY ($3)",
-	3, {INT2OID, TEXTARRAYOID, TEXTARRAYOID}
+	DEPS_FIND_NARGS, {INT2OID, TEXTARRAYOID, TEXTARRAYOID}
 };
 
 static NtaskPlan deps_find_any_plan = {
 	"dependency find (every shard)",
-	.ncols = 4,
+	.ncols = DEPS_FIND_NCOLS,
 	"SELECT t.task_id, t.queue, t.task_key, t.shard FROM ntask.task t "
 	"WHERE t.queue OPERATOR(pg_catalog.=) ANY ($1) "
 	"  AND t.task_key OPERATOR(pg_catalog.=) ANY ($2)",
-	2, {TEXTARRAYOID, TEXTARRAYOID}
+	DEPS_FIND_NARGS - 1, {TEXTARRAYOID, TEXTARRAYOID}
 };
 
 /* the queues of $1 that refuse the caller $2 the producer right */
+typedef enum DepsDeniedArg
+{
+	DEPS_DENIED_ARG_QUEUES,		/* $1 */
+	DEPS_DENIED_ARG_CALLER,		/* $2 */
+	DEPS_DENIED_NARGS
+} DepsDeniedArg;
+
+typedef enum DepsDeniedCol
+{
+	DEPS_DENIED_QUEUE = 1,
+	DEPS_DENIED_NCOLS = DEPS_DENIED_QUEUE
+} DepsDeniedCol;
+
 static NtaskPlan deps_denied_dist_plan = {
 	"dependency producer right (distributed)",
-	.ncols = 1,
+	.ncols = DEPS_DENIED_NCOLS,
 	"SELECT q.queue FROM ntask.queue q "
 	"WHERE q.queue OPERATOR(pg_catalog.=) ANY ($1) "
 	"  AND q.producer_role IS NOT NULL "
 	"  AND NOT pg_catalog.pg_has_role($2, q.producer_role, 'USAGE')",
-	2, {TEXTARRAYOID, OIDOID}
+	DEPS_DENIED_NARGS, {TEXTARRAYOID, OIDOID}
 };
 
 /* the attach: the parents' states ($1 ids, $2 shard), read without a lock */
+typedef enum DepsParentsArg
+{
+	DEPS_PARENTS_ARG_IDS,		/* $1 */
+	DEPS_PARENTS_ARG_SHARD,		/* $2 */
+	DEPS_PARENTS_NARGS
+} DepsParentsArg;
+
 typedef enum DepsParentsCol
 {
 	DEPS_PARENTS_TASK_ID = 1,
-	DEPS_PARENTS_STATE
+	DEPS_PARENTS_STATE,
+	DEPS_PARENTS_NCOLS = DEPS_PARENTS_STATE
 } DepsParentsCol;
 
 static NtaskPlan deps_parents_dist_plan = {
 	"dependency parents (distributed)",
-	.ncols = 2,
+	.ncols = DEPS_PARENTS_NCOLS,
 	"SELECT t.task_id, t.state FROM ntask.task t "
 	"WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1) AND t.shard OPERATOR(pg_catalog.=) $2 "
 	"ORDER BY t.task_id",
-	2, {INT8ARRAYOID, INT2OID}
+	DEPS_PARENTS_NARGS, {INT8ARRAYOID, INT2OID}
 };
 
 /* one dependency row: child $1, parent $2, shard $3 */
+typedef enum DepsRowArg
+{
+	DEPS_ROW_ARG_CHILD,			/* $1 */
+	DEPS_ROW_ARG_PARENT,		/* $2 */
+	DEPS_ROW_ARG_SHARD,			/* $3 */
+	DEPS_ROW_NARGS
+} DepsRowArg;
+
 static NtaskPlan deps_row_dist_plan = {
 	"dependency row (distributed)",
 	.ncols = 0,
 	"INSERT INTO ntask.task_dep (task_id, parent_id, shard) VALUES ($1, $2, $3)",
-	3, {INT8OID, INT8OID, INT2OID}
+	DEPS_ROW_NARGS, {INT8OID, INT8OID, INT2OID}
 };
 
 /*
  * the children $1 of shard $2: policy $3, parents left $4 (waiting when
- * some are); their states and queue (DEPS_ATTACH_TASK_ID, _STATE, then the
- * queue)
+ * some are); their states and queue
  */
+typedef enum DepsChildrenArg
+{
+	DEPS_CHILDREN_ARG_IDS,		/* $1 */
+	DEPS_CHILDREN_ARG_SHARD,	/* $2 */
+	DEPS_CHILDREN_ARG_POLICY,	/* $3 */
+	DEPS_CHILDREN_ARG_LEFT,		/* $4 */
+	DEPS_CHILDREN_NARGS
+} DepsChildrenArg;
+
+typedef enum DepsChildrenCol
+{
+	DEPS_CHILDREN_TASK_ID = 1,
+	DEPS_CHILDREN_STATE,
+	DEPS_CHILDREN_QUEUE,
+	DEPS_CHILDREN_NCOLS = DEPS_CHILDREN_QUEUE
+} DepsChildrenCol;
+
 static NtaskPlan deps_children_dist_plan = {
 	"dependency children (distributed)",
-	.ncols = 3,
+	.ncols = DEPS_CHILDREN_NCOLS,
 	"UPDATE ntask.task t SET has_parents = true, on_parent_failed = $3, "
 	"  parents_left = $4, "
 	"  state = CASE WHEN $4 OPERATOR(pg_catalog.>) 0 THEN 'waiting' ELSE t.state END, "
 	"  due_at = CASE WHEN $4 OPERATOR(pg_catalog.>) 0 THEN NULL ELSE t.due_at END "
 	"WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1) AND t.shard OPERATOR(pg_catalog.=) $2 "
 	"RETURNING t.task_id, t.state, t.queue",
-	4, {INT8ARRAYOID, INT2OID, TEXTOID, INT4OID}
+	DEPS_CHILDREN_NARGS, {INT8ARRAYOID, INT2OID, TEXTOID, INT4OID}
 };
 
 /* the children's policy: $2, else their queue $1's */
+typedef enum DepsPolicyArg
+{
+	DEPS_POLICY_ARG_QUEUE,		/* $1 */
+	DEPS_POLICY_ARG_POLICY,		/* $2 */
+	DEPS_POLICY_NARGS
+} DepsPolicyArg;
+
+typedef enum DepsPolicyCol
+{
+	DEPS_POLICY_POLICY = 1,
+	DEPS_POLICY_NCOLS = DEPS_POLICY_POLICY
+} DepsPolicyCol;
+
 static NtaskPlan deps_policy_dist_plan = {
 	"dependency policy (distributed)",
-	.ncols = 1,
+	.ncols = DEPS_POLICY_NCOLS,
 	"SELECT coalesce($2, q.on_parent_failed) FROM ntask.queue q "
 	"WHERE q.queue OPERATOR(pg_catalog.=) $1",
-	2, {TEXTOID, TEXTOID}
+	DEPS_POLICY_NARGS, {TEXTOID, TEXTOID}
 };
 
 /*
@@ -434,13 +542,22 @@ static NtaskPlan deps_policy_dist_plan = {
  * by a parent's is one UPDATE: $1 the child, $2 the state, $3 the reason,
  * $4 now (what NtaskFinishTask writes for a task that is not leased).
  */
+typedef enum DepsFinishArg
+{
+	DEPS_FINISH_ARG_CHILD,		/* $1 */
+	DEPS_FINISH_ARG_STATE,		/* $2 */
+	DEPS_FINISH_ARG_REASON,		/* $3 */
+	DEPS_FINISH_ARG_NOW,		/* $4 */
+	DEPS_FINISH_NARGS
+} DepsFinishArg;
+
 static NtaskPlan deps_finish_child_plan = {
 	"dependency child ends",
 	.ncols = 0,
 	"UPDATE ntask.task t SET state = $2, reason = $3, due_at = NULL, "
 	"  lease_owner = NULL, lease_until = NULL, finished_at = $4, updated_at = $4 "
 	"WHERE t.task_id OPERATOR(pg_catalog.=) $1 AND t.state OPERATOR(pg_catalog.=) 'waiting'",
-	4, {INT8OID, TEXTOID, TEXTOID, TIMESTAMPTZOID}
+	DEPS_FINISH_NARGS, {INT8OID, TEXTOID, TEXTOID, TIMESTAMPTZOID}
 };
 
 /*
@@ -449,15 +566,22 @@ static NtaskPlan deps_finish_child_plan = {
  * task_dep of its group, and the local placement of the reference table
  * ntask.queue.
  */
+typedef enum DepsRelsArg
+{
+	DEPS_RELS_ARG_SHARD_ID,		/* $1 */
+	DEPS_RELS_NARGS
+} DepsRelsArg;
+
 typedef enum DepsRelsCol
 {
 	DEPS_RELS_TABLE = 1,
-	DEPS_RELS_SHARD
+	DEPS_RELS_SHARD,
+	DEPS_RELS_NCOLS = DEPS_RELS_SHARD
 } DepsRelsCol;
 
 static NtaskPlan deps_rels_plan = {
 	"dependency shard relations",
-	.ncols = 2,
+	.ncols = DEPS_RELS_NCOLS,
 	"SELECT c.relname::pg_catalog.text, pg_catalog.shard_name(s2.logicalrelid, s2.shardid) "
 	"FROM pg_catalog.pg_dist_shard s1 "
 	"JOIN pg_catalog.pg_dist_partition p1 ON p1.logicalrelid OPERATOR(pg_catalog.=) s1.logicalrelid "
@@ -474,7 +598,7 @@ static NtaskPlan deps_rels_plan = {
 	"JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) s.logicalrelid "
 	"JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace "
 	"WHERE n.nspname OPERATOR(pg_catalog.=) 'ntask' AND c.relname OPERATOR(pg_catalog.=) 'queue'",
-	1, {INT8OID}
+	DEPS_RELS_NARGS, {INT8OID}
 };
 
 /* the statements a trigger on a shard runs, by DepsRels.plans[] */
@@ -609,10 +733,11 @@ deps_rels_for(Relation rel, const char *table)
 	const char *name = RelationGetRelationName(rel);
 	const char *us = strrchr(name, '_');
 	DepsRels   *r;
-	Datum		v[1];
+	Datum		v[DEPS_RELS_NARGS];
 	int			nrows;
 	int			i;
 	MemoryContext old;
+	SPITupleTable *tt;
 
 	if (strcmp(name, table) == 0)
 		return NULL;
@@ -622,16 +747,17 @@ deps_rels_for(Relation rel, const char *table)
 	if (us == NULL || !isdigit((unsigned char) us[1]))
 		elog(ERROR, "ntask: dependency trigger fired on \"%s\", neither %s nor one of its shards",
 			 name, table);
-	v[0] = Int64GetDatum(strtoll(us + 1, NULL, 10));
+	v[DEPS_RELS_ARG_SHARD_ID] = Int64GetDatum(strtoll(us + 1, NULL, 10));
 	SPI_connect();
 	nrows = NtaskExecPlan(&deps_rels_plan, v, NULL, SPI_OK_SELECT);
+	tt = SPI_tuptable;
 	old = MemoryContextSwitchTo(TopMemoryContext);
 	r = palloc0(sizeof(DepsRels));
 	strlcpy(r->name, name, NAMEDATALEN);
 	for (i = 0; i < nrows; i++)
 	{
-		char	   *t = NtaskGetCString(i, DEPS_RELS_TABLE);
-		char	   *sh = pstrdup(NtaskGetCString(i, DEPS_RELS_SHARD));
+		char	   *t = NtaskTupGetCString(tt, i, DEPS_RELS_TABLE);
+		char	   *sh = pstrdup(NtaskTupGetCString(tt, i, DEPS_RELS_SHARD));
 
 		if (strcmp(t, "task") == 0)
 			r->task = sh;
@@ -837,7 +963,8 @@ deps_resolve_dist(NtaskDeps *d, text *queue, text **keys, int nkeys)
 	int			nrows;
 	int			r;
 	int			k;
-	Datum		v[3];
+	Datum		fv[DEPS_FIND_NARGS];
+	Datum		dv[DEPS_DENIED_NARGS];
 	SPITupleTable *tt;
 
 	if (d->shard < 0)
@@ -863,10 +990,10 @@ deps_resolve_dist(NtaskDeps *d, text *queue, text **keys, int nkeys)
 	}
 
 	/* in the child's shard */
-	v[0] = Int16GetDatum(d->shard);
-	v[1] = deps_text_array(cq, nc);
-	v[2] = deps_text_array(ck, nc);
-	nrows = NtaskExecPlan(&deps_find_dist_plan, v, NULL, SPI_OK_SELECT);
+	fv[DEPS_FIND_ARG_SHARD] = Int16GetDatum(d->shard);
+	fv[DEPS_FIND_ARG_QUEUES] = deps_text_array(cq, nc);
+	fv[DEPS_FIND_ARG_KEYS] = deps_text_array(ck, nc);
+	nrows = NtaskExecPlan(&deps_find_dist_plan, fv, NULL, SPI_OK_SELECT);
 	tt = SPI_tuptable;
 	for (r = 0; r < d->n; r++)
 	{
@@ -881,9 +1008,9 @@ deps_resolve_dist(NtaskDeps *d, text *queue, text **keys, int nkeys)
 	/* a name the child's shard lacks: elsewhere, or nowhere */
 	if (nmissing > 0)
 	{
-		v[0] = v[1];
-		v[1] = v[2];
-		nrows = NtaskExecPlan(&deps_find_any_plan, v, NULL, SPI_OK_SELECT);
+		/* deps_find_any_plan takes the same values without the shard */
+		nrows = NtaskExecPlan(&deps_find_any_plan, &fv[DEPS_FIND_ARG_QUEUES], NULL,
+							  SPI_OK_SELECT);
 		tt = SPI_tuptable;
 		for (r = 0; r < d->n; r++)
 		{
@@ -899,12 +1026,13 @@ deps_resolve_dist(NtaskDeps *d, text *queue, text **keys, int nkeys)
 	/* the queue each element names, and those that refuse the caller */
 	for (r = 0; r < d->n; r++)
 		rq[r] = child_queue[r] || bq[r] == NULL ? queue : bq[r];
-	v[0] = deps_text_array(rq, d->n);
-	v[1] = ObjectIdGetDatum(NtaskCaller());
-	ndenied = NtaskExecPlan(&deps_denied_dist_plan, v, NULL, SPI_OK_SELECT);
+	dv[DEPS_DENIED_ARG_QUEUES] = deps_text_array(rq, d->n);
+	dv[DEPS_DENIED_ARG_CALLER] = ObjectIdGetDatum(NtaskCaller());
+	ndenied = NtaskExecPlan(&deps_denied_dist_plan, dv, NULL, SPI_OK_SELECT);
+	tt = SPI_tuptable;
 	denied = palloc(sizeof(text *) * Max(ndenied, 1));
 	for (k = 0; k < ndenied; k++)
-		denied[k] = NtaskTupGetText(SPI_tuptable, k, 1);
+		denied[k] = NtaskTupGetText(tt, k, DEPS_DENIED_QUEUE);
 
 	d->ids = palloc(sizeof(Datum) * d->n);
 	for (r = 0; r < d->n; r++)
@@ -971,31 +1099,33 @@ deps_resolve_dist(NtaskDeps *d, text *queue, text **keys, int nkeys)
 void
 NtaskDepsResolve(NtaskDeps *d, text *queue, text **keys, int nkeys)
 {
-	Datum		values[3];
+	Datum		values[DEPS_RESOLVE_NARGS];
 	int			nrows;
 	int			r;
 	int			k;
+	SPITupleTable *tt;
 
 	if (NtaskShardCount() > 0)
 	{
 		deps_resolve_dist(d, queue, keys, nkeys);
 		return;
 	}
-	values[0] = PointerGetDatum(queue);
-	values[1] = d->array;
-	values[2] = ObjectIdGetDatum(NtaskCaller());
+	values[DEPS_RESOLVE_ARG_QUEUE] = PointerGetDatum(queue);
+	values[DEPS_RESOLVE_ARG_ELEMS] = d->array;
+	values[DEPS_RESOLVE_ARG_CALLER] = ObjectIdGetDatum(NtaskCaller());
 	nrows = NtaskExecPlan(&deps_resolve_plan, values, NULL, SPI_OK_SELECT);
+	tt = SPI_tuptable;
 	if (nrows != d->n)
 		elog(ERROR, "ntask: depends_on resolved %d of %d elements", nrows, d->n);
 	d->ids = palloc(sizeof(Datum) * d->n);
 	for (r = 0; r < nrows; r++)
 	{
-		text	   *rq = NtaskGetText(r, DEPS_RESOLVE_QUEUE);
-		text	   *rk = NtaskGetText(r, DEPS_RESOLVE_KEY);
+		text	   *rq = NtaskTupGetText(tt, r, DEPS_RESOLVE_QUEUE);
+		text	   *rk = NtaskTupGetText(tt, r, DEPS_RESOLVE_KEY);
 		bool		isnull;
 		Datum		id;
 
-		if (NtaskGetBool(r, DEPS_RESOLVE_DENIED))
+		if (NtaskTupGetBool(tt, r, DEPS_RESOLVE_DENIED))
 			ereport(ERROR,
 					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 					 errmsg("ntask: permission denied to depend on tasks of queue \"%s\"",
@@ -1008,7 +1138,7 @@ NtaskDepsResolve(NtaskDeps *d, text *queue, text **keys, int nkeys)
 							(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 							 errmsg("ntask: task \"%s\" cannot depend on itself",
 									text_to_cstring(rk))));
-		id = NtaskGetDatum(r, DEPS_RESOLVE_TASK_ID, &isnull);
+		id = NtaskTupGetDatum(tt, r, DEPS_RESOLVE_TASK_ID, &isnull);
 		if (isnull && (VARSIZE_ANY_EXHDR(rq) > NTASK_MAX_QUEUE_LEN ||
 					   VARSIZE_ANY_EXHDR(rk) > NTASK_MAX_KEY_LEN))
 			ereport(ERROR,
@@ -1046,12 +1176,12 @@ NtaskDepsResolve(NtaskDeps *d, text *queue, text **keys, int nkeys)
 static void
 deps_finish_child(DepsRels *r, int64 child, const char *to, const char *reason)
 {
-	Datum		v[4];
+	Datum		v[DEPS_FINISH_NARGS];
 
-	v[0] = Int64GetDatum(child);
-	v[1] = CStringGetTextDatum(to);
-	v[2] = CStringGetTextDatum(reason);
-	v[3] = NtaskStatementTs();
+	v[DEPS_FINISH_ARG_CHILD] = Int64GetDatum(child);
+	v[DEPS_FINISH_ARG_STATE] = CStringGetTextDatum(to);
+	v[DEPS_FINISH_ARG_REASON] = CStringGetTextDatum(reason);
+	v[DEPS_FINISH_ARG_NOW] = NtaskStatementTs();
 	(void) NtaskExecPlan(deps_plan(r, DEPS_P_FINISH, &deps_finish_child_plan), v, NULL,
 						 SPI_OK_UPDATE);
 }
@@ -1106,8 +1236,12 @@ deps_repair_child(DepsRels *r, int64 child, const char *queue, const char *pstat
 static void
 deps_attach_dist(NtaskDeps *d, Datum *ids, int n, Datum *states)
 {
-	Datum		v[4];
-	char		nl[4] = {' ', ' ', ' ', ' '};
+	Datum		pv[DEPS_PARENTS_NARGS];
+	Datum		rv[DEPS_ROW_NARGS];
+	Datum		cv[DEPS_CHILDREN_NARGS];
+	char		cn[DEPS_CHILDREN_NARGS] = {' ', ' ', ' ', ' '};
+	Datum		qv[DEPS_POLICY_NARGS];
+	char		qn[DEPS_POLICY_NARGS] = {' ', ' '};
 	int			nrows;
 	int			left = 0;
 	bool		failed = false;
@@ -1130,12 +1264,13 @@ deps_attach_dist(NtaskDeps *d, Datum *ids, int n, Datum *states)
 					 errhint("Give the tasks of the call partition keys for which ntask_shard(queue, key) is their parents' shard.")));
 
 	/* the parents' states as read now (the settle reads them again) */
-	v[0] = NtaskInt8Array(d->ids, d->n);
-	v[1] = Int16GetDatum(d->shard);
-	nrows = NtaskExecPlan(&deps_parents_dist_plan, v, NULL, SPI_OK_SELECT);
+	pv[DEPS_PARENTS_ARG_IDS] = NtaskInt8Array(d->ids, d->n);
+	pv[DEPS_PARENTS_ARG_SHARD] = Int16GetDatum(d->shard);
+	nrows = NtaskExecPlan(&deps_parents_dist_plan, pv, NULL, SPI_OK_SELECT);
+	tt = SPI_tuptable;
 	for (r = 0; r < nrows; r++)
 	{
-		char	   *st = NtaskGetCString(r, DEPS_PARENTS_STATE);
+		char	   *st = NtaskTupGetCString(tt, r, DEPS_PARENTS_STATE);
 
 		if (strcmp(st, "succeeded") != 0)
 			left++;
@@ -1150,34 +1285,33 @@ deps_attach_dist(NtaskDeps *d, Datum *ids, int n, Datum *states)
 	for (i = 0; i < n; i++)
 		for (p = 0; p < d->n; p++)
 		{
-			v[0] = ids[i];
-			v[1] = d->ids[p];
-			v[2] = Int16GetDatum(d->shard);
-			(void) NtaskExecPlan(&deps_row_dist_plan, v, NULL, SPI_OK_INSERT);
+			rv[DEPS_ROW_ARG_CHILD] = ids[i];
+			rv[DEPS_ROW_ARG_PARENT] = d->ids[p];
+			rv[DEPS_ROW_ARG_SHARD] = Int16GetDatum(d->shard);
+			(void) NtaskExecPlan(&deps_row_dist_plan, rv, NULL, SPI_OK_INSERT);
 		}
 
 	/* the children: waiting while a parent has not succeeded */
-	v[0] = NtaskInt8Array(ids, n);
-	v[1] = Int16GetDatum(d->shard);
-	v[2] = d->policy ? PointerGetDatum(d->policy) : (Datum) 0;
-	nl[2] = d->policy ? ' ' : 'n';
-	v[3] = Int32GetDatum(left);
-	nrows = NtaskExecPlan(&deps_children_dist_plan, v, nl, SPI_OK_UPDATE_RETURNING);
+	cv[DEPS_CHILDREN_ARG_IDS] = NtaskInt8Array(ids, n);
+	cv[DEPS_CHILDREN_ARG_SHARD] = Int16GetDatum(d->shard);
+	cv[DEPS_CHILDREN_ARG_POLICY] = d->policy ? PointerGetDatum(d->policy) : (Datum) 0;
+	cn[DEPS_CHILDREN_ARG_POLICY] = d->policy ? ' ' : 'n';
+	cv[DEPS_CHILDREN_ARG_LEFT] = Int32GetDatum(left);
+	nrows = NtaskExecPlan(&deps_children_dist_plan, cv, cn, SPI_OK_UPDATE_RETURNING);
 	if (nrows == 0)
 		return;
 	tt = SPI_tuptable;
-	v[0] = NtaskTupGetDatum(tt, 0, 3, &isnull);
-	v[1] = v[2];
-	nl[0] = ' ';
-	nl[1] = nl[2];
-	if (NtaskExecPlan(&deps_policy_dist_plan, v, nl, SPI_OK_SELECT) != 1)
+	qv[DEPS_POLICY_ARG_QUEUE] = NtaskTupGetDatum(tt, 0, DEPS_CHILDREN_QUEUE, &isnull);
+	qv[DEPS_POLICY_ARG_POLICY] = cv[DEPS_CHILDREN_ARG_POLICY];
+	qn[DEPS_POLICY_ARG_POLICY] = cn[DEPS_CHILDREN_ARG_POLICY];
+	if (NtaskExecPlan(&deps_policy_dist_plan, qv, qn, SPI_OK_SELECT) != 1)
 		elog(ERROR, "ntask: the queue of a new task is gone");
-	policy = NtaskGetCString(0, 1);
+	policy = NtaskTupGetCString(SPI_tuptable, 0, DEPS_POLICY_POLICY);
 	for (r = 0; r < nrows; r++)
 	{
-		int64		child = NtaskTupGetInt64(tt, r, DEPS_ATTACH_TASK_ID);
-		char	   *state = NtaskTupGetCString(tt, r, DEPS_ATTACH_STATE);
-		char	   *queue = NtaskTupGetCString(tt, r, 3);
+		int64		child = NtaskTupGetInt64(tt, r, DEPS_CHILDREN_TASK_ID);
+		char	   *state = NtaskTupGetCString(tt, r, DEPS_CHILDREN_STATE);
+		char	   *queue = NtaskTupGetCString(tt, r, DEPS_CHILDREN_QUEUE);
 
 		if (strcmp(state, "waiting") == 0 && failed && strcmp(policy, "cancel") == 0)
 		{
@@ -1208,8 +1342,8 @@ deps_attach_dist(NtaskDeps *d, Datum *ids, int n, Datum *states)
 void
 NtaskDepsAttach(NtaskDeps *d, Datum *ids, int n, Datum *states)
 {
-	Datum		values[3];
-	char		nulls[3] = {' ', ' ', ' '};
+	Datum		values[DEPS_ATTACH_NARGS];
+	char		nulls[DEPS_ATTACH_NARGS] = {' ', ' ', ' '};
 	int			nrows;
 	int			r;
 	int			i;
@@ -1222,10 +1356,10 @@ NtaskDepsAttach(NtaskDeps *d, Datum *ids, int n, Datum *states)
 		deps_attach_dist(d, ids, n, states);
 		return;
 	}
-	values[0] = NtaskInt8Array(d->ids, d->n);
-	values[1] = NtaskInt8Array(ids, n);
-	values[2] = d->policy ? PointerGetDatum(d->policy) : (Datum) 0;
-	nulls[2] = d->policy ? ' ' : 'n';
+	values[DEPS_ATTACH_ARG_PARENTS] = NtaskInt8Array(d->ids, d->n);
+	values[DEPS_ATTACH_ARG_CHILDREN] = NtaskInt8Array(ids, n);
+	values[DEPS_ATTACH_ARG_POLICY] = d->policy ? PointerGetDatum(d->policy) : (Datum) 0;
+	nulls[DEPS_ATTACH_ARG_POLICY] = d->policy ? ' ' : 'n';
 	nrows = NtaskExecPlan(&deps_attach_plan, values, nulls, SPI_OK_UPDATE_RETURNING);
 	tt = SPI_tuptable;
 	for (r = 0; r < nrows; r++)
@@ -1301,23 +1435,25 @@ deps_wake_ready(DepsRels *rels, const char *queue, bool http, bool notify)
 static void
 deps_release(DepsRels *rels, int64 parent)
 {
-	Datum		values[2];
+	Datum		values[DEPS_RELEASE_NARGS];
 	int			nrows;
 	int			r;
+	SPITupleTable *tt;
 
-	values[0] = Int64GetDatum(parent);
-	values[1] = NtaskStatementTs();
+	values[DEPS_RELEASE_ARG_PARENT] = Int64GetDatum(parent);
+	values[DEPS_RELEASE_ARG_NOW] = NtaskStatementTs();
 	nrows = NtaskExecPlan(deps_plan(rels, DEPS_P_RELEASE, &deps_release_plan), values, NULL,
 						  SPI_OK_UPDATE_RETURNING);
+	tt = SPI_tuptable;
 	for (r = 0; r < nrows; r++)
 	{
 		char	   *queue;
 
-		if (!NtaskGetBool(r, DEPS_RELEASE_READY))
+		if (!NtaskTupGetBool(tt, r, DEPS_RELEASE_READY))
 			continue;
-		queue = NtaskGetCString(r, DEPS_RELEASE_QUEUE);
-		deps_wake_ready(rels, queue, NtaskGetBool(r, DEPS_RELEASE_HTTP),
-						NtaskGetBool(r, DEPS_RELEASE_NOTIFY));
+		queue = NtaskTupGetCString(tt, r, DEPS_RELEASE_QUEUE);
+		deps_wake_ready(rels, queue, NtaskTupGetBool(tt, r, DEPS_RELEASE_HTTP),
+						NtaskTupGetBool(tt, r, DEPS_RELEASE_NOTIFY));
 	}
 }
 
@@ -1332,14 +1468,14 @@ static void
 deps_failed(DepsRels *rels, int64 parent, const char *pqueue, const char *pkey,
 			const char *state)
 {
-	Datum		values[1];
+	Datum		values[DEPS_FAILED_NARGS];
 	int			nrows;
 	int			r;
 	SPITupleTable *tt;
 	bool		final = strcmp(state, "repair_required") != 0;
 	char	   *why = psprintf("parent %s:%s ended %s", pqueue, pkey, state);
 
-	values[0] = Int64GetDatum(parent);
+	values[DEPS_FAILED_ARG_PARENT] = Int64GetDatum(parent);
 	nrows = NtaskExecPlan(deps_plan(rels, DEPS_P_FAILED, &deps_failed_plan), values, NULL,
 						  SPI_OK_SELECT);
 	tt = SPI_tuptable;
@@ -1495,13 +1631,13 @@ ntask_task_deps_changed(PG_FUNCTION_ARGS)
 static void
 deps_settle(DepsRels *rels, Datum ids)
 {
-	Datum		values[2];
+	Datum		values[DEPS_SETTLE_NARGS];
 	int			nrows;
 	int			r;
 	SPITupleTable *tt;
 
-	values[0] = ids;
-	values[1] = NtaskStatementTs();
+	values[DEPS_SETTLE_ARG_CHILDREN] = ids;
+	values[DEPS_SETTLE_ARG_NOW] = NtaskStatementTs();
 	(void) NtaskExecPlan(deps_plan(rels, DEPS_P_LOCK_PARENTS, &deps_lock_parents_plan),
 						 values, NULL, SPI_OK_UPDATE);
 	nrows = NtaskExecPlan(deps_plan(rels, DEPS_P_SETTLE, &deps_settle_plan), values, NULL,
