@@ -772,7 +772,7 @@ wk_extension_step(void *arg)
 
 	ext->oid = InvalidOid;
 	ext->schema[0] = '\0';
-	if (SPI_execute("SELECT e.oid, n.nspname FROM pg_catalog.pg_extension e "
+	if (SPI_execute("SELECT e.oid, n.nspname::pg_catalog.text FROM pg_catalog.pg_extension e "
 					"JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) e.extnamespace "
 					"WHERE e.extname OPERATOR(pg_catalog.=) 'ntask'",
 					true, 1) == SPI_OK_SELECT && SPI_processed == 1)
