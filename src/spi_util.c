@@ -492,46 +492,6 @@ NtaskTupGetBool(SPITupleTable *tt, int row, int col)
 }
 
 /*
- * NtaskGetDatum, NtaskGetText, ...: the same, of the last SPI result
- * (SPI_tuptable), for a caller that reads it before it runs anything else.
- */
-Datum
-NtaskGetDatum(int row, int col, bool *isnull)
-{
-	return NtaskTupGetDatum(SPI_tuptable, row, col, isnull);
-}
-
-text	   *
-NtaskGetText(int row, int col)
-{
-	return NtaskTupGetText(SPI_tuptable, row, col);
-}
-
-char	   *
-NtaskGetCString(int row, int col)
-{
-	return NtaskTupGetCString(SPI_tuptable, row, col);
-}
-
-int64
-NtaskGetInt64(int row, int col)
-{
-	return NtaskTupGetInt64(SPI_tuptable, row, col);
-}
-
-int32
-NtaskGetInt32(int row, int col)
-{
-	return NtaskTupGetInt32(SPI_tuptable, row, col);
-}
-
-bool
-NtaskGetBool(int row, int col)
-{
-	return NtaskTupGetBool(SPI_tuptable, row, col);
-}
-
-/*
  * NtaskArgText
  *		Fetch a required text argument: NULL raises 22004, an empty string
  *		22023, more than maxlen bytes 22001.

@@ -53,12 +53,6 @@ extern int	NtaskExecPlanCount(NtaskPlan *p, Datum *values, const char *nulls,
 							   int expected_rc, long count);
 extern bool NtaskPlansForCitus(void);
 extern Datum NtaskInt8Array(Datum *elems, int n);
-extern Datum NtaskGetDatum(int row, int col, bool *isnull);
-extern text *NtaskGetText(int row, int col);
-extern char *NtaskGetCString(int row, int col);
-extern int64 NtaskGetInt64(int row, int col);
-extern int32 NtaskGetInt32(int row, int col);
-extern bool NtaskGetBool(int row, int col);
 extern Datum NtaskTupGetDatum(SPITupleTable *tt, int row, int col, bool *isnull);
 extern text *NtaskTupGetText(SPITupleTable *tt, int row, int col);
 extern char *NtaskTupGetCString(SPITupleTable *tt, int row, int col);
