@@ -54,6 +54,23 @@ SELECT result FROM ntask_transition(:dp1, :dp1_tok, 'succeeded');
 SELECT state, parents_left FROM ntask.task WHERE task_key = 'dc1';
 SAVEPOINT s;
 SELECT * FROM ntask_enqueue('dist_w', 'dc2', '{}', depends_on => ARRAY['nope']);
+ROLLBACK TO SAVEPOINT s;
+-- the producer right on the parent's queue holds on the distributed path
+-- too: a producer without it gets 42501 for a parent that exists and for
+-- one that does not (nothing is revealed)
+CREATE ROLE regress_dist_prod IN ROLE ntask_producer;
+CREATE ROLE regress_dist_owner;
+SELECT count(*) FROM ntask_queue_set('dist_priv');
+SELECT count(*) FROM ntask_queue_set_roles('dist_priv', producer_role => 'regress_dist_owner', worker_role => NULL);
+SELECT ntask_shard(task_id) AS shard FROM ntask_enqueue('dist_priv', 'pp1', '{}');
+SAVEPOINT s2;
+SET ROLE regress_dist_prod;
+SELECT * FROM ntask_enqueue('dist_w', 'dc3', '{}', depends_on => ARRAY['dist_priv:pp1']);
+ROLLBACK TO SAVEPOINT s2;
+SET ROLE regress_dist_prod;
+SELECT * FROM ntask_enqueue('dist_w', 'dc3', '{}', depends_on => ARRAY['dist_priv:nope']);
+ROLLBACK TO SAVEPOINT s2;
+SELECT count(*) AS dc3 FROM ntask.task WHERE task_key = 'dc3';
 ROLLBACK;
 \c
 SELECT ntask_cancel(:dw, 'regress', 'test done');
