@@ -25,7 +25,7 @@
 # The cluster is stopped and removed on exit.  See docs/performance.md
 # "What a task writes (issue 48)".
 #
-# Two baselines.  "plain" is the issue's plain queue with a token (pq.job,
+# Three baselines.  "plain" is the issue's plain queue with a token (pq.job,
 # bench/storage.sql: id, payload, state, run_at, token, lease_until, a
 # partial ready index), enqueued by a plain INSERT, claimed by
 #   UPDATE pq.job SET state = 'leased', token = nextval('pq.token_seq'), ...
@@ -35,7 +35,10 @@
 # bq.job): the same with a queue column and an idempotency key, unique
 # (queue, task_key), enqueued with ON CONFLICT (queue, task_key) DO NOTHING
 # as ntask's idempotent enqueue is.  Keys have 19 characters, as bench/run's,
-# and arrive in a scattered order, as business keys do.
+# and arrive in a scattered order, as business keys do.  "pgmq" is pgmq's SQL
+# (no C code; installed from a git repository at a tag, as bench/harness
+# does), enqueued by pgmq.send, drained by pgmq.read(queue, 30, 1) and
+# pgmq.delete: it keeps no finished task, no key and no ledger.
 #
 # Knobs (environment):
 #   STORAGE_TASKS=5000    tasks per workload (1000-10000 is plenty: bytes are exact)
@@ -49,6 +52,9 @@
 #   STORAGE_SQL='...'     SQL run after CREATE EXTENSION (to try a lever without
 #                         building it: STORAGE_SQL='ALTER TABLE ntask.task SET (fillfactor = 70)')
 #   STORAGE_KEEP=1        leave the cluster directory behind
+#   STORAGE_PGMQ=/work/.mirror/pgmq+pgmq/repo   pgmq's git repository (a bare
+#                         one will do); none there: no pgmq column
+#   STORAGE_PGMQ_REV=v1.5.1
 #   PG_CONFIG             the installation to run (default: pg_config in PATH)
 #
 # Run as root (the server runs as user postgres) or as a user that may run
@@ -63,6 +69,8 @@ BREAKDOWN=${STORAGE_BREAKDOWN:-1}
 LAYOUTS=${STORAGE_LAYOUTS:-1}
 REPEAT=${STORAGE_REPEAT:-3}
 PG_CONFIG=${PG_CONFIG:-pg_config}
+PGMQ_GIT=${STORAGE_PGMQ:-/work/.mirror/pgmq+pgmq/repo}
+PGMQ_REV=${STORAGE_PGMQ_REV:-v1.5.1}
 
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/.." && pwd)
@@ -76,6 +84,21 @@ PKGLIBDIR=$("$PG_CONFIG" --pkglibdir)
 	{ echo "bench/storage.sh: no pg_walinspect in $SHAREDIR/extension (postgresql-15 contrib)" >&2; exit 1; }
 if [ -n "$(find "$ROOT/src" -name '*.[ch]' -newer "$PKGLIBDIR/ntask.so" 2>/dev/null)" ]; then
 	echo "bench/storage.sh: warning: src/ is newer than the installed ntask.so (rerun make install)" >&2
+fi
+
+# pgmq's SQL into the installation's extension directory, as its own
+# `make install` puts it there (bench/harness/run.sh does the same)
+SYSTEMS="plain plainkey ntask"
+if git --git-dir="$PGMQ_GIT/.git" rev-parse -q --verify "$PGMQ_REV^{commit}" >/dev/null 2>&1 ||
+   git --git-dir="$PGMQ_GIT" rev-parse -q --verify "$PGMQ_REV^{commit}" >/dev/null 2>&1; then
+	GD=$PGMQ_GIT; [ -d "$PGMQ_GIT/.git" ] && GD=$PGMQ_GIT/.git
+	PGMQ_V=$(git --git-dir="$GD" show "$PGMQ_REV:pgmq-extension/pgmq.control" |
+		sed -n "s/^default_version *= *'\(.*\)'.*/\1/p")
+	git --git-dir="$GD" show "$PGMQ_REV:pgmq-extension/pgmq.control" >"$SHAREDIR/extension/pgmq.control"
+	git --git-dir="$GD" show "$PGMQ_REV:pgmq-extension/sql/pgmq.sql" >"$SHAREDIR/extension/pgmq--$PGMQ_V.sql"
+	SYSTEMS="$SYSTEMS pgmq"
+else
+	echo "bench/storage.sh: no pgmq $PGMQ_REV in $PGMQ_GIT (STORAGE_PGMQ): no pgmq column" >&2
 fi
 
 if [ "$(id -u)" -eq 0 ]; then
@@ -138,6 +161,10 @@ sql() { psql -c "$1"; }
 	echo "SELECT count(*) FROM ntask_queue_set('bench') \\g /dev/null"
 	plain_queue_sql
 	cat "$HERE/storage.sql"
+	case " $SYSTEMS " in *" pgmq "*)
+		echo "CREATE EXTENSION pgmq;"
+		echo "SELECT pgmq.create('bench');" ;;
+	esac
 	echo "${STORAGE_SQL:-}"
 } | psql
 
@@ -197,6 +224,9 @@ DRAIN_plain=$(plain_claim pq "")
 DRAIN_plainkey=$(plain_claim bq "queue = 'bench' AND")
 DRAIN_ntask="PREPARE claim AS SELECT coalesce(max(task_id), 0) AS id, coalesce(max(token), 0) AS token FROM ntask_claim('bench', 'w1');
 PREPARE fin(bigint, bigint) AS SELECT state FROM ntask_transition(\$1, \$2, 'succeeded');"
+ENQ_pgmq="PREPARE enq(text) AS SELECT * FROM pgmq.send('bench', '{\"n\":1}');"
+DRAIN_pgmq="PREPARE claim AS SELECT coalesce(max(msg_id), 0) AS id, coalesce(max(read_ct), 0) AS token FROM pgmq.read('bench', 30, 1);
+PREPARE fin(bigint, bigint) AS SELECT pgmq.delete('bench', \$1);"
 DRAIN_BODY="EXECUTE claim \\gset
 EXECUTE fin(:id, :token);"
 TC_ntask="PREPARE claim AS SELECT coalesce(max(task_id), 0) AS id, coalesce(max(token), 0) AS token FROM ntask_claim('bench', 'w1');
@@ -208,7 +238,7 @@ EXECUTE claim \\gset"
 # page split), CPU the least of the rounds (the machine is shared)
 for REP in $(seq 1 "$REPEAT"); do
 log " round $REP of $REPEAT"
-for sys in plain plainkey ntask; do
+for sys in $SYSTEMS; do
 	log "  $sys"
 	reset $sys
 	mark $sys empty

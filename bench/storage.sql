@@ -24,7 +24,7 @@ CREATE TABLE storage.conf (clk_tck integer NOT NULL, tasks integer NOT NULL);
 
 -- one row per measured loop
 CREATE TABLE storage.run (
-	sys		text NOT NULL,		-- plain, plainkey, ntask
+	sys		text NOT NULL,		-- plain, plainkey, ntask, pgmq
 	wl		text NOT NULL,		-- enqueue, drain, drain_tc (and enqueue_*, unmeasured preloads)
 	rep		integer NOT NULL,	-- the round (STORAGE_REPEAT)
 	n		integer NOT NULL,	-- tasks
@@ -76,6 +76,8 @@ $$;
 CREATE FUNCTION storage.tables(sys text) RETURNS regclass[] LANGUAGE sql AS $$
 	SELECT CASE sys WHEN 'plain' THEN ARRAY['pq.job'::regclass]
 		WHEN 'plainkey' THEN ARRAY['bq.job'::regclass]
+		-- pgmq's queue table and its archive (pgmq.create('bench'))
+		WHEN 'pgmq' THEN ARRAY[to_regclass('pgmq.q_bench'), to_regclass('pgmq.a_bench')]
 		WHEN 'ntask' THEN ARRAY(SELECT c.oid::regclass FROM pg_class c
 				   WHERE c.relnamespace = 'ntask'::regnamespace AND c.relkind = 'r'
 					 AND EXISTS (SELECT 1 FROM pg_attribute a
@@ -90,7 +92,7 @@ $$;
 
 CREATE FUNCTION storage.reset(sys text) RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
-	EXECUTE 'TRUNCATE ' || array_to_string(storage.tables(sys)::text[], ', ');
+	EXECUTE 'TRUNCATE ' || array_to_string(storage.tables(sys)::text[], ', ') || ' RESTART IDENTITY';
 	IF sys = 'plain' THEN
 		ALTER SEQUENCE pq.token_seq RESTART;
 	ELSIF sys = 'plainkey' THEN
@@ -137,6 +139,13 @@ BEGIN
 		SELECT count(*) INTO done FROM bq.job WHERE state = 'succeeded';
 	ELSIF sys = 'ntask' THEN
 		SELECT count(*) INTO done FROM ntask.task WHERE state = 'succeeded';
+	ELSIF sys = 'pgmq' THEN
+		-- pgmq deletes what it finishes: n messages sent (the identity
+		-- restarts at each reset), none left
+		EXECUTE format('SELECT CASE WHEN EXISTS (SELECT 1 FROM pgmq.q_bench) THEN -1
+							ELSE (SELECT last_value FROM %s) END',
+					   pg_get_serial_sequence('pgmq.q_bench', 'msg_id'))
+			INTO done;
 	ELSIF to_regclass(sys || '.task_done') IS NOT NULL THEN
 		EXECUTE format('SELECT count(*) FROM %I.task_done WHERE state = $1', sys) INTO done USING 'succeeded';
 	ELSE
@@ -207,12 +216,15 @@ $$;
 -- the table: plain, plain+key, ntask, the ratios, and the issue's 1.0
 -- figures (ntask / plain)
 CREATE FUNCTION storage.report()
-RETURNS TABLE (per_task text, plain numeric, "plain+key" numeric, ntask numeric,
-			   "ntask/plain" numeric, "ntask/plain+key" numeric, "1.0 (issue 48)" text)
+RETURNS TABLE (per_task text, plain numeric, "plain+key" numeric, pgmq numeric, ntask numeric,
+			   "ntask/plain" numeric, "ntask/plain+key" numeric, "ntask/pgmq" numeric,
+			   "1.0 (issue 48)" text)
 LANGUAGE sql AS $$
-	SELECT m, p, k, n, round(n / nullif(p, 0), 2), round(n / nullif(k, 0), 2), i
+	SELECT m, p, k, q, n, round(n / nullif(p, 0), 2), round(n / nullif(k, 0), 2),
+		   round(n / nullif(q, 0), 2), i
 	FROM (SELECT o, m, storage.metric(kind, 'plain', w1) AS p,
 				 storage.metric(kind, 'plainkey', w1) AS k,
+				 storage.metric(kind, 'pgmq', w1) AS q,
 				 storage.metric(kind, 'ntask', w3) AS n, i
 		  FROM (VALUES
 			(1, 'WAL per enqueue, B', 'wal', 'enqueue', 'enqueue', '682 / 361'),
