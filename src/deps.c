@@ -1391,10 +1391,35 @@ deps_attach_parents(Datum parents, int16 shard, Datum *ids, int n,
 }
 
 /*
+ * deps_children_in
+ *		The children of the int8[] children, every one in the parents'
+ *		shard (else 0A000: the children of one ntask_enqueue_many in
+ *		several shards); their number in *n.
+ */
+static Datum *
+deps_children_in(Datum children, int16 shard, int *n)
+{
+	Datum	   *ids;
+	int			i;
+
+	deconstruct_array(DatumGetArrayTypeP(children), INT8OID, sizeof(int64), FLOAT8PASSBYVAL,
+					  TYPALIGN_DOUBLE, &ids, NULL, n);
+	for (i = 0; i < *n; i++)
+		if (NTASK_ID_SHARD(DatumGetInt64(ids[i])) != shard)
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("ntask: on a distributed install a task can depend only on tasks of its own shard, and task %lld of this call is in shard %d, its parents in shard %d",
+							(long long) DatumGetInt64(ids[i]),
+							(int) NTASK_ID_SHARD(DatumGetInt64(ids[i])), (int) shard),
+					 errdetail("A task, its parents and their dependency rows live in one shard (docs/scaling.md \"Dependencies on a distributed install\")."),
+					 errhint("Give the tasks of the call partition keys for which ntask_shard(queue, key) is their parents' shard.")));
+	return ids;
+}
+
+/*
  * deps_attach_routed
  *		deps_attach's routed before step: every child in the parents'
- *		shard (else 0A000: the children of one ntask_enqueue_many in
- *		several shards), then the plain statement's steps as routed
+ *		shard (deps_children_in), then the plain statement's steps as routed
  *		statements: the parents' states, the dependency rows, the
  *		children's waiting state and their policy.  false: no child.
  */
@@ -1417,17 +1442,7 @@ deps_attach_routed(Datum *values, char *nulls)
 	int			i;
 	SPITupleTable *tt;
 
-	deconstruct_array(DatumGetArrayTypeP(values[DEPS_ATTACH_ARG_CHILDREN]), INT8OID,
-					  sizeof(int64), FLOAT8PASSBYVAL, TYPALIGN_DOUBLE, &ids, NULL, &n);
-	for (i = 0; i < n; i++)
-		if (NTASK_ID_SHARD(DatumGetInt64(ids[i])) != shard)
-			ereport(ERROR,
-					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-					 errmsg("ntask: on a distributed install a task can depend only on tasks of its own shard, and task %lld of this call is in shard %d, its parents in shard %d",
-							(long long) DatumGetInt64(ids[i]),
-							(int) NTASK_ID_SHARD(DatumGetInt64(ids[i])), (int) shard),
-					 errdetail("A task, its parents and their dependency rows live in one shard (docs/scaling.md \"Dependencies on a distributed install\")."),
-					 errhint("Give the tasks of the call partition keys for which ntask_shard(queue, key) is their parents' shard.")));
+	ids = deps_children_in(values[DEPS_ATTACH_ARG_CHILDREN], shard, &n);
 
 	/* the children: waiting while a parent has not succeeded */
 	cv[DEPS_CHILDREN_ARG_LEFT] =

@@ -182,7 +182,7 @@ typedef enum EnqExistingCol
  * plain ones (EnqArg).
  */
 
-/* the parameters of enq_policy_plan */
+/* the parameters of enq_policy_dist_plan */
 typedef enum EnqPolicyArg
 {
 	ENQ_POLICY_ARG_QUEUE,		/* $1 */
@@ -201,7 +201,7 @@ typedef enum EnqPolicyCol
 	ENQ_POLICY_NCOLS = ENQ_POLICY_RIGHT
 } EnqPolicyCol;
 
-static NtaskPlan enq_policy_plan = {
+static NtaskPlan enq_policy_dist_plan = {
 	"enqueue policy (distributed)",
 	.ncols = ENQ_POLICY_NCOLS,
 	"SELECT q.max_attempts, q.total_deadline, q.ordered, "
@@ -267,7 +267,7 @@ enq_policy_read(EnqPolicy *pol, Datum *values)
 	pv[ENQ_POLICY_ARG_QUEUE] = values[ENQ_ARG_QUEUE];
 	pv[ENQ_POLICY_ARG_CALLER] = values[ENQ_ARG_CALLER];
 	pol->read = true;
-	pol->ok = NtaskExecPlan(&enq_policy_plan, pv, NULL, SPI_OK_SELECT) == 1;
+	pol->ok = NtaskExecPlan(&enq_policy_dist_plan, pv, NULL, SPI_OK_SELECT) == 1;
 	tt = SPI_tuptable;
 	pol->ok = pol->ok && NtaskTupGetBool(tt, 0, ENQ_POLICY_RIGHT);
 	if (!pol->ok)
