@@ -735,20 +735,20 @@ typedef enum EnqManyArg
 static bool enq_many_by_key(Datum *values, char *nulls);
 
 static NtaskPair enq_many_pair = NTASK_PAIR("enqueue many insert",
-											  NTASK_PLAIN(ENQ_MANY_INSERT_NCOLS,
-														  ENQ_MANY_INSERT
-														  "RETURNING t.task_key, t.task_id, t.state, " ENQ_QUEUE_FLAGS,
-														  ENQ_NARGS, SPI_OK_INSERT_RETURNING),
-											  NTASK_ROUTED(ENQ_MANY_INSERT_NCOLS,
-														   "SELECT i.k, i.id, i.st, $15 "
-														   "FROM ROWS FROM (pg_catalog.unnest($12), pg_catalog.unnest($13), "
-														   "  pg_catalog.unnest($14)) WITH ORDINALITY AS i(k, id, st, n) "
-														   "ORDER BY i.n",
-														   ENQ_MANY_NARGS, SPI_OK_SELECT,
-														   enq_many_by_key, NULL),
-											  TEXTOID, TEXTARRAYOID, JSONBARRAYOID, BYTEAARRAYOID, INT2OID,
-											  TEXTARRAYOID, INT4OID, TIMESTAMPTZOID, OIDOID, INT2ARRAYOID, TEXTOID,
-											  TEXTARRAYOID, INT8ARRAYOID, TEXTARRAYOID, INT4OID);
+											NTASK_PLAIN(ENQ_MANY_INSERT_NCOLS,
+														ENQ_MANY_INSERT
+														"RETURNING t.task_key, t.task_id, t.state, " ENQ_QUEUE_FLAGS,
+														ENQ_NARGS, SPI_OK_INSERT_RETURNING),
+											NTASK_ROUTED(ENQ_MANY_INSERT_NCOLS,
+														 "SELECT i.k, i.id, i.st, $15 "
+														 "FROM ROWS FROM (pg_catalog.unnest($12), pg_catalog.unnest($13), "
+														 "  pg_catalog.unnest($14)) WITH ORDINALITY AS i(k, id, st, n) "
+														 "ORDER BY i.n",
+														 ENQ_MANY_NARGS, SPI_OK_SELECT,
+														 enq_many_by_key, NULL),
+											TEXTOID, TEXTARRAYOID, JSONBARRAYOID, BYTEAARRAYOID, INT2OID,
+											TEXTARRAYOID, INT4OID, TIMESTAMPTZOID, OIDOID, INT2ARRAYOID, TEXTOID,
+											TEXTARRAYOID, INT8ARRAYOID, TEXTARRAYOID, INT4OID);
 
 /*
  * enq_many_by_key
