@@ -681,8 +681,9 @@ ntask_enqueue(PG_FUNCTION_ARGS)
 /*
  * The insert of ntask_enqueue_many: enq_insert's plain statement over
  * arrays, one row per distinct key, in the order of each key's first
- * appearance (so task ids follow the input).  $2 keys, $3 payloads, $4 digests, $6 partition
- * keys (NULL: none); the other parameters as in enq_insert.
+ * appearance (so task ids follow the input).  $2 keys, $3 payloads, $4
+ * digests, $6 partition keys (NULL: none); the other parameters as in
+ * enq_insert.
  */
 #define ENQ_MANY_INSERT \
 	"INSERT INTO ntask.task AS t (task_id, shard, queue, task_key, payload, " \
