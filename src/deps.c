@@ -94,115 +94,12 @@
 #include "commands/trigger.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
+#include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
 
 PG_FUNCTION_INFO_V1(ntask_task_deps_changed);
 PG_FUNCTION_INFO_V1(ntask_task_dep_settle);
-
-/*
- * deps_resolve_plan: $1 the child's queue, $2 the elements, $3 the
- * caller.  One row per element, in order: the task it names (NULL: none),
- * the queue and key it names, whether that queue refuses the caller the
- * producer right, and the child queue's policy.
- */
-typedef enum DepsResolveArg
-{
-	DEPS_RESOLVE_ARG_QUEUE,		/* $1 */
-	DEPS_RESOLVE_ARG_ELEMS,		/* $2 */
-	DEPS_RESOLVE_ARG_CALLER,	/* $3 */
-	DEPS_RESOLVE_NARGS
-} DepsResolveArg;
-
-typedef enum DepsResolveCol
-{
-	DEPS_RESOLVE_TASK_ID = 1,
-	DEPS_RESOLVE_QUEUE,
-	DEPS_RESOLVE_KEY,
-	DEPS_RESOLVE_DENIED,
-	DEPS_RESOLVE_NCOLS = DEPS_RESOLVE_DENIED
-} DepsResolveCol;
-
-static NtaskPlan deps_resolve_plan = {
-	"dependency resolve",
-	.ncols = DEPS_RESOLVE_NCOLS,
-	"SELECT r.task_id, r.rq, r.rk, "
-	"  EXISTS (SELECT 1 FROM ntask.queue q WHERE q.queue OPERATOR(pg_catalog.=) r.rq "
-	"          AND q.producer_role IS NOT NULL "
-	"          AND NOT pg_catalog.pg_has_role($3, q.producer_role, 'USAGE')) "
-	"FROM pg_catalog.unnest($2) WITH ORDINALITY AS i(e, n) "
-	"CROSS JOIN LATERAL ( "
-	"  SELECT coalesce(s.task_id, c.task_id) AS task_id, "
-	"    CASE WHEN s.task_id IS NOT NULL OR pg_catalog.strpos(i.e, ':') OPERATOR(pg_catalog.=) 0 "
-	"      THEN $1 ELSE pg_catalog.split_part(i.e, ':', 1) END AS rq, "
-	"    CASE WHEN s.task_id IS NOT NULL OR pg_catalog.strpos(i.e, ':') OPERATOR(pg_catalog.=) 0 "
-	"      THEN i.e ELSE pg_catalog.substr(i.e, pg_catalog.strpos(i.e, ':') OPERATOR(pg_catalog.+) 1) END AS rk "
-	"  FROM (SELECT 1) d "
-	"  LEFT JOIN ntask.task s ON s.queue OPERATOR(pg_catalog.=) $1 "
-	"    AND s.task_key OPERATOR(pg_catalog.=) i.e "
-	"  LEFT JOIN ntask.task c ON s.task_id IS NULL "
-	"    AND pg_catalog.strpos(i.e, ':') OPERATOR(pg_catalog.>) 0 "
-	"    AND c.queue OPERATOR(pg_catalog.=) pg_catalog.split_part(i.e, ':', 1) "
-	"    AND c.task_key OPERATOR(pg_catalog.=) "
-	"      pg_catalog.substr(i.e, pg_catalog.strpos(i.e, ':') OPERATOR(pg_catalog.+) 1) "
-	") r "
-	"ORDER BY i.n",
-	DEPS_RESOLVE_NARGS, {TEXTOID, TEXTARRAYOID, OIDOID}
-};
-
-/*
- * deps_attach_plan: $1 the parents (sorted), $2 the new children, $3 the
- * per-call policy (NULL: the queue's).  Reads the parents' states (no
- * lock: deps_settle_plan takes them at commit), writes one dependency row
- * per (child, parent) and moves each child to waiting when some parent
- * has not succeeded.  Returns per child: its state now, whether a parent has
- * failed (repair_required, canceled, skipped), and its policy.
- */
-typedef enum DepsAttachArg
-{
-	DEPS_ATTACH_ARG_PARENTS,	/* $1 */
-	DEPS_ATTACH_ARG_CHILDREN,	/* $2 */
-	DEPS_ATTACH_ARG_POLICY,		/* $3 */
-	DEPS_ATTACH_NARGS
-} DepsAttachArg;
-
-typedef enum DepsAttachCol
-{
-	DEPS_ATTACH_TASK_ID = 1,
-	DEPS_ATTACH_STATE,
-	DEPS_ATTACH_FAILED,
-	DEPS_ATTACH_POLICY,
-	DEPS_ATTACH_QUEUE,
-	DEPS_ATTACH_FINAL,			/* a parent's state, canceled or skipped */
-	DEPS_ATTACH_NCOLS = DEPS_ATTACH_FINAL
-} DepsAttachCol;
-
-static NtaskPlan deps_attach_plan = {
-	"dependency attach",
-	.ncols = DEPS_ATTACH_NCOLS,
-	"WITH p AS ( "
-	"  SELECT t.task_id, t.state FROM ntask.task t "
-	"  WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1) "
-	"), dep AS ( "
-	"  INSERT INTO ntask.task_dep (task_id, parent_id, shard) "
-	"  SELECT c.id, p.task_id, (c.id OPERATOR(pg_catalog.>>) " CppAsString2(NTASK_SHARD_SHIFT) ")::pg_catalog.int2 "
-	"  FROM pg_catalog.unnest($2) AS c(id), p "
-	"), n AS ( "
-	"  SELECT pg_catalog.count(*) FILTER (WHERE p.state OPERATOR(pg_catalog.<>) 'succeeded')::pg_catalog.int4 AS left_, "
-	"    pg_catalog.bool_or(p.state OPERATOR(pg_catalog.=) ANY ('{repair_required,canceled,skipped}')) AS failed, "
-	"    (pg_catalog.array_agg(p.state ORDER BY p.task_id) "
-	"      FILTER (WHERE p.state OPERATOR(pg_catalog.=) ANY ('{canceled,skipped}')))[1] AS final "
-	"  FROM p "
-	") "
-	"UPDATE ntask.task t SET has_parents = true, on_parent_failed = $3, "
-	"  parents_left = n.left_, "
-	"  state = CASE WHEN n.left_ OPERATOR(pg_catalog.>) 0 THEN 'waiting' ELSE t.state END, "
-	"  due_at = CASE WHEN n.left_ OPERATOR(pg_catalog.>) 0 THEN NULL ELSE t.due_at END "
-	"FROM n, ntask.queue q "
-	"WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($2) AND q.queue OPERATOR(pg_catalog.=) t.queue "
-	"RETURNING t.task_id, t.state, n.failed, coalesce($3, q.on_parent_failed), t.queue, n.final",
-	DEPS_ATTACH_NARGS, {INT8ARRAYOID, INT8ARRAYOID, TEXTOID}
-};
 
 /*
  * deps_release_plan: $1 the parent that succeeded, $2 now.  Counts its
@@ -533,6 +430,154 @@ static NtaskPlan deps_policy_dist_plan = {
 	"WHERE q.queue OPERATOR(pg_catalog.=) $1",
 	DEPS_POLICY_NARGS, {TEXTOID, TEXTOID}
 };
+
+/*
+ * deps_resolve: $1 the child's queue, $2 the elements, $3 the caller.  One
+ * row per element, in order: the task it names (NULL: none), the queue
+ * and key it names, whether that queue refuses the caller the producer
+ * right, and the task's shard when it is not the child's (NULL on one
+ * node, where every task is in shard 0).  The routed variant's before step
+ * (deps_resolve_routed) looks them up in the child's shard $4 with the
+ * statements above and leaves its answer in $5 to $9, which its statement
+ * returns as the plain one's rows.
+ */
+typedef enum DepsResolveArg
+{
+	DEPS_RESOLVE_ARG_QUEUE,		/* $1 */
+	DEPS_RESOLVE_ARG_ELEMS,		/* $2 */
+	DEPS_RESOLVE_ARG_CALLER,	/* $3 */
+	DEPS_RESOLVE_PLAIN_NARGS,
+	DEPS_RESOLVE_ARG_SHARD = DEPS_RESOLVE_PLAIN_NARGS,	/* $4, the child's */
+	DEPS_RESOLVE_ARG_IDS,		/* $5, the routed before step's answer */
+	DEPS_RESOLVE_ARG_QUEUES,	/* $6 */
+	DEPS_RESOLVE_ARG_KEYS,		/* $7 */
+	DEPS_RESOLVE_ARG_DENIED,	/* $8 */
+	DEPS_RESOLVE_ARG_ELSEWHERE,	/* $9 */
+	DEPS_RESOLVE_NARGS
+} DepsResolveArg;
+
+typedef enum DepsResolveCol
+{
+	DEPS_RESOLVE_TASK_ID = 1,
+	DEPS_RESOLVE_QUEUE,
+	DEPS_RESOLVE_KEY,
+	DEPS_RESOLVE_DENIED,
+	DEPS_RESOLVE_ELSEWHERE,		/* the task's shard, not the child's */
+	DEPS_RESOLVE_NCOLS = DEPS_RESOLVE_ELSEWHERE
+} DepsResolveCol;
+
+static bool deps_resolve_routed(Datum *values, char *nulls);
+
+static NtaskPair deps_resolve = NTASK_PAIR("dependency resolve",
+										   NTASK_PLAIN(DEPS_RESOLVE_NCOLS,
+													   "SELECT r.task_id, r.rq, r.rk, "
+													   "  EXISTS (SELECT 1 FROM ntask.queue q WHERE q.queue OPERATOR(pg_catalog.=) r.rq "
+													   "          AND q.producer_role IS NOT NULL "
+													   "          AND NOT pg_catalog.pg_has_role($3, q.producer_role, 'USAGE')), "
+													   "  NULL::pg_catalog.int2 "
+													   "FROM pg_catalog.unnest($2) WITH ORDINALITY AS i(e, n) "
+													   "CROSS JOIN LATERAL ( "
+													   "  SELECT coalesce(s.task_id, c.task_id) AS task_id, "
+													   "    CASE WHEN s.task_id IS NOT NULL OR pg_catalog.strpos(i.e, ':') OPERATOR(pg_catalog.=) 0 "
+													   "      THEN $1 ELSE pg_catalog.split_part(i.e, ':', 1) END AS rq, "
+													   "    CASE WHEN s.task_id IS NOT NULL OR pg_catalog.strpos(i.e, ':') OPERATOR(pg_catalog.=) 0 "
+													   "      THEN i.e ELSE pg_catalog.substr(i.e, pg_catalog.strpos(i.e, ':') OPERATOR(pg_catalog.+) 1) END AS rk "
+													   "  FROM (SELECT 1) d "
+													   "  LEFT JOIN ntask.task s ON s.queue OPERATOR(pg_catalog.=) $1 "
+													   "    AND s.task_key OPERATOR(pg_catalog.=) i.e "
+													   "  LEFT JOIN ntask.task c ON s.task_id IS NULL "
+													   "    AND pg_catalog.strpos(i.e, ':') OPERATOR(pg_catalog.>) 0 "
+													   "    AND c.queue OPERATOR(pg_catalog.=) pg_catalog.split_part(i.e, ':', 1) "
+													   "    AND c.task_key OPERATOR(pg_catalog.=) "
+													   "      pg_catalog.substr(i.e, pg_catalog.strpos(i.e, ':') OPERATOR(pg_catalog.+) 1) "
+													   ") r "
+													   "ORDER BY i.n",
+													   DEPS_RESOLVE_PLAIN_NARGS, SPI_OK_SELECT),
+										   NTASK_ROUTED(DEPS_RESOLVE_NCOLS,
+														"SELECT i.id, i.q, i.k, i.dn, i.sh "
+														"FROM ROWS FROM (pg_catalog.unnest($5), pg_catalog.unnest($6), "
+														"  pg_catalog.unnest($7), pg_catalog.unnest($8), pg_catalog.unnest($9)) "
+														"  WITH ORDINALITY AS i(id, q, k, dn, sh, n) "
+														"ORDER BY i.n",
+														DEPS_RESOLVE_NARGS, SPI_OK_SELECT,
+														deps_resolve_routed, NULL),
+										   TEXTOID, TEXTARRAYOID, OIDOID, INT2OID,
+										   INT8ARRAYOID, TEXTARRAYOID, TEXTARRAYOID, BOOLARRAYOID, INT2ARRAYOID);
+
+/*
+ * deps_attach: $1 the parents (sorted), $2 the new children, $3 the
+ * per-call policy (NULL: the queue's).  Reads the parents' states (no
+ * lock: deps_settle_plan takes them at commit), writes one dependency row
+ * per (child, parent) and moves each child to waiting when some parent
+ * has not succeeded.  Returns per child: its state now, whether a parent has
+ * failed (repair_required, canceled, skipped), and its policy.  The
+ * routed variant's before step (deps_attach_routed) runs these steps as
+ * routed statements in the children's shard $4 and leaves its answer in
+ * $5 to $10, which its statement returns as the plain one's rows.
+ */
+typedef enum DepsAttachArg
+{
+	DEPS_ATTACH_ARG_PARENTS,	/* $1 */
+	DEPS_ATTACH_ARG_CHILDREN,	/* $2 */
+	DEPS_ATTACH_ARG_POLICY,		/* $3 */
+	DEPS_ATTACH_PLAIN_NARGS,
+	DEPS_ATTACH_ARG_SHARD = DEPS_ATTACH_PLAIN_NARGS,	/* $4, the parents' */
+	DEPS_ATTACH_ARG_IDS,		/* $5, the routed before step's answer */
+	DEPS_ATTACH_ARG_STATES,		/* $6 */
+	DEPS_ATTACH_ARG_QUEUES,		/* $7 */
+	DEPS_ATTACH_ARG_FAILED,		/* $8 */
+	DEPS_ATTACH_ARG_CHILD_POLICY,	/* $9 */
+	DEPS_ATTACH_ARG_FINAL,		/* $10 */
+	DEPS_ATTACH_NARGS
+} DepsAttachArg;
+
+typedef enum DepsAttachCol
+{
+	DEPS_ATTACH_TASK_ID = 1,
+	DEPS_ATTACH_STATE,
+	DEPS_ATTACH_FAILED,
+	DEPS_ATTACH_POLICY,
+	DEPS_ATTACH_QUEUE,
+	DEPS_ATTACH_FINAL,			/* a parent's state, canceled or skipped */
+	DEPS_ATTACH_NCOLS = DEPS_ATTACH_FINAL
+} DepsAttachCol;
+
+static bool deps_attach_routed(Datum *values, char *nulls);
+
+static NtaskPair deps_attach = NTASK_PAIR("dependency attach",
+										  NTASK_PLAIN(DEPS_ATTACH_NCOLS,
+													  "WITH p AS ( "
+													  "  SELECT t.task_id, t.state FROM ntask.task t "
+													  "  WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1) "
+													  "), dep AS ( "
+													  "  INSERT INTO ntask.task_dep (task_id, parent_id, shard) "
+													  "  SELECT c.id, p.task_id, (c.id OPERATOR(pg_catalog.>>) " CppAsString2(NTASK_SHARD_SHIFT) ")::pg_catalog.int2 "
+													  "  FROM pg_catalog.unnest($2) AS c(id), p "
+													  "), n AS ( "
+													  "  SELECT pg_catalog.count(*) FILTER (WHERE p.state OPERATOR(pg_catalog.<>) 'succeeded')::pg_catalog.int4 AS left_, "
+													  "    pg_catalog.bool_or(p.state OPERATOR(pg_catalog.=) ANY ('{repair_required,canceled,skipped}')) AS failed, "
+													  "    (pg_catalog.array_agg(p.state ORDER BY p.task_id) "
+													  "      FILTER (WHERE p.state OPERATOR(pg_catalog.=) ANY ('{canceled,skipped}')))[1] AS final "
+													  "  FROM p "
+													  ") "
+													  "UPDATE ntask.task t SET has_parents = true, on_parent_failed = $3, "
+													  "  parents_left = n.left_, "
+													  "  state = CASE WHEN n.left_ OPERATOR(pg_catalog.>) 0 THEN 'waiting' ELSE t.state END, "
+													  "  due_at = CASE WHEN n.left_ OPERATOR(pg_catalog.>) 0 THEN NULL ELSE t.due_at END "
+													  "FROM n, ntask.queue q "
+													  "WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($2) AND q.queue OPERATOR(pg_catalog.=) t.queue "
+													  "RETURNING t.task_id, t.state, n.failed, coalesce($3, q.on_parent_failed), t.queue, n.final",
+													  DEPS_ATTACH_PLAIN_NARGS, SPI_OK_UPDATE_RETURNING),
+										  NTASK_ROUTED(DEPS_ATTACH_NCOLS,
+													   "SELECT i.id, i.st, $8, $9, i.q, $10 "
+													   "FROM ROWS FROM (pg_catalog.unnest($5), pg_catalog.unnest($6), "
+													   "  pg_catalog.unnest($7)) WITH ORDINALITY AS i(id, st, q, n) "
+													   "ORDER BY i.n",
+													   DEPS_ATTACH_NARGS, SPI_OK_SELECT,
+													   deps_attach_routed, NULL),
+										  INT8ARRAYOID, INT8ARRAYOID, TEXTOID, INT2OID,
+										  INT8ARRAYOID, TEXTARRAYOID, TEXTARRAYOID, BOOLOID, TEXTOID, TEXTOID);
+
 
 /*
  * A parent's end and the producer's commit on a distributed install run in
@@ -934,228 +979,299 @@ deps_check_layout(void)
 	ok = true;
 }
 
-/*
- * deps_resolve_dist
- *		NtaskDepsResolve on a distributed install: the parents are looked up
- *		in the child's shard (d->shard), a key of the child's queue first,
- *		then queue:key, as on one node; a name found only in another shard
- *		is refused with 0A000 (a dependency across shards), one found
- *		nowhere is 22023.  The errors in the order of one node's: per
- *		element, the producer right (42501), the child itself, then the
- *		parent's existence.
- */
-static void
-deps_resolve_dist(NtaskDeps *d, text *queue, text **keys, int nkeys)
+/* the names the depends_on elements may mean (deps_resolve_routed) */
+typedef struct DepsNames
 {
-	text	  **aq = palloc(sizeof(text *) * d->n);	/* the key of the child's queue */
-	text	  **bq = palloc(sizeof(text *) * d->n);	/* queue:key, NULL: no colon */
-	text	  **bk = palloc(sizeof(text *) * d->n);
-	text	  **cq = palloc(sizeof(text *) * d->n * 2);
-	text	  **ck = palloc(sizeof(text *) * d->n * 2);
-	int64	   *id = palloc(sizeof(int64) * d->n);
-	int16	   *where = palloc(sizeof(int16) * d->n);
-	bool	   *child_queue = palloc(sizeof(bool) * d->n);
-	text	  **rq = palloc(sizeof(text *) * d->n);
-	text	  **denied;
-	int			ndenied;
-	int			nc = 0;
-	int			nmissing = 0;
-	int			nrows;
-	int			r;
-	int			k;
-	Datum		fv[DEPS_FIND_NARGS];
-	Datum		dv[DEPS_DENIED_NARGS];
-	SPITupleTable *tt;
+	int			n;				/* elements */
+	text	  **aq;				/* the element: a key of the child's queue */
+	text	  **bq;				/* queue:key split, NULL: no colon */
+	text	  **bk;
+	int			nc;				/* the (queue, key) pairs to look up */
+	text	  **cq;
+	text	  **ck;
+} DepsNames;
 
-	if (d->shard < 0)
-		elog(ERROR, "ntask: depends_on without the child's shard");
-	deps_check_layout();
-	for (r = 0; r < d->n; r++)
+/* deps_split: the names of the n elements of a child of queue */
+static void
+deps_split(DepsNames *nm, text *queue, Datum *elems, int n)
+{
+	int			r;
+
+	nm->n = n;
+	nm->aq = palloc(sizeof(text *) * Max(n, 1));
+	nm->bq = palloc(sizeof(text *) * Max(n, 1));
+	nm->bk = palloc(sizeof(text *) * Max(n, 1));
+	nm->cq = palloc(sizeof(text *) * Max(n, 1) * 2);
+	nm->ck = palloc(sizeof(text *) * Max(n, 1) * 2);
+	nm->nc = 0;
+	for (r = 0; r < n; r++)
 	{
-		text	   *e = DatumGetTextPP(d->elems[r]);
+		text	   *e = DatumGetTextPP(elems[r]);
 		char	   *ec = text_to_cstring(e);
 		char	   *colon = strchr(ec, ':');
 
-		aq[r] = e;
-		bq[r] = bk[r] = NULL;
-		cq[nc] = queue;
-		ck[nc++] = e;
+		nm->aq[r] = e;
+		nm->bq[r] = nm->bk[r] = NULL;
+		nm->cq[nm->nc] = queue;
+		nm->ck[nm->nc++] = e;
 		if (colon != NULL)
 		{
-			bq[r] = cstring_to_text_with_len(ec, colon - ec);
-			bk[r] = cstring_to_text(colon + 1);
-			cq[nc] = bq[r];
-			ck[nc++] = bk[r];
+			nm->bq[r] = cstring_to_text_with_len(ec, colon - ec);
+			nm->bk[r] = cstring_to_text(colon + 1);
+			nm->cq[nm->nc] = nm->bq[r];
+			nm->ck[nm->nc++] = nm->bk[r];
 		}
 	}
+}
 
-	/* in the child's shard */
-	fv[DEPS_FIND_ARG_SHARD] = Int16GetDatum(d->shard);
-	fv[DEPS_FIND_ARG_QUEUES] = deps_text_array(cq, nc);
-	fv[DEPS_FIND_ARG_KEYS] = deps_text_array(ck, nc);
-	nrows = NtaskExecPlan(&deps_find_dist_plan, fv, NULL, SPI_OK_SELECT);
-	tt = SPI_tuptable;
-	for (r = 0; r < d->n; r++)
+/*
+ * deps_lookup
+ *		For each element not found yet (id < 0), its task among the n rows
+ *		of tt (DepsFindCol's): a key of the child's queue first, then
+ *		queue:key.  Returns how many are still not found.
+ */
+static int
+deps_lookup(SPITupleTable *tt, int n, DepsNames *nm, text *queue,
+			int64 *id, int16 *where, bool *child_queue)
+{
+	int			missing = 0;
+	int			r;
+
+	for (r = 0; r < nm->n; r++)
 	{
-		id[r] = deps_found(tt, nrows, queue, aq[r], &where[r]);
+		if (id[r] >= 0)
+			continue;
+		id[r] = deps_found(tt, n, queue, nm->aq[r], &where[r]);
 		child_queue[r] = id[r] >= 0;
-		if (id[r] < 0 && bq[r] != NULL)
-			id[r] = deps_found(tt, nrows, bq[r], bk[r], &where[r]);
+		if (id[r] < 0 && nm->bq[r] != NULL)
+			id[r] = deps_found(tt, n, nm->bq[r], nm->bk[r], &where[r]);
 		if (id[r] < 0)
-			nmissing++;
+			missing++;
 	}
+	return missing;
+}
 
-	/* a name the child's shard lacks: elsewhere, or nowhere */
-	if (nmissing > 0)
+/* deps_denied: per queue of rq[0..n-1], whether it refuses caller the producer right */
+static bool *
+deps_denied(text **rq, int n, Datum caller)
+{
+	Datum		dv[DEPS_DENIED_NARGS];
+	bool	   *out = palloc0(sizeof(bool) * Max(n, 1));
+	int			ndenied;
+	int			k;
+	int			r;
+
+	dv[DEPS_DENIED_ARG_QUEUES] = deps_text_array(rq, n);
+	dv[DEPS_DENIED_ARG_CALLER] = caller;
+	ndenied = NtaskExecPlan(&deps_denied_dist_plan, dv, NULL, SPI_OK_SELECT);
+	for (k = 0; k < ndenied; k++)
+	{
+		text	   *q = NtaskTupGetText(SPI_tuptable, k, DEPS_DENIED_QUEUE);
+
+		for (r = 0; r < n; r++)
+			out[r] = out[r] || deps_text_eq(q, rq[r]);
+	}
+	return out;
+}
+
+/* deps_array: a one-dimensional array of n values of type (isnull may be NULL) */
+static Datum
+deps_array(Datum *v, bool *isnull, int n, Oid type)
+{
+	int			dims[1] = {n};
+	int			lbs[1] = {1};
+	int16		len;
+	bool		byval;
+	char		align;
+
+	get_typlenbyvalalign(type, &len, &byval, &align);
+	return PointerGetDatum(construct_md_array(v, isnull, 1, dims, lbs, type, len, byval, align));
+}
+
+/*
+ * deps_resolve_answer
+ *		deps_resolve's routed answer in values, per element: its task (NULL:
+ *		none), the queue and key it names, whether that queue refuses the
+ *		caller, and the task's shard when it is not the child's shard.
+ */
+static void
+deps_resolve_answer(Datum *values, char *nulls, DepsNames *nm, text *queue,
+					int64 *id, int16 *where, bool *child_queue)
+{
+	int			n = nm->n;
+	int16		shard = DatumGetInt16(values[DEPS_RESOLVE_ARG_SHARD]);
+	text	  **rq = palloc(sizeof(text *) * Max(n, 1));
+	text	  **rk = palloc(sizeof(text *) * Max(n, 1));
+	Datum	   *ids = palloc(sizeof(Datum) * Max(n, 1));
+	bool	   *idnull = palloc(sizeof(bool) * Max(n, 1));
+	Datum	   *other = palloc(sizeof(Datum) * Max(n, 1));
+	bool	   *samenull = palloc(sizeof(bool) * Max(n, 1));
+	Datum	   *dn = palloc(sizeof(Datum) * Max(n, 1));
+	bool	   *denied;
+	int			r;
+
+	for (r = 0; r < n; r++)
+	{
+		bool		own = child_queue[r] || nm->bq[r] == NULL;
+
+		rq[r] = own ? queue : nm->bq[r];
+		rk[r] = own ? nm->aq[r] : nm->bk[r];
+		ids[r] = Int64GetDatum(id[r]);
+		idnull[r] = id[r] < 0;
+		other[r] = Int16GetDatum(where[r]);
+		samenull[r] = id[r] < 0 || where[r] == shard;
+	}
+	denied = deps_denied(rq, n, values[DEPS_RESOLVE_ARG_CALLER]);
+	for (r = 0; r < n; r++)
+		dn[r] = BoolGetDatum(denied[r]);
+	values[DEPS_RESOLVE_ARG_IDS] = deps_array(ids, idnull, n, INT8OID);
+	values[DEPS_RESOLVE_ARG_QUEUES] = deps_text_array(rq, n);
+	values[DEPS_RESOLVE_ARG_KEYS] = deps_text_array(rk, n);
+	values[DEPS_RESOLVE_ARG_DENIED] = deps_array(dn, NULL, n, BOOLOID);
+	values[DEPS_RESOLVE_ARG_ELSEWHERE] = deps_array(other, samenull, n, INT2OID);
+	memset(&nulls[DEPS_RESOLVE_ARG_IDS], ' ', DEPS_RESOLVE_NARGS - DEPS_RESOLVE_ARG_IDS);
+}
+
+/*
+ * deps_resolve_routed
+ *		deps_resolve's routed before step: the parents are looked up in the
+ *		child's shard, a key of the child's queue first, then queue:key, as
+ *		on one node; a name the shard lacks is looked up in every shard, to
+ *		tell one in another shard (refused, 0A000, by NtaskDepsResolve) from
+ *		none (22023); then the queues that refuse the caller.
+ */
+static bool
+deps_resolve_routed(Datum *values, char *nulls)
+{
+	text	   *queue = DatumGetTextPP(values[DEPS_RESOLVE_ARG_QUEUE]);
+	DepsNames	nm;
+	Datum	   *elems;
+	int			n;
+	int64	   *id;
+	int16	   *where;
+	bool	   *child_queue;
+	Datum		fv[DEPS_FIND_NARGS];
+	int			nrows;
+	int			r;
+
+	if (DatumGetInt16(values[DEPS_RESOLVE_ARG_SHARD]) < 0)
+		elog(ERROR, "ntask: depends_on without the child's shard");
+	deps_check_layout();
+	deconstruct_array(DatumGetArrayTypeP(values[DEPS_RESOLVE_ARG_ELEMS]), TEXTOID, -1, false,
+					  TYPALIGN_INT, &elems, NULL, &n);
+	deps_split(&nm, queue, elems, n);
+	id = palloc(sizeof(int64) * Max(n, 1));
+	where = palloc0(sizeof(int16) * Max(n, 1));
+	child_queue = palloc0(sizeof(bool) * Max(n, 1));
+	for (r = 0; r < n; r++)
+		id[r] = -1;
+
+	fv[DEPS_FIND_ARG_SHARD] = values[DEPS_RESOLVE_ARG_SHARD];
+	fv[DEPS_FIND_ARG_QUEUES] = deps_text_array(nm.cq, nm.nc);
+	fv[DEPS_FIND_ARG_KEYS] = deps_text_array(nm.ck, nm.nc);
+	nrows = NtaskExecPlan(&deps_find_dist_plan, fv, NULL, SPI_OK_SELECT);
+	if (deps_lookup(SPI_tuptable, nrows, &nm, queue, id, where, child_queue) > 0)
 	{
 		/* deps_find_any_plan takes the same values without the shard */
 		nrows = NtaskExecPlan(&deps_find_any_plan, &fv[DEPS_FIND_ARG_QUEUES], NULL,
 							  SPI_OK_SELECT);
-		tt = SPI_tuptable;
-		for (r = 0; r < d->n; r++)
-		{
-			if (id[r] >= 0)
-				continue;
-			id[r] = deps_found(tt, nrows, queue, aq[r], &where[r]);
-			child_queue[r] = id[r] >= 0;
-			if (id[r] < 0 && bq[r] != NULL)
-				id[r] = deps_found(tt, nrows, bq[r], bk[r], &where[r]);
-		}
+		(void) deps_lookup(SPI_tuptable, nrows, &nm, queue, id, where, child_queue);
 	}
+	deps_resolve_answer(values, nulls, &nm, queue, id, where, child_queue);
+	return true;
+}
 
-	/* the queue each element names, and those that refuse the caller */
-	for (r = 0; r < d->n; r++)
-		rq[r] = child_queue[r] || bq[r] == NULL ? queue : bq[r];
-	dv[DEPS_DENIED_ARG_QUEUES] = deps_text_array(rq, d->n);
-	dv[DEPS_DENIED_ARG_CALLER] = ObjectIdGetDatum(NtaskCaller());
-	ndenied = NtaskExecPlan(&deps_denied_dist_plan, dv, NULL, SPI_OK_SELECT);
-	tt = SPI_tuptable;
-	denied = palloc(sizeof(text *) * Max(ndenied, 1));
-	for (k = 0; k < ndenied; k++)
-		denied[k] = NtaskTupGetText(tt, k, DEPS_DENIED_QUEUE);
+/*
+ * deps_check_parent
+ *		Row r of deps_resolve's answer: the task it names, else the error,
+ *		in the order of one node's: the producer right (42501), the child
+ *		itself, the parent's existence (22023), then, on a distributed
+ *		install, a parent in another shard than the child's (0A000).
+ */
+static Datum
+deps_check_parent(SPITupleTable *tt, int r, NtaskDeps *d, text *queue,
+				  text **keys, int nkeys)
+{
+	text	   *rq = NtaskTupGetText(tt, r, DEPS_RESOLVE_QUEUE);
+	text	   *rk = NtaskTupGetText(tt, r, DEPS_RESOLVE_KEY);
+	bool		isnull;
+	bool		same;
+	Datum		id;
+	Datum		other;
+	int			k;
 
-	d->ids = palloc(sizeof(Datum) * d->n);
-	for (r = 0; r < d->n; r++)
-	{
-		text	   *rk = child_queue[r] || bq[r] == NULL ? aq[r] : bk[r];
-
-		for (k = 0; k < ndenied; k++)
-			if (deps_text_eq(denied[k], rq[r]))
+	if (NtaskTupGetBool(tt, r, DEPS_RESOLVE_DENIED))
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("ntask: permission denied to depend on tasks of queue \"%s\"",
+						text_to_cstring(rq)),
+				 errhint("A parent's queue must grant its producer_role to the role (ntask_queue_set_roles).")));
+	if (deps_text_eq(rq, queue))
+		for (k = 0; k < nkeys; k++)
+			if (deps_text_eq(rk, keys[k]))
 				ereport(ERROR,
-						(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-						 errmsg("ntask: permission denied to depend on tasks of queue \"%s\"",
-								text_to_cstring(rq[r])),
-						 errhint("A parent's queue must grant its producer_role to the role (ntask_queue_set_roles).")));
-		if (deps_text_eq(rq[r], queue))
-			for (k = 0; k < nkeys; k++)
-				if (deps_text_eq(rk, keys[k]))
-					ereport(ERROR,
-							(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-							 errmsg("ntask: task \"%s\" cannot depend on itself",
-									text_to_cstring(rk))));
-		if (id[r] < 0 && (VARSIZE_ANY_EXHDR(rq[r]) > NTASK_MAX_QUEUE_LEN ||
-						  VARSIZE_ANY_EXHDR(rk) > NTASK_MAX_KEY_LEN))
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("ntask: depends_on[%d] names no task: its queue or key is too long", r + 1),
-					 errdetail("A queue name has at most %d bytes and a task key at most %d.",
-							   NTASK_MAX_QUEUE_LEN, NTASK_MAX_KEY_LEN),
-					 errhint("Enqueue the parents first.")));
-		if (id[r] < 0)
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("ntask: parent %s:%s does not exist",
-							text_to_cstring(rq[r]), text_to_cstring(rk)),
-					 errdetail("depends_on[%d] must name a task that exists: a key of the queue, or queue:key.", r + 1),
-					 errhint("Enqueue the parents first.")));
-		if (where[r] != d->shard)
-			ereport(ERROR,
-					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-					 errmsg("ntask: on a distributed install a task can depend only on tasks of its own shard, and parent %s:%s is in shard %d, the task in shard %d",
-							text_to_cstring(rq[r]), text_to_cstring(rk),
-							(int) where[r], (int) d->shard),
-					 errdetail("A task, its parents and their dependency rows live in one shard, so that a parent's end decides its children in its own transaction (docs/scaling.md \"Dependencies on a distributed install\")."),
-					 errhint("Enqueue the task with a partition key for which ntask_shard(queue, key) is its parents' shard: the parents' partition key, when they are of the task's queue.")));
-		d->ids[r] = Int64GetDatum(id[r]);
-	}
-	qsort(d->ids, d->n, sizeof(Datum), deps_id_cmp);
-	for (r = 1; r < d->n; r++)
-		if (DatumGetInt64(d->ids[r]) == DatumGetInt64(d->ids[r - 1]))
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("ntask: depends_on names task %lld twice",
-							(long long) DatumGetInt64(d->ids[r]))));
+						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						 errmsg("ntask: task \"%s\" cannot depend on itself",
+								text_to_cstring(rk))));
+	id = NtaskTupGetDatum(tt, r, DEPS_RESOLVE_TASK_ID, &isnull);
+	if (isnull && (VARSIZE_ANY_EXHDR(rq) > NTASK_MAX_QUEUE_LEN ||
+				   VARSIZE_ANY_EXHDR(rk) > NTASK_MAX_KEY_LEN))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ntask: depends_on[%d] names no task: its queue or key is too long", r + 1),
+				 errdetail("A queue name has at most %d bytes and a task key at most %d.",
+						   NTASK_MAX_QUEUE_LEN, NTASK_MAX_KEY_LEN),
+				 errhint("Enqueue the parents first.")));
+	if (isnull)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ntask: parent %s:%s does not exist",
+						text_to_cstring(rq), text_to_cstring(rk)),
+				 errdetail("depends_on[%d] must name a task that exists: a key of the queue, or queue:key.", r + 1),
+				 errhint("Enqueue the parents first.")));
+	other = NtaskTupGetDatum(tt, r, DEPS_RESOLVE_ELSEWHERE, &same);
+	if (!same)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("ntask: on a distributed install a task can depend only on tasks of its own shard, and parent %s:%s is in shard %d, the task in shard %d",
+						text_to_cstring(rq), text_to_cstring(rk),
+						(int) DatumGetInt16(other), (int) d->shard),
+				 errdetail("A task, its parents and their dependency rows live in one shard, so that a parent's end decides its children in its own transaction (docs/scaling.md \"Dependencies on a distributed install\")."),
+				 errhint("Enqueue the task with a partition key for which ntask_shard(queue, key) is its parents' shard: the parents' partition key, when they are of the task's queue.")));
+	return id;
 }
 
 /*
  * NtaskDepsResolve
  *		Inside the caller's SPI connection: resolve d's elements to tasks,
- *		for a child of queue whose keys are keys[0..nkeys-1].  42501 when a
- *		parent's queue refuses the caller the producer right (checked
- *		before existence, so nothing is revealed), 22023 for a parent that
- *		does not exist, for the child itself, or a parent named twice.
- *		Fills d->ids (sorted).
+ *		for a child of queue whose keys are keys[0..nkeys-1] (in shard
+ *		d->shard).  42501 when a parent's queue refuses the caller the
+ *		producer right (checked before existence, so nothing is revealed),
+ *		22023 for a parent that does not exist, for the child itself, or a
+ *		parent named twice; 0A000 for a parent in another shard.  Fills
+ *		d->ids (sorted).
  */
 void
 NtaskDepsResolve(NtaskDeps *d, text *queue, text **keys, int nkeys)
 {
 	Datum		values[DEPS_RESOLVE_NARGS];
+	char		nulls[DEPS_RESOLVE_NARGS];
 	int			nrows;
 	int			r;
-	int			k;
 	SPITupleTable *tt;
 
-	if (NtaskShardCount() > 0)
-	{
-		deps_resolve_dist(d, queue, keys, nkeys);
-		return;
-	}
+	memset(nulls, ' ', sizeof(nulls));
 	values[DEPS_RESOLVE_ARG_QUEUE] = PointerGetDatum(queue);
 	values[DEPS_RESOLVE_ARG_ELEMS] = d->array;
 	values[DEPS_RESOLVE_ARG_CALLER] = ObjectIdGetDatum(NtaskCaller());
-	nrows = NtaskExecPlan(&deps_resolve_plan, values, NULL, SPI_OK_SELECT);
+	values[DEPS_RESOLVE_ARG_SHARD] = Int16GetDatum(d->shard);
+	nrows = NtaskExecPair(&deps_resolve, values, nulls);
 	tt = SPI_tuptable;
 	if (nrows != d->n)
 		elog(ERROR, "ntask: depends_on resolved %d of %d elements", nrows, d->n);
 	d->ids = palloc(sizeof(Datum) * d->n);
 	for (r = 0; r < nrows; r++)
-	{
-		text	   *rq = NtaskTupGetText(tt, r, DEPS_RESOLVE_QUEUE);
-		text	   *rk = NtaskTupGetText(tt, r, DEPS_RESOLVE_KEY);
-		bool		isnull;
-		Datum		id;
-
-		if (NtaskTupGetBool(tt, r, DEPS_RESOLVE_DENIED))
-			ereport(ERROR,
-					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-					 errmsg("ntask: permission denied to depend on tasks of queue \"%s\"",
-							text_to_cstring(rq)),
-					 errhint("A parent's queue must grant its producer_role to the role (ntask_queue_set_roles).")));
-		if (deps_text_eq(rq, queue))
-			for (k = 0; k < nkeys; k++)
-				if (deps_text_eq(rk, keys[k]))
-					ereport(ERROR,
-							(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-							 errmsg("ntask: task \"%s\" cannot depend on itself",
-									text_to_cstring(rk))));
-		id = NtaskTupGetDatum(tt, r, DEPS_RESOLVE_TASK_ID, &isnull);
-		if (isnull && (VARSIZE_ANY_EXHDR(rq) > NTASK_MAX_QUEUE_LEN ||
-					   VARSIZE_ANY_EXHDR(rk) > NTASK_MAX_KEY_LEN))
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("ntask: depends_on[%d] names no task: its queue or key is too long", r + 1),
-					 errdetail("A queue name has at most %d bytes and a task key at most %d.",
-							   NTASK_MAX_QUEUE_LEN, NTASK_MAX_KEY_LEN),
-					 errhint("Enqueue the parents first.")));
-		if (isnull)
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("ntask: parent %s:%s does not exist",
-							text_to_cstring(rq), text_to_cstring(rk)),
-					 errdetail("depends_on[%d] must name a task that exists: a key of the queue, or queue:key.", r + 1),
-					 errhint("Enqueue the parents first.")));
-		d->ids[r] = id;
-	}
+		d->ids[r] = deps_check_parent(tt, r, d, queue, keys, nkeys);
 	qsort(d->ids, d->n, sizeof(Datum), deps_id_cmp);
 	for (r = 1; r < d->n; r++)
 		if (DatumGetInt64(d->ids[r]) == DatumGetInt64(d->ids[r - 1]))
@@ -1226,109 +1342,145 @@ deps_repair_child(DepsRels *r, int64 child, const char *queue, const char *pstat
 }
 
 /*
- * deps_attach_dist
- *		NtaskDepsAttach on a distributed install: every child in the
- *		parents' shard (else 0A000: the children of one ntask_enqueue_many
- *		in several shards), then deps_attach_plan's steps as routed
- *		statements: the parents' states, the dependency rows, the children's
- *		waiting state, and the decisions of a parent already failed.
+ * deps_attach_parents
+ *		The routed attach's first steps: the parents' states as read now
+ *		(the settle reads them again): how many have not succeeded, whether
+ *		one has failed, the first canceled or skipped one's state (NULL:
+ *		none); then the dependency rows of the n children ids, in the shard.
  */
-static void
-deps_attach_dist(NtaskDeps *d, Datum *ids, int n, Datum *states)
+static int
+deps_attach_parents(Datum parents, int16 shard, Datum *ids, int n,
+					bool *failed, char **final)
 {
 	Datum		pv[DEPS_PARENTS_NARGS];
 	Datum		rv[DEPS_ROW_NARGS];
-	Datum		cv[DEPS_CHILDREN_NARGS];
-	char		cn[DEPS_CHILDREN_NARGS] = {' ', ' ', ' ', ' '};
-	Datum		qv[DEPS_POLICY_NARGS];
-	char		qn[DEPS_POLICY_NARGS] = {' ', ' '};
-	int			nrows;
+	Datum	   *pids;
+	int			np;
 	int			left = 0;
-	bool		failed = false;
-	const char *final = NULL;
-	char	   *policy;
+	int			nrows;
 	int			r;
 	int			i;
-	int			p;
-	bool		isnull;
-	SPITupleTable *tt;
 
-	for (i = 0; i < n; i++)
-		if (NTASK_ID_SHARD(DatumGetInt64(ids[i])) != d->shard)
-			ereport(ERROR,
-					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-					 errmsg("ntask: on a distributed install a task can depend only on tasks of its own shard, and task %lld of this call is in shard %d, its parents in shard %d",
-							(long long) DatumGetInt64(ids[i]),
-							(int) NTASK_ID_SHARD(DatumGetInt64(ids[i])), (int) d->shard),
-					 errdetail("A task, its parents and their dependency rows live in one shard (docs/scaling.md \"Dependencies on a distributed install\")."),
-					 errhint("Give the tasks of the call partition keys for which ntask_shard(queue, key) is their parents' shard.")));
-
-	/* the parents' states as read now (the settle reads them again) */
-	pv[DEPS_PARENTS_ARG_IDS] = NtaskInt8Array(d->ids, d->n);
-	pv[DEPS_PARENTS_ARG_SHARD] = Int16GetDatum(d->shard);
+	pv[DEPS_PARENTS_ARG_IDS] = parents;
+	pv[DEPS_PARENTS_ARG_SHARD] = Int16GetDatum(shard);
 	nrows = NtaskExecPlan(&deps_parents_dist_plan, pv, NULL, SPI_OK_SELECT);
-	tt = SPI_tuptable;
 	for (r = 0; r < nrows; r++)
 	{
-		char	   *st = NtaskTupGetCString(tt, r, DEPS_PARENTS_STATE);
+		char	   *st = NtaskTupGetCString(SPI_tuptable, r, DEPS_PARENTS_STATE);
 
 		if (strcmp(st, "succeeded") != 0)
 			left++;
 		if (strcmp(st, "repair_required") == 0 || strcmp(st, "canceled") == 0 ||
 			strcmp(st, "skipped") == 0)
-			failed = true;
-		if (final == NULL && (strcmp(st, "canceled") == 0 || strcmp(st, "skipped") == 0))
-			final = st;
+			*failed = true;
+		if (*final == NULL && (strcmp(st, "canceled") == 0 || strcmp(st, "skipped") == 0))
+			*final = st;
 	}
 
-	/* the dependency rows, in the shard */
+	deconstruct_array(DatumGetArrayTypeP(parents), INT8OID, sizeof(int64), FLOAT8PASSBYVAL,
+					  TYPALIGN_DOUBLE, &pids, NULL, &np);
 	for (i = 0; i < n; i++)
-		for (p = 0; p < d->n; p++)
+		for (r = 0; r < np; r++)
 		{
 			rv[DEPS_ROW_ARG_CHILD] = ids[i];
-			rv[DEPS_ROW_ARG_PARENT] = d->ids[p];
-			rv[DEPS_ROW_ARG_SHARD] = Int16GetDatum(d->shard);
+			rv[DEPS_ROW_ARG_PARENT] = pids[r];
+			rv[DEPS_ROW_ARG_SHARD] = Int16GetDatum(shard);
 			(void) NtaskExecPlan(&deps_row_dist_plan, rv, NULL, SPI_OK_INSERT);
 		}
+	return left;
+}
+
+/*
+ * deps_children_in
+ *		The children of the int8[] children, every one in the parents'
+ *		shard (else 0A000: the children of one ntask_enqueue_many in
+ *		several shards); their number in *n.
+ */
+static Datum *
+deps_children_in(Datum children, int16 shard, int *n)
+{
+	Datum	   *ids;
+	int			i;
+
+	deconstruct_array(DatumGetArrayTypeP(children), INT8OID, sizeof(int64), FLOAT8PASSBYVAL,
+					  TYPALIGN_DOUBLE, &ids, NULL, n);
+	for (i = 0; i < *n; i++)
+		if (NTASK_ID_SHARD(DatumGetInt64(ids[i])) != shard)
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("ntask: on a distributed install a task can depend only on tasks of its own shard, and task %lld of this call is in shard %d, its parents in shard %d",
+							(long long) DatumGetInt64(ids[i]),
+							(int) NTASK_ID_SHARD(DatumGetInt64(ids[i])), (int) shard),
+					 errdetail("A task, its parents and their dependency rows live in one shard (docs/scaling.md \"Dependencies on a distributed install\")."),
+					 errhint("Give the tasks of the call partition keys for which ntask_shard(queue, key) is their parents' shard.")));
+	return ids;
+}
+
+/*
+ * deps_attach_routed
+ *		deps_attach's routed before step: every child in the parents'
+ *		shard (deps_children_in), then the plain statement's steps as routed
+ *		statements: the parents' states, the dependency rows, the
+ *		children's waiting state and their policy.  false: no child.
+ */
+static bool
+deps_attach_routed(Datum *values, char *nulls)
+{
+	int16		shard = DatumGetInt16(values[DEPS_ATTACH_ARG_SHARD]);
+	Datum		cv[DEPS_CHILDREN_NARGS];
+	char		cn[DEPS_CHILDREN_NARGS] = {' ', ' ', ' ', ' '};
+	Datum		qv[DEPS_POLICY_NARGS];
+	char		qn[DEPS_POLICY_NARGS] = {' ', ' '};
+	Datum	   *ids;
+	Datum	   *st;
+	Datum	   *qs;
+	int			n;
+	int			nrows;
+	bool		failed = false;
+	char	   *final = NULL;
+	bool		isnull;
+	int			i;
+	SPITupleTable *tt;
+
+	ids = deps_children_in(values[DEPS_ATTACH_ARG_CHILDREN], shard, &n);
 
 	/* the children: waiting while a parent has not succeeded */
-	cv[DEPS_CHILDREN_ARG_IDS] = NtaskInt8Array(ids, n);
-	cv[DEPS_CHILDREN_ARG_SHARD] = Int16GetDatum(d->shard);
-	cv[DEPS_CHILDREN_ARG_POLICY] = d->policy ? PointerGetDatum(d->policy) : (Datum) 0;
-	cn[DEPS_CHILDREN_ARG_POLICY] = d->policy ? ' ' : 'n';
-	cv[DEPS_CHILDREN_ARG_LEFT] = Int32GetDatum(left);
+	cv[DEPS_CHILDREN_ARG_LEFT] =
+		Int32GetDatum(deps_attach_parents(values[DEPS_ATTACH_ARG_PARENTS], shard, ids, n,
+										  &failed, &final));
+	cv[DEPS_CHILDREN_ARG_IDS] = values[DEPS_ATTACH_ARG_CHILDREN];
+	cv[DEPS_CHILDREN_ARG_SHARD] = Int16GetDatum(shard);
+	cv[DEPS_CHILDREN_ARG_POLICY] = values[DEPS_ATTACH_ARG_POLICY];
+	cn[DEPS_CHILDREN_ARG_POLICY] = nulls[DEPS_ATTACH_ARG_POLICY];
 	nrows = NtaskExecPlan(&deps_children_dist_plan, cv, cn, SPI_OK_UPDATE_RETURNING);
 	if (nrows == 0)
-		return;
+		return false;
 	tt = SPI_tuptable;
 	qv[DEPS_POLICY_ARG_QUEUE] = NtaskTupGetDatum(tt, 0, DEPS_CHILDREN_QUEUE, &isnull);
 	qv[DEPS_POLICY_ARG_POLICY] = cv[DEPS_CHILDREN_ARG_POLICY];
 	qn[DEPS_POLICY_ARG_POLICY] = cn[DEPS_CHILDREN_ARG_POLICY];
 	if (NtaskExecPlan(&deps_policy_dist_plan, qv, qn, SPI_OK_SELECT) != 1)
 		elog(ERROR, "ntask: the queue of a new task is gone");
-	policy = NtaskTupGetCString(SPI_tuptable, 0, DEPS_POLICY_POLICY);
-	for (r = 0; r < nrows; r++)
-	{
-		int64		child = NtaskTupGetInt64(tt, r, DEPS_CHILDREN_TASK_ID);
-		char	   *state = NtaskTupGetCString(tt, r, DEPS_CHILDREN_STATE);
-		char	   *queue = NtaskTupGetCString(tt, r, DEPS_CHILDREN_QUEUE);
 
-		if (strcmp(state, "waiting") == 0 && failed && strcmp(policy, "cancel") == 0)
-		{
-			deps_cancel_child(NULL, child, queue, "a parent had failed when it was enqueued");
-			state = "canceled";
-		}
-		else if (strcmp(state, "waiting") == 0 && final != NULL)
-		{
-			deps_repair_child(NULL, child, queue, final, "a parent had ended when it was enqueued");
-			state = "repair_required";
-		}
-		for (i = 0; i < n; i++)
-			if (DatumGetInt64(ids[i]) == child)
-				states[i] = CStringGetTextDatum(state);
-		if (strcmp(state, "waiting") == 0)
-			deps_note_child(child);
+	memset(&nulls[DEPS_ATTACH_ARG_IDS], ' ', DEPS_ATTACH_NARGS - DEPS_ATTACH_ARG_IDS);
+	values[DEPS_ATTACH_ARG_CHILD_POLICY] =
+		PointerGetDatum(NtaskTupGetText(SPI_tuptable, 0, DEPS_POLICY_POLICY));
+	values[DEPS_ATTACH_ARG_FAILED] = BoolGetDatum(failed);
+	values[DEPS_ATTACH_ARG_FINAL] = final ? CStringGetTextDatum(final) : (Datum) 0;
+	nulls[DEPS_ATTACH_ARG_FINAL] = final ? ' ' : 'n';
+	ids = palloc(sizeof(Datum) * nrows);
+	st = palloc(sizeof(Datum) * nrows);
+	qs = palloc(sizeof(Datum) * nrows);
+	for (i = 0; i < nrows; i++)
+	{
+		ids[i] = NtaskTupGetDatum(tt, i, DEPS_CHILDREN_TASK_ID, &isnull);
+		st[i] = PointerGetDatum(NtaskTupGetText(tt, i, DEPS_CHILDREN_STATE));
+		qs[i] = PointerGetDatum(NtaskTupGetText(tt, i, DEPS_CHILDREN_QUEUE));
 	}
+	values[DEPS_ATTACH_ARG_IDS] = deps_array(ids, NULL, nrows, INT8OID);
+	values[DEPS_ATTACH_ARG_STATES] = deps_array(st, NULL, nrows, TEXTOID);
+	values[DEPS_ATTACH_ARG_QUEUES] = deps_array(qs, NULL, nrows, TEXTOID);
+	return true;
 }
 
 /*
@@ -1343,7 +1495,7 @@ void
 NtaskDepsAttach(NtaskDeps *d, Datum *ids, int n, Datum *states)
 {
 	Datum		values[DEPS_ATTACH_NARGS];
-	char		nulls[DEPS_ATTACH_NARGS] = {' ', ' ', ' '};
+	char		nulls[DEPS_ATTACH_NARGS];
 	int			nrows;
 	int			r;
 	int			i;
@@ -1351,16 +1503,13 @@ NtaskDepsAttach(NtaskDeps *d, Datum *ids, int n, Datum *states)
 
 	if (n == 0)
 		return;
-	if (NtaskShardCount() > 0)
-	{
-		deps_attach_dist(d, ids, n, states);
-		return;
-	}
+	memset(nulls, ' ', sizeof(nulls));
 	values[DEPS_ATTACH_ARG_PARENTS] = NtaskInt8Array(d->ids, d->n);
 	values[DEPS_ATTACH_ARG_CHILDREN] = NtaskInt8Array(ids, n);
 	values[DEPS_ATTACH_ARG_POLICY] = d->policy ? PointerGetDatum(d->policy) : (Datum) 0;
 	nulls[DEPS_ATTACH_ARG_POLICY] = d->policy ? ' ' : 'n';
-	nrows = NtaskExecPlan(&deps_attach_plan, values, nulls, SPI_OK_UPDATE_RETURNING);
+	values[DEPS_ATTACH_ARG_SHARD] = Int16GetDatum(d->shard);
+	nrows = NtaskExecPair(&deps_attach, values, nulls);
 	tt = SPI_tuptable;
 	for (r = 0; r < nrows; r++)
 	{

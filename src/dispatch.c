@@ -278,7 +278,7 @@ static NtaskPlan dq_transition_many_plan = {
 	true
 };
 
-/* the parameters of dq_transition_group_plan (ntask_transition_many's) */
+/* the parameters of dq_transition_group (ntask_transition_many's) */
 typedef enum DqGroupArg
 {
 	DQ_GROUP_ARG_TASK_IDS,		/* $1 */
@@ -291,13 +291,26 @@ typedef enum DqGroupArg
 	DQ_GROUP_NARGS
 } DqGroupArg;
 
-static NtaskPlan dq_transition_group_plan = {
-	"worker transition group",
-	.ncols = DQ_TRANSITION_NCOLS,
-	NULL, DQ_GROUP_NARGS,
-	{INT8ARRAYOID, INT8ARRAYOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID},
-	true
-};
+/*
+ * A group of alike results, one ntask_transition_many call (its plain
+ * variant's sql is set by NtaskDispatchInit, run as the caller).  On a
+ * distributed install a batch would be a multi-shard statement: the
+ * routed path does without it (dq_group_none), and every result is its
+ * own routed ntask_transition (dq_record_batch groups only where the pair
+ * runs).
+ */
+static bool
+dq_group_none(Datum *values, char *nulls)
+{
+	return false;
+}
+
+static NtaskPair dq_transition_group = NTASK_PAIR("worker transition group",
+												  NTASK_PLAIN(DQ_TRANSITION_NCOLS, NULL,
+															  DQ_GROUP_NARGS, SPI_OK_SELECT),
+												  NTASK_ROUTED_NONE(dq_group_none),
+												  INT8ARRAYOID, INT8ARRAYOID, TEXTOID, TEXTOID,
+												  TEXTOID, TEXTOID, TEXTOID);
 typedef enum DqQueuesCol
 {
 	DQ_QUEUES_QUEUE = 1,
@@ -482,7 +495,8 @@ NtaskDispatchInit(const char *schema)
 		"LATERAL %s.ntask_transition(i.id, i.tok, i.st, i.ec, i.det::pg_catalog.jsonb, "
 		"  i.ra, i.oc, i.sg) r",
 		s);
-	dq_transition_group_plan.sql = psprintf(
+	dq_transition_group.v[NTASK_PATH_PLAIN].plan.as_caller = true;
+	dq_transition_group.v[NTASK_PATH_PLAIN].plan.sql = psprintf(
 		"SELECT r.result "
 		"FROM %s.ntask_transition_many($1, $2, $3, $4, $5::pg_catalog.jsonb, "
 		"  NULL::pg_catalog.timestamptz, $6, $7) r",
@@ -1486,7 +1500,7 @@ dq_record_group(DqReq **reqs, int n)
 	dq_opt_text(values, nulls, DQ_GROUP_ARG_DETAIL, r->detail);
 	dq_opt_text(values, nulls, DQ_GROUP_ARG_OUTCOME, r->outcome);
 	dq_opt_text(values, nulls, DQ_GROUP_ARG_STAGE, r->stage);
-	rows = NtaskExecPlan(&dq_transition_group_plan, values, nulls, SPI_OK_SELECT);
+	rows = NtaskExecPair(&dq_transition_group, values, nulls);
 	if (rows != n)
 		elog(ERROR, "ntask: worker transition group answered %d rows for %d results",
 			 rows, n);
@@ -1554,9 +1568,10 @@ dq_record_rows(DqReq **reqs, int n)
  *		with one ntask_transition_many, the rest with one statement of
  *		ntask_transition calls.  Each element gets exactly the answer its
  *		own ntask_transition would give.  On a distributed install every
- *		result is its own routed ntask_transition (a batch would be a
- *		multi-shard statement).  Any error fails the whole step; the caller
- *		then records them one by one.
+ *		result is its own routed ntask_transition (dq_transition_group
+ *		runs no statement there: a batch would be a multi-shard
+ *		statement).  Any error fails the whole step; the caller then
+ *		records them one by one.
  */
 static void
 dq_record_batch(void *arg)
@@ -1567,7 +1582,7 @@ dq_record_batch(void *arg)
 	DqReq	  **group = palloc(sizeof(DqReq *) * n);
 	DqReq	  **rest = palloc(sizeof(DqReq *) * n);
 	int			nrest = 0;
-	bool		grouping = NtaskShardCount() == 0;
+	bool		grouping = NtaskPairRuns(&dq_transition_group);
 	int			i;
 	int			j;
 

@@ -87,10 +87,10 @@ PG_FUNCTION_INFO_V1(ntask_enqueue_many);
 #define ENQ_ORDERED "CASE WHEN q.ordered THEN true END"
 
 /*
- * The parameters of the single enqueue (enq_insert_plan, its distributed
- * twin, enq_existing_plan) and of the batch (enq_many_insert_plan, where
- * the key, payload, digest, partition key and shard are arrays; its
- * lookup takes the first two): values[ENQ_ARG_X] is $(X + 1).
+ * The parameters of the single enqueue (enq_insert, enq_existing_plan)
+ * and of the batch (enq_many_pair, where the key, payload, digest,
+ * partition key and shard are arrays; its lookup takes the first two):
+ * values[ENQ_ARG_X] is $(X + 1).
  */
 typedef enum EnqArg
 {
@@ -105,10 +105,22 @@ typedef enum EnqArg
 	ENQ_ARG_CALLER,				/* $9, for the producer_role */
 	ENQ_ARG_SHARD,				/* $10 */
 	ENQ_ARG_TRACEPARENT,		/* $11, NULL: none */
-	ENQ_NARGS
+	ENQ_NARGS,					/* the plain statements' */
+	/* enq_insert's routed variant's own, filled by its before step */
+	ENQ_ARG_TASK_ID = ENQ_NARGS,	/* $12 */
+	ENQ_ARG_PARTITION,			/* $13, ENQ_PARTITION's value */
+	ENQ_ARG_RUN_AT_OR_NOW,		/* $14, also due_at */
+	ENQ_ARG_MAX_ATTEMPTS,		/* $15 */
+	ENQ_ARG_DEADLINE,			/* $16 */
+	ENQ_ARG_ORDERED,			/* $17 */
+	ENQ_ARG_FLAGS,				/* $18, returned: ENQ_QUEUE_FLAGS */
+	ENQ_ROUTED_NARGS,
+	/* no statement's: the call's EnqPolicy, for the before step */
+	ENQ_ARG_POLICY = ENQ_ROUTED_NARGS,
+	ENQ_PAIR_NARGS
 } EnqArg;
 
-/* the columns of enq_insert_plan and of its distributed twin */
+/* the columns of enq_insert */
 typedef enum EnqInsertCol
 {
 	ENQ_INSERT_TASK_ID = 1,
@@ -157,23 +169,19 @@ typedef enum EnqExistingCol
 	"  AND " ENQ_KEY_IS_NEW("$2") " " \
 	"ON CONFLICT ON CONSTRAINT task_queue_task_key_key DO NOTHING "
 
-static NtaskPlan enq_insert_plan = {
-	"enqueue insert",
-	.ncols = ENQ_INSERT_NCOLS,
-	ENQ_INSERT
-	"RETURNING t.task_id, t.state, " ENQ_QUEUE_FLAGS,
-	ENQ_NARGS, {TEXTOID, TEXTOID, JSONBOID, BYTEAOID, INT2OID, TEXTOID, INT4OID,
-	TIMESTAMPTZOID, OIDOID, INT2OID, TEXTOID}
-};
-
 /*
  * An enqueue on a distributed install: Citus runs an INSERT ... SELECT FROM
  * ntask.queue (a reference table) through the node that runs it (pull the
  * row, then copy it to the shard), several times the cost of a router
- * insert (docs/scaling.md).  So the queue's policy is read first (a read of
- * a reference table, local on every node) and the task is inserted by
- * INSERT ... VALUES, its id drawn in C from the same sequence.
+ * insert (docs/scaling.md).  So the routed variant of enq_insert reads the
+ * queue's policy first (a read of a reference table, local on every node;
+ * once per call, enq_policy_read) and inserts the task by INSERT ...
+ * VALUES, its id drawn in C from the same sequence and the values the
+ * plain statement computes from the queue row computed in C
+ * (enq_insert_values, its before step).  Its own parameters follow the
+ * plain ones (EnqArg).
  */
+
 /* the parameters of enq_policy_dist_plan */
 typedef enum EnqPolicyArg
 {
@@ -206,43 +214,7 @@ static NtaskPlan enq_policy_dist_plan = {
 	ENQ_POLICY_NARGS, {TEXTOID, OIDOID}
 };
 
-/* the parameters of enq_values_dist_plan */
-typedef enum EnqValuesArg
-{
-	ENQ_VALUES_ARG_TASK_ID,		/* $1 */
-	ENQ_VALUES_ARG_SHARD,		/* $2 */
-	ENQ_VALUES_ARG_QUEUE,		/* $3 */
-	ENQ_VALUES_ARG_KEY,			/* $4 */
-	ENQ_VALUES_ARG_PAYLOAD,		/* $5 */
-	ENQ_VALUES_ARG_DIGEST,		/* $6 */
-	ENQ_VALUES_ARG_DIGEST_VERSION,	/* $7 */
-	ENQ_VALUES_ARG_PARTITION_KEY,	/* $8 */
-	ENQ_VALUES_ARG_PRIORITY,	/* $9 */
-	ENQ_VALUES_ARG_RUN_AT,		/* $10, also due_at */
-	ENQ_VALUES_ARG_MAX_ATTEMPTS,	/* $11 */
-	ENQ_VALUES_ARG_DEADLINE,	/* $12 */
-	ENQ_VALUES_ARG_ORDERED,		/* $13 */
-	ENQ_VALUES_ARG_TRACEPARENT, /* $14 */
-	ENQ_VALUES_ARG_FLAGS,		/* $15, returned: ENQ_QUEUE_FLAGS */
-	ENQ_VALUES_NARGS
-} EnqValuesArg;
-
-/* the insert: its columns as enq_insert_plan's (the flags are $15) */
-static NtaskPlan enq_values_dist_plan = {
-	"enqueue insert values (distributed)",
-	.ncols = ENQ_INSERT_NCOLS,
-	"INSERT INTO ntask.task AS t (task_id, shard, queue, task_key, payload, "
-	"  payload_digest, digest_version, partition_key, priority, run_at, due_at, "
-	"  max_attempts, deadline, ordered, traceparent) "
-	"OVERRIDING SYSTEM VALUE "
-	"VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10, $11, $12, $13, $14) "
-	"ON CONFLICT ON CONSTRAINT task_queue_task_key_key DO NOTHING "
-	"RETURNING t.task_id, t.state, $15",
-	ENQ_VALUES_NARGS, {INT8OID, INT2OID, TEXTOID, TEXTOID, JSONBOID, BYTEAOID, INT2OID, TEXTOID,
-	INT4OID, TIMESTAMPTZOID, INT4OID, TIMESTAMPTZOID, BOOLOID, TEXTOID, INT4OID}
-};
-
-/* a queue's policy for its enqueues, read once per call */
+/* a queue's policy for its routed enqueues, read once per call */
 typedef struct EnqPolicy
 {
 	bool		read;
@@ -255,86 +227,107 @@ typedef struct EnqPolicy
 	int32		flags;
 } EnqPolicy;
 
+static bool enq_insert_values(Datum *values, char *nulls);
+
+/* the insert; the columns of both variants are EnqInsertCol's */
+static NtaskPair enq_insert = NTASK_PAIR("enqueue insert",
+										 NTASK_PLAIN(ENQ_INSERT_NCOLS,
+													 ENQ_INSERT
+													 "RETURNING t.task_id, t.state, " ENQ_QUEUE_FLAGS,
+													 ENQ_NARGS, SPI_OK_INSERT_RETURNING),
+										 NTASK_ROUTED(ENQ_INSERT_NCOLS,
+													  "INSERT INTO ntask.task AS t (task_id, shard, queue, task_key, payload, "
+													  "  payload_digest, digest_version, partition_key, priority, run_at, due_at, "
+													  "  max_attempts, deadline, ordered, traceparent) "
+													  "OVERRIDING SYSTEM VALUE "
+													  "VALUES ($12, $10, $1, $2, $3, $4, $5, $13, $7, $14, $14, $15, $16, $17, $11) "
+													  "ON CONFLICT ON CONSTRAINT task_queue_task_key_key DO NOTHING "
+													  "RETURNING t.task_id, t.state, $18",
+													  ENQ_ROUTED_NARGS, SPI_OK_INSERT_RETURNING,
+													  enq_insert_values, NULL),
+										 TEXTOID, TEXTOID, JSONBOID, BYTEAOID, INT2OID, TEXTOID, INT4OID,
+										 TIMESTAMPTZOID, OIDOID, INT2OID, TEXTOID,
+										 INT8OID, TEXTOID, TIMESTAMPTZOID, INT4OID, TIMESTAMPTZOID,
+										 BOOLOID, INT4OID, INTERNALOID);
+
 /*
- * enq_insert_dist
- *		The distributed enqueue of values (enq_insert_plan's arguments)
- *		under pol (read at the first call).  Returns how many rows it
- *		inserted (0: no queue, no right, or the key exists), SPI_tuptable
- *		then holding EnqInsertCol's columns.
+ * enq_policy_read
+ *		The queue's policy for the routed enqueues of values (EnqArg's),
+ *		read at the first call into pol.  false: no queue, or no right.
  */
-static int
-enq_insert_dist(Datum *values, const char *nulls, EnqPolicy *pol)
+static bool
+enq_policy_read(EnqPolicy *pol, Datum *values)
 {
-	Datum		v[ENQ_VALUES_NARGS];
-	char		n[ENQ_VALUES_NARGS];
+	Datum		pv[ENQ_POLICY_NARGS];
+	SPITupleTable *tt;
+	bool		isnull;
+
+	if (pol->read)
+		return pol->ok;
+	pv[ENQ_POLICY_ARG_QUEUE] = values[ENQ_ARG_QUEUE];
+	pv[ENQ_POLICY_ARG_CALLER] = values[ENQ_ARG_CALLER];
+	pol->read = true;
+	pol->ok = NtaskExecPlan(&enq_policy_dist_plan, pv, NULL, SPI_OK_SELECT) == 1;
+	tt = SPI_tuptable;
+	pol->ok = pol->ok && NtaskTupGetBool(tt, 0, ENQ_POLICY_RIGHT);
+	if (!pol->ok)
+		return false;
+	pol->max_attempts = NtaskTupGetDatum(tt, 0, ENQ_POLICY_MAX_ATTEMPTS, &isnull);
+	pol->total_deadline = NtaskTupGetDatum(tt, 0, ENQ_POLICY_TOTAL_DEADLINE,
+										   &pol->no_deadline);
+	pol->ordered = NtaskTupGetBool(tt, 0, ENQ_POLICY_ORDERED);
+	pol->fair = NtaskTupGetBool(tt, 0, ENQ_POLICY_FAIR);
+	pol->flags = NtaskTupGetInt32(tt, 0, ENQ_POLICY_FLAGS);
+	return true;
+}
+
+/*
+ * enq_insert_values
+ *		enq_insert's routed before step: under the call's policy
+ *		(values[ENQ_ARG_POLICY]), the task id and the values the plain
+ *		statement takes from the queue row.  false (nothing inserted): no
+ *		queue, or no right.
+ */
+static bool
+enq_insert_values(Datum *values, char *nulls)
+{
+	EnqPolicy  *pol = (EnqPolicy *) DatumGetPointer(values[ENQ_ARG_POLICY]);
 	Datum		now = NtaskStatementTs();
+	Datum		run_at;
 	Oid			seq;
 
-	if (!pol->read)
-	{
-		Datum		pv[ENQ_POLICY_NARGS];
-		SPITupleTable *tt;
-		bool		isnull;
-
-		pv[ENQ_POLICY_ARG_QUEUE] = values[ENQ_ARG_QUEUE];
-		pv[ENQ_POLICY_ARG_CALLER] = values[ENQ_ARG_CALLER];
-		pol->read = true;
-		pol->ok = NtaskExecPlan(&enq_policy_dist_plan, pv, NULL, SPI_OK_SELECT) == 1;
-		tt = SPI_tuptable;
-		pol->ok = pol->ok && NtaskTupGetBool(tt, 0, ENQ_POLICY_RIGHT);
-		if (!pol->ok)
-			return 0;
-		pol->max_attempts = NtaskTupGetDatum(tt, 0, ENQ_POLICY_MAX_ATTEMPTS, &isnull);
-		pol->total_deadline = NtaskTupGetDatum(tt, 0, ENQ_POLICY_TOTAL_DEADLINE,
-											   &pol->no_deadline);
-		pol->ordered = NtaskTupGetBool(tt, 0, ENQ_POLICY_ORDERED);
-		pol->fair = NtaskTupGetBool(tt, 0, ENQ_POLICY_FAIR);
-		pol->flags = NtaskTupGetInt32(tt, 0, ENQ_POLICY_FLAGS);
-	}
-	if (!pol->ok)
-		return 0;
-	memset(n, ' ', sizeof(n));
+	if (!enq_policy_read(pol, values))
+		return false;
+	memset(&nulls[ENQ_NARGS], ' ', ENQ_ROUTED_NARGS - ENQ_NARGS);
 	seq = get_relname_relid("task_task_id_seq", get_namespace_oid("ntask", false));
 	if (!OidIsValid(seq))
 		elog(ERROR, "ntask: sequence ntask.task_task_id_seq is missing");
-	v[ENQ_VALUES_ARG_TASK_ID] =
+	values[ENQ_ARG_TASK_ID] =
 		Int64GetDatum(((int64) DatumGetInt16(values[ENQ_ARG_SHARD]) << NTASK_SHARD_SHIFT) |
 					  nextval_internal(seq, false));
-	v[ENQ_VALUES_ARG_SHARD] = values[ENQ_ARG_SHARD];
-	v[ENQ_VALUES_ARG_QUEUE] = values[ENQ_ARG_QUEUE];
-	v[ENQ_VALUES_ARG_KEY] = values[ENQ_ARG_KEY];
-	v[ENQ_VALUES_ARG_PAYLOAD] = values[ENQ_ARG_PAYLOAD];
-	v[ENQ_VALUES_ARG_DIGEST] = values[ENQ_ARG_DIGEST];
-	v[ENQ_VALUES_ARG_DIGEST_VERSION] = values[ENQ_ARG_DIGEST_VERSION];
 	/* ENQ_PARTITION: the caller's key, or '' in a fair queue */
 	if (nulls[ENQ_ARG_PARTITION_KEY] != 'n')
-		v[ENQ_VALUES_ARG_PARTITION_KEY] = values[ENQ_ARG_PARTITION_KEY];
+		values[ENQ_ARG_PARTITION] = values[ENQ_ARG_PARTITION_KEY];
 	else if (pol->fair)
-		v[ENQ_VALUES_ARG_PARTITION_KEY] = CStringGetTextDatum("");
+		values[ENQ_ARG_PARTITION] = CStringGetTextDatum("");
 	else
-		n[ENQ_VALUES_ARG_PARTITION_KEY] = 'n';
-	v[ENQ_VALUES_ARG_PRIORITY] = values[ENQ_ARG_PRIORITY];
-	v[ENQ_VALUES_ARG_RUN_AT] = nulls[ENQ_ARG_RUN_AT] == 'n' ? now : values[ENQ_ARG_RUN_AT];
-	v[ENQ_VALUES_ARG_MAX_ATTEMPTS] = pol->max_attempts;
+		nulls[ENQ_ARG_PARTITION] = 'n';
+	run_at = nulls[ENQ_ARG_RUN_AT] == 'n' ? now : values[ENQ_ARG_RUN_AT];
+	values[ENQ_ARG_RUN_AT_OR_NOW] = run_at;
+	values[ENQ_ARG_MAX_ATTEMPTS] = pol->max_attempts;
 	/* GREATEST(now, run_at) + total_deadline: NULL without one */
 	if (pol->no_deadline)
-		n[ENQ_VALUES_ARG_DEADLINE] = 'n';
+		nulls[ENQ_ARG_DEADLINE] = 'n';
 	else
-	{
-		Datum		run_at = v[ENQ_VALUES_ARG_RUN_AT];
-
-		v[ENQ_VALUES_ARG_DEADLINE] =
+		values[ENQ_ARG_DEADLINE] =
 			DirectFunctionCall2(timestamptz_pl_interval,
 								DatumGetTimestampTz(run_at) > DatumGetTimestampTz(now) ? run_at : now,
 								pol->total_deadline);
-	}
 	/* ENQ_ORDERED: true, or NULL out of the order index */
-	v[ENQ_VALUES_ARG_ORDERED] = BoolGetDatum(true);
-	n[ENQ_VALUES_ARG_ORDERED] = pol->ordered ? ' ' : 'n';
-	v[ENQ_VALUES_ARG_TRACEPARENT] = values[ENQ_ARG_TRACEPARENT];
-	n[ENQ_VALUES_ARG_TRACEPARENT] = nulls[ENQ_ARG_TRACEPARENT];
-	v[ENQ_VALUES_ARG_FLAGS] = Int32GetDatum(pol->flags);
-	return NtaskExecPlan(&enq_values_dist_plan, v, n, SPI_OK_INSERT_RETURNING);
+	values[ENQ_ARG_ORDERED] = BoolGetDatum(true);
+	nulls[ENQ_ARG_ORDERED] = pol->ordered ? ' ' : 'n';
+	values[ENQ_ARG_FLAGS] = Int32GetDatum(pol->flags);
+	return true;
 }
 
 static NtaskPlan enq_existing_plan = {
@@ -570,8 +563,8 @@ ntask_enqueue(PG_FUNCTION_ARGS)
 	text	   *key = NtaskArgText(fcinfo, 1, "task_key", NTASK_MAX_KEY_LEN);
 	Jsonb	   *payload;
 	bytea	   *digest;
-	Datum		values[ENQ_NARGS];
-	char		nulls[ENQ_NARGS];
+	Datum		values[ENQ_PAIR_NARGS];
+	char		nulls[ENQ_PAIR_NARGS];
 	Datum		out[ENQ_OUT_NCOLS];
 	bool		outnulls[ENQ_OUT_NCOLS] = ENQ_OUT_NULLS;
 	SPITupleTable *tt;
@@ -610,6 +603,7 @@ ntask_enqueue(PG_FUNCTION_ARGS)
 	nulls[ENQ_ARG_RUN_AT] = PG_ARGISNULL(3) ? 'n' : ' ';
 	values[ENQ_ARG_CALLER] = ObjectIdGetDatum(NtaskCaller());
 	enq_traceparent(fcinfo, 6, &values[ENQ_ARG_TRACEPARENT], &nulls[ENQ_ARG_TRACEPARENT]);
+	values[ENQ_ARG_POLICY] = PointerGetDatum(&policy);
 
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
@@ -630,9 +624,7 @@ ntask_enqueue(PG_FUNCTION_ARGS)
 	 */
 	for (tries = 0;; tries++)
 	{
-		if ((NtaskShardCount() == 0 ?
-			 NtaskExecPlan(&enq_insert_plan, values, nulls, SPI_OK_INSERT_RETURNING) :
-			 enq_insert_dist(values, nulls, &policy)) == 1)
+		if (NtaskExecPair(&enq_insert, values, nulls) == 1)
 		{
 			tt = SPI_tuptable;
 			out[ENQ_OUT_TASK_ID] = Int64GetDatum(NtaskTupGetInt64(tt, 0, ENQ_INSERT_TASK_ID));
@@ -687,10 +679,11 @@ ntask_enqueue(PG_FUNCTION_ARGS)
 }
 
 /*
- * The insert of ntask_enqueue_many: enq_insert_plan over arrays, one row
- * per distinct key, in the order of each key's first appearance (so task
- * ids follow the input).  $2 keys, $3 payloads, $4 digests, $6 partition
- * keys (NULL: none); the other parameters as in enq_insert_plan.
+ * The insert of ntask_enqueue_many: enq_insert's plain statement over
+ * arrays, one row per distinct key, in the order of each key's first
+ * appearance (so task ids follow the input).  $2 keys, $3 payloads, $4
+ * digests, $6 partition keys (NULL: none); the other parameters as in
+ * enq_insert.
  */
 #define ENQ_MANY_INSERT \
 	"INSERT INTO ntask.task AS t (task_id, shard, queue, task_key, payload, " \
@@ -713,7 +706,7 @@ ntask_enqueue(PG_FUNCTION_ARGS)
 	"ORDER BY i.n " \
 	"ON CONFLICT ON CONSTRAINT task_queue_task_key_key DO NOTHING "
 
-/* the columns of enq_many_insert_plan: one row per key it inserted */
+/* the columns of enq_many_pair: one row per key it inserted */
 typedef enum EnqManyInsertCol
 {
 	ENQ_MANY_INSERT_KEY = 1,
@@ -723,14 +716,108 @@ typedef enum EnqManyInsertCol
 	ENQ_MANY_INSERT_NCOLS = ENQ_MANY_INSERT_FLAGS
 } EnqManyInsertCol;
 
-static NtaskPlan enq_many_insert_plan = {
-	"enqueue many insert",
-	.ncols = ENQ_MANY_INSERT_NCOLS,
-	ENQ_MANY_INSERT
-	"RETURNING t.task_key, t.task_id, t.state, " ENQ_QUEUE_FLAGS,
-	ENQ_NARGS, {TEXTOID, TEXTARRAYOID, JSONBARRAYOID, BYTEAARRAYOID, INT2OID,
-	TEXTARRAYOID, INT4OID, TIMESTAMPTZOID, OIDOID, INT2ARRAYOID, TEXTOID}
-};
+/*
+ * On a distributed install Citus inserts nothing from an INSERT ... SELECT
+ * joining the queue with the unnested arrays (found with 12.1.6: it
+ * returns INSERT 0 0), so the routed variant's before step
+ * (enq_many_by_key) enqueues each key by one routed enq_insert and leaves
+ * what it inserted in its own parameters, which its statement returns as
+ * the plain one's rows (a local statement, no table read).
+ */
+typedef enum EnqManyArg
+{
+	ENQ_MANY_ARG_KEYS = ENQ_NARGS,	/* $12, the keys inserted */
+	ENQ_MANY_ARG_TASK_IDS,		/* $13, their task ids */
+	ENQ_MANY_ARG_STATES,		/* $14, their states */
+	ENQ_MANY_ARG_FLAGS,			/* $15, the queue's ENQ_QUEUE_FLAGS */
+	ENQ_MANY_NARGS
+} EnqManyArg;
+
+static bool enq_many_by_key(Datum *values, char *nulls);
+
+static NtaskPair enq_many_pair = NTASK_PAIR("enqueue many insert",
+											NTASK_PLAIN(ENQ_MANY_INSERT_NCOLS,
+														ENQ_MANY_INSERT
+														"RETURNING t.task_key, t.task_id, t.state, " ENQ_QUEUE_FLAGS,
+														ENQ_NARGS, SPI_OK_INSERT_RETURNING),
+											NTASK_ROUTED(ENQ_MANY_INSERT_NCOLS,
+														 "SELECT i.k, i.id, i.st, $15 "
+														 "FROM ROWS FROM (pg_catalog.unnest($12), pg_catalog.unnest($13), "
+														 "  pg_catalog.unnest($14)) WITH ORDINALITY AS i(k, id, st, n) "
+														 "ORDER BY i.n",
+														 ENQ_MANY_NARGS, SPI_OK_SELECT,
+														 enq_many_by_key, NULL),
+											TEXTOID, TEXTARRAYOID, JSONBARRAYOID, BYTEAARRAYOID, INT2OID,
+											TEXTARRAYOID, INT4OID, TIMESTAMPTZOID, OIDOID, INT2ARRAYOID, TEXTOID,
+											TEXTARRAYOID, INT8ARRAYOID, TEXTARRAYOID, INT4OID);
+
+/*
+ * enq_many_by_key
+ *		enq_many_pair's routed before step: each key of the arrays in
+ *		values (enq_many_pair's plain parameters) by one enq_insert,
+ *		under one policy read; false when none was inserted.
+ */
+static bool
+enq_many_by_key(Datum *values, char *nulls)
+{
+	Datum		sv[ENQ_PAIR_NARGS];
+	char		sn[ENQ_PAIR_NARGS];
+	Datum	   *keys;
+	Datum	   *payloads;
+	Datum	   *digests;
+	Datum	   *pks;
+	bool	   *pknulls;
+	Datum	   *shards;
+	Datum	   *ids;
+	Datum	   *states;
+	int			n;
+	int			inserted = 0;
+	int32		flags = 0;
+	int			i;
+	EnqPolicy	policy = {0};
+
+	deconstruct_array(DatumGetArrayTypeP(values[ENQ_ARG_KEY]), TEXTOID, -1, false,
+					  TYPALIGN_INT, &keys, NULL, &n);
+	deconstruct_array(DatumGetArrayTypeP(values[ENQ_ARG_PAYLOAD]), JSONBOID, -1, false,
+					  TYPALIGN_INT, &payloads, NULL, &i);
+	deconstruct_array(DatumGetArrayTypeP(values[ENQ_ARG_DIGEST]), BYTEAOID, -1, false,
+					  TYPALIGN_INT, &digests, NULL, &i);
+	deconstruct_array(DatumGetArrayTypeP(values[ENQ_ARG_PARTITION_KEY]), TEXTOID, -1, false,
+					  TYPALIGN_INT, &pks, &pknulls, &i);
+	deconstruct_array(DatumGetArrayTypeP(values[ENQ_ARG_SHARD]), INT2OID, sizeof(int16), true,
+					  TYPALIGN_SHORT, &shards, NULL, &i);
+	ids = palloc(sizeof(Datum) * Max(n, 1));
+	states = palloc(sizeof(Datum) * Max(n, 1));
+	memcpy(sv, values, sizeof(Datum) * ENQ_NARGS);
+	memcpy(sn, nulls, ENQ_NARGS);
+	sv[ENQ_ARG_POLICY] = PointerGetDatum(&policy);
+	for (i = 0; i < n; i++)
+	{
+		SPITupleTable *tt;
+
+		sv[ENQ_ARG_KEY] = keys[i];
+		sv[ENQ_ARG_PAYLOAD] = payloads[i];
+		sv[ENQ_ARG_DIGEST] = digests[i];
+		sv[ENQ_ARG_PARTITION_KEY] = pks[i];
+		sn[ENQ_ARG_PARTITION_KEY] = pknulls[i] ? 'n' : ' ';
+		sv[ENQ_ARG_SHARD] = shards[i];
+		if (NtaskExecPair(&enq_insert, sv, sn) != 1)
+			continue;
+		tt = SPI_tuptable;
+		keys[inserted] = keys[i];
+		ids[inserted] = Int64GetDatum(NtaskTupGetInt64(tt, 0, ENQ_INSERT_TASK_ID));
+		states[inserted++] = PointerGetDatum(NtaskTupGetText(tt, 0, ENQ_INSERT_STATE));
+		flags = NtaskTupGetInt32(tt, 0, ENQ_INSERT_FLAGS);
+	}
+	values[ENQ_MANY_ARG_KEYS] = PointerGetDatum(construct_array(keys, inserted, TEXTOID, -1, false,
+																TYPALIGN_INT));
+	values[ENQ_MANY_ARG_TASK_IDS] = NtaskInt8Array(ids, inserted);
+	values[ENQ_MANY_ARG_STATES] = PointerGetDatum(construct_array(states, inserted, TEXTOID, -1,
+																  false, TYPALIGN_INT));
+	values[ENQ_MANY_ARG_FLAGS] = Int32GetDatum(flags);
+	memset(&nulls[ENQ_NARGS], ' ', ENQ_MANY_NARGS - ENQ_NARGS);
+	return inserted > 0;
+}
 
 /* the columns of enq_many_existing_plan (its parameters: EnqArg's first two) */
 typedef enum EnqManyExistingCol
@@ -855,10 +942,6 @@ enq_conflict(text *key, text *queue, bool in_call)
 			 errhint("Use a new key for a new business version (for example a :v2 suffix).")));
 }
 
-static int	enq_many_round_dist(text *queue, EnqKey *bykey, int nkeys,
-								EnqKey **pending, int npending, Datum *args,
-								char *argnulls, Datum *shards);
-
 /*
  * enq_many_signal
  *		After a batch inserted n tasks (flags: ENQ_QUEUE_FLAGS of the queue):
@@ -966,11 +1049,7 @@ enq_many_round(text *queue, EnqKey *bykey, int nkeys, EnqKey **pending,
 
 	args[ENQ_ARG_SHARD] = PointerGetDatum(construct_array(shards, n, INT2OID, sizeof(int16), true,
 														  TYPALIGN_SHORT));
-	if (NtaskShardCount() > 0)
-		return enq_many_round_dist(queue, bykey, nkeys, pending, npending,
-								   args, argnulls, shards);
-	nrows = NtaskExecPlan(&enq_many_insert_plan, args, argnulls,
-						  SPI_OK_INSERT_RETURNING);
+	nrows = NtaskExecPair(&enq_many_pair, args, argnulls);
 	tt = SPI_tuptable;
 	for (r = 0; r < nrows; r++)
 	{
@@ -996,68 +1075,6 @@ enq_many_round(text *queue, EnqKey *bykey, int nkeys, EnqKey **pending,
 	return n;
 }
 
-/*
- * enq_many_round_dist
- *		enq_many_round on a distributed install: Citus inserts nothing from
- *		an INSERT ... SELECT joining the queue with the unnested arrays
- *		(found with 12.1.6: it returns INSERT 0 0), so each pending key is
- *		one routed single enqueue (enq_insert_dist), then the keys not
- *		inserted are read as on one node.  shards: the pending keys' shards,
- *		in the order of the unresolved ones.
- */
-static int
-enq_many_round_dist(text *queue, EnqKey *bykey, int nkeys, EnqKey **pending,
-					int npending, Datum *args, char *argnulls, Datum *shards)
-{
-	Datum		vals[ENQ_NARGS];
-	char		nulls[ENQ_NARGS];
-	int			inserted = 0;
-	int			missing = 0;
-	int			flags = 0;
-	int			n = 0;
-	int			i;
-	EnqPolicy	policy = {0};
-
-	memcpy(nulls, argnulls, sizeof(nulls));
-	vals[ENQ_ARG_QUEUE] = args[ENQ_ARG_QUEUE];
-	vals[ENQ_ARG_DIGEST_VERSION] = args[ENQ_ARG_DIGEST_VERSION];
-	vals[ENQ_ARG_PRIORITY] = args[ENQ_ARG_PRIORITY];
-	vals[ENQ_ARG_RUN_AT] = args[ENQ_ARG_RUN_AT];
-	vals[ENQ_ARG_CALLER] = args[ENQ_ARG_CALLER];
-	vals[ENQ_ARG_TRACEPARENT] = args[ENQ_ARG_TRACEPARENT];
-	for (i = 0; i < npending; i++)
-	{
-		EnqKey	   *k = pending[i];
-
-		if (k->resolved)
-			continue;
-		vals[ENQ_ARG_KEY] = PointerGetDatum(k->key);
-		vals[ENQ_ARG_PAYLOAD] = JsonbPGetDatum(k->payload);
-		vals[ENQ_ARG_DIGEST] = PointerGetDatum(k->digest);
-		vals[ENQ_ARG_PARTITION_KEY] = k->partition_key;
-		nulls[ENQ_ARG_PARTITION_KEY] = k->partition_null ? 'n' : ' ';
-		vals[ENQ_ARG_SHARD] = shards[n++];
-		if (enq_insert_dist(vals, nulls, &policy) == 1)
-		{
-			SPITupleTable *tt = SPI_tuptable;
-
-			k->resolved = k->created = true;
-			k->task_id = NtaskTupGetInt64(tt, 0, ENQ_INSERT_TASK_ID);
-			k->state = PointerGetDatum(NtaskTupGetText(tt, 0, ENQ_INSERT_STATE));
-			k->outcome_null = k->result_null = true;
-			flags = NtaskTupGetInt32(tt, 0, ENQ_INSERT_FLAGS);
-			inserted++;
-		}
-		else
-			missing++;
-	}
-	enq_many_signal(queue, inserted, flags, args[ENQ_ARG_RUN_AT],
-					argnulls[ENQ_ARG_RUN_AT] == 'n');
-	if (missing == 0)
-		return 0;
-	return missing - enq_many_read_existing(queue, bykey, nkeys, args);
-}
-
 /* one call of ntask_enqueue_many */
 typedef struct EnqMany
 {
@@ -1071,8 +1088,8 @@ typedef struct EnqMany
 	int			nkeys;
 	EnqKey	   *bykey;			/* the distinct keys, by key */
 	EnqKey	  **byfirst;		/* the same, by first appearance */
-	Datum		args[ENQ_NARGS];	/* enq_many_insert_plan's */
-	char		argnulls[ENQ_NARGS];
+	Datum		args[ENQ_MANY_NARGS];	/* enq_many_pair's */
+	char		argnulls[ENQ_MANY_NARGS];
 	NtaskDeps	deps;
 	bool		has_deps;
 } EnqMany;

@@ -568,3 +568,22 @@ NtaskExecPairCount(NtaskPair *pair, Datum *values, char *nulls,
 	}
 	return rows;
 }
+
+/* --- seam: srest --- */
+
+/*
+ * NtaskPairRuns
+ *		Whether NtaskExecPair runs a statement for pair on the call's path:
+ *		the variant it would take (the plain one where the path's slot is
+ *		not written) has a plan.  False for NTASK_ROUTED_NONE on the routed
+ *		path, whose batch then goes item by item (dispatch.c).
+ */
+bool
+NtaskPairRuns(NtaskPair *pair)
+{
+	NtaskVariant *v = &pair->v[NtaskCallPath()];
+
+	if (v->plan.sql == NULL && v->before == NULL)
+		v = &pair->v[NTASK_PATH_PLAIN];
+	return v->plan.sql != NULL;
+}

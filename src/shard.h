@@ -150,4 +150,14 @@ extern int	NtaskExecPair(NtaskPair *pair, Datum *values, char *nulls);
 extern int	NtaskExecPairCount(NtaskPair *pair, Datum *values,
 							   char *nulls, long count);
 
+/* --- seam: srest --- */
+
+/*
+ * NtaskPairRuns: whether the call's path runs a statement for pair, as
+ * NtaskExecPair would choose its variant (false for NTASK_ROUTED_NONE on
+ * the routed path).  For a caller whose shape of work follows from it: a
+ * batch that the path does without goes item by item there.
+ */
+extern bool NtaskPairRuns(NtaskPair *pair);
+
 #endif							/* NTASK_SHARD_H */
