@@ -618,5 +618,25 @@ is(sql(q{SELECT string_agg(task_key || ':' || state, ',' ORDER BY task_id) FROM 
 		 WHERE state NOT IN ('succeeded', 'canceled', 'skipped', 'repair_required')}),
 	'sched:ready,w1:ready', 'drained: what is left is the task scheduled an hour ahead and the http one');
 
+# the user takes the grants back and drops the role, as on 1.0.0 (17 and
+# later refuse DROP ROLE while the extension's initial privileges name it)
+sql(q{
+DO $$
+DECLARE
+	r record;
+BEGIN
+	FOR r IN SELECT d.classid, d.objid FROM pg_depend d JOIN pg_extension e ON e.oid = d.refobjid
+			 WHERE e.extname = 'ntask' AND d.deptype = 'e'
+			   AND d.classid IN ('pg_proc'::regclass, 'pg_class'::regclass) LOOP
+		IF r.classid = 'pg_proc'::regclass THEN
+			EXECUTE format('REVOKE EXECUTE ON ROUTINE %s FROM upg_app', r.objid::regprocedure);
+		ELSIF (SELECT relkind FROM pg_class WHERE oid = r.objid) = 'v' THEN
+			EXECUTE format('REVOKE SELECT ON %s FROM upg_app', r.objid::regclass);
+		END IF;
+	END LOOP;
+END $$;});
+my ($rc, $o, $e) = $node->psql('postgres', 'DROP ROLE upg_app');
+is($rc . ($e ? ": $e" : ''), '0', 'with its grants revoked, the role drops');
+
 $node->stop;
 done_testing();
