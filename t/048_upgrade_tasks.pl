@@ -54,8 +54,9 @@
 #     recorded as the extension's own (pg_init_privs: pg_dump dumps it).
 #
 # Skipped, saying why, when the tree is not a git checkout with 1.0.0 in
-# its history (a shallow clone).  About 30 s, most of it two builds of
-# nothing (the 1.0.0 objects) and three server starts.
+# its history (a shallow clone).  35 s on an idle 2-core machine, about
+# a minute under load: most of it the 1.0.0 build (make -j2), then four
+# server starts.
 
 use strict;
 use warnings;
