@@ -578,19 +578,34 @@ is(join("\n", @lost), '', 'every grant on an ntask routine survives the update')
 # each routine the update script drops or creates, one test each
 my $script = slurp_file("$dir{share}/extension/ntask--1.0.0--$default.sql");
 my %touched;
-$touched{$2} = $1
-  while $script =~ /\b(DROP FUNCTION|CREATE OR REPLACE FUNCTION|CREATE FUNCTION|DROP PROCEDURE|CREATE OR REPLACE PROCEDURE|CREATE PROCEDURE|upgrade_drop_function\(')\s*(?:IF EXISTS\s+)?(?:\@extschema\@\.|ntask\.)?(\w+)\s*\(/g;
+$touched{$2}{$1} = 1
+  while $script =~ /\b(DROP FUNCTION|CREATE OR REPLACE FUNCTION|CREATE FUNCTION|DROP PROCEDURE|CREATE OR REPLACE PROCEDURE|CREATE PROCEDURE)\s+(?:IF EXISTS\s+)?(?:\@extschema\@\.|ntask\.)?(\w+)\s*\(/g;
+# and GRANTs and REVOKEs on them (run by an extension script, a GRANT
+# rewrites the function's initial privileges), and the functions named as
+# a literal (the upgrade_* helpers' argument, a DO block's)
+$touched{$2}{$1} = 1
+  while $script =~ /\b(GRANT|REVOKE)\s[^;]*?\bON FUNCTION\s+(?:\@extschema\@\.|ntask\.)?(\w+)\s*\(/g;
+$touched{$1}{'naming it in a string'} = 1 while $script =~ /'(?:\@extschema\@\.|ntask\.)(\w+)\(/g;
 my @touched_old = sort grep { $old_names{$_} } keys %touched;
-cmp_ok(scalar(@touched_old), '>=', 1, 'the update script drops or re-creates routines: '
+cmp_ok(scalar(@touched_old), '>=', 1, 'the update script drops, creates, grants on or names routines: '
 	  . join(', ', @touched_old));
 for my $name (@touched_old)
 {
 	my @sigs = grep { $grants_after->{$_}{name} eq $name } keys %$grants_after;
 	ok(@sigs && !grep({ $grants_after->{$_}{acl} ne 'true' || $grants_after->{$_}{has} ne 'true' } @sigs),
-		"the grant on $name survives the update's $touched{$name}")
+		"the grant on $name survives the update's " . join(', ', sort keys %{ $touched{$name} }))
 	  or diag(join(', ', map { "$_ acl $grants_after->{$_}{acl}" } @sigs) || 'no such routine after the update');
 }
 is(sql($view_grants), $views_before, 'the grants on every ntask view survive the update');
+my %views_touched;
+$views_touched{$2} = $1
+  while $script =~ /\b(CREATE OR REPLACE VIEW|CREATE VIEW|DROP VIEW|ALTER VIEW|(?:GRANT|REVOKE)\s[^;]*?\bON(?: TABLE)?)\s+(?:IF EXISTS\s+)?ntask\.(\w+)/g;
+for my $v (sort keys %views_touched)
+{
+	next unless $views_before =~ /(?:^|,)ntask\.\Q$v\E=true/;
+	like(sql($view_grants), qr/(?:^|,)ntask\.\Q$v\E=true(?:,|$)/,
+		"the grant on view ntask.$v survives the update's $views_touched{$v}");
+}
 is(sql(q{SELECT string_agg(p.oid::regprocedure::text || ' ' || has_function_privilege('ntask_admin', p.oid, 'EXECUTE'), ',')
 		 FROM pg_proc p WHERE p.proname = 'ntask_repair_assign'}),
 	'ntask_repair_assign(bigint,text,text,text) false',
