@@ -77,8 +77,48 @@ REVOKE ALL ON FUNCTION ntask.task_dep_settle() FROM PUBLIC;
 -- issue 46: the third first hour
 
 -- 46.4: a queue's signal_role alone is the right to signal it; the
--- function's own check refuses everyone else (42501)
-GRANT EXECUTE ON FUNCTION @extschema@.ntask_signal(text, text, jsonb) TO PUBLIC;
+-- function's own check refuses everyone else (42501).
+-- A GRANT run by an extension script records the function's whole ACL,
+-- the users' grants on it included, as the extension's initial
+-- privileges (pg_init_privs): pg_dump would then leave a user's grant on
+-- ntask_signal out, and 17 and later would refuse to drop its role even
+-- after a REVOKE.  So the initial privileges gain only what this GRANT
+-- adds, and the roles they no longer name lose their dependency on them
+-- (t/048_upgrade_tasks.pl).
+DO $$
+DECLARE
+	f pg_catalog.regprocedure := '@extschema@.ntask_signal(text, text, jsonb)'::pg_catalog.regprocedure;
+	before pg_catalog.aclitem[];
+	init pg_catalog.aclitem[];
+	mine pg_catalog.aclitem[];
+BEGIN
+	SELECT coalesce(p.proacl, pg_catalog.acldefault('f', p.proowner)) INTO before
+	FROM pg_catalog.pg_proc p WHERE p.oid OPERATOR(pg_catalog.=) f;
+	SELECT i.initprivs INTO init FROM pg_catalog.pg_init_privs i
+	WHERE i.objoid OPERATOR(pg_catalog.=) f AND i.classoid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
+	  AND i.objsubid OPERATOR(pg_catalog.=) 0;
+	IF NOT FOUND THEN
+		SELECT pg_catalog.acldefault('f', p.proowner) INTO init
+		FROM pg_catalog.pg_proc p WHERE p.oid OPERATOR(pg_catalog.=) f;
+	END IF;
+	EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO PUBLIC', f);
+	SELECT init OPERATOR(pg_catalog.||) ARRAY(
+			SELECT x FROM pg_catalog.unnest(p.proacl) x
+			WHERE NOT x OPERATOR(pg_catalog.=) ANY (before) AND NOT x OPERATOR(pg_catalog.=) ANY (init))
+	INTO mine FROM pg_catalog.pg_proc p WHERE p.oid OPERATOR(pg_catalog.=) f;
+	UPDATE pg_catalog.pg_init_privs i SET initprivs = mine
+	WHERE i.objoid OPERATOR(pg_catalog.=) f AND i.classoid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
+	  AND i.objsubid OPERATOR(pg_catalog.=) 0;
+	DELETE FROM pg_catalog.pg_shdepend d
+	WHERE d.dbid OPERATOR(pg_catalog.=) (SELECT b.oid FROM pg_catalog.pg_database b
+										 WHERE b.datname OPERATOR(pg_catalog.=) pg_catalog.current_database())
+	  AND d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
+	  AND d.objid OPERATOR(pg_catalog.=) f AND d.objsubid OPERATOR(pg_catalog.=) 0
+	  AND d.deptype OPERATOR(pg_catalog.=) 'i'
+	  AND d.refobjid OPERATOR(pg_catalog.<>) ALL (ARRAY(
+			SELECT x.grantee FROM pg_catalog.aclexplode(mine) x
+			UNION SELECT x.grantor FROM pg_catalog.aclexplode(mine) x));
+END $$;
 
 -- 46.5 (and 46.9 below: a dropped worker_role): ntask_explain of a queue
 -- without a target no
