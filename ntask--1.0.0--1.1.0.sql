@@ -1056,8 +1056,12 @@ BEGIN
 	-- (17 and later record one such dependency per role, deptype 'i', when
 	-- the GRANT above runs in this script): once a user revokes the grant,
 	-- DROP ROLE must go through, as before the update
+	-- (this database's rows only: another database may hold an object
+	-- with the same OID)
 	DELETE FROM pg_catalog.pg_shdepend d
-	WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
+	WHERE d.dbid OPERATOR(pg_catalog.=) (SELECT b.oid FROM pg_catalog.pg_database b
+										 WHERE b.datname OPERATOR(pg_catalog.=) pg_catalog.current_database())
+	  AND d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
 	  AND d.objid OPERATOR(pg_catalog.=) f AND d.objsubid OPERATOR(pg_catalog.=) 0
 	  AND d.deptype OPERATOR(pg_catalog.=) 'i'
 	  AND d.refobjid OPERATOR(pg_catalog.<>) ALL (ARRAY(
