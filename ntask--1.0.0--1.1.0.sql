@@ -539,6 +539,7 @@ ALTER TABLE ntask.task ADD COLUMN attempt_worker text,
 		OR state IN ('succeeded', 'canceled', 'skipped'));
 COMMENT ON COLUMN ntask.task.attempt_worker IS 'set when the holder itself ended the latest attempt succeeded, canceled or skipped: that attempt has no ntask.attempt row, the task row holds it (this is its worker; ntask.attempt_all shows it)';
 COMMENT ON COLUMN ntask.task.attempt_detail IS 'the detail of the attempt kept on the row (attempt_worker set), as its ntask.attempt row would hold it';
+COMMENT ON TABLE ntask.attempt IS 'ntask: one row per ended attempt, written once when it ends (the running attempt of a leased task, and the last one when its holder ended it succeeded, canceled or skipped, are on the task row; ntask.attempt_all shows all)';
 CREATE OR REPLACE VIEW ntask.attempt_all AS
 SELECT a.task_id, a.token, a.attempt, a.worker, a.claimed_at, a.invoked_at,
 	   a.ended_at, a.result, a.requested, a.error_class, a.error_stage,

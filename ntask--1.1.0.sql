@@ -395,7 +395,7 @@ CREATE TABLE ntask.attempt (
 	progress		jsonb,
 	PRIMARY KEY (task_id, token)
 );
-COMMENT ON TABLE ntask.attempt IS 'ntask: one row per ended attempt, written once when it ends (the running attempt of a leased task is on its task row; ntask.attempt_all shows both)';
+COMMENT ON TABLE ntask.attempt IS 'ntask: one row per ended attempt, written once when it ends (the running attempt of a leased task, and the last one when its holder ended it succeeded, canceled or skipped, are on the task row; ntask.attempt_all shows all)';
 COMMENT ON COLUMN ntask.attempt.requested IS 'the to_state this token asked for in ntask_transition (NULL if it never did)';
 COMMENT ON COLUMN ntask.attempt.result IS 'how the attempt ended: the task state it produced, or lease_expired / canceled';
 COMMENT ON COLUMN ntask.attempt.shard IS 'the task''s shard (co-location with ntask.task on a Citus install)';
