@@ -285,7 +285,7 @@ static NtaskPlan tr_attempt_plan = {
 	"SELECT a.requested, a.error_class, a.outcome FROM ntask.attempt a "
 	"WHERE a.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("a", "$1")
 	"  AND a.token OPERATOR(pg_catalog.=) $2 "
-	/* the holder's final answer kept on the task row (NtaskAttemptOnRow) */
+	/* the holder's final answer kept on the task row (tr_on_row) */
 	"UNION ALL "
 	"SELECT t.state, NULL::pg_catalog.text, t.outcome FROM ntask.task t "
 	"WHERE t.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("t", "$1")
