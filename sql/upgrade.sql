@@ -308,3 +308,21 @@ SELECT result FROM ntask_transition(:v1l, tok(:v1l, 1), 'succeeded');
 SELECT result FROM ntask_transition(:v1l, tok(:v1l, 2), 'succeeded');
 SELECT task_key, token FROM ntask_claim('v1', 'W1');
 SELECT token, worker, result FROM ntask.attempt_all WHERE task_id = :v1l ORDER BY token;
+-- issue 48: on the upgraded database, a task finished as 1.0.0 finished
+-- it (its attempt in the ledger: ntask.attempt_on_row off) and one finished
+-- by 1.1 (its attempt on its row) give the same attempt_all row
+SELECT task_id AS u1 FROM ntask_enqueue('v1', 'v1-u1') \gset
+SELECT task_id AS u2 FROM ntask_enqueue('v1', 'v1-u2') \gset
+SELECT count(*) AS claimed FROM ntask_claim('v1', 'W7', max_tasks => 5) WHERE task_id IN (:u1, :u2);
+SET ntask.attempt_on_row = off;
+SELECT result FROM ntask_transition(:u1, tok(:u1, 1), 'succeeded', outcome => 'sent');
+RESET ntask.attempt_on_row;
+SELECT result FROM ntask_transition(:u2, tok(:u2, 1), 'succeeded', outcome => 'sent');
+SELECT t.task_key, (SELECT count(*) FROM ntask.attempt a WHERE a.task_id = t.task_id) AS ledger_rows,
+	   t.attempt_worker
+FROM ntask.task t WHERE t.task_id IN (:u1, :u2) ORDER BY 1;
+SELECT count(*) AS attempts, count(DISTINCT row(a.attempt, a.worker, a.claimed_at = t.claimed_at,
+			 a.invoked_at, a.ended_at = t.finished_at, a.result, a.requested, a.error_class,
+			 a.error_stage, a.outcome_known, a.outcome, a.retry_at, a.detail, a.shard,
+			 a.progress)) AS distinct_attempts
+FROM ntask.attempt_all a JOIN ntask.task t USING (task_id) WHERE t.task_id IN (:u1, :u2);
