@@ -62,6 +62,7 @@ REGRESS = setup enqueue claim fairness flow transition budget replay_cancel rele
 	await_deadline \
 	first_hour3 \
 	tokens \
+	attempt_row \
 	upgrade_bound
 REGRESS_OPTS = --temp-instance=./tmp_check_regress --temp-config=$(srcdir)/test/ntask.conf
 

@@ -569,6 +569,36 @@ END $$;
 
 -- issue 48: a leaner task
 
+-- Lever (c), the last attempt on the task row (docs/design.md): the
+-- holder's own final answer keeps its attempt on the task row, no
+-- ntask.attempt row; attempt_all shows it from there.  Rows of 1.0.0 have
+-- attempt_worker NULL: their attempts stay in the ledger.
+ALTER TABLE ntask.task ADD COLUMN attempt_worker text,
+	ADD COLUMN attempt_detail jsonb,
+	ADD CONSTRAINT task_worker_final CHECK (attempt_worker IS NULL
+		OR state IN ('succeeded', 'canceled', 'skipped'));
+COMMENT ON COLUMN ntask.task.attempt_worker IS 'set when the holder itself ended the latest attempt succeeded, canceled or skipped: that attempt has no ntask.attempt row, the task row holds it (this is its worker; ntask.attempt_all shows it)';
+COMMENT ON COLUMN ntask.task.attempt_detail IS 'the detail of the attempt kept on the row (attempt_worker set), as its ntask.attempt row would hold it';
+COMMENT ON TABLE ntask.attempt IS 'ntask: one row per ended attempt, written once when it ends (the running attempt of a leased task, and the last one when its holder ended it succeeded, canceled or skipped, are on the task row; ntask.attempt_all shows all)';
+CREATE OR REPLACE VIEW ntask.attempt_all AS
+SELECT a.task_id, a.token, a.attempt, a.worker, a.claimed_at, a.invoked_at,
+	   a.ended_at, a.result, a.requested, a.error_class, a.error_stage,
+	   a.outcome_known, a.outcome, a.retry_at, a.detail, a.shard, a.progress
+FROM ntask.attempt a
+UNION ALL
+SELECT t.task_id, t.token, t.attempts, t.lease_owner,
+	   coalesce(t.claimed_at, t.updated_at), t.invoked_at,
+	   NULL::timestamptz, NULL::text, NULL::text, NULL::text, NULL::text,
+	   NULL::boolean, NULL::text, NULL::timestamptz, NULL::jsonb, t.shard, t.progress
+FROM ntask.task t
+WHERE t.state = 'leased'
+UNION ALL
+SELECT t.task_id, t.token, t.attempts, t.attempt_worker, t.claimed_at, t.invoked_at,
+	   t.finished_at, t.state, t.state, NULL::text, NULL::text,
+	   true, t.outcome, NULL::timestamptz, t.attempt_detail, t.shard, t.progress
+FROM ntask.task t
+WHERE t.attempt_worker IS NOT NULL;
+COMMENT ON VIEW ntask.attempt_all IS 'ntask: every attempt: the ended ones (ntask.attempt), the running one of each leased task (from its task row; ended_at and result NULL) and the one its holder ended succeeded, canceled or skipped when it is kept on the task row (attempt_worker set)';
 -- end of issue 48
 
 

@@ -289,10 +289,15 @@ CREATE TABLE ntask.task (
 	has_parents		boolean NOT NULL DEFAULT false,
 	has_children	boolean NOT NULL DEFAULT false,
 	on_parent_failed text CHECK (on_parent_failed IN ('wait', 'cancel')),
+	attempt_worker	text,
+	attempt_detail	jsonb,
 	UNIQUE (queue, task_key),
 	-- a known state, due_at NULL exactly when finished (or waiting for
 	-- parents), lease_owner set exactly while leased
-	CONSTRAINT task_row_valid CHECK (ntask.task_row_valid(state, due_at, lease_owner))
+	CONSTRAINT task_row_valid CHECK (ntask.task_row_valid(state, due_at, lease_owner)),
+	-- issue 48: the attempt kept on the row is of a final task only
+	CONSTRAINT task_worker_final CHECK (attempt_worker IS NULL
+		OR state IN ('succeeded', 'canceled', 'skipped'))
 );
 COMMENT ON TABLE ntask.task IS 'ntask: one row per logical task; state machine in docs/design.md';
 COMMENT ON COLUMN ntask.task.due_at IS 'claim order key: run_at while ready/retry_wait, lease_until while leased, NULL when finished';
@@ -313,6 +318,8 @@ COMMENT ON COLUMN ntask.task.parents_left IS 'parents (ntask_enqueue depends_on)
 COMMENT ON COLUMN ntask.task.has_parents IS 'the task was enqueued with depends_on: its claim reads its parents'' results (context.parents)';
 COMMENT ON COLUMN ntask.task.has_children IS 'some task depends on this one: its end releases or decides them (trigger task_deps_changed)';
 COMMENT ON COLUMN ntask.task.on_parent_failed IS 'the enqueue''s policy for a failed parent (wait or cancel); NULL: the queue''s';
+COMMENT ON COLUMN ntask.task.attempt_worker IS 'set when the holder itself ended the latest attempt succeeded, canceled or skipped: that attempt has no ntask.attempt row, the task row holds it (this is its worker; ntask.attempt_all shows it)';
+COMMENT ON COLUMN ntask.task.attempt_detail IS 'the detail of the attempt kept on the row (attempt_worker set), as its ntask.attempt row would hold it';
 
 /*
  * The ready set: only unfinished tasks are in this index, so a claim stays
@@ -388,7 +395,7 @@ CREATE TABLE ntask.attempt (
 	progress		jsonb,
 	PRIMARY KEY (task_id, token)
 );
-COMMENT ON TABLE ntask.attempt IS 'ntask: one row per ended attempt, written once when it ends (the running attempt of a leased task is on its task row; ntask.attempt_all shows both)';
+COMMENT ON TABLE ntask.attempt IS 'ntask: one row per ended attempt, written once when it ends (the running attempt of a leased task, and the last one when its holder ended it succeeded, canceled or skipped, are on the task row; ntask.attempt_all shows all)';
 COMMENT ON COLUMN ntask.attempt.requested IS 'the to_state this token asked for in ntask_transition (NULL if it never did)';
 COMMENT ON COLUMN ntask.attempt.result IS 'how the attempt ended: the task state it produced, or lease_expired / canceled';
 COMMENT ON COLUMN ntask.attempt.shard IS 'the task''s shard (co-location with ntask.task on a Citus install)';
@@ -811,8 +818,14 @@ SELECT t.task_id, t.token, t.attempts, t.lease_owner,
 	   NULL::timestamptz, NULL::text, NULL::text, NULL::text, NULL::text,
 	   NULL::boolean, NULL::text, NULL::timestamptz, NULL::jsonb, t.shard, t.progress
 FROM ntask.task t
-WHERE t.state = 'leased';
-COMMENT ON VIEW ntask.attempt_all IS 'ntask: every attempt: the ended ones (ntask.attempt) and the running one of each leased task (from its task row; ended_at and result NULL)';
+WHERE t.state = 'leased'
+UNION ALL
+SELECT t.task_id, t.token, t.attempts, t.attempt_worker, t.claimed_at, t.invoked_at,
+	   t.finished_at, t.state, t.state, NULL::text, NULL::text,
+	   true, t.outcome, NULL::timestamptz, t.attempt_detail, t.shard, t.progress
+FROM ntask.task t
+WHERE t.attempt_worker IS NOT NULL;
+COMMENT ON VIEW ntask.attempt_all IS 'ntask: every attempt: the ended ones (ntask.attempt), the running one of each leased task (from its task row; ended_at and result NULL) and the one its holder ended succeeded, canceled or skipped when it is kept on the task row (attempt_worker set)';
 
 -- the running attempts that reported progress (ntask_heartbeat progress =>
 -- ...), with its age; through task_lease_idx (leased rows only)

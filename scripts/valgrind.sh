@@ -253,7 +253,7 @@ SQL
 	echo "valgrind.sh: dispatch settled after $(($(date +%s) - t0)) s; each task and its last attempt:"
 	$AS_PG timeout 120 $BIN/psql -X -h "$VG" -p "$PORT" -d postgres -c "SELECT t.task_key, t.state,
 		t.attempts, a.error_class, a.error_stage, a.outcome FROM ntask.task t
-		LEFT JOIN LATERAL (SELECT * FROM ntask.attempt a WHERE a.task_id = t.task_id
+		LEFT JOIN LATERAL (SELECT * FROM ntask.attempt_all a WHERE a.task_id = t.task_id
 			ORDER BY a.attempt DESC LIMIT 1) a ON true ORDER BY t.task_id"
 }
 

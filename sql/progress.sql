@@ -51,7 +51,7 @@ SELECT ntask_heartbeat(:p1, tok(:p1, 1), '5 hours', progress => '{"stale": true}
 SELECT progress, lease_until = :'lease_before' AS lease_kept FROM ntask.task WHERE task_id = :p1;
 -- the holder finishes: the progress goes with the attempt
 SELECT result FROM ntask_transition(:p1, tok(:p1, 2), 'succeeded');
-SELECT token, result, progress FROM ntask.attempt WHERE task_id = :p1 ORDER BY token;
+SELECT token, result, progress FROM ntask.attempt_all WHERE task_id = :p1 ORDER BY token;
 SELECT detail ~ 'last progress \{"phase": "upload"\}' AS ended_shows_progress
 FROM ntask_explain(:p1) WHERE event = 'ended' AND token = tok(:p1, 2);
 
@@ -66,5 +66,5 @@ UNION ALL SELECT count(*) FROM ntask_heartbeat(:p4, tok(:p4, 1), progress => '"p
 SELECT ntask_release(:p2, tok(:p2, 1));
 SELECT ntask_cancel(:p3, 'ops', 'not needed');
 SELECT result FROM ntask_transition_many(ARRAY[:p4]::bigint[], ARRAY[tok(:p4, 1)], 'succeeded');
-SELECT t.task_key, a.result, a.progress FROM ntask.attempt a JOIN ntask.task t USING (task_id)
+SELECT t.task_key, a.result, a.progress FROM ntask.attempt_all a JOIN ntask.task t USING (task_id)
 WHERE t.task_id IN (:p2, :p3, :p4) ORDER BY 1;

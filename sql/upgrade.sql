@@ -160,7 +160,7 @@ SELECT worker, token, ended_at IS NULL AS running,
 FROM ntask.attempt_all WHERE task_id = :l1;
 SELECT result FROM ntask_transition(:l1, tok(:l1, 1), 'succeeded');
 SELECT worker, token, result, invoked_at = '2026-01-01 00:00:01+00' AS invoked_kept, outcome_known
-FROM ntask.attempt WHERE task_id = :l1;
+FROM ntask.attempt_all WHERE task_id = :l1;
 -- the guard's owner is recorded from the function it resolves to, and the
 -- guard still decides
 SELECT queue, guard, guard_owner = current_user AS guard_owner_backfilled
@@ -264,19 +264,25 @@ UNION ALL SELECT 'repair_queue ' || row(q.task_id, q.queue, q.task_key, q.reason
 		q.unknown_outcomes, q.owner, q.next_action, q.since)::text FROM ntask.repair_queue q;
 CREATE TEMP TABLE views_before AS SELECT * FROM views_now;
 -- every row as text, before the update: none is lost or changed by it
+-- (a task's row without the columns 1.1 added, which the update leaves NULL)
 CREATE TEMP TABLE v1_before AS
-SELECT 'task ' || t::text AS r FROM ntask.task t WHERE t.queue = 'v1'
+SELECT 'task ' || (to_jsonb(t) - 'attempt_worker' - 'attempt_detail')::text AS r
+FROM ntask.task t WHERE t.queue = 'v1'
 UNION ALL SELECT 'attempt ' || a::text FROM ntask.attempt a
 UNION ALL SELECT 'dep ' || d::text FROM ntask.task_dep d;
 ALTER EXTENSION ntask UPDATE;
 SELECT extversion FROM pg_extension WHERE extname = 'ntask';
 SELECT r AS lost_or_changed FROM v1_before
-EXCEPT (SELECT 'task ' || t::text FROM ntask.task t WHERE t.queue = 'v1'
+EXCEPT (SELECT 'task ' || (to_jsonb(t) - 'attempt_worker' - 'attempt_detail')::text
+		FROM ntask.task t WHERE t.queue = 'v1'
 		UNION ALL SELECT 'attempt ' || a::text FROM ntask.attempt a
 		UNION ALL SELECT 'dep ' || d::text FROM ntask.task_dep d);
 SELECT count(*) AS rows_after FROM (SELECT 1 FROM ntask.task t WHERE t.queue = 'v1'
 		UNION ALL SELECT 1 FROM ntask.attempt a UNION ALL SELECT 1 FROM ntask.task_dep d) x;
 SELECT count(*) AS rows_before FROM v1_before;
+-- issue 48: no upgraded task keeps an attempt on its row
+SELECT count(*) AS attempts_on_rows FROM ntask.task
+WHERE attempt_worker IS NOT NULL OR attempt_detail IS NOT NULL;
 -- issue 51: the views answer as before; the user's grant is on the new
 -- ntask_repair_assign and is the user's (pg_dump dumps it)
 SELECT count(*) AS view_rows FROM views_before;
@@ -302,3 +308,21 @@ SELECT result FROM ntask_transition(:v1l, tok(:v1l, 1), 'succeeded');
 SELECT result FROM ntask_transition(:v1l, tok(:v1l, 2), 'succeeded');
 SELECT task_key, token FROM ntask_claim('v1', 'W1');
 SELECT token, worker, result FROM ntask.attempt_all WHERE task_id = :v1l ORDER BY token;
+-- issue 48: on the upgraded database, a task finished as 1.0.0 finished
+-- it (its attempt in the ledger: ntask.attempt_on_row off) and one finished
+-- by 1.1 (its attempt on its row) give the same attempt_all row
+SELECT task_id AS u1 FROM ntask_enqueue('v1', 'v1-u1') \gset
+SELECT task_id AS u2 FROM ntask_enqueue('v1', 'v1-u2') \gset
+SELECT count(*) AS claimed FROM ntask_claim('v1', 'W7', max_tasks => 5) WHERE task_id IN (:u1, :u2);
+SET ntask.attempt_on_row = off;
+SELECT result FROM ntask_transition(:u1, tok(:u1, 1), 'succeeded', outcome => 'sent');
+RESET ntask.attempt_on_row;
+SELECT result FROM ntask_transition(:u2, tok(:u2, 1), 'succeeded', outcome => 'sent');
+SELECT t.task_key, (SELECT count(*) FROM ntask.attempt a WHERE a.task_id = t.task_id) AS ledger_rows,
+	   t.attempt_worker
+FROM ntask.task t WHERE t.task_id IN (:u1, :u2) ORDER BY 1;
+SELECT count(*) AS attempts, count(DISTINCT row(a.attempt, a.worker, a.claimed_at = t.claimed_at,
+			 a.invoked_at, a.ended_at = t.finished_at, a.result, a.requested, a.error_class,
+			 a.error_stage, a.outcome_known, a.outcome, a.retry_at, a.detail, a.shard,
+			 a.progress)) AS distinct_attempts
+FROM ntask.attempt_all a JOIN ntask.task t USING (task_id) WHERE t.task_id IN (:u1, :u2);

@@ -484,7 +484,12 @@ static NtaskPlan lease_requested_plan = {
 	.ncols = LEASE_REQUESTED_NCOLS,
 	"SELECT a.requested FROM ntask.attempt a "
 	"WHERE a.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("a", "$1")
-	"  AND a.token OPERATOR(pg_catalog.=) $2",
+	"  AND a.token OPERATOR(pg_catalog.=) $2 "
+	/* the holder's final attempt kept on the task row */
+	"UNION ALL "
+	"SELECT t.state FROM ntask.task t "
+	"WHERE t.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("t", "$1")
+	"  AND t.token OPERATOR(pg_catalog.=) $2 AND t.attempt_worker IS NOT NULL",
 	LEASE_RELEASE_ARG_DELAY, {INT8OID, INT8OID}
 };
 

@@ -48,6 +48,9 @@ PG_MODULE_MAGIC;
 /* ntask.backoff_jitter: randomise retry delays (tests turn it off) */
 bool		ntask_backoff_jitter = true;
 
+/* ntask.attempt_on_row: the holder's final attempt stays on the task row */
+bool		ntask_attempt_on_row = true;
+
 /* the background worker and HTTP dispatch (docs/worker.md) */
 char	   *ntask_database = NULL;
 bool		ntask_worker_enabled = true;
@@ -483,6 +486,19 @@ ntask_define_task_gucs(GucContext pm_context)
 							 true,
 							 PGC_USERSET,
 							 0,
+							 NULL, NULL, NULL);
+
+	DefineCustomBoolVariable("ntask.attempt_on_row",
+							 "Keep the holder's final attempt on the task row.",
+							 "When on (the default), an attempt its holder ends "
+							 "succeeded, canceled or skipped stays on the task "
+							 "row instead of a row in ntask.attempt; "
+							 "ntask.attempt_all shows it the same either way. "
+							 "Off only to test that.",
+							 &ntask_attempt_on_row,
+							 true,
+							 PGC_SUSET,
+							 GUC_NOT_IN_SAMPLE,
 							 NULL, NULL, NULL);
 
 	DefineCustomIntVariable("ntask.audit_retention",

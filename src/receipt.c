@@ -107,7 +107,12 @@ static NtaskPlan rcpt_closed_plan = {
 	"SELECT a.ended_at IS NOT NULL "
 	"FROM ntask.attempt a "
 	"WHERE a.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("a", "$1")
-	"  AND a.token OPERATOR(pg_catalog.=) $2",
+	"  AND a.token OPERATOR(pg_catalog.=) $2 "
+	/* the holder's final attempt kept on the task row (ended) */
+	"UNION ALL "
+	"SELECT true FROM ntask.task t "
+	"WHERE t.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("t", "$1")
+	"  AND t.token OPERATOR(pg_catalog.=) $2 AND t.attempt_worker IS NOT NULL",
 	2, {INT8OID, INT8OID}
 };
 

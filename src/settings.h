@@ -17,6 +17,7 @@
 #define NTASK_SETTINGS_H
 
 extern bool ntask_backoff_jitter;
+extern bool ntask_attempt_on_row;
 extern int	ntask_max_wait_ms;
 extern int	ntask_max_result_bytes;
 extern int	ntask_max_context_bytes;

@@ -405,8 +405,12 @@ typedef enum SigTokenCol
 static NtaskPlan sig_token_plan = {
 	"await token lookup",
 	.ncols = SIG_TOKEN_NCOLS,
-	"SELECT t.token, " NTASK_WORKER_RIGHT("q", "2") ", a.requested, "
-	"  a.detail OPERATOR(pg_catalog.->>) 'signal_key' "
+	"SELECT t.token, " NTASK_WORKER_RIGHT("q", "2") ", "
+	/* the holder's final attempt may be on the task row (no ledger row) */
+	"  CASE WHEN t.attempt_worker IS NOT NULL AND t.token OPERATOR(pg_catalog.=) $3 "
+	"    THEN t.state ELSE a.requested END, "
+	"  CASE WHEN t.attempt_worker IS NOT NULL AND t.token OPERATOR(pg_catalog.=) $3 "
+	"    THEN t.attempt_detail ELSE a.detail END OPERATOR(pg_catalog.->>) 'signal_key' "
 	"FROM ntask.task t JOIN ntask.queue q ON q.queue OPERATOR(pg_catalog.=) t.queue "
 	"LEFT JOIN ntask.attempt a ON a.task_id OPERATOR(pg_catalog.=) t.task_id "
 	"  AND a.shard OPERATOR(pg_catalog.=) t.shard AND a.token OPERATOR(pg_catalog.=) $3 "

@@ -126,6 +126,7 @@ typedef enum TrApplyArg
 	TR_APPLY_ARG_CALLER,		/* $14 */
 	TR_APPLY_ARG_RESULT,		/* $15 */
 	TR_APPLY_ARG_NOW,			/* $16 */
+	TR_APPLY_ARG_ON_ROW,		/* $17, the attempt may stay on the row */
 	TR_APPLY_NARGS
 } TrApplyArg;
 
@@ -153,7 +154,9 @@ typedef enum TrApplyCol
 	"        WHERE r.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("r", "$1") \
 	"          AND r.token OPERATOR(pg_catalog.=) $2) THEN 0 ELSE 1 END, " \
 	"    finished_at = CASE WHEN $11 IS NULL THEN $16 END, " \
-	"    updated_at = $16 " \
+	"    updated_at = $16, " \
+	"    attempt_worker = CASE WHEN $17 AND o.claimed_at IS NOT NULL THEN o.lease_owner END, " \
+	"    attempt_detail = CASE WHEN $17 AND o.claimed_at IS NOT NULL THEN $10 END " \
 	"  FROM ntask.task o " \
 	"  WHERE t.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("t", "$1") \
 	"    AND t.token OPERATOR(pg_catalog.=) $2 " \
@@ -184,7 +187,8 @@ typedef enum TrApplyDistCol
 	TR_APPLY_DIST_WORKER,
 	TR_APPLY_DIST_PROGRESS,
 	TR_APPLY_DIST_KNOWN,
-	TR_APPLY_DIST_NCOLS = TR_APPLY_DIST_KNOWN
+	TR_APPLY_DIST_ON_ROW,		/* the attempt stays on the row: no ledger row */
+	TR_APPLY_DIST_NCOLS = TR_APPLY_DIST_ON_ROW
 } TrApplyDistCol;
 
 static void tr_apply_ledger(SPITupleTable *tt, int n, Datum *values, char *nulls);
@@ -196,7 +200,8 @@ static NtaskPair tr_apply_pair = NTASK_PAIR("transition apply",
 														"  RETURNING t.task_id, t.state, "
 														"    CASE WHEN t.due_at IS NOT NULL THEN t.run_at END AS run_at, "
 														"    t.shard, t.token, t.attempts, coalesce(o.claimed_at, o.updated_at) AS claimed_at, "
-														"    t.invoked_at, o.lease_owner AS worker, t.queue, o.progress "
+														"    t.invoked_at, o.lease_owner AS worker, t.queue, o.progress, "
+														"    t.attempt_worker IS NOT NULL AS on_row "
 														"), att AS ( "
 														"  INSERT INTO ntask.attempt (task_id, shard, token, attempt, worker, claimed_at, "
 														"    invoked_at, ended_at, result, requested, error_class, error_stage, "
@@ -207,7 +212,7 @@ static NtaskPair tr_apply_pair = NTASK_PAIR("transition apply",
 														"      WHERE r.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("r", "$1")
 														"        AND r.token OPERATOR(pg_catalog.=) $2) END, "
 														"    $8, $9, $10, u.progress "
-														"  FROM upd u "
+														"  FROM upd u WHERE NOT u.on_row "
 														") "
 														"SELECT upd.state, upd.run_at, upd.queue FROM upd",
 														TR_APPLY_NARGS, SPI_OK_SELECT),
@@ -216,11 +221,12 @@ static NtaskPair tr_apply_pair = NTASK_PAIR("transition apply",
 														 "RETURNING t.state, CASE WHEN t.due_at IS NOT NULL THEN t.run_at END AS run_at, "
 														 "  t.queue, t.task_id, t.shard, t.token, t.attempts, "
 														 "  coalesce(o.claimed_at, o.updated_at), t.invoked_at, o.lease_owner, o.progress, "
-														 "  t.unknown_attempts OPERATOR(pg_catalog.=) o.unknown_attempts",
+														 "  t.unknown_attempts OPERATOR(pg_catalog.=) o.unknown_attempts, "
+														 "  t.attempt_worker IS NOT NULL",
 														 TR_APPLY_NARGS, SPI_OK_UPDATE_RETURNING, NULL, tr_apply_ledger),
 											INT8OID, INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, BOOLOID,
 											TEXTOID, TIMESTAMPTZOID, JSONBOID, TIMESTAMPTZOID, TEXTOID, BOOLOID, OIDOID,
-											JSONBOID, TIMESTAMPTZOID);
+											JSONBOID, TIMESTAMPTZOID, BOOLOID);
 
 /* the ledger row a routed tr_apply's task ends with (tr_apply_ledger) */
 typedef enum TrLedgerArg
@@ -278,7 +284,12 @@ static NtaskPlan tr_attempt_plan = {
 	.ncols = TR_ATTEMPT_NCOLS,
 	"SELECT a.requested, a.error_class, a.outcome FROM ntask.attempt a "
 	"WHERE a.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("a", "$1")
-	"  AND a.token OPERATOR(pg_catalog.=) $2",
+	"  AND a.token OPERATOR(pg_catalog.=) $2 "
+	/* the holder's final answer kept on the task row (tr_on_row) */
+	"UNION ALL "
+	"SELECT t.state, NULL::pg_catalog.text, t.outcome FROM ntask.task t "
+	"WHERE t.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("t", "$1")
+	"  AND t.token OPERATOR(pg_catalog.=) $2 AND t.attempt_worker IS NOT NULL",
 	TR_LOOKUP_NARGS, {INT8OID, INT8OID}
 };
 
@@ -305,6 +316,7 @@ typedef enum TrManyArg
 	TR_MANY_ARG_DETAIL_REASON,	/* $10 */
 	TR_MANY_ARG_CALLER,			/* $11 */
 	TR_MANY_ARG_RESULTS,		/* $12 */
+	TR_MANY_ARG_ON_ROW,			/* $13, the attempts may stay on the rows */
 	TR_MANY_NARGS
 } TrManyArg;
 
@@ -345,7 +357,9 @@ static NtaskPair tr_many_pair = NTASK_PAIR("transition many",
 													   "        WHERE r.task_id OPERATOR(pg_catalog.=) t.task_id "
 													   "          AND r.token OPERATOR(pg_catalog.=) t.token) THEN 0 ELSE 1 END, "
 													   "    finished_at = pg_catalog.statement_timestamp(), "
-													   "    updated_at = pg_catalog.statement_timestamp() "
+													   "    updated_at = pg_catalog.statement_timestamp(), "
+													   "    attempt_worker = CASE WHEN $13 AND o.claimed_at IS NOT NULL THEN o.lease_owner END, "
+													   "    attempt_detail = CASE WHEN $13 AND o.claimed_at IS NOT NULL THEN $8 END "
 													   "  FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2), pg_catalog.unnest($12)) "
 													   "    AS i(task_id, token, result), ntask.task o "
 													   "  WHERE t.task_id OPERATOR(pg_catalog.=) i.task_id "
@@ -357,7 +371,8 @@ static NtaskPair tr_many_pair = NTASK_PAIR("transition many",
 													   "                  AND " NTASK_WORKER_RIGHT("q", "11") ") "
 													   "  RETURNING t.task_id, t.token, t.state, t.shard, t.attempts, "
 													   "    coalesce(o.claimed_at, o.updated_at) AS claimed_at, t.invoked_at, "
-													   "    o.lease_owner AS worker, t.queue, o.progress "
+													   "    o.lease_owner AS worker, t.queue, o.progress, "
+													   "    t.attempt_worker IS NOT NULL AS on_row "
 													   "), att AS ( "
 													   "  INSERT INTO ntask.attempt (task_id, shard, token, attempt, worker, claimed_at, "
 													   "    invoked_at, ended_at, result, requested, error_class, error_stage, "
@@ -368,13 +383,13 @@ static NtaskPair tr_many_pair = NTASK_PAIR("transition many",
 													   "      WHERE r.task_id OPERATOR(pg_catalog.=) u.task_id "
 													   "        AND r.token OPERATOR(pg_catalog.=) u.token) END, "
 													   "    $7, NULL, $8, u.progress "
-													   "  FROM upd u "
+													   "  FROM upd u WHERE NOT u.on_row "
 													   ") "
 													   "SELECT upd.task_id, upd.state, upd.queue FROM upd",
 													   TR_MANY_NARGS, SPI_OK_SELECT),
 										   NTASK_ROUTED_NONE(tr_many_none),
 										   INT8ARRAYOID, INT8ARRAYOID, TEXTOID, TEXTOID, TEXTOID, BOOLOID,
-										   TEXTOID, JSONBOID, TEXTOID, BOOLOID, OIDOID, JSONBARRAYOID);
+										   TEXTOID, JSONBOID, TEXTOID, BOOLOID, OIDOID, JSONBARRAYOID, BOOLOID);
 
 /* one ntask_transition call's arguments, after validation */
 typedef struct TrCall
@@ -634,7 +649,7 @@ tr_apply_ledger(SPITupleTable *tt, int n, Datum *values, char *nulls)
 	char		an[TR_LEDGER_NARGS];
 	int			i;
 
-	if (n != 1)
+	if (n != 1 || NtaskTupGetBool(tt, 0, TR_APPLY_DIST_ON_ROW))
 		return;
 	for (i = 0; i < TR_LEDGER_NARGS; i++)
 	{
@@ -651,6 +666,30 @@ tr_apply_ledger(SPITupleTable *tt, int n, Datum *values, char *nulls)
 		an[i] = isnull ? 'n' : ' ';
 	}
 	NtaskExecPlan(&tr_attempt_insert_plan, av, an, SPI_OK_INSERT);
+}
+
+/*
+ * tr_on_row
+ *		Whether the attempt this call ends may stay on the task row instead
+ *		of a ledger row (issue 48 lever (c), docs/design.md "The last
+ *		attempt on the task row"): the holder's own final answer (succeeded,
+ *		canceled, skipped, as asked), whose ledger row would hold nothing
+ *		the moved row does not: no error class or stage, the outcome known,
+ *		no retry_at.  The statements also need the leased row's claimed_at
+ *		(NULL only on a lease taken before 1.0.0's claimed_at).  Off with
+ *		the test-only setting ntask.attempt_on_row.
+ */
+static bool
+tr_on_row(TrCall *c, const char *final)
+{
+	if (!ntask_attempt_on_row)
+		return false;
+	if (strcmp(final, c->to_state) != 0)
+		return false;
+	if (strcmp(final, "succeeded") != 0 && strcmp(final, "canceled") != 0 &&
+		strcmp(final, "skipped") != 0)
+		return false;
+	return c->error_class == NULL && c->stage == NULL && c->retry_at_null;
 }
 
 static SPITupleTable *
@@ -681,6 +720,7 @@ tr_apply(TrCall *c, const char *final, TimestampTz next, const char *reason,
 	values[TR_APPLY_ARG_RESULT] = c->result;
 	nulls[TR_APPLY_ARG_RESULT] = c->result_null ? 'n' : ' ';
 	values[TR_APPLY_ARG_NOW] = NtaskStatementTs();
+	values[TR_APPLY_ARG_ON_ROW] = BoolGetDatum(tr_on_row(c, final));
 	if (NtaskExecPair(&tr_apply_pair, values, nulls) != 1)
 		return NULL;
 	row = SPI_tuptable;
@@ -984,6 +1024,7 @@ tr_many_apply(TrCall *c, const char *reason, TrItem *items, int n)
 		PointerGetDatum(construct_md_array(res, resnulls, 1, dims, lbs,
 										   JSONBOID, -1, false,
 										   TYPALIGN_INT));
+	values[TR_MANY_ARG_ON_ROW] = BoolGetDatum(tr_on_row(c, c->to_state));
 	nrows = NtaskExecPair(&tr_many_pair, values, nulls);
 	tt = SPI_tuptable;
 

@@ -324,7 +324,7 @@ func TestIntegrationTakeover(t *testing.T) {
 	if s := w2.Stats(); s.Succeeded != 1 || s.Claimed != 1 {
 		t.Errorf("W2 stats: %+v", s)
 	}
-	if got := str(t, p, `SELECT string_agg(worker || ':' || result || ':' || coalesce(requested, '-') || ':' || coalesce(outcome, '-'), ' ' ORDER BY token) FROM ntask.attempt WHERE task_id = $1`, tk.ID); got != "W1:lease_expired:-:- W2:succeeded:succeeded:reconciled" {
+	if got := str(t, p, `SELECT string_agg(worker || ':' || result || ':' || coalesce(requested, '-') || ':' || coalesce(outcome, '-'), ' ' ORDER BY token) FROM ntask.attempt_all WHERE task_id = $1`, tk.ID); got != "W1:lease_expired:-:- W2:succeeded:succeeded:reconciled" {
 		t.Errorf("ledger: %s", got)
 	}
 }
@@ -389,7 +389,7 @@ func TestIntegrationHandlerErrors(t *testing.T) {
 	})
 	stopped(t, w, done)
 	got := str(t, p, `SELECT string_agg(t.task_key || ':' || a.result || ':' || coalesce(a.error_class, '-'), ' ' ORDER BY t.task_key, a.token)
-		FROM ntask.attempt a JOIN ntask.task t USING (task_id) WHERE t.queue = 'go_err'`)
+		FROM ntask.attempt_all a JOIN ntask.task t USING (task_id) WHERE t.queue = 'go_err'`)
 	want := "after:retry_wait:unknown after:succeeded:- before:retry_wait:transient before:succeeded:- big:repair_required:permanent " +
 		"panic:retry_wait:unknown panic:succeeded:- permanent:repair_required:permanent " +
 		"recerr:retry_wait:unknown recerr:retry_wait:unknown recerr:succeeded:- " +
@@ -400,7 +400,7 @@ func TestIntegrationHandlerErrors(t *testing.T) {
 	if r := reconciled.Load(); r != 5 {
 		t.Errorf("reconcile called %d times, want 5 (after, panic, unknown, recerr twice)", r)
 	}
-	if got := str(t, p, `SELECT string_agg(a.detail->>'error', ', ' ORDER BY a.token) FROM ntask.attempt a JOIN ntask.task t USING (task_id) WHERE t.queue = 'go_err' AND t.task_key IN ('before', 'recerr')`); got != "boom before invoked, lost answer, the provider's lookup failed" &&
+	if got := str(t, p, `SELECT string_agg(a.detail->>'error', ', ' ORDER BY a.token) FROM ntask.attempt_all a JOIN ntask.task t USING (task_id) WHERE t.queue = 'go_err' AND t.task_key IN ('before', 'recerr')`); got != "boom before invoked, lost answer, the provider's lookup failed" &&
 		got != "lost answer, the provider's lookup failed, boom before invoked" {
 		t.Errorf("the attempts' detail: %s", got)
 	}
@@ -431,7 +431,7 @@ func TestIntegrationHeartbeat(t *testing.T) {
 		return str(t, p, `SELECT state FROM ntask.task WHERE queue = 'go_hb'`) == "succeeded"
 	})
 	stopped(t, w, done)
-	if got := str(t, p, `SELECT string_agg(a.result, ' ') FROM ntask.attempt a JOIN ntask.task t USING (task_id) WHERE t.queue = 'go_hb'`); got != "succeeded" {
+	if got := str(t, p, `SELECT string_agg(a.result, ' ') FROM ntask.attempt_all a JOIN ntask.task t USING (task_id) WHERE t.queue = 'go_hb'`); got != "succeeded" {
 		t.Errorf("attempts: %s (one, kept by heartbeats)", got)
 	}
 	if s := w.Stats(); s.Succeeded != 1 || s.HeartbeatsLost != 0 {
@@ -597,7 +597,7 @@ func TestIntegrationClaimStopRace(t *testing.T) {
 	if got := str(t, p, `SELECT count(*) FILTER (WHERE state = 'ready') || '/' || count(*) FROM ntask.task WHERE queue LIKE 'go_race_%'`); got != "6/6" {
 		t.Errorf("tasks ready/all: %s", got)
 	}
-	if got := str(t, p, `SELECT count(*) FROM ntask.attempt a JOIN ntask.task t USING (task_id) WHERE t.queue LIKE 'go_race_%' AND a.result <> 'released'`); got != "0" {
+	if got := str(t, p, `SELECT count(*) FROM ntask.attempt_all a JOIN ntask.task t USING (task_id) WHERE t.queue LIKE 'go_race_%' AND a.result <> 'released'`); got != "0" {
 		t.Errorf("attempts not released: %s", got)
 	}
 	// released attempts that were never invoked spend no budget
@@ -690,7 +690,7 @@ func TestIntegrationPgbouncer(t *testing.T) {
 		s1.FailedTransient+s2.FailedTransient+s1.FailedUnknown+s2.FailedUnknown != 0 {
 		t.Errorf("stats: %+v %+v", s1, s2)
 	}
-	if got := str(t, direct, `SELECT count(*) FROM ntask.attempt a JOIN ntask.task t USING (task_id) WHERE t.queue = 'go_pgb'`); got != fmt.Sprint(N) {
+	if got := str(t, direct, `SELECT count(*) FROM ntask.attempt_all a JOIN ntask.task t USING (task_id) WHERE t.queue = 'go_pgb'`); got != fmt.Sprint(N) {
 		t.Errorf("attempts: %s (one each expected)", got)
 	}
 }
@@ -745,7 +745,7 @@ func TestIntegrationServerRestart(t *testing.T) {
 		return str(t, p, `SELECT count(*) FROM ntask.task WHERE queue = 'go_restart' AND state = 'succeeded'`) == "2"
 	})
 	stopped(t, w, done)
-	if got := str(t, p, `SELECT string_agg(t.task_key || ':' || a.result, ' ' ORDER BY t.task_key) FROM ntask.attempt a JOIN ntask.task t USING (task_id) WHERE t.queue = 'go_restart'`); got != "held:succeeded next:succeeded" {
+	if got := str(t, p, `SELECT string_agg(t.task_key || ':' || a.result, ' ' ORDER BY t.task_key) FROM ntask.attempt_all a JOIN ntask.task t USING (task_id) WHERE t.queue = 'go_restart'`); got != "held:succeeded next:succeeded" {
 		t.Errorf("ledger: %s", got)
 	}
 	if s := w.Stats(); s.Succeeded != 2 || s.Claimed != 2 {
@@ -799,7 +799,7 @@ func TestIntegrationReportRetry(t *testing.T) {
 	if !retried {
 		t.Errorf("the report did not fail and retry: %v", logs)
 	}
-	if got := str(t, p, `SELECT string_agg(a.result || ':' || a.outcome, ' ') FROM ntask.attempt a JOIN ntask.task t USING (task_id) WHERE t.queue = 'go_retry'`); got != "succeeded:retried" {
+	if got := str(t, p, `SELECT string_agg(a.result || ':' || a.outcome, ' ') FROM ntask.attempt_all a JOIN ntask.task t USING (task_id) WHERE t.queue = 'go_retry'`); got != "succeeded:retried" {
 		t.Errorf("ledger: %s", got)
 	}
 	if s := w.Stats(); s.Succeeded != 1 || s.Stale+s.Conflict != 0 {
@@ -956,7 +956,7 @@ func TestIntegrationSIGTERM(t *testing.T) {
 	if got := str(t, p, `SELECT count(*) FROM ntask.task WHERE lease_owner = 'term-w'`); got != "0" {
 		t.Errorf("left leased: %s", got)
 	}
-	if got := str(t, p, `SELECT string_agg(t.task_key || ':' || a.result || ':' || (a.invoked_at IS NOT NULL), ' ' ORDER BY t.task_key) FROM ntask.attempt a JOIN ntask.task t USING (task_id) WHERE t.queue = 'go_term'`); got != "a:succeeded:true b:released:false" {
+	if got := str(t, p, `SELECT string_agg(t.task_key || ':' || a.result || ':' || (a.invoked_at IS NOT NULL), ' ' ORDER BY t.task_key) FROM ntask.attempt_all a JOIN ntask.task t USING (task_id) WHERE t.queue = 'go_term'`); got != "a:succeeded:true b:released:false" {
 		t.Errorf("ledger: %s", got)
 	}
 	if s.Succeeded != 1 || s.Released != 1 || s.Claimed != 2 {
@@ -1025,7 +1025,7 @@ func TestIntegrationSIGKILL(t *testing.T) {
 	if got := str(t, p, `SELECT count(*) FROM go_provider_call WHERE task_key = 'k1'`); got != "1" {
 		t.Errorf("provider calls: %s", got)
 	}
-	if got := str(t, p, `SELECT string_agg(a.worker || ':' || a.result || ':' || coalesce(a.outcome, '-'), ' ' ORDER BY a.token) FROM ntask.attempt a JOIN ntask.task t USING (task_id) WHERE t.queue = 'go_kill'`); got != "kill-1:lease_expired:- kill-2:succeeded:reconciled" {
+	if got := str(t, p, `SELECT string_agg(a.worker || ':' || a.result || ':' || coalesce(a.outcome, '-'), ' ' ORDER BY a.token) FROM ntask.attempt_all a JOIN ntask.task t USING (task_id) WHERE t.queue = 'go_kill'`); got != "kill-1:lease_expired:- kill-2:succeeded:reconciled" {
 		t.Errorf("ledger: %s", got)
 	}
 }
@@ -1079,7 +1079,7 @@ func TestIntegrationSIGSTOP(t *testing.T) {
 		t.Errorf("stop-2's prior_outcome: %q", prior)
 	}
 	mu.Unlock()
-	if got := str(t, p, `SELECT string_agg(a.worker || ':' || a.result || ':' || coalesce(a.requested, '-'), ' ' ORDER BY a.token) FROM ntask.attempt a JOIN ntask.task t USING (task_id) WHERE t.queue = 'go_stop'`); got != "stop-1:lease_expired:- stop-2:succeeded:succeeded" {
+	if got := str(t, p, `SELECT string_agg(a.worker || ':' || a.result || ':' || coalesce(a.requested, '-'), ' ' ORDER BY a.token) FROM ntask.attempt_all a JOIN ntask.task t USING (task_id) WHERE t.queue = 'go_stop'`); got != "stop-1:lease_expired:- stop-2:succeeded:succeeded" {
 		t.Errorf("ledger: %s", got)
 	}
 }

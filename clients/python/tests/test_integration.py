@@ -299,7 +299,7 @@ class Integration(unittest.TestCase):
         self.assertEqual(one("SELECT count(DISTINCT task_id) FROM py_business WHERE note = %s", (q,)), 20)
         self.assertEqual(one("""SELECT count(*) FROM ntask.task WHERE queue = %s
                                 AND state = 'succeeded'""", (q,)), 20)
-        self.assertEqual(one("""SELECT count(*) FROM ntask.attempt a JOIN ntask.task t USING (task_id)
+        self.assertEqual(one("""SELECT count(*) FROM ntask.attempt_all a JOIN ntask.task t USING (task_id)
                                 WHERE t.queue = %s AND a.invoked_at IS NOT NULL
                                 AND a.outcome = 'stored' AND a.progress = '{"done": 1}'""", (q,)), 20)
         got = seen["t0"].traceparent
@@ -356,7 +356,7 @@ class Integration(unittest.TestCase):
             poll("two reports", lambda: w.counters["failed_transient"] + w.counters["failed_unknown"] == 2)
         rows = dict((k, (r, c_, inv, d)) for k, r, c_, inv, d in sql(
             """SELECT t.task_key, a.result, a.error_class, a.invoked_at IS NOT NULL, a.detail
-               FROM ntask.attempt a JOIN ntask.task t USING (task_id) WHERE t.queue = %s""", (q,)))
+               FROM ntask.attempt_all a JOIN ntask.task t USING (task_id) WHERE t.queue = %s""", (q,)))
         self.assertEqual(rows["before"][:3], ("retry_wait", "transient", False))
         self.assertEqual(rows["after"][:3], ("retry_wait", "unknown", True))
         self.assertEqual(rows["after"][3]["message"], "boom after")
@@ -430,7 +430,7 @@ class Integration(unittest.TestCase):
                                 AND invoked_at IS NULL""", (q,)), 0, "nothing left leased uninvoked")
         self.assertEqual(dict(sql("SELECT task_key, state FROM ntask.task WHERE queue = %s", (q,))),
                          {"prep:1": "ready", "slow-1:1": "succeeded"})
-        self.assertEqual(one("""SELECT a.result FROM ntask.attempt a JOIN ntask.task t USING (task_id)
+        self.assertEqual(one("""SELECT a.result FROM ntask.attempt_all a JOIN ntask.task t USING (task_id)
                                 WHERE t.queue = %s AND t.task_key = 'prep:1'""", (q,)), "released")
         self.assertEqual(one("""SELECT attempts_left FROM (SELECT max_attempts - attempts AS attempts_left
                                 FROM ntask.task WHERE queue = %s AND task_key = 'prep:1') s""", (q,)),
@@ -515,7 +515,7 @@ class Integration(unittest.TestCase):
         self.assertEqual(w.counters["stale"] + w.counters["heartbeats_lost"] + w.counters["failed_unknown"]
                          + w.counters["failed_transient"], 0)
         self.assertEqual(one("SELECT count(DISTINCT task_id) FROM py_business WHERE note = %s", (q,)), n)
-        self.assertEqual(one("""SELECT count(*) FROM ntask.attempt a JOIN ntask.task t USING (task_id)
+        self.assertEqual(one("""SELECT count(*) FROM ntask.attempt_all a JOIN ntask.task t USING (task_id)
                                 WHERE t.queue = %s""", (q,)), n, "one attempt each: heartbeats held")
         self.assertEqual([r for r in LOG.records if "failed" in r], [])
 
@@ -533,7 +533,7 @@ class Integration(unittest.TestCase):
         self.assertEqual(w.counters["released"], 3)
         self.assertEqual(sql("""SELECT state, count(*) FROM ntask.task WHERE queue = %s GROUP BY 1""", (q,)),
                          [("ready", 3)])
-        self.assertEqual(one("""SELECT count(*) FROM ntask.attempt a JOIN ntask.task t USING (task_id)
+        self.assertEqual(one("""SELECT count(*) FROM ntask.attempt_all a JOIN ntask.task t USING (task_id)
                                 WHERE t.queue = %s AND a.result = 'released'""", (q,)), 3)
 
     @unittest.skipUnless(os.environ.get("NTASK_TEST_PGCTL"), "NTASK_TEST_PGCTL not set")
@@ -576,7 +576,7 @@ class Integration(unittest.TestCase):
         self.assertTrue([r for r in LOG.records if "ntask_transition failed" in r], LOG.records)
         # one attempt, its report applied with the attempt's (the task's) token
         self.assertEqual(sql("""SELECT a.attempt, a.token = t.token, a.result, a.outcome
-                                FROM ntask.attempt a JOIN ntask.task t USING (task_id)
+                                FROM ntask.attempt_all a JOIN ntask.task t USING (task_id)
                                 WHERE a.task_id = %s""", (tid,)), [(1, True, "succeeded", "after-reconnect")])
 
     def test_sigstop_past_the_lease_is_stale_on_resume(self):
