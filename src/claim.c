@@ -120,7 +120,7 @@ PG_FUNCTION_INFO_V1(ntask_claim);
  * anyway, before any task is looked at, so an unpaused queue pays two NULL
  * tests.  CLAIM_KEYS_FREE: no key of the queue is paused now; the
  * plain pick finds nothing while some key is, and the claim then runs
- * claim_pick_keys_plan, which passes the paused keys by (so only a queue
+ * claim_pick_keys_pair, which passes the paused keys by (so only a queue
  * with a live key pause runs it).
  */
 #define CLAIM_RUNNING \
@@ -175,54 +175,52 @@ PG_FUNCTION_INFO_V1(ntask_claim);
 	"  AND " CLAIM_RUNNING qpred \
 	"  AND " NTASK_WORKER_RIGHT("q", "2") " AND " CLAIM_CAP_LOCK
 
-static NtaskPlan claim_pick_plan = {
-	"claim pick",
-	.ncols = 16,
-	CLAIM_PICK("", CppAsString2(NTASK_MAX_CLAIM), " AND " CLAIM_KEYS_FREE, CLAIM_NOW_LOCAL),
-	3, {TEXTOID, OIDOID, BOOLOID}
-};
+/*
+ * The plain pick, and (the routed variant) a distributed install's within
+ * shard $4 (docs/scaling.md "Claims across shards"): one router statement,
+ * with the claim's own count $5 as the LIMIT: the worker runs the
+ * statement whole (the executor's stop after n rows does not reach it), so
+ * the constant LIMIT would lock up to that many rows there until the claim
+ * commits, and every concurrent claim would find the shard taken
+ * (measured: 68 instead of hundreds of claims/s, bench/citus).  Its after
+ * step refuses the flow control a distributed claim cannot keep where it
+ * runs (claim_dist_policy).  The parameters are ClaimPickArg: the plain
+ * variant takes the first three.
+ */
+static void claim_pick_policy(SPITupleTable *tt, int n, Datum *values, char *nulls);
+
+#define CLAIM_PICK_TYPES \
+	TEXTOID, OIDOID, BOOLOID, INT2OID, INT4OID, TEXTARRAYOID, TIMESTAMPTZOID
+#define CLAIM_PICK_SHARD_PRED(alias) " AND " alias ".shard OPERATOR(pg_catalog.=) $4 "
+
+static NtaskPair claim_pick_pair = NTASK_PAIR("claim pick",
+											  NTASK_PLAIN(16, CLAIM_PICK("", CppAsString2(NTASK_MAX_CLAIM),
+																		 " AND " CLAIM_KEYS_FREE, CLAIM_NOW_LOCAL),
+														  3, SPI_OK_SELECT),
+											  NTASK_ROUTED(16, CLAIM_PICK(CLAIM_PICK_SHARD_PRED("t"), "$5",
+																		  " AND " CLAIM_KEYS_FREE, "$7"),
+														   7, SPI_OK_SELECT, NULL, claim_pick_policy),
+											  CLAIM_PICK_TYPES);
 
 /*
- * The plain pick of a queue with paused keys: the same, but
- * a task whose key is in $6 (the keys paused now, claim_read_mode) is
- * passed by.  Only a queue whose row says a key pause is live runs it.
- * $6 is the paused keys in every pick (ClaimPickArg): $4 and $5, the
- * shard pick's shard and count, are not referenced here (passed as 0).
+ * The plain pick of a queue with paused keys: the same, but a task whose
+ * key is in $6 (the keys paused now, claim_read_mode) is passed by.  Only
+ * a queue whose row says a key pause is live runs it.  Its plain variant
+ * does not reference $4 and $5, the routed variant's shard and count.
  */
-static NtaskPlan claim_pick_keys_plan = {
-	"claim pick (keys paused)",
-	.ncols = 16,
-	CLAIM_PICK(" AND (t.partition_key IS NULL "
-			   "  OR t.partition_key OPERATOR(pg_catalog.<>) ALL ($6)) ",
-			   CppAsString2(NTASK_MAX_CLAIM), "", CLAIM_NOW_LOCAL),
-	6, {TEXTOID, OIDOID, BOOLOID, INT2OID, INT4OID, TEXTARRAYOID}
-};
+#define CLAIM_KEY_NOT_PAUSED \
+	" AND (t.partition_key IS NULL " \
+	"  OR t.partition_key OPERATOR(pg_catalog.<>) ALL ($6)) "
 
-/*
- * The pick of a distributed install (docs/scaling.md "Claims across
- * shards"): the same within shard $4, one router statement, with the
- * claim's own count as the LIMIT: the worker runs the statement whole (the
- * executor's stop after n rows does not reach it), so the constant LIMIT
- * would lock up to that many rows there until the claim commits, and
- * every concurrent claim would find the shard taken (measured: 68 instead
- * of hundreds of claims/s, bench/citus).
- */
-static NtaskPlan claim_pick_shard_plan = {
-	"claim pick (one shard)",
-	.ncols = 16,
-	CLAIM_PICK(" AND t.shard OPERATOR(pg_catalog.=) $4 ", "$5", " AND " CLAIM_KEYS_FREE, "$7"),
-	7, {TEXTOID, OIDOID, BOOLOID, INT2OID, INT4OID, TEXTARRAYOID, TIMESTAMPTZOID}
-};
-
-/* the same with keys paused: as claim_pick_keys_plan, the keys in $6 */
-static NtaskPlan claim_pick_shard_keys_plan = {
-	"claim pick (one shard, keys paused)",
-	.ncols = 16,
-	CLAIM_PICK(" AND t.shard OPERATOR(pg_catalog.=) $4 "
-			   " AND (t.partition_key IS NULL "
-			   "  OR t.partition_key OPERATOR(pg_catalog.<>) ALL ($6)) ", "$5", "", "$7"),
-	7, {TEXTOID, OIDOID, BOOLOID, INT2OID, INT4OID, TEXTARRAYOID, TIMESTAMPTZOID}
-};
+static NtaskPair claim_pick_keys_pair = NTASK_PAIR("claim pick (keys paused)",
+												   NTASK_PLAIN(16, CLAIM_PICK(CLAIM_KEY_NOT_PAUSED,
+																			  CppAsString2(NTASK_MAX_CLAIM), "",
+																			  CLAIM_NOW_LOCAL),
+															   6, SPI_OK_SELECT),
+												   NTASK_ROUTED(16, CLAIM_PICK(CLAIM_PICK_SHARD_PRED("t") CLAIM_KEY_NOT_PAUSED,
+																			   "$5", "", "$7"),
+																7, SPI_OK_SELECT, NULL, claim_pick_policy),
+												   CLAIM_PICK_TYPES);
 
 /*
  * The pick of a queue with priority aging (priority_aging, docs/design.md
@@ -258,47 +256,54 @@ static NtaskPlan claim_pick_shard_keys_plan = {
 	"    OPERATOR(pg_catalog./) pg_catalog.date_part('epoch', a.priority_aging)), " \
 	"  coalesce(a.priority_aging_max, pg_catalog.max(pr.p) OVER ())::pg_catalog.float8))"
 
-static NtaskPlan claim_aging_pick_plan = {
-	"claim aging pick",
-	.ncols = 16,
-	NTASK_PRIORITY_WALK
-	", h AS MATERIALIZED ( "
-	"  SELECT c.task_id, c.due_at, " CLAIM_AGING_EFF " AS eff "
-	"  FROM ntask.queue a, pr, LATERAL ( "
-	"    SELECT t.task_id, t.due_at FROM ntask.task t "
-	"    WHERE t.queue OPERATOR(pg_catalog.=) $1 "
-	"      AND t.priority OPERATOR(pg_catalog.=) pr.p "
-	"      AND t.due_at OPERATOR(pg_catalog.<=) pg_catalog.statement_timestamp() "
-	"      AND (NOT $3 OR t.attempts OPERATOR(pg_catalog.=) 0) "
-	"      AND (t.partition_key IS NULL OR NOT EXISTS ( "
-	"        SELECT FROM ntask.key_pause k "
-	"        WHERE k.queue OPERATOR(pg_catalog.=) $1 "
-	"          AND k.partition_key OPERATOR(pg_catalog.=) t.partition_key "
-	"          AND k.until OPERATOR(pg_catalog.>) pg_catalog.statement_timestamp())) "
-	"    ORDER BY t.due_at, t.task_id LIMIT $4) c "
-	"  WHERE a.queue OPERATOR(pg_catalog.=) $1 AND pr.p IS NOT NULL "
-	"    AND a.priority_aging IS NOT NULL "
-	"  ORDER BY eff DESC, c.due_at, c.task_id "
-	") "
-	"SELECT x.task_id, x.was_leased, x.task_key, x.payload, q.lease, q.guard, "
-	"  " CLAIM_POLICY ", x.retry, x.token "
-	"FROM ntask.queue q, h, LATERAL ( "
-	"  SELECT t.task_id, t.state OPERATOR(pg_catalog.=) 'leased' AS was_leased, "
-	"    t.task_key, t.payload, t.attempts OPERATOR(pg_catalog.>) 0 AS retry, t.token "
-	"  FROM ntask.task t "
-	"  WHERE t.task_id OPERATOR(pg_catalog.=) h.task_id "
-	"    AND t.queue OPERATOR(pg_catalog.=) $1 "
-	"    AND t.due_at OPERATOR(pg_catalog.<=) pg_catalog.statement_timestamp() "
-	"    AND (NOT $3 OR t.attempts OPERATOR(pg_catalog.=) 0) "
-	"  FOR UPDATE OF t SKIP LOCKED) x "
-	"WHERE q.queue OPERATOR(pg_catalog.=) $1 "
-	"  AND q.fairness OPERATOR(pg_catalog.=) 'none' AND q.priority_aging IS NOT NULL "
-	"  AND " CLAIM_RUNNING
-	"  AND " NTASK_WORKER_RIGHT("q", "2") " AND " CLAIM_CAP_LOCK,
-	4, {TEXTOID, OIDOID, BOOLOID, INT4OID}
-};
+#define CLAIM_AGING_PICK \
+	NTASK_PRIORITY_WALK \
+	", h AS MATERIALIZED ( " \
+	"  SELECT c.task_id, c.due_at, " CLAIM_AGING_EFF " AS eff " \
+	"  FROM ntask.queue a, pr, LATERAL ( " \
+	"    SELECT t.task_id, t.due_at FROM ntask.task t " \
+	"    WHERE t.queue OPERATOR(pg_catalog.=) $1 " \
+	"      AND t.priority OPERATOR(pg_catalog.=) pr.p " \
+	"      AND t.due_at OPERATOR(pg_catalog.<=) pg_catalog.statement_timestamp() " \
+	"      AND (NOT $3 OR t.attempts OPERATOR(pg_catalog.=) 0) " \
+	"      AND (t.partition_key IS NULL OR NOT EXISTS ( " \
+	"        SELECT FROM ntask.key_pause k " \
+	"        WHERE k.queue OPERATOR(pg_catalog.=) $1 " \
+	"          AND k.partition_key OPERATOR(pg_catalog.=) t.partition_key " \
+	"          AND k.until OPERATOR(pg_catalog.>) pg_catalog.statement_timestamp())) " \
+	"    ORDER BY t.due_at, t.task_id LIMIT $4) c " \
+	"  WHERE a.queue OPERATOR(pg_catalog.=) $1 AND pr.p IS NOT NULL " \
+	"    AND a.priority_aging IS NOT NULL " \
+	"  ORDER BY eff DESC, c.due_at, c.task_id " \
+	") " \
+	"SELECT x.task_id, x.was_leased, x.task_key, x.payload, q.lease, q.guard, " \
+	"  " CLAIM_POLICY ", x.retry, x.token " \
+	"FROM ntask.queue q, h, LATERAL ( " \
+	"  SELECT t.task_id, t.state OPERATOR(pg_catalog.=) 'leased' AS was_leased, " \
+	"    t.task_key, t.payload, t.attempts OPERATOR(pg_catalog.>) 0 AS retry, t.token " \
+	"  FROM ntask.task t " \
+	"  WHERE t.task_id OPERATOR(pg_catalog.=) h.task_id " \
+	"    AND t.queue OPERATOR(pg_catalog.=) $1 " \
+	"    AND t.due_at OPERATOR(pg_catalog.<=) pg_catalog.statement_timestamp() " \
+	"    AND (NOT $3 OR t.attempts OPERATOR(pg_catalog.=) 0) " \
+	"  FOR UPDATE OF t SKIP LOCKED) x " \
+	"WHERE q.queue OPERATOR(pg_catalog.=) $1 " \
+	"  AND q.fairness OPERATOR(pg_catalog.=) 'none' AND q.priority_aging IS NOT NULL " \
+	"  AND " CLAIM_RUNNING \
+	"  AND " NTASK_WORKER_RIGHT("q", "2") " AND " CLAIM_CAP_LOCK
 
-/* candidates per level beyond the claim's count (claim_aging_pick_plan) */
+/*
+ * Not on a distributed install yet: the routed path runs no statement,
+ * its before step refuses the claim (claim_aging_refuse).
+ */
+static bool claim_aging_refuse(Datum *values, char *nulls);
+
+static NtaskPair claim_aging_pair = NTASK_PAIR("claim aging pick",
+											   NTASK_PLAIN(16, CLAIM_AGING_PICK, 4, SPI_OK_SELECT),
+											   NTASK_ROUTED_NONE(claim_aging_refuse),
+											   TEXTOID, OIDOID, BOOLOID, INT4OID);
+
+/* candidates per level beyond the claim's count (claim_aging_pair) */
 #define CLAIM_AGING_SLACK 8
 
 /* where this backend's next claim on a distributed install starts */
@@ -314,32 +319,36 @@ static int	claim_shard_cursor = -1;
  */
 #define CLAIM_KEYLESS_LOOK 100
 
-static NtaskPlan claim_keyless_pick_plan = {
-	"claim keyless pick",
-	.ncols = 16,
-	"SELECT x.task_id, x.was_leased, x.task_key, x.payload, q.lease, q.guard, "
-	"  " CLAIM_POLICY ", x.retry, x.token "
-	"FROM ntask.queue q, LATERAL ( "
-	"  SELECT t.task_id, t.state OPERATOR(pg_catalog.=) 'leased' AS was_leased, "
-	"    t.task_key, t.payload, t.attempts OPERATOR(pg_catalog.>) 0 AS retry, t.token "
-	"  FROM ntask.task t "
-	"  WHERE t.task_id OPERATOR(pg_catalog.=) ANY (ARRAY( "
-	"      SELECT d.task_id FROM ( "
-	"        SELECT d.task_id, d.partition_key FROM ntask.task d "
-	"        WHERE d.queue OPERATOR(pg_catalog.=) $1 AND d.due_at IS NOT NULL "
-	"          AND d.due_at OPERATOR(pg_catalog.<=) pg_catalog.statement_timestamp() "
-	"        ORDER BY d.priority DESC, d.due_at, d.task_id "
-	"        LIMIT " CppAsString2(CLAIM_KEYLESS_LOOK) ") d "
-	"      WHERE d.partition_key IS NULL)) "
-	"    AND t.partition_key IS NULL "
-	"    AND t.due_at OPERATOR(pg_catalog.<=) pg_catalog.statement_timestamp() "
-	"    AND (NOT $3 OR t.attempts OPERATOR(pg_catalog.=) 0) "
-	"  ORDER BY t.priority DESC, t.due_at, t.task_id "
-	"  FOR UPDATE OF t SKIP LOCKED) x "
-	"WHERE q.queue OPERATOR(pg_catalog.=) $1 AND " CLAIM_RUNNING
-	"  AND " NTASK_WORKER_RIGHT("q", "2") " AND " CLAIM_CAP_LOCK,
-	3, {TEXTOID, OIDOID, BOOLOID}
-};
+#define CLAIM_KEYLESS_PICK \
+	"SELECT x.task_id, x.was_leased, x.task_key, x.payload, q.lease, q.guard, " \
+	"  " CLAIM_POLICY ", x.retry, x.token " \
+	"FROM ntask.queue q, LATERAL ( " \
+	"  SELECT t.task_id, t.state OPERATOR(pg_catalog.=) 'leased' AS was_leased, " \
+	"    t.task_key, t.payload, t.attempts OPERATOR(pg_catalog.>) 0 AS retry, t.token " \
+	"  FROM ntask.task t " \
+	"  WHERE t.task_id OPERATOR(pg_catalog.=) ANY (ARRAY( " \
+	"      SELECT d.task_id FROM ( " \
+	"        SELECT d.task_id, d.partition_key FROM ntask.task d " \
+	"        WHERE d.queue OPERATOR(pg_catalog.=) $1 AND d.due_at IS NOT NULL " \
+	"          AND d.due_at OPERATOR(pg_catalog.<=) pg_catalog.statement_timestamp() " \
+	"        ORDER BY d.priority DESC, d.due_at, d.task_id " \
+	"        LIMIT " CppAsString2(CLAIM_KEYLESS_LOOK) ") d " \
+	"      WHERE d.partition_key IS NULL)) " \
+	"    AND t.partition_key IS NULL " \
+	"    AND t.due_at OPERATOR(pg_catalog.<=) pg_catalog.statement_timestamp() " \
+	"    AND (NOT $3 OR t.attempts OPERATOR(pg_catalog.=) 0) " \
+	"  ORDER BY t.priority DESC, t.due_at, t.task_id " \
+	"  FOR UPDATE OF t SKIP LOCKED) x " \
+	"WHERE q.queue OPERATOR(pg_catalog.=) $1 AND " CLAIM_RUNNING \
+	"  AND " NTASK_WORKER_RIGHT("q", "2") " AND " CLAIM_CAP_LOCK
+
+/* a distributed install does not look for keyless tasks of a fair queue */
+static bool claim_keyless_none(Datum *values, char *nulls);
+
+static NtaskPair claim_keyless_pair = NTASK_PAIR("claim keyless pick",
+												 NTASK_PLAIN(16, CLAIM_KEYLESS_PICK, 3, SPI_OK_SELECT),
+												 NTASK_ROUTED_NONE(claim_keyless_none),
+												 CLAIM_PICK_TYPES);
 
 /*
  * When the plain pick found nothing: does the queue exist, may the caller
@@ -484,31 +493,33 @@ static NtaskPlan claim_paused_keys_plan = {
 	"      AND d.due_at OPERATOR(pg_catalog.<=) " now ") " \
 	"    THEN " CLAIM_TURN_LOCK("k.pk") " END)" tail
 
-static NtaskPlan claim_fair_pick_plan = {
-	"claim fair pick",
-	.ncols = 17,
-	CLAIM_FAIR_PICK("", "", "", CLAIM_NOW_LOCAL),
-	7, {TEXTOID, OIDOID, INT4OID, BOOLOID, TEXTOID, TEXTARRAYOID, BOOLOID}
-};
-
 /*
- * The fair pick of a distributed install, within shard $8 (each scan of
- * the key walk says so: Citus plans a recursive CTE only with a filter on
- * the distribution column), one router statement, with the claim's count
- * as its LIMIT $9: the shard's node runs the statement whole (the
- * executor's stop after n rows does not reach it), and without the LIMIT
- * it would lock a task of every key of the shard and take every key's
- * turn lock.  The turn locks are taken on the shard's node, in the claim's
- * transaction: every task of a key is in that shard.
+ * The fair pick, and (the routed variant) a distributed install's within
+ * shard $8 (each scan of the key walk says so: Citus plans a recursive
+ * CTE only with a filter on the distribution column), one router
+ * statement, with the claim's count as its LIMIT $9: the shard's node runs
+ * the statement whole (the executor's stop after n rows does not reach
+ * it), and without the LIMIT it would lock a task of every key of the
+ * shard and take every key's turn lock.  The turn locks are taken on the
+ * shard's node, in the claim's transaction: every task of a key is in that
+ * shard.  Its after step is as the plain pick's (claim_keyed_policy).
+ * The parameters are ClaimKeyedArg: the plain variant takes the first
+ * seven.
  */
+static void claim_keyed_policy(SPITupleTable *tt, int n, Datum *values, char *nulls);
+
+#define CLAIM_KEYED_TYPES \
+	TEXTOID, OIDOID, INT4OID, BOOLOID, TEXTOID, TEXTARRAYOID, BOOLOID, INT2OID, INT4OID, \
+	TIMESTAMPTZOID
 #define CLAIM_SHARD_PRED(alias) " AND " alias ".shard OPERATOR(pg_catalog.=) $8 "
-static NtaskPlan claim_fair_pick_shard_plan = {
-	"claim fair pick (one shard)",
-	.ncols = 17,
-	CLAIM_FAIR_PICK(CLAIM_SHARD_PRED("t"), CLAIM_SHARD_PRED("d"), " LIMIT $9", "$10"),
-	10, {TEXTOID, OIDOID, INT4OID, BOOLOID, TEXTOID, TEXTARRAYOID, BOOLOID, INT2OID, INT4OID,
-	TIMESTAMPTZOID}
-};
+
+static NtaskPair claim_fair_pick_pair = NTASK_PAIR("claim fair pick",
+												   NTASK_PLAIN(17, CLAIM_FAIR_PICK("", "", "", CLAIM_NOW_LOCAL),
+															   7, SPI_OK_SELECT),
+												   NTASK_ROUTED(17, CLAIM_FAIR_PICK(CLAIM_SHARD_PRED("t"), CLAIM_SHARD_PRED("d"),
+																					" LIMIT $9", "$10"),
+																10, SPI_OK_SELECT, NULL, claim_keyed_policy),
+												   CLAIM_KEYED_TYPES);
 
 /*
  * The pick of an ordered queue (ordered => true, docs/design.md "Flow
@@ -545,74 +556,57 @@ static NtaskPlan claim_fair_pick_shard_plan = {
 	"  AND " NTASK_WORKER_RIGHT("q", "2") " AND " CLAIM_CAP_LOCK " " \
 	"  AND k.pk OPERATOR(pg_catalog.<>) ALL ($6)" tail
 
-static NtaskPlan claim_ordered_pick_plan = {
-	"claim ordered pick",
-	.ncols = 17,
-	CLAIM_ORDERED_PICK("", "", "", CLAIM_NOW_LOCAL),
-	/* up to $6: $7, the fair pick's fresh-only flag, is not the ordered one's */
-	6, {TEXTOID, OIDOID, INT4OID, BOOLOID, TEXTOID, TEXTARRAYOID}
-};
-
-/* the ordered pick of a distributed install, as the fair one above */
-static NtaskPlan claim_ordered_pick_shard_plan = {
-	"claim ordered pick (one shard)",
-	.ncols = 17,
-	CLAIM_ORDERED_PICK(CLAIM_SHARD_PRED("t"), CLAIM_SHARD_PRED("h"), " LIMIT $9", "$10"),
-	10, {TEXTOID, OIDOID, INT4OID, BOOLOID, TEXTOID, TEXTARRAYOID, BOOLOID, INT2OID, INT4OID,
-	TIMESTAMPTZOID}
-};
+/*
+ * The ordered pick and its routed variant within shard $8, as the fair
+ * ones above; the plain variant takes the first six parameters ($7, the
+ * fair pick's fresh-only flag, is not the ordered one's).
+ */
+static NtaskPair claim_ordered_pick_pair = NTASK_PAIR("claim ordered pick",
+													  NTASK_PLAIN(17, CLAIM_ORDERED_PICK("", "", "", CLAIM_NOW_LOCAL),
+																  6, SPI_OK_SELECT),
+													  NTASK_ROUTED(17, CLAIM_ORDERED_PICK(CLAIM_SHARD_PRED("t"), CLAIM_SHARD_PRED("h"),
+																						  " LIMIT $9", "$10"),
+																   10, SPI_OK_SELECT, NULL, claim_keyed_policy),
+													  CLAIM_KEYED_TYPES);
 
 /*
  * The queue's leased tasks whose lease has not run out, per partition key.
  * Through task_lease_idx (the queue test is kept out of the index's reach,
  * so no plan walks the queue's backlog in task_due_idx): it reads every
  * lease of the database that is still running, so it costs what is in
- * flight, not what is queued.
+ * flight, not what is queued.  pred: the routed variants' shard predicate.
  */
-static NtaskPlan claim_inflight_plan = {
-	"claim in flight",
-	.ncols = 2,
-	"SELECT t.partition_key, pg_catalog.count(*)::integer FROM ntask.task t "
-	"WHERE t.lease_until OPERATOR(pg_catalog.>) pg_catalog.statement_timestamp() "
-	"  AND (t.queue OPERATOR(pg_catalog.=) $1) IS TRUE "
-	"  AND t.state OPERATOR(pg_catalog.=) 'leased' "
-	"GROUP BY t.partition_key",
-	1, {TEXTOID}
-};
+#define CLAIM_INFLIGHT(pred) \
+	"SELECT t.partition_key, pg_catalog.count(*)::integer FROM ntask.task t " \
+	"WHERE " pred "t.lease_until OPERATOR(pg_catalog.>) pg_catalog.statement_timestamp() " \
+	"  AND (t.queue OPERATOR(pg_catalog.=) $1) IS TRUE " \
+	"  AND t.state OPERATOR(pg_catalog.=) 'leased' " \
+	"GROUP BY t.partition_key"
 
 /*
- * The same within shard $2 on a distributed install: the picked keys are
- * of one shard, and all their tasks are in it (per-key caps and order hold
- * per shard; queue-wide caps are refused there).
+ * The leases of the picked keys (a per-key cap, an ordered queue): on a
+ * distributed install within the picked tasks' shard $2: the picked keys
+ * are of one shard, and all their tasks are in it (per-key caps and order
+ * hold per shard).
  */
-static NtaskPlan claim_inflight_shard_plan = {
-	"claim in flight (one shard)",
-	.ncols = 2,
-	"SELECT t.partition_key, pg_catalog.count(*)::integer FROM ntask.task t "
-	"WHERE t.shard OPERATOR(pg_catalog.=) $2 "
-	"  AND t.lease_until OPERATOR(pg_catalog.>) pg_catalog.statement_timestamp() "
-	"  AND (t.queue OPERATOR(pg_catalog.=) $1) IS TRUE "
-	"  AND t.state OPERATOR(pg_catalog.=) 'leased' "
-	"GROUP BY t.partition_key",
-	2, {TEXTOID, INT2OID}
-};
+static NtaskPair claim_inflight_pair = NTASK_PAIR("claim in flight",
+												  NTASK_PLAIN(2, CLAIM_INFLIGHT(""), 1, SPI_OK_SELECT),
+												  NTASK_ROUTED(2, CLAIM_INFLIGHT("t.shard OPERATOR(pg_catalog.=) $2 "
+																				 "  AND "),
+															   2, SPI_OK_SELECT, NULL, NULL),
+												  TEXTOID, INT2OID);
 
 /*
- * The same over the shards $2 of one node, for a queue-wide cap on a
- * distributed install (claim_limit: each node holds its share of the cap).
- * Read-only, each shard's part routed to that node.
+ * The leases of the queue, for a queue-wide cap: on a distributed install
+ * over the shards $2 of one node (claim_limit: each node holds its share
+ * of the cap), read-only, each shard's part routed to that node.
  */
-static NtaskPlan claim_inflight_node_plan = {
-	"claim in flight (one node)",
-	.ncols = 2,
-	"SELECT t.partition_key, pg_catalog.count(*)::integer FROM ntask.task t "
-	"WHERE t.shard OPERATOR(pg_catalog.=) ANY ($2) "
-	"  AND t.lease_until OPERATOR(pg_catalog.>) pg_catalog.statement_timestamp() "
-	"  AND (t.queue OPERATOR(pg_catalog.=) $1) IS TRUE "
-	"  AND t.state OPERATOR(pg_catalog.=) 'leased' "
-	"GROUP BY t.partition_key",
-	2, {TEXTOID, INT2ARRAYOID}
-};
+static NtaskPair claim_inflight_node_pair = NTASK_PAIR("claim in flight (queue)",
+													   NTASK_PLAIN(2, CLAIM_INFLIGHT(""), 1, SPI_OK_SELECT),
+													   NTASK_ROUTED(2, CLAIM_INFLIGHT("t.shard OPERATOR(pg_catalog.=) ANY ($2) "
+																					  "  AND "),
+																	2, SPI_OK_SELECT, NULL, NULL),
+													   TEXTOID, INT2ARRAYOID);
 
 /*
  * The result columns of every pick (CLAIM_PICK and the keyless, fair and
@@ -646,24 +640,25 @@ typedef enum ClaimPickCol
 } ClaimPickCol;
 
 /*
- * The parameters of the plain picks (claim_pick_plan, its keys-paused
- * twin, the keyless one and the ones of a shard): values[CLAIM_PICK_ARG_X]
- * is $(X + 1).  claim_pick_plan and the keyless pick take the first three;
- * the keys-paused picks all six, the plain one passing $4 and $5 by.
+ * The parameters of the plain picks (claim_pick_pair, its keys-paused
+ * twin and the keyless one): values[CLAIM_PICK_ARG_X] is $(X + 1).  The
+ * plain variants of claim_pick_pair and of the keyless pick take the
+ * first three, the keys-paused one the first six (passing $4 and $5 by);
+ * the routed variants all seven.
  */
 typedef enum ClaimPickArg
 {
 	CLAIM_PICK_ARG_QUEUE,		/* $1 */
 	CLAIM_PICK_ARG_CALLER,		/* $2, for the worker_role */
 	CLAIM_PICK_ARG_FRESH_ONLY,	/* $3, first attempts only */
-	CLAIM_PICK_ARG_SHARD,		/* $4, the shard picks' */
-	CLAIM_PICK_ARG_LIMIT,		/* $5, the shard picks' */
+	CLAIM_PICK_ARG_SHARD,		/* $4, the routed picks' */
+	CLAIM_PICK_ARG_LIMIT,		/* $5, the routed picks' */
 	CLAIM_PICK_ARG_PAUSED_KEYS, /* $6, the keys-paused picks' */
-	CLAIM_PICK_ARG_NOW,			/* $7, the shard picks': the claim's timestamp */
+	CLAIM_PICK_ARG_NOW,			/* $7, the routed picks': the claim's time */
 	CLAIM_PICK_NARGS
 } ClaimPickArg;
 
-/* the parameters of claim_aging_pick_plan: the plain pick's first three */
+/* the parameters of claim_aging_pair: the plain pick's first three */
 typedef enum ClaimAgingArg
 {
 	CLAIM_AGING_ARG_QUEUE,		/* $1 */
@@ -676,7 +671,7 @@ typedef enum ClaimAgingArg
 /*
  * The parameters of the fair and ordered picks (CLAIM_FAIR_PICK,
  * CLAIM_ORDERED_PICK), the same way; the first two as the plain pick's.
- * The last two are the shard picks' only.
+ * The last three are the routed picks' only.
  */
 typedef enum ClaimKeyedArg
 {
@@ -707,7 +702,7 @@ typedef enum ClaimPausedCol
 	CLAIM_PAUSED_ENDS			/* the earliest end of those pauses */
 } ClaimPausedCol;
 
-/* the parameters of claim_inflight_plan and its shard and node twins */
+/* the parameters of claim_inflight_pair and claim_inflight_node_pair */
 typedef enum ClaimInflightArg
 {
 	CLAIM_INFLIGHT_ARG_QUEUE,	/* $1 */
@@ -727,7 +722,7 @@ typedef enum ClaimQueueCol
 	CLAIM_QUEUE_AGING			/* priority_aging is set */
 } ClaimQueueCol;
 
-/* the columns of claim_inflight_plan (and of its shard twin) */
+/* the columns of claim_inflight_pair and claim_inflight_node_pair */
 typedef enum ClaimInflightCol
 {
 	CLAIM_INFLIGHT_KEY = 1,
@@ -839,9 +834,11 @@ typedef struct ClaimPicked
  * Citus refuses a stable function (statement_timestamp(), timestamptz +
  * interval) in a CASE of an UPDATE of a distributed table.  $10: mark the
  * leased attempts invoked (ntask_claim's invoked).  $11: each task's token
- * as its pick read it, in $1's order (the distributed lease only).
- * CLAIM_LEASE_ARGS: their types, for the plain and the distributed lease
- * statement.
+ * as its pick read it, in $1's order (the routed lease only).  Then two
+ * values no statement binds, of the routed lease's before and after steps
+ * (claim_lease_receipts, claim_lease_committed): whether a task let
+ * through had an attempt before (only then can one have a receipt), and
+ * the tasks found with a receipt.
  */
 typedef enum ClaimLeaseArg
 {
@@ -855,14 +852,12 @@ typedef enum ClaimLeaseArg
 	CLAIM_LEASE_ARG_LEASE_UNTIL,	/* $8 */
 	CLAIM_LEASE_ARG_SHARD,		/* $9 */
 	CLAIM_LEASE_ARG_INVOKED,	/* $10 */
-	CLAIM_LEASE_ARG_TOKENS,		/* $11, the distributed lease's check */
-	CLAIM_LEASE_NARGS
+	CLAIM_LEASE_ARG_TOKENS,		/* $11, the routed lease's check */
+	CLAIM_LEASE_NARGS,			/* the statements' parameters */
+	CLAIM_LEASE_VAL_ANY_RETRY = CLAIM_LEASE_NARGS,	/* bool */
+	CLAIM_LEASE_VAL_RECEIPTS,	/* ClaimReceipts *, set by the before step */
+	CLAIM_LEASE_NVALUES
 } ClaimLeaseArg;
-
-#define CLAIM_LEASE_TYPES \
-	{INT8ARRAYOID, TEXTOID, INTERVALOID, INT8ARRAYOID, INT8ARRAYOID, INT8OID, \
-	TIMESTAMPTZOID, TIMESTAMPTZOID, INT2OID, BOOLOID, INT8ARRAYOID}
-#define CLAIM_LEASE_ARGS CLAIM_LEASE_NARGS, CLAIM_LEASE_TYPES
 
 #define CLAIM_LEASE_SET(floor) \
 	"    state = CASE WHEN " CLAIM_SPENT " THEN 'repair_required' ELSE 'leased' END, " \
@@ -903,35 +898,18 @@ typedef enum ClaimLeaseArg
 	"  OR " alias "signal_key IS NOT NULL OR " alias "has_parents, " \
 	alias "traceparent, " alias "checkpoints, " alias "signal_key, " alias "has_parents"
 
-static NtaskPlan claim_lease_plan = {
-	"claim lease",
-	.ncols = 13,
-	"WITH upd AS ( "
-	"  UPDATE ntask.task t SET "
-	CLAIM_LEASE_SET("$6")
-	"  WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1) " NTASK_SHARD_IS("t", "9")
-	"  RETURNING t.task_id, t.task_key, t.payload, t.attempts, t.token, "
-	"    t.lease_until, t.unknown_attempts, t.state, t.shard, t.traceparent, "
-	"    t.checkpoints, t.signal_key, t.has_parents, "
-	"    EXISTS (SELECT 1 FROM ntask.receipt r "
-	"            WHERE r.task_id OPERATOR(pg_catalog.=) t.task_id "
-	"              AND r.shard OPERATOR(pg_catalog.=) t.shard) AS committed "
-	") "
-	"SELECT u.task_id, u.task_key, u.payload, u.attempts, u.token, u.lease_until, "
-	"  CASE WHEN u.committed THEN 'committed' "
-	"    WHEN u.unknown_attempts OPERATOR(pg_catalog.>) 0 THEN 'unknown' END, "
-	"  u.state OPERATOR(pg_catalog.=) 'leased', " CLAIM_CONTEXT_COLS("u.") " "
-	"FROM upd u ORDER BY u.task_id",
-	/* up to $10: $11 is the distributed lease's alone */
-	CLAIM_LEASE_ARG_TOKENS, CLAIM_LEASE_TYPES
-};
-
 /*
- * claim_lease_plan on a distributed install: the update returns the rows
- * the caller gets (same columns); a receipt makes the prior outcome
- * 'committed' (claim_receipts_plan, read first: a RETURNING subquery keeps
- * Citus from routing the update).  Rows are not sorted by task id here.
- * The token floor is also the one of the node that holds the row
+ * The lease.  On a plain install one statement: the update in a CTE and
+ * the rows the caller gets, a receipt making the prior outcome
+ * 'committed', sorted by task id.  Its parameters are up to $10: $11 is
+ * the routed lease's alone.
+ *
+ * The routed variant: the update returns the rows the caller gets (same
+ * columns); a receipt makes the prior outcome 'committed' (its before
+ * step reads them, claim_lease_receipts: a RETURNING subquery keeps Citus
+ * from routing the update; its after step marks them,
+ * claim_lease_committed).  Rows are not sorted by task id there.  The
+ * token floor is also the one of the node that holds the row
  * (ntask.token_floor, evaluated there: docs/scaling.md "Task ids and
  * tokens"), so a promoted standby of that node issues tokens above any an
  * earlier timeline of it issued, wherever the claim runs.
@@ -947,21 +925,43 @@ static NtaskPlan claim_lease_plan = {
  * just leased on the shard's new placement, losing that attempt from the
  * ledger).
  */
-static NtaskPlan claim_lease_dist_plan = {
-	"claim lease (distributed)",
-	.ncols = 13,
-	"UPDATE ntask.task t SET "
-	CLAIM_LEASE_SET("GREATEST($6, ntask.token_floor(t.shard))")
-	"WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1) " NTASK_SHARD_IS("t", "9")
-	"  AND t.token OPERATOR(pg_catalog.=) ($11)[pg_catalog.array_position($1, t.task_id)] "
-	"  AND t.due_at IS NOT NULL "
-	"  AND (t.state OPERATOR(pg_catalog.=) 'leased') "
-	"    OPERATOR(pg_catalog.=) (t.task_id OPERATOR(pg_catalog.=) ANY ($4)) "
-	"RETURNING t.task_id, t.task_key, t.payload, t.attempts, t.token, t.lease_until, "
-	"  CASE WHEN t.unknown_attempts OPERATOR(pg_catalog.>) 0 THEN 'unknown' END, "
-	"  t.state OPERATOR(pg_catalog.=) 'leased', " CLAIM_CONTEXT_COLS("t."),
-	CLAIM_LEASE_ARGS
-};
+static bool claim_lease_receipts(Datum *values, char *nulls);
+static void claim_lease_committed(SPITupleTable *tt, int n, Datum *values, char *nulls);
+
+static NtaskPair claim_lease_pair = NTASK_PAIR("claim lease",
+											   NTASK_PLAIN(13,
+														   "WITH upd AS ( "
+														   "  UPDATE ntask.task t SET "
+														   CLAIM_LEASE_SET("$6")
+														   "  WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1) " NTASK_SHARD_IS("t", "9")
+														   "  RETURNING t.task_id, t.task_key, t.payload, t.attempts, t.token, "
+														   "    t.lease_until, t.unknown_attempts, t.state, t.shard, t.traceparent, "
+														   "    t.checkpoints, t.signal_key, t.has_parents, "
+														   "    EXISTS (SELECT 1 FROM ntask.receipt r "
+														   "            WHERE r.task_id OPERATOR(pg_catalog.=) t.task_id "
+														   "              AND r.shard OPERATOR(pg_catalog.=) t.shard) AS committed "
+														   ") "
+														   "SELECT u.task_id, u.task_key, u.payload, u.attempts, u.token, u.lease_until, "
+														   "  CASE WHEN u.committed THEN 'committed' "
+														   "    WHEN u.unknown_attempts OPERATOR(pg_catalog.>) 0 THEN 'unknown' END, "
+														   "  u.state OPERATOR(pg_catalog.=) 'leased', " CLAIM_CONTEXT_COLS("u.") " "
+														   "FROM upd u ORDER BY u.task_id",
+														   CLAIM_LEASE_ARG_TOKENS, SPI_OK_SELECT),
+											   NTASK_ROUTED(13,
+															"UPDATE ntask.task t SET "
+															CLAIM_LEASE_SET("GREATEST($6, ntask.token_floor(t.shard))")
+															"WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1) " NTASK_SHARD_IS("t", "9")
+															"  AND t.token OPERATOR(pg_catalog.=) ($11)[pg_catalog.array_position($1, t.task_id)] "
+															"  AND t.due_at IS NOT NULL "
+															"  AND (t.state OPERATOR(pg_catalog.=) 'leased') "
+															"    OPERATOR(pg_catalog.=) (t.task_id OPERATOR(pg_catalog.=) ANY ($4)) "
+															"RETURNING t.task_id, t.task_key, t.payload, t.attempts, t.token, t.lease_until, "
+															"  CASE WHEN t.unknown_attempts OPERATOR(pg_catalog.>) 0 THEN 'unknown' END, "
+															"  t.state OPERATOR(pg_catalog.=) 'leased', " CLAIM_CONTEXT_COLS("t."),
+															CLAIM_LEASE_NARGS, SPI_OK_UPDATE_RETURNING,
+															claim_lease_receipts, claim_lease_committed),
+											   INT8ARRAYOID, TEXTOID, INTERVALOID, INT8ARRAYOID, INT8ARRAYOID, INT8OID,
+											   TIMESTAMPTZOID, TIMESTAMPTZOID, INT2OID, BOOLOID, INT8ARRAYOID);
 
 /*
  * of the tasks $1 (of shard $2), those with a receipt (prior 'committed');
@@ -987,9 +987,16 @@ static NtaskPlan claim_receipts_plan = {
 	2, {INT8ARRAYOID, INT2OID}
 };
 
+/* the tasks with a receipt, claim_lease_receipts' answer */
+typedef struct ClaimReceipts
+{
+	int64	   *ids;
+	int			n;
+} ClaimReceipts;
+
 
 /*
- * The columns of claim_lease_plan's result (and claim_lease_dist_plan's):
+ * The columns of claim_lease_pair's result (both variants):
  * ntask_claim's columns but context, then whether the task was leased,
  * then CLAIM_CONTEXT_COLS (what claim_context builds context from).
  */
@@ -1034,20 +1041,28 @@ claim_exec(NtaskPlan *p, Datum *args, int expected_rc, long count, int *n)
 	return SPI_tuptable;
 }
 
-/* claim_run: a pick of at most want rows; *rows its rows */
+/* claim_exec_pair: claim_exec of the call's variant of pair (NtaskExecPair) */
+static SPITupleTable *
+claim_exec_pair(NtaskPair *pair, Datum *args, long count, int *n)
+{
+	*n = NtaskExecPairCount(pair, args, NULL, count);
+	return SPI_tuptable;
+}
+
+/* claim_run: a pick of at most want rows; *rows its rows (none read at 0) */
 static int
-claim_run(NtaskPlan *p, Datum *args, int want, SPITupleTable **rows)
+claim_run(NtaskPair *pair, Datum *args, int want, SPITupleTable **rows)
 {
 	int			n;
 
-	*rows = claim_exec(p, args, SPI_OK_SELECT, want, &n);
+	*rows = claim_exec_pair(pair, args, want, &n);
 	return n;
 }
 
 /*
  * claim_mark_committed
- *		In the rows of claim_lease_dist_plan, the prior outcome of a task
- *		that has a receipt is 'committed', as claim_lease_plan says.
+ *		In the rows of the routed lease, the prior outcome of a task that
+ *		has a receipt is 'committed', as the plain lease says.
  */
 static void
 claim_mark_committed(SPITupleTable *rows, int nrows, int64 *rcpt, int nrcpt)
@@ -1075,6 +1090,41 @@ claim_mark_committed(SPITupleTable *rows, int nrows, int64 *rcpt, int nrcpt)
 				break;
 			}
 	}
+}
+
+/*
+ * claim_lease_receipts
+ *		The routed lease's before step: of the tasks to lease, those with a
+ *		receipt (claim_receipts_plan), into values[CLAIM_LEASE_VAL_RECEIPTS].
+ *		A receipt is written with a token, so a task on its first attempt
+ *		has none: the lookup is for retries and takeovers.
+ */
+static bool
+claim_lease_receipts(Datum *values, char *nulls)
+{
+	ClaimReceipts *rc = palloc0(sizeof(ClaimReceipts));
+	Datum		rv[CLAIM_RECEIPTS_NARGS];
+	SPITupleTable *tt = NULL;
+	int			r;
+
+	rv[CLAIM_RECEIPTS_ARG_IDS] = values[CLAIM_LEASE_ARG_IDS];
+	rv[CLAIM_RECEIPTS_ARG_SHARD] = values[CLAIM_LEASE_ARG_SHARD];
+	if (DatumGetBool(values[CLAIM_LEASE_VAL_ANY_RETRY]))
+		tt = claim_exec(&claim_receipts_plan, rv, SPI_OK_SELECT, 0, &rc->n);
+	rc->ids = palloc(sizeof(int64) * Max(rc->n, 1));
+	for (r = 0; r < rc->n; r++)
+		rc->ids[r] = NtaskTupGetInt64(tt, r, CLAIM_RECEIPTS_TASK_ID);
+	values[CLAIM_LEASE_VAL_RECEIPTS] = PointerGetDatum(rc);
+	return true;
+}
+
+/* claim_lease_committed: the routed lease's after step (claim_mark_committed) */
+static void
+claim_lease_committed(SPITupleTable *tt, int n, Datum *values, char *nulls)
+{
+	ClaimReceipts *rc = (ClaimReceipts *) DatumGetPointer(values[CLAIM_LEASE_VAL_RECEIPTS]);
+
+	claim_mark_committed(tt, n, rc->ids, rc->n);
 }
 
 /*
@@ -1279,6 +1329,28 @@ claim_dist_policy(SPITupleTable *rows, text *queue, bool per_key, int16 shard)
 }
 
 /*
+ * claim_pick_policy, claim_keyed_policy
+ *		The after steps of the routed picks (plain; fair and ordered): the
+ *		flow control a distributed claim cannot keep where it runs
+ *		(claim_dist_policy) is refused once a shard gave rows.
+ */
+static void
+claim_pick_policy(SPITupleTable *tt, int n, Datum *values, char *nulls)
+{
+	if (n > 0)
+		claim_dist_policy(tt, (text *) DatumGetPointer(values[CLAIM_PICK_ARG_QUEUE]),
+						  false, DatumGetInt16(values[CLAIM_PICK_ARG_SHARD]));
+}
+
+static void
+claim_keyed_policy(SPITupleTable *tt, int n, Datum *values, char *nulls)
+{
+	if (n > 0)
+		claim_dist_policy(tt, (text *) DatumGetPointer(values[CLAIM_KEYED_ARG_QUEUE]),
+						  true, DatumGetInt16(values[CLAIM_KEYED_ARG_SHARD]));
+}
+
+/*
  * claim_read_paused_keys
  *		The queue row says some of its keys are paused: read
  *		them into pol (paused_keys, the earliest end into pause_ends).
@@ -1387,9 +1459,32 @@ claim_read_mode(text *queue, Datum *args, ClaimPolicy *pol)
 }
 
 /*
+ * claim_aging_refuse
+ *		The routed aging pick's before step: a distributed install does not
+ *		support priority aging yet (0A000).
+ */
+static bool
+claim_aging_refuse(Datum *values, char *nulls)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+			 errmsg("ntask: queue \"%s\" has priority aging, which a distributed install does not support yet",
+					TextDatumGetCString(values[CLAIM_AGING_ARG_QUEUE])),
+			 errhint("Pass priority_aging => '0' to ntask_queue_set to turn it off.")));
+	return false;
+}
+
+/* claim_keyless_none: the routed keyless pick's before step: no statement */
+static bool
+claim_keyless_none(Datum *values, char *nulls)
+{
+	return false;
+}
+
+/*
  * claim_aging_pick
- *		The pick of a queue with priority aging (claim_aging_pick_plan; args
- *		as the plain pick's first three).  Not on a distributed install yet.
+ *		The pick of a queue with priority aging (claim_aging_pair; args as
+ *		the plain pick's first three).  Not on a distributed install yet.
  */
 static int
 claim_aging_pick(text *queue, Datum *args, int want, SPITupleTable **rows)
@@ -1397,18 +1492,12 @@ claim_aging_pick(text *queue, Datum *args, int want, SPITupleTable **rows)
 	Datum		aargs[CLAIM_AGING_NARGS];
 	int			n;
 
-	if (NtaskShardCount() > 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("ntask: queue \"%s\" has priority aging, which a distributed install does not support yet",
-						text_to_cstring(queue)),
-				 errhint("Pass priority_aging => '0' to ntask_queue_set to turn it off.")));
 	aargs[CLAIM_AGING_ARG_QUEUE] = args[CLAIM_PICK_ARG_QUEUE];
 	aargs[CLAIM_AGING_ARG_CALLER] = args[CLAIM_PICK_ARG_CALLER];
 	aargs[CLAIM_AGING_ARG_FRESH_ONLY] = args[CLAIM_PICK_ARG_FRESH_ONLY];
 	aargs[CLAIM_AGING_ARG_PER_LEVEL] =
 		Int32GetDatum(Min(want + CLAIM_AGING_SLACK, NTASK_MAX_CLAIM));
-	n = claim_run(&claim_aging_pick_plan, aargs, want, rows);
+	n = claim_run(&claim_aging_pair, aargs, want, rows);
 	if (n == 0 && want + CLAIM_AGING_SLACK < NTASK_MAX_CLAIM)
 	{
 		/*
@@ -1416,20 +1505,19 @@ claim_aging_pick(text *queue, Datum *args, int want, SPITupleTable **rows)
 		 * look further down each level.
 		 */
 		aargs[CLAIM_AGING_ARG_PER_LEVEL] = Int32GetDatum(NTASK_MAX_CLAIM);
-		n = claim_run(&claim_aging_pick_plan, aargs, want, rows);
+		n = claim_run(&claim_aging_pair, aargs, want, rows);
 	}
 	return n;
 }
 
 /*
  * The picks claim_pick chooses between, by what the claim knows of the
- * queue (ClaimPolicy.mode) and of the install.
+ * queue (ClaimPolicy.mode).
  */
 typedef enum ClaimPickKind
 {
 	CLAIM_KIND_PLAIN,			/* not (yet) known to be keyed or aging */
 	CLAIM_KIND_AGING,			/* priority aging */
-	CLAIM_KIND_SHARDS,			/* plain, on a distributed install */
 	CLAIM_KIND_FAIR,			/* fairness partition */
 	CLAIM_KIND_ORDERED			/* partition, one head per key */
 } ClaimPickKind;
@@ -1450,226 +1538,190 @@ claim_pick_kind(ClaimPolicy *pol)
 		case CLAIM_MODE_PLAIN:
 			break;
 	}
-	return NtaskShardCount() > 0 ? CLAIM_KIND_SHARDS : CLAIM_KIND_PLAIN;
+	return CLAIM_KIND_PLAIN;
 }
 
 /*
- * claim_shard_first
- *		Where a distributed claim's walk over its nshards shards starts:
- *		this backend's cursor, random at first.
+ * claim_walk
+ *		The shards a claim's plain, fair and ordered picks walk, one at a
+ *		time until one has due work (docs/scaling.md "Claims across
+ *		shards"): those of NtaskWalkShardCount (the call's shard in
+ *		ntask_claim_on, this worker node's own, or every shard), from this
+ *		backend's cursor (random at first); the next pick starts after the
+ *		one that gave rows (claim_walk_gave), so every shard gets its turn.
+ *		A plain install walks one, shard 0.  Returns how many; *first is
+ *		where the walk starts.
  */
 static int
-claim_shard_first(int nshards)
+claim_walk(int *first)
 {
+	int			nshards = NtaskWalkShardCount();
+
+	*first = 0;
+	if (nshards == 0)
+		return 1;
 	if (claim_shard_cursor < 0)
 		claim_shard_cursor = (int) (pg_prng_uint32(&pg_global_prng_state) % nshards);
-	return claim_shard_cursor;
+	*first = claim_shard_cursor;
+	return nshards;
+}
+
+/*
+ * claim_walk_shard
+ *		The i-th shard of the walk (0 on a plain install), its metadata
+ *		lock taken first: a move's final phase waits for this claim, or
+ *		this claim for the move (NtaskLockShards, docs/scaling.md "Shard
+ *		moves"; nothing on a plain install).
+ */
+static int16
+claim_walk_shard(int i)
+{
+	int16		sv = NtaskWalkShardCount() > 0 ? NtaskWalkShardValue(i) : 0;
+
+	NtaskLockShard(sv);
+	return sv;
+}
+
+/* claim_walk_gave: the i-th of the nshards shards gave rows */
+static void
+claim_walk_gave(int i, int nshards)
+{
+	if (NtaskWalkShardCount() > 0)
+		claim_shard_cursor = (i + 1) % nshards;
 }
 
 /*
  * claim_plain_run
- *		The plain pick (claim_pick_plan), or, once the queue is known to
- *		have paused keys, the one that passes them by.  A constant LIMIT
- *		for the plan; the executor stops at want rows.
+ *		The plain pick (claim_pick_pair) within shard sv, or, once the
+ *		queue is known to have paused keys, the one that passes them by.
+ *		On a plain install a constant LIMIT for the plan; the executor
+ *		stops at want rows.
  */
 static int
-claim_plain_run(Datum *args, int want, ClaimPolicy *pol, SPITupleTable **rows)
+claim_plain_run(Datum *args, int16 sv, int want, ClaimPolicy *pol,
+				SPITupleTable **rows)
 {
-	if (!pol->keys_paused)
-		return claim_run(&claim_pick_plan, args, want, rows);
-	args[CLAIM_PICK_ARG_SHARD] = Int16GetDatum(0);
-	args[CLAIM_PICK_ARG_LIMIT] = Int32GetDatum(0);
-	args[CLAIM_PICK_ARG_PAUSED_KEYS] = pol->paused_keys;
-	return claim_run(&claim_pick_keys_plan, args, want, rows);
+	args[CLAIM_PICK_ARG_SHARD] = Int16GetDatum(sv);
+	args[CLAIM_PICK_ARG_LIMIT] = Int32GetDatum(want);
+	args[CLAIM_PICK_ARG_NOW] = NtaskStatementTs();
+	/* $6 is declared by both routed picks, read by the keys-paused ones */
+	args[CLAIM_PICK_ARG_PAUSED_KEYS] = pol->keys_paused ? pol->paused_keys :
+		PointerGetDatum(construct_empty_array(TEXTOID));
+	return claim_run(pol->keys_paused ? &claim_pick_keys_pair : &claim_pick_pair,
+					 args, want, rows);
 }
 
 /*
  * claim_pick_plain
- *		The pick of a queue not known to be keyed or aging, on a plain
- *		install.  When it finds nothing and the mode is unknown: an idle
- *		queue, no right to it, no such queue, fair, paused, some of its keys
- *		are paused, or aging; claim_read_mode tells which.  Returns the rows
- *		picked, or -1 when the queue turned out to be aging, fair or
- *		ordered (claim_pick picks again in that mode).
+ *		The pick of a queue not known to be keyed or aging, over the walk's
+ *		shards (claim_walk).  When the first shard has nothing due and the
+ *		mode is unknown: an idle queue, no right to it, no such queue,
+ *		fair, paused, some of its keys are paused, or aging;
+ *		claim_read_mode tells which, rather than after a probe of every
+ *		shard.  Returns the rows picked, or -1 when the queue turned out to
+ *		be aging, fair or ordered (claim_pick picks again in that mode).
  */
 static int
 claim_pick_plain(text *queue, Datum *args, int want, ClaimPolicy *pol,
 				 SPITupleTable **rows)
 {
-	int			n = claim_plain_run(args, want, pol, rows);
-
-	if (n > 0)
-	{
-		pol->mode = CLAIM_MODE_PLAIN;
-		return n;
-	}
-	if (pol->mode == CLAIM_MODE_PLAIN)
-		return 0;
-	claim_read_mode(queue, args, pol);
-	if (pol->paused)
-		return 0;
-	if (pol->mode != CLAIM_MODE_PLAIN)
-		return -1;
-	return pol->keys_paused ? claim_plain_run(args, want, pol, rows) : 0;
-}
-
-/*
- * claim_pick_shards
- *		The plain pick on a distributed install: one shard at a time, from
- *		this backend's cursor, until one has due work; the next pick starts
- *		after it, so every shard gets its turn.  The shards are those the
- *		claim walks (NtaskWalkShardCount): the call's shard in
- *		ntask_claim_on, this worker node's own, or every shard.  Returns as
- *		claim_pick_plain.
- */
-static int
-claim_pick_shards(text *queue, Datum *args, int want, ClaimPolicy *pol,
-				  SPITupleTable **rows)
-{
-	int			nshards = NtaskWalkShardCount();
-	int			first = claim_shard_first(nshards);
+	int			first;
+	int			nshards = claim_walk(&first);
 	int			k;
 
 	for (k = 0; k < nshards; k++)
 	{
 		int			i = (first + k) % nshards;
-		int16		sv = NtaskWalkShardValue(i);
-		int			n;
+		int			n = claim_plain_run(args, claim_walk_shard(i), want, pol, rows);
 
-		/*
-		 * The shard's metadata lock before its pick: a move's final phase
-		 * waits for this claim, or this claim for the move (NtaskLockShards,
-		 * docs/scaling.md "Shard moves").
-		 */
-		NtaskLockShard(sv);
-		args[CLAIM_PICK_ARG_SHARD] = Int16GetDatum(sv);
-		args[CLAIM_PICK_ARG_LIMIT] = Int32GetDatum(want);
-		args[CLAIM_PICK_ARG_NOW] = NtaskStatementTs();
-		/* $6 is declared by both shard picks, read by the keys-paused one */
-		args[CLAIM_PICK_ARG_PAUSED_KEYS] = pol->keys_paused ? pol->paused_keys :
-			PointerGetDatum(construct_empty_array(TEXTOID));
-		n = claim_run(pol->keys_paused ? &claim_pick_shard_keys_plan :
-					  &claim_pick_shard_plan, args, want, rows);
 		if (n > 0)
 		{
-			/*
-			 * Rate limits and retry shares count in the claiming node's
-			 * shared memory: on the shard's node only.
-			 */
-			claim_dist_policy(*rows, queue, false, sv);
-			claim_shard_cursor = (i + 1) % nshards;
+			claim_walk_gave(i, nshards);
 			pol->mode = CLAIM_MODE_PLAIN;
 			return n;
 		}
-		if (pol->mode == CLAIM_MODE_UNKNOWN)
-		{
-			/*
-			 * The first shard has nothing due and the queue is not known yet
-			 * (the plain pick finds nothing in a fair queue): check it now,
-			 * as claim_pick_plain does, rather than after a probe of every
-			 * shard.
-			 */
-			claim_read_mode(queue, args, pol);
-			if (pol->paused)
-				return 0;
-			if (pol->mode != CLAIM_MODE_PLAIN)
-				return -1;		/* aging (refused) or keyed */
-			if (pol->keys_paused)
-				k--;			/* this shard again, passing the paused keys
-								 * by */
-		}
+		if (pol->mode != CLAIM_MODE_UNKNOWN)
+			continue;
+		claim_read_mode(queue, args, pol);
+		if (pol->paused)
+			return 0;
+		if (pol->mode != CLAIM_MODE_PLAIN)
+			return -1;			/* aging or keyed */
+		if (pol->keys_paused)
+			k--;				/* this shard again, past the paused keys */
 	}
-	if (pol->mode == CLAIM_MODE_PLAIN)
-		return 0;
-	return claim_pick_plain(queue, args, want, pol, rows);	/* no shard to walk */
+	return 0;
 }
 
 /*
  * claim_keyed_run
- *		The fair or ordered pick plan: its first pass (keys no other claim
- *		is serving), then, when that found nothing, its second (any key).
- *		A per-key cap or order is kept by the turn locks (pol->turns): no
+ *		The fair or ordered pick: its first pass (keys no other claim is
+ *		serving), then, when that found nothing, its second (any key).  A
+ *		per-key cap or order is kept by the turn locks (pol->turns): no
  *		second pass; nor for a claim of more than CLAIM_TURN_MAX tasks,
  *		which goes by the cursor alone.
  */
 static int
-claim_keyed_run(NtaskPlan *plan, Datum *kargs, int want, ClaimPolicy *pol,
+claim_keyed_run(NtaskPair *pick, Datum *kargs, int want, ClaimPolicy *pol,
 				SPITupleTable **rows)
 {
 	int			n;
 
 	kargs[CLAIM_KEYED_ARG_FIRST_PASS] = BoolGetDatum(pol->turns || want <= CLAIM_TURN_MAX);
-	n = claim_run(plan, kargs, want, rows);
+	n = claim_run(pick, kargs, want, rows);
 	if (n == 0 && want <= CLAIM_TURN_MAX && !pol->turns)
 	{
 		kargs[CLAIM_KEYED_ARG_FIRST_PASS] = BoolGetDatum(false);
-		n = claim_run(plan, kargs, want, rows);
+		n = claim_run(pick, kargs, want, rows);
 	}
 	return n;
 }
 
 /*
  * claim_pick_keyed
- *		The pick of a fair queue (plan: the fair pick; shard_plan, its
- *		twin within one shard) or an ordered one (the ordered picks).  A
- *		fair pick moves the queue's cursor (fair.c) to the last key it
- *		picked from.  On a plain install, when no key gives a task, the
- *		keyless pick: a task enqueued without a key by a transaction that
- *		read the queue before it turned fair keeps NULL.  On a distributed
- *		one, the pick within one shard at a time (a key lives in one shard),
- *		from the backend's shard cursor, each shard with its own key cursor;
- *		keyless tasks are not looked for there.
+ *		The pick of a fair queue (claim_fair_pick_pair) or an ordered one
+ *		(claim_ordered_pick_pair), over the walk's shards (a key lives in
+ *		one shard), each shard with its own key cursor (fair.c; shard 0's
+ *		is a plain install's): a pick moves it to the last key it picked
+ *		from.  When no key gives a task, the keyless pick: a task enqueued
+ *		without a key by a transaction that read the queue before it
+ *		turned fair keeps NULL (not looked for on a distributed install).
  */
 static int
 claim_pick_keyed(text *queue, Datum *args, int want, ClaimPolicy *pol,
-				 ClaimState *st, NtaskPlan *plan, NtaskPlan *shard_plan,
-				 SPITupleTable **rows)
+				 ClaimState *st, NtaskPair *pick, SPITupleTable **rows)
 {
 	Datum		kargs[CLAIM_KEYED_NARGS];
 	char	   *qname = text_to_cstring(queue);
-	int			n;
+	int			first;
+	int			nshards = claim_walk(&first);
+	int			k;
 
 	kargs[CLAIM_KEYED_ARG_QUEUE] = args[CLAIM_PICK_ARG_QUEUE];
 	kargs[CLAIM_KEYED_ARG_CALLER] = args[CLAIM_PICK_ARG_CALLER];
 	kargs[CLAIM_KEYED_ARG_PER] = Int32GetDatum(st->per);
 	kargs[CLAIM_KEYED_ARG_HELD_KEYS] = claim_held_keys(pol, st);
 	kargs[CLAIM_KEYED_ARG_FRESH_ONLY] = BoolGetDatum(st->fresh_only);
-	if (NtaskShardCount() > 0)
+	for (k = 0; k < nshards; k++)
 	{
-		int			nshards = NtaskWalkShardCount();
-		int			first = claim_shard_first(nshards);
-		int			k;
+		int			i = (first + k) % nshards;
+		int16		sv = claim_walk_shard(i);
+		int			n;
 
-		for (k = 0; k < nshards; k++)
+		kargs[CLAIM_KEYED_ARG_CURSOR] = PointerGetDatum(NtaskFairCursorShard(qname, sv));
+		kargs[CLAIM_KEYED_ARG_SHARD] = Int16GetDatum(sv);
+		kargs[CLAIM_KEYED_ARG_LIMIT] = Int32GetDatum(want);
+		kargs[CLAIM_KEYED_ARG_NOW] = NtaskStatementTs();
+		n = claim_keyed_run(pick, kargs, want, pol, rows);
+		if (n > 0)
 		{
-			int			i = (first + k) % nshards;
-			int16		sv = NtaskWalkShardValue(i);
-
-			NtaskLockShard(sv); /* as claim_pick_shards */
-			kargs[CLAIM_KEYED_ARG_CURSOR] = PointerGetDatum(NtaskFairCursorShard(qname, sv));
-			kargs[CLAIM_KEYED_ARG_SHARD] = Int16GetDatum(sv);
-			kargs[CLAIM_KEYED_ARG_LIMIT] = Int32GetDatum(want);
-			kargs[CLAIM_KEYED_ARG_NOW] = NtaskStatementTs();
-			n = claim_keyed_run(shard_plan, kargs, want, pol, rows);
-			if (n > 0)
-			{
-				claim_dist_policy(*rows, queue, true, sv);
-				NtaskFairAdvanceShard(qname, sv,
-									  NtaskTupGetText(*rows, n - 1, CLAIM_PICK_KEY));
-				claim_shard_cursor = (i + 1) % nshards;
-				return n;
-			}
+			NtaskFairAdvanceShard(qname, sv,
+								  NtaskTupGetText(*rows, n - 1, CLAIM_PICK_KEY));
+			claim_walk_gave(i, nshards);
+			return n;
 		}
-		return 0;
 	}
-	kargs[CLAIM_KEYED_ARG_CURSOR] = PointerGetDatum(NtaskFairCursor(qname));
-	n = claim_keyed_run(plan, kargs, want, pol, rows);
-	if (n > 0)
-	{
-		NtaskFairAdvance(qname, NtaskTupGetText(*rows, n - 1, CLAIM_PICK_KEY));
-		return n;
-	}
-	return claim_run(&claim_keyless_pick_plan, args, want, rows);
+	return claim_run(&claim_keyless_pair, args, want, rows);
 }
 
 /*
@@ -1679,7 +1731,9 @@ claim_pick_keyed(text *queue, Datum *args, int want, ClaimPolicy *pol,
  *		it finds nothing (idle, no right, gone, or no longer aging), the
  *		queue read.  Returns the rows picked, 0 when there is no more to
  *		pick (paused, or still aging and idle), or -1: not this queue, or
- *		its mode is read now and claim_pick picks in it.
+ *		its mode is read now and claim_pick picks in it.  Not on a
+ *		distributed install, which refuses aging (claim_aging_refuse) but
+ *		whose queue read may remember a paused aging queue all the same.
  */
 static int
 claim_pick_cached_aging(text *queue, Datum *args, int want, ClaimPolicy *pol,
@@ -1743,18 +1797,13 @@ claim_pick(text *queue, int want, ClaimPolicy *pol, ClaimState *st,
 			case CLAIM_KIND_PLAIN:
 				n = claim_pick_plain(queue, args, want, pol, rows);
 				break;
-			case CLAIM_KIND_SHARDS:
-				n = claim_pick_shards(queue, args, want, pol, rows);
-				break;
 			case CLAIM_KIND_FAIR:
 				n = claim_pick_keyed(queue, args, want, pol, st,
-									 &claim_fair_pick_plan,
-									 &claim_fair_pick_shard_plan, rows);
+									 &claim_fair_pick_pair, rows);
 				break;
 			case CLAIM_KIND_ORDERED:
 				n = claim_pick_keyed(queue, args, want, pol, st,
-									 &claim_ordered_pick_plan,
-									 &claim_ordered_pick_shard_plan, rows);
+									 &claim_ordered_pick_pair, rows);
 				break;
 		}
 	}
@@ -1818,53 +1867,63 @@ claim_hold_key(ClaimState *st, Datum k, bool isnull)
 }
 
 /*
+ * claim_node_shards
+ *		A queue-wide cap, shared out by node: the node that holds shard,
+ *		L of the S shards, holds ceil(cap L / S) leases of the queue, *cap;
+ *		returns the node's shards (int2[]).  The pick took the cap lock on
+ *		that node (CLAIM_CAP_LOCK runs where the routed pick runs), so the
+ *		node's leases are counted exactly, as on one node; across nodes the
+ *		shares add up to at most cap + N - 1 for N nodes (docs/scaling.md
+ *		"Caps across nodes").  A plain install is one node with every
+ *		shard: *cap is the queue's, and its statement takes no shards.
+ */
+static Datum
+claim_node_shards(int16 shard, int max_inflight, int *cap)
+{
+	int			nshards = NtaskShardCount();
+	int16	   *same;
+	Datum	   *elems;
+	int			n;
+	int			i;
+
+	*cap = max_inflight;
+	if (nshards == 0)
+		return (Datum) 0;
+	same = palloc(sizeof(int16) * nshards);
+	elems = palloc(sizeof(Datum) * nshards);
+	n = NtaskShardGroupShards(shard, same);
+	for (i = 0; i < n; i++)
+		elems[i] = Int16GetDatum(same[i]);
+	*cap = (int) (((int64) max_inflight * n + nshards - 1) / nshards);
+	return PointerGetDatum(construct_array(elems, n, INT2OID, sizeof(int16),
+										   true, TYPALIGN_SHORT));
+}
+
+/*
  * claim_inflight
  *		The leases of the queue still running, per key, counted in a new
- *		snapshot (claim_inflight_plan); *cap is the queue-wide cap that
- *		holds where the picked tasks are, *nrows the keys counted.
+ *		snapshot: with a queue-wide cap, those of the node that holds the
+ *		picked tasks' shard (claim_inflight_node_pair; on a plain install
+ *		the queue's); else those of the picked tasks' shard, where their
+ *		keys' tasks all are (claim_inflight_pair).  *cap is the queue-wide
+ *		cap that holds where the picked tasks are, *nrows the keys counted.
  */
 static SPITupleTable *
 claim_inflight(text *queue, ClaimPicked *pick, ClaimPolicy *pol, int *cap,
 			   int *nrows)
 {
 	Datum		args[CLAIM_INFLIGHT_NARGS];
-	int64		first = NtaskTupGetInt64(pick->rows, 0, CLAIM_PICK_TASK_ID);
+	int16		shard = NTASK_ID_SHARD(NtaskTupGetInt64(pick->rows, 0, CLAIM_PICK_TASK_ID));
 
 	*cap = pol->max_inflight;
 	args[CLAIM_INFLIGHT_ARG_QUEUE] = PointerGetDatum(queue);
-	if (NtaskShardCount() > 0 && pol->max_inflight > 0)
+	if (pol->max_inflight > 0)
 	{
-		/*
-		 * A queue-wide cap on a distributed install, shared out by node: the
-		 * node that holds the picked shard, L of the S shards, holds ceil(cap
-		 * L / S) leases of the queue.  The pick took the cap lock on that
-		 * node (CLAIM_CAP_LOCK runs where the routed pick runs), so the
-		 * node's leases are counted exactly, as on one node; across nodes the
-		 * shares add up to at most cap + N - 1 for N nodes (docs/scaling.md
-		 * "Caps across nodes").
-		 */
-		int			nshards = NtaskShardCount();
-		int16	   *same = palloc(sizeof(int16) * nshards);
-		Datum	   *elems = palloc(sizeof(Datum) * nshards);
-		int			n;
-		int			i;
-
-		n = NtaskShardGroupShards(NTASK_ID_SHARD(first), same);
-		for (i = 0; i < n; i++)
-			elems[i] = Int16GetDatum(same[i]);
-		*cap = (int) (((int64) pol->max_inflight * n + nshards - 1) / nshards);
-		args[CLAIM_INFLIGHT_ARG_SHARDS] =
-			PointerGetDatum(construct_array(elems, n, INT2OID, sizeof(int16),
-											true, TYPALIGN_SHORT));
-		return claim_exec(&claim_inflight_node_plan, args, SPI_OK_SELECT, 0, nrows);
+		args[CLAIM_INFLIGHT_ARG_SHARDS] = claim_node_shards(shard, pol->max_inflight, cap);
+		return claim_exec_pair(&claim_inflight_node_pair, args, 0, nrows);
 	}
-	if (NtaskShardCount() > 0)
-	{
-		/* the picked tasks' shard: their keys' tasks are all there */
-		args[CLAIM_INFLIGHT_ARG_SHARDS] = Int16GetDatum(NTASK_ID_SHARD(first));
-		return claim_exec(&claim_inflight_shard_plan, args, SPI_OK_SELECT, 0, nrows);
-	}
-	return claim_exec(&claim_inflight_plan, args, SPI_OK_SELECT, 0, nrows);
+	args[CLAIM_INFLIGHT_ARG_SHARDS] = Int16GetDatum(shard);
+	return claim_exec_pair(&claim_inflight_pair, args, 0, nrows);
 }
 
 /*
@@ -2309,50 +2368,16 @@ claim_round_guard(ClaimRound *rd)
 }
 
 /*
- * claim_lease_dist
- *		The lease statement of a distributed install (claim_lease_dist_plan,
- *		parameters values), after the receipts of its tasks: the prior
- *		outcome of a task with one is 'committed' in the rows returned.
- */
-static SPITupleTable *
-claim_lease_dist(ClaimRound *rd, Datum *values, int *nrows)
-{
-	Datum		rv[CLAIM_RECEIPTS_NARGS];
-	int			nrcpt = 0;
-	int64	   *rcpt;
-	SPITupleTable *rcpt_rows = NULL;
-	SPITupleTable *leased_rows;
-	int			r;
-
-	/*
-	 * A receipt is written with a token, so a task on its first attempt has
-	 * none: the lookup is for retries and takeovers.
-	 */
-	rv[CLAIM_RECEIPTS_ARG_IDS] = values[CLAIM_LEASE_ARG_IDS];
-	rv[CLAIM_RECEIPTS_ARG_SHARD] = values[CLAIM_LEASE_ARG_SHARD];
-	if (rd->any_retry)
-		rcpt_rows = claim_exec(&claim_receipts_plan, rv, SPI_OK_SELECT, 0, &nrcpt);
-	rcpt = palloc(sizeof(int64) * Max(nrcpt, 1));
-	for (r = 0; r < nrcpt; r++)
-		rcpt[r] = NtaskTupGetInt64(rcpt_rows, r, CLAIM_RECEIPTS_TASK_ID);
-	leased_rows = claim_exec(&claim_lease_dist_plan, values,
-							 SPI_OK_UPDATE_RETURNING, 0, nrows);
-	claim_mark_committed(leased_rows, *nrows, rcpt, nrcpt);
-	return leased_rows;
-}
-
-/*
  * claim_round_lease
  *		The lease phase: close the attempts of the tasks taken over, then
  *		lease rd->ids (or divert those whose budget or deadline is spent)
- *		in one statement, the plain or the distributed one.  Returns its
- *		rows (ClaimCol), *nrows of them.
+ *		(claim_lease_pair).  Returns its rows (ClaimCol), *nrows of them.
  */
 static SPITupleTable *
 claim_round_lease(ClaimRound *rd, int *nrows)
 {
 	ClaimCall  *call = rd->call;
-	Datum		values[CLAIM_LEASE_NARGS];
+	Datum		values[CLAIM_LEASE_NVALUES];
 	Datum		invoked_ids;
 
 	invoked_ids = rd->ntaken > 0 ?
@@ -2375,9 +2400,9 @@ claim_round_lease(ClaimRound *rd, int *nrows)
 		Int16GetDatum(NtaskIdsShard(values[CLAIM_LEASE_ARG_IDS]));
 	values[CLAIM_LEASE_ARG_INVOKED] = BoolGetDatum(call->invoked);
 	values[CLAIM_LEASE_ARG_TOKENS] = NtaskInt8Array(rd->tokens, rd->nids);
-	if (NtaskShardCount() == 0)
-		return claim_exec(&claim_lease_plan, values, SPI_OK_SELECT, 0, nrows);
-	return claim_lease_dist(rd, values, nrows);
+	values[CLAIM_LEASE_VAL_ANY_RETRY] = BoolGetDatum(rd->any_retry);
+	values[CLAIM_LEASE_VAL_RECEIPTS] = (Datum) 0;
+	return claim_exec_pair(&claim_lease_pair, values, 0, nrows);
 }
 
 /*

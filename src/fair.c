@@ -7,7 +7,7 @@
  *
  * A fair claim serves the partition keys that have due work round robin in
  * key order (C collation), starting after the cursor and wrapping around
- * (claim.c, claim_fair_pick_plan).  The cursor lives in shared memory, not
+ * (claim.c, claim_fair_pick_pair).  The cursor lives in shared memory, not
  * in a table: it is written by every fair claim, and a row would make
  * concurrent claims wait for each other's row lock, or (skipping it) go
  * on from a stale position.  A shared cursor moves at pick time, before

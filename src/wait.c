@@ -82,7 +82,7 @@ typedef enum NwNextDueArg
 {
 	NW_NEXT_DUE_ARG_QUEUE,		/* $1 */
 	NW_NEXT_DUE_ARG_AFTER,		/* $2 */
-	NW_NEXT_DUE_ARG_SHARD,		/* $3, nw_next_due_shard_plan's */
+	NW_NEXT_DUE_ARG_SHARD,		/* $3, the routed variant's */
 	NW_NEXT_DUE_NARGS
 } NwNextDueArg;
 
@@ -91,38 +91,28 @@ typedef enum NwNextDueCol
 	NW_NEXT_DUE_AT = 1			/* NULL: nothing due later */
 } NwNextDueCol;
 
-static NtaskPlan nw_next_due_plan = {
-	"wait next due",
-	.ncols = 1,
-	NTASK_PRIORITY_WALK
-	"SELECT pg_catalog.min(x.due_at) FROM pr, LATERAL ( "
-	"  SELECT t.due_at FROM ntask.task t "
-	"  WHERE t.queue OPERATOR(pg_catalog.=) $1 "
-	"    AND t.priority OPERATOR(pg_catalog.=) pr.p AND t.due_at OPERATOR(pg_catalog.>) $2 "
-	"  ORDER BY t.due_at LIMIT 1) x "
-	"WHERE pr.p IS NOT NULL",
-	2, {TEXTOID, TIMESTAMPTZOID}
-};
-
 /*
- * The same within one shard ($3), for a distributed install: Citus plans a
- * recursive CTE only with a filter on the distribution column ("recursive
- * CTEs are only supported when they contain a filter on the distribution
- * column"), and with it in every scan the statement is one router query on
- * the shard's node.  A look asks each shard value once (nw_next_due).
+ * The routed variant within one shard ($3), for a distributed install:
+ * Citus plans a recursive CTE only with a filter on the distribution
+ * column ("recursive CTEs are only supported when they contain a filter on
+ * the distribution column"), and with it in every scan the statement is
+ * one router query on the shard's node.  A look asks each shard value once
+ * (nw_next_due).  pred: that filter.
  */
-static NtaskPlan nw_next_due_shard_plan = {
-	"wait next due (one shard)",
-	.ncols = 1,
-	NTASK_PRIORITY_WALK_ON(" AND t.shard OPERATOR(pg_catalog.=) $3 ")
-	"SELECT pg_catalog.min(x.due_at) FROM pr, LATERAL ( "
-	"  SELECT t.due_at FROM ntask.task t "
-	"  WHERE t.queue OPERATOR(pg_catalog.=) $1 AND t.shard OPERATOR(pg_catalog.=) $3 "
-	"    AND t.priority OPERATOR(pg_catalog.=) pr.p AND t.due_at OPERATOR(pg_catalog.>) $2 "
-	"  ORDER BY t.due_at LIMIT 1) x "
-	"WHERE pr.p IS NOT NULL",
-	3, {TEXTOID, TIMESTAMPTZOID, INT2OID}
-};
+#define NW_NEXT_DUE(pred) \
+	NTASK_PRIORITY_WALK_ON(pred) \
+	"SELECT pg_catalog.min(x.due_at) FROM pr, LATERAL ( " \
+	"  SELECT t.due_at FROM ntask.task t " \
+	"  WHERE t.queue OPERATOR(pg_catalog.=) $1 " pred \
+	"    AND t.priority OPERATOR(pg_catalog.=) pr.p AND t.due_at OPERATOR(pg_catalog.>) $2 " \
+	"  ORDER BY t.due_at LIMIT 1) x " \
+	"WHERE pr.p IS NOT NULL"
+
+static NtaskPair nw_next_due_pair = NTASK_PAIR("wait next due",
+											   NTASK_PLAIN(1, NW_NEXT_DUE(""), 2, SPI_OK_SELECT),
+											   NTASK_ROUTED(1, NW_NEXT_DUE(" AND t.shard OPERATOR(pg_catalog.=) $3 "),
+															3, SPI_OK_SELECT, NULL, NULL),
+											   TEXTOID, TIMESTAMPTZOID, INT2OID);
 
 /*
  * The gate: does a queue-wide limit hold every task of the queue back
@@ -147,41 +137,32 @@ typedef enum NwGateCol
 	NW_GATE_NEXT_TOKEN			/* NULL: no rate */
 } NwGateCol;
 
-static NtaskPlan nw_gate_plan = {
-	"wait gate",
-	.ncols = 3,
-	"SELECT q.max_inflight IS NOT NULL OR q.rate_n IS NOT NULL, "
-	"  CASE WHEN q.max_inflight IS NOT NULL THEN q.max_inflight OPERATOR(pg_catalog.<=) ( "
-	"    SELECT pg_catalog.count(*) FROM ntask.task t "
-	"    WHERE t.lease_until OPERATOR(pg_catalog.>) pg_catalog.statement_timestamp() "
-	"      AND (t.queue OPERATOR(pg_catalog.=) $1) IS TRUE "
-	"      AND t.state OPERATOR(pg_catalog.=) 'leased') END, "
-	"  CASE WHEN q.rate_n IS NOT NULL THEN ntask.limit_next($1, NULL, q.rate_n, "
-	"    (pg_catalog.date_part('epoch', q.rate_per) OPERATOR(pg_catalog.*) 1000000)::bigint, 0, 0) END "
-	"FROM ntask.queue q WHERE q.queue OPERATOR(pg_catalog.=) $1 "
-	"  AND " NTASK_WORKER_RIGHT("q", "2"),
-	2, {TEXTOID, OIDOID}
-};
-
 /*
- * nw_gate_plan on a distributed install: the cap is not counted here (a
- * count over every shard, which Citus runs as a subplan on parallel
- * connections to each node, and which a cap shared out by node would not
- * use: claim.c's claim_limit counts the node's share under its lock), so
- * a capped queue's look always runs.  The count's connections also made
- * Citus' deadlock detector cancel a waiting claim now and then (t/023).
+ * On a distributed install (the routed variant) the cap is not counted
+ * here (a count over every shard, which Citus runs as a subplan on
+ * parallel connections to each node, and which a cap shared out by node
+ * would not use: claim.c's claim_limit counts the node's share under its
+ * lock), so a capped queue's look always runs.  The count's connections
+ * also made Citus' deadlock detector cancel a waiting claim now and then
+ * (t/023).  capped: the second column.
  */
-static NtaskPlan nw_gate_dist_plan = {
-	"wait gate (distributed)",
-	.ncols = 3,
-	"SELECT q.max_inflight IS NOT NULL OR q.rate_n IS NOT NULL, "
-	"  CASE WHEN q.max_inflight IS NOT NULL THEN false END, "
-	"  CASE WHEN q.rate_n IS NOT NULL THEN ntask.limit_next($1, NULL, q.rate_n, "
-	"    (pg_catalog.date_part('epoch', q.rate_per) OPERATOR(pg_catalog.*) 1000000)::bigint, 0, 0) END "
-	"FROM ntask.queue q WHERE q.queue OPERATOR(pg_catalog.=) $1 "
-	"  AND " NTASK_WORKER_RIGHT("q", "2"),
-	2, {TEXTOID, OIDOID}
-};
+#define NW_GATE(capped) \
+	"SELECT q.max_inflight IS NOT NULL OR q.rate_n IS NOT NULL, " \
+	"  CASE WHEN q.max_inflight IS NOT NULL THEN " capped " END, " \
+	"  CASE WHEN q.rate_n IS NOT NULL THEN ntask.limit_next($1, NULL, q.rate_n, " \
+	"    (pg_catalog.date_part('epoch', q.rate_per) OPERATOR(pg_catalog.*) 1000000)::bigint, 0, 0) END " \
+	"FROM ntask.queue q WHERE q.queue OPERATOR(pg_catalog.=) $1 " \
+	"  AND " NTASK_WORKER_RIGHT("q", "2")
+
+static NtaskPair nw_gate_pair = NTASK_PAIR("wait gate",
+										   NTASK_PLAIN(3, NW_GATE("q.max_inflight OPERATOR(pg_catalog.<=) ( "
+																  "    SELECT pg_catalog.count(*) FROM ntask.task t "
+																  "    WHERE t.lease_until OPERATOR(pg_catalog.>) pg_catalog.statement_timestamp() "
+																  "      AND (t.queue OPERATOR(pg_catalog.=) $1) IS TRUE "
+																  "      AND t.state OPERATOR(pg_catalog.=) 'leased')"),
+													   2, SPI_OK_SELECT),
+										   NTASK_ROUTED(3, NW_GATE("false"), 2, SPI_OK_SELECT, NULL, NULL),
+										   TEXTOID, OIDOID);
 
 /*
  * The last queue whose gate said it has no queue-wide limit: the waiting
@@ -204,7 +185,7 @@ typedef struct NwLook
 /*
  * nw_gated
  *		Inside a look: does a queue-wide limit hold all of the queue's work
- *		back now (nw_gate_plan)?  Then the look does not pick: a pick would
+ *		back now (nw_gate_pair)?  Then the look does not pick: a pick would
  *		lock the due rows (which assigns a transaction id) only for the
  *		limit to hold them back.  *gate is cleared when the queue has no
  *		queue-wide limit (the rest of the wait does not ask again).
@@ -220,8 +201,7 @@ nw_gated(text *queue, bool *gate, NwLook *lk)
 
 	values[NW_GATE_ARG_QUEUE] = PointerGetDatum(queue);
 	values[NW_GATE_ARG_CALLER] = ObjectIdGetDatum(NtaskCaller());
-	if (NtaskExecPlan(NtaskShardCount() > 0 ? &nw_gate_dist_plan : &nw_gate_plan,
-					  values, NULL, SPI_OK_SELECT) == 0)
+	if (NtaskExecPair(&nw_gate_pair, values, NULL) == 0)
 		return false;
 	tt = SPI_tuptable;
 	if (!NtaskTupGetBool(tt, 0, NW_GATE_LIMITED))
@@ -246,7 +226,8 @@ nw_gated(text *queue, bool *gate, NwLook *lk)
 /*
  * nw_next_due
  *		The queue's earliest due time after after (0: none): one statement
- *		on a plain install, one per shard value on a distributed one.
+ *		per shard value on a distributed install, one on a plain one (as
+ *		if of one shard, 0).
  */
 static TimestampTz
 nw_next_due(text *queue, TimestampTz after)
@@ -257,23 +238,14 @@ nw_next_due(text *queue, TimestampTz after)
 	Datum		d;
 	int			nshards = NtaskShardCount();
 	int			i;
-	SPITupleTable *tt;
 
 	values[NW_NEXT_DUE_ARG_QUEUE] = PointerGetDatum(queue);
 	values[NW_NEXT_DUE_ARG_AFTER] = TimestampTzGetDatum(after);
-	if (nshards == 0)
+	for (i = 0; i < Max(nshards, 1); i++)
 	{
-		NtaskExecPlan(&nw_next_due_plan, values, NULL, SPI_OK_SELECT);
-		tt = SPI_tuptable;
-		d = NtaskTupGetDatum(tt, 0, NW_NEXT_DUE_AT, &isnull);
-		return isnull ? 0 : DatumGetTimestampTz(d);
-	}
-	for (i = 0; i < nshards; i++)
-	{
-		values[NW_NEXT_DUE_ARG_SHARD] = Int16GetDatum(NtaskShardValue(i));
-		NtaskExecPlan(&nw_next_due_shard_plan, values, NULL, SPI_OK_SELECT);
-		tt = SPI_tuptable;
-		d = NtaskTupGetDatum(tt, 0, NW_NEXT_DUE_AT, &isnull);
+		values[NW_NEXT_DUE_ARG_SHARD] = Int16GetDatum(nshards > 0 ? NtaskShardValue(i) : 0);
+		(void) NtaskExecPair(&nw_next_due_pair, values, NULL);
+		d = NtaskTupGetDatum(SPI_tuptable, 0, NW_NEXT_DUE_AT, &isnull);
 		if (!isnull && (next == 0 || DatumGetTimestampTz(d) < next))
 			next = DatumGetTimestampTz(d);
 	}
