@@ -176,6 +176,146 @@ PG_FUNCTION_INFO_V1(ntask_claim);
 	"  AND " NTASK_WORKER_RIGHT("q", "2") " AND " CLAIM_CAP_LOCK
 
 /*
+ * The result columns of every pick (CLAIM_PICK and the keyless, fair and
+ * ordered ones): the task, the queue's lease and guard, the queue's flow
+ * control (CLAIM_POLICY), whether the task is a retry (an attempt was
+ * made), its token as picked (the distributed lease and takeover check
+ * it), and, of a fair or ordered pick only, the task's key.  SPI
+ * attribute numbers, from 1.
+ */
+typedef enum ClaimPickCol
+{
+	CLAIM_PICK_TASK_ID = 1,
+	CLAIM_PICK_WAS_LEASED,		/* a takeover: its lease ran out */
+	CLAIM_PICK_TASK_KEY,
+	CLAIM_PICK_PAYLOAD,
+	CLAIM_PICK_LEASE,			/* the queue's */
+	CLAIM_PICK_GUARD,
+	/* CLAIM_POLICY */
+	CLAIM_PICK_MAX_INFLIGHT,
+	CLAIM_PICK_PARTITION_MAX_INFLIGHT,
+	CLAIM_PICK_ORDERED,
+	CLAIM_PICK_RATE_N,
+	CLAIM_PICK_RATE_PER,		/* microseconds */
+	CLAIM_PICK_PARTITION_RATE_N,
+	CLAIM_PICK_PARTITION_RATE_PER,	/* microseconds */
+	CLAIM_PICK_RETRY_SHARE,
+	CLAIM_PICK_RETRY,
+	CLAIM_PICK_TOKEN,			/* the task's token as picked (the lease's
+								 * check) */
+	CLAIM_PICK_KEY				/* fair and ordered picks only */
+} ClaimPickCol;
+
+#define CLAIM_PICK_NCOLS CLAIM_PICK_TOKEN	/* the plain, aging, keyless picks' */
+#define CLAIM_KEYED_NCOLS CLAIM_PICK_KEY	/* the fair and ordered picks' */
+
+/*
+ * The parameters of the plain picks (claim_pick_pair, its keys-paused
+ * twin and the keyless one): values[CLAIM_PICK_ARG_X] is $(X + 1).  The
+ * plain variants of claim_pick_pair and of the keyless pick take the
+ * first three, the keys-paused one the first six (passing $4 and $5 by);
+ * the routed variants all seven.
+ */
+typedef enum ClaimPickArg
+{
+	CLAIM_PICK_ARG_QUEUE,		/* $1 */
+	CLAIM_PICK_ARG_CALLER,		/* $2, for the worker_role */
+	CLAIM_PICK_ARG_FRESH_ONLY,	/* $3, first attempts only */
+	CLAIM_PICK_ARG_SHARD,		/* $4, the routed picks' */
+	CLAIM_PICK_ARG_LIMIT,		/* $5, the routed picks' */
+	CLAIM_PICK_ARG_PAUSED_KEYS, /* $6, the keys-paused picks' */
+	CLAIM_PICK_ARG_NOW,			/* $7, the routed picks': the claim's time */
+	CLAIM_PICK_NARGS,
+	CLAIM_PICK_PLAIN_NARGS = CLAIM_PICK_ARG_SHARD,	/* the plain variants' */
+	CLAIM_PICK_KEYS_NARGS = CLAIM_PICK_ARG_NOW	/* the keys-paused plain one's */
+} ClaimPickArg;
+
+/* the parameters of claim_aging_pair: the plain pick's first three */
+typedef enum ClaimAgingArg
+{
+	CLAIM_AGING_ARG_QUEUE,		/* $1 */
+	CLAIM_AGING_ARG_CALLER,		/* $2 */
+	CLAIM_AGING_ARG_FRESH_ONLY, /* $3 */
+	CLAIM_AGING_ARG_PER_LEVEL,	/* $4, candidates read per priority */
+	CLAIM_AGING_NARGS
+} ClaimAgingArg;
+
+/*
+ * The parameters of the fair and ordered picks (CLAIM_FAIR_PICK,
+ * CLAIM_ORDERED_PICK), the same way; the first two as the plain pick's.
+ * The last three are the routed picks' only.
+ */
+typedef enum ClaimKeyedArg
+{
+	CLAIM_KEYED_ARG_QUEUE,		/* $1 */
+	CLAIM_KEYED_ARG_CALLER,		/* $2 */
+	CLAIM_KEYED_ARG_PER,		/* $3, tasks per key */
+	CLAIM_KEYED_ARG_FIRST_PASS, /* $4, pass by keys another claim serves */
+	CLAIM_KEYED_ARG_CURSOR,		/* $5, the key that had the latest turn */
+	CLAIM_KEYED_ARG_HELD_KEYS,	/* $6, keys a limit held back */
+	CLAIM_KEYED_ARG_FRESH_ONLY, /* $7 */
+	CLAIM_KEYED_ARG_SHARD,		/* $8 */
+	CLAIM_KEYED_ARG_LIMIT,		/* $9 */
+	CLAIM_KEYED_ARG_NOW,		/* $10, the claim's statement timestamp */
+	CLAIM_KEYED_NARGS,
+	CLAIM_FAIR_PLAIN_NARGS = CLAIM_KEYED_ARG_SHARD,	/* the plain fair pick's */
+	CLAIM_ORDERED_PLAIN_NARGS = CLAIM_KEYED_ARG_FRESH_ONLY	/* the plain ordered one's */
+} ClaimKeyedArg;
+
+/* the parameters of claim_paused_keys_plan */
+typedef enum ClaimPausedArg
+{
+	CLAIM_PAUSED_ARG_QUEUE,		/* $1 */
+	CLAIM_PAUSED_NARGS
+} ClaimPausedArg;
+
+/* the columns of claim_paused_keys_plan */
+typedef enum ClaimPausedCol
+{
+	CLAIM_PAUSED_KEYS = 1,		/* text[], NULL: none paused now */
+	CLAIM_PAUSED_ENDS			/* the earliest end of those pauses */
+} ClaimPausedCol;
+
+/* the parameters of claim_inflight_pair and claim_inflight_node_pair */
+typedef enum ClaimInflightArg
+{
+	CLAIM_INFLIGHT_ARG_QUEUE,	/* $1 */
+	CLAIM_INFLIGHT_ARG_SHARDS,	/* $2, the shard, or the node's (an array) */
+	CLAIM_INFLIGHT_NARGS
+} ClaimInflightArg;
+
+/* the columns of claim_queue_plan */
+typedef enum ClaimQueueCol
+{
+	CLAIM_QUEUE_FAIR = 1,
+	CLAIM_QUEUE_DENIED,			/* the caller lacks the worker_role */
+	CLAIM_QUEUE_ORDERED,
+	CLAIM_QUEUE_TURNS,			/* ordered or a per-key cap */
+	CLAIM_QUEUE_PAUSED_UNTIL,	/* NULL: not paused; infinity: until resumed */
+	CLAIM_QUEUE_KEYS_PAUSED,	/* some key pause is live */
+	CLAIM_QUEUE_AGING			/* priority_aging is set */
+} ClaimQueueCol;
+
+#define CLAIM_QUEUE_NCOLS CLAIM_QUEUE_AGING
+
+/* the parameters of claim_queue_plan */
+typedef enum ClaimQueueArg
+{
+	CLAIM_QUEUE_ARG_QUEUE,		/* $1 */
+	CLAIM_QUEUE_ARG_CALLER,		/* $2, for the worker_role */
+	CLAIM_QUEUE_NARGS
+} ClaimQueueArg;
+
+/* the columns of claim_inflight_pair and claim_inflight_node_pair */
+typedef enum ClaimInflightCol
+{
+	CLAIM_INFLIGHT_KEY = 1,
+	CLAIM_INFLIGHT_COUNT
+} ClaimInflightCol;
+
+#define CLAIM_INFLIGHT_NCOLS CLAIM_INFLIGHT_COUNT
+
+/*
  * The plain pick, and (the routed variant) a distributed install's within
  * shard $4 (docs/scaling.md "Claims across shards"): one router statement,
  * with the claim's own count $5 as the LIMIT: the worker runs the
@@ -194,12 +334,12 @@ static void claim_pick_policy(SPITupleTable *tt, int n, Datum *values, char *nul
 #define CLAIM_PICK_SHARD_PRED(alias) " AND " alias ".shard OPERATOR(pg_catalog.=) $4 "
 
 static NtaskPair claim_pick_pair = NTASK_PAIR("claim pick",
-											  NTASK_PLAIN(16, CLAIM_PICK("", CppAsString2(NTASK_MAX_CLAIM),
+											  NTASK_PLAIN(CLAIM_PICK_NCOLS, CLAIM_PICK("", CppAsString2(NTASK_MAX_CLAIM),
 																		 " AND " CLAIM_KEYS_FREE, CLAIM_NOW_LOCAL),
-														  3, SPI_OK_SELECT),
-											  NTASK_ROUTED(16, CLAIM_PICK(CLAIM_PICK_SHARD_PRED("t"), "$5",
+														  CLAIM_PICK_PLAIN_NARGS, SPI_OK_SELECT),
+											  NTASK_ROUTED(CLAIM_PICK_NCOLS, CLAIM_PICK(CLAIM_PICK_SHARD_PRED("t"), "$5",
 																		  " AND " CLAIM_KEYS_FREE, "$7"),
-														   7, SPI_OK_SELECT, NULL, claim_pick_policy),
+														   CLAIM_PICK_NARGS, SPI_OK_SELECT, NULL, claim_pick_policy),
 											  CLAIM_PICK_TYPES);
 
 /*
@@ -213,13 +353,13 @@ static NtaskPair claim_pick_pair = NTASK_PAIR("claim pick",
 	"  OR t.partition_key OPERATOR(pg_catalog.<>) ALL ($6)) "
 
 static NtaskPair claim_pick_keys_pair = NTASK_PAIR("claim pick (keys paused)",
-												   NTASK_PLAIN(16, CLAIM_PICK(CLAIM_KEY_NOT_PAUSED,
+												   NTASK_PLAIN(CLAIM_PICK_NCOLS, CLAIM_PICK(CLAIM_KEY_NOT_PAUSED,
 																			  CppAsString2(NTASK_MAX_CLAIM), "",
 																			  CLAIM_NOW_LOCAL),
-															   6, SPI_OK_SELECT),
-												   NTASK_ROUTED(16, CLAIM_PICK(CLAIM_PICK_SHARD_PRED("t") CLAIM_KEY_NOT_PAUSED,
+															   CLAIM_PICK_KEYS_NARGS, SPI_OK_SELECT),
+												   NTASK_ROUTED(CLAIM_PICK_NCOLS, CLAIM_PICK(CLAIM_PICK_SHARD_PRED("t") CLAIM_KEY_NOT_PAUSED,
 																			   "$5", "", "$7"),
-																7, SPI_OK_SELECT, NULL, claim_pick_policy),
+																CLAIM_PICK_NARGS, SPI_OK_SELECT, NULL, claim_pick_policy),
 												   CLAIM_PICK_TYPES);
 
 /*
@@ -299,7 +439,7 @@ static NtaskPair claim_pick_keys_pair = NTASK_PAIR("claim pick (keys paused)",
 static bool claim_aging_refuse(Datum *values, char *nulls);
 
 static NtaskPair claim_aging_pair = NTASK_PAIR("claim aging pick",
-											   NTASK_PLAIN(16, CLAIM_AGING_PICK, 4, SPI_OK_SELECT),
+											   NTASK_PLAIN(CLAIM_PICK_NCOLS, CLAIM_AGING_PICK, CLAIM_AGING_NARGS, SPI_OK_SELECT),
 											   NTASK_ROUTED_NONE(claim_aging_refuse),
 											   TEXTOID, OIDOID, BOOLOID, INT4OID);
 
@@ -346,7 +486,7 @@ static int	claim_shard_cursor = -1;
 static bool claim_keyless_none(Datum *values, char *nulls);
 
 static NtaskPair claim_keyless_pair = NTASK_PAIR("claim keyless pick",
-												 NTASK_PLAIN(16, CLAIM_KEYLESS_PICK, 3, SPI_OK_SELECT),
+												 NTASK_PLAIN(CLAIM_PICK_NCOLS, CLAIM_KEYLESS_PICK, CLAIM_PICK_PLAIN_NARGS, SPI_OK_SELECT),
 												 NTASK_ROUTED_NONE(claim_keyless_none),
 												 CLAIM_PICK_TYPES);
 
@@ -358,7 +498,7 @@ static NtaskPair claim_keyless_pair = NTASK_PAIR("claim keyless pick",
  */
 static NtaskPlan claim_queue_plan = {
 	"claim queue",
-	.ncols = 7,
+	.ncols = CLAIM_QUEUE_NCOLS,
 	"SELECT q.fairness OPERATOR(pg_catalog.=) 'partition', "
 	"  NOT " NTASK_WORKER_RIGHT("q", "2") ", q.ordered, "
 	"  q.ordered OR q.partition_max_inflight IS NOT NULL, "
@@ -368,7 +508,7 @@ static NtaskPlan claim_queue_plan = {
 	"  NOT " CLAIM_KEYS_FREE ", "
 	"  q.priority_aging IS NOT NULL "
 	"FROM ntask.queue q WHERE q.queue OPERATOR(pg_catalog.=) $1",
-	2, {TEXTOID, OIDOID}
+	CLAIM_QUEUE_NARGS, {TEXTOID, OIDOID}
 };
 
 /*
@@ -377,11 +517,11 @@ static NtaskPlan claim_queue_plan = {
  */
 static NtaskPlan claim_paused_keys_plan = {
 	"claim paused keys",
-	.ncols = 2,
+	.ncols = CLAIM_PAUSED_ENDS,
 	"SELECT pg_catalog.array_agg(k.partition_key), pg_catalog.min(k.until) "
 	"FROM ntask.key_pause k WHERE k.queue OPERATOR(pg_catalog.=) $1 "
 	"  AND k.until OPERATOR(pg_catalog.>) pg_catalog.statement_timestamp()",
-	1, {TEXTOID}
+	CLAIM_PAUSED_NARGS, {TEXTOID}
 };
 
 /*
@@ -514,11 +654,11 @@ static void claim_keyed_policy(SPITupleTable *tt, int n, Datum *values, char *nu
 #define CLAIM_SHARD_PRED(alias) " AND " alias ".shard OPERATOR(pg_catalog.=) $8 "
 
 static NtaskPair claim_fair_pick_pair = NTASK_PAIR("claim fair pick",
-												   NTASK_PLAIN(17, CLAIM_FAIR_PICK("", "", "", CLAIM_NOW_LOCAL),
-															   7, SPI_OK_SELECT),
-												   NTASK_ROUTED(17, CLAIM_FAIR_PICK(CLAIM_SHARD_PRED("t"), CLAIM_SHARD_PRED("d"),
+												   NTASK_PLAIN(CLAIM_KEYED_NCOLS, CLAIM_FAIR_PICK("", "", "", CLAIM_NOW_LOCAL),
+															   CLAIM_FAIR_PLAIN_NARGS, SPI_OK_SELECT),
+												   NTASK_ROUTED(CLAIM_KEYED_NCOLS, CLAIM_FAIR_PICK(CLAIM_SHARD_PRED("t"), CLAIM_SHARD_PRED("d"),
 																					" LIMIT $9", "$10"),
-																10, SPI_OK_SELECT, NULL, claim_keyed_policy),
+																CLAIM_KEYED_NARGS, SPI_OK_SELECT, NULL, claim_keyed_policy),
 												   CLAIM_KEYED_TYPES);
 
 /*
@@ -562,11 +702,11 @@ static NtaskPair claim_fair_pick_pair = NTASK_PAIR("claim fair pick",
  * fair pick's fresh-only flag, is not the ordered one's).
  */
 static NtaskPair claim_ordered_pick_pair = NTASK_PAIR("claim ordered pick",
-													  NTASK_PLAIN(17, CLAIM_ORDERED_PICK("", "", "", CLAIM_NOW_LOCAL),
-																  6, SPI_OK_SELECT),
-													  NTASK_ROUTED(17, CLAIM_ORDERED_PICK(CLAIM_SHARD_PRED("t"), CLAIM_SHARD_PRED("h"),
+													  NTASK_PLAIN(CLAIM_KEYED_NCOLS, CLAIM_ORDERED_PICK("", "", "", CLAIM_NOW_LOCAL),
+																  CLAIM_ORDERED_PLAIN_NARGS, SPI_OK_SELECT),
+													  NTASK_ROUTED(CLAIM_KEYED_NCOLS, CLAIM_ORDERED_PICK(CLAIM_SHARD_PRED("t"), CLAIM_SHARD_PRED("h"),
 																						  " LIMIT $9", "$10"),
-																   10, SPI_OK_SELECT, NULL, claim_keyed_policy),
+																   CLAIM_KEYED_NARGS, SPI_OK_SELECT, NULL, claim_keyed_policy),
 													  CLAIM_KEYED_TYPES);
 
 /*
@@ -590,10 +730,10 @@ static NtaskPair claim_ordered_pick_pair = NTASK_PAIR("claim ordered pick",
  * hold per shard).
  */
 static NtaskPair claim_inflight_pair = NTASK_PAIR("claim in flight",
-												  NTASK_PLAIN(2, CLAIM_INFLIGHT(""), 1, SPI_OK_SELECT),
-												  NTASK_ROUTED(2, CLAIM_INFLIGHT("t.shard OPERATOR(pg_catalog.=) $2 "
+												  NTASK_PLAIN(CLAIM_INFLIGHT_NCOLS, CLAIM_INFLIGHT(""), CLAIM_INFLIGHT_ARG_SHARDS, SPI_OK_SELECT),
+												  NTASK_ROUTED(CLAIM_INFLIGHT_NCOLS, CLAIM_INFLIGHT("t.shard OPERATOR(pg_catalog.=) $2 "
 																				 "  AND "),
-															   2, SPI_OK_SELECT, NULL, NULL),
+															   CLAIM_INFLIGHT_NARGS, SPI_OK_SELECT, NULL, NULL),
 												  TEXTOID, INT2OID);
 
 /*
@@ -602,132 +742,12 @@ static NtaskPair claim_inflight_pair = NTASK_PAIR("claim in flight",
  * of the cap), read-only, each shard's part routed to that node.
  */
 static NtaskPair claim_inflight_node_pair = NTASK_PAIR("claim in flight (queue)",
-													   NTASK_PLAIN(2, CLAIM_INFLIGHT(""), 1, SPI_OK_SELECT),
-													   NTASK_ROUTED(2, CLAIM_INFLIGHT("t.shard OPERATOR(pg_catalog.=) ANY ($2) "
+													   NTASK_PLAIN(CLAIM_INFLIGHT_NCOLS, CLAIM_INFLIGHT(""), CLAIM_INFLIGHT_ARG_SHARDS, SPI_OK_SELECT),
+													   NTASK_ROUTED(CLAIM_INFLIGHT_NCOLS, CLAIM_INFLIGHT("t.shard OPERATOR(pg_catalog.=) ANY ($2) "
 																					  "  AND "),
-																	2, SPI_OK_SELECT, NULL, NULL),
+																	CLAIM_INFLIGHT_NARGS, SPI_OK_SELECT, NULL, NULL),
 													   TEXTOID, INT2ARRAYOID);
 
-/*
- * The result columns of every pick (CLAIM_PICK and the keyless, fair and
- * ordered ones): the task, the queue's lease and guard, the queue's flow
- * control (CLAIM_POLICY), whether the task is a retry (an attempt was
- * made), its token as picked (the distributed lease and takeover check
- * it), and, of a fair or ordered pick only, the task's key.  SPI
- * attribute numbers, from 1.
- */
-typedef enum ClaimPickCol
-{
-	CLAIM_PICK_TASK_ID = 1,
-	CLAIM_PICK_WAS_LEASED,		/* a takeover: its lease ran out */
-	CLAIM_PICK_TASK_KEY,
-	CLAIM_PICK_PAYLOAD,
-	CLAIM_PICK_LEASE,			/* the queue's */
-	CLAIM_PICK_GUARD,
-	/* CLAIM_POLICY */
-	CLAIM_PICK_MAX_INFLIGHT,
-	CLAIM_PICK_PARTITION_MAX_INFLIGHT,
-	CLAIM_PICK_ORDERED,
-	CLAIM_PICK_RATE_N,
-	CLAIM_PICK_RATE_PER,		/* microseconds */
-	CLAIM_PICK_PARTITION_RATE_N,
-	CLAIM_PICK_PARTITION_RATE_PER,	/* microseconds */
-	CLAIM_PICK_RETRY_SHARE,
-	CLAIM_PICK_RETRY,
-	CLAIM_PICK_TOKEN,			/* the task's token as picked (the lease's
-								 * check) */
-	CLAIM_PICK_KEY				/* fair and ordered picks only */
-} ClaimPickCol;
-
-/*
- * The parameters of the plain picks (claim_pick_pair, its keys-paused
- * twin and the keyless one): values[CLAIM_PICK_ARG_X] is $(X + 1).  The
- * plain variants of claim_pick_pair and of the keyless pick take the
- * first three, the keys-paused one the first six (passing $4 and $5 by);
- * the routed variants all seven.
- */
-typedef enum ClaimPickArg
-{
-	CLAIM_PICK_ARG_QUEUE,		/* $1 */
-	CLAIM_PICK_ARG_CALLER,		/* $2, for the worker_role */
-	CLAIM_PICK_ARG_FRESH_ONLY,	/* $3, first attempts only */
-	CLAIM_PICK_ARG_SHARD,		/* $4, the routed picks' */
-	CLAIM_PICK_ARG_LIMIT,		/* $5, the routed picks' */
-	CLAIM_PICK_ARG_PAUSED_KEYS, /* $6, the keys-paused picks' */
-	CLAIM_PICK_ARG_NOW,			/* $7, the routed picks': the claim's time */
-	CLAIM_PICK_NARGS
-} ClaimPickArg;
-
-/* the parameters of claim_aging_pair: the plain pick's first three */
-typedef enum ClaimAgingArg
-{
-	CLAIM_AGING_ARG_QUEUE,		/* $1 */
-	CLAIM_AGING_ARG_CALLER,		/* $2 */
-	CLAIM_AGING_ARG_FRESH_ONLY, /* $3 */
-	CLAIM_AGING_ARG_PER_LEVEL,	/* $4, candidates read per priority */
-	CLAIM_AGING_NARGS
-} ClaimAgingArg;
-
-/*
- * The parameters of the fair and ordered picks (CLAIM_FAIR_PICK,
- * CLAIM_ORDERED_PICK), the same way; the first two as the plain pick's.
- * The last three are the routed picks' only.
- */
-typedef enum ClaimKeyedArg
-{
-	CLAIM_KEYED_ARG_QUEUE,		/* $1 */
-	CLAIM_KEYED_ARG_CALLER,		/* $2 */
-	CLAIM_KEYED_ARG_PER,		/* $3, tasks per key */
-	CLAIM_KEYED_ARG_FIRST_PASS, /* $4, pass by keys another claim serves */
-	CLAIM_KEYED_ARG_CURSOR,		/* $5, the key that had the latest turn */
-	CLAIM_KEYED_ARG_HELD_KEYS,	/* $6, keys a limit held back */
-	CLAIM_KEYED_ARG_FRESH_ONLY, /* $7 */
-	CLAIM_KEYED_ARG_SHARD,		/* $8 */
-	CLAIM_KEYED_ARG_LIMIT,		/* $9 */
-	CLAIM_KEYED_ARG_NOW,		/* $10, the claim's statement timestamp */
-	CLAIM_KEYED_NARGS
-} ClaimKeyedArg;
-
-/* the parameters of claim_paused_keys_plan */
-typedef enum ClaimPausedArg
-{
-	CLAIM_PAUSED_ARG_QUEUE,		/* $1 */
-	CLAIM_PAUSED_NARGS
-} ClaimPausedArg;
-
-/* the columns of claim_paused_keys_plan */
-typedef enum ClaimPausedCol
-{
-	CLAIM_PAUSED_KEYS = 1,		/* text[], NULL: none paused now */
-	CLAIM_PAUSED_ENDS			/* the earliest end of those pauses */
-} ClaimPausedCol;
-
-/* the parameters of claim_inflight_pair and claim_inflight_node_pair */
-typedef enum ClaimInflightArg
-{
-	CLAIM_INFLIGHT_ARG_QUEUE,	/* $1 */
-	CLAIM_INFLIGHT_ARG_SHARDS,	/* $2, the shard, or the node's (an array) */
-	CLAIM_INFLIGHT_NARGS
-} ClaimInflightArg;
-
-/* the columns of claim_queue_plan */
-typedef enum ClaimQueueCol
-{
-	CLAIM_QUEUE_FAIR = 1,
-	CLAIM_QUEUE_DENIED,			/* the caller lacks the worker_role */
-	CLAIM_QUEUE_ORDERED,
-	CLAIM_QUEUE_TURNS,			/* ordered or a per-key cap */
-	CLAIM_QUEUE_PAUSED_UNTIL,	/* NULL: not paused; infinity: until resumed */
-	CLAIM_QUEUE_KEYS_PAUSED,	/* some key pause is live */
-	CLAIM_QUEUE_AGING			/* priority_aging is set */
-} ClaimQueueCol;
-
-/* the columns of claim_inflight_pair and claim_inflight_node_pair */
-typedef enum ClaimInflightCol
-{
-	CLAIM_INFLIGHT_KEY = 1,
-	CLAIM_INFLIGHT_COUNT
-} ClaimInflightCol;
 
 /* claims of more tasks than this take no turn locks (see above) */
 #define CLAIM_TURN_MAX 32
@@ -899,6 +919,30 @@ typedef enum ClaimLeaseArg
 	alias "traceparent, " alias "checkpoints, " alias "signal_key, " alias "has_parents"
 
 /*
+ * The columns of claim_lease_pair's result (both variants):
+ * ntask_claim's columns but context, then whether the task was leased,
+ * then CLAIM_CONTEXT_COLS (what claim_context builds context from).
+ */
+typedef enum ClaimCol
+{
+	CLAIM_COL_TASK_ID = 1,
+	CLAIM_COL_TASK_KEY,
+	CLAIM_COL_PAYLOAD,
+	CLAIM_COL_ATTEMPT,
+	CLAIM_COL_TOKEN,
+	CLAIM_COL_LEASE_UNTIL,
+	CLAIM_COL_PRIOR_OUTCOME,
+	CLAIM_COL_LEASED,			/* false: diverted to repair_required */
+	CLAIM_COL_HAS_CONTEXT,		/* CLAIM_CONTEXT_COLS: any of the next */
+	CLAIM_COL_TRACEPARENT,
+	CLAIM_COL_CHECKPOINTS,
+	CLAIM_COL_SIGNAL_KEY,
+	CLAIM_COL_HAS_PARENTS
+} ClaimCol;
+
+#define CLAIM_LEASE_NCOLS CLAIM_COL_HAS_PARENTS
+
+/*
  * The lease.  On a plain install one statement: the update in a CTE and
  * the rows the caller gets, a receipt making the prior outcome
  * 'committed', sorted by task id.  Its parameters are up to $10: $11 is
@@ -929,7 +973,7 @@ static bool claim_lease_receipts(Datum *values, char *nulls);
 static void claim_lease_committed(SPITupleTable *tt, int n, Datum *values, char *nulls);
 
 static NtaskPair claim_lease_pair = NTASK_PAIR("claim lease",
-											   NTASK_PLAIN(13,
+											   NTASK_PLAIN(CLAIM_LEASE_NCOLS,
 														   "WITH upd AS ( "
 														   "  UPDATE ntask.task t SET "
 														   CLAIM_LEASE_SET("$6")
@@ -947,7 +991,7 @@ static NtaskPair claim_lease_pair = NTASK_PAIR("claim lease",
 														   "  u.state OPERATOR(pg_catalog.=) 'leased', " CLAIM_CONTEXT_COLS("u.") " "
 														   "FROM upd u ORDER BY u.task_id",
 														   CLAIM_LEASE_ARG_TOKENS, SPI_OK_SELECT),
-											   NTASK_ROUTED(13,
+											   NTASK_ROUTED(CLAIM_LEASE_NCOLS,
 															"UPDATE ntask.task t SET "
 															CLAIM_LEASE_SET("GREATEST($6, ntask.token_floor(t.shard))")
 															"WHERE t.task_id OPERATOR(pg_catalog.=) ANY ($1) " NTASK_SHARD_IS("t", "9")
@@ -981,10 +1025,10 @@ typedef enum ClaimReceiptsCol
 
 static NtaskPlan claim_receipts_plan = {
 	"claim receipts (distributed)",
-	.ncols = 1,
+	.ncols = CLAIM_RECEIPTS_TASK_ID,
 	"SELECT DISTINCT r.task_id FROM ntask.receipt r "
 	"WHERE r.task_id OPERATOR(pg_catalog.=) ANY ($1) " NTASK_SHARD_IS("r", "2"),
-	2, {INT8ARRAYOID, INT2OID}
+	CLAIM_RECEIPTS_NARGS, {INT8ARRAYOID, INT2OID}
 };
 
 /* the tasks with a receipt, claim_lease_receipts' answer */
@@ -994,28 +1038,6 @@ typedef struct ClaimReceipts
 	int			n;
 } ClaimReceipts;
 
-
-/*
- * The columns of claim_lease_pair's result (both variants):
- * ntask_claim's columns but context, then whether the task was leased,
- * then CLAIM_CONTEXT_COLS (what claim_context builds context from).
- */
-typedef enum ClaimCol
-{
-	CLAIM_COL_TASK_ID = 1,
-	CLAIM_COL_TASK_KEY,
-	CLAIM_COL_PAYLOAD,
-	CLAIM_COL_ATTEMPT,
-	CLAIM_COL_TOKEN,
-	CLAIM_COL_LEASE_UNTIL,
-	CLAIM_COL_PRIOR_OUTCOME,
-	CLAIM_COL_LEASED,			/* false: diverted to repair_required */
-	CLAIM_COL_HAS_CONTEXT,		/* CLAIM_CONTEXT_COLS: any of the next */
-	CLAIM_COL_TRACEPARENT,
-	CLAIM_COL_CHECKPOINTS,
-	CLAIM_COL_SIGNAL_KEY,
-	CLAIM_COL_HAS_PARENTS
-} ClaimCol;
 
 #define CLAIM_NCOLS CLAIM_COL_PRIOR_OUTCOME /* handed to the caller */
 #define CLAIM_MAX_EXTRA 4		/* columns a caller may append

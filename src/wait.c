@@ -83,7 +83,8 @@ typedef enum NwNextDueArg
 	NW_NEXT_DUE_ARG_QUEUE,		/* $1 */
 	NW_NEXT_DUE_ARG_AFTER,		/* $2 */
 	NW_NEXT_DUE_ARG_SHARD,		/* $3, the routed variant's */
-	NW_NEXT_DUE_NARGS
+	NW_NEXT_DUE_NARGS,
+	NW_NEXT_DUE_PLAIN_NARGS = NW_NEXT_DUE_ARG_SHARD	/* the plain variant's */
 } NwNextDueArg;
 
 typedef enum NwNextDueCol
@@ -109,9 +110,9 @@ typedef enum NwNextDueCol
 	"WHERE pr.p IS NOT NULL"
 
 static NtaskPair nw_next_due_pair = NTASK_PAIR("wait next due",
-											   NTASK_PLAIN(1, NW_NEXT_DUE(""), 2, SPI_OK_SELECT),
-											   NTASK_ROUTED(1, NW_NEXT_DUE(" AND t.shard OPERATOR(pg_catalog.=) $3 "),
-															3, SPI_OK_SELECT, NULL, NULL),
+											   NTASK_PLAIN(NW_NEXT_DUE_AT, NW_NEXT_DUE(""), NW_NEXT_DUE_PLAIN_NARGS, SPI_OK_SELECT),
+											   NTASK_ROUTED(NW_NEXT_DUE_AT, NW_NEXT_DUE(" AND t.shard OPERATOR(pg_catalog.=) $3 "),
+															NW_NEXT_DUE_NARGS, SPI_OK_SELECT, NULL, NULL),
 											   TEXTOID, TIMESTAMPTZOID, INT2OID);
 
 /*
@@ -155,13 +156,13 @@ typedef enum NwGateCol
 	"  AND " NTASK_WORKER_RIGHT("q", "2")
 
 static NtaskPair nw_gate_pair = NTASK_PAIR("wait gate",
-										   NTASK_PLAIN(3, NW_GATE("q.max_inflight OPERATOR(pg_catalog.<=) ( "
+										   NTASK_PLAIN(NW_GATE_NEXT_TOKEN, NW_GATE("q.max_inflight OPERATOR(pg_catalog.<=) ( "
 																  "    SELECT pg_catalog.count(*) FROM ntask.task t "
 																  "    WHERE t.lease_until OPERATOR(pg_catalog.>) pg_catalog.statement_timestamp() "
 																  "      AND (t.queue OPERATOR(pg_catalog.=) $1) IS TRUE "
 																  "      AND t.state OPERATOR(pg_catalog.=) 'leased')"),
-													   2, SPI_OK_SELECT),
-										   NTASK_ROUTED(3, NW_GATE("false"), 2, SPI_OK_SELECT, NULL, NULL),
+													   NW_GATE_NARGS, SPI_OK_SELECT),
+										   NTASK_ROUTED(NW_GATE_NEXT_TOKEN, NW_GATE("false"), NW_GATE_NARGS, SPI_OK_SELECT, NULL, NULL),
 										   TEXTOID, OIDOID);
 
 /*
