@@ -129,6 +129,12 @@ NtaskExecPlanCount(NtaskPlan *p, Datum *values, const char *nulls,
 	 * marked as_caller (the worker's calls of the API functions) runs as the
 	 * caller, with only search_path pinned.
 	 */
+	/*
+	 * A call on the direct path runs its pairs' direct variants only
+	 * (shard.h): a routed write next to a direct one would not be atomic.
+	 */
+	if (!p->direct && NtaskDirectActive())
+		elog(ERROR, "ntask: %s would run routed in a call on the direct path", p->name);
 	if (!p->as_caller)
 		owner = spi_owner();	/* may raise: nothing is changed yet */
 	save_nestlevel = NewGUCNestLevel();
@@ -355,8 +361,9 @@ spi_prepare(NtaskPlan *p)
 	int			highest;
 
 	spi_check_version();
+	/* a direct variant names shard relations only: PostgreSQL plans it */
 	plan = SPI_prepare_cursor(p->sql, p->nargs, p->argtypes,
-							  spi_distributed ? CURSOR_OPT_CUSTOM_PLAN :
+							  spi_distributed && !p->direct ? CURSOR_OPT_CUSTOM_PLAN :
 							  CURSOR_OPT_GENERIC_PLAN);
 
 	if (plan == NULL)
@@ -650,14 +657,14 @@ typedef enum SpiTokenArg
 	SPI_TOKEN_NARGS
 } SpiTokenArg;
 
-static NtaskPlan token_ledger_plan = {
-	"token in the ledger",
-	.ncols = 1,
-	"SELECT 1 FROM ntask.attempt a "
-	"WHERE a.task_id OPERATOR(pg_catalog.=) $1 "
-	"  AND a.token OPERATOR(pg_catalog.=) $2" NTASK_SHARD_OF("a", "$1"),
-	SPI_TOKEN_NARGS, {INT8OID, INT8OID}
-};
+static NtaskPair token_ledger = NTASK_PAIR("token in the ledger",
+										  NTASK_PLAIN(1,
+													  "SELECT 1 FROM ntask.attempt a "
+													  "WHERE a.task_id OPERATOR(pg_catalog.=) $1 "
+													  "  AND a.token OPERATOR(pg_catalog.=) $2" NTASK_SHARD_OF("a", "$1"),
+													  SPI_TOKEN_NARGS, SPI_OK_SELECT),
+										  NTASK_ROUTED_LIKE_PLAIN,
+										  INT8OID, INT8OID);
 
 /*
  * NtaskCheckTokenIssued
@@ -684,7 +691,7 @@ NtaskCheckTokenIssued(int64 task_id, int64 token, int64 current)
 
 		values[SPI_TOKEN_ARG_TASK_ID] = Int64GetDatum(task_id);
 		values[SPI_TOKEN_ARG_TOKEN] = Int64GetDatum(token);
-		issued = NtaskExecPlan(&token_ledger_plan, values, NULL, SPI_OK_SELECT) > 0;
+		issued = NtaskExecPair(&token_ledger, values, NULL) > 0;
 		SPI_tuptable = save_tt;
 		SPI_processed = save_processed;
 
