@@ -51,6 +51,7 @@ static Oid	spi_owner(void);
 static void spi_prepare(NtaskPlan *p);
 static int	spi_highest_param(const char *sql);
 static void spi_check_version(void);
+static bool spi_plan_writes(SPIPlanPtr plan);
 pg_noreturn static void spi_rethrow_without_statement(NtaskPlan *p);
 
 typedef enum SpiAuditArg
@@ -129,12 +130,6 @@ NtaskExecPlanCount(NtaskPlan *p, Datum *values, const char *nulls,
 	 * marked as_caller (the worker's calls of the API functions) runs as the
 	 * caller, with only search_path pinned.
 	 */
-	/*
-	 * A call on the direct path runs its pairs' direct variants only
-	 * (shard.h): a routed write next to a direct one would not be atomic.
-	 */
-	if (!p->direct && NtaskDirectActive())
-		elog(ERROR, "ntask: %s would run routed in a call on the direct path", p->name);
 	if (!p->as_caller)
 		owner = spi_owner();	/* may raise: nothing is changed yet */
 	save_nestlevel = NewGUCNestLevel();
@@ -167,6 +162,14 @@ NtaskExecPlanCount(NtaskPlan *p, Datum *values, const char *nulls,
 		}
 		if (p->plan == NULL)
 			spi_prepare(p);
+
+		/*
+		 * A call on the direct path writes through its pairs' direct
+		 * variants only (shard.h): a routed write next to a direct one would
+		 * not be atomic.  A routed read (an error's details) may run.
+		 */
+		if (!p->direct && NtaskDirectActive() && spi_plan_writes(p->plan))
+			elog(ERROR, "ntask: %s would write routed in a call on the direct path", p->name);
 		rc = SPI_execute_plan(p->plan, values, nulls, false, count);
 	}
 	PG_CATCH();
@@ -193,6 +196,33 @@ NtaskExecPlanCount(NtaskPlan *p, Datum *values, const char *nulls,
 			 p->name, SPI_tuptable != NULL ? SPI_tuptable->tupdesc->natts : 0,
 			 p->ncols);
 	return (int) SPI_processed;
+}
+
+/*
+ * spi_plan_writes: plan may write or lock rows (anything but a plain
+ * SELECT; a plan not analyzed now counts as writing)
+ */
+static bool
+spi_plan_writes(SPIPlanPtr plan)
+{
+	ListCell   *lc;
+
+	foreach(lc, SPI_plan_get_plan_sources(plan))
+	{
+		CachedPlanSource *src = (CachedPlanSource *) lfirst(lc);
+		ListCell   *lq;
+
+		if (src->query_list == NIL)
+			return true;
+		foreach(lq, src->query_list)
+		{
+			Query	   *q = lfirst_node(Query, lq);
+
+			if (q->commandType != CMD_SELECT || q->hasModifyingCTE || q->rowMarks != NIL)
+				return true;
+		}
+	}
+	return false;
 }
 
 /*

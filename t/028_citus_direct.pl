@@ -245,6 +245,36 @@ is(scalar(grep { /^routed path for shard $shard: ntask.citus_direct is off$/ } @
 	}
 }
 
+# a caller without the queue's worker_role: 42501 on both paths (the
+# error's details are a routed read, which a direct call may make)
+{
+	$q->('CREATE ROLE dq_w');
+	$q->('CREATE ROLE dq_x');
+	$q->('GRANT ntask_worker TO dq_w, dq_x');
+	$q->("SELECT count(*) FROM ntask_queue_set('dr', lease => '10 minutes')");
+	$q->("SELECT ntask_queue_set_roles('dr', NULL, 'dq_w')");
+	my ($id, $tok);
+	for my $k (1 .. 500)
+	{
+		next unless $q->("SELECT ntask_shard('dr', 'r$k')") == $shard;
+		$id = $q->("SELECT task_id FROM ntask_enqueue('dr', 'r$k', '{}')");
+		last;
+	}
+	wait_for('the claim of dr', sub {
+		$tok = $q->("SELECT token FROM ntask_claim_on(${shard}::smallint, 'dr', 'w', 1)");
+		return $tok ne '';
+	}, 60);
+	for my $setting ('on', 'off')
+	{
+		my $off = -s $w->logfile;
+		my ($rc, $out, $stderr) = $w->psql('postgres',
+			"SET ntask.citus_direct = $setting; SET ROLE dq_x; SELECT ntask_heartbeat($id, $tok)");
+		like($stderr, qr/permission denied for task $id/, "ntask.citus_direct $setting: 42501 for a caller without the worker_role");
+		like(join("\n", paths($w, $off)), $setting eq 'on' ? qr/^direct path for shard $shard$/ : qr/^routed path/,
+			"ntask.citus_direct $setting: its path");
+	}
+}
+
 # ---------------------------------------------------------------------
 # Part 2: the move interlock
 # ---------------------------------------------------------------------
