@@ -740,17 +740,19 @@ direct_group(int16 shard)
 
 /*
  * direct_group_check
- *		After the lock: read the group's shard ids, names and placements;
- *		false when a relation is not on this node (moved away, a split's
- *		old shard, the orphan of a move) or its task shard is not locked_id.
- *		A group whose ids or names changed has its statements freed.
+ *		After the lock: read the group's shard ids, names and placements
+ *		again, its statements freed (prepared again on use); NULL when they
+ *		are this node's, else why not: a relation is not on this node
+ *		(moved away, the orphan of a move), or the task shard is not
+ *		locked_id (a split gave the shard value a new shard: the next call
+ *		locks that one).
  */
-static bool
+static const char *
 direct_group_check(DirectGroup *g, int64 locked_id)
 {
 	Datum		arg = Int16GetDatum(g->shard);
 	SPITupleTable *tt;
-	bool		ok = true;
+	const char *why = NULL;
 	int			i;
 
 	/* an invalidation from here on is after this read: check again then */
@@ -758,21 +760,21 @@ direct_group_check(DirectGroup *g, int64 locked_id)
 
 	direct_group_free_plans(g);
 	if (NtaskExecPlan(&direct_check_plan, &arg, NULL, SPI_OK_SELECT) != DIRECT_NRELS)
-		return false;
+		return "no shards of the shard value";
 	tt = SPI_tuptable;
 	for (i = 0; i < DIRECT_NRELS; i++)
 	{
 		g->ids[i] = NtaskTupGetInt64(tt, i, DIRECT_CHECK_ID);
 		g->names[i] = MemoryContextStrdup(g->cxt, NtaskTupGetCString(tt, i, DIRECT_CHECK_NAME));
 		if (!NtaskTupGetBool(tt, i, DIRECT_CHECK_LOCAL))
-			ok = false;
+			why = "the shard's placement is not on this node";
 	}
 	SPI_freetuptable(tt);
-	if (g->ids[DIRECT_REL_TASK] != locked_id)
-		ok = false;
-	if (ok)
+	if (why == NULL && g->ids[DIRECT_REL_TASK] != locked_id)
+		why = "the shard value has a new shard (a split)";
+	if (why == NULL)
 		g->checked = generation;
-	return ok;
+	return why;
 }
 
 /* direct_resolve: the group's task shard id before its first lock */
@@ -892,6 +894,7 @@ NtaskDirectBegin(FunctionCallInfo fcinfo, const int64 *task_ids, int n)
 	DirectGroup *g;
 	Datum		arg;
 	int64		locked_id;
+	const char *why;
 	int			i;
 
 	direct_call = NULL;
@@ -938,11 +941,9 @@ NtaskDirectBegin(FunctionCallInfo fcinfo, const int64 *task_ids, int n)
 	}
 	SPI_freetuptable(SPI_tuptable);
 	AcceptInvalidationMessages();
-	if (g->checked != shard_inval_generation && !direct_group_check(g, locked_id))
-	{
-		/* next time: the ids just read (a split), locked then */
-		return direct_routed(shard, "the shard's placement is not on this node");
-	}
+	if (g->checked != shard_inval_generation &&
+		(why = direct_group_check(g, locked_id)) != NULL)
+		return direct_routed(shard, why);
 	direct_call = g;
 	elog(DEBUG1, "ntask: direct path for shard %d", shard);
 	return NTASK_PATH_DIRECT;

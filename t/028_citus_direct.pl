@@ -419,5 +419,33 @@ for my $mode ('block_writes', 'force_logical')
 	is(join(',', paths($now, $o1)), "direct path for shard $shard", 'the new node runs it directly');
 }
 
+# a split of the shard value's shard (both halves on its node): the first
+# call after it runs routed (its lock was of the old shard), the next ones
+# directly on the new shard
+{
+	drop_orphans();
+	my ($t1) = claimed($shard, 1);
+	my ($id, $tok) = split /:/, $t1;
+	my ($sid, $node) = placement($shard);
+	# one backend before and after the split: it knows the old shard
+	my $s = connect_to($node);
+	is($s->selectrow_array("SELECT ntask_heartbeat($id, $tok) IS NOT NULL"), 1, 'a heartbeat before the split');
+	my $nodeid = $q->("SELECT nodeid FROM pg_dist_node WHERE nodeport = " . $node->port);
+	my ($lo, $hi) = split /\|/, $q->("SELECT shardminvalue, shardmaxvalue FROM pg_dist_shard WHERE shardid = $sid");
+	my $mid = int(($lo + $hi) / 2);
+	$q->("SELECT citus_split_shard_by_split_points($sid, ARRAY['$mid'], ARRAY[$nodeid, $nodeid], 'block_writes')");
+	my ($nsid) = placement($shard);
+	isnt($nsid, $sid, 'the split gave the shard value a new shard');
+	my $off = -s $node->logfile;
+	is($s->selectrow_array("SELECT ntask_heartbeat($id, $tok, lease => '5 hours') IS NOT NULL"), 1, 'a heartbeat after the split');
+	is($s->selectrow_array("SELECT result FROM ntask_transition($id, $tok, 'succeeded')"), 'applied', 'a transition after it');
+	$s->disconnect;
+	is(join(',', paths($node, $off)), "routed path for shard $shard: the shard value has a new shard (a split),direct path for shard $shard",
+		'the first call runs routed, the next directly');
+	is($q->("SELECT state FROM ntask.task WHERE task_id = $id"), 'succeeded', 'the task finished on the new shard');
+	is($node->safe_psql('postgres', "SELECT count(*) FROM ntask.task_$nsid WHERE task_id = $id AND state = 'succeeded'"),
+		'1', 'in the new shard relation');
+}
+
 NtaskCitus::stop($c);
 done_testing();
