@@ -580,6 +580,7 @@ typedef struct DirectGroup
 {
 	int16		shard;
 	uint64		checked;		/* shard_inval_generation when checked; 0 */
+	uint64		remote;			/* that generation when found elsewhere */
 	uint64		last_use;
 	int64		ids[DIRECT_NRELS];	/* Citus shard ids */
 	char	   *names[DIRECT_NRELS];	/* qualified shard relation names */
@@ -715,6 +716,7 @@ direct_group(int16 shard)
 				g = &direct_groups[i];
 		direct_group_free_plans(g);
 		memset(g->ids, 0, sizeof(g->ids));
+		g->remote = 0;
 		g->shard = shard;
 	}
 	if (g == NULL)
@@ -770,9 +772,11 @@ direct_group_check(DirectGroup *g, int64 locked_id)
 			why = "the shard's placement is not on this node";
 	}
 	SPI_freetuptable(tt);
-	if (why == NULL && g->ids[DIRECT_REL_TASK] != locked_id)
+	if (why != NULL)
+		g->remote = generation;
+	else if (g->ids[DIRECT_REL_TASK] != locked_id)
 		why = "the shard value has a new shard (a split)";
-	if (why == NULL)
+	else
 		g->checked = generation;
 	return why;
 }
@@ -929,6 +933,14 @@ NtaskDirectBegin(FunctionCallInfo fcinfo, const int64 *task_ids, int n)
 
 	shard_watch_placements();	/* the invalidation callback */
 	g = direct_group(shard);
+
+	/*
+	 * Found on another node, and no placement changed since: routed without
+	 * the lock (a call on the coordinator, on the other worker nodes).  A
+	 * move here that this backend has not heard of yet is safe to miss.
+	 */
+	if (g->remote == shard_inval_generation)
+		return direct_routed(shard, "the shard's placement is not on this node");
 	if (g->checked == 0 && g->ids[DIRECT_REL_TASK] == 0)
 		direct_resolve(g);
 	locked_id = g->ids[DIRECT_REL_TASK];
