@@ -781,7 +781,24 @@ direct_group_check(DirectGroup *g, int64 locked_id)
 	return why;
 }
 
-/* direct_resolve: the group's task shard id before its first lock */
+/* direct_lock: the interlock's lock statement (NtaskTrySubxact's fn) */
+typedef struct DirectLock
+{
+	int64		id;				/* the task shard's id */
+	int64		xact;			/* Citus' distributed transaction number */
+} DirectLock;
+
+static void
+direct_lock(void *arg)
+{
+	DirectLock *l = (DirectLock *) arg;
+	Datum		id = Int64GetDatum(l->id);
+
+	(void) NtaskExecPlan(&direct_lock_plan, &id, NULL, SPI_OK_SELECT);
+	l->xact = NtaskTupGetInt64(SPI_tuptable, 0, DIRECT_LOCK_XACT);
+}
+
+/* direct_resolve: the group's task shard id, before its lock */
 static void
 direct_resolve(DirectGroup *g)
 {
@@ -896,8 +913,9 @@ NtaskDirectBegin(FunctionCallInfo fcinfo, const int64 *task_ids, int n)
 {
 	int16		shard;
 	DirectGroup *g;
-	Datum		arg;
 	int64		locked_id;
+	DirectLock	lock;
+	ErrorData  *edata;
 	const char *why;
 	int			i;
 
@@ -941,17 +959,30 @@ NtaskDirectBegin(FunctionCallInfo fcinfo, const int64 *task_ids, int n)
 	 */
 	if (g->remote == shard_inval_generation)
 		return direct_routed(shard, "the shard's placement is not on this node");
-	if (g->checked == 0 && g->ids[DIRECT_REL_TASK] == 0)
+	/*
+	 * The shard id to lock: the one checked last, unless a placement changed
+	 * since (a split drops the old id, and Citus cannot lock a shard it no
+	 * longer knows), then read again.
+	 */
+	AcceptInvalidationMessages();
+	if (g->checked != shard_inval_generation)
 		direct_resolve(g);
-	locked_id = g->ids[DIRECT_REL_TASK];
-	arg = Int64GetDatum(locked_id);
-	(void) NtaskExecPlan(&direct_lock_plan, &arg, NULL, SPI_OK_SELECT);
-	if (NtaskTupGetInt64(SPI_tuptable, 0, DIRECT_LOCK_XACT) != 0)
+	lock.id = locked_id = g->ids[DIRECT_REL_TASK];
+	lock.xact = 0;
+
+	/*
+	 * In a subtransaction: a split that commits between the read and the
+	 * lock makes Citus raise for the id ("could not find valid entry for
+	 * shard"); the call then runs routed.  Other errors are raised.
+	 */
+	if (!NtaskTrySubxact(direct_lock, &lock, &edata))
 	{
-		SPI_freetuptable(SPI_tuptable);
-		return direct_routed(shard, "a Citus coordinated transaction is open");
+		if (edata->sqlerrcode != ERRCODE_INTERNAL_ERROR)
+			ReThrowError(edata);
+		return direct_routed(shard, "the shard's id is gone (a split)");
 	}
-	SPI_freetuptable(SPI_tuptable);
+	if (lock.xact != 0)
+		return direct_routed(shard, "a Citus coordinated transaction is open");
 	AcceptInvalidationMessages();
 	if (g->checked != shard_inval_generation &&
 		(why = direct_group_check(g, locked_id)) != NULL)
