@@ -16,7 +16,10 @@
 # same calls with ntask.citus_direct = off take the routed one, and both
 # give the same answers and leave the same rows (task and ledger); a call
 # in a transaction block, a statement of two calls, a batch over two
-# shards run routed.
+# shards run routed; a backend keeps the statements of at most
+# ntask.citus_direct_groups shard values (its memory contexts counted).
+# A split of the shard on its node: the backend that used the old shard
+# runs on the new one.
 #
 # Part 2: the move interlock.  A direct call racing
 # citus_move_shard_placement, both transfer modes, with
@@ -242,6 +245,27 @@ is(scalar(grep { /^routed path for shard $shard: ntask.citus_direct is off$/ } @
 		is($w->safe_psql('postgres', "SELECT string_agg(result, ',') FROM ntask_transition_many(ARRAY[$i2, $oi], ARRAY[$k2, $ok], 'succeeded')"),
 			'applied,applied', 'a batch over two shards applies');
 		like(join("\n", paths($w, $off)), qr/routed path for shard $shard: tasks of several shards/, 'and runs routed');
+
+		# the bound of the groups a backend keeps: two local shard values,
+		# one group kept with ntask.citus_direct_groups = 1, both with 16
+		my ($ta, $tb) = (claimed($shard, 1), claimed($other, 1));
+		my ($ia, $ka) = split /:/, $ta;
+		my ($ib, $kb) = split /:/, $tb;
+		for my $bound (1, 16)
+		{
+			my $s = connect_to($w);
+			$s->do("SET ntask.citus_direct_groups = $bound");
+			$off = -s $w->logfile;
+			my @r = map { scalar $s->selectrow_array($_) }
+			  ("SELECT ntask_heartbeat($ia, $ka) IS NOT NULL", "SELECT ntask_heartbeat($ib, $kb) IS NOT NULL",
+				"SELECT ntask_heartbeat($ia, $ka) IS NOT NULL");
+			is("@r", '1 1 1', "groups bound $bound: the heartbeats of two shard values, back and forth");
+			is(join(',', paths($w, $off)), "direct path for shard $shard,direct path for shard $other,direct path for shard $shard",
+				"groups bound $bound: all direct");
+			is($s->selectrow_array(q{SELECT count(*) FROM pg_backend_memory_contexts WHERE name = 'ntask direct group'}),
+				$bound == 1 ? 1 : 2, "groups bound $bound: the backend keeps " . ($bound == 1 ? 'one group' : 'both'));
+			$s->disconnect;
+		}
 	}
 }
 
