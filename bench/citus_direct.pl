@@ -1,6 +1,6 @@
 #!/usr/bin/perl
 # bench/citus_direct.pl: the speed ceiling of issue 49's direct shard path
-# (docs/scaling.md "The direct shard path (designed)").  Per task (one
+# (docs/scaling.md "The direct shard path").  Per task (one
 # claim of 1 and one transition to succeeded, one client, pgbench -M
 # prepared), in the same rounds:
 #
@@ -273,6 +273,137 @@ sub load
 	$node->safe_psql('postgres', "SELECT count(*) FROM $call");
 }
 
+sub mean { my $s = 0; $s += $_ for @_; return $s / @_; }
+
+# BENCH_PARTS: "calls" (the transition family per call, on the direct
+# path since it landed), "drain" (the claim + transition per task above);
+# default both
+my %parts = map { $_ => 1 } split ' ', ($ENV{BENCH_PARTS} // 'calls drain');
+
+# the worker node's ntask.citus_direct (delegated calls run with it)
+sub set_direct
+{
+	my ($v) = @_;
+	$w->safe_psql('postgres', "ALTER SYSTEM SET ntask.citus_direct = $v; SELECT pg_reload_conf()");
+	for (1 .. 600)
+	{
+		return if $w->safe_psql('postgres', 'SHOW ntask.citus_direct') eq $v;
+		sleep(0.05);
+	}
+	die "bench: ntask.citus_direct did not become $v";
+}
+
+# N leased tasks of shard S on the node that holds them, listed in
+# bench_lease(i, id, tok) on the client's node (a local table there)
+sub lease_all
+{
+	my ($owner, $client) = @_;
+	my $on = $owner != $plain;
+	load($owner, $on);
+	my $claim = $on
+	  ? "ntask_claim_on(${S}::smallint, 'b', 'w', 500, lease => '1 hour')"
+	  : "ntask_claim('b', 'w', 500, lease => '1 hour')";
+	my @rows;
+	while (@rows < $N)
+	{
+		my $got = $owner->safe_psql('postgres', "SELECT task_id || ',' || token FROM $claim");
+		last if $got eq '';
+		push @rows, split /\n/, $got;
+	}
+	die "bench: leased " . scalar(@rows) . " of $N" unless @rows == $N;
+	my $i = 0;
+	$client->safe_psql('postgres', "SET citus.enable_ddl_propagation = off;
+		DROP TABLE IF EXISTS bench_lease; DROP SEQUENCE IF EXISTS bench_seq;
+		CREATE TABLE bench_lease (i int PRIMARY KEY, id bigint, tok bigint);
+		CREATE SEQUENCE bench_seq;
+		INSERT INTO bench_lease VALUES " . join(', ', map { $i++; "($i, $_)" } @rows));
+	return;
+}
+
+if ($parts{calls})
+{
+	# per call: the transition (each of a fresh leased task) and the
+	# heartbeat (of one leased task, N times), one client, -M prepared;
+	# the transition's script reads its task from bench_lease first (the
+	# same statement on every system)
+	my $pick = "SELECT id, tok FROM bench_lease WHERE i = (SELECT nextval('bench_seq')) \\gset\n";
+	my %cs = (
+		tr => $pick . "SELECT result FROM ntask_transition(:id, :tok, 'succeeded') \\gset\n",
+		tr_on => $pick . "SELECT result FROM ntask_transition_on(${S}::smallint, :id, :tok, 'succeeded') \\gset\n",
+		hb => "SELECT ntask_heartbeat(:id, :tok, lease => '1 hour') \\gset\n",
+		hb_on => "SELECT ntask_heartbeat_on(${S}::smallint, :id, :tok, lease => '1 hour') \\gset\n");
+	for my $k (keys %cs)
+	{
+		open my $f, '>', "$dir/$k.sql" or die;
+		print $f $cs{$k};
+		close $f;
+	}
+	# system: key, what, the client's node, the rows' node, direct setting
+	my @csys = (
+		[ 'a', 'plain PostgreSQL', $plain, $plain, undef, '' ],
+		[ 'r', 'Citus worker node, _on forms, routed (ntask.citus_direct = off)', $w, $w, 'off', '_on' ],
+		[ 'd', 'Citus worker node, _on forms, direct', $w, $w, 'on', '_on' ],
+		[ 'r1', 'Citus coordinator, _on forms delegated, routed on the worker', $co, $w, 'off', '_on' ],
+		[ 'd1', 'Citus coordinator, _on forms delegated, direct on the worker', $co, $w, 'on', '_on' ]);
+	my %want = map { $_ => 1 } split ' ', ($ENV{BENCH_CALL_SYSTEMS} // 'a r d r1 d1');
+	@csys = grep { $want{ $_->[0] } } @csys;
+	my %cres;
+	for my $round (1 .. $ROUNDS)
+	{
+		for my $s (@csys)
+		{
+			my ($k, $what, $client, $owner, $direct, $sfx) = @$s;
+			set_direct($direct) if defined $direct;
+			for my $call ('tr', 'hb')
+			{
+				lease_all($owner, $client);
+				my $D = '';
+				if ($call eq 'hb')
+				{
+					my ($id, $tok) = split /\|/, $client->safe_psql('postgres', 'SELECT id, tok FROM bench_lease WHERE i = 1');
+					$D = "-D id=$id -D tok=$tok";
+				}
+				sleep(0.5);
+				my %cpu0 = map { $_ => node_cpu($_) } ($plain, $co, $w);
+				my $la0 = loadavg();
+				my $out = `pgbench -n -M prepared -c 1 -t $N $D -f $dir/$call$sfx.sql -h @{[$client->host]} -p @{[$client->port]} postgres 2>&1`;
+				sleep(0.5);
+				my %cpu1 = map { $_ => node_cpu($_) } ($plain, $co, $w);
+				my ($lat) = $out =~ /latency average = ([\d.]+) ms/;
+				my ($done) = $out =~ /number of transactions actually processed: (\d+)/;
+				diag("round $round $k $call: pgbench says:\n$out") unless defined $lat && ($done // 0) == $N;
+				my $own = $owner == $plain ? $plain : $w;
+				my $cpu = ($cpu1{$own} - $cpu0{$own}) / $N * 1000;
+				my $cpuco = $owner == $plain ? 0 : ($cpu1{$co} - $cpu0{$co}) / $N * 1000;
+				push @{ $cres{$call}{$k}{lat} }, $lat // 'nan';
+				push @{ $cres{$call}{$k}{cpu} }, $cpu;
+				push @{ $cres{$call}{$k}{cpuco} }, $cpuco;
+				diag(sprintf("round %d %-3s %s: %.3f ms per call, node CPU %.3f ms (coordinator %.3f), load %s  [%s]",
+					$round, $k, $call, $lat // -1, $cpu, $cpuco, $la0, $what));
+			}
+		}
+	}
+	set_direct('on');
+	# every transition succeeded with its ledger row
+	diag("worker: " . $w->safe_psql('postgres',
+		"SELECT state || ' ' || count(*) FROM $T GROUP BY state ORDER BY 1"));
+	for my $call ('tr', 'hb')
+	{
+		diag(sprintf("summary %s, means of %d rounds of %d calls, one client:",
+			$call eq 'tr' ? 'ntask_transition' : 'ntask_heartbeat', $ROUNDS, $N));
+		my $al = mean(@{ $cres{$call}{a}{lat} });
+		my $ac = mean(@{ $cres{$call}{a}{cpu} });
+		for my $s (@csys)
+		{
+			my $k = $s->[0];
+			my $l = mean(@{ $cres{$call}{$k}{lat} });
+			my $cp = mean(@{ $cres{$call}{$k}{cpu} });
+			diag(sprintf("  %-3s %.3f ms (%.2fx a), CPU of the rows' node %.3f ms (%.2fx a), coordinator %.3f ms  [%s]",
+				$k, $l, $l / $al, $cp, $cp / $ac, mean(@{ $cres{$call}{$k}{cpuco} }), $s->[1]));
+		}
+	}
+}
+
 my @sys = (
 	[ 'a', 'plain PostgreSQL, ntask_claim + ntask_transition', $plain, $plain ],
 	[ 'b', 'Citus worker node, ntask_claim_on + ntask_transition_on (local shard)', $w, $w ],
@@ -281,6 +412,7 @@ my @sys = (
 # BENCH_SYSTEMS: which of them, in this order, each round (default all)
 my %want = map { $_ => 1 } split ' ', ($ENV{BENCH_SYSTEMS} // 'a b b1 c');
 @sys = grep { $want{ $_->[0] } } @sys;
+@sys = () unless $parts{drain};
 die "bench/citus_direct.pl: BENCH_SYSTEMS must name a" unless $want{a};
 my %res;
 for my $round (1 .. $ROUNDS)
@@ -319,12 +451,13 @@ for my $round (1 .. $ROUNDS)
 			$round, $k, $what, $lat // -1, $cpu_node, $cpu_co, $done // 0, $el, $la0));
 	}
 }
+if ($parts{drain})
+{
 # the shard really drained by c: every task succeeded with its ledger row
 diag("worker: " . $w->safe_psql('postgres',
 	"SELECT state || ' ' || count(*) FROM $T GROUP BY state ORDER BY 1"));
 diag("worker: ledger rows " . $w->safe_psql('postgres', "SELECT count(*) FROM $A"));
 
-sub mean { my $s = 0; $s += $_ for @_; return $s / @_; }
 my $a_lat = mean(@{ $res{a}{lat} });
 my $a_cpu = mean(@{ $res{a}{cpu} });
 diag(sprintf("summary, means of %d rounds of %d tasks, one client (per task: claim 1 + transition):", $ROUNDS, $N));
@@ -335,6 +468,7 @@ for my $s (@sys)
 	my $cp = mean(@{ $res{$k}{cpu} });
 	diag(sprintf("  %-3s %.3f ms (%.2fx a), CPU of the shard's node %.3f ms (%.2fx a), coordinator %.3f ms  [%s]",
 		$k, $l, $l / $a_lat, $cp, $cp / $a_cpu, mean(@{ $res{$k}{cpuco} }), $s->[1]));
+}
 }
 NtaskCitus::stop($c);
 $plain->stop('fast');

@@ -1,7 +1,7 @@
 #!/usr/bin/perl
 # bench/citus_interlock.pl: the Citus 12.1.6 behaviour the direct shard
-# path's move interlock relies on (docs/scaling.md "The direct shard path
-# (designed)", "The move interlock"), checked on the engine without ntask's
+# path's move interlock relies on (docs/scaling.md "The direct shard
+# path", "The move interlock"), checked on the engine without ntask's
 # direct path: a coordinator and two workers on loopback, a task shard on
 # w1; D (a direct call) holds lock_shard_metadata(5, ...) on w1 for 4 s;
 # a block_writes move of the shard to w2 starts and waits for it; A (a

@@ -86,7 +86,7 @@ version()
 	# NTASK_CHAOS_LONG=1 and NTASK_PATRONI=1 reach the TAP files through the
 	# environment (t/006_chaos.pl's long mode; t/018_patroni.pl, 1.5-2 min,
 	# etcd and three Patroni nodes: docs/ha.md; without it, one skip line)
-	# the Citus TAP tests (t/023-027, t/046) run on 15 unless NTASK_CITUS=0:
+	# the Citus TAP tests (t/023-028, t/046) run on 15 unless NTASK_CITUS=0:
 	# they need Citus installed, which only root can do (scripts/citus.sh
 	# builds it from ../shared/vendor once, about 2 minutes; Citus 12.1
 	# supports 15, not 18: there the tests say so in a skip).  t/023's and t/027's long

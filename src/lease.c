@@ -65,14 +65,14 @@ typedef enum LeaseTokenCol
 	LEASE_TOKEN_NCOLS = LEASE_TOKEN_RIGHT
 } LeaseTokenCol;
 
-static NtaskPlan lease_token_plan = {
-	"task token lookup",
-	.ncols = LEASE_TOKEN_NCOLS,
+static NtaskPair lease_token_plan = NTASK_PAIR("task token lookup",
+	NTASK_PLAIN(LEASE_TOKEN_NCOLS,
 	"SELECT t.token, " NTASK_WORKER_RIGHT("q", "2") " "
 	"FROM ntask.task t JOIN ntask.queue q ON q.queue OPERATOR(pg_catalog.=) t.queue "
 	"WHERE t.task_id OPERATOR(pg_catalog.=) $1" NTASK_SHARD_OF("t", "$1"),
-	LEASE_TOKEN_NARGS, {INT8OID, OIDOID}
-};
+	LEASE_TOKEN_NARGS, SPI_OK_SELECT),
+	NTASK_ROUTED_LIKE_PLAIN,
+	INT8OID, OIDOID);
 
 /* lease_heartbeat_plan's parameters (and lease_progress_plan's) and column */
 typedef enum LeaseHeartbeatArg
@@ -109,12 +109,12 @@ typedef enum LeaseHeartbeatCol
 	"  AND " NTASK_WORKER_RIGHT_SUB("q", "4") " " \
 	"RETURNING t.lease_until"
 
-static NtaskPlan lease_heartbeat_plan = {
-	"heartbeat",
-	.ncols = LEASE_HB_NCOLS,
+static NtaskPair lease_heartbeat_plan = NTASK_PAIR("heartbeat",
+	NTASK_PLAIN(LEASE_HB_NCOLS,
 	LEASE_HB_SQL(""),
-	LEASE_HB_ARG_PROGRESS, {INT8OID, INT8OID, INTERVALOID, OIDOID, TIMESTAMPTZOID}
-};
+	LEASE_HB_ARG_PROGRESS, SPI_OK_UPDATE_RETURNING),
+	NTASK_ROUTED_LIKE_PLAIN,
+	INT8OID, INT8OID, INTERVALOID, OIDOID, TIMESTAMPTZOID);
 
 /*
  * The heartbeat that reports progress ($6, checked against
@@ -122,12 +122,12 @@ static NtaskPlan lease_heartbeat_plan = {
  * task row, fenced the same way (a stale token writes nothing).  A
  * heartbeat without progress runs lease_heartbeat_plan.
  */
-static NtaskPlan lease_progress_plan = {
-	"heartbeat with progress",
-	.ncols = LEASE_HB_NCOLS,
+static NtaskPair lease_progress_plan = NTASK_PAIR("heartbeat with progress",
+	NTASK_PLAIN(LEASE_HB_NCOLS,
 	LEASE_HB_SQL("  progress = $6, progress_at = $5, "),
-	LEASE_HB_NARGS, {INT8OID, INT8OID, INTERVALOID, OIDOID, TIMESTAMPTZOID, JSONBOID}
-};
+	LEASE_HB_NARGS, SPI_OK_UPDATE_RETURNING),
+	NTASK_ROUTED_LIKE_PLAIN,
+	INT8OID, INT8OID, INTERVALOID, OIDOID, TIMESTAMPTZOID, JSONBOID);
 
 /*
  * The open attempt lives on the task row until it ends (write-once
@@ -142,9 +142,8 @@ typedef enum LeaseInvokedArg
 	LEASE_INVOKED_NARGS
 } LeaseInvokedArg;
 
-static NtaskPlan lease_invoked_plan = {
-	"invoked",
-	.ncols = 0,
+static NtaskPair lease_invoked_plan = NTASK_PAIR("invoked",
+	NTASK_PLAIN(0,
 	"UPDATE ntask.task t SET invoked_at = pg_catalog.statement_timestamp() "
 	"FROM ntask.queue q "
 	"WHERE t.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("t", "$1")
@@ -152,8 +151,9 @@ static NtaskPlan lease_invoked_plan = {
 	"  AND t.state OPERATOR(pg_catalog.=) 'leased' AND t.invoked_at IS NULL "
 	"  AND q.queue OPERATOR(pg_catalog.=) t.queue "
 	"  AND " NTASK_WORKER_RIGHT_SUB("q", "3"),
-	LEASE_INVOKED_NARGS, {INT8OID, INT8OID, OIDOID}
-};
+	LEASE_INVOKED_NARGS, SPI_OK_UPDATE),
+	NTASK_ROUTED_LIKE_PLAIN,
+	INT8OID, INT8OID, OIDOID);
 
 typedef enum LeaseAttemptCol
 {
@@ -161,15 +161,15 @@ typedef enum LeaseAttemptCol
 	LEASE_ATTEMPT_NCOLS = LEASE_ATTEMPT_INVOKED
 } LeaseAttemptCol;
 
-static NtaskPlan lease_attempt_plan = {
-	"attempt lookup",
-	.ncols = LEASE_ATTEMPT_NCOLS,
+static NtaskPair lease_attempt_plan = NTASK_PAIR("attempt lookup",
+	NTASK_PLAIN(LEASE_ATTEMPT_NCOLS,
 	"SELECT t.state OPERATOR(pg_catalog.=) 'leased' AND t.invoked_at IS NOT NULL "
 	"FROM ntask.task t "
 	"WHERE t.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("t", "$1")
 	"  AND t.token OPERATOR(pg_catalog.=) $2",
-	LEASE_INVOKED_ARG_CALLER, {INT8OID, INT8OID}
-};
+	LEASE_INVOKED_ARG_CALLER, SPI_OK_SELECT),
+	NTASK_ROUTED_LIKE_PLAIN,
+	INT8OID, INT8OID);
 
 /*
  * lease_check_token
@@ -186,7 +186,7 @@ lease_check_token(int64 task_id, int64 token)
 
 	values[LEASE_TOKEN_ARG_TASK_ID] = Int64GetDatum(task_id);
 	values[LEASE_TOKEN_ARG_CALLER] = ObjectIdGetDatum(NtaskCaller());
-	if (NtaskExecPlan(&lease_token_plan, values, NULL, SPI_OK_SELECT) == 0)
+	if (NtaskExecPair(&lease_token_plan, values, NULL) == 0)
 		NtaskTaskNotFound(task_id);
 	if (!NtaskTupGetBool(SPI_tuptable, 0, LEASE_TOKEN_RIGHT))
 		NtaskTaskRightDenied(task_id);
@@ -242,8 +242,9 @@ ntask_heartbeat(PG_FUNCTION_ARGS)
 	values[LEASE_HB_ARG_NOW] = NtaskStatementTs();
 
 	SPI_connect();
-	found = NtaskExecPlan(with_progress ? &lease_progress_plan : &lease_heartbeat_plan,
-						  values, nulls, SPI_OK_UPDATE_RETURNING) == 1;
+	(void) NtaskDirectBegin(fcinfo, &task_id, 1);
+	found = NtaskExecPair(with_progress ? &lease_progress_plan : &lease_heartbeat_plan,
+						  values, nulls) == 1;
 	if (found)
 	{
 		bool		isnull;
@@ -254,6 +255,7 @@ ntask_heartbeat(PG_FUNCTION_ARGS)
 	}
 	else
 		lease_check_token(task_id, token);
+	NtaskDirectEnd();
 	SPI_finish();
 
 	if (!found)
@@ -281,17 +283,19 @@ ntask_invoked(PG_FUNCTION_ARGS)
 	values[LEASE_INVOKED_ARG_CALLER] = ObjectIdGetDatum(NtaskCaller());
 
 	SPI_connect();
-	if (NtaskExecPlan(&lease_invoked_plan, values, NULL, SPI_OK_UPDATE) == 1)
+	(void) NtaskDirectBegin(fcinfo, &task_id, 1);
+	if (NtaskExecPair(&lease_invoked_plan, values, NULL) == 1)
 		result = "applied";
 	else
 	{
 		lease_check_token(task_id, token);
-		if (NtaskExecPlan(&lease_attempt_plan, values, NULL, SPI_OK_SELECT) == 1 &&
+		if (NtaskExecPair(&lease_attempt_plan, values, NULL) == 1 &&
 			NtaskTupGetBool(SPI_tuptable, 0, LEASE_ATTEMPT_INVOKED))
 			result = "duplicate";
 		else
 			result = "stale";
 	}
+	NtaskDirectEnd();
 	SPI_finish();
 	PG_RETURN_TEXT_P(cstring_to_text(result));
 }
@@ -564,6 +568,7 @@ ntask_release(PG_FUNCTION_ARGS)
 		else
 			result = "stale";
 	}
+	NtaskDirectEnd();
 	SPI_finish();
 	PG_RETURN_TEXT_P(cstring_to_text(result));
 }

@@ -27,6 +27,7 @@
 #include "launcher.h"
 #include "limit.h"
 #include "settings.h"
+#include "shard.h"
 #include "waiter.h"
 #include "wake.h"
 #include "worker_settings.h"
@@ -636,6 +637,7 @@ _PG_init(void)
 	ntask_define_worker_gucs(pm_context);
 	ntask_define_http_gucs();
 	ntask_define_task_gucs(pm_context);
+	NtaskShardDefineSettings();
 
 	MarkGUCPrefixReserved("ntask");
 

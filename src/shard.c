@@ -22,11 +22,17 @@
 
 #include "shard.h"
 
+#include "access/xact.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
 #include "common/hashfn.h"
+#include "nodes/nodeFuncs.h"
+#include "nodes/plannodes.h"
+#include "tcop/pquery.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
@@ -202,12 +208,21 @@ static int32 *shard_groups = NULL;
 static bool shard_placements_stale = false;
 static Oid	shard_task_relid = InvalidOid;
 
+/*
+ * Bumped by every invalidation of the placements: the direct path's groups
+ * checked before it are checked again (direct_group_check)
+ */
+static uint64 shard_inval_generation = 1;
+
 /* a relcache invalidation: of ntask.task, or of every relation (InvalidOid) */
 static void
 shard_placement_inval(Datum arg, Oid relid)
 {
 	if (relid == InvalidOid || relid == shard_task_relid)
+	{
 		shard_placements_stale = true;
+		shard_inval_generation++;
+	}
 }
 
 /*
@@ -506,6 +521,589 @@ NtaskCitusLayout(bool *distributed, bool *coordinator)
 }
 
 /*
+ * The direct path (issue 49; docs/scaling.md "The direct shard path").
+ *
+ * A call on the node of its shard runs its statements on the shard
+ * relations themselves (ntask.task_<shardid>, the co-located attempt_ and
+ * receipt_ shards, the local placement of the reference table ntask.queue
+ * for reads), each the plain variant of its pair with the names rewritten,
+ * prepared once per backend and shard value (a group) with a generic plan:
+ * Citus does not plan a statement that names no Citus table.  A call takes
+ * it only when all of these hold at its start, else it runs routed, wholly
+ * (NtaskDirectBegin):
+ *
+ *	- ntask.citus_direct is on, ntask.task is a Citus table here;
+ *	- not in a transaction block, READ COMMITTED;
+ *	- the call is the whole statement: the portal's one plan is a SELECT
+ *	  of this one function (a Result, a ProjectSet over one, or one
+ *	  function scan), the only volatile function in it, so nothing ran
+ *	  before it in the transaction and nothing but the commit follows it
+ *	  (the shape Citus delegates, and what the shard's node receives);
+ *	- its tasks are of one shard value;
+ *	- the move interlock: the group's distribution-metadata lock
+ *	  (ShareLock, as Citus' routed writes take it; a move's final phase
+ *	  waits for it), then AcceptInvalidationMessages(), then, if a
+ *	  placement changed since the group was last checked (or never was), a
+ *	  catalog read that the placement is this node's group, and no Citus
+ *	  coordinated transaction is open (get_current_transaction_id's
+ *	  transaction number 0).
+ *
+ * Each decision is logged at DEBUG1 ("ntask: direct path ..." / "ntask:
+ * routed path ...: <why>"), the observable t/028 counts.
+ */
+bool		ntask_citus_direct = true;
+int			ntask_citus_direct_groups = 16;
+
+/* the relations a direct statement may name, in direct_check_plan's order */
+typedef enum DirectRel
+{
+	DIRECT_REL_TASK,
+	DIRECT_REL_ATTEMPT,
+	DIRECT_REL_RECEIPT,
+	DIRECT_REL_QUEUE,			/* a reference table: reads only */
+	DIRECT_NRELS
+} DirectRel;
+
+static const char *const direct_rel_names[DIRECT_NRELS] = {
+	"task", "attempt", "receipt", "queue"
+};
+
+/* one statement of a group: the plain variant's plan (key), rewritten */
+typedef struct DirectStmt
+{
+	const NtaskPlan *key;
+	NtaskPlan	plan;
+} DirectStmt;
+
+/* a shard value's shard relations and its statements */
+typedef struct DirectGroup
+{
+	int16		shard;
+	uint64		checked;		/* shard_inval_generation when checked; 0 */
+	uint64		remote;			/* that generation when found elsewhere */
+	uint64		last_use;
+	int64		ids[DIRECT_NRELS];	/* Citus shard ids */
+	char	   *names[DIRECT_NRELS];	/* qualified shard relation names */
+	MemoryContext cxt;			/* names, statement texts */
+	DirectStmt *stmts;
+	int			nstmts;
+	int			maxstmts;
+} DirectGroup;
+
+static DirectGroup *direct_groups = NULL;	/* in TopMemoryContext */
+static int	direct_ngroups = 0;
+static int	direct_maxgroups = 0;
+static uint64 direct_clock = 0;
+static DirectGroup *direct_call = NULL; /* the group of the call on it */
+
+/*
+ * The interlock's lock (ShareLock, 5) of the group's task shard id $1, and
+ * whether Citus has a coordinated transaction open.
+ */
+typedef enum DirectLockCol
+{
+	DIRECT_LOCK_DONE = 1,
+	DIRECT_LOCK_XACT,
+	DIRECT_LOCK_NCOLS = DIRECT_LOCK_XACT
+} DirectLockCol;
+
+static NtaskPlan direct_lock_plan = {
+	"direct path metadata lock",
+	.ncols = DIRECT_LOCK_NCOLS,
+	"SELECT pg_catalog.lock_shard_metadata(5, ARRAY[$1]), "
+	"  (pg_catalog.get_current_transaction_id()).transaction_number",
+	1, {INT8OID}
+};
+
+/*
+ * The group's shard ids, relation names, and whether each placement is on
+ * this node: a catalog-snapshot read after the lock, as Citus reads its
+ * placements (metadata_utility.c: BuildShardPlacementList); $1 the shard
+ * value.  One row per DirectRel, in its order.
+ */
+typedef enum DirectCheckCol
+{
+	DIRECT_CHECK_ID = 1,
+	DIRECT_CHECK_NAME,
+	DIRECT_CHECK_LOCAL,
+	DIRECT_CHECK_NCOLS = DIRECT_CHECK_LOCAL
+} DirectCheckCol;
+
+static NtaskPlan direct_check_plan = {
+	"direct path placement check",
+	.ncols = DIRECT_CHECK_NCOLS,
+	"SELECT s.id, pg_catalog.shard_name(s.rel, s.id), "
+	"  pg_catalog.to_regclass(pg_catalog.shard_name(s.rel, s.id)) IS NOT NULL AND EXISTS ( "
+	"    SELECT FROM pg_catalog.pg_dist_placement p JOIN pg_catalog.pg_dist_local_group l "
+	"      ON l.groupid OPERATOR(pg_catalog.=) p.groupid "
+	"    WHERE p.shardid OPERATOR(pg_catalog.=) s.id) "
+	"FROM (SELECT x.rel, x.i, CASE WHEN x.i OPERATOR(pg_catalog.=) 4 "
+	"        THEN pg_catalog.get_shard_id_for_distribution_column(x.rel) "
+	"        ELSE pg_catalog.get_shard_id_for_distribution_column(x.rel, $1) END AS id "
+	"      FROM pg_catalog.unnest(ARRAY['ntask.task', 'ntask.attempt', 'ntask.receipt', "
+	"        'ntask.queue']::pg_catalog.regclass[]) WITH ORDINALITY x(rel, i)) s "
+	"ORDER BY s.i",
+	1, {INT2OID}
+};
+
+/*
+ * ntask.task a Citus table in this database: read once per backend (a
+ * backend that started before ntask_distribute keeps its shard map too)
+ */
+static int	direct_citus = -1;
+
+/* direct_reset: the call is over (its end, or its transaction's) */
+static void
+direct_xact_callback(XactEvent event, void *arg)
+{
+	direct_call = NULL;
+}
+
+/* NtaskShardDefineSettings: ntask.citus_direct and its bound (module.c) */
+void
+NtaskShardDefineSettings(void)
+{
+	DefineCustomBoolVariable("ntask.citus_direct",
+							 "Run a call on its shard's node on the local shard relations.",
+							 "On a Citus install, a transition, heartbeat or invoked call "
+							 "made on (or delegated to) the node of its task's shard, outside "
+							 "a transaction block, runs its statements on the shard relations, "
+							 "planned once per backend; off: every call is routed by Citus.",
+							 &ntask_citus_direct, true, PGC_SUSET, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("ntask.citus_direct_groups",
+							"How many shard values' direct statements a backend keeps.",
+							"Past it the least recently used shard value's plans are freed.",
+							&ntask_citus_direct_groups, 16, 1, 1024, PGC_SUSET, 0,
+							NULL, NULL, NULL);
+	RegisterXactCallback(direct_xact_callback, NULL);
+}
+
+/* direct_group_free_plans: forget a group's statements and names */
+static void
+direct_group_free_plans(DirectGroup *g)
+{
+	int			i;
+
+	for (i = 0; i < g->nstmts; i++)
+		if (g->stmts[i].plan.plan != NULL)
+			SPI_freeplan(g->stmts[i].plan.plan);
+	g->nstmts = 0;
+	g->checked = 0;
+	MemoryContextReset(g->cxt);
+	g->stmts = NULL;
+	g->maxstmts = 0;
+	memset(g->names, 0, sizeof(g->names));
+}
+
+/*
+ * direct_group: the group of shard, made (or the least recently used one
+ * reused, past ntask.citus_direct_groups) on first use
+ */
+static DirectGroup *
+direct_group(int16 shard)
+{
+	DirectGroup *g = NULL;
+	int			i;
+
+	for (i = 0; i < direct_ngroups; i++)
+		if (direct_groups[i].shard == shard)
+			g = &direct_groups[i];
+	if (g == NULL && direct_ngroups >= ntask_citus_direct_groups)
+	{
+		g = &direct_groups[0];
+		for (i = 1; i < direct_ngroups; i++)
+			if (direct_groups[i].last_use < g->last_use)
+				g = &direct_groups[i];
+		direct_group_free_plans(g);
+		memset(g->ids, 0, sizeof(g->ids));
+		g->remote = 0;
+		g->shard = shard;
+	}
+	if (g == NULL)
+	{
+		if (direct_ngroups >= direct_maxgroups)
+		{
+			int			m = Max(4, direct_maxgroups * 2);
+
+			direct_groups = direct_groups == NULL ?
+				MemoryContextAllocZero(TopMemoryContext, sizeof(DirectGroup) * m) :
+				repalloc(direct_groups, sizeof(DirectGroup) * m);
+			direct_maxgroups = m;
+		}
+		g = &direct_groups[direct_ngroups++];
+		memset(g, 0, sizeof(*g));
+		g->shard = shard;
+		g->cxt = AllocSetContextCreate(TopMemoryContext, "ntask direct group",
+									   ALLOCSET_SMALL_SIZES);
+	}
+	g->last_use = ++direct_clock;
+	return g;
+}
+
+/*
+ * direct_group_check
+ *		After the lock: read the group's shard ids, names and placements
+ *		again, its statements freed (prepared again on use); NULL when they
+ *		are this node's, else why not: a relation is not on this node
+ *		(moved away, the orphan of a move), or the task shard is not
+ *		locked_id (a split gave the shard value a new shard: the next call
+ *		locks that one).
+ */
+static const char *
+direct_group_check(DirectGroup *g, int64 locked_id)
+{
+	Datum		arg = Int16GetDatum(g->shard);
+	SPITupleTable *tt;
+	const char *why = NULL;
+	int			i;
+
+	/* an invalidation from here on is after this read: check again then */
+	uint64		generation = shard_inval_generation;
+
+	direct_group_free_plans(g);
+	if (NtaskExecPlan(&direct_check_plan, &arg, NULL, SPI_OK_SELECT) != DIRECT_NRELS)
+		return "no shards of the shard value";
+	tt = SPI_tuptable;
+	for (i = 0; i < DIRECT_NRELS; i++)
+	{
+		g->ids[i] = NtaskTupGetInt64(tt, i, DIRECT_CHECK_ID);
+		g->names[i] = MemoryContextStrdup(g->cxt, NtaskTupGetCString(tt, i, DIRECT_CHECK_NAME));
+		if (!NtaskTupGetBool(tt, i, DIRECT_CHECK_LOCAL))
+			why = "the shard's placement is not on this node";
+	}
+	SPI_freetuptable(tt);
+	if (why != NULL)
+		g->remote = generation;
+	else if (g->ids[DIRECT_REL_TASK] != locked_id)
+		why = "the shard value has a new shard (a split)";
+	else
+		g->checked = generation;
+	return why;
+}
+
+/* direct_lock: the interlock's lock statement (NtaskTrySubxact's fn) */
+typedef struct DirectLock
+{
+	int64		id;				/* the task shard's id */
+	int64		xact;			/* Citus' distributed transaction number */
+} DirectLock;
+
+static void
+direct_lock(void *arg)
+{
+	DirectLock *l = (DirectLock *) arg;
+	Datum		id = Int64GetDatum(l->id);
+
+	(void) NtaskExecPlan(&direct_lock_plan, &id, NULL, SPI_OK_SELECT);
+	l->xact = NtaskTupGetInt64(SPI_tuptable, 0, DIRECT_LOCK_XACT);
+}
+
+/* direct_resolve: the group's task shard id, before its lock */
+static void
+direct_resolve(DirectGroup *g)
+{
+	Datum		arg = Int16GetDatum(g->shard);
+
+	if (NtaskExecPlan(&direct_check_plan, &arg, NULL, SPI_OK_SELECT) != DIRECT_NRELS)
+		elog(ERROR, "ntask: no Citus shards of shard value %d", g->shard);
+	g->ids[DIRECT_REL_TASK] = NtaskTupGetInt64(SPI_tuptable, DIRECT_REL_TASK, DIRECT_CHECK_ID);
+	SPI_freetuptable(SPI_tuptable);
+}
+
+/* direct_volatile: a node that calls a volatile function */
+static bool
+direct_volatile_checker(Oid func_id, void *context)
+{
+	return func_volatile(func_id) == PROVOLATILE_VOLATILE;
+}
+
+typedef struct DirectShape
+{
+	Oid			fn;				/* the call's function */
+	int			volatiles;		/* expressions calling a volatile function */
+	int			calls;			/* of them, calls of fn */
+} DirectShape;
+
+static bool
+direct_shape_walker(Node *node, DirectShape *shape)
+{
+	if (node == NULL)
+		return false;
+	if (check_functions_in_node(node, direct_volatile_checker, NULL))
+	{
+		shape->volatiles++;
+		if (IsA(node, FuncExpr) && ((FuncExpr *) node)->funcid == shape->fn)
+			shape->calls++;
+	}
+	if (IsA(node, SubPlan) || IsA(node, Query))
+		shape->volatiles += 2;	/* not the shape: a sub-select */
+	return expression_tree_walker(node, direct_shape_walker, (void *) shape);
+}
+
+/*
+ * direct_whole_statement
+ *		The call is its portal's whole statement: one SELECT plan of a
+ *		Result, a ProjectSet over a Result, or a scan of one function, with
+ *		no quals, sub-plans or row marks, in which the one volatile call is
+ *		this function's, once.  So nothing of the transaction ran before it
+ *		(not in a block), and nothing but the commit follows it.
+ */
+static bool
+direct_whole_statement(FunctionCallInfo fcinfo)
+{
+	PlannedStmt *ps;
+	Plan	   *plan;
+	DirectShape shape = {0};
+
+	if (ActivePortal == NULL || fcinfo->flinfo == NULL ||
+		list_length(ActivePortal->stmts) != 1)
+		return false;
+	ps = (PlannedStmt *) linitial(ActivePortal->stmts);
+	if (!IsA(ps, PlannedStmt) || ps->commandType != CMD_SELECT ||
+		ps->hasModifyingCTE || ps->subplans != NIL || ps->rowMarks != NIL)
+		return false;
+	shape.fn = fcinfo->flinfo->fn_oid;
+	plan = ps->planTree;
+	if (IsA(plan, ProjectSet))
+	{
+		(void) direct_shape_walker((Node *) plan->targetlist, &shape);
+		if (plan->qual != NIL || plan->initPlan != NIL || plan->righttree != NULL)
+			return false;
+		plan = plan->lefttree;
+		if (plan == NULL || !IsA(plan, Result))
+			return false;
+	}
+	if (plan->qual != NIL || plan->initPlan != NIL ||
+		plan->lefttree != NULL || plan->righttree != NULL)
+		return false;
+	if (IsA(plan, Result))
+	{
+		if (((Result *) plan)->resconstantqual != NULL)
+			return false;
+	}
+	else if (IsA(plan, FunctionScan))
+	{
+		if (list_length(((FunctionScan *) plan)->functions) != 1 ||
+			((FunctionScan *) plan)->funcordinality)
+			return false;
+		(void) direct_shape_walker((Node *) ((FunctionScan *) plan)->functions, &shape);
+	}
+	else
+		return false;
+	(void) direct_shape_walker((Node *) plan->targetlist, &shape);
+	return shape.volatiles == 1 && shape.calls == 1;
+}
+
+/* direct_routed: the call runs routed, for why (DEBUG1) */
+static NtaskPath
+direct_routed(int16 shard, const char *why)
+{
+	elog(DEBUG1, "ntask: routed path for shard %d: %s", shard, why);
+	return NTASK_PATH_ROUTED;
+}
+
+/*
+ * NtaskDirectBegin
+ *		Choose the call's path (above) for the n tasks of task_ids; the
+ *		direct path holds until NtaskDirectEnd or the transaction's end.
+ *		In SPI, before the call's first statement.
+ */
+NtaskPath
+NtaskDirectBegin(FunctionCallInfo fcinfo, const int64 *task_ids, int n)
+{
+	int16		shard;
+	DirectGroup *g;
+	int64		locked_id;
+	DirectLock	lock;
+	ErrorData  *edata;
+	const char *why;
+	int			i;
+
+	direct_call = NULL;
+	if (NtaskShardCount() == 0)
+		return NTASK_PATH_PLAIN;
+	if (n <= 0)
+		return NTASK_PATH_ROUTED;
+	shard = NTASK_ID_SHARD(task_ids[0]);
+	if (!ntask_citus_direct)
+		return direct_routed(shard, "ntask.citus_direct is off");
+	if (direct_citus < 0)
+	{
+		bool		distributed;
+		bool		coordinator;
+
+		NtaskCitusLayout(&distributed, &coordinator);
+		direct_citus = distributed ? 1 : 0;
+	}
+	if (direct_citus == 0)
+		return NTASK_PATH_ROUTED;	/* regress "distribute": no Citus */
+	if (IsTransactionBlock())
+		return direct_routed(shard, "in a transaction block");
+	if (IsolationUsesXactSnapshot())
+		return direct_routed(shard, "not READ COMMITTED");
+	for (i = 1; i < n; i++)
+		if (NTASK_ID_SHARD(task_ids[i]) != shard)
+			return direct_routed(shard, "tasks of several shards");
+	if (!NtaskIsShardValue(shard))
+		return direct_routed(shard, "not a shard value");
+	if (!direct_whole_statement(fcinfo))
+		return direct_routed(shard, "not the whole statement");
+
+	shard_watch_placements();	/* the invalidation callback */
+	g = direct_group(shard);
+
+	/*
+	 * Found on another node, and no placement changed since: routed without
+	 * the lock (a call on the coordinator, on the other worker nodes).  A
+	 * move here that this backend has not heard of yet is safe to miss.
+	 */
+	if (g->remote == shard_inval_generation)
+		return direct_routed(shard, "the shard's placement is not on this node");
+	/*
+	 * The shard id to lock: the one checked last, unless a placement changed
+	 * since (a split drops the old id, and Citus cannot lock a shard it no
+	 * longer knows), then read again.
+	 */
+	AcceptInvalidationMessages();
+	if (g->checked != shard_inval_generation)
+		direct_resolve(g);
+	lock.id = locked_id = g->ids[DIRECT_REL_TASK];
+	lock.xact = 0;
+
+	/*
+	 * In a subtransaction: a split that commits between the read and the
+	 * lock makes Citus raise for the id ("could not find valid entry for
+	 * shard"); the call then runs routed.  Other errors are raised.
+	 */
+	if (!NtaskTrySubxact(direct_lock, &lock, &edata))
+	{
+		if (edata->sqlerrcode != ERRCODE_INTERNAL_ERROR)
+			ReThrowError(edata);
+		return direct_routed(shard, "the shard's id is gone (a split)");
+	}
+	if (lock.xact != 0)
+		return direct_routed(shard, "a Citus coordinated transaction is open");
+	AcceptInvalidationMessages();
+	if (g->checked != shard_inval_generation &&
+		(why = direct_group_check(g, locked_id)) != NULL)
+		return direct_routed(shard, why);
+	direct_call = g;
+	elog(DEBUG1, "ntask: direct path for shard %d", shard);
+	return NTASK_PATH_DIRECT;
+}
+
+/* NtaskDirectEnd: the call on the direct path is over */
+void
+NtaskDirectEnd(void)
+{
+	direct_call = NULL;
+}
+
+/* NtaskDirectActive: a call is on the direct path */
+bool
+NtaskDirectActive(void)
+{
+	return direct_call != NULL;
+}
+
+/*
+ * direct_rewrite
+ *		sql with each ntask.<relation> replaced by the group's shard
+ *		relation; a function (ntask.<name>( ) is kept.  A relation without
+ *		a direct name is a defect of the call's scope: raise.  Skips string
+ *		literals and quoted identifiers, as spi_highest_param does.
+ */
+static char *
+direct_rewrite(DirectGroup *g, const NtaskPlan *p)
+{
+	StringInfoData buf;
+	const char *c = p->sql;
+	char		quote = '\0';
+	static const char prefix[] = "ntask.";
+
+	initStringInfo(&buf);
+	while (*c != '\0')
+	{
+		if (quote != '\0')
+		{
+			if (*c == quote)
+				quote = '\0';
+			appendStringInfoChar(&buf, *c++);
+			continue;
+		}
+		if (*c == '\'' || *c == '"')
+		{
+			quote = *c;
+			appendStringInfoChar(&buf, *c++);
+			continue;
+		}
+		if (strncmp(c, prefix, sizeof(prefix) - 1) == 0 &&
+			(c == p->sql || !(isalnum((unsigned char) c[-1]) || c[-1] == '_' || c[-1] == '.')))
+		{
+			const char *name = c + sizeof(prefix) - 1;
+			const char *end = name;
+			int			r;
+
+			while (isalnum((unsigned char) *end) || *end == '_')
+				end++;
+			for (r = 0; r < DIRECT_NRELS; r++)
+				if (strlen(direct_rel_names[r]) == (size_t) (end - name) &&
+					strncmp(direct_rel_names[r], name, end - name) == 0)
+					break;
+			if (r < DIRECT_NRELS)
+			{
+				appendStringInfoString(&buf, g->names[r]);
+				c = end;
+				continue;
+			}
+			/* ntask's SQL writes a call as name( and a relation as name ... */
+			if (*end != '(')
+				elog(ERROR, "ntask: %s names ntask.%.*s, which has no shard relation on the direct path",
+					 p->name, (int) (end - name), name);
+		}
+		appendStringInfoChar(&buf, *c++);
+	}
+	return buf.data;
+}
+
+/*
+ * direct_plan
+ *		The group's direct statement of p (a pair's plain variant), made on
+ *		first use: p's text with the group's relations, a generic plan
+ *		prepared by NtaskExecPlan.
+ */
+static NtaskPlan *
+direct_plan(DirectGroup *g, const NtaskPlan *p)
+{
+	DirectStmt *st;
+	MemoryContext old;
+	int			i;
+
+	for (i = 0; i < g->nstmts; i++)
+		if (g->stmts[i].key == p)
+			return &g->stmts[i].plan;
+	old = MemoryContextSwitchTo(g->cxt);
+	if (g->nstmts >= g->maxstmts)
+	{
+		int			m = Max(8, g->maxstmts * 2);
+
+		g->stmts = g->stmts == NULL ? palloc(sizeof(DirectStmt) * m) :
+			repalloc(g->stmts, sizeof(DirectStmt) * m);
+		g->maxstmts = m;
+	}
+	st = &g->stmts[g->nstmts];
+	st->key = p;
+	st->plan = *p;
+	st->plan.name = psprintf("%s (direct)", p->name);
+	st->plan.sql = direct_rewrite(g, p);
+	st->plan.plan = NULL;
+	st->plan.direct = true;
+	MemoryContextSwitchTo(old);
+	g->nstmts++;
+	return &st->plan;
+}
+
+/*
  * NtaskCallPath
  *		The path of the call's statements: routed by Citus on a distributed
  *		install (a shard map: also regress "distribute"'s plain install
@@ -515,6 +1113,8 @@ NtaskCitusLayout(bool *distributed, bool *coordinator)
 NtaskPath
 NtaskCallPath(void)
 {
+	if (direct_call != NULL)
+		return NTASK_PATH_DIRECT;
 	return NtaskShardCount() > 0 ? NTASK_PATH_ROUTED : NTASK_PATH_PLAIN;
 }
 
@@ -543,6 +1143,10 @@ NtaskExecPairCount(NtaskPair *pair, Datum *values, char *nulls,
 	SPITupleTable *tt;
 	int			rows;
 
+	/* the direct path: the plain variant on the group's shard relations */
+	if (direct_call != NULL)
+		return NtaskExecPlanCount(direct_plan(direct_call, &pair->v[NTASK_PATH_PLAIN].plan),
+								  values, nulls, pair->v[NTASK_PATH_PLAIN].rc, count);
 	if (v->plan.sql == NULL && v->before == NULL)
 		v = &pair->v[NTASK_PATH_PLAIN];
 	if (v->before != NULL)

@@ -81,10 +81,28 @@ typedef enum NtaskPath
 {
 	NTASK_PATH_PLAIN,			/* a plain install: PostgreSQL runs it */
 	NTASK_PATH_ROUTED,			/* a distributed install: Citus routes it */
+	NTASK_PATH_DIRECT,			/* the local shard relations, planned once */
 	NTASK_NPATHS
 } NtaskPath;
 
 extern NtaskPath NtaskCallPath(void);
+
+/*
+ * The direct path (issue 49, docs/scaling.md "The direct shard path"): a
+ * call on the node of its shard, outside a transaction block, runs its
+ * pairs' plain variants on the local shard relations.  The entry point
+ * chooses it after SPI_connect (NtaskDirectBegin: the setting, the call's
+ * shape, the shard group's metadata lock, the placement check) and ends
+ * it before SPI_finish (NtaskDirectEnd; an error ends it with the
+ * transaction).  task_ids: the tasks the call touches, all of one shard
+ * or the call runs routed.
+ */
+extern bool ntask_citus_direct;
+extern int	ntask_citus_direct_groups;
+extern void NtaskShardDefineSettings(void);
+extern NtaskPath NtaskDirectBegin(FunctionCallInfo fcinfo, const int64 *task_ids, int n);
+extern void NtaskDirectEnd(void);
+extern bool NtaskDirectActive(void);
 
 /*
  * One variant of a statement: its plan and the SPI_OK_* code it returns,
@@ -141,6 +159,7 @@ typedef struct NtaskPair
 #define NTASK_PAIR(name, plain, routed, ...) \
 	{{NTASK_VARIANT_(name, plain, __VA_ARGS__), \
 	  NTASK_VARIANT_(name " (distributed)", routed, __VA_ARGS__)}}
+/* (the direct path's slot stays empty: it runs the plain variant, renamed) */
 #define NTASK_VARIANT_(name, v, ...) NTASK_VARIANT__(name, v, __VA_ARGS__)
 #define NTASK_VARIANT__(name, ncols_, sql, nargs, rc_, before_, after_, ...) \
 	{.plan = {(name), .ncols = (ncols_), (sql), (nargs), {__VA_ARGS__}}, \

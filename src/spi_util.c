@@ -51,6 +51,7 @@ static Oid	spi_owner(void);
 static void spi_prepare(NtaskPlan *p);
 static int	spi_highest_param(const char *sql);
 static void spi_check_version(void);
+static bool spi_plan_writes(SPIPlanPtr plan);
 pg_noreturn static void spi_rethrow_without_statement(NtaskPlan *p);
 
 typedef enum SpiAuditArg
@@ -161,6 +162,14 @@ NtaskExecPlanCount(NtaskPlan *p, Datum *values, const char *nulls,
 		}
 		if (p->plan == NULL)
 			spi_prepare(p);
+
+		/*
+		 * A call on the direct path writes through its pairs' direct
+		 * variants only (shard.h): a routed write next to a direct one would
+		 * not be atomic.  A routed read (an error's details) may run.
+		 */
+		if (!p->direct && NtaskDirectActive() && spi_plan_writes(p->plan))
+			elog(ERROR, "ntask: %s would write routed in a call on the direct path", p->name);
 		rc = SPI_execute_plan(p->plan, values, nulls, false, count);
 	}
 	PG_CATCH();
@@ -187,6 +196,33 @@ NtaskExecPlanCount(NtaskPlan *p, Datum *values, const char *nulls,
 			 p->name, SPI_tuptable != NULL ? SPI_tuptable->tupdesc->natts : 0,
 			 p->ncols);
 	return (int) SPI_processed;
+}
+
+/*
+ * spi_plan_writes: plan may write or lock rows (anything but a plain
+ * SELECT; a plan not analyzed now counts as writing)
+ */
+static bool
+spi_plan_writes(SPIPlanPtr plan)
+{
+	ListCell   *lc;
+
+	foreach(lc, SPI_plan_get_plan_sources(plan))
+	{
+		CachedPlanSource *src = (CachedPlanSource *) lfirst(lc);
+		ListCell   *lq;
+
+		if (src->query_list == NIL)
+			return true;
+		foreach(lq, src->query_list)
+		{
+			Query	   *q = lfirst_node(Query, lq);
+
+			if (q->commandType != CMD_SELECT || q->hasModifyingCTE || q->rowMarks != NIL)
+				return true;
+		}
+	}
+	return false;
 }
 
 /*
@@ -355,8 +391,9 @@ spi_prepare(NtaskPlan *p)
 	int			highest;
 
 	spi_check_version();
+	/* a direct variant names shard relations only: PostgreSQL plans it */
 	plan = SPI_prepare_cursor(p->sql, p->nargs, p->argtypes,
-							  spi_distributed ? CURSOR_OPT_CUSTOM_PLAN :
+							  spi_distributed && !p->direct ? CURSOR_OPT_CUSTOM_PLAN :
 							  CURSOR_OPT_GENERIC_PLAN);
 
 	if (plan == NULL)
@@ -650,14 +687,14 @@ typedef enum SpiTokenArg
 	SPI_TOKEN_NARGS
 } SpiTokenArg;
 
-static NtaskPlan token_ledger_plan = {
-	"token in the ledger",
-	.ncols = 1,
-	"SELECT 1 FROM ntask.attempt a "
-	"WHERE a.task_id OPERATOR(pg_catalog.=) $1 "
-	"  AND a.token OPERATOR(pg_catalog.=) $2" NTASK_SHARD_OF("a", "$1"),
-	SPI_TOKEN_NARGS, {INT8OID, INT8OID}
-};
+static NtaskPair token_ledger = NTASK_PAIR("token in the ledger",
+										  NTASK_PLAIN(1,
+													  "SELECT 1 FROM ntask.attempt a "
+													  "WHERE a.task_id OPERATOR(pg_catalog.=) $1 "
+													  "  AND a.token OPERATOR(pg_catalog.=) $2" NTASK_SHARD_OF("a", "$1"),
+													  SPI_TOKEN_NARGS, SPI_OK_SELECT),
+										  NTASK_ROUTED_LIKE_PLAIN,
+										  INT8OID, INT8OID);
 
 /*
  * NtaskCheckTokenIssued
@@ -684,7 +721,7 @@ NtaskCheckTokenIssued(int64 task_id, int64 token, int64 current)
 
 		values[SPI_TOKEN_ARG_TASK_ID] = Int64GetDatum(task_id);
 		values[SPI_TOKEN_ARG_TOKEN] = Int64GetDatum(token);
-		issued = NtaskExecPlan(&token_ledger_plan, values, NULL, SPI_OK_SELECT) > 0;
+		issued = NtaskExecPair(&token_ledger, values, NULL) > 0;
 		SPI_tuptable = save_tt;
 		SPI_processed = save_processed;
 

@@ -43,6 +43,7 @@ typedef struct NtaskPlan
 	Oid			argtypes[NTASK_PLAN_MAX_ARGS];
 	bool		as_caller;		/* run as the caller, not the owner */
 	SPIPlanPtr	plan;
+	bool		direct;			/* shard.c's direct variant: a generic plan */
 } NtaskPlan;
 
 /* spi_util.c */

@@ -87,9 +87,8 @@ typedef enum TrLockCol
 	TR_LOCK_NCOLS = TR_LOCK_QUEUE
 } TrLockCol;
 
-static NtaskPlan tr_lock_plan = {
-	"transition lock",
-	.ncols = TR_LOCK_NCOLS,
+static NtaskPair tr_lock_plan = NTASK_PAIR("transition lock",
+	NTASK_PLAIN(TR_LOCK_NCOLS,
 	"SELECT t.state, t.token, t.attempts, t.max_attempts, t.deadline, "
 	"  q.backoff_base, q.backoff_max, "
 	"  CASE WHEN t.due_at IS NOT NULL THEN t.run_at END, " NTASK_WORKER_RIGHT("q", "2") ", "
@@ -98,8 +97,9 @@ static NtaskPlan tr_lock_plan = {
 	"  ON q.queue OPERATOR(pg_catalog.=) t.queue "
 	"WHERE t.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("t", "$1")
 	"FOR UPDATE OF t",
-	TR_LOCK_NARGS, {INT8OID, OIDOID}
-};
+	TR_LOCK_NARGS, SPI_OK_SELECT),
+	NTASK_ROUTED_LIKE_PLAIN,
+	INT8OID, OIDOID);
 
 /*
  * The task row first (locked by tr_lock_plan, moved by the UPDATE), then
@@ -279,9 +279,8 @@ typedef enum TrAttemptCol
 	TR_ATTEMPT_NCOLS = TR_ATTEMPT_OUTCOME
 } TrAttemptCol;
 
-static NtaskPlan tr_attempt_plan = {
-	"transition attempt lookup",
-	.ncols = TR_ATTEMPT_NCOLS,
+static NtaskPair tr_attempt_plan = NTASK_PAIR("transition attempt lookup",
+	NTASK_PLAIN(TR_ATTEMPT_NCOLS,
 	"SELECT a.requested, a.error_class, a.outcome FROM ntask.attempt a "
 	"WHERE a.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("a", "$1")
 	"  AND a.token OPERATOR(pg_catalog.=) $2 "
@@ -290,8 +289,9 @@ static NtaskPlan tr_attempt_plan = {
 	"SELECT t.state, NULL::pg_catalog.text, t.outcome FROM ntask.task t "
 	"WHERE t.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("t", "$1")
 	"  AND t.token OPERATOR(pg_catalog.=) $2 AND t.attempt_worker IS NOT NULL",
-	TR_LOOKUP_NARGS, {INT8OID, INT8OID}
-};
+	TR_LOOKUP_NARGS, SPI_OK_SELECT),
+	NTASK_ROUTED_LIKE_PLAIN,
+	INT8OID, INT8OID);
 
 /*
  * The conditional statement of ntask_transition_many for every to_state but
@@ -815,7 +815,7 @@ tr_locked(TrCall *c, const char *reason, TrOut *o)
 
 	values[TR_LOCK_ARG_TASK_ID] = Int64GetDatum(c->task_id);
 	values[TR_LOCK_ARG_CALLER] = ObjectIdGetDatum(NtaskCaller());
-	if (NtaskExecPlan(&tr_lock_plan, values, NULL, SPI_OK_SELECT) == 0)
+	if (NtaskExecPair(&tr_lock_plan, values, NULL) == 0)
 		NtaskTaskNotFound(c->task_id);
 	lock_tt = SPI_tuptable;
 	if (!NtaskTupGetBool(lock_tt, 0, TR_LOCK_RIGHT))
@@ -873,7 +873,7 @@ tr_locked(TrCall *c, const char *reason, TrOut *o)
 	o->state = datumCopy(NtaskTupGetDatum(lock_tt, 0, TR_LOCK_STATE, &isnull), false, -1);
 	o->run_at = NtaskTupGetDatum(lock_tt, 0, TR_LOCK_RUN_AT, &o->run_at_null);	/* by value */
 	stored = NtaskTupGetDatum(lock_tt, 0, TR_LOCK_RESULT, &stored_null);
-	if (NtaskExecPlan(&tr_attempt_plan, lookup, NULL, SPI_OK_SELECT) == 1 &&
+	if (NtaskExecPair(&tr_attempt_plan, lookup, NULL) == 1 &&
 		NtaskTupGetText(SPI_tuptable, 0, TR_ATTEMPT_REQUESTED) != NULL)
 	{
 		char	   *req = NtaskTupGetCString(SPI_tuptable, 0, TR_ATTEMPT_REQUESTED);
@@ -943,7 +943,9 @@ ntask_transition(PG_FUNCTION_ARGS)
 
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
+	(void) NtaskDirectBegin(fcinfo, &c.task_id, 1);
 	tr_one(&c, reason, &o);
+	NtaskDirectEnd();
 	out[TR_OUT_RESULT] = CStringGetTextDatum(o.result);
 	out[TR_OUT_STATE] = o.state;
 	out[TR_OUT_RUN_AT] = o.run_at;
@@ -1157,6 +1159,13 @@ ntask_transition_many(PG_FUNCTION_ARGS)
 
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
+	{
+		int64	   *tids = palloc(sizeof(int64) * Max(n, 1));
+
+		for (i = 0; i < n; i++)
+			tids[i] = items[i].task_id;
+		(void) NtaskDirectBegin(fcinfo, tids, n);
+	}
 
 	/*
 	 * One statement for the batch (none on a distributed install:
@@ -1175,6 +1184,7 @@ ntask_transition_many(PG_FUNCTION_ARGS)
 		tr_locked(&c, reason, &items[i].o);
 		items[i].done = true;
 	}
+	NtaskDirectEnd();
 
 	byPos = palloc(sizeof(TrItem *) * Max(n, 1));
 	for (i = 0; i < n; i++)

@@ -1,0 +1,475 @@
+
+# Copyright (c) 2026, The ntask authors; the PostgreSQL Licence (LICENSE)
+
+# t/028_citus_direct.pl: the direct shard path (issue 49; docs/scaling.md
+# "The direct shard path"), opt-in with NTASK_CITUS=1 like t/023.
+#
+# A coordinator and two workers on loopback (wal_level = logical, for
+# force_logical moves).  The observable: every call of the transition
+# family logs its path at DEBUG1 ("ntask: direct path for shard N", or
+# "ntask: routed path for shard N: <why>"), written by the code that
+# chooses it (src/shard.c, NtaskDirectBegin), counted here in the worker
+# nodes' logs (log_min_messages = debug1 there).
+#
+# Part 1: the transition family on the worker node of the shard (and
+# delegated from the coordinator, ntask_<f>_on) takes the direct path; the
+# same calls with ntask.citus_direct = off take the routed one, and both
+# give the same answers and leave the same rows (task and ledger); a call
+# in a transaction block, a statement of two calls, a batch over two
+# shards run routed; a backend keeps the statements of at most
+# ntask.citus_direct_groups shard values (its memory contexts counted).
+# A split of the shard on its node: the backend that used the old shard
+# runs on the new one.
+#
+# Part 2: the move interlock.  A direct call racing
+# citus_move_shard_placement, both transfer modes, with
+# citus.defer_shard_delete_interval = -1 so the orphan stays: (a) the call
+# holds the group's metadata lock (stopped on a row lock the test holds):
+# the move waits for it, and its write reaches the new placement; (b)
+# block_writes: the move holds its write block (stopped after its copy by
+# Citus' test hook) and the call waits for it, then runs routed to the new
+# placement, the orphan untouched; (c) force_logical: a direct call during
+# the move's catch-up, which carries it to the new placement.
+
+use strict;
+use warnings;
+
+use FindBin;
+use lib $FindBin::Bin;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(sleep time);
+
+if (!$ENV{NTASK_CITUS})
+{
+	plan skip_all => 'Citus test skipped (set NTASK_CITUS=1; builds Citus 12.1.6 from ../shared/vendor)';
+}
+
+my ($pg_major) = `pg_config --version` =~ /PostgreSQL (\d+)/;
+if ($pg_major > 16)
+{
+	plan skip_all => "Citus 12.1.6 supports PostgreSQL 14-16, not $pg_major";
+}
+
+require NtaskCitus;
+my $err = NtaskCitus::ensure_built();
+BAIL_OUT($err) if $err;
+
+require DBI;
+require DBD::Pg;
+
+my $c = NtaskCitus::start('direct', workers => 2,
+	conf => "ntask.worker = off\nwal_level = logical\nmax_replication_slots = 16\n"
+	  . "max_wal_senders = 16\ncitus.defer_shard_delete_interval = -1\n");
+my $co = $c->{coord};
+my @workers = @{ $c->{workers} };
+for my $w (@workers)
+{
+	$w->safe_psql('postgres', 'ALTER SYSTEM SET log_min_messages = debug1; SELECT pg_reload_conf()');
+}
+
+my $q = sub { return $co->safe_psql('postgres', $_[0]); };
+
+$q->('CREATE EXTENSION ntask');
+$q->('SELECT count(*) FROM ntask_distribute(4)');
+$q->("SELECT count(*) FROM ntask_queue_set('dq', lease => '10 minutes')");
+
+sub connect_to
+{
+	my ($node) = @_;
+	return DBI->connect('dbi:Pg:dbname=postgres;host=' . $node->host . ';port=' . $node->port,
+		'', '', { AutoCommit => 1, RaiseError => 1, PrintError => 0 });
+}
+
+sub wait_for
+{
+	my ($what, $cond, $secs) = @_;
+	my $end = time + ($secs // 180);
+	while (time < $end)
+	{
+		return 1 if $cond->();
+		sleep 0.05;
+	}
+	die "timed out waiting for $what";
+}
+
+# backends of $node waiting for a lock whose query is like $like
+sub lock_waiters
+{
+	my ($node, $like) = @_;
+	return $node->safe_psql('postgres', qq{
+		SELECT count(*) FROM pg_stat_activity
+		WHERE wait_event_type = 'Lock' AND query LIKE '$like' AND pid <> pg_backend_pid()});
+}
+
+# the shard's node, and the other
+sub placement
+{
+	my ($shard) = @_;
+	my $id = $q->("SELECT get_shard_id_for_distribution_column('ntask.task', ${shard}::smallint)");
+	my $port = $q->("SELECT nodeport FROM pg_dist_shard_placement WHERE shardid = $id");
+	my ($src) = grep { $_->port == $port } @workers;
+	my ($dst) = grep { $_->port != $port } @workers;
+	return ($id, $src, $dst);
+}
+
+# the log lines of the path decisions on $node since $off
+sub paths
+{
+	my ($node, $off) = @_;
+	my $log = slurp_file($node->logfile, $off);
+	my @d = $log =~ /ntask: (direct path for shard \d+|routed path for shard \d+: [^\n]*)/g;
+	return @d;
+}
+
+my $keyno = 0;
+
+# n tasks of queue dq in shard $shard, enqueued through the coordinator
+# and claimed there (routed); returns "id:token" strings
+sub claimed
+{
+	my ($shard, $n) = @_;
+	my @ids;
+	while (@ids < $n)
+	{
+		$keyno++;
+		next unless $q->("SELECT ntask_shard('dq', 'k$keyno')") == $shard;
+		push @ids, $q->("SELECT task_id FROM ntask_enqueue('dq', 'k$keyno', '{}')");
+	}
+	my %tok;
+	wait_for('the claims', sub {
+		for my $r (split /\n/, $q->("SELECT task_id || ':' || token FROM ntask_claim_on(${shard}::smallint, 'dq', 'w', 50)"))
+		{
+			my ($i, $t) = split /:/, $r;
+			$tok{$i} = $t;
+		}
+		return !grep { !$tok{$_} } @ids;
+	}, 60);
+	return map { "$_:$tok{$_}" } @ids;
+}
+
+my $shard = $q->("SELECT min(shard) FROM ntask.shard_map");
+my $other = $q->("SELECT min(shard) FROM ntask.shard_map m WHERE shard > $shard
+	AND (SELECT nodeport FROM pg_dist_shard_placement WHERE shardid = get_shard_id_for_distribution_column('ntask.task', m.shard))
+	  = (SELECT nodeport FROM pg_dist_shard_placement WHERE shardid = get_shard_id_for_distribution_column('ntask.task', ${shard}::smallint))");
+my (undef, $w) = placement($shard);
+
+# ---------------------------------------------------------------------
+# Part 1: the same calls on both paths
+# ---------------------------------------------------------------------
+
+# runs the transition family's calls on the worker node ($w) and from the
+# coordinator, each its own statement; returns their answers and the rows
+# they left, without ids, tokens and times
+sub scenario
+{
+	my ($setting) = @_;
+	my $set = '';
+	# the worker node's setting: delegated calls run in Citus' connections
+	$w->safe_psql('postgres', "ALTER SYSTEM SET ntask.citus_direct = $setting; SELECT pg_reload_conf()");
+	wait_for('the setting', sub { $w->safe_psql('postgres', 'SHOW ntask.citus_direct') eq $setting });
+	my ($t1, $t2, $t3, $t4, $t5) = claimed($shard, 5);
+	my ($i1, $k1) = split /:/, $t1;
+	my ($i2, $k2) = split /:/, $t2;
+	my ($i3, $k3) = split /:/, $t3;
+	my ($i4, $k4) = split /:/, $t4;
+	my ($i5, $k5) = split /:/, $t5;
+	my @out;
+	my $run = sub { push @out, $w->safe_psql('postgres', "$set $_[0]") };
+	my $off = -s $w->logfile;
+
+	$run->("SELECT ntask_heartbeat($i1, $k1) IS NOT NULL");
+	$run->("SELECT ntask_heartbeat($i1, $k1, progress => '{\"p\": 1}') IS NOT NULL");
+	$run->("SELECT ntask_invoked($i1, $k1)");
+	$run->("SELECT ntask_invoked($i1, $k1)");
+	$run->("SELECT result, state FROM ntask_transition($i1, $k1, 'succeeded', result => '{\"r\": 1}')");
+	$run->("SELECT result, state FROM ntask_transition($i1, $k1, 'succeeded', result => '{\"r\": 1}')");
+	$run->("SELECT result, state FROM ntask_transition($i1, $k1, 'canceled')");
+	$run->("SELECT ntask_heartbeat($i1, $k1) IS NULL");
+	$run->("SELECT ntask_invoked($i1, $k1)");
+	$run->("SELECT result, state, run_at IS NOT NULL FROM ntask_transition($i2, $k2, 'retry_wait', error_class => 'transient')");
+	$run->("SELECT task_id = $i3, result, state FROM ntask_transition_many(ARRAY[$i3, $i4], ARRAY[$k3, $k4], 'succeeded')");
+	my ($rc, $stdout, $stderr) = $w->psql('postgres', "$set SELECT ntask_heartbeat($i4, $k4 + 1000)");
+	push @out, ($stderr =~ /(was never issued)/)[0] // "no error: $stderr";
+	# delegated from the coordinator to $w
+	push @out, $co->safe_psql('postgres', "SELECT ntask_heartbeat_on(${shard}::smallint, $i5, $k5)") ne '' ? 't' : 'f';
+	push @out, $co->safe_psql('postgres', "SELECT ntask_invoked_on(${shard}::smallint, $i5, $k5)");
+	push @out, $co->safe_psql('postgres', "SELECT result, state FROM ntask_transition_on(${shard}::smallint, $i5, $k5, 'succeeded')");
+
+	my $ids = "$i1, $i2, $i3, $i4, $i5";
+	push @out, $q->("SELECT string_agg(concat_ws('|', state, attempts, result, outcome, reason, unknown_attempts, progress, invoked_at IS NOT NULL), ';' ORDER BY array_position(ARRAY[$ids]::bigint[], task_id)) FROM ntask.task WHERE task_id IN ($ids)");
+	push @out, $q->("SELECT string_agg(concat_ws('|', attempt, result, requested, error_class, outcome_known, outcome, progress, invoked_at IS NOT NULL, worker), ';' ORDER BY array_position(ARRAY[$ids]::bigint[], task_id), token) FROM ntask.attempt WHERE task_id IN ($ids)");
+	return (join("\n", @out), [paths($w, $off)]);
+}
+
+my ($routed, $rpaths) = scenario('off');
+my ($direct, $dpaths) = scenario('on');
+is($direct, $routed, 'the direct and the routed path give the same answers and rows');
+note("answers:\n$direct");
+like($direct, qr/^t\nt\napplied\nduplicate\napplied\|succeeded\nduplicate\|succeeded\nconflict\|succeeded\nt\nstale\napplied\|retry_wait\|t\nt\|applied\|succeeded\nf\|applied\|succeeded\nwas never issued\nt\napplied\napplied\|succeeded\n/,
+	'the answers are those of the calls');
+my @d = grep { /^direct path for shard $shard$/ } @$dpaths;
+# 12 calls on the worker node (the refused heartbeat too), 3 delegated
+is(scalar(@d), 15, 'every call with ntask.citus_direct on took the direct path, delegated ones too')
+  or diag(join("\n", @$dpaths));
+is(scalar(grep { /^routed/ } @$dpaths), 0, 'none routed');
+is(scalar(grep { /^direct/ } @$rpaths), 0, 'with ntask.citus_direct off: none direct');
+is(scalar(grep { /^routed path for shard $shard: ntask.citus_direct is off$/ } @$rpaths), 15,
+	'with it off, the calls on the worker node say so');
+
+# the calls that must run routed
+{
+	my ($t1, $t2) = claimed($shard, 2);
+	my ($i1, $k1) = split /:/, $t1;
+	my $o1;
+	($o1) = claimed($other, 1) if defined $other && $other ne '';
+	my $off = -s $w->logfile;
+	is($w->safe_psql('postgres', "BEGIN; SELECT ntask_heartbeat($i1, $k1) IS NOT NULL; COMMIT;"), 't',
+		'a heartbeat in a transaction block');
+	is($w->safe_psql('postgres', "SELECT ntask_heartbeat($i1, $k1) IS NOT NULL, ntask_invoked($i1, $k1)"), 't|applied',
+		'two calls in one statement');
+	is($w->safe_psql('postgres', "SET default_transaction_isolation = 'repeatable read'; SELECT ntask_heartbeat($i1, $k1) IS NOT NULL"), 't',
+		'a heartbeat under REPEATABLE READ');
+	my @p = paths($w, $off);
+	is(join("\n", @p), join("\n",
+		"routed path for shard $shard: in a transaction block",
+		"routed path for shard $shard: not the whole statement",
+		"routed path for shard $shard: not the whole statement",
+		"routed path for shard $shard: not READ COMMITTED"), 'they ran routed, each saying why');
+	if (defined $o1)
+	{
+		my ($i2, $k2) = split /:/, $t2;
+		my ($oi, $ok) = split /:/, $o1;
+		$off = -s $w->logfile;
+		is($w->safe_psql('postgres', "SELECT string_agg(result, ',') FROM ntask_transition_many(ARRAY[$i2, $oi], ARRAY[$k2, $ok], 'succeeded')"),
+			'applied,applied', 'a batch over two shards applies');
+		like(join("\n", paths($w, $off)), qr/routed path for shard $shard: tasks of several shards/, 'and runs routed');
+
+		# the bound of the groups a backend keeps: two local shard values,
+		# one group kept with ntask.citus_direct_groups = 1, both with 16
+		my ($ta, $tb) = (claimed($shard, 1), claimed($other, 1));
+		my ($ia, $ka) = split /:/, $ta;
+		my ($ib, $kb) = split /:/, $tb;
+		for my $bound (1, 16)
+		{
+			my $s = connect_to($w);
+			$s->do("SET ntask.citus_direct_groups = $bound");
+			$off = -s $w->logfile;
+			my @r = map { scalar $s->selectrow_array($_) }
+			  ("SELECT ntask_heartbeat($ia, $ka) IS NOT NULL", "SELECT ntask_heartbeat($ib, $kb) IS NOT NULL",
+				"SELECT ntask_heartbeat($ia, $ka) IS NOT NULL");
+			is("@r", '1 1 1', "groups bound $bound: the heartbeats of two shard values, back and forth");
+			is(join(',', paths($w, $off)), "direct path for shard $shard,direct path for shard $other,direct path for shard $shard",
+				"groups bound $bound: all direct");
+			is($s->selectrow_array(q{SELECT count(*) FROM pg_backend_memory_contexts WHERE name = 'ntask direct group'}),
+				$bound == 1 ? 1 : 2, "groups bound $bound: the backend keeps " . ($bound == 1 ? 'one group' : 'both'));
+			$s->disconnect;
+		}
+	}
+}
+
+# a caller without the queue's worker_role: 42501 on both paths (the
+# error's details are a routed read, which a direct call may make)
+{
+	$q->('CREATE ROLE dq_w');
+	$q->('CREATE ROLE dq_x');
+	$q->('GRANT ntask_worker TO dq_w, dq_x');
+	$q->("SELECT count(*) FROM ntask_queue_set('dr', lease => '10 minutes')");
+	$q->("SELECT ntask_queue_set_roles('dr', NULL, 'dq_w')");
+	my ($id, $tok);
+	for my $k (1 .. 500)
+	{
+		next unless $q->("SELECT ntask_shard('dr', 'r$k')") == $shard;
+		$id = $q->("SELECT task_id FROM ntask_enqueue('dr', 'r$k', '{}')");
+		last;
+	}
+	wait_for('the claim of dr', sub {
+		$tok = $q->("SELECT token FROM ntask_claim_on(${shard}::smallint, 'dr', 'w', 1)");
+		return $tok ne '';
+	}, 60);
+	for my $setting ('on', 'off')
+	{
+		my $off = -s $w->logfile;
+		my ($rc, $out, $stderr) = $w->psql('postgres',
+			"SET ntask.citus_direct = $setting; SET ROLE dq_x; SELECT ntask_heartbeat($id, $tok)");
+		like($stderr, qr/permission denied for task $id/, "ntask.citus_direct $setting: 42501 for a caller without the worker_role");
+		like(join("\n", paths($w, $off)), $setting eq 'on' ? qr/^direct path for shard $shard$/ : qr/^routed path/,
+			"ntask.citus_direct $setting: its path");
+	}
+}
+
+# ---------------------------------------------------------------------
+# Part 2: the move interlock
+# ---------------------------------------------------------------------
+
+sub drop_orphans
+{
+	wait_for('the orphans dropped', sub {
+		$co->psql('postgres', 'CALL citus_cleanup_orphaned_resources()');
+		$q->('SELECT count(*) FROM pg_dist_cleanup') == 0;
+	}, 60);
+}
+
+# $kind: 'call_first' (the call holds the lock, the move waits) or
+# 'move_first' (the move is stopped after its copy, the call comes then)
+sub move_race
+{
+	my ($mode, $kind, $call) = @_;
+	my $tag = "$mode/$kind/$call";
+	drop_orphans();
+	my ($t1) = claimed($shard, 1);
+	my ($id, $tok) = split /:/, $t1;
+	my ($shardid, $src, $dst) = placement($shard);
+	my $move_sql = "SELECT citus_move_shard_placement($shardid, '127.0.0.1', " . $src->port
+	  . ", '127.0.0.1', " . $dst->port . ", shard_transfer_mode => '$mode')";
+	my $call_sql = $call eq 'heartbeat'
+	  ? "SELECT ntask_heartbeat($id, $tok, lease => '7 hours')::text"
+	  : "SELECT result || ',' || state FROM ntask_transition($id, $tok, 'succeeded', result => '{\"m\": 1}')";
+	my $like = $call eq 'heartbeat' ? '%ntask\_heartbeat(%' : '%ntask\_transition(%';
+	my $off = -s $src->logfile;
+	my $mover = connect_to($co);
+	my $sth;
+	my $caller = connect_to($src);
+	my ($blocker, $hold);
+	my $move_waited = 0;
+
+	if ($kind eq 'call_first')
+	{
+		# the call takes its metadata lock, then waits for the task row
+		$blocker = connect_to($src);
+		$blocker->begin_work;
+		$blocker->do("SELECT 1 FROM ntask.task_$shardid WHERE task_id = $id FOR UPDATE");
+		$sth = $caller->prepare($call_sql, { pg_async => DBD::Pg::PG_ASYNC() });
+		$sth->execute;
+		wait_for("$tag: the call waits for the row", sub { lock_waiters($src, $like) > 0 });
+		$mover->do($move_sql, { pg_async => DBD::Pg::PG_ASYNC() });
+		# the move waits for the call: block_writes for its metadata lock
+		# at the move's start; force_logical for its transaction (the
+		# replication slot's snapshot), or its lock in the final phase
+		wait_for("$tag: the move waits", sub {
+			$mover->pg_ready || lock_waiters($co, '%citus_move_shard_placement%') > 0
+			  || $src->safe_psql('postgres', qq{SELECT count(*) FROM pg_stat_activity
+				WHERE wait_event_type = 'Lock' AND query NOT LIKE '$like'
+				  AND pid <> pg_backend_pid()}) > 0;
+		});
+		$move_waited = $mover->pg_ready ? 0 : 1;
+		$blocker->commit;
+	}
+	else
+	{
+		$hold = connect_to($co);
+		$hold->do('SELECT pg_advisory_lock(44000, 55152)');
+		$mover->do('SET citus.running_under_citus_test_suite = on');
+		$mover->do($move_sql, { pg_async => DBD::Pg::PG_ASYNC() });
+		wait_for("$tag: the move held after its copy", sub {
+			$co->safe_psql('postgres', q{SELECT count(*) FROM pg_locks
+				WHERE locktype = 'advisory' AND classid = 44000 AND objid = 55152
+				  AND objsubid = 2 AND NOT granted}) > 0;
+		});
+		$sth = $caller->prepare($call_sql, { pg_async => DBD::Pg::PG_ASYNC() });
+		$sth->execute;
+		if ($mode eq 'block_writes')
+		{
+			# writes are blocked since the move's start: the call waits
+			wait_for("$tag: the call waits for the move", sub { lock_waiters($src, $like) > 0 });
+		}
+		else
+		{
+			# catch-up: the call runs (directly) while the move waits
+			wait_for("$tag: the call returns during the catch-up", sub { $caller->pg_ready });
+		}
+		$hold->do('SELECT pg_advisory_unlock(44000, 55152)');
+	}
+	$sth->pg_result;
+	my ($answer) = $sth->fetchrow_array;
+	$sth->finish;
+	$mover->pg_result;
+	$_->disconnect for ($mover, $caller, $blocker // (), $hold // ());
+	my @p = paths($src, $off);
+
+	is($q->("SELECT nodeport FROM pg_dist_shard_placement WHERE shardid = $shardid"), $dst->port, "$tag: the shard moved");
+	ok($move_waited, "$tag: the move waited for the call") if $kind eq 'call_first';
+	my $expect_path = ($kind eq 'move_first' && $mode eq 'block_writes')
+	  ? "routed path for shard $shard: the shard's placement is not on this node"
+	  : "direct path for shard $shard";
+	is($p[-1], $expect_path, "$tag: the call's path") or diag(join("\n", @p));
+	# the write is on the new placement (read through the coordinator)
+	if ($call eq 'heartbeat')
+	{
+		isnt($answer, undef, "$tag: the heartbeat extended the lease");
+		is($q->("SELECT lease_until = '$answer' AND lease_until > now() + interval '6 hours' FROM ntask.task WHERE task_id = $id"),
+			't', "$tag: the new placement has the new lease");
+		is($q->("SELECT ntask_transition($id, $tok, 'succeeded')"), '(applied,succeeded,)', "$tag: the holder then finishes");
+	}
+	else
+	{
+		is($answer, 'applied,succeeded', "$tag: the transition applied");
+		is($q->("SELECT state || ',' || result::text FROM ntask.task WHERE task_id = $id"), 'succeeded,{"m": 1}',
+			"$tag: the new placement has it");
+	}
+	is($q->("SELECT count(*) || ',' || min(token) FROM ntask.attempt WHERE task_id = $id"), "1,$tok",
+		"$tag: its ledger row is on the new placement");
+	# the orphan: only what was written before the move copied it
+	my $orphan = $src->safe_psql('postgres', "SELECT count(*) FROM ntask.task_$shardid WHERE task_id = $id AND state = 'succeeded'");
+	if ($kind eq 'move_first' && $mode eq 'block_writes')
+	{
+		is($orphan, '0', "$tag: nothing was written into the orphan");
+		is($src->safe_psql('postgres', "SELECT count(*) FROM ntask.task_$shardid WHERE task_id = $id AND lease_until > now() + interval '6 hours'"),
+			'0', "$tag: not the lease either");
+	}
+	return;
+}
+
+for my $mode ('block_writes', 'force_logical')
+{
+	move_race($mode, 'call_first', 'transition');
+	move_race($mode, 'call_first', 'heartbeat');
+	move_race($mode, 'move_first', 'heartbeat');
+	move_race($mode, 'move_first', 'transition');
+}
+
+# the node that now holds the shard runs it directly; the one that held it not
+{
+	my ($t1) = claimed($shard, 1);
+	my ($id, $tok) = split /:/, $t1;
+	my (undef, $now) = placement($shard);
+	my ($old) = grep { $_ != $now } @workers;
+	my $o1 = -s $now->logfile;
+	my $o2 = -s $old->logfile;
+	is($old->safe_psql('postgres', "SELECT ntask_heartbeat($id, $tok) IS NOT NULL"), 't', 'a heartbeat on the node the shard left');
+	is($now->safe_psql('postgres', "SELECT result FROM ntask_transition($id, $tok, 'succeeded')"), 'applied', 'a transition on its node');
+	is(join(',', paths($old, $o2)), "routed path for shard $shard: the shard's placement is not on this node", 'the old node routes');
+	is(join(',', paths($now, $o1)), "direct path for shard $shard", 'the new node runs it directly');
+}
+
+# a split of the shard value's shard (both halves on its node): a backend
+# that locked the old shard reads the new one after the split's
+# invalidation, locks it and runs there
+{
+	drop_orphans();
+	my ($t1) = claimed($shard, 1);
+	my ($id, $tok) = split /:/, $t1;
+	my ($sid, $node) = placement($shard);
+	# one backend before and after the split: it knows the old shard
+	my $s = connect_to($node);
+	is($s->selectrow_array("SELECT ntask_heartbeat($id, $tok) IS NOT NULL"), 1, 'a heartbeat before the split');
+	my $nodeid = $q->("SELECT nodeid FROM pg_dist_node WHERE nodeport = " . $node->port);
+	my ($lo, $hi) = split /\|/, $q->("SELECT shardminvalue, shardmaxvalue FROM pg_dist_shard WHERE shardid = $sid");
+	my $mid = int(($lo + $hi) / 2);
+	$q->("SELECT citus_split_shard_by_split_points($sid, ARRAY['$mid'], ARRAY[$nodeid, $nodeid], 'block_writes')");
+	my ($nsid) = placement($shard);
+	isnt($nsid, $sid, 'the split gave the shard value a new shard');
+	my $off = -s $node->logfile;
+	is($s->selectrow_array("SELECT ntask_heartbeat($id, $tok, lease => '5 hours') IS NOT NULL"), 1, 'a heartbeat after the split');
+	is($s->selectrow_array("SELECT result FROM ntask_transition($id, $tok, 'succeeded')"), 'applied', 'a transition after it');
+	$s->disconnect;
+	is(join(',', paths($node, $off)), "direct path for shard $shard,direct path for shard $shard",
+		'the backend that knew the old shard runs them directly on the new one');
+	is($q->("SELECT state FROM ntask.task WHERE task_id = $id"), 'succeeded', 'the task finished on the new shard');
+	is($node->safe_psql('postgres', "SELECT count(*) FROM ntask.task_$nsid WHERE task_id = $id AND state = 'succeeded'"),
+		'1', 'in the new shard relation');
+}
+
+NtaskCitus::stop($c);
+done_testing();
