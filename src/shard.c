@@ -521,7 +521,7 @@ NtaskCitusLayout(bool *distributed, bool *coordinator)
 }
 
 /*
- * The direct path (issue 49; docs/scaling.md "The direct shard path").
+ * The direct path (docs/scaling.md "The direct shard path").
  *
  * A call on the node of its shard runs its statements on the shard
  * relations themselves (ntask.task_<shardid>, the co-located attempt_ and

@@ -16,7 +16,7 @@
  * come first, and NtaskExecPair runs the variant of the call's path.  A
  * call site fills the values of every variant and never asks which path
  * it is on.  docs/design.md "Citus behind one seam" says how a third path
- * (issue 49's direct statements on the local shard relations) plugs in.
+ * (the direct statements on the local shard relations) plugs in.
  *
  * IDENTIFICATION
  *	  src/shard.h
@@ -88,7 +88,7 @@ typedef enum NtaskPath
 extern NtaskPath NtaskCallPath(void);
 
 /*
- * The direct path (issue 49, docs/scaling.md "The direct shard path"): a
+ * The direct path (docs/scaling.md "The direct shard path"): a
  * call on the node of its shard, outside a transaction block, runs its
  * pairs' plain variants on the local shard relations.  The entry point
  * chooses it after SPI_connect (NtaskDirectBegin: the setting, the call's

@@ -671,7 +671,7 @@ tr_apply_ledger(SPITupleTable *tt, int n, Datum *values, char *nulls)
 /*
  * tr_on_row
  *		Whether the attempt this call ends may stay on the task row instead
- *		of a ledger row (issue 48 lever (c), docs/design.md "The last
+ *		of a ledger row (docs/design.md "The last
  *		attempt on the task row"): the holder's own final answer (succeeded,
  *		canceled, skipped, as asked), whose ledger row would hold nothing
  *		the moved row does not: no error class or stage, the outcome known,
