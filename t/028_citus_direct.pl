@@ -199,7 +199,7 @@ sub scenario
 
 	my $ids = "$i1, $i2, $i3, $i4, $i5";
 	push @out, $q->("SELECT string_agg(concat_ws('|', state, attempts, result, outcome, reason, unknown_attempts, progress, invoked_at IS NOT NULL), ';' ORDER BY array_position(ARRAY[$ids]::bigint[], task_id)) FROM ntask.task WHERE task_id IN ($ids)");
-	push @out, $q->("SELECT string_agg(concat_ws('|', attempt, result, requested, error_class, outcome_known, outcome, progress, invoked_at IS NOT NULL, worker), ';' ORDER BY array_position(ARRAY[$ids]::bigint[], task_id), token) FROM ntask.attempt WHERE task_id IN ($ids)");
+	push @out, $q->("SELECT string_agg(concat_ws('|', attempt, result, requested, error_class, outcome_known, outcome, progress, invoked_at IS NOT NULL, worker), ';' ORDER BY array_position(ARRAY[$ids]::bigint[], task_id), token) FROM ntask.attempt_all WHERE task_id IN ($ids)");
 	return (join("\n", @out), [paths($w, $off)]);
 }
 
@@ -408,8 +408,8 @@ sub move_race
 		is($q->("SELECT state || ',' || result::text FROM ntask.task WHERE task_id = $id"), 'succeeded,{"m": 1}',
 			"$tag: the new placement has it");
 	}
-	is($q->("SELECT count(*) || ',' || min(token) FROM ntask.attempt WHERE task_id = $id"), "1,$tok",
-		"$tag: its ledger row is on the new placement");
+	is($q->("SELECT count(*) || ',' || min(token) FROM ntask.attempt_all WHERE task_id = $id"), "1,$tok",
+		"$tag: its attempt (attempt_all) is on the new placement");
 	# the orphan: only what was written before the move copied it
 	my $orphan = $src->safe_psql('postgres', "SELECT count(*) FROM ntask.task_$shardid WHERE task_id = $id AND state = 'succeeded'");
 	if ($kind eq 'move_first' && $mode eq 'block_writes')
