@@ -759,7 +759,7 @@ is(scalar(@state_bad), 0, 'every task final: succeeded, or repair_required for t
   or diag(join("\n", @state_bad[0 .. ($#state_bad < 9 ? $#state_bad : 9)]));
 is(scalar(@succ_bad), 0, 'every succeeded task succeeded exactly once, by its holder\'s (its last) token')
   or diag(join("\n", @succ_bad[0 .. ($#succ_bad < 9 ? $#succ_bad : 9)]));
-is($q->(q{SELECT count(*) FROM ntask.attempt a JOIN ntask.task t ON t.task_id = a.task_id AND t.shard = a.shard
+is($q->(q{SELECT count(*) FROM ntask.attempt_all a JOIN ntask.task t ON t.task_id = a.task_id AND t.shard = a.shard
 	WHERE t.queue = 'ml' AND a.result = 'succeeded' AND a.token <> t.token}), '0',
 	'ledger: only a task\'s last token succeeded');
 
