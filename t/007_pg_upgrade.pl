@@ -85,7 +85,7 @@ sub snapshot
 										requested, error_class, outcome_known,
 										outcome, retry_at),
 							  ',' ORDER BY task_id, token))
-		FROM ntask.attempt});
+		FROM ntask.attempt_all});
 	$s{audit} = sql($node, q{
 		SELECT count(*) || ':' ||
 			   coalesce(md5(string_agg(concat_ws('/', audit_id, actor, action,

@@ -77,7 +77,7 @@ sub snapshot
 									invoked_at, ended_at, result, requested, error_class,
 									outcome_known, outcome, retry_at, detail),
 						  ',' ORDER BY task_id, token)
-		FROM ntask.attempt});
+		FROM ntask.attempt_all});
 	$s{receipts} = sql($node, q{
 		SELECT string_agg(concat_ws('/', task_id, token, payload_digest, digest_version),
 						  ',' ORDER BY task_id, token)
