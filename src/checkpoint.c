@@ -112,7 +112,7 @@ static NtaskPlan ckpt_step_plan = {
 	"SELECT c.value_digest, c.digest_version, c.token FROM ntask.checkpoint c "
 	"WHERE c.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("c", "$1")
 	"  AND c.step OPERATOR(pg_catalog.=) $2",
-	2, {INT8OID, TEXTOID}
+	CKPT_ARG_STEP + 1, {INT8OID, TEXTOID}
 };
 
 /* the insert and the task's count, one statement */
@@ -148,7 +148,7 @@ static NtaskPlan ckpt_sizes_plan = {
 	"SELECT c.value FROM ntask.checkpoint c "
 	"WHERE c.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("c", "$1")
 	"  AND c.step OPERATOR(pg_catalog.<>) $2",
-	2, {INT8OID, TEXTOID}
+	CKPT_ARG_STEP + 1, {INT8OID, TEXTOID}
 };
 
 /*

@@ -840,7 +840,7 @@ static NtaskPlan enq_many_existing_plan = {
 	"FROM ntask.task t "
 	"WHERE t.queue OPERATOR(pg_catalog.=) $1 "
 	"  AND t.task_key OPERATOR(pg_catalog.=) ANY ($2)",
-	2, {TEXTOID, TEXTARRAYOID}
+	ENQ_ARG_KEY + 1, {TEXTOID, TEXTARRAYOID}
 };
 
 /* one distinct key of an ntask_enqueue_many call */

@@ -147,15 +147,21 @@ static void fence_receipt_after(SPITupleTable *tt, int n, Datum *values,
 	"  digest_version = EXCLUDED.digest_version, updated_at = $5 " \
 	"WHERE f.token OPERATOR(pg_catalog.<) EXCLUDED.token "
 
+/* the column of fence_advance: a row when the fence advanced */
+typedef enum FenceAdvanceCol
+{
+	FENCE_ADVANCED = 1
+} FenceAdvanceCol;
+
 static NtaskPair fence_advance = NTASK_PAIR("fence advance",
-											NTASK_PLAIN(1,
+											NTASK_PLAIN(FENCE_ADVANCED,
 														"WITH f AS ( " FENCE_UPSERT
 														"  RETURNING f.fence_key, f.token, f.payload_digest, f.digest_version "
 														") "
 														"INSERT INTO ntask.fence_receipt (fence_key, token, payload_digest, digest_version) "
 														"SELECT * FROM f RETURNING 1",
 														FENCE_NARGS, SPI_OK_INSERT_RETURNING),
-											NTASK_ROUTED(1, FENCE_UPSERT "RETURNING 1",
+											NTASK_ROUTED(FENCE_ADVANCED, FENCE_UPSERT "RETURNING 1",
 														 FENCE_NARGS, SPI_OK_INSERT_RETURNING,
 														 NULL, fence_receipt_after),
 											TEXTOID, INT8OID, BYTEAOID, INT2OID, TIMESTAMPTZOID);
@@ -181,31 +187,33 @@ typedef enum FenceCurrentCol
 {
 	FENCE_CURRENT_TOKEN = 1,	/* the watermark */
 	FENCE_CURRENT_DIGEST,
-	FENCE_CURRENT_DIGEST_VERSION
+	FENCE_CURRENT_DIGEST_VERSION,
+	FENCE_CURRENT_NCOLS = FENCE_CURRENT_DIGEST_VERSION
 } FenceCurrentCol;
 
 static NtaskPlan fence_current_plan = {
 	"fence lookup",
-	.ncols = 3,
+	.ncols = FENCE_CURRENT_NCOLS,
 	"SELECT f.token, f.payload_digest, f.digest_version FROM ntask.fence f "
 	"WHERE f.fence_key OPERATOR(pg_catalog.=) $1",
-	1, {TEXTOID}
+	FENCE_ARG_KEY + 1, {TEXTOID}
 };
 
 /* an older token that did advance the fence once */
 typedef enum FenceReceiptCol
 {
 	FENCE_RECEIPT_DIGEST = 1,
-	FENCE_RECEIPT_DIGEST_VERSION
+	FENCE_RECEIPT_DIGEST_VERSION,
+	FENCE_RECEIPT_NCOLS = FENCE_RECEIPT_DIGEST_VERSION
 } FenceReceiptCol;
 
 static NtaskPlan fence_receipt_plan = {
 	"fence receipt lookup",
-	.ncols = 2,
+	.ncols = FENCE_RECEIPT_NCOLS,
 	"SELECT r.payload_digest, r.digest_version FROM ntask.fence_receipt r "
 	"WHERE r.fence_key OPERATOR(pg_catalog.=) $1 "
 	"  AND r.token OPERATOR(pg_catalog.=) $2",
-	2, {TEXTOID, INT8OID}
+	FENCE_ARG_TOKEN + 1, {TEXTOID, INT8OID}
 };
 
 /*

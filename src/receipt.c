@@ -85,6 +85,19 @@ static NtaskPlan rcpt_lock_plan = {
 };
 
 /*
+ * The parameters of rcpt_insert_plan; rcpt_closed_plan, rcpt_task_plan
+ * and rcpt_existing_plan take the first one or two of the same values[].
+ */
+typedef enum RcptArg
+{
+	RCPT_ARG_TASK_ID,			/* $1 */
+	RCPT_ARG_TOKEN,				/* $2 */
+	RCPT_ARG_DIGEST,			/* $3 */
+	RCPT_ARG_DIGEST_VERSION,	/* $4 */
+	RCPT_NARGS
+} RcptArg;
+
+/*
  * Whether this token's attempt has ended, however: closed by someone
  * else (takeover, cancel, guard, expiry), handed back (ntask_release,
  * ntask_await) or by the holder's own report (a transition to any state:
@@ -113,21 +126,8 @@ static NtaskPlan rcpt_closed_plan = {
 	"SELECT true FROM ntask.task t "
 	"WHERE t.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("t", "$1")
 	"  AND t.token OPERATOR(pg_catalog.=) $2 AND t.attempt_worker IS NOT NULL",
-	2, {INT8OID, INT8OID}
+	RCPT_ARG_TOKEN + 1, {INT8OID, INT8OID}
 };
-
-/*
- * The parameters of rcpt_insert_plan; rcpt_closed_plan, rcpt_task_plan
- * and rcpt_existing_plan take the first one or two of the same values[].
- */
-typedef enum RcptArg
-{
-	RCPT_ARG_TASK_ID,			/* $1 */
-	RCPT_ARG_TOKEN,				/* $2 */
-	RCPT_ARG_DIGEST,			/* $3 */
-	RCPT_ARG_DIGEST_VERSION,	/* $4 */
-	RCPT_NARGS
-} RcptArg;
 
 static NtaskPlan rcpt_insert_plan = {
 	"receipt insert",
@@ -157,7 +157,7 @@ static NtaskPlan rcpt_task_plan = {
 	"SELECT r.payload_digest, r.digest_version FROM ntask.receipt r "
 	"WHERE r.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("r", "$1")
 	"ORDER BY r.token LIMIT 1",
-	1, {INT8OID}
+	RCPT_ARG_TASK_ID + 1, {INT8OID}
 };
 
 static NtaskPlan rcpt_existing_plan = {
@@ -166,7 +166,7 @@ static NtaskPlan rcpt_existing_plan = {
 	"SELECT r.payload_digest, r.digest_version FROM ntask.receipt r "
 	"WHERE r.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("r", "$1")
 	"  AND r.token OPERATOR(pg_catalog.=) $2",
-	2, {INT8OID, INT8OID}
+	RCPT_ARG_TOKEN + 1, {INT8OID, INT8OID}
 };
 
 /*

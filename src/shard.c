@@ -600,6 +600,12 @@ static DirectGroup *direct_call = NULL; /* the group of the call on it */
  * The interlock's lock (ShareLock, 5) of the group's task shard id $1, and
  * whether Citus has a coordinated transaction open.
  */
+typedef enum DirectLockArg
+{
+	DIRECT_LOCK_ARG_SHARD_ID,	/* $1 */
+	DIRECT_LOCK_NARGS
+} DirectLockArg;
+
 typedef enum DirectLockCol
 {
 	DIRECT_LOCK_DONE = 1,
@@ -612,7 +618,7 @@ static NtaskPlan direct_lock_plan = {
 	.ncols = DIRECT_LOCK_NCOLS,
 	"SELECT pg_catalog.lock_shard_metadata(5, ARRAY[$1]), "
 	"  (pg_catalog.get_current_transaction_id()).transaction_number",
-	1, {INT8OID}
+	DIRECT_LOCK_NARGS, {INT8OID}
 };
 
 /*
