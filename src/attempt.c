@@ -384,3 +384,77 @@ NtaskFinishTask(int64 task_id, const char *to_state, const char *reason,
 		NtaskTupGetBool(SPI_tuptable, 0, ATT_FINISH_CLOSED))
 		NtaskWakeCappedAtCommit(NtaskTupGetCString(SPI_tuptable, 0, ATT_FINISH_QUEUE), 1);	/* a slot is free */
 }
+
+/*
+ * Whether the ledger holds an ended attempt of task $1 with token $2
+ * (NtaskCheckTokenIssued's slow path; routed by the task id's shard).
+ */
+/* its one column: a row when the ledger holds it */
+typedef enum AttTokenCol
+{
+	ATT_TOKEN_FOUND = 1
+} AttTokenCol;
+
+typedef enum AttTokenArg
+{
+	ATT_TOKEN_ARG_TASK_ID,		/* $1 */
+	ATT_TOKEN_ARG_TOKEN,		/* $2 */
+	ATT_TOKEN_NARGS
+} AttTokenArg;
+
+static NtaskPair token_ledger = NTASK_PAIR("token in the ledger",
+										  NTASK_PLAIN(ATT_TOKEN_FOUND,
+													  "SELECT 1 FROM ntask.attempt a "
+													  "WHERE a.task_id OPERATOR(pg_catalog.=) $1 "
+													  "  AND a.token OPERATOR(pg_catalog.=) $2" NTASK_SHARD_OF("a", "$1"),
+													  ATT_TOKEN_NARGS, SPI_OK_SELECT),
+										  NTASK_ROUTED_LIKE_PLAIN,
+										  INT8OID, INT8OID);
+
+/*
+ * NtaskCheckTokenIssued
+ *		Raise NT003 unless token was issued for task_id, whose latest token
+ *		is current: current itself, or the token of one of its ended
+ *		attempts, each in the ledger (ntask.attempt).  Tokens come from one
+ *		sequence per node (NtaskTokenNext), so a token issued for another
+ *		task is never one of this task's: a worker that reports on the
+ *		wrong task id is refused, never a race (races yield stale).  The
+ *		common case, the current token, reads nothing; the others read the
+ *		ledger by its key.  A token of an earlier timeline is taken as
+ *		issued (see below).  Keeps the caller's SPI_tuptable.
+ */
+void
+NtaskCheckTokenIssued(int64 task_id, int64 token, int64 current)
+{
+	bool		issued = (token == current);
+
+	if (!issued && token >= 1 && token < current)
+	{
+		SPITupleTable *save_tt = SPI_tuptable;
+		uint64		save_processed = SPI_processed;
+		Datum		values[ATT_TOKEN_NARGS];
+
+		values[ATT_TOKEN_ARG_TASK_ID] = Int64GetDatum(task_id);
+		values[ATT_TOKEN_ARG_TOKEN] = Int64GetDatum(token);
+		issued = NtaskExecPair(&token_ledger, values, NULL) > 0;
+		SPI_tuptable = save_tt;
+		SPI_processed = save_processed;
+
+		/*
+		 * A token of an earlier WAL timeline that the ledger does not hold:
+		 * that timeline may have issued it in a claim whose WAL never reached
+		 * this one (a failover to an asynchronous standby), so its holder did
+		 * nothing wrong and gets the call's answer (stale), not NT003.  Such
+		 * a token of another task gets stale too: NT003 can only be sure of
+		 * tokens of this timeline.
+		 */
+		if (!issued && token < NtaskTokenFloor())
+			issued = true;
+	}
+	if (!issued)
+		ereport(ERROR,
+				(errcode(ERRCODE_NTASK_TOKEN_NOT_ISSUED),
+				 errmsg("ntask: token %lld was never issued for task %lld",
+						(long long) token, (long long) task_id),
+				 errhint("Use the token ntask_claim returned for this attempt of this task.")));
+}

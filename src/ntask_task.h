@@ -49,6 +49,7 @@ extern Datum NtaskArgResult(FunctionCallInfo fcinfo, int argno, bool *isnull);
 	" AND " alias ".shard OPERATOR(pg_catalog.=) $" n " "
 extern int16 NtaskIdsShard(Datum ids);
 extern Datum NtaskCloseExpiredAttempts(Datum task_ids, Datum tokens);
+extern void NtaskCheckTokenIssued(int64 task_id, int64 token, int64 current);
 
 /* a ledger row's columns, NtaskLedgerRowDist's arguments in order */
 typedef enum AttRowArg

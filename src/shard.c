@@ -596,6 +596,14 @@ static int	direct_maxgroups = 0;
 static uint64 direct_clock = 0;
 static DirectGroup *direct_call = NULL; /* the group of the call on it */
 
+/* direct_set: the call's group (NULL: none), told to spi_util.c too */
+static void
+direct_set(DirectGroup *g)
+{
+	direct_call = g;
+	NtaskPlanSetDirect(g != NULL);
+}
+
 /*
  * The interlock's lock (ShareLock, 5) of the group's task shard id $1, and
  * whether Citus has a coordinated transaction open.
@@ -662,7 +670,7 @@ static int	direct_citus = -1;
 static void
 direct_xact_callback(XactEvent event, void *arg)
 {
-	direct_call = NULL;
+	direct_set(NULL);
 }
 
 /* NtaskShardDefineSettings: ntask.citus_direct and its bound (module.c) */
@@ -925,7 +933,7 @@ NtaskDirectBegin(FunctionCallInfo fcinfo, const int64 *task_ids, int n)
 	const char *why;
 	int			i;
 
-	direct_call = NULL;
+	direct_set(NULL);
 	if (NtaskShardCount() == 0)
 		return NTASK_PATH_PLAIN;
 	if (n <= 0)
@@ -993,7 +1001,7 @@ NtaskDirectBegin(FunctionCallInfo fcinfo, const int64 *task_ids, int n)
 	if (g->checked != shard_inval_generation &&
 		(why = direct_group_check(g, locked_id)) != NULL)
 		return direct_routed(shard, why);
-	direct_call = g;
+	direct_set(g);
 	elog(DEBUG1, "ntask: direct path for shard %d", shard);
 	return NTASK_PATH_DIRECT;
 }
@@ -1002,14 +1010,7 @@ NtaskDirectBegin(FunctionCallInfo fcinfo, const int64 *task_ids, int n)
 void
 NtaskDirectEnd(void)
 {
-	direct_call = NULL;
-}
-
-/* NtaskDirectActive: a call is on the direct path */
-bool
-NtaskDirectActive(void)
-{
-	return direct_call != NULL;
+	direct_set(NULL);
 }
 
 /*

@@ -102,7 +102,6 @@ extern int	ntask_citus_direct_groups;
 extern void NtaskShardDefineSettings(void);
 extern NtaskPath NtaskDirectBegin(FunctionCallInfo fcinfo, const int64 *task_ids, int n);
 extern void NtaskDirectEnd(void);
-extern bool NtaskDirectActive(void);
 
 /*
  * One variant of a statement: its plan and the SPI_OK_* code it returns,

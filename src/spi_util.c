@@ -20,7 +20,6 @@
 
 #include "compat.h"
 #include "ntask_base.h"
-#include "shard.h"
 #include "spi_util.h"
 
 #include "common/hashfn.h"
@@ -46,6 +45,12 @@ PG_FUNCTION_INFO_V1(ntask_outer_role);
 
 /* the role that called into ntask while a statement runs as the owner */
 static Oid	spi_caller = InvalidOid;
+
+/*
+ * A call is on the Citus direct path (shard.c sets it, NtaskPlanSetDirect):
+ * a plan that is not one of its direct statements may then read, not write.
+ */
+static bool spi_direct_call = false;
 
 static Oid	spi_owner(void);
 static void spi_prepare(NtaskPlan *p);
@@ -168,7 +173,7 @@ NtaskExecPlanCount(NtaskPlan *p, Datum *values, const char *nulls,
 		 * variants only (shard.h): a routed write next to a direct one would
 		 * not be atomic.  A routed read (an error's details) may run.
 		 */
-		if (!p->direct && NtaskDirectActive() && spi_plan_writes(p->plan))
+		if (!p->direct && spi_direct_call && spi_plan_writes(p->plan))
 			elog(ERROR, "ntask: %s would write routed in a call on the direct path", p->name);
 		rc = SPI_execute_plan(p->plan, values, nulls, false, count);
 	}
@@ -677,74 +682,6 @@ NtaskTokenFloor(void)
 }
 
 /*
- * Whether the ledger holds an ended attempt of task $1 with token $2
- * (NtaskCheckTokenIssued's slow path; routed by the task id's shard).
- */
-typedef enum SpiTokenArg
-{
-	SPI_TOKEN_ARG_TASK_ID,		/* $1 */
-	SPI_TOKEN_ARG_TOKEN,		/* $2 */
-	SPI_TOKEN_NARGS
-} SpiTokenArg;
-
-static NtaskPair token_ledger = NTASK_PAIR("token in the ledger",
-										  NTASK_PLAIN(1,
-													  "SELECT 1 FROM ntask.attempt a "
-													  "WHERE a.task_id OPERATOR(pg_catalog.=) $1 "
-													  "  AND a.token OPERATOR(pg_catalog.=) $2" NTASK_SHARD_OF("a", "$1"),
-													  SPI_TOKEN_NARGS, SPI_OK_SELECT),
-										  NTASK_ROUTED_LIKE_PLAIN,
-										  INT8OID, INT8OID);
-
-/*
- * NtaskCheckTokenIssued
- *		Raise NT003 unless token was issued for task_id, whose latest token
- *		is current: current itself, or the token of one of its ended
- *		attempts, each in the ledger (ntask.attempt).  Tokens come from one
- *		sequence per node (NtaskTokenNext), so a token issued for another
- *		task is never one of this task's: a worker that reports on the
- *		wrong task id is refused, never a race (races yield stale).  The
- *		common case, the current token, reads nothing; the others read the
- *		ledger by its key.  A token of an earlier timeline is taken as
- *		issued (see below).  Keeps the caller's SPI_tuptable.
- */
-void
-NtaskCheckTokenIssued(int64 task_id, int64 token, int64 current)
-{
-	bool		issued = (token == current);
-
-	if (!issued && token >= 1 && token < current)
-	{
-		SPITupleTable *save_tt = SPI_tuptable;
-		uint64		save_processed = SPI_processed;
-		Datum		values[SPI_TOKEN_NARGS];
-
-		values[SPI_TOKEN_ARG_TASK_ID] = Int64GetDatum(task_id);
-		values[SPI_TOKEN_ARG_TOKEN] = Int64GetDatum(token);
-		issued = NtaskExecPair(&token_ledger, values, NULL) > 0;
-		SPI_tuptable = save_tt;
-		SPI_processed = save_processed;
-
-		/*
-		 * A token of an earlier WAL timeline that the ledger does not hold:
-		 * that timeline may have issued it in a claim whose WAL never reached
-		 * this one (a failover to an asynchronous standby), so its holder did
-		 * nothing wrong and gets the call's answer (stale), not NT003.  Such
-		 * a token of another task gets stale too: NT003 can only be sure of
-		 * tokens of this timeline.
-		 */
-		if (!issued && token < NtaskTokenFloor())
-			issued = true;
-	}
-	if (!issued)
-		ereport(ERROR,
-				(errcode(ERRCODE_NTASK_TOKEN_NOT_ISSUED),
-				 errmsg("ntask: token %lld was never issued for task %lld",
-						(long long) token, (long long) task_id),
-				 errhint("Use the token ntask_claim returned for this attempt of this task.")));
-}
-
-/*
  * NtaskCheckPositiveInterval
  *		Raise 22023 unless iv is strictly positive and finite-sized
  *		(at most 10 years; a longer lease or deadline is a typo).
@@ -924,4 +861,16 @@ NtaskTrySubxact(void (*fn) (void *arg), void *arg, ErrorData **edata)
 	PG_END_TRY();
 	SPI_tuptable = save_tuptable;
 	return ok;
+}
+
+/*
+ * NtaskPlanSetDirect
+ *		A call is on the direct path from now (true) or no longer (false);
+ *		shard.c says so as it chooses, ends or loses (the transaction's end)
+ *		the path.  NtaskExecPlan refuses a routed write in between.
+ */
+void
+NtaskPlanSetDirect(bool on)
+{
+	spi_direct_call = on;
 }

@@ -70,8 +70,8 @@ extern Jsonb *NtaskArgJsonb(FunctionCallInfo fcinfo, int argno,
 							const char *argname);
 extern void NtaskCheckPositiveInterval(Interval *iv, const char *argname);
 pg_noreturn extern void NtaskTaskNotFound(int64 task_id);
-extern void NtaskCheckTokenIssued(int64 task_id, int64 token, int64 current);
 extern int64 NtaskTokenFloor(void);
+extern void NtaskPlanSetDirect(bool on);
 extern Oid	NtaskCaller(void);
 extern int64 NtaskIntervalUsecs(const Interval *iv);
 extern Interval *NtaskUsecsInterval(int64 usecs);
