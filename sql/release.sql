@@ -93,3 +93,15 @@ SELECT pg_sleep(0.01);
 SELECT token FROM ntask_claim('rel2', 'W7');
 SELECT ntask_release(:r5, tok(:r5, 1));
 SELECT ntask_release(:r5, tok(:r5, 2));
+SELECT queue FROM ntask_queue_set('rel3');
+-- a lease that ran out but that nobody took over is still its holder's:
+-- the heartbeat renews it, the receipt and the transition apply
+-- (docs/reference.md ntask_heartbeat)
+SELECT task_id AS r7 FROM ntask_enqueue('rel3', 'r7') \gset
+SELECT token FROM ntask_claim('rel3', 'W9', lease => '1 millisecond');
+SELECT pg_sleep(0.01);
+SELECT lease_until < now() AS expired FROM ntask.task WHERE task_id = :r7;
+SELECT ntask_heartbeat(:r7, tok(:r7, 1), '1 minute') > now() AS renewed;
+SELECT state, lease_owner FROM ntask.task WHERE task_id = :r7;
+SELECT ntask_receipt(:r7, tok(:r7, 1), '{"n": 7}');
+SELECT result, state FROM ntask_transition(:r7, tok(:r7, 1), 'succeeded');
