@@ -1055,6 +1055,97 @@ dq_task_header(DqReq *r, const char *line)
 	return r->traceparent != NULL && pg_strncasecmp(line, "traceparent:", 12) == 0;
 }
 
+/* set one curl option on e, keeping the first failure in ok */
+#define DQ_SET(opt, val) (ok = ok && curl_easy_setopt(e, opt, val) == CURLE_OK)
+
+/*
+ * dq_task_headers
+ *		The headers every request of r carries (attempt, task id,
+ *		Idempotency-Key, traceparent), then the target's own (but the
+ *		task's), appended to r->hdrs.  curl copies header lines;
+ *		r->task_key was checked for CR/LF.
+ */
+static void
+dq_task_headers(DqReq *r)
+{
+	NtaskHttpTarget *t = r->target;
+	MemoryContext old;
+	char		line[128];
+	int			i;
+
+	snprintf(line, sizeof(line), "NTask-Attempt: %d", r->attempt);
+	r->hdrs = curl_slist_append(r->hdrs, line);
+	snprintf(line, sizeof(line), "NTask-Task-Id: " INT64_FORMAT, r->task_id);
+	r->hdrs = curl_slist_append(r->hdrs, line);
+	old = MemoryContextSwitchTo(r->cxt);
+	r->hdrs = curl_slist_append(r->hdrs,
+								psprintf("Idempotency-Key: %s", r->task_key));
+	/* W3C Trace Context: the enqueue's trace, this attempt's span */
+	if (r->traceparent != NULL)
+		r->hdrs = curl_slist_append(r->hdrs,
+									psprintf("traceparent: %s", r->traceparent));
+	MemoryContextSwitchTo(old);
+	if (r->kind == DQ_SEND)
+	{
+		r->hdrs = curl_slist_append(r->hdrs, "Expect:");
+		if (!t->has_content_type)
+			r->hdrs = curl_slist_append(r->hdrs, "Content-Type: application/json");
+	}
+	for (i = 0; i < t->nheaders; i++)
+		if (!dq_task_header(r, t->headers[i]))
+			r->hdrs = curl_slist_append(r->hdrs, t->headers[i]);
+}
+
+/*
+ * dq_send_options
+ *		A send's options on e: its connection reuse, the target's URL and
+ *		the body.  False if curl refused one.
+ */
+static bool
+dq_send_options(DqReq *r, CURL *e)
+{
+	NtaskHttpTarget *t = r->target;
+	bool		ok = true;
+
+	/*
+	 * On a reused connection that dies without an answer, libcurl sends
+	 * the request again on a fresh one ("Connection died, retrying a fresh
+	 * connect"): a second request inside one attempt, whose answer would
+	 * then be recorded as if the first had never left.  libcurl 7.88 has
+	 * no switch for that retry, but before it resends a body it has begun
+	 * to send it must rewind it, and a body given by a read callback
+	 * without a seek callback cannot be rewound: the transfer fails
+	 * instead (CURLE_SEND_FAIL_REWIND, classified unknown).  A retry with
+	 * no body byte sent resends a request the provider cannot have acted
+	 * on (it never had its body; a payload is never empty).  So a target
+	 * with "keep_alive" reuses connections; the others still get a new
+	 * connection for every send, closed afterwards.
+	 */
+	if (!t->keep_alive)
+	{
+		DQ_SET(CURLOPT_FRESH_CONNECT, 1L);
+		DQ_SET(CURLOPT_FORBID_REUSE, 1L);
+	}
+	else
+	{
+		/*
+		 * A connection idle for longer is not reused: most servers close
+		 * idle connections after 5 s or more, and one closed while the
+		 * request goes out makes its outcome unknown.
+		 */
+		DQ_SET(CURLOPT_MAXAGE_CONN, (long) DQ_KEEPALIVE_MAX_IDLE_S);
+	}
+	ok = ok && dq_set_url(r, t->url);
+	r->body_sent = 0;
+	DQ_SET(CURLOPT_POST, 1L);
+	DQ_SET(CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t) strlen(r->body));
+	DQ_SET(CURLOPT_READFUNCTION, dq_read_cb);
+	DQ_SET(CURLOPT_READDATA, r);
+	if (t->put)
+		DQ_SET(CURLOPT_CUSTOMREQUEST, "PUT");
+	return ok;
+}
+
 /*
  * dq_start
  *		Build r's curl handle and add it to the multi handle.  False (and
@@ -1065,9 +1156,6 @@ static bool
 dq_start(DqReq *r)
 {
 	CURL	   *e = curl_easy_init();
-	NtaskHttpTarget *t = r->target;
-	char		line[128];
-	int			i;
 	bool		ok = true;
 
 	if (e == NULL)
@@ -1076,7 +1164,6 @@ dq_start(DqReq *r)
 	r->received = 0;
 	r->retry_after_s = -1;
 
-#define DQ_SET(opt, val) (ok = ok && curl_easy_setopt(e, opt, val) == CURLE_OK)
 	DQ_SET(CURLOPT_PRIVATE, r);
 	DQ_SET(CURLOPT_NOSIGNAL, 1L);
 	DQ_SET(CURLOPT_PROTOCOLS_STR, "http,https");
@@ -1085,86 +1172,23 @@ dq_start(DqReq *r)
 	DQ_SET(CURLOPT_SSL_VERIFYHOST, 2L);
 	DQ_SET(CURLOPT_PROXY, "");	/* never an environment proxy */
 	DQ_SET(CURLOPT_CONNECTTIMEOUT_MS, (long) ntask_http_connect_timeout_ms);
-	DQ_SET(CURLOPT_TIMEOUT_MS, (long) t->timeout_ms);
+	DQ_SET(CURLOPT_TIMEOUT_MS, (long) r->target->timeout_ms);
 	DQ_SET(CURLOPT_WRITEFUNCTION, dq_write_cb);
 	DQ_SET(CURLOPT_WRITEDATA, r);
 	DQ_SET(CURLOPT_USERAGENT, "ntask/" NTASK_VERSION);
 	DQ_SET(CURLOPT_OPENSOCKETFUNCTION, dq_open_socket);
 	DQ_SET(CURLOPT_OPENSOCKETDATA, r);
 
-	/* curl copies header lines; r->task_key was checked for CR/LF */
-	snprintf(line, sizeof(line), "NTask-Attempt: %d", r->attempt);
-	r->hdrs = curl_slist_append(r->hdrs, line);
-	snprintf(line, sizeof(line), "NTask-Task-Id: " INT64_FORMAT, r->task_id);
-	r->hdrs = curl_slist_append(r->hdrs, line);
-	{
-		MemoryContext old = MemoryContextSwitchTo(r->cxt);
-		char	   *key = psprintf("Idempotency-Key: %s", r->task_key);
-
-		r->hdrs = curl_slist_append(r->hdrs, key);
-		/* W3C Trace Context: the enqueue's trace, this attempt's span */
-		if (r->traceparent != NULL)
-			r->hdrs = curl_slist_append(r->hdrs,
-										psprintf("traceparent: %s", r->traceparent));
-		MemoryContextSwitchTo(old);
-	}
+	dq_task_headers(r);
 	if (r->kind == DQ_SEND)
-	{
-		/*
-		 * On a reused connection that dies without an answer, libcurl
-		 * sends the request again on a fresh one ("Connection died,
-		 * retrying a fresh connect"): a second request inside one attempt,
-		 * whose answer would then be recorded as if the first had never
-		 * left.  libcurl 7.88 has no switch for that retry, but before it
-		 * resends a body it has begun to send it must rewind it, and a body
-		 * given by a read callback without a seek callback cannot be
-		 * rewound: the transfer fails instead (CURLE_SEND_FAIL_REWIND,
-		 * classified unknown).  A retry with no body byte sent resends a
-		 * request the provider cannot have acted on (it never had its
-		 * body; a payload is never empty).  So a target with "keep_alive"
-		 * reuses connections; the others still get a new connection for
-		 * every send, closed afterwards.
-		 */
-		if (!t->keep_alive)
-		{
-			DQ_SET(CURLOPT_FRESH_CONNECT, 1L);
-			DQ_SET(CURLOPT_FORBID_REUSE, 1L);
-		}
-		else
-		{
-			/*
-			 * A connection idle for longer is not reused: most servers
-			 * close idle connections after 5 s or more, and one closed
-			 * while the request goes out makes its outcome unknown.
-			 */
-			DQ_SET(CURLOPT_MAXAGE_CONN, (long) DQ_KEEPALIVE_MAX_IDLE_S);
-		}
-		r->hdrs = curl_slist_append(r->hdrs, "Expect:");
-		if (!t->has_content_type)
-			r->hdrs = curl_slist_append(r->hdrs, "Content-Type: application/json");
-		for (i = 0; i < t->nheaders; i++)
-			if (!dq_task_header(r, t->headers[i]))
-				r->hdrs = curl_slist_append(r->hdrs, t->headers[i]);
-		ok = ok && dq_set_url(r, t->url);
-		r->body_sent = 0;
-		DQ_SET(CURLOPT_POST, 1L);
-		DQ_SET(CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t) strlen(r->body));
-		DQ_SET(CURLOPT_READFUNCTION, dq_read_cb);
-		DQ_SET(CURLOPT_READDATA, r);
-		if (t->put)
-			DQ_SET(CURLOPT_CUSTOMREQUEST, "PUT");
-	}
+		ok = ok && dq_send_options(r, e);
 	else
 	{
-		for (i = 0; i < t->nheaders; i++)
-			if (!dq_task_header(r, t->headers[i]))
-				r->hdrs = curl_slist_append(r->hdrs, t->headers[i]);
-		ok = ok && dq_set_url(r, t->reconcile_url);
+		ok = ok && dq_set_url(r, r->target->reconcile_url);
 		DQ_SET(CURLOPT_HTTPGET, 1L);
 	}
 	ok = ok && r->hdrs != NULL;
 	DQ_SET(CURLOPT_HTTPHEADER, r->hdrs);
-#undef DQ_SET
 
 	if (!ok || curl_multi_add_handle(dq_multi, e) != CURLM_OK)
 	{
@@ -1180,6 +1204,8 @@ dq_start(DqReq *r)
 	NtaskBreakerSent(r->queue);
 	return true;
 }
+
+#undef DQ_SET
 
 /*
  * dq_open_socket
@@ -1242,37 +1268,33 @@ dq_curl_detail(CURLcode code)
 }
 
 /*
- * dq_classify
- *		r's transfer ended with code: decide what it means (the table in
- *		docs/worker.md) and queue it for recording, or for sending after a
- *		reconcile that found nothing.
+ * dq_transfer_info
+ *		Read what r's transfer left (status, Retry-After, whether any request
+ *		byte left this host), tell the breaker, and free the transfer's curl
+ *		handles.  Returns the HTTP status (0: no response); *not_sent says
+ *		that nothing can have reached the provider.
  */
-static void
-dq_classify(DqReq *r, CURLcode code)
+static long
+dq_transfer_info(DqReq *r, CURLcode code, bool *not_sent)
 {
 	long		status = 0;
 	curl_off_t	pretransfer = 0;
 	long		request_size = 0;
-	MemoryContext old = MemoryContextSwitchTo(r->cxt);
-	char	   *detail;
-	bool		not_sent;
+	curl_off_t	ra = 0;
 
 	curl_easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE, &status);
 	curl_easy_getinfo(r->easy, CURLINFO_PRETRANSFER_TIME_T, &pretransfer);
 	curl_easy_getinfo(r->easy, CURLINFO_REQUEST_SIZE, &request_size);
-	{
-		/*
-		 * libcurl parses Retry-After (seconds or an HTTP-date); 0: none.
-		 * ntask.http_retry_after_max = 0 ignores it: the queue's backoff
-		 * decides, as without the header (not a retry at once).
-		 */
-		curl_off_t	ra = 0;
 
-		r->retry_after_s = -1;
-		if (ntask_http_retry_after_max > 0 &&
-			curl_easy_getinfo(r->easy, CURLINFO_RETRY_AFTER, &ra) == CURLE_OK && ra > 0)
-			r->retry_after_s = Min((int64) ra, (int64) ntask_http_retry_after_max);
-	}
+	/*
+	 * libcurl parses Retry-After (seconds or an HTTP-date); 0: none.
+	 * ntask.http_retry_after_max = 0 ignores it: the queue's backoff
+	 * decides, as without the header (not a retry at once).
+	 */
+	r->retry_after_s = -1;
+	if (ntask_http_retry_after_max > 0 &&
+		curl_easy_getinfo(r->easy, CURLINFO_RETRY_AFTER, &ra) == CURLE_OK && ra > 0)
+		r->retry_after_s = Min((int64) ra, (int64) ntask_http_retry_after_max);
 	/* a provider's rate limit with an end: may pause the key or queue */
 	r->rate_limited = (status == 429 || status == 503) && r->retry_after_s > 0;
 	NtaskBreakerObserve(r->queue, status, (int) code, r->refused_addr != NULL);
@@ -1295,7 +1317,7 @@ dq_classify(DqReq *r, CURLcode code)
 	 * out whatever the code says: on a reused connection that died,
 	 * libcurl connects again, and that connect can fail too.
 	 */
-	not_sent = r->body_sent == 0 && code != CURLE_SEND_FAIL_REWIND &&
+	*not_sent = r->body_sent == 0 && code != CURLE_SEND_FAIL_REWIND &&
 		(code == CURLE_COULDNT_RESOLVE_HOST ||
 		 code == CURLE_COULDNT_RESOLVE_PROXY ||
 		 code == CURLE_COULDNT_CONNECT ||
@@ -1304,6 +1326,36 @@ dq_classify(DqReq *r, CURLcode code)
 		 code == CURLE_SSL_CERTPROBLEM ||
 		 code == CURLE_SSL_CACERT_BADFILE ||
 		 (pretransfer == 0 && request_size == 0));
+	return status;
+}
+
+/* dq_refused_detail: the attempt's detail when the target's address was refused */
+static char *
+dq_refused_detail(DqReq *r)
+{
+	StringInfoData buf;
+
+	initStringInfo(&buf);
+	appendStringInfoString(&buf, "{\"reason\": ");
+	escape_json(&buf, psprintf("host %s resolved to %s, a loopback, link-local, private, unique-local or other special-purpose address that ntask.http_allowed_hosts does not list",
+							   r->target->host, r->refused_addr));
+	appendStringInfoChar(&buf, '}');
+	return buf.data;
+}
+
+/*
+ * dq_classify
+ *		r's transfer ended with code: decide what it means (the table in
+ *		docs/worker.md) and queue it for recording, or for sending after a
+ *		reconcile that found nothing.
+ */
+static void
+dq_classify(DqReq *r, CURLcode code)
+{
+	MemoryContext old = MemoryContextSwitchTo(r->cxt);
+	bool		not_sent;
+	long		status = dq_transfer_info(r, code, &not_sent);
+	char	   *detail;
 
 	if (status > 0)
 		detail = r->retry_after_s >= 0 ?
@@ -1334,16 +1386,10 @@ dq_classify(DqReq *r, CURLcode code)
 	if (r->refused_addr != NULL)
 	{
 		/* nothing was sent: the connection was never opened */
-		StringInfoData buf;
-
 		old = MemoryContextSwitchTo(r->cxt);
-		initStringInfo(&buf);
-		appendStringInfoString(&buf, "{\"reason\": ");
-		escape_json(&buf, psprintf("host %s resolved to %s, a loopback, link-local, private, unique-local or other special-purpose address that ntask.http_allowed_hosts does not list",
-								   r->target->host, r->refused_addr));
-		appendStringInfoChar(&buf, '}');
+		detail = dq_refused_detail(r);
 		MemoryContextSwitchTo(old);
-		dq_finish(r, "repair_required", "permanent", "config", NULL, buf.data,
+		dq_finish(r, "repair_required", "permanent", "config", NULL, detail,
 				  NTASK_COUNT_PERMANENT);
 	}
 	else if (status > 0)
