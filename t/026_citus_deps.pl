@@ -42,26 +42,13 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-if (!$ENV{NTASK_CITUS})
-{
-	plan skip_all => 'Citus test skipped (set NTASK_CITUS=1; builds Citus 12.1.6 from ../shared/vendor)';
-}
-my ($pg_major) = `pg_config --version` =~ /PostgreSQL (\d+)/;
-if ($pg_major > 16)
-{
-	plan skip_all => "Citus 12.1.6 supports PostgreSQL 14-16, not $pg_major";
-}
-
 require NtaskCitus;
-my $err = NtaskCitus::ensure_built();
-BAIL_OUT($err) if $err;
+NtaskCitus::require_citus();
 
-my $c = NtaskCitus::start('deps', workers => 2);
+my $c = NtaskCitus::setup('deps');
 my $co = $c->{coord};
 my ($w1, $w2) = @{ $c->{workers} };
-my $q = sub { return $co->safe_psql('postgres', $_[0]); };
-$q->('CREATE EXTENSION ntask');
-$q->('SELECT count(*) FROM ntask_distribute(4)');
+my $q = $c->{q};
 
 # 1. the layout
 is($q->(q{SELECT count(*) FROM pg_dist_partition p, pg_dist_partition t
