@@ -46,21 +46,8 @@ my $co = $c->{coord};
 my ($w1, $w2) = @{ $c->{workers} };
 my $q = $c->{q};
 
-# the node (port) that holds shard value $s of ntask.task
-my $node_of_shard = sub {
-	$q->(qq{SELECT p.nodeport FROM pg_dist_shard_placement p
-		WHERE p.shardid = get_shard_id_for_distribution_column('ntask.task', ($_[0])::smallint)});
-};
 # a key of queue $queue whose tasks live on worker node $port
-my $key_on = sub {
-	my ($queue, $prefix, $port) = @_;
-	for my $i (1 .. 200)
-	{
-		my $k = "$prefix$i";
-		return $k if $node_of_shard->("ntask_shard('$queue', '$k')") == $port;
-	}
-	die "no key of $queue on $port";
-};
+my $key_on = sub { return NtaskCitus::key_on($c, @_); };
 
 # 1. checkpoints
 is($q->(q{SELECT count(*) FROM pg_dist_partition p, pg_dist_partition t

@@ -73,21 +73,8 @@ $q->(q{SELECT count(*) FROM ntask_queue_set('dp', lease => '1 minute');
 	SELECT count(*) FROM ntask_queue_set('dh', lease => '1 second', max_attempts => 1, on_parent_failed => 'cancel');
 	SELECT count(*) FROM ntask_queue_set('dk', lease => '1 second', max_attempts => 1, on_parent_failed => 'cancel')});
 
-# the node (port) that holds shard value $s of ntask.task
-my $node_of_shard = sub {
-	$q->(qq{SELECT p.nodeport FROM pg_dist_shard_placement p
-		WHERE p.shardid = get_shard_id_for_distribution_column('ntask.task', ($_[0])::smallint)});
-};
 # a partition key of queue $queue whose tasks live on worker node $port
-my $key_on = sub {
-	my ($queue, $prefix, $port) = @_;
-	for my $i (1 .. 200)
-	{
-		my $k = "$prefix$i";
-		return $k if $node_of_shard->("ntask_shard('$queue', '$k')") == $port;
-	}
-	die "no key of $queue on $port";
-};
+my $key_on = sub { return NtaskCitus::key_on($c, @_); };
 # a key of queue $queue in shard value $s (what a producer asks ntask_shard)
 my $key_in = sub {
 	my ($queue, $prefix, $s) = @_;

@@ -223,6 +223,19 @@ sub placement
 	return ($id, $src, $dst);
 }
 
+# key_on($c, queue, prefix, port): a key (prefix || i) of the queue whose
+# tasks live on the worker node listening on port
+sub key_on
+{
+	my ($c, $queue, $prefix, $port) = @_;
+	my $k = $c->{q}->(qq{SELECT k FROM generate_series(1, 200) i, LATERAL (SELECT '$prefix' || i AS k) x
+		WHERE (SELECT p.nodeport FROM pg_dist_shard_placement p
+			WHERE p.shardid = get_shard_id_for_distribution_column('ntask.task', ntask_shard('$queue', k)::smallint))
+		  = $port ORDER BY i LIMIT 1});
+	die "no key of $queue on $port" if $k eq '';
+	return $k;
+}
+
 # paths($node, $offset): the direct path's DEBUG1 decisions in $node's log
 # since $offset ("direct path for shard N", "routed path for shard N: why";
 # src/shard.c, NtaskDirectBegin), with log_min_messages = debug1 there
