@@ -77,25 +77,12 @@ use List::Util ();
 use Time::HiRes qw(sleep time);
 use POSIX ();
 
-if (!$ENV{NTASK_CITUS})
-{
-	plan skip_all => 'Citus test skipped (set NTASK_CITUS=1; builds Citus 12.1.6 from ../shared/vendor)';
-}
-
-# the vendored Citus 12.1.6 supports PostgreSQL 14-16: on 18 there is no
-# Citus to build (Citus 13 would be needed, and is not vendored)
-my ($pg_major) = `pg_config --version` =~ /PostgreSQL (\d+)/;
-if ($pg_major > 16)
-{
-	plan skip_all => "Citus 12.1.6 supports PostgreSQL 14-16, not $pg_major";
-}
+# skipped unless NTASK_CITUS=1, and on 18 (t/NtaskCitus.pm)
+require NtaskCitus;
+NtaskCitus::require_citus();
 
 # the long parts (the file header), NTASK_CITUS_LONG=1
 my $long = ($ENV{NTASK_CITUS_LONG} // '') eq '1';
-
-require NtaskCitus;
-my $err = NtaskCitus::ensure_built();
-BAIL_OUT($err) if $err;
 
 my $c = NtaskCitus::start('citus', workers => 2, streaming => 1);
 my $co = $c->{coord};

@@ -44,34 +44,15 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(sleep time);
 
-if (!$ENV{NTASK_CITUS})
-{
-	plan skip_all => 'Citus test skipped (set NTASK_CITUS=1; builds Citus 12.1.6 from ../shared/vendor)';
-}
-
-my ($pg_major) = `pg_config --version` =~ /PostgreSQL (\d+)/;
-if ($pg_major > 16)
-{
-	plan skip_all => "Citus 12.1.6 supports PostgreSQL 14-16, not $pg_major";
-}
-
 require NtaskCitus;
-my $err = NtaskCitus::ensure_built();
-BAIL_OUT($err) if $err;
-
-require DBI;
-require DBD::Pg;
+NtaskCitus::require_citus();
+NtaskCitus->import(qw(connect_to wait_for));
 
 my $t0 = time;
-my $c = NtaskCitus::start('move', workers => 2,
-	conf => "ntask.worker = off\nwal_level = logical\nmax_replication_slots = 16\nmax_wal_senders = 16\n");
+my $c = NtaskCitus::setup('move', moves => 1);
 my $co = $c->{coord};
 my @workers = @{ $c->{workers} };
-
-my $q = sub { return $co->safe_psql('postgres', $_[0]); };
-
-$q->('CREATE EXTENSION ntask');
-$q->('SELECT count(*) FROM ntask_distribute(4)');
+my $q = $c->{q};
 
 # The guard: the first claim on a node (the one that gets the try lock
 # 4243, held to its commit) waits for the shared lock 4242, which the test
@@ -90,26 +71,6 @@ for my $n ($co, @workers)
 			END IF;
 			RETURN 'proceed';
 		END $$;});
-}
-
-sub connect_to
-{
-	my ($node, %o) = @_;
-	return DBI->connect('dbi:Pg:dbname=postgres;host=' . $node->host . ';port=' . $node->port,
-		'', '', { AutoCommit => $o{autocommit} // 1, RaiseError => 1, PrintError => 0 });
-}
-
-# poll until $cond->() is true; dies after $secs
-sub wait_for
-{
-	my ($what, $cond, $secs) = @_;
-	my $end = time + ($secs // 180);
-	while (time < $end)
-	{
-		return 1 if $cond->();
-		sleep 0.05;
-	}
-	die "timed out waiting for $what";
 }
 
 # a backend on any node waiting for a lock, its query matching $like

@@ -42,26 +42,13 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-if (!$ENV{NTASK_CITUS})
-{
-	plan skip_all => 'Citus test skipped (set NTASK_CITUS=1; builds Citus 12.1.6 from ../shared/vendor)';
-}
-my ($pg_major) = `pg_config --version` =~ /PostgreSQL (\d+)/;
-if ($pg_major > 16)
-{
-	plan skip_all => "Citus 12.1.6 supports PostgreSQL 14-16, not $pg_major";
-}
-
 require NtaskCitus;
-my $err = NtaskCitus::ensure_built();
-BAIL_OUT($err) if $err;
+NtaskCitus::require_citus();
 
-my $c = NtaskCitus::start('deps', workers => 2);
+my $c = NtaskCitus::setup('deps');
 my $co = $c->{coord};
 my ($w1, $w2) = @{ $c->{workers} };
-my $q = sub { return $co->safe_psql('postgres', $_[0]); };
-$q->('CREATE EXTENSION ntask');
-$q->('SELECT count(*) FROM ntask_distribute(4)');
+my $q = $c->{q};
 
 # 1. the layout
 is($q->(q{SELECT count(*) FROM pg_dist_partition p, pg_dist_partition t
@@ -86,21 +73,8 @@ $q->(q{SELECT count(*) FROM ntask_queue_set('dp', lease => '1 minute');
 	SELECT count(*) FROM ntask_queue_set('dh', lease => '1 second', max_attempts => 1, on_parent_failed => 'cancel');
 	SELECT count(*) FROM ntask_queue_set('dk', lease => '1 second', max_attempts => 1, on_parent_failed => 'cancel')});
 
-# the node (port) that holds shard value $s of ntask.task
-my $node_of_shard = sub {
-	$q->(qq{SELECT p.nodeport FROM pg_dist_shard_placement p
-		WHERE p.shardid = get_shard_id_for_distribution_column('ntask.task', ($_[0])::smallint)});
-};
 # a partition key of queue $queue whose tasks live on worker node $port
-my $key_on = sub {
-	my ($queue, $prefix, $port) = @_;
-	for my $i (1 .. 200)
-	{
-		my $k = "$prefix$i";
-		return $k if $node_of_shard->("ntask_shard('$queue', '$k')") == $port;
-	}
-	die "no key of $queue on $port";
-};
+my $key_on = sub { return NtaskCitus::key_on($c, @_); };
 # a key of queue $queue in shard value $s (what a producer asks ntask_shard)
 my $key_in = sub {
 	my ($queue, $prefix, $s) = @_;

@@ -2,22 +2,32 @@
 # Copyright (c) 2026, The ntask authors; the PostgreSQL Licence (LICENSE)
 
 # t/027_citus_moves_load.pl: shard moves under load (issue 49, "Moves under
-# load"), with NTASK_CITUS=1 like t/023; the long run (2000 tasks, 8
-# moves) with NTASK_CITUS_LONG=1 as well, a short one (300 tasks, 4 moves)
-# otherwise (docs/scaling.md "Citus in CI").
+# load"), against the direct shard path; with NTASK_CITUS=1 like t/023; the
+# long run (2000 tasks, 8 moves) with NTASK_CITUS_LONG=1 as well, a short
+# one (300 tasks, 4 moves) otherwise (docs/scaling.md "Citus in CI").
 #
-# A coordinator and two workers on loopback (wal_level = logical, for
-# force_logical moves; citus.defer_shard_delete_interval = -1, so that a
-# move's orphan stays until the next move drops it).  Forked DBD::Pg
-# clients, all to 127.0.0.1:
+# A coordinator and two workers on loopback (t/NtaskCitus.pm, wal_level =
+# logical for force_logical moves; citus.defer_shard_delete_interval = -1,
+# so that a move's orphan stays until the next move drops it; the worker
+# nodes log every path decision of the direct path at DEBUG1, with the
+# epoch and the pid in each line).  Before the load, a column is added and
+# dropped before a kept one on ntask.task and ntask.attempt, so that a
+# move's new placement numbers its columns otherwise than the old one
+# (Citus #5038).  Forked DBD::Pg clients, all to 127.0.0.1:
 #   producers  PC ntask_enqueue on the coordinator, PW ntask_enqueue on a
 #              worker node, PO ntask_enqueue_on(ntask_shard(...)) on the
 #              coordinator (delegated); every 20th key enqueued twice;
 #   workers    WC the plain API on the coordinator, WT the coordinator's
-#              ntask_transition_and_claim loop, W1 and W2 the plain API on
-#              each worker node (a claim there walks that node's shards),
-#              WO the shard-addressed forms on the coordinator (delegated;
-#              the receipt routed in its business transaction);
+#              ntask_transition_and_claim loop, W1 the plain API on worker
+#              node 1 (its claim walks that node's shards), W2 on worker
+#              node 2 with ntask_claim_on of each shard value in turn (its
+#              own and the other node's), WR on worker node 1 with its
+#              heartbeats and transitions under REPEATABLE READ (outside
+#              transaction blocks), WO the shard-addressed forms on the
+#              coordinator (delegated; the receipt routed in its business
+#              transaction).  The claims on the worker nodes and the
+#              delegated ones are made outside transaction blocks, so that
+#              they take the claim's direct path once it has one;
 #   a housekeeper calling ntask_housekeeping() every half second.
 # The queue's guard pauses every claim up to 40 ms between its pick and
 # its lease, the window of issue 49's two holders.
@@ -29,17 +39,27 @@
 # writes its business row (a table co-located with ntask.task) with
 # ntask_receipt in one transaction, then succeeds.  Each client logs every
 # call it made and what it got (the (task, token) of every claim it
-# received), with the call's start and end.
+# received), with the call's start and end, and its backends' pids.
 #
 # First, alone: a claim held on a shard's metadata lock while the task is
 # released takes only what was due at its own start (the defect this test
 # found under load: its ledger row said it was claimed before the
 # released attempt ended).
 #
-# Then, under the load, the test moves task shards between the workers,
-# each one there and back (two shards; all four in the long run), in both
-# modes (citus_move_shard_placement with block_writes and force_logical),
-# releasing a slice of new tasks to the producers while each move runs.  Then the invariants, exactly:
+# Then, under the load, the test moves task shards between the workers
+# (citus_move_shard_placement, block_writes and force_logical in turn):
+# one there and back (its relation on the first node is then a new one, a
+# new OID), the others there, and last citus_rebalance_start (the move
+# before left the nodes 3 to 1), releasing a slice of new tasks to the
+# producers while each move runs.  The probes: a task per shard value
+# held by the test, heartbeated by one backend per worker node: before a
+# move on the shard's node (direct), during it another shard value's
+# (direct) and the moving one's on its source until the move returns
+# (each direct, or, once it met the final phase, waiting and then routed
+# to the new placement), after it on the node it left (routed: "the
+# shard's placement is not on this node") and on its new node (direct);
+# each heartbeat's lease is what the coordinator reads right after it.
+# Then the invariants, exactly:
 #   every key enqueued is one task, a duplicate enqueue returned its id;
 #   the ledger (ntask.attempt_all) has one row per claim a worker received
 #   (the same (task, token) set: none lost, none unknown), no token handed
@@ -53,7 +73,21 @@
 #   left leased or due; no row of a move's orphan (the old placement, left
 #   by the deferred drop) was written after its move committed (its rows'
 #   xmin all visible in a snapshot taken when the move returned, and its
-#   content unchanged); every move ran while clients' calls ran.
+#   content unchanged); every move ran while clients' calls ran; the path
+#   decisions: W1's and W2's calls on their nodes took the direct path,
+#   none refused for its shape, WR's ran routed for REPEATABLE READ, and
+#   clients' direct calls ran while shards moved; after DROP COLUMN every
+#   task's and ledger row's columns are in place.
+#
+# Part 3, alone, after the load: a REPEATABLE READ transaction that took
+# its snapshot before a move heartbeats after it (routed, to the new
+# placement), REPEATABLE READ calls outside a block on the old and the new
+# node (routed); and a worker node down during a move: a force_logical
+# move held after its copy (Citus' test hook, as t/028), a direct call on
+# the source during its catch-up, the target stopped (immediate), the move
+# fails, the source goes on directly (a heartbeat, a task enqueued,
+# claimed and finished there), the target comes back, the move done again
+# carries it all, the orphans unwritten.
 
 use strict;
 use warnings;
@@ -65,43 +99,43 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(sleep time);
 use POSIX ();
+use List::Util ();
 use File::Path ();
 
-if (!$ENV{NTASK_CITUS})
-{
-	plan skip_all => 'Citus test skipped (set NTASK_CITUS=1; builds Citus 12.1.6 from ../shared/vendor)';
-}
-
-my ($pg_major) = `pg_config --version` =~ /PostgreSQL (\d+)/;
-if ($pg_major > 16)
-{
-	plan skip_all => "Citus 12.1.6 supports PostgreSQL 14-16, not $pg_major";
-}
+require NtaskCitus;
+NtaskCitus::require_citus();
+NtaskCitus->import(qw(connect_to wait_for drop_orphans));
 
 my $long = ($ENV{NTASK_CITUS_LONG} // '') eq '1';
 
-require NtaskCitus;
-my $err = NtaskCitus::ensure_built();
-BAIL_OUT($err) if $err;
-
-require DBI;
-require DBD::Pg;
-
 my $t0 = time;
 my $N = $long ? 2000 : 300;			# tasks
-my $MOVES = $long ? 8 : 4;			# each shard moved there and back
+my $MOVES = $long ? 8 : 4;			# moves, the last one a rebalance
 my $LEASE = 4;						# seconds
-my $c = NtaskCitus::start('mvload', workers => 2,
-	conf => "ntask.worker = off\nwal_level = logical\nmax_replication_slots = 16\n"
-	  . "max_wal_senders = 16\ncitus.defer_shard_delete_interval = -1\n");
+# the log lines carry the epoch (%n) and the pid: the path decisions are
+# matched to the moves' times and to the clients' backends
+my $c = NtaskCitus::setup('mvload', moves => 1, orphans => 1,
+	conf => "log_line_prefix = '%n [%p] '\n", coord_conf => "citus.local_hostname = '127.0.0.1'\n");
 my $co = $c->{coord};
 my ($w1, $w2) = @{ $c->{workers} };
 my %node_of_port = map { $_->port => $_ } ($w1, $w2);
+for my $w ($w1, $w2)
+{
+	$w->safe_psql('postgres', 'ALTER SYSTEM SET log_min_messages = debug1; SELECT pg_reload_conf()');
+}
 
-my $q = sub { return $co->safe_psql('postgres', $_[0]); };
+my $q = $c->{q};
 
-$q->('CREATE EXTENSION ntask');
-$q->('SELECT count(*) FROM ntask_distribute(4)');
+# DROP COLUMN, then the moves (Citus #5038): a column added and dropped
+# before a kept one, on ntask.task and ntask.attempt.  The old placements
+# keep the dropped column's slot, a move's new placement is made from the
+# table's definition without it: the kept column's attribute number
+# differs between the shard relations of one table (checked at the first
+# move), and every ntask statement must write by name.
+$q->('ALTER TABLE ntask.task ADD COLUMN t027_gone int, ADD COLUMN t027_note text;
+	ALTER TABLE ntask.task DROP COLUMN t027_gone;
+	ALTER TABLE ntask.attempt ADD COLUMN t027_gone int, ADD COLUMN t027_note text;
+	ALTER TABLE ntask.attempt DROP COLUMN t027_gone');
 # The queue's guard runs in a claim between its pick and its lease (the
 # window of issue 49's two holders): a pause of up to 40 ms there widens
 # it, so that moves commit inside it at times.  Created on every node (the
@@ -121,6 +155,7 @@ $q->(qq{
 	SELECT count(*) FROM ntask_queue_set('ml', lease => '$LEASE seconds', max_attempts => 6,
 		backoff_base => '50 milliseconds', backoff_max => '200 milliseconds',
 		guard => 'public.pace(text,jsonb)');
+	SELECT count(*) FROM ntask_queue_set('probe', lease => '1 hour');
 	CREATE TABLE biz (task_id bigint, shard smallint, token bigint, worker text,
 		PRIMARY KEY (task_id, shard, token));
 	SELECT create_distributed_table('biz', 'shard', colocate_with => 'ntask.task');});
@@ -132,6 +167,21 @@ my $tmp = "$PostgreSQL::Test::Utils::log_path/027_clients";
 File::Path::rmtree($tmp);
 File::Path::mkpath($tmp);
 my $deadline = time + ($long ? 600 : 300);	# every client's last call
+
+# the path decisions of the direct path (DEBUG1, src/shard.c:
+# NtaskDirectBegin) in $node's log from byte $off: { at => epoch, pid,
+# shard, what => 'direct' or 'routed: why' }
+sub decisions
+{
+	my ($node, $off) = @_;
+	my $log = slurp_file($node->logfile, $off);
+	my @d;
+	while ($log =~ /^(\d+\.\d+) \[(\d+)\] DEBUG:  ntask: (?:direct path for shard (\d+)|routed path for shard (\d+): ([^\n]*))$/mg)
+	{
+		push @d, { at => $1, pid => $2, shard => $3 // $4, what => defined $3 ? 'direct' : "routed: $5" };
+	}
+	return @d;
+}
 
 sub dsn
 {
@@ -250,6 +300,9 @@ sub wait_until
 		'the released task is claimed once more');
 }
 
+# the worker nodes' logs from here: the path decisions under the load
+my %log_off = map { ($_->port => -s $_->logfile) } ($w1, $w2);
+
 # producers: key i goes to producer i % 3
 my %producer = (0 => [ 'PC', $co, 'plain' ], 1 => [ 'PW', $w2, 'plain' ], 2 => [ 'PO', $co, 'on' ]);
 my @kids;
@@ -269,7 +322,11 @@ for my $p (0 .. 2)
 			}
 			my $ts = time;
 			my $ok = eval {
-				$dbh ||= DBI->connect(dsn($node), '', '', { AutoCommit => 1, RaiseError => 1, PrintError => 0 });
+				if (!$dbh)
+				{
+					$dbh = DBI->connect(dsn($node), '', '', { AutoCommit => 1, RaiseError => 1, PrintError => 0 });
+					$log->(time, 'I', scalar $dbh->selectrow_array('SELECT pg_backend_pid()'), $node->port);
+				}
 				my $sql = $style eq 'on'
 				  ? "SELECT task_id, created FROM ntask_enqueue_on(ntask_shard('ml', ?::text), 'ml', ?, ?::jsonb)"
 				  : "SELECT task_id, created FROM ntask_enqueue('ml', ?, ?::jsonb)";
@@ -298,13 +355,39 @@ for my $p (0 .. 2)
 
 # workers
 my @workers = ([ 'WC', $co, 'plain' ], [ 'WT', $co, 'tc' ], [ 'W1', $w1, 'plain' ],
-	[ 'W2', $w2, 'plain' ], [ 'WO', $co, 'on' ]);
+	[ 'W2', $w2, 'plain_on' ], [ 'WR', $w1, 'rr' ], [ 'WO', $co, 'on' ]);
 for my $wk (@workers)
 {
 	my ($name, $node, $style) = @$wk;
 	push @kids, fork_client(sub {
 		my $log = open_log($name);
 		my $dbh;
+		my $rr;					# WR: its REPEATABLE READ connection
+		# the backends' pids (I: the client's connection, J: WR's second),
+		# to tell their path decisions in the node's log
+		my $connect = sub {
+			return if $dbh;
+			$dbh = DBI->connect(dsn($node), '', '', { AutoCommit => 1, RaiseError => 1, PrintError => 0 });
+			$log->(time, 'I', scalar $dbh->selectrow_array('SELECT pg_backend_pid()'), $node->port);
+			if ($style eq 'rr')
+			{
+				$rr = DBI->connect(dsn($node), '', '', { AutoCommit => 1, RaiseError => 1, PrintError => 0 });
+				$rr->do("SET default_transaction_isolation = 'repeatable read'");
+				$log->(time, 'J', scalar $rr->selectrow_array('SELECT pg_backend_pid()'), $node->port);
+			}
+		};
+		# WR's heartbeats and transitions under REPEATABLE READ, each its
+		# own statement: a serialization failure (the row changed since
+		# the statement's snapshot: a takeover) is an answer there, logged
+		# as X; the task's lease then runs out
+		my $rrsel = sub {
+			my ($sql, @args) = @_;
+			my $r = eval { $rr->selectall_arrayref($sql, undef, @args) };
+			return $r if $r;
+			die $@ unless $@ =~ /could not serialize/;
+			$log->(time, 'X', $sql =~ /(ntask_\w+)/, $args[0], $args[1]);
+			return undef;
+		};
 		my $pending;			# WT: the finish its next call makes
 		my $next_shard = int(rand(4));
 		my $empty = 0;
@@ -315,7 +398,7 @@ for my $wk (@workers)
 		my $claim = sub {
 			my $ts = time;
 			my $rows;
-			if ($style eq 'on')
+			if ($style eq 'on' || $style eq 'plain_on')
 			{
 				my $sv = $shard_values[ $next_shard++ % 4 ];
 				$rows = $sel->("SELECT task_id, token, attempt, (payload->>'i')::int FROM ntask_claim_on(?::smallint, 'ml', ?, 1)",
@@ -340,8 +423,10 @@ for my $wk (@workers)
 			my $ts = time;
 			my $r = $style eq 'on'
 			  ? $sel->("SELECT result, state FROM ntask_transition_on(ntask_shard(?::bigint), ?, ?, ?)", $id, $id, $tok, $st)
+			  : $style eq 'rr'
+			  ? $rrsel->("SELECT result, state FROM ntask_transition(?, ?, ?)", $id, $tok, $st)
 			  : $sel->("SELECT result, state FROM ntask_transition(?, ?, ?)", $id, $tok, $st);
-			$log->($ts, 'T', $id, $tok, $st, $r->[0][0], $r->[0][1] // '-');
+			$log->($ts, 'T', $id, $tok, $st, $r->[0][0], $r->[0][1] // '-') if $r;
 		};
 		my $work = sub {
 			my ($id, $tok, $att, $i) = @{ $_[0] };
@@ -367,8 +452,16 @@ for my $wk (@workers)
 			if ($i % 3 == 0)
 			{
 				my $ts = time;
-				my ($r) = $dbh->selectrow_array("SELECT ntask_heartbeat$fn($sh?, ?)", undef, @sa, $id, $tok);
-				$log->($ts, 'H', $id, $tok, defined $r ? 'applied' : 'null');
+				if ($style eq 'rr')
+				{
+					my $r = $rrsel->("SELECT ntask_heartbeat(?, ?)", $id, $tok);
+					$log->($ts, 'H', $id, $tok, defined $r->[0][0] ? 'applied' : 'null') if $r;
+				}
+				else
+				{
+					my ($r) = $dbh->selectrow_array("SELECT ntask_heartbeat$fn($sh?, ?)", undef, @sa, $id, $tok);
+					$log->($ts, 'H', $id, $tok, defined $r ? 'applied' : 'null');
+				}
 			}
 			if ($i % 37 == 0 && $att == 1)
 			{
@@ -407,7 +500,7 @@ for my $wk (@workers)
 			last if -e "$tmp/stop" && !$pending;
 			my $ts = time;
 			my $ok = eval {
-				$dbh ||= DBI->connect(dsn($node), '', '', { AutoCommit => 1, RaiseError => 1, PrintError => 0 });
+				$connect->();
 				my $t;
 				if ($pending)
 				{
@@ -444,7 +537,8 @@ for my $wk (@workers)
 				$log->($ts, 'E', $e);
 				eval { $dbh->rollback if $dbh && !$dbh->{AutoCommit} };
 				eval { $dbh->disconnect if $dbh };
-				$dbh = undef;
+				eval { $rr->disconnect if $rr };
+				($dbh, $rr) = (undef, undef);
 				sleep 0.2;
 			}
 		}
@@ -513,16 +607,64 @@ my $check_orphans = sub {
 };
 
 note(sprintf('cluster and clients up at %.0f s', time - $t0));
+
+# the probes: one task of queue probe per shard value, held by the test (an
+# hour's lease), and a backend on each worker node that heartbeats it;
+# each heartbeat's path decision (its backend's DEBUG1 line) and whether it
+# is what the coordinator reads then
+my %probe_task;
+for my $sv (@shard_values)
+{
+	my $k = $dq->($co, "SELECT 'p' || i FROM generate_series(1, 1000) i WHERE ntask_shard('probe', 'p' || i) = $sv LIMIT 1");
+	my $id = $dq->($co, "SELECT task_id FROM ntask_enqueue('probe', '$k', '{}')");
+	my $tok;
+	wait_until(sub {
+		$tok = $dq->($co, "SELECT token FROM ntask_claim_on(${sv}::smallint, 'probe', 'probe', 1)");
+		return $tok ne '';
+	}, 60) or die "the probe of shard value $sv not claimed";
+	$probe_task{$sv} = [ $id, $tok ];
+}
+my %probe_dbh = map { ($_->port => connect_to($_)) } ($w1, $w2);
+my %probe_pid = map { ($_ => scalar $probe_dbh{$_}->selectrow_array('SELECT pg_backend_pid()')) } keys %probe_dbh;
+my $probe = sub {
+	my ($node, $sv) = @_;
+	my ($id, $tok) = @{ $probe_task{$sv} };
+	my $off = -s $node->logfile;
+	my $ts = time;
+	my ($lease) = $probe_dbh{ $node->port }->selectrow_array("SELECT ntask_heartbeat($id, $tok)");
+	my $te = time;
+	my @d = map { $_->{what} } grep { $_->{pid} == $probe_pid{ $node->port } } decisions($node, $off);
+	my $seen = defined $lease ? $dq->($co, "SELECT CASE WHEN lease_until = '$lease'::timestamptz THEN 't' ELSE 'f' END
+		FROM ntask.task WHERE task_id = $id AND shard = $sv") : 'null';
+	return { what => join(',', @d), seen => $seen, secs => $te - $ts, lease => $lease };
+};
+my $oid_of = sub {
+	my ($n, $name) = @_;
+	return $dq->($n, "SELECT to_regclass('$name')::oid");
+};
+
 my $mover = DBI->connect(dsn($co), '', '', { AutoCommit => 1, RaiseError => 1, PrintError => 0 });
 $mover->do("SET statement_timeout = '300s'");
 my @moves;
 my $shardids = $q->(q{SELECT string_agg(shardid::text, ' ' ORDER BY shardminvalue::int)
 	FROM pg_dist_shard WHERE logicalrelid = 'ntask.task'::regclass});
 my @shardids = split ' ', $shardids;
+my %sv_of = map { split /\|/ } split /\n/, $q->(q{SELECT get_shard_id_for_distribution_column('ntask.task', shard)
+	|| '|' || shard FROM ntask.shard_map});
+my $placements = sub {
+	return map { split /\|/ } split /\n/, $dq->($co, "SELECT shardid || '|' || nodeport FROM pg_dist_shard_placement
+		WHERE shardid IN (" . join(',', @shardids) . ')');
+};
+my %oids_seen;				# shard relation name => its OIDs on a node (there and back)
+my ($back_again, $attnum_checked) = (0, 0);
+my (@probes_during, @probe_bad);
 for my $m (0 .. $MOVES - 1)
 {
+	# the last move is citus_rebalance_start's: the move before left 3
+	# shard groups on one node and 1 on the other
+	my $rebalance = $m == $MOVES - 1;
 	my $shardid = $shardids[ int($m / 2) % 4 ];
-	my $mode = ($m + int($m / 2)) % 2 ? 'force_logical' : 'block_writes';
+	my $mode = $rebalance ? 'block_writes' : ($m + int($m / 2)) % 2 ? 'force_logical' : 'block_writes';
 	# the orphans of the move before: unchanged, then dropped (a move
 	# refuses to run while one is left on its target)
 	$check_orphans->("before move $m");
@@ -530,41 +672,137 @@ for my $m (0 .. $MOVES - 1)
 		eval { $dbh_of{ $co->port }->do('CALL citus_cleanup_orphaned_resources()') };
 		$dq->($co, 'SELECT count(*) FROM pg_dist_cleanup') == 0;
 	}, 120), "move $m: the orphans before dropped");
-	my $src_port = $dq->($co, "SELECT nodeport FROM pg_dist_shard_placement WHERE shardid = $shardid");
+	my %before = $placements->();
+	my $src_port = $before{$shardid};
 	my ($dst) = grep { $_->port != $src_port } ($w1, $w2);
+	my $sv = $sv_of{$shardid};
+	my ($other_sv) = grep { $_ != $sv } @shard_values;
+	my $other_node = $node_of_port{ $before{ (grep { $sv_of{$_} == $other_sv } @shardids)[0] } };
+	# before: the shard's node runs the probe directly
+	if (!$rebalance)
+	{
+		my $p = $probe->($node_of_port{$src_port}, $sv);
+		push @probe_bad, "move $m, before, on the source: $p->{what}, seen $p->{seen}"
+		  unless $p->{what} eq 'direct' && $p->{seen} eq 't';
+	}
 	# the move, and new tasks for the producers while it runs (a tenth of
 	# them at once, so that it starts with work in flight)
 	my ($base, $cap) = (int($N * $m / $MOVES), int($N * ($m + 1) / $MOVES));
 	set_allow($cap, $base + int(($cap - $base) / 10), time, $mode eq 'block_writes' ? 2 : 5);
 	my $ts = time;
 	my $ok = eval {
-		$mover->do("SELECT citus_move_shard_placement($shardid, '127.0.0.1', $src_port, '127.0.0.1', "
-			  . $dst->port . ", shard_transfer_mode => '$mode')", { pg_async => DBD::Pg::PG_ASYNC() });
-		sleep 0.02 until $mover->pg_ready;		# the statement_timeout bounds it
+		# the rebalance's job runs once its start committed
+		$mover->do("SELECT citus_rebalance_start(shard_transfer_mode => '$mode')") if $rebalance;
+		my $sql = $rebalance ? 'SELECT citus_rebalance_wait()'
+		  : "SELECT citus_move_shard_placement($shardid, '127.0.0.1', $src_port, '127.0.0.1', "
+		  . $dst->port . ", shard_transfer_mode => '$mode')";
+		$mover->do($sql, { pg_async => DBD::Pg::PG_ASYNC() });
+		# meanwhile the probes: another shard value's on its node (direct,
+		# the move holds nothing of it), then the moving one's on its
+		# source until the move returns (direct before the final phase;
+		# one that meets the final phase waits, then runs routed on the new
+		# placement); a rebalance's: every shard value's on its node
+		if (!$rebalance)
+		{
+			my $p = $probe->($other_node, $other_sv);
+			push @probe_bad, "move $m, during, another shard value's: $p->{what}, seen $p->{seen}"
+			  unless $p->{what} eq 'direct' && $p->{seen} eq 't';
+		}
+		my $i = 0;
+		until ($mover->pg_ready)		# the statement_timeout bounds it
+		{
+			my $psv = $rebalance ? $shard_values[ $i++ % 4 ] : $sv;
+			my $pn = $node_of_port{ $before{ (grep { $sv_of{$_} == $psv } @shardids)[0] } };
+			my $p = $probe->($pn, $psv);
+			$p->{m} = $m;
+			$p->{sv} = $psv;
+			push @probes_during, $p;
+			sleep 0.1;
+		}
 		$mover->pg_result;
 		1;
 	};
 	my $te = time;
 	set_allow($cap);
-	my $src = $node_of_port{$src_port};
-	ok($ok, "move $m: shard $shardid from " . $src->name . ' to ' . $dst->name . " ($mode)")
+	ok($ok, "move $m: " . ($rebalance ? "citus_rebalance_start ($mode)"
+		  : "shard $shardid from " . $node_of_port{$src_port}->name . ' to ' . $dst->name . " ($mode)"))
 	  or diag($@);
+	my %after = $placements->();
+	my @moved = grep { $before{$_} != $after{$_} } @shardids;
 	push @moves, [ $ts, $te, $mode ];
-	note(sprintf('move %d: shard %s, %s, %.1f s (at %.0f s, %d tasks unfinished)', $m, $shardid, $mode, $te - $ts,
-		$ts - $t0, $unfinished->()));
-	is($dq->($co, "SELECT nodeport FROM pg_dist_shard_placement WHERE shardid = $shardid"), $dst->port,
-		"move $m: the placement is on " . $dst->name);
-	# its orphans on the source: a snapshot and their content now
-	my $snap = $dq->($src, 'SELECT pg_current_snapshot()');
-	my @names = split /\n/, $dq->($co, 'SELECT object_name FROM pg_dist_cleanup WHERE object_type = 1
-		AND node_group_id = (SELECT groupid FROM pg_dist_node WHERE nodeport = ' . $src_port . ') ORDER BY 1');
-	cmp_ok(scalar(@names), '>=', 6, "move $m: its orphans (the shard group's old tables) are left") ;
-	for my $name (@names)
+	note(sprintf('move %d: %s, %s, %.1f s (at %.0f s, %d tasks unfinished)', $m, $rebalance ? "rebalance (@moved)" : $shardid,
+		$mode, $te - $ts, $ts - $t0, $unfinished->()));
+	if ($rebalance)
 	{
-		push @orphans, { name => $name, node => $src, snap => $snap, move => $m,
-			sum => $dq->($src, "SELECT count(*) || ':' || coalesce(md5(string_agg(x::text, '|' ORDER BY x::text)), '')
-				FROM $name x") };
+		cmp_ok(scalar(@moved), '>=', 1, "move $m: the rebalance moved shard groups (@moved)");
 	}
+	else
+	{
+		is(join(',', @moved), $shardid, "move $m: the placement is on " . $dst->name);
+	}
+	for my $mid (@moved)
+	{
+		my $msv = $sv_of{$mid};
+		my ($from, $to) = ($node_of_port{ $before{$mid} }, $node_of_port{ $after{$mid} });
+		# its orphans on the source: a snapshot and their content now,
+		# before any call after the move
+		my $snap = $dq->($from, 'SELECT pg_current_snapshot()');
+		my @names = split /\n/, $dq->($co, 'SELECT object_name FROM pg_dist_cleanup WHERE object_type = 1
+			AND node_group_id = (SELECT groupid FROM pg_dist_node WHERE nodeport = ' . $from->port . ') ORDER BY 1');
+		cmp_ok(scalar(@names), '>=', 6, "move $m: its orphans (the shard group's old tables) are left");
+		for my $name (grep { my $n = $_; !grep { $_->{name} eq $n && $_->{move} == $m } @orphans } @names)
+		{
+			push @orphans, { name => $name, node => $from, snap => $snap, move => $m,
+				sum => $dq->($from, "SELECT count(*) || ':' || coalesce(md5(string_agg(x::text, '|' ORDER BY x::text)), '')
+					FROM $name x") };
+		}
+		# there and back: the shard relation on the target is a new one
+		my $rel = "ntask.task_$mid";
+		my $oid = $oid_of->($to, $rel);
+		if (my $old = $oids_seen{ $to->port . $rel })
+		{
+			isnt($oid, $old, "move $m: $rel back on " . $to->name . ' is a new relation (OID)');
+			$back_again++;
+		}
+		$oids_seen{ $from->port . $rel } = $oid_of->($from, $rel);
+		# DROP COLUMN: the kept column's number differs between the new
+		# placement and the orphan
+		if (!$attnum_checked++)
+		{
+			my $att = "SELECT attnum FROM pg_attribute WHERE attrelid = '$rel'::regclass AND attname = 't027_note'";
+			is($dq->($to, $att) . ' ' . $dq->($from, $att), ($dq->($from, $att) - 1) . ' ' . $dq->($from, $att),
+				"move $m: after DROP COLUMN the moved shard relation numbers its columns otherwise (Citus #5038)");
+		}
+		# after: the source routes (the placement is not there), the
+		# target runs the probe directly; both reach the new placement
+		my $p = $probe->($from, $msv);
+		push @probe_bad, "move $m, after, on the source: $p->{what}, seen $p->{seen}"
+		  unless $p->{what} eq "routed: the shard's placement is not on this node" && $p->{seen} eq 't';
+		$p = $probe->($to, $msv);
+		push @probe_bad, "move $m, after, on the target: $p->{what}, seen $p->{seen}"
+		  unless $p->{what} eq 'direct' && $p->{seen} eq 't';
+	}
+}
+is(scalar(@probe_bad), 0, 'the probes: direct on the shard\'s node, routed (and applied there) from the node it left')
+  or diag(join("\n", @probe_bad));
+cmp_ok($back_again, '>=', 1, "a shard moved there and back ($back_again)");
+{
+	my @bad = grep { !($_->{what} eq 'direct' || $_->{what} eq "routed: the shard's placement is not on this node")
+		  || $_->{seen} ne 't' } @probes_during;
+	is(scalar(@bad), 0, 'the probes during the moves (' . scalar(@probes_during) . '): each direct, or routed to '
+		  . 'the new placement, and each what the coordinator read then')
+	  or diag(join("\n", map { "move $_->{m}, shard value $_->{sv}: $_->{what}, seen $_->{seen}" } @bad));
+	my @fell = grep { $_->{what} =~ /^routed/ } @probes_during;
+	my @waited = grep { $_->{secs} > 0.3 } @probes_during;
+	note(sprintf('probes during the moves: %d, %d direct, %d routed after the placement moved, %d waited over 0.3 s '
+		  . '(the longest %.1f s)', scalar(@probes_during), scalar(@probes_during) - scalar(@fell), scalar(@fell),
+		scalar(@waited), List::Util::max(0, map { $_->{secs} } @probes_during)));
+	# every probe here was sent before its move returned: one that ran
+	# routed met the final phase (a block_writes move holds it from its
+	# start), waited, and ran on the new placement (its lease is what the
+	# coordinator read then, checked above)
+	cmp_ok(scalar(@fell), '>=', 1,
+		'a probe sent during a move met its final phase: it waited, then ran routed on the new placement');
 }
 set_allow($N);
 is(read_allow(), $N, 'every key released to the producers');
@@ -585,11 +823,12 @@ for my $k (@kids)
 $check_orphans->('after the load');
 is($orphan_bad, 0, 'no orphan written after its move committed (' . scalar(@orphans) . ' orphaned tables)');
 $mover->disconnect;
+$_->disconnect for values %probe_dbh;
 $_->disconnect for values %dbh_of;
 my $load_s = time - $t0;
 
 # the clients' logs
-my (%claims, @dup_claims, %trans, %rel, %rcpt, %enq, @errors, $calls, %hb, @stale);
+my (%claims, @dup_claims, %trans, %rel, %rcpt, %enq, @errors, $calls, %hb, @stale, %pid_who, @serial);
 my @calls;
 for my $f (glob("$tmp/*.log"))
 {
@@ -599,6 +838,16 @@ for my $f (glob("$tmp/*.log"))
 	{
 		chomp $l;
 		my ($ts, $te, $what, @f) = split / /, $l;
+		if ($what eq 'I' || $what eq 'J')
+		{
+			$pid_who{"$f[1]:$f[0]"} = $what eq 'J' ? "$who-rr" : $who;
+			next;
+		}
+		if ($what eq 'X')
+		{
+			push @serial, "$who: @f";
+			next;
+		}
 		push @calls, [ $ts, $te ] unless $what eq 'N' || $what eq 'K';
 		if ($what eq 'C')
 		{
@@ -780,6 +1029,57 @@ is(scalar(@biz_dup), 0, 'no task has two business rows');
 is(scalar(grep { $final{$_}[0] eq 'succeeded' } keys %final), scalar(keys %bdb),
 	'every succeeded task has its business row');
 
+# 6. the direct path under the load (the DEBUG1 decision of every call of
+# the transition family on the worker nodes, by backend: the clients' own,
+# the probes', and the others: Citus' backends running delegated calls)
+my (%dec, @dec_all);
+for my $n ($w1, $w2)
+{
+	for my $d (decisions($n, $log_off{ $n->port }))
+	{
+		my $who = $pid_who{ $n->port . ':' . $d->{pid} }
+		  // ($d->{pid} == $probe_pid{ $n->port } ? 'probe' : 'delegated');
+		$d->{who} = $who;
+		push @dec_all, $d;
+		$dec{$who}{ $d->{what} =~ /^direct/ ? 'direct' : 'routed' }++;
+		$dec{$who}{ $d->{what} }++;
+	}
+}
+for my $who (sort keys %dec)
+{
+	note("path decisions of $who: " . join(', ', map { "$dec{$who}{$_} $_" } grep { $_ ne 'routed' }
+		sort keys %{ $dec{$who} }));
+}
+for my $who ('W1', 'W2')
+{
+	cmp_ok($dec{$who}{direct} // 0, '>=', 1, "$who: its calls on its worker node took the direct path ("
+		  . ($dec{$who}{direct} // 0) . ')');
+}
+is(scalar(grep { $_->{who} =~ /^W[12]$/ && $_->{what} =~ /not the whole statement|not READ COMMITTED/ } @dec_all), 0,
+	'W1, W2: none of their prepared one-call statements was refused for its shape');
+cmp_ok($dec{'WR-rr'}{"routed: not READ COMMITTED"} // 0, '>=', 1,
+	'WR: its REPEATABLE READ calls ran routed (' . ($dec{'WR-rr'}{routed} // 0) . ')');
+is($dec{'WR-rr'}{direct} // 0, 0, 'WR: none of them direct');
+note('WR: ' . scalar(@serial) . ' REPEATABLE READ calls failed to serialize (a takeover first)');
+my $in_moves = 0;
+for my $d (grep { $_->{what} eq 'direct' && $_->{who} ne 'probe' } @dec_all)
+{
+	$in_moves++ if grep { $d->{at} >= $_->[0] && $d->{at} <= $_->[1] } @moves;
+}
+cmp_ok($in_moves, '>=', 1, "clients' calls ran on the direct path while shards moved ($in_moves)");
+note('clients\' calls routed from the node a shard had left: '
+	  . scalar(grep { $_->{who} ne 'probe' && $_->{what} =~ /not on this node/ } @dec_all));
+
+# 7. DROP COLUMN: nothing written into the kept column, every task's key and
+# payload in place, every ledger row's worker a client
+is($q->(q{SELECT count(*) FROM ntask.task WHERE t027_note IS NOT NULL
+	OR (queue = 'ml' AND task_key <> 'k' || (payload->>'i'))}), '0',
+	'after DROP COLUMN and the moves: the task rows\' columns in place');
+is($q->(q{SELECT count(*) FROM ntask.attempt WHERE t027_note IS NOT NULL}), '0', 'and the ledger\'s');
+is($q->(q{SELECT count(*) FROM ntask.attempt_all a JOIN ntask.task t ON t.task_id = a.task_id AND t.shard = a.shard
+	WHERE t.queue = 'ml' AND a.worker NOT IN ('WC', 'WT', 'W1', 'W2', 'WR', 'WO')}), '0',
+	'every ledger row names the client that claimed it');
+
 # what the run exercised
 my $takeovers = grep { $ledger{$_}{result} eq 'lease_expired' } keys %ledger;
 cmp_ok($takeovers, '>=', 1, "leases ran out and were taken over ($takeovers)");
@@ -792,6 +1092,173 @@ for my $wk (@workers)
 {
 	cmp_ok($by_worker{ $wk->[0] } // 0, '>=', 1, "worker $wk->[0] claimed tasks (" . ($by_worker{ $wk->[0] } // 0) . ')');
 }
+
+# ---------------------------------------------------------------------
+# Part 3, alone: REPEATABLE READ across a move, and a worker node down
+# during a move
+# ---------------------------------------------------------------------
+my $p3_t0 = time;
+$q->("SELECT count(*) FROM ntask_queue_set('p3', lease => '1 hour')");
+my $p3key = 0;
+# a task of queue p3 in shard value $sv, claimed (through the coordinator)
+my $held = sub {
+	my ($sv) = @_;
+	my $k;
+	do { $k = 'q' . ++$p3key } until $q->("SELECT ntask_shard('p3', '$k')") == $sv;
+	my $id = $q->("SELECT task_id FROM ntask_enqueue('p3', '$k', '{}')");
+	my $tok;
+	wait_for("the claim of $k", sub {
+		$tok = $q->("SELECT token FROM ntask_claim_on(${sv}::smallint, 'p3', 'p3', 1)");
+		return $tok ne '';
+	}, 60);
+	return ($id, $tok);
+};
+# the decisions of backend $pid on $node from $off
+my $said = sub {
+	my ($node, $off, $pid) = @_;
+	return join(',', map { $_->{what} } grep { $_->{pid} == $pid } decisions($node, $off));
+};
+my $sv_on = sub {
+	my ($node) = @_;
+	for my $sv (@shard_values)
+	{
+		my (undef, $n) = NtaskCitus::placement($c, $sv);
+		return $sv if $n->port == $node->port;
+	}
+	die 'no shard value on ' . $node->name;
+};
+my $orphan_of = sub {
+	my ($sid, $node) = @_;
+	my $snap = $node->safe_psql('postgres', 'SELECT pg_current_snapshot()');
+	my $sum = $node->safe_psql('postgres', "SELECT count(*) || ':' || coalesce(md5(string_agg(x::text, '|' ORDER BY x::text)), '')
+		FROM ntask.task_$sid x");
+	return sub {
+		return $node->safe_psql('postgres', "SELECT count(*) FILTER (WHERE NOT pg_visible_in_snapshot(x.xmin::text::xid8,
+			'$snap'::pg_snapshot)) || ' ' || CASE WHEN count(*) || ':' || coalesce(md5(string_agg(x::text, '|' ORDER BY x::text)), '') = '$sum'
+			THEN 't' ELSE 'f' END
+			FROM ntask.task_$sid x");
+	};
+};
+
+# REPEATABLE READ across a move: a transaction on the source takes its
+# snapshot, the shard moves (block_writes), then the transaction
+# heartbeats (in a block: routed, to the new placement) and commits
+{
+	drop_orphans($c);
+	my $sv = $sv_on->($w1);
+	my ($sid, $src, $dst) = NtaskCitus::placement($c, $sv);
+	my ($id, $tok) = $held->($sv);
+	my $r = connect_to($src, autocommit => 0);
+	$r->do('SET TRANSACTION ISOLATION LEVEL REPEATABLE READ');
+	my ($rpid) = $r->selectrow_array('SELECT pg_backend_pid()');
+	is(scalar $r->selectrow_array("SELECT token FROM ntask.task WHERE task_id = $id AND shard = $sv"), $tok,
+		'RR: the transaction reads the task (its snapshot)');
+	my $mv = connect_to($co);
+	$mv->do("SELECT citus_move_shard_placement($sid, '127.0.0.1', " . $src->port . ", '127.0.0.1', " . $dst->port
+		  . ", shard_transfer_mode => 'block_writes')", { pg_async => DBD::Pg::PG_ASYNC() });
+	# the move does not wait for a reader (if it did, the heartbeat below
+	# would come first: the outcome must be the same)
+	my $moved_first = wait_until(sub { $mv->pg_ready }, 30);
+	my $orphan = $moved_first ? $orphan_of->($sid, $src) : undef;
+	my $off = -s $src->logfile;
+	my ($lease) = $r->selectrow_array("SELECT ntask_heartbeat($id, $tok, lease => '7 hours')");
+	$r->commit;
+	$mv->pg_result;
+	note('RR: the move ' . ($moved_first ? 'committed before' : 'waited for') . ' the transaction\'s heartbeat');
+	is($said->($src, $off, $rpid), 'routed: in a transaction block', 'RR: the heartbeat in the block ran routed');
+	is($q->("SELECT lease_until = '$lease'::timestamptz AND lease_until > now() + interval '6 hours'
+		FROM ntask.task WHERE task_id = $id AND shard = $sv"), 't', 'RR: the new placement has its lease');
+	is((NtaskCitus::placement($c, $sv))[1]->port, $dst->port, 'RR: the shard moved');
+	# REPEATABLE READ outside a block, on the node the shard left and on its new node
+	my $rr1 = connect_to($src);
+	my $rr2 = connect_to($dst);
+	$_->do("SET default_transaction_isolation = 'repeatable read'") for ($rr1, $rr2);
+	my ($p1) = $rr1->selectrow_array('SELECT pg_backend_pid()');
+	my ($p2) = $rr2->selectrow_array('SELECT pg_backend_pid()');
+	my ($o1, $o2) = (-s $src->logfile, -s $dst->logfile);
+	ok(defined $rr1->selectrow_array("SELECT ntask_heartbeat($id, $tok)"), 'RR: a heartbeat on the node the shard left');
+	is(scalar $rr2->selectrow_array("SELECT result FROM ntask_transition($id, $tok, 'succeeded')"), 'applied',
+		'RR: the transition on its new node');
+	is($said->($src, $o1, $p1) . ' / ' . $said->($dst, $o2, $p2),
+		'routed: not READ COMMITTED / routed: not READ COMMITTED', 'RR: both routed, saying why');
+	$_->disconnect for ($r, $mv, $rr1, $rr2);
+	is($q->("SELECT string_agg(attempt || ':' || result, ',') FROM ntask.attempt_all WHERE task_id = $id AND shard = $sv"),
+		'1:succeeded', 'RR: one attempt, succeeded, on the new placement');
+	is($orphan->(), '0 t', 'RR: the orphan was not written after the move') if $orphan;
+}
+
+# A worker node down during a move: a force_logical move from w1 to w2 is
+# held after its copy (Citus' test hook, as t/028), a direct call on w1
+# runs during its catch-up, w2 stops (immediate), the move is let go and
+# fails; w1 goes on directly (a heartbeat, a task enqueued, claimed and
+# finished there); w2 comes back, the failed move's leftovers are
+# cleaned up, and the move, done again, carries everything
+{
+	drop_orphans($c);
+	my $sv = $sv_on->($w1);
+	my ($sid) = NtaskCitus::placement($c, $sv);
+	my ($id, $tok) = $held->($sv);
+	my $d1 = connect_to($w1);
+	my ($d1pid) = $d1->selectrow_array('SELECT pg_backend_pid()');
+	my $hold = connect_to($co);
+	$hold->do('SELECT pg_advisory_lock(44000, 55152)');
+	my $mv = connect_to($co);
+	$mv->do('SET citus.running_under_citus_test_suite = on');
+	$mv->do("SELECT citus_move_shard_placement($sid, '127.0.0.1', " . $w1->port . ", '127.0.0.1', " . $w2->port
+		  . ", shard_transfer_mode => 'force_logical')", { pg_async => DBD::Pg::PG_ASYNC() });
+	wait_for('down: the move held after its copy', sub {
+		$co->safe_psql('postgres', q{SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'
+			AND classid = 44000 AND objid = 55152 AND objsubid = 2 AND NOT granted}) > 0 || $mv->pg_ready;
+	});
+	my $off = -s $w1->logfile;
+	my ($l1) = $d1->selectrow_array("SELECT ntask_heartbeat($id, $tok, lease => '5 hours')");
+	is($said->($w1, $off, $d1pid), 'direct', 'down: a heartbeat on w1 during the catch-up runs directly');
+	$w2->stop('immediate');
+	$hold->do('SELECT pg_advisory_unlock(44000, 55152)');
+	wait_for('down: the move ends', sub { $mv->pg_ready }, 300);
+	my $moved = eval { $mv->pg_result; 1 };
+	ok(!$moved, 'down: the move fails with its target down') and note('the move: ' . ($@ =~ s/\s+/ /gr));
+	$_->disconnect for ($mv, $hold);
+	is($q->("SELECT nodeport FROM pg_dist_shard_placement WHERE shardid = $sid"), $w1->port,
+		'down: the shard stays on w1');
+	$off = -s $w1->logfile;
+	my ($l2) = $d1->selectrow_array("SELECT ntask_heartbeat($id, $tok, lease => '6 hours')");
+	ok(defined $l2 && $l2 gt $l1, 'down: a heartbeat on w1 after the failed move applies');
+	my @said = ($said->($w1, $off, $d1pid));
+	my ($k, $nid, $ntok, $res);
+	my $ok = eval {
+		do { $k = 'q' . ++$p3key } until $q->("SELECT ntask_shard('p3', '$k')") == $sv;
+		($nid) = $d1->selectrow_array("SELECT task_id FROM ntask_enqueue('p3', '$k', '{}')");
+		($ntok) = $d1->selectrow_array("SELECT token FROM ntask_claim_on(${sv}::smallint, 'p3', 'p3w1', 10)
+			WHERE task_id = $nid");
+		$off = -s $w1->logfile;
+		($res) = $d1->selectrow_array("SELECT result FROM ntask_transition($nid, $ntok, 'succeeded')");
+		push @said, $said->($w1, $off, $d1pid);
+		1;
+	};
+	ok($ok && ($res // '') eq 'applied', 'down: on w1 a task is enqueued, claimed and finished with w2 down')
+	  or diag($@);
+	is(join(',', @said), 'direct,direct', 'down: the heartbeat and the transition on w1 ran directly');
+	is($d1->selectrow_array("SELECT state || ' ' || lease_until FROM ntask.task_$sid WHERE task_id = $id"),
+		"leased $l2", 'down: in w1\'s shard relation');
+	$w2->start;
+	drop_orphans($c);
+	$q->("SELECT citus_move_shard_placement($sid, '127.0.0.1', " . $w1->port . ", '127.0.0.1', " . $w2->port
+		  . ", shard_transfer_mode => 'block_writes')");
+	my $orphan = $orphan_of->($sid, $w1);
+	$off = -s $w1->logfile;
+	is(scalar $d1->selectrow_array("SELECT result FROM ntask_transition($id, $tok, 'succeeded')"), 'applied',
+		'down: w2 back, the move done again: the transition on w1 applies');
+	is($said->($w1, $off, $d1pid), "routed: the shard's placement is not on this node", 'down: routed, to w2');
+	$d1->disconnect;
+	is($q->("SELECT string_agg(t.task_key || ' ' || t.state || ' ' || a.attempt || ':' || a.result, ',' ORDER BY t.task_key)
+		FROM ntask.task t JOIN ntask.attempt_all a ON a.task_id = t.task_id AND a.shard = t.shard
+		WHERE t.task_id IN ($id, $nid) AND t.shard = $sv"),
+		join(',', sort map { "$_ succeeded 1:succeeded" } ($q->("SELECT task_key FROM ntask.task WHERE task_id = $id AND shard = $sv"), $k)),
+		'down: both tasks succeeded, one attempt each, on w2');
+	is($orphan->(), '0 t', 'down: the orphan on w1 was not written after the move');
+}
+note(sprintf('part 3: %.0f s', time - $p3_t0));
 
 NtaskCitus::stop($c);
 note(sprintf('t/027: %d tasks, %d moves; load %.0f s, whole test %.0f s', $N, $MOVES, $load_s, time - $t0));

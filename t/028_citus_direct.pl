@@ -41,58 +41,19 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(sleep time);
 
-if (!$ENV{NTASK_CITUS})
-{
-	plan skip_all => 'Citus test skipped (set NTASK_CITUS=1; builds Citus 12.1.6 from ../shared/vendor)';
-}
-
-my ($pg_major) = `pg_config --version` =~ /PostgreSQL (\d+)/;
-if ($pg_major > 16)
-{
-	plan skip_all => "Citus 12.1.6 supports PostgreSQL 14-16, not $pg_major";
-}
-
 require NtaskCitus;
-my $err = NtaskCitus::ensure_built();
-BAIL_OUT($err) if $err;
+NtaskCitus::require_citus();
+NtaskCitus->import(qw(connect_to wait_for paths));
 
-require DBI;
-require DBD::Pg;
-
-my $c = NtaskCitus::start('direct', workers => 2,
-	conf => "ntask.worker = off\nwal_level = logical\nmax_replication_slots = 16\n"
-	  . "max_wal_senders = 16\ncitus.defer_shard_delete_interval = -1\n");
+my $c = NtaskCitus::setup('direct', moves => 1, orphans => 1);
 my $co = $c->{coord};
 my @workers = @{ $c->{workers} };
 for my $w (@workers)
 {
 	$w->safe_psql('postgres', 'ALTER SYSTEM SET log_min_messages = debug1; SELECT pg_reload_conf()');
 }
-
-my $q = sub { return $co->safe_psql('postgres', $_[0]); };
-
-$q->('CREATE EXTENSION ntask');
-$q->('SELECT count(*) FROM ntask_distribute(4)');
+my $q = $c->{q};
 $q->("SELECT count(*) FROM ntask_queue_set('dq', lease => '10 minutes')");
-
-sub connect_to
-{
-	my ($node) = @_;
-	return DBI->connect('dbi:Pg:dbname=postgres;host=' . $node->host . ';port=' . $node->port,
-		'', '', { AutoCommit => 1, RaiseError => 1, PrintError => 0 });
-}
-
-sub wait_for
-{
-	my ($what, $cond, $secs) = @_;
-	my $end = time + ($secs // 180);
-	while (time < $end)
-	{
-		return 1 if $cond->();
-		sleep 0.05;
-	}
-	die "timed out waiting for $what";
-}
 
 # backends of $node waiting for a lock whose query is like $like
 sub lock_waiters
@@ -112,15 +73,6 @@ sub placement
 	my ($src) = grep { $_->port == $port } @workers;
 	my ($dst) = grep { $_->port != $port } @workers;
 	return ($id, $src, $dst);
-}
-
-# the log lines of the path decisions on $node since $off
-sub paths
-{
-	my ($node, $off) = @_;
-	my $log = slurp_file($node->logfile, $off);
-	my @d = $log =~ /ntask: (direct path for shard \d+|routed path for shard \d+: [^\n]*)/g;
-	return @d;
 }
 
 my $keyno = 0;

@@ -6,11 +6,19 @@
 # shared_preload_libraries = 'citus,ntask' (citus must come first).
 #
 #   use lib $FindBin::Bin;
-#   use NtaskCitus;
-#   NtaskCitus::ensure_built() or plan skip_all => ...;   # builds Citus if absent
-#   my $c = NtaskCitus::start('name', workers => 2);
-#   $c->{coord}, @{ $c->{workers} }                        # the nodes
+#   require NtaskCitus;
+#   NtaskCitus::require_citus();     # skip unless NTASK_CITUS=1 on 14-16; build
+#   my $c = NtaskCitus::setup('name', moves => 1, orphans => 1);
+#   $c->{coord}, @{ $c->{workers} }, $c->{q}->($sql)       # the nodes
 #   NtaskCitus::stop($c);
+#
+# setup() is start() plus CREATE EXTENSION ntask and ntask_distribute(4),
+# what t/024..t/028 share; t/023 tests those steps and calls start().
+# moves => 1 adds what force_logical moves need (wal_level = logical, the
+# slots and senders), orphans => 1 citus.defer_shard_delete_interval = -1
+# (a move's old tables stay until citus_cleanup_orphaned_resources).
+# connect_to, wait_for, placement, paths and drop_orphans are the helpers
+# the move tests share (exported on request).
 #
 # Citus is built from the vendored tarball (../shared/vendor, or
 # NTASK_CITUS_TARBALL) in a build directory under /tmp and installed into
@@ -26,9 +34,14 @@ use strict;
 use warnings;
 
 use Cwd qw(abs_path);
+use Exporter qw(import);
 use File::Basename qw(dirname);
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
+use Test::More ();
+use Time::HiRes ();
+
+our @EXPORT_OK = qw(connect_to wait_for placement paths drop_orphans);
 
 our $VERSION_WANTED = '12.1.6';
 
@@ -128,6 +141,122 @@ sub stop
 {
 	my ($c) = @_;
 	$_->stop('fast') for (@{ $c->{workers} }, $c->{coord});
+}
+
+# Skip the test unless NTASK_CITUS=1 and the server is one Citus 12.1
+# supports (14-16: on 18 there is no Citus to build, Citus 13 would be
+# needed and is not vendored); then build Citus if it is not installed.
+sub require_citus
+{
+	if (!$ENV{NTASK_CITUS})
+	{
+		Test::More::plan(skip_all =>
+			  "Citus test skipped (set NTASK_CITUS=1; builds Citus $VERSION_WANTED from ../shared/vendor)");
+	}
+	my $pc = pg_config();
+	my ($pg_major) = `$pc --version` =~ /PostgreSQL (\d+)/;
+	if ($pg_major > 16)
+	{
+		Test::More::plan(skip_all => "Citus $VERSION_WANTED supports PostgreSQL 14-16, not $pg_major");
+	}
+	my $err = ensure_built();
+	Test::More::BAIL_OUT($err) if $err;
+	require DBI;
+	require DBD::Pg;
+	return;
+}
+
+# what force_logical moves need, and a move's orphans kept
+our $MOVES_CONF = "wal_level = logical\nmax_replication_slots = 16\nmax_wal_senders = 16\n";
+our $ORPHANS_CONF = "citus.defer_shard_delete_interval = -1\n";
+
+# setup(name, workers => 2, moves => 0|1, orphans => 0|1, conf => extra
+# lines for every node, shard_count => 4): start(), then ntask created on
+# the coordinator (Citus propagates it) and distributed
+sub setup
+{
+	my ($name, %o) = @_;
+	my $conf = "ntask.worker = off\n"
+	  . ($o{moves} ? $MOVES_CONF : '')
+	  . ($o{orphans} ? $ORPHANS_CONF : '')
+	  . ($o{conf} // '');
+	my $c = start($name, workers => $o{workers} // 2, conf => $conf,
+		coord_conf => $o{coord_conf}, streaming => $o{streaming});
+	my $co = $c->{coord};
+	$c->{q} = sub { return $co->safe_psql('postgres', $_[0]); };
+	$c->{q}->('CREATE EXTENSION ntask');
+	$c->{q}->('SELECT count(*) FROM ntask_distribute(' . ($o{shard_count} // 4) . ')');
+	return $c;
+}
+
+# a DBI connection to a node (AutoCommit unless autocommit => 0)
+sub connect_to
+{
+	my ($node, %o) = @_;
+	return DBI->connect('dbi:Pg:dbname=postgres;host=' . $node->host . ';port=' . $node->port,
+		'', '', { AutoCommit => $o{autocommit} // 1, RaiseError => 1, PrintError => 0 });
+}
+
+# poll until $cond->() is true; dies after $secs (180)
+sub wait_for
+{
+	my ($what, $cond, $secs) = @_;
+	my $end = Time::HiRes::time() + ($secs // 180);
+	while (Time::HiRes::time() < $end)
+	{
+		return 1 if $cond->();
+		Time::HiRes::sleep(0.05);
+	}
+	die "timed out waiting for $what";
+}
+
+# placement($c, shard value): the Citus shard id of its ntask.task shard,
+# the worker node that holds it, and another worker node
+sub placement
+{
+	my ($c, $shard) = @_;
+	my $q = $c->{q};
+	my $id = $q->("SELECT get_shard_id_for_distribution_column('ntask.task', ${shard}::smallint)");
+	my $port = $q->("SELECT nodeport FROM pg_dist_shard_placement WHERE shardid = $id");
+	my ($src) = grep { $_->port == $port } @{ $c->{workers} };
+	my ($dst) = grep { $_->port != $port } @{ $c->{workers} };
+	return ($id, $src, $dst);
+}
+
+# key_on($c, queue, prefix, port): a key (prefix || i) of the queue whose
+# tasks live on the worker node listening on port
+sub key_on
+{
+	my ($c, $queue, $prefix, $port) = @_;
+	my $k = $c->{q}->(qq{SELECT k FROM generate_series(1, 200) i, LATERAL (SELECT '$prefix' || i AS k) x
+		WHERE (SELECT p.nodeport FROM pg_dist_shard_placement p
+			WHERE p.shardid = get_shard_id_for_distribution_column('ntask.task', ntask_shard('$queue', k)::smallint))
+		  = $port ORDER BY i LIMIT 1});
+	die "no key of $queue on $port" if $k eq '';
+	return $k;
+}
+
+# paths($node, $offset): the direct path's DEBUG1 decisions in $node's log
+# since $offset ("direct path for shard N", "routed path for shard N: why";
+# src/shard.c, NtaskDirectBegin), with log_min_messages = debug1 there
+sub paths
+{
+	my ($node, $off) = @_;
+	my $log = PostgreSQL::Test::Utils::slurp_file($node->logfile, $off);
+	return $log =~ /ntask: (direct path for shard \d+|routed path for shard \d+: [^\n]*)/g;
+}
+
+# drop the orphans of earlier moves (a move refuses to run while one of its
+# shard group is left on its target)
+sub drop_orphans
+{
+	my ($c) = @_;
+	my $co = $c->{coord};
+	wait_for('the orphans dropped', sub {
+		$co->psql('postgres', 'CALL citus_cleanup_orphaned_resources()');
+		$co->safe_psql('postgres', 'SELECT count(*) FROM pg_dist_cleanup') == 0;
+	}, 120);
+	return;
 }
 
 1;
