@@ -471,6 +471,91 @@ ntask_define_http_gucs(void)
 }
 
 /*
+ * ntask_define_size_gucs
+ *		The bounds of what a caller sends or gets back: results, checkpoints
+ *		and claim contexts, parents, payloads (each past its bound: 54000).
+ */
+static void
+ntask_define_size_gucs(void)
+{
+	DefineCustomIntVariable("ntask.max_result_bytes",
+							"Largest result a succeeded task may store (ntask_transition result => ...).",
+							"A larger result is refused with SQLSTATE 54000.",
+							&ntask_max_result_bytes,
+							65536, 0, 64 * 1024 * 1024,
+							PGC_SUSET,
+							GUC_UNIT_BYTE,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("ntask.max_context_bytes",
+							"Most bytes of checkpoints one task may hold, and of its parents' results its claim's context carries.",
+							"A checkpoint past it is refused with SQLSTATE 54000; parents past it are named in the context's parents_omitted.",
+							&ntask_max_context_bytes,
+							1024 * 1024, 1024, 64 * 1024 * 1024,
+							PGC_SUSET,
+							GUC_UNIT_BYTE,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("ntask.max_claim_context_bytes",
+							"Most bytes of context one claim hands out in all.",
+							"Tasks past it get only their traceparent and deferred: true; ntask_context reads the rest.",
+							&ntask_max_claim_context_bytes,
+							16 * 1024 * 1024, 64 * 1024, 1024 * 1024 * 1024,
+							PGC_SUSET,
+							GUC_UNIT_BYTE,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("ntask.max_parents",
+							"Most parents a task may depend on (ntask_enqueue depends_on => ...).",
+							"More are refused with SQLSTATE 54000.",
+							&ntask_max_parents,
+							1000, 1, 100000,
+							PGC_SUSET,
+							0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("ntask.max_payload_bytes",
+							"Largest task payload (ntask_enqueue, ntask_enqueue_many, saga steps, schedules).",
+							"A larger payload is refused with SQLSTATE 54000.",
+							&ntask_max_payload_bytes,
+							1024 * 1024, 0, 256 * 1024 * 1024,
+							PGC_SUSET,
+							GUC_UNIT_BYTE,
+							NULL, NULL, NULL);
+}
+
+/*
+ * ntask_define_shmem_gucs
+ *		The sizes of flow control's shared-memory tables (set at server start).
+ */
+static void
+ntask_define_shmem_gucs(GucContext pm_context)
+{
+	DefineCustomIntVariable("ntask.rate_limit_slots",
+							"Token buckets of rate-limited queues and keys kept at a time, and as many retry-share counters.",
+							"A bucket's slot goes to another key only once it has "
+							"refilled; while every slot holds a bucket that has "
+							"not, tasks needing a new bucket are held back (a LOG "
+							"says so).  About 750 bytes of shared memory per slot.",
+							&ntask_rate_limit_slots,
+							4096, 16, 1024 * 1024,
+							pm_context,
+							0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("ntask.fair_cursor_slots",
+							"Rotation cursors of fair queues (per database, queue and shard) kept at a time.",
+							"Beyond them a claim resumes from its session's or a "
+							"shared hashed cursor, never always at the first key.  "
+							"About 1.2 kB of shared memory per slot.",
+							&ntask_fair_cursor_slots,
+							1024, 4, 1024 * 1024,
+							pm_context,
+							0,
+							NULL, NULL, NULL);
+}
+
+/*
  * ntask_define_task_gucs
  *		The SQL API's settings: retries, history retention, the waiting
  *		claim, size caps and flow control's shared-memory tables.
@@ -531,65 +616,6 @@ ntask_define_task_gucs(GucContext pm_context)
 							GUC_UNIT_MS,
 							NULL, NULL, NULL);
 
-	DefineCustomIntVariable("ntask.max_result_bytes",
-							"Largest result a succeeded task may store (ntask_transition result => ...).",
-							"A larger result is refused with SQLSTATE 54000.",
-							&ntask_max_result_bytes,
-							65536, 0, 64 * 1024 * 1024,
-							PGC_SUSET,
-							GUC_UNIT_BYTE,
-							NULL, NULL, NULL);
-
-	DefineCustomIntVariable("ntask.max_context_bytes",
-							"Most bytes of checkpoints one task may hold, and of its parents' results its claim's context carries.",
-							"A checkpoint past it is refused with SQLSTATE 54000; parents past it are named in the context's parents_omitted.",
-							&ntask_max_context_bytes,
-							1024 * 1024, 1024, 64 * 1024 * 1024,
-							PGC_SUSET,
-							GUC_UNIT_BYTE,
-							NULL, NULL, NULL);
-
-	DefineCustomIntVariable("ntask.max_claim_context_bytes",
-							"Most bytes of context one claim hands out in all.",
-							"Tasks past it get only their traceparent and deferred: true; ntask_context reads the rest.",
-							&ntask_max_claim_context_bytes,
-							16 * 1024 * 1024, 64 * 1024, 1024 * 1024 * 1024,
-							PGC_SUSET,
-							GUC_UNIT_BYTE,
-							NULL, NULL, NULL);
-
-	DefineCustomIntVariable("ntask.max_parents",
-							"Most parents a task may depend on (ntask_enqueue depends_on => ...).",
-							"More are refused with SQLSTATE 54000.",
-							&ntask_max_parents,
-							1000, 1, 100000,
-							PGC_SUSET,
-							0,
-							NULL, NULL, NULL);
-
-	DefineCustomIntVariable("ntask.rate_limit_slots",
-							"Token buckets of rate-limited queues and keys kept at a time, and as many retry-share counters.",
-							"A bucket's slot goes to another key only once it has "
-							"refilled; while every slot holds a bucket that has "
-							"not, tasks needing a new bucket are held back (a LOG "
-							"says so).  About 750 bytes of shared memory per slot.",
-							&ntask_rate_limit_slots,
-							4096, 16, 1024 * 1024,
-							pm_context,
-							0,
-							NULL, NULL, NULL);
-
-	DefineCustomIntVariable("ntask.fair_cursor_slots",
-							"Rotation cursors of fair queues (per database, queue and shard) kept at a time.",
-							"Beyond them a claim resumes from its session's or a "
-							"shared hashed cursor, never always at the first key.  "
-							"About 1.2 kB of shared memory per slot.",
-							&ntask_fair_cursor_slots,
-							1024, 4, 1024 * 1024,
-							pm_context,
-							0,
-							NULL, NULL, NULL);
-
 	DefineCustomStringVariable("ntask.traceparent",
 							   "W3C Trace Context of the tasks this session enqueues.",
 							   "Stored with each task an ntask_enqueue or "
@@ -601,14 +627,8 @@ ntask_define_task_gucs(GucContext pm_context)
 							   0,
 							   ntask_check_traceparent, NULL, NULL);
 
-	DefineCustomIntVariable("ntask.max_payload_bytes",
-							"Largest task payload (ntask_enqueue, ntask_enqueue_many, saga steps, schedules).",
-							"A larger payload is refused with SQLSTATE 54000.",
-							&ntask_max_payload_bytes,
-							1024 * 1024, 0, 256 * 1024 * 1024,
-							PGC_SUSET,
-							GUC_UNIT_BYTE,
-							NULL, NULL, NULL);
+	ntask_define_size_gucs();
+	ntask_define_shmem_gucs(pm_context);
 }
 
 /*
