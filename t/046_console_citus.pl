@@ -23,36 +23,22 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(sleep time);
 
-if (!$ENV{NTASK_CITUS})
-{
-	plan skip_all => 'Citus test skipped (set NTASK_CITUS=1; builds Citus 12.1.6 from ../shared/vendor)';
-}
-my ($pg_major) = `pg_config --version` =~ /PostgreSQL (\d+)/;
-if ($pg_major > 16)
-{
-	plan skip_all => "Citus 12.1.6 supports PostgreSQL 14-16, not $pg_major";
-}
+require NtaskCitus;
+NtaskCitus::require_citus();
 my $root = "$FindBin::Bin/..";
 my $NODE = '/usr/bin/node';
 $NODE = 'node' unless -x $NODE;
 plan skip_all => 'console/node_modules is missing (scripts/deps.sh: npm ci in console)'
   unless -d "$root/console/node_modules/pg";
 
-require NtaskCitus;
-my $err = NtaskCitus::ensure_built();
-BAIL_OUT($err) if $err;
-
-my $c = NtaskCitus::start('console', workers => 2,
-	conf => "ntask.worker = off\nntask.http_allowed_hosts = '127.0.0.1'\n");
+my $c = NtaskCitus::setup('console', conf => "ntask.http_allowed_hosts = '127.0.0.1'\n");
 my $co = $c->{coord};
-my $q = sub { return $co->safe_psql('postgres', $_[0]); };
+my $q = $c->{q};
 # a query that may be refused: its answer, or its error
 my $try = sub {
 	my ($ret, $out, $err) = $co->psql('postgres', $_[0]);
 	return $ret == 0 ? $out : "refused: $err";
 };
-$q->('CREATE EXTENSION ntask');
-$q->('SELECT count(*) FROM ntask_distribute(4)');
 $q->(q{SELECT count(*) FROM ntask_queue_set('mail', max_attempts => 3)});
 $q->(q{SELECT count(*) FROM generate_series(1, 20) i,
 	   ntask_enqueue('mail', 'm-' || i, jsonb_build_object('n', i))});
