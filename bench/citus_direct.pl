@@ -275,9 +275,9 @@ sub load
 
 sub mean { my $s = 0; $s += $_ for @_; return $s / @_; }
 
-# BENCH_PARTS: "calls" (the transition family per call, on the direct
-# path since it landed), "drain" (the claim + transition per task above);
-# default both
+# BENCH_PARTS: "calls" (per call on a, r, d, r1, d1 below: the transition
+# family, the claim, the drain), "drain" (the claim + transition per task
+# of a, b, b1, c above); default both
 my %parts = map { $_ => 1 } split ' ', ($ENV{BENCH_PARTS} // 'calls drain');
 
 # the worker node's ntask.citus_direct (delegated calls run with it)
@@ -331,7 +331,15 @@ if ($parts{calls})
 		tr => $pick . "SELECT result FROM ntask_transition(:id, :tok, 'succeeded') \\gset\n",
 		tr_on => $pick . "SELECT result FROM ntask_transition_on(${S}::smallint, :id, :tok, 'succeeded') \\gset\n",
 		hb => "SELECT ntask_heartbeat(:id, :tok, lease => '1 hour') \\gset\n",
-		hb_on => "SELECT ntask_heartbeat_on(${S}::smallint, :id, :tok, lease => '1 hour') \\gset\n");
+		hb_on => "SELECT ntask_heartbeat_on(${S}::smallint, :id, :tok, lease => '1 hour') \\gset\n",
+		# the claim of 1 (the call alone in its statement: what takes the
+		# direct path), and the drain: claim 1 + transition to succeeded
+		cl => "SELECT task_id FROM ntask_claim('b', 'w', 1);\n",
+		cl_on => "SELECT task_id FROM ntask_claim_on(${S}::smallint, 'b', 'w', 1);\n",
+		dr => "SELECT task_id AS id, token AS tok FROM ntask_claim('b', 'w', 1) \\gset\n"
+		  . "SELECT result FROM ntask_transition(:id, :tok, 'succeeded') \\gset\n",
+		dr_on => "SELECT task_id AS id, token AS tok FROM ntask_claim_on(${S}::smallint, 'b', 'w', 1) \\gset\n"
+		  . "SELECT result FROM ntask_transition_on(${S}::smallint, :id, :tok, 'succeeded') \\gset\n");
 	for my $k (keys %cs)
 	{
 		open my $f, '>', "$dir/$k.sql" or die;
@@ -347,6 +355,11 @@ if ($parts{calls})
 		[ 'd1', 'Citus coordinator, _on forms delegated, direct on the worker', $co, $w, 'on', '_on' ]);
 	my %want = map { $_ => 1 } split ' ', ($ENV{BENCH_CALL_SYSTEMS} // 'a r d r1 d1');
 	@csys = grep { $want{ $_->[0] } } @csys;
+	# BENCH_CALLS: which calls (tr transition, hb heartbeat, cl claim,
+	# dr drain), default all
+	my @calls = split ' ', ($ENV{BENCH_CALLS} // 'tr hb cl dr');
+	my %cname = (tr => 'ntask_transition', hb => 'ntask_heartbeat', cl => 'ntask_claim of 1',
+		dr => 'drain: claim 1 + transition (per task)');
 	my %cres;
 	for my $round (1 .. $ROUNDS)
 	{
@@ -354,9 +367,16 @@ if ($parts{calls})
 		{
 			my ($k, $what, $client, $owner, $direct, $sfx) = @$s;
 			set_direct($direct) if defined $direct;
-			for my $call ('tr', 'hb')
+			for my $call (@calls)
 			{
-				lease_all($owner, $client);
+				if ($call eq 'cl' || $call eq 'dr')
+				{
+					load($owner, $owner != $plain);
+				}
+				else
+				{
+					lease_all($owner, $client);
+				}
 				my $D = '';
 				if ($call eq 'hb')
 				{
@@ -387,10 +407,12 @@ if ($parts{calls})
 	# every transition succeeded with its ledger row
 	diag("worker: " . $w->safe_psql('postgres',
 		"SELECT state || ' ' || count(*) FROM $T GROUP BY state ORDER BY 1"));
-	for my $call ('tr', 'hb')
+	diag("worker: ledger rows " . $w->safe_psql('postgres', "SELECT count(*) FROM $A")
+	  . ", tasks with attempts " . $w->safe_psql('postgres', "SELECT count(*) FROM $T WHERE attempts > 0"));
+	for my $call (@calls)
 	{
 		diag(sprintf("summary %s, means of %d rounds of %d calls, one client:",
-			$call eq 'tr' ? 'ntask_transition' : 'ntask_heartbeat', $ROUNDS, $N));
+			$cname{$call}, $ROUNDS, $N));
 		my $al = mean(@{ $cres{$call}{a}{lat} });
 		my $ac = mean(@{ $cres{$call}{a}{cpu} });
 		for my $s (@csys)

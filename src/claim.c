@@ -1593,14 +1593,16 @@ claim_walk(int *first)
  *		The i-th shard of the walk (0 on a plain install), its metadata
  *		lock taken first: a move's final phase waits for this claim, or
  *		this claim for the move (NtaskLockShards, docs/scaling.md "Shard
- *		moves"; nothing on a plain install).
+ *		moves"; nothing on a plain install); on the direct path with the
+ *		rest of the move interlock (NtaskDirectClaimShard).
  */
 static int16
 claim_walk_shard(int i)
 {
 	int16		sv = NtaskWalkShardCount() > 0 ? NtaskWalkShardValue(i) : 0;
 
-	NtaskLockShard(sv);
+	/* on the direct path, the shard's interlock (shard.c) */
+	NtaskDirectClaimShard(sv);
 	return sv;
 }
 
@@ -1811,6 +1813,10 @@ claim_pick(text *queue, int want, ClaimPolicy *pol, ClaimState *st,
 	/* at most twice: a mode read in the first makes the second another */
 	while (n < 0)
 	{
+		/* the direct path runs the plain pick only (claim_direct_fits) */
+		if (claim_pick_kind(pol) != CLAIM_KIND_PLAIN &&
+			!NtaskDirectClaimRouted("the queue is fair, ordered or aging"))
+			return 0;
 		switch (claim_pick_kind(pol))
 		{
 			case CLAIM_KIND_AGING:
@@ -2236,6 +2242,43 @@ typedef struct ClaimRound
 } ClaimRound;
 
 /*
+ * claim_direct_fits
+ *		A pick on the direct path (docs/scaling.md "The claim on the direct
+ *		path") hands out its rows there only from a queue without a guard
+ *		and without flow control (the picked rows say so: the queue row
+ *		comes with them); else the claim goes on routed, as the routed pick
+ *		would have (its after step, claim_dist_policy), when it has written
+ *		nothing directly yet, and hands out nothing more when it has (false).
+ */
+static bool
+claim_direct_fits(ClaimRound *rd)
+{
+	SPITupleTable *rows = rd->pick.rows;
+	bool		isnull;
+	bool		plain;
+	int			c;
+
+	if (NtaskCallPath() != NTASK_PATH_DIRECT)
+		return true;
+	(void) NtaskTupGetDatum(rows, 0, CLAIM_PICK_GUARD, &isnull);
+	plain = isnull;
+	for (c = CLAIM_PICK_MAX_INFLIGHT; plain && c <= CLAIM_PICK_RETRY_SHARE; c++)
+	{
+		Datum		d = NtaskTupGetDatum(rows, 0, c, &isnull);
+
+		if (!isnull && (c != CLAIM_PICK_ORDERED || DatumGetBool(d)))
+			plain = false;
+	}
+	if (plain)
+		return true;
+	if (!NtaskDirectClaimRouted("the queue has a guard or flow control"))
+		return false;
+	claim_dist_policy(rows, rd->call->queue, rd->pick.keyed,
+					  NTASK_ID_SHARD(NtaskTupGetInt64(rows, 0, CLAIM_PICK_TASK_ID)));
+	return true;
+}
+
+/*
  * claim_round_pick
  *		The pick phase: pick up to want due tasks (claim_pick); a pause's
  *		end for a waiting claim to sleep until; then, from the first picked
@@ -2267,6 +2310,11 @@ claim_round_pick(ClaimRound *rd, int64 *lease_usecs, ClaimNext *next)
 			rd->st->share_off = true;
 			*next = CLAIM_AGAIN_RETRIES;
 		}
+		return false;
+	}
+	if (!claim_direct_fits(rd))
+	{
+		*next = CLAIM_STOP_HELD;	/* its rows stay locked, not handed out */
 		return false;
 	}
 	rd->lease = call->lease ? call->lease :
@@ -2680,10 +2728,13 @@ ntask_claim(PG_FUNCTION_ARGS)
 	}
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
+	/* its walk on the direct path where it may (shard.c) */
+	NtaskDirectClaimBegin(fcinfo, wait_usecs > 0);
 	if (wait_usecs > 0)
 		(void) NtaskClaimWait(&c, wait_usecs, NtaskClaimInto);
 	else
 		(void) NtaskClaimInto(&c);
+	NtaskDirectEnd();
 	SPI_finish();
 	return (Datum) 0;
 }
