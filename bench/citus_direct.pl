@@ -339,7 +339,10 @@ if ($parts{calls})
 		dr => "SELECT task_id AS id, token AS tok FROM ntask_claim('b', 'w', 1) \\gset\n"
 		  . "SELECT result FROM ntask_transition(:id, :tok, 'succeeded') \\gset\n",
 		dr_on => "SELECT task_id AS id, token AS tok FROM ntask_claim_on(${S}::smallint, 'b', 'w', 1) \\gset\n"
-		  . "SELECT result FROM ntask_transition_on(${S}::smallint, :id, :tok, 'succeeded') \\gset\n");
+		  . "SELECT result FROM ntask_transition_on(${S}::smallint, :id, :tok, 'succeeded') \\gset\n",
+		# the worker's loop in one call: finish the task held, claim the next
+		tac => "SELECT task_id AS id, token AS tok FROM ntask_transition_and_claim(:id, :tok, 'succeeded', 'b', 'w', 1) \\gset\n",
+		tac_on => "SELECT task_id AS id, token AS tok FROM ntask_transition_and_claim_on(${S}::smallint, :id, :tok, 'succeeded', 'b', 'w', 1) \\gset\n");
 	for my $k (keys %cs)
 	{
 		open my $f, '>', "$dir/$k.sql" or die;
@@ -357,9 +360,10 @@ if ($parts{calls})
 	@csys = grep { $want{ $_->[0] } } @csys;
 	# BENCH_CALLS: which calls (tr transition, hb heartbeat, cl claim,
 	# dr drain), default all
-	my @calls = split ' ', ($ENV{BENCH_CALLS} // 'tr hb cl dr');
+	my @calls = split ' ', ($ENV{BENCH_CALLS} // 'tr hb cl dr tac');
 	my %cname = (tr => 'ntask_transition', hb => 'ntask_heartbeat', cl => 'ntask_claim of 1',
-		dr => 'drain: claim 1 + transition (per task)');
+		dr => 'drain: claim 1 + transition (per task)',
+		tac => 'ntask_transition_and_claim of 1 (per task)');
 	my %cres;
 	for my $round (1 .. $ROUNDS)
 	{
@@ -369,7 +373,9 @@ if ($parts{calls})
 			set_direct($direct) if defined $direct;
 			for my $call (@calls)
 			{
-				if ($call eq 'cl' || $call eq 'dr')
+				my $D = '';
+				my $t = $N;
+				if ($call eq 'cl' || $call eq 'dr' || $call eq 'tac')
 				{
 					load($owner, $owner != $plain);
 				}
@@ -377,7 +383,15 @@ if ($parts{calls})
 				{
 					lease_all($owner, $client);
 				}
-				my $D = '';
+				if ($call eq 'tac')
+				{
+					# the first task held; N - 1 calls each finish one, claim one
+					my ($id, $tok) = split /\|/, $owner->safe_psql('postgres', $owner == $plain
+						? "SELECT task_id, token FROM ntask_claim('b', 'w', 1)"
+						: "SELECT task_id, token FROM ntask_claim_on(${S}::smallint, 'b', 'w', 1)");
+					$D = "-D id=$id -D tok=$tok";
+					$t = $N - 1;
+				}
 				if ($call eq 'hb')
 				{
 					my ($id, $tok) = split /\|/, $client->safe_psql('postgres', 'SELECT id, tok FROM bench_lease WHERE i = 1');
@@ -386,15 +400,15 @@ if ($parts{calls})
 				sleep(0.5);
 				my %cpu0 = map { $_ => node_cpu($_) } ($plain, $co, $w);
 				my $la0 = loadavg();
-				my $out = `pgbench -n -M prepared -c 1 -t $N $D -f $dir/$call$sfx.sql -h @{[$client->host]} -p @{[$client->port]} postgres 2>&1`;
+				my $out = `pgbench -n -M prepared -c 1 -t $t $D -f $dir/$call$sfx.sql -h @{[$client->host]} -p @{[$client->port]} postgres 2>&1`;
 				sleep(0.5);
 				my %cpu1 = map { $_ => node_cpu($_) } ($plain, $co, $w);
 				my ($lat) = $out =~ /latency average = ([\d.]+) ms/;
 				my ($done) = $out =~ /number of transactions actually processed: (\d+)/;
-				diag("round $round $k $call: pgbench says:\n$out") unless defined $lat && ($done // 0) == $N;
+				diag("round $round $k $call: pgbench says:\n$out") unless defined $lat && ($done // 0) == $t;
 				my $own = $owner == $plain ? $plain : $w;
-				my $cpu = ($cpu1{$own} - $cpu0{$own}) / $N * 1000;
-				my $cpuco = $owner == $plain ? 0 : ($cpu1{$co} - $cpu0{$co}) / $N * 1000;
+				my $cpu = ($cpu1{$own} - $cpu0{$own}) / $t * 1000;
+				my $cpuco = $owner == $plain ? 0 : ($cpu1{$co} - $cpu0{$co}) / $t * 1000;
 				push @{ $cres{$call}{$k}{lat} }, $lat // 'nan';
 				push @{ $cres{$call}{$k}{cpu} }, $cpu;
 				push @{ $cres{$call}{$k}{cpuco} }, $cpuco;

@@ -1787,6 +1787,46 @@ claim_pick_cached_aging(text *queue, Datum *args, int want, ClaimPolicy *pol,
 	return -1;
 }
 
+static char *claim_direct_queue = NULL;	/* in TopMemoryContext */
+
+/* claim_note_fits: queue fits the direct path (the last claim found) */
+static void
+claim_note_fits(text *queue, bool fits)
+{
+	char	   *q = text_to_cstring(queue);
+
+	if (claim_direct_queue != NULL && (fits || strcmp(claim_direct_queue, q) == 0))
+	{
+		pfree(claim_direct_queue);
+		claim_direct_queue = NULL;
+	}
+	if (fits)
+		claim_direct_queue = MemoryContextStrdup(TopMemoryContext, q);
+	pfree(q);
+}
+
+/*
+ * NtaskClaimFitsDirect
+ *		This backend's latest claim of queue that picked found it a plain
+ *		queue without a guard or flow control (claim_direct_fits), on
+ *		either path: ntask_transition_and_claim takes the direct path only
+ *		for such a queue, since its transition writes before its claim
+ *		reads the queue.
+ */
+bool
+NtaskClaimFitsDirect(text *queue)
+{
+	char	   *q;
+	bool		fits;
+
+	if (claim_direct_queue == NULL)
+		return false;
+	q = text_to_cstring(queue);
+	fits = strcmp(claim_direct_queue, q) == 0;
+	pfree(q);
+	return fits;
+}
+
 /*
  * claim_pick
  *		Pick (lock) up to want due tasks of queue, in the queue's order: a
@@ -1814,9 +1854,12 @@ claim_pick(text *queue, int want, ClaimPolicy *pol, ClaimState *st,
 	while (n < 0)
 	{
 		/* the direct path runs the plain pick only (claim_direct_fits) */
-		if (claim_pick_kind(pol) != CLAIM_KIND_PLAIN &&
-			!NtaskDirectClaimRouted("the queue is fair, ordered or aging"))
-			return 0;
+		if (claim_pick_kind(pol) != CLAIM_KIND_PLAIN)
+		{
+			claim_note_fits(queue, false);
+			if (!NtaskDirectClaimRouted("the queue is fair, ordered or aging"))
+				return 0;
+		}
 		switch (claim_pick_kind(pol))
 		{
 			case CLAIM_KIND_AGING:
@@ -2258,7 +2301,7 @@ claim_direct_fits(ClaimRound *rd)
 	bool		plain;
 	int			c;
 
-	if (NtaskCallPath() != NTASK_PATH_DIRECT)
+	if (NtaskShardCount() == 0)
 		return true;
 	(void) NtaskTupGetDatum(rows, 0, CLAIM_PICK_GUARD, &isnull);
 	plain = isnull;
@@ -2269,7 +2312,10 @@ claim_direct_fits(ClaimRound *rd)
 		if (!isnull && (c != CLAIM_PICK_ORDERED || DatumGetBool(d)))
 			plain = false;
 	}
-	if (plain)
+	/* what ntask_transition_and_claim's next call of the queue goes by */
+	claim_note_fits(rd->call->queue, plain && !rd->pick.keyed &&
+					rd->pol->mode == CLAIM_MODE_PLAIN);
+	if (plain || NtaskCallPath() != NTASK_PATH_DIRECT)
 		return true;
 	if (!NtaskDirectClaimRouted("the queue has a guard or flow control"))
 		return false;

@@ -1121,6 +1121,57 @@ NtaskDirectClaimBegin(FunctionCallInfo fcinfo, bool may_wait)
 }
 
 /*
+ * NtaskDirectBeginUnless
+ *		NtaskDirectBegin, or, when unless says why the call cannot take the
+ *		direct path (ntask_transition_and_claim: its queue is not known to
+ *		fit it), the routed path with that reason.
+ */
+NtaskPath
+NtaskDirectBeginUnless(FunctionCallInfo fcinfo, const int64 *task_ids, int n,
+					   const char *unless)
+{
+	bool		quiet;
+	const char *why;
+
+	if (unless == NULL || n <= 0)
+		return NtaskDirectBegin(fcinfo, task_ids, n);
+	direct_claim_reset();
+	direct_set(NULL);
+	why = direct_call_why(fcinfo, &quiet);
+	if (NtaskShardCount() == 0)
+		return NTASK_PATH_PLAIN;
+	if (quiet)
+		return NTASK_PATH_ROUTED;
+	return direct_routed(NTASK_ID_SHARD(task_ids[0]), why != NULL ? why : unless);
+}
+
+/*
+ * NtaskDirectClaimAfter
+ *		ntask_transition_and_claim: its claim goes on on the path its
+ *		transition took (NtaskDirectBegin): on the direct path with the
+ *		transition's group locked for this claim and its writes counted
+ *		(the claim cannot go routed after them), else routed.
+ */
+void
+NtaskDirectClaimAfter(void)
+{
+	DirectGroup *g = direct_call;
+
+	direct_serial++;
+	direct_skip = false;
+	if (g == NULL)
+	{
+		direct_claim = false;
+		direct_claim_why = NtaskShardCount() > 0 && direct_citus == 1 ?
+			"the call's transition ran routed" : NULL;
+		return;
+	}
+	direct_claim = true;
+	direct_claim_why = NULL;
+	g->locked = direct_serial;
+}
+
+/*
  * NtaskDirectClaimShard
  *		A claim's walk reaches shard: on the direct path, its group's
  *		interlock (direct_enter) and its statements from here on; when that

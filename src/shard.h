@@ -112,6 +112,11 @@ extern void NtaskDirectEnd(void);
  * (false: it was, the claim stops); NtaskDirectEnd ends it.
  */
 extern void NtaskDirectClaimBegin(FunctionCallInfo fcinfo, bool may_wait);
+extern void NtaskDirectClaimAfter(void);
+extern NtaskPath NtaskDirectBeginUnless(FunctionCallInfo fcinfo, const int64 *task_ids,
+										int n, const char *unless);
+/* claim.c: this backend's last claim of queue found it fit for the path */
+extern bool NtaskClaimFitsDirect(text *queue);
 extern void NtaskDirectClaimShard(int16 shard);
 extern bool NtaskDirectClaimRouted(const char *why);
 

@@ -21,10 +21,20 @@
 # A split of the shard on its node: the backend that used the old shard
 # runs on the new one.
 #
-# Part 2: the move interlock.  A direct call racing
-# citus_move_shard_placement, both transfer modes, with
+# Part 1b: the claim (docs/scaling.md "The claim on the direct path"):
+# ntask_claim_on and a worker node's ntask_claim take the direct path for
+# a plain queue, with the same answers and rows as routed (a batch, a
+# walk, a retry with a receipt, a takeover of an invoked attempt, an
+# empty claim, a delegated one, an unknown queue); a fair queue and one
+# with a cap go routed after their direct pick, a claim in a block or a
+# waiting one routed, each saying why.  ntask_transition_and_claim runs
+# direct for a queue its backend found fit, routed in a new backend.
+#
+# Part 2: the move interlock.  A direct call (a claim, a transition, a
+# heartbeat) racing citus_move_shard_placement, both transfer modes, with
 # citus.defer_shard_delete_interval = -1 so the orphan stays: (a) the call
-# holds the group's metadata lock (stopped on a row lock the test holds):
+# holds the group's metadata lock (stopped on a row lock the test holds,
+# or for the claim, whose pick skips locked rows, on the shard relation):
 # the move waits for it, and its write reaches the new placement; (b)
 # block_writes: the move holds its write block (stopped after its copy by
 # Citus' test hook) and the call waits for it, then runs routed to the new
@@ -398,6 +408,38 @@ sub claim_scenario
 	is(join("\n", @$dp), join("\n", @want_on), 'claims: the path of each statement with ntask.citus_direct on');
 	is(join("\n", @$rp), join("\n", map { $_ eq '' ? '' : 'routed path for shard: ntask.citus_direct is off' } @want_on),
 		'claims: all routed with it off');
+}
+
+# ntask_transition_and_claim: on the direct path for a queue this
+# backend's claims found fit for it (a plain queue without a guard or
+# flow control), since its transition writes before its claim reads the
+# queue; in a backend that has not claimed the queue yet, routed
+{
+	$w->safe_psql('postgres', "ALTER SYSTEM SET ntask.citus_direct = on; SELECT pg_reload_conf()");
+	wait_for('the setting', sub { $w->safe_psql('postgres', 'SHOW ntask.citus_direct') eq 'on' });
+	$q->("SELECT count(*) FROM ntask_queue_set('dt', lease => '10 minutes')");
+	my @t = map { my $k = key_in('dt', $shard, 't'); $q->("SELECT task_id FROM ntask_enqueue('dt', '$k', '{}')") } 1 .. 3;
+	my $s = connect_to($w);
+	my $off = -s $w->logfile;
+	my ($i1, $k1) = $s->selectrow_array("SELECT task_id, token FROM ntask_claim_on(${shard}::smallint, 'dt', 'w', 1)");
+	is($i1, $t[0], 'transition_and_claim: a claim of the queue first');
+	my ($i2, $k2, $a2, $fr, $fs) = $s->selectrow_array("SELECT task_id, token, attempt, finish_result, finish_state FROM ntask_transition_and_claim_on(${shard}::smallint, $i1, $k1, 'succeeded', 'dt', 'w', 1)");
+	is("$i2,$a2,$fr,$fs", "$t[1],1,applied,succeeded", 'transition_and_claim_on: the finish applied, the next task claimed');
+	ok($k2 > $k1, 'transition_and_claim_on: a new token');
+	my ($i3, $k3, $fr3) = $s->selectrow_array("SELECT task_id, token, finish_result FROM ntask_transition_and_claim($i2, $k2, 'succeeded', 'dt', 'w', 1)");
+	is("$i3,$fr3", "$t[2],applied", 'transition_and_claim on the worker node (its walk): the same');
+	my @p = paths($w, $off);
+	is(path_summary(@p), 'direct path for shard', 'transition_and_claim: every step direct') or diag(join("\n", @p));
+	ok(@p >= 5, 'transition_and_claim: each call logged its transition and its claim');
+	$s->disconnect;
+	$off = -s $w->logfile;
+	is($w->safe_psql('postgres', "SELECT coalesce(task_id::text, 'none') || ',' || finish_result FROM ntask_transition_and_claim($i3, $k3, 'succeeded', 'dt', 'w', 1)"),
+		'none,applied', 'transition_and_claim in a new backend: finished, nothing left to claim');
+	is(path_summary(paths($w, $off)), "routed path for shard: the claim's queue is not known to fit the direct path,"
+		. "routed path for shard: the call's transition ran routed", 'and it ran routed, saying why');
+	my $ids = join(', ', @t);
+	is($q->("SELECT string_agg(concat_ws('|', attempt, result, worker), ';' ORDER BY task_id) FROM ntask.attempt_all WHERE task_id IN ($ids)"),
+		'1|succeeded|w;1|succeeded|w;1|succeeded|w', 'transition_and_claim: the ledger has each attempt once');
 }
 
 # a caller without the queue's worker_role: 42501 on both paths (the
