@@ -19,6 +19,14 @@
 #       catalog read of the placement): what the direct path costs at best,
 #       each statement planned by PostgreSQL alone and cached
 #
+# BENCH_PARTS=calls measures per call, on a plain node (a), on the worker
+# node through the _on forms with ntask.citus_direct off (r, routed) and
+# on (d, direct), and from the coordinator, delegated (r1, d1): the
+# transition (tr), the heartbeat (hb), the claim of 1 (cl), the drain
+# (dr: claim 1 + transition to succeeded, per task) and
+# ntask_transition_and_claim of 1 (tac, per task); BENCH_CALLS and
+# BENCH_CALL_SYSTEMS choose which.
+#
 # (BENCH_SYSTEMS="a b" runs only those; a is always needed) and the CPU
 # of each node per task (every process of the node: the
 # postmaster's own and reaped children's time from /proc/<pid>/stat, plus

@@ -710,8 +710,8 @@ NtaskShardDefineSettings(void)
 {
 	DefineCustomBoolVariable("ntask.citus_direct",
 							 "Run a call on its shard's node on the local shard relations.",
-							 "On a Citus install, a transition, heartbeat or invoked call "
-							 "made on (or delegated to) the node of its task's shard, outside "
+							 "On a Citus install, a transition, heartbeat, invoked or claim "
+							 "call made on (or delegated to) the node of its task's shard, outside "
 							 "a transaction block, runs its statements on the shard relations, "
 							 "planned once per backend; off: every call is routed by Citus.",
 							 &ntask_citus_direct, true, PGC_SUSET, 0, NULL, NULL, NULL);

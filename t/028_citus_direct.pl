@@ -497,6 +497,7 @@ sub move_race
 		# a ready task, the only one of queue dm (the claim takes it)
 		my $k = key_in('dm', $shard, 'm');
 		$id = $q->("SELECT task_id FROM ntask_enqueue('dm', '$k', '{}')");
+		$tok = 0;	# none yet: the claim's answer says
 	}
 	else
 	{
