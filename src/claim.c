@@ -1794,13 +1794,14 @@ static void
 claim_note_fits(text *queue, bool fits)
 {
 	char	   *q = text_to_cstring(queue);
+	bool		same = claim_direct_queue != NULL && strcmp(claim_direct_queue, q) == 0;
 
-	if (claim_direct_queue != NULL && (fits || strcmp(claim_direct_queue, q) == 0))
+	if (claim_direct_queue != NULL && fits != same)
 	{
 		pfree(claim_direct_queue);
 		claim_direct_queue = NULL;
 	}
-	if (fits)
+	if (fits && !same)
 		claim_direct_queue = MemoryContextStrdup(TopMemoryContext, q);
 	pfree(q);
 }
@@ -2297,6 +2298,7 @@ static bool
 claim_direct_fits(ClaimRound *rd)
 {
 	SPITupleTable *rows = rd->pick.rows;
+	bool		keyed = rows->tupdesc->natts >= CLAIM_PICK_KEY;
 	bool		isnull;
 	bool		plain;
 	int			c;
@@ -2313,13 +2315,13 @@ claim_direct_fits(ClaimRound *rd)
 			plain = false;
 	}
 	/* what ntask_transition_and_claim's next call of the queue goes by */
-	claim_note_fits(rd->call->queue, plain && !rd->pick.keyed &&
+	claim_note_fits(rd->call->queue, plain && !keyed &&
 					rd->pol->mode == CLAIM_MODE_PLAIN);
 	if (plain || NtaskCallPath() != NTASK_PATH_DIRECT)
 		return true;
 	if (!NtaskDirectClaimRouted("the queue has a guard or flow control"))
 		return false;
-	claim_dist_policy(rows, rd->call->queue, rd->pick.keyed,
+	claim_dist_policy(rows, rd->call->queue, keyed,
 					  NTASK_ID_SHARD(NtaskTupGetInt64(rows, 0, CLAIM_PICK_TASK_ID)));
 	return true;
 }
