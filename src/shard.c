@@ -762,6 +762,7 @@ direct_group(int16 shard)
 		direct_group_free_plans(g);
 		memset(g->ids, 0, sizeof(g->ids));
 		g->remote = 0;
+		g->locked = 0;			/* another shard value's lock is not its */
 		g->shard = shard;
 	}
 	if (g == NULL)
