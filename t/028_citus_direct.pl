@@ -274,6 +274,16 @@ is(scalar(grep { /^routed path for shard $shard: ntask.citus_direct is off$/ } @
 				"groups bound $bound: all direct");
 			is($s->selectrow_array(q{SELECT count(*) FROM pg_backend_memory_contexts WHERE name = 'ntask direct group'}),
 				$bound == 1 ? 1 : 2, "groups bound $bound: the backend keeps " . ($bound == 1 ? 'one group' : 'both'));
+
+			# a claim of 2 whose walk takes one task from each local shard
+			# value: its second group takes the first one's slot at bound 1
+			my $dg = "dg$bound";
+			$q->("SELECT count(*) FROM ntask_queue_set('$dg', lease => '10 minutes')");
+			my @gt = map { my $k = key_in($dg, $_, 'g'); $q->("SELECT task_id FROM ntask_enqueue('$dg', '$k', '{}')") } ($shard, $other);
+			$off = -s $w->logfile;
+			my $got = $s->selectall_arrayref("SELECT task_id FROM ntask_claim('$dg', 'w', 2)");
+			is(join(',', sort map { $_->[0] } @$got), join(',', sort @gt), "groups bound $bound: a claim walks both shard values");
+			is(path_summary(paths($w, $off)), 'direct path for shard', "groups bound $bound: each of them directly");
 			$s->disconnect;
 		}
 	}
