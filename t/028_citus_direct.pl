@@ -129,7 +129,7 @@ sub paths
 {
 	my ($node, $off) = @_;
 	my $log = slurp_file($node->logfile, $off);
-	my @d = $log =~ /ntask: (direct path for shard \d+|routed path for shard \d+: [^\n]*)/g;
+	my @d = $log =~ /ntask: (direct path for shard \d+|routed path for shard \d+: [^\n]*|direct path (?:skips|stops in) shard \d+: [^\n]*)/g;
 	return @d;
 }
 
