@@ -19,6 +19,14 @@
 #       catalog read of the placement): what the direct path costs at best,
 #       each statement planned by PostgreSQL alone and cached
 #
+# BENCH_PARTS=calls measures per call, on a plain node (a), on the worker
+# node through the _on forms with ntask.citus_direct off (r, routed) and
+# on (d, direct), and from the coordinator, delegated (r1, d1): the
+# transition (tr), the heartbeat (hb), the claim of 1 (cl), the drain
+# (dr: claim 1 + transition to succeeded, per task) and
+# ntask_transition_and_claim of 1 (tac, per task); BENCH_CALLS and
+# BENCH_CALL_SYSTEMS choose which.
+#
 # (BENCH_SYSTEMS="a b" runs only those; a is always needed) and the CPU
 # of each node per task (every process of the node: the
 # postmaster's own and reaped children's time from /proc/<pid>/stat, plus
@@ -275,9 +283,9 @@ sub load
 
 sub mean { my $s = 0; $s += $_ for @_; return $s / @_; }
 
-# BENCH_PARTS: "calls" (the transition family per call, on the direct
-# path since it landed), "drain" (the claim + transition per task above);
-# default both
+# BENCH_PARTS: "calls" (per call on a, r, d, r1, d1 below: the transition
+# family, the claim, the drain), "drain" (the claim + transition per task
+# of a, b, b1, c above); default both
 my %parts = map { $_ => 1 } split ' ', ($ENV{BENCH_PARTS} // 'calls drain');
 
 # the worker node's ntask.citus_direct (delegated calls run with it)
@@ -331,7 +339,18 @@ if ($parts{calls})
 		tr => $pick . "SELECT result FROM ntask_transition(:id, :tok, 'succeeded') \\gset\n",
 		tr_on => $pick . "SELECT result FROM ntask_transition_on(${S}::smallint, :id, :tok, 'succeeded') \\gset\n",
 		hb => "SELECT ntask_heartbeat(:id, :tok, lease => '1 hour') \\gset\n",
-		hb_on => "SELECT ntask_heartbeat_on(${S}::smallint, :id, :tok, lease => '1 hour') \\gset\n");
+		hb_on => "SELECT ntask_heartbeat_on(${S}::smallint, :id, :tok, lease => '1 hour') \\gset\n",
+		# the claim of 1 (the call alone in its statement: what takes the
+		# direct path), and the drain: claim 1 + transition to succeeded
+		cl => "SELECT task_id FROM ntask_claim('b', 'w', 1);\n",
+		cl_on => "SELECT task_id FROM ntask_claim_on(${S}::smallint, 'b', 'w', 1);\n",
+		dr => "SELECT task_id AS id, token AS tok FROM ntask_claim('b', 'w', 1) \\gset\n"
+		  . "SELECT result FROM ntask_transition(:id, :tok, 'succeeded') \\gset\n",
+		dr_on => "SELECT task_id AS id, token AS tok FROM ntask_claim_on(${S}::smallint, 'b', 'w', 1) \\gset\n"
+		  . "SELECT result FROM ntask_transition_on(${S}::smallint, :id, :tok, 'succeeded') \\gset\n",
+		# the worker's loop in one call: finish the task held, claim the next
+		tac => "SELECT task_id AS id, token AS tok FROM ntask_transition_and_claim(:id, :tok, 'succeeded', 'b', 'w', 1) \\gset\n",
+		tac_on => "SELECT task_id AS id, token AS tok FROM ntask_transition_and_claim_on(${S}::smallint, :id, :tok, 'succeeded', 'b', 'w', 1) \\gset\n");
 	for my $k (keys %cs)
 	{
 		open my $f, '>', "$dir/$k.sql" or die;
@@ -347,6 +366,12 @@ if ($parts{calls})
 		[ 'd1', 'Citus coordinator, _on forms delegated, direct on the worker', $co, $w, 'on', '_on' ]);
 	my %want = map { $_ => 1 } split ' ', ($ENV{BENCH_CALL_SYSTEMS} // 'a r d r1 d1');
 	@csys = grep { $want{ $_->[0] } } @csys;
+	# BENCH_CALLS: which calls (tr transition, hb heartbeat, cl claim,
+	# dr drain), default all
+	my @calls = split ' ', ($ENV{BENCH_CALLS} // 'tr hb cl dr tac');
+	my %cname = (tr => 'ntask_transition', hb => 'ntask_heartbeat', cl => 'ntask_claim of 1',
+		dr => 'drain: claim 1 + transition (per task)',
+		tac => 'ntask_transition_and_claim of 1 (per task)');
 	my %cres;
 	for my $round (1 .. $ROUNDS)
 	{
@@ -354,10 +379,27 @@ if ($parts{calls})
 		{
 			my ($k, $what, $client, $owner, $direct, $sfx) = @$s;
 			set_direct($direct) if defined $direct;
-			for my $call ('tr', 'hb')
+			for my $call (@calls)
 			{
-				lease_all($owner, $client);
 				my $D = '';
+				my $t = $N;
+				if ($call eq 'cl' || $call eq 'dr' || $call eq 'tac')
+				{
+					load($owner, $owner != $plain);
+				}
+				else
+				{
+					lease_all($owner, $client);
+				}
+				if ($call eq 'tac')
+				{
+					# the first task held; N - 1 calls each finish one, claim one
+					my ($id, $tok) = split /\|/, $owner->safe_psql('postgres', $owner == $plain
+						? "SELECT task_id, token FROM ntask_claim('b', 'w', 1)"
+						: "SELECT task_id, token FROM ntask_claim_on(${S}::smallint, 'b', 'w', 1)");
+					$D = "-D id=$id -D tok=$tok";
+					$t = $N - 1;
+				}
 				if ($call eq 'hb')
 				{
 					my ($id, $tok) = split /\|/, $client->safe_psql('postgres', 'SELECT id, tok FROM bench_lease WHERE i = 1');
@@ -366,15 +408,15 @@ if ($parts{calls})
 				sleep(0.5);
 				my %cpu0 = map { $_ => node_cpu($_) } ($plain, $co, $w);
 				my $la0 = loadavg();
-				my $out = `pgbench -n -M prepared -c 1 -t $N $D -f $dir/$call$sfx.sql -h @{[$client->host]} -p @{[$client->port]} postgres 2>&1`;
+				my $out = `pgbench -n -M prepared -c 1 -t $t $D -f $dir/$call$sfx.sql -h @{[$client->host]} -p @{[$client->port]} postgres 2>&1`;
 				sleep(0.5);
 				my %cpu1 = map { $_ => node_cpu($_) } ($plain, $co, $w);
 				my ($lat) = $out =~ /latency average = ([\d.]+) ms/;
 				my ($done) = $out =~ /number of transactions actually processed: (\d+)/;
-				diag("round $round $k $call: pgbench says:\n$out") unless defined $lat && ($done // 0) == $N;
+				diag("round $round $k $call: pgbench says:\n$out") unless defined $lat && ($done // 0) == $t;
 				my $own = $owner == $plain ? $plain : $w;
-				my $cpu = ($cpu1{$own} - $cpu0{$own}) / $N * 1000;
-				my $cpuco = $owner == $plain ? 0 : ($cpu1{$co} - $cpu0{$co}) / $N * 1000;
+				my $cpu = ($cpu1{$own} - $cpu0{$own}) / $t * 1000;
+				my $cpuco = $owner == $plain ? 0 : ($cpu1{$co} - $cpu0{$co}) / $t * 1000;
 				push @{ $cres{$call}{$k}{lat} }, $lat // 'nan';
 				push @{ $cres{$call}{$k}{cpu} }, $cpu;
 				push @{ $cres{$call}{$k}{cpuco} }, $cpuco;
@@ -387,10 +429,12 @@ if ($parts{calls})
 	# every transition succeeded with its ledger row
 	diag("worker: " . $w->safe_psql('postgres',
 		"SELECT state || ' ' || count(*) FROM $T GROUP BY state ORDER BY 1"));
-	for my $call ('tr', 'hb')
+	diag("worker: ledger rows " . $w->safe_psql('postgres', "SELECT count(*) FROM $A")
+	  . ", tasks with attempts " . $w->safe_psql('postgres', "SELECT count(*) FROM $T WHERE attempts > 0"));
+	for my $call (@calls)
 	{
 		diag(sprintf("summary %s, means of %d rounds of %d calls, one client:",
-			$call eq 'tr' ? 'ntask_transition' : 'ntask_heartbeat', $ROUNDS, $N));
+			$cname{$call}, $ROUNDS, $N));
 		my $al = mean(@{ $cres{$call}{a}{lat} });
 		my $ac = mean(@{ $cres{$call}{a}{cpu} });
 		for my $s (@csys)

@@ -1593,14 +1593,16 @@ claim_walk(int *first)
  *		The i-th shard of the walk (0 on a plain install), its metadata
  *		lock taken first: a move's final phase waits for this claim, or
  *		this claim for the move (NtaskLockShards, docs/scaling.md "Shard
- *		moves"; nothing on a plain install).
+ *		moves"; nothing on a plain install); on the direct path with the
+ *		rest of the move interlock (NtaskDirectClaimShard).
  */
 static int16
 claim_walk_shard(int i)
 {
 	int16		sv = NtaskWalkShardCount() > 0 ? NtaskWalkShardValue(i) : 0;
 
-	NtaskLockShard(sv);
+	/* on the direct path, the shard's interlock (shard.c) */
+	NtaskDirectClaimShard(sv);
 	return sv;
 }
 
@@ -1785,6 +1787,47 @@ claim_pick_cached_aging(text *queue, Datum *args, int want, ClaimPolicy *pol,
 	return -1;
 }
 
+static char *claim_direct_queue = NULL;	/* in TopMemoryContext */
+
+/* claim_note_fits: queue fits the direct path (the last claim found) */
+static void
+claim_note_fits(text *queue, bool fits)
+{
+	char	   *q = text_to_cstring(queue);
+	bool		same = claim_direct_queue != NULL && strcmp(claim_direct_queue, q) == 0;
+
+	if (claim_direct_queue != NULL && fits != same)
+	{
+		pfree(claim_direct_queue);
+		claim_direct_queue = NULL;
+	}
+	if (fits && !same)
+		claim_direct_queue = MemoryContextStrdup(TopMemoryContext, q);
+	pfree(q);
+}
+
+/*
+ * NtaskClaimFitsDirect
+ *		This backend's latest claim of queue that picked found it a plain
+ *		queue without a guard or flow control (claim_direct_fits), on
+ *		either path: ntask_transition_and_claim takes the direct path only
+ *		for such a queue, since its transition writes before its claim
+ *		reads the queue.
+ */
+bool
+NtaskClaimFitsDirect(text *queue)
+{
+	char	   *q;
+	bool		fits;
+
+	if (claim_direct_queue == NULL)
+		return false;
+	q = text_to_cstring(queue);
+	fits = strcmp(claim_direct_queue, q) == 0;
+	pfree(q);
+	return fits;
+}
+
 /*
  * claim_pick
  *		Pick (lock) up to want due tasks of queue, in the queue's order: a
@@ -1811,6 +1854,13 @@ claim_pick(text *queue, int want, ClaimPolicy *pol, ClaimState *st,
 	/* at most twice: a mode read in the first makes the second another */
 	while (n < 0)
 	{
+		/* the direct path runs the plain pick only (claim_direct_fits) */
+		if (claim_pick_kind(pol) != CLAIM_KIND_PLAIN)
+		{
+			claim_note_fits(queue, false);
+			if (!NtaskDirectClaimRouted("the queue is fair, ordered or aging"))
+				return 0;
+		}
 		switch (claim_pick_kind(pol))
 		{
 			case CLAIM_KIND_AGING:
@@ -2236,6 +2286,47 @@ typedef struct ClaimRound
 } ClaimRound;
 
 /*
+ * claim_direct_fits
+ *		A pick on the direct path (docs/scaling.md "The claim on the direct
+ *		path") hands out its rows there only from a queue without a guard
+ *		and without flow control (the picked rows say so: the queue row
+ *		comes with them); else the claim goes on routed, as the routed pick
+ *		would have (its after step, claim_dist_policy), when it has written
+ *		nothing directly yet, and hands out nothing more when it has (false).
+ */
+static bool
+claim_direct_fits(ClaimRound *rd)
+{
+	SPITupleTable *rows = rd->pick.rows;
+	bool		keyed = rows->tupdesc->natts >= CLAIM_PICK_KEY;
+	bool		isnull;
+	bool		plain;
+	int			c;
+
+	if (NtaskShardCount() == 0)
+		return true;
+	(void) NtaskTupGetDatum(rows, 0, CLAIM_PICK_GUARD, &isnull);
+	plain = isnull;
+	for (c = CLAIM_PICK_MAX_INFLIGHT; plain && c <= CLAIM_PICK_RETRY_SHARE; c++)
+	{
+		Datum		d = NtaskTupGetDatum(rows, 0, c, &isnull);
+
+		if (!isnull && (c != CLAIM_PICK_ORDERED || DatumGetBool(d)))
+			plain = false;
+	}
+	/* what ntask_transition_and_claim's next call of the queue goes by */
+	claim_note_fits(rd->call->queue, plain && !keyed &&
+					rd->pol->mode == CLAIM_MODE_PLAIN);
+	if (plain || NtaskCallPath() != NTASK_PATH_DIRECT)
+		return true;
+	if (!NtaskDirectClaimRouted("the queue has a guard or flow control"))
+		return false;
+	claim_dist_policy(rows, rd->call->queue, keyed,
+					  NTASK_ID_SHARD(NtaskTupGetInt64(rows, 0, CLAIM_PICK_TASK_ID)));
+	return true;
+}
+
+/*
  * claim_round_pick
  *		The pick phase: pick up to want due tasks (claim_pick); a pause's
  *		end for a waiting claim to sleep until; then, from the first picked
@@ -2267,6 +2358,11 @@ claim_round_pick(ClaimRound *rd, int64 *lease_usecs, ClaimNext *next)
 			rd->st->share_off = true;
 			*next = CLAIM_AGAIN_RETRIES;
 		}
+		return false;
+	}
+	if (!claim_direct_fits(rd))
+	{
+		*next = CLAIM_STOP_HELD;	/* its rows stay locked, not handed out */
 		return false;
 	}
 	rd->lease = call->lease ? call->lease :
@@ -2680,10 +2776,13 @@ ntask_claim(PG_FUNCTION_ARGS)
 	}
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
+	/* its walk on the direct path where it may (shard.c) */
+	NtaskDirectClaimBegin(fcinfo, wait_usecs > 0);
 	if (wait_usecs > 0)
 		(void) NtaskClaimWait(&c, wait_usecs, NtaskClaimInto);
 	else
 		(void) NtaskClaimInto(&c);
+	NtaskDirectEnd();
 	SPI_finish();
 	return (Datum) 0;
 }

@@ -36,6 +36,7 @@
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "utils/plancache.h"
 
 /*
  * The shard values of a distributed install (ntask.shard_map, filled by
@@ -573,6 +574,7 @@ typedef struct DirectStmt
 {
 	const NtaskPlan *key;
 	NtaskPlan	plan;
+	int			writes;			/* -1: not known yet; else whether it writes */
 } DirectStmt;
 
 /* a shard value's shard relations and its statements */
@@ -582,6 +584,7 @@ typedef struct DirectGroup
 	uint64		checked;		/* shard_inval_generation when checked; 0 */
 	uint64		remote;			/* that generation when found elsewhere */
 	uint64		last_use;
+	uint64		locked;			/* direct_serial of the claim that locked it */
 	int64		ids[DIRECT_NRELS];	/* Citus shard ids */
 	char	   *names[DIRECT_NRELS];	/* qualified shard relation names */
 	MemoryContext cxt;			/* names, statement texts */
@@ -596,12 +599,39 @@ static int	direct_maxgroups = 0;
 static uint64 direct_clock = 0;
 static DirectGroup *direct_call = NULL; /* the group of the call on it */
 
+/*
+ * A claim on the direct path (NtaskDirectClaimBegin): it enters each shard
+ * of its walk through the interlock (NtaskDirectClaimShard).  direct_claim:
+ * it may still run directly; direct_claim_why: why not (NULL: a plain
+ * install, or not a claim's call); direct_wrote: a direct statement of the
+ * call wrote (not a row lock: docs/scaling.md "The claim on the direct
+ * path"), so it can no longer go routed; direct_skip: the shard the walk
+ * is in failed the interlock after such a write: its statements find
+ * nothing.  direct_serial numbers the claims, so a group is locked once
+ * per claim.
+ */
+static bool direct_claim = false;
+static const char *direct_claim_why = NULL;
+static bool direct_wrote = false;
+static bool direct_skip = false;
+static uint64 direct_serial = 0;
+
 /* direct_set: the call's group (NULL: none), told to spi_util.c too */
 static void
 direct_set(DirectGroup *g)
 {
 	direct_call = g;
-	NtaskPlanSetDirect(g != NULL);
+	NtaskPlanSetDirect(g != NULL || direct_skip);
+}
+
+/* direct_claim_reset: no claim on the direct path (its end, an error's) */
+static void
+direct_claim_reset(void)
+{
+	direct_claim = false;
+	direct_claim_why = NULL;
+	direct_wrote = false;
+	direct_skip = false;
 }
 
 /*
@@ -670,6 +700,7 @@ static int	direct_citus = -1;
 static void
 direct_xact_callback(XactEvent event, void *arg)
 {
+	direct_claim_reset();
 	direct_set(NULL);
 }
 
@@ -679,8 +710,8 @@ NtaskShardDefineSettings(void)
 {
 	DefineCustomBoolVariable("ntask.citus_direct",
 							 "Run a call on its shard's node on the local shard relations.",
-							 "On a Citus install, a transition, heartbeat or invoked call "
-							 "made on (or delegated to) the node of its task's shard, outside "
+							 "On a Citus install, a transition, heartbeat, invoked or claim "
+							 "call made on (or delegated to) the node of its task's shard, outside "
 							 "a transaction block, runs its statements on the shard relations, "
 							 "planned once per backend; off: every call is routed by Citus.",
 							 &ntask_citus_direct, true, PGC_SUSET, 0, NULL, NULL, NULL);
@@ -731,6 +762,7 @@ direct_group(int16 shard)
 		direct_group_free_plans(g);
 		memset(g->ids, 0, sizeof(g->ids));
 		g->remote = 0;
+		g->locked = 0;			/* another shard value's lock is not its */
 		g->shard = shard;
 	}
 	if (g == NULL)
@@ -917,30 +949,21 @@ direct_routed(int16 shard, const char *why)
 }
 
 /*
- * NtaskDirectBegin
- *		Choose the call's path (above) for the n tasks of task_ids; the
- *		direct path holds until NtaskDirectEnd or the transaction's end.
- *		In SPI, before the call's first statement.
+ * direct_call_why
+ *		The checks of a call's start (the setting, a transaction block, the
+ *		isolation, the whole statement): NULL when the call may take the
+ *		direct path, else why not.  *quiet: not worth a log line (a plain
+ *		install, or a shard map without Citus: regress "distribute").
  */
-NtaskPath
-NtaskDirectBegin(FunctionCallInfo fcinfo, const int64 *task_ids, int n)
+static const char *
+direct_call_why(FunctionCallInfo fcinfo, bool *quiet)
 {
-	int16		shard;
-	DirectGroup *g;
-	int64		locked_id;
-	DirectLock	lock;
-	ErrorData  *edata;
-	const char *why;
-	int			i;
-
-	direct_set(NULL);
+	*quiet = true;
 	if (NtaskShardCount() == 0)
-		return NTASK_PATH_PLAIN;
-	if (n <= 0)
-		return NTASK_PATH_ROUTED;
-	shard = NTASK_ID_SHARD(task_ids[0]);
+		return "a plain install";
+	*quiet = false;
 	if (!ntask_citus_direct)
-		return direct_routed(shard, "ntask.citus_direct is off");
+		return "ntask.citus_direct is off";
 	if (direct_citus < 0)
 	{
 		bool		distributed;
@@ -950,18 +973,34 @@ NtaskDirectBegin(FunctionCallInfo fcinfo, const int64 *task_ids, int n)
 		direct_citus = distributed ? 1 : 0;
 	}
 	if (direct_citus == 0)
-		return NTASK_PATH_ROUTED;	/* regress "distribute": no Citus */
+	{
+		*quiet = true;
+		return "no Citus";		/* regress "distribute" */
+	}
 	if (IsTransactionBlock())
-		return direct_routed(shard, "in a transaction block");
+		return "in a transaction block";
 	if (IsolationUsesXactSnapshot())
-		return direct_routed(shard, "not READ COMMITTED");
-	for (i = 1; i < n; i++)
-		if (NTASK_ID_SHARD(task_ids[i]) != shard)
-			return direct_routed(shard, "tasks of several shards");
-	if (!NtaskIsShardValue(shard))
-		return direct_routed(shard, "not a shard value");
-	if (!direct_whole_statement(fcinfo))
-		return direct_routed(shard, "not the whole statement");
+		return "not READ COMMITTED";
+	return NULL;
+}
+
+/*
+ * direct_enter
+ *		The move interlock for shard's group (docs/scaling.md "The move
+ *		interlock"): its metadata lock (once per claim: the claim's
+ *		direct_serial, 0 for a transition's call), the invalidations, the
+ *		placement check.  NULL and *gp when the group is this node's, else
+ *		why not (the call then runs routed, or a claim that wrote skips
+ *		the shard).
+ */
+static const char *
+direct_enter(int16 shard, uint64 serial, DirectGroup **gp)
+{
+	DirectGroup *g;
+	int64		locked_id;
+	DirectLock	lock;
+	ErrorData  *edata;
+	const char *why;
 
 	shard_watch_placements();	/* the invalidation callback */
 	g = direct_group(shard);
@@ -972,7 +1011,18 @@ NtaskDirectBegin(FunctionCallInfo fcinfo, const int64 *task_ids, int n)
 	 * move here that this backend has not heard of yet is safe to miss.
 	 */
 	if (g->remote == shard_inval_generation)
-		return direct_routed(shard, "the shard's placement is not on this node");
+		return "the shard's placement is not on this node";
+	/* locked by this claim already: a move of the group cannot have ended */
+	if (serial != 0 && g->locked == serial)
+	{
+		AcceptInvalidationMessages();
+		if (g->checked != shard_inval_generation &&
+			(why = direct_group_check(g, g->ids[DIRECT_REL_TASK])) != NULL)
+			return why;
+		*gp = g;
+		return NULL;
+	}
+
 	/*
 	 * The shard id to lock: the one checked last, unless a placement changed
 	 * since (a split drops the old id, and Citus cannot lock a shard it no
@@ -993,24 +1043,238 @@ NtaskDirectBegin(FunctionCallInfo fcinfo, const int64 *task_ids, int n)
 	{
 		if (edata->sqlerrcode != ERRCODE_INTERNAL_ERROR)
 			ReThrowError(edata);
-		return direct_routed(shard, "the shard's id is gone (a split)");
+		return "the shard's id is gone (a split)";
 	}
 	if (lock.xact != 0)
-		return direct_routed(shard, "a Citus coordinated transaction is open");
+		return "a Citus coordinated transaction is open";
 	AcceptInvalidationMessages();
 	if (g->checked != shard_inval_generation &&
 		(why = direct_group_check(g, locked_id)) != NULL)
+		return why;
+	g->locked = serial;
+	*gp = g;
+	return NULL;
+}
+
+/*
+ * NtaskDirectBegin
+ *		Choose the call's path (above) for the n tasks of task_ids; the
+ *		direct path holds until NtaskDirectEnd or the transaction's end.
+ *		In SPI, before the call's first statement.
+ */
+NtaskPath
+NtaskDirectBegin(FunctionCallInfo fcinfo, const int64 *task_ids, int n)
+{
+	int16		shard;
+	DirectGroup *g = NULL;
+	const char *why;
+	bool		quiet;
+	int			i;
+
+	direct_claim_reset();
+	direct_set(NULL);
+	why = direct_call_why(fcinfo, &quiet);
+	if (NtaskShardCount() == 0)
+		return NTASK_PATH_PLAIN;
+	if (n <= 0)
+		return NTASK_PATH_ROUTED;
+	shard = NTASK_ID_SHARD(task_ids[0]);
+	if (why != NULL)
+		return quiet ? NTASK_PATH_ROUTED : direct_routed(shard, why);
+	for (i = 1; i < n; i++)
+		if (NTASK_ID_SHARD(task_ids[i]) != shard)
+			return direct_routed(shard, "tasks of several shards");
+	if (!NtaskIsShardValue(shard))
+		return direct_routed(shard, "not a shard value");
+	if (!direct_whole_statement(fcinfo))
+		return direct_routed(shard, "not the whole statement");
+	if ((why = direct_enter(shard, 0, &g)) != NULL)
 		return direct_routed(shard, why);
 	direct_set(g);
 	elog(DEBUG1, "ntask: direct path for shard %d", shard);
 	return NTASK_PATH_DIRECT;
 }
 
+/*
+ * NtaskDirectClaimBegin
+ *		A claim's start (ntask_claim, its _on form): whether its walk may
+ *		take the direct path, shard by shard (NtaskDirectClaimShard); not a
+ *		waiting claim (may_wait), nor where NtaskDirectBegin's call checks
+ *		fail.  Nothing is locked or read here but the layout.  In SPI, until
+ *		NtaskDirectEnd.
+ */
+void
+NtaskDirectClaimBegin(FunctionCallInfo fcinfo, bool may_wait)
+{
+	bool		quiet;
+
+	direct_claim_reset();
+	direct_set(NULL);
+	direct_claim_why = direct_call_why(fcinfo, &quiet);
+	if (direct_claim_why == NULL && may_wait)
+		direct_claim_why = "a waiting claim";
+	if (direct_claim_why == NULL && !direct_whole_statement(fcinfo))
+		direct_claim_why = "not the whole statement";
+	if (quiet)
+		direct_claim_why = NULL;	/* nothing to say: no log line */
+	direct_claim = direct_claim_why == NULL && !quiet;
+	direct_serial++;
+}
+
+/*
+ * NtaskDirectBeginUnless
+ *		NtaskDirectBegin, or, when unless says why the call cannot take the
+ *		direct path (ntask_transition_and_claim: its queue is not known to
+ *		fit it), the routed path with that reason.
+ */
+NtaskPath
+NtaskDirectBeginUnless(FunctionCallInfo fcinfo, const int64 *task_ids, int n,
+					   const char *unless)
+{
+	bool		quiet;
+	const char *why;
+
+	if (unless == NULL || n <= 0)
+		return NtaskDirectBegin(fcinfo, task_ids, n);
+	direct_claim_reset();
+	direct_set(NULL);
+	why = direct_call_why(fcinfo, &quiet);
+	if (NtaskShardCount() == 0)
+		return NTASK_PATH_PLAIN;
+	if (quiet)
+		return NTASK_PATH_ROUTED;
+	return direct_routed(NTASK_ID_SHARD(task_ids[0]), why != NULL ? why : unless);
+}
+
+/*
+ * NtaskDirectClaimAfter
+ *		ntask_transition_and_claim: its claim goes on on the path its
+ *		transition took (NtaskDirectBegin): on the direct path with the
+ *		transition's group locked for this claim and its writes counted
+ *		(the claim cannot go routed after them), else routed.
+ */
+void
+NtaskDirectClaimAfter(void)
+{
+	DirectGroup *g = direct_call;
+
+	direct_serial++;
+	direct_skip = false;
+	if (g == NULL)
+	{
+		direct_claim = false;
+		direct_claim_why = NtaskShardCount() > 0 && direct_citus == 1 ?
+			"the call's transition ran routed" : NULL;
+		return;
+	}
+	direct_claim = true;
+	direct_claim_why = NULL;
+	g->locked = direct_serial;
+}
+
+/*
+ * NtaskDirectClaimShard
+ *		A claim's walk reaches shard: on the direct path, its group's
+ *		interlock (direct_enter) and its statements from here on; when that
+ *		fails and nothing was written directly yet, the call goes on routed
+ *		(the claim's metadata lock of the shard, NtaskLockShards), else the
+ *		shard is skipped (its statements find nothing).  Off the direct
+ *		path: the routed claim's lock.  In SPI.
+ */
+void
+NtaskDirectClaimShard(int16 shard)
+{
+	DirectGroup *g = NULL;
+	const char *why;
+
+	direct_skip = false;
+	if (direct_claim)
+	{
+		if ((why = direct_enter(shard, direct_serial, &g)) == NULL)
+		{
+			direct_set(g);
+			elog(DEBUG1, "ntask: direct path for shard %d", shard);
+			return;
+		}
+		if (direct_wrote)
+		{
+			/* its writes are direct: the walk passes this shard by */
+			direct_skip = true;
+			direct_set(NULL);
+			elog(DEBUG1, "ntask: direct path skips shard %d: %s", shard, why);
+			return;
+		}
+		direct_claim = false;
+		direct_claim_why = why;
+		direct_set(NULL);
+	}
+	if (direct_claim_why != NULL)
+		elog(DEBUG1, "ntask: routed path for shard %d: %s", shard, direct_claim_why);
+	NtaskLockShard(shard);
+}
+
+/*
+ * NtaskDirectClaimRouted
+ *		A claim on the direct path met what only the routed path does (a
+ *		queue that is fair, ordered or aging, a guard, flow control): true
+ *		when it goes on routed from here (nothing written directly yet: its
+ *		row locks stay its own, on the shard it holds the metadata lock
+ *		of), false when it must stop (its writes were direct).  True off
+ *		the direct path.
+ */
+bool
+NtaskDirectClaimRouted(const char *why)
+{
+	int16		shard;
+
+	if (direct_call == NULL)
+		return !direct_skip;
+	shard = direct_call->shard;
+	if (direct_wrote)
+	{
+		elog(DEBUG1, "ntask: direct path stops in shard %d: %s", shard, why);
+		return false;
+	}
+	direct_claim = false;
+	direct_claim_why = why;
+	direct_set(NULL);
+	elog(DEBUG1, "ntask: routed path for shard %d: %s", shard, why);
+	return true;
+}
+
 /* NtaskDirectEnd: the call on the direct path is over */
 void
 NtaskDirectEnd(void)
 {
+	direct_claim_reset();
 	direct_set(NULL);
+}
+
+/*
+ * direct_plan_writes: the statement writes a table (its query, or a
+ * modifying CTE); a row lock (FOR UPDATE) is not a write here
+ */
+static bool
+direct_plan_writes(SPIPlanPtr plan)
+{
+	ListCell   *lc;
+
+	foreach(lc, SPI_plan_get_plan_sources(plan))
+	{
+		CachedPlanSource *src = (CachedPlanSource *) lfirst(lc);
+		ListCell   *lq;
+
+		if (src->query_list == NIL)
+			return true;
+		foreach(lq, src->query_list)
+		{
+			Query	   *q = lfirst_node(Query, lq);
+
+			if (q->commandType != CMD_SELECT || q->hasModifyingCTE)
+				return true;
+		}
+	}
+	return false;
 }
 
 /*
@@ -1105,6 +1369,7 @@ direct_plan(DirectGroup *g, const NtaskPlan *p)
 	st->plan.sql = direct_rewrite(g, p);
 	st->plan.plan = NULL;
 	st->plan.direct = true;
+	st->writes = -1;
 	MemoryContextSwitchTo(old);
 	g->nstmts++;
 	return &st->plan;
@@ -1152,8 +1417,33 @@ NtaskExecPairCount(NtaskPair *pair, Datum *values, char *nulls,
 
 	/* the direct path: the plain variant on the group's shard relations */
 	if (direct_call != NULL)
-		return NtaskExecPlanCount(direct_plan(direct_call, &pair->v[NTASK_PATH_PLAIN].plan),
-								  values, nulls, pair->v[NTASK_PATH_PLAIN].rc, count);
+	{
+		DirectGroup *g = direct_call;
+		const NtaskPlan *key = &pair->v[NTASK_PATH_PLAIN].plan;
+		int			i;
+
+		rows = NtaskExecPlanCount(direct_plan(g, key), values, nulls,
+								  pair->v[NTASK_PATH_PLAIN].rc, count);
+		tt = SPI_tuptable;
+		/* whether it writes, known once its plan is (g->stmts may have moved) */
+		for (i = 0; i < g->nstmts; i++)
+			if (g->stmts[i].key == key)
+			{
+				if (g->stmts[i].writes < 0)
+					g->stmts[i].writes = direct_plan_writes(g->stmts[i].plan.plan) ? 1 : 0;
+				if (g->stmts[i].writes > 0)
+					direct_wrote = true;
+			}
+		SPI_tuptable = tt;
+		return rows;
+	}
+	/* a claim's shard passed by after direct writes: nothing there */
+	if (direct_skip)
+	{
+		SPI_tuptable = NULL;
+		SPI_processed = 0;
+		return 0;
+	}
 	if (v->plan.sql == NULL && v->before == NULL)
 		v = &pair->v[NTASK_PATH_PLAIN];
 	if (v->before != NULL)

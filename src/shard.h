@@ -104,6 +104,23 @@ extern NtaskPath NtaskDirectBegin(FunctionCallInfo fcinfo, const int64 *task_ids
 extern void NtaskDirectEnd(void);
 
 /*
+ * A claim on the direct path (docs/scaling.md "The claim on the direct
+ * path"): NtaskDirectClaimBegin at its start decides whether its walk may
+ * take it; the walk enters each shard with NtaskDirectClaimShard (the
+ * interlock, or the routed claim's metadata lock); NtaskDirectClaimRouted
+ * sends the rest of the call routed while nothing was written directly
+ * (false: it was, the claim stops); NtaskDirectEnd ends it.
+ */
+extern void NtaskDirectClaimBegin(FunctionCallInfo fcinfo, bool may_wait);
+extern void NtaskDirectClaimAfter(void);
+extern NtaskPath NtaskDirectBeginUnless(FunctionCallInfo fcinfo, const int64 *task_ids,
+										int n, const char *unless);
+/* claim.c: this backend's last claim of queue found it fit for the path */
+extern bool NtaskClaimFitsDirect(text *queue);
+extern void NtaskDirectClaimShard(int16 shard);
+extern bool NtaskDirectClaimRouted(const char *why);
+
+/*
  * One variant of a statement: its plan and the SPI_OK_* code it returns,
  * and around it, for a variant that takes more than one statement (the
  * routed one, mostly, where Citus plans a modifying CTE apart):

@@ -1241,7 +1241,12 @@ ntask_transition_and_claim(PG_FUNCTION_ARGS)
 
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
+	/* the direct path for a queue this backend found fit for it (shard.c) */
+	(void) NtaskDirectBeginUnless(fcinfo, &c.task_id, 1,
+								  NtaskClaimFitsDirect(cc.queue) ? NULL :
+								  "the claim's queue is not known to fit the direct path");
 	tr_one(&c, reason, &o);
+	NtaskDirectClaimAfter();
 	extra[TR_OUT_RESULT] = CStringGetTextDatum(o.result);
 	extra[TR_OUT_STATE] = o.state;
 	extra[TR_OUT_RUN_AT] = o.run_at;
@@ -1268,6 +1273,7 @@ ntask_transition_and_claim(PG_FUNCTION_ARGS)
 		}
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, outnulls);
 	}
+	NtaskDirectEnd();
 	SPI_finish();
 	return (Datum) 0;
 }

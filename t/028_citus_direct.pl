@@ -21,10 +21,20 @@
 # A split of the shard on its node: the backend that used the old shard
 # runs on the new one.
 #
-# Part 2: the move interlock.  A direct call racing
-# citus_move_shard_placement, both transfer modes, with
+# Part 1b: the claim (docs/scaling.md "The claim on the direct path"):
+# ntask_claim_on and a worker node's ntask_claim take the direct path for
+# a plain queue, with the same answers and rows as routed (a batch, a
+# walk, a retry with a receipt, a takeover of an invoked attempt, an
+# empty claim, a delegated one, an unknown queue); a fair queue and one
+# with a cap go routed after their direct pick, a claim in a block or a
+# waiting one routed, each saying why.  ntask_transition_and_claim runs
+# direct for a queue its backend found fit, routed in a new backend.
+#
+# Part 2: the move interlock.  A direct call (a claim, a transition, a
+# heartbeat) racing citus_move_shard_placement, both transfer modes, with
 # citus.defer_shard_delete_interval = -1 so the orphan stays: (a) the call
-# holds the group's metadata lock (stopped on a row lock the test holds):
+# holds the group's metadata lock (stopped on a row lock the test holds,
+# or for the claim, whose pick skips locked rows, on the shard relation):
 # the move waits for it, and its write reaches the new placement; (b)
 # block_writes: the move holds its write block (stopped after its copy by
 # Citus' test hook) and the call waits for it, then runs routed to the new
@@ -216,9 +226,182 @@ is(scalar(grep { /^routed path for shard $shard: ntask.citus_direct is off$/ } @
 				"groups bound $bound: all direct");
 			is($s->selectrow_array(q{SELECT count(*) FROM pg_backend_memory_contexts WHERE name = 'ntask direct group'}),
 				$bound == 1 ? 1 : 2, "groups bound $bound: the backend keeps " . ($bound == 1 ? 'one group' : 'both'));
+
+			# a claim of 2 whose walk takes one task from each local shard
+			# value: its second group takes the first one's slot at bound 1
+			my $dg = "dg$bound";
+			$q->("SELECT count(*) FROM ntask_queue_set('$dg', lease => '10 minutes')");
+			my @gt = map { my $k = key_in($dg, $_, 'g'); $q->("SELECT task_id FROM ntask_enqueue('$dg', '$k', '{}')") } ($shard, $other);
+			$off = -s $w->logfile;
+			my $got = $s->selectall_arrayref("SELECT task_id FROM ntask_claim('$dg', 'w', 2)");
+			is(join(',', sort map { $_->[0] } @$got), join(',', sort @gt), "groups bound $bound: a claim walks both shard values");
+			is(path_summary(paths($w, $off)), 'direct path for shard', "groups bound $bound: each of them directly");
 			$s->disconnect;
 		}
 	}
+}
+
+# ---------------------------------------------------------------------
+# Part 1b: the claim on both paths (docs/scaling.md "The claim on the
+# direct path")
+# ---------------------------------------------------------------------
+
+# a key of $queue in shard $sh (ntask_shard), with prefix $p
+my $kn = 0;
+sub key_in
+{
+	my ($queue, $sh, $p) = @_;
+	while (1)
+	{
+		$kn++;
+		return "$p$kn" if $q->("SELECT ntask_shard('$queue', '$p$kn')") == $sh;
+	}
+}
+
+# the path lines of one statement, shard numbers dropped, repeats merged
+sub path_summary
+{
+	my @p = map { s/shard \d+/shard/r } @_;
+	my @u;
+	for (@p) { push @u, $_ unless @u && $u[-1] eq $_ }
+	return join(',', @u);
+}
+
+sub claim_scenario
+{
+	my ($setting) = @_;
+	$w->safe_psql('postgres', "ALTER SYSTEM SET ntask.citus_direct = $setting; SELECT pg_reload_conf()");
+	wait_for('the setting', sub { $w->safe_psql('postgres', 'SHOW ntask.citus_direct') eq $setting });
+	my ($dc, $df, $dk) = ("dc_$setting", "df_$setting", "dk_$setting");
+	$q->("SELECT count(*) FROM ntask_queue_set('$dc', lease => '10 minutes')");
+	$q->("SELECT count(*) FROM ntask_queue_set('$df', lease => '10 minutes', fairness => 'partition')");
+	$q->("SELECT count(*) FROM ntask_queue_set('$dk', lease => '10 minutes', max_inflight => 10)");
+	my %name;
+	my @e;
+	my $enq = sub {
+		my ($queue, %o) = @_;
+		my $k = key_in($queue, $shard, 'c');
+		my $pk = $o{pk} ? ", partition_key => '$k'" : '';
+		my $id = $q->("SELECT task_id FROM ntask_enqueue('$queue', '$k', '{\"n\": 1}' $pk)");
+		push @e, $id;
+		$name{$id} = 'e' . scalar(@e);
+		return $id;
+	};
+	# task ids (a line's or a row's first field) by name
+	my $names = sub { my $t = shift; $t =~ s/(^|;)(\d+)(?=\||;|$)/$1 . ($name{$2} \/\/ $2)/mge; return $t; };
+	my (@out, @paths);
+	my $run = sub {
+		my ($node, $sql) = @_;
+		my $off = -s $w->logfile;
+		my ($rc, $stdout, $stderr) = $node->psql('postgres', $sql);
+		# rows in task id order (the routed lease does not sort them)
+		push @out, $rc == 0 ? $names->(join("\n", sort split /\n/, $stdout))
+		  : (($stderr =~ /(ERROR: .*)/)[0] // $stderr);
+		push @paths, path_summary(paths($w, $off));
+		return $stdout;
+	};
+	my @ids = map { $enq->($dc) } 1 .. 4;
+	my %tok;
+	# two claims on the worker node: the _on form and the walk of its shards
+	for my $r (split /\n/, $run->($w, "SELECT task_id, token, attempt, prior_outcome IS NULL, lease_until > now() FROM ntask_claim_on(${shard}::smallint, '$dc', 'w1', 2)"))
+	{
+		my ($i, $t) = split /\|/, $r;
+		$tok{$i} = $t;
+	}
+	for my $r (split /\n/, $run->($w, "SELECT task_id, token, attempt FROM ntask_claim('$dc', 'w2', 1, invoked => true)"))
+	{
+		my ($i, $t) = split /\|/, $r;
+		$tok{$i} = $t;
+	}
+	# tokens are not compared between the runs: mask them
+	$out[-1] =~ s/\|\d+\|/|tok|/g;
+	$out[-2] =~ s/\|\d+\|/|tok|/g;
+	my ($e1, $e2) = @ids;
+	# e1: a receipt, then a retry due now (prior outcome committed); e2:
+	# invoked, then its lease runs out (a takeover, prior outcome unknown)
+	$run->($w, "SELECT ntask_receipt($e1, $tok{$e1}, '{}')");
+	$run->($w, "SELECT result, state FROM ntask_transition($e1, $tok{$e1}, 'retry_wait', error_class => 'transient', retry_at => now())");
+	$run->($w, "SELECT ntask_invoked($e2, $tok{$e2})");
+	$q->("UPDATE ntask.task SET lease_until = now() - interval '1 minute', due_at = now() - interval '1 minute' WHERE task_id = $e2");
+	my $r3 = $run->($w, "SELECT task_id, token, attempt, prior_outcome FROM ntask_claim_on(${shard}::smallint, '$dc', 'w3', 3)");
+	$out[-1] =~ s/\|\d+\|/|tok|/g;
+	for my $r (sort split /\n/, $r3)
+	{
+		my ($i, $t) = split /\|/, $r;
+		push @out, "token ascends: " . ($t > ($tok{$i} // 0) ? 'yes' : "no ($t after $tok{$i})");
+		$tok{$i} = $t;
+	}
+	$run->($w, "SELECT task_id FROM ntask_claim_on(${shard}::smallint, '$dc', 'w4', 1)");
+	my $e5 = $enq->($dc);
+	$run->($co, "SELECT task_id, attempt FROM ntask_claim_on(${shard}::smallint, '$dc', 'w5', 1)");
+	$run->($w, "SELECT task_id FROM ntask_claim_on(${shard}::smallint, 'no_such_queue', 'w', 1)");
+	$enq->($df, pk => 1);
+	$run->($w, "SELECT task_id, attempt FROM ntask_claim_on(${shard}::smallint, '$df', 'w6', 1)");
+	$enq->($dk);
+	$run->($w, "SELECT task_id, attempt FROM ntask_claim_on(${shard}::smallint, '$dk', 'w7', 1)");
+	$enq->($dc);
+	$run->($w, "BEGIN; SELECT task_id, attempt FROM ntask_claim_on(${shard}::smallint, '$dc', 'w8', 1); COMMIT;");
+	$enq->($dc);
+	$run->($w, "SELECT task_id, attempt FROM ntask_claim_on(${shard}::smallint, '$dc', 'w9', 1, wait => '1 second')");
+
+	my $ids = join(', ', @e);
+	push @out, $names->($q->("SELECT string_agg(concat_ws('|', task_id, state, attempts, lease_owner, unknown_attempts, invoked_at IS NOT NULL, lease_until > now()), ';' ORDER BY task_id) FROM ntask.task WHERE task_id IN ($ids)"));
+	push @out, $names->($q->("SELECT string_agg(concat_ws('|', task_id, attempt, result, outcome_known, worker), ';' ORDER BY task_id, token) FROM ntask.attempt_all WHERE task_id IN ($ids)"));
+	# a task's token is the ledger's latest one's successor
+	push @out, $q->("SELECT bool_and(t.token > a.token) FROM ntask.task t JOIN ntask.attempt_all a USING (task_id) WHERE t.task_id IN ($ids) AND t.state = 'leased' AND a.token <> t.token");
+	return (join("\n", @out), \@paths);
+}
+
+{
+	my ($routed, $rp) = claim_scenario('off');
+	my ($direct, $dp) = claim_scenario('on');
+	is($direct, $routed, 'claims: the direct and the routed path give the same answers and rows');
+	note("claim answers:\n$direct");
+	like($direct, qr/^e1\|tok\|1\|t\|t\ne2\|tok\|1\|t\|t\ne3\|tok\|1\n\w+\napplied\|retry_wait\napplied\ne1\|tok\|2\|committed\ne2\|tok\|2\|unknown\ne4\|tok\|1\|\n(token ascends: yes\n){3}/,
+		'claims: a batch, a walk, a retry with a receipt, a takeover of an invoked attempt');
+	like($direct, qr/\n\ne5\|1\nERROR: .*no_such_queue.*\ne6\|1\ne7\|1\ne8\|1\ne9\|1\n/, 'claims: empty, delegated, unknown queue, fair, capped, in a block, waiting');
+	my @want_on = (
+		'direct path for shard', 'direct path for shard', '',
+		'direct path for shard', 'direct path for shard', 'direct path for shard',
+		'direct path for shard', 'direct path for shard', 'direct path for shard',
+		"direct path for shard,routed path for shard: the queue is fair, ordered or aging",
+		"direct path for shard,routed path for shard: the queue has a guard or flow control",
+		'routed path for shard: in a transaction block', 'routed path for shard: a waiting claim');
+	is(join("\n", @$dp), join("\n", @want_on), 'claims: the path of each statement with ntask.citus_direct on');
+	is(join("\n", @$rp), join("\n", map { $_ eq '' ? '' : 'routed path for shard: ntask.citus_direct is off' } @want_on),
+		'claims: all routed with it off');
+}
+
+# ntask_transition_and_claim: on the direct path for a queue this
+# backend's claims found fit for it (a plain queue without a guard or
+# flow control), since its transition writes before its claim reads the
+# queue; in a backend that has not claimed the queue yet, routed
+{
+	$w->safe_psql('postgres', "ALTER SYSTEM SET ntask.citus_direct = on; SELECT pg_reload_conf()");
+	wait_for('the setting', sub { $w->safe_psql('postgres', 'SHOW ntask.citus_direct') eq 'on' });
+	$q->("SELECT count(*) FROM ntask_queue_set('dt', lease => '10 minutes')");
+	my @t = map { my $k = key_in('dt', $shard, 't'); $q->("SELECT task_id FROM ntask_enqueue('dt', '$k', '{}')") } 1 .. 3;
+	my $s = connect_to($w);
+	my $off = -s $w->logfile;
+	my ($i1, $k1) = $s->selectrow_array("SELECT task_id, token FROM ntask_claim_on(${shard}::smallint, 'dt', 'w', 1)");
+	is($i1, $t[0], 'transition_and_claim: a claim of the queue first');
+	my ($i2, $k2, $a2, $fr, $fs) = $s->selectrow_array("SELECT task_id, token, attempt, finish_result, finish_state FROM ntask_transition_and_claim_on(${shard}::smallint, $i1, $k1, 'succeeded', 'dt', 'w', 1)");
+	is("$i2,$a2,$fr,$fs", "$t[1],1,applied,succeeded", 'transition_and_claim_on: the finish applied, the next task claimed');
+	ok($k2 > $k1, 'transition_and_claim_on: a new token');
+	my ($i3, $k3, $fr3) = $s->selectrow_array("SELECT task_id, token, finish_result FROM ntask_transition_and_claim($i2, $k2, 'succeeded', 'dt', 'w', 1)");
+	is("$i3,$fr3", "$t[2],applied", 'transition_and_claim on the worker node (its walk): the same');
+	my @p = paths($w, $off);
+	is(path_summary(@p), 'direct path for shard', 'transition_and_claim: every step direct') or diag(join("\n", @p));
+	ok(@p >= 5, 'transition_and_claim: each call logged its transition and its claim');
+	$s->disconnect;
+	$off = -s $w->logfile;
+	is($w->safe_psql('postgres', "SELECT coalesce(task_id::text, 'none') || ',' || finish_result FROM ntask_transition_and_claim($i3, $k3, 'succeeded', 'dt', 'w', 1)"),
+		'none,applied', 'transition_and_claim in a new backend: finished, nothing left to claim');
+	is(path_summary(paths($w, $off)), "routed path for shard: the claim's queue is not known to fit the direct path,"
+		. "routed path for shard: the call's transition ran routed", 'and it ran routed, saying why');
+	my $ids = join(', ', @t);
+	is($q->("SELECT string_agg(concat_ws('|', attempt, result, worker), ';' ORDER BY task_id) FROM ntask.attempt_all WHERE task_id IN ($ids)"),
+		'1|succeeded|w;1|succeeded|w;1|succeeded|w', 'transition_and_claim: the ledger has each attempt once');
 }
 
 # a caller without the queue's worker_role: 42501 on both paths (the
@@ -270,15 +453,30 @@ sub move_race
 	my ($mode, $kind, $call) = @_;
 	my $tag = "$mode/$kind/$call";
 	drop_orphans();
-	my ($t1) = claimed($shard, 1);
-	my ($id, $tok) = split /:/, $t1;
+	my ($id, $tok);
+	if ($call eq 'claim')
+	{
+		# a ready task, the only one of queue dm (the claim takes it)
+		my $k = key_in('dm', $shard, 'm');
+		$id = $q->("SELECT task_id FROM ntask_enqueue('dm', '$k', '{}')");
+		$tok = 0;	# none yet: the claim's answer says
+	}
+	else
+	{
+		my ($t1) = claimed($shard, 1);
+		($id, $tok) = split /:/, $t1;
+	}
 	my ($shardid, $src, $dst) = placement($shard);
 	my $move_sql = "SELECT citus_move_shard_placement($shardid, '127.0.0.1', " . $src->port
 	  . ", '127.0.0.1', " . $dst->port . ", shard_transfer_mode => '$mode')";
-	my $call_sql = $call eq 'heartbeat'
-	  ? "SELECT ntask_heartbeat($id, $tok, lease => '7 hours')::text"
-	  : "SELECT result || ',' || state FROM ntask_transition($id, $tok, 'succeeded', result => '{\"m\": 1}')";
-	my $like = $call eq 'heartbeat' ? '%ntask\_heartbeat(%' : '%ntask\_transition(%';
+	my %call_sql = (
+		heartbeat => "SELECT ntask_heartbeat($id, $tok, lease => '7 hours')::text",
+		transition => "SELECT result || ',' || state FROM ntask_transition($id, $tok, 'succeeded', result => '{\"m\": 1}')",
+		claim => "SELECT task_id || ',' || token || ',' || attempt FROM ntask_claim_on(${shard}::smallint, 'dm', 'mv', 1)");
+	my %likes = (heartbeat => '%ntask\_heartbeat(%', transition => '%ntask\_transition(%',
+		claim => '%ntask\_claim\_on(%');
+	my $call_sql = $call_sql{$call};
+	my $like = $likes{$call};
 	my $off = -s $src->logfile;
 	my $mover = connect_to($co);
 	my $sth;
@@ -290,8 +488,19 @@ sub move_race
 	{
 		# the call takes its metadata lock, then waits for the task row
 		$blocker = connect_to($src);
-		$blocker->begin_work;
-		$blocker->do("SELECT 1 FROM ntask.task_$shardid WHERE task_id = $id FOR UPDATE");
+		if ($call eq 'claim')
+		{
+			# the claim's pick (SKIP LOCKED) would pass a locked row by:
+			# it waits for the shard relation instead
+			$blocker->do('SET citus.enable_manual_changes_to_shards = on');
+			$blocker->begin_work;
+			$blocker->do("LOCK TABLE ntask.task_$shardid IN EXCLUSIVE MODE");
+		}
+		else
+		{
+			$blocker->begin_work;
+			$blocker->do("SELECT 1 FROM ntask.task_$shardid WHERE task_id = $id FOR UPDATE");
+		}
 		$sth = $caller->prepare($call_sql, { pg_async => DBD::Pg::PG_ASYNC() });
 		$sth->execute;
 		wait_for("$tag: the call waits for the row", sub { lock_waiters($src, $like) > 0 });
@@ -347,7 +556,21 @@ sub move_race
 	  : "direct path for shard $shard";
 	is($p[-1], $expect_path, "$tag: the call's path") or diag(join("\n", @p));
 	# the write is on the new placement (read through the coordinator)
-	if ($call eq 'heartbeat')
+	if ($call eq 'claim')
+	{
+		my ($cid, $ctok, $catt) = split /,/, $answer // ',,';
+		is("$cid,$catt", "$id,1", "$tag: the claim got the task, its first attempt");
+		is($q->("SELECT state || ',' || token || ',' || attempts || ',' || lease_owner FROM ntask.task WHERE task_id = $id"),
+			"leased,$ctok,1,mv", "$tag: the new placement has the lease and its token");
+		is($q->("SELECT result FROM ntask_transition($id, $ctok, 'succeeded')"), 'applied', "$tag: the holder then finishes");
+		$tok = $ctok;
+		if ($kind eq 'move_first' && $mode eq 'block_writes')
+		{
+			is($src->safe_psql('postgres', "SELECT state || ',' || token FROM ntask.task_$shardid WHERE task_id = $id"),
+				'ready,0', "$tag: the orphan's row is as the move left it");
+		}
+	}
+	elsif ($call eq 'heartbeat')
 	{
 		isnt($answer, undef, "$tag: the heartbeat extended the lease");
 		is($q->("SELECT lease_until = '$answer' AND lease_until > now() + interval '6 hours' FROM ntask.task WHERE task_id = $id"),
@@ -373,8 +596,11 @@ sub move_race
 	return;
 }
 
+$q->("SELECT count(*) FROM ntask_queue_set('dm', lease => '10 minutes')");
 for my $mode ('block_writes', 'force_logical')
 {
+	move_race($mode, 'call_first', 'claim');
+	move_race($mode, 'move_first', 'claim');
 	move_race($mode, 'call_first', 'transition');
 	move_race($mode, 'call_first', 'heartbeat');
 	move_race($mode, 'move_first', 'heartbeat');

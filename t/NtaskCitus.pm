@@ -243,7 +243,7 @@ sub paths
 {
 	my ($node, $off) = @_;
 	my $log = PostgreSQL::Test::Utils::slurp_file($node->logfile, $off);
-	return $log =~ /ntask: (direct path for shard \d+|routed path for shard \d+: [^\n]*)/g;
+	return $log =~ /ntask: (direct path for shard \d+|routed path for shard \d+: [^\n]*|direct path (?:skips|stops in) shard \d+: [^\n]*)/g;
 }
 
 # drop the orphans of earlier moves (a move refuses to run while one of its
