@@ -78,6 +78,7 @@
 #include "storage/lmgr.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/syscache.h"
@@ -1173,19 +1174,45 @@ claim_context(SPITupleTable *tt, int r, text *queue, int64 *claim_bytes,
 }
 
 /*
+ * ntask.token_seq's oid, looked up once per backend (two catalog cache
+ * lookups by name for every leased row before): forgotten by
+ * token_seq_inval at any relcache invalidation of the sequence (its drop,
+ * a rename, the rollback of the CREATE EXTENSION that made it) or of all
+ * relations, and looked up again at the next claim.
+ */
+static Oid	token_seq_cached = InvalidOid;
+
+static void
+token_seq_inval(Datum arg, Oid relid)
+{
+	if (!OidIsValid(relid) || relid == token_seq_cached)
+		token_seq_cached = InvalidOid;
+}
+
+/*
  * token_seq_oid
  *		ntask.token_seq, this node's sequence of tokens.
  */
 static Oid
 token_seq_oid(void)
 {
-	Oid			seq = get_relname_relid("token_seq", get_namespace_oid("ntask", false));
+	static bool registered = false;
+	Oid			seq;
 
+	if (OidIsValid(token_seq_cached))
+		return token_seq_cached;
+	if (!registered)
+	{
+		CacheRegisterRelcacheCallback(token_seq_inval, (Datum) 0);
+		registered = true;
+	}
+	seq = get_relname_relid("token_seq", get_namespace_oid("ntask", false));
 	if (!OidIsValid(seq))
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("ntask: the sequence ntask.token_seq is missing"),
 				 errhint("Run ALTER EXTENSION ntask UPDATE.")));
+	token_seq_cached = seq;
 	return seq;
 }
 
@@ -1615,6 +1642,26 @@ claim_walk_gave(int i, int nshards)
 }
 
 /*
+ * claim_no_keys
+ *		An empty text[], built once per backend (in TopMemoryContext) rather
+ *		than at every pick: the $6 of a queue without paused keys.
+ */
+static Datum
+claim_no_keys(void)
+{
+	static ArrayType *none = NULL;
+
+	if (none == NULL)
+	{
+		MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+
+		none = construct_empty_array(TEXTOID);
+		MemoryContextSwitchTo(old);
+	}
+	return PointerGetDatum(none);
+}
+
+/*
  * claim_plain_run
  *		The plain pick (claim_pick_pair) within shard sv, or, once the
  *		queue is known to have paused keys, the one that passes them by.
@@ -1630,7 +1677,7 @@ claim_plain_run(Datum *args, int16 sv, int want, ClaimPolicy *pol,
 	args[CLAIM_PICK_ARG_NOW] = NtaskStatementTs();
 	/* $6 is declared by both routed picks, read by the keys-paused ones */
 	args[CLAIM_PICK_ARG_PAUSED_KEYS] = pol->keys_paused ? pol->paused_keys :
-		PointerGetDatum(construct_empty_array(TEXTOID));
+		claim_no_keys();
 	return claim_run(pol->keys_paused ? &claim_pick_keys_pair : &claim_pick_pair,
 					 args, want, rows);
 }
