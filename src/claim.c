@@ -1840,8 +1840,14 @@ static char *claim_direct_queue = NULL;	/* in TopMemoryContext */
 static void
 claim_note_fits(text *queue, bool fits)
 {
-	char	   *q = text_to_cstring(queue);
-	bool		same = claim_direct_queue != NULL && strcmp(claim_direct_queue, q) == 0;
+	char	   *q;
+	bool		same;
+
+	/* nothing remembered, nothing to remember (a plain install) */
+	if (!fits && claim_direct_queue == NULL)
+		return;
+	q = text_to_cstring(queue);
+	same = claim_direct_queue != NULL && strcmp(claim_direct_queue, q) == 0;
 
 	if (claim_direct_queue != NULL && fits != same)
 	{
