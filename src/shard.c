@@ -1251,33 +1251,6 @@ NtaskDirectEnd(void)
 }
 
 /*
- * direct_plan_writes: the statement writes a table (its query, or a
- * modifying CTE); a row lock (FOR UPDATE) is not a write here
- */
-static bool
-direct_plan_writes(SPIPlanPtr plan)
-{
-	ListCell   *lc;
-
-	foreach(lc, SPI_plan_get_plan_sources(plan))
-	{
-		CachedPlanSource *src = (CachedPlanSource *) lfirst(lc);
-		ListCell   *lq;
-
-		if (src->query_list == NIL)
-			return true;
-		foreach(lq, src->query_list)
-		{
-			Query	   *q = lfirst_node(Query, lq);
-
-			if (q->commandType != CMD_SELECT || q->hasModifyingCTE)
-				return true;
-		}
-	}
-	return false;
-}
-
-/*
  * direct_rewrite
  *		sql with each ntask.<relation> replaced by the group's shard
  *		relation; a function (ntask.<name>( ) is kept.  A relation without
@@ -1430,7 +1403,7 @@ NtaskExecPairCount(NtaskPair *pair, Datum *values, char *nulls,
 			if (g->stmts[i].key == key)
 			{
 				if (g->stmts[i].writes < 0)
-					g->stmts[i].writes = direct_plan_writes(g->stmts[i].plan.plan) ? 1 : 0;
+					g->stmts[i].writes = NtaskPlanWrites(g->stmts[i].plan.plan, false) ? 1 : 0;
 				if (g->stmts[i].writes > 0)
 					direct_wrote = true;
 			}

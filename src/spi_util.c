@@ -56,7 +56,6 @@ static Oid	spi_owner(void);
 static void spi_prepare(NtaskPlan *p);
 static int	spi_highest_param(const char *sql);
 static void spi_check_version(void);
-static bool spi_plan_writes(SPIPlanPtr plan);
 pg_noreturn static void spi_rethrow_without_statement(NtaskPlan *p);
 
 typedef enum SpiAuditArg
@@ -173,7 +172,7 @@ NtaskExecPlanCount(NtaskPlan *p, Datum *values, const char *nulls,
 		 * variants only (shard.h): a routed write next to a direct one would
 		 * not be atomic.  A routed read (an error's details) may run.
 		 */
-		if (!p->direct && spi_direct_call && spi_plan_writes(p->plan))
+		if (!p->direct && spi_direct_call && NtaskPlanWrites(p->plan, true))
 			elog(ERROR, "ntask: %s would write routed in a call on the direct path", p->name);
 		rc = SPI_execute_plan(p->plan, values, nulls, false, count);
 	}
@@ -204,11 +203,13 @@ NtaskExecPlanCount(NtaskPlan *p, Datum *values, const char *nulls,
 }
 
 /*
- * spi_plan_writes: plan may write or lock rows (anything but a plain
- * SELECT; a plan not analyzed now counts as writing)
+ * NtaskPlanWrites
+ *		plan may write a table: anything but a plain SELECT (a modifying
+ *		CTE included; a plan not analyzed now counts as writing), and with
+ *		locks also a row lock (FOR UPDATE and the like).
  */
-static bool
-spi_plan_writes(SPIPlanPtr plan)
+bool
+NtaskPlanWrites(SPIPlanPtr plan, bool locks)
 {
 	ListCell   *lc;
 
@@ -223,7 +224,8 @@ spi_plan_writes(SPIPlanPtr plan)
 		{
 			Query	   *q = lfirst_node(Query, lq);
 
-			if (q->commandType != CMD_SELECT || q->hasModifyingCTE || q->rowMarks != NIL)
+			if (q->commandType != CMD_SELECT || q->hasModifyingCTE ||
+				(locks && q->rowMarks != NIL))
 				return true;
 		}
 	}

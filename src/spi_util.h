@@ -72,6 +72,7 @@ extern void NtaskCheckPositiveInterval(Interval *iv, const char *argname);
 pg_noreturn extern void NtaskTaskNotFound(int64 task_id);
 extern int64 NtaskTokenFloor(void);
 extern void NtaskPlanSetDirect(bool on);
+extern bool NtaskPlanWrites(SPIPlanPtr plan, bool locks);
 extern Oid	NtaskCaller(void);
 extern int64 NtaskIntervalUsecs(const Interval *iv);
 extern Interval *NtaskUsecsInterval(int64 usecs);
