@@ -94,3 +94,24 @@ LISTEN ntask_Orders;
 LISTEN "ntask_Orders";
 SELECT pg_listening_channels() AS channel ORDER BY 1;
 UNLISTEN *;
+
+-- the key probe (a duplicate uses up no task id, issue 46.10) looks up each
+-- key in task_queue_task_key_key, whatever the queue held when the session
+-- planned the insert: a generic plan made on an empty queue read every key
+-- of the queue at each enqueue (docs/performance.md "The 1.1 pickup
+-- regression"). A new session plans on an empty queue, then the queue grows.
+\c
+SELECT queue FROM ntask_queue_set('probe');
+SELECT count(*) FROM generate_series(1, 8) g,
+	LATERAL ntask_enqueue_many('probe', ARRAY['p' || g || 'a', 'p' || g || 'b'], ARRAY['{}', '{}']::jsonb[]) e;
+SELECT count(*) FROM ntask_enqueue_many('probe', ARRAY(SELECT 'bulk' || i FROM generate_series(1, 3000) i),
+	ARRAY(SELECT '{}'::jsonb FROM generate_series(1, 3000)));
+SELECT count(*) FROM ntask_enqueue('probe', 'single-1');
+SELECT pg_stat_force_next_flush();
+SELECT idx_tup_read AS probe_before FROM pg_stat_user_indexes
+WHERE indexrelname = 'task_queue_task_key_key' \gset
+SELECT count(*) FROM ntask_enqueue_many('probe', ARRAY['late-a', 'late-b'], ARRAY['{}', '{}']::jsonb[]);
+SELECT count(*) FROM ntask_enqueue('probe', 'late-c');
+SELECT pg_stat_force_next_flush();
+SELECT idx_tup_read - :probe_before < 100 AS probes_only FROM pg_stat_user_indexes
+WHERE indexrelname = 'task_queue_task_key_key';

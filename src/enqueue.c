@@ -148,10 +148,17 @@ typedef enum EnqExistingCol
  * up an id.  The probe of the unique index costs a new key one more index
  * descent (docs/performance.md); ON CONFLICT still decides a race with an
  * uncommitted enqueue of the key, which alone may leave a gap.
+ *
+ * OFFSET 0 keeps the probe a subplan run per key, (queue, task_key) its
+ * index condition: pulled up into an anti join, a generic plan made while
+ * the queue was small read every key of the queue (queue = $1 the only
+ * index condition, the key a join filter) at each later enqueue, so an
+ * enqueue grew with the queue (docs/performance.md "The 1.1 pickup
+ * regression", regress enqueue).
  */
 #define ENQ_KEY_IS_NEW(key) \
 	"NOT EXISTS (SELECT 1 FROM ntask.task x WHERE x.queue OPERATOR(pg_catalog.=) $1 " \
-	"            AND x.task_key OPERATOR(pg_catalog.=) " key ")"
+	"            AND x.task_key OPERATOR(pg_catalog.=) " key " OFFSET 0)"
 
 #define ENQ_INSERT \
 	"INSERT INTO ntask.task AS t (task_id, shard, queue, task_key, payload, " \
