@@ -6,6 +6,6 @@
 c=$1; d=${TMPDIR:-/tmp}/at-commit-$c
 rm -rf $d; mkdir -p $d; git -C $(cd "$(dirname "$0")/../.." && pwd) archive $c | tar -x -C $d
 rm -rf $d/bench/harness; cp -r $(cd "$(dirname "$0")/../.." && pwd)/bench/harness $d/bench/harness
-cd $d && PG_CONFIG=${PG_CONFIG:-/opt/pg15-lat/lib/postgresql/15/bin/pg_config} SYSTEMS=ntask SCENARIOS=steady PORT=55485 \
+cd $d && PG_CONFIG=${PG_CONFIG:-pg_config} SYSTEMS=ntask SCENARIOS=steady PORT=55485 \
   STEADY_WARM=30s STEADY=20s HELD=5s RECOV=5s sh bench/harness/run.sh > $d.out 2>&1
 echo "$c $(date +%T) $(grep '^| ntask' $d.out) load $(cut -d' ' -f1 /proc/loadavg)"
