@@ -432,6 +432,22 @@ sub claim_scenario
 		like(join("\n", paths($w, $off)), $setting eq 'on' ? qr/^direct path for shard $shard$/ : qr/^routed path/,
 			"ntask.citus_direct $setting: its path");
 	}
+	# and its claim: refused on both paths, the ready task not leased
+	my $rid;
+	for my $k (501 .. 1000)
+	{
+		next unless $q->("SELECT ntask_shard('dr', 'r$k')") == $shard;
+		$rid = $q->("SELECT task_id FROM ntask_enqueue('dr', 'r$k', '{}')");
+		last;
+	}
+	for my $setting ('on', 'off')
+	{
+		my ($rc, $out, $stderr) = $w->psql('postgres',
+			"SET ntask.citus_direct = $setting; SET ROLE dq_x; SELECT task_id FROM ntask_claim_on(${shard}::smallint, 'dr', 'x', 5)");
+		like($stderr, qr/permission denied/, "ntask.citus_direct $setting: a claim without the worker_role is refused (42501)");
+		is($q->("SELECT state || '|' || attempts FROM ntask.task WHERE task_id = $rid"), 'ready|0',
+			"ntask.citus_direct $setting: and leased nothing");
+	}
 }
 
 # ---------------------------------------------------------------------
