@@ -18,7 +18,8 @@
 # each with queues of its own so that the buckets start full): a rate of
 # 3 per hour (the node's share: 3 per 2 hours, 2 of the 4 shard values
 # being on it) hands out 3 and then nothing, through ntask_claim_on, the
-# worker node's walk and ntask_transition_and_claim; a retry share of 0.5
+# worker node's walk, a claim delegated from the coordinator (the worker
+# node's bucket) and ntask_transition_and_claim; a retry share of 0.5
 # alternates first attempts and retries while first attempts are due,
 # then the retries go.  Same answers and rows; with the setting on every
 # call direct.
@@ -114,7 +115,7 @@ sub scenario
 	# one statement on $w (psql, or the DBI session $s), its answer and path
 	my $s = connect_to($w);
 	my $run = sub {
-		my ($sql, $dbi) = @_;
+		my ($sql, $dbi, $node) = @_;
 		my $off = -s $w->logfile;
 		my $got;
 		if ($dbi)
@@ -123,7 +124,7 @@ sub scenario
 		}
 		else
 		{
-			my ($rc, $stdout, $stderr) = $w->psql('postgres', $sql);
+			my ($rc, $stdout, $stderr) = ($node // $w)->psql('postgres', $sql);
 			$got = $rc == 0 ? $stdout : (($stderr =~ /(ERROR: .*)/)[0] // $stderr);
 		}
 		push @out, $names->(join("\n", sort split /\n/, $got));
@@ -144,6 +145,8 @@ sub scenario
 	# the bucket is empty: the walk of the worker's shards, the _on form
 	$run->("SELECT task_id FROM ntask_claim('$rl', 'w3', 2)");
 	$run->("SELECT task_id FROM ntask_claim_on(${shard}::smallint, '$rl', 'w3', 2)");
+	# delegated from the coordinator: the worker node's bucket, empty
+	$run->("SELECT task_id FROM ntask_claim_on(${shard}::smallint, '$rl', 'w4', 2)", 0, $co);
 	# finishes, claims nothing
 	$run->("SELECT coalesce(task_id::text, 'none'), finish_result FROM ntask_transition_and_claim($i2, $t2, 'succeeded', '$rl', 'w1', 1)", 1);
 	$s->disconnect;
@@ -176,11 +179,11 @@ sub scenario
 	my ($direct, $dp) = scenario('on');
 	is($direct, $routed, 'rate and share: the direct and the routed path give the same answers and rows');
 	note("answers:\n$direct");
-	like($direct, qr/^r1\|tok\nr2\|tok\|applied\nr3\n\n\nnone\|applied\n/,
-		'rate 3 per hour: 1, then 1 with a transition, then 1, then none (the walk, the _on form, the loop)');
+	like($direct, qr/^r1\|tok\nr2\|tok\|applied\nr3\n\n\n\nnone\|applied\n/,
+		'rate 3 per hour: 1, then 1 with a transition, then 1, then none (the walk, the _on form, delegated, the loop)');
 	like($direct, qr/\nnone\|applied\nF1\|1\nR1\|2\nF2\|1\nR2\|2\nF3\|1\nR3\|2\n\n/,
 		'retry share 0.5: first attempts and retries alternate while first attempts are due');
-	my @want = ('direct path for shard') x 13;
+	my @want = ('direct path for shard') x 14;
 	is(join("\n", @$dp), join("\n", @want), 'with ntask.citus_direct on every claim took the direct path')
 	  or diag(join("\n", @$dp));
 	is(join("\n", @$rp), join("\n", map { 'routed path for shard: ntask.citus_direct is off' } @want),
