@@ -27,7 +27,8 @@
 # its live children's, as bench/citus_direct.pl measures it) and of the
 # coordinator; rounds interleave the systems (odd rounds a r d r1 d1, even
 # rounds the reverse), each round a fresh load of BENCH_TASKS tasks per
-# system, so the machine's noise falls on every system alike.
+# system, then VACUUM ANALYZE of the rows' tables, so the machine's noise
+# and the dead rows of earlier rounds fall on every system alike.
 #
 # Before the rounds, with log_min_messages = debug1 on the worker, one
 # batch on each Citus system shows the path each of its two statements
@@ -268,6 +269,10 @@ for my $round (1 .. $ROUNDS)
 		my ($k, $what, $client, $owner, $direct, $form) = @$s;
 		set_worker('ntask.citus_direct', $direct) if defined $direct;
 		load($owner, $N);
+		# the rows' table as the other systems find it: the finished rows
+		# of earlier rounds (twice to four times as many on the worker,
+		# which holds the rows of four systems) vacuumed away
+		($owner == $plain ? $plain : $co)->safe_psql('postgres', 'VACUUM ANALYZE ntask.task, ntask.attempt');
 		my $dbh = connect_to($client);
 		my $st = prepare($dbh, $form);
 		# warm: one statement of each kind prepared and run
