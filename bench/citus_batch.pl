@@ -45,7 +45,8 @@
 #   bench/citus_batch.pl
 #
 # BENCH_BATCH (50) is the batch size; BENCH_SYSTEMS (a r d r1 d1) which
-# systems run (a always).
+# systems run (a always); BENCH_PIDS=1 prints each client's backend pid
+# (for perf report --pid).
 use strict;
 use warnings;
 use FindBin;
@@ -130,10 +131,16 @@ my $A = 'ntask.attempt_' . $w->safe_psql('postgres',
 
 my $seq = 0;
 
-# n ready tasks of shard S (partition key 'p') on the node that holds them
+# n ready tasks of shard S (partition key 'p') on the node that holds them,
+# at most 10000 a call (ntask_enqueue_many's bound)
 sub load
 {
 	my ($node, $n) = @_;
+	while ($n > 10000)
+	{
+		load($node, 10000);
+		$n -= 10000;
+	}
 	$seq++;
 	my $keys = "ARRAY(SELECT 'r$seq-' || i FROM generate_series(1, $n) i)";
 	my $pl = "ARRAY(SELECT '{}'::jsonb FROM generate_series(1, $n))";
@@ -275,8 +282,9 @@ for my $round (1 .. $ROUNDS)
 		($owner == $plain ? $plain : $co)->safe_psql('postgres', 'VACUUM ANALYZE ntask.task, ntask.attempt');
 		my $dbh = connect_to($client);
 		my $st = prepare($dbh, $form);
-		# warm: one statement of each kind prepared and run
-		$dbh->do('SELECT 1');
+		# the client's backend (for a profiler: perf report --pid)
+		diag("round $round $k: the client's backend is pid " . $dbh->selectrow_array('SELECT pg_backend_pid()'))
+		  if $ENV{BENCH_PIDS};
 		sleep(0.5);
 		my %cpu0 = map { $_ => node_cpu($_) } ($plain, $co, $w);
 		my $la0 = loadavg();
