@@ -1862,7 +1862,7 @@ claim_note_fits(text *queue, bool fits)
 /*
  * NtaskClaimFitsDirect
  *		This backend's latest claim of queue that picked found it a plain
- *		queue without a guard or flow control (claim_direct_fits), on
+ *		queue without a guard, a cap or order (claim_direct_fits), on
  *		either path: ntask_transition_and_claim takes the direct path only
  *		for such a queue, since its transition writes before its claim
  *		reads the queue.
@@ -2341,11 +2341,17 @@ typedef struct ClaimRound
 /*
  * claim_direct_fits
  *		A pick on the direct path (docs/scaling.md "The claim on the direct
- *		path") hands out its rows there only from a queue without a guard
- *		and without flow control (the picked rows say so: the queue row
- *		comes with them); else the claim goes on routed, as the routed pick
- *		would have (its after step, claim_dist_policy), when it has written
- *		nothing directly yet, and hands out nothing more when it has (false).
+ *		path") hands out its rows there only from a queue without a guard,
+ *		a cap (max_inflight, partition_max_inflight) or order (the picked
+ *		rows say so: the queue row comes with them); else the claim goes on
+ *		routed, as the routed pick would have (its after step,
+ *		claim_dist_policy), when it has written nothing directly yet, and
+ *		hands out nothing more when it has (false).  A rate limit and a
+ *		retry share stay on the direct path: their bucket and counts are in
+ *		the shared memory of the node that runs the claim (limit.c), which
+ *		on the direct path is the shard's, as claim_dist_policy requires of
+ *		the routed claim; they read no other shard and write nothing
+ *		(docs/scaling.md "Batches and flow control on the direct path").
  */
 static bool
 claim_direct_fits(ClaimRound *rd)
@@ -2354,19 +2360,18 @@ claim_direct_fits(ClaimRound *rd)
 	bool		keyed = rows->tupdesc->natts >= CLAIM_PICK_KEY;
 	bool		isnull;
 	bool		plain;
-	int			c;
+	Datum		d;
 
 	if (NtaskShardCount() == 0)
 		return true;
 	(void) NtaskTupGetDatum(rows, 0, CLAIM_PICK_GUARD, &isnull);
 	plain = isnull;
-	for (c = CLAIM_PICK_MAX_INFLIGHT; plain && c <= CLAIM_PICK_RETRY_SHARE; c++)
-	{
-		Datum		d = NtaskTupGetDatum(rows, 0, c, &isnull);
-
-		if (!isnull && (c != CLAIM_PICK_ORDERED || DatumGetBool(d)))
-			plain = false;
-	}
+	(void) NtaskTupGetDatum(rows, 0, CLAIM_PICK_MAX_INFLIGHT, &isnull);
+	plain = plain && isnull;
+	(void) NtaskTupGetDatum(rows, 0, CLAIM_PICK_PARTITION_MAX_INFLIGHT, &isnull);
+	plain = plain && isnull;
+	d = NtaskTupGetDatum(rows, 0, CLAIM_PICK_ORDERED, &isnull);
+	plain = plain && (isnull || !DatumGetBool(d));
 	/* what ntask_transition_and_claim's next call of the queue goes by */
 	claim_note_fits(rd->call->queue, plain && !keyed &&
 					rd->pol->mode == CLAIM_MODE_PLAIN);
