@@ -193,6 +193,21 @@ typedef enum TrApplyDistCol
 
 static void tr_apply_ledger(SPITupleTable *tt, int n, Datum *values, char *nulls);
 
+/* tr_apply_pair's routed variant (tr_apply_row_pair's too) */
+#define TR_APPLY_ROUTED \
+	NTASK_ROUTED(TR_APPLY_DIST_NCOLS, \
+				 TR_APPLY_UPDATE \
+				 "RETURNING t.state, CASE WHEN t.due_at IS NOT NULL THEN t.run_at END AS run_at, " \
+				 "  t.queue, t.task_id, t.shard, t.token, t.attempts, " \
+				 "  coalesce(o.claimed_at, o.updated_at), t.invoked_at, o.lease_owner, o.progress, " \
+				 "  t.unknown_attempts OPERATOR(pg_catalog.=) o.unknown_attempts, " \
+				 "  t.attempt_worker IS NOT NULL", \
+				 TR_APPLY_NARGS, SPI_OK_UPDATE_RETURNING, NULL, tr_apply_ledger)
+#define TR_APPLY_TYPES \
+	INT8OID, INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, BOOLOID, \
+	TEXTOID, TIMESTAMPTZOID, JSONBOID, TIMESTAMPTZOID, TEXTOID, BOOLOID, OIDOID, \
+	JSONBOID, TIMESTAMPTZOID, BOOLOID
+
 static NtaskPair tr_apply_pair = NTASK_PAIR("transition apply",
 											NTASK_PLAIN(TR_APPLY_NCOLS,
 														"WITH upd AS ( "
@@ -216,17 +231,43 @@ static NtaskPair tr_apply_pair = NTASK_PAIR("transition apply",
 														") "
 														"SELECT upd.state, upd.run_at, upd.queue FROM upd",
 														TR_APPLY_NARGS, SPI_OK_SELECT),
-											NTASK_ROUTED(TR_APPLY_DIST_NCOLS,
-														 TR_APPLY_UPDATE
-														 "RETURNING t.state, CASE WHEN t.due_at IS NOT NULL THEN t.run_at END AS run_at, "
-														 "  t.queue, t.task_id, t.shard, t.token, t.attempts, "
-														 "  coalesce(o.claimed_at, o.updated_at), t.invoked_at, o.lease_owner, o.progress, "
-														 "  t.unknown_attempts OPERATOR(pg_catalog.=) o.unknown_attempts, "
-														 "  t.attempt_worker IS NOT NULL",
-														 TR_APPLY_NARGS, SPI_OK_UPDATE_RETURNING, NULL, tr_apply_ledger),
-											INT8OID, INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, BOOLOID,
-											TEXTOID, TIMESTAMPTZOID, JSONBOID, TIMESTAMPTZOID, TEXTOID, BOOLOID, OIDOID,
-											JSONBOID, TIMESTAMPTZOID, BOOLOID);
+											TR_APPLY_ROUTED, TR_APPLY_TYPES);
+
+/*
+ * The holder's own final answer whose attempt stays on the task row
+ * (tr_on_row; the plain and the direct path): tr_apply_pair's UPDATE
+ * alone, without the ledger CTE, which would insert nothing, and without
+ * o, which only the ledger row reads.  attempt_worker is the lease's
+ * holder: a SET expression reads the row before the update, and the
+ * token the WHERE clause checks fixes the holder (only a claim, with a new
+ * token, sets lease_owner).  A lease taken before 1.0.0's claimed_at
+ * (claimed_at NULL) keeps its ledger row: it does not match here and
+ * takes the locked path, which runs tr_apply_pair (tr_apply's full).  What
+ * the on-row answer does not change is left out of the SET list: an
+ * on-row answer has no error class (unknown_attempts does not grow, the
+ * receipt is not looked at) and no stage, and no next run (run_at stays,
+ * the answer's run_at is NULL).  Routed (Citus): tr_apply_pair's routed
+ * UPDATE, unchanged.
+ */
+static NtaskPair tr_apply_row_pair = NTASK_PAIR("transition apply on row",
+												NTASK_PLAIN(TR_APPLY_NCOLS,
+															"UPDATE ntask.task t SET state = $3, due_at = NULL, "
+															"  lease_owner = NULL, lease_until = NULL, "
+															"  outcome = $8, result = $15, "
+															"  reason = CASE WHEN $13 "
+															"    THEN coalesce($10 OPERATOR(pg_catalog.->>) 'reason', $12) ELSE $12 END, "
+															"  finished_at = $16, updated_at = $16, "
+															"  attempt_worker = t.lease_owner, attempt_detail = $10 "
+															"WHERE t.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("t", "$1")
+															"  AND t.token OPERATOR(pg_catalog.=) $2 "
+															"  AND t.state OPERATOR(pg_catalog.=) 'leased' "
+															"  AND t.claimed_at IS NOT NULL "
+															"  AND EXISTS (SELECT 1 FROM ntask.queue q "
+															"              WHERE q.queue OPERATOR(pg_catalog.=) t.queue "
+															"                AND " NTASK_WORKER_RIGHT("q", "14") ") "
+															"RETURNING t.state, NULL::pg_catalog.timestamptz AS run_at, t.queue",
+															TR_APPLY_ARG_NOW + 1, SPI_OK_UPDATE_RETURNING),
+												TR_APPLY_ROUTED, TR_APPLY_TYPES);
 
 /* the ledger row a routed tr_apply's task ends with (tr_apply_ledger) */
 typedef enum TrLedgerArg
@@ -342,6 +383,10 @@ tr_many_none(Datum *values, char *nulls)
 	return false;
 }
 
+#define TR_MANY_TYPES \
+	INT8ARRAYOID, INT8ARRAYOID, TEXTOID, TEXTOID, TEXTOID, BOOLOID, \
+	TEXTOID, JSONBOID, TEXTOID, BOOLOID, OIDOID, JSONBARRAYOID, BOOLOID
+
 static NtaskPair tr_many_pair = NTASK_PAIR("transition many",
 										   NTASK_PLAIN(TR_MANY_NCOLS,
 													   "WITH upd AS ( "
@@ -387,9 +432,38 @@ static NtaskPair tr_many_pair = NTASK_PAIR("transition many",
 													   ") "
 													   "SELECT upd.task_id, upd.state, upd.queue FROM upd",
 													   TR_MANY_NARGS, SPI_OK_SELECT),
-										   NTASK_ROUTED_NONE(tr_many_none),
-										   INT8ARRAYOID, INT8ARRAYOID, TEXTOID, TEXTOID, TEXTOID, BOOLOID,
-										   TEXTOID, JSONBOID, TEXTOID, BOOLOID, OIDOID, JSONBARRAYOID, BOOLOID);
+										   NTASK_ROUTED_NONE(tr_many_none), TR_MANY_TYPES);
+
+/*
+ * tr_many_pair for answers that stay on the rows (tr_on_row), as
+ * tr_apply_row_pair for one: the UPDATE alone, without the ledger CTE and
+ * without o; the same nested loop over the sorted arrays, so the rows are
+ * locked in task_id order.  A lease without claimed_at does not match and
+ * goes through the locked path, as every element this statement did not
+ * apply.
+ */
+static NtaskPair tr_many_row_pair = NTASK_PAIR("transition many on row",
+											   NTASK_PLAIN(TR_MANY_NCOLS,
+														   "UPDATE ntask.task t SET state = $3, due_at = NULL, "
+														   "  lease_owner = NULL, lease_until = NULL, "
+														   "  outcome = $7, result = i.result, "
+														   "  reason = CASE WHEN $10 "
+														   "    THEN coalesce($8 OPERATOR(pg_catalog.->>) 'reason', $9) ELSE $9 END, "
+														   "  finished_at = pg_catalog.statement_timestamp(), "
+														   "  updated_at = pg_catalog.statement_timestamp(), "
+														   "  attempt_worker = t.lease_owner, attempt_detail = $8 "
+														   "FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2), pg_catalog.unnest($12)) "
+														   "  AS i(task_id, token, result) "
+														   "WHERE t.task_id OPERATOR(pg_catalog.=) i.task_id "
+														   "  AND t.token OPERATOR(pg_catalog.=) i.token "
+														   "  AND t.state OPERATOR(pg_catalog.=) 'leased' "
+														   "  AND t.claimed_at IS NOT NULL "
+														   "  AND EXISTS (SELECT 1 FROM ntask.queue q "
+														   "              WHERE q.queue OPERATOR(pg_catalog.=) t.queue "
+														   "                AND " NTASK_WORKER_RIGHT("q", "11") ") "
+														   "RETURNING t.task_id, t.state, t.queue",
+														   TR_MANY_ARG_RESULTS + 1, SPI_OK_UPDATE_RETURNING),
+											   NTASK_ROUTED_NONE(tr_many_none), TR_MANY_TYPES);
 
 /* one ntask_transition call's arguments, after validation */
 typedef struct TrCall
@@ -446,7 +520,7 @@ typedef struct TrOut
 } TrOut;
 
 static SPITupleTable *tr_apply(TrCall *c, const char *final, TimestampTz next,
-							   const char *reason, bool engine_reason);
+							   const char *reason, bool engine_reason, bool full);
 static const char *tr_check_args(const char *to_state, const char **error_class,
 								 bool has_outcome, bool has_retry_at);
 static TimestampTz tr_backoff(int attempt, Interval *base, Interval *max);
@@ -577,7 +651,10 @@ tr_check_args(const char *to_state, const char **error_class,
  *		it is safe without a prior lock).  Returns its result if it applied
  *		(TrApplyCol's columns first), else NULL; the lease's end is
  *		noted for the queue's capped waiting claims (its slot is free).
- *		has_next: final is retry_wait and next is its run_at.
+ *		has_next: final is retry_wait and next is its run_at.  An answer
+ *		that stays on the row (tr_on_row) runs tr_apply_row_pair, which
+ *		does not match a lease without claimed_at, unless full (the locked
+ *		path, which must apply what it locked).
  */
 /*
  * tr_attempt_args
@@ -694,11 +771,12 @@ tr_on_row(TrCall *c, const char *final)
 
 static SPITupleTable *
 tr_apply(TrCall *c, const char *final, TimestampTz next, const char *reason,
-		 bool engine_reason)
+		 bool engine_reason, bool full)
 {
 	Datum		values[TR_APPLY_NARGS];
 	char		nulls[TR_APPLY_NARGS];
 	SPITupleTable *row;
+	bool		on_row = tr_on_row(c, final);
 
 	memset(nulls, ' ', sizeof(nulls));
 	values[TR_APPLY_ARG_TASK_ID] = Int64GetDatum(c->task_id);
@@ -720,8 +798,9 @@ tr_apply(TrCall *c, const char *final, TimestampTz next, const char *reason,
 	values[TR_APPLY_ARG_RESULT] = c->result;
 	nulls[TR_APPLY_ARG_RESULT] = c->result_null ? 'n' : ' ';
 	values[TR_APPLY_ARG_NOW] = NtaskStatementTs();
-	values[TR_APPLY_ARG_ON_ROW] = BoolGetDatum(tr_on_row(c, final));
-	if (NtaskExecPair(&tr_apply_pair, values, nulls) != 1)
+	values[TR_APPLY_ARG_ON_ROW] = BoolGetDatum(on_row);
+	if (NtaskExecPair(on_row && !full ? &tr_apply_row_pair : &tr_apply_pair,
+					  values, nulls) != 1)
 		return NULL;
 	row = SPI_tuptable;
 	/* its slot is free: a claim waiting on the queue's cap may go */
@@ -861,7 +940,7 @@ tr_locked(TrCall *c, const char *reason, TrOut *o)
 		}
 		if (strcmp(final, "retry_wait") == 0)
 			NtaskWakeWaitersAtCommit(NtaskTupGetCString(lock_tt, 0, TR_LOCK_QUEUE), 0, next);
-		applied = tr_apply(c, final, next, reason, engine_reason);
+		applied = tr_apply(c, final, next, reason, engine_reason, true);
 		if (applied == NULL)
 			elog(ERROR, "ntask: locked task %lld did not take its transition",
 				 (long long) c->task_id);
@@ -910,7 +989,7 @@ tr_one(TrCall *c, const char *reason, TrOut *o)
 	SPITupleTable *applied;
 
 	if (strcmp(c->to_state, "retry_wait") != 0 &&
-		(applied = tr_apply(c, c->to_state, 0, reason, false)) != NULL)
+		(applied = tr_apply(c, c->to_state, 0, reason, false, false)) != NULL)
 	{
 		tr_answer(o, "applied", applied, TR_APPLY_STATE, TR_APPLY_RUN_AT);
 		return;
@@ -1000,6 +1079,7 @@ tr_many_apply(TrCall *c, const char *reason, TrItem *items, int n)
 	int			nrows;
 	int			i;
 	int			r;
+	bool		on_row;
 	text	   *run_queue = NULL;	/* the queue of the current run of rows */
 	int			run_len = 0;
 	SPITupleTable *tt;
@@ -1026,8 +1106,9 @@ tr_many_apply(TrCall *c, const char *reason, TrItem *items, int n)
 		PointerGetDatum(construct_md_array(res, resnulls, 1, dims, lbs,
 										   JSONBOID, -1, false,
 										   TYPALIGN_INT));
-	values[TR_MANY_ARG_ON_ROW] = BoolGetDatum(tr_on_row(c, c->to_state));
-	nrows = NtaskExecPair(&tr_many_pair, values, nulls);
+	on_row = tr_on_row(c, c->to_state);
+	values[TR_MANY_ARG_ON_ROW] = BoolGetDatum(on_row);
+	nrows = NtaskExecPair(on_row ? &tr_many_row_pair : &tr_many_pair, values, nulls);
 	tt = SPI_tuptable;
 
 	for (r = 0; r < nrows; r++)
