@@ -337,19 +337,20 @@ enq_insert_values(Datum *values, char *nulls)
 	return true;
 }
 
-static NtaskPlan enq_existing_plan = {
-	"enqueue lookup",
-	.ncols = ENQ_EXISTING_NCOLS,
-	"SELECT t.task_id, t.state, t.payload_digest, t.digest_version, "
-	"  t.outcome, t.result "
-	"FROM ntask.task t "
-	"WHERE t.queue OPERATOR(pg_catalog.=) $1 "
-	"  AND t.task_key OPERATOR(pg_catalog.=) $2 "
-	"  AND t.shard OPERATOR(pg_catalog.=) $10",
-	/* up to $10, the shard: the lookup takes no traceparent */
-	ENQ_ARG_SHARD + 1, {TEXTOID, TEXTOID, JSONBOID, BYTEAOID, INT2OID, TEXTOID, INT4OID,
-	TIMESTAMPTZOID, OIDOID, INT2OID}
-};
+/* the existing task of the key: a pair, so that it runs on the direct path too */
+static NtaskPair enq_existing_plan = NTASK_PAIR("enqueue lookup",
+												NTASK_PLAIN(ENQ_EXISTING_NCOLS,
+															"SELECT t.task_id, t.state, t.payload_digest, t.digest_version, "
+															"  t.outcome, t.result "
+															"FROM ntask.task t "
+															"WHERE t.queue OPERATOR(pg_catalog.=) $1 "
+															"  AND t.task_key OPERATOR(pg_catalog.=) $2 "
+															"  AND t.shard OPERATOR(pg_catalog.=) $10",
+/* up to $10, the shard: the lookup takes no traceparent */
+															ENQ_ARG_SHARD + 1, SPI_OK_SELECT),
+												NTASK_ROUTED_LIKE_PLAIN,
+												TEXTOID, TEXTOID, JSONBOID, BYTEAOID, INT2OID, TEXTOID, INT4OID,
+												TIMESTAMPTZOID, OIDOID, INT2OID);
 
 /*
  * enq_traceparent
@@ -617,6 +618,16 @@ ntask_enqueue(PG_FUNCTION_ARGS)
 	/* the shard: of the partition key, or of the task key without one */
 	values[ENQ_ARG_SHARD] = Int16GetDatum(NtaskShardFor(queue, PG_ARGISNULL(4) ? key :
 														PG_GETARG_TEXT_PP(4)));
+
+	/*
+	 * On a Citus install, the direct path (docs/scaling.md "The enqueue and
+	 * the release on the direct path") when the shard is this node's: the
+	 * insert, the lookup and the queue's read on the shard relations.  With
+	 * parents it runs routed: it reads them and writes ntask.task_dep, which
+	 * the direct path does not name.
+	 */
+	(void) NtaskDirectBeginShard(fcinfo, DatumGetInt16(values[ENQ_ARG_SHARD]),
+								 has_deps ? "the enqueue has parents (depends_on)" : NULL);
 	if (has_deps)
 	{
 		NtaskCheckQueueRight(queue, true);
@@ -653,7 +664,7 @@ ntask_enqueue(PG_FUNCTION_ARGS)
 		}
 		/* nothing inserted: no queue, no right, or the key exists */
 		NtaskCheckQueueRight(queue, true);
-		if (NtaskExecPlan(&enq_existing_plan, values, nulls, SPI_OK_SELECT) == 1)
+		if (NtaskExecPair(&enq_existing_plan, values, nulls) == 1)
 		{
 			bool		isnull;
 
@@ -681,6 +692,7 @@ ntask_enqueue(PG_FUNCTION_ARGS)
 	}
 
 	enq_put(rsinfo, out, outnulls);
+	NtaskDirectEnd();
 	SPI_finish();
 	return (Datum) 0;
 }

@@ -710,8 +710,8 @@ NtaskShardDefineSettings(void)
 {
 	DefineCustomBoolVariable("ntask.citus_direct",
 							 "Run a call on its shard's node on the local shard relations.",
-							 "On a Citus install, a transition, heartbeat, invoked or claim "
-							 "call made on (or delegated to) the node of its task's shard, outside "
+							 "On a Citus install, a transition, heartbeat, invoked, claim, "
+							 "enqueue or release call made on (or delegated to) the node of its task's shard, outside "
 							 "a transaction block, runs its statements on the shard relations, "
 							 "planned once per backend; off: every call is routed by Citus.",
 							 &ntask_citus_direct, true, PGC_SUSET, 0, NULL, NULL, NULL);
@@ -1096,6 +1096,42 @@ NtaskDirectBegin(FunctionCallInfo fcinfo, const int64 *task_ids, int n)
 }
 
 /*
+ * NtaskDirectBeginShard
+ *		NtaskDirectBegin for a call named by its shard value, not by task
+ *		ids (an enqueue: the shard of its queue and key), or, when unless
+ *		says why the call cannot take the direct path (an enqueue with
+ *		parents: its task_dep rows and the parents' reads stay routed), the
+ *		routed path with that reason.  In SPI, before the call's first
+ *		statement.
+ */
+NtaskPath
+NtaskDirectBeginShard(FunctionCallInfo fcinfo, int16 shard, const char *unless)
+{
+	DirectGroup *g = NULL;
+	const char *why;
+	bool		quiet;
+
+	direct_claim_reset();
+	direct_set(NULL);
+	why = direct_call_why(fcinfo, &quiet);
+	if (NtaskShardCount() == 0)
+		return NTASK_PATH_PLAIN;
+	if (why != NULL)
+		return quiet ? NTASK_PATH_ROUTED : direct_routed(shard, why);
+	if (unless != NULL)
+		return direct_routed(shard, unless);
+	if (!NtaskIsShardValue(shard))
+		return direct_routed(shard, "not a shard value");
+	if (!direct_whole_statement(fcinfo))
+		return direct_routed(shard, "not the whole statement");
+	if ((why = direct_enter(shard, 0, &g)) != NULL)
+		return direct_routed(shard, why);
+	direct_set(g);
+	elog(DEBUG1, "ntask: direct path for shard %d", shard);
+	return NTASK_PATH_DIRECT;
+}
+
+/*
  * NtaskDirectClaimBegin
  *		A claim's start (ntask_claim, its _on form): whether its walk may
  *		take the direct path, shard by shard (NtaskDirectClaimShard); not a
@@ -1254,8 +1290,14 @@ NtaskDirectEnd(void)
  * direct_rewrite
  *		sql with each ntask.<relation> replaced by the group's shard
  *		relation; a function (ntask.<name>( ) is kept.  A relation without
- *		a direct name is a defect of the call's scope: raise.  Skips string
- *		literals and quoted identifiers, as spi_highest_param does.
+ *		a direct name is a defect of the call's scope: raise.  The arbiter
+ *		of an ON CONFLICT ON CONSTRAINT <name> (the enqueue's, of ntask.task)
+ *		becomes the task shard's constraint, <name>_<shardid>: Citus names a
+ *		shard's constraints so (relay_event_utility.c:
+ *		RelayEventExtendConstraintAndIndexNames, AppendShardIdToName), and a
+ *		name it does not know fails the statement's preparation, loudly.
+ *		Skips string literals and quoted identifiers, as spi_highest_param
+ *		does.
  */
 static char *
 direct_rewrite(DirectGroup *g, const NtaskPlan *p)
@@ -1264,6 +1306,7 @@ direct_rewrite(DirectGroup *g, const NtaskPlan *p)
 	const char *c = p->sql;
 	char		quote = '\0';
 	static const char prefix[] = "ntask.";
+	static const char on_constraint[] = "ON CONSTRAINT ";
 
 	initStringInfo(&buf);
 	while (*c != '\0')
@@ -1279,6 +1322,16 @@ direct_rewrite(DirectGroup *g, const NtaskPlan *p)
 		{
 			quote = *c;
 			appendStringInfoChar(&buf, *c++);
+			continue;
+		}
+		if (strncmp(c, on_constraint, sizeof(on_constraint) - 1) == 0 &&
+			(c == p->sql || !(isalnum((unsigned char) c[-1]) || c[-1] == '_')))
+		{
+			appendStringInfoString(&buf, on_constraint);
+			c += sizeof(on_constraint) - 1;
+			while (isalnum((unsigned char) *c) || *c == '_')
+				appendStringInfoChar(&buf, *c++);
+			appendStringInfo(&buf, "_" INT64_FORMAT, g->ids[DIRECT_REL_TASK]);
 			continue;
 		}
 		if (strncmp(c, prefix, sizeof(prefix) - 1) == 0 &&
