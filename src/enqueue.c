@@ -851,16 +851,17 @@ typedef enum EnqManyExistingCol
 	ENQ_MANY_EXISTING_NCOLS = ENQ_MANY_EXISTING_RESULT
 } EnqManyExistingCol;
 
-static NtaskPlan enq_many_existing_plan = {
-	"enqueue many lookup",
-	.ncols = ENQ_MANY_EXISTING_NCOLS,
-	"SELECT t.task_key, t.task_id, t.state, t.payload_digest, t.digest_version, "
-	"  t.outcome, t.result "
-	"FROM ntask.task t "
-	"WHERE t.queue OPERATOR(pg_catalog.=) $1 "
-	"  AND t.task_key OPERATOR(pg_catalog.=) ANY ($2)",
-	ENQ_ARG_KEY + 1, {TEXTOID, TEXTARRAYOID}
-};
+/* a pair, so that it runs on the direct path too (the keys of one shard there) */
+static NtaskPair enq_many_existing_plan = NTASK_PAIR("enqueue many lookup",
+													 NTASK_PLAIN(ENQ_MANY_EXISTING_NCOLS,
+																 "SELECT t.task_key, t.task_id, t.state, t.payload_digest, t.digest_version, "
+																 "  t.outcome, t.result "
+																 "FROM ntask.task t "
+																 "WHERE t.queue OPERATOR(pg_catalog.=) $1 "
+																 "  AND t.task_key OPERATOR(pg_catalog.=) ANY ($2)",
+																 ENQ_ARG_KEY + 1, SPI_OK_SELECT),
+													 NTASK_ROUTED_LIKE_PLAIN,
+													 TEXTOID, TEXTARRAYOID);
 
 /* one distinct key of an ntask_enqueue_many call */
 typedef struct EnqKey
@@ -994,7 +995,7 @@ enq_many_read_existing(text *queue, EnqKey *bykey, int nkeys, Datum *args)
 	int			r;
 
 	NtaskCheckQueueRight(queue, true);
-	nrows = NtaskExecPlan(&enq_many_existing_plan, args, NULL, SPI_OK_SELECT);
+	nrows = NtaskExecPair(&enq_many_existing_plan, args, NULL);
 	tt = SPI_tuptable;
 	for (r = 0; r < nrows; r++)
 	{
@@ -1265,6 +1266,37 @@ enq_many_params(FunctionCallInfo fcinfo, EnqMany *m)
 }
 
 /*
+ * enq_many_path
+ *		The call's path (docs/scaling.md "The enqueue and the release on the
+ *		direct path"): direct when every key is of one shard value, this
+ *		node's, and the call names no parents; else routed.  In SPI, before
+ *		the call's first statement of the task tables.
+ */
+static void
+enq_many_path(FunctionCallInfo fcinfo, EnqMany *m)
+{
+	int16		shard = 0;
+	const char *unless = NULL;
+	int			i;
+
+	if (m->nkeys == 0 || NtaskShardCount() == 0)
+		return;
+	for (i = 0; i < m->nkeys; i++)
+	{
+		int16		s = NtaskShardFor(m->queue, m->bykey[i].partition_null ? m->bykey[i].key :
+									  DatumGetTextPP(m->bykey[i].partition_key));
+
+		if (i == 0)
+			shard = s;
+		else if (s != shard)
+			unless = "keys of several shards";
+	}
+	if (m->has_deps)
+		unless = "the enqueue has parents (depends_on)";
+	(void) NtaskDirectBeginShard(fcinfo, shard, unless);
+}
+
+/*
  * enq_many_insert
  *		Insert the new keys and read the existing ones, in rounds.  A
  *		second round only runs if a task with one of the keys vanished
@@ -1378,11 +1410,13 @@ ntask_enqueue_many(PG_FUNCTION_ARGS)
 
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
+	enq_many_path(fcinfo, &m);
 	enq_many_params(fcinfo, &m);
 	enq_many_insert(&m);
 	if (m.has_deps)
 		enq_many_attach(&m);
 	enq_many_emit((ReturnSetInfo *) fcinfo->resultinfo, &m);
+	NtaskDirectEnd();
 	SPI_finish();
 	return (Datum) 0;
 }

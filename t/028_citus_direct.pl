@@ -721,6 +721,20 @@ sub enq_rel_scenario
 	$run->($wn, "SELECT created, state FROM ntask_enqueue('$eq', '$kc', '{}', depends_on => ARRAY['$kp'])");
 	$run->($wn, "BEGIN; SELECT created, state FROM ntask_enqueue('$eq', '$k5', '{}'); COMMIT;");
 	$run->($wn, "SELECT created, state FROM ntask_enqueue('$eq', '$ko', '{}')");
+	# ntask_enqueue_many: keys of one shard (one repeated), again with one
+	# new key, one with another payload, keys of two shards, delegated _on
+	my $em = "${eq}_m";
+	$q->("SELECT count(*) FROM ntask_queue_set('$em', lease => '10 minutes')");
+	my ($m1, $m2, $m3, $m4, $m5) = map { key_in($em, $shard, 'e') } 1 .. 5;
+	my $mo = key_in($em, $far, 'o');
+	$run->($wn, "SELECT created, state FROM ntask_enqueue_many('$em', ARRAY['$m1', '$m2', '$m1', '$m3'], ARRAY['{}', '{}', '{}', '{\"x\": 1}']::jsonb[])");
+	$run->($wn, "SELECT created, state FROM ntask_enqueue_many('$em', ARRAY['$m2', '$m4'], ARRAY['{}', '{}']::jsonb[], run_at => now() + interval '1 hour', priority => 3)");
+	$run->($wn, "SELECT created FROM ntask_enqueue_many('$em', ARRAY['$m2'], ARRAY['{\"y\": 2}']::jsonb[])");
+	$run->($wn, "SELECT created, state FROM ntask_enqueue_many('$em', ARRAY['$m5', '$mo'], ARRAY['{}', '{}']::jsonb[])");
+	$run->($co, "SELECT created, state FROM ntask_enqueue_many_on(${shard}::smallint, '$em', ARRAY['$m5', 'pm_$setting'], ARRAY['{}', '{}']::jsonb[], partition_keys => ARRAY[NULL, '$m1'])");
+	push @out, $q->(qq{SELECT string_agg(concat_ws('|', state, priority, partition_key IS NOT NULL, run_at > now() + interval '30 minutes',
+			payload, (task_id >> 48) = shard, ((task_id & ((1::bigint << 48) - 1)) >> 40)), ';' ORDER BY task_id)
+		FROM ntask.task WHERE queue = '$em'});
 	# ids: the shard in the high bits, the sequence of the node that drew it
 	push @out, $q->(qq{SELECT string_agg(concat_ws('|', (task_id >> 48) = shard,
 			((task_id & ((1::bigint << 48) - 1)) >> 40)), ';' ORDER BY task_id)
@@ -768,8 +782,8 @@ sub enq_rel_scenario
 	my ($direct, $dp) = enq_rel_scenario('on');
 	is($direct, $routed, 'enqueue and release: the direct and the routed path give the same answers and rows');
 	note("enqueue and release answers:\n$direct");
-	like($direct, qr/^t\|ready\|t\nf\|ready\|t\nERROR: .*with a different payload\nt\|\w+\nt\|ready\nt\|ready\nt\|ready\nf\|ready\nERROR: .*no_such_q.*\nt\|ready\nt\|waiting\nt\|ready\nt\|ready\n/,
-		'enqueue: fresh, duplicate, another payload, run_at, partition key, _on, delegated twice, unknown queue, parents, in a block');
+	like($direct, qr/^t\|ready\|t\nf\|ready\|t\nERROR: .*with a different payload\nt\|\w+\nt\|ready\nt\|ready\nt\|ready\nf\|ready\nERROR: .*no_such_q.*\nt\|ready\nt\|waiting\nt\|ready\nt\|ready\nt\|ready\nt\|ready\nf\|ready\nt\|ready\nf\|ready\nt\|ready\nERROR: .*with a different payload\nt\|ready\nt\|ready\nf\|ready\nt\|ready\n/,
+		'enqueue: fresh, duplicate, another payload, run_at, partition key, _on, delegated twice, unknown queue, parents, in a block; enqueue_many');
 	like($direct, qr/\napplied\nduplicate\napplied\napplied\napplied\napplied\nconflict\nERROR: .*was never issued.*\napplied\nduplicate\nf\|succeeded\|\w+\|\{"r": 4\}\n/,
 		'release: applied, duplicate, delayed, invoked, after a transition, a token never issued, _on, delegated; a duplicate enqueue of the finished task');
 	my (undef, $wn) = placement($shard);
@@ -782,6 +796,9 @@ sub enq_rel_scenario
 		'routed path for shard: the enqueue has parents (depends_on)',
 		'routed path for shard: in a transaction block',
 		"routed path for shard: the shard's placement is not on this node",
+		('direct path for shard') x 3,	# enqueue_many of one shard's keys
+		'routed path for shard: keys of several shards',
+		'direct path for shard',	# enqueue_many_on, delegated
 		('direct path for shard') x 10,	# the releases (and an invoked, a transition)
 		'direct path for shard');	# the duplicate of the finished task
 	# the delegated calls' lines: Citus' backend on the worker node logs them
