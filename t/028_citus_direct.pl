@@ -833,6 +833,24 @@ sub enq_rel_scenario
 	$waiter->disconnect;
 	is($got, $id, 'wake-up: the waiting claim on that node got the task');
 	ok(time - $t0 < 45, 'wake-up: before its wait ended');
+
+	# a queue with notify: a listener on that node gets NOTIFY ntask_<queue>
+	# at the commit of a direct enqueue
+	$q->("SELECT count(*) FROM ntask_queue_set('en', notify => true)");
+	my $kn2 = key_in('en', $shard, 'w');
+	my $listener = connect_to($wn);
+	$listener->do('LISTEN ntask_en');
+	$off = -s $wn->logfile;
+	$wn->safe_psql('postgres', "SELECT task_id FROM ntask_enqueue('en', '$kn2', '{}')");
+	is(join(',', paths($wn, $off)), "direct path for shard $shard", 'notify: the enqueue ran directly');
+	my $note;
+	wait_for('the notification', sub {
+		$listener->do('SELECT 1');
+		$note = $listener->pg_notifies;
+		return defined $note;
+	}, 60);
+	is($note->[0], 'ntask_en', 'notify: the listener on that node got NOTIFY ntask_en');
+	$listener->disconnect;
 }
 
 # the enqueue and the release racing a move (both transfer modes), as
