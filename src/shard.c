@@ -741,6 +741,33 @@ direct_group_free_plans(DirectGroup *g)
 }
 
 /*
+ * The generation at which each shard value (by its index in shard_values)
+ * was last found on another node (0: never), for direct_enter: a backend
+ * on the coordinator, or on a worker node for the other node's shards,
+ * then runs routed without the interlock's statements until a placement
+ * changes.  Apart from the groups: a producer on the coordinator that
+ * cycles through more shard values than ntask.citus_direct_groups would
+ * otherwise resolve and lock a shard again at most of its calls.
+ */
+static uint64 *direct_remote = NULL;
+
+static uint64 *
+direct_remote_of(int16 shard)
+{
+	static uint64 none = 0;
+	int			i;
+
+	if (direct_remote == NULL)
+		direct_remote = MemoryContextAllocZero(TopMemoryContext,
+											   sizeof(uint64) * Max(shard_n, 1));
+	for (i = 0; i < shard_n; i++)
+		if (shard_values[i] == shard)
+			return &direct_remote[i];
+	none = 0;					/* not a shard value: never remote */
+	return &none;
+}
+
+/*
  * direct_group: the group of shard, made (or the least recently used one
  * reused, past ntask.citus_direct_groups) on first use
  */
@@ -819,7 +846,11 @@ direct_group_check(DirectGroup *g, int64 locked_id)
 	}
 	SPI_freetuptable(tt);
 	if (why != NULL)
-		g->remote = generation;
+	{
+		/* no statements here: its slot is the first one reused */
+		g->remote = *direct_remote_of(g->shard) = generation;
+		g->last_use = 0;
+	}
 	else if (g->ids[DIRECT_REL_TASK] != locked_id)
 		why = "the shard value has a new shard (a split)";
 	else
@@ -1003,15 +1034,16 @@ direct_enter(int16 shard, uint64 serial, DirectGroup **gp)
 	const char *why;
 
 	shard_watch_placements();	/* the invalidation callback */
-	g = direct_group(shard);
 
 	/*
 	 * Found on another node, and no placement changed since: routed without
 	 * the lock (a call on the coordinator, on the other worker nodes).  A
 	 * move here that this backend has not heard of yet is safe to miss.
+	 * Kept apart from the groups, so that it outlives their bound.
 	 */
-	if (g->remote == shard_inval_generation)
+	if (*direct_remote_of(shard) == shard_inval_generation)
 		return "the shard's placement is not on this node";
+	g = direct_group(shard);
 	/* locked by this claim already: a move of the group cannot have ended */
 	if (serial != 0 && g->locked == serial)
 	{
