@@ -23,9 +23,13 @@
 # node through the _on forms with ntask.citus_direct off (r, routed) and
 # on (d, direct), and from the coordinator, delegated (r1, d1): the
 # transition (tr), the heartbeat (hb), the claim of 1 (cl), the drain
-# (dr: claim 1 + transition to succeeded, per task) and
-# ntask_transition_and_claim of 1 (tac, per task); BENCH_CALLS and
-# BENCH_CALL_SYSTEMS choose which.
+# (dr: claim 1 + transition to succeeded, per task),
+# ntask_transition_and_claim of 1 (tac, per task), the enqueue of a fresh
+# key (enq: ntask_enqueue, ntask_enqueue_on on the Citus systems, into
+# queue e, partition key 'p') and the release of a leased task (rel:
+# ntask_release, ntask_release_on, with a delay of a day so that the
+# released tasks are not claimed again by the later calls); BENCH_CALLS
+# (default "tr hb cl dr tac") and BENCH_CALL_SYSTEMS choose which.
 #
 # (BENCH_SYSTEMS="a b" runs only those; a is always needed) and the CPU
 # of each node per task (every process of the node: the
@@ -101,15 +105,19 @@ log_min_messages = warning
 });
 $plain->start;
 $plain->safe_psql('postgres', q{CREATE EXTENSION ntask;
-	SELECT count(*) FROM ntask_queue_set('b');});
+	SELECT count(*) FROM ntask_queue_set('b');
+	SELECT count(*) FROM ntask_queue_set('e');});
 
 my $c = NtaskCitus::start('direct', workers => 1);
 my $co = $c->{coord};
 my $w = $c->{workers}[0];
 $co->safe_psql('postgres', q{CREATE EXTENSION ntask;
 	SELECT count(*) FROM ntask_distribute(4);
-	SELECT count(*) FROM ntask_queue_set('b');});
+	SELECT count(*) FROM ntask_queue_set('b');
+	SELECT count(*) FROM ntask_queue_set('e');});
 my $S = $co->safe_psql('postgres', q{SELECT ntask_shard('b', 'p')});
+# the enqueue's shard (queue e, partition key 'p')
+my $SE = $co->safe_psql('postgres', q{SELECT ntask_shard('e', 'p')});
 my %sid;
 for my $t (qw(task attempt receipt))
 {
@@ -350,7 +358,16 @@ if ($parts{calls})
 		  . "SELECT result FROM ntask_transition_on(${S}::smallint, :id, :tok, 'succeeded') \\gset\n",
 		# the worker's loop in one call: finish the task held, claim the next
 		tac => "SELECT task_id AS id, token AS tok FROM ntask_transition_and_claim(:id, :tok, 'succeeded', 'b', 'w', 1) \\gset\n",
-		tac_on => "SELECT task_id AS id, token AS tok FROM ntask_transition_and_claim_on(${S}::smallint, :id, :tok, 'succeeded', 'b', 'w', 1) \\gset\n");
+		tac_on => "SELECT task_id AS id, token AS tok FROM ntask_transition_and_claim_on(${S}::smallint, :id, :tok, 'succeeded', 'b', 'w', 1) \\gset\n",
+		# the enqueue of a fresh key (random of 10^12: 5000 keys collide
+		# with a chance of about 10^-5), the call alone in its statement
+		enq => "\\set k random(1, 1000000000000)\n"
+		  . "SELECT task_id FROM ntask_enqueue('e', :k, '{}', partition_key => 'p');\n",
+		enq_on => "\\set k random(1, 1000000000000)\n"
+		  . "SELECT task_id FROM ntask_enqueue_on(${SE}::smallint, 'e', :k, '{}', partition_key => 'p');\n",
+		# the release of a fresh leased task
+		rel => $pick . "SELECT ntask_release(:id, :tok, delay => '1 day') AS r \\gset\n",
+		rel_on => $pick . "SELECT ntask_release_on(${S}::smallint, :id, :tok, delay => '1 day') AS r \\gset\n");
 	for my $k (keys %cs)
 	{
 		open my $f, '>', "$dir/$k.sql" or die;
@@ -371,7 +388,8 @@ if ($parts{calls})
 	my @calls = split ' ', ($ENV{BENCH_CALLS} // 'tr hb cl dr tac');
 	my %cname = (tr => 'ntask_transition', hb => 'ntask_heartbeat', cl => 'ntask_claim of 1',
 		dr => 'drain: claim 1 + transition (per task)',
-		tac => 'ntask_transition_and_claim of 1 (per task)');
+		tac => 'ntask_transition_and_claim of 1 (per task)',
+		enq => 'ntask_enqueue of a fresh key', rel => 'ntask_release of a leased task');
 	my %cres;
 	for my $round (1 .. $ROUNDS)
 	{
@@ -386,6 +404,10 @@ if ($parts{calls})
 				if ($call eq 'cl' || $call eq 'dr' || $call eq 'tac')
 				{
 					load($owner, $owner != $plain);
+				}
+				elsif ($call eq 'enq')
+				{
+					# nothing to prepare: each call makes its task
 				}
 				else
 				{
@@ -431,6 +453,9 @@ if ($parts{calls})
 		"SELECT state || ' ' || count(*) FROM $T GROUP BY state ORDER BY 1"));
 	diag("worker: ledger rows " . $w->safe_psql('postgres', "SELECT count(*) FROM $A")
 	  . ", tasks with attempts " . $w->safe_psql('postgres', "SELECT count(*) FROM $T WHERE attempts > 0"));
+	diag("tasks of queue e (enq): plain " . $plain->safe_psql('postgres', "SELECT count(*) FROM ntask.task WHERE queue = 'e'")
+	  . ", Citus " . $co->safe_psql('postgres', "SELECT count(*) FROM ntask.task WHERE queue = 'e'"))
+	  if grep { $_ eq 'enq' } @calls;
 	for my $call (@calls)
 	{
 		diag(sprintf("summary %s, means of %d rounds of %d calls, one client:",

@@ -337,19 +337,20 @@ enq_insert_values(Datum *values, char *nulls)
 	return true;
 }
 
-static NtaskPlan enq_existing_plan = {
-	"enqueue lookup",
-	.ncols = ENQ_EXISTING_NCOLS,
-	"SELECT t.task_id, t.state, t.payload_digest, t.digest_version, "
-	"  t.outcome, t.result "
-	"FROM ntask.task t "
-	"WHERE t.queue OPERATOR(pg_catalog.=) $1 "
-	"  AND t.task_key OPERATOR(pg_catalog.=) $2 "
-	"  AND t.shard OPERATOR(pg_catalog.=) $10",
-	/* up to $10, the shard: the lookup takes no traceparent */
-	ENQ_ARG_SHARD + 1, {TEXTOID, TEXTOID, JSONBOID, BYTEAOID, INT2OID, TEXTOID, INT4OID,
-	TIMESTAMPTZOID, OIDOID, INT2OID}
-};
+/* the existing task of the key: a pair, so that it runs on the direct path too */
+static NtaskPair enq_existing_plan = NTASK_PAIR("enqueue lookup",
+												NTASK_PLAIN(ENQ_EXISTING_NCOLS,
+															"SELECT t.task_id, t.state, t.payload_digest, t.digest_version, "
+															"  t.outcome, t.result "
+															"FROM ntask.task t "
+															"WHERE t.queue OPERATOR(pg_catalog.=) $1 "
+															"  AND t.task_key OPERATOR(pg_catalog.=) $2 "
+															"  AND t.shard OPERATOR(pg_catalog.=) $10",
+/* up to $10, the shard: the lookup takes no traceparent */
+															ENQ_ARG_SHARD + 1, SPI_OK_SELECT),
+												NTASK_ROUTED_LIKE_PLAIN,
+												TEXTOID, TEXTOID, JSONBOID, BYTEAOID, INT2OID, TEXTOID, INT4OID,
+												TIMESTAMPTZOID, OIDOID, INT2OID);
 
 /*
  * enq_traceparent
@@ -617,6 +618,16 @@ ntask_enqueue(PG_FUNCTION_ARGS)
 	/* the shard: of the partition key, or of the task key without one */
 	values[ENQ_ARG_SHARD] = Int16GetDatum(NtaskShardFor(queue, PG_ARGISNULL(4) ? key :
 														PG_GETARG_TEXT_PP(4)));
+
+	/*
+	 * On a Citus install, the direct path (docs/scaling.md "The enqueue and
+	 * the release on the direct path") when the shard is this node's: the
+	 * insert, the lookup and the queue's read on the shard relations.  With
+	 * parents it runs routed: it reads them and writes ntask.task_dep, which
+	 * the direct path does not name.
+	 */
+	(void) NtaskDirectBeginShard(fcinfo, DatumGetInt16(values[ENQ_ARG_SHARD]),
+								 has_deps ? "the enqueue has parents (depends_on)" : NULL);
 	if (has_deps)
 	{
 		NtaskCheckQueueRight(queue, true);
@@ -653,7 +664,7 @@ ntask_enqueue(PG_FUNCTION_ARGS)
 		}
 		/* nothing inserted: no queue, no right, or the key exists */
 		NtaskCheckQueueRight(queue, true);
-		if (NtaskExecPlan(&enq_existing_plan, values, nulls, SPI_OK_SELECT) == 1)
+		if (NtaskExecPair(&enq_existing_plan, values, nulls) == 1)
 		{
 			bool		isnull;
 
@@ -681,6 +692,7 @@ ntask_enqueue(PG_FUNCTION_ARGS)
 	}
 
 	enq_put(rsinfo, out, outnulls);
+	NtaskDirectEnd();
 	SPI_finish();
 	return (Datum) 0;
 }
@@ -839,16 +851,17 @@ typedef enum EnqManyExistingCol
 	ENQ_MANY_EXISTING_NCOLS = ENQ_MANY_EXISTING_RESULT
 } EnqManyExistingCol;
 
-static NtaskPlan enq_many_existing_plan = {
-	"enqueue many lookup",
-	.ncols = ENQ_MANY_EXISTING_NCOLS,
-	"SELECT t.task_key, t.task_id, t.state, t.payload_digest, t.digest_version, "
-	"  t.outcome, t.result "
-	"FROM ntask.task t "
-	"WHERE t.queue OPERATOR(pg_catalog.=) $1 "
-	"  AND t.task_key OPERATOR(pg_catalog.=) ANY ($2)",
-	ENQ_ARG_KEY + 1, {TEXTOID, TEXTARRAYOID}
-};
+/* a pair, so that it runs on the direct path too (the keys of one shard there) */
+static NtaskPair enq_many_existing_plan = NTASK_PAIR("enqueue many lookup",
+													 NTASK_PLAIN(ENQ_MANY_EXISTING_NCOLS,
+																 "SELECT t.task_key, t.task_id, t.state, t.payload_digest, t.digest_version, "
+																 "  t.outcome, t.result "
+																 "FROM ntask.task t "
+																 "WHERE t.queue OPERATOR(pg_catalog.=) $1 "
+																 "  AND t.task_key OPERATOR(pg_catalog.=) ANY ($2)",
+																 ENQ_ARG_KEY + 1, SPI_OK_SELECT),
+													 NTASK_ROUTED_LIKE_PLAIN,
+													 TEXTOID, TEXTARRAYOID);
 
 /* one distinct key of an ntask_enqueue_many call */
 typedef struct EnqKey
@@ -982,7 +995,7 @@ enq_many_read_existing(text *queue, EnqKey *bykey, int nkeys, Datum *args)
 	int			r;
 
 	NtaskCheckQueueRight(queue, true);
-	nrows = NtaskExecPlan(&enq_many_existing_plan, args, NULL, SPI_OK_SELECT);
+	nrows = NtaskExecPair(&enq_many_existing_plan, args, NULL);
 	tt = SPI_tuptable;
 	for (r = 0; r < nrows; r++)
 	{
@@ -1253,6 +1266,37 @@ enq_many_params(FunctionCallInfo fcinfo, EnqMany *m)
 }
 
 /*
+ * enq_many_path
+ *		The call's path (docs/scaling.md "The enqueue and the release on the
+ *		direct path"): direct when every key is of one shard value, this
+ *		node's, and the call names no parents; else routed.  In SPI, before
+ *		the call's first statement of the task tables.
+ */
+static void
+enq_many_path(FunctionCallInfo fcinfo, EnqMany *m)
+{
+	int16		shard = 0;
+	const char *unless = NULL;
+	int			i;
+
+	if (m->nkeys == 0 || NtaskShardCount() == 0)
+		return;
+	for (i = 0; i < m->nkeys; i++)
+	{
+		int16		s = NtaskShardFor(m->queue, m->bykey[i].partition_null ? m->bykey[i].key :
+									  DatumGetTextPP(m->bykey[i].partition_key));
+
+		if (i == 0)
+			shard = s;
+		else if (s != shard)
+			unless = "keys of several shards";
+	}
+	if (m->has_deps)
+		unless = "the enqueue has parents (depends_on)";
+	(void) NtaskDirectBeginShard(fcinfo, shard, unless);
+}
+
+/*
  * enq_many_insert
  *		Insert the new keys and read the existing ones, in rounds.  A
  *		second round only runs if a task with one of the keys vanished
@@ -1366,11 +1410,13 @@ ntask_enqueue_many(PG_FUNCTION_ARGS)
 
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
+	enq_many_path(fcinfo, &m);
 	enq_many_params(fcinfo, &m);
 	enq_many_insert(&m);
 	if (m.has_deps)
 		enq_many_attach(&m);
 	enq_many_emit((ReturnSetInfo *) fcinfo->resultinfo, &m);
+	NtaskDirectEnd();
 	SPI_finish();
 	return (Datum) 0;
 }

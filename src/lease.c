@@ -483,9 +483,9 @@ typedef enum LeaseRequestedCol
 	LEASE_REQUESTED_NCOLS = LEASE_REQUESTED_REQUESTED
 } LeaseRequestedCol;
 
-static NtaskPlan lease_requested_plan = {
-	"release attempt lookup",
-	.ncols = LEASE_REQUESTED_NCOLS,
+/* a pair, so that it runs on the direct path too */
+static NtaskPair lease_requested_plan = NTASK_PAIR("release attempt lookup",
+	NTASK_PLAIN(LEASE_REQUESTED_NCOLS,
 	"SELECT a.requested FROM ntask.attempt a "
 	"WHERE a.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("a", "$1")
 	"  AND a.token OPERATOR(pg_catalog.=) $2 "
@@ -494,8 +494,9 @@ static NtaskPlan lease_requested_plan = {
 	"SELECT t.state FROM ntask.task t "
 	"WHERE t.task_id OPERATOR(pg_catalog.=) $1 " NTASK_SHARD_OF("t", "$1")
 	"  AND t.token OPERATOR(pg_catalog.=) $2 AND t.attempt_worker IS NOT NULL",
-	LEASE_RELEASE_ARG_DELAY, {INT8OID, INT8OID}
-};
+	LEASE_RELEASE_ARG_DELAY, SPI_OK_SELECT),
+	NTASK_ROUTED_LIKE_PLAIN,
+	INT8OID, INT8OID);
 
 /*
  * ntask_release(task_id, token, delay interval DEFAULT NULL) RETURNS text
@@ -541,6 +542,7 @@ ntask_release(PG_FUNCTION_ARGS)
 	values[LEASE_RELEASE_ARG_CALLER] = ObjectIdGetDatum(NtaskCaller());
 
 	SPI_connect();
+	(void) NtaskDirectBegin(fcinfo, &task_id, 1);
 	applied = NtaskExecPair(&lease_release, values, NULL) == 1;
 	row = SPI_tuptable;
 	if (applied)
@@ -560,7 +562,7 @@ ntask_release(PG_FUNCTION_ARGS)
 	else
 	{
 		lease_check_token(task_id, token);
-		if (NtaskExecPlan(&lease_requested_plan, values, NULL, SPI_OK_SELECT) == 1 &&
+		if (NtaskExecPair(&lease_requested_plan, values, NULL) == 1 &&
 			NtaskTupGetText(SPI_tuptable, 0, LEASE_REQUESTED_REQUESTED) != NULL)
 			result = strcmp(NtaskTupGetCString(SPI_tuptable, 0, LEASE_REQUESTED_REQUESTED),
 							"released") == 0 ?

@@ -710,8 +710,8 @@ NtaskShardDefineSettings(void)
 {
 	DefineCustomBoolVariable("ntask.citus_direct",
 							 "Run a call on its shard's node on the local shard relations.",
-							 "On a Citus install, a transition, heartbeat, invoked or claim "
-							 "call made on (or delegated to) the node of its task's shard, outside "
+							 "On a Citus install, a transition, heartbeat, invoked, claim, "
+							 "enqueue or release call made on (or delegated to) the node of its task's shard, outside "
 							 "a transaction block, runs its statements on the shard relations, "
 							 "planned once per backend; off: every call is routed by Citus.",
 							 &ntask_citus_direct, true, PGC_SUSET, 0, NULL, NULL, NULL);
@@ -738,6 +738,33 @@ direct_group_free_plans(DirectGroup *g)
 	g->stmts = NULL;
 	g->maxstmts = 0;
 	memset(g->names, 0, sizeof(g->names));
+}
+
+/*
+ * The generation at which each shard value (by its index in shard_values)
+ * was last found on another node (0: never), for direct_enter: a backend
+ * on the coordinator, or on a worker node for the other node's shards,
+ * then runs routed without the interlock's statements until a placement
+ * changes.  Apart from the groups: a producer on the coordinator that
+ * cycles through more shard values than ntask.citus_direct_groups would
+ * otherwise resolve and lock a shard again at most of its calls.
+ */
+static uint64 *direct_remote = NULL;
+
+static uint64 *
+direct_remote_of(int16 shard)
+{
+	static uint64 none = 0;
+	int			i;
+
+	if (direct_remote == NULL)
+		direct_remote = MemoryContextAllocZero(TopMemoryContext,
+											   sizeof(uint64) * Max(shard_n, 1));
+	for (i = 0; i < shard_n; i++)
+		if (shard_values[i] == shard)
+			return &direct_remote[i];
+	none = 0;					/* not a shard value: never remote */
+	return &none;
 }
 
 /*
@@ -819,7 +846,11 @@ direct_group_check(DirectGroup *g, int64 locked_id)
 	}
 	SPI_freetuptable(tt);
 	if (why != NULL)
-		g->remote = generation;
+	{
+		/* no statements here: its slot is the first one reused */
+		g->remote = *direct_remote_of(g->shard) = generation;
+		g->last_use = 0;
+	}
 	else if (g->ids[DIRECT_REL_TASK] != locked_id)
 		why = "the shard value has a new shard (a split)";
 	else
@@ -1020,15 +1051,16 @@ direct_enter(int16 shard, uint64 serial, DirectGroup **gp)
 	const char *why;
 
 	shard_watch_placements();	/* the invalidation callback */
-	g = direct_group(shard);
 
 	/*
 	 * Found on another node, and no placement changed since: routed without
 	 * the lock (a call on the coordinator, on the other worker nodes).  A
 	 * move here that this backend has not heard of yet is safe to miss.
+	 * Kept apart from the groups, so that it outlives their bound.
 	 */
-	if (g->remote == shard_inval_generation)
+	if (*direct_remote_of(shard) == shard_inval_generation)
 		return "the shard's placement is not on this node";
+	g = direct_group(shard);
 	/* locked by this claim already: a move of the group cannot have ended */
 	if (serial != 0 && g->locked == serial)
 	{
@@ -1101,6 +1133,42 @@ NtaskDirectBegin(FunctionCallInfo fcinfo, const int64 *task_ids, int n)
 	for (i = 1; i < n; i++)
 		if (NTASK_ID_SHARD(task_ids[i]) != shard)
 			return direct_routed(shard, "tasks of several shards");
+	if (!NtaskIsShardValue(shard))
+		return direct_routed(shard, "not a shard value");
+	if (!direct_whole_statement(fcinfo))
+		return direct_routed(shard, "not the whole statement");
+	if ((why = direct_enter(shard, 0, &g)) != NULL)
+		return direct_routed(shard, why);
+	direct_set(g);
+	elog(DEBUG1, "ntask: direct path for shard %d", shard);
+	return NTASK_PATH_DIRECT;
+}
+
+/*
+ * NtaskDirectBeginShard
+ *		NtaskDirectBegin for a call named by its shard value, not by task
+ *		ids (an enqueue: the shard of its queue and key), or, when unless
+ *		says why the call cannot take the direct path (an enqueue with
+ *		parents: its task_dep rows and the parents' reads stay routed), the
+ *		routed path with that reason.  In SPI, before the call's first
+ *		statement.
+ */
+NtaskPath
+NtaskDirectBeginShard(FunctionCallInfo fcinfo, int16 shard, const char *unless)
+{
+	DirectGroup *g = NULL;
+	const char *why;
+	bool		quiet;
+
+	direct_claim_reset();
+	direct_set(NULL);
+	why = direct_call_why(fcinfo, &quiet);
+	if (NtaskShardCount() == 0)
+		return NTASK_PATH_PLAIN;
+	if (why != NULL)
+		return quiet ? NTASK_PATH_ROUTED : direct_routed(shard, why);
+	if (unless != NULL)
+		return direct_routed(shard, unless);
 	if (!NtaskIsShardValue(shard))
 		return direct_routed(shard, "not a shard value");
 	if (!direct_whole_statement(fcinfo))
@@ -1271,8 +1339,14 @@ NtaskDirectEnd(void)
  * direct_rewrite
  *		sql with each ntask.<relation> replaced by the group's shard
  *		relation; a function (ntask.<name>( ) is kept.  A relation without
- *		a direct name is a defect of the call's scope: raise.  Skips string
- *		literals and quoted identifiers, as spi_highest_param does.
+ *		a direct name is a defect of the call's scope: raise.  The arbiter
+ *		of an ON CONFLICT ON CONSTRAINT <name> (the enqueue's, of ntask.task)
+ *		becomes the task shard's constraint, <name>_<shardid>: Citus names a
+ *		shard's constraints so (relay_event_utility.c:
+ *		RelayEventExtendConstraintAndIndexNames, AppendShardIdToName), and a
+ *		name it does not know fails the statement's preparation, loudly.
+ *		Skips string literals and quoted identifiers, as spi_highest_param
+ *		does.
  */
 static char *
 direct_rewrite(DirectGroup *g, const NtaskPlan *p)
@@ -1281,6 +1355,7 @@ direct_rewrite(DirectGroup *g, const NtaskPlan *p)
 	const char *c = p->sql;
 	char		quote = '\0';
 	static const char prefix[] = "ntask.";
+	static const char on_constraint[] = "ON CONSTRAINT ";
 
 	initStringInfo(&buf);
 	while (*c != '\0')
@@ -1296,6 +1371,16 @@ direct_rewrite(DirectGroup *g, const NtaskPlan *p)
 		{
 			quote = *c;
 			appendStringInfoChar(&buf, *c++);
+			continue;
+		}
+		if (strncmp(c, on_constraint, sizeof(on_constraint) - 1) == 0 &&
+			(c == p->sql || !(isalnum((unsigned char) c[-1]) || c[-1] == '_')))
+		{
+			appendStringInfoString(&buf, on_constraint);
+			c += sizeof(on_constraint) - 1;
+			while (isalnum((unsigned char) *c) || *c == '_')
+				appendStringInfoChar(&buf, *c++);
+			appendStringInfo(&buf, "_" INT64_FORMAT, g->ids[DIRECT_REL_TASK]);
 			continue;
 		}
 		if (strncmp(c, prefix, sizeof(prefix) - 1) == 0 &&

@@ -101,6 +101,8 @@ extern bool ntask_citus_direct;
 extern int	ntask_citus_direct_groups;
 extern void NtaskShardDefineSettings(void);
 extern NtaskPath NtaskDirectBegin(FunctionCallInfo fcinfo, const int64 *task_ids, int n);
+extern NtaskPath NtaskDirectBeginShard(FunctionCallInfo fcinfo, int16 shard,
+									   const char *unless);
 extern void NtaskDirectEnd(void);
 
 /*

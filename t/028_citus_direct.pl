@@ -702,5 +702,332 @@ for my $mode ('block_writes', 'force_logical')
 		'1', 'in the new shard relation');
 }
 
+# ---------------------------------------------------------------------
+# Part 3: the enqueue and the release on the direct path (docs/scaling.md
+# "The enqueue and the release on the direct path")
+# ---------------------------------------------------------------------
+
+# runs enqueues and releases on the worker node of $shard (and delegated
+# from the coordinator) with ntask.citus_direct = $setting; returns their
+# answers and the rows they left, without ids, keys, tokens and times, and
+# the path lines of each statement
+sub enq_rel_scenario
+{
+	my ($setting) = @_;
+	my (undef, $wn) = placement($shard);
+	$wn->safe_psql('postgres', "ALTER SYSTEM SET ntask.citus_direct = $setting; SELECT pg_reload_conf()");
+	wait_for('the setting', sub { $wn->safe_psql('postgres', 'SHOW ntask.citus_direct') eq $setting });
+	my $eq = "eq_$setting";
+	$q->("SELECT count(*) FROM ntask_queue_set('$eq', lease => '10 minutes', max_attempts => 4)");
+	my (@out, @paths);
+	my $run = sub {
+		my ($node, $sql) = @_;
+		my $off = -s $wn->logfile;
+		my ($rc, $stdout, $stderr) = $node->psql('postgres', $sql);
+		# an error without the names and numbers that differ between the runs
+		push @out, $rc == 0 ? $stdout : ((($stderr =~ /(ERROR: .*)/)[0] // $stderr)
+		  =~ s/$eq/eq/gr =~ s/"[eo]\d+"/"key"/gr =~ s/\d+ was never issued for task \d+/was never issued/r);
+		push @paths, path_summary(paths($wn, $off));
+		return $stdout;
+	};
+	my ($k1, $k2, $k3, $k4, $k5, $kp, $kc) = map { key_in($eq, $shard, 'e') } 1 .. 7;
+	my $pk = key_in($eq, $shard, 'p');
+	# a key of a shard value on the other worker node
+	my $wn_port = $wn->port;
+	my $far = $q->(qq{SELECT min(m.shard) FROM ntask.shard_map m WHERE (SELECT nodeport FROM pg_dist_shard_placement
+		WHERE shardid = get_shard_id_for_distribution_column('ntask.task', m.shard)) <> $wn_port});
+	my $ko = key_in($eq, $far, 'o');
+	# a fresh key, the same key and payload again, the key with another payload
+	my $i1 = (split /\|/, $run->($wn, "SELECT task_id, created, state, outcome IS NULL FROM ntask_enqueue('$eq', '$k1', '{\"a\": 1}')"))[0];
+	$out[-1] =~ s/^\d+\|//;
+	$run->($wn, "SELECT created, state, task_id = $i1 FROM ntask_enqueue('$eq', '$k1', '{\"a\": 1}')");
+	$run->($wn, "SELECT created FROM ntask_enqueue('$eq', '$k1', '{\"a\": 2}')");
+	# run_at in the future, a priority, a traceparent
+	$run->($wn, "SELECT created, state FROM ntask_enqueue('$eq', '$k2', '{}', run_at => now() + interval '1 hour', priority => 5, traceparent => '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01')");
+	# a partition key (the shard is the partition key's)
+	$run->($wn, "SELECT created, state FROM ntask_enqueue('$eq', 'pk_$setting', '{\"b\": 1}', partition_key => '$pk')");
+	# the _on form on the worker node, and delegated from the coordinator
+	$run->($wn, "SELECT created, state FROM ntask_enqueue_on(${shard}::smallint, '$eq', '$k3', '{}')");
+	$run->($co, "SELECT created, state FROM ntask_enqueue_on(${shard}::smallint, '$eq', '$k4', '{}')");
+	$run->($co, "SELECT created, state FROM ntask_enqueue_on(${shard}::smallint, '$eq', '$k4', '{}')");
+	# an unknown queue (a key of it in the shard)
+	my $kx = key_in('no_such_q', $shard, 'x');
+	$run->($wn, "SELECT created FROM ntask_enqueue('no_such_q', '$kx', '{}')");
+	# routed: with parents, in a block, a key of another node's shard
+	$run->($wn, "SELECT created, state FROM ntask_enqueue('$eq', '$kp', '{}')");
+	$run->($wn, "SELECT created, state FROM ntask_enqueue('$eq', '$kc', '{}', depends_on => ARRAY['$kp'])");
+	$run->($wn, "BEGIN; SELECT created, state FROM ntask_enqueue('$eq', '$k5', '{}'); COMMIT;");
+	$run->($wn, "SELECT created, state FROM ntask_enqueue('$eq', '$ko', '{}')");
+	# ntask_enqueue_many: keys of one shard (one repeated), again with one
+	# new key, one with another payload, keys of two shards, delegated _on
+	my $em = "${eq}_m";
+	$q->("SELECT count(*) FROM ntask_queue_set('$em', lease => '10 minutes')");
+	my ($m1, $m2, $m3, $m4, $m5) = map { key_in($em, $shard, 'e') } 1 .. 5;
+	my $mo = key_in($em, $far, 'o');
+	$run->($wn, "SELECT created, state FROM ntask_enqueue_many('$em', ARRAY['$m1', '$m2', '$m1', '$m3'], ARRAY['{}', '{}', '{}', '{\"x\": 1}']::jsonb[])");
+	$run->($wn, "SELECT created, state FROM ntask_enqueue_many('$em', ARRAY['$m2', '$m4'], ARRAY['{}', '{}']::jsonb[], run_at => now() + interval '1 hour', priority => 3)");
+	$run->($wn, "SELECT created FROM ntask_enqueue_many('$em', ARRAY['$m2'], ARRAY['{\"y\": 2}']::jsonb[])");
+	$run->($wn, "SELECT created, state FROM ntask_enqueue_many('$em', ARRAY['$m5', '$mo'], ARRAY['{}', '{}']::jsonb[])");
+	$run->($co, "SELECT created, state FROM ntask_enqueue_many_on(${shard}::smallint, '$em', ARRAY['$m5', 'pm_$setting'], ARRAY['{}', '{}']::jsonb[], partition_keys => ARRAY[NULL, '$m1'])");
+	push @out, $q->(qq{SELECT string_agg(concat_ws('|', state, priority, partition_key IS NOT NULL, run_at > now() + interval '30 minutes',
+			payload, (task_id >> 48) = shard, ((task_id & ((1::bigint << 48) - 1)) >> 40)), ';' ORDER BY task_id)
+		FROM ntask.task WHERE queue = '$em'});
+	# ids: the shard in the high bits, the sequence of the node that drew it
+	push @out, $q->(qq{SELECT string_agg(concat_ws('|', (task_id >> 48) = shard,
+			((task_id & ((1::bigint << 48) - 1)) >> 40)), ';' ORDER BY task_id)
+		FROM ntask.task WHERE queue = '$eq' AND task_key IN ('$k1', '$k3', '$k4')});
+
+	# the release: claim five of them (routed, through the coordinator)
+	my %tok;
+	wait_for('the claims', sub {
+		for my $r (split /\n/, $q->("SELECT task_id || ':' || token FROM ntask_claim_on(${shard}::smallint, '$eq', 'w', 10)"))
+		{
+			my ($i, $t) = split /:/, $r;
+			$tok{$i} = $t;
+		}
+		return scalar(keys %tok) >= 5;
+	}, 60);
+	my @r = sort { $a <=> $b } keys %tok;
+	my ($r1, $r2, $r3, $r4, $r5) = @r;
+	$run->($wn, "SELECT ntask_release($r1, $tok{$r1})");
+	$run->($wn, "SELECT ntask_release($r1, $tok{$r1})");
+	$run->($wn, "SELECT ntask_release($r2, $tok{$r2}, delay => '1 hour')");
+	$run->($wn, "SELECT ntask_invoked($r3, $tok{$r3})");
+	$run->($wn, "SELECT ntask_release($r3, $tok{$r3})");
+	$run->($wn, "SELECT result FROM ntask_transition($r4, $tok{$r4}, 'succeeded', result => '{\"r\": 4}')");
+	$run->($wn, "SELECT ntask_release($r4, $tok{$r4})");
+	$run->($wn, "SELECT ntask_release($r4, $tok{$r4} + 1000)");
+	$run->($wn, "SELECT ntask_release_on(${shard}::smallint, $r5, $tok{$r5})");
+	$run->($co, "SELECT ntask_release_on(${shard}::smallint, $r5, $tok{$r5})");
+	# a duplicate of the finished task returns its outcome and result
+	my ($k_r4, $p_r4) = split /\|/, $q->("SELECT task_key || '|' || payload FROM ntask.task WHERE task_id = $r4");
+	$run->($wn, "SELECT created, state, outcome, result FROM ntask_enqueue('$eq', '$k_r4', '$p_r4')");
+
+	push @out, $q->(qq{SELECT string_agg(concat_ws('|', state, attempts, max_attempts, unknown_attempts, priority,
+			partition_key IS NOT NULL, run_at > now() + interval '30 minutes', deadline IS NULL, payload, outcome,
+			result, digest_version, ordered, traceparent, last_error_class, last_error_stage, enqueued_by),
+			';' ORDER BY task_id) FROM ntask.task WHERE queue = '$eq'});
+	push @out, $q->(qq{SELECT string_agg(concat_ws('|', a.attempt, a.result, a.requested, a.outcome_known,
+			a.invoked_at IS NOT NULL, a.retry_at > now() + interval '30 minutes', a.worker), ';' ORDER BY a.task_id, a.token)
+		FROM ntask.attempt_all a JOIN ntask.task t USING (task_id) WHERE t.queue = '$eq'});
+	push @out, $q->("SELECT count(*) FROM ntask.task_dep d JOIN ntask.task t ON t.task_id = d.task_id AND t.shard = d.shard WHERE t.queue = '$eq'");
+	return (join("\n", @out), \@paths);
+}
+
+{
+	my ($routed, $rp) = enq_rel_scenario('off');
+	my ($direct, $dp) = enq_rel_scenario('on');
+	is($direct, $routed, 'enqueue and release: the direct and the routed path give the same answers and rows');
+	note("enqueue and release answers:\n$direct");
+	like($direct, qr/^t\|ready\|t\nf\|ready\|t\nERROR: .*with a different payload\nt\|\w+\nt\|ready\nt\|ready\nt\|ready\nf\|ready\nERROR: .*no_such_q.*\nt\|ready\nt\|waiting\nt\|ready\nt\|ready\nt\|ready\nt\|ready\nf\|ready\nt\|ready\nf\|ready\nt\|ready\nERROR: .*with a different payload\nt\|ready\nt\|ready\nf\|ready\nt\|ready\n/,
+		'enqueue: fresh, duplicate, another payload, run_at, partition key, _on, delegated twice, unknown queue, parents, in a block; enqueue_many');
+	like($direct, qr/\napplied\nduplicate\napplied\napplied\napplied\napplied\nconflict\nERROR: .*was never issued.*\napplied\nduplicate\nf\|succeeded\|\w+\|\{"r": 4\}\n/,
+		'release: applied, duplicate, delayed, invoked, after a transition, a token never issued, _on, delegated; a duplicate enqueue of the finished task');
+	my (undef, $wn) = placement($shard);
+	my $g = $wn->safe_psql('postgres', 'SELECT groupid FROM pg_dist_local_group');
+	like($direct, qr/\nt\|$g;t\|$g;t\|$g\n/, "enqueue: each id has its shard in the high bits and the worker node's range (group $g)");
+	my @want_on = (
+		('direct path for shard') x 8,	# fresh .. the delegated duplicate
+		'direct path for shard',	# the unknown queue: direct, then 42704
+		'direct path for shard',	# the parent
+		'routed path for shard: the enqueue has parents (depends_on)',
+		'routed path for shard: in a transaction block',
+		"routed path for shard: the shard's placement is not on this node",
+		('direct path for shard') x 3,	# enqueue_many of one shard's keys
+		'routed path for shard: keys of several shards',
+		'direct path for shard',	# enqueue_many_on, delegated
+		('direct path for shard') x 10,	# the releases (and an invoked, a transition)
+		'direct path for shard');	# the duplicate of the finished task
+	# the delegated calls' lines: Citus' backend on the worker node logs them
+	is(join("\n", @$dp), join("\n", @want_on), 'enqueue and release: the path of each statement with ntask.citus_direct on')
+	  or diag(join("\n", @$dp));
+	is(join("\n", @$rp), join("\n", map { 'routed path for shard: ntask.citus_direct is off' } @want_on),
+		'enqueue and release: all routed with it off') or diag(join("\n", @$rp));
+}
+
+# a waiting claim on the worker node is woken by a direct enqueue there
+# (the wake-up is this node's shared memory, at the enqueue's commit)
+{
+	$q->("SELECT count(*) FROM ntask_queue_set('ew', lease => '10 minutes')");
+	my $k = key_in('ew', $shard, 'w');
+	my (undef, $wn) = placement($shard);
+	my $waiter = connect_to($wn);
+	my $t0 = time;
+	my $sth = $waiter->prepare("SELECT task_id FROM ntask_claim_on(${shard}::smallint, 'ew', 'w', 1, wait => '60 seconds')",
+		{ pg_async => DBD::Pg::PG_ASYNC() });
+	$sth->execute;
+	# in its wait (wait.c: WaitLatch, PG_WAIT_EXTENSION), its pick empty
+	wait_for('the claim waits', sub {
+		$wn->safe_psql('postgres', q{SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%wait => ''60 seconds''%'
+			AND wait_event_type = 'Extension' AND pid <> pg_backend_pid()}) > 0 });
+	my $off = -s $wn->logfile;
+	my $id = $wn->safe_psql('postgres', "SELECT task_id FROM ntask_enqueue('ew', '$k', '{}')");
+	# (the waiting claim logs its own path at each round: routed)
+	is(join(',', grep { !/a waiting claim$/ } paths($wn, $off)), "direct path for shard $shard", 'wake-up: the enqueue ran directly');
+	$sth->pg_result;
+	my ($got) = $sth->fetchrow_array;
+	$sth->finish;
+	$waiter->disconnect;
+	is($got, $id, 'wake-up: the waiting claim on that node got the task');
+	ok(time - $t0 < 45, 'wake-up: before its wait ended');
+
+	# a queue with notify: a listener on that node gets NOTIFY ntask_<queue>
+	# at the commit of a direct enqueue
+	$q->("SELECT count(*) FROM ntask_queue_set('en', notify => true)");
+	my $kn2 = key_in('en', $shard, 'w');
+	my $listener = connect_to($wn);
+	$listener->do('LISTEN ntask_en');
+	$off = -s $wn->logfile;
+	$wn->safe_psql('postgres', "SELECT task_id FROM ntask_enqueue('en', '$kn2', '{}')");
+	is(join(',', paths($wn, $off)), "direct path for shard $shard", 'notify: the enqueue ran directly');
+	my $note;
+	wait_for('the notification', sub {
+		$listener->do('SELECT 1');
+		$note = $listener->pg_notifies;
+		return defined $note;
+	}, 60);
+	is($note->[0], 'ntask_en', 'notify: the listener on that node got NOTIFY ntask_en');
+	$listener->disconnect;
+}
+
+# the enqueue and the release racing a move (both transfer modes), as
+# move_race does for the transition: (a) the call holds the group's
+# metadata lock, stopped on the shard relation (a session holds LOCK
+# TABLE ... IN EXCLUSIVE MODE: the insert or the update waits for it): the
+# move waits for the call, its write reaches the new placement; (b)
+# block_writes, the move stopped after its copy: the call waits for it and
+# runs routed, nothing written into the orphan; (c) force_logical during
+# the catch-up: the direct write is carried over.  Every time: one task of
+# the key, no loss, no duplicate.
+my $enq_races = 0;
+sub enq_move_race
+{
+	my ($mode, $kind, $call) = @_;
+	my $tag = "$mode/$kind/$call";
+	drop_orphans();
+	my ($shardid, $src, $dst) = placement($shard);
+	my ($key, $id, $tok) = (key_in('dm', $shard, 'n'));
+	if ($call eq 'release')
+	{
+		# a queue of its own: the claim takes this task
+		my $rq = 'rl' . ++$enq_races;
+		$q->("SELECT count(*) FROM ntask_queue_set('$rq', lease => '10 minutes')");
+		$key = key_in($rq, $shard, 'n');
+		$id = $q->("SELECT task_id FROM ntask_enqueue('$rq', '$key', '{}')");
+		wait_for("$tag: the claim", sub {
+			$tok = $q->("SELECT token FROM ntask_claim_on(${shard}::smallint, '$rq', 'rl', 1)");
+			return $tok ne '';
+		}, 60);
+	}
+	my $call_sql = $call eq 'enqueue'
+	  ? "SELECT task_id || ',' || created || ',' || state FROM ntask_enqueue('dm', '$key', '{\"mv\": 1}')"
+	  : "SELECT ntask_release($id, $tok)";
+	my $like = $call eq 'enqueue' ? '%ntask\_enqueue(%' : '%ntask\_release(%';
+	my $move_sql = "SELECT citus_move_shard_placement($shardid, '127.0.0.1', " . $src->port
+	  . ", '127.0.0.1', " . $dst->port . ", shard_transfer_mode => '$mode')";
+	my $off = -s $src->logfile;
+	my $mover = connect_to($co);
+	my $caller = connect_to($src);
+	my ($sth, $blocker, $hold);
+	my $move_waited = 0;
+	if ($kind eq 'call_first')
+	{
+		$blocker = connect_to($src);
+		$blocker->do('SET citus.enable_manual_changes_to_shards = on');
+		$blocker->begin_work;
+		$blocker->do("LOCK TABLE ntask.task_$shardid IN EXCLUSIVE MODE");
+		$sth = $caller->prepare($call_sql, { pg_async => DBD::Pg::PG_ASYNC() });
+		$sth->execute;
+		wait_for("$tag: the call waits for the shard relation", sub { lock_waiters($src, $like) > 0 });
+		$mover->do($move_sql, { pg_async => DBD::Pg::PG_ASYNC() });
+		wait_for("$tag: the move waits", sub {
+			$mover->pg_ready || lock_waiters($co, '%citus_move_shard_placement%') > 0
+			  || $src->safe_psql('postgres', qq{SELECT count(*) FROM pg_stat_activity
+				WHERE wait_event_type = 'Lock' AND query NOT LIKE '$like'
+				  AND pid <> pg_backend_pid()}) > 0;
+		});
+		$move_waited = $mover->pg_ready ? 0 : 1;
+		$blocker->commit;
+	}
+	else
+	{
+		$hold = connect_to($co);
+		$hold->do('SELECT pg_advisory_lock(44000, 55152)');
+		$mover->do('SET citus.running_under_citus_test_suite = on');
+		$mover->do($move_sql, { pg_async => DBD::Pg::PG_ASYNC() });
+		wait_for("$tag: the move held after its copy", sub {
+			$co->safe_psql('postgres', q{SELECT count(*) FROM pg_locks
+				WHERE locktype = 'advisory' AND classid = 44000 AND objid = 55152
+				  AND objsubid = 2 AND NOT granted}) > 0;
+		});
+		$sth = $caller->prepare($call_sql, { pg_async => DBD::Pg::PG_ASYNC() });
+		$sth->execute;
+		if ($mode eq 'block_writes')
+		{
+			wait_for("$tag: the call waits for the move", sub { lock_waiters($src, $like) > 0 });
+		}
+		else
+		{
+			wait_for("$tag: the call returns during the catch-up", sub { $caller->pg_ready });
+		}
+		$hold->do('SELECT pg_advisory_unlock(44000, 55152)');
+	}
+	$sth->pg_result;
+	my ($answer) = $sth->fetchrow_array;
+	$sth->finish;
+	$mover->pg_result;
+	$_->disconnect for ($mover, $caller, $blocker // (), $hold // ());
+	my @p = paths($src, $off);
+
+	is($q->("SELECT nodeport FROM pg_dist_shard_placement WHERE shardid = $shardid"), $dst->port, "$tag: the shard moved");
+	ok($move_waited, "$tag: the move waited for the call") if $kind eq 'call_first';
+	my $routed = $kind eq 'move_first' && $mode eq 'block_writes';
+	is($p[-1], $routed ? "routed path for shard $shard: the shard's placement is not on this node" : "direct path for shard $shard",
+		"$tag: the call's path") or diag(join("\n", @p));
+	if ($call eq 'enqueue')
+	{
+		my ($nid, $created, $state) = split /,/, $answer // ',,';
+		is("$created,$state", 'true,ready', "$tag: the enqueue created the task");
+		# one task of the key on the new placement, the one the call answered
+		is($q->("SELECT count(*) || ',' || min(task_id) || ',' || min(payload::text) FROM ntask.task WHERE queue = 'dm' AND task_key = '$key'"),
+			"1,$nid," . '{"mv": 1}', "$tag: the new placement has it, once");
+		is($dst->safe_psql('postgres', "SELECT count(*) FROM ntask.task_$shardid WHERE task_key = '$key'"), '1',
+			"$tag: in the shard relation on the new node");
+		# and a duplicate enqueue finds it (nothing lost)
+		is($q->("SELECT created::text || ',' || task_id FROM ntask_enqueue('dm', '$key', '{\"mv\": 1}')"), "false,$nid",
+			"$tag: a duplicate enqueue finds it");
+		is($src->safe_psql('postgres', "SELECT count(*) FROM ntask.task_$shardid WHERE task_key = '$key'"), '0',
+			"$tag: nothing was written into the orphan") if $routed;
+		$id = $nid;
+	}
+	else
+	{
+		is($answer, 'applied', "$tag: the release applied");
+		is($q->("SELECT state || ',' || attempts || ',' || (lease_owner IS NULL) FROM ntask.task WHERE task_id = $id"),
+			'ready,1,true', "$tag: the new placement has the task ready again");
+		is($q->("SELECT count(*) || ',' || min(result) || ',' || min(token) FROM ntask.attempt_all WHERE task_id = $id"),
+			"1,released,$tok", "$tag: its ledger row once, on the new placement");
+		is($src->safe_psql('postgres', "SELECT state || ',' || token FROM ntask.task_$shardid WHERE task_id = $id"),
+			"leased,$tok", "$tag: the orphan's row is as the move left it") if $routed;
+	}
+	# the node the shard left routes an enqueue, the orphan unchanged
+	my $k2 = key_in('dm', $shard, 'n');
+	$off = -s $src->logfile;
+	my $before = $src->safe_psql('postgres', "SELECT count(*) FROM ntask.task_$shardid");
+	is($src->safe_psql('postgres', "SELECT created FROM ntask_enqueue('dm', '$k2', '{}')"), 't', "$tag: an enqueue on the node the shard left");
+	is(join(',', paths($src, $off)), "routed path for shard $shard: the shard's placement is not on this node", "$tag: it runs routed");
+	is($src->safe_psql('postgres', "SELECT count(*) FROM ntask.task_$shardid"), $before, "$tag: the orphan is unchanged");
+	is($q->("SELECT count(*) FROM ntask.task WHERE queue = 'dm' AND task_key = '$k2'"), '1', "$tag: the task is on the new placement");
+	return;
+}
+
+for my $mode ('block_writes', 'force_logical')
+{
+	enq_move_race($mode, 'call_first', 'enqueue');
+	enq_move_race($mode, 'move_first', 'enqueue');
+	enq_move_race($mode, 'call_first', 'release');
+	enq_move_race($mode, 'move_first', 'release');
+}
+
 NtaskCitus::stop($c);
 done_testing();
