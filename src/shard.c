@@ -1115,33 +1115,20 @@ NtaskPath
 NtaskDirectBegin(FunctionCallInfo fcinfo, const int64 *task_ids, int n)
 {
 	int16		shard;
-	DirectGroup *g = NULL;
-	const char *why;
-	bool		quiet;
+	const char *unless = NULL;
 	int			i;
 
-	direct_claim_reset();
-	direct_set(NULL);
-	why = direct_call_why(fcinfo, &quiet);
-	if (NtaskShardCount() == 0)
-		return NTASK_PATH_PLAIN;
 	if (n <= 0)
-		return NTASK_PATH_ROUTED;
+	{
+		direct_claim_reset();
+		direct_set(NULL);
+		return NtaskShardCount() == 0 ? NTASK_PATH_PLAIN : NTASK_PATH_ROUTED;
+	}
 	shard = NTASK_ID_SHARD(task_ids[0]);
-	if (why != NULL)
-		return quiet ? NTASK_PATH_ROUTED : direct_routed(shard, why);
-	for (i = 1; i < n; i++)
+	for (i = 1; i < n && unless == NULL; i++)
 		if (NTASK_ID_SHARD(task_ids[i]) != shard)
-			return direct_routed(shard, "tasks of several shards");
-	if (!NtaskIsShardValue(shard))
-		return direct_routed(shard, "not a shard value");
-	if (!direct_whole_statement(fcinfo))
-		return direct_routed(shard, "not the whole statement");
-	if ((why = direct_enter(shard, 0, &g)) != NULL)
-		return direct_routed(shard, why);
-	direct_set(g);
-	elog(DEBUG1, "ntask: direct path for shard %d", shard);
-	return NTASK_PATH_DIRECT;
+			unless = "tasks of several shards";
+	return NtaskDirectBeginShard(fcinfo, shard, unless);
 }
 
 /*
