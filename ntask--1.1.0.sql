@@ -127,6 +127,18 @@ LANGUAGE C IMMUTABLE PARALLEL SAFE;
 COMMENT ON FUNCTION ntask.task_row_valid(text, timestamptz, text) IS
 'ntask: the task row invariants (CHECK task_row_valid): a known state, due_at NULL exactly when finished or waiting for parents, lease_owner set exactly while leased';
 
+-- 1.1's form, the CHECK task_row_valid: also on_parent_failed NULL, wait
+-- or cancel, and attempt_worker (the attempt kept on the row, issue 48) set
+-- only on a succeeded, canceled or skipped task: two SQL CHECKs folded into
+-- the one call (docs/performance.md, "Fewer CHECK constraints")
+CREATE FUNCTION ntask.task_row_valid(state text, due_at timestamptz, lease_owner text,
+	on_parent_failed text, attempt_worker text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'ntask_task_row_valid'
+LANGUAGE C IMMUTABLE PARALLEL SAFE;
+COMMENT ON FUNCTION ntask.task_row_valid(text, timestamptz, text, text, text) IS
+'ntask: the task row invariants (CHECK task_row_valid): a known state, due_at NULL exactly when finished or waiting for parents, lease_owner set exactly while leased, on_parent_failed NULL, wait or cancel, attempt_worker set only when succeeded, canceled or skipped';
+
 -- ntask_schedule's producer check: who is calling, under SECURITY DEFINER
 CREATE FUNCTION ntask.outer_role() RETURNS oid
 AS 'MODULE_PATHNAME', 'ntask_outer_role'
@@ -288,16 +300,16 @@ CREATE TABLE ntask.task (
 	parents_left	integer,
 	has_parents		boolean NOT NULL DEFAULT false,
 	has_children	boolean NOT NULL DEFAULT false,
-	on_parent_failed text CHECK (on_parent_failed IN ('wait', 'cancel')),
+	on_parent_failed text,
 	attempt_worker	text,
 	attempt_detail	jsonb,
 	UNIQUE (queue, task_key),
 	-- a known state, due_at NULL exactly when finished (or waiting for
-	-- parents), lease_owner set exactly while leased
-	CONSTRAINT task_row_valid CHECK (ntask.task_row_valid(state, due_at, lease_owner)),
-	-- issue 48: the attempt kept on the row is of a final task only
-	CONSTRAINT task_worker_final CHECK (attempt_worker IS NULL
-		OR state IN ('succeeded', 'canceled', 'skipped'))
+	-- parents), lease_owner set exactly while leased, on_parent_failed
+	-- NULL, wait or cancel, and (issue 48) the attempt kept on the row of a
+	-- final task only
+	CONSTRAINT task_row_valid CHECK (ntask.task_row_valid(state, due_at, lease_owner,
+		on_parent_failed, attempt_worker))
 );
 COMMENT ON TABLE ntask.task IS 'ntask: one row per logical task; state machine in docs/design.md';
 COMMENT ON COLUMN ntask.task.due_at IS 'claim order key: run_at while ready/retry_wait, lease_until while leased, NULL when finished';

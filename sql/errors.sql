@@ -208,6 +208,19 @@ SELECT s, d IS NOT NULL AS due, o, ntask.task_row_valid(s, d, o) AS valid
 FROM unnest(ARRAY['ready', 'leased', 'leased', 'retry_wait', 'succeeded', 'succeeded', 'skipped', 'bogus', NULL],
 			ARRAY['2030-01-01', '2030-01-01', '2030-01-01', NULL, NULL, '2030-01-01', NULL, '2030-01-01', '2030-01-01']::timestamptz[],
 			ARRAY[NULL, 'w', NULL, NULL, NULL, NULL, 'w', NULL, NULL]) AS u(s, d, o);
+-- 1.1's form, the table's one CHECK: also on_parent_failed (NULL, wait or
+-- cancel) and the attempt kept on the row (a succeeded, canceled or
+-- skipped task only)
+SELECT s, p, a, ntask.task_row_valid(s, NULL, NULL, p, a) AS valid
+FROM unnest(ARRAY['succeeded', 'succeeded', 'succeeded', 'canceled', 'skipped', 'repair_required', 'succeeded', 'waiting'],
+			ARRAY[NULL, 'wait', 'cancel', NULL, NULL, NULL, 'bogus', 'cancel'],
+			ARRAY[NULL, NULL, 'w', 'w', 'w', 'w', NULL, 'w']) AS u(s, p, a);
+SELECT pg_get_constraintdef(oid) FROM pg_constraint
+WHERE conrelid = 'ntask.task'::regclass AND contype = 'c';
+UPDATE ntask.task SET on_parent_failed = 'bogus' WHERE task_id = :k;
+\echo :SQLSTATE
+UPDATE ntask.task SET attempt_worker = 'me', state = 'repair_required' WHERE task_id = :k;
+\echo :SQLSTATE
 \set VERBOSITY default
 -- a queue that still has tasks cannot be deleted or renamed
 DELETE FROM ntask.queue WHERE queue = 'e';
