@@ -589,6 +589,7 @@ AS 'MODULE_PATHNAME', 'ntask_task_row_valid'
 LANGUAGE C IMMUTABLE PARALLEL SAFE;
 COMMENT ON FUNCTION ntask.task_row_valid(text, timestamptz, text, text, text) IS
 'ntask: the task row invariants (CHECK task_row_valid): a known state, due_at NULL exactly when finished or waiting for parents, lease_owner set exactly while leased, on_parent_failed NULL, wait or cancel, attempt_worker set only when succeeded, canceled or skipped';
+REVOKE ALL ON FUNCTION ntask.task_row_valid(text, timestamptz, text, text, text) FROM PUBLIC;
 ALTER TABLE ntask.task ADD COLUMN attempt_worker text,
 	ADD COLUMN attempt_detail jsonb,
 	DROP CONSTRAINT task_on_parent_failed_check,
