@@ -573,29 +573,10 @@ END $$;
 -- holder's own final answer keeps its attempt on the task row, no
 -- ntask.attempt row; attempt_all shows it from there.  Rows of 1.0.0 have
 -- attempt_worker NULL: their attempts stay in the ledger.
---
--- Its invariant (attempt_worker only on a final task) and on_parent_failed's
--- CHECK fold into the one CHECK task_row_valid, a C call of five columns:
--- every statement that writes ntask.task reads each CHECK back from its
--- node tree (docs/performance.md, "Fewer CHECK constraints").
--- 1.1's form, the CHECK task_row_valid: also on_parent_failed NULL, wait
--- or cancel, and attempt_worker (the attempt kept on the row, issue 48) set
--- only on a succeeded, canceled or skipped task: two SQL CHECKs folded into
--- the one call (docs/performance.md, "Fewer CHECK constraints")
-CREATE FUNCTION ntask.task_row_valid(state text, due_at timestamptz, lease_owner text,
-	on_parent_failed text, attempt_worker text)
-RETURNS boolean
-AS 'MODULE_PATHNAME', 'ntask_task_row_valid'
-LANGUAGE C IMMUTABLE PARALLEL SAFE;
-COMMENT ON FUNCTION ntask.task_row_valid(text, timestamptz, text, text, text) IS
-'ntask: the task row invariants (CHECK task_row_valid): a known state, due_at NULL exactly when finished or waiting for parents, lease_owner set exactly while leased, on_parent_failed NULL, wait or cancel, attempt_worker set only when succeeded, canceled or skipped';
-REVOKE ALL ON FUNCTION ntask.task_row_valid(text, timestamptz, text, text, text) FROM PUBLIC;
+-- Its invariant (attempt_worker only on a final task) joins the one CHECK
+-- task_row_valid, below (issue 48, lever (c), with the upgrade_* helpers).
 ALTER TABLE ntask.task ADD COLUMN attempt_worker text,
-	ADD COLUMN attempt_detail jsonb,
-	DROP CONSTRAINT task_on_parent_failed_check,
-	DROP CONSTRAINT task_row_valid,
-	ADD CONSTRAINT task_row_valid CHECK (ntask.task_row_valid(state, due_at, lease_owner,
-		on_parent_failed, attempt_worker));
+	ADD COLUMN attempt_detail jsonb;
 COMMENT ON COLUMN ntask.task.attempt_worker IS 'set when the holder itself ended the latest attempt succeeded, canceled or skipped: that attempt has no ntask.attempt row, the task row holds it (this is its worker; ntask.attempt_all shows it)';
 COMMENT ON COLUMN ntask.task.attempt_detail IS 'the detail of the attempt kept on the row (attempt_worker set), as its ntask.attempt row would hold it';
 COMMENT ON TABLE ntask.attempt IS 'ntask: one row per ended attempt, written once when it ends (the running attempt of a leased task, and the last one when its holder ended it succeeded, canceled or skipped, are on the task row; ntask.attempt_all shows all)';
@@ -1129,6 +1110,29 @@ COMMENT ON FUNCTION @extschema@.ntask_repair_assign(bigint, text, text, text) IS
 REVOKE ALL ON FUNCTION @extschema@.ntask_repair_assign(bigint, text, text, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION @extschema@.ntask_repair_assign(bigint, text, text, text) TO ntask_admin;
 SELECT ntask.upgrade_restore_acl('@extschema@.ntask_repair_assign(bigint, text, text, text)');
+
+-- issue 48, lever (c): one CHECK on ntask.task.  Every statement that
+-- writes the table reads each CHECK back from its node tree and plans it
+-- (docs/performance.md, "One CHECK constraint"): on_parent_failed's CHECK
+-- and the attempt kept on the row (attempt_worker set only on a
+-- succeeded, canceled or skipped task) fold into task_row_valid, a C call
+-- now of five columns, the last two defaulting to NULL (so a call of
+-- three still checks what 1.0's did).  Its arguments change: dropped and
+-- created again by the rule above, the users' grants carried over.
+ALTER TABLE ntask.task DROP CONSTRAINT task_on_parent_failed_check,
+	DROP CONSTRAINT task_row_valid;
+SELECT ntask.upgrade_drop_function('ntask.task_row_valid(text, timestamptz, text)');
+CREATE FUNCTION ntask.task_row_valid(state text, due_at timestamptz, lease_owner text,
+	on_parent_failed text DEFAULT NULL, attempt_worker text DEFAULT NULL)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'ntask_task_row_valid'
+LANGUAGE C IMMUTABLE PARALLEL SAFE;
+COMMENT ON FUNCTION ntask.task_row_valid(text, timestamptz, text, text, text) IS
+'ntask: the task row invariants (CHECK task_row_valid): a known state, due_at NULL exactly when finished or waiting for parents, lease_owner set exactly while leased, on_parent_failed NULL, wait or cancel, attempt_worker set only when succeeded, canceled or skipped';
+REVOKE ALL ON FUNCTION ntask.task_row_valid(text, timestamptz, text, text, text) FROM PUBLIC;
+SELECT ntask.upgrade_restore_acl('ntask.task_row_valid(text, timestamptz, text, text, text)');
+ALTER TABLE ntask.task ADD CONSTRAINT task_row_valid CHECK (ntask.task_row_valid(state, due_at, lease_owner,
+	on_parent_failed, attempt_worker));
 
 DROP FUNCTION ntask.upgrade_restore_acl(text);
 DROP FUNCTION ntask.upgrade_drop_function(text);

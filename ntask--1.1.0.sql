@@ -118,21 +118,14 @@ LANGUAGE C STABLE;
 COMMENT ON FUNCTION ntask.caller_name() IS 'ntask: the role that called the ntask API function running now (default of the db_user columns)';
 
 -- The task row's invariants as one C call (see ntask_task_row_valid in
--- src/transition.c: three SQL CHECK constraints were read back from their
--- node trees by every statement that writes ntask.task)
-CREATE FUNCTION ntask.task_row_valid(state text, due_at timestamptz, lease_owner text)
-RETURNS boolean
-AS 'MODULE_PATHNAME', 'ntask_task_row_valid'
-LANGUAGE C IMMUTABLE PARALLEL SAFE;
-COMMENT ON FUNCTION ntask.task_row_valid(text, timestamptz, text) IS
-'ntask: the task row invariants (CHECK task_row_valid): a known state, due_at NULL exactly when finished or waiting for parents, lease_owner set exactly while leased';
-
--- 1.1's form, the CHECK task_row_valid: also on_parent_failed NULL, wait
--- or cancel, and attempt_worker (the attempt kept on the row, issue 48) set
--- only on a succeeded, canceled or skipped task: two SQL CHECKs folded into
--- the one call (docs/performance.md, "Fewer CHECK constraints")
+-- src/transition.c: every statement that writes ntask.task reads each CHECK
+-- constraint back from its node tree and plans it): a known state, due_at
+-- NULL exactly when finished or waiting, lease_owner set exactly while
+-- leased, on_parent_failed NULL, wait or cancel, and (issue 48) the
+-- attempt kept on the row, attempt_worker, of a succeeded, canceled or
+-- skipped task only.  A call of three columns checks what 1.0's did.
 CREATE FUNCTION ntask.task_row_valid(state text, due_at timestamptz, lease_owner text,
-	on_parent_failed text, attempt_worker text)
+	on_parent_failed text DEFAULT NULL, attempt_worker text DEFAULT NULL)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'ntask_task_row_valid'
 LANGUAGE C IMMUTABLE PARALLEL SAFE;

@@ -1366,7 +1366,8 @@ ntask_transition_and_claim(PG_FUNCTION_ARGS)
  * The state machine's row invariants, as one CHECK constraint of
  * ntask.task: state is one of the eight states; due_at is NULL exactly
  * for the finished states and waiting (for parents); lease_owner is set
- * exactly while leased; with five arguments (1.1's constraint) also
+ * exactly while leased; with five arguments (1.1's function, the last
+ * two defaulting to NULL; 1.0's SQL function passes three) also
  * on_parent_failed NULL, wait or cancel, and attempt_worker (the attempt
  * kept on the row, issue 48) set only when succeeded, canceled or
  * skipped: the two SQL CHECKs of 1.1 folded in, for the same reason,
