@@ -821,7 +821,17 @@ deps_rels_for(Relation rel, const char *table)
 	return r;
 }
 
-/* deps_plan: tmpl, or its copy on r's shard relations (r not NULL) */
+/*
+ * deps_plan: tmpl, or its copy on r's shard relations (r not NULL).
+ *
+ * The copy names the fired shard's group only (the task, task_dep and
+ * local queue placement of one shard), so it is a direct statement
+ * (shard.h): a call on the direct path whose write fired the trigger
+ * holds that group's move interlock already, and may run it (a parent
+ * ended there releases or decides its children there; docs/scaling.md
+ * "Dependencies on the direct path").  Run from Citus' own execution of
+ * a routed write it is the same local statement, planned once.
+ */
 static NtaskPlan *
 deps_plan(DepsRels *r, DepsPlanId id, NtaskPlan *tmpl)
 {
@@ -838,6 +848,7 @@ deps_plan(DepsRels *r, DepsPlanId id, NtaskPlan *tmpl)
 	np->name = psprintf("%s (shard)", tmpl->name);
 	np->sql = deps_subst(tmpl->sql, r);
 	np->plan = NULL;
+	np->direct = true;
 	MemoryContextSwitchTo(old);
 	r->plans[id] = np;
 	return np;

@@ -31,7 +31,13 @@
 #   7. ntask_explain of a waiting child; retention prunes a child's
 #      dependency rows with it;
 #   8. a child of a notify queue made ready in a transaction prepared on
-#      both worker nodes (no NOTIFY on a shard).
+#      both worker nodes (no NOTIFY on a shard);
+#   9. a parent ended by a call on the direct shard path (docs/scaling.md
+#      "Dependencies on the direct path"): a worker node's own transition
+#      (succeeded, canceled with a chain of cancel children, a permanent
+#      error) and a claim whose budget check ends the parent at a takeover
+#      (delegated by the coordinator, and a worker node's own), each on
+#      the direct path, the cascade run there.
 
 use strict;
 use warnings;
@@ -281,6 +287,83 @@ is($q->(q{SELECT count(*) FROM ntask.task WHERE queue = 'dp' AND task_key = 'rb'
 ($ret, $out, $stderr) = $co->psql('postgres',
 	q{SELECT * FROM ntask_enqueue('dp', 'rc', '{}', depends_on => ARRAY['nope'])});
 like($stderr, qr/parent dp:nope does not exist/, 'refused: a parent that does not exist is 22023, as on one node');
+
+# 9. a parent ended on the direct shard path: the release and the cascade
+# run there, on the shard's relations (each call's path from the worker
+# node's log, log_min_messages = debug1 there)
+$q->(q{SELECT count(*) FROM ntask_queue_set('ds', lease => '1 minute');
+	SELECT count(*) FROM ntask_queue_set('dx', lease => '1 minute', on_parent_failed => 'cancel');
+	SELECT count(*) FROM ntask_queue_set('dy', lease => '1 minute', on_parent_failed => 'cancel');
+	SELECT count(*) FROM ntask_queue_set('db', lease => '1 second', max_attempts => 1, on_parent_failed => 'cancel');
+	SELECT count(*) FROM ntask_queue_set('dw', lease => '1 second', max_attempts => 1, on_parent_failed => 'cancel')});
+for my $w ($w1, $w2)
+{
+	my $on = $w->name;
+	$w->safe_psql('postgres', 'ALTER SYSTEM SET log_min_messages = debug1; SELECT pg_reload_conf()');
+	my %k = map { $_ => $key_on->($_, "d9_${on}_", $w->port) } qw(ds dx dy db dw);
+	my $enq = sub {
+		my ($queue, $key, $extra) = @_;
+		$q->(qq{SELECT count(*) FROM ntask_enqueue('$queue', '$key', '{}', partition_key => '$k{$queue}'$extra)});
+	};
+	$enq->('ds', "p_$on", '');
+	$enq->('ds', "c_$on", qq{, depends_on => ARRAY['p_$on']});
+	$enq->('dx', "p_$on", '');
+	$enq->('dx', "c_$on", qq{, depends_on => ARRAY['p_$on']});
+	$enq->('dx', "cc_$on", qq{, depends_on => ARRAY['c_$on']});
+	$enq->('dx', "w_$on", qq{, depends_on => ARRAY['p_$on'], on_parent_failed => 'wait'});
+	$enq->('dy', "p_$on", '');
+	$enq->('dy', "c_$on", qq{, depends_on => ARRAY['p_$on']});
+	$enq->('db', "p_$on", '');
+	$enq->('db', "c_$on", qq{, depends_on => ARRAY['p_$on']});
+	$enq->('dw', "p_$on", '');
+	$enq->('dw', "c_$on", qq{, depends_on => ARRAY['p_$on']});
+	my $s = $q->(qq{SELECT ntask_shard('db', '$k{db}')});	# delegated to it
+
+	# the worker node's own calls, each the whole statement
+	my $off = -s $w->logfile;
+	my $run = sub {
+		my ($sql) = @_;
+		my ($rc, $out, $err) = $w->psql('postgres', $sql);
+		return $rc == 0 ? $out : "error: $err";
+	};
+	my %tok;
+	for my $queue (qw(ds dx dy db dw))
+	{
+		my ($id, $tk) = split /\|/, $run->(qq{SELECT task_id, token FROM ntask_claim('$queue', 'W', 1)});
+		$tok{$queue} = [$id, $tk];
+	}
+	is($run->(qq{SELECT result, state FROM ntask_transition($tok{ds}[0], $tok{ds}[1], 'succeeded')}),
+		'applied|succeeded', "direct: a worker node's transition of a parent to succeeded ($on)");
+	is($state->('ds', "c_$on"), 'ready/0', "direct: the parent's success made its child ready ($on)");
+	is($run->(qq{SELECT result, state FROM ntask_transition($tok{dx}[0], $tok{dx}[1], 'canceled')}),
+		'applied|canceled', "direct: a worker node's transition of a parent to canceled ($on)");
+	is(join(' ', map { $state->('dx', $_) } ("c_$on", "cc_$on", "w_$on")),
+		'canceled/parent_failed/1 canceled/parent_failed/1 repair_required/parent_canceled/1',
+		"direct: the cascade cancels the child and grandchild, sends the wait child to repair ($on)");
+	is($run->(qq{SELECT result, state FROM ntask_transition($tok{dy}[0], $tok{dy}[1], 'repair_required', error_class => 'permanent')}),
+		'applied|repair_required', "direct: a worker node's transition of a parent with a permanent error ($on)");
+	is($state->('dy', "c_$on"), 'canceled/parent_failed/1', "direct: its cancel child is canceled ($on)");
+
+	# the budget check at a takeover: delegated, and the worker node's own
+	$q->(q{SELECT pg_sleep(1.2)});
+	my ($rc, $out, $err) = $co->psql('postgres', qq{SELECT task_id FROM ntask_claim_on(${s}::smallint, 'db', 'W2', 1)});
+	is($rc == 0 ? $out : "error: $err", '',
+		"direct: a delegated claim ends the parent whose budget is spent, claiming nothing ($on)");
+	is($state->('db', "p_$on") . ' ' . $state->('db', "c_$on"),
+		'repair_required/budget_exhausted/- canceled/parent_failed/1',
+		"direct: the delegated claim's budget check ended the parent, its child is canceled ($on)");
+	is($run->(q{SELECT task_id FROM ntask_claim('dw', 'W2', 1)}), '',
+		"direct: a worker node's claim ends the parent whose budget is spent ($on)");
+	is($state->('dw', "p_$on") . ' ' . $state->('dw', "c_$on"),
+		'repair_required/budget_exhausted/- canceled/parent_failed/1',
+		"direct: the worker node's claim ended the parent, its child is canceled ($on)");
+
+	my @p = NtaskCitus::paths($w, $off);
+	is(scalar(grep { /^routed/ } @p), 0, "direct: no call ran routed ($on)") or diag(join("\n", @p));
+	ok(scalar(grep { /^direct path for shard \d+$/ } @p) >= 10,
+		"direct: the transitions and the claims took the direct path ($on)") or diag(join("\n", @p));
+	$w->safe_psql('postgres', 'ALTER SYSTEM RESET log_min_messages; SELECT pg_reload_conf()');
+}
 
 NtaskCitus::stop($c);
 done_testing();
