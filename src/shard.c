@@ -920,10 +920,14 @@ direct_shape_walker(Node *node, DirectShape *shape)
 /*
  * direct_whole_statement
  *		The call is its portal's whole statement: one SELECT plan of a
- *		Result, a ProjectSet over a Result, or a scan of one function, with
- *		no quals, sub-plans or row marks, in which the one volatile call is
- *		this function's, once.  So nothing of the transaction ran before it
- *		(not in a block), and nothing but the commit follows it.
+ *		Result, a ProjectSet over a Result, or a scan of one function,
+ *		with no quals, sub-plans or row marks, in which the one volatile
+ *		call is this function's, once.  So nothing of the transaction ran
+ *		before it (not in a block), and nothing but the commit follows it.
+ *		The scan may sit under one plain aggregate without GROUP BY or
+ *		HAVING (`SELECT max(task_id), max(token) FROM ntask_claim(...)`, a
+ *		pgbench script's \gset): the scan runs the function to its end
+ *		first, and non-volatile aggregates of its rows write nothing.
  */
 static bool
 direct_whole_statement(FunctionCallInfo fcinfo)
@@ -941,7 +945,20 @@ direct_whole_statement(FunctionCallInfo fcinfo)
 		return false;
 	shape.fn = fcinfo->flinfo->fn_oid;
 	plan = ps->planTree;
-	if (IsA(plan, ProjectSet))
+	if (IsA(plan, Agg))
+	{
+		Agg		   *agg = (Agg *) plan;
+
+		if (agg->aggstrategy != AGG_PLAIN || agg->numCols != 0 ||
+			agg->groupingSets != NIL || plan->qual != NIL ||
+			plan->initPlan != NIL || plan->righttree != NULL)
+			return false;
+		(void) direct_shape_walker((Node *) plan->targetlist, &shape);
+		plan = plan->lefttree;
+		if (plan == NULL || !IsA(plan, FunctionScan))
+			return false;
+	}
+	else if (IsA(plan, ProjectSet))
 	{
 		(void) direct_shape_walker((Node *) plan->targetlist, &shape);
 		if (plan->qual != NIL || plan->initPlan != NIL || plan->righttree != NULL)

@@ -241,6 +241,43 @@ is(scalar(grep { /^routed path for shard $shard: ntask.citus_direct is off$/ } @
 	}
 }
 
+# a call under one plain aggregate (the shape of a pgbench script's \gset,
+# bench/citus's scripts): still the whole statement, so direct; under a
+# GROUP BY, a HAVING or beside a volatile function: routed
+{
+	$q->("SELECT count(*) FROM ntask_queue_set('dagg', lease => '10 minutes')");
+	my @e;
+	while (@e < 6)
+	{
+		$keyno++;
+		next unless $q->("SELECT ntask_shard('dagg', 'a$keyno')") == $shard;
+		push @e, $q->("SELECT task_id FROM ntask_enqueue('dagg', 'a$keyno', '{}')");
+	}
+	my $cl = "ntask_claim_on(${shard}::smallint, 'dagg', 'w'";
+	my $off = -s $w->logfile;
+	my ($n, $ids, $toks) = split /\|/, $w->safe_psql('postgres',
+		"SELECT count(*), string_agg(task_id::text, ',' ORDER BY task_id), string_agg(token::text, ',' ORDER BY task_id) FROM $cl, 2)");
+	is("$n|$ids", "2|$e[0],$e[1]", 'a claim of 2 under count() and string_agg() claims the first two');
+	is(path_summary(paths($w, $off)), 'direct path for shard', 'and takes the direct path');
+	$off = -s $w->logfile;
+	my ($i3, $k3) = split /\|/, $w->safe_psql('postgres',
+		"SELECT coalesce(max(task_id), 0), coalesce(max(token), 0) FROM $cl)");
+	is($i3, $e[2], "bench/citus's claim (coalesce(max(...)) over the claim) claims the next");
+	is(path_summary(paths($w, $off)), 'direct path for shard', 'directly');
+	$off = -s $w->logfile;
+	is($w->safe_psql('postgres', "SELECT count(*) FROM ntask_transition_many(ARRAY[$ids, $i3]::bigint[], ARRAY[$toks, $k3]::bigint[], 'succeeded')"),
+		'3', 'ntask_transition_many of the three under count() applies them');
+	is(join(',', paths($w, $off)), "direct path for shard $shard", 'directly');
+	$off = -s $w->logfile;
+	is($w->safe_psql('postgres', "SELECT count(*) FROM $cl) GROUP BY attempt"), '1', 'a claim under GROUP BY');
+	is($w->safe_psql('postgres', "SELECT count(*) FROM $cl) HAVING count(*) > 0"), '1', 'a claim under HAVING');
+	is($w->safe_psql('postgres', "SELECT max(task_id) + (random() * 0)::int FROM $cl)"), $e[5], 'a claim beside random()');
+	is(join("\n", paths($w, $off)), join("\n", ("routed path for shard $shard: not the whole statement") x 3),
+		'they ran routed, each saying why');
+	is($q->("SELECT string_agg(state, ',' ORDER BY task_id) FROM ntask.task WHERE queue = 'dagg'"),
+		'succeeded,succeeded,succeeded,leased,leased,leased', 'the rows: three finished, three held');
+}
+
 # ---------------------------------------------------------------------
 # Part 1b: the claim on both paths (docs/scaling.md "The claim on the
 # direct path")
