@@ -35,9 +35,10 @@
 #   9. a parent ended by a call on the direct shard path (docs/scaling.md
 #      "Dependencies on the direct path"): a worker node's own transition
 #      (succeeded, canceled with a chain of cancel children, a permanent
-#      error) and a claim whose budget check ends the parent at a takeover
-#      (delegated by the coordinator, and a worker node's own), each on
-#      the direct path, the cascade run there.
+#      error), delegated transitions (succeeded, canceled), and a claim
+#      whose budget check ends the parent at a takeover (delegated by the
+#      coordinator, and a worker node's own), each on the direct path, the
+#      release and the cascade run there.
 
 use strict;
 use warnings;
@@ -295,12 +296,13 @@ $q->(q{SELECT count(*) FROM ntask_queue_set('ds', lease => '1 minute');
 	SELECT count(*) FROM ntask_queue_set('dx', lease => '1 minute', on_parent_failed => 'cancel');
 	SELECT count(*) FROM ntask_queue_set('dy', lease => '1 minute', on_parent_failed => 'cancel');
 	SELECT count(*) FROM ntask_queue_set('db', lease => '1 second', max_attempts => 1, on_parent_failed => 'cancel');
-	SELECT count(*) FROM ntask_queue_set('dw', lease => '1 second', max_attempts => 1, on_parent_failed => 'cancel')});
+	SELECT count(*) FROM ntask_queue_set('dw', lease => '1 second', max_attempts => 1, on_parent_failed => 'cancel');
+	SELECT count(*) FROM ntask_queue_set('dt', lease => '1 minute', on_parent_failed => 'cancel')});
 for my $w ($w1, $w2)
 {
 	my $on = $w->name;
 	$w->safe_psql('postgres', 'ALTER SYSTEM SET log_min_messages = debug1; SELECT pg_reload_conf()');
-	my %k = map { $_ => $key_on->($_, "d9_${on}_", $w->port) } qw(ds dx dy db dw);
+	my %k = map { $_ => $key_on->($_, "d9_${on}_", $w->port) } qw(ds dx dy db dw dt);
 	my $enq = sub {
 		my ($queue, $key, $extra) = @_;
 		$q->(qq{SELECT count(*) FROM ntask_enqueue('$queue', '$key', '{}', partition_key => '$k{$queue}'$extra)});
@@ -317,6 +319,10 @@ for my $w ($w1, $w2)
 	$enq->('db', "c_$on", qq{, depends_on => ARRAY['p_$on']});
 	$enq->('dw', "p_$on", '');
 	$enq->('dw', "c_$on", qq{, depends_on => ARRAY['p_$on']});
+	$enq->('dt', "p_$on", '');
+	$enq->('dt', "c_$on", qq{, depends_on => ARRAY['p_$on']});
+	$enq->('dt', "q_$on", '');
+	$enq->('dt', "qc_$on", qq{, depends_on => ARRAY['q_$on']});
 	my $s = $q->(qq{SELECT ntask_shard('db', '$k{db}')});	# delegated to it
 
 	# the worker node's own calls, each the whole statement
@@ -343,6 +349,25 @@ for my $w ($w1, $w2)
 	is($run->(qq{SELECT result, state FROM ntask_transition($tok{dy}[0], $tok{dy}[1], 'repair_required', error_class => 'permanent')}),
 		'applied|repair_required', "direct: a worker node's transition of a parent with a permanent error ($on)");
 	is($state->('dy', "c_$on"), 'canceled/parent_failed/1', "direct: its cancel child is canceled ($on)");
+
+	# delegated transitions (ntask_transition_on from the coordinator)
+	my $ts = $q->(qq{SELECT ntask_shard('dt', '$k{dt}')});
+	my %dt;
+	for my $row (split /\n/, $q->(qq{SELECT task_id || ':' || token FROM ntask_claim_on(${ts}::smallint, 'dt', 'W', 2)}))
+	{
+		my ($id, $tk) = split /:/, $row;
+		$dt{$q->("SELECT task_key FROM ntask.task WHERE task_id = $id")} = [$id, $tk];
+	}
+	my $del = sub {
+		my ($key, $to) = @_;
+		my ($rc, $out, $err) = $co->psql('postgres',
+			qq{SELECT result, state FROM ntask_transition_on(${ts}::smallint, $dt{$key}[0], $dt{$key}[1], '$to')});
+		return $rc == 0 ? $out : "error: $err";
+	};
+	is($del->("p_$on", 'succeeded'), 'applied|succeeded', "direct: a delegated transition of a parent to succeeded ($on)");
+	is($del->("q_$on", 'canceled'), 'applied|canceled', "direct: a delegated transition of a parent to canceled ($on)");
+	is($state->('dt', "c_$on") . ' ' . $state->('dt', "qc_$on"), 'ready/0 canceled/parent_failed/1',
+		"direct: the delegated transitions made one child ready and canceled the other ($on)");
 
 	# the budget check at a takeover: delegated, and the worker node's own
 	$q->(q{SELECT pg_sleep(1.2)});
