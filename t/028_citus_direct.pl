@@ -53,7 +53,7 @@ use Time::HiRes qw(sleep time);
 
 require NtaskCitus;
 NtaskCitus::require_citus();
-NtaskCitus->import(qw(connect_to wait_for paths));
+NtaskCitus->import(qw(connect_to wait_for paths race_move));
 
 my $c = NtaskCitus::setup('direct', moves => 1, orphans => 1);
 my $co = $c->{coord};
@@ -65,25 +65,8 @@ for my $w (@workers)
 my $q = $c->{q};
 $q->("SELECT count(*) FROM ntask_queue_set('dq', lease => '10 minutes')");
 
-# backends of $node waiting for a lock whose query is like $like
-sub lock_waiters
-{
-	my ($node, $like) = @_;
-	return $node->safe_psql('postgres', qq{
-		SELECT count(*) FROM pg_stat_activity
-		WHERE wait_event_type = 'Lock' AND query LIKE '$like' AND pid <> pg_backend_pid()});
-}
-
-# the shard's node, and the other
-sub placement
-{
-	my ($shard) = @_;
-	my $id = $q->("SELECT get_shard_id_for_distribution_column('ntask.task', ${shard}::smallint)");
-	my $port = $q->("SELECT nodeport FROM pg_dist_shard_placement WHERE shardid = $id");
-	my ($src) = grep { $_->port == $port } @workers;
-	my ($dst) = grep { $_->port != $port } @workers;
-	return ($id, $src, $dst);
-}
+# the shard's Citus id, its node, and the other
+sub placement { return NtaskCitus::placement($c, @_); }
 
 my $keyno = 0;
 
@@ -491,13 +474,7 @@ sub claim_scenario
 # Part 2: the move interlock
 # ---------------------------------------------------------------------
 
-sub drop_orphans
-{
-	wait_for('the orphans dropped', sub {
-		$co->psql('postgres', 'CALL citus_cleanup_orphaned_resources()');
-		$q->('SELECT count(*) FROM pg_dist_cleanup') == 0;
-	}, 60);
-}
+sub drop_orphans { return NtaskCitus::drop_orphans($c); }
 
 # $kind: 'call_first' (the call holds the lock, the move waits) or
 # 'move_first' (the move is stopped after its copy, the call comes then)
@@ -520,8 +497,6 @@ sub move_race
 		($id, $tok) = split /:/, $t1;
 	}
 	my ($shardid, $src, $dst) = placement($shard);
-	my $move_sql = "SELECT citus_move_shard_placement($shardid, '127.0.0.1', " . $src->port
-	  . ", '127.0.0.1', " . $dst->port . ", shard_transfer_mode => '$mode')";
 	my %call_sql = (
 		heartbeat => "SELECT ntask_heartbeat($id, $tok, lease => '7 hours')::text",
 		transition => "SELECT result || ',' || state FROM ntask_transition($id, $tok, 'succeeded', result => '{\"m\": 1}')",
@@ -530,76 +505,14 @@ sub move_race
 		claim => '%ntask\_claim\_on(%');
 	my $call_sql = $call_sql{$call};
 	my $like = $likes{$call};
-	my $off = -s $src->logfile;
-	my $mover = connect_to($co);
-	my $sth;
-	my $caller = connect_to($src);
-	my ($blocker, $hold);
-	my $move_waited = 0;
-
-	if ($kind eq 'call_first')
-	{
-		# the call takes its metadata lock, then waits for the task row
-		$blocker = connect_to($src);
-		if ($call eq 'claim')
-		{
-			# the claim's pick (SKIP LOCKED) would pass a locked row by:
-			# it waits for the shard relation instead
-			$blocker->do('SET citus.enable_manual_changes_to_shards = on');
-			$blocker->begin_work;
-			$blocker->do("LOCK TABLE ntask.task_$shardid IN EXCLUSIVE MODE");
-		}
-		else
-		{
-			$blocker->begin_work;
-			$blocker->do("SELECT 1 FROM ntask.task_$shardid WHERE task_id = $id FOR UPDATE");
-		}
-		$sth = $caller->prepare($call_sql, { pg_async => DBD::Pg::PG_ASYNC() });
-		$sth->execute;
-		wait_for("$tag: the call waits for the row", sub { lock_waiters($src, $like) > 0 });
-		$mover->do($move_sql, { pg_async => DBD::Pg::PG_ASYNC() });
-		# the move waits for the call: block_writes for its metadata lock
-		# at the move's start; force_logical for its transaction (the
-		# replication slot's snapshot), or its lock in the final phase
-		wait_for("$tag: the move waits", sub {
-			$mover->pg_ready || lock_waiters($co, '%citus_move_shard_placement%') > 0
-			  || $src->safe_psql('postgres', qq{SELECT count(*) FROM pg_stat_activity
-				WHERE wait_event_type = 'Lock' AND query NOT LIKE '$like'
-				  AND pid <> pg_backend_pid()}) > 0;
-		});
-		$move_waited = $mover->pg_ready ? 0 : 1;
-		$blocker->commit;
-	}
-	else
-	{
-		$hold = connect_to($co);
-		$hold->do('SELECT pg_advisory_lock(44000, 55152)');
-		$mover->do('SET citus.running_under_citus_test_suite = on');
-		$mover->do($move_sql, { pg_async => DBD::Pg::PG_ASYNC() });
-		wait_for("$tag: the move held after its copy", sub {
-			$co->safe_psql('postgres', q{SELECT count(*) FROM pg_locks
-				WHERE locktype = 'advisory' AND classid = 44000 AND objid = 55152
-				  AND objsubid = 2 AND NOT granted}) > 0;
-		});
-		$sth = $caller->prepare($call_sql, { pg_async => DBD::Pg::PG_ASYNC() });
-		$sth->execute;
-		if ($mode eq 'block_writes')
-		{
-			# writes are blocked since the move's start: the call waits
-			wait_for("$tag: the call waits for the move", sub { lock_waiters($src, $like) > 0 });
-		}
-		else
-		{
-			# catch-up: the call runs (directly) while the move waits
-			wait_for("$tag: the call returns during the catch-up", sub { $caller->pg_ready });
-		}
-		$hold->do('SELECT pg_advisory_unlock(44000, 55152)');
-	}
-	$sth->pg_result;
-	my ($answer) = $sth->fetchrow_array;
-	$sth->finish;
-	$mover->pg_result;
-	$_->disconnect for ($mover, $caller, $blocker // (), $hold // ());
+	# the call takes its metadata lock, then waits for the task row; a
+	# claim's pick (SKIP LOCKED) would pass a locked row by: it waits for
+	# the shard relation instead
+	my ($rows, $err, $move_waited, $off) = race_move($c, src => $src, dst => $dst,
+		shardid => $shardid, mode => $mode, kind => $kind, tag => $tag,
+		call => $call_sql, like => $like, row => $call eq 'claim' ? undef : $id);
+	die "$tag: $err" if $err ne '';
+	my $answer = $rows->[0][0];
 	my @p = paths($src, $off);
 
 	is($q->("SELECT nodeport FROM pg_dist_shard_placement WHERE shardid = $shardid"), $dst->port, "$tag: the shard moved");
@@ -923,60 +836,13 @@ sub enq_move_race
 	  ? "SELECT task_id || ',' || created || ',' || state FROM ntask_enqueue('dm', '$key', '{\"mv\": 1}')"
 	  : "SELECT ntask_release($id, $tok)";
 	my $like = $call eq 'enqueue' ? '%ntask\_enqueue(%' : '%ntask\_release(%';
-	my $move_sql = "SELECT citus_move_shard_placement($shardid, '127.0.0.1', " . $src->port
-	  . ", '127.0.0.1', " . $dst->port . ", shard_transfer_mode => '$mode')";
-	my $off = -s $src->logfile;
-	my $mover = connect_to($co);
-	my $caller = connect_to($src);
-	my ($sth, $blocker, $hold);
-	my $move_waited = 0;
-	if ($kind eq 'call_first')
-	{
-		$blocker = connect_to($src);
-		$blocker->do('SET citus.enable_manual_changes_to_shards = on');
-		$blocker->begin_work;
-		$blocker->do("LOCK TABLE ntask.task_$shardid IN EXCLUSIVE MODE");
-		$sth = $caller->prepare($call_sql, { pg_async => DBD::Pg::PG_ASYNC() });
-		$sth->execute;
-		wait_for("$tag: the call waits for the shard relation", sub { lock_waiters($src, $like) > 0 });
-		$mover->do($move_sql, { pg_async => DBD::Pg::PG_ASYNC() });
-		wait_for("$tag: the move waits", sub {
-			$mover->pg_ready || lock_waiters($co, '%citus_move_shard_placement%') > 0
-			  || $src->safe_psql('postgres', qq{SELECT count(*) FROM pg_stat_activity
-				WHERE wait_event_type = 'Lock' AND query NOT LIKE '$like'
-				  AND pid <> pg_backend_pid()}) > 0;
-		});
-		$move_waited = $mover->pg_ready ? 0 : 1;
-		$blocker->commit;
-	}
-	else
-	{
-		$hold = connect_to($co);
-		$hold->do('SELECT pg_advisory_lock(44000, 55152)');
-		$mover->do('SET citus.running_under_citus_test_suite = on');
-		$mover->do($move_sql, { pg_async => DBD::Pg::PG_ASYNC() });
-		wait_for("$tag: the move held after its copy", sub {
-			$co->safe_psql('postgres', q{SELECT count(*) FROM pg_locks
-				WHERE locktype = 'advisory' AND classid = 44000 AND objid = 55152
-				  AND objsubid = 2 AND NOT granted}) > 0;
-		});
-		$sth = $caller->prepare($call_sql, { pg_async => DBD::Pg::PG_ASYNC() });
-		$sth->execute;
-		if ($mode eq 'block_writes')
-		{
-			wait_for("$tag: the call waits for the move", sub { lock_waiters($src, $like) > 0 });
-		}
-		else
-		{
-			wait_for("$tag: the call returns during the catch-up", sub { $caller->pg_ready });
-		}
-		$hold->do('SELECT pg_advisory_unlock(44000, 55152)');
-	}
-	$sth->pg_result;
-	my ($answer) = $sth->fetchrow_array;
-	$sth->finish;
-	$mover->pg_result;
-	$_->disconnect for ($mover, $caller, $blocker // (), $hold // ());
+	# the call takes its metadata lock, then waits for the shard relation
+	# (a session holds LOCK TABLE ... IN EXCLUSIVE MODE)
+	my ($rows, $err, $move_waited, $off) = race_move($c, src => $src, dst => $dst,
+		shardid => $shardid, mode => $mode, kind => $kind, tag => $tag,
+		call => $call_sql, like => $like);
+	die "$tag: $err" if $err ne '';
+	my $answer = $rows->[0][0];
 	my @p = paths($src, $off);
 
 	is($q->("SELECT nodeport FROM pg_dist_shard_placement WHERE shardid = $shardid"), $dst->port, "$tag: the shard moved");

@@ -51,7 +51,7 @@ use Time::HiRes qw(sleep time);
 
 require NtaskCitus;
 NtaskCitus::require_citus();
-NtaskCitus->import(qw(connect_to wait_for paths));
+NtaskCitus->import(qw(connect_to wait_for paths race_move));
 
 my $c = NtaskCitus::setup('limits', moves => 1, orphans => 1);
 my $co = $c->{coord};
@@ -265,14 +265,6 @@ set_direct('on');
 # Part 3: move races
 # ---------------------------------------------------------------------
 
-sub lock_waiters
-{
-	my ($node, $like) = @_;
-	return $node->safe_psql('postgres', qq{
-		SELECT count(*) FROM pg_stat_activity
-		WHERE wait_event_type = 'Lock' AND query LIKE '$like' AND pid <> pg_backend_pid()});
-}
-
 my $race = 0;
 sub move_race
 {
@@ -284,70 +276,12 @@ sub move_race
 	$q->("SELECT count(*) FROM ntask_queue_set('$dm', lease => '10 minutes', rate_limit => '1/1 hour')");
 	my @ids = enq($dm, $shard, 2);
 	my ($shardid, $src, $dst) = NtaskCitus::placement($c, $shard);
-	my $move_sql = "SELECT citus_move_shard_placement($shardid, '127.0.0.1', " . $src->port
-	  . ", '127.0.0.1', " . $dst->port . ", shard_transfer_mode => '$mode')";
 	my $call_sql = "SELECT task_id, token FROM ntask_claim_on(${shard}::smallint, '$dm', 'mv', 2)";
-	my $like = '%ntask\_claim\_on(%';
-	my $off = -s $src->logfile;
-	my $mover = connect_to($co);
-	my $caller = connect_to($src);
-	my ($sth, $blocker, $hold);
-	my $move_waited = 0;
-
-	if ($kind eq 'call_first')
-	{
-		# the claim takes its metadata lock, then waits for the shard
-		# relation (its pick skips locked rows)
-		$blocker = connect_to($src);
-		$blocker->do('SET citus.enable_manual_changes_to_shards = on');
-		$blocker->begin_work;
-		$blocker->do("LOCK TABLE ntask.task_$shardid IN EXCLUSIVE MODE");
-		$sth = $caller->prepare($call_sql, { pg_async => DBD::Pg::PG_ASYNC() });
-		$sth->execute;
-		wait_for("$tag: the claim waits", sub { lock_waiters($src, $like) > 0 });
-		$mover->do($move_sql, { pg_async => DBD::Pg::PG_ASYNC() });
-		wait_for("$tag: the move waits", sub {
-			$mover->pg_ready || lock_waiters($co, '%citus_move_shard_placement%') > 0
-			  || $src->safe_psql('postgres', qq{SELECT count(*) FROM pg_stat_activity
-				WHERE wait_event_type = 'Lock' AND query NOT LIKE '$like'
-				  AND pid <> pg_backend_pid()}) > 0;
-		});
-		$move_waited = $mover->pg_ready ? 0 : 1;
-		$blocker->commit;
-	}
-	else
-	{
-		# Citus' test hook stops the move after its copy
-		$hold = connect_to($co);
-		$hold->do('SELECT pg_advisory_lock(44000, 55152)');
-		$mover->do('SET citus.running_under_citus_test_suite = on');
-		$mover->do($move_sql, { pg_async => DBD::Pg::PG_ASYNC() });
-		wait_for("$tag: the move held after its copy", sub {
-			$co->safe_psql('postgres', q{SELECT count(*) FROM pg_locks
-				WHERE locktype = 'advisory' AND classid = 44000 AND objid = 55152
-				  AND objsubid = 2 AND NOT granted}) > 0;
-		});
-		$sth = $caller->prepare($call_sql, { pg_async => DBD::Pg::PG_ASYNC() });
-		$sth->execute;
-		if ($mode eq 'block_writes')
-		{
-			wait_for("$tag: the claim waits for the move", sub { lock_waiters($src, $like) > 0 });
-		}
-		else
-		{
-			wait_for("$tag: the claim returns during the catch-up", sub { $caller->pg_ready });
-		}
-		$hold->do('SELECT pg_advisory_unlock(44000, 55152)');
-	}
-	my ($rows, $err) = ([], '');
-	eval {
-		$sth->pg_result;
-		$rows = $sth->fetchall_arrayref;
-		1;
-	} or $err = $caller->errstr // "$@";
-	$sth->finish;
-	$mover->pg_result;
-	$_->disconnect for ($mover, $caller, $blocker // (), $hold // ());
+	# the claim takes its metadata lock, then waits for the shard relation
+	# (its pick skips locked rows)
+	my ($rows, $err, $move_waited, $off) = race_move($c, src => $src, dst => $dst,
+		shardid => $shardid, mode => $mode, kind => $kind, tag => $tag,
+		call => $call_sql, like => '%ntask\_claim\_on(%');
 	my @p = paths($src, $off);
 
 	is($q->("SELECT nodeport FROM pg_dist_shard_placement WHERE shardid = $shardid"), $dst->port, "$tag: the shard moved");

@@ -17,8 +17,8 @@
 # moves => 1 adds what force_logical moves need (wal_level = logical, the
 # slots and senders), orphans => 1 citus.defer_shard_delete_interval = -1
 # (a move's old tables stay until citus_cleanup_orphaned_resources).
-# connect_to, wait_for, placement, paths and drop_orphans are the helpers
-# the move tests share (exported on request).
+# connect_to, wait_for, placement, paths, drop_orphans, lock_waiters and
+# race_move are the helpers the move tests share (exported on request).
 #
 # Citus is built from the vendored tarball (../shared/vendor, or
 # NTASK_CITUS_TARBALL) in a build directory under /tmp and installed into
@@ -41,7 +41,7 @@ use PostgreSQL::Test::Utils;
 use Test::More ();
 use Time::HiRes ();
 
-our @EXPORT_OK = qw(connect_to wait_for placement paths drop_orphans);
+our @EXPORT_OK = qw(connect_to wait_for placement paths drop_orphans lock_waiters race_move);
 
 our $VERSION_WANTED = '12.1.6';
 
@@ -244,6 +244,110 @@ sub paths
 	my ($node, $off) = @_;
 	my $log = PostgreSQL::Test::Utils::slurp_file($node->logfile, $off);
 	return $log =~ /ntask: (direct path for shard \d+|routed path for shard \d+: [^\n]*|direct path (?:skips|stops in) shard \d+: [^\n]*)/g;
+}
+
+# lock_waiters($node, $like): backends of $node waiting for a lock whose
+# query is like $like
+sub lock_waiters
+{
+	my ($node, $like) = @_;
+	return $node->safe_psql('postgres', qq{
+		SELECT count(*) FROM pg_stat_activity
+		WHERE wait_event_type = 'Lock' AND query LIKE '$like' AND pid <> pg_backend_pid()});
+}
+
+# race_move($c, %o): a call on the shard's node racing a move of its shard
+# (t/028, t/032; docs/scaling.md "The move interlock").  $o{src} and
+# $o{dst} the nodes, $o{shardid} the task shard, $o{mode} the transfer
+# mode, $o{call} the call's SQL and $o{like} a LIKE pattern of it (to see
+# it wait), $o{tag} for the messages.  $o{kind}:
+#   call_first  the call takes the group's metadata lock, then waits for a
+#               lock held by another session: the row $o{row} (FOR UPDATE),
+#               or without it the shard relation (LOCK TABLE ... IN
+#               EXCLUSIVE MODE: a claim's pick skips locked rows); the move
+#               starts then, and must wait for the call;
+#   move_first  Citus' test hook stops the move after its copy; the call
+#               comes then: under block_writes it waits for the move, under
+#               force_logical it returns during the catch-up.
+# Returns the call's rows (arrayref of arrayrefs), its error ('' if none),
+# whether the move waited for the call (call_first), and the offset of
+# src's log before the call (for paths).
+sub race_move
+{
+	my ($c, %o) = @_;
+	my ($co, $src, $tag, $like) = ($c->{coord}, $o{src}, $o{tag}, $o{like});
+	my $move_sql = "SELECT citus_move_shard_placement($o{shardid}, '127.0.0.1', " . $src->port
+	  . ", '127.0.0.1', " . $o{dst}->port . ", shard_transfer_mode => '$o{mode}')";
+	my $off = -s $src->logfile;
+	my $mover = connect_to($co);
+	my $caller = connect_to($src);
+	my ($sth, $blocker, $hold);
+	my $move_waited = 0;
+	if ($o{kind} eq 'call_first')
+	{
+		$blocker = connect_to($src);
+		if (defined $o{row})
+		{
+			$blocker->begin_work;
+			$blocker->do("SELECT 1 FROM ntask.task_$o{shardid} WHERE task_id = $o{row} FOR UPDATE");
+		}
+		else
+		{
+			$blocker->do('SET citus.enable_manual_changes_to_shards = on');
+			$blocker->begin_work;
+			$blocker->do("LOCK TABLE ntask.task_$o{shardid} IN EXCLUSIVE MODE");
+		}
+		$sth = $caller->prepare($o{call}, { pg_async => DBD::Pg::PG_ASYNC() });
+		$sth->execute;
+		wait_for("$tag: the call waits for the lock", sub { lock_waiters($src, $like) > 0 });
+		$mover->do($move_sql, { pg_async => DBD::Pg::PG_ASYNC() });
+		# the move waits for the call: block_writes for its metadata lock
+		# at the move's start; force_logical for its transaction (the
+		# replication slot's snapshot), or its lock in the final phase
+		wait_for("$tag: the move waits", sub {
+			$mover->pg_ready || lock_waiters($co, '%citus_move_shard_placement%') > 0
+			  || $src->safe_psql('postgres', qq{SELECT count(*) FROM pg_stat_activity
+				WHERE wait_event_type = 'Lock' AND query NOT LIKE '$like'
+				  AND pid <> pg_backend_pid()}) > 0;
+		});
+		$move_waited = $mover->pg_ready ? 0 : 1;
+		$blocker->commit;
+	}
+	else
+	{
+		$hold = connect_to($co);
+		$hold->do('SELECT pg_advisory_lock(44000, 55152)');
+		$mover->do('SET citus.running_under_citus_test_suite = on');
+		$mover->do($move_sql, { pg_async => DBD::Pg::PG_ASYNC() });
+		wait_for("$tag: the move held after its copy", sub {
+			$co->safe_psql('postgres', q{SELECT count(*) FROM pg_locks
+				WHERE locktype = 'advisory' AND classid = 44000 AND objid = 55152
+				  AND objsubid = 2 AND NOT granted}) > 0;
+		});
+		$sth = $caller->prepare($o{call}, { pg_async => DBD::Pg::PG_ASYNC() });
+		$sth->execute;
+		if ($o{mode} eq 'block_writes')
+		{
+			# writes are blocked since the move's start: the call waits
+			wait_for("$tag: the call waits for the move", sub { lock_waiters($src, $like) > 0 });
+		}
+		else
+		{
+			# catch-up: the call runs (directly) while the move waits
+			wait_for("$tag: the call returns during the catch-up", sub { $caller->pg_ready });
+		}
+		$hold->do('SELECT pg_advisory_unlock(44000, 55152)');
+	}
+	my ($rows, $err) = ([], '');
+	eval {
+		$sth->pg_result;
+		$rows = $sth->fetchall_arrayref;
+		1;
+	} or $err = $caller->errstr // "$@";
+	$sth->finish;
+	$mover->pg_result;
+	$_->disconnect for ($mover, $caller, $blocker // (), $hold // ());
+	return ($rows, $err, $move_waited, $off);
 }
 
 # drop the orphans of earlier moves (a move refuses to run while one of its
