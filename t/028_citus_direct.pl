@@ -1102,7 +1102,7 @@ for my $mode ('block_writes', 'force_logical')
 		# nothing of the refused calls written, the existing key unchanged
 		push @out, $cq->("SELECT count(*) FROM ntask.task WHERE queue = 'pq' AND task_key IN ("
 			  . join(', ', map { "'$_'" } @refused) . ')');
-		push @out, $cq->("SELECT count(*) || '|' || min(state) || '|' || min(payload::text) || '|' || min(enqueued_by::text)
+		push @out, $cq->("SELECT count(*) || '|' || min(state) || '|' || min(payload::text) || '|' || string_agg(DISTINCT enqueued_by::text, ',')
 			FROM ntask.task WHERE queue = 'pq' AND task_key IN (" . join(', ', map { "'$_'" } @taken) . ')');
 		push @out, $cq->(qq{SELECT count(*) || '|' || min(payload::text) FROM ntask.task WHERE queue = 'pq' AND task_key = '$ex'});
 
