@@ -1043,7 +1043,8 @@ is(scalar(@enq_bad), 0, 'every enqueue made or found its key\'s one task') or di
 for my $kind ('in', 'across')
 {
 	my $n = grep { $_->[0] eq 'D' && $_->[3] eq $kind } map { @$_ } values %enq;
-	cmp_ok($n, '>=', 1, "PM: ntask_enqueue_many answered duplicates $kind a call ($n), each with its key's task, not created");
+	cmp_ok($n, '>=', 1, 'PM: ntask_enqueue_many answered duplicates ' . ($kind eq 'in' ? 'inside a call' : 'across calls')
+		  . " ($n), each with its key's task, not created");
 }
 note(sprintf('PM: %d calls of ntask_enqueue_many, %d keys', scalar(map { @$_ } values %{ $enq_calls{PM} // {} }),
 	scalar(grep { $_ % 4 == 3 } 1 .. $N)));
@@ -1216,6 +1217,7 @@ note('clients\' calls routed from the node a shard had left: '
 # on the worker nodes, at most one per call.  Each direct, or routed for
 # the one reason a whole statement outside a block has: the shard's
 # placement is not on this node
+my $moving_direct = 0;
 my %shard_of_key = map { split /\|/ } split /\n/,
   $q->("SELECT 'k' || i || '|' || ntask_shard('ml', 'k' || i) FROM generate_series(1, $N) i");
 for my $who ('PW', 'PM', 'PO')
@@ -1253,8 +1255,19 @@ for my $who ('PW', 'PM', 'PO')
 	my @moving = grep { my $d = $_; grep { $d->{at} >= $_->[0] && $d->{at} <= $_->[1] && grep { $_ == $d->{shard} } @{ $_->[3] } } @moves } @direct;
 	cmp_ok(scalar(@direct), '>=', 1, "$who: its enqueues took the direct path (" . scalar(@direct) . ' of ' . scalar(@mine) . ')');
 	cmp_ok(scalar(@during), '>=', 1, "$who: direct enqueues while a move ran (" . scalar(@during) . ')');
-	note("$who: " . scalar(@moving) . ' direct enqueues of the moving shard value during its move');
+	my %by_mode;
+	for my $d (@moving)
+	{
+		$by_mode{ $_->[2] }++ for grep { $d->{at} >= $_->[0] && $d->{at} <= $_->[1] } @moves;
+	}
+	note("$who: " . scalar(@moving) . ' direct enqueues of the moving shard value during its move ('
+		  . join(', ', map { "$by_mode{$_} $_" } sort keys %by_mode) . ')');
+	$moving_direct += @moving;
 }
+# a force_logical move blocks its group's writes only in its final phase:
+# enqueues of the moving shard value ran directly on its source before it
+# (the checks above: each key one task, the orphan unwritten after the move)
+cmp_ok($moving_direct, '>=', 1, "producers' enqueues of the moving shard value ran directly during its move ($moving_direct)");
 
 # 7. DROP COLUMN: nothing written into the kept column, every task's key and
 # payload in place, every ledger row's worker a client
