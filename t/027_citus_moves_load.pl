@@ -93,7 +93,8 @@
 #   their application_name); each direct, or routed because the shard's
 #   placement is not on this node, none refused for its shape (nor PM's
 #   for keys of several shards); each of PW, PO and PM took the direct
-#   path while a move ran; after DROP COLUMN every task's and ledger
+#   path while a move ran, and enqueues of the moving shard value ran
+#   directly during its move; after DROP COLUMN every task's and ledger
 #   row's columns are in place.
 #
 # Part 3, alone, after the load: a REPEATABLE READ transaction that took
