@@ -1039,7 +1039,6 @@ for my $mode ('block_writes', 'force_logical')
 	my $rights_run = sub {
 		my ($sys) = @_;
 		my ($node, $cn, $sv) = $sys eq 'plain' ? ($plain, $plain, 0) : ($wn, $co, $shard);
-		my $psql = sub { $node->safe_psql('postgres', $_[0]) };
 		my $cq = $sys eq 'plain' ? sub { $plain->safe_psql('postgres', $_[0]) } : $q;
 		if ($sys ne 'plain')
 		{
