@@ -14,9 +14,18 @@
 # dropped before a kept one on ntask.task and ntask.attempt, so that a
 # move's new placement numbers its columns otherwise than the old one
 # (Citus #5038).  Forked DBD::Pg clients, all to 127.0.0.1:
-#   producers  PC ntask_enqueue on the coordinator, PW ntask_enqueue on a
-#              worker node, PO ntask_enqueue_on(ntask_shard(...)) on the
-#              coordinator (delegated); every 20th key enqueued twice;
+#   producers  key i goes to producer i % 4: PC ntask_enqueue on the
+#              coordinator, PW ntask_enqueue on worker node 2, PO
+#              ntask_enqueue_on(ntask_shard(...)) on the coordinator
+#              (delegated), each enqueueing every fifth of its keys twice;
+#              PM ntask_enqueue_many on worker node 1 of groups of 1 to 4
+#              of its keys of one shard value (ntask_shard), every third
+#              call with the group's first key again at its end (a
+#              duplicate inside the call), every fourth with a key of that
+#              shard value an earlier call enqueued (a duplicate across
+#              calls); all of them as the whole statement, outside
+#              transaction blocks, so that the worker nodes' and the
+#              delegated enqueues take the enqueue's direct path;
 #   workers    WC the plain API on the coordinator, WT the coordinator's
 #              ntask_transition_and_claim loop, W1 the plain API on worker
 #              node 1 (its claim walks that node's shards), W2 on worker
@@ -76,8 +85,17 @@
 #   content unchanged); every move ran while clients' calls ran; the path
 #   decisions: W1's and W2's calls on their nodes took the direct path,
 #   none refused for its shape, WR's ran routed for REPEATABLE READ, and
-#   clients' direct calls ran while shards moved; after DROP COLUMN every
-#   task's and ledger row's columns are in place.
+#   clients' direct calls ran while shards moved; the producers' path
+#   decisions: each enqueue of PW and each ntask_enqueue_many of PM logged
+#   exactly one decision on its node, in order, for its key's shard value
+#   (its backend's pid), PO's delegated enqueues theirs in Citus' backends
+#   on the worker nodes (told by the coordinator backend's global pid in
+#   their application_name); each direct, or routed because the shard's
+#   placement is not on this node, none refused for its shape (nor PM's
+#   for keys of several shards); each of PW, PO and PM took the direct
+#   path while a move ran, and enqueues of the moving shard value ran
+#   directly during its move; after DROP COLUMN every task's and ledger
+#   row's columns are in place.
 #
 # Part 3, alone, after the load: a REPEATABLE READ transaction that took
 # its snapshot before a move heartbeats after it (routed, to the new
@@ -112,10 +130,12 @@ my $t0 = time;
 my $N = $long ? 2000 : 300;			# tasks
 my $MOVES = $long ? 8 : 4;			# moves, the last one a rebalance
 my $LEASE = 4;						# seconds
-# the log lines carry the epoch (%n) and the pid: the path decisions are
-# matched to the moves' times and to the clients' backends
+# the log lines carry the epoch (%n), the pid and the application_name (a
+# Citus backend's is "citus_internal gpid=<the global pid of the backend
+# it works for>"): the path decisions are matched to the moves' times and
+# to the clients' backends, the delegated calls' to the coordinator's
 my $c = NtaskCitus::setup('mvload', moves => 1, orphans => 1,
-	conf => "log_line_prefix = '%n [%p] '\n", coord_conf => "citus.local_hostname = '127.0.0.1'\n");
+	conf => "log_line_prefix = '%n [%p] {%a} '\n", coord_conf => "citus.local_hostname = '127.0.0.1'\n");
 my $co = $c->{coord};
 my ($w1, $w2) = @{ $c->{workers} };
 my %node_of_port = map { $_->port => $_ } ($w1, $w2);
@@ -169,16 +189,16 @@ File::Path::mkpath($tmp);
 my $deadline = time + ($long ? 600 : 300);	# every client's last call
 
 # the path decisions of the direct path (DEBUG1, src/shard.c:
-# NtaskDirectBegin) in $node's log from byte $off: { at => epoch, pid,
-# shard, what => 'direct' or 'routed: why' }
+# NtaskDirectBegin) in $node's log from byte $off: { at => epoch, pid, app
+# (its application_name), shard, what => 'direct' or 'routed: why' }
 sub decisions
 {
 	my ($node, $off) = @_;
 	my $log = slurp_file($node->logfile, $off);
 	my @d;
-	while ($log =~ /^(\d+\.\d+) \[(\d+)\] DEBUG:  ntask: (?:direct path for shard (\d+)|routed path for shard (\d+): ([^\n]*))$/mg)
+	while ($log =~ /^(\d+\.\d+) \[(\d+)\] \{([^}\n]*)\} DEBUG:  ntask: (?:direct path for shard (\d+)|routed path for shard (\d+): ([^\n]*))$/mg)
 	{
-		push @d, { at => $1, pid => $2, shard => $3 // $4, what => defined $3 ? 'direct' : "routed: $5" };
+		push @d, { at => $1, pid => $2, app => $3, shard => $4 // $5, what => defined $4 ? 'direct' : "routed: $6" };
 	}
 	return @d;
 }
@@ -303,8 +323,20 @@ sub wait_until
 # the worker nodes' logs from here: the path decisions under the load
 my %log_off = map { ($_->port => -s $_->logfile) } ($w1, $w2);
 
-# producers: key i goes to producer i % 3
+# a client's backend: its pid (I) and its global pid (G: Citus' backends
+# that run its delegated calls on the worker nodes carry it in their
+# application_name)
+sub log_backend
+{
+	my ($log, $dbh, $node) = @_;
+	$log->(time, 'I', scalar $dbh->selectrow_array('SELECT pg_backend_pid()'), $node->port);
+	$log->(time, 'G', scalar $dbh->selectrow_array('SELECT citus_backend_gpid()'));
+}
+
+# producers: key i goes to producer i % 4 (PM's, 3, below); PC, PW and PO
+# enqueue every fifth of their keys twice
 my %producer = (0 => [ 'PC', $co, 'plain' ], 1 => [ 'PW', $w2, 'plain' ], 2 => [ 'PO', $co, 'on' ]);
+my $twice = sub { my ($i) = @_; return $i % 4 != 3 && int($i / 4) % 5 == 0 };
 my @kids;
 for my $p (0 .. 2)
 {
@@ -312,7 +344,7 @@ for my $p (0 .. 2)
 	push @kids, fork_client(sub {
 		my $log = open_log($name);
 		my $dbh;
-		my $i = $p == 0 ? 3 : $p;
+		my $i = $p == 0 ? 4 : $p;
 		while ($i <= $N && time < $deadline)
 		{
 			if (read_allow() < $i)
@@ -325,13 +357,13 @@ for my $p (0 .. 2)
 				if (!$dbh)
 				{
 					$dbh = DBI->connect(dsn($node), '', '', { AutoCommit => 1, RaiseError => 1, PrintError => 0 });
-					$log->(time, 'I', scalar $dbh->selectrow_array('SELECT pg_backend_pid()'), $node->port);
+					log_backend($log, $dbh, $node);
 				}
 				my $sql = $style eq 'on'
 				  ? "SELECT task_id, created FROM ntask_enqueue_on(ntask_shard('ml', ?::text), 'ml', ?, ?::jsonb)"
 				  : "SELECT task_id, created FROM ntask_enqueue('ml', ?, ?::jsonb)";
 				my @args = $style eq 'on' ? ("k$i", "k$i", "{\"i\": $i}") : ("k$i", "{\"i\": $i}");
-				for my $again (0 .. ($i % 20 == 0 ? 1 : 0))
+				for my $again (0 .. ($twice->($i) ? 1 : 0))
 				{
 					my ($id, $created) = $dbh->selectrow_array($sql, undef, @args);
 					$log->($ts, $again ? 'D' : 'P', "k$i", $id, $created ? 1 : 0);
@@ -348,10 +380,82 @@ for my $p (0 .. 2)
 				sleep 0.2;
 				next;				# the enqueue is retried (idempotent)
 			}
-			$i += 3;
+			$i += 4;
 		}
 	});
 }
+
+# PM: ntask_enqueue_many on worker node 1, of its keys (i % 4 = 3) released
+# so far, in groups of 1 to 4 keys of one shard value; every third call
+# repeats the group's first key at its end, every fourth adds a key of that
+# shard value an earlier call enqueued.  Logged: M (the call: its shard
+# value, its keys), then P for a key's first row, D for a duplicate's
+# (with "in" or "across")
+push @kids, fork_client(sub {
+	my $log = open_log('PM');
+	my ($dbh, %shard_of, @pending, %done);
+	my ($next, $calls) = (3, 0);
+	while ((@pending || $next <= $N) && time < $deadline)
+	{
+		my $ts = time;
+		my $ok = eval {
+			if (!$dbh)
+			{
+				$dbh = DBI->connect(dsn($w1), '', '', { AutoCommit => 1, RaiseError => 1, PrintError => 0 });
+				log_backend($log, $dbh, $w1);
+			}
+			%shard_of = map { @$_ } @{ $dbh->selectall_arrayref(
+				"SELECT i, ntask_shard('ml', 'k' || i) FROM generate_series(3, $N, 4) i") } unless %shard_of;
+			my $allow = read_allow();
+			while ($next <= $N && $next <= $allow)
+			{
+				push @pending, $next;
+				$next += 4;
+			}
+			if (!@pending)
+			{
+				sleep 0.05;
+				return 1;
+			}
+			my $sv = $shard_of{ $pending[0] };
+			my @grp = grep { $shard_of{$_} == $sv } @pending;
+			@grp = @grp[ 0 .. List::Util::min($#grp, int(rand(4))) ];
+			my @keys = @grp;
+			$calls++;
+			push @keys, $grp[0] if $calls % 3 == 0;
+			if ($calls % 4 == 0)
+			{
+				my @old = sort { $a <=> $b } grep { $shard_of{$_} == $sv } keys %done;
+				push @keys, $old[ int(rand(@old)) ] if @old;
+			}
+			my $rows = $dbh->selectall_arrayref("SELECT task_id, created FROM ntask_enqueue_many('ml', ?::text[], ?::jsonb[])",
+				undef, '{' . join(',', map { "k$_" } @keys) . '}',
+				'{' . join(',', map { '"{\\"i\\": ' . $_ . '}"' } @keys) . '}');
+			die 'ntask_enqueue_many: ' . scalar(@$rows) . ' rows for ' . scalar(@keys) . " keys\n" unless @$rows == @keys;
+			$log->($ts, 'M', $sv, map { "k$_" } @keys);
+			my %seen;
+			for my $j (0 .. $#keys)
+			{
+				my $i = $keys[$j];
+				my ($id, $created) = @{ $rows->[$j] };
+				my $kind = $seen{$i}++ ? 'in' : $done{$i} ? 'across' : '';
+				$log->($ts, $kind ? 'D' : 'P', "k$i", $id, $created ? 1 : 0, $kind || ());
+			}
+			$done{$_} = 1 for @grp;
+			my %g = map { $_ => 1 } @grp;
+			@pending = grep { !$g{$_} } @pending;
+			1;
+		};
+		if (!$ok)
+		{
+			my $e = $@ =~ s/\s+/ /gr;
+			$log->($ts, 'E', 'enqueue_many', $e);
+			eval { $dbh->disconnect if $dbh };
+			$dbh = undef;
+			sleep 0.2;			# the group is enqueued again (idempotent)
+		}
+	}
+});
 
 # workers
 my @workers = ([ 'WC', $co, 'plain' ], [ 'WT', $co, 'tc' ], [ 'W1', $w1, 'plain' ],
@@ -368,7 +472,7 @@ for my $wk (@workers)
 		my $connect = sub {
 			return if $dbh;
 			$dbh = DBI->connect(dsn($node), '', '', { AutoCommit => 1, RaiseError => 1, PrintError => 0 });
-			$log->(time, 'I', scalar $dbh->selectrow_array('SELECT pg_backend_pid()'), $node->port);
+			log_backend($log, $dbh, $node);
 			if ($style eq 'rr')
 			{
 				$rr = DBI->connect(dsn($node), '', '', { AutoCommit => 1, RaiseError => 1, PrintError => 0 });
@@ -729,7 +833,9 @@ for my $m (0 .. $MOVES - 1)
 	  or diag($@);
 	my %after = $placements->();
 	my @moved = grep { $before{$_} != $after{$_} } @shardids;
-	push @moves, [ $ts, $te, $mode ];
+	# its window, its mode, and the shard values it moved with the port
+	# of each one's source and target
+	push @moves, [ $ts, $te, $mode, { map { ($sv_of{$_} => [ $before{$_}, $after{$_} ]) } @moved } ];
 	note(sprintf('move %d: %s, %s, %.1f s (at %.0f s, %d tasks unfinished)', $m, $rebalance ? "rebalance (@moved)" : $shardid,
 		$mode, $te - $ts, $ts - $t0, $unfinished->()));
 	if ($rebalance)
@@ -830,9 +936,15 @@ my $load_s = time - $t0;
 # the clients' logs
 my (%claims, @dup_claims, %trans, %rel, %rcpt, %enq, @errors, $calls, %hb, @stale, %pid_who, @serial);
 my @calls;
+# the producers' enqueue calls per connection (its backend's pid), in
+# order: the key of each of PW's and PO's, the shard value of each of PM's;
+# the connections a call failed on; the global pids of the clients'
+# coordinator backends (G)
+my (%enq_calls, %pid_failed, %gpid_who);
 for my $f (glob("$tmp/*.log"))
 {
 	my ($who) = $f =~ m{/(\w+)\.log$};
+	my $pid;
 	open my $fh, '<', $f or die;
 	while (my $l = <$fh>)
 	{
@@ -841,8 +953,23 @@ for my $f (glob("$tmp/*.log"))
 		if ($what eq 'I' || $what eq 'J')
 		{
 			$pid_who{"$f[1]:$f[0]"} = $what eq 'J' ? "$who-rr" : $who;
+			$pid = "$f[1]:$f[0]" if $what eq 'I';
 			next;
 		}
+		if ($what eq 'G')
+		{
+			$gpid_who{ $f[0] } = $who;
+			next;
+		}
+		if ($what eq 'M')
+		{
+			push @{ $enq_calls{$who}{$pid} }, $f[0];
+		}
+		elsif (($what eq 'P' || $what eq 'D') && $who ne 'PM')
+		{
+			push @{ $enq_calls{$who}{$pid} }, $f[0];
+		}
+		$pid_failed{$pid} = 1 if $what eq 'E' && defined $pid;
 		if ($what eq 'X')
 		{
 			push @serial, "$who: @f";
@@ -877,7 +1004,7 @@ for my $f (glob("$tmp/*.log"))
 		}
 		elsif ($what eq 'P' || $what eq 'D')
 		{
-			push @{ $enq{ $f[0] } }, [ $what, $f[1], $f[2] ];
+			push @{ $enq{ $f[0] } }, [ $what, $f[1], $f[2], $f[3] // '' ];
 		}
 		elsif ($what eq 'E')
 		{
@@ -911,9 +1038,19 @@ for my $i (1 .. $N)
 	push @enq_bad, "k$i: not enqueued" unless @firsts == 1;
 	push @enq_bad, "k$i: enqueued as a second task" if grep { ($_->[1] // '') ne ($task_of{"k$i"} // 'none') } @$e;
 	push @enq_bad, "k$i: a duplicate enqueue created a task" if grep { $_->[0] eq 'D' && $_->[2] } @$e;
-	push @enq_bad, "k$i: no duplicate enqueue" if $i % 20 == 0 && !grep { $_->[0] eq 'D' } @$e;
+	push @enq_bad, "k$i: no duplicate enqueue" if $twice->($i) && !grep { $_->[0] eq 'D' } @$e;
 }
 is(scalar(@enq_bad), 0, 'every enqueue made or found its key\'s one task') or diag(join("\n", @enq_bad[0 .. 9]));
+# PM's duplicates: a key repeated inside a call (its second row names the
+# task of the first, not created), a key of an earlier call
+for my $kind ('in', 'across')
+{
+	my $n = grep { $_->[0] eq 'D' && $_->[3] eq $kind } map { @$_ } values %enq;
+	cmp_ok($n, '>=', 1, 'PM: ntask_enqueue_many answered duplicates ' . ($kind eq 'in' ? 'inside a call' : 'across calls')
+		  . " ($n), each with its key's task, not created");
+}
+note(sprintf('PM: %d calls of ntask_enqueue_many, %d keys', scalar(map { @$_ } values %{ $enq_calls{PM} // {} }),
+	scalar(grep { $_ % 4 == 3 } 1 .. $N)));
 
 # 2. the ledger against the claims the workers received
 my %ledger;
@@ -1037,11 +1174,17 @@ for my $n ($w1, $w2)
 {
 	for my $d (decisions($n, $log_off{ $n->port }))
 	{
+		# a Citus backend's call: delegated by the client whose
+		# coordinator (or worker node) backend has that global pid ("-d")
+		my ($gpid) = $d->{app} =~ /^citus_internal gpid=(\d+)$/;
 		my $who = $pid_who{ $n->port . ':' . $d->{pid} }
-		  // ($d->{pid} == $probe_pid{ $n->port } ? 'probe' : 'delegated');
+		  // ($d->{pid} == $probe_pid{ $n->port } ? 'probe'
+			: defined $gpid && $gpid_who{$gpid} ? "$gpid_who{$gpid}-d" : 'delegated');
 		$d->{who} = $who;
+		$d->{port} = $n->port;
 		push @dec_all, $d;
-		$dec{$who}{ $d->{what} =~ /^direct/ ? 'direct' : 'routed' }++;
+		# 'direct' once (it is its own what), 'routed' besides each reason
+		$dec{$who}{routed}++ if $d->{what} =~ /^routed/;
 		$dec{$who}{ $d->{what} }++;
 	}
 }
@@ -1069,6 +1212,78 @@ for my $d (grep { $_->{what} eq 'direct' && $_->{who} ne 'probe' } @dec_all)
 cmp_ok($in_moves, '>=', 1, "clients' calls ran on the direct path while shards moved ($in_moves)");
 note('clients\' calls routed from the node a shard had left: '
 	  . scalar(grep { $_->{who} ne 'probe' && $_->{what} =~ /not on this node/ } @dec_all));
+
+# the producers' enqueues: PW's (ntask_enqueue on worker node 2) and PM's
+# (ntask_enqueue_many on worker node 1) each logged one decision on its
+# node, in the order of the calls, for the call's shard value (a connection
+# a call failed on may have one more, the failed call's); PO's delegated
+# ones (ntask_enqueue_on from the coordinator) theirs in Citus' backends
+# on the worker nodes, at most one per call.  Each direct, or routed for
+# the one reason a whole statement outside a block has: the shard's
+# placement is not on this node
+my $moving_direct = 0;
+my %shard_of_key = map { split /\|/ } split /\n/,
+  $q->("SELECT 'k' || i || '|' || ntask_shard('ml', 'k' || i) FROM generate_series(1, $N) i");
+for my $who ('PW', 'PM', 'PO')
+{
+	my $dwho = $who eq 'PO' ? 'PO-d' : $who;
+	my @mine = grep { $_->{who} eq $dwho } @dec_all;
+	my @odd = grep { $_->{what} ne 'direct' && $_->{what} ne "routed: the shard's placement is not on this node" } @mine;
+	is(scalar(@odd), 0, "$who: each enqueue direct, or routed from a node without the placement; none refused "
+		  . 'for its shape' . ($who eq 'PM' ? ' nor for keys of several shards' : ''))
+	  or diag(join("\n", map { "$_->{at} $_->{what}" } @odd[ 0 .. List::Util::min($#odd, 9) ]));
+	my $ncalls = 0;
+	if ($who eq 'PO')
+	{
+		$ncalls += @$_ for values %{ $enq_calls{PO} };
+		cmp_ok(scalar(@mine), '<=', $ncalls, "PO: at most one decision per delegated enqueue ("
+			  . scalar(@mine) . " for $ncalls calls)");
+	}
+	else
+	{
+		my @bad;
+		for my $pid (sort keys %{ $enq_calls{$who} })
+		{
+			my @want = map { /^k/ ? $shard_of_key{$_} : $_ } @{ $enq_calls{$who}{$pid} };
+			$ncalls += @want;
+			my ($port, $p) = split /:/, $pid;
+			my @got = map { $_->{shard} } grep { $_->{pid} == $p } @mine;
+			pop @got if $pid_failed{$pid} && @got == @want + 1;
+			push @bad, "$pid: calls of shard values [@want], decisions [@got]" unless "@got" eq "@want";
+		}
+		is(scalar(@bad), 0, "$who: one decision per call, in order, for its shard value ($ncalls calls)")
+		  or diag(join("\n", @bad));
+	}
+	my @direct = grep { $_->{what} eq 'direct' } @mine;
+	my @during = grep { my $d = $_; grep { $d->{at} >= $_->[0] && $d->{at} <= $_->[1] } @moves } @direct;
+	# the direct enqueues of a shard value while it moved, by the node
+	# they ran on: its source (before the move blocked its writes) or its
+	# target (after the move committed, before it returned to the test)
+	my (@moving, %on, %late);
+	for my $d (@direct)
+	{
+		for my $m (grep { $d->{at} >= $_->[0] && $d->{at} <= $_->[1] && $_->[3]{ $d->{shard} } } @moves)
+		{
+			my $end = $m->[3]{ $d->{shard} }[0] == $d->{port} ? 'source' : 'target';
+			$on{"$end, $m->[2]"}++;
+			# how far into the move (its share of the move's time)
+			my $f = ($d->{at} - $m->[0]) / ($m->[1] - $m->[0]);
+			$late{"$end, $m->[2]"} = $f if $f > ($late{"$end, $m->[2]"} // 0);
+			push @moving, $d if $end eq 'source';
+		}
+	}
+	cmp_ok(scalar(@direct), '>=', 1, "$who: its enqueues took the direct path (" . scalar(@direct) . ' of ' . scalar(@mine) . ')');
+	cmp_ok(scalar(@during), '>=', 1, "$who: direct enqueues while a move ran (" . scalar(@during) . ')');
+	note("$who: direct enqueues of the moving shard value during its move: "
+		  . (join(', ', map { sprintf('%d on its %s (the last at %.0f%% of the move\'s time)', $on{$_}, $_, 100 * $late{$_}) }
+			  sort keys %on) || 'none'));
+	$moving_direct += @moving;
+}
+# a force_logical move blocks its group's writes only in its final phase:
+# enqueues of the moving shard value ran directly on its source while it
+# moved (the checks above: each key one task, none lost by the move, the
+# orphan unwritten after it)
+cmp_ok($moving_direct, '>=', 1, "producers' enqueues of the moving shard value ran directly on its source during its move ($moving_direct)");
 
 # 7. DROP COLUMN: nothing written into the kept column, every task's key and
 # payload in place, every ledger row's worker a client

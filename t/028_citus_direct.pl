@@ -895,5 +895,174 @@ for my $mode ('block_writes', 'force_logical')
 	enq_move_race($mode, 'move_first', 'release');
 }
 
+# ---------------------------------------------------------------------
+# Part 4: a producer without rights on the direct path (docs/scaling.md
+# "The enqueue and the release on the direct path")
+# ---------------------------------------------------------------------
+# A role with ntask_producer but not the queue's producer_role enqueues
+# (ntask_enqueue, ntask_enqueue_many, ntask_enqueue_on on the worker node
+# of the shard, and delegated from the coordinator: ntask_enqueue_on,
+# ntask_enqueue_many_on), a new key and an existing one; a role with
+# ntask_worker but not the queue's worker_role releases a leased task
+# (ntask_release, its _on form there and delegated, a token never
+# issued).  With ntask.citus_direct on, off, and on a plain install: the
+# same SQLSTATE, message and hint every time, nothing written; the
+# producer_role's and the worker_role's own calls succeed, directly.  The
+# roles log in (a delegated call runs on the worker node as its caller).
+{
+	$q->(q{CREATE ROLE pr_a LOGIN; CREATE ROLE pr_b LOGIN; CREATE ROLE pw_a LOGIN; CREATE ROLE pw_b LOGIN;
+		GRANT ntask_producer TO pr_a, pr_b; GRANT ntask_worker TO pw_a, pw_b});
+	for my $n (@workers)
+	{
+		wait_for('the roles on ' . $n->name, sub {
+			$n->safe_psql('postgres', q{SELECT count(*) FROM pg_roles WHERE rolname IN ('pr_a', 'pr_b', 'pw_a', 'pw_b')
+				AND rolcanlogin}) == 4 });
+	}
+	my $plain = PostgreSQL::Test::Cluster->new('rights_plain');
+	$plain->init;
+	$plain->append_conf('postgresql.conf', "shared_preload_libraries = 'ntask'\nntask.worker = off\n");
+	$plain->start;
+	$plain->safe_psql('postgres', q{CREATE EXTENSION ntask;
+		CREATE ROLE pr_a LOGIN; CREATE ROLE pr_b LOGIN; CREATE ROLE pw_a LOGIN; CREATE ROLE pw_b LOGIN;
+		GRANT ntask_producer TO pr_a, pr_b; GRANT ntask_worker TO pw_a, pw_b});
+	my (undef, $wn) = placement($shard);
+	# a key of the shard that exists
+	my $ex = key_in('pq', $shard, 'ex');
+	for my $n ($co, $plain)
+	{
+		$n->safe_psql('postgres', qq{SELECT count(*) FROM ntask_queue_set('pq', lease => '10 minutes');
+			SELECT ntask_queue_set_roles('pq', 'pr_a', NULL);
+			SELECT task_id FROM ntask_enqueue('pq', '$ex', '{"e": 1}')});
+	}
+
+	# the calls of one system ('on', 'off': the cluster with
+	# ntask.citus_direct so on the worker nodes; 'plain'): their answers
+	# (an error as its SQLSTATE, message and hint, a task id as N), the
+	# rows they left, and the path lines of each statement
+	my $rights_run = sub {
+		my ($sys) = @_;
+		my ($node, $cn, $sv) = $sys eq 'plain' ? ($plain, $plain, 0) : ($wn, $co, $shard);
+		my $cq = $sys eq 'plain' ? sub { $plain->safe_psql('postgres', $_[0]) } : $q;
+		if ($sys ne 'plain')
+		{
+			for my $n (@workers)
+			{
+				$n->safe_psql('postgres', "ALTER SYSTEM SET ntask.citus_direct = $sys; SELECT pg_reload_conf()");
+				wait_for('the setting', sub { $n->safe_psql('postgres', 'SHOW ntask.citus_direct') eq $sys });
+			}
+		}
+		my %dbh;
+		my $as = sub {
+			my ($n, $user) = @_;
+			return $dbh{ $n->name . $user } //= DBI->connect('dbi:Pg:dbname=postgres;host=' . $n->host . ';port=' . $n->port,
+				$user, '', { AutoCommit => 1, RaiseError => 0, PrintError => 0 }) // die "connect as $user: " . DBI->errstr;
+		};
+		my (@out, @paths);
+		my $run = sub {
+			my ($n, $user, $sql) = @_;
+			my $off = $sys eq 'plain' ? 0 : -s $wn->logfile;
+			my $d = $as->($n, $user);
+			my $rows = $d->selectall_arrayref($sql);
+			my $a;
+			if ($rows)
+			{
+				$a = join(';', map { join('|', map { $_ // '' } @$_) } @$rows);
+			}
+			else
+			{
+				my $e = $d->errstr;
+				my ($m) = $e =~ /ERROR:\s+([^\n]*)/;
+				my ($h) = $e =~ /HINT:\s+([^\n]*)/;
+				$a = $d->state . ' ' . ($m // $e) . ($h ? " HINT: $h" : '');
+			}
+			push @out, $a =~ s/task \d+/task N/gr;
+			push @paths, path_summary(paths($wn, $off)) if $sys ne 'plain';
+			return $rows;
+		};
+		my $key = sub { key_in('pq', $shard, "r${sys}_") };
+		my @refused = map { $key->() } 1 .. 8;
+		my @taken = map { $key->() } 1 .. 6;
+		my ($k1, $k2, $k3, $k4, $k5, $k6, $k7, $k8) = @refused;
+		my ($t1, $t2, $t3, $t4, $t5, $t6) = @taken;
+		# without the producer_role: a new key, an existing one (the same
+		# error: it learns nothing), a batch of new keys (one repeated), a
+		# batch with the existing key, _on there, delegated _on and _many_on
+		$run->($node, 'pr_b', "SELECT created FROM ntask_enqueue('pq', '$k1', '{}')");
+		$run->($node, 'pr_b', qq{SELECT created FROM ntask_enqueue('pq', '$ex', '{"e": 1}')});
+		$run->($node, 'pr_b', "SELECT created FROM ntask_enqueue_many('pq', ARRAY['$k2', '$k3', '$k2'], ARRAY['{}', '{}', '{}']::jsonb[])");
+		$run->($node, 'pr_b', "SELECT created FROM ntask_enqueue_many('pq', ARRAY['$ex', '$k4'], ARRAY['{\"e\": 1}', '{}']::jsonb[])");
+		$run->($node, 'pr_b', "SELECT created FROM ntask_enqueue_on(${sv}::smallint, 'pq', '$k5', '{}')");
+		$run->($cn, 'pr_b', "SELECT created FROM ntask_enqueue_on(${sv}::smallint, 'pq', '$k6', '{}')");
+		$run->($cn, 'pr_b', "SELECT created FROM ntask_enqueue_many_on(${sv}::smallint, 'pq', ARRAY['$k7', '$k8'], ARRAY['{}', '{}']::jsonb[])");
+		# the producer_role's own calls
+		$run->($node, 'pr_a', "SELECT created, state FROM ntask_enqueue('pq', '$t1', '{}')");
+		$run->($node, 'pr_a', "SELECT created, state FROM ntask_enqueue_many('pq', ARRAY['$t2', '$t3', '$t2'], ARRAY['{}', '{}', '{}']::jsonb[])");
+		$run->($node, 'pr_a', "SELECT created, state FROM ntask_enqueue_on(${sv}::smallint, 'pq', '$t4', '{}')");
+		$run->($cn, 'pr_a', "SELECT created, state FROM ntask_enqueue_on(${sv}::smallint, 'pq', '$t5', '{}')");
+		$run->($cn, 'pr_a', "SELECT created, state FROM ntask_enqueue_many_on(${sv}::smallint, 'pq', ARRAY['$t6', '$ex'], ARRAY['{}', '{\"e\": 1}']::jsonb[])");
+		$run->($node, 'pr_a', qq{SELECT created, state FROM ntask_enqueue('pq', '$ex', '{"e": 1}')});
+		# nothing of the refused calls written, the existing key unchanged
+		push @out, $cq->("SELECT count(*) FROM ntask.task WHERE queue = 'pq' AND task_key IN ("
+			  . join(', ', map { "'$_'" } @refused) . ')');
+		push @out, $cq->("SELECT count(*) || '|' || min(state) || '|' || min(payload::text) || '|' || string_agg(DISTINCT enqueued_by::text, ',')
+			FROM ntask.task WHERE queue = 'pq' AND task_key IN (" . join(', ', map { "'$_'" } @taken) . ')');
+		push @out, $cq->(qq{SELECT count(*) || '|' || min(payload::text) FROM ntask.task WHERE queue = 'pq' AND task_key = '$ex'});
+
+		# the release: a queue with a worker_role, two tasks leased
+		my $rq = "pr_$sys";
+		$cq->("SELECT count(*) FROM ntask_queue_set('$rq', lease => '10 minutes'); SELECT ntask_queue_set_roles('$rq', NULL, 'pw_a')");
+		my @ids = map { $cq->("SELECT task_id FROM ntask_enqueue('$rq', '" . key_in($rq, $shard, 'l') . "', '{}')") } 1 .. 2;
+		my %tok;
+		wait_for("$sys: the claims of $rq", sub {
+			for my $r (split /\n/, $cq->($sys eq 'plain' ? "SELECT task_id || ':' || token FROM ntask_claim('$rq', 'w', 10)"
+				: "SELECT task_id || ':' || token FROM ntask_claim_on(${shard}::smallint, '$rq', 'w', 10)"))
+			{
+				my ($i, $t) = split /:/, $r;
+				$tok{$i} = $t;
+			}
+			return !grep { !$tok{$_} } @ids;
+		}, 60);
+		my ($i1, $i2) = @ids;
+		# without the worker_role: the release, _on there, delegated, a token never issued
+		$run->($node, 'pw_b', "SELECT ntask_release($i1, $tok{$i1})");
+		$run->($node, 'pw_b', "SELECT ntask_release_on(${sv}::smallint, $i1, $tok{$i1})");
+		$run->($cn, 'pw_b', "SELECT ntask_release_on(${sv}::smallint, $i1, $tok{$i1})");
+		$run->($node, 'pw_b', "SELECT ntask_release($i1, $tok{$i1} + 1000)");
+		push @out, $cq->("SELECT state || '|' || (lease_owner IS NOT NULL) || '|' || token FROM ntask.task WHERE task_id = $i1")
+		  =~ s/\|$tok{$i1}$/|its token/r;
+		push @out, $cq->("SELECT count(*) || '|' || count(*) FILTER (WHERE ended_at IS NULL AND result IS NULL)
+			FROM ntask.attempt_all WHERE task_id = $i1");
+		# the worker_role's own releases, on the worker node and delegated
+		$run->($node, 'pw_a', "SELECT ntask_release($i1, $tok{$i1})");
+		$run->($cn, 'pw_a', "SELECT ntask_release_on(${sv}::smallint, $i2, $tok{$i2})");
+		push @out, $cq->("SELECT string_agg(t.state || '|' || a.attempt || '|' || a.result, ';' ORDER BY t.task_id)
+			FROM ntask.task t JOIN ntask.attempt_all a ON a.task_id = t.task_id AND a.shard = t.shard
+			WHERE t.task_id IN ($i1, $i2)");
+		$_->disconnect for values %dbh;
+		return (join("\n", @out), \@paths);
+	};
+
+	my ($pl) = $rights_run->('plain');
+	my ($off, $offp) = $rights_run->('off');
+	my ($on, $onp) = $rights_run->('on');
+	note("rights, the answers (direct):\n$on");
+	is($on, $pl, 'rights: the direct path gives the answers and rows of a plain install');
+	is($off, $pl, 'rights: the routed path gives the answers and rows of a plain install');
+	my $deny_enq = qq{42501 ntask: permission denied to enqueue into queue "pq" HINT: The queue's producer_role must be granted to the role (ntask_queue_set_roles).};
+	my $deny_task = q{42501 ntask: permission denied for task N HINT: The task's queue restricts its workers to its worker_role (ntask_queue_set_roles).};
+	# (DBD::Pg gives a boolean as 1 or 0)
+	is($on, join("\n", ($deny_enq) x 7, '1|ready', '1|ready;1|ready;0|ready', '1|ready', '1|ready', '1|ready;0|ready', '0|ready',
+			'0', '6|ready|{}|pr_a', '1|{"e": 1}', ($deny_task) x 4, 'leased|true|its token', '1|1', 'applied', 'applied',
+			'ready|1|released;ready|1|released'),
+		'rights: without the producer_role every enqueue is refused (42501), the same for an existing key, nothing '
+		  . 'written; without the worker_role every release (42501), the task still leased; the roles\' own calls apply');
+	my @want = ('direct path for shard') x 19;
+	is(join("\n", @$onp), join("\n", @want), 'rights: with ntask.citus_direct on every call took the direct path, '
+		  . 'the refused ones too (delegated ones in Citus\' backend on the worker node)') or diag(join("\n", @$onp));
+	is(join("\n", @$offp), join("\n", map { 'routed path for shard: ntask.citus_direct is off' } @want),
+		'rights: with it off all routed') or diag(join("\n", @$offp));
+	$plain->stop('fast');
+}
+
 NtaskCitus::stop($c);
 done_testing();
