@@ -39,7 +39,9 @@
 #              they take the claim's direct path once it has one;
 #   a housekeeper calling ntask_housekeeping() every half second.
 # The queue's guard pauses every claim up to 40 ms between its pick and
-# its lease, the window of issue 49's two holders.
+# its lease, the window of issue 49's two holders; a queue with a guard is
+# claimed routed, so the guard is cleared before the second half of the
+# moves, whose claims on the worker nodes then take the direct path.
 # Each worker, by the task's number i: heartbeats (i % 3 = 0), releases
 # its first attempt (i % 37 = 0), fails its first attempt (i % 10 = 0,
 # retry_wait), fails every attempt (i % 97 = 0: repair_required when the
@@ -759,6 +761,7 @@ my $placements = sub {
 	return map { split /\|/ } split /\n/, $dq->($co, "SELECT shardid || '|' || nodeport FROM pg_dist_shard_placement
 		WHERE shardid IN (" . join(',', @shardids) . ')');
 };
+my $unguarded;				# when the guard was cleared (half the moves)
 my %oids_seen;				# shard relation name => its OIDs on a node (there and back)
 my ($back_again, $attnum_checked) = (0, 0);
 my (@probes_during, @probe_bad);
@@ -776,6 +779,13 @@ for my $m (0 .. $MOVES - 1)
 		eval { $dbh_of{ $co->port }->do('CALL citus_cleanup_orphaned_resources()') };
 		$dq->($co, 'SELECT count(*) FROM pg_dist_cleanup') == 0;
 	}, 120), "move $m: the orphans before dropped");
+	# the second half of the moves without the guard: the queue's claims
+	# then take the direct path (a queue with a guard is claimed routed)
+	if ($m == int($MOVES / 2))
+	{
+		$q->("SELECT ntask_queue_clear_guard('ml')");
+		$unguarded = time;
+	}
 	my %before = $placements->();
 	my $src_port = $before{$shardid};
 	my ($dst) = grep { $_->port != $src_port } ($w1, $w2);
@@ -1210,6 +1220,18 @@ for my $d (grep { $_->{what} eq 'direct' && $_->{who} ne 'probe' } @dec_all)
 	$in_moves++ if grep { $d->{at} >= $_->[0] && $d->{at} <= $_->[1] } @moves;
 }
 cmp_ok($in_moves, '>=', 1, "clients' calls ran on the direct path while shards moved ($in_moves)");
+# the claims: routed while the queue had its guard, direct after (a
+# second of slack for a call that read the queue row before)
+my @guarded = grep { $_->{who} =~ /^W[12]$/ && $_->{what} =~ /guard or flow control/ } @dec_all;
+cmp_ok(scalar(grep { $_->{at} < $unguarded } @guarded), '>=', 1,
+	'W1, W2: their claims ran routed while the queue had its guard (' . scalar(@guarded) . ')');
+is(scalar(grep { $_->{at} > $unguarded + 1 } @guarded), 0, 'W1, W2: none after the guard was cleared');
+my $late = 0;
+for my $d (grep { $_->{what} eq 'direct' && $_->{who} =~ /^W[12]$/ && $_->{at} > $unguarded + 1 } @dec_all)
+{
+	$late++ if grep { $d->{at} >= $_->[0] && $d->{at} <= $_->[1] } @moves;
+}
+cmp_ok($late, '>=', 1, "W1, W2: their calls ran directly during the moves after it ($late)");
 note('clients\' calls routed from the node a shard had left: '
 	  . scalar(grep { $_->{who} ne 'probe' && $_->{what} =~ /not on this node/ } @dec_all));
 
