@@ -22,6 +22,7 @@
 
 #include "shard.h"
 
+#include "access/transam.h"
 #include "access/xact.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_proc.h"
@@ -914,6 +915,15 @@ direct_shape_walker(Node *node, DirectShape *shape)
 	}
 	if (IsA(node, SubPlan) || IsA(node, Query))
 		shape->volatiles += 2;	/* not the shape: a sub-select */
+
+	/*
+	 * Nor an aggregate of the user's: pg_proc's entry of an aggregate is
+	 * immutable whatever its support functions are, and a volatile
+	 * transition or final function may write.  PostgreSQL's own write
+	 * nothing.
+	 */
+	if (IsA(node, Aggref) && ((Aggref *) node)->aggfnoid >= FirstNormalObjectId)
+		shape->volatiles += 2;
 	return expression_tree_walker(node, direct_shape_walker, (void *) shape);
 }
 
@@ -927,7 +937,8 @@ direct_shape_walker(Node *node, DirectShape *shape)
  *		The scan may sit under one plain aggregate without GROUP BY or
  *		HAVING (`SELECT max(task_id), max(token) FROM ntask_claim(...)`, a
  *		pgbench script's \gset): the scan runs the function to its end
- *		first, and non-volatile aggregates of its rows write nothing.
+ *		first, and PostgreSQL's own aggregates of its rows write nothing
+ *		(a user's aggregate is refused: direct_shape_walker).
  */
 static bool
 direct_whole_statement(FunctionCallInfo fcinfo)

@@ -230,7 +230,7 @@ is(scalar(grep { /^routed path for shard $shard: ntask.citus_direct is off$/ } @
 {
 	$q->("SELECT count(*) FROM ntask_queue_set('dagg', lease => '10 minutes')");
 	my @e;
-	while (@e < 6)
+	while (@e < 7)
 	{
 		$keyno++;
 		next unless $q->("SELECT ntask_shard('dagg', 'a$keyno')") == $shard;
@@ -255,10 +255,18 @@ is(scalar(grep { /^routed path for shard $shard: ntask.citus_direct is off$/ } @
 	is($w->safe_psql('postgres', "SELECT count(*) FROM $cl) GROUP BY attempt"), '1', 'a claim under GROUP BY');
 	is($w->safe_psql('postgres', "SELECT count(*) FROM $cl) HAVING count(*) > 0"), '1', 'a claim under HAVING');
 	is($w->safe_psql('postgres', "SELECT max(task_id) + (random() * 0)::int FROM $cl)"), $e[5], 'a claim beside random()');
-	is(join("\n", paths($w, $off)), join("\n", ("routed path for shard $shard: not the whole statement") x 3),
+	# an aggregate of the user's: its support functions may write (a
+	# volatile transition function), which pg_proc's entry of the
+	# aggregate does not say
+	$w->safe_psql('postgres', q{SET citus.enable_ddl_propagation = off;
+		CREATE FUNCTION public.dagg_add(bigint, bigint) RETURNS bigint LANGUAGE sql VOLATILE
+			AS 'SELECT coalesce($1, 0) + $2';
+		CREATE AGGREGATE public.dagg_sum(bigint) (sfunc = public.dagg_add, stype = bigint)});
+	is($w->safe_psql('postgres', "SELECT public.dagg_sum(task_id) FROM $cl)"), $e[6], "a claim under a user's aggregate");
+	is(join("\n", paths($w, $off)), join("\n", ("routed path for shard $shard: not the whole statement") x 4),
 		'they ran routed, each saying why');
 	is($q->("SELECT string_agg(state, ',' ORDER BY task_id) FROM ntask.task WHERE queue = 'dagg'"),
-		'succeeded,succeeded,succeeded,leased,leased,leased', 'the rows: three finished, three held');
+		'succeeded,succeeded,succeeded,leased,leased,leased,leased', 'the rows: three finished, four held');
 }
 
 # ---------------------------------------------------------------------
