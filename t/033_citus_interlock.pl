@@ -17,6 +17,9 @@
 # direct; raising XX000 (what Citus raises for a shard id a split
 # removed), the call runs routed, saying why, and succeeds; raising
 # another SQLSTATE, the call fails with it.  (4) The original back: direct.
+# (5) get_current_transaction_id() replaced by one with its fields in
+# another order: transaction_number (read by name) 0, direct; 7, routed
+# ("a Citus coordinated transaction is open").
 
 use strict;
 use warnings;
@@ -161,6 +164,36 @@ $w->safe_psql('postgres', 'SET citus.enable_ddl_propagation = off;
 ($path, $err, $state, $res) = heartbeat($s);
 is("$path," . ($err // ''), "direct path for shard $shard,", 'the original back: direct');
 is($res, 1, 'and the lease extended');
+
+# (5) the transaction number, read by its field's name: a replacement of
+# get_current_transaction_id() with its fields in another order, whose
+# transaction_number is t033.xact when that is set (a Citus coordinated
+# transaction open: the call runs routed)
+$w->safe_psql('postgres', q{SET citus.enable_ddl_propagation = off;
+	ALTER FUNCTION pg_catalog.get_current_transaction_id() RENAME TO t033_get_current_transaction_id;
+	CREATE FUNCTION pg_catalog.get_current_transaction_id(OUT transaction_stamp timestamptz,
+		OUT transaction_number bigint, OUT database_id oid, OUT process_id integer,
+		OUT initiator_node_identifier integer)
+	RETURNS record LANGUAGE plpgsql AS $$
+	BEGIN
+		SELECT t.s, coalesce(nullif(pg_catalog.current_setting('t033.xact', true), '')::bigint, t.n),
+			t.d, t.p, t.i
+		  INTO transaction_stamp, transaction_number, database_id, process_id, initiator_node_identifier
+		  FROM pg_catalog.t033_get_current_transaction_id() t(d, p, i, n, s);
+	END $$});
+($path, $err, $state, $res) = heartbeat($s);
+is("$path," . ($err // ''), "direct path for shard $shard,", 'transaction number 0 in another field order: direct');
+$s->do("SET t033.xact = '7'");
+($path, $err, $state, $res) = heartbeat($s);
+is("$path," . ($err // ''), "routed path for shard $shard: a Citus coordinated transaction is open,",
+	'transaction number 7: routed, saying why');
+is($res, 1, 'and the routed call extends the lease');
+$s->do('RESET t033.xact');
+$w->safe_psql('postgres', 'SET citus.enable_ddl_propagation = off;
+	DROP FUNCTION pg_catalog.get_current_transaction_id();
+	ALTER FUNCTION pg_catalog.t033_get_current_transaction_id() RENAME TO get_current_transaction_id');
+($path, $err, $state, $res) = heartbeat($s);
+is("$path," . ($err // ''), "direct path for shard $shard,", 'the original back: direct');
 
 $s->disconnect;
 NtaskCitus::stop($c);
