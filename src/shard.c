@@ -653,7 +653,7 @@ direct_claim_reset(void)
  * plan to revalidate, no name to resolve at the call.  Their OIDs are
  * looked up by name and argument types once per backend and again after
  * any invalidation of pg_proc (DROP and CREATE EXTENSION citus, a sinval
- * reset): direct_fns_inval counts them, direct_fns_loaded is the count
+ * reset): direct_fns_inval_count counts them, direct_fns_loaded is the count
  * the OIDs and FmgrInfos were looked up at (0: never).
  */
 static uint64 direct_fns_inval_count = 1;
