@@ -31,6 +31,9 @@
 # released tasks are not claimed again by the later calls); BENCH_CALLS
 # (default "tr hb cl dr tac") and BENCH_CALL_SYSTEMS choose which.
 #
+# BENCH_PERF=<prefix> profiles the client's backend during system
+# BENCH_PERF_SYSTEM's (default d) calls: perf record -g, <prefix>.<call>.data.
+#
 # (BENCH_SYSTEMS="a b" runs only those; a is always needed) and the CPU
 # of each node per task (every process of the node: the
 # postmaster's own and reaped children's time from /proc/<pid>/stat, plus
@@ -291,6 +294,35 @@ sub load
 
 sub mean { my $s = 0; $s += $_ for @_; return $s / @_; }
 
+# BENCH_PERF=<prefix>: a profile (perf record -g) of the client's backend
+# during each call of system BENCH_PERF_SYSTEM (default d), written to
+# <prefix>.<call>.data; its CPU figures then include perf's own cost
+my $PERF = $ENV{BENCH_PERF};
+my $PERF_SYSTEM = $ENV{BENCH_PERF_SYSTEM} // 'd';
+
+# perf_run(pgbench command, node, file): pgbench's output, its backend on
+# node profiled until it exits (found by the application_name it shares
+# with psql: the test's PGAPPNAME)
+sub perf_run
+{
+	my ($cmd, $node, $file) = @_;
+	open my $pb, '-|', $cmd or die "bench: $cmd: $!";
+	my $pid = '';
+	for (1 .. 1000)
+	{
+		$pid = $node->safe_psql('postgres', "SELECT pid FROM pg_stat_activity
+			WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()
+			  AND application_name = current_setting('application_name')");
+		last if $pid =~ /^\d+$/;
+		sleep(0.01);
+	}
+	system("perf record -q -g -p $pid -o $file >/dev/null 2>&1 &") if $pid =~ /^\d+$/;
+	local $/;
+	my $out = <$pb>;
+	close $pb;
+	return $out;
+}
+
 # BENCH_PARTS: "calls" (per call on a, r, d, r1, d1 below: the transition
 # family, the claim, the drain), "drain" (the claim + transition per task
 # of a, b, b1, c above); default both
@@ -430,7 +462,8 @@ if ($parts{calls})
 				sleep(0.5);
 				my %cpu0 = map { $_ => node_cpu($_) } ($plain, $co, $w);
 				my $la0 = loadavg();
-				my $out = `pgbench -n -M prepared -c 1 -t $t $D -f $dir/$call$sfx.sql -h @{[$client->host]} -p @{[$client->port]} postgres 2>&1`;
+				my $pgbench = "pgbench -n -M prepared -c 1 -t $t $D -f $dir/$call$sfx.sql -h @{[$client->host]} -p @{[$client->port]} postgres 2>&1";
+				my $out = ($PERF && $k eq $PERF_SYSTEM) ? perf_run($pgbench, $client, "$PERF.$call.data") : `$pgbench`;
 				sleep(0.5);
 				my %cpu1 = map { $_ => node_cpu($_) } ($plain, $co, $w);
 				my ($lat) = $out =~ /latency average = ([\d.]+) ms/;

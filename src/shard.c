@@ -22,15 +22,23 @@
 
 #include "shard.h"
 
+#include "access/htup_details.h"
 #include "access/transam.h"
 #include "access/xact.h"
 #include "catalog/namespace.h"
+#include "catalog/objectaccess.h"
 #include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
 #include "common/hashfn.h"
+#include "funcapi.h"
+#include "miscadmin.h"
 #include "nodes/nodeFuncs.h"
 #include "nodes/plannodes.h"
+#include "nodes/value.h"
+#include "parser/parse_func.h"
+#include "storage/lockdefs.h"
 #include "tcop/pquery.h"
+#include "utils/acl.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
@@ -38,6 +46,8 @@
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/plancache.h"
+#include "utils/syscache.h"
+#include "utils/typcache.h"
 
 /*
  * The shard values of a distributed install (ntask.shard_map, filled by
@@ -636,29 +646,149 @@ direct_claim_reset(void)
 }
 
 /*
- * The interlock's lock (ShareLock, 5) of the group's task shard id $1, and
- * whether Citus has a coordinated transaction open.
+ * The interlock's lock (ShareLock, 5) of the group's task shard id, and
+ * whether Citus has a coordinated transaction open: Citus' two functions
+ * pg_catalog.lock_shard_metadata(integer, bigint[]) and
+ * pg_catalog.get_current_transaction_id(), called through the function
+ * manager (docs/scaling.md "The move interlock"), not by a statement: no
+ * plan to revalidate, no name to resolve at the call.  Their OIDs are
+ * looked up by name and argument types once per backend and again after
+ * any invalidation of pg_proc (DROP and CREATE EXTENSION citus, a sinval
+ * reset): direct_fns_inval_count counts them, direct_fns_loaded is the count
+ * the OIDs and FmgrInfos were looked up at (0: never).
  */
-typedef enum DirectLockArg
-{
-	DIRECT_LOCK_ARG_SHARD_ID,	/* $1 */
-	DIRECT_LOCK_NARGS
-} DirectLockArg;
+static uint64 direct_fns_inval_count = 1;
+static uint64 direct_fns_loaded = 0;
+static FmgrInfo direct_lock_fn;	/* lock_shard_metadata(integer, bigint[]) */
+static FmgrInfo direct_xact_fn;	/* get_current_transaction_id() */
+static MemoryContext direct_lock_cxt = NULL;	/* reset at each call */
 
-typedef enum DirectLockCol
-{
-	DIRECT_LOCK_DONE = 1,
-	DIRECT_LOCK_XACT,
-	DIRECT_LOCK_NCOLS = DIRECT_LOCK_XACT
-} DirectLockCol;
+/* the transaction number's field of get_current_transaction_id's result */
+#define DIRECT_XACT_FIELD "transaction_number"
 
-static NtaskPlan direct_lock_plan = {
-	"direct path metadata lock",
-	.ncols = DIRECT_LOCK_NCOLS,
-	"SELECT pg_catalog.lock_shard_metadata(5, ARRAY[$1]), "
-	"  (pg_catalog.get_current_transaction_id()).transaction_number",
-	DIRECT_LOCK_NARGS, {INT8OID}
-};
+/* direct_fns_inval: a syscache invalidation of pg_proc (any entry) */
+static void
+direct_fns_inval(Datum arg, int cacheid, uint32 hashvalue)
+{
+	direct_fns_inval_count++;
+}
+
+/* direct_fn_oid: pg_catalog.<name>(argtypes), or a 42883 error naming sig */
+static Oid
+direct_fn_oid(const char *name, const char *sig, int nargs, const Oid *argtypes)
+{
+	Oid			fn = LookupFuncName(list_make2(makeString("pg_catalog"),
+											   makeString(pstrdup(name))),
+									nargs, argtypes, true);
+
+	if (!OidIsValid(fn))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_FUNCTION),
+				 errmsg("ntask: function pg_catalog.%s does not exist", sig),
+				 errdetail("The direct shard path takes its move interlock with Citus' function."),
+				 errhint("Install the citus extension in this database, or set ntask.citus_direct to off.")));
+	return fn;
+}
+
+/*
+ * direct_fns_load: the two functions' OIDs and FmgrInfos (in
+ * TopMemoryContext), unless pg_proc is unchanged since they were looked up;
+ * their result types checked, so that a changed definition fails here
+ * instead of being misread.  In direct_lock_cxt.
+ */
+static void
+direct_fns_load(void)
+{
+	static bool registered = false;
+	uint64		count;
+	Oid			lock_args[2] = {INT4OID, INT8ARRAYOID};
+	Oid			lock_fn;
+	Oid			xact_fn;
+	TupleDesc	td = NULL;
+	int			i;
+	bool		found = false;
+
+	if (!registered)
+	{
+		CacheRegisterSyscacheCallback(PROCOID, direct_fns_inval, (Datum) 0);
+		registered = true;
+	}
+	if (direct_fns_loaded == direct_fns_inval_count)
+		return;
+	/* an invalidation while looking up makes the next call look up again */
+	count = direct_fns_inval_count;
+	lock_fn = direct_fn_oid("lock_shard_metadata",
+							"lock_shard_metadata(integer, bigint[])", 2, lock_args);
+	xact_fn = direct_fn_oid("get_current_transaction_id",
+							"get_current_transaction_id()", 0, NULL);
+	if (get_func_rettype(lock_fn) != VOIDOID)
+		elog(ERROR, "ntask: pg_catalog.lock_shard_metadata(integer, bigint[]) does not return void");
+	if (get_func_result_type(xact_fn, NULL, &td) == TYPEFUNC_COMPOSITE)
+		for (i = 0; i < td->natts && !found; i++)
+			found = strcmp(NameStr(TupleDescAttr(td, i)->attname), DIRECT_XACT_FIELD) == 0 &&
+				TupleDescAttr(td, i)->atttypid == INT8OID;
+	if (!found)
+		elog(ERROR, "ntask: pg_catalog.get_current_transaction_id() has no bigint field %s",
+			 DIRECT_XACT_FIELD);
+	fmgr_info_cxt(lock_fn, &direct_lock_fn, TopMemoryContext);
+	fmgr_info_cxt(xact_fn, &direct_xact_fn, TopMemoryContext);
+	direct_fns_loaded = count;
+}
+
+/*
+ * direct_fn_check: what the executor checks before it calls a function of
+ * a statement (ExecInitFunc): EXECUTE for the current user, and the hook
+ */
+static void
+direct_fn_check(FmgrInfo *fn)
+{
+	AclResult	aclresult = object_aclcheck(ProcedureRelationId, fn->fn_oid,
+											GetUserId(), ACL_EXECUTE);
+
+	if (aclresult != ACLCHECK_OK)
+		aclcheck_error(aclresult, OBJECT_FUNCTION, get_func_name(fn->fn_oid));
+	InvokeFunctionExecuteHook(fn->fn_oid);
+}
+
+/*
+ * direct_xact_number: the field transaction_number, by its name, of
+ * get_current_transaction_id's result, read with the result's own tuple
+ * descriptor (a record type Citus registers: get_call_result_type)
+ */
+static int64
+direct_xact_number(Datum result)
+{
+	HeapTupleHeader th = DatumGetHeapTupleHeader(result);
+	TupleDesc	td = lookup_rowtype_tupdesc(HeapTupleHeaderGetTypeId(th),
+											HeapTupleHeaderGetTypMod(th));
+	HeapTupleData tuple;
+	AttrNumber	attno = InvalidAttrNumber;
+	Datum		v = (Datum) 0;
+	bool		isnull = true;
+	int			i;
+
+	for (i = 0; i < td->natts && attno == InvalidAttrNumber; i++)
+	{
+		Form_pg_attribute a = TupleDescAttr(td, i);
+
+		if (!a->attisdropped && a->atttypid == INT8OID &&
+			strcmp(NameStr(a->attname), DIRECT_XACT_FIELD) == 0)
+			attno = i + 1;
+	}
+	if (attno != InvalidAttrNumber)
+	{
+		tuple.t_len = HeapTupleHeaderGetDatumLength(th);
+		ItemPointerSetInvalid(&tuple.t_self);
+		tuple.t_tableOid = InvalidOid;
+		tuple.t_data = th;
+		v = heap_getattr(&tuple, attno, td, &isnull);
+	}
+	ReleaseTupleDesc(td);
+	if (isnull)
+		elog(ERROR, "ntask: pg_catalog.get_current_transaction_id() returned no %s",
+			 DIRECT_XACT_FIELD);
+	return DatumGetInt64(v);
+}
 
 /*
  * The group's shard ids, relation names, and whether each placement is on
@@ -859,7 +989,15 @@ direct_group_check(DirectGroup *g, int64 locked_id)
 	return why;
 }
 
-/* direct_lock: the interlock's lock statement (NtaskTrySubxact's fn) */
+/*
+ * direct_lock: the interlock's lock (NtaskTrySubxact's fn): Citus'
+ * lock_shard_metadata(5, ARRAY[id]) and get_current_transaction_id(), as
+ * the statement "SELECT pg_catalog.lock_shard_metadata(5, ARRAY[$1]),
+ * (pg_catalog.get_current_transaction_id()).transaction_number" ran them
+ * before: as the owner of schema ntask (lock_shard_metadata checks that
+ * the current user owns the table: EnsureShardOwner), with the executor's
+ * EXECUTE check.  No GUC is pinned: nothing is parsed or planned.
+ */
 typedef struct DirectLock
 {
 	int64		id;				/* the task shard's id */
@@ -870,10 +1008,36 @@ static void
 direct_lock(void *arg)
 {
 	DirectLock *l = (DirectLock *) arg;
+	MemoryContext oldcxt;
+	Oid			owner;
+	Oid			save_userid;
+	int			save_sec_context;
 	Datum		id = Int64GetDatum(l->id);
 
-	(void) NtaskExecPlan(&direct_lock_plan, &id, NULL, SPI_OK_SELECT);
-	l->xact = NtaskTupGetInt64(SPI_tuptable, 0, DIRECT_LOCK_XACT);
+	if (direct_lock_cxt == NULL)
+		direct_lock_cxt = AllocSetContextCreate(TopMemoryContext, "ntask direct lock",
+												ALLOCSET_SMALL_SIZES);
+	MemoryContextReset(direct_lock_cxt);	/* an error's leftovers */
+	oldcxt = MemoryContextSwitchTo(direct_lock_cxt);
+	direct_fns_load();
+	owner = NtaskOwner();
+	GetUserIdAndSecContext(&save_userid, &save_sec_context);
+	PG_TRY();
+	{
+		SetUserIdAndSecContext(owner, save_sec_context | SECURITY_LOCAL_USERID_CHANGE);
+		direct_fn_check(&direct_lock_fn);
+		direct_fn_check(&direct_xact_fn);
+		(void) FunctionCall2(&direct_lock_fn, Int32GetDatum(ShareLock),
+							 NtaskInt8Array(&id, 1));
+		l->xact = direct_xact_number(FunctionCall0Coll(&direct_xact_fn, InvalidOid));
+	}
+	PG_FINALLY();
+	{
+		SetUserIdAndSecContext(save_userid, save_sec_context);
+		MemoryContextSwitchTo(oldcxt);
+	}
+	PG_END_TRY();
+	MemoryContextReset(direct_lock_cxt);
 }
 
 /* direct_resolve: the group's task shard id, before its lock */

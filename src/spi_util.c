@@ -763,6 +763,13 @@ spi_owner(void)
 	return owner;
 }
 
+/* NtaskOwner: spi_owner for shard.c's fmgr calls (the move interlock) */
+Oid
+NtaskOwner(void)
+{
+	return spi_owner();
+}
+
 /*
  * NtaskCaller
  *		The role that called the API function: the current user, or, while

@@ -74,6 +74,7 @@ extern int64 NtaskTokenFloor(void);
 extern void NtaskPlanSetDirect(bool on);
 extern bool NtaskPlanWrites(SPIPlanPtr plan, bool locks);
 extern Oid	NtaskCaller(void);
+extern Oid	NtaskOwner(void);
 extern int64 NtaskIntervalUsecs(const Interval *iv);
 extern Interval *NtaskUsecsInterval(int64 usecs);
 extern bool NtaskTrySubxact(void (*fn) (void *arg), void *arg, ErrorData **edata);
