@@ -5,12 +5,12 @@
 # (SELECT task_id, token FROM ntask_claim[_on](..., 50), the call as the
 # whole statement, which is what takes the direct path), the client
 # collects the 50 ids and tokens, and one statement finishes them
-# (ntask_transition_many[_on](ids, tokens, 'succeeded')).  pgbench cannot
-# pass a claim's 50 rows to the next statement without an aggregate
-# around the claim (which makes it not the whole statement: routed, by
-# design), so this is a Perl DBI/DBD::Pg client, statements prepared on
-# the server once per connection (DBD::Pg's default), like pgbench -M
-# prepared.  The systems are bench/citus_direct.pl's (BENCH_PARTS=calls):
+# (ntask_transition_many[_on](ids, tokens, 'succeeded')).  pgbench
+# passes a claim's 50 rows to the next statement only through an
+# aggregate around the claim (array_agg: bench/citus's batch, direct too
+# since one plain aggregate keeps the call whole), this is the bare call,
+# from a Perl DBI/DBD::Pg client, statements prepared on the server once
+# per connection (DBD::Pg's default), like pgbench -M prepared.  The systems are bench/citus_direct.pl's (BENCH_PARTS=calls):
 #
 #   a   a plain PostgreSQL node: ntask_claim + ntask_transition_many
 #   r   the worker node of a coordinator + 1 worker cluster, the client on
@@ -63,43 +63,11 @@ use NtaskCitus qw(connect_to paths);
 my $N = $ENV{BENCH_TASKS} // 2000;
 my $ROUNDS = $ENV{BENCH_ROUNDS} // 4;
 my $B = $ENV{BENCH_BATCH} // 50;
-my $TCK = POSIX::sysconf(POSIX::_SC_CLK_TCK()) || 100;
 die "bench/citus_batch.pl: BENCH_TASKS must be a multiple of BENCH_BATCH" if $N % $B;
 
-sub loadavg
-{
-	open my $f, '<', '/proc/loadavg' or return '?';
-	my $l = <$f>;
-	return join(' ', (split ' ', $l)[0 .. 2]);
-}
-
-# CPU seconds of a node: its postmaster (own + reaped children) and its
-# live children (as bench/citus_direct.pl)
-sub node_cpu
-{
-	my ($node) = @_;
-	my $pm = $node->{_pid};
-	my $t = 0;
-	for my $f (glob '/proc/[0-9]*/stat')
-	{
-		open my $h, '<', $f or next;
-		my $s = <$h>;
-		close $h;
-		next unless $s;
-		$s =~ s/^.*\) //;
-		my @v = split ' ', $s;
-		my ($pid) = $f =~ m{/proc/(\d+)/};
-		if ($pid == $pm)
-		{
-			$t += $v[11] + $v[12] + $v[13] + $v[14];
-		}
-		elsif ($v[1] == $pm)
-		{
-			$t += $v[11] + $v[12];
-		}
-	}
-	return $t / $TCK;
-}
+# the load average and a node's CPU seconds: NtaskCitus::loadavg, node_cpu
+sub loadavg { return NtaskCitus::loadavg(); }
+sub node_cpu { return NtaskCitus::node_cpu(@_); }
 
 sub mean { my $s = 0; $s += $_ for @_; return @_ ? $s / @_ : 0; }
 

@@ -58,43 +58,10 @@ use NtaskCitus;
 
 my $N = $ENV{BENCH_TASKS} // 2000;
 my $ROUNDS = $ENV{BENCH_ROUNDS} // 2;
-my $TCK = POSIX::sysconf(POSIX::_SC_CLK_TCK()) || 100;
 
-sub loadavg
-{
-	open my $f, '<', '/proc/loadavg' or return '?';
-	my $l = <$f>;
-	return join(' ', (split ' ', $l)[0 .. 2]);
-}
-
-# CPU seconds of a node: its postmaster (own + reaped children) and its
-# live children
-sub node_cpu
-{
-	my ($node) = @_;
-	my $pm = $node->{_pid};
-	my $t = 0;
-	for my $f (glob '/proc/[0-9]*/stat')
-	{
-		open my $h, '<', $f or next;
-		my $s = <$h>;
-		close $h;
-		next unless $s;
-		$s =~ s/^.*\) //;
-		my @v = split ' ', $s;
-		# after the name: state ppid ... utime(12) stime(13) cutime(14) cstime(15)
-		my ($pid) = $f =~ m{/proc/(\d+)/};
-		if ($pid == $pm)
-		{
-			$t += $v[11] + $v[12] + $v[13] + $v[14];
-		}
-		elsif ($v[1] == $pm)
-		{
-			$t += $v[11] + $v[12];
-		}
-	}
-	return $t / $TCK;
-}
+# the load average and a node's CPU seconds: NtaskCitus::loadavg, node_cpu
+sub loadavg { return NtaskCitus::loadavg(); }
+sub node_cpu { return NtaskCitus::node_cpu(@_); }
 
 # plain node
 my $plain = PostgreSQL::Test::Cluster->new('plain');

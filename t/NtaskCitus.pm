@@ -39,6 +39,7 @@ use File::Basename qw(dirname);
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More ();
+use POSIX ();
 use Time::HiRes ();
 
 our @EXPORT_OK = qw(connect_to wait_for placement paths drop_orphans lock_waiters race_move);
@@ -348,6 +349,45 @@ sub race_move
 	$mover->pg_result;
 	$_->disconnect for ($mover, $caller, $blocker // (), $hold // ());
 	return ($rows, $err, $move_waited, $off);
+}
+
+# loadavg(): the load averages over 1, 5 and 15 minutes ('?' if unknown);
+# node_cpu($node): CPU seconds of a node, its postmaster (own and reaped
+# children) and its live children, from /proc (bench/citus_direct.pl,
+# bench/citus_batch.pl)
+sub loadavg
+{
+	open my $f, '<', '/proc/loadavg' or return '?';
+	my $l = <$f>;
+	return join(' ', (split ' ', $l)[0 .. 2]);
+}
+
+sub node_cpu
+{
+	my ($node) = @_;
+	my $pm = $node->{_pid};
+	my $tck = POSIX::sysconf(POSIX::_SC_CLK_TCK()) || 100;
+	my $t = 0;
+	for my $f (glob '/proc/[0-9]*/stat')
+	{
+		open my $h, '<', $f or next;
+		my $s = <$h>;
+		close $h;
+		next unless $s;
+		$s =~ s/^.*\) //;
+		my @v = split ' ', $s;
+		# after the name: state ppid ... utime(12) stime(13) cutime(14) cstime(15)
+		my ($pid) = $f =~ m{/proc/(\d+)/};
+		if ($pid == $pm)
+		{
+			$t += $v[11] + $v[12] + $v[13] + $v[14];
+		}
+		elsif ($v[1] == $pm)
+		{
+			$t += $v[11] + $v[12];
+		}
+	}
+	return $t / $tck;
 }
 
 # drop the orphans of earlier moves (a move refuses to run while one of its
