@@ -19,7 +19,9 @@
 # shards run routed; a backend keeps the statements of at most
 # ntask.citus_direct_groups shard values (its memory contexts counted).
 # A split of the shard on its node: the backend that used the old shard
-# runs on the new one.
+# runs on the new one.  A call under one of PostgreSQL's aggregates (a
+# pgbench \gset) is the whole statement, direct; under a GROUP BY, a
+# HAVING, beside random() or under a user's aggregate, routed.
 #
 # Part 1b: the claim (docs/scaling.md "The claim on the direct path"):
 # ntask_claim_on and a worker node's ntask_claim take the direct path for
@@ -39,7 +41,21 @@
 # block_writes: the move holds its write block (stopped after its copy by
 # Citus' test hook) and the call waits for it, then runs routed to the new
 # placement, the orphan untouched; (c) force_logical: a direct call during
-# the move's catch-up, which carries it to the new placement.
+# the move's catch-up, which carries it to the new placement
+# (NtaskCitus::race_move drives each race).
+#
+# Part 3: the enqueue and the release (docs/scaling.md "The enqueue and
+# the release on the direct path"): the same answers and rows on both
+# paths, the key's duplicate answered directly, a batch of one shard's
+# keys direct, depends_on and keys of several shards routed, a notify
+# queue's NOTIFY; both racing moves as in Part 2, nothing lost,
+# duplicated or written into the orphan.
+#
+# Part 4: callers without rights on the direct path: a role that is not
+# the queue's producer_role enqueues, one that is not its worker_role
+# releases (on the worker node and delegated): 42501 with the message and
+# hint of the routed path and of a plain install, nothing written; the
+# roles' own calls apply, directly.
 
 use strict;
 use warnings;
