@@ -551,7 +551,8 @@ NtaskCitusLayout(bool *distributed, bool *coordinator)
  *	  function scan), the only volatile function in it, so nothing ran
  *	  before it in the transaction and nothing but the commit follows it
  *	  (the shape Citus delegates, and what the shard's node receives);
- *	- its tasks are of one shard value;
+ *	- its tasks are of shard values whose placements are all on this node
+ *	  (a call by task ids of several enters each group: direct_enter_many);
  *	- the move interlock: the group's distribution-metadata lock
  *	  (ShareLock, as Citus' routed writes take it; a move's final phase
  *	  waits for it), then AcceptInvalidationMessages(), then, if a
@@ -611,6 +612,18 @@ static uint64 direct_clock = 0;
 static DirectGroup *direct_call = NULL; /* the group of the call on it */
 
 /*
+ * A call by the task ids of several shard values on the direct path
+ * (NtaskDirectBegin, direct_enter_many): the indexes in direct_groups of
+ * its groups, each entered through the interlock; NtaskDirectUseShard makes
+ * one of them the call's group (direct_call) for the statements of its
+ * tasks.  Indexes, not pointers: direct_groups moves when it grows.
+ * direct_nmany 0: a call of one group (or none).
+ */
+static int *direct_many = NULL;	/* in TopMemoryContext */
+static int	direct_nmany = 0;
+static int	direct_maxmany = 0;
+
+/*
  * A claim on the direct path (NtaskDirectClaimBegin): it enters each shard
  * of its walk through the interlock (NtaskDirectClaimShard).  direct_claim:
  * it may still run directly; direct_claim_why: why not (NULL: a plain
@@ -632,6 +645,8 @@ static void
 direct_set(DirectGroup *g)
 {
 	direct_call = g;
+	if (g == NULL)
+		direct_nmany = 0;
 	NtaskPlanSetDirect(g != NULL || direct_skip);
 }
 
@@ -991,16 +1006,20 @@ direct_group_check(DirectGroup *g, int64 locked_id)
 
 /*
  * direct_lock: the interlock's lock (NtaskTrySubxact's fn): Citus'
- * lock_shard_metadata(5, ARRAY[id]) and get_current_transaction_id(), as
- * the statement "SELECT pg_catalog.lock_shard_metadata(5, ARRAY[$1]),
+ * lock_shard_metadata(5, ARRAY[id, ...]) and get_current_transaction_id(),
+ * as the statement "SELECT pg_catalog.lock_shard_metadata(5, ARRAY[$1]),
  * (pg_catalog.get_current_transaction_id()).transaction_number" ran them
  * before: as the owner of schema ntask (lock_shard_metadata checks that
  * the current user owns the table: EnsureShardOwner), with the executor's
- * EXECUTE check.  No GUC is pinned: nothing is parsed or planned.
+ * EXECUTE check.  No GUC is pinned: nothing is parsed or planned.  Several
+ * ids (a call by task ids of several shard values) are locked in one call,
+ * in the order given: ascending, as Citus' LockShardListMetadata sorts
+ * them (its lock_shard_metadata locks in the array's order).
  */
 typedef struct DirectLock
 {
-	int64		id;				/* the task shard's id */
+	const int64 *ids;			/* the task shards' ids, ascending */
+	int			n;
 	int64		xact;			/* Citus' distributed transaction number */
 } DirectLock;
 
@@ -1012,13 +1031,17 @@ direct_lock(void *arg)
 	Oid			owner;
 	Oid			save_userid;
 	int			save_sec_context;
-	Datum		id = Int64GetDatum(l->id);
+	Datum	   *ids;
+	int			i;
 
 	if (direct_lock_cxt == NULL)
 		direct_lock_cxt = AllocSetContextCreate(TopMemoryContext, "ntask direct lock",
 												ALLOCSET_SMALL_SIZES);
 	MemoryContextReset(direct_lock_cxt);	/* an error's leftovers */
 	oldcxt = MemoryContextSwitchTo(direct_lock_cxt);
+	ids = palloc(sizeof(Datum) * l->n);
+	for (i = 0; i < l->n; i++)
+		ids[i] = Int64GetDatum(l->ids[i]);
 	direct_fns_load();
 	owner = NtaskOwner();
 	GetUserIdAndSecContext(&save_userid, &save_sec_context);
@@ -1028,7 +1051,7 @@ direct_lock(void *arg)
 		direct_fn_check(&direct_lock_fn);
 		direct_fn_check(&direct_xact_fn);
 		(void) FunctionCall2(&direct_lock_fn, Int32GetDatum(ShareLock),
-							 NtaskInt8Array(&id, 1));
+							 NtaskInt8Array(ids, l->n));
 		l->xact = direct_xact_number(FunctionCall0Coll(&direct_xact_fn, InvalidOid));
 	}
 	PG_FINALLY();
@@ -1255,7 +1278,9 @@ direct_enter(int16 shard, uint64 serial, DirectGroup **gp)
 	AcceptInvalidationMessages();
 	if (g->checked != shard_inval_generation)
 		direct_resolve(g);
-	lock.id = locked_id = g->ids[DIRECT_REL_TASK];
+	locked_id = g->ids[DIRECT_REL_TASK];
+	lock.ids = &locked_id;
+	lock.n = 1;
 	lock.xact = 0;
 
 	/*
@@ -1280,17 +1305,150 @@ direct_enter(int16 shard, uint64 serial, DirectGroup **gp)
 	return NULL;
 }
 
+/* a group of a call of several, by its task shard's id (lock order) */
+typedef struct DirectMany
+{
+	int64		id;				/* the task shard's Citus id */
+	int			idx;			/* in direct_groups */
+} DirectMany;
+
+static int
+direct_many_cmp(const void *a, const void *b)
+{
+	int64		x = ((const DirectMany *) a)->id;
+	int64		y = ((const DirectMany *) b)->id;
+
+	return x < y ? -1 : x > y ? 1 : 0;
+}
+
+/*
+ * direct_enter_many
+ *		The move interlock for the groups of the ns (> 1) distinct shard
+ *		values of a call by task ids (docs/scaling.md "Batches over several
+ *		shards on the direct path"): every group's metadata lock in one
+ *		call of lock_shard_metadata, in ascending shard id order (as
+ *		Citus' LockShardListMetadata sorts them: two such calls, or a move
+ *		of several groups, never wait on each other in a cycle), then the
+ *		invalidations, then each group's check, as direct_enter does for
+ *		one.  NULL when every group is this node's: their indexes in
+ *		direct_many; else why not, *bad the shard value it is about (the
+ *		call then runs routed, wholly: nothing was written).
+ */
+static const char *
+direct_enter_many(const int16 *shards, int ns, int16 *bad)
+{
+	DirectMany *m;
+	int64	   *ids;
+	DirectLock	lock;
+	ErrorData  *edata;
+	const char *why;
+	int			i;
+
+	shard_watch_placements();	/* the invalidation callback */
+	*bad = shards[0];
+	/* one found on another node, and no placement changed since: routed */
+	for (i = 0; i < ns; i++)
+		if (*direct_remote_of(shards[i]) == shard_inval_generation)
+		{
+			*bad = shards[i];
+			return "the shard's placement is not on this node";
+		}
+
+	/*
+	 * Each group needs its slot for the whole call: past the bound, the
+	 * least recently used group would be taken from this call's own.
+	 */
+	if (ns > ntask_citus_direct_groups)
+		return "more shard values than ntask.citus_direct_groups";
+	m = palloc(sizeof(DirectMany) * ns);
+	ids = palloc(sizeof(int64) * ns);
+	/*
+	 * direct_group may move direct_groups: indexes; and it never takes the
+	 * slot of a group made or used earlier in this loop (those are the
+	 * most recently used, and ns is within the bound)
+	 */
+	for (i = 0; i < ns; i++)
+		m[i].idx = direct_group(shards[i]) - direct_groups;
+
+	/* the shard ids to lock, read again where a placement changed */
+	AcceptInvalidationMessages();
+	for (i = 0; i < ns; i++)
+	{
+		DirectGroup *g = &direct_groups[m[i].idx];
+
+		if (g->checked != shard_inval_generation)
+			direct_resolve(g);
+		m[i].id = g->ids[DIRECT_REL_TASK];
+	}
+	qsort(m, ns, sizeof(DirectMany), direct_many_cmp);
+	for (i = 0; i < ns; i++)
+		ids[i] = m[i].id;
+	lock.ids = ids;
+	lock.n = ns;
+	lock.xact = 0;
+	if (!NtaskTrySubxact(direct_lock, &lock, &edata))
+	{
+		if (edata->sqlerrcode != ERRCODE_INTERNAL_ERROR)
+			ReThrowError(edata);
+		return "the shard's id is gone (a split)";
+	}
+	if (lock.xact != 0)
+		return "a Citus coordinated transaction is open";
+	AcceptInvalidationMessages();
+	for (i = 0; i < ns; i++)
+	{
+		DirectGroup *g = &direct_groups[m[i].idx];
+
+		if (g->checked != shard_inval_generation &&
+			(why = direct_group_check(g, m[i].id)) != NULL)
+		{
+			*bad = g->shard;
+			return why;
+		}
+	}
+	if (direct_maxmany < ns)
+	{
+		direct_many = direct_many == NULL ?
+			MemoryContextAlloc(TopMemoryContext, sizeof(int) * ns) :
+			repalloc(direct_many, sizeof(int) * ns);
+		direct_maxmany = ns;
+	}
+	for (i = 0; i < ns; i++)
+	{
+		direct_groups[m[i].idx].locked = 0;
+		direct_many[i] = m[i].idx;
+	}
+	direct_nmany = ns;
+	return NULL;
+}
+
+/* int16 in qsort order */
+static int
+direct_shard_cmp(const void *a, const void *b)
+{
+	int16		x = *(const int16 *) a;
+	int16		y = *(const int16 *) b;
+
+	return x < y ? -1 : x > y ? 1 : 0;
+}
+
 /*
  * NtaskDirectBegin
  *		Choose the call's path (above) for the n tasks of task_ids; the
  *		direct path holds until NtaskDirectEnd or the transaction's end.
- *		In SPI, before the call's first statement.
+ *		Tasks of several shard values take it when every one of them passes
+ *		the interlock (direct_enter_many); the call then names the group of
+ *		each statement's tasks with NtaskDirectUseShard.  In SPI, before the
+ *		call's first statement.
  */
 NtaskPath
 NtaskDirectBegin(FunctionCallInfo fcinfo, const int64 *task_ids, int n)
 {
-	int16		shard;
-	const char *unless = NULL;
+	int16	   *shards;
+	int			ns;
+	int16		bad;
+	const char *why;
+	bool		quiet;
 	int			i;
 
 	if (n <= 0)
@@ -1299,11 +1457,59 @@ NtaskDirectBegin(FunctionCallInfo fcinfo, const int64 *task_ids, int n)
 		direct_set(NULL);
 		return NtaskShardCount() == 0 ? NTASK_PATH_PLAIN : NTASK_PATH_ROUTED;
 	}
-	shard = NTASK_ID_SHARD(task_ids[0]);
-	for (i = 1; i < n && unless == NULL; i++)
-		if (NTASK_ID_SHARD(task_ids[i]) != shard)
-			unless = "tasks of several shards";
-	return NtaskDirectBeginShard(fcinfo, shard, unless);
+	shards = palloc(sizeof(int16) * n);
+	for (i = 0; i < n; i++)
+		shards[i] = NTASK_ID_SHARD(task_ids[i]);
+	qsort(shards, n, sizeof(int16), direct_shard_cmp);
+	ns = 1;
+	for (i = 1; i < n; i++)
+		if (shards[i] != shards[ns - 1])
+			shards[ns++] = shards[i];
+	if (ns == 1)
+		return NtaskDirectBeginShard(fcinfo, shards[0], NULL);
+
+	/* several shard values: NtaskDirectBeginShard's steps for each */
+	direct_claim_reset();
+	direct_set(NULL);
+	why = direct_call_why(fcinfo, &quiet);
+	if (NtaskShardCount() == 0)
+		return NTASK_PATH_PLAIN;
+	if (why != NULL)
+		return quiet ? NTASK_PATH_ROUTED : direct_routed(shards[0], why);
+	for (i = 0; i < ns; i++)
+		if (!NtaskIsShardValue(shards[i]))
+			return direct_routed(shards[i], "not a shard value");
+	if (!direct_whole_statement(fcinfo))
+		return direct_routed(shards[0], "not the whole statement");
+	if ((why = direct_enter_many(shards, ns, &bad)) != NULL)
+		return direct_routed(bad, why);
+	direct_set(&direct_groups[direct_many[0]]);
+	for (i = 0; i < ns; i++)
+		elog(DEBUG1, "ntask: direct path for shard %d", shards[i]);
+	return NTASK_PATH_DIRECT;
+}
+
+/*
+ * NtaskDirectUseShard
+ *		In a call on the direct path, the statements from here on are of
+ *		shard's tasks: run them on its group.  The group must be one the
+ *		call entered (NtaskDirectBegin), else the call's scope is a defect:
+ *		raise.  Nothing off the direct path.
+ */
+void
+NtaskDirectUseShard(int16 shard)
+{
+	int			i;
+
+	if (direct_call == NULL || direct_call->shard == shard)
+		return;
+	for (i = 0; i < direct_nmany; i++)
+		if (direct_groups[direct_many[i]].shard == shard)
+		{
+			direct_call = &direct_groups[direct_many[i]];
+			return;
+		}
+	elog(ERROR, "ntask: shard %d is not one of the call's on the direct path", shard);
 }
 
 /*

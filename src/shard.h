@@ -94,8 +94,10 @@ extern NtaskPath NtaskCallPath(void);
  * chooses it after SPI_connect (NtaskDirectBegin: the setting, the call's
  * shape, the shard group's metadata lock, the placement check) and ends
  * it before SPI_finish (NtaskDirectEnd; an error ends it with the
- * transaction).  task_ids: the tasks the call touches, all of one shard
- * or the call runs routed.
+ * transaction).  task_ids: the tasks the call touches; of several shard
+ * values, every group is entered (each on this node, or the call runs
+ * routed, wholly), and the call names the group of each statement's
+ * tasks with NtaskDirectUseShard (nothing off the direct path).
  */
 extern bool ntask_citus_direct;
 extern int	ntask_citus_direct_groups;
@@ -103,6 +105,7 @@ extern void NtaskShardDefineSettings(void);
 extern NtaskPath NtaskDirectBegin(FunctionCallInfo fcinfo, const int64 *task_ids, int n);
 extern NtaskPath NtaskDirectBeginShard(FunctionCallInfo fcinfo, int16 shard,
 									   const char *unless);
+extern void NtaskDirectUseShard(int16 shard);
 extern void NtaskDirectEnd(void);
 
 /*

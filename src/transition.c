@@ -1249,15 +1249,35 @@ ntask_transition_many(PG_FUNCTION_ARGS)
 	}
 
 	/*
-	 * One statement for the batch (none on a distributed install:
-	 * tr_many_pair), then the rest one by one
+	 * One statement for the batch (none routed: tr_many_pair; one per shard
+	 * value on the direct path, each on its group's relations: the items
+	 * are sorted by task_id, so a shard value's are a run), then the rest
+	 * one by one, each on its task's group
 	 */
 	if (n > 0 && strcmp(c.to_state, "retry_wait") != 0)
-		tr_many_apply(&c, reason, items, n);
+	{
+		if (NtaskCallPath() == NTASK_PATH_DIRECT)
+		{
+			int			j;
+
+			for (i = 0; i < n; i = j)
+			{
+				int16		shard = NTASK_ID_SHARD(items[i].task_id);
+
+				for (j = i + 1; j < n && NTASK_ID_SHARD(items[j].task_id) == shard; j++)
+					;
+				NtaskDirectUseShard(shard);
+				tr_many_apply(&c, reason, items + i, j - i);
+			}
+		}
+		else
+			tr_many_apply(&c, reason, items, n);
+	}
 	for (i = 0; i < n; i++)
 	{
 		if (items[i].done)
 			continue;
+		NtaskDirectUseShard(NTASK_ID_SHARD(items[i].task_id));
 		c.task_id = items[i].task_id;
 		c.token = items[i].token;
 		c.result = items[i].result;

@@ -15,8 +15,9 @@
 # delegated from the coordinator, ntask_<f>_on) takes the direct path; the
 # same calls with ntask.citus_direct = off take the routed one, and both
 # give the same answers and leave the same rows (task and ledger); a call
-# in a transaction block, a statement of two calls, a batch over two
-# shards run routed; a backend keeps the statements of at most
+# in a transaction block, a statement of two calls run routed; a batch
+# over two shard values of the node runs directly in both (t/034 for
+# more); a backend keeps the statements of at most
 # ntask.citus_direct_groups shard values (its memory contexts counted).
 # A split of the shard on its node: the backend that used the old shard
 # runs on the new one.  A call under one of PostgreSQL's aggregates (a
@@ -205,7 +206,8 @@ is(scalar(grep { /^routed path for shard $shard: ntask.citus_direct is off$/ } @
 		$off = -s $w->logfile;
 		is($w->safe_psql('postgres', "SELECT string_agg(result, ',') FROM ntask_transition_many(ARRAY[$i2, $oi], ARRAY[$k2, $ok], 'succeeded')"),
 			'applied,applied', 'a batch over two shards applies');
-		like(join("\n", paths($w, $off)), qr/routed path for shard $shard: tasks of several shards/, 'and runs routed');
+		is(join("\n", paths($w, $off)), join("\n", map { "direct path for shard $_" } sort { $a <=> $b } ($shard, $other)),
+			'and runs directly in both shard values (t/034)');
 
 		# the bound of the groups a backend keeps: two local shard values,
 		# one group kept with ntask.citus_direct_groups = 1, both with 16
