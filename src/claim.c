@@ -157,20 +157,94 @@ PG_FUNCTION_INFO_V1(ntask_claim);
  * ended (t/027).
  */
 #define CLAIM_NOW_LOCAL "pg_catalog.statement_timestamp()"
+
+/*
+ * The due tasks of queue $1 at priority pr.p, unlocked, in the claim's
+ * order (due_at, task_id): the ready ones from task_due_idx, which holds
+ * no leased row, merged (a Merge Append of two index scans) with the
+ * expired leases from task_lease_idx, which holds the leased rows in the
+ * same order (a leased row's due_at is its lease_until).  An expired
+ * lease so competes at its lease_until, as it did when both were one
+ * index (issue 48, lever (b): a claim writes no task_due_idx entry).
+ * Each scan has its own ORDER BY and LIMIT: only a subquery sorted by
+ * itself makes the planner merge (an arm with a WHERE is planned apart,
+ * for all its rows, unless it says it wants them in order).  pred: the shard (and paused keys) predicate on t, applied in each scan;
+ * now: what "due" is measured against; fresh: the first-attempts-only
+ * test; lim: how many (the rows a claim may skip as locked included).
+ */
+#define CLAIM_DUE_MERGED(pred, now, fresh, lim) \
+	"  SELECT u.task_id, u.due_at FROM ( " \
+	"    (SELECT t.task_id, t.due_at FROM ntask.task t " \
+	"     WHERE t.queue OPERATOR(pg_catalog.=) $1 " pred \
+	"       AND t.priority OPERATOR(pg_catalog.=) pr.p " \
+	"       AND t.due_at OPERATOR(pg_catalog.<=) " now " AND t.lease_until IS NULL " fresh \
+	"     ORDER BY t.due_at, t.task_id LIMIT " lim ") " \
+	"    UNION ALL " \
+	"    (SELECT t.task_id, t.lease_until FROM ntask.task t " \
+	"     WHERE t.queue OPERATOR(pg_catalog.=) $1 " pred \
+	"       AND t.priority OPERATOR(pg_catalog.=) pr.p " \
+	"       AND t.lease_until OPERATOR(pg_catalog.<=) " now " " fresh \
+	"     ORDER BY t.lease_until, t.task_id LIMIT " lim ") " \
+	"  ) u ORDER BY u.due_at, u.task_id LIMIT " lim " "
+
+/*
+ * Whether queue $1 has an expired lease at priority pr.p: one descent of
+ * task_lease_idx (the gate of the pick below).
+ */
+#define CLAIM_EXPIRED_AT_P(pred, now) \
+	"EXISTS (SELECT FROM ntask.task t " \
+	"  WHERE t.queue OPERATOR(pg_catalog.=) $1 " pred \
+	"    AND t.priority OPERATOR(pg_catalog.=) pr.p " \
+	"    AND t.lease_until OPERATOR(pg_catalog.<=) " now ")"
+
+#define CLAIM_PICK_COLS \
+	"t.task_id, t.state OPERATOR(pg_catalog.=) 'leased' AS was_leased, " \
+	"t.task_key, t.payload, t.attempts OPERATOR(pg_catalog.>) 0 AS retry, t.token "
+
+/*
+ * The due tasks of a priority, locked.  Per priority a gate g.expired
+ * (CLAIM_EXPIRED_AT_P, evaluated once per priority) chooses between two
+ * branches, of which only one runs (a one-time filter):
+ *
+ *	no expired lease (the common case): the range of task_due_idx, locked
+ *		as it is read (ORDER BY due_at, task_id LIMIT ... FOR UPDATE SKIP
+ *		LOCKED), the plan the pick had before lever (b);
+ *	some expired lease: the merged candidates (CLAIM_DUE_MERGED, at most
+ *		NTASK_MAX_CLAIM), each locked by its primary key with SKIP LOCKED
+ *		and its due time checked again (a claim that leased it meanwhile
+ *		moved due_at to its lease's end), in their order: only the rows
+ *		handed out are locked.
+ */
 #define CLAIM_PICK(pred, limit, qpred, now) \
 	NTASK_PRIORITY_WALK_ON(pred) \
 	"SELECT x.task_id, x.was_leased, x.task_key, x.payload, q.lease, q.guard, " \
 	"  " CLAIM_POLICY ", x.retry, x.token " \
-	"FROM ntask.queue q, pr, LATERAL ( " \
-	"  SELECT t.task_id, t.state OPERATOR(pg_catalog.=) 'leased' AS was_leased, " \
-	"    t.task_key, t.payload, t.attempts OPERATOR(pg_catalog.>) 0 AS retry, t.token " \
-	"  FROM ntask.task t " \
-	"  WHERE t.queue OPERATOR(pg_catalog.=) $1 " pred \
-	"    AND t.priority OPERATOR(pg_catalog.=) pr.p " \
-	"    AND t.due_at OPERATOR(pg_catalog.<=) " now " " \
-	"    AND (NOT $3 OR t.attempts OPERATOR(pg_catalog.=) 0) " \
-	"  ORDER BY t.due_at, t.task_id " \
-	"  LIMIT " limit " FOR UPDATE OF t SKIP LOCKED) x " \
+	"FROM ntask.queue q, pr, " \
+	"LATERAL (SELECT " CLAIM_EXPIRED_AT_P(pred, now) " AS expired) g, LATERAL ( " \
+	"  SELECT a.* FROM ( " \
+	"    SELECT " CLAIM_PICK_COLS \
+	"    FROM ntask.task t " \
+	"    WHERE t.queue OPERATOR(pg_catalog.=) $1 " pred \
+	"      AND t.priority OPERATOR(pg_catalog.=) pr.p " \
+	"      AND t.due_at OPERATOR(pg_catalog.<=) " now " AND t.lease_until IS NULL " \
+	"      AND (NOT $3 OR t.attempts OPERATOR(pg_catalog.=) 0) " \
+	"    ORDER BY t.due_at, t.task_id " \
+	"    LIMIT " limit " FOR UPDATE OF t SKIP LOCKED) a " \
+	"  WHERE NOT g.expired " \
+	"  UNION ALL " \
+	"  SELECT y.* FROM ( " \
+	CLAIM_DUE_MERGED(pred, now, "AND (NOT $3 OR t.attempts OPERATOR(pg_catalog.=) 0) ", \
+					 CppAsString2(NTASK_MAX_CLAIM)) \
+	"  ) c, LATERAL ( " \
+	"    SELECT " CLAIM_PICK_COLS \
+	"    FROM ntask.task t " \
+	"    WHERE t.task_id OPERATOR(pg_catalog.=) c.task_id " pred \
+	"      AND t.queue OPERATOR(pg_catalog.=) $1 " \
+	"      AND t.priority OPERATOR(pg_catalog.=) pr.p " \
+	"      AND t.due_at OPERATOR(pg_catalog.<=) " now " " \
+	"      AND (NOT $3 OR t.attempts OPERATOR(pg_catalog.=) 0) " \
+	"    FOR UPDATE OF t SKIP LOCKED) y " \
+	"  WHERE g.expired) x " \
 	"WHERE q.queue OPERATOR(pg_catalog.=) $1 AND pr.p IS NOT NULL " \
 	"  AND q.fairness OPERATOR(pg_catalog.=) 'none' AND q.priority_aging IS NULL " \
 	"  AND " CLAIM_RUNNING qpred \
@@ -397,22 +471,21 @@ static NtaskPair claim_pick_keys_pair = NTASK_PAIR("claim pick (keys paused)",
 	"    OPERATOR(pg_catalog./) pg_catalog.date_part('epoch', a.priority_aging)), " \
 	"  coalesce(a.priority_aging_max, pg_catalog.max(pr.p) OVER ())::pg_catalog.float8))"
 
+/* the aging pick's candidates: fresh only ($3), no paused key */
+#define CLAIM_AGING_FILTER \
+	"AND (NOT $3 OR t.attempts OPERATOR(pg_catalog.=) 0) " \
+	"AND (t.partition_key IS NULL OR NOT EXISTS ( " \
+	"  SELECT FROM ntask.key_pause k " \
+	"  WHERE k.queue OPERATOR(pg_catalog.=) $1 " \
+	"    AND k.partition_key OPERATOR(pg_catalog.=) t.partition_key " \
+	"    AND k.until OPERATOR(pg_catalog.>) pg_catalog.statement_timestamp())) "
+
 #define CLAIM_AGING_PICK \
 	NTASK_PRIORITY_WALK \
 	", h AS MATERIALIZED ( " \
 	"  SELECT c.task_id, c.due_at, " CLAIM_AGING_EFF " AS eff " \
 	"  FROM ntask.queue a, pr, LATERAL ( " \
-	"    SELECT t.task_id, t.due_at FROM ntask.task t " \
-	"    WHERE t.queue OPERATOR(pg_catalog.=) $1 " \
-	"      AND t.priority OPERATOR(pg_catalog.=) pr.p " \
-	"      AND t.due_at OPERATOR(pg_catalog.<=) pg_catalog.statement_timestamp() " \
-	"      AND (NOT $3 OR t.attempts OPERATOR(pg_catalog.=) 0) " \
-	"      AND (t.partition_key IS NULL OR NOT EXISTS ( " \
-	"        SELECT FROM ntask.key_pause k " \
-	"        WHERE k.queue OPERATOR(pg_catalog.=) $1 " \
-	"          AND k.partition_key OPERATOR(pg_catalog.=) t.partition_key " \
-	"          AND k.until OPERATOR(pg_catalog.>) pg_catalog.statement_timestamp())) " \
-	"    ORDER BY t.due_at, t.task_id LIMIT $4) c " \
+	CLAIM_DUE_MERGED("", CLAIM_NOW_LOCAL, CLAIM_AGING_FILTER, "$4") ") c " \
 	"  WHERE a.queue OPERATOR(pg_catalog.=) $1 AND pr.p IS NOT NULL " \
 	"    AND a.priority_aging IS NOT NULL " \
 	"  ORDER BY eff DESC, c.due_at, c.task_id " \
@@ -469,10 +542,19 @@ static int	claim_shard_cursor = -1;
 	"  FROM ntask.task t " \
 	"  WHERE t.task_id OPERATOR(pg_catalog.=) ANY (ARRAY( " \
 	"      SELECT d.task_id FROM ( " \
-	"        SELECT d.task_id, d.partition_key FROM ntask.task d " \
-	"        WHERE d.queue OPERATOR(pg_catalog.=) $1 AND d.due_at IS NOT NULL " \
-	"          AND d.due_at OPERATOR(pg_catalog.<=) pg_catalog.statement_timestamp() " \
-	"        ORDER BY d.priority DESC, d.due_at, d.task_id " \
+	"        SELECT u.task_id, u.partition_key FROM ( " \
+	"          (SELECT d.task_id, d.partition_key, d.priority, d.due_at FROM ntask.task d " \
+	"           WHERE d.queue OPERATOR(pg_catalog.=) $1 AND d.lease_until IS NULL " \
+	"             AND d.due_at OPERATOR(pg_catalog.<=) pg_catalog.statement_timestamp() " \
+	"           ORDER BY d.priority DESC, d.due_at, d.task_id " \
+	"           LIMIT " CppAsString2(CLAIM_KEYLESS_LOOK) ") " \
+	"          UNION ALL " \
+	"          (SELECT d.task_id, d.partition_key, d.priority, d.lease_until FROM ntask.task d " \
+	"           WHERE d.queue OPERATOR(pg_catalog.=) $1 " \
+	"             AND d.lease_until OPERATOR(pg_catalog.<=) pg_catalog.statement_timestamp() " \
+	"           ORDER BY d.priority DESC, d.lease_until, d.task_id " \
+	"           LIMIT " CppAsString2(CLAIM_KEYLESS_LOOK) ")) u " \
+	"        ORDER BY u.priority DESC, u.due_at, u.task_id " \
 	"        LIMIT " CppAsString2(CLAIM_KEYLESS_LOOK) ") d " \
 	"      WHERE d.partition_key IS NULL)) " \
 	"    AND t.partition_key IS NULL " \
@@ -712,15 +794,15 @@ static NtaskPair claim_ordered_pick_pair = NTASK_PAIR("claim ordered pick",
 
 /*
  * The queue's leased tasks whose lease has not run out, per partition key.
- * Through task_lease_idx (the queue test is kept out of the index's reach,
- * so no plan walks the queue's backlog in task_due_idx): it reads every
- * lease of the database that is still running, so it costs what is in
- * flight, not what is queued.  pred: the routed variants' shard predicate.
+ * Through task_lease_idx, the queue's range of it (task_due_idx holds no
+ * leased row, so no plan can walk the queue's backlog there): it reads
+ * the queue's leases, so it costs what is in flight, not what is queued.
+ * pred: the routed variants' shard predicate.
  */
 #define CLAIM_INFLIGHT(pred) \
 	"SELECT t.partition_key, pg_catalog.count(*)::integer FROM ntask.task t " \
-	"WHERE " pred "t.lease_until OPERATOR(pg_catalog.>) pg_catalog.statement_timestamp() " \
-	"  AND (t.queue OPERATOR(pg_catalog.=) $1) IS TRUE " \
+	"WHERE " pred "t.queue OPERATOR(pg_catalog.=) $1 " \
+	"  AND t.lease_until OPERATOR(pg_catalog.>) pg_catalog.statement_timestamp() " \
 	"  AND t.state OPERATOR(pg_catalog.=) 'leased' " \
 	"GROUP BY t.partition_key"
 
