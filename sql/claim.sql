@@ -62,13 +62,19 @@ SELECT token, result, outcome_known FROM ntask.attempt_all WHERE task_id = :n10 
 -- nothing to claim: zero rows, no error
 SELECT count(*) FROM ntask_claim('n9', 'W3');
 
--- the claim uses the ready-set index (finished rows are not in it)
+-- the claim uses the ready-set index (finished and leased rows are not
+-- in it), and finds expired leases in the lease index, in the same order
 SET enable_seqscan = off;
 EXPLAIN (COSTS OFF)
 SELECT t.task_id FROM ntask.task t
-WHERE t.queue = 'work' AND t.due_at <= now()
+WHERE t.queue = 'work' AND t.due_at <= now() AND t.lease_until IS NULL
 ORDER BY t.priority DESC, t.due_at, t.task_id
 LIMIT 1 FOR UPDATE SKIP LOCKED;
+EXPLAIN (COSTS OFF)
+SELECT t.task_id FROM ntask.task t
+WHERE t.queue = 'work' AND t.priority = 0 AND t.lease_until <= now()
+ORDER BY t.lease_until, t.task_id
+LIMIT 1;
 RESET enable_seqscan;
 
 -- priorities are walked highest first; a priority whose tasks are not yet
