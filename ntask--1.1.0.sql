@@ -725,10 +725,10 @@ SELECT pg_catalog.pg_extension_config_dump('ntask.signal', '');
 -- joins them to ntask.queue, with no subquery correlated to the queue row,
 -- which a Citus coordinator refuses (0A000: ntask.queue is a reference
 -- table, ntask.task distributed).  The unfinished tasks are read through
--- the partial indexes that hold only them (task_due_idx, task_repair_idx,
--- task_awaiting_idx, task_waiting_idx), so those numbers cost the backlog;
--- succeeded, canceled and skipped count the finished rows, which no index
--- makes cheaper than one pass over them.
+-- the partial indexes that hold only them (task_due_idx, task_lease_idx,
+-- task_repair_idx, task_awaiting_idx, task_waiting_idx), so those numbers
+-- cost the backlog; succeeded, canceled and skipped count the finished
+-- rows, which no index makes cheaper than one pass over them.
 CREATE VIEW ntask.queue_stats AS
 SELECT q.queue COLLATE "default" AS queue,
 	   coalesce(u.ready, 0) AS ready,
@@ -893,8 +893,8 @@ COMMENT ON VIEW ntask.queue_metrics IS 'ntask: per queue, leases expired and not
 
 
 -- Per queue and partition key: what is waiting, running and stuck.  Reads
--- only the unfinished tasks (task_due_idx's rows) and those in repair
--- (task_repair_idx), never the finished history, so its cost is the size
+-- only the unfinished tasks (the rows of task_due_idx and task_lease_idx)
+-- and those in repair (task_repair_idx), never the finished history, so its cost is the size
 -- of the backlog, not of the table.  Tasks without a key are the row with
 -- partition_key NULL ('' in a fair queue).
 CREATE VIEW ntask.partition_stats AS

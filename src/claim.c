@@ -11,10 +11,13 @@
  *
  *	pick	per priority, highest first (a loose index scan), SELECT ...
  *			WHERE queue = $1 AND priority = p AND due_at <= now()
- *			ORDER BY due_at, task_id LIMIT 1000 FOR UPDATE SKIP LOCKED
- *			(task_due_idx; finished rows are not in that index), executed
- *			with an SPI row count of n: only the n rows returned are locked,
- *			and the constant LIMIT keeps the generic plan an index scan
+ *			AND lease_until IS NULL ORDER BY due_at, task_id LIMIT 1000
+ *			FOR UPDATE SKIP LOCKED (task_due_idx; finished and leased rows
+ *			are not in that index), executed with an SPI row count of n:
+ *			only the n rows returned are locked, and the constant LIMIT
+ *			keeps the generic plan an index scan; when the priority has an
+ *			expired lease (task_lease_idx), that range merged with the
+ *			expired leases instead (CLAIM_PICK)
  *	close	only when a picked task was leased (its lease expired): write
  *			the ledger row of that attempt from the task row (result
  *			lease_expired; outcome known only if it was never invoked)
@@ -138,7 +141,8 @@ PG_FUNCTION_INFO_V1(ntask_claim);
  * each step is one descent of task_priority_idx to the next lower priority
  * other than 0 that has unfinished tasks; 0 is tried in its place without
  * a lookup, NTASK_PRIORITY_WALK), and within a priority the due rows are a
- * range of task_due_idx.  A single ORDER BY priority DESC, due_at
+ * range of task_due_idx (and of task_lease_idx for the expired leases,
+ * below).  A single ORDER BY priority DESC, due_at
  * scan would walk every not-yet-due entry of a higher priority (tasks
  * scheduled for later, retries in backoff) on every claim: 20k future tasks
  * at priority 5 made a claim of priority-0 work 7x slower (pgbench,
@@ -212,8 +216,10 @@ PG_FUNCTION_INFO_V1(ntask_claim);
  *	some expired lease: the merged candidates (CLAIM_DUE_MERGED, at most
  *		NTASK_MAX_CLAIM), each locked by its primary key with SKIP LOCKED
  *		and its due time checked again (a claim that leased it meanwhile
- *		moved due_at to its lease's end), in their order: only the rows
- *		handed out are locked.
+ *		moved due_at to its lease's end), in their order (a nested loop
+ *		over the candidates), at most limit of them: only the rows handed
+ *		out are locked (the routed pick runs whole on the shard's node,
+ *		so there its LIMIT, the claim's count, is what stops it).
  */
 #define CLAIM_PICK(pred, limit, qpred, now) \
 	NTASK_PRIORITY_WALK_ON(pred) \
@@ -244,7 +250,7 @@ PG_FUNCTION_INFO_V1(ntask_claim);
 	"      AND t.due_at OPERATOR(pg_catalog.<=) " now " " \
 	"      AND (NOT $3 OR t.attempts OPERATOR(pg_catalog.=) 0) " \
 	"    FOR UPDATE OF t SKIP LOCKED) y " \
-	"  WHERE g.expired) x " \
+	"  WHERE g.expired LIMIT " limit ") x " \
 	"WHERE q.queue OPERATOR(pg_catalog.=) $1 AND pr.p IS NOT NULL " \
 	"  AND q.fairness OPERATOR(pg_catalog.=) 'none' AND q.priority_aging IS NULL " \
 	"  AND " CLAIM_RUNNING qpred \

@@ -75,7 +75,7 @@
 /*
  * The earliest due time of the queue's not-yet-claimable work: per
  * priority, the first entry of task_due_idx (ready tasks due later, retries
- * in backoff, leases that will run out).  Read as the owner; it reveals
+ * in backoff) and of task_lease_idx (leases that will run out).  Read as the owner; it reveals
  * nothing to the caller but when to look again.
  */
 typedef enum NwNextDueArg
