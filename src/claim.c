@@ -206,28 +206,21 @@ PG_FUNCTION_INFO_V1(ntask_claim);
 	"t.task_key, t.payload, t.attempts OPERATOR(pg_catalog.>) 0 AS retry, t.token "
 
 /*
- * The due tasks of a priority, locked.  Per priority a gate g.expired
- * (CLAIM_EXPIRED_AT_P, evaluated once per priority) chooses between two
- * branches, of which only one runs (a one-time filter):
- *
- *	no expired lease (the common case): the range of task_due_idx, locked
- *		as it is read (ORDER BY due_at, task_id LIMIT ... FOR UPDATE SKIP
- *		LOCKED), the plan the pick had before lever (b);
- *	some expired lease: the merged candidates (CLAIM_DUE_MERGED, at most
- *		NTASK_MAX_CLAIM), each locked by its primary key with SKIP LOCKED
- *		and its due time checked again (a claim that leased it meanwhile
- *		moved due_at to its lease's end), in their order (a nested loop
- *		over the candidates), at most limit of them: only the rows handed
- *		out are locked (the routed pick runs whole on the shard's node,
- *		so there its LIMIT, the claim's count, is what stops it).
+ * The due tasks of a priority, locked: the pick's head and tail, shared by
+ * the two statements of the plain pick below.
  */
-#define CLAIM_PICK(pred, limit, qpred, now) \
-	NTASK_PRIORITY_WALK_ON(pred) \
+#define CLAIM_PICK_HEAD \
 	"SELECT x.task_id, x.was_leased, x.task_key, x.payload, q.lease, q.guard, " \
 	"  " CLAIM_POLICY ", x.retry, x.token " \
-	"FROM ntask.queue q, pr, " \
-	"LATERAL (SELECT " CLAIM_EXPIRED_AT_P(pred, now) " AS expired) g, LATERAL ( " \
-	"  SELECT a.* FROM ( " \
+	"FROM ntask.queue q, pr, "
+#define CLAIM_PICK_TAIL(qpred) \
+	"WHERE q.queue OPERATOR(pg_catalog.=) $1 AND pr.p IS NOT NULL " \
+	"  AND q.fairness OPERATOR(pg_catalog.=) 'none' AND q.priority_aging IS NULL " \
+	"  AND " CLAIM_RUNNING qpred \
+	"  AND " NTASK_WORKER_RIGHT("q", "2") " AND " CLAIM_CAP_LOCK
+
+/* the range of task_due_idx at priority pr.p, locked as it is read */
+#define CLAIM_PICK_READY(pred, limit, now) \
 	"    SELECT " CLAIM_PICK_COLS \
 	"    FROM ntask.task t " \
 	"    WHERE t.queue OPERATOR(pg_catalog.=) $1 " pred \
@@ -235,7 +228,59 @@ PG_FUNCTION_INFO_V1(ntask_claim);
 	"      AND t.due_at OPERATOR(pg_catalog.<=) " now " AND t.lease_until IS NULL " \
 	"      AND (NOT $3 OR t.attempts OPERATOR(pg_catalog.=) 0) " \
 	"    ORDER BY t.due_at, t.task_id " \
-	"    LIMIT " limit " FOR UPDATE OF t SKIP LOCKED) a " \
+	"    LIMIT " limit " FOR UPDATE OF t SKIP LOCKED"
+
+/*
+ * The plain pick, the statement every claim runs.  Per priority a gate
+ * g.expired (CLAIM_EXPIRED_AT_P, one descent of task_lease_idx) chooses
+ * one of two arms (a one-time filter):
+ *
+ *	no expired lease (the common case): the range of task_due_idx, locked
+ *		as it is read (ORDER BY due_at, task_id LIMIT ... FOR UPDATE SKIP
+ *		LOCKED), the plan the pick had before lever (b);
+ *	some expired lease: no task, but limit marker rows (task_id NULL, the
+ *		priority in the token column, CLAIM_PICK_MARKER) from a lazy
+ *		set-returning function: they fill the claim's count, so the
+ *		executor stops there and no lower priority is read or locked.  The
+ *		claim then runs CLAIM_PICK_MERGED from that priority down for what
+ *		is left (claim_plain_run).
+ *
+ * So a claim with no expired lease in reach initialises a plan the size of
+ * the old pick's plus the gate's index scan; the merged plan (Merge Append,
+ * primary-key probes) is set up only by the claims that take a lease over.
+ * The routed pick runs whole on the shard's node (the executor's stop after
+ * n rows does not reach it), so there its LIMIT, the claim's count, bounds
+ * each priority, as before lever (b).
+ */
+#define CLAIM_PICK(pred, limit, qpred, now) \
+	NTASK_PRIORITY_WALK_ON(pred) \
+	CLAIM_PICK_HEAD \
+	"LATERAL (SELECT " CLAIM_EXPIRED_AT_P(pred, now) " AS expired) g, LATERAL ( " \
+	"  SELECT a.* FROM ( " CLAIM_PICK_READY(pred, limit, now) ") a " \
+	"  WHERE NOT g.expired " \
+	"  UNION ALL " \
+	"  SELECT NULL, NULL, NULL, NULL, NULL, pr.p::pg_catalog.int8 " \
+	"  FROM (SELECT pg_catalog.generate_series(1, " limit ")) s " \
+	"  WHERE g.expired) x " \
+	CLAIM_PICK_TAIL(qpred)
+
+/*
+ * The plain pick from priority $8 down, run only after CLAIM_PICK met an
+ * expired lease at $8 (its marker): per priority the same gate, and where
+ * it says so the merged candidates (CLAIM_DUE_MERGED, at most
+ * NTASK_MAX_CLAIM), each locked by its primary key with SKIP LOCKED and
+ * its due time checked again (a claim that leased it meanwhile moved
+ * due_at to its lease's end), in their order (a nested loop over the
+ * candidates), at most limit of them: only the rows handed out are locked.
+ * An expired lease so competes at its lease_until, as it did when both
+ * were one index.  The walk starts at $8 (wpred bounds its descents; the
+ * outer test passes priority 0 by when $8 is below it).
+ */
+#define CLAIM_PICK_MERGED(pred, limit, qpred, now) \
+	NTASK_PRIORITY_WALK_ON(pred " AND t.priority OPERATOR(pg_catalog.<=) $8 ") \
+	CLAIM_PICK_HEAD \
+	"LATERAL (SELECT " CLAIM_EXPIRED_AT_P(pred, now) " AS expired) g, LATERAL ( " \
+	"  SELECT a.* FROM ( " CLAIM_PICK_READY(pred, limit, now) ") a " \
 	"  WHERE NOT g.expired " \
 	"  UNION ALL " \
 	"  SELECT y.* FROM ( " \
@@ -251,10 +296,7 @@ PG_FUNCTION_INFO_V1(ntask_claim);
 	"      AND (NOT $3 OR t.attempts OPERATOR(pg_catalog.=) 0) " \
 	"    FOR UPDATE OF t SKIP LOCKED) y " \
 	"  WHERE g.expired LIMIT " limit ") x " \
-	"WHERE q.queue OPERATOR(pg_catalog.=) $1 AND pr.p IS NOT NULL " \
-	"  AND q.fairness OPERATOR(pg_catalog.=) 'none' AND q.priority_aging IS NULL " \
-	"  AND " CLAIM_RUNNING qpred \
-	"  AND " NTASK_WORKER_RIGHT("q", "2") " AND " CLAIM_CAP_LOCK
+	CLAIM_PICK_TAIL(" AND pr.p OPERATOR(pg_catalog.<=) $8 " qpred)
 
 /*
  * The result columns of every pick (CLAIM_PICK and the keyless, fair and
@@ -306,7 +348,10 @@ typedef enum ClaimPickArg
 	CLAIM_PICK_ARG_LIMIT,		/* $5, the routed picks' */
 	CLAIM_PICK_ARG_PAUSED_KEYS, /* $6, the keys-paused picks' */
 	CLAIM_PICK_ARG_NOW,			/* $7, the routed picks': the claim's time */
+	CLAIM_PICK_ARG_FROM,		/* $8, the merged picks': the priority of the
+								 * expired lease the plain pick met */
 	CLAIM_PICK_NARGS,
+	CLAIM_PICK_ROUTED_NARGS = CLAIM_PICK_ARG_FROM,	/* the routed variants' */
 	CLAIM_PICK_PLAIN_NARGS = CLAIM_PICK_ARG_SHARD,	/* the plain variants' */
 	CLAIM_PICK_KEYS_NARGS = CLAIM_PICK_ARG_NOW	/* the keys-paused plain one's */
 } ClaimPickArg;
@@ -411,7 +456,7 @@ typedef enum ClaimInflightCol
 static void claim_pick_policy(SPITupleTable *tt, int n, Datum *values, char *nulls);
 
 #define CLAIM_PICK_TYPES \
-	TEXTOID, OIDOID, BOOLOID, INT2OID, INT4OID, TEXTARRAYOID, TIMESTAMPTZOID
+	TEXTOID, OIDOID, BOOLOID, INT2OID, INT4OID, TEXTARRAYOID, TIMESTAMPTZOID, INT4OID
 #define CLAIM_PICK_SHARD_PRED(alias) " AND " alias ".shard OPERATOR(pg_catalog.=) $4 "
 
 static NtaskPair claim_pick_pair = NTASK_PAIR("claim pick",
@@ -420,7 +465,7 @@ static NtaskPair claim_pick_pair = NTASK_PAIR("claim pick",
 														  CLAIM_PICK_PLAIN_NARGS, SPI_OK_SELECT),
 											  NTASK_ROUTED(CLAIM_PICK_NCOLS, CLAIM_PICK(CLAIM_PICK_SHARD_PRED("t"), "$5",
 																		  " AND " CLAIM_KEYS_FREE, "$7"),
-														   CLAIM_PICK_NARGS, SPI_OK_SELECT, NULL, claim_pick_policy),
+														   CLAIM_PICK_ROUTED_NARGS, SPI_OK_SELECT, NULL, claim_pick_policy),
 											  CLAIM_PICK_TYPES);
 
 /*
@@ -440,8 +485,33 @@ static NtaskPair claim_pick_keys_pair = NTASK_PAIR("claim pick (keys paused)",
 															   CLAIM_PICK_KEYS_NARGS, SPI_OK_SELECT),
 												   NTASK_ROUTED(CLAIM_PICK_NCOLS, CLAIM_PICK(CLAIM_PICK_SHARD_PRED("t") CLAIM_KEY_NOT_PAUSED,
 																			   "$5", "", "$7"),
-																CLAIM_PICK_NARGS, SPI_OK_SELECT, NULL, claim_pick_policy),
+																CLAIM_PICK_ROUTED_NARGS, SPI_OK_SELECT, NULL, claim_pick_policy),
 												   CLAIM_PICK_TYPES);
+
+/*
+ * The two picks above from priority $8 down with the expired leases
+ * merged in (CLAIM_PICK_MERGED): run only after the plain pick met an
+ * expired lease (claim_plain_run).  Every variant takes all eight
+ * parameters; the plain ones pass $4, $5 and $7 by (and $6, the first).
+ */
+static NtaskPair claim_merged_pair = NTASK_PAIR("claim pick (expired leases)",
+												NTASK_PLAIN(CLAIM_PICK_NCOLS, CLAIM_PICK_MERGED("", CppAsString2(NTASK_MAX_CLAIM),
+																			   " AND " CLAIM_KEYS_FREE, CLAIM_NOW_LOCAL),
+															CLAIM_PICK_NARGS, SPI_OK_SELECT),
+												NTASK_ROUTED(CLAIM_PICK_NCOLS, CLAIM_PICK_MERGED(CLAIM_PICK_SHARD_PRED("t"), "$5",
+																				" AND " CLAIM_KEYS_FREE, "$7"),
+															 CLAIM_PICK_NARGS, SPI_OK_SELECT, NULL, claim_pick_policy),
+												CLAIM_PICK_TYPES);
+
+static NtaskPair claim_merged_keys_pair = NTASK_PAIR("claim pick (keys paused, expired leases)",
+													 NTASK_PLAIN(CLAIM_PICK_NCOLS, CLAIM_PICK_MERGED(CLAIM_KEY_NOT_PAUSED,
+																					CppAsString2(NTASK_MAX_CLAIM), "",
+																					CLAIM_NOW_LOCAL),
+																 CLAIM_PICK_NARGS, SPI_OK_SELECT),
+													 NTASK_ROUTED(CLAIM_PICK_NCOLS, CLAIM_PICK_MERGED(CLAIM_PICK_SHARD_PRED("t") CLAIM_KEY_NOT_PAUSED,
+																					 "$5", "", "$7"),
+																  CLAIM_PICK_NARGS, SPI_OK_SELECT, NULL, claim_pick_policy),
+													 CLAIM_PICK_TYPES);
 
 /*
  * The pick of a queue with priority aging (priority_aging, docs/design.md
@@ -1760,14 +1830,47 @@ static int
 claim_plain_run(Datum *args, int16 sv, int want, ClaimPolicy *pol,
 				SPITupleTable **rows)
 {
+	SPITupleTable *more;
+	int			n;
+	int			m;
+	int			k;
+	int			j;
+
 	args[CLAIM_PICK_ARG_SHARD] = Int16GetDatum(sv);
 	args[CLAIM_PICK_ARG_LIMIT] = Int32GetDatum(want);
 	args[CLAIM_PICK_ARG_NOW] = NtaskStatementTs();
 	/* $6 is declared by both routed picks, read by the keys-paused ones */
 	args[CLAIM_PICK_ARG_PAUSED_KEYS] = pol->keys_paused ? pol->paused_keys :
 		claim_no_keys();
-	return claim_run(pol->keys_paused ? &claim_pick_keys_pair : &claim_pick_pair,
-					 args, want, rows);
+	n = claim_run(pol->keys_paused ? &claim_pick_keys_pair : &claim_pick_pair,
+				  args, want, rows);
+	/* a marker row: an expired lease at its priority (CLAIM_PICK) */
+	for (k = 0; k < n; k++)
+	{
+		bool		isnull;
+
+		(void) SPI_getbinval((*rows)->vals[k], (*rows)->tupdesc,
+							 CLAIM_PICK_TASK_ID, &isnull);
+		if (isnull)
+			break;
+	}
+	if (k == n)
+		return n;
+	/* from that priority down, the expired leases merged in */
+	args[CLAIM_PICK_ARG_LIMIT] = Int32GetDatum(want - k);
+	args[CLAIM_PICK_ARG_FROM] = Int32GetDatum((int32)
+											  NtaskTupGetInt64(*rows, k, CLAIM_PICK_TOKEN));
+	m = claim_run(pol->keys_paused ? &claim_merged_keys_pair : &claim_merged_pair,
+				  args, want - k, &more);
+	/*
+	 * The rows of the higher priorities, then these: (*rows) has room, as
+	 * its markers filled the claim's count (want rows at least).
+	 */
+	Assert(k + m <= n);
+	for (j = 0; j < m; j++)
+		(*rows)->vals[k + j] = more->vals[j];
+	(*rows)->numvals = k + m;
+	return k + m;
 }
 
 /*
