@@ -255,7 +255,7 @@ PG_FUNCTION_INFO_V1(ntask_claim);
 #define CLAIM_PICK(pred, limit, qpred, now) \
 	NTASK_PRIORITY_WALK_ON(pred) \
 	CLAIM_PICK_HEAD \
-	"LATERAL (SELECT " CLAIM_EXPIRED_AT_P(pred, now) " AS expired) g, LATERAL ( " \
+	"LATERAL (SELECT " CLAIM_EXPIRED_AT_P(pred, now) " AS expired OFFSET 0) g, LATERAL ( " \
 	"  SELECT a.* FROM ( " CLAIM_PICK_READY(pred, limit, now) ") a " \
 	"  WHERE NOT g.expired " \
 	"  UNION ALL " \
@@ -279,7 +279,7 @@ PG_FUNCTION_INFO_V1(ntask_claim);
 #define CLAIM_PICK_MERGED(pred, limit, qpred, now) \
 	NTASK_PRIORITY_WALK_ON(pred " AND t.priority OPERATOR(pg_catalog.<=) $8 ") \
 	CLAIM_PICK_HEAD \
-	"LATERAL (SELECT " CLAIM_EXPIRED_AT_P(pred, now) " AS expired) g, LATERAL ( " \
+	"LATERAL (SELECT " CLAIM_EXPIRED_AT_P(pred, now) " AS expired OFFSET 0) g, LATERAL ( " \
 	"  SELECT a.* FROM ( " CLAIM_PICK_READY(pred, limit, now) ") a " \
 	"  WHERE NOT g.expired " \
 	"  UNION ALL " \
