@@ -16,8 +16,10 @@
  *			are not in that index), executed with an SPI row count of n:
  *			only the n rows returned are locked, and the constant LIMIT
  *			keeps the generic plan an index scan; when the priority has an
- *			expired lease (task_lease_idx), that range merged with the
- *			expired leases instead (CLAIM_PICK)
+ *			expired lease (task_lease_idx, one descent), it stops there and
+ *			a second statement picks from that priority down with that
+ *			range merged with the expired leases (CLAIM_PICK,
+ *			CLAIM_PICK_MERGED)
  *	close	only when a picked task was leased (its lease expired): write
  *			the ledger row of that attempt from the task row (result
  *			lease_expired; outcome known only if it was never invoked)
