@@ -599,6 +599,40 @@ SELECT t.task_id, t.token, t.attempts, t.attempt_worker, t.claimed_at, t.invoked
 FROM ntask.task t
 WHERE t.attempt_worker IS NOT NULL;
 COMMENT ON VIEW ntask.attempt_all IS 'ntask: every attempt: the ended ones (ntask.attempt), the running one of each leased task (from its task row; ended_at and result NULL) and the one its holder ended succeeded, canceled or skipped when it is kept on the task row (attempt_worker set)';
+
+-- Lever (b), task_due_idx without the leased rows (docs/design.md
+-- "Indexes"): a claim writes no entry there; task_lease_idx holds the
+-- leased rows in the same order, and the claim merges the two to take an
+-- expired lease over at its lease_until.  Rebuilt here as 45.3 rebuilds
+-- task_ordered_idx (on a distributed install Citus propagates both to
+-- every shard).  Leases running across the upgrade are in the new
+-- task_lease_idx and are taken over as before (TAP 048_upgrade_tasks).
+DROP INDEX ntask.task_due_idx;
+CREATE INDEX task_due_idx ON ntask.task (queue, priority DESC, due_at, task_id)
+	WHERE due_at IS NOT NULL AND lease_until IS NULL;
+DROP INDEX ntask.task_lease_idx;
+CREATE INDEX task_lease_idx ON ntask.task (queue, priority DESC, lease_until, task_id)
+	WHERE lease_until IS NOT NULL;
+-- The readers of every unfinished task (due_at IS NOT NULL) say so in two
+-- parts, one per index, so that they still read only those rows
+-- (queue_stats and breaker_stats are rebuilt under issue 51 below).
+CREATE OR REPLACE VIEW ntask.partition_stats AS
+SELECT t.queue, t.partition_key,
+	   pg_catalog.count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'ready'
+			AND t.due_at OPERATOR(pg_catalog.<=) pg_catalog.now()) AS ready,
+	   pg_catalog.count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'ready'
+			AND t.due_at OPERATOR(pg_catalog.>) pg_catalog.now()) AS scheduled,
+	   pg_catalog.count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'retry_wait') AS retry_wait,
+	   pg_catalog.count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'leased') AS leased,
+	   pg_catalog.count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'repair_required') AS repair_required,
+	   pg_catalog.sum(t.unknown_attempts) FILTER (WHERE t.state OPERATOR(pg_catalog.<>) 'repair_required')::bigint AS unknown_attempts,
+	   pg_catalog.date_part('epoch', pg_catalog.now() OPERATOR(pg_catalog.-)
+			pg_catalog.min(t.due_at) FILTER (WHERE t.state OPERATOR(pg_catalog.<>) 'leased'
+				AND t.due_at OPERATOR(pg_catalog.<=) pg_catalog.now())) AS oldest_due_age_s
+FROM ntask.task t
+WHERE (t.due_at IS NOT NULL AND t.lease_until IS NULL) OR (t.lease_until IS NOT NULL AND t.due_at IS NOT NULL)
+	   OR t.state OPERATOR(pg_catalog.=) 'repair_required'
+GROUP BY t.queue, t.partition_key;
 -- end of issue 48
 
 
@@ -887,7 +921,8 @@ LEFT JOIN (
 		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'waiting') AS waiting,
 		   min(t.created_at) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'waiting') AS oldest_waiting
 	FROM ntask.task t
-	WHERE t.due_at IS NOT NULL OR t.state OPERATOR(pg_catalog.=) 'repair_required'
+	WHERE (t.due_at IS NOT NULL AND t.lease_until IS NULL) OR (t.lease_until IS NOT NULL AND t.due_at IS NOT NULL)
+	   OR t.state OPERATOR(pg_catalog.=) 'repair_required'
 	   OR t.state OPERATOR(pg_catalog.=) 'awaiting' OR t.state OPERATOR(pg_catalog.=) 'waiting'
 	GROUP BY t.queue
 ) u ON u.queue OPERATOR(pg_catalog.=) q.queue
@@ -983,7 +1018,7 @@ LEFT JOIN (
 	FROM ntask.task t
 	WHERE t.queue OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT o.queue FROM ntask.breaker o
 										  WHERE o.state OPERATOR(pg_catalog.<>) 'closed'))
-	  AND t.due_at IS NOT NULL
+	  AND t.due_at IS NOT NULL AND t.lease_until IS NULL
 	  AND t.state OPERATOR(pg_catalog.<>) 'leased'
 	  AND t.due_at OPERATOR(pg_catalog.<=) pg_catalog.now()
 	GROUP BY t.queue

@@ -328,12 +328,15 @@ COMMENT ON COLUMN ntask.task.attempt_worker IS 'set when the holder itself ended
 COMMENT ON COLUMN ntask.task.attempt_detail IS 'the detail of the attempt kept on the row (attempt_worker set), as its ntask.attempt row would hold it';
 
 /*
- * The ready set: only unfinished tasks are in this index, so a claim stays
- * O(log n) however many finished rows the table holds.  Expired leases are
- * in it too (due_at = lease_until), so takeover uses the same scan.
+ * The ready set: only unfinished tasks that hold no lease are in this
+ * index, so a claim stays O(log n) however many finished rows the table
+ * holds, and a claim writes no entry in it (issue 48, lever (b)).  The
+ * leased rows are in task_lease_idx, in the same order (a leased row's
+ * due_at is its lease_until): a claim merges the two to take over an
+ * expired lease at its place (docs/design.md "Indexes").
  */
 CREATE INDEX task_due_idx ON ntask.task (queue, priority DESC, due_at, task_id)
-	WHERE due_at IS NOT NULL;
+	WHERE due_at IS NOT NULL AND lease_until IS NULL;
 CREATE INDEX task_repair_idx ON ntask.task (queue, updated_at)
 	WHERE state = 'repair_required';
 -- The claim's walk over priorities reads the priorities other than 0
@@ -358,14 +361,16 @@ CREATE INDEX task_partition_due_idx
 CREATE INDEX task_ordered_idx ON ntask.task (queue, partition_key, task_id)
 	WHERE ordered AND (due_at IS NOT NULL OR state = 'repair_required' OR state = 'awaiting'
 					   OR state = 'waiting');
--- For housekeeping; each holds only the rows it looks for.  The leased
--- rows, for the expired-lease pick: its predicate is lease_until IS NOT
+-- The leased rows, in task_due_idx's order, for the claim's takeover of
+-- an expired lease (merged with task_due_idx), the expired-lease sweep
+-- and the in-flight counts of caps.  Its predicate is lease_until IS NOT
 -- NULL (set exactly while leased), not state = 'leased', which the hot
 -- statements' "state = 'leased'" would imply, making it a candidate for
 -- their generic plans (transition, heartbeat: task_id = $1 AND state =
 -- 'leased') instead of one primary-key probe.
-CREATE INDEX task_lease_idx ON ntask.task (lease_until)
+CREATE INDEX task_lease_idx ON ntask.task (queue, priority DESC, lease_until, task_id)
 	WHERE lease_until IS NOT NULL;
+-- For housekeeping; each holds only the rows it looks for.
 -- the deadline sweep reads only past-deadline rows
 CREATE INDEX task_deadline_idx ON ntask.task (deadline)
 	WHERE due_at IS NOT NULL AND state <> 'leased';
@@ -720,10 +725,10 @@ SELECT pg_catalog.pg_extension_config_dump('ntask.signal', '');
 -- joins them to ntask.queue, with no subquery correlated to the queue row,
 -- which a Citus coordinator refuses (0A000: ntask.queue is a reference
 -- table, ntask.task distributed).  The unfinished tasks are read through
--- the partial indexes that hold only them (task_due_idx, task_repair_idx,
--- task_awaiting_idx, task_waiting_idx), so those numbers cost the backlog;
--- succeeded, canceled and skipped count the finished rows, which no index
--- makes cheaper than one pass over them.
+-- the partial indexes that hold only them (task_due_idx, task_lease_idx,
+-- task_repair_idx, task_awaiting_idx, task_waiting_idx), so those numbers
+-- cost the backlog; succeeded, canceled and skipped count the finished
+-- rows, which no index makes cheaper than one pass over them.
 CREATE VIEW ntask.queue_stats AS
 SELECT q.queue COLLATE "default" AS queue,
 	   coalesce(u.ready, 0) AS ready,
@@ -774,7 +779,8 @@ LEFT JOIN (
 		   count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'waiting') AS waiting,
 		   min(t.created_at) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'waiting') AS oldest_waiting
 	FROM ntask.task t
-	WHERE t.due_at IS NOT NULL OR t.state OPERATOR(pg_catalog.=) 'repair_required'
+	WHERE (t.due_at IS NOT NULL AND t.lease_until IS NULL) OR (t.lease_until IS NOT NULL AND t.due_at IS NOT NULL)
+	   OR t.state OPERATOR(pg_catalog.=) 'repair_required'
 	   OR t.state OPERATOR(pg_catalog.=) 'awaiting' OR t.state OPERATOR(pg_catalog.=) 'waiting'
 	GROUP BY t.queue
 ) u ON u.queue OPERATOR(pg_catalog.=) q.queue
@@ -887,8 +893,8 @@ COMMENT ON VIEW ntask.queue_metrics IS 'ntask: per queue, leases expired and not
 
 
 -- Per queue and partition key: what is waiting, running and stuck.  Reads
--- only the unfinished tasks (task_due_idx's rows) and those in repair
--- (task_repair_idx), never the finished history, so its cost is the size
+-- only the unfinished tasks (the rows of task_due_idx and task_lease_idx)
+-- and those in repair (task_repair_idx), never the finished history, so its cost is the size
 -- of the backlog, not of the table.  Tasks without a key are the row with
 -- partition_key NULL ('' in a fair queue).
 CREATE VIEW ntask.partition_stats AS
@@ -905,7 +911,8 @@ SELECT t.queue, t.partition_key,
 			pg_catalog.min(t.due_at) FILTER (WHERE t.state OPERATOR(pg_catalog.<>) 'leased'
 				AND t.due_at OPERATOR(pg_catalog.<=) pg_catalog.now())) AS oldest_due_age_s
 FROM ntask.task t
-WHERE t.due_at IS NOT NULL OR t.state OPERATOR(pg_catalog.=) 'repair_required'
+WHERE (t.due_at IS NOT NULL AND t.lease_until IS NULL) OR (t.lease_until IS NOT NULL AND t.due_at IS NOT NULL)
+	   OR t.state OPERATOR(pg_catalog.=) 'repair_required'
 GROUP BY t.queue, t.partition_key;
 COMMENT ON VIEW ntask.partition_stats IS 'ntask: per queue and partition key: due, scheduled, retrying, leased and repair counts, attempts with unknown outcome of unfinished tasks, and the age of the oldest due task (s)';
 
@@ -936,7 +943,7 @@ LEFT JOIN (
 	FROM ntask.task t
 	WHERE t.queue OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT o.queue FROM ntask.breaker o
 										  WHERE o.state OPERATOR(pg_catalog.<>) 'closed'))
-	  AND t.due_at IS NOT NULL
+	  AND t.due_at IS NOT NULL AND t.lease_until IS NULL
 	  AND t.state OPERATOR(pg_catalog.<>) 'leased'
 	  AND t.due_at OPERATOR(pg_catalog.<=) pg_catalog.now()
 	GROUP BY t.queue

@@ -62,13 +62,19 @@ SELECT token, result, outcome_known FROM ntask.attempt_all WHERE task_id = :n10 
 -- nothing to claim: zero rows, no error
 SELECT count(*) FROM ntask_claim('n9', 'W3');
 
--- the claim uses the ready-set index (finished rows are not in it)
+-- the claim uses the ready-set index (finished and leased rows are not
+-- in it), and finds expired leases in the lease index, in the same order
 SET enable_seqscan = off;
 EXPLAIN (COSTS OFF)
 SELECT t.task_id FROM ntask.task t
-WHERE t.queue = 'work' AND t.due_at <= now()
+WHERE t.queue = 'work' AND t.due_at <= now() AND t.lease_until IS NULL
 ORDER BY t.priority DESC, t.due_at, t.task_id
 LIMIT 1 FOR UPDATE SKIP LOCKED;
+EXPLAIN (COSTS OFF)
+SELECT t.task_id FROM ntask.task t
+WHERE t.queue = 'work' AND t.priority = 0 AND t.lease_until <= now()
+ORDER BY t.lease_until, t.task_id
+LIMIT 1;
 RESET enable_seqscan;
 
 -- priorities are walked highest first; a priority whose tasks are not yet
@@ -138,3 +144,23 @@ FROM ntask.attempt_all a JOIN ntask.task t USING (task_id) WHERE t.queue = 'inv'
 SELECT count(*) FROM ntask_claim('inv', 'W1', invoked => NULL);
 \echo :SQLSTATE
 \set VERBOSITY default
+
+-- lever (b): a batch that meets an expired lease below a priority it
+-- already took rows from: the plain pick stops at that priority and the
+-- merged pick goes on from there, so the batch is H1, H2 (priority 5),
+-- R0 and L (priority 0, R0 due before L's lease ran out), not R0b after
+-- it nor M at priority -1; the next claim takes those two
+SELECT queue FROM ntask_queue_set('tkm', max_attempts => 5);
+SELECT count(*) FROM (SELECT ntask_enqueue('tkm', 'L', '{}')) e;
+SELECT task_key, attempt FROM ntask_claim('tkm', 'W1');
+UPDATE ntask.task SET lease_until = '2000-01-01 00:00:10', due_at = '2000-01-01 00:00:10'
+WHERE queue = 'tkm' AND task_key = 'L';
+SELECT count(*) FROM (
+	SELECT ntask_enqueue('tkm', k, '{}', run_at => at, priority => p)
+	FROM (VALUES ('H1', 5, '2000-01-01 00:00:01'::timestamptz),
+				 ('H2', 5, '2000-01-01 00:00:02'),
+				 ('R0', 0, '2000-01-01 00:00:05'),
+				 ('R0b', 0, '2000-01-01 00:00:20'),
+				 ('M', -1, '2000-01-01 00:00:01')) AS v(k, p, at)) e;
+SELECT task_key, attempt FROM ntask_claim('tkm', 'W2', 4) ORDER BY task_key;
+SELECT task_key, attempt FROM ntask_claim('tkm', 'W2', 10) ORDER BY task_key;

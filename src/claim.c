@@ -11,10 +11,15 @@
  *
  *	pick	per priority, highest first (a loose index scan), SELECT ...
  *			WHERE queue = $1 AND priority = p AND due_at <= now()
- *			ORDER BY due_at, task_id LIMIT 1000 FOR UPDATE SKIP LOCKED
- *			(task_due_idx; finished rows are not in that index), executed
- *			with an SPI row count of n: only the n rows returned are locked,
- *			and the constant LIMIT keeps the generic plan an index scan
+ *			AND lease_until IS NULL ORDER BY due_at, task_id LIMIT 1000
+ *			FOR UPDATE SKIP LOCKED (task_due_idx; finished and leased rows
+ *			are not in that index), executed with an SPI row count of n:
+ *			only the n rows returned are locked, and the constant LIMIT
+ *			keeps the generic plan an index scan; when the priority has an
+ *			expired lease (task_lease_idx, one descent), it stops there and
+ *			a second statement picks from that priority down with that
+ *			range merged with the expired leases (CLAIM_PICK,
+ *			CLAIM_PICK_MERGED)
  *	close	only when a picked task was leased (its lease expired): write
  *			the ledger row of that attempt from the task row (result
  *			lease_expired; outcome known only if it was never invoked)
@@ -138,7 +143,8 @@ PG_FUNCTION_INFO_V1(ntask_claim);
  * each step is one descent of task_priority_idx to the next lower priority
  * other than 0 that has unfinished tasks; 0 is tried in its place without
  * a lookup, NTASK_PRIORITY_WALK), and within a priority the due rows are a
- * range of task_due_idx.  A single ORDER BY priority DESC, due_at
+ * range of task_due_idx (and of task_lease_idx for the expired leases,
+ * below).  A single ORDER BY priority DESC, due_at
  * scan would walk every not-yet-due entry of a higher priority (tasks
  * scheduled for later, retries in backoff) on every claim: 20k future tasks
  * at priority 5 made a claim of priority-0 work 7x slower (pgbench,
@@ -157,24 +163,142 @@ PG_FUNCTION_INFO_V1(ntask_claim);
  * ended (t/027).
  */
 #define CLAIM_NOW_LOCAL "pg_catalog.statement_timestamp()"
-#define CLAIM_PICK(pred, limit, qpred, now) \
-	NTASK_PRIORITY_WALK_ON(pred) \
-	"SELECT x.task_id, x.was_leased, x.task_key, x.payload, q.lease, q.guard, " \
-	"  " CLAIM_POLICY ", x.retry, x.token " \
-	"FROM ntask.queue q, pr, LATERAL ( " \
-	"  SELECT t.task_id, t.state OPERATOR(pg_catalog.=) 'leased' AS was_leased, " \
-	"    t.task_key, t.payload, t.attempts OPERATOR(pg_catalog.>) 0 AS retry, t.token " \
-	"  FROM ntask.task t " \
+
+/*
+ * The due tasks of queue $1 at priority pr.p, unlocked, in the claim's
+ * order (due_at, task_id): the ready ones from task_due_idx, which holds
+ * no leased row, merged (a Merge Append of two index scans) with the
+ * expired leases from task_lease_idx, which holds the leased rows in the
+ * same order (a leased row's due_at is its lease_until).  An expired
+ * lease so competes at its lease_until, as it did when both were one
+ * index (issue 48, lever (b): a claim writes no task_due_idx entry).
+ * Each scan has its own ORDER BY and LIMIT: only a subquery sorted by
+ * itself makes the planner merge (an arm with a WHERE is planned apart,
+ * for all its rows, unless it says it wants them in order).  pred: the shard (and paused keys) predicate on t, applied in each scan;
+ * now: what "due" is measured against; fresh: the first-attempts-only
+ * test; lim: how many (the rows a claim may skip as locked included).
+ */
+#define CLAIM_DUE_MERGED(pred, now, fresh, lim) \
+	"  SELECT u.task_id, u.due_at FROM ( " \
+	"    (SELECT t.task_id, t.due_at FROM ntask.task t " \
+	"     WHERE t.queue OPERATOR(pg_catalog.=) $1 " pred \
+	"       AND t.priority OPERATOR(pg_catalog.=) pr.p " \
+	"       AND t.due_at OPERATOR(pg_catalog.<=) " now " AND t.lease_until IS NULL " fresh \
+	"     ORDER BY t.due_at, t.task_id LIMIT " lim ") " \
+	"    UNION ALL " \
+	"    (SELECT t.task_id, t.lease_until FROM ntask.task t " \
+	"     WHERE t.queue OPERATOR(pg_catalog.=) $1 " pred \
+	"       AND t.priority OPERATOR(pg_catalog.=) pr.p " \
+	"       AND t.lease_until OPERATOR(pg_catalog.<=) " now " " fresh \
+	"     ORDER BY t.lease_until, t.task_id LIMIT " lim ") " \
+	"  ) u ORDER BY u.due_at, u.task_id LIMIT " lim " "
+
+/*
+ * Whether queue $1 has an expired lease at priority pr.p: one descent of
+ * task_lease_idx (the gate of the pick below).
+ */
+#define CLAIM_EXPIRED_AT_P(pred, now) \
+	"EXISTS (SELECT FROM ntask.task t " \
 	"  WHERE t.queue OPERATOR(pg_catalog.=) $1 " pred \
 	"    AND t.priority OPERATOR(pg_catalog.=) pr.p " \
-	"    AND t.due_at OPERATOR(pg_catalog.<=) " now " " \
-	"    AND (NOT $3 OR t.attempts OPERATOR(pg_catalog.=) 0) " \
-	"  ORDER BY t.due_at, t.task_id " \
-	"  LIMIT " limit " FOR UPDATE OF t SKIP LOCKED) x " \
+	"    AND t.lease_until OPERATOR(pg_catalog.<=) " now ")"
+
+#define CLAIM_PICK_COLS \
+	"t.task_id, t.state OPERATOR(pg_catalog.=) 'leased' AS was_leased, " \
+	"t.task_key, t.payload, t.attempts OPERATOR(pg_catalog.>) 0 AS retry, t.token "
+
+/*
+ * The due tasks of a priority, locked: the pick's head and tail, shared by
+ * the two statements of the plain pick below.
+ */
+#define CLAIM_PICK_HEAD \
+	"SELECT x.task_id, x.was_leased, x.task_key, x.payload, q.lease, q.guard, " \
+	"  " CLAIM_POLICY ", x.retry, x.token " \
+	"FROM ntask.queue q, pr, "
+#define CLAIM_PICK_TAIL(qpred) \
 	"WHERE q.queue OPERATOR(pg_catalog.=) $1 AND pr.p IS NOT NULL " \
 	"  AND q.fairness OPERATOR(pg_catalog.=) 'none' AND q.priority_aging IS NULL " \
 	"  AND " CLAIM_RUNNING qpred \
 	"  AND " NTASK_WORKER_RIGHT("q", "2") " AND " CLAIM_CAP_LOCK
+
+/* the range of task_due_idx at priority pr.p, locked as it is read */
+#define CLAIM_PICK_READY(pred, limit, now) \
+	"    SELECT " CLAIM_PICK_COLS \
+	"    FROM ntask.task t " \
+	"    WHERE t.queue OPERATOR(pg_catalog.=) $1 " pred \
+	"      AND t.priority OPERATOR(pg_catalog.=) pr.p " \
+	"      AND t.due_at OPERATOR(pg_catalog.<=) " now " AND t.lease_until IS NULL " \
+	"      AND (NOT $3 OR t.attempts OPERATOR(pg_catalog.=) 0) " \
+	"    ORDER BY t.due_at, t.task_id " \
+	"    LIMIT " limit " FOR UPDATE OF t SKIP LOCKED"
+
+/*
+ * The plain pick, the statement every claim runs.  Per priority a gate
+ * g.expired (CLAIM_EXPIRED_AT_P, one descent of task_lease_idx) chooses
+ * one of two arms (a one-time filter):
+ *
+ *	no expired lease (the common case): the range of task_due_idx, locked
+ *		as it is read (ORDER BY due_at, task_id LIMIT ... FOR UPDATE SKIP
+ *		LOCKED), the plan the pick had before lever (b);
+ *	some expired lease: no task, but limit marker rows (task_id NULL, the
+ *		priority in the token column, CLAIM_PICK_MARKER) from a lazy
+ *		set-returning function: they fill the claim's count, so the
+ *		executor stops there and no lower priority is read or locked.  The
+ *		claim then runs CLAIM_PICK_MERGED from that priority down for what
+ *		is left (claim_plain_run).
+ *
+ * So a claim with no expired lease in reach initialises a plan the size of
+ * the old pick's plus the gate's index scan; the merged plan (Merge Append,
+ * primary-key probes) is set up only by the claims that take a lease over.
+ * The routed pick runs whole on the shard's node (the executor's stop after
+ * n rows does not reach it), so there its LIMIT, the claim's count, bounds
+ * each priority, as before lever (b).
+ */
+#define CLAIM_PICK(pred, limit, qpred, now) \
+	NTASK_PRIORITY_WALK_ON(pred) \
+	CLAIM_PICK_HEAD \
+	"LATERAL (SELECT " CLAIM_EXPIRED_AT_P(pred, now) " AS expired OFFSET 0) g, LATERAL ( " \
+	"  SELECT a.* FROM ( " CLAIM_PICK_READY(pred, limit, now) ") a " \
+	"  WHERE NOT g.expired " \
+	"  UNION ALL " \
+	"  SELECT NULL, NULL, NULL, NULL, NULL, pr.p::pg_catalog.int8 " \
+	"  FROM (SELECT pg_catalog.generate_series(1, " limit ")) s " \
+	"  WHERE g.expired) x " \
+	CLAIM_PICK_TAIL(qpred)
+
+/*
+ * The plain pick from priority $8 down, run only after CLAIM_PICK met an
+ * expired lease at $8 (its marker): per priority the same gate, and where
+ * it says so the merged candidates (CLAIM_DUE_MERGED, at most
+ * NTASK_MAX_CLAIM), each locked by its primary key with SKIP LOCKED and
+ * its due time checked again (a claim that leased it meanwhile moved
+ * due_at to its lease's end), in their order (a nested loop over the
+ * candidates), at most limit of them: only the rows handed out are locked.
+ * An expired lease so competes at its lease_until, as it did when both
+ * were one index.  The walk starts at $8 (wpred bounds its descents; the
+ * outer test passes priority 0 by when $8 is below it).
+ */
+#define CLAIM_PICK_MERGED(pred, limit, qpred, now) \
+	NTASK_PRIORITY_WALK_ON(pred " AND t.priority OPERATOR(pg_catalog.<=) $8 ") \
+	CLAIM_PICK_HEAD \
+	"LATERAL (SELECT " CLAIM_EXPIRED_AT_P(pred, now) " AS expired OFFSET 0) g, LATERAL ( " \
+	"  SELECT a.* FROM ( " CLAIM_PICK_READY(pred, limit, now) ") a " \
+	"  WHERE NOT g.expired " \
+	"  UNION ALL " \
+	"  SELECT y.* FROM ( " \
+	CLAIM_DUE_MERGED(pred, now, "AND (NOT $3 OR t.attempts OPERATOR(pg_catalog.=) 0) ", \
+					 CppAsString2(NTASK_MAX_CLAIM)) \
+	"  ) c, LATERAL ( " \
+	"    SELECT " CLAIM_PICK_COLS \
+	"    FROM ntask.task t " \
+	"    WHERE t.task_id OPERATOR(pg_catalog.=) c.task_id " pred \
+	"      AND t.queue OPERATOR(pg_catalog.=) $1 " \
+	"      AND t.priority OPERATOR(pg_catalog.=) pr.p " \
+	"      AND t.due_at OPERATOR(pg_catalog.<=) " now " " \
+	"      AND (NOT $3 OR t.attempts OPERATOR(pg_catalog.=) 0) " \
+	"    FOR UPDATE OF t SKIP LOCKED) y " \
+	"  WHERE g.expired LIMIT " limit ") x " \
+	CLAIM_PICK_TAIL(" AND pr.p OPERATOR(pg_catalog.<=) $8 " qpred)
 
 /*
  * The result columns of every pick (CLAIM_PICK and the keyless, fair and
@@ -226,7 +350,10 @@ typedef enum ClaimPickArg
 	CLAIM_PICK_ARG_LIMIT,		/* $5, the routed picks' */
 	CLAIM_PICK_ARG_PAUSED_KEYS, /* $6, the keys-paused picks' */
 	CLAIM_PICK_ARG_NOW,			/* $7, the routed picks': the claim's time */
+	CLAIM_PICK_ARG_FROM,		/* $8, the merged picks': the priority of the
+								 * expired lease the plain pick met */
 	CLAIM_PICK_NARGS,
+	CLAIM_PICK_ROUTED_NARGS = CLAIM_PICK_ARG_FROM,	/* the routed variants' */
 	CLAIM_PICK_PLAIN_NARGS = CLAIM_PICK_ARG_SHARD,	/* the plain variants' */
 	CLAIM_PICK_KEYS_NARGS = CLAIM_PICK_ARG_NOW	/* the keys-paused plain one's */
 } ClaimPickArg;
@@ -331,7 +458,7 @@ typedef enum ClaimInflightCol
 static void claim_pick_policy(SPITupleTable *tt, int n, Datum *values, char *nulls);
 
 #define CLAIM_PICK_TYPES \
-	TEXTOID, OIDOID, BOOLOID, INT2OID, INT4OID, TEXTARRAYOID, TIMESTAMPTZOID
+	TEXTOID, OIDOID, BOOLOID, INT2OID, INT4OID, TEXTARRAYOID, TIMESTAMPTZOID, INT4OID
 #define CLAIM_PICK_SHARD_PRED(alias) " AND " alias ".shard OPERATOR(pg_catalog.=) $4 "
 
 static NtaskPair claim_pick_pair = NTASK_PAIR("claim pick",
@@ -340,7 +467,7 @@ static NtaskPair claim_pick_pair = NTASK_PAIR("claim pick",
 														  CLAIM_PICK_PLAIN_NARGS, SPI_OK_SELECT),
 											  NTASK_ROUTED(CLAIM_PICK_NCOLS, CLAIM_PICK(CLAIM_PICK_SHARD_PRED("t"), "$5",
 																		  " AND " CLAIM_KEYS_FREE, "$7"),
-														   CLAIM_PICK_NARGS, SPI_OK_SELECT, NULL, claim_pick_policy),
+														   CLAIM_PICK_ROUTED_NARGS, SPI_OK_SELECT, NULL, claim_pick_policy),
 											  CLAIM_PICK_TYPES);
 
 /*
@@ -360,8 +487,33 @@ static NtaskPair claim_pick_keys_pair = NTASK_PAIR("claim pick (keys paused)",
 															   CLAIM_PICK_KEYS_NARGS, SPI_OK_SELECT),
 												   NTASK_ROUTED(CLAIM_PICK_NCOLS, CLAIM_PICK(CLAIM_PICK_SHARD_PRED("t") CLAIM_KEY_NOT_PAUSED,
 																			   "$5", "", "$7"),
-																CLAIM_PICK_NARGS, SPI_OK_SELECT, NULL, claim_pick_policy),
+																CLAIM_PICK_ROUTED_NARGS, SPI_OK_SELECT, NULL, claim_pick_policy),
 												   CLAIM_PICK_TYPES);
+
+/*
+ * The two picks above from priority $8 down with the expired leases
+ * merged in (CLAIM_PICK_MERGED): run only after the plain pick met an
+ * expired lease (claim_plain_run).  Every variant takes all eight
+ * parameters; the plain ones pass $4, $5 and $7 by (and $6, the first).
+ */
+static NtaskPair claim_merged_pair = NTASK_PAIR("claim pick (expired leases)",
+												NTASK_PLAIN(CLAIM_PICK_NCOLS, CLAIM_PICK_MERGED("", CppAsString2(NTASK_MAX_CLAIM),
+																			   " AND " CLAIM_KEYS_FREE, CLAIM_NOW_LOCAL),
+															CLAIM_PICK_NARGS, SPI_OK_SELECT),
+												NTASK_ROUTED(CLAIM_PICK_NCOLS, CLAIM_PICK_MERGED(CLAIM_PICK_SHARD_PRED("t"), "$5",
+																				" AND " CLAIM_KEYS_FREE, "$7"),
+															 CLAIM_PICK_NARGS, SPI_OK_SELECT, NULL, claim_pick_policy),
+												CLAIM_PICK_TYPES);
+
+static NtaskPair claim_merged_keys_pair = NTASK_PAIR("claim pick (keys paused, expired leases)",
+													 NTASK_PLAIN(CLAIM_PICK_NCOLS, CLAIM_PICK_MERGED(CLAIM_KEY_NOT_PAUSED,
+																					CppAsString2(NTASK_MAX_CLAIM), "",
+																					CLAIM_NOW_LOCAL),
+																 CLAIM_PICK_NARGS, SPI_OK_SELECT),
+													 NTASK_ROUTED(CLAIM_PICK_NCOLS, CLAIM_PICK_MERGED(CLAIM_PICK_SHARD_PRED("t") CLAIM_KEY_NOT_PAUSED,
+																					 "$5", "", "$7"),
+																  CLAIM_PICK_NARGS, SPI_OK_SELECT, NULL, claim_pick_policy),
+													 CLAIM_PICK_TYPES);
 
 /*
  * The pick of a queue with priority aging (priority_aging, docs/design.md
@@ -397,22 +549,21 @@ static NtaskPair claim_pick_keys_pair = NTASK_PAIR("claim pick (keys paused)",
 	"    OPERATOR(pg_catalog./) pg_catalog.date_part('epoch', a.priority_aging)), " \
 	"  coalesce(a.priority_aging_max, pg_catalog.max(pr.p) OVER ())::pg_catalog.float8))"
 
+/* the aging pick's candidates: fresh only ($3), no paused key */
+#define CLAIM_AGING_FILTER \
+	"AND (NOT $3 OR t.attempts OPERATOR(pg_catalog.=) 0) " \
+	"AND (t.partition_key IS NULL OR NOT EXISTS ( " \
+	"  SELECT FROM ntask.key_pause k " \
+	"  WHERE k.queue OPERATOR(pg_catalog.=) $1 " \
+	"    AND k.partition_key OPERATOR(pg_catalog.=) t.partition_key " \
+	"    AND k.until OPERATOR(pg_catalog.>) pg_catalog.statement_timestamp())) "
+
 #define CLAIM_AGING_PICK \
 	NTASK_PRIORITY_WALK \
 	", h AS MATERIALIZED ( " \
 	"  SELECT c.task_id, c.due_at, " CLAIM_AGING_EFF " AS eff " \
 	"  FROM ntask.queue a, pr, LATERAL ( " \
-	"    SELECT t.task_id, t.due_at FROM ntask.task t " \
-	"    WHERE t.queue OPERATOR(pg_catalog.=) $1 " \
-	"      AND t.priority OPERATOR(pg_catalog.=) pr.p " \
-	"      AND t.due_at OPERATOR(pg_catalog.<=) pg_catalog.statement_timestamp() " \
-	"      AND (NOT $3 OR t.attempts OPERATOR(pg_catalog.=) 0) " \
-	"      AND (t.partition_key IS NULL OR NOT EXISTS ( " \
-	"        SELECT FROM ntask.key_pause k " \
-	"        WHERE k.queue OPERATOR(pg_catalog.=) $1 " \
-	"          AND k.partition_key OPERATOR(pg_catalog.=) t.partition_key " \
-	"          AND k.until OPERATOR(pg_catalog.>) pg_catalog.statement_timestamp())) " \
-	"    ORDER BY t.due_at, t.task_id LIMIT $4) c " \
+	CLAIM_DUE_MERGED("", CLAIM_NOW_LOCAL, CLAIM_AGING_FILTER, "$4") ") c " \
 	"  WHERE a.queue OPERATOR(pg_catalog.=) $1 AND pr.p IS NOT NULL " \
 	"    AND a.priority_aging IS NOT NULL " \
 	"  ORDER BY eff DESC, c.due_at, c.task_id " \
@@ -469,10 +620,19 @@ static int	claim_shard_cursor = -1;
 	"  FROM ntask.task t " \
 	"  WHERE t.task_id OPERATOR(pg_catalog.=) ANY (ARRAY( " \
 	"      SELECT d.task_id FROM ( " \
-	"        SELECT d.task_id, d.partition_key FROM ntask.task d " \
-	"        WHERE d.queue OPERATOR(pg_catalog.=) $1 AND d.due_at IS NOT NULL " \
-	"          AND d.due_at OPERATOR(pg_catalog.<=) pg_catalog.statement_timestamp() " \
-	"        ORDER BY d.priority DESC, d.due_at, d.task_id " \
+	"        SELECT u.task_id, u.partition_key FROM ( " \
+	"          (SELECT d.task_id, d.partition_key, d.priority, d.due_at FROM ntask.task d " \
+	"           WHERE d.queue OPERATOR(pg_catalog.=) $1 AND d.lease_until IS NULL " \
+	"             AND d.due_at OPERATOR(pg_catalog.<=) pg_catalog.statement_timestamp() " \
+	"           ORDER BY d.priority DESC, d.due_at, d.task_id " \
+	"           LIMIT " CppAsString2(CLAIM_KEYLESS_LOOK) ") " \
+	"          UNION ALL " \
+	"          (SELECT d.task_id, d.partition_key, d.priority, d.lease_until FROM ntask.task d " \
+	"           WHERE d.queue OPERATOR(pg_catalog.=) $1 " \
+	"             AND d.lease_until OPERATOR(pg_catalog.<=) pg_catalog.statement_timestamp() " \
+	"           ORDER BY d.priority DESC, d.lease_until, d.task_id " \
+	"           LIMIT " CppAsString2(CLAIM_KEYLESS_LOOK) ")) u " \
+	"        ORDER BY u.priority DESC, u.due_at, u.task_id " \
 	"        LIMIT " CppAsString2(CLAIM_KEYLESS_LOOK) ") d " \
 	"      WHERE d.partition_key IS NULL)) " \
 	"    AND t.partition_key IS NULL " \
@@ -712,15 +872,15 @@ static NtaskPair claim_ordered_pick_pair = NTASK_PAIR("claim ordered pick",
 
 /*
  * The queue's leased tasks whose lease has not run out, per partition key.
- * Through task_lease_idx (the queue test is kept out of the index's reach,
- * so no plan walks the queue's backlog in task_due_idx): it reads every
- * lease of the database that is still running, so it costs what is in
- * flight, not what is queued.  pred: the routed variants' shard predicate.
+ * Through task_lease_idx, the queue's range of it (task_due_idx holds no
+ * leased row, so no plan can walk the queue's backlog there): it reads
+ * the queue's leases, so it costs what is in flight, not what is queued.
+ * pred: the routed variants' shard predicate.
  */
 #define CLAIM_INFLIGHT(pred) \
 	"SELECT t.partition_key, pg_catalog.count(*)::integer FROM ntask.task t " \
-	"WHERE " pred "t.lease_until OPERATOR(pg_catalog.>) pg_catalog.statement_timestamp() " \
-	"  AND (t.queue OPERATOR(pg_catalog.=) $1) IS TRUE " \
+	"WHERE " pred "t.queue OPERATOR(pg_catalog.=) $1 " \
+	"  AND t.lease_until OPERATOR(pg_catalog.>) pg_catalog.statement_timestamp() " \
 	"  AND t.state OPERATOR(pg_catalog.=) 'leased' " \
 	"GROUP BY t.partition_key"
 
@@ -1672,14 +1832,47 @@ static int
 claim_plain_run(Datum *args, int16 sv, int want, ClaimPolicy *pol,
 				SPITupleTable **rows)
 {
+	SPITupleTable *more;
+	int			n;
+	int			m;
+	int			k;
+	int			j;
+
 	args[CLAIM_PICK_ARG_SHARD] = Int16GetDatum(sv);
 	args[CLAIM_PICK_ARG_LIMIT] = Int32GetDatum(want);
 	args[CLAIM_PICK_ARG_NOW] = NtaskStatementTs();
 	/* $6 is declared by both routed picks, read by the keys-paused ones */
 	args[CLAIM_PICK_ARG_PAUSED_KEYS] = pol->keys_paused ? pol->paused_keys :
 		claim_no_keys();
-	return claim_run(pol->keys_paused ? &claim_pick_keys_pair : &claim_pick_pair,
-					 args, want, rows);
+	n = claim_run(pol->keys_paused ? &claim_pick_keys_pair : &claim_pick_pair,
+				  args, want, rows);
+	/* a marker row: an expired lease at its priority (CLAIM_PICK) */
+	for (k = 0; k < n; k++)
+	{
+		bool		isnull;
+
+		(void) SPI_getbinval((*rows)->vals[k], (*rows)->tupdesc,
+							 CLAIM_PICK_TASK_ID, &isnull);
+		if (isnull)
+			break;
+	}
+	if (k == n)
+		return n;
+	/* from that priority down, the expired leases merged in */
+	args[CLAIM_PICK_ARG_LIMIT] = Int32GetDatum(want - k);
+	args[CLAIM_PICK_ARG_FROM] = Int32GetDatum((int32)
+											  NtaskTupGetInt64(*rows, k, CLAIM_PICK_TOKEN));
+	m = claim_run(pol->keys_paused ? &claim_merged_keys_pair : &claim_merged_pair,
+				  args, want - k, &more);
+	/*
+	 * The rows of the higher priorities, then these: (*rows) has room, as
+	 * its markers filled the claim's count (want rows at least).
+	 */
+	Assert(k + m <= n);
+	for (j = 0; j < m; j++)
+		(*rows)->vals[k + j] = more->vals[j];
+	(*rows)->numvals = k + m;
+	return k + m;
 }
 
 /*

@@ -9,7 +9,10 @@
  * Every statement reaches its rows through a partial index that holds only
  * the rows it looks for, so an idle round is three index probes per queue:
  *
- *	expired leases	task_lease_idx (lease_until) WHERE lease_until IS NOT NULL
+ *	expired leases	task_lease_idx (queue, priority DESC, lease_until, task_id)
+ *					WHERE lease_until IS NOT NULL: lease_until is an
+ *					index condition on a later column, so the pick reads
+ *					the leased rows (what is in flight), not the backlog
  *	deadlines		task_deadline_idx (deadline) WHERE due_at IS NOT NULL
  *					AND state <> 'leased': only past-deadline rows are
  *					visited, so the worker sweeps every tick

@@ -75,7 +75,7 @@
 /*
  * The earliest due time of the queue's not-yet-claimable work: per
  * priority, the first entry of task_due_idx (ready tasks due later, retries
- * in backoff, leases that will run out).  Read as the owner; it reveals
+ * in backoff) and of task_lease_idx (leases that will run out).  Read as the owner; it reveals
  * nothing to the caller but when to look again.
  */
 typedef enum NwNextDueArg
@@ -100,13 +100,24 @@ typedef enum NwNextDueCol
  * one router query on the shard's node.  A look asks each shard value once
  * (nw_next_due).  pred: that filter.
  */
+/*
+ * Per priority the earliest of the ready tasks (task_due_idx) and of the
+ * leases (task_lease_idx, where a lease's end is its due_at: a takeover).
+ */
 #define NW_NEXT_DUE(pred) \
 	NTASK_PRIORITY_WALK_ON(pred) \
 	"SELECT pg_catalog.min(x.due_at) FROM pr, LATERAL ( " \
-	"  SELECT t.due_at FROM ntask.task t " \
-	"  WHERE t.queue OPERATOR(pg_catalog.=) $1 " pred \
-	"    AND t.priority OPERATOR(pg_catalog.=) pr.p AND t.due_at OPERATOR(pg_catalog.>) $2 " \
-	"  ORDER BY t.due_at LIMIT 1) x " \
+	"  (SELECT t.due_at FROM ntask.task t " \
+	"   WHERE t.queue OPERATOR(pg_catalog.=) $1 " pred \
+	"     AND t.priority OPERATOR(pg_catalog.=) pr.p AND t.lease_until IS NULL " \
+	"     AND t.due_at OPERATOR(pg_catalog.>) $2 " \
+	"   ORDER BY t.due_at LIMIT 1) " \
+	"  UNION ALL " \
+	"  (SELECT t.lease_until FROM ntask.task t " \
+	"   WHERE t.queue OPERATOR(pg_catalog.=) $1 " pred \
+	"     AND t.priority OPERATOR(pg_catalog.=) pr.p " \
+	"     AND t.lease_until OPERATOR(pg_catalog.>) $2 " \
+	"   ORDER BY t.lease_until LIMIT 1)) x " \
 	"WHERE pr.p IS NOT NULL"
 
 static NtaskPair nw_next_due_pair = NTASK_PAIR("wait next due",
