@@ -71,26 +71,10 @@ sub node_cpu { return NtaskCitus::node_cpu(@_); }
 
 sub mean { my $s = 0; $s += $_ for @_; return @_ ? $s / @_ : 0; }
 
-# plain node
-my $plain = PostgreSQL::Test::Cluster->new('plain');
-$plain->init;
-$plain->append_conf('postgresql.conf', qq{
-listen_addresses = '127.0.0.1'
-shared_preload_libraries = 'ntask'
-ntask.worker = off
-ntask.backoff_jitter = off
-log_min_messages = warning
-});
-$plain->start;
-$plain->safe_psql('postgres', q{CREATE EXTENSION ntask;
-	SELECT count(*) FROM ntask_queue_set('b', lease => '1 hour');});
-
-my $c = NtaskCitus::start('batch', workers => 1);
+my ($plain, $c) = NtaskCitus::bench_systems('batch', queues => [ [ 'b', '1 hour' ] ],
+	plain_conf => "ntask.backoff_jitter = off\n");
 my $co = $c->{coord};
 my $w = $c->{workers}[0];
-$co->safe_psql('postgres', q{CREATE EXTENSION ntask;
-	SELECT count(*) FROM ntask_distribute(4);
-	SELECT count(*) FROM ntask_queue_set('b', lease => '1 hour');});
 my $S = $co->safe_psql('postgres', q{SELECT ntask_shard('b', 'p')});
 my $T = 'ntask.task_' . $w->safe_psql('postgres',
 	"SELECT get_shard_id_for_distribution_column('ntask.task', ${S}::smallint)");

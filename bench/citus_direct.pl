@@ -63,28 +63,10 @@ my $ROUNDS = $ENV{BENCH_ROUNDS} // 2;
 sub loadavg { return NtaskCitus::loadavg(); }
 sub node_cpu { return NtaskCitus::node_cpu(@_); }
 
-# plain node
-my $plain = PostgreSQL::Test::Cluster->new('plain');
-$plain->init;
-$plain->append_conf('postgresql.conf', qq{
-listen_addresses = '127.0.0.1'
-shared_preload_libraries = 'ntask'
-ntask.worker = off
-ntask.backoff_jitter = off
-log_min_messages = warning
-});
-$plain->start;
-$plain->safe_psql('postgres', q{CREATE EXTENSION ntask;
-	SELECT count(*) FROM ntask_queue_set('b');
-	SELECT count(*) FROM ntask_queue_set('e');});
-
-my $c = NtaskCitus::start('direct', workers => 1);
+my ($plain, $c) = NtaskCitus::bench_systems('direct', queues => [ [ 'b', undef ], [ 'e', undef ] ],
+	plain_conf => "ntask.backoff_jitter = off\n");
 my $co = $c->{coord};
 my $w = $c->{workers}[0];
-$co->safe_psql('postgres', q{CREATE EXTENSION ntask;
-	SELECT count(*) FROM ntask_distribute(4);
-	SELECT count(*) FROM ntask_queue_set('b');
-	SELECT count(*) FROM ntask_queue_set('e');});
 my $S = $co->safe_psql('postgres', q{SELECT ntask_shard('b', 'p')});
 # the enqueue's shard (queue e, partition key 'p')
 my $SE = $co->safe_psql('postgres', q{SELECT ntask_shard('e', 'p')});

@@ -61,24 +61,9 @@ sub backend_cpu
 	return $ns / 1e6;
 }
 
-my $plain = PostgreSQL::Test::Cluster->new('plain');
-$plain->init;
-$plain->append_conf('postgresql.conf', qq{
-listen_addresses = '127.0.0.1'
-shared_preload_libraries = 'ntask'
-ntask.worker = off
-log_min_messages = warning
-});
-$plain->start;
-$plain->safe_psql('postgres', q{CREATE EXTENSION ntask;
-	SELECT count(*) FROM ntask_queue_set('b', lease => '1 hour');});
-
-my $c = NtaskCitus::start('many', workers => 1);
+my ($plain, $c) = NtaskCitus::bench_systems('many', queues => [ [ 'b', '1 hour' ] ]);
 my $co = $c->{coord};
 my $w = $c->{workers}[0];
-$co->safe_psql('postgres', q{CREATE EXTENSION ntask;
-	SELECT count(*) FROM ntask_distribute(4);
-	SELECT count(*) FROM ntask_queue_set('b', lease => '1 hour');});
 # two shard values and a partition key of each
 my ($A, $B) = split /\n/, $co->safe_psql('postgres', 'SELECT shard FROM ntask.shard_map ORDER BY shard LIMIT 2');
 my %pk;

@@ -390,6 +390,32 @@ sub node_cpu
 	return $t / $tck;
 }
 
+# bench_systems($name, queues => [...], plain_conf => ...): the two
+# systems the bench/citus_*.pl benches compare: a plain node (ntask
+# preloaded, its worker off) and a Citus cluster of a coordinator and one
+# worker node (start), ntask distributed over 4 shards (every shard value
+# on the worker node); each with the queues named (queue => lease, undef
+# for the default lease).  Returns ($plain, $c).
+sub bench_systems
+{
+	my ($name, %o) = @_;
+	my $queues = join('', map {
+		"SELECT count(*) FROM ntask_queue_set('$_->[0]'"
+		  . (defined $_->[1] ? ", lease => '$_->[1]'" : '') . ");\n"
+	} @{ $o{queues} // [ [ 'b', undef ] ] });
+	my $plain = PostgreSQL::Test::Cluster->new('plain');
+	$plain->init;
+	$plain->append_conf('postgresql.conf', "listen_addresses = '127.0.0.1'\n"
+		  . "shared_preload_libraries = 'ntask'\nntask.worker = off\n"
+		  . ($o{plain_conf} // '') . "log_min_messages = warning\n");
+	$plain->start;
+	$plain->safe_psql('postgres', "CREATE EXTENSION ntask;\n$queues");
+	my $c = start($name, workers => 1);
+	$c->{coord}->safe_psql('postgres', "CREATE EXTENSION ntask;\n"
+		  . "SELECT count(*) FROM ntask_distribute(4);\n$queues");
+	return ($plain, $c);
+}
+
 # drop the orphans of earlier moves (a move refuses to run while one of its
 # shard group is left on its target)
 sub drop_orphans
