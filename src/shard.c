@@ -1231,6 +1231,37 @@ direct_call_why(FunctionCallInfo fcinfo, bool *quiet)
 }
 
 /*
+ * direct_lock_ids
+ *		The interlock's lock of the n task shard ids (ascending), in a
+ *		subtransaction: a split that commits between the read of an id and
+ *		the lock makes Citus raise for it ("could not find valid entry for
+ *		shard"); the call then runs routed.  Other errors are raised.  Then
+ *		the invalidations, so a move committed while the lock waited is
+ *		seen.  NULL when locked and no Citus coordinated transaction is
+ *		open, else why the call runs routed.
+ */
+static const char *
+direct_lock_ids(const int64 *ids, int n)
+{
+	DirectLock	lock;
+	ErrorData  *edata;
+
+	lock.ids = ids;
+	lock.n = n;
+	lock.xact = 0;
+	if (!NtaskTrySubxact(direct_lock, &lock, &edata))
+	{
+		if (edata->sqlerrcode != ERRCODE_INTERNAL_ERROR)
+			ReThrowError(edata);
+		return "the shard's id is gone (a split)";
+	}
+	if (lock.xact != 0)
+		return "a Citus coordinated transaction is open";
+	AcceptInvalidationMessages();
+	return NULL;
+}
+
+/*
  * direct_enter
  *		The move interlock for shard's group (docs/scaling.md "The move
  *		interlock"): its metadata lock (once per claim: the claim's
@@ -1244,8 +1275,6 @@ direct_enter(int16 shard, uint64 serial, DirectGroup **gp)
 {
 	DirectGroup *g;
 	int64		locked_id;
-	DirectLock	lock;
-	ErrorData  *edata;
 	const char *why;
 
 	shard_watch_placements();	/* the invalidation callback */
@@ -1279,24 +1308,8 @@ direct_enter(int16 shard, uint64 serial, DirectGroup **gp)
 	if (g->checked != shard_inval_generation)
 		direct_resolve(g);
 	locked_id = g->ids[DIRECT_REL_TASK];
-	lock.ids = &locked_id;
-	lock.n = 1;
-	lock.xact = 0;
-
-	/*
-	 * In a subtransaction: a split that commits between the read and the
-	 * lock makes Citus raise for the id ("could not find valid entry for
-	 * shard"); the call then runs routed.  Other errors are raised.
-	 */
-	if (!NtaskTrySubxact(direct_lock, &lock, &edata))
-	{
-		if (edata->sqlerrcode != ERRCODE_INTERNAL_ERROR)
-			ReThrowError(edata);
-		return "the shard's id is gone (a split)";
-	}
-	if (lock.xact != 0)
-		return "a Citus coordinated transaction is open";
-	AcceptInvalidationMessages();
+	if ((why = direct_lock_ids(&locked_id, 1)) != NULL)
+		return why;
 	if (g->checked != shard_inval_generation &&
 		(why = direct_group_check(g, locked_id)) != NULL)
 		return why;
@@ -1339,8 +1352,6 @@ direct_enter_many(const int16 *shards, int ns, int16 *bad)
 {
 	DirectMany *m;
 	int64	   *ids;
-	DirectLock	lock;
-	ErrorData  *edata;
 	const char *why;
 	int			i;
 
@@ -1383,18 +1394,8 @@ direct_enter_many(const int16 *shards, int ns, int16 *bad)
 	qsort(m, ns, sizeof(DirectMany), direct_many_cmp);
 	for (i = 0; i < ns; i++)
 		ids[i] = m[i].id;
-	lock.ids = ids;
-	lock.n = ns;
-	lock.xact = 0;
-	if (!NtaskTrySubxact(direct_lock, &lock, &edata))
-	{
-		if (edata->sqlerrcode != ERRCODE_INTERNAL_ERROR)
-			ReThrowError(edata);
-		return "the shard's id is gone (a split)";
-	}
-	if (lock.xact != 0)
-		return "a Citus coordinated transaction is open";
-	AcceptInvalidationMessages();
+	if ((why = direct_lock_ids(ids, ns)) != NULL)
+		return why;
 	for (i = 0; i < ns; i++)
 	{
 		DirectGroup *g = &direct_groups[m[i].idx];
