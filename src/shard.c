@@ -1434,6 +1434,50 @@ direct_shard_cmp(const void *a, const void *b)
 }
 
 /*
+ * direct_begin
+ *		The path of a call whose statements touch the ns shard values of
+ *		shards (ascending, distinct, ns >= 1), or, when unless says why the
+ *		call cannot take the direct path, the routed path with that reason.
+ *		One shard value enters its group (direct_enter); several enter
+ *		theirs together (direct_enter_many), the call starting on the first.
+ */
+static NtaskPath
+direct_begin(FunctionCallInfo fcinfo, const int16 *shards, int ns,
+			 const char *unless)
+{
+	DirectGroup *g = NULL;
+	const char *why;
+	bool		quiet;
+	int16		bad = shards[0];
+	int			i;
+
+	direct_claim_reset();
+	direct_set(NULL);
+	why = direct_call_why(fcinfo, &quiet);
+	if (NtaskShardCount() == 0)
+		return NTASK_PATH_PLAIN;
+	if (why != NULL)
+		return quiet ? NTASK_PATH_ROUTED : direct_routed(shards[0], why);
+	if (unless != NULL)
+		return direct_routed(shards[0], unless);
+	for (i = 0; i < ns; i++)
+		if (!NtaskIsShardValue(shards[i]))
+			return direct_routed(shards[i], "not a shard value");
+	if (!direct_whole_statement(fcinfo))
+		return direct_routed(shards[0], "not the whole statement");
+	if (ns == 1)
+		why = direct_enter(shards[0], 0, &g);
+	else if ((why = direct_enter_many(shards, ns, &bad)) == NULL)
+		g = &direct_groups[direct_many[0]];
+	if (why != NULL)
+		return direct_routed(bad, why);
+	direct_set(g);
+	for (i = 0; i < ns; i++)
+		elog(DEBUG1, "ntask: direct path for shard %d", shards[i]);
+	return NTASK_PATH_DIRECT;
+}
+
+/*
  * NtaskDirectBegin
  *		Choose the call's path (above) for the n tasks of task_ids; the
  *		direct path holds until NtaskDirectEnd or the transaction's end.
@@ -1447,9 +1491,6 @@ NtaskDirectBegin(FunctionCallInfo fcinfo, const int64 *task_ids, int n)
 {
 	int16	   *shards;
 	int			ns;
-	int16		bad;
-	const char *why;
-	bool		quiet;
 	int			i;
 
 	if (n <= 0)
@@ -1466,28 +1507,7 @@ NtaskDirectBegin(FunctionCallInfo fcinfo, const int64 *task_ids, int n)
 	for (i = 1; i < n; i++)
 		if (shards[i] != shards[ns - 1])
 			shards[ns++] = shards[i];
-	if (ns == 1)
-		return NtaskDirectBeginShard(fcinfo, shards[0], NULL);
-
-	/* several shard values: NtaskDirectBeginShard's steps for each */
-	direct_claim_reset();
-	direct_set(NULL);
-	why = direct_call_why(fcinfo, &quiet);
-	if (NtaskShardCount() == 0)
-		return NTASK_PATH_PLAIN;
-	if (why != NULL)
-		return quiet ? NTASK_PATH_ROUTED : direct_routed(shards[0], why);
-	for (i = 0; i < ns; i++)
-		if (!NtaskIsShardValue(shards[i]))
-			return direct_routed(shards[i], "not a shard value");
-	if (!direct_whole_statement(fcinfo))
-		return direct_routed(shards[0], "not the whole statement");
-	if ((why = direct_enter_many(shards, ns, &bad)) != NULL)
-		return direct_routed(bad, why);
-	direct_set(&direct_groups[direct_many[0]]);
-	for (i = 0; i < ns; i++)
-		elog(DEBUG1, "ntask: direct path for shard %d", shards[i]);
-	return NTASK_PATH_DIRECT;
+	return direct_begin(fcinfo, shards, ns, NULL);
 }
 
 /*
@@ -1525,28 +1545,7 @@ NtaskDirectUseShard(int16 shard)
 NtaskPath
 NtaskDirectBeginShard(FunctionCallInfo fcinfo, int16 shard, const char *unless)
 {
-	DirectGroup *g = NULL;
-	const char *why;
-	bool		quiet;
-
-	direct_claim_reset();
-	direct_set(NULL);
-	why = direct_call_why(fcinfo, &quiet);
-	if (NtaskShardCount() == 0)
-		return NTASK_PATH_PLAIN;
-	if (why != NULL)
-		return quiet ? NTASK_PATH_ROUTED : direct_routed(shard, why);
-	if (unless != NULL)
-		return direct_routed(shard, unless);
-	if (!NtaskIsShardValue(shard))
-		return direct_routed(shard, "not a shard value");
-	if (!direct_whole_statement(fcinfo))
-		return direct_routed(shard, "not the whole statement");
-	if ((why = direct_enter(shard, 0, &g)) != NULL)
-		return direct_routed(shard, why);
-	direct_set(g);
-	elog(DEBUG1, "ntask: direct path for shard %d", shard);
-	return NTASK_PATH_DIRECT;
+	return direct_begin(fcinfo, &shard, 1, unless);
 }
 
 /*

@@ -23,7 +23,9 @@
 # then its ntask_transition_many: both direct; a backend that keeps
 # fewer groups (ntask.citus_direct_groups) than the batch's shard values
 # runs it routed.  Parents in two shard values ended by one batch on the
-# direct path release (or cancel) their children in each shard.
+# direct path release (or cancel) their children in each shard.  A
+# caller without the queue's worker_role is refused on the direct path
+# (42501 for the batch's first task), nothing written.
 #
 # Part 3: a move of one of the batch's shards racing the call, both
 # transfer modes (NtaskCitus::race_move): the call holds the groups'
@@ -356,6 +358,44 @@ set_direct('on');
 		my $c = $p =~ s/p/c/r;
 		is(join(' ', map { $state->("${c}_$_") } ($L0, $L1)), "$child $child", "the children of both shards: $child");
 	}
+}
+
+# a caller with ntask_worker but not the queue's worker_role: the batch over
+# two shard values on the direct path is refused for its first task (42501,
+# the hint naming worker_role), both groups entered, nothing written; the
+# holder's own batch then applies
+{
+	$co->safe_psql('postgres', q{
+		CREATE ROLE wr; CREATE ROLE nobody LOGIN; GRANT ntask_worker TO nobody;
+		SELECT count(*) FROM ntask_queue_set('rq', lease => '10 minutes');
+		SELECT ntask_queue_set_roles('rq', NULL, 'wr')});
+	my @e;
+	for my $s ($L0, $L1)
+	{
+		push @e, $q->("SELECT task_id FROM ntask_enqueue('rq', '" . key_in('rq', $s, 'rq') . "', '{}')") for 1 .. 2;
+	}
+	my %ct;
+	wait_for('the four claimed', sub {
+		for my $r (split /\n/, $w->safe_psql('postgres', q{SELECT task_id || ':' || token FROM ntask_claim('rq', 'w', 50)}))
+		{
+			my ($i, $t) = split /:/, $r;
+			$ct{$i} = $t;
+		}
+		return keys(%ct) >= 4;
+	}, 60);
+	my @ids = sort { $a <=> $b } keys %ct;
+	my $call = 'SELECT string_agg(result, \',\') FROM ntask_transition_many(ARRAY[' . join(',', @ids) . ']::bigint[], ARRAY['
+	  . join(',', map { $ct{$_} } @ids) . "]::bigint[], 'succeeded')";
+	my $off = -s $w->logfile;
+	my ($rc, $out, $err) = $w->psql('postgres', $call, extra_params => [ '-U', 'nobody', '-v', 'VERBOSITY=verbose' ]);
+	like($err, qr/42501: ntask: permission denied for task $ids[0]\b/, 'without the worker_role: 42501 for the first task');
+	like($err, qr/HINT:.*worker_role/, 'the hint names worker_role');
+	is(join(',', paths($w, $off)), $d->($L0, $L1), 'refused on the direct path, in both shard values');
+	is($q->(q{SELECT string_agg(DISTINCT state, ',') || ',' || count(*) || ',' || count(*) FILTER (WHERE lease_owner = 'w')
+		FROM ntask.task WHERE queue = 'rq'}), 'leased,4,4', 'the four tasks stay leased to their holder');
+	is($q->('SELECT count(*) FROM ntask.attempt_all WHERE task_id = ANY (ARRAY[' . join(',', @ids) . ']::bigint[]) AND ended_at IS NOT NULL'),
+		'0', 'no attempt ended');
+	is($w->safe_psql('postgres', $call), 'applied,applied,applied,applied', "the holder's batch then applies");
 }
 
 # ---------------------------------------------------------------------
