@@ -246,12 +246,13 @@ $$;
 CREATE FUNCTION storage.layout_report()
 RETURNS TABLE (layout text, "WAL enqueue" numeric, "WAL drain" numeric, "WAL enq+drain" numeric,
 			   "ready B" numeric, "kept B" numeric, "WAL vs sim_wide" numeric, "WAL vs plain" numeric,
-			   "ready vs plain" numeric)
+			   "ready vs plain" numeric, "CPU enqueue us" numeric, "CPU drain us" numeric)
 LANGUAGE sql AS $$
 	SELECT s, e, d, e + d, r, k,
 		   round((e + d) / nullif(storage.metric('wal2', 'sim_wide', ''), 0), 2),
 		   round((e + d) / nullif(storage.metric('wal2', 'plain', ''), 0), 2),
-		   round(r / nullif(storage.bytes_per_task('plain', 'ready'), 0), 2)
+		   round(r / nullif(storage.bytes_per_task('plain', 'ready'), 0), 2),
+		   storage.cpu_us_per_task(s, 'enqueue'), storage.cpu_us_per_task(s, 'drain')
 	FROM (SELECT s, storage.wal_per_task(s, 'enqueue') AS e, storage.wal_per_task(s, 'drain') AS d,
 				 storage.bytes_per_task(s, 'ready') AS r, storage.bytes_per_task(s, 'kept') AS k, o
 		  FROM (SELECT 'ntask', 0 UNION ALL

@@ -25,6 +25,16 @@
 --                       what the lease, deadline and finished indexes
 --                       serve (the sweeps and retention) would need
 --                       (deadline in the narrow table, partitions)
+--   sim_ready_deadline  sim_ready_table with what the deadline sweep needs:
+--                       the ready set's rows carry the task's deadline, in
+--                       a partial index (the lease's rows carry none);
+--                       retention would read the task rows by a cursor of
+--                       its own (no index of finished tasks)
+--   sim_ready_full      sim_ready_deadline and an index of finished tasks
+--                       for retention, in a narrow table of its own
+--                       (task_id, queue, finished_at; the finish inserts
+--                       its row), since finished_at in an index of the
+--                       task row would make the finish not HOT
 --   sim_wide_due_unleased  (b): task_due_idx without the leased rows
 --   sim_split_done      (c), (d) and finished tasks out of the hot table:
 --                       the finish deletes the moving row and inserts it,
@@ -55,7 +65,7 @@ DECLARE
 	ix record;
 BEGIN
 	EXECUTE format('CREATE SCHEMA %I', s);
-	IF s = 'sim_ready_table' THEN
+	IF s LIKE 'sim\_ready\_%' THEN
 		SELECT string_agg(format('%I', a.attname), ', '
 						  ORDER BY a.attname = ANY (storage.moving_cols()), a.attnum) INTO hot
 		FROM pg_attribute a
@@ -65,6 +75,15 @@ BEGIN
 		EXECUTE format('CREATE TABLE %I.ready (task_id bigint NOT NULL, queue text COLLATE "C" NOT NULL, '
 					   'priority integer NOT NULL, due_at timestamptz NOT NULL)', s);
 		EXECUTE format('CREATE INDEX ON %I.ready (queue, priority DESC, due_at, task_id)', s);
+		IF s <> 'sim_ready_table' THEN
+			EXECUTE format('ALTER TABLE %I.ready ADD COLUMN deadline timestamptz', s);
+			EXECUTE format('CREATE INDEX ON %I.ready (deadline) WHERE deadline IS NOT NULL', s);
+		END IF;
+		IF s = 'sim_ready_full' THEN
+			EXECUTE format('CREATE TABLE %I.finished (task_id bigint NOT NULL, queue text COLLATE "C" NOT NULL, '
+						   'finished_at timestamptz NOT NULL)', s);
+			EXECUTE format('CREATE INDEX ON %I.finished (queue, finished_at)', s);
+		END IF;
 	ELSIF reorder AND NOT split THEN
 		SELECT string_agg(format('%I', a.attname), ', '
 						  ORDER BY a.attname = ANY (storage.moving_cols()), a.attnum) INTO hot
@@ -88,8 +107,12 @@ BEGIN
 		  AND a.attname <> ALL (storage.body_cols());
 		EXECUTE format('CREATE TABLE %I.task AS SELECT %s FROM ntask.task WITH NO DATA', s, hot);
 		EXECUTE format('ALTER TABLE %I.task ADD PRIMARY KEY (task_id)', s);
+		-- an index on a column of the body (task_waiting_idx: created_at)
+		-- is left out: it holds only waiting tasks, which no workload has
 		FOR ix IN SELECT pg_get_indexdef(i.indexrelid) AS def FROM pg_index i
 				  WHERE i.indrelid = 'ntask.task'::regclass AND NOT i.indisunique
+					AND NOT EXISTS (SELECT 1 FROM unnest(storage.body_cols()) c
+									WHERE pg_get_indexdef(i.indexrelid) ~ ('\m' || c || '\M'))
 		LOOP
 			EXECUTE replace(regexp_replace(ix.def, 'INDEX (\S+) ON', 'INDEX ON'),
 							'ON ntask.task', format('ON %I.task', s));
@@ -127,6 +150,8 @@ SELECT storage.make_layout('sim_wide_reordered_ff80', false, false, false, true,
 -- finished tasks apart, the moving columns last, room on the page
 SELECT storage.make_layout('sim_split_done_reordered_ff80', true, true, true, true, 80);
 SELECT storage.make_layout('sim_ready_table', false, true, false, true, 80);
+SELECT storage.make_layout('sim_ready_deadline', false, true, false, true, 80);
+SELECT storage.make_layout('sim_ready_full', false, true, false, true, 80);
 -- lever (b): task_due_idx without the leased rows (takeovers found through
 -- task_lease_idx instead), so the claim writes no entry in it
 SELECT storage.make_layout('sim_wide_due_unleased', false, false);
@@ -144,6 +169,9 @@ DECLARE
 								AND attname = 'worker');
 	done boolean := to_regclass(s || '.task_done') IS NOT NULL;
 	ready boolean := to_regclass(s || '.ready') IS NOT NULL;
+	rdl boolean := EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass(s || '.ready')
+						   AND attname = 'deadline');
+	fint boolean := to_regclass(s || '.finished') IS NOT NULL;
 	hot text;
 	enq text;
 	fin text;
@@ -208,8 +236,9 @@ BEGIN
 	IF ready THEN
 		RETURN format(
 			'PREPARE enq(bigint) AS WITH t AS (INSERT INTO %1$I.task (%2$s) SELECT %2$s FROM ntask.task '
-			'WHERE task_id = $1 ON CONFLICT (queue, task_key) DO NOTHING RETURNING task_id, queue, priority, due_at) '
-			'INSERT INTO %1$I.ready SELECT task_id, queue, priority, due_at FROM t;', s, hot)
+			'WHERE task_id = $1 ON CONFLICT (queue, task_key) DO NOTHING RETURNING task_id, queue, priority, due_at, deadline) '
+			'INSERT INTO %1$I.ready (task_id, queue, priority, due_at%3$s) SELECT task_id, queue, priority, due_at%3$s FROM t;',
+			s, hot, CASE WHEN rdl THEN ', deadline' ELSE '' END)
 			|| E'\n' || format(
 			'PREPARE claim AS WITH p AS (DELETE FROM %1$I.ready r WHERE r.ctid = (SELECT x.ctid FROM %1$I.ready x '
 			'WHERE x.queue = ''bench'' AND x.priority = 0 AND x.due_at <= now() '
@@ -223,7 +252,7 @@ BEGIN
 			'claimed_at = now(), invoked_at = NULL, progress = NULL, progress_at = NULL, '
 			'await_on_timeout = NULL, updated_at = now() '
 			'WHERE t.task_id = (SELECT task_id FROM p) RETURNING t.task_id, t.token, t.queue, t.priority, t.due_at), '
-			'i AS (INSERT INTO %1$I.ready SELECT task_id, queue, priority, due_at FROM u) '
+			'i AS (INSERT INTO %1$I.ready (task_id, queue, priority, due_at) SELECT task_id, queue, priority, due_at FROM u) '
 			'SELECT coalesce(max(u.task_id), 0) AS id, coalesce(max(u.token), 0) AS token FROM u;', s)
 			|| E'\n' || format(
 			'PREPARE fin(bigint, bigint) AS WITH u AS (UPDATE %1$I.task t SET state = ''succeeded'', '
@@ -233,9 +262,11 @@ BEGIN
 			'unknown_attempts = t.unknown_attempts, finished_at = now(), updated_at = now(), '
 			'worker = t.lease_owner FROM %1$I.task o '
 			'WHERE t.task_id = $1 AND t.token = $2 AND t.state = ''leased'' AND o.task_id = $1 '
-			'RETURNING t.task_id, t.queue, t.priority, o.due_at) '
+			'RETURNING t.task_id, t.queue, t.priority, o.due_at, t.finished_at)%2$s '
 			'DELETE FROM %1$I.ready r USING u WHERE r.queue = u.queue AND r.priority = u.priority '
-			'AND r.due_at = u.due_at AND r.task_id = u.task_id;', s);
+			'AND r.due_at = u.due_at AND r.task_id = u.task_id;', s,
+			CASE WHEN fint THEN format(', f AS (INSERT INTO %I.finished SELECT task_id, queue, finished_at FROM u)', s)
+				 ELSE '' END);
 	END IF;
 	RETURN enq || E'\n' || format(
 		'PREPARE claim AS WITH u AS (UPDATE %1$I.task t SET state = ''leased'', '
@@ -246,7 +277,7 @@ BEGIN
 		'claimed_at = now(), invoked_at = NULL, progress = NULL, progress_at = NULL, '
 		'await_on_timeout = NULL, updated_at = now() '
 		'WHERE t.task_id = (SELECT x.task_id FROM %1$I.task x WHERE x.queue = ''bench'' '
-		'AND x.priority = 0 AND x.due_at IS NOT NULL AND x.due_at <= now() %3$s'
+		'AND x.priority = 0 AND x.due_at IS NOT NULL AND x.lease_until IS NULL AND x.due_at <= now() %3$s'
 		'ORDER BY x.queue, x.priority DESC, x.due_at, x.task_id LIMIT 1 FOR UPDATE SKIP LOCKED) '
 		'RETURNING t.task_id, t.token) '
 		'SELECT coalesce(max(u.task_id), 0) AS id, coalesce(max(u.token), 0) AS token FROM u%2$s;',
