@@ -47,7 +47,7 @@ DATA = ntask--1.1.0.sql ntask--0.3--1.0.0.sql ntask--1.0.0--1.1.0.sql
 PGFILEDESC = "ntask - durable tasks with leases and fencing tokens"
 
 PG_CPPFLAGS = -I$(srcdir)/src -std=c11
-SHLIB_LINK = -lcurl
+SHLIB_LINK = -lcurl -lcrypto
 
 
 REGRESS = setup enqueue claim fairness flow transition budget replay_cancel release batch result wait saga guard errors stats receipt distribute \

@@ -3,7 +3,7 @@
  * digest.c
  *	  Canonical jsonb digests, versioned.
  *
- * Version 1: SHA-256 (pg_cryptohash) over a canonical text form of the
+ * Version 1: SHA-256 (OpenSSL's EVP, see digest_sha256) over a canonical text form of the
  * jsonb value: no whitespace; object keys in jsonb's storage order (by
  * byte length, then bytes, duplicates already removed), which is the same
  * for any two equal jsonb values however the input was written; strings
@@ -25,11 +25,12 @@
 
 #include "ntask_base.h"
 
-#include "common/cryptohash.h"
 #include "lib/stringinfo.h"
 #include "utils/builtins.h"
 #include "utils/json.h"
 #include "utils/numeric.h"
+
+#include <openssl/evp.h>
 
 PG_FUNCTION_INFO_V1(ntask_digest);
 
@@ -119,6 +120,51 @@ digest_canonical(StringInfo buf, Jsonb *jb)
 }
 
 /*
+ * digest_sha256
+ *		The SHA-256 of len bytes at data into out (NTASK_DIGEST_LEN bytes).
+ *
+ * By OpenSSL's EVP interface, the algorithm fetched once per backend and
+ * one context reused (each init resets it): pg_cryptohash allocates a
+ * context per digest, registers it with the resource owner and, under
+ * OpenSSL 3, fetches the algorithm's implementation anew at every init,
+ * which was 4% of an enqueue's backend CPU (docs/performance.md "The
+ * enqueue's statement and call, made cheaper").  ntask links libcrypto
+ * (libcurl's, with libpq-dev's headers), as PostgreSQL built with OpenSSL
+ * does.
+ */
+static void
+digest_sha256(const char *data, size_t len, uint8 *out)
+{
+	static const EVP_MD *md = NULL;
+	static EVP_MD_CTX *ctx = NULL;
+	unsigned int outlen = 0;
+
+	if (md == NULL)
+	{
+#if OPENSSL_VERSION_NUMBER >= 0x30000000L
+		md = EVP_MD_fetch(NULL, "SHA256", NULL);
+#else
+		md = EVP_sha256();
+#endif
+		if (md == NULL)
+			elog(ERROR, "ntask: could not load SHA-256 from OpenSSL");
+	}
+	if (ctx == NULL)
+	{
+		ctx = EVP_MD_CTX_new();
+		if (ctx == NULL)
+			ereport(ERROR,
+					(errcode(ERRCODE_OUT_OF_MEMORY),
+					 errmsg("out of memory")));
+	}
+	if (EVP_DigestInit_ex(ctx, md, NULL) != 1 ||
+		EVP_DigestUpdate(ctx, data, len) != 1 ||
+		EVP_DigestFinal_ex(ctx, out, &outlen) != 1 ||
+		outlen != NTASK_DIGEST_LEN)
+		elog(ERROR, "ntask: could not compute SHA-256 digest");
+}
+
+/*
  * NtaskDigest
  *		The digest of jb under the given algorithm version, as a palloc'd
  *		bytea in the current memory context.  Unknown versions raise NT004.
@@ -127,7 +173,6 @@ bytea *
 NtaskDigest(Jsonb *jb, int version)
 {
 	StringInfoData buf;
-	pg_cryptohash_ctx *ctx;
 	bytea	   *result;
 
 	if (version != NTASK_DIGEST_VERSION)
@@ -142,13 +187,7 @@ NtaskDigest(Jsonb *jb, int version)
 
 	result = palloc(VARHDRSZ + NTASK_DIGEST_LEN);
 	SET_VARSIZE(result, VARHDRSZ + NTASK_DIGEST_LEN);
-	ctx = pg_cryptohash_create(PG_SHA256);
-	if (pg_cryptohash_init(ctx) < 0 ||
-		pg_cryptohash_update(ctx, (uint8 *) buf.data, buf.len) < 0 ||
-		pg_cryptohash_final(ctx, (uint8 *) VARDATA(result), NTASK_DIGEST_LEN) < 0)
-		elog(ERROR, "ntask: could not compute SHA-256 digest: %s",
-			 pg_cryptohash_error(ctx));
-	pg_cryptohash_free(ctx);
+	digest_sha256(buf.data, buf.len, (uint8 *) VARDATA(result));
 	pfree(buf.data);
 	return result;
 }
