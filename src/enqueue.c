@@ -33,25 +33,14 @@
 #include "spi_util.h"
 #include "wake.h"
 
-#include "access/genam.h"
-#include "access/stratnum.h"
-#include "access/table.h"
-#include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "catalog/namespace.h"
 #include "commands/async.h"
 #include "commands/sequence.h"
 #include "funcapi.h"
-#include "storage/lmgr.h"
-#include "utils/acl.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
-#include "utils/datum.h"
-#include "utils/fmgroids.h"
-#include "utils/jsonb.h"
 #include "utils/lsyscache.h"
-#include "utils/rel.h"
-#include "utils/snapmgr.h"
 
 PG_FUNCTION_INFO_V1(ntask_enqueue);
 PG_FUNCTION_INFO_V1(ntask_enqueue_many);
@@ -300,20 +289,29 @@ enq_policy_read(EnqPolicy *pol, Datum *values)
 }
 
 /*
- * enq_insert_fill
- *		The values the plain statement takes from the queue row, under
- *		policy pol, into enq_insert's routed parameters $13 to $18 (not the
- *		task id, $12): the values of ENQ_PARTITION, coalesce(run_at, now),
- *		GREATEST(now, run_at) + total_deadline, ENQ_ORDERED and
- *		ENQ_QUEUE_FLAGS.
+ * enq_insert_values
+ *		enq_insert's routed before step: under the call's policy
+ *		(values[ENQ_ARG_POLICY]), the task id and the values the plain
+ *		statement takes from the queue row.  false (nothing inserted): no
+ *		queue, or no right.
  */
-static void
-enq_insert_fill(Datum *values, char *nulls, EnqPolicy *pol)
+static bool
+enq_insert_values(Datum *values, char *nulls)
 {
+	EnqPolicy  *pol = (EnqPolicy *) DatumGetPointer(values[ENQ_ARG_POLICY]);
 	Datum		now = NtaskStatementTs();
 	Datum		run_at;
+	Oid			seq;
 
+	if (!enq_policy_read(pol, values))
+		return false;
 	memset(&nulls[ENQ_NARGS], ' ', ENQ_ROUTED_NARGS - ENQ_NARGS);
+	seq = get_relname_relid("task_task_id_seq", get_namespace_oid("ntask", false));
+	if (!OidIsValid(seq))
+		elog(ERROR, "ntask: sequence ntask.task_task_id_seq is missing");
+	values[ENQ_ARG_TASK_ID] =
+		Int64GetDatum(((int64) DatumGetInt16(values[ENQ_ARG_SHARD]) << NTASK_SHARD_SHIFT) |
+					  nextval_internal(seq, false));
 	/* ENQ_PARTITION: the caller's key, or '' in a fair queue */
 	if (nulls[ENQ_ARG_PARTITION_KEY] != 'n')
 		values[ENQ_ARG_PARTITION] = values[ENQ_ARG_PARTITION_KEY];
@@ -336,219 +334,7 @@ enq_insert_fill(Datum *values, char *nulls, EnqPolicy *pol)
 	values[ENQ_ARG_ORDERED] = BoolGetDatum(true);
 	nulls[ENQ_ARG_ORDERED] = pol->ordered ? ' ' : 'n';
 	values[ENQ_ARG_FLAGS] = Int32GetDatum(pol->flags);
-}
-
-/*
- * enq_insert_values
- *		enq_insert's routed before step: under the call's policy
- *		(values[ENQ_ARG_POLICY]), the task id and the values the plain
- *		statement takes from the queue row.  false (nothing inserted): no
- *		queue, or no right.
- */
-static bool
-enq_insert_values(Datum *values, char *nulls)
-{
-	EnqPolicy  *pol = (EnqPolicy *) DatumGetPointer(values[ENQ_ARG_POLICY]);
-	Oid			seq;
-
-	if (!enq_policy_read(pol, values))
-		return false;
-	enq_insert_fill(values, nulls, pol);
-	seq = get_relname_relid("task_task_id_seq", get_namespace_oid("ntask", false));
-	if (!OidIsValid(seq))
-		elog(ERROR, "ntask: sequence ntask.task_task_id_seq is missing");
-	values[ENQ_ARG_TASK_ID] =
-		Int64GetDatum(((int64) DatumGetInt16(values[ENQ_ARG_SHARD]) << NTASK_SHARD_SHIFT) |
-					  nextval_internal(seq, false));
 	return true;
-}
-
-/*
- * The single enqueue on a plain install (no Citus; ntask_enqueue's
- * enq_insert_plain): the queue's policy read in C from its row
- * (enq_policy_read_local, no statement of its own) and the task inserted
- * by an INSERT of parameters, enq_insert's routed values, behind the same
- * key probe, so that a duplicate still draws no id (ENQ_KEY_IS_NEW) and
- * the arbiter still decides a race.  The INSERT ... SELECT FROM ntask.queue
- * with the flags' subquery cost an enqueue the queue's index scan twice,
- * a subquery scan of 46 columns over the queue's row and the projections
- * set up for them at every statement (docs/performance.md "The enqueue's
- * statement and call, made cheaper").  The direct path and a distributed
- * install keep enq_insert's statements.
- */
-static NtaskPlan enq_insert_local_plan = {
-	"enqueue insert (local)",
-	.ncols = ENQ_INSERT_NCOLS,
-	"INSERT INTO ntask.task AS t (task_id, shard, queue, task_key, payload, "
-	"  payload_digest, digest_version, partition_key, priority, run_at, due_at, "
-	"  max_attempts, deadline, ordered, traceparent) "
-	"OVERRIDING SYSTEM VALUE "
-	"SELECT " ENQ_TASK_ID("$10") ", $10, $1, $2, $3, $4, $5, $13, $7, $14, $14, $15, $16, $17, $11 "
-	"WHERE " ENQ_KEY_IS_NEW("$2") " "
-	"ON CONFLICT ON CONSTRAINT task_queue_task_key_key DO NOTHING "
-	"RETURNING t.task_id, t.state, $18",
-	ENQ_ROUTED_NARGS,
-	{TEXTOID, TEXTOID, JSONBOID, BYTEAOID, INT2OID, TEXTOID, INT4OID,
-	 TIMESTAMPTZOID, OIDOID, INT2OID, TEXTOID,
-	 INT8OID, TEXTOID, TIMESTAMPTZOID, INT4OID, TIMESTAMPTZOID,
-	BOOLOID, INT4OID}
-};
-
-/* the columns of ntask.queue enq_policy_read_local reads */
-typedef enum EnqQueueAtt
-{
-	ENQ_QATT_MAX_ATTEMPTS,
-	ENQ_QATT_TOTAL_DEADLINE,
-	ENQ_QATT_ORDERED,
-	ENQ_QATT_FAIRNESS,
-	ENQ_QATT_TARGET,
-	ENQ_QATT_NOTIFY,
-	ENQ_QATT_PRODUCER_ROLE,
-	ENQ_QATT_N
-} EnqQueueAtt;
-
-static const char *const enq_queue_att_names[ENQ_QATT_N] = {
-	"max_attempts", "total_deadline", "ordered", "fairness", "target", "notify",
-	"producer_role"
-};
-
-/*
- * enq_target_is_http
- *		target->>'type' = 'http' of a queue's target (NULL: false).
- */
-static bool
-enq_target_is_http(Datum target, bool isnull)
-{
-	Jsonb	   *jb;
-	JsonbValue	v;
-
-	if (isnull)
-		return false;
-	jb = DatumGetJsonbP(target);
-	if (!JB_ROOT_IS_OBJECT(jb) ||
-		getKeyJsonValueFromContainer(&jb->root, "type", 4, &v) == NULL)
-		return false;
-	return v.type == jbvString && v.val.string.len == 4 &&
-		memcmp(v.val.string.val, "http", 4) == 0;
-}
-
-/*
- * enq_policy_read_local
- *		enq_policy_read on a plain install, without a statement: the
- *		queue's row read by its primary key under a snapshot taken as a
- *		statement's would be, the caller's right (producer_role) checked as
- *		pg_has_role(caller, producer_role, 'USAGE') does.  In SPI.
- */
-static bool
-enq_policy_read_local(EnqPolicy *pol, Datum *values)
-{
-	Oid			relid;
-	Oid			task_relid;
-	Relation	rel;
-	TupleDesc	td;
-	AttrNumber	att[ENQ_QATT_N] = {0};
-	AttrNumber	queue_att = InvalidAttrNumber;
-	Oid			collation = InvalidOid;
-	ScanKeyData key;
-	SysScanDesc scan;
-	Snapshot	snap;
-	HeapTuple	tup;
-	int			i;
-
-	pol->read = true;
-	pol->ok = false;
-	relid = get_relname_relid("queue", get_namespace_oid("ntask", false));
-	if (!OidIsValid(relid))
-		elog(ERROR, "ntask: table ntask.queue is missing");
-	rel = table_open(relid, AccessShareLock);
-	td = RelationGetDescr(rel);
-	for (i = 0; i < td->natts; i++)
-	{
-		Form_pg_attribute a = TupleDescAttr(td, i);
-		int			j;
-
-		if (a->attisdropped)
-			continue;
-		if (strcmp(NameStr(a->attname), "queue") == 0)
-		{
-			queue_att = a->attnum;
-			collation = a->attcollation;
-		}
-		for (j = 0; j < ENQ_QATT_N; j++)
-			if (strcmp(NameStr(a->attname), enq_queue_att_names[j]) == 0)
-				att[j] = a->attnum;
-	}
-	for (i = 0; i < ENQ_QATT_N; i++)
-		if (att[i] == InvalidAttrNumber)
-			elog(ERROR, "ntask: column ntask.queue.%s is missing", enq_queue_att_names[i]);
-	if (queue_att == InvalidAttrNumber || !OidIsValid(RelationGetPrimaryKeyIndex(rel)))
-		elog(ERROR, "ntask: ntask.queue has no primary key on queue");
-
-	/*
-	 * What the insert would see (SPI_execute_plan's steps): the insert's
-	 * lock on ntask.task first, then the snapshot, so that an enqueue that
-	 * waited for a queue's switch to ordered (queue_ordered_lock_plan,
-	 * SHARE) reads the queue row as it switched (isolation
-	 * ordered_switch_vs_enqueue).
-	 */
-	task_relid = get_relname_relid("task", RelationGetNamespace(rel));
-	if (!OidIsValid(task_relid))
-		elog(ERROR, "ntask: table ntask.task is missing");
-	LockRelationOid(task_relid, RowExclusiveLock);
-	CommandCounterIncrement();
-	snap = RegisterSnapshot(GetTransactionSnapshot());
-	ScanKeyEntryInitialize(&key, 0, queue_att, BTEqualStrategyNumber, InvalidOid,
-						   collation, F_TEXTEQ, values[ENQ_ARG_QUEUE]);
-	scan = systable_beginscan(rel, RelationGetPrimaryKeyIndex(rel), true, snap, 1, &key);
-	tup = systable_getnext(scan);
-	if (HeapTupleIsValid(tup))
-	{
-		bool		isnull;
-		Datum		d;
-
-		d = heap_getattr(tup, att[ENQ_QATT_PRODUCER_ROLE], td, &isnull);
-		pol->ok = isnull ||
-			has_privs_of_role(DatumGetObjectId(values[ENQ_ARG_CALLER]), DatumGetObjectId(d));
-		pol->max_attempts = heap_getattr(tup, att[ENQ_QATT_MAX_ATTEMPTS], td, &isnull);
-		d = heap_getattr(tup, att[ENQ_QATT_TOTAL_DEADLINE], td, &pol->no_deadline);
-		pol->total_deadline = pol->no_deadline ? (Datum) 0 : datumCopy(d, false, sizeof(Interval));
-		d = heap_getattr(tup, att[ENQ_QATT_ORDERED], td, &isnull);
-		pol->ordered = !isnull && DatumGetBool(d);
-		d = heap_getattr(tup, att[ENQ_QATT_FAIRNESS], td, &isnull);
-		pol->fair = !isnull && strcmp(TextDatumGetCString(d), "none") != 0;
-		d = heap_getattr(tup, att[ENQ_QATT_TARGET], td, &isnull);
-		pol->flags = enq_target_is_http(d, isnull) ? ENQ_HTTP : 0;
-		d = heap_getattr(tup, att[ENQ_QATT_NOTIFY], td, &isnull);
-		pol->flags |= !isnull && DatumGetBool(d) ? ENQ_NOTIFY : 0;
-	}
-	systable_endscan(scan);
-	UnregisterSnapshot(snap);
-	table_close(rel, NoLock);
-	return pol->ok;
-}
-
-/*
- * enq_insert_plain
- *		The single enqueue's insert on a plain install: nothing when the
- *		queue is missing or the caller may not enqueue into it (0 rows, as
- *		enq_insert's statements answer), else enq_insert_local_plan.
- *		Returns the rows inserted, SPI_tuptable holding them (EnqInsertCol).
- */
-static int
-enq_insert_plain(Datum *values, char *nulls)
-{
-	EnqPolicy  *pol = (EnqPolicy *) DatumGetPointer(values[ENQ_ARG_POLICY]);
-
-	if (!enq_policy_read_local(pol, values))
-	{
-		SPI_tuptable = NULL;
-		SPI_processed = 0;
-		return 0;
-	}
-	enq_insert_fill(values, nulls, pol);
-	values[ENQ_ARG_TASK_ID] = (Datum) 0;
-	nulls[ENQ_ARG_TASK_ID] = 'n';	/* drawn by the statement, after the probe */
-	return NtaskExecPlan(&enq_insert_local_plan, values, nulls, SPI_OK_INSERT_RETURNING);
 }
 
 /* the existing task of the key: a pair, so that it runs on the direct path too */
@@ -856,8 +642,7 @@ ntask_enqueue(PG_FUNCTION_ARGS)
 	 */
 	for (tries = 0;; tries++)
 	{
-		if ((NtaskCallPath() == NTASK_PATH_PLAIN ? enq_insert_plain(values, nulls) :
-			 NtaskExecPair(&enq_insert, values, nulls)) == 1)
+		if (NtaskExecPair(&enq_insert, values, nulls) == 1)
 		{
 			tt = SPI_tuptable;
 			out[ENQ_OUT_TASK_ID] = Int64GetDatum(NtaskTupGetInt64(tt, 0, ENQ_INSERT_TASK_ID));
