@@ -362,7 +362,7 @@ NtaskCoordDelegate(FunctionCallInfo fcinfo, int16 shard, const char *unless,
 		bool		typbyval;
 		Datum		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
 
-		get_typlenbyval(SPI_tuptable->tupdesc->attrs[0].atttypid, &typlen, &typbyval);
+		get_typlenbyval(SPI_gettypeid(SPI_tuptable->tupdesc, 1), &typlen, &typbyval);
 		fcinfo->isnull = isnull;
 		if (!isnull)
 			*result = SPI_datumTransfer(d, typbyval, typlen);
