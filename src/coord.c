@@ -64,8 +64,10 @@
 #include "wake.h"
 
 #include "access/htup_details.h"
+#include "catalog/namespace.h"
 #include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
+#include "common/pg_prng.h"
 #include "executor/spi.h"
 #include "funcapi.h"
 #include "miscadmin.h"
@@ -89,20 +91,102 @@ typedef struct CoordForm
 static CoordForm coord_forms[COORD_MAX_FORMS];
 static int	coord_nforms = 0;
 
-/* the claim's walk over the shard values, per backend */
-static uint32 coord_walk = 0;
+/*
+ * The claim's walk over the shard values, per backend, as the routed
+ * claim's (claim.c: claim_walk): random at first, then after the value
+ * that last gave tasks, so that every value gets its turn and a
+ * backend's claims spread over them.  -1: not started.
+ */
+static int	coord_walk = -1;
 
 /* is the queue a plain one (no guard, flow control, order or aging)? */
+#define COORD_QUEUE_PLAIN \
+	"SELECT q.guard IS NULL AND q.max_inflight IS NULL " \
+	"  AND q.partition_max_inflight IS NULL AND NOT q.ordered " \
+	"  AND q.rate_n IS NULL AND q.partition_rate_n IS NULL " \
+	"  AND q.retry_share IS NULL AND q.priority_aging IS NULL " \
+	"  AND q.fairness OPERATOR(pg_catalog.=) 'none' "
 static NtaskPlan coord_queue_plan = {
 	"delegated claim's queue", 1,
-	"SELECT q.guard IS NULL AND q.max_inflight IS NULL "
-	"  AND q.partition_max_inflight IS NULL AND NOT q.ordered "
-	"  AND q.rate_n IS NULL AND q.partition_rate_n IS NULL "
-	"  AND q.retry_share IS NULL AND q.priority_aging IS NULL "
-	"  AND q.fairness OPERATOR(pg_catalog.=) 'none' "
-	"FROM ntask.queue q WHERE q.queue OPERATOR(pg_catalog.=) $1",
+	COORD_QUEUE_PLAIN "FROM ntask.queue q WHERE q.queue OPERATOR(pg_catalog.=) $1",
 	1, {TEXTOID}
 };
+
+/*
+ * The same read of the coordinator's own placement of the reference table
+ * ntask.queue (ntask.queue_<shardid>), as the direct path reads a worker
+ * node's: PostgreSQL plans it once (generic), where Citus would plan the
+ * read of ntask.queue at every claim.  Found once per backend; looked up
+ * again when the relation of that name is gone.  Without a placement on
+ * the coordinator, the read of ntask.queue.
+ */
+static NtaskPlan coord_queue_local_plan = {
+	"delegated claim's queue (local placement)", 1, NULL, 1, {TEXTOID},
+	.direct = true
+};
+static Oid	coord_queue_relid = InvalidOid;
+static char *coord_queue_rel = NULL;	/* its name, in TopMemoryContext */
+static bool coord_queue_looked = false;
+
+static NtaskPlan coord_queue_shard_plan = {
+	"delegated claim's queue placement", 1,
+	"SELECT pg_catalog.to_regclass(pg_catalog.shard_name(c.oid, s.shardid))::pg_catalog.oid "
+	"FROM pg_catalog.pg_class c "
+	"JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace "
+	"JOIN pg_catalog.pg_dist_shard s ON s.logicalrelid OPERATOR(pg_catalog.=) c.oid "
+	"JOIN pg_catalog.pg_dist_placement p ON p.shardid OPERATOR(pg_catalog.=) s.shardid "
+	"JOIN pg_catalog.pg_dist_local_group l ON l.groupid OPERATOR(pg_catalog.=) p.groupid "
+	"WHERE n.nspname OPERATOR(pg_catalog.=) 'ntask' AND c.relname OPERATOR(pg_catalog.=) 'queue'",
+	0, {InvalidOid}
+};
+
+/*
+ * coord_queue_plain
+ *		Whether queue is a known queue without a guard, flow control, order,
+ *		fairness or aging.  In SPI.
+ */
+static bool
+coord_queue_plain(Datum queue)
+{
+	NtaskPlan  *p = &coord_queue_plan;
+	char	   *now;
+
+	if (coord_queue_rel != NULL &&
+		((now = get_rel_name(coord_queue_relid)) == NULL || strcmp(now, coord_queue_rel) != 0))
+	{
+		/* the placement is gone: look again */
+		if (coord_queue_local_plan.plan != NULL)
+			SPI_freeplan(coord_queue_local_plan.plan);
+		coord_queue_local_plan.plan = NULL;
+		pfree(coord_queue_rel);
+		coord_queue_rel = NULL;
+		coord_queue_looked = false;
+	}
+	if (!coord_queue_looked)
+	{
+		bool		isnull;
+		Datum		d;
+
+		coord_queue_looked = true;
+		if (NtaskExecPlan(&coord_queue_shard_plan, NULL, NULL, SPI_OK_SELECT) == 1 &&
+			(d = NtaskTupGetDatum(SPI_tuptable, 0, 1, &isnull), !isnull) &&
+			(now = get_rel_name(DatumGetObjectId(d))) != NULL &&
+			get_rel_namespace(DatumGetObjectId(d)) == get_namespace_oid("ntask", true))
+		{
+			coord_queue_relid = DatumGetObjectId(d);
+			coord_queue_rel = MemoryContextStrdup(TopMemoryContext, now);
+			coord_queue_local_plan.sql =
+				MemoryContextStrdup(TopMemoryContext,
+									psprintf(COORD_QUEUE_PLAIN "FROM ntask.%s q "
+											 "WHERE q.queue OPERATOR(pg_catalog.=) $1",
+											 quote_identifier(now)));
+		}
+	}
+	if (coord_queue_rel != NULL)
+		p = &coord_queue_local_plan;
+	return NtaskExecPlan(p, &queue, NULL, SPI_OK_SELECT) == 1 &&
+		NtaskTupGetBool(SPI_tuptable, 0, 1);
+}
 
 /*
  * coord_form
@@ -405,9 +489,7 @@ NtaskCoordClaim(FunctionCallInfo fcinfo, int16 shard, int queue_arg, const char 
 		return false;
 	}
 	qv = fcinfo->args[queue_arg].value;
-	if (fcinfo->args[queue_arg].isnull ||
-		NtaskExecPlan(&coord_queue_plan, &qv, NULL, SPI_OK_SELECT) != 1 ||
-		!NtaskTupGetBool(SPI_tuptable, 0, 1))
+	if (fcinfo->args[queue_arg].isnull || !coord_queue_plain(qv))
 	{
 		elog(DEBUG1, "ntask: not delegated (shard %d): %s", shard,
 			 "the queue is unknown, or has a guard, flow control, order, fairness or aging");
@@ -424,15 +506,19 @@ NtaskCoordClaim(FunctionCallInfo fcinfo, int16 shard, int queue_arg, const char 
 		return true;
 	}
 	ns = NtaskShardCount();
+	if (coord_walk < 0 || coord_walk >= ns)
+		coord_walk = (int) (pg_prng_uint32(&pg_global_prng_state) % (uint32) ns);
 	for (i = 0; i < ns && n == 0; i++)
 	{
-		int16		s = NtaskShardValue((int) ((coord_walk + i) % (uint32) ns));
+		int			at = (coord_walk + i) % ns;
+		int16		s = NtaskShardValue(at);
 
 		elog(DEBUG1, "ntask: delegated path for shard %d", s);
 		n = coord_run(f, fcinfo, s, -1);
 		coord_put(fcinfo, n);
+		if (n > 0)
+			coord_walk = (at + 1) % ns;
 	}
-	coord_walk++;
 	SPI_finish();
 	return true;
 }

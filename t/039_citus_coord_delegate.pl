@@ -289,6 +289,17 @@ $enq->('cq', 'c1');
 ($a, $lines) = on_coord(q{SELECT count(*) FROM ntask_claim('cq', 'w2')});
 like($lines, qr/not delegated \(shard -1\): the queue is unknown, or has a guard, flow control/, '2. a capped queue: its claim routed');
 is($a, '1', '2. and it claims');
+# a queue that gets a guard: its next claim routed (the coordinator reads
+# the queue's row from its own placement of the reference table)
+$q->(q{SELECT count(*) FROM ntask_queue_set('gq', lease => '10 minutes')});
+$enq->('gq', "g$_") for 1 .. 2;
+($a, $lines) = on_coord(q{SELECT count(*) FROM ntask_claim('gq', 'w2')});
+like($lines, qr/delegated path for shard/, '2. a plain queue: its claim delegated');
+$q->(q{CREATE FUNCTION public.gq_guard(task_key text, payload jsonb) RETURNS text LANGUAGE sql AS $$ SELECT 'proceed' $$;
+	SELECT count(*) FROM ntask_queue_set('gq', guard => 'public.gq_guard(text, jsonb)')});
+($a, $lines) = on_coord(q{SELECT count(*) FROM ntask_claim('gq', 'w2')});
+like($lines, qr/not delegated \(shard -1\): the queue is unknown, or has a guard/, '2. the same queue with a guard: routed');
+is($a, '1', '2. and it claims');
 ($a, $lines) = on_coord(q{SELECT count(*) FROM ntask_claim('nosuch', 'w2')});
 like($a, qr/^42704 /, '2. an unknown queue: routed, 42704 as on a plain install');
 
