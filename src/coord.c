@@ -351,6 +351,40 @@ coord_begin(FunctionCallInfo fcinfo, int16 shard, const char *unless)
 	return f;
 }
 
+/*
+ * coord_enter
+ *		SPI_connect and the checks of a delegated call (coord_begin), and for
+ *		a claim (queue_arg, else -1) those of its queue: its form, in SPI, or
+ *		NULL (SPI finished: the call runs routed).
+ */
+static CoordForm *
+coord_enter(FunctionCallInfo fcinfo, int16 shard, const char *unless, int queue_arg)
+{
+	CoordForm  *f;
+	const char *why = NULL;
+
+	if (NtaskShardCountKnown() == 0)
+		return NULL;			/* a plain install: nothing to ask */
+	SPI_connect();
+	f = coord_begin(fcinfo, shard, unless);
+	if (f != NULL && queue_arg >= 0)
+	{
+		if (shard < 0 && NtaskLocalShardCount() > 0)
+			why = "the coordinator holds shards";
+		else if (fcinfo->args[queue_arg].isnull ||
+				 !coord_queue_plain(fcinfo->args[queue_arg].value))
+			why = "the queue is unknown, or has a guard, flow control, order, fairness or aging";
+		if (why != NULL)
+		{
+			elog(DEBUG1, "ntask: not delegated (shard %d): %s", shard, why);
+			f = NULL;
+		}
+	}
+	if (f == NULL)
+		SPI_finish();
+	return f;
+}
+
 /* coord_put: the SPI result's rows as the rows of the SRF fcinfo */
 static void
 coord_put(FunctionCallInfo fcinfo, int n)
@@ -419,14 +453,8 @@ NtaskCoordDelegate(FunctionCallInfo fcinfo, int16 shard, const char *unless,
 	int			n;
 
 	*result = (Datum) 0;
-	if (NtaskShardCountKnown() == 0)
-		return false;			/* a plain install: nothing to ask */
-	SPI_connect();
-	if ((f = coord_begin(fcinfo, shard, unless)) == NULL)
-	{
-		SPI_finish();
+	if ((f = coord_enter(fcinfo, shard, unless, -1)) == NULL)
 		return false;
-	}
 	elog(DEBUG1, "ntask: delegated path for shard %d", shard);
 	n = coord_run(f, fcinfo, shard, trace_arg);
 	if (fcinfo->flinfo->fn_retset)
@@ -468,34 +496,12 @@ bool
 NtaskCoordClaim(FunctionCallInfo fcinfo, int16 shard, int queue_arg, const char *unless)
 {
 	CoordForm  *f;
-	Datum		qv;
 	int			ns;
 	int			n = 0;
 	int			i;
 
-	if (NtaskShardCountKnown() == 0)
-		return false;			/* a plain install: nothing to ask */
-	SPI_connect();
-	if ((f = coord_begin(fcinfo, shard, unless)) == NULL)
-	{
-		SPI_finish();
+	if ((f = coord_enter(fcinfo, shard, unless, queue_arg)) == NULL)
 		return false;
-	}
-	if (shard < 0 && NtaskLocalShardCount() > 0)
-	{
-		elog(DEBUG1, "ntask: not delegated (shard %d): %s", shard,
-			 "the coordinator holds shards");
-		SPI_finish();
-		return false;
-	}
-	qv = fcinfo->args[queue_arg].value;
-	if (fcinfo->args[queue_arg].isnull || !coord_queue_plain(qv))
-	{
-		elog(DEBUG1, "ntask: not delegated (shard %d): %s", shard,
-			 "the queue is unknown, or has a guard, flow control, order, fairness or aging");
-		SPI_finish();
-		return false;
-	}
 	if (((ReturnSetInfo *) fcinfo->resultinfo)->setResult == NULL)
 		InitMaterializedSRF(fcinfo, 0);
 	if (shard >= 0)
