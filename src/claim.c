@@ -3027,7 +3027,8 @@ ntask_claim(PG_FUNCTION_ARGS)
 			Min(w->time, USECS_PER_DAY);
 	}
 	/* on a Citus coordinator, its _on form delegated (coord.c) */
-	if (NtaskCoordClaim(fcinfo, -1, 0, wait_usecs > 0 ? "a waiting claim" : NULL))
+	if (NtaskCoordClaim(fcinfo, -1, 0, wait_usecs > 0 ? "a waiting claim" :
+						c.max_tasks > 1 ? "a claim of more than one task" : NULL))
 		return (Datum) 0;
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();

@@ -484,13 +484,112 @@ NtaskCoordDelegate(FunctionCallInfo fcinfo, int16 shard, const char *unless,
 }
 
 /*
+ * coord_claim_on
+ *		One delegated ntask_claim_on(s, queue, worker, 1, lease) for a
+ *		ntask_transition_and_claim whose own shard value gave no task, with
+ *		that call's queue (3), worker (4) and lease (11): its rows (0 or 1),
+ *		in SPI_tuptable.  The plain ntask_claim of the same schema names
+ *		the form.  -1: no such form, or no right to it.
+ */
+static int
+coord_claim_on(FunctionCallInfo tac, int16 s)
+{
+	LOCAL_FCINFO(cf, 6);
+	Oid			types[6] = {TEXTOID, TEXTOID, INT4OID, INTERVALOID, INTERVALOID, BOOLOID};
+	Oid			fn;
+	const char *why;
+	CoordForm  *f;
+	char	   *nsp = get_namespace_name(get_func_namespace(tac->flinfo->fn_oid));
+
+	fn = nsp == NULL ? InvalidOid :
+		LookupFuncName(list_make2(makeString(nsp), makeString("ntask_claim")), 6, types, true);
+	if (!OidIsValid(fn) || (f = coord_form(fn, &why)) == NULL)
+		return -1;
+	InitFunctionCallInfoData(*cf, NULL, 6, InvalidOid, NULL, NULL);
+	cf->args[0] = tac->args[3];
+	cf->args[1] = tac->args[4];
+	cf->args[2].value = Int32GetDatum(1);
+	cf->args[2].isnull = false;
+	cf->args[3] = tac->args[11];
+	cf->args[4].value = (Datum) 0;
+	cf->args[4].isnull = true;
+	cf->args[5].value = BoolGetDatum(false);
+	cf->args[5].isnull = false;
+	elog(DEBUG1, "ntask: delegated path for shard %d", s);
+	return coord_run(f, cf, s, -1);
+}
+
+/*
+ * coord_tac_walk
+ *		A delegated ntask_transition_and_claim of one task (its claim of 1)
+ *		whose one row (tt) says it claimed nothing in its finished task's
+ *		shard value: the walk goes on over the other values, as the routed
+ *		claim's would, one delegated ntask_claim_on each, up to the first
+ *		that gives a task; its row then carries the transition's answer.
+ *		True when a row was put.
+ */
+static bool
+coord_tac_walk(FunctionCallInfo fcinfo, int16 shard, SPITupleTable *tt)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	TupleDesc	tdesc = tt->tupdesc;
+	Datum		finish[3];
+	bool		finnull[3];
+	int			ns = NtaskShardCount();
+	int			i;
+
+	/* the finish's columns: finish_result, finish_state, finish_run_at */
+	if (tdesc->natts != 11 || ns < 2)
+		return false;
+	for (i = 0; i < 3; i++)
+		finish[i] = SPI_getbinval(tt->vals[0], tdesc, 8 + i, &finnull[i]);
+	if (coord_walk < 0 || coord_walk >= ns)
+		coord_walk = (int) (pg_prng_uint32(&pg_global_prng_state) % (uint32) ns);
+	for (i = 0; i < ns; i++)
+	{
+		int			at = (coord_walk + i) % ns;
+		int16		s = NtaskShardValue(at);
+		int			n;
+
+		if (s == shard)
+			continue;
+		n = coord_claim_on(fcinfo, s);
+		if (n < 0)
+			return false;
+		if (n > 0 && SPI_tuptable->tupdesc->natts == 8)
+		{
+			Datum		v[11];
+			bool		nl[11];
+			Datum		c[8];
+			bool		cn[8];
+
+			heap_deform_tuple(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, c, cn);
+			/* the claim's 7 columns, the finish's 3, the claim's context */
+			memcpy(v, c, sizeof(Datum) * 7);
+			memcpy(nl, cn, sizeof(bool) * 7);
+			memcpy(v + 7, finish, sizeof(finish));
+			memcpy(nl + 7, finnull, sizeof(finnull));
+			v[10] = c[7];
+			nl[10] = cn[7];
+			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, v, nl);
+			coord_walk = (at + 1) % ns;
+			return true;
+		}
+	}
+	return false;
+}
+
+/*
  * NtaskCoordClaim
- *		A plain claim (ntask_claim; ntask_transition_and_claim with shard
- *		its finished task's) on the coordinator: when it may be delegated
- *		and its queue (argument queue_arg) is plain, run its _on form and
- *		return true with its rows materialized.  shard -1 (ntask_claim):
- *		walk the shard values from this backend's cursor, one delegated
- *		call each, up to the first that gives tasks.  Outside SPI.
+ *		A plain claim of one task (ntask_claim; ntask_transition_and_claim
+ *		with shard its finished task's) on the coordinator: when it may be
+ *		delegated and its queue (argument queue_arg) is plain, run its _on
+ *		form and return true with its rows materialized.  shard -1
+ *		(ntask_claim): walk the shard values from this backend's cursor, one
+ *		delegated call each, up to the first that gives a task; a
+ *		transition_and_claim whose own value gave none walks on the same
+ *		way (coord_tac_walk).  So the answer is the routed claim's: a task
+ *		when one is due in any shard value.  Outside SPI.
  */
 bool
 NtaskCoordClaim(FunctionCallInfo fcinfo, int16 shard, int queue_arg, const char *unless)
@@ -506,8 +605,19 @@ NtaskCoordClaim(FunctionCallInfo fcinfo, int16 shard, int queue_arg, const char 
 		InitMaterializedSRF(fcinfo, 0);
 	if (shard >= 0)
 	{
+		bool		isnull;
+		SPITupleTable *tt;
+
 		elog(DEBUG1, "ntask: delegated path for shard %d", shard);
-		coord_put(fcinfo, coord_run(f, fcinfo, shard, -1));
+		n = coord_run(f, fcinfo, shard, -1);
+		tt = SPI_tuptable;
+		if (n == 1)
+			(void) SPI_getbinval(tt->vals[0], tt->tupdesc, 1, &isnull);
+		if (n != 1 || !isnull || !coord_tac_walk(fcinfo, shard, tt))
+		{
+			SPI_tuptable = tt;
+			coord_put(fcinfo, n);
+		}
 		SPI_finish();
 		return true;
 	}

@@ -1357,7 +1357,8 @@ ntask_transition_and_claim(PG_FUNCTION_ARGS)
 	NtaskClaimCallInit(&cc, fcinfo, rsinfo, 3, 4, 5, 11);
 	reason = tr_init(&c, fcinfo, 2, 7, 8, 9, 6, 10, 12);
 	/* on a Citus coordinator, its _on form delegated (coord.c) */
-	if (NtaskCoordClaim(fcinfo, NTASK_ID_SHARD(c.task_id), 3, NULL))
+	if (NtaskCoordClaim(fcinfo, NTASK_ID_SHARD(c.task_id), 3,
+						cc.max_tasks > 1 ? "a claim of more than one task" : NULL))
 		return (Datum) 0;
 
 	InitMaterializedSRF(fcinfo, 0);

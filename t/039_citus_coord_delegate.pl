@@ -35,9 +35,11 @@
 # that lost the answer and calls again gets duplicate (enqueue: created
 # false; transition, release, invoked: duplicate), and a lost claim's
 # token is fenced once its lease ran out (the takeover's token is higher,
-# the old one's transition is stale).  A claim of several tasks walks the
-# shard values and stops at the first that gives tasks (fewer than asked,
-# never more), one delegated call per value visited.
+# the old one's transition is stale).  A claim of one task walks the shard
+# values, one delegated call per value, until one gives a task; a claim of
+# more stays routed (it takes from several values in one answer); a
+# transition_and_claim whose finished task's value has nothing due walks
+# on the same way.
 
 use strict;
 use warnings;
@@ -369,23 +371,44 @@ is($q->("SELECT result FROM ntask_transition($fid, $tok2, 'succeeded')"), 'appli
 is($q->("SELECT result FROM ntask_transition($fid, $tok2, 'succeeded')"), 'duplicate', '3. and a retry of it after a lost answer is duplicate');
 is($q->(q{SELECT created FROM ntask_enqueue('fq', 'f1', '{}')}), 'f', '3. an enqueue retried: created false');
 
-# a claim of several tasks: one shard value's tasks, fewer than asked
+# claims: one of one task walks the shard values, one delegated call per
+# value, until one gives a task (the routed claim's answer); one of more
+# stays routed and takes from several values
 $q->(q{SELECT count(*) FROM ntask_queue_set('wq', lease => '10 minutes')});
 my @keys = split /\n/, $q->(q{SELECT DISTINCT ON (ntask_shard('wq', 'w' || i)) 'w' || i FROM generate_series(1, 50) i
 	ORDER BY ntask_shard('wq', 'w' || i), i});
 is(scalar(@keys), 4, '3. one key in each of the four shard values');
 $enq->('wq', $_) for @keys;
-@off = offsets();
-my $got = $q->(q{SELECT count(*) || ' ' || count(DISTINCT task_id >> 48) FROM ntask_claim('wq', 'w3', 4)});
-my ($mine) = path_lines(@off);
-is($got, '1 1', '3. a claim of 4 over 4 shard values gets the first value\'s one task (fewer than asked)');
-is(scalar(grep { /^delegated/ } @$mine), 1, '3. one delegated call: it stopped at the first value that gave tasks');
-$q->(q{SELECT count(*) FROM ntask_claim('wq', 'w3', 4)}) for 1 .. 3;
-is($q->(q{SELECT count(*) FROM ntask.task WHERE queue = 'wq' AND state = 'leased'}), '4', '3. the next claims take the others');
-@off = offsets();
-is($q->(q{SELECT count(*) FROM ntask_claim('wq', 'w3', 4)}), '0', '3. an empty queue: no task');
-($mine) = path_lines(@off);
-is(scalar(grep { /^delegated/ } @$mine), 4, '3. after one delegated call per shard value');
+my ($got, $mine);
+($got, $mine) = on_coord(q{SELECT count(*) || ' ' || count(DISTINCT task_id >> 48) FROM ntask_claim('wq', 'w3', 4)});
+is($got, '4 4', '3. a claim of 4: the four tasks of the four shard values');
+like($mine, qr/not delegated \(shard -1\): a claim of more than one task/, '3. routed: a claim of more than one task');
+$enq->('wq', 'one');
+($got, $mine) = on_coord(q{SELECT count(*) FROM ntask_claim('wq', 'w3')});
+is($got, '1', '3. a claim of 1 with one task due in one shard value: gets it');
+my $n = () = $mine =~ /delegated path for shard/g;
+ok($n >= 1 && $n <= 4, "3. after $n delegated calls (one per value visited)");
+($got, $mine) = on_coord(q{SELECT count(*) FROM ntask_claim('wq', 'w3')});
+is($got, '0', '3. an empty queue: no task');
+$n = () = $mine =~ /delegated path for shard/g;
+is($n, 4, '3. after one delegated call per shard value');
+
+# ntask_transition_and_claim whose finished task's shard value has nothing
+# due: its claim walks on, as the routed one's (one delegated call each)
+$q->(q{SELECT count(*) FROM ntask_queue_set('tq', lease => '10 minutes')});
+my @tk = split /\n/, $q->(q{SELECT DISTINCT ON (ntask_shard('tq', 't' || i)) 't' || i FROM generate_series(1, 50) i
+	ORDER BY ntask_shard('tq', 't' || i), i LIMIT 2});
+$enq->('tq', $tk[0]);
+my ($ta, $tt) = split /\|/, $q->(q{SELECT task_id, token FROM ntask_claim('tq', 'w4')});
+$enq->('tq', $tk[1]);
+($got, $mine) = on_coord("SELECT finish_result, finish_state, task_key, attempt FROM ntask_transition_and_claim($ta, $tt, 'succeeded', 'tq', 'w4')");
+is($got, "applied|succeeded|$tk[1]|1", '3. transition_and_claim: finished, and the task of the other shard value claimed');
+$n = () = $mine =~ /delegated path for shard/g;
+cmp_ok($n, '>=', 2, "3. its claim walked on ($n delegated calls)");
+is($q->("SELECT state || ' ' || lease_owner FROM ntask.task WHERE queue = 'tq' AND task_key = '$tk[1]'"), 'leased w4',
+	'3. the claimed task is leased to the worker');
+($got) = on_coord("SELECT finish_result, (task_key IS NULL)::text FROM ntask_transition_and_claim($ta, $tt, 'succeeded', 'tq', 'w4')");
+is($got, 'duplicate|true', '3. again: duplicate, and nothing left to claim (one row, the claim columns NULL)');
 
 $plain->stop;
 NtaskCitus::stop($c);
