@@ -34,14 +34,17 @@
  * client sees an error for a call that took effect: every one of these
  * calls is idempotent (an enqueue by its key, a transition, release or
  * invoked by its token: duplicate) or fenced (a claim's lease runs out and
- * its token goes stale), t/039.  A claim that walks several shard values
- * would make one delegated call, one commit, per value: it stops at the
- * first value that gives tasks (fewer than asked, never more).
+ * its token goes stale), t/039.  A claim walks the shard values with one
+ * delegated call, one commit, per value: so only a claim of one task is
+ * delegated (it stops at the first value that gives a task, the routed
+ * claim's answer); one of more stays routed, since it gathers several
+ * values' tasks into one answer.
  *
  * Stays routed (the reason at DEBUG1): a transaction block, not the whole
  * statement, REPEATABLE READ, ntask.citus_delegate off, a shard on this
  * node (the direct path serves it), a batch of several shard values, an
- * enqueue with depends_on, a waiting claim, a claim of a queue with a
+ * enqueue with depends_on, a waiting claim, a claim of more than one
+ * task, a claim of a queue with a
  * guard, flow control, order, fairness or aging (the routed claim decides
  * those on the coordinator, rate limits by refusing), a caller without
  * EXECUTE on the _on form.  docs/scaling.md "The plain API through the
