@@ -16,6 +16,7 @@ OBJS = \
 	src/claim.o \
 	src/claim_lock.o \
 	src/delegate.o \
+	src/coord.o \
 	src/attempt.o \
 	src/context.o \
 	src/lease.o \

@@ -60,6 +60,7 @@
 #include "postgres.h"
 
 #include "context.h"
+#include "coord.h"
 #include "fair.h"
 #include "guard.h"
 #include "limit.h"
@@ -3025,6 +3026,10 @@ ntask_claim(PG_FUNCTION_ARGS)
 		wait_usecs = (w->month > 0 || w->day > 0) ? USECS_PER_DAY :
 			Min(w->time, USECS_PER_DAY);
 	}
+	/* on a Citus coordinator, its _on form delegated (coord.c) */
+	if (NtaskCoordClaim(fcinfo, -1, 0, wait_usecs > 0 ? "a waiting claim" :
+						c.max_tasks > 1 ? "a claim of more than one task" : NULL))
+		return (Datum) 0;
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
 	/* its walk on the direct path where it may (shard.c) */

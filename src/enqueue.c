@@ -25,6 +25,7 @@
  */
 #include "postgres.h"
 
+#include "coord.h"
 #include "ntask_api.h"
 #include "ntask_base.h"
 #include "ntask_task.h"
@@ -618,6 +619,14 @@ ntask_enqueue(PG_FUNCTION_ARGS)
 	/* the shard: of the partition key, or of the task key without one */
 	values[ENQ_ARG_SHARD] = Int16GetDatum(NtaskShardFor(queue, PG_ARGISNULL(4) ? key :
 														PG_GETARG_TEXT_PP(4)));
+	/* on a Citus coordinator, its _on form delegated (coord.c) */
+	if (NtaskCoordDelegate(fcinfo, DatumGetInt16(values[ENQ_ARG_SHARD]),
+						   has_deps ? "the enqueue has parents (depends_on)" : NULL, 6,
+						   &out[0]))
+	{
+		SPI_finish();
+		return (Datum) 0;
+	}
 
 	/*
 	 * On a Citus install, the direct path (docs/scaling.md "The enqueue and
@@ -1272,15 +1281,16 @@ enq_many_params(FunctionCallInfo fcinfo, EnqMany *m)
  *		node's, and the call names no parents; else routed.  In SPI, before
  *		the call's first statement of the task tables.
  */
-static void
+static bool
 enq_many_path(FunctionCallInfo fcinfo, EnqMany *m)
 {
 	int16		shard = 0;
 	const char *unless = NULL;
 	int			i;
+	Datum		d;
 
 	if (m->nkeys == 0 || NtaskShardCount() == 0)
-		return;
+		return false;
 	for (i = 0; i < m->nkeys; i++)
 	{
 		int16		s = NtaskShardFor(m->queue, m->bykey[i].partition_null ? m->bykey[i].key :
@@ -1293,7 +1303,11 @@ enq_many_path(FunctionCallInfo fcinfo, EnqMany *m)
 	}
 	if (m->has_deps)
 		unless = "the enqueue has parents (depends_on)";
+	/* on a Citus coordinator, its _on form delegated (coord.c) */
+	if (NtaskCoordDelegate(fcinfo, shard, unless, 6, &d))
+		return true;
 	(void) NtaskDirectBeginShard(fcinfo, shard, unless);
+	return false;
 }
 
 /*
@@ -1410,7 +1424,11 @@ ntask_enqueue_many(PG_FUNCTION_ARGS)
 
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
-	enq_many_path(fcinfo, &m);
+	if (enq_many_path(fcinfo, &m))
+	{
+		SPI_finish();
+		return (Datum) 0;
+	}
 	enq_many_params(fcinfo, &m);
 	enq_many_insert(&m);
 	if (m.has_deps)

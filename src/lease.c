@@ -34,6 +34,7 @@
  */
 #include "postgres.h"
 
+#include "coord.h"
 #include "ntask_base.h"
 #include "ntask_task.h"
 #include "settings.h"
@@ -240,6 +241,13 @@ ntask_heartbeat(PG_FUNCTION_ARGS)
 	nulls[LEASE_HB_ARG_LEASE] = PG_ARGISNULL(2) ? 'n' : ' ';
 	values[LEASE_HB_ARG_CALLER] = ObjectIdGetDatum(NtaskCaller());
 	values[LEASE_HB_ARG_NOW] = NtaskStatementTs();
+	/* on a Citus coordinator, its _on form delegated (coord.c) */
+	{
+		Datum		d;
+
+		if (NtaskCoordDelegate(fcinfo, NTASK_ID_SHARD(task_id), NULL, -1, &d))
+			return d;
+	}
 
 	SPI_connect();
 	(void) NtaskDirectBegin(fcinfo, &task_id, 1);
@@ -281,6 +289,13 @@ ntask_invoked(PG_FUNCTION_ARGS)
 	values[LEASE_INVOKED_ARG_TASK_ID] = Int64GetDatum(task_id);
 	values[LEASE_INVOKED_ARG_TOKEN] = Int64GetDatum(token);
 	values[LEASE_INVOKED_ARG_CALLER] = ObjectIdGetDatum(NtaskCaller());
+	/* on a Citus coordinator, its _on form delegated (coord.c) */
+	{
+		Datum		d;
+
+		if (NtaskCoordDelegate(fcinfo, NTASK_ID_SHARD(task_id), NULL, -1, &d))
+			return d;
+	}
 
 	SPI_connect();
 	(void) NtaskDirectBegin(fcinfo, &task_id, 1);
@@ -540,6 +555,13 @@ ntask_release(PG_FUNCTION_ARGS)
 	values[LEASE_RELEASE_ARG_TOKEN] = Int64GetDatum(token);
 	values[LEASE_RELEASE_ARG_DELAY] = IntervalPGetDatum(delay);
 	values[LEASE_RELEASE_ARG_CALLER] = ObjectIdGetDatum(NtaskCaller());
+	/* on a Citus coordinator, its _on form delegated (coord.c) */
+	{
+		Datum		d;
+
+		if (NtaskCoordDelegate(fcinfo, NTASK_ID_SHARD(task_id), NULL, -1, &d))
+			return d;
+	}
 
 	SPI_connect();
 	(void) NtaskDirectBegin(fcinfo, &task_id, 1);

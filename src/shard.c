@@ -566,6 +566,7 @@ NtaskCitusLayout(bool *distributed, bool *coordinator)
  */
 bool		ntask_citus_direct = true;
 int			ntask_citus_direct_groups = 16;
+bool		ntask_citus_delegate = true;
 
 /* the relations a direct statement may name, in direct_check_plan's order */
 typedef enum DirectRel
@@ -866,6 +867,13 @@ NtaskShardDefineSettings(void)
 							"Past it the least recently used shard value's plans are freed.",
 							&ntask_citus_direct_groups, 16, 1, 1024, PGC_SUSET, 0,
 							NULL, NULL, NULL);
+	DefineCustomBoolVariable("ntask.citus_delegate",
+							 "Delegate a plain call on the coordinator to its shard's node.",
+							 "On a Citus coordinator, a transition, heartbeat, invoked, release, "
+							 "enqueue or claim made outside a transaction block as the whole "
+							 "statement runs as one call of its ntask_<f>_on form on the node of "
+							 "its shard (one hop); off: its statements are routed one by one.",
+							 &ntask_citus_delegate, true, PGC_SUSET, 0, NULL, NULL, NULL);
 	RegisterXactCallback(direct_xact_callback, NULL);
 }
 
@@ -1930,4 +1938,52 @@ NtaskPairRuns(NtaskPair *pair)
 	if (v->plan.sql == NULL && v->before == NULL)
 		v = &pair->v[NTASK_PATH_PLAIN];
 	return v->plan.sql != NULL;
+}
+
+/* --- the coordinator's delegation (coord.c) --- */
+
+/* whether this node is a Citus coordinator of a distributed install */
+static int	delegate_layout = -1;
+
+/*
+ * NtaskDelegateWhy
+ *		For a plain call on the coordinator (coord.c, docs/scaling.md "The
+ *		plain API through the coordinator, delegated"): NULL when it may run
+ *		as one delegated call of its _on form, else why not.  The checks of
+ *		a direct call's start (direct_call_why, direct_whole_statement) but
+ *		ntask.citus_direct, which the node of the shard reads: not inside a
+ *		shard-addressed call (the _on form on the node it reached must not
+ *		delegate again), ntask.citus_delegate on, a Citus coordinator, not
+ *		in a transaction block, READ COMMITTED, the whole statement.
+ *		*quiet: not worth a log line (a plain install, a worker node, inside
+ *		an _on form).  In SPI.
+ */
+const char *
+NtaskDelegateWhy(FunctionCallInfo fcinfo, bool *quiet)
+{
+	*quiet = true;
+	if (shard_scope >= 0)
+		return "a shard-addressed call";
+	if (NtaskShardCount() == 0)
+		return "a plain install";
+	if (delegate_layout < 0)
+	{
+		bool		distributed;
+		bool		coordinator;
+
+		NtaskCitusLayout(&distributed, &coordinator);
+		delegate_layout = distributed && coordinator ? 1 : 0;
+	}
+	if (delegate_layout == 0)
+		return "not a Citus coordinator";
+	*quiet = false;
+	if (!ntask_citus_delegate)
+		return "ntask.citus_delegate is off";
+	if (IsTransactionBlock())
+		return "in a transaction block";
+	if (IsolationUsesXactSnapshot())
+		return "not READ COMMITTED";
+	if (!direct_whole_statement(fcinfo))
+		return "not the whole statement";
+	return NULL;
 }

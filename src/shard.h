@@ -101,6 +101,7 @@ extern NtaskPath NtaskCallPath(void);
  */
 extern bool ntask_citus_direct;
 extern int	ntask_citus_direct_groups;
+extern bool ntask_citus_delegate;
 extern void NtaskShardDefineSettings(void);
 extern NtaskPath NtaskDirectBegin(FunctionCallInfo fcinfo, const int64 *task_ids, int n);
 extern NtaskPath NtaskDirectBeginShard(FunctionCallInfo fcinfo, int16 shard,
@@ -124,6 +125,12 @@ extern NtaskPath NtaskDirectBeginUnless(FunctionCallInfo fcinfo, const int64 *ta
 extern bool NtaskClaimFitsDirect(text *queue);
 extern void NtaskDirectClaimShard(int16 shard);
 extern bool NtaskDirectClaimRouted(const char *why);
+
+/*
+ * The coordinator's delegation of a plain call (coord.c): whether the call
+ * may run as one delegated call of its _on form, else why not.
+ */
+extern const char *NtaskDelegateWhy(FunctionCallInfo fcinfo, bool *quiet);
 
 /*
  * One variant of a statement: its plan and the SPI_OK_* code it returns,

@@ -35,6 +35,7 @@
  */
 #include "postgres.h"
 
+#include "coord.h"
 #include "ntask_api.h"
 #include "ntask_base.h"
 #include "ntask_task.h"
@@ -1019,6 +1020,9 @@ ntask_transition(PG_FUNCTION_ARGS)
 	c.task_id = NtaskArgInt64(fcinfo, 0, "task_id");
 	c.token = NtaskArgInt64(fcinfo, 1, "token");
 	reason = tr_init(&c, fcinfo, 2, 3, 4, 5, 6, 7, 8);
+	/* on a Citus coordinator, its _on form delegated (coord.c) */
+	if (NtaskCoordDelegate(fcinfo, NTASK_ID_SHARD(c.task_id), NULL, -1, &out[0]))
+		return (Datum) 0;
 
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
@@ -1238,6 +1242,19 @@ ntask_transition_many(PG_FUNCTION_ARGS)
 							(long long) items[i].task_id),
 					 errdetail("Each element of a batch ends one attempt; an attempt ends once.")));
 
+	/* on a Citus coordinator, its _on form delegated (coord.c) */
+	{
+		const char *why = n == 0 ? "an empty batch" : NULL;
+		Datum		d;
+
+		for (i = 1; i < n && why == NULL; i++)
+			if (NTASK_ID_SHARD(items[i].task_id) != NTASK_ID_SHARD(items[0].task_id))
+				why = "tasks of several shard values";
+		if (NtaskCoordDelegate(fcinfo, n > 0 ? NTASK_ID_SHARD(items[0].task_id) : -1,
+							   why, -1, &d))
+			return d;
+	}
+
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
 	{
@@ -1339,6 +1356,10 @@ ntask_transition_and_claim(PG_FUNCTION_ARGS)
 	c.token = NtaskArgInt64(fcinfo, 1, "finish_token");
 	NtaskClaimCallInit(&cc, fcinfo, rsinfo, 3, 4, 5, 11);
 	reason = tr_init(&c, fcinfo, 2, 7, 8, 9, 6, 10, 12);
+	/* on a Citus coordinator, its _on form delegated (coord.c) */
+	if (NtaskCoordClaim(fcinfo, NTASK_ID_SHARD(c.task_id), 3,
+						cc.max_tasks > 1 ? "a claim of more than one task" : NULL))
+		return (Datum) 0;
 
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
