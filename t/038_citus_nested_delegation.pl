@@ -4,7 +4,7 @@
 # t/038_citus_nested_delegation.pl: what Citus 12.1 does with a call of an
 # ntask `_on` form made from inside a function on the coordinator, the
 # premise of the design in docs/scaling.md "The plain API through the
-# coordinator, delegated (designed, not built)" (issue 49).  Opt-in with
+# coordinator, delegated" (issue 49; built since: t/039).  Opt-in with
 # NTASK_CITUS=1 like t/023.
 #
 # A coordinator and one worker node, a queue with ready tasks in one shard
