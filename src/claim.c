@@ -15,11 +15,12 @@
  *			FOR UPDATE SKIP LOCKED (task_due_idx; finished and leased rows
  *			are not in that index), executed with an SPI row count of n:
  *			only the n rows returned are locked, and the constant LIMIT
- *			keeps the generic plan an index scan; when the priority has an
- *			expired lease (task_lease_idx, one descent), it stops there and
- *			a second statement picks from that priority down with that
- *			range merged with the expired leases (CLAIM_PICK,
- *			CLAIM_PICK_MERGED)
+ *			keeps the generic plan an index scan.  Before it the claim
+ *			asks task_lease_idx in C whether the queue has an expired
+ *			lease (claim_lease_expired, a descent or two); when it may,
+ *			the claim runs instead a pick that, per priority, merges that
+ *			range with the expired leases (CLAIM_PICK_READY_ONLY,
+ *			CLAIM_PICK_MERGED; routed: CLAIM_PICK's gate in the statement)
  *	close	only when a picked task was leased (its lease expired): write
  *			the ledger row of that attempt from the task row (result
  *			lease_expired; outcome known only if it was never invoked)
@@ -59,6 +60,7 @@
  */
 #include "postgres.h"
 
+#include "compat.h"
 #include "context.h"
 #include "fair.h"
 #include "guard.h"
@@ -70,22 +72,36 @@
 #include "spi_util.h"
 #include "wake.h"
 
+#include "access/genam.h"
 #include "access/htup_details.h"
+#include "access/nbtree.h"
+#include "access/relscan.h"
+#include "access/skey.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "access/visibilitymap.h"
 #include "access/xact.h"
 #include "access/xlog.h"
 #include "common/pg_prng.h"
+#include "catalog/index.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_am.h"
 #include "catalog/pg_collation.h"
 #include "catalog/pg_sequence.h"
 #include "catalog/pg_type.h"
 #include "commands/sequence.h"
+#include "executor/tuptable.h"
 #include "funcapi.h"
+#include "miscadmin.h"
 #include "storage/lmgr.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
+#include "utils/fmgroids.h"
 #include "utils/memutils.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
 
@@ -233,9 +249,12 @@ PG_FUNCTION_INFO_V1(ntask_claim);
 	"    LIMIT " limit " FOR UPDATE OF t SKIP LOCKED"
 
 /*
- * The plain pick, the statement every claim runs.  Per priority a gate
- * g.expired (CLAIM_EXPIRED_AT_P, one descent of task_lease_idx) chooses
- * one of two arms (a one-time filter):
+ * The routed plain pick, the statement every routed claim runs (a claim
+ * on one node runs CLAIM_PICK_READY_ONLY or CLAIM_PICK_MERGED, chosen by
+ * its probe in C, below: that probe cannot read a shard on another node,
+ * and a probe statement of its own would be one more round trip to it).
+ * Per priority a gate g.expired (CLAIM_EXPIRED_AT_P, one descent of
+ * task_lease_idx) chooses one of two arms (a one-time filter):
  *
  *	no expired lease (the common case): the range of task_due_idx, locked
  *		as it is read (ORDER BY due_at, task_id LIMIT ... FOR UPDATE SKIP
@@ -267,8 +286,26 @@ PG_FUNCTION_INFO_V1(ntask_claim);
 	CLAIM_PICK_TAIL(qpred)
 
 /*
+ * The plain pick without the gate, the statement every claim runs on one
+ * node (a plain install, the direct path): the range of task_due_idx per
+ * priority, locked as it is read, the plan the pick had before lever (b).
+ * The claim runs it only when its probe of task_lease_idx in C
+ * (claim_lease_expired) found no expired lease in the queue; when it found
+ * one it runs CLAIM_PICK_MERGED from the highest priority down instead.
+ * So a claim sets up neither the gate nor the marker arm, and the
+ * common claim's plan is the size of the old pick's (claim_plain_run).
+ */
+#define CLAIM_PICK_READY_ONLY(pred, limit, qpred, now) \
+	NTASK_PRIORITY_WALK_ON(pred) \
+	CLAIM_PICK_HEAD \
+	"LATERAL ( " CLAIM_PICK_READY(pred, limit, now) ") x " \
+	CLAIM_PICK_TAIL(qpred)
+
+/*
  * The plain pick from priority $8 down, run only after CLAIM_PICK met an
- * expired lease at $8 (its marker): per priority the same gate, and where
+ * expired lease at $8 (its marker), or, on one node, from the top ($8 the
+ * largest priority) when the probe in C may have found one (the statement
+ * is then the whole pick, gated per priority): per priority the same gate, and where
  * it says so the merged candidates (CLAIM_DUE_MERGED, at most
  * NTASK_MAX_CLAIM), each locked by its primary key with SKIP LOCKED and
  * its due time checked again (a claim that leased it meanwhile moved
@@ -444,8 +481,10 @@ typedef enum ClaimInflightCol
 #define CLAIM_INFLIGHT_NCOLS CLAIM_INFLIGHT_COUNT
 
 /*
- * The plain pick, and (the routed variant) a distributed install's within
- * shard $4 (docs/scaling.md "Claims across shards"): one router statement,
+ * The plain pick (the plain variant, on a plain install and the direct
+ * path: CLAIM_PICK_READY_ONLY, run when the probe found no expired lease),
+ * and (the routed variant, CLAIM_PICK with its gate) a distributed
+ * install's within shard $4 (docs/scaling.md "Claims across shards"): one router statement,
  * with the claim's own count $5 as the LIMIT: the worker runs the
  * statement whole (the executor's stop after n rows does not reach it), so
  * the constant LIMIT would lock up to that many rows there until the claim
@@ -462,8 +501,8 @@ static void claim_pick_policy(SPITupleTable *tt, int n, Datum *values, char *nul
 #define CLAIM_PICK_SHARD_PRED(alias) " AND " alias ".shard OPERATOR(pg_catalog.=) $4 "
 
 static NtaskPair claim_pick_pair = NTASK_PAIR("claim pick",
-											  NTASK_PLAIN(CLAIM_PICK_NCOLS, CLAIM_PICK("", CppAsString2(NTASK_MAX_CLAIM),
-																		 " AND " CLAIM_KEYS_FREE, CLAIM_NOW_LOCAL),
+											  NTASK_PLAIN(CLAIM_PICK_NCOLS, CLAIM_PICK_READY_ONLY("", CppAsString2(NTASK_MAX_CLAIM),
+																					" AND " CLAIM_KEYS_FREE, CLAIM_NOW_LOCAL),
 														  CLAIM_PICK_PLAIN_NARGS, SPI_OK_SELECT),
 											  NTASK_ROUTED(CLAIM_PICK_NCOLS, CLAIM_PICK(CLAIM_PICK_SHARD_PRED("t"), "$5",
 																		  " AND " CLAIM_KEYS_FREE, "$7"),
@@ -481,9 +520,9 @@ static NtaskPair claim_pick_pair = NTASK_PAIR("claim pick",
 	"  OR t.partition_key OPERATOR(pg_catalog.<>) ALL ($6)) "
 
 static NtaskPair claim_pick_keys_pair = NTASK_PAIR("claim pick (keys paused)",
-												   NTASK_PLAIN(CLAIM_PICK_NCOLS, CLAIM_PICK(CLAIM_KEY_NOT_PAUSED,
-																			  CppAsString2(NTASK_MAX_CLAIM), "",
-																			  CLAIM_NOW_LOCAL),
+												   NTASK_PLAIN(CLAIM_PICK_NCOLS, CLAIM_PICK_READY_ONLY(CLAIM_KEY_NOT_PAUSED,
+																						 CppAsString2(NTASK_MAX_CLAIM), "",
+																						 CLAIM_NOW_LOCAL),
 															   CLAIM_PICK_KEYS_NARGS, SPI_OK_SELECT),
 												   NTASK_ROUTED(CLAIM_PICK_NCOLS, CLAIM_PICK(CLAIM_PICK_SHARD_PRED("t") CLAIM_KEY_NOT_PAUSED,
 																			   "$5", "", "$7"),
@@ -492,8 +531,9 @@ static NtaskPair claim_pick_keys_pair = NTASK_PAIR("claim pick (keys paused)",
 
 /*
  * The two picks above from priority $8 down with the expired leases
- * merged in (CLAIM_PICK_MERGED): run only after the plain pick met an
- * expired lease (claim_plain_run).  Every variant takes all eight
+ * merged in (CLAIM_PICK_MERGED): run only when the probe may have found
+ * an expired lease ($8 the largest priority: the whole walk) or after the
+ * routed pick met one (claim_plain_run).  Every variant takes all eight
  * parameters; the plain ones pass $4, $5 and $7 by (and $6, the first).
  */
 static NtaskPair claim_merged_pair = NTASK_PAIR("claim pick (expired leases)",
@@ -1822,16 +1862,219 @@ claim_no_keys(void)
 }
 
 /*
+ * The expired-lease probe (claim_lease_expired): ntask.task_lease_idx, its
+ * oid kept per backend, forgotten on an invalidation of it or of all
+ * relations (as token_seq_oid's).
+ */
+static Oid	claim_lease_idx_cached = InvalidOid;
+
+static void
+claim_lease_idx_inval(Datum arg, Oid relid)
+{
+	if (!OidIsValid(relid) || relid == claim_lease_idx_cached)
+		claim_lease_idx_cached = InvalidOid;
+}
+
+/* the columns of task_lease_idx the probe reads: (queue, priority DESC, lease_until, ...) */
+#define CLAIM_LEASE_IDX_QUEUE 1
+#define CLAIM_LEASE_IDX_PRIORITY 2
+#define CLAIM_LEASE_IDX_UNTIL 3
+
+/* the probe's most descents before it answers "maybe" */
+#define CLAIM_PROBE_DESCENTS 8
+
+/*
+ * claim_lease_idx
+ *		The lease index the probe reads on the call's path: the shard's on
+ *		the direct path, ntask.task_lease_idx on a plain install; InvalidOid
+ *		when there is none.
+ */
+static Oid
+claim_lease_idx(void)
+{
+	static bool registered = false;
+
+	if (NtaskCallPath() == NTASK_PATH_DIRECT)
+		return NtaskDirectTaskIndex("task_lease_idx");
+	if (OidIsValid(claim_lease_idx_cached))
+		return claim_lease_idx_cached;
+	if (!registered)
+	{
+		CacheRegisterRelcacheCallback(claim_lease_idx_inval, (Datum) 0);
+		registered = true;
+	}
+	claim_lease_idx_cached = get_relname_relid("task_lease_idx",
+											   get_namespace_oid("ntask", false));
+	return claim_lease_idx_cached;
+}
+
+/* claim_lease_idx_fits: the index has the key the probe reads */
+static bool
+claim_lease_idx_fits(Relation index)
+{
+	TupleDesc	d = RelationGetDescr(index);
+
+	return index->rd_rel->relam == BTREE_AM_OID &&
+		IndexRelationGetNumberOfKeyAttributes(index) >= CLAIM_LEASE_IDX_UNTIL &&
+		TupleDescAttr(d, CLAIM_LEASE_IDX_QUEUE - 1)->atttypid == TEXTOID &&
+		TupleDescAttr(d, CLAIM_LEASE_IDX_PRIORITY - 1)->atttypid == INT4OID &&
+		TupleDescAttr(d, CLAIM_LEASE_IDX_UNTIL - 1)->atttypid == TIMESTAMPTZOID &&
+		(index->rd_indoption[CLAIM_LEASE_IDX_PRIORITY - 1] & INDOPTION_DESC) != 0 &&
+		(index->rd_indoption[CLAIM_LEASE_IDX_UNTIL - 1] & INDOPTION_DESC) == 0;
+}
+
+/*
+ * claim_lease_expired
+ *		Whether queue may have an expired lease (lease_until <= now) in
+ *		the relation the call's pick reads: false only when it has none
+ *		in a snapshot taken now; true when it has one, or when the probe
+ *		cannot tell (no such index, one of another shape, more than
+ *		CLAIM_PROBE_DESCENTS priorities to pass by).  A true answer sends
+ *		the claim to the merged pick, which decides again per priority in
+ *		its own snapshot, so a "maybe" costs time, never a wrong answer.
+ *
+ *		A loose scan of task_lease_idx (queue, priority DESC, lease_until,
+ *		task_id) in C: its first entry at or below a priority is that
+ *		priority's earliest lease; later than now, no lease of that
+ *		priority expired, and the scan descends again below it; else each
+ *		entry of the priority up to now is an expired lease if its row is
+ *		visible: trusted from the visibility map, else from the heap (as an
+ *		index-only scan does: an entry of a finished or re-leased task
+ *		stays in the index until vacuum, and the heap fetch marks it dead
+ *		for later scans when no one can see it).  In the common case, a
+ *		queue of one priority with no lease expired, that is two descents
+ *		and one entry read.  No other role can reach the answer: it is the
+ *		index as this backend reads it, nothing kept.
+ */
+static bool
+claim_lease_expired(Datum queue, Datum now)
+{
+	Oid			indexoid = claim_lease_idx();
+	Oid			heapoid;
+	Relation	heap;
+	Relation	index;
+	IndexScanDesc scan;
+	Snapshot	snap;
+	ScanKeyData keys[CLAIM_LEASE_IDX_PRIORITY];
+	Buffer		vmbuf = InvalidBuffer;
+	TupleTableSlot *slot = NULL;
+	TimestampTz ts = DatumGetTimestampTz(now);
+	bool		expired = false;
+	bool		below = false;
+	int32		p = 0;
+	int			descents;
+
+	if (!OidIsValid(indexoid) ||
+		!OidIsValid(heapoid = IndexGetRelation(indexoid, true)))
+		return true;
+	heap = table_open(heapoid, AccessShareLock);
+	index = index_open(indexoid, AccessShareLock);
+	if (!claim_lease_idx_fits(index))
+	{
+		index_close(index, NoLock);
+		table_close(heap, NoLock);
+		return true;
+	}
+	/* this transaction's own writes so far too (transition_and_claim's) */
+	CommandCounterIncrement();
+	snap = RegisterSnapshot(GetLatestSnapshot());
+	scan = NtaskIndexBeginscan(heap, index, snap, CLAIM_LEASE_IDX_PRIORITY, 0);
+	scan->xs_want_itup = true;
+	ScanKeyEntryInitialize(&keys[0], 0, CLAIM_LEASE_IDX_QUEUE, BTEqualStrategyNumber,
+						   InvalidOid, index->rd_indcollation[CLAIM_LEASE_IDX_QUEUE - 1],
+						   F_TEXTEQ, queue);
+	for (descents = 1;; descents++)
+	{
+		ItemPointer tid;
+		bool		at_p = false;
+
+		/*
+		 * The queue's entries, below priority p after the first descent (a
+		 * scan has the number of keys it began with: the first one's
+		 * second key holds every priority)
+		 */
+		if (below)
+			ScanKeyEntryInitialize(&keys[1], 0, CLAIM_LEASE_IDX_PRIORITY,
+								   BTLessStrategyNumber, InvalidOid, InvalidOid,
+								   F_INT4LT, Int32GetDatum(p));
+		else
+			ScanKeyEntryInitialize(&keys[1], 0, CLAIM_LEASE_IDX_PRIORITY,
+								   BTLessEqualStrategyNumber, InvalidOid, InvalidOid,
+								   F_INT4LE, Int32GetDatum(PG_INT32_MAX));
+		index_rescan(scan, keys, CLAIM_LEASE_IDX_PRIORITY, NULL, 0);
+		while ((tid = index_getnext_tid(scan, ForwardScanDirection)) != NULL)
+		{
+			bool		isnull;
+			int32		tp = DatumGetInt32(index_getattr(scan->xs_itup, CLAIM_LEASE_IDX_PRIORITY,
+														 scan->xs_itupdesc, &isnull));
+			TimestampTz until = DatumGetTimestampTz(index_getattr(scan->xs_itup,
+																  CLAIM_LEASE_IDX_UNTIL,
+																  scan->xs_itupdesc, &isnull));
+
+			CHECK_FOR_INTERRUPTS();
+			if (!at_p || tp != p)
+			{
+				p = tp;			/* the first entry of priority p */
+				at_p = true;
+			}
+			if (until > ts)
+				break;			/* no lease of p expired: below p */
+			if (VM_ALL_VISIBLE(heap, ItemPointerGetBlockNumber(tid), &vmbuf))
+			{
+				expired = true;
+				break;
+			}
+			if (slot == NULL)
+				slot = table_slot_create(heap, NULL);
+			if (index_fetch_heap(scan, slot))
+			{
+				ExecClearTuple(slot);
+				expired = true;
+				break;
+			}
+		}
+		if (expired || tid == NULL)
+			break;
+		if (descents >= CLAIM_PROBE_DESCENTS)
+		{
+			expired = true;		/* maybe: the merged pick tells */
+			break;
+		}
+		below = true;
+	}
+	if (BufferIsValid(vmbuf))
+		ReleaseBuffer(vmbuf);
+	index_endscan(scan);
+	if (slot != NULL)
+		ExecDropSingleTupleTableSlot(slot);
+	UnregisterSnapshot(snap);
+	index_close(index, NoLock);
+	table_close(heap, NoLock);
+	return expired;
+}
+
+/*
  * claim_plain_run
  *		The plain pick (claim_pick_pair) within shard sv, or, once the
  *		queue is known to have paused keys, the one that passes them by.
  *		On a plain install a constant LIMIT for the plan; the executor
  *		stops at want rows.
+ *
+ *		On one node (a plain install, the direct path) the probe in C
+ *		(claim_lease_expired) decides first: no expired lease in the
+ *		queue, the gateless pick (CLAIM_PICK_READY_ONLY, the statement
+ *		almost every claim runs); maybe one, the merged pick from the
+ *		highest priority down (CLAIM_PICK_MERGED, $8 the largest
+ *		priority), which per priority gates again and takes an expired
+ *		lease over at its place.  Routed (the shard on another node, where
+ *		no probe in C reaches): the gated pick (CLAIM_PICK), and after its
+ *		marker the merged pick from the marker's priority down.
  */
 static int
 claim_plain_run(Datum *args, int16 sv, int want, ClaimPolicy *pol,
 				SPITupleTable **rows)
 {
+	NtaskPair  *merged = pol->keys_paused ? &claim_merged_keys_pair : &claim_merged_pair;
 	SPITupleTable *more;
 	int			n;
 	int			m;
@@ -1844,9 +2087,15 @@ claim_plain_run(Datum *args, int16 sv, int want, ClaimPolicy *pol,
 	/* $6 is declared by both routed picks, read by the keys-paused ones */
 	args[CLAIM_PICK_ARG_PAUSED_KEYS] = pol->keys_paused ? pol->paused_keys :
 		claim_no_keys();
+	if (NtaskCallPath() != NTASK_PATH_ROUTED &&
+		claim_lease_expired(args[CLAIM_PICK_ARG_QUEUE], args[CLAIM_PICK_ARG_NOW]))
+	{
+		args[CLAIM_PICK_ARG_FROM] = Int32GetDatum(PG_INT32_MAX);
+		return claim_run(merged, args, want, rows);
+	}
 	n = claim_run(pol->keys_paused ? &claim_pick_keys_pair : &claim_pick_pair,
 				  args, want, rows);
-	/* a marker row: an expired lease at its priority (CLAIM_PICK) */
+	/* a marker row (routed only): an expired lease at its priority (CLAIM_PICK) */
 	for (k = 0; k < n; k++)
 	{
 		bool		isnull;
@@ -1862,8 +2111,7 @@ claim_plain_run(Datum *args, int16 sv, int want, ClaimPolicy *pol,
 	args[CLAIM_PICK_ARG_LIMIT] = Int32GetDatum(want - k);
 	args[CLAIM_PICK_ARG_FROM] = Int32GetDatum((int32)
 											  NtaskTupGetInt64(*rows, k, CLAIM_PICK_TOKEN));
-	m = claim_run(pol->keys_paused ? &claim_merged_keys_pair : &claim_merged_pair,
-				  args, want - k, &more);
+	m = claim_run(merged, args, want - k, &more);
 	/*
 	 * The rows of the higher priorities, then these: (*rows) has room, as
 	 * its markers filled the claim's count (want rows at least).
