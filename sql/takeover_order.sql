@@ -172,6 +172,65 @@ VALUES ('tkp', 'held', now() + interval '1 hour', 'test', 'test');
 UPDATE ntask.queue SET keys_paused_until = now() + interval '1 hour' WHERE queue = 'tkp';
 SELECT n, x.* FROM generate_series(1, 4) n, LATERAL pg_temp.next('tkp', n) x;
 
+-- The claim asks task_lease_idx in C whether its queue has an expired
+-- lease (claim.c, claim_lease_expired: a loose scan, one descent per
+-- priority, each entry up to now checked against the heap or the
+-- visibility map) before it chooses its statement.  (1) An entry of the
+-- index whose row moved on (a finished task's, until vacuum) in front of
+-- a live expired lease of the same priority: the live one is still taken
+-- over at its place.
+SELECT queue FROM ntask_queue_set('tpd', max_attempts => 5);
+SELECT count(*) FROM (
+	SELECT ntask_enqueue('tpd', k, run_at => '1999-01-01'::timestamptz + n * interval '1 second')
+	FROM (VALUES ('D', 1), ('L', 2)) AS v(k, n)) e;
+SELECT pg_temp.lease('tpd', 'D', '2000-01-01 00:00:05');
+SELECT pg_temp.lease('tpd', 'L', '2000-01-01 00:00:30');
+SELECT pg_temp.expire();
+-- D's worker finishes it late (no one took it over): its expired entry
+-- stays in the index, dead
+SELECT r.result, r.state FROM ntask.task t,
+	LATERAL ntask_transition(t.task_id, t.token, 'succeeded') r
+WHERE t.queue = 'tpd' AND t.task_key = 'D';
+SELECT count(*) FROM (
+	SELECT ntask_enqueue('tpd', k, run_at => at)
+	FROM (VALUES ('R1', '2000-01-01 00:00:10'::timestamptz),
+				 ('R2', '2000-01-01 00:00:40')) AS v(k, at)) e;
+-- R1, L, R2
+SELECT n, x.* FROM generate_series(1, 3) n, LATERAL pg_temp.next('tpd', n) x;
+-- (2) Live leases not expired at more priorities above the expired one
+-- than the probe descends into (it then answers "maybe" and the claim
+-- runs the statement that decides per priority): still R1, L, R2, and the
+-- ready task of the top priority first.
+SELECT queue FROM ntask_queue_set('tpm', max_attempts => 5);
+SELECT count(*) FROM (
+	SELECT ntask_enqueue('tpm', 'H' || p, run_at => '1999-01-01', priority => p)
+	FROM generate_series(11, 22) p) e;
+SELECT count(*) FROM ntask_claim('tpm', 'W-old', max_tasks => 12, lease => '1 hour');
+SELECT count(*) FROM ntask_enqueue('tpm', 'L', run_at => '1999-01-01', priority => 1);
+SELECT pg_temp.lease('tpm', 'L', '2000-01-01 00:00:30');
+SELECT pg_temp.expire();
+SELECT count(*) FROM (
+	SELECT ntask_enqueue('tpm', k, run_at => at, priority => p)
+	FROM (VALUES ('Rtop', 30, '2000-01-01 00:00:50'::timestamptz),
+				 ('R1', 1, '2000-01-01 00:00:10'),
+				 ('R2', 1, '2000-01-01 00:00:40')) AS v(k, p, at)) e;
+SELECT n, x.* FROM generate_series(1, 4) n, LATERAL pg_temp.next('tpm', n) x;
+-- (3) An expired lease on a page the visibility map says all-visible (a
+-- worker died, then vacuum ran): trusted without the heap, taken over
+SELECT queue FROM ntask_queue_set('tpv', max_attempts => 5);
+SELECT count(*) FROM (
+	SELECT ntask_enqueue('tpv', k, run_at => '1999-01-01'::timestamptz + n * interval '1 second')
+	FROM (VALUES ('L', 1)) AS v(k, n)) e;
+SELECT pg_temp.lease('tpv', 'L', '2000-01-01 00:00:10');
+SELECT pg_temp.expire();
+SELECT count(*) FROM (
+	SELECT ntask_enqueue('tpv', k, run_at => at)
+	FROM (VALUES ('R1', '2000-01-01 00:00:20'::timestamptz),
+				 ('R2', '2000-01-01 00:00:40')) AS v(k, at)) e;
+VACUUM ntask.task;
+-- L, R1, R2
+SELECT n, x.* FROM generate_series(1, 3) n, LATERAL pg_temp.next('tpv', n) x;
+
 -- a waiting claim wakes when a lease runs out and takes it over (the
 -- next-due look reads the leases too), well before its wait ends
 SELECT queue FROM ntask_queue_set('tkw', max_attempts => 5);

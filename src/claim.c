@@ -15,11 +15,12 @@
  *			FOR UPDATE SKIP LOCKED (task_due_idx; finished and leased rows
  *			are not in that index), executed with an SPI row count of n:
  *			only the n rows returned are locked, and the constant LIMIT
- *			keeps the generic plan an index scan; when the priority has an
- *			expired lease (task_lease_idx, one descent), it stops there and
- *			a second statement picks from that priority down with that
- *			range merged with the expired leases (CLAIM_PICK,
- *			CLAIM_PICK_MERGED)
+ *			keeps the generic plan an index scan.  Before it the claim
+ *			asks task_lease_idx in C whether the queue has an expired
+ *			lease (claim_lease_expired, a descent or two); when it may,
+ *			the claim runs instead a pick that, per priority, merges that
+ *			range with the expired leases (CLAIM_PICK_READY_ONLY,
+ *			CLAIM_PICK_MERGED; routed: CLAIM_PICK's gate in the statement)
  *	close	only when a picked task was leased (its lease expired): write
  *			the ledger row of that attempt from the task row (result
  *			lease_expired; outcome known only if it was never invoked)
@@ -59,6 +60,7 @@
  */
 #include "postgres.h"
 
+#include "compat.h"
 #include "context.h"
 #include "coord.h"
 #include "fair.h"
@@ -71,22 +73,36 @@
 #include "spi_util.h"
 #include "wake.h"
 
+#include "access/genam.h"
 #include "access/htup_details.h"
+#include "access/nbtree.h"
+#include "access/relscan.h"
+#include "access/skey.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "access/visibilitymap.h"
 #include "access/xact.h"
 #include "access/xlog.h"
 #include "common/pg_prng.h"
+#include "catalog/index.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_am.h"
 #include "catalog/pg_collation.h"
 #include "catalog/pg_sequence.h"
 #include "catalog/pg_type.h"
 #include "commands/sequence.h"
+#include "executor/tuptable.h"
 #include "funcapi.h"
+#include "miscadmin.h"
 #include "storage/lmgr.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
+#include "utils/fmgroids.h"
 #include "utils/memutils.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
 
@@ -234,9 +250,12 @@ PG_FUNCTION_INFO_V1(ntask_claim);
 	"    LIMIT " limit " FOR UPDATE OF t SKIP LOCKED"
 
 /*
- * The plain pick, the statement every claim runs.  Per priority a gate
- * g.expired (CLAIM_EXPIRED_AT_P, one descent of task_lease_idx) chooses
- * one of two arms (a one-time filter):
+ * The routed plain pick, the statement every routed claim runs (a claim
+ * on one node runs CLAIM_PICK_READY_ONLY or CLAIM_PICK_MERGED, chosen by
+ * its probe in C, below: that probe cannot read a shard on another node,
+ * and a probe statement of its own would be one more round trip to it).
+ * Per priority a gate g.expired (CLAIM_EXPIRED_AT_P, one descent of
+ * task_lease_idx) chooses one of two arms (a one-time filter):
  *
  *	no expired lease (the common case): the range of task_due_idx, locked
  *		as it is read (ORDER BY due_at, task_id LIMIT ... FOR UPDATE SKIP
@@ -268,8 +287,26 @@ PG_FUNCTION_INFO_V1(ntask_claim);
 	CLAIM_PICK_TAIL(qpred)
 
 /*
+ * The plain pick without the gate, the statement every claim runs on one
+ * node (a plain install, the direct path): the range of task_due_idx per
+ * priority, locked as it is read, the plan the pick had before lever (b).
+ * The claim runs it only when its probe of task_lease_idx in C
+ * (claim_lease_expired) found no expired lease in the queue; when it found
+ * one it runs CLAIM_PICK_MERGED from the highest priority down instead.
+ * So a claim sets up neither the gate nor the marker arm, and the
+ * common claim's plan is the size of the old pick's (claim_plain_run).
+ */
+#define CLAIM_PICK_READY_ONLY(pred, limit, qpred, now) \
+	NTASK_PRIORITY_WALK_ON(pred) \
+	CLAIM_PICK_HEAD \
+	"LATERAL ( " CLAIM_PICK_READY(pred, limit, now) ") x " \
+	CLAIM_PICK_TAIL(qpred)
+
+/*
  * The plain pick from priority $8 down, run only after CLAIM_PICK met an
- * expired lease at $8 (its marker): per priority the same gate, and where
+ * expired lease at $8 (its marker), or, on one node, from the top ($8 the
+ * largest priority) when the probe in C may have found one (the statement
+ * is then the whole pick, gated per priority): per priority the same gate, and where
  * it says so the merged candidates (CLAIM_DUE_MERGED, at most
  * NTASK_MAX_CLAIM), each locked by its primary key with SKIP LOCKED and
  * its due time checked again (a claim that leased it meanwhile moved
@@ -445,8 +482,10 @@ typedef enum ClaimInflightCol
 #define CLAIM_INFLIGHT_NCOLS CLAIM_INFLIGHT_COUNT
 
 /*
- * The plain pick, and (the routed variant) a distributed install's within
- * shard $4 (docs/scaling.md "Claims across shards"): one router statement,
+ * The plain pick (the plain variant, on a plain install and the direct
+ * path: CLAIM_PICK_READY_ONLY, run when the probe found no expired lease),
+ * and (the routed variant, CLAIM_PICK with its gate) a distributed
+ * install's within shard $4 (docs/scaling.md "Claims across shards"): one router statement,
  * with the claim's own count $5 as the LIMIT: the worker runs the
  * statement whole (the executor's stop after n rows does not reach it), so
  * the constant LIMIT would lock up to that many rows there until the claim
@@ -463,8 +502,8 @@ static void claim_pick_policy(SPITupleTable *tt, int n, Datum *values, char *nul
 #define CLAIM_PICK_SHARD_PRED(alias) " AND " alias ".shard OPERATOR(pg_catalog.=) $4 "
 
 static NtaskPair claim_pick_pair = NTASK_PAIR("claim pick",
-											  NTASK_PLAIN(CLAIM_PICK_NCOLS, CLAIM_PICK("", CppAsString2(NTASK_MAX_CLAIM),
-																		 " AND " CLAIM_KEYS_FREE, CLAIM_NOW_LOCAL),
+											  NTASK_PLAIN(CLAIM_PICK_NCOLS, CLAIM_PICK_READY_ONLY("", CppAsString2(NTASK_MAX_CLAIM),
+																					" AND " CLAIM_KEYS_FREE, CLAIM_NOW_LOCAL),
 														  CLAIM_PICK_PLAIN_NARGS, SPI_OK_SELECT),
 											  NTASK_ROUTED(CLAIM_PICK_NCOLS, CLAIM_PICK(CLAIM_PICK_SHARD_PRED("t"), "$5",
 																		  " AND " CLAIM_KEYS_FREE, "$7"),
@@ -482,9 +521,9 @@ static NtaskPair claim_pick_pair = NTASK_PAIR("claim pick",
 	"  OR t.partition_key OPERATOR(pg_catalog.<>) ALL ($6)) "
 
 static NtaskPair claim_pick_keys_pair = NTASK_PAIR("claim pick (keys paused)",
-												   NTASK_PLAIN(CLAIM_PICK_NCOLS, CLAIM_PICK(CLAIM_KEY_NOT_PAUSED,
-																			  CppAsString2(NTASK_MAX_CLAIM), "",
-																			  CLAIM_NOW_LOCAL),
+												   NTASK_PLAIN(CLAIM_PICK_NCOLS, CLAIM_PICK_READY_ONLY(CLAIM_KEY_NOT_PAUSED,
+																						 CppAsString2(NTASK_MAX_CLAIM), "",
+																						 CLAIM_NOW_LOCAL),
 															   CLAIM_PICK_KEYS_NARGS, SPI_OK_SELECT),
 												   NTASK_ROUTED(CLAIM_PICK_NCOLS, CLAIM_PICK(CLAIM_PICK_SHARD_PRED("t") CLAIM_KEY_NOT_PAUSED,
 																			   "$5", "", "$7"),
@@ -493,8 +532,9 @@ static NtaskPair claim_pick_keys_pair = NTASK_PAIR("claim pick (keys paused)",
 
 /*
  * The two picks above from priority $8 down with the expired leases
- * merged in (CLAIM_PICK_MERGED): run only after the plain pick met an
- * expired lease (claim_plain_run).  Every variant takes all eight
+ * merged in (CLAIM_PICK_MERGED): run only when the probe may have found
+ * an expired lease ($8 the largest priority: the whole walk) or after the
+ * routed pick met one (claim_plain_run).  Every variant takes all eight
  * parameters; the plain ones pass $4, $5 and $7 by (and $6, the first).
  */
 static NtaskPair claim_merged_pair = NTASK_PAIR("claim pick (expired leases)",
@@ -1823,16 +1863,285 @@ claim_no_keys(void)
 }
 
 /*
+ * The expired-lease probe (claim_lease_expired): ntask.task_lease_idx, its
+ * oid kept per backend, forgotten on an invalidation of it or of all
+ * relations (as token_seq_oid's).
+ */
+static Oid	claim_lease_idx_cached = InvalidOid;
+
+static void
+claim_lease_idx_inval(Datum arg, Oid relid)
+{
+	if (!OidIsValid(relid) || relid == claim_lease_idx_cached)
+		claim_lease_idx_cached = InvalidOid;
+}
+
+/* the columns of task_lease_idx the probe reads: (queue, priority DESC, lease_until, ...) */
+#define CLAIM_LEASE_IDX_QUEUE 1
+#define CLAIM_LEASE_IDX_PRIORITY 2
+#define CLAIM_LEASE_IDX_UNTIL 3
+
+/* the probe's most descents before it answers "maybe" */
+#define CLAIM_PROBE_DESCENTS 8
+
+/* the probe's scan of task_lease_idx (claim_lease_expired) */
+typedef struct ClaimProbe
+{
+	Relation	heap;
+	IndexScanDesc scan;
+	ScanKeyData keys[3];		/* queue =, then two on the priority, or
+								 * priority = 0 and lease_until <= ts */
+	Oid			collation;		/* of the queue column */
+	TimestampTz ts;				/* the claim's time */
+	Buffer		vmbuf;
+	TupleTableSlot *slot;		/* for heap fetches, made on first use */
+	int			descents;
+} ClaimProbe;
+
+/* what claim_probe_read met */
+typedef enum ClaimProbeRead
+{
+	CLAIM_PROBE_EXPIRED,		/* a live lease ended by ts */
+	CLAIM_PROBE_END,			/* no more entries in the keys' range */
+	CLAIM_PROBE_PAST			/* priority *p's next lease ends after ts */
+} ClaimProbeRead;
+
+/*
+ * claim_lease_idx
+ *		The lease index the probe reads on the call's path: the shard's on
+ *		the direct path, ntask.task_lease_idx on a plain install; InvalidOid
+ *		when there is none.
+ */
+static Oid
+claim_lease_idx(void)
+{
+	static bool registered = false;
+
+	if (NtaskCallPath() == NTASK_PATH_DIRECT)
+		return NtaskDirectTaskIndex("task_lease_idx");
+	if (OidIsValid(claim_lease_idx_cached))
+		return claim_lease_idx_cached;
+	if (!registered)
+	{
+		CacheRegisterRelcacheCallback(claim_lease_idx_inval, (Datum) 0);
+		registered = true;
+	}
+	claim_lease_idx_cached = get_relname_relid("task_lease_idx",
+											   get_namespace_oid("ntask", false));
+	return claim_lease_idx_cached;
+}
+
+/* claim_lease_idx_fits: the index has the key the probe reads */
+static bool
+claim_lease_idx_fits(Relation index)
+{
+	TupleDesc	d = RelationGetDescr(index);
+
+	return index->rd_rel->relam == BTREE_AM_OID &&
+		IndexRelationGetNumberOfKeyAttributes(index) >= CLAIM_LEASE_IDX_UNTIL &&
+		TupleDescAttr(d, CLAIM_LEASE_IDX_QUEUE - 1)->atttypid == TEXTOID &&
+		TupleDescAttr(d, CLAIM_LEASE_IDX_PRIORITY - 1)->atttypid == INT4OID &&
+		TupleDescAttr(d, CLAIM_LEASE_IDX_UNTIL - 1)->atttypid == TIMESTAMPTZOID &&
+		(index->rd_indoption[CLAIM_LEASE_IDX_PRIORITY - 1] & INDOPTION_DESC) != 0 &&
+		(index->rd_indoption[CLAIM_LEASE_IDX_UNTIL - 1] & INDOPTION_DESC) == 0;
+}
+
+/*
+ * claim_probe_live
+ *		Whether the row of the index entry the scan is on is visible in
+ *		the probe's snapshot: the visibility map's all-visible bit is
+ *		trusted, else the heap decides (nodeIndexonlyscan.c's rule; the
+ *		fetch marks an entry no one can see dead for later scans).
+ */
+static bool
+claim_probe_live(ClaimProbe *pr, ItemPointer tid)
+{
+	if (VM_ALL_VISIBLE(pr->heap, ItemPointerGetBlockNumber(tid), &pr->vmbuf))
+		return true;
+	if (pr->slot == NULL)
+		pr->slot = table_slot_create(pr->heap, NULL);
+	if (!index_fetch_heap(pr->scan, pr->slot))
+		return false;
+	ExecClearTuple(pr->slot);
+	/* an MVCC snapshot sees one version of a HOT chain at most */
+	if (pr->scan->xs_heap_continue)
+		elog(ERROR, "ntask: the probe of expired leases met a non-MVCC snapshot");
+	return true;
+}
+
+/*
+ * claim_probe_read
+ *		One descent with the probe's keys, then its entries in the
+ *		index's order (priority DESC, lease_until): the first entry of a
+ *		priority is its earliest lease.  *p: the priority of the last
+ *		entry read.
+ */
+static ClaimProbeRead
+claim_probe_read(ClaimProbe *pr, int32 *p)
+{
+	ItemPointer tid;
+
+	index_rescan(pr->scan, pr->keys, lengthof(pr->keys), NULL, 0);
+	pr->descents++;
+	while ((tid = index_getnext_tid(pr->scan, ForwardScanDirection)) != NULL)
+	{
+		bool		isnull;
+
+		CHECK_FOR_INTERRUPTS();
+		*p = DatumGetInt32(index_getattr(pr->scan->xs_itup, CLAIM_LEASE_IDX_PRIORITY,
+										 pr->scan->xs_itupdesc, &isnull));
+		if (DatumGetTimestampTz(index_getattr(pr->scan->xs_itup, CLAIM_LEASE_IDX_UNTIL,
+											  pr->scan->xs_itupdesc, &isnull)) > pr->ts)
+			return CLAIM_PROBE_PAST;
+		if (claim_probe_live(pr, tid))
+			return CLAIM_PROBE_EXPIRED;
+	}
+	return CLAIM_PROBE_END;
+}
+
+/* claim_probe_key: the probe's key i, on column attno */
+static void
+claim_probe_key(ClaimProbe *pr, int i, AttrNumber attno, StrategyNumber strategy,
+				RegProcedure proc, Oid collation, Datum arg)
+{
+	ScanKeyEntryInitialize(&pr->keys[i], 0, attno, strategy, InvalidOid, collation,
+						   proc, arg);
+}
+
+/*
+ * claim_probe_range
+ *		Whether an expired lease is live at a priority in [lo, hi] (lo
+ *		above 0 or hi below it): a loose scan, a descent per priority
+ *		whose earliest lease ends after ts (to pass the rest of it by);
+ *		true also ("maybe") once the probe made CLAIM_PROBE_DESCENTS.
+ */
+static bool
+claim_probe_range(ClaimProbe *pr, int32 lo, int32 hi)
+{
+	int32		p = hi;
+
+	claim_probe_key(pr, 1, CLAIM_LEASE_IDX_PRIORITY, BTGreaterEqualStrategyNumber,
+					F_INT4GE, InvalidOid, Int32GetDatum(lo));
+	for (;;)
+	{
+		if (pr->descents >= CLAIM_PROBE_DESCENTS)
+			return true;
+		claim_probe_key(pr, 2, CLAIM_LEASE_IDX_PRIORITY, BTLessEqualStrategyNumber,
+						F_INT4LE, InvalidOid, Int32GetDatum(hi));
+		switch (claim_probe_read(pr, &p))
+		{
+			case CLAIM_PROBE_EXPIRED:
+				return true;
+			case CLAIM_PROBE_END:
+				return false;
+			case CLAIM_PROBE_PAST:
+				break;
+		}
+		if (p <= lo)
+			return false;
+		hi = p - 1;
+	}
+}
+
+/*
+ * claim_lease_expired
+ *		Whether queue may have an expired lease (lease_until <= now) in
+ *		the relation the call's pick reads: false only when it has none
+ *		in a snapshot taken now; true when it has one, or when the probe
+ *		cannot tell (no such index, one of another shape, more than
+ *		CLAIM_PROBE_DESCENTS descents).  A true answer sends the claim to
+ *		the merged pick, which decides again per priority in its own
+ *		snapshot, so a "maybe" costs time, never a wrong answer.
+ *
+ *		Index scans of task_lease_idx (queue, priority DESC, lease_until,
+ *		task_id) in C whose keys all bound the scan, so that a scan stops
+ *		at the first entry past them (a btree reads a leaf page's entries
+ *		until a key that bounds the scan fails: with keys that only the
+ *		queue and a range of priorities bound, it would read the whole
+ *		page of the leases of the queue's claims since the last vacuum,
+ *		measured at 2-3% of a drained task's CPU): priority 0 with
+ *		lease_until <= now, the priorities above 0, those below (a loose
+ *		scan each, claim_probe_range).  An entry up to now is an expired
+ *		lease if its row is live (claim_probe_live).  A queue whose
+ *		tasks keep priority 0: three descents, at most one entry read
+ *		each when no lease expired.  No other role can reach the answer:
+ *		it is the index as this backend reads it, nothing kept.
+ */
+static bool
+claim_lease_expired(Datum queue, Datum now)
+{
+	Oid			indexoid = claim_lease_idx();
+	Oid			heapoid;
+	Relation	index;
+	ClaimProbe	pr;
+	Snapshot	snap;
+	bool		expired;
+	int32		p;
+
+	if (!OidIsValid(indexoid) ||
+		!OidIsValid(heapoid = IndexGetRelation(indexoid, true)))
+		return true;
+	pr.heap = table_open(heapoid, AccessShareLock);
+	index = index_open(indexoid, AccessShareLock);
+	if (!claim_lease_idx_fits(index))
+	{
+		index_close(index, NoLock);
+		table_close(pr.heap, NoLock);
+		return true;
+	}
+	/* this transaction's own writes so far too (transition_and_claim's) */
+	CommandCounterIncrement();
+	snap = RegisterSnapshot(GetLatestSnapshot());
+	pr.scan = NtaskIndexBeginscan(pr.heap, index, snap, lengthof(pr.keys), 0);
+	pr.scan->xs_want_itup = true;
+	pr.collation = index->rd_indcollation[CLAIM_LEASE_IDX_QUEUE - 1];
+	pr.ts = DatumGetTimestampTz(now);
+	pr.vmbuf = InvalidBuffer;
+	pr.slot = NULL;
+	pr.descents = 0;
+	claim_probe_key(&pr, 0, CLAIM_LEASE_IDX_QUEUE, BTEqualStrategyNumber, F_TEXTEQ,
+					pr.collation, queue);
+	/* priority 0, where most leases are: only its entries up to now */
+	claim_probe_key(&pr, 1, CLAIM_LEASE_IDX_PRIORITY, BTEqualStrategyNumber, F_INT4EQ,
+					InvalidOid, Int32GetDatum(0));
+	claim_probe_key(&pr, 2, CLAIM_LEASE_IDX_UNTIL, BTLessEqualStrategyNumber,
+					F_TIMESTAMPTZ_LE, InvalidOid, now);
+	expired = claim_probe_read(&pr, &p) == CLAIM_PROBE_EXPIRED ||
+		claim_probe_range(&pr, 1, PG_INT32_MAX) ||
+		claim_probe_range(&pr, PG_INT32_MIN, -1);
+	if (BufferIsValid(pr.vmbuf))
+		ReleaseBuffer(pr.vmbuf);
+	index_endscan(pr.scan);
+	if (pr.slot != NULL)
+		ExecDropSingleTupleTableSlot(pr.slot);
+	UnregisterSnapshot(snap);
+	index_close(index, NoLock);
+	table_close(pr.heap, NoLock);
+	return expired;
+}
+
+/*
  * claim_plain_run
  *		The plain pick (claim_pick_pair) within shard sv, or, once the
  *		queue is known to have paused keys, the one that passes them by.
  *		On a plain install a constant LIMIT for the plan; the executor
  *		stops at want rows.
+ *
+ *		On one node (a plain install, the direct path) the probe in C
+ *		(claim_lease_expired) decides first: no expired lease in the
+ *		queue, the gateless pick (CLAIM_PICK_READY_ONLY, the statement
+ *		almost every claim runs); maybe one, the merged pick from the
+ *		highest priority down (CLAIM_PICK_MERGED, $8 the largest
+ *		priority), which per priority gates again and takes an expired
+ *		lease over at its place.  Routed (the shard on another node, where
+ *		no probe in C reaches): the gated pick (CLAIM_PICK), and after its
+ *		marker the merged pick from the marker's priority down.
  */
 static int
 claim_plain_run(Datum *args, int16 sv, int want, ClaimPolicy *pol,
 				SPITupleTable **rows)
 {
+	NtaskPair  *merged = pol->keys_paused ? &claim_merged_keys_pair : &claim_merged_pair;
 	SPITupleTable *more;
 	int			n;
 	int			m;
@@ -1845,9 +2154,15 @@ claim_plain_run(Datum *args, int16 sv, int want, ClaimPolicy *pol,
 	/* $6 is declared by both routed picks, read by the keys-paused ones */
 	args[CLAIM_PICK_ARG_PAUSED_KEYS] = pol->keys_paused ? pol->paused_keys :
 		claim_no_keys();
+	if (NtaskCallPath() != NTASK_PATH_ROUTED &&
+		claim_lease_expired(args[CLAIM_PICK_ARG_QUEUE], args[CLAIM_PICK_ARG_NOW]))
+	{
+		args[CLAIM_PICK_ARG_FROM] = Int32GetDatum(PG_INT32_MAX);
+		return claim_run(merged, args, want, rows);
+	}
 	n = claim_run(pol->keys_paused ? &claim_pick_keys_pair : &claim_pick_pair,
 				  args, want, rows);
-	/* a marker row: an expired lease at its priority (CLAIM_PICK) */
+	/* a marker row (routed only): an expired lease at its priority (CLAIM_PICK) */
 	for (k = 0; k < n; k++)
 	{
 		bool		isnull;
@@ -1863,8 +2178,7 @@ claim_plain_run(Datum *args, int16 sv, int want, ClaimPolicy *pol,
 	args[CLAIM_PICK_ARG_LIMIT] = Int32GetDatum(want - k);
 	args[CLAIM_PICK_ARG_FROM] = Int32GetDatum((int32)
 											  NtaskTupGetInt64(*rows, k, CLAIM_PICK_TOKEN));
-	m = claim_run(pol->keys_paused ? &claim_merged_keys_pair : &claim_merged_pair,
-				  args, want - k, &more);
+	m = claim_run(merged, args, want - k, &more);
 	/*
 	 * The rows of the higher priorities, then these: (*rows) has room, as
 	 * its markers filled the claim's count (want rows at least).

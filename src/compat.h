@@ -100,6 +100,19 @@ object_ownercheck(Oid classid, Oid objectid, Oid roleid)
 #define NtaskGucMalloc(size) malloc(size)
 #endif
 
+/*
+ * 18 gave index_beginscan() an instrumentation argument (EXPLAIN's counts
+ * of an index scan; NULL: none); claim.c's probe of expired leases scans
+ * an index in C.
+ */
+#if PG_VERSION_NUM >= 180000
+#define NtaskIndexBeginscan(heap, index, snap, nkeys, norderbys) \
+	index_beginscan((heap), (index), (snap), NULL, (nkeys), (norderbys))
+#else
+#define NtaskIndexBeginscan(heap, index, snap, nkeys, norderbys) \
+	index_beginscan((heap), (index), (snap), (nkeys), (norderbys))
+#endif
+
 /* intervals can be infinite from 17 on */
 #if PG_VERSION_NUM >= 170000
 #define NtaskIntervalNotFinite(iv) INTERVAL_NOT_FINITE(iv)

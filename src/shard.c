@@ -1842,6 +1842,29 @@ NtaskCallPath(void)
 }
 
 /*
+ * NtaskDirectTaskIndex
+ *		On the direct path, the index of the call's task shard relation
+ *		that Citus made from ntask.task's index name: <name>_<shardid>, in
+ *		the shard's schema, ntask (Citus names a shard's indexes so,
+ *		relay_event_utility.c: AppendShardIdToName); InvalidOid off the
+ *		direct path or when there is none by that name.  For a scan in C
+ *		of the shard's own index (claim.c's probe of expired leases).
+ */
+Oid
+NtaskDirectTaskIndex(const char *name)
+{
+	char		buf[NAMEDATALEN * 2];
+
+	if (direct_call == NULL)
+		return InvalidOid;
+	snprintf(buf, sizeof(buf), "%s_" INT64_FORMAT, name,
+			 direct_call->ids[DIRECT_REL_TASK]);
+	if (strlen(buf) >= NAMEDATALEN)
+		return InvalidOid;
+	return get_relname_relid(buf, get_namespace_oid("ntask", true));
+}
+
+/*
  * NtaskExecPair
  *		Run pair's variant of the call's path (NtaskCallPath): its before,
  *		its plan (NtaskExecPlanCount with its rc and count), its after.

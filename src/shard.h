@@ -86,6 +86,7 @@ typedef enum NtaskPath
 } NtaskPath;
 
 extern NtaskPath NtaskCallPath(void);
+extern Oid	NtaskDirectTaskIndex(const char *name);
 
 /*
  * The direct path (docs/scaling.md "The direct shard path"): a
