@@ -246,10 +246,9 @@ nw_gated(text *queue, bool *gate, NwLook *lk)
  *		if of one shard, 0).  A waiting claim on the direct path asks the
  *		shards of its walk only (the _on form's, or this worker node's
  *		own): each on its group where the look entered it, else routed
- *		(NtaskDirectLookUse), and never another node's, whose routed read
- *		would open a Citus coordinated transaction and send every later
- *		look routed (docs/scaling.md "The waiting claim on the direct
- *		path").
+ *		(NtaskDirectLookUse), and never another node's: a routed read
+ *		there, at each look that finds nothing, for tasks the walk cannot
+ *		take (docs/scaling.md "The waiting claim on the direct path").
  */
 static TimestampTz
 nw_next_due(text *queue, TimestampTz after)

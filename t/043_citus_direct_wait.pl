@@ -41,27 +41,14 @@ require NtaskCitus;
 NtaskCitus::require_citus();
 NtaskCitus->import(qw(connect_to wait_for));
 
-my $c = NtaskCitus::setup('dwait', moves => 1, orphans => 1);
+# every node logs the direct path's DEBUG1 lines (pid_paths reads the workers')
+my $c = NtaskCitus::setup('dwait', moves => 1, orphans => 1, conf => "log_min_messages = debug1\n");
 my $co = $c->{coord};
-my @workers = @{ $c->{workers} };
-for my $w (@workers)
-{
-	$w->safe_psql('postgres', 'ALTER SYSTEM SET log_min_messages = debug1; SELECT pg_reload_conf()');
-}
 my $q = $c->{q};
 my $shard = $q->("SELECT min(shard) FROM ntask.shard_map");
 
 # a key of $queue in shard $sh (ntask_shard), with prefix $p
-my $kn = 0;
-sub key_in
-{
-	my ($queue, $sh, $p) = @_;
-	while (1)
-	{
-		$kn++;
-		return "$p$kn" if $q->("SELECT ntask_shard('$queue', '$p$kn')") == $sh;
-	}
-}
+sub key_in { return NtaskCitus::key_in($c, @_); }
 
 # the path lines of backend $pid in $node's log since $off, shard numbers
 # kept (NtaskCitus::paths reads every backend's)
