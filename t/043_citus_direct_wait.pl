@@ -26,6 +26,10 @@
 # force_logical) completes without waiting for it; the claim, then woken
 # by an enqueue on its node, gets the task from the new placement
 # (routed), and nothing is written into the orphan.
+# Part 3: a look racing a move, both modes, t/028's races: the move waits
+# for a look that holds the lock; a look that waited for a block_writes
+# move runs routed, the orphan untouched; one during a force_logical
+# catch-up runs directly and its lease is carried over.
 
 use strict;
 use warnings;
@@ -39,7 +43,7 @@ use Time::HiRes qw(sleep time);
 
 require NtaskCitus;
 NtaskCitus::require_citus();
-NtaskCitus->import(qw(connect_to wait_for));
+NtaskCitus->import(qw(connect_to wait_for race_move));
 
 # every node logs the direct path's DEBUG1 lines (pid_paths reads the workers')
 my $c = NtaskCitus::setup('dwait', moves => 1, orphans => 1, conf => "log_min_messages = debug1\n");
@@ -258,6 +262,43 @@ for my $mode ('block_writes', 'force_logical')
 		$orphan_before, "$tag: nothing was written into the orphan");
 	like($orphan_before, qr/\b$later:ready:0\b/, "$tag: the orphan has the task the move copied, as it was");
 	NtaskCitus::drop_orphans($c);
+}
+
+# ---------------------------------------------------------------------
+# Part 3: a look racing a move (NtaskCitus::race_move, as t/028 Part 2):
+# (a) call_first, the look holds its group's lock and waits for the shard
+# relation: the move waits for it; (b) move_first, block_writes: the look
+# waits for the move, finds the placement gone and runs routed, the
+# orphan's row as the move copied it; force_logical: the look runs
+# directly during the catch-up, its lease carried over
+# ---------------------------------------------------------------------
+$q->("SELECT count(*) FROM ntask_queue_set('rq', lease => '10 minutes')");
+for my $mode ('block_writes', 'force_logical')
+{
+	for my $kind ('call_first', 'move_first')
+	{
+		my $tag = "race ($mode, $kind)";
+		NtaskCitus::drop_orphans($c);
+		my $id = $q->("SELECT task_id FROM ntask_enqueue('rq', '" . key_in('rq', $shard, "r$mode$kind") . "', '{}')");
+		my ($shardid, $src, $dst) = NtaskCitus::placement($c, $shard);
+		my ($rows, $err, $move_waited, $off) = race_move($c, src => $src, dst => $dst,
+			shardid => $shardid, mode => $mode, kind => $kind, tag => $tag, like => '%ntask\_claim\_on(%',
+			call => "SELECT task_id || ',' || token || ',' || attempt FROM ntask_claim_on(${shard}::smallint, 'rq', 'wr', 1, wait => '30 seconds')");
+		is($err, '', "$tag: the waiting claim ran");
+		my ($cid, $ctok, $catt) = split /,/, $rows->[0][0] // ',,';
+		is("$cid,$catt", "$id,1", "$tag: it got the task, its first attempt");
+		is($q->("SELECT nodeport FROM pg_dist_shard_placement WHERE shardid = $shardid"), $dst->port, "$tag: the shard moved");
+		ok($move_waited, "$tag: the move waited for the look") if $kind eq 'call_first';
+		my @p = NtaskCitus::paths($src, $off);
+		is($p[-1], ($kind eq 'move_first' && $mode eq 'block_writes')
+			? "routed path for shard $shard: the shard's placement is not on this node"
+			: "direct path for shard $shard", "$tag: the look's path") or diag(join("\n", @p));
+		is($q->("SELECT state || ',' || token || ',' || lease_owner FROM ntask.task WHERE task_id = $id"),
+			"leased,$ctok,wr", "$tag: the new placement has the lease and its token");
+		is($src->safe_psql('postgres', "SELECT state || ',' || token FROM ntask.task_$shardid WHERE task_id = $id"),
+			'ready,0', "$tag: the orphan's row is as the move copied it")
+		  if $kind eq 'move_first' && $mode eq 'block_writes';
+	}
 }
 
 NtaskCitus::stop($c);
