@@ -1309,7 +1309,9 @@ static int64
 direct_xact_now(void)
 {
 	MemoryContext oldcxt;
-	int64		xact;
+	Oid			save_userid;
+	int			save_sec_context;
+	volatile int64 xact = 0;
 
 	if (direct_lock_cxt == NULL)
 		direct_lock_cxt = AllocSetContextCreate(TopMemoryContext, "ntask direct lock",
@@ -1317,9 +1319,20 @@ direct_xact_now(void)
 	MemoryContextReset(direct_lock_cxt);
 	oldcxt = MemoryContextSwitchTo(direct_lock_cxt);
 	direct_fns_load();
-	direct_fn_check(&direct_xact_fn);
-	xact = direct_xact_number(FunctionCall0Coll(&direct_xact_fn, InvalidOid));
-	MemoryContextSwitchTo(oldcxt);
+	/* as the owner of schema ntask, as direct_lock calls it */
+	GetUserIdAndSecContext(&save_userid, &save_sec_context);
+	PG_TRY();
+	{
+		SetUserIdAndSecContext(NtaskOwner(), save_sec_context | SECURITY_LOCAL_USERID_CHANGE);
+		direct_fn_check(&direct_xact_fn);
+		xact = direct_xact_number(FunctionCall0Coll(&direct_xact_fn, InvalidOid));
+	}
+	PG_FINALLY();
+	{
+		SetUserIdAndSecContext(save_userid, save_sec_context);
+		MemoryContextSwitchTo(oldcxt);
+	}
+	PG_END_TRY();
 	MemoryContextReset(direct_lock_cxt);
 	return xact;
 }

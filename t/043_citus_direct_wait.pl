@@ -20,7 +20,8 @@
 # transaction block), one with work due at once, the plain claim's
 # walk of the node's shards, a takeover of an invoked attempt, the wait's
 # end, a cancel; with it on every look of the waiting claims ran directly,
-# and a queue with a cap still goes routed after its pick.
+# and a queue with a cap still goes routed after its pick; a login role
+# with ntask_worker (a library's) claims directly as well.
 # Part 2: while a waiting claim sleeps it holds no lock of its group (no
 # advisory lock in pg_locks), and a move of its shard (block_writes, then
 # force_logical) completes without waiting for it; the claim, then woken
@@ -216,6 +217,31 @@ sub scenario
 	  or diag(join("\n", @one));
 	ok(!grep({ !/ntask.citus_direct is off$/ } map { @$_ } @$rp), 'paths: all routed with ntask.citus_direct off')
 	  or diag(join("\n", map { @$_ } @$rp));
+}
+
+# a worker library's role (ntask_worker, not the owner): its waiting claim
+# takes the direct path too (the interlock's calls of Citus' functions run
+# as the owner of schema ntask)
+{
+	$q->(q{CREATE ROLE lw LOGIN; GRANT ntask_worker TO lw});
+	$q->("SELECT count(*) FROM ntask_queue_set('lq', lease => '10 minutes')");
+	my (undef, $w) = NtaskCitus::placement($c, $shard);
+	wait_for('the role on the worker node', sub {
+		$w->safe_psql('postgres', q{SELECT count(*) FROM pg_roles WHERE rolname = 'lw' AND rolcanlogin}) == 1 });
+	my $off = -s $w->logfile;
+	my $dbh = DBI->connect('dbi:Pg:dbname=postgres;host=' . $w->host . ';port=' . $w->port, 'lw', '',
+		{ AutoCommit => 1, RaiseError => 1, PrintError => 0 });
+	my $pid = $dbh->{pg_pid};
+	my $sth = $dbh->prepare("SELECT task_id FROM ntask_claim('lq', 'lw1', 1, wait => '60 seconds')",
+		{ pg_async => DBD::Pg::PG_ASYNC() });
+	$sth->execute;
+	wait_for('the role\'s claim sleeps', sub {
+		$w->safe_psql('postgres', "SELECT count(*) FROM pg_stat_activity WHERE pid = $pid AND wait_event_type = 'Extension'") > 0 });
+	my $id = $w->safe_psql('postgres', "SELECT task_id FROM ntask_enqueue('lq', '" . key_in('lq', $shard, 'l') . "', '{}')");
+	is(finish_waiter($dbh, $sth), $id, 'a worker role: its waiting claim got the task');
+	my @p = pid_paths($w, $off, $pid);
+	ok(@p >= 2 && !grep({ !/^direct path for shard \d+$/ } @p), 'a worker role: each look ran directly')
+	  or diag(join("\n", @p));
 }
 
 # ---------------------------------------------------------------------
