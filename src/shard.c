@@ -1716,7 +1716,7 @@ NtaskDirectLookEnd(void)
  *		placement changed since its check): true.  Else they run routed
  *		(false), which a direct call may for a read.  *walks: whether the
  *		call's looks take the direct path at all (false: the caller reads
- *		as the routed claim does).
+ *		as the routed claim does); shard -1 asks that only.
  */
 bool
 NtaskDirectLookUse(int16 shard, bool *walks)

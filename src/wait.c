@@ -271,11 +271,15 @@ nw_next_due(text *queue, TimestampTz after)
 	values[NW_NEXT_DUE_ARG_AFTER] = TimestampTzGetDatum(after);
 	for (i = 0; i < Max(nshards, 1); i++)
 	{
-		int16		sv = nshards == 0 ? 0 :
-			walks ? NtaskWalkShardValue(i) : NtaskShardValue(i);
+		int16		sv = 0;
 
 		if (walks)
+		{
+			sv = NtaskWalkShardValue(i);
 			(void) NtaskDirectLookUse(sv, &walks);
+		}
+		else if (nshards > 0)
+			sv = NtaskShardValue(i);
 		values[NW_NEXT_DUE_ARG_SHARD] = Int16GetDatum(sv);
 		(void) NtaskExecPair(&nw_next_due_pair, values, NULL);
 		d = NtaskTupGetDatum(SPI_tuptable, 0, NW_NEXT_DUE_AT, &isnull);
