@@ -23,7 +23,9 @@
 # node through the _on forms with ntask.citus_direct off (r, routed) and
 # on (d, direct), and from the coordinator, delegated (r1, d1): the
 # transition (tr), the heartbeat (hb), the claim of 1 (cl), the drain
-# (dr: claim 1 + transition to succeeded, per task),
+# (dr: claim 1 + transition to succeeded, per task), the drain of a
+# worker library (wdr: the same with the claim's wait => '30 seconds', its
+# first look claiming, as a worker's claim does while work is due),
 # ntask_transition_and_claim of 1 (tac, per task), the enqueue of a fresh
 # key (enq: ntask_enqueue, ntask_enqueue_on on the Citus systems, into
 # queue e, partition key 'p') and the release of a leased task (rel:
@@ -337,6 +339,12 @@ if ($parts{calls})
 		  . "SELECT result FROM ntask_transition(:id, :tok, 'succeeded') \\gset\n",
 		dr_on => "SELECT task_id AS id, token AS tok FROM ntask_claim_on(${S}::smallint, 'b', 'w', 1) \\gset\n"
 		  . "SELECT result FROM ntask_transition_on(${S}::smallint, :id, :tok, 'succeeded') \\gset\n",
+		# the drain of a worker library: its claim waits (work due at once:
+		# the wait's first look claims, no sleep), then the transition
+		wdr => "SELECT task_id AS id, token AS tok FROM ntask_claim('b', 'w', 1, wait => '30 seconds') \\gset\n"
+		  . "SELECT result FROM ntask_transition(:id, :tok, 'succeeded') \\gset\n",
+		wdr_on => "SELECT task_id AS id, token AS tok FROM ntask_claim_on(${S}::smallint, 'b', 'w', 1, wait => '30 seconds') \\gset\n"
+		  . "SELECT result FROM ntask_transition_on(${S}::smallint, :id, :tok, 'succeeded') \\gset\n",
 		# the worker's loop in one call: finish the task held, claim the next
 		tac => "SELECT task_id AS id, token AS tok FROM ntask_transition_and_claim(:id, :tok, 'succeeded', 'b', 'w', 1) \\gset\n",
 		tac_on => "SELECT task_id AS id, token AS tok FROM ntask_transition_and_claim_on(${S}::smallint, :id, :tok, 'succeeded', 'b', 'w', 1) \\gset\n",
@@ -369,6 +377,7 @@ if ($parts{calls})
 	my @calls = split ' ', ($ENV{BENCH_CALLS} // 'tr hb cl dr tac');
 	my %cname = (tr => 'ntask_transition', hb => 'ntask_heartbeat', cl => 'ntask_claim of 1',
 		dr => 'drain: claim 1 + transition (per task)',
+		wdr => 'drain: waiting claim of 1 + transition (per task)',
 		tac => 'ntask_transition_and_claim of 1 (per task)',
 		enq => 'ntask_enqueue of a fresh key', rel => 'ntask_release of a leased task');
 	my %cres;
@@ -382,7 +391,7 @@ if ($parts{calls})
 			{
 				my $D = '';
 				my $t = $N;
-				if ($call eq 'cl' || $call eq 'dr' || $call eq 'tac')
+				if ($call eq 'cl' || $call eq 'dr' || $call eq 'wdr' || $call eq 'tac')
 				{
 					load($owner, $owner != $plain);
 				}

@@ -3346,7 +3346,7 @@ ntask_claim(PG_FUNCTION_ARGS)
 		return (Datum) 0;
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
-	/* its walk on the direct path where it may (shard.c) */
+	/* its walk on the direct path where it may (shard.c), a wait's look by look */
 	NtaskDirectClaimBegin(fcinfo, wait_usecs > 0);
 	if (wait_usecs > 0)
 		(void) NtaskClaimWait(&c, wait_usecs, NtaskClaimInto);

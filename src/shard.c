@@ -641,6 +641,33 @@ static bool direct_wrote = false;
 static bool direct_skip = false;
 static uint64 direct_serial = 0;
 
+/*
+ * The claim call's own decision, made at its start (NtaskDirectClaimBegin,
+ * outside any subtransaction: inside one IsTransactionBlock() is true),
+ * which each look of a waiting claim starts from again
+ * (NtaskDirectLookBegin): direct_claim_call, its walk may take the direct
+ * path; direct_claim_call_why, why not.
+ */
+static bool direct_claim_call = false;
+static const char *direct_claim_call_why = NULL;
+
+/*
+ * A waiting claim found no Citus coordinated transaction at its start
+ * (NtaskDirectClaimBegin): one its looks find later is its own.  Citus
+ * opens one for a routed read in a transaction block (adaptive_executor.c:
+ * DecideTransactionPropertiesForTaskList, for the whole task list, local
+ * tasks too: executor_util_tasks.c, TaskListRequiresRollback, a read-only
+ * task "SelectOpensTransactionBlock && IsTransactionBlock()"), and inside
+ * a look's subtransaction IsTransactionBlock() is true: the look's own
+ * routed reads (the gate, the queue read, the shard map) open one, as
+ * they do in a routed waiting claim.  A look that wrote routed ends the
+ * call (it is kept), and one rolled back took its remote writes with it
+ * (Citus rolls its remote transactions back to the look's savepoint), so
+ * what an earlier look left is at most a remote read, which a direct call
+ * may make.  docs/scaling.md "The waiting claim on the direct path".
+ */
+static bool direct_xact_ours = false;
+
 /* direct_set: the call's group (NULL: none), told to spi_util.c too */
 static void
 direct_set(DirectGroup *g)
@@ -659,6 +686,9 @@ direct_claim_reset(void)
 	direct_claim_why = NULL;
 	direct_wrote = false;
 	direct_skip = false;
+	direct_claim_call = false;
+	direct_claim_call_why = NULL;
+	direct_xact_ours = false;
 }
 
 /*
@@ -1263,10 +1293,48 @@ direct_lock_ids(const int64 *ids, int n)
 			ReThrowError(edata);
 		return "the shard's id is gone (a split)";
 	}
-	if (lock.xact != 0)
+	if (lock.xact != 0 && !direct_xact_ours)
 		return "a Citus coordinated transaction is open";
 	AcceptInvalidationMessages();
 	return NULL;
+}
+
+/*
+ * direct_xact_now
+ *		Citus' distributed transaction number now (0: no coordinated
+ *		transaction), read as direct_lock reads it, without the lock: a
+ *		waiting claim's start.
+ */
+static int64
+direct_xact_now(void)
+{
+	MemoryContext oldcxt;
+	Oid			save_userid;
+	int			save_sec_context;
+	volatile int64 xact = 0;
+
+	if (direct_lock_cxt == NULL)
+		direct_lock_cxt = AllocSetContextCreate(TopMemoryContext, "ntask direct lock",
+												ALLOCSET_SMALL_SIZES);
+	MemoryContextReset(direct_lock_cxt);
+	oldcxt = MemoryContextSwitchTo(direct_lock_cxt);
+	direct_fns_load();
+	/* as the owner of schema ntask, as direct_lock calls it */
+	GetUserIdAndSecContext(&save_userid, &save_sec_context);
+	PG_TRY();
+	{
+		SetUserIdAndSecContext(NtaskOwner(), save_sec_context | SECURITY_LOCAL_USERID_CHANGE);
+		direct_fn_check(&direct_xact_fn);
+		xact = direct_xact_number(FunctionCall0Coll(&direct_xact_fn, InvalidOid));
+	}
+	PG_FINALLY();
+	{
+		SetUserIdAndSecContext(save_userid, save_sec_context);
+		MemoryContextSwitchTo(oldcxt);
+	}
+	PG_END_TRY();
+	MemoryContextReset(direct_lock_cxt);
+	return xact;
 }
 
 /*
@@ -1559,10 +1627,14 @@ NtaskDirectBeginShard(FunctionCallInfo fcinfo, int16 shard, const char *unless)
 /*
  * NtaskDirectClaimBegin
  *		A claim's start (ntask_claim, its _on form): whether its walk may
- *		take the direct path, shard by shard (NtaskDirectClaimShard); not a
- *		waiting claim (may_wait), nor where NtaskDirectBegin's call checks
- *		fail.  Nothing is locked or read here but the layout.  In SPI, until
- *		NtaskDirectEnd.
+ *		take the direct path, shard by shard (NtaskDirectClaimShard); not
+ *		where NtaskDirectBegin's call checks fail.  A waiting claim
+ *		(may_wait) takes it too, look by look (NtaskDirectLookBegin,
+ *		NtaskDirectLookEnd): these checks are the call's, made here once,
+ *		before its first look's subtransaction, and so is its check of a
+ *		Citus coordinated transaction (direct_xact_ours).  Nothing is
+ *		locked or read here but the layout (and, for a wait, Citus'
+ *		transaction number).  In SPI, until NtaskDirectEnd.
  */
 void
 NtaskDirectClaimBegin(FunctionCallInfo fcinfo, bool may_wait)
@@ -1572,14 +1644,101 @@ NtaskDirectClaimBegin(FunctionCallInfo fcinfo, bool may_wait)
 	direct_claim_reset();
 	direct_set(NULL);
 	direct_claim_why = direct_call_why(fcinfo, &quiet);
-	if (direct_claim_why == NULL && may_wait)
-		direct_claim_why = "a waiting claim";
 	if (direct_claim_why == NULL && !direct_whole_statement(fcinfo))
 		direct_claim_why = "not the whole statement";
+	/*
+	 * A waiting claim: the coordinated transaction's check here, before its
+	 * looks' subtransactions, where Citus would open one for its own reads
+	 * (direct_xact_ours)
+	 */
+	if (direct_claim_why == NULL && !quiet && may_wait)
+	{
+		if (direct_xact_now() != 0)
+			direct_claim_why = "a Citus coordinated transaction is open";
+		else
+			direct_xact_ours = true;
+	}
 	if (quiet)
 		direct_claim_why = NULL;	/* nothing to say: no log line */
 	direct_claim = direct_claim_why == NULL && !quiet;
+	direct_claim_call = direct_claim;
+	direct_claim_call_why = direct_claim_why;
 	direct_serial++;
+}
+
+/*
+ * NtaskDirectLookBegin
+ *		A look of a waiting claim starts, in its own subtransaction (wait.c,
+ *		nw_look): the claim's state of the path is the call's again
+ *		(NtaskDirectClaimBegin's decision; nothing written, no shard
+ *		skipped, no group), and under a new serial, so that every group
+ *		its walk reaches is locked again (direct_enter): the lock an
+ *		earlier look took went with that look's rollback.  The
+ *		invalidations first, so that a move committed during the sleep is
+ *		known to the walk's list of this node's shards (NtaskClaimInto
+ *		reads it again).  docs/scaling.md "The waiting claim on the direct
+ *		path".
+ */
+void
+NtaskDirectLookBegin(void)
+{
+	direct_serial++;
+	direct_claim = direct_claim_call;
+	direct_claim_why = direct_claim_call_why;
+	direct_wrote = false;
+	direct_skip = false;
+	direct_set(NULL);
+	if (direct_claim)
+		AcceptInvalidationMessages();
+}
+
+/*
+ * NtaskDirectLookEnd
+ *		A look of a waiting claim was rolled back, the locks it took with
+ *		it (its groups' metadata locks too): no group is the call's, none
+ *		counts as locked by the claim (a new serial).  Also on an error's
+ *		rollback.
+ */
+void
+NtaskDirectLookEnd(void)
+{
+	direct_serial++;
+	direct_skip = false;
+	direct_set(NULL);
+}
+
+/*
+ * NtaskDirectLookUse
+ *		In a look of a waiting claim on the direct path (the call's
+ *		decision), after its claim found nothing: the statements from here
+ *		on (wait.c's read of the queue's next due time) run on shard's group
+ *		when this look entered it (locked under the look's serial, no
+ *		placement changed since its check): true.  Else they run routed
+ *		(false), which a direct call may for a read.  *walks: whether the
+ *		call's looks take the direct path at all (false: the caller reads
+ *		as the routed claim does); shard -1 asks that only.
+ */
+bool
+NtaskDirectLookUse(int16 shard, bool *walks)
+{
+	int			i;
+
+	*walks = direct_claim_call;
+	direct_skip = false;
+	if (direct_claim_call)
+		for (i = 0; i < direct_ngroups; i++)
+		{
+			DirectGroup *g = &direct_groups[i];
+
+			if (g->shard == shard && g->locked == direct_serial &&
+				g->checked == shard_inval_generation)
+			{
+				direct_set(g);
+				return true;
+			}
+		}
+	direct_set(NULL);
+	return false;
 }
 
 /*

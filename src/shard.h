@@ -119,6 +119,16 @@ extern void NtaskDirectEnd(void);
  * (false: it was, the claim stops); NtaskDirectEnd ends it.
  */
 extern void NtaskDirectClaimBegin(FunctionCallInfo fcinfo, bool may_wait);
+/*
+ * A waiting claim on the direct path (wait.c): each look, in its own
+ * subtransaction, starts with NtaskDirectLookBegin (the call's decision
+ * again, every group to be locked again) and, when rolled back, ends with
+ * NtaskDirectLookEnd (its locks are gone); NtaskDirectLookUse runs the
+ * look's next-due read on a group the look entered.
+ */
+extern void NtaskDirectLookBegin(void);
+extern void NtaskDirectLookEnd(void);
+extern bool NtaskDirectLookUse(int16 shard, bool *walks);
 extern void NtaskDirectClaimAfter(void);
 extern NtaskPath NtaskDirectBeginUnless(FunctionCallInfo fcinfo, const int64 *task_ids,
 										int n, const char *unless);

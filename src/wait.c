@@ -20,7 +20,11 @@
  *
  * What a waiting claim holds while it sleeps: no row or relation lock
  * (every look runs in an internal subtransaction, rolled back when it
- * claimed nothing and wrote nothing, which releases the locks it took), no
+ * claimed nothing and wrote nothing, which releases the locks it took;
+ * on a Citus worker node's direct path, the metadata lock of each shard
+ * group the look entered too, so that a move of the shard never waits for
+ * the sleep: NtaskDirectLookBegin and NtaskDirectLookEnd make the next
+ * look lock, take in the invalidations and check again), no
  * transaction id (it refuses to run in a transaction that has one; only a
  * look that picked tasks a per-key limit then held back leaves one), and
  * the snapshot of its statement: the vacuum horizon is held for at most
@@ -239,7 +243,12 @@ nw_gated(text *queue, bool *gate, NwLook *lk)
  * nw_next_due
  *		The queue's earliest due time after after (0: none): one statement
  *		per shard value on a distributed install, one on a plain one (as
- *		if of one shard, 0).
+ *		if of one shard, 0).  A waiting claim on the direct path asks the
+ *		shards of its walk only (the _on form's, or this worker node's
+ *		own): each on its group where the look entered it, else routed
+ *		(NtaskDirectLookUse), and never another node's: a routed read
+ *		there, at each look that finds nothing, for tasks the walk cannot
+ *		take (docs/scaling.md "The waiting claim on the direct path").
  */
 static TimestampTz
 nw_next_due(text *queue, TimestampTz after)
@@ -249,13 +258,29 @@ nw_next_due(text *queue, TimestampTz after)
 	bool		isnull;
 	Datum		d;
 	int			nshards = NtaskShardCount();
+	bool		walks = false;
 	int			i;
 
+	if (nshards > 0)
+	{
+		(void) NtaskDirectLookUse(-1, &walks);
+		if (walks)
+			nshards = NtaskWalkShardCount();
+	}
 	values[NW_NEXT_DUE_ARG_QUEUE] = PointerGetDatum(queue);
 	values[NW_NEXT_DUE_ARG_AFTER] = TimestampTzGetDatum(after);
 	for (i = 0; i < Max(nshards, 1); i++)
 	{
-		values[NW_NEXT_DUE_ARG_SHARD] = Int16GetDatum(nshards > 0 ? NtaskShardValue(i) : 0);
+		int16		sv = 0;
+
+		if (walks)
+		{
+			sv = NtaskWalkShardValue(i);
+			(void) NtaskDirectLookUse(sv, &walks);
+		}
+		else if (nshards > 0)
+			sv = NtaskShardValue(i);
+		values[NW_NEXT_DUE_ARG_SHARD] = Int16GetDatum(sv);
 		(void) NtaskExecPair(&nw_next_due_pair, values, NULL);
 		d = NtaskTupGetDatum(SPI_tuptable, 0, NW_NEXT_DUE_AT, &isnull);
 		if (!isnull && (next == 0 || DatumGetTimestampTz(d) < next))
@@ -293,6 +318,9 @@ nw_look(ClaimCall *c, int (*claim) (ClaimCall *c), bool *gate, NwLook *lk)
 	{
 		uint64		writes = c->writes;
 
+		/* on the direct path: every group it reaches locked in this look */
+		NtaskDirectLookBegin();
+
 		if (!*gate || !nw_gated(c->queue, gate, lk))
 		{
 			got = claim(c);
@@ -312,6 +340,8 @@ nw_look(ClaimCall *c, int (*claim) (ClaimCall *c), bool *gate, NwLook *lk)
 									   GetCurrentTimestamp() : DT_NOBEGIN);
 			in_subxact = false;
 			RollbackAndReleaseCurrentSubTransaction();
+			/* its groups' metadata locks went with it (shard.c) */
+			NtaskDirectLookEnd();
 		}
 		MemoryContextSwitchTo(oldcxt);
 		CurrentResourceOwner = oldowner;
@@ -324,7 +354,10 @@ nw_look(ClaimCall *c, int (*claim) (ClaimCall *c), bool *gate, NwLook *lk)
 		edata = CopyErrorData();
 		FlushErrorState();
 		if (in_subxact)
+		{
 			RollbackAndReleaseCurrentSubTransaction();
+			NtaskDirectLookEnd();
+		}
 		MemoryContextSwitchTo(oldcxt);
 		CurrentResourceOwner = oldowner;
 		ReThrowError(edata);

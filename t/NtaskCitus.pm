@@ -42,7 +42,7 @@ use Test::More ();
 use POSIX ();
 use Time::HiRes ();
 
-our @EXPORT_OK = qw(connect_to wait_for placement paths drop_orphans lock_waiters race_move);
+our @EXPORT_OK = qw(connect_to wait_for placement key_in paths drop_orphans lock_waiters race_move);
 
 our $VERSION_WANTED = '12.1.6';
 
@@ -235,6 +235,19 @@ sub key_on
 		  = $port ORDER BY i LIMIT 1});
 	die "no key of $queue on $port" if $k eq '';
 	return $k;
+}
+
+# key_in($c, queue, shard value, prefix): a key (prefix || n, n counting
+# up across calls) of the queue in that shard value (ntask_shard)
+my $key_in_n = 0;
+sub key_in
+{
+	my ($c, $queue, $sh, $p) = @_;
+	while (1)
+	{
+		$key_in_n++;
+		return "$p$key_in_n" if $c->{q}->("SELECT ntask_shard('$queue', '$p$key_in_n')") == $sh;
+	}
 }
 
 # paths($node, $offset): the direct path's DEBUG1 decisions in $node's log
