@@ -284,7 +284,12 @@ sub wait_until
 # releases it on the shard's node; then the claim goes on.  The ledger
 # must not show the claim's attempt starting before the released one
 # ended: a claim takes only what was due at its own statement
-# timestamp, the time its lease and its ledger row count from.
+# timestamp, the time its lease and its ledger row count from.  The claim
+# is the routed one (ntask.citus_delegate off): the lock is taken here on
+# the coordinator only, where a routed claim takes it; a delegated claim
+# takes it on the shard's node, where a move's final phase holds it too
+# (LockShardListMetadataOnWorkers), and waits there (t/028's move races on
+# the direct path, t/043's for a waiting claim).
 {
 	$q->("SELECT count(*) FROM ntask_queue_set('tm', lease => '1 minute')");
 	my $tid = $q->("SELECT task_id FROM ntask_enqueue('tm', 'k', '{}')");
@@ -295,6 +300,7 @@ sub wait_until
 	my $x = DBI->connect(dsn($co), '', '', { AutoCommit => 0, RaiseError => 1, PrintError => 0 });
 	$x->do("SELECT lock_shard_metadata(7, ARRAY[$shardid]::bigint[])");
 	my $a = DBI->connect(dsn($co), '', '', { AutoCommit => 1, RaiseError => 1, PrintError => 0 });
+	$a->do('SET ntask.citus_delegate = off');
 	my $sth = $a->prepare("SELECT task_id || ':' || token FROM ntask_claim('tm', 'A', 1)",
 		{ pg_async => DBD::Pg::PG_ASYNC() });
 	$sth->execute;
