@@ -3,18 +3,18 @@
 # test, if any is missing, and the npm packages of examples/node, clients/node
 # and console (npm registry).  Needs root (or sudo).  Run from the top of the tree.
 set -eu
-PKGS="make gcc postgresql-15 postgresql-server-dev-15 postgresql-15-cron libcurl4-openssl-dev libipc-run-perl libdbd-pg-perl python3 clang pgbouncer prometheus-postgres-exporter python3-psycopg libpostgresql-jdbc-java default-jdk-headless"
+PKGS="make gcc postgresql-15 postgresql-server-dev-15 postgresql-15-cron libcurl4-openssl-dev libssl-dev libipc-run-perl libdbd-pg-perl python3 clang pgbouncer prometheus-postgres-exporter python3-psycopg libpostgresql-jdbc-java default-jdk-headless"
 # building PostgreSQL 18 and pg_cron from ../shared/vendor (scripts/pg18.sh)
 # when NTASK_PG includes 18 (scripts/test.sh's default is "15 18")
 case " ${NTASK_PG:-15 18} " in
-	*" 18 "*) PKGS="$PKGS bison flex zlib1g-dev libssl-dev pkg-config" ;;
+	*" 18 "*) PKGS="$PKGS bison flex zlib1g-dev pkg-config" ;;
 esac
 # the Debian package build (scripts/test-deb.sh, NTASK_TEST_DEB=1)
 [ "${NTASK_TEST_DEB:-0}" = 1 ] && PKGS="$PKGS postgresql-server-dev-all debhelper dpkg-dev"
 # the Patroni failover test (t/018_patroni.pl, NTASK_PATRONI=1; docs/ha.md)
 [ "${NTASK_PATRONI:-0}" = 1 ] && PKGS="$PKGS etcd-server patroni"
 # building Citus for the Citus TAP tests on 15 (scripts/citus.sh; unless
-# NTASK_CITUS=0); libcurl and libssl (libpq-dev's) come with the above
+# NTASK_CITUS=0); libcurl and libssl come with the above
 case " ${NTASK_PG:-15 18} " in
 	*" 15 "*) [ "${NTASK_CITUS:-1}" = 1 ] && PKGS="$PKGS liblz4-dev libzstd-dev libkrb5-dev" ;;
 esac

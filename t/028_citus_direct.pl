@@ -293,16 +293,7 @@ is(scalar(grep { /^routed path for shard $shard: ntask.citus_direct is off$/ } @
 # ---------------------------------------------------------------------
 
 # a key of $queue in shard $sh (ntask_shard), with prefix $p
-my $kn = 0;
-sub key_in
-{
-	my ($queue, $sh, $p) = @_;
-	while (1)
-	{
-		$kn++;
-		return "$p$kn" if $q->("SELECT ntask_shard('$queue', '$p$kn')") == $sh;
-	}
-}
+sub key_in { return NtaskCitus::key_in($c, @_); }
 
 # the path lines of one statement, shard numbers dropped, repeats merged
 sub path_summary

@@ -80,16 +80,7 @@ my ($L0, $L1, $L2) = @local;
 my $R0 = $remote[0];
 
 # a key of $queue in shard value $s (ntask_shard), with prefix $p
-my $kn = 0;
-sub key_in
-{
-	my ($queue, $s, $p) = @_;
-	while (1)
-	{
-		$kn++;
-		return "$p$kn" if $q->("SELECT ntask_shard('$queue', '$p$kn')") == $s;
-	}
-}
+sub key_in { return NtaskCitus::key_in($c, @_); }
 
 sub set_direct
 {
