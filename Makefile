@@ -66,7 +66,8 @@ REGRESS = setup enqueue claim fairness flow transition budget replay_cancel rele
 	attempt_row \
 	upgrade_bound \
 	takeover_order \
-	transition_split
+	transition_split \
+	transition_settings
 REGRESS_OPTS = --temp-instance=./tmp_check_regress --temp-config=$(srcdir)/test/ntask.conf
 
 ISOLATION = takeover_w1_w2 claim_skip_locked enqueue_same_key cancel_vs_transition \
