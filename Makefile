@@ -85,7 +85,8 @@ ISOLATION = takeover_w1_w2 claim_skip_locked enqueue_same_key cancel_vs_transiti
 	checkpoint_stale_after_takeover signal_vs_await await_timeout \
 	deps_fan_in_concurrent deps_stale_parent_worker deps_cancel_vs_success \
 	ordered_waiting_head deps_producer_open \
-	claim_wait_woken_by_queue_set
+	claim_wait_woken_by_queue_set \
+	claim_fused_skip_locked
 ISOLATION_OPTS = --temp-instance=./tmp_check_iso --temp-config=$(srcdir)/test/ntask.conf
 
 TAP_TESTS = 1
