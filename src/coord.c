@@ -66,7 +66,11 @@
 #include "spi_util.h"
 #include "wake.h"
 
+#include "access/genam.h"
 #include "access/htup_details.h"
+#include "access/skey.h"
+#include "access/stratnum.h"
+#include "access/table.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
@@ -78,6 +82,10 @@
 #include "parser/parse_func.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
+#include "utils/fmgroids.h"
+#include "utils/rel.h"
+#include "utils/relcache.h"
+#include "utils/snapmgr.h"
 #include "utils/guc.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
@@ -148,6 +156,91 @@ static NtaskPlan coord_queue_shard_plan = {
 };
 
 /*
+ * The columns coord_queue_scan reads, by name; their numbers in the
+ * placement are found once per placement (a placement made after DROP
+ * COLUMN may number them differently).
+ */
+static const char *const coord_queue_cols[] = {
+	"queue", "guard", "max_inflight", "partition_max_inflight", "rate_n",
+	"partition_rate_n", "retry_share", "priority_aging", "ordered", "fairness"
+};
+#define COORD_QCOLS lengthof(coord_queue_cols)
+#define COORD_QCOL_NULLS 8		/* those before "ordered" must be NULL */
+static AttrNumber coord_queue_att[COORD_QCOLS];
+static Oid	coord_queue_att_of = InvalidOid;
+
+/*
+ * coord_queue_scan
+ *		COORD_QUEUE_PLAIN's answer read from the placement relid by its
+ *		primary key, without the executor: 1 plain, 0 not (or no such
+ *		queue), -1 when the placement's columns or key are not the expected
+ *		ones (the caller runs the statement instead).  The snapshot is a
+ *		fresh one, as the statement's in READ COMMITTED would be.
+ */
+static int
+coord_queue_scan(Oid relid, Datum queue)
+{
+	Relation	rel = table_open(relid, AccessShareLock);
+	TupleDesc	desc = RelationGetDescr(rel);
+	Oid			pk;
+	ScanKeyData key;
+	SysScanDesc scan;
+	Snapshot	snap;
+	HeapTuple	tup;
+	int			plain = 0;
+	int			i;
+
+	if (coord_queue_att_of != relid)
+	{
+		coord_queue_att_of = InvalidOid;
+		for (i = 0; i < (int) COORD_QCOLS; i++)
+			if ((coord_queue_att[i] = get_attnum(relid, coord_queue_cols[i])) == InvalidAttrNumber)
+			{
+				table_close(rel, AccessShareLock);
+				return -1;
+			}
+		coord_queue_att_of = relid;
+	}
+	list_free(RelationGetIndexList(rel));
+	pk = rel->rd_pkindex;
+	if (!OidIsValid(pk) ||
+		TupleDescAttr(desc, coord_queue_att[0] - 1)->atttypid != TEXTOID ||
+		TupleDescAttr(desc, coord_queue_att[COORD_QCOLS - 1] - 1)->atttypid != TEXTOID ||
+		TupleDescAttr(desc, coord_queue_att[COORD_QCOLS - 2] - 1)->atttypid != BOOLOID)
+	{
+		table_close(rel, AccessShareLock);
+		return -1;
+	}
+	ScanKeyEntryInitialize(&key, 0, coord_queue_att[0], BTEqualStrategyNumber, InvalidOid,
+						   TupleDescAttr(desc, coord_queue_att[0] - 1)->attcollation,
+						   F_TEXTEQ, queue);
+	snap = RegisterSnapshot(GetLatestSnapshot());
+	scan = systable_beginscan(rel, pk, true, snap, 1, &key);
+	if ((tup = systable_getnext(scan)) != NULL)
+	{
+		bool		isnull;
+		Datum		d;
+
+		plain = 1;
+		for (i = 1; i < COORD_QCOL_NULLS && plain; i++)
+		{
+			(void) heap_getattr(tup, coord_queue_att[i], desc, &isnull);
+			plain = isnull;
+		}
+		d = heap_getattr(tup, coord_queue_att[COORD_QCOLS - 2], desc, &isnull);
+		if (plain && (isnull || DatumGetBool(d)))
+			plain = 0;
+		d = heap_getattr(tup, coord_queue_att[COORD_QCOLS - 1], desc, &isnull);
+		if (plain && (isnull || strcmp(TextDatumGetCString(d), "none") != 0))
+			plain = 0;
+	}
+	systable_endscan(scan);
+	UnregisterSnapshot(snap);
+	table_close(rel, AccessShareLock);
+	return plain;
+}
+
+/*
  * coord_queue_plain
  *		Whether queue is a known queue without a guard, flow control, order,
  *		fairness or aging.  In SPI.
@@ -190,7 +283,13 @@ coord_queue_plain(Datum queue)
 		}
 	}
 	if (coord_queue_rel != NULL)
+	{
+		int			plain = coord_queue_scan(coord_queue_relid, queue);
+
+		if (plain >= 0)
+			return plain == 1;
 		p = &coord_queue_local_plan;
+	}
 	return NtaskExecPlan(p, &queue, NULL, SPI_OK_SELECT) == 1 &&
 		NtaskTupGetBool(SPI_tuptable, 0, 1);
 }
