@@ -158,7 +158,8 @@ static NtaskPlan coord_queue_shard_plan = {
 /*
  * The columns coord_queue_scan reads, by name; their numbers in the
  * placement are found once per placement (a placement made after DROP
- * COLUMN may number them differently).
+ * COLUMN may number them differently) and checked against its
+ * descriptor at every read.
  */
 static const char *const coord_queue_cols[] = {
 	"queue", "guard", "max_inflight", "partition_max_inflight", "rate_n",
@@ -190,6 +191,15 @@ coord_queue_scan(Oid relid, Datum queue)
 	int			plain = 0;
 	int			i;
 
+	/* the numbers found, still those columns' (a column dropped and added) */
+	for (i = 0; i < (int) COORD_QCOLS && coord_queue_att_of == relid; i++)
+	{
+		AttrNumber	a = coord_queue_att[i];
+
+		if (a < 1 || a > desc->natts || TupleDescAttr(desc, a - 1)->attisdropped ||
+			strcmp(NameStr(TupleDescAttr(desc, a - 1)->attname), coord_queue_cols[i]) != 0)
+			coord_queue_att_of = InvalidOid;
+	}
 	if (coord_queue_att_of != relid)
 	{
 		coord_queue_att_of = InvalidOid;

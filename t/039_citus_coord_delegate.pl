@@ -43,7 +43,8 @@
 #
 # Part 4: one session (its forms' lookups cached in its backend) sees its
 # _on form renamed away and back, and EXECUTE on it revoked and granted
-# again, at its next call.
+# again, at its next call; a column of the coordinator's placement of
+# ntask.queue renamed and another of its name added, at its next claim.
 
 use strict;
 use warnings;
@@ -457,6 +458,24 @@ $q->("GRANT EXECUTE ON FUNCTION $hbsig TO hb");
 like($lines, qr/delegated path for shard/, '4. granted again: delegated again');
 $s5->disconnect;
 $q->("REVOKE EXECUTE ON FUNCTION $hbsig FROM hb");
+
+# a claim's read of its queue's row names its columns: a column of the
+# coordinator's placement of ntask.queue renamed and another of its name
+# added is seen by the same session (as the statement it replaces would)
+my $qrel = $q->(q{SELECT shard_name('ntask.queue'::regclass, shardid) FROM pg_dist_shard
+	WHERE logicalrelid = 'ntask.queue'::regclass});
+my $s6 = dbh($co);
+($a, $lines) = $one->($s6, q{SELECT count(*) FROM ntask_claim('gq', 'w2')});
+like($lines, qr/not delegated \(shard -1\): the queue is unknown, or has a guard/, '4. a queue with a guard: its claim routed');
+$q->("SET citus.enable_ddl_propagation = off; SET citus.enable_manual_changes_to_shards = on; ALTER TABLE $qrel RENAME COLUMN guard TO guard_was;
+	ALTER TABLE $qrel ADD COLUMN guard text");
+($a, $lines) = $one->($s6, q{SELECT count(*) FROM ntask_claim('gq', 'w2')});
+like($lines, qr/delegated path for shard/, '4. its placement\'s guard column renamed, a NULL one added: the same session reads the new one');
+$q->("SET citus.enable_ddl_propagation = off; SET citus.enable_manual_changes_to_shards = on; ALTER TABLE $qrel DROP COLUMN guard;
+	ALTER TABLE $qrel RENAME COLUMN guard_was TO guard");
+($a, $lines) = $one->($s6, q{SELECT count(*) FROM ntask_claim('gq', 'w2')});
+like($lines, qr/not delegated \(shard -1\): the queue is unknown, or has a guard/, '4. and back: routed again');
+$s6->disconnect;
 
 $plain->stop;
 NtaskCitus::stop($c);
