@@ -25,6 +25,11 @@
 #   BENCH_TASKS=1000 BENCH_ROUNDS=2 PATH=$(pg_config --bindir):$PATH \
 #   PG_REGRESS=$L/regress/pg_regress TESTDIR=/tmp/cc prove -v -I $L/perl \
 #   bench/citus_coord.pl
+#
+# BENCH_PERF='p o' (systems) adds a round, not counted, with a perf record
+# -g of the client's coordinator backend, into BENCH_PERF_DIR (/tmp),
+# <system>.<call>.data (perf must be allowed to profile the user's own
+# processes: kernel.perf_event_paranoid <= 2).
 use strict;
 use warnings;
 use FindBin;
@@ -119,11 +124,13 @@ my @sys = (
 	[ 'p', 'coordinator, plain API, delegated (ntask.citus_delegate = on)', '', '' ],
 	[ 'o', 'coordinator, _on forms, delegated by Citus', '_on', '' ]);
 my %res;
-for my $round (1 .. $ROUNDS)
+for my $round (1 .. $ROUNDS + ($ENV{BENCH_PERF} ? 1 : 0))
 {
+	my $perf = $round > $ROUNDS;
 	for my $s (@sys)
 	{
 		my ($k, $what, $sfx, $opts) = @$s;
+		next if $perf && $ENV{BENCH_PERF} !~ /\b$k\b/;
 		for my $call (@calls)
 		{
 			my $D = '';
@@ -149,9 +156,35 @@ for my $round (1 .. $ROUNDS)
 			sleep(0.5);
 			my %cpu0 = map { $_ => NtaskCitus::node_cpu($_) } ($co, $w);
 			my $la = NtaskCitus::loadavg();
-			my $out = `PGOPTIONS='$opts' pgbench -n -M prepared -c 1 -t $t $D -f $dir/$call$sfx.sql -h @{[$co->host]} -p @{[$co->port]} postgres 2>&1`;
+			my $cmd = "PGOPTIONS='$opts' pgbench -n -M prepared -c 1 -t $t $D -f $dir/$call$sfx.sql -h @{[$co->host]} -p @{[$co->port]} postgres 2>&1";
+			my $out;
+			if ($perf)
+			{
+				# perf record of the client's coordinator backend (it exits
+				# with the backend), into BENCH_PERF_DIR/<system>.<call>.data
+				open my $pb, '-|', "PGAPPNAME=ccperf $cmd" or die;
+				my $pid = '';
+				for (1 .. 200)
+				{
+					$pid = $co->safe_psql('postgres',
+						q{SELECT pid FROM pg_stat_activity WHERE application_name = 'ccperf' LIMIT 1});
+					last if $pid ne '';
+					sleep(0.01);
+				}
+				my $pdir = $ENV{BENCH_PERF_DIR} // '/tmp';
+				system("perf record -q -F 2000 -g -p $pid -o $pdir/$k.$call.data >$pdir/$k.$call.log 2>&1 &")
+				  if $pid ne '';
+				local $/;
+				$out = <$pb>;
+				close $pb;
+			}
+			else
+			{
+				$out = `$cmd`;
+			}
 			sleep(0.5);
 			my %cpu1 = map { $_ => NtaskCitus::node_cpu($_) } ($co, $w);
+			next if $perf;
 			my ($lat) = $out =~ /latency average = ([\d.]+) ms/;
 			my ($done) = $out =~ /number of transactions actually processed: (\d+)/;
 			diag("round $round $k $call: pgbench says:\n$out") unless defined $lat && ($done // 0) == $t;

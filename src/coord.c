@@ -66,7 +66,11 @@
 #include "spi_util.h"
 #include "wake.h"
 
+#include "access/genam.h"
 #include "access/htup_details.h"
+#include "access/skey.h"
+#include "access/stratnum.h"
+#include "access/table.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
@@ -78,15 +82,23 @@
 #include "parser/parse_func.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
+#include "utils/fmgroids.h"
+#include "utils/rel.h"
+#include "utils/relcache.h"
+#include "utils/snapmgr.h"
 #include "utils/guc.h"
+#include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "utils/syscache.h"
 
 /* one plain function's delegated statement (per backend) */
 typedef struct CoordForm
 {
 	Oid			fn;				/* the plain function */
-	Oid			nsp;			/* its schema when the statement was made */
+	uint64		looked;			/* coord_inval_count at its lookup; 0: none */
+	Oid			on_fn;			/* its _on form */
+	const char *why;			/* why it has none (a constant), or NULL */
 	NtaskPlan	plan;			/* SELECT * FROM <schema>.<f>_on($1, ...) */
 } CoordForm;
 
@@ -144,6 +156,101 @@ static NtaskPlan coord_queue_shard_plan = {
 };
 
 /*
+ * The columns coord_queue_scan reads, by name; their numbers in the
+ * placement are found once per placement (a placement made after DROP
+ * COLUMN may number them differently) and checked against its
+ * descriptor at every read.
+ */
+static const char *const coord_queue_cols[] = {
+	"queue", "guard", "max_inflight", "partition_max_inflight", "rate_n",
+	"partition_rate_n", "retry_share", "priority_aging", "ordered", "fairness"
+};
+#define COORD_QCOLS lengthof(coord_queue_cols)
+#define COORD_QCOL_NULLS 8		/* those before "ordered" must be NULL */
+static AttrNumber coord_queue_att[COORD_QCOLS];
+static Oid	coord_queue_att_of = InvalidOid;
+
+/*
+ * coord_queue_scan
+ *		COORD_QUEUE_PLAIN's answer read from the placement relid by its
+ *		primary key, without the executor: 1 plain, 0 not (or no such
+ *		queue), -1 when the placement's columns or key are not the expected
+ *		ones (the caller runs the statement instead).  The snapshot is a
+ *		fresh one, as the statement's in READ COMMITTED would be.
+ */
+static int
+coord_queue_scan(Oid relid, Datum queue)
+{
+	Relation	rel = table_open(relid, AccessShareLock);
+	TupleDesc	desc = RelationGetDescr(rel);
+	Oid			pk;
+	ScanKeyData key;
+	SysScanDesc scan;
+	Snapshot	snap;
+	HeapTuple	tup;
+	int			plain = 0;
+	int			i;
+
+	/* the numbers found, still those columns' (a column dropped and added) */
+	for (i = 0; i < (int) COORD_QCOLS && coord_queue_att_of == relid; i++)
+	{
+		AttrNumber	a = coord_queue_att[i];
+
+		if (a < 1 || a > desc->natts || TupleDescAttr(desc, a - 1)->attisdropped ||
+			strcmp(NameStr(TupleDescAttr(desc, a - 1)->attname), coord_queue_cols[i]) != 0)
+			coord_queue_att_of = InvalidOid;
+	}
+	if (coord_queue_att_of != relid)
+	{
+		coord_queue_att_of = InvalidOid;
+		for (i = 0; i < (int) COORD_QCOLS; i++)
+			if ((coord_queue_att[i] = get_attnum(relid, coord_queue_cols[i])) == InvalidAttrNumber)
+			{
+				table_close(rel, AccessShareLock);
+				return -1;
+			}
+		coord_queue_att_of = relid;
+	}
+	list_free(RelationGetIndexList(rel));
+	pk = rel->rd_pkindex;
+	if (!OidIsValid(pk) ||
+		TupleDescAttr(desc, coord_queue_att[0] - 1)->atttypid != TEXTOID ||
+		TupleDescAttr(desc, coord_queue_att[COORD_QCOLS - 1] - 1)->atttypid != TEXTOID ||
+		TupleDescAttr(desc, coord_queue_att[COORD_QCOLS - 2] - 1)->atttypid != BOOLOID)
+	{
+		table_close(rel, AccessShareLock);
+		return -1;
+	}
+	ScanKeyEntryInitialize(&key, 0, coord_queue_att[0], BTEqualStrategyNumber, InvalidOid,
+						   TupleDescAttr(desc, coord_queue_att[0] - 1)->attcollation,
+						   F_TEXTEQ, queue);
+	snap = RegisterSnapshot(GetLatestSnapshot());
+	scan = systable_beginscan(rel, pk, true, snap, 1, &key);
+	if ((tup = systable_getnext(scan)) != NULL)
+	{
+		bool		isnull;
+		Datum		d;
+
+		plain = 1;
+		for (i = 1; i < COORD_QCOL_NULLS && plain; i++)
+		{
+			(void) heap_getattr(tup, coord_queue_att[i], desc, &isnull);
+			plain = isnull;
+		}
+		d = heap_getattr(tup, coord_queue_att[COORD_QCOLS - 2], desc, &isnull);
+		if (plain && (isnull || DatumGetBool(d)))
+			plain = 0;
+		d = heap_getattr(tup, coord_queue_att[COORD_QCOLS - 1], desc, &isnull);
+		if (plain && (isnull || strcmp(TextDatumGetCString(d), "none") != 0))
+			plain = 0;
+	}
+	systable_endscan(scan);
+	UnregisterSnapshot(snap);
+	table_close(rel, AccessShareLock);
+	return plain;
+}
+
+/*
  * coord_queue_plain
  *		Whether queue is a known queue without a guard, flow control, order,
  *		fairness or aging.  In SPI.
@@ -186,102 +293,160 @@ coord_queue_plain(Datum queue)
 		}
 	}
 	if (coord_queue_rel != NULL)
+	{
+		int			plain = coord_queue_scan(coord_queue_relid, queue);
+
+		if (plain >= 0)
+			return plain == 1;
 		p = &coord_queue_local_plan;
+	}
 	return NtaskExecPlan(p, &queue, NULL, SPI_OK_SELECT) == 1 &&
 		NtaskTupGetBool(SPI_tuptable, 0, 1);
 }
 
 /*
- * coord_form
- *		The delegated statement of the plain function fn, made on first use
- *		(again when the function's schema changed).  NULL when the _on form
- *		is missing, or the caller may not execute it: *why says so.
+ * Each form's lookup (the _on function's OID, its schema and name, the
+ * statement) is made once per backend and kept until pg_proc or
+ * pg_namespace changes: a function renamed, dropped, made again, granted
+ * or revoked, or a schema renamed (coord_inval, registered on first use)
+ * makes every form look up again at its next call.  The EXECUTE check is
+ * made at every call (a SET ROLE, or a role's membership, changes no
+ * function).
  */
-static CoordForm *
-coord_form(Oid fn, const char **why)
+static uint64 coord_inval_count = 1;
+static bool coord_inval_registered = false;
+
+static void
+coord_inval(Datum arg, int cacheid, uint32 hashvalue)
 {
-	CoordForm  *f = NULL;
+	coord_inval_count++;
+}
+
+/* coord_form_drop: forget f's statement and lookup */
+static void
+coord_form_drop(CoordForm *f)
+{
+	if (f->plan.plan != NULL)
+		SPI_freeplan(f->plan.plan);
+	f->plan.plan = NULL;
+	f->looked = 0;
+	f->on_fn = InvalidOid;
+	f->why = NULL;
+}
+
+/*
+ * coord_form_look
+ *		Look up fn's _on form into f (the schema fn is in, its name with
+ *		"_on", the shard first): the statement's text, or f->why.
+ */
+static void
+coord_form_look(CoordForm *f, Oid fn)
+{
 	Oid			nsp = get_func_namespace(fn);
 	char	   *name = get_func_name(fn);
 	char	   *nspname = get_namespace_name(nsp);
 	char	   *on_name;
 	Oid		   *argtypes;
 	Oid			on_types[FUNC_MAX_ARGS];
-	Oid			on_fn;
 	int			nargs;
 	int			i;
+	StringInfoData sql;
+	TupleDesc	desc;
 
+	f->fn = fn;
 	if (name == NULL || nspname == NULL)
 	{
-		*why = "the function is gone";
-		return NULL;
+		f->why = "the function is gone";
+		return;
 	}
 	on_name = psprintf("%s_on", name);
 	(void) get_func_signature(fn, &argtypes, &nargs);
 	if (nargs + 1 > NTASK_PLAN_MAX_ARGS)
 	{
-		*why = "too many arguments";
-		return NULL;
+		f->why = "too many arguments";
+		return;
 	}
 	on_types[0] = INT2OID;
 	for (i = 0; i < nargs; i++)
 		on_types[i + 1] = argtypes[i];
-	on_fn = LookupFuncName(list_make2(makeString(nspname), makeString(on_name)),
-						   nargs + 1, on_types, true);
-	if (!OidIsValid(on_fn))
+	f->on_fn = LookupFuncName(list_make2(makeString(nspname), makeString(on_name)),
+							  nargs + 1, on_types, true);
+	if (!OidIsValid(f->on_fn))
 	{
-		*why = "no shard-addressed form";
-		return NULL;
+		f->why = "no shard-addressed form";
+		return;
 	}
-	if (object_aclcheck(ProcedureRelationId, on_fn, GetUserId(), ACL_EXECUTE) != ACLCHECK_OK)
-	{
-		*why = "no EXECUTE on its shard-addressed form";
-		return NULL;
-	}
+	initStringInfo(&sql);
+	appendStringInfo(&sql, "SELECT * FROM %s.%s(",
+					 quote_identifier(nspname), quote_identifier(on_name));
+	for (i = 0; i <= nargs; i++)
+		appendStringInfo(&sql, "%s$%d", i > 0 ? ", " : "", i + 1);
+	appendStringInfoChar(&sql, ')');
+	if (f->plan.name != NULL)
+		pfree((char *) f->plan.name);
+	if (f->plan.sql != NULL)
+		pfree((char *) f->plan.sql);
+	f->plan.name = MemoryContextStrdup(TopMemoryContext, psprintf("delegated %s", on_name));
+	f->plan.sql = MemoryContextStrdup(TopMemoryContext, sql.data);
+	f->plan.nargs = nargs + 1;
+	memcpy(f->plan.argtypes, on_types, sizeof(Oid) * (nargs + 1));
+	f->plan.as_caller = true;
+	f->plan.ncols = get_func_result_type(fn, NULL, &desc) == TYPEFUNC_COMPOSITE ?
+		desc->natts : 1;
+}
 
-	for (i = 0; i < coord_nforms; i++)
+/*
+ * coord_form
+ *		The delegated statement of the plain function fn, its lookup made on
+ *		first use and again after an invalidation of pg_proc or pg_namespace
+ *		(above).  NULL when the _on form is missing, or the caller may not
+ *		execute it: *why says so.
+ */
+static CoordForm *
+coord_form(Oid fn, const char **why)
+{
+	CoordForm  *f = NULL;
+	int			i;
+
+	if (!coord_inval_registered)
+	{
+		CacheRegisterSyscacheCallback(PROCOID, coord_inval, (Datum) 0);
+		CacheRegisterSyscacheCallback(NAMESPACEOID, coord_inval, (Datum) 0);
+		coord_inval_registered = true;
+	}
+	for (i = 0; i < coord_nforms && f == NULL; i++)
 		if (coord_forms[i].fn == fn)
 			f = &coord_forms[i];
-	if (f != NULL && f->nsp != nsp)
-	{
-		if (f->plan.plan != NULL)
-			SPI_freeplan(f->plan.plan);
-		f->plan.plan = NULL;
-		f->fn = InvalidOid;
-		f = NULL;
-	}
 	if (f == NULL)
 	{
-		StringInfoData sql;
-		TupleDesc	desc;
-
 		if (coord_nforms == COORD_MAX_FORMS)
 		{
 			/* an extension dropped and made again, many times: start over */
 			for (i = 0; i < coord_nforms; i++)
-				if (coord_forms[i].plan.plan != NULL)
-					SPI_freeplan(coord_forms[i].plan.plan);
+				coord_form_drop(&coord_forms[i]);
 			coord_nforms = 0;
 		}
-		f = &coord_forms[coord_nforms];
-		memset(f, 0, sizeof(*f));
-		initStringInfo(&sql);
-		appendStringInfo(&sql, "SELECT * FROM %s.%s(",
-						 quote_identifier(nspname), quote_identifier(on_name));
-		for (i = 0; i <= nargs; i++)
-			appendStringInfo(&sql, "%s$%d", i > 0 ? ", " : "", i + 1);
-		appendStringInfoChar(&sql, ')');
-		f->plan.name = MemoryContextStrdup(TopMemoryContext,
-										   psprintf("delegated %s", on_name));
-		f->plan.sql = MemoryContextStrdup(TopMemoryContext, sql.data);
-		f->plan.nargs = nargs + 1;
-		memcpy(f->plan.argtypes, on_types, sizeof(Oid) * (nargs + 1));
-		f->plan.as_caller = true;
-		f->plan.ncols = get_func_result_type(fn, NULL, &desc) == TYPEFUNC_COMPOSITE ?
-			desc->natts : 1;
-		f->nsp = nsp;
-		f->fn = fn;
-		coord_nforms++;
+		f = &coord_forms[coord_nforms++];
+		coord_form_drop(f);
+	}
+	if (f->looked != coord_inval_count)
+	{
+		/* an invalidation while looking up makes the next call look again */
+		uint64		count = coord_inval_count;
+
+		coord_form_drop(f);
+		coord_form_look(f, fn);
+		f->looked = count;
+	}
+	if (f->why != NULL)
+	{
+		*why = f->why;
+		return NULL;
+	}
+	if (object_aclcheck(ProcedureRelationId, f->on_fn, GetUserId(), ACL_EXECUTE) != ACLCHECK_OK)
+	{
+		*why = "no EXECUTE on its shard-addressed form";
+		return NULL;
 	}
 	return f;
 }
@@ -388,6 +553,21 @@ coord_enter(FunctionCallInfo fcinfo, int16 shard, const char *unless, int queue_
 	return f;
 }
 
+/*
+ * coord_srf
+ *		Set up fcinfo's rows (a materialized SRF), with the caller's expected
+ *		descriptor when it has one (the function scan's, the function's
+ *		result columns): no build of the result type at every call.
+ */
+static void
+coord_srf(FunctionCallInfo fcinfo)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+
+	if (rsinfo->setResult == NULL)
+		InitMaterializedSRF(fcinfo, rsinfo->expectedDesc != NULL ? MAT_SRF_USE_EXPECTED_DESC : 0);
+}
+
 /* coord_put: the SPI result's rows as the rows of the SRF fcinfo */
 static void
 coord_put(FunctionCallInfo fcinfo, int n)
@@ -462,8 +642,7 @@ NtaskCoordDelegate(FunctionCallInfo fcinfo, int16 shard, const char *unless,
 	n = coord_run(f, fcinfo, shard, trace_arg);
 	if (fcinfo->flinfo->fn_retset)
 	{
-		if (((ReturnSetInfo *) fcinfo->resultinfo)->setResult == NULL)
-			InitMaterializedSRF(fcinfo, 0);
+		coord_srf(fcinfo);
 		coord_put(fcinfo, n);
 		if (trace_arg >= 0)
 			coord_wake(fcinfo, n);
@@ -502,10 +681,22 @@ coord_claim_on(FunctionCallInfo tac, int16 s)
 	Oid			fn;
 	const char *why;
 	CoordForm  *f;
-	char	   *nsp = get_namespace_name(get_func_namespace(tac->flinfo->fn_oid));
+	static Oid	claim_for = InvalidOid;
+	static Oid	claim_fn = InvalidOid;
+	static uint64 claim_looked = 0;
 
-	fn = nsp == NULL ? InvalidOid :
-		LookupFuncName(list_make2(makeString(nsp), makeString("ntask_claim")), 6, types, true);
+	/* looked up once per backend, again after an invalidation (coord_inval) */
+	if (claim_for != tac->flinfo->fn_oid || claim_looked != coord_inval_count)
+	{
+		uint64		count = coord_inval_count;
+		char	   *nsp = get_namespace_name(get_func_namespace(tac->flinfo->fn_oid));
+
+		claim_fn = nsp == NULL ? InvalidOid :
+			LookupFuncName(list_make2(makeString(nsp), makeString("ntask_claim")), 6, types, true);
+		claim_for = tac->flinfo->fn_oid;
+		claim_looked = count;
+	}
+	fn = claim_fn;
 	if (!OidIsValid(fn) || (f = coord_form(fn, &why)) == NULL)
 		return -1;
 	InitFunctionCallInfoData(*cf, NULL, 6, InvalidOid, NULL, NULL);
@@ -604,8 +795,7 @@ NtaskCoordClaim(FunctionCallInfo fcinfo, int16 shard, int queue_arg, const char 
 
 	if ((f = coord_enter(fcinfo, shard, unless, queue_arg)) == NULL)
 		return false;
-	if (((ReturnSetInfo *) fcinfo->resultinfo)->setResult == NULL)
-		InitMaterializedSRF(fcinfo, 0);
+	coord_srf(fcinfo);
 	if (shard >= 0)
 	{
 		bool		isnull;

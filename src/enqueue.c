@@ -614,12 +614,11 @@ ntask_enqueue(PG_FUNCTION_ARGS)
 	enq_traceparent(fcinfo, 6, &values[ENQ_ARG_TRACEPARENT], &nulls[ENQ_ARG_TRACEPARENT]);
 	values[ENQ_ARG_POLICY] = PointerGetDatum(&policy);
 
-	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
 	/* the shard: of the partition key, or of the task key without one */
 	values[ENQ_ARG_SHARD] = Int16GetDatum(NtaskShardFor(queue, PG_ARGISNULL(4) ? key :
 														PG_GETARG_TEXT_PP(4)));
-	/* on a Citus coordinator, its _on form delegated (coord.c) */
+	/* on a Citus coordinator, its _on form delegated (coord.c: its rows) */
 	if (NtaskCoordDelegate(fcinfo, DatumGetInt16(values[ENQ_ARG_SHARD]),
 						   has_deps ? "the enqueue has parents (depends_on)" : NULL, 6,
 						   &out[0]))
@@ -627,6 +626,7 @@ ntask_enqueue(PG_FUNCTION_ARGS)
 		SPI_finish();
 		return (Datum) 0;
 	}
+	InitMaterializedSRF(fcinfo, 0);
 
 	/*
 	 * On a Citus install, the direct path (docs/scaling.md "The enqueue and

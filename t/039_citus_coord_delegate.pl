@@ -40,6 +40,11 @@
 # more stays routed (it takes from several values in one answer); a
 # transition_and_claim whose finished task's value has nothing due walks
 # on the same way.
+#
+# Part 4: one session (its forms' lookups cached in its backend) sees its
+# _on form renamed away and back, and EXECUTE on it revoked and granted
+# again, at its next call; a column of the coordinator's placement of
+# ntask.queue renamed and another of its name added, at its next claim.
 
 use strict;
 use warnings;
@@ -409,6 +414,68 @@ is($q->("SELECT state || ' ' || lease_owner FROM ntask.task WHERE queue = 'tq' A
 	'3. the claimed task is leased to the worker');
 ($got) = on_coord("SELECT finish_result, (task_key IS NULL)::text FROM ntask_transition_and_claim($ta, $tt, 'succeeded', 'tq', 'w4')");
 is($got, 'duplicate|true', '3. again: duplicate, and nothing left to claim (one row, the claim columns NULL)');
+
+# ---------------------------------------------------------------------
+# Part 4: one session sees a change of the _on form at its next call
+# (src/coord.c caches each form's lookup per backend, dropped by pg_proc's
+# and pg_namespace's invalidations; the EXECUTE check is made per call)
+# ---------------------------------------------------------------------
+my $hbsig = 'ntask_heartbeat_on(smallint, bigint, bigint, interval, jsonb)';
+my $one = sub {
+	my ($d, $sql) = @_;
+	my @off = offsets();
+	my $a = answer($d, $sql);
+	my ($mine) = path_lines(@off);
+	return ($a, join("\n", @$mine));
+};
+my $s4 = dbh($co);
+($a, $lines) = $one->($s4, "SELECT ntask_heartbeat($id, $tok) IS NOT NULL");
+like($lines, qr/delegated path for shard/, '4. a session\'s heartbeat: delegated');
+$q->("SET citus.enable_ddl_propagation = off; ALTER FUNCTION $hbsig RENAME TO ntask_heartbeat_on_gone");
+($a, $lines) = $one->($s4, "SELECT ntask_heartbeat($id, $tok) IS NOT NULL");
+is($a, '1', '4. its _on form renamed away: the next call of the same session answers');
+like($lines, qr/not delegated \(shard \d+\): no shard-addressed form/, '4. routed: no shard-addressed form');
+$q->('SET citus.enable_ddl_propagation = off; ALTER FUNCTION ntask_heartbeat_on_gone(smallint, bigint, bigint, interval, jsonb) '
+	  . 'RENAME TO ntask_heartbeat_on');
+($a, $lines) = $one->($s4, "SELECT ntask_heartbeat($id, $tok) IS NOT NULL");
+is($a, '1', '4. renamed back: it answers');
+like($lines, qr/delegated path for shard/, '4. delegated again');
+$s4->disconnect;
+# EXECUTE granted, then revoked, then granted again, seen by one session
+$q->("GRANT EXECUTE ON FUNCTION $hbsig TO hb");
+wait_for('the grant on the workers', sub {
+	!grep { $_->safe_psql('postgres', "SELECT has_function_privilege('hb', '$hbsig', 'EXECUTE')") ne 't' } @workers });
+my $s5 = dbh($co, 'hb');
+($a, $lines) = $one->($s5, "SELECT ntask_heartbeat($id, $tok) IS NOT NULL");
+is($a, '1', '4. a caller granted EXECUTE on the _on form: it answers');
+like($lines, qr/delegated path for shard/, '4. delegated');
+$q->("REVOKE EXECUTE ON FUNCTION $hbsig FROM hb");
+($a, $lines) = $one->($s5, "SELECT ntask_heartbeat($id, $tok) IS NOT NULL");
+is($a, '1', '4. EXECUTE revoked: the same session\'s next call answers');
+like($lines, qr/not delegated \(shard \d+\): no EXECUTE on its shard-addressed form/, '4. routed: no EXECUTE');
+$q->("GRANT EXECUTE ON FUNCTION $hbsig TO hb");
+($a, $lines) = $one->($s5, "SELECT ntask_heartbeat($id, $tok) IS NOT NULL");
+like($lines, qr/delegated path for shard/, '4. granted again: delegated again');
+$s5->disconnect;
+$q->("REVOKE EXECUTE ON FUNCTION $hbsig FROM hb");
+
+# a claim's read of its queue's row names its columns: a column of the
+# coordinator's placement of ntask.queue renamed and another of its name
+# added is seen by the same session (as the statement it replaces would)
+my $qrel = $q->(q{SELECT shard_name('ntask.queue'::regclass, shardid) FROM pg_dist_shard
+	WHERE logicalrelid = 'ntask.queue'::regclass});
+my $s6 = dbh($co);
+($a, $lines) = $one->($s6, q{SELECT count(*) FROM ntask_claim('gq', 'w2')});
+like($lines, qr/not delegated \(shard -1\): the queue is unknown, or has a guard/, '4. a queue with a guard: its claim routed');
+$q->("SET citus.enable_ddl_propagation = off; SET citus.enable_manual_changes_to_shards = on; ALTER TABLE $qrel RENAME COLUMN guard TO guard_was;
+	ALTER TABLE $qrel ADD COLUMN guard text");
+($a, $lines) = $one->($s6, q{SELECT count(*) FROM ntask_claim('gq', 'w2')});
+like($lines, qr/delegated path for shard/, '4. its placement\'s guard column renamed, a NULL one added: the same session reads the new one');
+$q->("SET citus.enable_ddl_propagation = off; SET citus.enable_manual_changes_to_shards = on; ALTER TABLE $qrel DROP COLUMN guard;
+	ALTER TABLE $qrel RENAME COLUMN guard_was TO guard");
+($a, $lines) = $one->($s6, q{SELECT count(*) FROM ntask_claim('gq', 'w2')});
+like($lines, qr/not delegated \(shard -1\): the queue is unknown, or has a guard/, '4. and back: routed again');
+$s6->disconnect;
 
 $plain->stop;
 NtaskCitus::stop($c);
