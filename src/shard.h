@@ -107,6 +107,8 @@ extern void NtaskShardDefineSettings(void);
 extern NtaskPath NtaskDirectBegin(FunctionCallInfo fcinfo, const int64 *task_ids, int n);
 extern NtaskPath NtaskDirectBeginShard(FunctionCallInfo fcinfo, int16 shard,
 									   const char *unless);
+extern NtaskPath NtaskDirectBeginShards(FunctionCallInfo fcinfo, int16 *shards, int n,
+										const char *unless);
 extern void NtaskDirectUseShard(int16 shard);
 extern void NtaskDirectEnd(void);
 
