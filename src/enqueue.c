@@ -1285,16 +1285,6 @@ enq_many_params(FunctionCallInfo fcinfo, EnqMany *m)
 	}
 }
 
-/* int16 in qsort order */
-static int
-enq_shard_cmp(const void *a, const void *b)
-{
-	int16		x = *(const int16 *) a;
-	int16		y = *(const int16 *) b;
-
-	return x < y ? -1 : x > y ? 1 : 0;
-}
-
 /*
  * enq_many_path
  *		Each key's shard value (of the partition key, or of the task key
@@ -1311,6 +1301,7 @@ enq_many_path(FunctionCallInfo fcinfo, EnqMany *m)
 {
 	int16	   *shards;
 	int			ns;
+	bool		several = false;
 	const char *unless = NULL;
 	int			i;
 	Datum		d;
@@ -1322,12 +1313,10 @@ enq_many_path(FunctionCallInfo fcinfo, EnqMany *m)
 		return false;
 	shards = palloc(sizeof(int16) * m->nkeys);
 	for (i = 0; i < m->nkeys; i++)
+	{
 		shards[i] = m->bykey[i].shard;
-	qsort(shards, m->nkeys, sizeof(int16), enq_shard_cmp);
-	ns = 1;
-	for (i = 1; i < m->nkeys; i++)
-		if (shards[i] != shards[ns - 1])
-			shards[ns++] = shards[i];
+		several |= shards[i] != shards[0];
+	}
 	if (m->has_deps)
 		unless = "the enqueue has parents (depends_on)";
 	/*
@@ -1335,9 +1324,10 @@ enq_many_path(FunctionCallInfo fcinfo, EnqMany *m)
 	 * value only, since one delegated call per value would not be atomic
 	 */
 	if (NtaskCoordDelegate(fcinfo, shards[0], unless != NULL ? unless :
-						   ns > 1 ? "keys of several shards" : NULL, 6, &d))
+						   several ? "keys of several shards" : NULL, 6, &d))
 		return true;
-	if (NtaskDirectBeginShards(fcinfo, shards, ns, unless) == NTASK_PATH_DIRECT)
+	ns = m->nkeys;
+	if (NtaskDirectBeginShards(fcinfo, shards, &ns, unless) == NTASK_PATH_DIRECT)
 	{
 		m->groups = shards;
 		m->ngroups = ns;
