@@ -1441,7 +1441,8 @@ enq_many_emit(ReturnSetInfo *rsinfo, EnqMany *m)
  * that order.  So a key repeated inside the call with an equal payload
  * gives the same task twice (created only for its first appearance); with
  * a different payload it raises NT001, as does a key that exists with a
- * different payload.  New tasks get ids in input order.
+ * different payload (of several, the first in input order).  New tasks get
+ * ids in input order (on Citus, within each shard value).
  *
  * Errors: NULL queue, array or element (partition_keys may be NULL, or
  * hold NULLs) 22004; arrays of different lengths, more than one
