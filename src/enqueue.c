@@ -881,6 +881,7 @@ typedef struct EnqKey
 	Datum		partition_key;
 	bool		partition_null;
 	int			first;			/* position of its first appearance */
+	int16		shard;			/* ntask_shard(queue, partition or task key) */
 	bool		resolved;		/* task_id and state are set */
 	bool		created;
 	int64		task_id;
@@ -992,11 +993,16 @@ enq_many_signal(text *queue, int n, int flags, Datum run_at, bool run_at_null)
  *		Some keys of a batch were not inserted: no queue (42704), no right
  *		(42501), or they exist.  Reads the existing tasks of the batch's
  *		keys (args as enq_many_existing_plan takes them) and resolves each
- *		unresolved key to its task, NT001 when its payload differs.
- *		Returns how many keys it resolved.
+ *		unresolved key to its task.  A key whose task has another payload
+ *		is left in *conflict when it appears in the call before the one
+ *		there (NT001 is raised for it by enq_many_insert, after every
+ *		group's statements: the same element's whichever group, or order of
+ *		rows, it comes in, as ntask_enqueue called in input order would
+ *		raise it).  Returns how many keys it resolved.
  */
 static int
-enq_many_read_existing(text *queue, EnqKey *bykey, int nkeys, Datum *args)
+enq_many_read_existing(text *queue, EnqKey *bykey, int nkeys, Datum *args,
+					   EnqKey **conflict)
 {
 	int			nrows;
 	SPITupleTable *tt;
@@ -1013,11 +1019,15 @@ enq_many_read_existing(text *queue, EnqKey *bykey, int nkeys, Datum *args)
 
 		if (k == NULL || k->resolved)
 			continue;			/* inserted just now */
+		k->resolved = true;
 		if (!NtaskSameDigest(k->payload, k->digest,
 							 DatumGetByteaPP(NtaskTupGetDatum(tt, r, ENQ_MANY_EXISTING_DIGEST, &isnull)),
 							 NtaskTupGetInt32(tt, r, ENQ_MANY_EXISTING_DIGEST_VERSION)))
-			enq_conflict(k->key, queue, false);
-		k->resolved = true;
+		{
+			if (*conflict == NULL || k->first < (*conflict)->first)
+				*conflict = k;
+			continue;
+		}
 		k->task_id = NtaskTupGetInt64(tt, r, ENQ_MANY_EXISTING_TASK_ID);
 		k->state = PointerGetDatum(NtaskTupGetText(tt, r, ENQ_MANY_EXISTING_STATE));
 		k->outcome = NtaskTupGetDatum(tt, r, ENQ_MANY_EXISTING_OUTCOME, &k->outcome_null);
@@ -1030,13 +1040,15 @@ enq_many_read_existing(text *queue, EnqKey *bykey, int nkeys, Datum *args)
 /*
  * enq_many_round
  *		Insert the keys of pending (in first-appearance order) that are not
- *		resolved yet, then read the existing tasks of those the insert
- *		skipped and compare their payloads.  Returns how many stay
- *		unresolved (a task that vanished between the two statements).
+ *		resolved yet and are of shard value shard (-1: of any), then read
+ *		the existing tasks of those the insert skipped and compare their
+ *		payloads (*conflict: enq_many_read_existing).  Returns how many
+ *		stay unresolved (a task that vanished between the two statements).
  */
 static int
 enq_many_round(text *queue, EnqKey *bykey, int nkeys, EnqKey **pending,
-			   int npending, Datum *args, char *argnulls)
+			   int npending, int shard, Datum *args, char *argnulls,
+			   EnqKey **conflict)
 {
 	Datum	   *keys = palloc(sizeof(Datum) * npending);
 	Datum	   *payloads = palloc(sizeof(Datum) * npending);
@@ -1054,17 +1066,14 @@ enq_many_round(text *queue, EnqKey *bykey, int nkeys, EnqKey **pending,
 
 	for (i = 0; i < npending; i++)
 	{
-		if (pending[i]->resolved)
+		if (pending[i]->resolved || (shard >= 0 && pending[i]->shard != shard))
 			continue;
 		keys[n] = PointerGetDatum(pending[i]->key);
 		payloads[n] = JsonbPGetDatum(pending[i]->payload);
 		digests[n] = PointerGetDatum(pending[i]->digest);
 		pks[n] = pending[i]->partition_key;
 		pknulls[n] = pending[i]->partition_null;
-		/* the shard: of the partition key, or of the task key without one */
-		shards[n] = Int16GetDatum(NtaskShardFor(queue, pending[i]->partition_null ?
-												pending[i]->key :
-												DatumGetTextPP(pending[i]->partition_key)));
+		shards[n] = Int16GetDatum(pending[i]->shard);
 		n++;
 	}
 	if (n == 0)
@@ -1097,10 +1106,10 @@ enq_many_round(text *queue, EnqKey *bykey, int nkeys, EnqKey **pending,
 		return 0;
 
 	/* some keys were not inserted: no queue, no right, or they exist */
-	(void) enq_many_read_existing(queue, bykey, nkeys, args);
+	(void) enq_many_read_existing(queue, bykey, nkeys, args, conflict);
 	n = 0;
 	for (i = 0; i < npending; i++)
-		n += pending[i]->resolved ? 0 : 1;
+		n += pending[i]->resolved || (shard >= 0 && pending[i]->shard != shard) ? 0 : 1;
 	return n;
 }
 
@@ -1121,6 +1130,8 @@ typedef struct EnqMany
 	char		argnulls[ENQ_MANY_NARGS];
 	NtaskDeps	deps;
 	bool		has_deps;
+	int16	   *groups;			/* on the direct path: its shard values */
+	int			ngroups;		/* 0: one pass over every key */
 } EnqMany;
 
 /*
@@ -1276,37 +1287,51 @@ enq_many_params(FunctionCallInfo fcinfo, EnqMany *m)
 
 /*
  * enq_many_path
- *		The call's path (docs/scaling.md "The enqueue and the release on the
- *		direct path"): direct when every key is of one shard value, this
- *		node's, and the call names no parents; else routed.  In SPI, before
- *		the call's first statement of the task tables.
+ *		Each key's shard value (of the partition key, or of the task key
+ *		without one), then the call's path (docs/scaling.md "The enqueue and
+ *		the release on the direct path", "`ntask_enqueue_many` over several
+ *		shard values"): direct when every key is of a shard value of this
+ *		node (several: their groups entered together, m->groups) and the
+ *		call names no parents; else routed.  On a coordinator, delegated
+ *		when every key is of one shard value.  In SPI, before the call's
+ *		first statement of the task tables.
  */
 static bool
 enq_many_path(FunctionCallInfo fcinfo, EnqMany *m)
 {
-	int16		shard = 0;
+	int16	   *shards;
+	int			ns;
+	bool		several = false;
 	const char *unless = NULL;
 	int			i;
 	Datum		d;
 
+	for (i = 0; i < m->nkeys; i++)
+		m->bykey[i].shard = NtaskShardFor(m->queue, m->bykey[i].partition_null ? m->bykey[i].key :
+										  DatumGetTextPP(m->bykey[i].partition_key));
 	if (m->nkeys == 0 || NtaskShardCount() == 0)
 		return false;
+	shards = palloc(sizeof(int16) * m->nkeys);
 	for (i = 0; i < m->nkeys; i++)
 	{
-		int16		s = NtaskShardFor(m->queue, m->bykey[i].partition_null ? m->bykey[i].key :
-									  DatumGetTextPP(m->bykey[i].partition_key));
-
-		if (i == 0)
-			shard = s;
-		else if (s != shard)
-			unless = "keys of several shards";
+		shards[i] = m->bykey[i].shard;
+		several |= shards[i] != shards[0];
 	}
 	if (m->has_deps)
 		unless = "the enqueue has parents (depends_on)";
-	/* on a Citus coordinator, its _on form delegated (coord.c) */
-	if (NtaskCoordDelegate(fcinfo, shard, unless, 6, &d))
+	/*
+	 * On a Citus coordinator, its _on form delegated (coord.c): one shard
+	 * value only, since one delegated call per value would not be atomic
+	 */
+	if (NtaskCoordDelegate(fcinfo, shards[0], unless != NULL ? unless :
+						   several ? "keys of several shards" : NULL, 6, &d))
 		return true;
-	(void) NtaskDirectBeginShard(fcinfo, shard, unless);
+	ns = m->nkeys;
+	if (NtaskDirectBeginShards(fcinfo, shards, &ns, unless) == NTASK_PATH_DIRECT)
+	{
+		m->groups = shards;
+		m->ngroups = ns;
+	}
 	return false;
 }
 
@@ -1320,17 +1345,29 @@ enq_many_path(FunctionCallInfo fcinfo, EnqMany *m)
 static void
 enq_many_insert(EnqMany *m)
 {
-	int			npending = m->nkeys;
-	int			round;
+	EnqKey	   *conflict = NULL;
+	int			g;
 
-	for (round = 0; npending > 0; round++)
+	/* on the direct path, each group's keys on its relations, in turn */
+	for (g = 0; g < Max(m->ngroups, 1); g++)
 	{
-		if (round == 2)
-			elog(ERROR, "ntask: enqueue found neither a new nor an existing task for %d keys",
-				 npending);
-		npending = enq_many_round(m->queue, m->bykey, m->nkeys, m->byfirst,
-								  m->nkeys, m->args, m->argnulls);
+		int			shard = m->ngroups > 0 ? m->groups[g] : -1;
+		int			npending = 1;
+		int			round;
+
+		if (shard >= 0)
+			NtaskDirectUseShard((int16) shard);
+		for (round = 0; npending > 0; round++)
+		{
+			if (round == 2)
+				elog(ERROR, "ntask: enqueue found neither a new nor an existing task for %d keys",
+					 npending);
+			npending = enq_many_round(m->queue, m->bykey, m->nkeys, m->byfirst,
+									  m->nkeys, shard, m->args, m->argnulls, &conflict);
+		}
 	}
+	if (conflict != NULL)
+		enq_conflict(conflict->key, m->queue, false);
 }
 
 /*
@@ -1404,7 +1441,8 @@ enq_many_emit(ReturnSetInfo *rsinfo, EnqMany *m)
  * that order.  So a key repeated inside the call with an equal payload
  * gives the same task twice (created only for its first appearance); with
  * a different payload it raises NT001, as does a key that exists with a
- * different payload.  New tasks get ids in input order.
+ * different payload (of several, the first in input order).  New tasks get
+ * ids in input order (on Citus, within each shard value).
  *
  * Errors: NULL queue, array or element (partition_keys may be NULL, or
  * hold NULLs) 22004; arrays of different lengths, more than one

@@ -1566,24 +1566,44 @@ NtaskPath
 NtaskDirectBegin(FunctionCallInfo fcinfo, const int64 *task_ids, int n)
 {
 	int16	   *shards;
+	int			i;
+
+	shards = palloc(sizeof(int16) * Max(n, 1));
+	for (i = 0; i < n; i++)
+		shards[i] = NTASK_ID_SHARD(task_ids[i]);
+	return NtaskDirectBeginShards(fcinfo, shards, &n, NULL);
+}
+
+/*
+ * NtaskDirectBeginShards
+ *		NtaskDirectBegin for a call named by the shard values of its *n rows
+ *		(shards, in any order, repeated), not by task ids: an
+ *		ntask_enqueue_many, whose keys' shards are ntask_shard(queue, key).
+ *		On return shards holds the distinct shard values, ascending, and *n
+ *		their number.  Several shard values enter their groups together
+ *		(direct_enter_many); the call names the group of each statement with
+ *		NtaskDirectUseShard.  unless: as NtaskDirectBeginShard.  In SPI,
+ *		before the call's first statement.
+ */
+NtaskPath
+NtaskDirectBeginShards(FunctionCallInfo fcinfo, int16 *shards, int *n, const char *unless)
+{
 	int			ns;
 	int			i;
 
-	if (n <= 0)
+	if (*n <= 0)
 	{
 		direct_claim_reset();
 		direct_set(NULL);
 		return NtaskShardCount() == 0 ? NTASK_PATH_PLAIN : NTASK_PATH_ROUTED;
 	}
-	shards = palloc(sizeof(int16) * n);
-	for (i = 0; i < n; i++)
-		shards[i] = NTASK_ID_SHARD(task_ids[i]);
-	qsort(shards, n, sizeof(int16), direct_shard_cmp);
+	qsort(shards, *n, sizeof(int16), direct_shard_cmp);
 	ns = 1;
-	for (i = 1; i < n; i++)
+	for (i = 1; i < *n; i++)
 		if (shards[i] != shards[ns - 1])
 			shards[ns++] = shards[i];
-	return direct_begin(fcinfo, shards, ns, NULL);
+	*n = ns;
+	return direct_begin(fcinfo, shards, ns, unless);
 }
 
 /*

@@ -98,7 +98,10 @@ extern Oid	NtaskDirectTaskIndex(const char *name);
  * transaction).  task_ids: the tasks the call touches; of several shard
  * values, every group is entered (each on this node, or the call runs
  * routed, wholly), and the call names the group of each statement's
- * tasks with NtaskDirectUseShard (nothing off the direct path).
+ * tasks with NtaskDirectUseShard (nothing off the direct path).  A call
+ * named by shard values instead of task ids (an enqueue: its keys')
+ * enters by NtaskDirectBeginShard (one) or NtaskDirectBeginShards
+ * (several, as task ids' are).
  */
 extern bool ntask_citus_direct;
 extern int	ntask_citus_direct_groups;
@@ -107,6 +110,8 @@ extern void NtaskShardDefineSettings(void);
 extern NtaskPath NtaskDirectBegin(FunctionCallInfo fcinfo, const int64 *task_ids, int n);
 extern NtaskPath NtaskDirectBeginShard(FunctionCallInfo fcinfo, int16 shard,
 									   const char *unless);
+extern NtaskPath NtaskDirectBeginShards(FunctionCallInfo fcinfo, int16 *shards, int *n,
+										const char *unless);
 extern void NtaskDirectUseShard(int16 shard);
 extern void NtaskDirectEnd(void);
 

@@ -48,7 +48,7 @@
 # Part 3: the enqueue and the release (docs/scaling.md "The enqueue and
 # the release on the direct path"): the same answers and rows on both
 # paths, the key's duplicate answered directly, a batch of one shard's
-# keys direct, depends_on and keys of several shards routed, a notify
+# keys direct, depends_on and keys of another node's shard routed, a notify
 # queue's NOTIFY; both racing moves as in Part 2, nothing lost,
 # duplicated or written into the orphan.
 #
@@ -764,7 +764,7 @@ sub enq_rel_scenario
 		'routed path for shard: in a transaction block',
 		"routed path for shard: the shard's placement is not on this node",
 		('direct path for shard') x 3,	# enqueue_many of one shard's keys
-		'routed path for shard: keys of several shards',
+		"routed path for shard: the shard's placement is not on this node",	# keys of two shards, one the other node's (t/044)
 		'direct path for shard',	# enqueue_many_on, delegated
 		('direct path for shard') x 10,	# the releases (and an invoked, a transition)
 		'direct path for shard');	# the duplicate of the finished task
