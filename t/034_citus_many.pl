@@ -51,29 +51,18 @@ my $c = NtaskCitus::setup('many', moves => 1, orphans => 1, shard_count => 8);
 my $co = $c->{coord};
 my @workers = @{ $c->{workers} };
 my $q = $c->{q};
-for my $n (@workers)
-{
-	$n->safe_psql('postgres', 'ALTER SYSTEM SET log_min_messages = debug1; SELECT pg_reload_conf()');
-}
+NtaskCitus::debug_paths($c);
 
-my $plain = PostgreSQL::Test::Cluster->new('many_plain');
-$plain->init;
-$plain->append_conf('postgresql.conf', "shared_preload_libraries = 'ntask'\nntask.worker = off\n");
-$plain->start;
-$plain->safe_psql('postgres', 'CREATE EXTENSION ntask');
+my $plain = NtaskCitus::plain_node('many_plain');
 
 # the worker node that holds shard value $s now
-sub node_of
-{
-	my ($s) = @_;
-	my (undef, $n) = NtaskCitus::placement($c, $s);
-	return $n;
-}
+sub node_of { return NtaskCitus::node_of($c, @_); }
 
-my @shards = split /\n/, $q->('SELECT shard FROM ntask.shard_map ORDER BY shard');
+my @shards = split /\n/, $q->(q{SELECT shard FROM ntask.shard_map ORDER BY shard});
 my $w = $workers[0];
-my @local = grep { node_of($_)->port == $w->port } @shards;
-my @remote = grep { node_of($_)->port != $w->port } @shards;
+my ($lref, $rref) = NtaskCitus::local_shards($c, $w);
+my @local = @$lref;
+my @remote = @$rref;
 cmp_ok(scalar(@local), '>=', 3, 'the worker node holds at least 3 shard values');
 cmp_ok(scalar(@remote), '>=', 1, 'the other one at least 1');
 my ($L0, $L1, $L2) = @local;
@@ -82,15 +71,7 @@ my $R0 = $remote[0];
 # a key of $queue in shard value $s (ntask_shard), with prefix $p
 sub key_in { return NtaskCitus::key_in($c, @_); }
 
-sub set_direct
-{
-	my ($setting) = @_;
-	for my $n (@workers)
-	{
-		$n->safe_psql('postgres', "ALTER SYSTEM SET ntask.citus_direct = $setting; SELECT pg_reload_conf()");
-		wait_for('the setting', sub { $n->safe_psql('postgres', 'SHOW ntask.citus_direct') eq $setting });
-	}
-}
+sub set_direct { return NtaskCitus::set_direct($c, @_); }
 
 # ---------------------------------------------------------------------
 # Part 1: the same batches on the direct path, routed and on a plain install

@@ -442,4 +442,57 @@ sub drop_orphans
 	return;
 }
 
+# debug_paths($c): log_min_messages = debug1 on every worker node, so
+# that paths() sees each direct call's decision
+sub debug_paths
+{
+	my ($c) = @_;
+	for my $n (@{ $c->{workers} })
+	{
+		$n->safe_psql('postgres', 'ALTER SYSTEM SET log_min_messages = debug1; SELECT pg_reload_conf()');
+	}
+}
+
+# plain_node($name): a plain PostgreSQL with ntask, to compare answers with
+sub plain_node
+{
+	my ($name) = @_;
+	my $plain = PostgreSQL::Test::Cluster->new($name);
+	$plain->init;
+	$plain->append_conf('postgresql.conf', "shared_preload_libraries = 'ntask'\nntask.worker = off\n");
+	$plain->start;
+	$plain->safe_psql('postgres', 'CREATE EXTENSION ntask');
+	return $plain;
+}
+
+# node_of($c, shard value): the worker node that holds it now
+sub node_of
+{
+	my ($c, $s) = @_;
+	my (undef, $n) = placement($c, $s);
+	return $n;
+}
+
+# local_shards($c, $node): the shard values of ntask.shard_map held by
+# $node and those held elsewhere, as two array refs
+sub local_shards
+{
+	my ($c, $node) = @_;
+	my @shards = split /\n/, $c->{q}->('SELECT shard FROM ntask.shard_map ORDER BY shard');
+	return ([ grep { node_of($c, $_)->port == $node->port } @shards ],
+		[ grep { node_of($c, $_)->port != $node->port } @shards ]);
+}
+
+# set_direct($c, 'on' | 'off'): ntask.citus_direct on every worker node,
+# waited for until each reads it
+sub set_direct
+{
+	my ($c, $setting) = @_;
+	for my $n (@{ $c->{workers} })
+	{
+		$n->safe_psql('postgres', "ALTER SYSTEM SET ntask.citus_direct = $setting; SELECT pg_reload_conf()");
+		wait_for('the setting', sub { $n->safe_psql('postgres', 'SHOW ntask.citus_direct') eq $setting });
+	}
+}
+
 1;
